@@ -1,0 +1,43 @@
+# Two commands on a fresh machine: `make demo` and `make test`. Both install into .venv first.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+export DAGSTER_HOME := $(CURDIR)/storage/dagster
+export SOCO_STORAGE ?= $(CURDIR)/storage
+export HF_HUB_OFFLINE := 1
+export DAGSTER_DISABLE_TELEMETRY := 1
+export PYTHONHASHSEED := 0
+
+.PHONY: install demo test lint ui bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q --disable-pip-version-check -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+$(DAGSTER_HOME)/dagster.yaml: dagster.yaml
+	mkdir -p $(DAGSTER_HOME)
+	sed 's#@STORAGE@#$(SOCO_STORAGE)#g' dagster.yaml > $(DAGSTER_HOME)/dagster.yaml
+
+demo: install $(DAGSTER_HOME)/dagster.yaml
+	$(PY) -m soco_pipeline.demo
+
+test: install
+	$(VENV)/bin/ruff check soco_pipeline tests benchmarks
+	$(PY) -m pytest
+
+lint: install
+	$(VENV)/bin/ruff check soco_pipeline tests benchmarks
+
+ui: install $(DAGSTER_HOME)/dagster.yaml
+	@echo "Dagster UI on http://127.0.0.1:3000 (stop with Ctrl-C)"
+	$(VENV)/bin/dagster dev -h 127.0.0.1 -p 3000 -w workspace.yaml
+
+bench: install
+	for f in benchmarks/bench_*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
+
+clean:
+	rm -rf storage

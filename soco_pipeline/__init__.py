@@ -1,0 +1,1 @@
+"""SOCO pipeline."""

@@ -1,0 +1,235 @@
+"""The canonical tables every stage reads and writes, as pandera schemas.
+
+These are the contract between the stages: the readers (ImageNet3D, Animal3D, SOCO release) all
+produce these tables, and the pairs, features, matching and metrics stages consume only these.
+Coordinates are in original image pixels, x right, y down, origin at the top-left pixel corner.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import pandera.pandas as pa
+from pandera.typing import Series
+
+LEVELS = ("intra", "cross")
+SOURCES = ("imagenet3d", "animal3d", "soco")
+
+
+class ImageSchema(pa.DataFrameModel):
+    """`image_set`: one row per kept image (a single salient object)."""
+
+    image_id: Series[str] = pa.Field(unique=True)
+    category: Series[str]
+    supercategory: Series[str]
+    source: Series[str] = pa.Field(isin=list(SOURCES))
+    uri: Series[str]
+    width: Series[int] = pa.Field(gt=0)
+    height: Series[int] = pa.Field(gt=0)
+    bbox_l: Series[float] = pa.Field(ge=0)
+    bbox_t: Series[float] = pa.Field(ge=0)
+    bbox_r: Series[float]
+    bbox_b: Series[float]
+    azimuth: Series[float] = pa.Field(nullable=True)
+    elevation: Series[float] = pa.Field(nullable=True)
+    theta: Series[float] = pa.Field(nullable=True)
+    distance: Series[float] = pa.Field(nullable=True)
+
+    @pa.dataframe_check
+    def bbox_inside_image(cls, df: pd.DataFrame) -> Series[bool]:  # noqa: N805
+        return (
+            (df.bbox_r <= df.width)
+            & (df.bbox_b <= df.height)
+            & (df.bbox_l < df.bbox_r)
+            & (df.bbox_t < df.bbox_b)
+        )
+
+    class Config:
+        strict = "filter"
+        coerce = True
+
+
+class RejectedImageSchema(pa.DataFrameModel):
+    """`rejected_images`: every image the filters dropped, with the reason."""
+
+    image_id: Series[str]
+    category: Series[str]
+    source: Series[str]
+    uri: Series[str]
+    reason: Series[str]
+
+    class Config:
+        strict = "filter"
+        coerce = True
+
+
+class RawClickSchema(pa.DataFrameModel):
+    """Raw annotator clicks: one row per (image, keypoint, annotator)."""
+
+    image_id: Series[str]
+    keypoint: Series[str]
+    annotator: Series[int] = pa.Field(ge=0)
+    x: Series[float] = pa.Field(nullable=True)
+    y: Series[float] = pa.Field(nullable=True)
+    visible: Series[bool]
+
+    class Config:
+        strict = "filter"
+        coerce = True
+
+
+class KeypointSchema(pa.DataFrameModel):
+    """`keypoints`: aggregated keypoints, one row per (image, keypoint of its category).
+
+    Invisible keypoints are kept with visible=False and NaN coordinates allowed.
+    """
+
+    image_id: Series[str]
+    category: Series[str]
+    keypoint: Series[str]
+    concept: Series[str]
+    x: Series[float] = pa.Field(nullable=True)
+    y: Series[float] = pa.Field(nullable=True)
+    visible: Series[bool]
+    n_annotators: Series[int] = pa.Field(ge=0)
+    spread: Series[float] = pa.Field(nullable=True, ge=0)
+
+    @pa.dataframe_check
+    def unique_keys(cls, df: pd.DataFrame) -> Series[bool]:  # noqa: N805
+        return ~df.duplicated(["image_id", "keypoint"], keep=False)
+
+    @pa.dataframe_check
+    def visible_have_coordinates(cls, df: pd.DataFrame) -> Series[bool]:  # noqa: N805
+        return ~df.visible | (df.x.notna() & df.y.notna())
+
+    class Config:
+        strict = "filter"
+        coerce = True
+
+
+class DescriptionSchema(pa.DataFrameModel):
+    """`descriptions`: one language description per (category, keypoint)."""
+
+    category: Series[str]
+    keypoint: Series[str]
+    concept: Series[str]
+    description: Series[str] = pa.Field(str_length={"min_value": 1})
+
+    @pa.dataframe_check
+    def unique_keys(cls, df: pd.DataFrame) -> Series[bool]:  # noqa: N805
+        return ~df.duplicated(["category", "keypoint"], keep=False)
+
+    class Config:
+        strict = "filter"
+        coerce = True
+
+
+class ImagePairSchema(pa.DataFrameModel):
+    """`image_pairs`: intra- and cross-category image pairs.
+
+    pair_group is the category for intra pairs and the *target* category for cross pairs.
+    `evaluated` marks the seeded evaluation sample (eval_pairs).
+    """
+
+    pair_id: Series[str] = pa.Field(unique=True)
+    level: Series[str] = pa.Field(isin=list(LEVELS))
+    pair_group: Series[str]
+    src_image: Series[str]
+    trg_image: Series[str]
+    src_category: Series[str]
+    trg_category: Series[str]
+    ancestor: Series[str]
+    evaluated: Series[bool]
+
+    @pa.dataframe_check
+    def no_self_pairs(cls, df: pd.DataFrame) -> Series[bool]:  # noqa: N805
+        return df.src_image != df.trg_image
+
+    class Config:
+        strict = "filter"
+        coerce = True
+
+
+class CorrespondenceSchema(pa.DataFrameModel):
+    """`correspondences`: keypoint-level matches of every image pair.
+
+    kind 'soc': the same keypoint name visible in both images (src_keypoint == trg_keypoint);
+    `geo` marks SOC rows whose concept has >= 2 visible target candidates (the SOC-geo subset),
+    `n_candidates` is that count. kind 'cc': every visible source keypoint of a concept paired with
+    every visible target keypoint of the same concept (the CC group).
+    """
+
+    pair_id: Series[str]
+    level: Series[str] = pa.Field(isin=list(LEVELS))
+    kind: Series[str] = pa.Field(isin=["soc", "cc"])
+    src_keypoint: Series[str]
+    trg_keypoint: Series[str]
+    concept: Series[str]
+    geo: Series[bool]
+    n_candidates: Series[int] = pa.Field(ge=1)
+
+    class Config:
+        strict = "filter"
+        coerce = True
+
+
+class FourChoiceSchema(pa.DataFrameModel):
+    """`four_choice`: per evaluated SOC correspondence, four target keypoints A-D, one right."""
+
+    pair_id: Series[str]
+    src_keypoint: Series[str]
+    option_a: Series[str]
+    option_b: Series[str]
+    option_c: Series[str]
+    option_d: Series[str]
+    answer: Series[int] = pa.Field(isin=[0, 1, 2, 3])
+
+    class Config:
+        strict = "filter"
+        coerce = True
+
+
+class FeatureManifestSchema(pa.DataFrameModel):
+    """Feature cache manifest: one row per (backbone, image)."""
+
+    backbone: Series[str]
+    image_id: Series[str]
+    channels: Series[int] = pa.Field(gt=0)
+    grid_h: Series[int] = pa.Field(gt=0)
+    grid_w: Series[int] = pa.Field(gt=0)
+    input_size: Series[int] = pa.Field(gt=0)
+    stride: Series[float] = pa.Field(gt=0)
+    path: Series[str]
+    checksum: Series[str]
+
+    class Config:
+        strict = "filter"
+        coerce = True
+
+
+class PredictionSchema(pa.DataFrameModel):
+    """`predictions[b]`: one row per (pair, source keypoint, mode), in target-image pixels.
+
+    mode 'free': argmax over all target patches (scored for CC, SOC, Cross-SOC);
+    mode 'geo': argmax restricted to patches holding same-concept target keypoints (SOC-geo).
+    """
+
+    backbone: Series[str]
+    pair_id: Series[str]
+    src_keypoint: Series[str]
+    mode: Series[str] = pa.Field(isin=["free", "geo"])
+    pred_x: Series[float]
+    pred_y: Series[float]
+    similarity: Series[float]
+
+    class Config:
+        strict = "filter"
+        coerce = True
+
+
+def validate(df: pd.DataFrame, schema: type[pa.DataFrameModel], name: str) -> pd.DataFrame:
+    """Validate a table lazily and raise one error listing every failing check, naming the table."""
+    try:
+        return schema.validate(df, lazy=True)
+    except pa.errors.SchemaErrors as e:
+        cases = e.failure_cases.head(20).to_string()
+        raise ValueError(f"table {name!r} fails its schema {schema.__name__}:\n{cases}") from None

@@ -1,0 +1,313 @@
+"""The SOCO concept taxonomy: categories, taxonomy nodes, concepts and keypoints.
+
+Loaded from `assets/taxonomy.yaml` and validated on load. Keypoints are defined at the node that
+introduces them and inherited by every category below it, so two related categories share the
+keypoints of their common ancestors (the basis of Cross-SOC).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+ASSETS_DIR = Path(__file__).resolve().parent.parent / "assets"
+DEFAULT_TAXONOMY_PATH = ASSETS_DIR / "taxonomy.yaml"
+DEFAULT_PATTERN = "{node}_{part}_{where}_{at}"
+
+# Words of a part's position that carry object-relative identity, grouped by axis.
+IDENTITY_AXES: dict[str, tuple[str, ...]] = {
+    "front_rear": ("front", "rear", "back"),
+    "left_right": ("left", "right"),
+    "top_bottom": ("top", "bottom", "upper", "lower"),
+    "inner_outer": ("inner", "outer"),
+}
+
+
+class TaxonomyError(ValueError):
+    """The taxonomy file is malformed; the message names the entry and the fix."""
+
+
+@dataclass(frozen=True)
+class KeypointDef:
+    """One keypoint of the taxonomy, with what descriptions and SOC need to know about it."""
+
+    name: str
+    node: str
+    concept: str
+    part: str
+    where: str
+    at: str
+    identity: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def identity_dict(self) -> dict[str, str]:
+        """The object-relative identity as {axis: value}, e.g. {'front_rear': 'front'}."""
+        return dict(self.identity)
+
+
+@dataclass(frozen=True)
+class Node:
+    """A taxonomy node; categories are the leaves (``is_category``)."""
+
+    name: str
+    parent: str | None
+    supercategory: str
+    is_category: bool
+    family: str | None = None
+    keypoints: tuple[str, ...] = ()  # defined here, not inherited
+
+
+@dataclass
+class Taxonomy:
+    """The validated taxonomy with the queries the pipeline needs."""
+
+    supercategories: tuple[str, ...]
+    concepts: dict[str, dict]
+    nodes: dict[str, Node]
+    keypoints: dict[str, KeypointDef]
+    _cache: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def categories(self) -> list[str]:
+        """All category names in file order."""
+        return [n.name for n in self.nodes.values() if n.is_category]
+
+    def category(self, name: str) -> Node:
+        """The category node, or a clear error for an unknown category."""
+        node = self.nodes.get(name)
+        if node is None or not node.is_category:
+            raise KeyError(
+                f"unknown category {name!r}: not in the taxonomy; add it under `categories:` in "
+                f"assets/taxonomy.yaml or fix the record's category"
+            )
+        return node
+
+    def supercategory(self, category: str) -> str:
+        """The super-category of a category."""
+        return self.category(category).supercategory
+
+    def family(self, category: str) -> str:
+        """The hand-modelled shape family the generator builds the category from."""
+        return self.category(category).family or category
+
+    def ancestors(self, name: str) -> list[str]:
+        """The node itself and its ancestors, nearest first."""
+        out = []
+        cur: str | None = name
+        while cur is not None:
+            out.append(cur)
+            cur = self.nodes[cur].parent
+        return out
+
+    def category_keypoints(self, category: str) -> list[str]:
+        """Keypoint names of a category, inherited ones included (root's first)."""
+        key = ("kps", category)
+        if key not in self._cache:
+            self.category(category)
+            names: list[str] = []
+            for node in reversed(self.ancestors(category)):
+                names.extend(self.nodes[node].keypoints)
+            self._cache[key] = names
+        return list(self._cache[key])
+
+    def lowest_common_ancestor(self, a: str, b: str) -> str | None:
+        """The lowest taxonomy node shared by two categories (None if none below the super-category)."""
+        anc_b = set(self.ancestors(b))
+        for node in self.ancestors(a):
+            if node in anc_b:
+                return node
+        return None
+
+    def shared_keypoints(self, a: str, b: str) -> list[str]:
+        """Keypoints both categories have: those defined at their common ancestors."""
+        lca = self.lowest_common_ancestor(a, b)
+        if lca is None:
+            return []
+        names: list[str] = []
+        for node in reversed(self.ancestors(lca)):
+            names.extend(self.nodes[node].keypoints)
+        return names
+
+    def related_categories(self, category: str) -> list[str]:
+        """Other categories sharing at least one keypoint with this one (cross pairs)."""
+        return [c for c in self.categories if c != category and self.shared_keypoints(category, c)]
+
+    def concept_of(self, keypoint: str) -> str:
+        """The concept of a keypoint name."""
+        try:
+            return self.keypoints[keypoint].concept
+        except KeyError:
+            raise KeyError(
+                f"unknown keypoint {keypoint!r}: not defined in assets/taxonomy.yaml"
+            ) from None
+
+    def keypoint_table(self):
+        """One row per (category, keypoint) with concept, part, where, at and identity columns."""
+        import pandas as pd
+
+        rows = []
+        for cat in self.categories:
+            for kp in self.category_keypoints(cat):
+                d = self.keypoints[kp]
+                ident = d.identity_dict
+                rows.append(
+                    {
+                        "category": cat,
+                        "supercategory": self.supercategory(cat),
+                        "keypoint": kp,
+                        "node": d.node,
+                        "concept": d.concept,
+                        "part": d.part,
+                        "where": d.where,
+                        "at": d.at,
+                        **{axis: ident.get(axis, "") for axis in IDENTITY_AXES},
+                    }
+                )
+        return pd.DataFrame(rows)
+
+
+def identity_of(where: str) -> tuple[tuple[str, str], ...]:
+    """Object-relative identity attributes read off a part's position, e.g. 'front left'."""
+    out = []
+    words = where.split()
+    for axis, values in IDENTITY_AXES.items():
+        for w in words:
+            if w in values:
+                out.append((axis, w))
+                break
+    return tuple(out)
+
+
+def _keypoint_name(pattern: str, node: str, part: str, where: str, at: str) -> str:
+    raw = pattern.format(node=node, part=part.replace(" ", ""), where=where, at=at)
+    return "_".join(t for t in raw.replace(" ", "_").split("_") if t)
+
+
+def _expand_keypoints(node: str, specs: list, where_ctx: str) -> list[KeypointDef]:
+    out = []
+    for i, spec in enumerate(specs or []):
+        ctx = f"{where_ctx}, keypoint entry {i + 1}"
+        if not isinstance(spec, dict):
+            raise TaxonomyError(f"{ctx}: expected a mapping with part/concept/where, got {spec!r}")
+        for req in ("part", "concept"):
+            if not spec.get(req):
+                raise TaxonomyError(f"{ctx}: keypoint without `{req}`; every keypoint needs one")
+        wheres = spec.get("where", [""])
+        if isinstance(wheres, str):
+            wheres = [wheres]
+        for where in wheres:
+            name = _keypoint_name(
+                spec.get("pattern", DEFAULT_PATTERN), node, spec["part"], where, spec.get("at", "")
+            )
+            out.append(
+                KeypointDef(
+                    name=name,
+                    node=node,
+                    concept=spec["concept"],
+                    part=spec["part"],
+                    where=where,
+                    at=spec.get("at", ""),
+                    identity=identity_of(where),
+                )
+            )
+    return out
+
+
+def parse_taxonomy(doc: dict, source: str = "taxonomy") -> Taxonomy:
+    """Build and validate a taxonomy from its YAML document."""
+    if not isinstance(doc, dict):
+        raise TaxonomyError(f"{source}: expected a mapping at the top level")
+    supers = tuple(doc.get("supercategories") or ())
+    if not supers:
+        raise TaxonomyError(f"{source}: `supercategories` is missing or empty")
+    concepts = doc.get("concepts") or {}
+    nodes: dict[str, Node] = {}
+    keypoints: dict[str, KeypointDef] = {}
+
+    def add(name: str, spec: dict, is_category: bool) -> None:
+        section = "categories" if is_category else "nodes"
+        ctx = f"{source}: {section}.{name}"
+        spec = spec or {}
+        if name in nodes:
+            raise TaxonomyError(f"{ctx}: duplicate name {name!r}; node and category names must be unique")
+        kps = _expand_keypoints(name, spec.get("keypoints"), ctx)
+        for kp in kps:
+            if kp.concept not in concepts:
+                raise TaxonomyError(
+                    f"{ctx}: keypoint {kp.name!r} has concept {kp.concept!r}, which is not under `concepts:`"
+                )
+            if kp.name in keypoints:
+                raise TaxonomyError(f"{ctx}: duplicate keypoint name {kp.name!r}")
+            keypoints[kp.name] = kp
+        nodes[name] = Node(
+            name=name,
+            parent=spec.get("parent"),
+            supercategory=spec.get("supercategory", ""),
+            is_category=is_category,
+            family=spec.get("family"),
+            keypoints=tuple(k.name for k in kps),
+        )
+
+    for name, spec in (doc.get("nodes") or {}).items():
+        add(name, spec, False)
+    for name, spec in (doc.get("categories") or {}).items():
+        add(name, spec, True)
+
+    # Resolve parents and super-categories; reject unknown parents and cycles.
+    resolved: dict[str, Node] = {}
+    for name, node in nodes.items():
+        section = "categories" if node.is_category else "nodes"
+        if node.parent is not None and node.parent not in nodes:
+            raise TaxonomyError(
+                f"{source}: {section}.{name}: unknown parent {node.parent!r}; define it under `nodes:`"
+            )
+        seen = {name}
+        cur = node
+        while cur.parent is not None:
+            if cur.parent in seen:
+                raise TaxonomyError(f"{source}: {section}.{name}: parent links form a cycle")
+            seen.add(cur.parent)
+            cur = nodes[cur.parent]
+        sup = cur.supercategory
+        if sup not in supers:
+            raise TaxonomyError(
+                f"{source}: {section}.{name}: root {cur.name!r} has super-category {sup!r}, "
+                f"expected one of {list(supers)}"
+            )
+        if node.parent is not None and node.supercategory and node.supercategory != sup:
+            raise TaxonomyError(f"{source}: {section}.{name}: super-category differs from its root's")
+        resolved[name] = Node(
+            name=node.name,
+            parent=node.parent,
+            supercategory=sup,
+            is_category=node.is_category,
+            family=node.family,
+            keypoints=node.keypoints,
+        )
+    for name, node in resolved.items():
+        if node.is_category and node.family and node.family not in resolved:
+            raise TaxonomyError(f"{source}: categories.{name}: unknown family {node.family!r}")
+        if not node.is_category and any(n.parent == name for n in resolved.values()) is False:
+            raise TaxonomyError(f"{source}: nodes.{name}: node has no children; make it a category")
+    return Taxonomy(supercategories=supers, concepts=concepts, nodes=resolved, keypoints=keypoints)
+
+
+def load_taxonomy(path: str | Path | None = None) -> Taxonomy:
+    """Load and validate the taxonomy (default: assets/taxonomy.yaml)."""
+    path = Path(path) if path is not None else DEFAULT_TAXONOMY_PATH
+    return _load_cached(str(path))
+
+
+@functools.lru_cache(maxsize=8)
+def _load_cached(path: str) -> Taxonomy:
+    try:
+        with open(path) as f:
+            doc = yaml.safe_load(f)
+    except FileNotFoundError:
+        raise TaxonomyError(f"taxonomy file {path} does not exist") from None
+    except yaml.YAMLError as e:
+        raise TaxonomyError(f"{path}: not valid YAML: {e}") from None
+    return parse_taxonomy(doc, source=path)
