@@ -140,9 +140,7 @@ class Taxonomy:
         try:
             return self.keypoints[keypoint].concept
         except KeyError:
-            raise KeyError(
-                f"unknown keypoint {keypoint!r}: not defined in assets/taxonomy.yaml"
-            ) from None
+            raise KeyError(f"unknown keypoint {keypoint!r}: not defined in assets/taxonomy.yaml") from None
 
     def keypoint_table(self):
         """One row per (category, keypoint) with concept, part, where, at and identity columns."""

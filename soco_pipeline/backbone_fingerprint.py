@@ -1,0 +1,50 @@
+"""What a backbone's results depend on, as one hash: spec, protocol, code version, input data.
+
+A backbone needs re-evaluation exactly when this fingerprint differs from the one its last metrics
+recorded. Also lists the spec files of a folder with their content hashes (for the sensor).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+# Bump when the feature/matching/metric code changes what it computes.
+CODE_VERSION = "1"
+
+# The unpartitioned tables the per-backbone assets read.
+DATA_ASSETS = ("image_set", "keypoints", "image_pairs", "correspondences", "four_choice")
+
+
+def file_hash(path: Path) -> str:
+    """sha256 of a file's bytes (first 16 hex digits)."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+
+
+def scan_specs(folder: Path) -> tuple[dict[str, str], dict[str, str]]:
+    """Valid spec files of a folder as {name: content hash}, and invalid ones as {name: error}."""
+    from soco_pipeline.backbones import load_spec
+
+    valid, invalid = {}, {}
+    for path in sorted(Path(folder).glob("*.yaml")):
+        try:
+            load_spec(path)
+        except Exception as e:  # noqa: BLE001 - any malformed spec is reported, not raised, by the sensor
+            invalid[path.stem] = str(e)
+            continue
+        valid[path.stem] = file_hash(path)
+    return valid, invalid
+
+
+def fingerprint(spec_path: Path, data_versions: dict[str, str]) -> str:
+    """Hash of everything a backbone's metrics depend on."""
+    from soco_pipeline.protocol import load_protocol
+
+    payload = {
+        "spec": file_hash(spec_path),
+        "protocol": load_protocol().version_hash(),
+        "code": CODE_VERSION,
+        "data": dict(sorted(data_versions.items())),
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]

@@ -1,0 +1,81 @@
+"""`soco` command line: SQL over the results, the leaderboard, adding a backbone spec."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from soco_pipeline.results_db import ResultsError, query
+from soco_pipeline.settings import Settings
+
+
+def _print_df(df: pd.DataFrame) -> None:
+    with pd.option_context("display.max_rows", 200, "display.max_columns", 50, "display.width", 200):
+        print(df.to_string(index=False) if len(df) else "(no rows)")
+
+
+def cmd_sql(args: argparse.Namespace, settings: Settings) -> int:
+    """Run a SQL query against storage/results.duckdb and print the rows."""
+    _print_df(query(settings.duckdb_path, args.query))
+    return 0
+
+
+def cmd_leaderboard(args: argparse.Namespace, settings: Settings) -> int:
+    """Print the leaderboard table."""
+    _print_df(query(settings.duckdb_path, "SELECT * FROM leaderboard ORDER BY soc DESC"))
+    return 0
+
+
+def cmd_add_backbone(args: argparse.Namespace, settings: Settings) -> int:
+    """Validate a backbone spec file and copy it into the backbones folder (a new partition)."""
+    from soco_pipeline.backbones import load_spec
+
+    src = Path(args.spec)
+    spec = load_spec(src)  # raises BackboneSpecError naming the file and field
+    dest_dir = Path(settings.backbones_dir)
+    dest = dest_dir / f"{spec.name}.yaml"
+    if dest.exists() and not args.force:
+        print(f"error: {dest} already exists; pass --force to replace it", file=sys.stderr)
+        return 2
+    tmp = dest_dir / f".{dest.name}.tmp"
+    shutil.copyfile(src, tmp)
+    tmp.replace(dest)
+    print(f"added backbone {spec.name!r} ({spec.kind}) as {dest}; the sensor adds its partition")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the `soco` command."""
+    p = argparse.ArgumentParser(prog="soco", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("sql", help="run a SQL query over the results (DuckDB)")
+    s.add_argument("query")
+    s.set_defaults(func=cmd_sql)
+    s = sub.add_parser("leaderboard", help="print the leaderboard")
+    s.set_defaults(func=cmd_leaderboard)
+    s = sub.add_parser("add-backbone", help="validate a backbone spec and add it to assets/backbones/")
+    s.add_argument("spec")
+    s.add_argument("--force", action="store_true", help="replace an existing spec of the same name")
+    s.set_defaults(func=cmd_add_backbone)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `soco` command."""
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args, Settings())
+    except ResultsError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The Dagster layer: thin wiring of the domain core into assets, checks, sensors and schedules."""

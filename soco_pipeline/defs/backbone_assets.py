@@ -1,0 +1,217 @@
+"""Per-backbone assets (dynamic partitions): feature cache -> predictions -> metrics; the leaderboard."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dagster as dg
+import pandas as pd
+
+from soco_pipeline.defs.partitions import backbones_partitions
+from soco_pipeline.defs.resources import SocoSettings
+from soco_pipeline.defs.versions import current_fingerprint
+from soco_pipeline.taxonomy import load_taxonomy
+
+EAGER = dg.AutomationCondition.eager()
+
+
+def spec_for(soco: SocoSettings, backbone: str):
+    """Load the spec file of a backbone partition (a clear error if its file is gone or malformed)."""
+    from soco_pipeline.backbones import load_spec
+
+    path = Path(soco.backbones_dir) / f"{backbone}.yaml"
+    if not path.exists():
+        raise FileNotFoundError(
+            f"backbone {backbone!r} has no spec file at {path}: its results stay queryable but it cannot "
+            f"be recomputed; restore the file or delete the partition"
+        )
+    return load_spec(path)
+
+
+def protocol():
+    """The evaluation protocol config (assets/protocol.yaml)."""
+    from soco_pipeline.protocol import load_protocol
+
+    return load_protocol()
+
+
+@dg.asset(
+    group_name="features",
+    partitions_def=backbones_partitions,
+    pool="gpu",
+    automation_condition=EAGER,
+    kinds={"pytorch"},
+)
+def feature_manifest(
+    context: dg.AssetExecutionContext, soco: SocoSettings, image_set: pd.DataFrame
+) -> dg.Output:
+    """Dense features of every image for one backbone: fp16 C×h×w tensors in the cache, and their manifest.
+
+    Resumable: images already in the cache for this spec are not recomputed.
+    """
+    from soco_pipeline.backbones import spec_hash
+    from soco_pipeline.features import extract_features
+
+    backbone = context.partition_key
+    spec = spec_for(soco, backbone)
+    settings = soco.settings()
+    manifest = extract_features(
+        spec,
+        image_set,
+        settings.features_root,
+        context={"embedded_root": settings.embedded_root, "device": soco.device},
+        log=context.log.info,
+    )
+    return dg.Output(
+        manifest,
+        metadata={"rows": len(manifest), "spec_hash": spec_hash(spec), "kind": spec.kind},
+        data_version=dg.DataVersion(spec_hash(spec)),
+    )
+
+
+@dg.asset(
+    group_name="evaluation",
+    partitions_def=backbones_partitions,
+    automation_condition=EAGER,
+    kinds={"pytorch"},
+)
+def predictions(
+    context: dg.AssetExecutionContext,
+    soco: SocoSettings,
+    feature_manifest: pd.DataFrame,
+    image_pairs: pd.DataFrame,
+    correspondences: pd.DataFrame,
+    keypoints: pd.DataFrame,
+    image_set: pd.DataFrame,
+) -> pd.DataFrame:
+    """Zero-shot nearest-neighbour predictions (free and SOC-geo) in target-image pixels."""
+    from soco_pipeline.features import FeatureStore
+    from soco_pipeline.matching import predict
+
+    backbone = context.partition_key
+    store = FeatureStore.from_manifest(soco.settings().features_root, feature_manifest)
+    df = predict(
+        image_pairs, correspondences, keypoints, image_set, store, protocol(), backbone, device=soco.device
+    )
+    context.add_output_metadata({"rows": len(df)})
+    return df
+
+
+@dg.asset(
+    group_name="evaluation",
+    partitions_def=backbones_partitions,
+    automation_condition=EAGER,
+    kinds={"pytorch"},
+)
+def four_choice_predictions(
+    context: dg.AssetExecutionContext,
+    soco: SocoSettings,
+    feature_manifest: pd.DataFrame,
+    four_choice: pd.DataFrame,
+    keypoints: pd.DataFrame,
+    image_set: pd.DataFrame,
+) -> pd.DataFrame:
+    """The backbone's pick among the four options of each item, for every rotation of the options."""
+    from soco_pipeline.features import FeatureStore
+    from soco_pipeline.matching import predict_four_choice
+
+    store = FeatureStore.from_manifest(soco.settings().features_root, feature_manifest)
+    df = predict_four_choice(
+        four_choice, keypoints, image_set, store, protocol(), context.partition_key, device=soco.device
+    )
+    context.add_output_metadata({"rows": len(df)})
+    return df
+
+
+@dg.asset(
+    group_name="evaluation",
+    partitions_def=backbones_partitions,
+    automation_condition=EAGER,
+    kinds={"pandas"},
+)
+def metrics(
+    context: dg.AssetExecutionContext,
+    soco: SocoSettings,
+    predictions: pd.DataFrame,
+    four_choice_predictions: pd.DataFrame,
+    correspondences: pd.DataFrame,
+    keypoints: pd.DataFrame,
+    image_set: pd.DataFrame,
+    image_pairs: pd.DataFrame,
+) -> pd.DataFrame:
+    """PCK@α for CC, SOC, SOC-geo and Cross-SOC (official and per-keypoint reductions) and 4-choice accuracy."""
+    from soco_pipeline.metrics import compute_metrics
+
+    df = compute_metrics(
+        predictions,
+        four_choice_predictions,
+        correspondences,
+        keypoints,
+        image_set,
+        image_pairs,
+        load_taxonomy(),
+        protocol(),
+    )
+    fp = current_fingerprint(context.instance, soco.backbones_dir, context.partition_key)
+    headline = df[(df.scope == "all") & (df.reduction == "official") & ((df.alpha - 0.1).abs() < 1e-9)]
+    context.add_output_metadata(
+        {
+            "rows": len(df),
+            "input_fingerprint": fp or "",
+            **{f"{r.metric}@0.1": round(float(r.value), 2) for r in headline.itertuples()},
+        }
+    )
+    return df
+
+
+@dg.asset(group_name="evaluation", deps=[metrics], automation_condition=EAGER, kinds={"duckdb"})
+def leaderboard(context: dg.AssetExecutionContext, soco: SocoSettings) -> pd.DataFrame:
+    """One row per backbone: CC, SOC, SOC-geo, Cross-SOC, the drops, per-super-category SOC, 4-choice.
+
+    Backbones whose spec file was deleted keep their row, marked `spec_present = false`. Also
+    refreshes the DuckDB views of storage/results.duckdb.
+    """
+    import base64
+    import tempfile
+
+    from soco_pipeline.metrics import leaderboard as build_leaderboard
+    from soco_pipeline.metrics import leaderboard_markdown, leaderboard_plot
+    from soco_pipeline.storage import exists, join, read_parquet
+
+    settings = soco.settings()
+    known = context.instance.get_dynamic_partitions(backbones_partitions.name)
+    frames = []
+    for b in known:
+        path = join(settings.tables_root, "metrics", f"{b}.parquet")
+        if exists(path):
+            frames.append(read_parquet(path))
+    if not frames:
+        raise RuntimeError("no metrics materialized yet: materialize metrics for at least one backbone")
+    board = build_leaderboard(pd.concat(frames, ignore_index=True))
+    present = {p.stem for p in Path(soco.backbones_dir).glob("*.yaml")}
+    board["spec_present"] = board["backbone"].isin(present)
+    md = leaderboard_markdown(board)
+    with tempfile.TemporaryDirectory() as tmp:
+        png = Path(tmp) / "leaderboard.png"
+        leaderboard_plot(board, png)
+        img = base64.b64encode(png.read_bytes()).decode()
+    context.add_output_metadata(
+        {
+            "leaderboard": dg.MetadataValue.md(md),
+            "plot": dg.MetadataValue.md(f"![leaderboard](data:image/png;base64,{img})"),
+            "backbones": len(board),
+        }
+    )
+    return board
+
+
+@dg.asset(group_name="evaluation", deps=[leaderboard], automation_condition=EAGER, kinds={"duckdb"})
+def results_database(context: dg.AssetExecutionContext, soco: SocoSettings) -> dg.MaterializeResult:
+    """storage/results.duckdb: views over every result table, for DuckDB SQL (opened read-only by readers)."""
+    from soco_pipeline.results_db import refresh_views
+
+    settings = soco.settings()
+    views = refresh_views(settings.duckdb_path, settings.tables_root)
+    return dg.MaterializeResult(
+        metadata={"path": dg.MetadataValue.path(settings.duckdb_path), "views": ", ".join(views)}
+    )

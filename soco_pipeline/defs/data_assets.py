@@ -1,0 +1,138 @@
+"""Data assets: sources -> filtered image set -> aggregated keypoints -> descriptions."""
+
+from __future__ import annotations
+
+import dagster as dg
+import pandas as pd
+
+from soco_pipeline import schemas
+from soco_pipeline.defs.checks import schema_check
+from soco_pipeline.defs.resources import SocoSettings
+from soco_pipeline.taxonomy import load_taxonomy
+
+GROUP = "data"
+
+
+def source_config(soco: SocoSettings):
+    """The core SourceConfig for the configured source (embedded by default)."""
+    from soco_pipeline.sources import SourceConfig
+
+    if soco.source == "embedded":
+        cfg = SourceConfig.embedded(soco.settings().embedded_root)
+    elif soco.source == "raw":
+        cfg = SourceConfig(
+            imagenet3d_root=soco.imagenet3d_root,
+            animal3d_root=soco.animal3d_root,
+            clicks_path=soco.clicks_path,
+        )
+    elif soco.source == "soco_release":
+        cfg = SourceConfig(soco_release_root=soco.soco_release_root)
+    else:
+        raise ValueError(f"unknown source {soco.source!r}: use embedded, raw or soco_release")
+    if soco.categories:
+        cfg = cfg.with_categories(soco.categories)
+    return cfg
+
+
+@dg.asset(group_name=GROUP, kinds={"python"})
+def embedded_dataset(context: dg.AssetExecutionContext, soco: SocoSettings) -> dg.MaterializeResult:
+    """The generated default benchmark (ImageNet3D/Animal3D-style files, clicks, ground truth).
+
+    Generated once per (size, seed); a complete data set (its manifest is written last) is reused.
+    Does nothing when the source is not `embedded`.
+    """
+    if soco.source != "embedded":
+        return dg.MaterializeResult(metadata={"skipped": f"source is {soco.source}"})
+    from soco_pipeline.synth import ensure_dataset
+
+    settings = soco.settings()
+    manifest = ensure_dataset(settings.embedded_root, size=settings.dataset_size, seed=settings.seed)
+    counts = manifest.get("counts", {})
+    context.log.info(f"embedded data set at {settings.embedded_root}: {counts}")
+    return dg.MaterializeResult(
+        metadata={"root": dg.MetadataValue.path(settings.embedded_root), **{k: v for k, v in counts.items()}},
+        data_version=dg.DataVersion(str(manifest.get("fingerprint", manifest.get("seed")))),
+    )
+
+
+@dg.asset(group_name=GROUP, deps=[embedded_dataset], kinds={"pandas"})
+def source_images(context: dg.AssetExecutionContext, soco: SocoSettings) -> pd.DataFrame:
+    """Every candidate image of the configured source, before filtering."""
+    from soco_pipeline.sources import read_candidates
+
+    df = read_candidates(source_config(soco), load_taxonomy())
+    context.add_output_metadata({"rows": len(df)})
+    return df
+
+
+@dg.asset(group_name=GROUP, deps=[embedded_dataset], kinds={"pandas"})
+def raw_keypoints(context: dg.AssetExecutionContext, soco: SocoSettings) -> pd.DataFrame:
+    """Raw annotator clicks (three per keypoint) and Animal3D keypoints, before aggregation."""
+    from soco_pipeline.sources import read_raw_keypoints
+
+    return read_raw_keypoints(source_config(soco), load_taxonomy())
+
+
+@dg.multi_asset(
+    group_name=GROUP,
+    outs={
+        "image_set": dg.AssetOut(description="The filtered image set: one salient, large object per image."),
+        "rejected_images": dg.AssetOut(description="Every image the filters dropped, with the reason."),
+    },
+    check_specs=[
+        dg.AssetCheckSpec("schema", asset="image_set", blocking=True),
+        dg.AssetCheckSpec("schema", asset="rejected_images", blocking=True),
+    ],
+)
+def image_set_assets(context: dg.AssetExecutionContext, soco: SocoSettings, source_images: pd.DataFrame):
+    """Filter the candidates: valid pose/keypoint record, one salient object, good status, large enough."""
+    from soco_pipeline.imageset import build_image_set
+
+    kept, rejected = build_image_set(source_images, source_config(soco), load_taxonomy())
+    reasons = rejected["reason"].value_counts().to_dict() if len(rejected) else {}
+    yield dg.Output(
+        kept, "image_set", metadata={"rows": len(kept), "categories": int(kept.category.nunique())}
+    )
+    yield dg.Output(
+        rejected,
+        "rejected_images",
+        metadata={"rows": len(rejected), **{f"reason/{k}": int(v) for k, v in reasons.items()}},
+    )
+    yield schema_check(kept, schemas.ImageSchema, "image_set")
+    yield schema_check(rejected, schemas.RejectedImageSchema, "rejected_images")
+
+
+@dg.asset(
+    group_name=GROUP,
+    check_specs=[dg.AssetCheckSpec("schema", asset="keypoints", blocking=True)],
+    kinds={"pandas"},
+)
+def keypoints(
+    context: dg.AssetExecutionContext,
+    soco: SocoSettings,
+    raw_keypoints: pd.DataFrame,
+    image_set: pd.DataFrame,
+):
+    """Aggregated keypoints: outlier clicks dropped, median of the rest, majority-vote visibility."""
+    from soco_pipeline.keypoints import aggregate_keypoints
+
+    kps, stats = aggregate_keypoints(raw_keypoints, image_set, load_taxonomy(), source_config(soco))
+    meta = {"rows": len(kps), "visible": int(kps.visible.sum())}
+    meta.update({k: float(v) if isinstance(v, float) else v for k, v in stats.items()})
+    yield dg.Output(kps, metadata=meta)
+    yield schema_check(kps, schemas.KeypointSchema, "keypoints", image_set=image_set)
+
+
+@dg.asset(
+    group_name=GROUP,
+    check_specs=[dg.AssetCheckSpec("schema", asset="descriptions", blocking=True)],
+    kinds={"pandas"},
+)
+def descriptions(context: dg.AssetExecutionContext, image_set: pd.DataFrame):
+    """One language description per (category, keypoint), e.g. 'the center point of the front left wheel of a bus'."""
+    from soco_pipeline.descriptions import build_descriptions, load_templates
+
+    df = build_descriptions(load_taxonomy(), load_templates())
+    df = df[df.category.isin(image_set.category.unique())].reset_index(drop=True)
+    yield dg.Output(df, metadata={"rows": len(df), "example": df.description.iloc[0] if len(df) else ""})
+    yield schema_check(df, schemas.DescriptionSchema, "descriptions")

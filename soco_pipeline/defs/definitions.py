@@ -1,0 +1,45 @@
+"""The code location: every asset, check, sensor, schedule and resource of the SOCO pipeline."""
+
+from __future__ import annotations
+
+import dagster as dg
+from dagster_duckdb import DuckDBResource
+
+from soco_pipeline.defs import automation, backbone_assets, data_assets, pair_assets
+from soco_pipeline.defs.io_managers import ParquetIOManager
+from soco_pipeline.defs.resources import SocoSettings
+from soco_pipeline.settings import Settings
+
+
+def build_definitions(**overrides) -> dg.Definitions:
+    """Definitions with the SocoSettings resource built from the environment plus `overrides`.
+
+    Tests pass e.g. storage_root / backbones_dir / categories to run on a temporary folder.
+    """
+    soco = SocoSettings(**overrides)
+    settings: Settings = soco.settings()
+    return dg.Definitions(
+        assets=dg.load_assets_from_modules([data_assets, pair_assets, backbone_assets]),
+        asset_checks=dg.load_asset_checks_from_modules([data_assets, pair_assets, backbone_assets]),
+        jobs=[automation.backbone_job],
+        sensors=[
+            automation.backbone_specs_sensor,
+            dg.AutomationConditionSensorDefinition(
+                "default_automation_condition_sensor",
+                target=dg.AssetSelection.all(),
+                minimum_interval_seconds=15,
+                default_status=dg.DefaultSensorStatus.RUNNING,
+            ),
+        ],
+        schedules=[automation.reevaluate_schedule],
+        resources={
+            "soco": soco,
+            "io_manager": ParquetIOManager(base_path=settings.tables_root),
+            "duckdb": DuckDBResource(
+                database=settings.duckdb_path, connection_config={"access_mode": "READ_ONLY"}
+            ),
+        },
+    )
+
+
+defs = build_definitions()

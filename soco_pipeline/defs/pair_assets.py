@@ -1,0 +1,92 @@
+"""Pair assets: image pairs (intra, cross), keypoint-level correspondences, four-choice items."""
+
+from __future__ import annotations
+
+import dagster as dg
+import pandas as pd
+
+from soco_pipeline import schemas
+from soco_pipeline.defs.checks import schema_check
+from soco_pipeline.defs.resources import SocoSettings
+from soco_pipeline.taxonomy import load_taxonomy
+
+GROUP = "pairs"
+
+
+def pair_config(soco: SocoSettings):
+    """The core PairConfig from the resource settings."""
+    from soco_pipeline.pairs import PairConfig
+
+    per_cat = "all" if soco.evaluate_all_pairs else soco.intra_pairs_per_category
+    cross = "all" if soco.evaluate_all_pairs else soco.cross_pairs_per_category
+    return PairConfig(seed=soco.seed, intra_per_category=per_cat, cross_per_category=cross)
+
+
+@dg.asset(
+    group_name=GROUP,
+    check_specs=[dg.AssetCheckSpec("schema", asset="image_pairs", blocking=True)],
+    kinds={"duckdb"},
+)
+def image_pairs(
+    context: dg.AssetExecutionContext, soco: SocoSettings, image_set: pd.DataFrame, keypoints: pd.DataFrame
+):
+    """Intra-category pairs and cross-category pairs between related categories; `evaluated` marks the sample."""
+    from soco_pipeline.pairs import build_image_pairs, check_image_pairs
+
+    taxonomy = load_taxonomy()
+    pairs = build_image_pairs(image_set, keypoints, taxonomy, pair_config(soco))
+    counts = pairs.groupby("level").agg(pairs=("pair_id", "size"), evaluated=("evaluated", "sum"))
+    meta = {f"{lvl}/{col}": int(v) for lvl, row in counts.iterrows() for col, v in row.items()}
+    yield dg.Output(pairs, metadata={"rows": len(pairs), **meta})
+    check = schema_check(pairs, schemas.ImagePairSchema, "image_pairs")
+    problems = check_image_pairs(pairs, taxonomy)
+    yield dg.AssetCheckResult(
+        asset_key="image_pairs",
+        check_name="schema",
+        passed=check.passed and not problems,
+        metadata={**check.metadata, "pair_problems": dg.MetadataValue.md("\n".join(problems[:20]) or "none")},
+    )
+
+
+@dg.asset(
+    group_name=GROUP,
+    check_specs=[dg.AssetCheckSpec("schema", asset="correspondences", blocking=True)],
+    kinds={"duckdb"},
+)
+def correspondences(context: dg.AssetExecutionContext, image_pairs: pd.DataFrame, keypoints: pd.DataFrame):
+    """Keypoint-level CC and SOC matches of every pair, with the SOC-geo flag."""
+    from soco_pipeline.pairs import build_correspondences, check_correspondences, pair_counts
+
+    corr = build_correspondences(image_pairs, keypoints, load_taxonomy())
+    df = corr.to_pandas() if hasattr(corr, "to_pandas") else corr
+    counts = pair_counts(image_pairs, df)
+    yield dg.Output(
+        df, metadata={"rows": len(df), "counts": dg.MetadataValue.md(counts.to_markdown(index=False))}
+    )
+    problems = check_correspondences(df, image_pairs, keypoints)
+    yield dg.AssetCheckResult(
+        asset_key="correspondences",
+        check_name="schema",
+        passed=not problems,
+        metadata={"problems": dg.MetadataValue.md("\n".join(problems[:20]) or "none")},
+    )
+
+
+@dg.asset(
+    group_name=GROUP,
+    check_specs=[dg.AssetCheckSpec("schema", asset="four_choice", blocking=True)],
+    kinds={"pandas"},
+)
+def four_choice(
+    context: dg.AssetExecutionContext,
+    soco: SocoSettings,
+    image_pairs: pd.DataFrame,
+    correspondences: pd.DataFrame,
+    keypoints: pd.DataFrame,
+):
+    """Four-choice items: per evaluated SOC correspondence, the right target point and three distractors."""
+    from soco_pipeline.four_choice import build_four_choice
+
+    items = build_four_choice(image_pairs, correspondences, keypoints, seed=soco.seed)
+    yield dg.Output(items, metadata={"rows": len(items)})
+    yield schema_check(items, schemas.FourChoiceSchema, "four_choice")

@@ -1,0 +1,120 @@
+"""The filtered image set: which candidate images enter the benchmark, and why the others do not.
+
+An image is kept iff its category is in the taxonomy, its file exists and decodes, it carries valid
+pose metadata (ImageNet3D: finite azimuth/elevation/theta/distance) or a valid keypoint record
+(Animal3D: 26x3 with some visible), it shows exactly one salient object (one object, dense_no), the
+object's status is status_good and its box covers at least `min_bbox_fraction` of the image. Every
+other candidate lands in `rejected_images` with the first failing reason, checked in this order:
+"unknown_category", "missing_image", "corrupt_image", "invalid_pose" / "invalid_keypoints",
+"crowded", "bad_status", "too_small".
+"""
+
+from __future__ import annotations
+
+import io
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pandas as pd
+from PIL import Image
+
+from soco_pipeline.schemas import ImageSchema, RejectedImageSchema, validate
+from soco_pipeline.sources.config import CANDIDATE_COLUMNS, SourceConfig
+from soco_pipeline.storage import read_bytes
+from soco_pipeline.taxonomy import Taxonomy
+
+REASONS = (
+    "unknown_category",
+    "missing_image",
+    "corrupt_image",
+    "invalid_pose",
+    "invalid_keypoints",
+    "crowded",
+    "bad_status",
+    "too_small",
+)
+
+
+def check_image(uri: str) -> tuple[str, int, int]:
+    """('' | 'missing_image' | 'corrupt_image', width, height) for one image file.
+
+    Runs PIL's verify() and then a (reduced-scale) decode, since verify() alone misses truncated data.
+    """
+    try:
+        data = read_bytes(uri)
+    except (FileNotFoundError, IsADirectoryError):
+        return "missing_image", 0, 0
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            im.verify()
+        with Image.open(io.BytesIO(data)) as im:
+            w, h = im.size
+            im.draft("RGB", (max(1, w // 8), max(1, h // 8)))
+            im.load()
+    except Exception:  # PIL raises many types for broken files
+        return "corrupt_image", 0, 0
+    return "", w, h
+
+
+def build_image_set(
+    candidates: pd.DataFrame, cfg: SourceConfig, taxonomy: Taxonomy
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Split candidate rows (sources' CANDIDATE_COLUMNS) into (image_set, rejected_images).
+
+    Candidates outside `cfg.categories` are left out (a selection, not a rejection). Width/height
+    missing from the annotations are read from the image header. Duplicate image ids raise ValueError.
+    """
+    missing_cols = [c for c in CANDIDATE_COLUMNS if c not in candidates.columns]
+    if missing_cols:
+        raise ValueError(f"candidate table lacks columns {missing_cols}; build it with soco_pipeline.sources")
+    df = candidates.reset_index(drop=True).copy()
+    if cfg.categories is not None:
+        df = df[df["category"].isin(cfg.categories)].reset_index(drop=True)
+    dup = df["image_id"].duplicated(keep=False)
+    if dup.any():
+        ids = sorted(df.loc[dup, "image_id"].unique())[:10]
+        raise ValueError(f"duplicate image ids among the candidates: {ids}; image ids must be unique across sources")
+
+    reason = pd.Series("", index=df.index, dtype=object)
+
+    def mark(mask: pd.Series | np.ndarray, code: str) -> None:
+        reason[(reason == "") & np.asarray(mask, dtype=bool)] = code
+
+    mark(~df["category"].isin(taxonomy.categories), "unknown_category")
+    todo = df.index[reason == ""]
+    with ThreadPoolExecutor(max(1, cfg.check_workers)) as pool:
+        checks = list(pool.map(check_image, df.loc[todo, "uri"]))
+    status = pd.DataFrame(checks, index=todo, columns=["status", "w", "h"])
+    mark(status["status"].reindex(df.index, fill_value="") == "missing_image", "missing_image")
+    mark(status["status"].reindex(df.index, fill_value="") == "corrupt_image", "corrupt_image")
+    for col, alt in (("width", "w"), ("height", "h")):
+        vals = pd.to_numeric(df[col], errors="coerce")
+        df[col] = vals.fillna(status[alt].reindex(df.index).astype(float))
+
+    pose = df[["azimuth", "elevation", "theta", "distance"]].apply(pd.to_numeric, errors="coerce")
+    is_animal = (df["source"] == "animal3d").to_numpy()
+    is_rigid = (df["source"] == "imagenet3d").to_numpy()
+    mark(is_rigid & ~np.isfinite(pose.to_numpy(dtype=float)).all(axis=1), "invalid_pose")
+    mark(is_animal & ~df["keypoints_valid"].fillna(False).astype(bool).to_numpy(), "invalid_keypoints")
+    mark((df["n_objects"] != 1) | (df["dense"] != "dense_no"), "crowded")
+    mark(df["object_status"] != "status_good", "bad_status")
+
+    w, h = df["width"].astype(float), df["height"].astype(float)
+    box = df[["bbox_l", "bbox_t", "bbox_r", "bbox_b"]].apply(pd.to_numeric, errors="coerce")
+    # Clip boxes into the image (real annotations overshoot by a pixel at times).
+    box["bbox_l"] = box["bbox_l"].clip(lower=0)
+    box["bbox_t"] = box["bbox_t"].clip(lower=0)
+    box["bbox_r"] = np.minimum(box["bbox_r"], w)
+    box["bbox_b"] = np.minimum(box["bbox_b"], h)
+    area = (box["bbox_r"] - box["bbox_l"]).clip(lower=0) * (box["bbox_b"] - box["bbox_t"]).clip(lower=0)
+    frac = (area / (w * h)).fillna(0.0)
+    mark(frac < cfg.min_bbox_fraction, "too_small")
+    df[box.columns] = box
+
+    kept = df[reason == ""].copy()
+    kept["supercategory"] = kept["category"].map(taxonomy.supercategory)
+    kept[["width", "height"]] = kept[["width", "height"]].round().astype(int)
+    image_set = validate(kept, ImageSchema, "image_set").reset_index(drop=True)
+    rejected = df.loc[reason != "", ["image_id", "category", "source", "uri"]].assign(reason=reason[reason != ""])
+    rejected = validate(rejected, RejectedImageSchema, "rejected_images").reset_index(drop=True)
+    return image_set, rejected

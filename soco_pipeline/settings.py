@@ -1,0 +1,48 @@
+"""Where the pipeline reads and writes, from the environment with sensible defaults.
+
+Everything lives under one storage root (an fsspec path: a local folder by default, `s3://...`
+works too): `tables/` (Parquet), `features/` (the tensor cache), `embedded/` (the generated data
+set), `results.duckdb` (views for SQL). The Makefile and the tests set the variables.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from soco_pipeline.storage import PROJECT_ROOT, default_storage_root, join
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Paths and choices that the Dagster resources start from."""
+
+    storage_root: str = field(default_factory=default_storage_root)
+    backbones_dir: str = field(
+        default_factory=lambda: os.environ.get(
+            "SOCO_BACKBONES_DIR", str(PROJECT_ROOT / "assets" / "backbones")
+        )
+    )
+    dataset_size: str = field(default_factory=lambda: os.environ.get("SOCO_DATASET_SIZE", "demo"))
+    seed: int = field(default_factory=lambda: int(os.environ.get("SOCO_SEED", "0")))
+
+    @property
+    def tables_root(self) -> str:
+        """Parquet tables, one file per asset (per partition for partitioned assets)."""
+        return join(self.storage_root, "tables")
+
+    @property
+    def features_root(self) -> str:
+        """The per-backbone feature tensor cache."""
+        return join(self.storage_root, "features")
+
+    @property
+    def embedded_root(self) -> str:
+        """The generated default data set for the configured size and seed."""
+        return join(self.storage_root, "embedded", f"{self.dataset_size}-seed{self.seed}")
+
+    @property
+    def duckdb_path(self) -> str:
+        """The DuckDB file holding views over the result tables (local path)."""
+        return str(Path(self.storage_root) / "results.duckdb")
