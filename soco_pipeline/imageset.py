@@ -73,7 +73,9 @@ def build_image_set(
     dup = df["image_id"].duplicated(keep=False)
     if dup.any():
         ids = sorted(df.loc[dup, "image_id"].unique())[:10]
-        raise ValueError(f"duplicate image ids among the candidates: {ids}; image ids must be unique across sources")
+        raise ValueError(
+            f"duplicate image ids among the candidates: {ids}; image ids must be unique across sources"
+        )
 
     reason = pd.Series("", index=df.index, dtype=object)
 
@@ -115,6 +117,8 @@ def build_image_set(
     kept["supercategory"] = kept["category"].map(taxonomy.supercategory)
     kept[["width", "height"]] = kept[["width", "height"]].round().astype(int)
     image_set = validate(kept, ImageSchema, "image_set").reset_index(drop=True)
-    rejected = df.loc[reason != "", ["image_id", "category", "source", "uri"]].assign(reason=reason[reason != ""])
+    rejected = df.loc[reason != "", ["image_id", "category", "source", "uri"]].assign(
+        reason=reason[reason != ""]
+    )
     rejected = validate(rejected, RejectedImageSchema, "rejected_images").reset_index(drop=True)
     return image_set, rejected

@@ -2,11 +2,27 @@
 
 The image is padded with white to a square of side max(W, H), the image at the top-left, then
 resized to S x S. A keypoint therefore maps to the unit square by the same factor on both axes.
+
+Resize: torch.nn.functional.interpolate(mode="bicubic", antialias=True) on the float image, clamped
+to [0, 1]. This is what torchvision's Resize(BICUBIC, antialias=True) does on tensors (the path
+OmniProbe-style tensor pipelines take); it batches, runs on the GPU, and unlike PIL does not
+quantise to uint8 between resize and normalisation. The clamp mimics PIL's saturation of bicubic
+overshoot so both paths agree to within a uint8 rounding step.
 """
 
 from __future__ import annotations
 
 import numpy as np
+import torch
+import torch.nn.functional as F
+
+# Per-channel (mean, std) of each normalisation preset, applied to RGB in [0, 1].
+NORMALISATION_PRESETS: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
+    "imagenet": ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
+    "clip": ((0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711)),
+    "half": ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5)),
+    "raw": ((0.0, 0.0, 0.0), (1.0, 1.0, 1.0)),
+}
 
 
 def scale_keypoints(xy: np.ndarray, sizes: np.ndarray, input_size: int) -> np.ndarray:
@@ -28,3 +44,86 @@ def unit_to_pixels(uv: np.ndarray, sizes: np.ndarray) -> np.ndarray:
     uv = np.asarray(uv, dtype=np.float64)
     sizes = np.broadcast_to(np.asarray(sizes, dtype=np.float64), uv.shape)
     return uv * sizes.max(axis=1, keepdims=True)
+
+
+def to_rgb_array(image) -> np.ndarray:
+    """An H x W x 3 uint8 RGB array from a PIL image or an array (grey, RGB or RGBA)."""
+    if hasattr(image, "convert"):
+        image = np.asarray(image.convert("RGB"))
+    arr = np.asarray(image)
+    if arr.ndim == 2:
+        arr = np.repeat(arr[:, :, None], 3, axis=2)
+    if arr.ndim != 3 or arr.shape[2] not in (3, 4):
+        raise ValueError(f"expected an H x W x 3 RGB image, got an array of shape {arr.shape}")
+    if arr.dtype != np.uint8:
+        raise ValueError(f"expected a uint8 image, got {arr.dtype}; convert it with PIL first")
+    return arr[:, :, :3]
+
+
+def pad_to_square(image: np.ndarray, fill: int = 255) -> np.ndarray:
+    """Pad an H x W x 3 image to max(W, H) square with `fill` (white), the image at the top-left."""
+    h, w = image.shape[:2]
+    side = max(h, w)
+    out = np.full((side, side, image.shape[2]), fill, dtype=image.dtype)
+    out[:h, :w] = image
+    return out
+
+
+def resize_square(images: torch.Tensor, size: int, clamp: bool = True) -> torch.Tensor:
+    """Bicubic antialiased resize of (B, 3, s, s) float images in [0, 1] to (B, 3, size, size)."""
+    if images.shape[-1] == size and images.shape[-2] == size:
+        return images
+    out = F.interpolate(images, size=(size, size), mode="bicubic", antialias=True, align_corners=False)
+    return out.clamp_(0.0, 1.0) if clamp else out
+
+
+def normalise(images: torch.Tensor, preset: str) -> torch.Tensor:
+    """Apply a normalisation preset (imagenet | clip | half | raw) to (B, 3, S, S) images in [0, 1]."""
+    if preset not in NORMALISATION_PRESETS:
+        raise ValueError(f"unknown normalisation {preset!r}; use one of {list(NORMALISATION_PRESETS)}")
+    if preset == "raw":
+        return images
+    mean, std = NORMALISATION_PRESETS[preset]
+    m = torch.tensor(mean, dtype=images.dtype, device=images.device).view(1, 3, 1, 1)
+    s = torch.tensor(std, dtype=images.dtype, device=images.device).view(1, 3, 1, 1)
+    return (images - m) / s
+
+
+def _padded_tensor(image, device: str | torch.device) -> torch.Tensor:
+    """(1, 3, side, side) float tensor in [0, 1] of the white-padded square image."""
+    arr = pad_to_square(to_rgb_array(image))
+    return torch.from_numpy(arr).to(device).permute(2, 0, 1).unsqueeze(0).float().div_(255.0)
+
+
+def preprocess_image(
+    image, size: int, preset: str = "imagenet", device: str | torch.device = "cpu"
+) -> torch.Tensor:
+    """The official input protocol for one image: RGB, white square pad (top-left), resize to S, normalise.
+
+    Returns a (3, S, S) float32 tensor on `device`.
+    """
+    return preprocess_batch([image], size, preset, device)[0]
+
+
+def preprocess_batch(
+    images: list, size: int, preset: str = "imagenet", device: str | torch.device = "cpu"
+) -> torch.Tensor:
+    """The official input protocol for images of any sizes, stacked to (B, 3, S, S) on `device`.
+
+    Each image is padded and resized on its own (sizes differ); clamping and normalisation then run
+    once on the whole batch.
+    """
+    if not images:
+        return torch.empty(0, 3, size, size, device=device)
+    batch = torch.cat([resize_square(_padded_tensor(im, device), size, clamp=False) for im in images])
+    return normalise(batch.clamp_(0.0, 1.0), preset)
+
+
+def input_size(policy: str, value: int, multiple: int) -> int:
+    """The input side S: the multiple of `multiple` nearest `value` (nearest_multiple; 800 -> 798 for
+    /14) or `value` grid cells (fixed_grid; 60 -> 840 for /14)."""
+    if policy == "fixed_grid":
+        return value * multiple
+    if policy == "nearest_multiple":
+        return max(1, int(value / multiple + 0.5)) * multiple
+    raise ValueError(f"unknown input policy {policy!r}; use nearest_multiple or fixed_grid")

@@ -198,6 +198,9 @@ class FeatureManifestSchema(pa.DataFrameModel):
     grid_w: Series[int] = pa.Field(gt=0)
     input_size: Series[int] = pa.Field(gt=0)
     stride: Series[float] = pa.Field(gt=0)
+    width: Series[int] = pa.Field(gt=0)
+    height: Series[int] = pa.Field(gt=0)
+    spec_hash: Series[str]
     path: Series[str]
     checksum: Series[str]
 

@@ -7,6 +7,7 @@ set), `results.duckdb` (views for SQL). The Makefile and the tests set the varia
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,14 @@ class Settings:
     )
     dataset_size: str = field(default_factory=lambda: os.environ.get("SOCO_DATASET_SIZE", "demo"))
     seed: int = field(default_factory=lambda: int(os.environ.get("SOCO_SEED", "0")))
+    categories: tuple[str, ...] | None = field(
+        default_factory=lambda: tuple(c for c in os.environ.get("SOCO_CATEGORIES", "").split(",") if c) or None
+    )
+    images_per_category: int | None = field(
+        default_factory=lambda: int(os.environ["SOCO_IMAGES_PER_CATEGORY"])
+        if os.environ.get("SOCO_IMAGES_PER_CATEGORY")
+        else None
+    )
 
     @property
     def tables_root(self) -> str:
@@ -39,8 +48,13 @@ class Settings:
 
     @property
     def embedded_root(self) -> str:
-        """The generated default data set for the configured size and seed."""
-        return join(self.storage_root, "embedded", f"{self.dataset_size}-seed{self.seed}")
+        """The generated default data set for the configured size, categories and seed."""
+        name = f"{self.dataset_size}-seed{self.seed}"
+        if self.categories:
+            name += "-" + hashlib.sha256(",".join(self.categories).encode()).hexdigest()[:8]
+        if self.images_per_category:
+            name += f"-n{self.images_per_category}"
+        return join(self.storage_root, "embedded", name)
 
     @property
     def duckdb_path(self) -> str:

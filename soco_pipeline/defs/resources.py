@@ -27,7 +27,13 @@ class SocoSettings(dg.ConfigurableResource):
     animal3d_root: str | None = None
     clicks_path: str | None = None
     soco_release_root: str | None = None
-    categories: list[str] | None = Field(default=None, description="restrict to these categories")
+    categories: list[str] | None = Field(
+        default=list(_DEFAULTS.categories) if _DEFAULTS.categories else None,
+        description="restrict to these categories (and generate only these)",
+    )
+    images_per_category: int | None = Field(
+        default=_DEFAULTS.images_per_category, description="kept images per category of the embedded set"
+    )
     intra_pairs_per_category: int = 200
     cross_pairs_per_category: int = 200
     evaluate_all_pairs: bool = False
@@ -40,4 +46,6 @@ class SocoSettings(dg.ConfigurableResource):
             backbones_dir=self.backbones_dir,
             dataset_size=self.dataset_size,
             seed=self.seed,
+            categories=tuple(self.categories) if self.categories else None,
+            images_per_category=self.images_per_category,
         )

@@ -19,11 +19,32 @@ from soco_pipeline.storage import join, read_bytes
 from soco_pipeline.taxonomy import Taxonomy, load_taxonomy
 
 ANIMAL3D_KEYPOINTS = (
-    "left_eye", "right_eye", "mouth_mid", "left_front_paw", "right_front_paw", "left_back_paw",
-    "right_back_paw", "tail_base", "left_front_thigh", "right_front_thigh", "left_back_thigh",
-    "right_back_thigh", "left_shoulder", "right_shoulder", "left_front_knee", "right_front_knee",
-    "left_back_knee", "right_back_knee", "neck", "tail_end", "left_ear", "right_ear", "left_mouth",
-    "right_mouth", "nose", "tail_mid",
+    "left_eye",
+    "right_eye",
+    "mouth_mid",
+    "left_front_paw",
+    "right_front_paw",
+    "left_back_paw",
+    "right_back_paw",
+    "tail_base",
+    "left_front_thigh",
+    "right_front_thigh",
+    "left_back_thigh",
+    "right_back_thigh",
+    "left_shoulder",
+    "right_shoulder",
+    "left_front_knee",
+    "right_front_knee",
+    "left_back_knee",
+    "right_back_knee",
+    "neck",
+    "tail_end",
+    "left_ear",
+    "right_ear",
+    "left_mouth",
+    "right_mouth",
+    "nose",
+    "tail_mid",
 )
 POSE_FIELDS = ("azimuth", "elevation", "theta", "distance")
 
@@ -57,7 +78,11 @@ def _record_fields(i: int, rec: dict, path: str) -> dict:
         kp = np.asarray(rec.get("keypoint_2d"), dtype=np.float64)
     except (TypeError, ValueError):
         kp = np.empty((0,))
-    valid = kp.shape == (len(ANIMAL3D_KEYPOINTS), 3) and bool(np.isfinite(kp).all()) and bool((kp[:, 2] > 0).any())
+    valid = (
+        kp.shape == (len(ANIMAL3D_KEYPOINTS), 3)
+        and bool(np.isfinite(kp).all())
+        and bool((kp[:, 2] > 0).any())
+    )
     return {
         "image_id": image_id,
         "category": category,
@@ -93,7 +118,9 @@ def read_animal3d(
     try:
         doc = json.loads(read_bytes(path))
     except FileNotFoundError:
-        raise FileNotFoundError(f"{path} does not exist: point SourceConfig.animal3d at an Animal3D root") from None
+        raise FileNotFoundError(
+            f"{path} does not exist: point SourceConfig.animal3d at an Animal3D root"
+        ) from None
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}: not valid JSON ({e})") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("data"), list):

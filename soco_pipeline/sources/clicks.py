@@ -32,7 +32,9 @@ def read_clicks(path: str) -> pd.DataFrame:
         try:
             data = read_bytes(path)
         except FileNotFoundError:
-            raise FileNotFoundError(f"{path} does not exist: point SourceConfig.clicks at the clicks file") from None
+            raise FileNotFoundError(
+                f"{path} does not exist: point SourceConfig.clicks at the clicks file"
+            ) from None
         compression = "gzip" if path.endswith(".gz") else None
         df = pd.read_csv(io.BytesIO(data), compression=compression, dtype={"image_id": str, "keypoint": str})
     else:

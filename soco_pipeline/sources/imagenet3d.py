@@ -59,7 +59,9 @@ def _summarise_npz(path: str) -> dict:
     areas = np.nan_to_num((boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1]), nan=-1.0)
     main = objects[int(np.argmax(areas))]
     row |= {f: _as_float(main.get(f, np.nan)) for f in POSE_FIELDS}
-    row |= dict(zip(("bbox_l", "bbox_t", "bbox_r", "bbox_b"), boxes[int(np.argmax(areas))].tolist()))
+    row |= dict(
+        zip(("bbox_l", "bbox_t", "bbox_r", "bbox_b"), boxes[int(np.argmax(areas))].tolist(), strict=True)
+    )
     # Any object flagged dense makes the image crowded.
     dense = [str(o.get("dense", "")) for o in objects]
     row["dense"] = "dense_yes" if "dense_yes" in dense else dense[0]
@@ -83,7 +85,7 @@ def read_imagenet3d(root: str, categories: Iterable[str] | None = None, workers:
     with ThreadPoolExecutor(max(1, workers)) as pool:
         summaries = list(pool.map(lambda k: _summarise_npz(anns[k]) if k in anns else {}, keys))
     rows = []
-    for (image_id, category), summary in zip(keys, summaries):
+    for (image_id, category), summary in zip(keys, summaries, strict=True):
         uri = imgs.get((image_id, category), join(root, "images", category, f"{image_id}.JPEG"))
         rows.append(
             {

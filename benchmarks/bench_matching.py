@@ -1,0 +1,219 @@
+"""Matching throughput on a synthetic warm feature cache, and encode-once vs the official per-pair loop.
+
+Prints (1) queries/s and achieved GFLOP/s of `matching.predict` at full-scale-like sizes beside this
+machine's large fp32 matmul rate measured in the same run (target: within 2x), and (2) the time of the
+official structure (encode both images of every pair, one einsum per pair) against encoding each image
+once plus batched matching, on the same pairs, with the ratio (target: >= 20x).
+
+    .venv/bin/python benchmarks/bench_matching.py            # full-scale-like (4,000 images, ~100k queries)
+    .venv/bin/python benchmarks/bench_matching.py --small    # a quick run
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+
+from soco_pipeline.matching import predict
+from soco_pipeline.protocol import ProtocolConfig
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+class Fp16Cache:
+    """A warm in-memory cache of fp16 maps.
+
+    `get` returns the fp16 array as stored (matching converts it with torch, ~4x faster than numpy's
+    astype) or, with as_float32=True, a float32 copy as the store contract describes. A pool of distinct
+    random maps stands for the images (image i uses map i % pool): the work per image is the same as
+    with one map per image, at a fraction of the memory.
+    """
+
+    def __init__(self, n_pool: int, c: int, grid: int, input_size: int, seed: int, as_float32: bool = False):
+        g = torch.Generator().manual_seed(seed)
+        self.pool = []
+        for _ in range(n_pool):
+            f = torch.randn(c, grid, grid, generator=g)
+            self.pool.append(F.normalize(f, dim=0).half().numpy())
+        self.input_size = input_size
+        self.as_float32 = as_float32
+        self.get_seconds = 0.0
+
+    def get(self, image_id: str):
+        t = time.perf_counter()
+        arr = self.pool[int(image_id.rsplit("_", 1)[1]) % len(self.pool)]
+        if self.as_float32:
+            arr = arr.astype(np.float32)
+        self.get_seconds += time.perf_counter() - t
+        return arr, {"input_size": self.input_size}
+
+
+def synthetic_tables(n_images: int, n_pairs: int, kps_per_pair: int, seed: int):
+    """Images, keypoints, evaluated pairs and correspondences with realistic spreads (vectorized)."""
+    rng = np.random.default_rng(seed)
+    ids = np.array([f"img_{i:05d}" for i in range(n_images)])
+    w, h = rng.integers(300, 1000, n_images), rng.integers(300, 1000, n_images)
+    images = pd.DataFrame({"image_id": ids, "width": w, "height": h, "bbox_l": 0.0, "bbox_t": 0.0,
+                           "bbox_r": w * 0.9, "bbox_b": h * 0.9})
+    n_kp = 16
+    img = np.repeat(ids, n_kp)
+    keypoints = pd.DataFrame({
+        "image_id": img, "keypoint": np.tile([f"kp{j}" for j in range(n_kp)], n_images),
+        "x": rng.uniform(0, 1, len(img)) * np.repeat(w, n_kp), "y": rng.uniform(0, 1, len(img)) * np.repeat(h, n_kp),
+        "visible": True,
+    })
+    src = rng.integers(0, n_images, n_pairs)
+    trg = (src + rng.integers(1, n_images, n_pairs)) % n_images
+    pairs = pd.DataFrame({"pair_id": [f"p{i}" for i in range(n_pairs)], "src_image": ids[src], "trg_image": ids[trg],
+                          "evaluated": True, "level": "intra", "pair_group": "g"})
+    k = np.stack([rng.permutation(n_kp)[:kps_per_pair] for _ in range(n_pairs)])
+    pid = np.repeat(pairs.pair_id.to_numpy(), kps_per_pair)
+    names = np.array([f"kp{j}" for j in k.reshape(-1)])
+    # concept = kp // 4: the SOC row is geo with the 4 same-concept target keypoints as its CC group.
+    soc = pd.DataFrame({"pair_id": pid, "level": "intra", "kind": "soc", "src_keypoint": names,
+                        "trg_keypoint": names, "concept": "c", "geo": True, "n_candidates": 4})
+    cc_t = np.array([f"kp{4 * (j // 4) + d}" for j in k.reshape(-1) for d in range(4)])
+    cc = pd.DataFrame({"pair_id": np.repeat(pid, 4), "level": "intra", "kind": "cc",
+                       "src_keypoint": np.repeat(names, 4), "trg_keypoint": cc_t, "concept": "c", "geo": True,
+                       "n_candidates": 4})
+    return images, keypoints, pairs, pd.concat([soc, cc], ignore_index=True)
+
+
+def matmul_rate(n: int = 2048, reps: int = 5) -> float:
+    """This machine's large fp32 matmul rate (GFLOP/s), best of `reps`."""
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    a @ b
+    best = min(_timed(lambda: a @ b) for _ in range(reps))
+    return 2 * n**3 / best / 1e9
+
+
+def _timed(fn) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def bench_throughput(args) -> None:
+    images, keypoints, pairs, corr = synthetic_tables(args.images, args.pairs, args.kps_per_pair, seed=0)
+    store = Fp16Cache(args.pool, args.channels, args.grid, args.grid * 14, seed=0, as_float32=args.float32_store)
+    protocol = ProtocolConfig(compute_dtype=args.dtype)
+    rate0 = matmul_rate()
+    total, get_s = float("inf"), 0.0
+    for _ in range(args.repeats):  # best of repeats: the machine may be shared
+        store.get_seconds = 0.0
+        t = time.perf_counter()
+        preds = predict(pairs, corr, keypoints, images, store, protocol, "bench")
+        if time.perf_counter() - t < total:
+            total, get_s = time.perf_counter() - t, store.get_seconds
+    rate1 = matmul_rate()
+    free = int((preds["mode"] == "free").sum())
+    flops = 2.0 * free * args.channels * args.grid**2
+    compute = total - get_s
+    print(f"throughput: {args.images} images, C={args.channels}, {args.grid}x{args.grid} grid, "
+          f"{free} queries (+{len(preds) - free} geo), compute {args.dtype}, torch threads {torch.get_num_threads()}")
+    print(f"  predict total          {total:8.2f} s  {free / total:10.0f} queries/s  {flops / total / 1e9:6.1f} GFLOP/s")
+    kind = "float32 copies" if args.float32_store else "fp16 views"
+    print(f"  of which store.get     {get_s:8.2f} s  ({kind}; ~{2 * args.images} gets)")
+    print(f"  matching without get   {compute:8.2f} s  {free / compute:10.0f} queries/s  "
+          f"{flops / compute / 1e9:6.1f} GFLOP/s")
+    print(f"  large fp32 matmul      {max(rate0, rate1):6.1f} GFLOP/s (before {rate0:.1f}, after {rate1:.1f}); "
+          f"matching/peak = {flops / compute / 1e9 / max(rate0, rate1):.2f} (target >= 0.5)")
+
+
+def bench_official_vs_batched(args) -> None:
+    import timm
+
+    torch.manual_seed(0)
+    size = args.vit_size
+    model = timm.create_model("vit_small_patch14_dinov2", pretrained=False, img_size=size).eval()
+    grid = size // 14
+    images, keypoints, pairs, corr = synthetic_tables(args.vit_images, args.vit_images * 10, 3, seed=1)
+    corr = corr[corr.kind == "soc"].assign(geo=False)
+    g = torch.Generator().manual_seed(1)
+    pixels = {iid: torch.rand(3, size, size, generator=g) for iid in images.image_id}
+
+    @torch.inference_mode()
+    def encode(batch: torch.Tensor) -> torch.Tensor:
+        tok = model.forward_features(batch)[:, model.num_prefix_tokens:]
+        return F.normalize(tok.transpose(1, 2).reshape(len(batch), -1, grid, grid), dim=1)
+
+    im = images.set_index("image_id")
+    kp = keypoints.set_index(["image_id", "keypoint"])
+
+    @torch.inference_mode()
+    def official() -> None:
+        for p in pairs.itertuples():
+            fa, fb = encode(torch.stack([pixels[p.src_image], pixels[p.trg_image]]))
+            names = corr.src_keypoint[corr.pair_id == p.pair_id]
+            side = max(im.loc[p.src_image, "width"], im.loc[p.src_image, "height"])
+            descs = []
+            for name in names:
+                x, y = kp.loc[(p.src_image, name), ["x", "y"]]
+                u, v = int(int(x) * size / side) / size, int(int(y) * size / side) / size
+                gpt = torch.tensor([[[[2 * u - 1, 2 * v - 1]]]])
+                descs.append(F.grid_sample(fa[None], gpt, mode="bilinear", align_corners=True)[0, :, 0, 0])
+            torch.einsum("kc,chw->khw", torch.stack(descs), fb).flatten(1).argmax(1)
+
+    class Store:
+        def __init__(self):
+            self.maps = {}
+
+        def get(self, image_id):
+            return self.maps[image_id], {"input_size": size}
+
+    @torch.inference_mode()
+    def batched() -> None:
+        store = Store()
+        ids = images.image_id.to_numpy()
+        for i in range(0, len(ids), args.batch):
+            feats = encode(torch.stack([pixels[j] for j in ids[i : i + args.batch]]))
+            store.maps.update({j: f.numpy() for j, f in zip(ids[i : i + args.batch], feats, strict=True)})
+        predict(pairs, corr, keypoints, images, store, ProtocolConfig(), "vit_s14_random")
+
+    ids = images.image_id.to_numpy()
+    for n in {2, args.batch, len(ids) % args.batch or args.batch}:  # warm both paths' batch shapes
+        encode(torch.stack([pixels[j] for j in ids[:n]]))
+    t_bat = min(_timed(batched) for _ in range(2))
+    t_off = _timed(official)
+    print(f"official per-pair structure vs encode-once + batched matching (random ViT-S/14 at {size} px, "
+          f"{len(images)} images, {len(pairs)} pairs, {len(corr)} keypoints):")
+    print(f"  official per pair      {t_off:8.2f} s")
+    print(f"  encode once + batched  {t_bat:8.2f} s")
+    print(f"  speed-up               {t_off / t_bat:8.1f}x (target >= 20x)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--small", action="store_true", help="a quick run at reduced sizes")
+    ap.add_argument("--images", type=int, default=4000)
+    ap.add_argument("--pairs", type=int, default=40000)
+    ap.add_argument("--kps-per-pair", type=int, default=3)
+    ap.add_argument("--channels", type=int, default=384)
+    ap.add_argument("--grid", type=int, default=57)
+    ap.add_argument("--pool", type=int, default=64)
+    ap.add_argument("--vit-images", type=int, default=40, help="images; 10 pairs per image as in the release")
+    ap.add_argument("--vit-size", type=int, default=112)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--skip-official", action="store_true")
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (1 on a shared 2-core machine)")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"],
+                    help="protocol compute_dtype for the throughput run")
+    ap.add_argument("--float32-store", action="store_true", help="store.get returns float32 copies")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    if args.small:
+        args.images, args.pairs, args.vit_images = 400, 4000, 20
+    bench_throughput(args)
+    if not args.skip_official:
+        bench_official_vs_batched(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,93 @@
+"""Backbones: specs (assets/backbones/*.yaml), the common interface, and one module per kind.
+
+`load_spec(path)` parses and validates a spec, `list_specs(folder)` loads every active spec,
+`build_backbone(spec, context)` returns a Backbone whose `extract(images, records)` gives
+L2-normalised C x h x w maps.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from soco_pipeline.backbones.base import (
+    Backbone,
+    BackboneContext,
+    BackboneWeightsError,
+    as_context,
+    resolve_device,
+)
+from soco_pipeline.backbones.spec import (
+    FEATURE_CODE_VERSION,
+    BackboneSpec,
+    BackboneSpecError,
+    InputPolicy,
+    load_spec,
+    parse_spec,
+    spec_hash,
+)
+from soco_pipeline.storage import PROJECT_ROOT
+
+ACTIVE_SPECS_DIR = PROJECT_ROOT / "assets" / "backbones"
+PRESETS_DIR = PROJECT_ROOT / "assets" / "backbone_presets"
+
+__all__ = [
+    "ACTIVE_SPECS_DIR",
+    "FEATURE_CODE_VERSION",
+    "PRESETS_DIR",
+    "Backbone",
+    "BackboneContext",
+    "BackboneSpec",
+    "BackboneSpecError",
+    "BackboneWeightsError",
+    "InputPolicy",
+    "as_context",
+    "build_backbone",
+    "list_specs",
+    "load_spec",
+    "parse_spec",
+    "resolve_device",
+    "spec_hash",
+]
+
+
+def list_specs(folder: str | Path | None = None) -> dict[str, BackboneSpec]:
+    """Every *.yaml spec in `folder` (default assets/backbones/, the active set), by name, sorted."""
+    folder = Path(folder) if folder is not None else ACTIVE_SPECS_DIR
+    if not folder.is_dir():
+        raise BackboneSpecError(f"backbone spec folder {folder} does not exist")
+    specs = {}
+    for path in sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")]):
+        spec = load_spec(path)
+        if spec.name in specs:
+            raise BackboneSpecError(f"{path}: a backbone named {spec.name!r} is already defined in {folder}")
+        specs[spec.name] = spec
+    return specs
+
+
+def build_backbone(spec: BackboneSpec, context: BackboneContext | dict | None = None) -> Backbone:
+    """Instantiate the backbone a spec describes (weights loaded, eval mode, on its device).
+
+    `context` is a BackboneContext or a dict {data_root | embedded_root, device, project_root}.
+    """
+    context = as_context(context)
+    if spec.kind == "timm":
+        from soco_pipeline.backbones.timm_backbone import TimmBackbone
+
+        return TimmBackbone(spec, context)
+    if spec.kind == "diffusion":
+        from soco_pipeline.backbones.diffusion import DiffusionBackbone
+
+        return DiffusionBackbone(spec, context)
+    if spec.kind == "classical":
+        from soco_pipeline.backbones.classical import DenseSiftBackbone
+
+        return DenseSiftBackbone(spec, context)
+    if spec.kind == "packaged":
+        from soco_pipeline.backbones.packaged import PackagedLite0Backbone
+
+        return PackagedLite0Backbone(spec, context)
+    if spec.kind == "oracle":
+        from soco_pipeline.backbones.oracle import OracleBackbone
+
+        return OracleBackbone(spec, context)
+    raise BackboneSpecError(f"{spec.source}: unknown kind {spec.kind!r}")

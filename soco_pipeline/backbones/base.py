@@ -1,0 +1,148 @@
+"""The common backbone interface: images in, L2-normalised dense feature maps out.
+
+Every backbone takes a list of H x W x 3 uint8 RGB images plus their records (a DataFrame with at
+least image_id, width, height, category; oracles and prompted diffusion read them), applies the
+official input protocol (soco_pipeline.preprocess) at its input side S, and returns one C x h x w
+float32 map per image, L2-normalised over channels, covering the padded S x S square.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import zlib
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+
+from soco_pipeline.backbones.spec import BackboneSpec
+from soco_pipeline.preprocess import preprocess_batch
+from soco_pipeline.storage import PROJECT_ROOT
+
+
+class BackboneWeightsError(FileNotFoundError):
+    """The weights a spec names are not available; the message says where to put them."""
+
+
+@dataclass(frozen=True)
+class BackboneContext:
+    """What a backbone may need beyond its spec.
+
+    data_root: the embedded data set root (oracles read ground_truth/ there); device: overrides the
+    spec's device; project_root: relative weight paths are resolved against it.
+    """
+
+    data_root: str | None = None
+    device: str | None = None
+    project_root: Path = field(default=PROJECT_ROOT)
+
+
+def as_context(context: BackboneContext | dict | None) -> BackboneContext:
+    """A BackboneContext from itself, None, or a dict with data_root (alias embedded_root) and device."""
+    if context is None:
+        return BackboneContext()
+    if isinstance(context, BackboneContext):
+        return context
+    if isinstance(context, dict):
+        unknown = set(context) - {"data_root", "embedded_root", "device", "project_root"}
+        if unknown:
+            raise ValueError(
+                f"backbone context: unknown keys {sorted(unknown)}; use data_root (or embedded_root), "
+                f"device, project_root"
+            )
+        root = context.get("data_root") or context.get("embedded_root")
+        device = context.get("device")
+        # "auto" defers to the spec (which may pin a CPU-only backbone to cpu).
+        kwargs = {
+            "data_root": str(root) if root else None,
+            "device": None if device in (None, "", "auto") else device,
+        }
+        if context.get("project_root"):
+            kwargs["project_root"] = Path(context["project_root"])
+        return BackboneContext(**kwargs)
+    raise TypeError(f"backbone context must be a BackboneContext or a dict, got {type(context).__name__}")
+
+
+def resolve_device(requested: str) -> torch.device:
+    """'auto' -> CUDA when available, else CPU; anything else as given (with a clear error if absent)."""
+    if requested == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if requested.startswith("cuda") and not torch.cuda.is_available():
+        raise RuntimeError(
+            f"device {requested!r} requested but CUDA is not available; set `device: auto` or `cpu`"
+        )
+    return torch.device(requested)
+
+
+def image_seed(seed: int, image_id: str) -> int:
+    """A per-image seed independent of batch composition and of PYTHONHASHSEED."""
+    return (int(seed) * 1_000_003 + zlib.crc32(str(image_id).encode())) % (2**63 - 1)
+
+
+@contextlib.contextmanager
+def seeded(seed: int):
+    """Run a block under torch's global RNG seeded with `seed`, restoring the previous state after."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
+
+
+class Backbone(ABC):
+    """A frozen feature extractor built from a BackboneSpec.
+
+    Subclasses set `stride` (input pixels per grid cell) and `multiple` (S is snapped to a multiple of
+    it) and implement `forward`. `needs_pixels = False` skips preprocessing (oracles).
+    """
+
+    needs_pixels: bool = True
+
+    def __init__(self, spec: BackboneSpec, context: BackboneContext | dict | None = None):
+        self.spec = spec
+        self.context = as_context(context)
+        self.device = resolve_device(self.context.device or spec.device)
+        self.stride: int = 1
+        self.multiple: int = 1
+
+    def input_size(self, width: int, height: int) -> int:
+        """The side S of the square input for an image of this size (the policies ignore W, H)."""
+        return self.spec.input.size(self.multiple)
+
+    @abstractmethod
+    def forward(self, batch: torch.Tensor | None, records: pd.DataFrame, size: int) -> torch.Tensor:
+        """Raw dense features (B, C, h, w) for a preprocessed batch (B, 3, S, S) on self.device."""
+
+    def extract(self, images: list[np.ndarray], records: pd.DataFrame) -> list[torch.Tensor]:
+        """Dense maps for a batch of images: C x h x w float32 CPU tensors, L2-normalised over channels.
+
+        Non-finite values are left in place (NaN after normalisation) for the caller to report.
+        """
+        records = records.reset_index(drop=True)
+        if len(images) != len(records):
+            raise ValueError(
+                f"got {len(images)} images but {len(records)} records; pass one record per image"
+            )
+        if not images:
+            return []
+        size = self.input_size(int(records.width.iloc[0]), int(records.height.iloc[0]))
+        batch = None
+        if self.needs_pixels:
+            batch = preprocess_batch(images, size, self.spec.normalisation, self.device)
+        with torch.inference_mode():
+            feats = self.forward(batch, records, size).float()
+            feats = F.normalize(feats, dim=1)
+        return list(feats.cpu().unbind(0))
+
+    def describe(self) -> dict:
+        """A short summary for logs and metadata."""
+        return {
+            "backbone": self.spec.name,
+            "kind": self.spec.kind,
+            "model": self.spec.model,
+            "stride": self.stride,
+            "input_size": self.spec.input.size(self.multiple),
+            "device": str(self.device),
+        }

@@ -1,0 +1,130 @@
+"""Oracle backbones: features built from the generator's exact keypoints, to check the metrics.
+
+Both work only on the embedded data set (they read <data_root>/ground_truth/keypoints.parquet).
+On a grid of `stride` input pixels (default 4 at S = 400, i.e. <= 4 px of the original image for
+images up to 400 px, 4.8 px at 480), each visible keypoint puts a discrete Gaussian bump of width
+`sigma` cells, peak exactly 1 at the cell holding the keypoint (mapped with the protocol's
+scale_keypoints, so the oracle agrees with the metrics on which cell that is):
+
+- `oracle_part`: in the keypoint's own channel (its index among all taxonomy keypoints, so
+  inherited keypoints share a channel across categories: exact identity, ~100 SOC and Cross-SOC);
+- `oracle_concept`: in its concept's channel (all wheel centres share one: ~100 CC, SOC ~ 1/k).
+
+A cell holds only the bump of its nearest keypoint (every keypoint tied for nearest, e.g. two in
+one cell), so the peak cells of same-concept instances are identical up to noise: the concept
+oracle cannot tell instances apart by neighbouring keypoints. Overlapping bumps of one channel take
+the maximum. `noise_channels` extra channels hold seeded per-image Gaussian noise of total norm
+~`noise` in every cell: far cells are not zero vectors, and the equal peaks of same-concept
+instances (exactly 1 each) are ordered by this independent noise, i.e. ties are broken at random,
+not by index order. With sigma 0.5 a neighbour cell's bump is exp(-2) = 0.14, so after L2
+normalisation the peak cell (0.9988) clearly beats its neighbours (0.94), also in fp16, while a
+source descriptor sampled up to a cell off the peak (the protocol's align_corners=True quirk)
+stays dominated by its keypoint's channel.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import torch
+
+from soco_pipeline.backbones.base import Backbone, BackboneContext, image_seed
+from soco_pipeline.backbones.spec import BackboneSpec
+from soco_pipeline.preprocess import scale_keypoints
+from soco_pipeline.storage import join, read_parquet
+from soco_pipeline.taxonomy import Taxonomy, load_taxonomy
+
+GROUND_TRUTH = "ground_truth/keypoints.parquet"
+
+
+class OracleError(ValueError):
+    """An oracle backbone was asked for something only the embedded data set has."""
+
+
+def oracle_channels(taxonomy: Taxonomy, mode: str) -> dict[str, int]:
+    """Keypoint name -> channel: its global taxonomy index (part) or its concept's index (concept)."""
+    if mode == "oracle_part":
+        return {name: i for i, name in enumerate(taxonomy.keypoints)}
+    concepts = {c: i for i, c in enumerate(taxonomy.concepts)}
+    return {name: concepts[kp.concept] for name, kp in taxonomy.keypoints.items()}
+
+
+class OracleBackbone(Backbone):
+    """Part-identity or concept-only oracle over the embedded data set's ground truth."""
+
+    needs_pixels = False
+
+    def __init__(
+        self,
+        spec: BackboneSpec,
+        context: BackboneContext | None = None,
+        taxonomy: Taxonomy | None = None,
+    ):
+        super().__init__(spec, context)
+        self.stride = int(spec.opt("stride"))
+        self.multiple = self.stride
+        self.sigma = float(spec.opt("sigma"))
+        self.noise = float(spec.opt("noise"))
+        self.noise_channels = int(spec.opt("noise_channels"))
+        taxonomy = taxonomy or load_taxonomy()
+        self.channel_of = oracle_channels(taxonomy, spec.model)
+        self.n_semantic = len(taxonomy.keypoints) if spec.model == "oracle_part" else len(taxonomy.concepts)
+        if not self.context.data_root:
+            raise OracleError(
+                f"backbone {spec.name!r}: oracle backbones only work on the embedded data set; pass its "
+                f"root as the context's data_root (the folder holding {GROUND_TRUTH})"
+            )
+        self.gt_path = join(self.context.data_root, GROUND_TRUTH)
+        self._gt: dict[str, pd.DataFrame] | None = None
+        self._gt_ids: set[str] = set()
+
+    def _ground_truth(self) -> dict[str, pd.DataFrame]:
+        if self._gt is None:
+            try:
+                gt = read_parquet(self.gt_path, columns=["image_id", "keypoint", "x", "y", "visible"])
+            except FileNotFoundError:
+                raise OracleError(
+                    f"backbone {self.spec.name!r}: {self.gt_path} does not exist; oracle backbones only "
+                    f"work on the embedded data set (generate it with soco_pipeline.synth)"
+                ) from None
+            unknown = sorted(set(gt.keypoint) - set(self.channel_of))
+            if unknown:
+                raise OracleError(f"{self.gt_path}: keypoints {unknown[:5]} are not in the taxonomy")
+            self._gt_ids = set(gt.image_id)
+            gt = gt[gt.visible.astype(bool) & gt.x.notna() & gt.y.notna()]
+            self._gt = {k: v for k, v in gt.groupby("image_id", sort=False)}
+        return self._gt
+
+    def forward(self, batch: torch.Tensor | None, records: pd.DataFrame, size: int) -> torch.Tensor:
+        """(B, n_semantic + noise_channels, S/stride, S/stride) bump maps plus the noise floor."""
+        gt = self._ground_truth()
+        n = size // self.stride
+        out = torch.zeros(len(records), self.n_semantic + self.noise_channels, n, n)
+        cells = torch.arange(n, dtype=torch.float32)
+        for b, rec in enumerate(records.itertuples(index=False)):  # per image; keypoints vectorised
+            if rec.image_id not in self._gt_ids:
+                raise OracleError(
+                    f"backbone {self.spec.name!r}: image {rec.image_id!r} is not in {self.gt_path}; oracle "
+                    f"backbones only work on the embedded data set"
+                )
+            kps = gt.get(rec.image_id)
+            if kps is not None and len(kps):
+                uv = scale_keypoints(kps[["x", "y"]].to_numpy(), np.array([rec.width, rec.height]), size)
+                rc = torch.from_numpy(np.clip(np.floor(uv * n), 0, n - 1)).float()  # (K, 2) [col, row]
+                d2 = (cells.view(1, n, 1) - rc[:, 1].view(-1, 1, 1)) ** 2 + (
+                    cells.view(1, 1, n) - rc[:, 0].view(-1, 1, 1)
+                ) ** 2
+                bumps = torch.exp(-d2 / (2 * self.sigma**2))  # (K, n, n), exactly 1 at the keypoint cell
+                # Each cell keeps only its nearest keypoint(s) (all of them on a tie, e.g. two keypoints
+                # in one cell): a peak cell then holds no tail of a neighbouring keypoint, so the
+                # concept oracle cannot tell two same-concept instances apart by their neighbours.
+                bumps = bumps * (bumps >= bumps.amax(dim=0, keepdim=True))
+                ch = torch.tensor([self.channel_of[k] for k in kps.keypoint], dtype=torch.long)
+                flat = out[b].view(out.shape[1], n * n)
+                flat.scatter_reduce_(
+                    0, ch.view(-1, 1).expand(-1, n * n), bumps.view(-1, n * n), reduce="amax"
+                )
+            g = torch.Generator().manual_seed(image_seed(self.spec.seed, rec.image_id))
+            noise = torch.randn(self.noise_channels, n, n, generator=g)
+            out[b, self.n_semantic :] = noise * (self.noise / self.noise_channels**0.5)
+        return out.to(self.device)

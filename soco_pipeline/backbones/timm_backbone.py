@@ -1,0 +1,105 @@
+"""timm ViT-style backbones: final-block patch tokens, the official protocol.
+
+Tokens come from `forward_intermediates` at the spec's block (`layer`, -1 = final) WITHOUT the final
+norm (norm=False), prefix and register tokens dropped (timm's num_prefix_tokens), reshaped to
+C x h x w. The model is created with dynamic_img_size=True so any S that is a multiple of the patch
+size works (798 for /14); position embeddings are interpolated by timm.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from soco_pipeline.backbones.base import Backbone, BackboneContext, BackboneWeightsError, seeded
+from soco_pipeline.backbones.spec import BackboneSpec
+
+
+class BackboneSpecTypeError(TypeError):
+    """The model a spec names cannot give dense patch features."""
+
+
+def resolve_local_weights(weights: str, context: BackboneContext, spec: BackboneSpec) -> Path:
+    """A local weights path (relative paths against the project root), or a clear error if absent."""
+    path = Path(os.path.expanduser(weights))
+    if not path.is_absolute():
+        path = context.project_root / path
+    if not path.exists():
+        raise BackboneWeightsError(
+            f"backbone {spec.name!r}: weights file {path} does not exist; put the checkpoint there "
+            f"(or point `weights:` in {spec.source or 'the spec'} at it, or use hf:<repo id> for the "
+            f"Hugging Face cache)"
+        )
+    return path
+
+
+def hf_cache_hint(repo: str) -> str:
+    """Where the Hugging Face cache is and how to fill it."""
+    cache = os.environ.get("HF_HUB_CACHE") or os.path.join(
+        os.environ.get("HF_HOME", os.path.expanduser("~/.cache/huggingface")), "hub"
+    )
+    return (
+        f"the Hugging Face repo {repo!r} is not in the local cache {cache} (HF_HUB_OFFLINE=1 forbids "
+        f"downloading); on a machine with internet run `huggingface-cli download {repo}` and copy the "
+        f"cache folder models--{repo.replace('/', '--')} there, or set `weights:` to a local file"
+    )
+
+
+class TimmBackbone(Backbone):
+    """Any timm ViT with dense patch tokens (DINOv2, DINO, CLIP, MAE, DINOv3 ...)."""
+
+    def __init__(self, spec: BackboneSpec, context: BackboneContext | None = None):
+        super().__init__(spec, context)
+        import timm
+
+        kwargs: dict = {"pretrained": False, "num_classes": 0, "dynamic_img_size": True}
+        w = spec.weights
+        if w.startswith("hf:"):
+            kwargs.update(pretrained=True, pretrained_cfg_overlay={"hf_hub_id": w[3:]})
+        elif w not in ("none", "packaged"):
+            path = resolve_local_weights(w, self.context, spec)
+            kwargs.update(pretrained=True, pretrained_cfg_overlay={"file": str(path)})
+        elif w == "packaged":
+            raise BackboneWeightsError(f"backbone {spec.name!r}: kind timm has no packaged weights")
+        try:
+            # Random init ('none') is seeded so a chance-floor backbone is reproducible.
+            with seeded(spec.seed):
+                model = timm.create_model(spec.model, **kwargs)
+        except RuntimeError as e:
+            if "Unknown model" in str(e):
+                raise BackboneWeightsError(
+                    f"backbone {spec.name!r}: timm has no model {spec.model!r}; check `model:` in "
+                    f"{spec.source or 'the spec'} (timm.list_models() lists them)"
+                ) from None
+            raise
+        except OSError as e:  # huggingface_hub's LocalEntryNotFoundError is an OSError
+            if w.startswith("hf:"):
+                raise BackboneWeightsError(f"backbone {spec.name!r}: {hf_cache_hint(w[3:])}") from e
+            raise
+        if not hasattr(model, "forward_intermediates") or not hasattr(model, "patch_embed"):
+            raise BackboneSpecTypeError(
+                f"backbone {spec.name!r}: timm model {spec.model!r} is not a ViT with patch tokens; "
+                f"use kind 'packaged' or a ViT-style model"
+            )
+        self.model = model.eval().to(self.device)
+        patch = model.patch_embed.patch_size
+        self.stride = int(patch[0] if isinstance(patch, tuple | list) else patch)
+        self.multiple = self.stride
+        n_blocks = len(model.blocks)
+        layer = spec.opt("layer")
+        if not -n_blocks <= layer < n_blocks:
+            raise ValueError(
+                f"backbone {spec.name!r}: layer {layer} out of range for {n_blocks} blocks; use -1 .. "
+                f"{n_blocks - 1}"
+            )
+        self.block = layer % n_blocks
+
+    def forward(self, batch: torch.Tensor | None, records: pd.DataFrame, size: int) -> torch.Tensor:
+        """Block `layer` patch tokens (B, C, S/p, S/p), no final norm, prefix tokens dropped."""
+        feats = self.model.forward_intermediates(
+            batch, indices=[self.block], norm=False, stop_early=True, intermediates_only=True
+        )
+        return feats[0]

@@ -1,0 +1,251 @@
+"""Export of the canonical tables in the official SOCO release layout, so others' tools run on our data.
+
+Writes `Images/<cat>/<image_id>.JPEG` (the image bytes copied as they are),
+`PairAnnotations/{intra,cross}/<pair_group>/<n>-<src>-<trg>.json` for the evaluated pairs (n = 1-based
+rank of the pair id within its level and group), `KeypointAnnotations/<cat>/<image_id>.json` for every
+image, and `Metadata/keypoint_taxonomy.json` + `Metadata/filename_mapping.json`. Everything is
+written under a temporary sibling folder which is then moved onto `out_root`, so readers never see a
+half-written release.
+
+What the release carries (and `sources.soco_release.read_soco_release` gives back exactly):
+images: image_id, category, supercategory, width, height, bbox (not: source, uri, pose);
+keypoints: every column (KeypointAnnotations hold all keypoints with visibility, n_annotators and
+spread); image_pairs: every column of the evaluated pairs; correspondences: every column of the rows
+of evaluated pairs. Pair files follow the official fields plus `pair_key` (our pair id), `level`,
+`ancestor` and `category`; pair_id is the integer n, as the official loader expects.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pandas as pd
+
+from soco_pipeline.schemas import CorrespondenceSchema, ImagePairSchema, ImageSchema, KeypointSchema, validate
+from soco_pipeline.sources.soco_release import concept_ids, image_file_name, pair_file_name
+from soco_pipeline.storage import filesystem, join, read_bytes, write_bytes_atomic
+from soco_pipeline.taxonomy import Taxonomy
+
+
+def _dump(doc: object) -> bytes:
+    return json.dumps(doc, sort_keys=True, allow_nan=False).encode()
+
+
+def _num(v: float) -> float | int:
+    f = float(v)
+    return int(f) if f.is_integer() else f
+
+
+def _keypoint_entries(kp: pd.DataFrame, ids: dict, cids: dict, full: bool) -> pd.Series:
+    """Per image_id, the list of release keypoint dicts (visible only unless `full`)."""
+    kp = kp if full else kp[kp["visible"]]
+    kp = kp.assign(
+        _id=[ids.get((c, k), 0) for c, k in zip(kp["category"], kp["keypoint"], strict=True)]
+    ).sort_values(["image_id", "_id", "keypoint"])
+    entries = [
+        {
+            "id": int(i),
+            "name": k,
+            "pos": [float(x), float(y)] if v else None,
+            "concept_id": cids.get(c),
+            "concept_name": c,
+            **(
+                {"visible": bool(v), "n_annotators": int(n), "spread": None if np.isnan(s) else float(s)}
+                if full
+                else {}
+            ),
+        }
+        for i, k, x, y, v, c, n, s in zip(
+            kp["_id"],
+            kp["keypoint"],
+            kp["x"],
+            kp["y"],
+            kp["visible"],
+            kp["concept"],
+            kp["n_annotators"],
+            kp["spread"],
+            strict=True,
+        )
+    ]
+    return (
+        pd.Series(entries, index=kp.index, dtype=object)
+        .groupby(kp["image_id"].to_numpy(), sort=False)
+        .agg(list)
+    )
+
+
+def export_soco_release(
+    images: pd.DataFrame,
+    keypoints: pd.DataFrame,
+    image_pairs: pd.DataFrame,
+    correspondences: pd.DataFrame,
+    out_root: str,
+    taxonomy: Taxonomy,
+    overwrite: bool = False,
+    workers: int = 8,
+) -> dict:
+    """Write the SOCO release layout to `out_root` atomically; return counts of what was written.
+
+    Raises FileExistsError when `out_root` exists (unless overwrite=True) and ValueError when a pair or
+    correspondence refers to an image or keypoint the tables do not hold.
+    """
+    images = validate(images, ImageSchema, "images")
+    keypoints = validate(keypoints, KeypointSchema, "keypoints")
+    image_pairs = validate(image_pairs, ImagePairSchema, "image_pairs")
+    correspondences = validate(correspondences, CorrespondenceSchema, "correspondences")
+    fs, out_path = filesystem(out_root)
+    if fs.exists(out_path) and not overwrite:
+        raise FileExistsError(f"{out_root} exists; pass overwrite=True or choose another folder")
+
+    pairs = image_pairs[image_pairs["evaluated"]].sort_values(["level", "pair_group", "pair_id"]).copy()
+    known = set(images["image_id"])
+    missing = sorted((set(pairs["src_image"]) | set(pairs["trg_image"])) - known)
+    if missing:
+        raise ValueError(f"evaluated pairs refer to images not in the images table: {missing[:5]}")
+    pairs["n"] = pairs.groupby(["level", "pair_group"]).cumcount() + 1
+
+    cids = concept_ids(taxonomy)
+    cats = sorted(images["category"].unique())
+    ids = {
+        (c, k): i + 1
+        for c in cats
+        if c in taxonomy.nodes
+        for i, k in enumerate(taxonomy.category_keypoints(c))
+    }
+    full_entries = _keypoint_entries(keypoints, ids, cids, full=True)
+    vis_entries = _keypoint_entries(keypoints, ids, cids, full=False)
+    img = images.set_index("image_id")
+
+    fs_tmp, base = filesystem(out_root)
+    tmp_root = f"{out_root.rstrip('/')}.tmp-{uuid.uuid4().hex[:8]}"
+    files: list[tuple[str, bytes | str]] = []  # (path, bytes or source uri to copy)
+
+    for image_id, r in img.iterrows():
+        name = image_file_name(image_id)
+        files.append((join(tmp_root, "Images", r["category"], name), r["uri"]))
+        doc = {
+            "image": name,
+            "image_id": image_id,
+            "category": r["category"],
+            "imsize": [int(r["width"]), int(r["height"])],
+            "bndbox": [_num(r[c]) for c in ("bbox_l", "bbox_t", "bbox_r", "bbox_b")],
+            "keypoints": full_entries.get(image_id, []),
+        }
+        files.append((join(tmp_root, "KeypointAnnotations", r["category"], f"{image_id}.json"), _dump(doc)))
+
+    corr = correspondences[correspondences["pair_id"].isin(pairs["pair_id"])]
+    soc = (
+        corr[corr["kind"] == "soc"]
+        .sort_values(["pair_id", "src_keypoint"])
+        .groupby("pair_id")["src_keypoint"]
+        .agg(list)
+    )
+    cc = corr[corr["kind"] == "cc"]
+    cc_src = cc.drop_duplicates(["pair_id", "concept", "src_keypoint"]).sort_values("src_keypoint")
+    cc_trg = cc.drop_duplicates(["pair_id", "concept", "trg_keypoint"]).sort_values("trg_keypoint")
+    groups = (
+        cc_src.groupby(["pair_id", "concept"])["src_keypoint"]
+        .agg(list)
+        .rename("src")
+        .to_frame()
+        .join(cc_trg.groupby(["pair_id", "concept"])["trg_keypoint"].agg(list).rename("trg"))
+        .reset_index()
+    )
+    group_docs = groups.groupby("pair_id").apply(
+        lambda g: [
+            {"concept_name": c, "src_keypoints": s, "trg_keypoints": t}
+            for c, s, t in zip(g["concept"], g["src"], g["trg"], strict=True)
+        ],
+        include_groups=False,
+    )
+
+    for p in pairs.itertuples(index=False):
+        src, trg = img.loc[p.src_image], img.loc[p.trg_image]
+        doc = {
+            "pair_id": int(p.n),
+            "pair_key": p.pair_id,
+            "level": p.level,
+            "category": p.pair_group,
+            "pair_group": p.pair_group,
+            "ancestor": p.ancestor,
+            "src_category": p.src_category,
+            "trg_category": p.trg_category,
+            "src_image": image_file_name(p.src_image),
+            "trg_image": image_file_name(p.trg_image),
+            "src_imsize": [int(src["width"]), int(src["height"])],
+            "trg_imsize": [int(trg["width"]), int(trg["height"])],
+            "src_bndbox": [_num(src[c]) for c in ("bbox_l", "bbox_t", "bbox_r", "bbox_b")],
+            "trg_bndbox": [_num(trg[c]) for c in ("bbox_l", "bbox_t", "bbox_r", "bbox_b")],
+            "src_keypoints": vis_entries.get(p.src_image, []),
+            "trg_keypoints": vis_entries.get(p.trg_image, []),
+            "semantic_overlap": soc.get(p.pair_id, []),
+            "concept_matches": group_docs.get(p.pair_id, []),
+        }
+        name = pair_file_name(int(p.n), p.src_image, p.trg_image)
+        files.append((join(tmp_root, "PairAnnotations", p.level, p.pair_group, name), _dump(doc)))
+
+    meta_cats = {
+        c: {
+            "supercategory": str(img.loc[img["category"] == c, "supercategory"].iloc[0]),
+            "parent": taxonomy.nodes[c].parent if c in taxonomy.nodes else None,
+            "keypoints": taxonomy.category_keypoints(c) if c in taxonomy.nodes else [],
+        }
+        for c in cats
+    }
+    used = {k for c in cats if c in taxonomy.nodes for k in taxonomy.category_keypoints(c)}
+    meta_kps = {
+        k: {
+            "concept_name": d.concept,
+            "concept_id": cids[d.concept],
+            "node": d.node,
+            "part": d.part,
+            "where": d.where,
+            "at": d.at,
+        }
+        for k, d in taxonomy.keypoints.items()
+        if k in used
+    }
+    meta = {
+        "supercategories": list(taxonomy.supercategories),
+        "categories": meta_cats,
+        "keypoints": meta_kps,
+        "concepts": {c: {"id": cids[c], **dict(v or {})} for c, v in taxonomy.concepts.items()},
+    }
+    mapping: dict[str, dict] = {}
+    for image_id, r in img.iterrows():
+        mapping.setdefault(r["category"], {})[image_file_name(image_id)] = {
+            "image_id": image_id,
+            "source": r["source"],
+            "uri": r["uri"],
+        }
+    files.append((join(tmp_root, "Metadata", "keypoint_taxonomy.json"), _dump(meta)))
+    files.append((join(tmp_root, "Metadata", "filename_mapping.json"), _dump(mapping)))
+
+    def write(item: tuple[str, bytes | str]) -> None:
+        path, data = item
+        if isinstance(data, str):
+            try:
+                data = read_bytes(data)
+            except FileNotFoundError:
+                raise ValueError(f"image file {data} does not exist; cannot export it") from None
+        write_bytes_atomic(path, data)
+
+    try:
+        with ThreadPoolExecutor(max(1, workers)) as pool:
+            list(pool.map(write, files))
+        if fs.exists(out_path):
+            fs.rm(out_path, recursive=True)
+        fs_tmp.mv(filesystem(tmp_root)[1], base, recursive=True)
+    finally:
+        tmp_path = filesystem(tmp_root)[1]
+        if fs.exists(tmp_path):
+            fs.rm(tmp_path, recursive=True)
+    return {
+        "images": int(len(img)),
+        "pairs": int(len(pairs)),
+        "correspondences": int(len(corr)),
+        "files": len(files),
+    }

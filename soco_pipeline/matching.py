@@ -1,0 +1,413 @@
+"""Zero-shot matching: cosine nearest neighbour between frozen feature maps (protocol steps 4-6).
+
+Queries are grouped by target image: each source descriptor is sampled once per (image, keypoint),
+and each target map meets all the queries aimed at it in one matrix product. The only Python loops
+run over images, never over pairs or keypoints.
+
+A feature store is any object with `.get(image_id) -> (np.ndarray C x h x w float32, L2-normalised
+over channels, meta dict with "input_size" S)`; the map covers the padded S x S square, so grid cell
+(row, col) covers [col / w, (col + 1) / w) x [row / h, (row + 1) / h) of the unit square.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+
+from soco_pipeline.preprocess import scale_keypoints, unit_to_pixels
+from soco_pipeline.protocol import ProtocolConfig
+
+PREDICTION_COLUMNS = [
+    "backbone", "pair_id", "src_keypoint", "mode", "pred_x", "pred_y", "similarity", "input_size",
+]
+_OPTIONS = ["option_a", "option_b", "option_c", "option_d"]
+# Bytes of float32 similarity map allowed at once when upsampling to S x S.
+_UPSAMPLE_CHUNK_FLOATS = 1 << 25
+
+
+class FeatureStoreLike(Protocol):
+    """What matching needs from a feature store."""
+
+    def get(self, image_id: str) -> tuple[np.ndarray, dict[str, Any]]: ...
+
+
+class MatchingError(ValueError):
+    """Inputs to matching are inconsistent; the message names the record and the fix."""
+
+
+def to_unit(xy: np.ndarray, sizes: np.ndarray, input_size: int, protocol: ProtocolConfig) -> np.ndarray:
+    """Original pixels -> unit padded-square coordinates, with the protocol's keypoint scaling (step 4)."""
+    if protocol.keypoint_scaling == "official_int":
+        return scale_keypoints(xy, sizes, input_size)
+    xy = np.asarray(xy, dtype=np.float64)
+    sizes = np.broadcast_to(np.asarray(sizes, dtype=np.float64), xy.shape)
+    return xy / sizes.max(axis=1, keepdims=True)
+
+
+def cell_points(rows: torch.Tensor, cols: torch.Tensor, h, w, protocol: ProtocolConfig) -> torch.Tensor:
+    """Unit coordinates (u, v) reported for grid cells: top-left corner (official) or centre."""
+    off = 0.5 if protocol.prediction_point == "center" else 0.0
+    return torch.stack([(cols.double() + off) / w, (rows.double() + off) / h], dim=-1)
+
+
+def cells_of(uv: np.ndarray, h: int, w: int) -> np.ndarray:
+    """Flat index (row * w + col) of the grid cell each unit point falls in."""
+    col = np.clip(np.floor(uv[:, 0] * w), 0, w - 1).astype(np.int64)
+    row = np.clip(np.floor(uv[:, 1] * h), 0, h - 1).astype(np.int64)
+    return row * w + col
+
+
+def sample_descriptors(fmap: torch.Tensor, uv: torch.Tensor) -> torch.Tensor:
+    """Bilinear descriptors (N x C, float32) of a C x h x w map at unit points (N x 2), as the official script.
+
+    Quirk copied on purpose: grid_sample(align_corners=True) at 2p - 1 puts p = 0 and p = 1 on the
+    centres of the first and last cells, not on the cell that contains p. (Gathering only the four
+    corner cells of an fp16 map was measured slower than converting the map: strided column reads.)
+    """
+    grid = (2.0 * uv.float() - 1.0).view(1, 1, -1, 2)
+    out = F.grid_sample(fmap[None].float(), grid, mode="bilinear", align_corners=True)
+    return out[0, :, 0, :].T
+
+
+def _dtype(protocol: ProtocolConfig) -> torch.dtype:
+    return getattr(torch, protocol.compute_dtype)
+
+
+def _load(store: FeatureStoreLike, image_id: str, backbone: str, device, dtype) -> tuple[torch.Tensor, int]:
+    try:
+        arr, meta = store.get(image_id)
+    except KeyError:
+        raise MatchingError(
+            f"no features for image {image_id!r} of backbone {backbone!r}: materialize its feature cache "
+            f"(feature_manifest[{backbone}]) for this image set"
+        ) from None
+    if arr.ndim != 3:
+        raise MatchingError(f"features of image {image_id!r} ({backbone}) have shape {arr.shape}; expected C x h x w")
+    if "input_size" not in meta:
+        raise MatchingError(f"features of image {image_id!r} ({backbone}) lack meta['input_size']; re-extract them")
+    t = torch.as_tensor(np.asarray(arr)).to(device=device)  # dtype None: keep the store's (sampling)
+    return (t if dtype is None else t.to(dtype)), int(meta["input_size"])
+
+
+def _lookup(keypoints: pd.DataFrame, image_ids: np.ndarray, names: np.ndarray, what: str) -> np.ndarray:
+    """x, y of (image, keypoint) rows; a clear error naming the first missing or invisible one."""
+    kp = keypoints.set_index(["image_id", "keypoint"])[["x", "y", "visible"]]
+    idx = pd.MultiIndex.from_arrays([image_ids, names])
+    found = kp.reindex(idx)
+    bad = found["visible"].isna().to_numpy() | ~found["visible"].fillna(False).astype(bool).to_numpy()
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise MatchingError(
+            f"{what} keypoint {names[i]!r} of image {image_ids[i]!r} is missing or not visible in the keypoints "
+            f"table ({int(bad.sum())} such rows): rebuild the correspondences from the current keypoints"
+        )
+    return found[["x", "y"]].to_numpy(np.float64)
+
+
+def _sizes(images: pd.DataFrame, image_ids: np.ndarray) -> np.ndarray:
+    """[W, H] of each image id; a clear error for ids missing from the image set."""
+    im = images.set_index("image_id")[["width", "height"]].reindex(image_ids)
+    if im["width"].isna().any():
+        missing = pd.unique(np.asarray(image_ids)[im["width"].isna().to_numpy()])[:5]
+        raise MatchingError(f"images {list(missing)} are not in the image set: rebuild the pairs from image_set")
+    return im.to_numpy(np.float64)
+
+
+def _source_descriptors(
+    src_images: np.ndarray, src_keypoints: np.ndarray, keypoints, images, store, protocol, backbone, device
+) -> tuple[torch.Tensor, np.ndarray]:
+    """Descriptors of the distinct (image, keypoint) sources, and each input row's index into them."""
+    key = pd.DataFrame({"image_id": src_images, "keypoint": src_keypoints})
+    codes, uniq = pd.MultiIndex.from_frame(key).factorize()
+    uimg = uniq.get_level_values(0).to_numpy()
+    ukp = uniq.get_level_values(1).to_numpy()
+    xy = _lookup(keypoints, uimg, ukp, "source")
+    sizes = _sizes(images, uimg)
+    order = np.argsort(uimg, kind="stable")
+    starts = np.flatnonzero(np.r_[True, uimg[order][1:] != uimg[order][:-1]])
+    desc: torch.Tensor | None = None
+    for a, b in zip(starts, np.r_[starts[1:], len(order)], strict=True):
+        rows = order[a:b]
+        fmap, size = _load(store, uimg[rows[0]], backbone, device, None)
+        if desc is None:
+            desc = torch.empty((len(uimg), fmap.shape[0]), dtype=_dtype(protocol), device=device)
+        elif fmap.shape[0] != desc.shape[1]:
+            raise MatchingError(f"image {uimg[rows[0]]!r} has {fmap.shape[0]} channels, others {desc.shape[1]}")
+        uv = torch.as_tensor(to_unit(xy[rows], sizes[rows], size, protocol), device=device)
+        desc[torch.as_tensor(rows, device=device)] = sample_descriptors(fmap, uv).to(desc.dtype)
+    assert desc is not None
+    return desc, codes
+
+
+def _group_slices(keys: np.ndarray):
+    """(key, row indices) for each distinct key, rows in their original order."""
+    order = np.argsort(keys, kind="stable")
+    sk = keys[order]
+    starts = np.flatnonzero(np.r_[True, sk[1:] != sk[:-1]]) if len(sk) else np.array([], dtype=np.int64)
+    for a, b in zip(starts, np.r_[starts[1:], len(sk)], strict=True):
+        yield sk[a], order[a:b]
+
+
+def _ragged(values: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Concatenate values[s : s + c] for each (s, c), with the segment number of every element."""
+    owner = np.repeat(np.arange(len(counts)), counts)
+    offset = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+    return values[np.repeat(starts, counts) + offset], owner
+
+
+def _index_points(idx: np.ndarray, hw: np.ndarray, protocol: ProtocolConfig) -> np.ndarray:
+    """Unit points reported for flat cell indices on per-row grids (hw: n x 2)."""
+    h, w = hw[:, 0], hw[:, 1]
+    return cell_points(torch.as_tensor(idx // w), torch.as_tensor(idx % w), torch.as_tensor(h),
+                       torch.as_tensor(w), protocol).numpy()
+
+
+def _segment_argmax(sims: torch.Tensor, rows: torch.Tensor, owner: torch.Tensor, cells: torch.Tensor):
+    """Max and argmax of sims[rows[k]] restricted to the cells owned by k (owner[i] = k for cells[i]).
+
+    Ties go to the lowest cell index, as an argmax over the masked row would.
+    """
+    vals = sims[rows[owner], cells].float()
+    n = len(rows)
+    best = torch.full((n,), float("-inf"), device=sims.device).scatter_reduce(0, owner, vals, "amax")
+    big = torch.full_like(cells, sims.shape[1])
+    pick = torch.where(vals == best[owner], cells, big)
+    idx = torch.full((n,), sims.shape[1], dtype=cells.dtype, device=sims.device).scatter_reduce(0, owner, pick, "amin")
+    return best, idx
+
+
+def _free_argmax(sims: torch.Tensor, h: int, w: int, size: int, protocol: ProtocolConfig):
+    """Unit prediction (n x 2) and similarity (n) from similarity rows (n x hw) over all patches."""
+    if protocol.upsample:
+        return _upsampled_argmax(sims, h, w, size, protocol)
+    idx = sims.argmax(dim=1)  # argmax + gather is much cheaper than max(dim) on CPU
+    best = sims.gather(1, idx[:, None])[:, 0]
+    rows, cols = idx // w, idx % w
+    if not protocol.soft_argmax:
+        return cell_points(rows, cols, h, w, protocol), best
+    r = protocol.soft_argmax_window // 2
+    d = torch.arange(-r, r + 1, device=sims.device)
+    wr = (rows[:, None, None] + d[None, :, None]).expand(-1, -1, len(d))
+    wc = (cols[:, None, None] + d[None, None, :]).expand(-1, len(d), -1)
+    wr, wc = wr.reshape(len(idx), -1), wc.reshape(len(idx), -1)
+    valid = (wr >= 0) & (wr < h) & (wc >= 0) & (wc < w)
+    flat = (wr.clamp(0, h - 1) * w + wc.clamp(0, w - 1))
+    s = sims.gather(1, flat).double().masked_fill(~valid, float("-inf"))
+    weights = torch.softmax(s / protocol.soft_argmax_temperature, dim=1)
+    pts = cell_points(wr.clamp(0, h - 1), wc.clamp(0, w - 1), h, w, protocol)
+    return (weights[..., None] * pts).sum(dim=1), best
+
+
+def _upsampled_argmax(sims: torch.Tensor, h: int, w: int, size: int, protocol: ProtocolConfig):
+    """Argmax of the similarity map bilinearly upsampled to S x S, reported at the pixel's point."""
+    chunk = max(1, _UPSAMPLE_CHUNK_FLOATS // (size * size))
+    uv, best = [], []
+    for i in range(0, len(sims), chunk):
+        m = sims[i : i + chunk].float().view(-1, 1, h, w)
+        up = F.interpolate(m, size=(size, size), mode="bilinear", align_corners=False).flatten(1)
+        b, idx = up.max(dim=1)
+        uv.append(cell_points(idx // size, idx % size, size, size, protocol))
+        best.append(b)
+    return torch.cat(uv), torch.cat(best)
+
+
+def predict(
+    image_pairs: pd.DataFrame,
+    correspondences: pd.DataFrame,
+    keypoints: pd.DataFrame,
+    images: pd.DataFrame,
+    store: FeatureStoreLike,
+    protocol: ProtocolConfig,
+    backbone_name: str,
+    device: str | torch.device = "cpu",
+) -> pd.DataFrame:
+    """Predict the target point of every evaluated (pair, source keypoint), free and SOC-geo.
+
+    Returns PredictionSchema rows (plus `input_size`, the target's S, which scaled scoring needs):
+    mode 'free' for the distinct (pair, src_keypoint) of evaluated SOC and CC rows; mode 'geo' for SOC
+    rows flagged geo with >= geo_min_candidates candidates, the argmax restricted to the patches that
+    hold the visible same-concept target keypoints (the pair's CC group for that source keypoint).
+    """
+    device = torch.device(device)
+    pairs = image_pairs.loc[image_pairs["evaluated"].astype(bool), ["pair_id", "src_image", "trg_image"]]
+    corr = correspondences.merge(pairs, on="pair_id", how="inner")
+    if corr.empty:
+        return pd.DataFrame(columns=PREDICTION_COLUMNS)
+    queries = corr[["pair_id", "src_keypoint", "src_image", "trg_image"]].drop_duplicates(["pair_id", "src_keypoint"])
+    queries = queries.reset_index(drop=True)
+    desc, qsrc = _source_descriptors(
+        queries["src_image"].to_numpy(), queries["src_keypoint"].to_numpy(),
+        keypoints, images, store, protocol, backbone_name, device,
+    )
+
+    # SOC-geo: each geo query's candidates are its CC group's target keypoints.
+    geo_rows = corr[
+        (corr["kind"] == "soc") & corr["geo"].astype(bool) & (corr["n_candidates"] >= protocol.geo_min_candidates)
+    ]
+    qindex = pd.Series(np.arange(len(queries)), index=pd.MultiIndex.from_frame(queries[["pair_id", "src_keypoint"]]))
+    geo_q = qindex.reindex(pd.MultiIndex.from_frame(geo_rows[["pair_id", "src_keypoint"]])).to_numpy()
+    cand = corr.loc[corr["kind"] == "cc", ["pair_id", "src_keypoint", "trg_keypoint", "trg_image"]]
+    cand = cand.merge(geo_rows[["pair_id", "src_keypoint"]].drop_duplicates(), on=["pair_id", "src_keypoint"])
+    cand_q = qindex.reindex(pd.MultiIndex.from_frame(cand[["pair_id", "src_keypoint"]])).to_numpy()
+    missing = np.setdiff1d(geo_q, cand_q)
+    if len(missing):
+        q = queries.iloc[int(missing[0])]
+        raise MatchingError(
+            f"SOC-geo query ({q.pair_id!r}, {q.src_keypoint!r}) has no CC candidates in the correspondences: "
+            f"rebuild correspondences so every geo SOC row has its CC group"
+        )
+    cand_xy = _lookup(keypoints, cand["trg_image"].to_numpy(), cand["trg_keypoint"].to_numpy(), "candidate")
+    cand_sizes = _sizes(images, cand["trg_image"].to_numpy())
+    geo_pos = np.full(len(queries), -1)
+    geo_pos[geo_q] = np.arange(len(geo_q))  # query -> its row in the geo output
+
+    trg = queries["trg_image"].to_numpy()
+    trg_sizes = _sizes(images, trg)
+    n = len(queries)
+    simple = not (protocol.upsample or protocol.soft_argmax)
+    free_uv, free_sim = np.zeros((n, 2)), np.zeros(n)
+    free_idx, grid_hw = np.zeros(n, dtype=np.int64), np.ones((n, 2), dtype=np.int64)
+    geo_idx, geo_sim = np.zeros(len(geo_q), dtype=np.int64), np.zeros(len(geo_q))
+    in_size = np.zeros(n, dtype=np.int64)
+    # Candidates sorted by query: query q owns cand rows c_order[c_start[q] : c_start[q] + c_count[q]].
+    c_order = np.argsort(cand_q, kind="stable")
+    c_count = np.bincount(cand_q.astype(np.int64), minlength=n) if len(cand_q) else np.zeros(n, np.int64)
+    c_start = np.r_[0, np.cumsum(c_count)[:-1]]
+    cand_cells: dict[tuple[int, int, int], torch.Tensor] = {}  # (S, h, w) -> cell of every candidate
+    qsrc_t = torch.as_tensor(qsrc, device=device)
+    dtype = _dtype(protocol)
+
+    for image_id, rows in _group_slices(trg):
+        fmap, size = _load(store, image_id, backbone_name, device, dtype)
+        c, h, w = fmap.shape
+        if c != desc.shape[1]:
+            raise MatchingError(f"target image {image_id!r} has {c} channels, the sources {desc.shape[1]}")
+        rows_t = torch.as_tensor(rows, device=device)
+        sims = desc[qsrc_t[rows_t]] @ fmap.reshape(c, h * w)
+        in_size[rows], grid_hw[rows] = size, (h, w)
+        if simple:
+            idx = sims.argmax(dim=1)  # argmax + gather is much cheaper than max(dim) on CPU
+            free_idx[rows] = idx.cpu().numpy()
+            free_sim[rows] = sims.gather(1, idx[:, None])[:, 0].float().cpu().numpy()
+        else:
+            uv, best = _free_argmax(sims, h, w, size, protocol)
+            free_uv[rows], free_sim[rows] = uv.cpu().numpy(), best.float().cpu().numpy()
+
+        g_local = np.flatnonzero(geo_pos[rows] >= 0)
+        if len(g_local):
+            if (size, h, w) not in cand_cells:
+                cells = cells_of(to_unit(cand_xy, cand_sizes, size, protocol), h, w)
+                cand_cells[(size, h, w)] = torch.as_tensor(cells, device=device)
+            ci, owner = _ragged(c_order, c_start[rows[g_local]], c_count[rows[g_local]])
+            gbest, gidx = _segment_argmax(
+                sims, torch.as_tensor(g_local, device=device), torch.as_tensor(owner, device=device),
+                cand_cells[(size, h, w)][torch.as_tensor(ci, device=device)],
+            )
+            out = geo_pos[rows[g_local]]
+            geo_idx[out], geo_sim[out] = gidx.cpu().numpy(), gbest.float().cpu().numpy()
+
+    if simple:
+        free_uv = _index_points(free_idx, grid_hw, protocol)
+    geo_uv = _index_points(geo_idx, grid_hw[geo_q], protocol)
+    free_px = unit_to_pixels(free_uv, trg_sizes)
+    geo_px = unit_to_pixels(geo_uv, trg_sizes[geo_q]) if len(geo_q) else np.zeros((0, 2))
+    out = pd.concat(
+        [
+            _frame(backbone_name, queries, np.arange(n), "free", free_px, free_sim, in_size),
+            _frame(backbone_name, queries, geo_q, "geo", geo_px, geo_sim, in_size),
+        ],
+        ignore_index=True,
+    )
+    return out
+
+
+def _frame(backbone, queries, idx, mode, px, sim, in_size) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "backbone": backbone,
+            "pair_id": queries["pair_id"].to_numpy()[idx],
+            "src_keypoint": queries["src_keypoint"].to_numpy()[idx],
+            "mode": mode,
+            "pred_x": px[:, 0],
+            "pred_y": px[:, 1],
+            "similarity": sim,
+            "input_size": in_size[idx],
+        }
+    )
+
+
+def rotation_picks(sims: np.ndarray) -> np.ndarray:
+    """For each row of option similarities (n x 4), the original option picked under each rotation.
+
+    Rotation r presents the options in the order r, r+1, ... (mod 4); the highest similarity wins and a
+    tie goes to the option presented first, so tied options make circular accuracy fail consistently.
+    """
+    sims = np.asarray(sims, dtype=np.float64)
+    picks = np.empty((len(sims), 4), dtype=np.int64)
+    for r in range(4):
+        order = (np.arange(4) + r) % 4
+        picks[:, r] = order[np.argmax(sims[:, order], axis=1)]
+    return picks
+
+
+def predict_four_choice(
+    four_choice: pd.DataFrame,
+    keypoints: pd.DataFrame,
+    images: pd.DataFrame,
+    store: FeatureStoreLike,
+    protocol: ProtocolConfig,
+    backbone_name: str,
+    device: str | torch.device = "cpu",
+    image_pairs: pd.DataFrame | None = None,
+) -> pd.DataFrame:
+    """Similarity of each 4-choice option to the source descriptor, and the pick under each rotation.
+
+    Option descriptors are bilinear-sampled on the target map at the option keypoint, like the source.
+    Columns: backbone, pair_id, src_keypoint, sim_a..sim_d, answer, pick_0..pick_3 (the original option
+    index picked when the options are rotated by r). Source/target images come from `image_pairs`
+    (or from `src_image`/`trg_image` columns already on `four_choice`).
+    """
+    device = torch.device(device)
+    items = four_choice.reset_index(drop=True)
+    if not {"src_image", "trg_image"} <= set(items.columns):
+        if image_pairs is None:
+            raise MatchingError("predict_four_choice needs image_pairs (or src_image/trg_image columns)")
+        items = items.merge(image_pairs[["pair_id", "src_image", "trg_image"]], on="pair_id", how="left")
+        if items["src_image"].isna().any():
+            bad = items.loc[items["src_image"].isna(), "pair_id"].iloc[0]
+            raise MatchingError(f"4-choice item pair {bad!r} is not in image_pairs: rebuild four_choice")
+    cols = ["backbone", "pair_id", "src_keypoint", "sim_a", "sim_b", "sim_c", "sim_d", "answer"]
+    if items.empty:
+        return pd.DataFrame(columns=cols + [f"pick_{r}" for r in range(4)])
+    desc, qsrc = _source_descriptors(
+        items["src_image"].to_numpy(), items["src_keypoint"].to_numpy(),
+        keypoints, images, store, protocol, backbone_name, device,
+    )
+    n = len(items)
+    trg = items["trg_image"].to_numpy()
+    opt_names = items[_OPTIONS].to_numpy().reshape(-1)
+    opt_xy = _lookup(keypoints, np.repeat(trg, 4), opt_names, "4-choice option").reshape(n, 4, 2)
+    sizes = _sizes(images, trg)
+    sims = np.zeros((n, 4))
+    for image_id, rows in _group_slices(trg):
+        fmap, size = _load(store, image_id, backbone_name, device, None)
+        uv = to_unit(opt_xy[rows].reshape(-1, 2), np.repeat(sizes[rows], 4, axis=0), size, protocol)
+        opt_desc = sample_descriptors(fmap, torch.as_tensor(uv, device=device)).reshape(len(rows), 4, -1)
+        src = desc[torch.as_tensor(qsrc[rows], device=device)].float()
+        sims[rows] = torch.einsum("nc,noc->no", src, opt_desc).cpu().numpy()
+    picks = rotation_picks(sims)
+    out = pd.DataFrame(
+        {
+            "backbone": backbone_name,
+            "pair_id": items["pair_id"].to_numpy(),
+            "src_keypoint": items["src_keypoint"].to_numpy(),
+            **{f"sim_{k}": sims[:, i] for i, k in enumerate("abcd")},
+            "answer": items["answer"].to_numpy().astype(np.int64),
+            **{f"pick_{r}": picks[:, r] for r in range(4)},
+        }
+    )
+    return out

@@ -1,0 +1,94 @@
+"""Readers that turn the source data sets into candidate rows and the canonical tables."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from soco_pipeline.sources.animal3d import ANIMAL3D_KEYPOINTS, animal_keypoint_names, read_animal3d
+from soco_pipeline.sources.clicks import read_clicks
+from soco_pipeline.sources.config import CANDIDATE_COLUMNS, SourceConfig
+from soco_pipeline.sources.imagenet3d import read_imagenet3d
+from soco_pipeline.sources.soco_release import SocoRelease, read_soco_release
+from soco_pipeline.taxonomy import Taxonomy
+
+# One table for every kind of raw keypoint: annotator clicks (origin "clicks"), Animal3D keypoints
+# (origin "animal3d", annotator 0) and already aggregated SOCO release keypoints (origin "soco",
+# with their concept, n_annotators and spread). `keypoints.aggregate_keypoints` consumes it.
+RAW_KEYPOINT_COLUMNS = (
+    "image_id",
+    "keypoint",
+    "annotator",
+    "x",
+    "y",
+    "visible",
+    "origin",
+    "concept",
+    "n_annotators",
+    "spread",
+)
+
+__all__ = [
+    "ANIMAL3D_KEYPOINTS",
+    "CANDIDATE_COLUMNS",
+    "RAW_KEYPOINT_COLUMNS",
+    "SocoRelease",
+    "SourceConfig",
+    "animal_keypoint_names",
+    "read_animal3d",
+    "read_candidates",
+    "read_clicks",
+    "read_imagenet3d",
+    "read_raw_keypoints",
+    "read_soco_release",
+]
+
+
+def _soco_candidates(images: pd.DataFrame) -> pd.DataFrame:
+    df = images.assign(annotation_uri="", n_objects=1, dense="dense_no", object_status="status_good")
+    df["keypoints_valid"] = pd.array([pd.NA] * len(df), dtype="boolean")
+    return df[list(CANDIDATE_COLUMNS)]
+
+
+def read_candidates(cfg: SourceConfig, taxonomy: Taxonomy) -> pd.DataFrame:
+    """Candidate image rows (CANDIDATE_COLUMNS) of every source root set in `cfg`."""
+    parts = []
+    if cfg.imagenet3d_root:
+        parts.append(read_imagenet3d(cfg.imagenet3d_root, cfg.categories, cfg.check_workers))
+    if cfg.animal3d_root:
+        parts.append(read_animal3d(cfg.animal3d_root, taxonomy, cfg.categories)[0])
+    if cfg.soco_release_root:
+        images = read_soco_release(cfg.soco_release_root, taxonomy, cfg.check_workers).images
+        if cfg.categories is not None:
+            images = images[images["category"].isin(cfg.categories)]
+        parts.append(_soco_candidates(images))
+    if not parts:
+        raise ValueError(
+            "SourceConfig sets no source root; set imagenet3d_root/animal3d_root or soco_release_root"
+        )
+    parts = [p for p in parts if len(p)] or parts[:1]
+    return pd.concat(parts, ignore_index=True)
+
+
+def read_raw_keypoints(cfg: SourceConfig, taxonomy: Taxonomy) -> pd.DataFrame:
+    """All raw keypoint rows of the sources in `cfg` (RAW_KEYPOINT_COLUMNS), before aggregation."""
+    parts = []
+    if cfg.clicks_path:
+        c = read_clicks(cfg.clicks_path)
+        parts.append(c.assign(origin="clicks", concept="", n_annotators=0, spread=np.nan))
+    if cfg.animal3d_root:
+        kp = read_animal3d(cfg.animal3d_root, taxonomy, cfg.categories)[1]
+        parts.append(kp.assign(annotator=0, origin="animal3d", concept="", n_annotators=1, spread=np.nan))
+    if cfg.soco_release_root:
+        kp = read_soco_release(cfg.soco_release_root, taxonomy, cfg.check_workers).keypoints
+        if cfg.categories is not None:
+            kp = kp[kp["category"].isin(cfg.categories)]
+        parts.append(kp.assign(annotator=0, origin="soco"))
+    if not parts:
+        raise ValueError(
+            "SourceConfig sets no keypoint source; set clicks_path, animal3d_root or soco_release_root"
+        )
+    out = pd.concat([p[list(RAW_KEYPOINT_COLUMNS)] for p in parts], ignore_index=True)
+    return out.astype(
+        {"annotator": int, "n_annotators": int, "visible": bool, "x": float, "y": float, "spread": float}
+    )

@@ -1,0 +1,369 @@
+"""Import of the official SOCO release layout into the canonical tables.
+
+Layout (DESIGN section 2, GenIntel/SOCO docs/dataset_structure.md):
+`Images/<cat>/<file>.JPEG`, `PairAnnotations/{intra,cross}/<group>/<n>-<src>-<trg>.json` (cross pairs
+under the target category), `KeypointAnnotations/<cat>/<stem>.json`, `Metadata/*.json`.
+
+A pair file holds pair_id (int), pair_group, src_/trg_category, src_/trg_image (file names),
+src_/trg_imsize [W, H], src_/trg_bndbox [l, t, r, b], src_/trg_keypoints (id, name, pos [x, y],
+concept_id, concept_name: the visible points), semantic_overlap (names matched one-to-one: SOC) and
+concept_matches ({concept_name, src_keypoints, trg_keypoints}: CC). Files written by
+`soco_pipeline.export` add `pair_key` (our pair id), `level` and `ancestor`.
+
+What the import yields: images (source "soco", uri = the release image, no pose), keypoints (from
+KeypointAnnotations when present: all keypoints with visibility, n_annotators, spread; otherwise the
+visible points of the pair files with n_annotators 0 and NaN spread), image_pairs (every pair
+evaluated) and correspondences (SOC rows from semantic_overlap, CC rows = src x trg of each
+concept_matches group; n_candidates = the size of the target side of the keypoint's concept group,
+i.e. the target's visible same-concept keypoints; geo = n_candidates >= 2).
+"""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from soco_pipeline.schemas import (
+    CorrespondenceSchema,
+    ImagePairSchema,
+    ImageSchema,
+    KeypointSchema,
+    validate,
+)
+from soco_pipeline.sources.config import glob_paths
+from soco_pipeline.storage import exists, join, read_bytes
+from soco_pipeline.taxonomy import Taxonomy
+
+PAIR_FIELDS = (
+    "pair_id",
+    "src_image",
+    "trg_image",
+    "src_imsize",
+    "trg_imsize",
+    "src_bndbox",
+    "trg_bndbox",
+    "src_keypoints",
+    "trg_keypoints",
+    "semantic_overlap",
+    "concept_matches",
+)
+KEYPOINT_FIELDS = ("name", "pos", "concept_name")
+GROUP_FIELDS = ("concept_name", "src_keypoints", "trg_keypoints")
+
+
+@dataclass(frozen=True)
+class SocoRelease:
+    """The canonical tables read from a SOCO release."""
+
+    images: pd.DataFrame
+    keypoints: pd.DataFrame
+    image_pairs: pd.DataFrame
+    correspondences: pd.DataFrame
+
+
+def image_file_name(image_id: str) -> str:
+    """The release file name of an image."""
+    return f"{image_id}.JPEG"
+
+
+def pair_file_name(n: int, src_image: str, trg_image: str) -> str:
+    """The release file name of the n-th pair (1-based) of a group."""
+    return f"{n:05d}-{src_image}-{trg_image}.json"
+
+
+def concept_ids(taxonomy: Taxonomy) -> dict[str, int]:
+    """Integer concept ids (1-based, taxonomy file order) used in the release's `concept_id`."""
+    return {c: i + 1 for i, c in enumerate(taxonomy.concepts)}
+
+
+def _stem(file_name: str) -> str:
+    return str(file_name).rsplit("/", 1)[-1].rsplit(".", 1)[0]
+
+
+def _load_json(path: str) -> object:
+    try:
+        return json.loads(read_bytes(path))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: not valid JSON ({e}); re-download or re-export the release") from None
+
+
+def _require(doc: dict, fields, path: str, where: str = "") -> None:
+    if not isinstance(doc, dict):
+        raise ValueError(f"{path}: {where or 'top level'} is {type(doc).__name__}, expected a JSON object")
+    for f in fields:
+        if f not in doc:
+            raise ValueError(
+                f"{path}: {where + ' ' if where else ''}missing field {f!r}; a SOCO pair file needs {list(fields)}"
+            )
+
+
+def _parse_pair(path: str, doc: object, level: str, group_dir: str) -> dict:
+    _require(doc, PAIR_FIELDS, path)
+    src_cat = doc.get("src_category") or doc.get("category")
+    trg_cat = doc.get("trg_category") or doc.get("category")
+    if not src_cat or not trg_cat:
+        raise ValueError(f"{path}: missing field 'src_category'/'trg_category' (or 'category')")
+    for side in ("src", "trg"):
+        for i, kp in enumerate(doc[f"{side}_keypoints"]):
+            _require(kp, KEYPOINT_FIELDS, path, f"{side}_keypoints[{i}]")
+    for i, grp in enumerate(doc["concept_matches"]):
+        _require(grp, GROUP_FIELDS, path, f"concept_matches[{i}]")
+    src_names = {kp["name"] for kp in doc["src_keypoints"]}
+    trg_names = {kp["name"] for kp in doc["trg_keypoints"]}
+    for name in doc["semantic_overlap"]:
+        if name not in src_names or name not in trg_names:
+            raise ValueError(
+                f"{path}: semantic_overlap name {name!r} is not in both src_keypoints and trg_keypoints"
+            )
+    for grp in doc["concept_matches"]:
+        bad = [n for n in grp["src_keypoints"] if n not in src_names] + [
+            n for n in grp["trg_keypoints"] if n not in trg_names
+        ]
+        if bad:
+            raise ValueError(f"{path}: concept_matches {grp['concept_name']!r} names unknown keypoints {bad}")
+    src, trg = _stem(doc["src_image"]), _stem(doc["trg_image"])
+    return {
+        "path": path,
+        "pair_id": str(doc.get("pair_key") or f"{level}:{src}:{trg}"),
+        "level": level,
+        "pair_group": str(doc.get("pair_group") or group_dir),
+        "src_image": src,
+        "trg_image": trg,
+        "src_category": str(src_cat),
+        "trg_category": str(trg_cat),
+        "src_file": str(doc["src_image"]),
+        "trg_file": str(doc["trg_image"]),
+        "ancestor": doc.get("ancestor"),
+        "doc": doc,
+    }
+
+
+def _image_row(image_id: str, category: str, file: str, imsize, bndbox, root: str, where: str) -> dict:
+    try:
+        w, h = (int(v) for v in imsize)
+        bl, bt, br, bb = (float(v) for v in bndbox)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"{where}: image {image_id!r} has imsize {imsize!r} / bndbox {bndbox!r}; "
+            "expected [W, H] and [l, t, r, b]"
+        ) from None
+    return {
+        "image_id": image_id,
+        "category": category,
+        "source": "soco",
+        "uri": join(root, "Images", category, file),
+        "width": w,
+        "height": h,
+        "bbox_l": bl,
+        "bbox_t": bt,
+        "bbox_r": br,
+        "bbox_b": bb,
+    }
+
+
+def _keypoint_rows(image_id: str, category: str, items: list, path: str, default_visible: bool) -> list[dict]:
+    rows = []
+    for i, kp in enumerate(items):
+        _require(kp, ("name",), path, f"keypoints[{i}]")
+        visible = bool(kp.get("visible", default_visible))
+        pos = kp.get("pos")
+        if visible and (pos is None or len(pos) != 2):
+            raise ValueError(
+                f"{path}: keypoint {kp['name']!r} of {image_id!r} is visible but has pos {pos!r}"
+            )
+        if "concept_name" not in kp:
+            raise ValueError(f"{path}: keypoint {kp['name']!r} of {image_id!r}: missing field 'concept_name'")
+        x, y = (float(pos[0]), float(pos[1])) if pos is not None else (np.nan, np.nan)
+        spread = kp.get("spread")
+        rows.append(
+            {
+                "image_id": image_id,
+                "category": category,
+                "keypoint": str(kp["name"]),
+                "concept": str(kp["concept_name"]),
+                "x": x,
+                "y": y,
+                "visible": visible,
+                "n_annotators": int(kp.get("n_annotators", 0) or 0),
+                "spread": float(spread) if spread is not None else np.nan,
+            }
+        )
+    return rows
+
+
+def _supercategories(root: str, taxonomy: Taxonomy) -> dict[str, str]:
+    meta = join(root, "Metadata", "keypoint_taxonomy.json")
+    out: dict[str, str] = {}
+    if exists(meta):
+        doc = _load_json(meta)
+        cats = doc.get("categories", {}) if isinstance(doc, dict) else {}
+        if isinstance(cats, dict):
+            out = {c: str(v.get("supercategory", "")) for c, v in cats.items() if isinstance(v, dict)}
+    known = set(taxonomy.categories)
+    return {**out, **{c: taxonomy.supercategory(c) for c in known}}
+
+
+def read_soco_release(root: str, taxonomy: Taxonomy, workers: int = 8) -> SocoRelease:
+    """Read a SOCO release (official or written by `export.export_soco_release`) into canonical tables.
+
+    Raises ValueError naming the file and the field for a pair file that is not JSON or lacks a
+    field, and for pairs whose images are missing from Images/.
+    """
+    pair_paths = [
+        (lvl, p)
+        for lvl in ("intra", "cross")
+        for p in glob_paths(join(root, "PairAnnotations", lvl), "*/*.json")
+    ]
+    if not pair_paths and not exists(join(root, "PairAnnotations")):
+        raise FileNotFoundError(
+            f"{root}: no PairAnnotations/ folder; point SourceConfig.soco_release at a SOCO release root"
+        )
+    with ThreadPoolExecutor(max(1, workers)) as pool:
+        docs = list(pool.map(lambda lp: _load_json(lp[1]), pair_paths))
+    pairs = [
+        _parse_pair(p, d, lvl, p.rstrip("/").split("/")[-2])
+        for (lvl, p), d in zip(pair_paths, docs, strict=True)
+    ]
+
+    image_files = {tuple(p.split("/")[-2:]) for p in glob_paths(join(root, "Images"), "*/*")}
+    for pr in pairs:
+        for side in ("src", "trg"):
+            if (pr[f"{side}_category"], pr[f"{side}_file"]) not in image_files:
+                raise ValueError(
+                    f"{pr['path']}: image Images/{pr[f'{side}_category']}/{pr[f'{side}_file']} "
+                    "does not exist; the release is incomplete"
+                )
+
+    # Images and keypoints: KeypointAnnotations first, pair files fill in what they lack.
+    ann_paths = glob_paths(join(root, "KeypointAnnotations"), "*/*.json")
+    with ThreadPoolExecutor(max(1, workers)) as pool:
+        anns = list(pool.map(_load_json, ann_paths))
+    images: dict[str, dict] = {}
+    kp_rows: list[dict] = []
+    annotated: set[str] = set()
+    for path, doc in zip(ann_paths, anns, strict=True):
+        cat = path.split("/")[-2]
+        _require(doc, ("image", "imsize", "bndbox", "keypoints"), path)
+        image_id = str(doc.get("image_id") or _stem(doc["image"]))
+        images[image_id] = _image_row(
+            image_id,
+            str(doc.get("category") or cat),
+            str(doc["image"]),
+            doc["imsize"],
+            doc["bndbox"],
+            root,
+            path,
+        )
+        kp_rows.extend(_keypoint_rows(image_id, images[image_id]["category"], doc["keypoints"], path, True))
+        annotated.add(image_id)
+    for pr in pairs:
+        d = pr["doc"]
+        for side in ("src", "trg"):
+            image_id, cat = pr[f"{side}_image"], pr[f"{side}_category"]
+            if image_id not in images:
+                images[image_id] = _image_row(
+                    image_id,
+                    cat,
+                    pr[f"{side}_file"],
+                    d[f"{side}_imsize"],
+                    d[f"{side}_bndbox"],
+                    root,
+                    pr["path"],
+                )
+            if image_id not in annotated:
+                kp_rows.extend(_keypoint_rows(image_id, cat, d[f"{side}_keypoints"], pr["path"], True))
+    kp = pd.DataFrame(kp_rows, columns=list(KeypointSchema.to_schema().columns))
+    kp = kp.drop_duplicates(["image_id", "keypoint"]).reset_index(drop=True)
+
+    supers = _supercategories(root, taxonomy)
+    img = pd.DataFrame(list(images.values()))
+    img["supercategory"] = img["category"].map(supers).fillna("unknown")
+    for c in ("azimuth", "elevation", "theta", "distance"):
+        img[c] = np.nan
+
+    known = set(taxonomy.categories)
+
+    def ancestor(pr: dict) -> str:
+        if pr["ancestor"] is not None:
+            return str(pr["ancestor"])
+        if pr["src_category"] == pr["trg_category"]:
+            return pr["src_category"]
+        if pr["src_category"] in known and pr["trg_category"] in known:
+            return taxonomy.lowest_common_ancestor(pr["src_category"], pr["trg_category"]) or ""
+        return ""
+
+    pair_cols = ["pair_id", "level", "pair_group", "src_image", "trg_image", "src_category", "trg_category"]
+    ip = pd.DataFrame(
+        [{c: pr[c] for c in pair_cols} | {"ancestor": ancestor(pr), "evaluated": True} for pr in pairs],
+        columns=[*pair_cols, "ancestor", "evaluated"],
+    )
+    dup = ip["pair_id"].duplicated(keep=False)
+    if dup.any():
+        paths = [pairs[i]["path"] for i in np.flatnonzero(dup.to_numpy())[:4]]
+        raise ValueError(f"duplicate pair ids {sorted(ip.loc[dup, 'pair_id'].unique())[:4]} in {paths}")
+
+    corr = _correspondences(pairs)
+    return SocoRelease(
+        images=validate(img, ImageSchema, "soco images").reset_index(drop=True),
+        keypoints=validate(kp, KeypointSchema, "soco keypoints"),
+        image_pairs=validate(ip, ImagePairSchema, "soco image_pairs"),
+        correspondences=validate(corr, CorrespondenceSchema, "soco correspondences").reset_index(drop=True),
+    )
+
+
+def _correspondences(pairs: list[dict]) -> pd.DataFrame:
+    """SOC and CC rows of all pairs, built by exploding the JSON lists (no loop per keypoint)."""
+    groups = pd.DataFrame(
+        [
+            (
+                pr["pair_id"],
+                pr["level"],
+                g["concept_name"],
+                list(g["src_keypoints"]),
+                list(g["trg_keypoints"]),
+            )
+            for pr in pairs
+            for g in pr["doc"]["concept_matches"]
+        ],
+        columns=["pair_id", "level", "concept", "src", "trg"],
+    )
+    groups["n_candidates"] = groups["trg"].map(len)
+    cc = groups.explode("src").explode("trg").dropna(subset=["src", "trg"])
+    cc = cc.rename(columns={"src": "src_keypoint", "trg": "trg_keypoint"}).assign(kind="cc")
+
+    soc = (
+        pd.DataFrame(
+            [(pr["pair_id"], pr["level"], list(pr["doc"]["semantic_overlap"])) for pr in pairs],
+            columns=["pair_id", "level", "name"],
+        )
+        .explode("name")
+        .dropna(subset=["name"])
+    )
+    trg_concepts = pd.DataFrame(
+        [
+            (pr["pair_id"], kp["name"], kp["concept_name"])
+            for pr in pairs
+            for kp in pr["doc"]["trg_keypoints"]
+        ],
+        columns=["pair_id", "name", "concept"],
+    ).drop_duplicates(["pair_id", "name"])
+    soc = soc.merge(trg_concepts, on=["pair_id", "name"], how="left")
+    # n_candidates: the target side of the concept's CC group; without a group, the pair's visible
+    # target keypoints of that concept.
+    from_groups = groups[["pair_id", "concept", "n_candidates"]].drop_duplicates(["pair_id", "concept"])
+    from_trg = trg_concepts.groupby(["pair_id", "concept"]).size().rename("n_trg").reset_index()
+    soc = soc.merge(from_groups, on=["pair_id", "concept"], how="left").merge(
+        from_trg, on=["pair_id", "concept"], how="left"
+    )
+    soc["n_candidates"] = soc["n_candidates"].fillna(soc["n_trg"])
+    soc = soc.assign(kind="soc", src_keypoint=soc["name"], trg_keypoint=soc["name"])
+
+    cols = ["pair_id", "level", "kind", "src_keypoint", "trg_keypoint", "concept", "n_candidates"]
+    out = pd.concat([soc[cols], cc[cols]], ignore_index=True)
+    out["n_candidates"] = out["n_candidates"].astype(int)
+    out["geo"] = out["n_candidates"] >= 2
+    return out[["pair_id", "level", "kind", "src_keypoint", "trg_keypoint", "concept", "geo", "n_candidates"]]

@@ -1,0 +1,215 @@
+"""The feature cache: manifest, fp16 files, resumption after a failure, invalidation on spec change,
+clear errors for bad images and non-finite features, FeatureStore reads."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from PIL import Image
+
+from soco_pipeline.backbones import build_backbone, parse_spec, spec_hash
+from soco_pipeline.features import FeatureError, FeatureStore, extract_features, feature_dir
+from soco_pipeline.schemas import FeatureManifestSchema
+from soco_pipeline.storage import write_parquet_atomic
+
+SIFT = {
+    "kind": "classical",
+    "model": "sift",
+    "input": {"nearest_multiple": 32},
+    "normalisation": "raw",
+    "batch_size": 1,
+}
+
+
+@pytest.fixture
+def images(tmp_path) -> pd.DataFrame:
+    rng = np.random.default_rng(0)
+    rows = []
+    for i, (w, h) in enumerate([(40, 30), (24, 36), (32, 32), (50, 20), (30, 30)]):
+        uri = str(tmp_path / "img" / f"car_{i:04d}.png")
+        os.makedirs(os.path.dirname(uri), exist_ok=True)
+        Image.fromarray(rng.integers(0, 256, size=(h, w, 3), dtype=np.uint8)).save(uri)
+        rows.append({"image_id": f"car_{i:04d}", "uri": uri, "width": w, "height": h, "category": "car"})
+    return pd.DataFrame(rows)
+
+
+class Counting:
+    """Wraps a backbone's extract: counts images and optionally fails after `fail_after` of them."""
+
+    def __init__(self, backbone, fail_after: int | None = None):
+        self.backbone, self.fail_after, self.seen = backbone, fail_after, 0
+        self.inner = backbone.extract
+        backbone.extract = self
+
+    def __call__(self, imgs, recs):
+        if self.fail_after is not None and self.seen + len(imgs) > self.fail_after:
+            raise RuntimeError("injected failure")
+        self.seen += len(imgs)
+        return self.inner(imgs, recs)
+
+
+def mtimes(cache: str, manifest: pd.DataFrame) -> dict[str, int]:
+    return {r.image_id: os.stat(os.path.join(cache, r.path)).st_mtime_ns for r in manifest.itertuples()}
+
+
+def test_extract_writes_manifest_and_normalised_fp16_maps(tmp_path, images):
+    spec = parse_spec(SIFT, "sift_test")
+    cache = str(tmp_path / "cache")
+    logs: list[str] = []
+    manifest = extract_features(spec, images, cache, log=logs.append)
+    FeatureManifestSchema.validate(manifest)
+    assert list(manifest.image_id) == list(images.image_id)
+    assert (manifest.grid_h == 4).all() and (manifest.channels == 128).all() and (manifest.stride == 8).all()
+    assert any("images/s" in m and "ETA" in m for m in logs)
+    for r in manifest.itertuples():
+        path = os.path.join(cache, r.path)
+        assert r.path.startswith(f"sift_test/{spec_hash(spec)}/")
+        with open(path, "rb") as f:
+            assert hashlib.sha256(f.read()).hexdigest() == r.checksum
+        assert np.load(path).dtype == np.float16
+    store = FeatureStore(cache, "sift_test")
+    feats, meta = store.get("car_0001", verify=True)
+    assert feats.dtype == np.float32 and feats.shape == (128, 4, 4)
+    norms = np.linalg.norm(feats, axis=0)
+    assert np.all((np.abs(norms - 1) < 2e-3) | (norms == 0))
+    assert meta == {
+        "input_size": 32,
+        "stride": 8.0,
+        "grid_h": 4,
+        "grid_w": 4,
+        "channels": 128,
+        "width": 24,
+        "height": 36,
+    }
+    assert len(store.get_many(["car_0000", "car_0002"])) == 2 and "car_0004" in store and len(store) == 5
+    with pytest.raises(KeyError, match="no cached features"):
+        store.get("car_9999")
+
+
+def test_resume_after_failure_recomputes_only_missing(tmp_path, images):
+    spec = parse_spec(SIFT, "sift_test")
+    cache = str(tmp_path / "cache")
+    first = Counting(build_backbone(spec), fail_after=3)
+    with pytest.raises(RuntimeError, match="injected failure"):
+        extract_features(spec, images, cache, backbone=first.backbone)
+    assert first.seen == 3
+    partial = FeatureStore(cache, "sift_test").manifest  # flushed on the failure
+    assert sorted(partial.image_id) == ["car_0000", "car_0001", "car_0002"]
+    before = mtimes(cache, partial)
+
+    second = Counting(build_backbone(spec))
+    manifest = extract_features(spec, images, cache, backbone=second.backbone)
+    assert second.seen == 2  # only car_0003 and car_0004
+    assert len(manifest) == 5
+    after = mtimes(cache, manifest)
+    assert all(after[i] == before[i] for i in before)
+
+    # A corrupted file fails its checksum and is the only one recomputed.
+    path = os.path.join(cache, manifest.path.iloc[1])
+    with open(path, "r+b") as f:
+        f.seek(-4, os.SEEK_END)
+        f.write(b"\x00\x01\x02\x03")
+    third = Counting(build_backbone(spec))
+    extract_features(spec, images, cache, backbone=third.backbone)
+    assert third.seen == 1
+    FeatureStore(cache, "sift_test").get(manifest.image_id.iloc[1], verify=True)
+
+    # Nothing missing: the backbone is not even built.
+    fourth = Counting(build_backbone(spec))
+    extract_features(spec, images, cache, backbone=fourth.backbone)
+    assert fourth.seen == 0
+
+
+def test_spec_change_goes_to_a_new_folder(tmp_path, images):
+    cache = str(tmp_path / "cache")
+    spec_a = parse_spec(SIFT, "sift_test")
+    spec_b = parse_spec({**SIFT, "descriptor_size": 12}, "sift_test")
+    ma = extract_features(spec_a, images, cache)
+    before = mtimes(cache, ma)
+    mb = extract_features(spec_b, images, cache)
+    assert spec_hash(spec_a) != spec_hash(spec_b)
+    assert set(ma.path).isdisjoint(mb.path)
+    assert mtimes(cache, ma) == before
+    assert os.path.isdir(feature_dir(cache, "sift_test", spec_hash(spec_a)))
+    with pytest.raises(FileNotFoundError, match="2 cached spec versions"):
+        FeatureStore(cache, "sift_test")
+    fa, _ = FeatureStore.for_spec(cache, spec_a).get("car_0000")
+    fb, _ = FeatureStore.for_spec(cache, spec_b).get("car_0000")
+    assert not np.allclose(fa, fb)
+
+
+def test_missing_and_corrupt_images_are_named(tmp_path, images):
+    spec = parse_spec(SIFT, "sift_test")
+    cache = str(tmp_path / "cache")
+    gone = images.copy()
+    gone.loc[2, "uri"] = str(tmp_path / "nowhere.png")
+    with pytest.raises(FeatureError, match="car_0002.*nowhere.png.*does not exist"):
+        extract_features(spec, gone, cache)
+    with open(images.uri[3], "wb") as f:
+        f.write(b"not a png at all")
+    with pytest.raises(FeatureError, match="car_0003.*not a readable image"):
+        extract_features(spec, images, cache)
+    wrong = images.iloc[:1].assign(width=99)
+    with pytest.raises(FeatureError, match="car_0000.*record says 99x30"):
+        extract_features(spec, wrong, cache)
+    with pytest.raises(ValueError, match="lacks columns"):
+        extract_features(spec, images.drop(columns="uri"), cache)
+
+
+def test_non_finite_features_name_backbone_and_image(tmp_path, images):
+    spec = parse_spec(SIFT, "sift_test")
+    backbone = build_backbone(spec)
+    inner = backbone.extract
+    backbone.extract = lambda imgs, recs: [
+        f * torch.nan if r == "car_0001" else f for f, r in zip(inner(imgs, recs), recs.image_id, strict=True)
+    ]
+    with pytest.raises(FeatureError, match="backbone 'sift_test'.*NaN/inf.*'car_0001'"):
+        extract_features(spec, images, str(tmp_path / "cache"), backbone=backbone)
+
+
+def test_oracle_and_fsspec_memory_cache_root(tmp_path, images):
+    gt = pd.DataFrame(
+        {
+            "image_id": images.image_id,
+            "category": "car",
+            "keypoint": "vehicle_wheel_front_left_center",
+            "x": 5.0,
+            "y": 6.0,
+            "visible": True,
+            "part_id": 1,
+        }
+    )
+    write_parquet_atomic(gt, str(tmp_path / "ground_truth" / "keypoints.parquet"))
+    spec = parse_spec(
+        {
+            "kind": "oracle",
+            "model": "oracle_concept",
+            "input": {"nearest_multiple": 16},
+            "normalisation": "raw",
+            "batch_size": 2,
+        },
+        "oracle_concept",
+    )
+    cache = "memory://soco-test-cache"
+    # The Dagster layer passes a dict context; "auto" keeps the spec's device.
+    manifest = extract_features(
+        spec, images, cache, context={"embedded_root": str(tmp_path), "device": "auto"}
+    )
+    assert (manifest.grid_w == 4).all()
+    store = FeatureStore.from_manifest(cache, manifest)
+    feats, meta = store.get("car_0000", verify=True)
+    assert meta["input_size"] == 16 and feats.shape[1:] == (4, 4)
+    assert store.spec_hash == spec_hash(spec)
+    assert FeatureStore(cache, "oracle_concept").image_ids == list(images.image_id)
+    # A manifest reduced to the schema's columns (as a validating IO manager may store it) still works.
+    reduced = FeatureManifestSchema.validate(manifest.iloc[:2])
+    assert "spec_hash" not in reduced.columns
+    small = FeatureStore.from_manifest(cache, reduced)
+    assert small.image_ids == ["car_0000", "car_0001"]
+    again, _ = small.get("car_0000")
+    assert np.array_equal(again, feats) and again is not small.get("car_0000")[0]

@@ -1,0 +1,85 @@
+"""The filtered image set: every rejection has its reason, nothing disappears silently."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from soco_pipeline.imageset import build_image_set
+from soco_pipeline.schemas import ImageSchema
+from soco_pipeline.sources import SourceConfig, read_animal3d, read_imagenet3d
+from soco_pipeline.storage import join
+from soco_pipeline.taxonomy import load_taxonomy
+from tests.fixtures_data import animal_record, obj, write_animal3d, write_imagenet3d
+
+TAX = load_taxonomy()
+NAN = float("nan")
+
+CASES = {
+    "bus_0000": ({}, ""),
+    "bus_0001": ({"objects": [obj(), obj(bbox=(0, 0, 8, 8))]}, "crowded"),
+    "bus_0002": ({"objects": [obj(dense="dense_yes")]}, "crowded"),
+    "bus_0003": ({"objects": [obj(status="bad")]}, "bad_status"),
+    "bus_0004": ({"objects": [obj(status="barely")]}, "bad_status"),
+    "bus_0005": ({"objects": [obj(bbox=(0, 0, 10, 10))]}, "too_small"),  # 100 / 3072 < 5%
+    "bus_0006": ({"objects": [obj(azimuth=NAN)]}, "invalid_pose"),
+    "bus_0007": ({"image": "missing"}, "missing_image"),
+    "bus_0008": ({"image": "corrupt"}, "corrupt_image"),
+    "bus_0009": ({"objects": []}, "invalid_pose"),  # no object, hence no pose
+    "unicorn_0000": ({}, "unknown_category"),
+}
+
+
+@pytest.fixture
+def candidates(tmp_path):
+    items = [{"image_id": i, "category": i.split("_")[0], **spec} for i, (spec, _) in CASES.items()]
+    write_imagenet3d(str(tmp_path / "in3d"), items)
+    write_animal3d(
+        str(tmp_path / "a3d"),
+        [
+            animal_record("dog_0000"),
+            animal_record("dog_0001", keypoints=[[1.0, 1.0, 0.0]] * 26),  # all invisible
+            animal_record("dog_0002", keypoints=[[1.0, 1.0, 1.0]] * 17),  # not 26x3
+            animal_record("dog_0003", bbox=(0, 0, 3, 3)),
+        ],
+    )
+    return pd.concat(
+        [read_imagenet3d(str(tmp_path / "in3d")), read_animal3d(str(tmp_path / "a3d"), TAX)[0]],
+        ignore_index=True,
+    )
+
+
+def test_reasons_and_nothing_disappears(candidates):
+    kept, rejected = build_image_set(candidates, SourceConfig(), TAX)
+    expected = {i: r for i, (_, r) in CASES.items() if r} | {
+        "dog_0001": "invalid_keypoints",
+        "dog_0002": "invalid_keypoints",
+        "dog_0003": "too_small",
+    }
+    assert dict(zip(rejected.image_id, rejected.reason, strict=True)) == expected
+    assert sorted(kept.image_id) == ["bus_0000", "dog_0000"]
+    assert len(kept) + len(rejected) == len(candidates)
+    ImageSchema.validate(kept)
+    bus = kept.set_index("image_id").loc["bus_0000"]
+    assert bus.supercategory == "transportation" and bus.uri.endswith("images/bus/bus_0000.JPEG")
+    assert (bus.width, bus.height) == (64, 48)
+
+
+def test_min_bbox_fraction_and_category_selection(candidates):
+    kept, rejected = build_image_set(candidates, SourceConfig(min_bbox_fraction=0.9), TAX)
+    assert kept.empty and set(rejected.reason) >= {"too_small"}
+    kept, rejected = build_image_set(candidates, SourceConfig(categories=("dog",)), TAX)
+    assert set(kept.category) | set(rejected.category) == {"dog"}
+
+
+def test_duplicate_ids_raise(candidates):
+    with pytest.raises(ValueError, match="duplicate image ids.*bus_0000"):
+        build_image_set(pd.concat([candidates, candidates.iloc[:1]]), SourceConfig(), TAX)
+
+
+def test_memory_filesystem_and_size_from_header():
+    root = "memory://imageset-test"
+    write_imagenet3d(join(root, "in3d"), [{"image_id": "car_0000", "category": "car", "w": 80, "h": 60}])
+    cands = read_imagenet3d(join(root, "in3d")).assign(width=NAN, height=NAN)
+    kept, rejected = build_image_set(cands, SourceConfig(), TAX)
+    assert rejected.empty and (kept.width.item(), kept.height.item()) == (80, 60)
