@@ -223,6 +223,7 @@ class PredictionSchema(pa.DataFrameModel):
     pred_x: Series[float]
     pred_y: Series[float]
     similarity: Series[float]
+    input_size: Series[int] = pa.Field(gt=0)
 
     class Config:
         strict = "filter"

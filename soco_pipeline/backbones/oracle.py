@@ -69,6 +69,13 @@ class OracleBackbone(Backbone):
         taxonomy = taxonomy or load_taxonomy()
         self.channel_of = oracle_channels(taxonomy, spec.model)
         self.n_semantic = len(taxonomy.keypoints) if spec.model == "oracle_part" else len(taxonomy.concepts)
+        # Optional weaker concept channels (part oracle): when the exact keypoint is not visible in the
+        # target, the same-concept instances still beat the background, so CC stays ~100 as well.
+        self.concept_weight = float(spec.opt("concept_weight"))
+        self.concept_of = oracle_channels(taxonomy, "oracle_concept")
+        if self.concept_weight > 0:
+            self.channel_of_concept = {k: self.n_semantic + c for k, c in self.concept_of.items()}
+            self.n_semantic += len(taxonomy.concepts)
         if not self.context.data_root:
             raise OracleError(
                 f"backbone {spec.name!r}: oracle backbones only work on the embedded data set; pass its "
@@ -124,6 +131,14 @@ class OracleBackbone(Backbone):
                 flat.scatter_reduce_(
                     0, ch.view(-1, 1).expand(-1, n * n), bumps.view(-1, n * n), reduce="amax"
                 )
+                if self.concept_weight > 0:
+                    cch = torch.tensor([self.channel_of_concept[k] for k in kps.keypoint], dtype=torch.long)
+                    flat.scatter_reduce_(
+                        0,
+                        cch.view(-1, 1).expand(-1, n * n),
+                        self.concept_weight * bumps.view(-1, n * n),
+                        reduce="amax",
+                    )
             g = torch.Generator().manual_seed(image_seed(self.spec.seed, rec.image_id))
             noise = torch.randn(self.noise_channels, n, n, generator=g)
             out[b, self.n_semantic :] = noise * (self.noise / self.noise_channels**0.5)

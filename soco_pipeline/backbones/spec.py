@@ -72,6 +72,7 @@ KIND_FIELDS: dict[str, dict[str, tuple[type | tuple[type, ...], Any]]] = {
         "sigma": ((int, float), 0.5),
         "noise": ((int, float), 0.05),
         "noise_channels": (int, 8),
+        "concept_weight": ((int, float), 0.0),
     },
 }
 

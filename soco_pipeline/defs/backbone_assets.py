@@ -1,6 +1,5 @@
 """Per-backbone assets (dynamic partitions): feature cache -> predictions -> metrics; the leaderboard."""
 
-from __future__ import annotations
 
 from pathlib import Path
 
@@ -26,6 +25,13 @@ def spec_for(soco: SocoSettings, backbone: str):
             f"be recomputed; restore the file or delete the partition"
         )
     return load_spec(path)
+
+
+def matching_device(soco: SocoSettings) -> str:
+    """The torch device for matching: CUDA when present and asked for (auto), else CPU."""
+    from soco_pipeline.backbones.base import resolve_device
+
+    return str(resolve_device(soco.device))
 
 
 def protocol():
@@ -91,7 +97,7 @@ def predictions(
     backbone = context.partition_key
     store = FeatureStore.from_manifest(soco.settings().features_root, feature_manifest)
     df = predict(
-        image_pairs, correspondences, keypoints, image_set, store, protocol(), backbone, device=soco.device
+        image_pairs, correspondences, keypoints, image_set, store, protocol(), backbone, device=matching_device(soco)
     )
     context.add_output_metadata({"rows": len(df)})
     return df
@@ -110,6 +116,7 @@ def four_choice_predictions(
     four_choice: pd.DataFrame,
     keypoints: pd.DataFrame,
     image_set: pd.DataFrame,
+    image_pairs: pd.DataFrame,
 ) -> pd.DataFrame:
     """The backbone's pick among the four options of each item, for every rotation of the options."""
     from soco_pipeline.features import FeatureStore
@@ -117,7 +124,14 @@ def four_choice_predictions(
 
     store = FeatureStore.from_manifest(soco.settings().features_root, feature_manifest)
     df = predict_four_choice(
-        four_choice, keypoints, image_set, store, protocol(), context.partition_key, device=soco.device
+        four_choice,
+        keypoints,
+        image_set,
+        store,
+        protocol(),
+        context.partition_key,
+        device=matching_device(soco),
+        image_pairs=image_pairs,
     )
     context.add_output_metadata({"rows": len(df)})
     return df
@@ -153,12 +167,13 @@ def metrics(
         protocol(),
     )
     fp = current_fingerprint(context.instance, soco.backbones_dir, context.partition_key)
-    headline = df[(df.scope == "all") & (df.reduction == "official") & ((df.alpha - 0.1).abs() < 1e-9)]
+    at_headline = ((df.alpha - 0.1).abs() < 1e-9) | df.alpha.isna()  # 4-choice rows have no alpha
+    headline = df[(df.scope == "all") & (df.reduction == "official") & at_headline]
     context.add_output_metadata(
         {
             "rows": len(df),
             "input_fingerprint": fp or "",
-            **{f"{r.metric}@0.1": round(float(r.value), 2) for r in headline.itertuples()},
+            **{r.metric: round(float(r.value), 2) for r in headline.itertuples()},
         }
     )
     return df

@@ -1,6 +1,5 @@
 """Blocking asset checks built on the pandera schemas and the tables' cross-table rules."""
 
-from __future__ import annotations
 
 import dagster as dg
 import pandas as pd

@@ -1,6 +1,5 @@
 """Data assets: sources -> filtered image set -> aggregated keypoints -> descriptions."""
 
-from __future__ import annotations
 
 import dagster as dg
 import pandas as pd
@@ -43,15 +42,25 @@ def embedded_dataset(context: dg.AssetExecutionContext, soco: SocoSettings) -> d
     """
     if soco.source != "embedded":
         return dg.MaterializeResult(metadata={"skipped": f"source is {soco.source}"})
-    from soco_pipeline.synth import ensure_dataset
+    from soco_pipeline.embedded import ensure_dataset
 
     settings = soco.settings()
-    manifest = ensure_dataset(settings.embedded_root, size=settings.dataset_size, seed=settings.seed)
-    counts = manifest.get("counts", {})
-    context.log.info(f"embedded data set at {settings.embedded_root}: {counts}")
+    manifest = ensure_dataset(
+        settings.embedded_root,
+        size=settings.dataset_size,
+        seed=settings.seed,
+        categories=list(settings.categories) if settings.categories else None,
+        images_per_category=settings.images_per_category,
+    )
+    counts = manifest["counts"]
+    context.log.info(f"embedded data set at {settings.embedded_root}: {counts['kept']} kept images")
     return dg.MaterializeResult(
-        metadata={"root": dg.MetadataValue.path(settings.embedded_root), **{k: v for k, v in counts.items()}},
-        data_version=dg.DataVersion(str(manifest.get("fingerprint", manifest.get("seed")))),
+        metadata={
+            "root": dg.MetadataValue.path(settings.embedded_root),
+            **{k: counts[k] for k in ("images", "kept", "rejected", "keypoints", "clicks")},
+            "categories": len(manifest["categories"]),
+            "click_noise": dg.MetadataValue.json(manifest.get("click_noise", {})),
+        },
     )
 
 

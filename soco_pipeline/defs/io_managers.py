@@ -1,6 +1,5 @@
 """Parquet IO manager over fsspec paths, with atomic writes."""
 
-from __future__ import annotations
 
 import dagster as dg
 import pandas as pd

@@ -1,6 +1,5 @@
 """Pair assets: image pairs (intra, cross), keypoint-level correspondences, four-choice items."""
 
-from __future__ import annotations
 
 import dagster as dg
 import pandas as pd
@@ -57,13 +56,15 @@ def correspondences(context: dg.AssetExecutionContext, image_pairs: pd.DataFrame
     """Keypoint-level CC and SOC matches of every pair, with the SOC-geo flag."""
     from soco_pipeline.pairs import build_correspondences, check_correspondences, pair_counts
 
-    corr = build_correspondences(image_pairs, keypoints, load_taxonomy())
-    df = corr.to_pandas() if hasattr(corr, "to_pandas") else corr
-    counts = pair_counts(image_pairs, df)
+    taxonomy = load_taxonomy()
+    table = build_correspondences(image_pairs, keypoints, taxonomy)
+    counts = pair_counts(image_pairs, table)
     yield dg.Output(
-        df, metadata={"rows": len(df), "counts": dg.MetadataValue.md(counts.to_markdown(index=False))}
+        table, metadata={"rows": table.num_rows, "counts": dg.MetadataValue.md(counts.to_markdown(index=False))}
     )
-    problems = check_correspondences(df, image_pairs, keypoints)
+    # The full table has millions of rows at full scale: the vectorized checks of the pairs module
+    # replace a row-wise pandera validation (same rules: kinds, keypoints visible, counts, geo flags).
+    problems = check_correspondences(table, image_pairs, keypoints, taxonomy)
     yield dg.AssetCheckResult(
         asset_key="correspondences",
         check_name="schema",
@@ -87,6 +88,6 @@ def four_choice(
     """Four-choice items: per evaluated SOC correspondence, the right target point and three distractors."""
     from soco_pipeline.four_choice import build_four_choice
 
-    items = build_four_choice(image_pairs, correspondences, keypoints, seed=soco.seed)
+    items = build_four_choice(image_pairs, correspondences, keypoints, seed=soco.seed, taxonomy=load_taxonomy())
     yield dg.Output(items, metadata={"rows": len(items)})
     yield schema_check(items, schemas.FourChoiceSchema, "four_choice")

@@ -1,6 +1,5 @@
 """A backbone's input fingerprint as seen from the Dagster instance (for the schedule and metrics)."""
 
-from __future__ import annotations
 
 from pathlib import Path
 
@@ -13,8 +12,8 @@ def data_versions(instance: dg.DagsterInstance) -> dict[str, str]:
     """The storage id of the latest materialization of each data table a backbone reads."""
     out = {}
     for name in DATA_ASSETS:
-        event = instance.get_latest_materialization_event(dg.AssetKey(name))
-        out[name] = str(event.storage_id) if event is not None else "missing"
+        records = instance.fetch_materializations(dg.AssetKey(name), limit=1).records
+        out[name] = str(records[0].storage_id) if records else "missing"
     return out
 
 
