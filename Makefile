@@ -27,7 +27,7 @@ demo: install $(DAGSTER_HOME)/dagster.yaml
 
 test: install
 	$(VENV)/bin/ruff check soco_pipeline tests benchmarks
-	$(PY) -m pytest
+	$(PY) -m pytest -q --durations=15
 
 lint: install
 	$(VENV)/bin/ruff check soco_pipeline tests benchmarks

@@ -37,13 +37,13 @@ def scan_specs(folder: Path) -> tuple[dict[str, str], dict[str, str]]:
     return valid, invalid
 
 
-def fingerprint(spec_path: Path, data_versions: dict[str, str]) -> str:
+def fingerprint(spec_path: Path, data_versions: dict[str, str], protocol_path: str | None = None) -> str:
     """Hash of everything a backbone's metrics depend on."""
     from soco_pipeline.protocol import load_protocol
 
     payload = {
         "spec": file_hash(spec_path),
-        "protocol": load_protocol().version_hash(),
+        "protocol": load_protocol(protocol_path).version_hash(),
         "code": CODE_VERSION,
         "data": dict(sorted(data_versions.items())),
     }

@@ -25,7 +25,9 @@ PER_BACKBONE = dg.AssetSelection.assets(
 SUMMARY = dg.AssetSelection.assets("leaderboard", "results_database")
 
 
-def _materialize(defs: dg.Definitions, instance: dg.DagsterInstance, selection, partition_key=None) -> float:
+def _materialize(
+    defs: dg.Definitions, instance: dg.DagsterInstance, selection, partition_key=None, log_level="WARNING"
+) -> float:
     t0 = time.perf_counter()
     result = dg.materialize(
         list(defs.assets),
@@ -34,6 +36,7 @@ def _materialize(defs: dg.Definitions, instance: dg.DagsterInstance, selection, 
         resources=defs.resources,
         partition_key=partition_key,
         raise_on_error=True,
+        run_config={"loggers": {"console": {"config": {"log_level": log_level}}}},
         tags={"soco/source": "make demo"},
     )
     assert result.success

@@ -133,7 +133,7 @@ def official_mean(scores: pd.DataFrame) -> float:
     """Official reduction (pair -> pair group -> mean) of a per-keypoint `score` column, in 0-100."""
     if scores.empty:
         return float("nan")
-    pair = scores.groupby(["pair_group", "pair_id"])["score"].mean()
+    pair = scores.groupby(["pair_group", "pair_id"], observed=True)["score"].mean()
     return 100.0 * float(pair.groupby(level=0).mean().mean())
 
 
@@ -206,7 +206,7 @@ def pck_keypoints(
             continue
         s = _score_rows(rows, preds, keypoints, images, protocol, metric)
         if metric == "cc":  # the nearest target of the concept's CC group
-            s = s.groupby(["backbone", "pair_id", "src_keypoint"], as_index=False, sort=False).agg(
+            s = s.groupby(["backbone", "pair_id", "src_keypoint"], as_index=False, sort=False, observed=True).agg(
                 pair_group=("pair_group", "first"), err=("err", "min"), radius=("radius", "first")
             )
         ok = _correct(s["err"].to_numpy(), s["radius"].to_numpy(), alphas, protocol)
@@ -371,7 +371,7 @@ def expected_concept_oracle_soc(
     cand = _target_xy(keypoints, trg, c["cand"].to_numpy())
     radius = _image_info(images, trg)["bbox"].to_numpy()
     c["score"] = np.hypot(*(cand - true).T) < alpha * radius
-    per = c.groupby(["pair_group", "pair_id", "src_keypoint"], as_index=False)["score"].mean()
+    per = c.groupby(["pair_group", "pair_id", "src_keypoint"], as_index=False, observed=True)["score"].mean()
     return official_mean(per)
 
 
@@ -429,7 +429,7 @@ def random_feature_chance(
         r = c["row"].to_numpy()
         px = np.stack([cu[c["cell"]], cv[c["cell"]]], 1) * side[r, None]
         c["score"] = np.hypot(*(px - gt[r]).T) < thr[r]
-        per = c.groupby(["pair_group", "pair_id", "src_keypoint"], as_index=False)["score"].mean()
+        per = c.groupby(["pair_group", "pair_id", "src_keypoint"], as_index=False, observed=True)["score"].mean()
         return official_mean(per)
 
     hits = np.zeros((len(rows), h * w), dtype=bool)

@@ -26,7 +26,6 @@ BACKBONE_ASSETS = ["feature_manifest", "predictions", "four_choice_predictions",
 backbone_job = dg.define_asset_job(
     "evaluate_backbone",
     selection=dg.AssetSelection.assets(*BACKBONE_ASSETS),
-    partitions_def=backbones_partitions,
     description="Features, predictions and metrics of one backbone partition.",
 )
 
@@ -66,7 +65,7 @@ def reevaluate_schedule(context: dg.ScheduleEvaluationContext, soco: SocoSetting
     """Request a run for each backbone whose inputs changed since its last metrics; skip otherwise."""
     requests = []
     for backbone in sorted(context.instance.get_dynamic_partitions(backbones_partitions.name)):
-        now = current_fingerprint(context.instance, soco.backbones_dir, backbone)
+        now = current_fingerprint(context.instance, soco, backbone)
         if now is not None and now != recorded_fingerprint(context.instance, backbone):
             requests.append(dg.RunRequest(run_key=f"{backbone}:{now}", partition_key=backbone))
     return requests or dg.SkipReason("every backbone is up to date")

@@ -34,11 +34,11 @@ def matching_device(soco: SocoSettings) -> str:
     return str(resolve_device(soco.device))
 
 
-def protocol():
-    """The evaluation protocol config (assets/protocol.yaml)."""
+def protocol(soco: SocoSettings):
+    """The evaluation protocol config (assets/protocol.yaml unless the resource names another)."""
     from soco_pipeline.protocol import load_protocol
 
-    return load_protocol()
+    return load_protocol(soco.protocol_path)
 
 
 @dg.asset(
@@ -71,7 +71,6 @@ def feature_manifest(
     return dg.Output(
         manifest,
         metadata={"rows": len(manifest), "spec_hash": spec_hash(spec), "kind": spec.kind},
-        data_version=dg.DataVersion(spec_hash(spec)),
     )
 
 
@@ -97,7 +96,7 @@ def predictions(
     backbone = context.partition_key
     store = FeatureStore.from_manifest(soco.settings().features_root, feature_manifest)
     df = predict(
-        image_pairs, correspondences, keypoints, image_set, store, protocol(), backbone, device=matching_device(soco)
+        image_pairs, correspondences, keypoints, image_set, store, protocol(soco), backbone, device=matching_device(soco)
     )
     context.add_output_metadata({"rows": len(df)})
     return df
@@ -128,7 +127,7 @@ def four_choice_predictions(
         keypoints,
         image_set,
         store,
-        protocol(),
+        protocol(soco),
         context.partition_key,
         device=matching_device(soco),
         image_pairs=image_pairs,
@@ -164,9 +163,9 @@ def metrics(
         image_set,
         image_pairs,
         load_taxonomy(),
-        protocol(),
+        protocol(soco),
     )
-    fp = current_fingerprint(context.instance, soco.backbones_dir, context.partition_key)
+    fp = current_fingerprint(context.instance, soco, context.partition_key)
     at_headline = ((df.alpha - 0.1).abs() < 1e-9) | df.alpha.isna()  # 4-choice rows have no alpha
     headline = df[(df.scope == "all") & (df.reduction == "official") & at_headline]
     context.add_output_metadata(

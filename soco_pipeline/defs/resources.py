@@ -37,6 +37,9 @@ class SocoSettings(dg.ConfigurableResource):
     cross_pairs_per_category: int = 200
     evaluate_all_pairs: bool = False
     device: str = Field(default="auto", description="auto | cpu | cuda")
+    protocol_path: str | None = Field(
+        default=None, description="evaluation protocol YAML (default: assets/protocol.yaml)"
+    )
 
     def settings(self) -> Settings:
         """The plain-Python settings object the core functions take."""

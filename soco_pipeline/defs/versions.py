@@ -6,6 +6,7 @@ from pathlib import Path
 import dagster as dg
 
 from soco_pipeline.backbone_fingerprint import DATA_ASSETS, fingerprint
+from soco_pipeline.defs.resources import SocoSettings
 
 
 def data_versions(instance: dg.DagsterInstance) -> dict[str, str]:
@@ -17,12 +18,12 @@ def data_versions(instance: dg.DagsterInstance) -> dict[str, str]:
     return out
 
 
-def current_fingerprint(instance: dg.DagsterInstance, backbones_dir: str, backbone: str) -> str | None:
+def current_fingerprint(instance: dg.DagsterInstance, soco: SocoSettings, backbone: str) -> str | None:
     """The fingerprint a fresh evaluation of `backbone` would record (None when its spec is gone)."""
-    path = Path(backbones_dir) / f"{backbone}.yaml"
+    path = Path(soco.backbones_dir) / f"{backbone}.yaml"
     if not path.exists():
         return None
-    return fingerprint(path, data_versions(instance))
+    return fingerprint(path, data_versions(instance), soco.protocol_path)
 
 
 def recorded_fingerprint(instance: dg.DagsterInstance, backbone: str) -> str | None:

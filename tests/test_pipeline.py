@@ -1,0 +1,208 @@
+"""The whole pipeline through Dagster on a small embedded data set: outputs, checks, theory, partitions.
+
+One module-scoped run materializes every asset for two oracle backbones on 6 categories × 6 images
+(in-process, ephemeral instance); the tests then inspect what it left behind and what Dagster would
+do next.
+"""
+
+import shutil
+from pathlib import Path
+
+import dagster as dg
+import numpy as np
+import pandas as pd
+import pytest
+
+from soco_pipeline import cli
+from soco_pipeline.defs.definitions import build_definitions
+from soco_pipeline.demo import run_demo
+from soco_pipeline.metrics import expected_concept_oracle_soc
+from soco_pipeline.storage import PROJECT_ROOT
+
+CATEGORIES = ["car", "bus", "tractor", "chair", "dog", "horse"]
+FIRST = ["oracle_part", "oracle_concept"]
+PER_BACKBONE = ["feature_manifest", "predictions", "four_choice_predictions", "metrics"]
+DATA_AND_PAIRS = [
+    "embedded_dataset", "source_images", "raw_keypoints", "image_set", "rejected_images", "keypoints",
+    "descriptions", "image_pairs", "correspondences", "four_choice",
+]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("pipeline")
+    backbones = tmp / "backbones"
+    backbones.mkdir()
+    for b in FIRST:
+        shutil.copy(PROJECT_ROOT / "assets" / "backbones" / f"{b}.yaml", backbones)
+    overrides = dict(
+        storage_root=str(tmp / "storage"),
+        backbones_dir=str(backbones),
+        categories=CATEGORIES,
+        images_per_category=6,
+    )
+    (tmp / "dagster_home").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp / "dagster_home")) as instance:
+        board = run_demo(instance=instance, **overrides)
+        yield {"tmp": tmp, "instance": instance, "board": board, "overrides": overrides, "backbones": backbones}
+
+
+def _tables(run) -> Path:
+    return Path(run["overrides"]["storage_root"]) / "tables"
+
+
+def _count(instance, key, partition=None) -> int:
+    f = dg.AssetRecordsFilter(asset_key=dg.AssetKey(key), asset_partitions=[partition] if partition else None)
+    return len(instance.fetch_materializations(f, limit=100).records)
+
+
+def test_definitions_load_with_groups_and_descriptions():
+    defs = build_definitions()
+    graph = defs.resolve_asset_graph()
+    groups = {graph.get(k).group_name for k in graph.get_all_asset_keys()}
+    assert groups == {"data", "pairs", "features", "evaluation"}
+    for key in graph.get_all_asset_keys():
+        assert graph.get(key).description, f"{key} has no description"
+    assert {s.name for s in defs.sensors} >= {"backbone_specs_sensor"}
+    assert {s.name for s in defs.schedules} == {"reevaluate_schedule"}
+
+
+def test_every_asset_and_blocking_check_materialized(run):
+    instance = run["instance"]
+    for key in DATA_AND_PAIRS + ["leaderboard", "results_database"]:
+        assert _count(instance, key) == 1, key
+    for b in FIRST:
+        for key in PER_BACKBONE:
+            assert _count(instance, key, b) == 1, (key, b)
+    for name in ["image_set", "rejected_images", "keypoints", "descriptions", "image_pairs", "correspondences"]:
+        evals = instance.event_log_storage.get_latest_asset_check_execution_by_key(
+            [dg.AssetCheckKey(dg.AssetKey(name), "schema")]
+        )
+        record = evals[dg.AssetCheckKey(dg.AssetKey(name), "schema")]
+        assert record.event.dagster_event.event_specific_data.passed, name
+    images = pd.read_parquet(_tables(run) / "image_set.parquet")
+    assert set(images.category) == set(CATEGORIES)
+    assert (images.groupby("category").size() == 6).all()
+    rejected = pd.read_parquet(_tables(run) / "rejected_images.parquet")
+    assert len(rejected) > 0 and rejected.reason.isin(
+        ["too_small", "crowded", "bad_status", "invalid_pose", "invalid_keypoints"]
+    ).all()
+
+
+def test_part_oracle_scores_near_100_everywhere(run):
+    row = run["board"].set_index("backbone").loc["oracle_part"]
+    for level in ["cc", "soc", "soc_geo", "cross_soc"]:
+        assert row[level] >= 98, (level, row[level])
+
+
+def test_concept_oracle_matches_its_theoretical_soc(run):
+    tables = _tables(run)
+    corr = pd.read_parquet(tables / "correspondences.parquet")
+    pairs = pd.read_parquet(tables / "image_pairs.parquet")
+    keypoints = pd.read_parquet(tables / "keypoints.parquet")
+    images = pd.read_parquet(tables / "image_set.parquet")
+    expected = expected_concept_oracle_soc(corr, pairs, keypoints, images, alpha=0.1)
+    expected_geo = expected_concept_oracle_soc(corr, pairs, keypoints, images, alpha=0.1, geo=True)
+    row = run["board"].set_index("backbone").loc["oracle_concept"]
+    assert row["cc"] >= 98
+    # SOC is what a uniform pick among the k visible same-concept targets scores (ties broken by the
+    # oracle's seeded noise), far below CC.
+    assert abs(row["soc"] - expected) < 6, (row["soc"], expected)
+    assert abs(row["soc_geo"] - expected_geo) < 6, (row["soc_geo"], expected_geo)
+    assert row["cc"] - row["soc"] > 20
+
+
+def test_results_database_and_cli(run, monkeypatch, capsys):
+    monkeypatch.setenv("SOCO_STORAGE", run["overrides"]["storage_root"])
+    assert cli.main(["sql", "select backbone, soc from leaderboard order by backbone"]) == 0
+    out = capsys.readouterr().out
+    assert "oracle_part" in out and "oracle_concept" in out
+    sql = "select count(*) as n from predictions p join pairs using (pair_id) where p.mode = 'free'"
+    assert cli.main(["sql", sql]) == 0
+    assert int(capsys.readouterr().out.split()[-1]) > 0
+    assert cli.main(["sql", "select * from no_such_table"]) == 2
+    assert "available tables" in capsys.readouterr().err
+    assert cli.main(["sql", "selec 1"]) == 2
+    assert "SQL error" in capsys.readouterr().err
+    monkeypatch.setenv("SOCO_STORAGE", str(run["tmp"] / "nothing_here"))
+    assert cli.main(["leaderboard"]) == 2
+    assert "make demo" in capsys.readouterr().err
+
+
+def test_rescoring_with_another_alpha_runs_no_backbone(run, tmp_path, monkeypatch):
+    from soco_pipeline.backbones import base
+
+    def no_forward(*args, **kwargs):
+        raise AssertionError("re-scoring must not run a backbone")
+
+    monkeypatch.setattr(base.Backbone, "extract", no_forward)
+    text = (PROJECT_ROOT / "assets" / "protocol.yaml").read_text()
+    assert "alphas: [0.05, 0.1, 0.15]" in text
+    protocol = tmp_path / "protocol.yaml"
+    protocol.write_text(text.replace("alphas: [0.05, 0.1, 0.15]", "alphas: [0.05, 0.1, 0.15, 0.2]"))
+    defs = build_definitions(**run["overrides"], protocol_path=str(protocol))
+    result = dg.materialize(
+        list(defs.assets), selection=dg.AssetSelection.assets("metrics"), instance=run["instance"],
+        resources=defs.resources, partition_key="oracle_part",
+    )
+    assert result.success
+    metrics = pd.read_parquet(_tables(run) / "metrics" / "oracle_part.parquet")
+    assert np.isclose(metrics.alpha.dropna().unique(), 0.2).any()
+    # Back to the default protocol for the other tests.
+    defs = build_definitions(**run["overrides"])
+    assert dg.materialize(
+        list(defs.assets), selection=dg.AssetSelection.assets("metrics"), instance=run["instance"],
+        resources=defs.resources, partition_key="oracle_part",
+    ).success
+
+
+def test_adding_a_backbone_materializes_only_its_partition(run):
+    instance, backbones = run["instance"], run["backbones"]
+    shutil.copy(PROJECT_ROOT / "assets" / "backbones" / "dense_sift.yaml", backbones)
+    defs = build_definitions(**run["overrides"])
+    before = {(k, b): _count(instance, k, b) for k in PER_BACKBONE for b in FIRST}
+    before_data = {k: _count(instance, k) for k in DATA_AND_PAIRS}
+
+    # The automation daemon's tick before the new spec lands: nothing to do.
+    tick = dg.evaluate_automation_conditions(defs=defs, instance=instance)
+    assert tick.total_requested == 0
+    # The sensor adds exactly the new partition; a second tick adds nothing.
+    sensor = defs.get_sensor_def("backbone_specs_sensor")
+    resources = {"soco": defs.resources["soco"]}
+    result = sensor(dg.build_sensor_context(instance=instance, definitions=defs, resources=resources))
+    assert [r.partition_keys for r in result.dynamic_partitions_requests] == [["dense_sift"]]
+    instance.add_dynamic_partitions("backbones", ["dense_sift"])
+    again = sensor(
+        dg.build_sensor_context(instance=instance, definitions=defs, cursor=result.cursor, resources=resources)
+    )
+    assert not again.dynamic_partitions_requests and not again.run_requests
+
+    # The eager automation condition requests the new partition's assets only (and the summaries).
+    evaluation = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=tick.cursor)
+    for key in DATA_AND_PAIRS:
+        assert evaluation.get_num_requested(dg.AssetKey(key)) == 0, key
+    assert evaluation.get_requested_partitions(dg.AssetKey("feature_manifest")) == {"dense_sift"}
+    dg.materialize(
+        list(defs.assets), selection=dg.AssetSelection.assets(*PER_BACKBONE), instance=instance,
+        resources=defs.resources, partition_key="dense_sift",
+    )
+    assert _count(instance, "metrics", "dense_sift") == 1
+    assert before == {(k, b): _count(instance, k, b) for k in PER_BACKBONE for b in FIRST}
+    assert before_data == {k: _count(instance, k) for k in DATA_AND_PAIRS}
+
+
+def test_schedule_skips_when_nothing_changed_and_runs_a_changed_spec(run):
+    instance = run["instance"]
+    defs = build_definitions(**run["overrides"])
+    schedule = defs.get_schedule_def("reevaluate_schedule")
+    resources = {"soco": defs.resources["soco"]}
+    first = schedule(dg.build_schedule_context(instance=instance, resources=resources))
+    requested = set() if isinstance(first, dg.SkipReason) else {r.partition_key for r in first}
+    # Backbones evaluated after their last input change are up to date (dense_sift may have been
+    # added by another test: it is evaluated too, or requested if it never was).
+    assert not requested & set(FIRST), requested
+    spec = run["backbones"] / "oracle_concept.yaml"
+    spec.write_text(spec.read_text() + "\n# touched\n")
+    second = schedule(dg.build_schedule_context(instance=instance, resources=resources))
+    assert "oracle_concept" in {r.partition_key for r in second}
+    assert "oracle_part" not in {r.partition_key for r in second}
