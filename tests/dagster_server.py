@@ -72,8 +72,11 @@ class DagsterDev:
             raise RuntimeError(f"GraphQL errors: {body['errors']}")
         return body["data"]
 
-    def launch_assets(self, asset_keys: list[str], tags: dict[str, str] | None = None) -> str:
-        """Launch a materialization of the given assets as the UI's Materialize button does; return the run id."""
+    def launch_assets(
+        self, asset_keys: list[str], checks: list[tuple[str, str]] = (), tags: dict[str, str] | None = None
+    ) -> str:
+        """Launch a materialization of the given assets (and their (asset, check) checks) as the UI's
+        Materialize button does; return the run id."""
         query = """
         mutation Launch($params: ExecutionParams!) {
           launchPipelineExecution(executionParams: $params) {
@@ -90,7 +93,7 @@ class DagsterDev:
                 "repositoryName": "__repository__",
                 "pipelineName": "__ASSET_JOB",
                 "assetSelection": [{"path": [k]} for k in asset_keys],
-                "assetCheckSelection": [],
+                "assetCheckSelection": [{"assetKey": {"path": [a]}, "name": n} for a, n in checks],
             },
             "mode": "default",
             "executionMetadata": {"tags": [{"key": k, "value": v} for k, v in (tags or {}).items()]},

@@ -64,7 +64,8 @@ def test_launch_sensor_automation_and_ui(server):
         time.sleep(2)
     assert set(instance.get_dynamic_partitions("backbones")) == set(BACKBONES)
 
-    run_id = dev.launch_assets(DATA_ASSETS)
+    checked = ["image_set", "rejected_images", "keypoints", "descriptions", "image_pairs", "correspondences", "four_choice"]
+    run_id = dev.launch_assets(DATA_ASSETS, checks=[(a, "schema") for a in checked])
     assert dev.wait_run(run_id, timeout=600) == "SUCCESS"
     for name in ["image_set", "keypoints", "image_pairs", "correspondences"]:
         assert (storage / "tables" / f"{name}.parquet").stat().st_size > 0
@@ -94,8 +95,14 @@ def test_launch_sensor_automation_and_ui(server):
             args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
         )
         page = browser.new_page(viewport={"width": 1600, "height": 1000})
-        page.goto(f"{dev.url}/asset-groups", wait_until="networkidle")
+        # The asset graph of the evaluation group shows the leaderboard node.
+        page.goto(f"{dev.url}/locations/soco_pipeline/asset-groups/evaluation", wait_until="networkidle")
+        skip = page.get_by_role("button", name="Skip")  # a first-visit newsletter dialog
+        if skip.count():
+            skip.first.click()
         page.get_by_text("leaderboard", exact=True).first.wait_for(timeout=60_000)
+        page.screenshot(path=str(shot.with_name("ui_asset_graph.png")))
+        page.get_by_text("leaderboard", exact=True).first.click()
         page.goto(f"{dev.url}/assets/leaderboard", wait_until="networkidle")
         # The latest materialization's metadata: the markdown leaderboard rendered as a table.
         page.locator("table:has-text('oracle_part')").first.wait_for(timeout=60_000)

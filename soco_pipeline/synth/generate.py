@@ -196,8 +196,8 @@ def generate_dataset(root: str, size: str = "demo", seed: int = 0, categories: l
     storage.write_parquet_atomic(keypoints, storage.join(root, "ground_truth/keypoints.parquet"))
     storage.write_parquet_atomic(clicks_df, storage.join(root, "clicks/clicks.parquet"))
     storage.write_bytes_atomic(storage.join(root, "ground_truth/parts.json"), json_bytes(legend))
-    if animals:
-        storage.write_bytes_atomic(storage.join(root, "animal3d/annotations.json"), json_bytes({"data": animals}))
+    # Written even without animal categories ({"data": []}) so that the layout is always complete.
+    storage.write_bytes_atomic(storage.join(root, "animal3d/annotations.json"), json_bytes({"data": animals}))
     kept = images.intended_reject == ""
     manifest = {
         "size": size,
