@@ -48,6 +48,28 @@ def cmd_add_backbone(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_export_release(args: argparse.Namespace, settings: Settings) -> int:
+    """Write the materialized canonical tables in the official SOCO release layout."""
+    from soco_pipeline.export import export_soco_release
+    from soco_pipeline.storage import join, read_parquet
+    from soco_pipeline.taxonomy import load_taxonomy
+
+    names = {"images": "image_set", "keypoints": "keypoints", "image_pairs": "image_pairs"}
+    tables = {k: read_parquet(join(settings.tables_root, f"{v}.parquet")) for k, v in names.items()}
+    corr = read_parquet(join(settings.tables_root, "correspondences.parquet"))
+    counts = export_soco_release(
+        tables["images"],
+        tables["keypoints"],
+        tables["image_pairs"],
+        corr,
+        args.out,
+        load_taxonomy(),
+        overwrite=args.force,
+    )
+    print(f"wrote the SOCO release layout to {args.out}: {counts}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the `soco` command."""
     p = argparse.ArgumentParser(prog="soco", description=__doc__)
@@ -61,6 +83,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("spec")
     s.add_argument("--force", action="store_true", help="replace an existing spec of the same name")
     s.set_defaults(func=cmd_add_backbone)
+    s = sub.add_parser("export-release", help="write the tables in the official SOCO release layout")
+    s.add_argument("out", help="output folder (fsspec path)")
+    s.add_argument("--force", action="store_true", help="replace an existing output folder")
+    s.set_defaults(func=cmd_export_release)
     return p
 
 
@@ -72,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     except ResultsError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except ValueError as e:
+    except (ValueError, FileNotFoundError, FileExistsError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
 

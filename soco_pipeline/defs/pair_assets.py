@@ -1,8 +1,8 @@
 """Pair assets: image pairs (intra, cross), keypoint-level correspondences, four-choice items."""
 
-
 import dagster as dg
 import pandas as pd
+import pyarrow as pa
 
 from soco_pipeline import schemas
 from soco_pipeline.defs.checks import schema_check
@@ -21,6 +21,13 @@ def pair_config(soco: SocoSettings):
     return PairConfig(seed=soco.seed, intra_per_category=per_cat, cross_per_category=cross)
 
 
+def release_tables(soco: SocoSettings):
+    """The canonical tables of the configured SOCO release."""
+    from soco_pipeline.sources import read_soco_release
+
+    return read_soco_release(soco.soco_release_root, load_taxonomy())
+
+
 @dg.asset(
     group_name=GROUP,
     check_specs=[dg.AssetCheckSpec("schema", asset="image_pairs", blocking=True)],
@@ -33,7 +40,10 @@ def image_pairs(
     from soco_pipeline.pairs import build_image_pairs, check_image_pairs
 
     taxonomy = load_taxonomy()
-    pairs = build_image_pairs(image_set, keypoints, taxonomy, pair_config(soco))
+    if soco.source == "soco_release":  # the official pairs, as released
+        pairs = release_tables(soco).image_pairs
+    else:
+        pairs = build_image_pairs(image_set, keypoints, taxonomy, pair_config(soco))
     counts = pairs.groupby("level").agg(pairs=("pair_id", "size"), evaluated=("evaluated", "sum"))
     meta = {f"{lvl}/{col}": int(v) for lvl, row in counts.iterrows() for col, v in row.items()}
     yield dg.Output(pairs, metadata={"rows": len(pairs), **meta})
@@ -52,15 +62,21 @@ def image_pairs(
     check_specs=[dg.AssetCheckSpec("schema", asset="correspondences", blocking=True)],
     kinds={"duckdb"},
 )
-def correspondences(context: dg.AssetExecutionContext, image_pairs: pd.DataFrame, keypoints: pd.DataFrame):
+def correspondences(
+    context: dg.AssetExecutionContext, soco: SocoSettings, image_pairs: pd.DataFrame, keypoints: pd.DataFrame
+):
     """Keypoint-level CC and SOC matches of every pair, with the SOC-geo flag."""
     from soco_pipeline.pairs import build_correspondences, check_correspondences, pair_counts
 
     taxonomy = load_taxonomy()
-    table = build_correspondences(image_pairs, keypoints, taxonomy)
+    if soco.source == "soco_release":  # the release's semantic_overlap and concept_matches
+        table = pa.Table.from_pandas(release_tables(soco).correspondences, preserve_index=False)
+    else:
+        table = build_correspondences(image_pairs, keypoints, taxonomy)
     counts = pair_counts(image_pairs, table)
     yield dg.Output(
-        table, metadata={"rows": table.num_rows, "counts": dg.MetadataValue.md(counts.to_markdown(index=False))}
+        table,
+        metadata={"rows": table.num_rows, "counts": dg.MetadataValue.md(counts.to_markdown(index=False))},
     )
     # The full table has millions of rows at full scale: the vectorized checks of the pairs module
     # replace a row-wise pandera validation (same rules: kinds, keypoints visible, counts, geo flags).
@@ -88,6 +104,8 @@ def four_choice(
     """Four-choice items: per evaluated SOC correspondence, the right target point and three distractors."""
     from soco_pipeline.four_choice import build_four_choice
 
-    items = build_four_choice(image_pairs, correspondences, keypoints, seed=soco.seed, taxonomy=load_taxonomy())
+    items = build_four_choice(
+        image_pairs, correspondences, keypoints, seed=soco.seed, taxonomy=load_taxonomy()
+    )
     yield dg.Output(items, metadata={"rows": len(items)})
     yield schema_check(items, schemas.FourChoiceSchema, "four_choice")
