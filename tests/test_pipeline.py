@@ -246,3 +246,24 @@ def test_official_release_layout_round_trips_through_the_pipeline(run, monkeypat
     joined = m_ours.merge(m_theirs, on=key, suffixes=("_ours", "_release"))
     assert len(joined) == len(m_ours)
     assert np.allclose(joined.value_ours, joined.value_release)
+
+
+def test_deleted_spec_keeps_its_results_marked_stale(run):
+    instance, spec = run["instance"], run["backbones"] / "oracle_concept.yaml"
+    saved = spec.read_text()
+    spec.unlink()
+    try:
+        defs = build_definitions(**run["overrides"])
+        sensor = defs.get_sensor_def("backbone_specs_sensor")
+        ctx = dg.build_sensor_context(instance=instance, definitions=defs, resources={"soco": defs.resources["soco"]})
+        result = sensor(ctx)
+        assert not result.run_requests
+        assert "oracle_concept" in instance.get_dynamic_partitions("backbones")
+        assert dg.materialize(list(defs.assets), selection=dg.AssetSelection.assets("leaderboard", "results_database"),
+                              instance=instance, resources=defs.resources).success
+        board = pd.read_parquet(_tables(run) / "leaderboard.parquet").set_index("backbone")
+        assert not board.loc["oracle_concept", "spec_present"]
+        assert board.loc["oracle_part", "spec_present"]
+        assert (_tables(run) / "metrics" / "oracle_concept.parquet").exists()
+    finally:
+        spec.write_text(saved)

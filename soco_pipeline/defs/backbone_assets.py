@@ -34,6 +34,13 @@ def matching_device(soco: SocoSettings) -> str:
     return str(resolve_device(soco.device))
 
 
+def feature_store(soco: SocoSettings, manifest: pd.DataFrame):
+    """Read access to a backbone's cached feature maps, as listed by its manifest."""
+    from soco_pipeline.features import FeatureStore
+
+    return FeatureStore.from_manifest(soco.settings().features_root, manifest)
+
+
 def protocol(soco: SocoSettings):
     """The evaluation protocol config (assets/protocol.yaml unless the resource names another)."""
     from soco_pipeline.protocol import load_protocol
@@ -90,11 +97,10 @@ def predictions(
     image_set: pd.DataFrame,
 ) -> pd.DataFrame:
     """Zero-shot nearest-neighbour predictions (free and SOC-geo) in target-image pixels."""
-    from soco_pipeline.features import FeatureStore
     from soco_pipeline.matching import predict
 
     backbone = context.partition_key
-    store = FeatureStore.from_manifest(soco.settings().features_root, feature_manifest)
+    store = feature_store(soco, feature_manifest)
     df = predict(
         image_pairs, correspondences, keypoints, image_set, store, protocol(soco), backbone, device=matching_device(soco)
     )
@@ -118,10 +124,9 @@ def four_choice_predictions(
     image_pairs: pd.DataFrame,
 ) -> pd.DataFrame:
     """The backbone's pick among the four options of each item, for every rotation of the options."""
-    from soco_pipeline.features import FeatureStore
     from soco_pipeline.matching import predict_four_choice
 
-    store = FeatureStore.from_manifest(soco.settings().features_root, feature_manifest)
+    store = feature_store(soco, feature_manifest)
     df = predict_four_choice(
         four_choice,
         keypoints,
