@@ -62,6 +62,11 @@ def refresh_views(db_path: str | Path, tables_root: str) -> list[str]:
                 f"CREATE OR REPLACE VIEW {view} AS SELECT * FROM read_parquet('{src_sql}', union_by_name=true)"
             )
             created.append(view)
+        if "pairs" in created:  # the evaluated sample (200 pairs per category by default)
+            con.execute("CREATE OR REPLACE VIEW eval_pairs AS SELECT * FROM pairs WHERE evaluated")
+            created.append("eval_pairs")
+        else:
+            con.execute("DROP VIEW IF EXISTS eval_pairs")
     return created
 
 

@@ -120,6 +120,8 @@ def test_results_database_and_cli(run, monkeypatch, capsys):
     sql = "select count(*) as n from predictions p join pairs using (pair_id) where p.mode = 'free'"
     assert cli.main(["sql", sql]) == 0
     assert int(capsys.readouterr().out.split()[-1]) > 0
+    assert cli.main(["sql", "select count(*) filter (where not evaluated) as n from eval_pairs"]) == 0
+    assert capsys.readouterr().out.split()[-1] == "0"
     assert cli.main(["sql", "select * from no_such_table"]) == 2
     assert "available tables" in capsys.readouterr().err
     assert cli.main(["sql", "selec 1"]) == 2
