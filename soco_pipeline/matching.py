@@ -79,7 +79,8 @@ def _dtype(protocol: ProtocolConfig) -> torch.dtype:
 
 def _load(store: FeatureStoreLike, image_id: str, backbone: str, device, dtype) -> tuple[torch.Tensor, int]:
     try:
-        arr, meta = store.get(image_id)
+        # The stored fp16 map when the store offers it (converted below in torch), else `get`.
+        arr, meta = getattr(store, "get_stored", store.get)(image_id)
     except KeyError:
         raise MatchingError(
             f"no features for image {image_id!r} of backbone {backbone!r}: materialize its feature cache "
