@@ -9,7 +9,6 @@
   versions of the data tables it reads) differs from the one its last metrics recorded.
 """
 
-
 import json
 import os
 from pathlib import Path

@@ -1,6 +1,5 @@
 """Per-backbone assets (dynamic partitions): feature cache -> predictions -> metrics; the leaderboard."""
 
-
 from pathlib import Path
 
 import dagster as dg
@@ -102,7 +101,14 @@ def predictions(
     backbone = context.partition_key
     store = feature_store(soco, feature_manifest)
     df = predict(
-        image_pairs, correspondences, keypoints, image_set, store, protocol(soco), backbone, device=matching_device(soco)
+        image_pairs,
+        correspondences,
+        keypoints,
+        image_set,
+        store,
+        protocol(soco),
+        backbone,
+        device=matching_device(soco),
     )
     context.add_output_metadata({"rows": len(df)})
     return df

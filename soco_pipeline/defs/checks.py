@@ -1,5 +1,6 @@
 """Blocking asset checks built on the pandera schemas and the tables' cross-table rules."""
 
+from collections.abc import Iterable
 
 import dagster as dg
 import pandas as pd
@@ -8,20 +9,36 @@ import pandera.pandas as pa
 from soco_pipeline.checks import table_problems
 
 
-def schema_check(
-    df: pd.DataFrame, schema: type[pa.DataFrameModel], asset: str, **related: pd.DataFrame
-) -> dg.AssetCheckResult:
-    """Validate `df` against its schema and cross-table rules; failing rows go to the metadata."""
-    problems: list[str] = []
-    try:
-        schema.validate(df, lazy=True)
-    except pa.errors.SchemaErrors as e:
-        fc = e.failure_cases
-        problems.extend(f"{r.check} on {r.column}: {r.failure_case!r}" for r in fc.head(20).itertuples())
-    problems.extend(table_problems(asset, df, **related))
+def check_result(asset: str, problems: Iterable[str]) -> dg.AssetCheckResult:
+    """The `schema` check of an asset: passed iff there are no problems; the first 20 go to the metadata."""
+    problems = list(problems)
     return dg.AssetCheckResult(
         asset_key=asset,
         check_name="schema",
         passed=not problems,
-        metadata={"problems": dg.MetadataValue.md("\n".join(f"- {p}" for p in problems[:20]) or "none")},
+        metadata={
+            "problems": dg.MetadataValue.md("\n".join(f"- {p}" for p in problems[:20]) or "none"),
+            "n_problems": len(problems),
+        },
     )
+
+
+def schema_problems(df: pd.DataFrame, schema: type[pa.DataFrameModel]) -> list[str]:
+    """Every failing pandera check of `df`, one line each (at most 20)."""
+    try:
+        schema.validate(df, lazy=True)
+    except pa.errors.SchemaErrors as e:
+        fc = e.failure_cases
+        return [f"{r.check} on {r.column}: {r.failure_case!r}" for r in fc.head(20).itertuples()]
+    return []
+
+
+def schema_check(
+    df: pd.DataFrame,
+    schema: type[pa.DataFrameModel],
+    asset: str,
+    extra: Iterable[str] = (),
+    **related: pd.DataFrame,
+) -> dg.AssetCheckResult:
+    """Validate `df` against its schema, its cross-table rules and any `extra` problems found by the caller."""
+    return check_result(asset, [*schema_problems(df, schema), *table_problems(asset, df, **related), *extra])

@@ -1,6 +1,5 @@
 """Data assets: sources -> filtered image set -> aggregated keypoints -> descriptions."""
 
-
 import dagster as dg
 import pandas as pd
 

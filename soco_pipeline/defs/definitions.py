@@ -1,6 +1,5 @@
 """The code location: every asset, check, sensor, schedule and resource of the SOCO pipeline."""
 
-
 import dagster as dg
 from dagster_duckdb import DuckDBResource
 

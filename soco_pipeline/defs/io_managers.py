@@ -1,6 +1,5 @@
 """Parquet IO manager over fsspec paths, with atomic writes."""
 
-
 import dagster as dg
 import pandas as pd
 import pyarrow as pa

@@ -5,7 +5,7 @@ import pandas as pd
 import pyarrow as pa
 
 from soco_pipeline import schemas
-from soco_pipeline.defs.checks import schema_check
+from soco_pipeline.defs.checks import check_result, schema_check
 from soco_pipeline.defs.resources import SocoSettings
 from soco_pipeline.taxonomy import load_taxonomy
 
@@ -31,7 +31,7 @@ def release_tables(soco: SocoSettings):
 @dg.asset(
     group_name=GROUP,
     check_specs=[dg.AssetCheckSpec("schema", asset="image_pairs", blocking=True)],
-    kinds={"duckdb"},
+    kinds={"pandas"},
 )
 def image_pairs(
     context: dg.AssetExecutionContext, soco: SocoSettings, image_set: pd.DataFrame, keypoints: pd.DataFrame
@@ -47,20 +47,15 @@ def image_pairs(
     counts = pairs.groupby("level").agg(pairs=("pair_id", "size"), evaluated=("evaluated", "sum"))
     meta = {f"{lvl}/{col}": int(v) for lvl, row in counts.iterrows() for col, v in row.items()}
     yield dg.Output(pairs, metadata={"rows": len(pairs), **meta})
-    check = schema_check(pairs, schemas.ImagePairSchema, "image_pairs")
-    problems = check_image_pairs(pairs, taxonomy)
-    yield dg.AssetCheckResult(
-        asset_key="image_pairs",
-        check_name="schema",
-        passed=check.passed and not problems,
-        metadata={**check.metadata, "pair_problems": dg.MetadataValue.md("\n".join(problems[:20]) or "none")},
+    yield schema_check(
+        pairs, schemas.ImagePairSchema, "image_pairs", extra=check_image_pairs(pairs, taxonomy, image_set)
     )
 
 
 @dg.asset(
     group_name=GROUP,
     check_specs=[dg.AssetCheckSpec("schema", asset="correspondences", blocking=True)],
-    kinds={"duckdb"},
+    kinds={"pyarrow"},
 )
 def correspondences(
     context: dg.AssetExecutionContext, soco: SocoSettings, image_pairs: pd.DataFrame, keypoints: pd.DataFrame
@@ -80,13 +75,7 @@ def correspondences(
     )
     # The full table has millions of rows at full scale: the vectorized checks of the pairs module
     # replace a row-wise pandera validation (same rules: kinds, keypoints visible, counts, geo flags).
-    problems = check_correspondences(table, image_pairs, keypoints, taxonomy)
-    yield dg.AssetCheckResult(
-        asset_key="correspondences",
-        check_name="schema",
-        passed=not problems,
-        metadata={"problems": dg.MetadataValue.md("\n".join(problems[:20]) or "none")},
-    )
+    yield check_result("correspondences", check_correspondences(table, image_pairs, keypoints, taxonomy))
 
 
 @dg.asset(

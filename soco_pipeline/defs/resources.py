@@ -1,6 +1,5 @@
 """Resources: where things live and which data source and settings a run uses."""
 
-
 import dagster as dg
 from pydantic import Field
 

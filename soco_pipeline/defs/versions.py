@@ -1,6 +1,5 @@
 """A backbone's input fingerprint as seen from the Dagster instance (for the schedule and metrics)."""
 
-
 from pathlib import Path
 
 import dagster as dg
