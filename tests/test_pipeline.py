@@ -269,3 +269,23 @@ def test_deleted_spec_keeps_its_results_marked_stale(run):
         assert (_tables(run) / "metrics" / "oracle_concept.parquet").exists()
     finally:
         spec.write_text(saved)
+
+
+def test_cli_add_backbone_validates_then_copies(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("SOCO_BACKBONES_DIR", str(tmp_path))
+    preset = PROJECT_ROOT / "assets" / "backbone_presets" / "dinov2_vitb14.yaml"
+    assert cli.main(["add-backbone", str(preset)]) == 0
+    assert (tmp_path / "dinov2_vitb14.yaml").read_text() == preset.read_text()
+    assert cli.main(["add-backbone", str(preset)]) == 2  # exists: needs --force
+    assert "--force" in capsys.readouterr().err
+    bad = tmp_path / "broken.yaml"
+    spec = (PROJECT_ROOT / "assets" / "backbones" / "vit_small_random.yaml").read_text()
+    assert "batch_size: 4" in spec
+    bad.write_text(spec.replace("batch_size: 4", "batch_size: -3"))
+    dest = tmp_path / "added"
+    dest.mkdir()
+    monkeypatch.setenv("SOCO_BACKBONES_DIR", str(dest))
+    assert cli.main(["add-backbone", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "batch_size" in err and "broken.yaml" in err
+    assert not list(dest.iterdir())
