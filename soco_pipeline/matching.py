@@ -94,15 +94,20 @@ def _load(store: FeatureStoreLike, image_id: str, backbone: str, device, dtype) 
     return (t if dtype is None else t.to(dtype)), int(meta["input_size"])
 
 
-def _lookup(keypoints: pd.DataFrame, image_ids: np.ndarray, names: np.ndarray, what: str) -> np.ndarray:
-    """x, y of (image, keypoint) rows; a clear error naming the first missing or invisible one."""
+def visible_keypoint_xy(
+    keypoints: pd.DataFrame,
+    image_ids: np.ndarray,
+    names: np.ndarray,
+    what: str,
+    error: type[Exception] = MatchingError,
+) -> np.ndarray:
+    """x, y of (image, keypoint) rows; `error` naming the first missing or invisible one."""
     kp = keypoints.set_index(["image_id", "keypoint"])[["x", "y", "visible"]]
-    idx = pd.MultiIndex.from_arrays([image_ids, names])
-    found = kp.reindex(idx)
-    bad = found["visible"].isna().to_numpy() | ~found["visible"].fillna(False).astype(bool).to_numpy()
+    found = kp.reindex(pd.MultiIndex.from_arrays([image_ids, names]))
+    bad = ~found["visible"].fillna(False).astype(bool).to_numpy()
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise MatchingError(
+        raise error(
             f"{what} keypoint {names[i]!r} of image {image_ids[i]!r} is missing or not visible in the keypoints "
             f"table ({int(bad.sum())} such rows): rebuild the correspondences from the current keypoints"
         )
@@ -126,7 +131,7 @@ def _source_descriptors(
     codes, uniq = pd.MultiIndex.from_frame(key).factorize()
     uimg = uniq.get_level_values(0).to_numpy()
     ukp = uniq.get_level_values(1).to_numpy()
-    xy = _lookup(keypoints, uimg, ukp, "source")
+    xy = visible_keypoint_xy(keypoints, uimg, ukp, "source")
     sizes = _sizes(images, uimg)
     order = np.argsort(uimg, kind="stable")
     starts = np.flatnonzero(np.r_[True, uimg[order][1:] != uimg[order][:-1]])
@@ -261,7 +266,7 @@ def predict(
             f"SOC-geo query ({q.pair_id!r}, {q.src_keypoint!r}) has no CC candidates in the correspondences: "
             f"rebuild correspondences so every geo SOC row has its CC group"
         )
-    cand_xy = _lookup(keypoints, cand["trg_image"].to_numpy(), cand["trg_keypoint"].to_numpy(), "candidate")
+    cand_xy = visible_keypoint_xy(keypoints, cand["trg_image"].to_numpy(), cand["trg_keypoint"].to_numpy(), "candidate")
     cand_sizes = _sizes(images, cand["trg_image"].to_numpy())
     geo_pos = np.full(len(queries), -1)
     geo_pos[geo_q] = np.arange(len(geo_q))  # query -> its row in the geo output
@@ -391,7 +396,7 @@ def predict_four_choice(
     n = len(items)
     trg = items["trg_image"].to_numpy()
     opt_names = items[_OPTIONS].to_numpy().reshape(-1)
-    opt_xy = _lookup(keypoints, np.repeat(trg, 4), opt_names, "4-choice option").reshape(n, 4, 2)
+    opt_xy = visible_keypoint_xy(keypoints, np.repeat(trg, 4), opt_names, "4-choice option").reshape(n, 4, 2)
     sizes = _sizes(images, trg)
     sims = np.zeros((n, 4))
     for image_id, rows in _group_slices(trg):

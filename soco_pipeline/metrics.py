@@ -14,7 +14,7 @@ import io
 import numpy as np
 import pandas as pd
 
-from soco_pipeline.matching import cells_of, to_unit
+from soco_pipeline.matching import cells_of, to_unit, visible_keypoint_xy
 from soco_pipeline.protocol import ProtocolConfig
 from soco_pipeline.storage import write_bytes_atomic
 from soco_pipeline.taxonomy import Taxonomy
@@ -51,16 +51,7 @@ def _image_info(images: pd.DataFrame, image_ids: np.ndarray) -> pd.DataFrame:
 
 
 def _target_xy(keypoints: pd.DataFrame, image_ids: np.ndarray, names: np.ndarray) -> np.ndarray:
-    kp = keypoints.set_index(["image_id", "keypoint"])[["x", "y", "visible"]]
-    found = kp.reindex(pd.MultiIndex.from_arrays([image_ids, names]))
-    bad = ~found["visible"].fillna(False).astype(bool).to_numpy()
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise MetricsError(
-            f"target keypoint {names[i]!r} of image {image_ids[i]!r} is missing or invisible in the keypoints "
-            f"table: rebuild the correspondences from the current keypoints"
-        )
-    return found[["x", "y"]].to_numpy(np.float64)
+    return visible_keypoint_xy(keypoints, image_ids, names, "target", MetricsError)
 
 
 def _gt_pixels(xy: np.ndarray, sizes: np.ndarray, input_size: np.ndarray, protocol: ProtocolConfig) -> np.ndarray:
