@@ -18,6 +18,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
+from soco_pipeline import half_matmul
 from soco_pipeline.preprocess import scale_keypoints, unit_to_pixels
 from soco_pipeline.protocol import ProtocolConfig
 
@@ -64,20 +65,36 @@ def cells_of(uv: np.ndarray, h: int, w: int) -> np.ndarray:
 def sample_descriptors(fmap: torch.Tensor, uv: torch.Tensor) -> torch.Tensor:
     """Bilinear descriptors (N x C, float32) of a C x h x w map at unit points (N x 2), as the official script.
 
-    Quirk copied on purpose: grid_sample(align_corners=True) at 2p - 1 puts p = 0 and p = 1 on the
-    centres of the first and last cells, not on the cell that contains p. (Gathering only the four
-    corner cells of an fp16 map was measured slower than converting the map: strided column reads.)
+    The official script calls grid_sample(align_corners=True) at 2p - 1, which puts p = 0 and p = 1 on the
+    centres of the first and last cells, not on the cell that contains p; that quirk is kept on purpose.
+    Only the four corner cells of each point are read and widened to float32 (same arithmetic as
+    grid_sample's bilinear kernel, zero padding), not the whole map.
     """
-    grid = (2.0 * uv.float() - 1.0).view(1, 1, -1, 2)
-    out = F.grid_sample(fmap[None].float(), grid, mode="bilinear", align_corners=True)
-    return out[0, :, 0, :].T
+    c, h, w = fmap.shape
+    g = 2.0 * uv.float() - 1.0  # the float32 grid grid_sample receives
+    x = (g[:, 0] + 1) / 2 * (w - 1)  # grid_sampler_compute_source_index with align_corners=True
+    y = (g[:, 1] + 1) / 2 * (h - 1)
+    x0, y0 = x.floor(), y.floor()
+    x1, y1 = x0 + 1, y0 + 1
+    xs = torch.stack([x0, x1, x0, x1], dim=1)  # corners nw, ne, sw, se
+    ys = torch.stack([y0, y0, y1, y1], dim=1)
+    weights = torch.stack([(x1 - x) * (y1 - y), (x - x0) * (y1 - y), (x1 - x) * (y - y0), (x - x0) * (y - y0)], dim=1)
+    weights = weights * ((xs >= 0) & (xs <= w - 1) & (ys >= 0) & (ys <= h - 1))
+    cells = (ys.clamp(0, h - 1) * w + xs.clamp(0, w - 1)).long().reshape(-1)
+    flat = fmap.reshape(c, h * w)
+    if flat.device.type == "cpu" and flat.dtype != torch.bfloat16:  # numpy's take along a row-major map is several times faster here
+        corners = torch.from_numpy(np.take(flat.numpy(), cells.numpy(), axis=1))
+    else:
+        corners = flat.index_select(1, cells)
+    return (corners.float().reshape(c, -1, 4) * weights[None]).sum(dim=2).T
 
 
 def _dtype(protocol: ProtocolConfig) -> torch.dtype:
     return getattr(torch, protocol.compute_dtype)
 
 
-def _load(store: FeatureStoreLike, image_id: str, backbone: str, device, dtype) -> tuple[torch.Tensor, int]:
+def _load(store: FeatureStoreLike, image_id: str, backbone: str, device) -> tuple[torch.Tensor, int]:
+    """The map as the store keeps it (fp16 for FeatureStore) on `device`, and its input size S."""
     try:
         # The stored fp16 map when the store offers it (converted below in torch), else `get`.
         arr, meta = getattr(store, "get_stored", store.get)(image_id)
@@ -90,8 +107,7 @@ def _load(store: FeatureStoreLike, image_id: str, backbone: str, device, dtype) 
         raise MatchingError(f"features of image {image_id!r} ({backbone}) have shape {arr.shape}; expected C x h x w")
     if "input_size" not in meta:
         raise MatchingError(f"features of image {image_id!r} ({backbone}) lack meta['input_size']; re-extract them")
-    t = torch.as_tensor(np.asarray(arr)).to(device=device)  # dtype None: keep the store's (sampling)
-    return (t if dtype is None else t.to(dtype)), int(meta["input_size"])
+    return torch.as_tensor(np.asarray(arr)).to(device=device), int(meta["input_size"])
 
 
 def visible_keypoint_xy(
@@ -138,7 +154,7 @@ def _source_descriptors(
     desc: torch.Tensor | None = None
     for a, b in zip(starts, np.r_[starts[1:], len(order)], strict=True):
         rows = order[a:b]
-        fmap, size = _load(store, uimg[rows[0]], backbone, device, None)
+        fmap, size = _load(store, uimg[rows[0]], backbone, device)
         if desc is None:
             desc = torch.empty((len(uimg), fmap.shape[0]), dtype=_dtype(protocol), device=device)
         elif fmap.shape[0] != desc.shape[1]:
@@ -147,6 +163,19 @@ def _source_descriptors(
         desc[torch.as_tensor(rows, device=device)] = sample_descriptors(fmap, uv).to(desc.dtype)
     assert desc is not None
     return desc, codes
+
+
+def _similarities(q: torch.Tensor, fmap: torch.Tensor, dtype: torch.dtype, want_sims: bool):
+    """(sims n x hw or None, argmax cell, max) of descriptors q (n x C) against a C x h x w map in `dtype`.
+
+    An fp16 map on the CPU at float32 goes through the native kernel (no float32 copy of the map); the
+    result is the float32 product's, ties to the lowest cell. Everything else runs in torch.
+    """
+    if fmap.dtype == torch.float16 and dtype == torch.float32 and fmap.device.type == "cpu" and half_matmul.available():
+        return half_matmul.similarity_argmax(q, fmap, want_sims)
+    sims = q.to(dtype) @ fmap.to(dtype).reshape(fmap.shape[0], -1)
+    idx = sims.argmax(dim=1)  # argmax + gather is much cheaper than max(dim) on CPU
+    return sims, idx, sims.gather(1, idx[:, None])[:, 0]
 
 
 def _group_slices(keys: np.ndarray):
@@ -288,22 +317,22 @@ def predict(
     dtype = _dtype(protocol)
 
     for image_id, rows in _group_slices(trg):
-        fmap, size = _load(store, image_id, backbone_name, device, dtype)
+        fmap, size = _load(store, image_id, backbone_name, device)
         c, h, w = fmap.shape
         if c != desc.shape[1]:
             raise MatchingError(f"target image {image_id!r} has {c} channels, the sources {desc.shape[1]}")
-        rows_t = torch.as_tensor(rows, device=device)
-        sims = desc[qsrc_t[rows_t]] @ fmap.reshape(c, h * w)
+        g_local = np.flatnonzero(geo_pos[rows] >= 0)
+        sims, idx, best = _similarities(
+            desc[qsrc_t[torch.as_tensor(rows, device=device)]], fmap, dtype, not simple or len(g_local) > 0
+        )
         in_size[rows], grid_hw[rows] = size, (h, w)
         if simple:
-            idx = sims.argmax(dim=1)  # argmax + gather is much cheaper than max(dim) on CPU
             free_idx[rows] = idx.cpu().numpy()
-            free_sim[rows] = sims.gather(1, idx[:, None])[:, 0].float().cpu().numpy()
+            free_sim[rows] = best.float().cpu().numpy()
         else:
             uv, best = _free_argmax(sims, h, w, size, protocol)
             free_uv[rows], free_sim[rows] = uv.cpu().numpy(), best.float().cpu().numpy()
 
-        g_local = np.flatnonzero(geo_pos[rows] >= 0)
         if len(g_local):
             if (size, h, w) not in cand_cells:
                 cells = cells_of(to_unit(cand_xy, cand_sizes, size, protocol), h, w)
@@ -400,7 +429,7 @@ def predict_four_choice(
     sizes = _sizes(images, trg)
     sims = np.zeros((n, 4))
     for image_id, rows in _group_slices(trg):
-        fmap, size = _load(store, image_id, backbone_name, device, None)
+        fmap, size = _load(store, image_id, backbone_name, device)
         uv = to_unit(opt_xy[rows].reshape(-1, 2), np.repeat(sizes[rows], 4, axis=0), size, protocol)
         opt_desc = sample_descriptors(fmap, torch.as_tensor(uv, device=device)).reshape(len(rows), 4, -1)
         src = desc[torch.as_tensor(qsrc[rows], device=device)].float()

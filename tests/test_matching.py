@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from soco_pipeline import half_matmul
 from soco_pipeline.matching import predict, predict_four_choice
 from soco_pipeline.metrics import compute_metrics, expected_concept_oracle_soc, random_feature_chance
 from soco_pipeline.protocol import ProtocolConfig
@@ -100,12 +101,24 @@ def build_correspondences(pairs, keypoints):
     return pd.concat([soc[cols], cc[cols]], ignore_index=True)
 
 
-def gaussian_store(images, seed=0, c=16, grid=12, size=224):
+class HalfStore(DictStore):
+    """Like FeatureStore: fp16 maps as stored (`get_stored`), float32 copies of them from `get`."""
+
+    def get(self, image_id):
+        return self.maps[image_id].astype(np.float32), {"input_size": self.input_size}
+
+    def get_stored(self, image_id):
+        return self.maps[image_id], {"input_size": self.input_size}
+
+
+def gaussian_store(images, seed=0, c=16, grid=12, size=224, half=False):
     rng = np.random.default_rng(seed)
     maps = {}
     for iid in images.image_id:
         f = rng.standard_normal((c, grid, grid)).astype(np.float32)
         maps[iid] = f / np.linalg.norm(f, axis=0, keepdims=True)
+    if half:
+        return HalfStore({k: v.astype(np.float16) for k, v in maps.items()}, size)
     return DictStore(maps, size)
 
 
@@ -212,10 +225,23 @@ def category_values(metrics, alpha, reduction="official"):
     return {(r.metric, r.group): r.value for r in m.itertuples()}
 
 
-def test_vectorized_matches_per_pair_reference():
+@pytest.mark.parametrize(
+    "half, native", [(False, True), (True, True), (True, False)], ids=["float32", "fp16-native", "fp16-torch"]
+)
+def test_vectorized_matches_per_pair_reference(half, native, monkeypatch):
+    """float32 maps; fp16 maps as FeatureStore keeps them, through the native kernel and through torch.
+    The reference reads float32 copies of the same maps. 20 channels and a 13 x 13 grid leave tails in
+    the kernel's 32-cell tiles and 32-channel blocks."""
+    if native and half and not half_matmul.available():
+        pytest.skip("the native fp16 kernel is not available on this machine")
+    monkeypatch.setattr(half_matmul, "available", lambda: native and half_matmul._library() is not None)
+    calls = []
+    kernel = half_matmul.similarity_argmax
+    monkeypatch.setattr(half_matmul, "similarity_argmax", lambda *a: calls.append(1) or kernel(*a))
     images, keypoints, pairs, corr = make_world(seed=1)
-    store = gaussian_store(images, seed=1)
+    store = gaussian_store(images, seed=1, c=20, grid=13, half=half)
     preds = predict(pairs, corr, keypoints, images, store, PROTOCOL, "gauss")
+    assert len(calls) == (images.image_id.isin(pairs.trg_image[pairs.evaluated]).sum() if native and half else 0)
     metrics = compute_metrics(preds, None, corr, keypoints, images, pairs, TAX, PROTOCOL)
     for alpha in PROTOCOL.alphas:
         ref = reference_category_pck(images, keypoints, pairs, corr, store, alpha)

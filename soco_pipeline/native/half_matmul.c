@@ -1,0 +1,153 @@
+/* Similarity of fp32 queries to an fp16 feature map, computed in fp32 without converting the map first.
+ *
+ * sims[q, j] = sum_c query[q, c] * map[c, j] for a C x HW row-major fp16 map (the feature cache's layout)
+ * and a Q x C row-major fp32 query matrix, plus the maximum of each row and the first (lowest) index at
+ * which it occurs, as torch.argmax reports it. Each fp16 value is widened in registers and meets 8 queries
+ * per load, so the map is never copied: torch would first write a float32 copy of every map (twice its
+ * size, larger than L2) and read it back for the product, which costs more than the product itself when
+ * each map meets only a few dozen queries, as in matching.
+ *
+ * Built at first use by soco_pipeline/half_matmul.py with the system C compiler; the AVX-512 code is
+ * selected per function (target attribute), so the library loads on any x86-64 CPU and Python asks
+ * soco_half_matmul_supported() before calling it.
+ */
+#include <immintrin.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#define QB 8   /* queries per register block: 8 x 2 accumulators of 16 cells */
+#define CB 32  /* cells per tile */
+#define KB 32  /* channel rows streamed together */
+
+int soco_half_matmul_supported(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma");
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl,f16c,fma")))
+static inline __m512 load_half(const uint16_t *p, __mmask16 m, int full) {
+    __m256i h = full ? _mm256_loadu_si256((const __m256i *)p) : _mm256_maskz_loadu_epi16(m, p);
+    return _mm512_cvtph_ps(h);
+}
+
+static inline __mmask16 lane_mask(int64_t n) {
+    return n >= 16 ? (__mmask16)0xFFFF : (n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1u));
+}
+
+/* Partial sums of 8 queries x 32 cells over kn channel rows, added to (or, first, stored in) pp[j]. The
+ * rows of a tail tile are read through lane masks; duplicate query pointers (padding) store the same sums. */
+__attribute__((target("avx512f,avx512bw,avx512vl,f16c,fma"), always_inline))
+static inline void tile(const uint16_t *row, int64_t HW, int64_t kn, const float *const *qp, float *const *pp,
+                        int first, int full, __mmask16 m0, __mmask16 m1,
+                        const uint16_t *pf, int64_t next, int64_t pf_step) {
+    __m512 acc0[QB], acc1[QB];
+#pragma GCC unroll 8
+    for (int j = 0; j < QB; j++) {
+        acc0[j] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m0, pp[j]);
+        acc1[j] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m1, pp[j] + 16);
+    }
+    for (int64_t c = 0; c < kn; c++, row += HW) {
+        if (pf && c == next) {  /* this group's share of the next block's lines for this tile */
+            _mm_prefetch((const char *)(pf + c * 32), _MM_HINT_T1);
+            next += pf_step;
+        }
+        const __m512 a0 = load_half(row, m0, full);
+        const __m512 a1 = load_half(row + 16, m1, full);
+#pragma GCC unroll 8
+        for (int j = 0; j < QB; j++) {
+            const __m512 b = _mm512_set1_ps(qp[j][c]);
+            acc0[j] = _mm512_fmadd_ps(b, a0, acc0[j]);
+            acc1[j] = _mm512_fmadd_ps(b, a1, acc1[j]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < QB; j++) {
+        _mm512_mask_storeu_ps(pp[j], m0, acc0[j]);
+        _mm512_mask_storeu_ps(pp[j] + 16, m1, acc1[j]);
+    }
+}
+
+/* Returns 0 on success, -1 when the workspace cannot be allocated. sims may be NULL (argmax only).
+ *
+ * The map is streamed in blocks of KB channel rows, so the hardware prefetcher follows KB sequential
+ * streams; partial sums of a block wait in `sims` (Q x HW floats, which stays in L2 at benchmark sizes). */
+__attribute__((target("avx512f,avx512bw,avx512vl,f16c,fma")))
+int soco_half_matmul_argmax(const uint16_t *map, int64_t C, int64_t HW, const float *query, int64_t Q,
+                            float *sims, int64_t *best_idx, float *best_val) {
+    if (Q <= 0) return 0;
+    float *bv = (float *)malloc(sizeof(float) * 16 * Q);
+    int32_t *bi = (int32_t *)malloc(sizeof(int32_t) * 16 * Q);
+    float *part = sims ? sims : (float *)malloc(sizeof(float) * (size_t)(Q * HW > 0 ? Q * HW : 1));
+    if (!bv || !bi || !part) {
+        free(bv); free(bi);
+        if (!sims) free(part);
+        return -1;
+    }
+    const __m512 ninf = _mm512_set1_ps(-__builtin_inff());
+    for (int64_t i = 0; i < Q; i++) {
+        _mm512_storeu_ps(bv + 16 * i, ninf);
+        _mm512_storeu_si512((void *)(bi + 16 * i), _mm512_set1_epi32(0x7fffffff));
+    }
+    const int64_t ngroups = (Q + QB - 1) / QB;
+    const __m512i iota = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+
+    for (int64_t k0 = 0; k0 < C || k0 == 0; k0 += KB) {
+        const int64_t kn = C - k0 < KB ? C - k0 : KB;
+        const int first = k0 == 0, last = k0 + KB >= C;
+        for (int64_t t0 = 0; t0 < HW; t0 += CB) {
+            const int64_t n = HW - t0 < CB ? HW - t0 : CB;
+            const int full = n == CB;
+            const __mmask16 m0 = lane_mask(n), m1 = lane_mask(n - 16);
+            const __m512i cell0 = _mm512_add_epi32(_mm512_set1_epi32((int32_t)t0), iota);
+            const __m512i cell1 = _mm512_add_epi32(cell0, _mm512_set1_epi32(16));
+            for (int64_t g0 = 0; g0 < Q; g0 += QB) {
+                const int64_t jn = Q - g0 < QB ? Q - g0 : QB;
+                const float *qp[QB];
+                for (int j = 0; j < QB; j++) qp[j] = query + (g0 + (j < jn ? j : jn - 1)) * C + k0;
+                float *pp[QB];
+                for (int j = 0; j < QB; j++) pp[j] = part + (g0 + (j < jn ? j : jn - 1)) * HW + t0;
+                const uint16_t *row = map + k0 * HW + t0;
+                /* while the first query group works on this tile, pull the next block in sequentially */
+                const uint16_t *pf = NULL;
+                const int64_t pf_off = (t0 / CB) * KB * 32;
+                if (k0 + KB < C) {
+                    const int64_t off = (k0 + KB) * HW + pf_off;
+                    if (off + kn * 32 <= C * HW) pf = map + off;
+                }
+                if (full) tile(row, HW, kn, qp, pp, first, 1, m0, m1, pf, g0 / QB, ngroups);
+                else tile(row, HW, kn, qp, pp, first, 0, m0, m1, pf, g0 / QB, ngroups);
+                for (int j = 0; last && j < jn; j++) {
+                    const int64_t qi = g0 + j;
+                    const __m512 acc0 = _mm512_maskz_loadu_ps(m0, part + qi * HW + t0);
+                    const __m512 acc1 = _mm512_maskz_loadu_ps(m1, part + qi * HW + t0 + 16);
+                    __m512 v = _mm512_loadu_ps(bv + 16 * qi);
+                    __m512i ix = _mm512_loadu_si512((const void *)(bi + 16 * qi));
+                    /* strict > per lane: each lane meets its cells in increasing order, so ties keep the first */
+                    __mmask16 up = _mm512_mask_cmp_ps_mask(m0, acc0, v, _CMP_GT_OQ);
+                    v = _mm512_mask_blend_ps(up, v, acc0);
+                    ix = _mm512_mask_blend_epi32(up, ix, cell0);
+                    up = _mm512_mask_cmp_ps_mask(m1, acc1, v, _CMP_GT_OQ);
+                    v = _mm512_mask_blend_ps(up, v, acc1);
+                    ix = _mm512_mask_blend_epi32(up, ix, cell1);
+                    _mm512_storeu_ps(bv + 16 * qi, v);
+                    _mm512_storeu_si512((void *)(bi + 16 * qi), ix);
+                }
+            }
+        }
+        if (C == 0) break;
+    }
+    for (int64_t i = 0; i < Q; i++) {
+        const __m512 v = _mm512_loadu_ps(bv + 16 * i);
+        const float mx = _mm512_reduce_max_ps(v);
+        const __mmask16 eq = _mm512_cmp_ps_mask(v, _mm512_set1_ps(mx), _CMP_EQ_OQ);
+        const __m512i ix = _mm512_loadu_si512((const void *)(bi + 16 * i));
+        best_val[i] = mx;
+        /* no value above -inf (all NaN): report cell 0 as torch.argmax would; callers reject NaN maps */
+        best_idx[i] = (eq && mx > -__builtin_inff()) ? _mm512_mask_reduce_min_epi32(eq, ix) : 0;
+    }
+    free(bv);
+    free(bi);
+    if (!sims) free(part);
+    return 0;
+}

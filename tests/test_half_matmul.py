@@ -1,0 +1,88 @@
+"""The native fp16 similarity kernel against torch's float32 product: values, argmax, ties and tails."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from soco_pipeline import half_matmul
+
+pytestmark = pytest.mark.skipif(not half_matmul.available(), reason="native fp16 kernel not available here")
+
+
+@pytest.mark.parametrize(
+    "c, hw, q",
+    [(384, 57 * 57, 30), (20, 13 * 13, 9), (33, 31, 17), (1, 1, 1), (64, 32, 8), (100, 5, 3), (70, 47, 16)],
+)
+def test_kernel_is_the_float32_product_of_the_fp16_map(c, hw, q):
+    g = torch.Generator().manual_seed(c * 1000 + hw + q)
+    fmap = torch.randn(c, hw, generator=g).half()
+    queries = torch.randn(q, c, generator=g)
+    ref = queries @ fmap.float()
+    sims, idx, val = half_matmul.similarity_argmax(queries, fmap, want_sims=True)
+    torch.testing.assert_close(sims, ref, rtol=1e-5, atol=1e-5)
+    assert torch.equal(idx, ref.argmax(dim=1))
+    torch.testing.assert_close(val, ref.gather(1, idx[:, None])[:, 0], rtol=1e-6, atol=1e-6)
+    no_sims, idx2, val2 = half_matmul.similarity_argmax(queries, fmap.reshape(c, 1, hw), want_sims=False)
+    assert no_sims is None and torch.equal(idx2, idx) and torch.equal(val2, val)
+
+
+def test_ties_go_to_the_lowest_cell_as_torch_argmax():
+    fmap = torch.zeros(40, 100, dtype=torch.float16)
+    fmap[0, [77, 5, 40]] = 1.0  # three equal maxima; in different lanes and tiles of the kernel
+    fmap[1, [16, 48]] = 1.0  # same lane (cell % 16), different tiles
+    queries = torch.zeros(3, 40)
+    queries[0, 0] = 1.0
+    queries[1, 1] = 1.0  # ties 16 and 48
+    queries[2, 2] = 1.0  # all cells tie at 0
+    _, idx, val = half_matmul.similarity_argmax(queries, fmap)
+    assert idx.tolist() == [5, 16, 0] == (queries @ fmap.float()).argmax(dim=1).tolist()
+    assert val.tolist() == [1.0, 1.0, 0.0]
+
+
+def test_no_queries_and_wrong_inputs():
+    fmap = torch.randn(8, 4, 4).half()
+    sims, idx, val = half_matmul.similarity_argmax(torch.zeros(0, 8), fmap, want_sims=True)
+    assert sims.shape == (0, 16) and idx.shape == (0,) and val.shape == (0,)
+    with pytest.raises(TypeError, match="float16"):
+        half_matmul.similarity_argmax(torch.zeros(2, 8), fmap.float())
+    with pytest.raises(ValueError, match="8 channels"):
+        half_matmul.similarity_argmax(torch.zeros(2, 9), fmap)
+
+
+def test_numpy_map_and_non_contiguous_queries():
+    rng = np.random.default_rng(0)
+    fmap = rng.standard_normal((24, 7, 9)).astype(np.float16)
+    queries = torch.from_numpy(rng.standard_normal((24, 5)).astype(np.float32)).T  # a transposed view
+    _, idx, _ = half_matmul.similarity_argmax(queries, fmap)
+    assert torch.equal(idx, (queries @ torch.from_numpy(fmap).float().reshape(24, -1)).argmax(dim=1))
+
+
+def test_switched_off_by_environment(monkeypatch):
+    monkeypatch.setenv("SOCO_NATIVE", "0")
+    half_matmul._library.cache_clear()
+    try:
+        assert not half_matmul.available()
+        with pytest.raises(RuntimeError, match="not available"):
+            half_matmul.similarity_argmax(torch.zeros(1, 8), torch.zeros(8, 4).half())
+    finally:
+        monkeypatch.delenv("SOCO_NATIVE")
+        half_matmul._library.cache_clear()
+    assert half_matmul.available()
+
+
+def test_built_once_per_source_into_the_cache_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("SOCO_NATIVE_CACHE", str(tmp_path))
+    half_matmul._library.cache_clear()
+    try:
+        assert half_matmul.available()
+        built = list(tmp_path.glob("half_matmul-*.so"))
+        assert len(built) == 1
+        stamp = built[0].stat().st_mtime_ns
+        half_matmul._library.cache_clear()
+        assert half_matmul.available() and built[0].stat().st_mtime_ns == stamp  # reused, not rebuilt
+        assert [p.name for p in tmp_path.iterdir()] == [built[0].name]  # no temporary file left behind
+    finally:
+        monkeypatch.delenv("SOCO_NATIVE_CACHE")
+        half_matmul._library.cache_clear()
