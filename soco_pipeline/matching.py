@@ -62,31 +62,46 @@ def cells_of(uv: np.ndarray, h: int, w: int) -> np.ndarray:
     return row * w + col
 
 
-def sample_descriptors(fmap: torch.Tensor, uv: torch.Tensor) -> torch.Tensor:
-    """Bilinear descriptors (N x C, float32) of a C x h x w map at unit points (N x 2), as the official script.
+def bilinear_corners(uv: np.ndarray, h: int, w: int) -> tuple[np.ndarray, np.ndarray]:
+    """Flat cells (N x 4) and float32 weights (N x 4) of grid_sample's bilinear read at unit points (N x 2).
 
     The official script calls grid_sample(align_corners=True) at 2p - 1, which puts p = 0 and p = 1 on the
     centres of the first and last cells, not on the cell that contains p; that quirk is kept on purpose.
-    Only the four corner cells of each point are read and widened to float32 (same arithmetic as
-    grid_sample's bilinear kernel, zero padding), not the whole map.
+    Same float32 arithmetic as grid_sample's kernel; corners outside the grid get weight 0 (zero padding).
     """
-    c, h, w = fmap.shape
-    g = 2.0 * uv.float() - 1.0  # the float32 grid grid_sample receives
-    x = (g[:, 0] + 1) / 2 * (w - 1)  # grid_sampler_compute_source_index with align_corners=True
-    y = (g[:, 1] + 1) / 2 * (h - 1)
-    x0, y0 = x.floor(), y.floor()
+    g = (2.0 * np.asarray(uv, dtype=np.float64) - 1.0).astype(np.float32)  # the grid grid_sample receives
+    x = (g[:, 0] + np.float32(1)) / np.float32(2) * np.float32(w - 1)
+    y = (g[:, 1] + np.float32(1)) / np.float32(2) * np.float32(h - 1)
+    x0, y0 = np.floor(x), np.floor(y)
     x1, y1 = x0 + 1, y0 + 1
-    xs = torch.stack([x0, x1, x0, x1], dim=1)  # corners nw, ne, sw, se
-    ys = torch.stack([y0, y0, y1, y1], dim=1)
-    weights = torch.stack([(x1 - x) * (y1 - y), (x - x0) * (y1 - y), (x1 - x) * (y - y0), (x - x0) * (y - y0)], dim=1)
-    weights = weights * ((xs >= 0) & (xs <= w - 1) & (ys >= 0) & (ys <= h - 1))
-    cells = (ys.clamp(0, h - 1) * w + xs.clamp(0, w - 1)).long().reshape(-1)
-    flat = fmap.reshape(c, h * w)
-    if flat.device.type == "cpu" and flat.dtype != torch.bfloat16:  # numpy's take along a row-major map is several times faster here
-        corners = torch.from_numpy(np.take(flat.numpy(), cells.numpy(), axis=1))
-    else:
-        corners = flat.index_select(1, cells)
-    return (corners.float().reshape(c, -1, 4) * weights[None]).sum(dim=2).T
+    xs = np.stack([x0, x1, x0, x1], axis=1)  # corners nw, ne, sw, se
+    ys = np.stack([y0, y0, y1, y1], axis=1)
+    weights = np.stack([(x1 - x) * (y1 - y), (x - x0) * (y1 - y), (x1 - x) * (y - y0), (x - x0) * (y - y0)], axis=1)
+    weights *= (xs >= 0) & (xs <= w - 1) & (ys >= 0) & (ys <= h - 1)
+    cells = np.clip(ys, 0, h - 1).astype(np.int64) * w + np.clip(xs, 0, w - 1).astype(np.int64)
+    return cells, weights
+
+
+def sample_descriptors(fmap: torch.Tensor, uv: torch.Tensor | np.ndarray) -> torch.Tensor:
+    """Bilinear descriptors (N x C, float32) of a C x h x w map at unit points (N x 2), as the official script
+    (grid_sample with align_corners=True; see `bilinear_corners`). Only the four corner cells of each point
+    are read and widened to float32, not the whole map."""
+    _, h, w = fmap.shape
+    uv = uv.cpu().numpy() if isinstance(uv, torch.Tensor) else uv
+    return _corner_descriptors(fmap, *bilinear_corners(uv, h, w))
+
+
+def _corner_descriptors(fmap: torch.Tensor, cells: np.ndarray, weights: np.ndarray) -> torch.Tensor:
+    """Weighted sums (N x C, float32) of the map's cells (N x 4) with float32 weights (N x 4)."""
+    c = fmap.shape[0]
+    flat = fmap.reshape(c, -1)
+    if flat.device.type == "cpu" and flat.dtype == torch.float16 and half_matmul.available():
+        return half_matmul.corner_descriptors(flat, cells, weights)
+    if flat.device.type == "cpu" and flat.dtype != torch.bfloat16:  # numpy: few small-array ops per image
+        corners = np.take(flat.numpy(), cells.reshape(-1), axis=1).reshape(c, -1, 4).astype(np.float32)
+        return torch.from_numpy((corners * weights[None]).sum(axis=2).T)
+    corners = flat.index_select(1, torch.as_tensor(cells.reshape(-1), device=flat.device)).float()
+    return (corners.reshape(c, -1, 4) * torch.as_tensor(weights, device=flat.device)[None]).sum(dim=2).T
 
 
 def _dtype(protocol: ProtocolConfig) -> torch.dtype:
@@ -144,24 +159,27 @@ def _source_descriptors(
 ) -> tuple[torch.Tensor, np.ndarray]:
     """Descriptors of the distinct (image, keypoint) sources, and each input row's index into them."""
     key = pd.DataFrame({"image_id": src_images, "keypoint": src_keypoints})
-    codes, uniq = pd.MultiIndex.from_frame(key).factorize()
-    uimg = uniq.get_level_values(0).to_numpy()
-    ukp = uniq.get_level_values(1).to_numpy()
+    codes = key.groupby(["image_id", "keypoint"], sort=False).ngroup().to_numpy()
+    first = np.unique(codes, return_index=True)[1]
+    uimg, ukp = src_images[first], src_keypoints[first]
     xy = visible_keypoint_xy(keypoints, uimg, ukp, "source")
     sizes = _sizes(images, uimg)
-    order = np.argsort(uimg, kind="stable")
-    starts = np.flatnonzero(np.r_[True, uimg[order][1:] != uimg[order][:-1]])
-    desc: torch.Tensor | None = None
-    for a, b in zip(starts, np.r_[starts[1:], len(order)], strict=True):
-        rows = order[a:b]
-        fmap, size = _load(store, uimg[rows[0]], backbone, device)
-        if desc is None:
-            desc = torch.empty((len(uimg), fmap.shape[0]), dtype=_dtype(protocol), device=device)
-        elif fmap.shape[0] != desc.shape[1]:
-            raise MatchingError(f"image {uimg[rows[0]]!r} has {fmap.shape[0]} channels, others {desc.shape[1]}")
-        uv = torch.as_tensor(to_unit(xy[rows], sizes[rows], size, protocol), device=device)
-        desc[torch.as_tensor(rows, device=device)] = sample_descriptors(fmap, uv).to(desc.dtype)
-    assert desc is not None
+    parts: list[torch.Tensor] = []
+    corners_by_grid: dict[tuple[int, int, int], tuple[np.ndarray, np.ndarray]] = {}  # (S, h, w) -> all points'
+    slices = list(_group_slices(uimg))
+    for image_id, rows in slices:
+        fmap, size = _load(store, image_id, backbone, device)
+        c, h, w = fmap.shape
+        if parts and c != parts[0].shape[1]:
+            raise MatchingError(f"image {image_id!r} has {c} channels, others {parts[0].shape[1]}")
+        if (size, h, w) not in corners_by_grid:  # one vectorized pass per distinct grid, not per image
+            corners_by_grid[(size, h, w)] = bilinear_corners(to_unit(xy, sizes, size, protocol), h, w)
+        cells, weights = corners_by_grid[(size, h, w)]
+        parts.append(_corner_descriptors(fmap, cells[rows], weights[rows]))
+    # rows were visited image by image: put them back in source order with one permutation
+    order = torch.as_tensor(np.concatenate([rows for _, rows in slices]), device=device)
+    desc = torch.empty((len(uimg), parts[0].shape[1]), dtype=_dtype(protocol), device=device)
+    desc[order] = torch.cat(parts).to(desc.dtype)
     return desc, codes
 
 
@@ -187,13 +205,6 @@ def _group_slices(keys: np.ndarray):
         yield sk[a], order[a:b]
 
 
-def _ragged(values: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Concatenate values[s : s + c] for each (s, c), with the segment number of every element."""
-    owner = np.repeat(np.arange(len(counts)), counts)
-    offset = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
-    return values[np.repeat(starts, counts) + offset], owner
-
-
 def _index_points(idx: np.ndarray, hw: np.ndarray, protocol: ProtocolConfig) -> np.ndarray:
     """Unit points reported for flat cell indices on per-row grids (hw: n x 2)."""
     h, w = hw[:, 0], hw[:, 1]
@@ -201,18 +212,27 @@ def _index_points(idx: np.ndarray, hw: np.ndarray, protocol: ProtocolConfig) -> 
                        torch.as_tensor(w), protocol).numpy()
 
 
-def _segment_argmax(sims: torch.Tensor, rows: torch.Tensor, owner: torch.Tensor, cells: torch.Tensor):
-    """Max and argmax of sims[rows[k]] restricted to the cells owned by k (owner[i] = k for cells[i]).
+def _pick(sims: torch.Tensor | np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """sims[rows[i], cols[i]] as float64 numpy values."""
+    if isinstance(sims, np.ndarray):
+        return sims[rows, cols].astype(np.float64)
+    return sims[torch.as_tensor(rows, device=sims.device), torch.as_tensor(cols, device=sims.device)].double().cpu().numpy()
 
-    Ties go to the lowest cell index, as an argmax over the masked row would.
+
+def _segment_argmax(owner: np.ndarray, vals: np.ndarray, cells: np.ndarray, wanted: np.ndarray):
+    """(argmax cell, max) of vals over the rows of each owner in `wanted` (every wanted owner has rows).
+
+    Ties go to the lowest cell index, as an argmax over the masked similarity row would.
     """
-    vals = sims[rows[owner], cells].float()
-    n = len(rows)
-    best = torch.full((n,), float("-inf"), device=sims.device).scatter_reduce(0, owner, vals, "amax")
-    big = torch.full_like(cells, sims.shape[1])
-    pick = torch.where(vals == best[owner], cells, big)
-    idx = torch.full((n,), sims.shape[1], dtype=cells.dtype, device=sims.device).scatter_reduce(0, owner, pick, "amin")
-    return best, idx
+    order = np.argsort(owner, kind="stable")
+    o, v, cl = owner[order], vals[order], cells[order]
+    starts = np.flatnonzero(np.r_[True, o[1:] != o[:-1]]) if len(o) else np.zeros(0, dtype=np.int64)
+    best = np.maximum.reduceat(v, starts) if len(o) else np.zeros(0)
+    seg = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(o)]))
+    pick = np.where(v == best[seg], cl, np.iinfo(np.int64).max)
+    idx = np.minimum.reduceat(pick, starts) if len(o) else np.zeros(0, dtype=np.int64)
+    at = np.searchsorted(o[starts], wanted)  # wanted owners are among o[starts] (checked by the caller)
+    return idx[at], best[at]
 
 
 def _free_argmax(sims: torch.Tensor, h: int, w: int, size: int, protocol: ProtocolConfig):
@@ -272,22 +292,23 @@ def predict(
     corr = correspondences.merge(pairs, on="pair_id", how="inner")
     if corr.empty:
         return pd.DataFrame(columns=PREDICTION_COLUMNS)
-    queries = corr[["pair_id", "src_keypoint", "src_image", "trg_image"]].drop_duplicates(["pair_id", "src_keypoint"])
-    queries = queries.reset_index(drop=True)
+    qid = corr.groupby(["pair_id", "src_keypoint"], sort=False).ngroup().to_numpy()  # query of each row
+    first = np.unique(qid, return_index=True)[1]
+    queries = corr[["pair_id", "src_keypoint", "src_image", "trg_image"]].iloc[first].reset_index(drop=True)
+    n = len(queries)
     desc, qsrc = _source_descriptors(
         queries["src_image"].to_numpy(), queries["src_keypoint"].to_numpy(),
         keypoints, images, store, protocol, backbone_name, device,
     )
 
-    # SOC-geo: each geo query's candidates are its CC group's target keypoints.
-    geo_rows = corr[
-        (corr["kind"] == "soc") & corr["geo"].astype(bool) & (corr["n_candidates"] >= protocol.geo_min_candidates)
-    ]
-    qindex = pd.Series(np.arange(len(queries)), index=pd.MultiIndex.from_frame(queries[["pair_id", "src_keypoint"]]))
-    geo_q = qindex.reindex(pd.MultiIndex.from_frame(geo_rows[["pair_id", "src_keypoint"]])).to_numpy()
-    cand = corr.loc[corr["kind"] == "cc", ["pair_id", "src_keypoint", "trg_keypoint", "trg_image"]]
-    cand = cand.merge(geo_rows[["pair_id", "src_keypoint"]].drop_duplicates(), on=["pair_id", "src_keypoint"])
-    cand_q = qindex.reindex(pd.MultiIndex.from_frame(cand[["pair_id", "src_keypoint"]])).to_numpy()
+    # SOC-geo: each geo query's candidates are its CC group's target keypoints (same pair and source keypoint).
+    kind = corr["kind"].to_numpy()
+    geo_row = (kind == "soc") & corr["geo"].to_numpy(bool) & (corr["n_candidates"].to_numpy() >= protocol.geo_min_candidates)
+    geo_q = qid[geo_row]
+    is_geo = np.zeros(n, dtype=bool)
+    is_geo[geo_q] = True
+    cand_row = (kind == "cc") & is_geo[qid]
+    cand_q = qid[cand_row]
     missing = np.setdiff1d(geo_q, cand_q)
     if len(missing):
         q = queries.iloc[int(missing[0])]
@@ -295,56 +316,66 @@ def predict(
             f"SOC-geo query ({q.pair_id!r}, {q.src_keypoint!r}) has no CC candidates in the correspondences: "
             f"rebuild correspondences so every geo SOC row has its CC group"
         )
-    cand_xy = visible_keypoint_xy(keypoints, cand["trg_image"].to_numpy(), cand["trg_keypoint"].to_numpy(), "candidate")
-    cand_sizes = _sizes(images, cand["trg_image"].to_numpy())
-    geo_pos = np.full(len(queries), -1)
-    geo_pos[geo_q] = np.arange(len(geo_q))  # query -> its row in the geo output
+    cand_img = corr["trg_image"].to_numpy()[cand_row]
+    cand_xy = visible_keypoint_xy(keypoints, cand_img, corr["trg_keypoint"].to_numpy()[cand_row], "candidate")
+    cand_sizes = _sizes(images, cand_img)
 
+    # Queries grouped by target image: target t owns sorted rows bounds[t]:bounds[t + 1], and its geo
+    # candidates are cand rows c_order[c_bounds[t]:c_bounds[t + 1]].
     trg = queries["trg_image"].to_numpy()
     trg_sizes = _sizes(images, trg)
-    n = len(queries)
-    simple = not (protocol.upsample or protocol.soft_argmax)
-    free_uv, free_sim = np.zeros((n, 2)), np.zeros(n)
-    free_idx, grid_hw = np.zeros(n, dtype=np.int64), np.ones((n, 2), dtype=np.int64)
-    geo_idx, geo_sim = np.zeros(len(geo_q), dtype=np.int64), np.zeros(len(geo_q))
-    in_size = np.zeros(n, dtype=np.int64)
-    # Candidates sorted by query: query q owns cand rows c_order[c_start[q] : c_start[q] + c_count[q]].
-    c_order = np.argsort(cand_q, kind="stable")
-    c_count = np.bincount(cand_q.astype(np.int64), minlength=n) if len(cand_q) else np.zeros(n, np.int64)
-    c_start = np.r_[0, np.cumsum(c_count)[:-1]]
-    cand_cells: dict[tuple[int, int, int], torch.Tensor] = {}  # (S, h, w) -> cell of every candidate
-    qsrc_t = torch.as_tensor(qsrc, device=device)
-    dtype = _dtype(protocol)
+    tcode, targets = pd.factorize(trg)
+    order = np.argsort(tcode, kind="stable")
+    bounds = np.r_[0, np.cumsum(np.bincount(tcode, minlength=len(targets)))]
+    pos = np.empty(n, dtype=np.int64)
+    pos[order] = np.arange(n)  # query -> its sorted row
+    c_pos = pos[cand_q]
+    c_order = np.argsort(c_pos, kind="stable")
+    c_bounds = np.searchsorted(c_pos[c_order], bounds)
+    qrows = np.ascontiguousarray(qsrc[order], dtype=np.int64)  # sorted query -> its descriptor row
 
-    for image_id, rows in _group_slices(trg):
+    simple = not (protocol.upsample or protocol.soft_argmax)
+    dtype = _dtype(protocol)
+    native = simple and dtype == torch.float32 and device.type == "cpu" and half_matmul.available()
+    free_uv, free_sim = np.zeros((n, 2)), np.zeros(n, dtype=np.float32)  # rows in sorted order until the end
+    free_idx, grid_hw = np.zeros(n, dtype=np.int64), np.ones((n, 2), dtype=np.int64)
+    in_size = np.zeros(n, dtype=np.int64)
+    cand_val, cand_cell = np.zeros(len(cand_q)), np.zeros(len(cand_q), dtype=np.int64)
+    cells_by_grid: dict[tuple[int, int, int], np.ndarray] = {}  # (S, h, w) -> cell of every candidate
+    qdesc: torch.Tensor | None = None  # queries gathered for torch, made only when a map needs torch
+    sims_buffer = np.empty(0, dtype=np.float32)
+
+    for t, image_id in enumerate(targets):
+        a, b, ca, cb = bounds[t], bounds[t + 1], c_bounds[t], c_bounds[t + 1]
         fmap, size = _load(store, image_id, backbone_name, device)
         c, h, w = fmap.shape
         if c != desc.shape[1]:
             raise MatchingError(f"target image {image_id!r} has {c} channels, the sources {desc.shape[1]}")
-        g_local = np.flatnonzero(geo_pos[rows] >= 0)
-        sims, idx, best = _similarities(
-            desc[qsrc_t[torch.as_tensor(rows, device=device)]], fmap, dtype, not simple or len(g_local) > 0
-        )
-        in_size[rows], grid_hw[rows] = size, (h, w)
-        if simple:
-            free_idx[rows] = idx.cpu().numpy()
-            free_sim[rows] = best.float().cpu().numpy()
+        in_size[a:b], grid_hw[a:b] = size, (h, w)
+        if native and fmap.dtype == torch.float16:  # the hot path: no tensor or buffer made per target
+            if sims_buffer.size < (b - a) * h * w:  # the kernel's partial sums; SOC-geo reads them below
+                sims_buffer = np.empty(2 * (b - a) * h * w, dtype=np.float32)
+            sims = sims_buffer[: (b - a) * h * w].reshape(b - a, h * w)
+            half_matmul.argmax_into(fmap, desc.numpy(), qrows[a:b], free_idx[a:b], free_sim[a:b], sims)
         else:
-            uv, best = _free_argmax(sims, h, w, size, protocol)
-            free_uv[rows], free_sim[rows] = uv.cpu().numpy(), best.float().cpu().numpy()
+            if qdesc is None:
+                qdesc = desc[torch.as_tensor(qrows, device=device)]
+            sims, idx, best = _similarities(qdesc[a:b], fmap, dtype, not simple or cb > ca)
+            if simple:
+                free_idx[a:b], free_sim[a:b] = idx.cpu().numpy(), best.float().cpu().numpy()
+            else:
+                uv, best = _free_argmax(sims, h, w, size, protocol)
+                free_uv[a:b], free_sim[a:b] = uv.cpu().numpy(), best.float().cpu().numpy()
+        if cb > ca:
+            if (size, h, w) not in cells_by_grid:
+                cells_by_grid[(size, h, w)] = cells_of(to_unit(cand_xy, cand_sizes, size, protocol), h, w)
+            ci = c_order[ca:cb]
+            cand_cell[ci] = cells_by_grid[(size, h, w)][ci]
+            cand_val[ci] = _pick(sims, c_pos[ci] - a, cand_cell[ci])
 
-        if len(g_local):
-            if (size, h, w) not in cand_cells:
-                cells = cells_of(to_unit(cand_xy, cand_sizes, size, protocol), h, w)
-                cand_cells[(size, h, w)] = torch.as_tensor(cells, device=device)
-            ci, owner = _ragged(c_order, c_start[rows[g_local]], c_count[rows[g_local]])
-            gbest, gidx = _segment_argmax(
-                sims, torch.as_tensor(g_local, device=device), torch.as_tensor(owner, device=device),
-                cand_cells[(size, h, w)][torch.as_tensor(ci, device=device)],
-            )
-            out = geo_pos[rows[g_local]]
-            geo_idx[out], geo_sim[out] = gidx.cpu().numpy(), gbest.float().cpu().numpy()
-
+    free_idx, free_uv, grid_hw, in_size = (x[pos] for x in (free_idx, free_uv, grid_hw, in_size))
+    free_sim = free_sim[pos].astype(np.float64)
+    geo_idx, geo_sim = _segment_argmax(cand_q, cand_val, cand_cell, geo_q)
     if simple:
         free_uv = _index_points(free_idx, grid_hw, protocol)
     geo_uv = _index_points(geo_idx, grid_hw[geo_q], protocol)

@@ -86,3 +86,20 @@ def test_built_once_per_source_into_the_cache_folder(tmp_path, monkeypatch):
     finally:
         monkeypatch.delenv("SOCO_NATIVE_CACHE")
         half_matmul._library.cache_clear()
+
+
+def test_corner_descriptors_are_grid_sample_of_the_fp16_map():
+    import torch.nn.functional as F
+
+    from soco_pipeline.matching import bilinear_corners
+
+    g = torch.Generator().manual_seed(3)
+    fmap = torch.randn(37, 9, 11, generator=g).half()
+    uv = torch.cat([torch.rand(40, 2, generator=g, dtype=torch.float64),
+                    torch.tensor([[0.0, 0.0], [1.0, 1.0], [0.999, 0.0]], dtype=torch.float64)])
+    ref = F.grid_sample(fmap.float()[None], (2 * uv.float() - 1).view(1, 1, -1, 2), mode="bilinear",
+                        align_corners=True)[0, :, 0, :].T
+    cells, weights = bilinear_corners(uv.numpy(), 9, 11)
+    torch.testing.assert_close(half_matmul.corner_descriptors(fmap, cells, weights), ref, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="corner cells"):
+        half_matmul.corner_descriptors(fmap, cells + 99, weights)

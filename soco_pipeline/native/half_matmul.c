@@ -1,9 +1,9 @@
 /* Similarity of fp32 queries to an fp16 feature map, computed in fp32 without converting the map first.
  *
  * sims[q, j] = sum_c query[q, c] * map[c, j] for a C x HW row-major fp16 map (the feature cache's layout)
- * and a Q x C row-major fp32 query matrix, plus the maximum of each row and the first (lowest) index at
- * which it occurs, as torch.argmax reports it. Each fp16 value is widened in registers and meets 8 queries
- * per load, so the map is never copied: torch would first write a float32 copy of every map (twice its
+ * and Q rows of a row-major fp32 query matrix with C columns, plus the maximum of each row and the first (lowest) index at
+ * which it occurs, as torch.argmax reports it. The map is widened a tile at a time (KB channels x 32 cells,
+ * 8 KB of float32 that stay in L1) and each tile meets all queries, 8 at a time, so the map is never copied: torch would first write a float32 copy of every map (twice its
  * size, larger than L2) and read it back for the product, which costs more than the product itself when
  * each map meets only a few dozen queries, as in matching.
  *
@@ -17,7 +17,7 @@
 
 #define QB 8   /* queries per register block: 8 x 2 accumulators of 16 cells */
 #define CB 32  /* cells per tile */
-#define KB 32  /* channel rows streamed together */
+#define KB 64  /* channel rows streamed together */
 
 int soco_half_matmul_supported(void) {
     __builtin_cpu_init();
@@ -35,25 +35,24 @@ static inline __mmask16 lane_mask(int64_t n) {
     return n >= 16 ? (__mmask16)0xFFFF : (n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1u));
 }
 
-/* Partial sums of 8 queries x 32 cells over kn channel rows, added to (or, first, stored in) pp[j]. The
- * rows of a tail tile are read through lane masks; duplicate query pointers (padding) store the same sums. */
+/* Partial sums of 8 queries x 32 cells over kn channel rows of the widened tile `a` (kn x 32 floats),
+ * added to (or, first, stored in) pp[j]; duplicate query pointers (padding) store the same sums. */
 __attribute__((target("avx512f,avx512bw,avx512vl,f16c,fma"), always_inline))
-static inline void tile(const uint16_t *row, int64_t HW, int64_t kn, const float *const *qp, float *const *pp,
-                        int first, int full, __mmask16 m0, __mmask16 m1,
-                        const uint16_t *pf, int64_t next, int64_t pf_step) {
+static inline void tile(const float *a, int64_t kn, const float *const *qp, float *const *pp, int first,
+                        __mmask16 m0, __mmask16 m1, const uint16_t *pf, int64_t next, int64_t pf_step) {
     __m512 acc0[QB], acc1[QB];
 #pragma GCC unroll 8
     for (int j = 0; j < QB; j++) {
         acc0[j] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m0, pp[j]);
         acc1[j] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m1, pp[j] + 16);
     }
-    for (int64_t c = 0; c < kn; c++, row += HW) {
+    for (int64_t c = 0; c < kn; c++, a += CB) {
         if (pf && c == next) {  /* this group's share of the next block's lines for this tile */
             _mm_prefetch((const char *)(pf + c * 32), _MM_HINT_T1);
             next += pf_step;
         }
-        const __m512 a0 = load_half(row, m0, full);
-        const __m512 a1 = load_half(row + 16, m1, full);
+        const __m512 a0 = _mm512_load_ps(a);
+        const __m512 a1 = _mm512_load_ps(a + 16);
 #pragma GCC unroll 8
         for (int j = 0; j < QB; j++) {
             const __m512 b = _mm512_set1_ps(qp[j][c]);
@@ -68,13 +67,24 @@ static inline void tile(const uint16_t *row, int64_t HW, int64_t kn, const float
     }
 }
 
-/* Returns 0 on success, -1 when the workspace cannot be allocated. sims may be NULL (argmax only).
+/* Widen kn rows x 32 cells of the map (row stride HW) into `a` (kn x 32 floats); masked lanes read 0. */
+__attribute__((target("avx512f,avx512bw,avx512vl,f16c,fma"), always_inline))
+static inline void widen(const uint16_t *row, int64_t HW, int64_t kn, int full, __mmask16 m0, __mmask16 m1,
+                         float *a) {
+    for (int64_t c = 0; c < kn; c++, row += HW, a += CB) {
+        _mm512_store_ps(a, load_half(row, m0, full));
+        _mm512_store_ps(a + 16, load_half(row + 16, m1, full));
+    }
+}
+
+/* Query i is row qrows[i] of `query` (row i when qrows is NULL), so callers need not gather them.
+ * Returns 0 on success, -1 when the workspace cannot be allocated. sims may be NULL (argmax only).
  *
- * The map is streamed in blocks of KB channel rows, so the hardware prefetcher follows KB sequential
- * streams; partial sums of a block wait in `sims` (Q x HW floats, which stays in L2 at benchmark sizes). */
+ * The map is read in blocks of KB channel rows while software prefetches pull the next block in, line by
+ * line; partial sums of a block wait in `sims` (Q x HW floats, which stays in L2 at benchmark sizes). */
 __attribute__((target("avx512f,avx512bw,avx512vl,f16c,fma")))
-int soco_half_matmul_argmax(const uint16_t *map, int64_t C, int64_t HW, const float *query, int64_t Q,
-                            float *sims, int64_t *best_idx, float *best_val) {
+int soco_half_matmul_argmax(const uint16_t *map, int64_t C, int64_t HW, const float *query,
+                            const int64_t *qrows, int64_t Q, float *sims, int64_t *best_idx, float *best_val) {
     if (Q <= 0) return 0;
     float *bv = (float *)malloc(sizeof(float) * 16 * Q);
     int32_t *bi = (int32_t *)malloc(sizeof(int32_t) * 16 * Q);
@@ -90,6 +100,7 @@ int soco_half_matmul_argmax(const uint16_t *map, int64_t C, int64_t HW, const fl
         _mm512_storeu_si512((void *)(bi + 16 * i), _mm512_set1_epi32(0x7fffffff));
     }
     const int64_t ngroups = (Q + QB - 1) / QB;
+    float a[KB * CB] __attribute__((aligned(64)));  /* the current tile, widened once for all query groups */
     const __m512i iota = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
 
     for (int64_t k0 = 0; k0 < C || k0 == 0; k0 += KB) {
@@ -101,13 +112,17 @@ int soco_half_matmul_argmax(const uint16_t *map, int64_t C, int64_t HW, const fl
             const __mmask16 m0 = lane_mask(n), m1 = lane_mask(n - 16);
             const __m512i cell0 = _mm512_add_epi32(_mm512_set1_epi32((int32_t)t0), iota);
             const __m512i cell1 = _mm512_add_epi32(cell0, _mm512_set1_epi32(16));
+            if (full) widen(map + k0 * HW + t0, HW, kn, 1, m0, m1, a);
+            else widen(map + k0 * HW + t0, HW, kn, 0, m0, m1, a);
             for (int64_t g0 = 0; g0 < Q; g0 += QB) {
                 const int64_t jn = Q - g0 < QB ? Q - g0 : QB;
                 const float *qp[QB];
-                for (int j = 0; j < QB; j++) qp[j] = query + (g0 + (j < jn ? j : jn - 1)) * C + k0;
+                for (int j = 0; j < QB; j++) {
+                    const int64_t qi = g0 + (j < jn ? j : jn - 1);
+                    qp[j] = query + (qrows ? qrows[qi] : qi) * C + k0;
+                }
                 float *pp[QB];
                 for (int j = 0; j < QB; j++) pp[j] = part + (g0 + (j < jn ? j : jn - 1)) * HW + t0;
-                const uint16_t *row = map + k0 * HW + t0;
                 /* while the first query group works on this tile, pull the next block in sequentially */
                 const uint16_t *pf = NULL;
                 const int64_t pf_off = (t0 / CB) * KB * 32;
@@ -115,8 +130,7 @@ int soco_half_matmul_argmax(const uint16_t *map, int64_t C, int64_t HW, const fl
                     const int64_t off = (k0 + KB) * HW + pf_off;
                     if (off + kn * 32 <= C * HW) pf = map + off;
                 }
-                if (full) tile(row, HW, kn, qp, pp, first, 1, m0, m1, pf, g0 / QB, ngroups);
-                else tile(row, HW, kn, qp, pp, first, 0, m0, m1, pf, g0 / QB, ngroups);
+                tile(a, kn, qp, pp, first, m0, m1, pf, g0 / QB, ngroups);
                 for (int j = 0; last && j < jn; j++) {
                     const int64_t qi = g0 + j;
                     const __m512 acc0 = _mm512_maskz_loadu_ps(m0, part + qi * HW + t0);
@@ -150,4 +164,24 @@ int soco_half_matmul_argmax(const uint16_t *map, int64_t C, int64_t HW, const fl
     free(bi);
     if (!sims) free(part);
     return 0;
+}
+
+/* Bilinear descriptors from an fp16 C x HW map: out[i, c] = sum_k weights[i, k] * map[c, cells[i, k]] for
+ * n points with 4 corner cells each, summed in corner order in float32 (no fused multiply-add, like
+ * grid_sample's kernel). Reads 4 values per point and channel instead of widening the whole map. */
+__attribute__((target("f16c")))
+void soco_half_corners(const uint16_t *map, int64_t C, int64_t HW, const int64_t *cells, const float *weights,
+                       int64_t n, float *out) {
+    for (int64_t c = 0; c < C; c++) {
+        const uint16_t *row = map + c * HW;
+        for (int64_t i = 0; i < n; i++) {
+            const int64_t *k = cells + 4 * i;
+            const float *wt = weights + 4 * i;
+            float v = wt[0] * _cvtsh_ss(row[k[0]]);
+            v = v + wt[1] * _cvtsh_ss(row[k[1]]);
+            v = v + wt[2] * _cvtsh_ss(row[k[2]]);
+            v = v + wt[3] * _cvtsh_ss(row[k[3]]);
+            out[i * C + c] = v;
+        }
+    }
 }
