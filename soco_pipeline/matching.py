@@ -6,7 +6,10 @@ run over images, never over pairs or keypoints.
 
 A feature store is any object with `.get(image_id) -> (np.ndarray C x h x w float32, L2-normalised
 over channels, meta dict with "input_size" S)`; the map covers the padded S x S square, so grid cell
-(row, col) covers [col / w, (col + 1) / w) x [row / h, (row + 1) / h) of the unit square.
+(row, col) covers [col / w, (col + 1) / w) x [row / h, (row + 1) / h) of the unit square. A store that
+also has `.get_stored` (FeatureStore: the fp16 map as cached) is read through it: on the CPU, fp16 maps
+go through the native kernel of `half_matmul`, which computes the float32 product without a float32
+copy of the map (torch otherwise).
 """
 
 from __future__ import annotations
@@ -111,7 +114,7 @@ def _dtype(protocol: ProtocolConfig) -> torch.dtype:
 def _load(store: FeatureStoreLike, image_id: str, backbone: str, device) -> tuple[torch.Tensor, int]:
     """The map as the store keeps it (fp16 for FeatureStore) on `device`, and its input size S."""
     try:
-        # The stored fp16 map when the store offers it (converted below in torch), else `get`.
+        # The stored fp16 map when the store offers it (matching reads it as is), else `get`.
         arr, meta = getattr(store, "get_stored", store.get)(image_id)
     except KeyError:
         raise MatchingError(
