@@ -2,10 +2,12 @@
 
 Matching meets each target map with only a few dozen queries, so `queries @ fmap.float()` spends more
 time writing and re-reading the float32 copy of the map than multiplying. The C kernel in
-`native/half_matmul.c` widens the fp16 values in registers instead (AVX-512, fp32 accumulation; the same
-sums as the float32 product, argmax ties to the lowest index as torch.argmax). It is compiled once per
-machine with the system C compiler into a cache folder and loaded with ctypes; where there is no
-compiler, no AVX-512, or SOCO_NATIVE=0, `available()` is False and callers use torch.
+`native/half_matmul.c` widens the map a small tile at a time in L1 instead and keeps the argmax as it
+goes (AVX-512, fp32 accumulation: the float32 product's sums, argmax ties to the lowest index as
+torch.argmax). A second function samples bilinear source descriptors from the four corner cells only.
+Both are compiled once per machine with the system C compiler into a cache folder and loaded with
+ctypes; where there is no compiler, no AVX-512, or SOCO_NATIVE=0, `available()` is False and callers
+use torch.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import functools
 import hashlib
 import logging
 import os
+import platform
 import shutil
 import subprocess
 import tempfile
@@ -46,7 +49,7 @@ def _compiler() -> str | None:
 def _build(cc: str) -> Path:
     """Compile the kernel (once per source and compiler); the file appears atomically."""
     source = SOURCE.read_bytes()
-    key = hashlib.sha256(source + " ".join([cc, *_FLAGS]).encode()).hexdigest()[:16]
+    key = hashlib.sha256(source + " ".join([cc, platform.machine(), *_FLAGS]).encode()).hexdigest()[:16]
     target = cache_dir() / f"half_matmul-{key}.so"
     if target.exists():
         return target

@@ -161,9 +161,7 @@ def _source_descriptors(
     src_images: np.ndarray, src_keypoints: np.ndarray, keypoints, images, store, protocol, backbone, device
 ) -> tuple[torch.Tensor, np.ndarray]:
     """Descriptors of the distinct (image, keypoint) sources, and each input row's index into them."""
-    key = pd.DataFrame({"image_id": src_images, "keypoint": src_keypoints})
-    codes = key.groupby(["image_id", "keypoint"], sort=False).ngroup().to_numpy()
-    first = np.unique(codes, return_index=True)[1]
+    codes, first = _group_ids(pd.DataFrame({"image_id": src_images, "keypoint": src_keypoints}), ["image_id", "keypoint"])
     uimg, ukp = src_images[first], src_keypoints[first]
     xy = visible_keypoint_xy(keypoints, uimg, ukp, "source")
     sizes = _sizes(images, uimg)
@@ -197,6 +195,15 @@ def _similarities(q: torch.Tensor, fmap: torch.Tensor, dtype: torch.dtype, want_
     sims = q.to(dtype) @ fmap.to(dtype).reshape(fmap.shape[0], -1)
     idx = sims.argmax(dim=1)  # argmax + gather is much cheaper than max(dim) on CPU
     return sims, idx, sims.gather(1, idx[:, None])[:, 0]
+
+
+def _group_ids(df: pd.DataFrame, keys: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Group number of each row (0, 1, ... in order of first appearance) and the first row of each group.
+
+    Categorical key columns (as Parquet gives them) count only the combinations that occur."""
+    raw = df.groupby(keys, sort=False, observed=True).ngroup().to_numpy()
+    _, first, ids = np.unique(raw, return_index=True, return_inverse=True)
+    return ids.reshape(-1), first
 
 
 def _group_slices(keys: np.ndarray):
@@ -295,8 +302,7 @@ def predict(
     corr = correspondences.merge(pairs, on="pair_id", how="inner")
     if corr.empty:
         return pd.DataFrame(columns=PREDICTION_COLUMNS)
-    qid = corr.groupby(["pair_id", "src_keypoint"], sort=False).ngroup().to_numpy()  # query of each row
-    first = np.unique(qid, return_index=True)[1]
+    qid, first = _group_ids(corr, ["pair_id", "src_keypoint"])  # query of each row, first row of each query
     queries = corr[["pair_id", "src_keypoint", "src_image", "trg_image"]].iloc[first].reset_index(drop=True)
     n = len(queries)
     desc, qsrc = _source_descriptors(

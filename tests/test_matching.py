@@ -448,3 +448,18 @@ def test_sample_descriptors_is_grid_sample_align_corners():
     ref = F.grid_sample(fmap[None], (2 * uv - 1).view(1, 1, -1, 2), mode="bilinear", align_corners=True)
     torch.testing.assert_close(sample_descriptors(fmap, uv), ref[0, :, 0, :].T, rtol=0, atol=1e-6)
     torch.testing.assert_close(sample_descriptors(fmap.half(), uv), ref[0, :, 0, :].T, rtol=0, atol=1e-2)
+
+
+def test_categorical_key_columns_give_the_same_predictions():
+    """Parquet hands back dictionary (categorical) columns, often with categories a subset does not use."""
+    images, keypoints, pairs, corr = make_world(seed=12, n_per_cat=3, pairs_per_cat=4, cross_per_cat=2)
+    store = gaussian_store(images, seed=12)
+    plain = predict(pairs, corr, keypoints, images, store, PROTOCOL, "gauss")
+    cat = corr.copy()
+    for col in ("pair_id", "src_keypoint", "trg_keypoint"):
+        cat[col] = pd.Categorical(cat[col], categories=["zz_unused", *pd.unique(cat[col])])
+    pairs_cat = pairs.assign(pair_id=pd.Categorical(pairs.pair_id))
+    got = predict(pairs_cat, cat, keypoints, images, store, PROTOCOL, "gauss")
+    pd.testing.assert_frame_equal(
+        got.astype({"pair_id": str, "src_keypoint": str}), plain.astype({"pair_id": str, "src_keypoint": str})
+    )
