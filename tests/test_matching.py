@@ -463,3 +463,15 @@ def test_categorical_key_columns_give_the_same_predictions():
     pd.testing.assert_frame_equal(
         got.astype({"pair_id": str, "src_keypoint": str}), plain.astype({"pair_id": str, "src_keypoint": str})
     )
+
+
+def test_native_kernel_and_torch_give_the_same_predictions(monkeypatch):
+    if not half_matmul.available():
+        pytest.skip("the native fp16 kernel is not available on this machine")
+    images, keypoints, pairs, corr = make_world(seed=13)
+    store = gaussian_store(images, seed=13, c=70, grid=21, half=True)
+    native = predict(pairs, corr, keypoints, images, store, PROTOCOL, "gauss")
+    monkeypatch.setattr(half_matmul, "available", lambda: False)
+    torch_only = predict(pairs, corr, keypoints, images, store, PROTOCOL, "gauss")
+    pd.testing.assert_frame_equal(native.drop(columns="similarity"), torch_only.drop(columns="similarity"))
+    np.testing.assert_allclose(native.similarity, torch_only.similarity, rtol=0, atol=1e-6)
