@@ -98,6 +98,13 @@ def available() -> bool:
     return _library() is not None
 
 
+def _loaded() -> ctypes.CDLL:
+    lib = _library()
+    if lib is None:
+        raise RuntimeError("the native fp16 matching kernel is not available; check available() first")
+    return lib
+
+
 def _half_map(fmap: torch.Tensor | np.ndarray) -> torch.Tensor:
     m = torch.as_tensor(fmap)
     if m.dtype != torch.float16 or m.device.type != "cpu":
@@ -108,9 +115,7 @@ def _half_map(fmap: torch.Tensor | np.ndarray) -> torch.Tensor:
 def corner_descriptors(fmap: torch.Tensor | np.ndarray, cells: np.ndarray, weights: np.ndarray) -> torch.Tensor:
     """out[i] = sum_k weights[i, k] * fmap[:, cells[i, k]] (N x C float32) for an fp16 C x h x w map on the CPU:
     bilinear sampling that reads only the corner cells. Call only when `available()`."""
-    lib = _library()
-    if lib is None:
-        raise RuntimeError("the native fp16 matching kernel is not available; check available() first")
+    lib = _loaded()
     m = _half_map(fmap)
     cells = np.ascontiguousarray(cells, dtype=np.int64).reshape(-1, 4)
     weights = np.ascontiguousarray(weights, dtype=np.float32).reshape(-1, 4)
@@ -133,9 +138,7 @@ def argmax_into(
     """Write the argmax cell (int64) and max (float32) of queries[rows] (float32, C columns, C-contiguous)
     against an fp16 C x h x w map into idx_out / val_out, and the similarities (len(rows) x hw) into
     sims_out when given. No tensor is allocated: matching calls this once per target image."""
-    lib = _library()
-    if lib is None:
-        raise RuntimeError("the native fp16 matching kernel is not available; check available() first")
+    lib = _loaded()
     m = _half_map(fmap)
     n = len(rows) if rows is not None else len(queries)
     if queries.dtype != np.float32 or not queries.flags.c_contiguous or queries.ndim != 2:

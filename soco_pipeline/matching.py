@@ -173,7 +173,7 @@ def _source_descriptors(
         c, h, w = fmap.shape
         if parts and c != parts[0].shape[1]:
             raise MatchingError(f"image {image_id!r} has {c} channels, others {parts[0].shape[1]}")
-        if (size, h, w) not in corners_by_grid:  # one vectorized pass per distinct grid, not per image
+        if (size, h, w) not in corners_by_grid:  # one pass per grid (the input policies fix S per backbone)
             corners_by_grid[(size, h, w)] = bilinear_corners(to_unit(xy, sizes, size, protocol), h, w)
         cells, weights = corners_by_grid[(size, h, w)]
         parts.append(_corner_descriptors(fmap, cells[rows], weights[rows]))
