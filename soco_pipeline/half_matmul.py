@@ -6,8 +6,8 @@ time writing and re-reading the float32 copy of the map than multiplying. The C 
 goes (AVX-512, fp32 accumulation: the float32 product's sums, argmax ties to the lowest index as
 torch.argmax). A second function samples bilinear source descriptors from the four corner cells only.
 Both are compiled once per machine with the system C compiler into a cache folder and loaded with
-ctypes; where there is no compiler, no AVX-512, or SOCO_NATIVE=0, `available()` is False and callers
-use torch.
+ctypes; where the CPU is not x86-64 or lacks AVX-512, there is no compiler, or SOCO_NATIVE=0,
+`available()` is False and callers use torch.
 """
 
 from __future__ import annotations
@@ -68,6 +68,9 @@ def _build(cc: str) -> Path:
 @functools.cache
 def _library() -> ctypes.CDLL | None:
     if os.environ.get("SOCO_NATIVE", "1") == "0":
+        return None
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        log.info("the fp16 matching kernel is x86-64 only; matching uses torch on %s", platform.machine())
         return None
     cc = _compiler()
     if cc is None:

@@ -103,3 +103,29 @@ def test_corner_descriptors_are_grid_sample_of_the_fp16_map():
     torch.testing.assert_close(half_matmul.corner_descriptors(fmap, cells, weights), ref, rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="corner cells"):
         half_matmul.corner_descriptors(fmap, cells + 99, weights)
+
+
+def test_other_architectures_use_torch(monkeypatch):
+    monkeypatch.setattr(half_matmul.platform, "machine", lambda: "aarch64")
+    half_matmul._library.cache_clear()
+    try:
+        assert not half_matmul.available()
+    finally:
+        monkeypatch.undo()
+        half_matmul._library.cache_clear()
+    assert half_matmul.available()
+
+
+def test_a_failing_compiler_falls_back_to_torch(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("SOCO_NATIVE_CACHE", str(tmp_path))
+    monkeypatch.setenv("CC", "false")  # a "compiler" that always fails
+    half_matmul._library.cache_clear()
+    try:
+        with caplog.at_level("WARNING", logger="soco_pipeline.half_matmul"):
+            assert not half_matmul.available()
+        assert "could not build" in caplog.text
+        assert list(tmp_path.iterdir()) == []  # no half-written library left behind
+    finally:
+        monkeypatch.undo()
+        half_matmul._library.cache_clear()
+    assert half_matmul.available()
