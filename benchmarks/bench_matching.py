@@ -1,11 +1,13 @@
 """Matching throughput on a synthetic warm feature cache, and encode-once vs the official per-pair loop.
 
 Prints (1) queries/s and achieved GFLOP/s of `matching.predict` at full-scale-like sizes beside this
-machine's large fp32 matmul rate measured in the same run (target: within 2x), and (2) the time of the
-official structure (encode both images of every pair, one einsum per pair) against encoding each image
-once plus batched matching, on the same pairs, with the ratio (target: >= 20x).
+machine's large fp32 matmul rate measured in the same run (target: within 2x), for maps read through a
+FeatureStore on disk and for maps held in memory, with the time spent reading maps and in the native
+kernel broken out; and (2) the time of the official structure (encode both images of every pair, one
+einsum per pair) against encoding each image once plus batched matching, on the same pairs, with the
+ratio (target: >= 20x).
 
-    .venv/bin/python benchmarks/bench_matching.py            # full-scale-like (4,000 images, ~100k queries)
+    .venv/bin/python benchmarks/bench_matching.py            # full-scale-like (4,000 images, 120k queries)
     .venv/bin/python benchmarks/bench_matching.py --small    # a quick run
 """
 
