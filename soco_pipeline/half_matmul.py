@@ -108,26 +108,38 @@ def _loaded() -> ctypes.CDLL:
     return lib
 
 
-def _half_map(fmap: torch.Tensor | np.ndarray) -> torch.Tensor:
-    m = torch.as_tensor(fmap)
-    if m.dtype != torch.float16 or m.device.type != "cpu":
-        raise TypeError(f"the map must be a CPU float16 tensor, got {m.dtype} on {m.device}")
-    return m.reshape(m.shape[0], -1).contiguous()
+def _half_map(fmap: torch.Tensor | np.ndarray) -> tuple[int, int, int, object]:
+    """(data pointer, C, cells, owner) of a CPU float16 C x h x w (or C x HW) map, made contiguous if needed;
+    `owner` keeps any contiguous copy alive for the call."""
+    if isinstance(fmap, np.ndarray):
+        if fmap.dtype != np.float16:
+            raise TypeError(f"the map must be float16, got {fmap.dtype}")
+        m = np.ascontiguousarray(fmap)
+        return m.ctypes.data, m.shape[0], m.size // max(m.shape[0], 1), m
+    if fmap.dtype != torch.float16 or fmap.device.type != "cpu":
+        raise TypeError(f"the map must be a CPU float16 tensor, got {fmap.dtype} on {fmap.device}")
+    m = fmap.contiguous()
+    return m.data_ptr(), m.shape[0], m.numel() // max(m.shape[0], 1), m
 
 
-def corner_descriptors(fmap: torch.Tensor | np.ndarray, cells: np.ndarray, weights: np.ndarray) -> torch.Tensor:
+def corner_descriptors(
+    fmap: torch.Tensor | np.ndarray, cells: np.ndarray, weights: np.ndarray, out: np.ndarray | None = None
+) -> torch.Tensor:
     """out[i] = sum_k weights[i, k] * fmap[:, cells[i, k]] (N x C float32) for an fp16 C x h x w map on the CPU:
-    bilinear sampling that reads only the corner cells. Call only when `available()`."""
+    bilinear sampling that reads only the corner cells, into `out` (C-contiguous float32) when given.
+    Call only when `available()`."""
     lib = _loaded()
-    m = _half_map(fmap)
+    ptr, c, hw, _owner = _half_map(fmap)
     cells = np.ascontiguousarray(cells, dtype=np.int64).reshape(-1, 4)
     weights = np.ascontiguousarray(weights, dtype=np.float32).reshape(-1, 4)
-    if len(cells) != len(weights) or (cells.size and (cells.min() < 0 or cells.max() >= m.shape[1])):
-        raise ValueError(f"corner cells must be N x 4 indices into {m.shape[1]} cells, with N x 4 weights")
-    out = torch.empty((len(cells), m.shape[0]), dtype=torch.float32)
-    lib.soco_half_corners(m.data_ptr(), m.shape[0], m.shape[1], cells.ctypes.data, weights.ctypes.data,
-                          len(cells), out.data_ptr())
-    return out
+    if len(cells) != len(weights) or (cells.size and (cells.min() < 0 or cells.max() >= hw)):
+        raise ValueError(f"corner cells must be N x 4 indices into {hw} cells, with N x 4 weights")
+    if out is None:
+        out = np.empty((len(cells), c), dtype=np.float32)
+    elif out.dtype != np.float32 or not out.flags.c_contiguous or out.shape != (len(cells), c):
+        raise TypeError(f"out must be a C-contiguous float32 array of shape {(len(cells), c)}")
+    lib.soco_half_corners(ptr, c, hw, cells.ctypes.data, weights.ctypes.data, len(cells), out.ctypes.data)
+    return torch.from_numpy(out)
 
 
 def argmax_into(
@@ -137,35 +149,37 @@ def argmax_into(
     idx_out: np.ndarray,
     val_out: np.ndarray,
     sims_out: np.ndarray | None = None,
+    check_rows: bool = True,
 ) -> None:
     """Write the argmax cell (int64) and max (float32) of queries[rows] (float32, C columns, C-contiguous)
     against an fp16 C x h x w map into idx_out / val_out, and the similarities (len(rows) x hw) into
-    sims_out when given. No tensor is allocated: matching calls this once per target image."""
+    sims_out when given. No tensor is allocated: matching calls this once per target image, with
+    check_rows=False once it has checked all its row indices."""
     lib = _loaded()
-    m = _half_map(fmap)
+    ptr, c, hw, _owner = _half_map(fmap)
     n = len(rows) if rows is not None else len(queries)
     if queries.dtype != np.float32 or not queries.flags.c_contiguous or queries.ndim != 2:
         raise TypeError("queries must be a C-contiguous float32 matrix")
-    if queries.shape[1] != m.shape[0]:
-        raise ValueError(f"queries of {queries.shape[1]} channels do not match a map of {m.shape[0]} channels")
+    if queries.shape[1] != c:
+        raise ValueError(f"queries of {queries.shape[1]} channels do not match a map of {c} channels")
     if rows is not None and (rows.dtype != np.int64 or not rows.flags.c_contiguous):
         raise TypeError("rows must be a contiguous int64 array")
-    if rows is not None and n and (rows.min() < 0 or rows.max() >= len(queries)):
+    if check_rows and rows is not None and n and (rows.min() < 0 or rows.max() >= len(queries)):
         raise ValueError(f"query rows must lie in [0, {len(queries)})")
     for name, arr, dtype in (("idx_out", idx_out, np.int64), ("val_out", val_out, np.float32)):
         if arr.dtype != dtype or not arr.flags.c_contiguous or len(arr) != n:
             raise TypeError(f"{name} must be a contiguous {np.dtype(dtype)} array of {n} entries")
     if sims_out is not None and (sims_out.dtype != np.float32 or not sims_out.flags.c_contiguous
-                                 or sims_out.size < n * m.shape[1]):
-        raise TypeError(f"sims_out must be a contiguous float32 buffer of at least {n} x {m.shape[1]} values")
+                                 or sims_out.size < n * hw):
+        raise TypeError(f"sims_out must be a contiguous float32 buffer of at least {n} x {hw} values")
     if n == 0:
         return
     rc = lib.soco_half_matmul_argmax(
-        m.data_ptr(), m.shape[0], m.shape[1], queries.ctypes.data, None if rows is None else rows.ctypes.data, n,
+        ptr, c, hw, queries.ctypes.data, None if rows is None else rows.ctypes.data, n,
         None if sims_out is None else sims_out.ctypes.data, idx_out.ctypes.data, val_out.ctypes.data,
     )
     if rc != 0:
-        raise MemoryError(f"the fp16 matching kernel could not allocate its workspace ({n} x {m.shape[1]} floats)")
+        raise MemoryError(f"the fp16 matching kernel could not allocate its workspace ({n} x {hw} floats)")
 
 
 def similarity_argmax(
@@ -173,11 +187,11 @@ def similarity_argmax(
 ) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor]:
     """(sims Q x HW or None, argmax cell per query (int64), max per query) of float32 `queries` (Q x C)
     against an fp16 C x h x w (or C x HW) map on the CPU. Call only when `available()`."""
-    m = _half_map(fmap)
+    _, c, hw, m = _half_map(fmap)
     q = np.ascontiguousarray(torch.as_tensor(queries).to(device="cpu", dtype=torch.float32).numpy())
-    if q.ndim != 2 or q.shape[1] != m.shape[0]:
-        raise ValueError(f"queries {tuple(q.shape)} do not match a map of {m.shape[0]} channels")
-    n, hw = q.shape[0], m.shape[1]
+    if q.ndim != 2 or q.shape[1] != c:
+        raise ValueError(f"queries {tuple(q.shape)} do not match a map of {c} channels")
+    n = q.shape[0]
     sims = np.empty((n, hw), dtype=np.float32) if want_sims else None
     idx, val = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.float32)
     argmax_into(m, q, None, idx, val, sims)

@@ -94,12 +94,16 @@ def sample_descriptors(fmap: torch.Tensor, uv: torch.Tensor | np.ndarray) -> tor
     return _corner_descriptors(fmap, *bilinear_corners(uv, h, w))
 
 
-def _corner_descriptors(fmap: torch.Tensor, cells: np.ndarray, weights: np.ndarray) -> torch.Tensor:
-    """Weighted sums (N x C, float32) of the map's cells (N x 4) with float32 weights (N x 4)."""
+def _corner_descriptors(fmap: torch.Tensor | np.ndarray, cells: np.ndarray, weights: np.ndarray,
+                        device: torch.device | None = None) -> torch.Tensor:
+    """Weighted sums (N x C, float32) of the map's cells (N x 4) with float32 weights (N x 4); a numpy map
+    is moved to `device` first unless the native kernel reads it where it is."""
+    on_cpu = device is None or device.type == "cpu"
+    if on_cpu and fmap.dtype in (np.float16, torch.float16) and half_matmul.available():
+        return half_matmul.corner_descriptors(fmap, cells, weights)
+    fmap = torch.as_tensor(fmap).to(device=device) if isinstance(fmap, np.ndarray) else fmap
     c = fmap.shape[0]
     flat = fmap.reshape(c, -1)
-    if flat.device.type == "cpu" and flat.dtype == torch.float16 and half_matmul.available():
-        return half_matmul.corner_descriptors(flat, cells, weights)
     if flat.device.type == "cpu" and flat.dtype != torch.bfloat16:  # numpy: few small-array ops per image
         corners = np.take(flat.numpy(), cells.reshape(-1), axis=1).reshape(c, -1, 4).astype(np.float32)
         return torch.from_numpy((corners * weights[None]).sum(axis=2).T)
@@ -111,10 +115,9 @@ def _dtype(protocol: ProtocolConfig) -> torch.dtype:
     return getattr(torch, protocol.compute_dtype)
 
 
-def _load(store: FeatureStoreLike, image_id: str, backbone: str, device) -> tuple[torch.Tensor, int]:
-    """The map as the store keeps it (fp16 for FeatureStore) on `device`, and its input size S."""
+def _load_stored(store: FeatureStoreLike, image_id: str, backbone: str) -> tuple[np.ndarray, int]:
+    """The map as the store keeps it (fp16 for FeatureStore, read through `get_stored`) and its input size S."""
     try:
-        # The stored fp16 map when the store offers it (matching reads it as is), else `get`.
         arr, meta = getattr(store, "get_stored", store.get)(image_id)
     except KeyError:
         raise MatchingError(
@@ -125,7 +128,13 @@ def _load(store: FeatureStoreLike, image_id: str, backbone: str, device) -> tupl
         raise MatchingError(f"features of image {image_id!r} ({backbone}) have shape {arr.shape}; expected C x h x w")
     if "input_size" not in meta:
         raise MatchingError(f"features of image {image_id!r} ({backbone}) lack meta['input_size']; re-extract them")
-    return torch.as_tensor(np.asarray(arr)).to(device=device), int(meta["input_size"])
+    return np.asarray(arr), int(meta["input_size"])
+
+
+def _load(store: FeatureStoreLike, image_id: str, backbone: str, device) -> tuple[torch.Tensor, int]:
+    """`_load_stored` as a tensor on `device`."""
+    arr, size = _load_stored(store, image_id, backbone)
+    return torch.as_tensor(arr).to(device=device), size
 
 
 def visible_keypoint_xy(
@@ -136,16 +145,24 @@ def visible_keypoint_xy(
     error: type[Exception] = MatchingError,
 ) -> np.ndarray:
     """x, y of (image, keypoint) rows; `error` naming the first missing or invisible one."""
-    kp = keypoints.set_index(["image_id", "keypoint"])[["x", "y", "visible"]]
-    found = kp.reindex(pd.MultiIndex.from_arrays([image_ids, names]))
-    bad = ~found["visible"].fillna(False).astype(bool).to_numpy()
+    # Integer keys (image code * n_names + name code): two string hashes instead of a MultiIndex reindex.
+    kp_img, kp_name = keypoints["image_id"].to_numpy(), keypoints["keypoint"].to_numpy()
+    img_index, name_index = pd.Index(pd.unique(kp_img)), pd.Index(pd.unique(kp_name))
+    key = pd.Index(img_index.get_indexer(kp_img) * len(name_index) + name_index.get_indexer(kp_name))
+    if not key.is_unique:
+        raise error("the keypoints table has several rows for one (image_id, keypoint): rebuild it from the clicks")
+    q_img, q_name = img_index.get_indexer(np.asarray(image_ids)), name_index.get_indexer(np.asarray(names))
+    pos = key.get_indexer(np.where((q_img >= 0) & (q_name >= 0), q_img * len(name_index) + q_name, -1))
+    visible = np.zeros(len(pos), dtype=bool)
+    visible[pos >= 0] = keypoints["visible"].to_numpy(bool)[pos[pos >= 0]]
+    bad = ~visible
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         raise error(
             f"{what} keypoint {names[i]!r} of image {image_ids[i]!r} is missing or not visible in the keypoints "
             f"table ({int(bad.sum())} such rows): rebuild the correspondences from the current keypoints"
         )
-    return found[["x", "y"]].to_numpy(np.float64)
+    return keypoints[["x", "y"]].to_numpy(np.float64)[pos]
 
 
 def _sizes(images: pd.DataFrame, image_ids: np.ndarray) -> np.ndarray:
@@ -162,25 +179,33 @@ def _source_descriptors(
 ) -> tuple[torch.Tensor, np.ndarray]:
     """Descriptors of the distinct (image, keypoint) sources, and each input row's index into them."""
     codes, first = _group_ids(pd.DataFrame({"image_id": src_images, "keypoint": src_keypoints}), ["image_id", "keypoint"])
+    # Number the sources image by image, so that each image's descriptors are one block of rows.
+    by_image = np.argsort(src_images[first], kind="stable")
+    renumber = np.empty(len(first), dtype=np.int64)
+    renumber[by_image] = np.arange(len(first))
+    codes, first = renumber[codes], first[by_image]
     uimg, ukp = src_images[first], src_keypoints[first]
     xy = visible_keypoint_xy(keypoints, uimg, ukp, "source")
     sizes = _sizes(images, uimg)
-    parts: list[torch.Tensor] = []
+    starts = np.flatnonzero(np.r_[True, uimg[1:] != uimg[:-1]])
+    ends = np.r_[starts[1:], len(uimg)]
+    desc: torch.Tensor | None = None
     corners_by_grid: dict[tuple[int, int, int], tuple[np.ndarray, np.ndarray]] = {}  # (S, h, w) -> all points'
-    slices = list(_group_slices(uimg))
-    for image_id, rows in slices:
-        fmap, size = _load(store, image_id, backbone, device)
-        c, h, w = fmap.shape
-        if parts and c != parts[0].shape[1]:
-            raise MatchingError(f"image {image_id!r} has {c} channels, others {parts[0].shape[1]}")
+    for a, b in zip(starts, ends, strict=True):
+        arr, size = _load_stored(store, uimg[a], backbone)
+        c, h, w = arr.shape
+        if desc is None:
+            desc = torch.empty((len(uimg), c), dtype=_dtype(protocol), device=device)
+        elif c != desc.shape[1]:
+            raise MatchingError(f"image {uimg[a]!r} has {c} channels, others {desc.shape[1]}")
         if (size, h, w) not in corners_by_grid:  # one pass per grid (the input policies fix S per backbone)
             corners_by_grid[(size, h, w)] = bilinear_corners(to_unit(xy, sizes, size, protocol), h, w)
         cells, weights = corners_by_grid[(size, h, w)]
-        parts.append(_corner_descriptors(fmap, cells[rows], weights[rows]))
-    # rows were visited image by image: put them back in source order with one permutation
-    order = torch.as_tensor(np.concatenate([rows for _, rows in slices]), device=device)
-    desc = torch.empty((len(uimg), parts[0].shape[1]), dtype=_dtype(protocol), device=device)
-    desc[order] = torch.cat(parts).to(desc.dtype)
+        if desc.device.type == "cpu" and desc.dtype == torch.float32 and arr.dtype == np.float16 and half_matmul.available():
+            half_matmul.corner_descriptors(arr, cells[a:b], weights[a:b], out=desc.numpy()[a:b])
+        else:
+            desc[a:b] = _corner_descriptors(arr, cells[a:b], weights[a:b], device).to(device=device, dtype=desc.dtype)
+    assert desc is not None
     return desc, codes
 
 
@@ -299,7 +324,15 @@ def predict(
     """
     device = torch.device(device)
     pairs = image_pairs.loc[image_pairs["evaluated"].astype(bool), ["pair_id", "src_image", "trg_image"]]
-    corr = correspondences.merge(pairs, on="pair_id", how="inner")
+    # The rows of evaluated pairs, with their images: an index lookup instead of a merge on string keys.
+    pair = pd.Index(pairs["pair_id"]).get_indexer(correspondences["pair_id"])
+    keep = np.flatnonzero(pair >= 0)
+    corr = pd.DataFrame({
+        **{col: correspondences[col].to_numpy()[keep]
+           for col in ("pair_id", "kind", "src_keypoint", "trg_keypoint", "geo", "n_candidates")},
+        "src_image": pairs["src_image"].to_numpy()[pair[keep]],
+        "trg_image": pairs["trg_image"].to_numpy()[pair[keep]],
+    })
     if corr.empty:
         return pd.DataFrame(columns=PREDICTION_COLUMNS)
     qid, first = _group_ids(corr, ["pair_id", "src_keypoint"])  # query of each row, first row of each query
@@ -318,7 +351,9 @@ def predict(
     is_geo[geo_q] = True
     cand_row = (kind == "cc") & is_geo[qid]
     cand_q = qid[cand_row]
-    missing = np.setdiff1d(geo_q, cand_q)
+    has_cand = np.zeros(n, dtype=bool)
+    has_cand[cand_q] = True
+    missing = geo_q[~has_cand[geo_q]]
     if len(missing):
         q = queries.iloc[int(missing[0])]
         raise MatchingError(
@@ -347,26 +382,30 @@ def predict(
     dtype = _dtype(protocol)
     native = simple and dtype == torch.float32 and device.type == "cpu" and half_matmul.available()
     free_uv, free_sim = np.zeros((n, 2)), np.zeros(n, dtype=np.float32)  # rows in sorted order until the end
-    free_idx, grid_hw = np.zeros(n, dtype=np.int64), np.ones((n, 2), dtype=np.int64)
-    in_size = np.zeros(n, dtype=np.int64)
-    cand_val, cand_cell = np.zeros(len(cand_q)), np.zeros(len(cand_q), dtype=np.int64)
-    cells_by_grid: dict[tuple[int, int, int], np.ndarray] = {}  # (S, h, w) -> cell of every candidate
+    free_idx = np.zeros(n, dtype=np.int64)
+    grids = np.zeros((len(targets), 3), dtype=np.int64)  # S, h, w of each target's map
+    # Candidates in sorted order: their query's row within its target, their cell and similarity.
+    c_local = (c_pos - bounds[tcode[cand_q]])[c_order]
+    c_cell, c_val = np.zeros(len(cand_q), dtype=np.int64), np.zeros(len(cand_q))
+    cells_by_grid: dict[tuple[int, int, int], np.ndarray] = {}  # (S, h, w) -> cell of every sorted candidate
     qdesc: torch.Tensor | None = None  # queries gathered for torch, made only when a map needs torch
+    desc_np = desc.numpy() if native else None
     sims_buffer = np.empty(0, dtype=np.float32)
 
     for t, image_id in enumerate(targets):
         a, b, ca, cb = bounds[t], bounds[t + 1], c_bounds[t], c_bounds[t + 1]
-        fmap, size = _load(store, image_id, backbone_name, device)
-        c, h, w = fmap.shape
+        arr, size = _load_stored(store, image_id, backbone_name)
+        c, h, w = arr.shape
         if c != desc.shape[1]:
             raise MatchingError(f"target image {image_id!r} has {c} channels, the sources {desc.shape[1]}")
-        in_size[a:b], grid_hw[a:b] = size, (h, w)
-        if native and fmap.dtype == torch.float16:  # the hot path: no tensor or buffer made per target
+        grids[t] = size, h, w
+        if native and arr.dtype == np.float16:  # the hot path: one kernel call, no tensor made per target
             if sims_buffer.size < (b - a) * h * w:  # the kernel's partial sums; SOC-geo reads them below
                 sims_buffer = np.empty(2 * (b - a) * h * w, dtype=np.float32)
             sims = sims_buffer[: (b - a) * h * w].reshape(b - a, h * w)
-            half_matmul.argmax_into(fmap, desc.numpy(), qrows[a:b], free_idx[a:b], free_sim[a:b], sims)
+            half_matmul.argmax_into(arr, desc_np, qrows[a:b], free_idx[a:b], free_sim[a:b], sims, check_rows=False)
         else:
+            fmap = torch.as_tensor(arr).to(device=device)
             if qdesc is None:
                 qdesc = desc[torch.as_tensor(qrows, device=device)]
             sims, idx, best = _similarities(qdesc[a:b], fmap, dtype, not simple or cb > ca)
@@ -377,11 +416,15 @@ def predict(
                 free_uv[a:b], free_sim[a:b] = uv.cpu().numpy(), best.float().cpu().numpy()
         if cb > ca:
             if (size, h, w) not in cells_by_grid:
-                cells_by_grid[(size, h, w)] = cells_of(to_unit(cand_xy, cand_sizes, size, protocol), h, w)
-            ci = c_order[ca:cb]
-            cand_cell[ci] = cells_by_grid[(size, h, w)][ci]
-            cand_val[ci] = _pick(sims, c_pos[ci] - a, cand_cell[ci])
+                cells = cells_of(to_unit(cand_xy, cand_sizes, size, protocol), h, w)
+                cells_by_grid[(size, h, w)] = cells[c_order]
+            c_cell[ca:cb] = cells_by_grid[(size, h, w)][ca:cb]
+            c_val[ca:cb] = _pick(sims, c_local[ca:cb], c_cell[ca:cb])
 
+    counts = np.diff(bounds)
+    in_size, grid_hw = np.repeat(grids[:, 0], counts), np.repeat(grids[:, 1:], counts, axis=0)
+    cand_cell, cand_val = np.empty_like(c_cell), np.empty_like(c_val)
+    cand_cell[c_order], cand_val[c_order] = c_cell, c_val
     free_idx, free_uv, grid_hw, in_size = (x[pos] for x in (free_idx, free_uv, grid_hw, in_size))
     free_sim = free_sim[pos].astype(np.float64)
     geo_idx, geo_sim = _segment_argmax(cand_q, cand_val, cand_cell, geo_q)

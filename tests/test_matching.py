@@ -237,7 +237,7 @@ def test_vectorized_matches_per_pair_reference(half, native, monkeypatch):
     monkeypatch.setattr(half_matmul, "available", lambda: native and half_matmul._library() is not None)
     calls = []
     kernel = half_matmul.argmax_into
-    monkeypatch.setattr(half_matmul, "argmax_into", lambda *a: calls.append(1) or kernel(*a))
+    monkeypatch.setattr(half_matmul, "argmax_into", lambda *a, **k: calls.append(1) or kernel(*a, **k))
     images, keypoints, pairs, corr = make_world(seed=1)
     store = gaussian_store(images, seed=1, c=20, grid=13, half=half)
     preds = predict(pairs, corr, keypoints, images, store, PROTOCOL, "gauss")
