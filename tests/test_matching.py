@@ -475,3 +475,10 @@ def test_native_kernel_and_torch_give_the_same_predictions(monkeypatch):
     torch_only = predict(pairs, corr, keypoints, images, store, PROTOCOL, "gauss")
     pd.testing.assert_frame_equal(native.drop(columns="similarity"), torch_only.drop(columns="similarity"))
     np.testing.assert_allclose(native.similarity, torch_only.similarity, rtol=0, atol=1e-6)
+
+
+def test_duplicate_keypoint_rows_are_named():
+    images, keypoints, pairs, corr = make_world(seed=14, n_per_cat=2, pairs_per_cat=2, cross_per_cat=0)
+    doubled = pd.concat([keypoints, keypoints.iloc[:1]], ignore_index=True)
+    with pytest.raises(ValueError, match=r"several rows for one \(image_id, keypoint\)"):
+        predict(pairs, corr, doubled, images, gaussian_store(images), PROTOCOL, "gauss")
