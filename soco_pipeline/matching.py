@@ -514,7 +514,7 @@ def predict_four_choice(
     for image_id, rows in _group_slices(trg):
         fmap, size = _load(store, image_id, backbone_name, device)
         uv = to_unit(opt_xy[rows].reshape(-1, 2), np.repeat(sizes[rows], 4, axis=0), size, protocol)
-        opt_desc = sample_descriptors(fmap, torch.as_tensor(uv, device=device)).reshape(len(rows), 4, -1)
+        opt_desc = sample_descriptors(fmap, uv).reshape(len(rows), 4, -1)
         src = desc[torch.as_tensor(qsrc[rows], device=device)].float()
         sims[rows] = torch.einsum("nc,noc->no", src, opt_desc).cpu().numpy()
     picks = rotation_picks(sims)
