@@ -1,14 +1,17 @@
-"""Matching throughput on a synthetic warm feature cache, and encode-once vs the official per-pair loop.
+"""Matching throughput on the `full` embedded set from a warm feature cache, and encode-once vs the official loop.
 
-Prints (1) queries/s and achieved GFLOP/s of `matching.predict` at full-scale-like sizes beside this
-machine's large fp32 matmul rate measured in the same run (target: within 2x), for maps read through a
-FeatureStore on disk and for maps held in memory, with the time spent reading maps and in the native
-kernel broken out; and (2) the time of the official structure (encode both images of every pair, one
-einsum per pair) against encoding each image once plus batched matching, on the same pairs, with the
-ratio (target: >= 20x).
+Prints (1) queries/s and achieved GFLOP/s of `matching.predict` on the evaluated pairs of the `full`
+embedded data set (100 categories x 40 images: its real image set, keypoints, image pairs and
+correspondences, built by the pipeline's own functions; generated into storage/embedded/full-seed0 on
+first use, about a minute) beside this machine's large fp32 matmul rate measured in the same run (target:
+within 2x), with the feature cache standing in for a ViT-S/14 at 798 px (C=384, 57 x 57 fp16 maps of
+random values: the cost does not depend on the values), read through a FeatureStore on disk and held in
+memory, with the time spent reading maps and in the native kernel broken out; and (2) the time of the
+official structure (encode both images of every pair, one einsum per pair) against encoding each image
+once plus batched matching, on the same pairs, with the ratio (target: >= 20x).
 
-    .venv/bin/python benchmarks/bench_matching.py            # full-scale-like (4,000 images, 120k queries)
-    .venv/bin/python benchmarks/bench_matching.py --small    # a quick run
+    .venv/bin/python benchmarks/bench_matching.py            # the full embedded set (4,000 images)
+    .venv/bin/python benchmarks/bench_matching.py --small    # a quick run on the demo set
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from soco_pipeline import half_matmul
 from soco_pipeline.features import MANIFEST_COLUMNS, FeatureStore
 from soco_pipeline.matching import predict
 from soco_pipeline.protocol import ProtocolConfig
+from soco_pipeline.storage import default_storage_root
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -35,16 +39,17 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 class Fp16Cache:
     """Maps held in memory as fp16 arrays (`get_stored`), cold in DRAM when the next target needs them.
 
-    A pool of distinct random maps stands for the images (image i uses map i % pool): the work per image is
-    the same as with one map per image, at a fraction of the memory.
+    A pool of distinct random maps stands for the images (the i-th image uses map i % pool): the work per
+    image is the same as with one map per image, at a fraction of the memory.
     """
 
-    def __init__(self, n_pool: int, c: int, grid: int, input_size: int, seed: int):
+    def __init__(self, image_ids: np.ndarray, n_pool: int, c: int, grid: int, input_size: int, seed: int):
         self.pool = random_maps(n_pool, c, grid, seed)
+        self.slot = {image_id: i % n_pool for i, image_id in enumerate(image_ids)}
         self.input_size = input_size
 
     def get_stored(self, image_id: str):
-        return self.pool[int(image_id.rsplit("_", 1)[1]) % len(self.pool)], {"input_size": self.input_size}
+        return self.pool[self.slot[image_id]], {"input_size": self.input_size}
 
 
 def random_maps(n: int, c: int, grid: int, seed: int) -> list[np.ndarray]:
@@ -53,7 +58,7 @@ def random_maps(n: int, c: int, grid: int, seed: int) -> list[np.ndarray]:
     return [F.normalize(torch.randn(c, grid, grid, generator=g), dim=0).half().numpy() for _ in range(n)]
 
 
-def disk_feature_store(root: str, image_ids: np.ndarray, n_pool: int, c: int, grid: int, input_size: int,
+def disk_feature_store(root: str, images: pd.DataFrame, n_pool: int, c: int, grid: int, input_size: int,
                        seed: int) -> FeatureStore:
     """A FeatureStore as extraction leaves it (one fp16 .npy per map, a manifest), read through the page cache.
 
@@ -65,12 +70,11 @@ def disk_feature_store(root: str, image_ids: np.ndarray, n_pool: int, c: int, gr
     os.makedirs(folder, exist_ok=True)
     for i, arr in enumerate(random_maps(n_pool, c, grid, seed)):
         np.save(os.path.join(folder, f"pool_{i:03d}.npy"), arr)
-    n = len(image_ids)
     manifest = pd.DataFrame({
-        "backbone": "bench", "image_id": image_ids, "channels": c, "grid_h": grid, "grid_w": grid,
-        "input_size": input_size, "stride": input_size / grid,
-        "path": [f"bench/{hash_}/pool_{i % n_pool:03d}.npy" for i in range(n)], "checksum": "",
-        "width": input_size, "height": input_size, "spec_hash": hash_,
+        "backbone": "bench", "image_id": images["image_id"].to_numpy(), "channels": c, "grid_h": grid,
+        "grid_w": grid, "input_size": input_size, "stride": input_size / grid,
+        "path": [f"bench/{hash_}/pool_{i % n_pool:03d}.npy" for i in range(len(images))], "checksum": "",
+        "width": images["width"].to_numpy(), "height": images["height"].to_numpy(), "spec_hash": hash_,
     })
     return FeatureStore.from_manifest(root, manifest[MANIFEST_COLUMNS], cache_items=0)
 
@@ -109,6 +113,28 @@ def timed(module, name: str, seconds: list[float]):
         yield
     finally:
         setattr(module, name, fn)
+
+
+def embedded_tables(root: str, size: str, seed: int):
+    """image_set, keypoints, image pairs and evaluated correspondences of the embedded data set at `root`.
+
+    Generates the data set there first when it is absent (ensure_dataset), then builds the tables with the
+    pipeline's functions and default configs, as the data and pair assets do.
+    """
+    from soco_pipeline.embedded import ensure_dataset
+    from soco_pipeline.imageset import build_image_set
+    from soco_pipeline.keypoints import aggregate_keypoints
+    from soco_pipeline.pairs import PairConfig, build_correspondences, build_image_pairs
+    from soco_pipeline.sources import SourceConfig, read_candidates, read_raw_keypoints
+    from soco_pipeline.taxonomy import load_taxonomy
+
+    ensure_dataset(root, size=size, seed=seed)
+    cfg, tax = SourceConfig.embedded(root), load_taxonomy()
+    images, _ = build_image_set(read_candidates(cfg, tax), cfg, tax)
+    keypoints, _ = aggregate_keypoints(read_raw_keypoints(cfg, tax), images, tax, cfg)
+    pairs = build_image_pairs(images, keypoints, tax, PairConfig(seed=seed))
+    corr = build_correspondences(pairs, keypoints, tax, evaluated_only=True).to_pandas()
+    return images, keypoints, pairs, corr
 
 
 def synthetic_tables(n_images: int, n_pairs: int, kps_per_pair: int, seed: int):
@@ -157,18 +183,26 @@ def _timed(fn) -> float:
 
 
 def bench_throughput(args) -> None:
-    images, keypoints, pairs, corr = synthetic_tables(args.images, args.pairs, args.kps_per_pair, seed=0)
+    root = args.data_root or os.path.join(default_storage_root(), "embedded", f"{args.size}-seed0")
+    t = time.perf_counter()
+    images, keypoints, pairs, corr = embedded_tables(root, args.size, seed=0)
+    per_target = pairs[pairs.evaluated].trg_image.value_counts()
+    print(f"tables of the {args.size!r} embedded set at {root} ({time.perf_counter() - t:.0f} s): "
+          f"{len(images)} images, {int(pairs.evaluated.sum())} evaluated pairs, {len(corr)} correspondences")
     protocol = ProtocolConfig(compute_dtype=args.dtype)
     size = args.grid * 14
     kernel = "native fp16 kernel" if half_matmul.available() and args.dtype == "float32" else "torch"
-    print(f"throughput: {args.images} images, C={args.channels}, {args.grid}x{args.grid} grid, compute {args.dtype} "
-          f"({kernel}), torch threads {torch.get_num_threads()}")
+    print(f"throughput: C={args.channels}, {args.grid}x{args.grid} grid, compute {args.dtype} ({kernel}), "
+          f"torch threads {torch.get_num_threads()}; {len(per_target)} target images, "
+          f"{per_target.median():.0f} evaluated pairs per target (median)")
     with tempfile.TemporaryDirectory() as root:
         stores = {
             "feature cache on disk (FeatureStore, page cache)": disk_feature_store(
-                root, images.image_id.to_numpy(), args.pool, args.channels, args.grid, size, seed=0),
-            "maps held in memory (cold in DRAM)": Fp16Cache(args.pool, args.channels, args.grid, size, seed=0),
+                root, images, args.pool, args.channels, args.grid, size, seed=0),
+            "maps held in memory (cold in DRAM)": Fp16Cache(images.image_id.to_numpy(), args.pool, args.channels,
+                                                            args.grid, size, seed=0),
         }
+        trg_of = pairs.set_index("pair_id")["trg_image"]
         for label, base in stores.items():
             rate0 = matmul_rate()
             best = None
@@ -186,7 +220,8 @@ def bench_throughput(args) -> None:
             free = int((preds["mode"] == "free").sum())
             flops = 2.0 * free * args.channels * args.grid**2
             compute = total - get_s
-            print(f"- {label}: {free} queries (+{len(preds) - free} geo)")
+            print(f"- {label}: {free} queries (+{len(preds) - free} geo), "
+                  f"{free / preds.loc[preds['mode'] == 'free', 'pair_id'].map(trg_of).nunique():.1f} per target map")
             print(f"  predict total          {total:8.2f} s  {free / total:10.0f} queries/s  "
                   f"{flops / total / 1e9:6.1f} GFLOP/s")
             print(f"  of which map reads     {get_s:8.2f} s  ({calls} reads)")
@@ -265,9 +300,9 @@ def bench_official_vs_batched(args) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--small", action="store_true", help="a quick run at reduced sizes")
-    ap.add_argument("--images", type=int, default=4000)
-    ap.add_argument("--pairs", type=int, default=40000)
-    ap.add_argument("--kps-per-pair", type=int, default=3)
+    ap.add_argument("--size", default="full", choices=["full", "demo"], help="the embedded data set's size")
+    ap.add_argument("--data-root", default=None,
+                    help="where the embedded set is (generated there if absent); default storage/embedded/<size>-seed0")
     ap.add_argument("--channels", type=int, default=384)
     ap.add_argument("--grid", type=int, default=57)
     ap.add_argument("--pool", type=int, default=64)
@@ -282,7 +317,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     if args.small:
-        args.images, args.pairs, args.vit_images = 400, 4000, 20
+        args.size, args.vit_images = "demo", 20
     bench_throughput(args)
     if not args.skip_official:
         bench_official_vs_batched(args)

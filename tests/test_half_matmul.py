@@ -13,8 +13,9 @@ pytestmark = pytest.mark.skipif(not half_matmul.available(), reason="native fp16
 
 @pytest.mark.parametrize(
     "c, hw, q",
-    [(384, 57 * 57, 30), (20, 13 * 13, 9), (33, 31, 17), (1, 1, 1), (64, 32, 8), (100, 5, 3), (70, 47, 16)],
-)
+    [(384, 57 * 57, 30), (384, 57 * 57, 70), (20, 13 * 13, 9), (33, 31, 17), (1, 1, 1), (64, 32, 8), (100, 5, 3),
+     (70, 47, 16), (130, 100, 13), (65, 64, 24), (8, 40, 25), (200, 33, 141)],
+)  # query counts cover full 12-query blocks and last blocks of 1-4, 5-8 and 9-11 queries
 def test_kernel_is_the_float32_product_of_the_fp16_map(c, hw, q):
     g = torch.Generator().manual_seed(c * 1000 + hw + q)
     fmap = torch.randn(c, hw, generator=g).half()
@@ -26,6 +27,19 @@ def test_kernel_is_the_float32_product_of_the_fp16_map(c, hw, q):
     torch.testing.assert_close(val, ref.gather(1, idx[:, None])[:, 0], rtol=1e-6, atol=1e-6)
     no_sims, idx2, val2 = half_matmul.similarity_argmax(queries, fmap.reshape(c, 1, hw), want_sims=False)
     assert no_sims is None and torch.equal(idx2, idx) and torch.equal(val2, val)
+
+
+def test_query_rows_are_read_by_index():
+    g = torch.Generator().manual_seed(7)
+    fmap = torch.randn(96, 70, generator=g).half()
+    queries = torch.randn(50, 96, generator=g).numpy()
+    rows = np.array([49, 3, 3, 0, 17, 25, 8, 40, 12, 11, 30, 2, 44, 5, 19], dtype=np.int64)  # repeats, any order
+    idx, val = np.empty(len(rows), dtype=np.int64), np.empty(len(rows), dtype=np.float32)
+    sims = np.empty((len(rows), 70), dtype=np.float32)
+    half_matmul.argmax_into(fmap, queries, rows, idx, val, sims)
+    ref = torch.from_numpy(queries[rows]) @ fmap.float()
+    torch.testing.assert_close(torch.from_numpy(sims), ref, rtol=1e-5, atol=1e-5)
+    assert idx.tolist() == ref.argmax(dim=1).tolist()
 
 
 def test_ties_go_to_the_lowest_cell_as_torch_argmax():
