@@ -31,6 +31,7 @@ import torch
 
 from soco_pipeline.backbones import Backbone, BackboneContext, BackboneSpec, build_backbone, spec_hash
 from soco_pipeline.backbones.spec import FEATURE_CODE_VERSION
+from soco_pipeline.npy_map import map_npy
 from soco_pipeline.schemas import FeatureManifestSchema, validate
 from soco_pipeline.storage import (
     exists,
@@ -415,22 +416,34 @@ class FeatureStore:
         return arr.astype(np.float32), meta
 
     def get_stored(self, image_id: str, verify: bool = False) -> tuple[np.ndarray, dict]:
-        """The map as stored (fp16, shared with the store's cache: do not modify it) and its meta;
-        matching converts it in torch, which is several times faster than numpy's astype."""
+        """The map as stored (fp16) and its meta. Read-only: a local file is memory-mapped (`map_npy`),
+        not copied, and the array may be shared with the store's cache."""
         meta = self.meta(image_id)
         if not verify and image_id in self._cache:
             self._cache.move_to_end(image_id)
             return self._cache[image_id], meta
         path = join(self.cache_root, self.manifest.loc[image_id, "path"])
-        if not verify and path.startswith("/"):  # a local file: read it straight into the array
-            arr = np.load(path, allow_pickle=False)
-        else:
-            data = read_bytes(path)
-            if verify and hashlib.sha256(data).hexdigest() != self.manifest.loc[image_id, "checksum"]:
-                raise FeatureError(
-                    f"cached features of image {image_id!r} ({path}) fail their checksum; re-run extraction"
-                )
-            arr = np.load(io.BytesIO(data), allow_pickle=False)
+        try:
+            if not verify and path.startswith("/"):  # a local file: map it instead of copying it
+                arr = map_npy(path)
+            else:
+                data = read_bytes(path)
+                if verify and hashlib.sha256(data).hexdigest() != self.manifest.loc[image_id, "checksum"]:
+                    raise FeatureError(
+                        f"cached features of image {image_id!r} ({path}) fail their checksum; re-run extraction"
+                    )
+                arr = np.load(io.BytesIO(data), allow_pickle=False)
+                arr.flags.writeable = False
+        except (ValueError, EOFError) as e:
+            raise FeatureError(
+                f"cached features of image {image_id!r} ({path}) cannot be read ({e}); re-run extraction"
+            ) from None
+        expected = (meta["channels"], meta["grid_h"], meta["grid_w"])
+        if arr.shape != expected:
+            raise FeatureError(
+                f"cached features of image {image_id!r} ({path}) have shape {arr.shape}, the manifest says "
+                f"{expected}; re-run extraction"
+            )
         if self.cache_items > 0:
             self._cache[image_id] = arr
             if len(self._cache) > self.cache_items:

@@ -14,6 +14,7 @@ copy of the map (torch otherwise).
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Protocol
 
 import numpy as np
@@ -85,7 +86,7 @@ def bilinear_corners(uv: np.ndarray, h: int, w: int) -> tuple[np.ndarray, np.nda
     return cells, weights
 
 
-def sample_descriptors(fmap: torch.Tensor, uv: torch.Tensor | np.ndarray) -> torch.Tensor:
+def sample_descriptors(fmap: torch.Tensor | np.ndarray, uv: torch.Tensor | np.ndarray) -> torch.Tensor:
     """Bilinear descriptors (N x C, float32) of a C x h x w map at unit points (N x 2), as the official script
     (grid_sample with align_corners=True; see `bilinear_corners`). Only the four corner cells of each point
     are read and widened to float32, not the whole map."""
@@ -101,12 +102,15 @@ def _corner_descriptors(fmap: torch.Tensor | np.ndarray, cells: np.ndarray, weig
     on_cpu = device is None or device.type == "cpu"
     if on_cpu and fmap.dtype in (np.float16, torch.float16) and half_matmul.available():
         return half_matmul.corner_descriptors(fmap, cells, weights)
-    fmap = torch.as_tensor(fmap).to(device=device) if isinstance(fmap, np.ndarray) else fmap
     c = fmap.shape[0]
-    flat = fmap.reshape(c, -1)
-    if flat.device.type == "cpu" and flat.dtype != torch.bfloat16:  # numpy: few small-array ops per image
-        corners = np.take(flat.numpy(), cells.reshape(-1), axis=1).reshape(c, -1, 4).astype(np.float32)
+    if isinstance(fmap, np.ndarray) and not on_cpu:
+        fmap = _tensor(fmap, device)
+    if isinstance(fmap, np.ndarray) or (fmap.device.type == "cpu" and fmap.dtype != torch.bfloat16):
+        # numpy on the CPU: a few small-array ops per image
+        flat = (fmap if isinstance(fmap, np.ndarray) else fmap.numpy()).reshape(c, -1)
+        corners = np.take(flat, cells.reshape(-1), axis=1).reshape(c, -1, 4).astype(np.float32)
         return torch.from_numpy((corners * weights[None]).sum(axis=2).T)
+    flat = fmap.reshape(c, -1)
     corners = flat.index_select(1, torch.as_tensor(cells.reshape(-1), device=flat.device)).float()
     return (corners.reshape(c, -1, 4) * torch.as_tensor(weights, device=flat.device)[None]).sum(dim=2).T
 
@@ -131,10 +135,16 @@ def _load_stored(store: FeatureStoreLike, image_id: str, backbone: str) -> tuple
     return np.asarray(arr), int(meta["input_size"])
 
 
-def _load(store: FeatureStoreLike, image_id: str, backbone: str, device) -> tuple[torch.Tensor, int]:
-    """`_load_stored` as a tensor on `device`."""
-    arr, size = _load_stored(store, image_id, backbone)
-    return torch.as_tensor(arr).to(device=device), size
+def _tensor(arr: np.ndarray, device) -> torch.Tensor:
+    """A stored map as a tensor on `device`. A read-only map (FeatureStore maps its files) is copied on the
+    CPU, since torch tensors are writable; another device gets its own copy anyway."""
+    if arr.flags.writeable:
+        return torch.as_tensor(arr).to(device=device)
+    if torch.device(device).type == "cpu":
+        return torch.from_numpy(np.array(arr))
+    with warnings.catch_warnings():  # only read, to copy it to the device
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        return torch.as_tensor(arr).to(device=device)
 
 
 def visible_keypoint_xy(
@@ -405,7 +415,7 @@ def predict(
             sims = sims_buffer[: (b - a) * h * w].reshape(b - a, h * w)
             half_matmul.argmax_into(arr, desc_np, qrows[a:b], free_idx[a:b], free_sim[a:b], sims, check_rows=False)
         else:
-            fmap = torch.as_tensor(arr).to(device=device)
+            fmap = _tensor(arr, device)
             if qdesc is None:
                 qdesc = desc[torch.as_tensor(qrows, device=device)]
             sims, idx, best = _similarities(qdesc[a:b], fmap, dtype, not simple or cb > ca)
@@ -512,7 +522,8 @@ def predict_four_choice(
     sizes = _sizes(images, trg)
     sims = np.zeros((n, 4))
     for image_id, rows in _group_slices(trg):
-        fmap, size = _load(store, image_id, backbone_name, device)
+        arr, size = _load_stored(store, image_id, backbone_name)
+        fmap = arr if device.type == "cpu" else _tensor(arr, device)  # numpy: corners read where it is
         uv = to_unit(opt_xy[rows].reshape(-1, 2), np.repeat(sizes[rows], 4, axis=0), size, protocol)
         opt_desc = sample_descriptors(fmap, uv).reshape(len(rows), 4, -1)
         src = desc[torch.as_tensor(qsrc[rows], device=device)].float()

@@ -214,3 +214,31 @@ def test_oracle_and_fsspec_memory_cache_root(tmp_path, images):
     assert small.image_ids == ["car_0000", "car_0001"]
     again, _ = small.get("car_0000")
     assert np.array_equal(again, feats) and again is not small.get("car_0000")[0]
+
+
+def test_store_maps_local_files_read_only_and_names_bad_files(tmp_path, images):
+    spec = parse_spec(SIFT, "sift_test")
+    cache = str(tmp_path / "cache")
+    manifest = extract_features(spec, images, cache).set_index("image_id")
+    store = FeatureStore(cache, "sift_test", cache_items=0)
+    ids = list(manifest.index)
+    path = {i: os.path.join(cache, manifest.loc[i, "path"]) for i in ids}
+
+    arr, meta = store.get_stored(ids[0])
+    original = np.load(path[ids[0]])
+    assert arr.dtype == np.float16 and not arr.flags.writeable
+    assert arr.shape == (meta["channels"], meta["grid_h"], meta["grid_w"]) and np.array_equal(arr, original)
+    # Re-extraction replaces files by rename: a map already handed out keeps its values.
+    np.save(str(tmp_path / "new.npy"), np.zeros_like(original))
+    os.replace(tmp_path / "new.npy", path[ids[0]])
+    assert np.array_equal(arr, original) and not store.get_stored(ids[0])[0].any()
+    assert store.get(ids[0])[0].flags.writeable  # float32 copies stay writable
+
+    with open(path[ids[1]], "r+b") as f:  # a truncated write
+        f.truncate(os.path.getsize(path[ids[1]]) - 10)
+    np.save(path[ids[2]], np.zeros((3, 2, 2), dtype=np.float16))  # not the manifest's grid
+    with open(path[ids[3]], "wb") as f:
+        f.write(b"not a numpy file")
+    for image_id, what in [(ids[1], "truncated"), (ids[2], "manifest says"), (ids[3], "not a valid .npy")]:
+        with pytest.raises(FeatureError, match=f"(?s){image_id}.*{what}.*re-run extraction"):
+            store.get_stored(image_id)
