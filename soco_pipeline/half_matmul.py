@@ -88,7 +88,8 @@ def _library() -> ctypes.CDLL | None:
     f = lib.soco_half_matmul_argmax
     f.restype = ctypes.c_int
     f.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
-                  ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+                  ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                  ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p]
     g = lib.soco_half_corners
     g.restype = None
     g.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
@@ -150,11 +151,15 @@ def argmax_into(
     val_out: np.ndarray,
     sims_out: np.ndarray | None = None,
     check_rows: bool = True,
+    probes: tuple[np.ndarray, np.ndarray] | None = None,
+    probe_out: np.ndarray | None = None,
 ) -> None:
     """Write the argmax cell (int64) and max (float32) of queries[rows] (float32, C columns, C-contiguous)
-    against an fp16 C x h x w map into idx_out / val_out, and the similarities (len(rows) x hw) into
-    sims_out when given. No tensor is allocated: matching calls this once per target image, with
-    check_rows=False once it has checked all its row indices."""
+    against an fp16 C x h x w map into idx_out / val_out; the similarities (len(rows) x hw) into sims_out
+    when given; and, for probes = (query positions, cells) with cells ascending, the similarity of each
+    (rows[position], cell) into probe_out (float32), the values sims_out would hold there. No tensor is
+    allocated: matching calls this once per target image, with check_rows=False once it has checked its
+    row indices and probes."""
     lib = _loaded()
     ptr, c, hw, _owner = _half_map(fmap)
     n = len(rows) if rows is not None else len(queries)
@@ -172,14 +177,27 @@ def argmax_into(
     if sims_out is not None and (sims_out.dtype != np.float32 or not sims_out.flags.c_contiguous
                                  or sims_out.size < n * hw):
         raise TypeError(f"sims_out must be a contiguous float32 buffer of at least {n} x {hw} values")
+    probe_q = probe_cell = None
+    if probes is not None:
+        probe_q, probe_cell = probes
+        k = len(probe_q)
+        for name, arr, dtype in (("probe positions", probe_q, np.int64), ("probe cells", probe_cell, np.int64),
+                                 ("probe_out", probe_out, np.float32)):
+            if arr is None or arr.dtype != dtype or not arr.flags.c_contiguous or len(arr) != k:
+                raise TypeError(f"{name} must be a contiguous {np.dtype(dtype)} array of {k} entries")
+        if check_rows and k and (probe_q.min() < 0 or probe_q.max() >= n or probe_cell.min() < 0
+                                 or probe_cell.max() >= hw or (np.diff(probe_cell) < 0).any()):
+            raise ValueError(f"probes must be query positions in [0, {n}) and cells in [0, {hw}), cells ascending")
     if n == 0:
         return
     rc = lib.soco_half_matmul_argmax(
         ptr, c, hw, queries.ctypes.data, None if rows is None else rows.ctypes.data, n,
         None if sims_out is None else sims_out.ctypes.data, idx_out.ctypes.data, val_out.ctypes.data,
+        None if probe_q is None else probe_q.ctypes.data, None if probe_cell is None else probe_cell.ctypes.data,
+        0 if probe_q is None else len(probe_q), None if probe_out is None else probe_out.ctypes.data,
     )
     if rc != 0:
-        raise MemoryError(f"the fp16 matching kernel could not allocate its workspace ({n} x {hw} floats)")
+        raise MemoryError(f"the fp16 matching kernel could not allocate its workspace ({n} queries x {c} channels)")
 
 
 def similarity_argmax(

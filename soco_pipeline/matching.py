@@ -400,7 +400,6 @@ def predict(
     cells_by_grid: dict[tuple[int, int, int], np.ndarray] = {}  # (S, h, w) -> cell of every sorted candidate
     qdesc: torch.Tensor | None = None  # queries gathered for torch, made only when a map needs torch
     desc_np = desc.numpy() if native else None
-    sims_buffer = np.empty(0, dtype=np.float32)
 
     for t, image_id in enumerate(targets):
         a, b, ca, cb = bounds[t], bounds[t + 1], c_bounds[t], c_bounds[t + 1]
@@ -409,11 +408,21 @@ def predict(
         if c != desc.shape[1]:
             raise MatchingError(f"target image {image_id!r} has {c} channels, the sources {desc.shape[1]}")
         grids[t] = size, h, w
+        if cb > ca:  # the cells of this target's SOC-geo candidates
+            if (size, h, w) not in cells_by_grid:
+                cells = cells_of(to_unit(cand_xy, cand_sizes, size, protocol), h, w)
+                cells_by_grid[(size, h, w)] = cells[c_order]
+            c_cell[ca:cb] = cells_by_grid[(size, h, w)][ca:cb]
         if native and arr.dtype == np.float16:  # the hot path: one kernel call, no tensor made per target
-            if sims_buffer.size < (b - a) * h * w:  # the kernel's partial sums; SOC-geo reads them below
-                sims_buffer = np.empty(2 * (b - a) * h * w, dtype=np.float32)
-            sims = sims_buffer[: (b - a) * h * w].reshape(b - a, h * w)
-            half_matmul.argmax_into(arr, desc_np, qrows[a:b], free_idx[a:b], free_sim[a:b], sims, check_rows=False)
+            probes, probe_val = None, None
+            if cb > ca:  # the kernel reports the candidates' similarities, in ascending cell order
+                by_cell = np.argsort(c_cell[ca:cb], kind="stable")
+                probes = (c_local[ca:cb][by_cell], c_cell[ca:cb][by_cell])
+                probe_val = np.empty(cb - ca, dtype=np.float32)
+            half_matmul.argmax_into(arr, desc_np, qrows[a:b], free_idx[a:b], free_sim[a:b], check_rows=False,
+                                    probes=probes, probe_out=probe_val)
+            if cb > ca:
+                c_val[ca:cb][by_cell] = probe_val
         else:
             fmap = _tensor(arr, device)
             if qdesc is None:
@@ -424,12 +433,8 @@ def predict(
             else:
                 uv, best = _free_argmax(sims, h, w, size, protocol)
                 free_uv[a:b], free_sim[a:b] = uv.cpu().numpy(), best.float().cpu().numpy()
-        if cb > ca:
-            if (size, h, w) not in cells_by_grid:
-                cells = cells_of(to_unit(cand_xy, cand_sizes, size, protocol), h, w)
-                cells_by_grid[(size, h, w)] = cells[c_order]
-            c_cell[ca:cb] = cells_by_grid[(size, h, w)][ca:cb]
-            c_val[ca:cb] = _pick(sims, c_local[ca:cb], c_cell[ca:cb])
+            if cb > ca:
+                c_val[ca:cb] = _pick(sims, c_local[ca:cb], c_cell[ca:cb])
 
     counts = np.diff(bounds)
     in_size, grid_hw = np.repeat(grids[:, 0], counts), np.repeat(grids[:, 1:], counts, axis=0)

@@ -42,6 +42,27 @@ def test_query_rows_are_read_by_index():
     assert idx.tolist() == ref.argmax(dim=1).tolist()
 
 
+def test_probes_report_the_similarity_matrix_values():
+    g = torch.Generator().manual_seed(3)
+    fmap = torch.randn(130, 9, 11, generator=g).half()  # 99 cells: 3 full columns of 32 and a tail of 3
+    queries = torch.randn(20, 130, generator=g).numpy()
+    rows = np.arange(19, -1, -1, dtype=np.int64)
+    cells = np.sort(torch.randint(0, 99, (40,), generator=g).numpy()).astype(np.int64)
+    cells[-1] = 98
+    pos = torch.randint(0, 20, (40,), generator=g).numpy().astype(np.int64)
+    idx, val = np.empty(20, dtype=np.int64), np.empty(20, dtype=np.float32)
+    sims, probe = np.empty((20, 99), dtype=np.float32), np.empty(40, dtype=np.float32)
+    half_matmul.argmax_into(fmap, queries, rows, idx, val, sims, probes=(pos, cells), probe_out=probe)
+    assert np.array_equal(probe, sims[pos, cells])  # the same float32 sums, bit for bit
+    idx2, val2, probe2 = np.empty_like(idx), np.empty_like(val), np.empty_like(probe)
+    half_matmul.argmax_into(fmap, queries, rows, idx2, val2, probes=(pos, cells), probe_out=probe2)
+    assert np.array_equal(probe2, probe) and np.array_equal(idx2, idx) and np.array_equal(val2, val)
+    with pytest.raises(ValueError, match="cells ascending"):
+        half_matmul.argmax_into(fmap, queries, rows, idx, val, probes=(pos, cells[::-1].copy()), probe_out=probe)
+    with pytest.raises(TypeError, match="probe_out"):
+        half_matmul.argmax_into(fmap, queries, rows, idx, val, probes=(pos, cells))
+
+
 def test_ties_go_to_the_lowest_cell_as_torch_argmax():
     fmap = torch.zeros(40, 100, dtype=torch.float16)
     fmap[0, [77, 5, 40]] = 1.0  # three equal maxima; in different lanes and tiles of the kernel

@@ -2,11 +2,13 @@
  *
  * sims[q, j] = sum_c query[q, c] * map[c, j] for a C x HW row-major fp16 map (the feature cache's layout)
  * and Q rows of a row-major fp32 query matrix with C columns, plus the maximum of each row and the first (lowest) index at
- * which it occurs, as torch.argmax reports it. The map is widened a tile at a time (KB channels x 32 cells,
- * 8 KB of float32 that stay in L1) and each tile meets all queries, 12 at a time (24 accumulators), so the
- * map is never copied: torch would first write a float32 copy of every map (twice its size, larger than
- * L2) and read it back for the product, which costs more than the product itself when each map meets only
- * a few dozen queries, as in matching.
+ * which it occurs, as torch.argmax reports it. The map is walked a column of 32 cells at a time; each column
+ * is widened KB channels at a time (8 KB of float32 that stay in L1) and meets all queries, 12 at a time (24
+ * accumulators), so the map is never copied: torch would first write a float32 copy of every map (twice
+ * its size, larger than L2) and read it back for the product, which costs more than the product itself
+ * when each map meets only a few dozen queries, as in matching. A column's sums are final once all its
+ * channels are done, so the argmax, the similarity matrix (when asked for) and any requested values are
+ * taken from a buffer of Q x 32 floats that stays in cache.
  *
  * Built at first use by soco_pipeline/half_matmul.py with the system C compiler; the AVX-512 code is
  * selected per function (target attribute), so the library loads on any x86-64 CPU and Python asks
@@ -36,25 +38,20 @@ static inline __mmask16 lane_mask(int64_t n) {
     return n >= 16 ? (__mmask16)0xFFFF : (n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1u));
 }
 
-/* Partial sums of nq queries x 32 cells over kn channel rows of the widened tile `a` (kn x 32 floats), the
- * queries packed channel-major in q (kn x nq floats), added to (or, first, stored in) the partial-sum rows
- * p + j * HW of the jn real queries (the others are padding). nq is a constant at every call site, so the
- * loops unroll into 2 nq accumulators. */
+/* Sums of nq queries x 32 cells over kn channel rows of the widened tile `a` (kn x 32 floats), the queries
+ * packed channel-major in q (kn x nq floats), added to (or, first, stored in) the partial-sum rows p + j * 32
+ * of the jn real queries (the others are padding). nq is a constant at every call site, so the loops unroll
+ * into 2 nq accumulators. */
 __attribute__((target("avx512f,avx512bw,avx512vl,f16c,fma"), always_inline))
-static inline void tile(const int nq, const float *a, int64_t kn, const float *q, float *p, int64_t HW, int64_t jn,
-                        int first, __mmask16 m0, __mmask16 m1, const uint16_t *pf, int64_t next, int64_t pf_step) {
+static inline void tile(const int nq, const float *a, int64_t kn, const float *q, float *p, int64_t jn, int first) {
     __m512 acc0[QB], acc1[QB];
 #pragma GCC unroll 12
     for (int j = 0; j < nq; j++) {
         const int load = !first && j < jn;
-        acc0[j] = load ? _mm512_maskz_loadu_ps(m0, p + j * HW) : _mm512_setzero_ps();
-        acc1[j] = load ? _mm512_maskz_loadu_ps(m1, p + j * HW + 16) : _mm512_setzero_ps();
+        acc0[j] = load ? _mm512_load_ps(p + j * CB) : _mm512_setzero_ps();
+        acc1[j] = load ? _mm512_load_ps(p + j * CB + 16) : _mm512_setzero_ps();
     }
     for (int64_t c = 0; c < kn; c++, a += CB, q += nq) {
-        if (pf && c == next) {  /* this group's share of the next block's lines for this tile */
-            _mm_prefetch((const char *)(pf + c * 32), _MM_HINT_T1);
-            next += pf_step;
-        }
         const __m512 a0 = _mm512_load_ps(a);
         const __m512 a1 = _mm512_load_ps(a + 16);
 #pragma GCC unroll 12
@@ -67,8 +64,8 @@ static inline void tile(const int nq, const float *a, int64_t kn, const float *q
 #pragma GCC unroll 12
     for (int j = 0; j < nq; j++) {
         if (j < jn) {
-            _mm512_mask_storeu_ps(p + j * HW, m0, acc0[j]);
-            _mm512_mask_storeu_ps(p + j * HW + 16, m1, acc1[j]);
+            _mm512_store_ps(p + j * CB, acc0[j]);
+            _mm512_store_ps(p + j * CB + 16, acc1[j]);
         }
     }
 }
@@ -76,19 +73,21 @@ static inline void tile(const int nq, const float *a, int64_t kn, const float *q
 /* Register blocks of 12, 8 and 4 queries, kept out of line so that all 32 vector registers are theirs. */
 #define TILE_FN(NQ)                                                                                            \
     __attribute__((target("avx512f,avx512bw,avx512vl,f16c,fma"), noinline)) static void tile##NQ(               \
-        const float *a, int64_t kn, const float *q, float *p, int64_t HW, int64_t jn, int first, __mmask16 m0, \
-        __mmask16 m1, const uint16_t *pf, int64_t next, int64_t pf_step) {                                     \
-        tile(NQ, a, kn, q, p, HW, jn, first, m0, m1, pf, next, pf_step);                                       \
+        const float *a, int64_t kn, const float *q, float *p, int64_t jn, int first) {                         \
+        tile(NQ, a, kn, q, p, jn, first);                                                                      \
     }
 TILE_FN(12)
 TILE_FN(8)
 TILE_FN(4)
 
-/* Widen kn rows x 32 cells of the map (row stride HW) into `a` (kn x 32 floats); masked lanes read 0. */
+/* Widen kn rows x 32 cells of the map (row stride HW) into `a` (kn x 32 floats); masked lanes read 0. Each
+ * row's line PF cells ahead is prefetched on the way: the tile that many tiles later will need it. */
+#define PF_TILES 2
 __attribute__((target("avx512f,avx512bw,avx512vl,f16c,fma"), always_inline))
 static inline void widen(const uint16_t *row, int64_t HW, int64_t kn, int full, __mmask16 m0, __mmask16 m1,
-                         float *a) {
+                         float *a, int64_t pf) {
     for (int64_t c = 0; c < kn; c++, row += HW, a += CB) {
+        if (pf > 0) _mm_prefetch((const char *)(row + pf), _MM_HINT_T1);
         _mm512_store_ps(a, load_half(row, m0, full));
         _mm512_store_ps(a + 16, load_half(row + 16, m1, full));
     }
@@ -102,23 +101,27 @@ static inline int64_t group_size(int64_t Q, int64_t g0) {
 
 /* Query i is row qrows[i] of `query` (row i when qrows is NULL), so callers need not gather them.
  * Returns 0 on success, -1 when the workspace cannot be allocated. sims may be NULL (argmax only).
+ * probe_val[k] receives the similarity of query probe_q[k] at cell probe_cell[k] (cells ascending), for
+ * callers that need a few values (SOC-geo candidates) rather than the whole Q x HW matrix.
  *
- * The map is read in blocks of KB channel rows while software prefetches pull the next block in, line by
- * line; partial sums of a block wait in `sims` (Q x HW floats, which stays in L2 at benchmark sizes). Each
- * block's query channels are first packed channel-major per query group (padding repeats the last query),
- * so a register block reads its broadcasts from one small contiguous array. */
+ * The map is walked 32 cells at a time: for each such column of the map, all channels meet all queries,
+ * KB channel rows at a time, with the partial sums in a small buffer (Q x 32 floats, in L1 or L2), and the
+ * finished sums go to the running argmax and to `sims`. The lines of the column PF_TILES columns ahead are
+ * prefetched while a column is widened. The queries are packed once per call, channel-major per block and
+ * query group (padding repeats the last query), so a register block reads its broadcasts from one small
+ * contiguous array. */
 __attribute__((target("avx512f,avx512bw,avx512vl,f16c,fma")))
 int soco_half_matmul_argmax(const uint16_t *map, int64_t C, int64_t HW, const float *query,
-                            const int64_t *qrows, int64_t Q, float *sims, int64_t *best_idx, float *best_val) {
+                            const int64_t *qrows, int64_t Q, float *sims, int64_t *best_idx, float *best_val,
+                            const int64_t *probe_q, const int64_t *probe_cell, int64_t nprobe, float *probe_val) {
     if (Q <= 0) return 0;
-    const int64_t ngroups = (Q + QB - 1) / QB;
+    const int64_t ngroups = (Q + QB - 1) / QB, nblocks = C > 0 ? (C + KB - 1) / KB : 1;
     float *bv = (float *)malloc(sizeof(float) * 16 * Q);
     int32_t *bi = (int32_t *)malloc(sizeof(int32_t) * 16 * Q);
-    float *pack = (float *)aligned_alloc(64, sizeof(float) * ngroups * QB * KB);
-    float *part = sims ? sims : (float *)malloc(sizeof(float) * (size_t)(Q * HW > 0 ? Q * HW : 1));
+    float *pack = (float *)aligned_alloc(64, sizeof(float) * nblocks * ngroups * QB * KB);
+    float *part = (float *)aligned_alloc(64, sizeof(float) * ngroups * QB * CB);
     if (!bv || !bi || !pack || !part) {
-        free(bv); free(bi); free(pack);
-        if (!sims) free(part);
+        free(bv); free(bi); free(pack); free(part);
         return -1;
     }
     const __m512 ninf = _mm512_set1_ps(-__builtin_inff());
@@ -126,62 +129,66 @@ int soco_half_matmul_argmax(const uint16_t *map, int64_t C, int64_t HW, const fl
         _mm512_storeu_ps(bv + 16 * i, ninf);
         _mm512_storeu_si512((void *)(bi + 16 * i), _mm512_set1_epi32(0x7fffffff));
     }
-    float a[KB * CB] __attribute__((aligned(64)));  /* the current tile, widened once for all query groups */
-    const __m512i iota = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-
-    for (int64_t k0 = 0; k0 < C || k0 == 0; k0 += KB) {
-        const int64_t kn = C - k0 < KB ? C - k0 : KB;
-        const int first = k0 == 0, last = k0 + KB >= C;
-        for (int64_t g0 = 0; g0 < Q; g0 += QB) {  /* pack this block's channels of every query group */
+    for (int64_t b = 0; b < nblocks; b++) {  /* pack every block's channels of every query group */
+        const int64_t k0 = b * KB, kn = C - k0 < KB ? C - k0 : KB;
+        for (int64_t g0 = 0; g0 < Q; g0 += QB) {
             const int64_t nq = group_size(Q, g0), jn = Q - g0 < QB ? Q - g0 : QB;
-            float *dst = pack + g0 * KB;
+            float *dst = pack + (b * ngroups * QB + g0) * KB;
             for (int64_t j = 0; j < nq; j++) {
                 const int64_t qi = g0 + (j < jn ? j : jn - 1);
                 const float *src = query + (qrows ? qrows[qi] : qi) * C + k0;
                 for (int64_t c = 0; c < kn; c++) dst[c * nq + j] = src[c];
             }
         }
-        for (int64_t t0 = 0; t0 < HW; t0 += CB) {
-            const int64_t n = HW - t0 < CB ? HW - t0 : CB;
-            const int full = n == CB;
-            const __mmask16 m0 = lane_mask(n), m1 = lane_mask(n - 16);
-            const __m512i cell0 = _mm512_add_epi32(_mm512_set1_epi32((int32_t)t0), iota);
-            const __m512i cell1 = _mm512_add_epi32(cell0, _mm512_set1_epi32(16));
-            if (full) widen(map + k0 * HW + t0, HW, kn, 1, m0, m1, a);
-            else widen(map + k0 * HW + t0, HW, kn, 0, m0, m1, a);
-            /* while the query groups work on this tile, pull the next block in sequentially */
-            const uint16_t *pf = NULL;
-            const int64_t pf_off = (t0 / CB) * KB * 32;
-            if (k0 + KB < C) {
-                const int64_t off = (k0 + KB) * HW + pf_off;
-                if (off + kn * 32 <= C * HW) pf = map + off;
-            }
+    }
+    for (int64_t t0 = 0; t0 < PF_TILES * CB && t0 < HW; t0 += 32)  /* the first columns, before the walk */
+        for (int64_t c = 0; c < C; c++) _mm_prefetch((const char *)(map + c * HW + t0), _MM_HINT_T1);
+    float a[KB * CB] __attribute__((aligned(64)));  /* the current tile, widened once for all query groups */
+    const __m512i iota = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    int64_t next_probe = 0;
+
+    for (int64_t t0 = 0; t0 < HW; t0 += CB) {
+        const int64_t n = HW - t0 < CB ? HW - t0 : CB;
+        const int full = n == CB;
+        const __mmask16 m0 = lane_mask(n), m1 = lane_mask(n - 16);
+        /* the last cell of the column PF_TILES ahead: its line, the earlier one was fetched a column ago */
+        const int64_t pf = t0 + (PF_TILES + 1) * CB - 1 < HW ? (PF_TILES + 1) * CB - 1 : 0;
+        for (int64_t b = 0; b < nblocks; b++) {
+            const int64_t k0 = b * KB, kn = C - k0 < KB ? C - k0 : KB;
+            if (full) widen(map + k0 * HW + t0, HW, kn, 1, m0, m1, a, pf);
+            else widen(map + k0 * HW + t0, HW, kn, 0, m0, m1, a, pf);
             for (int64_t g0 = 0; g0 < Q; g0 += QB) {
                 const int64_t nq = group_size(Q, g0), jn = Q - g0 < QB ? Q - g0 : QB;
-                const float *q = pack + g0 * KB;
-                float *p = part + g0 * HW + t0;
-                if (nq == QB) tile12(a, kn, q, p, HW, jn, first, m0, m1, pf, g0 / QB, ngroups);
-                else if (nq == 8) tile8(a, kn, q, p, HW, jn, first, m0, m1, pf, g0 / QB, ngroups);
-                else tile4(a, kn, q, p, HW, jn, first, m0, m1, pf, g0 / QB, ngroups);
-                for (int64_t j = 0; last && j < jn; j++) {
-                    const int64_t qi = g0 + j;
-                    const __m512 acc0 = _mm512_maskz_loadu_ps(m0, part + qi * HW + t0);
-                    const __m512 acc1 = _mm512_maskz_loadu_ps(m1, part + qi * HW + t0 + 16);
-                    __m512 v = _mm512_loadu_ps(bv + 16 * qi);
-                    __m512i ix = _mm512_loadu_si512((const void *)(bi + 16 * qi));
-                    /* strict > per lane: each lane meets its cells in increasing order, so ties keep the first */
-                    __mmask16 up = _mm512_mask_cmp_ps_mask(m0, acc0, v, _CMP_GT_OQ);
-                    v = _mm512_mask_blend_ps(up, v, acc0);
-                    ix = _mm512_mask_blend_epi32(up, ix, cell0);
-                    up = _mm512_mask_cmp_ps_mask(m1, acc1, v, _CMP_GT_OQ);
-                    v = _mm512_mask_blend_ps(up, v, acc1);
-                    ix = _mm512_mask_blend_epi32(up, ix, cell1);
-                    _mm512_storeu_ps(bv + 16 * qi, v);
-                    _mm512_storeu_si512((void *)(bi + 16 * qi), ix);
-                }
+                const float *q = pack + (b * ngroups * QB + g0) * KB;
+                float *p = part + g0 * CB;
+                if (nq == QB) tile12(a, kn, q, p, jn, b == 0);
+                else if (nq == 8) tile8(a, kn, q, p, jn, b == 0);
+                else tile4(a, kn, q, p, jn, b == 0);
             }
         }
-        if (C == 0) break;
+        for (; next_probe < nprobe && probe_cell[next_probe] < t0 + n; next_probe++)
+            probe_val[next_probe] = part[probe_q[next_probe] * CB + probe_cell[next_probe] - t0];
+        const __m512i cell0 = _mm512_add_epi32(_mm512_set1_epi32((int32_t)t0), iota);
+        const __m512i cell1 = _mm512_add_epi32(cell0, _mm512_set1_epi32(16));
+        for (int64_t qi = 0; qi < Q; qi++) {
+            const __m512 acc0 = _mm512_maskz_load_ps(m0, part + qi * CB);
+            const __m512 acc1 = _mm512_maskz_load_ps(m1, part + qi * CB + 16);
+            if (sims) {
+                _mm512_mask_storeu_ps(sims + qi * HW + t0, m0, acc0);
+                _mm512_mask_storeu_ps(sims + qi * HW + t0 + 16, m1, acc1);
+            }
+            __m512 v = _mm512_loadu_ps(bv + 16 * qi);
+            __m512i ix = _mm512_loadu_si512((const void *)(bi + 16 * qi));
+            /* strict > per lane: each lane meets its cells in increasing order, so ties keep the first */
+            __mmask16 up = _mm512_mask_cmp_ps_mask(m0, acc0, v, _CMP_GT_OQ);
+            v = _mm512_mask_blend_ps(up, v, acc0);
+            ix = _mm512_mask_blend_epi32(up, ix, cell0);
+            up = _mm512_mask_cmp_ps_mask(m1, acc1, v, _CMP_GT_OQ);
+            v = _mm512_mask_blend_ps(up, v, acc1);
+            ix = _mm512_mask_blend_epi32(up, ix, cell1);
+            _mm512_storeu_ps(bv + 16 * qi, v);
+            _mm512_storeu_si512((void *)(bi + 16 * qi), ix);
+        }
     }
     for (int64_t i = 0; i < Q; i++) {
         const __m512 v = _mm512_loadu_ps(bv + 16 * i);
@@ -195,7 +202,7 @@ int soco_half_matmul_argmax(const uint16_t *map, int64_t C, int64_t HW, const fl
     free(bv);
     free(bi);
     free(pack);
-    if (!sims) free(part);
+    free(part);
     return 0;
 }
 
