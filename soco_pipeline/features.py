@@ -422,7 +422,10 @@ class FeatureStore:
         if not verify and image_id in self._cache:
             self._cache.move_to_end(image_id)
             return self._cache[image_id], meta
-        path = join(self.cache_root, self.manifest.loc[image_id, "path"])
+        paths = self.__dict__.get("_paths")
+        if paths is None:  # one pass over the manifest instead of a .loc per map read
+            paths = self._paths = dict(zip(self.manifest.index, self.manifest["path"].to_numpy(), strict=True))
+        path = join(self.cache_root, paths[image_id])
         try:
             if not verify and path.startswith("/"):  # a local file: map it instead of copying it
                 arr = map_npy(path)
