@@ -209,6 +209,7 @@ int soco_half_matmul_argmax(const uint16_t *map, int64_t C, int64_t HW, const fl
 /* Bilinear descriptors from an fp16 C x HW map: out[i, c] = sum_k weights[i, k] * map[c, cells[i, k]] for
  * n points with 4 corner cells each, summed in corner order in float32 (no fused multiply-add, like
  * grid_sample's kernel). Reads 4 values per point and channel instead of widening the whole map. */
+#define PF_ROWS 4
 __attribute__((target("f16c")))
 void soco_half_corners(const uint16_t *map, int64_t C, int64_t HW, const int64_t *cells, const float *weights,
                        int64_t n, float *out) {
@@ -217,6 +218,10 @@ void soco_half_corners(const uint16_t *map, int64_t C, int64_t HW, const int64_t
         for (int64_t i = 0; i < n; i++) {
             const int64_t *k = cells + 4 * i;
             const float *wt = weights + 4 * i;
+            if (c + PF_ROWS < C) {  /* the rows a few channels ahead: the corners' lines are scattered */
+                _mm_prefetch((const char *)(row + PF_ROWS * HW + k[0]), _MM_HINT_T0);
+                _mm_prefetch((const char *)(row + PF_ROWS * HW + k[2]), _MM_HINT_T0);
+            }
             float v = wt[0] * _cvtsh_ss(row[k[0]]);
             v = v + wt[1] * _cvtsh_ss(row[k[1]]);
             v = v + wt[2] * _cvtsh_ss(row[k[2]]);
