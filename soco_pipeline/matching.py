@@ -188,7 +188,7 @@ def _source_descriptors(
     src_images: np.ndarray, src_keypoints: np.ndarray, keypoints, images, store, protocol, backbone, device
 ) -> tuple[torch.Tensor, np.ndarray]:
     """Descriptors of the distinct (image, keypoint) sources, and each input row's index into them."""
-    codes, first = _group_ids(pd.DataFrame({"image_id": src_images, "keypoint": src_keypoints}), ["image_id", "keypoint"])
+    codes, first = _group_ids(src_images, src_keypoints)
     # Number the sources image by image, so that each image's descriptors are one block of rows.
     by_image = np.argsort(src_images[first], kind="stable")
     renumber = np.empty(len(first), dtype=np.int64)
@@ -232,13 +232,19 @@ def _similarities(q: torch.Tensor, fmap: torch.Tensor, dtype: torch.dtype, want_
     return sims, idx, sims.gather(1, idx[:, None])[:, 0]
 
 
-def _group_ids(df: pd.DataFrame, keys: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """Group number of each row (0, 1, ... in order of first appearance) and the first row of each group.
-
-    Categorical key columns (as Parquet gives them) count only the combinations that occur."""
-    raw = df.groupby(keys, sort=False, observed=True).ngroup().to_numpy()
-    _, first, ids = np.unique(raw, return_index=True, return_inverse=True)
-    return ids.reshape(-1), first
+def _group_ids(*keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Group number of each row of the key columns (0, 1, ... in order of first appearance), and the first
+    row of each group. Each column is factorized (string, categorical or integer values alike) and the
+    codes combined into one integer key, so the grouping is one integer sort."""
+    key = np.zeros(len(keys[0]), dtype=np.int64)
+    for column in keys:
+        codes, uniques = pd.factorize(column)
+        key = key * max(len(uniques), 1) + codes
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    return rank[inverse.reshape(-1)], first[order]
 
 
 def _group_slices(keys: np.ndarray):
@@ -337,16 +343,14 @@ def predict(
     # The rows of evaluated pairs, with their images: an index lookup instead of a merge on string keys.
     pair = pd.Index(pairs["pair_id"]).get_indexer(correspondences["pair_id"])
     keep = np.flatnonzero(pair >= 0)
-    corr = pd.DataFrame({
-        **{col: correspondences[col].to_numpy()[keep]
-           for col in ("pair_id", "kind", "src_keypoint", "trg_keypoint", "geo", "n_candidates")},
-        "src_image": pairs["src_image"].to_numpy()[pair[keep]],
-        "trg_image": pairs["trg_image"].to_numpy()[pair[keep]],
-    })
-    if corr.empty:
+    if not len(keep):
         return pd.DataFrame(columns=PREDICTION_COLUMNS)
-    qid, first = _group_ids(corr, ["pair_id", "src_keypoint"])  # query of each row, first row of each query
-    queries = corr[["pair_id", "src_keypoint", "src_image", "trg_image"]].iloc[first].reset_index(drop=True)
+    corr = {col: correspondences[col].to_numpy()[keep]
+            for col in ("pair_id", "kind", "src_keypoint", "trg_keypoint", "geo", "n_candidates")}
+    corr["src_image"] = pairs["src_image"].to_numpy()[pair[keep]]
+    corr["trg_image"] = pairs["trg_image"].to_numpy()[pair[keep]]
+    qid, first = _group_ids(pair[keep], corr["src_keypoint"])  # query of each row, first row of each query
+    queries = pd.DataFrame({col: corr[col][first] for col in ("pair_id", "src_keypoint", "src_image", "trg_image")})
     n = len(queries)
     desc, qsrc = _source_descriptors(
         queries["src_image"].to_numpy(), queries["src_keypoint"].to_numpy(),
@@ -354,8 +358,8 @@ def predict(
     )
 
     # SOC-geo: each geo query's candidates are its CC group's target keypoints (same pair and source keypoint).
-    kind = corr["kind"].to_numpy()
-    geo_row = (kind == "soc") & corr["geo"].to_numpy(bool) & (corr["n_candidates"].to_numpy() >= protocol.geo_min_candidates)
+    kind = corr["kind"]
+    geo_row = (kind == "soc") & corr["geo"].astype(bool) & (corr["n_candidates"] >= protocol.geo_min_candidates)
     geo_q = qid[geo_row]
     is_geo = np.zeros(n, dtype=bool)
     is_geo[geo_q] = True
@@ -370,8 +374,8 @@ def predict(
             f"SOC-geo query ({q.pair_id!r}, {q.src_keypoint!r}) has no CC candidates in the correspondences: "
             f"rebuild correspondences so every geo SOC row has its CC group"
         )
-    cand_img = corr["trg_image"].to_numpy()[cand_row]
-    cand_xy = visible_keypoint_xy(keypoints, cand_img, corr["trg_keypoint"].to_numpy()[cand_row], "candidate")
+    cand_img = corr["trg_image"][cand_row]
+    cand_xy = visible_keypoint_xy(keypoints, cand_img, corr["trg_keypoint"][cand_row], "candidate")
     cand_sizes = _sizes(images, cand_img)
 
     # Queries grouped by target image: target t owns sorted rows bounds[t]:bounds[t + 1], and its geo
