@@ -263,10 +263,8 @@ def _index_points(idx: np.ndarray, hw: np.ndarray, protocol: ProtocolConfig) -> 
                        torch.as_tensor(w), protocol).numpy()
 
 
-def _pick(sims: torch.Tensor | np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+def _pick(sims: torch.Tensor, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
     """sims[rows[i], cols[i]] as float64 numpy values."""
-    if isinstance(sims, np.ndarray):
-        return sims[rows, cols].astype(np.float64)
     return sims[torch.as_tensor(rows, device=sims.device), torch.as_tensor(cols, device=sims.device)].double().cpu().numpy()
 
 
