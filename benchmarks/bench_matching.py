@@ -12,6 +12,7 @@ once plus batched matching, on the same pairs, with the ratio (target: >= 20x).
 
     .venv/bin/python benchmarks/bench_matching.py            # the full embedded set (4,000 images)
     .venv/bin/python benchmarks/bench_matching.py --small    # a quick run on the demo set
+    SOCO_NATIVE=avx2 .venv/bin/python benchmarks/bench_matching.py   # the AVX2 kernel on an AVX-512 CPU
 """
 
 from __future__ import annotations
@@ -191,7 +192,8 @@ def bench_throughput(args) -> None:
           f"{len(images)} images, {int(pairs.evaluated.sum())} evaluated pairs, {len(corr)} correspondences")
     protocol = ProtocolConfig(compute_dtype=args.dtype)
     size = args.grid * 14
-    kernel = "native fp16 kernel" if half_matmul.available() and args.dtype == "float32" else "torch"
+    native = half_matmul.available() and args.dtype == "float32"
+    kernel = f"native fp16 kernel, {half_matmul.instruction_set()}" if native else "torch"
     print(f"throughput: C={args.channels}, {args.grid}x{args.grid} grid, compute {args.dtype} ({kernel}), "
           f"torch threads {torch.get_num_threads()}; {len(per_target)} target images, "
           f"{per_target.median():.0f} evaluated pairs per target (median)")

@@ -3,11 +3,12 @@
 Matching meets each target map with only a few dozen queries, so `queries @ fmap.float()` spends more
 time writing and re-reading the float32 copy of the map than multiplying. The C kernel in
 `native/half_matmul.c` widens the map a small tile at a time in L1 instead and keeps the argmax as it
-goes (AVX-512, fp32 accumulation: the float32 product's sums, argmax ties to the lowest index as
-torch.argmax). A second function samples bilinear source descriptors from the four corner cells only.
-Both are compiled once per machine with the system C compiler into a cache folder and loaded with
-ctypes; where the CPU is not x86-64 or lacks AVX-512, there is no compiler, or SOCO_NATIVE=0,
-`available()` is False and callers use torch.
+goes (AVX-512, or AVX2 on CPUs without it; fp32 accumulation: the float32 product's sums, argmax ties
+to the lowest index as torch.argmax). A second function samples bilinear source descriptors from the
+four corner cells only. Both are compiled once per machine with the system C compiler into a cache
+folder and loaded with ctypes; where the CPU is not x86-64 or lacks AVX2, there is no compiler, or
+SOCO_NATIVE=0, `available()` is False and callers use torch. SOCO_NATIVE=avx2 picks the AVX2 code on
+an AVX-512 CPU (to test or compare it).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import platform
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -65,9 +68,19 @@ def _build(cc: str) -> Path:
     return target
 
 
+@dataclass(frozen=True)
+class _Kernel:
+    """The loaded kernel: the argmax function for this CPU's vector width, the corner sampler, and which."""
+
+    argmax: Callable[..., int]
+    corners: Callable[..., None]
+    isa: str
+
+
 @functools.cache
-def _library() -> ctypes.CDLL | None:
-    if os.environ.get("SOCO_NATIVE", "1") == "0":
+def _library() -> _Kernel | None:
+    mode = os.environ.get("SOCO_NATIVE", "1")
+    if mode == "0":
         return None
     if platform.machine().lower() not in ("x86_64", "amd64"):
         log.info("the fp16 matching kernel is x86-64 only; matching uses torch on %s", platform.machine())
@@ -82,10 +95,13 @@ def _library() -> ctypes.CDLL | None:
         detail = getattr(e, "stderr", "") or e
         log.warning("could not build the fp16 matching kernel (%s); matching uses torch instead", detail)
         return None
-    if not lib.soco_half_matmul_supported():
-        log.info("this CPU lacks AVX-512: matching converts each fp16 map to float32 in torch")
+    if mode != "avx2" and lib.soco_half_matmul_supported():
+        f, isa = lib.soco_half_matmul_argmax, "avx512"
+    elif lib.soco_half_matmul_supported_avx2():  # also where SOCO_NATIVE=avx2 asks for it
+        f, isa = lib.soco_half_matmul_argmax_avx2, "avx2"
+    else:
+        log.info("this CPU lacks AVX2: matching converts each fp16 map to float32 in torch")
         return None
-    f = lib.soco_half_matmul_argmax
     f.restype = ctypes.c_int
     f.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
                   ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
@@ -94,7 +110,7 @@ def _library() -> ctypes.CDLL | None:
     g.restype = None
     g.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
                   ctypes.c_int64, ctypes.c_void_p]
-    return lib
+    return _Kernel(f, g, isa)
 
 
 def available() -> bool:
@@ -102,11 +118,17 @@ def available() -> bool:
     return _library() is not None
 
 
-def _loaded() -> ctypes.CDLL:
-    lib = _library()
-    if lib is None:
+def instruction_set() -> str | None:
+    """The vector instruction set the kernel runs with here ("avx512" or "avx2"), None without it."""
+    kernel = _library()
+    return kernel.isa if kernel else None
+
+
+def _loaded() -> _Kernel:
+    kernel = _library()
+    if kernel is None:
         raise RuntimeError("the native fp16 matching kernel is not available; check available() first")
-    return lib
+    return kernel
 
 
 def _half_map(fmap: torch.Tensor | np.ndarray) -> tuple[int, int, int, object]:
@@ -129,7 +151,7 @@ def corner_descriptors(
     """out[i] = sum_k weights[i, k] * fmap[:, cells[i, k]] (N x C float32) for an fp16 C x h x w map on the CPU:
     bilinear sampling that reads only the corner cells, into `out` (C-contiguous float32) when given.
     Call only when `available()`."""
-    lib = _loaded()
+    kernel = _loaded()
     ptr, c, hw, _owner = _half_map(fmap)
     cells = np.ascontiguousarray(cells, dtype=np.int64).reshape(-1, 4)
     weights = np.ascontiguousarray(weights, dtype=np.float32).reshape(-1, 4)
@@ -139,7 +161,7 @@ def corner_descriptors(
         out = np.empty((len(cells), c), dtype=np.float32)
     elif out.dtype != np.float32 or not out.flags.c_contiguous or out.shape != (len(cells), c):
         raise TypeError(f"out must be a C-contiguous float32 array of shape {(len(cells), c)}")
-    lib.soco_half_corners(ptr, c, hw, cells.ctypes.data, weights.ctypes.data, len(cells), out.ctypes.data)
+    kernel.corners(ptr, c, hw, cells.ctypes.data, weights.ctypes.data, len(cells), out.ctypes.data)
     return torch.from_numpy(out)
 
 
@@ -160,7 +182,7 @@ def argmax_into(
     (rows[position], cell) into probe_out (float32), the values sims_out would hold there. No tensor is
     allocated: matching calls this once per target image, with check_rows=False once it has checked its
     row indices and probes."""
-    lib = _loaded()
+    kernel = _loaded()
     ptr, c, hw, _owner = _half_map(fmap)
     n = len(rows) if rows is not None else len(queries)
     if queries.dtype != np.float32 or not queries.flags.c_contiguous or queries.ndim != 2:
@@ -190,7 +212,7 @@ def argmax_into(
             raise ValueError(f"probes must be query positions in [0, {n}) and cells in [0, {hw}), cells ascending")
     if n == 0:
         return
-    rc = lib.soco_half_matmul_argmax(
+    rc = kernel.argmax(
         ptr, c, hw, queries.ctypes.data, None if rows is None else rows.ctypes.data, n,
         None if sims_out is None else sims_out.ctypes.data, idx_out.ctypes.data, val_out.ctypes.data,
         None if probe_q is None else probe_q.ctypes.data, None if probe_cell is None else probe_cell.ctypes.data,

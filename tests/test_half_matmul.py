@@ -11,12 +11,24 @@ from soco_pipeline import half_matmul
 pytestmark = pytest.mark.skipif(not half_matmul.available(), reason="native fp16 kernel not available here")
 
 
+@pytest.fixture(params=["default", "avx2"])
+def isa(request, monkeypatch):
+    """The kernel this CPU picks, then the AVX2 variant (SOCO_NATIVE=avx2), which AVX-512 CPUs run too."""
+    if request.param == "avx2":
+        monkeypatch.setenv("SOCO_NATIVE", "avx2")
+    half_matmul._library.cache_clear()
+    if request.param == "avx2" and half_matmul.instruction_set() != "avx2":
+        pytest.skip("this CPU lacks AVX2")
+    yield half_matmul.instruction_set()
+    half_matmul._library.cache_clear()  # monkeypatch restores the environment after this
+
+
 @pytest.mark.parametrize(
     "c, hw, q",
     [(384, 57 * 57, 30), (384, 57 * 57, 70), (20, 13 * 13, 9), (33, 31, 17), (1, 1, 1), (64, 32, 8), (100, 5, 3),
      (70, 47, 16), (130, 100, 13), (65, 64, 24), (8, 40, 25), (200, 33, 141)],
 )  # query counts cover full 12-query blocks and last blocks of 1-4, 5-8 and 9-11 queries
-def test_kernel_is_the_float32_product_of_the_fp16_map(c, hw, q):
+def test_kernel_is_the_float32_product_of_the_fp16_map(c, hw, q, isa):
     g = torch.Generator().manual_seed(c * 1000 + hw + q)
     fmap = torch.randn(c, hw, generator=g).half()
     queries = torch.randn(q, c, generator=g)
@@ -29,7 +41,7 @@ def test_kernel_is_the_float32_product_of_the_fp16_map(c, hw, q):
     assert no_sims is None and torch.equal(idx2, idx) and torch.equal(val2, val)
 
 
-def test_query_rows_are_read_by_index():
+def test_query_rows_are_read_by_index(isa):
     g = torch.Generator().manual_seed(7)
     fmap = torch.randn(96, 70, generator=g).half()
     queries = torch.randn(50, 96, generator=g).numpy()
@@ -42,7 +54,7 @@ def test_query_rows_are_read_by_index():
     assert idx.tolist() == ref.argmax(dim=1).tolist()
 
 
-def test_probes_report_the_similarity_matrix_values():
+def test_probes_report_the_similarity_matrix_values(isa):
     g = torch.Generator().manual_seed(3)
     fmap = torch.randn(130, 9, 11, generator=g).half()  # 99 cells: 3 full columns of 32 and a tail of 3
     queries = torch.randn(20, 130, generator=g).numpy()
@@ -63,7 +75,7 @@ def test_probes_report_the_similarity_matrix_values():
         half_matmul.argmax_into(fmap, queries, rows, idx, val, probes=(pos, cells))
 
 
-def test_ties_go_to_the_lowest_cell_as_torch_argmax():
+def test_ties_go_to_the_lowest_cell_as_torch_argmax(isa):
     fmap = torch.zeros(40, 100, dtype=torch.float16)
     fmap[0, [77, 5, 40]] = 1.0  # three equal maxima; in different lanes and tiles of the kernel
     fmap[1, [16, 48]] = 1.0  # same lane (cell % 16), different tiles
@@ -73,10 +85,11 @@ def test_ties_go_to_the_lowest_cell_as_torch_argmax():
     queries[2, 2] = 1.0  # all cells tie at 0
     _, idx, val = half_matmul.similarity_argmax(queries, fmap)
     assert idx.tolist() == [5, 16, 0] == (queries @ fmap.float()).argmax(dim=1).tolist()
+    assert isa in ("avx512", "avx2")
     assert val.tolist() == [1.0, 1.0, 0.0]
 
 
-def test_no_queries_and_wrong_inputs():
+def test_no_queries_and_wrong_inputs(isa):
     fmap = torch.randn(8, 4, 4).half()
     sims, idx, val = half_matmul.similarity_argmax(torch.zeros(0, 8), fmap, want_sims=True)
     assert sims.shape == (0, 16) and idx.shape == (0,) and val.shape == (0,)
@@ -86,7 +99,7 @@ def test_no_queries_and_wrong_inputs():
         half_matmul.similarity_argmax(torch.zeros(2, 9), fmap)
 
 
-def test_numpy_map_and_non_contiguous_queries():
+def test_numpy_map_and_non_contiguous_queries(isa):
     rng = np.random.default_rng(0)
     fmap = rng.standard_normal((24, 7, 9)).astype(np.float16)
     queries = torch.from_numpy(rng.standard_normal((24, 5)).astype(np.float32)).T  # a transposed view

@@ -465,12 +465,20 @@ def test_categorical_key_columns_give_the_same_predictions():
     )
 
 
-def test_native_kernel_and_torch_give_the_same_predictions(monkeypatch):
-    if not half_matmul.available():
-        pytest.skip("the native fp16 kernel is not available on this machine")
-    images, keypoints, pairs, corr = make_world(seed=13)
-    store = gaussian_store(images, seed=13, c=70, grid=21, half=True)
-    native = predict(pairs, corr, keypoints, images, store, PROTOCOL, "gauss")
+@pytest.mark.parametrize("mode", ["1", "avx2"], ids=["default-isa", "avx2"])
+def test_native_kernel_and_torch_give_the_same_predictions(monkeypatch, mode):
+    monkeypatch.setenv("SOCO_NATIVE", mode)
+    half_matmul._library.cache_clear()
+    try:
+        if not half_matmul.available():
+            pytest.skip("the native fp16 kernel is not available on this machine")
+        assert mode != "avx2" or half_matmul.instruction_set() == "avx2"
+        images, keypoints, pairs, corr = make_world(seed=13)
+        store = gaussian_store(images, seed=13, c=70, grid=21, half=True)
+        native = predict(pairs, corr, keypoints, images, store, PROTOCOL, "gauss")
+    finally:
+        monkeypatch.delenv("SOCO_NATIVE")
+        half_matmul._library.cache_clear()
     monkeypatch.setattr(half_matmul, "available", lambda: False)
     torch_only = predict(pairs, corr, keypoints, images, store, PROTOCOL, "gauss")
     pd.testing.assert_frame_equal(native.drop(columns="similarity"), torch_only.drop(columns="similarity"))

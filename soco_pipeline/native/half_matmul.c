@@ -206,6 +206,177 @@ int soco_half_matmul_argmax(const uint16_t *map, int64_t C, int64_t HW, const fl
     return 0;
 }
 
+/* ------------------------------------------------------------------------------------------------------
+ * The same computation for CPUs with AVX2 but no AVX-512 (AMD Zen 1-3, Intel desktop parts): 8 lanes and
+ * 16 vector registers, so columns of 16 cells and register blocks of 6 queries (12 accumulators). Sums,
+ * argmax and ties are the same as above.
+ */
+#define QB2 6
+#define CB2 16
+
+int soco_half_matmul_supported_avx2(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma");
+}
+
+__attribute__((target("avx2,f16c,fma"), always_inline))
+static inline void tile_avx2(const int nq, const float *a, int64_t kn, const float *q, float *p, int64_t jn,
+                             int first) {
+    __m256 acc0[QB2], acc1[QB2];
+#pragma GCC unroll 6
+    for (int j = 0; j < nq; j++) {
+        const int load = !first && j < jn;
+        acc0[j] = load ? _mm256_load_ps(p + j * CB2) : _mm256_setzero_ps();
+        acc1[j] = load ? _mm256_load_ps(p + j * CB2 + 8) : _mm256_setzero_ps();
+    }
+    for (int64_t c = 0; c < kn; c++, a += CB2, q += nq) {
+        const __m256 a0 = _mm256_load_ps(a);
+        const __m256 a1 = _mm256_load_ps(a + 8);
+#pragma GCC unroll 6
+        for (int j = 0; j < nq; j++) {
+            const __m256 b = _mm256_broadcast_ss(q + j);
+            acc0[j] = _mm256_fmadd_ps(b, a0, acc0[j]);
+            acc1[j] = _mm256_fmadd_ps(b, a1, acc1[j]);
+        }
+    }
+#pragma GCC unroll 6
+    for (int j = 0; j < nq; j++) {
+        if (j < jn) {
+            _mm256_store_ps(p + j * CB2, acc0[j]);
+            _mm256_store_ps(p + j * CB2 + 8, acc1[j]);
+        }
+    }
+}
+
+#define TILE2_FN(NQ)                                                                                           \
+    __attribute__((target("avx2,f16c,fma"), noinline)) static void tile2_##NQ(                                 \
+        const float *a, int64_t kn, const float *q, float *p, int64_t jn, int first) {                         \
+        tile_avx2(NQ, a, kn, q, p, jn, first);                                                                 \
+    }
+TILE2_FN(6)
+TILE2_FN(4)
+TILE2_FN(2)
+
+/* Widen kn rows x 16 cells (n of them real; the others read 0) into `a`, prefetching each row pf cells on. */
+__attribute__((target("avx2,f16c,fma"), always_inline))
+static inline void widen_avx2(const uint16_t *row, int64_t HW, int64_t kn, int64_t n, float *a, int64_t pf) {
+    for (int64_t c = 0; c < kn; c++, row += HW, a += CB2) {
+        if (pf > 0) _mm_prefetch((const char *)(row + pf), _MM_HINT_T1);
+        if (n == CB2) {
+            _mm256_store_ps(a, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)row)));
+            _mm256_store_ps(a + 8, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(row + 8))));
+        } else {
+            for (int64_t k = 0; k < CB2; k++) a[k] = k < n ? _cvtsh_ss(row[k]) : 0.0f;
+        }
+    }
+}
+
+static inline int64_t group_size_avx2(int64_t Q, int64_t g0) {
+    const int64_t r = Q - g0;
+    return r >= 5 ? QB2 : (r >= 3 ? 4 : 2);
+}
+
+/* Same arguments and results as soco_half_matmul_argmax. */
+__attribute__((target("avx2,f16c,fma")))
+int soco_half_matmul_argmax_avx2(const uint16_t *map, int64_t C, int64_t HW, const float *query,
+                                 const int64_t *qrows, int64_t Q, float *sims, int64_t *best_idx, float *best_val,
+                                 const int64_t *probe_q, const int64_t *probe_cell, int64_t nprobe,
+                                 float *probe_val) {
+    if (Q <= 0) return 0;
+    const int64_t ngroups = (Q + QB2 - 1) / QB2, nblocks = C > 0 ? (C + KB - 1) / KB : 1;
+    float *bv = (float *)malloc(sizeof(float) * 8 * Q);
+    int32_t *bi = (int32_t *)malloc(sizeof(int32_t) * 8 * Q);
+    float *pack = (float *)aligned_alloc(64, sizeof(float) * nblocks * ngroups * QB2 * KB);
+    float *part = (float *)aligned_alloc(64, sizeof(float) * ngroups * QB2 * CB2);
+    if (!bv || !bi || !pack || !part) {
+        free(bv); free(bi); free(pack); free(part);
+        return -1;
+    }
+    for (int64_t i = 0; i < 8 * Q; i++) {
+        bv[i] = -__builtin_inff();
+        bi[i] = 0x7fffffff;
+    }
+    for (int64_t b = 0; b < nblocks; b++) {
+        const int64_t k0 = b * KB, kn = C - k0 < KB ? C - k0 : KB;
+        for (int64_t g0 = 0; g0 < Q; g0 += QB2) {
+            const int64_t nq = group_size_avx2(Q, g0), jn = Q - g0 < QB2 ? Q - g0 : QB2;
+            float *dst = pack + (b * ngroups * QB2 + g0) * KB;
+            for (int64_t j = 0; j < nq; j++) {
+                const int64_t qi = g0 + (j < jn ? j : jn - 1);
+                const float *src = query + (qrows ? qrows[qi] : qi) * C + k0;
+                for (int64_t c = 0; c < kn; c++) dst[c * nq + j] = src[c];
+            }
+        }
+    }
+    float a[KB * CB2] __attribute__((aligned(64)));
+    const __m256i iota = _mm256_set_epi32(7, 6, 5, 4, 3, 2, 1, 0);
+    const __m256 ninf = _mm256_set1_ps(-__builtin_inff());
+    int64_t next_probe = 0;
+
+    for (int64_t t0 = 0; t0 < HW; t0 += CB2) {
+        const int64_t n = HW - t0 < CB2 ? HW - t0 : CB2;
+        const int64_t pf = t0 + (PF_TILES + 1) * CB2 - 1 < HW ? (PF_TILES + 1) * CB2 - 1 : 0;
+        for (int64_t b = 0; b < nblocks; b++) {
+            const int64_t k0 = b * KB, kn = C - k0 < KB ? C - k0 : KB;
+            widen_avx2(map + k0 * HW + t0, HW, kn, n, a, pf);
+            for (int64_t g0 = 0; g0 < Q; g0 += QB2) {
+                const int64_t nq = group_size_avx2(Q, g0), jn = Q - g0 < QB2 ? Q - g0 : QB2;
+                const float *q = pack + (b * ngroups * QB2 + g0) * KB;
+                float *p = part + g0 * CB2;
+                if (nq == QB2) tile2_6(a, kn, q, p, jn, b == 0);
+                else if (nq == 4) tile2_4(a, kn, q, p, jn, b == 0);
+                else tile2_2(a, kn, q, p, jn, b == 0);
+            }
+        }
+        for (; next_probe < nprobe && probe_cell[next_probe] < t0 + n; next_probe++)
+            probe_val[next_probe] = part[probe_q[next_probe] * CB2 + probe_cell[next_probe] - t0];
+        const __m256i cell0 = _mm256_add_epi32(_mm256_set1_epi32((int32_t)t0), iota);
+        const __m256i cell1 = _mm256_add_epi32(cell0, _mm256_set1_epi32(8));
+        /* lanes past the last cell take no part: -inf never wins a strict > */
+        const __m256 real0 = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32((int32_t)n), iota));
+        const __m256 real1 = _mm256_castsi256_ps(
+            _mm256_cmpgt_epi32(_mm256_set1_epi32((int32_t)n), _mm256_add_epi32(iota, _mm256_set1_epi32(8))));
+        for (int64_t qi = 0; qi < Q; qi++) {
+            const __m256 acc0 = _mm256_blendv_ps(ninf, _mm256_load_ps(part + qi * CB2), real0);
+            const __m256 acc1 = _mm256_blendv_ps(ninf, _mm256_load_ps(part + qi * CB2 + 8), real1);
+            if (sims) {
+                if (n == CB2) {
+                    _mm256_storeu_ps(sims + qi * HW + t0, acc0);
+                    _mm256_storeu_ps(sims + qi * HW + t0 + 8, acc1);
+                } else {
+                    for (int64_t k = 0; k < n; k++) sims[qi * HW + t0 + k] = part[qi * CB2 + k];
+                }
+            }
+            __m256 v = _mm256_loadu_ps(bv + 8 * qi);
+            __m256i ix = _mm256_loadu_si256((const __m256i *)(bi + 8 * qi));
+            /* strict > per lane: each lane meets its cells in increasing order, so ties keep the first */
+            __m256 up = _mm256_cmp_ps(acc0, v, _CMP_GT_OQ);
+            v = _mm256_blendv_ps(v, acc0, up);
+            ix = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(ix), _mm256_castsi256_ps(cell0), up));
+            up = _mm256_cmp_ps(acc1, v, _CMP_GT_OQ);
+            v = _mm256_blendv_ps(v, acc1, up);
+            ix = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(ix), _mm256_castsi256_ps(cell1), up));
+            _mm256_storeu_ps(bv + 8 * qi, v);
+            _mm256_storeu_si256((__m256i *)(bi + 8 * qi), ix);
+        }
+    }
+    for (int64_t i = 0; i < Q; i++) {
+        float mx = -__builtin_inff();
+        for (int k = 0; k < 8; k++) mx = bv[8 * i + k] > mx ? bv[8 * i + k] : mx;
+        int32_t best = 0x7fffffff;
+        for (int k = 0; k < 8; k++)
+            if (bv[8 * i + k] == mx && bi[8 * i + k] < best) best = bi[8 * i + k];
+        best_val[i] = mx;
+        /* no value above -inf (all NaN): report cell 0 as torch.argmax would; callers reject NaN maps */
+        best_idx[i] = mx > -__builtin_inff() ? best : 0;
+    }
+    free(bv);
+    free(bi);
+    free(pack);
+    free(part);
+    return 0;
+}
+
 /* Bilinear descriptors from an fp16 C x HW map: out[i, c] = sum_k weights[i, k] * map[c, cells[i, k]] for
  * n points with 4 corner cells each, summed in corner order in float32 (no fused multiply-add, like
  * grid_sample's kernel). Reads 4 values per point and channel instead of widening the whole map. */
