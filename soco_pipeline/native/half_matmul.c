@@ -99,6 +99,26 @@ static inline int64_t group_size(int64_t Q, int64_t g0) {
     return r >= QB ? QB : (r > 8 ? QB : (r > 4 ? 8 : 4));
 }
 
+/* Pack every block's channels of every query group, channel-major: group g0 of block b (qb queries a group,
+ * the last one of group_size(Q, g0) lanes, padding repeating its last query) starts at (b * ngroups * qb
+ * + g0) * KB. Query i is row qrows[i] of `query` (row i when qrows is NULL). */
+static void pack_queries(float *pack, const float *query, const int64_t *qrows, int64_t Q, int64_t C, int64_t qb,
+                         int64_t (*group_size)(int64_t, int64_t)) {
+    const int64_t ngroups = (Q + qb - 1) / qb, nblocks = C > 0 ? (C + KB - 1) / KB : 1;
+    for (int64_t b = 0; b < nblocks; b++) {
+        const int64_t k0 = b * KB, kn = C - k0 < KB ? C - k0 : KB;
+        for (int64_t g0 = 0; g0 < Q; g0 += qb) {
+            const int64_t nq = group_size(Q, g0), jn = Q - g0 < qb ? Q - g0 : qb;
+            float *dst = pack + (b * ngroups * qb + g0) * KB;
+            for (int64_t j = 0; j < nq; j++) {
+                const int64_t qi = g0 + (j < jn ? j : jn - 1);
+                const float *src = query + (qrows ? qrows[qi] : qi) * C + k0;
+                for (int64_t c = 0; c < kn; c++) dst[c * nq + j] = src[c];
+            }
+        }
+    }
+}
+
 /* Query i is row qrows[i] of `query` (row i when qrows is NULL), so callers need not gather them.
  * Returns 0 on success, -1 when the workspace cannot be allocated. sims may be NULL (argmax only).
  * probe_val[k] receives the similarity of query probe_q[k] at cell probe_cell[k] (cells ascending), for
@@ -129,18 +149,7 @@ int soco_half_matmul_argmax(const uint16_t *map, int64_t C, int64_t HW, const fl
         _mm512_storeu_ps(bv + 16 * i, ninf);
         _mm512_storeu_si512((void *)(bi + 16 * i), _mm512_set1_epi32(0x7fffffff));
     }
-    for (int64_t b = 0; b < nblocks; b++) {  /* pack every block's channels of every query group */
-        const int64_t k0 = b * KB, kn = C - k0 < KB ? C - k0 : KB;
-        for (int64_t g0 = 0; g0 < Q; g0 += QB) {
-            const int64_t nq = group_size(Q, g0), jn = Q - g0 < QB ? Q - g0 : QB;
-            float *dst = pack + (b * ngroups * QB + g0) * KB;
-            for (int64_t j = 0; j < nq; j++) {
-                const int64_t qi = g0 + (j < jn ? j : jn - 1);
-                const float *src = query + (qrows ? qrows[qi] : qi) * C + k0;
-                for (int64_t c = 0; c < kn; c++) dst[c * nq + j] = src[c];
-            }
-        }
-    }
+    pack_queries(pack, query, qrows, Q, C, QB, group_size);
     for (int64_t t0 = 0; t0 < PF_TILES * CB && t0 < HW; t0 += 32)  /* the first columns, before the walk */
         for (int64_t c = 0; c < C; c++) _mm_prefetch((const char *)(map + c * HW + t0), _MM_HINT_T1);
     float a[KB * CB] __attribute__((aligned(64)));  /* the current tile, widened once for all query groups */
@@ -296,18 +305,7 @@ int soco_half_matmul_argmax_avx2(const uint16_t *map, int64_t C, int64_t HW, con
         bv[i] = -__builtin_inff();
         bi[i] = 0x7fffffff;
     }
-    for (int64_t b = 0; b < nblocks; b++) {
-        const int64_t k0 = b * KB, kn = C - k0 < KB ? C - k0 : KB;
-        for (int64_t g0 = 0; g0 < Q; g0 += QB2) {
-            const int64_t nq = group_size_avx2(Q, g0), jn = Q - g0 < QB2 ? Q - g0 : QB2;
-            float *dst = pack + (b * ngroups * QB2 + g0) * KB;
-            for (int64_t j = 0; j < nq; j++) {
-                const int64_t qi = g0 + (j < jn ? j : jn - 1);
-                const float *src = query + (qrows ? qrows[qi] : qi) * C + k0;
-                for (int64_t c = 0; c < kn; c++) dst[c * nq + j] = src[c];
-            }
-        }
-    }
+    pack_queries(pack, query, qrows, Q, C, QB2, group_size_avx2);
     float a[KB * CB2] __attribute__((aligned(64)));
     const __m256i iota = _mm256_set_epi32(7, 6, 5, 4, 3, 2, 1, 0);
     const __m256 ninf = _mm256_set1_ps(-__builtin_inff());
