@@ -197,10 +197,10 @@ def bench_throughput(args) -> None:
     print(f"throughput: C={args.channels}, {args.grid}x{args.grid} grid, compute {args.dtype} ({kernel}), "
           f"torch threads {torch.get_num_threads()}; {len(per_target)} target images, "
           f"{per_target.median():.0f} evaluated pairs per target (median)")
-    with tempfile.TemporaryDirectory() as root:
+    with tempfile.TemporaryDirectory() as cache_root:
         stores = {
             "feature cache on disk (FeatureStore, page cache)": disk_feature_store(
-                root, images, args.pool, args.channels, args.grid, size, seed=0),
+                cache_root, images, args.pool, args.channels, args.grid, size, seed=0),
             "maps held in memory (cold in DRAM)": Fp16Cache(images.image_id.to_numpy(), args.pool, args.channels,
                                                             args.grid, size, seed=0),
         }
