@@ -28,10 +28,10 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from soco_pipeline import half_matmul
-from soco_pipeline.features import MANIFEST_COLUMNS, FeatureStore
-from soco_pipeline.matching import predict
-from soco_pipeline.protocol import ProtocolConfig
+from soco_pipeline.evaluation.matching import predict
+from soco_pipeline.evaluation.protocol import ProtocolConfig
+from soco_pipeline.features.cache import MANIFEST_COLUMNS, FeatureStore
+from soco_pipeline.native import half_matmul
 from soco_pipeline.storage import default_storage_root
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -122,9 +122,9 @@ def embedded_tables(root: str, size: str, seed: int):
     Generates the data set there first when it is absent (ensure_dataset), then builds the tables with the
     pipeline's functions and default configs, as the data and pair assets do.
     """
-    from soco_pipeline.embedded import ensure_dataset
-    from soco_pipeline.imageset import build_image_set
-    from soco_pipeline.keypoints import aggregate_keypoints
+    from soco_pipeline.data.embedded import ensure_dataset
+    from soco_pipeline.data.imageset import build_image_set
+    from soco_pipeline.data.keypoints import aggregate_keypoints
     from soco_pipeline.pairs import PairConfig, build_correspondences, build_image_pairs
     from soco_pipeline.sources import SourceConfig, read_candidates, read_raw_keypoints
     from soco_pipeline.taxonomy import load_taxonomy

@@ -20,7 +20,6 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from soco_pipeline.four_choice import build_four_choice
 from soco_pipeline.pairs import (
     PairConfig,
     build_correspondences,
@@ -30,6 +29,7 @@ from soco_pipeline.pairs import (
     pair_counts,
     write_correspondences,
 )
+from soco_pipeline.pairs.four_choice import build_four_choice
 from soco_pipeline.taxonomy import Taxonomy, load_taxonomy
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from soco_pipeline.results_db import ResultsError, query
+from soco_pipeline.evaluation.results_db import ResultsError, query
 from soco_pipeline.settings import Settings
 
 
@@ -50,7 +50,7 @@ def cmd_add_backbone(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_export_release(args: argparse.Namespace, settings: Settings) -> int:
     """Write the materialized canonical tables in the official SOCO release layout."""
-    from soco_pipeline.export import export_soco_release
+    from soco_pipeline.sources.soco_export import export_soco_release
     from soco_pipeline.storage import join, read_parquet
     from soco_pipeline.taxonomy import load_taxonomy
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import dagster as dg
 import pandas as pd
 
-from soco_pipeline.backbone_fingerprint import scan_specs
+from soco_pipeline.backbones.fingerprint import scan_specs
 from soco_pipeline.defs.definitions import build_definitions
 from soco_pipeline.defs.partitions import backbones_partitions
 
@@ -61,7 +61,7 @@ def run_demo(instance: dg.DagsterInstance | None = None, **overrides) -> pd.Data
         print(f"backbone {b} ...", flush=True)
         print(f"  done in {_materialize(defs, instance, PER_BACKBONE, partition_key=b):.1f} s", flush=True)
     _materialize(defs, instance, SUMMARY)
-    from soco_pipeline.results_db import query
+    from soco_pipeline.evaluation.results_db import query
 
     return query(soco.settings().duckdb_path, "SELECT * FROM leaderboard ORDER BY soc DESC")
 
@@ -70,7 +70,7 @@ def main() -> int:
     """Entry point of `python -m soco_pipeline.demo`."""
     t0 = time.perf_counter()
     board = run_demo()
-    from soco_pipeline.metrics import leaderboard_markdown
+    from soco_pipeline.evaluation.metrics import leaderboard_markdown
 
     print()
     print(leaderboard_markdown(board))

@@ -6,10 +6,13 @@ leaves a half-written table or tensor where a reader would find it.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 import fsspec
 import pandas as pd
@@ -41,19 +44,29 @@ def exists(path: str) -> bool:
     return fs.exists(p)
 
 
-def write_bytes_atomic(path: str, data: bytes) -> None:
-    """Write bytes to a temporary sibling, then move it onto `path`."""
+@contextlib.contextmanager
+def open_atomic(path: str) -> Iterator[IO[bytes]]:
+    """A binary file handle on a temporary sibling of `path`, moved onto `path` only if the block succeeds.
+
+    Temporary names start with `.tmp-`, so readers that list published files can skip them.
+    """
     fs, p = filesystem(path)
     parent = p.rsplit("/", 1)[0]
     fs.makedirs(parent, exist_ok=True)
     tmp = f"{parent}/.tmp-{uuid.uuid4().hex}-{p.rsplit('/', 1)[-1]}"
     try:
         with fs.open(tmp, "wb") as f:
-            f.write(data)
+            yield f
         fs.mv(tmp, p)
     finally:
         if fs.exists(tmp):
             fs.rm(tmp)
+
+
+def write_bytes_atomic(path: str, data: bytes) -> None:
+    """Write bytes to a temporary sibling, then move it onto `path`."""
+    with open_atomic(path) as f:
+        f.write(data)
 
 
 def read_bytes(path: str) -> bytes:

@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from soco_pipeline.imageset import build_image_set
-from soco_pipeline.keypoints import aggregate_keypoints
+from soco_pipeline.data.imageset import build_image_set
+from soco_pipeline.data.keypoints import aggregate_keypoints
 from soco_pipeline.sources import SourceConfig, read_candidates, read_raw_keypoints
 from soco_pipeline.storage import join, read_bytes, read_parquet
 from soco_pipeline.taxonomy import load_taxonomy

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from soco_pipeline.descriptions import build_descriptions, describe, load_templates, with_article
+from soco_pipeline.data.descriptions import build_descriptions, describe, load_templates, with_article
 from soco_pipeline.taxonomy import load_taxonomy
 
 TAX = load_taxonomy()

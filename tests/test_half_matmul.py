@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from soco_pipeline import half_matmul
+from soco_pipeline.native import half_matmul
 
 pytestmark = pytest.mark.skipif(not half_matmul.available(), reason="native fp16 kernel not available here")
 
@@ -139,7 +139,7 @@ def test_built_once_per_source_into_the_cache_folder(tmp_path, monkeypatch):
 def test_corner_descriptors_are_grid_sample_of_the_fp16_map():
     import torch.nn.functional as F
 
-    from soco_pipeline.matching import bilinear_corners
+    from soco_pipeline.evaluation.matching import bilinear_corners
 
     g = torch.Generator().manual_seed(3)
     fmap = torch.randn(37, 9, 11, generator=g).half()
@@ -169,7 +169,7 @@ def test_a_failing_compiler_falls_back_to_torch(tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("CC", "false")  # a "compiler" that always fails
     half_matmul._library.cache_clear()
     try:
-        with caplog.at_level("WARNING", logger="soco_pipeline.half_matmul"):
+        with caplog.at_level("WARNING", logger="soco_pipeline.native.half_matmul"):
             assert not half_matmul.available()
         assert "could not build" in caplog.text
         assert list(tmp_path.iterdir()) == []  # no half-written library left behind

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from soco_pipeline.imageset import build_image_set
+from soco_pipeline.data.imageset import build_image_set
 from soco_pipeline.schemas import ImageSchema
 from soco_pipeline.sources import SourceConfig, read_animal3d, read_imagenet3d
 from soco_pipeline.storage import join

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from soco_pipeline.keypoints import aggregate_clicks, animal_keypoints, build_keypoints
+from soco_pipeline.data.keypoints import aggregate_clicks, animal_keypoints, build_keypoints
 from soco_pipeline.sources import SourceConfig
 from soco_pipeline.taxonomy import load_taxonomy
 from tests.fixtures_data import clicks_for, image_row

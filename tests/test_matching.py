@@ -10,10 +10,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from soco_pipeline import half_matmul
-from soco_pipeline.matching import predict, predict_four_choice
-from soco_pipeline.metrics import compute_metrics, expected_concept_oracle_soc, random_feature_chance
-from soco_pipeline.protocol import ProtocolConfig
+from soco_pipeline.evaluation.matching import predict, predict_four_choice
+from soco_pipeline.evaluation.metrics import (
+    compute_metrics,
+    expected_concept_oracle_soc,
+    random_feature_chance,
+)
+from soco_pipeline.evaluation.protocol import ProtocolConfig
+from soco_pipeline.native import half_matmul
 from soco_pipeline.storage import read_parquet, write_parquet_atomic
 from soco_pipeline.taxonomy import load_taxonomy
 
@@ -440,7 +444,7 @@ def test_half_precision_compute_agrees_with_float32():
 
 
 def test_sample_descriptors_is_grid_sample_align_corners():
-    from soco_pipeline.matching import sample_descriptors
+    from soco_pipeline.evaluation.matching import sample_descriptors
 
     g = torch.Generator().manual_seed(0)
     fmap = torch.randn(7, 9, 11, generator=g)

@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from soco_pipeline.matching import rotation_picks
-from soco_pipeline.metrics import (
+from soco_pipeline.evaluation.matching import rotation_picks
+from soco_pipeline.evaluation.metrics import (
     compute_metrics,
     expected_concept_oracle_soc,
     four_choice_items,
@@ -18,7 +18,7 @@ from soco_pipeline.metrics import (
     leaderboard_plot,
     random_feature_chance,
 )
-from soco_pipeline.protocol import ProtocolConfig, ProtocolError, load_protocol, parse_protocol
+from soco_pipeline.evaluation.protocol import ProtocolConfig, ProtocolError, load_protocol, parse_protocol
 from soco_pipeline.taxonomy import load_taxonomy
 
 TAX = load_taxonomy()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from soco_pipeline.npy_map import map_npy
+from soco_pipeline.features.npy_map import map_npy
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,6 @@ import pytest
 
 from soco_pipeline.pairs import (
     PairConfig,
-    _sample_without_replacement,
     build_correspondences,
     build_image_pairs,
     candidate_keypoints,
@@ -22,6 +21,7 @@ from soco_pipeline.pairs import (
     soc_counts,
     write_correspondences,
 )
+from soco_pipeline.pairs.image_pairs import _sample_without_replacement
 from soco_pipeline.schemas import CorrespondenceSchema, ImagePairSchema, validate
 from soco_pipeline.taxonomy import load_taxonomy
 

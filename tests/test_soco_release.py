@@ -7,8 +7,8 @@ import json
 import pandas as pd
 import pytest
 
-from soco_pipeline.export import export_soco_release
 from soco_pipeline.sources import read_soco_release
+from soco_pipeline.sources.soco_export import export_soco_release
 from soco_pipeline.storage import join
 from soco_pipeline.taxonomy import load_taxonomy
 from tests.fixtures_data import canonical_tables

@@ -18,7 +18,7 @@ import torch
 
 from soco_pipeline.backbones.base import Backbone, BackboneContext
 from soco_pipeline.backbones.spec import BackboneSpec
-from soco_pipeline.preprocess import NORMALISATION_PRESETS
+from soco_pipeline.features.preprocess import NORMALISATION_PRESETS
 
 
 class DenseSiftBackbone(Backbone):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from soco_pipeline.backbone_fingerprint import scan_specs
+from soco_pipeline.backbones.fingerprint import scan_specs
 from soco_pipeline.defs.partitions import backbones_partitions
 from soco_pipeline.defs.resources import SocoSettings
 from soco_pipeline.defs.versions import current_fingerprint, recorded_fingerprint

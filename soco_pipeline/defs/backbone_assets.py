@@ -35,14 +35,14 @@ def matching_device(soco: SocoSettings) -> str:
 
 def feature_store(soco: SocoSettings, manifest: pd.DataFrame):
     """Read access to a backbone's cached feature maps, as listed by its manifest."""
-    from soco_pipeline.features import FeatureStore
+    from soco_pipeline.features.cache import FeatureStore
 
     return FeatureStore.from_manifest(soco.settings().features_root, manifest)
 
 
 def protocol(soco: SocoSettings):
     """The evaluation protocol config (assets/protocol.yaml unless the resource names another)."""
-    from soco_pipeline.protocol import load_protocol
+    from soco_pipeline.evaluation.protocol import load_protocol
 
     return load_protocol(soco.protocol_path)
 
@@ -62,7 +62,7 @@ def feature_manifest(
     Resumable: images already in the cache for this spec are not recomputed.
     """
     from soco_pipeline.backbones import spec_hash
-    from soco_pipeline.features import extract_features
+    from soco_pipeline.features.cache import extract_features
 
     backbone = context.partition_key
     spec = spec_for(soco, backbone)
@@ -96,7 +96,7 @@ def predictions(
     image_set: pd.DataFrame,
 ) -> pd.DataFrame:
     """Zero-shot nearest-neighbour predictions (free and SOC-geo) in target-image pixels."""
-    from soco_pipeline.matching import predict
+    from soco_pipeline.evaluation.matching import predict
 
     backbone = context.partition_key
     store = feature_store(soco, feature_manifest)
@@ -130,7 +130,7 @@ def four_choice_predictions(
     image_pairs: pd.DataFrame,
 ) -> pd.DataFrame:
     """The backbone's pick among the four options of each item, for every rotation of the options."""
-    from soco_pipeline.matching import predict_four_choice
+    from soco_pipeline.evaluation.matching import predict_four_choice
 
     store = feature_store(soco, feature_manifest)
     df = predict_four_choice(
@@ -164,7 +164,7 @@ def metrics(
     image_pairs: pd.DataFrame,
 ) -> pd.DataFrame:
     """PCK@α for CC, SOC, SOC-geo and Cross-SOC (official and per-keypoint reductions) and 4-choice accuracy."""
-    from soco_pipeline.metrics import compute_metrics
+    from soco_pipeline.evaluation.metrics import compute_metrics
 
     df = compute_metrics(
         predictions,
@@ -199,8 +199,8 @@ def leaderboard(context: dg.AssetExecutionContext, soco: SocoSettings) -> pd.Dat
     import base64
     import tempfile
 
-    from soco_pipeline.metrics import leaderboard as build_leaderboard
-    from soco_pipeline.metrics import leaderboard_markdown, leaderboard_plot
+    from soco_pipeline.evaluation.metrics import leaderboard as build_leaderboard
+    from soco_pipeline.evaluation.metrics import leaderboard_markdown, leaderboard_plot
     from soco_pipeline.storage import exists, join, read_parquet
 
     settings = soco.settings()
@@ -233,7 +233,7 @@ def leaderboard(context: dg.AssetExecutionContext, soco: SocoSettings) -> pd.Dat
 @dg.asset(group_name="evaluation", deps=[leaderboard], automation_condition=EAGER, kinds={"duckdb"})
 def results_database(context: dg.AssetExecutionContext, soco: SocoSettings) -> dg.MaterializeResult:
     """storage/results.duckdb: views over every result table, for DuckDB SQL (opened read-only by readers)."""
-    from soco_pipeline.results_db import refresh_views
+    from soco_pipeline.evaluation.results_db import refresh_views
 
     settings = soco.settings()
     views = refresh_views(settings.duckdb_path, settings.tables_root)

@@ -6,7 +6,7 @@ import dagster as dg
 import pandas as pd
 import pandera.pandas as pa
 
-from soco_pipeline.checks import table_problems
+from soco_pipeline.data.checks import table_problems
 
 
 def check_result(asset: str, problems: Iterable[str]) -> dg.AssetCheckResult:

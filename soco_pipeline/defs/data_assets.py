@@ -41,7 +41,7 @@ def embedded_dataset(context: dg.AssetExecutionContext, soco: SocoSettings) -> d
     """
     if soco.source != "embedded":
         return dg.MaterializeResult(metadata={"skipped": f"source is {soco.source}"})
-    from soco_pipeline.embedded import ensure_dataset
+    from soco_pipeline.data.embedded import ensure_dataset
 
     settings = soco.settings()
     manifest = ensure_dataset(
@@ -94,7 +94,7 @@ def raw_keypoints(context: dg.AssetExecutionContext, soco: SocoSettings) -> pd.D
 )
 def image_set_assets(context: dg.AssetExecutionContext, soco: SocoSettings, source_images: pd.DataFrame):
     """Filter the candidates: valid pose/keypoint record, one salient object, good status, large enough."""
-    from soco_pipeline.imageset import build_image_set
+    from soco_pipeline.data.imageset import build_image_set
 
     kept, rejected = build_image_set(source_images, source_config(soco), load_taxonomy())
     reasons = rejected["reason"].value_counts().to_dict() if len(rejected) else {}
@@ -122,7 +122,7 @@ def keypoints(
     image_set: pd.DataFrame,
 ):
     """Aggregated keypoints: outlier clicks dropped, median of the rest, majority-vote visibility."""
-    from soco_pipeline.keypoints import aggregate_keypoints
+    from soco_pipeline.data.keypoints import aggregate_keypoints
 
     kps, stats = aggregate_keypoints(raw_keypoints, image_set, load_taxonomy(), source_config(soco))
     meta = {"rows": len(kps), "visible": int(kps.visible.sum())}
@@ -138,7 +138,7 @@ def keypoints(
 )
 def descriptions(context: dg.AssetExecutionContext, image_set: pd.DataFrame):
     """One language description per (category, keypoint), e.g. 'the center point of the front left wheel of a bus'."""
-    from soco_pipeline.descriptions import build_descriptions, load_templates
+    from soco_pipeline.data.descriptions import build_descriptions, load_templates
 
     df = build_descriptions(load_taxonomy(), load_templates())
     df = df[df.category.isin(image_set.category.unique())].reset_index(drop=True)

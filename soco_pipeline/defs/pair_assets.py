@@ -91,7 +91,7 @@ def four_choice(
     keypoints: pd.DataFrame,
 ):
     """Four-choice items: per evaluated SOC correspondence, the right target point and three distractors."""
-    from soco_pipeline.four_choice import build_four_choice
+    from soco_pipeline.pairs.four_choice import build_four_choice
 
     items = build_four_choice(
         image_pairs, correspondences, keypoints, seed=soco.seed, taxonomy=load_taxonomy()

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from soco_pipeline.backbone_fingerprint import DATA_ASSETS, fingerprint
+from soco_pipeline.backbones.fingerprint import DATA_ASSETS, fingerprint
 from soco_pipeline.defs.resources import SocoSettings
 
 

@@ -3,7 +3,7 @@
 Each npz holds an `annotations` object array of per-object dicts (azimuth, elevation, theta [rad],
 distance, cad_index, bbox [x1,y1,x2,y2], class, px, py, object_status, dense) and optionally `height`,
 `width` scalars. The reader summarises the objects into one candidate row per image; the filters
-live in `soco_pipeline.imageset`.
+live in `soco_pipeline.data.imageset`.
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ import io
 import numpy as np
 import pandas as pd
 
-from soco_pipeline.matching import cells_of, to_unit, visible_keypoint_xy
-from soco_pipeline.protocol import ProtocolConfig
+from soco_pipeline.evaluation.matching import cells_of, to_unit, visible_keypoint_xy
+from soco_pipeline.evaluation.protocol import ProtocolConfig
 from soco_pipeline.storage import write_bytes_atomic
 from soco_pipeline.taxonomy import Taxonomy
 

@@ -13,7 +13,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from soco_pipeline.pairs import candidate_keypoints, column_codes
+from soco_pipeline.pairs.common import column_codes
+from soco_pipeline.pairs.correspondences import candidate_keypoints
 from soco_pipeline.taxonomy import Taxonomy, load_taxonomy
 
 N_OPTIONS = 4

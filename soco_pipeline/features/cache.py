@@ -31,7 +31,7 @@ import torch
 
 from soco_pipeline.backbones import Backbone, BackboneContext, BackboneSpec, build_backbone, spec_hash
 from soco_pipeline.backbones.spec import FEATURE_CODE_VERSION
-from soco_pipeline.npy_map import map_npy
+from soco_pipeline.features.npy_map import map_npy
 from soco_pipeline.schemas import FeatureManifestSchema, validate
 from soco_pipeline.storage import (
     exists,

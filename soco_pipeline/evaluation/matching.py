@@ -22,9 +22,9 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from soco_pipeline import half_matmul
-from soco_pipeline.preprocess import scale_keypoints, unit_to_pixels
-from soco_pipeline.protocol import ProtocolConfig
+from soco_pipeline.evaluation.protocol import ProtocolConfig
+from soco_pipeline.features.preprocess import scale_keypoints, unit_to_pixels
+from soco_pipeline.native import half_matmul
 
 PREDICTION_COLUMNS = [
     "backbone", "pair_id", "src_keypoint", "mode", "pred_x", "pred_y", "similarity", "input_size",

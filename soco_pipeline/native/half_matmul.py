@@ -31,7 +31,7 @@ import torch
 
 log = logging.getLogger(__name__)
 
-SOURCE = Path(__file__).parent / "native" / "half_matmul.c"
+SOURCE = Path(__file__).parent / "half_matmul.c"
 _FLAGS = ["-O3", "-std=gnu11", "-fPIC", "-shared"]
 
 

@@ -39,7 +39,7 @@ def scan_specs(folder: Path) -> tuple[dict[str, str], dict[str, str]]:
 
 def fingerprint(spec_path: Path, data_versions: dict[str, str], protocol_path: str | None = None) -> str:
     """Hash of everything a backbone's metrics depend on."""
-    from soco_pipeline.protocol import load_protocol
+    from soco_pipeline.evaluation.protocol import load_protocol
 
     payload = {
         "spec": file_hash(spec_path),

@@ -1,0 +1,116 @@
+"""Keypoint-level correspondences (CC, SOC, SOC-geo, Cross-SOC), built, streamed and written.
+
+Correspondences are built by vectorized sorted-merge joins (numpy) over integer codes, with
+no per-pair or per-keypoint Python loop; strings only come back as dictionary-encoded Arrow columns, so
+the full-scale table (millions of rows) stays small in memory and streams to Parquet in batches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from soco_pipeline import storage
+from soco_pipeline.pairs.common import (
+    _require_columns,
+)
+from soco_pipeline.pairs.encoding import _decode, _encode, _match, _rows_per_pair
+from soco_pipeline.taxonomy import Taxonomy
+
+
+def _select_pairs(image_pairs: pd.DataFrame, evaluated_only: bool) -> pd.DataFrame:
+    if not evaluated_only:
+        return image_pairs.reset_index(drop=True)
+    _require_columns(image_pairs, ["evaluated"], "image_pairs")
+    return image_pairs[image_pairs.evaluated.astype(bool)].reset_index(drop=True)
+
+
+# ---------------------------------------------------------------------------------------- image pairs
+
+
+def build_correspondences(
+    image_pairs: pd.DataFrame, keypoints: pd.DataFrame, taxonomy: Taxonomy, evaluated_only: bool = False
+) -> pa.Table:
+    """Keypoint-level correspondences (CorrespondenceSchema) of every pair, as an Arrow table.
+
+    String columns are dictionary-encoded (``to_pandas()`` gives categoricals). Rows are sorted by pair
+    (in `image_pairs` order), kind (soc, cc), source and target keypoint (taxonomy order). SOC: the same
+    keypoint visible in both images; CC: per concept, every visible source x target keypoint. Cross
+    pairs only use the keypoints their categories share. n_candidates = visible target keypoints of
+    the concept; geo = n_candidates >= 2. The joins are sorted-merge joins over integer codes.
+    """
+    enc = _encode(_select_pairs(image_pairs, evaluated_only), keypoints, taxonomy)
+    return _decode(_match(enc, 0, len(enc.pair_ids)), enc, slice_pairs=False)
+
+
+def iter_correspondences(
+    image_pairs: pd.DataFrame,
+    keypoints: pd.DataFrame,
+    taxonomy: Taxonomy,
+    evaluated_only: bool = False,
+    batch_rows: int = 1_000_000,
+) -> Iterator[pa.Table]:
+    """The rows of build_correspondences in batches of whole pairs, about `batch_rows` rows each."""
+    if batch_rows < 1:
+        raise ValueError(f"batch_rows must be positive, got {batch_rows}")
+    enc = _encode(_select_pairs(image_pairs, evaluated_only), keypoints, taxonomy)
+    ends = np.cumsum(_rows_per_pair(enc))
+    lo, n_pairs = 0, len(enc.pair_ids)
+    while lo < n_pairs:
+        done = ends[lo - 1] if lo else 0
+        hi = max(int(np.searchsorted(ends, done + batch_rows, "right")), lo + 1)
+        codes = _match(enc, lo, hi)
+        if len(codes["pair"]):
+            yield _decode(codes, enc, slice_pairs=True)
+        lo = hi
+
+
+def write_correspondences(
+    image_pairs: pd.DataFrame,
+    keypoints: pd.DataFrame,
+    taxonomy: Taxonomy,
+    path: str,
+    evaluated_only: bool = False,
+    batch_rows: int = 1_000_000,
+) -> int:
+    """Stream the correspondences to one Parquet file at an fsspec `path` atomically; returns the row count.
+
+    Batches of whole pairs go to a temporary sibling, moved onto `path` once complete; at most one batch
+    is in memory.
+    """
+    rows = 0
+    with storage.open_atomic(path) as f:
+        writer = None
+        for table in iter_correspondences(image_pairs, keypoints, taxonomy, evaluated_only, batch_rows):
+            if writer is None:
+                writer = pq.ParquetWriter(f, table.schema, compression="zstd")
+            writer.write_table(table)
+            rows += table.num_rows
+        if writer is None:  # no rows: still write a file with the schema
+            empty = build_correspondences(image_pairs.iloc[:0], keypoints.iloc[:0], taxonomy)
+            writer = pq.ParquetWriter(f, empty.schema, compression="zstd")
+        writer.close()
+    return rows
+
+
+def candidate_keypoints(
+    image_pairs: pd.DataFrame, keypoints: pd.DataFrame, taxonomy: Taxonomy, side: str = "trg"
+) -> pd.DataFrame:
+    """Per pair, the visible keypoints of one side ('src' or 'trg') that the pair's categories share.
+
+    Columns pair_id, keypoint, concept (categoricals); sorted by pair (input order) and keypoint
+    (taxonomy order). These are a target's SOC-geo / four-choice candidates.
+    """
+    if side not in ("src", "trg"):
+        raise ValueError(f"side must be 'src' or 'trg', got {side!r}")
+    enc = _encode(image_pairs.reset_index(drop=True), keypoints, taxonomy)
+    rows = enc.src if side == "src" else enc.trg
+    return pd.DataFrame({
+        "pair_id": pd.Categorical.from_codes(rows.pair, enc.pair_ids.to_pandas()),
+        "keypoint": pd.Categorical.from_codes(rows.kp, enc.kp_names.to_pandas()),
+        "concept": pd.Categorical.from_codes(rows.concept, enc.concept_names.to_pandas()),
+    })
