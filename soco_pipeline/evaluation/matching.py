@@ -421,7 +421,7 @@ def predict(
                 by_cell = np.argsort(c_cell[ca:cb], kind="stable")
                 probes = (c_local[ca:cb][by_cell], c_cell[ca:cb][by_cell])
                 probe_val = np.empty(cb - ca, dtype=np.float32)
-            half_matmul.argmax_into(arr, desc_np, qrows[a:b], free_idx[a:b], free_sim[a:b], check_rows=False,
+            half_matmul.argmax_into(arr, desc_np, qrows[a:b], free_idx[a:b], free_sim[a:b],
                                     probes=probes, probe_out=probe_val)
             if cb > ca:
                 c_val[ca:cb][by_cell] = probe_val

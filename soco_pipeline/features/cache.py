@@ -28,10 +28,10 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pandas as pd
 import torch
+from numpy.lib import format as npy_format
 
 from soco_pipeline.backbones import Backbone, BackboneContext, BackboneSpec, build_backbone, spec_hash
 from soco_pipeline.backbones.spec import FEATURE_CODE_VERSION
-from soco_pipeline.features.npy_map import map_npy
 from soco_pipeline.schemas import FeatureManifestSchema, validate
 from soco_pipeline.storage import (
     exists,
@@ -306,6 +306,24 @@ def _run(
             pending.cancel()
 
 
+def _map_local(path: str) -> np.ndarray:
+    """A local .npy file mapped read-only; ValueError saying what is wrong with a bad file.
+
+    Files are replaced by atomic rename, so a mapping keeps the old inode when the cache is re-extracted.
+    """
+    try:
+        with open(path, "rb") as f:
+            npy_format.read_magic(f)
+    except ValueError:
+        raise ValueError("not a valid .npy file (no .npy header)") from None
+    try:
+        return np.load(path, mmap_mode="r", allow_pickle=False)
+    except ValueError as e:
+        if "mmap length" in str(e):
+            raise ValueError("the file is truncated: shorter than its .npy header promises") from None
+        raise
+
+
 class FeatureStore:
     """Read access to one backbone's cached features: `.get(image_id) -> (C x h x w float32, meta)`.
 
@@ -416,8 +434,8 @@ class FeatureStore:
         return arr.astype(np.float32), meta
 
     def get_stored(self, image_id: str, verify: bool = False) -> tuple[np.ndarray, dict]:
-        """The map as stored (fp16) and its meta. Read-only: a local file is memory-mapped (`map_npy`),
-        not copied, and the array may be shared with the store's cache."""
+        """The map as stored (fp16) and its meta. Read-only: a local file is memory-mapped
+        (`np.load(mmap_mode="r")`), not copied, and the array may be shared with the store's cache."""
         meta = self.meta(image_id)
         if not verify and image_id in self._cache:
             self._cache.move_to_end(image_id)
@@ -428,7 +446,7 @@ class FeatureStore:
         path = join(self.cache_root, paths[image_id])
         try:
             if not verify and path.startswith("/"):  # a local file: map it instead of copying it
-                arr = map_npy(path)
+                arr = _map_local(path)
             else:
                 data = read_bytes(path)
                 if verify and hashlib.sha256(data).hexdigest() != self.manifest.loc[image_id, "checksum"]:

@@ -6,9 +6,13 @@ time writing and re-reading the float32 copy of the map than multiplying. The C 
 goes (AVX-512, or AVX2 on CPUs without it; fp32 accumulation: the float32 product's sums, argmax ties
 to the lowest index as torch.argmax). A second function samples bilinear source descriptors from the
 four corner cells only. Both are compiled once per machine with the system C compiler into a cache
-folder and loaded with ctypes; where the CPU is not x86-64 or lacks AVX2, there is no compiler, or
-SOCO_NATIVE=0, `available()` is False and callers use torch. SOCO_NATIVE=avx2 picks the AVX2 code on
-an AVX-512 CPU (to test or compare it).
+folder and loaded with ctypes.
+
+It is an opt-in accelerator: torch is the default and the reference path. SOCO_NATIVE=1 turns it on
+(the widest instruction set the CPU has), SOCO_NATIVE=avx512 or =avx2 asks for one variant; unset or 0,
+or where the CPU is not x86-64, lacks the variant or there is no compiler, `available()` is False and
+callers use torch. Every call checks its indices and shapes here, before any pointer reaches C, so a bad
+index raises instead of crashing the worker.
 """
 
 from __future__ import annotations
@@ -79,9 +83,11 @@ class _Kernel:
 
 @functools.cache
 def _library() -> _Kernel | None:
-    mode = os.environ.get("SOCO_NATIVE", "1")
-    if mode == "0":
+    mode = os.environ.get("SOCO_NATIVE", "0").strip().lower()
+    if mode in ("", "0", "off", "false"):
         return None
+    if mode not in ("1", "on", "true", "auto", "avx512", "avx2"):
+        raise ValueError(f"SOCO_NATIVE={mode!r}: use 0 (torch, the default), 1 (auto), avx512 or avx2")
     if platform.machine().lower() not in ("x86_64", "amd64"):
         log.info("the fp16 matching kernel is x86-64 only; matching uses torch on %s", platform.machine())
         return None
@@ -97,10 +103,10 @@ def _library() -> _Kernel | None:
         return None
     if mode != "avx2" and lib.soco_half_matmul_supported():
         f, isa = lib.soco_half_matmul_argmax, "avx512"
-    elif lib.soco_half_matmul_supported_avx2():  # also where SOCO_NATIVE=avx2 asks for it
+    elif mode != "avx512" and lib.soco_half_matmul_supported_avx2():
         f, isa = lib.soco_half_matmul_argmax_avx2, "avx2"
     else:
-        log.info("this CPU lacks AVX2: matching converts each fp16 map to float32 in torch")
+        log.info("this CPU lacks %s: matching uses torch", "AVX-512" if mode == "avx512" else "AVX2")
         return None
     f.restype = ctypes.c_int
     f.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
@@ -172,7 +178,6 @@ def argmax_into(
     idx_out: np.ndarray,
     val_out: np.ndarray,
     sims_out: np.ndarray | None = None,
-    check_rows: bool = True,
     probes: tuple[np.ndarray, np.ndarray] | None = None,
     probe_out: np.ndarray | None = None,
 ) -> None:
@@ -180,8 +185,7 @@ def argmax_into(
     against an fp16 C x h x w map into idx_out / val_out; the similarities (len(rows) x hw) into sims_out
     when given; and, for probes = (query positions, cells) with cells ascending, the similarity of each
     (rows[position], cell) into probe_out (float32), the values sims_out would hold there. No tensor is
-    allocated: matching calls this once per target image, with check_rows=False once it has checked its
-    row indices and probes."""
+    allocated: matching calls this once per target image. Row and probe indices are always checked."""
     kernel = _loaded()
     ptr, c, hw, _owner = _half_map(fmap)
     n = len(rows) if rows is not None else len(queries)
@@ -191,7 +195,7 @@ def argmax_into(
         raise ValueError(f"queries of {queries.shape[1]} channels do not match a map of {c} channels")
     if rows is not None and (rows.dtype != np.int64 or not rows.flags.c_contiguous):
         raise TypeError("rows must be a contiguous int64 array")
-    if check_rows and rows is not None and n and (rows.min() < 0 or rows.max() >= len(queries)):
+    if rows is not None and n and (rows.min() < 0 or rows.max() >= len(queries)):
         raise ValueError(f"query rows must lie in [0, {len(queries)})")
     for name, arr, dtype in (("idx_out", idx_out, np.int64), ("val_out", val_out, np.float32)):
         if arr.dtype != dtype or not arr.flags.c_contiguous or len(arr) != n:
@@ -207,7 +211,7 @@ def argmax_into(
                                  ("probe_out", probe_out, np.float32)):
             if arr is None or arr.dtype != dtype or not arr.flags.c_contiguous or len(arr) != k:
                 raise TypeError(f"{name} must be a contiguous {np.dtype(dtype)} array of {k} entries")
-        if check_rows and k and (probe_q.min() < 0 or probe_q.max() >= n or probe_cell.min() < 0
+        if k and (probe_q.min() < 0 or probe_q.max() >= n or probe_cell.min() < 0
                                  or probe_cell.max() >= hw or (np.diff(probe_cell) < 0).any()):
             raise ValueError(f"probes must be query positions in [0, {n}) and cells in [0, {hw}), cells ascending")
     if n == 0:
