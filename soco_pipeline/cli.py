@@ -51,16 +51,18 @@ def cmd_add_backbone(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_export_release(args: argparse.Namespace, settings: Settings) -> int:
     """Write the materialized canonical tables in the official SOCO release layout."""
     from soco_pipeline.sources.soco_export import export_soco_release
-    from soco_pipeline.storage import join, read_parquet
+    from soco_pipeline.storage import read_parquet
+    from soco_pipeline.tables import table_for
     from soco_pipeline.taxonomy import load_taxonomy
 
-    names = {"images": "image_set", "keypoints": "keypoints", "image_pairs": "image_pairs"}
-    tables = {k: read_parquet(join(settings.tables_root, f"{v}.parquet")) for k, v in names.items()}
-    corr = read_parquet(join(settings.tables_root, "correspondences.parquet"))
+    images, keypoints, image_pairs, corr = (
+        read_parquet(table_for(a).path(settings.tables_root))
+        for a in ("image_set", "keypoints", "image_pairs", "correspondences")
+    )
     counts = export_soco_release(
-        tables["images"],
-        tables["keypoints"],
-        tables["image_pairs"],
+        images,
+        keypoints,
+        image_pairs,
         corr,
         args.out,
         load_taxonomy(),

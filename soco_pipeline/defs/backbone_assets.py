@@ -201,13 +201,14 @@ def leaderboard(context: dg.AssetExecutionContext, soco: SocoSettings) -> pd.Dat
 
     from soco_pipeline.evaluation.metrics import leaderboard as build_leaderboard
     from soco_pipeline.evaluation.metrics import leaderboard_markdown, leaderboard_plot
-    from soco_pipeline.storage import exists, join, read_parquet
+    from soco_pipeline.storage import exists, read_parquet
+    from soco_pipeline.tables import table_for
 
     settings = soco.settings()
     known = context.instance.get_dynamic_partitions(backbones_partitions.name)
     frames = []
     for b in known:
-        path = join(settings.tables_root, "metrics", f"{b}.parquet")
+        path = table_for("metrics").path(settings.tables_root, b)
         if exists(path):
             frames.append(read_parquet(path))
     if not frames:

@@ -1,29 +1,43 @@
-"""Parquet IO manager over fsspec paths, with atomic writes."""
+"""Parquet tables through Dagster's UPathIOManager (any fsspec URL), placed by the table registry."""
+
+from __future__ import annotations
 
 import dagster as dg
 import pandas as pd
 import pyarrow as pa
+from upath import UPath
 
-from soco_pipeline.storage import join, read_parquet, write_parquet_atomic
+from soco_pipeline.storage import read_parquet, write_parquet_atomic
+from soco_pipeline.tables import table_for
 
 
-class ParquetIOManager(dg.ConfigurableIOManager):
-    """Stores each asset as `<base>/<asset>.parquet`, or `<base>/<asset>/<partition>.parquet`."""
+class ParquetUPathIOManager(dg.UPathIOManager):
+    """`<base>/<asset>.parquet`, or `<base>/<asset>/<partition>.parquet`; written atomically (temp, rename).
+
+    Assets that return None (they wrote their table themselves, e.g. the streamed correspondences) write
+    nothing here.
+    """
+
+    extension: str = ".parquet"
+
+    def get_asset_relative_path(self, context: dg.InputContext | dg.OutputContext) -> UPath:
+        asset = context.asset_key.path[-1]
+        return UPath(table_for(asset).asset)
+
+    def dump_to_path(self, context: dg.OutputContext, obj: pd.DataFrame | pa.Table | None, path: UPath) -> None:
+        if obj is None:
+            return
+        write_parquet_atomic(obj, str(path))
+        context.add_output_metadata({"rows": len(obj)})  # UPathIOManager records the path
+
+    def load_from_path(self, context: dg.InputContext, path: UPath) -> pd.DataFrame:
+        return read_parquet(str(path))
+
+
+class ParquetIOManager(dg.ConfigurableIOManagerFactory):
+    """The tables' IO manager resource: `base_path` is the tables root (a local path or any fsspec URL)."""
 
     base_path: str
 
-    def _path(self, context: dg.InputContext | dg.OutputContext) -> str:
-        key = "/".join(context.asset_key.path)
-        if context.has_asset_partitions:
-            return join(self.base_path, key, f"{context.asset_partition_key}.parquet")
-        return join(self.base_path, f"{key}.parquet")
-
-    def handle_output(self, context: dg.OutputContext, obj: pd.DataFrame | pa.Table | None) -> None:
-        if obj is None:
-            return
-        path = self._path(context)
-        write_parquet_atomic(obj, path)
-        context.add_output_metadata({"path": dg.MetadataValue.path(path), "rows": len(obj)})
-
-    def load_input(self, context: dg.InputContext) -> pd.DataFrame:
-        return read_parquet(self._path(context))
+    def create_io_manager(self, context: dg.InitResourceContext) -> ParquetUPathIOManager:
+        return ParquetUPathIOManager(base_path=UPath(self.base_path))

@@ -11,38 +11,24 @@ from pathlib import Path
 import duckdb
 
 from soco_pipeline.storage import exists, join
-
-# view name -> (path relative to the tables root, partitioned by backbone)
-RESULT_TABLES: dict[str, tuple[str, bool]] = {
-    "images": ("image_set.parquet", False),
-    "rejected_images": ("rejected_images.parquet", False),
-    "keypoints": ("keypoints.parquet", False),
-    "descriptions": ("descriptions.parquet", False),
-    "pairs": ("image_pairs.parquet", False),
-    "correspondences": ("correspondences.parquet", False),
-    "four_choice": ("four_choice.parquet", False),
-    "features": ("feature_manifest", True),
-    "predictions": ("predictions", True),
-    "four_choice_predictions": ("four_choice_predictions", True),
-    "metrics": ("metrics", True),
-    "leaderboard": ("leaderboard.parquet", False),
-}
+from soco_pipeline.tables import TABLES, Table
 
 
 class ResultsError(RuntimeError):
     """The results file or a table in it is missing; the message says what to materialize."""
 
 
-def _source(tables_root: str, rel: str, partitioned: bool) -> str | None:
-    if partitioned:
-        fs_path = join(tables_root, rel)
+def _source(tables_root: str, table: Table) -> str | None:
+    """The path or glob a view reads, or None when the table has not been written yet."""
+    if table.partitioned:
+        fs_path = join(tables_root, table.relative_path())
         import fsspec
 
         fs, _, paths = fsspec.get_fs_token_paths(fs_path)
         if not fs.exists(paths[0]) or not fs.glob(paths[0] + "/*.parquet"):
             return None
-        return join(tables_root, rel, "*.parquet")
-    path = join(tables_root, rel)
+        return join(fs_path, "*.parquet")
+    path = table.path(tables_root)
     return path if exists(path) else None
 
 
@@ -52,8 +38,9 @@ def refresh_views(db_path: str | Path, tables_root: str) -> list[str]:
     db_path.parent.mkdir(parents=True, exist_ok=True)
     created = []
     with duckdb.connect(str(db_path)) as con:
-        for view, (rel, partitioned) in RESULT_TABLES.items():
-            src = _source(tables_root, rel, partitioned)
+        for table in TABLES:
+            view = table.view
+            src = _source(tables_root, table)
             if src is None:
                 con.execute(f"DROP VIEW IF EXISTS {view}")
                 continue

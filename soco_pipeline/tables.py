@@ -1,0 +1,60 @@
+"""The one registry of published tables: asset -> Parquet path under the tables root -> SQL view.
+
+The IO manager, the leaderboard and the results database all read it, so renaming an asset without
+updating this file fails loudly (`table_for`) instead of silently dropping a view.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from soco_pipeline.storage import join
+
+
+@dataclass(frozen=True)
+class Table:
+    """A published table: the asset that writes it, its SQL view, and whether it has one file per backbone."""
+
+    asset: str
+    view: str
+    partitioned: bool = False
+
+    def relative_path(self, partition: str | None = None) -> str:
+        """`<asset>.parquet`, or `<asset>/<partition>.parquet` for a partitioned table."""
+        if self.partitioned:
+            return f"{self.asset}/{partition}.parquet" if partition is not None else self.asset
+        return f"{self.asset}.parquet"
+
+    def path(self, tables_root: str, partition: str | None = None) -> str:
+        """The fsspec path of the table (of one partition, or the folder of all partitions)."""
+        return join(tables_root, self.relative_path(partition))
+
+
+TABLES: tuple[Table, ...] = (
+    Table("source_images", "source_images"),
+    Table("raw_keypoints", "raw_keypoints"),
+    Table("image_set", "images"),
+    Table("rejected_images", "rejected_images"),
+    Table("keypoints", "keypoints"),
+    Table("descriptions", "descriptions"),
+    Table("image_pairs", "pairs"),
+    Table("correspondences", "correspondences"),
+    Table("four_choice", "four_choice"),
+    Table("feature_manifest", "features", partitioned=True),
+    Table("predictions", "predictions", partitioned=True),
+    Table("four_choice_predictions", "four_choice_predictions", partitioned=True),
+    Table("metrics", "metrics", partitioned=True),
+    Table("leaderboard", "leaderboard"),
+)
+_BY_ASSET = {t.asset: t for t in TABLES}
+
+
+def table_for(asset: str) -> Table:
+    """The registered table of an asset; KeyError naming this file when the asset is not registered."""
+    try:
+        return _BY_ASSET[asset]
+    except KeyError:
+        raise KeyError(
+            f"asset {asset!r} writes a table that soco_pipeline/tables.py does not register; add a Table "
+            f"entry there (asset, view name, partitioned) so that the IO manager and the SQL views agree"
+        ) from None

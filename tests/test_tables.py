@@ -1,0 +1,28 @@
+"""The table registry agrees with the asset graph, and an unregistered asset fails loudly."""
+
+import pytest
+
+from soco_pipeline.defs.definitions import defs
+from soco_pipeline.tables import TABLES, table_for
+
+NO_TABLE = {"embedded_dataset", "results_database"}  # they return MaterializeResult, no Parquet table
+
+
+def test_every_table_asset_is_registered_and_every_registered_table_is_an_asset():
+    graph = defs.resolve_asset_graph()
+    assets = {k.path[-1]: graph.get(k) for k in graph.get_all_asset_keys() if graph.get(k).is_materializable}
+    for name in set(assets) - NO_TABLE:
+        table = table_for(name)
+        assert table.partitioned == (assets[name].partitions_def is not None), name
+    assert {t.asset for t in TABLES} <= set(assets)
+    assert len({t.view for t in TABLES}) == len(TABLES)
+
+
+def test_paths_follow_the_asset_and_partition():
+    assert table_for("image_set").path("s3://b/tables") == "s3://b/tables/image_set.parquet"
+    assert table_for("metrics").path("/x/tables", "sift") == "/x/tables/metrics/sift.parquet"
+
+
+def test_an_unregistered_asset_names_the_registry():
+    with pytest.raises(KeyError, match="soco_pipeline/tables.py"):
+        table_for("renamed_metrics")
