@@ -23,7 +23,7 @@ import torch
 from PIL import Image
 
 from soco_pipeline.backbones import BackboneContext, build_backbone, list_specs
-from soco_pipeline.features.cache import extract_features
+from soco_pipeline.features import extract_features
 from soco_pipeline.storage import write_parquet_atomic
 from soco_pipeline.taxonomy import load_taxonomy
 

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 
 from soco_pipeline.evaluation.matching import predict
 from soco_pipeline.evaluation.protocol import ProtocolConfig
-from soco_pipeline.features.cache import MANIFEST_COLUMNS, FeatureStore
+from soco_pipeline.features import MANIFEST_COLUMNS, FeatureStore
 from soco_pipeline.native import half_matmul
 from soco_pipeline.storage import default_storage_root
 

@@ -70,7 +70,7 @@ def main() -> int:
     """Entry point of `python -m soco_pipeline.demo`."""
     t0 = time.perf_counter()
     board = run_demo()
-    from soco_pipeline.evaluation.metrics import leaderboard_markdown
+    from soco_pipeline.evaluation.leaderboard import leaderboard_markdown
 
     print()
     print(leaderboard_markdown(board))

@@ -27,7 +27,7 @@ from soco_pipeline.backbones import (
 )
 from soco_pipeline.backbones.diffusion import unet_strides
 from soco_pipeline.backbones.oracle import OracleError, oracle_channels
-from soco_pipeline.features.preprocess import scale_keypoints
+from soco_pipeline.backbones.preprocess import scale_keypoints
 from soco_pipeline.storage import write_parquet_atomic
 from soco_pipeline.taxonomy import load_taxonomy
 
@@ -154,7 +154,7 @@ def test_timm_random_vit_s14_final_block_tokens_without_norm():
     assert torch.equal(again, maps[0])
     # Reference: the block outputs by hand, class token dropped, no final LayerNorm.
     m = b.model
-    from soco_pipeline.features.preprocess import preprocess_batch
+    from soco_pipeline.backbones.preprocess import preprocess_batch
 
     x = preprocess_batch([IMG], 70, "imagenet")
     with torch.inference_mode():
@@ -235,7 +235,7 @@ def test_dense_sift_grid_and_zero_padding_cells():
 
 def test_packaged_lite0_loads_real_imagenet_weights():
     from soco_pipeline.backbones.packaged import load_lite0, packaged_weights_path
-    from soco_pipeline.features.preprocess import preprocess_image
+    from soco_pipeline.backbones.preprocess import preprocess_image
 
     model = load_lite0(packaged_weights_path())  # strict: no missing or unexpected keys
     cat = skimage.data.chelsea()

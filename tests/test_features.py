@@ -13,7 +13,7 @@ import torch
 from PIL import Image
 
 from soco_pipeline.backbones import build_backbone, parse_spec, spec_hash
-from soco_pipeline.features.cache import FeatureError, FeatureStore, extract_features, feature_dir
+from soco_pipeline.features import FeatureError, FeatureStore, extract_features, feature_dir
 from soco_pipeline.schemas import FeatureManifestSchema
 from soco_pipeline.storage import write_parquet_atomic
 

@@ -11,12 +11,9 @@ import torch
 import torch.nn.functional as F
 
 from soco_pipeline.evaluation.matching import predict, predict_four_choice
-from soco_pipeline.evaluation.metrics import (
-    compute_metrics,
-    expected_concept_oracle_soc,
-    random_feature_chance,
-)
+from soco_pipeline.evaluation.metrics import compute_metrics
 from soco_pipeline.evaluation.protocol import ProtocolConfig
+from soco_pipeline.evaluation.theory import expected_concept_oracle_soc, random_feature_chance
 from soco_pipeline.native import half_matmul
 from soco_pipeline.storage import read_parquet, write_parquet_atomic
 from soco_pipeline.taxonomy import load_taxonomy

@@ -16,7 +16,7 @@ import pytest
 from soco_pipeline import cli
 from soco_pipeline.defs.definitions import build_definitions
 from soco_pipeline.demo import run_demo
-from soco_pipeline.evaluation.metrics import expected_concept_oracle_soc
+from soco_pipeline.evaluation.theory import expected_concept_oracle_soc
 from soco_pipeline.storage import PROJECT_ROOT
 
 CATEGORIES = ["car", "bus", "tractor", "chair", "dog", "horse"]

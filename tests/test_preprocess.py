@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from soco_pipeline.features.preprocess import (
+from soco_pipeline.backbones.preprocess import (
     NORMALISATION_PRESETS,
     input_size,
     normalise,

@@ -2,7 +2,7 @@
 
 Every backbone takes a list of H x W x 3 uint8 RGB images plus their records (a DataFrame with at
 least image_id, width, height, category; oracles and prompted diffusion read them), applies the
-official input protocol (soco_pipeline.features.preprocess) at its input side S, and returns one C x h x w
+official input protocol (soco_pipeline.backbones.preprocess) at its input side S, and returns one C x h x w
 float32 map per image, L2-normalised over channels, covering the padded S x S square.
 """
 
@@ -19,8 +19,8 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
+from soco_pipeline.backbones.preprocess import preprocess_batch
 from soco_pipeline.backbones.spec import BackboneSpec
-from soco_pipeline.features.preprocess import preprocess_batch
 from soco_pipeline.storage import PROJECT_ROOT
 
 

@@ -17,8 +17,8 @@ import pandas as pd
 import torch
 
 from soco_pipeline.backbones.base import Backbone, BackboneContext
+from soco_pipeline.backbones.preprocess import NORMALISATION_PRESETS
 from soco_pipeline.backbones.spec import BackboneSpec
-from soco_pipeline.features.preprocess import NORMALISATION_PRESETS
 
 
 class DenseSiftBackbone(Backbone):

@@ -29,8 +29,8 @@ import pandas as pd
 import torch
 
 from soco_pipeline.backbones.base import Backbone, BackboneContext, image_seed
+from soco_pipeline.backbones.preprocess import scale_keypoints
 from soco_pipeline.backbones.spec import BackboneSpec
-from soco_pipeline.features.preprocess import scale_keypoints
 from soco_pipeline.storage import join, read_parquet
 from soco_pipeline.taxonomy import Taxonomy, load_taxonomy
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from soco_pipeline.features.preprocess import input_size
+from soco_pipeline.backbones.preprocess import input_size
 
 # Bump when a change in the extraction code changes the features a spec produces: every cache
 # folder is keyed by spec_hash, which includes this constant, so old features are never reused.

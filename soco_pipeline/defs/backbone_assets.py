@@ -35,7 +35,7 @@ def matching_device(soco: SocoSettings) -> str:
 
 def feature_store(soco: SocoSettings, manifest: pd.DataFrame):
     """Read access to a backbone's cached feature maps, as listed by its manifest."""
-    from soco_pipeline.features.cache import FeatureStore
+    from soco_pipeline.features import FeatureStore
 
     return FeatureStore.from_manifest(soco.settings().features_root, manifest)
 
@@ -62,7 +62,7 @@ def feature_manifest(
     Resumable: images already in the cache for this spec are not recomputed.
     """
     from soco_pipeline.backbones import spec_hash
-    from soco_pipeline.features.cache import extract_features
+    from soco_pipeline.features import extract_features
 
     backbone = context.partition_key
     spec = spec_for(soco, backbone)
@@ -199,8 +199,8 @@ def leaderboard(context: dg.AssetExecutionContext, soco: SocoSettings) -> pd.Dat
     import base64
     import tempfile
 
-    from soco_pipeline.evaluation.metrics import leaderboard as build_leaderboard
-    from soco_pipeline.evaluation.metrics import leaderboard_markdown, leaderboard_plot
+    from soco_pipeline.evaluation.leaderboard import leaderboard as build_leaderboard
+    from soco_pipeline.evaluation.leaderboard import leaderboard_markdown, leaderboard_plot
     from soco_pipeline.storage import exists, read_parquet
     from soco_pipeline.tables import table_for
 

@@ -22,8 +22,8 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
+from soco_pipeline.backbones.preprocess import scale_keypoints, unit_to_pixels
 from soco_pipeline.evaluation.protocol import ProtocolConfig
-from soco_pipeline.features.preprocess import scale_keypoints, unit_to_pixels
 from soco_pipeline.native import half_matmul
 
 PREDICTION_COLUMNS = [

@@ -1,4 +1,4 @@
-"""PCK metrics (CC, SOC, SOC-geo, Cross-SOC), 4-choice accuracy, the leaderboard, and theory baselines.
+"""PCK metrics (CC, SOC, SOC-geo, Cross-SOC) and 4-choice accuracy, reduced the official way.
 
 Scoring reads stored predictions only (no features), so another alpha or threshold is a re-score.
 PCK@alpha: a prediction is correct iff its distance to the target keypoint is < alpha * max(target bbox
@@ -9,14 +9,11 @@ a pair's keypoints -> mean over the pairs of a pair group (category) -> unweight
 
 from __future__ import annotations
 
-import io
-
 import numpy as np
 import pandas as pd
 
-from soco_pipeline.evaluation.matching import cells_of, to_unit, visible_keypoint_xy
+from soco_pipeline.evaluation.matching import visible_keypoint_xy
 from soco_pipeline.evaluation.protocol import ProtocolConfig
-from soco_pipeline.storage import write_bytes_atomic
 from soco_pipeline.taxonomy import Taxonomy
 
 METRIC_COLUMNS = ["backbone", "metric", "alpha", "reduction", "scope", "group", "value", "n"]
@@ -121,11 +118,13 @@ def _scoped(cat: pd.DataFrame, sup: pd.DataFrame, alls: pd.DataFrame, reduction:
 
 
 def official_mean(scores: pd.DataFrame) -> float:
-    """Official reduction (pair -> pair group -> mean) of a per-keypoint `score` column, in 0-100."""
+    """Official reduction (pair -> pair group -> mean) of a per-keypoint `score` column, in 0-100:
+    `reduce_scores`' overall value for one backbone, metric and alpha."""
     if scores.empty:
         return float("nan")
-    pair = scores.groupby(["pair_group", "pair_id"], observed=True)["score"].mean()
-    return 100.0 * float(pair.groupby(level=0).mean().mean())
+    one = scores[["pair_group", "pair_id", "score"]].assign(backbone="", metric="", alpha=0.0, supercategory="")
+    red = reduce_scores(one, reductions=("official",))
+    return float(red.loc[red["scope"] == "all", "value"].iloc[0])
 
 
 # ----------------------------------------------------------------------------- PCK
@@ -258,187 +257,3 @@ def compute_metrics(
         return pd.DataFrame(columns=METRIC_COLUMNS)
     scores = pd.concat(frames, ignore_index=True)
     return reduce_scores(_attach_supercategory(scores, taxonomy), protocol.reductions)
-
-
-# ----------------------------------------------------------------------------- leaderboard
-LEVEL_COLUMNS = ["cc", "soc", "soc_geo", "cross_soc", "four_choice", "four_choice_circular"]
-
-
-def leaderboard(metrics: pd.DataFrame, alpha: float = 0.1, reduction: str = "official") -> pd.DataFrame:
-    """One row per backbone: cc, soc, soc_geo, cross_soc, the drops (points), soc per super-category,
-    four_choice and four_choice_circular, at `alpha` with the given reduction."""
-    m = metrics[(metrics["reduction"] == reduction)]
-    at = ((m["alpha"] - alpha).abs() < 1e-9) | m["metric"].str.startswith("four_choice")
-    m = m[at]
-    top = m[m["scope"] == "all"].pivot_table(index="backbone", columns="metric", values="value", aggfunc="first")
-    board = top.reindex(columns=LEVEL_COLUMNS)
-    board.insert(board.columns.get_loc("cross_soc") + 1, "cc_to_soc_drop", board["cc"] - board["soc"])
-    board.insert(board.columns.get_loc("cc_to_soc_drop") + 1, "soc_to_cross_drop", board["soc"] - board["cross_soc"])
-    sup = m[(m["scope"] == "supercategory") & (m["metric"] == "soc")]
-    if len(sup):
-        sup = sup.pivot_table(index="backbone", columns="group", values="value", aggfunc="first")
-        sup.columns = [f"soc_{c}" for c in sup.columns]
-        board = board.join(sup)
-    board = board.sort_values("soc", ascending=False, na_position="last")
-    return board.reset_index().rename_axis(columns=None)
-
-
-def leaderboard_markdown(df: pd.DataFrame) -> str:
-    """The leaderboard as a GitHub-flavoured Markdown table (values with one decimal)."""
-    cols = list(df.columns)
-    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" if c == "backbone" else "---:" for c in cols) + "|"]
-    for row in df.itertuples(index=False):
-        cells = [
-            ("" if pd.isna(v) else f"{v:.1f}") if isinstance(v, (float, np.floating)) else str(v) for v in row
-        ]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
-
-
-def leaderboard_plot(df: pd.DataFrame, path: str) -> str:
-    """Bar charts (per level; SOC per super-category) of a leaderboard, written atomically as a PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    levels = [c for c in ["cc", "soc", "soc_geo", "cross_soc", "four_choice"] if c in df.columns]
-    sups = [c for c in df.columns if c.startswith("soc_") and c not in ("soc_geo", "soc_to_cross_drop")]
-    fig, axes = plt.subplots(1, 2, figsize=(14, 4.8))
-    for ax, cols, title in ((axes[0], levels, "PCK@0.1 per level"), (axes[1], sups, "SOC per super-category")):
-        width = 0.8 / max(1, len(df))
-        x = np.arange(len(cols))
-        for i, row in enumerate(df.itertuples(index=False)):
-            vals = [getattr(row, c) for c in cols]
-            ax.bar(x + i * width, np.nan_to_num(np.asarray(vals, dtype=float)), width, label=row.backbone)
-        ax.set_xticks(x + width * (len(df) - 1) / 2, [c.replace("soc_", "") if ax is axes[1] else c for c in cols])
-        ax.set_ylim(0, 100)
-        ax.set_title(title)
-        ax.grid(axis="y", alpha=0.3)
-    axes[0].legend(fontsize=8)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    write_bytes_atomic(path, buf.getvalue())
-    return path
-
-
-# ----------------------------------------------------------------------------- theory
-def _soc_rows(correspondences, image_pairs, level: str, geo: bool, min_candidates: int) -> pd.DataFrame:
-    corr = correspondences.merge(_evaluated_pairs(image_pairs).drop(columns="level"), on="pair_id")
-    rows = corr[(corr["kind"] == "soc") & (corr["level"] == level)]
-    if geo:
-        rows = rows[rows["geo"].astype(bool) & (rows["n_candidates"] >= min_candidates)]
-    return rows, corr[corr["kind"] == "cc"]
-
-
-def expected_concept_oracle_soc(
-    correspondences: pd.DataFrame,
-    image_pairs: pd.DataFrame,
-    keypoints: pd.DataFrame | None = None,
-    images: pd.DataFrame | None = None,
-    alpha: float = 0.1,
-    geo: bool = False,
-    level: str = "intra",
-    min_candidates: int = 2,
-) -> float:
-    """Expected SOC (official reduction, 0-100) of a backbone that knows the concept, not the identity.
-
-    Assumptions: the oracle picks one of the k visible same-concept target keypoints uniformly (random
-    tie-break) and its prediction lands on that keypoint. Without keypoints/images each keypoint scores
-    1/k (instances assumed farther apart than the PCK radius); with them it scores (number of candidates
-    within alpha * max bbox side of the true keypoint, itself included) / k. geo=True: the SOC-geo subset.
-    """
-    rows, cc = _soc_rows(correspondences, image_pairs, level, geo, min_candidates)
-    if keypoints is None or images is None:
-        return official_mean(rows.assign(score=1.0 / rows["n_candidates"].to_numpy()))
-    c = rows[["pair_id", "src_keypoint", "trg_keypoint", "trg_image", "pair_group"]].merge(
-        cc[["pair_id", "src_keypoint", "trg_keypoint"]].rename(columns={"trg_keypoint": "cand"}),
-        on=["pair_id", "src_keypoint"],
-    )
-    trg = c["trg_image"].to_numpy()
-    true = _target_xy(keypoints, trg, c["trg_keypoint"].to_numpy())
-    cand = _target_xy(keypoints, trg, c["cand"].to_numpy())
-    radius = _image_info(images, trg)["bbox"].to_numpy()
-    c["score"] = np.hypot(*(cand - true).T) < alpha * radius
-    per = c.groupby(["pair_group", "pair_id", "src_keypoint"], as_index=False, observed=True)["score"].mean()
-    return official_mean(per)
-
-
-def random_feature_chance(
-    correspondences: pd.DataFrame,
-    image_pairs: pd.DataFrame,
-    keypoints: pd.DataFrame,
-    images: pd.DataFrame,
-    grid: tuple[int, int],
-    input_size: int,
-    protocol: ProtocolConfig,
-    metric: str = "soc",
-    alpha: float | None = None,
-    support: str = "grid",
-    chunk: int = 4096,
-) -> float:
-    """Expected PCK (official reduction, 0-100) of a uniformly random patch pick on an h x w grid.
-
-    Per keypoint: the fraction of candidate cells whose reported point (protocol.prediction_point,
-    in target pixels) lies within the radius of the target keypoint (CC: of any keypoint of its
-    group). Candidates: every cell of the padded grid (support='grid', i.i.d. features everywhere) or
-    only cells whose point lies inside the image (support='image'); for soc_geo, the distinct
-    patches of the same-concept candidates.
-    """
-    alpha = protocol.headline_alpha if alpha is None else alpha
-    h, w = grid
-    level = "cross" if metric == "cross_soc" else "intra"
-    rows, cc = _soc_rows(correspondences, image_pairs, level, metric == "soc_geo", protocol.geo_min_candidates)
-    if metric == "cc":
-        rows = cc[cc["level"] == "intra"]
-    if metric not in PCK_METRICS:
-        raise ValueError(f"metric {metric!r}: expected one of {PCK_METRICS}")
-    if support not in ("grid", "image"):
-        raise ValueError(f"support {support!r}: expected 'grid' or 'image'")
-    trg = rows["trg_image"].to_numpy()
-    info = _image_info(images, trg)
-    sizes = info[["W", "H"]].to_numpy()
-    side = sizes.max(axis=1)
-    gt = _gt_pixels(_target_xy(keypoints, trg, rows["trg_keypoint"].to_numpy()), sizes,
-                    np.full(len(rows), input_size), protocol)
-    thr = alpha * info["bbox"].to_numpy()
-    off = 0.5 if protocol.prediction_point == "center" else 0.0
-    cu = ((np.arange(w) + off) / w)[None, :].repeat(h, 0).reshape(-1)
-    cv = ((np.arange(h) + off) / h)[:, None].repeat(w, 1).reshape(-1)
-
-    if metric == "soc_geo":
-        c = rows[["pair_id", "src_keypoint", "pair_group"]].reset_index(drop=True)
-        c["row"] = np.arange(len(c))
-        c = c.merge(cc[["pair_id", "src_keypoint", "trg_keypoint", "trg_image"]], on=["pair_id", "src_keypoint"])
-        ci = _image_info(images, c["trg_image"].to_numpy())
-        uv = to_unit(_target_xy(keypoints, c["trg_image"].to_numpy(), c["trg_keypoint"].to_numpy()),
-                     ci[["W", "H"]].to_numpy(), input_size, protocol)
-        c["cell"] = cells_of(uv, h, w)
-        c = c.drop_duplicates(["row", "cell"])
-        r = c["row"].to_numpy()
-        px = np.stack([cu[c["cell"]], cv[c["cell"]]], 1) * side[r, None]
-        c["score"] = np.hypot(*(px - gt[r]).T) < thr[r]
-        per = c.groupby(["pair_group", "pair_id", "src_keypoint"], as_index=False, observed=True)["score"].mean()
-        return official_mean(per)
-
-    hits = np.zeros((len(rows), h * w), dtype=bool)
-    for a in range(0, len(rows), chunk):
-        s = slice(a, a + chunk)
-        dx = cu[None, :] * side[s, None] - gt[s, 0:1]
-        dy = cv[None, :] * side[s, None] - gt[s, 1:2]
-        hits[s] = np.hypot(dx, dy) < thr[s, None]
-    inside = np.ones_like(hits) if support == "grid" else (
-        (cu[None, :] * side[:, None] < sizes[:, 0:1]) & (cv[None, :] * side[:, None] < sizes[:, 1:2])
-    )
-    keys = rows[["pair_group", "pair_id", "src_keypoint"]].reset_index(drop=True)
-    if metric == "cc":  # a cell counts if it is within the radius of any keypoint of the group
-        order = np.lexsort((keys["src_keypoint"], keys["pair_id"]))
-        keys, hits, inside = keys.iloc[order].reset_index(drop=True), hits[order], inside[order]
-        starts = np.flatnonzero(~keys.duplicated(["pair_id", "src_keypoint"]).to_numpy())
-        hits = np.logical_or.reduceat(hits, starts, axis=0)
-        inside = inside[starts]
-        keys = keys.iloc[starts].reset_index(drop=True)
-    score = (hits & inside).sum(1) / inside.sum(1)
-    return official_mean(keys.assign(score=score))

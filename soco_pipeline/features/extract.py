@@ -20,62 +20,35 @@ import hashlib
 import io
 import json
 import time
-import urllib.parse
-from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pandas as pd
 import torch
-from numpy.lib import format as npy_format
 
 from soco_pipeline.backbones import Backbone, BackboneContext, BackboneSpec, build_backbone, spec_hash
 from soco_pipeline.backbones.spec import FEATURE_CODE_VERSION
+from soco_pipeline.features.layout import (
+    FLUSH_SECONDS,
+    INFO,
+    LOG_SECONDS,
+    MANIFEST,
+    MANIFEST_COLUMNS,
+    REQUIRED_COLUMNS,
+    FeatureError,
+    _read_manifest,
+    feature_dir,
+    feature_file,
+)
 from soco_pipeline.schemas import FeatureManifestSchema, validate
 from soco_pipeline.storage import (
     exists,
-    filesystem,
     join,
     read_bytes,
-    read_parquet,
     write_bytes_atomic,
     write_parquet_atomic,
 )
-
-REQUIRED_COLUMNS = ("image_id", "uri", "width", "height", "category")
-MANIFEST = "manifest.parquet"
-INFO = "info.json"
-MANIFEST_COLUMNS = [
-    "backbone",
-    "image_id",
-    "channels",
-    "grid_h",
-    "grid_w",
-    "input_size",
-    "stride",
-    "path",
-    "checksum",
-    "width",
-    "height",
-    "spec_hash",
-]
-FLUSH_SECONDS = 10.0  # manifest writes while extracting (and always when stopping)
-LOG_SECONDS = 5.0  # progress lines at most this often (and at the end)
-
-
-class FeatureError(RuntimeError):
-    """Feature extraction failed for a named image; the message says why and what to do."""
-
-
-def feature_dir(cache_root: str, backbone: str, hash_: str) -> str:
-    """The cache folder of one backbone spec: <cache_root>/<backbone>/<spec_hash>."""
-    return join(cache_root, backbone, hash_)
-
-
-def feature_file(image_id: str) -> str:
-    """The file name of an image's features (image ids are URL-quoted to be path-safe)."""
-    return urllib.parse.quote(str(image_id), safe="") + ".npy"
 
 
 def load_image(uri: str, image_id: str = "?") -> np.ndarray:
@@ -116,13 +89,6 @@ def _check_images(images: pd.DataFrame) -> pd.DataFrame:
     if len(dup):
         raise ValueError(f"extract_features: duplicate image ids {list(dup[:5])}; image ids must be unique")
     return images[list(REQUIRED_COLUMNS)].reset_index(drop=True)
-
-
-def _read_manifest(folder: str) -> pd.DataFrame:
-    path = join(folder, MANIFEST)
-    if not exists(path):
-        return pd.DataFrame(columns=MANIFEST_COLUMNS)
-    return read_parquet(path)
 
 
 def _is_done(cache_root: str, row: dict | None, verify: str) -> bool:
@@ -304,173 +270,3 @@ def _run(
         finally:
             manifest.flush(force=True)
             pending.cancel()
-
-
-def _map_local(path: str) -> np.ndarray:
-    """A local .npy file mapped read-only; ValueError saying what is wrong with a bad file.
-
-    Files are replaced by atomic rename, so a mapping keeps the old inode when the cache is re-extracted.
-    """
-    try:
-        with open(path, "rb") as f:
-            npy_format.read_magic(f)
-    except ValueError:
-        raise ValueError("not a valid .npy file (no .npy header)") from None
-    try:
-        return np.load(path, mmap_mode="r", allow_pickle=False)
-    except ValueError as e:
-        if "mmap length" in str(e):
-            raise ValueError("the file is truncated: shorter than its .npy header promises") from None
-        raise
-
-
-class FeatureStore:
-    """Read access to one backbone's cached features: `.get(image_id) -> (C x h x w float32, meta)`.
-
-    The last `cache_items` fp16 maps read are kept in memory; every `get` returns a fresh float32 array.
-
-    meta holds input_size (S), stride (input px per cell), grid_h, grid_w, channels, width, height.
-    Maps cover the white-padded S x S square, the image at the top-left.
-    """
-
-    def __init__(self, cache_root: str, backbone: str, spec_hash: str | None = None, cache_items: int = 64):
-        self.cache_root = cache_root
-        self.backbone = backbone
-        # A small LRU of decoded fp16 maps: matching reads a source image once per pair.
-        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
-        self.cache_items = cache_items
-        if spec_hash is None:
-            spec_hash = self._only_hash()
-        self.spec_hash = spec_hash
-        self.folder = feature_dir(cache_root, backbone, spec_hash)
-        manifest = _read_manifest(self.folder)
-        if manifest.empty:
-            raise FileNotFoundError(
-                f"no features cached for backbone {backbone!r} (spec {spec_hash}) under {cache_root}; "
-                f"materialize features[{backbone}] first"
-            )
-        self.manifest = manifest.set_index("image_id", drop=False)
-
-    @classmethod
-    def for_spec(cls, cache_root: str, spec: BackboneSpec) -> FeatureStore:
-        """The store of exactly this spec (its spec_hash folder)."""
-        return cls(cache_root, spec.name, spec_hash(spec))
-
-    @classmethod
-    def from_manifest(cls, cache_root: str, manifest: pd.DataFrame, cache_items: int = 64) -> FeatureStore:
-        """The store of the images in a manifest extract_features returned (one backbone, one spec).
-
-        A manifest reduced to FeatureManifestSchema's columns (no width/height/spec_hash) still works:
-        the spec folder is read off `path` and the full rows come from the cached manifest.
-        """
-        if manifest.empty:
-            raise FileNotFoundError("the feature manifest is empty: no image has cached features")
-        folders = manifest.path.str.rsplit("/", n=1).str[0].unique()
-        if len(folders) != 1 or folders[0].count("/") != 1:
-            raise ValueError(
-                f"the feature manifest must describe one backbone spec (<backbone>/<spec_hash>/...), "
-                f"got folders {list(folders[:5])}"
-            )
-        backbone, hash_ = folders[0].split("/")
-        if all(c in manifest.columns for c in MANIFEST_COLUMNS):
-            store = cls.__new__(cls)
-            store.cache_root, store.backbone, store.spec_hash = cache_root, backbone, hash_
-            store.folder = feature_dir(cache_root, backbone, hash_)
-            store.manifest = manifest[MANIFEST_COLUMNS].set_index("image_id", drop=False)
-            store._cache, store.cache_items = OrderedDict(), cache_items
-            return store
-        store = cls(cache_root, backbone, hash_, cache_items=cache_items)
-        missing = sorted(set(manifest.image_id) - set(store.manifest.index))
-        if missing:
-            raise FileNotFoundError(
-                f"images {missing[:5]} are in the given manifest but not in {store.folder}; re-run extraction"
-            )
-        store.manifest = store.manifest.loc[list(manifest.image_id)]
-        return store
-
-    def _only_hash(self) -> str:
-        fs, root = filesystem(join(self.cache_root, self.backbone))
-        entries = fs.ls(root, detail=True) if fs.exists(root) else []
-        hashes = sorted(e["name"].rstrip("/").rsplit("/", 1)[-1] for e in entries if e["type"] == "directory")
-        if len(hashes) != 1:
-            raise FileNotFoundError(
-                f"backbone {self.backbone!r} has {len(hashes)} cached spec versions under {self.cache_root} "
-                f"({hashes}); pass spec_hash or use FeatureStore.for_spec(cache_root, spec)"
-            )
-        return hashes[0]
-
-    @property
-    def image_ids(self) -> list[str]:
-        """Image ids with cached features."""
-        return list(self.manifest.index)
-
-    def __contains__(self, image_id: str) -> bool:
-        return image_id in self.manifest.index
-
-    def __len__(self) -> int:
-        return len(self.manifest)
-
-    def meta(self, image_id: str) -> dict:
-        """The grid and size facts of one image's map (no tensor read)."""
-        if image_id not in self.manifest.index:
-            raise KeyError(
-                f"image {image_id!r} has no cached features for backbone {self.backbone!r} "
-                f"(spec {self.spec_hash}); re-run extract_features with it in the image set"
-            )
-        metas = self.__dict__.get("_metas")
-        if metas is None:  # one pass over the manifest instead of a .loc per map read
-            m = self.manifest
-            cols = {k: m[k].to_numpy() for k in ("input_size", "grid_h", "grid_w", "channels", "width", "height")}
-            metas = self._metas = {
-                iid: {"input_size": int(cols["input_size"][i]), "stride": float(stride),
-                      **{k: int(cols[k][i]) for k in ("grid_h", "grid_w", "channels", "width", "height")}}
-                for i, (iid, stride) in enumerate(zip(m.index, m["stride"].to_numpy(), strict=True))
-            }
-        return dict(metas[image_id])
-
-    def get(self, image_id: str, verify: bool = False) -> tuple[np.ndarray, dict]:
-        """(C x h x w float32 L2-normalised map, meta) of one image; `verify` re-checks the sha256."""
-        arr, meta = self.get_stored(image_id, verify)
-        return arr.astype(np.float32), meta
-
-    def get_stored(self, image_id: str, verify: bool = False) -> tuple[np.ndarray, dict]:
-        """The map as stored (fp16) and its meta. Read-only: a local file is memory-mapped
-        (`np.load(mmap_mode="r")`), not copied, and the array may be shared with the store's cache."""
-        meta = self.meta(image_id)
-        if not verify and image_id in self._cache:
-            self._cache.move_to_end(image_id)
-            return self._cache[image_id], meta
-        paths = self.__dict__.get("_paths")
-        if paths is None:  # one pass over the manifest instead of a .loc per map read
-            paths = self._paths = dict(zip(self.manifest.index, self.manifest["path"].to_numpy(), strict=True))
-        path = join(self.cache_root, paths[image_id])
-        try:
-            if not verify and path.startswith("/"):  # a local file: map it instead of copying it
-                arr = _map_local(path)
-            else:
-                data = read_bytes(path)
-                if verify and hashlib.sha256(data).hexdigest() != self.manifest.loc[image_id, "checksum"]:
-                    raise FeatureError(
-                        f"cached features of image {image_id!r} ({path}) fail their checksum; re-run extraction"
-                    )
-                arr = np.load(io.BytesIO(data), allow_pickle=False)
-                arr.flags.writeable = False
-        except (ValueError, EOFError) as e:
-            raise FeatureError(
-                f"cached features of image {image_id!r} ({path}) cannot be read ({e}); re-run extraction"
-            ) from None
-        expected = (meta["channels"], meta["grid_h"], meta["grid_w"])
-        if arr.shape != expected:
-            raise FeatureError(
-                f"cached features of image {image_id!r} ({path}) have shape {arr.shape}, the manifest says "
-                f"{expected}; re-run extraction"
-            )
-        if self.cache_items > 0:
-            self._cache[image_id] = arr
-            if len(self._cache) > self.cache_items:
-                self._cache.popitem(last=False)
-        return arr, meta
-
-    def get_many(self, image_ids: Iterable[str]) -> list[tuple[np.ndarray, dict]]:
-        """`get` for several images, in order."""
-        return [self.get(i) for i in image_ids]

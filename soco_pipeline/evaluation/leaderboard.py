@@ -1,0 +1,65 @@
+"""The leaderboard across backbones: one row per backbone, as a table, Markdown and a bar chart."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pandas as pd
+
+from soco_pipeline.storage import write_bytes_atomic
+
+LEVEL_COLUMNS = ["cc", "soc", "soc_geo", "cross_soc", "four_choice", "four_choice_circular"]
+
+
+def leaderboard(metrics: pd.DataFrame, alpha: float = 0.1, reduction: str = "official") -> pd.DataFrame:
+    """One row per backbone: cc, soc, soc_geo, cross_soc, the drops (points), soc per super-category,
+    four_choice and four_choice_circular, at `alpha` with the given reduction."""
+    m = metrics[(metrics["reduction"] == reduction)]
+    at = ((m["alpha"] - alpha).abs() < 1e-9) | m["metric"].str.startswith("four_choice")
+    m = m[at]
+    top = m[m["scope"] == "all"].pivot_table(index="backbone", columns="metric", values="value", aggfunc="first")
+    board = top.reindex(columns=LEVEL_COLUMNS)
+    board.insert(board.columns.get_loc("cross_soc") + 1, "cc_to_soc_drop", board["cc"] - board["soc"])
+    board.insert(board.columns.get_loc("cc_to_soc_drop") + 1, "soc_to_cross_drop", board["soc"] - board["cross_soc"])
+    sup = m[(m["scope"] == "supercategory") & (m["metric"] == "soc")]
+    if len(sup):
+        sup = sup.pivot_table(index="backbone", columns="group", values="value", aggfunc="first")
+        sup.columns = [f"soc_{c}" for c in sup.columns]
+        board = board.join(sup)
+    board = board.sort_values("soc", ascending=False, na_position="last")
+    return board.reset_index().rename_axis(columns=None)
+
+
+def leaderboard_markdown(df: pd.DataFrame) -> str:
+    """The leaderboard as a GitHub-flavoured Markdown table (values with one decimal)."""
+    return df.to_markdown(index=False, floatfmt=".1f", missingval="") + "\n"
+
+
+def leaderboard_plot(df: pd.DataFrame, path: str) -> str:
+    """Bar charts (per level; SOC per super-category) of a leaderboard, written atomically as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    levels = [c for c in ["cc", "soc", "soc_geo", "cross_soc", "four_choice"] if c in df.columns]
+    sups = [c for c in df.columns if c.startswith("soc_") and c not in ("soc_geo", "soc_to_cross_drop")]
+    fig, axes = plt.subplots(1, 2, figsize=(14, 4.8))
+    for ax, cols, title in ((axes[0], levels, "PCK@0.1 per level"), (axes[1], sups, "SOC per super-category")):
+        width = 0.8 / max(1, len(df))
+        x = np.arange(len(cols))
+        for i, row in enumerate(df.itertuples(index=False)):
+            vals = [getattr(row, c) for c in cols]
+            ax.bar(x + i * width, np.nan_to_num(np.asarray(vals, dtype=float)), width, label=row.backbone)
+        ax.set_xticks(x + width * (len(df) - 1) / 2, [c.replace("soc_", "") if ax is axes[1] else c for c in cols])
+        ax.set_ylim(0, 100)
+        ax.set_title(title)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    write_bytes_atomic(path, buf.getvalue())
+    return path

@@ -1,0 +1,54 @@
+"""Where the feature cache keeps its files: folders, file names, the manifest and its columns."""
+
+from __future__ import annotations
+
+import urllib.parse
+
+import pandas as pd
+
+from soco_pipeline.storage import (
+    exists,
+    join,
+    read_parquet,
+)
+
+REQUIRED_COLUMNS = ("image_id", "uri", "width", "height", "category")
+MANIFEST = "manifest.parquet"
+INFO = "info.json"
+MANIFEST_COLUMNS = [
+    "backbone",
+    "image_id",
+    "channels",
+    "grid_h",
+    "grid_w",
+    "input_size",
+    "stride",
+    "path",
+    "checksum",
+    "width",
+    "height",
+    "spec_hash",
+]
+FLUSH_SECONDS = 10.0  # manifest writes while extracting (and always when stopping)
+LOG_SECONDS = 5.0  # progress lines at most this often (and at the end)
+
+
+class FeatureError(RuntimeError):
+    """Feature extraction failed for a named image; the message says why and what to do."""
+
+
+def feature_dir(cache_root: str, backbone: str, hash_: str) -> str:
+    """The cache folder of one backbone spec: <cache_root>/<backbone>/<spec_hash>."""
+    return join(cache_root, backbone, hash_)
+
+
+def feature_file(image_id: str) -> str:
+    """The file name of an image's features (image ids are URL-quoted to be path-safe)."""
+    return urllib.parse.quote(str(image_id), safe="") + ".npy"
+
+
+def _read_manifest(folder: str) -> pd.DataFrame:
+    path = join(folder, MANIFEST)
+    if not exists(path):
+        return pd.DataFrame(columns=MANIFEST_COLUMNS)
+    return read_parquet(path)
