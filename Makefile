@@ -27,6 +27,7 @@ demo: install $(DAGSTER_HOME)/dagster.yaml
 
 test: install
 	$(VENV)/bin/ruff check soco_pipeline tests benchmarks
+	VIRTUAL_ENV=$(CURDIR)/$(VENV) $(VENV)/bin/dg check defs
 	$(PY) -m pytest -q --durations=15
 
 lint: install

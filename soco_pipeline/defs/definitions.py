@@ -33,9 +33,9 @@ def build_definitions(**overrides) -> dg.Definitions:
         resources={
             "soco": soco,
             "io_manager": ParquetIOManager(base_path=settings.tables_root),
-            "duckdb": DuckDBResource(
-                database=settings.duckdb_path, connection_config={"access_mode": "READ_ONLY"}
-            ),
+            # The one writer of storage/results.duckdb (the results_database asset); readers such as
+            # `soco sql` open the file read-only on their own.
+            "duckdb": DuckDBResource(database=settings.duckdb_path),
         },
     )
 

@@ -33,27 +33,32 @@ def _source(tables_root: str, table: Table) -> str | None:
 
 
 def refresh_views(db_path: str | Path, tables_root: str) -> list[str]:
-    """(Re)create one view per existing result table; returns the view names created."""
+    """(Re)create one view per existing result table in the file at `db_path`; returns the view names."""
     db_path = Path(db_path)
     db_path.parent.mkdir(parents=True, exist_ok=True)
-    created = []
     with duckdb.connect(str(db_path)) as con:
-        for table in TABLES:
-            view = table.view
-            src = _source(tables_root, table)
-            if src is None:
-                con.execute(f"DROP VIEW IF EXISTS {view}")
-                continue
-            src_sql = src.replace("'", "''")
-            con.execute(
-                f"CREATE OR REPLACE VIEW {view} AS SELECT * FROM read_parquet('{src_sql}', union_by_name=true)"
-            )
-            created.append(view)
-        if "pairs" in created:  # the evaluated sample (200 pairs per category by default)
-            con.execute("CREATE OR REPLACE VIEW eval_pairs AS SELECT * FROM pairs WHERE evaluated")
-            created.append("eval_pairs")
-        else:
-            con.execute("DROP VIEW IF EXISTS eval_pairs")
+        return create_views(con, tables_root)
+
+
+def create_views(con: duckdb.DuckDBPyConnection, tables_root: str) -> list[str]:
+    """(Re)create one view per existing result table (and eval_pairs) on an open writable connection."""
+    created = []
+    for table in TABLES:
+        view = table.view
+        src = _source(tables_root, table)
+        if src is None:
+            con.execute(f"DROP VIEW IF EXISTS {view}")
+            continue
+        src_sql = src.replace("'", "''")
+        con.execute(
+            f"CREATE OR REPLACE VIEW {view} AS SELECT * FROM read_parquet('{src_sql}', union_by_name=true)"
+        )
+        created.append(view)
+    if "pairs" in created:  # the evaluated sample (200 pairs per category by default)
+        con.execute("CREATE OR REPLACE VIEW eval_pairs AS SELECT * FROM pairs WHERE evaluated")
+        created.append("eval_pairs")
+    else:
+        con.execute("DROP VIEW IF EXISTS eval_pairs")
     return created
 
 
