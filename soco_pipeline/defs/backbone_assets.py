@@ -138,7 +138,7 @@ def four_choice_predictions(
     image_pairs: pd.DataFrame,
 ) -> pd.DataFrame:
     """The backbone's pick among the four options of each item, for every rotation of the options."""
-    from soco_pipeline.evaluation.matching import predict_four_choice
+    from soco_pipeline.evaluation.four_choice_matching import predict_four_choice
 
     store = feature_store(soco, feature_manifest)
     df = predict_four_choice(
