@@ -12,7 +12,7 @@ import duckdb
 
 from soco_pipeline.storage import exists, join
 
-# view name -> (path relative to the tables root, partitioned by backbone)
+# view name -> (path relative to the tables root, partitioned (by backbone or LVLM))
 RESULT_TABLES: dict[str, tuple[str, bool]] = {
     "images": ("image_set.parquet", False),
     "rejected_images": ("rejected_images.parquet", False),
@@ -26,6 +26,11 @@ RESULT_TABLES: dict[str, tuple[str, bool]] = {
     "four_choice_predictions": ("four_choice_predictions", True),
     "metrics": ("metrics", True),
     "leaderboard": ("leaderboard.parquet", False),
+    # LVLM evaluation (soco_pipeline/defs/lvlm.py); partitioned by LVLM spec
+    "lvlm_items": ("lvlm_items.parquet", False),
+    "lvlm_answers": ("lvlm_answers", True),
+    "lvlm_metrics": ("lvlm_metrics", True),
+    "lvlm_leaderboard": ("lvlm_leaderboard.parquet", False),
 }
 
 
