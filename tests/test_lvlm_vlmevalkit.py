@@ -100,3 +100,27 @@ def test_answer_key_of_imported_items_matches(items, tmp_path):
     imported = import_tsv(path, str(tmp_path / "imported"))
     original = items[items.setting == "vis_desc"]
     assert sorted(answer_key(imported).items()) == sorted(answer_key(original).items())
+
+
+def test_command_line_import_run_score(items, tmp_path, monkeypatch, capsys):
+    from soco_pipeline.lvlm.__main__ import main
+
+    monkeypatch.setenv("SOCO_STORAGE", str(tmp_path / "storage"))
+    tsv = tmp_path / "soco_lvlm_txt_c.tsv"
+    export_tsv(items, "desc", tsv)
+    out = tmp_path / "imported.parquet"
+    assert main(["import", str(tsv), "--out", str(out)]) == 0
+    imported = pd.read_parquet(out)
+    assert len(imported) == (items.setting == "desc").sum()
+    with serve(RandomAnswerer(seed=5)) as srv:
+        spec = tmp_path / "rnd.yaml"
+        spec.write_text(f"backend: openai\nmodel: m\nbase_url: {srv.base_url}\nsettings: [desc]\n")
+        assert main(["run", str(spec), "--items", str(out), "--out", str(tmp_path / "answers.parquet")]) == 0
+        assert srv.requests == len(imported)
+    printed = capsys.readouterr().out
+    assert "circular" in printed and "desc" in printed
+    answers = pd.read_parquet(tmp_path / "answers.parquet")
+    answers.assign(prediction=answers.raw_answer).to_csv(tmp_path / "wb.tsv", sep="\t", index=False)
+    assert main(["score", str(tmp_path / "wb.tsv")]) == 0
+    assert f"average {100 * answers.correct.mean():.1f}" in capsys.readouterr().out
+    assert main(["score", str(tmp_path / "missing.xlsx")]) == 2
