@@ -59,11 +59,6 @@ def request_key(text: str, image_digests: list[str], generation: dict[str, Any])
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
-def request_hash(request: ChatRequest, generation: dict[str, Any]) -> str:
-    """request_key of a ChatRequest."""
-    return request_key(request.text, request.image_digests(), generation)
-
-
 def data_url(jpeg: bytes) -> str:
     """A JPEG as a base64 data URL."""
     return "data:image/jpeg;base64," + base64.b64encode(jpeg).decode("ascii")

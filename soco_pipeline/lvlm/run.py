@@ -9,8 +9,6 @@ the endpoint, keeping every answer it got.
 
 from __future__ import annotations
 
-import hashlib
-import threading
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -46,27 +44,9 @@ class RunResult:
     errors: int
 
 
-class _Images:
-    """Reads rendered images once per path and remembers their digests (sources repeat across rows)."""
-
-    def __init__(self) -> None:
-        self._digest: dict[str, str] = {}
-        self._lock = threading.Lock()
-
-    def paths(self, row) -> list[str]:
-        return [p for p in (row.src_render, row.trg_render) if isinstance(p, str) and p]
-
-    def digest(self, path: str) -> str:
-        with self._lock:
-            d = self._digest.get(path)
-        if d is None:
-            d = hashlib.sha256(read_bytes(path)).hexdigest()
-            with self._lock:
-                self._digest[path] = d
-        return d
-
-    def request(self, row, text: str) -> ChatRequest:
-        return ChatRequest(tuple(read_bytes(p) for p in self.paths(row)), text)
+def _image_paths(row) -> list[str]:
+    """The row's images in prompt order: the marked source (absent in the desc setting), the target."""
+    return [p for p in (row.src_render, row.trg_render) if isinstance(p, str) and p]
 
 
 def run_model(
@@ -76,77 +56,81 @@ def run_model(
     cache: AnswerCache,
     log: Callable[[str], None] = lambda _msg: None,
 ) -> RunResult:
-    """Answers (ANSWER_COLUMNS) of one model to the items of its settings, in item order."""
+    """Answers (ANSWER_COLUMNS) of one model to the items of its settings, in item order.
+
+    Work goes in chunks of the backend's batch size through `max_concurrency` worker threads; a worker
+    reads a row's images, hashes the request, and either takes the cached answer or asks the backend
+    (then caches the answer at once). At most 2 x max_concurrency chunks are in flight.
+    """
     rows = items[items["setting"].isin(spec.settings)].reset_index(drop=True)
     texts = build_prompts(rows).to_numpy()
-    images = _Images()
     generation = spec.generation()
-    # Per-request I/O (image digests, cache files): a loop over requests is the work itself here.
-    keys = np.array([
-        request_key(t, [images.digest(p) for p in images.paths(r)], generation)
-        for r, t in zip(rows.itertuples(index=False), texts, strict=True)
-    ], dtype=object)
     n = len(rows)
+    row_list = list(rows.itertuples(index=False))
+    index = rows["index"].to_numpy()
+    workers = max(1, int(getattr(backend, "max_concurrency", 1)))
+    batch = max(1, int(getattr(backend, "batch_size", 1)))
+    keys = np.full(n, "", dtype=object)
     raw = np.full(n, "", dtype=object)
     latency = np.zeros(n)
     attempts = np.zeros(n, dtype=np.int64)
     error = np.full(n, "", dtype=object)
-    todo = []
-    for i, key in enumerate(keys):
-        rec = cache.get(key)
-        if rec is None:
-            todo.append(i)
-        else:
-            raw[i], latency[i], attempts[i] = rec["text"], rec["latency_s"], rec["attempts"]
-    n_cached = n - len(todo)
-    log(f"{spec.name}: {n} requests, {n_cached} cached, {len(todo)} to ask")
+    was_cached = np.zeros(n, dtype=bool)
 
-    row_list = list(rows.itertuples(index=False))
-    batch = max(1, int(getattr(backend, "batch_size", 1)))
-    chunks = [todo[k:k + batch] for k in range(0, len(todo), batch)]
+    def work(chunk: list[int]) -> list[tuple[int, Reply, bool]]:
+        """Answer a chunk of rows: from the cache, else from the backend (caching each answer at once)."""
+        out, ask, reqs = [], [], []
+        for i in chunk:
+            req = ChatRequest(tuple(read_bytes(p) for p in _image_paths(row_list[i])), texts[i])
+            keys[i] = request_key(req.text, req.image_digests(), generation)
+            rec = cache.get(keys[i])
+            if rec is not None:
+                out.append((i, Reply(rec["text"], rec["latency_s"], rec["attempts"]), True))
+            else:
+                ask.append(i)
+                reqs.append(req)
+        if reqs:
+            if hasattr(backend, "answer") and len(reqs) == 1:
+                replies = [backend.answer(reqs[0], jitter_seed=int(index[ask[0]]))]
+            else:
+                replies = backend.answer_batch(reqs)
+            for i, reply in zip(ask, replies, strict=True):
+                if not reply.error:
+                    cache.put(keys[i], {"text": reply.text, "latency_s": reply.latency_s, "attempts": reply.attempts})
+                out.append((i, reply, False))
+        return out
 
-    def ask(chunk: list[int]) -> list[Reply]:
-        reqs = [images.request(row_list[i], texts[i]) for i in chunk]
-        if hasattr(backend, "answer") and batch == 1:
-            return [backend.answer(reqs[0], jitter_seed=int(rows["index"].iat[chunk[0]]))]
-        return backend.answer_batch(reqs)
-
+    chunks = [list(range(k, min(k + batch, n))) for k in range(0, n, batch)]
     consecutive, done = 0, 0
-    workers = max(1, int(getattr(backend, "max_concurrency", 1)))
+    limit = spec.max_consecutive_failures if spec.backend == "openai" else 0
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"lvlm-{spec.name}")
     try:
-        # At most 2 x workers chunks in flight: bounded memory (images are read in the workers).
         pending: dict[Future, list[int]] = {}
         queue = iter(chunks)
         for chunk in queue:
-            pending[pool.submit(ask, chunk)] = chunk
+            pending[pool.submit(work, chunk)] = chunk
             if len(pending) >= 2 * workers:
                 break
         while pending:
             finished, _ = wait(pending, return_when=FIRST_COMPLETED)
             for fut in finished:
-                chunk = pending.pop(fut)
-                for i, reply in zip(chunk, fut.result(), strict=True):
+                pending.pop(fut)
+                for i, reply, hit in fut.result():
                     raw[i], latency[i], attempts[i], error[i] = reply.text, reply.latency_s, reply.attempts, reply.error
-                    if reply.error:
-                        consecutive += 1
-                    else:
-                        consecutive = 0
-                        cache.put(keys[i], {"text": reply.text, "latency_s": reply.latency_s,
-                                            "attempts": reply.attempts})
-                done += len(chunk)
-                limit = getattr(spec, "max_consecutive_failures", 0) if spec.backend == "openai" else 0
+                    was_cached[i] = hit
+                    if not hit:
+                        consecutive = consecutive + 1 if reply.error else 0
+                    done += 1
+                    if done % max(1, n // 10) == 0:
+                        log(f"{spec.name}: {done}/{n} answered ({int(was_cached.sum())} from the cache)")
                 if limit and consecutive >= limit:
                     raise LvlmRunError(
                         f"{spec.name}: {consecutive} requests in a row failed (last: {error[i]}); is the server at "
-                        f"{spec.base_url} up and the key right? {done - consecutive} answers are cached, "
-                        f"a rerun resumes there"
+                        f"{spec.base_url} up and the key right? Every answer received is cached: a rerun resumes there"
                     )
                 nxt = next(queue, None)
                 if nxt is not None:
-                    pending[pool.submit(ask, nxt)] = nxt
-            if done and done % max(1, len(todo) // 10) < batch:
-                log(f"{spec.name}: {done}/{len(todo)} asked")
+                    pending[pool.submit(work, nxt)] = nxt
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 
@@ -160,4 +144,6 @@ def run_model(
     out["attempts"] = attempts
     out["error"] = error.astype(str)
     out["request_hash"] = keys.astype(str)
-    return RunResult(out[ANSWER_COLUMNS], sent=len(todo), cached=n_cached, errors=int((error != "").sum()))
+    n_cached = int(was_cached.sum())
+    log(f"{spec.name}: {n} answers, {n_cached} from the cache, {n - n_cached} asked, {int((error != '').sum())} errors")
+    return RunResult(out[ANSWER_COLUMNS], sent=n - n_cached, cached=n_cached, errors=int((error != "").sum()))

@@ -76,8 +76,11 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(HttpReply(404, b'{"error": "not found"}'))
             return
         try:
-            body = json.loads(raw)
-            request = parse_openai_messages(body["messages"])
+            if self.server.decode:
+                body = json.loads(raw)
+                request = parse_openai_messages(body["messages"])
+            else:  # a stand-in that ignores the content (benchmarks): read the body, decode nothing
+                body, request = {}, ChatRequest((), "")
         except (ValueError, KeyError, TypeError) as e:
             self._send(HttpReply(400, json.dumps({"error": f"bad request: {e}"}).encode()))
             return
@@ -97,9 +100,10 @@ class _Handler(BaseHTTPRequestHandler):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, addr, answer: AnswerFn, model_name: str) -> None:
+    def __init__(self, addr, answer: AnswerFn, model_name: str, decode: bool = True) -> None:
         super().__init__(addr, _Handler)
         self.answer = answer
+        self.decode = decode
         self.model_name = model_name
         self.lock = threading.Lock()
         self.requests = 0
@@ -125,9 +129,14 @@ class RunningServer:
 
 
 @contextmanager
-def serve(answer: AnswerFn, host: str = "127.0.0.1", port: int = 0, model_name: str = "local") -> Iterator[RunningServer]:
-    """Serve `answer` at http://host:port (port 0: a free one) until the block exits, then stop and join."""
-    server = _Server((host, port), answer, model_name)
+def serve(answer: AnswerFn, host: str = "127.0.0.1", port: int = 0, model_name: str = "local",
+          decode: bool = True) -> Iterator[RunningServer]:
+    """Serve `answer` at http://host:port (port 0: a free one) until the block exits, then stop and join.
+
+    decode=False skips parsing the request (the answer function gets an empty ChatRequest and body):
+    for a stand-in whose answer does not depend on the question, as in the benchmark.
+    """
+    server = _Server((host, port), answer, model_name, decode)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:

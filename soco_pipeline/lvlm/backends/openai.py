@@ -108,7 +108,7 @@ class OpenAIBackend:
                 if resp.status_code not in RETRY_STATUS:
                     break
                 retry_after = resp.headers.get("Retry-After")
-            except (requests.Timeout, requests.ConnectionError) as e:
+            except (requests.Timeout, requests.ConnectionError, requests.exceptions.ChunkedEncodingError) as e:
                 error = f"{type(e).__name__}: {e}"
             except (ValueError, MalformedResponse) as e:  # JSON decode errors are ValueErrors
                 error = f"malformed response: {e}"
