@@ -62,3 +62,16 @@ def test_inconsistent_inputs_name_the_record(built):
     with pytest.raises(LvlmItemsError, match=first.option_b):
         build_items(t["four_choice"].head(3), t["image_pairs"], kps, t["descriptions"], t["image_set"],
                     proto, root, seed=0)
+
+
+def test_schema_accepts_the_items_and_rejects_a_broken_rotation(built):
+    import pandera.pandas as pa
+
+    from soco_pipeline.lvlm.schemas import LvlmItemSchema
+
+    items = built[0]
+    LvlmItemSchema.validate(items, lazy=True)
+    broken = items.copy()
+    broken.loc[broken.index[1], "answer"] = broken.loc[broken.index[0], "answer"]  # two rotations share a letter
+    with pytest.raises(pa.errors.SchemaErrors, match="four_rotations_per_item"):
+        LvlmItemSchema.validate(broken, lazy=True)

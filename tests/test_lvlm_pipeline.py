@@ -82,6 +82,10 @@ def test_spec_folder_to_leaderboard(setup):
         _materialize(defs, instance, "lvlm_answers", "lvlm_metrics", partition="oracle_vlm")
         assert srv.requests == sent
     _materialize(defs, instance, "lvlm_leaderboard")
+    for asset in ("lvlm_items", "lvlm_answers"):
+        key = dg.AssetCheckKey(dg.AssetKey(asset), "schema")
+        record = instance.event_log_storage.get_latest_asset_check_execution_by_key([key])[key]
+        assert record.event.dagster_event.event_specific_data.passed, asset
 
     db = defs.resources["soco"].settings().duckdb_path
     board = query(db, "select * from lvlm_leaderboard").set_index("model")

@@ -18,7 +18,7 @@ def build_definitions(**overrides) -> dg.Definitions:
     settings: Settings = soco.settings()
     return dg.Definitions(
         assets=dg.load_assets_from_modules([data_assets, pair_assets, backbone_assets, lvlm]),
-        asset_checks=dg.load_asset_checks_from_modules([data_assets, pair_assets, backbone_assets]),
+        asset_checks=dg.load_asset_checks_from_modules([data_assets, pair_assets, backbone_assets, lvlm]),
         jobs=[automation.backbone_job, lvlm.lvlm_job],
         sensors=[
             automation.backbone_specs_sensor,

@@ -13,7 +13,9 @@ from pathlib import Path
 import dagster as dg
 import pandas as pd
 
+from soco_pipeline.defs.checks import schema_check
 from soco_pipeline.defs.resources import SocoSettings
+from soco_pipeline.lvlm.schemas import LvlmAnswerSchema, LvlmItemSchema
 
 GROUP = "lvlm"
 EAGER = dg.AutomationCondition.eager()
@@ -42,7 +44,12 @@ def lvlm_protocol(soco: SocoSettings):
     return load_lvlm_protocol(soco.lvlm_protocol_path)
 
 
-@dg.asset(group_name=GROUP, automation_condition=EAGER, kinds={"pandas"})
+@dg.asset(
+    group_name=GROUP,
+    automation_condition=EAGER,
+    check_specs=[dg.AssetCheckSpec("schema", asset="lvlm_items", blocking=True)],
+    kinds={"pandas"},
+)
 def lvlm_items(
     context: dg.AssetExecutionContext,
     soco: SocoSettings,
@@ -51,7 +58,7 @@ def lvlm_items(
     keypoints: pd.DataFrame,
     descriptions: pd.DataFrame,
     image_set: pd.DataFrame,
-) -> pd.DataFrame:
+):
     """SOCO-LVLM questions: four-choice items x settings (vis, vis_desc, desc) x 4 rotations of the options,
     with the marked source/target images rendered once under storage/lvlm/images."""
     from soco_pipeline.lvlm.items import build_items
@@ -62,16 +69,22 @@ def lvlm_items(
     items = build_items(four_choice, image_pairs, keypoints, descriptions, image_set, proto,
                         join(settings.lvlm_root, "images"), seed=soco.seed)
     per_setting = items.groupby("setting").size().to_dict() if len(items) else {}
-    context.add_output_metadata({
+    yield dg.Output(items, metadata={
         "rows": len(items), "items": int(items["g_index"].nunique()) if len(items) else 0,
         "protocol_hash": proto.version_hash(), **{f"rows/{k}": int(v) for k, v in per_setting.items()},
     })
-    return items
+    yield schema_check(items, LvlmItemSchema, "lvlm_items")
 
 
-@dg.asset(group_name=GROUP, partitions_def=lvlms_partitions, automation_condition=EAGER, pool="gpu",
-          kinds={"python"})
-def lvlm_answers(context: dg.AssetExecutionContext, soco: SocoSettings, lvlm_items: pd.DataFrame) -> pd.DataFrame:
+@dg.asset(
+    group_name=GROUP,
+    partitions_def=lvlms_partitions,
+    automation_condition=EAGER,
+    pool="gpu",
+    check_specs=[dg.AssetCheckSpec("schema", asset="lvlm_answers", blocking=True)],
+    kinds={"python"},
+)
+def lvlm_answers(context: dg.AssetExecutionContext, soco: SocoSettings, lvlm_items: pd.DataFrame):
     """One model's answers: raw text, parsed letter (official parser), correctness, latency, attempts, error.
 
     Cached by request hash: a rerun asks only what is not answered yet. `pool="gpu"` keeps a local
@@ -87,11 +100,11 @@ def lvlm_answers(context: dg.AssetExecutionContext, soco: SocoSettings, lvlm_ite
     backend = build_backend(spec)
     cache = AnswerCache(join(soco.settings().lvlm_root, "cache"))
     result = run_model(lvlm_items, spec, backend, cache, log=context.log.info)
-    context.add_output_metadata({
+    yield dg.Output(result.answers, metadata={
         "rows": len(result.answers), "sent": result.sent, "cached": result.cached, "errors": result.errors,
         "backend": spec.backend, "model": spec.model, "spec_hash": spec_hash(spec),
     })
-    return result.answers
+    yield schema_check(result.answers, LvlmAnswerSchema, "lvlm_answers")
 
 
 @dg.asset(group_name=GROUP, partitions_def=lvlms_partitions, automation_condition=EAGER, kinds={"pandas"})
