@@ -1,5 +1,5 @@
-"""The `transformers` backend with a tiny random-weight Qwen2-VL (built locally, nothing downloaded): real
-model code behind the real loopback server, and in-process with batching."""
+"""The `transformers` backend with tiny random-weight Qwen2-VL / Qwen2.5-VL models (built locally, nothing
+downloaded): real model code behind the real loopback server, and in-process with batching."""
 
 import threading
 
@@ -65,6 +65,16 @@ def test_batched_generation_runs_mixed_image_counts(setup):
     again = run_model(items, spec, backend, AnswerCache(str(tmp / "cache_batched")))
     assert again.sent == 0
     pd.testing.assert_frame_equal(first.answers, again.answers)
+
+
+def test_qwen2_5_vl_class_loads_and_answers(setup):
+    items, _, tmp = setup
+    folder = build_tiny_qwen2_vl(tmp / "model25", list(build_prompts(items).unique()), family="qwen2_5_vl")
+    spec = _spec(folder, "tiny25", 4)
+    backend = build_backend(spec)
+    assert type(backend.model).__name__ == "Qwen2_5_VLForConditionalGeneration"
+    res = run_model(items, spec, backend, AnswerCache(str(tmp / "cache25")))
+    assert res.errors == 0 and (res.answers.raw_answer.str.len() > 0).all()
 
 
 def test_missing_weights_are_a_clear_error(tmp_path, monkeypatch):

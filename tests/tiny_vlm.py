@@ -21,17 +21,26 @@ CHAT_TEMPLATE = (
 )
 
 
-def build_tiny_qwen2_vl(folder: Path, corpus: list[str], seed: int = 0) -> Path:
-    """Write a tiny random Qwen2-VL (model, tokenizer, processor) to `folder`; returns it."""
+def build_tiny_qwen2_vl(folder: Path, corpus: list[str], seed: int = 0, family: str = "qwen2_vl") -> Path:
+    """Write a tiny random Qwen2-VL or Qwen2.5-VL (family "qwen2_5_vl") with its tokenizer and processor to
+    `folder`; returns it."""
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
     from transformers import (
         PreTrainedTokenizerFast,
+        Qwen2_5_VLConfig,
+        Qwen2_5_VLForConditionalGeneration,
+        Qwen2_5_VLProcessor,
         Qwen2VLConfig,
         Qwen2VLForConditionalGeneration,
         Qwen2VLImageProcessor,
         Qwen2VLProcessor,
         Qwen2VLVideoProcessor,
     )
+
+    qwen25 = family == "qwen2_5_vl"
+    config_cls = Qwen2_5_VLConfig if qwen25 else Qwen2VLConfig
+    model_cls = Qwen2_5_VLForConditionalGeneration if qwen25 else Qwen2VLForConditionalGeneration
+    processor_cls = Qwen2_5_VLProcessor if qwen25 else Qwen2VLProcessor
 
     tok = Tokenizer(models.WordLevel(unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Punctuation()])
@@ -43,10 +52,13 @@ def build_tiny_qwen2_vl(folder: Path, corpus: list[str], seed: int = 0) -> Path:
     )
     ids = {t: fast.convert_tokens_to_ids(t) for t in SPECIAL}
     image_processor = Qwen2VLImageProcessor(min_pixels=4 * 28 * 28, max_pixels=16 * 28 * 28)
-    processor = Qwen2VLProcessor(image_processor=image_processor, tokenizer=fast,
+    processor = processor_cls(image_processor=image_processor, tokenizer=fast,
                                  video_processor=Qwen2VLVideoProcessor(), chat_template=CHAT_TEMPLATE)
 
-    config = Qwen2VLConfig(
+    vision = ({"depth": 2, "hidden_size": 32, "out_hidden_size": 32, "intermediate_size": 64, "num_heads": 2,
+               "fullatt_block_indexes": [1], "window_size": 56} if qwen25 else
+              {"depth": 1, "embed_dim": 32, "hidden_size": 32, "num_heads": 2, "mlp_ratio": 2})
+    config = config_cls(
         text_config={
             "vocab_size": len(fast), "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
             "num_attention_heads": 2, "num_key_value_heads": 1, "max_position_embeddings": 2048,
@@ -54,13 +66,12 @@ def build_tiny_qwen2_vl(folder: Path, corpus: list[str], seed: int = 0) -> Path:
             "eos_token_id": ids["<|im_end|>"], "pad_token_id": ids["<|endoftext|>"],
             "bos_token_id": ids["<|im_start|>"],
         },
-        vision_config={"depth": 1, "embed_dim": 32, "hidden_size": 32, "num_heads": 2, "mlp_ratio": 2,
-                       "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2},
+        vision_config={**vision, "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2},
         image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
         vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
     )
     torch.manual_seed(seed)
-    model = Qwen2VLForConditionalGeneration(config).eval()
+    model = model_cls(config).eval()
     model.generation_config.eos_token_id = ids["<|im_end|>"]
     model.generation_config.pad_token_id = ids["<|endoftext|>"]
     folder.mkdir(parents=True, exist_ok=True)
