@@ -67,6 +67,7 @@ def test_specs_validate_and_presets_load(tmp_path):
         ({**ok, "backend": "grpc"}, "backend"),
         ({**ok, "base_url": "127.0.0.1"}, "base_url"),
         ({**ok, "api_key_env": "sk-abc 123"}, "NAME of an environment variable"),
+        ({**ok, "base_url": "https://user:sk-secret@api.example.com"}, "credentials"),
         ({**ok, "temperatur": 0}, "unknown field"),
         ({**ok, "settings": ["vis", "audio"]}, "settings"),
         ({**ok, "max_concurrency": 0}, "max_concurrency"),

@@ -160,6 +160,11 @@ def parse_spec(doc: Any, name: str, source: str = "<spec>") -> LvlmSpec:
         url = vals["base_url"]
         if not url or not re.match(r"https?://", url):
             raise LvlmSpecError(f"{src}: backend 'openai' needs 'base_url: http(s)://host[:port]', got {url!r}")
+        if "@" in url.split("://", 1)[1].split("/", 1)[0]:
+            raise LvlmSpecError(
+                f"{src}: 'base_url' must not hold credentials (user:password@); put the key in an environment "
+                f"variable and name it in 'api_key_env'"
+            )
         vals["base_url"] = url.rstrip("/").removesuffix("/v1")
         env = vals["api_key_env"]
         if env is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", env):
