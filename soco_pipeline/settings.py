@@ -25,6 +25,9 @@ class Settings:
             "SOCO_BACKBONES_DIR", str(PROJECT_ROOT / "assets" / "backbones")
         )
     )
+    lvlms_dir: str = field(
+        default_factory=lambda: os.environ.get("SOCO_LVLMS_DIR", str(PROJECT_ROOT / "assets" / "lvlms"))
+    )
     dataset_size: str = field(default_factory=lambda: os.environ.get("SOCO_DATASET_SIZE", "demo"))
     seed: int = field(default_factory=lambda: int(os.environ.get("SOCO_SEED", "0")))
     categories: tuple[str, ...] | None = field(
@@ -55,6 +58,11 @@ class Settings:
         if self.images_per_category:
             name += f"-n{self.images_per_category}"
         return join(self.storage_root, "embedded", name)
+
+    @property
+    def lvlm_root(self) -> str:
+        """LVLM marked images (`images/`) and the answer cache (`cache/<model>/`)."""
+        return join(self.storage_root, "lvlm")
 
     @property
     def duckdb_path(self) -> str:

@@ -45,6 +45,11 @@ TABLES: tuple[Table, ...] = (
     Table("four_choice_predictions", "four_choice_predictions", partitioned=True),
     Table("metrics", "metrics", partitioned=True),
     Table("leaderboard", "leaderboard"),
+    # LVLM evaluation (soco_pipeline/defs/lvlm.py); partitioned by LVLM spec
+    Table("lvlm_items", "lvlm_items"),
+    Table("lvlm_answers", "lvlm_answers", partitioned=True),
+    Table("lvlm_metrics", "lvlm_metrics", partitioned=True),
+    Table("lvlm_leaderboard", "lvlm_leaderboard"),
 )
 _BY_ASSET = {t.asset: t for t in TABLES}
 

@@ -13,6 +13,10 @@ class SocoSettings(dg.ConfigurableResource):
 
     storage_root: str = Field(default=_DEFAULTS.storage_root, description="fsspec root for all outputs")
     backbones_dir: str = Field(default=_DEFAULTS.backbones_dir, description="folder of backbone spec files")
+    lvlms_dir: str = Field(default=_DEFAULTS.lvlms_dir, description="folder of LVLM spec files")
+    lvlm_protocol_path: str | None = Field(
+        default=None, description="LVLM item protocol YAML (default: assets/lvlm_protocol.yaml)"
+    )
     source: str = Field(
         default="embedded",
         description="embedded (generate the default data set) | raw (ImageNet3D/Animal3D roots) | soco_release",
@@ -45,6 +49,7 @@ class SocoSettings(dg.ConfigurableResource):
         return Settings(
             storage_root=self.storage_root,
             backbones_dir=self.backbones_dir,
+            lvlms_dir=self.lvlms_dir,
             dataset_size=self.dataset_size,
             seed=self.seed,
             categories=tuple(self.categories) if self.categories else None,

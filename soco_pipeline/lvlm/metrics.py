@@ -1,0 +1,90 @@
+"""SOCO-LVLM scores: average accuracy (correct rows / rows) and circular accuracy (items whose four
+rotations are all right / items), per setting, overall, per super-category and per category; the
+leaderboard with the random baselines, the page's reference figures and the best backbone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from soco_pipeline.lvlm.specs import SETTINGS
+from soco_pipeline.taxonomy import ASSETS_DIR
+
+REFERENCE_PATH = ASSETS_DIR / "lvlm_reference.csv"
+RANDOM_AVERAGE = 25.0
+RANDOM_CIRCULAR = 100 * 0.25**4  # 0.39
+METRIC_COLUMNS = ["model", "setting", "scope", "group", "metric", "value", "n_rows", "n_groups", "n_errors"]
+
+
+def circular_groups(answers: pd.DataFrame) -> pd.DataFrame:
+    """One row per (model, setting, g_index): all rows right, row count and the item's scopes."""
+    return answers.groupby(["model", "setting", "g_index"], as_index=False, sort=False).agg(
+        correct=("correct", "all"), rows=("correct", "size"),
+        pair_group=("pair_group", "first"), supercategory=("supercategory", "first"),
+    )
+
+
+def lvlm_metrics(answers: pd.DataFrame) -> pd.DataFrame:
+    """Long table (METRIC_COLUMNS): metric average | circular, value 0-100, scope all | supercategory | category."""
+    if answers.empty:
+        return pd.DataFrame(columns=METRIC_COLUMNS)
+    a = answers.assign(correct=answers["correct"].astype(bool), is_error=answers["error"].astype(str) != "")
+    groups = circular_groups(a)
+    frames = []
+    for scope, col in (("all", None), ("supercategory", "supercategory"), ("category", "pair_group")):
+        keys_rows = ["model", "setting"] + ([col] if col else [])
+        rows = a.groupby(keys_rows, as_index=False).agg(
+            value=("correct", "mean"), n_rows=("correct", "size"), n_errors=("is_error", "sum"))
+        grp = groups.groupby(keys_rows, as_index=False).agg(value_c=("correct", "mean"), n_groups=("correct", "size"))
+        m = rows.merge(grp, on=keys_rows)
+        m["group"] = m[col].astype(str) if col else "all"
+        m["scope"] = scope
+        base = m[["model", "setting", "scope", "group", "n_rows", "n_groups", "n_errors"]]
+        frames.append(base.assign(metric="average", value=100 * m["value"].to_numpy()))
+        frames.append(base.assign(metric="circular", value=100 * m["value_c"].to_numpy()))
+    out = pd.concat(frames, ignore_index=True)[METRIC_COLUMNS]
+    return out.sort_values(["model", "setting", "scope", "group", "metric"], ignore_index=True)
+
+
+def load_reference(path: str | Path | None = None) -> pd.DataFrame:
+    """The published reference figures (model, setting, metric, value, source)."""
+    return pd.read_csv(path or REFERENCE_PATH)
+
+
+def _wide(long: pd.DataFrame) -> pd.DataFrame:
+    cols = [f"{s}_{m}" for s in SETTINGS for m in ("average", "circular")]
+    if long.empty:
+        return pd.DataFrame(columns=["model", *cols])
+    w = long.assign(col=long["setting"] + "_" + long["metric"]).pivot_table(
+        index="model", columns="col", values="value", aggfunc="first")
+    return w.reindex(columns=cols).reset_index().rename_axis(columns=None)
+
+
+def lvlm_leaderboard(metrics: pd.DataFrame, backbone_board: pd.DataFrame | None = None,
+                     reference: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per evaluated model (kind 'evaluated'), the page's reference models ('reference'), the
+    random baselines ('random') and the best backbone's four-choice accuracy ('backbone').
+
+    Columns: model, kind, <setting>_average, <setting>_circular for vis / vis_desc / desc, source.
+    """
+    ours = _wide(metrics[metrics["scope"] == "all"]) if len(metrics) else _wide(pd.DataFrame())
+    ours = ours.assign(kind="evaluated", source="this pipeline")
+    parts = [ours]
+    reference = load_reference() if reference is None else reference
+    if len(reference):
+        ref = _wide(reference.rename(columns={"metric": "metric"}))
+        src = reference.groupby("model")["source"].first()
+        parts.append(ref.assign(kind="reference", source=ref["model"].map(src)))
+    rnd = {f"{s}_average": RANDOM_AVERAGE for s in SETTINGS} | {f"{s}_circular": RANDOM_CIRCULAR for s in SETTINGS}
+    parts.append(pd.DataFrame([{"model": "random", **rnd, "kind": "random", "source": "chance: 1/4 and (1/4)^4"}]))
+    if backbone_board is not None and len(backbone_board) and "four_choice_circular" in backbone_board:
+        best = backbone_board.loc[backbone_board["four_choice_circular"].astype(float).idxmax()]
+        if not np.isnan(float(best["four_choice_circular"])):
+            row = {"vis_average": float(best["four_choice"]), "vis_circular": float(best["four_choice_circular"])}
+            parts.append(pd.DataFrame([{"model": f"{best['backbone']} (4-choice, best backbone)", **row,
+                                        "kind": "backbone", "source": "leaderboard (this pipeline)"}]))
+    board = pd.concat([p for p in parts if len(p)], ignore_index=True)
+    cols = ["model", "kind", *[f"{s}_{m}" for s in SETTINGS for m in ("average", "circular")], "source"]
+    return board.reindex(columns=cols)

@@ -1,0 +1,149 @@
+"""Ask a model every item of its settings: cached answers first, the rest with bounded concurrency.
+
+Each finished answer is cached at once (atomic file per request hash), so a run killed at any point
+resumes where it stopped and ends with the same table. A request that still fails after its
+retries is recorded with its error and counted as wrong; only when `max_consecutive_failures`
+requests in a row fail (a server that is down, a wrong key) does the run stop, with an error naming
+the endpoint, keeping every answer it got.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from soco_pipeline.lvlm.backends import Backend, Reply
+from soco_pipeline.lvlm.cache import AnswerCache
+from soco_pipeline.lvlm.parse import parse_answers
+from soco_pipeline.lvlm.prompt import ChatRequest, build_prompts, request_key
+from soco_pipeline.lvlm.specs import LvlmSpec
+from soco_pipeline.storage import read_bytes
+
+ANSWER_COLUMNS = [
+    "model", "setting", "index", "g_index", "qid", "rotation", "pair_id", "level", "pair_group",
+    "supercategory", "src_keypoint", "answer", "raw_answer", "parsed", "correct", "latency_s", "attempts",
+    "error", "request_hash",
+]
+
+
+class LvlmRunError(RuntimeError):
+    """The run stopped (too many consecutive failures); answers so far are cached."""
+
+
+@dataclass
+class RunResult:
+    """The answers table and what the run did."""
+
+    answers: pd.DataFrame
+    sent: int
+    cached: int
+    errors: int
+
+
+def _image_paths(row) -> list[str]:
+    """The row's images in prompt order: the marked source (absent in the desc setting), the target."""
+    return [p for p in (row.src_render, row.trg_render) if isinstance(p, str) and p]
+
+
+def run_model(
+    items: pd.DataFrame,
+    spec: LvlmSpec,
+    backend: Backend,
+    cache: AnswerCache,
+    log: Callable[[str], None] = lambda _msg: None,
+) -> RunResult:
+    """Answers (ANSWER_COLUMNS) of one model to the items of its settings, in item order.
+
+    Work goes in chunks of the backend's batch size through `max_concurrency` worker threads; a worker
+    reads a row's images, hashes the request, and either takes the cached answer or asks the backend
+    (then caches the answer at once). At most 2 x max_concurrency chunks are in flight.
+    """
+    rows = items[items["setting"].isin(spec.settings)].reset_index(drop=True)
+    texts = build_prompts(rows).to_numpy()
+    generation = spec.generation()
+    n = len(rows)
+    row_list = list(rows.itertuples(index=False))
+    index = rows["index"].to_numpy()
+    workers = max(1, int(getattr(backend, "max_concurrency", 1)))
+    batch = max(1, int(getattr(backend, "batch_size", 1)))
+    keys = np.full(n, "", dtype=object)
+    raw = np.full(n, "", dtype=object)
+    latency = np.zeros(n)
+    attempts = np.zeros(n, dtype=np.int64)
+    error = np.full(n, "", dtype=object)
+    was_cached = np.zeros(n, dtype=bool)
+
+    def work(chunk: list[int]) -> list[tuple[int, Reply, bool]]:
+        """Answer a chunk of rows: from the cache, else from the backend (caching each answer at once)."""
+        out, ask, reqs = [], [], []
+        for i in chunk:
+            req = ChatRequest(tuple(read_bytes(p) for p in _image_paths(row_list[i])), texts[i])
+            keys[i] = request_key(req.text, req.image_digests(), generation)
+            rec = cache.get(keys[i])
+            if rec is not None:
+                out.append((i, Reply(rec["text"], rec["latency_s"], rec["attempts"]), True))
+            else:
+                ask.append(i)
+                reqs.append(req)
+        if reqs:
+            if hasattr(backend, "answer") and len(reqs) == 1:
+                replies = [backend.answer(reqs[0], jitter_seed=int(index[ask[0]]))]
+            else:
+                replies = backend.answer_batch(reqs)
+            for i, reply in zip(ask, replies, strict=True):
+                if not reply.error:
+                    cache.put(keys[i], {"text": reply.text, "latency_s": reply.latency_s, "attempts": reply.attempts})
+                out.append((i, reply, False))
+        return out
+
+    chunks = [list(range(k, min(k + batch, n))) for k in range(0, n, batch)]
+    consecutive, done = 0, 0
+    limit = spec.max_consecutive_failures if spec.backend == "openai" else 0
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"lvlm-{spec.name}")
+    try:
+        pending: dict[Future, list[int]] = {}
+        queue = iter(chunks)
+        for chunk in queue:
+            pending[pool.submit(work, chunk)] = chunk
+            if len(pending) >= 2 * workers:
+                break
+        while pending:
+            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in finished:
+                pending.pop(fut)
+                for i, reply, hit in fut.result():
+                    raw[i], latency[i], attempts[i], error[i] = reply.text, reply.latency_s, reply.attempts, reply.error
+                    was_cached[i] = hit
+                    if not hit:
+                        consecutive = consecutive + 1 if reply.error else 0
+                    done += 1
+                    if done % max(1, n // 10) == 0:
+                        log(f"{spec.name}: {done}/{n} answered ({int(was_cached.sum())} from the cache)")
+                if limit and consecutive >= limit:
+                    raise LvlmRunError(
+                        f"{spec.name}: {consecutive} requests in a row failed (last: {error[i]}); is the server at "
+                        f"{spec.base_url} up and the key right? Every answer received is cached: a rerun resumes there"
+                    )
+                nxt = next(queue, None)
+                if nxt is not None:
+                    pending[pool.submit(work, nxt)] = nxt
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+    out = rows[["setting", "index", "g_index", "qid", "rotation", "pair_id", "level", "pair_group",
+                "supercategory", "src_keypoint", "answer"]].copy()
+    out.insert(0, "model", spec.name)
+    out["raw_answer"] = raw.astype(str)
+    out["parsed"] = parse_answers(out["raw_answer"])
+    out["correct"] = (out["parsed"] == out["answer"]) & (error == "")
+    out["latency_s"] = latency
+    out["attempts"] = attempts
+    out["error"] = error.astype(str)
+    out["request_hash"] = keys.astype(str)
+    n_cached = int(was_cached.sum())
+    log(f"{spec.name}: {n} answers, {n_cached} from the cache, {n - n_cached} asked, {int((error != '').sum())} errors")
+    return RunResult(out[ANSWER_COLUMNS], sent=n - n_cached, cached=n_cached, errors=int((error != "").sum()))
