@@ -46,6 +46,7 @@ from soco_pipeline.storage import (
     exists,
     join,
     read_bytes,
+    remove_stale_temps,
     write_bytes_atomic,
     write_parquet_atomic,
 )
@@ -152,6 +153,7 @@ def extract_features(
     images = _check_images(images)
     hash_ = spec_hash(spec)
     folder = feature_dir(cache_root, spec.name, hash_)
+    remove_stale_temps(folder)  # temps of a killed extraction: never read, removed here
     manifest = _Manifest(folder, _read_manifest(folder))
 
     # An image whose recorded size changed (a different file under the same id) is recomputed.
@@ -240,7 +242,7 @@ def _run(
                     arr = f.to(torch.float16).numpy()
                     data, checksum = _encode(arr)
                     name = feature_file(rec.image_id)
-                    write_bytes_atomic(join(folder, name), data)
+                    write_bytes_atomic(join(folder, name), data, clean_stale=False)  # swept once at start
                     c, h, w = arr.shape
                     manifest.add(
                         {
