@@ -16,7 +16,6 @@ stops, including on an exception, so an interrupted run loses at most the batch 
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import time
@@ -38,8 +37,10 @@ from soco_pipeline.features.layout import (
     REQUIRED_COLUMNS,
     FeatureError,
     _read_manifest,
+    checksum_matches,
     feature_dir,
     feature_file,
+    file_checksum,
 )
 from soco_pipeline.schemas import FeatureManifestSchema, validate
 from soco_pipeline.storage import (
@@ -76,7 +77,7 @@ def _encode(arr: np.ndarray) -> tuple[bytes, str]:
     buf = io.BytesIO()
     np.save(buf, arr, allow_pickle=False)
     data = buf.getvalue()
-    return data, hashlib.sha256(data).hexdigest()
+    return data, file_checksum(data)
 
 
 def _check_images(images: pd.DataFrame) -> pd.DataFrame:
@@ -100,7 +101,7 @@ def _is_done(cache_root: str, row: dict | None, verify: str) -> bool:
     path = join(cache_root, row["path"])
     if not exists(path):
         return False
-    return verify != "checksum" or hashlib.sha256(read_bytes(path)).hexdigest() == row["checksum"]
+    return verify != "checksum" or checksum_matches(read_bytes(path), row["checksum"])
 
 
 class _Manifest:
