@@ -5,6 +5,7 @@ from dagster_duckdb import DuckDBResource
 
 from soco_pipeline.defs import automation, backbone_assets, data_assets, pair_assets
 from soco_pipeline.defs.io_managers import ParquetIOManager
+from soco_pipeline.defs.recovery import dead_run_sensor
 from soco_pipeline.defs.resources import SocoSettings
 from soco_pipeline.settings import Settings
 
@@ -22,6 +23,7 @@ def build_definitions(**overrides) -> dg.Definitions:
         jobs=[automation.backbone_job],
         sensors=[
             automation.backbone_specs_sensor,
+            dead_run_sensor,
             dg.AutomationConditionSensorDefinition(
                 "default_automation_condition_sensor",
                 target=dg.AssetSelection.all(),
