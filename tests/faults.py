@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import yaml
 
 from soco_pipeline.storage import PROJECT_ROOT
 
@@ -80,6 +81,44 @@ def kill_during_write(path: str, data: bytes, how: str, tmp: Path, deadline_s: f
     finally:
         kill(proc)
     assert proc.returncode == -signal.SIGKILL
+
+
+BACKBONE = "vit_small_slow"
+
+
+def crash_env(tmp: Path) -> dict[str, str]:
+    """Storage, DAGSTER_HOME (the project's dagster.yaml) and a one-image-per-batch ViT spec under `tmp`."""
+    from tests.dagster_server import write_instance_yaml
+
+    storage, home, backbones = tmp / "storage", tmp / "home", tmp / "backbones"
+    write_instance_yaml(home, storage)
+    backbones.mkdir()
+    spec = yaml.safe_load((PROJECT_ROOT / "assets" / "backbones" / "vit_small_random.yaml").read_text())
+    spec.update(batch_size=1, device="cpu")  # one image per batch: a kill lands between two maps
+    (backbones / f"{BACKBONE}.yaml").write_text(yaml.safe_dump(spec))
+    return child_env(
+        DAGSTER_HOME=str(home), SOCO_STORAGE=str(storage), SOCO_BACKBONES_DIR=str(backbones),
+        SOCO_CATEGORIES="car,dog", SOCO_IMAGES_PER_CATEGORY="8", OMP_NUM_THREADS="1",
+    )
+
+
+def start_demo(env: dict[str, str]) -> subprocess.Popen:
+    """`python -m soco_pipeline.demo` in its own session, stdout and stderr piped together."""
+    return subprocess.Popen(
+        [sys.executable, "-u", "-m", "soco_pipeline.demo"], cwd=PROJECT_ROOT, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )
+
+
+def wait_for_maps(folder: Path, deadline_s: float) -> int:
+    """Wait until a feature map is on disk under `folder/<spec_hash>/`; return how many there are."""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        n = len(list(folder.glob("*/*.npy")))
+        if n:
+            return n
+        time.sleep(0.02)
+    raise TimeoutError(f"no feature map appeared under {folder} within {deadline_s} s")
 
 
 def metrics_frame(backbone: str, rows: int = 200, seed: int = 0) -> pd.DataFrame:

@@ -18,45 +18,12 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-import yaml
 
 from soco_pipeline.defs.recovery import HOST_TAG, PID_TAG, fail_dead_runs, process_tags, waiting_message
-from soco_pipeline.storage import PROJECT_ROOT, read_parquet
+from soco_pipeline.storage import read_parquet
 from soco_pipeline.tables import table_for
 from tests.dagster_server import write_instance_yaml
-from tests.faults import child_env, kill, wait_for_line
-
-BACKBONE = "vit_small_slow"
-
-
-def _setup(tmp: Path) -> dict[str, str]:
-    storage, home, backbones = tmp / "storage", tmp / "home", tmp / "backbones"
-    write_instance_yaml(home, storage)
-    backbones.mkdir()
-    spec = yaml.safe_load((PROJECT_ROOT / "assets" / "backbones" / "vit_small_random.yaml").read_text())
-    spec.update(batch_size=1, device="cpu")  # one image per batch: a kill lands between two maps
-    (backbones / f"{BACKBONE}.yaml").write_text(yaml.safe_dump(spec))
-    return child_env(
-        DAGSTER_HOME=str(home), SOCO_STORAGE=str(storage), SOCO_BACKBONES_DIR=str(backbones),
-        SOCO_CATEGORIES="car,dog", SOCO_IMAGES_PER_CATEGORY="8", OMP_NUM_THREADS="1",
-    )
-
-
-def _demo(env: dict[str, str], log: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-u", "-m", "soco_pipeline.demo"], cwd=PROJECT_ROOT, env=env,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
-    )
-
-
-def _wait_for_maps(folder: Path, deadline_s: float) -> int:
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        n = len(list(folder.glob("*/*.npy")))
-        if n:
-            return n
-        time.sleep(0.02)
-    raise TimeoutError(f"no feature map appeared under {folder} within {deadline_s} s")
+from tests.faults import BACKBONE, crash_env, kill, start_demo, wait_for_line, wait_for_maps
 
 
 def _instance(home: str) -> dg.DagsterInstance:
@@ -65,12 +32,12 @@ def _instance(home: str) -> dg.DagsterInstance:
 
 @pytest.mark.timeout(900)
 def test_kill_9_mid_extraction_then_the_next_run_completes(tmp_path):
-    env = _setup(tmp_path)
+    env = crash_env(tmp_path)
     features = Path(env["SOCO_STORAGE"]) / "features" / BACKBONE
-    first = _demo(env, tmp_path / "first.log")
+    first = start_demo(env)
     try:
         wait_for_line(first, f"backbone {BACKBONE}", deadline_s=300)
-        _wait_for_maps(features, deadline_s=300)
+        wait_for_maps(features, deadline_s=300)
         os.kill(first.pid, signal.SIGKILL)  # as the OOM killer would
     finally:
         kill(first)
@@ -86,7 +53,7 @@ def test_kill_9_mid_extraction_then_the_next_run_completes(tmp_path):
         dead_id = stuck[0].run_id
 
     t0 = time.monotonic()
-    second = _demo(env, tmp_path / "second.log")
+    second = start_demo(env)
     try:
         out, _ = second.communicate(timeout=600)
     finally:
