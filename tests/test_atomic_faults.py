@@ -104,3 +104,39 @@ def test_disk_full_names_the_storage_root_and_bytes_and_leaves_no_orphan(tiny_tm
         write_parquet_atomic(df, str(tiny_tmpfs / "tables" / "metrics" / "a.parquet"))
     assert not (tiny_tmpfs / "tables" / "metrics" / "a.parquet").exists()
     assert _temps(tiny_tmpfs / "tables" / "metrics") == []
+
+
+def test_disk_full_during_extraction_leaves_no_orphan_and_a_rerun_resumes(tiny_tmpfs, tmp_path, monkeypatch):
+    """A real ENOSPC in the middle of a feature extraction (SIFT maps of 16 KB into 256 KiB)."""
+    import numpy as np
+    from PIL import Image
+
+    from soco_pipeline.backbones import parse_spec, spec_hash
+    from soco_pipeline.features import FeatureStore, extract_features
+    from soco_pipeline.features.layout import _read_manifest, feature_dir
+
+    monkeypatch.setenv("SOCO_STORAGE", str(tiny_tmpfs))
+    rng = np.random.default_rng(0)
+    rows = []
+    for i in range(40):
+        uri = tmp_path / "img" / f"car_{i:04d}.png"
+        uri.parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(rng.integers(0, 256, size=(64, 64, 3), dtype=np.uint8)).save(uri)
+        rows.append({"image_id": f"car_{i:04d}", "uri": str(uri), "width": 64, "height": 64, "category": "car"})
+    images = pd.DataFrame(rows)
+    spec = parse_spec({"kind": "classical", "model": "sift", "input": {"nearest_multiple": 64},
+                       "normalisation": "raw", "batch_size": 2}, "sift_full")
+    cache = str(tiny_tmpfs / "features")
+    with pytest.raises(StorageFullError) as e:
+        extract_features(spec, images, cache)
+    assert str(tiny_tmpfs) in str(e.value) and "bytes" in str(e.value) and "a rerun resumes" in str(e.value)
+    folder = Path(feature_dir(cache, spec.name, spec_hash(spec)))
+    listed = set(_read_manifest(str(folder)).path.str.rsplit("/", n=1).str[-1])
+    on_disk = {p.name for p in folder.glob("*.npy")}
+    assert on_disk == listed and 0 < len(on_disk) < 40  # no orphan: every map left is in the manifest
+    assert not list(folder.glob(".tmp-*"))
+
+    subprocess.run(["mount", "-o", "remount,size=4m", str(tiny_tmpfs)], check=True, timeout=20)
+    manifest = extract_features(spec, images, cache)
+    assert len(manifest) == 40
+    assert len(FeatureStore.from_manifest(cache, manifest).get_many(list(images.image_id))) == 40

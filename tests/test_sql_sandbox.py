@@ -98,3 +98,12 @@ def test_a_copied_storage_root_queries_its_own_tables(storage, capsys, tmp_path,
     rc, out, err = _sql(capsys, "SELECT min(soc) AS s, (SELECT count(*) FROM metrics) AS n FROM leaderboard")
     assert rc == 0, err
     assert out.split()[-2:] == ["-1.0", "400"]
+
+
+def test_the_dagster_duckdb_resource_reads_the_relative_views(storage, monkeypatch, tmp_path):
+    from soco_pipeline.defs.definitions import build_definitions
+
+    monkeypatch.chdir(tmp_path)  # not the storage root: the views must not depend on the working directory
+    resource = build_definitions(storage_root=str(storage)).resources["duckdb"]
+    with resource.get_connection() as con:
+        assert con.execute("SELECT count(*) FROM metrics").fetchone()[0] == 400

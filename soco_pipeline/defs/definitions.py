@@ -35,8 +35,10 @@ def build_definitions(**overrides) -> dg.Definitions:
         resources={
             "soco": soco,
             "io_manager": ParquetIOManager(base_path=settings.tables_root),
+            # The stored views name their Parquet files relative to the storage root (portable copies).
             "duckdb": DuckDBResource(
-                database=settings.duckdb_path, connection_config={"access_mode": "READ_ONLY"}
+                database=settings.duckdb_path,
+                connection_config={"access_mode": "READ_ONLY", "file_search_path": settings.storage_root},
             ),
         },
     )

@@ -44,7 +44,9 @@ from soco_pipeline.features.layout import (
 )
 from soco_pipeline.schemas import FeatureManifestSchema, validate
 from soco_pipeline.storage import (
+    StorageFullError,
     exists,
+    filesystem,
     join,
     read_bytes,
     remove_stale_temps,
@@ -169,14 +171,32 @@ def extract_features(
     if todo:
         backbone = backbone or build_backbone(spec, context)
         _write_info(folder, spec, hash_, backbone)
-        _run(
-            spec, backbone, images.iloc[todo].reset_index(drop=True), cache_root, folder, hash_, manifest, log
-        )
+        try:
+            _run(
+                spec, backbone, images.iloc[todo].reset_index(drop=True), cache_root, folder, hash_, manifest,
+                log,
+            )
+        except StorageFullError as e:
+            freed = _remove_unlisted_maps(folder)
+            raise StorageFullError(
+                e.errno, f"{e.strerror}. Extraction of {spec.name!r} stopped; {freed} maps the manifest could "
+                f"not list were removed, the listed ones are kept (a rerun resumes from them)"
+            ) from e
 
     out = pd.DataFrame([manifest.rows[i] for i in images.image_id], columns=MANIFEST_COLUMNS)
     validate(out, FeatureManifestSchema, f"features[{spec.name}] manifest")
     ints = ["channels", "grid_h", "grid_w", "input_size", "width", "height"]
     return out.astype({**dict.fromkeys(ints, "int64"), "stride": "float64"})
+
+
+def _remove_unlisted_maps(folder: str) -> int:
+    """Delete the .npy files of a cache folder that its manifest on disk does not list (orphans); count them."""
+    fs, base = filesystem(folder)
+    listed = {str(p).rsplit("/", 1)[-1] for p in _read_manifest(folder)["path"]}
+    orphans = [f for f in fs.glob(f"{base.rstrip('/')}/*.npy") if f.rsplit("/", 1)[-1] not in listed]
+    for f in orphans:
+        fs.rm(f)
+    return len(orphans)
 
 
 def _write_info(folder: str, spec: BackboneSpec, hash_: str, backbone: Backbone) -> None:
