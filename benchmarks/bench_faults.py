@@ -224,6 +224,54 @@ def fault_disk_full(tmp: Path) -> None:
         subprocess.run(["umount", "-l", str(mnt)], check=False, capture_output=True, timeout=20)
 
 
+def fault_disk_full_extraction(tmp: Path) -> None:
+    """ENOSPC in the middle of a feature extraction (SIFT maps of 16 KB into a 256 KiB tmpfs), then more space."""
+    from PIL import Image
+
+    from soco_pipeline.backbones import parse_spec, spec_hash
+    from soco_pipeline.features import extract_features
+    from soco_pipeline.features.layout import _read_manifest, feature_dir
+
+    mnt = tmp / "tiny"
+    mnt.mkdir()
+    try:
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)], check=True,
+                       capture_output=True, timeout=20)
+    except (OSError, subprocess.SubprocessError) as e:
+        record("disk full mid-extraction (tmpfs)", False, -1, 0.0, f"skipped: cannot mount a tmpfs here ({e})")
+        return
+    try:
+        rng = np.random.default_rng(0)
+        rows = []
+        for i in range(40):
+            uri = tmp / "img" / f"car_{i:04d}.png"
+            uri.parent.mkdir(parents=True, exist_ok=True)
+            Image.fromarray(rng.integers(0, 256, size=(64, 64, 3), dtype=np.uint8)).save(uri)
+            rows.append({"image_id": f"car_{i:04d}", "uri": str(uri), "width": 64, "height": 64, "category": "car"})
+        images = pd.DataFrame(rows)
+        spec = parse_spec({"kind": "classical", "model": "sift", "input": {"nearest_multiple": 64},
+                           "normalisation": "raw", "batch_size": 2}, "sift_full")
+        cache = str(mnt / "features")
+        try:
+            extract_features(spec, images, cache)
+            clear = False
+        except StorageFullError as e:
+            clear = str(mnt) in str(e) and "bytes" in str(e)
+        folder = Path(feature_dir(cache, spec.name, spec_hash(spec)))
+        listed = set(_read_manifest(str(folder)).path.str.rsplit("/", n=1).str[-1])
+        on_disk = {p.name for p in folder.glob("*.npy")}
+        orphans = len(on_disk - listed) + len(list(folder.glob(".tmp-*")))
+        subprocess.run(["mount", "-o", "remount,size=4m", str(mnt)], check=True, timeout=20)
+        t0 = time.perf_counter()
+        manifest = extract_features(spec, images, cache)
+        seconds = time.perf_counter() - t0
+        record("disk full mid-extraction (256 KiB tmpfs), then more space", clear and orphans == 0,
+               abs(len(manifest) - len(images)), seconds,
+               f"{len(listed)} of {len(images)} maps kept at the fault, {orphans} orphans; the rerun resumed")
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False, capture_output=True, timeout=20)
+
+
 def fault_sql_write(tmp: Path) -> None:
     """`soco sql` tries COPY TO over a published table and reads /etc/passwd."""
     tables, db = tmp / "storage" / "tables", tmp / "storage" / "results.duckdb"
@@ -276,6 +324,7 @@ def main() -> int:
         ("corrupt cache", fault_corrupt_cache),
         ("failed check", fault_failed_check),
         ("disk full", fault_disk_full),
+        ("disk full extraction", fault_disk_full_extraction),
         ("sql", fault_sql_write),
         ("keypoint outside", fault_keypoint_outside),
     ]
