@@ -28,8 +28,9 @@ $(DAGSTER_HOME)/dagster.yaml: dagster.yaml
 demo: install $(DAGSTER_HOME)/dagster.yaml
 	$(PY) -m soco_pipeline.demo
 
-test: install
+test: install $(DAGSTER_HOME)/dagster.yaml
 	$(VENV)/bin/ruff check soco_pipeline tests benchmarks
+	VIRTUAL_ENV=$(CURDIR)/$(VENV) $(VENV)/bin/dg check defs
 	$(PY) -m pytest -q --durations=15
 
 lint: install

@@ -10,9 +10,10 @@ memory, with the time spent reading maps and in the native kernel broken out; an
 official structure (encode both images of every pair, one einsum per pair) against encoding each image
 once plus batched matching, on the same pairs, with the ratio (target: >= 20x).
 
-    .venv/bin/python benchmarks/bench_matching.py            # the full embedded set (4,000 images)
+    .venv/bin/python benchmarks/bench_matching.py            # the full embedded set, torch (the default)
     .venv/bin/python benchmarks/bench_matching.py --small    # a quick run on the demo set
-    SOCO_NATIVE=avx2 .venv/bin/python benchmarks/bench_matching.py   # the AVX2 kernel on an AVX-512 CPU
+    SOCO_NATIVE=1 .venv/bin/python benchmarks/bench_matching.py      # the opt-in C kernel (widest ISA)
+    SOCO_NATIVE=avx2 .venv/bin/python benchmarks/bench_matching.py   # its AVX2 variant
 """
 
 from __future__ import annotations

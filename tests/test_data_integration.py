@@ -8,15 +8,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from soco_pipeline import synth
 from soco_pipeline.data.imageset import build_image_set
 from soco_pipeline.data.keypoints import aggregate_keypoints
 from soco_pipeline.sources import SourceConfig, read_candidates, read_raw_keypoints
 from soco_pipeline.storage import join, read_bytes, read_parquet
 from soco_pipeline.taxonomy import load_taxonomy
-
-synth = pytest.importorskip("soco_pipeline.synth")
-if not hasattr(synth, "generate_dataset"):
-    pytest.skip("soco_pipeline.synth.generate_dataset is not available yet", allow_module_level=True)
 
 TAX = load_taxonomy()
 CATEGORIES = ["bus", "mug", "chair", "dog"]

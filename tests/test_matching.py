@@ -10,7 +10,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from soco_pipeline.evaluation.matching import predict, predict_four_choice
+from soco_pipeline.evaluation.four_choice_matching import predict_four_choice
+from soco_pipeline.evaluation.matching import predict
 from soco_pipeline.evaluation.metrics import compute_metrics
 from soco_pipeline.evaluation.protocol import ProtocolConfig
 from soco_pipeline.evaluation.theory import expected_concept_oracle_soc, random_feature_chance

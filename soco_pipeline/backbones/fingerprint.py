@@ -1,4 +1,4 @@
-"""What a backbone's results depend on, as one hash: spec, protocol, code version, input data.
+"""What a backbone's results depend on, as one hash: spec, protocol, code versions, input data.
 
 A backbone needs re-evaluation exactly when this fingerprint differs from the one its last metrics
 recorded. Also lists the spec files of a folder with their content hashes (for the sensor).
@@ -9,9 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-
-# Bump when the feature/matching/metric code changes what it computes.
-CODE_VERSION = "1"
 
 # The unpartitioned tables the per-backbone assets read.
 DATA_ASSETS = ("image_set", "keypoints", "image_pairs", "correspondences", "four_choice")
@@ -37,14 +34,19 @@ def scan_specs(folder: Path) -> tuple[dict[str, str], dict[str, str]]:
     return valid, invalid
 
 
-def fingerprint(spec_path: Path, data_versions: dict[str, str], protocol_path: str | None = None) -> str:
-    """Hash of everything a backbone's metrics depend on."""
+def fingerprint(
+    spec_path: Path,
+    data_versions: dict[str, str],
+    protocol_path: str | None = None,
+    code_versions: dict[str, str] | None = None,
+) -> str:
+    """Hash of everything a backbone's metrics depend on; `code_versions` are its assets' Dagster code versions."""
     from soco_pipeline.evaluation.protocol import load_protocol
 
     payload = {
         "spec": file_hash(spec_path),
         "protocol": load_protocol(protocol_path).version_hash(),
-        "code": CODE_VERSION,
+        "code": dict(sorted((code_versions or {}).items())),
         "data": dict(sorted(data_versions.items())),
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]

@@ -4,10 +4,13 @@ from pathlib import Path
 
 import dagster as dg
 import pandas as pd
+from dagster_duckdb import DuckDBResource
 
+from soco_pipeline import schemas
+from soco_pipeline.defs.checks import columns_of
 from soco_pipeline.defs.partitions import backbones_partitions
 from soco_pipeline.defs.resources import SocoSettings
-from soco_pipeline.defs.versions import current_fingerprint
+from soco_pipeline.defs.versions import BACKBONE_CODE_VERSIONS, current_fingerprint
 from soco_pipeline.taxonomy import load_taxonomy
 
 EAGER = dg.AutomationCondition.eager()
@@ -53,6 +56,8 @@ def protocol(soco: SocoSettings):
     pool="gpu",
     automation_condition=EAGER,
     kinds={"pytorch"},
+    code_version=BACKBONE_CODE_VERSIONS["feature_manifest"],
+    metadata=columns_of(schemas.FeatureManifestSchema),
 )
 def feature_manifest(
     context: dg.AssetExecutionContext, soco: SocoSettings, image_set: pd.DataFrame
@@ -85,6 +90,8 @@ def feature_manifest(
     partitions_def=backbones_partitions,
     automation_condition=EAGER,
     kinds={"pytorch"},
+    code_version=BACKBONE_CODE_VERSIONS["predictions"],
+    metadata=columns_of(schemas.PredictionSchema),
 )
 def predictions(
     context: dg.AssetExecutionContext,
@@ -119,6 +126,7 @@ def predictions(
     partitions_def=backbones_partitions,
     automation_condition=EAGER,
     kinds={"pytorch"},
+    code_version=BACKBONE_CODE_VERSIONS["four_choice_predictions"],
 )
 def four_choice_predictions(
     context: dg.AssetExecutionContext,
@@ -130,7 +138,7 @@ def four_choice_predictions(
     image_pairs: pd.DataFrame,
 ) -> pd.DataFrame:
     """The backbone's pick among the four options of each item, for every rotation of the options."""
-    from soco_pipeline.evaluation.matching import predict_four_choice
+    from soco_pipeline.evaluation.four_choice_matching import predict_four_choice
 
     store = feature_store(soco, feature_manifest)
     df = predict_four_choice(
@@ -152,6 +160,7 @@ def four_choice_predictions(
     partitions_def=backbones_partitions,
     automation_condition=EAGER,
     kinds={"pandas"},
+    code_version=BACKBONE_CODE_VERSIONS["metrics"],
 )
 def metrics(
     context: dg.AssetExecutionContext,
@@ -189,12 +198,13 @@ def metrics(
     return df
 
 
-@dg.asset(group_name="evaluation", deps=[metrics], automation_condition=EAGER, kinds={"duckdb"})
+@dg.asset(
+    group_name="evaluation", deps=[metrics], automation_condition=EAGER, kinds={"pandas"}, code_version="1"
+)
 def leaderboard(context: dg.AssetExecutionContext, soco: SocoSettings) -> pd.DataFrame:
     """One row per backbone: CC, SOC, SOC-geo, Cross-SOC, the drops, per-super-category SOC, 4-choice.
 
-    Backbones whose spec file was deleted keep their row, marked `spec_present = false`. Also
-    refreshes the DuckDB views of storage/results.duckdb.
+    Backbones whose spec file was deleted keep their row, marked `spec_present = false`.
     """
     import base64
     import tempfile
@@ -231,13 +241,18 @@ def leaderboard(context: dg.AssetExecutionContext, soco: SocoSettings) -> pd.Dat
     return board
 
 
-@dg.asset(group_name="evaluation", deps=[leaderboard], automation_condition=EAGER, kinds={"duckdb"})
-def results_database(context: dg.AssetExecutionContext, soco: SocoSettings) -> dg.MaterializeResult:
+@dg.asset(
+    group_name="evaluation", deps=[leaderboard], automation_condition=EAGER, kinds={"duckdb"}, code_version="1"
+)
+def results_database(
+    context: dg.AssetExecutionContext, soco: SocoSettings, duckdb: DuckDBResource
+) -> dg.MaterializeResult:
     """storage/results.duckdb: views over every result table, for DuckDB SQL (opened read-only by readers)."""
-    from soco_pipeline.evaluation.results_db import refresh_views
+    from soco_pipeline.evaluation.results_db import create_views
 
     settings = soco.settings()
-    views = refresh_views(settings.duckdb_path, settings.tables_root)
+    with duckdb.get_connection() as con:
+        views = create_views(con, settings.tables_root)
     return dg.MaterializeResult(
         metadata={"path": dg.MetadataValue.path(settings.duckdb_path), "views": ", ".join(views)}
     )

@@ -9,6 +9,20 @@ import pandera.pandas as pa
 from soco_pipeline.data.checks import table_problems
 
 
+def columns_of(schema: type[pa.DataFrameModel]) -> dict[str, dg.TableSchemaMetadataValue]:
+    """Asset metadata that shows a table's columns (names, types, constraints) in the UI, built by
+    dagster-pandera from our pandera schema. The schema itself is enforced by the blocking `schema` check,
+    which also carries the cross-table rules and the reasons of a failure."""
+    import warnings
+
+    from dagster_pandera import pandera_schema_to_dagster_type
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the function is marked beta
+        dagster_type = pandera_schema_to_dagster_type(schema)
+    return {"dagster/column_schema": dagster_type.metadata["schema"]}
+
+
 def check_result(asset: str, problems: Iterable[str]) -> dg.AssetCheckResult:
     """The `schema` check of an asset: passed iff there are no problems; the first 20 go to the metadata."""
     problems = list(problems)

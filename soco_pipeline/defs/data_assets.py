@@ -4,7 +4,7 @@ import dagster as dg
 import pandas as pd
 
 from soco_pipeline import schemas
-from soco_pipeline.defs.checks import publish_checked, schema_check
+from soco_pipeline.defs.checks import columns_of, publish_checked, schema_check
 from soco_pipeline.defs.resources import SocoSettings
 from soco_pipeline.taxonomy import load_taxonomy
 
@@ -32,7 +32,7 @@ def source_config(soco: SocoSettings):
     return cfg
 
 
-@dg.asset(group_name=GROUP, kinds={"python"})
+@dg.asset(group_name=GROUP, kinds={"python"}, code_version="1")
 def embedded_dataset(context: dg.AssetExecutionContext, soco: SocoSettings) -> dg.MaterializeResult:
     """The generated default benchmark (ImageNet3D/Animal3D-style files, clicks, ground truth).
 
@@ -63,7 +63,7 @@ def embedded_dataset(context: dg.AssetExecutionContext, soco: SocoSettings) -> d
     )
 
 
-@dg.asset(group_name=GROUP, deps=[embedded_dataset], kinds={"pandas"})
+@dg.asset(group_name=GROUP, deps=[embedded_dataset], kinds={"pandas"}, code_version="1")
 def source_images(context: dg.AssetExecutionContext, soco: SocoSettings) -> pd.DataFrame:
     """Every candidate image of the configured source, before filtering."""
     from soco_pipeline.sources import read_candidates
@@ -73,7 +73,7 @@ def source_images(context: dg.AssetExecutionContext, soco: SocoSettings) -> pd.D
     return df
 
 
-@dg.asset(group_name=GROUP, deps=[embedded_dataset], kinds={"pandas"})
+@dg.asset(group_name=GROUP, deps=[embedded_dataset], kinds={"pandas"}, code_version="1")
 def raw_keypoints(context: dg.AssetExecutionContext, soco: SocoSettings) -> pd.DataFrame:
     """Raw annotator clicks (three per keypoint) and Animal3D keypoints, before aggregation."""
     from soco_pipeline.sources import read_raw_keypoints
@@ -84,8 +84,16 @@ def raw_keypoints(context: dg.AssetExecutionContext, soco: SocoSettings) -> pd.D
 @dg.multi_asset(
     group_name=GROUP,
     outs={
-        "image_set": dg.AssetOut(description="The filtered image set: one salient, large object per image."),
-        "rejected_images": dg.AssetOut(description="Every image the filters dropped, with the reason."),
+        "image_set": dg.AssetOut(
+            description="The filtered image set: one salient, large object per image.",
+            code_version="1",
+            metadata=columns_of(schemas.ImageSchema),
+        ),
+        "rejected_images": dg.AssetOut(
+            description="Every image the filters dropped, with the reason.",
+            code_version="1",
+            metadata=columns_of(schemas.RejectedImageSchema),
+        ),
     },
     check_specs=[
         dg.AssetCheckSpec("schema", asset="image_set", blocking=True),
@@ -119,6 +127,8 @@ def image_set_assets(context: dg.AssetExecutionContext, soco: SocoSettings, sour
     group_name=GROUP,
     check_specs=[dg.AssetCheckSpec("schema", asset="keypoints", blocking=True)],
     kinds={"pandas"},
+    code_version="1",
+    metadata=columns_of(schemas.KeypointSchema),
 )
 def keypoints(
     context: dg.AssetExecutionContext,
@@ -142,6 +152,8 @@ def keypoints(
     group_name=GROUP,
     check_specs=[dg.AssetCheckSpec("schema", asset="descriptions", blocking=True)],
     kinds={"pandas"},
+    code_version="1",
+    metadata=columns_of(schemas.DescriptionSchema),
 )
 def descriptions(context: dg.AssetExecutionContext, image_set: pd.DataFrame):
     """One language description per (category, keypoint), e.g. 'the center point of the front left wheel of a bus'."""

@@ -35,10 +35,11 @@ def build_definitions(**overrides) -> dg.Definitions:
         resources={
             "soco": soco,
             "io_manager": ParquetIOManager(base_path=settings.tables_root),
-            # The stored views name their Parquet files relative to the storage root (portable copies).
+            # The one writer of storage/results.duckdb (the results_database asset); readers such as
+            # `soco sql` open the file read-only on their own. The views name their Parquet files relative
+            # to the storage root (portable copies), so connections resolve them from there.
             "duckdb": DuckDBResource(
-                database=settings.duckdb_path,
-                connection_config={"access_mode": "READ_ONLY", "file_search_path": settings.storage_root},
+                database=settings.duckdb_path, connection_config={"file_search_path": settings.storage_root}
             ),
         },
     )

@@ -5,7 +5,7 @@ import pandas as pd
 import pyarrow as pa
 
 from soco_pipeline import schemas
-from soco_pipeline.defs.checks import check_result, publish_checked, schema_check
+from soco_pipeline.defs.checks import check_result, columns_of, publish_checked, schema_check
 from soco_pipeline.defs.resources import SocoSettings
 from soco_pipeline.taxonomy import load_taxonomy
 
@@ -32,6 +32,8 @@ def release_tables(soco: SocoSettings):
     group_name=GROUP,
     check_specs=[dg.AssetCheckSpec("schema", asset="image_pairs", blocking=True)],
     kinds={"pandas"},
+    code_version="1",
+    metadata=columns_of(schemas.ImagePairSchema),
 )
 def image_pairs(
     context: dg.AssetExecutionContext, soco: SocoSettings, image_set: pd.DataFrame, keypoints: pd.DataFrame
@@ -56,6 +58,8 @@ def image_pairs(
     group_name=GROUP,
     check_specs=[dg.AssetCheckSpec("schema", asset="correspondences", blocking=True)],
     kinds={"pyarrow"},
+    code_version="1",
+    metadata=columns_of(schemas.CorrespondenceSchema),
 )
 def correspondences(
     context: dg.AssetExecutionContext, soco: SocoSettings, image_pairs: pd.DataFrame, keypoints: pd.DataFrame
@@ -81,6 +85,8 @@ def correspondences(
     group_name=GROUP,
     check_specs=[dg.AssetCheckSpec("schema", asset="four_choice", blocking=True)],
     kinds={"pandas"},
+    code_version="1",
+    metadata=columns_of(schemas.FourChoiceSchema),
 )
 def four_choice(
     context: dg.AssetExecutionContext,

@@ -1,11 +1,24 @@
-"""A backbone's input fingerprint as seen from the Dagster instance (for the schedule and metrics)."""
+"""Code versions of the per-backbone assets, and a backbone's input fingerprint as seen from the instance.
+
+Dagster's `code_version` of each asset is the one place a code change is declared: bump it when the code
+changes what the asset computes. The feature cache's own spec hash reuses FEATURE_CODE_VERSION, because its
+files outlive Dagster's metadata.
+"""
 
 from pathlib import Path
 
 import dagster as dg
 
 from soco_pipeline.backbones.fingerprint import DATA_ASSETS, fingerprint
+from soco_pipeline.backbones.spec import FEATURE_CODE_VERSION
 from soco_pipeline.defs.resources import SocoSettings
+
+BACKBONE_CODE_VERSIONS = {
+    "feature_manifest": FEATURE_CODE_VERSION,
+    "predictions": "1",
+    "four_choice_predictions": "1",
+    "metrics": "1",
+}
 
 
 def data_versions(instance: dg.DagsterInstance) -> dict[str, str]:
@@ -22,7 +35,7 @@ def current_fingerprint(instance: dg.DagsterInstance, soco: SocoSettings, backbo
     path = Path(soco.backbones_dir) / f"{backbone}.yaml"
     if not path.exists():
         return None
-    return fingerprint(path, data_versions(instance), soco.protocol_path)
+    return fingerprint(path, data_versions(instance), soco.protocol_path, BACKBONE_CODE_VERSIONS)
 
 
 def recorded_fingerprint(instance: dg.DagsterInstance, backbone: str) -> str | None:

@@ -77,19 +77,27 @@ def _local_base(db_path: Path, tables_root: str) -> str | None:
 
 
 def refresh_views(db_path: str | Path, tables_root: str) -> list[str]:
-    """(Re)create one view per existing result table; returns the view names created.
-
-    Local tables under the database's folder are named relative to it (portable copies); a reader
-    must then resolve them from that folder (`connect_readonly` does, or `SET file_search_path`).
-    """
+    """(Re)create one view per existing result table in the file at `db_path`; returns the view names."""
     db_path = Path(db_path)
     db_path.parent.mkdir(parents=True, exist_ok=True)
-    base = _local_base(db_path, tables_root)
-    tables_root = str(Path(tables_root).resolve()) if base is not None else tables_root
     with duckdb.connect(str(db_path)) as con:
-        if base is not None:
-            con.execute(f"SET file_search_path = '{base.replace(chr(39), chr(39) * 2)}'")
-        return _create_views(con, tables_root, base, temp=False)
+        return create_views(con, tables_root)
+
+
+def create_views(con: duckdb.DuckDBPyConnection, tables_root: str) -> list[str]:
+    """(Re)create one view per existing result table (and eval_pairs) on an open writable connection.
+
+    Local tables under the database file's folder are named relative to it (portable copies); a reader
+    must then resolve them from that folder (`connect_readonly` does, or `SET file_search_path`).
+    """
+    db_file = con.execute(
+        "SELECT path FROM duckdb_databases() WHERE database_name = current_database()"
+    ).fetchone()[0]
+    base = _local_base(Path(db_file), tables_root) if db_file else None
+    if base is not None:
+        tables_root = str(Path(tables_root).resolve())
+        con.execute(f"SET file_search_path = '{base.replace(chr(39), chr(39) * 2)}'")
+    return _create_views(con, tables_root, base, temp=False)
 
 
 def connect_readonly(db_path: str | Path, tables_root: str | None = None) -> duckdb.DuckDBPyConnection:

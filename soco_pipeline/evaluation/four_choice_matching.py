@@ -1,0 +1,101 @@
+"""The 4-choice protocol for a feature backbone: the option most similar to the source descriptor wins.
+
+Option descriptors are sampled on the target map like the source descriptor (protocol step 5); each item
+is scored under all four rotations of its options for circular accuracy.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import torch
+
+from soco_pipeline.evaluation.matching import (
+    FeatureStoreLike,
+    MatchingError,
+    _group_slices,
+    _load_stored,
+    _sizes,
+    _source_descriptors,
+    _tensor,
+    sample_descriptors,
+    to_unit,
+    visible_keypoint_xy,
+)
+from soco_pipeline.evaluation.protocol import ProtocolConfig
+
+_OPTIONS = ["option_a", "option_b", "option_c", "option_d"]
+
+
+def rotation_picks(sims: np.ndarray) -> np.ndarray:
+    """For each row of option similarities (n x 4), the original option picked under each rotation.
+
+    Rotation r presents the options in the order r, r+1, ... (mod 4); the highest similarity wins and a
+    tie goes to the option presented first, so tied options make circular accuracy fail consistently.
+    """
+    sims = np.asarray(sims, dtype=np.float64)
+    picks = np.empty((len(sims), 4), dtype=np.int64)
+    for r in range(4):
+        order = (np.arange(4) + r) % 4
+        picks[:, r] = order[np.argmax(sims[:, order], axis=1)]
+    return picks
+
+
+def predict_four_choice(
+    four_choice: pd.DataFrame,
+    keypoints: pd.DataFrame,
+    images: pd.DataFrame,
+    store: FeatureStoreLike,
+    protocol: ProtocolConfig,
+    backbone_name: str,
+    device: str | torch.device = "cpu",
+    image_pairs: pd.DataFrame | None = None,
+) -> pd.DataFrame:
+    """Similarity of each 4-choice option to the source descriptor, and the pick under each rotation.
+
+    Option descriptors are bilinear-sampled on the target map at the option keypoint, like the source.
+    Columns: backbone, pair_id, src_keypoint, sim_a..sim_d, answer, pick_0..pick_3 (the original option
+    index picked when the options are rotated by r). Source/target images come from `image_pairs`
+    (or from `src_image`/`trg_image` columns already on `four_choice`).
+    """
+    device = torch.device(device)
+    items = four_choice.reset_index(drop=True)
+    if not {"src_image", "trg_image"} <= set(items.columns):
+        if image_pairs is None:
+            raise MatchingError("predict_four_choice needs image_pairs (or src_image/trg_image columns)")
+        items = items.merge(image_pairs[["pair_id", "src_image", "trg_image"]], on="pair_id", how="left")
+        if items["src_image"].isna().any():
+            bad = items.loc[items["src_image"].isna(), "pair_id"].iloc[0]
+            raise MatchingError(f"4-choice item pair {bad!r} is not in image_pairs: rebuild four_choice")
+    cols = ["backbone", "pair_id", "src_keypoint", "sim_a", "sim_b", "sim_c", "sim_d", "answer"]
+    if items.empty:
+        return pd.DataFrame(columns=cols + [f"pick_{r}" for r in range(4)])
+    desc, qsrc = _source_descriptors(
+        items["src_image"].to_numpy(), items["src_keypoint"].to_numpy(),
+        keypoints, images, store, protocol, backbone_name, device,
+    )
+    n = len(items)
+    trg = items["trg_image"].to_numpy()
+    opt_names = items[_OPTIONS].to_numpy().reshape(-1)
+    opt_xy = visible_keypoint_xy(keypoints, np.repeat(trg, 4), opt_names, "4-choice option").reshape(n, 4, 2)
+    sizes = _sizes(images, trg)
+    sims = np.zeros((n, 4))
+    for image_id, rows in _group_slices(trg):
+        arr, size = _load_stored(store, image_id, backbone_name)
+        fmap = arr if device.type == "cpu" else _tensor(arr, device)  # numpy: corners read where it is
+        uv = to_unit(opt_xy[rows].reshape(-1, 2), np.repeat(sizes[rows], 4, axis=0), size, protocol)
+        opt_desc = sample_descriptors(fmap, uv).reshape(len(rows), 4, -1)
+        src = desc[torch.as_tensor(qsrc[rows], device=device)].float()
+        sims[rows] = torch.einsum("nc,noc->no", src, opt_desc).cpu().numpy()
+    picks = rotation_picks(sims)
+    out = pd.DataFrame(
+        {
+            "backbone": backbone_name,
+            "pair_id": items["pair_id"].to_numpy(),
+            "src_keypoint": items["src_keypoint"].to_numpy(),
+            **{f"sim_{k}": sims[:, i] for i, k in enumerate("abcd")},
+            "answer": items["answer"].to_numpy().astype(np.int64),
+            **{f"pick_{r}": picks[:, r] for r in range(4)},
+        }
+    )
+    return out
