@@ -108,3 +108,20 @@ def test_a_waiting_run_names_the_run_that_holds_the_slot_and_a_dead_holder_is_fr
         assert holder.run_id not in {s.run_id for s in storage.get_concurrency_info("gpu").claimed_slots}
         # The freed slot goes to the waiting step (the executor claims it on its next poll).
         assert storage.claim_concurrency_slot("gpu", waiter.run_id, "feature_manifest").is_claimed
+
+
+def test_the_dead_run_sensor_fails_a_dead_run(tmp_path):
+    """Under `make ui` the sensor does what `make demo` does before each run."""
+    from soco_pipeline.defs.recovery import dead_run_sensor
+
+    home = tmp_path / "home"
+    write_instance_yaml(home, tmp_path / "storage")
+    with _instance(str(home)) as instance:
+        dead = _run(instance, dg.DagsterRunStatus.STARTED, {**process_tags(), PID_TAG: str(_dead_pid())})
+        live = _run(instance, dg.DagsterRunStatus.STARTED, process_tags())
+        result = dead_run_sensor(dg.build_sensor_context(instance=instance))
+        assert isinstance(result, dg.SkipReason) and dead.run_id in result.skip_message
+        assert instance.get_run_by_id(dead.run_id).status == dg.DagsterRunStatus.FAILURE
+        assert instance.get_run_by_id(live.run_id).status == dg.DagsterRunStatus.STARTED
+        again = dead_run_sensor(dg.build_sensor_context(instance=instance))
+        assert again.skip_message == "no dead runs"
