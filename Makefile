@@ -3,7 +3,7 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-export DAGSTER_HOME := $(CURDIR)/storage/dagster
+export DAGSTER_HOME ?= $(CURDIR)/storage/dagster
 export SOCO_STORAGE ?= $(CURDIR)/storage
 export HF_HUB_OFFLINE := 1
 export DAGSTER_DISABLE_TELEMETRY := 1
@@ -18,9 +18,12 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# A DAGSTER_HOME of your own keeps its dagster.yaml; only one this Makefile wrote is refreshed.
 $(DAGSTER_HOME)/dagster.yaml: dagster.yaml
 	mkdir -p $(DAGSTER_HOME)
-	sed 's#@STORAGE@#$(SOCO_STORAGE)#g' dagster.yaml > $(DAGSTER_HOME)/dagster.yaml
+	@if [ -f $@ ] && ! grep -q 'The Makefile copies this file' $@; then \
+		echo "keeping $@ (not written by this Makefile); see dagster.yaml for the settings the demo expects"; \
+	else sed 's#@STORAGE@#$(SOCO_STORAGE)#g' dagster.yaml > $@; fi
 
 demo: install $(DAGSTER_HOME)/dagster.yaml
 	$(PY) -m soco_pipeline.demo

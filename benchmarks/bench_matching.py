@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import os
 import tempfile
 import time
@@ -32,6 +33,8 @@ import torch.nn.functional as F
 from soco_pipeline.evaluation.matching import predict
 from soco_pipeline.evaluation.protocol import ProtocolConfig
 from soco_pipeline.features import MANIFEST_COLUMNS, FeatureStore
+from soco_pipeline.features import store as store_module
+from soco_pipeline.features.layout import file_checksum
 from soco_pipeline.native import half_matmul
 from soco_pipeline.storage import default_storage_root
 
@@ -70,12 +73,18 @@ def disk_feature_store(root: str, images: pd.DataFrame, n_pool: int, c: int, gri
     hash_ = "0" * 16
     folder = os.path.join(root, "bench", hash_)
     os.makedirs(folder, exist_ok=True)
+    sums = []
     for i, arr in enumerate(random_maps(n_pool, c, grid, seed)):
-        np.save(os.path.join(folder, f"pool_{i:03d}.npy"), arr)
+        buf = io.BytesIO()
+        np.save(buf, arr)
+        with open(os.path.join(folder, f"pool_{i:03d}.npy"), "wb") as f:
+            f.write(buf.getvalue())
+        sums.append(file_checksum(buf.getvalue()))  # verified on every read, as in the pipeline
     manifest = pd.DataFrame({
         "backbone": "bench", "image_id": images["image_id"].to_numpy(), "channels": c, "grid_h": grid,
         "grid_w": grid, "input_size": input_size, "stride": input_size / grid,
-        "path": [f"bench/{hash_}/pool_{i % n_pool:03d}.npy" for i in range(len(images))], "checksum": "",
+        "path": [f"bench/{hash_}/pool_{i % n_pool:03d}.npy" for i in range(len(images))],
+        "checksum": [sums[i % n_pool] for i in range(len(images))],
         "width": images["width"].to_numpy(), "height": images["height"].to_numpy(), "spec_hash": hash_,
     })
     return FeatureStore.from_manifest(root, manifest[MANIFEST_COLUMNS], cache_items=0)
@@ -199,27 +208,32 @@ def bench_throughput(args) -> None:
           f"torch threads {torch.get_num_threads()}; {len(per_target)} target images, "
           f"{per_target.median():.0f} evaluated pairs per target (median)")
     with tempfile.TemporaryDirectory() as cache_root:
+        unverified = disk_feature_store(cache_root, images, args.pool, args.channels, args.grid, size, seed=0)
+        unverified.verify_reads = False
         stores = {
             "feature cache on disk (FeatureStore, page cache)": disk_feature_store(
                 cache_root, images, args.pool, args.channels, args.grid, size, seed=0),
+            "the same, reads not verified (verify_reads=False)": unverified,
             "maps held in memory (cold in DRAM)": Fp16Cache(images.image_id.to_numpy(), args.pool, args.channels,
                                                             args.grid, size, seed=0),
         }
         trg_of = pairs.set_index("pair_id")["trg_image"]
+        totals = {}
         for label, base in stores.items():
             rate0 = matmul_rate()
             best = None
             for _ in range(args.repeats):  # best of repeats: the machine may be shared
                 store = TimedReads(base)
-                kernel = [0.0]
+                kernel, verify = [0.0], [0.0]
                 t = time.perf_counter()
-                with timed(half_matmul, "argmax_into", kernel):
+                with timed(half_matmul, "argmax_into", kernel), timed(store_module, "checksum_matches", verify):
                     preds = predict(pairs, corr, keypoints, images, store, protocol, "bench")
                 total = time.perf_counter() - t
                 if best is None or total < best[0]:
-                    best = (total, store.seconds, store.calls, kernel[0])
+                    best = (total, store.seconds, store.calls, kernel[0], verify[0])
             rate = max(rate0, matmul_rate())
-            total, get_s, calls, kernel_s = best
+            total, get_s, calls, kernel_s, verify_s = best
+            totals[label] = (total, calls)
             free = int((preds["mode"] == "free").sum())
             flops = 2.0 * free * args.channels * args.grid**2
             compute = total - get_s
@@ -228,6 +242,9 @@ def bench_throughput(args) -> None:
             print(f"  predict total          {total:8.2f} s  {free / total:10.0f} queries/s  "
                   f"{flops / total / 1e9:6.1f} GFLOP/s")
             print(f"  of which map reads     {get_s:8.2f} s  ({calls} reads)")
+            if verify_s:
+                print(f"  of which checksums     {verify_s:8.2f} s  ({verify_s / calls * 1e3:.3f} ms per map, page "
+                      f"faults included: the hash touches the pages first, matching then finds them mapped)")
             print(f"  matching without reads {compute:8.2f} s  {free / compute:10.0f} queries/s  "
                   f"{flops / compute / 1e9:6.1f} GFLOP/s")
             if kernel_s:
@@ -236,6 +253,41 @@ def bench_throughput(args) -> None:
             print(f"  large fp32 matmul      {rate:6.1f} GFLOP/s; matching/matmul = {flops / compute / 1e9 / rate:.2f} "
                   f"without reads, {flops / total / 1e9 / rate:.2f} with them (target >= 0.5)"
                   + (f", kernel alone {flops / kernel_s / 1e9 / rate:.2f}" if kernel_s else ""))
+        (on, calls), (off, _) = list(totals.values())[:2]
+        print(f"- read verification (xxh3 checksum of every map): {(on - off) / calls * 1e3:+.3f} ms per map, "
+              f"{100 * (on - off) / off:+.1f}% of matching time (verified {on:.2f} s vs not {off:.2f} s; "
+              f"target < 5%)")
+
+
+def bench_read_verification(args) -> None:
+    """CPU seconds per map of a FeatureStore read plus one full pass over it, verified vs not (best of 5).
+
+    Process time, not wall time: on a shared machine the wall-clock difference of two whole predict runs
+    is dominated by other users' load.
+    """
+    images = pd.DataFrame({"image_id": [f"img_{i:03d}" for i in range(args.pool)], "width": 800, "height": 800})
+    with tempfile.TemporaryDirectory() as root:
+        size = args.grid * 14
+        per_map = {}
+        for verify in (True, False):
+            store = disk_feature_store(root, images, args.pool, args.channels, args.grid, size, seed=0)
+            store.verify_reads = verify
+            best = float("inf")
+            for _ in range(5):
+                t = time.process_time()
+                for image_id in images.image_id:
+                    arr, _ = store.get_stored(image_id)
+                    float(arr.sum(dtype=np.float32))  # matching touches every value once
+                best = min(best, (time.process_time() - t) / len(images))
+            per_map[verify] = best
+        data = open(os.path.join(root, store.manifest.path.iloc[0]), "rb").read()
+        t = time.process_time()
+        for _ in range(50):
+            file_checksum(data)
+        hash_only = (time.process_time() - t) / 50
+    print(f"read verification (C={args.channels}, {args.grid}x{args.grid} fp16, {len(data) / 1e6:.1f} MB a map): "
+          f"xxh3 alone {hash_only * 1e3:.3f} ms; read + one pass {per_map[True] * 1e3:.2f} ms verified vs "
+          f"{per_map[False] * 1e3:.2f} ms not ({(per_map[True] - per_map[False]) * 1e3:+.3f} ms per map, CPU time)")
 
 
 def bench_official_vs_batched(args) -> None:
@@ -321,6 +373,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     if args.small:
         args.size, args.vit_images = "demo", 20
+    bench_read_verification(args)
     bench_throughput(args)
     if not args.skip_official:
         bench_official_vs_batched(args)

@@ -33,9 +33,14 @@ def cmd_leaderboard(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_add_backbone(args: argparse.Namespace, settings: Settings) -> int:
     """Validate a backbone spec file and copy it into the backbones folder (a new partition)."""
     from soco_pipeline.backbones import load_spec
+    from soco_pipeline.backbones.validate import check_timm_model, check_weights
 
     src = Path(args.spec)
     spec = load_spec(src)  # raises BackboneSpecError naming the file and field
+    if not args.skip_weights_check:
+        check_weights(spec)  # the weights file exists / the hf: repo is in the local cache
+    if spec.kind == "timm":
+        check_timm_model(spec)  # timm knows the model and it is a ViT with patch tokens
     dest_dir = Path(settings.backbones_dir)
     dest = dest_dir / f"{spec.name}.yaml"
     if dest.exists() and not args.force:
@@ -84,6 +89,10 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("add-backbone", help="validate a backbone spec and add it to assets/backbones/")
     s.add_argument("spec")
     s.add_argument("--force", action="store_true", help="replace an existing spec of the same name")
+    s.add_argument(
+        "--skip-weights-check", action="store_true",
+        help="add the spec even though its weights are not there yet (its runs fail until they are)",
+    )
     s.set_defaults(func=cmd_add_backbone)
     s = sub.add_parser("export-release", help="write the tables in the official SOCO release layout")
     s.add_argument("out", help="output folder (fsspec path)")

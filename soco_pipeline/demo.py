@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import dagster as dg
@@ -17,6 +18,7 @@ import pandas as pd
 from soco_pipeline.backbones.fingerprint import scan_specs
 from soco_pipeline.defs.definitions import build_definitions
 from soco_pipeline.defs.partitions import backbones_partitions
+from soco_pipeline.defs.recovery import SlotWatcher, fail_dead_runs, process_tags
 
 DATA_AND_PAIRS = dg.AssetSelection.groups("data", "pairs")
 PER_BACKBONE = dg.AssetSelection.assets(
@@ -29,16 +31,22 @@ def _materialize(
     defs: dg.Definitions, instance: dg.DagsterInstance, selection, partition_key=None, log_level="WARNING"
 ) -> float:
     t0 = time.perf_counter()
-    result = dg.materialize(
-        list(defs.assets),
-        selection=selection,
-        instance=instance,
-        resources=defs.resources,
-        partition_key=partition_key,
-        raise_on_error=True,
-        run_config={"loggers": {"console": {"config": {"log_level": log_level}}}},
-        tags={"soco/source": "make demo"},
-    )
+    # A run killed earlier (OOM, kill -9) would hold its pool slot forever: fail it first. Our run carries
+    # this process's host and pid, so the next one can tell if it dies; while it waits for a slot, the
+    # watcher says which run holds it.
+    fail_dead_runs(instance, lambda m: print(m, file=sys.stderr, flush=True))
+    invocation = ("soco/invocation", uuid.uuid4().hex)
+    with SlotWatcher(instance, invocation, log=lambda m: print(m, file=sys.stderr, flush=True)):
+        result = dg.materialize(
+            list(defs.assets),
+            selection=selection,
+            instance=instance,
+            resources=defs.resources,
+            partition_key=partition_key,
+            raise_on_error=True,
+            run_config={"loggers": {"console": {"config": {"log_level": log_level}}}},
+            tags={"soco/source": "make demo", **process_tags(), invocation[0]: invocation[1]},
+        )
     assert result.success
     return time.perf_counter() - t0
 

@@ -7,8 +7,13 @@ leaves a half-written table or tensor where a reader would find it.
 from __future__ import annotations
 
 import contextlib
+import errno
+import hashlib
 import io
 import os
+import shutil
+import socket
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -44,28 +49,121 @@ def exists(path: str) -> bool:
     return fs.exists(p)
 
 
+TMP_PREFIX = ".tmp-"
+STALE_SECONDS = 3600.0  # a temp file of another machine (or an unknown writer) older than this is stale
+_HOST = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
+
+
+class StorageFullError(OSError):
+    """A write failed for lack of space (ENOSPC/EDQUOT); the message names the storage root and the bytes."""
+
+
+def _tmp_name(name: str) -> str:
+    """`.tmp-<host>-<pid>-<random>-<name>`: hidden, and traceable to the process that writes it."""
+    return f"{TMP_PREFIX}{_HOST}-{os.getpid()}-{uuid.uuid4().hex[:12]}-{name}"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _is_stale(fs: fsspec.AbstractFileSystem, path: str, now: float) -> bool:
+    """A temp file whose writer is gone: a dead pid on this host, or older than STALE_SECONDS."""
+    parts = path.rsplit("/", 1)[-1][len(TMP_PREFIX) :].split("-", 3)
+    if len(parts) == 4 and parts[0] == _HOST and parts[1].isdigit():
+        return not _pid_alive(int(parts[1]))
+    try:
+        mtime = fs.modified(path).timestamp()
+    except (NotImplementedError, FileNotFoundError, OSError):
+        return False
+    return now - mtime > STALE_SECONDS
+
+
+def remove_stale_temps(folder: str, name: str | None = None) -> list[str]:
+    """Delete the leftover temp files (of `name`, or of any file) in `folder` whose writer died; returns them.
+
+    An atomic write killed between write and rename (SIGKILL, power loss) leaves a hidden `.tmp-*`
+    sibling; readers never list it, and the next write of the same file removes it here.
+    """
+    fs, p = filesystem(folder)
+    pattern = f"{p.rstrip('/')}/{TMP_PREFIX}*" + (f"-{name}" if name else "")
+    try:
+        candidates = fs.glob(pattern)
+    except FileNotFoundError:
+        return []
+    now = time.time()
+    removed = []
+    for c in candidates:
+        if _is_stale(fs, c, now):
+            with contextlib.suppress(FileNotFoundError):
+                fs.rm(c)
+                removed.append(c)
+    return removed
+
+
+def published(paths: list[str]) -> list[str]:
+    """The paths whose file name is not hidden (drops `.tmp-*` files of writes in flight or killed)."""
+    return [x for x in paths if not x.rstrip("/").rsplit("/", 1)[-1].startswith(".")]
+
+
+def _no_space(path: str, needed: int | None, e: OSError) -> StorageFullError:
+    root = default_storage_root()
+    parent = path.rsplit("/", 1)[0]
+    where = root if str(path).startswith(str(root).rstrip("/") + "/") else parent
+    try:
+        free = f"{shutil.disk_usage(where).free:,} bytes free"
+    except OSError:
+        free = "free space unknown"
+    size = f"{needed:,} bytes" if needed is not None else "more space"
+    return StorageFullError(
+        e.errno,
+        f"no space left writing {path}: it needs {size}, the storage root {where} has {free}; "
+        f"free space there or point SOCO_STORAGE at a larger disk, then re-run (nothing was published)",
+    )
+
+
 @contextlib.contextmanager
-def open_atomic(path: str) -> Iterator[IO[bytes]]:
+def open_atomic(path: str, clean_stale: bool = True, size_hint: int | None = None) -> Iterator[IO[bytes]]:
     """A binary file handle on a temporary sibling of `path`, moved onto `path` only if the block succeeds.
 
-    Temporary names start with `.tmp-`, so readers that list published files can skip them.
+    Temporary names start with `.tmp-`, so readers that list published files skip them. `clean_stale`
+    first removes this file's temps left by killed writers. A full disk raises StorageFullError naming
+    the storage root and the bytes needed (`size_hint`, or what was written so far); the temp is removed.
     """
     fs, p = filesystem(path)
-    parent = p.rsplit("/", 1)[0]
+    parent, name = p.rsplit("/", 1)
     fs.makedirs(parent, exist_ok=True)
-    tmp = f"{parent}/.tmp-{uuid.uuid4().hex}-{p.rsplit('/', 1)[-1]}"
+    if clean_stale:
+        remove_stale_temps(parent, name)
+    tmp = f"{parent}/{_tmp_name(name)}"
+    written: int | None = size_hint
     try:
         with fs.open(tmp, "wb") as f:
-            yield f
+            try:
+                yield f
+            finally:
+                with contextlib.suppress(Exception):
+                    written = written if written is not None else f.tell()
         fs.mv(tmp, p)
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT) and not isinstance(e, StorageFullError):
+            raise _no_space(path, written, e) from e
+        raise
     finally:
-        if fs.exists(tmp):
-            fs.rm(tmp)
+        with contextlib.suppress(OSError):
+            if fs.exists(tmp):
+                fs.rm(tmp)
 
 
-def write_bytes_atomic(path: str, data: bytes) -> None:
+def write_bytes_atomic(path: str, data: bytes, clean_stale: bool = True) -> None:
     """Write bytes to a temporary sibling, then move it onto `path`."""
-    with open_atomic(path) as f:
+    with open_atomic(path, clean_stale=clean_stale, size_hint=len(data)) as f:
         f.write(data)
 
 

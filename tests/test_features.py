@@ -3,7 +3,6 @@ clear errors for bad images and non-finite features, FeatureStore reads."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 
 import numpy as np
@@ -14,6 +13,7 @@ from PIL import Image
 
 from soco_pipeline.backbones import build_backbone, parse_spec, spec_hash
 from soco_pipeline.features import FeatureError, FeatureStore, extract_features, feature_dir
+from soco_pipeline.features.layout import checksum_matches
 from soco_pipeline.schemas import FeatureManifestSchema
 from soco_pipeline.storage import write_parquet_atomic
 
@@ -70,7 +70,7 @@ def test_extract_writes_manifest_and_normalised_fp16_maps(tmp_path, images):
         path = os.path.join(cache, r.path)
         assert r.path.startswith(f"sift_test/{spec_hash(spec)}/")
         with open(path, "rb") as f:
-            assert hashlib.sha256(f.read()).hexdigest() == r.checksum
+            assert r.checksum.startswith("xxh3_128:") and checksum_matches(f.read(), r.checksum)
         assert np.load(path).dtype == np.float16
     store = FeatureStore(cache, "sift_test")
     feats, meta = store.get("car_0001", verify=True)
@@ -228,17 +228,62 @@ def test_store_maps_local_files_read_only_and_names_bad_files(tmp_path, images):
     original = np.load(path[ids[0]])
     assert arr.dtype == np.float16 and not arr.flags.writeable
     assert arr.shape == (meta["channels"], meta["grid_h"], meta["grid_w"]) and np.array_equal(arr, original)
-    # Re-extraction replaces files by rename: a map already handed out keeps its values.
+    assert store.get(ids[0])[0].flags.writeable  # float32 copies stay writable
+    # Files are replaced by rename: a map already handed out keeps its values; a file that is not what
+    # the manifest recorded is refused by its checksum.
     np.save(str(tmp_path / "new.npy"), np.zeros_like(original))
     os.replace(tmp_path / "new.npy", path[ids[0]])
-    assert np.array_equal(arr, original) and not store.get_stored(ids[0])[0].any()
-    assert store.get(ids[0])[0].flags.writeable  # float32 copies stay writable
+    assert np.array_equal(arr, original)
+    with pytest.raises(FeatureError, match=f"{ids[0]}.*corrupt.*checksum.*re-extract this backbone"):
+        store.get_stored(ids[0])
 
     with open(path[ids[1]], "r+b") as f:  # a truncated write
         f.truncate(os.path.getsize(path[ids[1]]) - 10)
     np.save(path[ids[2]], np.zeros((3, 2, 2), dtype=np.float16))  # not the manifest's grid
     with open(path[ids[3]], "wb") as f:
         f.write(b"not a numpy file")
-    for image_id, what in [(ids[1], "truncated"), (ids[2], "manifest says"), (ids[3], "not a valid .npy")]:
-        with pytest.raises(FeatureError, match=f"(?s){image_id}.*{what}.*re-run extraction"):
+    for image_id, what in [(ids[1], "corrupt.*checksum"), (ids[2], "corrupt.*checksum"), (ids[3], "not a valid .npy")]:
+        with pytest.raises(FeatureError, match=f"(?s){image_id}.*{what}.*re-extract this backbone"):
             store.get_stored(image_id)
+    # A manifest of before the xxh3 checksums (no checksum to verify): the reader still names what is wrong.
+    store.manifest = store.manifest.assign(checksum="")
+    store.__dict__.pop("_sums", None)
+    for image_id, what in [(ids[1], "truncated"), (ids[2], "manifest says"), (ids[3], "not a valid .npy")]:
+        with pytest.raises(FeatureError, match=f"(?s){image_id}.*{what}.*re-"):
+            store.get_stored(image_id)
+
+
+def test_a_corrupt_map_is_refused_by_name_and_only_it_is_re_extracted(tmp_path, images):
+    """Random bytes over one cached map (same size, as a disk or copy fault leaves it): every read refuses it."""
+    spec = parse_spec(SIFT, "sift_test")
+    cache = str(tmp_path / "cache")
+    manifest = extract_features(spec, images, cache)
+    bad = manifest.image_id.iloc[2]
+    path = os.path.join(cache, manifest.path.iloc[2])
+    size = os.path.getsize(path)
+    with open(path, "r+b") as f:  # keep the .npy header, scramble the values
+        f.seek(128)
+        f.write(np.random.default_rng(0).bytes(size - 128))
+    assert os.path.getsize(path) == size
+    store = FeatureStore.from_manifest(cache, manifest)
+    with pytest.raises(FeatureError, match=f"{bad}.*corrupt.*re-extract this backbone.*feature_manifest\\[sift_test\\]"):
+        store.get_stored(bad)
+    for other in manifest.image_id.drop(2):
+        store.get_stored(other)  # the others read fine
+
+    again = Counting(build_backbone(spec))
+    fixed = extract_features(spec, images, cache, backbone=again.backbone)
+    assert again.seen == 1  # only the damaged image is recomputed
+    FeatureStore.from_manifest(cache, fixed).get_stored(bad)
+
+
+def test_without_a_fast_checksum_non_finite_values_are_refused(tmp_path, images):
+    spec = parse_spec(SIFT, "sift_test")
+    cache = str(tmp_path / "cache")
+    manifest = extract_features(spec, images, cache).assign(checksum="")  # as a manifest without xxh3 sums
+    path = os.path.join(cache, manifest.path.iloc[0])
+    arr = np.load(path)
+    arr[0, 0, :2] = [np.nan, np.inf]
+    np.save(path, arr)
+    with pytest.raises(FeatureError, match=f"{manifest.image_id.iloc[0]}.*2 NaN/inf.*re-extract this backbone"):
+        FeatureStore.from_manifest(cache, manifest).get_stored(manifest.image_id.iloc[0])

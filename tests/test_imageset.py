@@ -83,3 +83,42 @@ def test_memory_filesystem_and_size_from_header():
     cands = read_imagenet3d(join(root, "in3d")).assign(width=NAN, height=NAN)
     kept, rejected = build_image_set(cands, SourceConfig(), TAX)
     assert rejected.empty and (kept.width.item(), kept.height.item()) == (80, 60)
+
+
+def _outside_by_one_pixel(image_id: str, w: int = 64, h: int = 48) -> dict:
+    rec = animal_record(image_id, w=w, h=h)
+    rec["keypoint_2d"][3][:2] = [w + 1.0, 20.0]  # one visible paw 1 px right of the image
+    return rec
+
+
+def test_an_animal3d_keypoint_one_pixel_outside_rejects_that_image_only(tmp_path):
+    """The whole data stage (candidates, image set, keypoints) runs; only the bad image is left out."""
+    from soco_pipeline.data.keypoints import aggregate_keypoints
+    from soco_pipeline.sources import read_candidates, read_raw_keypoints
+
+    root = str(tmp_path / "a3d")
+    write_animal3d(root, [animal_record("dog_0000"), _outside_by_one_pixel("dog_0001"), animal_record("dog_0002", seed=2)])
+    cfg = SourceConfig(animal3d_root=root)
+    kept, rejected = build_image_set(read_candidates(cfg, TAX), cfg, TAX)
+    assert dict(zip(rejected.image_id, rejected.reason, strict=True)) == {"dog_0001": "keypoint_outside_image"}
+    assert sorted(kept.image_id) == ["dog_0000", "dog_0002"]
+    keypoints, _ = aggregate_keypoints(read_raw_keypoints(cfg, TAX), kept, TAX, cfg)
+    assert set(keypoints.image_id) == {"dog_0000", "dog_0002"} and keypoints.visible.sum() == 40
+    # On the edge (x == width) is inside.
+    rec = animal_record("dog_0003")
+    rec["keypoint_2d"][3][:2] = [64.0, 48.0]
+    write_animal3d(root, [rec])
+    kept, rejected = build_image_set(read_candidates(cfg, TAX), cfg, TAX)
+    assert rejected.empty and list(kept.image_id) == ["dog_0003"]
+
+
+def test_unknown_or_absent_categories_in_the_config_are_named(tmp_path):
+    from soco_pipeline.sources import read_candidates
+
+    root = str(tmp_path / "a3d")
+    write_animal3d(root, [animal_record("dog_0000")])
+    with pytest.raises(ValueError, match=r"'dgo' is not a taxonomy category \(did you mean 'dog'\?\)"):
+        read_candidates(SourceConfig(animal3d_root=root, categories=("dog", "dgo")), TAX)
+    with pytest.raises(ValueError, match=r"\['horse'\] have no images in the sources .*a3d"):
+        read_candidates(SourceConfig(animal3d_root=root, categories=("dog", "horse")), TAX)
+    assert list(read_candidates(SourceConfig(animal3d_root=root, categories=("dog",)), TAX).image_id) == ["dog_0000"]

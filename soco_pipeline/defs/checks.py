@@ -1,6 +1,6 @@
 """Blocking asset checks built on the pandera schemas and the tables' cross-table rules."""
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import dagster as dg
 import pandas as pd
@@ -56,3 +56,34 @@ def schema_check(
 ) -> dg.AssetCheckResult:
     """Validate `df` against its schema, its cross-table rules and any `extra` problems found by the caller."""
     return check_result(asset, [*schema_problems(df, schema), *table_problems(asset, df, **related), *extra])
+
+
+def publish_checked(
+    outputs: Iterable[dg.Output], checks: Iterable[dg.AssetCheckResult]
+) -> Iterator[dg.Output | dg.AssetCheckResult]:
+    """Yield the outputs (the IO manager then writes them) only if every blocking check passed.
+
+    The checks run on the in-memory tables before anything is written. On a failure the check results
+    are recorded, nothing is published (the previous tables stay, so the SQL views remain consistent)
+    and the step fails with the checks' own problems in its message.
+    """
+    outputs, checks = list(outputs), list(checks)
+    failed = [c for c in checks if not c.passed]
+    if not failed:
+        yield from outputs
+        yield from checks
+        return
+    yield from checks
+    reasons = []
+    for c in failed:
+        asset = c.asset_key.to_user_string() if c.asset_key else "?"
+        problems = c.metadata.get("problems")
+        text = getattr(problems, "value", problems) or "no details"
+        n = getattr(c.metadata.get("n_problems"), "value", "?")
+        reasons.append(f"{asset}: check {c.check_name!r} failed ({n} problems):\n{text}")
+    names = ", ".join(dict.fromkeys(c.asset_key.to_user_string() for c in checks if c.asset_key))
+    raise dg.Failure(
+        description=f"blocking check failed, so {names} was not published (the previous table stays):\n"
+        + "\n".join(reasons),
+        metadata={"not_published": names},
+    )

@@ -4,7 +4,7 @@ import dagster as dg
 import pandas as pd
 
 from soco_pipeline import schemas
-from soco_pipeline.defs.checks import columns_of, schema_check
+from soco_pipeline.defs.checks import columns_of, publish_checked, schema_check
 from soco_pipeline.defs.resources import SocoSettings
 from soco_pipeline.taxonomy import load_taxonomy
 
@@ -106,16 +106,21 @@ def image_set_assets(context: dg.AssetExecutionContext, soco: SocoSettings, sour
 
     kept, rejected = build_image_set(source_images, source_config(soco), load_taxonomy())
     reasons = rejected["reason"].value_counts().to_dict() if len(rejected) else {}
-    yield dg.Output(
-        kept, "image_set", metadata={"rows": len(kept), "categories": int(kept.category.nunique())}
+    outputs = [
+        dg.Output(kept, "image_set", metadata={"rows": len(kept), "categories": int(kept.category.nunique())}),
+        dg.Output(
+            rejected,
+            "rejected_images",
+            metadata={"rows": len(rejected), **{f"reason/{k}": int(v) for k, v in reasons.items()}},
+        ),
+    ]
+    yield from publish_checked(
+        outputs,
+        [
+            schema_check(kept, schemas.ImageSchema, "image_set"),
+            schema_check(rejected, schemas.RejectedImageSchema, "rejected_images"),
+        ],
     )
-    yield dg.Output(
-        rejected,
-        "rejected_images",
-        metadata={"rows": len(rejected), **{f"reason/{k}": int(v) for k, v in reasons.items()}},
-    )
-    yield schema_check(kept, schemas.ImageSchema, "image_set")
-    yield schema_check(rejected, schemas.RejectedImageSchema, "rejected_images")
 
 
 @dg.asset(
@@ -137,8 +142,10 @@ def keypoints(
     kps, stats = aggregate_keypoints(raw_keypoints, image_set, load_taxonomy(), source_config(soco))
     meta = {"rows": len(kps), "visible": int(kps.visible.sum())}
     meta.update({k: float(v) if isinstance(v, float) else v for k, v in stats.items()})
-    yield dg.Output(kps, metadata=meta)
-    yield schema_check(kps, schemas.KeypointSchema, "keypoints", image_set=image_set)
+    yield from publish_checked(
+        [dg.Output(kps, metadata=meta)],
+        [schema_check(kps, schemas.KeypointSchema, "keypoints", image_set=image_set)],
+    )
 
 
 @dg.asset(
@@ -154,5 +161,7 @@ def descriptions(context: dg.AssetExecutionContext, image_set: pd.DataFrame):
 
     df = build_descriptions(load_taxonomy(), load_templates())
     df = df[df.category.isin(image_set.category.unique())].reset_index(drop=True)
-    yield dg.Output(df, metadata={"rows": len(df), "example": df.description.iloc[0] if len(df) else ""})
-    yield schema_check(df, schemas.DescriptionSchema, "descriptions")
+    yield from publish_checked(
+        [dg.Output(df, metadata={"rows": len(df), "example": df.description.iloc[0] if len(df) else ""})],
+        [schema_check(df, schemas.DescriptionSchema, "descriptions")],
+    )

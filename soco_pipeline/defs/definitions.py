@@ -5,6 +5,7 @@ from dagster_duckdb import DuckDBResource
 
 from soco_pipeline.defs import automation, backbone_assets, data_assets, lvlm, pair_assets
 from soco_pipeline.defs.io_managers import ParquetIOManager
+from soco_pipeline.defs.recovery import dead_run_sensor
 from soco_pipeline.defs.resources import SocoSettings
 from soco_pipeline.settings import Settings
 
@@ -23,6 +24,7 @@ def build_definitions(**overrides) -> dg.Definitions:
         sensors=[
             automation.backbone_specs_sensor,
             lvlm.lvlm_specs_sensor,
+            dead_run_sensor,
             dg.AutomationConditionSensorDefinition(
                 "default_automation_condition_sensor",
                 target=dg.AssetSelection.all(),
@@ -35,8 +37,11 @@ def build_definitions(**overrides) -> dg.Definitions:
             "soco": soco,
             "io_manager": ParquetIOManager(base_path=settings.tables_root),
             # The one writer of storage/results.duckdb (the results_database asset); readers such as
-            # `soco sql` open the file read-only on their own.
-            "duckdb": DuckDBResource(database=settings.duckdb_path),
+            # `soco sql` open the file read-only on their own. The views name their Parquet files relative
+            # to the storage root (portable copies), so connections resolve them from there.
+            "duckdb": DuckDBResource(
+                database=settings.duckdb_path, connection_config={"file_search_path": settings.storage_root}
+            ),
         },
     )
 

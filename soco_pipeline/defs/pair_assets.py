@@ -5,7 +5,7 @@ import pandas as pd
 import pyarrow as pa
 
 from soco_pipeline import schemas
-from soco_pipeline.defs.checks import check_result, columns_of, schema_check
+from soco_pipeline.defs.checks import check_result, columns_of, publish_checked, schema_check
 from soco_pipeline.defs.resources import SocoSettings
 from soco_pipeline.taxonomy import load_taxonomy
 
@@ -48,9 +48,9 @@ def image_pairs(
         pairs = build_image_pairs(image_set, keypoints, taxonomy, pair_config(soco))
     counts = pairs.groupby("level").agg(pairs=("pair_id", "size"), evaluated=("evaluated", "sum"))
     meta = {f"{lvl}/{col}": int(v) for lvl, row in counts.iterrows() for col, v in row.items()}
-    yield dg.Output(pairs, metadata={"rows": len(pairs), **meta})
-    yield schema_check(
-        pairs, schemas.ImagePairSchema, "image_pairs", extra=check_image_pairs(pairs, taxonomy, image_set)
+    yield from publish_checked(
+        [dg.Output(pairs, metadata={"rows": len(pairs), **meta})],
+        [schema_check(pairs, schemas.ImagePairSchema, "image_pairs", extra=check_image_pairs(pairs, taxonomy, image_set))],
     )
 
 
@@ -73,13 +73,12 @@ def correspondences(
     else:
         table = build_correspondences(image_pairs, keypoints, taxonomy)
     counts = pair_counts(image_pairs, table)
-    yield dg.Output(
-        table,
-        metadata={"rows": table.num_rows, "counts": dg.MetadataValue.md(counts.to_markdown(index=False))},
-    )
     # The full table has millions of rows at full scale: the vectorized checks of the pairs module
     # replace a row-wise pandera validation (same rules: kinds, keypoints visible, counts, geo flags).
-    yield check_result("correspondences", check_correspondences(table, image_pairs, keypoints, taxonomy))
+    yield from publish_checked(
+        [dg.Output(table, metadata={"rows": table.num_rows, "counts": dg.MetadataValue.md(counts.to_markdown(index=False))})],
+        [check_result("correspondences", check_correspondences(table, image_pairs, keypoints, taxonomy))],
+    )
 
 
 @dg.asset(
@@ -102,5 +101,7 @@ def four_choice(
     items = build_four_choice(
         image_pairs, correspondences, keypoints, seed=soco.seed, taxonomy=load_taxonomy()
     )
-    yield dg.Output(items, metadata={"rows": len(items)})
-    yield schema_check(items, schemas.FourChoiceSchema, "four_choice")
+    yield from publish_checked(
+        [dg.Output(items, metadata={"rows": len(items)})],
+        [schema_check(items, schemas.FourChoiceSchema, "four_choice")],
+    )

@@ -2,6 +2,12 @@
 
 Readers open it read-only. The pipeline opens a writer only for the moment it (re)creates the
 views, so no long-lived process holds it.
+
+Views read an explicit list of published files (never a glob, which would also match the hidden
+`.tmp-*` files of atomic writes in flight or killed). The stored views name files relative to the
+storage root (the database file's folder), so a copied storage root never reads the original's
+tables; `connect_readonly` rebuilds them on open as temporary views over the tables beside the file,
+then turns DuckDB's external access off (only the tables folder stays readable) and locks the settings.
 """
 
 from __future__ import annotations
@@ -10,26 +16,64 @@ from pathlib import Path
 
 import duckdb
 
-from soco_pipeline.storage import exists, join
+from soco_pipeline.storage import exists, filesystem, published
 from soco_pipeline.tables import TABLES, Table
+
+# Statement types `query` runs; everything else (COPY, EXPORT, ATTACH, SET, INSTALL, CREATE ...) is refused.
+READ_STATEMENTS = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
 
 
 class ResultsError(RuntimeError):
     """The results file or a table in it is missing; the message says what to materialize."""
 
 
-def _source(tables_root: str, table: Table) -> str | None:
-    """The path or glob a view reads, or None when the table has not been written yet."""
-    if table.partitioned:
-        fs_path = join(tables_root, table.relative_path())
-        import fsspec
+def table_files(tables_root: str, table: Table) -> list[str]:
+    """The published Parquet files of a table (sorted; hidden temp files excluded); [] when not written."""
+    if not table.partitioned:
+        path = table.path(tables_root)
+        return [path] if exists(path) else []
+    fs, folder = filesystem(table.path(tables_root))
+    if not fs.exists(folder):
+        return []
+    files = sorted(published([f for f in fs.ls(folder, detail=False) if f.endswith(".parquet")]))
+    return [fs.unstrip_protocol(f) for f in files] if "://" in str(tables_root) else files
 
-        fs, _, paths = fsspec.get_fs_token_paths(fs_path)
-        if not fs.exists(paths[0]) or not fs.glob(paths[0] + "/*.parquet"):
-            return None
-        return join(fs_path, "*.parquet")
-    path = table.path(tables_root)
-    return path if exists(path) else None
+
+def _sql_list(paths: list[str]) -> str:
+    return "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in paths) + "]"
+
+
+def _create_views(con: duckdb.DuckDBPyConnection, tables_root: str, base: str | None, temp: bool) -> list[str]:
+    """(Re)create one view per written table; paths relative to `base` when given. Returns the views."""
+    kind = "TEMP VIEW" if temp else "VIEW"
+    created = []
+    for table in TABLES:
+        files = table_files(tables_root, table)
+        if not files:
+            if not temp:
+                con.execute(f"DROP VIEW IF EXISTS {table.view}")
+            continue
+        if base is not None:
+            files = [str(Path(f).relative_to(base)) for f in files]
+        con.execute(
+            f"CREATE OR REPLACE {kind} {table.view} AS "
+            f"SELECT * FROM read_parquet({_sql_list(files)}, union_by_name=true)"
+        )
+        created.append(table.view)
+    if "pairs" in created:  # the evaluated sample (200 pairs per category by default)
+        con.execute(f"CREATE OR REPLACE {kind} eval_pairs AS SELECT * FROM pairs WHERE evaluated")
+        created.append("eval_pairs")
+    elif not temp:
+        con.execute("DROP VIEW IF EXISTS eval_pairs")
+    return created
+
+
+def _local_base(db_path: Path, tables_root: str) -> str | None:
+    """The database's folder when the tables live under it (then views store relative paths)."""
+    base = db_path.resolve().parent
+    if "://" in str(tables_root) or not Path(tables_root).resolve().is_relative_to(base):
+        return None
+    return str(base)
 
 
 def refresh_views(db_path: str | Path, tables_root: str) -> list[str]:
@@ -41,47 +85,83 @@ def refresh_views(db_path: str | Path, tables_root: str) -> list[str]:
 
 
 def create_views(con: duckdb.DuckDBPyConnection, tables_root: str) -> list[str]:
-    """(Re)create one view per existing result table (and eval_pairs) on an open writable connection."""
-    created = []
-    for table in TABLES:
-        view = table.view
-        src = _source(tables_root, table)
-        if src is None:
-            con.execute(f"DROP VIEW IF EXISTS {view}")
-            continue
-        src_sql = src.replace("'", "''")
-        con.execute(
-            f"CREATE OR REPLACE VIEW {view} AS SELECT * FROM read_parquet('{src_sql}', union_by_name=true)"
-        )
-        created.append(view)
-    if "pairs" in created:  # the evaluated sample (200 pairs per category by default)
-        con.execute("CREATE OR REPLACE VIEW eval_pairs AS SELECT * FROM pairs WHERE evaluated")
-        created.append("eval_pairs")
-    else:
-        con.execute("DROP VIEW IF EXISTS eval_pairs")
-    return created
+    """(Re)create one view per existing result table (and eval_pairs) on an open writable connection.
+
+    Local tables under the database file's folder are named relative to it (portable copies); a reader
+    must then resolve them from that folder (`connect_readonly` does, or `SET file_search_path`).
+    """
+    db_file = con.execute(
+        "SELECT path FROM duckdb_databases() WHERE database_name = current_database()"
+    ).fetchone()[0]
+    base = _local_base(Path(db_file), tables_root) if db_file else None
+    if base is not None:
+        tables_root = str(Path(tables_root).resolve())
+        con.execute(f"SET file_search_path = '{base.replace(chr(39), chr(39) * 2)}'")
+    return _create_views(con, tables_root, base, temp=False)
 
 
-def connect_readonly(db_path: str | Path) -> duckdb.DuckDBPyConnection:
-    """Open the results file read-only, with a clear error when it does not exist yet."""
+def connect_readonly(db_path: str | Path, tables_root: str | None = None) -> duckdb.DuckDBPyConnection:
+    """Open the results file read-only with its views rebuilt over the tables beside it, sandboxed.
+
+    `tables_root` defaults to `<folder of the file>/tables`. After the views are built, external access
+    is turned off except for reading that folder, and the configuration is locked, so a query can read
+    no other file and cannot ATTACH, INSTALL or re-enable access.
+    """
     db_path = Path(db_path)
     if not db_path.exists():
         raise ResultsError(
             f"no results file at {db_path}: run `make demo` (or materialize the pipeline) first"
         )
-    return duckdb.connect(str(db_path), read_only=True)
+    tables_root = str(Path(tables_root or db_path.resolve().parent / "tables").resolve())
+    con = duckdb.connect(str(db_path), read_only=True)
+    try:
+        _create_views(con, tables_root, None, temp=True)
+        allowed = tables_root.rstrip("/") + "/"
+        con.execute(f"SET allowed_directories = ['{allowed.replace(chr(39), chr(39) * 2)}']")
+        con.execute("SET enable_external_access = false")
+        con.execute("SET lock_configuration = true")
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+def _check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> None:
+    """Refuse empty SQL and any statement that is not a query, with a message saying what is allowed."""
+    if not sql or not sql.strip():
+        raise ResultsError('empty query: pass one SQL query, e.g. soco sql "SELECT * FROM leaderboard"')
+    try:
+        statements = con.extract_statements(sql)
+    except duckdb.Error as e:
+        raise ResultsError(f"SQL error: {e}") from None
+    if not statements:
+        raise ResultsError('empty query: pass one SQL query, e.g. soco sql "SELECT * FROM leaderboard"')
+    for st in statements:
+        if st.type not in READ_STATEMENTS:
+            kind = st.type.name
+            raise ResultsError(
+                f"refused: `soco sql` runs read-only queries (SELECT, DESCRIBE, SHOW, EXPLAIN); {kind} "
+                f"statements such as {st.query.strip()[:60]!r} are not allowed (no COPY/EXPORT/ATTACH/SET)"
+            )
 
 
 def query(db_path: str | Path, sql: str):
-    """Run one SQL statement against the results file and return a pandas DataFrame."""
+    """Run one read-only SQL query against the results file and return a pandas DataFrame."""
     with connect_readonly(db_path) as con:
+        _check_read_only(con, sql)
         try:
             return con.execute(sql).df()
         except duckdb.CatalogException as e:
             views = [
                 r[0]
-                for r in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()
+                for r in con.execute(
+                    "SELECT DISTINCT view_name FROM duckdb_views() WHERE NOT internal"
+                ).fetchall()
             ]
             raise ResultsError(f"{e}\navailable tables: {', '.join(sorted(views)) or '(none yet)'}") from None
+        except duckdb.PermissionException as e:
+            raise ResultsError(
+                f"refused: `soco sql` reads only the result tables under its storage root ({e})"
+            ) from None
         except duckdb.Error as e:
             raise ResultsError(f"SQL error: {e}") from None

@@ -16,7 +16,6 @@ stops, including on an exception, so an interrupted run loses at most the batch 
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import time
@@ -38,14 +37,19 @@ from soco_pipeline.features.layout import (
     REQUIRED_COLUMNS,
     FeatureError,
     _read_manifest,
+    checksum_matches,
     feature_dir,
     feature_file,
+    file_checksum,
 )
 from soco_pipeline.schemas import FeatureManifestSchema, validate
 from soco_pipeline.storage import (
+    StorageFullError,
     exists,
+    filesystem,
     join,
     read_bytes,
+    remove_stale_temps,
     write_bytes_atomic,
     write_parquet_atomic,
 )
@@ -75,7 +79,7 @@ def _encode(arr: np.ndarray) -> tuple[bytes, str]:
     buf = io.BytesIO()
     np.save(buf, arr, allow_pickle=False)
     data = buf.getvalue()
-    return data, hashlib.sha256(data).hexdigest()
+    return data, file_checksum(data)
 
 
 def _check_images(images: pd.DataFrame) -> pd.DataFrame:
@@ -99,7 +103,7 @@ def _is_done(cache_root: str, row: dict | None, verify: str) -> bool:
     path = join(cache_root, row["path"])
     if not exists(path):
         return False
-    return verify != "checksum" or hashlib.sha256(read_bytes(path)).hexdigest() == row["checksum"]
+    return verify != "checksum" or checksum_matches(read_bytes(path), row["checksum"])
 
 
 class _Manifest:
@@ -152,6 +156,7 @@ def extract_features(
     images = _check_images(images)
     hash_ = spec_hash(spec)
     folder = feature_dir(cache_root, spec.name, hash_)
+    remove_stale_temps(folder)  # temps of a killed extraction: never read, removed here
     manifest = _Manifest(folder, _read_manifest(folder))
 
     # An image whose recorded size changed (a different file under the same id) is recomputed.
@@ -166,14 +171,32 @@ def extract_features(
     if todo:
         backbone = backbone or build_backbone(spec, context)
         _write_info(folder, spec, hash_, backbone)
-        _run(
-            spec, backbone, images.iloc[todo].reset_index(drop=True), cache_root, folder, hash_, manifest, log
-        )
+        try:
+            _run(
+                spec, backbone, images.iloc[todo].reset_index(drop=True), cache_root, folder, hash_, manifest,
+                log,
+            )
+        except StorageFullError as e:
+            freed = _remove_unlisted_maps(folder)
+            raise StorageFullError(
+                e.errno, f"{e.strerror}. Extraction of {spec.name!r} stopped; {freed} maps the manifest could "
+                f"not list were removed, the listed ones are kept (a rerun resumes from them)"
+            ) from e
 
     out = pd.DataFrame([manifest.rows[i] for i in images.image_id], columns=MANIFEST_COLUMNS)
     validate(out, FeatureManifestSchema, f"features[{spec.name}] manifest")
     ints = ["channels", "grid_h", "grid_w", "input_size", "width", "height"]
     return out.astype({**dict.fromkeys(ints, "int64"), "stride": "float64"})
+
+
+def _remove_unlisted_maps(folder: str) -> int:
+    """Delete the .npy files of a cache folder that its manifest on disk does not list (orphans); count them."""
+    fs, base = filesystem(folder)
+    listed = {str(p).rsplit("/", 1)[-1] for p in _read_manifest(folder)["path"]}
+    orphans = [f for f in fs.glob(f"{base.rstrip('/')}/*.npy") if f.rsplit("/", 1)[-1] not in listed]
+    for f in orphans:
+        fs.rm(f)
+    return len(orphans)
 
 
 def _write_info(folder: str, spec: BackboneSpec, hash_: str, backbone: Backbone) -> None:
@@ -240,7 +263,7 @@ def _run(
                     arr = f.to(torch.float16).numpy()
                     data, checksum = _encode(arr)
                     name = feature_file(rec.image_id)
-                    write_bytes_atomic(join(folder, name), data)
+                    write_bytes_atomic(join(folder, name), data, clean_stale=False)  # swept once at start
                     c, h, w = arr.shape
                     manifest.add(
                         {

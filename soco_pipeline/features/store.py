@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import hashlib
 import io
+import mmap
 from collections import OrderedDict
 from collections.abc import Iterable
 
@@ -13,9 +13,11 @@ from numpy.lib import format as npy_format
 
 from soco_pipeline.backbones import BackboneSpec, spec_hash
 from soco_pipeline.features.layout import (
+    CHECKSUM_PREFIX,
     MANIFEST_COLUMNS,
     FeatureError,
     _read_manifest,
+    checksum_matches,
     feature_dir,
 )
 from soco_pipeline.storage import (
@@ -25,22 +27,47 @@ from soco_pipeline.storage import (
 )
 
 
-def _map_local(path: str) -> np.ndarray:
+def _map_local(path: str, checksum: str | None = None) -> np.ndarray:
     """A local .npy file mapped read-only; ValueError saying what is wrong with a bad file.
 
+    With `checksum`, the mapped bytes are hashed (xxh3, ~25 GB/s) and a mismatch raises _Corrupt; the
+    array then views that same mapping, so the pages the hash faulted in are the ones matching reads.
     Files are replaced by atomic rename, so a mapping keeps the old inode when the cache is re-extracted.
     """
     try:
         with open(path, "rb") as f:
-            npy_format.read_magic(f)
+            version = npy_format.read_magic(f)
+            if checksum:
+                read_header = npy_format.read_array_header_1_0 if version == (1, 0) else npy_format.read_array_header_2_0
+                shape, fortran, dtype = read_header(f)
+                offset = f.tell()
+                mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     except ValueError:
         raise ValueError("not a valid .npy file (no .npy header)") from None
+    if checksum:
+        if not checksum_matches(mm, checksum):
+            raise _Corrupt("its bytes do not match the manifest checksum")
+        count = int(np.prod(shape))
+        if fortran or offset + count * dtype.itemsize != len(mm):
+            raise ValueError("the file's size does not match its .npy header")
+        return np.frombuffer(mm, dtype=dtype, count=count, offset=offset).reshape(shape)
     try:
         return np.load(path, mmap_mode="r", allow_pickle=False)
     except ValueError as e:
         if "mmap length" in str(e):
             raise ValueError("the file is truncated: shorter than its .npy header promises") from None
         raise
+
+
+class _Corrupt(Exception):
+    """A cached map whose bytes or values are wrong (checksum mismatch, NaN/inf)."""
+
+
+def _non_finite(arr: np.ndarray) -> int:
+    """How many NaN/inf values an fp16 map holds (exponent bits all set), without a float copy."""
+    if arr.dtype != np.float16:
+        return int(arr.size - np.isfinite(arr).sum())
+    return int(np.count_nonzero((arr.view(np.uint16) & 0x7C00) == 0x7C00))
 
 
 class FeatureStore:
@@ -50,7 +77,12 @@ class FeatureStore:
 
     meta holds input_size (S), stride (input px per cell), grid_h, grid_w, channels, width, height.
     Maps cover the white-padded S x S square, the image at the top-left.
+
+    Every read is verified against the manifest's xxh3 checksum (or, for older manifests, for NaN/inf);
+    `verify_reads = False` skips that (benchmarks measure its cost with it).
     """
+
+    verify_reads: bool = True
 
     def __init__(self, cache_root: str, backbone: str, spec_hash: str | None = None, cache_items: int = 64):
         self.cache_root = cache_root
@@ -148,7 +180,7 @@ class FeatureStore:
         return dict(metas[image_id])
 
     def get(self, image_id: str, verify: bool = False) -> tuple[np.ndarray, dict]:
-        """(C x h x w float32 L2-normalised map, meta) of one image; `verify` re-checks the sha256."""
+        """(C x h x w float32 L2-normalised map, meta) of one image; `verify` also checks an old sha256."""
         arr, meta = self.get_stored(image_id, verify)
         return arr.astype(np.float32), meta
 
@@ -163,20 +195,29 @@ class FeatureStore:
         if paths is None:  # one pass over the manifest instead of a .loc per map read
             paths = self._paths = dict(zip(self.manifest.index, self.manifest["path"].to_numpy(), strict=True))
         path = join(self.cache_root, paths[image_id])
+        checksum = str(self._checksums()[image_id] or "")
+        # xxh3 checksums are verified on every read; the sha256 of older manifests only when asked.
+        check = checksum if verify or (self.verify_reads and checksum.startswith(CHECKSUM_PREFIX)) else None
         try:
-            if not verify and path.startswith("/"):  # a local file: map it instead of copying it
-                arr = _map_local(path)
+            if path.startswith("/"):  # a local file: map it instead of copying it
+                arr = _map_local(path, check)
             else:
                 data = read_bytes(path)
-                if verify and hashlib.sha256(data).hexdigest() != self.manifest.loc[image_id, "checksum"]:
-                    raise FeatureError(
-                        f"cached features of image {image_id!r} ({path}) fail their checksum; re-run extraction"
-                    )
+                if check and not checksum_matches(data, check):
+                    raise _Corrupt("its bytes do not match the manifest checksum")
                 arr = np.load(io.BytesIO(data), allow_pickle=False)
                 arr.flags.writeable = False
+            if not check and self.verify_reads and (bad := _non_finite(arr)):
+                raise _Corrupt(f"it holds {bad} NaN/inf values")
+        except _Corrupt as e:
+            raise FeatureError(
+                f"cached features of image {image_id!r} ({path}) are corrupt: {e}; re-extract this backbone "
+                f"(materialize feature_manifest[{self.backbone}]: only the damaged images are recomputed)"
+            ) from None
         except (ValueError, EOFError) as e:
             raise FeatureError(
-                f"cached features of image {image_id!r} ({path}) cannot be read ({e}); re-run extraction"
+                f"cached features of image {image_id!r} ({path}) cannot be read ({e}); re-extract this "
+                f"backbone (materialize feature_manifest[{self.backbone}]: only this image is recomputed)"
             ) from None
         expected = (meta["channels"], meta["grid_h"], meta["grid_w"])
         if arr.shape != expected:
@@ -189,6 +230,12 @@ class FeatureStore:
             if len(self._cache) > self.cache_items:
                 self._cache.popitem(last=False)
         return arr, meta
+
+    def _checksums(self) -> dict[str, str]:
+        sums = self.__dict__.get("_sums")
+        if sums is None:  # one pass over the manifest instead of a .loc per map read
+            sums = self._sums = dict(zip(self.manifest.index, self.manifest["checksum"].to_numpy(), strict=True))
+        return sums
 
     def get_many(self, image_ids: Iterable[str]) -> list[tuple[np.ndarray, dict]]:
         """`get` for several images, in order."""

@@ -47,6 +47,7 @@ __all__ = [
 def _soco_candidates(images: pd.DataFrame) -> pd.DataFrame:
     df = images.assign(annotation_uri="", n_objects=1, dense="dense_no", object_status="status_good")
     df["keypoints_valid"] = pd.array([pd.NA] * len(df), dtype="boolean")
+    df[["kp_x_min", "kp_x_max", "kp_y_min", "kp_y_max"]] = np.nan  # Animal3D only
     return df[list(CANDIDATE_COLUMNS)]
 
 
@@ -67,7 +68,32 @@ def read_candidates(cfg: SourceConfig, taxonomy: Taxonomy) -> pd.DataFrame:
             "SourceConfig sets no source root; set imagenet3d_root/animal3d_root or soco_release_root"
         )
     parts = [p for p in parts if len(p)] or parts[:1]
-    return pd.concat(parts, ignore_index=True)
+    out = pd.concat(parts, ignore_index=True)
+    _check_categories_found(cfg, taxonomy, set(out["category"]))
+    return out
+
+
+def _check_categories_found(cfg: SourceConfig, taxonomy: Taxonomy, found: set[str]) -> None:
+    """ValueError naming the configured categories that the taxonomy or the sources do not have."""
+    if cfg.categories is None:
+        return
+    import difflib
+
+    unknown = [c for c in cfg.categories if c not in taxonomy.categories]
+    absent = [c for c in cfg.categories if c in taxonomy.categories and c not in found]
+    if not unknown and not absent:
+        return
+    lines = []
+    for c in unknown:
+        close = difflib.get_close_matches(c, list(taxonomy.categories), n=1)
+        lines.append(f"{c!r} is not a taxonomy category" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    if absent:
+        roots = [r for r in (cfg.imagenet3d_root, cfg.animal3d_root, cfg.soco_release_root) if r]
+        lines.append(f"{absent} have no images in the sources ({', '.join(roots)})")
+    raise ValueError(
+        f"categories named in the source config were not found: {'; '.join(lines)}. Fix the categories "
+        f"setting (SOCO_CATEGORIES or the soco resource's `categories`)"
+    )
 
 
 def read_raw_keypoints(cfg: SourceConfig, taxonomy: Taxonomy) -> pd.DataFrame:

@@ -83,6 +83,7 @@ def _record_fields(i: int, rec: dict, path: str) -> dict:
         and bool(np.isfinite(kp).all())
         and bool((kp[:, 2] > 0).any())
     )
+    vis = kp[kp[:, 2] > 0, :2] if valid else np.full((1, 2), np.nan)
     return {
         "image_id": image_id,
         "category": category,
@@ -99,6 +100,10 @@ def _record_fields(i: int, rec: dict, path: str) -> dict:
         "dense": "dense_no",
         "object_status": "status_good",
         "keypoints_valid": valid,
+        "kp_x_min": float(vis[:, 0].min()),
+        "kp_x_max": float(vis[:, 0].max()),
+        "kp_y_min": float(vis[:, 1].min()),
+        "kp_y_max": float(vis[:, 1].max()),
         "_kp": kp if valid else None,
     }
 
@@ -110,7 +115,9 @@ def read_animal3d(
 
     The keypoint table has one row per (image with a valid 26x3 record, keypoint): image_id, category,
     keypoint (taxonomy name), x, y, visible (visibility > 0). Records with a malformed keypoint array
-    are kept as candidates with keypoints_valid=False (rejected later as "invalid_keypoints").
+    are kept as candidates with keypoints_valid=False (rejected later as "invalid_keypoints"); the extent
+    of the visible keypoints goes with each candidate (an image with one outside the image is rejected
+    later as "keypoint_outside_image").
     """
     taxonomy = taxonomy or load_taxonomy()
     names = np.array(animal_keypoint_names(taxonomy))

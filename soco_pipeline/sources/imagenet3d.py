@@ -102,5 +102,6 @@ def read_imagenet3d(root: str, categories: Iterable[str] | None = None, workers:
     df[["dense", "object_status"]] = df[["dense", "object_status"]].fillna("")
     df["keypoints_valid"] = pd.array([pd.NA] * len(df), dtype="boolean")
     float_cols = ["width", "height", "bbox_l", "bbox_t", "bbox_r", "bbox_b", *POSE_FIELDS]
+    float_cols += ["kp_x_min", "kp_x_max", "kp_y_min", "kp_y_max"]  # Animal3D only: NaN here
     df[float_cols] = df[float_cols].astype(float)
     return df

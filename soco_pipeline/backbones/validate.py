@@ -1,0 +1,81 @@
+"""Checks a spec must pass before `soco add-backbone` accepts it: its weights exist, its model exists and fits.
+
+Parsing (`load_spec`) checks the fields; this checks the world: a local weights file is present, an
+`hf:` repo is in the local Hugging Face cache (nothing may be downloaded), and for kind `timm` that timm
+knows the model and that it is a ViT-style network with patch tokens (built on the `meta` device: no
+memory, no weights), so a bad spec is refused at add time instead of failing its first run.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from pathlib import Path
+
+from soco_pipeline.backbones.base import BackboneWeightsError
+from soco_pipeline.backbones.spec import BackboneSpec, BackboneSpecError
+from soco_pipeline.storage import PROJECT_ROOT
+
+
+def check_weights(spec: BackboneSpec, project_root: Path = PROJECT_ROOT) -> None:
+    """BackboneWeightsError when a local weights file is missing or an hf: repo is not in the local cache."""
+    w = spec.weights
+    where = spec.source or "the spec"
+    if w in ("none", "packaged"):
+        return
+    if w.startswith("hf:"):
+        from huggingface_hub import snapshot_download
+        from huggingface_hub.errors import LocalEntryNotFoundError
+
+        from soco_pipeline.backbones.timm_backbone import hf_cache_hint
+
+        try:
+            snapshot_download(w[3:], local_files_only=True)
+        except (LocalEntryNotFoundError, OSError, ValueError):
+            raise BackboneWeightsError(f"backbone {spec.name!r} ({where}): {hf_cache_hint(w[3:])}") from None
+        return
+    path = Path(os.path.expanduser(w))
+    path = path if path.is_absolute() else project_root / path
+    if not path.is_file():
+        raise BackboneWeightsError(
+            f"backbone {spec.name!r} ({where}): weights file {path} does not exist; put the checkpoint "
+            f"there or fix `weights:` (none | packaged | <local file> | hf:<repo id>)"
+        )
+
+
+def check_timm_model(spec: BackboneSpec) -> None:
+    """BackboneSpecError when timm does not know `spec.model` or it is not a ViT with patch tokens."""
+    import timm
+    import torch
+
+    where = spec.source or "the spec"
+    if not timm.is_model(spec.model):
+        close = difflib.get_close_matches(spec.model, timm.list_models(), n=3, cutoff=0.75)
+        hint = f" (did you mean {', '.join(close)}?)" if close else " (timm.list_models() lists them)"
+        raise BackboneSpecError(f"backbone {spec.name!r} ({where}): timm has no model {spec.model!r}{hint}")
+    not_vit = (
+        f"backbone {spec.name!r} ({where}): timm model {spec.model!r} is not a ViT-style network (no patch "
+        f"tokens at any input size); kind 'timm' takes ViTs such as vit_small_patch14_dinov2, for "
+        f"convolutional networks use kind 'packaged'"
+    )
+    try:
+        with torch.device("meta"):
+            model = timm.create_model(spec.model, pretrained=False, num_classes=0, dynamic_img_size=True)
+    except TypeError:  # e.g. ResNet.__init__() got an unexpected keyword argument 'dynamic_img_size'
+        raise BackboneSpecError(not_vit) from None
+    if not hasattr(model, "forward_intermediates") or not hasattr(model, "patch_embed"):
+        raise BackboneSpecError(not_vit)
+    n_blocks = len(getattr(model, "blocks", ()))
+    layer = spec.opt("layer")
+    if n_blocks and not -n_blocks <= layer < n_blocks:
+        raise BackboneSpecError(
+            f"backbone {spec.name!r} ({where}): layer {layer} out of range for {spec.model!r}'s {n_blocks} "
+            f"blocks; use -1 .. {n_blocks - 1}"
+        )
+
+
+def validate_for_add(spec: BackboneSpec, project_root: Path = PROJECT_ROOT) -> None:
+    """Every add-time check of a parsed spec; raises BackboneWeightsError / BackboneSpecError naming the fix."""
+    check_weights(spec, project_root)
+    if spec.kind == "timm":
+        check_timm_model(spec)

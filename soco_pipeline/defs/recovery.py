@@ -1,0 +1,145 @@
+"""Dead runs and pool slots: a killed run (OOM, SIGKILL, power loss) must not block later runs.
+
+A run whose process died stays STARTED in the instance and keeps its `gpu` pool slot, so the next run
+waits for that slot forever. `fail_dead_runs` finds runs of this machine whose worker process is gone,
+marks them failed and frees their slots; `demo` calls it before every in-process run, and the Dagster
+daemon's run monitoring (dagster.yaml) frees the slots of ended runs. `SlotWatcher` says, while a run
+waits for a pool slot, which run holds it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from collections.abc import Callable
+
+import dagster as dg
+from dagster._core.events import DagsterEventType
+
+HOST_TAG, PID_TAG = "soco/host", "soco/pid"
+ACTIVE = [dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
+
+
+def process_tags() -> dict[str, str]:
+    """Tags naming this process and machine: put them on in-process runs so a crash can be detected."""
+    return {HOST_TAG: socket.gethostname(), PID_TAG: str(os.getpid())}
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _worker_pid(instance: dg.DagsterInstance, run: dg.DagsterRun) -> int | None:
+    """The pid of the process executing `run` on this machine, or None when it cannot be told.
+
+    In-process runs carry our host/pid tags. Runs started by the default run launcher (a subprocess on this
+    machine) record their worker's pid on the RUN_START event. Runs of other machines are left alone.
+    """
+    tags = run.tags
+    if PID_TAG in tags:
+        return int(tags[PID_TAG]) if tags.get(HOST_TAG) == socket.gethostname() else None
+    from dagster._core.launcher import DefaultRunLauncher
+
+    if not isinstance(instance.run_launcher, DefaultRunLauncher):
+        return None
+    records = instance.get_records_for_run(run.run_id, of_type=DagsterEventType.RUN_START, limit=1).records
+    event = records[0].event_log_entry.dagster_event if records else None
+    return event.pid if event is not None and event.pid else None
+
+
+def fail_dead_runs(instance: dg.DagsterInstance, log: Callable[[str], None] = print) -> list[str]:
+    """Mark failed every active run of this machine whose process is gone and free its pool slots.
+
+    Returns the run ids it failed. Runs whose process cannot be told (other machines, other launchers)
+    are left to Dagster's run monitoring.
+    """
+    failed = []
+    for run in instance.get_runs(filters=dg.RunsFilter(statuses=ACTIVE)):
+        pid = _worker_pid(instance, run)
+        if pid is None or pid == os.getpid() or _pid_alive(pid):
+            continue
+        message = (
+            f"run {run.run_id} ({run.job_name}, {run.tags.get('dagster/partition', 'unpartitioned')}) was "
+            f"{run.status.value} but its process {pid} is gone (killed or crashed): marked failed, pool slots freed"
+        )
+        instance.report_run_failed(run, message=message)
+        if instance.event_log_storage.supports_global_concurrency_limits:
+            instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
+        log(message)
+        failed.append(run.run_id)
+    return failed
+
+
+def _describe(instance: dg.DagsterInstance, run_id: str) -> str:
+    run = instance.get_run_by_id(run_id)
+    if run is None:
+        return f"run {run_id} (deleted)"
+    part = run.tags.get("dagster/partition")
+    return f"run {run_id} ({run.status.value}{', partition ' + part if part else ''})"
+
+
+def waiting_message(instance: dg.DagsterInstance, run_ids: set[str], pool: str) -> str | None:
+    """A line saying which of `run_ids` waits for a slot of `pool` and which runs hold the slots, or None."""
+    storage = instance.event_log_storage
+    if not storage.supports_global_concurrency_limits:
+        return None
+    info = storage.get_concurrency_info(pool)
+    waiting = [s for s in info.pending_steps if s.run_id in run_ids and s.assigned_timestamp is None]
+    holders = [s for s in info.claimed_slots if s.run_id not in run_ids]
+    if not waiting or not holders:
+        return None
+    held = "; ".join(f"{_describe(instance, s.run_id)} step {s.step_key}" for s in holders)
+    return (
+        f"run {waiting[0].run_id} is waiting for a slot of pool {pool!r} (limit {info.slot_count}), held by {held}. "
+        f"If that run is dead, the next `make demo` fails it and frees the slot (or: dagster run delete <id>)"
+    )
+
+
+class SlotWatcher:
+    """While a block runs, print every `every_s` seconds which run holds the pool slot our runs wait for.
+
+    Our runs are those tagged `tag`. Each round also fails dead runs, so a holder that dies meanwhile
+    frees its slot and the wait ends.
+    """
+
+    def __init__(
+        self, instance: dg.DagsterInstance, tag: tuple[str, str], pool: str = "gpu", every_s: float = 10.0,
+        log: Callable[[str], None] = print,
+    ):
+        self.instance, self.tag, self.pool, self.every_s, self.log = instance, tag, pool, every_s, log
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="soco-slot-watcher", daemon=True)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every_s):
+            try:
+                runs = self.instance.get_runs(filters=dg.RunsFilter(tags=dict([self.tag]), statuses=ACTIVE))
+                message = waiting_message(self.instance, {r.run_id for r in runs}, self.pool)
+                if message:
+                    self.log(message)
+                    fail_dead_runs(self.instance, self.log)
+            except Exception as e:  # never let the watcher break the run it watches
+                self.log(f"slot watcher: {e}")
+
+    def __enter__(self) -> SlotWatcher:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=max(self.every_s, 1.0) + 5)
+
+
+
+@dg.sensor(minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING)
+def dead_run_sensor(context: dg.SensorEvaluationContext) -> dg.SkipReason:
+    """Every 30 s: fail the runs of this machine whose process died and free their pool slots."""
+    failed = fail_dead_runs(context.instance, context.log.warning)
+    return dg.SkipReason(f"failed {len(failed)} dead run(s): {', '.join(failed)}" if failed else "no dead runs")

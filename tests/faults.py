@@ -1,0 +1,133 @@
+"""Helpers for fault-injection tests and bench_faults: real child processes, killed by pid, with deadlines."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from soco_pipeline.storage import PROJECT_ROOT
+
+# A child that starts an atomic write of `path` (all of `data.bin`, or its first half), flushes it to the
+# temp file, says so on stdout and waits to be killed: SIGKILL then lands between write and rename (full)
+# or in the middle of the write (half).
+WRITER = """
+import sys, time
+from soco_pipeline.storage import open_atomic
+path, data_file, how = sys.argv[1:4]
+data = open(data_file, "rb").read()
+with open_atomic(path) as f:
+    f.write(data if how == "full" else data[: len(data) // 2])
+    f.flush()
+    print("ready", flush=True)
+    time.sleep(120)
+"""
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """The environment of a child process: this worktree first on the path, offline, plus `extra`."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env.update(HF_HUB_OFFLINE="1", DAGSTER_DISABLE_TELEMETRY="1", **extra)
+    return env
+
+
+def wait_for_line(proc: subprocess.Popen, marker: str, deadline_s: float) -> None:
+    """Read the child's stdout until a line contains `marker`; raise with its output past the deadline."""
+    end = time.monotonic() + deadline_s
+    seen = []
+    os.set_blocking(proc.stdout.fileno(), False)
+    while time.monotonic() < end:
+        line = proc.stdout.readline()
+        if line:
+            seen.append(line)
+            if marker in line:
+                return
+            continue
+        if proc.poll() is not None:
+            rest = proc.stdout.read() or ""
+            raise RuntimeError(f"child exited ({proc.returncode}) before {marker!r}:\n{''.join(seen)}{rest}")
+        time.sleep(0.05)
+    raise TimeoutError(f"no {marker!r} from the child within {deadline_s} s:\n{''.join(seen)}")
+
+
+def kill(proc: subprocess.Popen, deadline_s: float = 10.0) -> None:
+    """SIGKILL the child by pid (if still running) and reap it within a deadline."""
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=deadline_s)
+
+
+def kill_during_write(path: str, data: bytes, how: str, tmp: Path, deadline_s: float = 60.0) -> None:
+    """Start an atomic write of `data` to `path` in a child and SIGKILL it at `how` ("full" | "half")."""
+    data_file = tmp / f"payload-{how}.bin"
+    data_file.write_bytes(data)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WRITER, path, str(data_file), how],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=child_env(),
+    )
+    try:
+        wait_for_line(proc, "ready", deadline_s)
+    finally:
+        kill(proc)
+    assert proc.returncode == -signal.SIGKILL
+
+
+BACKBONE = "vit_small_slow"
+
+
+def crash_env(tmp: Path) -> dict[str, str]:
+    """Storage, DAGSTER_HOME (the project's dagster.yaml) and a one-image-per-batch ViT spec under `tmp`."""
+    from tests.dagster_server import write_instance_yaml
+
+    storage, home, backbones = tmp / "storage", tmp / "home", tmp / "backbones"
+    write_instance_yaml(home, storage)
+    backbones.mkdir()
+    spec = yaml.safe_load((PROJECT_ROOT / "assets" / "backbones" / "vit_small_random.yaml").read_text())
+    spec.update(batch_size=1, device="cpu")  # one image per batch: a kill lands between two maps
+    (backbones / f"{BACKBONE}.yaml").write_text(yaml.safe_dump(spec))
+    return child_env(
+        DAGSTER_HOME=str(home), SOCO_STORAGE=str(storage), SOCO_BACKBONES_DIR=str(backbones),
+        SOCO_CATEGORIES="car,dog", SOCO_IMAGES_PER_CATEGORY="8", OMP_NUM_THREADS="1",
+    )
+
+
+def start_demo(env: dict[str, str]) -> subprocess.Popen:
+    """`python -m soco_pipeline.demo` in its own session, stdout and stderr piped together."""
+    return subprocess.Popen(
+        [sys.executable, "-u", "-m", "soco_pipeline.demo"], cwd=PROJECT_ROOT, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )
+
+
+def wait_for_maps(folder: Path, deadline_s: float) -> int:
+    """Wait until a feature map is on disk under `folder/<spec_hash>/`; return how many there are."""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        n = len(list(folder.glob("*/*.npy")))
+        if n:
+            return n
+        time.sleep(0.02)
+    raise TimeoutError(f"no feature map appeared under {folder} within {deadline_s} s")
+
+
+def metrics_frame(backbone: str, rows: int = 200, seed: int = 0) -> pd.DataFrame:
+    """A metrics-like table of `rows` rows for one backbone (deterministic values)."""
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame(
+        {
+            "backbone": backbone,
+            "metric": [f"m{i}" for i in range(rows)],
+            "value": rng.random(rows) * 100,
+        }
+    )

@@ -1,0 +1,142 @@
+"""Atomic writes under real kills and a really full disk: readers never see temp files, the next write cleans.
+
+Each fault is injected for real: a child process is SIGKILLed between write and rename (a complete temp
+file is left) or mid-write (a truncated one); a tmpfs of a few hundred KB fills up (ENOSPC).
+"""
+
+import io
+import os
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from soco_pipeline.evaluation.results_db import query, refresh_views, table_files
+from soco_pipeline.storage import (
+    StorageFullError,
+    open_atomic,
+    read_parquet,
+    remove_stale_temps,
+    write_bytes_atomic,
+    write_parquet_atomic,
+)
+from soco_pipeline.tables import table_for
+from tests.faults import kill_during_write, metrics_frame
+
+
+def _parquet_bytes(df: pd.DataFrame) -> bytes:
+    buf = io.BytesIO()
+    df.to_parquet(buf, index=False)
+    return buf.getvalue()
+
+
+def _temps(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name.startswith(".tmp-"))
+
+
+@pytest.mark.parametrize("how", ["full", "half"])
+def test_killed_write_is_never_read_and_the_next_write_removes_it(tmp_path, how):
+    storage = tmp_path / "storage"
+    tables = storage / "tables"
+    metrics = table_for("metrics")
+    write_parquet_atomic(metrics_frame("a", 200), metrics.path(str(tables), "a"))
+    target = metrics.path(str(tables), "b")
+    kill_during_write(target, _parquet_bytes(metrics_frame("b", 200, seed=1)), how, tmp_path)
+
+    folder = tables / "metrics"
+    assert len(_temps(folder)) == 1, "the kill left no temp file: the fault was not injected"
+    assert not Path(target).exists()
+    db = storage / "results.duckdb"
+    assert refresh_views(db, str(tables)) == ["metrics"]
+    assert query(db, "SELECT count(*) AS n FROM metrics").n.iloc[0] == 200  # not 400, no magic-bytes error
+    assert table_files(str(tables), metrics) == [str(folder / "a.parquet")]
+
+    # The next write of the same file removes the dead writer's temp; the published file is complete.
+    write_parquet_atomic(metrics_frame("b", 200, seed=1), target)
+    assert _temps(folder) == []
+    refresh_views(db, str(tables))
+    assert query(db, "SELECT count(*) AS n FROM metrics").n.iloc[0] == 400
+    pd.testing.assert_frame_equal(read_parquet(target), metrics_frame("b", 200, seed=1))
+
+
+def test_a_live_writers_temp_is_kept(tmp_path):
+    """Only temps of dead writers are stale: a concurrent writer in this process keeps its file."""
+    target = str(tmp_path / "x.bin")
+    with open_atomic(target) as f:
+        f.write(b"partial")
+        f.flush()
+        assert remove_stale_temps(str(tmp_path)) == []
+        assert len(_temps(tmp_path)) == 1
+    assert Path(target).read_bytes() == b"partial" and _temps(tmp_path) == []
+
+
+@pytest.fixture
+def tiny_tmpfs(tmp_path):
+    """A 256 KiB tmpfs (root only): writes past it fail with a real ENOSPC."""
+    mnt = tmp_path / "tiny"
+    mnt.mkdir()
+    try:
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)],
+            check=True, capture_output=True, timeout=20,
+        )
+    except (OSError, subprocess.SubprocessError) as e:
+        pytest.skip(f"cannot mount a tmpfs here ({e}); needs root")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False, capture_output=True, timeout=20)
+
+
+def test_disk_full_names_the_storage_root_and_bytes_and_leaves_no_orphan(tiny_tmpfs, monkeypatch):
+    monkeypatch.setenv("SOCO_STORAGE", str(tiny_tmpfs))
+    write_bytes_atomic(str(tiny_tmpfs / "small.bin"), b"x" * 1000)
+    big = os.urandom(600_000)
+    with pytest.raises(StorageFullError) as e:
+        write_bytes_atomic(str(tiny_tmpfs / "features" / "big.npy"), big)
+    msg = str(e.value)
+    assert str(tiny_tmpfs) in msg and "600,000 bytes" in msg and "SOCO_STORAGE" in msg
+    assert e.value.errno == 28
+    assert sorted(p.name for p in tiny_tmpfs.rglob("*") if p.is_file()) == ["small.bin"]  # no orphan
+    df = metrics_frame("a", 50_000)
+    with pytest.raises(StorageFullError, match="bytes"):
+        write_parquet_atomic(df, str(tiny_tmpfs / "tables" / "metrics" / "a.parquet"))
+    assert not (tiny_tmpfs / "tables" / "metrics" / "a.parquet").exists()
+    assert _temps(tiny_tmpfs / "tables" / "metrics") == []
+
+
+def test_disk_full_during_extraction_leaves_no_orphan_and_a_rerun_resumes(tiny_tmpfs, tmp_path, monkeypatch):
+    """A real ENOSPC in the middle of a feature extraction (SIFT maps of 16 KB into 256 KiB)."""
+    import numpy as np
+    from PIL import Image
+
+    from soco_pipeline.backbones import parse_spec, spec_hash
+    from soco_pipeline.features import FeatureStore, extract_features
+    from soco_pipeline.features.layout import _read_manifest, feature_dir
+
+    monkeypatch.setenv("SOCO_STORAGE", str(tiny_tmpfs))
+    rng = np.random.default_rng(0)
+    rows = []
+    for i in range(40):
+        uri = tmp_path / "img" / f"car_{i:04d}.png"
+        uri.parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(rng.integers(0, 256, size=(64, 64, 3), dtype=np.uint8)).save(uri)
+        rows.append({"image_id": f"car_{i:04d}", "uri": str(uri), "width": 64, "height": 64, "category": "car"})
+    images = pd.DataFrame(rows)
+    spec = parse_spec({"kind": "classical", "model": "sift", "input": {"nearest_multiple": 64},
+                       "normalisation": "raw", "batch_size": 2}, "sift_full")
+    cache = str(tiny_tmpfs / "features")
+    with pytest.raises(StorageFullError) as e:
+        extract_features(spec, images, cache)
+    assert str(tiny_tmpfs) in str(e.value) and "bytes" in str(e.value) and "a rerun resumes" in str(e.value)
+    folder = Path(feature_dir(cache, spec.name, spec_hash(spec)))
+    listed = set(_read_manifest(str(folder)).path.str.rsplit("/", n=1).str[-1])
+    on_disk = {p.name for p in folder.glob("*.npy")}
+    assert on_disk == listed and 0 < len(on_disk) < 40  # no orphan: every map left is in the manifest
+    assert not list(folder.glob(".tmp-*"))
+
+    subprocess.run(["mount", "-o", "remount,size=4m", str(tiny_tmpfs)], check=True, timeout=20)
+    manifest = extract_features(spec, images, cache)
+    assert len(manifest) == 40
+    assert len(FeatureStore.from_manifest(cache, manifest).get_many(list(images.image_id))) == 40

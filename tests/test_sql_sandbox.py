@@ -1,0 +1,109 @@
+"""`soco sql` reads the result tables and nothing else: no writes, no other files, no ATTACH; copies are portable."""
+
+import shutil
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from soco_pipeline import cli
+from soco_pipeline.evaluation.results_db import connect_readonly, refresh_views
+from soco_pipeline.storage import read_parquet, write_parquet_atomic
+from soco_pipeline.tables import table_for
+from tests.faults import metrics_frame
+
+
+@pytest.fixture
+def storage(tmp_path, monkeypatch):
+    root = tmp_path / "storage"
+    tables = str(root / "tables")
+    for b, seed in (("a", 0), ("b", 1)):
+        write_parquet_atomic(metrics_frame(b, 200, seed), table_for("metrics").path(tables, b))
+    board = metrics_frame("a", 2).rename(columns={"value": "soc"})
+    write_parquet_atomic(board, table_for("leaderboard").path(tables))
+    refresh_views(root / "results.duckdb", tables)
+    monkeypatch.setenv("SOCO_STORAGE", str(root))
+    return root
+
+
+def _sql(capsys, q: str) -> tuple[int, str, str]:
+    rc = cli.main(["sql", q])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_queries_work(storage, capsys):
+    rc, out, _ = _sql(capsys, "SELECT backbone, count(*) AS n FROM metrics GROUP BY ALL ORDER BY 1")
+    assert rc == 0 and out.split()[2:] == ["a", "200", "b", "200"]
+    rc, out, _ = _sql(capsys, "DESCRIBE leaderboard")
+    assert rc == 0 and "soc" in out
+
+
+def test_copy_to_is_refused_and_the_table_is_unchanged(storage, capsys):
+    path = table_for("leaderboard").path(str(storage / "tables"))
+    before = Path(path).read_bytes()
+    rc, _, err = _sql(capsys, f"COPY (SELECT 'x' AS backbone, 99.9 AS soc) TO '{path}' (FORMAT parquet)")
+    assert rc == 2 and "refused" in err and "COPY" in err
+    assert Path(path).read_bytes() == before
+    rc, _, err = _sql(capsys, f"SELECT 1; EXPORT DATABASE '{storage / 'tables' / 'dump'}'")
+    assert rc == 2 and "refused" in err and not (storage / "tables" / "dump").exists()
+
+
+@pytest.mark.parametrize(
+    "q",
+    [
+        "SELECT * FROM read_csv('/etc/passwd')",
+        "SELECT * FROM read_text('/etc/hostname')",
+        "SELECT * FROM glob('/root/**')",
+        "SELECT * FROM read_text('{tables}/../../secret.txt')",  # a path that climbs out of the tables
+    ],
+)
+def test_reading_outside_the_tables_is_refused(storage, capsys, q):
+    (storage.parent / "secret.txt").write_text("not for soco sql")
+    rc, out, err = _sql(capsys, q.format(tables=storage / "tables"))
+    assert rc == 2 and "refused" in err and "storage root" in err, err
+    assert out == "" and "not for soco sql" not in err
+
+
+def test_attach_set_and_install_are_refused(storage, capsys, tmp_path):
+    for q in (f"ATTACH '{tmp_path / 'other.db'}' AS o", "SET enable_external_access = true", "INSTALL httpfs"):
+        rc, _, err = _sql(capsys, q)
+        assert rc == 2 and "refused" in err, (q, err)
+    assert not (tmp_path / "other.db").exists()
+    # The sandbox holds on the connection itself, not only in the statement filter.
+    with connect_readonly(storage / "results.duckdb") as con:
+        with pytest.raises(duckdb.Error, match="disabled|locked"):
+            con.execute(f"ATTACH '{tmp_path / 'other.db'}' AS o")
+        with pytest.raises(duckdb.Error, match="locked"):
+            con.execute("SET enable_external_access = true")
+
+
+@pytest.mark.parametrize("q", ["", "   ", ";"])
+def test_empty_query_is_a_clear_error(storage, capsys, q):
+    rc, _, err = _sql(capsys, q)
+    assert rc == 2 and "empty query" in err
+
+
+def test_a_copied_storage_root_queries_its_own_tables(storage, capsys, tmp_path, monkeypatch):
+    copy = tmp_path / "copy"
+    shutil.copytree(storage, copy)
+    stored = duckdb.connect(str(copy / "results.duckdb"), read_only=True)
+    sql = stored.execute("SELECT sql FROM duckdb_views() WHERE view_name = 'metrics'").fetchone()[0]
+    stored.close()
+    assert str(storage) not in sql and "tables/metrics/a.parquet" in sql  # stored relative
+    leaderboard = table_for("leaderboard").path(str(copy / "tables"))
+    write_parquet_atomic(read_parquet(leaderboard).assign(soc=-1.0), leaderboard)
+    shutil.rmtree(storage)  # the original is gone: nothing may still point at it
+    monkeypatch.setenv("SOCO_STORAGE", str(copy))
+    rc, out, err = _sql(capsys, "SELECT min(soc) AS s, (SELECT count(*) FROM metrics) AS n FROM leaderboard")
+    assert rc == 0, err
+    assert out.split()[-2:] == ["-1.0", "400"]
+
+
+def test_the_dagster_duckdb_resource_reads_the_relative_views(storage, monkeypatch, tmp_path):
+    from soco_pipeline.defs.definitions import build_definitions
+
+    monkeypatch.chdir(tmp_path)  # not the storage root: the views must not depend on the working directory
+    resource = build_definitions(storage_root=str(storage)).resources["duckdb"]
+    with resource.get_connection() as con:
+        assert con.execute("SELECT count(*) FROM metrics").fetchone()[0] == 400
