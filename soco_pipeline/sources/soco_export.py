@@ -77,6 +77,57 @@ def _keypoint_entries(kp: pd.DataFrame, ids: dict, cids: dict, full: bool) -> pd
     )
 
 
+def release_metadata(taxonomy: Taxonomy, categories: list[str], supercategory: dict[str, str]) -> dict:
+    """The Metadata/keypoint_taxonomy.json document of a release of `categories`.
+
+    supercategories; categories {supercategory, parent, keypoints}; nodes {parent, supercategory} of
+    their ancestors; keypoints {concept_name, concept_id, node, part, where, at, template (the resolved
+    description template)}; concepts {id, noun, ...}; templates (assets/descriptions.yaml's `at` and
+    `concepts` sections). `sources.release_taxonomy` reads it back.
+    """
+    from soco_pipeline.data.descriptions import load_templates, template_for
+
+    cids = concept_ids(taxonomy)
+    known = [c for c in categories if c in taxonomy.nodes]
+    templates = load_templates()
+    meta_cats = {
+        c: {
+            "supercategory": supercategory[c],
+            "parent": taxonomy.nodes[c].parent if c in taxonomy.nodes else None,
+            "keypoints": taxonomy.category_keypoints(c) if c in taxonomy.nodes else [],
+        }
+        for c in categories
+    }
+    ancestors = {a for c in known for a in taxonomy.ancestors(c)[1:]}
+    nodes = {
+        n: {"parent": taxonomy.nodes[n].parent, "supercategory": taxonomy.nodes[n].supercategory}
+        for n in taxonomy.nodes
+        if n in ancestors
+    }
+    used = {k for c in known for k in taxonomy.category_keypoints(c)}
+    meta_kps = {
+        k: {
+            "concept_name": d.concept,
+            "concept_id": cids[d.concept],
+            "node": d.node,
+            "part": d.part,
+            "where": d.where,
+            "at": d.at,
+            "template": d.template or template_for(k, taxonomy, templates),
+        }
+        for k, d in taxonomy.keypoints.items()
+        if k in used
+    }
+    return {
+        "supercategories": list(taxonomy.supercategories),
+        "categories": meta_cats,
+        "nodes": nodes,
+        "keypoints": meta_kps,
+        "concepts": {c: {"id": cids[c], **dict(v or {})} for c, v in taxonomy.concepts.items()},
+        "templates": templates,
+    }
+
+
 def export_soco_release(
     images: pd.DataFrame,
     keypoints: pd.DataFrame,
@@ -187,33 +238,7 @@ def export_soco_release(
         name = pair_file_name(int(p.n), p.src_image, p.trg_image)
         files.append((join(tmp_root, "PairAnnotations", p.level, p.pair_group, name), _dump(doc)))
 
-    meta_cats = {
-        c: {
-            "supercategory": str(img.loc[img["category"] == c, "supercategory"].iloc[0]),
-            "parent": taxonomy.nodes[c].parent if c in taxonomy.nodes else None,
-            "keypoints": taxonomy.category_keypoints(c) if c in taxonomy.nodes else [],
-        }
-        for c in cats
-    }
-    used = {k for c in cats if c in taxonomy.nodes for k in taxonomy.category_keypoints(c)}
-    meta_kps = {
-        k: {
-            "concept_name": d.concept,
-            "concept_id": cids[d.concept],
-            "node": d.node,
-            "part": d.part,
-            "where": d.where,
-            "at": d.at,
-        }
-        for k, d in taxonomy.keypoints.items()
-        if k in used
-    }
-    meta = {
-        "supercategories": list(taxonomy.supercategories),
-        "categories": meta_cats,
-        "keypoints": meta_kps,
-        "concepts": {c: {"id": cids[c], **dict(v or {})} for c, v in taxonomy.concepts.items()},
-    }
+    meta = release_metadata(taxonomy, cats, {c: str(img.loc[img["category"] == c, "supercategory"].iloc[0]) for c in cats})
     mapping: dict[str, dict] = {}
     for image_id, r in img.iterrows():
         mapping.setdefault(r["category"], {})[image_file_name(image_id)] = {

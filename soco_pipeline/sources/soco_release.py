@@ -16,6 +16,12 @@ visible points of the pair files with n_annotators 0 and NaN spread), image_pair
 evaluated) and correspondences (SOC rows from semantic_overlap, CC rows = src x trg of each
 concept_matches group; n_candidates = the size of the target side of the keypoint's concept group,
 i.e. the target's visible same-concept keypoints; geo = n_candidates >= 2).
+
+The taxonomy is the release's own (`sources.release_taxonomy`) unless the caller passes one: the
+names of categories, keypoints and concepts need not be those of assets/taxonomy.yaml.
+Bad input gets a ValueError naming the file: a pair file that is not JSON or lacks a field, a
+malformed Metadata/keypoint_taxonomy.json, a keypoint whose concept differs between two files, a pair
+file naming a keypoint its image's annotation (KeypointAnnotations) lacks, a missing image.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from soco_pipeline.schemas import (
     validate,
 )
 from soco_pipeline.sources.config import glob_paths
+from soco_pipeline.sources.release_taxonomy import ENTRY_COLUMNS, build_release_taxonomy, check_keypoint_concepts
 from soco_pipeline.storage import exists, join, read_bytes
 from soco_pipeline.taxonomy import Taxonomy
 
@@ -63,6 +70,7 @@ class SocoRelease:
     keypoints: pd.DataFrame
     image_pairs: pd.DataFrame
     correspondences: pd.DataFrame
+    taxonomy: Taxonomy
 
 
 def image_file_name(image_id: str) -> str:
@@ -195,23 +203,62 @@ def _keypoint_rows(image_id: str, category: str, items: list, path: str, default
     return rows
 
 
-def _supercategories(root: str, taxonomy: Taxonomy) -> dict[str, str]:
-    meta = join(root, "Metadata", "keypoint_taxonomy.json")
-    out: dict[str, str] = {}
-    if exists(meta):
-        doc = _load_json(meta)
-        cats = doc.get("categories", {}) if isinstance(doc, dict) else {}
-        if isinstance(cats, dict):
-            out = {c: str(v.get("supercategory", "")) for c, v in cats.items() if isinstance(v, dict)}
-    known = set(taxonomy.categories)
-    return {**out, **{c: taxonomy.supercategory(c) for c in known}}
+def _metadata(root: str) -> tuple[dict | None, str]:
+    """The parsed Metadata/keypoint_taxonomy.json (None when absent) and its path; ValueError if malformed."""
+    path = join(root, "Metadata", "keypoint_taxonomy.json")
+    if not exists(path):
+        return None, path
+    doc = _load_json(path)
+    if not isinstance(doc, dict):
+        raise ValueError(
+            f"{path}: malformed: the top level is a JSON {type(doc).__name__}, expected an object "
+            "(categories, keypoints, concepts, templates); fix the file or remove it to import without it"
+        )
+    return doc, path
 
 
-def read_soco_release(root: str, taxonomy: Taxonomy, workers: int = 8) -> SocoRelease:
+def _entries(pairs: list[dict], ann_paths: list[str], anns: list) -> pd.DataFrame:
+    """Every keypoint entry of the pair files (visible points) and keypoint files (ENTRY_COLUMNS)."""
+    rows = [
+        (pr["path"], pr[f"{side}_image"], pr[f"{side}_category"], str(kp["name"]), kp.get("id"),
+         str(kp["concept_name"]), kp.get("concept_id"))
+        for pr in pairs
+        for side in ("src", "trg")
+        for kp in pr["doc"][f"{side}_keypoints"]
+    ]
+    rows += [
+        (path, str(doc.get("image_id") or _stem(doc["image"])), str(doc.get("category") or path.split("/")[-2]),
+         str(kp["name"]), kp.get("id"), str(kp["concept_name"]), kp.get("concept_id"))
+        for path, doc in zip(ann_paths, anns, strict=True)
+        for kp in doc["keypoints"]
+    ]
+    return pd.DataFrame(rows, columns=ENTRY_COLUMNS)
+
+
+def _check_pairs_against_annotations(entries: pd.DataFrame, ann_paths: list[str]) -> None:
+    """ValueError naming the pair file that lists a keypoint its image's KeypointAnnotations file lacks."""
+    from_ann = entries["file"].isin(set(ann_paths))
+    ann = entries[from_ann]
+    pair = entries[~from_ann & entries["image_id"].isin(set(ann["image_id"]))]
+    m = pair.merge(ann[["image_id", "keypoint", "file"]], on=["image_id", "keypoint"], how="left",
+                   suffixes=("", "_ann"), indicator=True)
+    bad = m[m["_merge"] == "left_only"]
+    if len(bad):
+        r = bad.iloc[0]
+        ann_file = ann.loc[ann["image_id"] == r.image_id, "file"].iloc[0]
+        raise ValueError(
+            f"{r.file}: names keypoint {r.keypoint!r} of image {r.image_id!r}, which its annotation "
+            f"{ann_file} lacks; fix the pair file or add the keypoint to the annotation"
+        )
+
+
+def read_soco_release(root: str, taxonomy: Taxonomy | None = None, workers: int = 8) -> SocoRelease:
     """Read a SOCO release (official or written by `export.export_soco_release`) into canonical tables.
 
-    Raises ValueError naming the file and the field for a pair file that is not JSON or lacks a
-    field, and for pairs whose images are missing from Images/.
+    `taxonomy`: None (a soco_release run) builds the release's own taxonomy from its files
+    (`sources.release_taxonomy`; ReleaseWarning for what Metadata/ lacks); a given taxonomy (e.g. the
+    run's `taxonomy` asset) is used as it is. Raises ValueError naming the file for the bad inputs
+    listed in the module docstring.
     """
     pair_paths = [
         (lvl, p)
@@ -238,16 +285,30 @@ def read_soco_release(root: str, taxonomy: Taxonomy, workers: int = 8) -> SocoRe
                     "does not exist; the release is incomplete"
                 )
 
-    # Images and keypoints: KeypointAnnotations first, pair files fill in what they lack.
     ann_paths = glob_paths(join(root, "KeypointAnnotations"), "*/*.json")
     with ThreadPoolExecutor(max(1, workers)) as pool:
         anns = list(pool.map(_load_json, ann_paths))
+    for path, doc in zip(ann_paths, anns, strict=True):
+        _require(doc, ("image", "imsize", "bndbox", "keypoints"), path)
+        for i, kp in enumerate(doc["keypoints"]):
+            _require(kp, ("name", "concept_name"), path, f"keypoints[{i}]")
+    entries = _entries(pairs, ann_paths, anns)
+    check_keypoint_concepts(entries)
+    _check_pairs_against_annotations(entries, ann_paths)
+    meta, meta_path = _metadata(root)
+    if taxonomy is None:
+        cross = pd.DataFrame(
+            [(pr["src_category"], pr["trg_category"], pr["ancestor"]) for pr in pairs if pr["level"] == "cross"],
+            columns=["src_category", "trg_category", "ancestor"],
+        )
+        taxonomy = build_release_taxonomy(entries, cross, meta, meta_path, source=f"the taxonomy of the release {root}")
+
+    # Images and keypoints: KeypointAnnotations first, pair files fill in what they lack.
     images: dict[str, dict] = {}
     kp_rows: list[dict] = []
     annotated: set[str] = set()
     for path, doc in zip(ann_paths, anns, strict=True):
         cat = path.split("/")[-2]
-        _require(doc, ("image", "imsize", "bndbox", "keypoints"), path)
         image_id = str(doc.get("image_id") or _stem(doc["image"]))
         images[image_id] = _image_row(
             image_id,
@@ -279,13 +340,11 @@ def read_soco_release(root: str, taxonomy: Taxonomy, workers: int = 8) -> SocoRe
     kp = pd.DataFrame(kp_rows, columns=list(KeypointSchema.to_schema().columns))
     kp = kp.drop_duplicates(["image_id", "keypoint"]).reset_index(drop=True)
 
-    supers = _supercategories(root, taxonomy)
+    known = set(taxonomy.categories)
     img = pd.DataFrame(list(images.values()))
-    img["supercategory"] = img["category"].map(supers).fillna("unknown")
+    img["supercategory"] = [taxonomy.supercategory(c) if c in known else "unknown" for c in img["category"]]
     for c in ("azimuth", "elevation", "theta", "distance"):
         img[c] = np.nan
-
-    known = set(taxonomy.categories)
 
     def ancestor(pr: dict) -> str:
         if pr["ancestor"] is not None:
@@ -312,6 +371,7 @@ def read_soco_release(root: str, taxonomy: Taxonomy, workers: int = 8) -> SocoRe
         keypoints=validate(kp, KeypointSchema, "soco keypoints"),
         image_pairs=validate(ip, ImagePairSchema, "soco image_pairs"),
         correspondences=validate(corr, CorrespondenceSchema, "soco correspondences").reset_index(drop=True),
+        taxonomy=taxonomy,
     )
 
 
