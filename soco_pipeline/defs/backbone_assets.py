@@ -5,9 +5,9 @@ from pathlib import Path
 import dagster as dg
 import pandas as pd
 
+from soco_pipeline.defs.data_assets import run_taxonomy
 from soco_pipeline.defs.partitions import backbones_partitions
 from soco_pipeline.defs.resources import SocoSettings
-from soco_pipeline.defs.data_assets import run_taxonomy
 from soco_pipeline.defs.versions import current_fingerprint
 
 EAGER = dg.AutomationCondition.eager()

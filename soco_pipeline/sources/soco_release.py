@@ -41,7 +41,11 @@ from soco_pipeline.schemas import (
     validate,
 )
 from soco_pipeline.sources.config import glob_paths
-from soco_pipeline.sources.release_taxonomy import ENTRY_COLUMNS, build_release_taxonomy, check_keypoint_concepts
+from soco_pipeline.sources.release_taxonomy import (
+    ENTRY_COLUMNS,
+    build_release_taxonomy,
+    check_keypoint_concepts,
+)
 from soco_pipeline.storage import exists, join, read_bytes
 from soco_pipeline.taxonomy import Taxonomy
 
