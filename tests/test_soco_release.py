@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -330,4 +331,36 @@ def test_bad_release_inputs_name_the_file(tmp_path):
     ann_doc["keypoints"] = [k for k in ann_doc["keypoints"] if k["name"] != name]
     open(ann, "w").write(json.dumps(ann_doc))
     with pytest.raises(ValueError, match=rf"names keypoint {name!r} of image .* which its annotation {ann} lacks"):
+        read_soco_release(out)
+
+
+def test_train_test_splits_become_a_split_column(tmp_path):
+    root = str(tmp_path)
+    images, keypoints, pairs, corr = canonical_tables(root, TAX, categories=("car", "bus"))
+    intra = pairs.level == "intra"
+    # Every other intra pair is in a split, evaluated or not: train / test alternately.
+    picked = np.flatnonzero(intra.to_numpy())[::2]
+    pairs["split"] = ""
+    pairs.loc[pairs.index[picked], "split"] = np.where(np.arange(len(picked)) % 2 == 0, "train", "test")
+    assert (pairs.split != "").any() and (~pairs.evaluated & (pairs.split != "")).any()
+    out = join(root, "SOCOv1")
+    export_soco_release(images, keypoints, pairs, corr, out, TAX)
+    rel = read_soco_release(out)
+    want = pairs[pairs.evaluated | (pairs.split != "")]
+    pd.testing.assert_frame_equal(
+        _sorted(rel.image_pairs[list(pairs.columns)], ["pair_id"]), _sorted(want, ["pair_id"]), check_dtype=False
+    )
+    keys = ["pair_id", "kind", "src_keypoint", "trg_keypoint"]
+    pd.testing.assert_frame_equal(
+        _sorted(rel.correspondences[list(corr.columns)], keys),
+        _sorted(corr[corr.pair_id.isin(want.pair_id)], keys),
+        check_dtype=False,
+    )
+    # A pair listed in both splits is an error naming both files.
+    from soco_pipeline.storage import filesystem
+
+    fs, base = filesystem(out)
+    train = sorted(fs.glob(f"{base}/PairAnnotations/trainsplits/train/*/*.json"))[0]
+    fs.pipe_file(train.replace("/train/", "/test/").replace(".json", "-copy.json"), fs.cat_file(train))
+    with pytest.raises(ValueError, match=r"is in the (train|test) split, but .* puts it in the (train|test) split"):
         read_soco_release(out)

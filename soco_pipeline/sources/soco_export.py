@@ -2,7 +2,8 @@
 
 Writes `Images/<cat>/<image_id>.JPEG` (the image bytes copied as they are),
 `PairAnnotations/{intra,cross}/<pair_group>/<n>-<src>-<trg>.json` for the evaluated pairs (n = 1-based
-rank of the pair id within its level and group), `KeypointAnnotations/<cat>/<image_id>.json` for every
+rank of the pair id within its level and group), `PairAnnotations/trainsplits/{train,test}/<pair_group>/`
+for the pairs of a `split` column, `KeypointAnnotations/<cat>/<image_id>.json` for every
 image, and `Metadata/keypoint_taxonomy.json` + `Metadata/filename_mapping.json`. Everything is
 written under a temporary sibling folder which is then moved onto `out_root`, so readers never see a
 half-written release.
@@ -151,12 +152,18 @@ def export_soco_release(
     if fs.exists(out_path) and not overwrite:
         raise FileExistsError(f"{out_root} exists; pass overwrite=True or choose another folder")
 
-    pairs = image_pairs[image_pairs["evaluated"]].sort_values(["level", "pair_group", "pair_id"]).copy()
+    # The evaluated pairs go to PairAnnotations/{intra,cross}/, the pairs of a train/test split (if the
+    # table has a `split` column) to PairAnnotations/trainsplits/{train,test}/ as well.
+    split = image_pairs["split"] if "split" in image_pairs.columns else pd.Series("", index=image_pairs.index)
+    evaluated = image_pairs[image_pairs["evaluated"]].assign(folder=lambda d: d["level"])
+    in_split = image_pairs[split.isin(["train", "test"])]
+    in_split = in_split.assign(folder="trainsplits/" + split[in_split.index])
+    pairs = pd.concat([evaluated, in_split]).sort_values(["folder", "pair_group", "pair_id"])
     known = set(images["image_id"])
     missing = sorted((set(pairs["src_image"]) | set(pairs["trg_image"])) - known)
     if missing:
-        raise ValueError(f"evaluated pairs refer to images not in the images table: {missing[:5]}")
-    pairs["n"] = pairs.groupby(["level", "pair_group"]).cumcount() + 1
+        raise ValueError(f"evaluated or split pairs refer to images not in the images table: {missing[:5]}")
+    pairs["n"] = pairs.groupby(["folder", "pair_group"]).cumcount() + 1
 
     cids = concept_ids(taxonomy)
     cats = sorted(images["category"].unique())
@@ -236,7 +243,7 @@ def export_soco_release(
             "concept_matches": group_docs.get(p.pair_id, []),
         }
         name = pair_file_name(int(p.n), p.src_image, p.trg_image)
-        files.append((join(tmp_root, "PairAnnotations", p.level, p.pair_group, name), _dump(doc)))
+        files.append((join(tmp_root, "PairAnnotations", *p.folder.split("/"), p.pair_group, name), _dump(doc)))
 
     meta = release_metadata(taxonomy, cats, {c: str(img.loc[img["category"] == c, "supercategory"].iloc[0]) for c in cats})
     mapping: dict[str, dict] = {}
@@ -270,7 +277,7 @@ def export_soco_release(
             fs.rm(tmp_path, recursive=True)
     return {
         "images": int(len(img)),
-        "pairs": int(len(pairs)),
+        "pairs": int(pairs["pair_id"].nunique()),
         "correspondences": int(len(corr)),
         "files": len(files),
     }

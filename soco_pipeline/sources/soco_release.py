@@ -12,8 +12,9 @@ concept_matches ({concept_name, src_keypoints, trg_keypoints}: CC). Files writte
 
 What the import yields: images (source "soco", uri = the release image, no pose), keypoints (from
 KeypointAnnotations when present: all keypoints with visibility, n_annotators, spread; otherwise the
-visible points of the pair files with n_annotators 0 and NaN spread), image_pairs (every pair
-evaluated) and correspondences (SOC rows from semantic_overlap, CC rows = src x trg of each
+visible points of the pair files with n_annotators 0 and NaN spread), image_pairs (the pairs of
+intra/ and cross/ evaluated; `split` = train | test when `PairAnnotations/trainsplits/{train,test}/
+<cat>/*.json` lists the pair, "" otherwise; pairs only a split lists are kept, not evaluated) and correspondences (SOC rows from semantic_overlap, CC rows = src x trg of each
 concept_matches group; n_candidates = the size of the target side of the keypoint's concept group,
 i.e. the target's visible same-concept keypoints; geo = n_candidates >= 2).
 
@@ -63,6 +64,7 @@ PAIR_FIELDS = (
     "concept_matches",
 )
 KEYPOINT_FIELDS = ("name", "pos", "concept_name")
+SPLITS = ("train", "test")  # PairAnnotations/trainsplits/<split>/<category>/*.json
 GROUP_FIELDS = ("concept_name", "src_keypoints", "trg_keypoints")
 
 
@@ -113,12 +115,14 @@ def _require(doc: dict, fields, path: str, where: str = "") -> None:
             )
 
 
-def _parse_pair(path: str, doc: object, level: str, group_dir: str) -> dict:
+def _parse_pair(path: str, doc: object, level: str | None, group_dir: str, split: str = "") -> dict:
     _require(doc, PAIR_FIELDS, path)
     src_cat = doc.get("src_category") or doc.get("category")
     trg_cat = doc.get("trg_category") or doc.get("category")
     if not src_cat or not trg_cat:
         raise ValueError(f"{path}: missing field 'src_category'/'trg_category' (or 'category')")
+    if level is None:  # a train/test split file: its level from its categories
+        level = str(doc.get("level") or ("intra" if src_cat == trg_cat else "cross"))
     for side in ("src", "trg"):
         for i, kp in enumerate(doc[f"{side}_keypoints"]):
             _require(kp, KEYPOINT_FIELDS, path, f"{side}_keypoints[{i}]")
@@ -150,6 +154,8 @@ def _parse_pair(path: str, doc: object, level: str, group_dir: str) -> dict:
         "src_file": str(doc["src_image"]),
         "trg_file": str(doc["trg_image"]),
         "ancestor": doc.get("ancestor"),
+        "split": split,
+        "evaluated": not split,
         "doc": doc,
     }
 
@@ -256,6 +262,26 @@ def _check_pairs_against_annotations(entries: pd.DataFrame, ann_paths: list[str]
         )
 
 
+def _merge_splits(pairs: list[dict]) -> list[dict]:
+    """The evaluated pairs (intra/, cross/) with the split their trainsplits/ file gives them, then the
+    pairs only a split lists (not evaluated). ValueError naming both files for a pair in both splits."""
+    split_of: dict[str, dict] = {}
+    for pr in pairs:
+        if pr["split"]:
+            other = split_of.setdefault(pr["pair_id"], pr)
+            if other["split"] != pr["split"]:
+                raise ValueError(
+                    f"{pr['path']}: pair {pr['pair_id']!r} is in the {pr['split']} split, but {other['path']} "
+                    f"puts it in the {other['split']} split; a pair belongs to one split"
+                )
+    evaluated = [pr for pr in pairs if not pr["split"]]
+    for pr in evaluated:
+        if pr["pair_id"] in split_of:
+            pr["split"] = split_of[pr["pair_id"]]["split"]
+    seen = {pr["pair_id"] for pr in evaluated}
+    return evaluated + [pr for pr in split_of.values() if pr["pair_id"] not in seen]
+
+
 def read_soco_release(root: str, taxonomy: Taxonomy | None = None, workers: int = 8) -> SocoRelease:
     """Read a SOCO release (official or written by `export.export_soco_release`) into canonical tables.
 
@@ -265,20 +291,24 @@ def read_soco_release(root: str, taxonomy: Taxonomy | None = None, workers: int 
     listed in the module docstring.
     """
     pair_paths = [
-        (lvl, p)
-        for lvl in ("intra", "cross")
-        for p in glob_paths(join(root, "PairAnnotations", lvl), "*/*.json")
+        (lvl, "", p) for lvl in ("intra", "cross") for p in glob_paths(join(root, "PairAnnotations", lvl), "*/*.json")
+    ] + [
+        (None, split, p)
+        for split in SPLITS
+        for p in glob_paths(join(root, "PairAnnotations", "trainsplits", split), "*/*.json")
     ]
     if not pair_paths and not exists(join(root, "PairAnnotations")):
         raise FileNotFoundError(
             f"{root}: no PairAnnotations/ folder; point SourceConfig.soco_release at a SOCO release root"
         )
     with ThreadPoolExecutor(max(1, workers)) as pool:
-        docs = list(pool.map(lambda lp: _load_json(lp[1]), pair_paths))
-    pairs = [
-        _parse_pair(p, d, lvl, p.rstrip("/").split("/")[-2])
-        for (lvl, p), d in zip(pair_paths, docs, strict=True)
-    ]
+        docs = list(pool.map(lambda lp: _load_json(lp[2]), pair_paths))
+    pairs = _merge_splits(
+        [
+            _parse_pair(p, d, lvl, p.rstrip("/").split("/")[-2], split)
+            for (lvl, split, p), d in zip(pair_paths, docs, strict=True)
+        ]
+    )
 
     image_files = {tuple(p.split("/")[-2:]) for p in glob_paths(join(root, "Images"), "*/*")}
     for pr in pairs:
@@ -361,8 +391,8 @@ def read_soco_release(root: str, taxonomy: Taxonomy | None = None, workers: int 
 
     pair_cols = ["pair_id", "level", "pair_group", "src_image", "trg_image", "src_category", "trg_category"]
     ip = pd.DataFrame(
-        [{c: pr[c] for c in pair_cols} | {"ancestor": ancestor(pr), "evaluated": True} for pr in pairs],
-        columns=[*pair_cols, "ancestor", "evaluated"],
+        [{c: pr[c] for c in [*pair_cols, "evaluated", "split"]} | {"ancestor": ancestor(pr)} for pr in pairs],
+        columns=[*pair_cols, "ancestor", "evaluated", "split"],
     )
     dup = ip["pair_id"].duplicated(keep=False)
     if dup.any():
