@@ -23,7 +23,7 @@ CATEGORIES = ["car", "bus", "tractor", "chair", "dog", "horse"]
 FIRST = ["oracle_part", "oracle_concept"]
 PER_BACKBONE = ["feature_manifest", "predictions", "four_choice_predictions", "metrics"]
 DATA_AND_PAIRS = [
-    "embedded_dataset", "source_images", "raw_keypoints", "image_set", "rejected_images", "keypoints",
+    "embedded_dataset", "taxonomy", "source_images", "raw_keypoints", "image_set", "rejected_images", "keypoints",
     "descriptions", "image_pairs", "correspondences", "four_choice",
 ]
 

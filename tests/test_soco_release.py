@@ -364,3 +364,14 @@ def test_train_test_splits_become_a_split_column(tmp_path):
     fs.pipe_file(train.replace("/train/", "/test/").replace(".json", "-copy.json"), fs.cat_file(train))
     with pytest.raises(ValueError, match=r"is in the (train|test) split, but .* puts it in the (train|test) split"):
         read_soco_release(out)
+
+
+def test_metadata_lists_of_named_entries_read_as_mappings(tmp_path):
+    out = join(str(tmp_path), "SOCOv1")
+    export_soco_release(*canonical_tables(str(tmp_path), TAX, categories=("car", "dog")), out, TAX)
+    meta = join(out, "Metadata", "keypoint_taxonomy.json")
+    doc = json.loads(open(meta).read())
+    doc["categories"] = [{"name": c, **v} for c, v in doc["categories"].items()]
+    open(meta, "w").write(json.dumps(doc))
+    rel = read_soco_release(out)
+    assert rel.taxonomy.supercategory("dog") == "animals" and rel.taxonomy.supercategory("car") == "transportation"

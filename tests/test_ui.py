@@ -20,7 +20,7 @@ from tests.dagster_server import PROJECT_ROOT, DagsterDev, write_instance_yaml
 CHROMIUM = Path("/usr/bin/chromium")
 BACKBONES = ["dense_sift", "oracle_part"]
 DATA_ASSETS = [
-    "embedded_dataset", "source_images", "raw_keypoints", "image_set", "rejected_images", "keypoints",
+    "embedded_dataset", "taxonomy", "source_images", "raw_keypoints", "image_set", "rejected_images", "keypoints",
     "descriptions", "image_pairs", "correspondences", "four_choice",
 ]
 

@@ -14,7 +14,7 @@ from pathlib import Path
 CODE_VERSION = "1"
 
 # The unpartitioned tables the per-backbone assets read.
-DATA_ASSETS = ("image_set", "keypoints", "image_pairs", "correspondences", "four_choice")
+DATA_ASSETS = ("taxonomy", "image_set", "keypoints", "image_pairs", "correspondences", "four_choice")
 
 
 def file_hash(path: Path) -> str:

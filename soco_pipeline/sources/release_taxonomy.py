@@ -18,7 +18,7 @@ A release brings its own vocabulary, so a `soco_release` run does not use assets
 The Metadata parts read (the official file's inner layout is not documented; these are the parts our
 export writes): `categories: {cat: {supercategory}}`, `keypoints: {kp: {node, part, where, at, template}}`,
 `concepts: {concept: {noun}}`, `templates: {at: {at: template}, concepts: {concept: template}}` with
-the fields of assets/descriptions.yaml. Orders: categories by name, concepts by `concept_id`, keypoints by
+the fields of assets/descriptions.yaml; a list of objects with a `name` reads as the mapping by name. Orders: categories by name, concepts by `concept_id`, keypoints by
 their per-category `id` (then name), so renaming every name keeps every seeded draw the same.
 """
 
@@ -88,6 +88,8 @@ def _metadata_part(meta: dict | None, path: str, part: str, fallback: str) -> di
     if meta is None:
         return {}
     value = meta.get(part)
+    if isinstance(value, list) and value and all(isinstance(v, dict) and "name" in v for v in value):
+        value = {str(v["name"]): v for v in value}  # a list of named entries reads as a mapping
     if not isinstance(value, dict):
         what = "has no" if value is None else f"has a {type(value).__name__} as its"
         _warn(f"{path} {what} `{part}` mapping; {fallback}")
@@ -147,7 +149,8 @@ def build_release_taxonomy(
     names: dict[frozenset, str] = {}
     taken = set(categories)
     votes: dict[frozenset, set] = {}
-    for a, b, anc in cross[["src_category", "trg_category", "ancestor"]].itertuples(index=False):
+    cross = cross[["src_category", "trg_category", "ancestor"]].astype(object).drop_duplicates()
+    for a, b, anc in cross.itertuples(index=False):
         s = lca_set(a, b)
         if s is not None and isinstance(anc, str) and anc:
             votes.setdefault(s, set()).add(anc)
