@@ -157,7 +157,8 @@ def build_release_taxonomy(
     for s in sorted(shared, key=lambda s: (-len(s), sorted(s))):
         meta_nodes = {
             str(meta_kps[k]["node"])
-            for k in cats_of.index[cats_of == s]
+            for k, held_by in cats_of.items()
+            if held_by == s
             if isinstance(meta_kps.get(k), dict) and meta_kps[k].get("node")
         }
         for candidate in (votes.get(s, set()), meta_nodes):
