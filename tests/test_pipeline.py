@@ -74,7 +74,8 @@ def test_every_asset_and_blocking_check_materialized(run):
     for b in FIRST:
         for key in PER_BACKBONE:
             assert _count(instance, key, b) == 1, (key, b)
-    for name in ["image_set", "rejected_images", "keypoints", "descriptions", "image_pairs", "correspondences"]:
+    for name in ["taxonomy", "image_set", "rejected_images", "keypoints", "descriptions", "image_pairs",
+                 "correspondences"]:
         evals = instance.event_log_storage.get_latest_asset_check_execution_by_key(
             [dg.AssetCheckKey(dg.AssetKey(name), "schema")]
         )
@@ -308,8 +309,8 @@ def _import_release(run, release: Path, name: str, backbones: Path) -> Path:
         for b in specs:
             assert dg.materialize(list(defs.assets), selection=dg.AssetSelection.assets(*PER_BACKBONE),
                                   instance=instance, resources=defs.resources, partition_key=b).success
-        checks = ["image_set", "rejected_images", "keypoints", "descriptions", "image_pairs", "correspondences",
-                  "four_choice"]
+        checks = ["taxonomy", "image_set", "rejected_images", "keypoints", "descriptions", "image_pairs",
+                  "correspondences", "four_choice"]
         keys = [dg.AssetCheckKey(dg.AssetKey(n), "schema") for n in checks]
         records = instance.event_log_storage.get_latest_asset_check_execution_by_key(keys)
         for key in keys:

@@ -4,7 +4,7 @@ import dagster as dg
 import pandas as pd
 
 from soco_pipeline import schemas
-from soco_pipeline.defs.checks import schema_check
+from soco_pipeline.defs.checks import check_result, schema_check
 from soco_pipeline.defs.resources import SocoSettings
 from soco_pipeline.taxonomy import Taxonomy, load_taxonomy
 
@@ -68,8 +68,26 @@ def run_taxonomy(table: pd.DataFrame) -> Taxonomy:
     return Taxonomy.from_table(table, source="the run's taxonomy asset")
 
 
-@dg.asset(group_name=GROUP, deps=[embedded_dataset], kinds={"pandas"})
-def taxonomy(context: dg.AssetExecutionContext, soco: SocoSettings) -> pd.DataFrame:
+def taxonomy_problems(df: pd.DataFrame) -> list[str]:
+    """Problems of a taxonomy table: it must rebuild into a Taxonomy and hold each (category, keypoint) once."""
+    problems = []
+    try:
+        run_taxonomy(df)
+    except ValueError as e:  # TaxonomyError
+        problems.append(str(e))
+    dup = df[df.duplicated(["category", "keypoint"], keep=False)]
+    if len(dup):
+        problems.append(f"{len(dup)} rows repeat a (category, keypoint): {dup[['category', 'keypoint']].head(5).values.tolist()}")
+    return problems
+
+
+@dg.asset(
+    group_name=GROUP,
+    deps=[embedded_dataset],
+    check_specs=[dg.AssetCheckSpec("schema", asset="taxonomy", blocking=True)],
+    kinds={"pandas"},
+)
+def taxonomy(context: dg.AssetExecutionContext, soco: SocoSettings):
     """The run's taxonomy, one row per (category, keypoint): super-category, concept, defining node, lineage.
 
     assets/taxonomy.yaml for embedded and raw runs; a soco_release run builds it from the release
@@ -91,15 +109,16 @@ def taxonomy(context: dg.AssetExecutionContext, soco: SocoSettings) -> pd.DataFr
     else:
         tax, notes = load_taxonomy(), []
     df = tax.to_table()
-    context.add_output_metadata(
-        {
+    yield dg.Output(
+        df,
+        metadata={
             "rows": len(df),
             **{f"{c}s": int(df[c].nunique()) for c in ("category", "keypoint", "concept", "supercategory")},
             "source": tax.source,
             "warnings": dg.MetadataValue.md("\n".join(f"- {n}" for n in notes) or "none"),
-        }
+        },
     )
-    return df
+    yield check_result("taxonomy", taxonomy_problems(df))
 
 
 @dg.asset(group_name=GROUP, deps=[embedded_dataset], kinds={"pandas"})
