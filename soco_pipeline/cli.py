@@ -56,24 +56,54 @@ def cmd_add_backbone(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_export_release(args: argparse.Namespace, settings: Settings) -> int:
     """Write the materialized canonical tables in the official SOCO release layout."""
     from soco_pipeline.sources.soco_export import export_soco_release
-    from soco_pipeline.storage import read_parquet
+    from soco_pipeline.storage import exists, read_parquet
     from soco_pipeline.tables import table_for
-    from soco_pipeline.taxonomy import load_taxonomy
+    from soco_pipeline.taxonomy import Taxonomy, load_taxonomy
 
     images, keypoints, image_pairs, corr = (
         read_parquet(table_for(a).path(settings.tables_root))
         for a in ("image_set", "keypoints", "image_pairs", "correspondences")
     )
+    tax_path = table_for("taxonomy").path(settings.tables_root)  # the run's taxonomy, when materialized
+    taxonomy = Taxonomy.from_table(read_parquet(tax_path), tax_path) if exists(tax_path) else load_taxonomy()
     counts = export_soco_release(
         images,
         keypoints,
         image_pairs,
         corr,
         args.out,
-        load_taxonomy(),
+        taxonomy,
         overwrite=args.force,
     )
     print(f"wrote the SOCO release layout to {args.out}: {counts}")
+    return 0
+
+
+def cmd_export_results(args: argparse.Namespace, settings: Settings) -> int:
+    """Write one backbone's metrics as JSON in the official SOCO scorer's output shape."""
+    import json
+
+    from soco_pipeline.evaluation.official_results import official_results
+    from soco_pipeline.evaluation.protocol import load_protocol
+    from soco_pipeline.storage import exists, read_parquet, write_bytes_atomic
+    from soco_pipeline.tables import table_for
+
+    path = table_for("metrics").path(settings.tables_root, args.backbone)
+    if not exists(path):
+        raise FileNotFoundError(
+            f"no metrics of backbone {args.backbone!r} at {path}; materialize its metrics first (make demo, or "
+            f"the metrics asset of its partition)"
+        )
+    pairs = read_parquet(table_for("image_pairs").path(settings.tables_root))
+    doc = official_results(
+        read_parquet(path), pairs, args.backbone, load_protocol(args.protocol), alpha=args.alpha,
+        settings={"metrics_table": path},
+    )
+    write_bytes_atomic(args.out, (json.dumps(doc, indent=2, allow_nan=False) + "\n").encode())
+    for level, res in doc["metrics"].items():
+        o = res["overall"]
+        print(f"{level:5s} | pairs={o['pairs']:5d} | CC={o['concept_pck']} | semantic={o['semantic_pck']}")
+    print(f"wrote {args.out}")
     return 0
 
 
@@ -98,6 +128,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("out", help="output folder (fsspec path)")
     s.add_argument("--force", action="store_true", help="replace an existing output folder")
     s.set_defaults(func=cmd_export_release)
+    s = sub.add_parser("export-results", help="write a backbone's metrics in the official scorer's JSON shape")
+    s.add_argument("backbone")
+    s.add_argument("out", help="output JSON file (fsspec path)")
+    s.add_argument("--alpha", type=float, default=None, help="PCK alpha (default: the protocol's headline)")
+    s.add_argument("--protocol", default=None, help="protocol file (default: assets/protocol.yaml)")
+    s.set_defaults(func=cmd_export_results)
     return p
 
 

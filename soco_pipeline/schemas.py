@@ -139,6 +139,9 @@ class ImagePairSchema(pa.DataFrameModel):
     trg_category: Series[str]
     ancestor: Series[str]
     evaluated: Series[bool]
+    # A release's train/test split (PairAnnotations/trainsplits/{train,test}); "" = in neither. Only
+    # release imports carry it; zero-shot evaluation ignores it.
+    split: Series[str] | None = pa.Field(isin=["", "train", "test"])
 
     @pa.dataframe_check
     def no_self_pairs(cls, df: pd.DataFrame) -> Series[bool]:  # noqa: N805

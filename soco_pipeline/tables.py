@@ -31,6 +31,7 @@ class Table:
 
 
 TABLES: tuple[Table, ...] = (
+    Table("taxonomy", "taxonomy"),
     Table("source_images", "source_images"),
     Table("raw_keypoints", "raw_keypoints"),
     Table("image_set", "images"),

@@ -1,8 +1,13 @@
 """The SOCO concept taxonomy: categories, taxonomy nodes, concepts and keypoints.
 
-Loaded from `assets/taxonomy.yaml` and validated on load. Keypoints are defined at the node that
+Loaded from `assets/taxonomy.yaml` (embedded and raw runs) or built from an official SOCO release
+(`sources.release_taxonomy`), and validated either way. Keypoints are defined at the node that
 introduces them and inherited by every category below it, so two related categories share the
 keypoints of their common ancestors (the basis of Cross-SOC).
+
+A run's taxonomy travels between stages as a table (`Taxonomy.to_table`, the `taxonomy` asset, one row
+per category and keypoint) and is rebuilt from it with `Taxonomy.from_table`: the same class serves the
+YAML and a release.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pandas as pd
 import yaml
 
 ASSETS_DIR = Path(__file__).resolve().parent.parent / "assets"
@@ -24,6 +30,27 @@ IDENTITY_AXES: dict[str, tuple[str, ...]] = {
     "top_bottom": ("top", "bottom", "upper", "lower"),
     "inner_outer": ("inner", "outer"),
 }
+
+
+# Columns of the taxonomy table (the `taxonomy` asset, SQL view `taxonomy`): see Taxonomy.to_table.
+TAXONOMY_COLUMNS = (
+    "category",
+    "supercategory",
+    "keypoint",
+    "concept",
+    "node",
+    "lineage",
+    "part",
+    "where",
+    "at",
+    *IDENTITY_AXES,
+    "noun",
+    "template",
+    "family",
+    "category_order",
+    "keypoint_order",
+    "concept_order",
+)
 
 
 class TaxonomyError(ValueError):
@@ -41,6 +68,7 @@ class KeypointDef:
     where: str
     at: str
     identity: tuple[tuple[str, str], ...] = ()
+    template: str = ""  # a description template of its own (a release's); "" = assets/descriptions.yaml
 
     @property
     def identity_dict(self) -> dict[str, str]:
@@ -68,7 +96,8 @@ class Taxonomy:
     concepts: dict[str, dict]
     nodes: dict[str, Node]
     keypoints: dict[str, KeypointDef]
-    _cache: dict = field(default_factory=dict, repr=False)
+    source: str = "assets/taxonomy.yaml"
+    _cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def categories(self) -> list[str]:
@@ -80,8 +109,8 @@ class Taxonomy:
         node = self.nodes.get(name)
         if node is None or not node.is_category:
             raise KeyError(
-                f"unknown category {name!r}: not in the taxonomy; add it under `categories:` in "
-                f"assets/taxonomy.yaml or fix the record's category"
+                f"unknown category {name!r}: not in the taxonomy ({self.source}); add it there or fix "
+                f"the record's category"
             )
         return node
 
@@ -140,31 +169,137 @@ class Taxonomy:
         try:
             return self.keypoints[keypoint].concept
         except KeyError:
-            raise KeyError(f"unknown keypoint {keypoint!r}: not defined in assets/taxonomy.yaml") from None
+            raise KeyError(f"unknown keypoint {keypoint!r}: not defined in {self.source}") from None
 
-    def keypoint_table(self):
-        """One row per (category, keypoint) with concept, part, where, at and identity columns."""
-        import pandas as pd
+    def keypoint_table(self) -> pd.DataFrame:
+        """One row per (category, keypoint): the taxonomy table (TAXONOMY_COLUMNS), see `to_table`."""
+        return self.to_table()
 
-        rows = []
-        for cat in self.categories:
-            for kp in self.category_keypoints(cat):
-                d = self.keypoints[kp]
-                ident = d.identity_dict
-                rows.append(
-                    {
-                        "category": cat,
-                        "supercategory": self.supercategory(cat),
-                        "keypoint": kp,
-                        "node": d.node,
-                        "concept": d.concept,
-                        "part": d.part,
-                        "where": d.where,
-                        "at": d.at,
-                        **{axis: ident.get(axis, "") for axis in IDENTITY_AXES},
-                    }
-                )
-        return pd.DataFrame(rows)
+    def to_table(self) -> pd.DataFrame:
+        """The taxonomy as a table, one row per (category, keypoint), categories in order.
+
+        Columns TAXONOMY_COLUMNS: category, supercategory, keypoint, concept, the node that defines the
+        keypoint, the category's lineage (root first, '/'-joined), part, where, at, the identity axes,
+        the concept's noun, the keypoint's own description template, the category's family, and the
+        positions of category, keypoint and concept in the taxonomy's order. `from_table` inverts it.
+        """
+        key = ("table",)
+        if key not in self._cache:
+            kp_order = {k: i for i, k in enumerate(self.keypoints)}
+            concept_order = {c: i for i, c in enumerate(self.concepts)}
+            rows = []
+            for ci, cat in enumerate(self.categories):
+                lineage = "/".join(reversed(self.ancestors(cat)))
+                family = self.nodes[cat].family or ""
+                for kp in self.category_keypoints(cat):
+                    d = self.keypoints[kp]
+                    ident = d.identity_dict
+                    noun = (self.concepts.get(d.concept) or {}).get("noun", "")
+                    rows.append(
+                        {
+                            "category": cat,
+                            "supercategory": self.supercategory(cat),
+                            "keypoint": kp,
+                            "concept": d.concept,
+                            "node": d.node,
+                            "lineage": lineage,
+                            "part": d.part,
+                            "where": d.where,
+                            "at": d.at,
+                            **{axis: ident.get(axis, "") for axis in IDENTITY_AXES},
+                            "noun": str(noun or ""),
+                            "template": d.template,
+                            "family": family,
+                            "category_order": ci,
+                            "keypoint_order": kp_order[kp],
+                            "concept_order": concept_order[d.concept],
+                        }
+                    )
+            self._cache[key] = pd.DataFrame(rows, columns=list(TAXONOMY_COLUMNS))
+        return self._cache[key].copy()
+
+    @classmethod
+    def from_table(cls, table: pd.DataFrame, source: str = "taxonomy table") -> Taxonomy:
+        """Rebuild a taxonomy from its table (`to_table`'s columns); TaxonomyError naming the rows at fault.
+
+        Nodes and parents come from the lineages, keypoints from the rows (each defined at its `node`,
+        which must be on the category's lineage), concepts with their nouns, and the order of
+        categories, keypoints and concepts from the *_order columns.
+        """
+        missing = [c for c in TAXONOMY_COLUMNS if c not in table.columns]
+        if missing:
+            raise TaxonomyError(f"{source}: lacks columns {missing}; build it with Taxonomy.to_table")
+        t = table[list(TAXONOMY_COLUMNS)].copy()
+        text = [c for c in TAXONOMY_COLUMNS if not c.endswith("_order")]
+        t[text] = t[text].fillna("").astype(str)
+        for col, keys in (
+            ("concept", ["keypoint"]),
+            ("node", ["keypoint"]),
+            ("supercategory", ["category"]),
+            ("lineage", ["category"]),
+            ("noun", ["concept"]),
+        ):
+            n = t.groupby(keys)[col].nunique()
+            if (n > 1).any():
+                bad = list(n[n > 1].index[:5])
+                raise TaxonomyError(f"{source}: {keys[0]}(s) {bad} have more than one {col}; give each one")
+        lineages = t.drop_duplicates("category").sort_values("category_order")
+        parents: dict[str, str | None] = {}
+        for cat, lineage in zip(lineages["category"], lineages["lineage"], strict=True):
+            chain = lineage.split("/")
+            if chain[-1] != cat:
+                raise TaxonomyError(f"{source}: category {cat!r} has lineage {lineage!r}, which must end with it")
+            for parent, child in zip([None, *chain[:-1]], chain, strict=True):
+                if parents.setdefault(child, parent) != parent:
+                    raise TaxonomyError(
+                        f"{source}: node {child!r} has parents {parents[child]!r} and {parent!r} in two lineages"
+                    )
+        off = t[[node not in lineage.split("/") for node, lineage in zip(t["node"], t["lineage"], strict=True)]]
+        if len(off):
+            raise TaxonomyError(
+                f"{source}: keypoints defined at a node outside their category's lineage:\n"
+                f"{off[['category', 'keypoint', 'node', 'lineage']].head(5).to_string(index=False)}"
+            )
+        kps = t.drop_duplicates("keypoint").sort_values("keypoint_order")
+        keypoints = {
+            r.keypoint: KeypointDef(
+                name=r.keypoint,
+                node=r.node,
+                concept=r.concept,
+                part=r.part,
+                where=r.where,
+                at=r.at,
+                identity=tuple((axis, getattr(r, axis)) for axis in IDENTITY_AXES if getattr(r, axis)),
+                template=r.template,
+            )
+            for r in kps.itertuples(index=False)
+        }
+        concepts = {
+            r.concept: ({"noun": r.noun} if r.noun else {})
+            for r in t.drop_duplicates("concept").sort_values("concept_order").itertuples(index=False)
+        }
+        sup_of = dict(zip(lineages["category"], lineages["supercategory"], strict=True))
+        below: dict[str, set[str]] = {}
+        for cat, lineage in zip(lineages["category"], lineages["lineage"], strict=True):
+            for node in lineage.split("/"):
+                below.setdefault(node, set()).add(sup_of[cat])
+        family = dict(zip(lineages["category"], lineages["family"], strict=True))
+        defined: dict[str, list[str]] = {}
+        for name, d in keypoints.items():
+            defined.setdefault(d.node, []).append(name)
+        nodes: dict[str, Node] = {}
+        for name in [n for n in parents if n not in sup_of] + list(sup_of):
+            sups = below[name]
+            nodes[name] = Node(
+                name=name,
+                parent=parents[name],
+                supercategory=sup_of.get(name) or (next(iter(sups)) if len(sups) == 1 else ""),
+                is_category=name in sup_of,
+                family=family.get(name) or None,
+                keypoints=tuple(defined.get(name, ())),
+            )
+        supers = tuple(pd.unique(lineages["supercategory"]))
+        return cls(supercategories=supers, concepts=concepts, nodes=nodes, keypoints=keypoints, source=source)
 
 
 def identity_of(where: str) -> tuple[tuple[str, str], ...]:

@@ -219,3 +219,52 @@ def reference_correspondences(ip: pd.DataFrame, kps: pd.DataFrame, taxonomy) -> 
             "n_candidates",
         ],
     )
+
+
+def release_renaming(taxonomy) -> dict[str, str]:
+    """A new name for every category, keypoint, concept and taxonomy node (super-categories keep theirs).
+
+    The new names are hashes, so their sort order differs from the old names': an import that
+    depended on name order would not give the same numbers.
+    """
+    import hashlib
+
+    def new(prefix: str, name: str) -> str:
+        return f"{prefix}_{hashlib.sha1(name.encode()).hexdigest()[:10]}"
+
+    out = {}
+    for prefix, names in (
+        ("cat", taxonomy.categories),
+        ("kp", list(taxonomy.keypoints)),
+        ("concept", list(taxonomy.concepts)),
+        ("node", [n for n, d in taxonomy.nodes.items() if not d.is_category]),
+    ):
+        out.update({n: new(prefix, n) for n in names if n not in taxonomy.supercategories})
+    return out
+
+
+def _rename_json(doc, mapping: dict[str, str]):
+    if isinstance(doc, dict):
+        return {mapping.get(k, k): _rename_json(v, mapping) for k, v in doc.items()}
+    if isinstance(doc, list):
+        return [_rename_json(v, mapping) for v in doc]
+    if isinstance(doc, str):
+        return mapping.get(doc, doc)
+    return doc
+
+
+def rename_release(src: str, dst: str, mapping: dict[str, str]) -> None:
+    """Copy the release at `src` to `dst`, renaming consistently every JSON string or key that is a name of
+    `mapping` (pair, keypoint and Metadata files alike) and every folder named after a category."""
+    from soco_pipeline.storage import filesystem, read_bytes
+
+    fs, base = filesystem(src)
+    base = base.rstrip("/")
+    for path in fs.find(base):
+        rel = path[len(base) + 1 :]
+        parts = rel.split("/")
+        new_rel = "/".join([mapping.get(p, p) for p in parts[:-1]] + parts[-1:])
+        data = read_bytes(join(src, rel))
+        if rel.endswith(".json"):
+            data = json.dumps(_rename_json(json.loads(data), mapping)).encode()
+        write_bytes_atomic(join(dst, new_rel), data)

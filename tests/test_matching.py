@@ -214,9 +214,9 @@ def reference_category_pck(images, keypoints, pairs, corr, store, alpha):
                     cand = [unit(p.trg_image, t, s) for t in cc.trg_keypoint]
                     gx, gy = _argmax_point(sims[k], [(int(cv * h), int(cu * w)) for cu, cv in cand])
                     scores.setdefault("soc_geo", []).append(float(np.hypot(gx - gu, gy - gv) < thr))
-            if len(cc) and p.level == "intra":
+            if len(cc):
                 errs = [np.hypot(px - gu, py - gv) for gu, gv in (unit(p.trg_image, t, s) for t in cc.trg_keypoint)]
-                scores.setdefault("cc", []).append(float(min(errs) < thr))
+                scores.setdefault("cc" if p.level == "intra" else "cross_cc", []).append(float(min(errs) < thr))
         for metric, vals in scores.items():
             out.setdefault((metric, p.pair_group), []).append(float(np.mean(vals)))
     return {key: 100 * float(np.mean(v)) for key, v in out.items()}
@@ -250,7 +250,7 @@ def test_vectorized_matches_per_pair_reference(half, native, monkeypatch):
         ref = reference_category_pck(images, keypoints, pairs, corr, store, alpha)
         got = category_values(metrics, alpha)
         assert set(ref) == set(got)
-        assert {m for m, _ in ref} == {"cc", "soc", "soc_geo", "cross_soc"}
+        assert {m for m, _ in ref} == {"cc", "soc", "soc_geo", "cross_soc", "cross_cc"}
         for key, value in ref.items():
             assert got[key] == pytest.approx(value, abs=1e-9), key
 
@@ -271,7 +271,7 @@ def test_identity_bumps_score_100_and_predict_the_patch_corner():
     preds = predict(pairs, corr, keypoints, images, store, PROTOCOL, "identity")
     metrics = compute_metrics(preds, None, corr, keypoints, images, pairs, TAX, PROTOCOL)
     top = metrics[(metrics.scope == "all") & np.isclose(metrics.alpha, 0.1)]
-    assert set(top.metric) == {"cc", "soc", "soc_geo", "cross_soc"}
+    assert set(top.metric) == {"cc", "soc", "soc_geo", "cross_soc", "cross_cc"}
     assert (top.value == 100.0).all()
     # The prediction is the top-left corner of the target keypoint's cell, in original pixels.
     soc = corr[(corr.kind == "soc")].merge(pairs[["pair_id", "trg_image"]]).merge(
@@ -391,7 +391,7 @@ def test_rescoring_from_stored_predictions_needs_no_features(tmp_path):
     m = compute_metrics(stored, None, corr, keypoints, images, pairs, TAX, wide)
     top = m[(m.scope == "all") & (m.reduction == "official")].set_index(["metric", "alpha"]).value
     assert set(m.alpha.unique()) == {0.1, 0.5}
-    for metric in ("cc", "soc", "soc_geo", "cross_soc"):
+    for metric in ("cc", "soc", "soc_geo", "cross_soc", "cross_cc"):
         assert top[(metric, 0.5)] >= top[(metric, 0.1)]
     first = compute_metrics(preds, None, corr, keypoints, images, pairs, TAX, PROTOCOL)
     again = m[np.isclose(m.alpha, 0.1)].reset_index(drop=True)

@@ -163,7 +163,7 @@ def test_random_chance_by_hand():
 def test_leaderboard_markdown_and_plot(tmp_path):
     rows = []
     for b, base in (("strong", 80.0), ("weak", 20.0)):
-        for metric, drop in (("cc", 0), ("soc", 10), ("soc_geo", 20), ("cross_soc", 15)):
+        for metric, drop in (("cc", 0), ("soc", 10), ("soc_geo", 20), ("cross_soc", 15), ("cross_cc", 5)):
             rows.append((b, metric, 0.1, "official", "all", "all", base - drop, 10))
             rows.append((b, metric, 0.05, "official", "all", "all", base - drop - 5, 10))
         for sup, d in (("transportation", 1), ("animals", -1)):
@@ -174,7 +174,7 @@ def test_leaderboard_markdown_and_plot(tmp_path):
     board = leaderboard(m)
     assert list(board.backbone) == ["strong", "weak"]
     s = board.set_index("backbone").loc["strong"]
-    assert (s.cc, s.soc, s.soc_geo, s.cross_soc) == (80, 70, 60, 65)
+    assert (s.cc, s.soc, s.soc_geo, s.cross_soc, s.cross_cc) == (80, 70, 60, 65, 75)
     assert s.cc_to_soc_drop == 10 and s.soc_to_cross_drop == 5
     assert s.soc_transportation == 71 and s.soc_animals == 69
     assert s.four_choice == 40 and s.four_choice_circular == 20

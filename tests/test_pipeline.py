@@ -23,7 +23,7 @@ CATEGORIES = ["car", "bus", "tractor", "chair", "dog", "horse"]
 FIRST = ["oracle_part", "oracle_concept"]
 PER_BACKBONE = ["feature_manifest", "predictions", "four_choice_predictions", "metrics"]
 DATA_AND_PAIRS = [
-    "embedded_dataset", "source_images", "raw_keypoints", "image_set", "rejected_images", "keypoints",
+    "embedded_dataset", "taxonomy", "source_images", "raw_keypoints", "image_set", "rejected_images", "keypoints",
     "descriptions", "image_pairs", "correspondences", "four_choice",
 ]
 
@@ -74,7 +74,8 @@ def test_every_asset_and_blocking_check_materialized(run):
     for b in FIRST:
         for key in PER_BACKBONE:
             assert _count(instance, key, b) == 1, (key, b)
-    for name in ["image_set", "rejected_images", "keypoints", "descriptions", "image_pairs", "correspondences"]:
+    for name in ["taxonomy", "image_set", "rejected_images", "keypoints", "descriptions", "image_pairs",
+                 "correspondences"]:
         evals = instance.event_log_storage.get_latest_asset_check_execution_by_key(
             [dg.AssetCheckKey(dg.AssetKey(name), "schema")]
         )
@@ -290,3 +291,111 @@ def test_cli_add_backbone_validates_then_copies(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert "batch_size" in err and "broken.yaml" in err
     assert not list(dest.iterdir())
+
+
+def _import_release(run, release: Path, name: str, backbones: Path) -> Path:
+    """Import a release as the source of a fresh storage root and score every spec in `backbones`;
+    asserts every blocking asset check passed. Returns the tables folder."""
+    # Every category of the release (a selection by the embedded names would drop the renamed ones).
+    overrides = {**{k: v for k, v in run["overrides"].items() if k != "categories"},
+                 "storage_root": str(run["tmp"] / name), "source": "soco_release",
+                 "soco_release_root": str(release), "backbones_dir": str(backbones)}
+    specs = sorted(p.stem for p in backbones.glob("*.yaml"))
+    (run["tmp"] / f"dagster_{name}").mkdir()
+    with dg.instance_for_test(temp_dir=str(run["tmp"] / f"dagster_{name}")) as instance:
+        instance.add_dynamic_partitions("backbones", specs)
+        defs = build_definitions(**overrides)
+        assert dg.materialize(list(defs.assets), selection=dg.AssetSelection.groups("data", "pairs"),
+                              instance=instance, resources=defs.resources).success
+        for b in specs:
+            assert dg.materialize(list(defs.assets), selection=dg.AssetSelection.assets(*PER_BACKBONE),
+                                  instance=instance, resources=defs.resources, partition_key=b).success
+        checks = ["taxonomy", "image_set", "rejected_images", "keypoints", "descriptions", "image_pairs",
+                  "correspondences", "four_choice"]
+        keys = [dg.AssetCheckKey(dg.AssetKey(n), "schema") for n in checks]
+        records = instance.event_log_storage.get_latest_asset_check_execution_by_key(keys)
+        for key in keys:
+            assert records[key].event.dagster_event.event_specific_data.passed, key
+    return Path(overrides["storage_root"]) / "tables"
+
+
+def test_a_release_with_its_own_names_scores_the_same(run, monkeypatch):
+    """Rename every category, keypoint, concept and node of an exported release (none is known to
+    assets/taxonomy.yaml): it imports with its own taxonomy, passes every check, builds the same four-choice
+    items and scores the same numbers, metric by metric, category by category, alpha by alpha."""
+    from soco_pipeline.evaluation.results_db import query, refresh_views
+    from soco_pipeline.taxonomy import load_taxonomy
+    from tests.fixtures_data import release_renaming, rename_release
+
+    plain, renamed = run["tmp"] / "release_plain", run["tmp"] / "release_renamed"
+    monkeypatch.setenv("SOCO_STORAGE", run["overrides"]["storage_root"])
+    assert cli.main(["export-release", str(plain)]) == 0
+    tax = load_taxonomy()
+    mapping = release_renaming(tax)
+    rename_release(str(plain), str(renamed), mapping)
+    assert not {p.name for p in (renamed / "Images").iterdir()} & set(tax.categories)
+    backbones = run["tmp"] / "backbones_release"
+    backbones.mkdir()
+    shutil.copy(PROJECT_ROOT / "assets" / "backbones" / "dense_sift.yaml", backbones)
+    ours = _import_release(run, plain, "from_plain", backbones)
+    theirs = _import_release(run, renamed, "from_renamed", backbones)
+    inverse = {v: k for k, v in mapping.items()}
+
+    # The run's taxonomy is a table with the release's names, queryable in SQL.
+    db = str(run["tmp"] / "renamed.duckdb")
+    refresh_views(db, str(theirs))
+    cats = query(db, "select category, supercategory, count(*) as n from taxonomy group by all order by 1")
+    assert sorted(inverse[c] for c in cats.category) == sorted(CATEGORIES)
+    assert (cats.supercategory.to_numpy() == [tax.supercategory(inverse[c]) for c in cats.category]).all()
+
+    options = ["src_keypoint", "option_a", "option_b", "option_c", "option_d"]
+    a = pd.read_parquet(ours / "four_choice.parquet")
+    b = pd.read_parquet(theirs / "four_choice.parquet")
+    assert len(a) > 0
+    pd.testing.assert_frame_equal(b.assign(**{c: b[c].map(inverse) for c in options}), a)
+    assert len(pd.read_parquet(theirs / "descriptions.parquet")) == len(pd.read_parquet(ours / "descriptions.parquet"))
+
+    m_ours = pd.read_parquet(ours / "metrics" / "dense_sift.parquet")
+    m_theirs = pd.read_parquet(theirs / "metrics" / "dense_sift.parquet")
+    m_theirs["group"] = m_theirs["group"].map(lambda g: inverse.get(g, g))
+    key = ["metric", "alpha", "reduction", "scope", "group"]
+    joined = m_ours.merge(m_theirs, on=key, suffixes=("_ours", "_renamed"), how="outer", indicator=True)
+    assert (joined["_merge"] == "both").all() and len(joined) == len(m_ours) == len(m_theirs)
+    assert set(m_ours.metric) >= {"cc", "soc", "soc_geo", "cross_soc", "cross_cc", "four_choice"}
+    assert set(m_ours.group[m_ours.scope == "category"]) == set(CATEGORIES)
+    np.testing.assert_array_equal(joined.n_ours, joined.n_renamed)
+    np.testing.assert_allclose(joined.value_ours, joined.value_renamed, rtol=0, atol=1e-9)
+
+
+def test_export_results_writes_the_official_scorers_shape(run, monkeypatch, capsys):
+    import json
+
+    monkeypatch.setenv("SOCO_STORAGE", run["overrides"]["storage_root"])
+    out = run["tmp"] / "results" / "oracle_part.json"
+    assert cli.main(["export-results", "oracle_part", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert {"dataset", "model", "created_at", "settings", "metrics"} <= set(doc) and doc["model"] == "oracle_part"
+    assert doc["settings"]["threshold"] == 0.1 and doc["settings"]["reduction"] == "pair_then_category"
+    board = run["board"].set_index("backbone").loc["oracle_part"]
+    pairs = pd.read_parquet(_tables(run) / "image_pairs.parquet")
+    pairs = pairs[pairs.evaluated]
+    metrics = pd.read_parquet(_tables(run) / "metrics" / "oracle_part.parquet")
+    for level, (semantic, concept) in {"intra": ("soc", "cc"), "cross": ("cross_soc", "cross_cc")}.items():
+        res = doc["metrics"][level]
+        assert set(res["overall"]) == {"pairs", "categories", "semantic_pck", "concept_pck"}
+        assert res["overall"]["semantic_pck"] == pytest.approx(board[semantic])
+        assert res["overall"]["concept_pck"] == pytest.approx(board[concept])
+        assert res["overall"]["pairs"] == (pairs.level == level).sum() > 0
+        cats = res["per_category"]
+        assert sum(c["pairs"] for c in cats.values()) == res["overall"]["pairs"]
+        for name, c in cats.items():
+            assert set(c) == {"pairs", "semantic_pck", "concept_pck", "semantic_keypoints", "concept_keypoints"}
+            row = metrics[(metrics.metric == semantic) & (metrics.scope == "category") & (metrics.group == name)
+                          & (metrics.reduction == "official") & np.isclose(metrics.alpha, 0.1)]
+            assert c["semantic_pck"] == pytest.approx(row.value.iloc[0]) and c["semantic_keypoints"] == row.n.iloc[0]
+        # The official overall value is the unweighted mean over the categories.
+        values = [c["concept_pck"] for c in cats.values() if c["concept_pck"] is not None]
+        assert res["overall"]["concept_pck"] == pytest.approx(np.mean(values))
+    assert "cross" in capsys.readouterr().out
+    assert cli.main(["export-results", "no_such_backbone", str(out)]) == 2
+    assert "no metrics of backbone 'no_such_backbone'" in capsys.readouterr().err

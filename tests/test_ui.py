@@ -20,7 +20,7 @@ from tests.dagster_server import PROJECT_ROOT, DagsterDev, write_instance_yaml
 CHROMIUM = Path("/usr/bin/chromium")
 BACKBONES = ["dense_sift", "oracle_part"]
 DATA_ASSETS = [
-    "embedded_dataset", "source_images", "raw_keypoints", "image_set", "rejected_images", "keypoints",
+    "embedded_dataset", "taxonomy", "source_images", "raw_keypoints", "image_set", "rejected_images", "keypoints",
     "descriptions", "image_pairs", "correspondences", "four_choice",
 ]
 
@@ -64,7 +64,8 @@ def test_launch_sensor_automation_and_ui(server):
         time.sleep(2)
     assert set(instance.get_dynamic_partitions("backbones")) == set(BACKBONES)
 
-    checked = ["image_set", "rejected_images", "keypoints", "descriptions", "image_pairs", "correspondences", "four_choice"]
+    checked = ["taxonomy", "image_set", "rejected_images", "keypoints", "descriptions", "image_pairs", "correspondences",
+               "four_choice"]
     run_id = dev.launch_assets(DATA_ASSETS, checks=[(a, "schema") for a in checked])
     assert dev.wait_run(run_id, timeout=600) == "SUCCESS"
     for name in ["image_set", "keypoints", "image_pairs", "correspondences"]:

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 # The unpartitioned tables the per-backbone assets read.
-DATA_ASSETS = ("image_set", "keypoints", "image_pairs", "correspondences", "four_choice")
+DATA_ASSETS = ("taxonomy", "image_set", "keypoints", "image_pairs", "correspondences", "four_choice")
 
 
 def file_hash(path: Path) -> str:

@@ -27,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from soco_pipeline.backbones.pos_embed import POS_EMBED_MODES
 from soco_pipeline.backbones.preprocess import input_size
 
 # Bump when a change in the extraction code changes the features a spec produces: every cache
@@ -53,7 +54,9 @@ COMMON_FIELDS: dict[str, tuple[type | tuple[type, ...], Any]] = {
 # Per kind: field -> (type, default). Defaults follow the official protocol / DIFT / OmniProbe.
 KIND_FIELDS: dict[str, dict[str, tuple[type | tuple[type, ...], Any]]] = {
     # layer: block index (negative counts from the end; -1 = final block, no final norm).
-    "timm": {"layer": (int, -1)},
+    # pos_embed_interpolation: auto (dinov2_hub for DINOv2 models without registers, else timm) |
+    # dinov2_hub (as the official torch.hub model) | timm (timm's antialiased resampling).
+    "timm": {"layer": (int, -1), "pos_embed_interpolation": (str, "auto")},
     # DIFT-style Stable Diffusion features: up-block index, noise timestep, ensemble size, prompt
     # ("{category}" is replaced by the image's category; "" = the empty prompt).
     "diffusion": {
@@ -233,6 +236,11 @@ def parse_spec(doc: Any, name: str, source: str = "<spec>") -> BackboneSpec:
             raise BackboneSpecError(f"{src}: field {key!r} must be positive, got {v}")
         if key in ("up_ft_index", "t") and v < 0:
             raise BackboneSpecError(f"{src}: field {key!r} must be >= 0, got {v}")
+    if kind == "timm" and vals["pos_embed_interpolation"] not in POS_EMBED_MODES:
+        raise BackboneSpecError(
+            f"{src}: field 'pos_embed_interpolation' is {vals['pos_embed_interpolation']!r}; use one of "
+            f"{list(POS_EMBED_MODES)}"
+        )
     if kind == "packaged" and vals["layer"] not in ("stride16", "stride16+stride32"):
         raise BackboneSpecError(
             f"{src}: field 'layer' is {vals['layer']!r}; use 'stride16' or 'stride16+stride32'"

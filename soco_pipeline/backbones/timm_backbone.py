@@ -3,7 +3,9 @@
 Tokens come from `forward_intermediates` at the spec's block (`layer`, -1 = final) WITHOUT the final
 norm (norm=False), prefix and register tokens dropped (timm's num_prefix_tokens), reshaped to
 C x h x w. The model is created with dynamic_img_size=True so any S that is a multiple of the patch
-size works (798 for /14); position embeddings are interpolated by timm.
+size works (798 for /14). Position embeddings are interpolated as the spec's `pos_embed_interpolation`
+says: for DINOv2 models without registers by default exactly as the official torch.hub model does
+(`backbones.pos_embed`), else by timm.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import pandas as pd
 import torch
 
 from soco_pipeline.backbones.base import Backbone, BackboneContext, BackboneWeightsError, seeded
+from soco_pipeline.backbones.pos_embed import default_pos_embed_mode, use_hub_pos_embed
 from soco_pipeline.backbones.spec import BackboneSpec
 
 
@@ -84,6 +87,13 @@ class TimmBackbone(Backbone):
                 f"backbone {spec.name!r}: timm model {spec.model!r} is not a ViT with patch tokens; "
                 f"use kind 'packaged' or a ViT-style model"
             )
+        mode = spec.opt("pos_embed_interpolation")
+        self.pos_embed_mode = default_pos_embed_mode(spec.model) if mode == "auto" else mode
+        if self.pos_embed_mode == "dinov2_hub":
+            try:
+                use_hub_pos_embed(model)
+            except TypeError as e:
+                raise BackboneSpecTypeError(f"backbone {spec.name!r}: pos_embed_interpolation dinov2_hub: {e}") from None
         self.model = model.eval().to(self.device)
         patch = model.patch_embed.patch_size
         self.stride = int(patch[0] if isinstance(patch, tuple | list) else patch)

@@ -43,9 +43,10 @@ def with_article(noun_phrase: str) -> str:
     return f"{'an' if noun_phrase[:1].lower() in 'aeiou' else 'a'} {noun_phrase}"
 
 
-def _template_for(kp: str, taxonomy: Taxonomy, templates: dict) -> str:
+def template_for(kp: str, taxonomy: Taxonomy, templates: dict) -> str:
+    """The description template of a keypoint: its own (a release's), its concept's or its `at` value's."""
     d = taxonomy.keypoints[kp]
-    template = templates.get("concepts", {}).get(d.concept) or templates.get("at", {}).get(d.at)
+    template = d.template or templates.get("concepts", {}).get(d.concept) or templates.get("at", {}).get(d.at)
     if not template:
         raise ValueError(
             f"no description template for keypoint {kp!r} (concept {d.concept!r}, at {d.at!r}); add one "
@@ -73,7 +74,7 @@ def describe(category: str, keypoint: str, taxonomy: Taxonomy, templates: dict) 
         "at": d.at,
         "noun": str((taxonomy.concepts.get(d.concept) or {}).get("noun", d.concept.replace("_", " "))),
     }
-    text = _template_for(keypoint, taxonomy, templates).format_map(fields)
+    text = template_for(keypoint, taxonomy, templates).format_map(fields)
     return re.sub(r"\s+", " ", text).strip()
 
 

@@ -8,10 +8,10 @@ from dagster_duckdb import DuckDBResource
 
 from soco_pipeline import schemas
 from soco_pipeline.defs.checks import columns_of
+from soco_pipeline.defs.data_assets import run_taxonomy
 from soco_pipeline.defs.partitions import backbones_partitions
 from soco_pipeline.defs.resources import SocoSettings
 from soco_pipeline.defs.versions import BACKBONE_CODE_VERSIONS, current_fingerprint
-from soco_pipeline.taxonomy import load_taxonomy
 
 EAGER = dg.AutomationCondition.eager()
 
@@ -171,6 +171,7 @@ def metrics(
     keypoints: pd.DataFrame,
     image_set: pd.DataFrame,
     image_pairs: pd.DataFrame,
+    taxonomy: pd.DataFrame,
 ) -> pd.DataFrame:
     """PCK@α for CC, SOC, SOC-geo and Cross-SOC (official and per-keypoint reductions) and 4-choice accuracy."""
     from soco_pipeline.evaluation.metrics import compute_metrics
@@ -182,7 +183,7 @@ def metrics(
         keypoints,
         image_set,
         image_pairs,
-        load_taxonomy(),
+        run_taxonomy(taxonomy),
         protocol(soco),
     )
     fp = current_fingerprint(context.instance, soco, context.partition_key)

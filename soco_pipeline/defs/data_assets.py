@@ -1,12 +1,12 @@
-"""Data assets: sources -> filtered image set -> aggregated keypoints -> descriptions."""
+"""Data assets: the run's taxonomy; sources -> filtered image set -> aggregated keypoints -> descriptions."""
 
 import dagster as dg
 import pandas as pd
 
 from soco_pipeline import schemas
-from soco_pipeline.defs.checks import columns_of, publish_checked, schema_check
+from soco_pipeline.defs.checks import check_result, columns_of, publish_checked, schema_check
 from soco_pipeline.defs.resources import SocoSettings
-from soco_pipeline.taxonomy import load_taxonomy
+from soco_pipeline.taxonomy import Taxonomy, load_taxonomy
 
 GROUP = "data"
 
@@ -63,22 +63,85 @@ def embedded_dataset(context: dg.AssetExecutionContext, soco: SocoSettings) -> d
     )
 
 
+def run_taxonomy(table: pd.DataFrame) -> Taxonomy:
+    """The run's Taxonomy from the `taxonomy` asset's table (every stage reads it, never the YAML)."""
+    return Taxonomy.from_table(table, source="the run's taxonomy asset")
+
+
+def taxonomy_problems(df: pd.DataFrame) -> list[str]:
+    """Problems of a taxonomy table: it must rebuild into a Taxonomy and hold each (category, keypoint) once."""
+    problems = []
+    try:
+        run_taxonomy(df)
+    except ValueError as e:  # TaxonomyError
+        problems.append(str(e))
+    dup = df[df.duplicated(["category", "keypoint"], keep=False)]
+    if len(dup):
+        problems.append(f"{len(dup)} rows repeat a (category, keypoint): {dup[['category', 'keypoint']].head(5).values.tolist()}")
+    return problems
+
+
+@dg.asset(
+    group_name=GROUP,
+    deps=[embedded_dataset],
+    check_specs=[dg.AssetCheckSpec("schema", asset="taxonomy", blocking=True)],
+    kinds={"pandas"},
+    code_version="1",
+)
+def taxonomy(context: dg.AssetExecutionContext, soco: SocoSettings):
+    """The run's taxonomy, one row per (category, keypoint): super-category, concept, defining node, lineage.
+
+    assets/taxonomy.yaml for embedded and raw runs; a soco_release run builds it from the release
+    (its own names; Metadata/keypoint_taxonomy.json for super-categories and templates, with warnings
+    and fallbacks for what it lacks).
+    """
+    import warnings
+
+    if soco.source == "soco_release":
+        from soco_pipeline.sources import read_soco_release
+        from soco_pipeline.sources.release_taxonomy import ReleaseWarning
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ReleaseWarning)
+            tax = read_soco_release(soco.soco_release_root).taxonomy
+        notes = [str(w.message) for w in caught if issubclass(w.category, ReleaseWarning)]
+        for note in notes:
+            context.log.warning(note)
+    else:
+        tax, notes = load_taxonomy(), []
+    df = tax.to_table()
+    output = dg.Output(
+        df,
+        metadata={
+            "rows": len(df),
+            **{f"{c}s": int(df[c].nunique()) for c in ("category", "keypoint", "concept", "supercategory")},
+            "source": tax.source,
+            "warnings": dg.MetadataValue.md("\n".join(f"- {n}" for n in notes) or "none"),
+        },
+    )
+    yield from publish_checked([output], [check_result("taxonomy", taxonomy_problems(df))])
+
+
 @dg.asset(group_name=GROUP, deps=[embedded_dataset], kinds={"pandas"}, code_version="1")
-def source_images(context: dg.AssetExecutionContext, soco: SocoSettings) -> pd.DataFrame:
+def source_images(
+    context: dg.AssetExecutionContext, soco: SocoSettings, taxonomy: pd.DataFrame
+) -> pd.DataFrame:
     """Every candidate image of the configured source, before filtering."""
     from soco_pipeline.sources import read_candidates
 
-    df = read_candidates(source_config(soco), load_taxonomy())
+    df = read_candidates(source_config(soco), run_taxonomy(taxonomy))
     context.add_output_metadata({"rows": len(df)})
     return df
 
 
 @dg.asset(group_name=GROUP, deps=[embedded_dataset], kinds={"pandas"}, code_version="1")
-def raw_keypoints(context: dg.AssetExecutionContext, soco: SocoSettings) -> pd.DataFrame:
+def raw_keypoints(
+    context: dg.AssetExecutionContext, soco: SocoSettings, taxonomy: pd.DataFrame
+) -> pd.DataFrame:
     """Raw annotator clicks (three per keypoint) and Animal3D keypoints, before aggregation."""
     from soco_pipeline.sources import read_raw_keypoints
 
-    return read_raw_keypoints(source_config(soco), load_taxonomy())
+    return read_raw_keypoints(source_config(soco), run_taxonomy(taxonomy))
 
 
 @dg.multi_asset(
@@ -100,11 +163,13 @@ def raw_keypoints(context: dg.AssetExecutionContext, soco: SocoSettings) -> pd.D
         dg.AssetCheckSpec("schema", asset="rejected_images", blocking=True),
     ],
 )
-def image_set_assets(context: dg.AssetExecutionContext, soco: SocoSettings, source_images: pd.DataFrame):
+def image_set_assets(
+    context: dg.AssetExecutionContext, soco: SocoSettings, source_images: pd.DataFrame, taxonomy: pd.DataFrame
+):
     """Filter the candidates: valid pose/keypoint record, one salient object, good status, large enough."""
     from soco_pipeline.data.imageset import build_image_set
 
-    kept, rejected = build_image_set(source_images, source_config(soco), load_taxonomy())
+    kept, rejected = build_image_set(source_images, source_config(soco), run_taxonomy(taxonomy))
     reasons = rejected["reason"].value_counts().to_dict() if len(rejected) else {}
     outputs = [
         dg.Output(kept, "image_set", metadata={"rows": len(kept), "categories": int(kept.category.nunique())}),
@@ -135,11 +200,12 @@ def keypoints(
     soco: SocoSettings,
     raw_keypoints: pd.DataFrame,
     image_set: pd.DataFrame,
+    taxonomy: pd.DataFrame,
 ):
     """Aggregated keypoints: outlier clicks dropped, median of the rest, majority-vote visibility."""
     from soco_pipeline.data.keypoints import aggregate_keypoints
 
-    kps, stats = aggregate_keypoints(raw_keypoints, image_set, load_taxonomy(), source_config(soco))
+    kps, stats = aggregate_keypoints(raw_keypoints, image_set, run_taxonomy(taxonomy), source_config(soco))
     meta = {"rows": len(kps), "visible": int(kps.visible.sum())}
     meta.update({k: float(v) if isinstance(v, float) else v for k, v in stats.items()})
     yield from publish_checked(
@@ -155,11 +221,11 @@ def keypoints(
     code_version="1",
     metadata=columns_of(schemas.DescriptionSchema),
 )
-def descriptions(context: dg.AssetExecutionContext, image_set: pd.DataFrame):
+def descriptions(context: dg.AssetExecutionContext, image_set: pd.DataFrame, taxonomy: pd.DataFrame):
     """One language description per (category, keypoint), e.g. 'the center point of the front left wheel of a bus'."""
     from soco_pipeline.data.descriptions import build_descriptions, load_templates
 
-    df = build_descriptions(load_taxonomy(), load_templates())
+    df = build_descriptions(run_taxonomy(taxonomy), load_templates())
     df = df[df.category.isin(image_set.category.unique())].reset_index(drop=True)
     yield from publish_checked(
         [dg.Output(df, metadata={"rows": len(df), "example": df.description.iloc[0] if len(df) else ""})],

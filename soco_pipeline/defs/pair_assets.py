@@ -6,8 +6,8 @@ import pyarrow as pa
 
 from soco_pipeline import schemas
 from soco_pipeline.defs.checks import check_result, columns_of, publish_checked, schema_check
+from soco_pipeline.defs.data_assets import run_taxonomy
 from soco_pipeline.defs.resources import SocoSettings
-from soco_pipeline.taxonomy import load_taxonomy
 
 GROUP = "pairs"
 
@@ -21,11 +21,11 @@ def pair_config(soco: SocoSettings):
     return PairConfig(seed=soco.seed, intra_per_category=per_cat, cross_per_category=cross)
 
 
-def release_tables(soco: SocoSettings):
-    """The canonical tables of the configured SOCO release."""
+def release_tables(soco: SocoSettings, taxonomy):
+    """The canonical tables of the configured SOCO release, read against the run's taxonomy."""
     from soco_pipeline.sources import read_soco_release
 
-    return read_soco_release(soco.soco_release_root, load_taxonomy())
+    return read_soco_release(soco.soco_release_root, taxonomy)
 
 
 @dg.asset(
@@ -36,21 +36,25 @@ def release_tables(soco: SocoSettings):
     metadata=columns_of(schemas.ImagePairSchema),
 )
 def image_pairs(
-    context: dg.AssetExecutionContext, soco: SocoSettings, image_set: pd.DataFrame, keypoints: pd.DataFrame
+    context: dg.AssetExecutionContext,
+    soco: SocoSettings,
+    image_set: pd.DataFrame,
+    keypoints: pd.DataFrame,
+    taxonomy: pd.DataFrame,
 ):
     """Intra-category pairs and cross-category pairs between related categories; `evaluated` marks the sample."""
     from soco_pipeline.pairs import build_image_pairs, check_image_pairs
 
-    taxonomy = load_taxonomy()
+    tax = run_taxonomy(taxonomy)
     if soco.source == "soco_release":  # the official pairs, as released
-        pairs = release_tables(soco).image_pairs
+        pairs = release_tables(soco, tax).image_pairs
     else:
-        pairs = build_image_pairs(image_set, keypoints, taxonomy, pair_config(soco))
+        pairs = build_image_pairs(image_set, keypoints, tax, pair_config(soco))
     counts = pairs.groupby("level").agg(pairs=("pair_id", "size"), evaluated=("evaluated", "sum"))
     meta = {f"{lvl}/{col}": int(v) for lvl, row in counts.iterrows() for col, v in row.items()}
     yield from publish_checked(
         [dg.Output(pairs, metadata={"rows": len(pairs), **meta})],
-        [schema_check(pairs, schemas.ImagePairSchema, "image_pairs", extra=check_image_pairs(pairs, taxonomy, image_set))],
+        [schema_check(pairs, schemas.ImagePairSchema, "image_pairs", extra=check_image_pairs(pairs, tax, image_set))],
     )
 
 
@@ -62,22 +66,26 @@ def image_pairs(
     metadata=columns_of(schemas.CorrespondenceSchema),
 )
 def correspondences(
-    context: dg.AssetExecutionContext, soco: SocoSettings, image_pairs: pd.DataFrame, keypoints: pd.DataFrame
+    context: dg.AssetExecutionContext,
+    soco: SocoSettings,
+    image_pairs: pd.DataFrame,
+    keypoints: pd.DataFrame,
+    taxonomy: pd.DataFrame,
 ):
     """Keypoint-level CC and SOC matches of every pair, with the SOC-geo flag."""
     from soco_pipeline.pairs import build_correspondences, check_correspondences, pair_counts
 
-    taxonomy = load_taxonomy()
+    tax = run_taxonomy(taxonomy)
     if soco.source == "soco_release":  # the release's semantic_overlap and concept_matches
-        table = pa.Table.from_pandas(release_tables(soco).correspondences, preserve_index=False)
+        table = pa.Table.from_pandas(release_tables(soco, tax).correspondences, preserve_index=False)
     else:
-        table = build_correspondences(image_pairs, keypoints, taxonomy)
+        table = build_correspondences(image_pairs, keypoints, tax)
     counts = pair_counts(image_pairs, table)
     # The full table has millions of rows at full scale: the vectorized checks of the pairs module
     # replace a row-wise pandera validation (same rules: kinds, keypoints visible, counts, geo flags).
     yield from publish_checked(
         [dg.Output(table, metadata={"rows": table.num_rows, "counts": dg.MetadataValue.md(counts.to_markdown(index=False))})],
-        [check_result("correspondences", check_correspondences(table, image_pairs, keypoints, taxonomy))],
+        [check_result("correspondences", check_correspondences(table, image_pairs, keypoints, tax))],
     )
 
 
@@ -94,12 +102,13 @@ def four_choice(
     image_pairs: pd.DataFrame,
     correspondences: pd.DataFrame,
     keypoints: pd.DataFrame,
+    taxonomy: pd.DataFrame,
 ):
     """Four-choice items: per evaluated SOC correspondence, the right target point and three distractors."""
     from soco_pipeline.pairs.four_choice import build_four_choice
 
     items = build_four_choice(
-        image_pairs, correspondences, keypoints, seed=soco.seed, taxonomy=load_taxonomy()
+        image_pairs, correspondences, keypoints, seed=soco.seed, taxonomy=run_taxonomy(taxonomy)
     )
     yield from publish_checked(
         [dg.Output(items, metadata={"rows": len(items)})],

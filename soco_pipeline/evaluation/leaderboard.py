@@ -9,18 +9,18 @@ import pandas as pd
 
 from soco_pipeline.storage import write_bytes_atomic
 
-LEVEL_COLUMNS = ["cc", "soc", "soc_geo", "cross_soc", "four_choice", "four_choice_circular"]
+LEVEL_COLUMNS = ["cc", "soc", "soc_geo", "cross_soc", "cross_cc", "four_choice", "four_choice_circular"]
 
 
 def leaderboard(metrics: pd.DataFrame, alpha: float = 0.1, reduction: str = "official") -> pd.DataFrame:
-    """One row per backbone: cc, soc, soc_geo, cross_soc, the drops (points), soc per super-category,
+    """One row per backbone: cc, soc, soc_geo, cross_soc, cross_cc, the drops (points), soc per super-category,
     four_choice and four_choice_circular, at `alpha` with the given reduction."""
     m = metrics[(metrics["reduction"] == reduction)]
     at = ((m["alpha"] - alpha).abs() < 1e-9) | m["metric"].str.startswith("four_choice")
     m = m[at]
     top = m[m["scope"] == "all"].pivot_table(index="backbone", columns="metric", values="value", aggfunc="first")
     board = top.reindex(columns=LEVEL_COLUMNS)
-    board.insert(board.columns.get_loc("cross_soc") + 1, "cc_to_soc_drop", board["cc"] - board["soc"])
+    board.insert(board.columns.get_loc("cross_cc") + 1, "cc_to_soc_drop", board["cc"] - board["soc"])
     board.insert(board.columns.get_loc("cc_to_soc_drop") + 1, "soc_to_cross_drop", board["soc"] - board["cross_soc"])
     sup = m[(m["scope"] == "supercategory") & (m["metric"] == "soc")]
     if len(sup):
@@ -43,7 +43,7 @@ def leaderboard_plot(df: pd.DataFrame, path: str) -> str:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    levels = [c for c in ["cc", "soc", "soc_geo", "cross_soc", "four_choice"] if c in df.columns]
+    levels = [c for c in ["cc", "soc", "soc_geo", "cross_soc", "cross_cc", "four_choice"] if c in df.columns]
     sups = [c for c in df.columns if c.startswith("soc_") and c not in ("soc_geo", "soc_to_cross_drop")]
     fig, axes = plt.subplots(1, 2, figsize=(14, 4.8))
     for ax, cols, title in ((axes[0], levels, "PCK@0.1 per level"), (axes[1], sups, "SOC per super-category")):

@@ -1,4 +1,4 @@
-"""PCK metrics (CC, SOC, SOC-geo, Cross-SOC) and 4-choice accuracy, reduced the official way.
+"""PCK metrics (CC, SOC, SOC-geo, Cross-SOC, cross-level CC) and 4-choice accuracy, reduced the official way.
 
 Scoring reads stored predictions only (no features), so another alpha or threshold is a re-score.
 PCK@alpha: a prediction is correct iff its distance to the target keypoint is < alpha * max(target bbox
@@ -17,7 +17,7 @@ from soco_pipeline.evaluation.protocol import ProtocolConfig
 from soco_pipeline.taxonomy import Taxonomy
 
 METRIC_COLUMNS = ["backbone", "metric", "alpha", "reduction", "scope", "group", "value", "n"]
-PCK_METRICS = ("cc", "soc", "soc_geo", "cross_soc")
+PCK_METRICS = ("cc", "soc", "soc_geo", "cross_soc", "cross_cc")
 _KEYS = ["backbone", "metric", "alpha"]
 
 
@@ -174,7 +174,7 @@ def pck_keypoints(
     protocol: ProtocolConfig,
     alphas=None,
 ) -> pd.DataFrame:
-    """Per-keypoint correctness for cc, soc, soc_geo, cross_soc: backbone, metric, alpha, pair_id,
+    """Per-keypoint correctness for cc, soc, soc_geo, cross_soc, cross_cc: backbone, metric, alpha, pair_id,
     pair_group, src_keypoint, err, radius, score (0/1)."""
     alphas = tuple(protocol.alphas if alphas is None else alphas)
     corr = correspondences.merge(_evaluated_pairs(image_pairs).drop(columns="level"), on="pair_id")
@@ -189,13 +189,15 @@ def pck_keypoints(
         "cross_soc": (soc[soc["level"] == "cross"], free),
         "soc_geo": (geo_rows, geo),
         "cc": (corr[(corr["kind"] == "cc") & (corr["level"] == "intra")], free),
+        # CC of the cross pairs, as the official scorer reports it (metrics.cross.overall.concept_pck).
+        "cross_cc": (corr[(corr["kind"] == "cc") & (corr["level"] == "cross")], free),
     }
     frames = []
     for metric, (rows, preds) in parts.items():
         if rows.empty:
             continue
         s = _score_rows(rows, preds, keypoints, images, protocol, metric)
-        if metric == "cc":  # the nearest target of the concept's CC group
+        if metric in ("cc", "cross_cc"):  # the nearest target of the concept's CC group
             s = s.groupby(["backbone", "pair_id", "src_keypoint"], as_index=False, sort=False, observed=True).agg(
                 pair_group=("pair_group", "first"), err=("err", "min"), radius=("radius", "first")
             )
@@ -242,7 +244,7 @@ def compute_metrics(
 ) -> pd.DataFrame:
     """All metrics of the backbones in `predictions` as a long table (METRIC_COLUMNS).
 
-    metric: cc | soc | soc_geo | cross_soc (per alpha) | four_choice | four_choice_circular (alpha NaN);
+    metric: cc | soc | soc_geo | cross_soc | cross_cc (per alpha) | four_choice | four_choice_circular (alpha NaN);
     reduction: official | keypoint; scope: all | supercategory | category. Needs no features.
     """
     kp = pck_keypoints(predictions, correspondences, keypoints, images, image_pairs, protocol, alphas)

@@ -81,10 +81,10 @@ def random_feature_chance(
     """
     alpha = protocol.headline_alpha if alpha is None else alpha
     h, w = grid
-    level = "cross" if metric == "cross_soc" else "intra"
+    level = "cross" if metric in ("cross_soc", "cross_cc") else "intra"
     rows, cc = _soc_rows(correspondences, image_pairs, level, metric == "soc_geo", protocol.geo_min_candidates)
-    if metric == "cc":
-        rows = cc[cc["level"] == "intra"]
+    if metric in ("cc", "cross_cc"):
+        rows = cc[cc["level"] == level]
     if metric not in PCK_METRICS:
         raise ValueError(f"metric {metric!r}: expected one of {PCK_METRICS}")
     if support not in ("grid", "image"):
@@ -125,7 +125,7 @@ def random_feature_chance(
         (cu[None, :] * side[:, None] < sizes[:, 0:1]) & (cv[None, :] * side[:, None] < sizes[:, 1:2])
     )
     keys = rows[["pair_group", "pair_id", "src_keypoint"]].reset_index(drop=True)
-    if metric == "cc":  # a cell counts if it is within the radius of any keypoint of the group
+    if metric in ("cc", "cross_cc"):  # a cell counts if it is within the radius of any keypoint of the group
         order = np.lexsort((keys["src_keypoint"], keys["pair_id"]))
         keys, hits, inside = keys.iloc[order].reset_index(drop=True), hits[order], inside[order]
         starts = np.flatnonzero(~keys.duplicated(["pair_id", "src_keypoint"]).to_numpy())

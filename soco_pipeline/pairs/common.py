@@ -124,7 +124,7 @@ def _check_images(images: pd.DataFrame, taxonomy: Taxonomy) -> pd.DataFrame:
     if len(unknown):
         raise ValueError(
             f"image_set has categories missing from the taxonomy; fix the category or add it to "
-            f"assets/taxonomy.yaml:\n{_show(unknown)}"
+            f"{taxonomy.source}:\n{_show(unknown)}"
         )
     return imgs.sort_values(["category", "image_id"], ignore_index=True)
 
@@ -152,7 +152,7 @@ def _visible_keypoints(keypoints: pd.DataFrame, taxonomy: Taxonomy) -> pd.DataFr
         if len(wrong):
             raise ValueError(
                 "keypoints has rows whose concept differs from the taxonomy's concept of the keypoint; "
-                f"rebuild the keypoints table against assets/taxonomy.yaml:\n{_show(wrong)}"
+                f"rebuild the keypoints table against {taxonomy.source}:\n{_show(wrong)}"
             )
     return vis[["image_id", "keypoint"]]
 

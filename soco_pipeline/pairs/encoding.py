@@ -83,7 +83,7 @@ def _encode(image_pairs: pd.DataFrame, keypoints: pd.DataFrame, taxonomy: Taxono
     if len(unknown):
         raise ValueError(
             "image_pairs has categories missing from the taxonomy; fix them or add them to "
-            f"assets/taxonomy.yaml:\n{_show(unknown)}"
+            f"{taxonomy.source}:\n{_show(unknown)}"
         )
     vis = _visible_keypoints(keypoints, taxonomy)
     kp_names = list(taxonomy.keypoints)

@@ -2,7 +2,8 @@
 
 Writes `Images/<cat>/<image_id>.JPEG` (the image bytes copied as they are),
 `PairAnnotations/{intra,cross}/<pair_group>/<n>-<src>-<trg>.json` for the evaluated pairs (n = 1-based
-rank of the pair id within its level and group), `KeypointAnnotations/<cat>/<image_id>.json` for every
+rank of the pair id within its level and group), `PairAnnotations/trainsplits/{train,test}/<pair_group>/`
+for the pairs of a `split` column, `KeypointAnnotations/<cat>/<image_id>.json` for every
 image, and `Metadata/keypoint_taxonomy.json` + `Metadata/filename_mapping.json`. Everything is
 written under a temporary sibling folder which is then moved onto `out_root`, so readers never see a
 half-written release.
@@ -77,6 +78,57 @@ def _keypoint_entries(kp: pd.DataFrame, ids: dict, cids: dict, full: bool) -> pd
     )
 
 
+def release_metadata(taxonomy: Taxonomy, categories: list[str], supercategory: dict[str, str]) -> dict:
+    """The Metadata/keypoint_taxonomy.json document of a release of `categories`.
+
+    supercategories; categories {supercategory, parent, keypoints}; nodes {parent, supercategory} of
+    their ancestors; keypoints {concept_name, concept_id, node, part, where, at, template (the resolved
+    description template)}; concepts {id, noun, ...}; templates (assets/descriptions.yaml's `at` and
+    `concepts` sections). `sources.release_taxonomy` reads it back.
+    """
+    from soco_pipeline.data.descriptions import load_templates, template_for
+
+    cids = concept_ids(taxonomy)
+    known = [c for c in categories if c in taxonomy.nodes]
+    templates = load_templates()
+    meta_cats = {
+        c: {
+            "supercategory": supercategory[c],
+            "parent": taxonomy.nodes[c].parent if c in taxonomy.nodes else None,
+            "keypoints": taxonomy.category_keypoints(c) if c in taxonomy.nodes else [],
+        }
+        for c in categories
+    }
+    ancestors = {a for c in known for a in taxonomy.ancestors(c)[1:]}
+    nodes = {
+        n: {"parent": taxonomy.nodes[n].parent, "supercategory": taxonomy.nodes[n].supercategory}
+        for n in taxonomy.nodes
+        if n in ancestors
+    }
+    used = {k for c in known for k in taxonomy.category_keypoints(c)}
+    meta_kps = {
+        k: {
+            "concept_name": d.concept,
+            "concept_id": cids[d.concept],
+            "node": d.node,
+            "part": d.part,
+            "where": d.where,
+            "at": d.at,
+            "template": d.template or template_for(k, taxonomy, templates),
+        }
+        for k, d in taxonomy.keypoints.items()
+        if k in used
+    }
+    return {
+        "supercategories": list(taxonomy.supercategories),
+        "categories": meta_cats,
+        "nodes": nodes,
+        "keypoints": meta_kps,
+        "concepts": {c: {"id": cids[c], **dict(v or {})} for c, v in taxonomy.concepts.items()},
+        "templates": templates,
+    }
+
+
 def export_soco_release(
     images: pd.DataFrame,
     keypoints: pd.DataFrame,
@@ -100,12 +152,18 @@ def export_soco_release(
     if fs.exists(out_path) and not overwrite:
         raise FileExistsError(f"{out_root} exists; pass overwrite=True or choose another folder")
 
-    pairs = image_pairs[image_pairs["evaluated"]].sort_values(["level", "pair_group", "pair_id"]).copy()
+    # The evaluated pairs go to PairAnnotations/{intra,cross}/, the pairs of a train/test split (if the
+    # table has a `split` column) to PairAnnotations/trainsplits/{train,test}/ as well.
+    split = image_pairs["split"] if "split" in image_pairs.columns else pd.Series("", index=image_pairs.index)
+    evaluated = image_pairs[image_pairs["evaluated"]].assign(folder=lambda d: d["level"])
+    in_split = image_pairs[split.isin(["train", "test"])]
+    in_split = in_split.assign(folder="trainsplits/" + split[in_split.index])
+    pairs = pd.concat([evaluated, in_split]).sort_values(["folder", "pair_group", "pair_id"])
     known = set(images["image_id"])
     missing = sorted((set(pairs["src_image"]) | set(pairs["trg_image"])) - known)
     if missing:
-        raise ValueError(f"evaluated pairs refer to images not in the images table: {missing[:5]}")
-    pairs["n"] = pairs.groupby(["level", "pair_group"]).cumcount() + 1
+        raise ValueError(f"evaluated or split pairs refer to images not in the images table: {missing[:5]}")
+    pairs["n"] = pairs.groupby(["folder", "pair_group"]).cumcount() + 1
 
     cids = concept_ids(taxonomy)
     cats = sorted(images["category"].unique())
@@ -185,35 +243,9 @@ def export_soco_release(
             "concept_matches": group_docs.get(p.pair_id, []),
         }
         name = pair_file_name(int(p.n), p.src_image, p.trg_image)
-        files.append((join(tmp_root, "PairAnnotations", p.level, p.pair_group, name), _dump(doc)))
+        files.append((join(tmp_root, "PairAnnotations", *p.folder.split("/"), p.pair_group, name), _dump(doc)))
 
-    meta_cats = {
-        c: {
-            "supercategory": str(img.loc[img["category"] == c, "supercategory"].iloc[0]),
-            "parent": taxonomy.nodes[c].parent if c in taxonomy.nodes else None,
-            "keypoints": taxonomy.category_keypoints(c) if c in taxonomy.nodes else [],
-        }
-        for c in cats
-    }
-    used = {k for c in cats if c in taxonomy.nodes for k in taxonomy.category_keypoints(c)}
-    meta_kps = {
-        k: {
-            "concept_name": d.concept,
-            "concept_id": cids[d.concept],
-            "node": d.node,
-            "part": d.part,
-            "where": d.where,
-            "at": d.at,
-        }
-        for k, d in taxonomy.keypoints.items()
-        if k in used
-    }
-    meta = {
-        "supercategories": list(taxonomy.supercategories),
-        "categories": meta_cats,
-        "keypoints": meta_kps,
-        "concepts": {c: {"id": cids[c], **dict(v or {})} for c, v in taxonomy.concepts.items()},
-    }
+    meta = release_metadata(taxonomy, cats, {c: str(img.loc[img["category"] == c, "supercategory"].iloc[0]) for c in cats})
     mapping: dict[str, dict] = {}
     for image_id, r in img.iterrows():
         mapping.setdefault(r["category"], {})[image_file_name(image_id)] = {
@@ -245,7 +277,7 @@ def export_soco_release(
             fs.rm(tmp_path, recursive=True)
     return {
         "images": int(len(img)),
-        "pairs": int(len(pairs)),
+        "pairs": int(pairs["pair_id"].nunique()),
         "correspondences": int(len(corr)),
         "files": len(files),
     }

@@ -12,10 +12,17 @@ concept_matches ({concept_name, src_keypoints, trg_keypoints}: CC). Files writte
 
 What the import yields: images (source "soco", uri = the release image, no pose), keypoints (from
 KeypointAnnotations when present: all keypoints with visibility, n_annotators, spread; otherwise the
-visible points of the pair files with n_annotators 0 and NaN spread), image_pairs (every pair
-evaluated) and correspondences (SOC rows from semantic_overlap, CC rows = src x trg of each
+visible points of the pair files with n_annotators 0 and NaN spread), image_pairs (the pairs of
+intra/ and cross/ evaluated; `split` = train | test when `PairAnnotations/trainsplits/{train,test}/
+<cat>/*.json` lists the pair, "" otherwise; pairs only a split lists are kept, not evaluated) and correspondences (SOC rows from semantic_overlap, CC rows = src x trg of each
 concept_matches group; n_candidates = the size of the target side of the keypoint's concept group,
 i.e. the target's visible same-concept keypoints; geo = n_candidates >= 2).
+
+The taxonomy is the release's own (`sources.release_taxonomy`) unless the caller passes one: the
+names of categories, keypoints and concepts need not be those of assets/taxonomy.yaml.
+Bad input gets a ValueError naming the file: a pair file that is not JSON or lacks a field, a
+malformed Metadata/keypoint_taxonomy.json, a keypoint whose concept differs between two files, a pair
+file naming a keypoint its image's annotation (KeypointAnnotations) lacks, a missing image.
 """
 
 from __future__ import annotations
@@ -35,6 +42,11 @@ from soco_pipeline.schemas import (
     validate,
 )
 from soco_pipeline.sources.config import glob_paths
+from soco_pipeline.sources.release_taxonomy import (
+    ENTRY_COLUMNS,
+    build_release_taxonomy,
+    check_keypoint_concepts,
+)
 from soco_pipeline.storage import exists, join, read_bytes
 from soco_pipeline.taxonomy import Taxonomy
 
@@ -52,6 +64,7 @@ PAIR_FIELDS = (
     "concept_matches",
 )
 KEYPOINT_FIELDS = ("name", "pos", "concept_name")
+SPLITS = ("train", "test")  # PairAnnotations/trainsplits/<split>/<category>/*.json
 GROUP_FIELDS = ("concept_name", "src_keypoints", "trg_keypoints")
 
 
@@ -63,6 +76,7 @@ class SocoRelease:
     keypoints: pd.DataFrame
     image_pairs: pd.DataFrame
     correspondences: pd.DataFrame
+    taxonomy: Taxonomy
 
 
 def image_file_name(image_id: str) -> str:
@@ -101,12 +115,14 @@ def _require(doc: dict, fields, path: str, where: str = "") -> None:
             )
 
 
-def _parse_pair(path: str, doc: object, level: str, group_dir: str) -> dict:
+def _parse_pair(path: str, doc: object, level: str | None, group_dir: str, split: str = "") -> dict:
     _require(doc, PAIR_FIELDS, path)
     src_cat = doc.get("src_category") or doc.get("category")
     trg_cat = doc.get("trg_category") or doc.get("category")
     if not src_cat or not trg_cat:
         raise ValueError(f"{path}: missing field 'src_category'/'trg_category' (or 'category')")
+    if level is None:  # a train/test split file: its level from its categories
+        level = str(doc.get("level") or ("intra" if src_cat == trg_cat else "cross"))
     for side in ("src", "trg"):
         for i, kp in enumerate(doc[f"{side}_keypoints"]):
             _require(kp, KEYPOINT_FIELDS, path, f"{side}_keypoints[{i}]")
@@ -138,6 +154,8 @@ def _parse_pair(path: str, doc: object, level: str, group_dir: str) -> dict:
         "src_file": str(doc["src_image"]),
         "trg_file": str(doc["trg_image"]),
         "ancestor": doc.get("ancestor"),
+        "split": split,
+        "evaluated": not split,
         "doc": doc,
     }
 
@@ -195,39 +213,102 @@ def _keypoint_rows(image_id: str, category: str, items: list, path: str, default
     return rows
 
 
-def _supercategories(root: str, taxonomy: Taxonomy) -> dict[str, str]:
-    meta = join(root, "Metadata", "keypoint_taxonomy.json")
-    out: dict[str, str] = {}
-    if exists(meta):
-        doc = _load_json(meta)
-        cats = doc.get("categories", {}) if isinstance(doc, dict) else {}
-        if isinstance(cats, dict):
-            out = {c: str(v.get("supercategory", "")) for c, v in cats.items() if isinstance(v, dict)}
-    known = set(taxonomy.categories)
-    return {**out, **{c: taxonomy.supercategory(c) for c in known}}
+def _metadata(root: str) -> tuple[dict | None, str]:
+    """The parsed Metadata/keypoint_taxonomy.json (None when absent) and its path; ValueError if malformed."""
+    path = join(root, "Metadata", "keypoint_taxonomy.json")
+    if not exists(path):
+        return None, path
+    doc = _load_json(path)
+    if not isinstance(doc, dict):
+        raise ValueError(
+            f"{path}: malformed: the top level is a JSON {type(doc).__name__}, expected an object "
+            "(categories, keypoints, concepts, templates); fix the file or remove it to import without it"
+        )
+    return doc, path
 
 
-def read_soco_release(root: str, taxonomy: Taxonomy, workers: int = 8) -> SocoRelease:
+def _entries(pairs: list[dict], ann_paths: list[str], anns: list) -> pd.DataFrame:
+    """Every keypoint entry of the pair files (visible points) and keypoint files (ENTRY_COLUMNS)."""
+    rows = [
+        (pr["path"], pr[f"{side}_image"], pr[f"{side}_category"], str(kp["name"]), kp.get("id"),
+         str(kp["concept_name"]), kp.get("concept_id"))
+        for pr in pairs
+        for side in ("src", "trg")
+        for kp in pr["doc"][f"{side}_keypoints"]
+    ]
+    rows += [
+        (path, str(doc.get("image_id") or _stem(doc["image"])), str(doc.get("category") or path.split("/")[-2]),
+         str(kp["name"]), kp.get("id"), str(kp["concept_name"]), kp.get("concept_id"))
+        for path, doc in zip(ann_paths, anns, strict=True)
+        for kp in doc["keypoints"]
+    ]
+    return pd.DataFrame(rows, columns=ENTRY_COLUMNS)
+
+
+def _check_pairs_against_annotations(entries: pd.DataFrame, ann_paths: list[str]) -> None:
+    """ValueError naming the pair file that lists a keypoint its image's KeypointAnnotations file lacks."""
+    from_ann = entries["file"].isin(set(ann_paths))
+    ann = entries[from_ann]
+    pair = entries[~from_ann & entries["image_id"].isin(set(ann["image_id"]))]
+    m = pair.merge(ann[["image_id", "keypoint", "file"]], on=["image_id", "keypoint"], how="left",
+                   suffixes=("", "_ann"), indicator=True)
+    bad = m[m["_merge"] == "left_only"]
+    if len(bad):
+        r = bad.iloc[0]
+        ann_file = ann.loc[ann["image_id"] == r.image_id, "file"].iloc[0]
+        raise ValueError(
+            f"{r.file}: names keypoint {r.keypoint!r} of image {r.image_id!r}, which its annotation "
+            f"{ann_file} lacks; fix the pair file or add the keypoint to the annotation"
+        )
+
+
+def _merge_splits(pairs: list[dict]) -> list[dict]:
+    """The evaluated pairs (intra/, cross/) with the split their trainsplits/ file gives them, then the
+    pairs only a split lists (not evaluated). ValueError naming both files for a pair in both splits."""
+    split_of: dict[str, dict] = {}
+    for pr in pairs:
+        if pr["split"]:
+            other = split_of.setdefault(pr["pair_id"], pr)
+            if other["split"] != pr["split"]:
+                raise ValueError(
+                    f"{pr['path']}: pair {pr['pair_id']!r} is in the {pr['split']} split, but {other['path']} "
+                    f"puts it in the {other['split']} split; a pair belongs to one split"
+                )
+    evaluated = [pr for pr in pairs if not pr["split"]]
+    for pr in evaluated:
+        if pr["pair_id"] in split_of:
+            pr["split"] = split_of[pr["pair_id"]]["split"]
+    seen = {pr["pair_id"] for pr in evaluated}
+    return evaluated + [pr for pr in split_of.values() if pr["pair_id"] not in seen]
+
+
+def read_soco_release(root: str, taxonomy: Taxonomy | None = None, workers: int = 8) -> SocoRelease:
     """Read a SOCO release (official or written by `export.export_soco_release`) into canonical tables.
 
-    Raises ValueError naming the file and the field for a pair file that is not JSON or lacks a
-    field, and for pairs whose images are missing from Images/.
+    `taxonomy`: None (a soco_release run) builds the release's own taxonomy from its files
+    (`sources.release_taxonomy`; ReleaseWarning for what Metadata/ lacks); a given taxonomy (e.g. the
+    run's `taxonomy` asset) is used as it is. Raises ValueError naming the file for the bad inputs
+    listed in the module docstring.
     """
     pair_paths = [
-        (lvl, p)
-        for lvl in ("intra", "cross")
-        for p in glob_paths(join(root, "PairAnnotations", lvl), "*/*.json")
+        (lvl, "", p) for lvl in ("intra", "cross") for p in glob_paths(join(root, "PairAnnotations", lvl), "*/*.json")
+    ] + [
+        (None, split, p)
+        for split in SPLITS
+        for p in glob_paths(join(root, "PairAnnotations", "trainsplits", split), "*/*.json")
     ]
     if not pair_paths and not exists(join(root, "PairAnnotations")):
         raise FileNotFoundError(
             f"{root}: no PairAnnotations/ folder; point SourceConfig.soco_release at a SOCO release root"
         )
     with ThreadPoolExecutor(max(1, workers)) as pool:
-        docs = list(pool.map(lambda lp: _load_json(lp[1]), pair_paths))
-    pairs = [
-        _parse_pair(p, d, lvl, p.rstrip("/").split("/")[-2])
-        for (lvl, p), d in zip(pair_paths, docs, strict=True)
-    ]
+        docs = list(pool.map(lambda lp: _load_json(lp[2]), pair_paths))
+    pairs = _merge_splits(
+        [
+            _parse_pair(p, d, lvl, p.rstrip("/").split("/")[-2], split)
+            for (lvl, split, p), d in zip(pair_paths, docs, strict=True)
+        ]
+    )
 
     image_files = {tuple(p.split("/")[-2:]) for p in glob_paths(join(root, "Images"), "*/*")}
     for pr in pairs:
@@ -238,16 +319,30 @@ def read_soco_release(root: str, taxonomy: Taxonomy, workers: int = 8) -> SocoRe
                     "does not exist; the release is incomplete"
                 )
 
-    # Images and keypoints: KeypointAnnotations first, pair files fill in what they lack.
     ann_paths = glob_paths(join(root, "KeypointAnnotations"), "*/*.json")
     with ThreadPoolExecutor(max(1, workers)) as pool:
         anns = list(pool.map(_load_json, ann_paths))
+    for path, doc in zip(ann_paths, anns, strict=True):
+        _require(doc, ("image", "imsize", "bndbox", "keypoints"), path)
+        for i, kp in enumerate(doc["keypoints"]):
+            _require(kp, ("name", "concept_name"), path, f"keypoints[{i}]")
+    entries = _entries(pairs, ann_paths, anns)
+    check_keypoint_concepts(entries)
+    _check_pairs_against_annotations(entries, ann_paths)
+    meta, meta_path = _metadata(root)
+    if taxonomy is None:
+        cross = pd.DataFrame(
+            [(pr["src_category"], pr["trg_category"], pr["ancestor"]) for pr in pairs if pr["level"] == "cross"],
+            columns=["src_category", "trg_category", "ancestor"],
+        )
+        taxonomy = build_release_taxonomy(entries, cross, meta, meta_path, source=f"the taxonomy of the release {root}")
+
+    # Images and keypoints: KeypointAnnotations first, pair files fill in what they lack.
     images: dict[str, dict] = {}
     kp_rows: list[dict] = []
     annotated: set[str] = set()
     for path, doc in zip(ann_paths, anns, strict=True):
         cat = path.split("/")[-2]
-        _require(doc, ("image", "imsize", "bndbox", "keypoints"), path)
         image_id = str(doc.get("image_id") or _stem(doc["image"]))
         images[image_id] = _image_row(
             image_id,
@@ -279,13 +374,11 @@ def read_soco_release(root: str, taxonomy: Taxonomy, workers: int = 8) -> SocoRe
     kp = pd.DataFrame(kp_rows, columns=list(KeypointSchema.to_schema().columns))
     kp = kp.drop_duplicates(["image_id", "keypoint"]).reset_index(drop=True)
 
-    supers = _supercategories(root, taxonomy)
+    known = set(taxonomy.categories)
     img = pd.DataFrame(list(images.values()))
-    img["supercategory"] = img["category"].map(supers).fillna("unknown")
+    img["supercategory"] = [taxonomy.supercategory(c) if c in known else "unknown" for c in img["category"]]
     for c in ("azimuth", "elevation", "theta", "distance"):
         img[c] = np.nan
-
-    known = set(taxonomy.categories)
 
     def ancestor(pr: dict) -> str:
         if pr["ancestor"] is not None:
@@ -298,8 +391,8 @@ def read_soco_release(root: str, taxonomy: Taxonomy, workers: int = 8) -> SocoRe
 
     pair_cols = ["pair_id", "level", "pair_group", "src_image", "trg_image", "src_category", "trg_category"]
     ip = pd.DataFrame(
-        [{c: pr[c] for c in pair_cols} | {"ancestor": ancestor(pr), "evaluated": True} for pr in pairs],
-        columns=[*pair_cols, "ancestor", "evaluated"],
+        [{c: pr[c] for c in [*pair_cols, "evaluated", "split"]} | {"ancestor": ancestor(pr)} for pr in pairs],
+        columns=[*pair_cols, "ancestor", "evaluated", "split"],
     )
     dup = ip["pair_id"].duplicated(keep=False)
     if dup.any():
@@ -312,6 +405,7 @@ def read_soco_release(root: str, taxonomy: Taxonomy, workers: int = 8) -> SocoRe
         keypoints=validate(kp, KeypointSchema, "soco keypoints"),
         image_pairs=validate(ip, ImagePairSchema, "soco image_pairs"),
         correspondences=validate(corr, CorrespondenceSchema, "soco correspondences").reset_index(drop=True),
+        taxonomy=taxonomy,
     )
 
 
