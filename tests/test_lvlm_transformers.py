@@ -44,9 +44,9 @@ def test_tiny_vlm_behind_the_server_answers_like_in_process(setup):
         return HttpReply(500, reply.error.encode()) if reply.error else reply.text
 
     with serve(answer, model_name="tiny") as srv:
-        spec = openai_spec(srv.base_url, "tiny_http", settings=SETTINGS, max_tokens=6, max_concurrency=2)
+        spec = openai_spec(srv.base_url, "tiny_http", settings=SETTINGS, max_tokens=6, max_concurrency=2, timeout=120)
         remote = run_model(items, spec, OpenAIBackend(spec), AnswerCache(str(tmp / "cache_http"))).answers
-        assert srv.requests == len(remote)
+        assert srv.requests == remote.attempts.sum() >= len(remote)  # a retry (a slow machine) is counted
     local = run_model(items, _spec(folder, "tiny", 1), backend, AnswerCache(str(tmp / "cache_local"))).answers
     assert len(remote) == len(items[items.setting.isin(SETTINGS)])
     assert (remote.error == "").all() and (remote.raw_answer.str.len() > 0).all()

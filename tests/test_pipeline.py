@@ -199,14 +199,18 @@ def test_schedule_skips_when_nothing_changed_and_runs_a_changed_spec(run):
     defs = build_definitions(**run["overrides"])
     schedule = defs.get_schedule_def("reevaluate_schedule")
     resources = {"soco": defs.resources["soco"]}
-    first = schedule(dg.build_schedule_context(instance=instance, resources=resources))
+    # `with`: the context opens its own instance from the ref; leaving it open leaks that instance's
+    # defs-state storage into the context variable, and a later materialize fails once it is collected.
+    with dg.build_schedule_context(instance=instance, resources=resources) as ctx:
+        first = schedule(ctx)
     requested = set() if isinstance(first, dg.SkipReason) else {r.partition_key for r in first}
     # Backbones evaluated after their last input change are up to date (dense_sift may have been
     # added by another test: it is evaluated too, or requested if it never was).
     assert not requested & set(FIRST), requested
     spec = run["backbones"] / "oracle_concept.yaml"
     spec.write_text(spec.read_text() + "\n# touched\n")
-    second = schedule(dg.build_schedule_context(instance=instance, resources=resources))
+    with dg.build_schedule_context(instance=instance, resources=resources) as ctx:
+        second = schedule(ctx)
     assert "oracle_concept" in {r.partition_key for r in second}
     assert "oracle_part" not in {r.partition_key for r in second}
 
