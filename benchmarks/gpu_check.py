@@ -242,11 +242,12 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--vit", default="vit_base_patch14_dinov2", help="timm ViT (random weights)")
     ap.add_argument("--size", type=int, default=798, help="ViT input size")
     ap.add_argument("--batch", type=int, default=16, help="ViT batch size")
-    ap.add_argument("--diffusion-size", type=int, default=256)
+    ap.add_argument("--diffusion-size", type=int, default=128, help="tiny diffusion input size (attention runs at S/2)")
     ap.add_argument("--diffusion-batch", type=int, default=8)
     ap.add_argument("--ensemble", type=int, default=8)
     ap.add_argument("--n", type=int, default=96, help="images for the throughput figures")
-    ap.add_argument("--agree", type=int, default=24, help="images (and their pairs) for the agreement figures")
+    ap.add_argument("--agree", type=int, default=32,
+                    help="images (and their pairs) for the agreement figures; a multiple of the batch sizes")
     ap.add_argument("--categories", default="car,bus,ambulance,tractor",
                     help="demo categories to use ('' = all 16)")
     ap.add_argument("--per-category", type=int, default=None, help="images per category (default: the demo's)")
