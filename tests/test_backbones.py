@@ -121,6 +121,22 @@ def test_spec_hash_tracks_what_changes_features(tmp_path):
             {"name": "other", "kind": "timm", "model": "m", "input": {"nearest_multiple": 8}},
             "the file stem is",
         ),
+        (
+            {"kind": "timm", "model": "m", "input": {"nearest_multiple": 8}, "precision": "int8"},
+            r"'precision' is 'int8'",
+        ),
+        (
+            {"kind": "timm", "model": "m", "input": {"nearest_multiple": 8}, "channels_last": True},
+            r"'channels_last' does not apply to kind 'timm'",
+        ),
+        (
+            {"kind": "classical", "model": "sift", "input": {"nearest_multiple": 8}, "compile": True},
+            r"'compile' does not apply to kind 'classical'",
+        ),
+        (
+            {"kind": "timm", "model": "m", "input": {"nearest_multiple": 8}, "compile": "yes"},
+            r"'compile' must be bool",
+        ),
     ],
 )
 def test_malformed_specs_name_file_and_field(tmp_path, doc, match):
@@ -138,6 +154,38 @@ def test_invalid_yaml_and_missing_file(tmp_path):
         load_spec(path)
     with pytest.raises(BackboneSpecError, match="does not exist"):
         load_spec(tmp_path / "nope.yaml")
+
+
+def test_gpu_options_off_by_default_and_hashed_only_when_set():
+    """Specs that leave the GPU options alone keep their spec_hash (no cache folder moves); each option
+    set gets a folder of its own."""
+    doc = yaml.safe_load((ACTIVE_SPECS_DIR / "vit_small_random.yaml").read_text())
+    base = parse_spec(doc, "vit_small_random")
+    assert (base.precision, base.channels_last, base.compile) == ("fp32", False, False)
+    explicit = parse_spec({**doc, "precision": "fp32", "compile": False}, "vit_small_random")
+    assert spec_hash(explicit) == spec_hash(base) and explicit.to_dict() == base.to_dict()
+    hashes = {spec_hash(parse_spec({**doc, **f}, "vit_small_random")) for f in
+              [{"precision": "bf16"}, {"precision": "fp16"}, {"compile": True}]}
+    assert len(hashes) == 3 and spec_hash(base) not in hashes
+    lite = parse_spec({**yaml.safe_load((ACTIVE_SPECS_DIR / "efficientnet_lite0.yaml").read_text()),
+                       "channels_last": True}, "efficientnet_lite0")
+    assert lite.channels_last and lite.to_dict()["channels_last"] is True
+
+
+def test_autocast_and_channels_last_stay_close_to_fp32():
+    """bf16 autocast (ViT) and channels_last (diffusion) on the CPU: same grid, unit norm, maps close to fp32."""
+    vit = {"model": "vit_small_patch14_dinov2", "input": {"nearest_multiple": 28}, "device": "cpu"}
+    ref = build_backbone(spec("timm", **vit)).extract([IMG, IMG[:10]], records())
+    bf16 = build_backbone(spec("timm", **vit, precision="bf16")).extract([IMG, IMG[:10]], records())
+    assert_unit_norm(bf16, 384, 2)
+    assert min(float((a * b).sum(0).min()) for a, b in zip(ref, bf16, strict=True)) > 0.95
+    dift = {"model": "tiny", "input": {"nearest_multiple": 16}, "normalisation": "half",
+            "ensemble": 2, "device": "cpu"}
+    ref = build_backbone(spec("diffusion", **dift)).extract([IMG], records(1))[0]
+    nhwc = build_backbone(spec("diffusion", **dift, channels_last=True))
+    got = nhwc.extract([IMG], records(1))[0]
+    assert nhwc.unet.conv_in.weight.is_contiguous(memory_format=torch.channels_last)
+    assert torch.allclose(got, ref, atol=1e-4)
 
 
 # ---------------------------------------------------------------- timm

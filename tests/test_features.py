@@ -287,3 +287,101 @@ def test_without_a_fast_checksum_non_finite_values_are_refused(tmp_path, images)
     np.save(path, arr)
     with pytest.raises(FeatureError, match=f"{manifest.image_id.iloc[0]}.*2 NaN/inf.*re-extract this backbone"):
         FeatureStore.from_manifest(cache, manifest).get_stored(manifest.image_id.iloc[0])
+
+
+# ---------------------------------------------------------------- the overlapped input pipeline
+
+DEADLINE_S = 30.0
+
+
+class SizeBySide(type(build_backbone(parse_spec(SIFT, "x")))):
+    """Test double: dense SIFT whose input side depends on the image (32 for wide, 16 for tall)."""
+
+    def input_size(self, width: int, height: int) -> int:
+        return 32 if width >= height else 16
+
+
+def test_batches_share_an_input_size(tmp_path, images):
+    spec = parse_spec({**SIFT, "batch_size": 4}, "sift_test")
+    backbone = SizeBySide(spec)
+    seen: list[tuple[list[str], int]] = []
+    inner = backbone.extract
+
+    def recording(batch, recs):
+        seen.append((list(recs.image_id), batch.size))
+        return inner(batch, recs)
+
+    backbone.extract = recording
+    manifest = extract_features(spec, images, str(tmp_path / "cache"), backbone=backbone)
+    # car_0001 (24x36) is the only tall image: it gets a batch of its own at S = 16.
+    assert seen == [(["car_0000", "car_0002", "car_0003", "car_0004"], 32), (["car_0001"], 16)]
+    assert list(manifest.image_id) == list(images.image_id)
+    assert manifest.set_index("image_id").input_size.to_dict() == {
+        "car_0000": 32, "car_0001": 16, "car_0002": 32, "car_0003": 32, "car_0004": 32
+    }
+    assert (manifest.grid_w == manifest.input_size // 8).all()
+
+
+def test_next_batch_is_prepared_and_last_written_while_the_model_runs(tmp_path, images, monkeypatch):
+    """Batch n's model call waits (with a deadline) until batch n+1's decode has started and batch
+    n-1's file write has happened: a serial pipeline would fail here."""
+    import threading
+
+    import soco_pipeline.features.extract as ext
+
+    spec = parse_spec(SIFT, "sift_test")  # batch_size 1: batch n is image n
+    backbone = build_backbone(spec)
+    prepared = [threading.Event() for _ in range(len(images))]
+    written = [threading.Event() for _ in range(len(images))]
+    threads: dict[str, set[str]] = {"prepare": set(), "write": set(), "model": set()}
+    inner_prepare, inner_extract, inner_write = backbone.prepare, backbone.extract, ext.write_bytes_atomic
+
+    def prepare(imgs, recs):
+        threads["prepare"].add(threading.current_thread().name)
+        prepared[int(recs.image_id.iloc[0][-4:])].set()
+        return inner_prepare(imgs, recs)
+
+    def write(path, data, **kwargs):
+        inner_write(path, data, **kwargs)
+        if path.endswith(".npy"):  # a feature map, not info.json
+            threads["write"].add(threading.current_thread().name)
+            written[int(os.path.basename(path)[4:8])].set()
+
+    def extract(batch, recs):
+        threads["model"].add(threading.current_thread().name)
+        n = int(recs.image_id.iloc[0][-4:])
+        if n + 1 < len(images):
+            assert prepared[n + 1].wait(DEADLINE_S), f"batch {n + 1} was not being prepared during batch {n}"
+        if n > 0:
+            assert written[n - 1].wait(DEADLINE_S), f"batch {n - 1} was not being written during batch {n}"
+        return inner_extract(batch, recs)
+
+    backbone.prepare, backbone.extract = prepare, extract
+    monkeypatch.setattr(ext, "write_bytes_atomic", write)
+    manifest = extract_features(spec, images, str(tmp_path / "cache"), backbone=backbone)
+    assert len(manifest) == len(images) and all(e.is_set() for e in written)
+    assert threads["model"] == {threading.current_thread().name}
+    assert threads["prepare"].isdisjoint(threads["model"]) and threads["write"].isdisjoint(threads["model"])
+
+
+def test_writer_failure_surfaces_and_keeps_finished_images(tmp_path, images, monkeypatch):
+    import soco_pipeline.features.extract as ext
+
+    spec = parse_spec(SIFT, "sift_test")
+    cache = str(tmp_path / "cache")
+    inner = ext.write_bytes_atomic
+
+    def failing_write(path, data, **kwargs):  # test double: the disk fills up at the fourth map
+        if os.path.basename(path).startswith("car_0003"):
+            raise OSError("No space left on device")
+        inner(path, data, **kwargs)
+
+    monkeypatch.setattr(ext, "write_bytes_atomic", failing_write)
+    with pytest.raises(OSError, match="No space left"):
+        extract_features(spec, images, cache)
+    monkeypatch.setattr(ext, "write_bytes_atomic", inner)
+    kept = FeatureStore(cache, "sift_test").manifest
+    assert sorted(kept.image_id) == ["car_0000", "car_0001", "car_0002"]
+    second = Counting(build_backbone(spec))
+    extract_features(spec, images, cache, backbone=second.backbone)
+    assert second.seen == 2

@@ -9,9 +9,11 @@ import torch
 
 from soco_pipeline.backbones.preprocess import (
     NORMALISATION_PRESETS,
+    InputBatch,
     input_size,
     normalise,
     pad_to_square,
+    prepare_batch,
     preprocess_batch,
     preprocess_image,
     resize_square,
@@ -110,3 +112,16 @@ def test_scale_keypoints_truncates_twice_like_the_official_script():
     assert got[0, 0] == 17 / 798
     back = unit_to_pixels(got, np.array([w, h]))
     assert np.all(back <= xy + 1e-9) and np.all(xy - back < 2)
+
+
+def test_prepared_batches_equal_preprocess_batch_bit_for_bit():
+    """What the loader threads make (prepare_batch) is exactly preprocess_batch's numbers: the CPU batch,
+    and the accelerator path (padded uint8 squares resized where they land), run here on the CPU."""
+    rng = np.random.default_rng(3)
+    images = [rng.integers(0, 256, size=(h, w, 3), dtype=np.uint8) for h, w in [(30, 47), (52, 21), (40, 40)]]
+    for size, preset in [(28, "imagenet"), (84, "half"), (40, "clip")]:
+        ref = preprocess_batch(images, size, preset, "cpu")
+        cpu = prepare_batch(images, size, preset, "cpu")
+        assert cpu.pixels is not None and len(cpu) == 3 and torch.equal(cpu.to("cpu"), ref)
+        squares = InputBatch(size, preset, squares=[torch.from_numpy(pad_to_square(im)) for im in images])
+        assert len(squares) == 3 and torch.equal(squares.to("cpu"), ref)

@@ -19,7 +19,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from soco_pipeline.backbones.preprocess import preprocess_batch
+from soco_pipeline.backbones.preprocess import InputBatch, prepare_batch, preprocess_batch
 from soco_pipeline.backbones.spec import BackboneSpec
 from soco_pipeline.storage import PROJECT_ROOT
 
@@ -111,13 +111,23 @@ class Backbone(ABC):
         """The side S of the square input for an image of this size (the policies ignore W, H)."""
         return self.spec.input.size(self.multiple)
 
+    def prepare(self, images: list[np.ndarray], records: pd.DataFrame) -> InputBatch | list:
+        """The model-free part of `extract`'s input work for one batch (all one input size), made in a
+        loader thread while the model runs: an InputBatch, or the images as given when the backbone reads
+        no pixels."""
+        if not self.needs_pixels or not images:
+            return images
+        size = self.input_size(int(records.width.iloc[0]), int(records.height.iloc[0]))
+        return prepare_batch(images, size, self.spec.normalisation, self.device)
+
     @abstractmethod
     def forward(self, batch: torch.Tensor | None, records: pd.DataFrame, size: int) -> torch.Tensor:
         """Raw dense features (B, C, h, w) for a preprocessed batch (B, 3, S, S) on self.device."""
 
-    def extract(self, images: list[np.ndarray], records: pd.DataFrame) -> list[torch.Tensor]:
+    def extract(self, images: list[np.ndarray] | InputBatch, records: pd.DataFrame) -> list[torch.Tensor]:
         """Dense maps for a batch of images: C x h x w float32 CPU tensors, L2-normalised over channels.
 
+        `images` are H x W x 3 uint8 arrays, or what `prepare` made of them (all one input size).
         Non-finite values are left in place (NaN after normalisation) for the caller to report.
         """
         records = records.reset_index(drop=True)
@@ -125,16 +135,45 @@ class Backbone(ABC):
             raise ValueError(
                 f"got {len(images)} images but {len(records)} records; pass one record per image"
             )
-        if not images:
+        if not len(images):
             return []
         size = self.input_size(int(records.width.iloc[0]), int(records.height.iloc[0]))
         batch = None
         if self.needs_pixels:
-            batch = preprocess_batch(images, size, self.spec.normalisation, self.device)
-        with torch.inference_mode():
+            if isinstance(images, InputBatch):
+                if images.size != size:
+                    raise ValueError(f"the prepared batch is at S={images.size}, these records need S={size}")
+                batch = images.to(self.device)
+            else:
+                batch = preprocess_batch(images, size, self.spec.normalisation, self.device)
+        self._apply_speed_options()
+        if batch is not None and self.spec.channels_last:
+            batch = batch.contiguous(memory_format=torch.channels_last)
+        with torch.inference_mode(), self._autocast():
             feats = self.forward(batch, records, size).float()
             feats = F.normalize(feats, dim=1)
-        return list(feats.cpu().unbind(0))
+        return list(_to_host(feats).unbind(0))
+
+    # ---- GPU options of the spec (precision, channels_last, compile); all off by default.
+
+    def _autocast(self):
+        """torch.autocast at the spec's precision (bf16 | fp16), or nothing for fp32."""
+        if self.spec.precision == "fp32":
+            return contextlib.nullcontext()
+        dtype = torch.bfloat16 if self.spec.precision == "bf16" else torch.float16
+        return torch.autocast(self.device.type, dtype=dtype)
+
+    def _apply_speed_options(self) -> None:
+        """On the first extract: channels_last models and a compiled forward, when the spec asks."""
+        if self.__dict__.get("_speed_options_applied"):
+            return
+        self._speed_options_applied = True
+        if self.spec.channels_last:
+            for module in vars(self).values():
+                if isinstance(module, torch.nn.Module):
+                    module.to(memory_format=torch.channels_last)
+        if self.spec.compile:
+            self.forward = torch.compile(self.forward, dynamic=False)
 
     def describe(self) -> dict:
         """A short summary for logs and metadata."""
@@ -146,3 +185,12 @@ class Backbone(ABC):
             "input_size": self.spec.input.size(self.multiple),
             "device": str(self.device),
         }
+
+
+def _to_host(feats: torch.Tensor) -> torch.Tensor:
+    """A device tensor on the CPU: from CUDA through pinned memory (a non-blocking copy, then a wait)."""
+    if feats.device.type != "cuda":
+        return feats.cpu()
+    host = feats.to("cpu", non_blocking=True)
+    torch.cuda.current_stream(feats.device).synchronize()
+    return host

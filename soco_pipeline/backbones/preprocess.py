@@ -12,6 +12,8 @@ overshoot so both paths agree to within a uint8 rounding step.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -117,6 +119,48 @@ def preprocess_batch(
         return torch.empty(0, 3, size, size, device=device)
     batch = torch.cat([resize_square(_padded_tensor(im, device), size, clamp=False) for im in images])
     return normalise(batch.clamp_(0.0, 1.0), preset)
+
+
+@dataclass
+class InputBatch:
+    """A batch part-way through the input protocol, made off the main thread by `prepare_batch`.
+
+    For the CPU it holds the finished (B, 3, S, S) batch (`pixels`, exactly preprocess_batch's); for an
+    accelerator the white-padded uint8 squares (`squares`, side x side x 3, pinned when CUDA is there),
+    which `to(device)` copies without blocking and resizes and normalises there, as preprocess_batch
+    does on that device.
+    """
+
+    size: int
+    preset: str
+    pixels: torch.Tensor | None = None
+    squares: list[torch.Tensor] | None = None
+
+    def __len__(self) -> int:
+        return len(self.pixels) if self.pixels is not None else len(self.squares or [])
+
+    def to(self, device: str | torch.device) -> torch.Tensor:
+        """The normalised (B, 3, S, S) float32 batch on `device`."""
+        if self.pixels is not None:
+            return self.pixels.to(device, non_blocking=True)
+        sq = [s.to(device, non_blocking=True).permute(2, 0, 1).unsqueeze(0).float().div_(255.0) for s in self.squares]
+        batch = torch.cat([resize_square(x, self.size, clamp=False) for x in sq])
+        return normalise(batch.clamp_(0.0, 1.0), self.preset)
+
+
+def prepare_batch(images: list, size: int, preset: str, device: str | torch.device) -> InputBatch:
+    """The host side of the input protocol for a batch bound to `device`; safe in a worker thread.
+
+    CPU: the finished batch (preprocess_batch on the CPU, the same numbers). Another device: the padded
+    uint8 squares (pinned memory when CUDA is available), 4x fewer bytes to copy than float pixels;
+    the resize then runs on the device.
+    """
+    if torch.device(device).type == "cpu":
+        return InputBatch(size, preset, pixels=preprocess_batch(images, size, preset, "cpu"))
+    squares = [torch.from_numpy(pad_to_square(to_rgb_array(im))) for im in images]
+    if torch.cuda.is_available():
+        squares = [s.pin_memory() for s in squares]
+    return InputBatch(size, preset, squares=squares)
 
 
 def input_size(policy: str, value: int, multiple: int) -> int:

@@ -11,6 +11,8 @@ A spec reads as plainly as OmniProbe's backbone configs::
     batch_size: 4
     device: auto                     # auto = CUDA when available, else CPU
     seed: 0
+    # GPU options, each off by default (see GPU_OPTIONS): precision: bf16 | fp16 (autocast),
+    # channels_last: true (convolutional kinds), compile: true (torch.compile)
 
 The name is the file stem. Kind-specific fields (``layer``, ``t``, ``stride`` ...) are listed in
 ``KIND_FIELDS`` with their types and defaults; anything else is an error naming the file and field.
@@ -79,6 +81,21 @@ KIND_FIELDS: dict[str, dict[str, tuple[type | tuple[type, ...], Any]]] = {
     },
 }
 
+# Speed options (off by default). Each may change the features a little, so a spec that sets one gets
+# its own spec_hash; left at its default it is not hashed, so no existing cache folder changes.
+GPU_OPTIONS: dict[str, tuple[type | tuple[type, ...], Any]] = {
+    "precision": (str, "fp32"),  # fp32 | bf16 | fp16: torch.autocast around the forward pass
+    "channels_last": (bool, False),  # NHWC memory format for the models and the input batch
+    "compile": (bool, False),  # torch.compile the backbone's forward (pays off over long runs)
+}
+PRECISIONS = ("fp32", "bf16", "fp16")
+# Kinds with a torch model the options apply to; channels_last only helps convolutional models.
+GPU_OPTION_KINDS = {
+    "precision": ("timm", "diffusion", "packaged"),
+    "channels_last": ("diffusion", "packaged"),
+    "compile": ("timm", "diffusion", "packaged"),
+}
+
 POSITIVE_FIELDS = ("ensemble", "stride", "descriptor_size", "sigma", "noise", "noise_channels")
 
 MODELS_BY_KIND = {
@@ -128,6 +145,9 @@ class BackboneSpec:
     options: tuple[tuple[str, Any], ...] = ()
     description: str = ""
     source: str = ""
+    precision: str = "fp32"
+    channels_last: bool = False
+    compile: bool = False
 
     def opt(self, key: str) -> Any:
         """A kind-specific option (defaults applied at load time)."""
@@ -149,6 +169,8 @@ class BackboneSpec:
             "device": self.device,
             "seed": self.seed,
             **dict(self.options),
+            # GPU options only when set: specs that leave them alone keep their spec_hash.
+            **{k: getattr(self, k) for k, (_t, d) in GPU_OPTIONS.items() if getattr(self, k) != d},
         }
 
 
@@ -161,7 +183,7 @@ def _type_name(t: type | tuple[type, ...]) -> str:
 def _check_type(src: str, key: str, value: Any, expected: type | tuple[type, ...]) -> Any:
     types = expected if isinstance(expected, tuple) else (expected,)
     # bool is an int subclass in Python; a spec saying `seed: true` is a mistake.
-    if isinstance(value, bool) or not isinstance(value, types):
+    if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
         raise BackboneSpecError(
             f"{src}: field {key!r} must be {_type_name(expected)}, got {value!r} "
             f"({type(value).__name__}); fix the value in the spec file"
@@ -181,7 +203,7 @@ def parse_spec(doc: Any, name: str, source: str = "<spec>") -> BackboneSpec:
     kind = doc.get("kind")
     if kind not in KINDS:
         raise BackboneSpecError(f"{src}: field 'kind' is {kind!r}; it must be one of {list(KINDS)}")
-    allowed = {**COMMON_FIELDS, **KIND_FIELDS[kind]}
+    allowed = {**COMMON_FIELDS, **GPU_OPTIONS, **KIND_FIELDS[kind]}
     unknown = sorted(set(doc) - set(allowed))
     if unknown:
         raise BackboneSpecError(
@@ -241,6 +263,16 @@ def parse_spec(doc: Any, name: str, source: str = "<spec>") -> BackboneSpec:
             f"{src}: field 'pos_embed_interpolation' is {vals['pos_embed_interpolation']!r}; use one of "
             f"{list(POS_EMBED_MODES)}"
         )
+    if vals["precision"] not in PRECISIONS:
+        raise BackboneSpecError(
+            f"{src}: field 'precision' is {vals['precision']!r}; use one of {list(PRECISIONS)} (fp32 = no autocast)"
+        )
+    for key, (_typ, default) in GPU_OPTIONS.items():
+        if vals[key] != default and kind not in GPU_OPTION_KINDS[key]:
+            raise BackboneSpecError(
+                f"{src}: field {key!r} does not apply to kind {kind!r} (only {list(GPU_OPTION_KINDS[key])}); "
+                f"drop it from the spec"
+            )
     if kind == "packaged" and vals["layer"] not in ("stride16", "stride16+stride32"):
         raise BackboneSpecError(
             f"{src}: field 'layer' is {vals['layer']!r}; use 'stride16' or 'stride16+stride32'"
@@ -258,6 +290,9 @@ def parse_spec(doc: Any, name: str, source: str = "<spec>") -> BackboneSpec:
         options=tuple((k, vals[k]) for k in KIND_FIELDS[kind]),
         description=vals["description"],
         source=str(source),
+        precision=vals["precision"],
+        channels_last=vals["channels_last"],
+        compile=vals["compile"],
     )
 
 

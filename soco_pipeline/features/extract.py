@@ -9,7 +9,7 @@ Layout under an fsspec cache root::
 
 `path` in the manifest is relative to the cache root. A spec change gives a new spec_hash and so a
 new folder: nothing cached for another spec is touched. Extraction is resumable: an image counts
-as done when the manifest has it and its file is present (and, by default, its sha256 matches);
+as done when the manifest has it and its file is present (and, by default, its checksum matches);
 everything else is recomputed. The manifest is flushed every few seconds and whenever extraction
 stops, including on an exception, so an interrupted run loses at most the batch in flight.
 """
@@ -17,10 +17,13 @@ stops, including on an exception, so an interrupted run loses at most the batch 
 from __future__ import annotations
 
 import io
+import itertools
 import json
+import os
 import time
-from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 import numpy as np
 import pandas as pd
@@ -156,8 +159,8 @@ def extract_features(
     images = _check_images(images)
     hash_ = spec_hash(spec)
     folder = feature_dir(cache_root, spec.name, hash_)
-    remove_stale_temps(folder)  # temps of a killed extraction: never read, removed here
     manifest = _Manifest(folder, _read_manifest(folder))
+    remove_stale_temps(folder)  # temps of a killed extraction: never read, removed here
 
     # An image whose recorded size changed (a different file under the same id) is recomputed.
     todo = [
@@ -211,9 +214,19 @@ def _write_info(folder: str, spec: BackboneSpec, hash_: str, backbone: Backbone)
     write_bytes_atomic(join(folder, INFO), json.dumps(info, indent=2, default=str).encode())
 
 
-def _batches(images: pd.DataFrame, size: int) -> Iterable[pd.DataFrame]:
-    for start in range(0, len(images), size):
-        yield images.iloc[start : start + size]
+def _plan(backbone: Backbone, todo: pd.DataFrame, batch_size: int) -> list[tuple[np.ndarray, int]]:
+    """(row indices, input size S) of every batch: images sharing S together, at most batch_size each.
+
+    S is asked once per distinct (width, height), not once per image; within a size the order is kept.
+    """
+    wh = todo[["width", "height"]].to_numpy(dtype=np.int64).reshape(-1, 2)
+    uniq, inverse = np.unique(wh, axis=0, return_inverse=True)
+    sizes = np.array([backbone.input_size(int(w), int(h)) for w, h in uniq], dtype=np.int64)[inverse.ravel()]
+    plan = []
+    for size in dict.fromkeys(sizes.tolist()):  # in order of first appearance
+        rows = np.flatnonzero(sizes == size)
+        plan += [(rows[i : i + batch_size], size) for i in range(0, len(rows), batch_size)]
+    return plan
 
 
 def _load_batch(recs: pd.DataFrame) -> list[np.ndarray]:
@@ -229,6 +242,65 @@ def _load_batch(recs: pd.DataFrame) -> list[np.ndarray]:
     return out
 
 
+def _prepare(backbone: Backbone, recs: pd.DataFrame):
+    """Loader thread: decode a batch's images (PIL releases the GIL) and run the model-free input work."""
+    return backbone.prepare(_load_batch(recs), recs.reset_index(drop=True))
+
+
+def loader_threads(device: torch.device) -> int:
+    """Threads that decode and prepare batches ahead of the model.
+
+    On the CPU one: the model already uses every core through torch's own threads, and the thread
+    only has to stay ahead. With an accelerator, decoding is the CPU's whole job: up to 4.
+    """
+    return 1 if device.type == "cpu" else max(1, min(4, (os.cpu_count() or 2) - 1))
+
+
+class _Writer:
+    """Writes the maps of a batch to the cache and the manifest, in one thread beside the model.
+
+    It owns the manifest while the run lasts (rows are added and flushed only here), so the caller
+    reads it only after `wait`.
+    """
+
+    def __init__(self, spec: BackboneSpec, folder: str, rel: str, hash_: str, manifest: _Manifest):
+        self.spec, self.folder, self.rel, self.hash_, self.manifest = spec, folder, rel, hash_, manifest
+
+    def __call__(self, recs: pd.DataFrame, feats: list[torch.Tensor], size: int) -> int:
+        finite = torch.stack(feats).flatten(1).isfinite().all(1).tolist()
+        for image_id, ok in zip(recs.image_id, finite, strict=True):
+            if not ok:
+                raise FeatureError(
+                    f"backbone {self.spec.name!r} produced NaN/inf features for image {image_id!r}; "
+                    f"check its weights and input (normalisation {self.spec.normalisation!r}, S={size})"
+                )
+        widths, heights = recs.width.tolist(), recs.height.tolist()
+        for k, (image_id, f) in enumerate(zip(recs.image_id, feats, strict=True)):
+            arr = f.to(torch.float16).numpy()
+            data, checksum = _encode(arr)
+            name = feature_file(image_id)
+            write_bytes_atomic(join(self.folder, name), data, clean_stale=False)  # swept once at start
+            c, h, w = arr.shape
+            self.manifest.add(
+                {
+                    "backbone": self.spec.name,
+                    "image_id": image_id,
+                    "channels": c,
+                    "grid_h": h,
+                    "grid_w": w,
+                    "input_size": size,
+                    "stride": size / w,
+                    "path": f"{self.rel}/{name}",
+                    "checksum": checksum,
+                    "width": int(widths[k]),
+                    "height": int(heights[k]),
+                    "spec_hash": self.hash_,
+                }
+            )
+        self.manifest.flush()
+        return len(recs)
+
+
 def _run(
     spec: BackboneSpec,
     backbone: Backbone,
@@ -239,57 +311,51 @@ def _run(
     manifest: _Manifest,
     log: Callable[[str], None],
 ) -> None:
-    rel = "/".join([spec.name, hash_])
-    batches = list(_batches(todo, spec.batch_size))
-    start, done = time.monotonic(), 0
-    last_log = start
-    # Decode the next batch's images in a thread while the backbone runs on this one.
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        pending = pool.submit(_load_batch, batches[0])
+    """Extract `todo` in three overlapped stages: loader threads decode and prepare batch n+1 (and on),
+    the calling thread runs batch n through the model, a writer thread writes batch n-1."""
+    plan = _plan(backbone, todo, spec.batch_size)
+    writer = _Writer(spec, folder, "/".join([spec.name, hash_]), hash_, manifest)
+    n_loaders = loader_threads(backbone.device)
+    start, done, last_log = time.monotonic(), 0, time.monotonic()
+    ahead: deque = deque()
+    written: Future | None = None
+    with (
+        ThreadPoolExecutor(n_loaders, thread_name_prefix="soco-load") as loaders,
+        ThreadPoolExecutor(1, thread_name_prefix="soco-write") as writes,
+    ):
+        queued = iter(plan)
+
+        def top_up() -> None:
+            for rows, _size in itertools.islice(queued, n_loaders + 1 - len(ahead)):
+                ahead.append(loaders.submit(_prepare, backbone, todo.iloc[rows]))
+
         try:
-            for b, recs in enumerate(batches):
-                imgs = pending.result()
-                if b + 1 < len(batches):
-                    pending = pool.submit(_load_batch, batches[b + 1])
-                size = backbone.input_size(int(recs.width.iloc[0]), int(recs.height.iloc[0]))
-                feats = backbone.extract(imgs, recs)
-                finite = [bool(ok) for ok in torch.stack(feats).flatten(1).isfinite().all(1)]
-                for rec, f, ok in zip(recs.itertuples(index=False), feats, finite, strict=True):
-                    if not ok:
-                        raise FeatureError(
-                            f"backbone {spec.name!r} produced NaN/inf features for image {rec.image_id!r}; "
-                            f"check its weights and input (normalisation {spec.normalisation!r}, S={size})"
-                        )
-                    arr = f.to(torch.float16).numpy()
-                    data, checksum = _encode(arr)
-                    name = feature_file(rec.image_id)
-                    write_bytes_atomic(join(folder, name), data, clean_stale=False)  # swept once at start
-                    c, h, w = arr.shape
-                    manifest.add(
-                        {
-                            "backbone": spec.name,
-                            "image_id": rec.image_id,
-                            "channels": c,
-                            "grid_h": h,
-                            "grid_w": w,
-                            "input_size": size,
-                            "stride": size / w,
-                            "path": f"{rel}/{name}",
-                            "checksum": checksum,
-                            "width": int(rec.width),
-                            "height": int(rec.height),
-                            "spec_hash": hash_,
-                        }
-                    )
-                done += len(recs)
-                manifest.flush()
+            for rows, size in plan:
+                top_up()
+                inputs = ahead.popleft().result()
+                top_up()
+                recs = todo.iloc[rows]
+                feats = backbone.extract(inputs, recs)
+                if written is not None:
+                    done += written.result()  # the writer's error, if any, surfaces here
+                written = writes.submit(writer, recs, feats, size)
                 now = time.monotonic()
-                if now - last_log >= LOG_SECONDS or done == len(todo):
-                    last_log, rate = now, done / max(now - start, 1e-9)
-                    log(
-                        f"[{spec.name}] {done}/{len(todo)} extracted, {rate:.2f} images/s, "
-                        f"ETA {(len(todo) - done) / rate:.0f} s"
-                    )
+                if now - last_log >= LOG_SECONDS:
+                    last_log = now
+                    _log_progress(log, spec.name, done, len(todo), now - start)
+            if written is not None:
+                done += written.result()
+                written = None
+            _log_progress(log, spec.name, done, len(todo), time.monotonic() - start)
         finally:
+            for pending in ahead:
+                pending.cancel()
+            if written is not None:
+                wait([written])  # the batch before a failure is still written whole
             manifest.flush(force=True)
-            pending.cancel()
+
+
+def _log_progress(log: Callable[[str], None], name: str, done: int, total: int, seconds: float) -> None:
+    rate = done / max(seconds, 1e-9)
+    eta = f"{(total - done) / rate:.0f} s" if rate > 0 else "?"
+    log(f"[{name}] {done}/{total} extracted, {rate:.2f} images/s, ETA {eta}")
