@@ -6,6 +6,7 @@ Layout under an fsspec cache root::
         info.json          the normalised spec, its hash, the code version, S and stride
         manifest.parquet   FeatureManifestSchema rows (+ width, height, spec_hash)
         <image_id>.npy     fp16 C x h x w, L2-normalised over channels
+        <image_id>.cls.npy fp16 C, the L2-normalised class token (timm ViTs; `cls_path` in the manifest)
 
 `path` in the manifest is relative to the cache root. A spec change gives a new spec_hash and so a
 new folder: nothing cached for another spec is touched. Extraction is resumable: an image counts
@@ -59,6 +60,7 @@ MANIFEST_COLUMNS = [
     "width",
     "height",
     "spec_hash",
+    "cls_path",  # "" when the backbone has no class token
 ]
 FLUSH_SECONDS = 10.0  # manifest writes while extracting (and always when stopping)
 LOG_SECONDS = 5.0  # progress lines at most this often (and at the end)
@@ -122,7 +124,8 @@ def _read_manifest(folder: str) -> pd.DataFrame:
     path = join(folder, MANIFEST)
     if not exists(path):
         return pd.DataFrame(columns=MANIFEST_COLUMNS)
-    return read_parquet(path)
+    df = read_parquet(path)
+    return df if "cls_path" in df.columns else df.assign(cls_path="")
 
 
 def _is_done(cache_root: str, row: dict | None, verify: str) -> bool:
@@ -263,9 +266,13 @@ def _run(
                 if b + 1 < len(batches):
                     pending = pool.submit(_load_batch, batches[b + 1])
                 size = backbone.input_size(int(recs.width.iloc[0]), int(recs.height.iloc[0]))
-                feats = backbone.extract(imgs, recs)
+                if backbone.offers_class_token:
+                    feats, tokens = backbone.extract(imgs, recs, with_class_token=True)
+                else:
+                    feats, tokens = backbone.extract(imgs, recs), None
+                tokens = tokens or [None] * len(feats)
                 finite = [bool(ok) for ok in torch.stack(feats).flatten(1).isfinite().all(1)]
-                for rec, f, ok in zip(recs.itertuples(index=False), feats, finite, strict=True):
+                for rec, f, token, ok in zip(recs.itertuples(index=False), feats, tokens, finite, strict=True):
                     if not ok:
                         raise FeatureError(
                             f"backbone {spec.name!r} produced NaN/inf features for image {rec.image_id!r}; "
@@ -275,6 +282,10 @@ def _run(
                     data, checksum = _encode(arr)
                     name = feature_file(rec.image_id)
                     write_bytes_atomic(join(folder, name), data)
+                    cls_name = ""
+                    if token is not None:
+                        cls_name = feature_file(rec.image_id)[: -len(".npy")] + ".cls.npy"
+                        write_bytes_atomic(join(folder, cls_name), _encode(token.to(torch.float16).numpy())[0])
                     c, h, w = arr.shape
                     manifest.add(
                         {
@@ -290,6 +301,7 @@ def _run(
                             "width": int(rec.width),
                             "height": int(rec.height),
                             "spec_hash": hash_,
+                            "cls_path": f"{rel}/{cls_name}" if cls_name else "",
                         }
                     )
                 done += len(recs)
@@ -452,6 +464,27 @@ class FeatureStore:
             if len(self._cache) > self.cache_items:
                 self._cache.popitem(last=False)
         return arr, meta
+
+    @property
+    def has_class_token(self) -> bool:
+        """Whether every image's class token is cached (timm ViTs extracted with code version >= 2)."""
+        return "cls_path" in self.manifest.columns and bool((self.manifest["cls_path"].fillna("") != "").all())
+
+    def class_token(self, image_id: str) -> np.ndarray:
+        """The cached class token (C, float32, L2-normalised) of one image; a clear error when none."""
+        self.meta(image_id)
+        rel = self.manifest.loc[image_id, "cls_path"] if "cls_path" in self.manifest.columns else ""
+        if not isinstance(rel, str) or not rel:
+            raise FeatureError(
+                f"backbone {self.backbone!r} has no cached class token for image {image_id!r}: only timm ViTs "
+                f"store one; use mean-pooled maps instead"
+            )
+        try:
+            return np.load(io.BytesIO(read_bytes(join(self.cache_root, rel))), allow_pickle=False).astype(np.float32)
+        except (FileNotFoundError, ValueError, EOFError) as e:
+            raise FeatureError(
+                f"class token of image {image_id!r} ({rel}) cannot be read ({e}); re-run extraction"
+            ) from None
 
     def get_many(self, image_ids: Iterable[str]) -> list[tuple[np.ndarray, dict]]:
         """`get` for several images, in order."""
