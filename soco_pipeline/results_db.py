@@ -26,6 +26,10 @@ RESULT_TABLES: dict[str, tuple[str, bool]] = {
     "four_choice_predictions": ("four_choice_predictions", True),
     "metrics": ("metrics", True),
     "leaderboard": ("leaderboard.parquet", False),
+    # analysis (soco_pipeline/defs/analysis.py)
+    "global_metrics": ("global_metrics", True),
+    "probe_metrics": ("probe_metrics", True),
+    "correlation": ("correlation.parquet", False),
 }
 
 

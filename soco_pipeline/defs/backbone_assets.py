@@ -212,7 +212,13 @@ def leaderboard(context: dg.AssetExecutionContext, soco: SocoSettings) -> pd.Dat
             frames.append(read_parquet(path))
     if not frames:
         raise RuntimeError("no metrics materialized yet: materialize metrics for at least one backbone")
-    board = build_leaderboard(pd.concat(frames, ignore_index=True))
+    # analysis: knn_top1 / retrieval_map from the global_metrics partitions materialized so far
+    global_frames = [read_parquet(p) for b in known
+                     if exists(p := join(settings.tables_root, "global_metrics", f"{b}.parquet"))]
+    board = build_leaderboard(
+        pd.concat(frames, ignore_index=True),
+        global_metrics=pd.concat(global_frames, ignore_index=True) if global_frames else None,
+    )
     present = {p.stem for p in Path(soco.backbones_dir).glob("*.yaml")}
     board["spec_present"] = board["backbone"].isin(present)
     md = leaderboard_markdown(board)

@@ -3,7 +3,7 @@
 import dagster as dg
 from dagster_duckdb import DuckDBResource
 
-from soco_pipeline.defs import automation, backbone_assets, data_assets, pair_assets
+from soco_pipeline.defs import analysis, automation, backbone_assets, data_assets, pair_assets
 from soco_pipeline.defs.io_managers import ParquetIOManager
 from soco_pipeline.defs.resources import SocoSettings
 from soco_pipeline.settings import Settings
@@ -17,7 +17,7 @@ def build_definitions(**overrides) -> dg.Definitions:
     soco = SocoSettings(**overrides)
     settings: Settings = soco.settings()
     return dg.Definitions(
-        assets=dg.load_assets_from_modules([data_assets, pair_assets, backbone_assets]),
+        assets=dg.load_assets_from_modules([data_assets, pair_assets, backbone_assets, analysis]),
         asset_checks=dg.load_asset_checks_from_modules([data_assets, pair_assets, backbone_assets]),
         jobs=[automation.backbone_job],
         sensors=[
