@@ -26,7 +26,14 @@ import torch
 import torch.nn.functional as F
 
 from soco_pipeline.analysis.global_metrics import seeded_split
-from soco_pipeline.matching import _group_ids, _source_descriptors, cells_of, predict, to_unit, visible_keypoint_xy
+from soco_pipeline.matching import (
+    _group_ids,
+    _source_descriptors,
+    cells_of,
+    predict,
+    to_unit,
+    visible_keypoint_xy,
+)
 from soco_pipeline.metrics import compute_metrics
 from soco_pipeline.protocol import ProtocolConfig
 from soco_pipeline.taxonomy import Taxonomy
