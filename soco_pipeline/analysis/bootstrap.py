@@ -37,11 +37,12 @@ def resample_indices(n: int, n_resamples: int, rng: np.random.Generator) -> np.n
 
 
 def resample_counts(idx: np.ndarray, n: int | None = None) -> np.ndarray:
-    """(n_resamples x n) float counts: how often each model appears in each resample row of `idx`."""
+    """(n_resamples x n) float32 counts: how often each model appears in each resample row of `idx`."""
     b, m = idx.shape
     n = m if n is None else n
     flat = (np.arange(b)[:, None] * n + idx).reshape(-1)
-    return np.bincount(flat, minlength=b * n).reshape(b, n).astype(np.float64)
+    # float32 holds the small integer counts (and the ranks built from them) exactly
+    return np.bincount(flat, minlength=b * n).reshape(b, n).astype(np.float32)
 
 
 def _standardise(v: np.ndarray) -> np.ndarray:
@@ -52,19 +53,24 @@ def _standardise(v: np.ndarray) -> np.ndarray:
 
 def weighted_pearson(counts: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Pearson r of each resample given by a count row (B x n) over values x, y (n, or B x n per row);
-    NaN where a resample has no variance in x or y."""
-    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
-    m = counts.sum(axis=1)
+    NaN where a resample has no variance in x or y. Per-row values (ranks) may be float32: their
+    weighted sums are exact there; the rest is float64."""
+    m = counts.sum(axis=1, dtype=np.float64)
 
-    def sums(a, b):
-        return (counts @ (a * b)) if a.ndim == 1 and b.ndim == 1 else np.einsum("bi,bi->b", counts, a * b)
+    def wsum(v):
+        if v.ndim == 1:
+            return counts.astype(np.float64) @ v if v.dtype == np.float64 else (counts @ v).astype(np.float64)
+        return np.einsum("bi,bi->b", counts, v).astype(np.float64)
 
-    sx = counts @ x if x.ndim == 1 else np.einsum("bi,bi->b", counts, x)
-    sy = counts @ y if y.ndim == 1 else np.einsum("bi,bi->b", counts, y)
-    vx = sums(x, x) - sx * sx / m
-    vy = sums(y, y) - sy * sy / m
-    cov = sums(x, y) - sx * sy / m
-    # Values are standardised (unit variance over the models), so a tiny variance means a constant resample.
+    if x.ndim == 1 and y.ndim == 1:  # model values: float64 matrix-vector products
+        c64 = counts.astype(np.float64)
+        sx, sy, sxx, syy, sxy = (c64 @ v for v in (x, y, x * x, y * y, x * y))
+    else:
+        sx, sy, sxx, syy, sxy = (wsum(v) for v in (x, y, x * x, y * y, x * y))
+    vx = sxx - sx * sx / m
+    vy = syy - sy * sy / m
+    cov = sxy - sx * sy / m
+    # Values are standardised or ranks scaled to (0, 1], so a tiny variance means a constant resample.
     bad = (vx <= 1e-9 * m) | (vy <= 1e-9 * m)
     with np.errstate(invalid="ignore", divide="ignore"):
         r = np.where(bad, np.nan, cov / np.sqrt(np.where(bad, 1.0, vx * vy)))
@@ -72,13 +78,19 @@ def weighted_pearson(counts: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.nda
 
 
 def weighted_ranks(counts: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """(B x n) average rank (1-based, ties averaged) each model's value has within each resample."""
-    _, codes = np.unique(values, return_inverse=True)
-    codes = codes.reshape(-1)
-    k = int(codes.max()) + 1
-    per_code = counts @ np.eye(k)[codes]  # (B x k) draws of each distinct value
-    below = np.cumsum(per_code, axis=1) - per_code
-    return (below + (per_code + 1.0) / 2.0)[:, codes]
+    """(B x n) average rank (1-based, ties averaged) each model's value has within each resample.
+
+    Ranks are half-integers, exact in float32 (the dtype of `counts`)."""
+    order = np.argsort(values, kind="stable")
+    sorted_values = np.asarray(values)[order]
+    starts = np.flatnonzero(np.r_[True, sorted_values[1:] != sorted_values[:-1]])
+    per_value = np.add.reduceat(counts[:, order], starts, axis=1)  # (B x k) draws of each distinct value
+    below = np.cumsum(per_value, axis=1)
+    below -= per_value
+    avg = below + (per_value + 1) * 0.5
+    code = np.empty(len(order), dtype=np.int64)
+    code[order] = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(order)]))
+    return avg[:, code]
 
 
 def resampled_statistic(statistic: str, counts: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -86,9 +98,8 @@ def resampled_statistic(statistic: str, counts: np.ndarray, x: np.ndarray, y: np
     if statistic == "pearson":
         return weighted_pearson(counts, _standardise(x), _standardise(y))
     if statistic == "spearman":
-        n = counts.shape[1]
-        rx, ry = weighted_ranks(counts, x) / n, weighted_ranks(counts, y) / n
-        return weighted_pearson(counts, rx, ry)
+        # integer-valued float32 ranks: the weighted sums below are exact
+        return weighted_pearson(counts, weighted_ranks(counts, x), weighted_ranks(counts, y))
     raise ValueError(f"statistic must be 'pearson' or 'spearman', got {statistic!r}")
 
 
