@@ -18,7 +18,7 @@ same protocol as the zero-shot scorer.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -226,8 +226,3 @@ def probe_metrics(
         seed=config.seed,
     )
     return out[PROBE_COLUMNS].reset_index(drop=True)
-
-
-def probe_config_dict(config: ProbeConfig) -> dict:
-    """The config as a plain dict (asset metadata)."""
-    return asdict(config)
