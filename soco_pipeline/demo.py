@@ -22,9 +22,9 @@ from soco_pipeline.defs.recovery import SlotWatcher, fail_dead_runs, process_tag
 
 DATA_AND_PAIRS = dg.AssetSelection.groups("data", "pairs")
 PER_BACKBONE = dg.AssetSelection.assets(
-    "feature_manifest", "predictions", "four_choice_predictions", "metrics"
+    "feature_manifest", "predictions", "four_choice_predictions", "metrics", "global_metrics"
 )
-SUMMARY = dg.AssetSelection.assets("leaderboard", "results_database")
+SUMMARY = dg.AssetSelection.assets("leaderboard", "results_database", "correlation")
 
 
 def _materialize(

@@ -51,6 +51,10 @@ TABLES: tuple[Table, ...] = (
     Table("lvlm_answers", "lvlm_answers", partitioned=True),
     Table("lvlm_metrics", "lvlm_metrics", partitioned=True),
     Table("lvlm_leaderboard", "lvlm_leaderboard"),
+    # analysis (soco_pipeline/defs/analysis.py)
+    Table("global_metrics", "global_metrics", partitioned=True),
+    Table("probe_metrics", "probe_metrics", partitioned=True),
+    Table("correlation", "correlation"),
 )
 _BY_ASSET = {t.asset: t for t in TABLES}
 

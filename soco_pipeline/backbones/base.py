@@ -99,6 +99,7 @@ class Backbone(ABC):
     """
 
     needs_pixels: bool = True
+    offers_class_token: bool = False  # True: forward_with_class_token returns a class token too
 
     def __init__(self, spec: BackboneSpec, context: BackboneContext | dict | None = None):
         self.spec = spec
@@ -124,11 +125,21 @@ class Backbone(ABC):
     def forward(self, batch: torch.Tensor | None, records: pd.DataFrame, size: int) -> torch.Tensor:
         """Raw dense features (B, C, h, w) for a preprocessed batch (B, 3, S, S) on self.device."""
 
-    def extract(self, images: list[np.ndarray] | InputBatch, records: pd.DataFrame) -> list[torch.Tensor]:
+    def forward_with_class_token(
+        self, batch: torch.Tensor | None, records: pd.DataFrame, size: int
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Dense features and the model's class token (B, C) from the same block; None when it has none."""
+        return self.forward(batch, records, size), None
+
+    def extract(
+        self, images: list[np.ndarray] | InputBatch, records: pd.DataFrame, with_class_token: bool = False
+    ) -> list[torch.Tensor] | tuple[list[torch.Tensor], list[torch.Tensor] | None]:
         """Dense maps for a batch of images: C x h x w float32 CPU tensors, L2-normalised over channels.
 
         `images` are H x W x 3 uint8 arrays, or what `prepare` made of them (all one input size).
-        Non-finite values are left in place (NaN after normalisation) for the caller to report.
+        with_class_token: return (maps, class tokens) instead, the tokens C-vectors L2-normalised
+        (None when the backbone has no class token). Non-finite values are left in place (NaN after
+        normalisation) for the caller to report.
         """
         records = records.reset_index(drop=True)
         if len(images) != len(records):
@@ -136,7 +147,7 @@ class Backbone(ABC):
                 f"got {len(images)} images but {len(records)} records; pass one record per image"
             )
         if not len(images):
-            return []
+            return ([], None) if with_class_token else []
         size = self.input_size(int(records.width.iloc[0]), int(records.height.iloc[0]))
         batch = None
         if self.needs_pixels:
@@ -150,9 +161,17 @@ class Backbone(ABC):
         if batch is not None and self.spec.channels_last:
             batch = batch.contiguous(memory_format=torch.channels_last)
         with torch.inference_mode(), self._autocast():
-            feats = self.forward(batch, records, size).float()
-            feats = F.normalize(feats, dim=1)
-        return list(_to_host(feats).unbind(0))
+            if with_class_token:
+                feats, token = self.forward_with_class_token(batch, records, size)
+            else:
+                feats, token = self.forward(batch, records, size), None
+            feats = F.normalize(feats.float(), dim=1)
+            if token is not None:
+                token = F.normalize(token.float(), dim=1)
+        maps = list(_to_host(feats).unbind(0))
+        if not with_class_token:
+            return maps
+        return maps, (None if token is None else list(_to_host(token).unbind(0)))
 
     # ---- GPU options of the spec (precision, channels_last, compile); all off by default.
 

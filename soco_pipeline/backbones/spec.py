@@ -34,7 +34,7 @@ from soco_pipeline.backbones.preprocess import input_size
 
 # Bump when a change in the extraction code changes the features a spec produces: every cache
 # folder is keyed by spec_hash, which includes this constant, so old features are never reused.
-FEATURE_CODE_VERSION = "1"
+FEATURE_CODE_VERSION = "2"  # 2: the cache also stores the class token of timm ViTs
 
 KINDS = ("timm", "diffusion", "classical", "oracle", "packaged")
 NORMALISATIONS = ("imagenet", "clip", "half", "raw")

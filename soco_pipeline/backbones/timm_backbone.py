@@ -106,6 +106,7 @@ class TimmBackbone(Backbone):
                 f"{n_blocks - 1}"
             )
         self.block = layer % n_blocks
+        self.offers_class_token = bool(getattr(model, "has_class_token", False))
 
     def forward(self, batch: torch.Tensor | None, records: pd.DataFrame, size: int) -> torch.Tensor:
         """Block `layer` patch tokens (B, C, S/p, S/p), no final norm, prefix tokens dropped."""
@@ -113,3 +114,16 @@ class TimmBackbone(Backbone):
             batch, indices=[self.block], norm=False, stop_early=True, intermediates_only=True
         )
         return feats[0]
+
+    def forward_with_class_token(
+        self, batch: torch.Tensor | None, records: pd.DataFrame, size: int
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Block `layer` patch tokens and the class token of the same block (no final norm); None for a
+        model without a class token. timm orders the prefix tokens class token first, then registers."""
+        if not self.offers_class_token:
+            return self.forward(batch, records, size), None
+        spatial, prefix = self.model.forward_intermediates(
+            batch, indices=[self.block], return_prefix_tokens=True, norm=False, stop_early=True,
+            intermediates_only=True,
+        )[0]
+        return spatial, prefix[:, 0]

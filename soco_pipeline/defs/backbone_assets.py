@@ -217,14 +217,20 @@ def leaderboard(context: dg.AssetExecutionContext, soco: SocoSettings) -> pd.Dat
 
     settings = soco.settings()
     known = context.instance.get_dynamic_partitions(backbones_partitions.name)
-    frames = []
-    for b in known:
-        path = table_for("metrics").path(settings.tables_root, b)
-        if exists(path):
-            frames.append(read_parquet(path))
+
+    def partitions_of(asset: str) -> list[pd.DataFrame]:
+        paths = [table_for(asset).path(settings.tables_root, b) for b in known]
+        return [read_parquet(p) for p in paths if exists(p)]
+
+    frames = partitions_of("metrics")
     if not frames:
         raise RuntimeError("no metrics materialized yet: materialize metrics for at least one backbone")
-    board = build_leaderboard(pd.concat(frames, ignore_index=True))
+    # analysis: knn_top1 / retrieval_map from the global_metrics partitions materialized so far
+    global_frames = partitions_of("global_metrics")
+    board = build_leaderboard(
+        pd.concat(frames, ignore_index=True),
+        global_metrics=pd.concat(global_frames, ignore_index=True) if global_frames else None,
+    )
     present = {p.stem for p in Path(soco.backbones_dir).glob("*.yaml")}
     board["spec_present"] = board["backbone"].isin(present)
     md = leaderboard_markdown(board)

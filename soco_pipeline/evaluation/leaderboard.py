@@ -10,11 +10,18 @@ import pandas as pd
 from soco_pipeline.storage import write_bytes_atomic
 
 LEVEL_COLUMNS = ["cc", "soc", "soc_geo", "cross_soc", "cross_cc", "four_choice", "four_choice_circular"]
+GLOBAL_COLUMNS = ["knn_top1", "retrieval_map"]  # from analysis.global_metrics, when given
 
 
-def leaderboard(metrics: pd.DataFrame, alpha: float = 0.1, reduction: str = "official") -> pd.DataFrame:
+def leaderboard(
+    metrics: pd.DataFrame,
+    alpha: float = 0.1,
+    reduction: str = "official",
+    global_metrics: pd.DataFrame | None = None,
+) -> pd.DataFrame:
     """One row per backbone: cc, soc, soc_geo, cross_soc, cross_cc, the drops (points), soc per super-category,
-    four_choice and four_choice_circular, at `alpha` with the given reduction."""
+    four_choice and four_choice_circular, at `alpha` with the given reduction; with `global_metrics`
+    (analysis.global_metrics rows) also knn_top1 (k = 20) and retrieval_map (NaN where not computed)."""
     m = metrics[(metrics["reduction"] == reduction)]
     at = ((m["alpha"] - alpha).abs() < 1e-9) | m["metric"].str.startswith("four_choice")
     m = m[at]
@@ -27,6 +34,10 @@ def leaderboard(metrics: pd.DataFrame, alpha: float = 0.1, reduction: str = "off
         sup = sup.pivot_table(index="backbone", columns="group", values="value", aggfunc="first")
         sup.columns = [f"soc_{c}" for c in sup.columns]
         board = board.join(sup)
+    if global_metrics is not None:  # analysis: global-feature metrics from the feature cache
+        from soco_pipeline.analysis.global_metrics import headline_global
+
+        board = board.join(headline_global(global_metrics).set_index("backbone").reindex(columns=GLOBAL_COLUMNS))
     board = board.sort_values("soc", ascending=False, na_position="last")
     return board.reset_index().rename_axis(columns=None)
 

@@ -6,6 +6,7 @@ Layout under an fsspec cache root::
         info.json          the normalised spec, its hash, the code version, S and stride
         manifest.parquet   FeatureManifestSchema rows (+ width, height, spec_hash)
         <image_id>.npy     fp16 C x h x w, L2-normalised over channels
+        <image_id>.cls.npy fp16 C, the L2-normalised class token (timm ViTs; `cls_path` in the manifest)
 
 `path` in the manifest is relative to the cache root. A spec change gives a new spec_hash and so a
 new folder: nothing cached for another spec is touched. Extraction is resumable: an image counts
@@ -266,7 +267,9 @@ class _Writer:
     def __init__(self, spec: BackboneSpec, folder: str, rel: str, hash_: str, manifest: _Manifest):
         self.spec, self.folder, self.rel, self.hash_, self.manifest = spec, folder, rel, hash_, manifest
 
-    def __call__(self, recs: pd.DataFrame, feats: list[torch.Tensor], size: int) -> int:
+    def __call__(
+        self, recs: pd.DataFrame, feats: list[torch.Tensor], size: int, tokens: list[torch.Tensor] | None = None
+    ) -> int:
         finite = torch.stack(feats).flatten(1).isfinite().all(1).tolist()
         for image_id, ok in zip(recs.image_id, finite, strict=True):
             if not ok:
@@ -275,11 +278,17 @@ class _Writer:
                     f"check its weights and input (normalisation {self.spec.normalisation!r}, S={size})"
                 )
         widths, heights = recs.width.tolist(), recs.height.tolist()
-        for k, (image_id, f) in enumerate(zip(recs.image_id, feats, strict=True)):
+        tokens = tokens or [None] * len(feats)
+        for k, (image_id, f, token) in enumerate(zip(recs.image_id, feats, tokens, strict=True)):
             arr = f.to(torch.float16).numpy()
             data, checksum = _encode(arr)
             name = feature_file(image_id)
             write_bytes_atomic(join(self.folder, name), data, clean_stale=False)  # swept once at start
+            cls_name = ""
+            if token is not None:  # the class token beside the map (timm ViTs)
+                cls_name = name[: -len(".npy")] + ".cls.npy"
+                cls_data = _encode(token.to(torch.float16).numpy())[0]
+                write_bytes_atomic(join(self.folder, cls_name), cls_data, clean_stale=False)
             c, h, w = arr.shape
             self.manifest.add(
                 {
@@ -295,6 +304,7 @@ class _Writer:
                     "width": int(widths[k]),
                     "height": int(heights[k]),
                     "spec_hash": self.hash_,
+                    "cls_path": f"{self.rel}/{cls_name}" if cls_name else "",
                 }
             )
         self.manifest.flush()
@@ -335,10 +345,13 @@ def _run(
                 inputs = ahead.popleft().result()
                 top_up()
                 recs = todo.iloc[rows]
-                feats = backbone.extract(inputs, recs)
+                if backbone.offers_class_token:
+                    feats, tokens = backbone.extract(inputs, recs, with_class_token=True)
+                else:
+                    feats, tokens = backbone.extract(inputs, recs), None
                 if written is not None:
                     done += written.result()  # the writer's error, if any, surfaces here
-                written = writes.submit(writer, recs, feats, size)
+                written = writes.submit(writer, recs, feats, size, tokens)
                 now = time.monotonic()
                 if now - last_log >= LOG_SECONDS:
                     last_log = now

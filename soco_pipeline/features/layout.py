@@ -30,6 +30,7 @@ MANIFEST_COLUMNS = [
     "width",
     "height",
     "spec_hash",
+    "cls_path",  # "" when the backbone has no class token
 ]
 FLUSH_SECONDS = 10.0  # manifest writes while extracting (and always when stopping)
 LOG_SECONDS = 5.0  # progress lines at most this often (and at the end)
@@ -68,4 +69,5 @@ def _read_manifest(folder: str) -> pd.DataFrame:
     path = join(folder, MANIFEST)
     if not exists(path):
         return pd.DataFrame(columns=MANIFEST_COLUMNS)
-    return read_parquet(path)
+    df = read_parquet(path)
+    return df if "cls_path" in df.columns else df.assign(cls_path="")

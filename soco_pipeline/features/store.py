@@ -237,6 +237,27 @@ class FeatureStore:
             sums = self._sums = dict(zip(self.manifest.index, self.manifest["checksum"].to_numpy(), strict=True))
         return sums
 
+    @property
+    def has_class_token(self) -> bool:
+        """Whether every image's class token is cached (timm ViTs extracted with code version >= 2)."""
+        return "cls_path" in self.manifest.columns and bool((self.manifest["cls_path"].fillna("") != "").all())
+
+    def class_token(self, image_id: str) -> np.ndarray:
+        """The cached class token (C, float32, L2-normalised) of one image; a clear error when none."""
+        self.meta(image_id)
+        rel = self.manifest.loc[image_id, "cls_path"] if "cls_path" in self.manifest.columns else ""
+        if not isinstance(rel, str) or not rel:
+            raise FeatureError(
+                f"backbone {self.backbone!r} has no cached class token for image {image_id!r}: only timm ViTs "
+                f"store one; use mean-pooled maps instead"
+            )
+        try:
+            return np.load(io.BytesIO(read_bytes(join(self.cache_root, rel))), allow_pickle=False).astype(np.float32)
+        except (FileNotFoundError, ValueError, EOFError) as e:
+            raise FeatureError(
+                f"class token of image {image_id!r} ({rel}) cannot be read ({e}); re-extract this backbone"
+            ) from None
+
     def get_many(self, image_ids: Iterable[str]) -> list[tuple[np.ndarray, dict]]:
         """`get` for several images, in order."""
         return [self.get(i) for i in image_ids]

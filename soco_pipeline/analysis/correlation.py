@@ -1,0 +1,183 @@
+"""The correlation study of the SOCO paper's Fig. 4: how well benchmark scores (SOC, ImageNet kNN ...)
+predict downstream task results across models.
+
+Per (subset, benchmark, downstream task, metric): Pearson r and Spearman rho over the models having both
+values, each with a seeded percentile bootstrap CI; per configured pair (a, b): delta r = r_a - r_b with a
+paired-bootstrap CI over the models having all three values. Error metrics (higher_better false: RMSE,
+Err) are sign-flipped first, as the paper shows them, and the table says so (`sign_flipped`, `metric_shown`).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from soco_pipeline.analysis.bootstrap import (
+    bootstrap_correlations,
+    bootstrap_delta,
+    pair_seed,
+    resample_indices,
+)
+from soco_pipeline.analysis.reference import ReferenceDataError, select_models
+from soco_pipeline.storage import PROJECT_ROOT
+
+STATISTICS = ("pearson", "spearman")
+ANALYSIS_CONFIG = PROJECT_ROOT / "assets" / "analysis.yaml"
+CORRELATION_COLUMNS = [
+    "subset", "benchmark", "benchmark_task", "benchmark_metric", "task", "task_display", "metric",
+    "metric_shown", "sign_flipped", "headline", "statistic", "estimate", "ci_low", "ci_high", "n",
+    "n_resamples", "confidence", "seed", "degenerate_resamples",
+]
+
+
+@dataclass(frozen=True)
+class AnalysisConfig:
+    """Settings of the correlation study (assets/analysis.yaml)."""
+
+    seed: int = 0
+    n_resamples: int = 10_000
+    confidence: float = 0.95
+    min_models: int = 5
+    benchmarks: dict[str, tuple[str, str]] = field(default_factory=dict)
+    deltas: tuple[tuple[str, str], ...] = ()
+    not_downstream: tuple[str, ...] = ("soco", "soco_*", "knn", "soco_pipeline")
+    subsets: dict[str, object] = field(default_factory=lambda: {"all": "all"})
+    headline: dict[str, str] = field(default_factory=dict)
+    source: str = "the analysis config"
+
+    def __post_init__(self):
+        if self.n_resamples < 100:
+            raise ValueError(f"{self.source}: n_resamples must be >= 100, got {self.n_resamples}")
+        if not 0.5 < self.confidence < 1:
+            raise ValueError(f"{self.source}: confidence must be in (0.5, 1), got {self.confidence}")
+        for a, b in self.deltas:
+            for name in (a, b):
+                if name not in self.benchmarks:
+                    raise ValueError(f"{self.source}: delta names benchmark {name!r}, not in `benchmarks`")
+
+
+def load_analysis_config(path: str | Path = ANALYSIS_CONFIG, **overrides) -> AnalysisConfig:
+    """The analysis config from YAML, with keyword overrides (seed, n_resamples, subsets ...)."""
+    raw = yaml.safe_load(Path(path).read_text()) or {}
+    raw.update({k: v for k, v in overrides.items() if v is not None})
+    unknown = set(raw) - set(AnalysisConfig.__dataclass_fields__)
+    if unknown:
+        raise ValueError(f"{path}: unknown keys {sorted(unknown)}")
+    bench = {k: (str(v["task"]), str(v["metric"])) for k, v in (raw.pop("benchmarks", None) or {}).items()}
+    return AnalysisConfig(
+        benchmarks=bench,
+        deltas=tuple(tuple(d) for d in raw.pop("deltas", ()) or ()),
+        not_downstream=tuple(raw.pop("not_downstream", AnalysisConfig.not_downstream)),
+        source=str(raw.pop("source", path)),
+        **raw,
+    )
+
+
+def _wide(scores: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Models x (task, metric) values, and one row of facts (higher_better, task_display) per column."""
+    wide = scores.pivot(index="model", columns=["task", "metric"], values="value")
+    facts = scores.drop_duplicates(["task", "metric"]).set_index(["task", "metric"])[["higher_better", "task_display"]]
+    return wide, facts
+
+
+def downstream_columns(scores: pd.DataFrame, config: AnalysisConfig) -> list[tuple[str, str]]:
+    """The (task, metric) columns that are downstream tasks (not benchmarks or SOCO variants)."""
+    keys = scores[["task", "metric"]].drop_duplicates()
+    keep = ~keys["task"].map(lambda t: any(fnmatch.fnmatchcase(t, p) for p in config.not_downstream))
+    return [tuple(k) for k in keys[keep].itertuples(index=False)]
+
+
+def _row(subset, bench, bt, bm, task, metric, facts, config, statistic, iv, n) -> dict:
+    hb = bool(facts.loc[(task, metric), "higher_better"])
+    return {
+        "subset": subset, "benchmark": bench, "benchmark_task": bt, "benchmark_metric": bm, "task": task,
+        "task_display": facts.loc[(task, metric), "task_display"], "metric": metric,
+        "metric_shown": metric if hb else f"-({metric})", "sign_flipped": not hb,
+        "headline": config.headline.get(task) == metric, "statistic": statistic, "estimate": iv.estimate,
+        "ci_low": iv.low, "ci_high": iv.high, "n": int(n), "n_resamples": config.n_resamples,
+        "confidence": config.confidence, "seed": config.seed, "degenerate_resamples": iv.degenerate,
+    }
+
+
+def correlation_table(scores: pd.DataFrame, config: AnalysisConfig) -> pd.DataFrame:
+    """Every (subset, benchmark, downstream task, metric) correlation with its CI, plus the delta rows.
+
+    `scores` is the combined long table (reference.combine_scores). Rows: statistic pearson | spearman
+    (benchmark = its config name) and delta_pearson (benchmark = 'a-b'). Pairs with fewer than
+    `min_models` models are left out. Deterministic for a given config seed.
+    """
+    if scores.empty:
+        raise ReferenceDataError("no scores to correlate: the score tables are empty")
+    wide, facts = _wide(scores)
+    signs = pd.Series({k: (1.0 if facts.loc[k, "higher_better"] else -1.0) for k in facts.index})
+    targets = downstream_columns(scores, config)
+    benches = {name: key for name, key in config.benchmarks.items() if key in wide.columns}
+    rows = []
+    for label, subset in config.subsets.items():
+        members = select_models(scores, subset, config.source)
+        in_subset = wide.index.isin(sorted(members))
+        for task, metric in targets:
+            y = wide[(task, metric)].to_numpy() * signs[(task, metric)]
+            for name, (bt, bm) in benches.items():
+                x = wide[(bt, bm)].to_numpy()
+                ok = in_subset & np.isfinite(x) & np.isfinite(y)
+                n = int(ok.sum())
+                if n < config.min_models:
+                    continue
+                idx = resample_indices(n, config.n_resamples, pair_seed(config.seed, label, name, task, metric))
+                for stat, iv in bootstrap_correlations(x[ok], y[ok], idx, STATISTICS, config.confidence).items():
+                    rows.append(_row(label, name, bt, bm, task, metric, facts, config, stat, iv, n))
+            for a, b in config.deltas:
+                if a not in benches or b not in benches:
+                    continue
+                xa, xb = wide[benches[a]].to_numpy(), wide[benches[b]].to_numpy()
+                ok = in_subset & np.isfinite(xa) & np.isfinite(xb) & np.isfinite(y)
+                n = int(ok.sum())
+                if n < config.min_models:
+                    continue
+                idx = resample_indices(n, config.n_resamples, pair_seed(config.seed, label, a, b, task, metric))
+                iv = bootstrap_delta(xa[ok], xb[ok], y[ok], idx, "pearson", config.confidence)
+                rows.append(_row(label, f"{a}-{b}", "", "", task, metric, facts, config, "delta_pearson", iv, n))
+    out = pd.DataFrame(rows, columns=CORRELATION_COLUMNS)
+    return out.sort_values(["subset", "statistic", "benchmark", "task", "metric"], kind="stable").reset_index(drop=True)
+
+
+def headline_table(table: pd.DataFrame, subset: str = "all", a: str = "soc", b: str = "knn") -> pd.DataFrame:
+    """One row per task at its headline metric: r and CI of benchmarks a and b, delta r and its CI, n."""
+    h = table[(table["subset"] == subset) & table["headline"]]
+    if h.empty:
+        return pd.DataFrame()
+
+    def pick(bench, stat, prefix):
+        p = h[(h["benchmark"] == bench) & (h["statistic"] == stat)].set_index("task")
+        return p[["estimate", "ci_low", "ci_high", "n"]].add_prefix(prefix)
+
+    parts = [h.drop_duplicates("task").set_index("task")[["task_display", "metric_shown"]],
+             pick(a, "pearson", f"r_{a}_"), pick(b, "pearson", f"r_{b}_"), pick(f"{a}-{b}", "delta_pearson", "delta_")]
+    return pd.concat(parts, axis=1).reset_index()
+
+
+def headline_markdown(table: pd.DataFrame, subset: str = "all", a: str = "soc", b: str = "knn") -> str:
+    """The headline table as Markdown: task, metric, r_a [CI], r_b [CI], delta r [CI], n."""
+    h = headline_table(table, subset, a, b)
+    if h.empty:
+        return "(no headline rows)\n"
+
+    def ci(r, p):
+        v = r[f"{p}estimate"]
+        return "" if pd.isna(v) else f"{v:.2f} [{r[f'{p}ci_low']:.2f}, {r[f'{p}ci_high']:.2f}]"
+
+    lines = [f"| task | metric | r {a.upper()} [95% CI] | n | r {b} [95% CI] | n | Δr [95% CI] | n | {a.upper()} > {b}? |",
+             "|---|---|---:|---:|---:|---:|---:|---:|:---:|"]
+    for _, r in h.iterrows():
+        win = "yes" if r[f"r_{a}_estimate"] > r[f"r_{b}_estimate"] else "no"
+        lines.append(
+            f"| {r['task_display']} | {r['metric_shown']} | {ci(r, f'r_{a}_')} | {r[f'r_{a}_n']:.0f} | "
+            f"{ci(r, f'r_{b}_')} | {r[f'r_{b}_n']:.0f} | {ci(r, 'delta_')} | {r['delta_n']:.0f} | {win} |"
+        )
+    return "\n".join(lines) + "\n"
