@@ -38,6 +38,20 @@ def filesystem(path: str) -> tuple[fsspec.AbstractFileSystem, str]:
     return fs, paths[0]
 
 
+TMP_PREFIX = ".tmp-"
+
+
+def is_temporary(path: str) -> bool:
+    """Whether a path is an unpublished temporary file of open_atomic (readers and listers skip these)."""
+    return str(path).rstrip("/").rsplit("/", 1)[-1].startswith(TMP_PREFIX)
+
+
+def list_published(path: str) -> list[str]:
+    """Every file under `path` (recursively), without open_atomic's temporary files."""
+    fs, p = filesystem(path)
+    return sorted(f for f in fs.find(p) if not is_temporary(f))
+
+
 def exists(path: str) -> bool:
     """Whether a path exists."""
     fs, p = filesystem(path)
@@ -53,7 +67,8 @@ def open_atomic(path: str) -> Iterator[IO[bytes]]:
     fs, p = filesystem(path)
     parent = p.rsplit("/", 1)[0]
     fs.makedirs(parent, exist_ok=True)
-    tmp = f"{parent}/.tmp-{uuid.uuid4().hex}-{p.rsplit('/', 1)[-1]}"
+    # A sibling, never the final key: on S3 `mv` is copy-then-delete, and the copy appears whole.
+    tmp = f"{parent}/{TMP_PREFIX}{uuid.uuid4().hex}-{p.rsplit('/', 1)[-1]}"
     try:
         with fs.open(tmp, "wb") as f:
             yield f

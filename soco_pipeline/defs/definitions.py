@@ -4,6 +4,7 @@ import dagster as dg
 from dagster_duckdb import DuckDBResource
 
 from soco_pipeline.defs import automation, backbone_assets, data_assets, pair_assets
+from soco_pipeline.defs.executors import executor_for_profile
 from soco_pipeline.defs.io_managers import ParquetIOManager
 from soco_pipeline.defs.resources import SocoSettings
 from soco_pipeline.settings import Settings
@@ -30,6 +31,7 @@ def build_definitions(**overrides) -> dg.Definitions:
             ),
         ],
         schedules=[automation.reevaluate_schedule],
+        executor=executor_for_profile(),  # SOCO_PROFILE: local (default) | distributed (Celery)
         resources={
             "soco": soco,
             "io_manager": ParquetIOManager(base_path=settings.tables_root),
