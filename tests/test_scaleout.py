@@ -61,19 +61,23 @@ def cluster():
     }
     stack = LocalStack(root / "stack", default_workers=2, gpu_workers=1, max_concurrent_runs=4,
                        automation=False, extra_env=settings)
-    saved = dict(os.environ)
+    import copy
+
+    import fsspec.config
+
+    saved, saved_conf = dict(os.environ), copy.deepcopy(fsspec.config.conf)
     t0 = time.monotonic()
     try:
         stack.start(timeout=150)
         print(f"stack up in {time.monotonic() - t0:.0f} s")
         os.environ.update(stack.client_env())
-        import fsspec.config
-
         fsspec.config.set_conf_env(fsspec.config.conf)  # the S3 endpoint for this process too
         yield stack
     finally:
         os.environ.clear()
         os.environ.update(saved)
+        fsspec.config.conf.clear()
+        fsspec.config.conf.update(saved_conf)
         outcome = stack.stop()
         print(f"stopped: {outcome}")
         leftovers = {s.name: group_members(s.pgid) for s in stack.services if group_members(s.pgid)}
@@ -93,7 +97,8 @@ def _materialize(instance, overrides: dict, selection, partition_key=None) -> No
 
     defs = build_definitions(**overrides)
     result = dg.materialize(list(defs.assets), selection=selection, instance=instance, resources=defs.resources,
-                            partition_key=partition_key, raise_on_error=True)
+                            partition_key=partition_key, raise_on_error=True,
+                            run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}})
     assert result.success
 
 
@@ -214,7 +219,9 @@ def test_backfill_on_celery_workers_equals_in_process(cluster, data):
     assert res["__typename"] == "LaunchBackfillSuccess", res
     backfill_id = res["backfillId"]
     # In-process reference while the cluster works (this process is otherwise idle).
+    t1 = time.monotonic()
     _reference(cluster, data, BACKFILL)
+    print(f"in-process reference of {len(BACKFILL)} partitions: {time.monotonic() - t1:.0f} s")
     with dg.DagsterInstance.get() as instance:
         def runs():
             return instance.get_runs(dg.RunsFilter(tags={"dagster/backfill": backfill_id}))
@@ -225,6 +232,10 @@ def test_backfill_on_celery_workers_equals_in_process(cluster, data):
         steps = [s for r in runs() for s in _steps(instance, r.run_id)]
         partition = {r.run_id: r.tags["dagster/partition"] for r in runs()}
     print(f"backfill of {len(BACKFILL)} partitions done {time.monotonic() - t0:.0f} s after launch")
+    t_first = min(s["start"] for s in steps)
+    for s in sorted(steps, key=lambda s: s["start"]):
+        print(f"  {s['worker']:13s} {s['start'] - t_first:6.1f} {s['end'] - t_first:6.1f} "
+              f"{partition[s['run_id']]:18s} {s['step']}")
     assert len(steps) == 4 * len(PER_BACKBONE)
     assert all(s.get("ok") and "worker" in s for s in steps), steps
     # Feature extraction (the `gpu` pool, tagged for the `gpu` queue) only on the gpu worker, the rest never.
@@ -244,15 +255,17 @@ def test_backfill_on_celery_workers_equals_in_process(cluster, data):
 
 
 def _pool_child(svc) -> int:
-    """The Celery pool process of a worker (the one that executes the step)."""
-    import psutil
+    """The Celery pool process of a worker (the one that executes the step): the grandchild of the
+    `dagster-celery worker start` process we started (it runs `celery worker`, which forks the pool)."""
+    def ppid(pid: int) -> int:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return int(stat[stat.rindex(")") + 2:].split()[1])
 
-    procs = psutil.Process(svc.pid).children(recursive=True)
-    celery = [p for p in procs if "celery" in " ".join(p.cmdline())]
-    main = [p for p in celery if p.ppid() not in {c.pid for c in celery}]
-    children = [p for p in celery if p.ppid() in {m.pid for m in main}]
-    assert len(children) == 1, [(p.pid, p.ppid(), p.cmdline()) for p in procs]
-    return children[0].pid
+    members = group_members(svc.pgid)
+    celery_main = [p for p in members if ppid(p) == svc.pid]
+    pool = [p for p in members if ppid(p) in celery_main]
+    assert len(celery_main) == 1 and len(pool) == 1, (celery_main, pool)
+    return pool[0]
 
 
 def _assert_nothing_half_written(cluster: LocalStack, backbone: str) -> None:

@@ -67,6 +67,7 @@ class LocalStack:
     webserver: bool = True
     storage_prefix: str = "storage"
     visibility_timeout: int = 6 * 3600
+    default_queues: tuple[str, ...] = (DEFAULT_QUEUE,)  # add GPU_QUEUE to let CPU workers take GPU steps
     extra_env: dict[str, str] = field(default_factory=dict)
     log: Callable[[str], None] = field(default=lambda msg: None, repr=False)
 
@@ -239,7 +240,7 @@ class LocalStack:
         import s3fs
 
         return s3fs.S3FileSystem(endpoint_url=f"http://127.0.0.1:{self.ports['s3']}", key=PLACEHOLDER_KEY,
-                                 secret=PLACEHOLDER_SECRET, skip_instance_cache=True)
+                                 secret=PLACEHOLDER_SECRET, skip_instance_cache=True, use_listings_cache=False)
 
     def _s3_ready(self) -> bool:
         fs = self.s3fs()
@@ -251,9 +252,8 @@ class LocalStack:
     def _write_dagster_files(self) -> None:
         self.home.mkdir(parents=True, exist_ok=True)
         text = (PROJECT_ROOT / "dagster.distributed.yaml").read_text()
-        for k, v in {"@MAX_CONCURRENT_RUNS@": str(self.max_concurrent_runs), "@GPU_POOL_LIMIT@": str(
-                max(self.gpu_workers, 1)), "@AUTOMATION@": str(self.automation).lower(),
-                "@HOME@": str(self.home)}.items():
+        for k, v in {"@MAX_CONCURRENT_RUNS@": str(self.max_concurrent_runs),
+                     "@AUTOMATION@": str(self.automation).lower(), "@HOME@": str(self.home)}.items():
             text = text.replace(k, v)
         (self.home / "dagster.yaml").write_text(text)
         (self.root / "workspace.yaml").write_text(
@@ -280,9 +280,10 @@ class LocalStack:
         p = self.ports
         # Workers need only the broker (they load the code per task): start them alongside the code server.
         workers = self.worker_queues()
-        for name, queue in workers:
+        for name, queues in workers:
             self._start(name, [_bin("dagster-celery"), "worker", "start", "-A", "dagster_celery.app",
-                               "-y", str(self.root / "celery.yaml"), "-q", queue, "-n", name, "--",
+                               "-y", str(self.root / "celery.yaml"),
+                               *[a for q in queues.split(",") for a in ("-q", q)], "-n", name, "--",
                                f"--concurrency={self.worker_concurrency}", "--without-gossip",
                                "--without-mingle"], stop_timeout=10.0)
         self._start("code_server", [_bin("dagster"), "api", "grpc", "-h", "127.0.0.1",
@@ -308,8 +309,8 @@ class LocalStack:
             self.log(f"webserver on http://127.0.0.1:{self.ports['webserver']}")
 
     def worker_queues(self) -> list[tuple[str, str]]:
-        """(worker name, Celery queue) of every worker: `worker-i` on the default queue, `gpu-worker-i` on gpu."""
-        workers = [(f"worker-{i + 1}", DEFAULT_QUEUE) for i in range(self.default_workers)]
+        """(worker name, Celery queues) of every worker: `worker-i` on the default queue, `gpu-worker-i` on gpu."""
+        workers = [(f"worker-{i + 1}", ",".join(self.default_queues)) for i in range(self.default_workers)]
         return workers + [(f"gpu-worker-{i + 1}", GPU_QUEUE) for i in range(self.gpu_workers)]
 
     def _any_dead(self, names: list[str]):
