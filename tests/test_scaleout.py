@@ -34,7 +34,7 @@ pytestmark = pytest.mark.skipif(
 
 CATEGORIES = ["car", "bus", "chair"]
 BACKFILL = ["dense_sift", "oracle_part", "oracle_concept", "oracle_part_seed1"]
-KILLED = "vit_small_random"  # long enough a feature step to kill its worker in the middle
+KILLED = "dense_sift_again"  # a fifth partition (dense_sift under another name): a feature step to kill
 PER_BACKBONE = ["feature_manifest", "predictions", "four_choice_predictions", "metrics"]
 RESULT_TABLES = ["feature_manifest", "predictions", "four_choice_predictions", "metrics"]
 
@@ -42,8 +42,9 @@ RESULT_TABLES = ["feature_manifest", "predictions", "four_choice_predictions", "
 def _specs(folder: Path) -> None:
     folder.mkdir()
     src = PROJECT_ROOT / "assets" / "backbones"
-    for b in ["dense_sift", "oracle_part", "oracle_concept", KILLED]:
+    for b in ["dense_sift", "oracle_part", "oracle_concept"]:
         shutil.copy(src / f"{b}.yaml", folder / f"{b}.yaml")
+    shutil.copy(src / "dense_sift.yaml", folder / f"{KILLED}.yaml")
     spec = yaml.safe_load((src / "oracle_part.yaml").read_text())
     (folder / "oracle_part_seed1.yaml").write_text(yaml.safe_dump({**spec, "seed": 1}))
 
@@ -354,3 +355,32 @@ def test_tables_and_features_live_in_the_bucket(cluster, data):
     for b in BACKFILL:
         assert any(p.endswith(f"tables/metrics/{b}.parquet") for p in tables), b
         assert sum(f"/features/{b}/" in p for p in features) == 4 * len(CATEGORIES), b
+
+
+def test_atomic_publish_on_s3(cluster):
+    """open_atomic on S3: nothing under the final key until the block succeeds, the object whole after,
+    no temporary object left, and a failed write publishes nothing; listers skip `.tmp-` names."""
+    from soco_pipeline.storage import list_published, open_atomic, read_bytes, write_bytes_atomic
+
+    fs = cluster.s3fs()
+    folder = f"{BUCKET}/atomic-test"
+    final = f"s3://{folder}/table.parquet"
+    payload = os.urandom(6 * 1024 * 1024)
+    with open_atomic(final) as f:
+        f.write(payload[: len(payload) // 2])
+        f.flush()
+        assert not fs.exists(f"{folder}/table.parquet")
+        f.write(payload[len(payload) // 2:])
+    assert read_bytes(final) == payload
+    assert fs.find(folder) == [f"{folder}/table.parquet"]
+
+    with pytest.raises(RuntimeError, match="writer crashed"):
+        with open_atomic(f"s3://{folder}/broken.parquet") as f:
+            f.write(payload)
+            raise RuntimeError("writer crashed")
+    assert fs.find(folder) == [f"{folder}/table.parquet"]
+
+    # A temporary object left by a killed writer is invisible to listers of published files.
+    fs.pipe(f"{folder}/.tmp-0123-orphan.npy", b"partial")
+    write_bytes_atomic(f"s3://{folder}/b.npy", b"whole")
+    assert list_published(f"s3://{folder}") == [f"{folder}/b.npy", f"{folder}/table.parquet"]
