@@ -127,7 +127,7 @@ def distributed(workers: int, root: Path, backbones_dir: Path, categories, image
                 return instance.get_runs(dg.RunsFilter(tags={"dagster/backfill": backfill}))
 
             wait_for("backfill runs", lambda: len(runs()) == len(BACKBONES), 120, interval=1.0)
-            wait_for("backfill done", lambda: all(r.is_finished for r in runs()), 3600, interval=2.0)
+            wait_for("backfill done", lambda: all(r.is_finished for r in runs()), 1200, interval=2.0)
             bad = [(r.tags.get("dagster/partition"), r.status.value) for r in runs() if not r.is_success]
             if bad:
                 raise RuntimeError(f"runs failed: {bad}; logs under {root}/logs")

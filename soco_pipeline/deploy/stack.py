@@ -283,7 +283,9 @@ class LocalStack:
         for name, queues in workers:
             self._start(name, [_bin("dagster-celery"), "worker", "start", "-A", "dagster_celery.app",
                                "-y", str(self.root / "celery.yaml"),
-                               *[a for q in queues.split(",") for a in ("-q", q)], "-n", name, "--",
+                               # one comma-separated -q: dagster-celery turns each -q into a `celery -Q`,
+                               # and celery keeps only the last -Q it is given
+                               "-q", queues, "-n", name, "--",
                                f"--concurrency={self.worker_concurrency}", "--without-gossip",
                                "--without-mingle"], stop_timeout=10.0)
         self._start("code_server", [_bin("dagster"), "api", "grpc", "-h", "127.0.0.1",
