@@ -13,6 +13,8 @@ import io
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -49,28 +51,37 @@ def _specs(folder: Path) -> None:
     (folder / "oracle_part_seed1.yaml").write_text(yaml.safe_dump({**spec, "seed": 1}))
 
 
+def _cli(*args: str, env: dict[str, str] | None = None, timeout: float) -> subprocess.CompletedProcess:
+    """`soco cluster ...` in its own process, as a user runs it."""
+    return subprocess.run([sys.executable, "-m", "soco_pipeline.cli", "cluster", *args], env=env,
+                          cwd=PROJECT_ROOT, timeout=timeout, capture_output=True, text=True)
+
+
 @pytest.fixture(scope="module")
 def cluster():
-    root = Path(tempfile.mkdtemp(prefix="soco-cluster-"))
-    root.chmod(0o755)  # Postgres runs as the postgres user and must enter its data folder below
-    backbones = root / "backbones"
-    _specs(backbones)
-    settings = {
-        "SOCO_BACKBONES_DIR": str(backbones),
-        "SOCO_CATEGORIES": ",".join(CATEGORIES),
-        "SOCO_IMAGES_PER_CATEGORY": "4",
-    }
-    stack = LocalStack(root / "stack", default_workers=2, gpu_workers=1, max_concurrent_runs=4,
-                       automation=False, extra_env=settings)
+    """`soco cluster start` in a subprocess; the test attaches to it through its state file and stops it
+    with `soco cluster stop` from another process: by the pids recorded there."""
     import copy
 
     import fsspec.config
 
+    root = Path(tempfile.mkdtemp(prefix="soco-cluster-"))
+    root.chmod(0o755)  # Postgres runs as the postgres user and must enter its data folder below
+    _specs(root / "backbones")
+    env = {**os.environ, "SOCO_BACKBONES_DIR": str(root / "backbones"), "SOCO_CATEGORIES": ",".join(CATEGORIES),
+           "SOCO_IMAGES_PER_CATEGORY": "4",
+           "PYTHONPATH": os.pathsep.join(x for x in (str(PROJECT_ROOT), os.environ.get("PYTHONPATH")) if x)}
     saved, saved_conf = dict(os.environ), copy.deepcopy(fsspec.config.conf)
+    stack_dir = root / "stack"
     t0 = time.monotonic()
     try:
-        stack.start(timeout=150)
+        started = _cli("start", "--dir", str(stack_dir), "--workers", "2", "--gpu-workers", "1",
+                       "--max-concurrent-runs", "4", "--no-automation", "--timeout", "150", env=env, timeout=420)
+        print(started.stdout)
+        assert started.returncode == 0, started.stderr[-3000:]
         print(f"stack up in {time.monotonic() - t0:.0f} s")
+        stack = LocalStack.attach(stack_dir)
+        os.environ.update({k: env[k] for k in ("SOCO_BACKBONES_DIR", "SOCO_CATEGORIES", "SOCO_IMAGES_PER_CATEGORY")})
         os.environ.update(stack.client_env())
         fsspec.config.set_conf_env(fsspec.config.conf)  # the S3 endpoint for this process too
         yield stack
@@ -79,15 +90,17 @@ def cluster():
         os.environ.update(saved)
         fsspec.config.conf.clear()
         fsspec.config.conf.update(saved_conf)
-        outcome = stack.stop()
-        print(f"stopped: {outcome}")
-        leftovers = {s.name: group_members(s.pgid) for s in stack.services if group_members(s.pgid)}
+        t1 = time.monotonic()
+        stopped = _cli("stop", "--dir", str(stack_dir), env=env, timeout=120)
+        print(f"stopped in {time.monotonic() - t1:.0f} s:", stopped.stdout.replace("\n", "; "), stopped.stderr[-2000:])
+        services = LocalStack.attach(stack_dir).services if (stack_dir / "stack.json").exists() else []
+        leftovers = {s.name: group_members(s.pgid) for s in services if group_members(s.pgid)}
         shutil.rmtree(root, ignore_errors=True)
         assert not leftovers, f"processes left behind: {leftovers}"
 
 
 def _overrides(stack: LocalStack, prefix: str) -> dict:
-    return dict(storage_root=f"s3://{BUCKET}/{prefix}", backbones_dir=stack.extra_env["SOCO_BACKBONES_DIR"],
+    return dict(storage_root=f"s3://{BUCKET}/{prefix}", backbones_dir=os.environ["SOCO_BACKBONES_DIR"],
                 categories=CATEGORIES, images_per_category=4)
 
 

@@ -50,6 +50,10 @@ def _pg_bin(name: str) -> str:
     raise FileNotFoundError(f"Postgres' {name} not found under /usr/lib/postgresql: apt-get install postgresql")
 
 
+CONFIG_FIELDS = ("default_workers", "gpu_workers", "worker_concurrency", "max_concurrent_runs", "automation",
+                 "webserver", "storage_prefix", "visibility_timeout", "default_queues", "extra_env")
+
+
 class StackError(RuntimeError):
     """The stack could not start or is not running; the message names the service and its log."""
 
@@ -137,8 +141,9 @@ class LocalStack:
         return check
 
     def _save(self) -> None:
+        config = {k: getattr(self, k) for k in CONFIG_FIELDS}
         self.state_file.write_text(json.dumps(
-            {"ports": self.ports, "env": self.client_env() if self.ports else {},
+            {"config": config, "ports": self.ports, "env": self.client_env() if self.ports else {},
              "services": [s.to_dict() for s in self.services]}, indent=2))
 
     def start(self, timeout: float = 120.0) -> LocalStack:
@@ -386,9 +391,10 @@ class LocalStack:
 
     @classmethod
     def attach(cls, root: Path) -> LocalStack:
-        """A handle on a stack started by another process (its pids and ports from the state file)."""
-        stack = cls(root)
-        state = json.loads(stack.state_file.read_text())
+        """A handle on a stack started by another process (its settings, pids and ports from the state file)."""
+        state = json.loads((Path(root) / "stack.json").read_text())
+        config = {k: tuple(v) if k == "default_queues" else v for k, v in state.get("config", {}).items()}
+        stack = cls(root, **config)
         stack.services = [Service(**s) for s in state.get("services", [])]
         stack.ports = state.get("ports", {})
         return stack
