@@ -7,8 +7,8 @@ execution differs:
 - distributed, 2 workers: two such workers.
 Both distributed runs are backfills through the webserver (one run per partition, the queued run
 coordinator lets 4 run at once). Prints wall times, the speed-up of 2 workers over 1, and the fixed costs
-read off Dagster's event log: per run (run created -> first step start, plus last step end -> run end) and
-per step (celery task submitted -> step start on the worker).
+read off Dagster's event log: per run (run created -> first step start, plus last step end -> run end: queueing, launch, run worker
+start-up) and per step (the worker's 'Executing steps' event -> step start: resources, inputs' set-up).
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_scaleout.py [--categories car,bus,chair --images 4]
 """
@@ -63,27 +63,32 @@ def _backfill(stack: LocalStack, backbones: list[str]) -> str:
     return res["backfillId"]
 
 
-def _fixed_costs(instance, run_ids: list[str]) -> tuple[list[float], list[float], float]:
-    """Per-run fixed costs, per-step dispatch latencies, and the wall time from first run created to last end."""
+def _fixed_costs(instance, run_ids: list[str]) -> tuple[list[float], list[float], list[float], float]:
+    """Per-run fixed costs, per-step worker set-up times, and the wall time from first run created to last end."""
     from dagster import DagsterEventType
 
-    run_costs, step_costs, starts, ends = [], [], [], []
+    run_costs, step_costs, dispatch, starts, ends = [], [], [], [], []
     for run_id in run_ids:
         run = instance.get_run_record_by_id(run_id)
         logs = instance.all_logs(run_id)
-        submitted, step_start, step_end = {}, [], []
+        picked_up, submitted, step_start, step_end = {}, {}, [], []
         run_end = None
         for rec in logs:
             ev = rec.dagster_event
             if ev is None:
                 continue
             if ev.event_type == DagsterEventType.ENGINE_EVENT and rec.step_key and \
+                    "in celery worker" in (rec.user_message or ""):
+                picked_up[rec.step_key] = rec.timestamp  # the worker took the task (queue wait excluded)
+            elif ev.event_type == DagsterEventType.ENGINE_EVENT and rec.step_key and \
                     "Submitting celery task" in (rec.user_message or ""):
                 submitted[rec.step_key] = rec.timestamp
             elif ev.event_type == DagsterEventType.STEP_START:
                 step_start.append(rec.timestamp)
+                if rec.step_key in picked_up:
+                    step_costs.append(rec.timestamp - picked_up[rec.step_key])
                 if rec.step_key in submitted:
-                    step_costs.append(rec.timestamp - submitted[rec.step_key])
+                    dispatch.append(rec.timestamp - submitted[rec.step_key])
             elif ev.event_type == DagsterEventType.STEP_SUCCESS:
                 step_end.append(rec.timestamp)
             elif ev.event_type in (DagsterEventType.RUN_SUCCESS, DagsterEventType.RUN_FAILURE):
@@ -92,7 +97,7 @@ def _fixed_costs(instance, run_ids: list[str]) -> tuple[list[float], list[float]
         run_costs.append((min(step_start) - created) + (run_end - max(step_end)))
         starts.append(created)
         ends.append(run_end)
-    return run_costs, step_costs, max(ends) - min(starts)
+    return run_costs, step_costs, dispatch, max(ends) - min(starts)
 
 
 def distributed(workers: int, root: Path, backbones_dir: Path, categories, images, prefix: str) -> dict:
@@ -131,8 +136,8 @@ def distributed(workers: int, root: Path, backbones_dir: Path, categories, image
             bad = [(r.tags.get("dagster/partition"), r.status.value) for r in runs() if not r.is_success]
             if bad:
                 raise RuntimeError(f"runs failed: {bad}; logs under {root}/logs")
-            run_costs, step_costs, wall = _fixed_costs(instance, [r.run_id for r in runs()])
-        return {"wall": wall, "stack_up": up, "run_cost": run_costs, "step_cost": step_costs}
+            run_costs, step_costs, dispatch, wall = _fixed_costs(instance, [r.run_id for r in runs()])
+        return {"wall": wall, "stack_up": up, "run_cost": run_costs, "step_cost": step_costs, "dispatch": dispatch}
     finally:
         os.environ.clear()
         os.environ.update(saved)
@@ -200,7 +205,8 @@ def main() -> None:
             rc, sc = res[n]["run_cost"], res[n]["step_cost"]
             print(f"fixed cost ({n} worker{'s' if n > 1 else ''}): per run {statistics.median(rc):.1f} s median "
                   f"(create -> first step, last step -> end); per step {statistics.median(sc):.2f} s median "
-                  f"(task submitted -> step start), max {max(sc):.2f} s")
+                  f"(worker says 'Executing steps' -> step start), max {max(sc):.2f} s; task submitted -> step "
+                  f"start {statistics.median(res[n]['dispatch']):.1f} s median (includes waiting for a free worker)")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
