@@ -77,8 +77,8 @@ def _fixed_costs(instance, run_ids: list[str]) -> tuple[list[float], list[float]
             ev = rec.dagster_event
             if ev is None:
                 continue
-            if ev.event_type == DagsterEventType.ENGINE_EVENT and rec.step_key and \
-                    "in celery worker" in (rec.user_message or ""):
+            if ev.event_type == DagsterEventType.ENGINE_EVENT and rec.step_key and ev.engine_event_data and \
+                    "Celery worker" in ev.engine_event_data.metadata:
                 picked_up[rec.step_key] = rec.timestamp  # the worker took the task (queue wait excluded)
             elif ev.event_type == DagsterEventType.ENGINE_EVENT and rec.step_key and \
                     "Submitting celery task" in (rec.user_message or ""):
