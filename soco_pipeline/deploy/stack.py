@@ -341,17 +341,9 @@ class LocalStack:
         return sorted(name.split("@")[0] for r in replies for name in r)
 
     def _daemon_healthy(self) -> bool:
-        import dagster as dg
-        from dagster._daemon.controller import all_daemons_healthy
-
-        saved = dict(os.environ)
-        os.environ.update(self.client_env())  # the instance config reads SOCO_POSTGRES_URL
-        try:
-            with dg.DagsterInstance.from_config(str(self.home)) as instance:
-                return all_daemons_healthy(instance, heartbeat_tolerance_seconds=60)
-        finally:
-            os.environ.clear()
-            os.environ.update(saved)
+        done = subprocess.run([_bin("dagster-daemon"), "liveness-check"], env=self._process_env(),
+                              cwd=PROJECT_ROOT, capture_output=True, timeout=60)
+        return done.returncode == 0
 
     def _webserver_ready(self) -> bool:
         import urllib.request
