@@ -45,3 +45,13 @@ bench: install
 
 clean:
 	rm -rf storage
+
+# --- Scale-out (README "Scaling out"): the local distributed stack; `make test` does not need these. ---
+CLUSTER_DIR ?= $(CURDIR)/storage/cluster
+.PHONY: cluster-up cluster-down cluster-status
+cluster-up: install
+	$(VENV)/bin/soco cluster start --dir $(CLUSTER_DIR)
+cluster-down:
+	$(VENV)/bin/soco cluster stop --dir $(CLUSTER_DIR)
+cluster-status:
+	$(VENV)/bin/soco cluster status --dir $(CLUSTER_DIR)

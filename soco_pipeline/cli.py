@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from soco_pipeline.deploy.stack import StackError
 from soco_pipeline.evaluation.results_db import ResultsError, query
 from soco_pipeline.settings import Settings
 
@@ -107,6 +108,35 @@ def cmd_export_results(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_cluster(args: argparse.Namespace, settings: Settings) -> int:
+    """Start, stop or show the local distributed stack (Redis, Postgres, SeaweedFS, Dagster, Celery)."""
+    import time
+
+    from soco_pipeline.deploy.stack import LocalStack
+
+    root = Path(args.dir)
+    if args.action == "start":
+        t0 = time.monotonic()
+        stack = LocalStack(root, default_workers=args.workers, gpu_workers=args.gpu_workers,
+                           max_concurrent_runs=args.max_concurrent_runs, automation=not args.no_automation,
+                           log=lambda msg: print(f"[{time.monotonic() - t0:5.1f} s] {msg}", flush=True))
+        stack.start(timeout=args.timeout)
+        print(f"stack up; use it with:  source {root.resolve() / 'cluster.env'}")
+        return 0
+    if not (root / "stack.json").exists():
+        print(f"no stack state in {root} (nothing started there)")
+        return 0 if args.action == "stop" else 1
+    stack = LocalStack.attach(root)
+    if args.action == "stop":
+        for name, how in stack.stop().items():
+            print(f"{name}: {how}")
+        return 0
+    status = stack.status()
+    for svc in stack.services:
+        print(f"{svc.name:14s} pid {svc.pid:<8d} {'running' if status.get(svc.name) else 'stopped':8s} {svc.log}")
+    return 0 if status and all(status.values()) else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the `soco` command."""
     p = argparse.ArgumentParser(prog="soco", description=__doc__)
@@ -134,6 +164,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--alpha", type=float, default=None, help="PCK alpha (default: the protocol's headline)")
     s.add_argument("--protocol", default=None, help="protocol file (default: assets/protocol.yaml)")
     s.set_defaults(func=cmd_export_results)
+
+
+    s = sub.add_parser("cluster", help="start/stop/status of the local distributed stack (README: Scaling out)")
+    s.add_argument("action", choices=["start", "stop", "status"])
+    s.add_argument("--dir", default="storage/cluster", help="state, logs and data of the stack")
+    s.add_argument("--workers", type=int, default=2, help="Celery workers on the default queue")
+    s.add_argument("--gpu-workers", type=int, default=1, help="Celery workers on the gpu queue")
+    s.add_argument("--max-concurrent-runs", type=int, default=4, help="runs the queue lets run at once")
+    s.add_argument("--no-automation", action="store_true", help="no eager automation (backfills only)")
+    s.add_argument("--timeout", type=float, default=180.0, help="seconds each service may take to be healthy")
+    s.set_defaults(func=cmd_cluster)
     return p
 
 
@@ -145,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     except ResultsError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except (ValueError, FileNotFoundError, FileExistsError) as e:
+    except (ValueError, FileNotFoundError, FileExistsError, StackError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
 

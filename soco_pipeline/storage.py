@@ -43,13 +43,26 @@ def filesystem(path: str) -> tuple[fsspec.AbstractFileSystem, str]:
     return fs, paths[0]
 
 
+TMP_PREFIX = ".tmp-"
+
+
+def is_temporary(path: str) -> bool:
+    """Whether a path is an unpublished temporary file of open_atomic (readers and listers skip these)."""
+    return str(path).rstrip("/").rsplit("/", 1)[-1].startswith(TMP_PREFIX)
+
+
+def list_published(path: str) -> list[str]:
+    """Every file under `path` (recursively), without open_atomic's temporary files."""
+    fs, p = filesystem(path)
+    return sorted(f for f in fs.find(p) if not is_temporary(f))
+
+
 def exists(path: str) -> bool:
     """Whether a path exists."""
     fs, p = filesystem(path)
     return fs.exists(p)
 
 
-TMP_PREFIX = ".tmp-"
 STALE_SECONDS = 3600.0  # a temp file of another machine (or an unknown writer) older than this is stale
 _HOST = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
 
@@ -141,6 +154,7 @@ def open_atomic(path: str, clean_stale: bool = True, size_hint: int | None = Non
     fs.makedirs(parent, exist_ok=True)
     if clean_stale:
         remove_stale_temps(parent, name)
+    # A sibling, never the final key: on S3 `mv` is copy-then-delete, and the copy appears whole.
     tmp = f"{parent}/{_tmp_name(name)}"
     written: int | None = size_hint
     try:

@@ -9,6 +9,7 @@ from dagster_duckdb import DuckDBResource
 from soco_pipeline import schemas
 from soco_pipeline.defs.checks import columns_of
 from soco_pipeline.defs.data_assets import run_taxonomy
+from soco_pipeline.defs.executors import GPU_STEP_TAGS
 from soco_pipeline.defs.partitions import backbones_partitions
 from soco_pipeline.defs.resources import SocoSettings
 from soco_pipeline.defs.versions import BACKBONE_CODE_VERSIONS, current_fingerprint
@@ -54,6 +55,7 @@ def protocol(soco: SocoSettings):
     group_name="features",
     partitions_def=backbones_partitions,
     pool="gpu",
+    op_tags=GPU_STEP_TAGS,
     automation_condition=EAGER,
     kinds={"pytorch"},
     code_version=BACKBONE_CODE_VERSIONS["feature_manifest"],

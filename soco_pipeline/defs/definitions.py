@@ -4,6 +4,7 @@ import dagster as dg
 from dagster_duckdb import DuckDBResource
 
 from soco_pipeline.defs import analysis, automation, backbone_assets, data_assets, lvlm, pair_assets
+from soco_pipeline.defs.executors import executor_for_profile
 from soco_pipeline.defs.io_managers import ParquetIOManager
 from soco_pipeline.defs.recovery import dead_run_sensor
 from soco_pipeline.defs.resources import SocoSettings
@@ -33,6 +34,7 @@ def build_definitions(**overrides) -> dg.Definitions:
             ),
         ],
         schedules=[automation.reevaluate_schedule],
+        executor=executor_for_profile(),  # SOCO_PROFILE: local (default) | distributed (Celery)
         resources={
             "soco": soco,
             "io_manager": ParquetIOManager(base_path=settings.tables_root),

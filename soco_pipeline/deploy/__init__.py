@@ -1,0 +1,1 @@
+"""Deployment profiles and the local distributed stack (`soco cluster start|stop|status`)."""

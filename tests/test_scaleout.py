@@ -1,0 +1,403 @@
+"""Scale-out for real on one machine: Redis, Postgres, SeaweedFS (S3), code server, daemon, webserver and
+Celery workers (2 on the default queue, 1 on `gpu`), all on free loopback ports, stopped by pid.
+
+The data and pair tables are materialized in-process into the cluster's instance and bucket; a backfill
+of 4 cheap backbone partitions then runs through the queued run coordinator and dagster-celery. The
+results must equal an in-process run's exactly; a worker process killed with -9 mid-run fails its run
+cleanly, and re-executing it gives the same results with nothing half-written in the bucket.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import requests
+import yaml
+
+from soco_pipeline.deploy.processes import group_members, wait_for
+from soco_pipeline.deploy.stack import BUCKET, LocalStack
+from soco_pipeline.storage import PROJECT_ROOT
+
+pytestmark = pytest.mark.skipif(
+    not shutil.which("redis-server") or not list(Path("/usr/lib/postgresql").glob("*/bin/initdb")),
+    reason="needs Debian's redis-server and postgresql (.ci/run installs them)",
+)
+
+CATEGORIES = ["car", "bus", "chair"]
+BACKFILL = ["dense_sift", "oracle_part", "oracle_concept", "oracle_part_seed1"]
+KILLED = "dense_sift_again"  # a fifth partition (dense_sift under another name): a feature step to kill
+PER_BACKBONE = ["feature_manifest", "predictions", "four_choice_predictions", "metrics"]
+RESULT_TABLES = ["feature_manifest", "predictions", "four_choice_predictions", "metrics"]
+
+
+def _specs(folder: Path) -> None:
+    folder.mkdir()
+    src = PROJECT_ROOT / "assets" / "backbones"
+    for b in ["dense_sift", "oracle_part", "oracle_concept"]:
+        shutil.copy(src / f"{b}.yaml", folder / f"{b}.yaml")
+    shutil.copy(src / "dense_sift.yaml", folder / f"{KILLED}.yaml")
+    spec = yaml.safe_load((src / "oracle_part.yaml").read_text())
+    (folder / "oracle_part_seed1.yaml").write_text(yaml.safe_dump({**spec, "seed": 1}))
+
+
+def _cli(*args: str, env: dict[str, str] | None = None, timeout: float) -> subprocess.CompletedProcess:
+    """`soco cluster ...` in its own process, as a user runs it."""
+    return subprocess.run([sys.executable, "-m", "soco_pipeline.cli", "cluster", *args], env=env,
+                          cwd=PROJECT_ROOT, timeout=timeout, capture_output=True, text=True)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """`soco cluster start` in a subprocess; the test attaches to it through its state file and stops it
+    with `soco cluster stop` from another process: by the pids recorded there."""
+    import copy
+
+    import fsspec.config
+
+    root = Path(tempfile.mkdtemp(prefix="soco-cluster-"))
+    root.chmod(0o755)  # Postgres runs as the postgres user and must enter its data folder below
+    _specs(root / "backbones")
+    env = {**os.environ, "SOCO_BACKBONES_DIR": str(root / "backbones"), "SOCO_CATEGORIES": ",".join(CATEGORIES),
+           "SOCO_IMAGES_PER_CATEGORY": "4",
+           "PYTHONPATH": os.pathsep.join(x for x in (str(PROJECT_ROOT), os.environ.get("PYTHONPATH")) if x)}
+    saved, saved_conf = dict(os.environ), copy.deepcopy(fsspec.config.conf)
+    stack_dir = root / "stack"
+    t0 = time.monotonic()
+    try:
+        started = _cli("start", "--dir", str(stack_dir), "--workers", "2", "--gpu-workers", "1",
+                       "--max-concurrent-runs", "4", "--no-automation", "--timeout", "150", env=env, timeout=420)
+        print(started.stdout)
+        assert started.returncode == 0, started.stderr[-3000:]
+        print(f"stack up in {time.monotonic() - t0:.0f} s")
+        stack = LocalStack.attach(stack_dir)
+        os.environ.update({k: env[k] for k in ("SOCO_BACKBONES_DIR", "SOCO_CATEGORIES", "SOCO_IMAGES_PER_CATEGORY")})
+        os.environ.update(stack.client_env())
+        fsspec.config.set_conf_env(fsspec.config.conf)  # the S3 endpoint for this process too
+        yield stack
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        fsspec.config.conf.clear()
+        fsspec.config.conf.update(saved_conf)
+        t1 = time.monotonic()
+        stopped = _cli("stop", "--dir", str(stack_dir), env=env, timeout=120)
+        print(f"stopped in {time.monotonic() - t1:.0f} s:", stopped.stdout.replace("\n", "; "), stopped.stderr[-2000:])
+        services = LocalStack.attach(stack_dir).services if (stack_dir / "stack.json").exists() else []
+        leftovers = {s.name: group_members(s.pgid) for s in services if group_members(s.pgid)}
+        shutil.rmtree(root, ignore_errors=True)
+        assert not leftovers, f"processes left behind: {leftovers}"
+
+
+def _overrides(stack: LocalStack, prefix: str) -> dict:
+    return dict(storage_root=f"s3://{BUCKET}/{prefix}", backbones_dir=os.environ["SOCO_BACKBONES_DIR"],
+                categories=CATEGORIES, images_per_category=4)
+
+
+def _materialize(instance, overrides: dict, selection, partition_key=None) -> None:
+    import dagster as dg
+
+    from soco_pipeline.defs.definitions import build_definitions
+
+    defs = build_definitions(**overrides)
+    result = dg.materialize(list(defs.assets), selection=selection, instance=instance, resources=defs.resources,
+                            partition_key=partition_key, raise_on_error=True,
+                            run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}})
+    assert result.success
+
+
+def _graphql(stack: LocalStack, query: str, variables: dict) -> dict:
+    r = requests.post(f"http://127.0.0.1:{stack.ports['webserver']}/graphql",
+                      json={"query": query, "variables": variables}, timeout=60)
+    r.raise_for_status()
+    body = r.json()
+    assert not body.get("errors"), body["errors"]
+    return body["data"]
+
+
+def _wait_runs(instance, run_ids: list[str], timeout: float) -> dict[str, str]:
+    import dagster as dg
+
+    done = {"SUCCESS", "FAILURE", "CANCELED"}
+
+    def finished() -> bool:
+        runs = instance.get_runs(dg.RunsFilter(run_ids=run_ids))
+        return len(runs) == len(run_ids) and all(r.status.value in done for r in runs)
+
+    wait_for(f"runs {run_ids}", finished, timeout, interval=1.0)
+    return {r.run_id: r.status.value for r in instance.get_runs(dg.RunsFilter(run_ids=run_ids))}
+
+
+def _steps(instance, run_id: str) -> list[dict]:
+    """Per step of a run: worker (Celery node name), start and end time, and whether it succeeded."""
+    from dagster import DagsterEventType
+
+    steps: dict[str, dict] = {}
+    for rec in instance.all_logs(run_id):
+        ev = rec.dagster_event
+        if ev is None or rec.step_key is None:
+            continue
+        s = steps.setdefault(rec.step_key, {"step": rec.step_key, "run_id": run_id})
+        if ev.event_type == DagsterEventType.ENGINE_EVENT and ev.engine_event_data and \
+                "Celery worker" in ev.engine_event_data.metadata:
+            s["worker"] = ev.engine_event_data.metadata["Celery worker"].value.split("@")[0]
+        elif ev.event_type == DagsterEventType.STEP_START:
+            s["start"] = rec.timestamp
+        elif ev.event_type in (DagsterEventType.STEP_SUCCESS, DagsterEventType.STEP_FAILURE):
+            s["end"] = rec.timestamp
+            s["ok"] = ev.event_type == DagsterEventType.STEP_SUCCESS
+    return list(steps.values())
+
+
+def _assert_same_results(stack: LocalStack, backbone: str, ref_prefix: str) -> None:
+    from soco_pipeline.storage import read_parquet
+    from soco_pipeline.tables import table_for
+
+    dist, ref = (f"s3://{BUCKET}/{p}/tables" for p in (stack.storage_prefix, ref_prefix))
+    for name in RESULT_TABLES:
+        a = read_parquet(table_for(name).path(dist, backbone))
+        b = read_parquet(table_for(name).path(ref, backbone))
+        assert len(a) > 0, (name, backbone)
+        pd.testing.assert_frame_equal(a, b, check_exact=True, obj=f"{name}[{backbone}]")
+
+
+@pytest.fixture(scope="module")
+def data(cluster):
+    """Data and pair tables in the cluster's bucket and instance; a copy of them under `reference/`."""
+    import dagster as dg
+
+    from soco_pipeline.defs.partitions import backbones_partitions
+
+    t0 = time.monotonic()
+    with dg.DagsterInstance.get() as instance:
+        assert type(instance.run_storage).__name__ == "PostgresRunStorage"
+        _materialize(instance, _overrides(cluster, cluster.storage_prefix), dg.AssetSelection.groups("data", "pairs"))
+        existing = set(instance.get_dynamic_partitions(backbones_partitions.name))
+        instance.add_dynamic_partitions(backbones_partitions.name,
+                                        [b for b in [*BACKFILL, KILLED] if b not in existing])
+    fs = cluster.s3fs()
+    for sub in ("tables", "embedded"):
+        fs.copy(f"{BUCKET}/{cluster.storage_prefix}/{sub}", f"{BUCKET}/reference/{sub}", recursive=True)
+    print(f"data and pairs in {time.monotonic() - t0:.0f} s")
+    return "reference"
+
+
+def _reference(cluster: LocalStack, ref_prefix: str, backbones: list[str]) -> None:
+    """The same partitions in-process (Dagster's in-process executor, a throwaway instance)."""
+    import dagster as dg
+
+    from soco_pipeline.defs.partitions import backbones_partitions
+
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions(backbones_partitions.name, backbones)
+        for b in backbones:
+            _materialize(instance, _overrides(cluster, ref_prefix), dg.AssetSelection.assets(*PER_BACKBONE), b)
+
+
+def test_stack_services_answer(cluster):
+    status = cluster.status()
+    assert set(status) == {"redis", "postgres", "seaweedfs", "code_server", "daemon", "webserver",
+                           "worker-1", "worker-2", "gpu-worker-1"}
+    assert all(status.values()), status
+    assert cluster.worker_names() == ["gpu-worker-1", "worker-1", "worker-2"]
+    # Every service runs in its own session, so a stop by process group reaches its children.
+    for svc in cluster.services:
+        assert os.getsid(svc.pid) == svc.pid, svc.name
+
+
+def test_backfill_on_celery_workers_equals_in_process(cluster, data):
+    import dagster as dg
+
+    t0 = time.monotonic()
+    launch = """
+    mutation Backfill($p: LaunchBackfillParams!) {
+      launchPartitionBackfill(backfillParams: $p) {
+        __typename ... on LaunchBackfillSuccess { backfillId } ... on PythonError { message stack }
+      }
+    }"""
+    params = {"selector": {"partitionSetName": "evaluate_backbone_partition_set",
+                           "repositorySelector": {"repositoryLocationName": "soco_pipeline",
+                                                  "repositoryName": "__repository__"}},
+              "partitionNames": BACKFILL}
+    res = _graphql(cluster, launch, {"p": params})["launchPartitionBackfill"]
+    assert res["__typename"] == "LaunchBackfillSuccess", res
+    backfill_id = res["backfillId"]
+    # In-process reference while the cluster works (this process is otherwise idle).
+    t1 = time.monotonic()
+    _reference(cluster, data, BACKFILL)
+    print(f"in-process reference of {len(BACKFILL)} partitions: {time.monotonic() - t1:.0f} s")
+    with dg.DagsterInstance.get() as instance:
+        def runs():
+            return instance.get_runs(dg.RunsFilter(tags={"dagster/backfill": backfill_id}))
+
+        wait_for("4 backfill runs", lambda: len(runs()) == 4, 60, interval=1.0)
+        statuses = _wait_runs(instance, [r.run_id for r in runs()], timeout=240)
+        assert set(statuses.values()) == {"SUCCESS"}, statuses
+        steps = [s for r in runs() for s in _steps(instance, r.run_id)]
+        partition = {r.run_id: r.tags["dagster/partition"] for r in runs()}
+    print(f"backfill of {len(BACKFILL)} partitions done {time.monotonic() - t0:.0f} s after launch")
+    t_first = min(s["start"] for s in steps)
+    for s in sorted(steps, key=lambda s: s["start"]):
+        print(f"  {s['worker']:13s} {s['start'] - t_first:6.1f} {s['end'] - t_first:6.1f} "
+              f"{partition[s['run_id']]:18s} {s['step']}")
+    assert len(steps) == 4 * len(PER_BACKBONE)
+    assert all(s.get("ok") and "worker" in s for s in steps), steps
+    # Feature extraction (the `gpu` pool, tagged for the `gpu` queue) only on the gpu worker, the rest never.
+    for s in steps:
+        on_gpu = s["worker"].startswith("gpu-worker")
+        assert on_gpu == (s["step"] == "feature_manifest"), s
+    # Steps of different partitions overlapped in time on both default workers.
+    default = [s for s in steps if not s["worker"].startswith("gpu-worker")]
+    assert {s["worker"] for s in default} == {"worker-1", "worker-2"}
+    overlaps = [(a["step"], partition[a["run_id"]], b["step"], partition[b["run_id"]])
+                for a in default for b in default
+                if a["worker"] == "worker-1" and b["worker"] == "worker-2" and a["run_id"] != b["run_id"]
+                and a["start"] < b["end"] and b["start"] < a["end"]]
+    assert overlaps, sorted((s["worker"], s["start"], s["end"], s["step"]) for s in default)
+    for b in BACKFILL:
+        _assert_same_results(cluster, b, data)
+
+
+def _pool_child(svc) -> int:
+    """The Celery pool process of a worker (the one that executes the step): the grandchild of the
+    `dagster-celery worker start` process we started (it runs `celery worker`, which forks the pool)."""
+    def ppid(pid: int) -> int:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return int(stat[stat.rindex(")") + 2:].split()[1])
+
+    members = group_members(svc.pgid)
+    celery_main = [p for p in members if ppid(p) == svc.pid]
+    pool = [p for p in members if ppid(p) in celery_main]
+    assert len(celery_main) == 1 and len(pool) == 1, (celery_main, pool)
+    return pool[0]
+
+
+def _assert_nothing_half_written(cluster: LocalStack, backbone: str) -> None:
+    from soco_pipeline.storage import filesystem, is_temporary, list_published, read_bytes, read_parquet
+
+    root = f"s3://{BUCKET}/{cluster.storage_prefix}"
+    published = list_published(f"{root}/features/{backbone}")
+    manifest_path = next(p for p in published if p.endswith("manifest.parquet"))
+    manifest = read_parquet(f"s3://{manifest_path}")
+    folder = manifest_path.rsplit("/", 1)[0]
+    npys = sorted(p for p in published if p.endswith(".npy"))
+    assert len(npys) == len(manifest) == 4 * len(CATEGORIES)
+    by_path = dict(zip(manifest.path, manifest.checksum, strict=True))
+    import hashlib
+
+    for p in npys:
+        data = read_bytes(f"s3://{p}")
+        rel = p[len(folder.rsplit("/", 2)[0]) + 1:]
+        assert hashlib.sha256(data).hexdigest() == by_path[rel], p
+        np.load(io.BytesIO(data), allow_pickle=False)  # whole, with its .npy header
+    for p in list_published(f"{root}/tables"):
+        if p.endswith(".parquet"):
+            read_parquet(f"s3://{p}")  # every published table reads
+    fs, folder_path = filesystem(f"{root}/features/{backbone}")
+    leftovers = [p for p in fs.find(folder_path) if is_temporary(p)]
+    # A killed writer may leave a `.tmp-` object beside (never under) a final key; listers skip it.
+    assert set(fs.find(folder_path)) - set(leftovers) == set(published)
+    print(f"{len(published)} published objects of {backbone}, all whole; {len(leftovers)} temporary leftovers")
+
+
+def test_kill_9_worker_mid_run_then_reexecute(cluster, data):
+    import dagster as dg
+
+    gpu = next(s for s in cluster.services if s.name == "gpu-worker-1")
+    launch = """
+    mutation Launch($p: ExecutionParams!) {
+      launchPipelineExecution(executionParams: $p) {
+        __typename ... on LaunchRunSuccess { run { runId } } ... on PythonError { message stack }
+      }
+    }"""
+    selector = {"repositoryLocationName": "soco_pipeline", "repositoryName": "__repository__",
+                "pipelineName": "evaluate_backbone"}
+    params = {"selector": selector, "mode": "default", "runConfigData": "{}",
+              "executionMetadata": {"tags": [{"key": "dagster/partition", "value": KILLED}]}}
+    res = _graphql(cluster, launch, {"p": params})["launchPipelineExecution"]
+    assert res["__typename"] == "LaunchRunSuccess", res
+    run_id = res["run"]["runId"]
+    with dg.DagsterInstance.get() as instance:
+        # Mid-run: the feature step has started on the gpu worker and written some of its tensors.
+        feats = f"{BUCKET}/{cluster.storage_prefix}/features/{KILLED}"
+        fs = cluster.s3fs()
+
+        def extracting() -> bool:
+            started = any(s["step"] == "feature_manifest" and "start" in s for s in _steps(instance, run_id))
+            return started and fs.exists(feats) and any(p.endswith(".npy") for p in fs.find(feats))
+
+        wait_for("feature extraction under way", extracting, 120, interval=0.2)
+        victim = _pool_child(gpu)
+        os.kill(victim, signal.SIGKILL)
+        statuses = _wait_runs(instance, [run_id], timeout=90)
+        assert statuses[run_id] == "FAILURE", statuses
+        failed = [s for s in _steps(instance, run_id) if s["step"] == "feature_manifest"]
+        assert failed and not failed[0].get("ok")
+        wait_for("the gpu worker replaced its pool process", lambda: cluster.worker_names().count("gpu-worker-1")
+                 == 1 and _pool_child(gpu) != victim, 60, interval=1.0)
+
+        reexec = """
+        mutation Re($p: ReexecutionParams!) {
+          launchPipelineReexecution(reexecutionParams: $p) {
+            __typename ... on LaunchRunSuccess { run { runId } } ... on PythonError { message stack }
+          }
+        }"""
+        res = _graphql(cluster, reexec, {"p": {"parentRunId": run_id, "strategy": "FROM_FAILURE"}})
+        res = res["launchPipelineReexecution"]
+        assert res["__typename"] == "LaunchRunSuccess", res
+        child = res["run"]["runId"]
+        _reference(cluster, data, [KILLED])
+        assert _wait_runs(instance, [child], timeout=180)[child] == "SUCCESS"
+    _assert_same_results(cluster, KILLED, data)
+    _assert_nothing_half_written(cluster, KILLED)
+
+
+def test_tables_and_features_live_in_the_bucket(cluster, data):
+    fs = cluster.s3fs()
+    listing = fs.find(f"{BUCKET}/{cluster.storage_prefix}")
+    print(f"{len(listing)} objects in s3://{BUCKET}/{cluster.storage_prefix}, e.g. {listing[:3]}")
+    tables = [p for p in listing if "/tables/" in p and p.endswith(".parquet")]
+    features = [p for p in listing if "/features/" in p and p.endswith(".npy")]
+    assert any(p.endswith("tables/image_set.parquet") for p in tables)
+    for b in BACKFILL:
+        assert any(p.endswith(f"tables/metrics/{b}.parquet") for p in tables), b
+        assert sum(f"/features/{b}/" in p for p in features) == 4 * len(CATEGORIES), b
+
+
+def test_atomic_publish_on_s3(cluster):
+    """open_atomic on S3: nothing under the final key until the block succeeds, the object whole after,
+    no temporary object left, and a failed write publishes nothing; listers skip `.tmp-` names."""
+    from soco_pipeline.storage import list_published, open_atomic, read_bytes, write_bytes_atomic
+
+    fs = cluster.s3fs()
+    folder = f"{BUCKET}/atomic-test"
+    final = f"s3://{folder}/table.parquet"
+    payload = os.urandom(6 * 1024 * 1024)
+    with open_atomic(final) as f:
+        f.write(payload[: len(payload) // 2])
+        f.flush()
+        assert not fs.exists(f"{folder}/table.parquet")
+        f.write(payload[len(payload) // 2:])
+    assert read_bytes(final) == payload
+    assert fs.find(folder) == [f"{folder}/table.parquet"]
+
+    with pytest.raises(RuntimeError, match="writer crashed"):
+        with open_atomic(f"s3://{folder}/broken.parquet") as f:
+            f.write(payload)
+            raise RuntimeError("writer crashed")
+    assert fs.find(folder) == [f"{folder}/table.parquet"]
+
+    # A temporary object left by a killed writer is invisible to listers of published files.
+    fs.pipe(f"{folder}/.tmp-0123-orphan.npy", b"partial")
+    write_bytes_atomic(f"s3://{folder}/b.npy", b"whole")
+    assert list_published(f"s3://{folder}") == [f"{folder}/b.npy", f"{folder}/table.parquet"]
