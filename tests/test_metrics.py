@@ -198,3 +198,9 @@ def test_protocol_file_and_hashes(tmp_path):
         parse_protocol({"alpha": 0.1})
     with pytest.raises(ProtocolError, match="headline_alpha"):
         parse_protocol({"alphas": [0.05], "headline_alpha": 0.1})
+
+
+def test_leaderboard_markdown_leaves_missing_values_blank():
+    board = pd.DataFrame({"backbone": ["a", "b"], "cc": [12.34, np.nan]})
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in leaderboard_markdown(board).splitlines()]
+    assert rows[2] == ["a", "12.3"] and rows[3] == ["b", ""]

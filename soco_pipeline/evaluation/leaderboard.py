@@ -44,7 +44,8 @@ def leaderboard(
 
 def leaderboard_markdown(df: pd.DataFrame) -> str:
     """The leaderboard as a GitHub-flavoured Markdown table (values with one decimal)."""
-    return df.to_markdown(index=False, floatfmt=".1f", missingval="") + "\n"
+    shown = df.astype(object).where(df.notna(), None)  # tabulate prints None (not NaN) as missingval
+    return shown.to_markdown(index=False, floatfmt=".1f", missingval="") + "\n"
 
 
 def leaderboard_plot(df: pd.DataFrame, path: str) -> str:
