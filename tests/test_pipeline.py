@@ -346,7 +346,7 @@ def test_a_release_with_its_own_names_scores_the_same(run, monkeypatch):
     inverse = {v: k for k, v in mapping.items()}
 
     # The run's taxonomy is a table with the release's names, queryable in SQL.
-    db = str(run["tmp"] / "renamed.duckdb")
+    db = str(theirs.parent / "results.duckdb")  # beside its tables, as the pipeline keeps it
     refresh_views(db, str(theirs))
     cats = query(db, "select category, supercategory, count(*) as n from taxonomy group by all order by 1")
     assert sorted(inverse[c] for c in cats.category) == sorted(CATEGORIES)

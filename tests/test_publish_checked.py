@@ -34,7 +34,7 @@ def _materialize(tmp_path, release: str, instance) -> dg.ExecuteInProcessResult:
     )
     return dg.materialize(
         list(defs.assets),
-        selection=["image_pairs"],
+        selection=["taxonomy", "image_pairs"],  # the run's taxonomy (from the release), then the pairs
         instance=instance,
         resources=defs.resources,
         raise_on_error=False,
