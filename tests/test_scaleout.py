@@ -293,12 +293,12 @@ def _assert_nothing_half_written(cluster: LocalStack, backbone: str) -> None:
     npys = sorted(p for p in published if p.endswith(".npy"))
     assert len(npys) == len(manifest) == 4 * len(CATEGORIES)
     by_path = dict(zip(manifest.path, manifest.checksum, strict=True))
-    import hashlib
+    from soco_pipeline.features.layout import checksum_matches
 
     for p in npys:
         data = read_bytes(f"s3://{p}")
         rel = p[len(folder.rsplit("/", 2)[0]) + 1:]
-        assert hashlib.sha256(data).hexdigest() == by_path[rel], p
+        assert checksum_matches(data, by_path[rel]), p
         np.load(io.BytesIO(data), allow_pickle=False)  # whole, with its .npy header
     for p in list_published(f"{root}/tables"):
         if p.endswith(".parquet"):
