@@ -113,21 +113,27 @@ def fault_crash_mid_extraction(tmp: Path) -> None:
     )
 
 
+def _random_images(folder: Path, n: int, width: int, height: int) -> pd.DataFrame:
+    """n seeded random PNGs in `folder`, as image_set rows of one category."""
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    rows = []
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in range(n):
+        uri = folder / f"car_{i:04d}.png"
+        Image.fromarray(rng.integers(0, 256, size=(height, width, 3), dtype=np.uint8)).save(uri)
+        rows.append({"image_id": f"car_{i:04d}", "uri": str(uri), "width": width, "height": height, "category": "car"})
+    return pd.DataFrame(rows)
+
+
 def fault_corrupt_cache(tmp: Path) -> None:
     """Random bytes over one cached map (same size): refused on read, only it re-extracted."""
-    from PIL import Image
 
     from soco_pipeline.backbones import build_backbone, parse_spec
     from soco_pipeline.features import FeatureError, FeatureStore, extract_features
 
-    rng = np.random.default_rng(0)
-    rows = []
-    for i in range(12):
-        uri = tmp / "img" / f"car_{i:04d}.png"
-        uri.parent.mkdir(parents=True, exist_ok=True)
-        Image.fromarray(rng.integers(0, 256, size=(96, 128, 3), dtype=np.uint8)).save(uri)
-        rows.append({"image_id": f"car_{i:04d}", "uri": str(uri), "width": 128, "height": 96, "category": "car"})
-    images = pd.DataFrame(rows)
+    images = _random_images(tmp / "img", 12, width=128, height=96)
     spec = parse_spec({"kind": "classical", "model": "sift", "input": {"nearest_multiple": 64},
                        "normalisation": "raw", "batch_size": 4}, "sift_bench")
     cache = str(tmp / "cache")
@@ -138,7 +144,7 @@ def fault_corrupt_cache(tmp: Path) -> None:
     size = path.stat().st_size
     with open(path, "r+b") as f:
         f.seek(128)
-        f.write(rng.bytes(size - 128))
+        f.write(np.random.default_rng(1).bytes(size - 128))  # seeded random values over the map
     try:
         FeatureStore.from_manifest(cache, manifest).get_stored(manifest.image_id.iloc[5])
         refused = False
@@ -179,12 +185,12 @@ def fault_failed_check(tmp: Path) -> None:
     (tmp / "dagster").mkdir()
     with dg.instance_for_test(temp_dir=str(tmp / "dagster")) as instance:
         quiet = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
-        bad = dg.materialize(list(defs.assets), selection=["image_pairs"], instance=instance,
+        bad = dg.materialize(list(defs.assets), selection=["taxonomy", "image_pairs"], instance=instance,
                              resources=defs.resources, raise_on_error=False, run_config=quiet)
         kept = read_parquet(table_for("image_pairs").path(str(tables)))
         write_parquet_atomic(images, table_for("image_set").path(str(tables)))  # the fix: the full image set
         t0 = time.perf_counter()
-        good = dg.materialize(list(defs.assets), selection=["image_pairs"], instance=instance,
+        good = dg.materialize(list(defs.assets), selection=["taxonomy", "image_pairs"], instance=instance,
                               resources=defs.resources, raise_on_error=False, run_config=quiet)
         seconds = time.perf_counter() - t0
     published = read_parquet(table_for("image_pairs").path(str(tables)))
@@ -226,7 +232,6 @@ def fault_disk_full(tmp: Path) -> None:
 
 def fault_disk_full_extraction(tmp: Path) -> None:
     """ENOSPC in the middle of a feature extraction (SIFT maps of 16 KB into a 256 KiB tmpfs), then more space."""
-    from PIL import Image
 
     from soco_pipeline.backbones import parse_spec, spec_hash
     from soco_pipeline.features import extract_features
@@ -241,14 +246,7 @@ def fault_disk_full_extraction(tmp: Path) -> None:
         record("disk full mid-extraction (tmpfs)", False, -1, 0.0, f"skipped: cannot mount a tmpfs here ({e})")
         return
     try:
-        rng = np.random.default_rng(0)
-        rows = []
-        for i in range(40):
-            uri = tmp / "img" / f"car_{i:04d}.png"
-            uri.parent.mkdir(parents=True, exist_ok=True)
-            Image.fromarray(rng.integers(0, 256, size=(64, 64, 3), dtype=np.uint8)).save(uri)
-            rows.append({"image_id": f"car_{i:04d}", "uri": str(uri), "width": 64, "height": 64, "category": "car"})
-        images = pd.DataFrame(rows)
+        images = _random_images(tmp / "img", 40, width=64, height=64)
         spec = parse_spec({"kind": "classical", "model": "sift", "input": {"nearest_multiple": 64},
                            "normalisation": "raw", "batch_size": 2}, "sift_full")
         cache = str(mnt / "features")

@@ -76,7 +76,8 @@ def _tmp_name(name: str) -> str:
     return f"{TMP_PREFIX}{_HOST}-{os.getpid()}-{uuid.uuid4().hex[:12]}-{name}"
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists on this machine (signal 0; another user's counts as alive)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -90,7 +91,7 @@ def _is_stale(fs: fsspec.AbstractFileSystem, path: str, now: float) -> bool:
     """A temp file whose writer is gone: a dead pid on this host, or older than STALE_SECONDS."""
     parts = path.rsplit("/", 1)[-1][len(TMP_PREFIX) :].split("-", 3)
     if len(parts) == 4 and parts[0] == _HOST and parts[1].isdigit():
-        return not _pid_alive(int(parts[1]))
+        return not pid_alive(int(parts[1]))
     try:
         mtime = fs.modified(path).timestamp()
     except (NotImplementedError, FileNotFoundError, OSError):

@@ -17,6 +17,8 @@ from collections.abc import Callable
 import dagster as dg
 from dagster._core.events import DagsterEventType
 
+from soco_pipeline.storage import pid_alive
+
 HOST_TAG, PID_TAG = "soco/host", "soco/pid"
 ACTIVE = [dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
 
@@ -24,16 +26,6 @@ ACTIVE = [dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED, dg.DagsterR
 def process_tags() -> dict[str, str]:
     """Tags naming this process and machine: put them on in-process runs so a crash can be detected."""
     return {HOST_TAG: socket.gethostname(), PID_TAG: str(os.getpid())}
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _worker_pid(instance: dg.DagsterInstance, run: dg.DagsterRun) -> int | None:
@@ -63,7 +55,7 @@ def fail_dead_runs(instance: dg.DagsterInstance, log: Callable[[str], None] = pr
     failed = []
     for run in instance.get_runs(filters=dg.RunsFilter(statuses=ACTIVE)):
         pid = _worker_pid(instance, run)
-        if pid is None or pid == os.getpid() or _pid_alive(pid):
+        if pid is None or pid == os.getpid() or pid_alive(pid):
             continue
         message = (
             f"run {run.run_id} ({run.job_name}, {run.tags.get('dagster/partition', 'unpartitioned')}) was "
