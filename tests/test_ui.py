@@ -96,11 +96,13 @@ def test_launch_sensor_automation_and_ui(server):
             args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
         )
         page = browser.new_page(viewport={"width": 1600, "height": 1000})
+        # Dagster's first-visit community dialog can open at any moment and cover the page: dismiss it
+        # whenever it appears, before each action (Playwright's locator handler).
+        page.add_locator_handler(
+            page.get_by_role("button", name="Skip"), lambda skip: skip.click(), no_wait_after=True
+        )
         # The asset graph of the evaluation group shows the leaderboard node.
         page.goto(f"{dev.url}/locations/soco_pipeline/asset-groups/evaluation", wait_until="networkidle")
-        skip = page.get_by_role("button", name="Skip")  # a first-visit newsletter dialog
-        if skip.count():
-            skip.first.click()
         page.get_by_text("leaderboard", exact=True).first.wait_for(timeout=60_000)
         page.screenshot(path=str(shot.with_name("ui_asset_graph.png")))
         page.get_by_text("leaderboard", exact=True).first.click()
