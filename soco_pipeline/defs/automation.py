@@ -11,6 +11,7 @@
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import dagster as dg
@@ -29,28 +30,39 @@ backbone_job = dg.define_asset_job(
 )
 
 
-@dg.sensor(job=backbone_job, minimum_interval_seconds=15, default_status=dg.DefaultSensorStatus.RUNNING)
-def backbone_specs_sensor(context: dg.SensorEvaluationContext, soco: SocoSettings) -> dg.SensorResult:
-    """Watch the backbone spec folder: add a partition per new spec, re-run a backbone whose spec changed."""
+def spec_folder_result(
+    context: dg.SensorEvaluationContext,
+    folder: Path,
+    scan: Callable[[Path], tuple[dict[str, str], dict[str, str]]],
+    partitions: dg.DynamicPartitionsDefinition,
+    assets: list[str],
+    label: str,
+) -> dg.SensorResult:
+    """One tick of a spec-folder sensor: a partition per new valid spec, a run of `assets` for each spec whose
+    file changed since the cursor (a {name: content hash} map), a warning per invalid spec."""
     seen: dict[str, str] = json.loads(context.cursor) if context.cursor else {}
-    current, invalid = scan_specs(Path(soco.backbones_dir))
+    current, invalid = scan(folder)
     for name, err in invalid.items():
-        context.log.warning(f"backbone spec {name!r} is invalid and was not added: {err}")
-    existing = set(context.instance.get_dynamic_partitions(backbones_partitions.name))
+        context.log.warning(f"{label} spec {name!r} is invalid and was not added: {err}")
+    existing = set(context.instance.get_dynamic_partitions(partitions.name))
     new = sorted(n for n in current if n not in existing)
     changed = sorted(n for n, h in current.items() if n in existing and n in seen and seen[n] != h)
     requests = [
-        dg.RunRequest(
-            run_key=f"{n}:{current[n]}",
-            partition_key=n,
-            asset_selection=[dg.AssetKey(a) for a in BACKBONE_ASSETS],
-        )
+        dg.RunRequest(run_key=f"{n}:{current[n]}", partition_key=n, asset_selection=[dg.AssetKey(a) for a in assets])
         for n in changed
     ]
     return dg.SensorResult(
         run_requests=requests,
-        dynamic_partitions_requests=[backbones_partitions.build_add_request(new)] if new else [],
+        dynamic_partitions_requests=[partitions.build_add_request(new)] if new else [],
         cursor=json.dumps({**seen, **current}, sort_keys=True),
+    )
+
+
+@dg.sensor(job=backbone_job, minimum_interval_seconds=15, default_status=dg.DefaultSensorStatus.RUNNING)
+def backbone_specs_sensor(context: dg.SensorEvaluationContext, soco: SocoSettings) -> dg.SensorResult:
+    """Watch the backbone spec folder: add a partition per new spec, re-run a backbone whose spec changed."""
+    return spec_folder_result(
+        context, Path(soco.backbones_dir), scan_specs, backbones_partitions, BACKBONE_ASSETS, "backbone"
     )
 
 

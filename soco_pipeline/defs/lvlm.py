@@ -7,7 +7,6 @@ changed file re-runs that model (answers already cached for unchanged requests a
 a deleted file keeps its results, marked `spec_present = false`. An empty folder is fine.
 """
 
-import json
 from pathlib import Path
 
 import dagster as dg
@@ -163,22 +162,7 @@ lvlm_job = dg.define_asset_job(
 @dg.sensor(job=lvlm_job, minimum_interval_seconds=15, default_status=dg.DefaultSensorStatus.RUNNING)
 def lvlm_specs_sensor(context: dg.SensorEvaluationContext, soco: SocoSettings) -> dg.SensorResult:
     """Watch the LVLM spec folder: add a partition per new spec, re-run a model whose spec changed."""
+    from soco_pipeline.defs.automation import spec_folder_result
     from soco_pipeline.lvlm.specs import scan_specs
 
-    seen: dict[str, str] = json.loads(context.cursor) if context.cursor else {}
-    current, invalid = scan_specs(Path(soco.lvlms_dir))
-    for name, err in invalid.items():
-        context.log.warning(f"LVLM spec {name!r} is invalid and was not added: {err}")
-    existing = set(context.instance.get_dynamic_partitions(lvlms_partitions.name))
-    new = sorted(n for n in current if n not in existing)
-    changed = sorted(n for n, h in current.items() if n in existing and n in seen and seen[n] != h)
-    requests = [
-        dg.RunRequest(run_key=f"{n}:{current[n]}", partition_key=n,
-                      asset_selection=[dg.AssetKey(a) for a in LVLM_ASSETS])
-        for n in changed
-    ]
-    return dg.SensorResult(
-        run_requests=requests,
-        dynamic_partitions_requests=[lvlms_partitions.build_add_request(new)] if new else [],
-        cursor=json.dumps({**seen, **current}, sort_keys=True),
-    )
+    return spec_folder_result(context, Path(soco.lvlms_dir), scan_specs, lvlms_partitions, LVLM_ASSETS, "LVLM")
