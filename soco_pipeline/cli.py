@@ -21,13 +21,13 @@ def _print_df(df: pd.DataFrame) -> None:
 
 def cmd_sql(args: argparse.Namespace, settings: Settings) -> int:
     """Run a SQL query against storage/results.duckdb and print the rows."""
-    _print_df(query(settings.duckdb_path, args.query))
+    _print_df(query(settings.duckdb_path, args.query, settings.tables_root))
     return 0
 
 
 def cmd_leaderboard(args: argparse.Namespace, settings: Settings) -> int:
     """Print the leaderboard table."""
-    _print_df(query(settings.duckdb_path, "SELECT * FROM leaderboard ORDER BY soc DESC"))
+    _print_df(query(settings.duckdb_path, "SELECT * FROM leaderboard ORDER BY soc DESC", settings.tables_root))
     return 0
 
 
@@ -119,6 +119,7 @@ def cmd_cluster(args: argparse.Namespace, settings: Settings) -> int:
         t0 = time.monotonic()
         stack = LocalStack(root, default_workers=args.workers, gpu_workers=args.gpu_workers,
                            max_concurrent_runs=args.max_concurrent_runs, automation=not args.no_automation,
+                           lost_worker_grace=args.lost_worker_grace,
                            log=lambda msg: print(f"[{time.monotonic() - t0:5.1f} s] {msg}", flush=True))
         stack.start(timeout=args.timeout)
         print(f"stack up; use it with:  source {root.resolve() / 'cluster.env'}")
@@ -130,6 +131,12 @@ def cmd_cluster(args: argparse.Namespace, settings: Settings) -> int:
     if args.action == "stop":
         for name, how in stack.stop().items():
             print(f"{name}: {how}")
+        return 0
+    if args.action == "restart":
+        if not args.service:
+            raise ValueError("soco cluster restart needs --service NAME (e.g. gpu-worker-1; see `soco cluster status`)")
+        svc = stack.restart(args.service, timeout=args.timeout)
+        print(f"{svc.name} restarted: pid {svc.pid}, log {svc.log}")
         return 0
     status = stack.status()
     for svc in stack.services:
@@ -166,13 +173,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_export_results)
 
 
-    s = sub.add_parser("cluster", help="start/stop/status of the local distributed stack (README: Scaling out)")
-    s.add_argument("action", choices=["start", "stop", "status"])
+    s = sub.add_parser("cluster", help="start/stop/status/restart of the local distributed stack (README: Scaling out)")
+    s.add_argument("action", choices=["start", "stop", "status", "restart"])
+    s.add_argument("--service", default=None, help="restart: the service to start again (a worker, say)")
     s.add_argument("--dir", default="storage/cluster", help="state, logs and data of the stack")
     s.add_argument("--workers", type=int, default=2, help="Celery workers on the default queue")
     s.add_argument("--gpu-workers", type=int, default=1, help="Celery workers on the gpu queue")
     s.add_argument("--max-concurrent-runs", type=int, default=4, help="runs the queue lets run at once")
     s.add_argument("--no-automation", action="store_true", help="no eager automation (backfills only)")
+    s.add_argument("--lost-worker-grace", type=float, default=60.0,
+                   help="seconds a worker holding a step may miss pings before the step is failed as lost")
     s.add_argument("--timeout", type=float, default=180.0, help="seconds each service may take to be healthy")
     s.set_defaults(func=cmd_cluster)
     return p

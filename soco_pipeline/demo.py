@@ -71,7 +71,8 @@ def run_demo(instance: dg.DagsterInstance | None = None, **overrides) -> pd.Data
     _materialize(defs, instance, SUMMARY)
     from soco_pipeline.evaluation.results_db import query
 
-    return query(soco.settings().duckdb_path, "SELECT * FROM leaderboard ORDER BY soc DESC")
+    settings = soco.settings()
+    return query(settings.duckdb_path, "SELECT * FROM leaderboard ORDER BY soc DESC", settings.tables_root)
 
 
 def main() -> int:

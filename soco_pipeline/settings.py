@@ -66,5 +66,8 @@ class Settings:
 
     @property
     def duckdb_path(self) -> str:
-        """The DuckDB file holding views over the result tables (local path)."""
+        """The DuckDB file holding views over the result tables (local path); ":memory:" when the storage
+        root is a URL (object store): readers then build the views over the bucket (results_db)."""
+        if "://" in str(self.storage_root):
+            return ":memory:"
         return str(Path(self.storage_root) / "results.duckdb")

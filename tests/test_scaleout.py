@@ -37,6 +37,8 @@ pytestmark = pytest.mark.skipif(
 CATEGORIES = ["car", "bus", "chair"]
 BACKFILL = ["dense_sift", "oracle_part", "oracle_concept", "oracle_part_seed1"]
 KILLED = "dense_sift_again"  # a fifth partition (dense_sift under another name): a feature step to kill
+LOST = "dense_sift_lost"  # a sixth one: its whole gpu worker is killed mid-step
+LOST_GRACE_S = 4  # seconds a worker holding a step may miss pings (the daemon's sensor ticks every 5 s)
 PER_BACKBONE = ["feature_manifest", "predictions", "four_choice_predictions", "metrics"]
 RESULT_TABLES = ["feature_manifest", "predictions", "four_choice_predictions", "metrics"]
 
@@ -47,6 +49,7 @@ def _specs(folder: Path) -> None:
     for b in ["dense_sift", "oracle_part", "oracle_concept"]:
         shutil.copy(src / f"{b}.yaml", folder / f"{b}.yaml")
     shutil.copy(src / "dense_sift.yaml", folder / f"{KILLED}.yaml")
+    shutil.copy(src / "dense_sift.yaml", folder / f"{LOST}.yaml")
     spec = yaml.safe_load((src / "oracle_part.yaml").read_text())
     (folder / "oracle_part_seed1.yaml").write_text(yaml.safe_dump({**spec, "seed": 1}))
 
@@ -76,7 +79,8 @@ def cluster():
     t0 = time.monotonic()
     try:
         started = _cli("start", "--dir", str(stack_dir), "--workers", "2", "--gpu-workers", "1",
-                       "--max-concurrent-runs", "4", "--no-automation", "--timeout", "150", env=env, timeout=420)
+                       "--max-concurrent-runs", "4", "--no-automation", "--timeout", "150",
+                       "--lost-worker-grace", str(LOST_GRACE_S), env=env, timeout=420)
         print(started.stdout)
         assert started.returncode == 0, started.stderr[-3000:]
         print(f"stack up in {time.monotonic() - t0:.0f} s")
@@ -184,7 +188,7 @@ def data(cluster):
         _materialize(instance, _overrides(cluster, cluster.storage_prefix), dg.AssetSelection.groups("data", "pairs"))
         existing = set(instance.get_dynamic_partitions(backbones_partitions.name))
         instance.add_dynamic_partitions(backbones_partitions.name,
-                                        [b for b in [*BACKFILL, KILLED] if b not in existing])
+                                        [b for b in [*BACKFILL, KILLED, LOST] if b not in existing])
     fs = cluster.s3fs()
     for sub in ("tables", "embedded"):
         fs.copy(f"{BUCKET}/{cluster.storage_prefix}/{sub}", f"{BUCKET}/reference/{sub}", recursive=True)
@@ -310,10 +314,9 @@ def _assert_nothing_half_written(cluster: LocalStack, backbone: str) -> None:
     print(f"{len(published)} published objects of {backbone}, all whole; {len(leftovers)} temporary leftovers")
 
 
-def test_kill_9_worker_mid_run_then_reexecute(cluster, data):
-    import dagster as dg
-
-    gpu = next(s for s in cluster.services if s.name == "gpu-worker-1")
+def _launch_and_wait_for_extraction(cluster: LocalStack, instance, partition: str) -> str:
+    """Launch one evaluate_backbone run of `partition` (GraphQL, as the UI does); its run id, once its feature
+    step has started on the gpu worker and written some of its tensors to the bucket."""
     launch = """
     mutation Launch($p: ExecutionParams!) {
       launchPipelineExecution(executionParams: $p) {
@@ -323,20 +326,45 @@ def test_kill_9_worker_mid_run_then_reexecute(cluster, data):
     selector = {"repositoryLocationName": "soco_pipeline", "repositoryName": "__repository__",
                 "pipelineName": "evaluate_backbone"}
     params = {"selector": selector, "mode": "default", "runConfigData": "{}",
-              "executionMetadata": {"tags": [{"key": "dagster/partition", "value": KILLED}]}}
+              "executionMetadata": {"tags": [{"key": "dagster/partition", "value": partition}]}}
     res = _graphql(cluster, launch, {"p": params})["launchPipelineExecution"]
     assert res["__typename"] == "LaunchRunSuccess", res
     run_id = res["run"]["runId"]
+    feats = f"{BUCKET}/{cluster.storage_prefix}/features/{partition}"
+    fs = cluster.s3fs()
+
+    def extracting() -> bool:
+        started = any(s["step"] == "feature_manifest" and "start" in s for s in _steps(instance, run_id))
+        return started and fs.exists(feats) and any(p.endswith(".npy") for p in fs.find(feats))
+
+    wait_for("feature extraction under way", extracting, 120, interval=0.2)
+    return run_id
+
+
+def _reexecute_from_failure(cluster: LocalStack, instance, run_id: str, data: str, partition: str) -> None:
+    """Re-execute a failed run from failure: it must succeed with the in-process results, nothing half-written."""
+    reexec = """
+    mutation Re($p: ReexecutionParams!) {
+      launchPipelineReexecution(reexecutionParams: $p) {
+        __typename ... on LaunchRunSuccess { run { runId } } ... on PythonError { message stack }
+      }
+    }"""
+    res = _graphql(cluster, reexec, {"p": {"parentRunId": run_id, "strategy": "FROM_FAILURE"}})
+    res = res["launchPipelineReexecution"]
+    assert res["__typename"] == "LaunchRunSuccess", res
+    child = res["run"]["runId"]
+    _reference(cluster, data, [partition])
+    assert _wait_runs(instance, [child], timeout=180)[child] == "SUCCESS"
+    _assert_same_results(cluster, partition, data)
+    _assert_nothing_half_written(cluster, partition)
+
+
+def test_kill_9_worker_pool_process_mid_run_then_reexecute(cluster, data):
+    import dagster as dg
+
+    gpu = next(s for s in LocalStack.attach(cluster.root).services if s.name == "gpu-worker-1")
     with dg.DagsterInstance.get() as instance:
-        # Mid-run: the feature step has started on the gpu worker and written some of its tensors.
-        feats = f"{BUCKET}/{cluster.storage_prefix}/features/{KILLED}"
-        fs = cluster.s3fs()
-
-        def extracting() -> bool:
-            started = any(s["step"] == "feature_manifest" and "start" in s for s in _steps(instance, run_id))
-            return started and fs.exists(feats) and any(p.endswith(".npy") for p in fs.find(feats))
-
-        wait_for("feature extraction under way", extracting, 120, interval=0.2)
+        run_id = _launch_and_wait_for_extraction(cluster, instance, KILLED)
         victim = _pool_child(gpu)
         os.kill(victim, signal.SIGKILL)
         statuses = _wait_runs(instance, [run_id], timeout=90)
@@ -345,21 +373,42 @@ def test_kill_9_worker_mid_run_then_reexecute(cluster, data):
         assert failed and not failed[0].get("ok")
         wait_for("the gpu worker replaced its pool process", lambda: cluster.worker_names().count("gpu-worker-1")
                  == 1 and _pool_child(gpu) != victim, 60, interval=1.0)
+        _reexecute_from_failure(cluster, instance, run_id, data, KILLED)
 
-        reexec = """
-        mutation Re($p: ReexecutionParams!) {
-          launchPipelineReexecution(reexecutionParams: $p) {
-            __typename ... on LaunchRunSuccess { run { runId } } ... on PythonError { message stack }
-          }
-        }"""
-        res = _graphql(cluster, reexec, {"p": {"parentRunId": run_id, "strategy": "FROM_FAILURE"}})
-        res = res["launchPipelineReexecution"]
-        assert res["__typename"] == "LaunchRunSuccess", res
-        child = res["run"]["runId"]
-        _reference(cluster, data, [KILLED])
-        assert _wait_runs(instance, [child], timeout=180)[child] == "SUCCESS"
-    _assert_same_results(cluster, KILLED, data)
-    _assert_nothing_half_written(cluster, KILLED)
+
+def test_kill_9_whole_worker_mid_run_fails_cleanly_then_restart_and_reexecute(cluster, data):
+    """The whole gpu worker (Celery's main process and its pool) dies: nobody acks or fails its task, so the
+    lost-worker sensor must fail the step after the grace period; a restarted worker then re-executes it."""
+    import dagster as dg
+    from dagster import DagsterEventType
+
+    from soco_pipeline.deploy.lost_workers import celery_app, taken_tasks
+    from soco_pipeline.deploy.processes import signal_group
+
+    gpu = next(s for s in LocalStack.attach(cluster.root).services if s.name == "gpu-worker-1")
+    with dg.DagsterInstance.get() as instance:
+        run_id = _launch_and_wait_for_extraction(cluster, instance, LOST)
+        signal_group(gpu.pgid, signal.SIGKILL)
+        wait_for("the gpu worker's processes gone", lambda: not gpu.alive(), 10, interval=0.2)
+        t_kill = time.monotonic()
+        env = cluster.client_env()
+        app = celery_app(env["SOCO_CELERY_BROKER"], env["SOCO_CELERY_BACKEND"])
+        assert any(t.run_id == run_id for t in taken_tasks(app)), "the killed step's message is unacked"
+        # Sensor tick (5 s) + grace, with room for a slow tick.
+        statuses = _wait_runs(instance, [run_id], timeout=90)
+        print(f"run failed {time.monotonic() - t_kill:.0f} s after its whole worker was killed")
+        assert statuses[run_id] == "FAILURE", statuses
+        texts = [r.dagster_event.message or "" for r in
+                 instance.all_logs(run_id, of_type=DagsterEventType.ENGINE_EVENT)]
+        assert any("stopped answering pings" in t and "feature_manifest" in t for t in texts), texts[-5:]
+        assert instance.all_logs(run_id, of_type=DagsterEventType.RUN_FAILURE), "a RUN_FAILURE event ends it"
+        assert not any(t.run_id == run_id for t in taken_tasks(app)), "no message left to redeliver"
+
+        restarted = _cli("restart", "--dir", str(cluster.root), "--service", "gpu-worker-1", "--timeout", "60",
+                         env={**os.environ}, timeout=120)
+        assert restarted.returncode == 0, restarted.stderr[-3000:]
+        assert "gpu-worker-1" in cluster.worker_names()
+        _reexecute_from_failure(cluster, instance, run_id, data, LOST)
 
 
 def test_tables_and_features_live_in_the_bucket(cluster, data):
@@ -372,6 +421,12 @@ def test_tables_and_features_live_in_the_bucket(cluster, data):
     for b in BACKFILL:
         assert any(p.endswith(f"tables/metrics/{b}.parquet") for p in tables), b
         assert sum(f"/features/{b}/" in p for p in features) == 4 * len(CATEGORIES), b
+    # `soco sql` with the cluster's environment queries the tables in the bucket (no local results file).
+    done = subprocess.run([sys.executable, "-m", "soco_pipeline.cli", "sql",
+                           "SELECT DISTINCT backbone FROM metrics ORDER BY 1"], env={**os.environ},
+                          cwd=PROJECT_ROOT, timeout=120, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert set(BACKFILL) <= set(done.stdout.split()), done.stdout
 
 
 def test_atomic_publish_on_s3(cluster):

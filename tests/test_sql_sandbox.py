@@ -107,3 +107,32 @@ def test_the_dagster_duckdb_resource_reads_the_relative_views(storage, monkeypat
     resource = build_definitions(storage_root=str(storage)).resources["duckdb"]
     with resource.get_connection() as con:
         assert con.execute("SELECT count(*) FROM metrics").fetchone()[0] == 400
+
+
+@pytest.fixture
+def bucket(monkeypatch):
+    """Result tables in an object store (fsspec's memory:// filesystem), as in the distributed profile."""
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    root = "memory://results-bucket/storage"
+    tables = f"{root}/tables"
+    for b, seed in (("a", 0), ("b", 1)):
+        write_parquet_atomic(metrics_frame(b, 200, seed), table_for("metrics").path(tables, b))
+    write_parquet_atomic(metrics_frame("x", 3, 2), "memory://results-bucket/private/secret.parquet")
+    monkeypatch.setenv("SOCO_STORAGE", root)
+    yield root
+    fs.rm("/results-bucket", recursive=True)
+
+
+def test_sql_over_tables_in_an_object_store(bucket, capsys):
+    """No results file: `soco sql` builds the views over the bucket, readable there and nowhere else."""
+    rc, out, err = _sql(capsys, "SELECT backbone, count(*) AS n FROM metrics GROUP BY ALL ORDER BY 1")
+    assert rc == 0, err
+    assert out.split()[2:] == ["a", "200", "b", "200"]
+    for q in ("SELECT * FROM read_parquet('memory://results-bucket/private/secret.parquet')",
+              "SELECT * FROM read_csv('/etc/passwd')"):
+        rc, _, err = _sql(capsys, q)
+        assert rc == 2 and "refused" in err, err
+    rc, _, err = _sql(capsys, "CREATE TABLE t AS SELECT 1")
+    assert rc == 2 and "refused" in err

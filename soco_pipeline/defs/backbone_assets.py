@@ -257,11 +257,11 @@ def results_database(
     context: dg.AssetExecutionContext, soco: SocoSettings, duckdb: DuckDBResource
 ) -> dg.MaterializeResult:
     """storage/results.duckdb: views over every result table, for DuckDB SQL (opened read-only by readers)."""
-    from soco_pipeline.evaluation.results_db import create_views
+    from soco_pipeline.evaluation.results_db import create_views, is_remote
 
     settings = soco.settings()
     with duckdb.get_connection() as con:
         views = create_views(con, settings.tables_root)
-    return dg.MaterializeResult(
-        metadata={"path": dg.MetadataValue.path(settings.duckdb_path), "views": ", ".join(views)}
-    )
+    # Tables in an object store: no file, readers build these views over the bucket themselves.
+    where = settings.tables_root if is_remote(settings.tables_root) else settings.duckdb_path
+    return dg.MaterializeResult(metadata={"path": dg.MetadataValue.path(where), "views": ", ".join(views)})

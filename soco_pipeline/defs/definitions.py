@@ -4,10 +4,11 @@ import dagster as dg
 from dagster_duckdb import DuckDBResource
 
 from soco_pipeline.defs import analysis, automation, backbone_assets, data_assets, lvlm, pair_assets
-from soco_pipeline.defs.executors import executor_for_profile
+from soco_pipeline.defs.executors import executor_for_profile, profile
 from soco_pipeline.defs.io_managers import ParquetIOManager
-from soco_pipeline.defs.recovery import dead_run_sensor
+from soco_pipeline.defs.recovery import dead_run_sensor, lost_worker_sensor
 from soco_pipeline.defs.resources import SocoSettings
+from soco_pipeline.evaluation.results_db import is_remote
 from soco_pipeline.settings import Settings
 
 
@@ -26,6 +27,7 @@ def build_definitions(**overrides) -> dg.Definitions:
             automation.backbone_specs_sensor,
             lvlm.lvlm_specs_sensor,
             dead_run_sensor,
+            *([lost_worker_sensor] if profile() == "distributed" else []),
             dg.AutomationConditionSensorDefinition(
                 "default_automation_condition_sensor",
                 target=dg.AssetSelection.all(),
@@ -42,7 +44,9 @@ def build_definitions(**overrides) -> dg.Definitions:
             # `soco sql` open the file read-only on their own. The views name their Parquet files relative
             # to the storage root (portable copies), so connections resolve them from there.
             "duckdb": DuckDBResource(
-                database=settings.duckdb_path, connection_config={"file_search_path": settings.storage_root}
+                database=settings.duckdb_path,
+                connection_config={} if is_remote(settings.storage_root)
+                else {"file_search_path": settings.storage_root},
             ),
         },
     )

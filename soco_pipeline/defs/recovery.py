@@ -135,3 +135,74 @@ def dead_run_sensor(context: dg.SensorEvaluationContext) -> dg.SkipReason:
     """Every 30 s: fail the runs of this machine whose process died and free their pool slots."""
     failed = fail_dead_runs(context.instance, context.log.warning)
     return dg.SkipReason(f"failed {len(failed)} dead run(s): {', '.join(failed)}" if failed else "no dead runs")
+
+
+def in_flight_celery_steps(instance: dg.DagsterInstance, run_id: str) -> dict[str, str]:
+    """step key -> Celery worker (name@host) of each step of `run_id` that a worker took and has not ended."""
+    ended = {DagsterEventType.STEP_SUCCESS, DagsterEventType.STEP_FAILURE, DagsterEventType.STEP_SKIPPED}
+    taken: dict[str, str] = {}
+    for rec in instance.all_logs(run_id, of_type={DagsterEventType.ENGINE_EVENT, *ended}):
+        ev, step = rec.dagster_event, rec.step_key
+        if ev is None or step is None:
+            continue
+        if ev.event_type in ended:
+            taken.pop(step, None)
+        elif ev.engine_event_data and "Celery worker" in ev.engine_event_data.metadata:
+            taken[step] = str(ev.engine_event_data.metadata["Celery worker"].value)
+    return taken
+
+
+def lost_worker_grace_s() -> float:
+    """Seconds a worker may miss pings, while it holds a step, before the step is failed as lost."""
+    return float(os.environ.get("SOCO_LOST_WORKER_GRACE_S", "60"))
+
+
+@dg.sensor(minimum_interval_seconds=5, default_status=dg.DefaultSensorStatus.RUNNING)
+def lost_worker_sensor(context: dg.SensorEvaluationContext) -> dg.SkipReason:
+    """Distributed profile: fail the steps of a Celery worker that stopped answering pings (killed, lost node).
+
+    A worker that holds a step of a running run and misses every ping for SOCO_LOST_WORKER_GRACE_S seconds
+    is lost: its steps' tasks get a WorkerLostError result, so their runs fail cleanly and can be
+    re-executed from failure (deploy/lost_workers.py says why Celery alone would wait for hours).
+    """
+    import json
+    import time
+
+    from soco_pipeline.deploy.lost_workers import celery_app, fail_lost_tasks, live_workers, taken_tasks
+
+    instance = context.instance
+    held = {(run.run_id, step): worker
+            for run in instance.get_runs(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED]))
+            for step, worker in in_flight_celery_steps(instance, run.run_id).items()}
+    if not held:
+        context.update_cursor(None)
+        return dg.SkipReason("no step is running on a Celery worker")
+    app = celery_app(os.environ["SOCO_CELERY_BROKER"], os.environ["SOCO_CELERY_BACKEND"])
+    live = live_workers(app)
+    missing_since: dict[str, float] = json.loads(context.cursor) if context.cursor else {}
+    now = time.time()
+    missing_since = {w: missing_since.get(w, now) for w in set(held.values()) - live}
+    lost = {w for w, t in missing_since.items() if now - t >= lost_worker_grace_s()}
+    failed = []
+    if lost:
+        tasks = taken_tasks(app)
+        for (run_id, step), worker in held.items():
+            if worker not in lost:
+                continue
+            reason = (f"Celery worker {worker} stopped answering pings for {now - missing_since[worker]:.0f} s "
+                      f"while running step {step} of run {run_id}: the step is failed as lost. Re-execute the "
+                      "run from failure once a worker of its queue is up again.")
+            mine = [t for t in tasks if t.run_id == run_id and step in t.step_keys]
+            run = instance.get_run_by_id(run_id)
+            if not mine:
+                context.log.warning(f"{reason} (no unacked message of that step in the broker: nothing to fail)")
+                continue
+            fail_lost_tasks(app, mine, reason)
+            if run is not None:
+                instance.report_engine_event(reason, run, step_key=step)
+            context.log.warning(reason)
+            failed.append(f"{run_id}:{step}")
+    context.update_cursor(json.dumps({w: t for w, t in missing_since.items() if w not in lost}))
+    if failed:
+        return dg.SkipReason(f"failed {len(failed)} step(s) of lost workers {sorted(lost)}: {', '.join(failed)}")
+    return dg.SkipReason(f"{len(held)} step(s) on Celery workers; not answering: {sorted(missing_since) or 'none'}")

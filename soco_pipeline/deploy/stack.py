@@ -51,7 +51,7 @@ def _pg_bin(name: str) -> str:
 
 
 CONFIG_FIELDS = ("default_workers", "gpu_workers", "worker_concurrency", "max_concurrent_runs", "automation",
-                 "webserver", "storage_prefix", "visibility_timeout", "default_queues", "extra_env")
+                 "webserver", "storage_prefix", "visibility_timeout", "lost_worker_grace", "default_queues", "extra_env")
 
 
 class StackError(RuntimeError):
@@ -71,6 +71,7 @@ class LocalStack:
     webserver: bool = True
     storage_prefix: str = "storage"
     visibility_timeout: int = 6 * 3600
+    lost_worker_grace: float = 60.0  # seconds a worker holding a step may miss pings (defs/recovery.py)
     default_queues: tuple[str, ...] = (DEFAULT_QUEUE,)  # add GPU_QUEUE to let CPU workers take GPU steps
     extra_env: dict[str, str] = field(default_factory=dict)
     log: Callable[[str], None] = field(default=lambda msg: None, repr=False)
@@ -103,6 +104,7 @@ class LocalStack:
             "SOCO_CELERY_BROKER": f"redis://127.0.0.1:{p['redis']}/0",
             "SOCO_CELERY_BACKEND": f"redis://127.0.0.1:{p['redis']}/1",
             "SOCO_CELERY_VISIBILITY_TIMEOUT": str(self.visibility_timeout),
+            "SOCO_LOST_WORKER_GRACE_S": str(self.lost_worker_grace),
             "FSSPEC_S3_ENDPOINT_URL": f"http://127.0.0.1:{p['s3']}",
             "FSSPEC_S3_USE_LISTINGS_CACHE": "false",  # other workers write too: never trust a cached listing
             "AWS_ACCESS_KEY_ID": PLACEHOLDER_KEY,
@@ -270,6 +272,8 @@ class LocalStack:
             "execution:\n  config:\n"
             f"    broker: \"{env['SOCO_CELERY_BROKER']}\"\n    backend: \"{env['SOCO_CELERY_BACKEND']}\"\n"
             "    config_source:\n      task_acks_late: true\n      task_reject_on_worker_lost: false\n"
+            # one message per worker process: a worker holds only the step it runs, never a queue of them
+            "      worker_prefetch_multiplier: 1\n"
             f"      broker_transport_options: {{visibility_timeout: {self.visibility_timeout}}}\n")
         (self.root / "cluster.env").write_text(
             "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items()))
@@ -314,6 +318,24 @@ class LocalStack:
         if self.webserver:
             wait_for("webserver", self._webserver_ready, timeout, interval=1.0, alive=self._dead("webserver"))
             self.log(f"webserver on http://127.0.0.1:{self.ports['webserver']}")
+
+    def restart(self, name: str, timeout: float = 120.0) -> Service:
+        """Start service `name` again with its recorded command (after it died or was killed), as a
+        supervisor (systemd, Kubernetes) would; what is left of the old one is stopped first. A worker is
+        waited for (its ping); other Dagster services are started and returned. Not for Redis, Postgres or
+        SeaweedFS."""
+        old = next((s for s in self.services if s.name == name), None)
+        if name in INFRA:
+            raise StackError(f"{name} keeps the stack's state: stop and start the whole stack instead")
+        if old is None:
+            raise StackError(f"no service {name!r} in {self.state_file}; known: {[s.name for s in self.services]}")
+        stop_all([old], self._popens)
+        self.services.remove(old)
+        svc = self._start(name, old.cmd, stop_timeout=old.stop_timeout)
+        if name in {n for n, _ in self.worker_queues()}:
+            wait_for(f"worker {name}", lambda: name in self.worker_names(), timeout, interval=1.0,
+                     alive=self._dead(name))
+        return svc
 
     def worker_queues(self) -> list[tuple[str, str]]:
         """(worker name, Celery queues) of every worker: `worker-i` on the default queue, `gpu-worker-i` on gpu."""

@@ -8,6 +8,10 @@ Views read an explicit list of published files (never a glob, which would also m
 storage root (the database file's folder), so a copied storage root never reads the original's
 tables; `connect_readonly` rebuilds them on open as temporary views over the tables beside the file,
 then turns DuckDB's external access off (only the tables folder stays readable) and locks the settings.
+
+With the tables in an object store (a storage root such as s3://bucket/prefix, the distributed profile)
+there is no file: DuckDB reads the bucket through the same fsspec filesystem as the pipeline
+(`register_filesystem`), and every reader builds the views in memory, sandboxed to the tables prefix.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ import duckdb
 
 from soco_pipeline.storage import exists, filesystem, published
 from soco_pipeline.tables import TABLES, Table
+
+IN_MEMORY = ":memory:"  # the results "file" when the tables live in an object store
 
 # Statement types `query` runs; everything else (COPY, EXPORT, ATTACH, SET, INSTALL, CREATE ...) is refused.
 READ_STATEMENTS = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
@@ -76,8 +82,28 @@ def _local_base(db_path: Path, tables_root: str) -> str | None:
     return str(base)
 
 
+def is_remote(root: str | Path) -> bool:
+    """Whether a storage or tables root is a URL (object store) rather than a local folder."""
+    return "://" in str(root)
+
+
+def _register_filesystem(con: duckdb.DuckDBPyConnection, tables_root: str) -> None:
+    """Let DuckDB read `tables_root`'s protocol through our fsspec filesystem (s3fs: the same endpoint and
+    credentials as the pipeline), once per connection."""
+    fs, _ = filesystem(tables_root)
+    names = [fs.protocol] if isinstance(fs.protocol, str) else list(fs.protocol)
+    if not set(names) & set(con.list_filesystems()):
+        con.register_filesystem(fs)
+
+
 def refresh_views(db_path: str | Path, tables_root: str) -> list[str]:
-    """(Re)create one view per existing result table in the file at `db_path`; returns the view names."""
+    """(Re)create one view per existing result table in the file at `db_path`; returns the view names.
+
+    For tables in an object store there is no file to refresh: the views are built (which checks that
+    every table reads) in memory and their names returned."""
+    if is_remote(tables_root):
+        with duckdb.connect(IN_MEMORY) as con:
+            return create_views(con, tables_root)
     db_path = Path(db_path)
     db_path.parent.mkdir(parents=True, exist_ok=True)
     with duckdb.connect(str(db_path)) as con:
@@ -90,6 +116,9 @@ def create_views(con: duckdb.DuckDBPyConnection, tables_root: str) -> list[str]:
     Local tables under the database file's folder are named relative to it (portable copies); a reader
     must then resolve them from that folder (`connect_readonly` does, or `SET file_search_path`).
     """
+    if is_remote(tables_root):
+        _register_filesystem(con, tables_root)
+        return _create_views(con, tables_root, None, temp=False)
     db_file = con.execute(
         "SELECT path FROM duckdb_databases() WHERE database_name = current_database()"
     ).fetchone()[0]
@@ -105,19 +134,40 @@ def connect_readonly(db_path: str | Path, tables_root: str | None = None) -> duc
 
     `tables_root` defaults to `<folder of the file>/tables`. After the views are built, external access
     is turned off except for reading that folder, and the configuration is locked, so a query can read
-    no other file and cannot ATTACH, INSTALL or re-enable access.
+    no other file and cannot ATTACH, INSTALL or re-enable access. A URL `tables_root` (object store)
+    needs no file: the views are built in memory over the bucket, sandboxed to that prefix.
     """
+    if tables_root is not None and is_remote(tables_root):
+        return _connect_remote(tables_root)
     db_path = Path(db_path)
     if not db_path.exists():
         raise ResultsError(
             f"no results file at {db_path}: run `make demo` (or materialize the pipeline) first"
         )
     tables_root = str(Path(tables_root or db_path.resolve().parent / "tables").resolve())
-    con = duckdb.connect(str(db_path), read_only=True)
+    return _sandboxed(duckdb.connect(str(db_path), read_only=True), tables_root, [tables_root.rstrip("/") + "/"])
+
+
+def _connect_remote(tables_root: str) -> duckdb.DuckDBPyConnection:
+    """An in-memory, sandboxed connection with temporary views over the tables under a URL."""
+    con = duckdb.connect(IN_MEMORY)
     try:
-        _create_views(con, tables_root, None, temp=True)
-        allowed = tables_root.rstrip("/") + "/"
-        con.execute(f"SET allowed_directories = ['{allowed.replace(chr(39), chr(39) * 2)}']")
+        _register_filesystem(con, tables_root)
+    except BaseException:
+        con.close()
+        raise
+    protocol, rest = tables_root.rstrip("/").split("://", 1)
+    # DuckDB names a registered filesystem's files both as proto://bucket/... and proto:///bucket/...
+    return _sandboxed(con, tables_root, [f"{protocol}://{rest}/", f"{protocol}:///{rest}/"], need_views=True)
+
+
+def _sandboxed(con: duckdb.DuckDBPyConnection, tables_root: str, allowed: list[str],
+               need_views: bool = False) -> duckdb.DuckDBPyConnection:
+    """`con` with temporary views over the tables, then external access off but for `allowed`, locked."""
+    try:
+        if not _create_views(con, tables_root, None, temp=True) and need_views:
+            raise ResultsError(f"no result tables under {tables_root}: materialize the pipeline first")
+        con.execute(f"SET allowed_directories = {_sql_list(allowed)}")
         con.execute("SET enable_external_access = false")
         con.execute("SET lock_configuration = true")
     except BaseException:
@@ -145,9 +195,10 @@ def _check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> None:
             )
 
 
-def query(db_path: str | Path, sql: str):
-    """Run one read-only SQL query against the results file and return a pandas DataFrame."""
-    with connect_readonly(db_path) as con:
+def query(db_path: str | Path, sql: str, tables_root: str | None = None):
+    """Run one read-only SQL query against the results file (or, for a URL `tables_root`, the views over
+    the bucket) and return a pandas DataFrame."""
+    with connect_readonly(db_path, tables_root) as con:
         _check_read_only(con, sql)
         try:
             return con.execute(sql).df()

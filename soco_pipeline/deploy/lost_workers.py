@@ -1,0 +1,84 @@
+"""Steps whose whole Celery worker vanished (kill -9, a lost node): find them and fail them cleanly.
+
+With Redis as the broker, a task that a worker took is kept in kombu's `unacked` hash until the worker
+acks it (`task_acks_late`). If the pool process dies, Celery itself fails the task (WorkerLostError). If
+the whole worker dies, nobody does: the message is redelivered only after the broker's visibility
+timeout (hours, since a feature step may run that long), and the dagster-celery orchestrator waits for
+its result until then. `fail_lost_tasks` ends that wait: it stores a WorkerLostError as the task's
+result, which the orchestrator reads as a failed step (the run fails and can be re-executed from
+failure), and removes the message from the unacked hash, so it is never redelivered into a failed run.
+
+Celery/kombu/Redis here (and Dagster's own unpacking of the step's arguments, as its Celery task does);
+the Dagster sensor that decides which worker is lost is in defs/recovery.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass
+
+from celery import Celery
+from celery.exceptions import WorkerLostError
+from kombu.transport.redis import Channel
+
+
+@dataclass(frozen=True)
+class TakenTask:
+    """A dagster-celery step task that a worker took and has not acked (it runs or ran there)."""
+
+    delivery_tag: str
+    task_id: str
+    run_id: str
+    step_keys: tuple[str, ...]
+
+
+def celery_app(broker: str, backend: str) -> Celery:
+    """A Celery client on the deployment's broker and result backend (no tasks registered)."""
+    return Celery("soco-recovery", broker=broker, backend=backend)
+
+
+def live_workers(app: Celery, timeout: float = 2.0) -> set[str]:
+    """Full names (name@host) of the workers that answer a ping within `timeout` seconds."""
+    replies = app.control.ping(timeout=timeout) or []
+    return {name for reply in replies for name in reply}
+
+
+def _step_args(raw: dict):
+    """The ExecuteStepArgs of a dagster-celery message (Celery protocol 2), or None for another task."""
+    from dagster._grpc.types import ExecuteStepArgs
+    from dagster_shared.serdes import unpack_value
+
+    if raw.get("headers", {}).get("task") != "execute_plan":
+        return None
+    body = raw["body"]
+    if raw.get("properties", {}).get("body_encoding") == "base64":
+        body = base64.b64decode(body)
+    args, kwargs = json.loads(body)[:2]  # dagster-celery passes them as keywords (task.si(...))
+    packed = kwargs.get("execute_step_args_packed") or (args[0] if args else None)
+    return unpack_value(packed, as_type=ExecuteStepArgs) if isinstance(packed, dict) else None
+
+
+def taken_tasks(app: Celery) -> list[TakenTask]:
+    """Every dagster-celery step message in the broker's unacked hash (taken by a worker, not acked)."""
+    found = []
+    with app.connection_for_read() as conn:
+        client = conn.default_channel.client
+        for tag, value in client.hgetall(Channel.unacked_key).items():
+            raw = json.loads(value)[0]
+            step_args = _step_args(raw)
+            if step_args is None:
+                continue
+            found.append(TakenTask(tag.decode() if isinstance(tag, bytes) else tag, raw["headers"]["id"],
+                                   step_args.run_id, tuple(step_args.step_keys_to_execute or ())))
+    return found
+
+
+def fail_lost_tasks(app: Celery, tasks: list[TakenTask], reason: str) -> None:
+    """Store WorkerLostError(reason) as each task's result and drop its message from the unacked hash."""
+    with app.connection_for_write() as conn:
+        client = conn.default_channel.client
+        for task in tasks:
+            app.backend.mark_as_failure(task.task_id, WorkerLostError(reason))
+            client.pipeline().zrem(Channel.unacked_index_key, task.delivery_tag).hdel(
+                Channel.unacked_key, task.delivery_tag).execute()
