@@ -341,44 +341,37 @@ def _launch_and_wait_for_extraction(cluster: LocalStack, instance, partition: st
     return run_id
 
 
-def _reexecute_from_failure(cluster: LocalStack, instance, run_id: str, data: str, partition: str) -> None:
-    """Re-execute a failed run from failure: it must succeed with the in-process results, nothing half-written."""
+def _reexecute_from_failure(cluster: LocalStack, instance, run_ids: dict[str, str], data: str) -> None:
+    """Re-execute failed runs (partition -> run id) from failure, all at once: each must succeed with the
+    in-process results and nothing half-written."""
     reexec = """
     mutation Re($p: ReexecutionParams!) {
       launchPipelineReexecution(reexecutionParams: $p) {
         __typename ... on LaunchRunSuccess { run { runId } } ... on PythonError { message stack }
       }
     }"""
-    res = _graphql(cluster, reexec, {"p": {"parentRunId": run_id, "strategy": "FROM_FAILURE"}})
-    res = res["launchPipelineReexecution"]
-    assert res["__typename"] == "LaunchRunSuccess", res
-    child = res["run"]["runId"]
-    _reference(cluster, data, [partition])
-    assert _wait_runs(instance, [child], timeout=180)[child] == "SUCCESS"
-    _assert_same_results(cluster, partition, data)
-    _assert_nothing_half_written(cluster, partition)
+    children = []
+    for run_id in run_ids.values():
+        res = _graphql(cluster, reexec, {"p": {"parentRunId": run_id, "strategy": "FROM_FAILURE"}})
+        res = res["launchPipelineReexecution"]
+        assert res["__typename"] == "LaunchRunSuccess", res
+        children.append(res["run"]["runId"])
+    _reference(cluster, data, list(run_ids))
+    statuses = _wait_runs(instance, children, timeout=180)
+    assert set(statuses.values()) == {"SUCCESS"}, statuses
+    for partition in run_ids:
+        _assert_same_results(cluster, partition, data)
+        _assert_nothing_half_written(cluster, partition)
 
 
-def test_kill_9_worker_pool_process_mid_run_then_reexecute(cluster, data):
-    import dagster as dg
-
-    gpu = next(s for s in LocalStack.attach(cluster.root).services if s.name == "gpu-worker-1")
-    with dg.DagsterInstance.get() as instance:
-        run_id = _launch_and_wait_for_extraction(cluster, instance, KILLED)
-        victim = _pool_child(gpu)
-        os.kill(victim, signal.SIGKILL)
-        statuses = _wait_runs(instance, [run_id], timeout=90)
-        assert statuses[run_id] == "FAILURE", statuses
-        failed = [s for s in _steps(instance, run_id) if s["step"] == "feature_manifest"]
-        assert failed and not failed[0].get("ok")
-        wait_for("the gpu worker replaced its pool process", lambda: cluster.worker_names().count("gpu-worker-1")
-                 == 1 and _pool_child(gpu) != victim, 60, interval=1.0)
-        _reexecute_from_failure(cluster, instance, run_id, data, KILLED)
-
-
-def test_kill_9_whole_worker_mid_run_fails_cleanly_then_restart_and_reexecute(cluster, data):
-    """The whole gpu worker (Celery's main process and its pool) dies: nobody acks or fails its task, so the
-    lost-worker sensor must fail the step after the grace period; a restarted worker then re-executes it."""
+def test_kill_9_workers_mid_run_fail_cleanly_then_reexecute(cluster, data):
+    """Two ways a worker dies in a feature step, one after the other on the gpu worker:
+    - its pool process is killed (the OOM killer): Celery fails the task itself (WorkerLostError) and the
+      worker starts a new pool process;
+    - the whole worker is killed (main process and pool, as with a lost machine): nobody acks or fails its
+      task, so the lost-worker sensor must fail the step after the grace period.
+    Both runs fail cleanly; after `soco cluster restart` of the worker, re-executing both from failure gives
+    the in-process results with nothing half-written in the bucket."""
     import dagster as dg
     from dagster import DagsterEventType
 
@@ -386,13 +379,24 @@ def test_kill_9_whole_worker_mid_run_fails_cleanly_then_restart_and_reexecute(cl
     from soco_pipeline.deploy.processes import signal_group
 
     gpu = next(s for s in LocalStack.attach(cluster.root).services if s.name == "gpu-worker-1")
+    env = cluster.client_env()
+    app = celery_app(env["SOCO_CELERY_BROKER"], env["SOCO_CELERY_BACKEND"])
     with dg.DagsterInstance.get() as instance:
-        run_id = _launch_and_wait_for_extraction(cluster, instance, LOST)
+        # 1. The pool process dies.
+        runs = {KILLED: _launch_and_wait_for_extraction(cluster, instance, KILLED)}
+        victim = _pool_child(gpu)
+        os.kill(victim, signal.SIGKILL)
+        assert _wait_runs(instance, [runs[KILLED]], timeout=90)[runs[KILLED]] == "FAILURE"
+        failed = [s for s in _steps(instance, runs[KILLED]) if s["step"] == "feature_manifest"]
+        assert failed and not failed[0].get("ok")
+        wait_for("the gpu worker replaced its pool process", lambda: cluster.worker_names().count("gpu-worker-1")
+                 == 1 and _pool_child(gpu) != victim, 60, interval=1.0)
+
+        # 2. The whole worker dies.
+        runs[LOST] = run_id = _launch_and_wait_for_extraction(cluster, instance, LOST)
         signal_group(gpu.pgid, signal.SIGKILL)
         wait_for("the gpu worker's processes gone", lambda: not gpu.alive(), 10, interval=0.2)
         t_kill = time.monotonic()
-        env = cluster.client_env()
-        app = celery_app(env["SOCO_CELERY_BROKER"], env["SOCO_CELERY_BACKEND"])
         assert any(t.run_id == run_id for t in taken_tasks(app)), "the killed step's message is unacked"
         # Sensor tick (5 s) + grace, with room for a slow tick.
         statuses = _wait_runs(instance, [run_id], timeout=90)
@@ -408,7 +412,7 @@ def test_kill_9_whole_worker_mid_run_fails_cleanly_then_restart_and_reexecute(cl
                          env={**os.environ}, timeout=120)
         assert restarted.returncode == 0, restarted.stderr[-3000:]
         assert "gpu-worker-1" in cluster.worker_names()
-        _reexecute_from_failure(cluster, instance, run_id, data, LOST)
+        _reexecute_from_failure(cluster, instance, runs, data)
 
 
 def test_tables_and_features_live_in_the_bucket(cluster, data):
