@@ -314,9 +314,8 @@ def _assert_nothing_half_written(cluster: LocalStack, backbone: str) -> None:
     print(f"{len(published)} published objects of {backbone}, all whole; {len(leftovers)} temporary leftovers")
 
 
-def _launch_and_wait_for_extraction(cluster: LocalStack, instance, partition: str) -> str:
-    """Launch one evaluate_backbone run of `partition` (GraphQL, as the UI does); its run id, once its feature
-    step has started on the gpu worker and written some of its tensors to the bucket."""
+def _launch(cluster: LocalStack, partition: str) -> str:
+    """Launch one evaluate_backbone run of `partition` through GraphQL, as the UI does; its run id."""
     launch = """
     mutation Launch($p: ExecutionParams!) {
       launchPipelineExecution(executionParams: $p) {
@@ -329,16 +328,24 @@ def _launch_and_wait_for_extraction(cluster: LocalStack, instance, partition: st
               "executionMetadata": {"tags": [{"key": "dagster/partition", "value": partition}]}}
     res = _graphql(cluster, launch, {"p": params})["launchPipelineExecution"]
     assert res["__typename"] == "LaunchRunSuccess", res
-    run_id = res["run"]["runId"]
-    feats = f"{BUCKET}/{cluster.storage_prefix}/features/{partition}"
+    return res["run"]["runId"]
+
+
+def _wait_for_extraction(cluster: LocalStack, instance, runs: dict[str, str]) -> str:
+    """Until the feature step of one of `runs` (partition -> run id) has started on the gpu worker and
+    written some tensors to the bucket; that run's partition."""
     fs = cluster.s3fs()
 
-    def extracting() -> bool:
-        started = any(s["step"] == "feature_manifest" and "start" in s for s in _steps(instance, run_id))
+    def extracting(partition: str) -> bool:
+        feats = f"{BUCKET}/{cluster.storage_prefix}/features/{partition}"
+        started = any(s["step"] == "feature_manifest" and "start" in s and "end" not in s
+                      for s in _steps(instance, runs[partition]))
         return started and fs.exists(feats) and any(p.endswith(".npy") for p in fs.find(feats))
 
-    wait_for("feature extraction under way", extracting, 120, interval=0.2)
-    return run_id
+    found: list[str] = []
+    wait_for(f"feature extraction of one of {sorted(runs)} under way",
+             lambda: bool(found.extend(p for p in runs if extracting(p)) or found), 120, interval=0.2)
+    return found[0]
 
 
 def _reexecute_from_failure(cluster: LocalStack, instance, run_ids: dict[str, str], data: str) -> None:
@@ -382,18 +389,22 @@ def test_kill_9_workers_mid_run_fail_cleanly_then_reexecute(cluster, data):
     env = cluster.client_env()
     app = celery_app(env["SOCO_CELERY_BROKER"], env["SOCO_CELERY_BACKEND"])
     with dg.DagsterInstance.get() as instance:
+        # Both runs at once: the second feature step waits in the gpu queue (one message per worker), and
+        # whichever runs first loses its pool process, the other its whole worker.
+        runs = {p: _launch(cluster, p) for p in (KILLED, LOST)}
         # 1. The pool process dies.
-        runs = {KILLED: _launch_and_wait_for_extraction(cluster, instance, KILLED)}
+        first = _wait_for_extraction(cluster, instance, runs)
         victim = _pool_child(gpu)
         os.kill(victim, signal.SIGKILL)
-        assert _wait_runs(instance, [runs[KILLED]], timeout=90)[runs[KILLED]] == "FAILURE"
-        failed = [s for s in _steps(instance, runs[KILLED]) if s["step"] == "feature_manifest"]
+        assert _wait_runs(instance, [runs[first]], timeout=90)[runs[first]] == "FAILURE"
+        failed = [s for s in _steps(instance, runs[first]) if s["step"] == "feature_manifest"]
         assert failed and not failed[0].get("ok")
         wait_for("the gpu worker replaced its pool process", lambda: cluster.worker_names().count("gpu-worker-1")
                  == 1 and _pool_child(gpu) != victim, 60, interval=1.0)
 
-        # 2. The whole worker dies.
-        runs[LOST] = run_id = _launch_and_wait_for_extraction(cluster, instance, LOST)
+        # 2. The whole worker dies (its new pool process took the waiting step).
+        second = _wait_for_extraction(cluster, instance, {p: r for p, r in runs.items() if p != first})
+        run_id = runs[second]
         signal_group(gpu.pgid, signal.SIGKILL)
         wait_for("the gpu worker's processes gone", lambda: not gpu.alive(), 10, interval=0.2)
         t_kill = time.monotonic()
