@@ -24,6 +24,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether something accepts TCP connections on host:port."""
+    with socket.socket() as s:
+        s.settimeout(1.0)
+        return s.connect_ex((host, port)) == 0
+
+
 def free_ports(n: int) -> list[int]:
     """n distinct free loopback ports (held open together while choosing, so they differ)."""
     socks = []

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from soco_pipeline.deploy.processes import Service, free_ports, start, stop_all, wait_for
+from soco_pipeline.deploy.processes import Service, free_ports, port_open, start, stop_all, wait_for
 from soco_pipeline.storage import PROJECT_ROOT
 
 BUCKET = "soco"
@@ -300,6 +300,10 @@ class LocalStack:
         self._start("code_server", [_bin("dagster"), "api", "grpc", "-h", "127.0.0.1",
                                     "-p", str(p["code_server"]), "-m", "soco_pipeline.defs.definitions",
                                     "--location-name", "soco_pipeline"])
+        # The port first (a cheap socket poll): each `grpc-health-check` is a Python process that imports
+        # Dagster, and polling with it while the code server loads the code slows that load on few cores.
+        wait_for("code server port", lambda: port_open(p["code_server"]), timeout, interval=0.5,
+                 alive=self._dead("code_server"))
         health = [_bin("dagster"), "api", "grpc-health-check", "-h", "127.0.0.1", "-p", str(p["code_server"])]
         wait_for("code server", lambda: subprocess.run(health, env=env, capture_output=True,
                                                        timeout=60).returncode == 0,
