@@ -445,3 +445,16 @@ def test_oracle_errors_outside_the_embedded_data_set(data_root):
     s = spec("oracle", model="oracle_part", input={"nearest_multiple": 40})
     with pytest.raises(OracleError, match="data_root"):
         build_backbone(s)
+
+
+def test_the_dagster_definitions_load_without_torch():
+    """Specs, fingerprints and the definitions need no torch: every Dagster process (code server, each run
+    worker) loads them, and torch costs about 2 s of CPU a process; backbones load it when they are built."""
+    import subprocess
+    import sys
+
+    code = ("import sys, soco_pipeline.defs.definitions, soco_pipeline.backbones as b; "
+            "assert 'torch' not in sys.modules, 'torch imported'; b.BackboneContext; "
+            "assert 'torch' in sys.modules")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -10,7 +10,6 @@ import torch
 from soco_pipeline.backbones.preprocess import (
     NORMALISATION_PRESETS,
     InputBatch,
-    input_size,
     normalise,
     pad_to_square,
     prepare_batch,
@@ -21,6 +20,7 @@ from soco_pipeline.backbones.preprocess import (
     to_rgb_array,
     unit_to_pixels,
 )
+from soco_pipeline.backbones.spec import input_size
 
 
 def _image(h: int, w: int, rgb=(200, 10, 30)) -> np.ndarray:

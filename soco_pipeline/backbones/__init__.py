@@ -8,14 +8,8 @@ L2-normalised C x h x w maps.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from soco_pipeline.backbones.base import (
-    Backbone,
-    BackboneContext,
-    BackboneWeightsError,
-    as_context,
-    resolve_device,
-)
 from soco_pipeline.backbones.spec import (
     FEATURE_CODE_VERSION,
     BackboneSpec,
@@ -26,6 +20,21 @@ from soco_pipeline.backbones.spec import (
     spec_hash,
 )
 from soco_pipeline.storage import PROJECT_ROOT
+
+if TYPE_CHECKING:
+    from soco_pipeline.backbones.base import Backbone, BackboneContext
+
+# The torch-backed names load on first use: specs, fingerprints and the Dagster definitions need no
+# torch, and importing it costs every process (code server, each run worker, the UI) about 2 s of CPU.
+_FROM_BASE = {"Backbone", "BackboneContext", "BackboneWeightsError", "as_context", "resolve_device"}
+
+
+def __getattr__(name: str):
+    if name in _FROM_BASE:
+        from soco_pipeline.backbones import base
+
+        return getattr(base, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 ACTIVE_SPECS_DIR = PROJECT_ROOT / "assets" / "backbones"
 PRESETS_DIR = PROJECT_ROOT / "assets" / "backbone_presets"
@@ -69,6 +78,8 @@ def build_backbone(spec: BackboneSpec, context: BackboneContext | dict | None = 
 
     `context` is a BackboneContext or a dict {data_root | embedded_root, device, project_root}.
     """
+    from soco_pipeline.backbones.base import as_context
+
     context = as_context(context)
     if spec.kind == "timm":
         from soco_pipeline.backbones.timm_backbone import TimmBackbone

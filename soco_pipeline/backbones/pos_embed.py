@@ -20,7 +20,8 @@ import types
 import torch
 import torch.nn.functional as F
 
-POS_EMBED_MODES = ("auto", "dinov2_hub", "timm")
+from soco_pipeline.backbones.spec import POS_EMBED_MODES  # noqa: E402,F401 - defined with the spec
+
 HUB_OFFSET = 0.1  # dinov2's interpolate_offset for the models without registers
 
 

@@ -163,11 +163,3 @@ def prepare_batch(images: list, size: int, preset: str, device: str | torch.devi
     return InputBatch(size, preset, squares=squares)
 
 
-def input_size(policy: str, value: int, multiple: int) -> int:
-    """The input side S: the multiple of `multiple` nearest `value` (nearest_multiple; 800 -> 798 for
-    /14) or `value` grid cells (fixed_grid; 60 -> 840 for /14)."""
-    if policy == "fixed_grid":
-        return value * multiple
-    if policy == "nearest_multiple":
-        return max(1, int(value / multiple + 0.5)) * multiple
-    raise ValueError(f"unknown input policy {policy!r}; use nearest_multiple or fixed_grid")

@@ -29,8 +29,8 @@ from typing import Any
 
 import yaml
 
-from soco_pipeline.backbones.pos_embed import POS_EMBED_MODES
-from soco_pipeline.backbones.preprocess import input_size
+# How a ViT's position embeddings are resized to the input grid (backbones/pos_embed.py does it).
+POS_EMBED_MODES = ("auto", "dinov2_hub", "timm")
 
 # Bump when a change in the extraction code changes the features a spec produces: every cache
 # folder is keyed by spec_hash, which includes this constant, so old features are never reused.
@@ -111,6 +111,16 @@ WEIGHTS_BY_KIND = {
 
 class BackboneSpecError(ValueError):
     """A backbone spec is malformed; the message names the file, the field and the fix."""
+
+
+def input_size(policy: str, value: int, multiple: int) -> int:
+    """The input side S: the multiple of `multiple` nearest `value` (nearest_multiple; 800 -> 798 for
+    /14) or `value` grid cells (fixed_grid; 60 -> 840 for /14)."""
+    if policy == "fixed_grid":
+        return value * multiple
+    if policy == "nearest_multiple":
+        return max(1, int(value / multiple + 0.5)) * multiple
+    raise ValueError(f"unknown input policy {policy!r}; use nearest_multiple or fixed_grid")
 
 
 @dataclass(frozen=True)
