@@ -77,8 +77,15 @@ def run_demo(instance: dg.DagsterInstance | None = None, **overrides) -> pd.Data
 
 def main() -> int:
     """Entry point of `python -m soco_pipeline.demo`."""
+    from dagster._core.errors import DagsterExecutionInterruptedError
+
     t0 = time.perf_counter()
-    board = run_demo()
+    try:
+        board = run_demo()
+    except (KeyboardInterrupt, DagsterExecutionInterruptedError):
+        print("\ninterrupted: the run in progress is marked failed; `make demo` again resumes from what is "
+              "materialized", file=sys.stderr)
+        return 130
     from soco_pipeline.evaluation.leaderboard import leaderboard_markdown
 
     print()

@@ -126,3 +126,31 @@ def test_the_dead_run_sensor_fails_a_dead_run(tmp_path):
         assert instance.get_run_by_id(live.run_id).status == dg.DagsterRunStatus.STARTED
         again = dead_run_sensor(dg.build_sensor_context(instance=instance))
         assert again.skip_message == "no dead runs"
+
+
+@pytest.mark.timeout(600)
+def test_ctrl_c_while_waiting_for_a_pool_slot_stops_the_demo(tmp_path):
+    """Dagster's in-process executor only checks Ctrl-C when a step starts; a run waiting for the `gpu` slot
+    (held here by a live run of another process) must still stop on SIGINT, fail its run and free its claim."""
+    env = crash_env(tmp_path)
+    with _instance(env["DAGSTER_HOME"]) as instance:
+        holder = _run(instance, dg.DagsterRunStatus.STARTED, {**process_tags(), "dagster/partition": "elsewhere"})
+        storage = instance.event_log_storage
+        assert storage.initialize_concurrency_limit_to_default("gpu")
+        assert storage.claim_concurrency_slot("gpu", holder.run_id, "feature_manifest").is_claimed
+    demo = start_demo(env)
+    try:
+        wait_for_line(demo, "is waiting for a slot of pool 'gpu'", deadline_s=400)
+        t0 = time.monotonic()
+        os.kill(demo.pid, signal.SIGINT)
+        out, _ = demo.communicate(timeout=60)
+    finally:
+        kill(demo)
+    print(f"stopped {time.monotonic() - t0:.1f} s after SIGINT")
+    assert demo.returncode == 130, out[-3000:]
+    assert "interrupted while waiting for a slot of pool 'gpu'" in out and "interrupted: the run" in out
+    with _instance(env["DAGSTER_HOME"]) as instance:
+        ours = [r for r in instance.get_runs() if r.tags.get("dagster/partition") == BACKBONE]
+        assert [r.status for r in ours] == [dg.DagsterRunStatus.FAILURE]
+        pending = instance.event_log_storage.get_concurrency_info("gpu").pending_steps
+        assert {s.run_id for s in pending} == {holder.run_id}  # our claim is gone, the holder keeps its slot

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable
 
 import dagster as dg
@@ -77,43 +78,72 @@ def _describe(instance: dg.DagsterInstance, run_id: str) -> str:
     return f"run {run_id} ({run.status.value}{', partition ' + part if part else ''})"
 
 
-def waiting_message(instance: dg.DagsterInstance, run_ids: set[str], pool: str) -> str | None:
-    """A line saying which of `run_ids` waits for a slot of `pool` and which runs hold the slots, or None."""
+def _waiting_and_holders(instance: dg.DagsterInstance, run_ids: set[str], pool: str) -> tuple[list, list, int]:
+    """(steps of `run_ids` waiting for a slot of `pool`, slots held by other runs, the pool's limit)."""
     storage = instance.event_log_storage
     if not storage.supports_global_concurrency_limits:
-        return None
+        return [], [], 0
     info = storage.get_concurrency_info(pool)
     waiting = [s for s in info.pending_steps if s.run_id in run_ids and s.assigned_timestamp is None]
     holders = [s for s in info.claimed_slots if s.run_id not in run_ids]
+    return waiting, holders, info.slot_count
+
+
+def waiting_message(instance: dg.DagsterInstance, run_ids: set[str], pool: str) -> str | None:
+    """A line saying which of `run_ids` waits for a slot of `pool` and which runs hold the slots, or None."""
+    waiting, holders, limit = _waiting_and_holders(instance, run_ids, pool)
     if not waiting or not holders:
         return None
     held = "; ".join(f"{_describe(instance, s.run_id)} step {s.step_key}" for s in holders)
     return (
-        f"run {waiting[0].run_id} is waiting for a slot of pool {pool!r} (limit {info.slot_count}), held by {held}. "
+        f"run {waiting[0].run_id} is waiting for a slot of pool {pool!r} (limit {limit}), held by {held}. "
         f"If that run is dead, the next `make demo` fails it and frees the slot (or: dagster run delete <id>)"
     )
+
+
+def _raise_in_main_thread(exc: type[BaseException]) -> None:
+    """Raise `exc` in the main thread at its next Python instruction (CPython's async exception)."""
+    import ctypes
+
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(threading.main_thread().ident), ctypes.py_object(exc))
 
 
 class SlotWatcher:
     """While a block runs, print every `every_s` seconds which run holds the pool slot our runs wait for.
 
     Our runs are those tagged `tag`. Each round also fails dead runs, so a holder that dies meanwhile
-    frees its slot and the wait ends.
+    frees its slot and the wait ends. Ctrl-C while our run waits for a slot stops it: Dagster's in-process
+    executor records the interrupt but checks it only when a step starts, so the wait would go on; the
+    watcher sees the recorded interrupt and raises KeyboardInterrupt in the main thread instead.
     """
 
     def __init__(
         self, instance: dg.DagsterInstance, tag: tuple[str, str], pool: str = "gpu", every_s: float = 10.0,
-        log: Callable[[str], None] = print,
+        log: Callable[[str], None] = print, poll_s: float = 0.5,
     ):
         self.instance, self.tag, self.pool, self.every_s, self.log = instance, tag, pool, every_s, log
+        self.poll_s = poll_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="soco-slot-watcher", daemon=True)
 
+    def _our_runs(self) -> set[str]:
+        runs = self.instance.get_runs(filters=dg.RunsFilter(tags=dict([self.tag]), statuses=ACTIVE))
+        return {r.run_id for r in runs}
+
     def _loop(self) -> None:
-        while not self._stop.wait(self.every_s):
+        from dagster._utils.interrupts import check_captured_interrupt
+
+        next_report = time.monotonic() + self.every_s
+        while not self._stop.wait(self.poll_s):
             try:
-                runs = self.instance.get_runs(filters=dg.RunsFilter(tags=dict([self.tag]), statuses=ACTIVE))
-                message = waiting_message(self.instance, {r.run_id for r in runs}, self.pool)
+                if check_captured_interrupt() and _waiting_and_holders(self.instance, self._our_runs(), self.pool)[0]:
+                    self.log(f"interrupted while waiting for a slot of pool {self.pool!r}: stopping the run")
+                    _raise_in_main_thread(KeyboardInterrupt)
+                    return
+                if time.monotonic() < next_report:
+                    continue
+                next_report = time.monotonic() + self.every_s
+                message = waiting_message(self.instance, self._our_runs(), self.pool)
                 if message:
                     self.log(message)
                     fail_dead_runs(self.instance, self.log)
@@ -126,7 +156,7 @@ class SlotWatcher:
 
     def __exit__(self, *exc) -> None:
         self._stop.set()
-        self._thread.join(timeout=max(self.every_s, 1.0) + 5)
+        self._thread.join(timeout=max(self.poll_s, 1.0) + 5)
 
 
 
@@ -166,7 +196,6 @@ def lost_worker_sensor(context: dg.SensorEvaluationContext) -> dg.SkipReason:
     re-executed from failure (deploy/lost_workers.py says why Celery alone would wait for hours).
     """
     import json
-    import time
 
     from soco_pipeline.deploy.lost_workers import celery_app, fail_lost_tasks, live_workers, taken_tasks
 

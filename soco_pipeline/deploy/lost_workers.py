@@ -15,6 +15,7 @@ the Dagster sensor that decides which worker is lost is in defs/recovery.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 from dataclasses import dataclass
 
@@ -33,8 +34,10 @@ class TakenTask:
     step_keys: tuple[str, ...]
 
 
+@functools.cache
 def celery_app(broker: str, backend: str) -> Celery:
-    """A Celery client on the deployment's broker and result backend (no tasks registered)."""
+    """A Celery client on the deployment's broker and result backend (no tasks registered); one per pair
+    of URLs and process, so a sensor ticking every few seconds reuses its connection pools."""
     return Celery("soco-recovery", broker=broker, backend=backend)
 
 
