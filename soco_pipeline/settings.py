@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from soco_pipeline.storage import PROJECT_ROOT, default_storage_root, join
+from soco_pipeline.storage import PROJECT_ROOT, default_storage_root, is_remote, join
 
 
 @dataclass(frozen=True)
@@ -68,6 +68,6 @@ class Settings:
     def duckdb_path(self) -> str:
         """The DuckDB file holding views over the result tables (local path); ":memory:" when the storage
         root is a URL (object store): readers then build the views over the bucket (results_db)."""
-        if "://" in str(self.storage_root):
+        if is_remote(self.storage_root):
             return ":memory:"
         return str(Path(self.storage_root) / "results.duckdb")

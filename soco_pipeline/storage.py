@@ -37,6 +37,11 @@ def join(root: str, *parts: str) -> str:
     return "/".join([str(root).rstrip("/"), *[p.strip("/") for p in parts]])
 
 
+def is_remote(path: str | Path) -> bool:
+    """Whether an fsspec path is a URL (an object store, memory://) rather than a local path."""
+    return "://" in str(path)
+
+
 def filesystem(path: str) -> tuple[fsspec.AbstractFileSystem, str]:
     """The fsspec filesystem and the path inside it."""
     fs, _, paths = fsspec.get_fs_token_paths(str(path))

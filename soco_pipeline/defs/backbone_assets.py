@@ -10,7 +10,7 @@ from soco_pipeline import schemas
 from soco_pipeline.defs.checks import columns_of
 from soco_pipeline.defs.data_assets import run_taxonomy
 from soco_pipeline.defs.executors import GPU_STEP_TAGS
-from soco_pipeline.defs.partitions import backbones_partitions
+from soco_pipeline.defs.partitions import backbones_partitions, partition_spec_file
 from soco_pipeline.defs.resources import SocoSettings
 from soco_pipeline.defs.versions import BACKBONE_CODE_VERSIONS, current_fingerprint
 
@@ -21,13 +21,7 @@ def spec_for(soco: SocoSettings, backbone: str):
     """Load the spec file of a backbone partition (a clear error if its file is gone or malformed)."""
     from soco_pipeline.backbones import load_spec
 
-    path = Path(soco.backbones_dir) / f"{backbone}.yaml"
-    if not path.exists():
-        raise FileNotFoundError(
-            f"backbone {backbone!r} has no spec file at {path}: its results stay queryable but it cannot "
-            f"be recomputed; restore the file or delete the partition"
-        )
-    return load_spec(path)
+    return load_spec(partition_spec_file(soco.backbones_dir, backbone, "backbone", "recomputed"))
 
 
 def matching_device(soco: SocoSettings) -> str:
@@ -257,7 +251,8 @@ def results_database(
     context: dg.AssetExecutionContext, soco: SocoSettings, duckdb: DuckDBResource
 ) -> dg.MaterializeResult:
     """storage/results.duckdb: views over every result table, for DuckDB SQL (opened read-only by readers)."""
-    from soco_pipeline.evaluation.results_db import create_views, is_remote
+    from soco_pipeline.evaluation.results_db import create_views
+    from soco_pipeline.storage import is_remote
 
     settings = soco.settings()
     with duckdb.get_connection() as con:

@@ -8,8 +8,8 @@ from soco_pipeline.defs.executors import executor_for_profile, profile
 from soco_pipeline.defs.io_managers import ParquetIOManager
 from soco_pipeline.defs.recovery import dead_run_sensor, lost_worker_sensor
 from soco_pipeline.defs.resources import SocoSettings
-from soco_pipeline.evaluation.results_db import is_remote
 from soco_pipeline.settings import Settings
+from soco_pipeline.storage import is_remote
 
 
 def build_definitions(**overrides) -> dg.Definitions:

@@ -13,6 +13,7 @@ import dagster as dg
 import pandas as pd
 
 from soco_pipeline.defs.checks import schema_check
+from soco_pipeline.defs.partitions import partition_spec_file
 from soco_pipeline.defs.resources import SocoSettings
 from soco_pipeline.lvlm.schemas import LvlmAnswerSchema, LvlmItemSchema
 
@@ -27,13 +28,7 @@ def lvlm_spec_for(soco: SocoSettings, model: str):
     """The spec of an `lvlms` partition (a clear error when its file is gone or malformed)."""
     from soco_pipeline.lvlm.specs import load_spec
 
-    path = Path(soco.lvlms_dir) / f"{model}.yaml"
-    if not path.exists():
-        raise FileNotFoundError(
-            f"LVLM {model!r} has no spec file at {path}: its results stay queryable but it cannot be "
-            f"re-asked; restore the file or delete the partition"
-        )
-    return load_spec(path)
+    return load_spec(partition_spec_file(soco.lvlms_dir, model, "LVLM", "re-asked"))
 
 
 def lvlm_protocol(soco: SocoSettings):

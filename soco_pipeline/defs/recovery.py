@@ -200,9 +200,9 @@ def lost_worker_sensor(context: dg.SensorEvaluationContext) -> dg.SkipReason:
     from soco_pipeline.deploy.lost_workers import celery_app, fail_lost_tasks, live_workers, taken_tasks
 
     instance = context.instance
-    held = {(run.run_id, step): worker
-            for run in instance.get_runs(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED]))
-            for step, worker in in_flight_celery_steps(instance, run.run_id).items()}
+    runs = {r.run_id: r for r in instance.get_runs(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED]))}
+    held = {(run_id, step): worker
+            for run_id in runs for step, worker in in_flight_celery_steps(instance, run_id).items()}
     if not held:
         context.update_cursor(None)
         return dg.SkipReason("no step is running on a Celery worker")
@@ -222,13 +222,11 @@ def lost_worker_sensor(context: dg.SensorEvaluationContext) -> dg.SkipReason:
                       f"while running step {step} of run {run_id}: the step is failed as lost. Re-execute the "
                       "run from failure once a worker of its queue is up again.")
             mine = [t for t in tasks if t.run_id == run_id and step in t.step_keys]
-            run = instance.get_run_by_id(run_id)
             if not mine:
                 context.log.warning(f"{reason} (no unacked message of that step in the broker: nothing to fail)")
                 continue
             fail_lost_tasks(app, mine, reason)
-            if run is not None:
-                instance.report_engine_event(reason, run, step_key=step)
+            instance.report_engine_event(reason, runs[run_id], step_key=step)
             context.log.warning(reason)
             failed.append(f"{run_id}:{step}")
     context.update_cursor(json.dumps({w: t for w, t in missing_since.items() if w not in lost}))

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import duckdb
 
-from soco_pipeline.storage import exists, filesystem, published
+from soco_pipeline.storage import exists, filesystem, is_remote, published
 from soco_pipeline.tables import TABLES, Table
 
 IN_MEMORY = ":memory:"  # the results "file" when the tables live in an object store
@@ -42,7 +42,7 @@ def table_files(tables_root: str, table: Table) -> list[str]:
     if not fs.exists(folder):
         return []
     files = sorted(published([f for f in fs.ls(folder, detail=False) if f.endswith(".parquet")]))
-    return [fs.unstrip_protocol(f) for f in files] if "://" in str(tables_root) else files
+    return [fs.unstrip_protocol(f) for f in files] if is_remote(tables_root) else files
 
 
 def _sql_list(paths: list[str]) -> str:
@@ -77,14 +77,9 @@ def _create_views(con: duckdb.DuckDBPyConnection, tables_root: str, base: str | 
 def _local_base(db_path: Path, tables_root: str) -> str | None:
     """The database's folder when the tables live under it (then views store relative paths)."""
     base = db_path.resolve().parent
-    if "://" in str(tables_root) or not Path(tables_root).resolve().is_relative_to(base):
+    if is_remote(tables_root) or not Path(tables_root).resolve().is_relative_to(base):
         return None
     return str(base)
-
-
-def is_remote(root: str | Path) -> bool:
-    """Whether a storage or tables root is a URL (object store) rather than a local folder."""
-    return "://" in str(root)
 
 
 def _register_filesystem(con: duckdb.DuckDBPyConnection, tables_root: str) -> None:
