@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
@@ -45,6 +46,7 @@ class ObserverConfig(_Strict):
     """The simulated annotators' noisy-observer model."""
 
     n_annotators: int = 5
+    vote_mode: Literal["expected", "sampled"] = "expected"
     temperature: float
     noise_sd: float
     cannot_tell_margin: float

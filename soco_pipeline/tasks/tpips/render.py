@@ -77,13 +77,16 @@ def light_vector(direction_deg: float) -> np.ndarray:
     return np.array([np.sin(a) * 0.85, -np.cos(a) * 0.85, -0.5])
 
 
-def render_values(v: dict, cfg: TpipsConfig) -> tuple[np.ndarray, np.ndarray]:
-    """(image H x W x 3 uint8, object mask H x W bool) of one value record (see aspects.VALUE_COLUMNS)."""
+def render_values(v: dict, cfg: TpipsConfig, with_body: bool = False):
+    """(image H x W x 3 uint8, object mask H x W bool) of one value record (see aspects.VALUE_COLUMNS);
+    with_body adds a third item, the mask of the body parts that carry the object colour and texture."""
     s = cfg.image_size
     model = _model(str(v["shape"]), str(v["texture"]), int(round(float(v["hue"]) % 1.0 * 3600)),
                    cfg.scene.saturation, cfg.scene.value)
     img = background_image(int(v["background_id"]), s).astype(np.float32) / 255.0
     mask = np.zeros((s, s), bool)
+    body = np.zeros((s, s), bool)
+    body_ids = [i + 1 for i, p in enumerate(model.part_names) if p in TEXTURED_PARTS]
     n = int(v["count"])
     area = float(v["area"])
     light = light_vector(float(v["light_dir_deg"]))
@@ -98,8 +101,10 @@ def render_values(v: dict, cfg: TpipsConfig) -> tuple[np.ndarray, np.ndarray]:
         cam.px = cx + dx
         r = render(model, cam, light)
         img[r.mask] = np.clip(r.color[r.mask] * gain, 0, 1)
+        body = np.where(r.mask, np.isin(r.part, body_ids), body)
         mask |= r.mask
-    return (img * 255 + 0.5).astype(np.uint8), mask
+    out = (img * 255 + 0.5).astype(np.uint8)
+    return (out, mask, body) if with_body else (out, mask)
 
 
 def colour_transfer(img: np.ndarray, target: np.ndarray, strength: float) -> np.ndarray:
