@@ -55,6 +55,16 @@ TABLES: tuple[Table, ...] = (
     Table("global_metrics", "global_metrics", partitioned=True),
     Table("probe_metrics", "probe_metrics", partitioned=True),
     Table("correlation", "correlation"),
+    # TPIPS (soco_pipeline/defs/tpips/); judgements simulated
+    Table("tpips_images", "tpips_images"),
+    Table("tpips_ooo", "tpips_ooo"),
+    Table("tpips_afc", "tpips_afc"),
+    Table("tpips_pixel_baselines", "tpips_pixel_baselines"),
+    Table("tpips_features", "tpips_features", partitioned=True),
+    Table("tpips_baseline_scores", "tpips_baseline_scores", partitioned=True),
+    Table("tpips_learned", "tpips_learned", partitioned=True),
+    Table("tpips_lvlm_answers", "tpips_lvlm_answers", partitioned=True),
+    Table("tpips_leaderboard", "tpips_leaderboard"),
 )
 _BY_ASSET = {t.asset: t for t in TABLES}
 

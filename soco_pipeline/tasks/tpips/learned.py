@@ -70,7 +70,8 @@ class LateFusion(nn.Module):
         self.gate = nn.Sequential(nn.Linear(cfg.aspect_dim, cfg.hidden), nn.ReLU(), nn.Linear(cfg.hidden, d))
         nn.init.zeros_(self.gate[2].weight)
         nn.init.zeros_(self.gate[2].bias)
-        self.proj = nn.Linear(d, cfg.proj_dim, bias=False)
+        # proj_dim 0: the gate alone (a per-aspect diagonal projection; fewer parameters for small data)
+        self.proj = nn.Linear(d, cfg.proj_dim, bias=False) if cfg.proj_dim else nn.Identity()
 
     def forward(self, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
         g = 1.0 + self.gate(self.aspect(c))
