@@ -11,7 +11,13 @@ import pytest
 
 from soco_pipeline.tasks.tpips.afc import annotate_afc, generate_afc
 from soco_pipeline.tasks.tpips.annotators import consensus, normalise
-from soco_pipeline.tasks.tpips.baselines import constant_sim, ooo_positions, ooo_scores, oracle_sim, random_sim
+from soco_pipeline.tasks.tpips.baselines import (
+    constant_sim,
+    ooo_positions,
+    ooo_scores,
+    oracle_sim,
+    random_sim,
+)
 from soco_pipeline.tasks.tpips.formats import (
     TpipsFormatError,
     read_afc_jsonl,

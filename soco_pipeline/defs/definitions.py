@@ -3,8 +3,7 @@
 import dagster as dg
 from dagster_duckdb import DuckDBResource
 
-from soco_pipeline.defs import analysis, automation, backbone_assets, data_assets, lvlm, pair_assets
-from soco_pipeline.defs import tpips  # TPIPS family (one line; the wiring helper's folder loading replaces it)
+from soco_pipeline.defs import analysis, automation, backbone_assets, data_assets, lvlm, pair_assets, tpips
 from soco_pipeline.defs.executors import executor_for_profile, profile
 from soco_pipeline.defs.io_managers import ParquetIOManager
 from soco_pipeline.defs.recovery import dead_run_sensor, lost_worker_sensor

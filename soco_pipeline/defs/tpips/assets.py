@@ -2,7 +2,6 @@
 model, and the leaderboard. Declarations only: the domain core is soco_pipeline.tasks.tpips; tables go through
 the IO manager. The config is assets/tpips.yaml, or the file SOCO_TPIPS_CONFIG names (tests shrink it)."""
 
-from __future__ import annotations
 
 import base64
 import os

@@ -80,6 +80,7 @@ class LearnedConfig(_Strict):
     aspect_dim: int
     hidden: int
     proj_dim: int
+    late_grid: int = 1
     epochs: int
     lr: float
     weight_decay: float

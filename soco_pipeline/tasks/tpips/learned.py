@@ -4,9 +4,10 @@ f_θ(x_i, x_j | c) gives the three pair similarities; the predicted odd-one-out 
 softmax(s̄ / τ) with s̄_k = s(pair excluding k), trained with cross-entropy against y (published). τ is learned
 (log-parametrised, from `tau_init`) or fixed by config. Full-batch Adam, early stopping on the val loss.
 
-- late fusion: z(x, c) = W (e(x) ⊙ g(c)), s = cos(z_i, z_j); e = the L2-normalised mean tokens of every layer
-  (and the class token when cached), g(c) = 1 + MLP(a(c)) a per-aspect channel gate (an aspect-conditioned
-  projection of the embedding);
+- late fusion: z(x, c) = W (e(x) ⊙ g(c)), s = cos(z_i, z_j); e = the global embedding (class token or mean
+  token) beside every layer's tokens average-pooled to a `late_grid` x `late_grid` layout (1: the mean token),
+  each L2-normalised; g(c) = 1 + MLP(a(c)) a per-aspect channel gate (an aspect-conditioned projection of the
+  embedding); `proj_dim` 0 leaves W out (the gate alone);
 - mid fusion (published form): f = −Σ_ℓ (1/T) Σ_t ‖w_ℓ(c) ⊙ (φ_ℓ(x_i)_t − φ_ℓ(x_j)_t)‖² with unit-normalised
   tokens φ_ℓ and w_ℓ(c) = softplus(MLP(a(c))) per channel, started at w = 1 (the uncalibrated LPIPS-style
   distance);
@@ -145,8 +146,18 @@ class TrainedMetric:
             return self.model.weights(self.vocab.encode([aspect]))[0].numpy()
 
 
-def _late_inputs(feats: TpipsFeatures) -> torch.Tensor:
-    parts = [feats.globals_] + [f.mean(1) for f in feats.layers]
+def _pooled(tokens: np.ndarray, grid: int) -> np.ndarray:
+    """(N, grid*grid*C): the token map average-pooled to a grid x grid layout (position kept coarsely)."""
+    n, t, c = tokens.shape
+    side = int(round(np.sqrt(t)))
+    m = torch.as_tensor(tokens.reshape(n, side, side, c)).permute(0, 3, 1, 2)
+    p = nn.functional.adaptive_avg_pool2d(m, grid).permute(0, 2, 3, 1)
+    return (p / (p.norm(dim=-1, keepdim=True) + 1e-8)).reshape(n, -1).numpy() / grid
+
+
+def _late_inputs(feats: TpipsFeatures, grid: int = 1) -> torch.Tensor:
+    pooled = [f.mean(1) for f in feats.layers] if grid <= 1 else [_pooled(f, grid) for f in feats.layers]
+    parts = [feats.globals_] + pooled
     parts = [p / (np.linalg.norm(p, axis=1, keepdims=True) + 1e-8) for p in parts]
     return torch.as_tensor(np.concatenate(parts, 1), dtype=torch.float32)
 
@@ -166,7 +177,7 @@ def train_metric(kind: str, feats: TpipsFeatures, ooo: pd.DataFrame, pos: np.nda
     torch.manual_seed(cfg.seed)
     layers = [torch.as_tensor(f, dtype=torch.float32) for f in feats.layers]
     if kind == "late":
-        model: nn.Module = LateFusion(_late_inputs(feats), len(vocab.aspects), cfg)
+        model: nn.Module = LateFusion(_late_inputs(feats, cfg.late_grid), len(vocab.aspects), cfg)
     else:
         mode = {"mid": "conditioned", "mid_unconditioned": "shared", "mid_frozen": "fixed"}[kind]
         model = MidFusion(layers, len(vocab.aspects), cfg, mode)
