@@ -234,4 +234,4 @@ def train_metric(kind: str, feats: TpipsFeatures, ooo: pd.DataFrame, pos: np.nda
             log_tau.data = best_state[1]
     seconds = time.perf_counter() - start
     model.eval()
-    return TrainedMetric(kind, model, vocab, float(log_tau.exp()), epochs, best_epoch, seconds, int(tr.sum()), history)
+    return TrainedMetric(kind, model, vocab, float(log_tau.detach().exp()), epochs, best_epoch, seconds, int(tr.sum()), history)
