@@ -34,9 +34,9 @@ from soco_pipeline.synth.model import Builder, ObjectModel
 from soco_pipeline.synth.render import render
 from soco_pipeline.synth.scene import frame_camera
 from soco_pipeline.synth.variants import category_params, sample_colors
-from soco_pipeline.taxonomy import Taxonomy, load_taxonomy
 from soco_pipeline.tasks.mmvm.config import MmvmConfig
 from soco_pipeline.tasks.mmvm.cues import CUE_ATTRIBUTE, format_match_type
+from soco_pipeline.taxonomy import Taxonomy, load_taxonomy
 
 SPLITS = ("train", "test")
 ID_PREFIX = "mmvm"

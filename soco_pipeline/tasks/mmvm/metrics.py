@@ -34,6 +34,10 @@ def _groups(rows: pd.DataFrame) -> pd.DataFrame:
     parts = [base.assign(breakdown="overall", key="all"),
              base.assign(breakdown="candidates", key=rows["count_label"].astype(str).to_numpy()),
              base.assign(breakdown="query", key=np.where(rows["query_absent"].to_numpy(bool), "absent", "present"))]
+    if "correct_forced" in rows:  # feature backbones: the argmax alone, on the items that hold the query
+        present = ~rows["query_absent"].to_numpy(bool)
+        forced = rows.loc[present, ["correct_forced", "n_candidates"]].rename(columns={"correct_forced": "correct"})
+        parts.append(forced.reset_index(drop=True).assign(breakdown="query", key="present_forced"))
     exploded = base.assign(code=codes.to_numpy()).explode("code")
     exploded = exploded.assign(breakdown="cue", key=exploded["code"].map(lambda c: CUES[int(c)]))
     parts.append(exploded.drop(columns="code"))

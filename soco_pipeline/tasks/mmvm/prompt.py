@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import string
 
 import numpy as np
@@ -32,7 +33,8 @@ QUESTION = (
 NONE_TEXT = "None of the above choices are correct"
 LETTERS = string.ascii_uppercase
 ITEM_COLUMNS = [
-    "item_id", "case_id", "split", "n_candidates", "count_label", "match_type", "query_absent", "labels", "ids",
+    "item_id", "case_id", "split", "n_candidates", "count_label", "match_type", "match_type_fallback", "query_absent", "labels",
+    "ids",
     "shown_ids", "options", "question", "answer", "answer_id", "none_letter", "frame0_marked", "frame1_marked",
     "data_source",
 ]
@@ -65,6 +67,14 @@ def option_map(options: str) -> dict[str, str]:
         k, v = line.split(".", 1)
         out[k.strip()] = v.strip()
     return out
+
+
+def options_of(question: str) -> str:
+    """The options block of a question: the text after the published template, else its `X. ...` lines."""
+    if question.startswith(QUESTION):
+        return question[len(QUESTION):]
+    lines = [ln for ln in question.split("\n") if re.match(r"^\s*[A-Z]\.\s", ln)]
+    return "".join(ln.strip() + "\n" for ln in lines)
 
 
 def candidate_counts(n_total: int, counts) -> list[tuple[int, str]]:
@@ -123,7 +133,8 @@ def build_items(cases: pd.DataFrame, objects: pd.DataFrame, images: pd.DataFrame
                 answer_id, answer = -1, none_letter
             rows.append({
                 "item_id": item_id, "case_id": case.case_id, "split": case.split, "n_candidates": k,
-                "count_label": count_label, "match_type": case.match_type, "query_absent": not match,
+                "count_label": count_label, "match_type": case.match_type, "match_type_fallback": "",
+                "query_absent": not match,
                 "labels": json.dumps(pick), "ids": json.dumps(ids), "shown_ids": json.dumps(shown),
                 "options": options, "question": build_question(options), "answer": answer,
                 "answer_id": int(answer_id), "none_letter": none_letter, "frame0_marked": marked0,
