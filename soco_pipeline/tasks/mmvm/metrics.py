@@ -13,7 +13,7 @@ import pandas as pd
 
 from soco_pipeline.tasks.mmvm.cues import CUES, parse_match_type
 
-METRIC_COLUMNS = ["model", "kind", "split", "breakdown", "key", "n_items", "accuracy", "ci_low", "ci_high",
+METRIC_COLUMNS = ["model", "kind", "method", "split", "breakdown", "key", "n_items", "accuracy", "ci_low", "ci_high",
                   "random_expected", "status", "reason"]
 
 
@@ -44,11 +44,11 @@ def _groups(rows: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)
 
 
-def accuracy_table(rows: pd.DataFrame, model: str, kind: str, split: str = "test") -> pd.DataFrame:
+def accuracy_table(rows: pd.DataFrame, model: str, kind: str, split: str = "test", method: str = "") -> pd.DataFrame:
     """METRIC_COLUMNS rows of one model from its per-item rows (columns correct, n_candidates, count_label,
     match_type, query_absent, split, and optionally status/reason)."""
     if "status" in rows and len(rows) and (rows["status"] == "not_applicable").all():
-        return pd.DataFrame([{"model": model, "kind": kind, "split": split, "breakdown": "overall", "key": "all",
+        return pd.DataFrame([{"model": model, "kind": kind, "method": method, "split": split, "breakdown": "overall", "key": "all",
                               "n_items": 0, "accuracy": np.nan, "ci_low": np.nan, "ci_high": np.nan,
                               "random_expected": np.nan, "status": "not_applicable",
                               "reason": str(rows["reason"].iat[0])}], columns=METRIC_COLUMNS)
@@ -59,20 +59,30 @@ def accuracy_table(rows: pd.DataFrame, model: str, kind: str, split: str = "test
     agg = g.groupby(["breakdown", "key"], sort=False).agg(n_items=("correct", "size"), hits=("correct", "sum"),
                                                          random_expected=("chance", "mean")).reset_index()
     lo, hi = wilson(agg["hits"].to_numpy(), agg["n_items"].to_numpy())
-    out = agg.assign(model=model, kind=kind, split=split, accuracy=100 * agg["hits"] / agg["n_items"],
+    out = agg.assign(model=model, kind=kind, method=method, split=split, accuracy=100 * agg["hits"] / agg["n_items"],
                      ci_low=lo, ci_high=hi, random_expected=100 * agg["random_expected"], status="ok", reason="")
     return out[METRIC_COLUMNS]
 
 
+def method_metrics(rows: pd.DataFrame, kind: str, split: str = "test") -> pd.DataFrame:
+    """accuracy_table of every (model, method) in a predictions/answers table."""
+    if "method" not in rows or kind == "lvlm":
+        return pd.concat([accuracy_table(g, m, kind, split, "answer") for m, g in rows.groupby("model")],
+                         ignore_index=True)
+    return pd.concat([accuracy_table(g, m, kind, split, meth) for (m, meth), g in rows.groupby(["model", "method"])],
+                     ignore_index=True)
+
+
 def leaderboard(metrics: pd.DataFrame) -> pd.DataFrame:
-    """One row per model: overall accuracy, chance, per-cue and per-count accuracy columns (test split)."""
+    """One row per (model, method): overall accuracy and chance, then per-query-presence, per-cue and
+    per-count accuracy columns (test split)."""
     if metrics.empty:
-        return pd.DataFrame(columns=["model", "kind", "status", "accuracy", "random_expected"])
+        return pd.DataFrame(columns=["model", "kind", "method", "status", "accuracy", "random_expected"])
     m = metrics[metrics["split"] == "test"]
-    base = m[m["breakdown"] == "overall"][["model", "kind", "status", "reason", "accuracy", "random_expected",
-                                         "n_items"]]
+    base = m[m["breakdown"] == "overall"][["model", "kind", "method", "status", "reason", "accuracy",
+                                         "random_expected", "n_items"]]
     wide = m[m["breakdown"] != "overall"].assign(col=lambda d: d["breakdown"] + ":" + d["key"].astype(str))
-    wide = wide.pivot_table(index="model", columns="col", values="accuracy", aggfunc="first")
-    board = base.merge(wide, left_on="model", right_index=True, how="left")
+    wide = wide.pivot_table(index=["model", "method"], columns="col", values="accuracy", aggfunc="first")
+    board = base.merge(wide.reset_index(), on=["model", "method"], how="left")
     return board.sort_values(["status", "accuracy"], ascending=[False, False], na_position="last",
                              ignore_index=True)

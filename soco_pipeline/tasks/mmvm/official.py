@@ -55,8 +55,9 @@ class MmvmFormatError(ValueError):
 # ---------------------------------------------------------------- masks <-> polygons
 
 def mask_to_polygons(mask: np.ndarray) -> list[list[int]]:
-    """COCO-style polygons [x0, y0, x1, y1, ...] of a mask's outer contours (OpenCV, every boundary pixel)."""
-    contours, _ = cv2.findContours(mask.astype(np.uint8), cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_NONE)
+    """COCO-style polygons [x0, y0, x1, y1, ...] of a mask: outer contours and hole contours (OpenCV, every
+    boundary pixel). A hole's polygon overlaps its outer one, so the reference's rule clears it on import."""
+    contours, _ = cv2.findContours(mask.astype(np.uint8), cv2.RETR_CCOMP, cv2.CHAIN_APPROX_NONE)
     return [c.reshape(-1).astype(int).tolist() for c in contours if len(c) >= 3]
 
 

@@ -22,7 +22,7 @@ import pandas as pd
 from soco_pipeline.tasks.mmvm.prompt import LETTERS, read_labels
 
 PREDICTION_COLUMNS = [
-    "model", "item_id", "case_id", "split", "n_candidates", "count_label", "match_type", "query_absent", "answer",
+    "model", "method", "item_id", "case_id", "split", "n_candidates", "count_label", "match_type", "query_absent", "answer",
     "forced_letter", "predicted", "max_similarity", "threshold", "correct", "correct_forced", "none_rule",
     "status", "reason",
 ]
@@ -122,7 +122,7 @@ def fit_threshold(best: np.ndarray, forced_right: np.ndarray, is_none: np.ndarra
 
 
 def predict_items(items: pd.DataFrame, cases: pd.DataFrame, objects: pd.DataFrame, descriptors: dict,
-                  model: str) -> pd.DataFrame:
+                  model: str, method: str = "zero_shot") -> pd.DataFrame:
     """Predictions (PREDICTION_COLUMNS) of one descriptor source on every item, threshold fitted on train."""
     sims = item_similarities(items, cases, objects, descriptors)
     forced, best = forced_answers(items, sims)
@@ -134,6 +134,7 @@ def predict_items(items: pd.DataFrame, cases: pd.DataFrame, objects: pd.DataFram
     out = items[["item_id", "case_id", "split", "n_candidates", "count_label", "match_type", "query_absent",
                  "answer"]].copy()
     out.insert(0, "model", model)
+    out.insert(1, "method", method)
     out["forced_letter"] = forced.astype(str)
     out["predicted"] = predicted.astype(str)
     out["max_similarity"] = best
@@ -151,6 +152,7 @@ def not_applicable(items: pd.DataFrame, model: str, reason: str) -> pd.DataFrame
     out = items[["item_id", "case_id", "split", "n_candidates", "count_label", "match_type", "query_absent",
                  "answer"]].copy()
     out.insert(0, "model", model)
+    out.insert(1, "method", "zero_shot")
     out["forced_letter"] = ""
     out["predicted"] = ""
     out["max_similarity"] = np.nan
