@@ -23,7 +23,15 @@ from soco_pipeline.tasks.mmvm.official import (
     import_match_bench,
     import_vlmevalkit,
 )
-from soco_pipeline.tasks.mmvm.prompt import LETTERS, NONE_TEXT, QUESTION, build_items, build_options, read_labels, read_rgb
+from soco_pipeline.tasks.mmvm.prompt import (
+    LETTERS,
+    NONE_TEXT,
+    QUESTION,
+    build_items,
+    build_options,
+    read_labels,
+    read_rgb,
+)
 from soco_pipeline.tasks.mmvm.scoring import pool_frame
 
 

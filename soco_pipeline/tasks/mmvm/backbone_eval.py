@@ -10,7 +10,12 @@ import pandas as pd
 from soco_pipeline.features.extract import extract_features
 from soco_pipeline.features.store import FeatureStore
 from soco_pipeline.tasks.mmvm.contrastive import apply_head, train_head
-from soco_pipeline.tasks.mmvm.scoring import not_applicable, oracle_descriptors, pooled_descriptors, predict_items
+from soco_pipeline.tasks.mmvm.scoring import (
+    not_applicable,
+    oracle_descriptors,
+    pooled_descriptors,
+    predict_items,
+)
 
 ORACLE_REASON = ("not applicable: SOCO oracles read the part/concept keypoint maps of the embedded SOCO data set "
                  "(ground_truth/keypoints.parquet); MMVM frames have no SOCO keypoints")
