@@ -50,8 +50,11 @@ def _check(name: str) -> dg.AssetCheckSpec:
 
 @dg.multi_asset(
     group_name=GROUP,
-    outs={n: dg.AssetOut(automation_condition=EAGER, code_version=CODE_VERSION, kinds={"pandas"})
-          for n in ("mmvm_cases", "mmvm_images", "mmvm_objects")},
+    outs={n: dg.AssetOut(automation_condition=EAGER, code_version=CODE_VERSION, kinds={"pandas"}, description=d)
+          for n, d in (("mmvm_cases", "Generated cases (SIMULATED): cue codes, query presence, candidate total."),
+                       ("mmvm_images", "The unmarked frames (feature-cache input) and their instance label maps."),
+                       ("mmvm_objects", "Every object of every frame: role, identity and the attributes the cues "
+                                        "compare."))},
     check_specs=[_check(n) for n in ("mmvm_cases", "mmvm_images", "mmvm_objects")],
 )
 def mmvm_scenes(context: dg.AssetExecutionContext, soco: SocoSettings):

@@ -186,6 +186,8 @@ def assign_slots(objs: list[ObjectSpec], landmark: bool, rng: np.random.Generato
     its recorded relation then being the one of its cell."""
     n = len(objs) + (4 if landmark else 0)
     cols, rows = _grid(n, width, height)
+    if landmark and cols < 3:  # the landmark needs a free cell on both sides
+        cols, rows = 3, max(rows, int(np.ceil(n / 3)))
     cells = [(c, r) for r in range(rows) for c in range(cols)]
     order = [cells[i] for i in rng.permutation(len(cells))]
     if not landmark:
