@@ -235,16 +235,32 @@ def _decal(img: np.ndarray, mask: np.ndarray, spec: ObjectSpec, cfg: MmvmConfig)
             cv2.rectangle(layer, (int(x0), top), (int(x1), top + band), rgb, -1)
             cv2.rectangle(paint, (int(x0), top), (int(x1), top + band), 1, -1)
     if spec.text:
-        scale = max(0.3, 0.32 * h / 22.0)
-        thick = max(1, int(round(scale * 2)))
+        # At the deepest mask point left of the centre (the marks put their ID label on the centroid), sized
+        # to the room there; the number is printed whole, not clipped to the mask.
+        dist = cv2.distanceTransform(mask.astype(np.uint8), cv2.DIST_L2, 3)
+        left = dist.copy()
+        left[:, cx:] = 0
+        pick = left if left.max() > 0.6 * dist.max() else dist
+        py, px = np.unravel_index(int(np.argmax(pick)), pick.shape)
+        room = max(float(pick[py, px]), 3.0)
+        thick = 1 if room < 8 else 2
+        scale = 0.3
+        for s10 in range(30, 2, -1):
+            (tw, th), _ = cv2.getTextSize(spec.text, cv2.FONT_HERSHEY_SIMPLEX, s10 / 10, thick)
+            if max(tw, th) <= 2.4 * room:
+                scale = s10 / 10
+                break
         (tw, th), _ = cv2.getTextSize(spec.text, cv2.FONT_HERSHEY_SIMPLEX, scale, thick)
-        org = (int(cx - tw / 2), int(cy + th / 2))
+        org = (int(px - tw / 2), int(py + th / 2))
         cv2.putText(layer, spec.text, org, cv2.FONT_HERSHEY_SIMPLEX, scale, (10, 10, 10), thick + 2, cv2.LINE_AA)
         cv2.putText(paint, spec.text, org, cv2.FONT_HERSHEY_SIMPLEX, scale, 1, thick + 2, cv2.LINE_AA)
         white = np.zeros(mask.shape, np.uint8)
         cv2.putText(white, spec.text, org, cv2.FONT_HERSHEY_SIMPLEX, scale, 1, thick, cv2.LINE_AA)
         layer[white > 0] = 250
-    sel = (paint > 0) & mask
+        text_px = paint > 0
+    else:
+        text_px = np.zeros(mask.shape, bool)
+    sel = ((paint > 0) & mask) | text_px
     img[sel] = layer[sel]
 
 
