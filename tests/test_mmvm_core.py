@@ -32,7 +32,7 @@ from soco_pipeline.tasks.mmvm.prompt import (
     read_labels,
     read_rgb,
 )
-from soco_pipeline.tasks.mmvm.scoring import pool_frame
+from soco_pipeline.tasks.mmvm.scoring import pool_frame, predict_items
 
 
 def tiny_config(**over):
@@ -296,3 +296,40 @@ def test_feature_backbone_scores_through_the_shared_cache(data, tmp_path):
     assert pred["max_similarity"].between(-1.0001, 1.0001).all() and (pred["status"] == "ok").all()
     m = method_metrics(pred, "backbone")
     assert m["accuracy"].between(0, 100).all() and m["random_expected"].between(0, 100).all()
+
+
+def test_contrastive_head_learns_to_ignore_a_nuisance_subspace():
+    """Identity lives in one block of channels, per-view noise (stronger) in another: zero-shot cosine is
+    swamped by the noise; the head, trained on the training cases' instance pairs, learns to drop it."""
+    from soco_pipeline.tasks.mmvm.contrastive import apply_head, train_head
+
+    rows, cases = [], []
+    for c in range(80):
+        cid = f"c{c:02d}"
+        cases.append({"case_id": cid, "split": "train" if c < 60 else "test"})
+        rows += [{"case_id": cid, "frame": 0, "label": 1, "identity": f"{cid}/q", "role": "query"},
+                 {"case_id": cid, "frame": 0, "label": 2, "identity": f"{cid}/d0", "role": "other"},
+                 {"case_id": cid, "frame": 1, "label": 1, "identity": f"{cid}/q", "role": "match"}]
+        rows += [{"case_id": cid, "frame": 1, "label": 2 + k, "identity": f"{cid}/d{k}", "role": "distractor"}
+                 for k in range(5)]
+    objs = pd.DataFrame(rows)
+    objs["image_id"] = "mmvm/" + objs["case_id"] + "/frame" + objs["frame"].astype(str)
+    cases = pd.DataFrame(cases)
+    rng = np.random.default_rng(3)
+    codes, uniq = pd.factorize(objs["identity"])
+    vec = np.hstack([rng.standard_normal((len(uniq), 8))[codes], 2.0 * rng.standard_normal((len(objs), 8))])
+    vec = (vec / np.linalg.norm(vec, axis=1, keepdims=True)).astype(np.float32)
+    desc = {(i, int(lb)): v for i, lb, v in zip(objs["image_id"], objs["label"], vec, strict=True)}
+    head = train_head(desc, objs, cases, dim=8, steps=300, lr=0.05)
+
+    def accuracy(d):
+        hits = []
+        for cid in cases.loc[cases.split == "test", "case_id"]:
+            q = d[(f"mmvm/{cid}/frame0", 1)]
+            cand = np.stack([d[(f"mmvm/{cid}/frame1", lb)] for lb in range(1, 7)])
+            hits.append(int(np.argmax(cand @ q)) == 0)
+        return np.mean(hits)
+
+    zero, tuned = accuracy(desc), accuracy(apply_head(desc, head))
+    assert tuned > zero + 0.2 and tuned > 0.8, (zero, tuned)
+    assert np.linalg.norm(head[8:]) < 0.5 * np.linalg.norm(head[:8])

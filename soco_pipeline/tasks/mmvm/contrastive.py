@@ -46,14 +46,19 @@ def train_head(descriptors: dict, objects: pd.DataFrame, cases: pd.DataFrame, di
     target = torch.from_numpy(anchors["target"].to_numpy()).long()
     w = torch.nn.Parameter(w0.clone())
     opt = torch.optim.Adam([w], lr=lr)
-    for _ in range(steps):
-        za = torch.nn.functional.normalize(a @ w, dim=1)
-        zp = torch.nn.functional.normalize(p @ w, dim=1)
-        logits = (za @ zp.T / temperature).masked_fill(~same_case, float("-inf"))
-        loss = torch.nn.functional.cross_entropy(logits, target)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # matrices of a few hundred rows: extra threads only contend
+    try:
+        for _ in range(steps):
+            za = torch.nn.functional.normalize(a @ w, dim=1)
+            zp = torch.nn.functional.normalize(p @ w, dim=1)
+            logits = (za @ zp.T / temperature).masked_fill(~same_case, float("-inf"))
+            loss = torch.nn.functional.cross_entropy(logits, target)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    finally:
+        torch.set_num_threads(threads)
     return w.detach().numpy().astype(np.float32)
 
 

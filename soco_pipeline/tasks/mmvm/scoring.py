@@ -52,7 +52,8 @@ def pool_frame(fmap: np.ndarray, labels: np.ndarray, wanted: list[int]) -> np.nd
     """(len(wanted), C) L2-normalised mask-pooled descriptors from a C x h x w map."""
     c, gh, gw = fmap.shape
     weights = coverage_weights(labels, wanted, gh, gw)
-    pooled = weights @ fmap.reshape(c, -1).T.astype(np.float32)
+    used = np.flatnonzero(weights.any(0))  # only the cells some object covers (a small share of the map)
+    pooled = weights[:, used] @ fmap.reshape(c, -1)[:, used].T.astype(np.float32)
     pooled /= np.maximum(weights.sum(1, keepdims=True), 1e-12)
     return pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
 
