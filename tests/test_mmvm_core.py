@@ -32,7 +32,7 @@ from soco_pipeline.tasks.mmvm.prompt import (
     read_labels,
     read_rgb,
 )
-from soco_pipeline.tasks.mmvm.scoring import pool_frame, predict_items
+from soco_pipeline.tasks.mmvm.scoring import pool_frame
 
 
 def tiny_config(**over):
