@@ -140,3 +140,12 @@ def test_tiny_random_transformers_vlm_answers_every_item(items, tmp_path):
     assert len(rows) == 3 and (rows["error"] == "").all() and (rows["raw_answer"].str.len() > 0).all()
     assert set(rows["method"]) <= {"exact", "none"}
     assert all(p == "" or p in option_map(o) for p, o in zip(rows["parsed"], few["options"], strict=True))
+
+
+def test_vlmevalkit_judge_scores_read_like_upstream():
+    from soco_pipeline.tasks.mmvm.answers import judge_hits, yes_no_judge_prompt
+
+    hits = judge_hits(pd.Series(["The response is right. [YES]", "[NO]", "", None, "Yes"]))
+    assert hits.tolist() == [True, False, False, False, True]
+    p = yes_no_judge_prompt("Q?", "B. 2", "B")
+    assert p.startswith("I asked a model a question: {Q?}. The model's response was: {B. 2}.") and "[NO]." in p

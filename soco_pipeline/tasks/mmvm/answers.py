@@ -170,3 +170,21 @@ def score_predictions(table: pd.DataFrame, judge: Backend | None = None) -> pd.D
     t["count_label"] = t["n_candidates"].astype(str)
     t["split"] = "test"
     return t
+
+
+# Upstream VLMEvalKit's MMVMBench scores with a GPT judge instead of letter extraction (temperature 0).
+YES_TAGS = ("[YES]", "[Yes]", "[yes]", "YES", "Yes", "yes")
+
+
+def yes_no_judge_prompt(question: str, prediction: str, answer: str) -> str:
+    """VLMEvalKit MMVMBench's judge prompt for one row (each field wrapped in braces, as there)."""
+    return (f"I asked a model a question: {{{question}}}. The model's response was: {{{prediction}}}. "
+            f"The correct answer to this question is: {{{answer}}}. Please determine whether the model's "
+            "response is correct. If it is, conclude with [YES]. If it is not, conclude with [NO].")
+
+
+def judge_hits(scores: pd.Series) -> pd.Series:
+    """VLMEvalKit's reading of its judge replies (the `score` column of its _score workbook): a hit iff
+    any of its YES tags occurs (note: a plain substring test, so "yes" inside other words counts too)."""
+    s = scores.fillna("").astype(str)
+    return s.apply(lambda v: any(tag in v for tag in YES_TAGS))
