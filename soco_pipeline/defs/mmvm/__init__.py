@@ -15,6 +15,7 @@ from soco_pipeline.defs.lvlm import lvlm_spec_for, lvlms_partitions
 from soco_pipeline.defs.partitions import backbones_partitions
 from soco_pipeline.defs.resources import SocoSettings
 from soco_pipeline.tasks.mmvm import schemas
+from soco_pipeline.tasks.mmvm.config import MmvmConfig
 
 GROUP = "mmvm"
 EAGER = dg.AutomationCondition.eager()
@@ -22,7 +23,7 @@ CODE_VERSION = "mmvm-1"
 ALL_PARTITIONS = {"allow_missing_partitions": True}
 
 
-def mmvm_config(soco: SocoSettings):
+def mmvm_config(soco: SocoSettings) -> MmvmConfig:
     """The family config (assets/mmvm.yaml unless the resource names another)."""
     from soco_pipeline.tasks.mmvm.config import load_config
 

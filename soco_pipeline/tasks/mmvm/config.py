@@ -21,16 +21,22 @@ class _Strict(BaseModel):
 
 
 class Cases(_Strict):
+    """Cases per split."""
+
     train: int = Field(ge=1)
     test: int = Field(ge=1)
 
 
 class Frame(_Strict):
+    """Frame size in pixels."""
+
     width: int = Field(ge=96)
     height: int = Field(ge=96)
 
 
 class Candidates(_Strict):
+    """Candidates per case (inclusive range) and the published subset counts."""
+
     total: tuple[int, int]
     counts: tuple[int, ...] = (4, 8, 12)
 

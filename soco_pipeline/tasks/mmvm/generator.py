@@ -180,7 +180,7 @@ def _relation_of(slot, landmark) -> str:
 
 
 def assign_slots(objs: list[ObjectSpec], landmark: bool, rng: np.random.Generator, width: int, height: int,
-                 keep: str = "none"):
+                 keep: str = "none") -> tuple[int, int, list, list[ObjectSpec], tuple[int, int] | None]:
     """Grid cells for the objects (and the landmark's cell); with a landmark, the query/true match takes the
     cell its relation names and every other object a cell whose relation is not `keep` (the true match's),
     its recorded relation then being the one of its cell."""
@@ -286,6 +286,7 @@ def render_frame(objs: list[ObjectSpec], slots, grid, anchor, landmark: ObjectSp
     models = {} if models is None else models
 
     def model_of(shape: str, rgb, seed: int) -> ObjectModel:
+        """The cached model of (category, colour, seed)."""
         key = (shape, tuple(rgb), seed)
         if key not in models:
             models[key] = build_object(shape, rgb, seed, taxonomy)
@@ -341,7 +342,8 @@ def _png(arr: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-def generate_case(cfg: MmvmConfig, split: str, index: int, root: str, taxonomy: Taxonomy | None = None):
+def generate_case(cfg: MmvmConfig, split: str, index: int, root: str,
+                  taxonomy: Taxonomy | None = None) -> tuple[dict, list[dict], list[dict]]:
     """Render one case's two frames under `root`; returns (case row, image rows, object rows)."""
     tax = taxonomy or load_taxonomy()
     plan = plan_case(cfg, split, index)
