@@ -58,7 +58,7 @@ def main() -> None:
     board = leaderboard(pd.concat(frames, ignore_index=True))
     wall = sum(w for w, _ in totals)
     cpu = sum(c for _, c in totals)
-    print(f"total: {wall:.1f} s wall, {cpu:.1f} s CPU (on 2 idle cores ~{max(cpu / 2, cpu / 2):.0f}-{cpu:.0f} s)")
+    print(f"total: {wall:.1f} s wall, {cpu:.1f} s CPU (wall on 2 idle cores: between {cpu / 2:.0f} and {cpu:.0f} s)")
     print(board[["model", "method", "status", "accuracy", "random_expected", "query:present_forced"]]
           .to_string(index=False))
 
