@@ -211,10 +211,11 @@ def assign_slots(objs: list[ObjectSpec], landmark: bool, rng: np.random.Generato
     return cols, rows, slots, out, anchor
 
 
-def _decal(img: np.ndarray, mask: np.ndarray, spec: ObjectSpec, cfg: MmvmConfig) -> None:
-    """Paint the text marker and the object marker onto the object's visible pixels (in place)."""
+def _decal(img: np.ndarray, mask: np.ndarray, spec: ObjectSpec, cfg: MmvmConfig, free: np.ndarray) -> np.ndarray:
+    """Paint the text marker and the object marker onto the object's visible pixels (in place); a printed
+    number may overhang onto `free` (background) pixels, which are returned: they join the object's mask."""
     if not mask.any() or (not spec.text and not spec.marker):
-        return
+        return np.zeros(mask.shape, bool)
     rows, cols = np.nonzero(mask)
     y0, y1, x0, x1 = rows.min(), rows.max() + 1, cols.min(), cols.max() + 1
     w, h = x1 - x0, y1 - y0
@@ -257,11 +258,12 @@ def _decal(img: np.ndarray, mask: np.ndarray, spec: ObjectSpec, cfg: MmvmConfig)
         white = np.zeros(mask.shape, np.uint8)
         cv2.putText(white, spec.text, org, cv2.FONT_HERSHEY_SIMPLEX, scale, 1, thick, cv2.LINE_AA)
         layer[white > 0] = 250
-        text_px = paint > 0
+        text_px = (paint > 0) & free
     else:
         text_px = np.zeros(mask.shape, bool)
     sel = ((paint > 0) & mask) | text_px
     img[sel] = layer[sel]
+    return text_px & ~mask
 
 
 def _paint(canvas, labels, model: ObjectModel, azimuth: float, elevation: float, box, area: float,
@@ -310,7 +312,8 @@ def render_frame(objs: list[ObjectSpec], slots, grid, anchor, landmark: ObjectSp
         full = _paint(img, labels, model, spec.azimuth, elevation, box, cfg.sizes[spec.size], rng, len(placed))
         boxes.append((spec, full, box))
     for spec, full, _box in boxes:  # decals after all bodies, onto each body's pixels
-        _decal(img, full & (labels == placed.index(spec) + 1), spec, cfg)
+        k = placed.index(spec) + 1
+        labels[_decal(img, full & (labels == k), spec, cfg, labels == 0)] = k
     for spec, full, _box in boxes:  # riders on top of their hosts
         if spec.binding == "none" or not full.any():
             continue
