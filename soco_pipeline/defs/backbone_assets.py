@@ -19,9 +19,9 @@ EAGER = dg.AutomationCondition.eager()
 
 def spec_for(soco: SocoSettings, backbone: str):
     """Load the spec file of a backbone partition (a clear error if its file is gone or malformed)."""
-    from soco_pipeline.backbones import load_spec
+    from soco_pipeline.backbones.validate import checked_spec
 
-    return load_spec(partition_spec_file(soco.backbones_dir, backbone, "backbone", "recomputed"))
+    return checked_spec(partition_spec_file(soco.backbones_dir, backbone, "backbone", "recomputed"))
 
 
 def matching_device(soco: SocoSettings) -> str:
