@@ -9,6 +9,7 @@ docs/config.md lists the files and their models.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -19,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 E = TypeVar("E", bound=Exception)
 
 # Strict: `seed: true` or `batch_size: "4"` is a mistake, not a value to coerce; ints still fill floats.
-STRICT = ConfigDict(extra="forbid", frozen=True, strict=True)
+STRICT = ConfigDict(extra="forbid", strict=True)
 
 _TYPE_NAMES = {
     "int_type": "int",
@@ -39,7 +40,7 @@ _BOUNDS = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<", "l
 class ConfigModel(BaseModel):
     """Base of the config models: unknown fields are errors, values are checked strictly, models are frozen."""
 
-    model_config = STRICT
+    model_config = ConfigDict(**STRICT, frozen=True)
 
 
 def field_path(loc: tuple[Any, ...]) -> str:
@@ -106,12 +107,14 @@ def validate_doc(
     drop_loc: int = 0,
     allowed: Iterable[str] | None = None,
 ) -> Any:
-    """Validate `doc` with a pydantic model, dataclass, type or TypeAdapter; a ValidationError becomes
+    """Validate `doc` with a pydantic model, pydantic dataclass, type or TypeAdapter; a ValidationError becomes
     `error(message)` naming the file and each field."""
     if not isinstance(doc, dict):
         raise error(f"{source}: expected a mapping of {what} at the top level, got {type(doc).__name__}")
-    adapter = model if isinstance(model, TypeAdapter) else TypeAdapter(model)
     try:
+        if dataclasses.is_dataclass(model):  # a pydantic dataclass: its fields are strict, not the instance
+            return model(**{str(k): v for k, v in doc.items()})
+        adapter = model if isinstance(model, TypeAdapter) else TypeAdapter(model)
         return adapter.validate_python(doc)
     except ValidationError as e:
         raise error(format_errors(e, source, drop_loc, allowed)) from None

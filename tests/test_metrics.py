@@ -194,7 +194,7 @@ def test_protocol_file_and_hashes(tmp_path):
     assert replace(p, threshold="inclusive").matching_hash() == p.matching_hash()
     with pytest.raises(ProtocolError, match="prediction_point"):
         parse_protocol({"prediction_point": "middle"})
-    with pytest.raises(ProtocolError, match="unknown protocol knobs"):
+    with pytest.raises(ProtocolError, match=r"unknown field\(s\) \['alpha'\]"):
         parse_protocol({"alpha": 0.1})
     with pytest.raises(ProtocolError, match="headline_alpha"):
         parse_protocol({"alphas": [0.05], "headline_alpha": 0.1})
