@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from soco_pipeline.deploy.stack import StackError
-from soco_pipeline.evaluation.results_db import ResultsError, query
+from soco_pipeline.results_db import ResultsError, query
 from soco_pipeline.settings import Settings
 
 
@@ -53,7 +53,7 @@ def cmd_add_backbone(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_export_release(args: argparse.Namespace, settings: Settings) -> int:
     """Write the materialized canonical tables in the official SOCO release layout."""
-    from soco_pipeline.sources.soco_export import export_soco_release
+    from soco_pipeline.data.soco_export import export_soco_release
     from soco_pipeline.storage import exists, read_parquet
     from soco_pipeline.tables import table_for
     from soco_pipeline.taxonomy import Taxonomy, load_taxonomy

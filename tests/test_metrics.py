@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from soco_pipeline.analysis.leaderboard import leaderboard, leaderboard_markdown, leaderboard_plot
 from soco_pipeline.evaluation.four_choice_matching import rotation_picks
-from soco_pipeline.evaluation.leaderboard import leaderboard, leaderboard_markdown, leaderboard_plot
 from soco_pipeline.evaluation.metrics import compute_metrics, four_choice_items
 from soco_pipeline.evaluation.protocol import ProtocolConfig, ProtocolError, load_protocol, parse_protocol
 from soco_pipeline.evaluation.theory import expected_concept_oracle_soc, random_feature_chance

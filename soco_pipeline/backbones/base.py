@@ -22,6 +22,7 @@ import torch.nn.functional as F
 
 from soco_pipeline.backbones.preprocess import InputBatch, prepare_batch, preprocess_batch
 from soco_pipeline.backbones.spec import BackboneSpec, SpecFields
+from soco_pipeline.device import resolve_device
 from soco_pipeline.storage import PROJECT_ROOT
 
 
@@ -66,17 +67,6 @@ def as_context(context: BackboneContext | dict | None) -> BackboneContext:
             kwargs["project_root"] = Path(context["project_root"])
         return BackboneContext(**kwargs)
     raise TypeError(f"backbone context must be a BackboneContext or a dict, got {type(context).__name__}")
-
-
-def resolve_device(requested: str) -> torch.device:
-    """'auto' -> CUDA when available, else CPU; anything else as given (with a clear error if absent)."""
-    if requested == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if requested.startswith("cuda") and not torch.cuda.is_available():
-        raise RuntimeError(
-            f"device {requested!r} requested but CUDA is not available; set `device: auto` or `cpu`"
-        )
-    return torch.device(requested)
 
 
 def image_seed(seed: int, image_id: str) -> int:

@@ -44,15 +44,14 @@ def _checked(path: str, content_hash: str) -> None:
 def fingerprint(
     spec_path: Path,
     data_versions: dict[str, str],
-    protocol_path: str | None = None,
+    protocol_hash: str,
     code_versions: dict[str, str] | None = None,
 ) -> str:
-    """Hash of everything a backbone's metrics depend on; `code_versions` are its assets' Dagster code versions."""
-    from soco_pipeline.evaluation.protocol import load_protocol
-
+    """Hash of everything a backbone's metrics depend on: its spec file, the protocol's `version_hash()`,
+    its assets' Dagster code versions and the data versions."""
     payload = {
         "spec": file_hash(spec_path),
-        "protocol": load_protocol(protocol_path).version_hash(),
+        "protocol": protocol_hash,
         "code": dict(sorted((code_versions or {}).items())),
         "data": dict(sorted(data_versions.items())),
     }

@@ -22,8 +22,8 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from soco_pipeline.backbones.preprocess import scale_keypoints, unit_to_pixels
 from soco_pipeline.evaluation.protocol import ProtocolConfig
+from soco_pipeline.geometry import scale_keypoints, unit_to_pixels
 from soco_pipeline.native import half_matmul
 
 PREDICTION_COLUMNS = [
@@ -103,7 +103,7 @@ def _corner_descriptors(fmap: torch.Tensor | np.ndarray, cells: np.ndarray, weig
         return half_matmul.corner_descriptors(fmap, cells, weights)
     c = fmap.shape[0]
     if isinstance(fmap, np.ndarray) and not on_cpu:
-        fmap = _tensor(fmap, device)
+        fmap = stored_tensor(fmap, device)
     if isinstance(fmap, np.ndarray) or (fmap.device.type == "cpu" and fmap.dtype != torch.bfloat16):
         # numpy on the CPU: a few small-array ops per image
         flat = (fmap if isinstance(fmap, np.ndarray) else fmap.numpy()).reshape(c, -1)
@@ -118,7 +118,7 @@ def _dtype(protocol: ProtocolConfig) -> torch.dtype:
     return getattr(torch, protocol.compute_dtype)
 
 
-def _load_stored(store: FeatureStoreLike, image_id: str, backbone: str) -> tuple[np.ndarray, int]:
+def load_stored_maps(store: FeatureStoreLike, image_id: str, backbone: str) -> tuple[np.ndarray, int]:
     """The map as the store keeps it (fp16 for FeatureStore, read through `get_stored`) and its input size S."""
     try:
         arr, meta = getattr(store, "get_stored", store.get)(image_id)
@@ -134,7 +134,7 @@ def _load_stored(store: FeatureStoreLike, image_id: str, backbone: str) -> tuple
     return np.asarray(arr), int(meta["input_size"])
 
 
-def _tensor(arr: np.ndarray, device) -> torch.Tensor:
+def stored_tensor(arr: np.ndarray, device) -> torch.Tensor:
     """A stored map as a tensor on `device`. A read-only map (FeatureStore maps its files) is copied on the
     CPU, since torch tensors are writable; another device gets its own copy anyway."""
     if arr.flags.writeable:
@@ -174,7 +174,7 @@ def visible_keypoint_xy(
     return keypoints[["x", "y"]].to_numpy(np.float64)[pos]
 
 
-def _sizes(images: pd.DataFrame, image_ids: np.ndarray) -> np.ndarray:
+def image_sizes(images: pd.DataFrame, image_ids: np.ndarray) -> np.ndarray:
     """[W, H] of each image id; a clear error for ids missing from the image set."""
     im = images.set_index("image_id")[["width", "height"]].reindex(image_ids)
     if im["width"].isna().any():
@@ -183,11 +183,11 @@ def _sizes(images: pd.DataFrame, image_ids: np.ndarray) -> np.ndarray:
     return im.to_numpy(np.float64)
 
 
-def _source_descriptors(
+def source_descriptors(
     src_images: np.ndarray, src_keypoints: np.ndarray, keypoints, images, store, protocol, backbone, device
 ) -> tuple[torch.Tensor, np.ndarray]:
     """Descriptors of the distinct (image, keypoint) sources, and each input row's index into them."""
-    codes, first = _group_ids(src_images, src_keypoints)
+    codes, first = group_ids(src_images, src_keypoints)
     # Number the sources image by image, so that each image's descriptors are one block of rows.
     by_image = np.argsort(src_images[first], kind="stable")
     renumber = np.empty(len(first), dtype=np.int64)
@@ -195,13 +195,13 @@ def _source_descriptors(
     codes, first = renumber[codes], first[by_image]
     uimg, ukp = src_images[first], src_keypoints[first]
     xy = visible_keypoint_xy(keypoints, uimg, ukp, "source")
-    sizes = _sizes(images, uimg)
+    sizes = image_sizes(images, uimg)
     starts = np.flatnonzero(np.r_[True, uimg[1:] != uimg[:-1]])
     ends = np.r_[starts[1:], len(uimg)]
     desc: torch.Tensor | None = None
     corners_by_grid: dict[tuple[int, int, int], tuple[np.ndarray, np.ndarray]] = {}  # (S, h, w) -> all points'
     for a, b in zip(starts, ends, strict=True):
-        arr, size = _load_stored(store, uimg[a], backbone)
+        arr, size = load_stored_maps(store, uimg[a], backbone)
         c, h, w = arr.shape
         if desc is None:
             desc = torch.empty((len(uimg), c), dtype=_dtype(protocol), device=device)
@@ -231,7 +231,7 @@ def _similarities(q: torch.Tensor, fmap: torch.Tensor, dtype: torch.dtype, want_
     return sims, idx, sims.gather(1, idx[:, None])[:, 0]
 
 
-def _group_ids(*keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def group_ids(*keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Group number of each row of the key columns (0, 1, ... in order of first appearance), and the first
     row of each group. Each column is factorized (string, categorical or integer values alike) and the
     codes combined into one integer key, so the grouping is one integer sort."""
@@ -246,7 +246,7 @@ def _group_ids(*keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return rank[inverse.reshape(-1)], first[order]
 
 
-def _group_slices(keys: np.ndarray):
+def group_slices(keys: np.ndarray):
     """(key, row indices) for each distinct key, rows in their original order."""
     order = np.argsort(keys, kind="stable")
     sk = keys[order]
@@ -346,10 +346,10 @@ def predict(
             for col in ("pair_id", "kind", "src_keypoint", "trg_keypoint", "geo", "n_candidates")}
     corr["src_image"] = pairs["src_image"].to_numpy()[pair[keep]]
     corr["trg_image"] = pairs["trg_image"].to_numpy()[pair[keep]]
-    qid, first = _group_ids(pair[keep], corr["src_keypoint"])  # query of each row, first row of each query
+    qid, first = group_ids(pair[keep], corr["src_keypoint"])  # query of each row, first row of each query
     queries = pd.DataFrame({col: corr[col][first] for col in ("pair_id", "src_keypoint", "src_image", "trg_image")})
     n = len(queries)
-    desc, qsrc = _source_descriptors(
+    desc, qsrc = source_descriptors(
         queries["src_image"].to_numpy(), queries["src_keypoint"].to_numpy(),
         keypoints, images, store, protocol, backbone_name, device,
     )
@@ -373,12 +373,12 @@ def predict(
         )
     cand_img = corr["trg_image"][cand_row]
     cand_xy = visible_keypoint_xy(keypoints, cand_img, corr["trg_keypoint"][cand_row], "candidate")
-    cand_sizes = _sizes(images, cand_img)
+    cand_sizes = image_sizes(images, cand_img)
 
     # Queries grouped by target image: target t owns sorted rows bounds[t]:bounds[t + 1], and its geo
     # candidates are cand rows c_order[c_bounds[t]:c_bounds[t + 1]].
     trg = queries["trg_image"].to_numpy()
-    trg_sizes = _sizes(images, trg)
+    trg_sizes = image_sizes(images, trg)
     tcode, targets = pd.factorize(trg)
     order = np.argsort(tcode, kind="stable")
     bounds = np.r_[0, np.cumsum(np.bincount(tcode, minlength=len(targets)))]
@@ -404,7 +404,7 @@ def predict(
 
     for t, image_id in enumerate(targets):
         a, b, ca, cb = bounds[t], bounds[t + 1], c_bounds[t], c_bounds[t + 1]
-        arr, size = _load_stored(store, image_id, backbone_name)
+        arr, size = load_stored_maps(store, image_id, backbone_name)
         c, h, w = arr.shape
         if c != desc.shape[1]:
             raise MatchingError(f"target image {image_id!r} has {c} channels, the sources {desc.shape[1]}")
@@ -425,7 +425,7 @@ def predict(
             if cb > ca:
                 c_val[ca:cb][by_cell] = probe_val
         else:
-            fmap = _tensor(arr, device)
+            fmap = stored_tensor(arr, device)
             if qdesc is None:
                 qdesc = desc[torch.as_tensor(qrows, device=device)]
             sims, idx, best = _similarities(qdesc[a:b], fmap, dtype, not simple or cb > ca)
