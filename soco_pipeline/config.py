@@ -83,6 +83,9 @@ def format_errors(
     the top-level field names, is shown with unknown fields.
     """
     errors = [{**e, "loc": e["loc"][drop_loc:]} for e in exc.errors(include_url=False)]
+    # A list whose items failed is also reported as too short after validation: the item errors say it.
+    inner = {e["loc"][:-1] for e in errors if e["loc"] and isinstance(e["loc"][-1], int)}
+    errors = [e for e in errors if not (e["type"] == "too_short" and e["loc"] in inner)]
     unknown: dict[str, list[str]] = {}  # parent field -> unknown names, reported together
     lines = []
     for e in errors:
