@@ -70,9 +70,8 @@ def spec_union() -> tuple[TypeAdapter, list[str]]:
     """The discriminated union (on `kind`) of every kind's spec model, and the kinds it holds."""
     names = tuple(kinds())
     if names not in _UNION:
-        models: Any = tuple(options_model(k) for k in names)
-        union = Union[models] if len(models) > 1 else models[0]  # noqa: UP007 - built from a tuple
-        _UNION[names] = TypeAdapter(Annotated[union, Field(discriminator="kind")])
+        models: Any = tuple(options_model(k) for k in names)  # the built-in kinds alone are five
+        _UNION[names] = TypeAdapter(Annotated[Union[models], Field(discriminator="kind")])  # noqa: UP007
     return _UNION[names], list(names)
 
 
