@@ -346,3 +346,12 @@ def test_bad_vlmevalkit_rows_name_the_file_and_row(data, tmp_path):
     table.drop(columns="match_type").to_csv(path, sep="\t", index=False)
     with pytest.raises(MmvmFormatError, match=r"missing column\(s\) \['match_type'\]"):
         import_vlmevalkit(str(path), str(tmp_path / "imgs"))
+
+
+def test_the_leaderboard_says_how_none_is_answered(data):
+    _, t, _ = data
+    board = leaderboard(method_metrics(oracle_predictions(t), "oracle"))
+    assert "fitted on the training split" in board["none_rule"].iat[0]
+    test = t["items"][t["items"].split == "test"]
+    lv = accuracy_table(test.assign(correct=False), "m", "lvlm")
+    assert (lv["none_rule"] == "the model picks the None option itself").all()
