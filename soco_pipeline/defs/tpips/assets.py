@@ -103,7 +103,9 @@ def tpips_features(context: dg.AssetExecutionContext, soco: SocoSettings, tpips_
     reason = not_applicable(spec, cfg)
     if reason:
         context.add_output_metadata({"not_applicable": reason})
-        return pd.DataFrame({"image_id": pd.Series(dtype=str), "layer": pd.Series(dtype="int64")})
+        from soco_pipeline.features.layout import MANIFEST_COLUMNS
+
+        return pd.DataFrame(columns=[*MANIFEST_COLUMNS, "layer"])  # same columns as an applicable partition
     device = None if soco.device == "auto" else soco.device
     images = tpips_images[["image_id", "uri", "width", "height", "category"]]
     manifests = extract_tpips(spec, images, soco.settings().features_root, cfg, device, log=context.log.info)
