@@ -13,6 +13,7 @@ Written under the root (FG-BMK machine-oriented layout, one dataset folder)::
     classes.txt              subclass names, one a line (label = line number)
     levels/<level>/{train.csv,test.csv,classes.txt}   the same images labelled at each level (paths
                              relative to the root, which is the image root of every level)
+    ground_truth/keypoints.parquet   projected keypoints (what the SOCO oracle backbones read)
     items.parquet            one row per image: labels at the three levels, attributes, simulated=True
     manifest.json            written last: the request it answers (a matching one is reused)
 
@@ -32,14 +33,14 @@ import pandas as pd
 
 from soco_pipeline import storage
 from soco_pipeline.synth.backgrounds import background
-from soco_pipeline.synth.render import render
+from soco_pipeline.synth.render import keypoint_visibility, render
 from soco_pipeline.synth.scene import frame_camera, sample_pose
 from soco_pipeline.synth.variants import HAND_SHAPE_JITTER, build_instance, category_params, sample_colors
 from soco_pipeline.synth.writer import jpeg_bytes
 from soco_pipeline.tasks.fgbmk.config import LEVELS, EmbeddedConfig
 from soco_pipeline.taxonomy import Taxonomy, load_taxonomy
 
-EMBEDDED_VERSION = "fgbmk-embedded-1"
+EMBEDDED_VERSION = "fgbmk-embedded-2"
 ITEM_COLUMNS = [
     "image_id", "uri", "path", "split", "width", "height", "category",
     "superclass", "class", "subclass", "superclass_id", "class_id", "subclass_id",
@@ -98,8 +99,9 @@ def _instance_colours(category: str, rng: np.random.Generator, tax: Taxonomy) ->
 
 
 def render_item(category: str, index: int, seed: int, size: int, area: tuple[float, float],
-                tax: Taxonomy | None = None) -> tuple[np.ndarray, dict]:
-    """One image (size x size uint8 RGB) of a category and its attributes; deterministic per arguments."""
+                tax: Taxonomy | None = None) -> tuple[np.ndarray, dict, pd.DataFrame]:
+    """One image (size x size uint8 RGB) of a category, its attributes and its projected keypoints
+    (keypoint, x, y, visible); deterministic per arguments."""
     tax = tax or load_taxonomy()
     rng = np.random.default_rng([int(seed), 0xF6B, zlib.crc32(category.encode()), int(index)])
     col = _instance_colours(category, copy.deepcopy(rng), tax)
@@ -117,6 +119,7 @@ def render_item(category: str, index: int, seed: int, size: int, area: tuple[flo
         raise RuntimeError(f"fgbmk image {category}_{index}: the object is not in view; check the framing")
     img = background(size, size, rng).copy()
     img[r.mask] = (r.color[r.mask] * 255 + 0.5).astype(np.uint8)
+    uv, vis = keypoint_visibility(model, cam, r.depth)
     pts = model.outline()
     tex = col.get("texture")
     attrs = {
@@ -126,13 +129,14 @@ def render_item(category: str, index: int, seed: int, size: int, area: tuple[flo
         "n_parts": len(model.part_names),
         "n_keypoints": len(model.kp_names),
     }
-    return img, attrs
+    kps = pd.DataFrame({"keypoint": model.kp_names, "x": uv[:, 0], "y": uv[:, 1], "visible": vis.astype(bool)})
+    return img, attrs, kps
 
 
-def _one(task: tuple) -> tuple[bytes, dict]:
+def _one(task: tuple) -> tuple[bytes, dict, pd.DataFrame]:
     category, index, seed, size, area = task
-    img, attrs = render_item(category, index, seed, size, area)
-    return jpeg_bytes(img), attrs
+    img, attrs, kps = render_item(category, index, seed, size, area)
+    return jpeg_bytes(img), attrs, kps
 
 
 def request_of(config: EmbeddedConfig, seed: int, subclasses: list[str] | None) -> dict:
@@ -181,8 +185,8 @@ def generate_embedded(root: str, config: EmbeddedConfig, seed: int = 0, subclass
             results = pool.map(_one, tasks, chunksize=8)
     else:
         results = [_one(t) for t in tasks]
-    rows = []
-    for (r, i), (data, attrs) in zip(plan, results, strict=True):
+    rows, keypoints = [], []
+    for (r, i), (data, attrs, kps) in zip(plan, results, strict=True):
         rel = f"images/{r.superclass}/{r._1}/{r.subclass}/{r.subclass}_{i:03d}.jpg"
         storage.write_bytes_atomic(storage.join(root, rel), data)
         rows.append({
@@ -192,8 +196,12 @@ def generate_embedded(root: str, config: EmbeddedConfig, seed: int = 0, subclass
             "superclass_id": r.superclass_id, "class_id": r.class_id, "subclass_id": r.subclass_id,
             **attrs, "simulated": True,
         })
+        keypoints.append(kps.assign(image_id=rows[-1]["image_id"]))
     items = pd.DataFrame(rows, columns=ITEM_COLUMNS)
     write_layout(root, items)
+    # The SOCO oracles' ground truth (backbones/oracle.py reads it under the data root).
+    storage.write_parquet_atomic(pd.concat(keypoints, ignore_index=True)[["image_id", "keypoint", "x", "y", "visible"]],
+                                 storage.join(root, "ground_truth/keypoints.parquet"))
     storage.write_parquet_atomic(items, storage.join(root, "items.parquet"))
     manifest = {"request": request_of(config, seed, subclasses), "simulated": True, "images": len(items),
                 "digest": hashlib.sha256(pd.util.hash_pandas_object(items[["image_id", "path"]]).values).hexdigest()}
