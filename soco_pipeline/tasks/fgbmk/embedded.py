@@ -58,10 +58,16 @@ _TEXTURE_OF = {"noise": "mottled", "stripes": "striped", "spots": "spotted"}
 _NO_JITTER = ("trunk", "horns", "tusks", "ear_up", "lid", "bulge")
 
 
-def hierarchy(taxonomy: Taxonomy | None = None) -> pd.DataFrame:
-    """superclass, class, subclass and their integer ids, sorted so that each parent's children are contiguous."""
+def hierarchy(taxonomy: Taxonomy | None = None, subclasses: list[str] | None = None) -> pd.DataFrame:
+    """superclass, class, subclass and their integer ids (0..n-1 per level over the subclasses kept, default
+    all), sorted so that each parent's children are contiguous."""
     tax = taxonomy or load_taxonomy()
-    rows = [(tax.supercategory(c), tax.family(c), c) for c in tax.categories]
+    if subclasses is not None:
+        unknown = sorted(set(subclasses) - set(tax.categories))
+        if unknown:
+            raise ValueError(f"fgbmk embedded set: unknown subclasses {unknown[:5]}; use taxonomy categories")
+    keep = tax.categories if subclasses is None else [c for c in tax.categories if c in set(subclasses)]
+    rows = [(tax.supercategory(c), tax.family(c), c) for c in keep]
     df = pd.DataFrame(sorted(rows), columns=["superclass", "class", "subclass"])
     for level in LEVELS:
         names = list(dict.fromkeys(df[level]))
@@ -170,12 +176,7 @@ def generate_embedded(root: str, config: EmbeddedConfig, seed: int = 0, subclass
                       workers: int | None = None) -> pd.DataFrame:
     """Render the set under `root` and write its FG-BMK layout; return the items table."""
     tax = load_taxonomy()
-    h = hierarchy(tax)
-    if subclasses is not None:
-        unknown = sorted(set(subclasses) - set(h.subclass))
-        if unknown:
-            raise ValueError(f"fgbmk embedded set: unknown subclasses {unknown[:5]}; use taxonomy categories")
-        h = h[h.subclass.isin(subclasses)].reset_index(drop=True)
+    h = hierarchy(tax, subclasses)
     n_train, n_test = config.images_per_subclass.train, config.images_per_subclass.test
     plan = [(r, i) for r in h.itertuples(index=False) for i in range(n_train + n_test)]
     tasks = [(r.subclass, i, seed, config.image_size, tuple(config.object_area)) for r, i in plan]
@@ -212,13 +213,7 @@ def generate_embedded(root: str, config: EmbeddedConfig, seed: int = 0, subclass
 def write_layout(root: str, items: pd.DataFrame) -> None:
     """train.csv / test.csv / classes.txt at the subclass level (the root) and per level under levels/."""
     for level in LEVELS:
-        names = items.drop_duplicates(f"{level}_id").sort_values(f"{level}_id")[level]
-        # Label ids are global (over all 100 subclasses); classes.txt holds one line per id up to the largest.
-        ids = items[f"{level}_id"].to_numpy()
-        lines = [""] * (int(ids.max()) + 1)
-        for i, n in zip(items.drop_duplicates(f"{level}_id").sort_values(f"{level}_id")[f"{level}_id"], names,
-                        strict=True):
-            lines[int(i)] = display_name(n)
+        lines = [display_name(n) for n in items.drop_duplicates(f"{level}_id").sort_values(f"{level}_id")[level]]
         folders = [storage.join(root, "levels", level)] + ([root] if level == "subclass" else [])
         for folder in folders:
             storage.write_bytes_atomic(storage.join(folder, "classes.txt"), ("\n".join(lines) + "\n").encode())
