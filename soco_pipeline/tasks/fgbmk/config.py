@@ -86,7 +86,7 @@ class RobustnessConfig(_Strict):
 
     epsilons: tuple[float, ...]
     pgd_steps: int = Field(ge=1)
-    pgd_step_fraction: float = Field(gt=0)
+    pgd_step_scale: float = Field(gt=0)
     noise_sigmas: tuple[float, ...]
     max_images: int = Field(ge=0)
     levels: tuple[Literal["superclass", "class", "subclass"], ...]
