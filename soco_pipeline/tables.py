@@ -55,6 +55,15 @@ TABLES: tuple[Table, ...] = (
     Table("global_metrics", "global_metrics", partitioned=True),
     Table("probe_metrics", "probe_metrics", partitioned=True),
     Table("correlation", "correlation"),
+    # FG-BMK fine-grained family (soco_pipeline/defs/fgbmk/)
+    Table("fgbmk_items", "fgbmk_items"),
+    Table("fgbmk_questions", "fgbmk_questions"),
+    Table("fgbmk_global_features", "fgbmk_global_features", partitioned=True),
+    Table("fgbmk_metrics", "fgbmk_metrics", partitioned=True),
+    Table("fgbmk_robustness", "fgbmk_robustness", partitioned=True),
+    Table("fgbmk_answers", "fgbmk_answers", partitioned=True),
+    Table("fgbmk_lvlm_metrics", "fgbmk_lvlm_metrics", partitioned=True),
+    Table("fgbmk_leaderboard", "fgbmk_leaderboard"),
 )
 _BY_ASSET = {t.asset: t for t in TABLES}
 

@@ -33,6 +33,7 @@ class EmbeddedConfig(_Strict):
     object_area: tuple[float, float]
     images_per_subclass: Split
     workers: int = Field(ge=1)
+    subclasses: tuple[str, ...] | None = None  # None: all 100 taxonomy categories
 
 
 class GlobalFeatureConfig(_Strict):

@@ -27,7 +27,7 @@ def tasks_of(items: pd.DataFrame) -> list[tuple[str, str, str]]:
     return across + within
 
 
-def _labels(items: pd.DataFrame, level: str) -> np.ndarray:
+def level_labels(items: pd.DataFrame, level: str) -> np.ndarray:
     """Contiguous 0..k-1 labels in the order of the level's ids (so even/odd follows the published ids)."""
     ids = items[f"{level}_id"].to_numpy()
     return np.searchsorted(np.unique(ids), ids)
@@ -40,7 +40,7 @@ def evaluate_backbone(backbone: str, feats: GlobalFeatures, items: pd.DataFrame,
     rows, probes = [], {}
     for scope, sup, level in tasks_of(items):
         part = items if sup == "all" else items[items.superclass == sup]
-        labels = _labels(part, level)
+        labels = level_labels(part, level)
         train, test = (part.split == "train").to_numpy(), (part.split == "test").to_numpy()
         k = int(labels.max()) + 1
         f_train, f_test = feats.subset(part.image_id[train]), feats.subset(part.image_id[test])

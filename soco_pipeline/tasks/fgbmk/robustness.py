@@ -15,8 +15,8 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from soco_pipeline.tasks.fgbmk.config import RobustnessConfig
-from soco_pipeline.tasks.fgbmk.global_features import GlobalExtractor
+from soco_pipeline.tasks.fgbmk.config import FgbmkConfig, RobustnessConfig
+from soco_pipeline.tasks.fgbmk.global_features import GlobalExtractor, load_pixels, read_global
 from soco_pipeline.tasks.fgbmk.linear_probe import ProbeResult
 
 ROBUSTNESS_COLUMNS = ["backbone", "level", "attack", "strength", "accuracy", "clean_accuracy", "n_images", "simulated"]
@@ -89,3 +89,30 @@ def evaluate_robustness(backbone: str, extractor: GlobalExtractor, probe: ProbeR
     return pd.DataFrame([{"backbone": backbone, "level": level, "attack": a, "strength": float(s), "accuracy": acc,
                           "clean_accuracy": clean, "n_images": len(y), "simulated": simulated}
                          for a, s, acc in rows], columns=ROBUSTNESS_COLUMNS)
+
+
+def robustness_for_backbone(backbone: str, extractor: GlobalExtractor, folder: str, items: pd.DataFrame,
+                            config: FgbmkConfig, reads_pixels: bool = True) -> pd.DataFrame:
+    """Train the probe (across superclasses) at each configured level on the cached features, then attack it
+    on up to `max_images` test images (a seeded subset, the same for every level)."""
+    from soco_pipeline.tasks.fgbmk.linear_probe import train_probe
+    from soco_pipeline.tasks.fgbmk.machine_eval import level_labels
+
+    feats = read_global(folder, items.image_id)
+    train, test = (items.split == "train").to_numpy(), (items.split == "test").to_numpy()
+    test_rows = np.flatnonzero(test)
+    if config.robustness.max_images and len(test_rows) > config.robustness.max_images:
+        rng = np.random.default_rng([int(config.seed), 0x20B])
+        test_rows = np.sort(rng.choice(test_rows, config.robustness.max_images, replace=False))
+    recs = items.iloc[test_rows].reset_index(drop=True)
+    pixels = load_pixels(list(recs.uri), list(recs.image_id), config.global_features) if reads_pixels else \
+        torch.zeros(len(recs), 3, config.global_features.crop, config.global_features.crop)
+    frames = []
+    for level in config.robustness.levels:
+        labels = level_labels(items, level)
+        probe = train_probe(feats.subset(items.image_id[train]), labels[train], feats.subset(items.image_id[test]),
+                            labels[test], config.linear_probe, config.seed, int(labels.max()) + 1)
+        frames.append(evaluate_robustness(backbone, extractor, probe, pixels, labels[test_rows], recs, level,
+                                          config.robustness, config.seed, reads_pixels,
+                                          bool(items.simulated.all())))
+    return pd.concat(frames, ignore_index=True)
