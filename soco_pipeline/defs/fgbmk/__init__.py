@@ -36,7 +36,9 @@ def fgbmk_root(soco: SocoSettings, cfg) -> str:
     return join(soco.storage_root, "fgbmk", "embedded", f"{cfg.scale}-seed{cfg.seed}")
 
 
-@dg.asset(group_name=GROUP, automation_condition=EAGER, kinds={"pandas"},
+# No automation condition on the root: it is materialized on request (the demo, the UI), so that the eager
+# daemon never starts a family nobody asked for; everything below it then follows eagerly.
+@dg.asset(group_name=GROUP, kinds={"pandas"},
           check_specs=[dg.AssetCheckSpec("schema", asset="fgbmk_items", blocking=True)])
 def fgbmk_items(context: dg.AssetExecutionContext, soco: SocoSettings):
     """The simulated fine-grained set (superclass -> class -> subclass, attributes), in FG-BMK's layout."""
