@@ -193,3 +193,23 @@ def test_class_scores_nearest_neighbour_wins():
     s = class_scores(torch.tensor([[0.9]]), gallery, targets, top_k=10)
     raw = torch.tensor([[-0.1, -0.9, -1e4]])  # class 0 at 1.0 (d 0.1), class 1 nearest at 0.0 (d 0.9)
     torch.testing.assert_close(s, raw.softmax(-1))
+
+
+def test_leaderboard_summary_drop_and_correlation_rows():
+    from soco_pipeline.analysis.reference import combine_scores
+    from soco_pipeline.tasks.fgbmk.leaderboard import correlation_scores, fgbmk_leaderboard
+
+    base = {"backbone": "b", "top5": 100.0, "recall_at_1": 50.0, "map": 60.0, "simulated": True}
+    metrics = pd.DataFrame([
+        {**base, "scope": "across", "superclass": "all", "level": "subclass", "top1": 70.0},
+        {**base, "scope": "across", "superclass": "all", "level": "class", "top1": 90.0},
+        {**base, "scope": "across", "superclass": "all", "level": "superclass", "top1": 99.0},
+        {**base, "scope": "within", "superclass": "animals", "level": "subclass", "top1": 80.0},
+        {**base, "scope": "within", "superclass": "furniture", "level": "subclass", "top1": 76.0},
+    ])
+    board = fgbmk_leaderboard(metrics, pd.DataFrame(), pd.DataFrame())
+    row = board.iloc[0]
+    assert row.kind == "backbone" and row.top1_within == 78.0 and row.top1_drop_across == 8.0
+    scores = combine_scores(correlation_scores(board))
+    assert set(scores.metric) >= {"top1_subclass", "top1_drop_across"} and (scores.task == "fgbmk").all()
+    assert not scores.set_index("metric").higher_better["top1_drop_across"]

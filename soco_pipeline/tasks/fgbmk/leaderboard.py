@@ -57,3 +57,23 @@ def fgbmk_leaderboard(backbone_metrics: pd.DataFrame, robustness: pd.DataFrame,
             row["knowledge_bias_std"] = float(kb.value.iloc[0]) if len(kb) else float("nan")
             rows.append(row)
     return pd.DataFrame(rows)
+
+
+CORRELATION_METRICS = ("top1_subclass", "top1_class", "top1_superclass", "map_subclass", "recall_at_1_subclass",
+                       "top1_within", "top1_drop_across")
+
+
+def correlation_scores(board: pd.DataFrame) -> pd.DataFrame:
+    """The backbone rows of fgbmk_leaderboard as score rows of soco_pipeline.analysis (SCORE_COLUMNS: model,
+    task "fgbmk", metric, value, higher_better, ...), ready for `combine_scores(..., correlation_scores(board))`,
+    so the correlation study can set fine-grained scores against SOC on the same embedded objects."""
+    from soco_pipeline.analysis.reference import SCORE_COLUMNS
+
+    rows = []
+    for r in board[board.kind == "backbone"].to_dict("records"):
+        for m in CORRELATION_METRICS:
+            if m in r and pd.notna(r[m]):
+                rows.append({"model": r["model"], "task": "fgbmk", "metric": m, "value": float(r[m]),
+                             "higher_better": m != "top1_drop_across", "task_display": "FG-BMK (embedded, simulated)",
+                             "is_main_model": False, "source": "fgbmk_leaderboard"})
+    return pd.DataFrame(rows, columns=SCORE_COLUMNS)
