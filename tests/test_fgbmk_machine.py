@@ -213,3 +213,15 @@ def test_leaderboard_summary_drop_and_correlation_rows():
     scores = combine_scores(correlation_scores(board))
     assert set(scores.metric) >= {"top1_subclass", "top1_drop_across"} and (scores.task == "fgbmk").all()
     assert not scores.set_index("metric").higher_better["top1_drop_across"]
+
+
+def test_published_layout_becomes_items_for_the_pipeline(tmp_path):
+    from soco_pipeline.tasks.fgbmk.machine_eval import tasks_of
+    from soco_pipeline.tasks.fgbmk.readers import items_from_dataset
+
+    cfg = load_config(embedded={"images_per_subclass": {"train": 1, "test": 1}})
+    ensure_embedded(str(tmp_path / "cub"), cfg.embedded, subclasses=["zebra", "horse", "taxi"], workers=1)
+    items = items_from_dataset(read_machine_dataset(str(tmp_path / "cub")))
+    assert len(items) == 6 and not items.simulated.any() and set(items.subclass) == {"zebra", "horse", "taxi"}
+    assert (items.width == 224).all() and items.image_id.is_unique
+    assert tasks_of(items) == [("across", "all", "class"), ("across", "all", "subclass")]

@@ -41,15 +41,22 @@ def fgbmk_root(soco: SocoSettings, cfg) -> str:
 @dg.asset(group_name=GROUP, kinds={"pandas"},
           check_specs=[dg.AssetCheckSpec("schema", asset="fgbmk_items", blocking=True)])
 def fgbmk_items(context: dg.AssetExecutionContext, soco: SocoSettings):
-    """The simulated fine-grained set (superclass -> class -> subclass, attributes), in FG-BMK's layout."""
+    """The simulated fine-grained set (superclass -> class -> subclass, attributes), in FG-BMK's layout; or
+    the config's `dataset` (a published machine-oriented folder)."""
     from soco_pipeline.tasks.fgbmk.embedded import ensure_embedded
+    from soco_pipeline.tasks.fgbmk.readers import items_from_dataset, read_machine_dataset
     from soco_pipeline.tasks.fgbmk.schemas import FgbmkItemSchema
 
     cfg = fgbmk_config(soco)
-    subs = list(cfg.embedded.subclasses) if cfg.embedded.subclasses else None
-    items = ensure_embedded(fgbmk_root(soco, cfg), cfg.embedded, cfg.seed, subs)
+    if cfg.dataset is not None:
+        items = items_from_dataset(read_machine_dataset(cfg.dataset.folder, cfg.dataset.image_root))
+        root = cfg.dataset.folder
+    else:
+        subs = list(cfg.embedded.subclasses) if cfg.embedded.subclasses else None
+        root = fgbmk_root(soco, cfg)
+        items = ensure_embedded(root, cfg.embedded, cfg.seed, subs)
     yield dg.Output(items, metadata={"rows": len(items), "subclasses": int(items.subclass.nunique()),
-                                     "root": fgbmk_root(soco, cfg), "simulated": True})
+                                     "root": root, "simulated": bool(items.simulated.all())})
     yield schema_check(items, FgbmkItemSchema, "fgbmk_items")
 
 

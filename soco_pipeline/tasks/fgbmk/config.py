@@ -107,11 +107,19 @@ class QuestionConfig(_Strict):
     superclass_words: dict[str, str]
 
 
+class DatasetConfig(_Strict):
+    """A user's dataset in FG-BMK's machine-oriented layout, used instead of the embedded set."""
+
+    folder: str  # the folder holding train.csv, test.csv (and classes.txt)
+    image_root: str | None = None  # what the CSV paths are relative to (default: the folder)
+
+
 class FgbmkConfig(_Strict):
     """The whole family's config at one scale (demo or full)."""
 
     scale: Literal["demo", "full"]
     seed: int
+    dataset: DatasetConfig | None = None  # None: the embedded (simulated) set
     embedded: EmbeddedConfig
     global_features: GlobalFeatureConfig
     linear_probe: TrainConfig

@@ -20,10 +20,11 @@ METRIC_COLUMNS = [
 
 
 def tasks_of(items: pd.DataFrame) -> list[tuple[str, str, str]]:
-    """(scope, superclass, level) of every probe: across at each level, within each superclass at subclass."""
-    across = [("across", "all", level) for level in LEVELS]
+    """(scope, superclass, level) of every probe: across at each level with two classes or more, within each
+    superclass at subclass (when there are several superclasses)."""
+    across = [("across", "all", level) for level in LEVELS if items[level].nunique() > 1]
     within = [("within", s, "subclass") for s in sorted(items.superclass.unique())
-              if items[items.superclass == s].subclass.nunique() > 1]
+              if items.superclass.nunique() > 1 and items[items.superclass == s].subclass.nunique() > 1]
     return across + within
 
 

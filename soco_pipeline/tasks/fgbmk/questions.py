@@ -98,6 +98,8 @@ def build_questions(items: pd.DataFrame, hierarchy: pd.DataFrame, config: Questi
                 truth, [], t)
         obj = config.superclass_words.get(r["superclass"], "object")
         for attr, values in ATTRIBUTES.items():
+            if attr not in r:  # a published dataset has no attributes
+                continue
             truth = str(r[attr])
             others = [v for v in values if v != truth]
             options = [str(o) for o in rng.permutation([truth, *list(rng.permutation(others)[: config.n_choices - 1])])]

@@ -215,3 +215,25 @@ def hierarchical_path(root: str, dataset: str, level: str, form: str) -> str:
 def knowledge_bias_path(root: str, dataset: str) -> str:
     """Where the knowledge-bias question file goes (our spelling of the folder: estimation)."""
     return storage.join(root, KNOWLEDGE_BIAS, dataset, "questions_true_false_all_class.jsonl")
+
+
+def items_from_dataset(ds: MachineDataset) -> pd.DataFrame:
+    """A machine-oriented dataset as the family's items table (one level of labels: the dataset's classes;
+    superclass = the dataset's name, class = subclass = the class name). Multi-label lines are left out (the
+    probe is single-label); `simulated` is False. Sizes are read from the image headers."""
+    from PIL import Image
+
+    rows = pd.concat([ds.train, ds.test], ignore_index=True)
+    rows = rows[rows.label >= 0].reset_index(drop=True)
+    names = ds.classes or [str(i) for i in range(ds.num_classes)]
+    sizes = []
+    for uri in rows.uri:
+        with storage.filesystem(uri)[0].open(storage.filesystem(uri)[1], "rb") as f, Image.open(f) as im:
+            sizes.append(im.size)
+    name = rows.label.map(lambda i: names[int(i)])
+    return pd.DataFrame({
+        "image_id": ds.name + "/" + rows.path, "uri": rows.uri, "path": rows.path, "split": rows.split,
+        "width": [w for w, _ in sizes], "height": [h for _, h in sizes], "category": name,
+        "superclass": ds.name, "class": name, "subclass": name, "superclass_id": 0,
+        "class_id": rows.label.astype("int64"), "subclass_id": rows.label.astype("int64"), "simulated": False,
+    })
