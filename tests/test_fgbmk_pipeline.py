@@ -12,12 +12,13 @@ from soco_pipeline.storage import PROJECT_ROOT, read_parquet
 from soco_pipeline.tables import table_for
 
 TINY = {
-    "embedded": {"images_per_subclass": {"train": 2, "test": 1}, "workers": 1,
+    "embedded": {"images_per_subclass": {"train": 2, "test": 1}, "workers": 1, "image_size": 64,
                  "subclasses": ["zebra", "horse", "donkey", "cat", "taxi", "car"]},
     "linear_probe": {"learning_rates": [0.01, 0.05], "epochs": 1, "epoch_length": 5, "batch_size": 8},
     "retrieval": {"learning_rates": [0.05], "epochs": 1, "epoch_length": 5, "batch_size": 8, "embed_dim": 8},
     "robustness": {"epsilons": [2], "pgd_steps": 1, "noise_sigmas": [8], "max_images": 4},
     "questions": {"images_per_subclass": 1},
+    "global_features": {"resize": 64, "crop": 64},
 }
 
 
