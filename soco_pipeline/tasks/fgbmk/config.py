@@ -34,6 +34,7 @@ class EmbeddedConfig(_Strict):
     images_per_subclass: Split
     workers: int = Field(ge=1)
     subclasses: tuple[str, ...] | None = None  # None: all 100 taxonomy categories
+    subclasses_per_class: int = Field(default=0, ge=0)  # keep the first n of each class (0: all)
 
 
 class GlobalFeatureConfig(_Strict):

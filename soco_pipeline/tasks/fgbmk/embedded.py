@@ -151,6 +151,7 @@ def request_of(config: EmbeddedConfig, seed: int, subclasses: list[str] | None) 
         "version": EMBEDDED_VERSION, "seed": int(seed), "image_size": config.image_size,
         "object_area": list(config.object_area), "train": config.images_per_subclass.train,
         "test": config.images_per_subclass.test, "subclasses": subclasses,
+        "per_class": config.subclasses_per_class,
     }
 
 
@@ -177,6 +178,9 @@ def generate_embedded(root: str, config: EmbeddedConfig, seed: int = 0, subclass
     """Render the set under `root` and write its FG-BMK layout; return the items table."""
     tax = load_taxonomy()
     h = hierarchy(tax, subclasses)
+    if config.subclasses_per_class:
+        keep = h.groupby("class", sort=False).head(config.subclasses_per_class).subclass
+        h = hierarchy(tax, list(keep))
     n_train, n_test = config.images_per_subclass.train, config.images_per_subclass.test
     plan = [(r, i) for r in h.itertuples(index=False) for i in range(n_train + n_test)]
     tasks = [(r.subclass, i, seed, config.image_size, tuple(config.object_area)) for r, i in plan]
