@@ -37,7 +37,7 @@ def main() -> None:
         t0 = time.perf_counter()
         items = ensure_embedded(f"{tmp}/set", demo.embedded, demo.seed, subs)
         dt = time.perf_counter() - t0
-        print(f"embedded set: {len(items)} images ({len(subs)} subclasses) rendered in {dt:.1f} s "
+        print(f"embedded set: {len(items)} images ({items.subclass.nunique()} subclasses) rendered in {dt:.1f} s "
               f"({len(items) / dt:.1f} images/s)", flush=True)
         labels = items.subclass_id.to_numpy()
         train, test = (items.split == "train").to_numpy(), (items.split == "test").to_numpy()
