@@ -34,7 +34,9 @@ def data_root(soco: SocoSettings) -> str:
     return join(soco.settings().storage_root, "tpips")
 
 
-@dg.asset(group_name=GROUP, automation_condition=EAGER, kinds={"pandas"})
+# No automation condition on the root: it is materialized on request (the demo, the UI), so the eager daemon
+# never starts a family nobody asked for; everything below it follows eagerly.
+@dg.asset(group_name=GROUP, kinds={"pandas"})
 def tpips_images(context: dg.AssetExecutionContext, soco: SocoSettings) -> pd.DataFrame:
     """Every TPIPS render (triplets and 2AFC) with its exact aspect values, uri and size."""
     from soco_pipeline.tasks.tpips.afc import generate_afc
