@@ -16,12 +16,13 @@ from pathlib import Path
 
 import dagster as dg
 
-from soco_pipeline.backbones.spec_files import file_hash, scan_specs, spec_names
+from soco_pipeline.backbones.spec_files import scan_specs, spec_names
 from soco_pipeline.defs.backbones.assets import (
     feature_manifest,
     four_choice_predictions,
     metrics,
     predictions,
+    spec_version,
 )
 from soco_pipeline.defs.shared.automation import reevaluation_reasons, spec_folder_result
 from soco_pipeline.defs.shared.partitions import backbones_partitions
@@ -48,9 +49,8 @@ def backbone_specs_sensor(context: dg.SensorEvaluationContext, soco: SocoSetting
 
 def backbone_reevaluation_reasons(instance: dg.DagsterInstance, soco: SocoSettings, backbone: str) -> list[str]:
     """Why a backbone partition is due for re-evaluation (empty: it is up to date)."""
-    spec = Path(soco.backbones_dir) / f"{backbone}.yaml"
     sources = {
-        "backbone_spec": (file_hash(spec), backbone, "feature_manifest"),
+        "backbone_spec": (spec_version(soco, backbone), backbone, "feature_manifest"),
         "evaluation_protocol": (soco.protocol().version_hash(), None, "metrics"),
     }
     return reevaluation_reasons(instance, backbone, PER_BACKBONE, sources)

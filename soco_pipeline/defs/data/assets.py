@@ -4,7 +4,13 @@ import dagster as dg
 import pandas as pd
 
 from soco_pipeline import schemas
-from soco_pipeline.defs.shared.checks import TableResult, TableSpec, columns_of, table_asset, table_multi_asset
+from soco_pipeline.defs.shared.checks import (
+    TableResult,
+    TableSpec,
+    columns_of,
+    table_asset,
+    table_multi_asset,
+)
 from soco_pipeline.defs.shared.resources import SocoSettings
 from soco_pipeline.taxonomy import Taxonomy, load_taxonomy
 

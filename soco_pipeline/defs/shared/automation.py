@@ -18,11 +18,15 @@ import dagster as dg
 
 AC = dg.AutomationCondition
 EAGER = AC.eager()
+# The observable source assets (spec files, protocol): their changes are handled by the spec sensors' run
+# requests and the weekly schedule; an unobserved spec (a partition the sensor has just added) must not
+# hold its partition back as a "missing" dependency.
+SOURCES = dg.AssetSelection.assets("backbone_spec", "lvlm_spec", "evaluation_protocol")
 ON_CHANGE = (
     AC.in_latest_time_window()
-    & (AC.newly_missing() | AC.code_version_changed() | AC.any_deps_match(AC.data_version_changed()))
-    .since_last_handled()
-    & ~AC.any_deps_missing()
+    & (AC.newly_missing() | AC.code_version_changed()
+       | AC.any_deps_match(AC.data_version_changed()).ignore(SOURCES)).since_last_handled()
+    & ~AC.any_deps_missing().ignore(SOURCES)
     & ~AC.any_deps_in_progress()
     & ~AC.in_progress()
 ).with_label("on_change")

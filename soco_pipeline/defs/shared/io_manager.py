@@ -39,6 +39,18 @@ class ParquetUPathIOManager(dg.UPathIOManager):
         return read_parquet(str(path))
 
 
+    def load_input(self, context: dg.InputContext):
+        loaded = super().load_input(context)
+        if context.has_asset_partitions and not context.has_partition_key:
+            # A fan-in (unpartitioned asset reading a partitioned one): always {partition: table}, also for
+            # one partition (UPathIOManager then returns the bare table) or none.
+            if loaded is None:
+                return {}
+            if not isinstance(loaded, dict):
+                return {context.asset_partition_keys[0]: loaded}
+        return loaded
+
+
 class ParquetIOManager(dg.ConfigurableIOManagerFactory):
     """The tables' IO manager resource: `base_path` is the tables root (a local path or any fsspec URL)."""
 
