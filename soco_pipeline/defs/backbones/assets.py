@@ -60,7 +60,8 @@ def protocol_observation(soco: SocoSettings):
     return protocol, observation("evaluation_protocol", protocol.version_hash())
 
 
-@dg.observable_source_asset(group_name=GROUP, partitions_def=backbones_partitions)
+@dg.observable_source_asset(group_name=GROUP, partitions_def=backbones_partitions,
+                            description="A backbone's spec file (assets/backbones/<name>.yaml); data version: its hash.")
 def backbone_spec(context: dg.AssetExecutionContext, soco: SocoSettings) -> dg.DataVersionsByPartition:
     """A backbone's spec file (assets/backbones/<name>.yaml); its data version is the file's content hash.
 
@@ -72,7 +73,8 @@ def backbone_spec(context: dg.AssetExecutionContext, soco: SocoSettings) -> dg.D
     return dg.DataVersionsByPartition({name: h for name, h in current.items() if name in known})
 
 
-@dg.observable_source_asset(group_name=GROUP)
+@dg.observable_source_asset(group_name=GROUP,
+                            description="The evaluation protocol (assets/protocol.yaml); data version: its version_hash.")
 def evaluation_protocol(soco: SocoSettings) -> dg.DataVersion:
     """The evaluation protocol (assets/protocol.yaml or the resource's protocol_path); its data version is
     ProtocolConfig.version_hash(). Observed by predictions and metrics, which read it through the resource."""

@@ -1,10 +1,8 @@
-"""LVLM evaluation (SOCO-LVLM), the Dagster layer: one `lvlms` partition per spec file in assets/lvlms/.
+"""The lvlm group (SOCO-LVLM): one `lvlms` partition per spec file in assets/lvlms/.
 
-lvlm_items (unpartitioned: the questions of every setting, images marked once) -> lvlm_answers[m] ->
-lvlm_metrics[m] -> lvlm_leaderboard. The sensor treats the spec folder as the backbone sensor treats
-assets/backbones/: a new file adds a partition (eager automation then evaluates that model only), a
-changed file re-runs that model (answers already cached for unchanged requests are not asked again),
-a deleted file keeps its results, marked `spec_present = false`. An empty folder is fine.
+lvlm_spec (the spec files, observable) and lvlm_items (unpartitioned: the questions of every setting,
+images marked once) -> lvlm_answers[m] -> lvlm_metrics[m] -> lvlm_leaderboard. The job and the spec
+sensor are in automation.py.
 """
 
 import dagster as dg
@@ -32,7 +30,8 @@ def lvlm_spec_for(soco: SocoSettings, model: str):
     return load_spec(lvlm_spec_path(soco, model))
 
 
-@dg.observable_source_asset(group_name=GROUP, partitions_def=lvlms_partitions)
+@dg.observable_source_asset(group_name=GROUP, partitions_def=lvlms_partitions,
+                            description="An LVLM's spec file (assets/lvlms/<name>.yaml); data version: its hash.")
 def lvlm_spec(context: dg.AssetExecutionContext, soco: SocoSettings) -> dg.DataVersionsByPartition:
     """An LVLM's spec file (assets/lvlms/<name>.yaml); its data version is the file's content hash.
 
