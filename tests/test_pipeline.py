@@ -234,6 +234,18 @@ def test_an_unchanged_data_table_rematerialized_requests_no_backbone(run):
     assert isinstance(due, dg.SkipReason) or "oracle_part" not in {r.partition_key for r in due}
 
 
+def test_a_changed_protocol_makes_the_schedule_re_evaluate_the_backbones(run, tmp_path):
+    """The protocol is an observable source (data version: its version hash) that metrics observes when it
+    runs: a protocol that differs from the one of a backbone's last metrics makes that backbone due."""
+    text = (PROJECT_ROOT / "assets" / "protocol.yaml").read_text()
+    protocol = tmp_path / "protocol.yaml"
+    protocol.write_text(text.replace("threshold: strict", "threshold: inclusive"))
+    defs = build_definitions(**run["overrides"], protocol_path=str(protocol))
+    with dg.build_schedule_context(instance=run["instance"], resources={"soco": defs.resources["soco"]}) as ctx:
+        due = defs.get_schedule_def("reevaluate_schedule")(ctx)
+    assert "oracle_part" in {r.partition_key for r in due}
+
+
 def test_official_release_layout_round_trips_through_the_pipeline(run, monkeypatch):
     """Export our tables in the SOCO release layout, import it as the source, score the same backbone."""
     release = run["tmp"] / "release"

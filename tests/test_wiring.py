@@ -199,3 +199,21 @@ def test_every_soco_variable_is_in_the_settings_table():
         read |= set(re.findall(r"SOCO_[A-Z][A-Z_]*[A-Z]", path.read_text()))
     assert read == listed, (read - listed, listed - read)
     assert {var for var, _ in ENVIRONMENT.values()} <= listed
+
+
+def test_the_settings_resource_is_the_settings_object(monkeypatch, tmp_path):
+    """One object: the resource adds no field to Settings, and both read the same SOCO_* variables."""
+    from soco_pipeline.defs.shared.resources import SocoSettings
+    from soco_pipeline.settings import Settings
+
+    assert issubclass(SocoSettings, Settings) and set(SocoSettings.model_fields) == set(Settings.model_fields)
+    monkeypatch.setenv("SOCO_STORAGE", str(tmp_path / "s"))
+    monkeypatch.setenv("SOCO_SEED", "7")
+    monkeypatch.setenv("SOCO_CATEGORIES", "car,bus")
+    soco = build_definitions().resources["soco"]
+    assert isinstance(soco, Settings) and soco.settings() is soco
+    assert (soco.seed, soco.categories, soco.tables_root) == (7, ["car", "bus"], f"{tmp_path / 's'}/tables")
+    assert Settings().embedded_root == soco.embedded_root
+    monkeypatch.setenv("SOCO_SEED", "seven")
+    with pytest.raises(ValueError, match="SOCO_SEED='seven' is not an integer"):
+        Settings()

@@ -2,7 +2,7 @@
 
 import dagster as dg
 
-from soco_pipeline.defs.shared.automation import EAGER
+from soco_pipeline.defs.shared.automation import eager_allowing_missing
 from soco_pipeline.defs.shared.resources import SocoSettings
 
 GROUP = "results"
@@ -12,7 +12,7 @@ GROUP = "results"
     group_name=GROUP,
     # every summary table: a view is (re)made once they are written (the per-partition tables before them)
     deps=[dg.AssetKey("leaderboard"), dg.AssetKey("lvlm_leaderboard"), dg.AssetKey("correlation")],
-    automation_condition=EAGER,
+    automation_condition=eager_allowing_missing("lvlm_leaderboard", "correlation"),
     kinds={"duckdb"},
     code_version="2",
 )

@@ -31,6 +31,20 @@ ON_CHANGE = (
     & ~AC.in_progress()
 ).with_label("on_change")
 
+
+
+def eager_allowing_missing(*optional: str) -> dg.AutomationCondition:
+    """Dagster's eager condition, except that the upstream assets named in `optional` (inputs read with
+    `allow_missing`, summaries not every deployment has) do not hold the asset back while missing."""
+    return (
+        AC.in_latest_time_window()
+        & (AC.newly_missing() | AC.any_deps_updated()).since_last_handled()
+        & ~AC.any_deps_missing().ignore(dg.AssetSelection.assets(*optional))
+        & ~AC.any_deps_in_progress()
+        & ~AC.in_progress()
+    ).with_label(f"eager (may miss {', '.join(optional)})")
+
+
 DATA_VERSION_TAG = "dagster/data_version"
 
 

@@ -156,6 +156,8 @@ def publish_tables(results: dict[str, TableResult], specs: dict[str, TableSpec],
         ))
         if specs[name].checked:
             checks.append(specs[name].check_result(name, result))
+        elif result.problems:
+            raise TypeError(f"table asset {name!r} found problems but declares no check: give it check=True")
     yield from publish_checked(outputs, checks)
 
 
