@@ -12,6 +12,7 @@ its own component tree).
 
 import importlib
 import pkgutil
+import warnings
 from types import ModuleType
 
 import dagster as dg
@@ -35,7 +36,9 @@ def group_folders(package: ModuleType = defs_package) -> list[ModuleType]:
 
 def load_group_folders(package: ModuleType = defs_package) -> dg.Definitions:
     """Every group folder of `package` loaded by Dagster's package loading, merged into one Definitions."""
-    return dg.Definitions.merge(*(dg.load_definitions_from_package_module(f) for f in group_folders(package)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dg.PreviewWarning)  # the module loaders are "preview" in Dagster 1.13
+        return dg.Definitions.merge(*(dg.load_definitions_from_package_module(f) for f in group_folders(package)))
 
 
 def build_definitions(**overrides) -> dg.Definitions:

@@ -8,7 +8,7 @@ from soco_pipeline import schemas
 from soco_pipeline.backbones.spec import FEATURE_CODE_VERSION
 from soco_pipeline.defs.data.assets import run_taxonomy
 from soco_pipeline.defs.shared.automation import EAGER, ON_CHANGE, observation
-from soco_pipeline.defs.shared.checks import TableResult, table_asset
+from soco_pipeline.defs.shared.checks import TableResult, observable_source, table_asset
 from soco_pipeline.defs.shared.executors import GPU_STEP_TAGS
 from soco_pipeline.defs.shared.io_manager import ALLOW_MISSING_PARTITIONS
 from soco_pipeline.defs.shared.partitions import backbones_partitions, partition_spec_file
@@ -60,7 +60,7 @@ def protocol_observation(soco: SocoSettings):
     return protocol, observation("evaluation_protocol", protocol.version_hash())
 
 
-@dg.observable_source_asset(group_name=GROUP, partitions_def=backbones_partitions,
+@observable_source(group_name=GROUP, partitions_def=backbones_partitions,
                             description="A backbone's spec file (assets/backbones/<name>.yaml); data version: its hash.")
 def backbone_spec(context: dg.AssetExecutionContext, soco: SocoSettings) -> dg.DataVersionsByPartition:
     """A backbone's spec file (assets/backbones/<name>.yaml); its data version is the file's content hash.
@@ -73,7 +73,7 @@ def backbone_spec(context: dg.AssetExecutionContext, soco: SocoSettings) -> dg.D
     return dg.DataVersionsByPartition({name: h for name, h in current.items() if name in known})
 
 
-@dg.observable_source_asset(group_name=GROUP,
+@observable_source(group_name=GROUP,
                             description="The evaluation protocol (assets/protocol.yaml); data version: its version_hash.")
 def evaluation_protocol(soco: SocoSettings) -> dg.DataVersion:
     """The evaluation protocol (assets/protocol.yaml or the resource's protocol_path); its data version is

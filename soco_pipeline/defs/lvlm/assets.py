@@ -9,7 +9,7 @@ import dagster as dg
 import pandas as pd
 
 from soco_pipeline.defs.shared.automation import EAGER, ON_CHANGE, observation
-from soco_pipeline.defs.shared.checks import TableResult, table_asset
+from soco_pipeline.defs.shared.checks import TableResult, observable_source, table_asset
 from soco_pipeline.defs.shared.io_manager import ALLOW_MISSING, ALLOW_MISSING_PARTITIONS
 from soco_pipeline.defs.shared.partitions import lvlms_partitions, partition_spec_file
 from soco_pipeline.defs.shared.resources import SocoSettings
@@ -30,7 +30,7 @@ def lvlm_spec_for(soco: SocoSettings, model: str):
     return load_spec(lvlm_spec_path(soco, model))
 
 
-@dg.observable_source_asset(group_name=GROUP, partitions_def=lvlms_partitions,
+@observable_source(group_name=GROUP, partitions_def=lvlms_partitions,
                             description="An LVLM's spec file (assets/lvlms/<name>.yaml); data version: its hash.")
 def lvlm_spec(context: dg.AssetExecutionContext, soco: SocoSettings) -> dg.DataVersionsByPartition:
     """An LVLM's spec file (assets/lvlms/<name>.yaml); its data version is the file's content hash.
