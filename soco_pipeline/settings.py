@@ -99,6 +99,7 @@ class Settings(BaseModel):
     protocol_path: str | None = Field(
         default=None, description="evaluation protocol YAML (default: assets/protocol.yaml)"
     )
+    mmvm_config_path: str | None = Field(default=None, description="MMVM family config (default: assets/mmvm.yaml)")
 
     @property
     def tables_root(self) -> str:

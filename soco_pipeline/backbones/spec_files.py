@@ -6,6 +6,7 @@ helpers serve the backbone specs (assets/backbones/) and the LVLM specs (assets/
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Callable
 from pathlib import Path
@@ -31,9 +32,15 @@ def scan_folder(folder: Path, load: Callable[[Path], object]) -> tuple[dict[str,
 
 def scan_specs(folder: Path) -> tuple[dict[str, str], dict[str, str]]:
     """Valid backbone spec files of a folder as {name: content hash}, and invalid ones as {name: error}."""
-    from soco_pipeline.backbones import load_spec
+    return scan_folder(folder, lambda path: _checked(str(path), file_hash(path)))
 
-    return scan_folder(folder, load_spec)
+
+@functools.lru_cache(maxsize=256)
+def _checked(path: str, content_hash: str) -> None:
+    """`checked_spec` once per file content: the sensor scans the folder every tick."""
+    from soco_pipeline.backbones.validate import checked_spec
+
+    checked_spec(path)
 
 
 def spec_names(folder: str | Path) -> set[str]:

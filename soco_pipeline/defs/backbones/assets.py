@@ -35,14 +35,14 @@ def spec_version(soco: SocoSettings, backbone: str) -> str:
 
 def spec_for(soco: SocoSettings, backbone: str):
     """Load the spec file of a backbone partition (a clear error if its file is gone or malformed)."""
-    from soco_pipeline.backbones import load_spec
+    from soco_pipeline.backbones.validate import checked_spec
 
-    return load_spec(spec_path(soco, backbone))
+    return checked_spec(spec_path(soco, backbone))
 
 
 def matching_device(soco: SocoSettings) -> str:
     """The torch device for matching: CUDA when present and asked for (auto), else CPU."""
-    from soco_pipeline.backbones.base import resolve_device
+    from soco_pipeline.device import resolve_device
 
     return str(resolve_device(soco.device))
 
@@ -249,9 +249,9 @@ def leaderboard(
     """
     import base64
 
+    from soco_pipeline.analysis.leaderboard import leaderboard as build_leaderboard
+    from soco_pipeline.analysis.leaderboard import leaderboard_markdown, leaderboard_png
     from soco_pipeline.backbones.spec_files import spec_names
-    from soco_pipeline.evaluation.leaderboard import leaderboard as build_leaderboard
-    from soco_pipeline.evaluation.leaderboard import leaderboard_markdown, leaderboard_png
 
     if not metrics:
         raise RuntimeError("no metrics materialized yet: materialize metrics for at least one backbone")

@@ -134,8 +134,8 @@ def lvlm_leaderboard(
 ) -> TableResult:
     """Every evaluated LVLM beside the SOCO page's reference figures, the random baselines (25 / 0.39) and
     the best backbone's four-choice accuracy (when the backbone leaderboard exists)."""
+    from soco_pipeline.analysis.leaderboard import leaderboard_markdown
     from soco_pipeline.backbones.spec_files import spec_names
-    from soco_pipeline.evaluation.leaderboard import leaderboard_markdown
     from soco_pipeline.lvlm.metrics import lvlm_leaderboard as build
 
     metrics = pd.concat(lvlm_metrics.values(), ignore_index=True) if lvlm_metrics else pd.DataFrame()
