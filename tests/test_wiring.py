@@ -159,7 +159,6 @@ def test_a_release_with_its_own_names_materializes_global_metrics(tmp_path):
     import shutil
 
     from soco_pipeline.data.soco_export import export_soco_release
-
     from soco_pipeline.taxonomy import load_taxonomy
     from tests.fixtures_data import canonical_tables, release_renaming, rename_release
 
