@@ -6,7 +6,7 @@ A spec reads as plainly as OmniProbe's backbone configs::
     model: vit_base_patch14_dinov2   # timm name / diffusers id / sift / oracle_part / efficientnet_lite0
     weights: hf:timm/vit_base_patch14_dinov2.lvd142m   # none | packaged | <local path> | hf:<repo id>
     layer: -1                        # final block
-    input: {nearest_multiple: 800}   # or {fixed_grid: 60}
+    input: {nearest_multiple: 800}   # or {fixed_grid: 60}; add `resize: tensor` for the GPU resize
     normalisation: imagenet          # imagenet | clip | half | raw
     batch_size: 4
     device: auto                     # auto = CUDA when available, else CPU
@@ -34,11 +34,17 @@ POS_EMBED_MODES = ("auto", "dinov2_hub", "timm")
 
 # Bump when a change in the extraction code changes the features a spec produces: every cache
 # folder is keyed by spec_hash, which includes this constant, so old features are never reused.
-FEATURE_CODE_VERSION = "2"  # 2: the cache also stores the class token of timm ViTs
+# 2: the cache also stores the class token of timm ViTs. 3: the PIL resize is the default (input.resize),
+# and a timm checkpoint is built at its own position-embedding grid.
+FEATURE_CODE_VERSION = "3"
 
 KINDS = ("timm", "diffusion", "classical", "oracle", "packaged")
 NORMALISATIONS = ("imagenet", "clip", "half", "raw")
 INPUT_POLICIES = ("nearest_multiple", "fixed_grid")
+# input.resize: pil = the official scorer's PIL bicubic resize of the uint8 square (the default);
+# tensor = F.interpolate on the float tensor (faster on a GPU; features move a little, see
+# docs/preprocessing.md).
+RESIZE_MODES = ("pil", "tensor")
 
 COMMON_FIELDS: dict[str, tuple[type | tuple[type, ...], Any]] = {
     "name": (str, None),  # optional; must equal the file stem when given
@@ -125,10 +131,12 @@ def input_size(policy: str, value: int, multiple: int) -> int:
 
 @dataclass(frozen=True)
 class InputPolicy:
-    """How the square input side S is chosen: nearest multiple of the stride, or a fixed grid."""
+    """How the square input side S is chosen (nearest multiple of the stride, or a fixed grid) and how
+    the padded square is resized to it (`resize`: pil, the official path, or tensor)."""
 
     policy: str
     value: int
+    resize: str = "pil"
 
     def size(self, multiple: int) -> int:
         """The input side S for a backbone whose grid cell is `multiple` input pixels.
@@ -173,7 +181,7 @@ class BackboneSpec:
             "kind": self.kind,
             "model": self.model,
             "weights": self.weights,
-            "input": {self.input.policy: self.input.value},
+            "input": {self.input.policy: self.input.value, "resize": self.input.resize},
             "normalisation": self.normalisation,
             "batch_size": self.batch_size,
             "device": self.device,
@@ -231,11 +239,17 @@ def parse_spec(doc: Any, name: str, source: str = "<spec>") -> BackboneSpec:
             f"{src}: field 'name' is {vals['name']!r} but the file stem is {name!r}; the name is the file "
             f"stem, so rename the file or drop the field"
         )
-    inp = vals["input"]
+    inp = dict(vals["input"])
+    resize = inp.pop("resize", "pil")
     if len(inp) != 1 or next(iter(inp)) not in INPUT_POLICIES:
         raise BackboneSpecError(
             f"{src}: field 'input' must be one of {{nearest_multiple: <px>}} or {{fixed_grid: <cells>}}, "
-            f"got {inp!r}"
+            f"optionally with resize: pil | tensor, got {vals['input']!r}"
+        )
+    if resize not in RESIZE_MODES:
+        raise BackboneSpecError(
+            f"{src}: field 'input.resize' is {resize!r}; use one of {list(RESIZE_MODES)} (pil = the official "
+            f"preprocessing, tensor = the faster GPU resize)"
         )
     policy, value = next(iter(inp.items()))
     _check_type(src, f"input.{policy}", value, int)
@@ -292,7 +306,7 @@ def parse_spec(doc: Any, name: str, source: str = "<spec>") -> BackboneSpec:
         kind=kind,
         model=model,
         weights=weights,
-        input=InputPolicy(policy, value),
+        input=InputPolicy(policy, value, resize),
         normalisation=vals["normalisation"],
         batch_size=vals["batch_size"],
         device=vals["device"],
