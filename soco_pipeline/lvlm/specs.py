@@ -20,6 +20,10 @@ A local model (transformers, AutoModelForImageTextToText and the processor's cha
     dtype: bfloat16
     batch_size: 8
 
+Both backends take `max_error_rate` (default 0.1): a run in which more than this share of the requests
+fails (errors after retries, failed batches) stops with the first error's message instead of posting a
+score deflated by errors counted as wrong.
+
 The name is the file stem. Unknown fields are an error naming the file and the field. The key itself
 never appears in a spec: only the name of the environment variable that holds it.
 """
@@ -52,6 +56,7 @@ COMMON_FIELDS: dict[str, tuple[type | tuple[type, ...], Any]] = {
     "temperature": (_NUM, 0.0),
     "max_tokens": (int, 512),
     "seed": (int, 0),
+    "max_error_rate": (_NUM, 0.1),
 }
 BACKEND_FIELDS: dict[str, dict[str, tuple[type | tuple[type, ...], Any]]] = {
     "openai": {
@@ -98,6 +103,7 @@ class LvlmSpec:
     backoff_base: float = 0.5
     backoff_max: float = 30.0
     max_consecutive_failures: int = 25
+    max_error_rate: float = 0.1
     device: str = "auto"
     dtype: str = "auto"
     batch_size: int = 4
@@ -154,6 +160,11 @@ def parse_spec(doc: Any, name: str, source: str = "<spec>") -> LvlmSpec:
             raise LvlmSpecError(f"{src}: field {key!r} must be > 0, got {vals[key]}")
     if vals.get("retries", 0) < 0:
         raise LvlmSpecError(f"{src}: field 'retries' must be >= 0, got {vals['retries']}")
+    if not 0.0 <= vals["max_error_rate"] <= 1.0:
+        raise LvlmSpecError(
+            f"{src}: field 'max_error_rate' must be in [0, 1] (the share of failed requests a run tolerates), "
+            f"got {vals['max_error_rate']}"
+        )
     if not 0.0 <= vals["temperature"] <= 2.0:
         raise LvlmSpecError(f"{src}: field 'temperature' must be in [0, 2], got {vals['temperature']}")
     if backend == "openai":
