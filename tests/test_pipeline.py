@@ -19,6 +19,8 @@ from soco_pipeline.demo import run_demo
 from soco_pipeline.evaluation.theory import expected_concept_oracle_soc
 from soco_pipeline.storage import PROJECT_ROOT
 
+pytestmark = pytest.mark.timeout(900)  # a whole pipeline runs in a module fixture (the first test's setup)
+
 CATEGORIES = ["car", "bus", "tractor", "chair", "dog", "horse"]
 FIRST = ["oracle_part", "oracle_concept"]
 PER_BACKBONE = ["feature_manifest", "predictions", "four_choice_predictions", "metrics"]
@@ -44,7 +46,11 @@ def run(tmp_path_factory):
     (tmp / "dagster_home").mkdir()
     with dg.instance_for_test(temp_dir=str(tmp / "dagster_home")) as instance:
         board = run_demo(instance=instance, **overrides)
-        yield {"tmp": tmp, "instance": instance, "board": board, "overrides": overrides, "backbones": backbones}
+        # What the demo materialized, counted now: later tests materialize more on this instance, in any order.
+        counts = {(key, None): _count(instance, key) for key in DATA_AND_PAIRS + ["leaderboard", "results_database"]}
+        counts |= {(key, b): _count(instance, key, b) for key in PER_BACKBONE for b in FIRST}
+        yield {"tmp": tmp, "instance": instance, "board": board, "overrides": overrides, "backbones": backbones,
+               "counts": counts}
 
 
 def _tables(run) -> Path:
@@ -70,10 +76,10 @@ def test_definitions_load_with_groups_and_descriptions():
 def test_every_asset_and_blocking_check_materialized(run):
     instance = run["instance"]
     for key in DATA_AND_PAIRS + ["leaderboard", "results_database"]:
-        assert _count(instance, key) == 1, key
+        assert run["counts"][(key, None)] == 1, key
     for b in FIRST:
         for key in PER_BACKBONE:
-            assert _count(instance, key, b) == 1, (key, b)
+            assert run["counts"][(key, b)] == 1, (key, b)
     for name in ["taxonomy", "image_set", "rejected_images", "keypoints", "descriptions", "image_pairs",
                  "correspondences"]:
         evals = instance.event_log_storage.get_latest_asset_check_execution_by_key(
@@ -208,9 +214,13 @@ def test_schedule_skips_when_nothing_changed_and_runs_a_changed_spec(run):
     # added by another test: it is evaluated too, or requested if it never was).
     assert not requested & set(FIRST), requested
     spec = run["backbones"] / "oracle_concept.yaml"
-    spec.write_text(spec.read_text() + "\n# touched\n")
-    with dg.build_schedule_context(instance=instance, resources=resources) as ctx:
-        second = schedule(ctx)
+    saved = spec.read_text()
+    spec.write_text(saved + "\n# touched\n")
+    try:
+        with dg.build_schedule_context(instance=instance, resources=resources) as ctx:
+            second = schedule(ctx)
+    finally:
+        spec.write_text(saved)  # the other tests see the spec the demo ran
     assert "oracle_concept" in {r.partition_key for r in second}
     assert "oracle_part" not in {r.partition_key for r in second}
 
@@ -227,7 +237,8 @@ def test_official_release_layout_round_trips_through_the_pipeline(run, monkeypat
                  "soco_release_root": str(release)}
     # The oracle reads the generator's ground truth by image id: point it at the embedded data set.
     shutil.copytree(Path(run["overrides"]["storage_root"]) / "embedded", Path(overrides["storage_root"]) / "embedded")
-    with dg.instance_for_test(temp_dir=str(run["tmp"] / "dagster_home")) as instance:
+    (run["tmp"] / "dagster_from_release").mkdir()  # its own instance: the module's keeps only its own runs
+    with dg.instance_for_test(temp_dir=str(run["tmp"] / "dagster_from_release")) as instance:
         instance.add_dynamic_partitions("backbones", ["oracle_part"])
         defs = build_definitions(**overrides)
         assert dg.materialize(list(defs.assets), selection=dg.AssetSelection.groups("data", "pairs"),
