@@ -149,11 +149,15 @@ def test_disk_full_during_a_vit_extraction_keeps_every_listed_class_token(tiny_t
     import numpy as np
     from PIL import Image
 
+    import soco_pipeline.features.extract as extract_module
     from soco_pipeline.backbones import parse_spec, spec_hash
     from soco_pipeline.features import FeatureStore, extract_features
     from soco_pipeline.features.layout import feature_dir, read_manifest
 
     monkeypatch.setenv("SOCO_STORAGE", str(tiny_tmpfs))
+    # The manifest is flushed after every batch (not every 10 s), so some batches are listed when the disk
+    # fills however fast this machine is.
+    monkeypatch.setattr(extract_module, "FLUSH_SECONDS", 0.0)
     rng = np.random.default_rng(0)
     rows = []
     for i in range(48):
