@@ -33,9 +33,9 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 from PIL import Image
-from soco_pipeline.sources.soco_export import export_soco_release
 
 from soco_pipeline.backbones import build_backbone, parse_spec
+from soco_pipeline.data.soco_export import export_soco_release
 from soco_pipeline.evaluation.matching import predict
 from soco_pipeline.evaluation.metrics import compute_metrics
 from soco_pipeline.evaluation.protocol import load_protocol
