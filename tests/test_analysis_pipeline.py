@@ -71,7 +71,7 @@ def analysed(run):
         mp.setattr(base.Backbone, "extract", no_backbone)
         for b in ORACLES:
             run["mat"](dg.AssetSelection.assets("global_metrics", "probe_metrics"), b, PROBE_RUN)
-    run["mat"](dg.AssetSelection.assets("leaderboard", "correlation"))
+    run["mat"](dg.AssetSelection.assets("leaderboard", "correlation", "results_database"))
     return run
 
 

@@ -83,7 +83,7 @@ def test_spec_folder_to_leaderboard(setup):
         assert [r.partition_key for r in changed.run_requests] == ["oracle_vlm"]
         _materialize(defs, instance, "lvlm_answers", "lvlm_metrics", partition="oracle_vlm")
         assert srv.requests == sent
-    _materialize(defs, instance, "lvlm_leaderboard")
+    _materialize(defs, instance, "lvlm_leaderboard", "results_database")
     for asset in ("lvlm_items", "lvlm_answers"):
         key = dg.AssetCheckKey(dg.AssetKey(asset), "schema")
         record = instance.event_log_storage.get_latest_asset_check_execution_by_key([key])[key]

@@ -186,7 +186,7 @@ def data(cluster):
     """Data and pair tables in the cluster's bucket and instance; a copy of them under `reference/`."""
     import dagster as dg
 
-    from soco_pipeline.defs.partitions import backbones_partitions
+    from soco_pipeline.defs.shared.partitions import backbones_partitions
 
     t0 = time.monotonic()
     with dg.DagsterInstance.get() as instance:
@@ -206,7 +206,7 @@ def _reference(cluster: LocalStack, ref_prefix: str, backbones: list[str]) -> No
     """The same partitions in-process (Dagster's in-process executor, a throwaway instance)."""
     import dagster as dg
 
-    from soco_pipeline.defs.partitions import backbones_partitions
+    from soco_pipeline.defs.shared.partitions import backbones_partitions
 
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions(backbones_partitions.name, backbones)

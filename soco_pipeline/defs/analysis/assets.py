@@ -1,0 +1,145 @@
+"""Analysis assets: global-feature metrics and the linear probe per backbone partition (from the feature
+cache, no backbone runs), and the correlation study over the leaderboard, user tables and OmniProbe."""
+
+import base64
+
+import dagster as dg
+import pandas as pd
+
+from soco_pipeline.defs.backbones.assets import evaluation_protocol, feature_store
+from soco_pipeline.defs.data.assets import run_taxonomy
+from soco_pipeline.defs.shared.automation import ON_CHANGE
+from soco_pipeline.defs.shared.checks import TableResult, table_asset
+from soco_pipeline.defs.shared.io_manager import ALLOW_MISSING
+from soco_pipeline.defs.shared.partitions import backbones_partitions
+from soco_pipeline.defs.shared.resources import SocoSettings
+
+GROUP = "analysis"
+
+
+class GlobalMetricsConfig(dg.Config):
+    """Split and kNN settings of global_metrics (the seed is the SocoSettings seed)."""
+
+    train_fraction: float = 0.5
+    temperature: float = 0.07
+
+
+@table_asset(
+    group_name=GROUP,
+    partitions_def=backbones_partitions,
+    automation_condition=ON_CHANGE,
+    kinds={"pytorch"},
+    code_version="1",
+)
+def global_metrics(
+    context: dg.AssetExecutionContext, soco: SocoSettings, config: GlobalMetricsConfig,
+    feature_manifest: pd.DataFrame, image_set: pd.DataFrame, taxonomy: pd.DataFrame,
+) -> TableResult:
+    """kNN top-1/top-5 (k = 20, 100, 200; T = 0.07) and retrieval mAP of mean-pooled maps and class tokens,
+    on the category and fine-grained (category within family) tracks; read from the feature cache."""
+    from soco_pipeline.analysis.global_metrics import global_metrics as compute
+
+    images = image_set[image_set["image_id"].isin(feature_manifest["image_id"])]
+    df = compute(
+        feature_store(soco, feature_manifest), images, context.partition_key, family_of=run_taxonomy(taxonomy).family,
+        seed=soco.seed, train_fraction=config.train_fraction, temperature=config.temperature, log=context.log.info,
+    )
+    head = df[df["headline"]]
+    return TableResult(df, {
+        "rows": len(df), "features": ", ".join(sorted(set(df["feature"]))),
+        **{f"{r.metric}{'' if pd.isna(r.k) else '@' + str(int(r.k))}": round(float(r.value), 2)
+           for r in head.itertuples()},
+    })
+
+
+class ProbeAssetConfig(dg.Config):
+    """Linear-probe settings (the seed is the SocoSettings seed)."""
+
+    train_fraction: float = 0.5
+    steps: int = 200
+    lr: float = 5e-3
+    temperature: float = 0.07
+    targets_per_step: int = 8
+
+
+@table_asset(group_name=GROUP, partitions_def=backbones_partitions, deps=[evaluation_protocol], kinds={"pytorch"},
+             code_version="1")
+def probe_metrics(
+    context: dg.AssetExecutionContext, soco: SocoSettings, config: ProbeAssetConfig,
+    feature_manifest: pd.DataFrame, image_pairs: pd.DataFrame, correspondences: pd.DataFrame,
+    keypoints: pd.DataFrame, image_set: pd.DataFrame, taxonomy: pd.DataFrame,
+) -> TableResult:
+    """SOCO linear probe (soco_lp): a linear map trained with InfoNCE over the target grid on the train
+    split's cached features, then CC/SOC/SOC-geo/Cross-SOC on the test pairs, beside zero-shot."""
+    from soco_pipeline.analysis.linear_probe import ProbeConfig
+    from soco_pipeline.analysis.linear_probe import probe_metrics as compute
+
+    cfg = ProbeConfig(seed=soco.seed, train_fraction=config.train_fraction, steps=config.steps, lr=config.lr,
+                      temperature=config.temperature, targets_per_step=config.targets_per_step)
+    protocol = soco.protocol()
+    df = compute(
+        feature_store(soco, feature_manifest), image_pairs, correspondences, keypoints, image_set,
+        run_taxonomy(taxonomy), protocol, context.partition_key, cfg, log=context.log.info,
+    )
+    head = df[(df["alpha"] - protocol.headline_alpha).abs() < 1e-9]
+    return TableResult(df, {
+        "rows": len(df), **{f"{r.method}_{r.metric}": round(float(r.value), 2) for r in head.itertuples()}
+    })
+
+
+class CorrelationConfig(dg.Config):
+    """Where the correlation study reads its settings and tables (defaults: assets/)."""
+
+    config_path: str | None = None  # assets/analysis.yaml
+    seed: int | None = None  # overrides the config's seed
+    n_resamples: int | None = None
+    omniprobe_path: str | None = None  # assets/reference/omniprobe_results.csv
+    downstream_dir: str | None = None  # assets/downstream
+    name_map_path: str | None = None  # assets/reference/name_map.csv
+
+
+@table_asset(group_name=GROUP, ins={"leaderboard": dg.AssetIn(metadata=ALLOW_MISSING)}, kinds={"pandas"},
+             code_version="1")
+def correlation(
+    context: dg.AssetExecutionContext, soco: SocoSettings, config: CorrelationConfig,
+    leaderboard: pd.DataFrame | None,
+) -> TableResult:
+    """Pearson r / Spearman rho of each benchmark score (SOC, CC, ImageNet kNN; our leaderboard's columns)
+    with each downstream task and metric, seeded 10,000-resample bootstrap CIs, paired delta r; the
+    Fig. 4-like figure in the metadata and as PNG/SVG under <storage>/figures/."""
+    from soco_pipeline.analysis import reference as ref
+    from soco_pipeline.analysis.correlation import (
+        ANALYSIS_CONFIG,
+        correlation_table,
+        headline_markdown,
+        load_analysis_config,
+    )
+    from soco_pipeline.analysis.figure import save_correlation_figure
+
+    cfg = load_analysis_config(config.config_path or ANALYSIS_CONFIG, seed=config.seed,
+                               n_resamples=config.n_resamples)
+    board = leaderboard
+    columns = [m for task, m in cfg.benchmarks.values() if task == ref.PIPELINE_TASK]
+    map_path = config.name_map_path or str(ref.NAME_MAP)
+    scores = ref.combine_scores(
+        ref.load_omniprobe(config.omniprobe_path or ref.OMNIPROBE_TABLE),
+        ref.load_downstream(config.downstream_dir or ref.DOWNSTREAM_DIR),
+        ref.leaderboard_scores(board, columns, "the leaderboard asset") if board is not None else None,
+        name_map=ref.load_name_map(map_path), map_source=map_path,
+    )
+    table = correlation_table(scores, cfg)
+    meta: dict = {"rows": len(table), "models": int(scores["model"].nunique()), "seed": cfg.seed,
+                  "n_resamples": cfg.n_resamples}
+    for subset in cfg.subsets:
+        stem = f"{soco.figures_root}/correlation_{subset}"
+        try:
+            figs = save_correlation_figure(table, stem, subset)
+        except ValueError as e:  # no headline rows for this subset
+            context.log.warning(str(e))
+            continue
+        img = base64.b64encode(figs["png"]).decode()
+        meta[f"figure_{subset}"] = dg.MetadataValue.md(f"![correlation {subset}](data:image/png;base64,{img})")
+        meta[f"table_{subset}"] = dg.MetadataValue.md(headline_markdown(table, subset))
+        meta[f"png_{subset}"] = dg.MetadataValue.path(f"{stem}.png")
+        meta[f"svg_{subset}"] = dg.MetadataValue.path(f"{stem}.svg")
+    return TableResult(table, meta)
