@@ -20,6 +20,8 @@ from soco_pipeline.results_db import query
 from soco_pipeline.storage import PROJECT_ROOT
 from soco_pipeline.taxonomy import load_taxonomy
 
+pytestmark = pytest.mark.timeout(900)  # a whole pipeline runs in a module fixture (the first test's setup)
+
 CATEGORIES = ["car", "bus", "chair", "dog"]
 ORACLES = ["oracle_part", "oracle_concept"]
 PER_BACKBONE = ["feature_manifest", "predictions", "four_choice_predictions", "metrics"]

@@ -19,6 +19,8 @@ from soco_pipeline.demo import run_demo
 from soco_pipeline.evaluation.theory import expected_concept_oracle_soc
 from soco_pipeline.storage import PROJECT_ROOT
 
+pytestmark = pytest.mark.timeout(900)  # a whole pipeline runs in a module fixture (the first test's setup)
+
 CATEGORIES = ["car", "bus", "tractor", "chair", "dog", "horse"]
 FIRST = ["oracle_part", "oracle_concept"]
 PER_BACKBONE = ["feature_manifest", "predictions", "four_choice_predictions", "metrics"]
@@ -215,9 +217,13 @@ def test_schedule_skips_when_nothing_changed_and_runs_a_changed_spec(run):
     # added by another test: it is evaluated too, or requested if it never was).
     assert not requested & set(FIRST), requested
     spec = run["backbones"] / "oracle_concept.yaml"
-    spec.write_text(spec.read_text() + "\n# touched\n")
-    with dg.build_schedule_context(instance=instance, resources=resources) as ctx:
-        second = schedule(ctx)
+    saved = spec.read_text()
+    spec.write_text(saved + "\n# touched\n")
+    try:
+        with dg.build_schedule_context(instance=instance, resources=resources) as ctx:
+            second = schedule(ctx)
+    finally:
+        spec.write_text(saved)  # the other tests see the spec the demo ran
     assert "oracle_concept" in {r.partition_key for r in second}
     assert "oracle_part" not in {r.partition_key for r in second}
 
