@@ -46,6 +46,7 @@ from soco_pipeline.features.layout import (
     feature_file,
     file_checksum,
 )
+from soco_pipeline.pause_points import pause_point
 from soco_pipeline.schemas import FeatureManifestSchema, validate
 from soco_pipeline.storage import (
     StorageFullError,
@@ -308,6 +309,7 @@ class _Writer:
                 }
             )
         self.manifest.flush()
+        pause_point("features_written")  # fault-injection tests stop here (pause_points.py)
         return len(recs)
 
 
