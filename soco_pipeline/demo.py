@@ -143,10 +143,15 @@ def _first_error(result: dg.JobExecutionResult) -> str:
 
 
 def _interrupted(result: dg.JobExecutionResult) -> bool:
-    """Whether a step failed because of Ctrl-C (the run then fails, it does not raise)."""
+    """Whether the run ended because of Ctrl-C (it then fails instead of raising): a step failed with an
+    interrupt, or the run failed as terminated (an interrupt while no step was running, e.g. waiting)."""
     names = {"KeyboardInterrupt", "DagsterExecutionInterruptedError"}
-    return any(e.step_failure_data.error and e.step_failure_data.error.cls_name in names
-               for e in result.get_step_failure_events())
+    if any(e.step_failure_data.error and e.step_failure_data.error.cls_name in names
+           for e in result.get_step_failure_events()):
+        return True
+    failures = result.filter_events(lambda e: e.event_type == dg.DagsterEventType.RUN_FAILURE)
+    reasons = [getattr(e.job_failure_data.failure_reason, "value", None) for e in failures]
+    return "UNEXPECTED_TERMINATION" in reasons
 
 
 class Runner:
