@@ -133,12 +133,12 @@ def family_stages(family: Family, backbones: Sequence[str], lvlms: Sequence[str]
 
 
 def _first_error(result: dg.JobExecutionResult) -> str:
-    """The first failed step's key and error message (the message only, not the traceback)."""
+    """The first failed step's key and the error that made it fail (its root cause, no traceback)."""
     for event in result.get_step_failure_events():
         error = event.step_failure_data.error
-        cause = error.cause.message.strip() if error and error.cause else ""
-        message = error.message.strip() if error else "no error recorded"
-        return f"step {event.step_key}: {message}" + (f" (caused by {cause})" if cause else "")
+        while error is not None and error.cause is not None:  # Dagster wraps the user's error
+            error = error.cause
+        return f"step {event.step_key}: {error.message.strip() if error else 'no error recorded'}"
     return "the run failed before any step (see `make ui`)"
 
 
@@ -191,10 +191,12 @@ def _add_partitions(instance: dg.DagsterInstance, name: str, keys: Sequence[str]
         instance.add_dynamic_partitions(name, new)
 
 
-def _scan(folder: str, scan, what: str) -> list[str]:
+def _scan(folder: str, scan, what: str, failed: dict[str, str]) -> list[str]:
+    """The valid spec names of `folder`; each invalid one is printed and recorded in `failed`."""
     valid, invalid = scan(Path(folder))
     for name, err in invalid.items():
         print(f"skipping invalid {what} spec {name}: {err}", file=sys.stderr, flush=True)
+        failed[f"{what} {name}"] = f"invalid spec: {err}"
     return sorted(valid)
 
 
@@ -244,11 +246,11 @@ def run_demo(instance: dg.DagsterInstance | None = None, location: tuple[str, st
     from soco_pipeline.backbones.fingerprint import scan_specs as scan_backbones
     from soco_pipeline.lvlm.specs import scan_specs as scan_lvlms
 
-    backbones = _scan(soco.backbones_dir, scan_backbones, "backbone")
-    lvlms = _scan(soco.lvlms_dir, scan_lvlms, "LVLM")
+    runner = Runner(defs, instance, overrides, location)
+    backbones = _scan(soco.backbones_dir, scan_backbones, "backbone", runner.failed)
+    lvlms = _scan(soco.lvlms_dir, scan_lvlms, "LVLM", runner.failed)
     _add_partitions(instance, BACKBONES, backbones)
     _add_partitions(instance, LVLMS, lvlms)
-    runner = Runner(defs, instance, overrides, location)
     data = Stage(f"data and pairs ({soco.source}, {soco.dataset_size})", "demo_data_and_pairs",
                  list(dg.AssetSelection.groups(*DATA_AND_PAIRS).resolve(defs.resolve_asset_graph())))
     if not runner.run(data):
