@@ -230,8 +230,10 @@ def run_families(defs: dg.Definitions, runner: Runner, backbones: Sequence[str],
         if stages is None:
             runner.log(f"{family.name}: no backbone or LVLM spec to run its partitioned assets on, skipped")
             continue
-        for stage in stages[:-1]:
-            runner.run(stage)
+        if family.once and not runner.run(stages[0]):
+            continue  # its per-partition assets read what failed: nothing more of the family can run
+        for stage in stages[1 if family.once else 0:-1]:
+            runner.run(stage)  # a failed partition stops only itself
         if runner.run(stages[-1]):
             boards[family.name] = _family_board(defs, runner.instance, family.leaderboard)
     return boards
