@@ -40,7 +40,7 @@ PRELOAD = [
     "soco_pipeline.defs.definitions", "torch", "timm", "soco_pipeline.features", "soco_pipeline.pairs",
     "soco_pipeline.pairs.four_choice", "soco_pipeline.sources", "soco_pipeline.evaluation.matching",
     "soco_pipeline.evaluation.four_choice_matching", "soco_pipeline.evaluation.metrics",
-    "soco_pipeline.evaluation.leaderboard", "soco_pipeline.evaluation.results_db", "soco_pipeline.analysis",
+    "soco_pipeline.analysis.leaderboard", "soco_pipeline.results_db", "soco_pipeline.analysis",
 ]
 LOGGERS = {"console": {"config": {"log_level": "WARNING"}}}
 
@@ -202,7 +202,7 @@ def _scan(folder: str, scan, what: str, failed: dict[str, str]) -> list[str]:
 
 def _family_board(defs: dg.Definitions, instance: dg.DagsterInstance, key: dg.AssetKey) -> str:
     """A family leaderboard as Markdown: its `leaderboard` Markdown metadata, else its stored table."""
-    from soco_pipeline.evaluation.leaderboard import leaderboard_markdown
+    from soco_pipeline.analysis.leaderboard import leaderboard_markdown
 
     event = instance.get_latest_materialization_event(key)
     metadata = event.asset_materialization.metadata if event and event.asset_materialization else {}
@@ -262,7 +262,7 @@ def run_demo(instance: dg.DagsterInstance | None = None, location: tuple[str, st
     board = None
     summary = Stage("leaderboard, results database, correlation", "demo_summary", [dg.AssetKey(k) for k in SUMMARY])
     if runner.run(summary):
-        from soco_pipeline.evaluation.results_db import query
+        from soco_pipeline.results_db import query
 
         settings = soco.settings()
         board = query(settings.duckdb_path, "SELECT * FROM leaderboard ORDER BY soc DESC", settings.tables_root)
@@ -280,7 +280,7 @@ def main() -> int:
         print("\ninterrupted: the run in progress is marked failed; `make demo` again resumes from what is "
               "materialized", file=sys.stderr)
         return 130
-    from soco_pipeline.evaluation.leaderboard import leaderboard_markdown
+    from soco_pipeline.analysis.leaderboard import leaderboard_markdown
 
     if result.board is not None:
         print()

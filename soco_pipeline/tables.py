@@ -55,6 +55,35 @@ TABLES: tuple[Table, ...] = (
     Table("global_metrics", "global_metrics", partitioned=True),
     Table("probe_metrics", "probe_metrics", partitioned=True),
     Table("correlation", "correlation"),
+    # MMVMBench object matching (soco_pipeline/defs/mmvm/); SIMULATED data unless imported
+    Table("mmvm_cases", "mmvm_cases"),
+    Table("mmvm_images", "mmvm_images"),
+    Table("mmvm_objects", "mmvm_objects"),
+    Table("mmvm_items", "mmvm_items"),
+    Table("mmvm_predictions", "mmvm_predictions", partitioned=True),
+    Table("mmvm_answers", "mmvm_answers", partitioned=True),
+    Table("mmvm_backbone_metrics", "mmvm_backbone_metrics", partitioned=True),
+    Table("mmvm_lvlm_metrics", "mmvm_lvlm_metrics", partitioned=True),
+    Table("mmvm_leaderboard", "mmvm_leaderboard"),
+    # FG-BMK fine-grained family (soco_pipeline/defs/fgbmk/)
+    Table("fgbmk_items", "fgbmk_items"),
+    Table("fgbmk_questions", "fgbmk_questions"),
+    Table("fgbmk_global_features", "fgbmk_global_features", partitioned=True),
+    Table("fgbmk_metrics", "fgbmk_metrics", partitioned=True),
+    Table("fgbmk_robustness", "fgbmk_robustness", partitioned=True),
+    Table("fgbmk_answers", "fgbmk_answers", partitioned=True),
+    Table("fgbmk_lvlm_metrics", "fgbmk_lvlm_metrics", partitioned=True),
+    Table("fgbmk_leaderboard", "fgbmk_leaderboard"),
+    # TPIPS (soco_pipeline/defs/tpips/); judgements simulated
+    Table("tpips_images", "tpips_images"),
+    Table("tpips_ooo", "tpips_ooo"),
+    Table("tpips_afc", "tpips_afc"),
+    Table("tpips_pixel_baselines", "tpips_pixel_baselines"),
+    Table("tpips_features", "tpips_features", partitioned=True),
+    Table("tpips_baseline_scores", "tpips_baseline_scores", partitioned=True),
+    Table("tpips_learned", "tpips_learned", partitioned=True),
+    Table("tpips_lvlm_answers", "tpips_lvlm_answers", partitioned=True),
+    Table("tpips_leaderboard", "tpips_leaderboard"),
 )
 _BY_ASSET = {t.asset: t for t in TABLES}
 
