@@ -220,8 +220,9 @@ def test_stack_services_answer(cluster):
                            "worker-1", "worker-2", "gpu-worker-1"}
     assert all(status.values()), status
     assert cluster.worker_names() == ["gpu-worker-1", "worker-1", "worker-2"]
-    # Every service runs in its own session, so a stop by process group reaches its children.
-    for svc in cluster.services:
+    # Every service runs in its own session, so a stop by process group reaches its children. The pids come
+    # from the state file: a `soco cluster restart` run by another test (another process) records new ones.
+    for svc in LocalStack.attach(cluster.root).services:
         assert os.getsid(svc.pid) == svc.pid, svc.name
 
 

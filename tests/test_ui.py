@@ -116,8 +116,8 @@ def test_the_ui_shows_the_asset_graph_and_the_leaderboard(server, automated):
         page.add_locator_handler(
             page.get_by_role("button", name="Skip"), lambda skip: skip.click(), no_wait_after=True
         )
-        # The asset graph of the evaluation group shows the leaderboard node.
-        page.goto(f"{dev.url}/locations/soco_pipeline/asset-groups/evaluation", wait_until="networkidle")
+        # The asset graph of the backbones group shows the leaderboard node.
+        page.goto(f"{dev.url}/locations/soco_pipeline/asset-groups/backbones", wait_until="networkidle")
         page.get_by_text("leaderboard", exact=True).first.wait_for(timeout=60_000)
         page.screenshot(path=str(shot.with_name("ui_asset_graph.png")))
         page.get_by_text("leaderboard", exact=True).first.click()
