@@ -12,6 +12,7 @@ from soco_pipeline.defs.data_assets import run_taxonomy
 from soco_pipeline.defs.executors import GPU_STEP_TAGS
 from soco_pipeline.defs.partitions import backbones_partitions, partition_spec_file
 from soco_pipeline.defs.resources import SocoSettings
+from soco_pipeline.defs.trust import EvalRunConfig, recorded_subset
 from soco_pipeline.defs.versions import BACKBONE_CODE_VERSIONS, current_fingerprint
 
 EAGER = dg.AutomationCondition.eager()
@@ -92,6 +93,7 @@ def feature_manifest(
 def predictions(
     context: dg.AssetExecutionContext,
     soco: SocoSettings,
+    config: EvalRunConfig,
     feature_manifest: pd.DataFrame,
     image_pairs: pd.DataFrame,
     correspondences: pd.DataFrame,
@@ -100,9 +102,12 @@ def predictions(
 ) -> pd.DataFrame:
     """Zero-shot nearest-neighbour predictions (free and SOC-geo) in target-image pixels."""
     from soco_pipeline.evaluation.matching import predict
+    from soco_pipeline.evaluation.subsets import apply_pair_subset
 
     backbone = context.partition_key
     store = feature_store(soco, feature_manifest)
+    rule = config.rule()  # a partial run (limit / pair_ids) predicts its subset only
+    image_pairs = apply_pair_subset(image_pairs, rule)
     df = predict(
         image_pairs,
         correspondences,
@@ -113,7 +118,16 @@ def predictions(
         backbone,
         device=matching_device(soco),
     )
-    context.add_output_metadata({"rows": len(df)})
+    meta = {"rows": len(df), "subset": rule.to_json(), "partial": not rule.is_full}
+    if config.panels:  # what the model did: seeded panels under storage/report/panels/<backbone>/
+        from soco_pipeline.report.panels import panels_markdown, sample_panels
+        from soco_pipeline.storage import join
+
+        out_dir = join(soco.settings().storage_root, "report", "panels", backbone)
+        panels = sample_panels(image_pairs, correspondences, df, keypoints, image_set, store, protocol(soco),
+                               config.panels, soco.seed, out_dir)
+        meta["panels"] = dg.MetadataValue.md(panels_markdown(panels))
+    context.add_output_metadata(meta)
     return df
 
 
@@ -127,6 +141,7 @@ def predictions(
 def four_choice_predictions(
     context: dg.AssetExecutionContext,
     soco: SocoSettings,
+    config: EvalRunConfig,
     feature_manifest: pd.DataFrame,
     four_choice: pd.DataFrame,
     keypoints: pd.DataFrame,
@@ -135,8 +150,12 @@ def four_choice_predictions(
 ) -> pd.DataFrame:
     """The backbone's pick among the four options of each item, for every rotation of the options."""
     from soco_pipeline.evaluation.four_choice_matching import predict_four_choice
+    from soco_pipeline.evaluation.subsets import apply_pair_subset
 
     store = feature_store(soco, feature_manifest)
+    sub = apply_pair_subset(image_pairs, config.rule())
+    if not config.rule().is_full:  # a partial run asks the items of its pairs only
+        four_choice = four_choice[four_choice["pair_id"].isin(sub.loc[sub["evaluated"].astype(bool), "pair_id"])]
     df = predict_four_choice(
         four_choice,
         keypoints,
@@ -171,17 +190,20 @@ def metrics(
 ) -> pd.DataFrame:
     """PCK@α for CC, SOC, SOC-geo and Cross-SOC (official and per-keypoint reductions) and 4-choice accuracy."""
     from soco_pipeline.evaluation.metrics import compute_metrics
+    from soco_pipeline.evaluation.subsets import apply_pair_subset
 
+    rule = recorded_subset(context.instance, context.partition_key)  # the subset the predictions ran on
     df = compute_metrics(
         predictions,
         four_choice_predictions,
         correspondences,
         keypoints,
         image_set,
-        image_pairs,
+        apply_pair_subset(image_pairs, rule),
         run_taxonomy(taxonomy),
         protocol(soco),
     )
+    df["subset"] = rule.to_json()  # '' = the full sample; the leaderboard marks the others partial
     fp = current_fingerprint(context.instance, soco, context.partition_key)
     at_headline = ((df.alpha - 0.1).abs() < 1e-9) | df.alpha.isna()  # 4-choice rows have no alpha
     headline = df[(df.scope == "all") & (df.reduction == "official") & at_headline]
@@ -189,6 +211,7 @@ def metrics(
         {
             "rows": len(df),
             "input_fingerprint": fp or "",
+            "partial": not rule.is_full,
             **{r.metric: round(float(r.value), 2) for r in headline.itertuples()},
         }
     )
@@ -208,6 +231,7 @@ def leaderboard(context: dg.AssetExecutionContext, soco: SocoSettings) -> pd.Dat
 
     from soco_pipeline.evaluation.leaderboard import leaderboard as build_leaderboard
     from soco_pipeline.evaluation.leaderboard import leaderboard_markdown, leaderboard_plot
+    from soco_pipeline.evaluation.subsets import mark_partial, partial_display, subsets_of
     from soco_pipeline.storage import exists, read_parquet
     from soco_pipeline.tables import table_for
 
@@ -229,7 +253,8 @@ def leaderboard(context: dg.AssetExecutionContext, soco: SocoSettings) -> pd.Dat
     )
     present = {p.stem for p in Path(soco.backbones_dir).glob("*.yaml")}
     board["spec_present"] = board["backbone"].isin(present)
-    md = leaderboard_markdown(board)
+    board = mark_partial(board, subsets_of(pd.concat(frames, ignore_index=True)))
+    md = leaderboard_markdown(partial_display(board))
     with tempfile.TemporaryDirectory() as tmp:
         png = Path(tmp) / "leaderboard.png"
         leaderboard_plot(board, png)

@@ -119,3 +119,30 @@ def lvlm_record(
         task_hashes={"lvlm_items": hashes.task_hash(ids, ih["item_hash"])},
         device=spec.device if spec.backend != "openai" else f"remote:{spec.backend}", timing=timing,
     )
+
+
+def load_backbone_tables(tables_root: str, backbone: str) -> dict[str, pd.DataFrame]:
+    """The stored tables a backbone record (or a re-score) needs; a clear error naming what to materialize."""
+    from soco_pipeline.storage import exists, read_parquet
+    from soco_pipeline.tables import table_for
+
+    out = {}
+    for asset in ("image_set", "keypoints", "image_pairs", "correspondences", "four_choice"):
+        out[asset] = _read(table_for(asset).path(tables_root), asset, exists, read_parquet)
+    for asset in ("feature_manifest", "predictions", "four_choice_predictions", "metrics"):
+        out[asset] = _read(table_for(asset).path(tables_root, backbone), f"{asset} of {backbone!r}", exists,
+                           read_parquet)
+    return out
+
+
+def _read(path: str, what: str, exists, read_parquet) -> pd.DataFrame:
+    if not exists(path):
+        raise FileNotFoundError(f"no {what} at {path}: materialize it first (make demo, or its asset)")
+    return read_parquet(path)
+
+
+def stored_subset(metrics: pd.DataFrame) -> SubsetRule:
+    """The subset rule a metrics table was scored on (its `subset` column; full when absent)."""
+    if "subset" not in metrics.columns or metrics.empty:
+        return SubsetRule()
+    return SubsetRule.from_json(str(metrics["subset"].iloc[0]))

@@ -140,7 +140,9 @@ def connect_readonly(db_path: str | Path, tables_root: str | None = None) -> duc
             f"no results file at {db_path}: run `make demo` (or materialize the pipeline) first"
         )
     tables_root = str(Path(tables_root or db_path.resolve().parent / "tables").resolve())
-    return _sandboxed(duckdb.connect(str(db_path), read_only=True), tables_root, [tables_root.rstrip("/") + "/"])
+    # The views are rebuilt as temporary views over the tables beside the file, so the file's own (relative)
+    # views are not needed: an in-memory connection lists each view once (`show tables`), not twice.
+    return _sandboxed(duckdb.connect(IN_MEMORY), tables_root, [tables_root.rstrip("/") + "/"])
 
 
 def _connect_remote(tables_root: str) -> duckdb.DuckDBPyConnection:

@@ -138,3 +138,11 @@ def partial_display(board: pd.DataFrame, name_column: str = "backbone") -> pd.Da
     out[name_column] = [f"{n} [partial: {s}]" if p else n
                         for n, p, s in zip(out[name_column], out["partial"], out["subset"], strict=True)]
     return out
+
+
+def subsets_of(metrics: pd.DataFrame, name_column: str = "backbone") -> dict[str, str]:
+    """{model: subset rule JSON} from metrics tables that carry a `subset` column ('' = full)."""
+    if "subset" not in metrics.columns or metrics.empty:
+        return {}
+    return metrics.groupby(name_column)["subset"].agg(lambda s: str(s.dropna().iloc[0]) if s.notna().any() else "")\
+        .to_dict()

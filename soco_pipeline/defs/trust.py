@@ -1,0 +1,113 @@
+"""Results you can trust (issue 26), the Dagster layer: subset run config, results records, the report page.
+
+- `EvalRunConfig` is the run config of `predictions` / `four_choice_predictions`: `limit` pairs per
+  category and/or explicit `pair_ids` (a partial run), and how many prediction panels to draw.
+  The rule is recorded in the predictions' metadata; `metrics` reads it back from there, so a metrics
+  run started by automation scores the same subset.
+- `results_record[b]` / `lvlm_results_record[m]`: the results record JSON beside the metrics
+  (storage/results/records/), validated against assets/results_record.schema.json.
+- `results_report`: the static HTML page under storage/report/.
+"""
+
+import dagster as dg
+import pandas as pd
+
+from soco_pipeline.defs.partitions import backbones_partitions
+from soco_pipeline.defs.resources import SocoSettings
+from soco_pipeline.evaluation.subsets import SubsetRule
+
+EAGER = dg.AutomationCondition.eager()
+PER_BACKBONE_STAGES = ("feature_manifest", "predictions", "four_choice_predictions", "metrics")
+PER_LVLM_STAGES = ("lvlm_answers", "lvlm_metrics")
+
+
+class EvalRunConfig(dg.Config):
+    """Run config of a backbone's predictions: a deterministic subset (partial run) and prediction panels."""
+
+    limit: int | None = None  # pairs per category (pair group); None = every evaluated pair
+    pair_ids: list[str] = []  # explicit pair ids (intersected with `limit`)
+    seed: int = 0  # order of the pairs `limit` keeps
+    panels: int = 4  # prediction panels drawn for a seeded sample of pairs (0 = none)
+
+    def rule(self) -> SubsetRule:
+        """The subset rule of this config."""
+        return SubsetRule(limit=self.limit, pair_ids=tuple(self.pair_ids), seed=self.seed)
+
+
+def _latest(instance: dg.DagsterInstance, asset: str, partition: str):
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[partition]), limit=1
+    ).records
+    return records[0] if records else None
+
+
+def recorded_subset(instance: dg.DagsterInstance, backbone: str) -> SubsetRule:
+    """The subset rule the latest `predictions` materialization of `backbone` ran with (full when none)."""
+    rec = _latest(instance, "predictions", backbone)
+    if rec is None or rec.asset_materialization is None:
+        return SubsetRule()
+    value = rec.asset_materialization.metadata.get("subset")
+    return SubsetRule.from_json(value.value if value is not None else "")
+
+
+def stage_timing(instance: dg.DagsterInstance, partition: str, stages) -> dict:
+    """Wall time of each stage's latest step (Dagster's step stats); GPU time is not measured separately."""
+    out = {}
+    for asset in stages:
+        rec = _latest(instance, asset, partition)
+        if rec is None:
+            continue
+        stats = instance.get_run_step_stats(rec.run_id, step_keys=[asset])
+        wall = (stats[0].end_time - stats[0].start_time) if stats and stats[0].end_time else None
+        out[asset] = {"wall_s": wall, "gpu_s": None, "run_id": rec.run_id}
+    return {"stages": out, "source": "dagster step stats (latest materialization of each stage)"}
+
+
+@dg.asset(group_name="evaluation", partitions_def=backbones_partitions, automation_condition=EAGER,
+          deps=["metrics"], kinds={"json"})
+def results_record(
+    context: dg.AssetExecutionContext,
+    soco: SocoSettings,
+    image_set: pd.DataFrame,
+    keypoints: pd.DataFrame,
+    image_pairs: pd.DataFrame,
+    correspondences: pd.DataFrame,
+    four_choice: pd.DataFrame,
+    feature_manifest: pd.DataFrame,
+    predictions: pd.DataFrame,
+    four_choice_predictions: pd.DataFrame,
+) -> dg.MaterializeResult:
+    """The backbone's results record: spec, protocol, input sizes, versions, timings, counts, CIs and hashes."""
+    from soco_pipeline.backbones import spec_hash
+    from soco_pipeline.defs.backbone_assets import matching_device, protocol, spec_for
+    from soco_pipeline.evaluation.provenance import write_record
+    from soco_pipeline.evaluation.records import backbone_record
+    from soco_pipeline.storage import join
+
+    backbone = context.partition_key
+    spec = spec_for(soco, backbone)
+    rule = recorded_subset(context.instance, backbone)
+    tables = {"image_set": image_set, "keypoints": keypoints, "image_pairs": image_pairs,
+              "correspondences": correspondences, "four_choice": four_choice, "feature_manifest": feature_manifest,
+              "predictions": predictions, "four_choice_predictions": four_choice_predictions}
+    rec = backbone_record(backbone=backbone, spec=spec, spec_hash=spec_hash(spec), protocol=protocol(soco),
+                          tables=tables, rule=rule, device=matching_device(soco),
+                          timing=stage_timing(context.instance, backbone, PER_BACKBONE_STAGES))
+    path = write_record(rec, join(soco.settings().storage_root, "results", "records", f"{backbone}.json"))
+    return dg.MaterializeResult(metadata={
+        "path": dg.MetadataValue.path(path), "task_hash/pairs": rec["task_hashes"]["pairs"],
+        "partial": rec["subset"]["partial"], "pairs_evaluated": rec["n-samples"]["pairs"]["evaluated"],
+        "results": dg.MetadataValue.md(_results_md(rec)),
+    })
+
+
+def _results_md(rec: dict) -> str:
+    rows = ["| metric | value | 95% CI (bootstrap over categories) | SE (cluster: image) |", "|---|---|---|---|"]
+    for m, r in rec["results"].items():
+        lo, hi = r["ci95_boot_category"]
+        rows.append(f"| {m} | {_f(r['value'])} | [{_f(lo)}, {_f(hi)}] | {_f(r['se_cluster_image'])} |")
+    return "\n".join(rows) + "\n"
+
+
+def _f(v) -> str:
+    return "" if v is None else f"{v:.1f}"
