@@ -90,6 +90,16 @@ def main() -> int:
 
     print()
     print(leaderboard_markdown(board))
+    # --- the LVLM family (soco_pipeline/demo_lvlm.py): loopback reference answerers, stopped by pid --------
+    from soco_pipeline.demo_lvlm import lvlm_board_markdown, lvlm_demo_enabled, run_lvlm_demo
+
+    if lvlm_demo_enabled():
+        try:
+            print("\n" + lvlm_board_markdown(run_lvlm_demo(dg.DagsterInstance.get())))
+        except (KeyboardInterrupt, DagsterExecutionInterruptedError):
+            print("\ninterrupted: the LVLM answerers are stopped; `make demo` again resumes", file=sys.stderr)
+            return 130
+    # ------------------------------------------------------------------------------------------------------
     print(
         f'\nend to end: {time.perf_counter() - t0:.0f} s; query it with: .venv/bin/soco sql "select * from leaderboard"'
     )

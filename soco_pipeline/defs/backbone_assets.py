@@ -12,7 +12,7 @@ from soco_pipeline.defs.data_assets import run_taxonomy
 from soco_pipeline.defs.executors import GPU_STEP_TAGS
 from soco_pipeline.defs.partitions import backbones_partitions, partition_spec_file
 from soco_pipeline.defs.resources import SocoSettings
-from soco_pipeline.defs.trust import EvalRunConfig, recorded_subset
+from soco_pipeline.defs.run_configs import EvalRunConfig, recorded_subset
 from soco_pipeline.defs.versions import BACKBONE_CODE_VERSIONS, current_fingerprint
 
 EAGER = dg.AutomationCondition.eager()

@@ -15,6 +15,7 @@ import pandas as pd
 from soco_pipeline.defs.checks import schema_check
 from soco_pipeline.defs.partitions import partition_spec_file
 from soco_pipeline.defs.resources import SocoSettings
+from soco_pipeline.defs.run_configs import LvlmRunConfig, recorded_lvlm_subset
 from soco_pipeline.lvlm.schemas import LvlmAnswerSchema, LvlmItemSchema
 
 GROUP = "lvlm"
@@ -78,7 +79,8 @@ def lvlm_items(
     check_specs=[dg.AssetCheckSpec("schema", asset="lvlm_answers", blocking=True)],
     kinds={"python"},
 )
-def lvlm_answers(context: dg.AssetExecutionContext, soco: SocoSettings, lvlm_items: pd.DataFrame):
+def lvlm_answers(context: dg.AssetExecutionContext, soco: SocoSettings, config: LvlmRunConfig,
+                 lvlm_items: pd.DataFrame):
     """One model's answers: raw text, parsed letter (official parser), correctness, latency, attempts, error.
 
     Cached by request hash: a rerun asks only what is not answered yet. `pool="gpu"` keeps a local
@@ -93,9 +95,13 @@ def lvlm_answers(context: dg.AssetExecutionContext, soco: SocoSettings, lvlm_ite
     spec = lvlm_spec_for(soco, context.partition_key)
     backend = build_backend(spec)
     cache = AnswerCache(join(soco.settings().lvlm_root, "cache"))
-    result = run_model(lvlm_items, spec, backend, cache, log=context.log.info)
+    from soco_pipeline.evaluation.subsets import apply_item_subset
+
+    rule = config.rule()  # a partial run (items_per_setting / item_ids) asks its subset only
+    result = run_model(apply_item_subset(lvlm_items, rule), spec, backend, cache, log=context.log.info)
     yield dg.Output(result.answers, metadata={
         "rows": len(result.answers), "sent": result.sent, "cached": result.cached, "errors": result.errors,
+        "subset": rule.to_json(), "partial": not rule.is_full,
         "backend": spec.backend, "model": spec.model, "spec_hash": spec_hash(spec),
     })
     yield schema_check(result.answers, LvlmAnswerSchema, "lvlm_answers")
@@ -137,12 +143,16 @@ def lvlm_leaderboard(context: dg.AssetExecutionContext, soco: SocoSettings) -> d
     board = build(metrics, backbones)
     present = {p.stem for p in Path(soco.lvlms_dir).glob("*.yaml")}
     board["spec_present"] = (board["kind"] != "evaluated") | board["model"].isin(present)
+    from soco_pipeline.evaluation.subsets import mark_partial, partial_display
+
+    models = context.instance.get_dynamic_partitions(lvlms_partitions.name)
+    board = mark_partial(board, {m: recorded_lvlm_subset(context.instance, m).to_json() for m in models}, "model")
     path = join(settings.tables_root, "lvlm_leaderboard.parquet")
     write_parquet_atomic(board, path)
     views = refresh_views(settings.duckdb_path, settings.tables_root)
     return dg.MaterializeResult(metadata={
         "path": dg.MetadataValue.path(path), "rows": len(board),
-        "leaderboard": dg.MetadataValue.md(leaderboard_markdown(board.drop(columns=["source"]))),
+        "leaderboard": dg.MetadataValue.md(leaderboard_markdown(partial_display(board, "model").drop(columns=["source"]))),
         "evaluated": int((board["kind"] == "evaluated").sum()), "views": ", ".join(views),
     })
 

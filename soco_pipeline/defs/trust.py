@@ -12,49 +12,21 @@
 import dagster as dg
 import pandas as pd
 
+from soco_pipeline.defs.lvlm import lvlms_partitions
 from soco_pipeline.defs.partitions import backbones_partitions
 from soco_pipeline.defs.resources import SocoSettings
-from soco_pipeline.evaluation.subsets import SubsetRule
+from soco_pipeline.defs.run_configs import latest_materialization, recorded_lvlm_subset, recorded_subset
 
 EAGER = dg.AutomationCondition.eager()
 PER_BACKBONE_STAGES = ("feature_manifest", "predictions", "four_choice_predictions", "metrics")
 PER_LVLM_STAGES = ("lvlm_answers", "lvlm_metrics")
 
 
-class EvalRunConfig(dg.Config):
-    """Run config of a backbone's predictions: a deterministic subset (partial run) and prediction panels."""
-
-    limit: int | None = None  # pairs per category (pair group); None = every evaluated pair
-    pair_ids: list[str] = []  # explicit pair ids (intersected with `limit`)
-    seed: int = 0  # order of the pairs `limit` keeps
-    panels: int = 4  # prediction panels drawn for a seeded sample of pairs (0 = none)
-
-    def rule(self) -> SubsetRule:
-        """The subset rule of this config."""
-        return SubsetRule(limit=self.limit, pair_ids=tuple(self.pair_ids), seed=self.seed)
-
-
-def _latest(instance: dg.DagsterInstance, asset: str, partition: str):
-    records = instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[partition]), limit=1
-    ).records
-    return records[0] if records else None
-
-
-def recorded_subset(instance: dg.DagsterInstance, backbone: str) -> SubsetRule:
-    """The subset rule the latest `predictions` materialization of `backbone` ran with (full when none)."""
-    rec = _latest(instance, "predictions", backbone)
-    if rec is None or rec.asset_materialization is None:
-        return SubsetRule()
-    value = rec.asset_materialization.metadata.get("subset")
-    return SubsetRule.from_json(value.value if value is not None else "")
-
-
 def stage_timing(instance: dg.DagsterInstance, partition: str, stages) -> dict:
     """Wall time of each stage's latest step (Dagster's step stats); GPU time is not measured separately."""
     out = {}
     for asset in stages:
-        rec = _latest(instance, asset, partition)
+        rec = latest_materialization(instance, asset, partition)
         if rec is None:
             continue
         stats = instance.get_run_step_stats(rec.run_id, step_keys=[asset])
@@ -111,3 +83,27 @@ def _results_md(rec: dict) -> str:
 
 def _f(v) -> str:
     return "" if v is None else f"{v:.1f}"
+
+
+@dg.asset(group_name="lvlm", partitions_def=lvlms_partitions, automation_condition=EAGER, deps=["lvlm_metrics"],
+          kinds={"json"})
+def lvlm_results_record(
+    context: dg.AssetExecutionContext, soco: SocoSettings, lvlm_items: pd.DataFrame, lvlm_answers: pd.DataFrame
+) -> dg.MaterializeResult:
+    """The LVLM's results record: spec, item protocol, versions, timings, counts, CIs and item hashes."""
+    from soco_pipeline.defs.lvlm import lvlm_protocol, lvlm_spec_for
+    from soco_pipeline.evaluation.provenance import write_record
+    from soco_pipeline.evaluation.records import lvlm_record
+    from soco_pipeline.lvlm.specs import spec_hash
+    from soco_pipeline.storage import join
+
+    model = context.partition_key
+    spec = lvlm_spec_for(soco, model)
+    rec = lvlm_record(model=model, spec=spec, spec_hash=spec_hash(spec), protocol=lvlm_protocol(soco),
+                      items=lvlm_items, answers=lvlm_answers, rule=recorded_lvlm_subset(context.instance, model),
+                      timing=stage_timing(context.instance, model, PER_LVLM_STAGES))
+    path = write_record(rec, join(soco.settings().storage_root, "results", "records", "lvlm", f"{model}.json"))
+    return dg.MaterializeResult(metadata={
+        "path": dg.MetadataValue.path(path), "task_hash/lvlm_items": rec["task_hashes"]["lvlm_items"],
+        "partial": rec["subset"]["partial"], "results": dg.MetadataValue.md(_results_md(rec)),
+    })

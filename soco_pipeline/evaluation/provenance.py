@@ -90,7 +90,9 @@ def _clean(value: Any) -> Any:
         value = value.item()
     if isinstance(value, float) and not np.isfinite(value):
         return None
-    return value
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return str(value)  # paths and other objects of a spec: their text form
 
 
 def results_block(intervals: pd.DataFrame) -> dict[str, dict[str, Any]]:

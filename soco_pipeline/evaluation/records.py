@@ -6,6 +6,7 @@ runs. The record builder itself is `provenance.build_record`.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pandas as pd
@@ -112,8 +113,9 @@ def lvlm_record(
                  "item_groups": {"requested": int(asked[["setting", "g_index"]].drop_duplicates().shape[0]),
                                  "evaluated": int(answers[["setting", "g_index"]].drop_duplicates().shape[0])}}
     return build_record(
-        model=model, family="soco_lvlm", spec=spec.to_dict(), spec_hash=spec_hash, protocol=protocol.as_dict()
-        if hasattr(protocol, "as_dict") else dict(vars(protocol)), protocol_hash=protocol.version_hash(),
+        model=model, family="soco_lvlm", spec=spec.to_dict(), spec_hash=spec_hash,
+        protocol=protocol.as_dict() if hasattr(protocol, "as_dict") else dataclasses.asdict(protocol),
+        protocol_hash=protocol.version_hash(),
         intervals=ci[ci["model"] == model], n_samples=n_samples, subset=subset_block(rule),
         sample_hashes={"lvlm_items": dict(zip(ids, ih["item_hash"], strict=True))},
         task_hashes={"lvlm_items": hashes.task_hash(ids, ih["item_hash"])},
