@@ -7,6 +7,7 @@ with the server's request counter unchanged."""
 
 import json
 import os
+from pathlib import Path
 
 import dagster as dg
 import pandas as pd
@@ -17,6 +18,8 @@ from soco_pipeline.demo_lvlm import lvlm_board_markdown, run_lvlm_demo
 from soco_pipeline.evaluation.provenance import validate_record
 from soco_pipeline.evaluation.rescore import rescore_lvlm
 from soco_pipeline.lvlm.loopback import loopback_answerers
+from soco_pipeline.report.page import build_report
+from soco_pipeline.settings import Settings
 from soco_pipeline.storage import write_parquet_atomic
 from tests.lvlm_helpers import small_tables
 
@@ -60,6 +63,13 @@ def test_demo_block_prints_the_lvlm_board_beside_the_references(tmp_path):
     validate_record(rec)
     assert rec["results"]["vis/circular"]["value"] == 100 and rec["family"] == "soco_lvlm"
     assert rec["n-samples"]["item_rows"]["requested"] == rec["n-samples"]["item_rows"]["evaluated"] > 0
+    # the results page shows the LVLM board, its CIs and examples (images, raw answer, parsed letter)
+    index = Path(build_report(Settings(storage_root=str(storage))))
+    page = index.read_text()
+    assert "What the LVLMs answered" in page and "raw: <code>The answer is" in page and "lvlm_ci.png" in page
+    images = [s.split('"')[0] for s in page.split('src="')[1:]]
+    assert any(i.startswith("lvlm/loopback_oracle/") for i in images)
+    assert all((index.parent / i).is_file() for i in images)
 
 
 def test_rescoring_answers_makes_no_model_call(tmp_path):

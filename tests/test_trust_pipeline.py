@@ -233,3 +233,48 @@ def test_results_file_opens_from_any_directory_with_one_setting(run, cwd, tmp_pa
                                   str(storage / "results.duckdb"), "select count(*) as n from leaderboard"],
                                  cwd=where, capture_output=True, text=True, timeout=60)
         assert cli_out.returncode == 0 and cli_out.stdout.split()[-1] == str(len(COPIES)), cli_out.stderr
+
+
+def test_results_page_has_every_table_and_image(run, monkeypatch, capsys):
+    import urllib.request
+
+    from soco_pipeline.report.page import report_server
+
+    defs = build_definitions(**run["overrides"])
+    assert dg.materialize(list(defs.assets), selection=dg.AssetSelection.assets("results_report"),
+                          instance=run["instance"], resources=defs.resources).success
+    index = run["storage"] / "report" / "index.html"
+    page = index.read_text()
+    assert page.count("<table") >= 2 and "oracle_partial" in page and "[partial: limit=2/category]" in page
+    assert 'src="backbone_ci.png"' in page and page.count('src="panels/') == 2 * len(COPIES)
+    for src in [s.split('"')[0] for s in page.split('src="')[1:]]:
+        assert (index.parent / src).is_file(), src
+    monkeypatch.setenv("SOCO_STORAGE", str(run["storage"]))
+    assert cli.main(["report"]) == 0 and "file://" in capsys.readouterr().out
+    with report_server(index.parent) as url:
+        assert url.startswith("http://127.0.0.1:")
+        with urllib.request.urlopen(url + "index.html", timeout=10) as r:
+            assert b"SOCO pipeline results" in r.read()
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if not chromium:
+        pytest.skip("chromium is not installed (.ci/run installs it)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium,
+                                    args=["--headless", "--no-sandbox", "--disable-gpu",
+                                          "--disable-background-networking", "--allow-file-access-from-files"])
+        try:
+            tab = browser.new_page()
+            tab.goto(index.resolve().as_uri(), wait_until="load")
+            assert tab.locator("table").count() >= 2
+            assert tab.locator("h2#backbones").is_visible()
+            rows = tab.locator("table").first.locator("tbody tr")
+            assert rows.count() == len(COPIES)
+            images = tab.locator("img")
+            assert images.count() >= 1 + 2 * len(COPIES)
+            widths = tab.evaluate("Array.from(document.images).map(i => i.complete ? i.naturalWidth : 0)")
+            assert all(w > 0 for w in widths), widths  # every image loaded from file://
+        finally:
+            browser.close()

@@ -107,3 +107,14 @@ def lvlm_results_record(
         "path": dg.MetadataValue.path(path), "task_hash/lvlm_items": rec["task_hashes"]["lvlm_items"],
         "partial": rec["subset"]["partial"], "results": dg.MetadataValue.md(_results_md(rec)),
     })
+
+
+@dg.asset(group_name="evaluation", deps=["leaderboard"], automation_condition=EAGER, kinds={"html"})
+def results_report(context: dg.AssetExecutionContext, soco: SocoSettings) -> dg.MaterializeResult:
+    """The static results page, storage/report/index.html: every leaderboard with CIs, the correlation figure,
+    the prediction panels and LVLM examples (open it from file:// or with `soco report --serve`)."""
+    from soco_pipeline.report.page import build_report
+
+    index = build_report(soco.settings())
+    return dg.MaterializeResult(metadata={"path": dg.MetadataValue.path(index),
+                                          "open": dg.MetadataValue.url(f"file://{index}")})
