@@ -22,9 +22,9 @@ from soco_pipeline.defs.recovery import SlotWatcher, fail_dead_runs, process_tag
 
 DATA_AND_PAIRS = dg.AssetSelection.groups("data", "pairs")
 PER_BACKBONE = dg.AssetSelection.assets(
-    "feature_manifest", "predictions", "four_choice_predictions", "metrics", "global_metrics"
+    "feature_manifest", "predictions", "four_choice_predictions", "metrics", "global_metrics", "results_record"
 )
-SUMMARY = dg.AssetSelection.assets("leaderboard", "results_database", "correlation")
+SUMMARY = dg.AssetSelection.assets("leaderboard", "results_database", "correlation", "results_report")
 
 
 def _materialize(

@@ -211,7 +211,18 @@ def test_sql_formats_and_each_view_listed_once(run, monkeypatch, capsys):
     assert capsys.readouterr().out.startswith("| backbone")
     assert cli.main(["sql", "show tables"]) == 0
     names = capsys.readouterr().out.split()[1:]
-    assert len(names) == len(set(names)) and "leaderboard" in names
+    assert len(names) == len(set(names)) and {"leaderboard", "where_it_fails", "worst_keypoints"} <= set(names)
+    # where it fails: per category, the official values of the metrics table, ranked
+    assert cli.main(["sql", "select category, soc, soc_rank_worst from where_it_fails where backbone = "
+                            "'oracle_concept' order by soc_rank_worst", "--format", "json"]) == 0
+    fails = pd.DataFrame(json.loads(capsys.readouterr().out))
+    metrics = pd.read_parquet(_tables(run) / "metrics" / "oracle_concept.parquet").query(
+        "metric == 'soc' and scope == 'category' and reduction == 'official' and alpha == 0.1")
+    assert len(fails) == len(CATEGORIES) and fails.soc.is_monotonic_increasing and fails.soc_rank_worst.iloc[0] == 1
+    assert np.allclose(fails.set_index("category").soc.sort_index(), metrics.set_index("group").value.sort_index())
+    assert cli.main(["sql", "select keypoint, description, n, soc_pck_raw from worst_keypoints "
+                            "where backbone = 'oracle_part' order by soc_pck_raw limit 3"]) == 0
+    assert "keypoint" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("cwd", ["project", "tmp"])

@@ -113,8 +113,15 @@ def lvlm_results_record(
 def results_report(context: dg.AssetExecutionContext, soco: SocoSettings) -> dg.MaterializeResult:
     """The static results page, storage/report/index.html: every leaderboard with CIs, the correlation figure,
     the prediction panels and LVLM examples (open it from file:// or with `soco report --serve`)."""
+    import base64
+    from pathlib import Path
+
     from soco_pipeline.report.page import build_report
 
     index = build_report(soco.settings())
-    return dg.MaterializeResult(metadata={"path": dg.MetadataValue.path(index),
-                                          "open": dg.MetadataValue.url(f"file://{index}")})
+    meta = {"path": dg.MetadataValue.path(index), "open": dg.MetadataValue.url(f"file://{index}")}
+    for name in ("backbone_ci", "lvlm_ci"):  # the leaderboards' CIs as error bars, in the UI too
+        png = Path(index).parent / f"{name}.png"
+        if png.exists():
+            meta[name] = dg.MetadataValue.md(f"![{name}](data:image/png;base64,{base64.b64encode(png.read_bytes()).decode()})")
+    return dg.MaterializeResult(metadata=meta)
