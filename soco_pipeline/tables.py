@@ -55,6 +55,8 @@ TABLES: tuple[Table, ...] = (
     Table("global_metrics", "global_metrics", partitioned=True),
     Table("probe_metrics", "probe_metrics", partitioned=True),
     Table("correlation", "correlation"),
+    # per-sample input hashes of the evaluated pairs (soco_pipeline/defs/trust.py, docs/results.md)
+    Table("sample_hashes", "sample_hashes"),
 )
 _BY_ASSET = {t.asset: t for t in TABLES}
 

@@ -151,7 +151,12 @@ def cmd_evaluate(args: argparse.Namespace, settings: Settings) -> int:
     if args.pair_ids_file:
         ids += [ln.strip() for ln in Path(args.pair_ids_file).read_text().splitlines() if ln.strip()]
     cfg = {"limit": args.limit, "pair_ids": ids, "seed": args.seed, "panels": args.panels}
-    defs = build_definitions()
+    # the environment as this command read it (SOCO_STORAGE, SOCO_BACKBONES_DIR, ...), not at import time
+    defs = build_definitions(
+        storage_root=settings.storage_root, backbones_dir=settings.backbones_dir, lvlms_dir=settings.lvlms_dir,
+        dataset_size=settings.dataset_size, seed=settings.seed, images_per_category=settings.images_per_category,
+        categories=list(settings.categories) if settings.categories else None, device=args.device,
+    )
     instance = dg.DagsterInstance.get()
     if args.backbone not in instance.get_dynamic_partitions("backbones"):
         instance.add_dynamic_partitions("backbones", [args.backbone])
@@ -219,6 +224,7 @@ def add_commands(sub) -> None:
     s.add_argument("--pair-ids-file", default=None, help="a file with one pair id per line")
     s.add_argument("--seed", type=int, default=0, help="order of the pairs --limit keeps")
     s.add_argument("--panels", type=int, default=4, help="prediction panels to draw")
+    s.add_argument("--device", default="auto", help="matching device: auto | cpu | cuda")
     s.set_defaults(func=cmd_evaluate)
 
     s = sub.add_parser("show", help="render the prediction panel of one pair (PNG)")

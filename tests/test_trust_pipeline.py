@@ -40,7 +40,7 @@ def run(tmp_path_factory):
     for name, src in COPIES.items():
         shutil.copy(PROJECT_ROOT / "assets" / "backbones" / f"{src}.yaml", backbones / f"{name}.yaml")
     overrides = dict(storage_root=str(tmp / "storage"), backbones_dir=str(backbones), categories=CATEGORIES,
-                     images_per_category=6)
+                     images_per_category=6, device="cpu")
     (tmp / "dagster_home").mkdir()
     with dg.instance_for_test(temp_dir=str(tmp / "dagster_home")) as instance:
         instance.add_dynamic_partitions("backbones", list(COPIES))
@@ -96,6 +96,8 @@ def test_record_beside_the_metrics_validates_and_carries_every_field(run):
     assert rec["n-samples"]["pairs"] == {"requested": int(ev), "evaluated": int(ev)}
     assert not rec["subset"]["partial"]
     assert len(rec["sample_hashes"]["pairs"]) == ev
+    table = pd.read_parquet(_tables(run) / "sample_hashes.parquet")  # the same hashes, as a table (SQL view)
+    assert dict(zip(table.pair_id, table.pair_hash, strict=True)) == rec["sample_hashes"]["pairs"]
     soc = rec["results"]["soc"]
     assert soc["ci95_boot_category"][0] <= soc["value"] <= soc["ci95_boot_category"][1]
     metrics = pd.read_parquet(_tables(run) / "metrics" / "oracle_part.parquet")
@@ -289,3 +291,20 @@ def test_results_page_has_every_table_and_image(run, monkeypatch, capsys):
             assert all(w > 0 for w in widths), widths  # every image loaded from file://
         finally:
             browser.close()
+
+
+def test_soco_evaluate_runs_a_partial_backbone_from_the_cli(run, tmp_path, monkeypatch, capsys):
+    storage = tmp_path / "storage"  # a copy: this run rewrites the leaderboard of its own storage only
+    shutil.copytree(run["storage"], storage)
+    (tmp_path / "home").mkdir()
+    for k, v in {"SOCO_STORAGE": str(storage), "SOCO_BACKBONES_DIR": run["overrides"]["backbones_dir"],
+                 "SOCO_CATEGORIES": ",".join(CATEGORIES), "SOCO_IMAGES_PER_CATEGORY": "6",
+                 "DAGSTER_HOME": str(tmp_path / "home")}.items():
+        monkeypatch.setenv(k, v)
+    assert cli.main(["evaluate", "oracle_twin", "--limit", "1", "--panels", "0", "--device", "cpu"]) == 0
+    assert "oracle_twin" in capsys.readouterr().out
+    board = pd.read_parquet(storage / "tables" / "leaderboard.parquet").set_index("backbone")
+    assert board.loc["oracle_twin", "partial"] and board.loc["oracle_twin", "subset"] == "limit=1/category"
+    rec = json.loads((storage / "results" / "records" / "oracle_twin.json").read_text())
+    groups = pd.read_parquet(storage / "tables" / "image_pairs.parquet").query("evaluated").pair_group.nunique()
+    assert rec["n-samples"]["pairs"]["evaluated"] == groups and rec["subset"]["rule"]["limit"] == 1

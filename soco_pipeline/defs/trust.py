@@ -125,3 +125,23 @@ def results_report(context: dg.AssetExecutionContext, soco: SocoSettings) -> dg.
         if png.exists():
             meta[name] = dg.MetadataValue.md(f"![{name}](data:image/png;base64,{base64.b64encode(png.read_bytes()).decode()})")
     return dg.MaterializeResult(metadata=meta)
+
+
+@dg.asset(group_name="pairs", automation_condition=EAGER, kinds={"pandas"})
+def sample_hashes(
+    context: dg.AssetExecutionContext,
+    soco: SocoSettings,
+    image_set: pd.DataFrame,
+    keypoints: pd.DataFrame,
+    image_pairs: pd.DataFrame,
+    correspondences: pd.DataFrame,
+) -> pd.DataFrame:
+    """The input hash of every evaluated pair (image contents, keypoints, correspondences, the protocol's
+    matching hash), as the results records carry them; the task hash over them in the metadata."""
+    from soco_pipeline.defs.backbone_assets import protocol
+    from soco_pipeline.evaluation.hashes import pair_hashes, task_hash
+
+    ev = image_pairs[image_pairs["evaluated"].astype(bool)]
+    df = pair_hashes(ev, correspondences, keypoints, image_set, protocol(soco).matching_hash())
+    context.add_output_metadata({"rows": len(df), "task_hash/pairs": task_hash(df["pair_id"], df["pair_hash"])})
+    return df
