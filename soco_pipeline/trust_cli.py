@@ -46,7 +46,7 @@ def record_for_backbone(settings: Settings, backbone: str, protocol_path: str | 
 
 def record_for_lvlm(settings: Settings, model: str) -> dict:
     """The record of an LVLM, rebuilt from its stored answers and the items."""
-    from soco_pipeline.evaluation.records import lvlm_record
+    from soco_pipeline.evaluation.records import lvlm_record, stored_subset
     from soco_pipeline.evaluation.subsets import SubsetRule
     from soco_pipeline.lvlm.protocol import load_lvlm_protocol
     from soco_pipeline.lvlm.specs import load_spec, spec_hash
@@ -59,9 +59,12 @@ def record_for_lvlm(settings: Settings, model: str) -> dict:
         return read_record(stored)
     answers = read_parquet(join(settings.tables_root, "lvlm_answers", f"{model}.parquet"))
     items = read_parquet(join(settings.tables_root, "lvlm_items.parquet"))
+    metrics_path = join(settings.tables_root, "lvlm_metrics", f"{model}.parquet")
+    rule = stored_subset(read_parquet(metrics_path)) if exists(metrics_path) else SubsetRule()
     spec = load_spec(Path(settings.lvlms_dir) / f"{model}.yaml")
     return lvlm_record(model=model, spec=spec, spec_hash=spec_hash(spec), protocol=load_lvlm_protocol(),
-                       items=items, answers=answers, rule=SubsetRule())
+                       items=items, answers=answers, rule=rule,
+                       timing={"stages": {}, "source": "not recorded (rebuilt by soco export-results)"})
 
 
 def export_record(args: argparse.Namespace, settings: Settings) -> int:

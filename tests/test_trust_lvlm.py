@@ -13,6 +13,7 @@ import dagster as dg
 import pandas as pd
 import pytest
 
+from soco_pipeline import cli
 from soco_pipeline.defs.definitions import build_definitions
 from soco_pipeline.demo_lvlm import lvlm_board_markdown, run_lvlm_demo
 from soco_pipeline.evaluation.provenance import validate_record
@@ -72,7 +73,7 @@ def test_demo_block_prints_the_lvlm_board_beside_the_references(tmp_path):
     assert all((index.parent / i).is_file() for i in images)
 
 
-def test_rescoring_answers_makes_no_model_call(tmp_path):
+def test_rescoring_answers_makes_no_model_call(tmp_path, monkeypatch, capsys):
     storage = _storage(tmp_path)
     specs = tmp_path / "specs"
     (tmp_path / "home").mkdir()
@@ -111,3 +112,18 @@ def test_rescoring_answers_makes_no_model_call(tmp_path):
         assert board.loc["loopback_random", "partial"] and board.loc["loopback_random", "subset"] == "items=1/setting"
         pid = lb.pid
     assert _gone(pid)
+    # the paired comparison and the record of stored LVLM answers, from the command line (no server needed)
+    monkeypatch.setenv("SOCO_STORAGE", str(storage))
+    monkeypatch.setenv("SOCO_LVLMS_DIR", str(specs))
+    assert cli.main(["compare", "loopback_oracle", "loopback_random", "--lvlm", "--format", "json"]) == 0
+    out = capsys.readouterr().out
+    rows = json.loads(out[out.index("["):])
+    assert {r["metric"] for r in rows} == {f"{s}/{m}" for s in ("vis", "vis_desc", "desc")
+                                           for m in ("average", "circular")}
+    assert all(r["value_a"] == 100 and r["n_units"] == 1 for r in rows)  # the random run's 1 group per setting
+    assert cli.main(["export-results", "loopback_random", str(tmp_path / "r.json"), "--format", "record",
+                     "--lvlm"]) == 0
+    rec = json.loads((tmp_path / "r.json").read_text())
+    validate_record(rec)
+    assert rec["n-samples"]["item_groups"]["evaluated"] == 3 and rec["subset"]["partial"]
+    assert rec["n-samples"]["item_groups"]["requested"] > 3

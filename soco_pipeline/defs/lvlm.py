@@ -113,6 +113,7 @@ def lvlm_metrics(context: dg.AssetExecutionContext, lvlm_answers: pd.DataFrame) 
     from soco_pipeline.lvlm.metrics import lvlm_metrics as compute
 
     df = compute(lvlm_answers)
+    df["subset"] = recorded_lvlm_subset(context.instance, context.partition_key).to_json()  # '' = all items
     top = df[df["scope"] == "all"]
     context.add_output_metadata(
         {"rows": len(df), **{f"{r.setting}/{r.metric}": round(float(r.value), 2) for r in top.itertuples()}}
