@@ -24,6 +24,7 @@ from soco_pipeline.evaluation.theory import expected_concept_oracle_soc
 from soco_pipeline.storage import PROJECT_ROOT
 
 ORACLES = ["oracle_part", "oracle_concept"]
+QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
 
 def main() -> None:
@@ -46,7 +47,7 @@ def main() -> None:
             def mat(keys, partition=None):
                 sel = dg.AssetSelection.assets(*keys) if isinstance(keys, list) else keys
                 assert dg.materialize(list(defs.assets), selection=sel, instance=instance, resources=defs.resources,
-                                      partition_key=partition).success
+                                      partition_key=partition, run_config=QUIET).success
 
             mat(dg.AssetSelection.groups("data", "pairs"))
             for b in ORACLES:

@@ -103,6 +103,12 @@ def test_record_beside_the_metrics_validates_and_carries_every_field(run):
     metrics = pd.read_parquet(_tables(run) / "metrics" / "oracle_part.parquet")
     headline = metrics.query("metric == 'soc' and scope == 'all' and reduction == 'official' and alpha == 0.1")
     assert soc["value"] == pytest.approx(float(headline.value.iloc[0]))
+    # the same intervals on the metrics' headline rows and in the leaderboard's columns
+    assert headline.ci95_lo_boot_category.iloc[0] == pytest.approx(soc["ci95_boot_category"][0])
+    row = pd.read_parquet(_tables(run) / "leaderboard.parquet").set_index("backbone").loc["oracle_part"]
+    assert row.ci95_lo_boot_category_soc == pytest.approx(soc["ci95_boot_category"][0])
+    assert row.ci95_hi_boot_category_soc == pytest.approx(soc["ci95_boot_category"][1])
+    assert row.se_cluster_image_soc == pytest.approx(soc["se_cluster_image"])
 
 
 def test_a_limit_run_is_flagged_partial_with_the_right_counts(run):

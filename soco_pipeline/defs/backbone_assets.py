@@ -204,6 +204,12 @@ def metrics(
         protocol(soco),
     )
     df["subset"] = rule.to_json()  # '' = the full sample; the leaderboard marks the others partial
+    from soco_pipeline.evaluation.stats import attach_intervals, backbone_scores
+
+    proto = protocol(soco)  # 95% CIs of the headline rows (bootstrap over categories; cluster-robust by image)
+    scores = backbone_scores(predictions, four_choice_predictions, correspondences, keypoints, image_set,
+                             apply_pair_subset(image_pairs, rule), proto)
+    df = attach_intervals(df, scores, proto.headline_alpha, seed=soco.seed)
     fp = current_fingerprint(context.instance, soco, context.partition_key)
     at_headline = ((df.alpha - 0.1).abs() < 1e-9) | df.alpha.isna()  # 4-choice rows have no alpha
     headline = df[(df.scope == "all") & (df.reduction == "official") & at_headline]
@@ -231,6 +237,7 @@ def leaderboard(context: dg.AssetExecutionContext, soco: SocoSettings) -> pd.Dat
 
     from soco_pipeline.evaluation.leaderboard import leaderboard as build_leaderboard
     from soco_pipeline.evaluation.leaderboard import leaderboard_markdown, leaderboard_plot
+    from soco_pipeline.evaluation.stats import add_interval_columns, ci_display
     from soco_pipeline.evaluation.subsets import mark_partial, partial_display, subsets_of
     from soco_pipeline.storage import exists, read_parquet
     from soco_pipeline.tables import table_for
@@ -253,8 +260,9 @@ def leaderboard(context: dg.AssetExecutionContext, soco: SocoSettings) -> pd.Dat
     )
     present = {p.stem for p in Path(soco.backbones_dir).glob("*.yaml")}
     board["spec_present"] = board["backbone"].isin(present)
-    board = mark_partial(board, subsets_of(pd.concat(frames, ignore_index=True)))
-    md = leaderboard_markdown(partial_display(board))
+    all_metrics = pd.concat(frames, ignore_index=True)
+    board = add_interval_columns(mark_partial(board, subsets_of(all_metrics)), all_metrics)
+    md = leaderboard_markdown(ci_display(partial_display(board)))
     with tempfile.TemporaryDirectory() as tmp:
         png = Path(tmp) / "leaderboard.png"
         leaderboard_plot(board, png)

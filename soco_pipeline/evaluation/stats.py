@@ -187,3 +187,52 @@ def compare(scores_a: pd.DataFrame, scores_b: pd.DataFrame, reduction: str = "of
             "wins_a": wa, "wins_b": wb, "ties": len(units) - wa - wb, "sign_test_p": float(_sign_p([wa], [wb])[0]),
         })
     return pd.DataFrame(overall, columns=COMPARE_COLUMNS), pd.concat(per_cat, ignore_index=True)[CATEGORY_COLUMNS]
+
+
+# ----------------------------------------------------------------------------- tables
+CI_COLUMNS = ["ci95_lo_boot_category", "ci95_hi_boot_category", "se_cluster_image", "ci95_lo_cluster_image",
+              "ci95_hi_cluster_image"]
+BOARD_CI_METRICS = ("cc", "soc", "soc_geo", "cross_soc", "four_choice")
+
+
+def attach_intervals(metrics: pd.DataFrame, scores: pd.DataFrame, headline_alpha: float,
+                     n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
+    """The metrics table with CI_COLUMNS filled on its headline rows (scope all, official reduction, the
+    headline alpha or none) from per-element `scores`; NaN elsewhere."""
+    ci = intervals(scores, n_boot=n_boot, seed=seed).rename(columns={"model": "backbone"})
+    at = (metrics["scope"] == "all") & (metrics["reduction"] == "official") & (
+        ((metrics["alpha"] - headline_alpha).abs() < 1e-9) | metrics["alpha"].isna())
+    keyed = metrics.loc[at, ["backbone", "metric"]].merge(ci[["backbone", "metric", *CI_COLUMNS]],
+                                                          on=["backbone", "metric"], how="left")
+    out = metrics.copy()
+    for c in CI_COLUMNS:
+        out[c] = np.nan
+        out.loc[at, c] = keyed[c].to_numpy()
+    return out
+
+
+def add_interval_columns(board: pd.DataFrame, metrics: pd.DataFrame, name_column: str = "backbone") -> pd.DataFrame:
+    """A leaderboard with `ci95_lo_boot_category_<metric>`, `ci95_hi_boot_category_<metric>` and
+    `se_cluster_image_<metric>` for the headline metrics, from metrics tables made by `attach_intervals`
+    (prefixed, so that no column reads as a `soc_<supercategory>` one)."""
+    if "ci95_lo_boot_category" not in metrics.columns:
+        return board
+    rows = metrics[metrics["ci95_lo_boot_category"].notna() & metrics["metric"].isin(BOARD_CI_METRICS)]
+    wide = rows.pivot_table(index="backbone", columns="metric", aggfunc="first",
+                            values=["ci95_lo_boot_category", "ci95_hi_boot_category", "se_cluster_image"])
+    wide.columns = [f"{c}_{m}" for c, m in wide.columns]
+    order = [f"{c}_{m}" for m in BOARD_CI_METRICS for c in ("ci95_lo_boot_category", "ci95_hi_boot_category",
+                                                            "se_cluster_image") if f"{c}_{m}" in wide.columns]
+    return board.merge(wide[order], left_on=name_column, right_index=True, how="left")
+
+
+def ci_display(board: pd.DataFrame) -> pd.DataFrame:
+    """For Markdown: the numeric CI columns folded into one '<metric> 95% CI' text column each."""
+    out = board.copy()
+    for m in BOARD_CI_METRICS:
+        lo, hi = f"ci95_lo_boot_category_{m}", f"ci95_hi_boot_category_{m}"
+        if lo in out.columns:
+            out[f"{m} 95% CI (boot. categories)"] = [
+                "" if pd.isna(a) else f"[{a:.1f}, {b:.1f}]" for a, b in zip(out[lo], out[hi], strict=True)]
+            out = out.drop(columns=[lo, hi, f"se_cluster_image_{m}"], errors="ignore")
+    return out
