@@ -190,26 +190,25 @@ def metrics(
 ) -> pd.DataFrame:
     """PCK@α for CC, SOC, SOC-geo and Cross-SOC (official and per-keypoint reductions) and 4-choice accuracy."""
     from soco_pipeline.evaluation.metrics import compute_metrics
+    from soco_pipeline.evaluation.stats import with_intervals
     from soco_pipeline.evaluation.subsets import apply_pair_subset
 
     rule = recorded_subset(context.instance, context.partition_key)  # the subset the predictions ran on
+    image_pairs = apply_pair_subset(image_pairs, rule)
     df = compute_metrics(
         predictions,
         four_choice_predictions,
         correspondences,
         keypoints,
         image_set,
-        apply_pair_subset(image_pairs, rule),
+        image_pairs,
         run_taxonomy(taxonomy),
         protocol(soco),
     )
     df["subset"] = rule.to_json()  # '' = the full sample; the leaderboard marks the others partial
-    from soco_pipeline.evaluation.stats import attach_intervals, backbone_scores
-
-    proto = protocol(soco)  # 95% CIs of the headline rows (bootstrap over categories; cluster-robust by image)
-    scores = backbone_scores(predictions, four_choice_predictions, correspondences, keypoints, image_set,
-                             apply_pair_subset(image_pairs, rule), proto)
-    df = attach_intervals(df, scores, proto.headline_alpha, seed=soco.seed)
+    # 95% CIs of the headline rows: bootstrap over categories, cluster-robust by target image
+    df = with_intervals(df, predictions, four_choice_predictions, correspondences, keypoints, image_set,
+                        image_pairs, protocol(soco), seed=soco.seed)
     fp = current_fingerprint(context.instance, soco, context.partition_key)
     at_headline = ((df.alpha - 0.1).abs() < 1e-9) | df.alpha.isna()  # 4-choice rows have no alpha
     headline = df[(df.scope == "all") & (df.reduction == "official") & at_headline]

@@ -236,3 +236,12 @@ def ci_display(board: pd.DataFrame) -> pd.DataFrame:
                 "" if pd.isna(a) else f"[{a:.1f}, {b:.1f}]" for a, b in zip(out[lo], out[hi], strict=True)]
             out = out.drop(columns=[lo, hi, f"se_cluster_image_{m}"], errors="ignore")
     return out
+
+
+def with_intervals(metrics: pd.DataFrame, predictions: pd.DataFrame, four_choice_predictions: pd.DataFrame | None,
+                   correspondences: pd.DataFrame, keypoints: pd.DataFrame, images: pd.DataFrame,
+                   image_pairs: pd.DataFrame, protocol: ProtocolConfig, seed: int = 0) -> pd.DataFrame:
+    """`attach_intervals` on the scores of the stored predictions (the metrics asset's CIs)."""
+    scores = backbone_scores(predictions, four_choice_predictions, correspondences, keypoints, images, image_pairs,
+                             protocol)
+    return attach_intervals(metrics, scores, protocol.headline_alpha, seed=seed)
