@@ -74,9 +74,12 @@ def export_record(args: argparse.Namespace, settings: Settings) -> int:
     rec = record_for_lvlm(settings, args.backbone) if args.lvlm else \
         record_for_backbone(settings, args.backbone, args.protocol)
     write_record(rec, args.out)
+    def f(v) -> str:
+        return "  n/a" if v is None else f"{v:5.1f}"
+
     for metric, r in rec["results"].items():
         lo, hi = r["ci95_boot_category"]
-        print(f"{metric:22s} {r['value']:6.1f}  95% CI (bootstrap over categories) [{lo:.1f}, {hi:.1f}]")
+        print(f"{metric:22s} {f(r['value'])}  95% CI (bootstrap over categories) [{f(lo)}, {f(hi)}]")
     print(f"task hashes: {rec['task_hashes']}; partial: {rec['subset']['partial']}\nwrote {args.out}")
     return 0
 
