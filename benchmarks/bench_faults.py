@@ -30,7 +30,7 @@ sys.path.insert(0, str(PROJECT_ROOT))  # tests.faults: the same injections the t
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
 
-from soco_pipeline.evaluation.results_db import ResultsError, query, refresh_views  # noqa: E402
+from soco_pipeline.results_db import ResultsError, query, refresh_views  # noqa: E402
 from soco_pipeline.storage import StorageFullError, read_parquet, write_bytes_atomic, write_parquet_atomic  # noqa: E402
 from soco_pipeline.tables import table_for  # noqa: E402
 from tests.faults import (  # noqa: E402
@@ -167,8 +167,8 @@ def fault_failed_check(tmp: Path) -> None:
     """A re-import whose blocking image_pairs check fails: the previous table must stay."""
     import dagster as dg
 
+    from soco_pipeline.data.soco_export import export_soco_release
     from soco_pipeline.defs.definitions import build_definitions
-    from soco_pipeline.sources.soco_export import export_soco_release
     from soco_pipeline.taxonomy import load_taxonomy
     from tests.fixtures_data import canonical_tables
 
@@ -235,7 +235,7 @@ def fault_disk_full_extraction(tmp: Path) -> None:
 
     from soco_pipeline.backbones import parse_spec, spec_hash
     from soco_pipeline.features import extract_features
-    from soco_pipeline.features.layout import _read_manifest, feature_dir
+    from soco_pipeline.features.layout import feature_dir, read_manifest
 
     mnt = tmp / "tiny"
     mnt.mkdir()
@@ -256,7 +256,7 @@ def fault_disk_full_extraction(tmp: Path) -> None:
         except StorageFullError as e:
             clear = str(mnt) in str(e) and "bytes" in str(e)
         folder = Path(feature_dir(cache, spec.name, spec_hash(spec)))
-        listed = set(_read_manifest(str(folder)).path.str.rsplit("/", n=1).str[-1])
+        listed = set(read_manifest(str(folder)).path.str.rsplit("/", n=1).str[-1])
         on_disk = {p.name for p in folder.glob("*.npy")}
         orphans = len(on_disk - listed) + len(list(folder.glob(".tmp-*")))
         subprocess.run(["mount", "-o", "remount,size=4m", str(mnt)], check=True, timeout=20)

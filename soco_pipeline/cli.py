@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from soco_pipeline.deploy.stack import StackError
-from soco_pipeline.evaluation.results_db import ResultsError, query
+from soco_pipeline.results_db import ResultsError, query
 from soco_pipeline.settings import Settings
 
 
@@ -34,15 +34,12 @@ def cmd_leaderboard(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_add_backbone(args: argparse.Namespace, settings: Settings) -> int:
     """Validate a backbone spec file and copy it into the backbones folder (a new partition)."""
-    from soco_pipeline.backbones import load_spec
-    from soco_pipeline.backbones.validate import check_timm_model, check_weights
+    from soco_pipeline.backbones.validate import checked_spec
 
     src = Path(args.spec)
-    spec = load_spec(src)  # raises BackboneSpecError naming the file and field
-    if not args.skip_weights_check:
-        check_weights(spec)  # the weights file exists / the hf: repo is in the local cache
-    if spec.kind == "timm":
-        check_timm_model(spec)  # timm knows the model and it is a ViT with patch tokens
+    # The fields, the weights (unless skipped) and the kind's checks (timm: a ViT with patch tokens);
+    # the same function the sensor, the demo and each partition's run use.
+    spec = checked_spec(src, weights=not args.skip_weights_check)
     dest_dir = Path(settings.backbones_dir)
     dest = dest_dir / f"{spec.name}.yaml"
     if dest.exists() and not args.force:
@@ -57,7 +54,7 @@ def cmd_add_backbone(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_export_release(args: argparse.Namespace, settings: Settings) -> int:
     """Write the materialized canonical tables in the official SOCO release layout."""
-    from soco_pipeline.sources.soco_export import export_soco_release
+    from soco_pipeline.data.soco_export import export_soco_release
     from soco_pipeline.storage import exists, read_parquet
     from soco_pipeline.tables import table_for
     from soco_pipeline.taxonomy import Taxonomy, load_taxonomy

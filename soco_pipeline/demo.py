@@ -69,7 +69,7 @@ def run_demo(instance: dg.DagsterInstance | None = None, **overrides) -> pd.Data
         print(f"backbone {b} ...", flush=True)
         print(f"  done in {_materialize(defs, instance, PER_BACKBONE, partition_key=b):.1f} s", flush=True)
     _materialize(defs, instance, SUMMARY)
-    from soco_pipeline.evaluation.results_db import query
+    from soco_pipeline.results_db import query
 
     settings = soco.settings()
     return query(settings.duckdb_path, "SELECT * FROM leaderboard ORDER BY soc DESC", settings.tables_root)
@@ -86,7 +86,7 @@ def main() -> int:
         print("\ninterrupted: the run in progress is marked failed; `make demo` again resumes from what is "
               "materialized", file=sys.stderr)
         return 130
-    from soco_pipeline.evaluation.leaderboard import leaderboard_markdown
+    from soco_pipeline.analysis.leaderboard import leaderboard_markdown
 
     print()
     print(leaderboard_markdown(board))

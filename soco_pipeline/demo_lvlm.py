@@ -56,7 +56,7 @@ def run_lvlm_demo(instance: dg.DagsterInstance, log=print, **overrides) -> pd.Da
 
 def lvlm_board_markdown(board: pd.DataFrame) -> str:
     """The LVLM leaderboard as Markdown, the evaluated rows first, then the references."""
-    from soco_pipeline.evaluation.leaderboard import leaderboard_markdown
+    from soco_pipeline.analysis.leaderboard import leaderboard_markdown
     from soco_pipeline.evaluation.subsets import partial_display
 
     order = {"evaluated": 0, "random": 1, "backbone": 2, "reference": 3}

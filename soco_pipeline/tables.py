@@ -55,6 +55,16 @@ TABLES: tuple[Table, ...] = (
     Table("global_metrics", "global_metrics", partitioned=True),
     Table("probe_metrics", "probe_metrics", partitioned=True),
     Table("correlation", "correlation"),
+    # MMVMBench object matching (soco_pipeline/defs/mmvm/); SIMULATED data unless imported
+    Table("mmvm_cases", "mmvm_cases"),
+    Table("mmvm_images", "mmvm_images"),
+    Table("mmvm_objects", "mmvm_objects"),
+    Table("mmvm_items", "mmvm_items"),
+    Table("mmvm_predictions", "mmvm_predictions", partitioned=True),
+    Table("mmvm_answers", "mmvm_answers", partitioned=True),
+    Table("mmvm_backbone_metrics", "mmvm_backbone_metrics", partitioned=True),
+    Table("mmvm_lvlm_metrics", "mmvm_lvlm_metrics", partitioned=True),
+    Table("mmvm_leaderboard", "mmvm_leaderboard"),
     # per-sample input hashes of the evaluated pairs (soco_pipeline/defs/trust.py, docs/results.md)
     Table("sample_hashes", "sample_hashes"),
 )

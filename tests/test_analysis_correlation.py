@@ -15,6 +15,7 @@ from soco_pipeline.analysis.bootstrap import (
 )
 from soco_pipeline.analysis.correlation import (
     AnalysisConfig,
+    AnalysisConfigError,
     correlation_table,
     headline_table,
     load_analysis_config,
@@ -207,3 +208,25 @@ def test_omniprobe_table_soc_beats_knn_on_every_task_and_the_figure_is_written(t
     out = save_correlation_figure(table, str(tmp_path / "fig4"))
     assert out["png"][:8] == b"\x89PNG\r\n\x1a\n" and b"<svg" in out["svg"][:500]
     assert (tmp_path / "fig4.png").stat().st_size > 10_000 and (tmp_path / "fig4.svg").exists()
+
+
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        ("- seed\n- 0\n", r"expected a mapping of fields at the top level, got list"),
+        ("benchmarks:\n  soc: {task: soco}\n", r"field 'benchmarks\.soc\.metric' is missing"),
+        ("benchmarks: [soc]\n", r"field 'benchmarks' must be a mapping"),
+        ("benchmarks:\n  soc: {task: soco, metric: m}\ndeltas: [[soc]]\n", r"field 'deltas\.0\.1' is missing"),
+        ("confidence: 2\n", r"field 'confidence' must be < 1"),
+        ("seed: true\n", r"field 'seed' must be int"),
+        ("bootstrap: 5\n", r"unknown field\(s\) \['bootstrap'\]"),
+    ],
+)
+def test_a_malformed_analysis_config_names_file_and_field(tmp_path, text, match):
+    """Issue 27 item 6: a list at the top, a benchmark without `metric` ... used to give a bare
+    AttributeError / KeyError / TypeError / IndexError without the file's name."""
+    path = tmp_path / "analysis.yaml"
+    path.write_text(text)
+    with pytest.raises(AnalysisConfigError, match=match) as e:
+        load_analysis_config(path)
+    assert str(e.value).startswith(str(path))

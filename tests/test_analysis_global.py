@@ -17,9 +17,9 @@ from soco_pipeline.analysis.global_metrics import (
     retrieval_map,
     seeded_split,
 )
+from soco_pipeline.analysis.leaderboard import leaderboard
 from soco_pipeline.backbones import parse_spec
 from soco_pipeline.backbones.base import Backbone
-from soco_pipeline.evaluation.leaderboard import leaderboard
 from soco_pipeline.features import FeatureError, FeatureStore, extract_features
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from soco_pipeline.evaluation.results_db import query, refresh_views, table_files
+from soco_pipeline.results_db import query, refresh_views, table_files
 from soco_pipeline.storage import (
     StorageFullError,
     open_atomic,
@@ -113,7 +113,7 @@ def test_disk_full_during_extraction_leaves_no_orphan_and_a_rerun_resumes(tiny_t
 
     from soco_pipeline.backbones import parse_spec, spec_hash
     from soco_pipeline.features import FeatureStore, extract_features
-    from soco_pipeline.features.layout import _read_manifest, feature_dir
+    from soco_pipeline.features.layout import feature_dir, read_manifest
 
     monkeypatch.setenv("SOCO_STORAGE", str(tiny_tmpfs))
     rng = np.random.default_rng(0)
@@ -131,7 +131,7 @@ def test_disk_full_during_extraction_leaves_no_orphan_and_a_rerun_resumes(tiny_t
         extract_features(spec, images, cache)
     assert str(tiny_tmpfs) in str(e.value) and "bytes" in str(e.value) and "a rerun resumes" in str(e.value)
     folder = Path(feature_dir(cache, spec.name, spec_hash(spec)))
-    listed = set(_read_manifest(str(folder)).path.str.rsplit("/", n=1).str[-1])
+    listed = set(read_manifest(str(folder)).path.str.rsplit("/", n=1).str[-1])
     on_disk = {p.name for p in folder.glob("*.npy")}
     assert on_disk == listed and 0 < len(on_disk) < 40  # no orphan: every map left is in the manifest
     assert not list(folder.glob(".tmp-*"))

@@ -27,7 +27,7 @@ from soco_pipeline.backbones import (
 )
 from soco_pipeline.backbones.diffusion import unet_strides
 from soco_pipeline.backbones.oracle import OracleError, oracle_channels
-from soco_pipeline.backbones.preprocess import scale_keypoints
+from soco_pipeline.geometry import scale_keypoints
 from soco_pipeline.storage import write_parquet_atomic
 from soco_pipeline.taxonomy import load_taxonomy
 
@@ -101,7 +101,7 @@ def test_spec_hash_tracks_what_changes_features(tmp_path):
             {"kind": "timm", "model": "m", "input": {"nearest_multiple": 8}, "batch_size": "four"},
             r"'batch_size' must be int",
         ),
-        ({"kind": "timm", "model": "m", "input": {"biggest": 8}}, r"field 'input' must be one of"),
+        ({"kind": "timm", "model": "m", "input": {"biggest": 8}}, r"unknown field\(s\) \['biggest'\] in 'input'"),
         ({"kind": "timm", "input": {"nearest_multiple": 8}}, r"field 'model' is missing"),
         (
             {"kind": "timm", "model": "m", "input": {"nearest_multiple": 8}, "normalisation": "x"},

@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 
 from soco_pipeline.defs.definitions import build_definitions
-from soco_pipeline.evaluation.results_db import query
 from soco_pipeline.lvlm.server import serve
+from soco_pipeline.results_db import query
 from soco_pipeline.storage import write_parquet_atomic
 from tests.lvlm_helpers import OracleAnswerer, answer_key, small_tables
 

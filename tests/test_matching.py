@@ -14,6 +14,7 @@ from soco_pipeline.evaluation.four_choice_matching import predict_four_choice
 from soco_pipeline.evaluation.matching import predict
 from soco_pipeline.evaluation.metrics import compute_metrics
 from soco_pipeline.evaluation.protocol import ProtocolConfig
+from soco_pipeline.evaluation.reference import reference_category_pck
 from soco_pipeline.evaluation.theory import expected_concept_oracle_soc, random_feature_chance
 from soco_pipeline.native import half_matmul
 from soco_pipeline.storage import read_parquet, write_parquet_atomic
@@ -154,72 +155,6 @@ def concept_store(images, keypoints, seed):
     concepts = {n: i for i, n in enumerate(sorted(keypoints.concept.unique()))}
     c = len(concepts) + 8
     return lattice_store(images, keypoints, lambda r: np.eye(c)[concepts[r.concept]], c, noise=0.01, seed=seed)
-
-
-# ----------------------------------------------------------------------------- the reference
-def _argmax_point(sim, cells=None):
-    """Top-left corner (u, v) of the argmax patch, over all patches or only the given (row, col) cells."""
-    h, w = sim.shape
-    if cells is not None:
-        keep = torch.full_like(sim, float("-inf"))
-        for r, c in cells:
-            keep[r, c] = sim[r, c]
-        sim = keep
-    idx = int(torch.argmax(sim))
-    return (idx % w) / w, (idx // w) / h
-
-
-def reference_category_pck(images, keypoints, pairs, corr, store, alpha):
-    """Per (metric, category) official PCK, written from the protocol text, one pair at a time."""
-    im = images.set_index("image_id")
-    kp = keypoints.set_index(["image_id", "keypoint"])
-    out: dict[tuple[str, str], list[float]] = {}
-
-    def unit(iid, name, s):
-        x, y = kp.loc[(iid, name), ["x", "y"]]
-        side = max(im.loc[iid, "width"], im.loc[iid, "height"])
-        return int(int(x) * s / side) / s, int(int(y) * s / side) / s
-
-    for p in pairs[pairs.evaluated].itertuples():
-        fa, meta = store.get(p.src_image)
-        fb, _ = store.get(p.trg_image)
-        s = meta["input_size"]
-        a, b = torch.from_numpy(fa), torch.from_numpy(fb)
-        _, h, w = b.shape
-        rows = corr[corr.pair_id == p.pair_id]
-        src_kps = list(dict.fromkeys(rows.src_keypoint))
-        if not src_kps:
-            continue
-        descs = []
-        for name in src_kps:
-            u, v = unit(p.src_image, name, s)
-            g = torch.tensor([[[[2 * u - 1, 2 * v - 1]]]], dtype=torch.float32)
-            descs.append(F.grid_sample(a[None], g, mode="bilinear", align_corners=True)[0, :, 0, 0])
-        sims = torch.einsum("kc,chw->khw", torch.stack(descs), b)
-        side = max(im.loc[p.trg_image, "width"], im.loc[p.trg_image, "height"])
-        bbox = max(im.loc[p.trg_image, "bbox_r"] - im.loc[p.trg_image, "bbox_l"],
-                   im.loc[p.trg_image, "bbox_b"] - im.loc[p.trg_image, "bbox_t"])
-        thr = alpha * bbox / side
-
-        scores: dict[str, list[float]] = {}
-        for k, name in enumerate(src_kps):
-            px, py = _argmax_point(sims[k])
-            soc = rows[(rows.kind == "soc") & (rows.src_keypoint == name)]
-            cc = rows[(rows.kind == "cc") & (rows.src_keypoint == name)]
-            if len(soc):
-                gu, gv = unit(p.trg_image, name, s)
-                metric = "soc" if p.level == "intra" else "cross_soc"
-                scores.setdefault(metric, []).append(float(np.hypot(px - gu, py - gv) < thr))
-                if p.level == "intra" and soc.geo.iloc[0]:
-                    cand = [unit(p.trg_image, t, s) for t in cc.trg_keypoint]
-                    gx, gy = _argmax_point(sims[k], [(int(cv * h), int(cu * w)) for cu, cv in cand])
-                    scores.setdefault("soc_geo", []).append(float(np.hypot(gx - gu, gy - gv) < thr))
-            if len(cc):
-                errs = [np.hypot(px - gu, py - gv) for gu, gv in (unit(p.trg_image, t, s) for t in cc.trg_keypoint)]
-                scores.setdefault("cc" if p.level == "intra" else "cross_cc", []).append(float(min(errs) < thr))
-        for metric, vals in scores.items():
-            out.setdefault((metric, p.pair_group), []).append(float(np.mean(vals)))
-    return {key: 100 * float(np.mean(v)) for key, v in out.items()}
 
 
 def category_values(metrics, alpha, reduction="official"):

@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from soco_pipeline.analysis.leaderboard import leaderboard, leaderboard_markdown, leaderboard_plot
 from soco_pipeline.evaluation.four_choice_matching import rotation_picks
-from soco_pipeline.evaluation.leaderboard import leaderboard, leaderboard_markdown, leaderboard_plot
 from soco_pipeline.evaluation.metrics import compute_metrics, four_choice_items
 from soco_pipeline.evaluation.protocol import ProtocolConfig, ProtocolError, load_protocol, parse_protocol
 from soco_pipeline.evaluation.theory import expected_concept_oracle_soc, random_feature_chance
@@ -194,7 +194,7 @@ def test_protocol_file_and_hashes(tmp_path):
     assert replace(p, threshold="inclusive").matching_hash() == p.matching_hash()
     with pytest.raises(ProtocolError, match="prediction_point"):
         parse_protocol({"prediction_point": "middle"})
-    with pytest.raises(ProtocolError, match="unknown protocol knobs"):
+    with pytest.raises(ProtocolError, match=r"unknown field\(s\) \['alpha'\]"):
         parse_protocol({"alpha": 0.1})
     with pytest.raises(ProtocolError, match="headline_alpha"):
         parse_protocol({"alphas": [0.05], "headline_alpha": 0.1})

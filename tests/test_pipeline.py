@@ -60,7 +60,7 @@ def test_definitions_load_with_groups_and_descriptions():
     defs = build_definitions()
     graph = defs.resolve_asset_graph()
     groups = {graph.get(k).group_name for k in graph.get_all_asset_keys()}
-    assert groups == {"data", "pairs", "features", "evaluation", "lvlm", "analysis"}
+    assert groups == {"data", "pairs", "features", "evaluation", "lvlm", "analysis", "mmvm"}
     for key in graph.get_all_asset_keys():
         assert graph.get(key).description, f"{key} has no description"
     assert {s.name for s in defs.sensors} >= {"backbone_specs_sensor"}
@@ -327,7 +327,7 @@ def test_a_release_with_its_own_names_scores_the_same(run, monkeypatch):
     """Rename every category, keypoint, concept and node of an exported release (none is known to
     assets/taxonomy.yaml): it imports with its own taxonomy, passes every check, builds the same four-choice
     items and scores the same numbers, metric by metric, category by category, alpha by alpha."""
-    from soco_pipeline.evaluation.results_db import query, refresh_views
+    from soco_pipeline.results_db import query, refresh_views
     from soco_pipeline.taxonomy import load_taxonomy
     from tests.fixtures_data import release_renaming, rename_release
 

@@ -16,11 +16,10 @@ from soco_pipeline.backbones.preprocess import (
     preprocess_batch,
     preprocess_image,
     resize_square,
-    scale_keypoints,
     to_rgb_array,
-    unit_to_pixels,
 )
 from soco_pipeline.backbones.spec import input_size
+from soco_pipeline.geometry import scale_keypoints, unit_to_pixels
 
 
 def _image(h: int, w: int, rgb=(200, 10, 30)) -> np.ndarray:

@@ -9,8 +9,8 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from soco_pipeline.data.soco_export import export_soco_release
 from soco_pipeline.defs.definitions import build_definitions
-from soco_pipeline.sources.soco_export import export_soco_release
 from soco_pipeline.storage import join, read_parquet, write_parquet_atomic
 from soco_pipeline.tables import table_for
 from soco_pipeline.taxonomy import load_taxonomy

@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from soco_pipeline.data.soco_export import export_soco_release
 from soco_pipeline.sources import read_soco_release
-from soco_pipeline.sources.soco_export import export_soco_release
 from soco_pipeline.storage import join
 from soco_pipeline.taxonomy import load_taxonomy
 from tests.fixtures_data import canonical_tables, release_renaming, rename_release

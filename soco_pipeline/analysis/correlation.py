@@ -10,12 +10,14 @@ Err) are sign-flipped first, as the paper shows them, and the table says so (`si
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
+from typing import Annotated, NamedTuple
 
 import numpy as np
 import pandas as pd
-import yaml
+from pydantic import ConfigDict, Field, StrictFloat, StrictInt, model_validator
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from soco_pipeline.analysis.bootstrap import (
     bootstrap_correlations,
@@ -24,6 +26,7 @@ from soco_pipeline.analysis.bootstrap import (
     resample_indices,
 )
 from soco_pipeline.analysis.reference import ReferenceDataError, select_models
+from soco_pipeline.config import read_yaml, validate_doc
 from soco_pipeline.storage import PROJECT_ROOT
 
 STATISTICS = ("pearson", "spearman")
@@ -35,47 +38,55 @@ CORRELATION_COLUMNS = [
 ]
 
 
-@dataclass(frozen=True)
-class AnalysisConfig:
-    """Settings of the correlation study (assets/analysis.yaml)."""
+class AnalysisConfigError(ValueError):
+    """The analysis config is malformed; the message names the file, the field and the fix."""
 
-    seed: int = 0
-    n_resamples: int = 10_000
-    confidence: float = 0.95
-    min_models: int = 5
-    benchmarks: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+class BenchmarkRef(NamedTuple):
+    """Where a benchmark score lives in the score tables: `{task: ..., metric: ...}` in the YAML."""
+
+    task: str
+    metric: str
+
+
+# Lax (lists fill the tuples) except for the numbers, which are strict (`seed: true` is an error).
+@pydantic_dataclass(frozen=True, config=ConfigDict(extra="forbid"))
+class AnalysisConfig:
+    """Settings of the correlation study (assets/analysis.yaml), typed: a bad value names its field."""
+
+    seed: StrictInt = 0
+    n_resamples: Annotated[StrictInt, Field(ge=100)] = 10_000
+    confidence: Annotated[StrictFloat, Field(gt=0.5, lt=1)] = 0.95
+    min_models: Annotated[StrictInt, Field(ge=2)] = 5
+    benchmarks: dict[str, BenchmarkRef] = field(default_factory=dict)
     deltas: tuple[tuple[str, str], ...] = ()
     not_downstream: tuple[str, ...] = ("soco", "soco_*", "knn", "soco_pipeline")
-    subsets: dict[str, object] = field(default_factory=lambda: {"all": "all"})
+    # label -> all | is_main_model | [model names]
+    subsets: dict[str, str | list[str]] = field(default_factory=lambda: {"all": "all"})
     headline: dict[str, str] = field(default_factory=dict)
     source: str = "the analysis config"
 
-    def __post_init__(self):
-        if self.n_resamples < 100:
-            raise ValueError(f"{self.source}: n_resamples must be >= 100, got {self.n_resamples}")
-        if not 0.5 < self.confidence < 1:
-            raise ValueError(f"{self.source}: confidence must be in (0.5, 1), got {self.confidence}")
+    @model_validator(mode="after")
+    def _deltas_name_benchmarks(self) -> AnalysisConfig:
         for a, b in self.deltas:
             for name in (a, b):
                 if name not in self.benchmarks:
-                    raise ValueError(f"{self.source}: delta names benchmark {name!r}, not in `benchmarks`")
+                    raise ValueError(f"a delta names benchmark {name!r}, which is not in `benchmarks`; add it "
+                                     f"there or fix the name")
+        return self
 
 
 def load_analysis_config(path: str | Path = ANALYSIS_CONFIG, **overrides) -> AnalysisConfig:
-    """The analysis config from YAML, with keyword overrides (seed, n_resamples, subsets ...)."""
-    raw = yaml.safe_load(Path(path).read_text()) or {}
-    raw.update({k: v for k, v in overrides.items() if v is not None})
-    unknown = set(raw) - set(AnalysisConfig.__dataclass_fields__)
-    if unknown:
-        raise ValueError(f"{path}: unknown keys {sorted(unknown)}")
-    bench = {k: (str(v["task"]), str(v["metric"])) for k, v in (raw.pop("benchmarks", None) or {}).items()}
-    return AnalysisConfig(
-        benchmarks=bench,
-        deltas=tuple(tuple(d) for d in raw.pop("deltas", ()) or ()),
-        not_downstream=tuple(raw.pop("not_downstream", AnalysisConfig.not_downstream)),
-        source=str(raw.pop("source", path)),
-        **raw,
-    )
+    """The analysis config from YAML, with keyword overrides (seed, n_resamples, subsets ...).
+
+    Raises AnalysisConfigError naming the file and the field when the file is malformed.
+    """
+    raw = read_yaml(path, AnalysisConfigError, "analysis config")
+    raw = {} if raw is None else raw
+    if isinstance(raw, dict):
+        raw = {"source": str(path), **raw, **{k: v for k, v in overrides.items() if v is not None}}
+    return validate_doc(AnalysisConfig, raw, str(path), AnalysisConfigError,
+                        allowed=AnalysisConfig.__dataclass_fields__)
 
 
 def _wide(scores: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:

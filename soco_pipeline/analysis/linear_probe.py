@@ -27,10 +27,10 @@ import torch.nn.functional as F
 
 from soco_pipeline.analysis.global_metrics import seeded_split
 from soco_pipeline.evaluation.matching import (
-    _group_ids,
-    _source_descriptors,
     cells_of,
+    group_ids,
     predict,
+    source_descriptors,
     to_unit,
     visible_keypoint_xy,
 )
@@ -117,8 +117,8 @@ def training_examples(
             f"or a larger train fraction"
         )
     rows = rows.merge(train_pairs[["pair_id", "src_image", "trg_image"]], on="pair_id")
-    query, first = _group_ids(rows["pair_id"].to_numpy(), rows["src_keypoint"].to_numpy())
-    desc, code = _source_descriptors(
+    query, first = group_ids(rows["pair_id"].to_numpy(), rows["src_keypoint"].to_numpy())
+    desc, code = source_descriptors(
         rows["src_image"].to_numpy()[first], rows["src_keypoint"].to_numpy()[first], keypoints, images, store,
         protocol, backbone, torch.device("cpu"),
     )

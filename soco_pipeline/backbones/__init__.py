@@ -79,26 +79,6 @@ def build_backbone(spec: BackboneSpec, context: BackboneContext | dict | None = 
     `context` is a BackboneContext or a dict {data_root | embedded_root, device, project_root}.
     """
     from soco_pipeline.backbones.base import as_context
+    from soco_pipeline.backbones.kinds import backbone_class
 
-    context = as_context(context)
-    if spec.kind == "timm":
-        from soco_pipeline.backbones.timm_backbone import TimmBackbone
-
-        return TimmBackbone(spec, context)
-    if spec.kind == "diffusion":
-        from soco_pipeline.backbones.diffusion import DiffusionBackbone
-
-        return DiffusionBackbone(spec, context)
-    if spec.kind == "classical":
-        from soco_pipeline.backbones.classical import DenseSiftBackbone
-
-        return DenseSiftBackbone(spec, context)
-    if spec.kind == "packaged":
-        from soco_pipeline.backbones.packaged import PackagedLite0Backbone
-
-        return PackagedLite0Backbone(spec, context)
-    if spec.kind == "oracle":
-        from soco_pipeline.backbones.oracle import OracleBackbone
-
-        return OracleBackbone(spec, context)
-    raise BackboneSpecError(f"{spec.source}: unknown kind {spec.kind!r}")
+    return backbone_class(spec.kind)(spec, as_context(context))

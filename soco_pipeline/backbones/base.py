@@ -13,6 +13,7 @@ import zlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pandas as pd
@@ -20,7 +21,8 @@ import torch
 import torch.nn.functional as F
 
 from soco_pipeline.backbones.preprocess import InputBatch, prepare_batch, preprocess_batch
-from soco_pipeline.backbones.spec import BackboneSpec
+from soco_pipeline.backbones.spec import BackboneSpec, SpecFields
+from soco_pipeline.device import resolve_device
 from soco_pipeline.storage import PROJECT_ROOT
 
 
@@ -67,17 +69,6 @@ def as_context(context: BackboneContext | dict | None) -> BackboneContext:
     raise TypeError(f"backbone context must be a BackboneContext or a dict, got {type(context).__name__}")
 
 
-def resolve_device(requested: str) -> torch.device:
-    """'auto' -> CUDA when available, else CPU; anything else as given (with a clear error if absent)."""
-    if requested == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if requested.startswith("cuda") and not torch.cuda.is_available():
-        raise RuntimeError(
-            f"device {requested!r} requested but CUDA is not available; set `device: auto` or `cpu`"
-        )
-    return torch.device(requested)
-
-
 def image_seed(seed: int, image_id: str) -> int:
     """A per-image seed independent of batch composition and of PYTHONHASHSEED."""
     return (int(seed) * 1_000_003 + zlib.crc32(str(image_id).encode())) % (2**63 - 1)
@@ -95,9 +86,11 @@ class Backbone(ABC):
     """A frozen feature extractor built from a BackboneSpec.
 
     Subclasses set `stride` (input pixels per grid cell) and `multiple` (S is snapped to a multiple of
-    it) and implement `forward`. `needs_pixels = False` skips preprocessing (oracles).
+    it) and implement `forward`. `needs_pixels = False` skips preprocessing (oracles). Each kind's class
+    declares its spec model as `Options` and registers itself with `@register_kind` (backbones/kinds.py).
     """
 
+    Options: ClassVar[type[SpecFields]]
     needs_pixels: bool = True
     offers_class_token: bool = False  # True: forward_with_class_token returns a class token too
 
@@ -107,6 +100,12 @@ class Backbone(ABC):
         self.device = resolve_device(self.context.device or spec.device)
         self.stride: int = 1
         self.multiple: int = 1
+
+    @classmethod
+    def check_spec(cls, spec: BackboneSpec) -> None:
+        """Checks of a parsed spec against the world (the model exists and fits); none by default.
+        Raises BackboneSpecError naming the fix."""
+        return None
 
     def input_size(self, width: int, height: int) -> int:
         """The side S of the square input for an image of this size (the policies ignore W, H)."""

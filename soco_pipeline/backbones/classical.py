@@ -11,18 +11,35 @@ vector after L2 normalisation (cosine 0 with everything).
 
 from __future__ import annotations
 
+from typing import ClassVar, Literal
+
 import cv2
 import numpy as np
 import pandas as pd
 import torch
 
 from soco_pipeline.backbones.base import Backbone, BackboneContext
+from soco_pipeline.backbones.kinds import register_kind
 from soco_pipeline.backbones.preprocess import NORMALISATION_PRESETS
-from soco_pipeline.backbones.spec import BackboneSpec
+from soco_pipeline.backbones.spec import BackboneSpec, PositiveFloat, PositiveInt, SpecFields
 
 
+class SiftOptions(SpecFields):
+    """Spec fields of kind `classical` (dense SIFT): grid stride and keypoint size (diameter) in input px."""
+
+    kind: Literal["classical"]
+    stride: PositiveInt = 8
+    descriptor_size: PositiveFloat = 8.0
+
+    MODELS: ClassVar[tuple[str, ...] | None] = ("sift",)
+    WEIGHTS: ClassVar[tuple[str, ...] | None] = ("none",)
+
+
+@register_kind("classical")
 class DenseSiftBackbone(Backbone):
     """Dense SIFT on a stride-`stride` grid of the S x S input: 128 x S/stride x S/stride."""
+
+    Options = SiftOptions
 
     def __init__(self, spec: BackboneSpec, context: BackboneContext | None = None):
         super().__init__(spec, context)

@@ -17,11 +17,15 @@ is replaced by the image's category (underscores as spaces).
 
 from __future__ import annotations
 
+from typing import Annotated, ClassVar, Literal
+
 import pandas as pd
 import torch
+from pydantic import Field
 
 from soco_pipeline.backbones.base import Backbone, BackboneContext, BackboneWeightsError, image_seed, seeded
-from soco_pipeline.backbones.spec import BackboneSpec
+from soco_pipeline.backbones.kinds import register_kind
+from soco_pipeline.backbones.spec import BackboneSpec, PositiveInt, SpecFields
 from soco_pipeline.backbones.timm_backbone import hf_cache_hint, resolve_local_weights
 
 TINY_UNET = {
@@ -71,8 +75,24 @@ def unet_strides(vae_config, unet_config, up_ft_index: int) -> tuple[int, int]:
     return multiple // 2 ** min(up_ft_index + 1, n_up - 1), multiple
 
 
+class DiffusionOptions(SpecFields):
+    """Spec fields of kind `diffusion` (DIFT): up-block index, noise timestep, ensemble size, prompt
+    ("{category}" is replaced by the image's category; "" = the empty prompt)."""
+
+    kind: Literal["diffusion"]
+    up_ft_index: Annotated[int, Field(ge=0)] = 1
+    t: Annotated[int, Field(ge=0)] = 261
+    ensemble: PositiveInt = 8
+    prompt: str = ""
+
+    GPU_OPTIONS: ClassVar[frozenset[str]] = frozenset({"precision", "channels_last", "compile"})
+
+
+@register_kind("diffusion")
 class DiffusionBackbone(Backbone):
     """DIFT features of a Stable Diffusion-style UNet (tiny random or a real checkpoint)."""
+
+    Options = DiffusionOptions
 
     def __init__(self, spec: BackboneSpec, context: BackboneContext | None = None):
         super().__init__(spec, context)

@@ -6,6 +6,7 @@ recorded. Also lists the spec files of a folder with their content hashes (for t
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from pathlib import Path
@@ -21,12 +22,10 @@ def file_hash(path: Path) -> str:
 
 def scan_specs(folder: Path) -> tuple[dict[str, str], dict[str, str]]:
     """Valid spec files of a folder as {name: content hash}, and invalid ones as {name: error}."""
-    from soco_pipeline.backbones import load_spec
-
     valid, invalid = {}, {}
     for path in sorted(Path(folder).glob("*.yaml")):
         try:
-            load_spec(path)
+            _checked(str(path), file_hash(path))
         except Exception as e:  # noqa: BLE001 - any malformed spec is reported, not raised, by the sensor
             invalid[path.stem] = str(e)
             continue
@@ -34,18 +33,25 @@ def scan_specs(folder: Path) -> tuple[dict[str, str], dict[str, str]]:
     return valid, invalid
 
 
+@functools.lru_cache(maxsize=256)
+def _checked(path: str, content_hash: str) -> None:
+    """`checked_spec` once per file content: the sensor scans the folder every tick."""
+    from soco_pipeline.backbones.validate import checked_spec
+
+    checked_spec(path)
+
+
 def fingerprint(
     spec_path: Path,
     data_versions: dict[str, str],
-    protocol_path: str | None = None,
+    protocol_hash: str,
     code_versions: dict[str, str] | None = None,
 ) -> str:
-    """Hash of everything a backbone's metrics depend on; `code_versions` are its assets' Dagster code versions."""
-    from soco_pipeline.evaluation.protocol import load_protocol
-
+    """Hash of everything a backbone's metrics depend on: its spec file, the protocol's `version_hash()`,
+    its assets' Dagster code versions and the data versions."""
     payload = {
         "spec": file_hash(spec_path),
-        "protocol": load_protocol(protocol_path).version_hash(),
+        "protocol": protocol_hash,
         "code": dict(sorted((code_versions or {}).items())),
         "data": dict(sorted(data_versions.items())),
     }

@@ -17,13 +17,15 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import ClassVar, Literal
 
 import pandas as pd
 import torch
 import torch.nn.functional as F
 
 from soco_pipeline.backbones.base import Backbone, BackboneContext, BackboneWeightsError, seeded
-from soco_pipeline.backbones.spec import BackboneSpec
+from soco_pipeline.backbones.kinds import register_kind
+from soco_pipeline.backbones.spec import BackboneSpec, SpecFields
 from soco_pipeline.backbones.timm_backbone import resolve_local_weights
 
 # efficientnet_pytorch name -> timm name inside a block, by block type.
@@ -103,8 +105,23 @@ def load_lite0(weights_path: Path) -> torch.nn.Module:
     return model.eval()
 
 
+class PackagedOptions(SpecFields):
+    """Spec fields of kind `packaged` (EfficientNet-Lite0): the stages, "stride16" or "stride16+stride32"
+    (upsampled and concatenated)."""
+
+    kind: Literal["packaged"]
+    layer: Literal["stride16", "stride16+stride32"] = "stride16+stride32"
+
+    MODELS: ClassVar[tuple[str, ...] | None] = ("efficientnet_lite0",)
+    PACKAGED_WEIGHTS: ClassVar[bool] = True
+    GPU_OPTIONS: ClassVar[frozenset[str]] = frozenset({"precision", "channels_last", "compile"})
+
+
+@register_kind("packaged")
 class PackagedLite0Backbone(Backbone):
     """EfficientNet-Lite0 (real ImageNet weights) stride-16 (+ upsampled stride-32) features."""
+
+    Options = PackagedOptions
 
     def __init__(self, spec: BackboneSpec, context: BackboneContext | None = None):
         super().__init__(spec, context)

@@ -27,27 +27,6 @@ NORMALISATION_PRESETS: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = 
 }
 
 
-def scale_keypoints(xy: np.ndarray, sizes: np.ndarray, input_size: int) -> np.ndarray:
-    """Map keypoints in original pixels to [0, 1) coordinates of the padded, resized square.
-
-    Copies the official script on purpose: `int()` the annotation, scale by S / max(W, H),
-    `int()` again, divide by S. `xy` is (N, 2) [x, y]; `sizes` is (N, 2) [W, H] or (2,).
-    """
-    xy = np.asarray(xy, dtype=np.float64)
-    sizes = np.broadcast_to(np.asarray(sizes, dtype=np.float64), xy.shape)
-    side = sizes.max(axis=1, keepdims=True)
-    # np.trunc is Python's int() for the non-negative coordinates the protocol sees.
-    scaled = np.trunc(np.trunc(xy) * (input_size / side))
-    return scaled / input_size
-
-
-def unit_to_pixels(uv: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-    """Map [0, 1) padded-square coordinates back to original-image pixels ([x, y])."""
-    uv = np.asarray(uv, dtype=np.float64)
-    sizes = np.broadcast_to(np.asarray(sizes, dtype=np.float64), uv.shape)
-    return uv * sizes.max(axis=1, keepdims=True)
-
-
 def to_rgb_array(image) -> np.ndarray:
     """An H x W x 3 uint8 RGB array from a PIL image or an array (grey, RGB or RGBA)."""
     if hasattr(image, "convert"):

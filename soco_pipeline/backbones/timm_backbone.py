@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import ClassVar, Literal
 
 import pandas as pd
 import torch
 
 from soco_pipeline.backbones.base import Backbone, BackboneContext, BackboneWeightsError, seeded
+from soco_pipeline.backbones.kinds import register_kind
 from soco_pipeline.backbones.pos_embed import default_pos_embed_mode, use_hub_pos_embed
-from soco_pipeline.backbones.spec import BackboneSpec
+from soco_pipeline.backbones.spec import BackboneSpec, SpecFields
 
 
 class BackboneSpecTypeError(TypeError):
@@ -51,8 +53,30 @@ def hf_cache_hint(repo: str) -> str:
     )
 
 
+class TimmOptions(SpecFields):
+    """Spec fields of kind `timm`. layer: block index (negative counts from the end; -1 = final block, no
+    final norm). pos_embed_interpolation: auto (dinov2_hub for DINOv2 models without registers, else timm)
+    | dinov2_hub (as the official torch.hub model) | timm (timm's antialiased resampling)."""
+
+    kind: Literal["timm"]
+    layer: int = -1
+    pos_embed_interpolation: Literal["auto", "dinov2_hub", "timm"] = "auto"
+
+    GPU_OPTIONS: ClassVar[frozenset[str]] = frozenset({"precision", "compile"})
+
+
+@register_kind("timm")
 class TimmBackbone(Backbone):
     """Any timm ViT with dense patch tokens (DINOv2, DINO, CLIP, MAE, DINOv3 ...)."""
+
+    Options = TimmOptions
+
+    @classmethod
+    def check_spec(cls, spec: BackboneSpec) -> None:
+        """timm knows the model, it is a ViT with patch tokens, and `layer` is one of its blocks."""
+        from soco_pipeline.backbones.validate import check_timm_model
+
+        check_timm_model(spec)
 
     def __init__(self, spec: BackboneSpec, context: BackboneContext | None = None):
         super().__init__(spec, context)

@@ -1,9 +1,10 @@
 """Checks a spec must pass before `soco add-backbone` accepts it: its weights exist, its model exists and fits.
 
 Parsing (`load_spec`) checks the fields; this checks the world: a local weights file is present, an
-`hf:` repo is in the local Hugging Face cache (nothing may be downloaded), and for kind `timm` that timm
-knows the model and that it is a ViT-style network with patch tokens (built on the `meta` device: no
-memory, no weights), so a bad spec is refused at add time instead of failing its first run.
+`hf:` repo is in the local Hugging Face cache (nothing may be downloaded), and the kind's own
+`check_spec` (for `timm`: timm knows the model and it is a ViT-style network with patch tokens, built on
+the `meta` device: no memory, no weights). `checked_spec` runs both, so a bad spec is refused wherever it
+is found instead of failing its first run.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import os
 from pathlib import Path
 
 from soco_pipeline.backbones.base import BackboneWeightsError
-from soco_pipeline.backbones.spec import BackboneSpec, BackboneSpecError
+from soco_pipeline.backbones.spec import BackboneSpec, BackboneSpecError, load_spec
 from soco_pipeline.storage import PROJECT_ROOT
 
 
@@ -74,8 +75,23 @@ def check_timm_model(spec: BackboneSpec) -> None:
         )
 
 
-def validate_for_add(spec: BackboneSpec, project_root: Path = PROJECT_ROOT) -> None:
-    """Every add-time check of a parsed spec; raises BackboneWeightsError / BackboneSpecError naming the fix."""
-    check_weights(spec, project_root)
-    if spec.kind == "timm":
-        check_timm_model(spec)
+def validate_for_add(spec: BackboneSpec, project_root: Path = PROJECT_ROOT, weights: bool = True) -> None:
+    """Every check of a parsed spec against the world (its weights, then its kind's `check_spec`); raises
+    BackboneWeightsError / BackboneSpecError naming the fix."""
+    from soco_pipeline.backbones.kinds import backbone_class
+
+    if weights:
+        check_weights(spec, project_root)
+    backbone_class(spec.kind).check_spec(spec)
+
+
+def checked_spec(path: str | Path, project_root: Path = PROJECT_ROOT, weights: bool = True) -> BackboneSpec:
+    """Load a spec file and run every check on it: its fields (`load_spec`) and the world (`validate_for_add`).
+
+    The one way a spec is accepted, wherever it is found: `soco add-backbone`, the spec-folder sensor and
+    the demo's scan (`scan_specs`), and a partition's run (`defs` loads its spec through it). A spec that
+    fails raises BackboneSpecError / BackboneWeightsError naming the file, the field and the fix.
+    """
+    spec = load_spec(path)
+    validate_for_add(spec, project_root, weights)
+    return spec

@@ -112,7 +112,7 @@ def correlation(
         load_analysis_config,
     )
     from soco_pipeline.analysis.figure import save_correlation_figure
-    from soco_pipeline.evaluation.results_db import refresh_views
+    from soco_pipeline.results_db import refresh_views
     from soco_pipeline.storage import exists, join, read_parquet, write_parquet_atomic
 
     settings = soco.settings()

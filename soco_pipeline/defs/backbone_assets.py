@@ -20,14 +20,14 @@ EAGER = dg.AutomationCondition.eager()
 
 def spec_for(soco: SocoSettings, backbone: str):
     """Load the spec file of a backbone partition (a clear error if its file is gone or malformed)."""
-    from soco_pipeline.backbones import load_spec
+    from soco_pipeline.backbones.validate import checked_spec
 
-    return load_spec(partition_spec_file(soco.backbones_dir, backbone, "backbone", "recomputed"))
+    return checked_spec(partition_spec_file(soco.backbones_dir, backbone, "backbone", "recomputed"))
 
 
 def matching_device(soco: SocoSettings) -> str:
     """The torch device for matching: CUDA when present and asked for (auto), else CPU."""
-    from soco_pipeline.backbones.base import resolve_device
+    from soco_pipeline.device import resolve_device
 
     return str(resolve_device(soco.device))
 
@@ -234,8 +234,8 @@ def leaderboard(context: dg.AssetExecutionContext, soco: SocoSettings) -> pd.Dat
     import base64
     import tempfile
 
-    from soco_pipeline.evaluation.leaderboard import leaderboard as build_leaderboard
-    from soco_pipeline.evaluation.leaderboard import leaderboard_markdown, leaderboard_plot
+    from soco_pipeline.analysis.leaderboard import leaderboard as build_leaderboard
+    from soco_pipeline.analysis.leaderboard import leaderboard_markdown, leaderboard_plot
     from soco_pipeline.evaluation.stats import add_interval_columns, ci_display
     from soco_pipeline.evaluation.subsets import mark_partial, partial_display, subsets_of
     from soco_pipeline.storage import exists, read_parquet
@@ -283,7 +283,7 @@ def results_database(
     context: dg.AssetExecutionContext, soco: SocoSettings, duckdb: DuckDBResource
 ) -> dg.MaterializeResult:
     """storage/results.duckdb: views over every result table, for DuckDB SQL (opened read-only by readers)."""
-    from soco_pipeline.evaluation.results_db import create_views
+    from soco_pipeline.results_db import create_views
     from soco_pipeline.storage import is_remote
 
     settings = soco.settings()

@@ -3,7 +3,16 @@
 import dagster as dg
 from dagster_duckdb import DuckDBResource
 
-from soco_pipeline.defs import analysis, automation, backbone_assets, data_assets, lvlm, pair_assets, trust
+from soco_pipeline.defs import (
+    analysis,
+    automation,
+    backbone_assets,
+    data_assets,
+    lvlm,
+    mmvm,
+    pair_assets,
+    trust,
+)
 from soco_pipeline.defs.executors import executor_for_profile, profile
 from soco_pipeline.defs.io_managers import ParquetIOManager
 from soco_pipeline.defs.recovery import dead_run_sensor, lost_worker_sensor
@@ -20,7 +29,7 @@ def build_definitions(**overrides) -> dg.Definitions:
     soco = SocoSettings(**overrides)
     settings: Settings = soco.settings()
     return dg.Definitions(
-        assets=dg.load_assets_from_modules([data_assets, pair_assets, backbone_assets, lvlm, analysis, trust]),
+        assets=dg.load_assets_from_modules([data_assets, pair_assets, backbone_assets, lvlm, analysis, mmvm, trust]),
         asset_checks=dg.load_asset_checks_from_modules([data_assets, pair_assets, backbone_assets, lvlm]),
         jobs=[automation.backbone_job, lvlm.lvlm_job],
         sensors=[

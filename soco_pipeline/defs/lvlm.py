@@ -127,9 +127,9 @@ def lvlm_leaderboard(context: dg.AssetExecutionContext, soco: SocoSettings) -> d
     """Every evaluated LVLM beside the SOCO page's reference figures, the random baselines (25 / 0.39) and
     the best backbone's four-choice accuracy; then refreshes the DuckDB views (so it writes its own table,
     tables/lvlm_leaderboard.parquet, before the views are made)."""
-    from soco_pipeline.evaluation.leaderboard import leaderboard_markdown
-    from soco_pipeline.evaluation.results_db import refresh_views
+    from soco_pipeline.analysis.leaderboard import leaderboard_markdown
     from soco_pipeline.lvlm.metrics import lvlm_leaderboard as build
+    from soco_pipeline.results_db import refresh_views
     from soco_pipeline.storage import exists, join, read_parquet, write_parquet_atomic
 
     settings = soco.settings()

@@ -43,6 +43,7 @@ class SocoSettings(dg.ConfigurableResource):
     protocol_path: str | None = Field(
         default=None, description="evaluation protocol YAML (default: assets/protocol.yaml)"
     )
+    mmvm_config_path: str | None = Field(default=None, description="MMVM family config (default: assets/mmvm.yaml)")
 
     def settings(self) -> Settings:
         """The plain-Python settings object the core functions take."""

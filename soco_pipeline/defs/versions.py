@@ -12,6 +12,7 @@ import dagster as dg
 from soco_pipeline.backbones.fingerprint import DATA_ASSETS, fingerprint
 from soco_pipeline.backbones.spec import FEATURE_CODE_VERSION
 from soco_pipeline.defs.resources import SocoSettings
+from soco_pipeline.evaluation.protocol import load_protocol
 
 BACKBONE_CODE_VERSIONS = {
     "feature_manifest": FEATURE_CODE_VERSION,
@@ -35,7 +36,8 @@ def current_fingerprint(instance: dg.DagsterInstance, soco: SocoSettings, backbo
     path = Path(soco.backbones_dir) / f"{backbone}.yaml"
     if not path.exists():
         return None
-    return fingerprint(path, data_versions(instance), soco.protocol_path, BACKBONE_CODE_VERSIONS)
+    protocol = load_protocol(soco.protocol_path).version_hash()
+    return fingerprint(path, data_versions(instance), protocol, BACKBONE_CODE_VERSIONS)
 
 
 def recorded_fingerprint(instance: dg.DagsterInstance, backbone: str) -> str | None:

@@ -13,12 +13,12 @@ import torch
 from soco_pipeline.evaluation.matching import (
     FeatureStoreLike,
     MatchingError,
-    _group_slices,
-    _load_stored,
-    _sizes,
-    _source_descriptors,
-    _tensor,
+    group_slices,
+    image_sizes,
+    load_stored_maps,
     sample_descriptors,
+    source_descriptors,
+    stored_tensor,
     to_unit,
     visible_keypoint_xy,
 )
@@ -70,7 +70,7 @@ def predict_four_choice(
     cols = ["backbone", "pair_id", "src_keypoint", "sim_a", "sim_b", "sim_c", "sim_d", "answer"]
     if items.empty:
         return pd.DataFrame(columns=cols + [f"pick_{r}" for r in range(4)])
-    desc, qsrc = _source_descriptors(
+    desc, qsrc = source_descriptors(
         items["src_image"].to_numpy(), items["src_keypoint"].to_numpy(),
         keypoints, images, store, protocol, backbone_name, device,
     )
@@ -78,11 +78,11 @@ def predict_four_choice(
     trg = items["trg_image"].to_numpy()
     opt_names = items[_OPTIONS].to_numpy().reshape(-1)
     opt_xy = visible_keypoint_xy(keypoints, np.repeat(trg, 4), opt_names, "4-choice option").reshape(n, 4, 2)
-    sizes = _sizes(images, trg)
+    sizes = image_sizes(images, trg)
     sims = np.zeros((n, 4))
-    for image_id, rows in _group_slices(trg):
-        arr, size = _load_stored(store, image_id, backbone_name)
-        fmap = arr if device.type == "cpu" else _tensor(arr, device)  # numpy: corners read where it is
+    for image_id, rows in group_slices(trg):
+        arr, size = load_stored_maps(store, image_id, backbone_name)
+        fmap = arr if device.type == "cpu" else stored_tensor(arr, device)  # numpy: corners read where it is
         uv = to_unit(opt_xy[rows].reshape(-1, 2), np.repeat(sizes[rows], 4, axis=0), size, protocol)
         opt_desc = sample_descriptors(fmap, uv).reshape(len(rows), 4, -1)
         src = desc[torch.as_tensor(qsrc[rows], device=device)].float()

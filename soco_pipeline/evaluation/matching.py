@@ -15,15 +15,16 @@ copy of the map (torch otherwise).
 from __future__ import annotations
 
 import warnings
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from soco_pipeline.backbones.preprocess import scale_keypoints, unit_to_pixels
 from soco_pipeline.evaluation.protocol import ProtocolConfig
+from soco_pipeline.geometry import scale_keypoints, unit_to_pixels
 from soco_pipeline.native import half_matmul
 
 PREDICTION_COLUMNS = [
@@ -103,7 +104,7 @@ def _corner_descriptors(fmap: torch.Tensor | np.ndarray, cells: np.ndarray, weig
         return half_matmul.corner_descriptors(fmap, cells, weights)
     c = fmap.shape[0]
     if isinstance(fmap, np.ndarray) and not on_cpu:
-        fmap = _tensor(fmap, device)
+        fmap = stored_tensor(fmap, device)
     if isinstance(fmap, np.ndarray) or (fmap.device.type == "cpu" and fmap.dtype != torch.bfloat16):
         # numpy on the CPU: a few small-array ops per image
         flat = (fmap if isinstance(fmap, np.ndarray) else fmap.numpy()).reshape(c, -1)
@@ -114,11 +115,20 @@ def _corner_descriptors(fmap: torch.Tensor | np.ndarray, cells: np.ndarray, weig
     return (corners.reshape(c, -1, 4) * torch.as_tensor(weights, device=flat.device)[None]).sum(dim=2).T
 
 
+def _corner_descriptors_into(arr: np.ndarray, cells: np.ndarray, weights: np.ndarray, out: torch.Tensor) -> None:
+    """`_corner_descriptors` written into `out` (rows of the descriptor matrix): a float32 CPU matrix and an
+    fp16 map go through the native kernel, which writes in place; anything else through torch."""
+    if out.device.type == "cpu" and out.dtype == torch.float32 and arr.dtype == np.float16 and half_matmul.available():
+        half_matmul.corner_descriptors(arr, cells, weights, out=out.numpy())
+    else:
+        out[:] = _corner_descriptors(arr, cells, weights, out.device).to(device=out.device, dtype=out.dtype)
+
+
 def _dtype(protocol: ProtocolConfig) -> torch.dtype:
     return getattr(torch, protocol.compute_dtype)
 
 
-def _load_stored(store: FeatureStoreLike, image_id: str, backbone: str) -> tuple[np.ndarray, int]:
+def load_stored_maps(store: FeatureStoreLike, image_id: str, backbone: str) -> tuple[np.ndarray, int]:
     """The map as the store keeps it (fp16 for FeatureStore, read through `get_stored`) and its input size S."""
     try:
         arr, meta = getattr(store, "get_stored", store.get)(image_id)
@@ -134,7 +144,7 @@ def _load_stored(store: FeatureStoreLike, image_id: str, backbone: str) -> tuple
     return np.asarray(arr), int(meta["input_size"])
 
 
-def _tensor(arr: np.ndarray, device) -> torch.Tensor:
+def stored_tensor(arr: np.ndarray, device) -> torch.Tensor:
     """A stored map as a tensor on `device`. A read-only map (FeatureStore maps its files) is copied on the
     CPU, since torch tensors are writable; another device gets its own copy anyway."""
     if arr.flags.writeable:
@@ -174,7 +184,7 @@ def visible_keypoint_xy(
     return keypoints[["x", "y"]].to_numpy(np.float64)[pos]
 
 
-def _sizes(images: pd.DataFrame, image_ids: np.ndarray) -> np.ndarray:
+def image_sizes(images: pd.DataFrame, image_ids: np.ndarray) -> np.ndarray:
     """[W, H] of each image id; a clear error for ids missing from the image set."""
     im = images.set_index("image_id")[["width", "height"]].reindex(image_ids)
     if im["width"].isna().any():
@@ -183,11 +193,11 @@ def _sizes(images: pd.DataFrame, image_ids: np.ndarray) -> np.ndarray:
     return im.to_numpy(np.float64)
 
 
-def _source_descriptors(
+def source_descriptors(
     src_images: np.ndarray, src_keypoints: np.ndarray, keypoints, images, store, protocol, backbone, device
 ) -> tuple[torch.Tensor, np.ndarray]:
     """Descriptors of the distinct (image, keypoint) sources, and each input row's index into them."""
-    codes, first = _group_ids(src_images, src_keypoints)
+    codes, first = group_ids(src_images, src_keypoints)
     # Number the sources image by image, so that each image's descriptors are one block of rows.
     by_image = np.argsort(src_images[first], kind="stable")
     renumber = np.empty(len(first), dtype=np.int64)
@@ -195,13 +205,13 @@ def _source_descriptors(
     codes, first = renumber[codes], first[by_image]
     uimg, ukp = src_images[first], src_keypoints[first]
     xy = visible_keypoint_xy(keypoints, uimg, ukp, "source")
-    sizes = _sizes(images, uimg)
+    sizes = image_sizes(images, uimg)
     starts = np.flatnonzero(np.r_[True, uimg[1:] != uimg[:-1]])
     ends = np.r_[starts[1:], len(uimg)]
     desc: torch.Tensor | None = None
     corners_by_grid: dict[tuple[int, int, int], tuple[np.ndarray, np.ndarray]] = {}  # (S, h, w) -> all points'
     for a, b in zip(starts, ends, strict=True):
-        arr, size = _load_stored(store, uimg[a], backbone)
+        arr, size = load_stored_maps(store, uimg[a], backbone)
         c, h, w = arr.shape
         if desc is None:
             desc = torch.empty((len(uimg), c), dtype=_dtype(protocol), device=device)
@@ -210,10 +220,7 @@ def _source_descriptors(
         if (size, h, w) not in corners_by_grid:  # one pass per grid (the input policies fix S per backbone)
             corners_by_grid[(size, h, w)] = bilinear_corners(to_unit(xy, sizes, size, protocol), h, w)
         cells, weights = corners_by_grid[(size, h, w)]
-        if desc.device.type == "cpu" and desc.dtype == torch.float32 and arr.dtype == np.float16 and half_matmul.available():
-            half_matmul.corner_descriptors(arr, cells[a:b], weights[a:b], out=desc.numpy()[a:b])
-        else:
-            desc[a:b] = _corner_descriptors(arr, cells[a:b], weights[a:b], device).to(device=device, dtype=desc.dtype)
+        _corner_descriptors_into(arr, cells[a:b], weights[a:b], desc[a:b])
     assert desc is not None
     return desc, codes
 
@@ -231,7 +238,7 @@ def _similarities(q: torch.Tensor, fmap: torch.Tensor, dtype: torch.dtype, want_
     return sims, idx, sims.gather(1, idx[:, None])[:, 0]
 
 
-def _group_ids(*keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def group_ids(*keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Group number of each row of the key columns (0, 1, ... in order of first appearance), and the first
     row of each group. Each column is factorized (string, categorical or integer values alike) and the
     codes combined into one integer key, so the grouping is one integer sort."""
@@ -246,7 +253,7 @@ def _group_ids(*keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return rank[inverse.reshape(-1)], first[order]
 
 
-def _group_slices(keys: np.ndarray):
+def group_slices(keys: np.ndarray):
     """(key, row indices) for each distinct key, rows in their original order."""
     order = np.argsort(keys, kind="stable")
     sk = keys[order]
@@ -318,6 +325,145 @@ def _upsampled_argmax(sims: torch.Tensor, h: int, w: int, size: int, protocol: P
     return torch.cat(uv), torch.cat(best)
 
 
+@dataclass
+class _Queries:
+    """The distinct (pair, source keypoint) queries of the evaluated rows, and the rows they come from."""
+
+    queries: pd.DataFrame  # pair_id, src_keypoint, src_image, trg_image: one row per query
+    rows: dict[str, np.ndarray]  # the evaluated correspondence rows, with src_image and trg_image
+    qid: np.ndarray  # the query of each row
+
+
+def _queries(image_pairs: pd.DataFrame, correspondences: pd.DataFrame) -> _Queries | None:
+    """The queries of the evaluated pairs' rows (None when there are none)."""
+    pairs = image_pairs.loc[image_pairs["evaluated"].astype(bool), ["pair_id", "src_image", "trg_image"]]
+    # The rows of evaluated pairs, with their images: an index lookup instead of a merge on string keys.
+    pair = pd.Index(pairs["pair_id"]).get_indexer(correspondences["pair_id"])
+    keep = np.flatnonzero(pair >= 0)
+    if not len(keep):
+        return None
+    rows = {col: correspondences[col].to_numpy()[keep]
+            for col in ("pair_id", "kind", "src_keypoint", "trg_keypoint", "geo", "n_candidates")}
+    rows["src_image"] = pairs["src_image"].to_numpy()[pair[keep]]
+    rows["trg_image"] = pairs["trg_image"].to_numpy()[pair[keep]]
+    qid, first = group_ids(pair[keep], rows["src_keypoint"])  # query of each row, first row of each query
+    queries = pd.DataFrame({col: rows[col][first] for col in ("pair_id", "src_keypoint", "src_image", "trg_image")})
+    return _Queries(queries, rows, qid)
+
+
+@dataclass
+class _GeoCandidates:
+    """SOC-geo: the queries restricted to candidates, and each candidate (a CC row of such a query)."""
+
+    geo_q: np.ndarray  # the geo queries (one per geo SOC row)
+    cand_q: np.ndarray  # the query of each candidate
+    xy: np.ndarray  # the candidate target keypoint, original pixels
+    sizes: np.ndarray  # [W, H] of its target image
+
+
+def _geo_candidates(q: _Queries, keypoints, images, protocol: ProtocolConfig) -> _GeoCandidates:
+    """Each geo query's candidates are its CC group's target keypoints (same pair and source keypoint)."""
+    n, kind, rows = len(q.queries), q.rows["kind"], q.rows
+    geo_row = (kind == "soc") & rows["geo"].astype(bool) & (rows["n_candidates"] >= protocol.geo_min_candidates)
+    geo_q = q.qid[geo_row]
+    is_geo = np.zeros(n, dtype=bool)
+    is_geo[geo_q] = True
+    cand_row = (kind == "cc") & is_geo[q.qid]
+    cand_q = q.qid[cand_row]
+    has_cand = np.zeros(n, dtype=bool)
+    has_cand[cand_q] = True
+    missing = geo_q[~has_cand[geo_q]]
+    if len(missing):
+        bad = q.queries.iloc[int(missing[0])]
+        raise MatchingError(
+            f"SOC-geo query ({bad.pair_id!r}, {bad.src_keypoint!r}) has no CC candidates in the correspondences: "
+            f"rebuild correspondences so every geo SOC row has its CC group"
+        )
+    cand_img = rows["trg_image"][cand_row]
+    xy = visible_keypoint_xy(keypoints, cand_img, rows["trg_keypoint"][cand_row], "candidate")
+    return _GeoCandidates(geo_q, cand_q, xy, image_sizes(images, cand_img))
+
+
+@dataclass
+class _ByTarget:
+    """Queries sorted by target image: target t owns sorted rows bounds[t]:bounds[t + 1], and its geo
+    candidates are the sorted candidates c_bounds[t]:c_bounds[t + 1] (original candidate c_order[i])."""
+
+    targets: pd.Index  # the distinct target images
+    order: np.ndarray  # sorted row -> its query
+    pos: np.ndarray  # query -> its sorted row
+    bounds: np.ndarray
+    c_order: np.ndarray
+    c_bounds: np.ndarray
+    c_local: np.ndarray  # sorted candidate -> its query's row within its target's block
+
+
+def _by_target(trg: np.ndarray, cand_q: np.ndarray) -> _ByTarget:
+    """Sort queries (and the geo candidates with them) by target image."""
+    tcode, targets = pd.factorize(trg)
+    order = np.argsort(tcode, kind="stable")
+    bounds = np.r_[0, np.cumsum(np.bincount(tcode, minlength=len(targets)))]
+    pos = np.empty(len(trg), dtype=np.int64)
+    pos[order] = np.arange(len(trg))
+    c_pos = pos[cand_q]
+    c_order = np.argsort(c_pos, kind="stable")
+    c_bounds = np.searchsorted(c_pos[c_order], bounds)
+    c_local = (c_pos - bounds[tcode[cand_q]])[c_order]
+    return _ByTarget(targets, order, pos, bounds, c_order, c_bounds, c_local)
+
+
+class _TargetMatch(NamedTuple):
+    idx: np.ndarray | None  # argmax cell of each query (plain argmax), else None
+    uv: np.ndarray | None  # unit prediction of each query (upsample / soft-argmax), else None
+    sim: np.ndarray  # float32 similarity at the prediction
+    cand_val: np.ndarray  # similarity at each geo candidate (given as query row, cell)
+
+
+class _TargetMatcher:
+    """Matches the queries aimed at one target map. The one place that chooses the native fp16 kernel
+    (plain argmax in float32 on the CPU, fp16 map) or torch (every other case)."""
+
+    def __init__(self, desc: torch.Tensor, qrows: np.ndarray, protocol: ProtocolConfig, device: torch.device):
+        self.desc, self.qrows, self.protocol, self.device = desc, qrows, protocol, device
+        self.simple = not (protocol.upsample or protocol.soft_argmax)
+        self.dtype = _dtype(protocol)
+        self.native = self.simple and self.dtype == torch.float32 and device.type == "cpu" and half_matmul.available()
+        self.desc_np = desc.numpy() if self.native else None
+        self.qdesc: torch.Tensor | None = None  # queries gathered for torch, made only when a map needs torch
+
+    def match(self, arr: np.ndarray, size: int, a: int, b: int, c_local: np.ndarray, c_cell: np.ndarray) -> _TargetMatch:
+        """Sorted queries a:b against the map `arr` (input size S = size); candidates as (row in a:b, cell)."""
+        if self.native and arr.dtype == np.float16:
+            return self._native(arr, a, b, c_local, c_cell)
+        return self._torch(arr, size, a, b, c_local, c_cell)
+
+    def _native(self, arr, a, b, c_local, c_cell) -> _TargetMatch:
+        # The hot path: one kernel call, no tensor made per target.
+        idx, sim = np.zeros(b - a, dtype=np.int64), np.zeros(b - a, dtype=np.float32)
+        probes, probe_val, by_cell = None, None, None
+        if len(c_cell):  # the kernel reports the candidates' similarities, in ascending cell order
+            by_cell = np.argsort(c_cell, kind="stable")
+            probes = (c_local[by_cell], c_cell[by_cell])
+            probe_val = np.empty(len(c_cell), dtype=np.float32)
+        half_matmul.argmax_into(arr, self.desc_np, self.qrows[a:b], idx, sim, probes=probes, probe_out=probe_val)
+        cand_val = np.zeros(len(c_cell))
+        if by_cell is not None:
+            cand_val[by_cell] = probe_val
+        return _TargetMatch(idx, None, sim, cand_val)
+
+    def _torch(self, arr, size, a, b, c_local, c_cell) -> _TargetMatch:
+        _, h, w = arr.shape
+        fmap = stored_tensor(arr, self.device)
+        if self.qdesc is None:
+            self.qdesc = self.desc[torch.as_tensor(self.qrows, device=self.device)]
+        sims, idx, best = _similarities(self.qdesc[a:b], fmap, self.dtype, not self.simple or len(c_cell) > 0)
+        cand_val = _pick(sims, c_local, c_cell) if len(c_cell) else np.zeros(0)
+        if self.simple:
+            return _TargetMatch(idx.cpu().numpy(), None, best.float().cpu().numpy(), cand_val)
+        uv, best = _free_argmax(sims, h, w, size, self.protocol)
+        return _TargetMatch(None, uv.cpu().numpy(), best.float().cpu().numpy(), cand_val)
+
+
 def predict(
     image_pairs: pd.DataFrame,
     correspondences: pd.DataFrame,
@@ -334,129 +480,78 @@ def predict(
     mode 'free' for the distinct (pair, src_keypoint) of evaluated SOC and CC rows; mode 'geo' for SOC
     rows flagged geo with >= geo_min_candidates candidates, the argmax restricted to the patches that
     hold the visible same-concept target keypoints (the pair's CC group for that source keypoint).
+    evaluation/reference.py is the same protocol one pair at a time; the two are tested to agree.
     """
     device = torch.device(device)
-    pairs = image_pairs.loc[image_pairs["evaluated"].astype(bool), ["pair_id", "src_image", "trg_image"]]
-    # The rows of evaluated pairs, with their images: an index lookup instead of a merge on string keys.
-    pair = pd.Index(pairs["pair_id"]).get_indexer(correspondences["pair_id"])
-    keep = np.flatnonzero(pair >= 0)
-    if not len(keep):
+    q = _queries(image_pairs, correspondences)
+    if q is None:
         return pd.DataFrame(columns=PREDICTION_COLUMNS)
-    corr = {col: correspondences[col].to_numpy()[keep]
-            for col in ("pair_id", "kind", "src_keypoint", "trg_keypoint", "geo", "n_candidates")}
-    corr["src_image"] = pairs["src_image"].to_numpy()[pair[keep]]
-    corr["trg_image"] = pairs["trg_image"].to_numpy()[pair[keep]]
-    qid, first = _group_ids(pair[keep], corr["src_keypoint"])  # query of each row, first row of each query
-    queries = pd.DataFrame({col: corr[col][first] for col in ("pair_id", "src_keypoint", "src_image", "trg_image")})
-    n = len(queries)
-    desc, qsrc = _source_descriptors(
+    queries, n = q.queries, len(q.queries)
+    desc, qsrc = source_descriptors(  # step 5, every source point once
         queries["src_image"].to_numpy(), queries["src_keypoint"].to_numpy(),
         keypoints, images, store, protocol, backbone_name, device,
     )
-
-    # SOC-geo: each geo query's candidates are its CC group's target keypoints (same pair and source keypoint).
-    kind = corr["kind"]
-    geo_row = (kind == "soc") & corr["geo"].astype(bool) & (corr["n_candidates"] >= protocol.geo_min_candidates)
-    geo_q = qid[geo_row]
-    is_geo = np.zeros(n, dtype=bool)
-    is_geo[geo_q] = True
-    cand_row = (kind == "cc") & is_geo[qid]
-    cand_q = qid[cand_row]
-    has_cand = np.zeros(n, dtype=bool)
-    has_cand[cand_q] = True
-    missing = geo_q[~has_cand[geo_q]]
-    if len(missing):
-        q = queries.iloc[int(missing[0])]
-        raise MatchingError(
-            f"SOC-geo query ({q.pair_id!r}, {q.src_keypoint!r}) has no CC candidates in the correspondences: "
-            f"rebuild correspondences so every geo SOC row has its CC group"
-        )
-    cand_img = corr["trg_image"][cand_row]
-    cand_xy = visible_keypoint_xy(keypoints, cand_img, corr["trg_keypoint"][cand_row], "candidate")
-    cand_sizes = _sizes(images, cand_img)
-
-    # Queries grouped by target image: target t owns sorted rows bounds[t]:bounds[t + 1], and its geo
-    # candidates are cand rows c_order[c_bounds[t]:c_bounds[t + 1]].
+    geo = _geo_candidates(q, keypoints, images, protocol)
     trg = queries["trg_image"].to_numpy()
-    trg_sizes = _sizes(images, trg)
-    tcode, targets = pd.factorize(trg)
-    order = np.argsort(tcode, kind="stable")
-    bounds = np.r_[0, np.cumsum(np.bincount(tcode, minlength=len(targets)))]
-    pos = np.empty(n, dtype=np.int64)
-    pos[order] = np.arange(n)  # query -> its sorted row
-    c_pos = pos[cand_q]
-    c_order = np.argsort(c_pos, kind="stable")
-    c_bounds = np.searchsorted(c_pos[c_order], bounds)
-    qrows = np.ascontiguousarray(qsrc[order], dtype=np.int64)  # sorted query -> its descriptor row
+    trg_sizes = image_sizes(images, trg)
+    layout = _by_target(trg, geo.cand_q)
+    qrows = np.ascontiguousarray(qsrc[layout.order], dtype=np.int64)  # sorted query -> its descriptor row
+    matcher = _TargetMatcher(desc, qrows, protocol, device)
 
-    simple = not (protocol.upsample or protocol.soft_argmax)
-    dtype = _dtype(protocol)
-    native = simple and dtype == torch.float32 and device.type == "cpu" and half_matmul.available()
-    free_uv, free_sim = np.zeros((n, 2)), np.zeros(n, dtype=np.float32)  # rows in sorted order until the end
+    # Step 6, target by target; rows stay in sorted order until the end.
+    free_uv, free_sim = np.zeros((n, 2)), np.zeros(n, dtype=np.float32)
     free_idx = np.zeros(n, dtype=np.int64)
-    grids = np.zeros((len(targets), 3), dtype=np.int64)  # S, h, w of each target's map
-    # Candidates in sorted order: their query's row within its target, their cell and similarity.
-    c_local = (c_pos - bounds[tcode[cand_q]])[c_order]
-    c_cell, c_val = np.zeros(len(cand_q), dtype=np.int64), np.zeros(len(cand_q))
+    grids = np.zeros((len(layout.targets), 3), dtype=np.int64)  # S, h, w of each target's map
+    c_cell, c_val = np.zeros(len(geo.cand_q), dtype=np.int64), np.zeros(len(geo.cand_q))
     cells_by_grid: dict[tuple[int, int, int], np.ndarray] = {}  # (S, h, w) -> cell of every sorted candidate
-    qdesc: torch.Tensor | None = None  # queries gathered for torch, made only when a map needs torch
-    desc_np = desc.numpy() if native else None
-
-    for t, image_id in enumerate(targets):
-        a, b, ca, cb = bounds[t], bounds[t + 1], c_bounds[t], c_bounds[t + 1]
-        arr, size = _load_stored(store, image_id, backbone_name)
+    for t, image_id in enumerate(layout.targets):
+        a, b = layout.bounds[t], layout.bounds[t + 1]
+        ca, cb = layout.c_bounds[t], layout.c_bounds[t + 1]
+        arr, size = load_stored_maps(store, image_id, backbone_name)
         c, h, w = arr.shape
         if c != desc.shape[1]:
             raise MatchingError(f"target image {image_id!r} has {c} channels, the sources {desc.shape[1]}")
         grids[t] = size, h, w
         if cb > ca:  # the cells of this target's SOC-geo candidates
             if (size, h, w) not in cells_by_grid:
-                cells = cells_of(to_unit(cand_xy, cand_sizes, size, protocol), h, w)
-                cells_by_grid[(size, h, w)] = cells[c_order]
+                cells = cells_of(to_unit(geo.xy, geo.sizes, size, protocol), h, w)
+                cells_by_grid[(size, h, w)] = cells[layout.c_order]
             c_cell[ca:cb] = cells_by_grid[(size, h, w)][ca:cb]
-        if native and arr.dtype == np.float16:  # the hot path: one kernel call, no tensor made per target
-            probes, probe_val = None, None
-            if cb > ca:  # the kernel reports the candidates' similarities, in ascending cell order
-                by_cell = np.argsort(c_cell[ca:cb], kind="stable")
-                probes = (c_local[ca:cb][by_cell], c_cell[ca:cb][by_cell])
-                probe_val = np.empty(cb - ca, dtype=np.float32)
-            half_matmul.argmax_into(arr, desc_np, qrows[a:b], free_idx[a:b], free_sim[a:b],
-                                    probes=probes, probe_out=probe_val)
-            if cb > ca:
-                c_val[ca:cb][by_cell] = probe_val
+        got = matcher.match(arr, size, a, b, layout.c_local[ca:cb], c_cell[ca:cb])
+        free_sim[a:b] = got.sim
+        if got.idx is not None:
+            free_idx[a:b] = got.idx
         else:
-            fmap = _tensor(arr, device)
-            if qdesc is None:
-                qdesc = desc[torch.as_tensor(qrows, device=device)]
-            sims, idx, best = _similarities(qdesc[a:b], fmap, dtype, not simple or cb > ca)
-            if simple:
-                free_idx[a:b], free_sim[a:b] = idx.cpu().numpy(), best.float().cpu().numpy()
-            else:
-                uv, best = _free_argmax(sims, h, w, size, protocol)
-                free_uv[a:b], free_sim[a:b] = uv.cpu().numpy(), best.float().cpu().numpy()
-            if cb > ca:
-                c_val[ca:cb] = _pick(sims, c_local[ca:cb], c_cell[ca:cb])
+            free_uv[a:b] = got.uv
+        c_val[ca:cb] = got.cand_val
+    return _assemble(backbone_name, queries, geo, layout, grids, free_idx, free_uv, free_sim, c_cell, c_val,
+                     trg_sizes, matcher.simple, protocol)
 
-    counts = np.diff(bounds)
+
+def _assemble(backbone_name, queries, geo, layout, grids, free_idx, free_uv, free_sim, c_cell, c_val,
+              trg_sizes, simple, protocol) -> pd.DataFrame:
+    """The prediction rows, back in query order: free points, then SOC-geo's argmax over the candidates."""
+    n, pos = len(queries), layout.pos
+    counts = np.diff(layout.bounds)
     in_size, grid_hw = np.repeat(grids[:, 0], counts), np.repeat(grids[:, 1:], counts, axis=0)
     cand_cell, cand_val = np.empty_like(c_cell), np.empty_like(c_val)
-    cand_cell[c_order], cand_val[c_order] = c_cell, c_val
+    cand_cell[layout.c_order], cand_val[layout.c_order] = c_cell, c_val
     free_idx, free_uv, grid_hw, in_size = (x[pos] for x in (free_idx, free_uv, grid_hw, in_size))
     free_sim = free_sim[pos].astype(np.float64)
-    geo_idx, geo_sim = _segment_argmax(cand_q, cand_val, cand_cell, geo_q)
+    geo_q = geo.geo_q
+    geo_idx, geo_sim = _segment_argmax(geo.cand_q, cand_val, cand_cell, geo_q)
     if simple:
         free_uv = _index_points(free_idx, grid_hw, protocol)
     geo_uv = _index_points(geo_idx, grid_hw[geo_q], protocol)
     free_px = unit_to_pixels(free_uv, trg_sizes)
     geo_px = unit_to_pixels(geo_uv, trg_sizes[geo_q]) if len(geo_q) else np.zeros((0, 2))
-    out = pd.concat(
+    return pd.concat(
         [
             _frame(backbone_name, queries, np.arange(n), "free", free_px, free_sim, in_size),
             _frame(backbone_name, queries, geo_q, "geo", geo_px, geo_sim, in_size),
         ],
         ignore_index=True,
     )
-    return out
 
 
 def _frame(backbone, queries, idx, mode, px, sim, in_size) -> pd.DataFrame:

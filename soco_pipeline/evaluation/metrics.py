@@ -26,13 +26,14 @@ class MetricsError(ValueError):
 
 
 # ----------------------------------------------------------------------------- ground truth
-def _evaluated_pairs(image_pairs: pd.DataFrame) -> pd.DataFrame:
+def evaluated_pairs(image_pairs: pd.DataFrame) -> pd.DataFrame:
+    """The pairs that are scored (`evaluated`), with the columns scoring needs."""
     return image_pairs.loc[
         image_pairs["evaluated"].astype(bool), ["pair_id", "level", "pair_group", "trg_image"]
     ]
 
 
-def _image_info(images: pd.DataFrame, image_ids: np.ndarray) -> pd.DataFrame:
+def image_info(images: pd.DataFrame, image_ids: np.ndarray) -> pd.DataFrame:
     """width, height and the longer bbox side of each target image (a clear error for unknown ids)."""
     im = images.set_index("image_id").reindex(image_ids)
     if im["width"].isna().any():
@@ -47,11 +48,12 @@ def _image_info(images: pd.DataFrame, image_ids: np.ndarray) -> pd.DataFrame:
     )
 
 
-def _target_xy(keypoints: pd.DataFrame, image_ids: np.ndarray, names: np.ndarray) -> np.ndarray:
+def target_xy(keypoints: pd.DataFrame, image_ids: np.ndarray, names: np.ndarray) -> np.ndarray:
+    """Pixel positions of the named visible keypoints on the target images (MetricsError when one is missing)."""
     return visible_keypoint_xy(keypoints, image_ids, names, "target", MetricsError)
 
 
-def _gt_pixels(xy: np.ndarray, sizes: np.ndarray, input_size: np.ndarray, protocol: ProtocolConfig) -> np.ndarray:
+def gt_pixels(xy: np.ndarray, sizes: np.ndarray, input_size: np.ndarray, protocol: ProtocolConfig) -> np.ndarray:
     """The ground-truth point scored against: raw, or through the same keypoint scaling (official)."""
     if protocol.target_keypoint == "raw":
         return xy
@@ -140,18 +142,18 @@ def _score_rows(
             f"predictions are stale; re-materialize predictions for this backbone"
         )
     trg = m["trg_image"].to_numpy()
-    info = _image_info(images, trg)
+    info = image_info(images, trg)
     sizes = info[["W", "H"]].to_numpy()
-    xy = _target_xy(keypoints, trg, m["trg_keypoint"].to_numpy())
+    xy = target_xy(keypoints, trg, m["trg_keypoint"].to_numpy())
     if protocol.target_keypoint == "scaled" and protocol.keypoint_scaling == "official_int":
         if "input_size" not in m.columns or m["input_size"].isna().any():
             raise MetricsError(
                 f"{metric}: predictions lack `input_size`, which scaled ground truth needs; re-run predictions "
                 f"or set target_keypoint: raw in the protocol"
             )
-        gt = _gt_pixels(xy, sizes, m["input_size"].to_numpy(), protocol)
+        gt = gt_pixels(xy, sizes, m["input_size"].to_numpy(), protocol)
     else:
-        gt = _gt_pixels(xy, sizes, np.zeros(len(m)), protocol)
+        gt = gt_pixels(xy, sizes, np.zeros(len(m)), protocol)
     err = np.hypot(m["pred_x"].to_numpy() - gt[:, 0], m["pred_y"].to_numpy() - gt[:, 1])
     return pd.DataFrame(
         {
@@ -177,7 +179,7 @@ def pck_keypoints(
     """Per-keypoint correctness for cc, soc, soc_geo, cross_soc, cross_cc: backbone, metric, alpha, pair_id,
     pair_group, src_keypoint, err, radius, score (0/1)."""
     alphas = tuple(protocol.alphas if alphas is None else alphas)
-    corr = correspondences.merge(_evaluated_pairs(image_pairs).drop(columns="level"), on="pair_id")
+    corr = correspondences.merge(evaluated_pairs(image_pairs).drop(columns="level"), on="pair_id")
     soc = corr[corr["kind"] == "soc"]
     free = predictions[predictions["mode"] == "free"]
     geo = predictions[predictions["mode"] == "geo"]

@@ -8,17 +8,17 @@ import pandas as pd
 from soco_pipeline.evaluation.matching import cells_of, to_unit
 from soco_pipeline.evaluation.metrics import (
     PCK_METRICS,
-    _evaluated_pairs,
-    _gt_pixels,
-    _image_info,
-    _target_xy,
+    evaluated_pairs,
+    gt_pixels,
+    image_info,
     official_mean,
+    target_xy,
 )
 from soco_pipeline.evaluation.protocol import ProtocolConfig
 
 
 def _soc_rows(correspondences, image_pairs, level: str, geo: bool, min_candidates: int) -> pd.DataFrame:
-    corr = correspondences.merge(_evaluated_pairs(image_pairs).drop(columns="level"), on="pair_id")
+    corr = correspondences.merge(evaluated_pairs(image_pairs).drop(columns="level"), on="pair_id")
     rows = corr[(corr["kind"] == "soc") & (corr["level"] == level)]
     if geo:
         rows = rows[rows["geo"].astype(bool) & (rows["n_candidates"] >= min_candidates)]
@@ -50,9 +50,9 @@ def expected_concept_oracle_soc(
         on=["pair_id", "src_keypoint"],
     )
     trg = c["trg_image"].to_numpy()
-    true = _target_xy(keypoints, trg, c["trg_keypoint"].to_numpy())
-    cand = _target_xy(keypoints, trg, c["cand"].to_numpy())
-    radius = _image_info(images, trg)["bbox"].to_numpy()
+    true = target_xy(keypoints, trg, c["trg_keypoint"].to_numpy())
+    cand = target_xy(keypoints, trg, c["cand"].to_numpy())
+    radius = image_info(images, trg)["bbox"].to_numpy()
     c["score"] = np.hypot(*(cand - true).T) < alpha * radius
     per = c.groupby(["pair_group", "pair_id", "src_keypoint"], as_index=False, observed=True)["score"].mean()
     return official_mean(per)
@@ -90,10 +90,10 @@ def random_feature_chance(
     if support not in ("grid", "image"):
         raise ValueError(f"support {support!r}: expected 'grid' or 'image'")
     trg = rows["trg_image"].to_numpy()
-    info = _image_info(images, trg)
+    info = image_info(images, trg)
     sizes = info[["W", "H"]].to_numpy()
     side = sizes.max(axis=1)
-    gt = _gt_pixels(_target_xy(keypoints, trg, rows["trg_keypoint"].to_numpy()), sizes,
+    gt = gt_pixels(target_xy(keypoints, trg, rows["trg_keypoint"].to_numpy()), sizes,
                     np.full(len(rows), input_size), protocol)
     thr = alpha * info["bbox"].to_numpy()
     off = 0.5 if protocol.prediction_point == "center" else 0.0
@@ -104,8 +104,8 @@ def random_feature_chance(
         c = rows[["pair_id", "src_keypoint", "pair_group"]].reset_index(drop=True)
         c["row"] = np.arange(len(c))
         c = c.merge(cc[["pair_id", "src_keypoint", "trg_keypoint", "trg_image"]], on=["pair_id", "src_keypoint"])
-        ci = _image_info(images, c["trg_image"].to_numpy())
-        uv = to_unit(_target_xy(keypoints, c["trg_image"].to_numpy(), c["trg_keypoint"].to_numpy()),
+        ci = image_info(images, c["trg_image"].to_numpy())
+        uv = to_unit(target_xy(keypoints, c["trg_image"].to_numpy(), c["trg_keypoint"].to_numpy()),
                      ci[["W", "H"]].to_numpy(), input_size, protocol)
         c["cell"] = cells_of(uv, h, w)
         c = c.drop_duplicates(["row", "cell"])

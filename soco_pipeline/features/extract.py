@@ -40,11 +40,11 @@ from soco_pipeline.features.layout import (
     MANIFEST_COLUMNS,
     REQUIRED_COLUMNS,
     FeatureError,
-    _read_manifest,
     checksum_matches,
     feature_dir,
     feature_file,
     file_checksum,
+    read_manifest,
 )
 from soco_pipeline.schemas import FeatureManifestSchema, validate
 from soco_pipeline.storage import (
@@ -160,7 +160,7 @@ def extract_features(
     images = _check_images(images)
     hash_ = spec_hash(spec)
     folder = feature_dir(cache_root, spec.name, hash_)
-    manifest = _Manifest(folder, _read_manifest(folder))
+    manifest = _Manifest(folder, read_manifest(folder))
     remove_stale_temps(folder)  # temps of a killed extraction: never read, removed here
 
     # An image whose recorded size changed (a different file under the same id) is recomputed.
@@ -196,7 +196,7 @@ def extract_features(
 def _remove_unlisted_maps(folder: str) -> int:
     """Delete the .npy files of a cache folder that its manifest on disk does not list (orphans); count them."""
     fs, base = filesystem(folder)
-    listed = {str(p).rsplit("/", 1)[-1] for p in _read_manifest(folder)["path"]}
+    listed = {str(p).rsplit("/", 1)[-1] for p in read_manifest(folder)["path"]}
     orphans = [f for f in fs.glob(f"{base.rstrip('/')}/*.npy") if f.rsplit("/", 1)[-1] not in listed]
     for f in orphans:
         fs.rm(f)

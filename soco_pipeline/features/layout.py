@@ -65,7 +65,8 @@ def feature_file(image_id: str) -> str:
     return urllib.parse.quote(str(image_id), safe="") + ".npy"
 
 
-def _read_manifest(folder: str) -> pd.DataFrame:
+def read_manifest(folder: str) -> pd.DataFrame:
+    """The manifest of a cache folder (an empty one when none is written yet)."""
     path = join(folder, MANIFEST)
     if not exists(path):
         return pd.DataFrame(columns=MANIFEST_COLUMNS)

@@ -16,9 +16,9 @@ from soco_pipeline.features.layout import (
     CHECKSUM_PREFIX,
     MANIFEST_COLUMNS,
     FeatureError,
-    _read_manifest,
     checksum_matches,
     feature_dir,
+    read_manifest,
 )
 from soco_pipeline.storage import (
     filesystem,
@@ -94,7 +94,7 @@ class FeatureStore:
             spec_hash = self._only_hash()
         self.spec_hash = spec_hash
         self.folder = feature_dir(cache_root, backbone, spec_hash)
-        manifest = _read_manifest(self.folder)
+        manifest = read_manifest(self.folder)
         if manifest.empty:
             raise FileNotFoundError(
                 f"no features cached for backbone {backbone!r} (spec {spec_hash}) under {cache_root}; "

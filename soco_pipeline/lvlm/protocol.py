@@ -4,41 +4,57 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
-import yaml
+from pydantic import Field, model_validator
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 
+from soco_pipeline.config import STRICT, read_yaml, validate_doc
 from soco_pipeline.lvlm.specs import SETTINGS
 from soco_pipeline.taxonomy import ASSETS_DIR
 
 DEFAULT_PATH = ASSETS_DIR / "lvlm_protocol.yaml"
-_COLOR = re.compile(r"#[0-9A-Fa-f]{6}")
 
 
 class LvlmProtocolError(ValueError):
     """The LVLM protocol file is malformed; the message names the field and the fix."""
 
 
-@dataclass(frozen=True)
+Colour = Annotated[str, Field(pattern=r"^#[0-9A-Fa-f]{6}$")]  # #RRGGBB
+Fraction = Annotated[float, Field(gt=0, lt=1)]  # of the image's longer side
+
+
+@pydantic_dataclass(frozen=True, config=STRICT)
 class LvlmProtocol:
-    """Validated SOCO-LVLM item settings."""
+    """Validated SOCO-LVLM item settings (a pydantic dataclass: a bad value names its field)."""
 
     name: str = "soco_lvlm"
-    items_per_group: int = 20
-    levels: tuple[str, ...] = ("intra", "cross")
-    image_max_side: int = 768
-    jpeg_quality: int = 95
-    query_color: str = "#E23A3A"
-    candidate_color: str = "#2F8F4E"
-    outline_color: str = "#FFFFFF"
-    dot_radius: float = 0.012
-    outline_width: float = 0.004
-    letter_size: float = 0.05
+    items_per_group: Annotated[int, Field(ge=0)] = 20  # 0 = every item
+    levels: Annotated[tuple[Literal["intra", "cross"], ...], Field(min_length=1, strict=False)] = ("intra", "cross")
+    image_max_side: Annotated[int, Field(ge=64)] = 768
+    jpeg_quality: Annotated[int, Field(ge=1, le=100)] = 95
+    query_color: Colour = "#E23A3A"
+    candidate_color: Colour = "#2F8F4E"
+    outline_color: Colour = "#FFFFFF"
+    dot_radius: Fraction = 0.012
+    outline_width: Fraction = 0.004
+    letter_size: Fraction = 0.05
     option_text: str = "Point {letter}"
     questions: dict[str, str] = field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _texts(self) -> LvlmProtocol:
+        missing = [s for s in SETTINGS if not self.questions.get(s)]
+        if missing:
+            raise ValueError(f"'questions' lacks the setting(s) {missing}; give one text per setting")
+        for s in ("vis_desc", "desc"):
+            if "{description}" not in self.questions[s]:
+                raise ValueError(f"the {s} question must contain '{{description}}'")
+        if "{letter}" not in self.option_text:
+            raise ValueError("'option_text' must contain '{letter}'")
+        return self
 
     def version_hash(self) -> str:
         """Hash of every field (first 16 hex digits)."""
@@ -54,30 +70,6 @@ class LvlmProtocol:
 def load_lvlm_protocol(path: str | Path | None = None) -> LvlmProtocol:
     """Read and validate the protocol file (default: assets/lvlm_protocol.yaml)."""
     path = Path(path) if path is not None else DEFAULT_PATH
-    doc = yaml.safe_load(Path(path).read_text()) or {}
-    if not isinstance(doc, dict):
-        raise LvlmProtocolError(f"{path}: expected a mapping of fields")
-    known = set(LvlmProtocol.__dataclass_fields__)
-    unknown = sorted(set(doc) - known)
-    if unknown:
-        raise LvlmProtocolError(f"{path}: unknown field(s) {unknown}; allowed: {sorted(known)}")
-    vals = dict(doc)
-    if "levels" in vals:
-        vals["levels"] = tuple(vals["levels"])
-        if not set(vals["levels"]) <= {"intra", "cross"} or not vals["levels"]:
-            raise LvlmProtocolError(f"{path}: 'levels' must list intra and/or cross, got {doc['levels']}")
-    proto = LvlmProtocol(**vals)
-    for key in ("query_color", "candidate_color", "outline_color"):
-        if not _COLOR.fullmatch(str(getattr(proto, key))):
-            raise LvlmProtocolError(f"{path}: {key!r} must be a #RRGGBB colour, got {getattr(proto, key)!r}")
-    missing = [s for s in SETTINGS if not proto.questions.get(s)]
-    if missing:
-        raise LvlmProtocolError(f"{path}: 'questions' lacks the setting(s) {missing}; give one text per setting")
-    for s in ("vis_desc", "desc"):
-        if "{description}" not in proto.questions[s]:
-            raise LvlmProtocolError(f"{path}: the {s} question must contain '{{description}}'")
-    if "{letter}" not in proto.option_text:
-        raise LvlmProtocolError(f"{path}: 'option_text' must contain '{{letter}}'")
-    if proto.items_per_group < 0 or proto.image_max_side < 64 or not 1 <= proto.jpeg_quality <= 100:
-        raise LvlmProtocolError(f"{path}: items_per_group >= 0, image_max_side >= 64, jpeg_quality in 1..100")
-    return proto
+    doc = read_yaml(path, LvlmProtocolError, "LVLM protocol file")
+    return validate_doc(LvlmProtocol, {} if doc is None else doc, str(path), LvlmProtocolError,
+                        allowed=LvlmProtocol.__dataclass_fields__)

@@ -20,7 +20,8 @@ A local model (transformers, AutoModelForImageTextToText and the processor's cha
     dtype: bfloat16
     batch_size: 8
 
-The name is the file stem. Unknown fields are an error naming the file and the field. The key itself
+The name is the file stem. The pydantic models below (a discriminated union on `backend`) validate a
+spec; unknown fields are an error naming the file and the field. The key itself
 never appears in a spec: only the name of the environment variable that holds it.
 """
 
@@ -31,9 +32,11 @@ import json
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal, Union
 
-import yaml
+from pydantic import Field, TypeAdapter, field_validator
+
+from soco_pipeline.config import ConfigModel, read_yaml, validate_doc
 
 BACKENDS = ("openai", "transformers")
 SETTINGS = ("vis", "vis_desc", "desc")
@@ -42,40 +45,77 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 # Bump when the request building or parsing changes what a spec's answers are.
 LVLM_CODE_VERSION = "1"
 
-_NUM = (int, float)
-COMMON_FIELDS: dict[str, tuple[type | tuple[type, ...], Any]] = {
-    "name": (str, None),
-    "backend": (str, None),
-    "model": (str, None),
-    "description": (str, ""),
-    "settings": (list, list(SETTINGS)),
-    "temperature": (_NUM, 0.0),
-    "max_tokens": (int, 512),
-    "seed": (int, 0),
-}
-BACKEND_FIELDS: dict[str, dict[str, tuple[type | tuple[type, ...], Any]]] = {
-    "openai": {
-        "base_url": (str, None),
-        "api_key_env": (str, None),
-        "timeout": (_NUM, 120.0),
-        "max_concurrency": (int, 8),
-        "retries": (int, 5),
-        "backoff_base": (_NUM, 0.5),
-        "backoff_max": (_NUM, 30.0),
-        "max_consecutive_failures": (int, 25),
-    },
-    "transformers": {
-        "device": (str, "auto"),
-        "dtype": (str, "auto"),
-        "batch_size": (int, 4),
-    },
-}
-# Fields that change answers: they enter the request hash (timeouts, concurrency, retries do not).
-POSITIVE = ("max_tokens", "timeout", "max_concurrency", "backoff_max", "batch_size", "max_consecutive_failures")
+Positive = Annotated[float, Field(gt=0)]
+PositiveInt = Annotated[int, Field(gt=0)]
 
 
 class LvlmSpecError(ValueError):
     """An LVLM spec is malformed; the message names the file, the field and the fix."""
+
+
+class LvlmFields(ConfigModel):
+    """The fields every LVLM spec has (a backend's model adds its own)."""
+
+    name: str | None = None
+    backend: str
+    model: Annotated[str, Field(min_length=1)]
+    description: str = ""
+    settings: Annotated[tuple[Literal["vis", "vis_desc", "desc"], ...], Field(min_length=1, strict=False)] = SETTINGS
+    temperature: Annotated[float, Field(ge=0.0, le=2.0)] = 0.0
+    max_tokens: PositiveInt = 512
+    seed: int = 0
+
+    @field_validator("settings")
+    @classmethod
+    def _distinct(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        if len(set(v)) != len(v):
+            raise ValueError(f"list distinct values of {list(SETTINGS)}, got {list(v)}")
+        return v
+
+
+class OpenaiFields(LvlmFields):
+    """backend: openai, an OpenAI-compatible chat completions server."""
+
+    backend: Literal["openai"]
+    base_url: str
+    api_key_env: str | None = None
+    timeout: Positive = 120.0
+    max_concurrency: PositiveInt = 8
+    retries: Annotated[int, Field(ge=0)] = 5
+    backoff_base: float = 0.5
+    backoff_max: Positive = 30.0
+    max_consecutive_failures: PositiveInt = 25
+
+    @field_validator("base_url")
+    @classmethod
+    def _plain_url(cls, url: str) -> str:
+        if not re.match(r"https?://", url):
+            raise ValueError(f"backend 'openai' needs 'base_url: http(s)://host[:port]', got {url!r}")
+        if "@" in url.split("://", 1)[1].split("/", 1)[0]:
+            raise ValueError("must not hold credentials (user:password@); put the key in an environment "
+                             "variable and name it in 'api_key_env'")
+        return url.rstrip("/").removesuffix("/v1")
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _a_variable_name(cls, env: str | None) -> str | None:
+        # The value is not echoed: a user who put the key itself here must not see it in a log.
+        if env is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", env):
+            raise ValueError("must be the NAME of an environment variable (e.g. OPENAI_API_KEY), never the key")
+        return env
+
+
+class TransformersFields(LvlmFields):
+    """backend: transformers, a local model in-process."""
+
+    backend: Literal["transformers"]
+    device: str = "auto"
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    batch_size: PositiveInt = 4
+
+
+# The LVLM spec model: a discriminated union on `backend`.
+LVLM_SPEC = TypeAdapter(Annotated[Union[OpenaiFields, TransformersFields], Field(discriminator="backend")])  # noqa: UP007
 
 
 @dataclass(frozen=True)
@@ -116,16 +156,8 @@ class LvlmSpec:
         return d
 
 
-def _check(src: str, key: str, value: Any, expected: type | tuple[type, ...]) -> Any:
-    types = expected if isinstance(expected, tuple) else (expected,)
-    if isinstance(value, bool) or not isinstance(value, types):
-        names = " or ".join(t.__name__ for t in types)
-        raise LvlmSpecError(f"{src}: field {key!r} must be {names}, got {value!r}; fix the value in the spec file")
-    return float(value) if float in types else value
-
-
 def parse_spec(doc: Any, name: str, source: str = "<spec>") -> LvlmSpec:
-    """Validate a spec document (the parsed YAML) and return the LvlmSpec."""
+    """Validate a spec document (the parsed YAML) with its backend's model and return the LvlmSpec."""
     src = source
     if not isinstance(doc, dict):
         raise LvlmSpecError(f"{src}: expected a mapping of fields (backend, model, ...)")
@@ -134,58 +166,18 @@ def parse_spec(doc: Any, name: str, source: str = "<spec>") -> LvlmSpec:
     backend = doc.get("backend")
     if backend not in BACKENDS:
         raise LvlmSpecError(f"{src}: field 'backend' is {backend!r}; it must be one of {list(BACKENDS)}")
-    allowed = {**COMMON_FIELDS, **BACKEND_FIELDS[backend]}
-    unknown = sorted(set(doc) - set(allowed))
-    if unknown:
-        raise LvlmSpecError(f"{src}: unknown field(s) {unknown} for backend {backend!r}; allowed: {sorted(allowed)}")
-    if not doc.get("model"):
-        raise LvlmSpecError(f"{src}: field 'model' is missing; every LVLM spec names its model")
-    vals = {k: _check(src, k, doc[k], t) if doc.get(k) is not None else d for k, (t, d) in allowed.items()}
-    if vals["name"] is not None and vals["name"] != name:
-        raise LvlmSpecError(f"{src}: field 'name' is {vals['name']!r} but the file stem is {name!r}; drop the field")
-    vals["name"] = name
-    settings = vals["settings"]
-    bad = [s for s in settings if s not in SETTINGS]
-    if bad or not settings or len(set(settings)) != len(settings):
-        raise LvlmSpecError(f"{src}: field 'settings' must list distinct values of {list(SETTINGS)}, got {settings}")
-    vals["settings"] = tuple(settings)
-    for key in POSITIVE:
-        if key in vals and vals[key] <= 0:
-            raise LvlmSpecError(f"{src}: field {key!r} must be > 0, got {vals[key]}")
-    if vals.get("retries", 0) < 0:
-        raise LvlmSpecError(f"{src}: field 'retries' must be >= 0, got {vals['retries']}")
-    if not 0.0 <= vals["temperature"] <= 2.0:
-        raise LvlmSpecError(f"{src}: field 'temperature' must be in [0, 2], got {vals['temperature']}")
-    if backend == "openai":
-        url = vals["base_url"]
-        if not url or not re.match(r"https?://", url):
-            raise LvlmSpecError(f"{src}: backend 'openai' needs 'base_url: http(s)://host[:port]', got {url!r}")
-        if "@" in url.split("://", 1)[1].split("/", 1)[0]:
-            raise LvlmSpecError(
-                f"{src}: 'base_url' must not hold credentials (user:password@); put the key in an environment "
-                f"variable and name it in 'api_key_env'"
-            )
-        vals["base_url"] = url.rstrip("/").removesuffix("/v1")
-        env = vals["api_key_env"]
-        if env is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", env):
-            raise LvlmSpecError(
-                f"{src}: 'api_key_env' must be the NAME of an environment variable (e.g. OPENAI_API_KEY), "
-                f"never the key itself"
-            )
-    else:
-        if vals["dtype"] not in DTYPES:
-            raise LvlmSpecError(f"{src}: field 'dtype' must be one of {list(DTYPES)}, got {vals['dtype']!r}")
-    return LvlmSpec(**vals, source=source)
+    doc = {k: v for k, v in doc.items() if v is not None}  # an empty field means its default
+    allowed = (OpenaiFields if backend == "openai" else TransformersFields).model_fields
+    fields = validate_doc(LVLM_SPEC, doc, src, LvlmSpecError, drop_loc=1, allowed=allowed)  # loc[0]: the tag
+    if fields.name is not None and fields.name != name:
+        raise LvlmSpecError(f"{src}: field 'name' is {fields.name!r} but the file stem is {name!r}; drop the field")
+    return LvlmSpec(**{**fields.model_dump(), "name": name}, source=source)
 
 
 def load_spec(path: str | Path) -> LvlmSpec:
     """Read and validate one spec file (the model name is the file stem)."""
     path = Path(path)
-    try:
-        doc = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        raise LvlmSpecError(f"{path}: not valid YAML: {e}") from None
-    return parse_spec(doc, path.stem, str(path))
+    return parse_spec(read_yaml(path, LvlmSpecError, "LVLM spec"), path.stem, str(path))
 
 
 def spec_hash(spec: LvlmSpec) -> str:

@@ -7,17 +7,17 @@ import pandas as pd
 import pyarrow as pa
 
 from soco_pipeline.pairs.common import (
-    _MAX_SHOWN,
     CORRESPONDENCE_COLUMNS,
     KIND_NAMES,
     LEVEL_NAMES,
+    MAX_SHOWN,
     PAIR_COLUMNS,
-    _require_columns,
-    _show,
     column_codes,
     related_category_pairs,
+    require_columns,
+    show_rows,
 )
-from soco_pipeline.pairs.encoding import _encode
+from soco_pipeline.pairs.encoding import encode_pairs
 from soco_pipeline.taxonomy import Taxonomy
 
 COUNT_KINDS = ("image_pairs", "soc", "soc_geo", "cc")
@@ -73,13 +73,13 @@ def check_image_pairs(
     pairs only between related categories, ancestor = lowest common ancestor, pair_group = target
     category, and (with `images`) images that exist with the stated categories.
     """
-    _require_columns(image_pairs, PAIR_COLUMNS, "image_pairs")
+    require_columns(image_pairs, PAIR_COLUMNS, "image_pairs")
     problems: list[str] = []
 
     def flag(mask: np.ndarray | pd.Series, what: str) -> None:
         bad = image_pairs[np.asarray(mask, dtype=bool)]
         if len(bad):
-            problems.append(f"{len(bad)} pair(s) {what}:\n{_show(bad[PAIR_COLUMNS[:8]])}")
+            problems.append(f"{len(bad)} pair(s) {what}:\n{show_rows(bad[PAIR_COLUMNS[:8]])}")
 
     flag(image_pairs.src_image == image_pairs.trg_image, "pair an image with itself")
     flag(image_pairs.pair_id.duplicated(keep=False), "share a pair_id")
@@ -135,7 +135,7 @@ def check_correspondences(
     missing = [c for c in CORRESPONDENCE_COLUMNS if c not in names]
     if missing:
         return [f"correspondences lacks columns {missing}"]
-    enc = _encode(image_pairs.reset_index(drop=True), keypoints, taxonomy)
+    enc = encode_pairs(image_pairs.reset_index(drop=True), keypoints, taxonomy)
     kp_index, concept_index = pd.Index(enc.kp_names.to_pandas()), pd.Index(enc.concept_names.to_pandas())
     pair = column_codes(table["pair_id"], pd.Index(enc.pair_ids.to_pandas()))
     level = column_codes(table["level"], pd.Index(LEVEL_NAMES))
@@ -181,9 +181,9 @@ def check_correspondences(
     for what, mask in tests.items():
         bad = np.flatnonzero(mask)
         if len(bad):
-            rows = table.take(bad[:_MAX_SHOWN]) if isinstance(table, pa.Table) else table.iloc[bad[:_MAX_SHOWN]]
+            rows = table.take(bad[:MAX_SHOWN]) if isinstance(table, pa.Table) else table.iloc[bad[:MAX_SHOWN]]
             rows = rows.to_pandas() if isinstance(rows, pa.Table) else rows
-            problems.append(f"{len(bad)} correspondence(s) {what}:\n{_show(rows[CORRESPONDENCE_COLUMNS])}")
+            problems.append(f"{len(bad)} correspondence(s) {what}:\n{show_rows(rows[CORRESPONDENCE_COLUMNS])}")
     return problems
 
 

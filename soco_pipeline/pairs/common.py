@@ -20,11 +20,11 @@ PAIR_COLUMNS = [
 CORRESPONDENCE_COLUMNS = [
     "pair_id", "level", "kind", "src_keypoint", "trg_keypoint", "concept", "geo", "n_candidates",
 ]
-_MAX_SHOWN = 5  # offending rows quoted in an error message
+MAX_SHOWN = 5  # offending rows quoted in an error message
 
 # RNG streams derived from the one configured seed, so that each random choice is independent.
-_STREAM_CROSS_SOURCES = 1
-_STREAM_EVALUATION = 2
+STREAM_CROSS_SOURCES = 1
+STREAM_EVALUATION = 2
 
 Quota = int | Literal["all"]
 
@@ -51,22 +51,26 @@ class PairConfig:
                 raise ValueError(f"PairConfig.{name} must be a non-negative int or 'all', got {v!r}")
 
 
-def _rng(seed: int, stream: int) -> np.random.Generator:
+def stream_rng(seed: int, stream: int) -> np.random.Generator:
+    """The generator of one random stream of a seeded pair sampling (each stream independent of the others)."""
     return np.random.default_rng([seed, stream])
 
 
-def _quota(v: Quota) -> float:
+def quota_value(v: Quota) -> float:
+    """A quota as a number (`all` = no limit)."""
     return np.inf if v == "all" else float(v)
 
 
-def _require_columns(df: pd.DataFrame, columns: list[str], table: str) -> None:
+def require_columns(df: pd.DataFrame, columns: list[str], table: str) -> None:
+    """ValueError naming the missing columns when `df` lacks any of `columns`."""
     missing = [c for c in columns if c not in df.columns]
     if missing:
         raise ValueError(f"table {table!r} lacks columns {missing}; it must follow the canonical schema")
 
 
-def _show(df: pd.DataFrame) -> str:
-    return df.head(_MAX_SHOWN).to_string(index=False)
+def show_rows(df: pd.DataFrame) -> str:
+    """The first MAX_SHOWN rows of `df` as text, for error messages."""
+    return df.head(MAX_SHOWN).to_string(index=False)
 
 
 # --------------------------------------------------------------------------------------------- taxonomy
@@ -94,7 +98,7 @@ def related_category_pairs(taxonomy: Taxonomy, categories: list[str] | None = No
     return pd.DataFrame(rows, columns=["src_category", "trg_category", "ancestor"])
 
 
-def _allowed_keypoints(taxonomy: Taxonomy, combos: pd.DataFrame) -> pd.DataFrame:
+def allowed_keypoints(taxonomy: Taxonomy, combos: pd.DataFrame) -> pd.DataFrame:
     """(combo, keypoint) for each (src_category, trg_category) row of `combos`: the shared keypoints.
 
     For intra combos (same category) that is every keypoint of the category.
@@ -114,24 +118,25 @@ def _allowed_keypoints(taxonomy: Taxonomy, combos: pd.DataFrame) -> pd.DataFrame
 # ------------------------------------------------------------------------------------------ validation
 
 
-def _check_images(images: pd.DataFrame, taxonomy: Taxonomy) -> pd.DataFrame:
-    _require_columns(images, ["image_id", "category"], "image_set")
+def check_images(images: pd.DataFrame, taxonomy: Taxonomy) -> pd.DataFrame:
+    """The image set's (image_id, category) rows, checked: unique ids, categories in the taxonomy."""
+    require_columns(images, ["image_id", "category"], "image_set")
     imgs = images[["image_id", "category"]].astype(str)
     dup = imgs[imgs.image_id.duplicated(keep=False)]
     if len(dup):
-        raise ValueError(f"image_set has duplicate image ids; keep one row per image:\n{_show(dup)}")
+        raise ValueError(f"image_set has duplicate image ids; keep one row per image:\n{show_rows(dup)}")
     unknown = imgs[~imgs.category.isin(taxonomy.categories)]
     if len(unknown):
         raise ValueError(
             f"image_set has categories missing from the taxonomy; fix the category or add it to "
-            f"{taxonomy.source}:\n{_show(unknown)}"
+            f"{taxonomy.source}:\n{show_rows(unknown)}"
         )
     return imgs.sort_values(["category", "image_id"], ignore_index=True)
 
 
-def _visible_keypoints(keypoints: pd.DataFrame, taxonomy: Taxonomy) -> pd.DataFrame:
+def visible_keypoints(keypoints: pd.DataFrame, taxonomy: Taxonomy) -> pd.DataFrame:
     """The visible keypoints (image_id, keypoint), checked against the taxonomy."""
-    _require_columns(keypoints, ["image_id", "category", "keypoint", "visible"], "keypoints")
+    require_columns(keypoints, ["image_id", "category", "keypoint", "visible"], "keypoints")
     vis = keypoints.loc[keypoints.visible.astype(bool), ["image_id", "category", "keypoint"]]
     vis = vis.astype(str)
     table = taxonomy.keypoint_table()[["category", "keypoint"]]
@@ -140,11 +145,11 @@ def _visible_keypoints(keypoints: pd.DataFrame, taxonomy: Taxonomy) -> pd.DataFr
     if len(bad):
         raise ValueError(
             "keypoints has visible rows whose keypoint is not a keypoint of the row's category in the "
-            f"taxonomy; fix the keypoint name or the category:\n{_show(bad)}"
+            f"taxonomy; fix the keypoint name or the category:\n{show_rows(bad)}"
         )
     dup = vis[vis.duplicated(["image_id", "keypoint"], keep=False)]
     if len(dup):
-        raise ValueError(f"keypoints has duplicate (image_id, keypoint) rows; aggregate them first:\n{_show(dup)}")
+        raise ValueError(f"keypoints has duplicate (image_id, keypoint) rows; aggregate them first:\n{show_rows(dup)}")
     if "concept" in keypoints.columns:
         given = keypoints.loc[keypoints.visible.astype(bool), "concept"].astype(str).to_numpy()
         expected = vis.keypoint.map({k: d.concept for k, d in taxonomy.keypoints.items()}).to_numpy()
@@ -152,7 +157,7 @@ def _visible_keypoints(keypoints: pd.DataFrame, taxonomy: Taxonomy) -> pd.DataFr
         if len(wrong):
             raise ValueError(
                 "keypoints has rows whose concept differs from the taxonomy's concept of the keypoint; "
-                f"rebuild the keypoints table against {taxonomy.source}:\n{_show(wrong)}"
+                f"rebuild the keypoints table against {taxonomy.source}:\n{show_rows(wrong)}"
             )
     return vis[["image_id", "keypoint"]]
 

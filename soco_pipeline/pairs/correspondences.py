@@ -16,16 +16,16 @@ import pyarrow.parquet as pq
 
 from soco_pipeline import storage
 from soco_pipeline.pairs.common import (
-    _require_columns,
+    require_columns,
 )
-from soco_pipeline.pairs.encoding import _decode, _encode, _match, _rows_per_pair
+from soco_pipeline.pairs.encoding import decode_matches, encode_pairs, match_rows, rows_per_pair
 from soco_pipeline.taxonomy import Taxonomy
 
 
 def _select_pairs(image_pairs: pd.DataFrame, evaluated_only: bool) -> pd.DataFrame:
     if not evaluated_only:
         return image_pairs.reset_index(drop=True)
-    _require_columns(image_pairs, ["evaluated"], "image_pairs")
+    require_columns(image_pairs, ["evaluated"], "image_pairs")
     return image_pairs[image_pairs.evaluated.astype(bool)].reset_index(drop=True)
 
 
@@ -43,8 +43,8 @@ def build_correspondences(
     pairs only use the keypoints their categories share. n_candidates = visible target keypoints of
     the concept; geo = n_candidates >= 2. The joins are sorted-merge joins over integer codes.
     """
-    enc = _encode(_select_pairs(image_pairs, evaluated_only), keypoints, taxonomy)
-    return _decode(_match(enc, 0, len(enc.pair_ids)), enc, slice_pairs=False)
+    enc = encode_pairs(_select_pairs(image_pairs, evaluated_only), keypoints, taxonomy)
+    return decode_matches(match_rows(enc, 0, len(enc.pair_ids)), enc, slice_pairs=False)
 
 
 def iter_correspondences(
@@ -57,15 +57,15 @@ def iter_correspondences(
     """The rows of build_correspondences in batches of whole pairs, about `batch_rows` rows each."""
     if batch_rows < 1:
         raise ValueError(f"batch_rows must be positive, got {batch_rows}")
-    enc = _encode(_select_pairs(image_pairs, evaluated_only), keypoints, taxonomy)
-    ends = np.cumsum(_rows_per_pair(enc))
+    enc = encode_pairs(_select_pairs(image_pairs, evaluated_only), keypoints, taxonomy)
+    ends = np.cumsum(rows_per_pair(enc))
     lo, n_pairs = 0, len(enc.pair_ids)
     while lo < n_pairs:
         done = ends[lo - 1] if lo else 0
         hi = max(int(np.searchsorted(ends, done + batch_rows, "right")), lo + 1)
-        codes = _match(enc, lo, hi)
+        codes = match_rows(enc, lo, hi)
         if len(codes["pair"]):
-            yield _decode(codes, enc, slice_pairs=True)
+            yield decode_matches(codes, enc, slice_pairs=True)
         lo = hi
 
 
@@ -107,7 +107,7 @@ def candidate_keypoints(
     """
     if side not in ("src", "trg"):
         raise ValueError(f"side must be 'src' or 'trg', got {side!r}")
-    enc = _encode(image_pairs.reset_index(drop=True), keypoints, taxonomy)
+    enc = encode_pairs(image_pairs.reset_index(drop=True), keypoints, taxonomy)
     rows = enc.src if side == "src" else enc.trg
     return pd.DataFrame({
         "pair_id": pd.Categorical.from_codes(rows.pair, enc.pair_ids.to_pandas()),

@@ -11,16 +11,16 @@ import pyarrow as pa
 from soco_pipeline.pairs.common import (
     KIND_NAMES,
     LEVEL_NAMES,
-    _allowed_keypoints,
-    _require_columns,
-    _show,
-    _visible_keypoints,
+    allowed_keypoints,
+    require_columns,
+    show_rows,
+    visible_keypoints,
 )
 from soco_pipeline.taxonomy import Taxonomy
 
 
 @dataclass
-class _Side:
+class PairSide:
     """Per pair, the visible keypoints of one image that the pair's two categories share.
 
     Parallel integer arrays sorted by (pair, kp): the pair's row in the pairs table, the keypoint and
@@ -31,19 +31,19 @@ class _Side:
     kp: np.ndarray
     concept: np.ndarray
 
-    def slice(self, lo: int, hi: int) -> _Side:
+    def slice(self, lo: int, hi: int) -> PairSide:
         """The rows of pairs lo <= pair < hi."""
         a, b = np.searchsorted(self.pair, [lo, hi])
-        return _Side(self.pair[a:b], self.kp[a:b], self.concept[a:b])
+        return PairSide(self.pair[a:b], self.kp[a:b], self.concept[a:b])
 
 
 @dataclass
-class _Encoded:
+class EncodedPairs:
     """Integer-coded pairs and keypoints plus the dictionaries to decode them."""
 
     level: np.ndarray  # per pair: 0 intra, 1 cross
-    src: _Side
-    trg: _Side
+    src: PairSide
+    trg: PairSide
     pair_ids: pa.Array
     kp_names: pa.Array
     concept_names: pa.Array
@@ -58,7 +58,7 @@ class _Encoded:
 def _side(
     img_of_pair: np.ndarray, combo: np.ndarray, vis_start: np.ndarray, vis_count: np.ndarray,
     vis_kp: np.ndarray, allowed: np.ndarray, kp_concept: np.ndarray,
-) -> _Side:
+) -> PairSide:
     """Expand each pair to its image's visible keypoints (CSR gather), keep the allowed ones."""
     cnt = np.zeros(len(img_of_pair), dtype=np.int64)
     known = img_of_pair >= 0  # -1: an image without visible keypoints
@@ -68,24 +68,25 @@ def _side(
     kp = vis_kp[vis_start[img_of_pair[pair]] + within]
     keep = allowed[combo[pair], kp]
     kp = kp[keep]
-    return _Side(pair[keep], kp, kp_concept[kp])
+    return PairSide(pair[keep], kp, kp_concept[kp])
 
 
-def _encode(image_pairs: pd.DataFrame, keypoints: pd.DataFrame, taxonomy: Taxonomy) -> _Encoded:
+def encode_pairs(image_pairs: pd.DataFrame, keypoints: pd.DataFrame, taxonomy: Taxonomy) -> EncodedPairs:
+    """The pairs and their keypoints as integer codes, ready for the vectorized matching of correspondences."""
     cols = ["pair_id", "level", "src_image", "trg_image", "src_category", "trg_category"]
-    _require_columns(image_pairs, cols, "image_pairs")
+    require_columns(image_pairs, cols, "image_pairs")
     image_pairs = image_pairs[cols].astype(str)
     bad_level = image_pairs[~image_pairs.level.isin(LEVEL_NAMES)]
     if len(bad_level):
-        raise ValueError(f"image_pairs has levels outside {LEVEL_NAMES}:\n{_show(bad_level)}")
+        raise ValueError(f"image_pairs has levels outside {LEVEL_NAMES}:\n{show_rows(bad_level)}")
     cats = set(taxonomy.categories)
     unknown = image_pairs[~image_pairs.src_category.isin(cats) | ~image_pairs.trg_category.isin(cats)]
     if len(unknown):
         raise ValueError(
             "image_pairs has categories missing from the taxonomy; fix them or add them to "
-            f"{taxonomy.source}:\n{_show(unknown)}"
+            f"{taxonomy.source}:\n{show_rows(unknown)}"
         )
-    vis = _visible_keypoints(keypoints, taxonomy)
+    vis = visible_keypoints(keypoints, taxonomy)
     kp_names = list(taxonomy.keypoints)
     concept_names = list(taxonomy.concepts)
     kp_concept = np.array([concept_names.index(taxonomy.keypoints[k].concept) for k in kp_names],
@@ -106,7 +107,7 @@ def _encode(image_pairs: pd.DataFrame, keypoints: pd.DataFrame, taxonomy: Taxono
         image_pairs[["src_category", "trg_category"]].drop_duplicates()
         .sort_values(["src_category", "trg_category"], ignore_index=True)
     )
-    allowed_rows = _allowed_keypoints(taxonomy, combos)
+    allowed_rows = allowed_keypoints(taxonomy, combos)
     allowed = np.zeros((len(combos), len(kp_names)), dtype=bool)
     allowed[allowed_rows.combo.to_numpy(), kp_index.get_indexer(allowed_rows.keypoint)] = True
 
@@ -114,7 +115,7 @@ def _encode(image_pairs: pd.DataFrame, keypoints: pd.DataFrame, taxonomy: Taxono
     visible[vis_img, vis_kp] = True
     src_img, trg_img = images.get_indexer(image_pairs.src_image), images.get_indexer(image_pairs.trg_image)
     args = (combo, vis_start, vis_count, vis_kp, allowed, kp_concept)
-    return _Encoded(
+    return EncodedPairs(
         level=(image_pairs.level.to_numpy() == "cross").astype(np.int8),
         src=_side(src_img, *args),
         trg=_side(trg_img, *args),
@@ -126,7 +127,7 @@ def _encode(image_pairs: pd.DataFrame, keypoints: pd.DataFrame, taxonomy: Taxono
     )
 
 
-def _soc_mask(src: _Side, trg: _Side, n_kp: int) -> np.ndarray:
+def soc_mask(src: PairSide, trg: PairSide, n_kp: int) -> np.ndarray:
     """Which source rows have the same keypoint visible on the target side (a lookup over keys)."""
     base = int(src.pair[0]) if len(src.pair) else 0
     span = (int(src.pair[-1]) - base + 1) if len(src.pair) else 0
@@ -137,7 +138,7 @@ def _soc_mask(src: _Side, trg: _Side, n_kp: int) -> np.ndarray:
     return present[(src.pair.astype(np.int64) - base) * n_kp + src.kp]
 
 
-def _concept_groups(src: _Side, trg: _Side, n_concepts: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _concept_groups(src: PairSide, trg: PairSide, n_concepts: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Target rows regrouped by (pair, concept, kp), and per source row its group's start and size.
 
     Both sides cover the same pair range (they come from one slice), so keys are counted with bincount.
@@ -151,15 +152,15 @@ def _concept_groups(src: _Side, trg: _Side, n_concepts: int) -> tuple[np.ndarray
     return t_order, (np.cumsum(counts) - counts)[s_key], counts[s_key]
 
 
-def _rows_per_pair(enc: _Encoded) -> np.ndarray:
+def rows_per_pair(enc: EncodedPairs) -> np.ndarray:
     """Correspondence rows (SOC + CC) each pair will produce."""
     n_pairs = len(enc.pair_ids)
-    soc = _soc_mask(enc.src, enc.trg, len(enc.kp_names))
+    soc = soc_mask(enc.src, enc.trg, len(enc.kp_names))
     _, _, size = _concept_groups(enc.src, enc.trg, len(enc.concept_names))
     return np.bincount(enc.src.pair, weights=size + soc, minlength=n_pairs).astype(np.int64)
 
 
-def _match(enc: _Encoded, lo: int, hi: int) -> dict[str, np.ndarray]:
+def match_rows(enc: EncodedPairs, lo: int, hi: int) -> dict[str, np.ndarray]:
     """Correspondence codes of pairs lo <= pair < hi, ordered by pair, kind (soc, cc), src kp, trg kp.
 
     SOC: source rows whose keypoint is visible on the target side. CC: each source row repeated over
@@ -168,7 +169,7 @@ def _match(enc: _Encoded, lo: int, hi: int) -> dict[str, np.ndarray]:
     earlier pairs' CC rows for SOC; the SOC rows up to its own pair for CC).
     """
     src, trg = enc.src.slice(lo, hi), enc.trg.slice(lo, hi)
-    soc = _soc_mask(src, trg, len(enc.kp_names))
+    soc = soc_mask(src, trg, len(enc.kp_names))
     t_order, left, size = _concept_groups(src, trg, len(enc.concept_names))
     pair = src.pair - lo
     soc_rows = np.flatnonzero(soc)
@@ -204,7 +205,7 @@ def _dict_column(codes: np.ndarray, dictionary: pa.Array) -> pa.DictionaryArray:
     return pa.DictionaryArray.from_arrays(pa.array(codes), dictionary)  # indices keep codes' dtype
 
 
-def _decode(codes: dict[str, np.ndarray], enc: _Encoded, slice_pairs: bool) -> pa.Table:
+def decode_matches(codes: dict[str, np.ndarray], enc: EncodedPairs, slice_pairs: bool) -> pa.Table:
     """Integer codes -> a correspondences table with dictionary-encoded string columns.
 
     With `slice_pairs` the pair dictionary holds only the batch's (contiguous) pair range, which keeps

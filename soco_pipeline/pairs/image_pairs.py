@@ -12,16 +12,16 @@ import numpy as np
 import pandas as pd
 
 from soco_pipeline.pairs.common import (
-    _STREAM_CROSS_SOURCES,
-    _STREAM_EVALUATION,
     PAIR_COLUMNS,
+    STREAM_CROSS_SOURCES,
+    STREAM_EVALUATION,
     PairConfig,
-    _check_images,
-    _quota,
-    _rng,
+    check_images,
+    quota_value,
     related_category_pairs,
+    stream_rng,
 )
-from soco_pipeline.pairs.encoding import _encode, _soc_mask
+from soco_pipeline.pairs.encoding import encode_pairs, soc_mask
 from soco_pipeline.taxonomy import Taxonomy
 
 
@@ -71,7 +71,7 @@ def _cross_pairs(imgs: pd.DataFrame, taxonomy: Taxonomy, cfg: PairConfig) -> pd.
     if k == 0 or targets.empty:
         return pd.DataFrame(columns=["level", "pair_group", "src_image", "trg_image",
                                      "src_category", "trg_category", "ancestor"])
-    offsets = _sample_without_replacement(n_src, k, _rng(cfg.seed, _STREAM_CROSS_SOURCES))
+    offsets = _sample_without_replacement(n_src, k, stream_rng(cfg.seed, STREAM_CROSS_SOURCES))
     row, j = np.nonzero(offsets >= 0)
     src_pos = start.reindex(targets.src_category).to_numpy()[row] + offsets[row, j]
     chosen = targets.iloc[row]
@@ -89,8 +89,8 @@ def _cross_pairs(imgs: pd.DataFrame, taxonomy: Taxonomy, cfg: PairConfig) -> pd.
 def soc_counts(image_pairs: pd.DataFrame, keypoints: pd.DataFrame, taxonomy: Taxonomy) -> np.ndarray:
     """Number of SOC correspondences (keypoints visible in both images, shared) of each pair, in order."""
     pairs = image_pairs.reset_index(drop=True)
-    enc = _encode(pairs, keypoints, taxonomy)
-    soc = _soc_mask(enc.src, enc.trg, len(enc.kp_names))
+    enc = encode_pairs(pairs, keypoints, taxonomy)
+    soc = soc_mask(enc.src, enc.trg, len(enc.kp_names))
     return np.bincount(enc.src.pair[soc], minlength=len(pairs)).astype(np.int64)
 
 
@@ -100,7 +100,7 @@ def evaluation_sample(image_pairs: pd.DataFrame, eligible: np.ndarray, cfg: Pair
     Each pair gets a random key drawn in the table's order; within a group the eligible pairs with the
     smallest keys are taken, up to the level's quota (all of them for "all"), so ids play no part.
     """
-    keys = _rng(cfg.seed, _STREAM_EVALUATION).random(len(image_pairs))
+    keys = stream_rng(cfg.seed, STREAM_EVALUATION).random(len(image_pairs))
     group = image_pairs.groupby(["level", "pair_group"], sort=True).ngroup().to_numpy()
     idx = np.flatnonzero(eligible)
     order = idx[np.lexsort((keys[idx], group[idx]))]
@@ -109,7 +109,7 @@ def evaluation_sample(image_pairs: pd.DataFrame, eligible: np.ndarray, cfg: Pair
     rank = np.arange(len(order)) - np.repeat(first, np.diff(np.r_[first, len(order)]))
     quota = np.where(
         image_pairs.level.to_numpy()[order] == "intra",
-        _quota(cfg.intra_per_category), _quota(cfg.cross_per_category),
+        quota_value(cfg.intra_per_category), quota_value(cfg.cross_per_category),
     )
     out = np.zeros(len(image_pairs), dtype=bool)
     out[order[rank < quota]] = True
@@ -126,7 +126,7 @@ def build_image_pairs(
     visible SOC correspondence are never evaluated. Rows sorted by level (intra first), pair_group,
     src_image, trg_image.
     """
-    imgs = _check_images(images, taxonomy)
+    imgs = check_images(images, taxonomy)
     pairs = pd.concat([_intra_pairs(imgs), _cross_pairs(imgs, taxonomy, cfg)], ignore_index=True)
     pairs["_lvl"] = (pairs.level == "cross").astype(np.int8)
     pairs = pairs.sort_values(["_lvl", "pair_group", "src_image", "trg_image"], ignore_index=True)

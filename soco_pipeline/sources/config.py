@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import replace
+from typing import Annotated
 
+from pydantic import Field
+from pydantic.dataclasses import dataclass as pydantic_dataclass
+
+from soco_pipeline.config import STRICT
 from soco_pipeline.storage import filesystem, join
 
 # Columns of an image candidate row, shared by the ImageNet3D and Animal3D readers and consumed by
@@ -38,9 +43,10 @@ CANDIDATE_COLUMNS = (
 )
 
 
-@dataclass(frozen=True)
+@pydantic_dataclass(frozen=True, config=STRICT)
 class SourceConfig:
-    """Roots of the source data sets (fsspec paths) and the filter / aggregation parameters.
+    """Roots of the source data sets (fsspec paths) and the filter / aggregation parameters; a pydantic
+    dataclass, so a value out of range raises a ValidationError naming the field.
 
     - `imagenet3d_root`, `animal3d_root`: data set roots in their native layouts (None = not used).
     - `clicks_path`: a CSV or Parquet file of raw annotator clicks (RawClickSchema).
@@ -58,22 +64,11 @@ class SourceConfig:
     animal3d_root: str | None = None
     clicks_path: str | None = None
     soco_release_root: str | None = None
-    categories: tuple[str, ...] | None = None
-    min_bbox_fraction: float = 0.05
-    outlier_k: float = 3.0
-    outlier_floor: float = 0.03
-    check_workers: int = 8
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.min_bbox_fraction < 1.0:
-            raise ValueError(f"min_bbox_fraction={self.min_bbox_fraction}: must be in [0, 1)")
-        if self.outlier_k <= 0 or self.outlier_floor < 0:
-            raise ValueError(
-                f"outlier_k={self.outlier_k}, outlier_floor={self.outlier_floor}: "
-                "outlier_k must be > 0 and outlier_floor >= 0"
-            )
-        if self.categories is not None:
-            object.__setattr__(self, "categories", tuple(self.categories))
+    categories: Annotated[tuple[str, ...] | None, Field(strict=False)] = None  # any iterable of names
+    min_bbox_fraction: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.05
+    outlier_k: Annotated[float, Field(gt=0.0)] = 3.0
+    outlier_floor: Annotated[float, Field(ge=0.0)] = 0.03
+    check_workers: Annotated[int, Field(gt=0)] = 8
 
     @classmethod
     def embedded(cls, root: str, **overrides) -> SourceConfig:

@@ -8,7 +8,7 @@ A pair file holds pair_id (int), pair_group, src_/trg_category, src_/trg_image (
 src_/trg_imsize [W, H], src_/trg_bndbox [l, t, r, b], src_/trg_keypoints (id, name, pos [x, y],
 concept_id, concept_name: the visible points), semantic_overlap (names matched one-to-one: SOC) and
 concept_matches ({concept_name, src_keypoints, trg_keypoints}: CC). Files written by
-`soco_pipeline.sources.soco_export` add `pair_key` (our pair id), `level` and `ancestor`.
+`soco_pipeline.data.soco_export` add `pair_key` (our pair id), `level` and `ancestor`.
 
 What the import yields: images (source "soco", uri = the release image, no pose), keypoints (from
 KeypointAnnotations when present: all keypoints with visibility, n_annotators, spread; otherwise the

@@ -1,4 +1,8 @@
-"""The leaderboard across backbones: one row per backbone, as a table, Markdown and a bar chart."""
+"""The leaderboard across backbones: one row per backbone, as a table, Markdown and a bar chart.
+
+It sits in analysis/ (not evaluation/) because it joins the evaluation metrics with analysis's
+global-feature metrics: analysis imports evaluation, never the other way round.
+"""
 
 from __future__ import annotations
 
@@ -35,7 +39,7 @@ def leaderboard(
         sup.columns = [f"soc_{c}" for c in sup.columns]
         board = board.join(sup)
     if global_metrics is not None:  # analysis: global-feature metrics from the feature cache
-        from soco_pipeline.analysis.global_metrics import headline_global
+        from soco_pipeline.analysis.global_metrics import headline_global  # loads torch: only when asked
 
         board = board.join(headline_global(global_metrics).set_index("backbone").reindex(columns=GLOBAL_COLUMNS))
     board = board.sort_values("soc", ascending=False, na_position="last")

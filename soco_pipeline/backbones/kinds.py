@@ -1,0 +1,81 @@
+"""The backbone-kind registry: which module defines each `kind:` of a spec.
+
+A kind is one module holding a Backbone subclass decorated with `@register_kind("<kind>")`, whose
+`Options` (a `SpecFields` subclass with `kind: Literal["<kind>"]`) declares the kind's fields. Adding a
+kind is that module plus one line in KIND_MODULES (or, for a kind outside the package, importing the
+module that registers it). The modules load torch, so they are imported on first use only.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar, Union
+
+from pydantic import Field, TypeAdapter
+
+if TYPE_CHECKING:
+    from soco_pipeline.backbones.base import Backbone
+    from soco_pipeline.backbones.spec import SpecFields
+
+# kind -> the module that registers it (the registry lines).
+KIND_MODULES = {
+    "timm": "soco_pipeline.backbones.timm_backbone",
+    "diffusion": "soco_pipeline.backbones.diffusion",
+    "classical": "soco_pipeline.backbones.classical",
+    "packaged": "soco_pipeline.backbones.packaged",
+    "oracle": "soco_pipeline.backbones.oracle",
+}
+
+_REGISTERED: dict[str, type[Backbone]] = {}
+_UNION: dict[tuple[str, ...], TypeAdapter] = {}
+B = TypeVar("B")
+
+
+def register_kind(kind: str):
+    """Class decorator: make a Backbone subclass the implementation of `kind:`; its `Options` model
+    must declare `kind: Literal[kind]`."""
+
+    def register(cls: B) -> B:
+        options = getattr(cls, "Options", None)
+        annotation = options.model_fields["kind"].annotation if options is not None else None
+        if getattr(annotation, "__args__", None) != (kind,):
+            raise TypeError(f"{cls.__name__}.Options must be a SpecFields subclass with kind: Literal[{kind!r}]")
+        _REGISTERED[kind] = cls
+        _UNION.clear()
+        return cls
+
+    return register
+
+
+def kinds() -> list[str]:
+    """Every kind a spec may name, sorted."""
+    return sorted(set(KIND_MODULES) | set(_REGISTERED))
+
+
+def backbone_class(kind: str) -> type[Backbone]:
+    """The Backbone subclass of `kind` (imports its module on first use)."""
+    if kind not in _REGISTERED and kind in KIND_MODULES:
+        importlib.import_module(KIND_MODULES[kind])
+    if kind not in _REGISTERED:
+        raise KeyError(f"unknown backbone kind {kind!r}; known kinds are {kinds()}")
+    return _REGISTERED[kind]
+
+
+def options_model(kind: str) -> type[SpecFields]:
+    """The pydantic model of a spec of `kind`."""
+    return backbone_class(kind).Options
+
+
+def spec_union() -> tuple[TypeAdapter, list[str]]:
+    """The discriminated union (on `kind`) of every kind's spec model, and the kinds it holds."""
+    names = tuple(kinds())
+    if names not in _UNION:
+        models: Any = tuple(options_model(k) for k in names)  # the built-in kinds alone are five
+        _UNION[names] = TypeAdapter(Annotated[Union[models], Field(discriminator="kind")])  # noqa: UP007
+    return _UNION[names], list(names)
+
+
+def unregister_kind(kind: str) -> None:
+    """Forget a kind registered outside KIND_MODULES (a plug-in or a test's toy kind)."""
+    _REGISTERED.pop(kind, None)
+    _UNION.clear()

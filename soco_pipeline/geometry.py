@@ -1,0 +1,30 @@
+"""Keypoint geometry of the official input protocol: the image is padded with white to a square of side
+max(W, H) (image at the top-left) and resized to S x S, so a keypoint maps to the unit square by the same
+factor on both axes. Foundation: imported by backbones (the oracles), evaluation (matching, metrics) and
+the reference scorer; imports no stage.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def scale_keypoints(xy: np.ndarray, sizes: np.ndarray, input_size: int) -> np.ndarray:
+    """Map keypoints in original pixels to [0, 1) coordinates of the padded, resized square.
+
+    Copies the official script on purpose: `int()` the annotation, scale by S / max(W, H),
+    `int()` again, divide by S. `xy` is (N, 2) [x, y]; `sizes` is (N, 2) [W, H] or (2,).
+    """
+    xy = np.asarray(xy, dtype=np.float64)
+    sizes = np.broadcast_to(np.asarray(sizes, dtype=np.float64), xy.shape)
+    side = sizes.max(axis=1, keepdims=True)
+    # np.trunc is Python's int() for the non-negative coordinates the protocol sees.
+    scaled = np.trunc(np.trunc(xy) * (input_size / side))
+    return scaled / input_size
+
+
+def unit_to_pixels(uv: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """Map [0, 1) padded-square coordinates back to original-image pixels ([x, y])."""
+    uv = np.asarray(uv, dtype=np.float64)
+    sizes = np.broadcast_to(np.asarray(sizes, dtype=np.float64), uv.shape)
+    return uv * sizes.max(axis=1, keepdims=True)

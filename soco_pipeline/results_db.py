@@ -1,0 +1,255 @@
+"""The DuckDB results file: views (not copies) over the Parquet outputs.
+
+Readers open it read-only. The pipeline opens a writer only for the moment it (re)creates the
+views, so no long-lived process holds it.
+
+Views read an explicit list of published files (never a glob, which would also match the hidden
+`.tmp-*` files of atomic writes in flight or killed). The stored views name files relative to the
+storage root (the database file's folder), so a copied storage root never reads the original's
+tables; `connect_readonly` rebuilds them on open as temporary views over the tables beside the file,
+then turns DuckDB's external access off (only the tables folder stays readable) and locks the settings.
+
+With the tables in an object store (a storage root such as s3://bucket/prefix, the distributed profile)
+there is no file: DuckDB reads the bucket through the same fsspec filesystem as the pipeline
+(`register_filesystem`), and every reader builds the views in memory, sandboxed to the tables prefix.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+
+from soco_pipeline.storage import exists, filesystem, is_remote, published
+from soco_pipeline.tables import TABLES, Table
+
+IN_MEMORY = ":memory:"  # the results "file" when the tables live in an object store
+
+# Statement types `query` runs; everything else (COPY, EXPORT, ATTACH, SET, INSTALL, CREATE ...) is refused.
+READ_STATEMENTS = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
+
+
+# Views over views: per category, where a backbone fails (official reduction, alpha 0.1), and its worst
+# keypoints in words (SOC hits of the free predictions against the raw ground truth, intra pairs).
+DERIVED_VIEWS: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("where_it_fails", ("metrics",), """
+SELECT backbone, "group" AS category,
+       max(value) FILTER (WHERE metric = 'cc') AS cc,
+       max(value) FILTER (WHERE metric = 'soc') AS soc,
+       max(value) FILTER (WHERE metric = 'soc_geo') AS soc_geo,
+       max(value) FILTER (WHERE metric = 'cross_soc') AS cross_soc,
+       max(value) FILTER (WHERE metric = 'cc') - max(value) FILTER (WHERE metric = 'soc') AS cc_to_soc_drop,
+       rank() OVER (PARTITION BY backbone ORDER BY max(value) FILTER (WHERE metric = 'soc') ASC NULLS LAST)
+           AS soc_rank_worst
+FROM metrics
+WHERE scope = 'category' AND reduction = 'official' AND abs(alpha - 0.1) < 1e-9
+GROUP BY backbone, "group"
+"""),
+    ("worst_keypoints", ("predictions", "pairs", "keypoints", "images", "descriptions"), """
+SELECT p.backbone, pr.trg_category AS category, p.src_keypoint AS keypoint, d.description, count(*) AS n,
+       100 * avg(CASE WHEN sqrt((p.pred_x - t.x) ^ 2 + (p.pred_y - t.y) ^ 2)
+                          < 0.1 * greatest(i.bbox_r - i.bbox_l, i.bbox_b - i.bbox_t) THEN 1 ELSE 0 END) AS soc_pck_raw
+FROM predictions p JOIN pairs pr USING (pair_id)
+JOIN keypoints t ON t.image_id = pr.trg_image AND t.keypoint = p.src_keypoint AND t.visible
+JOIN images i ON i.image_id = pr.trg_image
+LEFT JOIN descriptions d ON d.category = pr.trg_category AND d.keypoint = p.src_keypoint
+WHERE p.mode = 'free' AND pr.level = 'intra' AND pr.evaluated
+GROUP BY 1, 2, 3, 4
+"""),
+)
+
+
+class ResultsError(RuntimeError):
+    """The results file or a table in it is missing; the message says what to materialize."""
+
+
+def table_files(tables_root: str, table: Table) -> list[str]:
+    """The published Parquet files of a table (sorted; hidden temp files excluded); [] when not written."""
+    if not table.partitioned:
+        path = table.path(tables_root)
+        return [path] if exists(path) else []
+    fs, folder = filesystem(table.path(tables_root))
+    if not fs.exists(folder):
+        return []
+    files = sorted(published([f for f in fs.ls(folder, detail=False) if f.endswith(".parquet")]))
+    return [fs.unstrip_protocol(f) for f in files] if is_remote(tables_root) else files
+
+
+def _sql_list(paths: list[str]) -> str:
+    return "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in paths) + "]"
+
+
+def _create_views(con: duckdb.DuckDBPyConnection, tables_root: str, base: str | None, temp: bool) -> list[str]:
+    """(Re)create one view per written table; paths relative to `base` when given. Returns the views."""
+    kind = "TEMP VIEW" if temp else "VIEW"
+    created = []
+    for table in TABLES:
+        files = table_files(tables_root, table)
+        if not files:
+            if not temp:
+                con.execute(f"DROP VIEW IF EXISTS {table.view}")
+            continue
+        if base is not None:
+            files = [str(Path(f).relative_to(base)) for f in files]
+        con.execute(
+            f"CREATE OR REPLACE {kind} {table.view} AS "
+            f"SELECT * FROM read_parquet({_sql_list(files)}, union_by_name=true)"
+        )
+        created.append(table.view)
+    if "pairs" in created:  # the evaluated sample (200 pairs per category by default)
+        con.execute(f"CREATE OR REPLACE {kind} eval_pairs AS SELECT * FROM pairs WHERE evaluated")
+        created.append("eval_pairs")
+    elif not temp:
+        con.execute("DROP VIEW IF EXISTS eval_pairs")
+    for name, needs, sql in DERIVED_VIEWS:  # the README's "where it fails" recipes, as views
+        if set(needs) <= set(created):
+            try:
+                con.execute(f"CREATE OR REPLACE {kind} {name} AS {sql}")
+                created.append(name)
+                continue
+            except duckdb.BinderException:  # tables without the columns it reads (e.g. hand-made ones): no view
+                pass
+        if not temp:
+            con.execute(f"DROP VIEW IF EXISTS {name}")
+    return created
+
+
+def _local_base(db_path: Path, tables_root: str) -> str | None:
+    """The database's folder when the tables live under it (then views store relative paths)."""
+    base = db_path.resolve().parent
+    if is_remote(tables_root) or not Path(tables_root).resolve().is_relative_to(base):
+        return None
+    return str(base)
+
+
+def _register_filesystem(con: duckdb.DuckDBPyConnection, tables_root: str) -> None:
+    """Let DuckDB read `tables_root`'s protocol through our fsspec filesystem (s3fs: the same endpoint and
+    credentials as the pipeline), once per connection."""
+    fs, _ = filesystem(tables_root)
+    names = [fs.protocol] if isinstance(fs.protocol, str) else list(fs.protocol)
+    if not set(names) & set(con.list_filesystems()):
+        con.register_filesystem(fs)
+
+
+def refresh_views(db_path: str | Path, tables_root: str) -> list[str]:
+    """(Re)create one view per existing result table in the file at `db_path`; returns the view names.
+
+    For tables in an object store there is no file to refresh: the views are built (which checks that
+    every table reads) in memory and their names returned."""
+    if is_remote(tables_root):
+        with duckdb.connect(IN_MEMORY) as con:
+            return create_views(con, tables_root)
+    db_path = Path(db_path)
+    db_path.parent.mkdir(parents=True, exist_ok=True)
+    with duckdb.connect(str(db_path)) as con:
+        return create_views(con, tables_root)
+
+
+def create_views(con: duckdb.DuckDBPyConnection, tables_root: str) -> list[str]:
+    """(Re)create one view per existing result table (and eval_pairs) on an open writable connection.
+
+    Local tables under the database file's folder are named relative to it (portable copies); a reader
+    must then resolve them from that folder (`connect_readonly` does, or `SET file_search_path`).
+    """
+    if is_remote(tables_root):
+        _register_filesystem(con, tables_root)
+        return _create_views(con, tables_root, None, temp=False)
+    db_file = con.execute(
+        "SELECT path FROM duckdb_databases() WHERE database_name = current_database()"
+    ).fetchone()[0]
+    base = _local_base(Path(db_file), tables_root) if db_file else None
+    if base is not None:
+        tables_root = str(Path(tables_root).resolve())
+        con.execute(f"SET file_search_path = '{base.replace(chr(39), chr(39) * 2)}'")
+    return _create_views(con, tables_root, base, temp=False)
+
+
+def connect_readonly(db_path: str | Path, tables_root: str | None = None) -> duckdb.DuckDBPyConnection:
+    """Open the results file read-only with its views rebuilt over the tables beside it, sandboxed.
+
+    `tables_root` defaults to `<folder of the file>/tables`. After the views are built, external access
+    is turned off except for reading that folder, and the configuration is locked, so a query can read
+    no other file and cannot ATTACH, INSTALL or re-enable access. A URL `tables_root` (object store)
+    needs no file: the views are built in memory over the bucket, sandboxed to that prefix.
+    """
+    if tables_root is not None and is_remote(tables_root):
+        return _connect_remote(tables_root)
+    db_path = Path(db_path)
+    if not db_path.exists():
+        raise ResultsError(
+            f"no results file at {db_path}: run `make demo` (or materialize the pipeline) first"
+        )
+    tables_root = str(Path(tables_root or db_path.resolve().parent / "tables").resolve())
+    # The views are rebuilt as temporary views over the tables beside the file, so the file's own (relative)
+    # views are not needed: an in-memory connection lists each view once (`show tables`), not twice.
+    return _sandboxed(duckdb.connect(IN_MEMORY), tables_root, [tables_root.rstrip("/") + "/"])
+
+
+def _connect_remote(tables_root: str) -> duckdb.DuckDBPyConnection:
+    """An in-memory, sandboxed connection with temporary views over the tables under a URL."""
+    con = duckdb.connect(IN_MEMORY)
+    try:
+        _register_filesystem(con, tables_root)
+    except BaseException:
+        con.close()
+        raise
+    protocol, rest = tables_root.rstrip("/").split("://", 1)
+    # DuckDB names a registered filesystem's files both as proto://bucket/... and proto:///bucket/...
+    return _sandboxed(con, tables_root, [f"{protocol}://{rest}/", f"{protocol}:///{rest}/"], need_views=True)
+
+
+def _sandboxed(con: duckdb.DuckDBPyConnection, tables_root: str, allowed: list[str],
+               need_views: bool = False) -> duckdb.DuckDBPyConnection:
+    """`con` with temporary views over the tables, then external access off but for `allowed`, locked."""
+    try:
+        if not _create_views(con, tables_root, None, temp=True) and need_views:
+            raise ResultsError(f"no result tables under {tables_root}: materialize the pipeline first")
+        con.execute(f"SET allowed_directories = {_sql_list(allowed)}")
+        con.execute("SET enable_external_access = false")
+        con.execute("SET lock_configuration = true")
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+def _check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> None:
+    """Refuse empty SQL and any statement that is not a query, with a message saying what is allowed."""
+    if not sql or not sql.strip():
+        raise ResultsError('empty query: pass one SQL query, e.g. soco sql "SELECT * FROM leaderboard"')
+    try:
+        statements = con.extract_statements(sql)
+    except duckdb.Error as e:
+        raise ResultsError(f"SQL error: {e}") from None
+    if not statements:
+        raise ResultsError('empty query: pass one SQL query, e.g. soco sql "SELECT * FROM leaderboard"')
+    for st in statements:
+        if st.type not in READ_STATEMENTS:
+            kind = st.type.name
+            raise ResultsError(
+                f"refused: `soco sql` runs read-only queries (SELECT, DESCRIBE, SHOW, EXPLAIN); {kind} "
+                f"statements such as {st.query.strip()[:60]!r} are not allowed (no COPY/EXPORT/ATTACH/SET)"
+            )
+
+
+def query(db_path: str | Path, sql: str, tables_root: str | None = None):
+    """Run one read-only SQL query against the results file (or, for a URL `tables_root`, the views over
+    the bucket) and return a pandas DataFrame."""
+    with connect_readonly(db_path, tables_root) as con:
+        _check_read_only(con, sql)
+        try:
+            return con.execute(sql).df()
+        except duckdb.CatalogException as e:
+            views = [
+                r[0]
+                for r in con.execute(
+                    "SELECT DISTINCT view_name FROM duckdb_views() WHERE NOT internal"
+                ).fetchall()
+            ]
+            raise ResultsError(f"{e}\navailable tables: {', '.join(sorted(views)) or '(none yet)'}") from None
+        except duckdb.PermissionException as e:
+            raise ResultsError(
+                f"refused: `soco sql` reads only the result tables under its storage root ({e})"
+            ) from None
+        except duckdb.Error as e:
+            raise ResultsError(f"SQL error: {e}") from None

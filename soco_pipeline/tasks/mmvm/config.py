@@ -1,0 +1,99 @@
+"""The family's one typed config (assets/mmvm.yaml), validated with pydantic."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from soco_pipeline.storage import PROJECT_ROOT
+from soco_pipeline.tasks.mmvm.cues import CUES
+
+DEFAULT_CONFIG = PROJECT_ROOT / "assets" / "mmvm.yaml"
+MAX_CANDIDATES = 25  # the reference offers at most 25 lettered IDs (A-Y) plus the None option
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Cases(_Strict):
+    """Cases per split."""
+
+    train: int = Field(ge=1)
+    test: int = Field(ge=1)
+
+
+class Frame(_Strict):
+    """Frame size in pixels."""
+
+    width: int = Field(ge=96)
+    height: int = Field(ge=96)
+
+
+class Candidates(_Strict):
+    """Candidates per case (inclusive range) and the published subset counts."""
+
+    total: tuple[int, int]
+    counts: tuple[int, ...] = (4, 8, 12)
+
+    @field_validator("total")
+    @classmethod
+    def _range(cls, v):
+        if not 2 <= v[0] <= v[1] <= MAX_CANDIDATES:
+            raise ValueError(f"candidates.total must be [lo, hi] with 2 <= lo <= hi <= {MAX_CANDIDATES}, got {v}")
+        return v
+
+
+class MmvmConfig(_Strict):
+    """Generator and scoring settings of the MMVM family (see assets/mmvm.yaml for each field)."""
+
+    seed: int = 0
+    cases: Cases
+    frame: Frame
+    candidates: Candidates
+    query_absent_share: float = Field(ge=0.0, le=1.0)
+    cue_sets: tuple[tuple[int, ...], ...]
+    families: dict[str, tuple[str, ...]]
+    landmark_category: str
+    partner_categories: tuple[str, ...]
+    colours: dict[str, tuple[int, int, int]]
+    sizes: dict[str, float]
+    texts: tuple[str, ...]
+    markers: tuple[str, ...]
+    orientation_gap_deg: float = Field(gt=0, le=180)
+    view_change_deg: tuple[float, float]
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        bad = [s for s in self.cue_sets if not s or any(c not in CUES for c in s)]
+        if bad:
+            raise ValueError(f"cue_sets {bad}: every set lists codes 1-8")
+        if len(self.colours) < 2 or len(self.texts) < 2 or len(self.markers) < 2 or len(self.partner_categories) < 2:
+            raise ValueError("colours, texts, markers and partner_categories need at least 2 values each")
+        if set(self.sizes) != {"normal", "small", "large"}:
+            raise ValueError(f"sizes must name normal, small and large, got {sorted(self.sizes)}")
+        if any(len(v) < 2 for v in self.families.values()):
+            raise ValueError("every family lists at least 2 categories (SP distractors are the others)")
+        for m in self.markers:
+            kind, _, colour = m.partition(":")
+            if kind not in ("sticker", "stripe") or not colour:
+                raise ValueError(f"marker {m!r} must be sticker:<colour> or stripe:<colour>")
+        return self
+
+    def version_hash(self) -> str:
+        """A short hash of the whole config (code versions of the assets that depend on it)."""
+        return hashlib.sha256(json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()[:12]
+
+
+def load_config(path: str | Path | None = None) -> MmvmConfig:
+    """Read and validate the MMVM config; a clear error names the file and the field."""
+    path = Path(path or DEFAULT_CONFIG)
+    try:
+        doc = yaml.safe_load(path.read_text())
+        return MmvmConfig.model_validate(doc)
+    except Exception as e:  # pydantic.ValidationError, yaml.YAMLError, OSError
+        raise ValueError(f"{path}: invalid MMVM config: {e}") from None

@@ -1,0 +1,166 @@
+"""Feature backbones on MMVM items: mask-pooled object descriptors, cosine argmax, a fitted None threshold.
+
+Descriptor of an object: the mean of the L2-normalised cells of the frame's cached dense map under the
+object's mask, each cell weighted by the share of it the mask covers (the map covers the frame padded
+to a square at the top-left, as the feature protocol pads it), then L2-normalised. An object too small
+to cover any cell takes the cell under its centroid.
+
+Answer: the shown candidate of highest cosine similarity to the query. A feature backbone has no
+native "None of the above": it answers None when that highest similarity is below a threshold fitted
+on the training split (the value that maximises training accuracy, midway between neighbours); the
+predictions keep both the forced (argmax) answer and the thresholded one.
+"""
+
+from __future__ import annotations
+
+import json
+
+import cv2
+import numpy as np
+import pandas as pd
+
+from soco_pipeline.tasks.mmvm.prompt import LETTERS, read_labels
+
+PREDICTION_COLUMNS = [
+    "model", "method", "item_id", "case_id", "split", "n_candidates", "count_label", "match_type", "query_absent", "answer",
+    "forced_letter", "predicted", "max_similarity", "threshold", "correct", "correct_forced", "none_rule",
+    "status", "reason",
+]
+NOT_APPLICABLE = "not_applicable"
+
+
+def coverage_weights(labels: np.ndarray, wanted: list[int], grid_h: int, grid_w: int) -> np.ndarray:
+    """(len(wanted), grid_h * grid_w) share of each map cell every wanted label covers."""
+    h, w = labels.shape
+    side = max(h, w)
+    padded = np.zeros((side, side), labels.dtype)
+    padded[:h, :w] = labels
+    out = np.zeros((len(wanted), grid_h * grid_w), np.float32)
+    for i, lb in enumerate(wanted):  # one area resize per object (a handful per frame)
+        m = (padded == lb).astype(np.float32)
+        cov = cv2.resize(m, (grid_w, grid_h), interpolation=cv2.INTER_AREA).ravel()
+        if cov.sum() <= 0 and m.any():
+            rows, cols = np.nonzero(m)
+            r = min(grid_h - 1, int(rows.mean() * grid_h / side))
+            c = min(grid_w - 1, int(cols.mean() * grid_w / side))
+            cov[r * grid_w + c] = 1.0
+        out[i] = cov
+    return out
+
+
+def pool_frame(fmap: np.ndarray, labels: np.ndarray, wanted: list[int]) -> np.ndarray:
+    """(len(wanted), C) L2-normalised mask-pooled descriptors from a C x h x w map."""
+    c, gh, gw = fmap.shape
+    weights = coverage_weights(labels, wanted, gh, gw)
+    used = np.flatnonzero(weights.any(0))  # only the cells some object covers (a small share of the map)
+    pooled = weights[:, used] @ fmap.reshape(c, -1)[:, used].T.astype(np.float32)
+    pooled /= np.maximum(weights.sum(1, keepdims=True), 1e-12)
+    return pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
+
+
+def pooled_descriptors(objects: pd.DataFrame, images: pd.DataFrame, store) -> dict[tuple[str, int], np.ndarray]:
+    """{(image_id, label): descriptor} of every object, from a FeatureStore of the frames' dense maps."""
+    out = {}
+    uris = dict(zip(images["image_id"], images["labels_uri"], strict=True))
+    for image_id, objs in objects.groupby("image_id", sort=False):  # one map read per frame
+        fmap, _ = store.get(image_id)
+        wanted = objs["label"].astype(int).tolist()
+        desc = pool_frame(fmap, read_labels(uris[image_id]), wanted)
+        out.update({(image_id, lb): d for lb, d in zip(wanted, desc, strict=True)})
+    return out
+
+
+def oracle_descriptors(objects: pd.DataFrame, seed: int = 0, noise: float = 0.01) -> dict[tuple[str, int], np.ndarray]:
+    """The instance-identity oracle: a one-hot of each object's identity plus small seeded noise.
+
+    The query and its true match share an identity, every other object has its own: it scores 100."""
+    codes, uniq = pd.factorize(objects["identity"])
+    rng = np.random.default_rng(seed)
+    vec = np.eye(len(uniq), dtype=np.float32)[codes] + noise * rng.standard_normal((len(codes), len(uniq)))
+    vec /= np.linalg.norm(vec, axis=1, keepdims=True)
+    return {(i, int(lb)): v for i, lb, v in zip(objects["image_id"], objects["label"], vec, strict=True)}
+
+
+def item_similarities(items: pd.DataFrame, cases: pd.DataFrame, objects: pd.DataFrame,
+                      descriptors: dict) -> list[np.ndarray]:
+    """Per item, the cosine similarity of the query to each shown candidate (in `labels` order)."""
+    frames = cases.set_index("case_id")[["frame0", "frame1"]]
+    q = objects[(objects["frame"] == 0) & (objects["role"] == "query")].set_index("case_id")["label"]
+    out = []
+    for it in items.itertuples(index=False):  # per item: a (k, C) @ (C,) product
+        f0, f1 = frames.loc[it.case_id]
+        qd = descriptors[(f0, int(q.loc[it.case_id]))]
+        cd = np.stack([descriptors[(f1, int(lb))] for lb in json.loads(it.labels)])
+        out.append(cd @ qd)
+    return out
+
+
+def forced_answers(items: pd.DataFrame, sims: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(argmax letter, highest similarity) per item; the letter is that of the candidate's shown ID."""
+    letters, best = [], []
+    for it, s in zip(items.itertuples(index=False), sims, strict=True):
+        ids, shown = json.loads(it.ids), json.loads(it.shown_ids)
+        k = int(np.argmax(s))
+        letters.append(LETTERS[shown.index(ids[k])] if ids[k] in shown else it.none_letter)
+        best.append(float(s[k]))
+    return np.array(letters, dtype=object), np.array(best)
+
+
+def fit_threshold(best: np.ndarray, forced_right: np.ndarray, is_none: np.ndarray) -> float:
+    """The None threshold that maximises training accuracy (answer None iff best similarity < threshold)."""
+    order = np.argsort(best)
+    b, fr, nn = best[order], forced_right[order].astype(int), is_none[order].astype(int)
+    # threshold just above the i-th smallest: items 0..i answer None, the rest keep their forced answer
+    right_none = np.concatenate([[0], np.cumsum(nn)])
+    right_forced = np.concatenate([np.cumsum(fr[::-1])[::-1], [0]])
+    acc = right_none + right_forced
+    i = int(np.argmax(acc))  # i items answer None
+    if i == 0:
+        return float(b[0] - 1e-6) if len(b) else 0.0
+    if i == len(b):
+        return float(b[-1] + 1e-6)
+    return float((b[i - 1] + b[i]) / 2)
+
+
+def predict_items(items: pd.DataFrame, cases: pd.DataFrame, objects: pd.DataFrame, descriptors: dict,
+                  model: str, method: str = "zero_shot") -> pd.DataFrame:
+    """Predictions (PREDICTION_COLUMNS) of one descriptor source on every item, threshold fitted on train."""
+    sims = item_similarities(items, cases, objects, descriptors)
+    forced, best = forced_answers(items, sims)
+    answer = items["answer"].to_numpy()
+    is_none = items["query_absent"].to_numpy(bool)
+    train = items["split"].to_numpy() == "train"
+    tau = fit_threshold(best[train], forced[train] == answer[train], is_none[train]) if train.any() else -np.inf
+    predicted = np.where(best < tau, items["none_letter"].to_numpy(), forced)
+    out = items[["item_id", "case_id", "split", "n_candidates", "count_label", "match_type", "query_absent",
+                 "answer"]].copy()
+    out.insert(0, "model", model)
+    out.insert(1, "method", method)
+    out["forced_letter"] = forced.astype(str)
+    out["predicted"] = predicted.astype(str)
+    out["max_similarity"] = best
+    out["threshold"] = float(tau)
+    out["correct"] = predicted == answer
+    out["correct_forced"] = forced == answer
+    out["none_rule"] = f"None iff the best cosine < {tau:.4f} (fitted on the training split)"
+    out["status"] = "ok"
+    out["reason"] = ""
+    return out[PREDICTION_COLUMNS]
+
+
+def not_applicable(items: pd.DataFrame, model: str, reason: str) -> pd.DataFrame:
+    """Rows marking a backbone as not applicable to MMVM (no scores), with the reason."""
+    out = items[["item_id", "case_id", "split", "n_candidates", "count_label", "match_type", "query_absent",
+                 "answer"]].copy()
+    out.insert(0, "model", model)
+    out.insert(1, "method", "zero_shot")
+    out["forced_letter"] = ""
+    out["predicted"] = ""
+    out["max_similarity"] = np.nan
+    out["threshold"] = np.nan
+    out["correct"] = False
+    out["correct_forced"] = False
+    out["none_rule"] = ""
+    out["status"] = NOT_APPLICABLE
+    out["reason"] = reason
+    return out[PREDICTION_COLUMNS]

@@ -1,0 +1,117 @@
+"""The backbone-kind registry (a toy kind defined here, built and extracted with), and one validation of a
+spec file wherever it is found (add-backbone, the sensor's and demo's scan, a partition's run)."""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import yaml
+
+from soco_pipeline.backbones import BackboneSpecError, build_backbone, load_spec, parse_spec, spec_hash
+from soco_pipeline.backbones.base import Backbone
+from soco_pipeline.backbones.fingerprint import scan_specs
+from soco_pipeline.backbones.kinds import kinds, register_kind, unregister_kind
+from soco_pipeline.backbones.spec import PositiveInt, SpecFields
+from soco_pipeline.backbones.validate import checked_spec
+
+
+class ToyOptions(SpecFields):
+    """The toy kind's fields: one option, the number of channels."""
+
+    kind: Literal["toy"]
+    channels: PositiveInt = 3
+    MODELS: ClassVar[tuple[str, ...] | None] = ("colour",)
+
+
+class ToyBackbone(Backbone):
+    """A kind in one class: the input colours, pooled to a stride-4 grid, repeated `channels` times."""
+
+    Options = ToyOptions
+
+    def __init__(self, spec, context=None):
+        super().__init__(spec, context)
+        self.stride = self.multiple = 4
+        self.channels = spec.opt("channels")
+
+    def forward(self, batch, records, size):
+        pooled = torch.nn.functional.avg_pool2d(batch, self.stride)
+        return pooled.repeat(1, self.channels, 1, 1)[:, : self.channels]
+
+
+@pytest.fixture
+def toy_kind():
+    register_kind("toy")(ToyBackbone)  # the one registry line a new kind needs
+    yield
+    unregister_kind("toy")
+
+
+def test_a_new_kind_is_one_class_and_one_registry_line(toy_kind):
+    assert "toy" in kinds()
+    spec = parse_spec({"kind": "toy", "model": "colour", "channels": 2, "input": {"nearest_multiple": 16},
+                       "normalisation": "raw", "device": "cpu"}, "toy_test")
+    assert spec.opt("channels") == 2 and len(spec_hash(spec)) == 16
+    backbone = build_backbone(spec, {"device": "cpu"})
+    assert isinstance(backbone, ToyBackbone)
+    image = np.zeros((16, 24, 3), dtype=np.uint8)
+    image[..., 0] = 255  # pure red: after the white padding the top rows are (1, 0, 0) in both channels
+    maps = backbone.extract([image], pd.DataFrame({"image_id": ["a"], "width": [24], "height": [16]}))
+    assert maps[0].shape == (2, 4, 4)
+    np.testing.assert_allclose(maps[0][:, 0, 0].numpy(), [1.0, 0.0], atol=1e-6)
+    # The kind's own fields are validated like the built-in ones.
+    with pytest.raises(BackboneSpecError, match=r"'channels' must be > 0"):
+        parse_spec({"kind": "toy", "model": "colour", "channels": 0, "input": {"fixed_grid": 4}}, "t", "t.yaml")
+    with pytest.raises(BackboneSpecError, match=r"'model' is 'grey'; kind 'toy' offers \['colour'\]"):
+        parse_spec({"kind": "toy", "model": "grey", "input": {"fixed_grid": 4}}, "t", "t.yaml")
+
+
+def test_an_unknown_kind_lists_the_registered_ones():
+    with pytest.raises(BackboneSpecError, match=r"'kind' is 'toy'; it must be one of \['classical'"):
+        parse_spec({"kind": "toy", "model": "colour", "input": {"fixed_grid": 4}}, "t", "t.yaml")
+
+
+def test_a_registration_must_declare_its_kind():
+    class Wrong(ToyBackbone):
+        Options = ToyOptions
+
+    with pytest.raises(TypeError, match=r"Literal\['other'\]"):
+        register_kind("other")(Wrong)
+
+
+RESNET = {"kind": "timm", "model": "resnet18", "weights": "none", "input": {"nearest_multiple": 224},
+          "device": "cpu"}
+
+
+def test_a_non_vit_timm_spec_is_refused_wherever_it_is_found(tmp_path):
+    """A resnet18 `timm` spec dropped straight into the spec folder: the scan (sensor and demo) reports it
+    as invalid with the add-backbone message, the other specs stay valid, and a partition's run refuses
+    it with the same message instead of a bare TypeError from timm."""
+    folder = tmp_path / "backbones"
+    folder.mkdir()
+    (folder / "resnet.yaml").write_text(yaml.safe_dump(RESNET))
+    (folder / "sift.yaml").write_text(yaml.safe_dump({"kind": "classical", "model": "sift",
+                                                       "input": {"nearest_multiple": 64}, "device": "cpu"}))
+    valid, invalid = scan_specs(folder)
+    assert list(valid) == ["sift"] and list(invalid) == ["resnet"]
+    assert "is not a ViT-style network" in invalid["resnet"] and "resnet.yaml" in invalid["resnet"]
+    load_spec(folder / "resnet.yaml")  # its fields are fine: only the world check refuses it
+    with pytest.raises(BackboneSpecError, match=r"resnet\.yaml.*not a ViT-style network.*kind 'packaged'"):
+        checked_spec(folder / "resnet.yaml")
+
+
+def test_the_partition_loader_validates_like_add_backbone(tmp_path):
+    from soco_pipeline.defs.backbone_assets import spec_for
+
+    class Soco:
+        backbones_dir = str(tmp_path)
+
+    (tmp_path / "resnet.yaml").write_text(yaml.safe_dump(RESNET))
+    with pytest.raises(BackboneSpecError, match="not a ViT-style network"):
+        spec_for(Soco(), "resnet")
+    (tmp_path / "missing_weights.yaml").write_text(yaml.safe_dump({**RESNET, "model": "vit_small_patch14_dinov2",
+                                                                    "weights": "nope/w.pth"}))
+    with pytest.raises(FileNotFoundError, match="weights file .*w.pth does not exist"):
+        spec_for(Soco(), "missing_weights")
