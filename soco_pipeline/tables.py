@@ -65,6 +65,15 @@ TABLES: tuple[Table, ...] = (
     Table("mmvm_backbone_metrics", "mmvm_backbone_metrics", partitioned=True),
     Table("mmvm_lvlm_metrics", "mmvm_lvlm_metrics", partitioned=True),
     Table("mmvm_leaderboard", "mmvm_leaderboard"),
+    # FG-BMK fine-grained family (soco_pipeline/defs/fgbmk/)
+    Table("fgbmk_items", "fgbmk_items"),
+    Table("fgbmk_questions", "fgbmk_questions"),
+    Table("fgbmk_global_features", "fgbmk_global_features", partitioned=True),
+    Table("fgbmk_metrics", "fgbmk_metrics", partitioned=True),
+    Table("fgbmk_robustness", "fgbmk_robustness", partitioned=True),
+    Table("fgbmk_answers", "fgbmk_answers", partitioned=True),
+    Table("fgbmk_lvlm_metrics", "fgbmk_lvlm_metrics", partitioned=True),
+    Table("fgbmk_leaderboard", "fgbmk_leaderboard"),
     # per-sample input hashes of the evaluated pairs (soco_pipeline/defs/trust.py, docs/results.md)
     Table("sample_hashes", "sample_hashes"),
 )

@@ -8,6 +8,7 @@ from soco_pipeline.defs import (
     automation,
     backbone_assets,
     data_assets,
+    fgbmk,
     lvlm,
     mmvm,
     pair_assets,
@@ -29,8 +30,10 @@ def build_definitions(**overrides) -> dg.Definitions:
     soco = SocoSettings(**overrides)
     settings: Settings = soco.settings()
     return dg.Definitions(
-        assets=dg.load_assets_from_modules([data_assets, pair_assets, backbone_assets, lvlm, analysis, mmvm, trust]),
-        asset_checks=dg.load_asset_checks_from_modules([data_assets, pair_assets, backbone_assets, lvlm]),
+        assets=dg.load_assets_from_modules(
+            [data_assets, pair_assets, backbone_assets, lvlm, analysis, mmvm, fgbmk, trust]
+        ),
+        asset_checks=dg.load_asset_checks_from_modules([data_assets, pair_assets, backbone_assets, lvlm, fgbmk]),
         jobs=[automation.backbone_job, lvlm.lvlm_job],
         sensors=[
             automation.backbone_specs_sensor,

@@ -1,0 +1,169 @@
+"""Answer matching for FG-BMK's human-oriented questions, the rules written down.
+
+Normalisation (`normalise`): lower case; `_`, `-` and `,` become spaces (as FG-BMK's answer_acc.py does);
+every other character that is not a letter, digit or space is dropped; runs of spaces collapse.
+
+- choice: `exact` when the normalised answer IS an option; else the options whose normalised name occurs in
+  the answer as whole words, dropping any contained in a longer matched option ("police car" beats "car"):
+  one left -> `contains` (right iff it is the true name), several -> `ambiguous` (wrong), none -> `none` (wrong);
+- short_answer: `exact` when the normalised answer is the true name, `contains` when the true name occurs in it
+  as whole words, else `none` (wrong);
+- true_false: `leading` when the first word is yes or no; `contains` when exactly one of the words yes / no
+  occurs; else `none` (wrong). Right iff the parsed word equals the answer key.
+
+Every row records its `method`. `correct_published` is FG-BMK's own rule (answer_acc.py): the normalised key
+is a substring of the normalised answer (so "no" is found inside "not", "car" inside "police car").
+Circular: a choice group is right only when every rotation is.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pandas as pd
+
+_SEP = re.compile(r"[_\-,]+")
+_DROP = re.compile(r"[^0-9a-z ]+")
+_SPACES = re.compile(r"\s+")
+_QUOTED = re.compile(r'"([^"]+)"')
+
+
+def normalise(text: str) -> str:
+    """The normalised form answers and names are compared in."""
+    return _SPACES.sub(" ", _DROP.sub("", _SEP.sub(" ", str(text).lower()))).strip()
+
+
+def published_normalise(text: str) -> str:
+    """answer_acc.py's normalisation: `_ - ,` runs to one space, lower case, stripped."""
+    return _SEP.sub(" ", str(text)).lower().strip()
+
+
+def _has_phrase(answer: str, name: str) -> bool:
+    return bool(name) and re.search(rf"(?<![0-9a-z]){re.escape(name)}(?![0-9a-z])", answer) is not None
+
+
+def match_choice(answer: str, truth: str, options: list[str]) -> tuple[str, str]:
+    """(parsed option or "", method) of a choice answer."""
+    a, opts = normalise(answer), [normalise(o) for o in options]
+    if a in opts:
+        return a, "exact"
+    found = [o for o in opts if _has_phrase(a, o)]
+    found = [o for o in found if not any(o != p and _has_phrase(p, o) for p in found)]
+    if len(found) == 1:
+        return found[0], "contains"
+    return "", "ambiguous" if found else "none"
+
+
+def match_short(answer: str, truth: str) -> tuple[str, str]:
+    """(parsed name or "", method) of a short answer."""
+    a, t = normalise(answer), normalise(truth)
+    if a == t:
+        return t, "exact"
+    return (t, "contains") if _has_phrase(a, t) else ("", "none")
+
+
+def match_yes_no(answer: str) -> tuple[str, str]:
+    """("yes" | "no" | "", method) of a true/false answer."""
+    words = normalise(answer).split()
+    if words and words[0] in ("yes", "no"):
+        return words[0], "leading"
+    present = {w for w in words if w in ("yes", "no")}
+    return (present.pop(), "contains") if len(present) == 1 else ("", "none")
+
+
+def infer_form(prompt: str) -> str:
+    """A published question's form from its wording: choice, true_false or short_answer."""
+    p = prompt.lower()
+    if "answer with yes or no" in p:
+        return "true_false"
+    return "choice" if "choose one answer from the following list" in p else "short_answer"
+
+
+def options_of(prompt: str) -> list[str]:
+    """The quoted options of a choice prompt."""
+    return _QUOTED.findall(prompt.split(":", 1)[-1]) if ":" in prompt else _QUOTED.findall(prompt)
+
+
+def score_answers(answers: pd.DataFrame) -> pd.DataFrame:
+    """Add parsed, method, correct and correct_published to rows of (form, answer text `raw_answer`, key
+    `class`, `options` JSON list for choice; an `error` other than "" counts as wrong)."""
+    parsed, method, correct = [], [], []
+    errors = answers["error"] if "error" in answers.columns else pd.Series("", index=answers.index)
+    for form, raw, key, opts, err in zip(answers.form, answers.raw_answer, answers["class"], answers.options,
+                                         errors, strict=True):
+        if form == "choice":
+            p, m = match_choice(raw, key, json.loads(opts) if isinstance(opts, str) else list(opts))
+        elif form == "short_answer":
+            p, m = match_short(raw, key)
+        elif form == "true_false":
+            p, m = match_yes_no(raw)
+        else:
+            raise ValueError(f"unknown question form {form!r}; use choice, true_false or short_answer")
+        parsed.append(p)
+        method.append(m if not err else "error")
+        correct.append(bool(p) and p == normalise(key) and not err)
+    out = answers.copy()
+    out["parsed"], out["method"], out["correct"] = parsed, method, correct
+    out["correct_published"] = [published_normalise(k) in published_normalise(r)
+                                for k, r in zip(answers["class"], answers.raw_answer, strict=True)]
+    return out
+
+
+def score_answer_file(answers: pd.DataFrame) -> pd.DataFrame:
+    """Score a published answer file (question_id, image, prompt, text = the answer, class, category):
+    the form and options come from the prompt's wording."""
+    df = answers.rename(columns={"text": "raw_answer"}).copy()
+    df["form"] = [infer_form(p) for p in df.prompt]
+    df["options"] = [json.dumps(options_of(p)) for p in df.prompt]
+    return score_answers(df)
+
+
+def accuracy_table(scored: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    """Plain accuracy (ours and the published rule) per group, 0-100, with counts."""
+    g = scored.groupby(by, sort=True)
+    return pd.DataFrame({"n": g.size(), "accuracy": g.correct.mean() * 100.0,
+                         "accuracy_published": g.correct_published.mean() * 100.0}).reset_index()
+
+
+def circular_accuracy(scored: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    """Choice questions: share of groups (every rotation of one question) answered right in every rotation."""
+    choice = scored[scored.form == "choice"]
+    groups = choice.groupby([*by, "group_id"], sort=True).correct.all().reset_index()
+    g = groups.groupby(by, sort=True)
+    return pd.DataFrame({"groups": g.size(), "circular_accuracy": g.correct.mean() * 100.0}).reset_index()
+
+
+def knowledge_bias(scored: pd.DataFrame, worst: int = 5) -> tuple[pd.DataFrame, dict]:
+    """Per-class accuracy of the knowledge-bias questions (by the image's true subclass) and its spread:
+    mean, std (population), min, max and the `worst` classes."""
+    kb = scored[scored.task == "knowledge_bias"] if "task" in scored.columns else scored
+    per = kb.groupby("subclass", sort=True).correct.agg(["mean", "size"]).reset_index()
+    per.columns = ["subclass", "accuracy", "n"]
+    per["accuracy"] *= 100.0
+    acc = per.accuracy.to_numpy()
+    report = {
+        "classes": int(len(per)),
+        "mean": float(acc.mean()) if len(acc) else float("nan"),
+        "std": float(acc.std()) if len(acc) else float("nan"),
+        "min": float(acc.min()) if len(acc) else float("nan"),
+        "max": float(acc.max()) if len(acc) else float("nan"),
+        "worst": per.sort_values(["accuracy", "subclass"]).subclass.head(worst).tolist(),
+    }
+    return per, report
+
+
+def class_of_image(image: str) -> str:
+    """A published answer row's true class when its key is yes/no: the image's folder, normalised
+    ("images/001.Black_footed_Albatross/x.jpg" -> "black footed albatross"); a heuristic for the
+    knowledge-bias files, whose records carry no class name."""
+    folder = image.replace("\\", "/").rsplit("/", 2)[-2] if "/" in image else ""
+    return normalise(re.sub(r"^\d+\.", "", folder))
+
+
+def per_class_published(scored: pd.DataFrame) -> pd.DataFrame:
+    """Per-class accuracy of a scored published answer file (the class key, or the image folder for yes/no)."""
+    cls = np.where(scored["class"].str.lower().isin(["yes", "no"]), scored.image.map(class_of_image),
+                   scored["class"].map(normalise))
+    return scored.assign(subclass=cls)

@@ -1,0 +1,79 @@
+"""The FG-BMK tables that summarise: per-LVLM metrics and the family leaderboard (backbones and LVLMs)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from soco_pipeline.tasks.fgbmk.answer_scoring import accuracy_table, circular_accuracy, knowledge_bias
+from soco_pipeline.tasks.fgbmk.machine_eval import summary
+
+LVLM_METRIC_COLUMNS = ["model", "task", "level", "form", "metric", "value", "n"]
+
+
+def lvlm_metrics(answers: pd.DataFrame) -> pd.DataFrame:
+    """Long table of one model: accuracy (ours and the published substring rule) per task/level/form on
+    rotation 0, circular accuracy of choice questions, and the knowledge-bias spread (mean, std, min, max)."""
+    model = answers.model.iloc[0] if len(answers) else ""
+    plain = answers[answers.rotation == 0]
+    rows = []
+    for r in accuracy_table(plain, ["task", "level", "form"]).itertuples(index=False):
+        rows.append((model, r.task, r.level, r.form, "accuracy", r.accuracy, r.n))
+        rows.append((model, r.task, r.level, r.form, "accuracy_published", r.accuracy_published, r.n))
+    for r in circular_accuracy(answers, ["task", "level"]).itertuples(index=False):
+        rows.append((model, r.task, r.level, "choice", "circular_accuracy", r.circular_accuracy, r.groups))
+    if (answers.task == "knowledge_bias").any():
+        _per, rep = knowledge_bias(answers)
+        for k in ("mean", "std", "min", "max"):
+            rows.append((model, "knowledge_bias", "subclass", "true_false", f"class_accuracy_{k}", rep[k],
+                         rep["classes"]))
+    return pd.DataFrame(rows, columns=LVLM_METRIC_COLUMNS)
+
+
+def fgbmk_leaderboard(backbone_metrics: pd.DataFrame, robustness: pd.DataFrame,
+                      lvlm: pd.DataFrame) -> pd.DataFrame:
+    """One row per backbone (probe / retrieval per level, within vs across, clean vs strongest FGSM at the
+    finest level) and per LVLM (accuracy per level on choice questions, circular, knowledge-bias std)."""
+    rows = []
+    if len(backbone_metrics):
+        s = summary(backbone_metrics)
+        for r in s.to_dict("records"):
+            rob = robustness[(robustness.backbone == r["backbone"]) & (robustness.level == "subclass")] \
+                if len(robustness) else robustness
+            fgsm = rob[rob.attack == "fgsm"] if len(rob) else rob
+            rows.append({"kind": "backbone", "model": r.pop("backbone"), **r,
+                         "clean_subclass": float(rob.clean_accuracy.iloc[0]) if len(rob) else float("nan"),
+                         "fgsm_max_eps_subclass": float(fgsm.sort_values("strength").accuracy.iloc[-1])
+                         if len(fgsm) else float("nan")})
+    if len(lvlm):
+        for model, grp in lvlm.groupby("model", sort=True):
+            row: dict = {"kind": "lvlm", "model": model, "simulated": True}
+            acc = grp[(grp.task == "hierarchical") & (grp.form == "choice") & (grp.metric == "accuracy")]
+            for r in acc.itertuples(index=False):
+                row[f"choice_{r.level}"] = float(r.value)
+            circ = grp[(grp.task == "hierarchical") & (grp.metric == "circular_accuracy")]
+            for r in circ.itertuples(index=False):
+                row[f"circular_{r.level}"] = float(r.value)
+            kb = grp[grp.metric == "class_accuracy_std"]
+            row["knowledge_bias_std"] = float(kb.value.iloc[0]) if len(kb) else float("nan")
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+CORRELATION_METRICS = ("top1_subclass", "top1_class", "top1_superclass", "map_subclass", "recall_at_1_subclass",
+                       "top1_within", "top1_drop_across")
+
+
+def correlation_scores(board: pd.DataFrame) -> pd.DataFrame:
+    """The backbone rows of fgbmk_leaderboard as score rows of soco_pipeline.analysis (SCORE_COLUMNS: model,
+    task "fgbmk", metric, value, higher_better, ...), ready for `combine_scores(..., correlation_scores(board))`,
+    so the correlation study can set fine-grained scores against SOC on the same embedded objects."""
+    from soco_pipeline.analysis.reference import SCORE_COLUMNS
+
+    rows = []
+    for r in board[board.kind == "backbone"].to_dict("records"):
+        for m in CORRELATION_METRICS:
+            if m in r and pd.notna(r[m]):
+                rows.append({"model": r["model"], "task": "fgbmk", "metric": m, "value": float(r[m]),
+                             "higher_better": m != "top1_drop_across", "task_display": "FG-BMK (embedded, simulated)",
+                             "is_main_model": False, "source": "fgbmk_leaderboard"})
+    return pd.DataFrame(rows, columns=SCORE_COLUMNS)

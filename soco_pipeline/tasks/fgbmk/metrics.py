@@ -1,0 +1,61 @@
+"""FG-BMK's metrics, vectorised: micro top-k accuracy, macro recall@k (its torchmetrics-based `Recall`),
+`RetrievalMAP` (its dinov2/eval/metrics.py class) and a Wilson interval for chance checks. All in 0-100."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+
+def topk_accuracy(logits: torch.Tensor | np.ndarray, labels, k: int = 1) -> float:
+    """Micro top-k accuracy (torchmetrics MulticlassAccuracy, average='micro'): share of rows whose label is
+    among the k highest scores, 0-100. k is capped at the number of classes."""
+    logits = torch.as_tensor(logits)
+    labels = torch.as_tensor(np.asarray(labels), dtype=torch.long)
+    if len(labels) == 0:
+        return float("nan")
+    k = min(k, logits.shape[1])
+    top = logits.topk(k, dim=1).indices
+    return float((top == labels[:, None]).any(1).float().mean()) * 100.0
+
+
+def macro_recall_at_1(scores: torch.Tensor, targets: torch.Tensor) -> float:
+    """FG-BMK's recall@1: one-hot of each query's best class against its (multi-)hot target; per class
+    tp / (tp + fn), averaged over the classes with any tp, fp or fn (torchmetrics' macro rule: a class that
+    is predicted but never a target counts with recall 0; a class absent from both is left out). 0-100."""
+    pred = torch.nn.functional.one_hot(scores.argmax(1), scores.shape[1]).bool()
+    target = targets > 0.5
+    tp = (pred & target).sum(0).double()
+    fn = (~pred & target).sum(0).double()
+    fp = (pred & ~target).sum(0).double()
+    used = (tp + fp + fn) > 0
+    recall = torch.where(tp + fn > 0, tp / (tp + fn).clamp(min=1), torch.zeros_like(tp))
+    return float(recall[used].mean()) * 100.0 if used.any() else float("nan")
+
+
+def retrieval_map(scores: torch.Tensor, targets: torch.Tensor) -> float:
+    """FG-BMK's RetrievalMAP: per query, rank the classes by score (highest first; equal scores by class index,
+    a stable sort), AP = mean over its relevant classes (target > 1e-3) of (j / rank of the j-th relevant);
+    queries without a relevant class are skipped; the mean AP, 0-100."""
+    order = torch.sort(-scores.double(), dim=1, stable=True).indices
+    rel = (torch.gather(targets, 1, order) > 1e-3).double()
+    count = rel.sum(1)
+    keep = count > 0
+    if not keep.any():
+        return float("nan")
+    rel = rel[keep]
+    ranks = torch.arange(1, rel.shape[1] + 1, dtype=torch.float64)
+    hits = rel.cumsum(1)
+    ap = (rel * hits / ranks).sum(1) / count[keep]
+    return float(ap.mean()) * 100.0
+
+
+def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """Wilson score interval of a proportion, 0-100."""
+    if n == 0:
+        return float("nan"), float("nan")
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return float(centre - half) * 100.0, float(centre + half) * 100.0

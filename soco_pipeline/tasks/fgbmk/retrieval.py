@@ -1,0 +1,171 @@
+"""FG-BMK's open-set retrieval (its eval_retrieval.py), on cached global features.
+
+- A grid of linear projections to `embed_dim` (512), one per (n_blocks, avgpool, lr) as in the probe, trained
+  with F.triplet_margin_loss(anchor, positive, negative) on triplets from train images of EVEN class ids
+  only (odd classes stay unseen, which makes the test open-set). Positive: a random other image sharing a
+  class with the anchor (itself when it is alone). Negative: `uniform`, any even-class train image, is the
+  published behaviour (its `idx2cls[neg] == target` check compares an int with a list and never fires, so a
+  negative may share the anchor's class); `other_class` redraws those.
+- Queries: every test image; gallery: the train images of all classes, shuffled (seeded) and capped at
+  `gallery_cap` (20,000).
+- Similarity: minus the Euclidean distance between projections. Class scores: for each class the similarity
+  of the nearest of the top-k (10) neighbours holding it, -1e4 for a class none of them holds; softmaxed.
+- Reported: recall@1 (macro) and RetrievalMAP of those scores against the (multi-)hot label; the best head
+  is the one with the highest recall@1 on the queries (published: picked on the evaluation split).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+
+from soco_pipeline.tasks.fgbmk.config import RetrievalConfig
+from soco_pipeline.tasks.fgbmk.global_features import GlobalFeatures
+from soco_pipeline.tasks.fgbmk.linear_probe import (
+    HeadGrid,
+    batch_stream,
+    build_grid,
+    make_optimizer,
+    single_thread,
+)
+from soco_pipeline.tasks.fgbmk.metrics import macro_recall_at_1, retrieval_map
+
+NO_NEIGHBOUR = -1e4
+
+
+def as_label_lists(labels) -> list[list[int]]:
+    """Labels as lists (an int per row, or a list of ints for multi-label rows)."""
+    return [[int(v)] if np.ndim(v) == 0 else [int(x) for x in v] for v in labels]
+
+
+def multi_hot(labels: list[list[int]], num_classes: int) -> torch.Tensor:
+    """(N, C) float one-/multi-hot targets."""
+    out = torch.zeros(len(labels), num_classes)
+    rows = torch.tensor([i for i, lab in enumerate(labels) for _ in lab], dtype=torch.long)
+    cols = torch.tensor([c for lab in labels for c in lab], dtype=torch.long)
+    out[rows, cols] = 1.0
+    return out
+
+
+@dataclass(frozen=True)
+class TripletSampler:
+    """Triplet rows from the even-class train images (published: has_known=True, has_unknown=False)."""
+
+    rows: np.ndarray  # train rows kept (at least one even label)
+    labels: list[list[int]]  # their even labels
+    negative: str
+    seed: int
+
+    @classmethod
+    def from_labels(cls, labels, negative: str = "uniform", seed: int = 0) -> TripletSampler:
+        """Keep each row's even labels; drop rows with none."""
+        lists = as_label_lists(labels)
+        even = [[c for c in lab if c % 2 == 0] for lab in lists]
+        rows = np.array([i for i, lab in enumerate(even) if lab], dtype=np.int64)
+        if len(rows) == 0:
+            raise ValueError("retrieval: no train image has an even class id; the projection has nothing to learn")
+        return cls(rows, [even[i] for i in rows], negative, seed)
+
+    def triplets(self, batch_size: int, iterations: int) -> np.ndarray:
+        """(iterations, batch_size, 3) train-row indices (anchor, positive, negative), seeded."""
+        rng = np.random.default_rng([int(self.seed), 0x7219])
+        n = len(self.rows)
+        single = np.array([len(lab) == 1 for lab in self.labels])
+        first = np.array([lab[0] for lab in self.labels])
+        # Single-label rows: members of each class contiguous in `by_class`; a positive is a uniform draw among
+        # the anchor's class mates other than itself (itself when alone).
+        by_class = np.argsort(first, kind="stable")
+        starts = np.searchsorted(first[by_class], first)
+        counts = np.bincount(first, minlength=int(first.max()) + 1)[first]
+        rank = np.empty(n, dtype=np.int64)
+        rank[by_class] = np.arange(n) - np.searchsorted(first[by_class], first[by_class])
+        stream = batch_stream(n, batch_size, self.seed)
+        anchors = np.stack([next(stream).numpy() for _ in range(iterations)]) if iterations else \
+            np.empty((0, batch_size), dtype=np.int64)
+        r = np.floor(rng.random(anchors.shape) * np.maximum(counts[anchors] - 1, 1)).astype(np.int64)
+        r = np.where(counts[anchors] > 1, r + (r >= rank[anchors]), rank[anchors])
+        pos = by_class[starts[anchors] + r]
+        for it, b in zip(*np.nonzero(~single[anchors]), strict=True):  # multi-label anchors: any class shared
+            a = anchors[it, b]
+            pool = [j for j in range(n) if j != a and set(self.labels[j]) & set(self.labels[a])] or [a]
+            pos[it, b] = pool[int(rng.integers(len(pool)))]
+        neg = rng.integers(0, n, size=anchors.shape)
+        if self.negative == "other_class":
+            for _ in range(100):
+                same = (first[neg] == first[anchors]) & single[neg] & single[anchors]
+                if not same.any():
+                    break
+                neg[same] = rng.integers(0, n, size=int(same.sum()))
+        return self.rows[np.stack([anchors, pos, neg], axis=-1)]
+
+
+def class_scores(query: torch.Tensor, gallery: torch.Tensor, gallery_targets: torch.Tensor, top_k: int) -> torch.Tensor:
+    """Softmaxed class scores of each query from its top-k gallery neighbours (nearest wins per class)."""
+    sim = -torch.cdist(query, gallery)
+    k = min(top_k, gallery.shape[0])
+    values, idx = sim.topk(k, dim=1)
+    logits = torch.full((query.shape[0], gallery_targets.shape[1]), NO_NEIGHBOUR)
+    for i in range(k - 1, -1, -1):  # farthest first, so the nearest neighbour holding a class writes last
+        logits = torch.where(gallery_targets[idx[:, i]] > 0.999, values[:, i : i + 1].expand_as(logits), logits)
+    return logits.softmax(-1)
+
+
+@dataclass
+class RetrievalResult:
+    """The grid's scores on the queries, the best head and its scores."""
+
+    heads: pd.DataFrame  # name, n_blocks, avgpool, lr, recall_at_1, map
+    best: str
+    recall_at_1: float
+    map: float
+    gallery_size: int
+    iterations: int
+    seconds: float
+    grid: HeadGrid = field(repr=False)
+    triplets: np.ndarray = field(repr=False)
+
+
+def train_retrieval(train: GlobalFeatures, train_labels, test: GlobalFeatures, test_labels, config: RetrievalConfig,
+                    seed: int = 0, num_classes: int | None = None) -> RetrievalResult:
+    """Train the projection grid on even-class triplets and score every head on test queries vs the train gallery."""
+    train_lists, test_lists = as_label_lists(train_labels), as_label_lists(test_labels)
+    k = int(num_classes if num_classes is not None else max(c for lab in train_lists + test_lists for c in lab) + 1)
+    sampler = TripletSampler.from_labels(train_lists, config.negative, seed)
+    triplets = sampler.triplets(config.batch_size, config.max_iter)
+    grid = build_grid(train, config.embed_dim, config, seed)
+    opt, sched = make_optimizer(grid, config)
+    x_train = grid.inputs(train)
+    keys = [(c[0], c[1]) for c in grid.configs]
+    t0 = time.perf_counter()
+    with single_thread():
+        for it in range(config.max_iter):
+            flat = torch.from_numpy(triplets[it].T.reshape(-1))  # anchors, then positives, then negatives
+            batch = {key: x[flat] for key, x in x_train.items()}
+            loss = sum(F.triplet_margin_loss(*h(batch[key]).chunk(3), margin=config.margin)
+                       for h, key in zip(grid.heads, keys, strict=True))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            sched.step()
+    seconds = time.perf_counter() - t0
+    g = torch.Generator().manual_seed(int(seed) + 1)
+    gallery_rows = torch.randperm(len(train), generator=g)[: config.gallery_cap]
+    gallery_targets = multi_hot([train_lists[i] for i in gallery_rows.tolist()], k)
+    targets = multi_hot(test_lists, k)
+    x_test = grid.inputs(test)
+    rows = []
+    with torch.no_grad():
+        for name, c, h in zip(grid.names, grid.configs, grid.heads, strict=True):
+            key = (c[0], c[1])
+            scores = class_scores(h(x_test[key]), h(x_train[key][gallery_rows]), gallery_targets, config.top_k)
+            rows.append({"name": name, "n_blocks": c[0], "avgpool": c[1], "lr": c[2],
+                         "recall_at_1": macro_recall_at_1(scores, targets), "map": retrieval_map(scores, targets)})
+    table = pd.DataFrame(rows)
+    best = int(np.nan_to_num(table.recall_at_1.to_numpy(), nan=-1).argmax())
+    return RetrievalResult(table, table.name[best], float(table.recall_at_1[best]), float(table["map"][best]),
+                           len(gallery_rows), config.max_iter, seconds, grid, triplets)

@@ -1,0 +1,66 @@
+"""The fgbmk Dagster group end to end on a tiny set: items, questions, a backbone and an LVLM partition,
+the leaderboard; the tables land where tables.py says."""
+
+from __future__ import annotations
+
+import dagster as dg
+import yaml
+
+from soco_pipeline.defs.definitions import build_definitions
+from soco_pipeline.lvlm.server import serve
+from soco_pipeline.storage import PROJECT_ROOT, read_parquet
+from soco_pipeline.tables import table_for
+
+TINY = {
+    "embedded": {"images_per_subclass": {"train": 2, "test": 1}, "workers": 1, "image_size": 64,
+                 "subclasses": ["zebra", "horse", "donkey", "cat", "taxi", "car"]},
+    "linear_probe": {"learning_rates": [0.01, 0.05], "epochs": 1, "epoch_length": 5, "batch_size": 8},
+    "retrieval": {"learning_rates": [0.05], "epochs": 1, "epoch_length": 5, "batch_size": 8, "embed_dim": 8},
+    "robustness": {"epsilons": [2], "pgd_steps": 1, "noise_sigmas": [8], "max_images": 4},
+    "questions": {"images_per_subclass": 1},
+    "global_features": {"resize": 64, "crop": 64},
+}
+
+
+def test_fgbmk_group_end_to_end(tmp_path, monkeypatch):
+    doc = yaml.safe_load((PROJECT_ROOT / "assets" / "fgbmk.yaml").read_text())
+    for key, value in TINY.items():
+        doc[key] = {**doc[key], **value}
+    (tmp_path / "fgbmk.yaml").write_text(yaml.safe_dump(doc))
+    monkeypatch.setenv("SOCO_FGBMK_CONFIG", str(tmp_path / "fgbmk.yaml"))
+    backbones, lvlms = tmp_path / "backbones", tmp_path / "lvlms"
+    backbones.mkdir()
+    (tmp_path / "home").mkdir()
+    lvlms.mkdir()
+    (backbones / "vit_tiny.yaml").write_text(
+        "kind: timm\nmodel: vit_tiny_patch16_224\nweights: none\ninput: {nearest_multiple: 224}\n"
+        "normalisation: clip\ndevice: cpu\nseed: 0\n")
+    storage = tmp_path / "storage"
+    defs = build_definitions(storage_root=str(storage), backbones_dir=str(backbones), lvlms_dir=str(lvlms),
+                             device="cpu")
+    with serve(lambda request, body: "yes") as server, \
+            dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
+        (lvlms / "always_yes.yaml").write_text(
+            f"backend: openai\nmodel: m\nbase_url: {server.base_url}\nmax_concurrency: 2\nretries: 1\n")
+        instance.add_dynamic_partitions("backbones", ["vit_tiny"])
+        instance.add_dynamic_partitions("lvlms", ["always_yes"])
+
+        def run(*keys, partition=None):
+            result = dg.materialize(list(defs.assets), selection=dg.AssetSelection.assets(*keys), instance=instance,
+                                    resources=defs.resources, partition_key=partition)
+            assert result.success
+
+        run("fgbmk_items", "fgbmk_questions")
+        run("fgbmk_global_features", "fgbmk_metrics", "fgbmk_robustness", partition="vit_tiny")
+        run("fgbmk_answers", "fgbmk_lvlm_metrics", partition="always_yes")
+        run("fgbmk_leaderboard")
+    tables = str(storage / "tables")
+    metrics = read_parquet(table_for("fgbmk_metrics").path(tables, "vit_tiny"))
+    assert set(metrics.scope) == {"across", "within"} and set(metrics.level) == {"superclass", "class", "subclass"}
+    rob = read_parquet(table_for("fgbmk_robustness").path(tables, "vit_tiny"))
+    assert {"clean", "fgsm", "pgd", "gaussian"} == set(rob.attack)
+    answers = read_parquet(table_for("fgbmk_answers").path(tables, "always_yes"))
+    tf = answers[answers.form == "true_false"]
+    assert tf.correct.mean() == (tf["class"] == "yes").mean()
+    board = read_parquet(table_for("fgbmk_leaderboard").path(tables))
+    assert set(board.kind) == {"backbone", "lvlm"} and board.simulated.all()
