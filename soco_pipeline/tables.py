@@ -74,6 +74,16 @@ TABLES: tuple[Table, ...] = (
     Table("fgbmk_answers", "fgbmk_answers", partitioned=True),
     Table("fgbmk_lvlm_metrics", "fgbmk_lvlm_metrics", partitioned=True),
     Table("fgbmk_leaderboard", "fgbmk_leaderboard"),
+    # TPIPS (soco_pipeline/defs/tpips/); judgements simulated
+    Table("tpips_images", "tpips_images"),
+    Table("tpips_ooo", "tpips_ooo"),
+    Table("tpips_afc", "tpips_afc"),
+    Table("tpips_pixel_baselines", "tpips_pixel_baselines"),
+    Table("tpips_features", "tpips_features", partitioned=True),
+    Table("tpips_baseline_scores", "tpips_baseline_scores", partitioned=True),
+    Table("tpips_learned", "tpips_learned", partitioned=True),
+    Table("tpips_lvlm_answers", "tpips_lvlm_answers", partitioned=True),
+    Table("tpips_leaderboard", "tpips_leaderboard"),
     # per-sample input hashes of the evaluated pairs (soco_pipeline/defs/trust.py, docs/results.md)
     Table("sample_hashes", "sample_hashes"),
 )

@@ -60,7 +60,7 @@ def test_definitions_load_with_groups_and_descriptions():
     defs = build_definitions()
     graph = defs.resolve_asset_graph()
     groups = {graph.get(k).group_name for k in graph.get_all_asset_keys()}
-    assert groups == {"data", "pairs", "features", "evaluation", "lvlm", "analysis", "mmvm", "fgbmk"}
+    assert groups == {"data", "pairs", "features", "evaluation", "lvlm", "analysis", "mmvm", "fgbmk", "tpips"}
     for key in graph.get_all_asset_keys():
         assert graph.get(key).description, f"{key} has no description"
     assert {s.name for s in defs.sensors} >= {"backbone_specs_sensor"}

@@ -12,6 +12,7 @@ from soco_pipeline.defs import (
     lvlm,
     mmvm,
     pair_assets,
+    tpips,
     trust,
 )
 from soco_pipeline.defs.executors import executor_for_profile, profile
@@ -31,9 +32,9 @@ def build_definitions(**overrides) -> dg.Definitions:
     settings: Settings = soco.settings()
     return dg.Definitions(
         assets=dg.load_assets_from_modules(
-            [data_assets, pair_assets, backbone_assets, lvlm, analysis, mmvm, fgbmk, trust]
+            [data_assets, pair_assets, backbone_assets, lvlm, analysis, mmvm, fgbmk, tpips, trust]
         ),
-        asset_checks=dg.load_asset_checks_from_modules([data_assets, pair_assets, backbone_assets, lvlm, fgbmk]),
+        asset_checks=dg.load_asset_checks_from_modules([data_assets, pair_assets, backbone_assets, lvlm, fgbmk, tpips]),
         jobs=[automation.backbone_job, lvlm.lvlm_job],
         sensors=[
             automation.backbone_specs_sensor,

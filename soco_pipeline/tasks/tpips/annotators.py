@@ -1,0 +1,111 @@
+"""Simulated annotators: a noisy-observer model of odd-one-out and 2AFC judgements (NOT human judgements).
+
+Model (our choice; the pruning and normalisation are the published ones). For one (item, aspect) the options'
+distances are d_k: for odd-one-out the pair distance d̄_k of the pair that excludes image k, for 2AFC the
+distance of x_k to the reference. An observer picks option k with probability softmax(-d_k / temperature)
+(a Luce choice with noise set by the temperature) and says "cannot tell" with probability
+exp(-gap / cannot_tell_margin), gap = the difference of the two smallest distances (too close to call).
+
+`vote_mode: expected` (default) gives each (item, aspect) the expected votes of `n_annotators` such observers,
+rounded to whole votes (largest remainders): deterministic, and the plurality is always the option with the
+smallest distance, so an oracle that knows the distances reaches the best achievable agreement mean max_k y_k.
+`vote_mode: sampled` draws every annotator instead, each perceiving the distances with Gaussian noise
+(`noise_sd`) and saying "cannot tell" when its two smallest perceived distances are within the margin: finite-
+sample noise like a real panel, where even the oracle falls below mean max_k y_k.
+
+An (item, aspect) with >= `prune_cannot_tell` "cannot tell" is removed (published); the remaining votes are
+normalised to y (published: y ∈ Δ³ for odd-one-out; 2AFC items with a tie are removed too).
+Every call is seeded per item, so the votes do not depend on the order of the items.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import pandas as pd
+
+from .config import ObserverConfig
+
+JUDGEMENTS = "simulated"  # the value of every table's `judgements` column
+
+
+def _item_rng(seed: int, item_id: str, aspect: str) -> np.random.Generator:
+    return np.random.default_rng([int(seed), zlib.crc32(item_id.encode()), zlib.crc32(aspect.encode())])
+
+
+def _softmax(logits: np.ndarray) -> np.ndarray:
+    p = np.exp(logits - logits.max(-1, keepdims=True))
+    return p / p.sum(-1, keepdims=True)
+
+
+def expected_votes(distances: np.ndarray, obs: ObserverConfig) -> tuple[np.ndarray, np.ndarray]:
+    """Votes (N, K) and cannot-tell counts (N,): the expected choices of the panel, rounded by largest remainder."""
+    d = np.asarray(distances, float)
+    n_ann = obs.n_annotators
+    srt = np.sort(d, axis=1)
+    p_ct = np.exp(-(srt[:, 1] - srt[:, 0]) / obs.cannot_tell_margin)
+    cannot = np.rint(n_ann * p_ct).astype(np.int64)
+    m = n_ann - cannot
+    share = m[:, None] * _softmax(-d / obs.temperature)
+    votes = np.floor(share + 1e-9).astype(np.int64)
+    left = m - votes.sum(1)
+    # remaining seats by largest remainder; ties go to the more probable (then the first) option
+    order = np.lexsort((np.arange(d.shape[1])[None, :].repeat(len(d), 0), -share, -(share - votes)), axis=1)
+    rank = np.empty_like(order)
+    np.put_along_axis(rank, order, np.arange(d.shape[1])[None, :].repeat(len(d), 0), axis=1)
+    votes += (rank < left[:, None]).astype(np.int64)
+    return votes, cannot
+
+
+def observe(distances: np.ndarray, ids: list[str], aspect: str, obs: ObserverConfig, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Votes (N, K) and cannot-tell counts (N,) of `n_annotators` simulated observers (see the module doc).
+
+    `distances` (N, K): for odd-one-out the pair distances excluding option k (K = 3); for 2AFC the option's
+    distance to the reference (K = 2). In both the favoured option is the one with the smallest distance.
+    """
+    if obs.vote_mode == "expected":
+        return expected_votes(distances, obs)
+    n, k = distances.shape
+    votes = np.zeros((n, k), np.int64)
+    cannot = np.zeros(n, np.int64)
+    for i, item in enumerate(ids):
+        rng = _item_rng(seed, item, aspect)
+        noisy = distances[i][None, :] + rng.normal(0, obs.noise_sd, (obs.n_annotators, k))
+        srt = np.sort(noisy, axis=1)
+        unsure = (srt[:, 1] - srt[:, 0]) < obs.cannot_tell_margin
+        logits = -noisy / obs.temperature
+        p = np.exp(logits - logits.max(1, keepdims=True))
+        p /= p.sum(1, keepdims=True)
+        u = rng.random(obs.n_annotators)[:, None]
+        pick = (u > np.cumsum(p, 1)).sum(1).clip(0, k - 1)
+        votes[i] = np.bincount(pick[~unsure], minlength=k)
+        cannot[i] = int(unsure.sum())
+    return votes, cannot
+
+
+def normalise(votes: np.ndarray, cannot_tell: np.ndarray, prune_cannot_tell: int = 3,
+              drop_ties: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """(keep mask (N,), y (N, K)): rows with >= prune_cannot_tell "cannot tell" (or no vote) removed, votes / sum.
+
+    drop_ties also removes rows whose top vote count is shared (the 2AFC rule).
+    """
+    votes = np.asarray(votes, float)
+    total = votes.sum(1)
+    keep = (np.asarray(cannot_tell) < prune_cannot_tell) & (total > 0)
+    if drop_ties:
+        top = votes.max(1, keepdims=True)
+        keep &= (votes == top).sum(1) == 1
+    y = np.divide(votes, total[:, None], out=np.zeros_like(votes), where=total[:, None] > 0)
+    return keep, y
+
+
+def consensus(y: np.ndarray) -> np.ndarray:
+    """Human (here: simulated) consensus per row: Σ_k y_k², the agreement of a random rater with another."""
+    return (np.asarray(y, float) ** 2).sum(1)
+
+
+def vote_table(ids: list[str], aspect: str, votes: np.ndarray, cannot: np.ndarray) -> pd.DataFrame:
+    """Long-form votes of one aspect (one row per item) with the `judgements` marker."""
+    return pd.DataFrame({"item_id": ids, "aspect": aspect, "votes": list(votes.tolist()),
+                         "cannot_tell": cannot.astype(np.int64), "judgements": JUDGEMENTS})

@@ -1,0 +1,108 @@
+"""Aspect-agnostic baselines and an aspect-distance oracle, as pair similarities over image positions.
+
+Every method is `sim(a, b, aspects) -> (M,)`: the similarity of image rows a[m], b[m] (higher = more similar)
+under aspect aspects[m] (the agnostic ones ignore it). `ooo_scores` turns it into odd-one-out scores: column k
+is the similarity of the pair that excludes image k, so argmax picks the odd image; `afc_scores` gives the
+similarity of x0 and x1 to the reference.
+
+- random: seeded uniform scores (chance 1/3 and 1/2); constant: always the first option;
+- l2: minus the mean squared pixel difference; ssim: scikit-image's SSIM (colour, data range 255);
+- lpips_style[b]: minus Σ_ℓ mean_t ‖φ_ℓ(x)_t − φ_ℓ(y)_t‖² over the unit-normalised tokens of the backbone's
+  layers: LPIPS without its learned channel weights (uncalibrated: those weights are not available offline);
+- cosine[b]: cosine of the global embeddings (class token or mean token);
+- oracle: minus the true aspect distance (for tests: it reaches the best achievable agreement).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pandas as pd
+
+from .aspects import PAIRS, aspect_distance
+from .config import TpipsConfig
+from .features import TpipsFeatures
+
+SimFn = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+AGNOSTIC_NOTE = "aspect-agnostic"
+
+
+def ooo_positions(ooo: pd.DataFrame, ids: list[str]) -> np.ndarray:
+    """(N, 3) row positions of each OOO row's three images in `ids`."""
+    pos = {k: i for i, k in enumerate(ids)}
+    try:
+        return np.array([[pos[r] for r in row] for row in ooo[["image_0", "image_1", "image_2"]].to_numpy()], np.int64)
+    except KeyError as e:
+        raise KeyError(f"OOO image {e.args[0]!r} is missing from the image table") from None
+
+
+def afc_positions(afc: pd.DataFrame, ids: list[str]) -> np.ndarray:
+    """(N, 3) row positions of each 2AFC row's ref, x0, x1 in `ids`."""
+    pos = {k: i for i, k in enumerate(ids)}
+    try:
+        return np.array([[pos[r] for r in row] for row in afc[["ref", "x0", "x1"]].to_numpy()], np.int64)
+    except KeyError as e:
+        raise KeyError(f"2AFC image {e.args[0]!r} is missing from the image table") from None
+
+
+def ooo_scores(sim: SimFn, pos: np.ndarray, aspects: np.ndarray) -> np.ndarray:
+    """(N, 3): column k = similarity of the pair excluding image k."""
+    return np.column_stack([sim(pos[:, i], pos[:, j], aspects) for i, j in PAIRS])
+
+
+def afc_scores(sim: SimFn, pos: np.ndarray, aspects: np.ndarray) -> np.ndarray:
+    """(N, 2): similarity of x0 and of x1 to the reference."""
+    return np.column_stack([sim(pos[:, 0], pos[:, 1], aspects), sim(pos[:, 0], pos[:, 2], aspects)])
+
+
+def random_sim(seed: int) -> SimFn:
+    """Seeded uniform scores: chance agreement."""
+    rng = np.random.default_rng([int(seed), 0xDA7])
+    return lambda a, b, c: rng.random(len(a))
+
+
+def constant_sim(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """The same score everywhere: argmax picks the first option."""
+    return np.zeros(len(a))
+
+
+def l2_sim(pixels: np.ndarray) -> SimFn:
+    """Minus the mean squared difference of pixels (N, H, W, 3) in [0, 1]."""
+    flat = pixels.reshape(len(pixels), -1).astype(np.float32) / 255.0
+    return lambda a, b, c: -((flat[a] - flat[b]) ** 2).mean(1)
+
+
+def ssim_sim(pixels: np.ndarray) -> SimFn:
+    """scikit-image SSIM of each pair (colour, data range 255)."""
+    from skimage.metrics import structural_similarity
+
+    def sim(a, b, c):
+        return np.array([structural_similarity(pixels[i], pixels[j], channel_axis=-1, data_range=255)
+                         for i, j in zip(a, b, strict=True)])
+    return sim
+
+
+def lpips_style_sim(feats: TpipsFeatures) -> SimFn:
+    """Minus Σ_ℓ mean_t ‖φ_ℓ(x)_t − φ_ℓ(y)_t‖² over unit-normalised tokens (uncalibrated LPIPS)."""
+    layers = [f / (np.linalg.norm(f, axis=2, keepdims=True) + 1e-8) for f in feats.layers]
+    return lambda a, b, c: -sum(((f[a] - f[b]) ** 2).sum(2).mean(1) for f in layers)
+
+
+def cosine_sim(feats: TpipsFeatures) -> SimFn:
+    """Cosine of the global embeddings."""
+    g = feats.globals_
+    return lambda a, b, c: (g[a] * g[b]).sum(1)
+
+
+def oracle_sim(values: pd.DataFrame, ids: list[str], cfg: TpipsConfig) -> SimFn:
+    """Minus the true aspect distance (knows every recorded aspect value)."""
+    v = values.set_index("image_id").loc[ids].reset_index()
+
+    def sim(a, b, c):
+        out = np.empty(len(a))
+        for aspect in np.unique(c):
+            m = c == aspect
+            out[m] = -aspect_distance(str(aspect), v.iloc[a[m]], v.iloc[b[m]], cfg)
+        return out
+    return sim

@@ -1,0 +1,84 @@
+"""TPIPS features through the shared cache: derived specs (input size, extra layers), token and global arrays.
+
+TPIPS images are small squares, so each backbone is extracted at the config's `input_size` (a derived spec:
+its own spec_hash folder in the same cache, never a second extractor). Mid fusion reads several layers: for
+kinds listed under `features.layers` (timm block indices, packaged stage choices) each layer is one more
+derived spec; other kinds give one layer (their cached map). Oracle backbones read SOCO part maps and do not
+apply to these images (`not_applicable` names the reason).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import numpy as np
+import pandas as pd
+
+from soco_pipeline.backbones.spec import BackboneSpec, InputPolicy
+from soco_pipeline.features.extract import extract_features
+from soco_pipeline.features.store import FeatureStore
+
+from .config import TpipsConfig
+
+
+def not_applicable(spec: BackboneSpec, cfg: TpipsConfig) -> str:
+    """The reason a backbone cannot score TPIPS images ("" when it can)."""
+    return cfg.features.not_applicable.get(spec.kind, "")
+
+
+def layer_specs(spec: BackboneSpec, cfg: TpipsConfig, device: str | None = None) -> list[BackboneSpec]:
+    """The derived specs of one backbone for TPIPS: the first is the main layer (its global embedding)."""
+    base = dataclasses.replace(spec, input=InputPolicy("nearest_multiple", cfg.features.input_size),
+                               device=device or spec.device)
+    layers = cfg.features.layers.get(spec.kind)
+    if not layers:
+        return [base]
+    opts = dict(base.options)
+    return [dataclasses.replace(base, options=tuple({**opts, "layer": layer}.items())) for layer in layers]
+
+
+def extract_tpips(spec: BackboneSpec, images: pd.DataFrame, cache_root: str, cfg: TpipsConfig,
+                  device: str | None = None, log: Callable[[str], None] | None = None) -> list[pd.DataFrame]:
+    """Extract every layer spec of a backbone for the images (cached; resumable); one manifest per layer."""
+    reason = not_applicable(spec, cfg)
+    if reason:
+        raise ValueError(f"backbone {spec.name!r} does not apply to TPIPS images: {reason}")
+    return [extract_features(s, images, cache_root, {"device": device} if device else None, log=log)
+            for s in layer_specs(spec, cfg, device)]
+
+
+@dataclasses.dataclass
+class TpipsFeatures:
+    """Per image (rows in `image_ids` order): tokens per layer (N, T, C_l) and a global embedding (N, C)."""
+
+    image_ids: list[str]
+    layers: list[np.ndarray]
+    globals_: np.ndarray
+
+    def index(self, ids) -> np.ndarray:
+        """Row positions of image ids."""
+        pos = {k: i for i, k in enumerate(self.image_ids)}
+        try:
+            return np.array([pos[i] for i in ids], dtype=np.int64)
+        except KeyError as e:
+            raise KeyError(f"image {e.args[0]!r} has no TPIPS features; extract features for it first") from None
+
+
+def load_tpips_features(spec: BackboneSpec, image_ids: list[str], cache_root: str, cfg: TpipsConfig,
+                        device: str | None = None) -> TpipsFeatures:
+    """Read the cached layer maps as token arrays; the global embedding is the class token (ViTs) or the mean
+    token of the main layer, L2-normalised."""
+    layers, glob = [], None
+    for k, s in enumerate(layer_specs(spec, cfg, device)):
+        store = FeatureStore.for_spec(cache_root, s)
+        maps = np.stack([m for m, _ in store.get_many(image_ids)])  # N, C, h, w
+        tokens = maps.reshape(maps.shape[0], maps.shape[1], -1).transpose(0, 2, 1).astype(np.float32)
+        layers.append(tokens)
+        if k == 0:
+            if store.has_class_token:
+                glob = np.stack([store.class_token(i) for i in image_ids])
+            else:
+                glob = tokens.mean(1)
+    glob = glob / (np.linalg.norm(glob, axis=1, keepdims=True) + 1e-8)
+    return TpipsFeatures(list(image_ids), layers, glob.astype(np.float32))

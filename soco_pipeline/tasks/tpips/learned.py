@@ -1,0 +1,237 @@
+"""Learned aspect-conditioned metrics on frozen backbone features, trained on odd-one-out votes.
+
+f_θ(x_i, x_j | c) gives the three pair similarities; the predicted odd-one-out distribution is
+softmax(s̄ / τ) with s̄_k = s(pair excluding k), trained with cross-entropy against y (published). τ is learned
+(log-parametrised, from `tau_init`) or fixed by config. Full-batch Adam, early stopping on the val loss.
+
+- late fusion: z(x, c) = W (e(x) ⊙ g(c)), s = cos(z_i, z_j); e = the global embedding (class token or mean
+  token) beside every layer's tokens average-pooled to a `late_grid` x `late_grid` layout (1: the mean token),
+  each L2-normalised; g(c) = 1 + MLP(a(c)) a per-aspect channel gate (an aspect-conditioned projection of the
+  embedding); `proj_dim` 0 leaves W out (the gate alone);
+- mid fusion (published form): f = −Σ_ℓ (1/T) Σ_t ‖w_ℓ(c) ⊙ (φ_ℓ(x_i)_t − φ_ℓ(x_j)_t)‖² with unit-normalised
+  tokens φ_ℓ and w_ℓ(c) = softplus(MLP(a(c))) per channel, started at w = 1 (the uncalibrated LPIPS-style
+  distance);
+- ablations: `mid_unconditioned` (one learned w shared by all aspects) and `mid_frozen` (w = 1, nothing
+  learned, no conditioning: the LPIPS-style baseline).
+
+Aspect text -> a(c): no backbone spec here provides a text encoder, so a(c) is a learned embedding over the
+config's aspect vocabulary; an aspect outside it is refused with an error naming the vocabulary.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import nn
+
+from .aspects import PAIRS
+from .config import LearnedConfig
+from .features import TpipsFeatures
+
+KINDS = ("late", "mid", "mid_unconditioned", "mid_frozen")
+
+
+class AspectVocab:
+    """Aspect strings -> ids over a closed vocabulary (the config's `aspects`)."""
+
+    def __init__(self, aspects: list[str]):
+        self.aspects = list(aspects)
+        self._ids = {a: i for i, a in enumerate(self.aspects)}
+
+    def encode(self, aspects) -> torch.Tensor:
+        """Ids of aspect strings; an empty or unseen aspect raises a ValueError naming the vocabulary."""
+        out = []
+        for a in aspects:
+            if not isinstance(a, str) or not a.strip():
+                raise ValueError("empty aspect: the learned metrics need an aspect text such as 'colour'")
+            if a not in self._ids:
+                raise ValueError(
+                    f"unseen aspect {a!r}: this metric embeds a closed vocabulary {self.aspects} (no text encoder "
+                    f"in the backbone spec); train it with the aspect in assets/tpips.yaml 'aspects'")
+            out.append(self._ids[a])
+        return torch.tensor(out, dtype=torch.long)
+
+
+def _unit(x: torch.Tensor) -> torch.Tensor:
+    return x / (x.norm(dim=-1, keepdim=True) + 1e-8)
+
+
+class LateFusion(nn.Module):
+    """Aspect-gated projection of a global embedding, compared by cosine."""
+
+    def __init__(self, emb: torch.Tensor, n_aspects: int, cfg: LearnedConfig):
+        super().__init__()
+        self.register_buffer("emb", emb)
+        d = emb.shape[1]
+        self.aspect = nn.Embedding(n_aspects, cfg.aspect_dim)
+        self.gate = nn.Sequential(nn.Linear(cfg.aspect_dim, cfg.hidden), nn.ReLU(), nn.Linear(cfg.hidden, d))
+        nn.init.zeros_(self.gate[2].weight)
+        nn.init.zeros_(self.gate[2].bias)
+        # proj_dim 0: the gate alone (a per-aspect diagonal projection; fewer parameters for small data)
+        self.proj = nn.Linear(d, cfg.proj_dim, bias=False) if cfg.proj_dim else nn.Identity()
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+        g = 1.0 + self.gate(self.aspect(c))
+        za, zb = _unit(self.proj(self.emb[a] * g)), _unit(self.proj(self.emb[b] * g))
+        return (za * zb).sum(1)
+
+
+class MidFusion(nn.Module):
+    """−Σ_ℓ mean_t ‖w_ℓ(c) ⊙ Δφ_ℓ,t‖² with w from an MLP on the aspect embedding (or shared, or fixed at 1)."""
+
+    def __init__(self, layers: list[torch.Tensor], n_aspects: int, cfg: LearnedConfig, mode: str = "conditioned"):
+        super().__init__()
+        self.layers = [_unit(f) for f in layers]
+        self.sizes = [f.shape[2] for f in layers]
+        total = sum(self.sizes)
+        self.mode = mode
+        self.aspect = nn.Embedding(n_aspects, cfg.aspect_dim)
+        self.mlp = nn.Sequential(nn.Linear(cfg.aspect_dim, cfg.hidden), nn.ReLU(), nn.Linear(cfg.hidden, total))
+        nn.init.zeros_(self.mlp[2].weight)
+        nn.init.constant_(self.mlp[2].bias, float(np.log(np.e - 1.0)))  # softplus -> 1
+        self.shared = nn.Parameter(torch.full((total,), float(np.log(np.e - 1.0))))
+
+    def weights(self, c: torch.Tensor) -> torch.Tensor:
+        """Per-channel weights w(c) (M, Σ C_ℓ) for aspect ids c."""
+        if self.mode == "conditioned":
+            return nn.functional.softplus(self.mlp(self.aspect(c)))
+        if self.mode == "shared":
+            return nn.functional.softplus(self.shared).expand(len(c), -1)
+        return torch.ones(len(c), sum(self.sizes))
+
+    def diffs(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """(M, Σ C_ℓ): per layer and channel, the token-mean of the squared difference (no parameters)."""
+        return torch.cat([((f[a] - f[b]) ** 2).mean(1) for f in self.layers], 1)
+
+    def from_diffs(self, d: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+        """Similarity from precomputed diffs."""
+        return -(self.weights(c) ** 2 * d).sum(1)
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+        return self.from_diffs(self.diffs(a, b), c)
+
+
+@dataclass
+class TrainedMetric:
+    """A trained (or fixed) metric with its training record."""
+
+    kind: str
+    model: nn.Module
+    vocab: AspectVocab
+    tau: float
+    epochs: int
+    best_epoch: int
+    seconds: float
+    train_rows: int
+    history: list[dict] = field(default_factory=list)
+
+    @property
+    def triplets_per_second(self) -> float:
+        """Training throughput: (triplet, aspect) rows processed per second, all epochs."""
+        return self.train_rows * self.epochs / max(self.seconds, 1e-9)
+
+    def sim(self, a: np.ndarray, b: np.ndarray, aspects: np.ndarray) -> np.ndarray:
+        """Similarities for image rows a, b under aspect strings (a SimFn for the baselines' scorers)."""
+        with torch.no_grad():
+            c = self.vocab.encode(list(aspects))
+            return self.model(torch.as_tensor(a), torch.as_tensor(b), c).numpy().astype(float)
+
+    def channel_weights(self, aspect: str) -> np.ndarray:
+        """w(c) of a mid-fusion metric for one aspect."""
+        with torch.no_grad():
+            return self.model.weights(self.vocab.encode([aspect]))[0].numpy()
+
+
+def _pooled(tokens: np.ndarray, grid: int) -> np.ndarray:
+    """(N, grid*grid*C): the token map average-pooled to a grid x grid layout (position kept coarsely)."""
+    n, t, c = tokens.shape
+    side = int(round(np.sqrt(t)))
+    m = torch.as_tensor(tokens.reshape(n, side, side, c)).permute(0, 3, 1, 2)
+    p = nn.functional.adaptive_avg_pool2d(m, grid).permute(0, 2, 3, 1)
+    return (p / (p.norm(dim=-1, keepdim=True) + 1e-8)).reshape(n, -1).numpy() / grid
+
+
+def _late_inputs(feats: TpipsFeatures, grid: int = 1) -> torch.Tensor:
+    pooled = [f.mean(1) for f in feats.layers] if grid <= 1 else [_pooled(f, grid) for f in feats.layers]
+    parts = [feats.globals_] + pooled
+    parts = [p / (np.linalg.norm(p, axis=1, keepdims=True) + 1e-8) for p in parts]
+    return torch.as_tensor(np.concatenate(parts, 1), dtype=torch.float32)
+
+
+def _rows(ooo: pd.DataFrame, pos: np.ndarray, vocab: AspectVocab):
+    y = torch.as_tensor(ooo[["y_0", "y_1", "y_2"]].to_numpy(float), dtype=torch.float32)
+    c = vocab.encode(ooo.aspect.tolist())
+    p = torch.as_tensor(pos)
+    return p, c, y
+
+
+def train_metric(kind: str, feats: TpipsFeatures, ooo: pd.DataFrame, pos: np.ndarray, vocab: AspectVocab,
+                 cfg: LearnedConfig) -> TrainedMetric:
+    """Train one metric on the OOO train split (rows of `ooo` with split train / val; `pos` their image rows)."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown metric kind {kind!r}: use one of {KINDS}")
+    torch.manual_seed(cfg.seed)
+    layers = [torch.as_tensor(f, dtype=torch.float32) for f in feats.layers]
+    if kind == "late":
+        model: nn.Module = LateFusion(_late_inputs(feats, cfg.late_grid), len(vocab.aspects), cfg)
+    else:
+        mode = {"mid": "conditioned", "mid_unconditioned": "shared", "mid_frozen": "fixed"}[kind]
+        model = MidFusion(layers, len(vocab.aspects), cfg, mode)
+    log_tau = nn.Parameter(torch.tensor(float(np.log(cfg.tau_init))), requires_grad=cfg.learn_tau)
+    split = ooo.split.to_numpy()
+    tr, va = split == "train", split == "val"
+    if not tr.any():
+        raise ValueError("the OOO set has no train rows: generate more triplets or check the split shares")
+    data = {}
+    for name, m in (("train", tr), ("val", va)):
+        p, c, y = _rows(ooo[m], pos[m], vocab)
+        if isinstance(model, MidFusion):  # the feature part of the distance is fixed: compute it once
+            d = torch.stack([model.diffs(p[:, i], p[:, j]) for i, j in PAIRS], 1)
+        else:
+            d = None
+        data[name] = (p, c, y, d)
+
+    def scores(name: str) -> torch.Tensor:
+        p, c, y, d = data[name]
+        if d is not None:
+            return torch.stack([model.from_diffs(d[:, k], c) for k in range(3)], 1)
+        return torch.stack([model(p[:, i], p[:, j], c) for i, j in PAIRS], 1)
+
+    def loss_of(name: str) -> torch.Tensor:
+        s = scores(name) / log_tau.exp()
+        return -(data[name][2] * torch.log_softmax(s, 1)).sum(1).mean()
+
+    params = [q for q in model.parameters() if q.requires_grad] + ([log_tau] if cfg.learn_tau else [])
+    history: list[dict] = []
+    start = time.perf_counter()
+    epochs = best_epoch = 0
+    if kind != "mid_frozen":
+        opt = torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        best, best_state, since = float("inf"), None, 0
+        for epoch in range(cfg.epochs):
+            model.train()
+            opt.zero_grad()
+            loss = loss_of("train")
+            loss.backward()
+            opt.step()
+            with torch.no_grad():
+                val = float(loss_of("val")) if va.any() else float(loss.detach())
+            history.append({"epoch": epoch, "train_loss": float(loss.detach()), "val_loss": val})
+            epochs = epoch + 1
+            if val < best - 1e-5:
+                best, since, best_epoch = val, 0, epoch
+                best_state = ({k: v.clone() for k, v in model.state_dict().items()}, log_tau.detach().clone())
+            else:
+                since += 1
+                if since >= cfg.patience:
+                    break
+        if best_state is not None:
+            model.load_state_dict(best_state[0])
+            log_tau.data = best_state[1]
+    seconds = time.perf_counter() - start
+    model.eval()
+    return TrainedMetric(kind, model, vocab, float(log_tau.detach().exp()), epochs, best_epoch, seconds, int(tr.sum()), history)

@@ -1,0 +1,60 @@
+"""The tpips Dagster group on tiny data: data assets, one backbone partition (and an oracle marked not
+applicable), the leaderboard with its figure; the blocking schema checks pass."""
+
+from __future__ import annotations
+
+import shutil
+
+import dagster as dg
+import pandas as pd
+import yaml
+
+from soco_pipeline.defs.definitions import build_definitions
+from soco_pipeline.tasks.tpips.config import DEFAULT_PATH
+from soco_pipeline.tasks.tpips.learned import KINDS
+
+DATA = ["tpips_images", "tpips_ooo", "tpips_afc", "tpips_pixel_baselines"]
+PER_BACKBONE = ["tpips_features", "tpips_baseline_scores", "tpips_learned"]
+
+
+def test_tpips_group_end_to_end(tmp_path, monkeypatch):
+    doc = yaml.safe_load(DEFAULT_PATH.read_text())
+    doc["triplets"]["n"], doc["afc"]["n"], doc["learned"]["epochs"] = 8, 4, 5
+    doc["retrieval"]["queries"], doc["features"]["input_size"] = 1, 64
+    cfg_path = tmp_path / "tpips.yaml"
+    cfg_path.write_text(yaml.safe_dump(doc))
+    monkeypatch.setenv("SOCO_TPIPS_CONFIG", str(cfg_path))
+    backbones = tmp_path / "backbones"
+    backbones.mkdir()
+    for name in ("dense_sift", "oracle_part"):
+        shutil.copy(DEFAULT_PATH.parent / "backbones" / f"{name}.yaml", backbones / f"{name}.yaml")
+    storage = tmp_path / "storage"
+    defs = build_definitions(storage_root=str(storage), backbones_dir=str(backbones), lvlms_dir=str(tmp_path),
+                             device="cpu")
+    (tmp_path / "home").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
+        instance.add_dynamic_partitions("backbones", ["dense_sift", "oracle_part"])
+
+        def run(keys, partition=None):
+            result = dg.materialize(list(defs.assets) + list(defs.asset_checks), selection=dg.AssetSelection.assets(*keys),
+                                    instance=instance, resources=defs.resources, partition_key=partition)
+            assert result.success
+            return result
+
+        result = run(DATA)
+        checks = result.get_asset_check_evaluations()
+        assert checks and all(c.passed for c in checks)
+        for b in ("dense_sift", "oracle_part"):
+            run(PER_BACKBONE, partition=b)
+        run(["tpips_leaderboard"])
+    tables = storage / "tables"
+    ooo = pd.read_parquet(tables / "tpips_ooo.parquet")
+    assert (ooo.judgements == "simulated").all() and len(ooo) > 0
+    learned = pd.read_parquet(tables / "tpips_learned" / "dense_sift.parquet")
+    assert set(learned.method) == set(KINDS)
+    oracle = pd.read_parquet(tables / "tpips_learned" / "oracle_part.parquet")
+    assert oracle.method.tolist() == ["n/a"] and "SOCO part maps" in oracle.note.item()
+    board = pd.read_parquet(tables / "tpips_leaderboard.parquet")
+    assert {"lpips_style", "cosine", "mid", "late", "oracle", "random"} <= set(board.method)
+    assert "consensus" in board.columns and board[board.method == "oracle"].ooo.notna().all()
+    assert any((storage / "tpips" / "retrieval" / "dense_sift").glob("*.png"))
