@@ -31,7 +31,7 @@ demo: install $(DAGSTER_HOME)/dagster.yaml
 test: install $(DAGSTER_HOME)/dagster.yaml
 	$(VENV)/bin/ruff check soco_pipeline tests benchmarks
 	VIRTUAL_ENV=$(CURDIR)/$(VENV) $(VENV)/bin/dg check defs
-	$(PY) -m pytest -q --durations=15
+	$(PY) -m pytest -q --durations=15 $(PYTEST_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check soco_pipeline tests benchmarks

@@ -6,7 +6,7 @@ measures on the same N demo images (spread over the categories):
 - decode        JPEG decode of every image (load_image), one thread;
 - preprocess    the official input protocol (pad, resize to S, normalise) on the decoded images;
 - bare forward  the model alone on pre-made input tensors (warm: one batch runs first), backbone.forward;
-- cache write   fp16 conversion, .npy encoding, sha256 and the atomic file write of every map;
+- cache write   fp16 conversion, .npy encoding, the xxh3_128 checksum and the atomic file write of every map;
 - whole         extract_features into an empty cache folder (the backbone built beforehand);
 - whole/bare    the ratio of the last two (target for the ViT and EfficientNet specs: <= 1.25).
 
@@ -101,7 +101,7 @@ def one_round(spec: BackboneSpec, backbone, images: pd.DataFrame, tmp: str, r: i
     size = backbone.input_size(int(images.width[0]), int(images.height[0]))
     with Clock(out, cpu, "preprocess"):
         if backbone.needs_pixels:
-            tensors = [preprocess_batch(imgs, size, spec.normalisation, dev) for imgs in decoded]
+            tensors = [preprocess_batch(imgs, size, spec.normalisation, dev, spec.input.resize) for imgs in decoded]
         else:
             tensors = [None] * len(groups)
         sync(dev)

@@ -104,7 +104,7 @@ def distributed(workers: int, root: Path, backbones_dir: Path, categories, image
     """One stack with `workers` Celery workers on both queues; data in-process, then the backfill."""
     import dagster as dg
 
-    from soco_pipeline.defs.partitions import backbones_partitions
+    from soco_pipeline.defs.shared.partitions import backbones_partitions
 
     env = {"SOCO_BACKBONES_DIR": str(backbones_dir)}
     if categories:
@@ -148,7 +148,7 @@ def in_process(root: Path, backbones_dir: Path, categories, images) -> float:
     """The 4 partitions one after the other with the in-process executor (data prepared beforehand)."""
     import dagster as dg
 
-    from soco_pipeline.defs.partitions import backbones_partitions
+    from soco_pipeline.defs.shared.partitions import backbones_partitions
 
     stack = LocalStack(root, default_workers=0, gpu_workers=0, webserver=False, automation=False)
     saved = dict(os.environ)

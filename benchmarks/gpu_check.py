@@ -3,7 +3,8 @@
 On a machine with a GPU it runs, on a slice of the embedded demo set (generated first if absent):
 
 - a random ViT-B/14 at 798 px and the tiny diffusion backbone, extracted on the GPU: whole
-  extract_features images/s against the forward pass alone on pre-made device tensors (target >= 0.8);
+  extract_features images/s against the forward pass alone on pre-made device tensors (target >= 0.8),
+  both over the same `--n` images (also for each option below);
 - the peak GPU memory of each extraction;
 - CPU-vs-GPU agreement: cosine of the cached fp16 maps cell by cell, and the fraction of identical
   argmax cells (free-mode predictions) on the demo pairs among the first `--agree` images;
@@ -92,8 +93,8 @@ def forward_rate(backbone, images: pd.DataFrame, repeats: int = 2) -> float:
     bs, dev = backbone.spec.batch_size, backbone.device
     size = backbone.input_size(0, 0)
     groups = [images.iloc[i : i + bs].reset_index(drop=True) for i in range(0, len(images), bs)]
-    inputs = [preprocess_batch([load_image(u) for u in g.uri], size, backbone.spec.normalisation, dev)
-              for g in groups]
+    inputs = [preprocess_batch([load_image(u) for u in g.uri], size, backbone.spec.normalisation, dev,
+                               backbone.spec.input.resize) for g in groups]
     if backbone.spec.channels_last:
         inputs = [x.contiguous(memory_format=torch.channels_last) for x in inputs]
     backbone._apply_speed_options()
@@ -196,7 +197,8 @@ def run(args) -> dict:
             fwd = forward_rate(backbone, run_t.images)
             whole, _ = extract_rate(spec, backbone, run_t.images, join(tmp, spec.name, "dev"))
             peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else float("nan")
-            fig.update(forward=fwd, whole=whole, ratio=whole / fwd, peak_gib=peak)
+            fig.update(forward=fwd, whole=whole, ratio=whole / fwd, peak_gib=peak, n_forward=len(run_t.images),
+                       n_whole=len(run_t.images))
             print(f"\n{spec.name} (S={size}, batch {spec.batch_size}, {device}): whole {whole:.2f} images/s, "
                   f"forward only {fwd:.2f} images/s, whole/forward {whole / fwd:.3f} (target >= 0.8); "
                   f"peak GPU memory {peak:.2f} GiB")
@@ -221,13 +223,16 @@ def run(args) -> dict:
                     ospec = with_fields(spec, **fields)
                     ob = build_backbone(ospec, ctx)
                     ofwd = forward_rate(ob, run_t.images)
-                    rate, _ = extract_rate(ospec, ob, agree_t.images, join(tmp, spec.name, opt))
+                    # Whole and forward-only on the same images; the agreement slice is then completed.
+                    rate, _ = extract_rate(ospec, ob, run_t.images, join(tmp, spec.name, opt))
+                    extract_features(ospec, agree_t.images, join(tmp, spec.name, opt, "run"), backbone=ob)
                     ocells = same_cells(predictions(agree_t, join(tmp, spec.name, opt, "run"), ospec), ref)
                 except Exception as e:  # a check reports what fails instead of stopping the other figures
                     print(f"  option {opt:13s}: FAILED ({type(e).__name__}: {str(e).splitlines()[0][:200]})")
                     fig[opt] = {"error": repr(e)}
                     continue
-                fig[opt] = {"same_cells": ocells, "forward": ofwd, "whole": rate}
+                fig[opt] = {"same_cells": ocells, "forward": ofwd, "whole": rate, "n_forward": len(run_t.images),
+                            "n_whole": len(run_t.images)}
                 print(f"  option {opt:13s}: identical argmax cells vs fp32 {ocells:.4f}; forward only "
                       f"{ofwd:.2f} images/s ({ofwd / fwd:.2f}x fp32), whole {rate:.2f} images/s")
             del backbone

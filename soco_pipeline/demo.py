@@ -15,10 +15,10 @@ from pathlib import Path
 import dagster as dg
 import pandas as pd
 
-from soco_pipeline.backbones.fingerprint import scan_specs
+from soco_pipeline.backbones.spec_files import scan_specs
 from soco_pipeline.defs.definitions import build_definitions
-from soco_pipeline.defs.partitions import backbones_partitions
 from soco_pipeline.defs.recovery import SlotWatcher, fail_dead_runs, process_tags
+from soco_pipeline.defs.shared.partitions import backbones_partitions
 
 DATA_AND_PAIRS = dg.AssetSelection.groups("data", "pairs")
 PER_BACKBONE = dg.AssetSelection.assets(

@@ -27,7 +27,7 @@ def lvlm_demo_enabled() -> bool:
 def run_lvlm_demo(instance: dg.DagsterInstance, log=print, **overrides) -> pd.DataFrame:
     """Evaluate the loopback answerers through Dagster and return the LVLM leaderboard table."""
     from soco_pipeline.defs.definitions import build_definitions
-    from soco_pipeline.defs.resources import SocoSettings
+    from soco_pipeline.defs.shared.resources import SocoSettings
     from soco_pipeline.lvlm.loopback import loopback_answerers
     from soco_pipeline.storage import join, read_parquet
 

@@ -1,43 +1,105 @@
-"""Where the pipeline reads and writes, from the environment with sensible defaults.
+"""Where the pipeline reads and writes and which data it evaluates: the one settings object.
 
 Everything lives under one storage root (an fsspec path: a local folder by default, `s3://...`
 works too): `tables/` (Parquet), `features/` (the tensor cache), `embedded/` (the generated data
-set), `results.duckdb` (views for SQL). The Makefile and the tests set the variables.
+set), `lvlm/` (marked images, answer cache), `figures/`, `results.duckdb` (views for SQL).
+
+`Settings` is a plain pydantic model (no Dagster): the CLI builds it from the environment. The
+Dagster resource `SocoSettings` (soco_pipeline/defs/shared/resources.py) *is* a `Settings` (it
+subclasses it and adds nothing), so assets read the same fields and properties. `ENVIRONMENT`
+names the variable behind each field; docs/settings.md lists them with every other SOCO_* variable.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from soco_pipeline.storage import PROJECT_ROOT, default_storage_root, is_remote, join
 
+# field -> (environment variable, how its text is read: str | int | csv)
+ENVIRONMENT: dict[str, tuple[str, str]] = {
+    "storage_root": ("SOCO_STORAGE", "str"),
+    "backbones_dir": ("SOCO_BACKBONES_DIR", "str"),
+    "lvlms_dir": ("SOCO_LVLMS_DIR", "str"),
+    "dataset_size": ("SOCO_DATASET_SIZE", "str"),
+    "seed": ("SOCO_SEED", "int"),
+    "categories": ("SOCO_CATEGORIES", "csv"),
+    "images_per_category": ("SOCO_IMAGES_PER_CATEGORY", "int"),
+}
 
-@dataclass(frozen=True)
-class Settings:
-    """Paths and choices that the Dagster resources start from."""
 
-    storage_root: str = field(default_factory=default_storage_root)
-    backbones_dir: str = field(
-        default_factory=lambda: os.environ.get(
-            "SOCO_BACKBONES_DIR", str(PROJECT_ROOT / "assets" / "backbones")
-        )
+def env_text(field: str) -> str | None:
+    """The environment's text for a settings field (None when its variable is unset or empty)."""
+    return os.environ.get(ENVIRONMENT[field][0]) or None
+
+
+def env_value(field: str):
+    """The environment's value for a settings field, parsed by its kind (None when unset)."""
+    text = env_text(field)
+    if text is None:
+        return None
+    kind = ENVIRONMENT[field][1]
+    if kind == "int":
+        try:
+            return int(text)
+        except ValueError:
+            raise ValueError(f"{ENVIRONMENT[field][0]}={text!r} is not an integer") from None
+    if kind == "csv":
+        return [c for c in text.split(",") if c] or None
+    return text
+
+
+def _from_env(field: str, default=None):
+    def factory():
+        value = env_value(field)
+        return default() if value is None and callable(default) else (default if value is None else value)
+
+    return factory
+
+
+class Settings(BaseModel):
+    """Paths, data source and evaluation choices of a run (defaults: the embedded demo data set)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    storage_root: str = Field(default_factory=_from_env("storage_root", default_storage_root),
+                              description="fsspec root for all outputs")
+    backbones_dir: str = Field(default_factory=_from_env("backbones_dir", str(PROJECT_ROOT / "assets" / "backbones")),
+                               description="folder of backbone spec files")
+    lvlms_dir: str = Field(default_factory=_from_env("lvlms_dir", str(PROJECT_ROOT / "assets" / "lvlms")),
+                           description="folder of LVLM spec files")
+    lvlm_protocol_path: str | None = Field(
+        default=None, description="LVLM item protocol YAML (default: assets/lvlm_protocol.yaml)"
     )
-    lvlms_dir: str = field(
-        default_factory=lambda: os.environ.get("SOCO_LVLMS_DIR", str(PROJECT_ROOT / "assets" / "lvlms"))
+    source: str = Field(
+        default="embedded",
+        description="embedded (generate the default data set) | raw (ImageNet3D/Animal3D roots) | soco_release",
     )
-    dataset_size: str = field(default_factory=lambda: os.environ.get("SOCO_DATASET_SIZE", "demo"))
-    seed: int = field(default_factory=lambda: int(os.environ.get("SOCO_SEED", "0")))
-    categories: tuple[str, ...] | None = field(
-        default_factory=lambda: tuple(c for c in os.environ.get("SOCO_CATEGORIES", "").split(",") if c) or None
+    dataset_size: str = Field(default_factory=_from_env("dataset_size", "demo"),
+                              description="embedded data set size: demo | full")
+    seed: int = Field(default_factory=_from_env("seed", 0), description="seed of every random choice")
+    imagenet3d_root: str | None = None
+    animal3d_root: str | None = None
+    clicks_path: str | None = None
+    soco_release_root: str | None = None
+    categories: list[str] | None = Field(
+        default_factory=_from_env("categories"), description="restrict to these categories (and generate only these)"
     )
-    images_per_category: int | None = field(
-        default_factory=lambda: int(os.environ["SOCO_IMAGES_PER_CATEGORY"])
-        if os.environ.get("SOCO_IMAGES_PER_CATEGORY")
-        else None
+    images_per_category: int | None = Field(
+        default_factory=_from_env("images_per_category"), description="kept images per category of the embedded set"
     )
+    intra_pairs_per_category: int = 200
+    cross_pairs_per_category: int = 200
+    evaluate_all_pairs: bool = False
+    device: str = Field(default="auto", description="auto | cpu | cuda")
+    protocol_path: str | None = Field(
+        default=None, description="evaluation protocol YAML (default: assets/protocol.yaml)"
+    )
+    mmvm_config_path: str | None = Field(default=None, description="MMVM family config (default: assets/mmvm.yaml)")
 
     @property
     def tables_root(self) -> str:
@@ -63,6 +125,31 @@ class Settings:
     def lvlm_root(self) -> str:
         """LVLM marked images (`images/`) and the answer cache (`cache/<model>/`)."""
         return join(self.storage_root, "lvlm")
+
+    @property
+    def lvlm_images_root(self) -> str:
+        """The marked source/target images of the LVLM items."""
+        return join(self.lvlm_root, "images")
+
+    @property
+    def lvlm_cache_root(self) -> str:
+        """The LVLM answer cache (one folder per model)."""
+        return join(self.lvlm_root, "cache")
+
+    @property
+    def figures_root(self) -> str:
+        """Figures written beside the tables (the correlation study's PNG/SVG)."""
+        return join(self.storage_root, "figures")
+
+    @property
+    def records_root(self) -> str:
+        """The results records (JSON): `<backbone>.json`, and `lvlm/<model>.json`."""
+        return join(self.storage_root, "results", "records")
+
+    @property
+    def report_root(self) -> str:
+        """The static results page (`index.html`, its images) and the prediction panels (`panels/<backbone>/`)."""
+        return join(self.storage_root, "report")
 
     @property
     def duckdb_path(self) -> str:

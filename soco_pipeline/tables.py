@@ -46,12 +46,12 @@ TABLES: tuple[Table, ...] = (
     Table("four_choice_predictions", "four_choice_predictions", partitioned=True),
     Table("metrics", "metrics", partitioned=True),
     Table("leaderboard", "leaderboard"),
-    # LVLM evaluation (soco_pipeline/defs/lvlm.py); partitioned by LVLM spec
+    # LVLM evaluation (soco_pipeline/defs/lvlm/); partitioned by LVLM spec
     Table("lvlm_items", "lvlm_items"),
     Table("lvlm_answers", "lvlm_answers", partitioned=True),
     Table("lvlm_metrics", "lvlm_metrics", partitioned=True),
     Table("lvlm_leaderboard", "lvlm_leaderboard"),
-    # analysis (soco_pipeline/defs/analysis.py)
+    # analysis (soco_pipeline/defs/analysis/)
     Table("global_metrics", "global_metrics", partitioned=True),
     Table("probe_metrics", "probe_metrics", partitioned=True),
     Table("correlation", "correlation"),

@@ -107,14 +107,24 @@ class RandomAnswerer:
 class ScriptedAnswerer:
     """Test double of a flaky server: per request content, the first attempts follow a script of
     failures ("429", "500", "timeout", "malformed", "truncated"); then it answers right (from the key)
-    in a parser form chosen by the request. Counts attempts per request."""
+    in a parser form chosen by the request. Counts attempts per request.
 
-    def __init__(self, key: dict[str, str], script: dict[int, list[str]] | None = None, timeout_s: float = 3.0):
+    "timeout": the first `max_timeouts` such requests block until `release()` (or `block_s` passes), so the
+    client's own timeout fires however slow the machine is; later ones answer at once. Call `release()`
+    before stopping the server."""
+
+    def __init__(self, key: dict[str, str], script: dict[int, list[str]] | None = None, max_timeouts: int = 2,
+                 block_s: float = 60.0):
         self.key = key
         self.script = script or {}
-        self.timeout_s = timeout_s
+        self.max_timeouts, self.block_s, self.timeouts = max_timeouts, block_s, 0
+        self.released = threading.Event()
         self.attempts: dict[str, int] = {}
         self.lock = threading.Lock()
+
+    def release(self) -> None:
+        """Let every blocked "timeout" request end (its client has long given up)."""
+        self.released.set()
 
     def __call__(self, request: ChatRequest, body: dict) -> str | HttpReply:
         k = content_key(list(request.images), request.text)
@@ -132,7 +142,13 @@ class ScriptedAnswerer:
             if what == "503":
                 return HttpReply(503, b"<html>bad gateway</html>", {"Content-Type": "text/html"})
             if what == "timeout":
-                return HttpReply(200, b"{}", delay_s=self.timeout_s)
+                with self.lock:
+                    block = self.timeouts < self.max_timeouts
+                    self.timeouts += int(block)
+                if not block:
+                    return PARSER_FORMS[slot].format(x=self.key[k])
+                self.released.wait(self.block_s)
+                return HttpReply(200, b"{}")
             if what == "malformed":
                 return HttpReply(200, b'{"choices": [{"message": ')
             if what == "no_choices":

@@ -20,6 +20,8 @@ from soco_pipeline.results_db import query
 from soco_pipeline.storage import PROJECT_ROOT
 from soco_pipeline.taxonomy import load_taxonomy
 
+pytestmark = pytest.mark.timeout(900)  # a whole pipeline runs in a module fixture (the first test's setup)
+
 CATEGORIES = ["car", "bus", "chair", "dog"]
 ORACLES = ["oracle_part", "oracle_concept"]
 PER_BACKBONE = ["feature_manifest", "predictions", "four_choice_predictions", "metrics"]
@@ -69,7 +71,7 @@ def analysed(run):
         mp.setattr(base.Backbone, "extract", no_backbone)
         for b in ORACLES:
             run["mat"](dg.AssetSelection.assets("global_metrics", "probe_metrics"), b, PROBE_RUN)
-    run["mat"](dg.AssetSelection.assets("leaderboard", "correlation"))
+    run["mat"](dg.AssetSelection.assets("leaderboard", "correlation", "results_database"))
     return run
 
 

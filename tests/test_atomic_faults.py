@@ -140,3 +140,48 @@ def test_disk_full_during_extraction_leaves_no_orphan_and_a_rerun_resumes(tiny_t
     manifest = extract_features(spec, images, cache)
     assert len(manifest) == 40
     assert len(FeatureStore.from_manifest(cache, manifest).get_many(list(images.image_id))) == 40
+
+
+def test_disk_full_during_a_vit_extraction_keeps_every_listed_class_token(tiny_tmpfs, tmp_path, monkeypatch):
+    """A real ENOSPC while a ViT writes maps and class tokens: the orphan cleanup keeps the class tokens
+    the manifest lists (it used to delete them all), and after space is freed the rerun resumes and every
+    class token reads."""
+    import numpy as np
+    from PIL import Image
+
+    import soco_pipeline.features.extract as extract_module
+    from soco_pipeline.backbones import parse_spec, spec_hash
+    from soco_pipeline.features import FeatureStore, extract_features
+    from soco_pipeline.features.layout import feature_dir, read_manifest
+
+    monkeypatch.setenv("SOCO_STORAGE", str(tiny_tmpfs))
+    # The manifest is flushed after every batch (not every 10 s), so some batches are listed when the disk
+    # fills however fast this machine is.
+    monkeypatch.setattr(extract_module, "FLUSH_SECONDS", 0.0)
+    rng = np.random.default_rng(0)
+    rows = []
+    for i in range(48):
+        uri = tmp_path / "img" / f"car_{i:04d}.png"
+        uri.parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(rng.integers(0, 256, size=(48, 64, 3), dtype=np.uint8)).save(uri)
+        rows.append({"image_id": f"car_{i:04d}", "uri": str(uri), "width": 64, "height": 48, "category": "car"})
+    images = pd.DataFrame(rows)
+    # 4 x 4 x 192 fp16 maps (6 KB) and 192-value class tokens: 48 images do not fit in 256 KiB.
+    spec = parse_spec({"kind": "timm", "model": "vit_tiny_patch16_224", "input": {"nearest_multiple": 64},
+                       "batch_size": 4, "device": "cpu"}, "vit_full")
+    cache = str(tiny_tmpfs / "features")
+    with pytest.raises(StorageFullError, match="a rerun resumes"):
+        extract_features(spec, images, cache)
+    folder = Path(feature_dir(cache, spec.name, spec_hash(spec)))
+    manifest = read_manifest(str(folder))
+    assert 0 < len(manifest) < 48
+    listed = set(manifest.path.str.rsplit("/", n=1).str[-1]) | set(manifest.cls_path.str.rsplit("/", n=1).str[-1])
+    assert {p.name for p in folder.glob("*.npy")} == listed  # no orphan, and nothing listed deleted
+    assert all(name.endswith(".cls.npy") for name in listed - set(manifest.path.str.rsplit("/", n=1).str[-1]))
+
+    subprocess.run(["mount", "-o", "remount,size=4m", str(tiny_tmpfs)], check=True, timeout=20)
+    logs: list[str] = []
+    manifest = extract_features(spec, images, cache, log=logs.append)
+    assert len(manifest) == 48 and any(f"{len(listed) // 2} cached" in m for m in logs)
+    store = FeatureStore.from_manifest(cache, manifest)
+    assert all(store.class_token(i).shape == (192,) for i in images.image_id)

@@ -13,9 +13,9 @@ import yaml
 
 from soco_pipeline.backbones import BackboneSpecError, build_backbone, load_spec, parse_spec, spec_hash
 from soco_pipeline.backbones.base import Backbone
-from soco_pipeline.backbones.fingerprint import scan_specs
 from soco_pipeline.backbones.kinds import kinds, register_kind, unregister_kind
 from soco_pipeline.backbones.spec import PositiveInt, SpecFields
+from soco_pipeline.backbones.spec_files import scan_specs
 from soco_pipeline.backbones.validate import checked_spec
 
 
@@ -103,7 +103,7 @@ def test_a_non_vit_timm_spec_is_refused_wherever_it_is_found(tmp_path):
 
 
 def test_the_partition_loader_validates_like_add_backbone(tmp_path):
-    from soco_pipeline.defs.backbone_assets import spec_for
+    from soco_pipeline.defs.backbones.assets import spec_for
 
     class Soco:
         backbones_dir = str(tmp_path)

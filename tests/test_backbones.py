@@ -42,7 +42,9 @@ def records(n: int = 2, w: int = 40, h: int = 30, category: str = "car") -> pd.D
 
 
 def spec(kind: str, **fields):
-    return parse_spec({"kind": kind, **fields}, name=f"test_{kind}")
+    """A parsed spec pinned to the CPU (unless `device` is given): the tests build their references on
+    the CPU, and `device: auto` would put the model on a GPU when the machine has one."""
+    return parse_spec({"kind": kind, "device": "cpu", **fields}, name=f"test_{kind}")
 
 
 def assert_unit_norm(maps, c: int, grid: int, allow_zero: bool = False):
@@ -458,3 +460,45 @@ def test_the_dagster_definitions_load_without_torch():
             "assert 'torch' in sys.modules")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_input_resize_defaults_to_the_official_pil_path():
+    """Every spec resizes with PIL unless it opts into the tensor resize; the choice is in the spec hash."""
+    pil = spec("timm", model="vit_small_patch14_dinov2", input={"nearest_multiple": 28})
+    tensor = spec("timm", model="vit_small_patch14_dinov2", input={"nearest_multiple": 28, "resize": "tensor"})
+    assert pil.input.resize == "pil" and tensor.input.resize == "tensor"
+    assert spec_hash(pil) != spec_hash(tensor)
+    assert all(s.input.resize == "pil" for s in {**list_specs(), **list_specs(PRESETS_DIR)}.values())
+    with pytest.raises(BackboneSpecError, match="input.resize"):
+        spec("timm", model="vit_small_patch14_dinov2", input={"nearest_multiple": 28, "resize": "bilinear"})
+    b_pil, b_tensor = build_backbone(pil), build_backbone(tensor)
+    assert not torch.equal(b_pil.extract([IMG], records(1))[0], b_tensor.extract([IMG], records(1))[0])
+
+
+@pytest.mark.parametrize("mode", ["dinov2_hub", "timm"])
+def test_timm_checkpoint_at_its_own_grid_is_not_resampled_twice(tmp_path, mode):
+    """A ViT-S/14 saved at 224 px (a 16 x 16 grid, not the architecture's 37 x 37) loads with its own
+    position embeddings, and its features equal the saved model's at its own grid."""
+    import timm
+
+    from soco_pipeline.backbones.pos_embed import use_hub_pos_embed
+    from soco_pipeline.backbones.preprocess import preprocess_batch
+
+    torch.manual_seed(7)
+    ref = timm.create_model("vit_small_patch14_dinov2", img_size=224, num_classes=0, dynamic_img_size=True).eval()
+    path = tmp_path / "vits14_224.pth"
+    torch.save(ref.state_dict(), path)
+    s = spec(
+        "timm", model="vit_small_patch14_dinov2", weights=str(path), input={"nearest_multiple": 70},
+        pos_embed_interpolation=mode, device="cpu",
+    )
+    b = build_backbone(s)
+    assert b.model.pos_embed.shape == ref.pos_embed.shape == (1, 1 + 16 * 16, 384)
+    assert torch.equal(b.model.pos_embed, ref.pos_embed)
+    if mode == "dinov2_hub":
+        use_hub_pos_embed(ref)
+    x = preprocess_batch([IMG], 70, "imagenet")
+    with torch.inference_mode():
+        want = ref.forward_intermediates(x, indices=[11], norm=False, intermediates_only=True)[0]
+    got = b.extract([IMG], records(1))[0]
+    assert torch.equal(got, torch.nn.functional.normalize(want, dim=1)[0])

@@ -122,3 +122,47 @@ def test_unknown_or_absent_categories_in_the_config_are_named(tmp_path):
     with pytest.raises(ValueError, match=r"\['horse'\] have no images in the sources .*a3d"):
         read_candidates(SourceConfig(animal3d_root=root, categories=("dog", "horse")), TAX)
     assert list(read_candidates(SourceConfig(animal3d_root=root, categories=("dog",)), TAX).image_id) == ["dog_0000"]
+
+
+def _bus_clicks(image_ids: list[str], x: float = 20.0) -> pd.DataFrame:
+    """Three annotators' visible clicks on one wheel centre of each bus image, at (x, 20)."""
+    rows = [(i, "vehicle_wheel_front_left_center", a, x + a, 20.0, True) for i in image_ids for a in range(3)]
+    return pd.DataFrame(rows, columns=["image_id", "keypoint", "annotator", "x", "y", "visible"])
+
+
+def test_one_annotators_click_one_pixel_outside_rejects_that_image_only(tmp_path):
+    """As for an Animal3D keypoint: the image set rejects the clicked image ("keypoint_outside_image") and
+    the keypoints stage runs on the others (it used to stop, naming the click)."""
+    from soco_pipeline.data.keypoints import aggregate_keypoints
+    from soco_pipeline.sources import read_candidates, read_raw_keypoints
+
+    root = str(tmp_path / "in3d")
+    ids = ["bus_0000", "bus_0001", "bus_0002"]
+    write_imagenet3d(root, [{"image_id": i, "category": "bus"} for i in ids])  # 64 x 48
+    clicks = _bus_clicks(ids)
+    clicks.loc[(clicks.image_id == "bus_0001") & (clicks.annotator == 2), "x"] = 65.0  # width 64: 1 px out
+    clicks.loc[(clicks.image_id == "bus_0002") & (clicks.annotator == 2), "x"] = 64.0  # on the edge: inside
+    clicks.to_parquet(tmp_path / "clicks.parquet")
+    cfg = SourceConfig(imagenet3d_root=root, clicks_path=str(tmp_path / "clicks.parquet"))
+    kept, rejected = build_image_set(read_candidates(cfg, TAX), cfg, TAX)
+    assert dict(zip(rejected.image_id, rejected.reason, strict=True)) == {"bus_0001": "keypoint_outside_image"}
+    assert sorted(kept.image_id) == ["bus_0000", "bus_0002"]
+    keypoints, stats = aggregate_keypoints(read_raw_keypoints(cfg, TAX), kept, TAX, cfg)
+    assert set(keypoints.image_id) == {"bus_0000", "bus_0002"} and keypoints.visible.sum() == 2
+    assert stats["raw_rows_outside_image_set"] == 3  # the rejected image's clicks, counted
+
+
+def test_clicks_on_an_unknown_image_id_are_named_not_dropped(tmp_path):
+    """A click whose image id no image of the source has (a typo) stops the stage with the id and the file;
+    clicks on a known image of another category (left out by the selection) are fine."""
+    from soco_pipeline.sources import read_raw_keypoints
+
+    root = str(tmp_path / "in3d")
+    write_imagenet3d(root, [{"image_id": "bus_0000", "category": "bus"}, {"image_id": "car_0000", "category": "car"}])
+    _bus_clicks(["bus_0000", "car_0000"]).to_parquet(tmp_path / "good.parquet")
+    cfg = SourceConfig(imagenet3d_root=root, clicks_path=str(tmp_path / "good.parquet"), categories=("bus",))
+    assert len(read_raw_keypoints(cfg, TAX)) == 6
+    _bus_clicks(["bus_0000", "bus_00O1"]).to_parquet(tmp_path / "typo.parquet")
+    cfg = SourceConfig(imagenet3d_root=root, clicks_path=str(tmp_path / "typo.parquet"))
+    with pytest.raises(ValueError, match=r"typo.parquet: 3 clicks on 1 image ids .*\['bus_00O1'\].*Fix"):
+        read_raw_keypoints(cfg, TAX)

@@ -14,8 +14,13 @@ from celery.exceptions import WorkerLostError
 
 from soco_pipeline.deploy.lost_workers import celery_app, fail_lost_tasks, taken_tasks
 from soco_pipeline.deploy.processes import free_port, start, stop_all, wait_for
+from tests.needs import need
 
-pytestmark = pytest.mark.skipif(not shutil.which("redis-server"), reason="needs Debian's redis-server")
+
+@pytest.fixture(autouse=True, scope="module")
+def _redis_server_installed():
+    """Skipped without Debian's redis-server; under CI=true that is a failure (tests/needs.py)."""
+    need(bool(shutil.which("redis-server")), "Debian's redis-server")
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ def _answers(correct: np.ndarray, setting="vis", groups_per_cat: int | None = No
     return pd.DataFrame({
         "model": "m", "setting": setting, "g_index": g, "rotation": np.arange(n) % 4, "pair_group": cats,
         "supercategory": np.where(cats == "car", "transportation", "animals"), "correct": correct, "error": "",
+        "answer": "A", "parsed": np.where(correct, "A", "B"),
     })
 
 
@@ -52,6 +53,19 @@ def test_leaderboard_carries_reference_random_and_best_backbone():
     assert board.loc["GPT-4o", "desc_circular"] == 37.6 and "SOCO project page" in board.loc["GPT-4o", "source"]
     assert board.loc["Qwen3-VL-8B", "vis_circular"] == 34.2
     assert board.loc["b (4-choice, best backbone)", "vis_circular"] == 55
+
+
+def test_leaderboard_shows_errors_and_unparsable_answers():
+    """Rows that failed and answers the parser read no letter from are counted per model on the board."""
+    a = _answers(np.zeros(12, dtype=bool))
+    a.loc[:3, "error"] = "HTTP 500"  # 4 failed rows
+    a.loc[4:6, "parsed"] = ""  # 3 of the 8 answers received gave no letter
+    m = lvlm_metrics(a)
+    row = m[(m.scope == "all") & (m.metric == "average")].iloc[0]
+    assert (row.n_rows, row.n_errors, row.n_unparsable) == (12, 4, 3)
+    board = lvlm_leaderboard(m, reference=pd.DataFrame()).set_index("model")
+    assert board.loc["m", "n_errors"] == 4 and board.loc["m", "unparsable_pct"] == pytest.approx(100 * 3 / 8)
+    assert np.isnan(board.loc["random", "n_errors"])
 
 
 def test_specs_validate_and_presets_load(tmp_path):

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pandas as pd
@@ -16,7 +17,7 @@ import pytest
 
 from soco_pipeline.lvlm.backends.openai import OpenAIBackend
 from soco_pipeline.lvlm.cache import AnswerCache
-from soco_pipeline.lvlm.metrics import lvlm_metrics
+from soco_pipeline.lvlm.metrics import lvlm_leaderboard, lvlm_metrics
 from soco_pipeline.lvlm.run import LvlmRunError, run_model
 from soco_pipeline.lvlm.server import HttpReply, serve
 from soco_pipeline.storage import PROJECT_ROOT, write_parquet_atomic
@@ -26,6 +27,7 @@ from tests.lvlm_helpers import (
     RandomAnswerer,
     ScriptedAnswerer,
     answer_key,
+    content_key,
     openai_spec,
     small_items,
 )
@@ -87,10 +89,16 @@ def test_retries_on_429_5xx_timeouts_malformed_then_answers(items, key, tmp_path
         4: ["400"],                                            # not retried: recorded, counted wrong
         5: ["500", "500", "500", "500", "500", "500", "500"],  # beyond the retries: recorded, counted wrong
     }
-    double = ScriptedAnswerer(key, script, timeout_s=1.0)
+    # Two requests of slot 2 block until released: the client's 3 s timeout fires for them, and no other
+    # request comes near it however loaded the machine is.
+    double = ScriptedAnswerer(key, script, max_timeouts=2)
     with serve(double) as srv:
-        spec = openai_spec(srv.base_url, "scripted", timeout=0.4, retries=3, max_consecutive_failures=1000)
-        res = run_model(items, spec, OpenAIBackend(spec), AnswerCache(str(tmp_path / "cache")))
+        spec = openai_spec(srv.base_url, "scripted", timeout=3, retries=3, max_consecutive_failures=1000,
+                           max_error_rate=0.5)
+        try:
+            res = run_model(items, spec, OpenAIBackend(spec), AnswerCache(str(tmp_path / "cache")))
+        finally:
+            double.release()
     a = res.answers
     failed = a[a.error != ""]
     assert len(failed) == res.errors > 0
@@ -101,6 +109,9 @@ def test_retries_on_429_5xx_timeouts_malformed_then_answers(items, key, tmp_path
     ok = a[a.error == ""]
     assert ok.correct.all() and len(ok) + len(failed) == len(a)
     assert set(ok.attempts) >= {1, 2, 3}  # first try, after one failure, after two failures
+    assert double.timeouts == 2  # both blocked requests timed out on the client and were retried
+    timed_out = [k for k, n in double.attempts.items() if int(k, 16) % 7 == 2 and n == 2]
+    assert len(timed_out) == 2
     # The run went on past failures: every other request got its answer.
     assert len(ok) > 0.6 * len(a)
 
@@ -128,7 +139,8 @@ def test_key_reaches_the_header_and_no_file(items, key, tmp_path, monkeypatch):
         return OracleAnswerer(key)(request, body)
 
     with serve(answer) as srv:
-        spec = openai_spec(srv.base_url, "keyed", api_key_env="SOCO_TEST_LVLM_KEY", max_consecutive_failures=1000)
+        spec = openai_spec(srv.base_url, "keyed", api_key_env="SOCO_TEST_LVLM_KEY", max_consecutive_failures=1000,
+                           max_error_rate=0.5)
         res = run_model(items, spec, OpenAIBackend(spec), AnswerCache(str(tmp_path / "cache")))
         assert set(srv.auth_headers) == {f"Bearer {secret}"}
     write_parquet_atomic(res.answers, str(tmp_path / "answers.parquet"))
@@ -145,6 +157,49 @@ def test_missing_key_variable_is_a_clear_error(tmp_path, monkeypatch):
     spec = openai_spec("http://127.0.0.1:9", "nokey", api_key_env="SOCO_TEST_ABSENT_KEY")
     with pytest.raises(ValueError, match="SOCO_TEST_ABSENT_KEY"):
         OpenAIBackend(spec)
+
+
+class EveryThirdFails:
+    """Test double of a flaky server: every third request (in arrival order) gets HTTP 500, the others the
+    right answer. Without retries exactly a third of the rows fail."""
+
+    def __init__(self, key: dict[str, str]) -> None:
+        self.key, self.count, self.lock = key, 0, threading.Lock()
+
+    def __call__(self, request, body):
+        with self.lock:
+            self.count += 1
+            fail = self.count % 3 == 0
+        if fail:
+            return HttpReply(500, b'{"error": "overloaded"}')
+        return self.key[content_key(list(request.images), request.text)]
+
+
+def test_a_server_failing_one_request_in_three(items, key, tmp_path):
+    """Under the default max_error_rate (0.1) the run fails with the first error; a spec that tolerates it
+    posts a score whose leaderboard row says a third of the rows failed."""
+    with serve(EveryThirdFails(key)) as srv:
+        strict = openai_spec(srv.base_url, "flaky", retries=0)
+        with pytest.raises(LvlmRunError, match=r"(?s)requests failed, more than max_error_rate 0.1.*First error: item "
+                                               r"\d+: HTTP 500"):
+            run_model(items, strict, OpenAIBackend(strict), AnswerCache(str(tmp_path / "strict")))
+        lenient = openai_spec(srv.base_url, "flaky", retries=0, max_error_rate=0.5)
+        res = run_model(items, lenient, OpenAIBackend(lenient), AnswerCache(str(tmp_path / "lenient")))
+    n = len(res.answers)
+    assert res.errors == n // 3 and res.answers.correct.sum() == n - n // 3
+    board = lvlm_leaderboard(lvlm_metrics(res.answers), reference=pd.DataFrame()).set_index("model")
+    assert board.loc["flaky", "n_rows"] == n and board.loc["flaky", "n_errors"] == n // 3
+    assert board.loc["flaky", "unparsable_pct"] == 0
+
+
+def test_a_server_that_only_says_i_think_so_shows_100_percent_unparsable(items, tmp_path):
+    with serve(lambda r, b: "I think so") as srv:
+        spec = openai_spec(srv.base_url, "vague")
+        res = run_model(items, spec, OpenAIBackend(spec), AnswerCache(str(tmp_path / "cache")))
+    assert res.errors == 0 and not res.answers.correct.any()
+    board = lvlm_leaderboard(lvlm_metrics(res.answers), reference=pd.DataFrame()).set_index("model")
+    assert board.loc["vague", "unparsable_pct"] == 100 and board.loc["vague", "n_errors"] == 0
+    assert board.loc["vague", "vis_average"] == 0
 
 
 def test_a_dead_server_stops_the_run_with_a_clear_error(items, tmp_path):

@@ -12,6 +12,8 @@ from soco_pipeline.results_db import query
 from soco_pipeline.storage import write_parquet_atomic
 from tests.lvlm_helpers import OracleAnswerer, answer_key, small_tables
 
+pytestmark = pytest.mark.timeout(900)  # a whole pipeline runs in a module fixture (the first test's setup)
+
 SECRET = "sk-pipeline-" + "c0ffee" * 6
 UPSTREAM = ["image_set", "keypoints", "image_pairs", "correspondences", "four_choice", "descriptions"]
 
@@ -81,7 +83,7 @@ def test_spec_folder_to_leaderboard(setup):
         assert [r.partition_key for r in changed.run_requests] == ["oracle_vlm"]
         _materialize(defs, instance, "lvlm_answers", "lvlm_metrics", partition="oracle_vlm")
         assert srv.requests == sent
-    _materialize(defs, instance, "lvlm_leaderboard")
+    _materialize(defs, instance, "lvlm_leaderboard", "results_database")
     for asset in ("lvlm_items", "lvlm_answers"):
         key = dg.AssetCheckKey(dg.AssetKey(asset), "schema")
         record = instance.event_log_storage.get_latest_asset_check_execution_by_key([key])[key]

@@ -19,6 +19,8 @@ from soco_pipeline.demo import run_demo
 from soco_pipeline.evaluation.theory import expected_concept_oracle_soc
 from soco_pipeline.storage import PROJECT_ROOT
 
+pytestmark = pytest.mark.timeout(900)  # a whole pipeline runs in a module fixture (the first test's setup)
+
 CATEGORIES = ["car", "bus", "tractor", "chair", "dog", "horse"]
 FIRST = ["oracle_part", "oracle_concept"]
 PER_BACKBONE = ["feature_manifest", "predictions", "four_choice_predictions", "metrics"]
@@ -60,20 +62,27 @@ def test_definitions_load_with_groups_and_descriptions():
     defs = build_definitions()
     graph = defs.resolve_asset_graph()
     groups = {graph.get(k).group_name for k in graph.get_all_asset_keys()}
-    assert groups == {"data", "pairs", "features", "evaluation", "lvlm", "analysis", "mmvm", "fgbmk", "tpips"}
+    assert groups == {"data", "pairs", "backbones", "lvlm", "analysis", "results", "mmvm", "fgbmk", "tpips"}
     for key in graph.get_all_asset_keys():
         assert graph.get(key).description, f"{key} has no description"
     assert {s.name for s in defs.sensors} >= {"backbone_specs_sensor"}
     assert {s.name for s in defs.schedules} == {"reevaluate_schedule"}
 
 
+def _count_demo(instance, key, partition=None) -> int:
+    """Materializations of `key` by the fixture's `make demo` runs (other tests add their own)."""
+    demo_runs = {r.dagster_run.run_id for r in instance.get_run_records(dg.RunsFilter(tags={"soco/source": "make demo"}))}
+    f = dg.AssetRecordsFilter(asset_key=dg.AssetKey(key), asset_partitions=[partition] if partition else None)
+    return sum(r.run_id in demo_runs for r in instance.fetch_materializations(f, limit=100).records)
+
+
 def test_every_asset_and_blocking_check_materialized(run):
     instance = run["instance"]
     for key in DATA_AND_PAIRS + ["leaderboard", "results_database"]:
-        assert _count(instance, key) == 1, key
+        assert _count_demo(instance, key) == 1, key
     for b in FIRST:
         for key in PER_BACKBONE:
-            assert _count(instance, key, b) == 1, (key, b)
+            assert _count_demo(instance, key, b) == 1, (key, b)
     for name in ["taxonomy", "image_set", "rejected_images", "keypoints", "descriptions", "image_pairs",
                  "correspondences"]:
         evals = instance.event_log_storage.get_latest_asset_check_execution_by_key(
@@ -208,11 +217,52 @@ def test_schedule_skips_when_nothing_changed_and_runs_a_changed_spec(run):
     # added by another test: it is evaluated too, or requested if it never was).
     assert not requested & set(FIRST), requested
     spec = run["backbones"] / "oracle_concept.yaml"
-    spec.write_text(spec.read_text() + "\n# touched\n")
-    with dg.build_schedule_context(instance=instance, resources=resources) as ctx:
-        second = schedule(ctx)
+    saved = spec.read_text()
+    spec.write_text(saved + "\n# touched\n")
+    try:
+        with dg.build_schedule_context(instance=instance, resources=resources) as ctx:
+            second = schedule(ctx)
+    finally:
+        spec.write_text(saved)  # the other tests see the spec the demo ran
     assert "oracle_concept" in {r.partition_key for r in second}
     assert "oracle_part" not in {r.partition_key for r in second}
+
+
+def test_an_unchanged_data_table_rematerialized_requests_no_backbone(run):
+    """Tables carry their content hash as Dagster data version: the same image set materialized again
+    is the same version, so neither the automation condition nor the weekly schedule re-runs a backbone."""
+    instance = run["instance"]
+    defs = build_definitions(**run["overrides"])
+    schedule = defs.get_schedule_def("reevaluate_schedule")
+
+    def materialize_and_tick(cursor=None):
+        assert dg.materialize(list(defs.assets), selection=dg.AssetSelection.assets("image_set", "rejected_images"),
+                              instance=instance, resources=defs.resources).success
+        tick = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=cursor)
+        with dg.build_schedule_context(instance=instance, resources={"soco": defs.resources["soco"]}) as ctx:
+            due = schedule(ctx)
+        return tick, set() if isinstance(due, dg.SkipReason) else {r.partition_key for r in due}
+
+    first, due_before = materialize_and_tick()
+    after, due_after = materialize_and_tick(first.cursor)  # the same table again
+    latest = instance.fetch_materializations(dg.AssetKey("image_set"), limit=2).records
+    versions = [r.asset_materialization.tags["dagster/data_version"] for r in latest]
+    assert len(versions) == 2 and versions[0] == versions[1]
+    for key in PER_BACKBONE + ["global_metrics"]:
+        assert after.get_num_requested(dg.AssetKey(key)) == 0, key
+    assert due_after == due_before
+
+
+def test_a_changed_protocol_makes_the_schedule_re_evaluate_the_backbones(run, tmp_path):
+    """The protocol is an observable source (data version: its version hash) that metrics observes when it
+    runs: a protocol that differs from the one of a backbone's last metrics makes that backbone due."""
+    text = (PROJECT_ROOT / "assets" / "protocol.yaml").read_text()
+    protocol = tmp_path / "protocol.yaml"
+    protocol.write_text(text.replace("threshold: strict", "threshold: inclusive"))
+    defs = build_definitions(**run["overrides"], protocol_path=str(protocol))
+    with dg.build_schedule_context(instance=run["instance"], resources={"soco": defs.resources["soco"]}) as ctx:
+        due = defs.get_schedule_def("reevaluate_schedule")(ctx)
+    assert "oracle_part" in {r.partition_key for r in due}
 
 
 def test_official_release_layout_round_trips_through_the_pipeline(run, monkeypatch):
@@ -227,7 +277,9 @@ def test_official_release_layout_round_trips_through_the_pipeline(run, monkeypat
                  "soco_release_root": str(release)}
     # The oracle reads the generator's ground truth by image id: point it at the embedded data set.
     shutil.copytree(Path(run["overrides"]["storage_root"]) / "embedded", Path(overrides["storage_root"]) / "embedded")
-    with dg.instance_for_test(temp_dir=str(run["tmp"] / "dagster_home")) as instance:
+    # An instance of its own: this import's materializations must not become the module run's latest.
+    (run["tmp"] / "dagster_release_round_trip").mkdir()
+    with dg.instance_for_test(temp_dir=str(run["tmp"] / "dagster_release_round_trip")) as instance:
         instance.add_dynamic_partitions("backbones", ["oracle_part"])
         defs = build_definitions(**overrides)
         assert dg.materialize(list(defs.assets), selection=dg.AssetSelection.groups("data", "pairs"),

@@ -3,13 +3,17 @@ normalisation presets, input sizes, and keypoint scaling with its two integer tr
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 import torch
 
 from soco_pipeline.backbones.preprocess import (
     NORMALISATION_PRESETS,
+    RESIZE_MODES,
     InputBatch,
+    host_square,
     normalise,
     pad_to_square,
     prepare_batch,
@@ -64,7 +68,7 @@ def test_resize_keeps_image_top_left_and_padding_white():
 def test_resize_matches_torchvision_bicubic_antialias():
     tv = pytest.importorskip("torchvision.transforms.functional")
     img = torch.rand(1, 3, 37, 37)
-    ours = resize_square(img, 16)
+    ours = resize_square(img, 16)  # the opt-in tensor resize
     ref = tv.resize(img, [16, 16], interpolation=tv.InterpolationMode.BICUBIC, antialias=True).clamp(0, 1)
     assert torch.allclose(ours, ref, atol=1e-6)
 
@@ -118,9 +122,66 @@ def test_prepared_batches_equal_preprocess_batch_bit_for_bit():
     and the accelerator path (padded uint8 squares resized where they land), run here on the CPU."""
     rng = np.random.default_rng(3)
     images = [rng.integers(0, 256, size=(h, w, 3), dtype=np.uint8) for h, w in [(30, 47), (52, 21), (40, 40)]]
-    for size, preset in [(28, "imagenet"), (84, "half"), (40, "clip")]:
-        ref = preprocess_batch(images, size, preset, "cpu")
-        cpu = prepare_batch(images, size, preset, "cpu")
+    for (size, preset), resize in itertools.product([(28, "imagenet"), (84, "half"), (40, "clip")], RESIZE_MODES):
+        ref = preprocess_batch(images, size, preset, "cpu", resize)
+        cpu = prepare_batch(images, size, preset, "cpu", resize)
         assert cpu.pixels is not None and len(cpu) == 3 and torch.equal(cpu.to("cpu"), ref)
-        squares = InputBatch(size, preset, squares=[torch.from_numpy(pad_to_square(im)) for im in images])
+        squares = InputBatch(size, preset, squares=[torch.from_numpy(host_square(im, size, resize)) for im in images])
         assert len(squares) == 3 and torch.equal(squares.to("cpu"), ref)
+
+
+# ---------------------------------------------------------------- the official (PIL) resize
+
+
+def _official_pipeline(image: np.ndarray, size: int, preset: str) -> torch.Tensor:
+    """The official scorer's preprocessing, written with PIL and torchvision as it is: a white RGB
+    square of side max(W, H) with the image pasted at the top-left, Resize((S, S), BICUBIC,
+    antialias=True) on the PIL image, ToTensor, Normalize."""
+    from PIL import Image
+
+    transforms = pytest.importorskip("torchvision.transforms")
+    pil = Image.fromarray(image).convert("RGB")
+    side = max(pil.size)
+    square = Image.new("RGB", (side, side), (255, 255, 255))
+    square.paste(pil, (0, 0))
+    mean, std = NORMALISATION_PRESETS[preset]
+    tf = transforms.Compose([
+        transforms.Resize((size, size), interpolation=transforms.InterpolationMode.BICUBIC, antialias=True),
+        transforms.ToTensor(),
+        transforms.Normalize(mean, std),
+    ])
+    return tf(square)
+
+
+@pytest.mark.parametrize(
+    "hw, size, preset",
+    [((30, 47), 28, "imagenet"), ((52, 21), 84, "half"), ((333, 500), 224, "clip"), ((480, 371), 798, "imagenet"),
+     ((17, 17), 17, "imagenet"), ((64, 90), 126, "imagenet")],
+)
+def test_default_preprocessing_is_the_official_pil_pipeline_bit_for_bit(hw, size, preset):
+    """Non-square images of several sizes, down- and upsampled (and one already at S): the default
+    preprocessing, the CPU loader batch and the accelerator squares all equal torchvision's PIL path."""
+    rng = np.random.default_rng(size)
+    image = rng.integers(0, 256, size=(*hw, 3), dtype=np.uint8)
+    ref = _official_pipeline(image, size, preset)
+    assert torch.equal(preprocess_image(image, size, preset), ref)
+    assert torch.equal(preprocess_batch([image, image[:, ::-1].copy()], size, preset)[0], ref)
+    assert torch.equal(prepare_batch([image], size, preset, "cpu").to("cpu")[0], ref)
+    squares = [torch.from_numpy(host_square(image, size))]
+    assert squares[0].shape == (size, size, 3)
+    assert torch.equal(InputBatch(size, preset, squares=squares).to("cpu")[0], ref)
+
+
+def test_tensor_resize_is_opt_in_and_close_to_pil():
+    """resize='tensor' is F.interpolate on the float image: not the official numbers, within a few uint8
+    steps of them; unknown modes are refused."""
+    rng = np.random.default_rng(1)
+    image = rng.integers(0, 256, size=(61, 90, 3), dtype=np.uint8)
+    pil = preprocess_image(image, 56, "raw")
+    tensor = preprocess_image(image, 56, "raw", resize="tensor")
+    assert not torch.equal(pil, tensor)
+    assert (pil - tensor).abs().max() < 12 / 255
+    ref = resize_square(torch.from_numpy(pad_to_square(image)).permute(2, 0, 1)[None].float() / 255, 56)[0]
+    assert torch.equal(tensor, ref)
+    with pytest.raises(ValueError, match="unknown resize"):
+        preprocess_image(image, 56, "raw", resize="nearest")

@@ -28,11 +28,17 @@ import yaml
 from soco_pipeline.deploy.processes import group_members, wait_for
 from soco_pipeline.deploy.stack import BUCKET, LocalStack
 from soco_pipeline.storage import PROJECT_ROOT
+from tests.needs import need
 
-pytestmark = pytest.mark.skipif(
-    not shutil.which("redis-server") or not list(Path("/usr/lib/postgresql").glob("*/bin/initdb")),
-    reason="needs Debian's redis-server and postgresql (.ci/run installs them)",
-)
+pytestmark = pytest.mark.timeout(1200)  # the whole distributed stack starts in the first test's setup
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _servers_installed():
+    """Skipped without Debian's redis-server and postgresql; under CI=true that is a failure (tests/needs.py)."""
+    need(bool(shutil.which("redis-server")), "Debian's redis-server")
+    need(bool(list(Path("/usr/lib/postgresql").glob("*/bin/initdb"))), "Debian's postgresql")
+
 
 CATEGORIES = ["car", "bus", "chair"]
 BACKFILL = ["dense_sift", "oracle_part", "oracle_concept", "oracle_part_seed1"]
@@ -180,7 +186,7 @@ def data(cluster):
     """Data and pair tables in the cluster's bucket and instance; a copy of them under `reference/`."""
     import dagster as dg
 
-    from soco_pipeline.defs.partitions import backbones_partitions
+    from soco_pipeline.defs.shared.partitions import backbones_partitions
 
     t0 = time.monotonic()
     with dg.DagsterInstance.get() as instance:
@@ -200,7 +206,7 @@ def _reference(cluster: LocalStack, ref_prefix: str, backbones: list[str]) -> No
     """The same partitions in-process (Dagster's in-process executor, a throwaway instance)."""
     import dagster as dg
 
-    from soco_pipeline.defs.partitions import backbones_partitions
+    from soco_pipeline.defs.shared.partitions import backbones_partitions
 
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions(backbones_partitions.name, backbones)
@@ -219,7 +225,10 @@ def test_stack_services_answer(cluster):
         assert os.getsid(svc.pid) == svc.pid, svc.name
 
 
-def test_backfill_on_celery_workers_equals_in_process(cluster, data):
+@pytest.fixture(scope="module")
+def backfill(cluster, data):
+    """The backfill of BACKFILL on the Celery workers, finished (every run SUCCESS), with the in-process
+    reference of the same partitions under `data`: what several tests inspect, in whatever order they run."""
     import dagster as dg
 
     t0 = time.monotonic()
@@ -250,6 +259,11 @@ def test_backfill_on_celery_workers_equals_in_process(cluster, data):
         steps = [s for r in runs() for s in _steps(instance, r.run_id)]
         partition = {r.run_id: r.tags["dagster/partition"] for r in runs()}
     print(f"backfill of {len(BACKFILL)} partitions done {time.monotonic() - t0:.0f} s after launch")
+    return {"steps": steps, "partition": partition}
+
+
+def test_backfill_on_celery_workers_equals_in_process(cluster, data, backfill):
+    steps, partition = backfill["steps"], backfill["partition"]
     t_first = min(s["start"] for s in steps)
     for s in sorted(steps, key=lambda s: s["start"]):
         print(f"  {s['worker']:13s} {s['start'] - t_first:6.1f} {s['end'] - t_first:6.1f} "
@@ -426,7 +440,7 @@ def test_kill_9_workers_mid_run_fail_cleanly_then_reexecute(cluster, data):
         _reexecute_from_failure(cluster, instance, runs, data)
 
 
-def test_tables_and_features_live_in_the_bucket(cluster, data):
+def test_tables_and_features_live_in_the_bucket(cluster, data, backfill):
     fs = cluster.s3fs()
     listing = fs.find(f"{BUCKET}/{cluster.storage_prefix}")
     print(f"{len(listing)} objects in s3://{BUCKET}/{cluster.storage_prefix}, e.g. {listing[:3]}")

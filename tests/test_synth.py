@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import zlib
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +15,7 @@ import pytest
 from PIL import Image
 
 from soco_pipeline.schemas import RawClickSchema, validate
+from soco_pipeline.storage import PROJECT_ROOT
 from soco_pipeline.synth import generate_dataset, render_object
 from soco_pipeline.synth.annotators import ClickNoise, simulate_clicks
 from soco_pipeline.synth.generate import _one_image, hand_modelled, plan
@@ -242,7 +245,12 @@ def test_image_rng_is_keyed_by_category_and_index():
     a = image_rng(0, "car", 1).random()
     assert a == image_rng(0, "car", 1).random()
     assert a != image_rng(0, "car", 2).random() and a != image_rng(0, "bus", 1).random()
-    assert zlib.crc32(b"car")  # the key is a stable checksum, not Python's salted hash()
+    # The key is a stable checksum, not Python's salted hash(): another hash seed draws the same number.
+    code = "from soco_pipeline.synth.scene import image_rng; print(repr(image_rng(0, 'car', 1).random()))"
+    for hash_seed in ("1", "12345"):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True,
+                             env={**os.environ, "PYTHONHASHSEED": hash_seed, "PYTHONPATH": str(PROJECT_ROOT)})
+        assert float(out.stdout) == a, hash_seed
 
 
 def test_unknown_size_and_category_give_clear_errors(tmp_path):

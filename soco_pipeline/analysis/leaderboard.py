@@ -52,8 +52,14 @@ def leaderboard_markdown(df: pd.DataFrame) -> str:
     return shown.to_markdown(index=False, floatfmt=".1f", missingval="") + "\n"
 
 
-def leaderboard_plot(df: pd.DataFrame, path: str) -> str:
+def leaderboard_plot(df: pd.DataFrame, path: str, alpha: float = 0.1) -> str:
     """Bar charts (per level; SOC per super-category) of a leaderboard, written atomically as a PNG."""
+    write_bytes_atomic(path, leaderboard_png(df, alpha))
+    return path
+
+
+def leaderboard_png(df: pd.DataFrame, alpha: float = 0.1) -> bytes:
+    """Bar charts (per level at PCK@`alpha`; SOC per super-category) of a leaderboard, as PNG bytes."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -62,7 +68,7 @@ def leaderboard_plot(df: pd.DataFrame, path: str) -> str:
     levels = [c for c in ["cc", "soc", "soc_geo", "cross_soc", "cross_cc", "four_choice"] if c in df.columns]
     sups = [c for c in df.columns if c.startswith("soc_") and c not in ("soc_geo", "soc_to_cross_drop")]
     fig, axes = plt.subplots(1, 2, figsize=(14, 4.8))
-    for ax, cols, title in ((axes[0], levels, "PCK@0.1 per level"), (axes[1], sups, "SOC per super-category")):
+    for ax, cols, title in ((axes[0], levels, f"PCK@{alpha:g} per level"), (axes[1], sups, "SOC per super-category")):
         width = 0.8 / max(1, len(df))
         x = np.arange(len(cols))
         for i, row in enumerate(df.itertuples(index=False)):
@@ -77,5 +83,4 @@ def leaderboard_plot(df: pd.DataFrame, path: str) -> str:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
-    write_bytes_atomic(path, buf.getvalue())
-    return path
+    return buf.getvalue()

@@ -118,7 +118,7 @@ class Backbone(ABC):
         if not self.needs_pixels or not images:
             return images
         size = self.input_size(int(records.width.iloc[0]), int(records.height.iloc[0]))
-        return prepare_batch(images, size, self.spec.normalisation, self.device)
+        return prepare_batch(images, size, self.spec.normalisation, self.device, self.spec.input.resize)
 
     @abstractmethod
     def forward(self, batch: torch.Tensor | None, records: pd.DataFrame, size: int) -> torch.Tensor:
@@ -155,7 +155,7 @@ class Backbone(ABC):
                     raise ValueError(f"the prepared batch is at S={images.size}, these records need S={size}")
                 batch = images.to(self.device)
             else:
-                batch = preprocess_batch(images, size, self.spec.normalisation, self.device)
+                batch = preprocess_batch(images, size, self.spec.normalisation, self.device, self.spec.input.resize)
         self._apply_speed_options()
         if batch is not None and self.spec.channels_last:
             batch = batch.contiguous(memory_format=torch.channels_last)

@@ -3,11 +3,15 @@
 The image is padded with white to a square of side max(W, H), the image at the top-left, then
 resized to S x S. A keypoint therefore maps to the unit square by the same factor on both axes.
 
-Resize: torch.nn.functional.interpolate(mode="bicubic", antialias=True) on the float image, clamped
-to [0, 1]. This is what torchvision's Resize(BICUBIC, antialias=True) does on tensors (the path
-OmniProbe-style tensor pipelines take); it batches, runs on the GPU, and unlike PIL does not
-quantise to uint8 between resize and normalisation. The clamp mimics PIL's saturation of bicubic
-overshoot so both paths agree to within a uint8 rounding step.
+Two resizes (the spec's `input: {..., resize: pil | tensor}`):
+
+- ``pil`` (the default): the official scorer's path, bit for bit. PIL's bicubic resize of the padded
+  uint8 square (what torchvision's ``Resize((S, S), BICUBIC, antialias=True)`` does on a PIL image),
+  then ``ToTensor`` (/255) and ``Normalize``. Published numbers are reproduced with this one.
+- ``tensor`` (opt-in, for GPU throughput): ``F.interpolate(mode="bicubic", antialias=True)`` on the
+  float image, clamped to [0, 1] (torchvision's Resize on tensors). It batches and runs on the device
+  but does not quantise to uint8 after the resize, and its bicubic kernel differs from PIL's, so the
+  features move a little (docs/preprocessing.md has the measured effect).
 """
 
 from __future__ import annotations
@@ -17,6 +21,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import torch.nn.functional as F
+from PIL import Image
+
+from soco_pipeline.backbones.spec import RESIZE_MODES  # noqa: F401 - the spec's input.resize values
+
+# How the padded square is resized to S x S (see the module docstring): the official PIL path.
+DEFAULT_RESIZE = "pil"
 
 # Per-channel (mean, std) of each normalisation preset, applied to RGB in [0, 1].
 NORMALISATION_PRESETS: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
@@ -50,6 +60,24 @@ def pad_to_square(image: np.ndarray, fill: int = 255) -> np.ndarray:
     return out
 
 
+def pil_resize_square(square: np.ndarray, size: int) -> np.ndarray:
+    """PIL's bicubic (antialiased) resize of an s x s x 3 uint8 square to size x size x 3 uint8.
+
+    This is torchvision's ``Resize((size, size), InterpolationMode.BICUBIC, antialias=True)`` on a PIL
+    image (it calls ``Image.resize(size, BICUBIC)``), the official scorer's resize.
+    """
+    if square.shape[0] == size and square.shape[1] == size:
+        return square
+    return np.array(Image.fromarray(square).resize((size, size), Image.Resampling.BICUBIC))
+
+
+def check_resize(resize: str) -> str:
+    """`resize` itself, or a ValueError naming the allowed modes."""
+    if resize not in RESIZE_MODES:
+        raise ValueError(f"unknown resize {resize!r}; use one of {list(RESIZE_MODES)}")
+    return resize
+
+
 def resize_square(images: torch.Tensor, size: int, clamp: bool = True) -> torch.Tensor:
     """Bicubic antialiased resize of (B, 3, s, s) float images in [0, 1] to (B, 3, size, size)."""
     if images.shape[-1] == size and images.shape[-2] == size:
@@ -70,34 +98,51 @@ def normalise(images: torch.Tensor, preset: str) -> torch.Tensor:
     return (images - m) / s
 
 
-def _padded_tensor(image, device: str | torch.device) -> torch.Tensor:
-    """(1, 3, side, side) float tensor in [0, 1] of the white-padded square image."""
-    arr = pad_to_square(to_rgb_array(image))
-    return torch.from_numpy(arr).to(device).permute(2, 0, 1).unsqueeze(0).float().div_(255.0)
+def _to_unit_tensor(square: np.ndarray | torch.Tensor, device: str | torch.device) -> torch.Tensor:
+    """(1, 3, s, s) float tensor in [0, 1] of an s x s x 3 uint8 square (torchvision's ToTensor)."""
+    t = torch.from_numpy(square) if isinstance(square, np.ndarray) else square
+    return t.to(device, non_blocking=True).permute(2, 0, 1).unsqueeze(0).float().div_(255.0)
+
+
+def host_square(image, size: int, resize: str = DEFAULT_RESIZE) -> np.ndarray:
+    """The uint8 square of one image as the host prepares it: white-padded, and for `pil` already
+    resized to size x size (for `tensor` the resize happens on the float tensor, later)."""
+    square = pad_to_square(to_rgb_array(image))
+    return pil_resize_square(square, size) if check_resize(resize) == "pil" else square
+
+
+def squares_to_batch(squares: list, size: int, preset: str, device: str | torch.device) -> torch.Tensor:
+    """Normalised (B, 3, size, size) float32 batch on `device` from host_square's uint8 squares: a
+    square not yet at `size` (tensor resize) is resized there by F.interpolate, then clamped."""
+    batch = torch.cat([resize_square(_to_unit_tensor(sq, device), size, clamp=False) for sq in squares])
+    return normalise(batch.clamp_(0.0, 1.0), preset)
 
 
 def preprocess_image(
-    image, size: int, preset: str = "imagenet", device: str | torch.device = "cpu"
+    image, size: int, preset: str = "imagenet", device: str | torch.device = "cpu", resize: str = DEFAULT_RESIZE
 ) -> torch.Tensor:
     """The official input protocol for one image: RGB, white square pad (top-left), resize to S, normalise.
 
     Returns a (3, S, S) float32 tensor on `device`.
     """
-    return preprocess_batch([image], size, preset, device)[0]
+    return preprocess_batch([image], size, preset, device, resize)[0]
 
 
 def preprocess_batch(
-    images: list, size: int, preset: str = "imagenet", device: str | torch.device = "cpu"
+    images: list,
+    size: int,
+    preset: str = "imagenet",
+    device: str | torch.device = "cpu",
+    resize: str = DEFAULT_RESIZE,
 ) -> torch.Tensor:
     """The official input protocol for images of any sizes, stacked to (B, 3, S, S) on `device`.
 
-    Each image is padded and resized on its own (sizes differ); clamping and normalisation then run
-    once on the whole batch.
+    Each image is padded and resized on its own (sizes differ); normalisation then runs once on the
+    whole batch. `resize`: pil (the official path, the default) or tensor (see the module docstring).
     """
     if not images:
         return torch.empty(0, 3, size, size, device=device)
-    batch = torch.cat([resize_square(_padded_tensor(im, device), size, clamp=False) for im in images])
-    return normalise(batch.clamp_(0.0, 1.0), preset)
+    return squares_to_batch([host_square(im, size, resize) for im in images], size, preset, device)
 
 
 @dataclass
@@ -105,9 +150,9 @@ class InputBatch:
     """A batch part-way through the input protocol, made off the main thread by `prepare_batch`.
 
     For the CPU it holds the finished (B, 3, S, S) batch (`pixels`, exactly preprocess_batch's); for an
-    accelerator the white-padded uint8 squares (`squares`, side x side x 3, pinned when CUDA is there),
-    which `to(device)` copies without blocking and resizes and normalises there, as preprocess_batch
-    does on that device.
+    accelerator the uint8 squares of host_square (`squares`, S x S x 3 after a PIL resize, side x side x
+    3 for the tensor resize; pinned when CUDA is there), which `to(device)` copies without blocking and
+    finishes there, as preprocess_batch does on that device.
     """
 
     size: int
@@ -122,21 +167,21 @@ class InputBatch:
         """The normalised (B, 3, S, S) float32 batch on `device`."""
         if self.pixels is not None:
             return self.pixels.to(device, non_blocking=True)
-        sq = [s.to(device, non_blocking=True).permute(2, 0, 1).unsqueeze(0).float().div_(255.0) for s in self.squares]
-        batch = torch.cat([resize_square(x, self.size, clamp=False) for x in sq])
-        return normalise(batch.clamp_(0.0, 1.0), self.preset)
+        return squares_to_batch(self.squares, self.size, self.preset, device)
 
 
-def prepare_batch(images: list, size: int, preset: str, device: str | torch.device) -> InputBatch:
+def prepare_batch(
+    images: list, size: int, preset: str, device: str | torch.device, resize: str = DEFAULT_RESIZE
+) -> InputBatch:
     """The host side of the input protocol for a batch bound to `device`; safe in a worker thread.
 
-    CPU: the finished batch (preprocess_batch on the CPU, the same numbers). Another device: the padded
-    uint8 squares (pinned memory when CUDA is available), 4x fewer bytes to copy than float pixels;
-    the resize then runs on the device.
+    CPU: the finished batch (preprocess_batch on the CPU, the same numbers). Another device: the uint8
+    squares (pinned memory when CUDA is available), 4x fewer bytes to copy than float pixels; for the
+    tensor resize the resize then runs on the device.
     """
     if torch.device(device).type == "cpu":
-        return InputBatch(size, preset, pixels=preprocess_batch(images, size, preset, "cpu"))
-    squares = [torch.from_numpy(pad_to_square(to_rgb_array(im))) for im in images]
+        return InputBatch(size, preset, pixels=preprocess_batch(images, size, preset, "cpu", resize))
+    squares = [torch.from_numpy(np.ascontiguousarray(host_square(im, size, resize))) for im in images]
     if torch.cuda.is_available():
         squares = [s.pin_memory() for s in squares]
     return InputBatch(size, preset, squares=squares)

@@ -6,7 +6,7 @@ A spec reads as plainly as OmniProbe's backbone configs::
     model: vit_base_patch14_dinov2   # timm name / diffusers id / sift / oracle_part / efficientnet_lite0
     weights: hf:timm/vit_base_patch14_dinov2.lvd142m   # none | packaged | <local path> | hf:<repo id>
     layer: -1                        # final block
-    input: {nearest_multiple: 800}   # or {fixed_grid: 60}
+    input: {nearest_multiple: 800}   # or {fixed_grid: 60}; add `resize: tensor` for the GPU resize
     normalisation: imagenet          # imagenet | clip | half | raw
     batch_size: 4
     device: auto                     # auto = CUDA when available, else CPU
@@ -37,10 +37,16 @@ POS_EMBED_MODES = ("auto", "dinov2_hub", "timm")
 
 # Bump when a change in the extraction code changes the features a spec produces: every cache
 # folder is keyed by spec_hash, which includes this constant, so old features are never reused.
-FEATURE_CODE_VERSION = "2"  # 2: the cache also stores the class token of timm ViTs
+# 2: the cache also stores the class token of timm ViTs. 3: the PIL resize is the default (input.resize),
+# and a timm checkpoint is built at its own position-embedding grid.
+FEATURE_CODE_VERSION = "3"
 
 NORMALISATIONS = ("imagenet", "clip", "half", "raw")
 INPUT_POLICIES = ("nearest_multiple", "fixed_grid")
+# input.resize: pil = the official scorer's PIL bicubic resize of the uint8 square (the default);
+# tensor = F.interpolate on the float tensor (faster on a GPU; features move a little, see
+# docs/preprocessing.md).
+RESIZE_MODES = ("pil", "tensor")
 PRECISIONS = ("fp32", "bf16", "fp16")
 # Speed options (off by default). Each may change the features a little, so a spec that sets one gets
 # its own spec_hash; left at its default it is not hashed, so no existing cache folder changes.
@@ -65,10 +71,12 @@ def input_size(policy: str, value: int, multiple: int) -> int:
 
 
 class InputFields(ConfigModel):
-    """`input:` of a spec: exactly one of {nearest_multiple: <px>} or {fixed_grid: <cells>}."""
+    """`input:` of a spec: exactly one of {nearest_multiple: <px>} or {fixed_grid: <cells>}, and the resize
+    (pil, the official path, or tensor; see backbones/preprocess.py)."""
 
     nearest_multiple: PositiveInt | None = None
     fixed_grid: PositiveInt | None = None
+    resize: Literal["pil", "tensor"] = "pil"
 
     @model_validator(mode="after")
     def _one_policy(self) -> InputFields:
@@ -125,10 +133,12 @@ class SpecFields(ConfigModel):
 
 @dataclass(frozen=True)
 class InputPolicy:
-    """How the square input side S is chosen: nearest multiple of the stride, or a fixed grid."""
+    """How the square input side S is chosen (nearest multiple of the stride, or a fixed grid) and how
+    the padded square is resized to it (`resize`: pil, the official path, or tensor)."""
 
     policy: str
     value: int
+    resize: str = "pil"
 
     def size(self, multiple: int) -> int:
         """The input side S for a backbone whose grid cell is `multiple` input pixels.
@@ -173,7 +183,7 @@ class BackboneSpec:
             "kind": self.kind,
             "model": self.model,
             "weights": self.weights,
-            "input": {self.input.policy: self.input.value},
+            "input": {self.input.policy: self.input.value, "resize": self.input.resize},
             "normalisation": self.normalisation,
             "batch_size": self.batch_size,
             "device": self.device,
@@ -213,7 +223,7 @@ def parse_spec(doc: Any, name: str, source: str = "<spec>") -> BackboneSpec:
         kind=fields.kind,
         model=fields.model,
         weights=fields.weights,
-        input=InputPolicy(policy, getattr(fields.input, policy)),
+        input=InputPolicy(policy, getattr(fields.input, policy), fields.input.resize),
         normalisation=fields.normalisation,
         batch_size=fields.batch_size,
         device=fields.device,

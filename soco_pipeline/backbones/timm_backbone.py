@@ -3,7 +3,8 @@
 Tokens come from `forward_intermediates` at the spec's block (`layer`, -1 = final) WITHOUT the final
 norm (norm=False), prefix and register tokens dropped (timm's num_prefix_tokens), reshaped to
 C x h x w. The model is created with dynamic_img_size=True so any S that is a multiple of the patch
-size works (798 for /14). Position embeddings are interpolated as the spec's `pos_embed_interpolation`
+size works (798 for /14); a checkpoint is built at its own position-embedding grid
+(`backbones.checkpoint_grid`), so its embeddings are interpolated once, at run time. Position embeddings are interpolated as the spec's `pos_embed_interpolation`
 says: for DINOv2 models without registers by default exactly as the official torch.hub model does
 (`backbones.pos_embed`), else by timm.
 """
@@ -18,6 +19,7 @@ import pandas as pd
 import torch
 
 from soco_pipeline.backbones.base import Backbone, BackboneContext, BackboneWeightsError, seeded
+from soco_pipeline.backbones.checkpoint_grid import checkpoint_grid, hf_checkpoint_file, pos_embed_length
 from soco_pipeline.backbones.kinds import register_kind
 from soco_pipeline.backbones.pos_embed import default_pos_embed_mode, use_hub_pos_embed
 from soco_pipeline.backbones.spec import BackboneSpec, SpecFields
@@ -53,6 +55,28 @@ def hf_cache_hint(repo: str) -> str:
     )
 
 
+def own_grid_size(model_name: str, checkpoint: Path) -> dict:
+    """{"img_size": grid * patch} when the checkpoint's position embeddings are on another grid than the
+    architecture's default (so timm loads them as stored instead of resampling them), else {}."""
+    import timm
+
+    length = pos_embed_length(checkpoint)
+    if length is None:
+        return {}
+    with torch.device("meta"):  # shapes only: no memory, no weights
+        probe = timm.create_model(model_name, pretrained=False, num_classes=0, dynamic_img_size=True)
+    if getattr(probe, "pos_embed", None) is None or not hasattr(probe, "patch_embed"):
+        return {}
+    prefix = 0 if getattr(probe, "no_embed_class", False) else int(getattr(probe, "num_prefix_tokens", 1))
+    grid = checkpoint_grid(length, prefix)
+    default = tuple(probe.patch_embed.grid_size)
+    if grid is None or default == (grid, grid):
+        return {}
+    patch = probe.patch_embed.patch_size
+    patch = int(patch[0] if isinstance(patch, tuple | list) else patch)
+    return {"img_size": grid * patch}
+
+
 class TimmOptions(SpecFields):
     """Spec fields of kind `timm`. layer: block index (negative counts from the end; -1 = final block, no
     final norm). pos_embed_interpolation: auto (dinov2_hub for DINOv2 models without registers, else timm)
@@ -84,14 +108,18 @@ class TimmBackbone(Backbone):
 
         kwargs: dict = {"pretrained": False, "num_classes": 0, "dynamic_img_size": True}
         w = spec.weights
+        checkpoint = None
         if w.startswith("hf:"):
             kwargs.update(pretrained=True, pretrained_cfg_overlay={"hf_hub_id": w[3:]})
+            checkpoint = hf_checkpoint_file(w[3:])
         elif w not in ("none", "packaged"):
-            path = resolve_local_weights(w, self.context, spec)
-            kwargs.update(pretrained=True, pretrained_cfg_overlay={"file": str(path)})
+            checkpoint = resolve_local_weights(w, self.context, spec)
+            kwargs.update(pretrained=True, pretrained_cfg_overlay={"file": str(checkpoint)})
         elif w == "packaged":
             raise BackboneWeightsError(f"backbone {spec.name!r}: kind timm has no packaged weights")
         try:
+            if checkpoint is not None:
+                kwargs.update(own_grid_size(spec.model, checkpoint))
             # Random init ('none') is seeded so a chance-floor backbone is reproducible.
             with seeded(spec.seed):
                 model = timm.create_model(spec.model, **kwargs)

@@ -6,8 +6,9 @@ pose metadata (ImageNet3D: finite azimuth/elevation/theta/distance) or a valid k
 object's status is status_good and its box covers at least `min_bbox_fraction` of the image. Every
 other candidate lands in `rejected_images` with the first failing reason, checked in this order:
 "unknown_category", "missing_image", "corrupt_image", "invalid_pose" / "invalid_keypoints",
-"keypoint_outside_image" (a visible Animal3D keypoint outside [0, width] x [0, height], even by a pixel:
-no clamping, the annotation does not match the file), "crowded", "bad_status", "too_small".
+"keypoint_outside_image" (a visible Animal3D keypoint, or one annotator's visible click on an ImageNet3D
+image, outside [0, width] x [0, height], even by a pixel: no clamping, the annotation does not match the
+file), "crowded", "bad_status", "too_small".
 """
 
 from __future__ import annotations
@@ -103,7 +104,8 @@ def build_image_set(
     ext = df[["kp_x_min", "kp_x_max", "kp_y_min", "kp_y_max"]].apply(pd.to_numeric, errors="coerce")
     w0, h0 = df["width"].astype(float), df["height"].astype(float)
     outside = (ext.kp_x_min < 0) | (ext.kp_y_min < 0) | (ext.kp_x_max > w0) | (ext.kp_y_max > h0)
-    mark(is_animal & outside.to_numpy(), "keypoint_outside_image")
+    # Animal3D keypoints and ImageNet3D clicks alike (NaN extents, no keypoints yet, compare False).
+    mark(outside.to_numpy(), "keypoint_outside_image")
     mark((df["n_objects"] != 1) | (df["dense"] != "dense_no"), "crowded")
     mark(df["object_status"] != "status_good", "bad_status")
 

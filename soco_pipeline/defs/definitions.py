@@ -1,26 +1,44 @@
-"""The code location: every asset, check, sensor, schedule and resource of the SOCO pipeline."""
+"""The code location: every asset, check, sensor, schedule and resource of the SOCO pipeline.
+
+Each folder of soco_pipeline/defs/ (but `shared/`) is one asset group, loaded by Dagster's package loading
+(`dg.load_definitions_from_package_module`: every module-level asset, check, job, sensor and schedule of
+every module in the folder): a new folder `defs/<family>/` joins the code location with no edit here.
+
+Why not `dg.load_defs` on the whole defs/ folder: this module (a `definitions.py`, Dagster's keyword file
+that ends folder loading) and recovery.py (whose Celery sensor belongs to the distributed profile only)
+live in that folder; and one `load_defs` per folder gives Definitions that cannot be merged (each carries
+its own component tree).
+"""
+
+import importlib
+import pkgutil
+import warnings
+from types import ModuleType
 
 import dagster as dg
 from dagster_duckdb import DuckDBResource
 
-from soco_pipeline.defs import (
-    analysis,
-    automation,
-    backbone_assets,
-    data_assets,
-    fgbmk,
-    lvlm,
-    mmvm,
-    pair_assets,
-    tpips,
-    trust,
-)
-from soco_pipeline.defs.executors import executor_for_profile, profile
-from soco_pipeline.defs.io_managers import ParquetIOManager
+import soco_pipeline.defs as defs_package
 from soco_pipeline.defs.recovery import dead_run_sensor, lost_worker_sensor
-from soco_pipeline.defs.resources import SocoSettings
-from soco_pipeline.settings import Settings
+from soco_pipeline.defs.shared.executors import executor_for_profile, profile
+from soco_pipeline.defs.shared.io_manager import ParquetIOManager
+from soco_pipeline.defs.shared.resources import SocoSettings
 from soco_pipeline.storage import is_remote
+
+NOT_A_GROUP = {"shared"}  # folders of helpers, no definitions
+
+
+def group_folders(package: ModuleType = defs_package) -> list[ModuleType]:
+    """The sub-packages (folders) of `package` that hold an asset group, in name order."""
+    names = sorted(m.name for m in pkgutil.iter_modules(package.__path__) if m.ispkg and m.name not in NOT_A_GROUP)
+    return [importlib.import_module(f"{package.__name__}.{name}") for name in names]
+
+
+def load_group_folders(package: ModuleType = defs_package) -> dg.Definitions:
+    """Every group folder of `package` loaded by Dagster's package loading, merged into one Definitions."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dg.PreviewWarning)  # the module loaders are "preview" in Dagster 1.13
+        return dg.Definitions.merge(*(dg.load_definitions_from_package_module(f) for f in group_folders(package)))
 
 
 def build_definitions(**overrides) -> dg.Definitions:
@@ -29,16 +47,8 @@ def build_definitions(**overrides) -> dg.Definitions:
     Tests pass e.g. storage_root / backbones_dir / categories to run on a temporary folder.
     """
     soco = SocoSettings(**overrides)
-    settings: Settings = soco.settings()
-    return dg.Definitions(
-        assets=dg.load_assets_from_modules(
-            [data_assets, pair_assets, backbone_assets, lvlm, analysis, mmvm, fgbmk, tpips, trust]
-        ),
-        asset_checks=dg.load_asset_checks_from_modules([data_assets, pair_assets, backbone_assets, lvlm, fgbmk, tpips]),
-        jobs=[automation.backbone_job, lvlm.lvlm_job],
+    location = dg.Definitions(
         sensors=[
-            automation.backbone_specs_sensor,
-            lvlm.lvlm_specs_sensor,
             dead_run_sensor,
             *([lost_worker_sensor] if profile() == "distributed" else []),
             dg.AutomationConditionSensorDefinition(
@@ -48,21 +58,20 @@ def build_definitions(**overrides) -> dg.Definitions:
                 default_status=dg.DefaultSensorStatus.RUNNING,
             ),
         ],
-        schedules=[automation.reevaluate_schedule],
         executor=executor_for_profile(),  # SOCO_PROFILE: local (default) | distributed (Celery)
         resources={
             "soco": soco,
-            "io_manager": ParquetIOManager(base_path=settings.tables_root),
+            "io_manager": ParquetIOManager(base_path=soco.tables_root),
             # The one writer of storage/results.duckdb (the results_database asset); readers such as
             # `soco sql` open the file read-only on their own. The views name their Parquet files relative
             # to the storage root (portable copies), so connections resolve them from there.
             "duckdb": DuckDBResource(
-                database=settings.duckdb_path,
-                connection_config={} if is_remote(settings.storage_root)
-                else {"file_search_path": settings.storage_root},
+                database=soco.duckdb_path,
+                connection_config={} if is_remote(soco.storage_root) else {"file_search_path": soco.storage_root},
             ),
         },
     )
+    return dg.Definitions.merge(load_group_folders(), location)
 
 
 defs = build_definitions()

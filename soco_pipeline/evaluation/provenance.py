@@ -22,7 +22,7 @@ import jsonschema
 import numpy as np
 import pandas as pd
 
-from soco_pipeline.storage import PROJECT_ROOT, read_bytes, write_bytes_atomic
+from soco_pipeline.storage import PROJECT_ROOT, join, read_bytes, write_bytes_atomic
 from soco_pipeline.taxonomy import ASSETS_DIR
 
 SCHEMA_PATH = ASSETS_DIR / "results_record.schema.json"
@@ -170,6 +170,11 @@ def write_record(record: dict[str, Any], path: str) -> str:
     """Write a record as indented JSON, atomically; returns the path."""
     write_bytes_atomic(path, (json.dumps(record, indent=2, allow_nan=False) + "\n").encode())
     return path
+
+
+def write_named_record(record: dict[str, Any], records_root: str, name: str, family: str = "") -> str:
+    """Write the record of model `name` as `<records_root>/[<family>/]<name>.json`; returns the path."""
+    return write_record(record, join(records_root, *([family] if family else []), f"{name}.json"))
 
 
 def read_record(path: str) -> dict[str, Any]:

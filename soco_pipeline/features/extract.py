@@ -6,12 +6,13 @@ Layout under an fsspec cache root::
         info.json          the normalised spec, its hash, the code version, S and stride
         manifest.parquet   FeatureManifestSchema rows (+ width, height, spec_hash)
         <image_id>.npy     fp16 C x h x w, L2-normalised over channels
-        <image_id>.cls.npy fp16 C, the L2-normalised class token (timm ViTs; `cls_path` in the manifest)
+        <image_id>.cls.npy fp16 C, the L2-normalised class token (timm ViTs; `cls_path` and
+                           `cls_checksum` in the manifest)
 
 `path` in the manifest is relative to the cache root. A spec change gives a new spec_hash and so a
 new folder: nothing cached for another spec is touched. Extraction is resumable: an image counts
-as done when the manifest has it and its file is present (and, by default, its checksum matches);
-everything else is recomputed. The manifest is flushed every few seconds and whenever extraction
+as done when the manifest has it and its files (the map, and the class token when it has one) are
+present (and, by default, their checksums match); everything else is recomputed. The manifest is flushed every few seconds and whenever extraction
 stops, including on an exception, so an interrupted run loses at most the batch in flight.
 """
 
@@ -44,6 +45,7 @@ from soco_pipeline.features.layout import (
     feature_dir,
     feature_file,
     file_checksum,
+    listed_files,
     read_manifest,
 )
 from soco_pipeline.schemas import FeatureManifestSchema, validate
@@ -99,15 +101,27 @@ def _check_images(images: pd.DataFrame) -> pd.DataFrame:
     return images[list(REQUIRED_COLUMNS)].reset_index(drop=True)
 
 
+def _file_ok(cache_root: str, rel: str, checksum: str, verify: str) -> bool:
+    """Whether a listed cache file is present and (verify 'checksum', a checksum recorded) intact."""
+    path = join(cache_root, rel)
+    if not exists(path):
+        return False
+    return verify != "checksum" or not checksum or checksum_matches(read_bytes(path), checksum)
+
+
 def _is_done(cache_root: str, row: dict | None, verify: str) -> bool:
+    """Whether an image's cached files can be reused: its map and, when listed, its class token."""
     if row is None:
         return False
     if verify == "none":
         return True
-    path = join(cache_root, row["path"])
-    if not exists(path):
+    if not _file_ok(cache_root, row["path"], row["checksum"], verify):
         return False
-    return verify != "checksum" or checksum_matches(read_bytes(path), row["checksum"])
+    cls_path = row.get("cls_path") or ""
+    if not isinstance(cls_path, str) or not cls_path:
+        return True
+    cls_sum = row.get("cls_checksum") or ""
+    return _file_ok(cache_root, cls_path, cls_sum if isinstance(cls_sum, str) else "", verify)
 
 
 class _Manifest:
@@ -181,10 +195,11 @@ def extract_features(
                 log,
             )
         except StorageFullError as e:
-            freed = _remove_unlisted_maps(folder)
+            freed = _remove_unlisted_files(folder)
             raise StorageFullError(
-                e.errno, f"{e.strerror}. Extraction of {spec.name!r} stopped; {freed} maps the manifest could "
-                f"not list were removed, the listed ones are kept (a rerun resumes from them)"
+                e.errno, f"{e.strerror}. Extraction of {spec.name!r} stopped; {freed} files (maps, class "
+                f"tokens) the manifest could not list were removed, the listed ones are kept (a rerun resumes "
+                f"from them)"
             ) from e
 
     out = pd.DataFrame([manifest.rows[i] for i in images.image_id], columns=MANIFEST_COLUMNS)
@@ -193,10 +208,11 @@ def extract_features(
     return out.astype({**dict.fromkeys(ints, "int64"), "stride": "float64"})
 
 
-def _remove_unlisted_maps(folder: str) -> int:
-    """Delete the .npy files of a cache folder that its manifest on disk does not list (orphans); count them."""
+def _remove_unlisted_files(folder: str) -> int:
+    """Delete the .npy files (maps and class tokens) of a cache folder that its manifest on disk does not
+    list (orphans); count them."""
     fs, base = filesystem(folder)
-    listed = {str(p).rsplit("/", 1)[-1] for p in read_manifest(folder)["path"]}
+    listed = listed_files(read_manifest(folder))
     orphans = [f for f in fs.glob(f"{base.rstrip('/')}/*.npy") if f.rsplit("/", 1)[-1] not in listed]
     for f in orphans:
         fs.rm(f)
@@ -284,10 +300,10 @@ class _Writer:
             data, checksum = _encode(arr)
             name = feature_file(image_id)
             write_bytes_atomic(join(self.folder, name), data, clean_stale=False)  # swept once at start
-            cls_name = ""
+            cls_name, cls_checksum = "", ""
             if token is not None:  # the class token beside the map (timm ViTs)
                 cls_name = name[: -len(".npy")] + ".cls.npy"
-                cls_data = _encode(token.to(torch.float16).numpy())[0]
+                cls_data, cls_checksum = _encode(token.to(torch.float16).numpy())
                 write_bytes_atomic(join(self.folder, cls_name), cls_data, clean_stale=False)
             c, h, w = arr.shape
             self.manifest.add(
@@ -305,6 +321,7 @@ class _Writer:
                     "height": int(heights[k]),
                     "spec_hash": self.hash_,
                     "cls_path": f"{self.rel}/{cls_name}" if cls_name else "",
+                    "cls_checksum": cls_checksum,
                 }
             )
         self.manifest.flush()

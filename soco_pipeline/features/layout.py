@@ -31,6 +31,7 @@ MANIFEST_COLUMNS = [
     "height",
     "spec_hash",
     "cls_path",  # "" when the backbone has no class token
+    "cls_checksum",  # the class token file's checksum ("" when there is none, or in older manifests)
 ]
 FLUSH_SECONDS = 10.0  # manifest writes while extracting (and always when stopping)
 LOG_SECONDS = 5.0  # progress lines at most this often (and at the end)
@@ -71,4 +72,10 @@ def read_manifest(folder: str) -> pd.DataFrame:
     if not exists(path):
         return pd.DataFrame(columns=MANIFEST_COLUMNS)
     df = read_parquet(path)
-    return df if "cls_path" in df.columns else df.assign(cls_path="")
+    return df.assign(**{c: "" for c in ("cls_path", "cls_checksum") if c not in df.columns})
+
+
+def listed_files(manifest: pd.DataFrame) -> set[str]:
+    """The file names (no folder) a manifest lists: every map and every class token."""
+    paths = pd.concat([manifest["path"], manifest["cls_path"].fillna("")])
+    return {str(p).rsplit("/", 1)[-1] for p in paths if p}

@@ -27,12 +27,14 @@ from soco_pipeline.storage import (
 )
 
 
-def _map_local(path: str, checksum: str | None = None) -> np.ndarray:
-    """A local .npy file mapped read-only; ValueError saying what is wrong with a bad file.
+def _map_local(path: str, checksum: str | None = None) -> tuple[np.ndarray, mmap.mmap | None]:
+    """A local .npy file mapped read-only, and the mapping when checksummed; ValueError saying what is
+    wrong with a bad file.
 
     With `checksum`, the mapped bytes are hashed (xxh3, ~25 GB/s) and a mismatch raises _Corrupt; the
     array then views that same mapping, so the pages the hash faulted in are the ones matching reads.
-    Files are replaced by atomic rename, so a mapping keeps the old inode when the cache is re-extracted.
+    Files are replaced by atomic rename, so a mapping keeps the old inode when the cache is re-extracted;
+    a write into the file itself shows through the mapping, so a cached array is re-hashed on each hit.
     """
     try:
         with open(path, "rb") as f:
@@ -50,9 +52,9 @@ def _map_local(path: str, checksum: str | None = None) -> np.ndarray:
         count = int(np.prod(shape))
         if fortran or offset + count * dtype.itemsize != len(mm):
             raise ValueError("the file's size does not match its .npy header")
-        return np.frombuffer(mm, dtype=dtype, count=count, offset=offset).reshape(shape)
+        return np.frombuffer(mm, dtype=dtype, count=count, offset=offset).reshape(shape), mm
     try:
-        return np.load(path, mmap_mode="r", allow_pickle=False)
+        return np.load(path, mmap_mode="r", allow_pickle=False), None
     except ValueError as e:
         if "mmap length" in str(e):
             raise ValueError("the file is truncated: shorter than its .npy header promises") from None
@@ -87,8 +89,9 @@ class FeatureStore:
     def __init__(self, cache_root: str, backbone: str, spec_hash: str | None = None, cache_items: int = 64):
         self.cache_root = cache_root
         self.backbone = backbone
-        # A small LRU of decoded fp16 maps: matching reads a source image once per pair.
-        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        # A small LRU of decoded fp16 maps (with the mapping to re-hash on a hit, when checksummed):
+        # matching reads a source image once per pair.
+        self._cache: OrderedDict[str, tuple[np.ndarray, mmap.mmap | None]] = OrderedDict()
         self.cache_items = cache_items
         if spec_hash is None:
             spec_hash = self._only_hash()
@@ -188,9 +191,6 @@ class FeatureStore:
         """The map as stored (fp16) and its meta. Read-only: a local file is memory-mapped
         (`np.load(mmap_mode="r")`), not copied, and the array may be shared with the store's cache."""
         meta = self.meta(image_id)
-        if not verify and image_id in self._cache:
-            self._cache.move_to_end(image_id)
-            return self._cache[image_id], meta
         paths = self.__dict__.get("_paths")
         if paths is None:  # one pass over the manifest instead of a .loc per map read
             paths = self._paths = dict(zip(self.manifest.index, self.manifest["path"].to_numpy(), strict=True))
@@ -198,9 +198,18 @@ class FeatureStore:
         checksum = str(self._checksums()[image_id] or "")
         # xxh3 checksums are verified on every read; the sha256 of older manifests only when asked.
         check = checksum if verify or (self.verify_reads and checksum.startswith(CHECKSUM_PREFIX)) else None
+        if not verify and image_id in self._cache:
+            arr, mapping = self._cache[image_id]
+            # A hit on a memory-mapped file is hashed again: the mapping shows any write into the file.
+            if check and mapping is not None and not checksum_matches(mapping, check):
+                del self._cache[image_id]
+                raise self._corrupt(image_id, path, "its bytes do not match the manifest checksum")
+            self._cache.move_to_end(image_id)
+            return arr, meta
+        mapping = None
         try:
             if path.startswith("/"):  # a local file: map it instead of copying it
-                arr = _map_local(path, check)
+                arr, mapping = _map_local(path, check)
             else:
                 data = read_bytes(path)
                 if check and not checksum_matches(data, check):
@@ -210,10 +219,7 @@ class FeatureStore:
             if not check and self.verify_reads and (bad := _non_finite(arr)):
                 raise _Corrupt(f"it holds {bad} NaN/inf values")
         except _Corrupt as e:
-            raise FeatureError(
-                f"cached features of image {image_id!r} ({path}) are corrupt: {e}; re-extract this backbone "
-                f"(materialize feature_manifest[{self.backbone}]: only the damaged images are recomputed)"
-            ) from None
+            raise self._corrupt(image_id, path, str(e)) from None
         except (ValueError, EOFError) as e:
             raise FeatureError(
                 f"cached features of image {image_id!r} ({path}) cannot be read ({e}); re-extract this "
@@ -226,10 +232,17 @@ class FeatureStore:
                 f"{expected}; re-run extraction"
             )
         if self.cache_items > 0:
-            self._cache[image_id] = arr
+            self._cache[image_id] = (arr, mapping)
             if len(self._cache) > self.cache_items:
                 self._cache.popitem(last=False)
         return arr, meta
+
+    def _corrupt(self, image_id: str, path: str, why: str, what: str = "cached features") -> FeatureError:
+        """The error for a damaged cache file: what is wrong, and the re-extraction that repairs it."""
+        return FeatureError(
+            f"{what} of image {image_id!r} ({path}) are corrupt: {why}; re-extract this backbone "
+            f"(materialize feature_manifest[{self.backbone}]: only the damaged images are recomputed)"
+        )
 
     def _checksums(self) -> dict[str, str]:
         sums = self.__dict__.get("_sums")
@@ -243,20 +256,40 @@ class FeatureStore:
         return "cls_path" in self.manifest.columns and bool((self.manifest["cls_path"].fillna("") != "").all())
 
     def class_token(self, image_id: str) -> np.ndarray:
-        """The cached class token (C, float32, L2-normalised) of one image; a clear error when none."""
-        self.meta(image_id)
-        rel = self.manifest.loc[image_id, "cls_path"] if "cls_path" in self.manifest.columns else ""
+        """The cached class token (C, float32, L2-normalised) of one image, verified against the manifest's
+        checksum on every read (or, for older manifests without one, for NaN/inf); a clear error when
+        there is none or it is damaged."""
+        meta = self.meta(image_id)
+        row = self.manifest.loc[image_id]
+        rel = row["cls_path"] if "cls_path" in self.manifest.columns else ""
         if not isinstance(rel, str) or not rel:
             raise FeatureError(
                 f"backbone {self.backbone!r} has no cached class token for image {image_id!r}: only timm ViTs "
                 f"store one; use mean-pooled maps instead"
             )
+        checksum = row["cls_checksum"] if "cls_checksum" in self.manifest.columns else ""
+        checksum = checksum if isinstance(checksum, str) else ""
+        path = join(self.cache_root, rel)
         try:
-            return np.load(io.BytesIO(read_bytes(join(self.cache_root, rel))), allow_pickle=False).astype(np.float32)
+            data = read_bytes(path)
+            if self.verify_reads and checksum and not checksum_matches(data, checksum):
+                raise _Corrupt("its bytes do not match the manifest checksum")
+            token = np.load(io.BytesIO(data), allow_pickle=False)
+            if self.verify_reads and (bad := _non_finite(token)):
+                raise _Corrupt(f"it holds {bad} NaN/inf values")
+        except _Corrupt as e:
+            raise self._corrupt(image_id, path, str(e), "the cached class token") from None
         except (FileNotFoundError, ValueError, EOFError) as e:
             raise FeatureError(
-                f"class token of image {image_id!r} ({rel}) cannot be read ({e}); re-extract this backbone"
+                f"the class token of image {image_id!r} ({path}) cannot be read ({e}); re-extract this backbone "
+                f"(materialize feature_manifest[{self.backbone}]: only the damaged images are recomputed)"
             ) from None
+        if token.shape != (meta["channels"],):
+            raise FeatureError(
+                f"the class token of image {image_id!r} ({path}) has shape {token.shape}, the manifest says "
+                f"({meta['channels']},); re-extract this backbone (materialize feature_manifest[{self.backbone}])"
+            )
+        return token.astype(np.float32)
 
     def get_many(self, image_ids: Iterable[str]) -> list[tuple[np.ndarray, dict]]:
         """`get` for several images, in order."""

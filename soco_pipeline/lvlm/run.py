@@ -2,9 +2,11 @@
 
 Each finished answer is cached at once (atomic file per request hash), so a run killed at any point
 resumes where it stopped and ends with the same table. A request that still fails after its
-retries is recorded with its error and counted as wrong; only when `max_consecutive_failures`
-requests in a row fail (a server that is down, a wrong key) does the run stop, with an error naming
-the endpoint, keeping every answer it got.
+retries (or a failed batch of an in-process model) is recorded with its error and counted as wrong.
+The run stops, keeping every answer it got, when `max_consecutive_failures` requests in a row fail
+(openai: a server that is down, a wrong key; the error names the endpoint), or as soon as more than
+`max_error_rate` of all its rows have failed (any backend: the score would be mostly errors; the error
+quotes the first failure).
 """
 
 from __future__ import annotations
@@ -31,7 +33,12 @@ ANSWER_COLUMNS = [
 
 
 class LvlmRunError(RuntimeError):
-    """The run stopped (too many consecutive failures); answers so far are cached."""
+    """The run stopped (too many consecutive failures, or too many failures in all); answers so far are cached."""
+
+
+def error_rate_exceeded(n_errors: int, n_rows: int, max_error_rate: float) -> bool:
+    """Whether `n_errors` failed rows of `n_rows` are more than the spec's `max_error_rate` allows."""
+    return n_rows > 0 and n_errors > max_error_rate * n_rows
 
 
 @dataclass
@@ -101,7 +108,7 @@ def run_model(
         return out
 
     chunks = [list(range(k, min(k + batch, n))) for k in range(0, n, batch)]
-    consecutive, done = 0, 0
+    consecutive, done, n_errors, first_error = 0, 0, 0, ""
     limit = spec.max_consecutive_failures if spec.backend == "openai" else 0
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"lvlm-{spec.name}")
     try:
@@ -120,6 +127,9 @@ def run_model(
                     was_cached[i] = hit
                     if not hit:
                         consecutive = consecutive + 1 if reply.error else 0
+                    if reply.error:
+                        n_errors += 1
+                        first_error = first_error or f"item {int(index[i])}: {reply.error}"
                     done += 1
                     if done % max(1, n // 10) == 0:
                         log(f"{spec.name}: {done}/{n} answered ({int(was_cached.sum())} from the cache)")
@@ -127,6 +137,13 @@ def run_model(
                     raise LvlmRunError(
                         f"{spec.name}: {consecutive} requests in a row failed (last: {error[i]}); is the server at "
                         f"{spec.base_url} up and the key right? Every answer received is cached: a rerun resumes there"
+                    )
+                if error_rate_exceeded(n_errors, n, spec.max_error_rate):
+                    raise LvlmRunError(
+                        f"{spec.name}: {n_errors} of {n} requests failed, more than max_error_rate "
+                        f"{spec.max_error_rate:g} allows; no score is posted. First error: {first_error}. Fix the "
+                        f"cause (or raise max_error_rate in {spec.source or 'the spec'}); every answer received "
+                        f"is cached: a rerun resumes there"
                     )
                 nxt = next(queue, None)
                 if nxt is not None:

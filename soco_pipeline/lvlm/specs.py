@@ -20,6 +20,10 @@ A local model (transformers, AutoModelForImageTextToText and the processor's cha
     dtype: bfloat16
     batch_size: 8
 
+Both backends take `max_error_rate` (default 0.1): a run in which more than this share of the rows fails
+(errors after retries, failed batches) stops with the first error's message instead of posting a score
+deflated by errors counted as wrong.
+
 The name is the file stem. The pydantic models below (a discriminated union on `backend`) validate a
 spec; unknown fields are an error naming the file and the field. The key itself
 never appears in a spec: only the name of the environment variable that holds it.
@@ -64,6 +68,9 @@ class LvlmFields(ConfigModel):
     temperature: Annotated[float, Field(ge=0.0, le=2.0)] = 0.0
     max_tokens: PositiveInt = 512
     seed: int = 0
+    # The share of failed rows (errors after retries, failed batches) a run tolerates; past it the run stops
+    # with the first error instead of posting a score made of errors counted as wrong (lvlm/run.py).
+    max_error_rate: Annotated[float, Field(ge=0.0, le=1.0)] = 0.1
 
     @field_validator("settings")
     @classmethod
@@ -138,6 +145,7 @@ class LvlmSpec:
     backoff_base: float = 0.5
     backoff_max: float = 30.0
     max_consecutive_failures: int = 25
+    max_error_rate: float = 0.1
     device: str = "auto"
     dtype: str = "auto"
     batch_size: int = 4

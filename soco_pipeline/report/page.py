@@ -253,3 +253,16 @@ def serve_report(folder: str | Path, port: int = 0, ready=print) -> None:
             threading.Event().wait()
         except KeyboardInterrupt:
             pass
+
+
+def error_bar_markdown(index: str) -> dict[str, str]:
+    """The leaderboards' CI error-bar figures beside a built page, as Markdown with embedded PNGs
+    ({"backbone_ci": ..., "lvlm_ci": ...}, only those that exist), for the UI's metadata."""
+    import base64
+
+    out = {}
+    for name in ("backbone_ci", "lvlm_ci"):
+        png = Path(index).parent / f"{name}.png"
+        if png.exists():
+            out[name] = f"![{name}](data:image/png;base64,{base64.b64encode(png.read_bytes()).decode()})"
+    return out

@@ -151,6 +151,13 @@ def render_query(row, keypoints: pd.DataFrame, image_set: pd.DataFrame, store, p
                    "correct": err < alpha * radius, "layout": layout}
 
 
+def panels_dir(settings, backbone: str) -> str:
+    """Where the prediction panels of a backbone go: <storage>/report/panels/<backbone>/."""
+    from soco_pipeline.storage import join
+
+    return join(settings.report_root, "panels", backbone)
+
+
 def sample_panels(image_pairs, correspondences, predictions, keypoints, image_set, store, protocol, n: int,
                   seed: int, out_dir: str) -> list[dict]:
     """Render n seeded panels into out_dir (<pair>__<keypoint>.png); returns one facts dict (with `path`) each."""

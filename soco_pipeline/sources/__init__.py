@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 
 from soco_pipeline.sources.animal3d import ANIMAL3D_KEYPOINTS, animal_keypoint_names, read_animal3d
-from soco_pipeline.sources.clicks import read_clicks
+from soco_pipeline.sources.clicks import EXTENT_COLUMNS, check_click_images, click_extents, read_clicks
 from soco_pipeline.sources.config import CANDIDATE_COLUMNS, SourceConfig
-from soco_pipeline.sources.imagenet3d import read_imagenet3d
+from soco_pipeline.sources.imagenet3d import imagenet3d_image_ids, read_imagenet3d
 from soco_pipeline.sources.soco_release import SocoRelease, read_soco_release
 from soco_pipeline.taxonomy import Taxonomy
 
@@ -55,7 +55,11 @@ def read_candidates(cfg: SourceConfig, taxonomy: Taxonomy) -> pd.DataFrame:
     """Candidate image rows (CANDIDATE_COLUMNS) of every source root set in `cfg`."""
     parts = []
     if cfg.imagenet3d_root:
-        parts.append(read_imagenet3d(cfg.imagenet3d_root, cfg.categories, cfg.check_workers))
+        rigid = read_imagenet3d(cfg.imagenet3d_root, cfg.categories, cfg.check_workers)
+        if cfg.clicks_path:  # the extent of the annotators' visible clicks, as Animal3D records carry theirs
+            ext = click_extents(read_clicks(cfg.clicks_path)).reindex(rigid["image_id"])
+            rigid[EXTENT_COLUMNS] = ext.to_numpy(dtype=float)
+        parts.append(rigid)
     if cfg.animal3d_root:
         parts.append(read_animal3d(cfg.animal3d_root, taxonomy, cfg.categories)[0])
     if cfg.soco_release_root:
@@ -101,6 +105,8 @@ def read_raw_keypoints(cfg: SourceConfig, taxonomy: Taxonomy) -> pd.DataFrame:
     parts = []
     if cfg.clicks_path:
         c = read_clicks(cfg.clicks_path)
+        if cfg.imagenet3d_root:
+            check_click_images(c, imagenet3d_image_ids(cfg.imagenet3d_root), cfg.clicks_path, cfg.imagenet3d_root)
         parts.append(c.assign(origin="clicks", concept="", n_annotators=0, spread=np.nan))
     if cfg.animal3d_root:
         kp = read_animal3d(cfg.animal3d_root, taxonomy, cfg.categories)[1]

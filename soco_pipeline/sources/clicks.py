@@ -24,6 +24,34 @@ def _parse_visible(col: pd.Series, path: str) -> pd.Series:
     return text.isin(_TRUE)
 
 
+EXTENT_COLUMNS = ["kp_x_min", "kp_x_max", "kp_y_min", "kp_y_max"]
+
+
+def click_extents(clicks: pd.DataFrame) -> pd.DataFrame:
+    """Per image (index image_id): the extent of its visible clicks, every annotator's (EXTENT_COLUMNS, pixels).
+
+    The image set rejects an image whose extent leaves [0, width] x [0, height] ("keypoint_outside_image"),
+    as it does for an Animal3D keypoint: one bad click rejects its image, not the whole keypoints stage.
+    """
+    v = clicks[clicks["visible"].astype(bool)]
+    return v.groupby("image_id").agg(
+        kp_x_min=("x", "min"), kp_x_max=("x", "max"), kp_y_min=("y", "min"), kp_y_max=("y", "max")
+    )[EXTENT_COLUMNS]
+
+
+def check_click_images(clicks: pd.DataFrame, known: set[str], path: str, root: str) -> None:
+    """ValueError naming the clicks' image ids that no image of the source has (any category): a typo or a
+    clicks file of another data set; such clicks are never dropped silently."""
+    unknown = sorted(set(clicks["image_id"]) - known)
+    if unknown:
+        n_rows = int(clicks["image_id"].isin(unknown).sum())
+        more = f" (and {len(unknown) - 5} more)" if len(unknown) > 5 else ""
+        raise ValueError(
+            f"{path}: {n_rows} clicks on {len(unknown)} image ids that {root} has no image or annotation of: "
+            f"{unknown[:5]}{more}. Fix: correct the image ids, or drop these clicks from the file"
+        )
+
+
 def read_clicks(path: str) -> pd.DataFrame:
     """Raw clicks from a CSV or Parquet file (by extension), validated against RawClickSchema."""
     if path.endswith(".parquet") or path.endswith(".pq"):

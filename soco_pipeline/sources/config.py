@@ -13,9 +13,9 @@ from soco_pipeline.config import STRICT
 from soco_pipeline.storage import filesystem, join
 
 # Columns of an image candidate row, shared by the ImageNet3D and Animal3D readers and consumed by
-# `imageset.build_image_set`. Pose fields are NaN when unknown; `keypoints_valid` and the extent of the
-# visible keypoints (`kp_x_min` ... `kp_y_max`, original-image pixels) are only meaningful for Animal3D
-# rows (NA/NaN elsewhere).
+# `imageset.build_image_set`. Pose fields are NaN when unknown; `keypoints_valid` is only meaningful for
+# Animal3D rows (NA elsewhere); the extent of the visible keypoints (`kp_x_min` ... `kp_y_max`,
+# original-image pixels) for Animal3D rows and, from the annotators' clicks, ImageNet3D rows (NaN elsewhere).
 CANDIDATE_COLUMNS = (
     "image_id",
     "category",

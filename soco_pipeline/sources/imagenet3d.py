@@ -69,6 +69,13 @@ def _summarise_npz(path: str) -> dict:
     return row
 
 
+def imagenet3d_image_ids(root: str) -> set[str]:
+    """Every image id of an ImageNet3D-layout root, any category: the stems under images/ and annotations/."""
+    paths = glob_paths(join(root, "annotations"), "*/*.npz")
+    paths += [p for p in glob_paths(join(root, "images"), "*/*") if p.endswith(IMAGE_SUFFIXES)]
+    return {_stem_and_category(p)[0] for p in paths}
+
+
 def read_imagenet3d(root: str, categories: Iterable[str] | None = None, workers: int = 8) -> pd.DataFrame:
     """One candidate row per image of an ImageNet3D-layout root (columns: CANDIDATE_COLUMNS).
 
@@ -102,6 +109,6 @@ def read_imagenet3d(root: str, categories: Iterable[str] | None = None, workers:
     df[["dense", "object_status"]] = df[["dense", "object_status"]].fillna("")
     df["keypoints_valid"] = pd.array([pd.NA] * len(df), dtype="boolean")
     float_cols = ["width", "height", "bbox_l", "bbox_t", "bbox_r", "bbox_b", *POSE_FIELDS]
-    float_cols += ["kp_x_min", "kp_x_max", "kp_y_min", "kp_y_max"]  # Animal3D only: NaN here
+    float_cols += ["kp_x_min", "kp_x_max", "kp_y_min", "kp_y_max"]  # from the clicks (read_candidates)
     df[float_cols] = df[float_cols].astype(float)
     return df

@@ -11,11 +11,11 @@ import os
 import dagster as dg
 import pandas as pd
 
-from soco_pipeline.defs.backbone_assets import spec_for
-from soco_pipeline.defs.checks import schema_check
-from soco_pipeline.defs.lvlm import lvlm_spec_for, lvlms_partitions
-from soco_pipeline.defs.partitions import backbones_partitions
-from soco_pipeline.defs.resources import SocoSettings
+from soco_pipeline.defs.backbones.assets import spec_for
+from soco_pipeline.defs.lvlm.assets import lvlm_spec_for
+from soco_pipeline.defs.shared.checks import schema_check
+from soco_pipeline.defs.shared.partitions import backbones_partitions, lvlms_partitions
+from soco_pipeline.defs.shared.resources import SocoSettings
 
 GROUP = "fgbmk"
 EAGER = dg.AutomationCondition.eager()

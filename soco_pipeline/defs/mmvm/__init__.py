@@ -9,11 +9,11 @@ SIMULATED (the embedded renderer); every table says so in its data_source column
 import dagster as dg
 import pandas as pd
 
-from soco_pipeline.defs.checks import schema_check
-from soco_pipeline.defs.executors import GPU_STEP_TAGS
-from soco_pipeline.defs.lvlm import lvlm_spec_for, lvlms_partitions
-from soco_pipeline.defs.partitions import backbones_partitions
-from soco_pipeline.defs.resources import SocoSettings
+from soco_pipeline.defs.lvlm.assets import lvlm_spec_for
+from soco_pipeline.defs.shared.checks import schema_check
+from soco_pipeline.defs.shared.executors import GPU_STEP_TAGS
+from soco_pipeline.defs.shared.partitions import backbones_partitions, lvlms_partitions
+from soco_pipeline.defs.shared.resources import SocoSettings
 from soco_pipeline.tasks.mmvm import schemas
 from soco_pipeline.tasks.mmvm.config import MmvmConfig
 
@@ -95,7 +95,7 @@ def mmvm_predictions(context: dg.AssetExecutionContext, soco: SocoSettings, mmvm
                      mmvm_cases: pd.DataFrame, mmvm_objects: pd.DataFrame, mmvm_images: pd.DataFrame):
     """One backbone's answers: mask-pooled descriptors from the shared feature cache, cosine argmax, a None
     threshold fitted on train; zero-shot and with the contrastive head. SOCO oracles: not applicable."""
-    from soco_pipeline.defs.backbone_assets import spec_for
+    from soco_pipeline.defs.backbones.assets import spec_for
     from soco_pipeline.tasks.mmvm.backbone_eval import backbone_predictions
 
     spec = spec_for(soco, context.partition_key)

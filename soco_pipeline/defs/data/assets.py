@@ -4,8 +4,14 @@ import dagster as dg
 import pandas as pd
 
 from soco_pipeline import schemas
-from soco_pipeline.defs.checks import check_result, columns_of, publish_checked, schema_check
-from soco_pipeline.defs.resources import SocoSettings
+from soco_pipeline.defs.shared.checks import (
+    TableResult,
+    TableSpec,
+    columns_of,
+    table_asset,
+    table_multi_asset,
+)
+from soco_pipeline.defs.shared.resources import SocoSettings
 from soco_pipeline.taxonomy import Taxonomy, load_taxonomy
 
 GROUP = "data"
@@ -16,7 +22,7 @@ def source_config(soco: SocoSettings):
     from soco_pipeline.sources import SourceConfig
 
     if soco.source == "embedded":
-        cfg = SourceConfig.embedded(soco.settings().embedded_root)
+        cfg = SourceConfig.embedded(soco.embedded_root)
     elif soco.source == "raw":
         cfg = SourceConfig(
             imagenet3d_root=soco.imagenet3d_root,
@@ -43,19 +49,18 @@ def embedded_dataset(context: dg.AssetExecutionContext, soco: SocoSettings) -> d
         return dg.MaterializeResult(metadata={"skipped": f"source is {soco.source}"})
     from soco_pipeline.data.embedded import ensure_dataset
 
-    settings = soco.settings()
     manifest = ensure_dataset(
-        settings.embedded_root,
-        size=settings.dataset_size,
-        seed=settings.seed,
-        categories=list(settings.categories) if settings.categories else None,
-        images_per_category=settings.images_per_category,
+        soco.embedded_root,
+        size=soco.dataset_size,
+        seed=soco.seed,
+        categories=list(soco.categories) if soco.categories else None,
+        images_per_category=soco.images_per_category,
     )
     counts = manifest["counts"]
-    context.log.info(f"embedded data set at {settings.embedded_root}: {counts['kept']} kept images")
+    context.log.info(f"embedded data set at {soco.embedded_root}: {counts['kept']} kept images")
     return dg.MaterializeResult(
         metadata={
-            "root": dg.MetadataValue.path(settings.embedded_root),
+            "root": dg.MetadataValue.path(soco.embedded_root),
             **{k: counts[k] for k in ("images", "kept", "rejected", "keypoints", "clicks")},
             "categories": len(manifest["categories"]),
             "click_noise": dg.MetadataValue.json(manifest.get("click_noise", {})),
@@ -81,14 +86,8 @@ def taxonomy_problems(df: pd.DataFrame) -> list[str]:
     return problems
 
 
-@dg.asset(
-    group_name=GROUP,
-    deps=[embedded_dataset],
-    check_specs=[dg.AssetCheckSpec("schema", asset="taxonomy", blocking=True)],
-    kinds={"pandas"},
-    code_version="1",
-)
-def taxonomy(context: dg.AssetExecutionContext, soco: SocoSettings):
+@table_asset(check=True, group_name=GROUP, deps=[embedded_dataset], kinds={"pandas"}, code_version="1")
+def taxonomy(context: dg.AssetExecutionContext, soco: SocoSettings) -> TableResult:
     """The run's taxonomy, one row per (category, keypoint): super-category, concept, defining node, lineage.
 
     assets/taxonomy.yaml for embedded and raw runs; a soco_release run builds it from the release
@@ -110,7 +109,7 @@ def taxonomy(context: dg.AssetExecutionContext, soco: SocoSettings):
     else:
         tax, notes = load_taxonomy(), []
     df = tax.to_table()
-    output = dg.Output(
+    return TableResult(
         df,
         metadata={
             "rows": len(df),
@@ -118,116 +117,84 @@ def taxonomy(context: dg.AssetExecutionContext, soco: SocoSettings):
             "source": tax.source,
             "warnings": dg.MetadataValue.md("\n".join(f"- {n}" for n in notes) or "none"),
         },
+        problems=taxonomy_problems(df),
     )
-    yield from publish_checked([output], [check_result("taxonomy", taxonomy_problems(df))])
 
 
-@dg.asset(group_name=GROUP, deps=[embedded_dataset], kinds={"pandas"}, code_version="1")
+@table_asset(group_name=GROUP, deps=[embedded_dataset], kinds={"pandas"}, code_version="1")
 def source_images(
     context: dg.AssetExecutionContext, soco: SocoSettings, taxonomy: pd.DataFrame
-) -> pd.DataFrame:
+) -> TableResult:
     """Every candidate image of the configured source, before filtering."""
     from soco_pipeline.sources import read_candidates
 
     df = read_candidates(source_config(soco), run_taxonomy(taxonomy))
-    context.add_output_metadata({"rows": len(df)})
-    return df
+    return TableResult(df, metadata={"rows": len(df)})
 
 
-@dg.asset(group_name=GROUP, deps=[embedded_dataset], kinds={"pandas"}, code_version="1")
+@table_asset(group_name=GROUP, deps=[embedded_dataset], kinds={"pandas"}, code_version="1")
 def raw_keypoints(
     context: dg.AssetExecutionContext, soco: SocoSettings, taxonomy: pd.DataFrame
-) -> pd.DataFrame:
+) -> TableResult:
     """Raw annotator clicks (three per keypoint) and Animal3D keypoints, before aggregation."""
     from soco_pipeline.sources import read_raw_keypoints
 
-    return read_raw_keypoints(source_config(soco), run_taxonomy(taxonomy))
+    return TableResult(read_raw_keypoints(source_config(soco), run_taxonomy(taxonomy)))
 
 
-@dg.multi_asset(
+@table_multi_asset(
     group_name=GROUP,
     outs={
-        "image_set": dg.AssetOut(
+        "image_set": (TableSpec(schemas.ImageSchema), dg.AssetOut(
             description="The filtered image set: one salient, large object per image.",
             code_version="1",
             metadata=columns_of(schemas.ImageSchema),
-        ),
-        "rejected_images": dg.AssetOut(
+        )),
+        "rejected_images": (TableSpec(schemas.RejectedImageSchema), dg.AssetOut(
             description="Every image the filters dropped, with the reason.",
             code_version="1",
             metadata=columns_of(schemas.RejectedImageSchema),
-        ),
+        )),
     },
-    check_specs=[
-        dg.AssetCheckSpec("schema", asset="image_set", blocking=True),
-        dg.AssetCheckSpec("schema", asset="rejected_images", blocking=True),
-    ],
 )
 def image_set_assets(
     context: dg.AssetExecutionContext, soco: SocoSettings, source_images: pd.DataFrame, taxonomy: pd.DataFrame
-):
+) -> dict[str, TableResult]:
     """Filter the candidates: valid pose/keypoint record, one salient object, good status, large enough."""
     from soco_pipeline.data.imageset import build_image_set
 
     kept, rejected = build_image_set(source_images, source_config(soco), run_taxonomy(taxonomy))
     reasons = rejected["reason"].value_counts().to_dict() if len(rejected) else {}
-    outputs = [
-        dg.Output(kept, "image_set", metadata={"rows": len(kept), "categories": int(kept.category.nunique())}),
-        dg.Output(
-            rejected,
-            "rejected_images",
-            metadata={"rows": len(rejected), **{f"reason/{k}": int(v) for k, v in reasons.items()}},
+    return {
+        "image_set": TableResult(kept, {"rows": len(kept), "categories": int(kept.category.nunique())}),
+        "rejected_images": TableResult(
+            rejected, {"rows": len(rejected), **{f"reason/{k}": int(v) for k, v in reasons.items()}}
         ),
-    ]
-    yield from publish_checked(
-        outputs,
-        [
-            schema_check(kept, schemas.ImageSchema, "image_set"),
-            schema_check(rejected, schemas.RejectedImageSchema, "rejected_images"),
-        ],
-    )
+    }
 
 
-@dg.asset(
-    group_name=GROUP,
-    check_specs=[dg.AssetCheckSpec("schema", asset="keypoints", blocking=True)],
-    kinds={"pandas"},
-    code_version="1",
-    metadata=columns_of(schemas.KeypointSchema),
-)
+@table_asset(schema=schemas.KeypointSchema, group_name=GROUP, kinds={"pandas"}, code_version="1")
 def keypoints(
     context: dg.AssetExecutionContext,
     soco: SocoSettings,
     raw_keypoints: pd.DataFrame,
     image_set: pd.DataFrame,
     taxonomy: pd.DataFrame,
-):
+) -> TableResult:
     """Aggregated keypoints: outlier clicks dropped, median of the rest, majority-vote visibility."""
     from soco_pipeline.data.keypoints import aggregate_keypoints
 
     kps, stats = aggregate_keypoints(raw_keypoints, image_set, run_taxonomy(taxonomy), source_config(soco))
     meta = {"rows": len(kps), "visible": int(kps.visible.sum())}
     meta.update({k: float(v) if isinstance(v, float) else v for k, v in stats.items()})
-    yield from publish_checked(
-        [dg.Output(kps, metadata=meta)],
-        [schema_check(kps, schemas.KeypointSchema, "keypoints", image_set=image_set)],
-    )
+    return TableResult(kps, meta, related={"image_set": image_set})
 
 
-@dg.asset(
-    group_name=GROUP,
-    check_specs=[dg.AssetCheckSpec("schema", asset="descriptions", blocking=True)],
-    kinds={"pandas"},
-    code_version="1",
-    metadata=columns_of(schemas.DescriptionSchema),
-)
-def descriptions(context: dg.AssetExecutionContext, image_set: pd.DataFrame, taxonomy: pd.DataFrame):
+@table_asset(schema=schemas.DescriptionSchema, group_name=GROUP, kinds={"pandas"}, code_version="1")
+def descriptions(context: dg.AssetExecutionContext, image_set: pd.DataFrame, taxonomy: pd.DataFrame) -> TableResult:
     """One language description per (category, keypoint), e.g. 'the center point of the front left wheel of a bus'."""
     from soco_pipeline.data.descriptions import build_descriptions, load_templates
 
     df = build_descriptions(run_taxonomy(taxonomy), load_templates())
     df = df[df.category.isin(image_set.category.unique())].reset_index(drop=True)
-    yield from publish_checked(
-        [dg.Output(df, metadata={"rows": len(df), "example": df.description.iloc[0] if len(df) else ""})],
-        [schema_check(df, schemas.DescriptionSchema, "descriptions")],
-    )
+    return TableResult(df, {"rows": len(df), "example": df.description.iloc[0] if len(df) else ""})

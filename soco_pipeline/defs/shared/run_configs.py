@@ -1,4 +1,4 @@
-"""Run configs of a partial (subset) run and where its rule is recorded (issue 26).
+"""Run configs of a partial (subset) run, where its rule is recorded, and stage timings (issue 26).
 
 `EvalRunConfig` is the run config of `predictions` / `four_choice_predictions`, `LvlmRunConfig` that of
 `lvlm_answers`. The rule is recorded in that asset's materialization metadata (`subset`); downstream
@@ -37,6 +37,7 @@ class LvlmRunConfig(dg.Config):
 
 
 def latest_materialization(instance: dg.DagsterInstance, asset: str, partition: str):
+    """The latest materialization record of one partition of `asset` (None when there is none)."""
     records = instance.fetch_materializations(
         dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[partition]), limit=1
     ).records
@@ -59,3 +60,16 @@ def recorded_lvlm_subset(instance: dg.DagsterInstance, model: str) -> SubsetRule
         return SubsetRule()
     value = rec.asset_materialization.metadata.get("subset")
     return SubsetRule.from_json(value.value if value is not None else "")
+
+
+def stage_timing(instance: dg.DagsterInstance, partition: str, stages) -> dict:
+    """Wall time of each stage's latest step (Dagster's step stats); GPU time is not measured separately."""
+    out = {}
+    for asset in stages:
+        rec = latest_materialization(instance, asset, partition)
+        if rec is None:
+            continue
+        stats = instance.get_run_step_stats(rec.run_id, step_keys=[asset])
+        wall = (stats[0].end_time - stats[0].start_time) if stats and stats[0].end_time else None
+        out[asset] = {"wall_s": wall, "gpu_s": None, "run_id": rec.run_id}
+    return {"stages": out, "source": "dagster step stats (latest materialization of each stage)"}

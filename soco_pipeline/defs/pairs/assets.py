@@ -5,9 +5,9 @@ import pandas as pd
 import pyarrow as pa
 
 from soco_pipeline import schemas
-from soco_pipeline.defs.checks import check_result, columns_of, publish_checked, schema_check
-from soco_pipeline.defs.data_assets import run_taxonomy
-from soco_pipeline.defs.resources import SocoSettings
+from soco_pipeline.defs.data.assets import run_taxonomy
+from soco_pipeline.defs.shared.checks import TableResult, table_asset
+from soco_pipeline.defs.shared.resources import SocoSettings
 
 GROUP = "pairs"
 
@@ -28,20 +28,14 @@ def release_tables(soco: SocoSettings, taxonomy):
     return read_soco_release(soco.soco_release_root, taxonomy)
 
 
-@dg.asset(
-    group_name=GROUP,
-    check_specs=[dg.AssetCheckSpec("schema", asset="image_pairs", blocking=True)],
-    kinds={"pandas"},
-    code_version="1",
-    metadata=columns_of(schemas.ImagePairSchema),
-)
+@table_asset(schema=schemas.ImagePairSchema, group_name=GROUP, kinds={"pandas"}, code_version="1")
 def image_pairs(
     context: dg.AssetExecutionContext,
     soco: SocoSettings,
     image_set: pd.DataFrame,
     keypoints: pd.DataFrame,
     taxonomy: pd.DataFrame,
-):
+) -> TableResult:
     """Intra-category pairs and cross-category pairs between related categories; `evaluated` marks the sample."""
     from soco_pipeline.pairs import build_image_pairs, check_image_pairs
 
@@ -52,26 +46,17 @@ def image_pairs(
         pairs = build_image_pairs(image_set, keypoints, tax, pair_config(soco))
     counts = pairs.groupby("level").agg(pairs=("pair_id", "size"), evaluated=("evaluated", "sum"))
     meta = {f"{lvl}/{col}": int(v) for lvl, row in counts.iterrows() for col, v in row.items()}
-    yield from publish_checked(
-        [dg.Output(pairs, metadata={"rows": len(pairs), **meta})],
-        [schema_check(pairs, schemas.ImagePairSchema, "image_pairs", extra=check_image_pairs(pairs, tax, image_set))],
-    )
+    return TableResult(pairs, {"rows": len(pairs), **meta}, problems=check_image_pairs(pairs, tax, image_set))
 
 
-@dg.asset(
-    group_name=GROUP,
-    check_specs=[dg.AssetCheckSpec("schema", asset="correspondences", blocking=True)],
-    kinds={"pyarrow"},
-    code_version="1",
-    metadata=columns_of(schemas.CorrespondenceSchema),
-)
+@table_asset(schema=schemas.CorrespondenceSchema, validate=False, check=True, group_name=GROUP, kinds={"pyarrow"}, code_version="1")
 def correspondences(
     context: dg.AssetExecutionContext,
     soco: SocoSettings,
     image_pairs: pd.DataFrame,
     keypoints: pd.DataFrame,
     taxonomy: pd.DataFrame,
-):
+) -> TableResult:
     """Keypoint-level CC and SOC matches of every pair, with the SOC-geo flag."""
     from soco_pipeline.pairs import build_correspondences, check_correspondences, pair_counts
 
@@ -83,19 +68,14 @@ def correspondences(
     counts = pair_counts(image_pairs, table)
     # The full table has millions of rows at full scale: the vectorized checks of the pairs module
     # replace a row-wise pandera validation (same rules: kinds, keypoints visible, counts, geo flags).
-    yield from publish_checked(
-        [dg.Output(table, metadata={"rows": table.num_rows, "counts": dg.MetadataValue.md(counts.to_markdown(index=False))})],
-        [check_result("correspondences", check_correspondences(table, image_pairs, keypoints, tax))],
+    return TableResult(
+        table,
+        {"rows": table.num_rows, "counts": dg.MetadataValue.md(counts.to_markdown(index=False))},
+        problems=check_correspondences(table, image_pairs, keypoints, tax),
     )
 
 
-@dg.asset(
-    group_name=GROUP,
-    check_specs=[dg.AssetCheckSpec("schema", asset="four_choice", blocking=True)],
-    kinds={"pandas"},
-    code_version="1",
-    metadata=columns_of(schemas.FourChoiceSchema),
-)
+@table_asset(schema=schemas.FourChoiceSchema, group_name=GROUP, kinds={"pandas"}, code_version="1")
 def four_choice(
     context: dg.AssetExecutionContext,
     soco: SocoSettings,
@@ -103,14 +83,11 @@ def four_choice(
     correspondences: pd.DataFrame,
     keypoints: pd.DataFrame,
     taxonomy: pd.DataFrame,
-):
+) -> TableResult:
     """Four-choice items: per evaluated SOC correspondence, the right target point and three distractors."""
     from soco_pipeline.pairs.four_choice import build_four_choice
 
     items = build_four_choice(
         image_pairs, correspondences, keypoints, seed=soco.seed, taxonomy=run_taxonomy(taxonomy)
     )
-    yield from publish_checked(
-        [dg.Output(items, metadata={"rows": len(items)})],
-        [schema_check(items, schemas.FourChoiceSchema, "four_choice")],
-    )
+    return TableResult(items, {"rows": len(items)})

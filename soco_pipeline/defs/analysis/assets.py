@@ -6,10 +6,13 @@ import base64
 import dagster as dg
 import pandas as pd
 
-from soco_pipeline.defs.backbone_assets import feature_store, protocol
-from soco_pipeline.defs.partitions import backbones_partitions
-from soco_pipeline.defs.resources import SocoSettings
-from soco_pipeline.taxonomy import load_taxonomy
+from soco_pipeline.defs.backbones.assets import evaluation_protocol, feature_store
+from soco_pipeline.defs.data.assets import run_taxonomy
+from soco_pipeline.defs.shared.automation import ON_CHANGE
+from soco_pipeline.defs.shared.checks import TableResult, table_asset
+from soco_pipeline.defs.shared.io_manager import ALLOW_MISSING
+from soco_pipeline.defs.shared.partitions import backbones_partitions
+from soco_pipeline.defs.shared.resources import SocoSettings
 
 GROUP = "analysis"
 
@@ -21,33 +24,32 @@ class GlobalMetricsConfig(dg.Config):
     temperature: float = 0.07
 
 
-@dg.asset(
+@table_asset(
     group_name=GROUP,
     partitions_def=backbones_partitions,
-    automation_condition=dg.AutomationCondition.eager(),
+    automation_condition=ON_CHANGE,
     kinds={"pytorch"},
+    code_version="1",
 )
 def global_metrics(
     context: dg.AssetExecutionContext, soco: SocoSettings, config: GlobalMetricsConfig,
-    feature_manifest: pd.DataFrame, image_set: pd.DataFrame,
-) -> pd.DataFrame:
+    feature_manifest: pd.DataFrame, image_set: pd.DataFrame, taxonomy: pd.DataFrame,
+) -> TableResult:
     """kNN top-1/top-5 (k = 20, 100, 200; T = 0.07) and retrieval mAP of mean-pooled maps and class tokens,
     on the category and fine-grained (category within family) tracks; read from the feature cache."""
     from soco_pipeline.analysis.global_metrics import global_metrics as compute
 
-    taxonomy = load_taxonomy()
     images = image_set[image_set["image_id"].isin(feature_manifest["image_id"])]
     df = compute(
-        feature_store(soco, feature_manifest), images, context.partition_key, family_of=taxonomy.family,
+        feature_store(soco, feature_manifest), images, context.partition_key, family_of=run_taxonomy(taxonomy).family,
         seed=soco.seed, train_fraction=config.train_fraction, temperature=config.temperature, log=context.log.info,
     )
     head = df[df["headline"]]
-    context.add_output_metadata(
-        {"rows": len(df), "features": ", ".join(sorted(set(df["feature"]))),
-         **{f"{r.metric}{'' if pd.isna(r.k) else '@' + str(int(r.k))}": round(float(r.value), 2)
-            for r in head.itertuples()}}
-    )
-    return df
+    return TableResult(df, {
+        "rows": len(df), "features": ", ".join(sorted(set(df["feature"]))),
+        **{f"{r.metric}{'' if pd.isna(r.k) else '@' + str(int(r.k))}": round(float(r.value), 2)
+           for r in head.itertuples()},
+    })
 
 
 class ProbeAssetConfig(dg.Config):
@@ -60,12 +62,13 @@ class ProbeAssetConfig(dg.Config):
     targets_per_step: int = 8
 
 
-@dg.asset(group_name=GROUP, partitions_def=backbones_partitions, kinds={"pytorch"})
+@table_asset(group_name=GROUP, partitions_def=backbones_partitions, deps=[evaluation_protocol], kinds={"pytorch"},
+             code_version="1")
 def probe_metrics(
     context: dg.AssetExecutionContext, soco: SocoSettings, config: ProbeAssetConfig,
     feature_manifest: pd.DataFrame, image_pairs: pd.DataFrame, correspondences: pd.DataFrame,
-    keypoints: pd.DataFrame, image_set: pd.DataFrame,
-) -> pd.DataFrame:
+    keypoints: pd.DataFrame, image_set: pd.DataFrame, taxonomy: pd.DataFrame,
+) -> TableResult:
     """SOCO linear probe (soco_lp): a linear map trained with InfoNCE over the target grid on the train
     split's cached features, then CC/SOC/SOC-geo/Cross-SOC on the test pairs, beside zero-shot."""
     from soco_pipeline.analysis.linear_probe import ProbeConfig
@@ -73,15 +76,15 @@ def probe_metrics(
 
     cfg = ProbeConfig(seed=soco.seed, train_fraction=config.train_fraction, steps=config.steps, lr=config.lr,
                       temperature=config.temperature, targets_per_step=config.targets_per_step)
+    protocol = soco.protocol()
     df = compute(
-        feature_store(soco, feature_manifest), image_pairs, correspondences, keypoints, image_set, load_taxonomy(),
-        protocol(soco), context.partition_key, cfg, log=context.log.info,
+        feature_store(soco, feature_manifest), image_pairs, correspondences, keypoints, image_set,
+        run_taxonomy(taxonomy), protocol, context.partition_key, cfg, log=context.log.info,
     )
-    head = df[(df["alpha"] - 0.1).abs() < 1e-9]
-    context.add_output_metadata(
-        {"rows": len(df), **{f"{r.method}_{r.metric}": round(float(r.value), 2) for r in head.itertuples()}}
-    )
-    return df
+    head = df[(df["alpha"] - protocol.headline_alpha).abs() < 1e-9]
+    return TableResult(df, {
+        "rows": len(df), **{f"{r.method}_{r.metric}": round(float(r.value), 2) for r in head.itertuples()}
+    })
 
 
 class CorrelationConfig(dg.Config):
@@ -95,15 +98,15 @@ class CorrelationConfig(dg.Config):
     name_map_path: str | None = None  # assets/reference/name_map.csv
 
 
-@dg.asset(group_name=GROUP, deps=[dg.AssetKey("leaderboard")], kinds={"pandas", "duckdb"})
+@table_asset(group_name=GROUP, ins={"leaderboard": dg.AssetIn(metadata=ALLOW_MISSING)}, kinds={"pandas"},
+             code_version="1")
 def correlation(
-    context: dg.AssetExecutionContext, soco: SocoSettings, config: CorrelationConfig
-) -> dg.MaterializeResult:
+    context: dg.AssetExecutionContext, soco: SocoSettings, config: CorrelationConfig,
+    leaderboard: pd.DataFrame | None,
+) -> TableResult:
     """Pearson r / Spearman rho of each benchmark score (SOC, CC, ImageNet kNN; our leaderboard's columns)
     with each downstream task and metric, seeded 10,000-resample bootstrap CIs, paired delta r; the
-    Fig. 4-like figure in the metadata and as PNG/SVG under <storage>/figures/. Writes
-    <tables>/correlation.parquet itself and refreshes the DuckDB views (correlation, global_metrics,
-    probe_metrics)."""
+    Fig. 4-like figure in the metadata and as PNG/SVG under <storage>/figures/."""
     from soco_pipeline.analysis import reference as ref
     from soco_pipeline.analysis.correlation import (
         ANALYSIS_CONFIG,
@@ -112,27 +115,23 @@ def correlation(
         load_analysis_config,
     )
     from soco_pipeline.analysis.figure import save_correlation_figure
-    from soco_pipeline.results_db import refresh_views
-    from soco_pipeline.storage import exists, join, read_parquet, write_parquet_atomic
 
-    settings = soco.settings()
     cfg = load_analysis_config(config.config_path or ANALYSIS_CONFIG, seed=config.seed,
                                n_resamples=config.n_resamples)
-    board_path = join(settings.tables_root, "leaderboard.parquet")
-    board = read_parquet(board_path) if exists(board_path) else None
+    board = leaderboard
     columns = [m for task, m in cfg.benchmarks.values() if task == ref.PIPELINE_TASK]
     map_path = config.name_map_path or str(ref.NAME_MAP)
     scores = ref.combine_scores(
         ref.load_omniprobe(config.omniprobe_path or ref.OMNIPROBE_TABLE),
         ref.load_downstream(config.downstream_dir or ref.DOWNSTREAM_DIR),
-        ref.leaderboard_scores(board, columns, board_path) if board is not None else None,
+        ref.leaderboard_scores(board, columns, "the leaderboard asset") if board is not None else None,
         name_map=ref.load_name_map(map_path), map_source=map_path,
     )
     table = correlation_table(scores, cfg)
     meta: dict = {"rows": len(table), "models": int(scores["model"].nunique()), "seed": cfg.seed,
                   "n_resamples": cfg.n_resamples}
     for subset in cfg.subsets:
-        stem = join(settings.storage_root, "figures", f"correlation_{subset}")
+        stem = f"{soco.figures_root}/correlation_{subset}"
         try:
             figs = save_correlation_figure(table, stem, subset)
         except ValueError as e:  # no headline rows for this subset
@@ -143,8 +142,4 @@ def correlation(
         meta[f"table_{subset}"] = dg.MetadataValue.md(headline_markdown(table, subset))
         meta[f"png_{subset}"] = dg.MetadataValue.path(f"{stem}.png")
         meta[f"svg_{subset}"] = dg.MetadataValue.path(f"{stem}.svg")
-    path = join(settings.tables_root, "correlation.parquet")
-    write_parquet_atomic(table, path)
-    meta["path"] = dg.MetadataValue.path(path)
-    meta["views"] = ", ".join(refresh_views(settings.duckdb_path, settings.tables_root))
-    return dg.MaterializeResult(metadata=meta)
+    return TableResult(table, meta)

@@ -1,0 +1,62 @@
+"""Spec files on disk: a folder's specs with their content hashes, the names present, a partition's file.
+
+Plain Python for the spec sensors, the leaderboards (`spec_present`) and the per-partition assets; the same
+helpers serve the backbone specs (assets/backbones/) and the LVLM specs (assets/lvlms/).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from collections.abc import Callable
+from pathlib import Path
+
+
+def file_hash(path: Path) -> str:
+    """sha256 of a file's bytes (first 16 hex digits)."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+
+
+def scan_folder(folder: Path, load: Callable[[Path], object]) -> tuple[dict[str, str], dict[str, str]]:
+    """Spec files of a folder that `load` accepts as {name: content hash}, and the others as {name: error}."""
+    valid, invalid = {}, {}
+    for path in sorted(Path(folder).glob("*.yaml")):
+        try:
+            load(path)
+        except Exception as e:  # noqa: BLE001 - any malformed spec is reported, not raised, by the sensor
+            invalid[path.stem] = str(e)
+            continue
+        valid[path.stem] = file_hash(path)
+    return valid, invalid
+
+
+def scan_specs(folder: Path) -> tuple[dict[str, str], dict[str, str]]:
+    """Valid backbone spec files of a folder as {name: content hash}, and invalid ones as {name: error}."""
+    return scan_folder(folder, lambda path: _checked(str(path), file_hash(path)))
+
+
+@functools.lru_cache(maxsize=256)
+def _checked(path: str, content_hash: str) -> None:
+    """`checked_spec` once per file content: the sensor scans the folder every tick."""
+    from soco_pipeline.backbones.validate import checked_spec
+
+    checked_spec(path)
+
+
+def spec_names(folder: str | Path) -> set[str]:
+    """The names (file stems) of the spec files present in a folder."""
+    return {p.stem for p in Path(folder).glob("*.yaml")}
+
+
+def partition_spec_file(folder: str, name: str, what: str, redo: str) -> Path:
+    """`<folder>/<name>.yaml`, the spec file of a partition; a clear error naming the fix when it is gone.
+
+    `what` names the kind ("backbone", "LVLM") and `redo` what the missing file prevents ("recomputed").
+    """
+    path = Path(folder) / f"{name}.yaml"
+    if not path.exists():
+        raise FileNotFoundError(
+            f"{what} {name!r} has no spec file at {path}: its results stay queryable but it cannot be {redo}; "
+            f"restore the file or delete the partition"
+        )
+    return path

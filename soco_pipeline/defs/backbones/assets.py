@@ -1,0 +1,304 @@
+"""The backbones group (one dynamic partition per spec file in assets/backbones/): the spec file as an
+observable source asset -> feature cache -> predictions -> metrics; the leaderboard over every partition."""
+
+import dagster as dg
+import pandas as pd
+
+from soco_pipeline import schemas
+from soco_pipeline.backbones.spec import FEATURE_CODE_VERSION
+from soco_pipeline.defs.data.assets import run_taxonomy
+from soco_pipeline.defs.shared.automation import EAGER, ON_CHANGE, observation
+from soco_pipeline.defs.shared.checks import TableResult, observable_source, table_asset
+from soco_pipeline.defs.shared.executors import GPU_STEP_TAGS
+from soco_pipeline.defs.shared.io_manager import ALLOW_MISSING_PARTITIONS
+from soco_pipeline.defs.shared.partitions import backbones_partitions, partition_spec_file
+from soco_pipeline.defs.shared.resources import SocoSettings
+from soco_pipeline.defs.shared.run_configs import EvalRunConfig, recorded_subset
+
+GROUP = "backbones"
+# Dagster's code version of each per-backbone asset: bump it when the code changes what the asset computes.
+# The feature cache's own spec hash reuses FEATURE_CODE_VERSION, because its files outlive Dagster's records.
+CODE_VERSIONS = {"feature_manifest": FEATURE_CODE_VERSION, "predictions": "2", "four_choice_predictions": "2",
+                 "metrics": "2"}
+
+
+def spec_path(soco: SocoSettings, backbone: str):
+    """The spec file of a backbone partition (a clear error if it is gone)."""
+    return partition_spec_file(soco.backbones_dir, backbone, "backbone", "recomputed")
+
+
+def spec_version(soco: SocoSettings, backbone: str) -> str:
+    """The data version of a backbone's spec: its file's content hash."""
+    from soco_pipeline.backbones.spec_files import file_hash
+
+    return file_hash(spec_path(soco, backbone))
+
+
+def spec_for(soco: SocoSettings, backbone: str):
+    """Load the spec file of a backbone partition (a clear error if its file is gone or malformed)."""
+    from soco_pipeline.backbones.validate import checked_spec
+
+    return checked_spec(spec_path(soco, backbone))
+
+
+def matching_device(soco: SocoSettings) -> str:
+    """The torch device for matching: CUDA when present and asked for (auto), else CPU."""
+    from soco_pipeline.device import resolve_device
+
+    return str(resolve_device(soco.device))
+
+
+def feature_store(soco: SocoSettings, manifest: pd.DataFrame):
+    """Read access to a backbone's cached feature maps, as listed by its manifest."""
+    from soco_pipeline.features import FeatureStore
+
+    return FeatureStore.from_manifest(soco.features_root, manifest)
+
+
+def protocol_observation(soco: SocoSettings):
+    """The run's protocol, and the observation of `evaluation_protocol` at its version (the reader logs it)."""
+    protocol = soco.protocol()
+    return protocol, observation("evaluation_protocol", protocol.version_hash())
+
+
+@observable_source(group_name=GROUP, partitions_def=backbones_partitions,
+                            description="A backbone's spec file (assets/backbones/<name>.yaml); data version: its hash.")
+def backbone_spec(context: dg.AssetExecutionContext, soco: SocoSettings) -> dg.DataVersionsByPartition:
+    """A backbone's spec file (assets/backbones/<name>.yaml); its data version is the file's content hash.
+
+    Observed by the spec sensor when a file appears or changes, and by feature_manifest when it reads it."""
+    from soco_pipeline.backbones.spec_files import scan_specs
+
+    current, _ = scan_specs(soco.backbones_dir)
+    known = set(context.instance.get_dynamic_partitions(backbones_partitions.name))
+    return dg.DataVersionsByPartition({name: h for name, h in current.items() if name in known})
+
+
+@observable_source(group_name=GROUP,
+                            description="The evaluation protocol (assets/protocol.yaml); data version: its version_hash.")
+def evaluation_protocol(soco: SocoSettings) -> dg.DataVersion:
+    """The evaluation protocol (assets/protocol.yaml or the resource's protocol_path); its data version is
+    ProtocolConfig.version_hash(). Observed by predictions and metrics, which read it through the resource."""
+    return dg.DataVersion(soco.protocol().version_hash())
+
+
+@table_asset(
+    schema=schemas.FeatureManifestSchema,
+    validate=False,
+    group_name=GROUP,
+    partitions_def=backbones_partitions,
+    deps=[backbone_spec],
+    pool="gpu",
+    op_tags=GPU_STEP_TAGS,
+    automation_condition=ON_CHANGE,
+    kinds={"pytorch"},
+    code_version=CODE_VERSIONS["feature_manifest"],
+)
+def feature_manifest(
+    context: dg.AssetExecutionContext, soco: SocoSettings, image_set: pd.DataFrame
+) -> TableResult:
+    """Dense features of every image for one backbone: fp16 C×h×w tensors in the cache, and their manifest.
+
+    Resumable: images already in the cache for this spec are not recomputed.
+    """
+    from soco_pipeline.backbones import spec_hash
+    from soco_pipeline.features import extract_features
+
+    backbone = context.partition_key
+    spec = spec_for(soco, backbone)
+    context.log_event(observation("backbone_spec", spec_version(soco, backbone), backbone))
+    manifest = extract_features(
+        spec,
+        image_set,
+        soco.features_root,
+        context={"embedded_root": soco.embedded_root, "device": soco.device},
+        log=context.log.info,
+    )
+    return TableResult(manifest, {"rows": len(manifest), "spec_hash": spec_hash(spec), "kind": spec.kind})
+
+
+@table_asset(
+    schema=schemas.PredictionSchema,
+    validate=False,
+    group_name=GROUP,
+    partitions_def=backbones_partitions,
+    deps=[evaluation_protocol],
+    automation_condition=ON_CHANGE,
+    kinds={"pytorch"},
+    code_version=CODE_VERSIONS["predictions"],
+)
+def predictions(
+    context: dg.AssetExecutionContext,
+    soco: SocoSettings,
+    config: EvalRunConfig,
+    feature_manifest: pd.DataFrame,
+    image_pairs: pd.DataFrame,
+    correspondences: pd.DataFrame,
+    keypoints: pd.DataFrame,
+    image_set: pd.DataFrame,
+) -> TableResult:
+    """Zero-shot nearest-neighbour predictions (free and SOC-geo) in target-image pixels."""
+    from soco_pipeline.evaluation.matching import predict
+    from soco_pipeline.evaluation.subsets import apply_pair_subset
+
+    backbone = context.partition_key
+    protocol, seen = protocol_observation(soco)
+    context.log_event(seen)
+    store = feature_store(soco, feature_manifest)
+    rule = config.rule()  # a partial run (limit / pair_ids) predicts its subset only
+    image_pairs = apply_pair_subset(image_pairs, rule)
+    df = predict(
+        image_pairs,
+        correspondences,
+        keypoints,
+        image_set,
+        store,
+        protocol,
+        backbone,
+        device=matching_device(soco),
+    )
+    meta = {"rows": len(df), "subset": rule.to_json(), "partial": not rule.is_full}
+    if config.panels:  # what the model did: seeded panels under storage/report/panels/<backbone>/
+        from soco_pipeline.report.panels import panels_dir, panels_markdown, sample_panels
+
+        panels = sample_panels(image_pairs, correspondences, df, keypoints, image_set, store, protocol,
+                               config.panels, soco.seed, panels_dir(soco, backbone))
+        meta["panels"] = dg.MetadataValue.md(panels_markdown(panels))
+    return TableResult(df, meta)
+
+
+@table_asset(
+    group_name=GROUP,
+    partitions_def=backbones_partitions,
+    deps=[evaluation_protocol],
+    automation_condition=ON_CHANGE,
+    kinds={"pytorch"},
+    code_version=CODE_VERSIONS["four_choice_predictions"],
+)
+def four_choice_predictions(
+    context: dg.AssetExecutionContext,
+    soco: SocoSettings,
+    config: EvalRunConfig,
+    feature_manifest: pd.DataFrame,
+    four_choice: pd.DataFrame,
+    keypoints: pd.DataFrame,
+    image_set: pd.DataFrame,
+    image_pairs: pd.DataFrame,
+) -> TableResult:
+    """The backbone's pick among the four options of each item, for every rotation of the options."""
+    from soco_pipeline.evaluation.four_choice_matching import predict_four_choice
+    from soco_pipeline.evaluation.subsets import apply_pair_subset
+
+    rule = config.rule()
+    if not rule.is_full:  # a partial run asks the items of its pairs only
+        sub = apply_pair_subset(image_pairs, rule)
+        four_choice = four_choice[four_choice["pair_id"].isin(sub.loc[sub["evaluated"].astype(bool), "pair_id"])]
+    df = predict_four_choice(
+        four_choice,
+        keypoints,
+        image_set,
+        feature_store(soco, feature_manifest),
+        soco.protocol(),
+        context.partition_key,
+        device=matching_device(soco),
+        image_pairs=image_pairs,
+    )
+    return TableResult(df, {"rows": len(df)})
+
+
+@table_asset(
+    group_name=GROUP,
+    partitions_def=backbones_partitions,
+    deps=[evaluation_protocol],
+    automation_condition=ON_CHANGE,
+    kinds={"pandas"},
+    code_version=CODE_VERSIONS["metrics"],
+)
+def metrics(
+    context: dg.AssetExecutionContext,
+    soco: SocoSettings,
+    predictions: pd.DataFrame,
+    four_choice_predictions: pd.DataFrame,
+    correspondences: pd.DataFrame,
+    keypoints: pd.DataFrame,
+    image_set: pd.DataFrame,
+    image_pairs: pd.DataFrame,
+    taxonomy: pd.DataFrame,
+) -> TableResult:
+    """PCK@α for CC, SOC, SOC-geo and Cross-SOC (official and per-keypoint reductions) and 4-choice accuracy."""
+    from soco_pipeline.evaluation.metrics import compute_metrics
+    from soco_pipeline.evaluation.stats import with_intervals
+    from soco_pipeline.evaluation.subsets import apply_pair_subset
+
+    protocol, seen = protocol_observation(soco)
+    context.log_event(seen)
+    rule = recorded_subset(context.instance, context.partition_key)  # the subset the predictions ran on
+    image_pairs = apply_pair_subset(image_pairs, rule)
+    df = compute_metrics(
+        predictions,
+        four_choice_predictions,
+        correspondences,
+        keypoints,
+        image_set,
+        image_pairs,
+        run_taxonomy(taxonomy),
+        protocol,
+    )
+    df["subset"] = rule.to_json()  # '' = the full sample; the leaderboard marks the others partial
+    # 95% CIs of the headline rows: bootstrap over categories, cluster-robust by target image
+    df = with_intervals(df, predictions, four_choice_predictions, correspondences, keypoints, image_set,
+                        image_pairs, protocol, seed=soco.seed)
+    at_headline = ((df.alpha - protocol.headline_alpha).abs() < 1e-9) | df.alpha.isna()  # 4-choice: no alpha
+    headline = df[(df.scope == "all") & (df.reduction == "official") & at_headline]
+    return TableResult(df, {
+        "rows": len(df), "headline_alpha": protocol.headline_alpha, "partial": not rule.is_full,
+        **{r.metric: round(float(r.value), 2) for r in headline.itertuples()},
+    })
+
+
+@table_asset(
+    group_name=GROUP,
+    ins={"metrics": dg.AssetIn(metadata=ALLOW_MISSING_PARTITIONS),
+         "global_metrics": dg.AssetIn(metadata=ALLOW_MISSING_PARTITIONS)},
+    automation_condition=EAGER,
+    kinds={"pandas"},
+    code_version="3",
+)
+def leaderboard(
+    context: dg.AssetExecutionContext,
+    soco: SocoSettings,
+    metrics: dict[str, pd.DataFrame],
+    global_metrics: dict[str, pd.DataFrame],
+) -> TableResult:
+    """One row per backbone: CC, SOC, SOC-geo, Cross-SOC, the drops, per-super-category SOC, 4-choice, at the
+    protocol's headline alpha; kNN top-1 and retrieval mAP from the global_metrics partitions so far.
+
+    Backbones whose spec file was deleted keep their row, marked `spec_present = false`.
+    """
+    import base64
+
+    from soco_pipeline.analysis.leaderboard import leaderboard as build_leaderboard
+    from soco_pipeline.analysis.leaderboard import leaderboard_markdown, leaderboard_png
+    from soco_pipeline.backbones.spec_files import spec_names
+    from soco_pipeline.evaluation.stats import add_interval_columns, ci_display
+    from soco_pipeline.evaluation.subsets import mark_partial, partial_display, subsets_of
+
+    if not metrics:
+        raise RuntimeError("no metrics materialized yet: materialize metrics for at least one backbone")
+    protocol = soco.protocol()
+    all_metrics = pd.concat(metrics.values(), ignore_index=True)
+    board = build_leaderboard(
+        all_metrics,
+        alpha=protocol.headline_alpha,
+        global_metrics=pd.concat(global_metrics.values(), ignore_index=True) if global_metrics else None,
+    )
+    board["spec_present"] = board["backbone"].isin(spec_names(soco.backbones_dir))
+    # partial (subset) rows flagged, 95% CI columns of the headline metrics beside their values
+    board = add_interval_columns(mark_partial(board, subsets_of(all_metrics)), all_metrics)
+    img = base64.b64encode(leaderboard_png(board, protocol.headline_alpha)).decode()
+    return TableResult(board, {
+        "leaderboard": dg.MetadataValue.md(leaderboard_markdown(ci_display(partial_display(board)))),
+        "plot": dg.MetadataValue.md(f"![leaderboard](data:image/png;base64,{img})"),
+        "backbones": len(board),
+        "headline_alpha": protocol.headline_alpha,
+    })

@@ -1,0 +1,159 @@
+"""The lvlm group (SOCO-LVLM): one `lvlms` partition per spec file in assets/lvlms/.
+
+lvlm_spec (the spec files, observable) and lvlm_items (unpartitioned: the questions of every setting,
+images marked once) -> lvlm_answers[m] -> lvlm_metrics[m] -> lvlm_leaderboard. The job and the spec
+sensor are in automation.py.
+"""
+
+import dagster as dg
+import pandas as pd
+
+from soco_pipeline.defs.shared.automation import EAGER, ON_CHANGE, observation
+from soco_pipeline.defs.shared.checks import TableResult, observable_source, table_asset
+from soco_pipeline.defs.shared.io_manager import ALLOW_MISSING, ALLOW_MISSING_PARTITIONS
+from soco_pipeline.defs.shared.partitions import lvlms_partitions, partition_spec_file
+from soco_pipeline.defs.shared.resources import SocoSettings
+from soco_pipeline.defs.shared.run_configs import LvlmRunConfig, recorded_lvlm_subset
+from soco_pipeline.lvlm.schemas import LvlmAnswerSchema, LvlmItemSchema
+
+GROUP = "lvlm"
+
+
+def lvlm_spec_path(soco: SocoSettings, model: str):
+    """The spec file of an `lvlms` partition (a clear error when it is gone)."""
+    return partition_spec_file(soco.lvlms_dir, model, "LVLM", "re-asked")
+
+
+def lvlm_spec_for(soco: SocoSettings, model: str):
+    """The spec of an `lvlms` partition (a clear error when its file is gone or malformed)."""
+    from soco_pipeline.lvlm.specs import load_spec
+
+    return load_spec(lvlm_spec_path(soco, model))
+
+
+@observable_source(group_name=GROUP, partitions_def=lvlms_partitions,
+                            description="An LVLM's spec file (assets/lvlms/<name>.yaml); data version: its hash.")
+def lvlm_spec(context: dg.AssetExecutionContext, soco: SocoSettings) -> dg.DataVersionsByPartition:
+    """An LVLM's spec file (assets/lvlms/<name>.yaml); its data version is the file's content hash.
+
+    Observed by the LVLM spec sensor when a file appears or changes, and by lvlm_answers when it reads it."""
+    from soco_pipeline.lvlm.specs import scan_specs
+
+    current, _ = scan_specs(soco.lvlms_dir)
+    known = set(context.instance.get_dynamic_partitions(lvlms_partitions.name))
+    return dg.DataVersionsByPartition({name: h for name, h in current.items() if name in known})
+
+
+@table_asset(
+    schema=LvlmItemSchema,
+    group_name=GROUP,
+    automation_condition=ON_CHANGE,
+    kinds={"pandas"},
+    code_version="1",
+)
+def lvlm_items(
+    context: dg.AssetExecutionContext,
+    soco: SocoSettings,
+    four_choice: pd.DataFrame,
+    image_pairs: pd.DataFrame,
+    keypoints: pd.DataFrame,
+    descriptions: pd.DataFrame,
+    image_set: pd.DataFrame,
+) -> TableResult:
+    """SOCO-LVLM questions: four-choice items x settings (vis, vis_desc, desc) x 4 rotations of the options,
+    with the marked source/target images rendered once under storage/lvlm/images."""
+    from soco_pipeline.lvlm.items import build_items
+
+    proto = soco.lvlm_protocol()
+    items = build_items(four_choice, image_pairs, keypoints, descriptions, image_set, proto,
+                        soco.lvlm_images_root, seed=soco.seed)
+    per_setting = items.groupby("setting").size().to_dict() if len(items) else {}
+    return TableResult(items, {
+        "rows": len(items), "items": int(items["g_index"].nunique()) if len(items) else 0,
+        "protocol_hash": proto.version_hash(), **{f"rows/{k}": int(v) for k, v in per_setting.items()},
+    })
+
+
+@table_asset(
+    schema=LvlmAnswerSchema,
+    group_name=GROUP,
+    partitions_def=lvlms_partitions,
+    deps=[lvlm_spec],
+    automation_condition=ON_CHANGE,
+    pool="gpu",
+    kinds={"python"},
+    code_version="1",
+)
+def lvlm_answers(
+    context: dg.AssetExecutionContext, soco: SocoSettings, config: LvlmRunConfig, lvlm_items: pd.DataFrame
+) -> TableResult:
+    """One model's answers: raw text, parsed letter (official parser), correctness, latency, attempts, error.
+
+    Cached by request hash: a rerun asks only what is not answered yet. `pool="gpu"` keeps a local
+    model (or a server sharing the GPU) from running beside feature extraction.
+    """
+    from soco_pipeline.backbones.spec_files import file_hash
+    from soco_pipeline.evaluation.subsets import apply_item_subset
+    from soco_pipeline.lvlm.backends import build_backend
+    from soco_pipeline.lvlm.cache import AnswerCache
+    from soco_pipeline.lvlm.run import run_model
+    from soco_pipeline.lvlm.specs import spec_hash
+
+    model = context.partition_key
+    spec = lvlm_spec_for(soco, model)
+    context.log_event(observation("lvlm_spec", file_hash(lvlm_spec_path(soco, model)), model))
+    rule = config.rule()  # a partial run (items_per_setting / item_ids) asks its subset only
+    result = run_model(apply_item_subset(lvlm_items, rule), spec, build_backend(spec),
+                       AnswerCache(soco.lvlm_cache_root), log=context.log.info)
+    return TableResult(result.answers, {
+        "rows": len(result.answers), "sent": result.sent, "cached": result.cached, "errors": result.errors,
+        "subset": rule.to_json(), "partial": not rule.is_full,
+        "backend": spec.backend, "model": spec.model, "spec_hash": spec_hash(spec),
+    })
+
+
+@table_asset(group_name=GROUP, partitions_def=lvlms_partitions, automation_condition=ON_CHANGE, kinds={"pandas"},
+             code_version="2")
+def lvlm_metrics(context: dg.AssetExecutionContext, lvlm_answers: pd.DataFrame) -> TableResult:
+    """Average and circular accuracy per setting, overall, per super-category and per category (0-100)."""
+    from soco_pipeline.lvlm.metrics import lvlm_metrics as compute
+
+    df = compute(lvlm_answers)
+    df["subset"] = recorded_lvlm_subset(context.instance, context.partition_key).to_json()  # '' = all items
+    top = df[df["scope"] == "all"]
+    return TableResult(df, {
+        "rows": len(df), **{f"{r.setting}/{r.metric}": round(float(r.value), 2) for r in top.itertuples()}
+    })
+
+
+@table_asset(
+    group_name=GROUP,
+    ins={"lvlm_metrics": dg.AssetIn(metadata=ALLOW_MISSING_PARTITIONS),
+         "leaderboard": dg.AssetIn(metadata=ALLOW_MISSING)},
+    automation_condition=EAGER,
+    kinds={"pandas"},
+    code_version="3",
+)
+def lvlm_leaderboard(
+    context: dg.AssetExecutionContext,
+    soco: SocoSettings,
+    lvlm_metrics: dict[str, pd.DataFrame],
+    leaderboard: pd.DataFrame | None,
+) -> TableResult:
+    """Every evaluated LVLM beside the SOCO page's reference figures, the random baselines (25 / 0.39) and
+    the best backbone's four-choice accuracy (when the backbone leaderboard exists)."""
+    from soco_pipeline.analysis.leaderboard import leaderboard_markdown
+    from soco_pipeline.backbones.spec_files import spec_names
+    from soco_pipeline.evaluation.subsets import mark_partial, partial_display
+    from soco_pipeline.lvlm.metrics import lvlm_leaderboard as build
+
+    metrics = pd.concat(lvlm_metrics.values(), ignore_index=True) if lvlm_metrics else pd.DataFrame()
+    board = build(metrics, leaderboard)
+    board["spec_present"] = (board["kind"] != "evaluated") | board["model"].isin(spec_names(soco.lvlms_dir))
+    models = context.instance.get_dynamic_partitions(lvlms_partitions.name)
+    board = mark_partial(board, {m: recorded_lvlm_subset(context.instance, m).to_json() for m in models}, "model")
+    return TableResult(board, {
+        "rows": len(board),
+        "leaderboard": dg.MetadataValue.md(leaderboard_markdown(partial_display(board, "model").drop(columns=["source"]))),
+        "evaluated": int((board["kind"] == "evaluated").sum()),
+    })

@@ -1,0 +1,31 @@
+"""The settings resource: the run's paths, data source and evaluation choices, and its protocol."""
+
+import dagster as dg
+
+from soco_pipeline.settings import Settings
+
+
+class SocoSettings(dg.ConfigurableResource, Settings):
+    """The one settings object of a run (soco_pipeline/settings.py `Settings`, as a Dagster resource).
+
+    Assets read its fields and properties directly (`soco.tables_root`, `soco.seed`); `protocol()` is the
+    run's evaluation protocol, the one way an asset gets it. Unset fields take their SOCO_* variable
+    (settings.ENVIRONMENT) when the resource is built; plain values, not `dg.EnvVar`, because code outside a
+    run (sensors, `make demo`, the CLI) reads the same fields and an EnvVar field resolves only inside one.
+    """
+
+    def protocol(self):
+        """The run's ProtocolConfig (assets/protocol.yaml unless `protocol_path` names another file)."""
+        from soco_pipeline.evaluation.protocol import load_protocol
+
+        return load_protocol(self.protocol_path)
+
+    def lvlm_protocol(self):
+        """The run's SOCO-LVLM item protocol (assets/lvlm_protocol.yaml unless `lvlm_protocol_path` is set)."""
+        from soco_pipeline.lvlm.protocol import load_lvlm_protocol
+
+        return load_lvlm_protocol(self.lvlm_protocol_path)
+
+    def settings(self) -> "SocoSettings":
+        """This object itself (it is a Settings); kept for callers written before the two were one."""
+        return self
