@@ -46,7 +46,7 @@ bench: install
 clean:
 	rm -rf storage
 
-# --- Scale-out (README "Scaling out"): the local distributed stack; `make test` does not need these. ---
+# --- Scale-out (docs/scaling-out.md): the local distributed stack; `make test` does not need these. ---
 CLUSTER_DIR ?= $(CURDIR)/storage/cluster
 .PHONY: cluster-up cluster-down cluster-status
 cluster-up: install

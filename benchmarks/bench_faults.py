@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -38,10 +37,11 @@ from tests.faults import (  # noqa: E402
     crash_env,
     kill,
     kill_during_write,
+    kill_session,
     metrics_frame,
     start_demo,
-    wait_for_line,
-    wait_for_maps,
+    wait_for_pause,
+    without_pause,
 )
 
 ROWS: list[tuple[str, bool, int, float, str]] = []
@@ -79,19 +79,19 @@ def fault_killed_write(tmp: Path, how: str) -> None:
 
 
 def fault_crash_mid_extraction(tmp: Path) -> None:
-    """SIGKILL of a whole demo run mid-extraction; then the next demo run (pool limit 1)."""
+    """SIGKILL of a whole demo (all its processes) paused after its first batch of maps; then the next demo
+    run (pool limit 1)."""
     env = crash_env(tmp)
     features = Path(env["SOCO_STORAGE"]) / "features" / BACKBONE
     first = start_demo(env)
     try:
-        wait_for_line(first, f"backbone {BACKBONE}", deadline_s=600)
-        wait_for_maps(features, deadline_s=600)
-        os.kill(first.pid, signal.SIGKILL)
+        wait_for_pause(env, first, deadline_s=600)
+        kill_session(first)
     finally:
         kill(first)
     at_kill = len(list(features.glob("*/*.npy")))
     t0 = time.perf_counter()
-    second = start_demo(env)
+    second = start_demo(without_pause(env))
     try:
         out, _ = second.communicate(timeout=900)
     except subprocess.TimeoutExpired:

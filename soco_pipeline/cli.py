@@ -185,7 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_commands(sub)  # diff-runs, compare, evaluate, show, report (docs/results.md)
 
 
-    s = sub.add_parser("cluster", help="start/stop/status/restart of the local distributed stack (README: Scaling out)")
+    s = sub.add_parser("cluster", help="start/stop/status/restart of the local distributed stack (docs/scaling-out.md)")
     s.add_argument("action", choices=["start", "stop", "status", "restart"])
     s.add_argument("--service", default=None, help="restart: the service to start again (a worker, say)")
     s.add_argument("--dir", default="storage/cluster", help="state, logs and data of the stack")

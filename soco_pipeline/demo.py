@@ -1,109 +1,312 @@
-"""`make demo`: run the whole pipeline on the embedded data set and print the leaderboard.
+"""`make demo`: run the whole pipeline on the embedded data set and print the leaderboards.
 
-Materializes through Dagster into the persistent instance at $DAGSTER_HOME, so `make ui` afterwards
-shows every asset materialized: data and pair assets once, then each backbone partition (one per
-spec file in assets/backbones/), then the leaderboard and the DuckDB results file.
+Every stage is a Dagster run launched through the instance at $DAGSTER_HOME (`dg.execute_job` of the
+code location's asset job, with its executor: Dagster's multiprocess executor, pools and Ctrl-C
+handling, behind defs/recovery's dead-run check), so `make ui` afterwards shows every asset
+materialized. The runs: data and pairs once, then each backbone partition (one per spec file in
+assets/backbones/), then the leaderboard, the DuckDB results file and the correlation table; then
+every task family (below). A partition that fails stops only itself: the others and the leaderboards
+still run, and the demo names what failed and why (exit status 1).
+
+A task family is an asset group `<family>` with an asset `<family>_leaderboard`, found in the
+Definitions (no list to edit): its unpartitioned assets run once, its `backbones`-partitioned assets per
+backbone, its `lvlms`-partitioned ones per LVLM spec, then its leaderboard, printed after SOCO's.
 """
 
 from __future__ import annotations
 
 import sys
 import time
-import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import dagster as dg
 import pandas as pd
 
-from soco_pipeline.backbones.spec_files import scan_specs
 from soco_pipeline.defs.definitions import build_definitions
-from soco_pipeline.defs.recovery import SlotWatcher, fail_dead_runs, process_tags
-from soco_pipeline.defs.shared.partitions import backbones_partitions
+from soco_pipeline.defs.recovery import process_tags
 
-DATA_AND_PAIRS = dg.AssetSelection.groups("data", "pairs")
-PER_BACKBONE = dg.AssetSelection.assets(
-    "feature_manifest", "predictions", "four_choice_predictions", "metrics", "global_metrics", "results_record"
-)
-SUMMARY = dg.AssetSelection.assets("leaderboard", "results_database", "correlation", "results_report")
-
-
-def _materialize(
-    defs: dg.Definitions, instance: dg.DagsterInstance, selection, partition_key=None, log_level="WARNING"
-) -> float:
-    t0 = time.perf_counter()
-    # A run killed earlier (OOM, kill -9) would hold its pool slot forever: fail it first. Our run carries
-    # this process's host and pid, so the next one can tell if it dies; while it waits for a slot, the
-    # watcher says which run holds it.
-    fail_dead_runs(instance, lambda m: print(m, file=sys.stderr, flush=True))
-    invocation = ("soco/invocation", uuid.uuid4().hex)
-    with SlotWatcher(instance, invocation, log=lambda m: print(m, file=sys.stderr, flush=True)):
-        result = dg.materialize(
-            list(defs.assets),
-            selection=selection,
-            instance=instance,
-            resources=defs.resources,
-            partition_key=partition_key,
-            raise_on_error=True,
-            run_config={"loggers": {"console": {"config": {"log_level": log_level}}}},
-            tags={"soco/source": "make demo", **process_tags(), invocation[0]: invocation[1]},
-        )
-    assert result.success
-    return time.perf_counter() - t0
+DATA_AND_PAIRS = ("data", "pairs")
+PER_BACKBONE = ("feature_manifest", "predictions", "four_choice_predictions", "metrics", "global_metrics",
+                "results_record")
+SUMMARY = ("leaderboard", "results_database", "correlation", "results_report")
+BACKBONES, LVLMS = "backbones", "lvlms"  # the dynamic partition sets of specs
+# Where each run's job comes from: module and function, called with the demo's settings overrides. Step
+# processes rebuild the job from it, so it must be importable (tests point it at their own module).
+LOCATION = ("soco_pipeline.demo", "demo_job")
+# Steps run in a forkserver that has the pipeline and its heavy libraries imported already, so a step
+# process starts in a fraction of a second instead of importing torch again.
+PRELOAD = [
+    "soco_pipeline.defs.definitions", "torch", "timm", "soco_pipeline.features", "soco_pipeline.pairs",
+    "soco_pipeline.pairs.four_choice", "soco_pipeline.sources", "soco_pipeline.evaluation.matching",
+    "soco_pipeline.evaluation.four_choice_matching", "soco_pipeline.evaluation.metrics",
+    "soco_pipeline.analysis.leaderboard", "soco_pipeline.results_db", "soco_pipeline.analysis",
+]
+LOGGERS = {"console": {"config": {"log_level": "WARNING"}}}
 
 
-def run_demo(instance: dg.DagsterInstance | None = None, **overrides) -> pd.DataFrame:
-    """Materialize everything for every backbone spec and return the leaderboard table."""
+def run_config(pooled: bool) -> dict:
+    """Run config of a demo run: Dagster's multiprocess executor when a step waits for a pool slot (its loop
+    stops on Ctrl-C while waiting; the in-process executor checks Ctrl-C only between steps), else the
+    in-process one (no process start per step)."""
+    if pooled:
+        execution = {"multiprocess": {"start_method": {"forkserver": {"preload_modules": PRELOAD}}}}
+    else:
+        execution = {"in_process": {}}
+    return {"execution": {"config": execution}, "loggers": LOGGERS}
+
+
+def demo_job(name: str, keys: list[str], overrides: dict | None = None) -> dg.JobDefinition:
+    """An asset job `name` over `keys` (and their checks) in the code location built with the demo's
+    settings `overrides`: what one demo run executes."""
+    job = dg.define_asset_job(name, selection=dg.AssetSelection.assets(*[dg.AssetKey.from_user_string(k)
+                                                                         for k in keys]))
+    defs = dg.Definitions.merge(build_definitions(**(overrides or {})), dg.Definitions(jobs=[job]))
+    return defs.resolve_job_def(name)
+
+
+@dataclass
+class Stage:
+    """One run: a label for the console, its job's name, the assets it materializes, its partition (or None)."""
+
+    label: str
+    job: str
+    keys: list[dg.AssetKey]
+    partition: str | None = None
+
+
+@dataclass
+class Family:
+    """A task family's assets: unpartitioned, per backbone, per LVLM, and its leaderboard."""
+
+    name: str
+    once: list[dg.AssetKey] = field(default_factory=list)
+    per_backbone: list[dg.AssetKey] = field(default_factory=list)
+    per_lvlm: list[dg.AssetKey] = field(default_factory=list)
+    leaderboard: dg.AssetKey | None = None
+
+
+def families(defs: dg.Definitions, exclude: Sequence[str] = ()) -> list[Family]:
+    """Every asset group `<g>` that has an asset `<g>_leaderboard`, by name, with its assets sorted by how
+    they are partitioned. Assets of other partitionings are left out (the demo cannot choose their keys)."""
+    graph = defs.resolve_asset_graph()
+    groups: dict[str, list] = {}
+    for key in graph.get_all_asset_keys():
+        node = graph.get(key)
+        if node.is_materializable:
+            groups.setdefault(node.group_name, []).append(node)
+    found = []
+    for name in sorted(groups):
+        board = dg.AssetKey(f"{name}_leaderboard")
+        if name in exclude or board not in {n.key for n in groups[name]}:
+            continue
+        family = Family(name, leaderboard=board)
+        for node in sorted(groups[name], key=lambda n: n.key.to_user_string()):
+            parts = node.partitions_def
+            part_name = getattr(parts, "name", None)
+            if node.key == board:
+                continue
+            if parts is None:
+                family.once.append(node.key)
+            elif part_name == BACKBONES:
+                family.per_backbone.append(node.key)
+            elif part_name == LVLMS:
+                family.per_lvlm.append(node.key)
+        found.append(family)
+    return found
+
+
+def family_stages(family: Family, backbones: Sequence[str], lvlms: Sequence[str]) -> list[Stage] | None:
+    """The runs of a family in order, or None when it has partitioned assets but no partition to run them
+    on (e.g. LVLM assets and no LVLM spec)."""
+    if (family.per_backbone or family.per_lvlm) and not (
+        (family.per_backbone and backbones) or (family.per_lvlm and lvlms)
+    ):
+        return None
+    name = family.name
+    stages = [Stage(name, f"demo_{name}", family.once)] if family.once else []
+    if family.per_backbone:
+        stages += [Stage(f"{name} / backbone {b}", f"demo_{name}_backbone", family.per_backbone, b) for b in backbones]
+    if family.per_lvlm:
+        stages += [Stage(f"{name} / LVLM {m}", f"demo_{name}_lvlm", family.per_lvlm, m) for m in lvlms]
+    return [*stages, Stage(f"{name} leaderboard", f"demo_{name}_leaderboard", [family.leaderboard])]
+
+
+def _first_error(result: dg.JobExecutionResult) -> str:
+    """The first failed step's key and the error that made it fail (its root cause, no traceback)."""
+    for event in result.get_step_failure_events():
+        error = event.step_failure_data.error
+        while error is not None and error.cause is not None:  # Dagster wraps the user's error
+            error = error.cause
+        return f"step {event.step_key}: {error.message.strip() if error else 'no error recorded'}"
+    return "the run failed before any step (see `make ui`)"
+
+
+def _interrupted(result: dg.JobExecutionResult) -> bool:
+    """Whether the run ended because of Ctrl-C (it then fails instead of raising): a step failed with an
+    interrupt, or the run failed as terminated (an interrupt while no step was running, e.g. waiting)."""
+    names = {"KeyboardInterrupt", "DagsterExecutionInterruptedError"}
+    if any(e.step_failure_data.error and e.step_failure_data.error.cls_name in names
+           for e in result.get_step_failure_events()):
+        return True
+    failures = result.filter_events(lambda e: e.event_type == dg.DagsterEventType.RUN_FAILURE)
+    reasons = [getattr(e.job_failure_data.failure_reason, "value", None) for e in failures]
+    return "UNEXPECTED_TERMINATION" in reasons
+
+
+class Runner:
+    """Launches the demo's runs through one instance and records which stages failed."""
+
+    def __init__(self, defs: dg.Definitions, instance: dg.DagsterInstance, overrides: dict,
+                 location: tuple[str, str] = LOCATION, log: Callable[[str], None] | None = None):
+        self.defs, self.instance, self.overrides, self.location = defs, instance, overrides, location
+        self.failed: dict[str, str] = {}
+        self.log = log or (lambda m: print(m, flush=True))
+
+    def run(self, stage: Stage) -> bool:
+        """Materialize one stage in a run of its own; on failure record and print why, return False."""
+        self.log(f"{stage.label} ...")
+        t0 = time.perf_counter()
+        tags = {"soco/source": "make demo", **process_tags()}
+        if stage.partition is not None:
+            tags["dagster/partition"] = stage.partition
+        job = dg.build_reconstructable_job(*self.location, reconstructable_kwargs={
+            "name": stage.job, "keys": [k.to_user_string() for k in stage.keys], "overrides": self.overrides})
+        config = run_config(pooled=any(self.defs.resolve_assets_def(k).op.pool for k in stage.keys))
+        with dg.execute_job(job, self.instance, run_config=config, tags=tags) as result:
+            if result.success:
+                self.log(f"  done in {time.perf_counter() - t0:.1f} s")
+                return True
+            if result.dagster_run.status == dg.DagsterRunStatus.CANCELED or _interrupted(result):
+                raise KeyboardInterrupt
+            reason = _first_error(result)
+        self.failed[stage.label] = reason
+        self.log(f"  FAILED after {time.perf_counter() - t0:.1f} s (run {result.run_id}): {reason}")
+        return False
+
+
+def _add_partitions(instance: dg.DagsterInstance, name: str, keys: Sequence[str]) -> None:
+    new = [k for k in keys if k not in set(instance.get_dynamic_partitions(name))]
+    if new:
+        instance.add_dynamic_partitions(name, new)
+
+
+def _scan(folder: str, scan, what: str, failed: dict[str, str]) -> list[str]:
+    """The valid spec names of `folder`; each invalid one is printed and recorded in `failed`."""
+    valid, invalid = scan(Path(folder))
+    for name, err in invalid.items():
+        print(f"skipping invalid {what} spec {name}: {err}", file=sys.stderr, flush=True)
+        failed[f"{what} {name}"] = f"invalid spec: {err}"
+    return sorted(valid)
+
+
+def _family_board(defs: dg.Definitions, instance: dg.DagsterInstance, key: dg.AssetKey) -> str:
+    """A family leaderboard as Markdown: its `leaderboard` Markdown metadata, else its stored table."""
+    from soco_pipeline.analysis.leaderboard import leaderboard_markdown
+
+    event = instance.get_latest_materialization_event(key)
+    metadata = event.asset_materialization.metadata if event and event.asset_materialization else {}
+    if "leaderboard" in metadata:
+        return str(metadata["leaderboard"].value)
+    value = defs.load_asset_value(key, instance=instance)
+    return leaderboard_markdown(value) if isinstance(value, pd.DataFrame) else str(value)
+
+
+@dataclass
+class DemoResult:
+    """What the demo produced: SOCO's leaderboard, each family's (Markdown), and what failed (label: why)."""
+
+    board: pd.DataFrame | None
+    family_boards: dict[str, str]
+    failed: dict[str, str]
+
+
+def run_families(defs: dg.Definitions, runner: Runner, backbones: Sequence[str], lvlms: Sequence[str],
+                 exclude: Sequence[str] = ()) -> dict[str, str]:
+    """Run every task family of `defs` (see `families`); return {family: its leaderboard as Markdown}."""
+    boards = {}
+    for family in families(defs, exclude):
+        stages = family_stages(family, backbones, lvlms)
+        if stages is None:
+            runner.log(f"{family.name}: no backbone or LVLM spec to run its partitioned assets on, skipped")
+            continue
+        if family.once and not runner.run(stages[0]):
+            continue  # its per-partition assets read what failed: nothing more of the family can run
+        for stage in stages[1 if family.once else 0:-1]:
+            runner.run(stage)  # a failed partition stops only itself
+        if runner.run(stages[-1]):
+            boards[family.name] = _family_board(defs, runner.instance, family.leaderboard)
+    return boards
+
+
+def run_demo(instance: dg.DagsterInstance | None = None, location: tuple[str, str] = LOCATION,
+             **overrides) -> DemoResult:
+    """Materialize everything for every backbone spec and every task family; return the leaderboards."""
     defs = build_definitions(**overrides)
     soco = defs.resources["soco"]
     instance = instance or dg.DagsterInstance.get()
-    specs, invalid = scan_specs(Path(soco.backbones_dir))
-    for name, err in invalid.items():
-        print(f"skipping invalid backbone spec {name}: {err}", file=sys.stderr)
-    existing = set(instance.get_dynamic_partitions(backbones_partitions.name))
-    new = [b for b in specs if b not in existing]
-    if new:
-        instance.add_dynamic_partitions(backbones_partitions.name, new)
-    print(f"data and pairs ({soco.source}, {soco.dataset_size}) ...", flush=True)
-    print(f"  done in {_materialize(defs, instance, DATA_AND_PAIRS):.1f} s", flush=True)
-    for b in specs:
-        print(f"backbone {b} ...", flush=True)
-        print(f"  done in {_materialize(defs, instance, PER_BACKBONE, partition_key=b):.1f} s", flush=True)
-    _materialize(defs, instance, SUMMARY)
-    from soco_pipeline.results_db import query
+    from soco_pipeline.backbones.spec_files import scan_specs as scan_backbones
+    from soco_pipeline.lvlm.specs import scan_specs as scan_lvlms
 
-    settings = soco.settings()
-    return query(settings.duckdb_path, "SELECT * FROM leaderboard ORDER BY soc DESC", settings.tables_root)
+    runner = Runner(defs, instance, overrides, location)
+    backbones = _scan(soco.backbones_dir, scan_backbones, "backbone", runner.failed)
+    lvlms = _scan(soco.lvlms_dir, scan_lvlms, "LVLM", runner.failed)
+    _add_partitions(instance, BACKBONES, backbones)
+    _add_partitions(instance, LVLMS, lvlms)
+    data = Stage(f"data and pairs ({soco.source}, {soco.dataset_size})", "demo_data_and_pairs",
+                 list(dg.AssetSelection.groups(*DATA_AND_PAIRS).resolve(defs.resolve_asset_graph())))
+    if not runner.run(data):
+        return DemoResult(None, {}, runner.failed)
+    for b in backbones:
+        runner.run(Stage(f"backbone {b}", "demo_backbone", [dg.AssetKey(k) for k in PER_BACKBONE], b))
+    board = None
+    summary = Stage("leaderboard, results database, correlation, results page", "demo_summary", [dg.AssetKey(k) for k in SUMMARY])
+    if runner.run(summary):
+        from soco_pipeline.results_db import query
+
+        settings = soco.settings()
+        board = query(settings.duckdb_path, "SELECT * FROM leaderboard ORDER BY soc DESC", settings.tables_root)
+    boards = run_families(defs, runner, backbones, lvlms)
+    return DemoResult(board, boards, runner.failed)
 
 
 def main() -> int:
-    """Entry point of `python -m soco_pipeline.demo`."""
-    from dagster._core.errors import DagsterExecutionInterruptedError
-
+    """Entry point of `python -m soco_pipeline.demo`: 0 when everything ran, 1 when a stage failed, 130
+    on Ctrl-C."""
     t0 = time.perf_counter()
     try:
-        board = run_demo()
-    except (KeyboardInterrupt, DagsterExecutionInterruptedError):
+        result = run_demo()
+    except (KeyboardInterrupt, dg.DagsterExecutionInterruptedError):
         print("\ninterrupted: the run in progress is marked failed; `make demo` again resumes from what is "
               "materialized", file=sys.stderr)
         return 130
     from soco_pipeline.analysis.leaderboard import leaderboard_markdown
 
-    print()
-    print(leaderboard_markdown(board))
+    if result.board is not None:
+        print()
+        print(leaderboard_markdown(result.board))
+    for name, board in result.family_boards.items():
+        print(f"\n{name}:\n\n{board}")
     # --- the LVLM family (soco_pipeline/demo_lvlm.py): loopback reference answerers, stopped by pid --------
     from soco_pipeline.demo_lvlm import lvlm_board_markdown, lvlm_demo_enabled, run_lvlm_demo
 
     if lvlm_demo_enabled():
         try:
             print("\n" + lvlm_board_markdown(run_lvlm_demo(dg.DagsterInstance.get())))
-        except (KeyboardInterrupt, DagsterExecutionInterruptedError):
+        except (KeyboardInterrupt, dg.DagsterExecutionInterruptedError):
             print("\ninterrupted: the LVLM answerers are stopped; `make demo` again resumes", file=sys.stderr)
             return 130
     # ------------------------------------------------------------------------------------------------------
+    if result.failed:
+        print(f"\n{len(result.failed)} run(s) failed; the rest ran (fix and `make demo` again: what is "
+              "materialized is kept):", file=sys.stderr)
+        for label, reason in result.failed.items():
+            print(f"  {label}: {reason}", file=sys.stderr)
     print(
         f'\nend to end: {time.perf_counter() - t0:.0f} s; query it with: .venv/bin/soco sql "select * from leaderboard"'
     )
-    return 0
+    return 1 if result.failed else 0
 
 
 if __name__ == "__main__":

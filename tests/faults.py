@@ -83,42 +83,72 @@ def kill_during_write(path: str, data: bytes, how: str, tmp: Path, deadline_s: f
     assert proc.returncode == -signal.SIGKILL
 
 
-BACKBONE = "vit_small_slow"
+BACKBONE = "oracle_paused"
+BATCH = 4  # maps on disk when the extraction pauses: exactly one batch
 
 
 def crash_env(tmp: Path) -> dict[str, str]:
-    """Storage, DAGSTER_HOME (the project's dagster.yaml) and a one-image-per-batch ViT spec under `tmp`."""
+    """Storage, DAGSTER_HOME (the project's dagster.yaml), a pause folder and one oracle spec under `tmp`.
+
+    The child pauses after its first batch of BATCH feature maps is written (SOCO_PAUSE_DIR, see
+    soco_pipeline/pause_points.py) until told to go on, so a kill lands mid-extraction, deterministically.
+    """
     from tests.dagster_server import write_instance_yaml
 
-    storage, home, backbones = tmp / "storage", tmp / "home", tmp / "backbones"
+    storage, home, backbones, pause = tmp / "storage", tmp / "home", tmp / "backbones", tmp / "pause"
     write_instance_yaml(home, storage)
     backbones.mkdir()
-    spec = yaml.safe_load((PROJECT_ROOT / "assets" / "backbones" / "vit_small_random.yaml").read_text())
-    spec.update(batch_size=1, device="cpu")  # one image per batch: a kill lands between two maps
+    pause.mkdir()
+    spec = yaml.safe_load((PROJECT_ROOT / "assets" / "backbones" / "oracle_part.yaml").read_text())
+    spec.update(batch_size=BATCH, device="cpu")
     (backbones / f"{BACKBONE}.yaml").write_text(yaml.safe_dump(spec))
     return child_env(
         DAGSTER_HOME=str(home), SOCO_STORAGE=str(storage), SOCO_BACKBONES_DIR=str(backbones),
-        SOCO_CATEGORIES="car,dog", SOCO_IMAGES_PER_CATEGORY="8", OMP_NUM_THREADS="1",
+        SOCO_CATEGORIES="car,dog", SOCO_IMAGES_PER_CATEGORY="6", OMP_NUM_THREADS="1", SOCO_PAUSE_DIR=str(pause),
     )
+
+
+def without_pause(env: dict[str, str]) -> dict[str, str]:
+    """`env` without the pause point: the next child runs straight through."""
+    return {k: v for k, v in env.items() if k != "SOCO_PAUSE_DIR"}
+
+
+def wait_for_pause(env: dict[str, str], proc: subprocess.Popen, name: str = "features_written",
+                   deadline_s: float = 300.0) -> int:
+    """Wait until a process of `proc`'s session stops at pause point `name`; return that process's pid."""
+    flag = Path(env["SOCO_PAUSE_DIR"]) / f"{name}.paused"
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        if flag.exists() and flag.read_text():
+            return int(flag.read_text())
+        if proc.poll() is not None:
+            raise RuntimeError(f"child exited ({proc.returncode}) before pause point {name!r}:\n"
+                               f"{proc.stdout.read() if proc.stdout else ''}")
+        time.sleep(0.05)
+    raise TimeoutError(f"no pause at {name!r} within {deadline_s} s")
+
+
+def kill_session(proc: subprocess.Popen, deadline_s: float = 10.0) -> None:
+    """SIGKILL every process of `proc`'s session (started with start_new_session), as a power loss would,
+    and reap `proc` within a deadline."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(timeout=deadline_s)
 
 
 def start_demo(env: dict[str, str]) -> subprocess.Popen:
     """`python -m soco_pipeline.demo` in its own session, stdout and stderr piped together."""
+    return start_child([sys.executable, "-u", "-m", "soco_pipeline.demo"], env)
+
+
+def start_child(cmd: list[str], env: dict[str, str]) -> subprocess.Popen:
+    """`cmd` in the checkout, in its own session (so a kill can take all its processes), output piped."""
     return subprocess.Popen(
-        [sys.executable, "-u", "-m", "soco_pipeline.demo"], cwd=PROJECT_ROOT, env=env,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        cmd, cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,
     )
-
-
-def wait_for_maps(folder: Path, deadline_s: float) -> int:
-    """Wait until a feature map is on disk under `folder/<spec_hash>/`; return how many there are."""
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        n = len(list(folder.glob("*/*.npy")))
-        if n:
-            return n
-        time.sleep(0.02)
-    raise TimeoutError(f"no feature map appeared under {folder} within {deadline_s} s")
 
 
 def metrics_frame(backbone: str, rows: int = 200, seed: int = 0) -> pd.DataFrame:

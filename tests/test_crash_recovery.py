@@ -1,9 +1,10 @@
-"""A run killed with SIGKILL mid-extraction does not block the next one: it is failed, its pool slot freed.
+"""A killed run does not block the next one: it is failed and its pool slot freed, by every entry point.
 
-End to end with the instance config the Makefile installs (sqlite, `pools: default_limit: 1`): `python -m
-soco_pipeline.demo` in a child process, SIGKILLed once its backbone's first feature map is on disk, then a
-second demo in a new process, which must complete within a deadline. Plus the slot-waiting message and the
-dead-run check against the instance's real concurrency tables.
+End to end with the instance config the Makefile installs (sqlite, `pools: default_limit: 1`): a child
+(`python -m soco_pipeline.demo`, or a plain `dagster asset materialize`) pauses after its first batch of
+feature maps is written (soco_pipeline/pause_points.py), its whole session is SIGKILLed there, then a
+second child in a new process must complete within a deadline. Plus the slot-waiting message, the
+dead-run check against the instance's real concurrency tables, and Ctrl-C while waiting for a slot.
 """
 
 from __future__ import annotations
@@ -23,37 +24,60 @@ from soco_pipeline.defs.recovery import HOST_TAG, PID_TAG, fail_dead_runs, proce
 from soco_pipeline.storage import read_parquet
 from soco_pipeline.tables import table_for
 from tests.dagster_server import write_instance_yaml
-from tests.faults import BACKBONE, crash_env, kill, start_demo, wait_for_line, wait_for_maps
+from tests.faults import (
+    BACKBONE,
+    BATCH,
+    crash_env,
+    kill,
+    kill_session,
+    start_child,
+    start_demo,
+    wait_for_line,
+    wait_for_pause,
+    without_pause,
+)
 
 
 def _instance(home: str) -> dg.DagsterInstance:
     return dg.DagsterInstance.from_config(home)
 
 
+def _maps(features: Path) -> list[Path]:
+    return [p for p in features.glob("*/*.npy") if not p.name.endswith(".cls.npy")]  # not class tokens
+
+
+def _dead_run_holds_the_slot(home: str) -> str:
+    """The one STARTED run (our backbone's) holds the only `gpu` slot: the fault. Returns its id."""
+    with _instance(home) as instance:
+        stuck = instance.get_runs(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED]))
+        assert len(stuck) == 1 and stuck[0].tags.get("dagster/partition") == BACKBONE
+        held = instance.event_log_storage.get_concurrency_info("gpu").claimed_slots
+        assert [s.run_id for s in held] == [stuck[0].run_id]
+        return stuck[0].run_id
+
+
+def _assert_recovered(home: str, dead_id: str) -> None:
+    with _instance(home) as instance:
+        assert instance.get_run_by_id(dead_id).status == dg.DagsterRunStatus.FAILURE
+        assert instance.event_log_storage.get_concurrency_info("gpu").claimed_slots == []
+
+
 @pytest.mark.timeout(900)
-def test_kill_9_mid_extraction_then_the_next_run_completes(tmp_path):
+def test_kill_9_mid_extraction_then_the_next_demo_completes(tmp_path):
     env = crash_env(tmp_path)
     features = Path(env["SOCO_STORAGE"]) / "features" / BACKBONE
     first = start_demo(env)
     try:
-        wait_for_line(first, f"backbone {BACKBONE}", deadline_s=300)
-        wait_for_maps(features, deadline_s=300)
-        os.kill(first.pid, signal.SIGKILL)  # as the OOM killer would
+        wait_for_pause(env, first)
+        kill_session(first)  # every process of the demo: orchestrator, forkserver, the step (a power loss)
     finally:
         kill(first)
     assert first.returncode == -signal.SIGKILL
-    n_at_kill = len([p for p in features.glob("*/*.npy") if not p.name.endswith(".cls.npy")])
-    assert n_at_kill > 0, "the kill landed before extraction"
-
-    with _instance(env["DAGSTER_HOME"]) as instance:
-        stuck = instance.get_runs(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED]))
-        assert len(stuck) == 1 and stuck[0].tags.get("dagster/partition") == BACKBONE
-        held = instance.event_log_storage.get_concurrency_info("gpu").claimed_slots
-        assert [s.run_id for s in held] == [stuck[0].run_id]  # the fault: a dead run holds the only slot
-        dead_id = stuck[0].run_id
+    assert len(_maps(features)) == BATCH  # paused after exactly one batch: the kill landed mid-extraction
+    dead_id = _dead_run_holds_the_slot(env["DAGSTER_HOME"])
 
     t0 = time.monotonic()
-    second = start_demo(env)
+    second = start_demo(without_pause(env))
     try:
         out, _ = second.communicate(timeout=600)
     finally:
@@ -61,14 +85,48 @@ def test_kill_9_mid_extraction_then_the_next_run_completes(tmp_path):
     assert second.returncode == 0, out[-4000:]
     assert f"run {dead_id}" in out and "is gone (killed or crashed)" in out
     assert BACKBONE in out.split("end to end")[0]  # the leaderboard has the backbone
-    with _instance(env["DAGSTER_HOME"]) as instance:
-        assert instance.get_run_by_id(dead_id).status == dg.DagsterRunStatus.FAILURE
-        assert instance.event_log_storage.get_concurrency_info("gpu").claimed_slots == []
+    _assert_recovered(env["DAGSTER_HOME"], dead_id)
     n_images = len(read_parquet(table_for("image_set").path(str(Path(env["SOCO_STORAGE"]) / "tables"))))
-    maps = [p for p in features.glob("*/*.npy") if not p.name.endswith(".cls.npy")]  # not class tokens
-    assert len(maps) == n_images > n_at_kill
+    assert len(_maps(features)) == n_images > BATCH
     assert list(features.glob("*/.tmp-*")) == []  # the killed writer's temp files were swept
     print(f"recovered in {time.monotonic() - t0:.1f} s")
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "dagster", "asset", "materialize", "-m", "soco_pipeline.defs.definitions", *args]
+
+
+@pytest.mark.timeout(900)
+def test_kill_9_of_a_cli_materialization_then_the_next_cli_run_recovers(tmp_path):
+    """`dagster asset materialize --select feature_manifest` (no demo, no daemon) after a killed one: the
+    next one fails the dead run and frees its slot instead of waiting for it forever at DEBUG."""
+    env = crash_env(tmp_path)
+    upstream = start_child(_cli("--select", "embedded_dataset,taxonomy,source_images,image_set,rejected_images"),
+                           without_pause(env))
+    try:
+        out, _ = upstream.communicate(timeout=600)
+    finally:
+        kill(upstream)
+    assert upstream.returncode == 0, out[-4000:]
+    with _instance(env["DAGSTER_HOME"]) as instance:
+        instance.add_dynamic_partitions("backbones", [BACKBONE])
+    select = ("--select", "feature_manifest", "--partition", BACKBONE)
+    first = start_child(_cli(*select), env)
+    try:
+        wait_for_pause(env, first)
+        kill_session(first)
+    finally:
+        kill(first)
+    dead_id = _dead_run_holds_the_slot(env["DAGSTER_HOME"])
+
+    second = start_child(_cli(*select), without_pause(env))
+    try:
+        out, _ = second.communicate(timeout=600)  # today's main: waits for the slot until this deadline
+    finally:
+        kill(second)
+    assert second.returncode == 0, out[-4000:]
+    assert f"run {dead_id}" in out and "is gone (killed or crashed)" in out and "WARNING" in out
+    _assert_recovered(env["DAGSTER_HOME"], dead_id)
 
 
 def _run(instance: dg.DagsterInstance, status: dg.DagsterRunStatus, tags: dict[str, str]) -> dg.DagsterRun:
@@ -99,7 +157,8 @@ def test_a_waiting_run_names_the_run_that_holds_the_slot_and_a_dead_holder_is_fr
 
         message = waiting_message(instance, {waiter.run_id}, "gpu")
         assert message and f"run {waiter.run_id} is waiting for a slot of pool 'gpu' (limit 1)" in message
-        assert f"held by run {holder.run_id} (STARTED, partition vit) step feature_manifest" in message
+        assert f"held by run {holder.run_id} (STARTED, partition vit, process " in message
+        assert "gone) step feature_manifest" in message and "dagster run delete" in message
 
         logs: list[str] = []
         assert fail_dead_runs(instance, logs.append) == [holder.run_id]  # the live runs are left alone
@@ -130,25 +189,25 @@ def test_the_dead_run_sensor_fails_a_dead_run(tmp_path):
 
 @pytest.mark.timeout(600)
 def test_ctrl_c_while_waiting_for_a_pool_slot_stops_the_demo(tmp_path):
-    """Dagster's in-process executor only checks Ctrl-C when a step starts; a run waiting for the `gpu` slot
-    (held here by a live run of another process) must still stop on SIGINT, fail its run and free its claim."""
+    """A demo run waiting for the `gpu` slot (held here by a live run of this process) names the holder,
+    and SIGINT stops it there: Dagster's multiprocess executor fails its run and drops its claim."""
     env = crash_env(tmp_path)
     with _instance(env["DAGSTER_HOME"]) as instance:
         holder = _run(instance, dg.DagsterRunStatus.STARTED, {**process_tags(), "dagster/partition": "elsewhere"})
         storage = instance.event_log_storage
         assert storage.initialize_concurrency_limit_to_default("gpu")
         assert storage.claim_concurrency_slot("gpu", holder.run_id, "feature_manifest").is_claimed
-    demo = start_demo(env)
+    demo = start_demo(without_pause(env))
     try:
         wait_for_line(demo, "is waiting for a slot of pool 'gpu'", deadline_s=400)
         t0 = time.monotonic()
         os.kill(demo.pid, signal.SIGINT)
-        out, _ = demo.communicate(timeout=60)
+        out, _ = demo.communicate(timeout=120)
     finally:
-        kill(demo)
+        kill_session(demo)
     print(f"stopped {time.monotonic() - t0:.1f} s after SIGINT")
     assert demo.returncode == 130, out[-3000:]
-    assert "interrupted while waiting for a slot of pool 'gpu'" in out and "interrupted: the run" in out
+    assert "interrupted: the run" in out
     with _instance(env["DAGSTER_HOME"]) as instance:
         ours = [r for r in instance.get_runs() if r.tags.get("dagster/partition") == BACKBONE]
         assert [r.status for r in ours] == [dg.DagsterRunStatus.FAILURE]

@@ -45,7 +45,9 @@ def run(tmp_path_factory):
     )
     (tmp / "dagster_home").mkdir()
     with dg.instance_for_test(temp_dir=str(tmp / "dagster_home")) as instance:
-        board = run_demo(instance=instance, **overrides)
+        result = run_demo(instance=instance, **overrides)
+        assert result.failed == {}, result.failed
+        board = result.board
         yield {"tmp": tmp, "instance": instance, "board": board, "overrides": overrides, "backbones": backbones}
 
 

@@ -1,22 +1,23 @@
 """Dead runs and pool slots: a killed run (OOM, SIGKILL, power loss) must not block later runs.
 
 A run whose process died stays STARTED in the instance and keeps its `gpu` pool slot, so the next run
-waits for that slot forever. `fail_dead_runs` finds runs of this machine whose worker process is gone,
-marks them failed and frees their slots; `demo` calls it before every in-process run, and the Dagster
-daemon's run monitoring (dagster.yaml) frees the slots of ended runs. `SlotWatcher` says, while a run
-waits for a pool slot, which run holds it.
+would wait for that slot forever (Dagster's run monitoring cannot tell: the default run launcher has no
+worker health check). `fail_dead_runs` finds runs of this machine whose process is gone, marks them
+failed and frees their slots. Three places call it: every run of the local profile before it claims a
+slot (`defs/executors.py`, so `make demo`, `make ui` and a plain `dagster asset materialize` all recover),
+the same executor again whenever one of its steps is blocked on a pool (it also says at WARNING which run
+holds the slot and how to free it), and the `dead_run_sensor` every 30 s under `make ui`. The Dagster
+daemon's run monitoring (dagster.yaml) frees the slots of runs that ended.
 """
 
 from __future__ import annotations
 
 import os
 import socket
-import threading
 import time
 from collections.abc import Callable
 
 import dagster as dg
-from dagster._core.events import DagsterEventType
 
 from soco_pipeline.storage import pid_alive
 
@@ -25,24 +26,23 @@ ACTIVE = [dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED, dg.DagsterR
 
 
 def process_tags() -> dict[str, str]:
-    """Tags naming this process and machine: put them on in-process runs so a crash can be detected."""
+    """Tags naming this process and machine: put them on runs this process executes so a crash can be told."""
     return {HOST_TAG: socket.gethostname(), PID_TAG: str(os.getpid())}
 
 
 def _worker_pid(instance: dg.DagsterInstance, run: dg.DagsterRun) -> int | None:
     """The pid of the process executing `run` on this machine, or None when it cannot be told.
 
-    In-process runs carry our host/pid tags. Runs started by the default run launcher (a subprocess on this
-    machine) record their worker's pid on the RUN_START event. Runs of other machines are left alone.
+    Runs of `make demo` carry our host/pid tags. Other runs on an instance with the default run launcher
+    (a run worker subprocess on this machine, or the `dagster asset materialize` process itself) record
+    the executing pid on their RUN_START event. Runs of other machines and launchers are left alone.
     """
     tags = run.tags
     if PID_TAG in tags:
         return int(tags[PID_TAG]) if tags.get(HOST_TAG) == socket.gethostname() else None
-    from dagster._core.launcher import DefaultRunLauncher
-
-    if not isinstance(instance.run_launcher, DefaultRunLauncher):
+    if not isinstance(instance.run_launcher, dg.DefaultRunLauncher):
         return None
-    records = instance.get_records_for_run(run.run_id, of_type=DagsterEventType.RUN_START, limit=1).records
+    records = instance.get_records_for_run(run.run_id, of_type=dg.DagsterEventType.RUN_START, limit=1).records
     event = records[0].event_log_entry.dagster_event if records else None
     return event.pid if event is not None and event.pid else None
 
@@ -75,7 +75,9 @@ def _describe(instance: dg.DagsterInstance, run_id: str) -> str:
     if run is None:
         return f"run {run_id} (deleted)"
     part = run.tags.get("dagster/partition")
-    return f"run {run_id} ({run.status.value}{', partition ' + part if part else ''})"
+    pid = _worker_pid(instance, run)
+    alive = "" if pid is None else f", process {pid} {'alive' if pid_alive(pid) else 'gone'}"
+    return f"run {run_id} ({run.status.value}{', partition ' + part if part else ''}{alive})"
 
 
 def _waiting_and_holders(instance: dg.DagsterInstance, run_ids: set[str], pool: str) -> tuple[list, list, int]:
@@ -90,74 +92,71 @@ def _waiting_and_holders(instance: dg.DagsterInstance, run_ids: set[str], pool: 
 
 
 def waiting_message(instance: dg.DagsterInstance, run_ids: set[str], pool: str) -> str | None:
-    """A line saying which of `run_ids` waits for a slot of `pool` and which runs hold the slots, or None."""
+    """A line saying which of `run_ids` waits for a slot of `pool`, which runs hold the slots and how to
+    free them, or None when none of `run_ids` waits."""
     waiting, holders, limit = _waiting_and_holders(instance, run_ids, pool)
     if not waiting or not holders:
         return None
     held = "; ".join(f"{_describe(instance, s.run_id)} step {s.step_key}" for s in holders)
     return (
         f"run {waiting[0].run_id} is waiting for a slot of pool {pool!r} (limit {limit}), held by {held}. "
-        f"If that run is dead, the next `make demo` fails it and frees the slot (or: dagster run delete <id>)"
+        f"A holder whose process is gone is failed and its slot freed by the next run and the dead_run_sensor; "
+        f"a live one frees it when it ends. To free it now: `dagster run delete <id>` (or Terminate in the UI)"
     )
 
 
-def _raise_in_main_thread(exc: type[BaseException]) -> None:
-    """Raise `exc` in the main thread at its next Python instruction (CPython's async exception)."""
-    import ctypes
+class RecoveringExecutor(dg.Executor):
+    """Dagster's own executor, preceded by `fail_dead_runs` and watching its pool waits.
 
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(threading.main_thread().ident), ctypes.py_object(exc))
-
-
-class SlotWatcher:
-    """While a block runs, print every `every_s` seconds which run holds the pool slot our runs wait for.
-
-    Our runs are those tagged `tag`. Each round also fails dead runs, so a holder that dies meanwhile
-    frees its slot and the wait ends. Ctrl-C while our run waits for a slot stops it: Dagster's in-process
-    executor records the interrupt but checks it only when a step starts, so the wait would go on; the
-    watcher sees the recorded interrupt and raises KeyboardInterrupt in the main thread instead.
+    Before the wrapped executor claims any slot, dead runs of this machine are failed and their slots
+    freed. Whenever the wrapped executor reports a step blocked on a pool (Dagster logs that only at
+    DEBUG), this says at WARNING which run holds the slot, and fails it if its process is gone.
     """
 
-    def __init__(
-        self, instance: dg.DagsterInstance, tag: tuple[str, str], pool: str = "gpu", every_s: float = 10.0,
-        log: Callable[[str], None] = print, poll_s: float = 0.5,
-    ):
-        self.instance, self.tag, self.pool, self.every_s, self.log = instance, tag, pool, every_s, log
-        self.poll_s = poll_s
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="soco-slot-watcher", daemon=True)
+    def __init__(self, inner: dg.Executor):
+        self.inner = inner
 
-    def _our_runs(self) -> set[str]:
-        runs = self.instance.get_runs(filters=dg.RunsFilter(tags=dict([self.tag]), statuses=ACTIVE))
-        return {r.run_id for r in runs}
+    @property
+    def retries(self):
+        """The wrapped executor's retry mode."""
+        return self.inner.retries
 
-    def _loop(self) -> None:
-        from dagster._utils.interrupts import check_captured_interrupt
+    @property
+    def step_dependency_config(self):
+        """The wrapped executor's step dependency settings."""
+        return self.inner.step_dependency_config
 
-        next_report = time.monotonic() + self.every_s
-        while not self._stop.wait(self.poll_s):
-            try:
-                if check_captured_interrupt() and _waiting_and_holders(self.instance, self._our_runs(), self.pool)[0]:
-                    self.log(f"interrupted while waiting for a slot of pool {self.pool!r}: stopping the run")
-                    _raise_in_main_thread(KeyboardInterrupt)
-                    return
-                if time.monotonic() < next_report:
-                    continue
-                next_report = time.monotonic() + self.every_s
-                message = waiting_message(self.instance, self._our_runs(), self.pool)
+    def execute(self, plan_context, execution_plan):
+        """Fail dead runs, then run the plan with the wrapped executor, explaining every pool wait."""
+        instance, run_id, log = plan_context.instance, plan_context.run_id, plan_context.log
+        fail_dead_runs(instance, log.warning)
+        for event in self.inner.execute(plan_context, execution_plan):
+            yield event
+            if event.event_type == dg.DagsterEventType.ENGINE_EVENT and "blocked by limit for pool" in (
+                event.message or ""
+            ):
+                pool = event.message.rsplit(" ", 1)[-1]
+                if fail_dead_runs(instance, log.warning):
+                    continue  # the freed slot goes to our step on the executor's next poll
+                message = waiting_message(instance, {run_id}, pool)
                 if message:
-                    self.log(message)
-                    fail_dead_runs(self.instance, self.log)
-            except Exception as e:  # never let the watcher break the run it watches
-                self.log(f"slot watcher: {e}")
+                    log.warning(message)
 
-    def __enter__(self) -> SlotWatcher:
-        self._thread.start()
-        return self
 
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join(timeout=max(self.poll_s, 1.0) + 5)
+def recovering(inner: dg.ExecutorDefinition) -> dg.ExecutorDefinition:
+    """`inner` (same name, config and requirements) wrapped in RecoveringExecutor."""
 
+    def create(init_context: dg.InitExecutorContext) -> dg.Executor:
+        return RecoveringExecutor(inner.executor_creation_fn(init_context))
+
+    return dg.ExecutorDefinition(
+        name=inner.name,
+        config_schema=inner.config_schema,
+        requirements=inner.get_requirements,
+        executor_creation_fn=create,
+        description=f"{inner.description or inner.name}; dead runs of this machine are failed first "
+        "(soco_pipeline/defs/recovery.py)",
+    )
 
 
 @dg.sensor(minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING)
@@ -169,9 +168,9 @@ def dead_run_sensor(context: dg.SensorEvaluationContext) -> dg.SkipReason:
 
 def in_flight_celery_steps(instance: dg.DagsterInstance, run_id: str) -> dict[str, str]:
     """step key -> Celery worker (name@host) of each step of `run_id` that a worker took and has not ended."""
-    ended = {DagsterEventType.STEP_SUCCESS, DagsterEventType.STEP_FAILURE, DagsterEventType.STEP_SKIPPED}
+    ended = {dg.DagsterEventType.STEP_SUCCESS, dg.DagsterEventType.STEP_FAILURE, dg.DagsterEventType.STEP_SKIPPED}
     taken: dict[str, str] = {}
-    for rec in instance.all_logs(run_id, of_type={DagsterEventType.ENGINE_EVENT, *ended}):
+    for rec in instance.all_logs(run_id, of_type={dg.DagsterEventType.ENGINE_EVENT, *ended}):
         ev, step = rec.dagster_event, rec.step_key
         if ev is None or step is None:
             continue

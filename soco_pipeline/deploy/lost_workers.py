@@ -19,6 +19,7 @@ import functools
 import json
 from dataclasses import dataclass
 
+import dagster as dg
 from celery import Celery
 from celery.exceptions import WorkerLostError
 from kombu.transport.redis import Channel
@@ -48,10 +49,11 @@ def live_workers(app: Celery, timeout: float = 2.0) -> set[str]:
 
 
 def _step_args(raw: dict):
-    """The ExecuteStepArgs of a dagster-celery message (Celery protocol 2), or None for another task."""
-    from dagster._grpc.types import ExecuteStepArgs
-    from dagster_shared.serdes import unpack_value
+    """The ExecuteStepArgs of a dagster-celery message (Celery protocol 2), or None for another task.
 
+    The arguments travel as a serdes-packed dict; `dg.deserialize_value` (Dagster's public serdes entry
+    point) turns it back into the object, whose `run_id` and `step_keys_to_execute` are all we read.
+    """
     if raw.get("headers", {}).get("task") != "execute_plan":
         return None
     body = raw["body"]
@@ -59,7 +61,10 @@ def _step_args(raw: dict):
         body = base64.b64decode(body)
     args, kwargs = json.loads(body)[:2]  # dagster-celery passes them as keywords (task.si(...))
     packed = kwargs.get("execute_step_args_packed") or (args[0] if args else None)
-    return unpack_value(packed, as_type=ExecuteStepArgs) if isinstance(packed, dict) else None
+    if not isinstance(packed, dict):
+        return None
+    step_args = dg.deserialize_value(json.dumps(packed))
+    return step_args if hasattr(step_args, "run_id") and hasattr(step_args, "step_keys_to_execute") else None
 
 
 def taken_tasks(app: Celery) -> list[TakenTask]:

@@ -39,7 +39,7 @@ def _bin(name: str) -> str:
         return str(here)
     found = shutil.which(name)
     if not found:
-        raise FileNotFoundError(f"{name} is not installed: `pip install -e '.[distributed]'` / see README")
+        raise FileNotFoundError(f"{name} is not installed: `pip install -e '.[distributed]'` / see docs/scaling-out.md")
     return found
 
 

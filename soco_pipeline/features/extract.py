@@ -48,6 +48,7 @@ from soco_pipeline.features.layout import (
     listed_files,
     read_manifest,
 )
+from soco_pipeline.pause_points import pause_point
 from soco_pipeline.schemas import FeatureManifestSchema, validate
 from soco_pipeline.storage import (
     StorageFullError,
@@ -325,6 +326,7 @@ class _Writer:
                 }
             )
         self.manifest.flush()
+        pause_point("features_written")  # fault-injection tests stop here (pause_points.py)
         return len(recs)
 
 

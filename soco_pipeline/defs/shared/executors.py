@@ -1,5 +1,5 @@
-"""The executor per deployment profile: SOCO_PROFILE=local (default: Dagster's multiprocess executor)
-or distributed (dagster-celery over Redis; steps in the `gpu` pool go to the `gpu` Celery queue)."""
+"""The executor per deployment profile: SOCO_PROFILE=local (default: Dagster's multiprocess executor, behind
+defs/recovery's dead-run check) or distributed (dagster-celery over Redis; steps in the `gpu` pool go to the `gpu` Celery queue)."""
 
 from __future__ import annotations
 
@@ -22,10 +22,14 @@ def profile() -> str:
     return name
 
 
-def executor_for_profile() -> dg.ExecutorDefinition | None:
-    """None (Dagster's default) for `local`; the Celery executor on $SOCO_CELERY_BROKER for `distributed`."""
+def executor_for_profile() -> dg.ExecutorDefinition:
+    """Dagster's default executor (multiprocess, or in-process by config) for `local`, wrapped so that every
+    run first fails dead runs of this machine (defs/recovery.py); the Celery executor on
+    $SOCO_CELERY_BROKER for `distributed`."""
     if profile() == "local":
-        return None
+        from soco_pipeline.defs.recovery import recovering
+
+        return recovering(dg.multi_or_in_process_executor)
     from dagster_celery import celery_executor
 
     visibility = int(os.environ.get("SOCO_CELERY_VISIBILITY_TIMEOUT", str(6 * 3600)))
