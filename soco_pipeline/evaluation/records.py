@@ -148,3 +148,15 @@ def stored_subset(metrics: pd.DataFrame) -> SubsetRule:
     if "subset" not in metrics.columns or metrics.empty:
         return SubsetRule()
     return SubsetRule.from_json(str(metrics["subset"].iloc[0]))
+
+
+def results_markdown(rec: dict) -> str:
+    """A record's headline results as a Markdown table (value, bootstrap CI, cluster SE) for the UI."""
+    def f(v) -> str:
+        return "" if v is None else f"{v:.1f}"
+
+    rows = ["| metric | value | 95% CI (bootstrap over categories) | SE (cluster: image) |", "|---|---|---|---|"]
+    for m, r in rec["results"].items():
+        lo, hi = r["ci95_boot_category"]
+        rows.append(f"| {m} | {f(r['value'])} | [{f(lo)}, {f(hi)}] | {f(r['se_cluster_image'])} |")
+    return "\n".join(rows) + "\n"

@@ -56,6 +56,10 @@ def ci_table(records: dict[str, dict], metrics: list[str] | None = None) -> pd.D
     return pd.DataFrame(rows)
 
 
+def _or_nan(v) -> float:
+    return np.nan if v is None else float(v)
+
+
 def ci_plot(records: dict[str, dict], metrics: list[str], path: str) -> str | None:
     """Bars with 95% CI error bars (bootstrap over categories) per metric and model, as a PNG."""
     import matplotlib
@@ -72,10 +76,11 @@ def ci_plot(records: dict[str, dict], metrics: list[str], path: str) -> str | No
     x = np.arange(len(metrics))
     for i, model in enumerate(models):
         res = records[model]["results"]
-        val = np.array([res.get(m, {}).get("value") or np.nan for m in metrics], dtype=float)
+        val = np.array([_or_nan(res.get(m, {}).get("value")) for m in metrics], dtype=float)
         lo = np.array([(res.get(m, {}).get("ci95_boot_category") or [np.nan, np.nan])[0] for m in metrics], float)
         hi = np.array([(res.get(m, {}).get("ci95_boot_category") or [np.nan, np.nan])[1] for m in metrics], float)
-        err = np.nan_to_num(np.vstack([val - lo, hi - val]))
+        # an interval may sit off its value (rounding, few categories): a bar never reaches below zero length
+        err = np.clip(np.nan_to_num(np.vstack([val - lo, hi - val])), 0, None)
         label = model + (" (partial)" if records[model]["subset"]["partial"] else "")
         ax.bar(x + i * width, np.nan_to_num(val), width, yerr=err, capsize=3, label=label)
     ax.set_xticks(x + width * (len(models) - 1) / 2, metrics)

@@ -14,18 +14,6 @@ from soco_pipeline.defs.shared.run_configs import recorded_subset, stage_timing
 PER_BACKBONE_STAGES = ("feature_manifest", "predictions", "four_choice_predictions", "metrics")
 
 
-def results_markdown(rec: dict) -> str:
-    """A record's headline results as a Markdown table (value, bootstrap CI, cluster SE) for the UI."""
-    def f(v) -> str:
-        return "" if v is None else f"{v:.1f}"
-
-    rows = ["| metric | value | 95% CI (bootstrap over categories) | SE (cluster: image) |", "|---|---|---|---|"]
-    for m, r in rec["results"].items():
-        lo, hi = r["ci95_boot_category"]
-        rows.append(f"| {m} | {f(r['value'])} | [{f(lo)}, {f(hi)}] | {f(r['se_cluster_image'])} |")
-    return "\n".join(rows) + "\n"
-
-
 @dg.asset(group_name=GROUP, partitions_def=backbones_partitions, automation_condition=EAGER,
           deps=["metrics"], kinds={"json"})
 def results_record(
@@ -43,7 +31,7 @@ def results_record(
     """The backbone's results record: spec, protocol, input sizes, versions, timings, counts, CIs and hashes."""
     from soco_pipeline.backbones import spec_hash
     from soco_pipeline.evaluation.provenance import write_named_record
-    from soco_pipeline.evaluation.records import backbone_record
+    from soco_pipeline.evaluation.records import backbone_record, results_markdown
 
     backbone = context.partition_key
     spec = spec_for(soco, backbone)

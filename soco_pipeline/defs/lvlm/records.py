@@ -3,7 +3,6 @@
 import dagster as dg
 import pandas as pd
 
-from soco_pipeline.defs.backbones.records import results_markdown
 from soco_pipeline.defs.lvlm.assets import GROUP, lvlm_spec_for
 from soco_pipeline.defs.shared.automation import EAGER
 from soco_pipeline.defs.shared.partitions import lvlms_partitions
@@ -20,7 +19,7 @@ def lvlm_results_record(
 ) -> dg.MaterializeResult:
     """The LVLM's results record: spec, item protocol, versions, timings, counts, CIs and item hashes."""
     from soco_pipeline.evaluation.provenance import write_named_record
-    from soco_pipeline.evaluation.records import lvlm_record
+    from soco_pipeline.evaluation.records import lvlm_record, results_markdown
     from soco_pipeline.lvlm.specs import spec_hash
 
     model = context.partition_key
