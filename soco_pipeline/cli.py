@@ -14,14 +14,15 @@ from soco_pipeline.results_db import ResultsError, query
 from soco_pipeline.settings import Settings
 
 
-def _print_df(df: pd.DataFrame) -> None:
-    with pd.option_context("display.max_rows", 200, "display.max_columns", 50, "display.width", 200):
-        print(df.to_string(index=False) if len(df) else "(no rows)")
+def _print_df(df: pd.DataFrame, fmt: str = "table") -> None:
+    from soco_pipeline.report.formats import format_frame
+
+    print(format_frame(df, fmt), end="")
 
 
 def cmd_sql(args: argparse.Namespace, settings: Settings) -> int:
-    """Run a SQL query against storage/results.duckdb and print the rows."""
-    _print_df(query(settings.duckdb_path, args.query, settings.tables_root))
+    """Run a SQL query against storage/results.duckdb and print the rows (table, csv, json or markdown)."""
+    _print_df(query(settings.duckdb_path, args.query, settings.tables_root), args.format)
     return 0
 
 
@@ -78,8 +79,14 @@ def cmd_export_release(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_export_results(args: argparse.Namespace, settings: Settings) -> int:
-    """Write one backbone's metrics as JSON in the official SOCO scorer's output shape."""
+    """Write one backbone's metrics as JSON in the official SOCO scorer's output shape, or (--format record)
+    its results record (docs/results.md)."""
     import json
+
+    if args.format == "record":
+        from soco_pipeline.trust_cli import export_record
+
+        return export_record(args, settings)
 
     from soco_pipeline.evaluation.official_results import official_results
     from soco_pipeline.evaluation.protocol import load_protocol
@@ -147,6 +154,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser("sql", help="run a SQL query over the results (DuckDB)")
     s.add_argument("query")
+    s.add_argument("--format", choices=["table", "csv", "json", "markdown"], default="table",
+                   help="output format (default: an aligned text table)")
     s.set_defaults(func=cmd_sql)
     s = sub.add_parser("leaderboard", help="print the leaderboard")
     s.set_defaults(func=cmd_leaderboard)
@@ -167,7 +176,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("out", help="output JSON file (fsspec path)")
     s.add_argument("--alpha", type=float, default=None, help="PCK alpha (default: the protocol's headline)")
     s.add_argument("--protocol", default=None, help="protocol file (default: assets/protocol.yaml)")
+    s.add_argument("--format", choices=["official", "record"], default="official",
+                   help="official: the SOCO scorer's shape; record: the results record (docs/results.md)")
+    s.add_argument("--lvlm", action="store_true", help="record: BACKBONE names an LVLM spec (family soco_lvlm)")
     s.set_defaults(func=cmd_export_results)
+    from soco_pipeline.trust_cli import add_commands
+
+    add_commands(sub)  # diff-runs, compare, evaluate, show, report (docs/results.md)
 
 
     s = sub.add_parser("cluster", help="start/stop/status/restart of the local distributed stack (docs/scaling-out.md)")

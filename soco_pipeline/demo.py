@@ -28,8 +28,9 @@ from soco_pipeline.defs.definitions import build_definitions
 from soco_pipeline.defs.recovery import process_tags
 
 DATA_AND_PAIRS = ("data", "pairs")
-PER_BACKBONE = ("feature_manifest", "predictions", "four_choice_predictions", "metrics", "global_metrics")
-SUMMARY = ("leaderboard", "results_database", "correlation")
+PER_BACKBONE = ("feature_manifest", "predictions", "four_choice_predictions", "metrics", "global_metrics",
+                "results_record")
+SUMMARY = ("leaderboard", "results_database", "correlation", "results_report")
 BACKBONES, LVLMS = "backbones", "lvlms"  # the dynamic partition sets of specs
 # Where each run's job comes from: module and function, called with the demo's settings overrides. Step
 # processes rebuild the job from it, so it must be importable (tests point it at their own module).
@@ -260,7 +261,7 @@ def run_demo(instance: dg.DagsterInstance | None = None, location: tuple[str, st
     for b in backbones:
         runner.run(Stage(f"backbone {b}", "demo_backbone", [dg.AssetKey(k) for k in PER_BACKBONE], b))
     board = None
-    summary = Stage("leaderboard, results database, correlation", "demo_summary", [dg.AssetKey(k) for k in SUMMARY])
+    summary = Stage("leaderboard, results database, correlation, results page", "demo_summary", [dg.AssetKey(k) for k in SUMMARY])
     if runner.run(summary):
         from soco_pipeline.results_db import query
 
@@ -287,6 +288,16 @@ def main() -> int:
         print(leaderboard_markdown(result.board))
     for name, board in result.family_boards.items():
         print(f"\n{name}:\n\n{board}")
+    # --- the LVLM family (soco_pipeline/demo_lvlm.py): loopback reference answerers, stopped by pid --------
+    from soco_pipeline.demo_lvlm import lvlm_board_markdown, lvlm_demo_enabled, run_lvlm_demo
+
+    if lvlm_demo_enabled():
+        try:
+            print("\n" + lvlm_board_markdown(run_lvlm_demo(dg.DagsterInstance.get())))
+        except (KeyboardInterrupt, dg.DagsterExecutionInterruptedError):
+            print("\ninterrupted: the LVLM answerers are stopped; `make demo` again resumes", file=sys.stderr)
+            return 130
+    # ------------------------------------------------------------------------------------------------------
     if result.failed:
         print(f"\n{len(result.failed)} run(s) failed; the rest ran (fix and `make demo` again: what is "
               "materialized is kept):", file=sys.stderr)

@@ -29,6 +29,36 @@ IN_MEMORY = ":memory:"  # the results "file" when the tables live in an object s
 READ_STATEMENTS = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
 
 
+# Views over views: per category, where a backbone fails (official reduction, alpha 0.1), and its worst
+# keypoints in words (SOC hits of the free predictions against the raw ground truth, intra pairs).
+DERIVED_VIEWS: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("where_it_fails", ("metrics",), """
+SELECT backbone, "group" AS category,
+       max(value) FILTER (WHERE metric = 'cc') AS cc,
+       max(value) FILTER (WHERE metric = 'soc') AS soc,
+       max(value) FILTER (WHERE metric = 'soc_geo') AS soc_geo,
+       max(value) FILTER (WHERE metric = 'cross_soc') AS cross_soc,
+       max(value) FILTER (WHERE metric = 'cc') - max(value) FILTER (WHERE metric = 'soc') AS cc_to_soc_drop,
+       rank() OVER (PARTITION BY backbone ORDER BY max(value) FILTER (WHERE metric = 'soc') ASC NULLS LAST)
+           AS soc_rank_worst
+FROM metrics
+WHERE scope = 'category' AND reduction = 'official' AND abs(alpha - 0.1) < 1e-9
+GROUP BY backbone, "group"
+"""),
+    ("worst_keypoints", ("predictions", "pairs", "keypoints", "images", "descriptions"), """
+SELECT p.backbone, pr.trg_category AS category, p.src_keypoint AS keypoint, d.description, count(*) AS n,
+       100 * avg(CASE WHEN sqrt((p.pred_x - t.x) ^ 2 + (p.pred_y - t.y) ^ 2)
+                          < 0.1 * greatest(i.bbox_r - i.bbox_l, i.bbox_b - i.bbox_t) THEN 1 ELSE 0 END) AS soc_pck_raw
+FROM predictions p JOIN pairs pr USING (pair_id)
+JOIN keypoints t ON t.image_id = pr.trg_image AND t.keypoint = p.src_keypoint AND t.visible
+JOIN images i ON i.image_id = pr.trg_image
+LEFT JOIN descriptions d ON d.category = pr.trg_category AND d.keypoint = p.src_keypoint
+WHERE p.mode = 'free' AND pr.level = 'intra' AND pr.evaluated
+GROUP BY 1, 2, 3, 4
+"""),
+)
+
+
 class ResultsError(RuntimeError):
     """The results file or a table in it is missing; the message says what to materialize."""
 
@@ -71,6 +101,16 @@ def _create_views(con: duckdb.DuckDBPyConnection, tables_root: str, base: str | 
         created.append("eval_pairs")
     elif not temp:
         con.execute("DROP VIEW IF EXISTS eval_pairs")
+    for name, needs, sql in DERIVED_VIEWS:  # the README's "where it fails" recipes, as views
+        if set(needs) <= set(created):
+            try:
+                con.execute(f"CREATE OR REPLACE {kind} {name} AS {sql}")
+                created.append(name)
+                continue
+            except duckdb.BinderException:  # tables without the columns it reads (e.g. hand-made ones): no view
+                pass
+        if not temp:
+            con.execute(f"DROP VIEW IF EXISTS {name}")
     return created
 
 
@@ -140,7 +180,9 @@ def connect_readonly(db_path: str | Path, tables_root: str | None = None) -> duc
             f"no results file at {db_path}: run `make demo` (or materialize the pipeline) first"
         )
     tables_root = str(Path(tables_root or db_path.resolve().parent / "tables").resolve())
-    return _sandboxed(duckdb.connect(str(db_path), read_only=True), tables_root, [tables_root.rstrip("/") + "/"])
+    # The views are rebuilt as temporary views over the tables beside the file, so the file's own (relative)
+    # views are not needed: an in-memory connection lists each view once (`show tables`), not twice.
+    return _sandboxed(duckdb.connect(IN_MEMORY), tables_root, [tables_root.rstrip("/") + "/"])
 
 
 def _connect_remote(tables_root: str) -> duckdb.DuckDBPyConnection:

@@ -142,6 +142,16 @@ class Settings(BaseModel):
         return join(self.storage_root, "figures")
 
     @property
+    def records_root(self) -> str:
+        """The results records (JSON): `<backbone>.json`, and `lvlm/<model>.json`."""
+        return join(self.storage_root, "results", "records")
+
+    @property
+    def report_root(self) -> str:
+        """The static results page (`index.html`, its images) and the prediction panels (`panels/<backbone>/`)."""
+        return join(self.storage_root, "report")
+
+    @property
     def duckdb_path(self) -> str:
         """The DuckDB file holding views over the result tables (local path); ":memory:" when the storage
         root is a URL (object store): readers then build the views over the bucket (results_db)."""

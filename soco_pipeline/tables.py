@@ -84,6 +84,8 @@ TABLES: tuple[Table, ...] = (
     Table("tpips_learned", "tpips_learned", partitioned=True),
     Table("tpips_lvlm_answers", "tpips_lvlm_answers", partitioned=True),
     Table("tpips_leaderboard", "tpips_leaderboard"),
+    # per-sample input hashes of the evaluated pairs (soco_pipeline/defs/pairs/hashes.py, docs/results.md)
+    Table("sample_hashes", "sample_hashes"),
 )
 _BY_ASSET = {t.asset: t for t in TABLES}
 

@@ -13,12 +13,13 @@ from soco_pipeline.defs.shared.executors import GPU_STEP_TAGS
 from soco_pipeline.defs.shared.io_manager import ALLOW_MISSING_PARTITIONS
 from soco_pipeline.defs.shared.partitions import backbones_partitions, partition_spec_file
 from soco_pipeline.defs.shared.resources import SocoSettings
+from soco_pipeline.defs.shared.run_configs import EvalRunConfig, recorded_subset
 
 GROUP = "backbones"
 # Dagster's code version of each per-backbone asset: bump it when the code changes what the asset computes.
 # The feature cache's own spec hash reuses FEATURE_CODE_VERSION, because its files outlive Dagster's records.
-CODE_VERSIONS = {"feature_manifest": FEATURE_CODE_VERSION, "predictions": "1", "four_choice_predictions": "1",
-                 "metrics": "1"}
+CODE_VERSIONS = {"feature_manifest": FEATURE_CODE_VERSION, "predictions": "2", "four_choice_predictions": "2",
+                 "metrics": "2"}
 
 
 def spec_path(soco: SocoSettings, backbone: str):
@@ -129,6 +130,7 @@ def feature_manifest(
 def predictions(
     context: dg.AssetExecutionContext,
     soco: SocoSettings,
+    config: EvalRunConfig,
     feature_manifest: pd.DataFrame,
     image_pairs: pd.DataFrame,
     correspondences: pd.DataFrame,
@@ -137,20 +139,32 @@ def predictions(
 ) -> TableResult:
     """Zero-shot nearest-neighbour predictions (free and SOC-geo) in target-image pixels."""
     from soco_pipeline.evaluation.matching import predict
+    from soco_pipeline.evaluation.subsets import apply_pair_subset
 
+    backbone = context.partition_key
     protocol, seen = protocol_observation(soco)
     context.log_event(seen)
+    store = feature_store(soco, feature_manifest)
+    rule = config.rule()  # a partial run (limit / pair_ids) predicts its subset only
+    image_pairs = apply_pair_subset(image_pairs, rule)
     df = predict(
         image_pairs,
         correspondences,
         keypoints,
         image_set,
-        feature_store(soco, feature_manifest),
+        store,
         protocol,
-        context.partition_key,
+        backbone,
         device=matching_device(soco),
     )
-    return TableResult(df, {"rows": len(df)})
+    meta = {"rows": len(df), "subset": rule.to_json(), "partial": not rule.is_full}
+    if config.panels:  # what the model did: seeded panels under storage/report/panels/<backbone>/
+        from soco_pipeline.report.panels import panels_dir, panels_markdown, sample_panels
+
+        panels = sample_panels(image_pairs, correspondences, df, keypoints, image_set, store, protocol,
+                               config.panels, soco.seed, panels_dir(soco, backbone))
+        meta["panels"] = dg.MetadataValue.md(panels_markdown(panels))
+    return TableResult(df, meta)
 
 
 @table_asset(
@@ -164,6 +178,7 @@ def predictions(
 def four_choice_predictions(
     context: dg.AssetExecutionContext,
     soco: SocoSettings,
+    config: EvalRunConfig,
     feature_manifest: pd.DataFrame,
     four_choice: pd.DataFrame,
     keypoints: pd.DataFrame,
@@ -172,7 +187,12 @@ def four_choice_predictions(
 ) -> TableResult:
     """The backbone's pick among the four options of each item, for every rotation of the options."""
     from soco_pipeline.evaluation.four_choice_matching import predict_four_choice
+    from soco_pipeline.evaluation.subsets import apply_pair_subset
 
+    rule = config.rule()
+    if not rule.is_full:  # a partial run asks the items of its pairs only
+        sub = apply_pair_subset(image_pairs, rule)
+        four_choice = four_choice[four_choice["pair_id"].isin(sub.loc[sub["evaluated"].astype(bool), "pair_id"])]
     df = predict_four_choice(
         four_choice,
         keypoints,
@@ -207,9 +227,13 @@ def metrics(
 ) -> TableResult:
     """PCK@α for CC, SOC, SOC-geo and Cross-SOC (official and per-keypoint reductions) and 4-choice accuracy."""
     from soco_pipeline.evaluation.metrics import compute_metrics
+    from soco_pipeline.evaluation.stats import with_intervals
+    from soco_pipeline.evaluation.subsets import apply_pair_subset
 
     protocol, seen = protocol_observation(soco)
     context.log_event(seen)
+    rule = recorded_subset(context.instance, context.partition_key)  # the subset the predictions ran on
+    image_pairs = apply_pair_subset(image_pairs, rule)
     df = compute_metrics(
         predictions,
         four_choice_predictions,
@@ -220,10 +244,14 @@ def metrics(
         run_taxonomy(taxonomy),
         protocol,
     )
+    df["subset"] = rule.to_json()  # '' = the full sample; the leaderboard marks the others partial
+    # 95% CIs of the headline rows: bootstrap over categories, cluster-robust by target image
+    df = with_intervals(df, predictions, four_choice_predictions, correspondences, keypoints, image_set,
+                        image_pairs, protocol, seed=soco.seed)
     at_headline = ((df.alpha - protocol.headline_alpha).abs() < 1e-9) | df.alpha.isna()  # 4-choice: no alpha
     headline = df[(df.scope == "all") & (df.reduction == "official") & at_headline]
     return TableResult(df, {
-        "rows": len(df), "headline_alpha": protocol.headline_alpha,
+        "rows": len(df), "headline_alpha": protocol.headline_alpha, "partial": not rule.is_full,
         **{r.metric: round(float(r.value), 2) for r in headline.itertuples()},
     })
 
@@ -234,7 +262,7 @@ def metrics(
          "global_metrics": dg.AssetIn(metadata=ALLOW_MISSING_PARTITIONS)},
     automation_condition=EAGER,
     kinds={"pandas"},
-    code_version="2",
+    code_version="3",
 )
 def leaderboard(
     context: dg.AssetExecutionContext,
@@ -252,19 +280,24 @@ def leaderboard(
     from soco_pipeline.analysis.leaderboard import leaderboard as build_leaderboard
     from soco_pipeline.analysis.leaderboard import leaderboard_markdown, leaderboard_png
     from soco_pipeline.backbones.spec_files import spec_names
+    from soco_pipeline.evaluation.stats import add_interval_columns, ci_display
+    from soco_pipeline.evaluation.subsets import mark_partial, partial_display, subsets_of
 
     if not metrics:
         raise RuntimeError("no metrics materialized yet: materialize metrics for at least one backbone")
     protocol = soco.protocol()
+    all_metrics = pd.concat(metrics.values(), ignore_index=True)
     board = build_leaderboard(
-        pd.concat(metrics.values(), ignore_index=True),
+        all_metrics,
         alpha=protocol.headline_alpha,
         global_metrics=pd.concat(global_metrics.values(), ignore_index=True) if global_metrics else None,
     )
     board["spec_present"] = board["backbone"].isin(spec_names(soco.backbones_dir))
+    # partial (subset) rows flagged, 95% CI columns of the headline metrics beside their values
+    board = add_interval_columns(mark_partial(board, subsets_of(all_metrics)), all_metrics)
     img = base64.b64encode(leaderboard_png(board, protocol.headline_alpha)).decode()
     return TableResult(board, {
-        "leaderboard": dg.MetadataValue.md(leaderboard_markdown(board)),
+        "leaderboard": dg.MetadataValue.md(leaderboard_markdown(ci_display(partial_display(board)))),
         "plot": dg.MetadataValue.md(f"![leaderboard](data:image/png;base64,{img})"),
         "backbones": len(board),
         "headline_alpha": protocol.headline_alpha,

@@ -13,6 +13,7 @@ from soco_pipeline.defs.shared.checks import TableResult, observable_source, tab
 from soco_pipeline.defs.shared.io_manager import ALLOW_MISSING, ALLOW_MISSING_PARTITIONS
 from soco_pipeline.defs.shared.partitions import lvlms_partitions, partition_spec_file
 from soco_pipeline.defs.shared.resources import SocoSettings
+from soco_pipeline.defs.shared.run_configs import LvlmRunConfig, recorded_lvlm_subset
 from soco_pipeline.lvlm.schemas import LvlmAnswerSchema, LvlmItemSchema
 
 GROUP = "lvlm"
@@ -83,13 +84,16 @@ def lvlm_items(
     kinds={"python"},
     code_version="1",
 )
-def lvlm_answers(context: dg.AssetExecutionContext, soco: SocoSettings, lvlm_items: pd.DataFrame) -> TableResult:
+def lvlm_answers(
+    context: dg.AssetExecutionContext, soco: SocoSettings, config: LvlmRunConfig, lvlm_items: pd.DataFrame
+) -> TableResult:
     """One model's answers: raw text, parsed letter (official parser), correctness, latency, attempts, error.
 
     Cached by request hash: a rerun asks only what is not answered yet. `pool="gpu"` keeps a local
     model (or a server sharing the GPU) from running beside feature extraction.
     """
     from soco_pipeline.backbones.spec_files import file_hash
+    from soco_pipeline.evaluation.subsets import apply_item_subset
     from soco_pipeline.lvlm.backends import build_backend
     from soco_pipeline.lvlm.cache import AnswerCache
     from soco_pipeline.lvlm.run import run_model
@@ -98,20 +102,24 @@ def lvlm_answers(context: dg.AssetExecutionContext, soco: SocoSettings, lvlm_ite
     model = context.partition_key
     spec = lvlm_spec_for(soco, model)
     context.log_event(observation("lvlm_spec", file_hash(lvlm_spec_path(soco, model)), model))
-    result = run_model(lvlm_items, spec, build_backend(spec), AnswerCache(soco.lvlm_cache_root), log=context.log.info)
+    rule = config.rule()  # a partial run (items_per_setting / item_ids) asks its subset only
+    result = run_model(apply_item_subset(lvlm_items, rule), spec, build_backend(spec),
+                       AnswerCache(soco.lvlm_cache_root), log=context.log.info)
     return TableResult(result.answers, {
         "rows": len(result.answers), "sent": result.sent, "cached": result.cached, "errors": result.errors,
+        "subset": rule.to_json(), "partial": not rule.is_full,
         "backend": spec.backend, "model": spec.model, "spec_hash": spec_hash(spec),
     })
 
 
 @table_asset(group_name=GROUP, partitions_def=lvlms_partitions, automation_condition=ON_CHANGE, kinds={"pandas"},
-             code_version="1")
+             code_version="2")
 def lvlm_metrics(context: dg.AssetExecutionContext, lvlm_answers: pd.DataFrame) -> TableResult:
     """Average and circular accuracy per setting, overall, per super-category and per category (0-100)."""
     from soco_pipeline.lvlm.metrics import lvlm_metrics as compute
 
     df = compute(lvlm_answers)
+    df["subset"] = recorded_lvlm_subset(context.instance, context.partition_key).to_json()  # '' = all items
     top = df[df["scope"] == "all"]
     return TableResult(df, {
         "rows": len(df), **{f"{r.setting}/{r.metric}": round(float(r.value), 2) for r in top.itertuples()}
@@ -124,7 +132,7 @@ def lvlm_metrics(context: dg.AssetExecutionContext, lvlm_answers: pd.DataFrame) 
          "leaderboard": dg.AssetIn(metadata=ALLOW_MISSING)},
     automation_condition=EAGER,
     kinds={"pandas"},
-    code_version="2",
+    code_version="3",
 )
 def lvlm_leaderboard(
     context: dg.AssetExecutionContext,
@@ -136,13 +144,16 @@ def lvlm_leaderboard(
     the best backbone's four-choice accuracy (when the backbone leaderboard exists)."""
     from soco_pipeline.analysis.leaderboard import leaderboard_markdown
     from soco_pipeline.backbones.spec_files import spec_names
+    from soco_pipeline.evaluation.subsets import mark_partial, partial_display
     from soco_pipeline.lvlm.metrics import lvlm_leaderboard as build
 
     metrics = pd.concat(lvlm_metrics.values(), ignore_index=True) if lvlm_metrics else pd.DataFrame()
     board = build(metrics, leaderboard)
     board["spec_present"] = (board["kind"] != "evaluated") | board["model"].isin(spec_names(soco.lvlms_dir))
+    models = context.instance.get_dynamic_partitions(lvlms_partitions.name)
+    board = mark_partial(board, {m: recorded_lvlm_subset(context.instance, m).to_json() for m in models}, "model")
     return TableResult(board, {
         "rows": len(board),
-        "leaderboard": dg.MetadataValue.md(leaderboard_markdown(board.drop(columns=["source"]))),
+        "leaderboard": dg.MetadataValue.md(leaderboard_markdown(partial_display(board, "model").drop(columns=["source"]))),
         "evaluated": int((board["kind"] == "evaluated").sum()),
     })

@@ -1,0 +1,50 @@
+"""The backbone's results record (issue 26): spec, protocol, input sizes, versions, timings, counts, CIs and
+per-sample hashes, as JSON beside the metrics (storage/results/records/<backbone>.json), validated against
+assets/results_record.schema.json."""
+
+import dagster as dg
+import pandas as pd
+
+from soco_pipeline.defs.backbones.assets import GROUP, matching_device, spec_for
+from soco_pipeline.defs.shared.automation import EAGER
+from soco_pipeline.defs.shared.partitions import backbones_partitions
+from soco_pipeline.defs.shared.resources import SocoSettings
+from soco_pipeline.defs.shared.run_configs import recorded_subset, stage_timing
+
+PER_BACKBONE_STAGES = ("feature_manifest", "predictions", "four_choice_predictions", "metrics")
+
+
+@dg.asset(group_name=GROUP, partitions_def=backbones_partitions, automation_condition=EAGER,
+          deps=["metrics"], kinds={"json"})
+def results_record(
+    context: dg.AssetExecutionContext,
+    soco: SocoSettings,
+    image_set: pd.DataFrame,
+    keypoints: pd.DataFrame,
+    image_pairs: pd.DataFrame,
+    correspondences: pd.DataFrame,
+    four_choice: pd.DataFrame,
+    feature_manifest: pd.DataFrame,
+    predictions: pd.DataFrame,
+    four_choice_predictions: pd.DataFrame,
+) -> dg.MaterializeResult:
+    """The backbone's results record: spec, protocol, input sizes, versions, timings, counts, CIs and hashes."""
+    from soco_pipeline.backbones import spec_hash
+    from soco_pipeline.evaluation.provenance import write_named_record
+    from soco_pipeline.evaluation.records import backbone_record, results_markdown
+
+    backbone = context.partition_key
+    spec = spec_for(soco, backbone)
+    tables = {"image_set": image_set, "keypoints": keypoints, "image_pairs": image_pairs,
+              "correspondences": correspondences, "four_choice": four_choice, "feature_manifest": feature_manifest,
+              "predictions": predictions, "four_choice_predictions": four_choice_predictions}
+    rec = backbone_record(backbone=backbone, spec=spec, spec_hash=spec_hash(spec), protocol=soco.protocol(),
+                          tables=tables, rule=recorded_subset(context.instance, backbone),
+                          device=matching_device(soco),
+                          timing=stage_timing(context.instance, backbone, PER_BACKBONE_STAGES))
+    path = write_named_record(rec, soco.records_root, backbone)
+    return dg.MaterializeResult(metadata={
+        "path": dg.MetadataValue.path(path), "task_hash/pairs": rec["task_hashes"]["pairs"],
+        "partial": rec["subset"]["partial"], "pairs_evaluated": rec["n-samples"]["pairs"]["evaluated"],
+        "results": dg.MetadataValue.md(results_markdown(rec)),
+    })

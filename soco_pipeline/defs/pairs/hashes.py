@@ -1,0 +1,27 @@
+"""Per-sample input hashes of the evaluated pairs (issue 26), as the results records carry them."""
+
+import dagster as dg
+import pandas as pd
+
+from soco_pipeline.defs.pairs.assets import GROUP
+from soco_pipeline.defs.shared.automation import EAGER
+from soco_pipeline.defs.shared.checks import TableResult, table_asset
+from soco_pipeline.defs.shared.resources import SocoSettings
+
+
+@table_asset(group_name=GROUP, automation_condition=EAGER, kinds={"pandas"}, code_version="1")
+def sample_hashes(
+    context: dg.AssetExecutionContext,
+    soco: SocoSettings,
+    image_set: pd.DataFrame,
+    keypoints: pd.DataFrame,
+    image_pairs: pd.DataFrame,
+    correspondences: pd.DataFrame,
+) -> TableResult:
+    """The input hash of every evaluated pair (image contents, keypoints, correspondences, the protocol's
+    matching hash), as the results records carry them; the task hash over them in the metadata."""
+    from soco_pipeline.evaluation.hashes import pair_hashes, task_hash
+
+    ev = image_pairs[image_pairs["evaluated"].astype(bool)]
+    df = pair_hashes(ev, correspondences, keypoints, image_set, soco.protocol().matching_hash())
+    return TableResult(df, {"rows": len(df), "task_hash/pairs": task_hash(df["pair_id"], df["pair_hash"])})

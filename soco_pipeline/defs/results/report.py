@@ -1,0 +1,20 @@
+"""The static results page (issue 26): storage/report/index.html over every leaderboard and results record."""
+
+import dagster as dg
+
+from soco_pipeline.defs.results.assets import GROUP
+from soco_pipeline.defs.shared.automation import EAGER
+from soco_pipeline.defs.shared.resources import SocoSettings
+
+
+@dg.asset(group_name=GROUP, deps=["leaderboard"], automation_condition=EAGER, kinds={"html"})
+def results_report(context: dg.AssetExecutionContext, soco: SocoSettings) -> dg.MaterializeResult:
+    """The static results page, storage/report/index.html: every leaderboard with CIs, the correlation figure,
+    the prediction panels and LVLM examples (open it from file:// or with `soco report --serve`)."""
+    from soco_pipeline.report.page import build_report, error_bar_markdown
+
+    index = build_report(soco)
+    meta = {"path": dg.MetadataValue.path(index), "open": dg.MetadataValue.url(f"file://{index}")}
+    # the leaderboards' CIs as error bars, in the UI too
+    meta.update({name: dg.MetadataValue.md(md) for name, md in error_bar_markdown(index).items()})
+    return dg.MaterializeResult(metadata=meta)

@@ -1,0 +1,75 @@
+"""Run configs of a partial (subset) run, where its rule is recorded, and stage timings (issue 26).
+
+`EvalRunConfig` is the run config of `predictions` / `four_choice_predictions`, `LvlmRunConfig` that of
+`lvlm_answers`. The rule is recorded in that asset's materialization metadata (`subset`); downstream
+assets (metrics, the leaderboards, the results records) read it back from there, so a run started by
+automation scores the same subset.
+"""
+
+import dagster as dg
+
+from soco_pipeline.evaluation.subsets import SubsetRule
+
+
+class EvalRunConfig(dg.Config):
+    """Run config of a backbone's predictions: a deterministic subset (partial run) and prediction panels."""
+
+    limit: int | None = None  # pairs per category (pair group); None = every evaluated pair
+    pair_ids: list[str] = []  # explicit pair ids (intersected with `limit`)
+    seed: int = 0  # order of the pairs `limit` keeps
+    panels: int = 4  # prediction panels drawn for a seeded sample of pairs (0 = none)
+
+    def rule(self) -> SubsetRule:
+        """The subset rule of this config."""
+        return SubsetRule(limit=self.limit, pair_ids=tuple(self.pair_ids), seed=self.seed)
+
+
+class LvlmRunConfig(dg.Config):
+    """Run config of an LVLM's answers: a deterministic subset of the items (a partial run)."""
+
+    items_per_setting: int | None = None  # item groups (all four rotations) per setting; None = all
+    item_ids: list[int] = []  # explicit item g_index values
+    seed: int = 0
+
+    def rule(self) -> SubsetRule:
+        """The subset rule of this config."""
+        return SubsetRule(items_per_setting=self.items_per_setting, item_ids=tuple(self.item_ids), seed=self.seed)
+
+
+def latest_materialization(instance: dg.DagsterInstance, asset: str, partition: str):
+    """The latest materialization record of one partition of `asset` (None when there is none)."""
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[partition]), limit=1
+    ).records
+    return records[0] if records else None
+
+
+def recorded_subset(instance: dg.DagsterInstance, backbone: str) -> SubsetRule:
+    """The subset rule the latest `predictions` materialization of `backbone` ran with (full when none)."""
+    rec = latest_materialization(instance, "predictions", backbone)
+    if rec is None or rec.asset_materialization is None:
+        return SubsetRule()
+    value = rec.asset_materialization.metadata.get("subset")
+    return SubsetRule.from_json(value.value if value is not None else "")
+
+
+def recorded_lvlm_subset(instance: dg.DagsterInstance, model: str) -> SubsetRule:
+    """The subset rule the latest `lvlm_answers` materialization of `model` ran with (full when none)."""
+    rec = latest_materialization(instance, "lvlm_answers", model)
+    if rec is None or rec.asset_materialization is None:
+        return SubsetRule()
+    value = rec.asset_materialization.metadata.get("subset")
+    return SubsetRule.from_json(value.value if value is not None else "")
+
+
+def stage_timing(instance: dg.DagsterInstance, partition: str, stages) -> dict:
+    """Wall time of each stage's latest step (Dagster's step stats); GPU time is not measured separately."""
+    out = {}
+    for asset in stages:
+        rec = latest_materialization(instance, asset, partition)
+        if rec is None:
+            continue
+        stats = instance.get_run_step_stats(rec.run_id, step_keys=[asset])
+        wall = (stats[0].end_time - stats[0].start_time) if stats and stats[0].end_time else None
+        out[asset] = {"wall_s": wall, "gpu_s": None, "run_id": rec.run_id}
+    return {"stages": out, "source": "dagster step stats (latest materialization of each stage)"}

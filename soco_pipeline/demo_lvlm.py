@@ -1,0 +1,66 @@
+"""The LVLM family on the demo's first screen: loopback reference answerers behind ordinary LVLM specs.
+
+`run_lvlm_demo` starts the loopback server (soco_pipeline/lvlm/loopback.py: an oracle that reads the key
+and a seeded random answerer), writes their specs (assets/lvlm_demo/) into <storage>/lvlm/demo_specs,
+materializes lvlm_items -> lvlm_answers[m] -> lvlm_metrics[m] -> lvlm_results_record[m] -> lvlm_leaderboard
+through the real `openai` backend, and stops the server by pid at the end (also on Ctrl-C).
+`make demo` prints the board beside the published figures; SOCO_DEMO_LVLM=0 skips it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import dagster as dg
+import pandas as pd
+
+EXPECTED = "expected: oracle 100 / 100, random ~25 / ~0.39 (average / circular accuracy)"
+
+
+def lvlm_demo_enabled() -> bool:
+    """False when SOCO_DEMO_LVLM=0 (skip the LVLM block of the demo)."""
+    return os.environ.get("SOCO_DEMO_LVLM", "1") != "0"
+
+
+def run_lvlm_demo(instance: dg.DagsterInstance, log=print, **overrides) -> pd.DataFrame:
+    """Evaluate the loopback answerers through Dagster and return the LVLM leaderboard table."""
+    from soco_pipeline.defs.definitions import build_definitions
+    from soco_pipeline.defs.shared.resources import SocoSettings
+    from soco_pipeline.lvlm.loopback import loopback_answerers
+    from soco_pipeline.storage import join, read_parquet
+
+    settings = SocoSettings(**overrides).settings()
+    specs_dir = Path(settings.storage_root) / "lvlm" / "demo_specs"
+    with loopback_answerers(settings.tables_root, specs_dir, seed=settings.seed) as lb:
+        defs = build_definitions(**{**overrides, "lvlms_dir": str(specs_dir)})
+        known = set(instance.get_dynamic_partitions("lvlms"))
+        instance.add_dynamic_partitions("lvlms", [m for m in lb.models if m not in known])
+
+        def mat(selection, partition=None):
+            result = dg.materialize(list(defs.assets), selection=dg.AssetSelection.assets(*selection),
+                                    instance=instance, resources=defs.resources, partition_key=partition,
+                                    run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}})
+            assert result.success
+
+        t0 = time.perf_counter()
+        log(f"LVLM reference answerers at {lb.base_url} (pid {lb.pid}) ...")
+        mat(["lvlm_items"])
+        for m in lb.models:
+            mat(["lvlm_answers", "lvlm_metrics", "lvlm_results_record"], m)
+        mat(["lvlm_leaderboard", "results_report"])  # the results page gains the LVLM board and examples
+        log(f"  done in {time.perf_counter() - t0:.1f} s ({lb.requests()} model calls)")
+    return read_parquet(join(settings.tables_root, "lvlm_leaderboard.parquet"))
+
+
+def lvlm_board_markdown(board: pd.DataFrame) -> str:
+    """The LVLM leaderboard as Markdown, the evaluated rows first, then the references."""
+    from soco_pipeline.analysis.leaderboard import leaderboard_markdown
+    from soco_pipeline.evaluation.subsets import partial_display
+
+    order = {"evaluated": 0, "random": 1, "backbone": 2, "reference": 3}
+    b = board.sort_values("kind", key=lambda s: s.map(order), kind="stable")
+    b = partial_display(b, "model") if "partial" in b.columns else b
+    keep = [c for c in b.columns if c not in ("source", "spec_present", "partial", "subset")]
+    return leaderboard_markdown(b[keep]) + f"\n{EXPECTED}\n"

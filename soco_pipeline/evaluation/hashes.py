@@ -1,0 +1,125 @@
+"""Per-sample input hashes (as lm-evaluation-harness's doc/prompt/target hashes) and task hashes over them.
+
+A pair's hash covers what decides its score: the two images' content digests (never their paths, so
+two storage roots with the same inputs agree), the target image's size and box (the PCK radius), every
+correspondence of the pair with the coordinates and visibility of the keypoints it uses, and the
+protocol's matching hash. A four-choice / LVLM item's hash covers its pair's hash, the query keypoint,
+the options and the right answer (for LVLM items also the question text and the marked images). A task
+hash is the sha256 over the sorted (id, hash) list of a table: equal task hashes prove identical inputs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+
+import numpy as np
+import pandas as pd
+
+from soco_pipeline.storage import read_bytes
+
+HASH_LENGTH = 16  # hex characters kept of each sha256 (64 bits: collisions are not a concern at 1M rows)
+
+
+def sha(text: str) -> str:
+    """The first HASH_LENGTH hex characters of the sha256 of `text`."""
+    return hashlib.sha256(text.encode()).hexdigest()[:HASH_LENGTH]
+
+
+def _sha_many(texts: Iterable[str]) -> np.ndarray:
+    return np.array([sha(t) for t in texts], dtype=object)
+
+
+def _fmt(values: pd.Series) -> pd.Series:
+    """Floats with a fixed 4-decimal text form ('nan' for missing): the hash sees values, not dtype noise."""
+    return values.astype(np.float64).round(4).map("{:.4f}".format)
+
+
+def image_digests(image_set: pd.DataFrame) -> pd.Series:
+    """sha256 of every image file's bytes, indexed by image_id (reads each image once)."""
+    uris = image_set.set_index("image_id")["uri"]
+    return pd.Series([hashlib.sha256(read_bytes(u)).hexdigest()[:HASH_LENGTH] for u in uris],
+                     index=uris.index, name="image_digest")
+
+
+def pair_hashes(
+    image_pairs: pd.DataFrame,
+    correspondences: pd.DataFrame,
+    keypoints: pd.DataFrame,
+    image_set: pd.DataFrame,
+    matching_hash: str,
+    digests: pd.Series | None = None,
+) -> pd.DataFrame:
+    """One row per pair of `image_pairs`: pair_id, pair_group, src_image, trg_image, pair_hash.
+
+    `digests` (image_id -> content digest) defaults to `image_digests(image_set)`.
+    """
+    digests = image_digests(image_set) if digests is None else digests
+    kp = keypoints.set_index(["image_id", "keypoint"])
+    kp_text = (_fmt(kp["x"]) + "," + _fmt(kp["y"]) + "," + kp["visible"].astype(bool).astype(str)).rename("kp")
+    pairs = image_pairs[["pair_id", "level", "pair_group", "src_image", "trg_image"]]
+    corr = correspondences.merge(pairs[["pair_id", "src_image", "trg_image"]], on="pair_id", how="inner")
+    src = kp_text.reindex(pd.MultiIndex.from_arrays([corr["src_image"], corr["src_keypoint"]])).fillna("?")
+    trg = kp_text.reindex(pd.MultiIndex.from_arrays([corr["trg_image"], corr["trg_keypoint"]])).fillna("?")
+    row_text = (
+        corr["kind"].astype(str) + ":" + corr["src_keypoint"].astype(str) + "@" + src.to_numpy() + ">"
+        + corr["trg_keypoint"].astype(str) + "@" + trg.to_numpy() + ":" + corr["geo"].astype(bool).astype(str)
+        + ":" + corr["n_candidates"].astype(str)
+    )
+    per_pair = (
+        pd.DataFrame({"pair_id": corr["pair_id"], "t": row_text}).sort_values(["pair_id", "t"])
+        .groupby("pair_id", sort=False)["t"].agg("|".join)
+    )
+    im = image_set.set_index("image_id")
+    box = (
+        im["width"].astype(str) + "x" + im["height"].astype(str) + ":" + _fmt(im["bbox_l"]) + "," + _fmt(im["bbox_t"])
+        + "," + _fmt(im["bbox_r"]) + "," + _fmt(im["bbox_b"])
+    )
+    text = (
+        pairs["pair_id"].astype(str) + ";" + pairs["level"].astype(str) + ";"
+        + digests.reindex(pairs["src_image"]).fillna("?").to_numpy() + ";"
+        + digests.reindex(pairs["trg_image"]).fillna("?").to_numpy() + ";"
+        + box.reindex(pairs["trg_image"]).fillna("?").to_numpy() + ";"
+        + per_pair.reindex(pairs["pair_id"]).fillna("").to_numpy() + ";" + matching_hash
+    )
+    out = pairs[["pair_id", "pair_group", "src_image", "trg_image"]].reset_index(drop=True)
+    out["pair_hash"] = _sha_many(text)
+    return out
+
+
+def four_choice_hashes(four_choice: pd.DataFrame, pair_hash: pd.DataFrame) -> pd.DataFrame:
+    """One row per four-choice item: pair_id, src_keypoint, item_hash (pair hash + query + options + answer)."""
+    ph = pair_hash.set_index("pair_id")["pair_hash"]
+    opts = four_choice[["option_a", "option_b", "option_c", "option_d"]].astype(str).agg(",".join, axis=1)
+    text = (
+        ph.reindex(four_choice["pair_id"]).fillna("?").to_numpy() + ";" + four_choice["src_keypoint"].astype(str)
+        + ";" + opts + ";" + four_choice["answer"].astype(str)
+    )
+    out = four_choice[["pair_id", "src_keypoint"]].reset_index(drop=True)
+    out["item_hash"] = _sha_many(text.to_numpy())
+    return out
+
+
+def lvlm_item_hashes(items: pd.DataFrame, pair_hash: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per LVLM item row (setting, index): item_hash over the question, options, answer, the marked
+    images' content digests and (when given) the pair's hash."""
+    def digest(paths: pd.Series) -> np.ndarray:
+        return np.array([hashlib.sha256(read_bytes(p)).hexdigest()[:HASH_LENGTH] if isinstance(p, str) and p else ""
+                         for p in paths], dtype=object)
+
+    ph = "" if pair_hash is None else pair_hash.set_index("pair_id")["pair_hash"].reindex(items["pair_id"]).fillna("?")
+    text = (
+        items["setting"].astype(str) + ";" + items["question"].astype(str) + ";"
+        + items[["A", "B", "C", "D"]].astype(str).agg("|".join, axis=1) + ";" + items["answer"].astype(str) + ";"
+        + digest(items["src_render"]) + ";" + digest(items["trg_render"]) + ";"
+        + (ph if isinstance(ph, str) else ph.to_numpy())
+    )
+    out = items[["setting", "index", "pair_id"]].reset_index(drop=True)
+    out["item_hash"] = _sha_many(text.to_numpy())
+    return out
+
+
+def task_hash(ids: Iterable, hashes: Iterable[str]) -> str:
+    """sha256 over the sorted (id, hash) list: the same set of inputs gives the same task hash."""
+    rows = sorted(f"{i}={h}" for i, h in zip(ids, hashes, strict=True))
+    return sha("\n".join(rows))

@@ -1,0 +1,225 @@
+"""The results record of one (model, family): what was run, on what, where, how long, and how sure.
+
+Modelled on lm-evaluation-harness's results JSON (`results`, `config`, `versions`, `n-samples`,
+`task_hashes`, `git_hash`, `date`, environment), with what correspondence evaluation needs on top:
+requested vs effective input size, layer and normalisation (as OmniProbe logs them), the subset
+rule, per-stage wall (and GPU) time, and per-sample hashes so that `diff-runs` can say which pairs
+differ. The JSON Schema is assets/results_record.schema.json; docs/results.md describes every key.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import importlib.metadata
+import json
+import platform
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import numpy as np
+import pandas as pd
+
+from soco_pipeline.storage import PROJECT_ROOT, join, read_bytes, write_bytes_atomic
+from soco_pipeline.taxonomy import ASSETS_DIR
+
+SCHEMA_PATH = ASSETS_DIR / "results_record.schema.json"
+SCHEMA_VERSION = "1"
+FAMILIES = ("soco_correspondence", "soco_lvlm")
+PACKAGES = ("soco-pipeline", "torch", "timm", "dagster", "numpy", "pandas", "pyarrow", "duckdb", "scipy",
+            "opencv-python-headless", "transformers", "httpx")
+
+
+class RecordError(ValueError):
+    """A results record does not match its schema; the message names the key."""
+
+
+def package_versions(names=PACKAGES) -> dict[str, str]:
+    """Installed version of each package ('not installed' when absent), plus python."""
+    out = {"python": platform.python_version()}
+    for n in names:
+        try:
+            out[n] = importlib.metadata.version(n)
+        except importlib.metadata.PackageNotFoundError:
+            out[n] = "not installed"
+    return out
+
+
+def git_revision(root: str | Path = PROJECT_ROOT) -> dict[str, Any]:
+    """{'commit': sha or 'unknown', 'dirty': bool or None} of the project checkout (unknown outside one)."""
+    try:
+        sha = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                             timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10, check=True).stdout.strip() != ""
+        return {"commit": sha or "unknown", "dirty": dirty}
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": "unknown", "dirty": None}
+
+
+def environment(device: str) -> dict[str, Any]:
+    """Where the run happened: platform, CPU count, the torch device and the GPU (None when none)."""
+    import os
+
+    gpu = None
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            gpu = torch.cuda.get_device_name(0)
+    except ImportError:
+        pass
+    return {"platform": platform.platform(), "machine": platform.machine(), "cpus": os.cpu_count(),
+            "device": device, "gpu": gpu, "executable": Path(sys.executable).name}
+
+
+def now_utc() -> str:
+    """The current time, ISO 8601 in UTC."""
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+
+
+def _clean(value: Any) -> Any:
+    """JSON-safe: numpy scalars to Python, NaN to None, tuples to lists, recursively."""
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not np.isfinite(value):
+        return None
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return str(value)  # paths and other objects of a spec: their text form
+
+
+def results_block(intervals: pd.DataFrame) -> dict[str, dict[str, Any]]:
+    """`results`: per metric its value and 95% CIs (stats.intervals rows of one model)."""
+    out = {}
+    for r in intervals.itertuples(index=False):
+        out[r.metric] = {
+            "value": r.value, "ci95_boot_category": [r.ci95_lo_boot_category, r.ci95_hi_boot_category],
+            "se_cluster_image": r.se_cluster_image,
+            "ci95_cluster_image": [r.ci95_lo_cluster_image, r.ci95_hi_cluster_image],
+            "n_units": r.n_units, "n_categories": r.n_categories,
+        }
+    return out
+
+
+def build_record(
+    *,
+    model: str,
+    family: str,
+    spec: dict[str, Any],
+    spec_hash: str,
+    protocol: dict[str, Any],
+    protocol_hash: str,
+    intervals: pd.DataFrame,
+    n_samples: dict[str, Any],
+    subset: dict[str, Any],
+    sample_hashes: dict[str, dict[str, str]],
+    task_hashes: dict[str, str],
+    device: str,
+    input_policy: dict[str, Any] | None = None,
+    timing: dict[str, Any] | None = None,
+    matching_hash: str | None = None,
+) -> dict[str, Any]:
+    """A results record (see the module docstring), validated against the schema."""
+    if family not in FAMILIES:
+        raise RecordError(f"family {family!r}: use one of {FAMILIES}")
+    rec = {
+        "schema_version": SCHEMA_VERSION,
+        "model": model,
+        "family": family,
+        "date": now_utc(),
+        "git_hash": git_revision(),
+        "results": results_block(intervals),
+        "config": {"spec": spec, "spec_hash": spec_hash, "protocol": protocol, "protocol_hash": protocol_hash,
+                   "matching_hash": matching_hash},
+        "input": input_policy or {},
+        "versions": package_versions(),
+        "environment": environment(device),
+        "timing": timing or {"stages": {}, "source": "not recorded"},
+        "n-samples": n_samples,
+        "subset": subset,
+        "task_hashes": task_hashes,
+        "sample_hashes": sample_hashes,
+    }
+    rec = _clean(rec)
+    validate_record(rec)
+    return rec
+
+
+def load_schema() -> dict[str, Any]:
+    """The record's JSON Schema (assets/results_record.schema.json)."""
+    return json.loads(SCHEMA_PATH.read_text())
+
+
+def validate_record(record: dict[str, Any]) -> None:
+    """Raise RecordError naming the first failing key when `record` does not match the schema."""
+    try:
+        jsonschema.validate(record, load_schema())
+    except jsonschema.ValidationError as e:
+        where = "/".join(str(p) for p in e.absolute_path) or "(top level)"
+        raise RecordError(f"results record fails its schema at {where}: {e.message}") from None
+
+
+def write_record(record: dict[str, Any], path: str) -> str:
+    """Write a record as indented JSON, atomically; returns the path."""
+    write_bytes_atomic(path, (json.dumps(record, indent=2, allow_nan=False) + "\n").encode())
+    return path
+
+
+def write_named_record(record: dict[str, Any], records_root: str, name: str, family: str = "") -> str:
+    """Write the record of model `name` as `<records_root>/[<family>/]<name>.json`; returns the path."""
+    return write_record(record, join(records_root, *([family] if family else []), f"{name}.json"))
+
+
+def read_record(path: str) -> dict[str, Any]:
+    """Read a record (any fsspec path); a clear error when it is not one."""
+    try:
+        rec = json.loads(read_bytes(path))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise RecordError(f"{path}: not a JSON results record ({e})") from None
+    if not isinstance(rec, dict) or "task_hashes" not in rec:
+        raise RecordError(f"{path}: not a results record (no task_hashes); write one with `soco export-results`")
+    return rec
+
+
+def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(d, dict):
+        out: dict[str, Any] = {}
+        for k, v in d.items():
+            out.update(_flat(v, f"{prefix}{k}."))
+        return out
+    return {prefix[:-1]: d}
+
+
+VOLATILE = ("date", "timing", "environment", "git_hash", "sample_hashes")
+
+
+def diff_records(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """Where two records differ: the task hashes, the samples whose hashes differ (or that only one side
+    has), and every other differing key (dates, timings and environment listed apart as `volatile`)."""
+    out: dict[str, Any] = {"same_inputs": a.get("task_hashes") == b.get("task_hashes"), "task_hashes": {},
+                           "samples": {}, "keys": {}, "volatile": {}}
+    for t in sorted(set(a.get("task_hashes", {})) | set(b.get("task_hashes", {}))):
+        ha, hb = a["task_hashes"].get(t), b["task_hashes"].get(t)
+        if ha != hb:
+            out["task_hashes"][t] = [ha, hb]
+    for table in sorted(set(a.get("sample_hashes", {})) | set(b.get("sample_hashes", {}))):
+        sa, sb = a.get("sample_hashes", {}).get(table, {}), b.get("sample_hashes", {}).get(table, {})
+        changed = sorted(k for k in set(sa) & set(sb) if sa[k] != sb[k])
+        only_a, only_b = sorted(set(sa) - set(sb)), sorted(set(sb) - set(sa))
+        if changed or only_a or only_b:
+            out["samples"][table] = {"changed": changed, "only_in_a": only_a, "only_in_b": only_b}
+    fa = _flat({k: v for k, v in a.items() if k != "sample_hashes"})
+    fb = _flat({k: v for k, v in b.items() if k != "sample_hashes"})
+    for k in sorted(set(fa) | set(fb)):
+        if k.startswith("task_hashes."):
+            continue
+        if fa.get(k) != fb.get(k):
+            (out["volatile"] if k.split(".")[0] in VOLATILE else out["keys"])[k] = [fa.get(k), fb.get(k)]
+    return out

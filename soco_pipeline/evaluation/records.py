@@ -1,0 +1,162 @@
+"""Results records of a backbone (family soco_correspondence) and of an LVLM (soco_lvlm), from stored tables.
+
+Everything is re-derived from the tables a run left (predictions, answers, the data tables): no model
+runs. The record builder itself is `provenance.build_record`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pandas as pd
+
+from soco_pipeline.evaluation import hashes, stats
+from soco_pipeline.evaluation.protocol import ProtocolConfig
+from soco_pipeline.evaluation.provenance import build_record
+from soco_pipeline.evaluation.subsets import SubsetRule, apply_item_subset, apply_pair_subset
+
+
+def subset_block(rule: SubsetRule) -> dict[str, Any]:
+    """The record's `subset`: partial flag, the rule and its short description."""
+    return {"partial": not rule.is_full, "rule": rule.model_dump(mode="json"), "description": rule.describe()}
+
+
+def input_block(spec, manifest: pd.DataFrame) -> dict[str, Any]:
+    """Requested (spec) and effective (feature manifest) input size, grid, layer and normalisation."""
+    opts = dict(spec.options)
+    layer = opts.get("layer")
+    sizes = manifest["input_size"].unique() if len(manifest) else []
+    grid = manifest[["grid_h", "grid_w"]].drop_duplicates() if len(manifest) else pd.DataFrame()
+    return {
+        "input_policy": {spec.input.policy: spec.input.value},
+        "requested_image_size": int(spec.input.value) if spec.input.policy == "nearest_multiple" else None,
+        "effective_image_size": int(sizes[0]) if len(sizes) == 1 else None,
+        "grid": [int(grid.iloc[0, 0]), int(grid.iloc[0, 1])] if len(grid) == 1 else None,
+        "stride": float(manifest["stride"].iloc[0]) if len(manifest) else None,
+        # The extractor refuses a layer it cannot take, so the effective layer is the requested one.
+        "requested_layer": layer, "effective_layer": layer,
+        "requested_normalisation": spec.normalisation, "effective_normalisation": spec.normalisation,
+    }
+
+
+def backbone_record(
+    *,
+    backbone: str,
+    spec,
+    spec_hash: str,
+    protocol: ProtocolConfig,
+    tables: dict[str, pd.DataFrame],
+    rule: SubsetRule,
+    device: str,
+    timing: dict[str, Any] | None = None,
+    digests: pd.Series | None = None,
+    n_boot: int = 2000,
+) -> dict[str, Any]:
+    """The record of one backbone. `tables`: image_set, keypoints, image_pairs, correspondences, four_choice,
+    feature_manifest, predictions, four_choice_predictions (the last may be empty)."""
+    pairs_full = tables["image_pairs"]
+    pairs = apply_pair_subset(pairs_full, rule)
+    ev = pairs[pairs["evaluated"].astype(bool)]
+    ph = hashes.pair_hashes(ev, tables["correspondences"], tables["keypoints"], tables["image_set"],
+                            protocol.matching_hash(), digests)
+    fc = tables["four_choice"]
+    fc = fc[fc["pair_id"].isin(ev["pair_id"])]
+    fh = hashes.four_choice_hashes(fc, ph)
+    fh_ids = fh["pair_id"] + "/" + fh["src_keypoint"]
+    scores = stats.backbone_scores(tables["predictions"], tables.get("four_choice_predictions"),
+                                   tables["correspondences"], tables["keypoints"], tables["image_set"], pairs,
+                                   protocol)
+    ci = stats.intervals(scores, n_boot=n_boot, seed=0)
+    corr = tables["correspondences"]
+    soc = corr[corr["kind"] == "soc"]
+    full_ids = pairs_full.loc[pairs_full["evaluated"].astype(bool), "pair_id"]
+    n_samples = {
+        "pairs": {"requested": int(len(full_ids)), "evaluated": int(len(ev))},
+        "soc_keypoints": {"requested": int(soc["pair_id"].isin(full_ids).sum()),
+                          "evaluated": int(soc["pair_id"].isin(ev["pair_id"]).sum())},
+        "four_choice_items": {"requested": int(tables["four_choice"]["pair_id"].isin(full_ids).sum()),
+                              "evaluated": int(len(fc))},
+    }
+    return build_record(
+        model=backbone, family="soco_correspondence", spec=spec.to_dict(), spec_hash=spec_hash,
+        protocol=protocol.as_dict(), protocol_hash=protocol.version_hash(), matching_hash=protocol.matching_hash(),
+        intervals=ci[ci["model"] == backbone], n_samples=n_samples, subset=subset_block(rule),
+        sample_hashes={"pairs": dict(zip(ph["pair_id"], ph["pair_hash"], strict=True)),
+                       "four_choice": dict(zip(fh_ids, fh["item_hash"], strict=True))},
+        task_hashes={"pairs": hashes.task_hash(ph["pair_id"], ph["pair_hash"]),
+                     "four_choice": hashes.task_hash(fh_ids, fh["item_hash"])},
+        device=device, input_policy=input_block(spec, tables["feature_manifest"]), timing=timing,
+    )
+
+
+def lvlm_record(
+    *,
+    model: str,
+    spec,
+    spec_hash: str,
+    protocol,
+    items: pd.DataFrame,
+    answers: pd.DataFrame,
+    rule: SubsetRule,
+    timing: dict[str, Any] | None = None,
+    n_boot: int = 2000,
+) -> dict[str, Any]:
+    """The record of one LVLM: accuracies with CIs, item hashes, counts (items of its settings)."""
+    asked = items[items["setting"].isin(spec.settings)]
+    sub = apply_item_subset(asked, rule)
+    ih = hashes.lvlm_item_hashes(sub)
+    ids = ih["setting"] + "/" + ih["index"].astype(str)
+    scores = stats.lvlm_scores(answers)
+    ci = stats.intervals(scores, reduction="pooled", n_boot=n_boot, seed=0)
+    n_samples = {"item_rows": {"requested": int(len(asked)), "evaluated": int(len(answers))},
+                 "item_groups": {"requested": int(asked[["setting", "g_index"]].drop_duplicates().shape[0]),
+                                 "evaluated": int(answers[["setting", "g_index"]].drop_duplicates().shape[0])}}
+    return build_record(
+        model=model, family="soco_lvlm", spec=spec.to_dict(), spec_hash=spec_hash,
+        protocol=protocol.as_dict() if hasattr(protocol, "as_dict") else dataclasses.asdict(protocol),
+        protocol_hash=protocol.version_hash(),
+        intervals=ci[ci["model"] == model], n_samples=n_samples, subset=subset_block(rule),
+        sample_hashes={"lvlm_items": dict(zip(ids, ih["item_hash"], strict=True))},
+        task_hashes={"lvlm_items": hashes.task_hash(ids, ih["item_hash"])},
+        device=spec.device if spec.backend != "openai" else f"remote:{spec.backend}", timing=timing,
+    )
+
+
+def load_backbone_tables(tables_root: str, backbone: str) -> dict[str, pd.DataFrame]:
+    """The stored tables a backbone record (or a re-score) needs; a clear error naming what to materialize."""
+    from soco_pipeline.storage import exists, read_parquet
+    from soco_pipeline.tables import table_for
+
+    out = {}
+    for asset in ("image_set", "keypoints", "image_pairs", "correspondences", "four_choice"):
+        out[asset] = _read(table_for(asset).path(tables_root), asset, exists, read_parquet)
+    for asset in ("feature_manifest", "predictions", "four_choice_predictions", "metrics"):
+        out[asset] = _read(table_for(asset).path(tables_root, backbone), f"{asset} of {backbone!r}", exists,
+                           read_parquet)
+    return out
+
+
+def _read(path: str, what: str, exists, read_parquet) -> pd.DataFrame:
+    if not exists(path):
+        raise FileNotFoundError(f"no {what} at {path}: materialize it first (make demo, or its asset)")
+    return read_parquet(path)
+
+
+def stored_subset(metrics: pd.DataFrame) -> SubsetRule:
+    """The subset rule a metrics table was scored on (its `subset` column; full when absent)."""
+    if "subset" not in metrics.columns or metrics.empty:
+        return SubsetRule()
+    return SubsetRule.from_json(str(metrics["subset"].iloc[0]))
+
+
+def results_markdown(rec: dict) -> str:
+    """A record's headline results as a Markdown table (value, bootstrap CI, cluster SE) for the UI."""
+    def f(v) -> str:
+        return "" if v is None else f"{v:.1f}"
+
+    rows = ["| metric | value | 95% CI (bootstrap over categories) | SE (cluster: image) |", "|---|---|---|---|"]
+    for m, r in rec["results"].items():
+        lo, hi = r["ci95_boot_category"]
+        rows.append(f"| {m} | {f(r['value'])} | [{f(lo)}, {f(hi)}] | {f(r['se_cluster_image'])} |")
+    return "\n".join(rows) + "\n"

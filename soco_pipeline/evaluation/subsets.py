@@ -1,0 +1,148 @@
+"""Deterministic evaluation subsets: `limit` (pairs per category, LVLM items per setting) and explicit id lists.
+
+A subset narrows the evaluated sample (`image_pairs.evaluated`, the LVLM item rows), never widens it.
+The rule is data (it goes into the run config, the results record and the leaderboard's `subset`
+column); `limit` keeps, per pair group, the pairs whose seeded sort key is smallest, so the same
+rule on the same pairs always picks the same ones and a larger limit keeps a smaller one's pairs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import numpy as np
+import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class SubsetError(ValueError):
+    """A subset rule names ids that are not in the sample; the message says which."""
+
+
+class SubsetRule(BaseModel):
+    """Which part of the evaluated sample a run scores. Empty = the full sample."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    limit: int | None = Field(default=None, ge=1, description="pairs per pair group (category)")
+    pair_ids: tuple[str, ...] = Field(default=(), description="explicit pair ids (intersected with limit)")
+    items_per_setting: int | None = Field(default=None, ge=1, description="LVLM item groups per setting")
+    item_ids: tuple[int, ...] = Field(default=(), description="explicit LVLM item g_index values")
+    seed: int = 0
+
+    @property
+    def is_full(self) -> bool:
+        """True when the rule keeps everything."""
+        return self.limit is None and not self.pair_ids and self.items_per_setting is None and not self.item_ids
+
+    def describe(self) -> str:
+        """A short human form ('' for the full sample), e.g. 'limit=5/category' or '3 pair ids'."""
+        parts = []
+        if self.limit is not None:
+            parts.append(f"limit={self.limit}/category")
+        if self.pair_ids:
+            parts.append(f"{len(self.pair_ids)} pair ids")
+        if self.items_per_setting is not None:
+            parts.append(f"items={self.items_per_setting}/setting")
+        if self.item_ids:
+            parts.append(f"{len(self.item_ids)} item ids")
+        return ", ".join(parts)
+
+    def to_json(self) -> str:
+        """The rule as canonical JSON ('' for the full sample): what tables and metadata store."""
+        return "" if self.is_full else json.dumps(self.model_dump(mode="json"), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str | None) -> SubsetRule:
+        """The inverse of `to_json` ('' or None: the full rule)."""
+        return cls() if not text else cls.model_validate(json.loads(text))
+
+
+def _order_key(ids: pd.Series, seed: int) -> np.ndarray:
+    """A seeded pseudo-random sort key per id that does not depend on the other ids present."""
+    return np.array([hashlib.sha256(f"{seed}:{i}".encode()).hexdigest() for i in ids.astype(str)], dtype=object)
+
+
+def apply_pair_subset(image_pairs: pd.DataFrame, rule: SubsetRule) -> pd.DataFrame:
+    """`image_pairs` with `evaluated` narrowed to the rule's pairs (a copy; the input is untouched)."""
+    if rule.limit is None and not rule.pair_ids:
+        return image_pairs
+    out = image_pairs.copy()
+    keep = out["evaluated"].astype(bool).to_numpy()
+    if rule.pair_ids:
+        wanted = pd.Index(rule.pair_ids)
+        unknown = wanted.difference(out.loc[keep, "pair_id"])
+        if len(unknown):
+            raise SubsetError(
+                f"subset pair ids not in the evaluated sample: {list(unknown[:5])} ({len(unknown)} in all); "
+                f"take ids from `soco sql \"select pair_id from eval_pairs\"`"
+            )
+        keep &= out["pair_id"].isin(wanted).to_numpy()
+    if rule.limit is not None:
+        key = pd.Series(_order_key(out["pair_id"], rule.seed), index=out.index).where(keep)
+        rank = key.groupby(out["pair_group"]).rank(method="first")
+        keep &= (rank <= rule.limit).to_numpy()
+    out["evaluated"] = keep
+    return out
+
+
+def apply_item_subset(items: pd.DataFrame, rule: SubsetRule) -> pd.DataFrame:
+    """LVLM item rows narrowed to the rule: explicit g_index values, then `items_per_setting` item groups
+    (all four rotations of a kept item stay, so circular accuracy still holds)."""
+    if rule.items_per_setting is None and not rule.item_ids:
+        return items
+    keep = np.ones(len(items), dtype=bool)
+    if rule.item_ids:
+        unknown = sorted(set(rule.item_ids) - set(items["g_index"].astype(int)))
+        if unknown:
+            raise SubsetError(f"subset item ids (g_index) not among the LVLM items: {unknown[:5]}")
+        keep &= items["g_index"].isin(rule.item_ids).to_numpy()
+    if rule.items_per_setting is not None:
+        groups = items.loc[keep, ["setting", "g_index"]].drop_duplicates()
+        groups = groups.assign(key=_order_key(groups["setting"] + ":" + groups["g_index"].astype(str), rule.seed))
+        groups["rank"] = groups.groupby("setting")["key"].rank(method="first")
+        chosen = groups[groups["rank"] <= rule.items_per_setting]
+        keys = pd.MultiIndex.from_frame(chosen[["setting", "g_index"]])
+        keep &= pd.MultiIndex.from_frame(items[["setting", "g_index"]]).isin(keys)
+    return items[keep].reset_index(drop=True)
+
+
+def sample_counts(image_pairs: pd.DataFrame, subset_pairs: pd.DataFrame) -> dict[str, int]:
+    """Pairs requested (the full evaluated sample) and evaluated (after the subset), per level."""
+    full = image_pairs[image_pairs["evaluated"].astype(bool)]
+    sub = subset_pairs[subset_pairs["evaluated"].astype(bool)]
+    out = {"pairs_requested": int(len(full)), "pairs_evaluated": int(len(sub))}
+    for level in ("intra", "cross"):
+        out[f"{level}_pairs_requested"] = int((full["level"] == level).sum())
+        out[f"{level}_pairs_evaluated"] = int((sub["level"] == level).sum())
+    return out
+
+
+def mark_partial(board: pd.DataFrame, subsets: dict[str, str], name_column: str = "backbone") -> pd.DataFrame:
+    """A leaderboard with `partial` (bool) and `subset` (the rule's short form, '' when full) columns;
+    `subsets` maps a row's name to its rule's JSON (missing: full)."""
+    out = board.copy()
+    rules = out[name_column].map(lambda n: SubsetRule.from_json(subsets.get(n, "")))
+    out["partial"] = [not r.is_full for r in rules]
+    out["subset"] = [r.describe() for r in rules]
+    return out
+
+
+def partial_display(board: pd.DataFrame, name_column: str = "backbone") -> pd.DataFrame:
+    """The board for display: a partial row's name carries ' [partial: <rule>]', so that its numbers are
+    never read as the full sample's."""
+    if "partial" not in board.columns:
+        return board
+    out = board.copy()
+    out[name_column] = [f"{n} [partial: {s}]" if p else n
+                        for n, p, s in zip(out[name_column], out["partial"], out["subset"], strict=True)]
+    return out
+
+
+def subsets_of(metrics: pd.DataFrame, name_column: str = "backbone") -> dict[str, str]:
+    """{model: subset rule JSON} from metrics tables that carry a `subset` column ('' = full)."""
+    if "subset" not in metrics.columns or metrics.empty:
+        return {}
+    return metrics.groupby(name_column)["subset"].agg(lambda s: str(s.dropna().iloc[0]) if s.notna().any() else "")\
+        .to_dict()

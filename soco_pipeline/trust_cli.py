@@ -1,0 +1,248 @@
+"""`soco` commands for trusting, comparing and looking at results (docs/results.md):
+
+export-results --format record, diff-runs, compare, evaluate (a subset run), show (a prediction panel),
+report (the static results page, optionally served on 127.0.0.1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from soco_pipeline.settings import Settings
+
+
+def _protocol(path: str | None):
+    from soco_pipeline.evaluation.protocol import load_protocol
+
+    return load_protocol(path)
+
+
+def _backbone_spec(settings: Settings, backbone: str):
+    from soco_pipeline.backbones import load_spec
+
+    return load_spec(Path(settings.backbones_dir) / f"{backbone}.yaml")
+
+
+def record_for_backbone(settings: Settings, backbone: str, protocol_path: str | None = None) -> dict:
+    """The stored record of a backbone (the results_record asset's JSON) or one rebuilt from its tables."""
+    from soco_pipeline.evaluation.provenance import read_record
+    from soco_pipeline.evaluation.records import backbone_record, load_backbone_tables, stored_subset
+    from soco_pipeline.storage import exists, join
+
+    stored = join(settings.storage_root, "results", "records", f"{backbone}.json")
+    if protocol_path is None and exists(stored):
+        return read_record(stored)
+    from soco_pipeline.backbones import spec_hash
+
+    tables = load_backbone_tables(settings.tables_root, backbone)
+    spec = _backbone_spec(settings, backbone)
+    return backbone_record(backbone=backbone, spec=spec, spec_hash=spec_hash(spec), protocol=_protocol(protocol_path),
+                           tables=tables, rule=stored_subset(tables["metrics"]), device="cpu",
+                           timing={"stages": {}, "source": "not recorded (rebuilt by soco export-results)"})
+
+
+def record_for_lvlm(settings: Settings, model: str) -> dict:
+    """The record of an LVLM, rebuilt from its stored answers and the items."""
+    from soco_pipeline.evaluation.records import lvlm_record, stored_subset
+    from soco_pipeline.evaluation.subsets import SubsetRule
+    from soco_pipeline.lvlm.protocol import load_lvlm_protocol
+    from soco_pipeline.lvlm.specs import load_spec, spec_hash
+    from soco_pipeline.storage import exists, join, read_parquet
+
+    stored = join(settings.storage_root, "results", "records", "lvlm", f"{model}.json")
+    if exists(stored):
+        from soco_pipeline.evaluation.provenance import read_record
+
+        return read_record(stored)
+    answers = read_parquet(join(settings.tables_root, "lvlm_answers", f"{model}.parquet"))
+    items = read_parquet(join(settings.tables_root, "lvlm_items.parquet"))
+    metrics_path = join(settings.tables_root, "lvlm_metrics", f"{model}.parquet")
+    rule = stored_subset(read_parquet(metrics_path)) if exists(metrics_path) else SubsetRule()
+    spec = load_spec(Path(settings.lvlms_dir) / f"{model}.yaml")
+    return lvlm_record(model=model, spec=spec, spec_hash=spec_hash(spec), protocol=load_lvlm_protocol(),
+                       items=items, answers=answers, rule=rule,
+                       timing={"stages": {}, "source": "not recorded (rebuilt by soco export-results)"})
+
+
+def export_record(args: argparse.Namespace, settings: Settings) -> int:
+    """`soco export-results B OUT --format record`: write the results record of a backbone (or --lvlm model)."""
+    from soco_pipeline.evaluation.provenance import write_record
+
+    rec = record_for_lvlm(settings, args.backbone) if args.lvlm else \
+        record_for_backbone(settings, args.backbone, args.protocol)
+    write_record(rec, args.out)
+    def f(v) -> str:
+        return "  n/a" if v is None else f"{v:5.1f}"
+
+    for metric, r in rec["results"].items():
+        lo, hi = r["ci95_boot_category"]
+        print(f"{metric:22s} {f(r['value'])}  95% CI (bootstrap over categories) [{f(lo)}, {f(hi)}]")
+    print(f"task hashes: {rec['task_hashes']}; partial: {rec['subset']['partial']}\nwrote {args.out}")
+    return 0
+
+
+def cmd_diff_runs(args: argparse.Namespace, settings: Settings) -> int:
+    """Say where two results records differ; exit 0 when their inputs (task hashes) are identical, else 1."""
+    from soco_pipeline.evaluation.provenance import diff_records, read_record
+
+    d = diff_records(read_record(args.a), read_record(args.b))
+    print("inputs: identical (every task hash agrees)" if d["same_inputs"] else "inputs: DIFFERENT")
+    for t, (ha, hb) in d["task_hashes"].items():
+        print(f"  task {t}: {ha} vs {hb}")
+    for t, s in d["samples"].items():
+        for what in ("changed", "only_in_a", "only_in_b"):
+            if s[what]:
+                shown = ", ".join(s[what][: args.max_ids])
+                more = f" (+{len(s[what]) - args.max_ids} more)" if len(s[what]) > args.max_ids else ""
+                print(f"  {t} {what.replace('_', ' ')}: {len(s[what])}: {shown}{more}")
+    for title, block in (("settings and results", d["keys"]), ("volatile (date, timing, environment, git)",
+                                                              d["volatile"])):
+        if block:
+            print(f"{title} that differ:")
+            for k, (va, vb) in block.items():
+                print(f"  {k}: {json.dumps(va, default=str)} vs {json.dumps(vb, default=str)}")
+    return 0 if d["same_inputs"] else 1
+
+
+def _backbone_scores(settings: Settings, backbone: str, protocol_path: str | None):
+    from soco_pipeline.evaluation import stats
+    from soco_pipeline.evaluation.records import load_backbone_tables, stored_subset
+    from soco_pipeline.evaluation.subsets import apply_pair_subset
+
+    t = load_backbone_tables(settings.tables_root, backbone)
+    pairs = apply_pair_subset(t["image_pairs"], stored_subset(t["metrics"]))
+    return stats.backbone_scores(t["predictions"], t["four_choice_predictions"], t["correspondences"],
+                                 t["keypoints"], t["image_set"], pairs, _protocol(protocol_path))
+
+
+def _lvlm_scores(settings: Settings, model: str):
+    from soco_pipeline.evaluation import stats
+    from soco_pipeline.storage import join, read_parquet
+
+    return stats.lvlm_scores(read_parquet(join(settings.tables_root, "lvlm_answers", f"{model}.parquet")))
+
+
+def cmd_compare(args: argparse.Namespace, settings: Settings) -> int:
+    """Paired difference A - B on the pairs (items) both scored: delta, 95% CI, sign test per category."""
+    from soco_pipeline.evaluation.stats import compare
+    from soco_pipeline.report.formats import format_frame
+
+    if args.lvlm:
+        a, b = _lvlm_scores(settings, args.a), _lvlm_scores(settings, args.b)
+    else:
+        a, b = (_backbone_scores(settings, m, args.protocol) for m in (args.a, args.b))
+    overall, per_cat = compare(a, b, reduction="pooled" if args.lvlm else "official", n_boot=args.n_boot,
+                               seed=args.seed)
+    if args.metric:
+        overall, per_cat = overall[overall.metric.isin(args.metric)], per_cat[per_cat.metric.isin(args.metric)]
+    print(f"{args.a} - {args.b} (points; 95% CI: bootstrap over categories; sign test over pairs/items)")
+    print(format_frame(overall.round(3), args.format), end="")
+    if args.per_category:
+        print("\nper category:")
+        print(format_frame(per_cat.round(4), args.format), end="")
+    return 0
+
+
+def cmd_evaluate(args: argparse.Namespace, settings: Settings) -> int:
+    """Materialize one backbone's predictions -> metrics -> record on a subset (a partial run), then the
+    leaderboard (which marks the row partial) and the results database."""
+    import dagster as dg
+
+    from soco_pipeline.defs.definitions import build_definitions
+
+    ids = [i for i in (args.pair_ids or "").split(",") if i]
+    if args.pair_ids_file:
+        ids += [ln.strip() for ln in Path(args.pair_ids_file).read_text().splitlines() if ln.strip()]
+    cfg = {"limit": args.limit, "pair_ids": ids, "seed": args.seed, "panels": args.panels}
+    # the environment as this command read it (SOCO_STORAGE, SOCO_BACKBONES_DIR, ...), not at import time
+    defs = build_definitions(
+        storage_root=settings.storage_root, backbones_dir=settings.backbones_dir, lvlms_dir=settings.lvlms_dir,
+        dataset_size=settings.dataset_size, seed=settings.seed, images_per_category=settings.images_per_category,
+        categories=list(settings.categories) if settings.categories else None, device=args.device,
+    )
+    instance = dg.DagsterInstance.get()
+    if args.backbone not in instance.get_dynamic_partitions("backbones"):
+        instance.add_dynamic_partitions("backbones", [args.backbone])
+    per = dg.AssetSelection.assets("feature_manifest", "predictions", "four_choice_predictions", "metrics",
+                                   "results_record")
+    run_config = {"ops": {"predictions": {"config": cfg}, "four_choice_predictions": {"config": cfg}}}
+    for selection, partition, rc in ((per, args.backbone, run_config),
+                                     (dg.AssetSelection.assets("leaderboard", "results_database"), None, None)):
+        result = dg.materialize(list(defs.assets), selection=selection, instance=instance, resources=defs.resources,
+                                partition_key=partition, run_config=rc, raise_on_error=False)
+        if not result.success:
+            print("error: the run failed; see `make ui` for its logs", file=sys.stderr)
+            return 1
+    rule = "the full sample" if args.limit is None and not ids else f"limit={args.limit}, {len(ids)} ids"
+    print(f"evaluated {args.backbone} on {rule}; its leaderboard row is marked partial unless the sample is full")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
+    """Render one prediction panel (source + query, target + GT + prediction, similarity heatmap) as a PNG."""
+    from soco_pipeline.report.panels import render_stored_panel
+
+    out = args.out or f"panel-{args.backbone}-{args.pair_id}.png"
+    info = render_stored_panel(settings, args.backbone, args.pair_id, args.keypoint, out, _protocol(args.protocol))
+    print(f"wrote {out}: keypoint {info['keypoint']}, error {info['error_px']:.1f} px "
+          f"({'correct' if info['correct'] else 'wrong'} at alpha {info['alpha']})")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace, settings: Settings) -> int:
+    """Write the static results page under storage/report/ (and serve it on 127.0.0.1 with --serve)."""
+    from soco_pipeline.report.page import build_report, serve_report
+
+    index = build_report(settings, args.out or None)
+    print(f"wrote {index} (open it as file://{Path(index).resolve()})")
+    if args.serve:
+        serve_report(Path(index).parent, port=args.port)
+    return 0
+
+
+def add_commands(sub) -> None:
+    """Add the commands of this module to the `soco` parser's subcommands."""
+    s = sub.add_parser("diff-runs", help="where two results records differ (inputs, samples, settings)")
+    s.add_argument("a")
+    s.add_argument("b")
+    s.add_argument("--max-ids", type=int, default=10, help="ids listed per kind of difference")
+    s.set_defaults(func=cmd_diff_runs)
+
+    s = sub.add_parser("compare", help="paired difference of two backbones (or --lvlm models) with CIs")
+    s.add_argument("a")
+    s.add_argument("b")
+    s.add_argument("--lvlm", action="store_true", help="A and B are LVLM specs (their stored answers)")
+    s.add_argument("--metric", action="append", help="only this metric (repeatable), e.g. soc")
+    s.add_argument("--per-category", action="store_true", help="also the per-category deltas and sign tests")
+    s.add_argument("--n-boot", type=int, default=2000)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--protocol", default=None, help="protocol file (re-scores stored predictions; no model runs)")
+    s.add_argument("--format", choices=["table", "csv", "json", "markdown"], default="table")
+    s.set_defaults(func=cmd_compare)
+
+    s = sub.add_parser("evaluate", help="evaluate one backbone on a deterministic subset (a partial run)")
+    s.add_argument("backbone")
+    s.add_argument("--limit", type=int, default=None, help="pairs per category")
+    s.add_argument("--pair-ids", default=None, help="comma-separated pair ids")
+    s.add_argument("--pair-ids-file", default=None, help="a file with one pair id per line")
+    s.add_argument("--seed", type=int, default=0, help="order of the pairs --limit keeps")
+    s.add_argument("--panels", type=int, default=4, help="prediction panels to draw")
+    s.add_argument("--device", default="auto", help="matching device: auto | cpu | cuda")
+    s.set_defaults(func=cmd_evaluate)
+
+    s = sub.add_parser("show", help="render the prediction panel of one pair (PNG)")
+    s.add_argument("pair_id")
+    s.add_argument("--backbone", required=True)
+    s.add_argument("--keypoint", default=None, help="source keypoint (default: the pair's first scored one)")
+    s.add_argument("--out", default=None, help="PNG path (default: panel-<backbone>-<pair>.png)")
+    s.add_argument("--protocol", default=None)
+    s.set_defaults(func=cmd_show)
+
+    s = sub.add_parser("report", help="write the static results page (storage/report/index.html)")
+    s.add_argument("--out", default=None, help="folder (default: <storage>/report)")
+    s.add_argument("--serve", action="store_true", help="then serve it on 127.0.0.1 until Ctrl-C")
+    s.add_argument("--port", type=int, default=0, help="--serve port (0: a free one)")
+    s.set_defaults(func=cmd_report)
