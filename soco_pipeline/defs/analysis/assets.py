@@ -8,9 +8,7 @@ import pandas as pd
 
 from soco_pipeline.defs.backbones.assets import evaluation_protocol, feature_store
 from soco_pipeline.defs.data.assets import run_taxonomy
-from soco_pipeline.defs.shared.automation import ON_CHANGE
-from soco_pipeline.defs.shared.checks import TableResult, table_asset
-from soco_pipeline.defs.shared.io_manager import ALLOW_MISSING
+from soco_pipeline.defs.shared.checks import TableResult, fan_in_table, partition_table
 from soco_pipeline.defs.shared.partitions import backbones_partitions
 from soco_pipeline.defs.shared.resources import SocoSettings
 
@@ -24,13 +22,7 @@ class GlobalMetricsConfig(dg.Config):
     temperature: float = 0.07
 
 
-@table_asset(
-    group_name=GROUP,
-    partitions_def=backbones_partitions,
-    automation_condition=ON_CHANGE,
-    kinds={"pytorch"},
-    code_version="1",
-)
+@partition_table(backbones_partitions, group_name=GROUP, kinds={"pytorch"}, code_version="1")
 def global_metrics(
     context: dg.AssetExecutionContext, soco: SocoSettings, config: GlobalMetricsConfig,
     feature_manifest: pd.DataFrame, image_set: pd.DataFrame, taxonomy: pd.DataFrame,
@@ -62,8 +54,8 @@ class ProbeAssetConfig(dg.Config):
     targets_per_step: int = 8
 
 
-@table_asset(group_name=GROUP, partitions_def=backbones_partitions, deps=[evaluation_protocol], kinds={"pytorch"},
-             code_version="1")
+@partition_table(backbones_partitions, group_name=GROUP, deps=[evaluation_protocol], kinds={"pytorch"},
+                 code_version="1", automation_condition=None)
 def probe_metrics(
     context: dg.AssetExecutionContext, soco: SocoSettings, config: ProbeAssetConfig,
     feature_manifest: pd.DataFrame, image_pairs: pd.DataFrame, correspondences: pd.DataFrame,
@@ -98,8 +90,8 @@ class CorrelationConfig(dg.Config):
     name_map_path: str | None = None  # assets/reference/name_map.csv
 
 
-@table_asset(group_name=GROUP, ins={"leaderboard": dg.AssetIn(metadata=ALLOW_MISSING)}, kinds={"pandas"},
-             code_version="1")
+@fan_in_table(group_name=GROUP, optional=["leaderboard"], kinds={"pandas"}, code_version="1",
+              automation_condition=None)
 def correlation(
     context: dg.AssetExecutionContext, soco: SocoSettings, config: CorrelationConfig,
     leaderboard: pd.DataFrame | None,

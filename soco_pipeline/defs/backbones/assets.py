@@ -7,10 +7,14 @@ import pandas as pd
 from soco_pipeline import schemas
 from soco_pipeline.backbones.spec import FEATURE_CODE_VERSION
 from soco_pipeline.defs.data.assets import run_taxonomy
-from soco_pipeline.defs.shared.automation import EAGER, ON_CHANGE, observation
-from soco_pipeline.defs.shared.checks import TableResult, observable_source, table_asset
+from soco_pipeline.defs.shared.automation import observation
+from soco_pipeline.defs.shared.checks import (
+    TableResult,
+    fan_in_table,
+    observable_source,
+    partition_table,
+)
 from soco_pipeline.defs.shared.executors import GPU_STEP_TAGS
-from soco_pipeline.defs.shared.io_manager import ALLOW_MISSING_PARTITIONS
 from soco_pipeline.defs.shared.partitions import backbones_partitions, partition_spec_file
 from soco_pipeline.defs.shared.resources import SocoSettings
 from soco_pipeline.defs.shared.run_configs import EvalRunConfig, recorded_subset
@@ -82,15 +86,14 @@ def evaluation_protocol(soco: SocoSettings) -> dg.DataVersion:
     return dg.DataVersion(soco.protocol().version_hash())
 
 
-@table_asset(
+@partition_table(
+    backbones_partitions,
     schema=schemas.FeatureManifestSchema,
     validate=False,
     group_name=GROUP,
-    partitions_def=backbones_partitions,
     deps=[backbone_spec],
     pool="gpu",
     op_tags=GPU_STEP_TAGS,
-    automation_condition=ON_CHANGE,
     kinds={"pytorch"},
     code_version=CODE_VERSIONS["feature_manifest"],
 )
@@ -117,16 +120,14 @@ def feature_manifest(
     return TableResult(manifest, {"rows": len(manifest), "spec_hash": spec_hash(spec), "kind": spec.kind})
 
 
-@table_asset(
-    schema=schemas.PredictionSchema,
-    validate=False,
-    group_name=GROUP,
-    partitions_def=backbones_partitions,
-    deps=[evaluation_protocol],
-    automation_condition=ON_CHANGE,
-    kinds={"pytorch"},
-    code_version=CODE_VERSIONS["predictions"],
-)
+def backbone_table(name: str, kinds: set[str] | None = None, **kwargs):
+    """Decorator of a per-backbone evaluation table that reads the protocol: its group, partitions, code version
+    (CODE_VERSIONS[name]) and the protocol as a dependency."""
+    return partition_table(backbones_partitions, group_name=GROUP, deps=[evaluation_protocol],
+                           kinds=kinds or {"pytorch"}, code_version=CODE_VERSIONS[name], **kwargs)
+
+
+@backbone_table("predictions", schema=schemas.PredictionSchema, validate=False)
 def predictions(
     context: dg.AssetExecutionContext,
     soco: SocoSettings,
@@ -167,14 +168,7 @@ def predictions(
     return TableResult(df, meta)
 
 
-@table_asset(
-    group_name=GROUP,
-    partitions_def=backbones_partitions,
-    deps=[evaluation_protocol],
-    automation_condition=ON_CHANGE,
-    kinds={"pytorch"},
-    code_version=CODE_VERSIONS["four_choice_predictions"],
-)
+@backbone_table("four_choice_predictions")
 def four_choice_predictions(
     context: dg.AssetExecutionContext,
     soco: SocoSettings,
@@ -206,14 +200,7 @@ def four_choice_predictions(
     return TableResult(df, {"rows": len(df)})
 
 
-@table_asset(
-    group_name=GROUP,
-    partitions_def=backbones_partitions,
-    deps=[evaluation_protocol],
-    automation_condition=ON_CHANGE,
-    kinds={"pandas"},
-    code_version=CODE_VERSIONS["metrics"],
-)
+@backbone_table("metrics", kinds={"pandas"})
 def metrics(
     context: dg.AssetExecutionContext,
     soco: SocoSettings,
@@ -256,14 +243,7 @@ def metrics(
     })
 
 
-@table_asset(
-    group_name=GROUP,
-    ins={"metrics": dg.AssetIn(metadata=ALLOW_MISSING_PARTITIONS),
-         "global_metrics": dg.AssetIn(metadata=ALLOW_MISSING_PARTITIONS)},
-    automation_condition=EAGER,
-    kinds={"pandas"},
-    code_version="3",
-)
+@fan_in_table(group_name=GROUP, partitioned=["metrics", "global_metrics"], kinds={"pandas"}, code_version="3")
 def leaderboard(
     context: dg.AssetExecutionContext,
     soco: SocoSettings,

@@ -12,7 +12,6 @@
 
 import hashlib
 import os
-from pathlib import Path
 
 import dagster as dg
 
@@ -24,7 +23,7 @@ from soco_pipeline.defs.backbones.assets import (
     predictions,
     spec_version,
 )
-from soco_pipeline.defs.shared.automation import reevaluation_reasons, spec_folder_result
+from soco_pipeline.defs.shared.automation import reevaluation_reasons, spec_folder_sensor
 from soco_pipeline.defs.shared.partitions import backbones_partitions
 from soco_pipeline.defs.shared.resources import SocoSettings
 
@@ -38,13 +37,10 @@ backbone_job = dg.define_asset_job(
 )
 
 
-@dg.sensor(job=backbone_job, minimum_interval_seconds=15, default_status=dg.DefaultSensorStatus.RUNNING)
-def backbone_specs_sensor(context: dg.SensorEvaluationContext, soco: SocoSettings) -> dg.SensorResult:
-    """Watch the backbone spec folder: add a partition per new spec, re-run a backbone whose spec changed."""
-    return spec_folder_result(
-        context, Path(soco.backbones_dir), scan_specs, backbones_partitions, BACKBONE_ASSETS, "backbone",
-        "backbone_spec",
-    )
+backbone_specs_sensor = spec_folder_sensor(
+    "backbone_specs_sensor", backbone_job, lambda soco: soco.backbones_dir, scan_specs, backbones_partitions,
+    BACKBONE_ASSETS, "backbone", "backbone_spec",
+)
 
 
 def backbone_reevaluation_reasons(instance: dg.DagsterInstance, soco: SocoSettings, backbone: str) -> list[str]:

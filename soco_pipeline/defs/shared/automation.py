@@ -13,8 +13,11 @@ partition is due for re-evaluation according to Dagster's own version records.
 import json
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
+
+from soco_pipeline.defs.shared.resources import SocoSettings
 
 AC = dg.AutomationCondition
 EAGER = AC.eager()
@@ -82,6 +85,27 @@ def spec_folder_result(
         asset_events=[observation(source_asset, current[n], n) for n in [*new, *changed]],
         cursor=json.dumps({**seen, **current}, sort_keys=True),
     )
+
+
+def spec_folder_sensor(
+    name: str,
+    job: Any,  # what dg.define_asset_job returns (its class is not exported)
+    folder: Callable[[SocoSettings], str],
+    scan: Callable[[Path], tuple[dict[str, str], dict[str, str]]],
+    partitions: dg.DynamicPartitionsDefinition,
+    assets: list[str],
+    label: str,
+    source_asset: str,
+) -> dg.SensorDefinition:
+    """The sensor `name` watching the spec folder `folder(soco)`: a partition per new spec, a run of `job`'s
+    `assets` for a spec whose file changed, an observation of `source_asset` (see spec_folder_result)."""
+
+    @dg.sensor(name=name, job=job, minimum_interval_seconds=15, default_status=dg.DefaultSensorStatus.RUNNING,
+               description=f"Watch the {label} spec folder: add a partition per new spec, re-run a changed one.")
+    def watch(context: dg.SensorEvaluationContext, soco: SocoSettings) -> dg.SensorResult:
+        return spec_folder_result(context, Path(folder(soco)), scan, partitions, assets, label, source_asset)
+
+    return watch
 
 
 def _latest(instance: dg.DagsterInstance, asset: str, partition: str | None, observed: bool = False,
