@@ -12,7 +12,6 @@ partition is due for re-evaluation according to Dagster's own version records.
 
 import json
 from collections.abc import Callable, Iterable
-from pathlib import Path
 from typing import Any
 
 import dagster as dg
@@ -58,8 +57,8 @@ def observation(asset: str, version: str, partition: str | None = None) -> dg.As
 
 def spec_folder_result(
     context: dg.SensorEvaluationContext,
-    folder: Path,
-    scan: Callable[[Path], tuple[dict[str, str], dict[str, str]]],
+    folder: str,
+    scan: Callable[[str], tuple[dict[str, str], dict[str, str]]],
     partitions: dg.DynamicPartitionsDefinition,
     assets: list[str],
     label: str,
@@ -91,7 +90,7 @@ def spec_folder_sensor(
     name: str,
     job: Any,  # what dg.define_asset_job returns (its class is not exported)
     folder: Callable[[SocoSettings], str],
-    scan: Callable[[Path], tuple[dict[str, str], dict[str, str]]],
+    scan: Callable[[str], tuple[dict[str, str], dict[str, str]]],
     partitions: dg.DynamicPartitionsDefinition,
     assets: list[str],
     label: str,
@@ -103,7 +102,7 @@ def spec_folder_sensor(
     @dg.sensor(name=name, job=job, minimum_interval_seconds=15, default_status=dg.DefaultSensorStatus.RUNNING,
                description=f"Watch the {label} spec folder: add a partition per new spec, re-run a changed one.")
     def watch(context: dg.SensorEvaluationContext, soco: SocoSettings) -> dg.SensorResult:
-        return spec_folder_result(context, Path(folder(soco)), scan, partitions, assets, label, source_asset)
+        return spec_folder_result(context, folder(soco), scan, partitions, assets, label, source_asset)
 
     return watch
 
