@@ -53,7 +53,8 @@ def build_definitions(**overrides) -> dg.Definitions:
             *([lost_worker_sensor] if profile() == "distributed" else []),
             dg.AutomationConditionSensorDefinition(
                 "default_automation_condition_sensor",
-                target=dg.AssetSelection.all(),
+                # sources too: the protocol is observed on the weekly re-evaluation's cron
+                target=dg.AssetSelection.all(include_sources=True),
                 minimum_interval_seconds=15,
                 default_status=dg.DefaultSensorStatus.RUNNING,
             ),

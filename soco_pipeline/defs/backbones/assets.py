@@ -7,7 +7,7 @@ import pandas as pd
 from soco_pipeline import schemas
 from soco_pipeline.backbones.spec import FEATURE_CODE_VERSION
 from soco_pipeline.defs.data.assets import run_taxonomy
-from soco_pipeline.defs.shared.automation import observation
+from soco_pipeline.defs.shared.automation import REEVALUATE_CRON, REEVALUATED, observation, observe_on_cron
 from soco_pipeline.defs.shared.checks import (
     TableResult,
     fan_in_table,
@@ -66,7 +66,7 @@ def protocol_observation(soco: SocoSettings):
 
 
 @observable_source(group_name=GROUP, partitions_def=backbones_partitions,
-                            description="A backbone's spec file (assets/backbones/<name>.yaml); data version: its hash.")
+                   description="A backbone's spec file (assets/backbones/<name>.yaml); data version: its hash.")
 def backbone_spec(context: dg.AssetExecutionContext, soco: SocoSettings) -> dg.DataVersionsByPartition:
     """A backbone's spec file (assets/backbones/<name>.yaml); its data version is the file's content hash.
 
@@ -78,11 +78,12 @@ def backbone_spec(context: dg.AssetExecutionContext, soco: SocoSettings) -> dg.D
     return dg.DataVersionsByPartition({name: h for name, h in current.items() if name in known})
 
 
-@observable_source(group_name=GROUP,
-                            description="The evaluation protocol (assets/protocol.yaml); data version: its version_hash.")
+@observable_source(group_name=GROUP, automation_condition=observe_on_cron(REEVALUATE_CRON),
+                   description="The evaluation protocol (assets/protocol.yaml); data version: its version_hash.")
 def evaluation_protocol(soco: SocoSettings) -> dg.DataVersion:
     """The evaluation protocol (assets/protocol.yaml or the resource's protocol_path); its data version is
-    ProtocolConfig.version_hash(). Observed by predictions and metrics, which read it through the resource."""
+    ProtocolConfig.version_hash(). Observed after each weekly re-evaluation tick (so that an edited file makes
+    the backbones stale), and by predictions and metrics, which read it through the resource."""
     return dg.DataVersion(soco.protocol().version_hash())
 
 
@@ -96,6 +97,7 @@ def evaluation_protocol(soco: SocoSettings) -> dg.DataVersion:
     op_tags=GPU_STEP_TAGS,
     kinds={"pytorch"},
     code_version=CODE_VERSIONS["feature_manifest"],
+    automation_condition=REEVALUATED,
 )
 def feature_manifest(
     context: dg.AssetExecutionContext, soco: SocoSettings, image_set: pd.DataFrame
@@ -124,7 +126,8 @@ def backbone_table(name: str, kinds: set[str] | None = None, **kwargs):
     """Decorator of a per-backbone evaluation table that reads the protocol: its group, partitions, code version
     (CODE_VERSIONS[name]) and the protocol as a dependency."""
     return partition_table(backbones_partitions, group_name=GROUP, deps=[evaluation_protocol],
-                           kinds=kinds or {"pytorch"}, code_version=CODE_VERSIONS[name], **kwargs)
+                           kinds=kinds or {"pytorch"}, code_version=CODE_VERSIONS[name],
+                           automation_condition=REEVALUATED, **kwargs)
 
 
 @backbone_table("predictions", schema=schemas.PredictionSchema, validate=False)
