@@ -53,6 +53,9 @@ def reevaluate_on_cron(cron: str) -> dg.AutomationCondition:
     ).with_label(f"stale after cron {cron}")
 
 
+OBSERVED_ON_CRON = ("evaluation_protocol",)  # sources with observe_on_cron: the automation sensor targets them
+
+
 def observe_on_cron(cron: str) -> dg.AutomationCondition:
     """An observable source (the protocol file) observed once after each tick of `cron`."""
     return AC.cron_tick_passed(cron).since_last_handled().with_label(f"observe on cron {cron}")
