@@ -7,7 +7,7 @@
 - `REEVALUATED` is ON_CHANGE or the weekly re-evaluation (`reevaluate_on_cron`, cron $SOCO_REEVALUATE_CRON):
   after each tick of the cron, every partition that is stale by Dagster's records (its code version, or the
   data version of any upstream, spec files and protocol included, moved since it was last requested or
-  materialized) is requested once; an up-to-date partition is not. The protocol (an observable source)
+  materialized) is requested once in that period; an up-to-date partition is not. The protocol (an observable source)
   is observed on the same cron (`observe_on_cron`), so an edited assets/protocol.yaml is seen by then.
 """
 
@@ -41,7 +41,10 @@ def reevaluate_on_cron(cron: str) -> dg.AutomationCondition:
     """After each tick of `cron`: request a partition once if it is stale, i.e. its code version or the data
     version of one of its upstream assets (tables, spec files, the protocol) changed since it was last
     requested or materialized. Dagster's `on_cron` with staleness in place of "all deps updated since the
-    tick" (which would re-run every partition every week)."""
+    tick" (which would re-run every partition every week). Like `on_cron`, the tick arms a partition until it
+    is handled: one that is stale at the tick runs then, one that becomes stale later in the period runs
+    when it does; at most one request per partition per period either way. A requested run that fails is
+    not requested again (Dagster's run retries are the tool for that)."""
     stale = (AC.code_version_changed() | AC.any_deps_match(AC.data_version_changed())).since_last_handled()
     return (
         AC.in_latest_time_window()
