@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import binomtest
 
-from soco_pipeline.evaluation.metrics import four_choice_items, pck_keypoints
+from soco_pipeline.evaluation.metrics import scored_elements
 from soco_pipeline.evaluation.protocol import ProtocolConfig
 
 SCORE_COLUMNS = ["model", "metric", "group", "unit", "element", "cluster", "score"]
@@ -55,14 +55,8 @@ def backbone_scores(
     """Per-keypoint 0/1 scores (SCORE_COLUMNS) of every PCK metric at `alpha` (default: the protocol's
     headline) and of the 4-choice metrics, on the evaluated pairs; re-scored from stored predictions."""
     alpha = protocol.headline_alpha if alpha is None else alpha
-    kp = pck_keypoints(predictions, correspondences, keypoints, images, image_pairs, protocol, alphas=(alpha,))
-    frames = [kp[["backbone", "metric", "pair_id", "pair_group", "src_keypoint", "score"]]]
-    if four_choice_predictions is not None and len(four_choice_predictions):
-        fc = four_choice_items(four_choice_predictions, image_pairs)
-        ev = image_pairs.loc[image_pairs["evaluated"].astype(bool), "pair_id"]
-        frames.append(fc.loc[fc["pair_id"].isin(ev), ["backbone", "metric", "pair_id", "pair_group", "src_keypoint",
-                                                     "score"]])
-    s = pd.concat(frames, ignore_index=True)
+    s = scored_elements(predictions, four_choice_predictions, correspondences, keypoints, images, image_pairs,
+                        protocol, alphas=(alpha,))
     trg = image_pairs.set_index("pair_id")["trg_image"]
     return pd.DataFrame({
         "model": s["backbone"].astype(str).to_numpy(), "metric": s["metric"].to_numpy(),
