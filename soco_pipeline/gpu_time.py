@@ -33,7 +33,8 @@ class GpuTime:
 
 @contextlib.contextmanager
 def gpu_timer(device: str | torch.device) -> Iterator[GpuTime]:
-    """Time the device work of the `with` body on `device` ('auto', 'cpu', 'cuda', 'cuda:1', a torch.device).
+    """Time the device work of the `with` body on `device` ('auto', 'cpu', 'cuda', 'cuda:1', a torch.device,
+    or 'remote:<backend>' for a model behind an API).
 
     Yields a GpuTime that is filled in when the body ends normally: seconds on CUDA, else None with the
     reason (e.g. 'the stage ran on cpu, not CUDA')."""
@@ -41,8 +42,12 @@ def gpu_timer(device: str | torch.device) -> Iterator[GpuTime]:
 
     from soco_pipeline.device import resolve_device
 
-    dev = resolve_device(device) if isinstance(device, str) else torch.device(device)
     out = GpuTime()
+    if isinstance(device, str) and device.startswith("remote:"):  # an LVLM behind an API (remote:openai)
+        yield out
+        out.reason = f"the model ran remotely ({device}): no local GPU time"
+        return
+    dev = resolve_device(device) if isinstance(device, str) else torch.device(device)
     if dev.type != "cuda":
         yield out
         out.reason = f"the stage ran on {dev.type}, not CUDA: no GPU time"

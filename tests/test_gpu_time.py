@@ -20,6 +20,12 @@ def test_a_cpu_stage_has_no_gpu_time_and_says_why(device):
     assert entry == {"wall_s": 1.5, "gpu_s": None, "gpu_s_reason": t.reason, "run_id": "run-1"}
 
 
+def test_a_remote_model_has_no_local_gpu_time():
+    with gpu_timer("remote:openai") as t:
+        pass
+    assert t.gpu_s is None and t.reason == "the model ran remotely (remote:openai): no local GPU time"
+
+
 def test_a_failed_stage_leaves_no_gpu_time():
     with pytest.raises(RuntimeError), gpu_timer("cpu") as t:
         raise RuntimeError("boom")
