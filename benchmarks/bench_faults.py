@@ -12,13 +12,14 @@ action (the next write, the re-extraction, the next run ...). Uses the fault hel
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -199,35 +200,48 @@ def fault_failed_check(tmp: Path) -> None:
            "the failing run published nothing (previous table kept); the rerun after the fix published")
 
 
-def fault_disk_full(tmp: Path) -> None:
-    """Writes into a 256 KiB tmpfs (real ENOSPC)."""
+@contextlib.contextmanager
+def _tiny_tmpfs(tmp: Path, fault: str) -> Iterator[Path | None]:
+    """A 256 KiB tmpfs under tmp (real ENOSPC), unmounted on exit; None (and a not-survived row naming
+    `fault`) where this machine cannot mount one."""
     mnt = tmp / "tiny"
     mnt.mkdir()
     try:
         subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)], check=True,
                        capture_output=True, timeout=20)
     except (OSError, subprocess.SubprocessError) as e:
-        record("disk full (tmpfs)", False, -1, 0.0, f"skipped: cannot mount a tmpfs here ({e})")
+        record(fault, False, -1, 0.0, f"skipped: cannot mount a tmpfs here ({e})")
+        yield None
         return
     try:
-        os.environ["SOCO_STORAGE"] = str(mnt)
-        small = metrics_frame("a", 100)
-        write_parquet_atomic(small, str(mnt / "tables" / "metrics" / "a.parquet"))
-        try:
-            write_bytes_atomic(str(mnt / "features" / "x.npy"), os.urandom(600_000))
-            clear = False
-        except StorageFullError as e:
-            clear = str(mnt) in str(e) and "600,000 bytes" in str(e)
-        orphans = [p for p in mnt.rglob("*") if p.is_file() and p.name != "a.parquet"]
-        t0 = time.perf_counter()
-        write_bytes_atomic(str(mnt / "features" / "x.npy"), os.urandom(60_000))  # after space is freed
-        seconds = time.perf_counter() - t0
-        lost = abs(len(read_parquet(str(mnt / "tables" / "metrics" / "a.parquet"))) - 100)
-        record("disk full (256 KiB tmpfs, 600 KB write)", clear and not orphans, lost, seconds,
-               f"error named the storage root and the bytes; {len(orphans)} orphans")
+        yield mnt
     finally:
-        os.environ.pop("SOCO_STORAGE", None)
         subprocess.run(["umount", "-l", str(mnt)], check=False, capture_output=True, timeout=20)
+
+
+def fault_disk_full(tmp: Path) -> None:
+    """Writes into a 256 KiB tmpfs (real ENOSPC)."""
+    with _tiny_tmpfs(tmp, "disk full (tmpfs)") as mnt:
+        if mnt is None:
+            return
+        try:
+            os.environ["SOCO_STORAGE"] = str(mnt)
+            small = metrics_frame("a", 100)
+            write_parquet_atomic(small, str(mnt / "tables" / "metrics" / "a.parquet"))
+            try:
+                write_bytes_atomic(str(mnt / "features" / "x.npy"), os.urandom(600_000))
+                clear = False
+            except StorageFullError as e:
+                clear = str(mnt) in str(e) and "600,000 bytes" in str(e)
+            orphans = [p for p in mnt.rglob("*") if p.is_file() and p.name != "a.parquet"]
+            t0 = time.perf_counter()
+            write_bytes_atomic(str(mnt / "features" / "x.npy"), os.urandom(60_000))  # after space is freed
+            seconds = time.perf_counter() - t0
+            lost = abs(len(read_parquet(str(mnt / "tables" / "metrics" / "a.parquet"))) - 100)
+            record("disk full (256 KiB tmpfs, 600 KB write)", clear and not orphans, lost, seconds,
+                   f"error named the storage root and the bytes; {len(orphans)} orphans")
+        finally:
+            os.environ.pop("SOCO_STORAGE", None)
 
 
 def fault_disk_full_extraction(tmp: Path) -> None:
@@ -237,15 +251,9 @@ def fault_disk_full_extraction(tmp: Path) -> None:
     from soco_pipeline.features import extract_features
     from soco_pipeline.features.layout import feature_dir, read_manifest
 
-    mnt = tmp / "tiny"
-    mnt.mkdir()
-    try:
-        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)], check=True,
-                       capture_output=True, timeout=20)
-    except (OSError, subprocess.SubprocessError) as e:
-        record("disk full mid-extraction (tmpfs)", False, -1, 0.0, f"skipped: cannot mount a tmpfs here ({e})")
-        return
-    try:
+    with _tiny_tmpfs(tmp, "disk full mid-extraction (tmpfs)") as mnt:
+        if mnt is None:
+            return
         images = _random_images(tmp / "img", 40, width=64, height=64)
         spec = parse_spec({"kind": "classical", "model": "sift", "input": {"nearest_multiple": 64},
                            "normalisation": "raw", "batch_size": 2}, "sift_full")
@@ -266,8 +274,6 @@ def fault_disk_full_extraction(tmp: Path) -> None:
         record("disk full mid-extraction (256 KiB tmpfs), then more space", clear and orphans == 0,
                abs(len(manifest) - len(images)), seconds,
                f"{len(listed)} of {len(images)} maps kept at the fault, {orphans} orphans; the rerun resumed")
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False, capture_output=True, timeout=20)
 
 
 def fault_sql_write(tmp: Path) -> None:
