@@ -198,7 +198,8 @@ def run(root: Path, specs: Path, categories: list[str] | None, images: int | Non
         with dg.DagsterInstance.get() as instance:
             defs = _defs(specs, categories, images)
             done = dg.materialize(list(defs.assets), instance=instance, resources=defs.resources,
-                                  selection=dg.AssetSelection.groups("data", "pairs"), raise_on_error=True)
+                                  selection=dg.AssetSelection.groups("data", "pairs"), raise_on_error=True,
+                                  run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}})
             assert done.success
             instance.add_dynamic_partitions(backbones_partitions.name, BACKBONES)
             w = repetition(stack, instance, 2)
