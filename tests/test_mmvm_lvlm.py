@@ -269,7 +269,13 @@ def test_yes_no_judge_scores_a_workbook_like_our_rows(items, tmp_path):
     assert np.allclose(merged["accuracy_x"], merged["accuracy_y"]) and len(merged) == len(ours)
 
 
-def test_judge_off_builds_nothing_and_bad_modes_are_named():
-    assert build_judge(None, "off") is None
+def test_judge_off_builds_nothing_and_bad_modes_are_named(tmp_path):
+    from soco_pipeline.tasks.mmvm.answers import judge_from_config
+
+    assert build_judge(None, "off") is None and judge_from_config(tiny_config()) is None
+    (tmp_path / "judge.yaml").write_text("backend: openai\nmodel: judge\nbase_url: http://127.0.0.1:9\n")
+    cfg = tiny_config(judge={"mode": "yes_no", "spec": str(tmp_path / "judge.yaml")})
+    judge = judge_from_config(cfg)
+    assert judge.mode == "yes_no" and judge.generation["temperature"] == 0.0
     with pytest.raises(ValueError, match="judge mode 'gpt'"):
         Judge(backend=None, mode="gpt")

@@ -173,6 +173,16 @@ def build_judge(spec, mode: str, cache: AnswerCache | None = None, api_key: str 
     return Judge(build_backend(spec, api_key=api_key), mode, spec.generation(), cache)
 
 
+def judge_from_config(cfg, cache: AnswerCache | None = None) -> Judge | None:
+    """The judge an MmvmConfig asks for (`judge: {mode, spec}`), or None when it is off (the default)."""
+    path = cfg.judge.spec_path()
+    if path is None:
+        return None
+    from soco_pipeline.lvlm.specs import load_spec
+
+    return build_judge(load_spec(path), cfg.judge.mode, cache=cache)
+
+
 def _has_text(raw: np.ndarray) -> np.ndarray:
     """Which answers hold a prediction (not empty, not NaN): only those go to a judge."""
     return np.array([bool(str(t).strip()) and str(t) != "nan" for t in raw], dtype=bool)
