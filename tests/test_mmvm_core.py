@@ -349,6 +349,19 @@ def test_bad_vlmevalkit_rows_name_the_file_and_row(data, tmp_path):
     table.drop(columns="match_type").to_csv(path, sep="\t", index=False)
     with pytest.raises(MmvmFormatError, match=r"missing column\(s\) \['match_type'\]"):
         import_vlmevalkit(str(path), str(tmp_path / "imgs"))
+    # match_type: the reference's fallbacks, recorded per row (unparsable -> [1, 5], unknown code -> SP)
+    table = export_vlmevalkit(t["items"].head(3), str(path))
+    table.loc[0, "match_type"] = "colour"
+    table.loc[1, "match_type"] = "[3, 11]"
+    table.to_csv(path, sep="\t", index=False)
+    back = import_vlmevalkit(str(path), str(tmp_path / "imgs"))
+    assert back["match_type_fallback"].tolist() == ["unparsable", "unknown_code", ""]
+    m = accuracy_table(back.assign(correct=True).head(2), "x", "lvlm")
+    assert set(m.loc[m.breakdown == "cue", "key"]) == {"CL", "RP", "TM", "SP"}
+    table.loc[2, "answer"] = "maybe"
+    table.to_csv(path, sep="\t", index=False)
+    with pytest.raises(MmvmFormatError, match=r"MMVMBench.tsv row 4 \(index 2\): answer 'maybe' does not start"):
+        import_vlmevalkit(str(path), str(tmp_path / "imgs"))
 
 
 def test_the_leaderboard_says_how_none_is_answered(data):

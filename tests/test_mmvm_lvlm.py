@@ -124,6 +124,15 @@ def test_workbook_scores_like_our_rows(items, tmp_path):
     with serve(answer) as srv:
         spec = openai_spec(srv.base_url, "rand", max_concurrency=1)
         rows = run_lvlm(items, spec, OpenAIBackend(spec), AnswerCache(str(tmp_path / "cache")))
+        # the same items through VLMEvalKit's TSV: the imported frames are the same bytes, so the same requests
+        from soco_pipeline.tasks.mmvm.official import export_vlmevalkit, import_vlmevalkit
+
+        export_vlmevalkit(items, str(tmp_path / "MMVMBench.tsv"))
+        imported = import_vlmevalkit(str(tmp_path / "MMVMBench.tsv"), str(tmp_path / "imgs"))
+        via_tsv = run_lvlm(imported, spec, OpenAIBackend(spec), AnswerCache(str(tmp_path / "cache")))
+        assert srv.requests == len(items)  # every imported item hit the cache
+    assert via_tsv["request_hash"].tolist() == rows["request_hash"].tolist()
+    assert via_tsv["correct"].tolist() == rows["correct"].tolist()
     book = pd.DataFrame({"index": np.arange(len(items)), "question": items["question"], "answer": items["answer"],
                          "match_type": items["match_type"], "prediction": rows["raw_answer"]})
     path = tmp_path / "model_MMVMBench.xlsx"
