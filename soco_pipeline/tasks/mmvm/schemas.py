@@ -82,6 +82,7 @@ class PredictionSchema(pa.DataFrameModel):
     item_id: Series[str]
     predicted: Series[str]
     correct: Series[bool]
+    none_mode: Series[str] = pa.Field(isin=["fitted", "carried", "fixed", "never", ""])
     status: Series[str] = pa.Field(isin=["ok", "not_applicable"])
 
 
