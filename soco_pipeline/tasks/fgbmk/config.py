@@ -46,6 +46,7 @@ class GlobalFeatureConfig(_Strict):
     final_norm: bool
     batch_size: int = Field(ge=1)
     dense_input: int | None = Field(default=None, ge=8)  # dense-only backbones' input side (None: their own)
+    threads: int | None = Field(default=None, ge=1)  # torch CPU threads of extraction and attacks (None: torch's)
 
 
 class TrainConfig(_Strict):

@@ -13,7 +13,6 @@ augmented crops (RandomResizedCrop + flip) through the frozen backbone at every 
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,20 +23,14 @@ import torch
 import torch.nn.functional as F
 
 from soco_pipeline.tasks.fgbmk.config import TrainConfig
-from soco_pipeline.tasks.fgbmk.global_features import GlobalFeatures
+from soco_pipeline.tasks.fgbmk.global_features import GlobalFeatures, torch_threads
 from soco_pipeline.tasks.fgbmk.metrics import topk_accuracy
 
 
-@contextlib.contextmanager
 def single_thread():
     """Run a block with one torch thread: the heads' matrices are small, and on a busy machine intra-op
     threads spin-wait (measured 60x slower per step with 2 threads under load)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
+    return torch_threads(1)
 
 
 def scale_lr(lr: float, batch_size: int) -> float:
