@@ -21,11 +21,13 @@ import tempfile
 import time
 from collections.abc import Callable
 
+import pandas as pd
 import torch
 
 from soco_pipeline.backbones import list_specs
 from soco_pipeline.tasks.fgbmk.config import load_config
 from soco_pipeline.tasks.fgbmk.embedded import ensure_embedded
+from soco_pipeline.tasks.fgbmk.findings import check_findings, findings_markdown
 from soco_pipeline.tasks.fgbmk.global_features import build_extractor, extract_global
 from soco_pipeline.tasks.fgbmk.linear_probe import train_probe
 from soco_pipeline.tasks.fgbmk.machine_eval import evaluate_backbone, level_labels, tasks_of
@@ -88,7 +90,7 @@ def main() -> None:
           f"{cfg.retrieval.max_iter} it x {heads(cfg.retrieval)} heads, robustness "
           f"eps {list(cfg.robustness.epsilons)} pgd {cfg.robustness.pgd_steps} steps on "
           f"{cfg.robustness.max_images or 'all'} images; dense-only input {gf.dense_input or 'own'}; torch threads "
-          f"{torch.get_num_threads()}; load {load()}", flush=True)
+          f"{torch.get_num_threads()} (extraction and attacks: {gf.threads or 'the same'}); load {load()}", flush=True)
     clock = Clock()
     with tempfile.TemporaryDirectory() as tmp:
         items, w, c = clock(ensure_embedded, f"{tmp}/set", cfg.embedded, cfg.seed)
@@ -97,6 +99,7 @@ def main() -> None:
         specs = list_specs()
         train, test = (items.split == "train").to_numpy(), (items.split == "test").to_numpy()
         labels = level_labels(items, "subclass")
+        all_metrics, all_rob = [], []
         for name in args.backbones or list(specs):
             spec = specs[name]
             start = clock.wall, clock.cpu
@@ -105,6 +108,8 @@ def main() -> None:
             (metrics, _), wm, cm = clock(evaluate_backbone, name, feats, items, cfg)
             rob, wr, cr = clock(robustness_for_backbone, name, ex, ex.cache_folder(f"{tmp}/cache", gf), items, cfg,
                                 reads_pixels=spec.kind != "oracle")
+            all_metrics.append(metrics)
+            all_rob.append(rob)
             across = metrics[metrics.scope == "across"].set_index("level")
             sub = across.loc["subclass"]
             worst = rob[rob.attack != "clean"].groupby("level").accuracy.min().round(1).to_dict()
@@ -135,6 +140,8 @@ def main() -> None:
                   f"{full.linear_probe.max_iter / ips_p / 60:.1f} min per probe, projection {ips_r:.1f} it/s -> "
                   f"{full.retrieval.max_iter / ips_r / 60:.1f} min per grid; {n_probes} probes + {n_tasks} "
                   f"projection grids -> {est / 60:.0f} min for this backbone", flush=True)
+        print("\nthe paper's findings on these backbones (SIMULATED data):\n" + findings_markdown(check_findings(
+            pd.concat(all_metrics, ignore_index=True), pd.concat(all_rob, ignore_index=True), cfg.findings)))
         print(f"{cfg.scale}-scale total (render + build + extract + metrics + robustness): "
               f"{fmt(clock.wall, clock.cpu)}; load {load()}")
 
