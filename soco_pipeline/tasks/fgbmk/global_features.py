@@ -100,7 +100,8 @@ class GlobalExtractor:
     def cache_folder(self, cache_root: str, config: GlobalFeatureConfig) -> str:
         """`<cache_root>/<name>/<spec hash>/global_<policy hash>`."""
         ident = self.identity()
-        policy = hashlib.sha256(json.dumps({"config": config.model_dump(), "code": GLOBAL_CODE_VERSION,
+        # thread count does not change the features: left out, so that it does not re-extract the cache
+        policy = hashlib.sha256(json.dumps({"config": config.model_dump(exclude={"threads"}), "code": GLOBAL_CODE_VERSION,
                                             "extractor": ident.get("extra", {})}, sort_keys=True,
                                            default=str).encode()).hexdigest()[:12]
         return join(feature_dir(cache_root, self.name, ident["hash"]), f"global_{policy}")
