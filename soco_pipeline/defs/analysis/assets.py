@@ -90,23 +90,26 @@ class CorrelationConfig(dg.Config):
     name_map_path: str | None = None  # assets/reference/name_map.csv
 
 
-@fan_in_table(group_name=GROUP, optional=["leaderboard"], kinds={"pandas"}, code_version="1",
+@fan_in_table(group_name=GROUP, optional=["leaderboard", "fgbmk_leaderboard"], kinds={"pandas"}, code_version="2",
               automation_condition=None)
 def correlation(
     context: dg.AssetExecutionContext, soco: SocoSettings, config: CorrelationConfig,
-    leaderboard: pd.DataFrame | None,
+    leaderboard: pd.DataFrame | None, fgbmk_leaderboard: pd.DataFrame | None,
 ) -> TableResult:
     """Pearson r / Spearman rho of each benchmark score (SOC, CC, ImageNet kNN; our leaderboard's columns)
-    with each downstream task and metric, seeded 10,000-resample bootstrap CIs, paired delta r; the
-    Fig. 4-like figure in the metadata and as PNG/SVG under <storage>/figures/."""
+    with each downstream task and metric (the FG-BMK backbones' fine-grained scores among them, task
+    `fgbmk`), seeded 10,000-resample bootstrap CIs, paired delta r; the Fig. 4-like figure in the metadata
+    and as PNG/SVG under <storage>/figures/."""
     from soco_pipeline.analysis import reference as ref
     from soco_pipeline.analysis.correlation import (
         ANALYSIS_CONFIG,
         correlation_table,
         headline_markdown,
         load_analysis_config,
+        task_markdown,
     )
     from soco_pipeline.analysis.figure import save_correlation_figure
+    from soco_pipeline.tasks.fgbmk.leaderboard import correlation_scores
 
     cfg = load_analysis_config(config.config_path or ANALYSIS_CONFIG, seed=config.seed,
                                n_resamples=config.n_resamples)
@@ -117,11 +120,12 @@ def correlation(
         ref.load_omniprobe(config.omniprobe_path or ref.OMNIPROBE_TABLE),
         ref.load_downstream(config.downstream_dir or ref.DOWNSTREAM_DIR),
         ref.leaderboard_scores(board, columns, "the leaderboard asset") if board is not None else None,
+        correlation_scores(fgbmk_leaderboard) if fgbmk_leaderboard is not None and len(fgbmk_leaderboard) else None,
         name_map=ref.load_name_map(map_path), map_source=map_path,
     )
     table = correlation_table(scores, cfg)
     meta: dict = {"rows": len(table), "models": int(scores["model"].nunique()), "seed": cfg.seed,
-                  "n_resamples": cfg.n_resamples}
+                  "n_resamples": cfg.n_resamples, "table_fgbmk": dg.MetadataValue.md(task_markdown(table, "fgbmk"))}
     for subset in cfg.subsets:
         stem = f"{soco.figures_root}/correlation_{subset}"
         try:
