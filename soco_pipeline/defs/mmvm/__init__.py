@@ -85,13 +85,15 @@ def mmvm_table(partitions_def: dg.PartitionsDefinition, schema, kinds: set[str],
 def mmvm_predictions(context: dg.AssetExecutionContext, soco: SocoSettings, mmvm_items: pd.DataFrame,
                      mmvm_cases: pd.DataFrame, mmvm_objects: pd.DataFrame, mmvm_images: pd.DataFrame) -> TableResult:
     """One backbone's answers: mask-pooled descriptors from the shared feature cache, cosine argmax, a None
-    threshold fitted on train; zero-shot and with the contrastive head. SOCO oracles: not applicable."""
+    threshold chosen by the config's none_rule; zero-shot and with the contrastive head. SOCO oracles: not
+    applicable."""
     from soco_pipeline.defs.backbones.assets import spec_for
     from soco_pipeline.tasks.mmvm.backbone_eval import backbone_predictions
 
     spec = spec_for(soco, context.partition_key)
     tables = {"items": mmvm_items, "cases": mmvm_cases, "objects": mmvm_objects, "images": mmvm_images}
-    pred, manifest = backbone_predictions(spec, tables, soco.features_root, device=soco.device, log=context.log.info)
+    pred, manifest = backbone_predictions(spec, tables, soco.features_root, device=soco.device, log=context.log.info,
+                                          none_rule=mmvm_config(soco).none_rule)
     return TableResult(pred, {"rows": len(pred), "status": str(pred["status"].iat[0]),
                               "cached_maps": 0 if manifest is None else len(manifest)})
 
@@ -99,14 +101,17 @@ def mmvm_predictions(context: dg.AssetExecutionContext, soco: SocoSettings, mmvm
 @mmvm_table(lvlms_partitions, schemas.AnswerSchema, {"python"}, pool="gpu")
 def mmvm_answers(context: dg.AssetExecutionContext, soco: SocoSettings, mmvm_items: pd.DataFrame) -> TableResult:
     """One LVLM's answers to the test items (both marked frames and the question): raw text, parsed letter,
-    extraction method (exact matching; no judge by default), through the harness's cache and retries."""
+    extraction method (exact matching; the config's judge when it names one), through the harness's cache and
+    retries."""
     from soco_pipeline.lvlm.backends import build_backend
     from soco_pipeline.lvlm.cache import AnswerCache
-    from soco_pipeline.tasks.mmvm.answers import run_lvlm
+    from soco_pipeline.tasks.mmvm.answers import judge_from_config, run_lvlm
 
     spec = lvlm_spec_for(soco, context.partition_key)
     test = mmvm_items[mmvm_items["split"] == "test"]
-    rows = run_lvlm(test, spec, build_backend(spec), AnswerCache(soco.lvlm_cache_root), log=context.log.info)
+    cache = AnswerCache(soco.lvlm_cache_root)
+    rows = run_lvlm(test, spec, build_backend(spec), cache, judge=judge_from_config(mmvm_config(soco), cache),
+                    log=context.log.info)
     return TableResult(rows, {"rows": len(rows), "errors": int((rows["error"] != "").sum())})
 
 
