@@ -4,13 +4,14 @@ Every stage is a Dagster run launched through the instance at $DAGSTER_HOME (`dg
 code location's asset job, with its executor: Dagster's multiprocess executor, pools and Ctrl-C
 handling, behind defs/recovery's dead-run check), so `make ui` afterwards shows every asset
 materialized. The runs: data and pairs once, then each backbone partition (one per spec file in
-assets/backbones/), then the leaderboard, the DuckDB results file and the correlation table; then
-every task family (below). A partition that fails stops only itself: the others and the leaderboards
+assets/backbones/), then every task family (below), then the leaderboard, the DuckDB results file,
+the correlation table and the results page over all of them. A partition that fails stops only itself: the others and the leaderboards
 still run, and the demo names what failed and why (exit status 1).
 
 A task family is an asset group `<family>` with an asset `<family>_leaderboard`, found in the
 Definitions (no list to edit): its unpartitioned assets run once, its `backbones`-partitioned assets per
-backbone, its `lvlms`-partitioned ones per LVLM spec, then its leaderboard, printed after SOCO's.
+backbone, its `lvlms`-partitioned ones per LVLM spec, then its leaderboard with its other summaries (the
+unpartitioned assets over partitioned ones), printed after SOCO's with those summaries' `summary` metadata.
 """
 
 from __future__ import annotations
@@ -78,13 +79,15 @@ class Stage:
 
 @dataclass
 class Family:
-    """A task family's assets: unpartitioned, per backbone, per LVLM, and its leaderboard."""
+    """A task family's assets: unpartitioned, per backbone, per LVLM, its leaderboard and the other summaries
+    over partitioned assets (run with the leaderboard)."""
 
     name: str
     once: list[dg.AssetKey] = field(default_factory=list)
     per_backbone: list[dg.AssetKey] = field(default_factory=list)
     per_lvlm: list[dg.AssetKey] = field(default_factory=list)
     leaderboard: dg.AssetKey | None = None
+    after: list[dg.AssetKey] = field(default_factory=list)  # unpartitioned, over partitioned ones: with the board
 
 
 def families(defs: dg.Definitions, exclude: Sequence[str] = ()) -> list[Family]:
@@ -107,7 +110,10 @@ def families(defs: dg.Definitions, exclude: Sequence[str] = ()) -> list[Family]:
             part_name = getattr(parts, "name", None)
             if node.key == board:
                 continue
-            if parts is None:
+            if parts is None and any(graph.get(p).partitions_def is not None for p in node.parent_keys
+                                     if graph.has(p)):
+                family.after.append(node.key)
+            elif parts is None:
                 family.once.append(node.key)
             elif part_name == BACKBONES:
                 family.per_backbone.append(node.key)
@@ -130,7 +136,7 @@ def family_stages(family: Family, backbones: Sequence[str], lvlms: Sequence[str]
         stages += [Stage(f"{name} / backbone {b}", f"demo_{name}_backbone", family.per_backbone, b) for b in backbones]
     if family.per_lvlm:
         stages += [Stage(f"{name} / LVLM {m}", f"demo_{name}_lvlm", family.per_lvlm, m) for m in lvlms]
-    return [*stages, Stage(f"{name} leaderboard", f"demo_{name}_leaderboard", [family.leaderboard])]
+    return [*stages, Stage(f"{name} leaderboard", f"demo_{name}_leaderboard", [family.leaderboard, *family.after])]
 
 
 def _first_error(result: dg.JobExecutionResult) -> str:
@@ -213,6 +219,17 @@ def _family_board(defs: dg.Definitions, instance: dg.DagsterInstance, key: dg.As
     return leaderboard_markdown(value) if isinstance(value, pd.DataFrame) else str(value)
 
 
+def _summaries(instance: dg.DagsterInstance, keys: Sequence[dg.AssetKey]) -> list[str]:
+    """The `summary` Markdown metadata of each of `keys` that has one (e.g. fgbmk_findings), titled."""
+    out = []
+    for key in keys:
+        event = instance.get_latest_materialization_event(key)
+        metadata = event.asset_materialization.metadata if event and event.asset_materialization else {}
+        if "summary" in metadata:
+            out.append(f"{key.to_user_string()}:\n\n{metadata['summary'].value}")
+    return out
+
+
 @dataclass
 class DemoResult:
     """What the demo produced: SOCO's leaderboard, each family's (Markdown), and what failed (label: why)."""
@@ -236,7 +253,8 @@ def run_families(defs: dg.Definitions, runner: Runner, backbones: Sequence[str],
         for stage in stages[1 if family.once else 0:-1]:
             runner.run(stage)  # a failed partition stops only itself
         if runner.run(stages[-1]):
-            boards[family.name] = _family_board(defs, runner.instance, family.leaderboard)
+            boards[family.name] = "\n".join([_family_board(defs, runner.instance, family.leaderboard),
+                                              *_summaries(runner.instance, family.after)])
     return boards
 
 
@@ -260,6 +278,9 @@ def run_demo(instance: dg.DagsterInstance | None = None, location: tuple[str, st
         return DemoResult(None, {}, runner.failed)
     for b in backbones:
         runner.run(Stage(f"backbone {b}", "demo_backbone", [dg.AssetKey(k) for k in PER_BACKBONE], b))
+    # the families before the summary: correlation reads fgbmk's board, results_database and the results page
+    # every family's tables
+    boards = run_families(defs, runner, backbones, lvlms)
     board = None
     summary = Stage("leaderboard, results database, correlation, results page", "demo_summary", [dg.AssetKey(k) for k in SUMMARY])
     if runner.run(summary):
@@ -267,10 +288,6 @@ def run_demo(instance: dg.DagsterInstance | None = None, location: tuple[str, st
 
         settings = soco.settings()
         board = query(settings.duckdb_path, "SELECT * FROM leaderboard ORDER BY soc DESC", settings.tables_root)
-    boards = run_families(defs, runner, backbones, lvlms)
-    if boards:  # the families' tables join the SQL views: results_database (their one writer) again
-        runner.run(Stage("results database (task families)", "demo_results_database",
-                         [dg.AssetKey("results_database")]))
     return DemoResult(board, boards, runner.failed)
 
 

@@ -74,6 +74,7 @@ TABLES: tuple[Table, ...] = (
     Table("fgbmk_answers", "fgbmk_answers", partitioned=True),
     Table("fgbmk_lvlm_metrics", "fgbmk_lvlm_metrics", partitioned=True),
     Table("fgbmk_leaderboard", "fgbmk_leaderboard"),
+    Table("fgbmk_findings", "fgbmk_findings"),
     # TPIPS (soco_pipeline/defs/tpips/); judgements simulated
     Table("tpips_images", "tpips_images"),
     Table("tpips_ooo", "tpips_ooo"),

@@ -24,8 +24,11 @@ def test_families_are_the_groups_with_a_leaderboard_asset(tmp_path):
     assert found[0].per_lvlm == [dg.AssetKey("askers_answers")]
     # In the project the LVLM group follows the convention (and so does every task family); SOCO's own
     # groups are run by name.
-    names = {f.name for f in families(build_definitions())}
-    assert "lvlm" in names and not names & {"data", "pairs", "features", "evaluation", "analysis"}
+    found = {f.name: f for f in families(build_definitions())}
+    assert "lvlm" in found and not set(found) & {"data", "pairs", "features", "evaluation", "analysis"}
+    # a summary over partitioned assets runs with the leaderboard, not before the partitions
+    assert found["fgbmk"].after == [dg.AssetKey("fgbmk_findings")]
+    assert dg.AssetKey("fgbmk_items") in found["fgbmk"].once
 
 
 def test_the_demo_runs_a_family_per_backbone_then_prints_its_leaderboard(tmp_path):

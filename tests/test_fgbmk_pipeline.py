@@ -53,7 +53,7 @@ def test_fgbmk_group_end_to_end(tmp_path, monkeypatch):
         run("fgbmk_items", "fgbmk_questions")
         run("fgbmk_global_features", "fgbmk_metrics", "fgbmk_robustness", partition="vit_tiny")
         run("fgbmk_answers", "fgbmk_lvlm_metrics", partition="always_yes")
-        run("fgbmk_leaderboard")
+        run("fgbmk_leaderboard", "fgbmk_findings")
     tables = str(storage / "tables")
     metrics = read_parquet(table_for("fgbmk_metrics").path(tables, "vit_tiny"))
     assert set(metrics.scope) == {"across", "within"} and set(metrics.level) == {"superclass", "class", "subclass"}
@@ -64,3 +64,7 @@ def test_fgbmk_group_end_to_end(tmp_path, monkeypatch):
     assert tf.correct.mean() == (tf["class"] == "yes").mean()
     board = read_parquet(table_for("fgbmk_leaderboard").path(tables))
     assert set(board.kind) == {"backbone", "lvlm"} and board.simulated.all()
+    findings = read_parquet(table_for("fgbmk_findings").path(tables))
+    assert findings.finding.tolist() == [1, 2, 3, 4, 5]
+    # a random-init ViT is never counted as a training paradigm: the paradigm findings cannot be tested
+    assert set(findings.loc[findings.finding.isin([1, 2]), "holds"]) == {"not testable"}

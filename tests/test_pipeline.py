@@ -87,8 +87,8 @@ def test_every_asset_and_blocking_check_materialized(run):
     instance = run["instance"]
     for key in DATA_AND_PAIRS + ["leaderboard"]:
         assert _count_demo(instance, key) == 1, key
-    # once after SOCO's summaries, once more after the task families (their tables join the views)
-    assert _count_demo(instance, "results_database") == (2 if run["family_boards"] else 1)
+    # once, after the task families (the summary reads every family's tables)
+    assert _count_demo(instance, "results_database") == 1
     for b in FIRST:
         for key in PER_BACKBONE:
             assert _count_demo(instance, key, b) == 1, (key, b)

@@ -92,6 +92,10 @@ def test_record_beside_the_metrics_validates_and_carries_every_field(run):
     stages = rec["timing"]["stages"]
     assert set(stages) == {"feature_manifest", "predictions", "four_choice_predictions", "metrics"}
     assert all(s["wall_s"] > 0 for s in stages.values())
+    cpu = "the stage ran on cpu, not CUDA: no GPU time"
+    assert all(s["gpu_s"] is None for s in stages.values()), stages
+    assert stages["predictions"]["gpu_s_reason"] == stages["feature_manifest"]["gpu_s_reason"] == cpu, stages
+    assert stages["metrics"]["gpu_s_reason"].startswith("not recorded by this stage"), stages
     ev = pd.read_parquet(_tables(run) / "image_pairs.parquet").evaluated.sum()
     assert rec["n-samples"]["pairs"] == {"requested": int(ev), "evaluated": int(ev)}
     assert not rec["subset"]["partial"]

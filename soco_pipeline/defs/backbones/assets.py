@@ -108,18 +108,22 @@ def feature_manifest(
     """
     from soco_pipeline.backbones import spec_hash
     from soco_pipeline.features import extract_features
+    from soco_pipeline.gpu_time import gpu_timer
 
     backbone = context.partition_key
     spec = spec_for(soco, backbone)
     context.log_event(observation("backbone_spec", spec_version(soco, backbone), backbone))
-    manifest = extract_features(
-        spec,
-        image_set,
-        soco.features_root,
-        context={"embedded_root": soco.embedded_root, "device": soco.device},
-        log=context.log.info,
-    )
-    return TableResult(manifest, {"rows": len(manifest), "spec_hash": spec_hash(spec), "kind": spec.kind})
+    # the backbone runs on soco.device, or on the spec's device when that is auto (BackboneContext)
+    with gpu_timer(spec.device if soco.device in (None, "", "auto") else soco.device) as gpu:
+        manifest = extract_features(
+            spec,
+            image_set,
+            soco.features_root,
+            context={"embedded_root": soco.embedded_root, "device": soco.device},
+            log=context.log.info,
+        )
+    return TableResult(manifest, {"rows": len(manifest), "spec_hash": spec_hash(spec), "kind": spec.kind,
+                                  **gpu.metadata()})
 
 
 def backbone_table(name: str, kinds: set[str] | None = None, **kwargs):
@@ -144,6 +148,7 @@ def predictions(
     """Zero-shot nearest-neighbour predictions (free and SOC-geo) in target-image pixels."""
     from soco_pipeline.evaluation.matching import predict
     from soco_pipeline.evaluation.subsets import apply_pair_subset
+    from soco_pipeline.gpu_time import gpu_timer
 
     backbone = context.partition_key
     protocol, seen = protocol_observation(soco)
@@ -151,17 +156,18 @@ def predictions(
     store = feature_store(soco, feature_manifest)
     rule = config.rule()  # a partial run (limit / pair_ids) predicts its subset only
     image_pairs = apply_pair_subset(image_pairs, rule)
-    df = predict(
-        image_pairs,
-        correspondences,
-        keypoints,
-        image_set,
-        store,
-        protocol,
-        backbone,
-        device=matching_device(soco),
-    )
-    meta = {"rows": len(df), "subset": rule.to_json(), "partial": not rule.is_full}
+    with gpu_timer(matching_device(soco)) as gpu:
+        df = predict(
+            image_pairs,
+            correspondences,
+            keypoints,
+            image_set,
+            store,
+            protocol,
+            backbone,
+            device=matching_device(soco),
+        )
+    meta = {"rows": len(df), "subset": rule.to_json(), "partial": not rule.is_full, **gpu.metadata()}
     if config.panels:  # what the model did: seeded panels under storage/report/panels/<backbone>/
         from soco_pipeline.report.panels import panels_dir, panels_markdown, sample_panels
 
@@ -185,22 +191,24 @@ def four_choice_predictions(
     """The backbone's pick among the four options of each item, for every rotation of the options."""
     from soco_pipeline.evaluation.four_choice_matching import predict_four_choice
     from soco_pipeline.evaluation.subsets import apply_pair_subset
+    from soco_pipeline.gpu_time import gpu_timer
 
     rule = config.rule()
     if not rule.is_full:  # a partial run asks the items of its pairs only
         sub = apply_pair_subset(image_pairs, rule)
         four_choice = four_choice[four_choice["pair_id"].isin(sub.loc[sub["evaluated"].astype(bool), "pair_id"])]
-    df = predict_four_choice(
-        four_choice,
-        keypoints,
-        image_set,
-        feature_store(soco, feature_manifest),
-        soco.protocol(),
-        context.partition_key,
-        device=matching_device(soco),
-        image_pairs=image_pairs,
-    )
-    return TableResult(df, {"rows": len(df)})
+    with gpu_timer(matching_device(soco)) as gpu:
+        df = predict_four_choice(
+            four_choice,
+            keypoints,
+            image_set,
+            feature_store(soco, feature_manifest),
+            soco.protocol(),
+            context.partition_key,
+            device=matching_device(soco),
+            image_pairs=image_pairs,
+        )
+    return TableResult(df, {"rows": len(df), **gpu.metadata()})
 
 
 @backbone_table("metrics", kinds={"pandas"})

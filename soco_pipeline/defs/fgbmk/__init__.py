@@ -2,7 +2,8 @@
 
 fgbmk_items (the simulated set, or a user's FG-BMK layout later) -> fgbmk_questions;
 backbones[b]: fgbmk_global_features[b] (pool gpu) -> fgbmk_metrics[b], fgbmk_robustness[b] (pool gpu);
-lvlms[m]: fgbmk_answers[m] -> fgbmk_lvlm_metrics[m]; all -> fgbmk_leaderboard.
+lvlms[m]: fgbmk_answers[m] -> fgbmk_lvlm_metrics[m]; all -> fgbmk_leaderboard and fgbmk_findings (the paper's
+five findings checked on our tables).
 The config is assets/fgbmk.yaml (or $SOCO_FGBMK_CONFIG) at the scale of SocoSettings.dataset_size.
 """
 
@@ -26,7 +27,7 @@ from soco_pipeline.tasks.fgbmk import schemas
 
 GROUP = "fgbmk"
 EAGER = dg.AutomationCondition.eager()
-CODE_VERSION = "fgbmk-1"
+CODE_VERSION = "fgbmk-2"  # 2: per-class top-1 in fgbmk_metrics, demo scale, one SGD loop
 
 
 def fgbmk_config(soco: SocoSettings):
@@ -166,8 +167,24 @@ def fgbmk_leaderboard(context: dg.AssetExecutionContext, fgbmk_metrics: dict[str
                       fgbmk_lvlm_metrics: dict[str, pd.DataFrame]) -> TableResult:
     """Every backbone (probe / retrieval per level, within vs across, robustness) and LVLM (accuracy per
     level, circular, knowledge-bias spread) evaluated so far."""
+    from soco_pipeline.analysis.leaderboard import leaderboard_markdown
     from soco_pipeline.tasks.fgbmk.leaderboard import fgbmk_leaderboard as build
 
     board = build(partition_rows(fgbmk_metrics), partition_rows(fgbmk_robustness), partition_rows(fgbmk_lvlm_metrics))
     return TableResult(board, {"rows": len(board), "leaderboard": dg.MetadataValue.md(
-        board.to_markdown(index=False) if len(board) else "no results yet")})
+        leaderboard_markdown(board) if len(board) else "no results yet")})
+
+
+@fan_in_table(group_name=GROUP, partitioned=["fgbmk_metrics", "fgbmk_robustness", "fgbmk_lvlm_metrics"],
+              code_version=CODE_VERSION, kinds={"pandas"})
+def fgbmk_findings(context: dg.AssetExecutionContext, soco: SocoSettings, fgbmk_metrics: dict[str, pd.DataFrame],
+                   fgbmk_robustness: dict[str, pd.DataFrame],
+                   fgbmk_lvlm_metrics: dict[str, pd.DataFrame]) -> TableResult:
+    """The paper's five findings on our tables: its figure, ours, and whether it holds (or why it cannot be
+    tested with the backbones evaluated so far)."""
+    from soco_pipeline.tasks.fgbmk.findings import check_findings, findings_markdown
+
+    robustness, lvlm = partition_rows(fgbmk_robustness), partition_rows(fgbmk_lvlm_metrics)
+    df = check_findings(partition_rows(fgbmk_metrics), robustness if len(robustness) else None,
+                        fgbmk_config(soco).findings, lvlm if len(lvlm) else None)
+    return TableResult(df, {"rows": len(df), "summary": dg.MetadataValue.md(findings_markdown(df))})

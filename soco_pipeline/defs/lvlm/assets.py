@@ -92,6 +92,7 @@ def lvlm_answers(
     """
     from soco_pipeline.backbones.spec_files import file_hash
     from soco_pipeline.evaluation.subsets import apply_item_subset
+    from soco_pipeline.gpu_time import gpu_timer
     from soco_pipeline.lvlm.backends import build_backend
     from soco_pipeline.lvlm.cache import AnswerCache
     from soco_pipeline.lvlm.run import run_model
@@ -101,12 +102,14 @@ def lvlm_answers(
     spec = lvlm_spec_for(soco, model)
     context.log_event(observation("lvlm_spec", file_hash(lvlm_spec_path(soco, model)), model))
     rule = config.rule()  # a partial run (items_per_setting / item_ids) asks its subset only
-    result = run_model(apply_item_subset(lvlm_items, rule), spec, build_backend(spec),
-                       AnswerCache(soco.lvlm_cache_root), log=context.log.info)
+    local = spec.backend == "transformers"  # the other backends are servers: no local GPU time
+    with gpu_timer(getattr(spec, "device", "auto") if local else f"remote:{spec.backend}") as gpu:
+        result = run_model(apply_item_subset(lvlm_items, rule), spec, build_backend(spec),
+                           AnswerCache(soco.lvlm_cache_root), log=context.log.info)
     return TableResult(result.answers, {
         "rows": len(result.answers), "sent": result.sent, "cached": result.cached, "errors": result.errors,
         "subset": rule.to_json(), "partial": not rule.is_full,
-        "backend": spec.backend, "model": spec.model, "spec_hash": spec_hash(spec),
+        "backend": spec.backend, "model": spec.model, "spec_hash": spec_hash(spec), **gpu.metadata(),
     })
 
 

@@ -27,7 +27,7 @@ from soco_pipeline.tasks.mmvm.config import MmvmConfig
 
 GROUP = "mmvm"
 EAGER = dg.AutomationCondition.eager()
-CODE_VERSION = "mmvm-1"
+CODE_VERSION = "mmvm-2"  # 2: answers' extraction/judge columns, the recorded None rule
 
 
 def mmvm_config(soco: SocoSettings) -> MmvmConfig:

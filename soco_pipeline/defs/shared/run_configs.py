@@ -65,7 +65,10 @@ def recorded_lvlm_subset(instance: dg.DagsterInstance, model: str) -> SubsetRule
 
 
 def stage_timing(instance: dg.DagsterInstance, partition: str, stages) -> dict:
-    """Wall time of each stage's latest step (Dagster's step stats); GPU time is not measured separately."""
+    """Wall time of each stage's latest step (Dagster's step stats) and its GPU time (the `gpu_s` /
+    `gpu_s_reason` metadata that stage wrote with gpu_time.gpu_timer; null with a reason otherwise)."""
+    from soco_pipeline.gpu_time import stage_timing_entry
+
     out = {}
     for asset in stages:
         rec = latest_materialization(instance, asset, partition)
@@ -73,5 +76,7 @@ def stage_timing(instance: dg.DagsterInstance, partition: str, stages) -> dict:
             continue
         stats = instance.get_run_step_stats(rec.run_id, step_keys=[asset])
         wall = (stats[0].end_time - stats[0].start_time) if stats and stats[0].end_time else None
-        out[asset] = {"wall_s": wall, "gpu_s": None, "run_id": rec.run_id}
+        meta = rec.asset_materialization.metadata if rec.asset_materialization is not None else {}
+        gpu = {k: meta[k].value for k in ("gpu_s", "gpu_s_reason") if k in meta}
+        out[asset] = stage_timing_entry(wall, gpu, rec.run_id)
     return {"stages": out, "source": "dagster step stats (latest materialization of each stage)"}
