@@ -269,9 +269,8 @@ def train_metric(kind: str, feats: TpipsFeatures, ooo: pd.DataFrame, pos: np.nda
             loss.backward()
             return loss
 
-        with torch.no_grad():
-            best = float(loss_of("val")) if va.any() else float("inf")
-        best_state, since = None, 0
+        # the best trained round is kept even when none beats the start (signed gains start at 0: all ties)
+        best, best_state, since = float("inf"), None, 0
         for epoch in range(cfg.epochs):
             model.train()
             opt.step(closure)
