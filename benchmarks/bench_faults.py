@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/bench_faults.py                 # every fault (about 3-5 minutes on 2 cores)
     .venv/bin/python benchmarks/bench_faults.py --skip-crash    # without the kill -9 of a whole demo run
+    .venv/bin/python benchmarks/bench_faults.py --only "class token" --only "disk full"   # some rows only
 
 "rows lost" counts rows of published tables that are missing or extra after the fault and the recovery,
 against what a fault-free run publishes (must be 0). "time to recover" is the wall time of the recovery
@@ -12,13 +13,14 @@ action (the next write, the re-extraction, the next run ...). Uses the fault hel
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -163,6 +165,44 @@ def fault_corrupt_cache(tmp: Path) -> None:
            f"read refused naming the image; re-extraction recomputed {sum(calls)} of {len(images)} images")
 
 
+VIT_TINY = {"kind": "timm", "model": "vit_tiny_patch16_224", "input": {"nearest_multiple": 64}, "batch_size": 4,
+            "device": "cpu"}  # random init: 192-value class tokens
+
+
+def fault_corrupt_class_token(tmp: Path) -> None:
+    """A ViT class token's values overwritten in place (its .npy header intact): refused on read, naming
+    the image; the re-extraction the error advises recomputes that image alone."""
+    from soco_pipeline.backbones import build_backbone, parse_spec
+    from soco_pipeline.features import FeatureError, FeatureStore, extract_features
+
+    images = _random_images(tmp / "img", 8, width=64, height=48)
+    spec = parse_spec(VIT_TINY, "vit_cls_bench")
+    cache = str(tmp / "cache")
+    manifest = extract_features(spec, images, cache)
+    bad = manifest.image_id.iloc[2]
+    before = FeatureStore.from_manifest(cache, manifest).class_token(bad)
+    path = Path(cache) / manifest.cls_path.iloc[2]
+    with open(path, "r+b") as f:
+        f.seek(128)
+        f.write(np.random.default_rng(1).bytes(path.stat().st_size - 128))
+    try:
+        FeatureStore.from_manifest(cache, manifest).class_token(bad)
+        refused = False
+    except FeatureError as e:
+        refused = bad in str(e) and "re-extract this backbone" in str(e)
+    backbone = build_backbone(spec)
+    calls: list[int] = []
+    inner = backbone.extract
+    backbone.extract = lambda imgs, recs, **kw: calls.append(len(imgs)) or inner(imgs, recs, **kw)
+    t0 = time.perf_counter()
+    fixed = extract_features(spec, images, cache, backbone=backbone)
+    seconds = time.perf_counter() - t0
+    after = FeatureStore.from_manifest(cache, fixed).class_token(bad)
+    record("corrupt class token (values overwritten, header intact)", refused and sum(calls) == 1,
+           abs(len(fixed) - len(images)) + int(not np.allclose(after, before, atol=2e-3)), seconds,
+           f"read refused naming the image; re-extraction recomputed {sum(calls)} of {len(images)} images")
+
+
 def fault_failed_check(tmp: Path) -> None:
     """A re-import whose blocking image_pairs check fails: the previous table must stay."""
     import dagster as dg
@@ -199,35 +239,48 @@ def fault_failed_check(tmp: Path) -> None:
            "the failing run published nothing (previous table kept); the rerun after the fix published")
 
 
-def fault_disk_full(tmp: Path) -> None:
-    """Writes into a 256 KiB tmpfs (real ENOSPC)."""
+@contextlib.contextmanager
+def _tiny_tmpfs(tmp: Path, fault: str) -> Iterator[Path | None]:
+    """A 256 KiB tmpfs under tmp (real ENOSPC), unmounted on exit; None (and a not-survived row naming
+    `fault`) where this machine cannot mount one."""
     mnt = tmp / "tiny"
     mnt.mkdir()
     try:
         subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)], check=True,
                        capture_output=True, timeout=20)
     except (OSError, subprocess.SubprocessError) as e:
-        record("disk full (tmpfs)", False, -1, 0.0, f"skipped: cannot mount a tmpfs here ({e})")
+        record(fault, False, -1, 0.0, f"skipped: cannot mount a tmpfs here ({e})")
+        yield None
         return
     try:
-        os.environ["SOCO_STORAGE"] = str(mnt)
-        small = metrics_frame("a", 100)
-        write_parquet_atomic(small, str(mnt / "tables" / "metrics" / "a.parquet"))
-        try:
-            write_bytes_atomic(str(mnt / "features" / "x.npy"), os.urandom(600_000))
-            clear = False
-        except StorageFullError as e:
-            clear = str(mnt) in str(e) and "600,000 bytes" in str(e)
-        orphans = [p for p in mnt.rglob("*") if p.is_file() and p.name != "a.parquet"]
-        t0 = time.perf_counter()
-        write_bytes_atomic(str(mnt / "features" / "x.npy"), os.urandom(60_000))  # after space is freed
-        seconds = time.perf_counter() - t0
-        lost = abs(len(read_parquet(str(mnt / "tables" / "metrics" / "a.parquet"))) - 100)
-        record("disk full (256 KiB tmpfs, 600 KB write)", clear and not orphans, lost, seconds,
-               f"error named the storage root and the bytes; {len(orphans)} orphans")
+        yield mnt
     finally:
-        os.environ.pop("SOCO_STORAGE", None)
         subprocess.run(["umount", "-l", str(mnt)], check=False, capture_output=True, timeout=20)
+
+
+def fault_disk_full(tmp: Path) -> None:
+    """Writes into a 256 KiB tmpfs (real ENOSPC)."""
+    with _tiny_tmpfs(tmp, "disk full (tmpfs)") as mnt:
+        if mnt is None:
+            return
+        try:
+            os.environ["SOCO_STORAGE"] = str(mnt)
+            small = metrics_frame("a", 100)
+            write_parquet_atomic(small, str(mnt / "tables" / "metrics" / "a.parquet"))
+            try:
+                write_bytes_atomic(str(mnt / "features" / "x.npy"), os.urandom(600_000))
+                clear = False
+            except StorageFullError as e:
+                clear = str(mnt) in str(e) and "600,000 bytes" in str(e)
+            orphans = [p for p in mnt.rglob("*") if p.is_file() and p.name != "a.parquet"]
+            t0 = time.perf_counter()
+            write_bytes_atomic(str(mnt / "features" / "x.npy"), os.urandom(60_000))  # after space is freed
+            seconds = time.perf_counter() - t0
+            lost = abs(len(read_parquet(str(mnt / "tables" / "metrics" / "a.parquet"))) - 100)
+            record("disk full (256 KiB tmpfs, 600 KB write)", clear and not orphans, lost, seconds,
+                   f"error named the storage root and the bytes; {len(orphans)} orphans")
+        finally:
+            os.environ.pop("SOCO_STORAGE", None)
 
 
 def fault_disk_full_extraction(tmp: Path) -> None:
@@ -237,15 +290,9 @@ def fault_disk_full_extraction(tmp: Path) -> None:
     from soco_pipeline.features import extract_features
     from soco_pipeline.features.layout import feature_dir, read_manifest
 
-    mnt = tmp / "tiny"
-    mnt.mkdir()
-    try:
-        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)], check=True,
-                       capture_output=True, timeout=20)
-    except (OSError, subprocess.SubprocessError) as e:
-        record("disk full mid-extraction (tmpfs)", False, -1, 0.0, f"skipped: cannot mount a tmpfs here ({e})")
-        return
-    try:
+    with _tiny_tmpfs(tmp, "disk full mid-extraction (tmpfs)") as mnt:
+        if mnt is None:
+            return
         images = _random_images(tmp / "img", 40, width=64, height=64)
         spec = parse_spec({"kind": "classical", "model": "sift", "input": {"nearest_multiple": 64},
                            "normalisation": "raw", "batch_size": 2}, "sift_full")
@@ -266,8 +313,46 @@ def fault_disk_full_extraction(tmp: Path) -> None:
         record("disk full mid-extraction (256 KiB tmpfs), then more space", clear and orphans == 0,
                abs(len(manifest) - len(images)), seconds,
                f"{len(listed)} of {len(images)} maps kept at the fault, {orphans} orphans; the rerun resumed")
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False, capture_output=True, timeout=20)
+
+
+def fault_disk_full_vit_extraction(tmp: Path) -> None:
+    """ENOSPC while a ViT writes maps and class tokens (48 images into a 256 KiB tmpfs), then more space:
+    every class token the manifest lists must still be on disk, and the rerun resumes."""
+    import soco_pipeline.features.extract as extract_module
+    from soco_pipeline.backbones import parse_spec, spec_hash
+    from soco_pipeline.features import FeatureStore, extract_features
+    from soco_pipeline.features.layout import feature_dir, read_manifest
+
+    with _tiny_tmpfs(tmp, "disk full mid-ViT-extraction (tmpfs)") as mnt:
+        if mnt is None:
+            return
+        images = _random_images(tmp / "img", 48, width=64, height=48)
+        spec = parse_spec(VIT_TINY, "vit_full_bench")
+        cache = str(mnt / "features")
+        flush, extract_module.FLUSH_SECONDS = extract_module.FLUSH_SECONDS, 0.0  # a manifest per batch
+        try:
+            try:
+                extract_features(spec, images, cache)
+                clear = False
+            except StorageFullError as e:
+                clear = str(mnt) in str(e) and "bytes" in str(e)
+            folder = Path(feature_dir(cache, spec.name, spec_hash(spec)))
+            manifest = read_manifest(str(folder))
+            tokens = set(manifest.cls_path.str.rsplit("/", n=1).str[-1])
+            kept = tokens & {p.name for p in folder.glob("*.cls.npy")}
+            subprocess.run(["mount", "-o", "remount,size=4m", str(mnt)], check=True, timeout=20)
+            t0 = time.perf_counter()
+            fixed = extract_features(spec, images, cache)
+            seconds = time.perf_counter() - t0
+        finally:
+            extract_module.FLUSH_SECONDS = flush
+        store = FeatureStore.from_manifest(cache, fixed)
+        readable = sum(store.class_token(i).shape == (192,) for i in images.image_id)
+        record("disk full mid-ViT-extraction (256 KiB tmpfs), then more space",
+               clear and len(tokens) > 0 and kept == tokens and readable == len(images),
+               abs(len(fixed) - len(images)), seconds,
+               f"{len(kept)} of {len(tokens)} listed class tokens kept at the fault; the rerun resumed and "
+               f"{readable} of {len(images)} class tokens read")
 
 
 def fault_sql_write(tmp: Path) -> None:
@@ -315,6 +400,8 @@ def fault_keypoint_outside(tmp: Path) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--skip-crash", action="store_true", help="leave out the kill -9 of a whole demo run")
+    ap.add_argument("--only", action="append", default=[], metavar="NAME",
+                    help="run only the faults whose short name contains NAME (repeatable), e.g. 'class token'")
     args = ap.parse_args()
     faults: list[tuple[str, Callable[[Path], None]]] = [
         ("killed write (full)", lambda t: fault_killed_write(t, "full")),
@@ -323,11 +410,15 @@ def main() -> int:
         ("failed check", fault_failed_check),
         ("disk full", fault_disk_full),
         ("disk full extraction", fault_disk_full_extraction),
+        ("corrupt class token", fault_corrupt_class_token),
+        ("disk full vit", fault_disk_full_vit_extraction),
         ("sql", fault_sql_write),
         ("keypoint outside", fault_keypoint_outside),
     ]
     if not args.skip_crash:
         faults.append(("crash", fault_crash_mid_extraction))
+    if args.only:
+        faults = [(n, fn) for n, fn in faults if any(o in n for o in args.only)]
     for name, fn in faults:
         tmp = Path(tempfile.mkdtemp(prefix=f"bench-faults-{name.split()[0]}-"))
         try:

@@ -2,8 +2,10 @@
 scoring (extraction into a fresh feature cache, mask pooling, zero-shot and contrastive-head answers)
 for every spec in assets/backbones/, each with wall and CPU seconds.
 
-Target: the whole family adds under 60 s to `make demo` on 2 idle cores.
-Usage: python benchmarks/bench_mmvm.py
+Target: the whole family adds about 35 s to `make demo` on 2 idle cores (the three new families together
+under 3 minutes). On a shared machine the CPU seconds are the figure to compare: wall time there depends
+on the load (printed first and last).
+Usage: nice python benchmarks/bench_mmvm.py
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ def main() -> None:
     wall = sum(w for w, _ in totals)
     cpu = sum(c for _, c in totals)
     print(f"total: {wall:.1f} s wall, {cpu:.1f} s CPU (wall on 2 idle cores: between {cpu / 2:.0f} and {cpu:.0f} s)")
+    print(f"load average {os.getloadavg()[0]:.1f} at the end")
     print(board[["model", "method", "status", "accuracy", "random_expected", "query:present_forced"]]
           .to_string(index=False))
 

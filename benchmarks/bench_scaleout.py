@@ -1,16 +1,27 @@
-"""Scale-out: 4 backbone partitions with real feature extraction, in-process vs distributed (1 and 2 workers).
+"""Scale-out: 1 worker against 2 workers, interleaved on ONE stack, 4 backbone partitions with real feature
+extraction.
 
-The same partitions three ways, every way on the same S3 bucket (a local SeaweedFS) so that only the
-execution differs:
-- in-process: `dg.materialize` per partition (Dagster's in-process executor), one after the other;
-- distributed, 1 worker: `soco cluster` with one Celery worker taking both queues (default and gpu);
-- distributed, 2 workers: two such workers.
-Both distributed runs are backfills through the webserver (one run per partition, the queued run
-coordinator lets 4 run at once). Prints wall times, the speed-up of 2 workers over 1, and the fixed costs
-read off Dagster's event log: per run (run created -> first step start, plus last step end -> run end: queueing, launch, run worker
-start-up) and per step (the worker's 'Executing steps' event -> step start: resources, inputs' set-up).
+One `LocalStack` (one Redis, one Postgres, one SeaweedFS bucket, one code server and daemon) with two
+Celery workers that take both queues (default and gpu). A repetition is a backfill of the 4 partitions
+through the webserver (one run per partition, the queued run coordinator lets 4 run at once). For a
+1-worker repetition, worker-2 stops consuming (Celery's remote control `cancel_consumer`; its process
+stays up, idle), for a 2-worker one it consumes again (`add_consumer`): the processes, ports and data are
+the same in both settings, only the number of workers taking steps differs. Before every repetition the
+feature cache is deleted from the bucket, so every repetition extracts every map again.
 
-    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_scaleout.py [--categories car,bus,chair --images 4]
+The settings are interleaved in ABBA order (1,2,2,1, 1,2,2,1, ...) after one 2-worker warm-up repetition
+that is not counted (it pays the workers' first imports), so that a load that drifts during the run (the
+machine may be shared) falls on both settings alike. Each repetition's wall time is read off Dagster's
+event log: first run created -> last run ended (the backfill daemon's tick before the runs exist is not
+counted). Printed: nproc, the load average before and after and at each repetition's start, each
+repetition's wall time and which workers ran its steps, the median per setting, their ratio, and the fixed
+costs (per run: run created -> first step start plus last step end -> run end; per step: the worker's
+'Executing steps' event -> step start; task submitted -> step start).
+
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_scaleout.py [--categories car,bus,chair --images 4 --reps 2]
+
+Every process is stopped by pid at the end (`LocalStack.stop`); the script then lists any of the stack's
+processes still alive (there should be none).
 """
 
 from __future__ import annotations
@@ -25,27 +36,25 @@ from pathlib import Path
 
 import requests
 
-from soco_pipeline.deploy.processes import wait_for
+from soco_pipeline.deploy.processes import group_members, wait_for
 from soco_pipeline.deploy.stack import BUCKET, DEFAULT_QUEUE, GPU_QUEUE, LocalStack
 from soco_pipeline.storage import PROJECT_ROOT
 
 BACKBONES = ["dense_sift", "oracle_part", "oracle_concept", "vit_small_random"]
-PER_BACKBONE = ["feature_manifest", "predictions", "four_choice_predictions", "metrics"]
+QUEUES = (DEFAULT_QUEUE, GPU_QUEUE)
+PREFIX = "bench"
+SWITCHED = "worker-2"  # consumes in 2-worker repetitions only
 
 
-def _defs(prefix: str, backbones_dir: Path, categories: list[str] | None, images: int | None):
+def _load() -> str:
+    return "load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
+
+
+def _defs(backbones_dir: Path, categories: list[str] | None, images: int | None):
     from soco_pipeline.defs.definitions import build_definitions
 
-    return build_definitions(storage_root=f"s3://{BUCKET}/{prefix}", backbones_dir=str(backbones_dir),
+    return build_definitions(storage_root=f"s3://{BUCKET}/{PREFIX}", backbones_dir=str(backbones_dir),
                              categories=categories, images_per_category=images)
-
-
-def _materialize(defs, instance, selection, partition_key=None) -> None:
-    import dagster as dg
-
-    result = dg.materialize(list(defs.assets), selection=selection, instance=instance,
-                            resources=defs.resources, partition_key=partition_key, raise_on_error=True)
-    assert result.success
 
 
 def _backfill(stack: LocalStack, backbones: list[str]) -> str:
@@ -63,24 +72,52 @@ def _backfill(stack: LocalStack, backbones: list[str]) -> str:
     return res["backfillId"]
 
 
-def _fixed_costs(instance, run_ids: list[str]) -> tuple[list[float], list[float], list[float], float]:
-    """Per-run fixed costs, per-step worker set-up times, and the wall time from first run created to last end."""
+def _node(stack: LocalStack, name: str) -> str:
+    """The full Celery node name (name@host) of a worker, from its ping reply."""
+    replies = stack.celery_app().control.ping(timeout=2.0) or []
+    nodes = [n for r in replies for n in r if n.split("@")[0] == name]
+    if not nodes:
+        raise RuntimeError(f"worker {name} does not answer a ping; see {stack.root / 'logs' / (name + '.log')}")
+    return nodes[0]
+
+
+def set_workers(stack: LocalStack, n: int) -> None:
+    """Let n (1 or 2) workers take steps: worker-2 stops or starts consuming both queues, and its queues
+    are checked with `inspect().active_queues()` before returning."""
+    app, node = stack.celery_app(), _node(stack, SWITCHED)
+    for q in QUEUES:
+        if n == 2:
+            app.control.add_consumer(q, destination=[node], reply=True, timeout=5.0)
+        else:
+            app.control.cancel_consumer(q, destination=[node], reply=True, timeout=5.0)
+    want = set(QUEUES) if n == 2 else set()
+
+    def consuming() -> bool:
+        active = app.control.inspect([node], timeout=2.0).active_queues() or {}
+        return {q["name"] for q in active.get(node, [])} == want
+
+    wait_for(f"{SWITCHED} consuming {sorted(want)}", consuming, 30, interval=0.5)
+
+
+def _rep_figures(instance, run_ids: list[str]) -> dict:
+    """Wall time (first run created -> last run end), fixed costs and the workers that ran steps."""
     from dagster import DagsterEventType
 
-    run_costs, step_costs, dispatch, starts, ends = [], [], [], [], []
+    run_costs, step_costs, dispatch, starts, ends, workers = [], [], [], [], [], set()
     for run_id in run_ids:
         run = instance.get_run_record_by_id(run_id)
-        logs = instance.all_logs(run_id)
         picked_up, submitted, step_start, step_end = {}, {}, [], []
         run_end = None
-        for rec in logs:
+        for rec in instance.all_logs(run_id):
             ev = rec.dagster_event
             if ev is None:
                 continue
-            if ev.event_type == DagsterEventType.ENGINE_EVENT and rec.step_key and ev.engine_event_data and \
-                    "Celery worker" in ev.engine_event_data.metadata:
+            meta = ev.engine_event_data.metadata if ev.event_type == DagsterEventType.ENGINE_EVENT and \
+                ev.engine_event_data else {}
+            if rec.step_key and "Celery worker" in meta:
                 picked_up[rec.step_key] = rec.timestamp  # the worker took the task (queue wait excluded)
-            elif ev.event_type == DagsterEventType.ENGINE_EVENT and rec.step_key and \
+                workers.add(str(meta["Celery worker"].value).split("@")[0])
+            elif rec.step_key and ev.event_type == DagsterEventType.ENGINE_EVENT and \
                     "Submitting celery task" in (rec.user_message or ""):
                 submitted[rec.step_key] = rec.timestamp
             elif ev.event_type == DagsterEventType.STEP_START:
@@ -97,118 +134,126 @@ def _fixed_costs(instance, run_ids: list[str]) -> tuple[list[float], list[float]
         run_costs.append((min(step_start) - created) + (run_end - max(step_end)))
         starts.append(created)
         ends.append(run_end)
-    return run_costs, step_costs, dispatch, max(ends) - min(starts)
+    return {"wall": max(ends) - min(starts), "run_cost": run_costs, "step_cost": step_costs,
+            "dispatch": dispatch, "workers": sorted(workers)}
 
 
-def distributed(workers: int, root: Path, backbones_dir: Path, categories, images, prefix: str) -> dict:
-    """One stack with `workers` Celery workers on both queues; data in-process, then the backfill."""
+def repetition(stack: LocalStack, instance, n: int) -> dict:
+    """Delete the feature cache, let n workers consume, backfill the 4 partitions and wait for them."""
     import dagster as dg
+
+    fs = stack.s3fs()
+    features = f"{BUCKET}/{PREFIX}/features"
+    if fs.exists(features):
+        fs.rm(features, recursive=True)
+    set_workers(stack, n)
+    backfill = _backfill(stack, BACKBONES)
+
+    def runs():
+        return instance.get_runs(dg.RunsFilter(tags={"dagster/backfill": backfill}))
+
+    wait_for("backfill runs", lambda: len(runs()) == len(BACKBONES), 120, interval=1.0)
+    wait_for("backfill done", lambda: all(r.is_finished for r in runs()), 1200, interval=2.0)
+    bad = [(r.tags.get("dagster/partition"), r.status.value) for r in runs() if not r.is_success]
+    if bad:
+        raise RuntimeError(f"runs failed: {bad}; logs under {stack.root}/logs")
+    return _rep_figures(instance, [r.run_id for r in runs()])
+
+
+def abba(reps: int) -> list[int]:
+    """Worker counts in ABBA order: 1,2,2,1 repeated; `reps` repetitions of each setting."""
+    order: list[int] = []
+    while len(order) < 2 * reps:
+        order += [1, 2] if len(order) % 4 == 0 else [2, 1]
+    return order
+
+
+def leftovers(stack: LocalStack) -> list[str]:
+    """'name pid' of every process of the stack's services that is still alive."""
+    return [f"{s.name} {pid}" for s in stack.services for pid in group_members(s.pgid)]
+
+
+def run(root: Path, specs: Path, categories: list[str] | None, images: int | None, reps: int) -> dict[int, list]:
+    """Start the stack, prepare the data, warm up, run the interleaved repetitions; stop the stack."""
+    import dagster as dg
+    import fsspec.config
 
     from soco_pipeline.defs.shared.partitions import backbones_partitions
 
-    env = {"SOCO_BACKBONES_DIR": str(backbones_dir)}
+    env = {"SOCO_BACKBONES_DIR": str(specs)}
     if categories:
         env["SOCO_CATEGORIES"] = ",".join(categories)
     if images:
         env["SOCO_IMAGES_PER_CATEGORY"] = str(images)
-    stack = LocalStack(root, default_workers=workers, gpu_workers=0, default_queues=(DEFAULT_QUEUE, GPU_QUEUE),
-                       max_concurrent_runs=4, automation=False, extra_env=env, storage_prefix=prefix)
+    stack = LocalStack(root, default_workers=2, gpu_workers=0, default_queues=QUEUES, max_concurrent_runs=4,
+                       automation=False, extra_env=env, storage_prefix=PREFIX)
     saved = dict(os.environ)
+    res: dict[int, list] = {1: [], 2: []}
     t0 = time.monotonic()
     try:
         stack.start(timeout=300)
-        up = time.monotonic() - t0
+        print(f"stack up in {time.monotonic() - t0:.0f} s (not counted); {_load()}", flush=True)
         os.environ.update(stack.client_env())
-        import fsspec.config
-
         fsspec.config.set_conf_env(fsspec.config.conf)
         with dg.DagsterInstance.get() as instance:
-            _materialize(_defs(prefix, backbones_dir, categories, images), instance,
-                         dg.AssetSelection.groups("data", "pairs"))
+            defs = _defs(specs, categories, images)
+            done = dg.materialize(list(defs.assets), instance=instance, resources=defs.resources,
+                                  selection=dg.AssetSelection.groups("data", "pairs"), raise_on_error=True,
+                                  run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}})
+            assert done.success
             instance.add_dynamic_partitions(backbones_partitions.name, BACKBONES)
-            backfill = _backfill(stack, BACKBONES)
-
-            def runs():
-                return instance.get_runs(dg.RunsFilter(tags={"dagster/backfill": backfill}))
-
-            wait_for("backfill runs", lambda: len(runs()) == len(BACKBONES), 120, interval=1.0)
-            wait_for("backfill done", lambda: all(r.is_finished for r in runs()), 1200, interval=2.0)
-            bad = [(r.tags.get("dagster/partition"), r.status.value) for r in runs() if not r.is_success]
-            if bad:
-                raise RuntimeError(f"runs failed: {bad}; logs under {root}/logs")
-            run_costs, step_costs, dispatch, wall = _fixed_costs(instance, [r.run_id for r in runs()])
-        return {"wall": wall, "stack_up": up, "run_cost": run_costs, "step_cost": step_costs, "dispatch": dispatch}
+            w = repetition(stack, instance, 2)
+            print(f"warm-up, 2 workers: {w['wall']:6.1f} s (not counted)", flush=True)
+            for i, n in enumerate(abba(reps), 1):
+                load = _load()
+                r = repetition(stack, instance, n)
+                res[n].append(r)
+                print(f"rep {i}: {n} worker{'s' if n > 1 else ' '} {r['wall']:6.1f} s  steps ran on "
+                      f"{','.join(r['workers'])}  ({load} at its start)", flush=True)
+        return res
     finally:
         os.environ.clear()
         os.environ.update(saved)
-        stack.stop()
-
-
-def in_process(root: Path, backbones_dir: Path, categories, images) -> float:
-    """The 4 partitions one after the other with the in-process executor (data prepared beforehand)."""
-    import dagster as dg
-
-    from soco_pipeline.defs.shared.partitions import backbones_partitions
-
-    stack = LocalStack(root, default_workers=0, gpu_workers=0, webserver=False, automation=False)
-    saved = dict(os.environ)
-    try:
-        # Only the S3 server is needed; the whole stack is started for simplicity and stopped after.
-        stack.start(timeout=300)
-        env = stack.client_env()
-        env.pop("SOCO_PROFILE")
-        os.environ.update(env)
-        import fsspec.config
-
-        fsspec.config.set_conf_env(fsspec.config.conf)
-        defs = _defs("inprocess", backbones_dir, categories, images)
-        with dg.instance_for_test() as instance:
-            _materialize(defs, instance, dg.AssetSelection.groups("data", "pairs"))
-            instance.add_dynamic_partitions(backbones_partitions.name, BACKBONES)
-            t0 = time.perf_counter()
-            for b in BACKBONES:
-                _materialize(defs, instance, dg.AssetSelection.assets(*PER_BACKBONE), b)
-            return time.perf_counter() - t0
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
-        stack.stop()
+        outcome = stack.stop()
+        left = leftovers(stack)
+        print(f"stack stopped by pid: {outcome}; processes left: {left or 'none'}")
 
 
 def main() -> None:
-    """Run the three ways and print the figures."""
+    """Run the interleaved repetitions and print the figures."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--categories", default="", help="comma-separated subset (default: the whole demo set)")
     ap.add_argument("--images", type=int, default=None, help="images per category (default: the demo set's)")
+    ap.add_argument("--reps", type=int, default=2, help="repetitions per setting, in ABBA order (default 2)")
     args = ap.parse_args()
     categories = [c for c in args.categories.split(",") if c] or None
+    print(f"nproc {os.cpu_count()}; {_load()} before; {len(BACKBONES)} partitions ({', '.join(BACKBONES)}); "
+          f"data: {args.categories or 'demo set'}, {args.images or 'all'} images per category; "
+          f"order {abba(args.reps)} after a 2-worker warm-up", flush=True)
     tmp = Path(tempfile.mkdtemp(prefix="soco-bench-scaleout-"))
-    tmp.chmod(0o755)
+    tmp.chmod(0o755)  # Postgres runs as the postgres user and must enter its data folder below
     try:
         specs = tmp / "backbones"
         specs.mkdir()
         for b in BACKBONES:
             shutil.copy(PROJECT_ROOT / "assets" / "backbones" / f"{b}.yaml", specs)
-        print(f"{len(BACKBONES)} partitions ({', '.join(BACKBONES)}); data: "
-              f"{args.categories or 'demo set'}, {args.images or 'all'} images per category")
-        t_in = in_process(tmp / "inprocess", specs, categories, args.images)
-        print(f"in-process:               {t_in:7.1f} s")
-        res = {}
-        for n in (1, 2):
-            res[n] = distributed(n, tmp / f"cluster{n}", specs, categories, args.images, f"dist{n}")
-            r = res[n]
-            print(f"distributed, {n} worker{'s' if n > 1 else ' '}:   {r['wall']:7.1f} s  "
-                  f"(stack start {r['stack_up']:.0f} s, not counted)")
-        print(f"speed-up of 2 workers over 1: {res[1]['wall'] / res[2]['wall']:.2f}x; "
-              f"distributed (2) vs in-process: {t_in / res[2]['wall']:.2f}x")
-        for n in (1, 2):
-            rc, sc = res[n]["run_cost"], res[n]["step_cost"]
-            print(f"fixed cost ({n} worker{'s' if n > 1 else ''}): per run {statistics.median(rc):.1f} s median "
-                  f"(create -> first step, last step -> end); per step {statistics.median(sc):.2f} s median "
-                  f"(worker says 'Executing steps' -> step start), max {max(sc):.2f} s; task submitted -> step "
-                  f"start {statistics.median(res[n]['dispatch']):.1f} s median (includes waiting for a free worker)")
+        res = run(tmp / "cluster", specs, categories, args.images, args.reps)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    med = {n: statistics.median(r["wall"] for r in res[n]) for n in (1, 2)}
+    for n in (1, 2):
+        walls = ", ".join(f"{r['wall']:.1f}" for r in res[n])
+        print(f"{n} worker{'s' if n > 1 else ' '}: median {med[n]:6.1f} s  (reps: {walls})")
+    print(f"ratio 1-worker median / 2-worker median: {med[1] / med[2]:.2f}")
+    for n in (1, 2):
+        rc = [c for r in res[n] for c in r["run_cost"]]
+        sc = [c for r in res[n] for c in r["step_cost"]]
+        dp = [c for r in res[n] for c in r["dispatch"]]
+        print(f"fixed cost ({n} worker{'s' if n > 1 else ''}): per run {statistics.median(rc):.1f} s median "
+              f"(create -> first step, last step -> end); per step {statistics.median(sc):.2f} s median "
+              f"(worker says 'Executing steps' -> step start), max {max(sc):.2f} s; task submitted -> step "
+              f"start {statistics.median(dp):.1f} s median (includes waiting for a free worker)")
+    print(f"nproc {os.cpu_count()}; {_load()} after")
 
 
 if __name__ == "__main__":

@@ -70,8 +70,8 @@ def main() -> None:
                 for m in ("cc", "soc", "soc_geo", "cross_soc", "four_choice"):
                     r = ci.loc[m]
                     print(f"{b:15s} {m:12s} {r.value:6.1f}  boot_category [{r.ci95_lo_boot_category:5.1f}, "
-                          f"{r.ci95_hi_boot_category:5.1f}]  cluster_image [{r.ci95_lo_cluster_image:5.1f}, "
-                          f"{r.ci95_hi_cluster_image:5.1f}]  pairs {r.n_units}")
+                          f"{r.ci95_hi_boot_category:5.1f}]  cluster_image_logit [{r.ci95_lo_cluster_image_logit:5.1f}, "
+                          f"{r.ci95_hi_cluster_image_logit:5.1f}]  pairs {r.n_units}")
             print(f"concept oracle SOC theory (evaluation/theory.py): {theory:.1f}")
             overall, _ = stats.compare(scores["oracle_part"], scores["oracle_concept"])
             print(json.dumps(overall.set_index("metric")[["delta", "ci95_lo_boot_category", "ci95_hi_boot_category",

@@ -268,6 +268,9 @@ def run_demo(instance: dg.DagsterInstance | None = None, location: tuple[str, st
         settings = soco.settings()
         board = query(settings.duckdb_path, "SELECT * FROM leaderboard ORDER BY soc DESC", settings.tables_root)
     boards = run_families(defs, runner, backbones, lvlms)
+    if boards:  # the families' tables join the SQL views: results_database (their one writer) again
+        runner.run(Stage("results database (task families)", "demo_results_database",
+                         [dg.AssetKey("results_database")]))
     return DemoResult(board, boards, runner.failed)
 
 
@@ -281,11 +284,11 @@ def main() -> int:
         print("\ninterrupted: the run in progress is marked failed; `make demo` again resumes from what is "
               "materialized", file=sys.stderr)
         return 130
-    from soco_pipeline.analysis.leaderboard import leaderboard_markdown
+    from soco_pipeline.analysis.leaderboard import console_board, leaderboard_markdown
 
     if result.board is not None:
-        print()
-        print(leaderboard_markdown(result.board))
+        print("\nSOCO leaderboard (PCK at the protocol's headline alpha, 0-100; every column: .venv/bin/soco leaderboard):\n")
+        print(leaderboard_markdown(console_board(result.board)))
     for name, board in result.family_boards.items():
         print(f"\n{name}:\n\n{board}")
     # --- the LVLM family (soco_pipeline/demo_lvlm.py): loopback reference answerers, stopped by pid --------

@@ -3,6 +3,9 @@
 Readers open it read-only. The pipeline opens a writer only for the moment it (re)creates the
 views, so no long-lived process holds it.
 
+The file is written in DuckDB's v1.5.0 storage format (`STORAGE_COMPATIBILITY`), so the duckdb CLI
+(duckdb-cli on PyPI, 1.5.x) and any client from 1.5 on open it.
+
 Views read an explicit list of published files (never a glob, which would also match the hidden
 `.tmp-*` files of atomic writes in flight or killed). The stored views name files relative to the
 storage root (the database file's folder), so a copied storage root never reads the original's
@@ -16,14 +19,19 @@ there is no file: DuckDB reads the bucket through the same fsspec filesystem as 
 
 from __future__ import annotations
 
+import os
+import uuid
 from pathlib import Path
 
 import duckdb
 
-from soco_pipeline.storage import exists, filesystem, is_remote, published
+from soco_pipeline.storage import TMP_PREFIX, exists, filesystem, is_remote, published
 from soco_pipeline.tables import TABLES, Table
 
 IN_MEMORY = ":memory:"  # the results "file" when the tables live in an object store
+# The storage format the results file is written in: DuckDB 2.0 writes format 69 by default, which the
+# duckdb CLI on PyPI (duckdb-cli 1.5.x, the newest there) cannot read; a v1.5.0 file opens in both.
+STORAGE_COMPATIBILITY = "v1.5.0"
 
 # Statement types `query` runs; everything else (COPY, EXPORT, ATTACH, SET, INSTALL, CREATE ...) is refused.
 READ_STATEMENTS = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
@@ -141,8 +149,17 @@ def refresh_views(db_path: str | Path, tables_root: str) -> list[str]:
             return create_views(con, tables_root)
     db_path = Path(db_path)
     db_path.parent.mkdir(parents=True, exist_ok=True)
-    with duckdb.connect(str(db_path)) as con:
-        return create_views(con, tables_root)
+    # A fresh file each time, renamed over the old one: it only holds views, and a file once written in a
+    # newer storage format stays in it (see STORAGE_COMPATIBILITY); readers never see a half-made file.
+    tmp = db_path.with_name(f"{TMP_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}-{db_path.name}")
+    try:
+        with duckdb.connect(str(tmp), config={"storage_compatibility_version": STORAGE_COMPATIBILITY}) as con:
+            views = create_views(con, tables_root)
+        os.replace(tmp, db_path)
+    finally:
+        for leftover in (tmp, tmp.with_name(tmp.name + ".wal")):
+            leftover.unlink(missing_ok=True)
+    return views
 
 
 def create_views(con: duckdb.DuckDBPyConnection, tables_root: str) -> list[str]:

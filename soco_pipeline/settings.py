@@ -151,6 +151,11 @@ class Settings(BaseModel):
         """The static results page (`index.html`, its images) and the prediction panels (`panels/<backbone>/`)."""
         return join(self.storage_root, "report")
 
+    def task_root(self, family: str, *parts: str) -> str:
+        """A task family's files beside its tables (generated frames, renders, contact sheets):
+        `<storage>/<family>/<parts...>`; the family's domain core writes there."""
+        return join(self.storage_root, family, *parts)
+
     @property
     def duckdb_path(self) -> str:
         """The DuckDB file holding views over the result tables (local path); ":memory:" when the storage

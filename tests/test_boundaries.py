@@ -77,3 +77,86 @@ def test_the_foundation_imports_no_stage(name):
     assert path.is_file(), f"foundation module {name} is listed but {path} does not exist"
     stages = sorted({t for t, _ in imports(path) if stage_of(t) not in (None, *FOUNDATION)})
     assert not stages, f"{name} imports stages {stages}; the foundation must not"
+
+
+# --- defs/ is declarations only: the IO manager (defs/shared/io_manager.py) does the tables' I/O, the domain
+# cores write every other artefact into a folder the settings resource names. ---------------------------------
+DEFS = PACKAGE / "defs"
+IO_MANAGER = DEFS / "shared" / "io_manager.py"
+# Method names that read or write files (pandas, pathlib, PIL, matplotlib, fsspec, numpy/torch).
+IO_METHODS = {"to_parquet", "to_csv", "to_pickle", "to_feather", "to_excel", "write_text", "write_bytes",
+              "read_text", "read_bytes", "open", "mkdir", "makedirs", "unlink", "rmdir", "remove", "rename",
+              "replace_file", "touch", "exists", "is_file", "is_dir", "iterdir", "glob", "rglob", "listdir", "walk",
+              "savefig", "save", "dump", "load", "read_parquet", "read_csv", "copy", "copyfile", "copytree", "rmtree"}
+# Modules whose import in defs/ means file work; and the only names defs/ may take from soco_pipeline.storage.
+IO_MODULES = {"fsspec", "upath", "shutil", "glob", "pickle", "os.path", "pathlib", "duckdb"}
+STORAGE_NAMES_ALLOWED = {"is_remote", "pid_alive", "PROJECT_ROOT"}
+IO_RECEIVERS = {"storage", "fs", "shutil", "fsspec"}  # storage.write_bytes_atomic(...), shutil.move(...)
+
+
+def file_io_calls(source: str) -> list[str]:
+    """Every file-I/O construct in `source`, as 'line N: what' (empty: none)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        where = f"line {getattr(node, 'lineno', '?')}"
+        if isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Name) and func.id in {"open", "join", "Path", "UPath"}:
+                found.append(f"{where}: {func.id}(...)")
+            elif isinstance(func, ast.Attribute):
+                receiver = func.value
+                if func.attr == "join" and not (isinstance(receiver, ast.Constant) and isinstance(receiver.value, str)):
+                    found.append(f"{where}: {ast.unparse(func)}(...) (a path join)")  # "sep".join(...) is text
+                elif func.attr in IO_METHODS and not (isinstance(receiver, ast.Name) and receiver.id == "dg"):
+                    found.append(f"{where}: {ast.unparse(func)}(...)")
+                elif isinstance(receiver, ast.Name) and receiver.id in IO_RECEIVERS:
+                    found.append(f"{where}: {ast.unparse(func)}(...)")
+        elif isinstance(node, ast.Import):
+            found += [f"{where}: import {a.name}" for a in node.names
+                      if a.name in IO_MODULES or a.name == "soco_pipeline.storage"]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            if node.module in IO_MODULES or node.module.split(".")[0] in IO_MODULES:
+                found.append(f"{where}: from {node.module} import ...")
+            elif node.module == "soco_pipeline.storage":
+                found += [f"{where}: from soco_pipeline.storage import {a.name}" for a in node.names
+                          if a.name not in STORAGE_NAMES_ALLOWED]
+            elif node.module == "soco_pipeline" and any(a.name == "storage" for a in node.names):
+                found.append(f"{where}: from soco_pipeline import storage")
+            elif node.module == "os" and any(a.name == "path" for a in node.names):
+                found.append(f"{where}: from os import path")
+    return found
+
+
+def test_the_file_io_detector_finds_what_it_must():
+    sample = """
+import shutil
+from pathlib import Path
+from soco_pipeline import storage
+from soco_pipeline.storage import is_remote, join, write_bytes_atomic
+open("x")
+df.to_parquet(p)
+storage.write_bytes_atomic(join(root, "a"), b"")
+os.path.join(root, "b")
+Path(root).write_text("t")
+json.dump(obj, fh)
+label = ", ".join(names) + "\\n".join(more)
+dg.MetadataValue.path(p)
+"""
+    found = file_io_calls(sample)
+    for what in ("import shutil", "from pathlib import ...", "from soco_pipeline import storage",
+                 "import join", "import write_bytes_atomic", "open(...)", "df.to_parquet(...)",
+                 "storage.write_bytes_atomic(...)", "join(...)", "os.path.join(...) (a path join)",
+                 "Path(...)", "Path(root).write_text(...)", "json.dump(...)"):
+        assert any(f.endswith(what) for f in found), (what, found)
+    assert not any("is_remote" in f or '", ".join' in f or "MetadataValue" in f for f in found), found
+
+
+@pytest.mark.parametrize("path", sorted(p for p in DEFS.rglob("*.py") if p != IO_MANAGER),
+                         ids=lambda p: str(p.relative_to(DEFS)))
+def test_defs_does_no_file_io(path):
+    found = file_io_calls(path.read_text())
+    assert not found, (
+        f"{path.relative_to(PACKAGE.parent)} does file I/O; the Dagster layer is declarations only: return the "
+        f"table (the IO manager writes it) or call a domain-core function with a folder from the settings "
+        f"resource:\n" + "\n".join(found)
+    )

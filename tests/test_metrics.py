@@ -204,3 +204,16 @@ def test_leaderboard_markdown_leaves_missing_values_blank():
     board = pd.DataFrame({"backbone": ["a", "b"], "cc": [12.34, np.nan]})
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in leaderboard_markdown(board).splitlines()]
     assert rows[2] == ["a", "12.3"] and rows[3] == ["b", ""]
+
+
+def test_console_board_keeps_the_headline_columns_with_the_soc_interval_and_marks_partial_rows():
+    from soco_pipeline.analysis.leaderboard import console_board
+
+    board = pd.DataFrame({"backbone": ["a", "b"], "cc": [90.0, 50.0], "soc": [60.9, 30.0], "soc_geo": [45.0, 44.0],
+                          "retrieval_map": [1.0, 2.0], "ci95_lo_boot_category_soc": [48.4, np.nan],
+                          "ci95_hi_boot_category_soc": [71.6, np.nan], "partial": [False, True],
+                          "subset": ["", '{"limit": 2}']})
+    out = console_board(board)
+    assert list(out.columns) == ["backbone", "cc", "soc", "SOC 95% CI", "soc_geo"]
+    assert out["SOC 95% CI"].tolist() == ["[48.4, 71.6]", ""]
+    assert out["backbone"].tolist() == ["a", 'b [partial: {"limit": 2}]']

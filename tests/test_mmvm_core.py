@@ -245,9 +245,12 @@ def test_match_bench_round_trip(data, tmp_path):
                 inter = ((la == v) & (lb == v)).sum()
                 union = ((la == v) | (lb == v)).sum()
                 assert inter / union > 0.9, (case.case_id, f, v)
-    # the answer's candidate is the query's instance (an import has no training split, hence no None threshold)
+    # the answer's candidate is the query's instance (an import has no training split: with nothing carried,
+    # the rule is "never answers None", and the rows say so)
     pred = oracle_predictions(back)
     assert pred.loc[~pred.query_absent, "correct"].all() and np.isneginf(pred["threshold"]).all()
+    assert (pred["none_mode"] == "never").all() and pred["none_rule"].str.startswith("never answers None").all()
+    assert not pred.loc[pred.query_absent, "correct"].any()
 
 
 def test_vlmevalkit_tsv_round_trip(data, tmp_path):
@@ -346,6 +349,19 @@ def test_bad_vlmevalkit_rows_name_the_file_and_row(data, tmp_path):
     table.drop(columns="match_type").to_csv(path, sep="\t", index=False)
     with pytest.raises(MmvmFormatError, match=r"missing column\(s\) \['match_type'\]"):
         import_vlmevalkit(str(path), str(tmp_path / "imgs"))
+    # match_type: the reference's fallbacks, recorded per row (unparsable -> [1, 5], unknown code -> SP)
+    table = export_vlmevalkit(t["items"].head(3), str(path))
+    table.loc[0, "match_type"] = "colour"
+    table.loc[1, "match_type"] = "[3, 11]"
+    table.to_csv(path, sep="\t", index=False)
+    back = import_vlmevalkit(str(path), str(tmp_path / "imgs"))
+    assert back["match_type_fallback"].tolist() == ["unparsable", "unknown_code", ""]
+    m = accuracy_table(back.assign(correct=True).head(2), "x", "lvlm")
+    assert set(m.loc[m.breakdown == "cue", "key"]) == {"CL", "RP", "TM", "SP"}
+    table.loc[2, "answer"] = "maybe"
+    table.to_csv(path, sep="\t", index=False)
+    with pytest.raises(MmvmFormatError, match=r"MMVMBench.tsv row 4 \(index 2\): answer 'maybe' does not start"):
+        import_vlmevalkit(str(path), str(tmp_path / "imgs"))
 
 
 def test_the_leaderboard_says_how_none_is_answered(data):
@@ -355,3 +371,70 @@ def test_the_leaderboard_says_how_none_is_answered(data):
     test = t["items"][t["items"].split == "test"]
     lv = accuracy_table(test.assign(correct=False), "m", "lvlm")
     assert (lv["none_rule"] == "the model picks the None option itself").all()
+
+
+def test_an_import_carries_the_none_rule_fitted_on_generated_data(data, tmp_path):
+    """No training split in an import: the oracle's threshold fitted on the generated training split is
+    carried (recorded as such), so the imported items without the query are answered None again."""
+    _, t, _ = data
+    export_match_bench(t["items"], t["cases"], t["objects"], t["images"], str(tmp_path / "out"))
+    back = import_match_bench(str(tmp_path / "out"), str(tmp_path / "work"))
+    own = oracle_predictions(t)
+    pred = oracle_predictions(back, reference=t)
+    assert (pred["none_mode"] == "carried").all() and (pred["threshold"] == own["threshold"].iat[0]).all()
+    assert pred["none_rule"].str.contains("generated training split").all()
+    assert pred["correct"].all() and back["items"]["query_absent"].any()
+    board = leaderboard(method_metrics(pred, "oracle"))
+    assert board["none_mode"].tolist() == ["carried"] and board["accuracy"].tolist() == [100]
+
+
+def test_fixed_and_never_rules_from_the_config(data):
+    from soco_pipeline.tasks.mmvm.config import NoneRuleConfig
+
+    _, t, _ = data
+    fixed = oracle_predictions(t, none_rule=NoneRuleConfig(mode="fixed", threshold=0.5))
+    assert (fixed["none_mode"] == "fixed").all() and (fixed["threshold"] == 0.5).all()
+    assert "fixed in the config" in fixed["none_rule"].iat[0] and fixed["correct"].all()
+    never = oracle_predictions(t, none_rule=NoneRuleConfig(mode="never"))
+    assert (never["none_mode"] == "never").all() and "none_rule.mode: never" in never["none_rule"].iat[0]
+    assert not never.loc[never.query_absent, "correct"].any() and never.loc[~never.query_absent, "correct"].all()
+    m = accuracy_table(never, "o", "oracle").set_index(["breakdown", "key"])
+    assert m.loc[("query", "absent"), "accuracy"] == 0 and m.loc[("query", "present"), "accuracy"] == 100
+    assert (m["none_mode"] == "never").all()
+    with pytest.raises(ValueError, match="threshold is given exactly when"):
+        NoneRuleConfig(mode="fixed")
+    with pytest.raises(ValueError, match="threshold is given exactly when"):
+        NoneRuleConfig(mode="fitted", threshold=0.3)
+
+
+def test_a_feature_backbone_carries_head_and_thresholds_to_an_import(data, tmp_path):
+    """dense_sift on an import of three items, against the generated tables: both methods' thresholds are
+    the ones fitted on the generated training split, recorded as carried."""
+    _, t, _ = data
+    spec = load_spec(PROJECT_ROOT / "assets" / "backbones" / "dense_sift.yaml")
+    feats = str(tmp_path / "features")
+    own, _ = backbone_predictions(spec, t, feats, device="cpu")
+    export_match_bench(t["items"].head(3), t["cases"], t["objects"], t["images"], str(tmp_path / "out"))
+    back = import_match_bench(str(tmp_path / "out"), str(tmp_path / "work"))
+    pred, manifest = backbone_predictions(spec, back, feats, device="cpu", reference=t)
+    assert len(manifest) == len(back["images"]) and (pred["none_mode"] == "carried").all()
+    for method in ("zero_shot", "contrastive_head"):
+        fitted = own.loc[own.method == method, "threshold"].iat[0]
+        assert (pred.loc[pred.method == method, "threshold"] == fitted).all(), method
+    alone, _ = backbone_predictions(spec, back, feats, device="cpu")
+    assert (alone["none_mode"] == "never").all() and np.isneginf(alone["threshold"]).all()
+
+
+def test_judge_and_none_rule_config_errors_name_the_field(tmp_path):
+    doc = load_config().model_dump(mode="json")
+    path = tmp_path / "mmvm.yaml"
+    import yaml
+
+    path.write_text(yaml.safe_dump(doc | {"judge": {"mode": "yes_no"}}))
+    with pytest.raises(ValueError, match=r"(?s)mmvm.yaml: invalid MMVM config: .*judge.mode 'yes_no' needs judge.spec"):
+        load_config(path)
+    path.write_text(yaml.safe_dump(doc | {"none_rule": {"mode": "sometimes"}}))
+    with pytest.raises(ValueError, match=r"none_rule.mode"):
+        load_config(path)
+    cfg = load_config()
+    assert cfg.judge.mode == "off" and cfg.judge.spec_path() is None and cfg.none_rule.mode == "fitted"

@@ -9,6 +9,7 @@ import yaml
 
 from soco_pipeline.defs.definitions import build_definitions
 from soco_pipeline.lvlm.server import serve
+from soco_pipeline.results_db import query
 from soco_pipeline.storage import PROJECT_ROOT
 from soco_pipeline.tables import table_for
 from tests.test_mmvm_core import tiny_config
@@ -43,6 +44,11 @@ def test_mmvm_group_materializes(tmp_path):
             assert job.execute_in_process(instance=instance, asset_selection=sel, partition_key="always_a").success
             assert job.execute_in_process(instance=instance,
                                           asset_selection=[dg.AssetKey("mmvm_leaderboard")]).success
+            # results_database (the one writer of results.duckdb) follows the family's leaderboard
+            graph = defs.resolve_asset_graph()
+            assert dg.AssetKey("mmvm_leaderboard") in graph.get(dg.AssetKey("results_database")).parent_keys
+            assert job.execute_in_process(instance=instance,
+                                          asset_selection=[dg.AssetKey("results_database")]).success
             checks = instance.get_latest_materialization_event(dg.AssetKey("mmvm_items"))
             assert checks is not None
     tables = tmp_path / "storage" / "tables"
@@ -55,4 +61,8 @@ def test_mmvm_group_materializes(tmp_path):
     test = items[items.split == "test"]
     assert rows[("always_a", "answer")].accuracy == 100 * (test["answer"] == "A").mean()
     assert board["data_source"].str.startswith("simulated").all()
+    in_sql = query(str(tmp_path / "storage" / "results.duckdb"), "SELECT model, method, accuracy FROM mmvm_leaderboard")
+    assert len(in_sql) == len(board) and set(in_sql.model) == set(board.model)
+    views = set(query(str(tmp_path / "storage" / "results.duckdb"), "SHOW TABLES").name)
+    assert {"mmvm_items", "mmvm_predictions", "mmvm_answers", "mmvm_backbone_metrics"} <= views
     assert (board["random_expected"].dropna() > 0).all()

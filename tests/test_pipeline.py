@@ -5,6 +5,7 @@ One module-scoped run materializes every asset for two oracle backbones on 6 cat
 do next.
 """
 
+import datetime as dt
 import shutil
 from pathlib import Path
 
@@ -48,7 +49,8 @@ def run(tmp_path_factory):
         result = run_demo(instance=instance, **overrides)
         assert result.failed == {}, result.failed
         board = result.board
-        yield {"tmp": tmp, "instance": instance, "board": board, "overrides": overrides, "backbones": backbones}
+        yield {"tmp": tmp, "instance": instance, "board": board, "overrides": overrides, "backbones": backbones,
+               "family_boards": result.family_boards}
 
 
 def _tables(run) -> Path:
@@ -68,7 +70,10 @@ def test_definitions_load_with_groups_and_descriptions():
     for key in graph.get_all_asset_keys():
         assert graph.get(key).description, f"{key} has no description"
     assert {s.name for s in defs.sensors} >= {"backbone_specs_sensor"}
-    assert {s.name for s in defs.schedules} == {"reevaluate_schedule"}
+    assert not list(defs.schedules or [])  # the weekly re-evaluation is an automation condition
+    for key in PER_BACKBONE:
+        assert "stale after cron" in graph.get(dg.AssetKey(key)).automation_condition.get_label(), key
+    assert "observe on cron" in graph.get(dg.AssetKey("evaluation_protocol")).automation_condition.get_label()
 
 
 def _count_demo(instance, key, partition=None) -> int:
@@ -80,8 +85,10 @@ def _count_demo(instance, key, partition=None) -> int:
 
 def test_every_asset_and_blocking_check_materialized(run):
     instance = run["instance"]
-    for key in DATA_AND_PAIRS + ["leaderboard", "results_database"]:
+    for key in DATA_AND_PAIRS + ["leaderboard"]:
         assert _count_demo(instance, key) == 1, key
+    # once after SOCO's summaries, once more after the task families (their tables join the views)
+    assert _count_demo(instance, "results_database") == (2 if run["family_boards"] else 1)
     for b in FIRST:
         for key in PER_BACKBONE:
             assert _count_demo(instance, key, b) == 1, (key, b)
@@ -205,66 +212,106 @@ def test_adding_a_backbone_materializes_only_its_partition(run):
     assert before_data == {k: _count(instance, k) for k in DATA_AND_PAIRS}
 
 
-def test_schedule_skips_when_nothing_changed_and_runs_a_changed_spec(run):
+WEEK = dt.timedelta(days=7)  # a weekly cron (SOCO_REEVALUATE_CRON) ticks at least once in any such span
+
+
+def _ticks(defs, instance):
+    """Successive evaluations of the automation conditions (the daemon's ticks) at chosen times."""
+    state = {"cursor": None}
+
+    def tick(when: dt.datetime):
+        result = dg.evaluate_automation_conditions(defs=defs, instance=instance, evaluation_time=when,
+                                                   cursor=state["cursor"])
+        state["cursor"] = result.cursor
+        return result
+
+    return tick
+
+
+def _requested(result, keys=PER_BACKBONE) -> set[tuple[str, str]]:
+    return {(k, p) for k in keys for p in result.get_requested_partitions(dg.AssetKey(k)) if p in FIRST}
+
+
+def test_weekly_reevaluation_skips_the_unchanged_and_reruns_a_changed_spec(run):
+    """After the weekly tick, only a backbone whose spec file changed (the sensor observed it) is due."""
     instance = run["instance"]
     defs = build_definitions(**run["overrides"])
-    schedule = defs.get_schedule_def("reevaluate_schedule")
+    tick, now = _ticks(defs, instance), dt.datetime.now(dt.UTC)
+    tick(now)
+    assert _requested(tick(now + WEEK)) == set()  # evaluated after their last input change: up to date
+    sensor = defs.get_sensor_def("backbone_specs_sensor")
     resources = {"soco": defs.resources["soco"]}
-    # `with`: the context opens its own instance from the ref; leaving it open leaks that instance's
-    # defs-state storage into the context variable, and a later materialize fails once it is collected.
-    with dg.build_schedule_context(instance=instance, resources=resources) as ctx:
-        first = schedule(ctx)
-    requested = set() if isinstance(first, dg.SkipReason) else {r.partition_key for r in first}
-    # Backbones evaluated after their last input change are up to date (dense_sift may have been
-    # added by another test: it is evaluated too, or requested if it never was).
-    assert not requested & set(FIRST), requested
+
+    def sensor_tick(cursor):
+        result = sensor(dg.build_sensor_context(instance=instance, definitions=defs, cursor=cursor,
+                                                resources=resources))
+        for event in result.asset_events:  # what the daemon records: the observations of changed specs
+            instance.report_runless_asset_event(event)
+        return result
+
+    base = changed = sensor_tick(None)
     spec = run["backbones"] / "oracle_concept.yaml"
     saved = spec.read_text()
     spec.write_text(saved + "\n# touched\n")
     try:
-        with dg.build_schedule_context(instance=instance, resources=resources) as ctx:
-            second = schedule(ctx)
+        changed = sensor_tick(base.cursor)
+        assert [r.partition_key for r in changed.run_requests] == ["oracle_concept"]
+        due = tick(now + 2 * WEEK)
     finally:
         spec.write_text(saved)  # the other tests see the spec the demo ran
-    assert "oracle_concept" in {r.partition_key for r in second}
-    assert "oracle_part" not in {r.partition_key for r in second}
+        sensor_tick(changed.cursor)  # and its observed version
+    assert _requested(due, ["feature_manifest"]) == {("feature_manifest", "oracle_concept")}
 
 
 def test_an_unchanged_data_table_rematerialized_requests_no_backbone(run):
     """Tables carry their content hash as Dagster data version: the same image set materialized again
-    is the same version, so neither the automation condition nor the weekly schedule re-runs a backbone."""
+    is the same version, so neither the change condition nor the weekly re-evaluation re-runs a backbone."""
     instance = run["instance"]
     defs = build_definitions(**run["overrides"])
-    schedule = defs.get_schedule_def("reevaluate_schedule")
+    tick, now = _ticks(defs, instance), dt.datetime.now(dt.UTC)
 
-    def materialize_and_tick(cursor=None):
+    def materialize_and_tick(when):
         assert dg.materialize(list(defs.assets), selection=dg.AssetSelection.assets("image_set", "rejected_images"),
                               instance=instance, resources=defs.resources).success
-        tick = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=cursor)
-        with dg.build_schedule_context(instance=instance, resources={"soco": defs.resources["soco"]}) as ctx:
-            due = schedule(ctx)
-        return tick, set() if isinstance(due, dg.SkipReason) else {r.partition_key for r in due}
+        return tick(when)
 
-    first, due_before = materialize_and_tick()
-    after, due_after = materialize_and_tick(first.cursor)  # the same table again
+    materialize_and_tick(now)
+    after = materialize_and_tick(now + dt.timedelta(minutes=1))  # the same table again
     latest = instance.fetch_materializations(dg.AssetKey("image_set"), limit=2).records
     versions = [r.asset_materialization.tags["dagster/data_version"] for r in latest]
     assert len(versions) == 2 and versions[0] == versions[1]
     for key in PER_BACKBONE + ["global_metrics"]:
         assert after.get_num_requested(dg.AssetKey(key)) == 0, key
-    assert due_after == due_before
+    assert _requested(tick(now + WEEK)) == set()
 
 
-def test_a_changed_protocol_makes_the_schedule_re_evaluate_the_backbones(run, tmp_path):
-    """The protocol is an observable source (data version: its version hash) that metrics observes when it
-    runs: a protocol that differs from the one of a backbone's last metrics makes that backbone due."""
+def test_a_changed_protocol_makes_the_weekly_tick_re_evaluate_the_backbones(run, tmp_path):
+    """The protocol is an observable source (data version: its version hash) observed on the weekly cron: a
+    protocol that differs from the one of the backbones' last runs makes their evaluation (not their
+    features) due."""
     text = (PROJECT_ROOT / "assets" / "protocol.yaml").read_text()
     protocol = tmp_path / "protocol.yaml"
     protocol.write_text(text.replace("threshold: strict", "threshold: inclusive"))
+    instance = run["instance"]
     defs = build_definitions(**run["overrides"], protocol_path=str(protocol))
-    with dg.build_schedule_context(instance=run["instance"], resources={"soco": defs.resources["soco"]}) as ctx:
-        due = defs.get_schedule_def("reevaluate_schedule")(ctx)
-    assert "oracle_part" in {r.partition_key for r in due}
+    tick, now = _ticks(defs, instance), dt.datetime.now(dt.UTC)
+    tick(now)
+    weekly = tick(now + WEEK)
+    assert weekly.get_num_requested(dg.AssetKey("evaluation_protocol")) == 1  # the tick observes the file
+    assert _requested(weekly) == set()
+
+    def observe_protocol(definitions):  # the observation run the daemon launches
+        job = definitions.resolve_implicit_global_asset_job_def()
+        assert job.execute_in_process(instance=instance, asset_selection=[dg.AssetKey("evaluation_protocol")]).success
+
+    try:
+        observe_protocol(defs)
+        due = tick(now + WEEK + dt.timedelta(minutes=1))
+    finally:
+        observe_protocol(build_definitions(**run["overrides"]))  # the other tests see the demo's protocol
+    for key in ["predictions", "four_choice_predictions", "metrics"]:
+        assert {p for k, p in _requested(due) if k == key} == set(FIRST), key
+    assert _requested(due, ["feature_manifest"]) == set()
 
 
 def test_official_release_layout_round_trips_through_the_pipeline(run, monkeypatch):

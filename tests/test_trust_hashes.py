@@ -127,8 +127,8 @@ def test_partial_rows_are_marked_in_the_leaderboard():
 
 def _record(**over):
     ci = pd.DataFrame([{"model": "m", "metric": "soc", "value": 50.0, "ci95_lo_boot_category": 40.0,
-                        "ci95_hi_boot_category": 60.0, "se_cluster_image": 4.0, "ci95_lo_cluster_image": 42.0,
-                        "ci95_hi_cluster_image": 58.0, "n_units": 10, "n_categories": 3, "n_clusters": 8}])
+                        "ci95_hi_boot_category": 60.0, "se_cluster_image": 4.0, "ci95_lo_cluster_image_logit": 42.0,
+                        "ci95_hi_cluster_image_logit": 58.0, "n_units": 10, "n_categories": 3, "n_clusters": 8}])
     args = dict(model="m", family="soco_correspondence", spec={"kind": "oracle"}, spec_hash="abc",
                 protocol={"name": "p"}, protocol_hash="def", intervals=ci,
                 n_samples={"pairs": {"requested": 10, "evaluated": 10}},

@@ -167,7 +167,7 @@ def test_concept_oracle_ci_covers_the_theory_value(run):
     ci = stats.intervals(_scores(run, "oracle_concept")).set_index("metric")
     soc = ci.loc["soc"]
     assert soc.ci95_lo_boot_category <= expected <= soc.ci95_hi_boot_category, (soc, expected)
-    assert soc.ci95_lo_cluster_image <= expected <= soc.ci95_hi_cluster_image, (soc, expected)
+    assert soc.ci95_lo_cluster_image_logit <= expected <= soc.ci95_hi_cluster_image_logit, (soc, expected)
     assert soc.ci95_hi_boot_category - soc.ci95_lo_boot_category < 40  # informative, not [0, 100]
     assert soc.n_categories == len(CATEGORIES)
 

@@ -192,3 +192,15 @@ def headline_markdown(table: pd.DataFrame, subset: str = "all", a: str = "soc", 
             f"{ci(r, f'r_{b}_')} | {r[f'r_{b}_n']:.0f} | {ci(r, 'delta_')} | {r['delta_n']:.0f} | {win} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def task_markdown(table: pd.DataFrame, task: str, subset: str = "all", statistic: str = "pearson") -> str:
+    """One downstream task's correlations (e.g. a task family's scores against the pipeline's SOCO columns) as
+    Markdown: metric, benchmark, r [CI], n; '(no rows ...)' when the task has too few models."""
+    t = table[(table["subset"] == subset) & (table["task"] == task) & (table["statistic"] == statistic)]
+    if t.empty:
+        return f"(no {statistic} rows for {task!r} in subset {subset!r}: fewer models than min_models have both)\n"
+    lines = [f"| {task} metric | benchmark | {statistic} [95% CI] | n |", "|---|---|---:|---:|"]
+    for r in t.sort_values(["metric", "benchmark"], kind="stable").itertuples(index=False):
+        lines.append(f"| {r.metric_shown} | {r.benchmark} | {r.estimate:.2f} [{r.ci_low:.2f}, {r.ci_high:.2f}] | {r.n} |")
+    return "\n".join(lines) + "\n"

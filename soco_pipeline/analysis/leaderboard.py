@@ -52,6 +52,24 @@ def leaderboard_markdown(df: pd.DataFrame) -> str:
     return shown.to_markdown(index=False, floatfmt=".1f", missingval="") + "\n"
 
 
+CONSOLE_COLUMNS = ["cc", "soc", "soc_geo", "cross_soc", "cross_cc", "four_choice_circular", "knn_top1"]
+
+
+def console_board(board: pd.DataFrame) -> pd.DataFrame:
+    """The headline view of a leaderboard for a terminal: the levels, circular 4-choice and kNN top-1, SOC's
+    95% CI (bootstrap over categories) beside SOC, and a partial run's name marked; the full table stays
+    in `results.duckdb` (`soco leaderboard`)."""
+    from soco_pipeline.evaluation.subsets import partial_display  # evaluation imports no analysis module
+
+    shown = partial_display(board)
+    out = shown[["backbone", *[c for c in CONSOLE_COLUMNS if c in shown.columns]]].copy()
+    lo, hi = "ci95_lo_boot_category_soc", "ci95_hi_boot_category_soc"
+    if lo in shown.columns:
+        out.insert(out.columns.get_loc("soc") + 1, "SOC 95% CI",
+                   ["" if pd.isna(a) else f"[{a:.1f}, {b:.1f}]" for a, b in zip(shown[lo], shown[hi], strict=True)])
+    return out
+
+
 def leaderboard_plot(df: pd.DataFrame, path: str, alpha: float = 0.1) -> str:
     """Bar charts (per level; SOC per super-category) of a leaderboard, written atomically as a PNG."""
     write_bytes_atomic(path, leaderboard_png(df, alpha))

@@ -20,6 +20,7 @@ from dagster_duckdb import DuckDBResource
 
 import soco_pipeline.defs as defs_package
 from soco_pipeline.defs.recovery import dead_run_sensor, lost_worker_sensor
+from soco_pipeline.defs.shared.automation import OBSERVED_ON_CRON
 from soco_pipeline.defs.shared.executors import executor_for_profile, profile
 from soco_pipeline.defs.shared.io_manager import ParquetIOManager
 from soco_pipeline.defs.shared.resources import SocoSettings
@@ -53,7 +54,8 @@ def build_definitions(**overrides) -> dg.Definitions:
             *([lost_worker_sensor] if profile() == "distributed" else []),
             dg.AutomationConditionSensorDefinition(
                 "default_automation_condition_sensor",
-                target=dg.AssetSelection.all(),
+                # and the sources observed on the weekly re-evaluation's cron (the protocol)
+                target=dg.AssetSelection.all() | dg.AssetSelection.assets(*OBSERVED_ON_CRON),
                 minimum_interval_seconds=15,
                 default_status=dg.DefaultSensorStatus.RUNNING,
             ),

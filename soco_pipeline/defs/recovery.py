@@ -82,10 +82,10 @@ def _describe(instance: dg.DagsterInstance, run_id: str) -> str:
 
 def _waiting_and_holders(instance: dg.DagsterInstance, run_ids: set[str], pool: str) -> tuple[list, list, int]:
     """(steps of `run_ids` waiting for a slot of `pool`, slots held by other runs, the pool's limit)."""
-    storage = instance.event_log_storage
-    if not storage.supports_global_concurrency_limits:
+    event_log = instance.event_log_storage
+    if not event_log.supports_global_concurrency_limits:
         return [], [], 0
-    info = storage.get_concurrency_info(pool)
+    info = event_log.get_concurrency_info(pool)
     waiting = [s for s in info.pending_steps if s.run_id in run_ids and s.assigned_timestamp is None]
     holders = [s for s in info.claimed_slots if s.run_id not in run_ids]
     return waiting, holders, info.slot_count

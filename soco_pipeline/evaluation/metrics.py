@@ -233,6 +233,29 @@ def four_choice_items(four_choice_predictions: pd.DataFrame, image_pairs: pd.Dat
     )
 
 
+def scored_elements(
+    predictions: pd.DataFrame,
+    four_choice_predictions: pd.DataFrame | None,
+    correspondences: pd.DataFrame,
+    keypoints: pd.DataFrame,
+    images: pd.DataFrame,
+    image_pairs: pd.DataFrame,
+    protocol: ProtocolConfig,
+    alphas=None,
+) -> pd.DataFrame:
+    """Every scored element of the evaluated pairs, before any reduction: the PCK keypoints (per alpha) and
+    the 4-choice items (alpha NaN), as backbone, metric, alpha, pair_id, pair_group, src_keypoint, score."""
+    cols = _KEYS + ["pair_id", "pair_group", "src_keypoint", "score"]
+    kp = pck_keypoints(predictions, correspondences, keypoints, images, image_pairs, protocol, alphas)
+    frames = [kp[cols]] if len(kp) else []
+    if four_choice_predictions is not None and len(four_choice_predictions):
+        fc = four_choice_items(four_choice_predictions, image_pairs)
+        fc = fc[fc["pair_id"].isin(evaluated_pairs(image_pairs)["pair_id"])]
+        if len(fc):
+            frames.append(fc[cols])
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=cols)
+
+
 def compute_metrics(
     predictions: pd.DataFrame,
     four_choice_predictions: pd.DataFrame | None,
@@ -249,15 +272,8 @@ def compute_metrics(
     metric: cc | soc | soc_geo | cross_soc | cross_cc (per alpha) | four_choice | four_choice_circular (alpha NaN);
     reduction: official | keypoint; scope: all | supercategory | category. Needs no features.
     """
-    kp = pck_keypoints(predictions, correspondences, keypoints, images, image_pairs, protocol, alphas)
-    frames = [kp[_KEYS + ["pair_id", "pair_group", "score"]]] if len(kp) else []
-    if four_choice_predictions is not None and len(four_choice_predictions):
-        ev = image_pairs[image_pairs["evaluated"].astype(bool)]
-        fc = four_choice_items(four_choice_predictions, image_pairs)
-        fc = fc[fc["pair_id"].isin(ev["pair_id"])]
-        if len(fc):
-            frames.append(fc[_KEYS + ["pair_id", "pair_group", "score"]])
-    if not frames:
+    scores = scored_elements(predictions, four_choice_predictions, correspondences, keypoints, images, image_pairs,
+                             protocol, alphas)
+    if scores.empty:
         return pd.DataFrame(columns=METRIC_COLUMNS)
-    scores = pd.concat(frames, ignore_index=True)
     return reduce_scores(_attach_supercategory(scores, taxonomy), protocol.reductions)

@@ -26,7 +26,7 @@ from soco_pipeline.storage import PROJECT_ROOT, join, read_bytes, write_bytes_at
 from soco_pipeline.taxonomy import ASSETS_DIR
 
 SCHEMA_PATH = ASSETS_DIR / "results_record.schema.json"
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"  # 2: ci95_cluster_image became ci95_cluster_image_logit (bounded)
 FAMILIES = ("soco_correspondence", "soco_lvlm")
 PACKAGES = ("soco-pipeline", "torch", "timm", "dagster", "numpy", "pandas", "pyarrow", "duckdb", "scipy",
             "opencv-python-headless", "transformers", "httpx")
@@ -102,7 +102,7 @@ def results_block(intervals: pd.DataFrame) -> dict[str, dict[str, Any]]:
         out[r.metric] = {
             "value": r.value, "ci95_boot_category": [r.ci95_lo_boot_category, r.ci95_hi_boot_category],
             "se_cluster_image": r.se_cluster_image,
-            "ci95_cluster_image": [r.ci95_lo_cluster_image, r.ci95_hi_cluster_image],
+            "ci95_cluster_image_logit": [r.ci95_lo_cluster_image_logit, r.ci95_hi_cluster_image_logit],
             "n_units": r.n_units, "n_categories": r.n_categories,
         }
     return out

@@ -7,7 +7,17 @@ Pairs share images and images share categories, so keypoints are not independent
   interval of "another draw of categories like these".
 - `cluster_image`: a cluster-robust (sandwich) standard error with the target image as the cluster: the
   official estimate is a weighted mean of pair scores (weight 1 / (K * n_c)), linearised, with
-  residuals summed per target image and the G / (G - 1) small-sample factor; CI = value +- 1.96 SE.
+  residuals summed per target image and the G / (G - 1) small-sample factor.
+- `cluster_image_logit`: the 95% interval from that SE, built on the logit scale (delta method:
+  SE_logit = SE / (p (1 - p)), bounds expit(logit p +- 1.96 SE_logit)), so that it stays inside [0, 100]
+  and is asymmetric near the ends, where value +- 1.96 SE would pass 100 (a part oracle at 99.6).
+  Where the SE is 0 (always so at exactly 0 or 100, where the logit is undefined) the interval is
+  Wilson's score interval with n = G clusters (design effect 1), so a perfect score still gets a width.
+
+The point estimate and every bootstrap replicate go through one function (`_estimate`) on the same
+per-category sums: computed another way (a weighted sum with weights 1 / (K * n_c)), the estimate of a
+backbone right on every pair came out a few ulp off 100 while every replicate gave exactly 100, so its
+CI [100, 100] did not contain its own value.
 
 The input is a long "scores" frame, one row per scored element:
 model, metric, group (category), unit (pair, or LVLM item group), cluster (image), score (0/1).
@@ -20,14 +30,14 @@ import numpy as np
 import pandas as pd
 from scipy.stats import binomtest
 
-from soco_pipeline.evaluation.metrics import four_choice_items, pck_keypoints
+from soco_pipeline.evaluation.metrics import scored_elements
 from soco_pipeline.evaluation.protocol import ProtocolConfig
 
 SCORE_COLUMNS = ["model", "metric", "group", "unit", "element", "cluster", "score"]
 Z95 = 1.959963984540054
 INTERVAL_COLUMNS = [
     "model", "metric", "value", "ci95_lo_boot_category", "ci95_hi_boot_category", "se_cluster_image",
-    "ci95_lo_cluster_image", "ci95_hi_cluster_image", "n_units", "n_categories", "n_clusters",
+    "ci95_lo_cluster_image_logit", "ci95_hi_cluster_image_logit", "n_units", "n_categories", "n_clusters",
 ]
 
 
@@ -45,14 +55,8 @@ def backbone_scores(
     """Per-keypoint 0/1 scores (SCORE_COLUMNS) of every PCK metric at `alpha` (default: the protocol's
     headline) and of the 4-choice metrics, on the evaluated pairs; re-scored from stored predictions."""
     alpha = protocol.headline_alpha if alpha is None else alpha
-    kp = pck_keypoints(predictions, correspondences, keypoints, images, image_pairs, protocol, alphas=(alpha,))
-    frames = [kp[["backbone", "metric", "pair_id", "pair_group", "src_keypoint", "score"]]]
-    if four_choice_predictions is not None and len(four_choice_predictions):
-        fc = four_choice_items(four_choice_predictions, image_pairs)
-        ev = image_pairs.loc[image_pairs["evaluated"].astype(bool), "pair_id"]
-        frames.append(fc.loc[fc["pair_id"].isin(ev), ["backbone", "metric", "pair_id", "pair_group", "src_keypoint",
-                                                     "score"]])
-    s = pd.concat(frames, ignore_index=True)
+    s = scored_elements(predictions, four_choice_predictions, correspondences, keypoints, images, image_pairs,
+                        protocol, alphas=(alpha,))
     trg = image_pairs.set_index("pair_id")["trg_image"]
     return pd.DataFrame({
         "model": s["backbone"].astype(str).to_numpy(), "metric": s["metric"].to_numpy(),
@@ -90,21 +94,37 @@ def _units(s: pd.DataFrame) -> pd.DataFrame:
 
 
 def _weights(units: pd.DataFrame, reduction: str) -> np.ndarray:
-    """Weight of each unit in the estimate: 1/(K n_c) (official: category means averaged) or 1/N (pooled)."""
+    """Weight of each unit in the estimate: 1/(K n_c) (official: category means averaged) or 1/N (pooled);
+    the linearisation of `_estimate` that the cluster-robust SE needs."""
     if reduction == "pooled":
         return np.full(len(units), 1.0 / len(units))
     n_c = units.groupby("group")["unit"].transform("size").to_numpy(np.float64)
     return 1.0 / (units["group"].nunique() * n_c)
 
 
-def _bootstrap(units: pd.DataFrame, reduction: str, n_boot: int, seed: int) -> np.ndarray:
-    """n_boot bootstrap estimates, categories resampled with replacement."""
-    cat = units.groupby("group")["score"].agg(["sum", "size", "mean"])
-    k = len(cat)
-    idx = np.random.default_rng(seed).integers(0, k, size=(n_boot, k))
+def _category_sums(units: pd.DataFrame, column: str = "score") -> tuple[np.ndarray, np.ndarray]:
+    """Per category (sorted): the sum of the units' `column` and the number of units."""
+    cat = units.groupby("group", sort=True)[column].agg(["sum", "size"])
+    return cat["sum"].to_numpy(np.float64), cat["size"].to_numpy(np.float64)
+
+
+def _estimate(sums: np.ndarray, sizes: np.ndarray, idx: np.ndarray, reduction: str) -> np.ndarray:
+    """The headline number of each row of category indices `idx` (n x K): the mean of the category means
+    (official) or all units' mean (pooled). The point estimate is the row 0..K-1, the bootstrap replicates
+    are resampled rows: one arithmetic for both, so a CI contains its value to the last bit."""
     if reduction == "pooled":
-        return cat["sum"].to_numpy()[idx].sum(axis=1) / cat["size"].to_numpy()[idx].sum(axis=1)
-    return cat["mean"].to_numpy()[idx].mean(axis=1)
+        return sums[idx].sum(axis=1) / sizes[idx].sum(axis=1)
+    return (sums / sizes)[idx].mean(axis=1)
+
+
+def _value_and_bootstrap(units: pd.DataFrame, reduction: str, n_boot: int, seed: int,
+                         column: str = "score") -> tuple[float, np.ndarray]:
+    """The estimate of `column` and n_boot bootstrap estimates, categories resampled with replacement."""
+    sums, sizes = _category_sums(units, column)
+    k = len(sums)
+    value = float(_estimate(sums, sizes, np.arange(k)[None, :], reduction)[0])
+    idx = np.random.default_rng(seed).integers(0, k, size=(n_boot, k))
+    return value, _estimate(sums, sizes, idx, reduction)
 
 
 def _cluster_se(units: pd.DataFrame, w: np.ndarray, value: float) -> tuple[float, int]:
@@ -116,6 +136,28 @@ def _cluster_se(units: pd.DataFrame, w: np.ndarray, value: float) -> tuple[float
     return float(np.sqrt(g / (g - 1) * np.square(u.to_numpy()).sum())), g
 
 
+def logit_interval(value: float, se: float, n_clusters: int, z: float = Z95) -> tuple[float, float]:
+    """A (lo, hi) interval in [0, 1] for a proportion-like `value` with standard error `se`: the delta
+    method on the logit scale; where that gives no width (SE 0, which includes value 0 or 1, where the
+    logit is undefined) Wilson's score interval with n = n_clusters (design effect 1). NaN when the SE is
+    undefined (fewer than two clusters)."""
+    if not (np.isfinite(se) and np.isfinite(value)):
+        return float("nan"), float("nan")
+    p = min(max(value, 0.0), 1.0)
+    if 0.0 < p < 1.0 and se > 0.0:
+        centre, half = np.log(p / (1.0 - p)), z * se / (p * (1.0 - p))
+        return _expit(centre - half), _expit(centre + half)
+    n, z2 = float(n_clusters), z * z
+    centre = (p + z2 / (2 * n)) / (1 + z2 / n)
+    half = z * np.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
+    # at p = 0 (1) the lower (upper) Wilson bound is exactly 0 (1); pin it against rounding
+    return (0.0 if p == 0.0 else float(centre - half)), (1.0 if p == 1.0 else float(centre + half))
+
+
+def _expit(x: float) -> float:
+    return float(1.0 / (1.0 + np.exp(-x)))
+
+
 def intervals(scores: pd.DataFrame, reduction: str = "official", n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
     """Per (model, metric): the value (0-100) and its 95% CIs (INTERVAL_COLUMNS).
 
@@ -125,16 +167,15 @@ def intervals(scores: pd.DataFrame, reduction: str = "official", n_boot: int = 2
     rows = []
     for (model, metric), s in scores.groupby(["model", "metric"], sort=True):
         units = _units(s)
-        w = _weights(units, reduction)
-        value = float((w * units["score"].to_numpy()).sum())
-        boot = _bootstrap(units, reduction, n_boot, seed)
+        value, boot = _value_and_bootstrap(units, reduction, n_boot, seed)
         lo, hi = np.quantile(boot, [0.025, 0.975])
-        se, g = _cluster_se(units, w, value)
+        se, g = _cluster_se(units, _weights(units, reduction), value)
+        c_lo, c_hi = logit_interval(value, se, g)
         rows.append({
             "model": model, "metric": metric, "value": 100 * value,
             "ci95_lo_boot_category": 100 * lo, "ci95_hi_boot_category": 100 * hi,
-            "se_cluster_image": 100 * se, "ci95_lo_cluster_image": 100 * (value - Z95 * se),
-            "ci95_hi_cluster_image": 100 * (value + Z95 * se),
+            "se_cluster_image": 100 * se, "ci95_lo_cluster_image_logit": 100 * c_lo,
+            "ci95_hi_cluster_image_logit": 100 * c_hi,
             "n_units": len(units), "n_categories": int(units["group"].nunique()), "n_clusters": g,
         })
     return pd.DataFrame(rows, columns=INTERVAL_COLUMNS)
@@ -169,8 +210,9 @@ def compare(scores_a: pd.DataFrame, scores_b: pd.DataFrame, reduction: str = "of
     for metric, s in m.groupby("metric", sort=True):
         units = s.groupby(["group", "unit"], as_index=False, sort=True).agg(
             d=("d", "mean"), a=("score_a", "mean"), b=("score_b", "mean"))
-        w = _weights(units.assign(score=0.0), reduction)
-        boot = _bootstrap(units.rename(columns={"d": "score"}), reduction, n_boot, seed)
+        delta, boot = _value_and_bootstrap(units, reduction, n_boot, seed, column="d")
+        value_a = _value_and_bootstrap(units, reduction, 0, seed, column="a")[0]
+        value_b = _value_and_bootstrap(units, reduction, 0, seed, column="b")[0]
         lo, hi = np.quantile(boot, [0.025, 0.975])
         units["win_a"], units["win_b"] = units["d"] > 0, units["d"] < 0
         cat = units.groupby("group", as_index=False).agg(
@@ -181,8 +223,8 @@ def compare(scores_a: pd.DataFrame, scores_b: pd.DataFrame, reduction: str = "of
         wa, wb = int(units["win_a"].sum()), int(units["win_b"].sum())
         overall.append({
             "metric": metric, "model_a": name_a, "model_b": name_b,
-            "value_a": 100 * float((w * units["a"]).sum()), "value_b": 100 * float((w * units["b"]).sum()),
-            "delta": 100 * float((w * units["d"]).sum()), "ci95_lo_boot_category": 100 * lo,
+            "value_a": 100 * value_a, "value_b": 100 * value_b,
+            "delta": 100 * delta, "ci95_lo_boot_category": 100 * lo,
             "ci95_hi_boot_category": 100 * hi, "n_units": len(units), "n_categories": int(units["group"].nunique()),
             "wins_a": wa, "wins_b": wb, "ties": len(units) - wa - wb, "sign_test_p": float(_sign_p([wa], [wb])[0]),
         })
@@ -190,8 +232,8 @@ def compare(scores_a: pd.DataFrame, scores_b: pd.DataFrame, reduction: str = "of
 
 
 # ----------------------------------------------------------------------------- tables
-CI_COLUMNS = ["ci95_lo_boot_category", "ci95_hi_boot_category", "se_cluster_image", "ci95_lo_cluster_image",
-              "ci95_hi_cluster_image"]
+CI_COLUMNS = ["ci95_lo_boot_category", "ci95_hi_boot_category", "se_cluster_image", "ci95_lo_cluster_image_logit",
+              "ci95_hi_cluster_image_logit"]
 BOARD_CI_METRICS = ("cc", "soc", "soc_geo", "cross_soc", "four_choice")
 
 

@@ -79,10 +79,12 @@ def ci_plot(records: dict[str, dict], metrics: list[str], path: str) -> str | No
         val = np.array([_or_nan(res.get(m, {}).get("value")) for m in metrics], dtype=float)
         lo = np.array([(res.get(m, {}).get("ci95_boot_category") or [np.nan, np.nan])[0] for m in metrics], float)
         hi = np.array([(res.get(m, {}).get("ci95_boot_category") or [np.nan, np.nan])[1] for m in metrics], float)
-        # an interval may sit off its value (rounding, few categories): a bar never reaches below zero length
-        err = np.clip(np.nan_to_num(np.vstack([val - lo, hi - val])), 0, None)
         label = model + (" (partial)" if records[model]["subset"]["partial"] else "")
-        ax.bar(x + i * width, np.nan_to_num(val), width, yerr=err, capsize=3, label=label)
+        ax.bar(x + i * width, np.nan_to_num(val), width, label=label)
+        # the interval itself, from lo to hi (not value +- a length): it is drawn as computed
+        ok = np.isfinite(lo) & np.isfinite(hi)
+        ax.errorbar((x + i * width)[ok], ((lo + hi) / 2)[ok], yerr=((hi - lo) / 2)[ok], fmt="none", ecolor="black",
+                    capsize=3, linewidth=1)
     ax.set_xticks(x + width * (len(models) - 1) / 2, metrics)
     ax.set_ylim(0, 105)
     ax.set_ylabel("0-100; error bars: 95% CI, bootstrap over categories")

@@ -8,9 +8,7 @@ import pandas as pd
 
 from soco_pipeline.defs.backbones.assets import evaluation_protocol, feature_store
 from soco_pipeline.defs.data.assets import run_taxonomy
-from soco_pipeline.defs.shared.automation import ON_CHANGE
-from soco_pipeline.defs.shared.checks import TableResult, table_asset
-from soco_pipeline.defs.shared.io_manager import ALLOW_MISSING
+from soco_pipeline.defs.shared.checks import TableResult, fan_in_table, partition_table
 from soco_pipeline.defs.shared.partitions import backbones_partitions
 from soco_pipeline.defs.shared.resources import SocoSettings
 
@@ -24,13 +22,7 @@ class GlobalMetricsConfig(dg.Config):
     temperature: float = 0.07
 
 
-@table_asset(
-    group_name=GROUP,
-    partitions_def=backbones_partitions,
-    automation_condition=ON_CHANGE,
-    kinds={"pytorch"},
-    code_version="1",
-)
+@partition_table(backbones_partitions, group_name=GROUP, kinds={"pytorch"}, code_version="1")
 def global_metrics(
     context: dg.AssetExecutionContext, soco: SocoSettings, config: GlobalMetricsConfig,
     feature_manifest: pd.DataFrame, image_set: pd.DataFrame, taxonomy: pd.DataFrame,
@@ -62,8 +54,8 @@ class ProbeAssetConfig(dg.Config):
     targets_per_step: int = 8
 
 
-@table_asset(group_name=GROUP, partitions_def=backbones_partitions, deps=[evaluation_protocol], kinds={"pytorch"},
-             code_version="1")
+@partition_table(backbones_partitions, group_name=GROUP, deps=[evaluation_protocol], kinds={"pytorch"},
+                 code_version="1", automation_condition=None)
 def probe_metrics(
     context: dg.AssetExecutionContext, soco: SocoSettings, config: ProbeAssetConfig,
     feature_manifest: pd.DataFrame, image_pairs: pd.DataFrame, correspondences: pd.DataFrame,
@@ -98,23 +90,26 @@ class CorrelationConfig(dg.Config):
     name_map_path: str | None = None  # assets/reference/name_map.csv
 
 
-@table_asset(group_name=GROUP, ins={"leaderboard": dg.AssetIn(metadata=ALLOW_MISSING)}, kinds={"pandas"},
-             code_version="1")
+@fan_in_table(group_name=GROUP, optional=["leaderboard", "fgbmk_leaderboard"], kinds={"pandas"}, code_version="2",
+              automation_condition=None)
 def correlation(
     context: dg.AssetExecutionContext, soco: SocoSettings, config: CorrelationConfig,
-    leaderboard: pd.DataFrame | None,
+    leaderboard: pd.DataFrame | None, fgbmk_leaderboard: pd.DataFrame | None,
 ) -> TableResult:
     """Pearson r / Spearman rho of each benchmark score (SOC, CC, ImageNet kNN; our leaderboard's columns)
-    with each downstream task and metric, seeded 10,000-resample bootstrap CIs, paired delta r; the
-    Fig. 4-like figure in the metadata and as PNG/SVG under <storage>/figures/."""
+    with each downstream task and metric (the FG-BMK backbones' fine-grained scores among them, task
+    `fgbmk`), seeded 10,000-resample bootstrap CIs, paired delta r; the Fig. 4-like figure in the metadata
+    and as PNG/SVG under <storage>/figures/."""
     from soco_pipeline.analysis import reference as ref
     from soco_pipeline.analysis.correlation import (
         ANALYSIS_CONFIG,
         correlation_table,
         headline_markdown,
         load_analysis_config,
+        task_markdown,
     )
     from soco_pipeline.analysis.figure import save_correlation_figure
+    from soco_pipeline.tasks.fgbmk.leaderboard import correlation_scores
 
     cfg = load_analysis_config(config.config_path or ANALYSIS_CONFIG, seed=config.seed,
                                n_resamples=config.n_resamples)
@@ -125,11 +120,12 @@ def correlation(
         ref.load_omniprobe(config.omniprobe_path or ref.OMNIPROBE_TABLE),
         ref.load_downstream(config.downstream_dir or ref.DOWNSTREAM_DIR),
         ref.leaderboard_scores(board, columns, "the leaderboard asset") if board is not None else None,
+        correlation_scores(fgbmk_leaderboard) if fgbmk_leaderboard is not None and len(fgbmk_leaderboard) else None,
         name_map=ref.load_name_map(map_path), map_source=map_path,
     )
     table = correlation_table(scores, cfg)
     meta: dict = {"rows": len(table), "models": int(scores["model"].nunique()), "seed": cfg.seed,
-                  "n_resamples": cfg.n_resamples}
+                  "n_resamples": cfg.n_resamples, "table_fgbmk": dg.MetadataValue.md(task_markdown(table, "fgbmk"))}
     for subset in cfg.subsets:
         stem = f"{soco.figures_root}/correlation_{subset}"
         try:

@@ -7,10 +7,14 @@ import pandas as pd
 from soco_pipeline import schemas
 from soco_pipeline.backbones.spec import FEATURE_CODE_VERSION
 from soco_pipeline.defs.data.assets import run_taxonomy
-from soco_pipeline.defs.shared.automation import EAGER, ON_CHANGE, observation
-from soco_pipeline.defs.shared.checks import TableResult, observable_source, table_asset
+from soco_pipeline.defs.shared.automation import REEVALUATE_CRON, REEVALUATED, observation, observe_on_cron
+from soco_pipeline.defs.shared.checks import (
+    TableResult,
+    fan_in_table,
+    observable_source,
+    partition_table,
+)
 from soco_pipeline.defs.shared.executors import GPU_STEP_TAGS
-from soco_pipeline.defs.shared.io_manager import ALLOW_MISSING_PARTITIONS
 from soco_pipeline.defs.shared.partitions import backbones_partitions, partition_spec_file
 from soco_pipeline.defs.shared.resources import SocoSettings
 from soco_pipeline.defs.shared.run_configs import EvalRunConfig, recorded_subset
@@ -62,7 +66,7 @@ def protocol_observation(soco: SocoSettings):
 
 
 @observable_source(group_name=GROUP, partitions_def=backbones_partitions,
-                            description="A backbone's spec file (assets/backbones/<name>.yaml); data version: its hash.")
+                   description="A backbone's spec file (assets/backbones/<name>.yaml); data version: its hash.")
 def backbone_spec(context: dg.AssetExecutionContext, soco: SocoSettings) -> dg.DataVersionsByPartition:
     """A backbone's spec file (assets/backbones/<name>.yaml); its data version is the file's content hash.
 
@@ -74,25 +78,26 @@ def backbone_spec(context: dg.AssetExecutionContext, soco: SocoSettings) -> dg.D
     return dg.DataVersionsByPartition({name: h for name, h in current.items() if name in known})
 
 
-@observable_source(group_name=GROUP,
-                            description="The evaluation protocol (assets/protocol.yaml); data version: its version_hash.")
+@observable_source(group_name=GROUP, automation_condition=observe_on_cron(REEVALUATE_CRON),
+                   description="The evaluation protocol (assets/protocol.yaml); data version: its version_hash.")
 def evaluation_protocol(soco: SocoSettings) -> dg.DataVersion:
     """The evaluation protocol (assets/protocol.yaml or the resource's protocol_path); its data version is
-    ProtocolConfig.version_hash(). Observed by predictions and metrics, which read it through the resource."""
+    ProtocolConfig.version_hash(). Observed after each weekly re-evaluation tick (so that an edited file makes
+    the backbones stale), and by predictions and metrics, which read it through the resource."""
     return dg.DataVersion(soco.protocol().version_hash())
 
 
-@table_asset(
+@partition_table(
+    backbones_partitions,
     schema=schemas.FeatureManifestSchema,
     validate=False,
     group_name=GROUP,
-    partitions_def=backbones_partitions,
     deps=[backbone_spec],
     pool="gpu",
     op_tags=GPU_STEP_TAGS,
-    automation_condition=ON_CHANGE,
     kinds={"pytorch"},
     code_version=CODE_VERSIONS["feature_manifest"],
+    automation_condition=REEVALUATED,
 )
 def feature_manifest(
     context: dg.AssetExecutionContext, soco: SocoSettings, image_set: pd.DataFrame
@@ -117,16 +122,15 @@ def feature_manifest(
     return TableResult(manifest, {"rows": len(manifest), "spec_hash": spec_hash(spec), "kind": spec.kind})
 
 
-@table_asset(
-    schema=schemas.PredictionSchema,
-    validate=False,
-    group_name=GROUP,
-    partitions_def=backbones_partitions,
-    deps=[evaluation_protocol],
-    automation_condition=ON_CHANGE,
-    kinds={"pytorch"},
-    code_version=CODE_VERSIONS["predictions"],
-)
+def backbone_table(name: str, kinds: set[str] | None = None, **kwargs):
+    """Decorator of a per-backbone evaluation table that reads the protocol: its group, partitions, code version
+    (CODE_VERSIONS[name]) and the protocol as a dependency."""
+    return partition_table(backbones_partitions, group_name=GROUP, deps=[evaluation_protocol],
+                           kinds=kinds or {"pytorch"}, code_version=CODE_VERSIONS[name],
+                           automation_condition=REEVALUATED, **kwargs)
+
+
+@backbone_table("predictions", schema=schemas.PredictionSchema, validate=False)
 def predictions(
     context: dg.AssetExecutionContext,
     soco: SocoSettings,
@@ -167,14 +171,7 @@ def predictions(
     return TableResult(df, meta)
 
 
-@table_asset(
-    group_name=GROUP,
-    partitions_def=backbones_partitions,
-    deps=[evaluation_protocol],
-    automation_condition=ON_CHANGE,
-    kinds={"pytorch"},
-    code_version=CODE_VERSIONS["four_choice_predictions"],
-)
+@backbone_table("four_choice_predictions")
 def four_choice_predictions(
     context: dg.AssetExecutionContext,
     soco: SocoSettings,
@@ -206,14 +203,7 @@ def four_choice_predictions(
     return TableResult(df, {"rows": len(df)})
 
 
-@table_asset(
-    group_name=GROUP,
-    partitions_def=backbones_partitions,
-    deps=[evaluation_protocol],
-    automation_condition=ON_CHANGE,
-    kinds={"pandas"},
-    code_version=CODE_VERSIONS["metrics"],
-)
+@backbone_table("metrics", kinds={"pandas"})
 def metrics(
     context: dg.AssetExecutionContext,
     soco: SocoSettings,
@@ -256,14 +246,7 @@ def metrics(
     })
 
 
-@table_asset(
-    group_name=GROUP,
-    ins={"metrics": dg.AssetIn(metadata=ALLOW_MISSING_PARTITIONS),
-         "global_metrics": dg.AssetIn(metadata=ALLOW_MISSING_PARTITIONS)},
-    automation_condition=EAGER,
-    kinds={"pandas"},
-    code_version="3",
-)
+@fan_in_table(group_name=GROUP, partitioned=["metrics", "global_metrics"], kinds={"pandas"}, code_version="3")
 def leaderboard(
     context: dg.AssetExecutionContext,
     soco: SocoSettings,

@@ -1,32 +1,26 @@
-"""The backbones group's job, spec-folder sensor and weekly re-evaluation schedule.
+"""The backbones group's job and spec-folder sensor; the weekly re-evaluation is an automation condition.
 
 - New spec file in assets/backbones/: the sensor adds a `backbones` partition (and observes its spec); the
-  ON_CHANGE automation condition of the per-backbone assets then materializes that partition only.
+  automation condition of the per-backbone assets then materializes that partition only.
 - Changed spec file: the sensor observes the new version and requests a run of that backbone's assets
   (its feature cache key changes, so the features are recomputed; nothing else is touched).
 - Deleted spec file: nothing is dropped; the leaderboard marks the backbone `spec_present = false`.
-- The schedule (weekly; $SOCO_REEVALUATE_CRON) re-runs a backbone only when Dagster's records say an input
-  moved since its last run: a code version, the data version of an upstream table (its content hash),
-  its spec file or the protocol (shared/automation.reevaluation_reasons).
+- Weekly ($SOCO_REEVALUATE_CRON, shared/automation.REEVALUATED on the per-backbone assets): after the tick,
+  each backbone partition whose code version or upstream data version (tables, its spec file, the protocol,
+  observed on the same cron) moved since it last ran is requested once; the others are not.
 """
-
-import hashlib
-import os
-from pathlib import Path
 
 import dagster as dg
 
-from soco_pipeline.backbones.spec_files import scan_specs, spec_names
+from soco_pipeline.backbones.spec_files import scan_specs
 from soco_pipeline.defs.backbones.assets import (
     feature_manifest,
     four_choice_predictions,
     metrics,
     predictions,
-    spec_version,
 )
-from soco_pipeline.defs.shared.automation import reevaluation_reasons, spec_folder_result
+from soco_pipeline.defs.shared.automation import spec_folder_sensor
 from soco_pipeline.defs.shared.partitions import backbones_partitions
-from soco_pipeline.defs.shared.resources import SocoSettings
 
 PER_BACKBONE = [feature_manifest, predictions, four_choice_predictions, metrics]
 BACKBONE_ASSETS = [a.key.to_user_string() for a in PER_BACKBONE]
@@ -37,39 +31,7 @@ backbone_job = dg.define_asset_job(
     description="Features, predictions and metrics of one backbone partition.",
 )
 
-
-@dg.sensor(job=backbone_job, minimum_interval_seconds=15, default_status=dg.DefaultSensorStatus.RUNNING)
-def backbone_specs_sensor(context: dg.SensorEvaluationContext, soco: SocoSettings) -> dg.SensorResult:
-    """Watch the backbone spec folder: add a partition per new spec, re-run a backbone whose spec changed."""
-    return spec_folder_result(
-        context, Path(soco.backbones_dir), scan_specs, backbones_partitions, BACKBONE_ASSETS, "backbone",
-        "backbone_spec",
-    )
-
-
-def backbone_reevaluation_reasons(instance: dg.DagsterInstance, soco: SocoSettings, backbone: str) -> list[str]:
-    """Why a backbone partition is due for re-evaluation (empty: it is up to date)."""
-    sources = {
-        "backbone_spec": (spec_version(soco, backbone), backbone, "feature_manifest"),
-        "evaluation_protocol": (soco.protocol().version_hash(), None, "metrics"),
-    }
-    return reevaluation_reasons(instance, backbone, PER_BACKBONE, sources)
-
-
-@dg.schedule(
-    job=backbone_job,
-    cron_schedule=os.environ.get("SOCO_REEVALUATE_CRON", "0 3 * * 1"),
-    default_status=dg.DefaultScheduleStatus.RUNNING,
-    description="Weekly: re-evaluate every backbone whose spec, protocol, code or input data changed.",
+backbone_specs_sensor = spec_folder_sensor(
+    "backbone_specs_sensor", backbone_job, lambda soco: soco.backbones_dir, scan_specs, backbones_partitions,
+    BACKBONE_ASSETS, "backbone", "backbone_spec",
 )
-def reevaluate_schedule(context: dg.ScheduleEvaluationContext, soco: SocoSettings):
-    """Request a run for each backbone whose inputs changed since its last run; skip otherwise."""
-    requests = []
-    present = spec_names(soco.backbones_dir)  # a deleted spec keeps its results; nothing to re-run
-    for backbone in sorted(set(context.instance.get_dynamic_partitions(backbones_partitions.name)) & present):
-        reasons = backbone_reevaluation_reasons(context.instance, soco, backbone)
-        if reasons:
-            context.log.info(f"{backbone}: " + "; ".join(reasons))
-            digest = hashlib.sha256("\n".join(reasons).encode()).hexdigest()[:16]
-            requests.append(dg.RunRequest(run_key=f"{backbone}:{digest}", partition_key=backbone))
-    return requests or dg.SkipReason("every backbone is up to date")

@@ -8,9 +8,15 @@ sensor are in automation.py.
 import dagster as dg
 import pandas as pd
 
-from soco_pipeline.defs.shared.automation import EAGER, ON_CHANGE, observation
-from soco_pipeline.defs.shared.checks import TableResult, observable_source, table_asset
-from soco_pipeline.defs.shared.io_manager import ALLOW_MISSING, ALLOW_MISSING_PARTITIONS
+from soco_pipeline.defs.shared.automation import ON_CHANGE, observation
+from soco_pipeline.defs.shared.checks import (
+    TableResult,
+    fan_in_table,
+    observable_source,
+    partition_rows,
+    partition_table,
+    table_asset,
+)
 from soco_pipeline.defs.shared.partitions import lvlms_partitions, partition_spec_file
 from soco_pipeline.defs.shared.resources import SocoSettings
 from soco_pipeline.defs.shared.run_configs import LvlmRunConfig, recorded_lvlm_subset
@@ -74,16 +80,8 @@ def lvlm_items(
     })
 
 
-@table_asset(
-    schema=LvlmAnswerSchema,
-    group_name=GROUP,
-    partitions_def=lvlms_partitions,
-    deps=[lvlm_spec],
-    automation_condition=ON_CHANGE,
-    pool="gpu",
-    kinds={"python"},
-    code_version="1",
-)
+@partition_table(lvlms_partitions, schema=LvlmAnswerSchema, group_name=GROUP, deps=[lvlm_spec], pool="gpu",
+                 kinds={"python"}, code_version="1")
 def lvlm_answers(
     context: dg.AssetExecutionContext, soco: SocoSettings, config: LvlmRunConfig, lvlm_items: pd.DataFrame
 ) -> TableResult:
@@ -112,8 +110,7 @@ def lvlm_answers(
     })
 
 
-@table_asset(group_name=GROUP, partitions_def=lvlms_partitions, automation_condition=ON_CHANGE, kinds={"pandas"},
-             code_version="2")
+@partition_table(lvlms_partitions, group_name=GROUP, kinds={"pandas"}, code_version="2")
 def lvlm_metrics(context: dg.AssetExecutionContext, lvlm_answers: pd.DataFrame) -> TableResult:
     """Average and circular accuracy per setting, overall, per super-category and per category (0-100)."""
     from soco_pipeline.lvlm.metrics import lvlm_metrics as compute
@@ -126,14 +123,8 @@ def lvlm_metrics(context: dg.AssetExecutionContext, lvlm_answers: pd.DataFrame) 
     })
 
 
-@table_asset(
-    group_name=GROUP,
-    ins={"lvlm_metrics": dg.AssetIn(metadata=ALLOW_MISSING_PARTITIONS),
-         "leaderboard": dg.AssetIn(metadata=ALLOW_MISSING)},
-    automation_condition=EAGER,
-    kinds={"pandas"},
-    code_version="3",
-)
+@fan_in_table(group_name=GROUP, partitioned=["lvlm_metrics"], optional=["leaderboard"], kinds={"pandas"},
+              code_version="3")
 def lvlm_leaderboard(
     context: dg.AssetExecutionContext,
     soco: SocoSettings,
@@ -147,8 +138,7 @@ def lvlm_leaderboard(
     from soco_pipeline.evaluation.subsets import mark_partial, partial_display
     from soco_pipeline.lvlm.metrics import lvlm_leaderboard as build
 
-    metrics = pd.concat(lvlm_metrics.values(), ignore_index=True) if lvlm_metrics else pd.DataFrame()
-    board = build(metrics, leaderboard)
+    board = build(partition_rows(lvlm_metrics), leaderboard)
     board["spec_present"] = (board["kind"] != "evaluated") | board["model"].isin(spec_names(soco.lvlms_dir))
     models = context.instance.get_dynamic_partitions(lvlms_partitions.name)
     board = mark_partial(board, {m: recorded_lvlm_subset(context.instance, m).to_json() for m in models}, "model")

@@ -6,13 +6,15 @@ from soco_pipeline.defs.shared.automation import eager_allowing_missing
 from soco_pipeline.defs.shared.resources import SocoSettings
 
 GROUP = "results"
+OPTIONAL_SUMMARIES = ("lvlm_leaderboard", "correlation", "mmvm_leaderboard", "fgbmk_leaderboard", "tpips_leaderboard")
 
 
 @dg.asset(
     group_name=GROUP,
-    # every summary table: a view is (re)made once they are written (the per-partition tables before them)
-    deps=[dg.AssetKey("leaderboard"), dg.AssetKey("lvlm_leaderboard"), dg.AssetKey("correlation")],
-    automation_condition=eager_allowing_missing("lvlm_leaderboard", "correlation"),
+    # every summary table: a view is (re)made once they are written (the per-partition tables before them);
+    # the LVLM, correlation and task-family summaries are optional (not every deployment runs them)
+    deps=[dg.AssetKey(name) for name in ("leaderboard", *OPTIONAL_SUMMARIES)],
+    automation_condition=eager_allowing_missing(*OPTIONAL_SUMMARIES),
     kinds={"duckdb"},
     code_version="2",
 )

@@ -1,25 +1,29 @@
-"""Automation shared by the group folders: the conditions, one tick of a spec-folder sensor, and why a
-partition is due for re-evaluation according to Dagster's own version records.
+"""Automation shared by the group folders: the conditions and one tick of a spec-folder sensor.
 
 - `ON_CHANGE` materializes a partition that is new (newly missing), whose code version changed, or one of
   whose upstream tables got a new *data version*. Tables carry their content hash as data version
   (shared/checks.py), so re-materializing unchanged data requests nothing downstream (Dagster's `eager`
   would re-run every backbone on any upstream materialization).
-- `reevaluation_reasons` is the weekly schedule's test: a partition is re-run when Dagster's records say
-  its inputs moved since its last run (code versions, data versions of its upstream tables, the data
-  version of its spec file and of the protocol, both observable source assets).
+- `REEVALUATED` is ON_CHANGE or the weekly re-evaluation (`reevaluate_on_cron`, cron $SOCO_REEVALUATE_CRON):
+  after each tick of the cron, every partition that is stale by Dagster's records (its code version, or the
+  data version of any upstream, spec files and protocol included, moved since it was last requested or
+  materialized) is requested once in that period; an up-to-date partition is not. The protocol (an observable source)
+  is observed on the same cron (`observe_on_cron`), so an edited assets/protocol.yaml is seen by then.
 """
 
 import json
-from collections.abc import Callable, Iterable
-from pathlib import Path
+import os
+from collections.abc import Callable
+from typing import Any
 
 import dagster as dg
+
+from soco_pipeline.defs.shared.resources import SocoSettings
 
 AC = dg.AutomationCondition
 EAGER = AC.eager()
 # The observable source assets (spec files, protocol): their changes are handled by the spec sensors' run
-# requests and the weekly schedule; an unobserved spec (a partition the sensor has just added) must not
+# requests and the weekly re-evaluation (REEVALUATED); an unobserved spec (a partition the sensor has just added) must not
 # hold its partition back as a "missing" dependency.
 SOURCES = dg.AssetSelection.assets("backbone_spec", "lvlm_spec", "evaluation_protocol")
 ON_CHANGE = (
@@ -30,7 +34,39 @@ ON_CHANGE = (
     & ~AC.any_deps_in_progress()
     & ~AC.in_progress()
 ).with_label("on_change")
+REEVALUATE_CRON = os.environ.get("SOCO_REEVALUATE_CRON") or "0 3 * * 1"  # Mondays 03:00 UTC
 
+
+def reevaluate_on_cron(cron: str) -> dg.AutomationCondition:
+    """After each tick of `cron`: request a partition once if it is stale, i.e. its code version or the data
+    version of one of its upstream assets (tables, spec files, the protocol) changed since it was last
+    requested or materialized. Dagster's `on_cron` with staleness in place of "all deps updated since the
+    tick" (which would re-run every partition every week). Like `on_cron`, the tick arms a partition until it
+    is handled: one that is stale at the tick runs then, one that becomes stale later in the period runs
+    when it does; at most one request per partition per period either way. A requested run that fails is
+    not requested again (Dagster's run retries are the tool for that)."""
+    stale = (AC.code_version_changed() | AC.any_deps_match(AC.data_version_changed())).since_last_handled()
+    return (
+        AC.in_latest_time_window()
+        & AC.cron_tick_passed(cron).since_last_handled()
+        & stale
+        & ~AC.any_deps_missing().ignore(SOURCES)
+        & ~AC.any_deps_in_progress()
+        & ~AC.in_progress()
+    ).with_label(f"stale after cron {cron}")
+
+
+OBSERVED_ON_CRON = ("evaluation_protocol",)  # sources with observe_on_cron: the automation sensor targets them
+
+
+def observe_on_cron(cron: str) -> dg.AutomationCondition:
+    """An observable source (the protocol file) observed once after each tick of `cron`."""
+    return AC.cron_tick_passed(cron).since_last_handled().with_label(f"observe on cron {cron}")
+
+
+# The per-backbone evaluation: on a change as it happens, and weekly for what only the sources tell (an edited
+# protocol, a spec changed while its sensor was off); each partition decides for itself.
+REEVALUATED = (ON_CHANGE | reevaluate_on_cron(REEVALUATE_CRON)).with_label("on_change or stale after cron")
 
 
 def eager_allowing_missing(*optional: str) -> dg.AutomationCondition:
@@ -55,8 +91,8 @@ def observation(asset: str, version: str, partition: str | None = None) -> dg.As
 
 def spec_folder_result(
     context: dg.SensorEvaluationContext,
-    folder: Path,
-    scan: Callable[[Path], tuple[dict[str, str], dict[str, str]]],
+    folder: str,
+    scan: Callable[[str], tuple[dict[str, str], dict[str, str]]],
     partitions: dg.DynamicPartitionsDefinition,
     assets: list[str],
     label: str,
@@ -84,63 +120,22 @@ def spec_folder_result(
     )
 
 
-def _latest(instance: dg.DagsterInstance, asset: str, partition: str | None, observed: bool = False,
-            before: int | None = None):
-    records_filter = dg.AssetRecordsFilter(
-        asset_key=dg.AssetKey(asset), asset_partitions=[partition] if partition else None,
-        before_storage_id=before,
-    )
-    fetch = instance.fetch_observations if observed else instance.fetch_materializations
-    records = fetch(records_filter, limit=1).records
-    return records[0] if records else None
+def spec_folder_sensor(
+    name: str,
+    job: Any,  # what dg.define_asset_job returns (its class is not exported)
+    folder: Callable[[SocoSettings], str],
+    scan: Callable[[str], tuple[dict[str, str], dict[str, str]]],
+    partitions: dg.DynamicPartitionsDefinition,
+    assets: list[str],
+    label: str,
+    source_asset: str,
+) -> dg.SensorDefinition:
+    """The sensor `name` watching the spec folder `folder(soco)`: a partition per new spec, a run of `job`'s
+    `assets` for a spec whose file changed, an observation of `source_asset` (see spec_folder_result)."""
 
+    @dg.sensor(name=name, job=job, minimum_interval_seconds=15, default_status=dg.DefaultSensorStatus.RUNNING,
+               description=f"Watch the {label} spec folder: add a partition per new spec, re-run a changed one.")
+    def watch(context: dg.SensorEvaluationContext, soco: SocoSettings) -> dg.SensorResult:
+        return spec_folder_result(context, folder(soco), scan, partitions, assets, label, source_asset)
 
-def _event(record):
-    return record.asset_observation if record.asset_observation is not None else record.asset_materialization
-
-
-def reevaluation_reasons(
-    instance: dg.DagsterInstance,
-    partition: str,
-    assets: Iterable[dg.AssetsDefinition],
-    sources: dict[str, tuple[str, str | None, str]],
-) -> list[str]:
-    """Why `partition` of `assets` should be re-run, from Dagster's records (empty: it is up to date).
-
-    Per asset: never materialized; its recorded `dagster/code_version` differs from the definition's; an
-    unpartitioned upstream table's latest data version differs from the `dagster/input_data_version` that
-    run recorded. Per source in `sources` ({source asset: (current data version, its partition or None,
-    the asset that reads it)}): the current version differs from the one last observed before the reader's
-    latest materialization (the reader observes its source while it runs; the spec sensors observe a
-    changed file between runs).
-    """
-    reasons: list[str] = []
-    latest: dict[str, object] = {}
-    for asset_def in assets:
-        for key in asset_def.keys:
-            name = key.to_user_string()
-            record = _latest(instance, name, partition)
-            if record is None:
-                reasons.append(f"{name} was never materialized")
-                continue
-            latest[name] = record
-            tags = record.asset_materialization.tags or {}
-            code = asset_def.code_versions_by_key.get(key)
-            if code is not None and tags.get("dagster/code_version") != code:
-                reasons.append(f"{name}: code version {tags.get('dagster/code_version')} -> {code}")
-            for dep in asset_def.asset_deps.get(key, set()):
-                recorded = tags.get(f"dagster/input_data_version/{dep.to_user_string()}")
-                upstream = _latest(instance, dep.to_user_string(), None)
-                if recorded is None or upstream is None or upstream.partition_key is not None:
-                    continue  # a source, a partitioned or a never materialized upstream: not a table here
-                now = (_event(upstream).tags or {}).get(DATA_VERSION_TAG)
-                if now is not None and now != recorded:
-                    reasons.append(f"{name}: input {dep.to_user_string()} changed ({recorded} -> {now})")
-    for source, (version, source_partition, reader) in sources.items():
-        if reader not in latest:
-            continue
-        seen = _latest(instance, source, source_partition, observed=True, before=latest[reader].storage_id)
-        before = (_event(seen).tags or {}).get(DATA_VERSION_TAG) if seen is not None else None
-        if version != before:
-            reasons.append(f"{source} changed ({before} -> {version})")
-    return reasons
+    return watch

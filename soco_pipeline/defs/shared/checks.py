@@ -11,7 +11,7 @@ import functools
 import hashlib
 import inspect
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +21,8 @@ import pandera.pandas as pa
 import pyarrow
 
 from soco_pipeline.data.checks import table_problems
+from soco_pipeline.defs.shared.automation import EAGER, ON_CHANGE
+from soco_pipeline.defs.shared.io_manager import ALLOW_MISSING, ALLOW_MISSING_PARTITIONS
 
 
 def columns_of(schema: type[pa.DataFrameModel]) -> dict[str, dg.TableSchemaMetadataValue]:
@@ -59,17 +61,6 @@ def schema_problems(df: pd.DataFrame, schema: type[pa.DataFrameModel]) -> list[s
         fc = e.failure_cases
         return [f"{r.check} on {r.column}: {r.failure_case!r}" for r in fc.head(20).itertuples()]
     return []
-
-
-def schema_check(
-    df: pd.DataFrame,
-    schema: type[pa.DataFrameModel],
-    asset: str,
-    extra: Iterable[str] = (),
-    **related: pd.DataFrame,
-) -> dg.AssetCheckResult:
-    """Validate `df` against its schema, its cross-table rules and any `extra` problems found by the caller."""
-    return check_result(asset, [*schema_problems(df, schema), *table_problems(asset, df, **related), *extra])
 
 
 def publish_checked(
@@ -198,6 +189,35 @@ def table_asset(
         return dg.asset(metadata=meta or None, **kwargs)(_publishing(fn, {name: spec}, single=True))
 
     return decorate
+
+
+def partition_table(
+    partitions_def: dg.PartitionsDefinition, **kwargs: Any
+) -> Callable[[Callable[..., TableResult]], dg.AssetsDefinition]:
+    """Decorator: a per-partition table (one file per backbone or LVLM): `table_asset` on `partitions_def`,
+    materialized by the ON_CHANGE condition unless `automation_condition` says otherwise."""
+    kwargs.setdefault("automation_condition", ON_CHANGE)
+    return table_asset(partitions_def=partitions_def, **kwargs)
+
+
+def fan_in_table(
+    *, partitioned: Sequence[str] = (), optional: Sequence[str] = (), **kwargs: Any
+) -> Callable[[Callable[..., TableResult]], dg.AssetsDefinition]:
+    """Decorator: a summary table (a leaderboard) over every partition of the assets in `partitioned`.
+
+    Each of those arrives as {partition: table} (partitions not materialized yet are skipped); each
+    unpartitioned input in `optional` arrives as None while it was never written. Other inputs (`ins`)
+    pass through; Dagster's eager condition unless `automation_condition` says otherwise.
+    """
+    ins = {**{name: dg.AssetIn(metadata=ALLOW_MISSING_PARTITIONS) for name in partitioned},
+           **{name: dg.AssetIn(metadata=ALLOW_MISSING) for name in optional}, **kwargs.pop("ins", {})}
+    kwargs.setdefault("automation_condition", EAGER)
+    return table_asset(ins=ins, **kwargs)
+
+
+def partition_rows(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """A fan-in input's partitions ({partition: table}) as one table; empty when none is materialized yet."""
+    return pd.concat(tables.values(), ignore_index=True) if tables else pd.DataFrame()
 
 
 def table_multi_asset(

@@ -44,22 +44,24 @@ def latest_materialization(instance: dg.DagsterInstance, asset: str, partition: 
     return records[0] if records else None
 
 
-def recorded_subset(instance: dg.DagsterInstance, backbone: str) -> SubsetRule:
-    """The subset rule the latest `predictions` materialization of `backbone` ran with (full when none)."""
-    rec = latest_materialization(instance, "predictions", backbone)
+def recorded_rule(instance: dg.DagsterInstance, asset: str, partition: str) -> SubsetRule:
+    """The subset rule (its `subset` metadata) the latest materialization of `asset` for `partition` ran
+    with (the full sample when there is none)."""
+    rec = latest_materialization(instance, asset, partition)
     if rec is None or rec.asset_materialization is None:
         return SubsetRule()
     value = rec.asset_materialization.metadata.get("subset")
     return SubsetRule.from_json(value.value if value is not None else "")
+
+
+def recorded_subset(instance: dg.DagsterInstance, backbone: str) -> SubsetRule:
+    """The subset rule the latest `predictions` materialization of `backbone` ran with (full when none)."""
+    return recorded_rule(instance, "predictions", backbone)
 
 
 def recorded_lvlm_subset(instance: dg.DagsterInstance, model: str) -> SubsetRule:
     """The subset rule the latest `lvlm_answers` materialization of `model` ran with (full when none)."""
-    rec = latest_materialization(instance, "lvlm_answers", model)
-    if rec is None or rec.asset_materialization is None:
-        return SubsetRule()
-    value = rec.asset_materialization.metadata.get("subset")
-    return SubsetRule.from_json(value.value if value is not None else "")
+    return recorded_rule(instance, "lvlm_answers", model)
 
 
 def stage_timing(instance: dg.DagsterInstance, partition: str, stages) -> dict:

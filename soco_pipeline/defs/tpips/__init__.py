@@ -10,5 +10,4 @@ from soco_pipeline.defs.tpips.assets import (  # noqa: F401 - module-level asset
     tpips_lvlm_answers,
     tpips_ooo,
     tpips_pixel_baselines,
-    tpips_schema_checks,
 )

@@ -11,6 +11,8 @@ One module per job:
 - `robustness`: FGSM / PGD / Gaussian noise against the frozen backbone plus its trained probe;
 - `machine_eval`: the probe and retrieval at every granularity level, within and across superclasses;
 - `questions`, `answer_scoring`, `answers`: questions for LVLMs, the matching rules, asking a backend.
+- `leaderboard`: the per-LVLM metrics, the family leaderboard and its rows for the correlation study;
+- `findings`: the paper's five findings checked on our tables.
 
 The Dagster group is soco_pipeline/defs/fgbmk/; docs/fgbmk.md describes the protocol and its quirks.
 """

@@ -45,6 +45,8 @@ class GlobalFeatureConfig(_Strict):
     normalisation: Literal["clip", "imagenet", "half", "raw", "spec"]
     final_norm: bool
     batch_size: int = Field(ge=1)
+    dense_input: int | None = Field(default=None, ge=8)  # dense-only backbones' input side (None: their own)
+    threads: int | None = Field(default=None, ge=1)  # torch CPU threads of extraction and attacks (None: torch's)
 
 
 class TrainConfig(_Strict):
@@ -108,6 +110,28 @@ class QuestionConfig(_Strict):
     superclass_words: dict[str, str]
 
 
+
+class Paradigm(_Strict):
+    """How a backbone was trained (findings 1 and 2 compare these)."""
+
+    paradigm: Literal["contrastive", "generative", "reconstruction", "supervised", "random", "classical", "oracle"]
+    text_aligned: bool = False  # trained against text (CLIP-like), or an LVLM's aligned visual tokens
+
+
+class FindingsConfig(_Strict):
+    """What the check of the paper's five findings needs to know about the backbones, and its thresholds."""
+
+    paradigms: dict[str, Paradigm]  # fnmatch pattern of a spec name -> its paradigm (first match wins)
+    min_above_chance: float = Field(default=2.0, gt=0)  # a probe counts if clean top-1 >= this x chance
+    min_spread: float = Field(default=30.0, ge=0)  # finding 5: max - min per-class top-1, points
+
+    def paradigm_of(self, backbone: str) -> Paradigm | None:
+        """The first pattern matching the spec name, or None (unknown: left out of findings 1 and 2)."""
+        import fnmatch
+
+        return next((p for pat, p in self.paradigms.items() if fnmatch.fnmatchcase(backbone, pat)), None)
+
+
 class DatasetConfig(_Strict):
     """A user's dataset in FG-BMK's machine-oriented layout, used instead of the embedded set."""
 
@@ -127,6 +151,7 @@ class FgbmkConfig(_Strict):
     retrieval: RetrievalConfig
     robustness: RobustnessConfig
     questions: QuestionConfig
+    findings: FindingsConfig
 
 
 def _resolve(node: Any, scale: str) -> Any:

@@ -178,7 +178,7 @@ def generate_embedded(root: str, config: EmbeddedConfig, seed: int = 0, subclass
     """Render the set under `root` and write its FG-BMK layout; return the items table."""
     tax = load_taxonomy()
     h = hierarchy(tax, subclasses)
-    if config.subclasses_per_class:
+    if config.subclasses_per_class and subclasses is None:  # an explicit list is kept whole
         keep = h.groupby("class", sort=False).head(config.subclasses_per_class).subclass
         h = hierarchy(tax, list(keep))
     n_train, n_test = config.images_per_subclass.train, config.images_per_subclass.test

@@ -23,6 +23,8 @@ every read; extraction resumes from the images the manifest lists with a valid s
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import hashlib
 import io
 import json
@@ -98,7 +100,8 @@ class GlobalExtractor:
     def cache_folder(self, cache_root: str, config: GlobalFeatureConfig) -> str:
         """`<cache_root>/<name>/<spec hash>/global_<policy hash>`."""
         ident = self.identity()
-        policy = hashlib.sha256(json.dumps({"config": config.model_dump(), "code": GLOBAL_CODE_VERSION,
+        # thread count does not change the features: left out, so that it does not re-extract the cache
+        policy = hashlib.sha256(json.dumps({"config": config.model_dump(exclude={"threads"}), "code": GLOBAL_CODE_VERSION,
                                             "extractor": ident.get("extra", {})}, sort_keys=True,
                                            default=str).encode()).hexdigest()[:12]
         return join(feature_dir(cache_root, self.name, ident["hash"]), f"global_{policy}")
@@ -108,6 +111,19 @@ class GlobalExtractor:
         raise NotImplementedError
 
 
+@contextlib.contextmanager
+def torch_threads(n: int | None):
+    """Run a block with `n` torch intra-op threads (None: leave torch's setting alone). On a busy CPU, extra
+    intra-op threads spin while they wait for a core: one thread is then several times faster."""
+    before = torch.get_num_threads()
+    if n:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def _normalise(pixels: torch.Tensor, preset: str) -> torch.Tensor:
     mean, std = NORMALISATION_PRESETS[preset]
     m = torch.tensor(mean, dtype=pixels.dtype, device=pixels.device).view(1, 3, 1, 1)
@@ -115,8 +131,8 @@ def _normalise(pixels: torch.Tensor, preset: str) -> torch.Tensor:
     return (pixels - m) / s
 
 
-class ViTGlobal(GlobalExtractor):
-    """A timm ViT's last two blocks (forward_intermediates on the built model)."""
+class ModelGlobal(GlobalExtractor):
+    """A backbone whose torch model the extractor reads (ViT, CNN): differentiable, normalised inside."""
 
     differentiable = True
 
@@ -124,15 +140,22 @@ class ViTGlobal(GlobalExtractor):
         self.backbone, self.model = backbone, backbone.model
         self.name, self.device = backbone.spec.name, backbone.device
         self.preset = backbone.spec.normalisation if config.normalisation == "spec" else config.normalisation
+
+    def identity(self) -> dict:
+        return {"hash": spec_hash(self.backbone.spec)}
+
+
+class ViTGlobal(ModelGlobal):
+    """A timm ViT's last two blocks (forward_intermediates on the built model)."""
+
+    def __init__(self, backbone: Backbone, config: GlobalFeatureConfig):
+        super().__init__(backbone, config)
         self.final_norm = config.final_norm
         n = len(self.model.blocks)
         if n < 2:
             raise ValueError(f"backbone {self.name!r} has {n} block(s); FG-BMK reads the last two")
         self.indices = [n - 2, n - 1]
         self.has_cls = bool(getattr(self.model, "has_class_token", False))
-
-    def identity(self) -> dict:
-        return {"hash": spec_hash(self.backbone.spec)}
 
     def forward(self, pixels, records):
         out = self.model.forward_intermediates(
@@ -145,18 +168,8 @@ class ViTGlobal(GlobalExtractor):
         return sp_prev.mean(dim=(2, 3)), patch_mean, patch_mean
 
 
-class CnnGlobal(GlobalExtractor):
+class CnnGlobal(ModelGlobal):
     """EfficientNet-Lite0 (timm EfficientNet): last-stage average and the pooled pre-logits embedding."""
-
-    differentiable = True
-
-    def __init__(self, backbone: Backbone, config: GlobalFeatureConfig):
-        self.backbone, self.model = backbone, backbone.model
-        self.name, self.device = backbone.spec.name, backbone.device
-        self.preset = backbone.spec.normalisation if config.normalisation == "spec" else config.normalisation
-
-    def identity(self) -> dict:
-        return {"hash": spec_hash(self.backbone.spec)}
 
     def forward(self, pixels, records):
         m = self.model
@@ -168,13 +181,17 @@ class CnnGlobal(GlobalExtractor):
 
 
 class DenseMeanGlobal(GlobalExtractor):
-    """Any backbone with only dense maps: the mean of its map (at its own input protocol) in every part."""
+    """Any backbone with only dense maps: the mean of its map in every part, at its own input protocol or,
+    with `config.dense_input`, at that input side (the backbone is then built from a copy of its spec with
+    that input; the cache keeps the original spec's folder, the input size goes into the policy hash)."""
 
-    def __init__(self, backbone: Backbone, config: GlobalFeatureConfig):
+    def __init__(self, backbone: Backbone, config: GlobalFeatureConfig, spec: BackboneSpec | None = None):
         self.backbone, self.name, self.device = backbone, backbone.spec.name, backbone.device
+        self.spec, self.dense_input = spec or backbone.spec, config.dense_input
 
     def identity(self) -> dict:
-        return {"hash": spec_hash(self.backbone.spec)}
+        ident = {"hash": spec_hash(self.spec)}
+        return {**ident, "extra": {"dense_input": self.dense_input}} if self.dense_input else ident
 
     def forward(self, pixels, records):
         recs = records.reset_index(drop=True)
@@ -220,12 +237,14 @@ def build_extractor(spec: BackboneSpec, config: GlobalFeatureConfig,
     """The global extractor of a backbone spec (the backbone built once, frozen, in eval mode)."""
     from soco_pipeline.backbones import build_backbone
 
-    backbone = build_backbone(spec, context)
     if spec.kind == "timm":
-        return ViTGlobal(backbone, config)
+        return ViTGlobal(build_backbone(spec, context), config)
     if spec.kind == "packaged":
-        return CnnGlobal(backbone, config)
-    return DenseMeanGlobal(backbone, config)
+        return CnnGlobal(build_backbone(spec, context), config)
+    built = dataclasses.replace(spec, input=dataclasses.replace(spec.input, policy="nearest_multiple",
+                                                                 value=config.dense_input)) \
+        if config.dense_input else spec
+    return DenseMeanGlobal(build_backbone(built, context), config, spec)
 
 
 def load_pixels(uris: list[str], image_ids: list[str], config: GlobalFeatureConfig) -> torch.Tensor:
@@ -283,7 +302,7 @@ def extract_global(extractor: GlobalExtractor, images: pd.DataFrame, cache_root:
     for start in range(0, len(todo), config.batch_size):
         recs = todo.iloc[start:start + config.batch_size]
         pixels = load_pixels(list(recs.uri), list(recs.image_id), config)
-        with torch.inference_mode():
+        with torch.inference_mode(), torch_threads(config.threads):
             parts = [p.float().cpu().numpy() for p in extractor.forward(pixels, recs)]
         bad = ~np.isfinite(np.concatenate(parts, 1)).all(1)
         if bad.any():

@@ -13,8 +13,8 @@ augmented crops (RandomResizedCrop + flip) through the frozen backbone at every 
 
 from __future__ import annotations
 
-import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -23,20 +23,14 @@ import torch
 import torch.nn.functional as F
 
 from soco_pipeline.tasks.fgbmk.config import TrainConfig
-from soco_pipeline.tasks.fgbmk.global_features import GlobalFeatures
+from soco_pipeline.tasks.fgbmk.global_features import GlobalFeatures, torch_threads
 from soco_pipeline.tasks.fgbmk.metrics import topk_accuracy
 
 
-@contextlib.contextmanager
 def single_thread():
     """Run a block with one torch thread: the heads' matrices are small, and on a busy machine intra-op
     threads spin-wait (measured 60x slower per step with 2 threads under load)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
+    return torch_threads(1)
 
 
 def scale_lr(lr: float, batch_size: int) -> float:
@@ -108,6 +102,21 @@ def make_optimizer(grid: HeadGrid, config: TrainConfig) -> tuple[torch.optim.Opt
     return opt, torch.optim.lr_scheduler.CosineAnnealingLR(opt, config.max_iter, eta_min=0)
 
 
+def train_grid(grid: HeadGrid, config: TrainConfig, loss_of: Callable[[int], torch.Tensor]) -> float:
+    """`config.max_iter` steps of the grid's optimizer and cosine schedule on one torch thread; `loss_of(it)`
+    is the summed loss of all heads at iteration `it` (its batches come from seeded streams). Seconds taken."""
+    opt, sched = make_optimizer(grid, config)
+    t0 = time.perf_counter()
+    with single_thread():
+        for it in range(config.max_iter):
+            loss = loss_of(it)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            sched.step()
+    return time.perf_counter() - t0
+
+
 @dataclass
 class ProbeResult:
     """The grid's scores on the evaluation split, the best head and its scores."""
@@ -133,21 +142,16 @@ def train_probe(train: GlobalFeatures, train_labels, evaluation: GlobalFeatures,
     # FG-BMK's Dataset counts classes as the largest train label + 1.
     k = int(num_classes if num_classes is not None else int(y.max()) + 1)
     grid = build_grid(train, k, config, seed)
-    opt, sched = make_optimizer(grid, config)
     x_train = grid.inputs(train)
     stream = batch_stream(len(y), config.batch_size, seed)
     idx_of = [(c[0], c[1]) for c in grid.configs]
-    t0 = time.perf_counter()
-    with single_thread():
-        for _ in range(config.max_iter):
-            rows = next(stream)
-            batch = {key: x[rows] for key, x in x_train.items()}
-            loss = sum(F.cross_entropy(h(batch[key]), y[rows]) for h, key in zip(grid.heads, idx_of, strict=True))
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            sched.step()
-    seconds = time.perf_counter() - t0
+
+    def loss_of(_it: int) -> torch.Tensor:
+        rows = next(stream)
+        batch = {key: x[rows] for key, x in x_train.items()}
+        return sum(F.cross_entropy(h(batch[key]), y[rows]) for h, key in zip(grid.heads, idx_of, strict=True))
+
+    seconds = train_grid(grid, config, loss_of)
     x_eval = grid.inputs(evaluation)
     rows, logits = [], []
     with torch.no_grad():

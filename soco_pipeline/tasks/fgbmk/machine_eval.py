@@ -15,7 +15,8 @@ from soco_pipeline.tasks.fgbmk.retrieval import train_retrieval
 METRIC_COLUMNS = [
     "backbone", "scope", "superclass", "level", "n_classes", "n_train", "n_test", "chance_top1",
     "top1", "top5", "probe_head", "probe_iterations", "probe_seconds",
-    "recall_at_1", "map", "retrieval_head", "retrieval_iterations", "retrieval_seconds", "simulated",
+    "recall_at_1", "map", "retrieval_head", "retrieval_iterations", "retrieval_seconds",
+    "class_top1_mean", "class_top1_std", "class_top1_min", "class_top1_max", "test_per_class", "simulated",
 ]
 
 
@@ -34,6 +35,14 @@ def level_labels(items: pd.DataFrame, level: str) -> np.ndarray:
     return np.searchsorted(np.unique(ids), ids)
 
 
+def per_class_top1(logits, labels) -> np.ndarray:
+    """Top-1 of the probe per class present in `labels` (0-100), in class-id order (finding 5's spread)."""
+    labels = np.asarray(labels)
+    hit = (np.asarray(logits).argmax(1) == labels).astype(np.float64)
+    present = np.unique(labels)
+    return (np.bincount(labels, hit)[present] / np.bincount(labels)[present]) * 100.0
+
+
 def evaluate_backbone(backbone: str, feats: GlobalFeatures, items: pd.DataFrame, config: FgbmkConfig,
                       simulated: bool = True) -> tuple[pd.DataFrame, dict[tuple[str, str, str], ProbeResult]]:
     """Probe and retrieval metrics (METRIC_COLUMNS) of one backbone on `items` (split, <level>_id, superclass),
@@ -48,13 +57,16 @@ def evaluate_backbone(backbone: str, feats: GlobalFeatures, items: pd.DataFrame,
         probe = train_probe(f_train, labels[train], f_test, labels[test], config.linear_probe, config.seed, k)
         ret = train_retrieval(f_train, labels[train], f_test, labels[test], config.retrieval, config.seed, k)
         probes[(scope, sup, level)] = probe
+        per_class = per_class_top1(probe.eval_logits.numpy(), labels[test])
         rows.append({
             "backbone": backbone, "scope": scope, "superclass": sup, "level": level, "n_classes": k,
             "n_train": int(train.sum()), "n_test": int(test.sum()), "chance_top1": 100.0 / k,
             "top1": probe.top1, "top5": probe.top5, "probe_head": probe.best, "probe_iterations": probe.iterations,
             "probe_seconds": probe.seconds, "recall_at_1": ret.recall_at_1, "map": ret.map,
             "retrieval_head": ret.best, "retrieval_iterations": ret.iterations, "retrieval_seconds": ret.seconds,
-            "simulated": simulated,
+            "class_top1_mean": float(per_class.mean()), "class_top1_std": float(per_class.std()),
+            "class_top1_min": float(per_class.min()), "class_top1_max": float(per_class.max()),
+            "test_per_class": float(test.sum()) / len(per_class), "simulated": simulated,
         })
     return pd.DataFrame(rows, columns=METRIC_COLUMNS), probes
 

@@ -16,7 +16,6 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -26,13 +25,7 @@ import torch.nn.functional as F
 
 from soco_pipeline.tasks.fgbmk.config import RetrievalConfig
 from soco_pipeline.tasks.fgbmk.global_features import GlobalFeatures
-from soco_pipeline.tasks.fgbmk.linear_probe import (
-    HeadGrid,
-    batch_stream,
-    build_grid,
-    make_optimizer,
-    single_thread,
-)
+from soco_pipeline.tasks.fgbmk.linear_probe import HeadGrid, batch_stream, build_grid, train_grid
 from soco_pipeline.tasks.fgbmk.metrics import macro_recall_at_1, retrieval_map
 
 NO_NEIGHBOUR = -1e4
@@ -138,21 +131,16 @@ def train_retrieval(train: GlobalFeatures, train_labels, test: GlobalFeatures, t
     sampler = TripletSampler.from_labels(train_lists, config.negative, seed)
     triplets = sampler.triplets(config.batch_size, config.max_iter)
     grid = build_grid(train, config.embed_dim, config, seed)
-    opt, sched = make_optimizer(grid, config)
     x_train = grid.inputs(train)
     keys = [(c[0], c[1]) for c in grid.configs]
-    t0 = time.perf_counter()
-    with single_thread():
-        for it in range(config.max_iter):
-            flat = torch.from_numpy(triplets[it].T.reshape(-1))  # anchors, then positives, then negatives
-            batch = {key: x[flat] for key, x in x_train.items()}
-            loss = sum(F.triplet_margin_loss(*h(batch[key]).chunk(3), margin=config.margin)
-                       for h, key in zip(grid.heads, keys, strict=True))
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            sched.step()
-    seconds = time.perf_counter() - t0
+
+    def loss_of(it: int) -> torch.Tensor:
+        flat = torch.from_numpy(triplets[it].T.reshape(-1))  # anchors, then positives, then negatives
+        batch = {key: x[flat] for key, x in x_train.items()}
+        return sum(F.triplet_margin_loss(*h(batch[key]).chunk(3), margin=config.margin)
+                   for h, key in zip(grid.heads, keys, strict=True))
+
+    seconds = train_grid(grid, config, loss_of)
     g = torch.Generator().manual_seed(int(seed) + 1)
     gallery_rows = torch.randperm(len(train), generator=g)[: config.gallery_cap]
     gallery_targets = multi_hot([train_lists[i] for i in gallery_rows.tolist()], k)

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from soco_pipeline.tasks.fgbmk.config import FgbmkConfig, RobustnessConfig
-from soco_pipeline.tasks.fgbmk.global_features import GlobalExtractor, load_pixels, read_global
+from soco_pipeline.tasks.fgbmk.global_features import GlobalExtractor, load_pixels, read_global, torch_threads
 from soco_pipeline.tasks.fgbmk.linear_probe import ProbeResult
 
 ROBUSTNESS_COLUMNS = ["backbone", "level", "attack", "strength", "accuracy", "clean_accuracy", "n_images", "simulated"]
@@ -108,11 +108,13 @@ def robustness_for_backbone(backbone: str, extractor: GlobalExtractor, folder: s
     pixels = load_pixels(list(recs.uri), list(recs.image_id), config.global_features) if reads_pixels else \
         torch.zeros(len(recs), 3, config.global_features.crop, config.global_features.crop)
     frames = []
-    for level in config.robustness.levels:
-        labels = level_labels(items, level)
-        probe = train_probe(feats.subset(items.image_id[train]), labels[train], feats.subset(items.image_id[test]),
-                            labels[test], config.linear_probe, config.seed, int(labels.max()) + 1)
-        frames.append(evaluate_robustness(backbone, extractor, probe, pixels, labels[test_rows], recs, level,
-                                          config.robustness, config.seed, reads_pixels,
-                                          bool(items.simulated.all())))
+    with torch_threads(config.global_features.threads):
+        for level in config.robustness.levels:
+            labels = level_labels(items, level)
+            probe = train_probe(feats.subset(items.image_id[train]), labels[train],
+                                feats.subset(items.image_id[test]), labels[test], config.linear_probe, config.seed,
+                                int(labels.max()) + 1)
+            frames.append(evaluate_robustness(backbone, extractor, probe, pixels, labels[test_rows], recs, level,
+                                              config.robustness, config.seed, reads_pixels,
+                                              bool(items.simulated.all())))
     return pd.concat(frames, ignore_index=True)

@@ -6,35 +6,49 @@ options), as VLMEvalKit sends a multi-image item. Extraction follows MMVMEvalKit
 1. exact matching (`can_infer`): punctuation ``.()[],:;!*#{}`` becomes spaces; when exactly one option
    letter stands alone among the words, that letter; else, when exactly one option's text occurs in the
    lower-cased answer, that option; refusal phrases and a lone ``Z`` give no answer;
-2. optionally (off by default) an LLM matcher, any OpenAI-compatible spec, given the published matcher
-   prompt (`build_prompt_mmatch`), its reply again read by exact matching; up to 3 attempts;
-3. otherwise no answer (counted wrong). The reference then draws a random letter; we record "none".
+2. optionally (off by default) an LLM judge, any OpenAI-compatible spec, in one of the two published modes:
 
-Each row keeps the raw text, the parsed letter and the method (exact | judge | none).
+   - ``matcher`` (MMVMEvalKit `extract_answer_from_item`): asked only where exact matching fails, with the
+     matcher prompt (`build_prompt_mmatch`); its reply is read by exact matching; up to 3 attempts, the
+     next attempt only after an API failure or a reply naming no single option; a reply of ``Z`` (or a
+     refusal) ends it with no answer;
+   - ``yes_no`` (upstream VLMEvalKit `MMVMBench.evaluate`): asked for *every* row that has a prediction,
+     exact match or not, with "... conclude with [YES]. If it is not, conclude with [NO]." at temperature
+     0; a row is right iff the reply holds one of VLMEvalKit's YES tags (a substring test, as there); a
+     row without a prediction is not asked and counts wrong (VLMEvalKit scores it "[NO]");
+3. otherwise no answer (counted wrong). The matcher reference then draws a random letter; we record "none".
+
+Each row keeps the raw text, the parsed letter, how it was extracted (`extraction`: exact | judge | none)
+and the judge's raw reply (`judge_raw`). A judge reply is cached like an answer (by the judge's request
+hash and attempt number) when the judge has a cache, so a rerun asks the judge nothing it already asked.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
 
-from soco_pipeline.lvlm.backends import Backend
+from soco_pipeline.lvlm.backends import Backend, Reply
 from soco_pipeline.lvlm.cache import AnswerCache
 from soco_pipeline.lvlm.prompt import ChatRequest, request_key
 from soco_pipeline.storage import read_bytes
 from soco_pipeline.tasks.mmvm.prompt import QUESTION, option_map, options_of
 
 ANSWER_COLUMNS = ["model", "item_id", "case_id", "split", "n_candidates", "count_label", "match_type",
-                  "query_absent", "answer", "raw_answer", "parsed", "method", "judge_raw", "correct", "latency_s",
-                  "attempts", "error", "request_hash"]
+                  "query_absent", "answer", "raw_answer", "parsed", "extraction", "judge_mode", "judge_raw",
+                  "correct", "latency_s", "attempts", "error", "request_hash"]
+EXTRACTIONS = ("exact", "judge", "none")
+JUDGE_MODES = ("off", "matcher", "yes_no")
 REFUSALS = ("Sorry, I can't help with images of people yet.", "I can't process this file.",
             "I'm sorry, but without the image provided", "Cannot determine the answer")
 API_FAILURE = "Failed to obtain answer via API"
 _PUNCT = str.maketrans({c: " " for c in ".()[],:;!*#{}"})
 JUDGE_ATTEMPTS = 3
+NO_OPTION = "Z"  # what `infer_option` returns for a decided "no option" (a refusal or a lone Z)
 
 _EXAMPLES = (
     ("Options: A. 1\nB. 2\nC. 3\nD. 4\nE. None of the above choices are correct\n",
@@ -48,20 +62,29 @@ _EXAMPLES = (
 )
 
 
-def exact_letter(answer: object, choices: dict[str, str]) -> str:
-    """The option letter an answer names by MMVMEvalKit's exact matching, or "" (none, refused, or Z)."""
+def infer_option(answer: object, choices: dict[str, str]) -> str:
+    """MMVMEvalKit's `can_infer` of one answer: an option letter, NO_OPTION for a decided "no option" (a
+    refusal, or a lone Z when Z is no option), or "" when nothing can be inferred (or an API failure)."""
     text = str(answer)
-    if API_FAILURE in text or any(r in text for r in REFUSALS):
+    if API_FAILURE in text:
         return ""
+    if any(r in text for r in REFUSALS):
+        return NO_OPTION
     words = text.translate(_PUNCT).split()
     hits = [c for c in choices if c in words]
     if len(hits) == 1:
         return hits[0]
-    if not hits and "Z" in words:
-        return ""  # the matcher's "no option"
+    if not hits and NO_OPTION in words:
+        return NO_OPTION
     low = text.lower()
     by_text = [k for k, v in choices.items() if str(v).lower() in low]
     return by_text[0] if len(by_text) == 1 else ""
+
+
+def exact_letter(answer: object, choices: dict[str, str]) -> str:
+    """The option letter an answer names by MMVMEvalKit's exact matching, or "" (none, refused, or Z)."""
+    letter = infer_option(answer, choices)
+    return letter if letter in choices else ""
 
 
 def judge_prompt(question: str, options: str, prediction: str) -> str:
@@ -78,34 +101,164 @@ def judge_prompt(question: str, options: str, prediction: str) -> str:
     return text + f"Example 5: \nQuestion: {QUESTION}\nOptions: {options}\nAnswer: {prediction}\nYour output: "
 
 
-def extract(raw: np.ndarray, items: pd.DataFrame, judge: Backend | None = None) -> tuple[list, list, list]:
-    """(parsed letters, methods, judge replies) of raw answers; the judge is asked only where exact fails."""
-    parsed, method, judged = [], [], []
-    for text, it in zip(raw, items.itertuples(index=False), strict=True):  # free text: one parse per answer
-        choices = option_map(it.options)
-        letter = exact_letter(text, choices)
-        if letter:
-            parsed.append(letter), method.append("exact"), judged.append("")
-            continue
-        reply_text = ""
-        if judge is not None:
-            req = ChatRequest((), judge_prompt(it.question, it.options, str(text)))
-            for _ in range(JUDGE_ATTEMPTS):
-                reply = judge.answer_batch([req])[0]
-                reply_text = reply.text
-                letter = "" if reply.error else exact_letter(reply.text, choices)
-                if letter:
-                    break
-        parsed.append(letter)
-        method.append("judge" if letter else "none")
-        judged.append(reply_text)
-    return parsed, method, judged
+# Upstream VLMEvalKit's MMVMBench judge: its YES tags, read as substrings of the reply.
+YES_TAGS = ("[YES]", "[Yes]", "[yes]", "YES", "Yes", "yes")
 
 
-def run_lvlm(items: pd.DataFrame, spec, backend: Backend, cache: AnswerCache, judge: Backend | None = None,
+def yes_no_judge_prompt(question: str, prediction: str, answer: str) -> str:
+    """VLMEvalKit MMVMBench's judge prompt for one row (each field wrapped in braces, as there)."""
+    return (f"I asked a model a question: {{{question}}}. The model's response was: {{{prediction}}}. "
+            f"The correct answer to this question is: {{{answer}}}. Please determine whether the model's "
+            "response is correct. If it is, conclude with [YES]. If it is not, conclude with [NO].")
+
+
+def judge_hits(scores: pd.Series) -> pd.Series:
+    """VLMEvalKit's reading of its judge replies (the `score` column of its _score workbook): a hit iff
+    any of its YES tags occurs (note: a plain substring test, so "yes" inside other words counts too)."""
+    s = scores.fillna("").astype(str)
+    return s.apply(lambda v: any(tag in v for tag in YES_TAGS))
+
+
+@dataclass(frozen=True)
+class Judge:
+    """An LLM judge for LVLM answers: a backend of any OpenAI-compatible spec and the published mode it
+    follows (`matcher` | `yes_no`); `generation` and `cache` make its replies cached by request hash."""
+
+    backend: Backend
+    mode: str = "matcher"
+    generation: dict | None = None
+    cache: AnswerCache | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode not in JUDGE_MODES[1:]:
+            raise ValueError(f"judge mode {self.mode!r}: use one of {list(JUDGE_MODES[1:])}")
+
+    def ask(self, prompts: list[str], attempt: int = 0) -> list[Reply]:
+        """One reply per prompt (text only): cached replies first, the rest through the backend in batches
+        of its batch size on `max_concurrency` threads; every new reply without an error is cached."""
+        gen = dict(self.generation or {}) | {"judge_mode": self.mode, "attempt": attempt}
+        keys = [request_key(p, [], gen) for p in prompts]
+        out: list[Reply | None] = [None] * len(prompts)
+        if self.cache is not None:
+            for i, k in enumerate(keys):
+                rec = self.cache.get(k)
+                if rec is not None:
+                    out[i] = Reply(rec["text"], rec["latency_s"], rec["attempts"])
+        todo = [i for i, r in enumerate(out) if r is None]
+        batch = max(1, int(getattr(self.backend, "batch_size", 1)))
+        chunks = [todo[k:k + batch] for k in range(0, len(todo), batch)]
+
+        def work(chunk: list[int]) -> None:
+            replies = self.backend.answer_batch([ChatRequest((), prompts[i]) for i in chunk])
+            for i, reply in zip(chunk, replies, strict=True):
+                out[i] = reply
+                if self.cache is not None and not reply.error:
+                    self.cache.put(keys[i], {"text": reply.text, "latency_s": reply.latency_s,
+                                             "attempts": reply.attempts})
+
+        with ThreadPoolExecutor(max_workers=max(1, int(getattr(self.backend, "max_concurrency", 1)))) as pool:
+            list(pool.map(work, chunks))
+        return out  # type: ignore[return-value]
+
+
+def build_judge(spec, mode: str, cache: AnswerCache | None = None, api_key: str | None = None) -> Judge | None:
+    """The judge of an LVLM spec (any backend; in practice an OpenAI-compatible server) in a published
+    mode, or None for mode "off". The yes_no judge runs at temperature 0, as VLMEvalKit sets it."""
+    if mode == "off" or spec is None:
+        return None
+    from soco_pipeline.lvlm.backends import build_backend
+
+    if mode == "yes_no":
+        spec = replace(spec, temperature=0.0)
+    return Judge(build_backend(spec, api_key=api_key), mode, spec.generation(), cache)
+
+
+def judge_from_config(cfg, cache: AnswerCache | None = None) -> Judge | None:
+    """The judge an MmvmConfig asks for (`judge: {mode, spec}`), or None when it is off (the default)."""
+    path = cfg.judge.spec_path()
+    if path is None:
+        return None
+    from soco_pipeline.lvlm.specs import load_spec
+
+    return build_judge(load_spec(path), cfg.judge.mode, cache=cache)
+
+
+def _has_text(raw: np.ndarray) -> np.ndarray:
+    """Which answers hold a prediction (not empty, not NaN): only those go to a judge."""
+    return np.array([bool(str(t).strip()) and str(t) != "nan" for t in raw], dtype=bool)
+
+
+def _matcher(raw: np.ndarray, items: pd.DataFrame, parsed: list,
+             judge: Judge) -> tuple[list, list, list, np.ndarray]:
+    """(letters, judge replies, judge errors, decided) of the rows exact matching left empty, by the matcher
+    rule; `decided` marks the rows where the judge named an option or its "no option" (Z)."""
+    n = len(raw)
+    letters, replies, errors = list(parsed), [""] * n, [""] * n
+    decided = np.zeros(n, bool)
+    choices = [option_map(o) for o in items["options"]]
+    has = _has_text(raw)
+    open_ = [i for i in range(n) if not parsed[i] and has[i]]
+    for attempt in range(JUDGE_ATTEMPTS):
+        if not open_:
+            break
+        got = judge.ask([judge_prompt(items["question"].iat[i], items["options"].iat[i], str(raw[i]))
+                         for i in open_], attempt)
+        still = []
+        for i, reply in zip(open_, got, strict=True):
+            replies[i], errors[i] = reply.text, reply.error
+            letter = "" if reply.error else infer_option(reply.text, choices[i])
+            if letter == "":
+                still.append(i)  # an API failure or no single option: ask again
+            else:
+                letters[i] = letter if letter in choices[i] else ""  # Z: the judge's "no option" ends it
+                decided[i] = True
+        open_ = still
+    return letters, replies, errors, decided
+
+
+def extract(raw: np.ndarray, items: pd.DataFrame, judge: Judge | None = None,
+            answers: pd.Series | None = None) -> pd.DataFrame:
+    """Per answer: `parsed` letter, `extraction` (exact | judge | none), `judge_mode`, `judge_raw` (the
+    judge's reply), `judge_error` and `judge_correct` (the yes_no judge's verdict, else NaN).
+
+    matcher: the judge is asked only where exact matching fails; yes_no: for every non-empty answer, and
+    `answers` (default: the items' answer column) is the ground truth it is shown."""
+    raw = np.asarray(raw, dtype=object)
+    n = len(raw)
+    parsed = [exact_letter(text, option_map(o)) for text, o in zip(raw, items["options"], strict=True)]
+    out = pd.DataFrame({"parsed": parsed, "extraction": np.where([bool(p) for p in parsed], "exact", "none"),
+                        "judge_mode": "off" if judge is None else judge.mode, "judge_raw": "", "judge_error": "",
+                        "judge_correct": np.nan})
+    if judge is None or n == 0:
+        return out
+    if judge.mode == "matcher":
+        letters, replies, errors, decided = _matcher(raw, items, parsed, judge)
+        out["parsed"] = letters
+        out["judge_raw"] = replies
+        out["judge_error"] = errors
+        out.loc[decided, "extraction"] = "judge"
+        return out
+    # yes_no: every row that has a prediction, exact match or not
+    gt = (items["answer"] if answers is None else answers).astype(str).to_numpy()
+    asked = np.flatnonzero(_has_text(raw))
+    got = judge.ask([yes_no_judge_prompt(items["question"].iat[i], str(raw[i]), gt[i]) for i in asked])
+    text = pd.Series([r.text for r in got], dtype=object)
+    err = np.array([r.error for r in got], dtype=object)
+    hits = judge_hits(text).to_numpy() & (err == "")
+    verdict = np.zeros(n, bool)
+    verdict[asked] = hits
+    out["judge_correct"] = verdict
+    out.loc[asked, "judge_raw"] = text.to_numpy()
+    out.loc[asked, "judge_error"] = err
+    out.loc[asked[err == ""], "extraction"] = "judge"
+    return out
+
+
+def run_lvlm(items: pd.DataFrame, spec, backend: Backend, cache: AnswerCache, judge: Judge | None = None,
              log: Callable[[str], None] = lambda _m: None) -> pd.DataFrame:
     """ANSWER_COLUMNS rows of one model on the items: cached answers first, the rest through the backend in
-    batches of its batch size on `max_concurrency` threads, each new answer cached at once."""
+    batches of its batch size on `max_concurrency` threads, each new answer cached at once; then extraction
+    (and the judge, when one is given). A judge error is recorded in `error` as "judge: ..."."""
     items = items.reset_index(drop=True)
     n = len(items)
     generation = spec.generation()
@@ -138,31 +291,44 @@ def run_lvlm(items: pd.DataFrame, spec, backend: Backend, cache: AnswerCache, ju
     with ThreadPoolExecutor(max_workers=max(1, int(getattr(backend, "max_concurrency", 1)))) as pool:
         asked = sum(pool.map(work, chunks))
     log(f"{spec.name}: {n} MMVM answers, {n - asked} from the cache, {int((error != '').sum())} errors")
-    parsed, method, judged = extract(raw, items, judge)
+    # a failed request has no answer to judge
+    ex = extract(np.where(error == "", raw, ""), items, judge)
     out = items[["item_id", "case_id", "split", "n_candidates", "count_label", "match_type", "query_absent",
                  "answer"]].copy()
     out.insert(0, "model", spec.name)
     out["raw_answer"] = raw.astype(str)
-    out["parsed"] = parsed
-    out["method"] = method
-    out["judge_raw"] = judged
-    out["correct"] = (out["parsed"] == out["answer"]) & (error == "")
+    for col in ("parsed", "extraction", "judge_mode", "judge_raw"):
+        out[col] = ex[col].to_numpy()
+    right = ex["judge_correct"].to_numpy(bool) if judge is not None and judge.mode == "yes_no" else \
+        out["parsed"].to_numpy() == out["answer"].to_numpy()
+    judge_err = ex["judge_error"].to_numpy()
+    error = np.where((error == "") & (judge_err != ""), "judge: " + judge_err.astype(str), error)
+    out["correct"] = right & (error == "")
     out["latency_s"] = latency
     out["attempts"] = attempts
     out["error"] = error.astype(str)
     out["request_hash"] = keys.astype(str)
+    if judge is not None:
+        log(f"{spec.name}: judge ({judge.mode}) gave {int((out['extraction'] == 'judge').sum())} verdicts, "
+            f"{int((judge_err != '').sum())} judge errors")
     return out[ANSWER_COLUMNS]
 
 
-def score_predictions(table: pd.DataFrame, judge: Backend | None = None) -> pd.DataFrame:
+def score_predictions(table: pd.DataFrame, judge: Judge | None = None) -> pd.DataFrame:
     """Per-row extraction and correctness of a prediction table (VLMEvalKit workbook rows: question, answer,
-    match_type, prediction) by the same rules as our own answers."""
+    match_type, prediction) by the same rules as our own answers; the yes_no judge is shown the answer
+    cell as written in the workbook."""
     t = table.copy()
     t["options"] = t["question"].map(options_of)
-    t["answer"] = t["answer"].astype(str).str.strip().str.extract(r"^\(?([A-Z])", expand=False).fillna("")
-    parsed, method, judged = extract(t["prediction"].astype(str).to_numpy(), t, judge)
-    t["parsed"], t["method"], t["judge_raw"] = parsed, method, judged
-    t["correct"] = t["parsed"] == t["answer"]
+    written = t["answer"].astype(str)
+    t["answer"] = written.str.strip().str.extract(r"^\(?([A-Z])", expand=False).fillna("")
+    ex = extract(t["prediction"].fillna("").astype(str).to_numpy(), t, judge, answers=written)
+    for col in ("parsed", "extraction", "judge_mode", "judge_raw", "judge_error"):
+        t[col] = ex[col].to_numpy()
+    if judge is not None and judge.mode == "yes_no":
+        t["correct"] = ex["judge_correct"].to_numpy(bool)
+    else:
+        t["correct"] = t["parsed"] == t["answer"]
     letters = t["options"].map(lambda o: list(option_map(o)))
     t["n_candidates"] = letters.map(lambda ls: max(len(ls) - 1, 1))
     t["none_letter"] = letters.map(lambda ls: ls[-1] if ls else "")
@@ -170,21 +336,3 @@ def score_predictions(table: pd.DataFrame, judge: Backend | None = None) -> pd.D
     t["count_label"] = t["n_candidates"].astype(str)
     t["split"] = "test"
     return t
-
-
-# Upstream VLMEvalKit's MMVMBench scores with a GPT judge instead of letter extraction (temperature 0).
-YES_TAGS = ("[YES]", "[Yes]", "[yes]", "YES", "Yes", "yes")
-
-
-def yes_no_judge_prompt(question: str, prediction: str, answer: str) -> str:
-    """VLMEvalKit MMVMBench's judge prompt for one row (each field wrapped in braces, as there)."""
-    return (f"I asked a model a question: {{{question}}}. The model's response was: {{{prediction}}}. "
-            f"The correct answer to this question is: {{{answer}}}. Please determine whether the model's "
-            "response is correct. If it is, conclude with [YES]. If it is not, conclude with [NO].")
-
-
-def judge_hits(scores: pd.Series) -> pd.Series:
-    """VLMEvalKit's reading of its judge replies (the `score` column of its _score workbook): a hit iff
-    any of its YES tags occurs (note: a plain substring test, so "yes" inside other words counts too)."""
-    s = scores.fillna("").astype(str)
-    return s.apply(lambda v: any(tag in v for tag in YES_TAGS))

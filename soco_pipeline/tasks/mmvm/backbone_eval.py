@@ -1,5 +1,12 @@
 """One feature backbone on the MMVM items: cached dense maps (the shared feature cache), mask pooling,
-zero-shot answers and the contrastive head's; or a not-applicable row for the SOCO oracles."""
+zero-shot answers and the contrastive head's; or a not-applicable row for the SOCO oracles.
+
+An item set without a training split (an import of the published benchmark) can be scored against
+`reference` tables of generated data (with a training split): the contrastive head is trained on the
+reference's training split and the None thresholds fitted there are carried over (`none_mode =
+carried`). Without a reference such a set never answers None and its head stays the seeded random
+projection; the rows say so.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +18,7 @@ from soco_pipeline.features.extract import extract_features
 from soco_pipeline.features.store import FeatureStore
 from soco_pipeline.tasks.mmvm.contrastive import apply_head, train_head
 from soco_pipeline.tasks.mmvm.scoring import (
+    carried_rule,
     not_applicable,
     oracle_descriptors,
     pooled_descriptors,
@@ -20,25 +28,60 @@ from soco_pipeline.tasks.mmvm.scoring import (
 ORACLE_REASON = ("not applicable: SOCO oracles read the part/concept keypoint maps of the embedded SOCO data set "
                  "(ground_truth/keypoints.parquet); MMVM frames have no SOCO keypoints")
 FEATURE_COLUMNS = ["image_id", "uri", "width", "height", "category"]
+METHODS = ("zero_shot", "contrastive_head")
+
+
+def _has_train(tables: dict[str, pd.DataFrame]) -> bool:
+    return bool((tables["items"]["split"] == "train").any())
+
+
+def _descriptors(spec, tables: dict[str, pd.DataFrame], features_root: str, device: str | None,
+                 log: Callable[[str], None]) -> tuple[dict, pd.DataFrame]:
+    manifest = extract_features(spec, tables["images"][FEATURE_COLUMNS], features_root, context={"device": device},
+                                log=log)
+    store = FeatureStore.from_manifest(features_root, manifest)
+    return pooled_descriptors(tables["objects"], tables["images"], store), manifest
 
 
 def backbone_predictions(spec, tables: dict[str, pd.DataFrame], features_root: str, device: str | None = None,
-                         log: Callable[[str], None] = lambda _m: None) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+                         log: Callable[[str], None] = lambda _m: None, none_rule=None,
+                         reference: dict[str, pd.DataFrame] | None = None) -> tuple[pd.DataFrame, pd.DataFrame | None]:
     """(predictions of the zero-shot and contrastive-head methods, feature manifest) of one backbone spec;
-    a SOCO oracle gets not-applicable rows and no manifest."""
-    items, cases, objects, images = tables["items"], tables["cases"], tables["objects"], tables["images"]
+    a SOCO oracle gets not-applicable rows and no manifest. `none_rule`: the config's NoneRuleConfig;
+    `reference`: generated tables whose training split trains the head and fits the carried thresholds
+    when `tables` has no training split of its own."""
+    items, cases, objects = tables["items"], tables["cases"], tables["objects"]
     if spec.kind == "oracle":
         return not_applicable(items, spec.name, ORACLE_REASON), None
-    manifest = extract_features(spec, images[FEATURE_COLUMNS], features_root, context={"device": device}, log=log)
-    store = FeatureStore.from_manifest(features_root, manifest)
-    desc = pooled_descriptors(objects, images, store)
-    zero = predict_items(items, cases, objects, desc, spec.name)
-    head = train_head(desc, objects, cases, seed=int(getattr(spec, "seed", 0)))
-    tuned = predict_items(items, cases, objects, apply_head(desc, head), spec.name, method="contrastive_head")
+    desc, manifest = _descriptors(spec, tables, features_root, device, log)
+    seed = int(getattr(spec, "seed", 0))
+    carried = dict.fromkeys(METHODS)
+    if reference is not None and not _has_train(tables) and _has_train(reference):
+        ref_desc, _ = _descriptors(spec, reference, features_root, device, log)
+        head = train_head(ref_desc, reference["objects"], reference["cases"], seed=seed)
+        ref_items, ref_cases, ref_objects = reference["items"], reference["cases"], reference["objects"]
+        ref = pd.concat([predict_items(ref_items, ref_cases, ref_objects, ref_desc, spec.name),
+                         predict_items(ref_items, ref_cases, ref_objects, apply_head(ref_desc, head), spec.name,
+                                       method="contrastive_head")], ignore_index=True)
+        carried = {m: carried_rule(ref, m) for m in METHODS}
+        log(f"{spec.name}: head and None thresholds from the reference's training split "
+            f"({int((ref_items['split'] == 'train').sum())} items), carried over")
+    else:
+        head = train_head(desc, objects, cases, seed=seed)
+    zero = predict_items(items, cases, objects, desc, spec.name, none_rule=none_rule, carried=carried["zero_shot"])
+    tuned = predict_items(items, cases, objects, apply_head(desc, head), spec.name, method="contrastive_head",
+                          none_rule=none_rule, carried=carried["contrastive_head"])
     return pd.concat([zero, tuned], ignore_index=True), manifest
 
 
-def oracle_predictions(tables: dict[str, pd.DataFrame], name: str = "instance_oracle") -> pd.DataFrame:
-    """The instance-identity oracle's predictions (a check of the scoring: 100 on every breakdown)."""
+def oracle_predictions(tables: dict[str, pd.DataFrame], name: str = "instance_oracle", none_rule=None,
+                       reference: dict[str, pd.DataFrame] | None = None) -> pd.DataFrame:
+    """The instance-identity oracle's predictions (a check of the scoring: 100 on every breakdown where its
+    None rule can answer None); `reference` as in backbone_predictions (carried threshold)."""
+    carried = None
+    if reference is not None and not _has_train(tables) and _has_train(reference):
+        ref = predict_items(reference["items"], reference["cases"], reference["objects"],
+                            oracle_descriptors(reference["objects"]), name)
+        carried = carried_rule(ref, "zero_shot")
     return predict_items(tables["items"], tables["cases"], tables["objects"], oracle_descriptors(tables["objects"]),
-                         name)
+                         name, none_rule=none_rule, carried=carried)

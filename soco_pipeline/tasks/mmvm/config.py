@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -48,6 +49,41 @@ class Candidates(_Strict):
         return v
 
 
+class JudgeConfig(_Strict):
+    """The optional LLM judge of LVLM answers (off by default): a published mode and an LVLM spec file."""
+
+    mode: Literal["off", "matcher", "yes_no"] = "off"
+    spec: str | None = None
+
+    @model_validator(mode="after")
+    def _spec_when_on(self):
+        if self.mode != "off" and not self.spec:
+            raise ValueError(f"judge.mode {self.mode!r} needs judge.spec: an LVLM spec file (any OpenAI-compatible "
+                             "server), e.g. assets/lvlms/<judge>.yaml")
+        return self
+
+    def spec_path(self) -> Path | None:
+        """The judge's spec file (relative paths from the project root), or None when off."""
+        if self.mode == "off" or not self.spec:
+            return None
+        path = Path(self.spec)
+        return path if path.is_absolute() else PROJECT_ROOT / path
+
+
+class NoneRuleConfig(_Strict):
+    """How a feature backbone answers "None of the above" (see scoring.py and docs/mmvm.md)."""
+
+    mode: Literal["fitted", "fixed", "never"] = "fitted"
+    threshold: float | None = Field(default=None, ge=-1.0, le=1.0)
+
+    @model_validator(mode="after")
+    def _threshold_iff_fixed(self):
+        if (self.mode == "fixed") != (self.threshold is not None):
+            raise ValueError("none_rule.threshold is given exactly when none_rule.mode is 'fixed' "
+                             f"(got mode {self.mode!r}, threshold {self.threshold!r})")
+        return self
+
+
 class MmvmConfig(_Strict):
     """Generator and scoring settings of the MMVM family (see assets/mmvm.yaml for each field)."""
 
@@ -66,6 +102,8 @@ class MmvmConfig(_Strict):
     markers: tuple[str, ...]
     orientation_gap_deg: float = Field(gt=0, le=180)
     view_change_deg: tuple[float, float]
+    none_rule: NoneRuleConfig = NoneRuleConfig()
+    judge: JudgeConfig = JudgeConfig()
 
     @model_validator(mode="after")
     def _consistent(self):

@@ -14,8 +14,9 @@ import pandas as pd
 from soco_pipeline.tasks.mmvm.cues import CUES, parse_match_type
 
 METRIC_COLUMNS = ["model", "kind", "method", "split", "breakdown", "key", "n_items", "accuracy", "ci_low", "ci_high",
-                  "random_expected", "status", "reason", "none_rule"]
+                  "random_expected", "status", "reason", "none_mode", "none_rule"]
 LVLM_NONE_RULE = "the model picks the None option itself"
+LVLM_NONE_MODE = "model"
 
 
 def wilson(k: np.ndarray, n: np.ndarray, z: float = 1.96) -> tuple[np.ndarray, np.ndarray]:
@@ -52,8 +53,10 @@ def accuracy_table(rows: pd.DataFrame, model: str, kind: str, split: str = "test
         return pd.DataFrame([{"model": model, "kind": kind, "method": method, "split": split, "breakdown": "overall", "key": "all",
                               "n_items": 0, "accuracy": np.nan, "ci_low": np.nan, "ci_high": np.nan,
                               "random_expected": np.nan, "status": "not_applicable",
-                              "reason": str(rows["reason"].iat[0]), "none_rule": ""}], columns=METRIC_COLUMNS)
+                              "reason": str(rows["reason"].iat[0]), "none_mode": "", "none_rule": ""}],
+                            columns=METRIC_COLUMNS)
     none_rule = str(rows["none_rule"].iat[0]) if "none_rule" in rows and len(rows) else LVLM_NONE_RULE
+    none_mode = str(rows["none_mode"].iat[0]) if "none_mode" in rows and len(rows) else LVLM_NONE_MODE
     rows = rows[rows["split"] == split] if "split" in rows else rows
     g = _groups(rows)
     g["chance"] = 1.0 / (g["n_candidates"].astype(float) + 1.0)
@@ -63,7 +66,7 @@ def accuracy_table(rows: pd.DataFrame, model: str, kind: str, split: str = "test
     lo, hi = wilson(agg["hits"].to_numpy(), agg["n_items"].to_numpy())
     out = agg.assign(model=model, kind=kind, method=method, split=split, accuracy=100 * agg["hits"] / agg["n_items"],
                      ci_low=lo, ci_high=hi, random_expected=100 * agg["random_expected"], status="ok", reason="",
-                     none_rule=none_rule)
+                     none_mode=none_mode, none_rule=none_rule)
     return out[METRIC_COLUMNS]
 
 
@@ -83,7 +86,7 @@ def leaderboard(metrics: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=["model", "kind", "method", "status", "accuracy", "random_expected"])
     m = metrics[metrics["split"] == "test"]
     base = m[m["breakdown"] == "overall"][["model", "kind", "method", "status", "reason", "accuracy",
-                                         "random_expected", "n_items", "none_rule"]]
+                                         "random_expected", "n_items", "none_mode", "none_rule"]]
     wide = m[m["breakdown"] != "overall"].assign(col=lambda d: d["breakdown"] + ":" + d["key"].astype(str))
     wide = wide.pivot_table(index=["model", "method"], columns="col", values="accuracy", aggfunc="first")
     board = base.merge(wide.reset_index(), on=["model", "method"], how="left")

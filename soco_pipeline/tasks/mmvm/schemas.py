@@ -82,6 +82,7 @@ class PredictionSchema(pa.DataFrameModel):
     item_id: Series[str]
     predicted: Series[str]
     correct: Series[bool]
+    none_mode: Series[str] = pa.Field(isin=["fitted", "carried", "fixed", "never", ""])
     status: Series[str] = pa.Field(isin=["ok", "not_applicable"])
 
 
@@ -92,7 +93,9 @@ class AnswerSchema(pa.DataFrameModel):
     item_id: Series[str] = pa.Field(unique=True)
     raw_answer: Series[str]
     parsed: Series[str]
-    method: Series[str] = pa.Field(isin=["exact", "judge", "none"])
+    extraction: Series[str] = pa.Field(isin=["exact", "judge", "none"])
+    judge_mode: Series[str] = pa.Field(isin=["off", "matcher", "yes_no"])
+    judge_raw: Series[str]
     correct: Series[bool]
 
 

@@ -6,14 +6,24 @@ to a square at the top-left, as the feature protocol pads it), then L2-normalise
 to cover any cell takes the cell under its centroid.
 
 Answer: the shown candidate of highest cosine similarity to the query. A feature backbone has no
-native "None of the above": it answers None when that highest similarity is below a threshold fitted
-on the training split (the value that maximises training accuracy, midway between neighbours); the
-predictions keep both the forced (argmax) answer and the thresholded one.
+native "None of the above": it answers None when that highest similarity is below a threshold. Which
+threshold is the item set's `NoneRule`, recorded in every prediction row (`none_mode`, `none_rule`):
+
+- ``fitted``: the value that maximises accuracy on the training split of the items scored (midway
+  between neighbours): the generated data's rule;
+- ``carried``: an item set without a training split (an import of the published benchmark) takes the
+  threshold fitted on the generated training split for the same backbone and method;
+- ``fixed``: a threshold from the config (`none_rule: {mode: fixed, threshold: t}`);
+- ``never``: no threshold (an import with nothing to carry, or `none_rule: {mode: never}`): the argmax
+  is always answered, so every item without the query is wrong.
+
+The predictions keep both the forced (argmax) answer and the thresholded one.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 import cv2
 import numpy as np
@@ -23,8 +33,8 @@ from soco_pipeline.tasks.mmvm.prompt import LETTERS, read_labels
 
 PREDICTION_COLUMNS = [
     "model", "method", "item_id", "case_id", "split", "n_candidates", "count_label", "match_type", "query_absent", "answer",
-    "forced_letter", "predicted", "max_similarity", "threshold", "correct", "correct_forced", "none_rule",
-    "status", "reason",
+    "forced_letter", "predicted", "max_similarity", "threshold", "correct", "correct_forced", "none_mode",
+    "none_rule", "status", "reason",
 ]
 NOT_APPLICABLE = "not_applicable"
 
@@ -122,15 +132,67 @@ def fit_threshold(best: np.ndarray, forced_right: np.ndarray, is_none: np.ndarra
     return float((b[i - 1] + b[i]) / 2)
 
 
+NONE_MODES = ("fitted", "carried", "fixed", "never")
+
+
+@dataclass(frozen=True)
+class NoneRule:
+    """How one prediction set answers "None of the above": None iff the best cosine < `threshold`
+    (-inf: never); `mode` is one of NONE_MODES and `source` says where the threshold came from."""
+
+    mode: str
+    threshold: float
+    source: str
+
+    def describe(self) -> str:
+        """The rule in words, as the tables record it in `none_rule`."""
+        if self.mode == "never":
+            return f"never answers None ({self.source}): the argmax candidate is always the answer"
+        return f"None iff the best cosine < {self.threshold:.4f} ({self.source})"
+
+
+def resolve_none_rule(items: pd.DataFrame, forced: np.ndarray, best: np.ndarray, config=None,
+                      carried: NoneRule | None = None) -> NoneRule:
+    """The NoneRule of an item set: the config's fixed or never rule; else (mode fitted, the default) the
+    threshold fitted on the items' training split, or, with none, the `carried` rule, or else never."""
+    mode = getattr(config, "mode", "fitted")
+    if mode == "fixed":
+        return NoneRule("fixed", float(config.threshold), "fixed in the config: none_rule.threshold")
+    if mode == "never":
+        return NoneRule("never", -np.inf, "the config says none_rule.mode: never")
+    train = items["split"].to_numpy() == "train"
+    if train.any():
+        answer = items["answer"].to_numpy()
+        tau = fit_threshold(best[train], forced[train] == answer[train], items["query_absent"].to_numpy(bool)[train])
+        return NoneRule("fitted", tau, f"fitted on the training split, {int(train.sum())} items")
+    if carried is not None:
+        return carried
+    return NoneRule("never", -np.inf, "no training split and no threshold carried from generated data")
+
+
+def carried_rule(reference_predictions: pd.DataFrame, method: str) -> NoneRule | None:
+    """The fitted rule of one method in predictions on generated data, to carry to an item set without a
+    training split (None when those predictions hold no fitted rule for the method)."""
+    rows = reference_predictions[(reference_predictions["method"] == method)
+                                 & (reference_predictions["none_mode"] == "fitted")]
+    if rows.empty:
+        return None
+    n_train = int((rows["split"] == "train").sum())
+    return NoneRule("carried", float(rows["threshold"].iat[0]),
+                    f"fitted on the generated training split ({n_train} items) for the same backbone and method, "
+                    "carried to these items")
+
+
 def predict_items(items: pd.DataFrame, cases: pd.DataFrame, objects: pd.DataFrame, descriptors: dict,
-                  model: str, method: str = "zero_shot") -> pd.DataFrame:
-    """Predictions (PREDICTION_COLUMNS) of one descriptor source on every item, threshold fitted on train."""
+                  model: str, method: str = "zero_shot", none_rule=None,
+                  carried: NoneRule | None = None) -> pd.DataFrame:
+    """Predictions (PREDICTION_COLUMNS) of one descriptor source on every item; None by the item set's
+    NoneRule (`none_rule` = the config's NoneRuleConfig; `carried` = a rule from generated data)."""
     sims = item_similarities(items, cases, objects, descriptors)
     forced, best = forced_answers(items, sims)
     answer = items["answer"].to_numpy()
-    is_none = items["query_absent"].to_numpy(bool)
-    train = items["split"].to_numpy() == "train"
-    tau = fit_threshold(best[train], forced[train] == answer[train], is_none[train]) if train.any() else -np.inf
+    rule = resolve_none_rule(items, forced, best, none_rule, carried)
+    tau = rule.threshold
     predicted = np.where(best < tau, items["none_letter"].to_numpy(), forced)
     out = items[["item_id", "case_id", "split", "n_candidates", "count_label", "match_type", "query_absent",
                  "answer"]].copy()
@@ -142,7 +204,8 @@ def predict_items(items: pd.DataFrame, cases: pd.DataFrame, objects: pd.DataFram
     out["threshold"] = float(tau)
     out["correct"] = predicted == answer
     out["correct_forced"] = forced == answer
-    out["none_rule"] = f"None iff the best cosine < {tau:.4f} (fitted on the training split)"
+    out["none_mode"] = rule.mode
+    out["none_rule"] = rule.describe()
     out["status"] = "ok"
     out["reason"] = ""
     return out[PREDICTION_COLUMNS]
@@ -160,6 +223,7 @@ def not_applicable(items: pd.DataFrame, model: str, reason: str) -> pd.DataFrame
     out["threshold"] = np.nan
     out["correct"] = False
     out["correct_forced"] = False
+    out["none_mode"] = ""
     out["none_rule"] = ""
     out["status"] = NOT_APPLICABLE
     out["reason"] = reason

@@ -1,0 +1,24 @@
+"""Contact sheets of aspect-conditioned retrieval, written under a folder the caller names (the Dagster layer
+passes `<storage>/tpips/retrieval/<backbone>`): one PNG per (query, aspect)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from soco_pipeline import storage
+
+from .retrieval import contact_sheet
+
+
+def write_contact_sheets(hits: pd.DataFrame, uris: dict[str, str], title: str, folder: str) -> dict[tuple[str, str], bytes]:
+    """Render the hits of `retrieve` (query_id, aspect, rank, image_id) as one contact sheet per (query, aspect),
+    titled `<aspect> | <title>`, written atomically to `<folder>/<query id with / as _>_<aspect>.png`.
+
+    Returns each sheet's PNG bytes by (query_id, aspect), in sorted order.
+    """
+    sheets = {}
+    for (query, aspect), group in hits.groupby(["query_id", "aspect"], sort=True):
+        png = contact_sheet(uris[query], [uris[i] for i in group.image_id], f"{aspect} | {title}")
+        storage.write_bytes_atomic(storage.join(folder, f"{query.replace('/', '_')}_{aspect}.png"), png)
+        sheets[(query, aspect)] = png
+    return sheets

@@ -1,0 +1,70 @@
+"""The real duckdb CLI (duckdb-cli from PyPI, a dev dependency) opens storage/results.duckdb, from the project
+root and from /tmp, with the one setting docs/results.md gives; and the file is written in a storage format
+that CLI reads (results_db.STORAGE_COMPATIBILITY)."""
+
+import importlib.util
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from soco_pipeline.results_db import STORAGE_COMPATIBILITY, query, refresh_views
+from soco_pipeline.storage import PROJECT_ROOT, write_parquet_atomic
+from soco_pipeline.tables import table_for
+from tests.faults import metrics_frame
+from tests.needs import need
+
+
+def _cli() -> Path | None:
+    """The duckdb binary the duckdb-cli wheel ships (beside its package), if installed."""
+    spec = importlib.util.find_spec("duckdb_cli")
+    if spec is None or spec.origin is None:
+        return None
+    binary = Path(spec.origin).parent / "duckdb"
+    return binary if binary.is_file() and os.access(binary, os.X_OK) else None
+
+
+@pytest.fixture
+def storage(tmp_path):
+    root = tmp_path / "storage"
+    tables = str(root / "tables")
+    for b, seed in (("a", 0), ("b", 1)):
+        write_parquet_atomic(metrics_frame(b, 20, seed), table_for("metrics").path(tables, b))
+    refresh_views(root / "results.duckdb", tables)
+    return root
+
+
+def _run(binary: Path, cwd: Path, db: Path, sql: str, search_path: str | None) -> subprocess.CompletedProcess:
+    setting = ["-cmd", f"SET file_search_path = '{search_path}'"] if search_path else []
+    return subprocess.run([str(binary), "-readonly", "-csv", *setting, os.path.relpath(db, cwd), sql],
+                          cwd=cwd, capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("where", ["project_root", "tmp"])
+def test_the_duckdb_cli_opens_the_results_file(storage, where):
+    binary = _cli()
+    need(binary is not None, "the duckdb CLI (pip install duckdb-cli; a dev dependency in pyproject.toml)")
+    cwd = PROJECT_ROOT if where == "project_root" else Path(tempfile.gettempdir())
+    db = storage / "results.duckdb"
+    sql = "select backbone, count(*) as n, round(sum(value), 6) as s from metrics group by all order by 1"
+    out = _run(binary, cwd, db, sql, str(storage.resolve()))
+    assert out.returncode == 0, out.stderr
+    expected = query(db, sql)
+    lines = out.stdout.strip().splitlines()
+    assert lines[0] == "backbone,n,s" and len(lines) == 1 + len(expected) == 3
+    for line, row in zip(lines[1:], expected.itertuples(index=False), strict=True):
+        b, n, s = line.split(",")
+        assert (b, int(n)) == (row.backbone, row.n) and float(s) == pytest.approx(row.s)
+    # Without the setting the stored (relative) paths resolve against the working directory, not the file's.
+    bare = _run(binary, cwd, db, sql, None)
+    assert bare.returncode != 0 and "No files found" in bare.stderr, bare
+
+
+def test_the_results_file_is_written_in_the_compatible_storage_format(storage):
+    with duckdb.connect(str(storage / "results.duckdb"), read_only=True) as con:
+        tags = con.execute("select tags from duckdb_databases() where database_name = current_database()").fetchone()
+    assert tags[0]["storage_version"].startswith(STORAGE_COMPATIBILITY.rsplit(".", 1)[0]), tags
+    assert not [p.name for p in storage.iterdir() if p.name.startswith(".")]  # no temp left beside it
