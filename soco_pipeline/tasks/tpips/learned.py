@@ -1,17 +1,18 @@
 """Learned aspect-conditioned metrics on frozen backbone features, trained on odd-one-out votes.
 
 f_θ(x_i, x_j | c) gives the three pair similarities; the predicted odd-one-out distribution is
-softmax(s̄ / τ) with s̄_k = s(pair excluding k), trained with cross-entropy against y (published). τ is learned
-(log-parametrised, from `tau_init`) or fixed by config. Full-batch Adam, early stopping on the val loss.
+softmax(s̄ / τ) with s̄_k = s(pair excluding k), trained with cross-entropy against y (published). τ is fixed by
+config per kind (`tau_init` late, `tau_mid` mid) unless `learn_tau`. Full-batch L-BFGS in rounds, early stopping
+on the val loss (see `train_metric`).
 
-- late fusion: z(x, c) = W (e(x) ⊙ g(c)), s = cos(z_i, z_j); e = the global embedding (class token or mean
-  token) beside every layer's tokens average-pooled to a `late_grid` x `late_grid` layout (1: the mean token),
-  each L2-normalised; g(c) = 1 + MLP(a(c)) a per-aspect channel gate (an aspect-conditioned projection of the
-  embedding); `proj_dim` 0 leaves W out (the gate alone);
-- mid fusion (published form): f = −Σ_ℓ (1/T) Σ_t ‖w_ℓ(c) ⊙ (φ_ℓ(x_i)_t − φ_ℓ(x_j)_t)‖² with unit-normalised
-  tokens φ_ℓ and w_ℓ(c) = softplus(MLP(a(c))) per channel, started at w = 1 (the uncalibrated LPIPS-style
-  distance);
-- ablations: `mid_unconditioned` (one learned w shared by all aspects) and `mid_frozen` (w = 1, nothing
+- late fusion: z(x, c) = W (e(x) ⊙ g(c)), s = cos(z_i, z_j); e = the global embedding beside every layer's tokens
+  average-pooled to a `late_grid` x `late_grid` layout (1: the mean token), each L2-normalised, then standardised
+  per channel; g(c) = 1 + MLP(a(c)) a per-aspect channel gate; `proj_dim` 0 leaves W out (the gate alone);
+- mid fusion: f = −Σ_ℓ mean_t Σ_ch w_ℓ(c)_ch (φ_ℓ(x_i)_t − φ_ℓ(x_j)_t)_ch² over unit-normalised tokens φ_ℓ, with
+  w(c) = w0 ⊙ g(c) (signed, our choice: on frozen features a background change must be able to count as
+  "closer" for an object aspect) or w0 ⊙ g(c)² (`mid_weights: squared`, the published ‖w ⊙ Δφ‖²);
+  w0 = 1 / each channel's mean train difference;
+- ablations: `mid_unconditioned` (one learned gain shared by all aspects) and `mid_frozen` (w = 1, nothing
   learned, no conditioning: the LPIPS-style baseline).
 
 Aspect text -> a(c): no backbone spec here provides a text encoder, so a(c) is a learned embedding over the
