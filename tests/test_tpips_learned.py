@@ -19,6 +19,8 @@ from soco_pipeline.tasks.tpips.triplets import generate_triplets
 from tests.tpips_helpers import tiny_config
 
 N_TRIPLETS, SIZE, BACKBONE = 60, 64, "efficientnet_lite0"
+FROZEN_ZOO = ("efficientnet_lite0", "vit_small_random", "dense_sift")  # every backbone that sees TPIPS images
+MARGIN = 0.03  # mid fusion minus the best frozen baseline, test OOO agreement (measured, docs/tpips.md)
 
 
 @pytest.fixture(scope="module")
@@ -28,12 +30,14 @@ def setup(tmp_path_factory):
     ts = generate_triplets(cfg)
     ooo, _ = annotate_triplets(ts, cfg)
     images = write_images(ts.images, str(root / "data"), cfg)
-    spec = list_specs()[BACKBONE]
-    extract_tpips(spec, images, str(root / "cache"), cfg, device="cpu")
     ids = images.image_id.tolist()
-    feats = load_tpips_features(spec, ids, str(root / "cache"), cfg, device="cpu")
-    return {"cfg": cfg, "ooo": ooo, "ids": ids, "feats": feats, "pos": b.ooo_positions(ooo, ids),
-            "pixels": load_pixels(images.uri.tolist()), "values": ts.images}
+    feats = {}
+    for name in FROZEN_ZOO:
+        spec = list_specs()[name]
+        extract_tpips(spec, images, str(root / "cache"), cfg, device="cpu")
+        feats[name] = load_tpips_features(spec, ids, str(root / "cache"), cfg, device="cpu")
+    return {"cfg": cfg, "ooo": ooo, "ids": ids, "feats": feats[BACKBONE], "zoo": feats,
+            "pos": b.ooo_positions(ooo, ids), "pixels": load_pixels(images.uri.tolist()), "values": ts.images}
 
 
 def _test_agreement(setup, sim) -> float:
@@ -43,22 +47,34 @@ def _test_agreement(setup, sim) -> float:
     return float(agreement(b.ooo_scores(sim, pos[m], ooo.aspect.to_numpy()[m]), y).mean())
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "known gap: on the zoo's frozen offline backbones at demo scale the learned heads have not beaten the "
-    "aspect-agnostic baselines (measured, 400 triplets at 64 px, EfficientNet-Lite0: LPIPS-style 36.2, "
-    "cosine 37.3, mid fusion 36.4 test OOO agreement); see docs/tpips.md"))
-def test_learned_metrics_beat_every_frozen_agnostic_baseline(setup):
+def _frozen_baselines(setup) -> dict[str, float]:
+    sims = {"random": b.random_sim(0), "l2": b.l2_sim(setup["pixels"]), "ssim": b.ssim_sim(setup["pixels"])}
+    for name, f in setup["zoo"].items():
+        sims[f"lpips_style[{name}]"] = b.lpips_style_sim(f)
+        sims[f"cosine[{name}]"] = b.cosine_sim(f)
+    return {k: _test_agreement(setup, s) for k, s in sims.items()}
+
+
+def test_mid_fusion_beats_every_frozen_agnostic_baseline(setup):
     cfg, feats = setup["cfg"], setup["feats"]
-    baselines = {"random": b.random_sim(0), "l2": b.l2_sim(setup["pixels"]), "ssim": b.ssim_sim(setup["pixels"]),
-                 "lpips_style": b.lpips_style_sim(feats), "cosine": b.cosine_sim(feats)}
-    base = {k: _test_agreement(setup, s) for k, s in baselines.items()}
-    vocab = AspectVocab(cfg.aspects)
-    learned = {k: train_metric(k, feats, setup["ooo"], setup["pos"], vocab, cfg.learned) for k in ("late", "mid")}
-    got = {k: _test_agreement(setup, m.sim) for k, m in learned.items()}
-    best = max(base.values())
-    margins = {k: v - best for k, v in got.items()}
-    print(f"test agreement: baselines {base}, learned {got}, margins over the best baseline {margins}")
-    assert all(m > 0.02 for m in margins.values()), (base, got)
+    base = _frozen_baselines(setup)
+    mid = train_metric("mid", feats, setup["ooo"], setup["pos"], AspectVocab(cfg.aspects), cfg.learned)
+    got = _test_agreement(setup, mid.sim)
+    best = max(base, key=base.get)
+    print(f"test OOO agreement: mid fusion {got:.3f}; frozen baselines {base}")
+    assert got - base[best] > MARGIN, f"mid fusion {got:.3f} vs the best frozen baseline {best} {base[best]:.3f}"
+
+
+@pytest.mark.xfail(strict=False, reason=(
+    "known gap: the aspect-gated cosine of pooled frozen embeddings does not beat the frozen baselines at test "
+    "scale (measured, 60 triplets at 64 px, seeds 0-3: late 31-40 vs best frozen 35-41; 300 triplets: late 37.0, cosine "
+    "37.2); a cosine only sees squared gains, so it cannot cancel background-driven channels; see docs/tpips.md"))
+def test_late_fusion_beats_every_frozen_agnostic_baseline(setup):
+    cfg, feats = setup["cfg"], setup["feats"]
+    base = _frozen_baselines(setup)
+    late = train_metric("late", feats, setup["ooo"], setup["pos"], AspectVocab(cfg.aspects), cfg.learned)
+    got = _test_agreement(setup, late.sim)
+    assert got - max(base.values()) > MARGIN, (got, base)
 
 
 def test_mid_fusion_weights_depend_on_the_aspect_and_training_is_seeded(setup):
@@ -67,8 +83,8 @@ def test_mid_fusion_weights_depend_on_the_aspect_and_training_is_seeded(setup):
     mid = train_metric("mid", feats, setup["ooo"], setup["pos"], vocab, cfg.learned)
     assert mid.epochs > 0 and mid.triplets_per_second > 0 and 0 < mid.tau
     w = np.stack([mid.channel_weights(a) for a in cfg.aspects])
-    spread = np.abs(w[:, None, :] - w[None, :, :]).mean(-1)
-    assert spread[np.triu_indices(len(w), 1)].min() > 1e-3
+    spread = np.abs(w[:, None, :] - w[None, :, :]).mean(-1) / np.abs(w).mean()
+    assert spread[np.triu_indices(len(w), 1)].min() > 0.01  # every two aspects weight the channels differently
     # seeded: the same training gives the same metric
     again = train_metric("mid", feats, setup["ooo"], setup["pos"], vocab, cfg.learned)
     assert np.allclose(again.channel_weights("colour"), mid.channel_weights("colour"))

@@ -28,22 +28,22 @@ SimFn = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 AGNOSTIC_NOTE = "aspect-agnostic"
 
 
-def ooo_positions(ooo: pd.DataFrame, ids: list[str]) -> np.ndarray:
-    """(N, 3) row positions of each OOO row's three images in `ids`."""
+def _positions(frame: pd.DataFrame, columns: list[str], ids: list[str], what: str) -> np.ndarray:
     pos = {k: i for i, k in enumerate(ids)}
     try:
-        return np.array([[pos[r] for r in row] for row in ooo[["image_0", "image_1", "image_2"]].to_numpy()], np.int64)
+        return np.array([[pos[r] for r in row] for row in frame[columns].to_numpy()], np.int64).reshape(-1, len(columns))
     except KeyError as e:
-        raise KeyError(f"OOO image {e.args[0]!r} is missing from the image table") from None
+        raise KeyError(f"{what} image {e.args[0]!r} is missing from the image table") from None
+
+
+def ooo_positions(ooo: pd.DataFrame, ids: list[str]) -> np.ndarray:
+    """(N, 3) row positions of each OOO row's three images in `ids`."""
+    return _positions(ooo, ["image_0", "image_1", "image_2"], ids, "OOO")
 
 
 def afc_positions(afc: pd.DataFrame, ids: list[str]) -> np.ndarray:
     """(N, 3) row positions of each 2AFC row's ref, x0, x1 in `ids`."""
-    pos = {k: i for i, k in enumerate(ids)}
-    try:
-        return np.array([[pos[r] for r in row] for row in afc[["ref", "x0", "x1"]].to_numpy()], np.int64)
-    except KeyError as e:
-        raise KeyError(f"2AFC image {e.args[0]!r} is missing from the image table") from None
+    return _positions(afc, ["ref", "x0", "x1"], ids, "2AFC")
 
 
 def ooo_scores(sim: SimFn, pos: np.ndarray, aspects: np.ndarray) -> np.ndarray:

@@ -81,11 +81,14 @@ class LearnedConfig(_Strict):
     hidden: int
     proj_dim: int
     late_grid: int = 1
+    mid_weights: Literal["signed", "squared"] = "signed"
     epochs: int
+    lbfgs_iter: int = 10
     lr: float
     weight_decay: float
     patience: int
     tau_init: float
+    tau_mid: float = 1.0
     learn_tau: bool
 
 

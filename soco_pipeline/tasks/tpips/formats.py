@@ -70,13 +70,17 @@ def _check_record(path: str, no: int, rec: dict, fields: tuple[str, ...], n_vote
                 raise TpipsFormatError(f"{where}: image {uri!r} does not exist; fix the path or drop the record")
 
 
+def _write_lines(lines: list[str], path: str) -> int:
+    storage.write_bytes_atomic(path, ("\n".join(lines) + "\n").encode())
+    return len(lines)
+
+
 def write_ooo_jsonl(ooo: pd.DataFrame, uris: dict[str, str], path: str) -> int:
     """Write OOO rows (OOO_COLUMNS) as JSONL with image uris from `uris` (image_id -> uri); returns lines."""
     lines = [json.dumps({"triplet_id": r.triplet_id, "images": [uris[r.image_0], uris[r.image_1], uris[r.image_2]],
                          "aspect": r.aspect, "votes": [int(v) for v in r.votes], "cannot_tell": int(r.cannot_tell),
                          "split": r.split}) for r in ooo.itertuples(index=False)]
-    storage.write_bytes_atomic(path, ("\n".join(lines) + "\n").encode())
-    return len(lines)
+    return _write_lines(lines, path)
 
 
 def read_ooo_jsonl(path: str, n_annotators: int = 5, prune_cannot_tell: int = 3, check_images: bool = True,
@@ -109,8 +113,7 @@ def write_afc_jsonl(afc: pd.DataFrame, uris: dict[str, str], path: str) -> int:
     lines = [json.dumps({"item_id": r.item_id, "ref": uris[r.ref], "x0": uris[r.x0], "x1": uris[r.x1],
                          "aspect": r.aspect, "votes": [int(v) for v in r.votes], "source": r.source,
                          "cannot_tell": int(r.cannot_tell)}) for r in afc.itertuples(index=False)]
-    storage.write_bytes_atomic(path, ("\n".join(lines) + "\n").encode())
-    return len(lines)
+    return _write_lines(lines, path)
 
 
 def read_afc_jsonl(path: str, n_annotators: int = 5, prune_cannot_tell: int = 3, check_images: bool = True,

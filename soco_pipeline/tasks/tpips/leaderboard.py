@@ -25,7 +25,9 @@ def leaderboard(scores: pd.DataFrame) -> pd.DataFrame:
     if len(afc):
         wide = wide.join(afc.pivot_table(index=["model", "method", "conditioned"], columns="eval", values="agreement"))
     out = wide.reset_index().sort_values("ooo", ascending=False, kind="stable")
-    na = scores[scores.method == "n/a"][["model", "method", "note"]]
+    # every per-backbone score asset (frozen baselines, learned metrics) writes the same "not applicable" row
+    # for a backbone that cannot see TPIPS images: list each model once
+    na = scores[scores.method == "n/a"][["model", "method", "note"]].drop_duplicates("model")
     out = pd.concat([out, na], ignore_index=True)
     first = [c for c in cols if c in out.columns]
     return out[first + [c for c in out.columns if c not in first]].reset_index(drop=True)

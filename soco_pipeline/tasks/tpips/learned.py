@@ -1,17 +1,18 @@
 """Learned aspect-conditioned metrics on frozen backbone features, trained on odd-one-out votes.
 
 f_θ(x_i, x_j | c) gives the three pair similarities; the predicted odd-one-out distribution is
-softmax(s̄ / τ) with s̄_k = s(pair excluding k), trained with cross-entropy against y (published). τ is learned
-(log-parametrised, from `tau_init`) or fixed by config. Full-batch Adam, early stopping on the val loss.
+softmax(s̄ / τ) with s̄_k = s(pair excluding k), trained with cross-entropy against y (published). τ is fixed by
+config per kind (`tau_init` late, `tau_mid` mid) unless `learn_tau`. Full-batch L-BFGS in rounds, early stopping
+on the val loss (see `train_metric`).
 
-- late fusion: z(x, c) = W (e(x) ⊙ g(c)), s = cos(z_i, z_j); e = the global embedding (class token or mean
-  token) beside every layer's tokens average-pooled to a `late_grid` x `late_grid` layout (1: the mean token),
-  each L2-normalised; g(c) = 1 + MLP(a(c)) a per-aspect channel gate (an aspect-conditioned projection of the
-  embedding); `proj_dim` 0 leaves W out (the gate alone);
-- mid fusion (published form): f = −Σ_ℓ (1/T) Σ_t ‖w_ℓ(c) ⊙ (φ_ℓ(x_i)_t − φ_ℓ(x_j)_t)‖² with unit-normalised
-  tokens φ_ℓ and w_ℓ(c) = softplus(MLP(a(c))) per channel, started at w = 1 (the uncalibrated LPIPS-style
-  distance);
-- ablations: `mid_unconditioned` (one learned w shared by all aspects) and `mid_frozen` (w = 1, nothing
+- late fusion: z(x, c) = W (e(x) ⊙ g(c)), s = cos(z_i, z_j); e = the global embedding beside every layer's tokens
+  average-pooled to a `late_grid` x `late_grid` layout (1: the mean token), each L2-normalised, then standardised
+  per channel; g(c) = 1 + MLP(a(c)) a per-aspect channel gate; `proj_dim` 0 leaves W out (the gate alone);
+- mid fusion: f = −Σ_ℓ mean_t Σ_ch w_ℓ(c)_ch (φ_ℓ(x_i)_t − φ_ℓ(x_j)_t)_ch² over unit-normalised tokens φ_ℓ, with
+  w(c) = w0 ⊙ g(c) (signed, our choice: on frozen features a background change must be able to count as
+  "closer" for an object aspect) or w0 ⊙ g(c)² (`mid_weights: squared`, the published ‖w ⊙ Δφ‖²);
+  w0 = 1 / each channel's mean train difference;
+- ablations: `mid_unconditioned` (one learned gain shared by all aspects) and `mid_frozen` (w = 1, nothing
   learned, no conditioning: the LPIPS-style baseline).
 
 Aspect text -> a(c): no backbone spec here provides a text encoder, so a(c) is a learned embedding over the
@@ -60,48 +61,83 @@ def _unit(x: torch.Tensor) -> torch.Tensor:
     return x / (x.norm(dim=-1, keepdim=True) + 1e-8)
 
 
+class AspectGain(nn.Module):
+    """(M, D) gain per channel from the aspect: start + MLP(a(c)), exactly `start` at the beginning
+    (`conditioned`); one learned gain for every aspect (`shared`); 1 fixed (`fixed`)."""
+
+    def __init__(self, n_aspects: int, dim: int, cfg: LearnedConfig, mode: str = "conditioned", start: float = 1.0):
+        super().__init__()
+        self.mode, self.dim, self.start = mode, dim, float(start)
+        self.aspect = nn.Embedding(n_aspects, cfg.aspect_dim)
+        self.mlp = nn.Sequential(nn.Linear(cfg.aspect_dim, cfg.hidden), nn.ReLU(), nn.Linear(cfg.hidden, dim))
+        nn.init.zeros_(self.mlp[2].weight)
+        nn.init.zeros_(self.mlp[2].bias)
+        self.shared = nn.Parameter(torch.zeros(dim))
+
+    def forward(self, c: torch.Tensor) -> torch.Tensor:
+        if self.mode == "conditioned":
+            return self.start + self.mlp(self.aspect(c))
+        if self.mode == "shared":
+            return (self.start + self.shared).expand(len(c), -1)
+        return torch.ones(len(c), self.dim)
+
+    def penalty(self) -> torch.Tensor:
+        """Σ over the vocabulary and channels of (gain − start)²: the weight decay acts on the weights the
+        metric uses, not on the MLP's factors (which would let a few directions grow unchecked)."""
+        n = self.aspect.num_embeddings
+        if self.mode == "conditioned":
+            return (self.mlp(self.aspect(torch.arange(n))) ** 2).sum()
+        if self.mode == "shared":
+            return n * (self.shared ** 2).sum()
+        return torch.zeros(())
+
+
 class LateFusion(nn.Module):
-    """Aspect-gated projection of a global embedding, compared by cosine."""
+    """Aspect-gated (optionally projected) global embedding, compared by cosine."""
 
     def __init__(self, emb: torch.Tensor, n_aspects: int, cfg: LearnedConfig):
         super().__init__()
         self.register_buffer("emb", emb)
         d = emb.shape[1]
-        self.aspect = nn.Embedding(n_aspects, cfg.aspect_dim)
-        self.gate = nn.Sequential(nn.Linear(cfg.aspect_dim, cfg.hidden), nn.ReLU(), nn.Linear(cfg.hidden, d))
-        nn.init.zeros_(self.gate[2].weight)
-        nn.init.zeros_(self.gate[2].bias)
+        self.gain = AspectGain(n_aspects, d, cfg)
         # proj_dim 0: the gate alone (a per-aspect diagonal projection; fewer parameters for small data)
         self.proj = nn.Linear(d, cfg.proj_dim, bias=False) if cfg.proj_dim else nn.Identity()
 
+    def penalty(self) -> torch.Tensor:
+        """The gains' deviation from 1 and, with a projection, its squared entries."""
+        extra = (self.proj.weight ** 2).sum() if isinstance(self.proj, nn.Linear) else 0.0
+        return self.gain.penalty() + extra
+
     def forward(self, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
-        g = 1.0 + self.gate(self.aspect(c))
+        g = self.gain(c)
         za, zb = _unit(self.proj(self.emb[a] * g)), _unit(self.proj(self.emb[b] * g))
         return (za * zb).sum(1)
 
 
 class MidFusion(nn.Module):
-    """−Σ_ℓ mean_t ‖w_ℓ(c) ⊙ Δφ_ℓ,t‖² with w from an MLP on the aspect embedding (or shared, or fixed at 1)."""
+    """−Σ_ℓ mean_t Σ_ch w_ℓ(c)_ch (φ_ℓ(x_i)_t − φ_ℓ(x_j)_t)_ch² over unit-normalised tokens.
+
+    w(c) = w0 ⊙ g(c) (`mid_weights: signed`) or w0 ⊙ g(c)² (`squared`: the published ‖w ⊙ Δφ‖², w ≥ 0), with
+    g(c) an AspectGain (1 at the start). w0 is 1 for the frozen ablation (the LPIPS-style distance) and, for the
+    trained kinds, 1 / (L · the layer's mean train distance), so that every layer starts with the same share."""
 
     def __init__(self, layers: list[torch.Tensor], n_aspects: int, cfg: LearnedConfig, mode: str = "conditioned"):
         super().__init__()
         self.layers = [_unit(f) for f in layers]
         self.sizes = [f.shape[2] for f in layers]
-        total = sum(self.sizes)
-        self.mode = mode
-        self.aspect = nn.Embedding(n_aspects, cfg.aspect_dim)
-        self.mlp = nn.Sequential(nn.Linear(cfg.aspect_dim, cfg.hidden), nn.ReLU(), nn.Linear(cfg.hidden, total))
-        nn.init.zeros_(self.mlp[2].weight)
-        nn.init.constant_(self.mlp[2].bias, float(np.log(np.e - 1.0)))  # softplus -> 1
-        self.shared = nn.Parameter(torch.full((total,), float(np.log(np.e - 1.0))))
+        self.signed = cfg.mid_weights == "signed"
+        self.gain = AspectGain(n_aspects, sum(self.sizes), cfg, mode, start=0.0 if self.signed else 1.0)
+        self.register_buffer("w0", torch.ones(sum(self.sizes)))
+
+    def calibrate(self, d: torch.Tensor) -> None:
+        """Set w0 from train diffs d (..., Σ C_ℓ): 1 / each channel's mean train difference, so that the
+        weight decay treats every channel alike."""
+        self.w0 = 1.0 / d.reshape(-1, d.shape[-1]).mean(0).clamp_min(1e-8)
 
     def weights(self, c: torch.Tensor) -> torch.Tensor:
         """Per-channel weights w(c) (M, Σ C_ℓ) for aspect ids c."""
-        if self.mode == "conditioned":
-            return nn.functional.softplus(self.mlp(self.aspect(c)))
-        if self.mode == "shared":
-            return nn.functional.softplus(self.shared).expand(len(c), -1)
-        return torch.ones(len(c), sum(self.sizes))
+        g = self.gain(c)
+        return self.w0 * (g if self.signed else g ** 2)
 
     def diffs(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         """(M, Σ C_ℓ): per layer and channel, the token-mean of the squared difference (no parameters)."""
@@ -109,7 +145,11 @@ class MidFusion(nn.Module):
 
     def from_diffs(self, d: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
         """Similarity from precomputed diffs."""
-        return -(self.weights(c) ** 2 * d).sum(1)
+        return -(self.weights(c) * d).sum(1)
+
+    def penalty(self) -> torch.Tensor:
+        """The gains' squared deviation from their start."""
+        return self.gain.penalty()
 
     def forward(self, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
         return self.from_diffs(self.diffs(a, b), c)
@@ -159,7 +199,11 @@ def _late_inputs(feats: TpipsFeatures, grid: int = 1) -> torch.Tensor:
     pooled = [f.mean(1) for f in feats.layers] if grid <= 1 else [_pooled(f, grid) for f in feats.layers]
     parts = [feats.globals_] + pooled
     parts = [p / (np.linalg.norm(p, axis=1, keepdims=True) + 1e-8) for p in parts]
-    return torch.as_tensor(np.concatenate(parts, 1), dtype=torch.float32)
+    x = np.concatenate(parts, 1)
+    # standardised per channel over the images: the cosine then compares deviations from the typical image
+    # (uncentred, every embedding shares one large mean direction and cosines barely differ)
+    x = (x - x.mean(0)) / (x.std(0) + 1e-6)
+    return torch.as_tensor(x, dtype=torch.float32)
 
 
 def _rows(ooo: pd.DataFrame, pos: np.ndarray, vocab: AspectVocab):
@@ -171,7 +215,11 @@ def _rows(ooo: pd.DataFrame, pos: np.ndarray, vocab: AspectVocab):
 
 def train_metric(kind: str, feats: TpipsFeatures, ooo: pd.DataFrame, pos: np.ndarray, vocab: AspectVocab,
                  cfg: LearnedConfig) -> TrainedMetric:
-    """Train one metric on the OOO train split (rows of `ooo` with split train / val; `pos` their image rows)."""
+    """Train one metric on the OOO train split (rows of `ooo` with split train / val; `pos` their image rows).
+
+    Full-batch L-BFGS on the softmax-choice cross-entropy plus `weight_decay` x the squared deviation of the
+    gains from their start (AspectGain.penalty); `epochs` rounds of `lbfgs_iter` iterations, the val loss checked after
+    each round, the best round kept, stopping after `patience` rounds without improvement."""
     if kind not in KINDS:
         raise ValueError(f"unknown metric kind {kind!r}: use one of {KINDS}")
     torch.manual_seed(cfg.seed)
@@ -181,7 +229,8 @@ def train_metric(kind: str, feats: TpipsFeatures, ooo: pd.DataFrame, pos: np.nda
     else:
         mode = {"mid": "conditioned", "mid_unconditioned": "shared", "mid_frozen": "fixed"}[kind]
         model = MidFusion(layers, len(vocab.aspects), cfg, mode)
-    log_tau = nn.Parameter(torch.tensor(float(np.log(cfg.tau_init))), requires_grad=cfg.learn_tau)
+    tau0 = cfg.tau_init if kind == "late" else cfg.tau_mid
+    log_tau = nn.Parameter(torch.tensor(float(np.log(tau0))), requires_grad=cfg.learn_tau)
     split = ooo.split.to_numpy()
     tr, va = split == "train", split == "val"
     if not tr.any():
@@ -194,6 +243,8 @@ def train_metric(kind: str, feats: TpipsFeatures, ooo: pd.DataFrame, pos: np.nda
         else:
             d = None
         data[name] = (p, c, y, d)
+    if isinstance(model, MidFusion) and kind != "mid_frozen":
+        model.calibrate(data["train"][3])
 
     def scores(name: str) -> torch.Tensor:
         p, c, y, d = data[name]
@@ -202,6 +253,7 @@ def train_metric(kind: str, feats: TpipsFeatures, ooo: pd.DataFrame, pos: np.nda
         return torch.stack([model(p[:, i], p[:, j], c) for i, j in PAIRS], 1)
 
     def loss_of(name: str) -> torch.Tensor:
+        # softmax over s̄_k / τ (s̄_k: the pair excluding image k), cross-entropy against the vote shares y
         s = scores(name) / log_tau.exp()
         return -(data[name][2] * torch.log_softmax(s, 1)).sum(1).mean()
 
@@ -210,17 +262,23 @@ def train_metric(kind: str, feats: TpipsFeatures, ooo: pd.DataFrame, pos: np.nda
     start = time.perf_counter()
     epochs = best_epoch = 0
     if kind != "mid_frozen":
-        opt = torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        opt = torch.optim.LBFGS(params, lr=cfg.lr, max_iter=cfg.lbfgs_iter, line_search_fn="strong_wolfe")
+
+        def closure() -> torch.Tensor:
+            opt.zero_grad()
+            loss = loss_of("train") + cfg.weight_decay * model.penalty()
+            loss.backward()
+            return loss
+
+        # the best trained round is kept even when none beats the start (signed gains start at 0: all ties)
         best, best_state, since = float("inf"), None, 0
         for epoch in range(cfg.epochs):
             model.train()
-            opt.zero_grad()
-            loss = loss_of("train")
-            loss.backward()
-            opt.step()
+            opt.step(closure)
             with torch.no_grad():
-                val = float(loss_of("val")) if va.any() else float(loss.detach())
-            history.append({"epoch": epoch, "train_loss": float(loss.detach()), "val_loss": val})
+                train = float(loss_of("train"))
+                val = float(loss_of("val")) if va.any() else train
+            history.append({"epoch": epoch, "train_loss": train, "val_loss": val})
             epochs = epoch + 1
             if val < best - 1e-5:
                 best, since, best_epoch = val, 0, epoch
@@ -234,4 +292,5 @@ def train_metric(kind: str, feats: TpipsFeatures, ooo: pd.DataFrame, pos: np.nda
             log_tau.data = best_state[1]
     seconds = time.perf_counter() - start
     model.eval()
-    return TrainedMetric(kind, model, vocab, float(log_tau.detach().exp()), epochs, best_epoch, seconds, int(tr.sum()), history)
+    return TrainedMetric(kind, model, vocab, float(log_tau.detach().exp()), epochs, best_epoch, seconds, int(tr.sum()),
+                         history)

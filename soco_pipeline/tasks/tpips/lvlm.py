@@ -89,6 +89,19 @@ def _images(uris: dict[str, str]) -> Callable[[str], bytes]:
     return get
 
 
+def _ask_and_parse(pair_reqs: list, trip_reqs: list, k: int, prompts: LvlmPrompts, spec: LvlmSpec, backend: Backend,
+                   cache: AnswerCache) -> dict[str, np.ndarray | int]:
+    """Ask every request; (N, k) pairwise scores (k requests per row) and (N, k) one-hot picks (one per row)."""
+    texts = ask_all(pair_reqs + trip_reqs, spec, backend, cache)
+    pair = np.array([parse_score(t, prompts.scale_max) for t in texts[: len(pair_reqs)]]).reshape(-1, k)
+    picks = np.array([parse_choice(t, k) for t in texts[len(pair_reqs):]], dtype=np.int64)
+    fails = int(np.isnan(pair).sum() + (picks < 0).sum())
+    n = len(trip_reqs)
+    trip = np.zeros((n, k))
+    trip[np.arange(n)[picks >= 0], picks[picks >= 0]] = 1.0
+    return {"pairwise": np.nan_to_num(pair, nan=0.0), "triplet": trip, "parse_failures": fails}
+
+
 def ooo_answers(ooo: pd.DataFrame, uris: dict[str, str], prompts: LvlmPrompts, spec: LvlmSpec, backend: Backend,
                 cache: AnswerCache) -> dict[str, np.ndarray | int]:
     """{'pairwise': (N, 3) early-fusion scores of the pair excluding k, 'triplet': (N, 3) one-hot odd picks,
@@ -100,13 +113,7 @@ def ooo_answers(ooo: pd.DataFrame, uris: dict[str, str], prompts: LvlmPrompts, s
                  for row, a in zip(cols, aspects, strict=True) for i, j in PAIRS]
     trip_reqs = [ChatRequest(tuple(img(x) for x in row), prompts.triplet_prompt.format(aspect=a))
                  for row, a in zip(cols, aspects, strict=True)]
-    texts = ask_all(pair_reqs + trip_reqs, spec, backend, cache)
-    pair = np.array([parse_score(t, prompts.scale_max) for t in texts[: len(pair_reqs)]]).reshape(-1, 3)
-    picks = np.array([parse_choice(t, 3) for t in texts[len(pair_reqs):]])
-    fails = int(np.isnan(pair).sum() + (picks < 0).sum())
-    trip = np.zeros((len(ooo), 3))
-    trip[np.arange(len(ooo))[picks >= 0], picks[picks >= 0]] = 1.0
-    return {"pairwise": np.nan_to_num(pair, nan=0.0), "triplet": trip, "parse_failures": fails}
+    return _ask_and_parse(pair_reqs, trip_reqs, 3, prompts, spec, backend, cache)
 
 
 def afc_answers(afc: pd.DataFrame, uris: dict[str, str], prompts: LvlmPrompts, spec: LvlmSpec, backend: Backend,
@@ -119,10 +126,4 @@ def afc_answers(afc: pd.DataFrame, uris: dict[str, str], prompts: LvlmPrompts, s
                  for row, a in zip(cols, aspects, strict=True) for k in (1, 2)]
     trip_reqs = [ChatRequest(tuple(img(x) for x in row), prompts.afc_prompt.format(aspect=a))
                  for row, a in zip(cols, aspects, strict=True)]
-    texts = ask_all(pair_reqs + trip_reqs, spec, backend, cache)
-    pair = np.array([parse_score(t, prompts.scale_max) for t in texts[: len(pair_reqs)]]).reshape(-1, 2)
-    picks = np.array([parse_choice(t, 2) for t in texts[len(pair_reqs):]])
-    fails = int(np.isnan(pair).sum() + (picks < 0).sum())
-    trip = np.zeros((len(afc), 2))
-    trip[np.arange(len(afc))[picks >= 0], picks[picks >= 0]] = 1.0
-    return {"pairwise": np.nan_to_num(pair, nan=0.0), "triplet": trip, "parse_failures": fails}
+    return _ask_and_parse(pair_reqs, trip_reqs, 2, prompts, spec, backend, cache)
