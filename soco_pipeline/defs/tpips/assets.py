@@ -24,7 +24,7 @@ from soco_pipeline.defs.shared.resources import SocoSettings
 
 GROUP = "tpips"
 EAGER = dg.AutomationCondition.eager()
-CODE_VERSION = "tpips-1"
+CODE_VERSION = "tpips-2"  # 2: signed mid-fusion weights, L-BFGS, the demo at 100 triplets and 64 px
 SIMULATED = "judgements are SIMULATED (noisy-observer model), not human"
 
 
