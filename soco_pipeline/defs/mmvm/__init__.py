@@ -141,12 +141,15 @@ def mmvm_leaderboard(context: dg.AssetExecutionContext, mmvm_backbone_metrics: d
                      mmvm_objects: pd.DataFrame) -> TableResult:
     """Every backbone (zero-shot and contrastive head) and LVLM, plus the instance-identity oracle (a check:
     100), overall and per cue / candidate count / query presence, each with a random chooser's accuracy."""
+    from soco_pipeline.analysis.leaderboard import leaderboard_markdown
     from soco_pipeline.tasks.mmvm.backbone_eval import oracle_predictions
     from soco_pipeline.tasks.mmvm.metrics import leaderboard, method_metrics
 
     oracle = oracle_predictions({"items": mmvm_items, "cases": mmvm_cases, "objects": mmvm_objects})
     frames = [method_metrics(oracle, "oracle"), *mmvm_backbone_metrics.values(), *mmvm_lvlm_metrics.values()]
     board = leaderboard(pd.concat(frames, ignore_index=True))
-    board.insert(0, "data_source", str(mmvm_cases["data_source"].iat[0]) if len(mmvm_cases) else "")
-    return TableResult(board, {"rows": len(board), "preview": dg.MetadataValue.md(
-        board[["model", "method", "status", "accuracy", "random_expected"]].to_markdown(index=False))})
+    source = str(mmvm_cases["data_source"].iat[0]) if len(mmvm_cases) else ""
+    board.insert(0, "data_source", source)
+    shown = board.drop(columns=["data_source", "reason", "none_rule"], errors="ignore")
+    return TableResult(board, {"rows": len(board), "leaderboard": dg.MetadataValue.md(
+        f"data: {source}\n\n{leaderboard_markdown(shown)}")})
