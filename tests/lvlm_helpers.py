@@ -6,7 +6,6 @@ a script of failures and answer styles. The oracle and random answerers run behi
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 import threading
@@ -16,12 +15,12 @@ import pandas as pd
 
 from soco_pipeline.data.descriptions import build_descriptions
 from soco_pipeline.lvlm.items import build_items
-from soco_pipeline.lvlm.prompt import ChatRequest, build_prompts
+from soco_pipeline.lvlm.loopback import answer_key, content_key  # noqa: F401 - the tests' answer key is the server's
+from soco_pipeline.lvlm.prompt import ChatRequest
 from soco_pipeline.lvlm.protocol import load_lvlm_protocol
 from soco_pipeline.lvlm.server import HttpReply
 from soco_pipeline.lvlm.specs import parse_spec
 from soco_pipeline.pairs.four_choice import build_four_choice
-from soco_pipeline.storage import read_bytes
 from soco_pipeline.taxonomy import load_taxonomy
 from tests.fixtures_data import canonical_tables
 
@@ -54,24 +53,6 @@ def small_items(root: Path, items_per_group: int = 6, seed: int = 0) -> pd.DataF
     proto = replace(proto, items_per_group=items_per_group)
     return build_items(t["four_choice"], t["image_pairs"], t["keypoints"], t["descriptions"], t["image_set"],
                        proto, str(root / "renders"), seed=seed, workers=2)
-
-
-def content_key(images: list[bytes], text: str) -> str:
-    """What a server sees of a request, as one hash (text and image bytes)."""
-    h = hashlib.sha256(text.encode())
-    for b in images:
-        h.update(hashlib.sha256(b).digest())
-    return h.hexdigest()
-
-
-def answer_key(items: pd.DataFrame) -> dict[str, str]:
-    """{content key of the request: right letter} for every item row."""
-    texts = build_prompts(items)
-    out = {}
-    for row, text in zip(items.itertuples(index=False), texts, strict=True):
-        imgs = [read_bytes(p) for p in (row.src_render, row.trg_render) if isinstance(p, str) and p]
-        out[content_key(imgs, text)] = row.answer
-    return out
 
 
 def openai_spec(base_url: str, name: str = "scripted", **fields):
