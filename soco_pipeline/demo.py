@@ -207,12 +207,17 @@ def _scan(folder: str, scan, what: str, failed: dict[str, str]) -> list[str]:
     return sorted(valid)
 
 
+def _latest_metadata(instance: dg.DagsterInstance, key: dg.AssetKey) -> dict:
+    """The metadata of `key`'s latest materialization ({} when it has none)."""
+    event = instance.get_latest_materialization_event(key)
+    return dict(event.asset_materialization.metadata) if event and event.asset_materialization else {}
+
+
 def _family_board(defs: dg.Definitions, instance: dg.DagsterInstance, key: dg.AssetKey) -> str:
     """A family leaderboard as Markdown: its `leaderboard` Markdown metadata, else its stored table."""
     from soco_pipeline.analysis.leaderboard import leaderboard_markdown
 
-    event = instance.get_latest_materialization_event(key)
-    metadata = event.asset_materialization.metadata if event and event.asset_materialization else {}
+    metadata = _latest_metadata(instance, key)
     if "leaderboard" in metadata:
         return str(metadata["leaderboard"].value)
     value = defs.load_asset_value(key, instance=instance)
@@ -221,13 +226,8 @@ def _family_board(defs: dg.Definitions, instance: dg.DagsterInstance, key: dg.As
 
 def _summaries(instance: dg.DagsterInstance, keys: Sequence[dg.AssetKey]) -> list[str]:
     """The `summary` Markdown metadata of each of `keys` that has one (e.g. fgbmk_findings), titled."""
-    out = []
-    for key in keys:
-        event = instance.get_latest_materialization_event(key)
-        metadata = event.asset_materialization.metadata if event and event.asset_materialization else {}
-        if "summary" in metadata:
-            out.append(f"{key.to_user_string()}:\n\n{metadata['summary'].value}")
-    return out
+    found = {key: _latest_metadata(instance, key).get("summary") for key in keys}
+    return [f"{key.to_user_string()}:\n\n{md.value}" for key, md in found.items() if md is not None]
 
 
 @dataclass
