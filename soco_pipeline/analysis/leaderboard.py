@@ -59,14 +59,14 @@ def console_board(board: pd.DataFrame) -> pd.DataFrame:
     """The headline view of a leaderboard for a terminal: the levels, circular 4-choice and kNN top-1, SOC's
     95% CI (bootstrap over categories) beside SOC, and a partial run's name marked; the full table stays
     in `results.duckdb` (`soco leaderboard`)."""
-    from soco_pipeline.evaluation.subsets import partial_display  # evaluation imports no analysis module
+    from soco_pipeline.evaluation.stats import ci_display  # evaluation imports no analysis module
+    from soco_pipeline.evaluation.subsets import partial_display
 
-    shown = partial_display(board)
+    shown = ci_display(partial_display(board))
     out = shown[["backbone", *[c for c in CONSOLE_COLUMNS if c in shown.columns]]].copy()
-    lo, hi = "ci95_lo_boot_category_soc", "ci95_hi_boot_category_soc"
-    if lo in shown.columns:
-        out.insert(out.columns.get_loc("soc") + 1, "SOC 95% CI",
-                   ["" if pd.isna(a) else f"[{a:.1f}, {b:.1f}]" for a, b in zip(shown[lo], shown[hi], strict=True)])
+    ci = "soc 95% CI (boot. categories)"  # ci_display's text column of SOC's interval
+    if ci in shown.columns:
+        out.insert(out.columns.get_loc("soc") + 1, "SOC 95% CI", shown[ci])
     return out
 
 
