@@ -25,10 +25,11 @@ import pandas as pd
 import torch
 
 from soco_pipeline.backbones import list_specs
+from soco_pipeline.features.global_cache import extract_global
+from soco_pipeline.features.global_extractors import build_global_extractor
 from soco_pipeline.tasks.fgbmk.config import load_config
 from soco_pipeline.tasks.fgbmk.embedded import ensure_embedded
 from soco_pipeline.tasks.fgbmk.findings import check_findings, findings_markdown
-from soco_pipeline.tasks.fgbmk.global_features import build_extractor, extract_global
 from soco_pipeline.tasks.fgbmk.linear_probe import train_probe
 from soco_pipeline.tasks.fgbmk.machine_eval import evaluate_backbone, level_labels, tasks_of
 from soco_pipeline.tasks.fgbmk.retrieval import train_retrieval
@@ -103,7 +104,7 @@ def main() -> None:
         for name in args.backbones or list(specs):
             spec = specs[name]
             start = clock.wall, clock.cpu
-            ex, wb, cb = clock(build_extractor, spec, gf, {"data_root": f"{tmp}/set", "device": args.device})
+            ex, wb, cb = clock(build_global_extractor, spec, gf, {"data_root": f"{tmp}/set", "device": args.device})
             feats, we, ce = clock(extract_global, ex, items, f"{tmp}/cache", gf)
             (metrics, _), wm, cm = clock(evaluate_backbone, name, feats, items, cfg)
             rob, wr, cr = clock(robustness_for_backbone, name, ex, ex.cache_folder(f"{tmp}/cache", gf), items, cfg,

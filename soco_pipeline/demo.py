@@ -29,8 +29,8 @@ from soco_pipeline.defs.definitions import build_definitions
 from soco_pipeline.defs.recovery import process_tags
 
 DATA_AND_PAIRS = ("data", "pairs")
-PER_BACKBONE = ("feature_manifest", "predictions", "four_choice_predictions", "metrics", "global_metrics",
-                "results_record")
+PER_BACKBONE = ("feature_manifest", "global_feature_manifest", "predictions", "four_choice_predictions", "metrics",
+                "global_metrics", "results_record")
 SUMMARY = ("leaderboard", "results_database", "correlation", "results_report")
 BACKBONES, LVLMS = "backbones", "lvlms"  # the dynamic partition sets of specs
 # Where each run's job comes from: module and function, called with the demo's settings overrides. Step

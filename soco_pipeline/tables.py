@@ -42,6 +42,7 @@ TABLES: tuple[Table, ...] = (
     Table("correspondences", "correspondences"),
     Table("four_choice", "four_choice"),
     Table("feature_manifest", "features", partitioned=True),
+    Table("global_feature_manifest", "global_features", partitioned=True),
     Table("predictions", "predictions", partitioned=True),
     Table("four_choice_predictions", "four_choice_predictions", partitioned=True),
     Table("metrics", "metrics", partitioned=True),

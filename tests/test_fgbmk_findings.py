@@ -7,10 +7,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from soco_pipeline.features.global_cache import GlobalFeatures
 from soco_pipeline.tasks.fgbmk.config import FindingsConfig, load_config
 from soco_pipeline.tasks.fgbmk.embedded import hierarchy
 from soco_pipeline.tasks.fgbmk.findings import FINDING_COLUMNS, check_findings, findings_markdown
-from soco_pipeline.tasks.fgbmk.global_features import GlobalFeatures
 from soco_pipeline.tasks.fgbmk.machine_eval import METRIC_COLUMNS, evaluate_backbone, per_class_top1
 
 SUBCLASSES = ["zebra", "horse", "donkey", "cat", "cheetah", "car", "jeep", "chair", "armchair"]

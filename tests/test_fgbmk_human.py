@@ -9,6 +9,8 @@ import pandas as pd
 import pytest
 import torch
 
+from soco_pipeline.features.global_cache import GlobalFeatures
+from soco_pipeline.features.global_extractors import GlobalExtractor
 from soco_pipeline.lvlm.backends.openai import OpenAIBackend
 from soco_pipeline.lvlm.cache import AnswerCache
 from soco_pipeline.lvlm.server import serve
@@ -21,7 +23,6 @@ from soco_pipeline.tasks.fgbmk.answer_scoring import (
 from soco_pipeline.tasks.fgbmk.answers import ask
 from soco_pipeline.tasks.fgbmk.config import load_config
 from soco_pipeline.tasks.fgbmk.embedded import ensure_embedded, hierarchy
-from soco_pipeline.tasks.fgbmk.global_features import GlobalExtractor, GlobalFeatures
 from soco_pipeline.tasks.fgbmk.linear_probe import train_probe
 from soco_pipeline.tasks.fgbmk.questions import build_questions, circular
 from soco_pipeline.tasks.fgbmk.readers import (

@@ -10,14 +10,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from soco_pipeline.features.global_cache import GlobalFeatures, extract_global, read_global
+from soco_pipeline.features.global_extractors import VariantOracle
 from soco_pipeline.tasks.fgbmk.config import load_config
 from soco_pipeline.tasks.fgbmk.embedded import ensure_embedded, hierarchy
-from soco_pipeline.tasks.fgbmk.global_features import (
-    GlobalFeatures,
-    VariantOracle,
-    extract_global,
-    read_global,
-)
 from soco_pipeline.tasks.fgbmk.linear_probe import train_probe
 from soco_pipeline.tasks.fgbmk.metrics import macro_recall_at_1, retrieval_map, wilson_interval
 from soco_pipeline.tasks.fgbmk.readers import FgbmkFormatError, read_machine_dataset

@@ -280,7 +280,7 @@ def test_an_unchanged_data_table_rematerialized_requests_no_backbone(run):
     latest = instance.fetch_materializations(dg.AssetKey("image_set"), limit=2).records
     versions = [r.asset_materialization.tags["dagster/data_version"] for r in latest]
     assert len(versions) == 2 and versions[0] == versions[1]
-    for key in PER_BACKBONE + ["global_metrics"]:
+    for key in PER_BACKBONE + ["global_feature_manifest", "global_metrics"]:
         assert after.get_num_requested(dg.AssetKey(key)) == 0, key
     assert _requested(tick(now + WEEK)) == set()
 

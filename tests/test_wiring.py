@@ -179,7 +179,7 @@ def test_a_release_with_its_own_names_materializes_global_metrics(tmp_path):
         assert dg.materialize(list(defs.assets), selection=dg.AssetSelection.groups("data", "pairs"),
                               instance=instance, resources=defs.resources).success
         run_config = {"ops": {"global_metrics": {"config": {"train_fraction": 0.5}}}}
-        assert dg.materialize(list(defs.assets), selection=["feature_manifest", "global_metrics"],
+        assert dg.materialize(list(defs.assets), selection=["feature_manifest", "global_feature_manifest", "global_metrics"],
                               instance=instance, resources=defs.resources, partition_key="dense_sift",
                               run_config=run_config).success
     g = pd.read_parquet(tmp_path / "storage" / "tables" / "global_metrics" / "dense_sift.parquet")

@@ -1,9 +1,13 @@
 """Global-feature metrics from the feature cache, without running any backbone: kNN classification
 (top-1 / top-5) and retrieval mAP.
 
-Global features: the mean-pooled dense map (over the cells that cover the image, not the white padding)
-and the class token when the extractor stored it (timm ViTs); both L2-normalised, so cosine is the
-inner product. kNN as DINO / OmniProbe: the k most similar train images vote for their class with weight
+Global features, one `feature` kind each, all L2-normalised (cosine is the inner product):
+- `mean`: the mean-pooled dense map (over the cells that cover the image, not the white padding);
+- `cls`: the class token stored beside the map (timm ViTs);
+- `global`: the last block's class token of the shared cache's global output (the FG-BMK input policy, the
+  features FG-BMK's probes read; for CNNs the pooled embedding, for dense-only backbones the map's mean), when
+  it is passed.
+The headline (the leaderboard's columns) stays `cls` when stored, else `mean`. kNN as DINO / OmniProbe: the k most similar train images vote for their class with weight
 exp(sim / T), T = 0.07, k in {20, 100, 200}. Retrieval: each test image queries the train images (the
 gallery) by cosine; AP over the gallery ranking, mAP over queries.
 
@@ -171,9 +175,11 @@ def _track_rows(feats, labels, groups, train, ks, temperature) -> list[dict]:
 def global_metrics(
     store, images: pd.DataFrame, backbone: str, family_of: Callable[[str], str] | None = None, seed: int = 0,
     train_fraction: float = 0.5, ks=KS, temperature: float = TEMPERATURE,
-    log: Callable[[str], None] | None = None,
+    log: Callable[[str], None] | None = None, global_features=None,
 ) -> pd.DataFrame:
     """kNN top-1/top-5 and retrieval mAP (0-100) of a backbone's cached features (GLOBAL_METRIC_COLUMNS).
+
+    `global_features` (features.GlobalFeatures of these images, from the shared cache) adds the `global` kind.
 
     `images` holds image_id and category (image_set rows with cached features); `family_of(category)`
     gives the family for the fine-grained track (None: no fine-grained track). `headline` marks the rows
@@ -187,6 +193,8 @@ def global_metrics(
     tokens = class_tokens(store, ids)
     if tokens is not None:
         kinds["cls"] = tokens
+    if global_features is not None:
+        kinds["global"] = _normalise(global_features.subset(ids).cls_last)
     headline_kind = "cls" if "cls" in kinds else "mean"
     rows = []
     tracks: dict[str, tuple[pd.Series, pd.Series | None]] = {"category": (images["category"], None)}

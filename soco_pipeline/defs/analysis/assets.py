@@ -22,19 +22,24 @@ class GlobalMetricsConfig(dg.Config):
     temperature: float = 0.07
 
 
-@partition_table(backbones_partitions, group_name=GROUP, kinds={"pytorch"}, code_version="1")
+@partition_table(backbones_partitions, group_name=GROUP, kinds={"pytorch"}, code_version="2")  # 2: `global` kind
 def global_metrics(
     context: dg.AssetExecutionContext, soco: SocoSettings, config: GlobalMetricsConfig,
-    feature_manifest: pd.DataFrame, image_set: pd.DataFrame, taxonomy: pd.DataFrame,
+    feature_manifest: pd.DataFrame, global_feature_manifest: pd.DataFrame, image_set: pd.DataFrame,
+    taxonomy: pd.DataFrame,
 ) -> TableResult:
-    """kNN top-1/top-5 (k = 20, 100, 200; T = 0.07) and retrieval mAP of mean-pooled maps and class tokens,
-    on the category and fine-grained (category within family) tracks; read from the feature cache."""
+    """kNN top-1/top-5 (k = 20, 100, 200; T = 0.07) and retrieval mAP of mean-pooled maps, class tokens and the
+    shared global features (FG-BMK's input policy), on the category and fine-grained (category within family)
+    tracks; read from the feature cache, no backbone runs."""
     from soco_pipeline.analysis.global_metrics import global_metrics as compute
+    from soco_pipeline.features import read_global
 
-    images = image_set[image_set["image_id"].isin(feature_manifest["image_id"])]
+    images = image_set[image_set["image_id"].isin(feature_manifest["image_id"])
+                       & image_set["image_id"].isin(global_feature_manifest["image_id"])]
     df = compute(
         feature_store(soco, feature_manifest), images, context.partition_key, family_of=run_taxonomy(taxonomy).family,
         seed=soco.seed, train_fraction=config.train_fraction, temperature=config.temperature, log=context.log.info,
+        global_features=read_global(global_feature_manifest.folder.iloc[0], images.image_id),
     )
     head = df[df["headline"]]
     return TableResult(df, {

@@ -18,11 +18,13 @@ from soco_pipeline.defs.shared.executors import GPU_STEP_TAGS
 from soco_pipeline.defs.shared.partitions import backbones_partitions, partition_spec_file
 from soco_pipeline.defs.shared.resources import SocoSettings
 from soco_pipeline.defs.shared.run_configs import EvalRunConfig, recorded_subset
+from soco_pipeline.features.policy import GLOBAL_CODE_VERSION
 
 GROUP = "backbones"
 # Dagster's code version of each per-backbone asset: bump it when the code changes what the asset computes.
 # The feature cache's own spec hash reuses FEATURE_CODE_VERSION, because its files outlive Dagster's records.
-CODE_VERSIONS = {"feature_manifest": FEATURE_CODE_VERSION, "predictions": "2", "four_choice_predictions": "2",
+CODE_VERSIONS = {"feature_manifest": FEATURE_CODE_VERSION, "global_feature_manifest": GLOBAL_CODE_VERSION,
+                 "predictions": "2", "four_choice_predictions": "2",
                  "metrics": "2"}
 
 
@@ -124,6 +126,43 @@ def feature_manifest(
         )
     return TableResult(manifest, {"rows": len(manifest), "spec_hash": spec_hash(spec), "kind": spec.kind,
                                   **gpu.metadata()})
+
+
+def global_policy(soco: SocoSettings):
+    """The run's global-feature input policy: FG-BMK's eval transform at the run's scale (`global_features` of
+    its config), so that every family asking for global features of a backbone reads one cache folder."""
+    from soco_pipeline.defs.fgbmk import fgbmk_config  # imported here: defs.fgbmk imports this module
+
+    return fgbmk_config(soco).global_features
+
+
+@partition_table(
+    backbones_partitions,
+    group_name=GROUP,
+    deps=[backbone_spec],
+    pool="gpu",
+    op_tags=GPU_STEP_TAGS,
+    kinds={"pytorch"},
+    code_version=CODE_VERSIONS["global_feature_manifest"],
+    automation_condition=REEVALUATED,
+)
+def global_feature_manifest(
+    context: dg.AssetExecutionContext, soco: SocoSettings, image_set: pd.DataFrame
+) -> TableResult:
+    """Global features of every image for one backbone: the shared cache's global output (the class tokens of
+    the last two blocks and the last block's patch mean) at the run's input policy; global_metrics scores them.
+
+    Resumable and shared: images already cached for this (spec, policy) are not recomputed, whichever family
+    asked first.
+    """
+    from soco_pipeline.features import cached_global
+
+    spec = spec_for(soco, context.partition_key)
+    policy = global_policy(soco)
+    feats, folder = cached_global(spec, image_set, soco.features_root, policy,
+                                  {"embedded_root": soco.embedded_root, "device": soco.device}, context.log.info)
+    table = feats.table(context.partition_key, folder)
+    return TableResult(table, {"rows": len(table), "folder": folder, "policy": str(policy.cache_key())})
 
 
 def backbone_table(name: str, kinds: set[str] | None = None, **kwargs):

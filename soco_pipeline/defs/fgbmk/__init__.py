@@ -86,36 +86,31 @@ def fgbmk_questions(context: dg.AssetExecutionContext, soco: SocoSettings, fgbmk
     return TableResult(q, {"rows": len(q), **{f"rows/{k}": int(v) for k, v in q.task.value_counts().items()}})
 
 
-def _extractor(soco: SocoSettings, backbone: str, cfg):
-    from soco_pipeline.tasks.fgbmk.global_features import build_extractor
-
-    spec = spec_for(soco, backbone)
-    return spec, build_extractor(spec, cfg.global_features, {"data_root": fgbmk_root(soco, cfg), "device": soco.device})
+def _context(soco: SocoSettings, cfg) -> dict:
+    return {"data_root": fgbmk_root(soco, cfg), "device": soco.device}
 
 
 @fgbmk_table(backbones_partitions, kinds={"pytorch"}, pool="gpu")
 def fgbmk_global_features(context: dg.AssetExecutionContext, soco: SocoSettings,
                           fgbmk_items: pd.DataFrame) -> TableResult:
-    """CLS of the last two blocks and the patch mean per image, cached beside the dense cache; the table
-    lists each image's cache folder and the part sizes."""
-    from soco_pipeline.tasks.fgbmk.global_features import extract_global
+    """CLS of the last two blocks and the patch mean per image, from the shared feature cache's global output
+    (extracted once per backbone and input policy); the table lists each image's cache folder and the part
+    sizes."""
+    from soco_pipeline.features import cached_global
 
     cfg = fgbmk_config(soco)
-    _spec, ex = _extractor(soco, context.partition_key, cfg)
-    feats = extract_global(ex, fgbmk_items, soco.features_root, cfg.global_features, context.log.info)
-    folder = ex.cache_folder(soco.features_root, cfg.global_features)
-    dims = {"dim_cls_prev": feats.cls_prev.shape[1], "dim_cls_last": feats.cls_last.shape[1],
-            "dim_patch_mean": feats.patch_mean.shape[1]}
-    table = pd.DataFrame({"backbone": context.partition_key, "image_id": feats.image_ids.astype(str),
-                          "folder": folder, **dims})
-    return TableResult(table, {"rows": len(feats), "folder": folder, "dims": str(list(dims.values()))})
+    spec = spec_for(soco, context.partition_key)
+    feats, folder = cached_global(spec, fgbmk_items, soco.features_root, cfg.global_features, _context(soco, cfg),
+                                  context.log.info)
+    table = feats.table(context.partition_key, folder)
+    return TableResult(table, {"rows": len(feats), "folder": folder, "dims": str(table.iloc[0, -3:].tolist())})
 
 
 @fgbmk_table(backbones_partitions, schema=schemas.FgbmkMetricSchema, kinds={"pytorch"})
 def fgbmk_metrics(context: dg.AssetExecutionContext, soco: SocoSettings, fgbmk_items: pd.DataFrame,
                   fgbmk_global_features: pd.DataFrame) -> TableResult:
     """Linear-probe top-1/top-5 and retrieval recall@1/mAP at each level, across and within superclasses."""
-    from soco_pipeline.tasks.fgbmk.global_features import read_global
+    from soco_pipeline.features import read_global
     from soco_pipeline.tasks.fgbmk.machine_eval import evaluate_backbone
 
     cfg = fgbmk_config(soco)
@@ -129,10 +124,12 @@ def fgbmk_metrics(context: dg.AssetExecutionContext, soco: SocoSettings, fgbmk_i
 def fgbmk_robustness(context: dg.AssetExecutionContext, soco: SocoSettings, fgbmk_items: pd.DataFrame,
                      fgbmk_global_features: pd.DataFrame) -> TableResult:
     """Probe accuracy under FGSM / PGD (L-inf eps/255) and Gaussian noise, fine (subclass) vs coarse level."""
+    from soco_pipeline.features.global_extractors import build_global_extractor
     from soco_pipeline.tasks.fgbmk.robustness import robustness_for_backbone
 
     cfg = fgbmk_config(soco)
-    spec, ex = _extractor(soco, context.partition_key, cfg)
+    spec = spec_for(soco, context.partition_key)
+    ex = build_global_extractor(spec, cfg.global_features, _context(soco, cfg))  # the attacks differentiate through it
     df = robustness_for_backbone(context.partition_key, ex, fgbmk_global_features.folder.iloc[0], fgbmk_items, cfg,
                                  reads_pixels=spec.kind != "oracle")
     return TableResult(df, {"rows": len(df)})

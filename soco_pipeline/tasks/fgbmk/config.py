@@ -8,6 +8,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from soco_pipeline.features.policy import GlobalInputPolicy
 from soco_pipeline.storage import PROJECT_ROOT
 
 DEFAULT_CONFIG = PROJECT_ROOT / "assets" / "fgbmk.yaml"
@@ -35,18 +36,6 @@ class EmbeddedConfig(_Strict):
     workers: int = Field(ge=1)
     subclasses: tuple[str, ...] | None = None  # None: all 100 taxonomy categories
     subclasses_per_class: int = Field(default=0, ge=0)  # keep the first n of each class (0: all)
-
-
-class GlobalFeatureConfig(_Strict):
-    """FG-BMK's eval transform and what is kept of each image."""
-
-    resize: int = Field(ge=8)
-    crop: int = Field(ge=8)
-    normalisation: Literal["clip", "imagenet", "half", "raw", "spec"]
-    final_norm: bool
-    batch_size: int = Field(ge=1)
-    dense_input: int | None = Field(default=None, ge=8)  # dense-only backbones' input side (None: their own)
-    threads: int | None = Field(default=None, ge=1)  # torch CPU threads of extraction and attacks (None: torch's)
 
 
 class TrainConfig(_Strict):
@@ -146,7 +135,7 @@ class FgbmkConfig(_Strict):
     seed: int
     dataset: DatasetConfig | None = None  # None: the embedded (simulated) set
     embedded: EmbeddedConfig
-    global_features: GlobalFeatureConfig
+    global_features: GlobalInputPolicy
     linear_probe: TrainConfig
     retrieval: RetrievalConfig
     robustness: RobustnessConfig

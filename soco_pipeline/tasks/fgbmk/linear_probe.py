@@ -22,8 +22,9 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
+from soco_pipeline.features.global_cache import GlobalFeatures
+from soco_pipeline.features.global_extractors import torch_threads
 from soco_pipeline.tasks.fgbmk.config import TrainConfig
-from soco_pipeline.tasks.fgbmk.global_features import GlobalFeatures, torch_threads
 from soco_pipeline.tasks.fgbmk.metrics import topk_accuracy
 
 

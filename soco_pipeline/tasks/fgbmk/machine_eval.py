@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from soco_pipeline.features.global_cache import GlobalFeatures
 from soco_pipeline.tasks.fgbmk.config import LEVELS, FgbmkConfig
-from soco_pipeline.tasks.fgbmk.global_features import GlobalFeatures
 from soco_pipeline.tasks.fgbmk.linear_probe import ProbeResult, train_probe
 from soco_pipeline.tasks.fgbmk.retrieval import train_retrieval
 

@@ -23,8 +23,8 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
+from soco_pipeline.features.global_cache import GlobalFeatures
 from soco_pipeline.tasks.fgbmk.config import RetrievalConfig
-from soco_pipeline.tasks.fgbmk.global_features import GlobalFeatures
 from soco_pipeline.tasks.fgbmk.linear_probe import HeadGrid, batch_stream, build_grid, train_grid
 from soco_pipeline.tasks.fgbmk.metrics import macro_recall_at_1, retrieval_map
 

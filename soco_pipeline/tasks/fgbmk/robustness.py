@@ -15,8 +15,9 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
+from soco_pipeline.features.global_cache import read_global
+from soco_pipeline.features.global_extractors import GlobalExtractor, load_global_pixels, torch_threads
 from soco_pipeline.tasks.fgbmk.config import FgbmkConfig, RobustnessConfig
-from soco_pipeline.tasks.fgbmk.global_features import GlobalExtractor, load_pixels, read_global, torch_threads
 from soco_pipeline.tasks.fgbmk.linear_probe import ProbeResult
 
 ROBUSTNESS_COLUMNS = ["backbone", "level", "attack", "strength", "accuracy", "clean_accuracy", "n_images", "simulated"]
@@ -105,7 +106,7 @@ def robustness_for_backbone(backbone: str, extractor: GlobalExtractor, folder: s
         rng = np.random.default_rng([int(config.seed), 0x20B])
         test_rows = np.sort(rng.choice(test_rows, config.robustness.max_images, replace=False))
     recs = items.iloc[test_rows].reset_index(drop=True)
-    pixels = load_pixels(list(recs.uri), list(recs.image_id), config.global_features) if reads_pixels else \
+    pixels = load_global_pixels(list(recs.uri), list(recs.image_id), config.global_features) if reads_pixels else \
         torch.zeros(len(recs), 3, config.global_features.crop, config.global_features.crop)
     frames = []
     with torch_threads(config.global_features.threads):
