@@ -21,6 +21,9 @@ from tests.tpips_helpers import tiny_config
 N_TRIPLETS, SIZE, BACKBONE = 60, 64, "efficientnet_lite0"
 FROZEN_ZOO = ("efficientnet_lite0", "vit_small_random", "dense_sift")  # every backbone that sees TPIPS images
 MARGIN = 0.03  # mid fusion minus the best frozen baseline, test OOO agreement (measured, docs/tpips.md)
+# signed late fusion minus the best frozen baseline: measured +4.5 points at this seed (+6.4, -1.2, -3.1 at data
+# seeds 2, 1, 3: docs/tpips.md), so a regression guard at this seed, not a claim for every seed
+LATE_MARGIN = 0.03
 
 
 @pytest.fixture(scope="module")
@@ -65,17 +68,14 @@ def test_mid_fusion_beats_every_frozen_agnostic_baseline(setup):
     assert got - base[best] > MARGIN, f"mid fusion {got:.3f} vs the best frozen baseline {best} {base[best]:.3f}"
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "known gap: the aspect-gated cosine of pooled frozen embeddings does not beat the frozen baselines at test "
-    "scale (measured, 60 triplets at 64 px, seeds 0-3: shipped gate -5.5 to -1.1 points; per-aspect full or "
-    "k=32 projections and a shared projection with per-aspect gains -9.4 to +2.4, they memorise the ~145 train "
-    "rows); a cosine is a PSD (Gram) form, so it cannot use the signed weights mid fusion needs; docs/tpips.md"))
 def test_late_fusion_beats_every_frozen_agnostic_baseline(setup):
     cfg, feats = setup["cfg"], setup["feats"]
     base = _frozen_baselines(setup)
     late = train_metric("late", feats, setup["ooo"], setup["pos"], AspectVocab(cfg.aspects), cfg.learned)
     got = _test_agreement(setup, late.sim)
-    assert got - max(base.values()) > MARGIN, (got, base)
+    best = max(base, key=base.get)
+    print(f"test OOO agreement: late fusion {got:.3f}; frozen baselines {base}")
+    assert got - base[best] > LATE_MARGIN, f"late fusion {got:.3f} vs the best frozen baseline {best} {base[best]:.3f}"
 
 
 def test_mid_fusion_weights_depend_on_the_aspect_and_training_is_seeded(setup):

@@ -24,7 +24,7 @@ from soco_pipeline.defs.shared.resources import SocoSettings
 
 GROUP = "tpips"
 EAGER = dg.AutomationCondition.eager()
-CODE_VERSION = "tpips-2"  # 2: signed mid-fusion weights, L-BFGS, the demo at 100 triplets and 64 px
+CODE_VERSION = "tpips-3"  # 3: signed late fusion on a 2 x 2 token grid; 2: signed mid-fusion weights, L-BFGS
 SIMULATED = "judgements are SIMULATED (noisy-observer model), not human"
 
 

@@ -5,9 +5,15 @@ softmax(s̄ / τ) with s̄_k = s(pair excluding k), trained with cross-entropy a
 config per kind (`tau_init` late, `tau_mid` mid) unless `learn_tau`. Full-batch L-BFGS in rounds, early stopping
 on the val loss (see `train_metric`).
 
-- late fusion: z(x, c) = W (e(x) ⊙ g(c)), s = cos(z_i, z_j); e = the global embedding beside every layer's tokens
+- late fusion: each image embedded on its own, e = the global embedding beside every layer's tokens
   average-pooled to a `late_grid` x `late_grid` layout (1: the mean token), each L2-normalised, then standardised
-  per channel; g(c) = 1 + MLP(a(c)) a per-aspect channel gate; `proj_dim` 0 leaves W out (the gate alone);
+  per channel, then compared with the aspect's weights:
+  - `late_weights: signed` (default, our choice): s = Σ_ch w0_ch g(c)_ch ê_i,ch ê_j,ch on the unit embedding ê,
+    g(c) = MLP(a(c)) from 0 and free in sign, w0 = 1 / each channel's mean |ê|² (so every channel starts with the
+    same share); an aspect-weighted inner product of the two embeddings, τ = `tau_mid` as in mid fusion;
+  - `gated`: z(x, c) = W (e(x) ⊙ g(c)), s = cos(z_i, z_j), g(c) = 1 + MLP(a(c)); `proj_dim` 0 leaves W out. A
+    cosine of one embedding per image is a positive semi-definite form and did not beat the frozen baselines
+    (docs/tpips.md);
 - mid fusion: f = −Σ_ℓ mean_t Σ_ch w_ℓ(c)_ch (φ_ℓ(x_i)_t − φ_ℓ(x_j)_t)_ch² over unit-normalised tokens φ_ℓ, with
   w(c) = w0 ⊙ g(c) (signed, our choice: on frozen features a background change must be able to count as
   "closer" for an object aspect) or w0 ⊙ g(c)² (`mid_weights: squared`, the published ‖w ⊙ Δφ‖²);
@@ -90,6 +96,24 @@ class AspectGain(nn.Module):
         if self.mode == "shared":
             return n * (self.shared ** 2).sum()
         return torch.zeros(())
+
+
+class SignedLateFusion(nn.Module):
+    """Aspect-weighted inner product of unit embeddings, with signed per-channel weights from 0 (mid fusion's
+    start: all ties, the uniform prediction)."""
+
+    def __init__(self, emb: torch.Tensor, n_aspects: int, cfg: LearnedConfig):
+        super().__init__()
+        self.register_buffer("emb", _unit(emb))
+        self.gain = AspectGain(n_aspects, emb.shape[1], cfg, start=0.0)
+        self.register_buffer("w0", 1.0 / (self.emb.abs().mean(0) ** 2).clamp_min(1e-8))
+
+    def penalty(self) -> torch.Tensor:
+        """The gains' deviation from 0."""
+        return self.gain.penalty()
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+        return (self.emb[a] * self.emb[b] * self.w0 * self.gain(c)).sum(1)
 
 
 class LateFusion(nn.Module):
@@ -225,11 +249,12 @@ def train_metric(kind: str, feats: TpipsFeatures, ooo: pd.DataFrame, pos: np.nda
     torch.manual_seed(cfg.seed)
     layers = [torch.as_tensor(f, dtype=torch.float32) for f in feats.layers]
     if kind == "late":
-        model: nn.Module = LateFusion(_late_inputs(feats, cfg.late_grid), len(vocab.aspects), cfg)
+        late = SignedLateFusion if cfg.late_weights == "signed" else LateFusion
+        model: nn.Module = late(_late_inputs(feats, cfg.late_grid), len(vocab.aspects), cfg)
     else:
         mode = {"mid": "conditioned", "mid_unconditioned": "shared", "mid_frozen": "fixed"}[kind]
         model = MidFusion(layers, len(vocab.aspects), cfg, mode)
-    tau0 = cfg.tau_init if kind == "late" else cfg.tau_mid
+    tau0 = cfg.tau_init if kind == "late" and cfg.late_weights == "gated" else cfg.tau_mid
     log_tau = nn.Parameter(torch.tensor(float(np.log(tau0))), requires_grad=cfg.learn_tau)
     split = ooo.split.to_numpy()
     tr, va = split == "train", split == "val"
