@@ -1,13 +1,24 @@
 """Feature stage: the per-backbone cache (dense maps, and global features per input policy), its layout, and
-read access to it. Every family extracts through `extract_features` (dense) or `cached_global` (global)."""
+read access to it. Every family extracts through `extract_features` (dense) or `cached_global` (global).
 
-from soco_pipeline.features.extract import extract_features, load_image
-from soco_pipeline.features.global_cache import GlobalFeatures, cached_global, extract_global, read_global
-from soco_pipeline.features.layout import MANIFEST_COLUMNS, FeatureError, feature_dir, feature_file
-from soco_pipeline.features.policy import GlobalInputPolicy
-from soco_pipeline.features.store import FeatureStore
+Names load lazily (PEP 562), so that `soco_pipeline.features.policy` (pydantic only) imports without torch:
+the Dagster definitions load without it.
+"""
 
-__all__ = [
-    "MANIFEST_COLUMNS", "FeatureError", "FeatureStore", "GlobalFeatures", "GlobalInputPolicy", "cached_global",
-    "extract_features", "extract_global", "feature_dir", "feature_file", "load_image", "read_global",
-]
+import importlib
+
+_WHERE = {
+    "extract_features": "extract", "load_image": "extract",
+    "GlobalFeatures": "global_cache", "cached_global": "global_cache", "extract_global": "global_cache",
+    "read_global": "global_cache",
+    "MANIFEST_COLUMNS": "layout", "FeatureError": "layout", "feature_dir": "layout", "feature_file": "layout",
+    "GlobalInputPolicy": "policy",
+    "FeatureStore": "store",
+}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str):
+    if name in _WHERE:
+        return getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
