@@ -93,9 +93,9 @@ def _shard_ok(folder: str, shard: str, checksum: str) -> bool:
     return exists(path) and checksum_matches(read_bytes(path), checksum)
 
 
-def _split_cached(folder: str, images: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(the valid manifest rows of other images and of the cached ones, the images still to extract): an image
-    counts as cached when the manifest lists it in a shard whose checksum holds, at the same width x height."""
+def _to_extract(folder: str, images: pd.DataFrame) -> pd.DataFrame:
+    """The images still to extract: an image counts as cached when the manifest lists it in a shard whose
+    checksum holds, at the same width x height."""
     manifest = _read_manifest(folder)
     valid_shards = {s for s, c in manifest[["shard", "checksum"]].drop_duplicates().itertuples(index=False)
                     if _shard_ok(folder, s, c)}
@@ -105,12 +105,11 @@ def _split_cached(folder: str, images: pd.DataFrame) -> tuple[pd.DataFrame, pd.D
         k = known.loc[images.image_id[same]]
         same[same] = (k.width.to_numpy() == images.width[same].to_numpy()) & (
             k.height.to_numpy() == images.height[same].to_numpy())
-    todo = images[~same.to_numpy()]
-    return manifest[manifest.shard.isin(valid_shards) & ~manifest.image_id.isin(todo.image_id)], todo
+    return images[~same.to_numpy()]
 
 
 def _write_manifest(folder: str, ours: pd.DataFrame) -> None:
-    """Write the manifest: our rows over whatever another writer listed since we read it."""
+    """Write the manifest: our rows over what is on disk (the rows of other images stay, whoever wrote them)."""
     on_disk = _read_manifest(folder)
     merged = pd.concat([on_disk[~on_disk.image_id.isin(ours.image_id)], ours], ignore_index=True)
     write_parquet_atomic(merged[MANIFEST_COLUMNS], join(folder, "manifest.parquet"))
@@ -134,11 +133,11 @@ def extract_global(extractor: GlobalExtractor | Callable[[], GlobalExtractor], i
     images = images.reset_index(drop=True)
     if images.image_id.duplicated().any():
         raise ValueError(f"extract_global: duplicate image ids {list(images.image_id[images.image_id.duplicated()][:5])}")
-    kept, todo = _split_cached(folder, images)
+    todo = _to_extract(folder, images)
     log(f"[{name}] global features: {len(images) - len(todo)} cached in {folder}, {len(todo)} to extract")
     if len(todo) and not isinstance(extractor, GlobalExtractor):
         extractor = extractor()
-    rows, ours = [kept], pd.DataFrame(columns=MANIFEST_COLUMNS)
+    rows = []
     t0 = time.perf_counter()
     for start in range(0, len(todo), config.batch_size):
         recs = todo.iloc[start:start + config.batch_size]
@@ -162,8 +161,7 @@ def extract_global(extractor: GlobalExtractor | Callable[[], GlobalExtractor], i
         rows.append(pd.DataFrame({"image_id": recs.image_id.to_numpy(), "shard": shard, "row": np.arange(len(recs)),
                                   "checksum": file_checksum(data), "width": recs.width.to_numpy(),
                                   "height": recs.height.to_numpy()}))
-        ours = pd.concat(rows, ignore_index=True)
-        _write_manifest(folder, ours)
+        _write_manifest(folder, pd.concat(rows, ignore_index=True))
     if len(todo):
         dt = time.perf_counter() - t0
         log(f"[{name}] {len(todo)} images in {dt:.1f} s ({len(todo) / max(dt, 1e-9):.1f} images/s)")

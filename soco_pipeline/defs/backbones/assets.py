@@ -89,18 +89,21 @@ def evaluation_protocol(soco: SocoSettings) -> dg.DataVersion:
     return dg.DataVersion(soco.protocol().version_hash())
 
 
-@partition_table(
-    backbones_partitions,
-    schema=schemas.FeatureManifestSchema,
-    validate=False,
-    group_name=GROUP,
-    deps=[backbone_spec],
-    pool="gpu",
-    op_tags=GPU_STEP_TAGS,
-    kinds={"pytorch"},
-    code_version=CODE_VERSIONS["feature_manifest"],
-    automation_condition=REEVALUATED,
-)
+def cache_table(name: str, **kwargs):
+    """Decorator of a per-backbone output of the feature cache: it runs the backbone (the gpu pool), reads the
+    spec file, and re-evaluates like the tables it feeds; code version CODE_VERSIONS[name]."""
+    return partition_table(backbones_partitions, group_name=GROUP, deps=[backbone_spec], pool="gpu",
+                           op_tags=GPU_STEP_TAGS, kinds={"pytorch"}, code_version=CODE_VERSIONS[name],
+                           automation_condition=REEVALUATED, **kwargs)
+
+
+def cache_context(soco: SocoSettings) -> dict:
+    """The BackboneContext the feature cache builds backbones with: the embedded data root (oracles) and the
+    run's device (the spec's own when that is auto)."""
+    return {"embedded_root": soco.embedded_root, "device": soco.device}
+
+
+@cache_table("feature_manifest", schema=schemas.FeatureManifestSchema, validate=False)
 def feature_manifest(
     context: dg.AssetExecutionContext, soco: SocoSettings, image_set: pd.DataFrame
 ) -> TableResult:
@@ -121,7 +124,7 @@ def feature_manifest(
             spec,
             image_set,
             soco.features_root,
-            context={"embedded_root": soco.embedded_root, "device": soco.device},
+            context=cache_context(soco),
             log=context.log.info,
         )
     return TableResult(manifest, {"rows": len(manifest), "spec_hash": spec_hash(spec), "kind": spec.kind,
@@ -136,16 +139,7 @@ def global_policy(soco: SocoSettings):
     return fgbmk_config(soco).global_features
 
 
-@partition_table(
-    backbones_partitions,
-    group_name=GROUP,
-    deps=[backbone_spec],
-    pool="gpu",
-    op_tags=GPU_STEP_TAGS,
-    kinds={"pytorch"},
-    code_version=CODE_VERSIONS["global_feature_manifest"],
-    automation_condition=REEVALUATED,
-)
+@cache_table("global_feature_manifest")
 def global_feature_manifest(
     context: dg.AssetExecutionContext, soco: SocoSettings, image_set: pd.DataFrame
 ) -> TableResult:
@@ -159,8 +153,8 @@ def global_feature_manifest(
 
     spec = spec_for(soco, context.partition_key)
     policy = global_policy(soco)
-    feats, folder = cached_global(spec, image_set, soco.features_root, policy,
-                                  {"embedded_root": soco.embedded_root, "device": soco.device}, context.log.info)
+    feats, folder = cached_global(spec, image_set, soco.features_root, policy, cache_context(soco),
+                                  context.log.info)
     table = feats.table(context.partition_key, folder)
     return TableResult(table, {"rows": len(table), "folder": folder, "policy": str(policy.cache_key())})
 
