@@ -1,6 +1,7 @@
-"""Learned aspect-conditioned metrics on frozen features: late and mid fusion beat every frozen aspect-agnostic
-baseline on the test split of a small generated set (margin measured here), mid-fusion weights differ across
-aspects, training is seeded, retrieval ranks with the published score."""
+"""Learned aspect-conditioned metrics on frozen features: late and mid fusion, on every backbone of the zoo,
+beat every frozen aspect-agnostic baseline on the test split of a small generated set (margins measured here),
+mid-fusion weights differ across aspects, training is seeded, the ablations train, retrieval ranks with the
+published score."""
 
 from __future__ import annotations
 
@@ -18,12 +19,14 @@ from soco_pipeline.tasks.tpips.scoring import agreement
 from soco_pipeline.tasks.tpips.triplets import generate_triplets
 from tests.tpips_helpers import tiny_config
 
-N_TRIPLETS, SIZE, BACKBONE = 60, 64, "efficientnet_lite0"
+N_TRIPLETS, SIZE, BACKBONE = 120, 64, "efficientnet_lite0"
 FROZEN_ZOO = ("efficientnet_lite0", "vit_small_random", "dense_sift")  # every backbone that sees TPIPS images
-MARGIN = 0.03  # mid fusion minus the best frozen baseline, test OOO agreement (measured, docs/tpips.md)
-# signed late fusion minus the best frozen baseline: measured +4.5 points at this seed (+6.4, -1.2, -3.1 at data
-# seeds 2, 1, 3: docs/tpips.md), so a regression guard at this seed, not a claim for every seed
-LATE_MARGIN = 0.03
+# Each learned metric, trained on each backbone of the zoo, minus the best of every frozen aspect-agnostic
+# baseline (test OOO agreement, ~100 rows at 120 triplets): every margin above 0 and their mean above MEAN_MARGIN.
+# Measured at this seed (points): late 2.4 / 2.6 / 3.3, mid 1.4 / 6.7 / 4.4; the smallest margin over data seeds
+# 0-3 is 1.2 (late) and 1.4 (mid) (docs/tpips.md). 60 triplets (12 test triplets) were too few: margins of +-5
+# points there were noise of the test split.
+MEAN_MARGIN = 0.02
 
 
 @pytest.fixture(scope="module")
@@ -58,24 +61,18 @@ def _frozen_baselines(setup) -> dict[str, float]:
     return {k: _test_agreement(setup, s) for k, s in sims.items()}
 
 
-def test_mid_fusion_beats_every_frozen_agnostic_baseline(setup):
-    cfg, feats = setup["cfg"], setup["feats"]
+@pytest.mark.parametrize("kind", ["late", "mid"])
+def test_learned_metric_beats_every_frozen_agnostic_baseline_on_every_backbone(setup, kind):
+    cfg = setup["cfg"]
     base = _frozen_baselines(setup)
-    mid = train_metric("mid", feats, setup["ooo"], setup["pos"], AspectVocab(cfg.aspects), cfg.learned)
-    got = _test_agreement(setup, mid.sim)
     best = max(base, key=base.get)
-    print(f"test OOO agreement: mid fusion {got:.3f}; frozen baselines {base}")
-    assert got - base[best] > MARGIN, f"mid fusion {got:.3f} vs the best frozen baseline {best} {base[best]:.3f}"
-
-
-def test_late_fusion_beats_every_frozen_agnostic_baseline(setup):
-    cfg, feats = setup["cfg"], setup["feats"]
-    base = _frozen_baselines(setup)
-    late = train_metric("late", feats, setup["ooo"], setup["pos"], AspectVocab(cfg.aspects), cfg.learned)
-    got = _test_agreement(setup, late.sim)
-    best = max(base, key=base.get)
-    print(f"test OOO agreement: late fusion {got:.3f}; frozen baselines {base}")
-    assert got - base[best] > LATE_MARGIN, f"late fusion {got:.3f} vs the best frozen baseline {best} {base[best]:.3f}"
+    margins = {}
+    for name, feats in setup["zoo"].items():
+        metric = train_metric(kind, feats, setup["ooo"], setup["pos"], AspectVocab(cfg.aspects), cfg.learned)
+        margins[name] = _test_agreement(setup, metric.sim) - base[best]
+    print(f"{kind} fusion minus the best frozen baseline {best} {base[best]:.3f}: {margins}; baselines {base}")
+    assert min(margins.values()) > 0, f"{kind} fusion does not beat {best} on every backbone: {margins}"
+    assert np.mean(list(margins.values())) > MEAN_MARGIN, f"{kind} fusion's mean margin is too small: {margins}"
 
 
 def test_mid_fusion_weights_depend_on_the_aspect_and_training_is_seeded(setup):
@@ -101,6 +98,9 @@ def test_ablations_and_retrieval(setup):
     assert np.allclose(frozen.sim(a, c, np.array(["colour"] * 10)), b.lpips_style_sim(feats)(a, c, None), atol=1e-5)
     shared = train_metric("mid_unconditioned", feats, setup["ooo"], setup["pos"], vocab, cfg.learned)
     assert np.allclose(shared.channel_weights("colour"), shared.channel_weights("pose"))
+    # it trains (it used to stall at its start, all ties, when L-BFGS's line search had no trial to spare)
+    assert np.abs(shared.channel_weights("colour")).max() > 0
+    assert min(h["train_loss"] for h in shared.history) < np.log(3) - 0.01
     # retrieval with the oracle metric: the colour neighbours of a query share its hue best
     sim = b.oracle_sim(setup["values"], setup["ids"], cfg)
     n = len(setup["ids"])

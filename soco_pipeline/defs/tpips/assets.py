@@ -24,7 +24,7 @@ from soco_pipeline.defs.shared.resources import SocoSettings
 
 GROUP = "tpips"
 EAGER = dg.AutomationCondition.eager()
-CODE_VERSION = "tpips-3"  # 3: signed late fusion on a 2 x 2 token grid; 2: signed mid-fusion weights, L-BFGS
+CODE_VERSION = "tpips-4"  # 4: late fusion = an aspect-weighted squared distance of the embeddings, L-BFGS line search unstalled; 3: signed late fusion on a 2 x 2 token grid; 2: signed mid-fusion weights, L-BFGS
 SIMULATED = "judgements are SIMULATED (noisy-observer model), not human"
 
 

@@ -81,7 +81,7 @@ class LearnedConfig(_Strict):
     hidden: int
     proj_dim: int
     late_grid: int = 1
-    late_weights: Literal["signed", "gated"] = "signed"
+    late_head: Literal["distance", "product", "gated"] = "distance"
     mid_weights: Literal["signed", "squared"] = "signed"
     epochs: int
     lbfgs_iter: int = 10

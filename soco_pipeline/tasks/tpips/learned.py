@@ -8,12 +8,13 @@ on the val loss (see `train_metric`).
 - late fusion: each image embedded on its own, e = the global embedding beside every layer's tokens
   average-pooled to a `late_grid` x `late_grid` layout (1: the mean token), each L2-normalised, then standardised
   per channel, then compared with the aspect's weights:
-  - `late_weights: signed` (default, our choice): s = Σ_ch w0_ch g(c)_ch ê_i,ch ê_j,ch on the unit embedding ê,
-    g(c) = MLP(a(c)) from 0 and free in sign, w0 = 1 / each channel's mean |ê|² (so every channel starts with the
-    same share); an aspect-weighted inner product of the two embeddings, τ = `tau_mid` as in mid fusion;
+  - `late_head: distance` (default, our choice): mid fusion's head on that one vector (a one-token layer),
+    s = −Σ_ch w0_ch g(c)_ch (ê_i − ê_j)²_ch on the unit embedding ê, g(c) = MLP(a(c)) from 0 and free in sign,
+    w0 = 1 / (2 x each channel's variance over the train images), τ = `tau_mid`;
+  - `product`: s = Σ_ch w0_ch g(c)_ch ê_i,ch ê_j,ch, w0 = 1 / each channel's mean |ê|² (SignedLateFusion);
   - `gated`: z(x, c) = W (e(x) ⊙ g(c)), s = cos(z_i, z_j), g(c) = 1 + MLP(a(c)); `proj_dim` 0 leaves W out. A
-    cosine of one embedding per image is a positive semi-definite form and did not beat the frozen baselines
-    (docs/tpips.md);
+    cosine of one embedding per image is a positive semi-definite form and did not beat the frozen baselines;
+  both measured against the distance head in docs/tpips.md;
 - mid fusion: f = −Σ_ℓ mean_t Σ_ch w_ℓ(c)_ch (φ_ℓ(x_i)_t − φ_ℓ(x_j)_t)_ch² over unit-normalised tokens φ_ℓ, with
   w(c) = w0 ⊙ g(c) (signed, our choice: on frozen features a background change must be able to count as
   "closer" for an object aspect) or w0 ⊙ g(c)² (`mid_weights: squared`, the published ‖w ⊙ Δφ‖²);
@@ -248,13 +249,16 @@ def train_metric(kind: str, feats: TpipsFeatures, ooo: pd.DataFrame, pos: np.nda
         raise ValueError(f"unknown metric kind {kind!r}: use one of {KINDS}")
     torch.manual_seed(cfg.seed)
     layers = [torch.as_tensor(f, dtype=torch.float32) for f in feats.layers]
-    if kind == "late":
-        late = SignedLateFusion if cfg.late_weights == "signed" else LateFusion
-        model: nn.Module = late(_late_inputs(feats, cfg.late_grid), len(vocab.aspects), cfg)
+    if kind == "late" and cfg.late_head == "distance":
+        # one embedding per image, compared by mid fusion's aspect-weighted squared distance (a one-token layer)
+        model: nn.Module = MidFusion([_late_inputs(feats, cfg.late_grid)[:, None, :]], len(vocab.aspects), cfg)
+    elif kind == "late":
+        late = SignedLateFusion if cfg.late_head == "product" else LateFusion
+        model = late(_late_inputs(feats, cfg.late_grid), len(vocab.aspects), cfg)
     else:
         mode = {"mid": "conditioned", "mid_unconditioned": "shared", "mid_frozen": "fixed"}[kind]
         model = MidFusion(layers, len(vocab.aspects), cfg, mode)
-    tau0 = cfg.tau_init if kind == "late" and cfg.late_weights == "gated" else cfg.tau_mid
+    tau0 = cfg.tau_init if kind == "late" and cfg.late_head == "gated" else cfg.tau_mid
     log_tau = nn.Parameter(torch.tensor(float(np.log(tau0))), requires_grad=cfg.learn_tau)
     split = ooo.split.to_numpy()
     tr, va = split == "train", split == "val"
@@ -268,7 +272,11 @@ def train_metric(kind: str, feats: TpipsFeatures, ooo: pd.DataFrame, pos: np.nda
         else:
             d = None
         data[name] = (p, c, y, d)
-    if isinstance(model, MidFusion) and kind != "mid_frozen":
+    if kind == "late" and cfg.late_head == "distance":
+        # w0 = 1 / the expected squared difference of two train images: 1 / (2 x each channel's variance)
+        emb = model.layers[0][torch.unique(data["train"][0]), 0]
+        model.calibrate(2 * emb.var(0)[None])
+    elif isinstance(model, MidFusion) and kind != "mid_frozen":
         model.calibrate(data["train"][3])
 
     def scores(name: str) -> torch.Tensor:
@@ -287,7 +295,10 @@ def train_metric(kind: str, feats: TpipsFeatures, ooo: pd.DataFrame, pos: np.nda
     start = time.perf_counter()
     epochs = best_epoch = 0
     if kind != "mid_frozen":
-        opt = torch.optim.LBFGS(params, lr=cfg.lr, max_iter=cfg.lbfgs_iter, line_search_fn="strong_wolfe")
+        # max_eval: torch's default (1.25 x max_iter) leaves the line search no trial beyond the first step at
+        # lbfgs_iter 1, so a first step that fails the Armijo test returned "no step" and training stalled
+        opt = torch.optim.LBFGS(params, lr=cfg.lr, max_iter=cfg.lbfgs_iter, max_eval=cfg.lbfgs_iter * 25,
+                                line_search_fn="strong_wolfe")
 
         def closure() -> torch.Tensor:
             opt.zero_grad()
