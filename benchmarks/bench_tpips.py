@@ -17,11 +17,12 @@ import pandas as pd
 from soco_pipeline.backbones import list_specs
 from soco_pipeline.tasks.tpips import baselines as b
 from soco_pipeline.tasks.tpips.afc import annotate_afc, generate_afc
+from soco_pipeline.tasks.tpips.aspect_text import AspectVocab
 from soco_pipeline.tasks.tpips.config import load_config
 from soco_pipeline.tasks.tpips.evaluate import evaluate_sim
 from soco_pipeline.tasks.tpips.features import extract_tpips, load_tpips_features, not_applicable
 from soco_pipeline.tasks.tpips.images import load_pixels, write_images
-from soco_pipeline.tasks.tpips.learned import KINDS, AspectVocab, train_metric
+from soco_pipeline.tasks.tpips.learned import KINDS, train_metric
 from soco_pipeline.tasks.tpips.ooo import annotate_triplets
 from soco_pipeline.tasks.tpips.triplets import generate_triplets
 

@@ -11,6 +11,7 @@ import pytest
 
 from soco_pipeline.tasks.tpips.afc import annotate_afc, generate_afc
 from soco_pipeline.tasks.tpips.annotators import consensus, normalise
+from soco_pipeline.tasks.tpips.aspect_text import AspectVocab
 from soco_pipeline.tasks.tpips.baselines import (
     constant_sim,
     ooo_positions,
@@ -26,7 +27,6 @@ from soco_pipeline.tasks.tpips.formats import (
     write_ooo_jsonl,
 )
 from soco_pipeline.tasks.tpips.images import write_images
-from soco_pipeline.tasks.tpips.learned import AspectVocab
 from soco_pipeline.tasks.tpips.ooo import annotate_triplets, y_matrix
 from soco_pipeline.tasks.tpips.render import background_image, render_values
 from soco_pipeline.tasks.tpips.scoring import agreement, summarise

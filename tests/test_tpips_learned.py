@@ -10,9 +10,10 @@ import pytest
 
 from soco_pipeline.backbones import list_specs
 from soco_pipeline.tasks.tpips import baselines as b
+from soco_pipeline.tasks.tpips.aspect_text import AspectVocab
 from soco_pipeline.tasks.tpips.features import extract_tpips, load_tpips_features
 from soco_pipeline.tasks.tpips.images import load_pixels, write_images
-from soco_pipeline.tasks.tpips.learned import AspectVocab, train_metric
+from soco_pipeline.tasks.tpips.learned import train_metric
 from soco_pipeline.tasks.tpips.ooo import annotate_triplets
 from soco_pipeline.tasks.tpips.retrieval import compositional_scores, retrieval_scores, top_k
 from soco_pipeline.tasks.tpips.scoring import agreement

@@ -13,6 +13,7 @@ A spec reads as plainly as OmniProbe's backbone configs::
     seed: 0
     # GPU options, each off by default: precision: bf16 | fp16 (autocast),
     # channels_last: true (convolutional kinds), compile: true (torch.compile)
+    text_encoder: none               # or a CLIP text tower (local folder | hf:<repo id>), for TPIPS's aspects
 
 The name is the file stem. `SpecFields` holds the fields every kind shares; each backbone class owns a
 subclass with its own fields (`layer`, `t`, `stride` ...) and registers it (backbones/kinds.py). The
@@ -102,6 +103,9 @@ class SpecFields(ConfigModel):
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"  # torch.autocast around the forward pass
     channels_last: bool = False  # NHWC memory format for the models and the input batch
     compile: bool = False  # torch.compile the backbone's forward (pays off over long runs)
+    # none | <local folder> | hf:<repo id>: a CLIP text tower for text-conditioned heads (backbones/text_encoder.py);
+    # it does not change the image features, so it is left out of spec_hash
+    text_encoder: str = "none"
 
     MODELS: ClassVar[tuple[str, ...] | None] = None  # None: any model name
     WEIGHTS: ClassVar[tuple[str, ...] | None] = None  # None: none | <local path> | hf:<repo id>
@@ -120,6 +124,11 @@ class SpecFields(ConfigModel):
             raise ValueError(f"weights 'packaged' only exists for kind 'packaged', not {self.kind!r}")
         if w.startswith("hf:") and not re.fullmatch(r"hf:[\w.\-]+(/[\w.\-]+)?", w):
             raise ValueError(f"field 'weights' {w!r} is not 'hf:<owner>/<repo>'")
+        t = self.text_encoder
+        if t.startswith("hf:") and not re.fullmatch(r"hf:[\w.\-]+(/[\w.\-]+)?", t):
+            raise ValueError(f"field 'text_encoder' {t!r} is not 'hf:<owner>/<repo>'")
+        if not t:
+            raise ValueError("field 'text_encoder' is empty; use none, a local folder or hf:<owner>/<repo>")
         for key, default in GPU_OPTIONS.items():
             if getattr(self, key) != default and key not in self.GPU_OPTIONS:
                 raise ValueError(f"field {key!r} does not apply to kind {self.kind!r}; drop it from the spec")
@@ -168,6 +177,7 @@ class BackboneSpec:
     precision: str = "fp32"
     channels_last: bool = False
     compile: bool = False
+    text_encoder: str = "none"
 
     def opt(self, key: str) -> Any:
         """A kind-specific option (defaults applied at load time)."""
@@ -234,6 +244,7 @@ def parse_spec(doc: Any, name: str, source: str = "<spec>") -> BackboneSpec:
         precision=fields.precision,
         channels_last=fields.channels_last,
         compile=fields.compile,
+        text_encoder=fields.text_encoder,
     )
 
 

@@ -1,4 +1,5 @@
-"""Checks a spec must pass before `soco add-backbone` accepts it: its weights exist, its model exists and fits.
+"""Checks a spec must pass before `soco add-backbone` accepts it: its weights (and text tower, when it names one)
+exist, its model exists and fits.
 
 Parsing (`load_spec`) checks the fields; this checks the world: a local weights file is present, an
 `hf:` repo is in the local Hugging Face cache (nothing may be downloaded), and the kind's own
@@ -44,6 +45,34 @@ def check_weights(spec: BackboneSpec, project_root: Path = PROJECT_ROOT) -> None
         )
 
 
+def check_text_encoder(spec: BackboneSpec, project_root: Path = PROJECT_ROOT) -> None:
+    """BackboneWeightsError when the spec's `text_encoder` folder is missing or its hf: repo is not cached
+    (what is inside is checked when it is loaded: backbones/text_encoder.py)."""
+    t = spec.text_encoder
+    where = spec.source or "the spec"
+    if t == "none":
+        return
+    if t.startswith("hf:"):
+        from huggingface_hub import snapshot_download
+        from huggingface_hub.errors import LocalEntryNotFoundError
+
+        from soco_pipeline.backbones.timm_backbone import hf_cache_hint
+
+        try:
+            snapshot_download(t[3:], local_files_only=True)
+        except (LocalEntryNotFoundError, OSError, ValueError):
+            raise BackboneWeightsError(
+                f"backbone {spec.name!r} ({where}): text_encoder: {hf_cache_hint(t[3:])}") from None
+        return
+    path = Path(os.path.expanduser(t))
+    path = path if path.is_absolute() else project_root / path
+    if not (path / "config.json").is_file():
+        raise BackboneWeightsError(
+            f"backbone {spec.name!r} ({where}): text_encoder folder {path} has no config.json; put a "
+            f"transformers CLIP folder there or fix `text_encoder:` (none | <local folder> | hf:<repo id>)"
+        )
+
+
 def check_timm_model(spec: BackboneSpec) -> None:
     """BackboneSpecError when timm does not know `spec.model` or it is not a ViT with patch tokens."""
     import timm
@@ -82,6 +111,7 @@ def validate_for_add(spec: BackboneSpec, project_root: Path = PROJECT_ROOT, weig
 
     if weights:
         check_weights(spec, project_root)
+        check_text_encoder(spec, project_root)
     backbone_class(spec.kind).check_spec(spec)
 
 

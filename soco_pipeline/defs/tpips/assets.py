@@ -180,8 +180,9 @@ def tpips_learned(context: dg.AssetExecutionContext, soco: SocoSettings, tpips_f
     """Late- and mid-fusion metrics (and the two ablations) trained on the OOO train split, scored on test and
     2AFC; aspect-conditioned retrieval with the mid-fusion metric, one contact sheet per (query, aspect) under
     <storage>/tpips/retrieval/<backbone>."""
+    from soco_pipeline.tasks.tpips.aspect_text import aspect_encoder, describe
     from soco_pipeline.tasks.tpips.evaluate import evaluate_sim
-    from soco_pipeline.tasks.tpips.learned import KINDS, AspectVocab, train_metric
+    from soco_pipeline.tasks.tpips.learned import KINDS, train_metric
     from soco_pipeline.tasks.tpips.retrieval import retrieve
     from soco_pipeline.tasks.tpips.sheets import write_contact_sheets
 
@@ -189,13 +190,13 @@ def tpips_learned(context: dg.AssetExecutionContext, soco: SocoSettings, tpips_f
     if (na := _not_applicable_rows(soco, backbone, cfg)) is not None:
         return TableResult(na)
     ids, opos, apos, feats = _backbone_inputs(soco, backbone, cfg, tpips_images, tpips_ooo, tpips_afc)
-    vocab = AspectVocab(cfg.aspects)
-    parts, meta, trained = [], {}, {}
+    vocab = aspect_encoder(spec_for(soco, backbone), cfg.aspects)
+    parts, meta, trained = [], {"aspect_text": describe(vocab)}, {}
     for kind in KINDS:
         m = train_metric(kind, feats, tpips_ooo, opos, vocab, cfg.learned)
         trained[kind] = m
         parts.append(evaluate_sim(backbone, kind, kind in ("late", "mid"), m.sim, tpips_ooo, opos, tpips_afc, apos,
-                                  note=f"epochs {m.epochs}, best {m.best_epoch}, tau {m.tau:.4f}"))
+                                  note=f"epochs {m.epochs}, best {m.best_epoch}, tau {m.tau:.4f}; {describe(vocab)}"))
         meta[f"{kind}_triplets_per_s"] = round(m.triplets_per_second, 1)
     # retrieval over the triplet images with the conditioned mid-fusion metric
     pool = tpips_images.role.eq("triplet").to_numpy()

@@ -22,8 +22,9 @@ on the val loss (see `train_metric`).
 - ablations: `mid_unconditioned` (one learned gain shared by all aspects) and `mid_frozen` (w = 1, nothing
   learned, no conditioning: the LPIPS-style baseline).
 
-Aspect text -> a(c): no backbone spec here provides a text encoder, so a(c) is a learned embedding over the
-config's aspect vocabulary; an aspect outside it is refused with an error naming the vocabulary.
+Aspect text -> a(c) (aspect_text.py): the frozen embedding of the aspect text by the backbone spec's
+`text_encoder` (a CLIP text tower; then any aspect text can be asked), else a learned embedding over the
+config's aspect vocabulary, where an aspect outside it is refused with an error naming the vocabulary.
 """
 
 from __future__ import annotations
@@ -36,32 +37,12 @@ import pandas as pd
 import torch
 from torch import nn
 
+from .aspect_text import AspectText, AspectVocab
 from .aspects import PAIRS
 from .config import LearnedConfig
 from .features import TpipsFeatures
 
 KINDS = ("late", "mid", "mid_unconditioned", "mid_frozen")
-
-
-class AspectVocab:
-    """Aspect strings -> ids over a closed vocabulary (the config's `aspects`)."""
-
-    def __init__(self, aspects: list[str]):
-        self.aspects = list(aspects)
-        self._ids = {a: i for i, a in enumerate(self.aspects)}
-
-    def encode(self, aspects) -> torch.Tensor:
-        """Ids of aspect strings; an empty or unseen aspect raises a ValueError naming the vocabulary."""
-        out = []
-        for a in aspects:
-            if not isinstance(a, str) or not a.strip():
-                raise ValueError("empty aspect: the learned metrics need an aspect text such as 'colour'")
-            if a not in self._ids:
-                raise ValueError(
-                    f"unseen aspect {a!r}: this metric embeds a closed vocabulary {self.aspects} (no text encoder "
-                    f"in the backbone spec); train it with the aspect in assets/tpips.yaml 'aspects'")
-            out.append(self._ids[a])
-        return torch.tensor(out, dtype=torch.long)
 
 
 def _unit(x: torch.Tensor) -> torch.Tensor:
@@ -70,32 +51,42 @@ def _unit(x: torch.Tensor) -> torch.Tensor:
 
 class AspectGain(nn.Module):
     """(M, D) gain per channel from the aspect: start + MLP(a(c)), exactly `start` at the beginning
-    (`conditioned`); one learned gain for every aspect (`shared`); 1 fixed (`fixed`)."""
+    (`conditioned`); one learned gain for every aspect (`shared`); 1 fixed (`fixed`).
 
-    def __init__(self, n_aspects: int, dim: int, cfg: LearnedConfig, mode: str = "conditioned", start: float = 1.0):
+    a(c) is a learned embedding over the vocabulary (AspectVocab), or the frozen text-encoder embedding of the
+    aspect (AspectText: the MLP then reads the text tower's width)."""
+
+    def __init__(self, vocab: AspectVocab | AspectText, dim: int, cfg: LearnedConfig, mode: str = "conditioned",
+                 start: float = 1.0):
         super().__init__()
         self.mode, self.dim, self.start = mode, dim, float(start)
-        self.aspect = nn.Embedding(n_aspects, cfg.aspect_dim)
-        self.mlp = nn.Sequential(nn.Linear(cfg.aspect_dim, cfg.hidden), nn.ReLU(), nn.Linear(cfg.hidden, dim))
+        self.vocab, self.n = vocab, len(vocab.aspects)
+        text = vocab.vectors is not None
+        self.aspect = None if text else nn.Embedding(self.n, cfg.aspect_dim)
+        width = vocab.vectors.shape[1] if text else cfg.aspect_dim
+        self.mlp = nn.Sequential(nn.Linear(width, cfg.hidden), nn.ReLU(), nn.Linear(cfg.hidden, dim))
         nn.init.zeros_(self.mlp[2].weight)
         nn.init.zeros_(self.mlp[2].bias)
         self.shared = nn.Parameter(torch.zeros(dim))
 
+    def embed(self, c: torch.Tensor) -> torch.Tensor:
+        """a(c) for aspect ids c."""
+        return self.vocab.vectors[c] if self.aspect is None else self.aspect(c)
+
     def forward(self, c: torch.Tensor) -> torch.Tensor:
         if self.mode == "conditioned":
-            return self.start + self.mlp(self.aspect(c))
+            return self.start + self.mlp(self.embed(c))
         if self.mode == "shared":
             return (self.start + self.shared).expand(len(c), -1)
         return torch.ones(len(c), self.dim)
 
     def penalty(self) -> torch.Tensor:
-        """Σ over the vocabulary and channels of (gain − start)²: the weight decay acts on the weights the
-        metric uses, not on the MLP's factors (which would let a few directions grow unchecked)."""
-        n = self.aspect.num_embeddings
+        """Σ over the training vocabulary and channels of (gain − start)²: the weight decay acts on the weights
+        the metric uses, not on the MLP's factors (which would let a few directions grow unchecked)."""
         if self.mode == "conditioned":
-            return (self.mlp(self.aspect(torch.arange(n))) ** 2).sum()
+            return (self.mlp(self.embed(torch.arange(self.n))) ** 2).sum()
         if self.mode == "shared":
-            return n * (self.shared ** 2).sum()
+            return self.n * (self.shared ** 2).sum()
         return torch.zeros(())
 
 
@@ -103,10 +94,10 @@ class SignedLateFusion(nn.Module):
     """Aspect-weighted inner product of unit embeddings, with signed per-channel weights from 0 (mid fusion's
     start: all ties, the uniform prediction)."""
 
-    def __init__(self, emb: torch.Tensor, n_aspects: int, cfg: LearnedConfig):
+    def __init__(self, emb: torch.Tensor, vocab: AspectVocab | AspectText, cfg: LearnedConfig):
         super().__init__()
         self.register_buffer("emb", _unit(emb))
-        self.gain = AspectGain(n_aspects, emb.shape[1], cfg, start=0.0)
+        self.gain = AspectGain(vocab, emb.shape[1], cfg, start=0.0)
         self.register_buffer("w0", 1.0 / (self.emb.abs().mean(0) ** 2).clamp_min(1e-8))
 
     def penalty(self) -> torch.Tensor:
@@ -120,11 +111,11 @@ class SignedLateFusion(nn.Module):
 class LateFusion(nn.Module):
     """Aspect-gated (optionally projected) global embedding, compared by cosine."""
 
-    def __init__(self, emb: torch.Tensor, n_aspects: int, cfg: LearnedConfig):
+    def __init__(self, emb: torch.Tensor, vocab: AspectVocab | AspectText, cfg: LearnedConfig):
         super().__init__()
         self.register_buffer("emb", emb)
         d = emb.shape[1]
-        self.gain = AspectGain(n_aspects, d, cfg)
+        self.gain = AspectGain(vocab, d, cfg)
         # proj_dim 0: the gate alone (a per-aspect diagonal projection; fewer parameters for small data)
         self.proj = nn.Linear(d, cfg.proj_dim, bias=False) if cfg.proj_dim else nn.Identity()
 
@@ -146,12 +137,13 @@ class MidFusion(nn.Module):
     g(c) an AspectGain (1 at the start). w0 is 1 for the frozen ablation (the LPIPS-style distance) and, for the
     trained kinds, 1 / (L · the layer's mean train distance), so that every layer starts with the same share."""
 
-    def __init__(self, layers: list[torch.Tensor], n_aspects: int, cfg: LearnedConfig, mode: str = "conditioned"):
+    def __init__(self, layers: list[torch.Tensor], vocab: AspectVocab | AspectText, cfg: LearnedConfig,
+                 mode: str = "conditioned"):
         super().__init__()
         self.layers = [_unit(f) for f in layers]
         self.sizes = [f.shape[2] for f in layers]
         self.signed = cfg.mid_weights == "signed"
-        self.gain = AspectGain(n_aspects, sum(self.sizes), cfg, mode, start=0.0 if self.signed else 1.0)
+        self.gain = AspectGain(vocab, sum(self.sizes), cfg, mode, start=0.0 if self.signed else 1.0)
         self.register_buffer("w0", torch.ones(sum(self.sizes)))
 
     def calibrate(self, d: torch.Tensor) -> None:
@@ -186,7 +178,7 @@ class TrainedMetric:
 
     kind: str
     model: nn.Module
-    vocab: AspectVocab
+    vocab: AspectVocab | AspectText
     tau: float
     epochs: int
     best_epoch: int
@@ -231,14 +223,14 @@ def _late_inputs(feats: TpipsFeatures, grid: int = 1) -> torch.Tensor:
     return torch.as_tensor(x, dtype=torch.float32)
 
 
-def _rows(ooo: pd.DataFrame, pos: np.ndarray, vocab: AspectVocab):
+def _rows(ooo: pd.DataFrame, pos: np.ndarray, vocab: AspectVocab | AspectText):
     y = torch.as_tensor(ooo[["y_0", "y_1", "y_2"]].to_numpy(float), dtype=torch.float32)
     c = vocab.encode(ooo.aspect.tolist())
     p = torch.as_tensor(pos)
     return p, c, y
 
 
-def train_metric(kind: str, feats: TpipsFeatures, ooo: pd.DataFrame, pos: np.ndarray, vocab: AspectVocab,
+def train_metric(kind: str, feats: TpipsFeatures, ooo: pd.DataFrame, pos: np.ndarray, vocab: AspectVocab | AspectText,
                  cfg: LearnedConfig) -> TrainedMetric:
     """Train one metric on the OOO train split (rows of `ooo` with split train / val; `pos` their image rows).
 
@@ -251,13 +243,13 @@ def train_metric(kind: str, feats: TpipsFeatures, ooo: pd.DataFrame, pos: np.nda
     layers = [torch.as_tensor(f, dtype=torch.float32) for f in feats.layers]
     if kind == "late" and cfg.late_head == "distance":
         # one embedding per image, compared by mid fusion's aspect-weighted squared distance (a one-token layer)
-        model: nn.Module = MidFusion([_late_inputs(feats, cfg.late_grid)[:, None, :]], len(vocab.aspects), cfg)
+        model: nn.Module = MidFusion([_late_inputs(feats, cfg.late_grid)[:, None, :]], vocab, cfg)
     elif kind == "late":
         late = SignedLateFusion if cfg.late_head == "product" else LateFusion
-        model = late(_late_inputs(feats, cfg.late_grid), len(vocab.aspects), cfg)
+        model = late(_late_inputs(feats, cfg.late_grid), vocab, cfg)
     else:
         mode = {"mid": "conditioned", "mid_unconditioned": "shared", "mid_frozen": "fixed"}[kind]
-        model = MidFusion(layers, len(vocab.aspects), cfg, mode)
+        model = MidFusion(layers, vocab, cfg, mode)
     tau0 = cfg.tau_init if kind == "late" and cfg.late_head == "gated" else cfg.tau_mid
     log_tau = nn.Parameter(torch.tensor(float(np.log(tau0))), requires_grad=cfg.learn_tau)
     split = ooo.split.to_numpy()
