@@ -161,3 +161,16 @@ def test_bad_input_gets_named_errors(tmp_path):
         AspectVocab(tiny_config().aspects).encode(["colour", "glossiness"])
     with pytest.raises(ValueError, match="empty aspect"):
         AspectVocab(tiny_config().aspects).encode([""])
+
+
+def test_a_bad_composition_is_refused_with_the_config_key(tmp_path):
+    import yaml
+
+    from soco_pipeline.tasks.tpips.config import DEFAULT_PATH, load_config
+
+    doc = yaml.safe_load(DEFAULT_PATH.read_text())
+    for bad in (["colour", "glossiness"], ["colour"], ["colour", "pose", "size"]):
+        doc["retrieval"]["compositions"] = [bad]
+        (tmp_path / "t.yaml").write_text(yaml.safe_dump(doc))
+        with pytest.raises(ValueError, match=r"retrieval.compositions entry .* must list 2 to retrieval.queries"):
+            load_config(tmp_path / "t.yaml")

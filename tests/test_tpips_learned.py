@@ -15,7 +15,12 @@ from soco_pipeline.tasks.tpips.features import extract_tpips, load_tpips_feature
 from soco_pipeline.tasks.tpips.images import load_pixels, write_images
 from soco_pipeline.tasks.tpips.learned import train_metric
 from soco_pipeline.tasks.tpips.ooo import annotate_triplets
-from soco_pipeline.tasks.tpips.retrieval import compositional_scores, retrieval_scores, top_k
+from soco_pipeline.tasks.tpips.retrieval import (
+    compositional_scores,
+    retrieval_scores,
+    retrieve_compositional,
+    top_k,
+)
 from soco_pipeline.tasks.tpips.scoring import agreement
 from soco_pipeline.tasks.tpips.triplets import generate_triplets
 from tests.tpips_helpers import tiny_config
@@ -113,3 +118,10 @@ def test_ablations_and_retrieval(setup):
     assert d[hits].mean() < d[1:].mean()
     expect = retrieval_scores(sim, n, 0, "colour") + retrieval_scores(sim, n, 3, "pose")
     assert np.allclose(compositional_scores(sim, n, [(0, "colour"), (3, "pose")])[4:], expect[4:])
+    comp = retrieve_compositional(sim, setup["ids"], [0, 3], [["colour", "pose"]], 5)
+    assert comp.query_id.unique().tolist() == [f"{setup['ids'][0]}|{setup['ids'][3]}"]
+    assert comp.aspect.unique().tolist() == ["colour+pose"]
+    both = compositional_scores(sim, n, [(0, "colour"), (3, "pose")])
+    assert comp.image_id.tolist() == [setup["ids"][i] for i in top_k(both, 5)]
+    with pytest.raises(ValueError, match="needs 3 query images; only 2"):
+        retrieve_compositional(sim, setup["ids"], [0, 3], [["colour", "pose", "size"]], 5)

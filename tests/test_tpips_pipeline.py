@@ -20,7 +20,8 @@ PER_BACKBONE = ["tpips_features", "tpips_baseline_scores", "tpips_learned"]
 def test_tpips_group_end_to_end(tmp_path, monkeypatch):
     doc = yaml.safe_load(DEFAULT_PATH.read_text())
     doc["triplets"]["n"], doc["afc"]["n"], doc["learned"]["epochs"] = 8, 4, 5
-    doc["retrieval"]["queries"], doc["features"]["input_size"] = 1, 64
+    doc["retrieval"].update(queries=2, compositions=[["colour", "pose"]])
+    doc["features"]["input_size"] = 64
     cfg_path = tmp_path / "tpips.yaml"
     cfg_path.write_text(yaml.safe_dump(doc))
     monkeypatch.setenv("SOCO_TPIPS_CONFIG", str(cfg_path))
@@ -57,4 +58,5 @@ def test_tpips_group_end_to_end(tmp_path, monkeypatch):
     board = pd.read_parquet(tables / "tpips_leaderboard.parquet")
     assert {"lpips_style", "cosine", "mid", "late", "oracle", "random"} <= set(board.method)
     assert "consensus" in board.columns and board[board.method == "oracle"].ooo.notna().all()
-    assert any((storage / "tpips" / "retrieval" / "dense_sift").glob("*.png"))
+    assert any((storage / "tpips" / "retrieval" / "dense_sift").glob("*_colour.png"))
+    assert len(list((storage / "tpips" / "retrieval" / "dense_sift").glob("*+*_colour+pose.png"))) == 1

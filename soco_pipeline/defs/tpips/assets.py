@@ -183,7 +183,7 @@ def tpips_learned(context: dg.AssetExecutionContext, soco: SocoSettings, tpips_f
     from soco_pipeline.tasks.tpips.aspect_text import aspect_encoder, describe
     from soco_pipeline.tasks.tpips.evaluate import evaluate_sim
     from soco_pipeline.tasks.tpips.learned import KINDS, train_metric
-    from soco_pipeline.tasks.tpips.retrieval import retrieve
+    from soco_pipeline.tasks.tpips.retrieval import retrieve, retrieve_compositional
     from soco_pipeline.tasks.tpips.sheets import write_contact_sheets
 
     backbone, cfg = context.partition_key, tpips_config()
@@ -201,13 +201,17 @@ def tpips_learned(context: dg.AssetExecutionContext, soco: SocoSettings, tpips_f
     # retrieval over the triplet images with the conditioned mid-fusion metric
     pool = tpips_images.role.eq("triplet").to_numpy()
     queries = [int(i) for i in pool.nonzero()[0][: cfg.retrieval.queries]]
-    hits = retrieve(trained["mid"].sim, ids, queries, [a for a in cfg.aspects if a != "overall"],
-                    cfg.retrieval.top_k, cfg.retrieval.overall_penalty)
+    r = cfg.retrieval
+    hits = pd.concat([
+        retrieve(trained["mid"].sim, ids, queries, [a for a in cfg.aspects if a != "overall"], r.top_k,
+                 r.overall_penalty),
+        retrieve_compositional(trained["mid"].sim, ids, queries, r.compositions, r.top_k, r.overall_penalty),
+    ], ignore_index=True)
     uris = dict(zip(tpips_images.image_id, tpips_images.uri, strict=True))
     sheets = write_contact_sheets(hits, uris, f"{backbone} mid fusion", soco.task_root(GROUP, "retrieval", backbone))
     for (q, a), png in sheets.items():
-        meta[f"retrieval_{q.rsplit('/', 1)[-1]}_{a}"] = dg.MetadataValue.md(
-            f"![{a}](data:image/png;base64,{base64.b64encode(png).decode()})")
+        key = "compositional" if "|" in q else f"retrieval_{q.rsplit('/', 1)[-1]}"
+        meta[f"{key}_{a}"] = dg.MetadataValue.md(f"![{a}](data:image/png;base64,{base64.b64encode(png).decode()})")
     return TableResult(pd.concat(parts, ignore_index=True), {**meta, "judgements": SIMULATED})
 
 

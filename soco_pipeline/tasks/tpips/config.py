@@ -69,6 +69,9 @@ class FeaturesConfig(_Strict):
     """Input size of the derived specs, extra layers per backbone kind, backbones that do not apply."""
 
     input_size: int
+    # images per forward pass for the derived specs (None: the spec's own); not in spec_hash, so the cache
+    # folders stay; the TPIPS renders are small, so larger batches than the specs' (set for SOCO's inputs) pay
+    batch_size: int | None = None
     layers: dict[str, list]
     not_applicable: dict[str, str]
 
@@ -94,11 +97,14 @@ class LearnedConfig(_Strict):
 
 
 class RetrievalConfig(_Strict):
-    """Aspect-conditioned retrieval."""
+    """Aspect-conditioned and compositional retrieval."""
 
     overall_penalty: float = 0.3
     top_k: int
     queries: int
+    # compositional retrieval: each entry's i-th aspect is asked of the i-th query image (published: the scores
+    # of the (query, aspect) pairs add up)
+    compositions: list[list[str]] = Field(default_factory=list)
 
 
 class LvlmPrompts(_Strict):
@@ -148,4 +154,9 @@ def load_config(path: str | Path | None = None) -> TpipsConfig:
         raise ValueError(f"{p}: cannot read the TPIPS config ({e})") from None
     if "overall" not in cfg.aspects:
         raise ValueError(f"{p}: 'aspects' must include 'overall' (published)")
+    for comp in cfg.retrieval.compositions:
+        if not 2 <= len(comp) <= cfg.retrieval.queries or set(comp) - set(cfg.aspects):
+            raise ValueError(
+                f"{p}: retrieval.compositions entry {comp} must list 2 to retrieval.queries "
+                f"({cfg.retrieval.queries}) aspects of the vocabulary {cfg.aspects} (one per query image)")
     return cfg

@@ -30,7 +30,7 @@ def not_applicable(spec: BackboneSpec, cfg: TpipsConfig) -> str:
 def layer_specs(spec: BackboneSpec, cfg: TpipsConfig, device: str | None = None) -> list[BackboneSpec]:
     """The derived specs of one backbone for TPIPS: the first is the main layer (its global embedding)."""
     base = dataclasses.replace(spec, input=InputPolicy("nearest_multiple", cfg.features.input_size),
-                               device=device or spec.device)
+                               device=device or spec.device, batch_size=cfg.features.batch_size or spec.batch_size)
     layers = cfg.features.layers.get(spec.kind)
     if not layers:
         return [base]

@@ -56,17 +56,34 @@ def retrieve(sim: SimFn, ids: list[str], queries: list[int], aspects: list[str],
     return pd.DataFrame(rows, columns=["query_id", "aspect", "rank", "image_id", "score"])
 
 
-def contact_sheet(query_uri: str, hit_uris: list[str], title: str, cell: int = 96) -> bytes:
-    """PNG bytes: the query (framed) then its hits left to right, with a title row."""
-    tiles = [query_uri, *hit_uris]
+def retrieve_compositional(sim: SimFn, ids: list[str], queries: list[int], compositions: list[list[str]], k: int,
+                           penalty: float = 0.3) -> pd.DataFrame:
+    """Long table like `retrieve` for each composition (its i-th aspect asked of query i): query_id holds the
+    query ids joined by '|', aspect the aspects joined by '+'."""
+    rows = []
+    for comp in compositions:
+        if len(comp) > len(queries):
+            raise ValueError(f"composition {comp} needs {len(comp)} query images; only {len(queries)} are given")
+        pairs = list(zip(queries, comp, strict=False))  # the first len(comp) queries
+        s = compositional_scores(sim, len(ids), pairs, penalty)
+        qid, asp = "|".join(ids[q] for q, _ in pairs), "+".join(comp)
+        for rank, i in enumerate(top_k(s, k)):
+            rows.append({"query_id": qid, "aspect": asp, "rank": rank, "image_id": ids[i], "score": float(s[i])})
+    return pd.DataFrame(rows, columns=["query_id", "aspect", "rank", "image_id", "score"])
+
+
+def contact_sheet(query_uris: str | list[str], hit_uris: list[str], title: str, cell: int = 96) -> bytes:
+    """PNG bytes: the query or queries (framed) then the hits left to right, with a title row."""
+    query_uris = [query_uris] if isinstance(query_uris, str) else list(query_uris)
+    tiles = [*query_uris, *hit_uris]
     sheet = Image.new("RGB", (cell * len(tiles), cell + 16), (25, 25, 25))
     d = ImageDraw.Draw(sheet)
     d.text((3, 2), title, fill=(255, 255, 255))
     for i, uri in enumerate(tiles):
         img = Image.open(io.BytesIO(storage.read_bytes(uri))).convert("RGB").resize((cell - 4, cell - 4))
         sheet.paste(img, (i * cell + 2, 16 + 2))
-        if i == 0:
-            d.rectangle((1, 17, cell - 2, cell + 14), outline=(255, 210, 0), width=2)
+        if i < len(query_uris):
+            d.rectangle((i * cell + 1, 17, (i + 1) * cell - 2, cell + 14), outline=(255, 210, 0), width=2)
     buf = io.BytesIO()
     sheet.save(buf, format="PNG")
     return buf.getvalue()

@@ -11,14 +11,18 @@ from .retrieval import contact_sheet
 
 
 def write_contact_sheets(hits: pd.DataFrame, uris: dict[str, str], title: str, folder: str) -> dict[tuple[str, str], bytes]:
-    """Render the hits of `retrieve` (query_id, aspect, rank, image_id) as one contact sheet per (query, aspect),
-    titled `<aspect> | <title>`, written atomically to `<folder>/<query id with / as _>_<aspect>.png`.
+    """Render the hits of `retrieve` or `retrieve_compositional` (query_id, aspect, rank, image_id) as one contact
+    sheet per (query, aspect), titled `<aspect> | <title>`, written atomically to
+    `<folder>/<query id with / as _>_<aspect>.png` (a composition's query ids are joined by '|': each is a
+    framed query tile, and the file name joins them with '+').
 
     Returns each sheet's PNG bytes by (query_id, aspect), in sorted order.
     """
     sheets = {}
     for (query, aspect), group in hits.groupby(["query_id", "aspect"], sort=True):
-        png = contact_sheet(uris[query], [uris[i] for i in group.image_id], f"{aspect} | {title}")
-        storage.write_bytes_atomic(storage.join(folder, f"{query.replace('/', '_')}_{aspect}.png"), png)
+        png = contact_sheet([uris[q] for q in query.split("|")], [uris[i] for i in group.image_id],
+                            f"{aspect} | {title}")
+        name = query.replace("/", "_").replace("|", "+")
+        storage.write_bytes_atomic(storage.join(folder, f"{name}_{aspect}.png"), png)
         sheets[(query, aspect)] = png
     return sheets
