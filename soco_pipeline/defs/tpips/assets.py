@@ -177,12 +177,12 @@ def tpips_baseline_scores(context: dg.AssetExecutionContext, soco: SocoSettings,
 @tpips_table(backbones_partitions, kinds={"pytorch"})
 def tpips_learned(context: dg.AssetExecutionContext, soco: SocoSettings, tpips_features: pd.DataFrame,
                   tpips_images: pd.DataFrame, tpips_ooo: pd.DataFrame, tpips_afc: pd.DataFrame) -> TableResult:
-    """Late- and mid-fusion metrics (and the two ablations) trained on the OOO train split, scored on test and
-    2AFC; aspect-conditioned retrieval with the mid-fusion metric, one contact sheet per (query, aspect) under
-    <storage>/tpips/retrieval/<backbone>."""
+    """Late-fusion (ours and the paper's cosine form) and mid-fusion metrics and the two ablations, trained on the
+    OOO train split, scored on test and 2AFC; aspect-conditioned and compositional retrieval with the mid-fusion
+    metric, one contact sheet per (query, aspect) or composition under <storage>/tpips/retrieval/<backbone>."""
     from soco_pipeline.tasks.tpips.aspect_text import aspect_encoder, describe
     from soco_pipeline.tasks.tpips.evaluate import evaluate_sim
-    from soco_pipeline.tasks.tpips.learned import KINDS, train_metric
+    from soco_pipeline.tasks.tpips.learned import CONDITIONED, KINDS, train_metric
     from soco_pipeline.tasks.tpips.retrieval import retrieve, retrieve_compositional
     from soco_pipeline.tasks.tpips.sheets import write_contact_sheets
 
@@ -195,7 +195,7 @@ def tpips_learned(context: dg.AssetExecutionContext, soco: SocoSettings, tpips_f
     for kind in KINDS:
         m = train_metric(kind, feats, tpips_ooo, opos, vocab, cfg.learned)
         trained[kind] = m
-        parts.append(evaluate_sim(backbone, kind, kind in ("late", "mid"), m.sim, tpips_ooo, opos, tpips_afc, apos,
+        parts.append(evaluate_sim(backbone, kind, kind in CONDITIONED, m.sim, tpips_ooo, opos, tpips_afc, apos,
                                   note=f"epochs {m.epochs}, best {m.best_epoch}, tau {m.tau:.4f}; {describe(vocab)}"))
         meta[f"{kind}_triplets_per_s"] = round(m.triplets_per_second, 1)
     # retrieval over the triplet images with the conditioned mid-fusion metric

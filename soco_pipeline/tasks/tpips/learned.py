@@ -19,6 +19,7 @@ on the val loss (see `train_metric`).
   w(c) = w0 ⊙ g(c) (signed, our choice: on frozen features a background change must be able to count as
   "closer" for an object aspect) or w0 ⊙ g(c)² (`mid_weights: squared`, the published ‖w ⊙ Δφ‖²);
   w0 = 1 / each channel's mean train difference;
+- `late_cosine`: the `gated` head whatever `late_head` says (the paper's late-fusion form, reported beside ours);
 - ablations: `mid_unconditioned` (one learned gain shared by all aspects) and `mid_frozen` (w = 1, nothing
   learned, no conditioning: the LPIPS-style baseline).
 
@@ -42,7 +43,10 @@ from .aspects import PAIRS
 from .config import LearnedConfig
 from .features import TpipsFeatures
 
-KINDS = ("late", "mid", "mid_unconditioned", "mid_frozen")
+# late_cosine: the paper's late-fusion form (the aspect-gated embedding compared by cosine), reported beside our
+# `late` head (`late_head`) so that both stand in the tables
+KINDS = ("late", "late_cosine", "mid", "mid_unconditioned", "mid_frozen")
+CONDITIONED = ("late", "late_cosine", "mid")
 
 
 def _unit(x: torch.Tensor) -> torch.Tensor:
@@ -241,16 +245,17 @@ def train_metric(kind: str, feats: TpipsFeatures, ooo: pd.DataFrame, pos: np.nda
         raise ValueError(f"unknown metric kind {kind!r}: use one of {KINDS}")
     torch.manual_seed(cfg.seed)
     layers = [torch.as_tensor(f, dtype=torch.float32) for f in feats.layers]
-    if kind == "late" and cfg.late_head == "distance":
+    head = "gated" if kind == "late_cosine" else cfg.late_head if kind == "late" else None
+    if head == "distance":
         # one embedding per image, compared by mid fusion's aspect-weighted squared distance (a one-token layer)
         model: nn.Module = MidFusion([_late_inputs(feats, cfg.late_grid)[:, None, :]], vocab, cfg)
-    elif kind == "late":
-        late = SignedLateFusion if cfg.late_head == "product" else LateFusion
+    elif head is not None:
+        late = SignedLateFusion if head == "product" else LateFusion
         model = late(_late_inputs(feats, cfg.late_grid), vocab, cfg)
     else:
         mode = {"mid": "conditioned", "mid_unconditioned": "shared", "mid_frozen": "fixed"}[kind]
         model = MidFusion(layers, vocab, cfg, mode)
-    tau0 = cfg.tau_init if kind == "late" and cfg.late_head == "gated" else cfg.tau_mid
+    tau0 = cfg.tau_init if head == "gated" else cfg.tau_mid
     log_tau = nn.Parameter(torch.tensor(float(np.log(tau0))), requires_grad=cfg.learn_tau)
     split = ooo.split.to_numpy()
     tr, va = split == "train", split == "val"
@@ -264,7 +269,7 @@ def train_metric(kind: str, feats: TpipsFeatures, ooo: pd.DataFrame, pos: np.nda
         else:
             d = None
         data[name] = (p, c, y, d)
-    if kind == "late" and cfg.late_head == "distance":
+    if head == "distance":
         # w0 = 1 / the expected squared difference of two train images: 1 / (2 x each channel's variance)
         emb = model.layers[0][torch.unique(data["train"][0]), 0]
         model.calibrate(2 * emb.var(0)[None])
