@@ -36,11 +36,11 @@ BACKBONES, LVLMS = "backbones", "lvlms"  # the dynamic partition sets of specs
 # Where each run's job comes from: module and function, called with the demo's settings overrides. Step
 # processes rebuild the job from it, so it must be importable (tests point it at their own module).
 LOCATION = ("soco_pipeline.demo", "demo_job")
-# Steps run in a forkserver that has the pipeline and its heavy libraries imported already, so a step
-# process starts in a fraction of a second instead of importing torch again.
+# Steps run in a forkserver that has the pipeline, its heavy libraries and Dagster's storage layer imported
+# already, so a step process starts in a fraction of a second instead of importing torch again.
 PRELOAD = [
-    "soco_pipeline.defs.definitions", "torch", "timm", "soco_pipeline.features", "soco_pipeline.pairs",
-    "soco_pipeline.pairs.four_choice", "soco_pipeline.sources", "soco_pipeline.evaluation.matching",
+    "soco_pipeline.worker_preload", "soco_pipeline.defs.definitions", "torch", "timm", "soco_pipeline.features",
+    "soco_pipeline.pairs", "soco_pipeline.pairs.four_choice", "soco_pipeline.sources", "soco_pipeline.evaluation.matching",
     "soco_pipeline.evaluation.four_choice_matching", "soco_pipeline.evaluation.metrics",
     "soco_pipeline.analysis.leaderboard", "soco_pipeline.results_db", "soco_pipeline.analysis",
 ]
