@@ -9,6 +9,7 @@ float32 map per image, L2-normalised over channels, covering the padded S x S sq
 from __future__ import annotations
 
 import contextlib
+import os
 import zlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -41,6 +42,13 @@ class BackboneContext:
     data_root: str | None = None
     device: str | None = None
     project_root: Path = field(default=PROJECT_ROOT)
+
+
+def local_path(value: str, project_root: Path) -> Path:
+    """A spec's local path field (`weights:`, `text_encoder:`): `~` expanded, relative paths against the
+    project root."""
+    path = Path(os.path.expanduser(value))
+    return path if path.is_absolute() else project_root / path
 
 
 def as_context(context: BackboneContext | dict | None) -> BackboneContext:

@@ -122,12 +122,11 @@ class SpecFields(ConfigModel):
                              f"{self.kind!r} (got {w!r})")
         if w == "packaged" and not self.PACKAGED_WEIGHTS:
             raise ValueError(f"weights 'packaged' only exists for kind 'packaged', not {self.kind!r}")
-        if w.startswith("hf:") and not re.fullmatch(r"hf:[\w.\-]+(/[\w.\-]+)?", w):
-            raise ValueError(f"field 'weights' {w!r} is not 'hf:<owner>/<repo>'")
-        t = self.text_encoder
-        if t.startswith("hf:") and not re.fullmatch(r"hf:[\w.\-]+(/[\w.\-]+)?", t):
-            raise ValueError(f"field 'text_encoder' {t!r} is not 'hf:<owner>/<repo>'")
-        if not t:
+        for key in ("weights", "text_encoder"):
+            value = getattr(self, key)
+            if value.startswith("hf:") and not re.fullmatch(r"hf:[\w.\-]+(/[\w.\-]+)?", value):
+                raise ValueError(f"field {key!r} {value!r} is not 'hf:<owner>/<repo>'")
+        if not self.text_encoder:
             raise ValueError("field 'text_encoder' is empty; use none, a local folder or hf:<owner>/<repo>")
         for key, default in GPU_OPTIONS.items():
             if getattr(self, key) != default and key not in self.GPU_OPTIONS:

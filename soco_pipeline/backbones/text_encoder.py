@@ -14,13 +14,10 @@ tower alone (`clip_text_model`, its pooled output), with its tokenizer. Nothing 
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import numpy as np
 import torch
 
-from .base import BackboneContext, BackboneWeightsError, as_context
+from .base import BackboneContext, BackboneWeightsError, as_context, local_path
 from .spec import BackboneSpec
 from .timm_backbone import hf_cache_hint
 
@@ -86,9 +83,7 @@ def _locate(spec: BackboneSpec, context: BackboneContext) -> tuple[str, str]:
     t = spec.text_encoder
     if t.startswith("hf:"):
         return t[3:], hf_cache_hint(t[3:])
-    path = Path(os.path.expanduser(t))
-    if not path.is_absolute():
-        path = context.project_root / path
+    path = local_path(t, context.project_root)
     fix = (f"put a transformers CLIP folder (config.json, the weights, the tokenizer files) there, or point "
            f"`text_encoder:` in {spec.source or 'the spec'} at one, or use hf:<repo id> for the Hugging Face cache")
     if not path.is_dir():

@@ -18,7 +18,7 @@ from typing import ClassVar, Literal
 import pandas as pd
 import torch
 
-from soco_pipeline.backbones.base import Backbone, BackboneContext, BackboneWeightsError, seeded
+from soco_pipeline.backbones.base import Backbone, BackboneContext, BackboneWeightsError, local_path, seeded
 from soco_pipeline.backbones.checkpoint_grid import checkpoint_grid, hf_checkpoint_file, pos_embed_length
 from soco_pipeline.backbones.kinds import register_kind
 from soco_pipeline.backbones.pos_embed import default_pos_embed_mode, use_hub_pos_embed
@@ -31,9 +31,7 @@ class BackboneSpecTypeError(TypeError):
 
 def resolve_local_weights(weights: str, context: BackboneContext, spec: BackboneSpec) -> Path:
     """A local weights path (relative paths against the project root), or a clear error if absent."""
-    path = Path(os.path.expanduser(weights))
-    if not path.is_absolute():
-        path = context.project_root / path
+    path = local_path(weights, context.project_root)
     if not path.exists():
         raise BackboneWeightsError(
             f"backbone {spec.name!r}: weights file {path} does not exist; put the checkpoint there "

@@ -11,37 +11,39 @@ is found instead of failing its first run.
 from __future__ import annotations
 
 import difflib
-import os
 from pathlib import Path
 
-from soco_pipeline.backbones.base import BackboneWeightsError
+from soco_pipeline.backbones.base import BackboneWeightsError, local_path
 from soco_pipeline.backbones.spec import BackboneSpec, BackboneSpecError, load_spec
 from soco_pipeline.storage import PROJECT_ROOT
+
+
+def _check_hf_cached(spec: BackboneSpec, repo: str, field: str = "") -> None:
+    """BackboneWeightsError naming the spec (and `field`) when the Hugging Face repo is not in the local cache."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    from soco_pipeline.backbones.timm_backbone import hf_cache_hint
+
+    try:
+        snapshot_download(repo, local_files_only=True)
+    except (LocalEntryNotFoundError, OSError, ValueError):
+        raise BackboneWeightsError(
+            f"backbone {spec.name!r} ({spec.source or 'the spec'}): {field}{hf_cache_hint(repo)}") from None
 
 
 def check_weights(spec: BackboneSpec, project_root: Path = PROJECT_ROOT) -> None:
     """BackboneWeightsError when a local weights file is missing or an hf: repo is not in the local cache."""
     w = spec.weights
-    where = spec.source or "the spec"
     if w in ("none", "packaged"):
         return
     if w.startswith("hf:"):
-        from huggingface_hub import snapshot_download
-        from huggingface_hub.errors import LocalEntryNotFoundError
-
-        from soco_pipeline.backbones.timm_backbone import hf_cache_hint
-
-        try:
-            snapshot_download(w[3:], local_files_only=True)
-        except (LocalEntryNotFoundError, OSError, ValueError):
-            raise BackboneWeightsError(f"backbone {spec.name!r} ({where}): {hf_cache_hint(w[3:])}") from None
-        return
-    path = Path(os.path.expanduser(w))
-    path = path if path.is_absolute() else project_root / path
+        return _check_hf_cached(spec, w[3:])
+    path = local_path(w, project_root)
     if not path.is_file():
         raise BackboneWeightsError(
-            f"backbone {spec.name!r} ({where}): weights file {path} does not exist; put the checkpoint "
-            f"there or fix `weights:` (none | packaged | <local file> | hf:<repo id>)"
+            f"backbone {spec.name!r} ({spec.source or 'the spec'}): weights file {path} does not exist; put the "
+            f"checkpoint there or fix `weights:` (none | packaged | <local file> | hf:<repo id>)"
         )
 
 
@@ -49,27 +51,15 @@ def check_text_encoder(spec: BackboneSpec, project_root: Path = PROJECT_ROOT) ->
     """BackboneWeightsError when the spec's `text_encoder` folder is missing or its hf: repo is not cached
     (what is inside is checked when it is loaded: backbones/text_encoder.py)."""
     t = spec.text_encoder
-    where = spec.source or "the spec"
     if t == "none":
         return
     if t.startswith("hf:"):
-        from huggingface_hub import snapshot_download
-        from huggingface_hub.errors import LocalEntryNotFoundError
-
-        from soco_pipeline.backbones.timm_backbone import hf_cache_hint
-
-        try:
-            snapshot_download(t[3:], local_files_only=True)
-        except (LocalEntryNotFoundError, OSError, ValueError):
-            raise BackboneWeightsError(
-                f"backbone {spec.name!r} ({where}): text_encoder: {hf_cache_hint(t[3:])}") from None
-        return
-    path = Path(os.path.expanduser(t))
-    path = path if path.is_absolute() else project_root / path
+        return _check_hf_cached(spec, t[3:], "text_encoder: ")
+    path = local_path(t, project_root)
     if not (path / "config.json").is_file():
         raise BackboneWeightsError(
-            f"backbone {spec.name!r} ({where}): text_encoder folder {path} has no config.json; put a "
-            f"transformers CLIP folder there or fix `text_encoder:` (none | <local folder> | hf:<repo id>)"
+            f"backbone {spec.name!r} ({spec.source or 'the spec'}): text_encoder folder {path} has no config.json; "
+            f"put a transformers CLIP folder there or fix `text_encoder:` (none | <local folder> | hf:<repo id>)"
         )
 
 

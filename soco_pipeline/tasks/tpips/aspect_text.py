@@ -77,7 +77,7 @@ class AspectText:
 
 def aspect_encoder(spec, aspects: list[str], context=None) -> AspectVocab | AspectText:
     """AspectText over the spec's text tower when it names one, else the learned closed vocabulary."""
-    if getattr(spec, "text_encoder", "none") == "none":
+    if spec.text_encoder == "none":
         return AspectVocab(aspects)
     from soco_pipeline.backbones.text_encoder import TextEncoder
 

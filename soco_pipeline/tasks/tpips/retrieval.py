@@ -44,16 +44,21 @@ def top_k(scores: np.ndarray, k: int) -> np.ndarray:
     return order[np.isfinite(scores[order])][:k]
 
 
+HIT_COLUMNS = ["query_id", "aspect", "rank", "image_id", "score"]
+
+
+def _hits(ids: list[str], query_id: str, aspect: str, scores: np.ndarray, k: int) -> list[dict]:
+    """The k best pool rows of one score vector as hit rows (HIT_COLUMNS)."""
+    return [{"query_id": query_id, "aspect": aspect, "rank": rank, "image_id": ids[i], "score": float(scores[i])}
+            for rank, i in enumerate(top_k(scores, k))]
+
+
 def retrieve(sim: SimFn, ids: list[str], queries: list[int], aspects: list[str], k: int,
              penalty: float = 0.3) -> pd.DataFrame:
     """Long table query_id, aspect, rank, image_id, score for every (query, aspect)."""
-    rows = []
-    for q in queries:
-        for a in aspects:
-            s = retrieval_scores(sim, len(ids), q, a, penalty)
-            for rank, i in enumerate(top_k(s, k)):
-                rows.append({"query_id": ids[q], "aspect": a, "rank": rank, "image_id": ids[i], "score": float(s[i])})
-    return pd.DataFrame(rows, columns=["query_id", "aspect", "rank", "image_id", "score"])
+    rows = [h for q in queries for a in aspects
+            for h in _hits(ids, ids[q], a, retrieval_scores(sim, len(ids), q, a, penalty), k)]
+    return pd.DataFrame(rows, columns=HIT_COLUMNS)
 
 
 def retrieve_compositional(sim: SimFn, ids: list[str], queries: list[int], compositions: list[list[str]], k: int,
@@ -65,16 +70,13 @@ def retrieve_compositional(sim: SimFn, ids: list[str], queries: list[int], compo
         if len(comp) > len(queries):
             raise ValueError(f"composition {comp} needs {len(comp)} query images; only {len(queries)} are given")
         pairs = list(zip(queries, comp, strict=False))  # the first len(comp) queries
-        s = compositional_scores(sim, len(ids), pairs, penalty)
-        qid, asp = "|".join(ids[q] for q, _ in pairs), "+".join(comp)
-        for rank, i in enumerate(top_k(s, k)):
-            rows.append({"query_id": qid, "aspect": asp, "rank": rank, "image_id": ids[i], "score": float(s[i])})
-    return pd.DataFrame(rows, columns=["query_id", "aspect", "rank", "image_id", "score"])
+        rows += _hits(ids, "|".join(ids[q] for q, _ in pairs), "+".join(comp),
+                      compositional_scores(sim, len(ids), pairs, penalty), k)
+    return pd.DataFrame(rows, columns=HIT_COLUMNS)
 
 
-def contact_sheet(query_uris: str | list[str], hit_uris: list[str], title: str, cell: int = 96) -> bytes:
-    """PNG bytes: the query or queries (framed) then the hits left to right, with a title row."""
-    query_uris = [query_uris] if isinstance(query_uris, str) else list(query_uris)
+def contact_sheet(query_uris: list[str], hit_uris: list[str], title: str, cell: int = 96) -> bytes:
+    """PNG bytes: the query image(s) (framed) then the hits left to right, with a title row."""
     tiles = [*query_uris, *hit_uris]
     sheet = Image.new("RGB", (cell * len(tiles), cell + 16), (25, 25, 25))
     d = ImageDraw.Draw(sheet)
