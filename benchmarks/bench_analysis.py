@@ -39,12 +39,16 @@ def bench_bootstrap(repeats: int) -> None:
         table = correlation_table(scores, cfg)
         times.append(time.perf_counter() - t0)
     n_pairs = len(table[table.statistic != "spearman"])
-    print(f"bootstrap: {cfg.n_resamples} resamples, {len(cfg.subsets)} subsets, "
-          f"{n_pairs} (benchmark or delta) x (task, metric) pairs, Pearson + Spearman CIs "
-          f"({len(table)} rows): best {min(times):.2f} s, median {np.median(times):.2f} s of {repeats} (target < 5 s)")
+    print(
+        f"bootstrap: {cfg.n_resamples} resamples, {len(cfg.subsets)} subsets, "
+        f"{n_pairs} (benchmark or delta) x (task, metric) pairs, Pearson + Spearman CIs "
+        f"({len(table)} rows): best {min(times):.2f} s, median {np.median(times):.2f} s of {repeats} (target < 5 s)"
+    )
 
 
-def write_random_cache(root: str, images: pd.DataFrame, channels: int, grid: int, cls: bool, seed: int) -> FeatureStore:
+def write_random_cache(
+    root: str, images: pd.DataFrame, channels: int, grid: int, cls: bool, seed: int
+) -> FeatureStore:
     """A FeatureStore-compatible cache of random L2-normalised fp16 maps (and class tokens)."""
     rng = np.random.default_rng(seed)
     rows = []
@@ -58,12 +62,28 @@ def write_random_cache(root: str, images: pd.DataFrame, channels: int, grid: int
         cls_path = ""
         if cls:
             tok = rng.standard_normal(channels).astype(np.float32)
-            write_bytes_atomic(join(folder, name[:-4] + ".cls.npy"), _encode((tok / np.linalg.norm(tok)).astype(np.float16))[0])
+            write_bytes_atomic(
+                join(folder, name[:-4] + ".cls.npy"),
+                _encode((tok / np.linalg.norm(tok)).astype(np.float16))[0],
+            )
             cls_path = f"random/bench/{name[:-4]}.cls.npy"
-        rows.append({"backbone": "random", "image_id": r.image_id, "channels": channels, "grid_h": grid,
-                     "grid_w": grid, "input_size": grid * 14, "stride": 14.0, "path": f"random/bench/{name}",
-                     "checksum": checksum, "width": r.width, "height": r.height, "spec_hash": "bench",
-                     "cls_path": cls_path})
+        rows.append(
+            {
+                "backbone": "random",
+                "image_id": r.image_id,
+                "channels": channels,
+                "grid_h": grid,
+                "grid_w": grid,
+                "input_size": grid * 14,
+                "stride": 14.0,
+                "path": f"random/bench/{name}",
+                "checksum": checksum,
+                "width": r.width,
+                "height": r.height,
+                "spec_hash": "bench",
+                "cls_path": cls_path,
+            }
+        )
     write_parquet_atomic(pd.DataFrame(rows, columns=MANIFEST_COLUMNS), join(folder, "manifest.parquet"))
     return FeatureStore(root, "random", "bench")
 
@@ -72,31 +92,41 @@ def bench_global(channels: int, grid: int, cls: bool, per_category: int) -> None
     tax = load_taxonomy()
     rng = np.random.default_rng(0)
     cats = list(tax.categories)
-    images = pd.DataFrame({
-        "image_id": [f"{c}_{i:04d}" for c in cats for i in range(per_category)],
-        "category": np.repeat(cats, per_category),
-        "width": rng.integers(320, 481, len(cats) * per_category),
-        "height": rng.integers(320, 481, len(cats) * per_category),
-    })
+    images = pd.DataFrame(
+        {
+            "image_id": [f"{c}_{i:04d}" for c in cats for i in range(per_category)],
+            "category": np.repeat(cats, per_category),
+            "width": rng.integers(320, 481, len(cats) * per_category),
+            "height": rng.integers(320, 481, len(cats) * per_category),
+        }
+    )
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
         store = write_random_cache(tmp, images, channels, grid, cls, 0)
         mb = channels * grid * grid * 2 * len(images) / 2**20
-        print(f"global metrics: {len(images)} images ({len(cats)} categories), random fp16 maps "
-              f"{channels} x {grid} x {grid} ({mb:.0f} MiB cache, written in {time.perf_counter() - t0:.1f} s)")
+        print(
+            f"global metrics: {len(images)} images ({len(cats)} categories), random fp16 maps "
+            f"{channels} x {grid} x {grid} ({mb:.0f} MiB cache, written in {time.perf_counter() - t0:.1f} s)"
+        )
         ids = images["image_id"].tolist()
         t0 = time.perf_counter()
         gm.pooled_features(FeatureStore(tmp, "random", "bench"), ids)
         t_pool = time.perf_counter() - t0
         t0 = time.perf_counter()
-        table = gm.global_metrics(FeatureStore(tmp, "random", "bench"), images, "random", family_of=tax.family)
+        table = gm.global_metrics(
+            FeatureStore(tmp, "random", "bench"), images, "random", family_of=tax.family
+        )
         t_all = time.perf_counter() - t0
         kinds = ", ".join(sorted(set(table.feature)))
         print(f"  pooling alone (reading the cache): {t_pool:.2f} s")
-        print(f"  global_metrics end to end ({kinds}; category + fine-grained tracks; k = 20, 100, 200; mAP): "
-              f"{t_all:.2f} s (target < 10 s per backbone)")
+        print(
+            f"  global_metrics end to end ({kinds}; category + fine-grained tracks; k = 20, 100, 200; mAP): "
+            f"{t_all:.2f} s (target < 10 s per backbone)"
+        )
         chance = table[(table.metric == "knn_top1") & (table.k == 20) & (table.track == "category")]
-        print(f"  sanity: random-feature kNN top-1 (k = 20) = {chance.value.round(2).tolist()} % (chance 1 %)")
+        print(
+            f"  sanity: random-feature kNN top-1 (k = 20) = {chance.value.round(2).tolist()} % (chance 1 %)"
+        )
     del store
 
 

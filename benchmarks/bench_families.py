@@ -30,7 +30,9 @@ def main() -> None:
         home, storage = Path(tmp) / "dagster", Path(tmp) / "storage"
         home.mkdir(parents=True)
         root = Path(__file__).resolve().parent.parent
-        (home / "dagster.yaml").write_text((root / "dagster.yaml").read_text().replace("@STORAGE@", str(storage)))
+        (home / "dagster.yaml").write_text(
+            (root / "dagster.yaml").read_text().replace("@STORAGE@", str(storage))
+        )
         os.environ["DAGSTER_HOME"] = str(home)
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         import dagster as dg
@@ -44,8 +46,10 @@ def main() -> None:
         soco = defs.resources["soco"]
         backbones = sorted(scan_specs(Path(soco.backbones_dir))[0])
         exclude = [f.name for f in families(defs) if f.name not in wanted]
-        print(f"nproc {os.cpu_count()}; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} before; "
-              f"backbones {backbones}; families {wanted}")
+        print(
+            f"nproc {os.cpu_count()}; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} before; "
+            f"backbones {backbones}; families {wanted}"
+        )
         times: list[tuple[str, float]] = []
         last = [time.perf_counter()]
 
@@ -67,8 +71,10 @@ def main() -> None:
         for name, t in per_family.items():
             print(f"{name:>6}: {t:6.1f} s")
         verdict = "under" if total < TARGET_S else "over"
-        print(f"{' + '.join(wanted)}: {total:.1f} s wall ({verdict} the {TARGET_S:.0f} s target for all three); "
-              f"failed: {runner.failed or 'none'}")
+        print(
+            f"{' + '.join(wanted)}: {total:.1f} s wall ({verdict} the {TARGET_S:.0f} s target for all three); "
+            f"failed: {runner.failed or 'none'}"
+        )
         print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} after")
 
 

@@ -75,7 +75,9 @@ def fault_killed_write(tmp: Path, how: str) -> None:
     temps = list((tables / "metrics").glob(".tmp-*"))
     record(
         f"kill -9 {'between write and rename' if how == 'full' else 'mid-write'} (metrics table)",
-        seen == 200 and not temps, abs(after - 400) + abs(seen - 200), seconds,
+        seen == 200 and not temps,
+        abs(after - 400) + abs(seen - 200),
+        seconds,
         f"view saw {seen} rows before the rerun, {after} after; {len(temps)} temp files left",
     )
 
@@ -109,7 +111,10 @@ def fault_crash_mid_extraction(tmp: Path) -> None:
         manifest = read_parquet(table_for("feature_manifest").path(str(tables), BACKBONE))
         lost = abs(images - len(manifest))
     record(
-        "kill -9 mid-extraction, then the next run", ok, lost, seconds,
+        "kill -9 mid-extraction, then the next run",
+        ok,
+        lost,
+        seconds,
         f"{at_kill} maps on disk at the kill; the next demo failed the dead run, freed the gpu slot and "
         f"completed (whole demo: data, pairs, features, matching, summary)",
     )
@@ -125,7 +130,9 @@ def _random_images(folder: Path, n: int, width: int, height: int) -> pd.DataFram
     for i in range(n):
         uri = folder / f"car_{i:04d}.png"
         Image.fromarray(rng.integers(0, 256, size=(height, width, 3), dtype=np.uint8)).save(uri)
-        rows.append({"image_id": f"car_{i:04d}", "uri": str(uri), "width": width, "height": height, "category": "car"})
+        rows.append(
+            {"image_id": f"car_{i:04d}", "uri": str(uri), "width": width, "height": height, "category": "car"}
+        )
     return pd.DataFrame(rows)
 
 
@@ -136,12 +143,22 @@ def fault_corrupt_cache(tmp: Path) -> None:
     from soco_pipeline.features import FeatureError, FeatureStore, extract_features
 
     images = _random_images(tmp / "img", 12, width=128, height=96)
-    spec = parse_spec({"kind": "classical", "model": "sift", "input": {"nearest_multiple": 64},
-                       "normalisation": "raw", "batch_size": 4}, "sift_bench")
+    spec = parse_spec(
+        {
+            "kind": "classical",
+            "model": "sift",
+            "input": {"nearest_multiple": 64},
+            "normalisation": "raw",
+            "batch_size": 4,
+        },
+        "sift_bench",
+    )
     cache = str(tmp / "cache")
     manifest = extract_features(spec, images, cache)
-    before = {r.image_id: np.array(FeatureStore.from_manifest(cache, manifest).get_stored(r.image_id)[0])
-              for r in manifest.itertuples()}
+    before = {
+        r.image_id: np.array(FeatureStore.from_manifest(cache, manifest).get_stored(r.image_id)[0])
+        for r in manifest.itertuples()
+    }
     path = Path(cache) / manifest.path.iloc[5]
     size = path.stat().st_size
     with open(path, "r+b") as f:
@@ -161,12 +178,22 @@ def fault_corrupt_cache(tmp: Path) -> None:
     seconds = time.perf_counter() - t0
     store = FeatureStore.from_manifest(cache, fixed)
     lost = sum(not np.array_equal(store.get_stored(i)[0], a) for i, a in before.items())
-    record("corrupt cached feature map (random bytes, same size)", refused and sum(calls) == 1, lost, seconds,
-           f"read refused naming the image; re-extraction recomputed {sum(calls)} of {len(images)} images")
+    record(
+        "corrupt cached feature map (random bytes, same size)",
+        refused and sum(calls) == 1,
+        lost,
+        seconds,
+        f"read refused naming the image; re-extraction recomputed {sum(calls)} of {len(images)} images",
+    )
 
 
-VIT_TINY = {"kind": "timm", "model": "vit_tiny_patch16_224", "input": {"nearest_multiple": 64}, "batch_size": 4,
-            "device": "cpu"}  # random init: 192-value class tokens
+VIT_TINY = {
+    "kind": "timm",
+    "model": "vit_tiny_patch16_224",
+    "input": {"nearest_multiple": 64},
+    "batch_size": 4,
+    "device": "cpu",
+}  # random init: 192-value class tokens
 
 
 def fault_corrupt_class_token(tmp: Path) -> None:
@@ -198,9 +225,13 @@ def fault_corrupt_class_token(tmp: Path) -> None:
     fixed = extract_features(spec, images, cache, backbone=backbone)
     seconds = time.perf_counter() - t0
     after = FeatureStore.from_manifest(cache, fixed).class_token(bad)
-    record("corrupt class token (values overwritten, header intact)", refused and sum(calls) == 1,
-           abs(len(fixed) - len(images)) + int(not np.allclose(after, before, atol=2e-3)), seconds,
-           f"read refused naming the image; re-extraction recomputed {sum(calls)} of {len(images)} images")
+    record(
+        "corrupt class token (values overwritten, header intact)",
+        refused and sum(calls) == 1,
+        abs(len(fixed) - len(images)) + int(not np.allclose(after, before, atol=2e-3)),
+        seconds,
+        f"read refused naming the image; re-extraction recomputed {sum(calls)} of {len(images)} images",
+    )
 
 
 def fault_failed_check(tmp: Path) -> None:
@@ -220,23 +251,43 @@ def fault_failed_check(tmp: Path) -> None:
     write_parquet_atomic(keypoints, table_for("keypoints").path(str(tables)))
     previous = pairs[pairs.evaluated]
     write_parquet_atomic(previous, table_for("image_pairs").path(str(tables)))
-    write_parquet_atomic(images[images.category != images.category.iloc[0]], table_for("image_set").path(str(tables)))
-    defs = build_definitions(storage_root=str(tmp / "storage"), source="soco_release", soco_release_root=release)
+    write_parquet_atomic(
+        images[images.category != images.category.iloc[0]], table_for("image_set").path(str(tables))
+    )
+    defs = build_definitions(
+        storage_root=str(tmp / "storage"), source="soco_release", soco_release_root=release
+    )
     (tmp / "dagster").mkdir()
     with dg.instance_for_test(temp_dir=str(tmp / "dagster")) as instance:
         quiet = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
-        bad = dg.materialize(list(defs.assets), selection=["taxonomy", "image_pairs"], instance=instance,
-                             resources=defs.resources, raise_on_error=False, run_config=quiet)
+        bad = dg.materialize(
+            list(defs.assets),
+            selection=["taxonomy", "image_pairs"],
+            instance=instance,
+            resources=defs.resources,
+            raise_on_error=False,
+            run_config=quiet,
+        )
         kept = read_parquet(table_for("image_pairs").path(str(tables)))
         write_parquet_atomic(images, table_for("image_set").path(str(tables)))  # the fix: the full image set
         t0 = time.perf_counter()
-        good = dg.materialize(list(defs.assets), selection=["taxonomy", "image_pairs"], instance=instance,
-                              resources=defs.resources, raise_on_error=False, run_config=quiet)
+        good = dg.materialize(
+            list(defs.assets),
+            selection=["taxonomy", "image_pairs"],
+            instance=instance,
+            resources=defs.resources,
+            raise_on_error=False,
+            run_config=quiet,
+        )
         seconds = time.perf_counter() - t0
     published = read_parquet(table_for("image_pairs").path(str(tables)))
-    record("failed blocking check (image_pairs re-import)", not bad.success and good.success,
-           abs(len(kept) - len(previous)) + abs(len(published) - len(previous)), seconds,
-           "the failing run published nothing (previous table kept); the rerun after the fix published")
+    record(
+        "failed blocking check (image_pairs re-import)",
+        not bad.success and good.success,
+        abs(len(kept) - len(previous)) + abs(len(published) - len(previous)),
+        seconds,
+        "the failing run published nothing (previous table kept); the rerun after the fix published",
+    )
 
 
 @contextlib.contextmanager
@@ -246,8 +297,12 @@ def _tiny_tmpfs(tmp: Path, fault: str) -> Iterator[Path | None]:
     mnt = tmp / "tiny"
     mnt.mkdir()
     try:
-        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)], check=True,
-                       capture_output=True, timeout=20)
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)],
+            check=True,
+            capture_output=True,
+            timeout=20,
+        )
     except (OSError, subprocess.SubprocessError) as e:
         record(fault, False, -1, 0.0, f"skipped: cannot mount a tmpfs here ({e})")
         yield None
@@ -277,8 +332,13 @@ def fault_disk_full(tmp: Path) -> None:
             write_bytes_atomic(str(mnt / "features" / "x.npy"), os.urandom(60_000))  # after space is freed
             seconds = time.perf_counter() - t0
             lost = abs(len(read_parquet(str(mnt / "tables" / "metrics" / "a.parquet"))) - 100)
-            record("disk full (256 KiB tmpfs, 600 KB write)", clear and not orphans, lost, seconds,
-                   f"error named the storage root and the bytes; {len(orphans)} orphans")
+            record(
+                "disk full (256 KiB tmpfs, 600 KB write)",
+                clear and not orphans,
+                lost,
+                seconds,
+                f"error named the storage root and the bytes; {len(orphans)} orphans",
+            )
         finally:
             os.environ.pop("SOCO_STORAGE", None)
 
@@ -294,8 +354,16 @@ def fault_disk_full_extraction(tmp: Path) -> None:
         if mnt is None:
             return
         images = _random_images(tmp / "img", 40, width=64, height=64)
-        spec = parse_spec({"kind": "classical", "model": "sift", "input": {"nearest_multiple": 64},
-                           "normalisation": "raw", "batch_size": 2}, "sift_full")
+        spec = parse_spec(
+            {
+                "kind": "classical",
+                "model": "sift",
+                "input": {"nearest_multiple": 64},
+                "normalisation": "raw",
+                "batch_size": 2,
+            },
+            "sift_full",
+        )
         cache = str(mnt / "features")
         try:
             extract_features(spec, images, cache)
@@ -310,9 +378,13 @@ def fault_disk_full_extraction(tmp: Path) -> None:
         t0 = time.perf_counter()
         manifest = extract_features(spec, images, cache)
         seconds = time.perf_counter() - t0
-        record("disk full mid-extraction (256 KiB tmpfs), then more space", clear and orphans == 0,
-               abs(len(manifest) - len(images)), seconds,
-               f"{len(listed)} of {len(images)} maps kept at the fault, {orphans} orphans; the rerun resumed")
+        record(
+            "disk full mid-extraction (256 KiB tmpfs), then more space",
+            clear and orphans == 0,
+            abs(len(manifest) - len(images)),
+            seconds,
+            f"{len(listed)} of {len(images)} maps kept at the fault, {orphans} orphans; the rerun resumed",
+        )
 
 
 def fault_disk_full_vit_extraction(tmp: Path) -> None:
@@ -348,11 +420,14 @@ def fault_disk_full_vit_extraction(tmp: Path) -> None:
             extract_module.FLUSH_SECONDS = flush
         store = FeatureStore.from_manifest(cache, fixed)
         readable = sum(store.class_token(i).shape == (192,) for i in images.image_id)
-        record("disk full mid-ViT-extraction (256 KiB tmpfs), then more space",
-               clear and len(tokens) > 0 and kept == tokens and readable == len(images),
-               abs(len(fixed) - len(images)), seconds,
-               f"{len(kept)} of {len(tokens)} listed class tokens kept at the fault; the rerun resumed and "
-               f"{readable} of {len(images)} class tokens read")
+        record(
+            "disk full mid-ViT-extraction (256 KiB tmpfs), then more space",
+            clear and len(tokens) > 0 and kept == tokens and readable == len(images),
+            abs(len(fixed) - len(images)),
+            seconds,
+            f"{len(kept)} of {len(tokens)} listed class tokens kept at the fault; the rerun resumed and "
+            f"{readable} of {len(images)} class tokens read",
+        )
 
 
 def fault_sql_write(tmp: Path) -> None:
@@ -363,16 +438,24 @@ def fault_sql_write(tmp: Path) -> None:
     refresh_views(db, str(tables))
     refused = 0
     t0 = time.perf_counter()
-    for sql in (f"COPY (SELECT 99.9 AS soc) TO '{path}'", "SELECT * FROM read_csv('/etc/passwd')",
-                f"ATTACH '{tmp / 'x.db'}'"):
+    for sql in (
+        f"COPY (SELECT 99.9 AS soc) TO '{path}'",
+        "SELECT * FROM read_csv('/etc/passwd')",
+        f"ATTACH '{tmp / 'x.db'}'",
+    ):
         try:
             query(db, sql)
         except ResultsError:
             refused += 1
     seconds = time.perf_counter() - t0
     lost = abs(len(read_parquet(path)) - 10)
-    record("soco sql COPY TO / read outside storage / ATTACH", refused == 3, lost, seconds,
-           f"{refused} of 3 statements refused; the table is unchanged")
+    record(
+        "soco sql COPY TO / read outside storage / ATTACH",
+        refused == 3,
+        lost,
+        seconds,
+        f"{refused} of 3 statements refused; the table is unchanged",
+    )
 
 
 def fault_keypoint_outside(tmp: Path) -> None:
@@ -393,15 +476,25 @@ def fault_keypoint_outside(tmp: Path) -> None:
     keypoints, _ = aggregate_keypoints(read_raw_keypoints(cfg, tax), kept, tax, cfg)
     seconds = time.perf_counter() - t0
     ok = list(rejected.reason) == ["keypoint_outside_image"] and len(kept) == 9
-    record("Animal3D keypoint 1 px outside the image", ok, abs(keypoints.image_id.nunique() - 9), seconds,
-           "that image rejected as keypoint_outside_image; the other 9 kept with their keypoints")
+    record(
+        "Animal3D keypoint 1 px outside the image",
+        ok,
+        abs(keypoints.image_id.nunique() - 9),
+        seconds,
+        "that image rejected as keypoint_outside_image; the other 9 kept with their keypoints",
+    )
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--skip-crash", action="store_true", help="leave out the kill -9 of a whole demo run")
-    ap.add_argument("--only", action="append", default=[], metavar="NAME",
-                    help="run only the faults whose short name contains NAME (repeatable), e.g. 'class token'")
+    ap.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="run only the faults whose short name contains NAME (repeatable), e.g. 'class token'",
+    )
     args = ap.parse_args()
     faults: list[tuple[str, Callable[[Path], None]]] = [
         ("killed write (full)", lambda t: fault_killed_write(t, "full")),

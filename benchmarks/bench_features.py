@@ -101,7 +101,9 @@ def one_round(spec: BackboneSpec, backbone, images: pd.DataFrame, tmp: str, r: i
     size = backbone.input_size(int(images.width[0]), int(images.height[0]))
     with Clock(out, cpu, "preprocess"):
         if backbone.needs_pixels:
-            tensors = [preprocess_batch(imgs, size, spec.normalisation, dev, spec.input.resize) for imgs in decoded]
+            tensors = [
+                preprocess_batch(imgs, size, spec.normalisation, dev, spec.input.resize) for imgs in decoded
+            ]
         else:
             tensors = [None] * len(groups)
         sync(dev)
@@ -133,20 +135,26 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=48, help="demo images per backbone")
     ap.add_argument("--specs", nargs="*", default=None, help="active spec names (default: all)")
-    ap.add_argument("--size", type=int, default=None, help="input size for the ViT specs (798: the protocol's)")
+    ap.add_argument(
+        "--size", type=int, default=None, help="input size for the ViT specs (798: the protocol's)"
+    )
     ap.add_argument("--repeats", type=int, default=3, help="rounds per backbone (best-of and spread)")
     ap.add_argument("--batch-size", type=int, default=None, help="override the specs' batch_size")
     ap.add_argument("--device", default=None, help="override the specs' device (cpu, cuda)")
-    ap.add_argument("--data-root", default=None, help="the embedded demo set (default storage/embedded/demo-seed0)")
+    ap.add_argument(
+        "--data-root", default=None, help="the embedded demo set (default storage/embedded/demo-seed0)"
+    )
     args = ap.parse_args()
 
     root = args.data_root or join(default_storage_root(), "embedded", "demo-seed0")
     images = demo_images(root, args.n)
     specs = list_specs()
     names = args.specs or list(specs)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CUDA {torch.cuda.is_available()}, "
-          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; {len(images)} demo images "
-          f"({images.width.min()}-{images.width.max()} x {images.height.min()}-{images.height.max()} px)")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, CUDA {torch.cuda.is_available()}, "
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; {len(images)} demo images "
+        f"({images.width.min()}-{images.width.max()} x {images.height.min()}-{images.height.max()} px)"
+    )
     summary = []
     for name in names:
         spec = at_size(specs[name], args.size)
@@ -156,8 +164,10 @@ def main() -> None:
             spec = dataclasses.replace(spec, device=args.device)
         backbone = build_backbone(spec, BackboneContext(data_root=root))
         size = backbone.input_size(0, 0)
-        print(f"\n{name} ({spec.kind}, S={size}, batch {spec.batch_size}, {backbone.device}): seconds for "
-              f"{len(images)} images")
+        print(
+            f"\n{name} ({spec.kind}, S={size}, batch {spec.batch_size}, {backbone.device}): seconds for "
+            f"{len(images)} images"
+        )
         print("  round " + "".join(f"{s:>14s}" for s in STAGES) + f"{'whole/bare':>12s}")
         rounds, cpus = [], []
         with tempfile.TemporaryDirectory() as tmp:
@@ -166,21 +176,33 @@ def main() -> None:
                 t, c = one_round(spec, backbone, images, tmp, r)
                 rounds.append(t)
                 cpus.append(c)
-                print(f"  {r:5d} " + "".join(f"{t[s]:14.2f}" for s in STAGES)
-                      + f"{t['whole'] / t['bare forward']:12.3f}")
-                print("    cpu " + "".join(f"{c[s]:14.2f}" for s in STAGES)
-                      + f"{c['whole'] / c['bare forward']:12.3f}  (process CPU seconds)")
+                print(
+                    f"  {r:5d} "
+                    + "".join(f"{t[s]:14.2f}" for s in STAGES)
+                    + f"{t['whole'] / t['bare forward']:12.3f}"
+                )
+                print(
+                    "    cpu "
+                    + "".join(f"{c[s]:14.2f}" for s in STAGES)
+                    + f"{c['whole'] / c['bare forward']:12.3f}  (process CPU seconds)"
+                )
         best = {s: min(t[s] for t in rounds) for s in STAGES}
         ratios = [t["whole"] / t["bare forward"] for t in rounds]
         print("  best  " + "".join(f"{best[s]:14.2f}" for s in STAGES) + f"{min(ratios):12.3f}")
-        print(f"  whole/bare per round: min {min(ratios):.3f}, median {statistics.median(ratios):.3f}, "
-              f"max {max(ratios):.3f}; best whole / best bare {best['whole'] / best['bare forward']:.3f}; "
-              f"{len(images) / best['whole']:.2f} images/s whole, {len(images) / best['bare forward']:.2f} bare")
+        print(
+            f"  whole/bare per round: min {min(ratios):.3f}, median {statistics.median(ratios):.3f}, "
+            f"max {max(ratios):.3f}; best whole / best bare {best['whole'] / best['bare forward']:.3f}; "
+            f"{len(images) / best['whole']:.2f} images/s whole, {len(images) / best['bare forward']:.2f} bare"
+        )
         cpu_ratios = [c["whole"] / c["bare forward"] for c in cpus]
-        print(f"  CPU-seconds whole/bare per round: min {min(cpu_ratios):.3f}, median "
-              f"{statistics.median(cpu_ratios):.3f}, max {max(cpu_ratios):.3f}")
+        print(
+            f"  CPU-seconds whole/bare per round: min {min(cpu_ratios):.3f}, median "
+            f"{statistics.median(cpu_ratios):.3f}, max {max(cpu_ratios):.3f}"
+        )
         summary.append((name, size, min(ratios), statistics.median(ratios), max(ratios)))
-    print("\nbackbone              S   whole/bare min  median     max   (target <= 1.25 for ViT/EfficientNet)")
+    print(
+        "\nbackbone              S   whole/bare min  median     max   (target <= 1.25 for ViT/EfficientNet)"
+    )
     for name, size, lo, med, hi in summary:
         print(f"{name:20s} {size:4d} {lo:14.3f} {med:7.3f} {hi:7.3f}")
 

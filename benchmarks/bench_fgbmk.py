@@ -75,7 +75,9 @@ def fmt(wall: float, cpu: float) -> str:
 def main() -> None:
     """Run the benchmark."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--backbones", nargs="*", default=None, help="spec names in assets/backbones (default: all)")
+    ap.add_argument(
+        "--backbones", nargs="*", default=None, help="spec names in assets/backbones (default: all)"
+    )
     ap.add_argument("--scale", default="demo", choices=["demo", "full"], help="the config scale to time")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--no-full-estimate", action="store_true", help="skip the full-setting iteration timing")
@@ -85,18 +87,23 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     cfg, full = load_config(scale=args.scale), load_config(scale="full")
     gf = cfg.global_features
-    print(f"scale {cfg.scale}: {cfg.embedded.images_per_subclass}, subclasses_per_class "
-          f"{cfg.embedded.subclasses_per_class}, input resize {gf.resize} crop {gf.crop}, probe "
-          f"{cfg.linear_probe.max_iter} it x {heads(cfg.linear_probe)} heads, retrieval "
-          f"{cfg.retrieval.max_iter} it x {heads(cfg.retrieval)} heads, robustness "
-          f"eps {list(cfg.robustness.epsilons)} pgd {cfg.robustness.pgd_steps} steps on "
-          f"{cfg.robustness.max_images or 'all'} images; dense-only input {gf.dense_input or 'own'}; torch threads "
-          f"{torch.get_num_threads()} (extraction and attacks: {gf.threads or 'the same'}); load {load()}", flush=True)
+    print(
+        f"scale {cfg.scale}: {cfg.embedded.images_per_subclass}, subclasses_per_class "
+        f"{cfg.embedded.subclasses_per_class}, input resize {gf.resize} crop {gf.crop}, probe "
+        f"{cfg.linear_probe.max_iter} it x {heads(cfg.linear_probe)} heads, retrieval "
+        f"{cfg.retrieval.max_iter} it x {heads(cfg.retrieval)} heads, robustness "
+        f"eps {list(cfg.robustness.epsilons)} pgd {cfg.robustness.pgd_steps} steps on "
+        f"{cfg.robustness.max_images or 'all'} images; dense-only input {gf.dense_input or 'own'}; torch threads "
+        f"{torch.get_num_threads()} (extraction and attacks: {gf.threads or 'the same'}); load {load()}",
+        flush=True,
+    )
     clock = Clock()
     with tempfile.TemporaryDirectory() as tmp:
         items, w, c = clock(ensure_embedded, f"{tmp}/set", cfg.embedded, cfg.seed)
-        print(f"embedded set: {len(items)} images ({items.subclass.nunique()} subclasses) rendered in {fmt(w, c)}",
-              flush=True)
+        print(
+            f"embedded set: {len(items)} images ({items.subclass.nunique()} subclasses) rendered in {fmt(w, c)}",
+            flush=True,
+        )
         specs = list_specs()
         train, test = (items.split == "train").to_numpy(), (items.split == "test").to_numpy()
         labels = level_labels(items, "subclass")
@@ -104,11 +111,20 @@ def main() -> None:
         for name in args.backbones or list(specs):
             spec = specs[name]
             start = clock.wall, clock.cpu
-            ex, wb, cb = clock(build_global_extractor, spec, gf, {"data_root": f"{tmp}/set", "device": args.device})
+            ex, wb, cb = clock(
+                build_global_extractor, spec, gf, {"data_root": f"{tmp}/set", "device": args.device}
+            )
             feats, we, ce = clock(extract_global, ex, items, f"{tmp}/cache", gf)
             (metrics, _), wm, cm = clock(evaluate_backbone, name, feats, items, cfg)
-            rob, wr, cr = clock(robustness_for_backbone, name, ex, ex.cache_folder(f"{tmp}/cache", gf), items, cfg,
-                                reads_pixels=spec.kind != "oracle")
+            rob, wr, cr = clock(
+                robustness_for_backbone,
+                name,
+                ex,
+                ex.cache_folder(f"{tmp}/cache", gf),
+                items,
+                cfg,
+                reads_pixels=spec.kind != "oracle",
+            )
             all_metrics.append(metrics)
             all_rob.append(rob)
             across = metrics[metrics.scope == "across"].set_index("level")
@@ -116,35 +132,66 @@ def main() -> None:
             worst = rob[rob.attack != "clean"].groupby("level").accuracy.min().round(1).to_dict()
             clean = rob[rob.attack == "clean"].groupby("level").accuracy.first().round(1).to_dict()
             dims = [feats.cls_prev.shape[1], feats.cls_last.shape[1], feats.patch_mean.shape[1]]
-            print(f"{name}: all {fmt(clock.wall - start[0], clock.cpu - start[1])} = build {fmt(wb, cb)} + global "
-                  f"features {fmt(we, ce)} ({len(items) / we:.1f} images/s, dims {dims}) + metrics ({len(metrics)} probe + "
-                  f"retrieval tasks) {fmt(wm, cm)} (training: probe {metrics.probe_seconds.sum():.1f} s, projection "
-                  f"{metrics.retrieval_seconds.sum():.1f} s) + robustness {fmt(wr, cr)}", flush=True)
-            print(f"  top-1 superclass/class/subclass {across.top1.get('superclass', float('nan')):.1f}/"
-                  f"{across.top1.get('class', float('nan')):.1f}/{sub.top1:.1f} (subclass chance "
-                  f"{sub.chance_top1:.1f}), subclass mAP {sub['map']:.1f} recall@1 {sub.recall_at_1:.1f}; "
-                  f"robustness clean {clean} worst {worst}; load {load()}", flush=True)
+            print(
+                f"{name}: all {fmt(clock.wall - start[0], clock.cpu - start[1])} = build {fmt(wb, cb)} + global "
+                f"features {fmt(we, ce)} ({len(items) / we:.1f} images/s, dims {dims}) + metrics ({len(metrics)} probe + "
+                f"retrieval tasks) {fmt(wm, cm)} (training: probe {metrics.probe_seconds.sum():.1f} s, projection "
+                f"{metrics.retrieval_seconds.sum():.1f} s) + robustness {fmt(wr, cr)}",
+                flush=True,
+            )
+            print(
+                f"  top-1 superclass/class/subclass {across.top1.get('superclass', float('nan')):.1f}/"
+                f"{across.top1.get('class', float('nan')):.1f}/{sub.top1:.1f} (subclass chance "
+                f"{sub.chance_top1:.1f}), subclass mAP {sub['map']:.1f} recall@1 {sub.recall_at_1:.1f}; "
+                f"robustness clean {clean} worst {worst}; load {load()}",
+                flush=True,
+            )
             if args.no_full_estimate:
                 continue
             # Full setting: batch 128, 24 heads; a few iterations at that batch, extrapolated to 10 x 1000 per
             # probe, times the probes the full setting trains (every metrics task + one per robustness level).
             f_tr, f_te = feats.subset(items.image_id[train]), feats.subset(items.image_id[test])
-            p = train_probe(f_tr, labels[train], f_te, labels[test],
-                            full.linear_probe.model_copy(update={"epochs": 1, "epoch_length": 20}), cfg.seed)
-            r = train_retrieval(f_tr, labels[train], f_te, labels[test],
-                                full.retrieval.model_copy(update={"epochs": 1, "epoch_length": 20}), cfg.seed)
+            p = train_probe(
+                f_tr,
+                labels[train],
+                f_te,
+                labels[test],
+                full.linear_probe.model_copy(update={"epochs": 1, "epoch_length": 20}),
+                cfg.seed,
+            )
+            r = train_retrieval(
+                f_tr,
+                labels[train],
+                f_te,
+                labels[test],
+                full.retrieval.model_copy(update={"epochs": 1, "epoch_length": 20}),
+                cfg.seed,
+            )
             ips_p, ips_r = p.iterations / p.seconds, r.iterations / r.seconds
             n_tasks = len(tasks_of(items))  # the same levels and superclasses at full scale
             n_probes = n_tasks + len(full.robustness.levels)
             est = full.linear_probe.max_iter / ips_p * n_probes + full.retrieval.max_iter / ips_r * n_tasks
-            print(f"  full setting ({full.linear_probe.max_iter} it per head grid): probe {ips_p:.1f} it/s -> "
-                  f"{full.linear_probe.max_iter / ips_p / 60:.1f} min per probe, projection {ips_r:.1f} it/s -> "
-                  f"{full.retrieval.max_iter / ips_r / 60:.1f} min per grid; {n_probes} probes + {n_tasks} "
-                  f"projection grids -> {est / 60:.0f} min for this backbone", flush=True)
-        print("\nthe paper's findings on these backbones (SIMULATED data):\n" + findings_markdown(check_findings(
-            pd.concat(all_metrics, ignore_index=True), pd.concat(all_rob, ignore_index=True), cfg.findings)))
-        print(f"{cfg.scale}-scale total (render + build + extract + metrics + robustness): "
-              f"{fmt(clock.wall, clock.cpu)}; load {load()}")
+            print(
+                f"  full setting ({full.linear_probe.max_iter} it per head grid): probe {ips_p:.1f} it/s -> "
+                f"{full.linear_probe.max_iter / ips_p / 60:.1f} min per probe, projection {ips_r:.1f} it/s -> "
+                f"{full.retrieval.max_iter / ips_r / 60:.1f} min per grid; {n_probes} probes + {n_tasks} "
+                f"projection grids -> {est / 60:.0f} min for this backbone",
+                flush=True,
+            )
+        print(
+            "\nthe paper's findings on these backbones (SIMULATED data):\n"
+            + findings_markdown(
+                check_findings(
+                    pd.concat(all_metrics, ignore_index=True),
+                    pd.concat(all_rob, ignore_index=True),
+                    cfg.findings,
+                )
+            )
+        )
+        print(
+            f"{cfg.scale}-scale total (render + build + extract + metrics + robustness): "
+            f"{fmt(clock.wall, clock.cpu)}; load {load()}"
+        )
 
 
 if __name__ == "__main__":

@@ -46,24 +46,41 @@ def synthetic_items(root: Path, n: int, seed: int) -> pd.DataFrame:
         photo = photos[i % len(photos)]
         w, h = photo.size
         x0, y0 = int(rng.integers(0, w // 4)), int(rng.integers(0, h // 4))
-        img = photo.crop((x0, y0, x0 + 3 * w // 4, y0 + 3 * h // 4)).resize((768, 576), Image.Resampling.LANCZOS)
+        img = photo.crop((x0, y0, x0 + 3 * w // 4, y0 + 3 * h // 4)).resize(
+            (768, 576), Image.Resampling.LANCZOS
+        )
         buf = io.BytesIO()
         img.save(buf, format="JPEG", quality=95)
         p = str(root / f"img_{i:05d}.jpg")
         write_bytes_atomic(p, buf.getvalue())
         paths.append(p)
-    return pd.DataFrame({
-        "setting": "vis", "index": np.arange(n), "g_index": np.arange(n) // 4, "qid": [f"q{i // 4}" for i in range(n)],
-        "rotation": np.arange(n) % 4, "pair_id": "p", "level": "intra", "pair_group": "car",
-        "supercategory": "transportation", "src_keypoint": "k",
-        "question": "Which candidate point corresponds to the red keypoint?",
-        "A": "Point A", "B": "Point B", "C": "Point C", "D": "Point D",
-        "answer": rng.choice(list("ABCD"), n), "src_render": paths[0::2], "trg_render": paths[1::2],
-    })
+    return pd.DataFrame(
+        {
+            "setting": "vis",
+            "index": np.arange(n),
+            "g_index": np.arange(n) // 4,
+            "qid": [f"q{i // 4}" for i in range(n)],
+            "rotation": np.arange(n) % 4,
+            "pair_id": "p",
+            "level": "intra",
+            "pair_group": "car",
+            "supercategory": "transportation",
+            "src_keypoint": "k",
+            "question": "Which candidate point corresponds to the red keypoint?",
+            "A": "Point A",
+            "B": "Point B",
+            "C": "Point C",
+            "D": "Point D",
+            "answer": rng.choice(list("ABCD"), n),
+            "src_render": paths[0::2],
+            "trg_render": paths[1::2],
+        }
+    )
 
 
 def serve_forever(delay: float) -> None:
     """The child: serve a fixed answer after `delay` seconds; print the URL; run until killed."""
+
     def answer(request, body):
         return HttpReply(200, b'{"choices": [{"message": {"content": "B"}}]}', delay_s=delay)
 
@@ -87,8 +104,12 @@ def main() -> None:
         serve_forever(delay)
         return
 
-    child = subprocess.Popen([sys.executable, __file__, "--serve", "--delay-ms", str(args.delay_ms)],
-                             stdout=subprocess.PIPE, text=True, env={**os.environ})
+    child = subprocess.Popen(
+        [sys.executable, __file__, "--serve", "--delay-ms", str(args.delay_ms)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ},
+    )
     try:
         base_url = child.stdout.readline().strip()
         if not base_url.startswith("http://127.0.0.1:"):
@@ -105,8 +126,16 @@ def run_bench(base_url: str, n_items: int, seed: int, delay: float, repeats: int
         items = synthetic_items(Path(tmp), n_items, seed)
         rates = {}
         for conc in (1, 8):
-            spec = parse_spec({"backend": "openai", "model": "bench", "base_url": base_url,
-                               "max_concurrency": conc, "settings": ["vis"]}, f"bench_c{conc}")
+            spec = parse_spec(
+                {
+                    "backend": "openai",
+                    "model": "bench",
+                    "base_url": base_url,
+                    "max_concurrency": conc,
+                    "settings": ["vis"],
+                },
+                f"bench_c{conc}",
+            )
             times = []
             for rep in range(repeats):  # a fresh cache each time: every item is asked
                 cache = AnswerCache(str(Path(tmp) / f"cache_{conc}_{rep}"))
@@ -116,10 +145,15 @@ def run_bench(base_url: str, n_items: int, seed: int, delay: float, repeats: int
                 assert res.errors == 0 and res.sent == len(items)
             dt = min(times)
             rates[conc] = len(items) / dt
-            print(f"concurrency {conc}: {len(items)} items in {dt:.2f} s (best of {repeats}) = {rates[conc]:.1f} "
-                  f"items/s (ideal {conc / delay:.1f})", flush=True)
+            print(
+                f"concurrency {conc}: {len(items)} items in {dt:.2f} s (best of {repeats}) = {rates[conc]:.1f} "
+                f"items/s (ideal {conc / delay:.1f})",
+                flush=True,
+            )
         ratio = rates[8] / rates[1]
-        print(f"speed-up at concurrency 8: {ratio:.2f}x (target >= 6x) {'OK' if ratio >= 6 else 'BELOW TARGET'}")
+        print(
+            f"speed-up at concurrency 8: {ratio:.2f}x (target >= 6x) {'OK' if ratio >= 6 else 'BELOW TARGET'}"
+        )
 
 
 if __name__ == "__main__":

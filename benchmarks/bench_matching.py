@@ -63,8 +63,9 @@ def random_maps(n: int, c: int, grid: int, seed: int) -> list[np.ndarray]:
     return [F.normalize(torch.randn(c, grid, grid, generator=g), dim=0).half().numpy() for _ in range(n)]
 
 
-def disk_feature_store(root: str, images: pd.DataFrame, n_pool: int, c: int, grid: int, input_size: int,
-                       seed: int) -> FeatureStore:
+def disk_feature_store(
+    root: str, images: pd.DataFrame, n_pool: int, c: int, grid: int, input_size: int, seed: int
+) -> FeatureStore:
     """A FeatureStore as extraction leaves it (one fp16 .npy per map, a manifest), read through the page cache.
 
     n_pool distinct files stand for the images (image i reads file i % pool; n_pool 0: one distinct file
@@ -87,14 +88,24 @@ def disk_feature_store(root: str, images: pd.DataFrame, n_pool: int, c: int, gri
             if hasattr(os, "posix_fadvise"):
                 os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
         sums.append(file_checksum(buf.getvalue()))  # verified on every read, as in the pipeline
-    manifest = pd.DataFrame({
-        "backbone": "bench", "image_id": images["image_id"].to_numpy(), "channels": c, "grid_h": grid,
-        "grid_w": grid, "input_size": input_size, "stride": input_size / grid,
-        "path": [f"bench/{hash_}/pool_{i % n_pool:03d}.npy" for i in range(len(images))],
-        "checksum": [sums[i % n_pool] for i in range(len(images))],
-        "width": images["width"].to_numpy(), "height": images["height"].to_numpy(), "spec_hash": hash_,
-        "cls_path": "", "cls_checksum": "",
-    })
+    manifest = pd.DataFrame(
+        {
+            "backbone": "bench",
+            "image_id": images["image_id"].to_numpy(),
+            "channels": c,
+            "grid_h": grid,
+            "grid_w": grid,
+            "input_size": input_size,
+            "stride": input_size / grid,
+            "path": [f"bench/{hash_}/pool_{i % n_pool:03d}.npy" for i in range(len(images))],
+            "checksum": [sums[i % n_pool] for i in range(len(images))],
+            "width": images["width"].to_numpy(),
+            "height": images["height"].to_numpy(),
+            "spec_hash": hash_,
+            "cls_path": "",
+            "cls_checksum": "",
+        }
+    )
     return FeatureStore.from_manifest(root, manifest[MANIFEST_COLUMNS], cache_items=0)
 
 
@@ -161,29 +172,69 @@ def synthetic_tables(n_images: int, n_pairs: int, kps_per_pair: int, seed: int):
     rng = np.random.default_rng(seed)
     ids = np.array([f"img_{i:05d}" for i in range(n_images)])
     w, h = rng.integers(300, 1000, n_images), rng.integers(300, 1000, n_images)
-    images = pd.DataFrame({"image_id": ids, "width": w, "height": h, "bbox_l": 0.0, "bbox_t": 0.0,
-                           "bbox_r": w * 0.9, "bbox_b": h * 0.9})
+    images = pd.DataFrame(
+        {
+            "image_id": ids,
+            "width": w,
+            "height": h,
+            "bbox_l": 0.0,
+            "bbox_t": 0.0,
+            "bbox_r": w * 0.9,
+            "bbox_b": h * 0.9,
+        }
+    )
     n_kp = 16
     img = np.repeat(ids, n_kp)
-    keypoints = pd.DataFrame({
-        "image_id": img, "keypoint": np.tile([f"kp{j}" for j in range(n_kp)], n_images),
-        "x": rng.uniform(0, 1, len(img)) * np.repeat(w, n_kp), "y": rng.uniform(0, 1, len(img)) * np.repeat(h, n_kp),
-        "visible": True,
-    })
+    keypoints = pd.DataFrame(
+        {
+            "image_id": img,
+            "keypoint": np.tile([f"kp{j}" for j in range(n_kp)], n_images),
+            "x": rng.uniform(0, 1, len(img)) * np.repeat(w, n_kp),
+            "y": rng.uniform(0, 1, len(img)) * np.repeat(h, n_kp),
+            "visible": True,
+        }
+    )
     src = rng.integers(0, n_images, n_pairs)
     trg = (src + rng.integers(1, n_images, n_pairs)) % n_images
-    pairs = pd.DataFrame({"pair_id": [f"p{i}" for i in range(n_pairs)], "src_image": ids[src], "trg_image": ids[trg],
-                          "evaluated": True, "level": "intra", "pair_group": "g"})
+    pairs = pd.DataFrame(
+        {
+            "pair_id": [f"p{i}" for i in range(n_pairs)],
+            "src_image": ids[src],
+            "trg_image": ids[trg],
+            "evaluated": True,
+            "level": "intra",
+            "pair_group": "g",
+        }
+    )
     k = np.stack([rng.permutation(n_kp)[:kps_per_pair] for _ in range(n_pairs)])
     pid = np.repeat(pairs.pair_id.to_numpy(), kps_per_pair)
     names = np.array([f"kp{j}" for j in k.reshape(-1)])
     # concept = kp // 4: the SOC row is geo with the 4 same-concept target keypoints as its CC group.
-    soc = pd.DataFrame({"pair_id": pid, "level": "intra", "kind": "soc", "src_keypoint": names,
-                        "trg_keypoint": names, "concept": "c", "geo": True, "n_candidates": 4})
+    soc = pd.DataFrame(
+        {
+            "pair_id": pid,
+            "level": "intra",
+            "kind": "soc",
+            "src_keypoint": names,
+            "trg_keypoint": names,
+            "concept": "c",
+            "geo": True,
+            "n_candidates": 4,
+        }
+    )
     cc_t = np.array([f"kp{4 * (j // 4) + d}" for j in k.reshape(-1) for d in range(4)])
-    cc = pd.DataFrame({"pair_id": np.repeat(pid, 4), "level": "intra", "kind": "cc",
-                       "src_keypoint": np.repeat(names, 4), "trg_keypoint": cc_t, "concept": "c", "geo": True,
-                       "n_candidates": 4})
+    cc = pd.DataFrame(
+        {
+            "pair_id": np.repeat(pid, 4),
+            "level": "intra",
+            "kind": "cc",
+            "src_keypoint": np.repeat(names, 4),
+            "trg_keypoint": cc_t,
+            "concept": "c",
+            "geo": True,
+            "n_candidates": 4,
+        }
+    )
     return images, keypoints, pairs, pd.concat([soc, cc], ignore_index=True)
 
 
@@ -206,15 +257,19 @@ def bench_throughput(args) -> None:
     t = time.perf_counter()
     images, keypoints, pairs, corr = embedded_tables(root, args.size, seed=0)
     per_target = pairs[pairs.evaluated].trg_image.value_counts()
-    print(f"tables of the {args.size!r} embedded set at {root} ({time.perf_counter() - t:.0f} s): "
-          f"{len(images)} images, {int(pairs.evaluated.sum())} evaluated pairs, {len(corr)} correspondences")
+    print(
+        f"tables of the {args.size!r} embedded set at {root} ({time.perf_counter() - t:.0f} s): "
+        f"{len(images)} images, {int(pairs.evaluated.sum())} evaluated pairs, {len(corr)} correspondences"
+    )
     protocol = ProtocolConfig(compute_dtype=args.dtype)
     size = args.grid * 14
     native = half_matmul.available() and args.dtype == "float32"
     kernel = f"native fp16 kernel, {half_matmul.instruction_set()}" if native else "torch"
-    print(f"throughput: C={args.channels}, {args.grid}x{args.grid} grid, compute {args.dtype} ({kernel}), "
-          f"torch threads {torch.get_num_threads()}; {len(per_target)} target images, "
-          f"{per_target.median():.0f} evaluated pairs per target (median)")
+    print(
+        f"throughput: C={args.channels}, {args.grid}x{args.grid} grid, compute {args.dtype} ({kernel}), "
+        f"torch threads {torch.get_num_threads()}; {len(per_target)} target images, "
+        f"{per_target.median():.0f} evaluated pairs per target (median)"
+    )
     with tempfile.TemporaryDirectory() as cache_root:
         n_files = args.pool or len(images)
         unverified = disk_feature_store(cache_root, images, args.pool, args.channels, args.grid, size, seed=0)
@@ -222,10 +277,12 @@ def bench_throughput(args) -> None:
         stores = {
             f"feature cache on disk (FeatureStore, {n_files} distinct files for {len(images)} images, "
             f"first read cold)": disk_feature_store(
-                cache_root, images, args.pool, args.channels, args.grid, size, seed=0),
+                cache_root, images, args.pool, args.channels, args.grid, size, seed=0
+            ),
             "the same, reads not verified (verify_reads=False)": unverified,
-            "maps held in memory (cold in DRAM)": Fp16Cache(images.image_id.to_numpy(), n_files, args.channels,
-                                                            args.grid, size, seed=0),
+            "maps held in memory (cold in DRAM)": Fp16Cache(
+                images.image_id.to_numpy(), n_files, args.channels, args.grid, size, seed=0
+            ),
         }
         trg_of = pairs.set_index("pair_id")["trg_image"]
         totals = {}
@@ -236,7 +293,10 @@ def bench_throughput(args) -> None:
                 store = TimedReads(base)
                 kernel, verify = [0.0], [0.0]
                 t = time.perf_counter()
-                with timed(half_matmul, "argmax_into", kernel), timed(store_module, "checksum_matches", verify):
+                with (
+                    timed(half_matmul, "argmax_into", kernel),
+                    timed(store_module, "checksum_matches", verify),
+                ):
                     preds = predict(pairs, corr, keypoints, images, store, protocol, "bench")
                 total = time.perf_counter() - t
                 if best is None or total < best[0]:
@@ -247,26 +307,40 @@ def bench_throughput(args) -> None:
             free = int((preds["mode"] == "free").sum())
             flops = 2.0 * free * args.channels * args.grid**2
             compute = total - get_s
-            print(f"- {label}: {free} queries (+{len(preds) - free} geo), "
-                  f"{free / preds.loc[preds['mode'] == 'free', 'pair_id'].map(trg_of).nunique():.1f} per target map")
-            print(f"  predict total          {total:8.2f} s  {free / total:10.0f} queries/s  "
-                  f"{flops / total / 1e9:6.1f} GFLOP/s")
+            print(
+                f"- {label}: {free} queries (+{len(preds) - free} geo), "
+                f"{free / preds.loc[preds['mode'] == 'free', 'pair_id'].map(trg_of).nunique():.1f} per target map"
+            )
+            print(
+                f"  predict total          {total:8.2f} s  {free / total:10.0f} queries/s  "
+                f"{flops / total / 1e9:6.1f} GFLOP/s"
+            )
             print(f"  of which map reads     {get_s:8.2f} s  ({calls} reads)")
             if verify_s:
-                print(f"  of which checksums     {verify_s:8.2f} s  ({verify_s / calls * 1e3:.3f} ms per map, page "
-                      f"faults included: the hash touches the pages first, matching then finds them mapped)")
-            print(f"  matching without reads {compute:8.2f} s  {free / compute:10.0f} queries/s  "
-                  f"{flops / compute / 1e9:6.1f} GFLOP/s")
+                print(
+                    f"  of which checksums     {verify_s:8.2f} s  ({verify_s / calls * 1e3:.3f} ms per map, page "
+                    f"faults included: the hash touches the pages first, matching then finds them mapped)"
+                )
+            print(
+                f"  matching without reads {compute:8.2f} s  {free / compute:10.0f} queries/s  "
+                f"{flops / compute / 1e9:6.1f} GFLOP/s"
+            )
             if kernel_s:
-                print(f"  of which the kernel    {kernel_s:8.2f} s  {free / kernel_s:10.0f} queries/s  "
-                      f"{flops / kernel_s / 1e9:6.1f} GFLOP/s  (similarities + argmax only)")
-            print(f"  large fp32 matmul      {rate:6.1f} GFLOP/s; matching/matmul = {flops / compute / 1e9 / rate:.2f} "
-                  f"without reads, {flops / total / 1e9 / rate:.2f} with them (target >= 0.5)"
-                  + (f", kernel alone {flops / kernel_s / 1e9 / rate:.2f}" if kernel_s else ""))
+                print(
+                    f"  of which the kernel    {kernel_s:8.2f} s  {free / kernel_s:10.0f} queries/s  "
+                    f"{flops / kernel_s / 1e9:6.1f} GFLOP/s  (similarities + argmax only)"
+                )
+            print(
+                f"  large fp32 matmul      {rate:6.1f} GFLOP/s; matching/matmul = {flops / compute / 1e9 / rate:.2f} "
+                f"without reads, {flops / total / 1e9 / rate:.2f} with them (target >= 0.5)"
+                + (f", kernel alone {flops / kernel_s / 1e9 / rate:.2f}" if kernel_s else "")
+            )
         (on, calls), (off, _) = list(totals.values())[:2]
-        print(f"- read verification (xxh3 checksum of every map): {(on - off) / calls * 1e3:+.3f} ms per map, "
-              f"{100 * (on - off) / off:+.1f}% of matching time (verified {on:.2f} s vs not {off:.2f} s; "
-              f"target < 5%)")
+        print(
+            f"- read verification (xxh3 checksum of every map): {(on - off) / calls * 1e3:+.3f} ms per map, "
+            f"{100 * (on - off) / off:+.1f}% of matching time (verified {on:.2f} s vs not {off:.2f} s; "
+            f"target < 5%)"
+        )
 
 
 def bench_read_verification(args) -> None:
@@ -296,9 +370,11 @@ def bench_read_verification(args) -> None:
         for _ in range(50):
             file_checksum(data)
         hash_only = (time.process_time() - t) / 50
-    print(f"read verification (C={args.channels}, {args.grid}x{args.grid} fp16, {len(data) / 1e6:.1f} MB a map): "
-          f"xxh3 alone {hash_only * 1e3:.3f} ms; read + one pass {per_map[True] * 1e3:.2f} ms verified vs "
-          f"{per_map[False] * 1e3:.2f} ms not ({(per_map[True] - per_map[False]) * 1e3:+.3f} ms per map, CPU time)")
+    print(
+        f"read verification (C={args.channels}, {args.grid}x{args.grid} fp16, {len(data) / 1e6:.1f} MB a map): "
+        f"xxh3 alone {hash_only * 1e3:.3f} ms; read + one pass {per_map[True] * 1e3:.2f} ms verified vs "
+        f"{per_map[False] * 1e3:.2f} ms not ({(per_map[True] - per_map[False]) * 1e3:+.3f} ms per map, CPU time)"
+    )
 
 
 def bench_official_vs_batched(args) -> None:
@@ -315,7 +391,7 @@ def bench_official_vs_batched(args) -> None:
 
     @torch.inference_mode()
     def encode(batch: torch.Tensor) -> torch.Tensor:
-        tok = model.forward_features(batch)[:, model.num_prefix_tokens:]
+        tok = model.forward_features(batch)[:, model.num_prefix_tokens :]
         return F.normalize(tok.transpose(1, 2).reshape(len(batch), -1, grid, grid), dim=1)
 
     im = images.set_index("image_id")
@@ -356,8 +432,10 @@ def bench_official_vs_batched(args) -> None:
         encode(torch.stack([pixels[j] for j in ids[:n]]))
     t_bat = min(_timed(batched) for _ in range(2))
     t_off = _timed(official)
-    print(f"official per-pair structure vs encode-once + batched matching (random ViT-S/14 at {size} px, "
-          f"{len(images)} images, {len(pairs)} pairs, {len(corr)} keypoints):")
+    print(
+        f"official per-pair structure vs encode-once + batched matching (random ViT-S/14 at {size} px, "
+        f"{len(images)} images, {len(pairs)} pairs, {len(corr)} keypoints):"
+    )
     print(f"  official per pair      {t_off:8.2f} s")
     print(f"  encode once + batched  {t_bat:8.2f} s")
     print(f"  speed-up               {t_off / t_bat:8.1f}x (target >= 20x)")
@@ -367,21 +445,32 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--small", action="store_true", help="a quick run at reduced sizes")
     ap.add_argument("--size", default="full", choices=["full", "demo"], help="the embedded data set's size")
-    ap.add_argument("--data-root", default=None,
-                    help="where the embedded set is (generated there if absent); default storage/embedded/<size>-seed0")
+    ap.add_argument(
+        "--data-root",
+        default=None,
+        help="where the embedded set is (generated there if absent); default storage/embedded/<size>-seed0",
+    )
     ap.add_argument("--channels", type=int, default=384)
     ap.add_argument("--grid", type=int, default=57)
-    ap.add_argument("--pool", type=int, default=64,
-                    help="distinct map files on disk (image i reads file i %% pool); 0 = one file per image "
-                         "(about 2.5 MB each at the defaults: 10 GB for the full set)")
+    ap.add_argument(
+        "--pool",
+        type=int,
+        default=64,
+        help="distinct map files on disk (image i reads file i %% pool); 0 = one file per image "
+        "(about 2.5 MB each at the defaults: 10 GB for the full set)",
+    )
     ap.add_argument("--vit-images", type=int, default=40, help="images; 10 pairs per image as in the release")
     ap.add_argument("--vit-size", type=int, default=112)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--skip-official", action="store_true")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1 on a shared 2-core machine)")
-    ap.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"],
-                    help="protocol compute_dtype for the throughput run")
+    ap.add_argument(
+        "--dtype",
+        default="float32",
+        choices=["float32", "float16", "bfloat16"],
+        help="protocol compute_dtype for the throughput run",
+    )
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     if args.small:

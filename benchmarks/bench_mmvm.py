@@ -44,26 +44,41 @@ def main() -> None:
     totals: list = []
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     with tempfile.TemporaryDirectory(prefix="soco-mmvm-") as root:
-        t = _timed(f"generation ({cfg.cases.train}+{cfg.cases.test} cases, {2 * (cfg.cases.train + cfg.cases.test)} "
-                   f"frames)", lambda: generate(cfg, f"{root}/gen"), totals)
-        t["items"] = _timed("items (marks, options)",
-                            lambda: build_items(t["cases"], t["objects"], t["images"], cfg, f"{root}/marked"), totals)
+        t = _timed(
+            f"generation ({cfg.cases.train}+{cfg.cases.test} cases, {2 * (cfg.cases.train + cfg.cases.test)} "
+            f"frames)",
+            lambda: generate(cfg, f"{root}/gen"),
+            totals,
+        )
+        t["items"] = _timed(
+            "items (marks, options)",
+            lambda: build_items(t["cases"], t["objects"], t["images"], cfg, f"{root}/marked"),
+            totals,
+        )
         print(f"  {len(t['items'])} items, {int((t['items'].split == 'test').sum())} scored")
         frames = [method_metrics(oracle_predictions(t), "oracle")]
         for path in sorted((PROJECT_ROOT / "assets" / "backbones").glob("*.yaml")):
             spec = load_spec(path)
-            pred, _ = _timed(f"backbone {spec.name} (extract + score)",
-                             lambda s=spec: backbone_predictions(s, t, f"{root}/features", device="cpu"), totals)
+            pred, _ = _timed(
+                f"backbone {spec.name} (extract + score)",
+                lambda s=spec: backbone_predictions(s, t, f"{root}/features", device="cpu"),
+                totals,
+            )
             frames.append(method_metrics(pred, "backbone"))
     import pandas as pd
 
     board = leaderboard(pd.concat(frames, ignore_index=True))
     wall = sum(w for w, _ in totals)
     cpu = sum(c for _, c in totals)
-    print(f"total: {wall:.1f} s wall, {cpu:.1f} s CPU (wall on 2 idle cores: between {cpu / 2:.0f} and {cpu:.0f} s)")
+    print(
+        f"total: {wall:.1f} s wall, {cpu:.1f} s CPU (wall on 2 idle cores: between {cpu / 2:.0f} and {cpu:.0f} s)"
+    )
     print(f"load average {os.getloadavg()[0]:.1f} at the end")
-    print(board[["model", "method", "status", "accuracy", "random_expected", "query:present_forced"]]
-          .to_string(index=False))
+    print(
+        board[["model", "method", "status", "accuracy", "random_expected", "query:present_forced"]].to_string(
+            index=False
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -62,11 +62,20 @@ def official_loop(release: Path, backbone, alpha: float = 0.1) -> tuple[dict[str
                 continue
             feats = []
             for side in ("src", "trg"):  # one encode per pair side, as the official script does
-                image = np.asarray(Image.open(release / "Images" / d[f"{side}_category"] / d[f"{side}_image"])
-                                   .convert("RGB"))
+                image = np.asarray(
+                    Image.open(release / "Images" / d[f"{side}_category"] / d[f"{side}_image"]).convert("RGB")
+                )
                 w, h = d[f"{side}_imsize"]
-                rec = pd.DataFrame([{"image_id": d[f"{side}_image"], "width": w, "height": h,
-                                     "category": d[f"{side}_category"]}])
+                rec = pd.DataFrame(
+                    [
+                        {
+                            "image_id": d[f"{side}_image"],
+                            "width": w,
+                            "height": h,
+                            "category": d[f"{side}_category"],
+                        }
+                    ]
+                )
                 feats.append(backbone.extract([image], rec)[0].half().float())  # as the cache stores it
                 encodes += 1
             fs, ft = feats
@@ -82,10 +91,15 @@ def official_loop(release: Path, backbone, alpha: float = 0.1) -> tuple[dict[str
             gt = scale_keypoints(np.array([trg[n] for n in names]), np.array(d["trg_imsize"]), size)
             left, top, right, bottom = d["trg_bndbox"]
             radius = alpha * max(right - left, bottom - top) / max(d["trg_imsize"])
-            per_pair.append((level, d["pair_group"], float((np.linalg.norm(pred - gt, axis=1) < radius).mean())))
+            per_pair.append(
+                (level, d["pair_group"], float((np.linalg.norm(pred - gt, axis=1) < radius).mean()))
+            )
     df = pd.DataFrame(per_pair, columns=["level", "group", "pck"])
     means = df.groupby(["level", "group"]).pck.mean().groupby("level").mean()
-    return {"soc": 100 * float(means.get("intra", np.nan)), "cross_soc": 100 * float(means.get("cross", np.nan))}, encodes
+    return {
+        "soc": 100 * float(means.get("intra", np.nan)),
+        "cross_soc": 100 * float(means.get("cross", np.nan)),
+    }, encodes
 
 
 def main() -> None:
@@ -105,14 +119,24 @@ def main() -> None:
         keypoints = keypoints[keypoints.image_id.isin(images.image_id)]
         corr = corr[corr.pair_id.isin(pairs.pair_id)]
     tax, protocol = load_taxonomy(), load_protocol()
-    spec = parse_spec({"kind": "timm", "model": args.model, "input": {"nearest_multiple": args.size},
-                       "device": "cpu", "batch_size": 8}, "bench_vit")
+    spec = parse_spec(
+        {
+            "kind": "timm",
+            "model": args.model,
+            "input": {"nearest_multiple": args.size},
+            "device": "cpu",
+            "batch_size": 8,
+        },
+        "bench_vit",
+    )
     backbone = build_backbone(spec)
     evaluated = pairs[pairs.evaluated.astype(bool)]
     n_img = len(set(evaluated.src_image) | set(evaluated.trg_image))
-    print(f"{len(evaluated)} evaluated pairs over {n_img} images ({len(evaluated) / n_img:.1f} pairs per image), "
-          f"{images.category.nunique()} categories; {args.model} (random, seed 0) at S={backbone.input_size(0, 0)}, "
-          f"CPU, torch threads {torch.get_num_threads()}")
+    print(
+        f"{len(evaluated)} evaluated pairs over {n_img} images ({len(evaluated) / n_img:.1f} pairs per image), "
+        f"{images.category.nunique()} categories; {args.model} (random, seed 0) at S={backbone.input_size(0, 0)}, "
+        f"CPU, torch threads {torch.get_num_threads()}"
+    )
     with tempfile.TemporaryDirectory(prefix="soco-bench-official-") as tmp:
         release = Path(tmp) / "release"
         export_soco_release(images, keypoints, pairs, corr, str(release), tax)
@@ -121,18 +145,28 @@ def main() -> None:
         t_official = time.perf_counter() - t
 
         t = time.perf_counter()
-        manifest = extract_features(spec, images[images.image_id.isin(set(evaluated.src_image) | set(evaluated.trg_image))],
-                                    os.path.join(tmp, "cache"), backbone=backbone)
+        manifest = extract_features(
+            spec,
+            images[images.image_id.isin(set(evaluated.src_image) | set(evaluated.trg_image))],
+            os.path.join(tmp, "cache"),
+            backbone=backbone,
+        )
         t_extract = time.perf_counter() - t
         store = FeatureStore.from_manifest(os.path.join(tmp, "cache"), manifest)
         preds = predict(pairs, corr, keypoints, images, store, protocol, spec.name)
         m = compute_metrics(preds, None, corr, keypoints, images, pairs, tax, protocol)
         t_pipeline = time.perf_counter() - t
-    m = m[(m.reduction == "official") & (m.scope == "all") & np.isclose(m.alpha, 0.1)].set_index("metric")["value"]
+    m = m[(m.reduction == "official") & (m.scope == "all") & np.isclose(m.alpha, 0.1)].set_index("metric")[
+        "value"
+    ]
     print(f"official loop: {t_official:.1f} s ({encodes} encodes, 2 per pair)")
-    print(f"pipeline:      {t_pipeline:.1f} s ({len(manifest)} encodes, 1 per image; extraction {t_extract:.1f} s, "
-          f"matching and scoring {t_pipeline - t_extract:.1f} s)")
-    print(f"ratio official / pipeline: {t_official / t_pipeline:.1f}x (encodes {encodes / len(manifest):.1f}x)")
+    print(
+        f"pipeline:      {t_pipeline:.1f} s ({len(manifest)} encodes, 1 per image; extraction {t_extract:.1f} s, "
+        f"matching and scoring {t_pipeline - t_extract:.1f} s)"
+    )
+    print(
+        f"ratio official / pipeline: {t_official / t_pipeline:.1f}x (encodes {encodes / len(manifest):.1f}x)"
+    )
     for k in ("soc", "cross_soc"):
         print(f"  {k:10s} official loop {theirs[k]:7.3f}  pipeline {float(m.get(k, np.nan)):7.3f}")
 

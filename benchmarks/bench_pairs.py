@@ -39,17 +39,24 @@ def synthetic_tables(taxonomy: Taxonomy, per_category: int, seed: int) -> tuple[
     rng = np.random.default_rng(seed)
     kt = taxonomy.keypoint_table()[["category", "keypoint", "concept"]]
     cats = taxonomy.categories
-    images = pd.DataFrame({
-        "image_id": [f"{c}_{i:04d}" for c in cats for i in range(per_category)],
-        "category": np.repeat(cats, per_category),
-    })
+    images = pd.DataFrame(
+        {
+            "image_id": [f"{c}_{i:04d}" for c in cats for i in range(per_category)],
+            "category": np.repeat(cats, per_category),
+        }
+    )
     kps = images.merge(kt, on="category")
     p_visible = rng.uniform(0.5, 0.8, len(images))
-    visible = rng.random(len(kps)) < pd.Series(p_visible, index=images.image_id).reindex(kps.image_id).to_numpy()
+    visible = (
+        rng.random(len(kps)) < pd.Series(p_visible, index=images.image_id).reindex(kps.image_id).to_numpy()
+    )
     xy = rng.uniform(0, 500, (len(kps), 2))
     kps = kps.assign(
-        x=np.where(visible, xy[:, 0], np.nan), y=np.where(visible, xy[:, 1], np.nan),
-        visible=visible, n_annotators=3, spread=0.0,
+        x=np.where(visible, xy[:, 0], np.nan),
+        y=np.where(visible, xy[:, 1], np.nan),
+        visible=visible,
+        n_annotators=3,
+        spread=0.0,
     )
     return images, kps
 
@@ -64,7 +71,9 @@ def timed(label: str, fn, rows_of=len):
     out = fn()
     dt, cpu = time.perf_counter() - t0, time.process_time() - c0
     rows = rows_of(out)
-    print(f"{label:<34s} {dt:7.2f} s wall {cpu:7.2f} s cpu {rows:>11,d} rows {rows / max(dt, 1e-9):>12,.0f} rows/s")
+    print(
+        f"{label:<34s} {dt:7.2f} s wall {cpu:7.2f} s cpu {rows:>11,d} rows {rows / max(dt, 1e-9):>12,.0f} rows/s"
+    )
     return out, dt
 
 
@@ -76,20 +85,28 @@ def main() -> None:
 
     tax = load_taxonomy()
     images, kps = synthetic_tables(tax, args.images_per_category, args.seed)
-    print(f"input: {len(images):,} images, {len(kps):,} keypoints, {kps.visible.mean():.1%} visible; "
-          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    print(
+        f"input: {len(images):,} images, {len(kps):,} keypoints, {kps.visible.mean():.1%} visible; "
+        f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+    )
     cfg = PairConfig(seed=args.seed)
 
     total = 0.0
     pairs, dt = timed("build_image_pairs", lambda: build_image_pairs(images, kps, tax, cfg))
     total += dt
-    corr, dt = timed("build_correspondences (all pairs)", lambda: build_correspondences(pairs, kps, tax),
-                     rows_of=lambda t: t.num_rows)
+    corr, dt = timed(
+        "build_correspondences (all pairs)",
+        lambda: build_correspondences(pairs, kps, tax),
+        rows_of=lambda t: t.num_rows,
+    )
     total += dt
     with tempfile.TemporaryDirectory() as tmp:
         path = str(Path(tmp) / "correspondences.parquet")
-        _, dt = timed("write_correspondences (stream)", lambda: write_correspondences(pairs, kps, tax, path),
-                      rows_of=lambda n: n)
+        _, dt = timed(
+            "write_correspondences (stream)",
+            lambda: write_correspondences(pairs, kps, tax, path),
+            rows_of=lambda n: n,
+        )
         total += dt
         size_mb = Path(path).stat().st_size / 2**20
         assert pq.read_metadata(path).num_rows == corr.num_rows
@@ -105,8 +122,12 @@ def main() -> None:
     print(f"{'total (all of the above)':<34s} {total:7.2f} s wall   target < 30 s on 2 cores")
     print(f"checks: {len(problems)} problem(s)")
 
-    print(f"\ncorrespondences in memory: {corr.nbytes / 2**20:,.0f} MiB (Arrow), Parquet file {size_mb:,.1f} MiB")
-    print(f"evaluated pairs: {int(pairs.evaluated.sum()):,} of {len(pairs):,}; four-choice items: {len(four):,}")
+    print(
+        f"\ncorrespondences in memory: {corr.nbytes / 2**20:,.0f} MiB (Arrow), Parquet file {size_mb:,.1f} MiB"
+    )
+    print(
+        f"evaluated pairs: {int(pairs.evaluated.sum()):,} of {len(pairs):,}; four-choice items: {len(four):,}"
+    )
     print(counts.to_string(index=False))
     peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     print(f"\npeak memory (maxrss): {peak_gb:.2f} GB   target < 4 GB")

@@ -74,8 +74,10 @@ def main() -> None:
         pairs = pairs[pairs.src_image.isin(images.image_id) & pairs.trg_image.isin(images.image_id)]
         corr = corr[corr.pair_id.isin(pairs.pair_id)]
     n_pairs = int(pairs.evaluated.astype(bool).sum())
-    print(f"demo set at {root}: {len(images)} images, {images.category.nunique()} categories, "
-          f"{n_pairs} evaluated pairs")
+    print(
+        f"demo set at {root}: {len(images)} images, {images.category.nunique()} categories, "
+        f"{n_pairs} evaluated pairs"
+    )
     tax, protocol = load_taxonomy(), load_protocol()
     with tempfile.TemporaryDirectory(prefix="soco-bench-resize-") as cache:
         for name in args.backbones:
@@ -88,15 +90,19 @@ def main() -> None:
                 manifest = extract_features(spec, images, cache, context={"data_root": root})
                 stores[resize] = FeatureStore.from_manifest(cache, manifest)
                 preds = predict(pairs, corr, keypoints, images, stores[resize], protocol, name)
-                pck[resize] = scores(compute_metrics(preds, None, corr, keypoints, images, pairs, tax, protocol))
+                pck[resize] = scores(
+                    compute_metrics(preds, None, corr, keypoints, images, pairs, tax, protocol)
+                )
                 print(f"  {name} resize={resize}: extracted and scored in {time.perf_counter() - t:.0f} s")
             max_d, cos = 0.0, []
             for image_id in images.image_id:
                 a, b = stores["pil"].get(image_id)[0], stores["tensor"].get(image_id)[0]
                 max_d = max(max_d, float(np.abs(a - b).max()))
                 cos.append(float((a * b).sum(0).mean()))
-            print(f"{name}: S={manifest.input_size.iloc[0]}, max |d| = {max_d:.3g}, "
-                  f"mean cosine = {np.mean(cos):.6f} (L2-normalised fp16 maps, {len(images)} images)")
+            print(
+                f"{name}: S={manifest.input_size.iloc[0]}, max |d| = {max_d:.3g}, "
+                f"mean cosine = {np.mean(cos):.6f} (L2-normalised fp16 maps, {len(images)} images)"
+            )
             for k in METRICS:
                 if k in pck["pil"]:
                     p, q = pck["pil"][k], pck["tensor"][k]

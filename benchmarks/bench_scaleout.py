@@ -53,19 +53,32 @@ def _load() -> str:
 def _defs(backbones_dir: Path, categories: list[str] | None, images: int | None):
     from soco_pipeline.defs.definitions import build_definitions
 
-    return build_definitions(storage_root=f"s3://{BUCKET}/{PREFIX}", backbones_dir=str(backbones_dir),
-                             categories=categories, images_per_category=images)
+    return build_definitions(
+        storage_root=f"s3://{BUCKET}/{PREFIX}",
+        backbones_dir=str(backbones_dir),
+        categories=categories,
+        images_per_category=images,
+    )
 
 
 def _backfill(stack: LocalStack, backbones: list[str]) -> str:
     q = """mutation B($p: LaunchBackfillParams!) { launchPartitionBackfill(backfillParams: $p) {
       __typename ... on LaunchBackfillSuccess { backfillId } ... on PythonError { message } } }"""
-    p = {"selector": {"partitionSetName": "evaluate_backbone_partition_set",
-                      "repositorySelector": {"repositoryLocationName": "soco_pipeline",
-                                             "repositoryName": "__repository__"}},
-         "partitionNames": backbones}
-    r = requests.post(f"http://127.0.0.1:{stack.ports['webserver']}/graphql",
-                      json={"query": q, "variables": {"p": p}}, timeout=60).json()
+    p = {
+        "selector": {
+            "partitionSetName": "evaluate_backbone_partition_set",
+            "repositorySelector": {
+                "repositoryLocationName": "soco_pipeline",
+                "repositoryName": "__repository__",
+            },
+        },
+        "partitionNames": backbones,
+    }
+    r = requests.post(
+        f"http://127.0.0.1:{stack.ports['webserver']}/graphql",
+        json={"query": q, "variables": {"p": p}},
+        timeout=60,
+    ).json()
     res = r["data"]["launchPartitionBackfill"]
     if res["__typename"] != "LaunchBackfillSuccess":
         raise RuntimeError(res)
@@ -77,7 +90,9 @@ def _node(stack: LocalStack, name: str) -> str:
     replies = stack.celery_app().control.ping(timeout=2.0) or []
     nodes = [n for r in replies for n in r if n.split("@")[0] == name]
     if not nodes:
-        raise RuntimeError(f"worker {name} does not answer a ping; see {stack.root / 'logs' / (name + '.log')}")
+        raise RuntimeError(
+            f"worker {name} does not answer a ping; see {stack.root / 'logs' / (name + '.log')}"
+        )
     return nodes[0]
 
 
@@ -112,13 +127,19 @@ def _rep_figures(instance, run_ids: list[str]) -> dict:
             ev = rec.dagster_event
             if ev is None:
                 continue
-            meta = ev.engine_event_data.metadata if ev.event_type == DagsterEventType.ENGINE_EVENT and \
-                ev.engine_event_data else {}
+            meta = (
+                ev.engine_event_data.metadata
+                if ev.event_type == DagsterEventType.ENGINE_EVENT and ev.engine_event_data
+                else {}
+            )
             if rec.step_key and "Celery worker" in meta:
                 picked_up[rec.step_key] = rec.timestamp  # the worker took the task (queue wait excluded)
                 workers.add(str(meta["Celery worker"].value).split("@")[0])
-            elif rec.step_key and ev.event_type == DagsterEventType.ENGINE_EVENT and \
-                    "Submitting celery task" in (rec.user_message or ""):
+            elif (
+                rec.step_key
+                and ev.event_type == DagsterEventType.ENGINE_EVENT
+                and "Submitting celery task" in (rec.user_message or "")
+            ):
                 submitted[rec.step_key] = rec.timestamp
             elif ev.event_type == DagsterEventType.STEP_START:
                 step_start.append(rec.timestamp)
@@ -134,8 +155,13 @@ def _rep_figures(instance, run_ids: list[str]) -> dict:
         run_costs.append((min(step_start) - created) + (run_end - max(step_end)))
         starts.append(created)
         ends.append(run_end)
-    return {"wall": max(ends) - min(starts), "run_cost": run_costs, "step_cost": step_costs,
-            "dispatch": dispatch, "workers": sorted(workers)}
+    return {
+        "wall": max(ends) - min(starts),
+        "run_cost": run_costs,
+        "step_cost": step_costs,
+        "dispatch": dispatch,
+        "workers": sorted(workers),
+    }
 
 
 def repetition(stack: LocalStack, instance, n: int) -> dict:
@@ -173,7 +199,9 @@ def leftovers(stack: LocalStack) -> list[str]:
     return [f"{s.name} {pid}" for s in stack.services for pid in group_members(s.pgid)]
 
 
-def run(root: Path, specs: Path, categories: list[str] | None, images: int | None, reps: int) -> dict[int, list]:
+def run(
+    root: Path, specs: Path, categories: list[str] | None, images: int | None, reps: int
+) -> dict[int, list]:
     """Start the stack, prepare the data, warm up, run the interleaved repetitions; stop the stack."""
     import dagster as dg
     import fsspec.config
@@ -185,8 +213,16 @@ def run(root: Path, specs: Path, categories: list[str] | None, images: int | Non
         env["SOCO_CATEGORIES"] = ",".join(categories)
     if images:
         env["SOCO_IMAGES_PER_CATEGORY"] = str(images)
-    stack = LocalStack(root, default_workers=2, gpu_workers=0, default_queues=QUEUES, max_concurrent_runs=4,
-                       automation=False, extra_env=env, storage_prefix=PREFIX)
+    stack = LocalStack(
+        root,
+        default_workers=2,
+        gpu_workers=0,
+        default_queues=QUEUES,
+        max_concurrent_runs=4,
+        automation=False,
+        extra_env=env,
+        storage_prefix=PREFIX,
+    )
     saved = dict(os.environ)
     res: dict[int, list] = {1: [], 2: []}
     t0 = time.monotonic()
@@ -197,9 +233,14 @@ def run(root: Path, specs: Path, categories: list[str] | None, images: int | Non
         fsspec.config.set_conf_env(fsspec.config.conf)
         with dg.DagsterInstance.get() as instance:
             defs = _defs(specs, categories, images)
-            done = dg.materialize(list(defs.assets), instance=instance, resources=defs.resources,
-                                  selection=dg.AssetSelection.groups("data", "pairs"), raise_on_error=True,
-                                  run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}})
+            done = dg.materialize(
+                list(defs.assets),
+                instance=instance,
+                resources=defs.resources,
+                selection=dg.AssetSelection.groups("data", "pairs"),
+                raise_on_error=True,
+                run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
+            )
             assert done.success
             instance.add_dynamic_partitions(backbones_partitions.name, BACKBONES)
             w = repetition(stack, instance, 2)
@@ -208,8 +249,11 @@ def run(root: Path, specs: Path, categories: list[str] | None, images: int | Non
                 load = _load()
                 r = repetition(stack, instance, n)
                 res[n].append(r)
-                print(f"rep {i}: {n} worker{'s' if n > 1 else ' '} {r['wall']:6.1f} s  steps ran on "
-                      f"{','.join(r['workers'])}  ({load} at its start)", flush=True)
+                print(
+                    f"rep {i}: {n} worker{'s' if n > 1 else ' '} {r['wall']:6.1f} s  steps ran on "
+                    f"{','.join(r['workers'])}  ({load} at its start)",
+                    flush=True,
+                )
         return res
     finally:
         os.environ.clear()
@@ -227,9 +271,12 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=2, help="repetitions per setting, in ABBA order (default 2)")
     args = ap.parse_args()
     categories = [c for c in args.categories.split(",") if c] or None
-    print(f"nproc {os.cpu_count()}; {_load()} before; {len(BACKBONES)} partitions ({', '.join(BACKBONES)}); "
-          f"data: {args.categories or 'demo set'}, {args.images or 'all'} images per category; "
-          f"order {abba(args.reps)} after a 2-worker warm-up", flush=True)
+    print(
+        f"nproc {os.cpu_count()}; {_load()} before; {len(BACKBONES)} partitions ({', '.join(BACKBONES)}); "
+        f"data: {args.categories or 'demo set'}, {args.images or 'all'} images per category; "
+        f"order {abba(args.reps)} after a 2-worker warm-up",
+        flush=True,
+    )
     tmp = Path(tempfile.mkdtemp(prefix="soco-bench-scaleout-"))
     tmp.chmod(0o755)  # Postgres runs as the postgres user and must enter its data folder below
     try:
@@ -249,10 +296,12 @@ def main() -> None:
         rc = [c for r in res[n] for c in r["run_cost"]]
         sc = [c for r in res[n] for c in r["step_cost"]]
         dp = [c for r in res[n] for c in r["dispatch"]]
-        print(f"fixed cost ({n} worker{'s' if n > 1 else ''}): per run {statistics.median(rc):.1f} s median "
-              f"(create -> first step, last step -> end); per step {statistics.median(sc):.2f} s median "
-              f"(worker says 'Executing steps' -> step start), max {max(sc):.2f} s; task submitted -> step "
-              f"start {statistics.median(dp):.1f} s median (includes waiting for a free worker)")
+        print(
+            f"fixed cost ({n} worker{'s' if n > 1 else ''}): per run {statistics.median(rc):.1f} s median "
+            f"(create -> first step, last step -> end); per step {statistics.median(sc):.2f} s median "
+            f"(worker says 'Executing steps' -> step start), max {max(sc):.2f} s; task submitted -> step "
+            f"start {statistics.median(dp):.1f} s median (includes waiting for a free worker)"
+        )
     print(f"nproc {os.cpu_count()}; {_load()} after")
 
 

@@ -23,10 +23,12 @@ def run(size: str, workers: int) -> None:
         dt = time.perf_counter() - t0
         cpu = _cpu_seconds() - cpu0
     c = man["counts"]
-    print(f"{size}: {c['images']} images ({c['kept']} kept, {c['rejected']} rejects) in {dt:.1f} s "
-          f"= {c['images'] / dt:.1f} images/s on {workers} workers; kept images/s {c['kept'] / dt:.1f}; "
-          f"CPU {cpu:.0f} s = {1000 * cpu / c['images']:.0f} ms/image (wall on {workers} idle cores "
-          f"~{cpu / workers:.0f} s)")
+    print(
+        f"{size}: {c['images']} images ({c['kept']} kept, {c['rejected']} rejects) in {dt:.1f} s "
+        f"= {c['images'] / dt:.1f} images/s on {workers} workers; kept images/s {c['kept'] / dt:.1f}; "
+        f"CPU {cpu:.0f} s = {1000 * cpu / c['images']:.0f} ms/image (wall on {workers} idle cores "
+        f"~{cpu / workers:.0f} s)"
+    )
 
 
 def _cpu_seconds() -> float:

@@ -46,10 +46,12 @@ def main() -> None:
         afc, asummary = annotate_afc(values, items, cfg)
         images = write_images(pd.concat([ts.images, values], ignore_index=True), root, cfg)
         dt, cpu = time.perf_counter() - t0, _cpu() - c0
-        print(f"generation: {len(ts.triplets)} triplets + {len(items)} 2AFC items -> {len(images)} renders "
-              f"({cfg.image_size} px) in {dt:.1f} s (CPU {cpu:.1f} s, {1000 * dt / len(images):.0f} ms/render); "
-              f"OOO kept {summary['kept']}/{summary['asked']}, 2AFC kept {asummary['kept']}/{asummary['asked']} "
-              f"(simulated judgements)")
+        print(
+            f"generation: {len(ts.triplets)} triplets + {len(items)} 2AFC items -> {len(images)} renders "
+            f"({cfg.image_size} px) in {dt:.1f} s (CPU {cpu:.1f} s, {1000 * dt / len(images):.0f} ms/render); "
+            f"OOO kept {summary['kept']}/{summary['asked']}, 2AFC kept {asummary['kept']}/{asummary['asked']} "
+            f"(simulated judgements)"
+        )
         specs = list_specs()
         names = args.backbones or list(specs)
         ids = images.image_id.tolist()
@@ -61,11 +63,19 @@ def main() -> None:
             return float(t[(t["eval"] == "ooo") & (t.aspect == "all")].agreement.item())
 
         t0 = time.perf_counter()
-        pix = {m: test_ooo("pixels", m, s) for m, s in (("random", b.random_sim(cfg.seed)), ("l2", b.l2_sim(pixels)),
-                                                          ("ssim", b.ssim_sim(pixels)))}
-        print(f"pixel baselines ({time.perf_counter() - t0:.1f} s), test OOO: "
-              + ", ".join(f"{k} {v:.1f}" for k, v in pix.items())
-              + f"; {int((ooo.split == 'test').sum())} test rows, {int((ooo.split == 'train').sum())} train rows")
+        pix = {
+            m: test_ooo("pixels", m, s)
+            for m, s in (
+                ("random", b.random_sim(cfg.seed)),
+                ("l2", b.l2_sim(pixels)),
+                ("ssim", b.ssim_sim(pixels)),
+            )
+        }
+        print(
+            f"pixel baselines ({time.perf_counter() - t0:.1f} s), test OOO: "
+            + ", ".join(f"{k} {v:.1f}" for k, v in pix.items())
+            + f"; {int((ooo.split == 'test').sum())} test rows, {int((ooo.split == 'train').sum())} train rows"
+        )
         vocab = AspectVocab(cfg.aspects)
         total = 0.0
         for name in names:
@@ -79,16 +89,20 @@ def main() -> None:
             ext = time.perf_counter() - t0
             feats = load_tpips_features(spec, ids, f"{root}/cache", cfg, device="cpu")
             total += ext
-            line = [f"{name}: extract {len(images)} images x {len(feats.layers)} layer(s) {ext:.1f} s",
-                    f"lpips_style test OOO {test_ooo(name, 'lpips_style', b.lpips_style_sim(feats)):.1f}",
-                    f"cosine {test_ooo(name, 'cosine', b.cosine_sim(feats)):.1f}"]
+            line = [
+                f"{name}: extract {len(images)} images x {len(feats.layers)} layer(s) {ext:.1f} s",
+                f"lpips_style test OOO {test_ooo(name, 'lpips_style', b.lpips_style_sim(feats)):.1f}",
+                f"cosine {test_ooo(name, 'cosine', b.cosine_sim(feats)):.1f}",
+            ]
             for kind in KINDS:
                 t0 = time.perf_counter()
                 m = train_metric(kind, feats, ooo, pos, vocab, cfg.learned)
                 total += time.perf_counter() - t0
                 agree = test_ooo(name, kind, m.sim)
-                line.append(f"{kind} {m.seconds:.2f} s / {m.epochs} epochs = {m.triplets_per_second:.0f} triplets/s "
-                            f"(test OOO {agree:.1f})")
+                line.append(
+                    f"{kind} {m.seconds:.2f} s / {m.epochs} epochs = {m.triplets_per_second:.0f} triplets/s "
+                    f"(test OOO {agree:.1f})"
+                )
             print("; ".join(line))
         print(f"extraction + training over the backbones: {total:.1f} s")
 

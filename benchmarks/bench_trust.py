@@ -40,14 +40,24 @@ def main() -> None:
         (tmp / "home").mkdir()
         with dg.instance_for_test(temp_dir=str(tmp / "home")) as instance:
             instance.add_dynamic_partitions("backbones", ORACLES)
-            defs = build_definitions(storage_root=str(tmp / "storage"), backbones_dir=str(tmp / "backbones"),
-                                     categories=args.categories.split(","), images_per_category=args.images,
-                                     device="cpu")
+            defs = build_definitions(
+                storage_root=str(tmp / "storage"),
+                backbones_dir=str(tmp / "backbones"),
+                categories=args.categories.split(","),
+                images_per_category=args.images,
+                device="cpu",
+            )
 
             def mat(keys, partition=None):
                 sel = dg.AssetSelection.assets(*keys) if isinstance(keys, list) else keys
-                assert dg.materialize(list(defs.assets), selection=sel, instance=instance, resources=defs.resources,
-                                      partition_key=partition, run_config=QUIET).success
+                assert dg.materialize(
+                    list(defs.assets),
+                    selection=sel,
+                    instance=instance,
+                    resources=defs.resources,
+                    partition_key=partition,
+                    run_config=QUIET,
+                ).success
 
             mat(dg.AssetSelection.groups("data", "pairs"))
             for b in ORACLES:
@@ -55,27 +65,50 @@ def main() -> None:
                 t0 = time.perf_counter()
                 mat(["results_record"], b)
                 rec_path = tmp / "storage" / "results" / "records" / f"{b}.json"
-                print(f"{b}: results_record {time.perf_counter() - t0:.1f} s (Dagster run included), "
-                      f"{rec_path.stat().st_size / 1024:.0f} KiB")
+                print(
+                    f"{b}: results_record {time.perf_counter() - t0:.1f} s (Dagster run included), "
+                    f"{rec_path.stat().st_size / 1024:.0f} KiB"
+                )
             t = tmp / "storage" / "tables"
             read = pd.read_parquet
             pairs = read(t / "image_pairs.parquet")
-            common = [read(t / "correspondences.parquet"), read(t / "keypoints.parquet"), read(t / "image_set.parquet")]
+            common = [
+                read(t / "correspondences.parquet"),
+                read(t / "keypoints.parquet"),
+                read(t / "image_set.parquet"),
+            ]
             theory = expected_concept_oracle_soc(common[0], pairs, common[1], common[2], alpha=0.1)
-            scores = {b: stats.backbone_scores(read(t / "predictions" / f"{b}.parquet"),
-                                               read(t / "four_choice_predictions" / f"{b}.parquet"), *common, pairs,
-                                               load_protocol()) for b in ORACLES}
+            scores = {
+                b: stats.backbone_scores(
+                    read(t / "predictions" / f"{b}.parquet"),
+                    read(t / "four_choice_predictions" / f"{b}.parquet"),
+                    *common,
+                    pairs,
+                    load_protocol(),
+                )
+                for b in ORACLES
+            }
             for b in ORACLES:
                 ci = stats.intervals(scores[b]).set_index("metric")
                 for m in ("cc", "soc", "soc_geo", "cross_soc", "four_choice"):
                     r = ci.loc[m]
-                    print(f"{b:15s} {m:12s} {r.value:6.1f}  boot_category [{r.ci95_lo_boot_category:5.1f}, "
-                          f"{r.ci95_hi_boot_category:5.1f}]  cluster_image_logit [{r.ci95_lo_cluster_image_logit:5.1f}, "
-                          f"{r.ci95_hi_cluster_image_logit:5.1f}]  pairs {r.n_units}")
+                    print(
+                        f"{b:15s} {m:12s} {r.value:6.1f}  boot_category [{r.ci95_lo_boot_category:5.1f}, "
+                        f"{r.ci95_hi_boot_category:5.1f}]  cluster_image_logit [{r.ci95_lo_cluster_image_logit:5.1f}, "
+                        f"{r.ci95_hi_cluster_image_logit:5.1f}]  pairs {r.n_units}"
+                    )
             print(f"concept oracle SOC theory (evaluation/theory.py): {theory:.1f}")
             overall, _ = stats.compare(scores["oracle_part"], scores["oracle_concept"])
-            print(json.dumps(overall.set_index("metric")[["delta", "ci95_lo_boot_category", "ci95_hi_boot_category",
-                                                          "sign_test_p"]].round(4).to_dict("index"), indent=1))
+            print(
+                json.dumps(
+                    overall.set_index("metric")[
+                        ["delta", "ci95_lo_boot_category", "ci95_hi_boot_category", "sign_test_p"]
+                    ]
+                    .round(4)
+                    .to_dict("index"),
+                    indent=1,
+                )
+            )
 
 
 if __name__ == "__main__":

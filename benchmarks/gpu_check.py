@@ -93,8 +93,12 @@ def forward_rate(backbone, images: pd.DataFrame, repeats: int = 2) -> float:
     bs, dev = backbone.spec.batch_size, backbone.device
     size = backbone.input_size(0, 0)
     groups = [images.iloc[i : i + bs].reset_index(drop=True) for i in range(0, len(images), bs)]
-    inputs = [preprocess_batch([load_image(u) for u in g.uri], size, backbone.spec.normalisation, dev,
-                               backbone.spec.input.resize) for g in groups]
+    inputs = [
+        preprocess_batch(
+            [load_image(u) for u in g.uri], size, backbone.spec.normalisation, dev, backbone.spec.input.resize
+        )
+        for g in groups
+    ]
     if backbone.spec.channels_last:
         inputs = [x.contiguous(memory_format=torch.channels_last) for x in inputs]
     backbone._apply_speed_options()
@@ -112,7 +116,9 @@ def forward_rate(backbone, images: pd.DataFrame, repeats: int = 2) -> float:
     return len(images) / best
 
 
-def extract_rate(spec: BackboneSpec, backbone, images: pd.DataFrame, cache: str) -> tuple[float, pd.DataFrame]:
+def extract_rate(
+    spec: BackboneSpec, backbone, images: pd.DataFrame, cache: str
+) -> tuple[float, pd.DataFrame]:
     """(images/s of the whole extract_features into an empty cache, its manifest); warm backbone."""
     extract_features(spec, images.iloc[: spec.batch_size], join(cache, "warm"), backbone=backbone)
     sync(backbone.device)
@@ -153,11 +159,29 @@ def map_agreement(t: Tables, cache_a: str, spec_a: BackboneSpec, cache_b: str, s
 def check_specs(args) -> list[BackboneSpec]:
     """The random ViT and the tiny diffusion specs at the requested sizes, on the requested device."""
     common = {"weights": "none", "device": args.device, "seed": 0}
-    vit = parse_spec({**common, "kind": "timm", "model": args.vit, "input": {"nearest_multiple": args.size},
-                      "normalisation": "imagenet", "batch_size": args.batch}, "vit_random")
-    dift = parse_spec({**common, "kind": "diffusion", "model": "tiny", "normalisation": "half",
-                       "input": {"nearest_multiple": args.diffusion_size}, "ensemble": args.ensemble,
-                       "batch_size": args.diffusion_batch}, "tiny_diffusion")
+    vit = parse_spec(
+        {
+            **common,
+            "kind": "timm",
+            "model": args.vit,
+            "input": {"nearest_multiple": args.size},
+            "normalisation": "imagenet",
+            "batch_size": args.batch,
+        },
+        "vit_random",
+    )
+    dift = parse_spec(
+        {
+            **common,
+            "kind": "diffusion",
+            "model": "tiny",
+            "normalisation": "half",
+            "input": {"nearest_multiple": args.diffusion_size},
+            "ensemble": args.ensemble,
+            "batch_size": args.diffusion_batch,
+        },
+        "tiny_diffusion",
+    )
     return [vit, dift]
 
 
@@ -172,18 +196,26 @@ def run(args) -> dict:
     """Run the check, print its figures and return them (for the test)."""
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("no CUDA device here: run with --device cpu (and tiny settings) to exercise the script")
+        raise SystemExit(
+            "no CUDA device here: run with --device cpu (and tiny settings) to exercise the script"
+        )
     t0 = time.perf_counter()
     cats = args.categories.split(",") if args.categories else None
     # A folder of its own per category choice (as the pipeline's settings name it): never overwrite another.
-    root = args.data_root or Settings(categories=tuple(cats) if cats else None,
-                                      images_per_category=args.per_category).embedded_root
+    root = (
+        args.data_root
+        or Settings(
+            categories=tuple(cats) if cats else None, images_per_category=args.per_category
+        ).embedded_root
+    )
     tables = demo_tables(root, cats, args.per_category)
     run_t, agree_t = subset(tables, args.n), subset(tables, args.agree)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
-    print(f"torch {torch.__version__} on {name}; {len(run_t.images)} images for throughput, "
-          f"{len(agree_t.images)} images / {len(agree_t.pairs)} pairs / {len(agree_t.corr)} correspondences "
-          f"for agreement (tables in {time.perf_counter() - t0:.0f} s)")
+    print(
+        f"torch {torch.__version__} on {name}; {len(run_t.images)} images for throughput, "
+        f"{len(agree_t.images)} images / {len(agree_t.pairs)} pairs / {len(agree_t.corr)} correspondences "
+        f"for agreement (tables in {time.perf_counter() - t0:.0f} s)"
+    )
     ctx = BackboneContext(data_root=root)
     out: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -197,11 +229,19 @@ def run(args) -> dict:
             fwd = forward_rate(backbone, run_t.images)
             whole, _ = extract_rate(spec, backbone, run_t.images, join(tmp, spec.name, "dev"))
             peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else float("nan")
-            fig.update(forward=fwd, whole=whole, ratio=whole / fwd, peak_gib=peak, n_forward=len(run_t.images),
-                       n_whole=len(run_t.images))
-            print(f"\n{spec.name} (S={size}, batch {spec.batch_size}, {device}): whole {whole:.2f} images/s, "
-                  f"forward only {fwd:.2f} images/s, whole/forward {whole / fwd:.3f} (target >= 0.8); "
-                  f"peak GPU memory {peak:.2f} GiB")
+            fig.update(
+                forward=fwd,
+                whole=whole,
+                ratio=whole / fwd,
+                peak_gib=peak,
+                n_forward=len(run_t.images),
+                n_whole=len(run_t.images),
+            )
+            print(
+                f"\n{spec.name} (S={size}, batch {spec.batch_size}, {device}): whole {whole:.2f} images/s, "
+                f"forward only {fwd:.2f} images/s, whole/forward {whole / fwd:.3f} (target >= 0.8); "
+                f"peak GPU memory {peak:.2f} GiB"
+            )
 
             # CPU reference vs the device, on the agreement slice.
             dev_cache = join(tmp, spec.name, "dev", "run")
@@ -212,8 +252,10 @@ def run(args) -> dict:
             ref = predictions(agree_t, dev_cache, spec)
             cells = same_cells(predictions(agree_t, cpu_cache, cpu_spec), ref)
             fig.update(maps, cpu_same_cells=cells)
-            print(f"  CPU vs {device.type}: map cosine mean {maps['cos_mean']:.6f}, min {maps['cos_min']:.6f}, "
-                  f"max |diff| {maps['max_abs']:.2e}; identical argmax cells {cells:.4f} of {len(ref)} queries")
+            print(
+                f"  CPU vs {device.type}: map cosine mean {maps['cos_mean']:.6f}, min {maps['cos_min']:.6f}, "
+                f"max |diff| {maps['max_abs']:.2e}; identical argmax cells {cells:.4f} of {len(ref)} queries"
+            )
 
             for opt in args.options:
                 fields, kinds = OPTIONS[opt]
@@ -231,10 +273,17 @@ def run(args) -> dict:
                     print(f"  option {opt:13s}: FAILED ({type(e).__name__}: {str(e).splitlines()[0][:200]})")
                     fig[opt] = {"error": repr(e)}
                     continue
-                fig[opt] = {"same_cells": ocells, "forward": ofwd, "whole": rate, "n_forward": len(run_t.images),
-                            "n_whole": len(run_t.images)}
-                print(f"  option {opt:13s}: identical argmax cells vs fp32 {ocells:.4f}; forward only "
-                      f"{ofwd:.2f} images/s ({ofwd / fwd:.2f}x fp32), whole {rate:.2f} images/s")
+                fig[opt] = {
+                    "same_cells": ocells,
+                    "forward": ofwd,
+                    "whole": rate,
+                    "n_forward": len(run_t.images),
+                    "n_whole": len(run_t.images),
+                }
+                print(
+                    f"  option {opt:13s}: identical argmax cells vs fp32 {ocells:.4f}; forward only "
+                    f"{ofwd:.2f} images/s ({ofwd / fwd:.2f}x fp32), whole {rate:.2f} images/s"
+                )
             del backbone
     print(f"\ngpu_check done in {time.perf_counter() - t0:.0f} s")
     return out
@@ -247,18 +296,30 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--vit", default="vit_base_patch14_dinov2", help="timm ViT (random weights)")
     ap.add_argument("--size", type=int, default=798, help="ViT input size")
     ap.add_argument("--batch", type=int, default=16, help="ViT batch size")
-    ap.add_argument("--diffusion-size", type=int, default=128, help="tiny diffusion input size (attention runs at S/2)")
+    ap.add_argument(
+        "--diffusion-size", type=int, default=128, help="tiny diffusion input size (attention runs at S/2)"
+    )
     ap.add_argument("--diffusion-batch", type=int, default=8)
     ap.add_argument("--ensemble", type=int, default=8)
     ap.add_argument("--n", type=int, default=96, help="images for the throughput figures")
-    ap.add_argument("--agree", type=int, default=32,
-                    help="images (and their pairs) for the agreement figures; a multiple of the batch sizes")
-    ap.add_argument("--categories", default="car,bus,ambulance,tractor",
-                    help="demo categories to use ('' = all 16)")
-    ap.add_argument("--per-category", type=int, default=None, help="images per category (default: the demo's)")
+    ap.add_argument(
+        "--agree",
+        type=int,
+        default=32,
+        help="images (and their pairs) for the agreement figures; a multiple of the batch sizes",
+    )
+    ap.add_argument(
+        "--categories", default="car,bus,ambulance,tractor", help="demo categories to use ('' = all 16)"
+    )
+    ap.add_argument(
+        "--per-category", type=int, default=None, help="images per category (default: the demo's)"
+    )
     ap.add_argument("--options", nargs="*", default=list(OPTIONS), choices=list(OPTIONS))
-    ap.add_argument("--data-root", default=None,
-                    help="where the embedded set is (generated if absent); default under $SOCO_STORAGE/embedded")
+    ap.add_argument(
+        "--data-root",
+        default=None,
+        help="where the embedded set is (generated if absent); default under $SOCO_STORAGE/embedded",
+    )
     return ap
 
 

@@ -28,7 +28,9 @@ def cmd_sql(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_leaderboard(args: argparse.Namespace, settings: Settings) -> int:
     """Print the leaderboard table."""
-    _print_df(query(settings.duckdb_path, "SELECT * FROM leaderboard ORDER BY soc DESC", settings.tables_root))
+    _print_df(
+        query(settings.duckdb_path, "SELECT * FROM leaderboard ORDER BY soc DESC", settings.tables_root)
+    )
     return 0
 
 
@@ -101,7 +103,11 @@ def cmd_export_results(args: argparse.Namespace, settings: Settings) -> int:
         )
     pairs = read_parquet(table_for("image_pairs").path(settings.tables_root))
     doc = official_results(
-        read_parquet(path), pairs, args.backbone, load_protocol(args.protocol), alpha=args.alpha,
+        read_parquet(path),
+        pairs,
+        args.backbone,
+        load_protocol(args.protocol),
+        alpha=args.alpha,
         settings={"metrics_table": path},
     )
     write_bytes_atomic(args.out, (json.dumps(doc, indent=2, allow_nan=False) + "\n").encode())
@@ -121,10 +127,15 @@ def cmd_cluster(args: argparse.Namespace, settings: Settings) -> int:
     root = Path(args.dir)
     if args.action == "start":
         t0 = time.monotonic()
-        stack = LocalStack(root, default_workers=args.workers, gpu_workers=args.gpu_workers,
-                           max_concurrent_runs=args.max_concurrent_runs, automation=not args.no_automation,
-                           lost_worker_grace=args.lost_worker_grace,
-                           log=lambda msg: print(f"[{time.monotonic() - t0:5.1f} s] {msg}", flush=True))
+        stack = LocalStack(
+            root,
+            default_workers=args.workers,
+            gpu_workers=args.gpu_workers,
+            max_concurrent_runs=args.max_concurrent_runs,
+            automation=not args.no_automation,
+            lost_worker_grace=args.lost_worker_grace,
+            log=lambda msg: print(f"[{time.monotonic() - t0:5.1f} s] {msg}", flush=True),
+        )
         stack.start(timeout=args.timeout)
         print(f"stack up; use it with:  source {root.resolve() / 'cluster.env'}")
         return 0
@@ -138,13 +149,17 @@ def cmd_cluster(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     if args.action == "restart":
         if not args.service:
-            raise ValueError("soco cluster restart needs --service NAME (e.g. gpu-worker-1; see `soco cluster status`)")
+            raise ValueError(
+                "soco cluster restart needs --service NAME (e.g. gpu-worker-1; see `soco cluster status`)"
+            )
         svc = stack.restart(args.service, timeout=args.timeout)
         print(f"{svc.name} restarted: pid {svc.pid}, log {svc.log}")
         return 0
     status = stack.status()
     for svc in stack.services:
-        print(f"{svc.name:14s} pid {svc.pid:<8d} {'running' if status.get(svc.name) else 'stopped':8s} {svc.log}")
+        print(
+            f"{svc.name:14s} pid {svc.pid:<8d} {'running' if status.get(svc.name) else 'stopped':8s} {svc.log}"
+        )
     return 0 if status and all(status.values()) else 1
 
 
@@ -154,8 +169,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser("sql", help="run a SQL query over the results (DuckDB)")
     s.add_argument("query")
-    s.add_argument("--format", choices=["table", "csv", "json", "markdown"], default="table",
-                   help="output format (default: an aligned text table)")
+    s.add_argument(
+        "--format",
+        choices=["table", "csv", "json", "markdown"],
+        default="table",
+        help="output format (default: an aligned text table)",
+    )
     s.set_defaults(func=cmd_sql)
     s = sub.add_parser("leaderboard", help="print the leaderboard")
     s.set_defaults(func=cmd_leaderboard)
@@ -163,7 +182,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("spec")
     s.add_argument("--force", action="store_true", help="replace an existing spec of the same name")
     s.add_argument(
-        "--skip-weights-check", action="store_true",
+        "--skip-weights-check",
+        action="store_true",
         help="add the spec even though its weights are not there yet (its runs fail until they are)",
     )
     s.set_defaults(func=cmd_add_backbone)
@@ -171,21 +191,30 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("out", help="output folder (fsspec path)")
     s.add_argument("--force", action="store_true", help="replace an existing output folder")
     s.set_defaults(func=cmd_export_release)
-    s = sub.add_parser("export-results", help="write a backbone's metrics in the official scorer's JSON shape")
+    s = sub.add_parser(
+        "export-results", help="write a backbone's metrics in the official scorer's JSON shape"
+    )
     s.add_argument("backbone")
     s.add_argument("out", help="output JSON file (fsspec path)")
     s.add_argument("--alpha", type=float, default=None, help="PCK alpha (default: the protocol's headline)")
     s.add_argument("--protocol", default=None, help="protocol file (default: assets/protocol.yaml)")
-    s.add_argument("--format", choices=["official", "record"], default="official",
-                   help="official: the SOCO scorer's shape; record: the results record (docs/results.md)")
-    s.add_argument("--lvlm", action="store_true", help="record: BACKBONE names an LVLM spec (family soco_lvlm)")
+    s.add_argument(
+        "--format",
+        choices=["official", "record"],
+        default="official",
+        help="official: the SOCO scorer's shape; record: the results record (docs/results.md)",
+    )
+    s.add_argument(
+        "--lvlm", action="store_true", help="record: BACKBONE names an LVLM spec (family soco_lvlm)"
+    )
     s.set_defaults(func=cmd_export_results)
     from soco_pipeline.trust_cli import add_commands
 
     add_commands(sub)  # diff-runs, compare, evaluate, show, report (docs/results.md)
 
-
-    s = sub.add_parser("cluster", help="start/stop/status/restart of the local distributed stack (docs/scaling-out.md)")
+    s = sub.add_parser(
+        "cluster", help="start/stop/status/restart of the local distributed stack (docs/scaling-out.md)"
+    )
     s.add_argument("action", choices=["start", "stop", "status", "restart"])
     s.add_argument("--service", default=None, help="restart: the service to start again (a worker, say)")
     s.add_argument("--dir", default="storage/cluster", help="state, logs and data of the stack")
@@ -193,8 +222,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--gpu-workers", type=int, default=1, help="Celery workers on the gpu queue")
     s.add_argument("--max-concurrent-runs", type=int, default=4, help="runs the queue lets run at once")
     s.add_argument("--no-automation", action="store_true", help="no eager automation (backfills only)")
-    s.add_argument("--lost-worker-grace", type=float, default=60.0,
-                   help="seconds a worker holding a step may miss pings before the step is failed as lost")
+    s.add_argument(
+        "--lost-worker-grace",
+        type=float,
+        default=60.0,
+        help="seconds a worker holding a step may miss pings before the step is failed as lost",
+    )
     s.add_argument("--timeout", type=float, default=180.0, help="seconds each service may take to be healthy")
     s.set_defaults(func=cmd_cluster)
     return p

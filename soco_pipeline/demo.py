@@ -29,8 +29,15 @@ from soco_pipeline.defs.definitions import build_definitions
 from soco_pipeline.defs.recovery import process_tags
 
 DATA_AND_PAIRS = ("data", "pairs")
-PER_BACKBONE = ("feature_manifest", "global_feature_manifest", "predictions", "four_choice_predictions", "metrics",
-                "global_metrics", "results_record")
+PER_BACKBONE = (
+    "feature_manifest",
+    "global_feature_manifest",
+    "predictions",
+    "four_choice_predictions",
+    "metrics",
+    "global_metrics",
+    "results_record",
+)
 SUMMARY = ("leaderboard", "results_database", "correlation", "results_report")
 BACKBONES, LVLMS = "backbones", "lvlms"  # the dynamic partition sets of specs
 # Where each run's job comes from: module and function, called with the demo's settings overrides. Step
@@ -39,10 +46,20 @@ LOCATION = ("soco_pipeline.demo", "demo_job")
 # Steps run in a forkserver that has the pipeline, its heavy libraries and Dagster's storage layer imported
 # already, so a step process starts in a fraction of a second instead of importing torch again.
 PRELOAD = [
-    "soco_pipeline.worker_preload", "soco_pipeline.defs.definitions", "torch", "timm", "soco_pipeline.features",
-    "soco_pipeline.pairs", "soco_pipeline.pairs.four_choice", "soco_pipeline.sources", "soco_pipeline.evaluation.matching",
-    "soco_pipeline.evaluation.four_choice_matching", "soco_pipeline.evaluation.metrics",
-    "soco_pipeline.analysis.leaderboard", "soco_pipeline.results_db", "soco_pipeline.analysis",
+    "soco_pipeline.worker_preload",
+    "soco_pipeline.defs.definitions",
+    "torch",
+    "timm",
+    "soco_pipeline.features",
+    "soco_pipeline.pairs",
+    "soco_pipeline.pairs.four_choice",
+    "soco_pipeline.sources",
+    "soco_pipeline.evaluation.matching",
+    "soco_pipeline.evaluation.four_choice_matching",
+    "soco_pipeline.evaluation.metrics",
+    "soco_pipeline.analysis.leaderboard",
+    "soco_pipeline.results_db",
+    "soco_pipeline.analysis",
 ]
 LOGGERS = {"console": {"config": {"log_level": "WARNING"}}}
 
@@ -61,8 +78,9 @@ def run_config(pooled: bool) -> dict:
 def demo_job(name: str, keys: list[str], overrides: dict | None = None) -> dg.JobDefinition:
     """An asset job `name` over `keys` (and their checks) in the code location built with the demo's
     settings `overrides`: what one demo run executes."""
-    job = dg.define_asset_job(name, selection=dg.AssetSelection.assets(*[dg.AssetKey.from_user_string(k)
-                                                                         for k in keys]))
+    job = dg.define_asset_job(
+        name, selection=dg.AssetSelection.assets(*[dg.AssetKey.from_user_string(k) for k in keys])
+    )
     defs = dg.Definitions.merge(build_definitions(**(overrides or {})), dg.Definitions(jobs=[job]))
     return defs.resolve_job_def(name)
 
@@ -87,7 +105,9 @@ class Family:
     per_backbone: list[dg.AssetKey] = field(default_factory=list)
     per_lvlm: list[dg.AssetKey] = field(default_factory=list)
     leaderboard: dg.AssetKey | None = None
-    after: list[dg.AssetKey] = field(default_factory=list)  # unpartitioned, over partitioned ones: with the board
+    after: list[dg.AssetKey] = field(
+        default_factory=list
+    )  # unpartitioned, over partitioned ones: with the board
 
 
 def families(defs: dg.Definitions, exclude: Sequence[str] = ()) -> list[Family]:
@@ -110,8 +130,9 @@ def families(defs: dg.Definitions, exclude: Sequence[str] = ()) -> list[Family]:
             part_name = getattr(parts, "name", None)
             if node.key == board:
                 continue
-            if parts is None and any(graph.get(p).partitions_def is not None for p in node.parent_keys
-                                     if graph.has(p)):
+            if parts is None and any(
+                graph.get(p).partitions_def is not None for p in node.parent_keys if graph.has(p)
+            ):
                 family.after.append(node.key)
             elif parts is None:
                 family.once.append(node.key)
@@ -133,10 +154,16 @@ def family_stages(family: Family, backbones: Sequence[str], lvlms: Sequence[str]
     name = family.name
     stages = [Stage(name, f"demo_{name}", family.once)] if family.once else []
     if family.per_backbone:
-        stages += [Stage(f"{name} / backbone {b}", f"demo_{name}_backbone", family.per_backbone, b) for b in backbones]
+        stages += [
+            Stage(f"{name} / backbone {b}", f"demo_{name}_backbone", family.per_backbone, b)
+            for b in backbones
+        ]
     if family.per_lvlm:
         stages += [Stage(f"{name} / LVLM {m}", f"demo_{name}_lvlm", family.per_lvlm, m) for m in lvlms]
-    return [*stages, Stage(f"{name} leaderboard", f"demo_{name}_leaderboard", [family.leaderboard, *family.after])]
+    return [
+        *stages,
+        Stage(f"{name} leaderboard", f"demo_{name}_leaderboard", [family.leaderboard, *family.after]),
+    ]
 
 
 def _first_error(result: dg.JobExecutionResult) -> str:
@@ -153,8 +180,10 @@ def _interrupted(result: dg.JobExecutionResult) -> bool:
     """Whether the run ended because of Ctrl-C (it then fails instead of raising): a step failed with an
     interrupt, or the run failed as terminated (an interrupt while no step was running, e.g. waiting)."""
     names = {"KeyboardInterrupt", "DagsterExecutionInterruptedError"}
-    if any(e.step_failure_data.error and e.step_failure_data.error.cls_name in names
-           for e in result.get_step_failure_events()):
+    if any(
+        e.step_failure_data.error and e.step_failure_data.error.cls_name in names
+        for e in result.get_step_failure_events()
+    ):
         return True
     failures = result.filter_events(lambda e: e.event_type == dg.DagsterEventType.RUN_FAILURE)
     reasons = [getattr(e.job_failure_data.failure_reason, "value", None) for e in failures]
@@ -164,8 +193,14 @@ def _interrupted(result: dg.JobExecutionResult) -> bool:
 class Runner:
     """Launches the demo's runs through one instance and records which stages failed."""
 
-    def __init__(self, defs: dg.Definitions, instance: dg.DagsterInstance, overrides: dict,
-                 location: tuple[str, str] = LOCATION, log: Callable[[str], None] | None = None):
+    def __init__(
+        self,
+        defs: dg.Definitions,
+        instance: dg.DagsterInstance,
+        overrides: dict,
+        location: tuple[str, str] = LOCATION,
+        log: Callable[[str], None] | None = None,
+    ):
         self.defs, self.instance, self.overrides, self.location = defs, instance, overrides, location
         self.failed: dict[str, str] = {}
         self.log = log or (lambda m: print(m, flush=True))
@@ -177,8 +212,14 @@ class Runner:
         tags = {"soco/source": "make demo", **process_tags()}
         if stage.partition is not None:
             tags["dagster/partition"] = stage.partition
-        job = dg.build_reconstructable_job(*self.location, reconstructable_kwargs={
-            "name": stage.job, "keys": [k.to_user_string() for k in stage.keys], "overrides": self.overrides})
+        job = dg.build_reconstructable_job(
+            *self.location,
+            reconstructable_kwargs={
+                "name": stage.job,
+                "keys": [k.to_user_string() for k in stage.keys],
+                "overrides": self.overrides,
+            },
+        )
         config = run_config(pooled=any(self.defs.resolve_assets_def(k).op.pool for k in stage.keys))
         with dg.execute_job(job, self.instance, run_config=config, tags=tags) as result:
             if result.success:
@@ -239,8 +280,13 @@ class DemoResult:
     failed: dict[str, str]
 
 
-def run_families(defs: dg.Definitions, runner: Runner, backbones: Sequence[str], lvlms: Sequence[str],
-                 exclude: Sequence[str] = ()) -> dict[str, str]:
+def run_families(
+    defs: dg.Definitions,
+    runner: Runner,
+    backbones: Sequence[str],
+    lvlms: Sequence[str],
+    exclude: Sequence[str] = (),
+) -> dict[str, str]:
     """Run every task family of `defs` (see `families`); return {family: its leaderboard as Markdown}."""
     boards = {}
     for family in families(defs, exclude):
@@ -250,16 +296,21 @@ def run_families(defs: dg.Definitions, runner: Runner, backbones: Sequence[str],
             continue
         if family.once and not runner.run(stages[0]):
             continue  # its per-partition assets read what failed: nothing more of the family can run
-        for stage in stages[1 if family.once else 0:-1]:
+        for stage in stages[1 if family.once else 0 : -1]:
             runner.run(stage)  # a failed partition stops only itself
         if runner.run(stages[-1]):
-            boards[family.name] = "\n".join([_family_board(defs, runner.instance, family.leaderboard),
-                                              *_summaries(runner.instance, family.after)])
+            boards[family.name] = "\n".join(
+                [
+                    _family_board(defs, runner.instance, family.leaderboard),
+                    *_summaries(runner.instance, family.after),
+                ]
+            )
     return boards
 
 
-def run_demo(instance: dg.DagsterInstance | None = None, location: tuple[str, str] = LOCATION,
-             **overrides) -> DemoResult:
+def run_demo(
+    instance: dg.DagsterInstance | None = None, location: tuple[str, str] = LOCATION, **overrides
+) -> DemoResult:
     """Materialize everything for every backbone spec and every task family; return the leaderboards."""
     defs = build_definitions(**overrides)
     soco = defs.resources["soco"]
@@ -272,8 +323,11 @@ def run_demo(instance: dg.DagsterInstance | None = None, location: tuple[str, st
     lvlms = _scan(soco.lvlms_dir, scan_lvlms, "LVLM", runner.failed)
     _add_partitions(instance, BACKBONES, backbones)
     _add_partitions(instance, LVLMS, lvlms)
-    data = Stage(f"data and pairs ({soco.source}, {soco.dataset_size})", "demo_data_and_pairs",
-                 list(dg.AssetSelection.groups(*DATA_AND_PAIRS).resolve(defs.resolve_asset_graph())))
+    data = Stage(
+        f"data and pairs ({soco.source}, {soco.dataset_size})",
+        "demo_data_and_pairs",
+        list(dg.AssetSelection.groups(*DATA_AND_PAIRS).resolve(defs.resolve_asset_graph())),
+    )
     if not runner.run(data):
         return DemoResult(None, {}, runner.failed)
     for b in backbones:
@@ -282,12 +336,18 @@ def run_demo(instance: dg.DagsterInstance | None = None, location: tuple[str, st
     # every family's tables
     boards = run_families(defs, runner, backbones, lvlms)
     board = None
-    summary = Stage("leaderboard, results database, correlation, results page", "demo_summary", [dg.AssetKey(k) for k in SUMMARY])
+    summary = Stage(
+        "leaderboard, results database, correlation, results page",
+        "demo_summary",
+        [dg.AssetKey(k) for k in SUMMARY],
+    )
     if runner.run(summary):
         from soco_pipeline.results_db import query
 
         settings = soco.settings()
-        board = query(settings.duckdb_path, "SELECT * FROM leaderboard ORDER BY soc DESC", settings.tables_root)
+        board = query(
+            settings.duckdb_path, "SELECT * FROM leaderboard ORDER BY soc DESC", settings.tables_root
+        )
     return DemoResult(board, boards, runner.failed)
 
 
@@ -298,13 +358,18 @@ def main() -> int:
     try:
         result = run_demo()
     except (KeyboardInterrupt, dg.DagsterExecutionInterruptedError):
-        print("\ninterrupted: the run in progress is marked failed; `make demo` again resumes from what is "
-              "materialized", file=sys.stderr)
+        print(
+            "\ninterrupted: the run in progress is marked failed; `make demo` again resumes from what is "
+            "materialized",
+            file=sys.stderr,
+        )
         return 130
     from soco_pipeline.analysis.leaderboard import console_board, leaderboard_markdown
 
     if result.board is not None:
-        print("\nSOCO leaderboard (PCK at the protocol's headline alpha, 0-100; every column: .venv/bin/soco leaderboard):\n")
+        print(
+            "\nSOCO leaderboard (PCK at the protocol's headline alpha, 0-100; every column: .venv/bin/soco leaderboard):\n"
+        )
         print(leaderboard_markdown(console_board(result.board)))
     for name, board in result.family_boards.items():
         print(f"\n{name}:\n\n{board}")
@@ -319,8 +384,11 @@ def main() -> int:
             return 130
     # ------------------------------------------------------------------------------------------------------
     if result.failed:
-        print(f"\n{len(result.failed)} run(s) failed; the rest ran (fix and `make demo` again: what is "
-              "materialized is kept):", file=sys.stderr)
+        print(
+            f"\n{len(result.failed)} run(s) failed; the rest ran (fix and `make demo` again: what is "
+            "materialized is kept):",
+            file=sys.stderr,
+        )
         for label, reason in result.failed.items():
             print(f"  {label}: {reason}", file=sys.stderr)
     print(

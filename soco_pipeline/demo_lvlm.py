@@ -39,9 +39,14 @@ def run_lvlm_demo(instance: dg.DagsterInstance, log=print, **overrides) -> pd.Da
         instance.add_dynamic_partitions("lvlms", [m for m in lb.models if m not in known])
 
         def mat(selection, partition=None):
-            result = dg.materialize(list(defs.assets), selection=dg.AssetSelection.assets(*selection),
-                                    instance=instance, resources=defs.resources, partition_key=partition,
-                                    run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}})
+            result = dg.materialize(
+                list(defs.assets),
+                selection=dg.AssetSelection.assets(*selection),
+                instance=instance,
+                resources=defs.resources,
+                partition_key=partition,
+                run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
+            )
             assert result.success
 
         t0 = time.perf_counter()

@@ -62,7 +62,9 @@ def gpu_timer(device: str | torch.device) -> Iterator[GpuTime]:
     out.gpu_s, out.reason = start.elapsed_time(end) / 1000.0, None
 
 
-def stage_timing_entry(wall_s: float | None, metadata: Mapping[str, Any], run_id: str | None) -> dict[str, Any]:
+def stage_timing_entry(
+    wall_s: float | None, metadata: Mapping[str, Any], run_id: str | None
+) -> dict[str, Any]:
     """One stage of the record's `timing.stages`: wall and GPU seconds, why GPU is null, the run.
 
     `metadata` is the stage's materialization metadata as plain values (what `GpuTime.metadata` wrote)."""

@@ -40,7 +40,10 @@ READ_STATEMENTS = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
 # Views over views: per category, where a backbone fails (official reduction, alpha 0.1), and its worst
 # keypoints in words (SOC hits of the free predictions against the raw ground truth, intra pairs).
 DERIVED_VIEWS: tuple[tuple[str, tuple[str, ...], str], ...] = (
-    ("where_it_fails", ("metrics",), """
+    (
+        "where_it_fails",
+        ("metrics",),
+        """
 SELECT backbone, "group" AS category,
        max(value) FILTER (WHERE metric = 'cc') AS cc,
        max(value) FILTER (WHERE metric = 'soc') AS soc,
@@ -52,8 +55,12 @@ SELECT backbone, "group" AS category,
 FROM metrics
 WHERE scope = 'category' AND reduction = 'official' AND abs(alpha - 0.1) < 1e-9
 GROUP BY backbone, "group"
-"""),
-    ("worst_keypoints", ("predictions", "pairs", "keypoints", "images", "descriptions"), """
+""",
+    ),
+    (
+        "worst_keypoints",
+        ("predictions", "pairs", "keypoints", "images", "descriptions"),
+        """
 SELECT p.backbone, pr.trg_category AS category, p.src_keypoint AS keypoint, d.description, count(*) AS n,
        100 * avg(CASE WHEN sqrt((p.pred_x - t.x) ^ 2 + (p.pred_y - t.y) ^ 2)
                           < 0.1 * greatest(i.bbox_r - i.bbox_l, i.bbox_b - i.bbox_t) THEN 1 ELSE 0 END) AS soc_pck_raw
@@ -63,7 +70,8 @@ JOIN images i ON i.image_id = pr.trg_image
 LEFT JOIN descriptions d ON d.category = pr.trg_category AND d.keypoint = p.src_keypoint
 WHERE p.mode = 'free' AND pr.level = 'intra' AND pr.evaluated
 GROUP BY 1, 2, 3, 4
-"""),
+""",
+    ),
 )
 
 
@@ -87,7 +95,9 @@ def _sql_list(paths: list[str]) -> str:
     return "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in paths) + "]"
 
 
-def _create_views(con: duckdb.DuckDBPyConnection, tables_root: str, base: str | None, temp: bool) -> list[str]:
+def _create_views(
+    con: duckdb.DuckDBPyConnection, tables_root: str, base: str | None, temp: bool
+) -> list[str]:
     """(Re)create one view per written table; paths relative to `base` when given. Returns the views."""
     kind = "TEMP VIEW" if temp else "VIEW"
     created = []
@@ -115,7 +125,9 @@ def _create_views(con: duckdb.DuckDBPyConnection, tables_root: str, base: str | 
                 con.execute(f"CREATE OR REPLACE {kind} {name} AS {sql}")
                 created.append(name)
                 continue
-            except duckdb.BinderException:  # tables without the columns it reads (e.g. hand-made ones): no view
+            except (
+                duckdb.BinderException
+            ):  # tables without the columns it reads (e.g. hand-made ones): no view
                 pass
         if not temp:
             con.execute(f"DROP VIEW IF EXISTS {name}")
@@ -215,8 +227,9 @@ def _connect_remote(tables_root: str) -> duckdb.DuckDBPyConnection:
     return _sandboxed(con, tables_root, [f"{protocol}://{rest}/", f"{protocol}:///{rest}/"], need_views=True)
 
 
-def _sandboxed(con: duckdb.DuckDBPyConnection, tables_root: str, allowed: list[str],
-               need_views: bool = False) -> duckdb.DuckDBPyConnection:
+def _sandboxed(
+    con: duckdb.DuckDBPyConnection, tables_root: str, allowed: list[str], need_views: bool = False
+) -> duckdb.DuckDBPyConnection:
     """`con` with temporary views over the tables, then external access off but for `allowed`, locked."""
     try:
         if not _create_views(con, tables_root, None, temp=True) and need_views:

@@ -66,12 +66,18 @@ class Settings(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    storage_root: str = Field(default_factory=_from_env("storage_root", default_storage_root),
-                              description="fsspec root for all outputs")
-    backbones_dir: str = Field(default_factory=_from_env("backbones_dir", str(PROJECT_ROOT / "assets" / "backbones")),
-                               description="folder of backbone spec files")
-    lvlms_dir: str = Field(default_factory=_from_env("lvlms_dir", str(PROJECT_ROOT / "assets" / "lvlms")),
-                           description="folder of LVLM spec files")
+    storage_root: str = Field(
+        default_factory=_from_env("storage_root", default_storage_root),
+        description="fsspec root for all outputs",
+    )
+    backbones_dir: str = Field(
+        default_factory=_from_env("backbones_dir", str(PROJECT_ROOT / "assets" / "backbones")),
+        description="folder of backbone spec files",
+    )
+    lvlms_dir: str = Field(
+        default_factory=_from_env("lvlms_dir", str(PROJECT_ROOT / "assets" / "lvlms")),
+        description="folder of LVLM spec files",
+    )
     lvlm_protocol_path: str | None = Field(
         default=None, description="LVLM item protocol YAML (default: assets/lvlm_protocol.yaml)"
     )
@@ -79,18 +85,21 @@ class Settings(BaseModel):
         default="embedded",
         description="embedded (generate the default data set) | raw (ImageNet3D/Animal3D roots) | soco_release",
     )
-    dataset_size: str = Field(default_factory=_from_env("dataset_size", "demo"),
-                              description="embedded data set size: demo | full")
+    dataset_size: str = Field(
+        default_factory=_from_env("dataset_size", "demo"), description="embedded data set size: demo | full"
+    )
     seed: int = Field(default_factory=_from_env("seed", 0), description="seed of every random choice")
     imagenet3d_root: str | None = None
     animal3d_root: str | None = None
     clicks_path: str | None = None
     soco_release_root: str | None = None
     categories: list[str] | None = Field(
-        default_factory=_from_env("categories"), description="restrict to these categories (and generate only these)"
+        default_factory=_from_env("categories"),
+        description="restrict to these categories (and generate only these)",
     )
     images_per_category: int | None = Field(
-        default_factory=_from_env("images_per_category"), description="kept images per category of the embedded set"
+        default_factory=_from_env("images_per_category"),
+        description="kept images per category of the embedded set",
     )
     intra_pairs_per_category: int = 200
     cross_pairs_per_category: int = 200
@@ -99,7 +108,9 @@ class Settings(BaseModel):
     protocol_path: str | None = Field(
         default=None, description="evaluation protocol YAML (default: assets/protocol.yaml)"
     )
-    mmvm_config_path: str | None = Field(default=None, description="MMVM family config (default: assets/mmvm.yaml)")
+    mmvm_config_path: str | None = Field(
+        default=None, description="MMVM family config (default: assets/mmvm.yaml)"
+    )
 
     @property
     def tables_root(self) -> str:

@@ -248,13 +248,17 @@ class Taxonomy:
         for cat, lineage in zip(lineages["category"], lineages["lineage"], strict=True):
             chain = lineage.split("/")
             if chain[-1] != cat:
-                raise TaxonomyError(f"{source}: category {cat!r} has lineage {lineage!r}, which must end with it")
+                raise TaxonomyError(
+                    f"{source}: category {cat!r} has lineage {lineage!r}, which must end with it"
+                )
             for parent, child in zip([None, *chain[:-1]], chain, strict=True):
                 if parents.setdefault(child, parent) != parent:
                     raise TaxonomyError(
                         f"{source}: node {child!r} has parents {parents[child]!r} and {parent!r} in two lineages"
                     )
-        off = t[[node not in lineage.split("/") for node, lineage in zip(t["node"], t["lineage"], strict=True)]]
+        off = t[
+            [node not in lineage.split("/") for node, lineage in zip(t["node"], t["lineage"], strict=True)]
+        ]
         if len(off):
             raise TaxonomyError(
                 f"{source}: keypoints defined at a node outside their category's lineage:\n"

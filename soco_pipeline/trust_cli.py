@@ -39,9 +39,16 @@ def record_for_backbone(settings: Settings, backbone: str, protocol_path: str | 
 
     tables = load_backbone_tables(settings.tables_root, backbone)
     spec = _backbone_spec(settings, backbone)
-    return backbone_record(backbone=backbone, spec=spec, spec_hash=spec_hash(spec), protocol=_protocol(protocol_path),
-                           tables=tables, rule=stored_subset(tables["metrics"]), device="cpu",
-                           timing={"stages": {}, "source": "not recorded (rebuilt by soco export-results)"})
+    return backbone_record(
+        backbone=backbone,
+        spec=spec,
+        spec_hash=spec_hash(spec),
+        protocol=_protocol(protocol_path),
+        tables=tables,
+        rule=stored_subset(tables["metrics"]),
+        device="cpu",
+        timing={"stages": {}, "source": "not recorded (rebuilt by soco export-results)"},
+    )
 
 
 def record_for_lvlm(settings: Settings, model: str) -> dict:
@@ -62,18 +69,29 @@ def record_for_lvlm(settings: Settings, model: str) -> dict:
     metrics_path = join(settings.tables_root, "lvlm_metrics", f"{model}.parquet")
     rule = stored_subset(read_parquet(metrics_path)) if exists(metrics_path) else SubsetRule()
     spec = load_spec(Path(settings.lvlms_dir) / f"{model}.yaml")
-    return lvlm_record(model=model, spec=spec, spec_hash=spec_hash(spec), protocol=load_lvlm_protocol(),
-                       items=items, answers=answers, rule=rule,
-                       timing={"stages": {}, "source": "not recorded (rebuilt by soco export-results)"})
+    return lvlm_record(
+        model=model,
+        spec=spec,
+        spec_hash=spec_hash(spec),
+        protocol=load_lvlm_protocol(),
+        items=items,
+        answers=answers,
+        rule=rule,
+        timing={"stages": {}, "source": "not recorded (rebuilt by soco export-results)"},
+    )
 
 
 def export_record(args: argparse.Namespace, settings: Settings) -> int:
     """`soco export-results B OUT --format record`: write the results record of a backbone (or --lvlm model)."""
     from soco_pipeline.evaluation.provenance import write_record
 
-    rec = record_for_lvlm(settings, args.backbone) if args.lvlm else \
-        record_for_backbone(settings, args.backbone, args.protocol)
+    rec = (
+        record_for_lvlm(settings, args.backbone)
+        if args.lvlm
+        else record_for_backbone(settings, args.backbone, args.protocol)
+    )
     write_record(rec, args.out)
+
     def f(v) -> str:
         return "  n/a" if v is None else f"{v:5.1f}"
 
@@ -98,8 +116,10 @@ def cmd_diff_runs(args: argparse.Namespace, settings: Settings) -> int:
                 shown = ", ".join(s[what][: args.max_ids])
                 more = f" (+{len(s[what]) - args.max_ids} more)" if len(s[what]) > args.max_ids else ""
                 print(f"  {t} {what.replace('_', ' ')}: {len(s[what])}: {shown}{more}")
-    for title, block in (("settings and results", d["keys"]), ("volatile (date, timing, environment, git)",
-                                                              d["volatile"])):
+    for title, block in (
+        ("settings and results", d["keys"]),
+        ("volatile (date, timing, environment, git)", d["volatile"]),
+    ):
         if block:
             print(f"{title} that differ:")
             for k, (va, vb) in block.items():
@@ -114,8 +134,15 @@ def _backbone_scores(settings: Settings, backbone: str, protocol_path: str | Non
 
     t = load_backbone_tables(settings.tables_root, backbone)
     pairs = apply_pair_subset(t["image_pairs"], stored_subset(t["metrics"]))
-    return stats.backbone_scores(t["predictions"], t["four_choice_predictions"], t["correspondences"],
-                                 t["keypoints"], t["image_set"], pairs, _protocol(protocol_path))
+    return stats.backbone_scores(
+        t["predictions"],
+        t["four_choice_predictions"],
+        t["correspondences"],
+        t["keypoints"],
+        t["image_set"],
+        pairs,
+        _protocol(protocol_path),
+    )
 
 
 def _lvlm_scores(settings: Settings, model: str):
@@ -134,10 +161,14 @@ def cmd_compare(args: argparse.Namespace, settings: Settings) -> int:
         a, b = _lvlm_scores(settings, args.a), _lvlm_scores(settings, args.b)
     else:
         a, b = (_backbone_scores(settings, m, args.protocol) for m in (args.a, args.b))
-    overall, per_cat = compare(a, b, reduction="pooled" if args.lvlm else "official", n_boot=args.n_boot,
-                               seed=args.seed)
+    overall, per_cat = compare(
+        a, b, reduction="pooled" if args.lvlm else "official", n_boot=args.n_boot, seed=args.seed
+    )
     if args.metric:
-        overall, per_cat = overall[overall.metric.isin(args.metric)], per_cat[per_cat.metric.isin(args.metric)]
+        overall, per_cat = (
+            overall[overall.metric.isin(args.metric)],
+            per_cat[per_cat.metric.isin(args.metric)],
+        )
     print(f"{args.a} - {args.b} (points; 95% CI: bootstrap over categories; sign test over pairs/items)")
     print(format_frame(overall.round(3), args.format), end="")
     if args.per_category:
@@ -159,25 +190,42 @@ def cmd_evaluate(args: argparse.Namespace, settings: Settings) -> int:
     cfg = {"limit": args.limit, "pair_ids": ids, "seed": args.seed, "panels": args.panels}
     # the environment as this command read it (SOCO_STORAGE, SOCO_BACKBONES_DIR, ...), not at import time
     defs = build_definitions(
-        storage_root=settings.storage_root, backbones_dir=settings.backbones_dir, lvlms_dir=settings.lvlms_dir,
-        dataset_size=settings.dataset_size, seed=settings.seed, images_per_category=settings.images_per_category,
-        categories=list(settings.categories) if settings.categories else None, device=args.device,
+        storage_root=settings.storage_root,
+        backbones_dir=settings.backbones_dir,
+        lvlms_dir=settings.lvlms_dir,
+        dataset_size=settings.dataset_size,
+        seed=settings.seed,
+        images_per_category=settings.images_per_category,
+        categories=list(settings.categories) if settings.categories else None,
+        device=args.device,
     )
     instance = dg.DagsterInstance.get()
     if args.backbone not in instance.get_dynamic_partitions("backbones"):
         instance.add_dynamic_partitions("backbones", [args.backbone])
-    per = dg.AssetSelection.assets("feature_manifest", "predictions", "four_choice_predictions", "metrics",
-                                   "results_record")
+    per = dg.AssetSelection.assets(
+        "feature_manifest", "predictions", "four_choice_predictions", "metrics", "results_record"
+    )
     run_config = {"ops": {"predictions": {"config": cfg}, "four_choice_predictions": {"config": cfg}}}
-    for selection, partition, rc in ((per, args.backbone, run_config),
-                                     (dg.AssetSelection.assets("leaderboard", "results_database"), None, None)):
-        result = dg.materialize(list(defs.assets), selection=selection, instance=instance, resources=defs.resources,
-                                partition_key=partition, run_config=rc, raise_on_error=False)
+    for selection, partition, rc in (
+        (per, args.backbone, run_config),
+        (dg.AssetSelection.assets("leaderboard", "results_database"), None, None),
+    ):
+        result = dg.materialize(
+            list(defs.assets),
+            selection=selection,
+            instance=instance,
+            resources=defs.resources,
+            partition_key=partition,
+            run_config=rc,
+            raise_on_error=False,
+        )
         if not result.success:
             print("error: the run failed; see `make ui` for its logs", file=sys.stderr)
             return 1
     rule = "the full sample" if args.limit is None and not ids else f"limit={args.limit}, {len(ids)} ids"
-    print(f"evaluated {args.backbone} on {rule}; its leaderboard row is marked partial unless the sample is full")
+    print(
+        f"evaluated {args.backbone} on {rule}; its leaderboard row is marked partial unless the sample is full"
+    )
     return 0
 
 
@@ -186,9 +234,13 @@ def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
     from soco_pipeline.report.panels import render_stored_panel
 
     out = args.out or f"panel-{args.backbone}-{args.pair_id}.png"
-    info = render_stored_panel(settings, args.backbone, args.pair_id, args.keypoint, out, _protocol(args.protocol))
-    print(f"wrote {out}: keypoint {info['keypoint']}, error {info['error_px']:.1f} px "
-          f"({'correct' if info['correct'] else 'wrong'} at alpha {info['alpha']})")
+    info = render_stored_panel(
+        settings, args.backbone, args.pair_id, args.keypoint, out, _protocol(args.protocol)
+    )
+    print(
+        f"wrote {out}: keypoint {info['keypoint']}, error {info['error_px']:.1f} px "
+        f"({'correct' if info['correct'] else 'wrong'} at alpha {info['alpha']})"
+    )
     return 0
 
 
@@ -219,7 +271,9 @@ def add_commands(sub) -> None:
     s.add_argument("--per-category", action="store_true", help="also the per-category deltas and sign tests")
     s.add_argument("--n-boot", type=int, default=2000)
     s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--protocol", default=None, help="protocol file (re-scores stored predictions; no model runs)")
+    s.add_argument(
+        "--protocol", default=None, help="protocol file (re-scores stored predictions; no model runs)"
+    )
     s.add_argument("--format", choices=["table", "csv", "json", "markdown"], default="table")
     s.set_defaults(func=cmd_compare)
 

@@ -55,7 +55,9 @@ class DagsterDev:
                 raise RuntimeError(f"dagster dev exited with {self.proc.returncode}; see {self.log.name}")
             try:
                 if requests.get(f"{self.url}/server_info", timeout=2).ok:
-                    data = self.graphql("{ repositoriesOrError { __typename ... on RepositoryConnection { nodes { name } } } }")
+                    data = self.graphql(
+                        "{ repositoriesOrError { __typename ... on RepositoryConnection { nodes { name } } } }"
+                    )
                     if data["repositoriesOrError"].get("nodes"):
                         return
             except requests.RequestException:
@@ -65,7 +67,9 @@ class DagsterDev:
 
     def graphql(self, query: str, variables: dict | None = None) -> dict:
         """POST a GraphQL query; raise on transport or GraphQL errors."""
-        r = requests.post(f"{self.url}/graphql", json={"query": query, "variables": variables or {}}, timeout=60)
+        r = requests.post(
+            f"{self.url}/graphql", json={"query": query, "variables": variables or {}}, timeout=60
+        )
         r.raise_for_status()
         body = r.json()
         if body.get("errors"):

@@ -103,8 +103,13 @@ def crash_env(tmp: Path) -> dict[str, str]:
     spec.update(batch_size=BATCH, device="cpu")
     (backbones / f"{BACKBONE}.yaml").write_text(yaml.safe_dump(spec))
     return child_env(
-        DAGSTER_HOME=str(home), SOCO_STORAGE=str(storage), SOCO_BACKBONES_DIR=str(backbones),
-        SOCO_CATEGORIES="car,dog", SOCO_IMAGES_PER_CATEGORY="6", OMP_NUM_THREADS="1", SOCO_PAUSE_DIR=str(pause),
+        DAGSTER_HOME=str(home),
+        SOCO_STORAGE=str(storage),
+        SOCO_BACKBONES_DIR=str(backbones),
+        SOCO_CATEGORIES="car,dog",
+        SOCO_IMAGES_PER_CATEGORY="6",
+        OMP_NUM_THREADS="1",
+        SOCO_PAUSE_DIR=str(pause),
     )
 
 
@@ -113,8 +118,9 @@ def without_pause(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k != "SOCO_PAUSE_DIR"}
 
 
-def wait_for_pause(env: dict[str, str], proc: subprocess.Popen, name: str = "features_written",
-                   deadline_s: float = 300.0) -> int:
+def wait_for_pause(
+    env: dict[str, str], proc: subprocess.Popen, name: str = "features_written", deadline_s: float = 300.0
+) -> int:
     """Wait until a process of `proc`'s session stops at pause point `name`; return that process's pid."""
     flag = Path(env["SOCO_PAUSE_DIR"]) / f"{name}.paused"
     end = time.monotonic() + deadline_s
@@ -122,8 +128,10 @@ def wait_for_pause(env: dict[str, str], proc: subprocess.Popen, name: str = "fea
         if flag.exists() and flag.read_text():
             return int(flag.read_text())
         if proc.poll() is not None:
-            raise RuntimeError(f"child exited ({proc.returncode}) before pause point {name!r}:\n"
-                               f"{proc.stdout.read() if proc.stdout else ''}")
+            raise RuntimeError(
+                f"child exited ({proc.returncode}) before pause point {name!r}:\n"
+                f"{proc.stdout.read() if proc.stdout else ''}"
+            )
         time.sleep(0.05)
     raise TimeoutError(f"no pause at {name!r} within {deadline_s} s")
 
@@ -146,7 +154,12 @@ def start_demo(env: dict[str, str]) -> subprocess.Popen:
 def start_child(cmd: list[str], env: dict[str, str]) -> subprocess.Popen:
     """`cmd` in the checkout, in its own session (so a kill can take all its processes), output piped."""
     return subprocess.Popen(
-        cmd, cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cmd,
+        cwd=PROJECT_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
         start_new_session=True,
     )
 

@@ -40,8 +40,14 @@ def small_tables(root: Path, categories=("car", "bus", "dog"), per_category=4, s
     taxonomy = load_taxonomy()
     images, kps, pairs, corr = canonical_tables(str(root), taxonomy, categories, per_category, seed)
     four = build_four_choice(pairs, corr, kps, seed=seed, taxonomy=taxonomy)
-    return {"image_set": images, "keypoints": kps, "image_pairs": pairs, "correspondences": corr,
-            "four_choice": four, "descriptions": build_descriptions(taxonomy)}
+    return {
+        "image_set": images,
+        "keypoints": kps,
+        "image_pairs": pairs,
+        "correspondences": corr,
+        "four_choice": four,
+        "descriptions": build_descriptions(taxonomy),
+    }
 
 
 def small_items(root: Path, items_per_group: int = 6, seed: int = 0) -> pd.DataFrame:
@@ -51,14 +57,31 @@ def small_items(root: Path, items_per_group: int = 6, seed: int = 0) -> pd.DataF
     from dataclasses import replace
 
     proto = replace(proto, items_per_group=items_per_group)
-    return build_items(t["four_choice"], t["image_pairs"], t["keypoints"], t["descriptions"], t["image_set"],
-                       proto, str(root / "renders"), seed=seed, workers=2)
+    return build_items(
+        t["four_choice"],
+        t["image_pairs"],
+        t["keypoints"],
+        t["descriptions"],
+        t["image_set"],
+        proto,
+        str(root / "renders"),
+        seed=seed,
+        workers=2,
+    )
 
 
 def openai_spec(base_url: str, name: str = "scripted", **fields):
     """An `openai` backend spec for a local server (fast backoff for tests)."""
-    doc = {"backend": "openai", "model": "test-model", "base_url": base_url, "timeout": 2,
-           "max_concurrency": 4, "retries": 4, "backoff_base": 0.01, "backoff_max": 0.05} | fields
+    doc = {
+        "backend": "openai",
+        "model": "test-model",
+        "base_url": base_url,
+        "timeout": 2,
+        "max_concurrency": 4,
+        "retries": 4,
+        "backoff_base": 0.01,
+        "backoff_max": 0.05,
+    } | fields
     return parse_spec(doc, name)
 
 
@@ -94,8 +117,13 @@ class ScriptedAnswerer:
     client's own timeout fires however slow the machine is; later ones answer at once. Call `release()`
     before stopping the server."""
 
-    def __init__(self, key: dict[str, str], script: dict[int, list[str]] | None = None, max_timeouts: int = 2,
-                 block_s: float = 60.0):
+    def __init__(
+        self,
+        key: dict[str, str],
+        script: dict[int, list[str]] | None = None,
+        max_timeouts: int = 2,
+        block_s: float = 60.0,
+    ):
         self.key = key
         self.script = script or {}
         self.max_timeouts, self.block_s, self.timeouts = max_timeouts, block_s, 0

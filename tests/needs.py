@@ -21,5 +21,7 @@ def need(available: bool, what: str) -> None:
     if available:
         return
     if in_ci():
-        pytest.fail(f"{what} is missing under CI=true (.ci/run installs it): this test must run there, not skip")
+        pytest.fail(
+            f"{what} is missing under CI=true (.ci/run installs it): this test must run there, not skip"
+        )
     pytest.skip(f"{what} is not installed here (.ci/run installs it)")

@@ -29,9 +29,15 @@ def _add(tmp_path, capsys, name: str, **fields) -> tuple[int, str]:
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
-        ({"weights": "/nonexistent/dinov2_vits14.pth"}, r"weights file /nonexistent/dinov2_vits14.pth does not exist"),
+        (
+            {"weights": "/nonexistent/dinov2_vits14.pth"},
+            r"weights file /nonexistent/dinov2_vits14.pth does not exist",
+        ),
         ({"weights": "hf:nobody-here/not-a-model"}, r"'nobody-here/not-a-model' is not in the local cache"),
-        ({"model": "vit_smal_patch14_dinov2"}, r"timm has no model 'vit_smal_patch14_dinov2' \(did you mean vit_small_patch14_dinov2"),
+        (
+            {"model": "vit_smal_patch14_dinov2"},
+            r"timm has no model 'vit_smal_patch14_dinov2' \(did you mean vit_small_patch14_dinov2",
+        ),
         ({"model": "resnet18"}, r"timm model 'resnet18' is not a ViT-style network.*kind 'packaged'"),
         ({"model": "convnext_tiny"}, r"'convnext_tiny' is not a ViT-style network"),
         ({"layer": 40}, r"layer 40 out of range for 'vit_small_patch14_dinov2''s 12 blocks"),

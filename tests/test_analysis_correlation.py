@@ -49,14 +49,21 @@ def scores_table(x, ys: dict, models=None, higher_better=None) -> pd.DataFrame:
     rows = [dict(model=m, task="bench", metric="score", value=v) for m, v in zip(models, x, strict=True)]
     for name, y in ys.items():
         hb = (higher_better or {}).get(name, True)
-        rows += [dict(model=m, task="down", metric=name, value=v, higher_better=hb)
-                 for m, v in zip(models, y, strict=True)]
+        rows += [
+            dict(model=m, task="down", metric=name, value=v, higher_better=hb)
+            for m, v in zip(models, y, strict=True)
+        ]
     return normalise_scores(pd.DataFrame(rows), "constructed")
 
 
 def config(**kw) -> AnalysisConfig:
-    base = dict(seed=7, n_resamples=10_000, benchmarks={"b": ("bench", "score")}, not_downstream=("bench",),
-                min_models=5)
+    base = dict(
+        seed=7,
+        n_resamples=10_000,
+        benchmarks={"b": ("bench", "score")},
+        not_downstream=("bench",),
+        min_models=5,
+    )
     return AnalysisConfig(**{**base, **kw})
 
 
@@ -130,11 +137,22 @@ def test_error_metrics_are_sign_flipped_and_the_table_says_so():
     scores = scores_table(x, {"RMSE": err, "acc": -err}, higher_better={"RMSE": False, "acc": True})
     t = correlation_table(scores, config()).set_index(["metric", "statistic"])
     assert t.loc[("RMSE", "pearson"), "estimate"] == pytest.approx(0.7, abs=1e-12)
-    assert t.loc[("RMSE", "pearson"), "sign_flipped"] and t.loc[("RMSE", "pearson"), "metric_shown"] == "-(RMSE)"
-    assert not t.loc[("acc", "pearson"), "sign_flipped"] and t.loc[("acc", "pearson"), "metric_shown"] == "acc"
+    assert (
+        t.loc[("RMSE", "pearson"), "sign_flipped"] and t.loc[("RMSE", "pearson"), "metric_shown"] == "-(RMSE)"
+    )
+    assert (
+        not t.loc[("acc", "pearson"), "sign_flipped"] and t.loc[("acc", "pearson"), "metric_shown"] == "acc"
+    )
     # An empty higher_better falls back to the metric name: RMSE / Err are lower-is-better.
-    raw = pd.DataFrame({"model": ["a", "b"], "task": "t", "metric": ["SI RMSE", "Mean Err (deg)"], "value": [1, 2],
-                        "higher_better": [None, None]})
+    raw = pd.DataFrame(
+        {
+            "model": ["a", "b"],
+            "task": "t",
+            "metric": ["SI RMSE", "Mean Err (deg)"],
+            "value": [1, 2],
+            "higher_better": [None, None],
+        }
+    )
     assert not normalise_scores(raw, "x.csv")["higher_better"].any()
 
 
@@ -173,18 +191,31 @@ def test_blank_and_duplicate_model_names_name_the_name_and_the_file(tmp_path):
     with pytest.raises(ReferenceDataError, match=r"names\.csv: duplicate alias 'x'"):
         load_name_map(names)
     names.write_text("alias,model\nmodel_one,M-1\n")
-    with pytest.raises(ReferenceDataError, match=r"names\.csv: model name 'M-1' \(alias 'model_one'\) is missing"):
+    with pytest.raises(
+        ReferenceDataError, match=r"names\.csv: model name 'M-1' \(alias 'model_one'\) is missing"
+    ):
         combine_scores(load_downstream(tmp_path), name_map=load_name_map(names), map_source=str(names))
 
 
 def test_leaderboard_rows_join_user_tables_through_the_name_map(tmp_path):
-    board = pd.DataFrame({"backbone": [f"b{i}" for i in range(6)], "soc": np.arange(6.0),
-                          "knn_top1": [3.0, 1, 2, 5, 4, 0]})
-    user = pd.DataFrame({"backbone": [f"b{i}" for i in range(6)], "task": "seg", "metric": "mIoU",
-                         "value": np.arange(6.0) * 2 + 1})
+    board = pd.DataFrame(
+        {"backbone": [f"b{i}" for i in range(6)], "soc": np.arange(6.0), "knn_top1": [3.0, 1, 2, 5, 4, 0]}
+    )
+    user = pd.DataFrame(
+        {
+            "backbone": [f"b{i}" for i in range(6)],
+            "task": "seg",
+            "metric": "mIoU",
+            "value": np.arange(6.0) * 2 + 1,
+        }
+    )
     scores = combine_scores(leaderboard_scores(board, ["soc", "knn_top1"]), normalise_scores(user, "u.csv"))
-    cfg = config(benchmarks={"pipeline_soc": ("soco_pipeline", "soc"), "pipeline_knn": ("soco_pipeline", "knn_top1")},
-                 deltas=(("pipeline_soc", "pipeline_knn"),), not_downstream=("soco_pipeline",), n_resamples=500)
+    cfg = config(
+        benchmarks={"pipeline_soc": ("soco_pipeline", "soc"), "pipeline_knn": ("soco_pipeline", "knn_top1")},
+        deltas=(("pipeline_soc", "pipeline_knn"),),
+        not_downstream=("soco_pipeline",),
+        n_resamples=500,
+    )
     t = correlation_table(scores, cfg).set_index(["benchmark", "statistic"])
     assert t.loc[("pipeline_soc", "pearson"), "estimate"] == pytest.approx(1.0)
     assert t.loc[("pipeline_soc-pipeline_knn", "delta_pearson"), "estimate"] > 0
@@ -200,8 +231,11 @@ def test_omniprobe_table_soc_beats_knn_on_every_task_and_the_figure_is_written(t
     assert (h["r_soc_estimate"] > h["r_knn_estimate"]).all()
     assert (h["delta_estimate"] > 0).all()
     # Every downstream metric with variance, not only the headline ones.
-    p = table[(table.subset == "all") & (table.statistic == "pearson")].pivot_table(
-        index=["task", "metric"], columns="benchmark", values="estimate").dropna()
+    p = (
+        table[(table.subset == "all") & (table.statistic == "pearson")]
+        .pivot_table(index=["task", "metric"], columns="benchmark", values="estimate")
+        .dropna()
+    )
     assert len(p) >= 39 and (p["soc"] > p["knn"]).all()
     main = table[(table.subset == "main") & (table.statistic == "pearson") & (table.benchmark == "soc")]
     assert set(main["n"]) == {13}
@@ -216,7 +250,10 @@ def test_omniprobe_table_soc_beats_knn_on_every_task_and_the_figure_is_written(t
         ("- seed\n- 0\n", r"expected a mapping of fields at the top level, got list"),
         ("benchmarks:\n  soc: {task: soco}\n", r"field 'benchmarks\.soc\.metric' is missing"),
         ("benchmarks: [soc]\n", r"field 'benchmarks' must be a mapping"),
-        ("benchmarks:\n  soc: {task: soco, metric: m}\ndeltas: [[soc]]\n", r"field 'deltas\.0\.1' is missing"),
+        (
+            "benchmarks:\n  soc: {task: soco, metric: m}\ndeltas: [[soc]]\n",
+            r"field 'deltas\.0\.1' is missing",
+        ),
         ("confidence: 2\n", r"field 'confidence' must be < 1"),
         ("seed: true\n", r"field 'seed' must be int"),
         ("bootstrap: 5\n", r"unknown field\(s\) \['bootstrap'\]"),

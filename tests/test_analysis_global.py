@@ -76,9 +76,19 @@ def test_knn_matches_a_reference_loop_on_random_features():
     mask = groups_te[:, None] == groups_tr[None, :]
     import torch
 
-    got = knn_accuracy(train_x, train_y, test_x, test_y, ks=(20,), n_classes=n_classes, block=16,
-                       allowed=lambda s: torch.from_numpy(mask[s]))
-    assert got[20] == pytest.approx(reference_knn(train_x, train_y, test_x, test_y, 20, 0.07, n_classes, mask))
+    got = knn_accuracy(
+        train_x,
+        train_y,
+        test_x,
+        test_y,
+        ks=(20,),
+        n_classes=n_classes,
+        block=16,
+        allowed=lambda s: torch.from_numpy(mask[s]),
+    )
+    assert got[20] == pytest.approx(
+        reference_knn(train_x, train_y, test_x, test_y, 20, 0.07, n_classes, mask)
+    )
 
 
 def test_retrieval_map_matches_a_reference_loop():
@@ -117,8 +127,15 @@ def test_pooling_covers_the_image_cells_not_the_padding():
     np.testing.assert_allclose(pooled, [[1.0, 0.0, 0.0]])
 
 
-VIT = {"kind": "timm", "model": "vit_small_patch14_dinov2", "weights": "none", "input": {"nearest_multiple": 28},
-       "normalisation": "imagenet", "batch_size": 4, "seed": 0}
+VIT = {
+    "kind": "timm",
+    "model": "vit_small_patch14_dinov2",
+    "weights": "none",
+    "input": {"nearest_multiple": 28},
+    "normalisation": "imagenet",
+    "batch_size": 4,
+    "seed": 0,
+}
 
 
 @pytest.fixture
@@ -152,8 +169,9 @@ def test_class_token_cached_for_timm_vits_and_rescoring_runs_no_backbone(tmp_pat
     monkeypatch.setattr(Backbone, "extract", no_backbone)
     monkeypatch.setattr(Backbone, "forward_with_class_token", no_backbone)
     fresh = FeatureStore(cache, "vit_test")
-    table = global_metrics(fresh, images, "vit_test", family_of=lambda c: "road" if c in ("car", "bus") else c,
-                           seed=0)
+    table = global_metrics(
+        fresh, images, "vit_test", family_of=lambda c: "road" if c in ("car", "bus") else c, seed=0
+    )
     assert set(table.feature) == {"mean", "cls"} and set(table.track) == {"category", "fine_grained"}
     fine = table[(table.track == "fine_grained")]
     assert set(fine.n_classes) == {2}  # car vs bus (dog has no sibling in its family)
@@ -166,8 +184,18 @@ def test_class_token_cached_for_timm_vits_and_rescoring_runs_no_backbone(tmp_pat
     assert set(head.feature) == {"cls"} and set(head.metric) == {"knn_top1", "knn_top5", "retrieval_map"}
     assert set(head.k.dropna()) == {20}
     # The leaderboard gains knn_top1 / retrieval_map from these rows.
-    m = pd.DataFrame({"backbone": "vit_test", "metric": ["cc", "soc", "soc_geo", "cross_soc"], "alpha": 0.1,
-                      "reduction": "official", "scope": "all", "group": "all", "value": [50.0, 30, 20, 10], "n": 5})
+    m = pd.DataFrame(
+        {
+            "backbone": "vit_test",
+            "metric": ["cc", "soc", "soc_geo", "cross_soc"],
+            "alpha": 0.1,
+            "reduction": "official",
+            "scope": "all",
+            "group": "all",
+            "value": [50.0, 30, 20, 10],
+            "n": 5,
+        }
+    )
     board = leaderboard(m, global_metrics=table).set_index("backbone")
     hg = headline_global(table).set_index("backbone")
     assert board.loc["vit_test", "knn_top1"] == hg.loc["vit_test", "knn_top1"]
@@ -176,8 +204,13 @@ def test_class_token_cached_for_timm_vits_and_rescoring_runs_no_backbone(tmp_pat
 
 
 def test_backbones_without_class_token_use_mean_maps(tmp_path, images):
-    sift = {"kind": "classical", "model": "sift", "input": {"nearest_multiple": 32}, "normalisation": "raw",
-            "batch_size": 2}
+    sift = {
+        "kind": "classical",
+        "model": "sift",
+        "input": {"nearest_multiple": 32},
+        "normalisation": "raw",
+        "batch_size": 2,
+    }
     manifest = extract_features(parse_spec(sift, "sift_test"), images, str(tmp_path / "c"))
     store = FeatureStore.from_manifest(str(tmp_path / "c"), manifest)
     assert not store.has_class_token

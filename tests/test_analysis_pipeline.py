@@ -35,16 +35,26 @@ def run(tmp_path_factory):
     backbones.mkdir()
     for b in ORACLES:
         shutil.copy(PROJECT_ROOT / "assets" / "backbones" / f"{b}.yaml", backbones)
-    overrides = dict(storage_root=str(tmp / "storage"), backbones_dir=str(backbones), categories=CATEGORIES,
-                     images_per_category=10)
+    overrides = dict(
+        storage_root=str(tmp / "storage"),
+        backbones_dir=str(backbones),
+        categories=CATEGORIES,
+        images_per_category=10,
+    )
     (tmp / "dagster_home").mkdir()
     with dg.instance_for_test(temp_dir=str(tmp / "dagster_home")) as instance:
         instance.add_dynamic_partitions("backbones", ORACLES)
         defs = build_definitions(**overrides)
 
         def mat(selection, partition=None, run_config=None):
-            result = dg.materialize(list(defs.assets), selection=selection, instance=instance,
-                                    resources=defs.resources, partition_key=partition, run_config=run_config)
+            result = dg.materialize(
+                list(defs.assets),
+                selection=selection,
+                instance=instance,
+                resources=defs.resources,
+                partition_key=partition,
+                run_config=run_config,
+            )
             assert result.success
             return result
 
@@ -64,7 +74,9 @@ def analysed(run):
     leaderboard and the correlation asset."""
     from soco_pipeline.backbones import base
 
-    for b in ORACLES:  # the shared cache's global output: the one extraction global_metrics reads besides the maps
+    for b in (
+        ORACLES
+    ):  # the shared cache's global output: the one extraction global_metrics reads besides the maps
         run["mat"](dg.AssetSelection.assets("global_feature_manifest"), b)
 
     def no_backbone(*args, **kwargs):
@@ -80,7 +92,9 @@ def analysed(run):
 
 def test_global_metrics_of_the_oracles_join_the_leaderboard(analysed):
     g = pd.read_parquet(_tables(analysed) / "global_metrics" / "oracle_part.parquet")
-    assert set(g.feature) == {"mean", "global"} and set(g.track) == {"category"}  # one category per family here
+    assert set(g.feature) == {"mean", "global"} and set(g.track) == {
+        "category"
+    }  # one category per family here
     top1 = g[(g.metric == "knn_top1") & (g.k == 20) & (g.feature == "mean")].value.iloc[0]
     assert 0 <= top1 <= 100 and g[g.headline].metric.isin(["knn_top1", "knn_top5", "retrieval_map"]).all()
     # Part-identity channels are category-specific: mean-pooled oracle maps tell the categories apart
@@ -107,7 +121,8 @@ def test_correlation_asset_writes_table_figures_view_and_metadata(analysed):
     storage = Path(analysed["overrides"]["storage_root"])
     table = pd.read_parquet(storage / "tables" / "correlation.parquet")
     h = table[(table.subset == "all") & table.headline & (table.statistic == "pearson")].pivot_table(
-        index="task", columns="benchmark", values="estimate")
+        index="task", columns="benchmark", values="estimate"
+    )
     assert (h["soc"] > h["knn"]).all() and len(h) == 7
     for ext in ("png", "svg"):
         assert (storage / "figures" / f"correlation_all.{ext}").stat().st_size > 10_000
@@ -115,7 +130,9 @@ def test_correlation_asset_writes_table_figures_view_and_metadata(analysed):
     meta = rec.asset_materialization.metadata
     assert meta["figure_all"].value.startswith("![correlation all](data:image/png;base64,")
     assert "SOC > knn" in meta["table_all"].value
-    n = query(storage / "results.duckdb", "select count(*) as n from correlation where statistic = 'delta_pearson'")
+    n = query(
+        storage / "results.duckdb", "select count(*) as n from correlation where statistic = 'delta_pearson'"
+    )
     assert int(n.n.iloc[0]) > 0
     g = query(storage / "results.duckdb", "select count(distinct backbone) as n from global_metrics")
     assert int(g.n.iloc[0]) == 2
@@ -149,8 +166,12 @@ class MixedStore:
         arr = arr[:, : h * p, : w * p].reshape(c, h, p, w, p).mean(axis=(2, 4))
         meta = {**meta, "grid_h": h, "grid_w": w, "stride": meta["stride"] * p}
         rng = np.random.default_rng([self.seed, zlib.crc32(image_id.encode())])
-        x = np.concatenate([arr.reshape(c, -1) * self.scale[:, None],
-                            rng.normal(0, self.noise / np.sqrt(self.extra), (self.extra, h * w)).astype(np.float32)])
+        x = np.concatenate(
+            [
+                arr.reshape(c, -1) * self.scale[:, None],
+                rng.normal(0, self.noise / np.sqrt(self.extra), (self.extra, h * w)).astype(np.float32),
+            ]
+        )
         y = self.mix @ x
         y /= np.linalg.norm(y, axis=0, keepdims=True)
         return y.reshape(-1, h, w), {**meta, "channels": c + self.extra}
@@ -158,11 +179,21 @@ class MixedStore:
 
 def _probe(analysed, store, steps, backbone="mixed"):
     t = _tables(analysed)
-    tables = {n: pd.read_parquet(t / f"{n}.parquet") for n in ("image_pairs", "correspondences", "keypoints",
-                                                                "image_set")}
-    return probe_metrics(store, tables["image_pairs"], tables["correspondences"], tables["keypoints"],
-                         tables["image_set"], load_taxonomy(), load_protocol(), backbone,
-                         ProbeConfig(seed=0, steps=steps, lr=0.01, targets_per_step=8))
+    tables = {
+        n: pd.read_parquet(t / f"{n}.parquet")
+        for n in ("image_pairs", "correspondences", "keypoints", "image_set")
+    }
+    return probe_metrics(
+        store,
+        tables["image_pairs"],
+        tables["correspondences"],
+        tables["keypoints"],
+        tables["image_set"],
+        load_taxonomy(),
+        load_protocol(),
+        backbone,
+        ProbeConfig(seed=0, steps=steps, lr=0.01, targets_per_step=8),
+    )
 
 
 def _part_store(analysed) -> FeatureStore:

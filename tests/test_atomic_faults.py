@@ -79,7 +79,9 @@ def tiny_tmpfs(tmp_path):
     try:
         subprocess.run(
             ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)],
-            check=True, capture_output=True, timeout=20,
+            check=True,
+            capture_output=True,
+            timeout=20,
         )
     except (OSError, subprocess.SubprocessError) as e:
         pytest.skip(f"cannot mount a tmpfs here ({e}); needs root")
@@ -122,10 +124,20 @@ def test_disk_full_during_extraction_leaves_no_orphan_and_a_rerun_resumes(tiny_t
         uri = tmp_path / "img" / f"car_{i:04d}.png"
         uri.parent.mkdir(parents=True, exist_ok=True)
         Image.fromarray(rng.integers(0, 256, size=(64, 64, 3), dtype=np.uint8)).save(uri)
-        rows.append({"image_id": f"car_{i:04d}", "uri": str(uri), "width": 64, "height": 64, "category": "car"})
+        rows.append(
+            {"image_id": f"car_{i:04d}", "uri": str(uri), "width": 64, "height": 64, "category": "car"}
+        )
     images = pd.DataFrame(rows)
-    spec = parse_spec({"kind": "classical", "model": "sift", "input": {"nearest_multiple": 64},
-                       "normalisation": "raw", "batch_size": 2}, "sift_full")
+    spec = parse_spec(
+        {
+            "kind": "classical",
+            "model": "sift",
+            "input": {"nearest_multiple": 64},
+            "normalisation": "raw",
+            "batch_size": 2,
+        },
+        "sift_full",
+    )
     cache = str(tiny_tmpfs / "features")
     with pytest.raises(StorageFullError) as e:
         extract_features(spec, images, cache)
@@ -164,18 +176,30 @@ def test_disk_full_during_a_vit_extraction_keeps_every_listed_class_token(tiny_t
         uri = tmp_path / "img" / f"car_{i:04d}.png"
         uri.parent.mkdir(parents=True, exist_ok=True)
         Image.fromarray(rng.integers(0, 256, size=(48, 64, 3), dtype=np.uint8)).save(uri)
-        rows.append({"image_id": f"car_{i:04d}", "uri": str(uri), "width": 64, "height": 48, "category": "car"})
+        rows.append(
+            {"image_id": f"car_{i:04d}", "uri": str(uri), "width": 64, "height": 48, "category": "car"}
+        )
     images = pd.DataFrame(rows)
     # 4 x 4 x 192 fp16 maps (6 KB) and 192-value class tokens: 48 images do not fit in 256 KiB.
-    spec = parse_spec({"kind": "timm", "model": "vit_tiny_patch16_224", "input": {"nearest_multiple": 64},
-                       "batch_size": 4, "device": "cpu"}, "vit_full")
+    spec = parse_spec(
+        {
+            "kind": "timm",
+            "model": "vit_tiny_patch16_224",
+            "input": {"nearest_multiple": 64},
+            "batch_size": 4,
+            "device": "cpu",
+        },
+        "vit_full",
+    )
     cache = str(tiny_tmpfs / "features")
     with pytest.raises(StorageFullError, match="a rerun resumes"):
         extract_features(spec, images, cache)
     folder = Path(feature_dir(cache, spec.name, spec_hash(spec)))
     manifest = read_manifest(str(folder))
     assert 0 < len(manifest) < 48
-    listed = set(manifest.path.str.rsplit("/", n=1).str[-1]) | set(manifest.cls_path.str.rsplit("/", n=1).str[-1])
+    listed = set(manifest.path.str.rsplit("/", n=1).str[-1]) | set(
+        manifest.cls_path.str.rsplit("/", n=1).str[-1]
+    )
     assert {p.name for p in folder.glob("*.npy")} == listed  # no orphan, and nothing listed deleted
     assert all(name.endswith(".cls.npy") for name in listed - set(manifest.path.str.rsplit("/", n=1).str[-1]))
 

@@ -51,8 +51,17 @@ def toy_kind():
 
 def test_a_new_kind_is_one_class_and_one_registry_line(toy_kind):
     assert "toy" in kinds()
-    spec = parse_spec({"kind": "toy", "model": "colour", "channels": 2, "input": {"nearest_multiple": 16},
-                       "normalisation": "raw", "device": "cpu"}, "toy_test")
+    spec = parse_spec(
+        {
+            "kind": "toy",
+            "model": "colour",
+            "channels": 2,
+            "input": {"nearest_multiple": 16},
+            "normalisation": "raw",
+            "device": "cpu",
+        },
+        "toy_test",
+    )
     assert spec.opt("channels") == 2 and len(spec_hash(spec)) == 16
     backbone = build_backbone(spec, {"device": "cpu"})
     assert isinstance(backbone, ToyBackbone)
@@ -63,7 +72,9 @@ def test_a_new_kind_is_one_class_and_one_registry_line(toy_kind):
     np.testing.assert_allclose(maps[0][:, 0, 0].numpy(), [1.0, 0.0], atol=1e-6)
     # The kind's own fields are validated like the built-in ones.
     with pytest.raises(BackboneSpecError, match=r"'channels' must be > 0"):
-        parse_spec({"kind": "toy", "model": "colour", "channels": 0, "input": {"fixed_grid": 4}}, "t", "t.yaml")
+        parse_spec(
+            {"kind": "toy", "model": "colour", "channels": 0, "input": {"fixed_grid": 4}}, "t", "t.yaml"
+        )
     with pytest.raises(BackboneSpecError, match=r"'model' is 'grey'; kind 'toy' offers \['colour'\]"):
         parse_spec({"kind": "toy", "model": "grey", "input": {"fixed_grid": 4}}, "t", "t.yaml")
 
@@ -81,8 +92,13 @@ def test_a_registration_must_declare_its_kind():
         register_kind("other")(Wrong)
 
 
-RESNET = {"kind": "timm", "model": "resnet18", "weights": "none", "input": {"nearest_multiple": 224},
-          "device": "cpu"}
+RESNET = {
+    "kind": "timm",
+    "model": "resnet18",
+    "weights": "none",
+    "input": {"nearest_multiple": 224},
+    "device": "cpu",
+}
 
 
 def test_a_non_vit_timm_spec_is_refused_wherever_it_is_found(tmp_path):
@@ -92,8 +108,11 @@ def test_a_non_vit_timm_spec_is_refused_wherever_it_is_found(tmp_path):
     folder = tmp_path / "backbones"
     folder.mkdir()
     (folder / "resnet.yaml").write_text(yaml.safe_dump(RESNET))
-    (folder / "sift.yaml").write_text(yaml.safe_dump({"kind": "classical", "model": "sift",
-                                                       "input": {"nearest_multiple": 64}, "device": "cpu"}))
+    (folder / "sift.yaml").write_text(
+        yaml.safe_dump(
+            {"kind": "classical", "model": "sift", "input": {"nearest_multiple": 64}, "device": "cpu"}
+        )
+    )
     valid, invalid = scan_specs(folder)
     assert list(valid) == ["sift"] and list(invalid) == ["resnet"]
     assert "is not a ViT-style network" in invalid["resnet"] and "resnet.yaml" in invalid["resnet"]
@@ -111,7 +130,8 @@ def test_the_partition_loader_validates_like_add_backbone(tmp_path):
     (tmp_path / "resnet.yaml").write_text(yaml.safe_dump(RESNET))
     with pytest.raises(BackboneSpecError, match="not a ViT-style network"):
         spec_for(Soco(), "resnet")
-    (tmp_path / "missing_weights.yaml").write_text(yaml.safe_dump({**RESNET, "model": "vit_small_patch14_dinov2",
-                                                                    "weights": "nope/w.pth"}))
+    (tmp_path / "missing_weights.yaml").write_text(
+        yaml.safe_dump({**RESNET, "model": "vit_small_patch14_dinov2", "weights": "nope/w.pth"})
+    )
     with pytest.raises(FileNotFoundError, match="weights file .*w.pth does not exist"):
         spec_for(Soco(), "missing_weights")

@@ -103,7 +103,10 @@ def test_spec_hash_tracks_what_changes_features(tmp_path):
             {"kind": "timm", "model": "m", "input": {"nearest_multiple": 8}, "batch_size": "four"},
             r"'batch_size' must be int",
         ),
-        ({"kind": "timm", "model": "m", "input": {"biggest": 8}}, r"unknown field\(s\) \['biggest'\] in 'input'"),
+        (
+            {"kind": "timm", "model": "m", "input": {"biggest": 8}},
+            r"unknown field\(s\) \['biggest'\] in 'input'",
+        ),
         ({"kind": "timm", "input": {"nearest_multiple": 8}}, r"field 'model' is missing"),
         (
             {"kind": "timm", "model": "m", "input": {"nearest_multiple": 8}, "normalisation": "x"},
@@ -166,11 +169,15 @@ def test_gpu_options_off_by_default_and_hashed_only_when_set():
     assert (base.precision, base.channels_last, base.compile) == ("fp32", False, False)
     explicit = parse_spec({**doc, "precision": "fp32", "compile": False}, "vit_small_random")
     assert spec_hash(explicit) == spec_hash(base) and explicit.to_dict() == base.to_dict()
-    hashes = {spec_hash(parse_spec({**doc, **f}, "vit_small_random")) for f in
-              [{"precision": "bf16"}, {"precision": "fp16"}, {"compile": True}]}
+    hashes = {
+        spec_hash(parse_spec({**doc, **f}, "vit_small_random"))
+        for f in [{"precision": "bf16"}, {"precision": "fp16"}, {"compile": True}]
+    }
     assert len(hashes) == 3 and spec_hash(base) not in hashes
-    lite = parse_spec({**yaml.safe_load((ACTIVE_SPECS_DIR / "efficientnet_lite0.yaml").read_text()),
-                       "channels_last": True}, "efficientnet_lite0")
+    lite = parse_spec(
+        {**yaml.safe_load((ACTIVE_SPECS_DIR / "efficientnet_lite0.yaml").read_text()), "channels_last": True},
+        "efficientnet_lite0",
+    )
     assert lite.channels_last and lite.to_dict()["channels_last"] is True
 
 
@@ -181,8 +188,13 @@ def test_autocast_and_channels_last_stay_close_to_fp32():
     bf16 = build_backbone(spec("timm", **vit, precision="bf16")).extract([IMG, IMG[:10]], records())
     assert_unit_norm(bf16, 384, 2)
     assert min(float((a * b).sum(0).min()) for a, b in zip(ref, bf16, strict=True)) > 0.95
-    dift = {"model": "tiny", "input": {"nearest_multiple": 16}, "normalisation": "half",
-            "ensemble": 2, "device": "cpu"}
+    dift = {
+        "model": "tiny",
+        "input": {"nearest_multiple": 16},
+        "normalisation": "half",
+        "ensemble": 2,
+        "device": "cpu",
+    }
     ref = build_backbone(spec("diffusion", **dift)).extract([IMG], records(1))[0]
     nhwc = build_backbone(spec("diffusion", **dift, channels_last=True))
     got = nhwc.extract([IMG], records(1))[0]
@@ -455,9 +467,11 @@ def test_the_dagster_definitions_load_without_torch():
     import subprocess
     import sys
 
-    code = ("import sys, soco_pipeline.defs.definitions, soco_pipeline.backbones as b; "
-            "assert 'torch' not in sys.modules, 'torch imported'; b.BackboneContext; "
-            "assert 'torch' in sys.modules")
+    code = (
+        "import sys, soco_pipeline.defs.definitions, soco_pipeline.backbones as b; "
+        "assert 'torch' not in sys.modules, 'torch imported'; b.BackboneContext; "
+        "assert 'torch' in sys.modules"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
 
@@ -465,7 +479,9 @@ def test_the_dagster_definitions_load_without_torch():
 def test_input_resize_defaults_to_the_official_pil_path():
     """Every spec resizes with PIL unless it opts into the tensor resize; the choice is in the spec hash."""
     pil = spec("timm", model="vit_small_patch14_dinov2", input={"nearest_multiple": 28})
-    tensor = spec("timm", model="vit_small_patch14_dinov2", input={"nearest_multiple": 28, "resize": "tensor"})
+    tensor = spec(
+        "timm", model="vit_small_patch14_dinov2", input={"nearest_multiple": 28, "resize": "tensor"}
+    )
     assert pil.input.resize == "pil" and tensor.input.resize == "tensor"
     assert spec_hash(pil) != spec_hash(tensor)
     assert all(s.input.resize == "pil" for s in {**list_specs(), **list_specs(PRESETS_DIR)}.values())
@@ -485,12 +501,18 @@ def test_timm_checkpoint_at_its_own_grid_is_not_resampled_twice(tmp_path, mode):
     from soco_pipeline.backbones.preprocess import preprocess_batch
 
     torch.manual_seed(7)
-    ref = timm.create_model("vit_small_patch14_dinov2", img_size=224, num_classes=0, dynamic_img_size=True).eval()
+    ref = timm.create_model(
+        "vit_small_patch14_dinov2", img_size=224, num_classes=0, dynamic_img_size=True
+    ).eval()
     path = tmp_path / "vits14_224.pth"
     torch.save(ref.state_dict(), path)
     s = spec(
-        "timm", model="vit_small_patch14_dinov2", weights=str(path), input={"nearest_multiple": 70},
-        pos_embed_interpolation=mode, device="cpu",
+        "timm",
+        model="vit_small_patch14_dinov2",
+        weights=str(path),
+        input={"nearest_multiple": 70},
+        pos_embed_interpolation=mode,
+        device="cpu",
     )
     b = build_backbone(s)
     assert b.model.pos_embed.shape == ref.pos_embed.shape == (1, 1 + 16 * 16, 384)

@@ -15,8 +15,17 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "soco_pipeline"
 # Top-level modules every stage may import; entry points (cli, demo) sit above everything instead.
-FOUNDATION = ("config", "device", "geometry", "results_db", "schemas", "settings", "storage", "tables",
-              "taxonomy")
+FOUNDATION = (
+    "config",
+    "device",
+    "geometry",
+    "results_db",
+    "schemas",
+    "settings",
+    "storage",
+    "tables",
+    "taxonomy",
+)
 
 
 def module_name(path: Path) -> str:
@@ -32,7 +41,9 @@ def imports(path: Path) -> list[tuple[str, list[str]]]:
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom):
             base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
-            target = (base + ("." + node.module if node.module else "")) if node.level else (node.module or "")
+            target = (
+                (base + ("." + node.module if node.module else "")) if node.level else (node.module or "")
+            )
             out.append((target, [a.name for a in node.names]))
         elif isinstance(node, ast.Import):
             out += [(a.name, []) for a in node.names]
@@ -84,10 +95,44 @@ def test_the_foundation_imports_no_stage(name):
 DEFS = PACKAGE / "defs"
 IO_MANAGER = DEFS / "shared" / "io_manager.py"
 # Method names that read or write files (pandas, pathlib, PIL, matplotlib, fsspec, numpy/torch).
-IO_METHODS = {"to_parquet", "to_csv", "to_pickle", "to_feather", "to_excel", "write_text", "write_bytes",
-              "read_text", "read_bytes", "open", "mkdir", "makedirs", "unlink", "rmdir", "remove", "rename",
-              "replace_file", "touch", "exists", "is_file", "is_dir", "iterdir", "glob", "rglob", "listdir", "walk",
-              "savefig", "save", "dump", "load", "read_parquet", "read_csv", "copy", "copyfile", "copytree", "rmtree"}
+IO_METHODS = {
+    "to_parquet",
+    "to_csv",
+    "to_pickle",
+    "to_feather",
+    "to_excel",
+    "write_text",
+    "write_bytes",
+    "read_text",
+    "read_bytes",
+    "open",
+    "mkdir",
+    "makedirs",
+    "unlink",
+    "rmdir",
+    "remove",
+    "rename",
+    "replace_file",
+    "touch",
+    "exists",
+    "is_file",
+    "is_dir",
+    "iterdir",
+    "glob",
+    "rglob",
+    "listdir",
+    "walk",
+    "savefig",
+    "save",
+    "dump",
+    "load",
+    "read_parquet",
+    "read_csv",
+    "copy",
+    "copyfile",
+    "copytree",
+    "rmtree",
+}
 # Modules whose import in defs/ means file work; and the only names defs/ may take from soco_pipeline.storage.
 IO_MODULES = {"fsspec", "upath", "shutil", "glob", "pickle", "os.path", "pathlib", "duckdb"}
 STORAGE_NAMES_ALLOWED = {"is_remote", "pid_alive", "PROJECT_ROOT"}
@@ -105,21 +150,31 @@ def file_io_calls(source: str) -> list[str]:
                 found.append(f"{where}: {func.id}(...)")
             elif isinstance(func, ast.Attribute):
                 receiver = func.value
-                if func.attr == "join" and not (isinstance(receiver, ast.Constant) and isinstance(receiver.value, str)):
-                    found.append(f"{where}: {ast.unparse(func)}(...) (a path join)")  # "sep".join(...) is text
+                if func.attr == "join" and not (
+                    isinstance(receiver, ast.Constant) and isinstance(receiver.value, str)
+                ):
+                    found.append(
+                        f"{where}: {ast.unparse(func)}(...) (a path join)"
+                    )  # "sep".join(...) is text
                 elif func.attr in IO_METHODS and not (isinstance(receiver, ast.Name) and receiver.id == "dg"):
                     found.append(f"{where}: {ast.unparse(func)}(...)")
                 elif isinstance(receiver, ast.Name) and receiver.id in IO_RECEIVERS:
                     found.append(f"{where}: {ast.unparse(func)}(...)")
         elif isinstance(node, ast.Import):
-            found += [f"{where}: import {a.name}" for a in node.names
-                      if a.name in IO_MODULES or a.name == "soco_pipeline.storage"]
+            found += [
+                f"{where}: import {a.name}"
+                for a in node.names
+                if a.name in IO_MODULES or a.name == "soco_pipeline.storage"
+            ]
         elif isinstance(node, ast.ImportFrom) and node.module:
             if node.module in IO_MODULES or node.module.split(".")[0] in IO_MODULES:
                 found.append(f"{where}: from {node.module} import ...")
             elif node.module == "soco_pipeline.storage":
-                found += [f"{where}: from soco_pipeline.storage import {a.name}" for a in node.names
-                          if a.name not in STORAGE_NAMES_ALLOWED]
+                found += [
+                    f"{where}: from soco_pipeline.storage import {a.name}"
+                    for a in node.names
+                    if a.name not in STORAGE_NAMES_ALLOWED
+                ]
             elif node.module == "soco_pipeline" and any(a.name == "storage" for a in node.names):
                 found.append(f"{where}: from soco_pipeline import storage")
             elif node.module == "os" and any(a.name == "path" for a in node.names):
@@ -143,16 +198,28 @@ label = ", ".join(names) + "\\n".join(more)
 dg.MetadataValue.path(p)
 """
     found = file_io_calls(sample)
-    for what in ("import shutil", "from pathlib import ...", "from soco_pipeline import storage",
-                 "import join", "import write_bytes_atomic", "open(...)", "df.to_parquet(...)",
-                 "storage.write_bytes_atomic(...)", "join(...)", "os.path.join(...) (a path join)",
-                 "Path(...)", "Path(root).write_text(...)", "json.dump(...)"):
+    for what in (
+        "import shutil",
+        "from pathlib import ...",
+        "from soco_pipeline import storage",
+        "import join",
+        "import write_bytes_atomic",
+        "open(...)",
+        "df.to_parquet(...)",
+        "storage.write_bytes_atomic(...)",
+        "join(...)",
+        "os.path.join(...) (a path join)",
+        "Path(...)",
+        "Path(root).write_text(...)",
+        "json.dump(...)",
+    ):
         assert any(f.endswith(what) for f in found), (what, found)
     assert not any("is_remote" in f or '", ".join' in f or "MetadataValue" in f for f in found), found
 
 
-@pytest.mark.parametrize("path", sorted(p for p in DEFS.rglob("*.py") if p != IO_MANAGER),
-                         ids=lambda p: str(p.relative_to(DEFS)))
+@pytest.mark.parametrize(
+    "path", sorted(p for p in DEFS.rglob("*.py") if p != IO_MANAGER), ids=lambda p: str(p.relative_to(DEFS))
+)
 def test_defs_does_no_file_io(path):
     found = file_io_calls(path.read_text())
     assert not found, (

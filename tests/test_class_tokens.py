@@ -100,7 +100,9 @@ def test_a_damaged_class_token_is_refused_and_re_extraction_repairs_it(cached, i
     before = FeatureStore.from_manifest(cache, manifest).class_token(bad)
     fault(os.path.join(cache, manifest.cls_path.iloc[1]))
     store = FeatureStore.from_manifest(cache, manifest)
-    with pytest.raises(FeatureError, match=f"(?s){bad}.*{error}.*re-extract this backbone.*feature_manifest\\[vit_cls\\]"):
+    with pytest.raises(
+        FeatureError, match=f"(?s){bad}.*{error}.*re-extract this backbone.*feature_manifest\\[vit_cls\\]"
+    ):
         store.class_token(bad)
     for other in manifest.image_id.drop(1):
         store.class_token(other)  # the others read fine

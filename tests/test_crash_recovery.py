@@ -93,7 +93,16 @@ def test_kill_9_mid_extraction_then_the_next_demo_completes(tmp_path):
 
 
 def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "dagster", "asset", "materialize", "-m", "soco_pipeline.defs.definitions", *args]
+    return [
+        sys.executable,
+        "-m",
+        "dagster",
+        "asset",
+        "materialize",
+        "-m",
+        "soco_pipeline.defs.definitions",
+        *args,
+    ]
 
 
 @pytest.mark.timeout(900)
@@ -101,8 +110,10 @@ def test_kill_9_of_a_cli_materialization_then_the_next_cli_run_recovers(tmp_path
     """`dagster asset materialize --select feature_manifest` (no demo, no daemon) after a killed one: the
     next one fails the dead run and frees its slot instead of waiting for it forever at DEBUG."""
     env = crash_env(tmp_path)
-    upstream = start_child(_cli("--select", "embedded_dataset,taxonomy,source_images,image_set,rejected_images"),
-                           without_pause(env))
+    upstream = start_child(
+        _cli("--select", "embedded_dataset,taxonomy,source_images,image_set,rejected_images"),
+        without_pause(env),
+    )
     try:
         out, _ = upstream.communicate(timeout=600)
     finally:
@@ -130,7 +141,9 @@ def test_kill_9_of_a_cli_materialization_then_the_next_cli_run_recovers(tmp_path
 
 
 def _run(instance: dg.DagsterInstance, status: dg.DagsterRunStatus, tags: dict[str, str]) -> dg.DagsterRun:
-    run = dg.DagsterRun(job_name="__ephemeral_asset_job__", run_id=str(uuid.uuid4()), status=status, tags=tags)
+    run = dg.DagsterRun(
+        job_name="__ephemeral_asset_job__", run_id=str(uuid.uuid4()), status=status, tags=tags
+    )
     return instance.add_run(run)
 
 
@@ -146,7 +159,8 @@ def test_a_waiting_run_names_the_run_that_holds_the_slot_and_a_dead_holder_is_fr
     with _instance(str(home)) as instance:
         storage = instance.event_log_storage
         holder = _run(
-            instance, dg.DagsterRunStatus.STARTED,
+            instance,
+            dg.DagsterRunStatus.STARTED,
             {HOST_TAG: process_tags()[HOST_TAG], PID_TAG: str(_dead_pid()), "dagster/partition": "vit"},
         )
         alive = _run(instance, dg.DagsterRunStatus.STARTED, {**process_tags(), "dagster/partition": "sift"})
@@ -193,7 +207,9 @@ def test_ctrl_c_while_waiting_for_a_pool_slot_stops_the_demo(tmp_path):
     and SIGINT stops it there: Dagster's multiprocess executor fails its run and drops its claim."""
     env = crash_env(tmp_path)
     with _instance(env["DAGSTER_HOME"]) as instance:
-        holder = _run(instance, dg.DagsterRunStatus.STARTED, {**process_tags(), "dagster/partition": "elsewhere"})
+        holder = _run(
+            instance, dg.DagsterRunStatus.STARTED, {**process_tags(), "dagster/partition": "elsewhere"}
+        )
         storage = instance.event_log_storage
         assert storage.initialize_concurrency_limit_to_default("gpu")
         assert storage.claim_concurrency_slot("gpu", holder.run_id, "feature_manifest").is_claimed

@@ -38,7 +38,9 @@ def test_the_demo_runs_a_family_per_backbone_then_prints_its_leaderboard(tmp_pat
     lines: list[str] = []
     with dg.DagsterInstance.from_config(str(home)) as instance:
         instance.add_dynamic_partitions("backbones", ["ab", "abcd"])
-        runner = Runner(defs, instance, {"storage": str(storage)}, ("tests.toy_family", "toy_job"), lines.append)
+        runner = Runner(
+            defs, instance, {"storage": str(storage)}, ("tests.toy_family", "toy_job"), lines.append
+        )
         boards = run_families(defs, runner, backbones=["ab", "abcd"], lvlms=[])
         assert runner.failed == {}
         runs = instance.get_runs()
@@ -47,7 +49,9 @@ def test_the_demo_runs_a_family_per_backbone_then_prints_its_leaderboard(tmp_pat
     assert [line.split("|")[1].strip() for line in board_lines] == ["abcd", "ab"]  # 24.0 before 12.0
     assert "askers: no backbone or LVLM spec" in " ".join(lines)
     assert sorted((r.job_name, r.tags.get("dagster/partition")) for r in runs) == [
-        ("demo_toy", None), ("demo_toy_backbone", "ab"), ("demo_toy_backbone", "abcd"),
+        ("demo_toy", None),
+        ("demo_toy_backbone", "ab"),
+        ("demo_toy_backbone", "abcd"),
         ("demo_toy_leaderboard", None),
     ]
 
@@ -60,15 +64,23 @@ def test_a_bad_spec_stops_only_its_own_partition(tmp_path):
     backbones.mkdir()
     shutil.copy(PROJECT_ROOT / "assets" / "backbones" / "oracle_part.yaml", backbones)
     spec = yaml.safe_load((PROJECT_ROOT / "assets" / "backbones" / "vit_small_random.yaml").read_text())
-    (backbones / "resnet_dropped.yaml").write_text(yaml.safe_dump({**spec, "model": "resnet18", "device": "cpu"}))
+    (backbones / "resnet_dropped.yaml").write_text(
+        yaml.safe_dump({**spec, "model": "resnet18", "device": "cpu"})
+    )
     home = tmp_path / "home"
     write_instance_yaml(home, tmp_path / "storage")
-    overrides = dict(storage_root=str(tmp_path / "storage"), backbones_dir=str(backbones), categories=["car", "dog"],
-                     images_per_category=4)
+    overrides = dict(
+        storage_root=str(tmp_path / "storage"),
+        backbones_dir=str(backbones),
+        categories=["car", "dog"],
+        images_per_category=4,
+    )
     with dg.DagsterInstance.from_config(str(home)) as instance:
         result = run_demo(instance=instance, **overrides)
     assert list(result.failed) == ["backbone resnet_dropped"], result.failed
     print(result.failed)
-    assert "resnet18" in result.failed["backbone resnet_dropped"] or "dynamic_img_size" in result.failed[
-        "backbone resnet_dropped"]
+    assert (
+        "resnet18" in result.failed["backbone resnet_dropped"]
+        or "dynamic_img_size" in result.failed["backbone resnet_dropped"]
+    )
     assert result.board is not None and list(result.board.backbone) == ["oracle_part"]

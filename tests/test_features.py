@@ -242,7 +242,11 @@ def test_store_maps_local_files_read_only_and_names_bad_files(tmp_path, images):
     np.save(path[ids[2]], np.zeros((3, 2, 2), dtype=np.float16))  # not the manifest's grid
     with open(path[ids[3]], "wb") as f:
         f.write(b"not a numpy file")
-    for image_id, what in [(ids[1], "corrupt.*checksum"), (ids[2], "corrupt.*checksum"), (ids[3], "not a valid .npy")]:
+    for image_id, what in [
+        (ids[1], "corrupt.*checksum"),
+        (ids[2], "corrupt.*checksum"),
+        (ids[3], "not a valid .npy"),
+    ]:
         with pytest.raises(FeatureError, match=f"(?s){image_id}.*{what}.*re-extract this backbone"):
             store.get_stored(image_id)
     # A manifest of before the xxh3 checksums (no checksum to verify): the reader still names what is wrong.
@@ -266,7 +270,9 @@ def test_a_corrupt_map_is_refused_by_name_and_only_it_is_re_extracted(tmp_path, 
         f.write(np.random.default_rng(0).bytes(size - 128))
     assert os.path.getsize(path) == size
     store = FeatureStore.from_manifest(cache, manifest)
-    with pytest.raises(FeatureError, match=f"{bad}.*corrupt.*re-extract this backbone.*feature_manifest\\[sift_test\\]"):
+    with pytest.raises(
+        FeatureError, match=f"{bad}.*corrupt.*re-extract this backbone.*feature_manifest\\[sift_test\\]"
+    ):
         store.get_stored(bad)
     for other in manifest.image_id.drop(2):
         store.get_stored(other)  # the others read fine
@@ -285,7 +291,9 @@ def test_without_a_fast_checksum_non_finite_values_are_refused(tmp_path, images)
     arr = np.load(path)
     arr[0, 0, :2] = [np.nan, np.inf]
     np.save(path, arr)
-    with pytest.raises(FeatureError, match=f"{manifest.image_id.iloc[0]}.*2 NaN/inf.*re-extract this backbone"):
+    with pytest.raises(
+        FeatureError, match=f"{manifest.image_id.iloc[0]}.*2 NaN/inf.*re-extract this backbone"
+    ):
         FeatureStore.from_manifest(cache, manifest).get_stored(manifest.image_id.iloc[0])
 
 
@@ -317,7 +325,11 @@ def test_batches_share_an_input_size(tmp_path, images):
     assert seen == [(["car_0000", "car_0002", "car_0003", "car_0004"], 32), (["car_0001"], 16)]
     assert list(manifest.image_id) == list(images.image_id)
     assert manifest.set_index("image_id").input_size.to_dict() == {
-        "car_0000": 32, "car_0001": 16, "car_0002": 32, "car_0003": 32, "car_0004": 32
+        "car_0000": 32,
+        "car_0001": 16,
+        "car_0002": 32,
+        "car_0003": 32,
+        "car_0004": 32,
     }
     assert (manifest.grid_w == manifest.input_size // 8).all()
 

@@ -12,7 +12,9 @@ from soco_pipeline.analysis.global_metrics import global_metrics
 from soco_pipeline.backbones import list_specs
 from soco_pipeline.features import GlobalInputPolicy, cached_global, global_cache, read_global
 
-POLICY = GlobalInputPolicy(resize=40, crop=32, normalisation="clip", final_norm=True, batch_size=4, dense_input=32)
+POLICY = GlobalInputPolicy(
+    resize=40, crop=32, normalisation="clip", final_norm=True, batch_size=4, dense_input=32
+)
 
 
 def _images(folder, prefix: str, n: int, seed: int) -> pd.DataFrame:
@@ -23,8 +25,15 @@ def _images(folder, prefix: str, n: int, seed: int) -> pd.DataFrame:
         w, h = 48 + 8 * (i % 2), 40
         uri = str(folder / f"{prefix}{i}.png")
         Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)).save(uri)
-        rows.append({"image_id": f"{prefix}/{i}", "uri": uri, "width": w, "height": h,
-                     "category": "car" if i % 2 else "bus"})
+        rows.append(
+            {
+                "image_id": f"{prefix}/{i}",
+                "uri": uri,
+                "width": w,
+                "height": h,
+                "category": "car" if i % 2 else "bus",
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -40,8 +49,12 @@ def test_two_families_share_one_folder_and_extract_each_image_once(tmp_path, spe
     b, folder_b = cached_global(spec, fgbmk, cache, POLICY, {"device": "cpu"}, logs.append)
     assert folder_a == folder_b and "/dense_sift/" in folder_a and "/global_" in folder_a
     # the folder known before building is the one the built extractor names
-    assert global_cache.build_global_extractor(spec, POLICY, {"device": "cpu"}).cache_folder(cache, POLICY) == folder_a
+    assert (
+        global_cache.build_global_extractor(spec, POLICY, {"device": "cpu"}).cache_folder(cache, POLICY)
+        == folder_a
+    )
     assert "0 cached" in logs[0] and "6 to extract" in logs[0] and "5 to extract" in logs[2]
+
     # the second family's writes kept the first one's rows: both read back whole, no backbone is built
     def no_build(*_args, **_kwargs):
         raise AssertionError("every image is cached: the backbone must not be built")
@@ -61,10 +74,12 @@ def test_the_policy_decides_the_folder_threads_and_batch_size_do_not(tmp_path, s
     imgs = _images(tmp_path, "x", 2, 2)
     cache = str(tmp_path / "cache")
     _, base = cached_global(spec, imgs, cache, POLICY, {"device": "cpu"})
-    _, same = cached_global(spec, imgs, cache, POLICY.model_copy(update={"threads": 1, "batch_size": 1}),
-                            {"device": "cpu"})
-    feats, other = cached_global(spec, imgs, cache, POLICY.model_copy(update={"crop": 24, "dense_input": 24}),
-                                 {"device": "cpu"})
+    _, same = cached_global(
+        spec, imgs, cache, POLICY.model_copy(update={"threads": 1, "batch_size": 1}), {"device": "cpu"}
+    )
+    feats, other = cached_global(
+        spec, imgs, cache, POLICY.model_copy(update={"crop": 24, "dense_input": 24}), {"device": "cpu"}
+    )
     assert same == base and other != base
     assert read_global(other, imgs.image_id).cls_last.shape == feats.cls_last.shape
 

@@ -22,8 +22,15 @@ SOC = np.array([10.0, 25.0, 30.0, 52.0, 61.0, 80.0])
 
 def _boards() -> tuple[pd.DataFrame, pd.DataFrame]:
     soco = pd.DataFrame({"backbone": BACKBONES, "soc": SOC, "cc": SOC[::-1].copy(), "knn_top1": SOC / 2})
-    fine = pd.DataFrame({"kind": "backbone", "model": BACKBONES, "top1_subclass": 2.0 * SOC + 5.0,
-                         "top1_drop_across": SOC[::-1] / 10, "simulated": True})
+    fine = pd.DataFrame(
+        {
+            "kind": "backbone",
+            "model": BACKBONES,
+            "top1_subclass": 2.0 * SOC + 5.0,
+            "top1_drop_across": SOC[::-1] / 10,
+            "simulated": True,
+        }
+    )
     lvlm = pd.DataFrame([{"kind": "lvlm", "model": "some_lvlm", "choice_subclass": 40.0, "simulated": True}])
     return soco, pd.concat([fine, lvlm], ignore_index=True)
 
@@ -33,8 +40,11 @@ def test_fgbmk_rows_correlate_with_the_pipeline_soco_columns():
     scores = combine_scores(leaderboard_scores(soco, ["soc", "cc", "knn_top1"]), correlation_scores(fine))
     assert "some_lvlm" not in set(scores.model)  # backbones only: LVLMs have no SOCO feature scores
     table = correlation_table(scores, load_analysis_config(n_resamples=200))
-    r = table[(table.task == "fgbmk") & (table.statistic == "pearson") & (table.subset == "all")].set_index(
-        ["benchmark", "metric"]).estimate
+    r = (
+        table[(table.task == "fgbmk") & (table.statistic == "pearson") & (table.subset == "all")]
+        .set_index(["benchmark", "metric"])
+        .estimate
+    )
     assert np.isclose(r["pipeline_soc", "top1_subclass"], 1.0)
     assert np.isclose(r["pipeline_cc", "top1_subclass"], np.corrcoef(SOC[::-1], 2 * SOC)[0, 1])
     # a lower-is-better metric (the within -> across drop) is sign-flipped, as the table says
@@ -54,21 +64,34 @@ def test_correlation_asset_reads_the_fgbmk_leaderboard(tmp_path):
     (tmp_path / "home").mkdir()
     defs = build_definitions(storage_root=str(storage), backbones_dir=str(tmp_path / "none"))
     with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
-        result = dg.materialize(list(defs.assets), selection=dg.AssetSelection.assets("correlation"),
-                                instance=instance, resources=defs.resources,
-                                run_config={"ops": {"correlation": {"config": {"n_resamples": 200}}}})
+        result = dg.materialize(
+            list(defs.assets),
+            selection=dg.AssetSelection.assets("correlation"),
+            instance=instance,
+            resources=defs.resources,
+            run_config={"ops": {"correlation": {"config": {"n_resamples": 200}}}},
+        )
         assert result.success
-        meta = instance.fetch_materializations(dg.AssetKey("correlation"), limit=1).records[0] \
+        meta = (
+            instance.fetch_materializations(dg.AssetKey("correlation"), limit=1)
+            .records[0]
             .asset_materialization.metadata
+        )
         table = pd.read_parquet(table_for("correlation").path(tables))
         fg = table[(table.task == "fgbmk") & (table.statistic == "pearson") & (table.subset == "all")]
         assert set(fg.benchmark) >= {"pipeline_soc", "pipeline_cc", "pipeline_knn"} and (fg.n == 6).all()
-        assert np.isclose(fg.set_index(["benchmark", "metric"]).estimate["pipeline_soc", "top1_subclass"], 1.0)
+        assert np.isclose(
+            fg.set_index(["benchmark", "metric"]).estimate["pipeline_soc", "top1_subclass"], 1.0
+        )
         assert "| top1_subclass | pipeline_soc | 1.00" in meta["table_fgbmk"].value
         # before the family has run (no fgbmk_leaderboard yet) the study runs without it
         Path(table_for("fgbmk_leaderboard").path(tables)).unlink()
-        assert dg.materialize(list(defs.assets), selection=dg.AssetSelection.assets("correlation"),
-                              instance=instance, resources=defs.resources,
-                              run_config={"ops": {"correlation": {"config": {"n_resamples": 200}}}}).success
+        assert dg.materialize(
+            list(defs.assets),
+            selection=dg.AssetSelection.assets("correlation"),
+            instance=instance,
+            resources=defs.resources,
+            run_config={"ops": {"correlation": {"config": {"n_resamples": 200}}}},
+        ).success
     table = pd.read_parquet(table_for("correlation").path(tables))
     assert len(table) and not (table.task == "fgbmk").any()

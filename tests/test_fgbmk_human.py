@@ -73,7 +73,14 @@ def test_questions_published_wording_parents_and_circular(small_set):
 def test_answer_rules_cover_every_method():
     rows = [
         ("choice", "Zebra.", "zebra", ["zebra", "horse", "donkey", "car"], True, "exact"),
-        ("choice", "It is a police car", "police car", ["car", "police car", "bus", "taxi"], True, "contains"),
+        (
+            "choice",
+            "It is a police car",
+            "police car",
+            ["car", "police car", "bus", "taxi"],
+            True,
+            "contains",
+        ),
         ("choice", "horse or zebra", "zebra", ["zebra", "horse", "donkey", "car"], False, "ambiguous"),
         ("choice", "no idea", "zebra", ["zebra", "horse", "donkey", "car"], False, "none"),
         ("short_answer", "Polar_Bear", "polar bear", [], True, "exact"),
@@ -95,10 +102,16 @@ def test_answer_rules_cover_every_method():
 
 
 def test_circular_and_knowledge_bias_report():
-    df = pd.DataFrame({"form": ["choice"] * 4 + ["true_false"] * 4, "group_id": [0, 0, 1, 1, 2, 3, 4, 5],
-                       "level": "subclass", "correct": [True, True, True, False, True, False, True, True],
-                       "task": ["hierarchical"] * 4 + ["knowledge_bias"] * 4,
-                       "subclass": ["a", "a", "b", "b", "a", "a", "b", "b"]})
+    df = pd.DataFrame(
+        {
+            "form": ["choice"] * 4 + ["true_false"] * 4,
+            "group_id": [0, 0, 1, 1, 2, 3, 4, 5],
+            "level": "subclass",
+            "correct": [True, True, True, False, True, False, True, True],
+            "task": ["hierarchical"] * 4 + ["knowledge_bias"] * 4,
+            "subclass": ["a", "a", "b", "b", "a", "a", "b", "b"],
+        }
+    )
     assert circular_accuracy(df, ["level"]).circular_accuracy.iloc[0] == 50.0
     per, rep = knowledge_bias(df, worst=1)
     assert per.set_index("subclass").accuracy.to_dict() == {"a": 50.0, "b": 100.0}
@@ -112,24 +125,29 @@ def test_jsonl_round_trip_layout_and_published_answer_file(tmp_path, small_set):
     path = hierarchical_path(str(tmp_path), "embedded", "species", "choice")
     write_jsonl(part, path)
     back = read_questions(path)
-    pd.testing.assert_frame_equal(back.drop(columns="line"), part[list(back.columns[:-1])].reset_index(drop=True),
-                                  check_dtype=False)
+    pd.testing.assert_frame_equal(
+        back.drop(columns="line"), part[list(back.columns[:-1])].reset_index(drop=True), check_dtype=False
+    )
     write_jsonl(q[q.task == "knowledge_bias"], knowledge_bias_path(str(tmp_path), "embedded"))
     files = human_files(str(tmp_path))
     assert files[["task", "level", "form"]].values.tolist() == [
         ["hierarchical_granularity_recognition", "species", "choice"],
-        ["knowledge_bias_estimation", "all_class", "true_false"]]
+        ["knowledge_bias_estimation", "all_class", "true_false"],
+    ]
     answers = part.head(2).assign(prompt=part.text.head(2), text=["zebra", "a horse"])
     write_jsonl(answers.assign(text=list(part["class"].head(2))), str(tmp_path / "ans.jsonl"), ANSWER_KEYS)
     scored = score_answer_file(read_answers(str(tmp_path / "ans.jsonl")))
     assert scored.correct.all() and (scored.form == "choice").all() and (scored.method == "exact").all()
 
 
-@pytest.mark.parametrize("line,needle", [
-    ("{not json", ":1: not valid JSON"),
-    ('{"question_id": 1, "image": "a.jpg", "text": "q"}', ":1: missing keys ['class', 'category']"),
-    ("[1, 2]", ":1: expected a JSON object"),
-])
+@pytest.mark.parametrize(
+    "line,needle",
+    [
+        ("{not json", ":1: not valid JSON"),
+        ('{"question_id": 1, "image": "a.jpg", "text": "q"}', ":1: missing keys ['class', 'category']"),
+        ("[1, 2]", ":1: expected a JSON object"),
+    ],
+)
 def test_jsonl_reader_rejects_bad_lines(tmp_path, line, needle):
     (tmp_path / "q.jsonl").write_text(line + "\n")
     with pytest.raises(FgbmkFormatError, match=r"q\.jsonl" + needle.replace("[", r"\[").replace("]", r"\]")):
@@ -142,9 +160,13 @@ def test_loopback_server_constant_answer_scores_its_share(tmp_path, small_set):
     tf = q[q.form == "true_false"].reset_index(drop=True)
     with serve(lambda request, body: "Yes.") as server:
         spec = openai_spec(server.base_url, "const")
-        answers = ask(tf, spec.name, OpenAIBackend(spec), AnswerCache(str(tmp_path / "cache")), spec.generation())
+        answers = ask(
+            tf, spec.name, OpenAIBackend(spec), AnswerCache(str(tmp_path / "cache")), spec.generation()
+        )
         sent = server.requests
-        again = ask(tf, spec.name, OpenAIBackend(spec), AnswerCache(str(tmp_path / "cache")), spec.generation())
+        again = ask(
+            tf, spec.name, OpenAIBackend(spec), AnswerCache(str(tmp_path / "cache")), spec.generation()
+        )
         assert server.requests == sent  # every answer came from the cache
     # identical (image, text) requests share a cache entry: asked once, or twice when two threads race
     assert len(tf.drop_duplicates(["uri", "text"])) <= sent <= len(tf) and (answers.method == "leading").all()
@@ -177,18 +199,36 @@ def test_fgsm_zero_is_identity_and_accuracy_falls_with_epsilon():
     ex = PixelMean()
     recs = pd.DataFrame({"image_id": [f"i{i}" for i in range(n)]})
     feats = GlobalFeatures(recs.image_id.to_numpy(), *[p.numpy() for p in ex.forward(pixels, recs)])
-    cfg = load_config(linear_probe={"learning_rates": [0.05], "n_last_blocks": [1], "avgpool": [False],
-                                    "epochs": 4, "epoch_length": 100, "batch_size": 64, "optimizer": "adam"})
+    cfg = load_config(
+        linear_probe={
+            "learning_rates": [0.05],
+            "n_last_blocks": [1],
+            "avgpool": [False],
+            "epochs": 4,
+            "epoch_length": 100,
+            "batch_size": 64,
+            "optimizer": "adam",
+        }
+    )
     probe = train_probe(feats, y, feats, y, cfg.linear_probe)
     # the decision boundary exactly at red = 0.5, so that every image's margin is the one drawn above
     head = probe.grid.heads[0]
     head.weight.data = torch.tensor([[-100.0, 0, 0], [100.0, 0, 0]])
     head.bias.data = torch.tensor([50.0, -50.0])
     from soco_pipeline.tasks.fgbmk.robustness import ProbedModel
+
     model = ProbedModel(ex, probe, recs)
     torch.testing.assert_close(fgsm(model, pixels, torch.as_tensor(y), 0.0), pixels, rtol=0, atol=0)
-    rob = evaluate_robustness("pixel_mean", ex, probe, pixels, y, recs, "subclass",
-                              cfg.robustness.model_copy(update={"epsilons": (0.0, 1, 2, 4, 8, 16)}))
+    rob = evaluate_robustness(
+        "pixel_mean",
+        ex,
+        probe,
+        pixels,
+        y,
+        recs,
+        "subclass",
+        cfg.robustness.model_copy(update={"epsilons": (0.0, 1, 2, 4, 8, 16)}),
+    )
     for attack in ("fgsm", "pgd"):
         acc = rob[rob.attack == attack].sort_values("strength").accuracy.to_numpy()
         assert acc[0] == 100.0 and (np.diff(acc) <= 0).all() and acc[-1] < 60.0, acc

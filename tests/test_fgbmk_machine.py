@@ -46,8 +46,12 @@ def test_embedded_set_layout_labels_and_determinism(tmp_path):
     h = hierarchy()
     row = items[items.subclass == "zebra"].iloc[0]
     assert (row.superclass, row["class"]) == ("animals", "horse")
-    assert h.subclass_id.is_unique and (h.groupby("class").subclass_id.agg(lambda s: s.max() - s.min() + 1)
-                                         == h.groupby("class").size()).all()  # children contiguous
+    assert (
+        h.subclass_id.is_unique
+        and (
+            h.groupby("class").subclass_id.agg(lambda s: s.max() - s.min() + 1) == h.groupby("class").size()
+        ).all()
+    )  # children contiguous
     ds = read_machine_dataset(str(tmp_path / "a"))
     assert ds.classes[int(row.subclass_id)] == "zebra" and len(ds.train) == 5
     lv = read_machine_dataset(str(tmp_path / "a" / "levels" / "superclass"), image_root=str(tmp_path / "a"))
@@ -55,17 +59,31 @@ def test_embedded_set_layout_labels_and_determinism(tmp_path):
     again = ensure_embedded(str(tmp_path / "b"), cfg.embedded, seed=3, subclasses=subs, workers=1)
     assert (tmp_path / "a" / items.path[0]).read_bytes() == (tmp_path / "b" / again.path[0]).read_bytes()
     assert items.drop(columns=["uri"]).equals(again.drop(columns=["uri"]))
-    assert set(items.colour) <= {"red", "orange", "yellow", "green", "blue", "purple", "pink", "brown", "black",
-                                 "white", "grey"}
+    assert set(items.colour) <= {
+        "red",
+        "orange",
+        "yellow",
+        "green",
+        "blue",
+        "purple",
+        "pink",
+        "brown",
+        "black",
+        "white",
+        "grey",
+    }
     assert items[items.subclass == "zebra"].texture.eq("striped").all()
 
 
-@pytest.mark.parametrize("content,needle", [
-    ("a.jpg 0\n", ":1: malformed line"),
-    ("a.jpg,x\n", ":1: label 'x' is not an integer"),
-    ("a.jpg,0\nb.jpg,7\n", ":2: label 7 is outside the classes"),
-    ("missing.jpg,0\n", ":1: image"),
-])
+@pytest.mark.parametrize(
+    "content,needle",
+    [
+        ("a.jpg 0\n", ":1: malformed line"),
+        ("a.jpg,x\n", ":1: label 'x' is not an integer"),
+        ("a.jpg,0\nb.jpg,7\n", ":2: label 7 is outside the classes"),
+        ("missing.jpg,0\n", ":1: image"),
+    ],
+)
 def test_machine_reader_rejects_bad_lines(tmp_path, content, needle):
     for name in ("a.jpg", "b.jpg"):
         (tmp_path / name).write_bytes(b"x")
@@ -112,26 +130,41 @@ def test_variant_oracle_scores_100_and_random_features_chance():
     cfg = _config()
     k = 10
     tr_lab, te_lab = np.repeat(np.arange(k), 6), np.repeat(np.arange(k), 4)
-    probe = train_probe(_oracle_feats(tr_lab, "a", k), tr_lab, _oracle_feats(te_lab, "b", k), te_lab, cfg.linear_probe)
+    probe = train_probe(
+        _oracle_feats(tr_lab, "a", k), tr_lab, _oracle_feats(te_lab, "b", k), te_lab, cfg.linear_probe
+    )
     assert probe.top1 == 100.0 and probe.top5 == 100.0
-    ret = train_retrieval(_oracle_feats(tr_lab, "a", k), tr_lab, _oracle_feats(te_lab, "b", k), te_lab, cfg.retrieval)
+    ret = train_retrieval(
+        _oracle_feats(tr_lab, "a", k), tr_lab, _oracle_feats(te_lab, "b", k), te_lab, cfg.retrieval
+    )
     assert ret.recall_at_1 == 100.0 and ret.map == 100.0
     # random features: the probe's top-1 on 400 test rows lies within the Wilson 95% interval of chance (10%);
     # the best-of-grid pick is on the test split itself, so allow its upper bound.
     tr_lab, te_lab = np.repeat(np.arange(k), 20), np.repeat(np.arange(k), 40)
-    rnd = train_probe(_random_feats(200, 32, 0, "a"), tr_lab, _random_feats(400, 32, 1, "b"), te_lab, cfg.linear_probe)
+    rnd = train_probe(
+        _random_feats(200, 32, 0, "a"), tr_lab, _random_feats(400, 32, 1, "b"), te_lab, cfg.linear_probe
+    )
     lo, hi = wilson_interval(int(0.1 * 400), 400)
     assert lo - 3 <= rnd.top1 <= hi + 3, rnd.heads
 
 
 def test_probe_matches_plain_sgd_reference():
-    cfg = load_config(linear_probe={"learning_rates": [0.02], "n_last_blocks": [1], "avgpool": [False],
-                                    "epochs": 1, "epoch_length": 12, "batch_size": 8})
+    cfg = load_config(
+        linear_probe={
+            "learning_rates": [0.02],
+            "n_last_blocks": [1],
+            "avgpool": [False],
+            "epochs": 1,
+            "epoch_length": 12,
+            "batch_size": 8,
+        }
+    )
     tr = _random_feats(24, 5, 0, "a")
     lab = np.arange(24) % 3
     res = train_probe(tr, lab, tr, lab, cfg.linear_probe, seed=4)
     # reference: same init, same batches, SGD momentum 0.9 and cosine lr written out by hand
     from soco_pipeline.tasks.fgbmk.linear_probe import batch_stream
+
     torch.manual_seed(4)
     w = torch.nn.Linear(5, 3).weight.data.normal_(0, 0.01).clone()
     b = torch.zeros(3)
@@ -154,8 +187,13 @@ def test_lr_grid_picks_best_head_on_eval_split():
     cfg = _config(learning_rates=[0.0001, 0.05], epoch_length=40)
     k = 5
     lab = np.repeat(np.arange(k), 8)
-    res = train_probe(_oracle_feats(lab, "a", k, noise=0.5), lab, _oracle_feats(lab, "b", k, noise=0.5), lab,
-                      cfg.linear_probe)
+    res = train_probe(
+        _oracle_feats(lab, "a", k, noise=0.5),
+        lab,
+        _oracle_feats(lab, "b", k, noise=0.5),
+        lab,
+        cfg.linear_probe,
+    )
     best = res.heads.top1.max()
     assert res.top1 == best and res.heads.set_index("name").top1[res.best] == best
     assert res.heads.top1.nunique() > 1  # the grid really differs
@@ -165,7 +203,9 @@ def test_projection_triplets_use_even_classes_only():
     cfg = _config()
     k = 7
     tr_lab = np.repeat(np.arange(k), 5)
-    res = train_retrieval(_oracle_feats(tr_lab, "a", k), tr_lab, _oracle_feats(tr_lab, "b", k), tr_lab, cfg.retrieval)
+    res = train_retrieval(
+        _oracle_feats(tr_lab, "a", k), tr_lab, _oracle_feats(tr_lab, "b", k), tr_lab, cfg.retrieval
+    )
     used = tr_lab[res.triplets.reshape(-1)]
     assert (used % 2 == 0).all() and set(used) == {0, 2, 4, 6}
     anchor, pos = res.triplets[..., 0], res.triplets[..., 1]
@@ -178,7 +218,9 @@ def test_retrieval_map_and_recall_on_hand_example():
     targets = F.one_hot(torch.tensor([0, 2, 2]), 4).float()
     assert retrieval_map(scores, targets) == pytest.approx(100 * (1 + 1 / 3 + 1 / 2) / 3)
     # multi-hot: relevant at ranks 1 and 3 -> (1/1 + 2/3) / 2
-    assert retrieval_map(torch.tensor([[0.5, 0.3, 0.2]]), torch.tensor([[1.0, 0.0, 1.0]])) == pytest.approx(100 * 5 / 6)
+    assert retrieval_map(torch.tensor([[0.5, 0.3, 0.2]]), torch.tensor([[1.0, 0.0, 1.0]])) == pytest.approx(
+        100 * 5 / 6
+    )
     # recall@1 macro: predictions 0, 0, 1; class 0 recall 1, class 2 recall 0, class 1 predicted only -> 0
     assert macro_recall_at_1(scores, targets) == pytest.approx(100 * (1 + 0 + 0) / 3)
 
@@ -196,13 +238,15 @@ def test_leaderboard_summary_drop_and_correlation_rows():
     from soco_pipeline.tasks.fgbmk.leaderboard import correlation_scores, fgbmk_leaderboard
 
     base = {"backbone": "b", "top5": 100.0, "recall_at_1": 50.0, "map": 60.0, "simulated": True}
-    metrics = pd.DataFrame([
-        {**base, "scope": "across", "superclass": "all", "level": "subclass", "top1": 70.0},
-        {**base, "scope": "across", "superclass": "all", "level": "class", "top1": 90.0},
-        {**base, "scope": "across", "superclass": "all", "level": "superclass", "top1": 99.0},
-        {**base, "scope": "within", "superclass": "animals", "level": "subclass", "top1": 80.0},
-        {**base, "scope": "within", "superclass": "furniture", "level": "subclass", "top1": 76.0},
-    ])
+    metrics = pd.DataFrame(
+        [
+            {**base, "scope": "across", "superclass": "all", "level": "subclass", "top1": 70.0},
+            {**base, "scope": "across", "superclass": "all", "level": "class", "top1": 90.0},
+            {**base, "scope": "across", "superclass": "all", "level": "superclass", "top1": 99.0},
+            {**base, "scope": "within", "superclass": "animals", "level": "subclass", "top1": 80.0},
+            {**base, "scope": "within", "superclass": "furniture", "level": "subclass", "top1": 76.0},
+        ]
+    )
     board = fgbmk_leaderboard(metrics, pd.DataFrame(), pd.DataFrame())
     row = board.iloc[0]
     assert row.kind == "backbone" and row.top1_within == 78.0 and row.top1_drop_across == 8.0

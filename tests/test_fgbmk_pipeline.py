@@ -12,8 +12,12 @@ from soco_pipeline.storage import PROJECT_ROOT, read_parquet
 from soco_pipeline.tables import table_for
 
 TINY = {
-    "embedded": {"images_per_subclass": {"train": 2, "test": 1}, "workers": 1, "image_size": 64,
-                 "subclasses": ["zebra", "horse", "donkey", "cat", "taxi", "car"]},
+    "embedded": {
+        "images_per_subclass": {"train": 2, "test": 1},
+        "workers": 1,
+        "image_size": 64,
+        "subclasses": ["zebra", "horse", "donkey", "cat", "taxi", "car"],
+    },
     "linear_probe": {"learning_rates": [0.01, 0.05], "epochs": 1, "epoch_length": 5, "batch_size": 8},
     "retrieval": {"learning_rates": [0.05], "epochs": 1, "epoch_length": 5, "batch_size": 8, "embed_dim": 8},
     "robustness": {"epsilons": [2], "pgd_steps": 1, "noise_sigmas": [8], "max_images": 4},
@@ -34,20 +38,30 @@ def test_fgbmk_group_end_to_end(tmp_path, monkeypatch):
     lvlms.mkdir()
     (backbones / "vit_tiny.yaml").write_text(
         "kind: timm\nmodel: vit_tiny_patch16_224\nweights: none\ninput: {nearest_multiple: 224}\n"
-        "normalisation: clip\ndevice: cpu\nseed: 0\n")
+        "normalisation: clip\ndevice: cpu\nseed: 0\n"
+    )
     storage = tmp_path / "storage"
-    defs = build_definitions(storage_root=str(storage), backbones_dir=str(backbones), lvlms_dir=str(lvlms),
-                             device="cpu")
-    with serve(lambda request, body: "yes") as server, \
-            dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
+    defs = build_definitions(
+        storage_root=str(storage), backbones_dir=str(backbones), lvlms_dir=str(lvlms), device="cpu"
+    )
+    with (
+        serve(lambda request, body: "yes") as server,
+        dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance,
+    ):
         (lvlms / "always_yes.yaml").write_text(
-            f"backend: openai\nmodel: m\nbase_url: {server.base_url}\nmax_concurrency: 2\nretries: 1\n")
+            f"backend: openai\nmodel: m\nbase_url: {server.base_url}\nmax_concurrency: 2\nretries: 1\n"
+        )
         instance.add_dynamic_partitions("backbones", ["vit_tiny"])
         instance.add_dynamic_partitions("lvlms", ["always_yes"])
 
         def run(*keys, partition=None):
-            result = dg.materialize(list(defs.assets), selection=dg.AssetSelection.assets(*keys), instance=instance,
-                                    resources=defs.resources, partition_key=partition)
+            result = dg.materialize(
+                list(defs.assets),
+                selection=dg.AssetSelection.assets(*keys),
+                instance=instance,
+                resources=defs.resources,
+                partition_key=partition,
+            )
             assert result.success
 
         run("fgbmk_items", "fgbmk_questions")
@@ -56,7 +70,11 @@ def test_fgbmk_group_end_to_end(tmp_path, monkeypatch):
         run("fgbmk_leaderboard", "fgbmk_findings")
     tables = str(storage / "tables")
     metrics = read_parquet(table_for("fgbmk_metrics").path(tables, "vit_tiny"))
-    assert set(metrics.scope) == {"across", "within"} and set(metrics.level) == {"superclass", "class", "subclass"}
+    assert set(metrics.scope) == {"across", "within"} and set(metrics.level) == {
+        "superclass",
+        "class",
+        "subclass",
+    }
     rob = read_parquet(table_for("fgbmk_robustness").path(tables, "vit_tiny"))
     assert {"clean", "fgsm", "pgd", "gaussian"} == set(rob.attack)
     answers = read_parquet(table_for("fgbmk_answers").path(tables, "always_yes"))

@@ -49,10 +49,12 @@ def test_items_have_the_right_answer_once_and_distinct_options():
 
 
 def test_same_concept_distractor_when_one_exists():
-    pairs, corr, kps = setup({
-        "car_0000": ("car", "all"),
-        "car_0001": ("car", [*WHEELS, HEADLIGHTS[0], "vehicle_taillight_rear_left"]),
-    })
+    pairs, corr, kps = setup(
+        {
+            "car_0000": ("car", "all"),
+            "car_0001": ("car", [*WHEELS, HEADLIGHTS[0], "vehicle_taillight_rear_left"]),
+        }
+    )
     items = build_four_choice(pairs, corr, kps, seed=1, taxonomy=TAX)
     concept = {k: TAX.concept_of(k) for k in TAX.keypoints}
     target = items[items.pair_id == "intra:car_0000:car_0001"]
@@ -92,10 +94,12 @@ def test_only_evaluated_pairs_and_cross_shared_keypoints():
 
 
 def test_targets_with_fewer_than_four_candidates_are_skipped():
-    pairs, corr, kps = setup({
-        "car_0000": ("car", "all"),
-        "car_0001": ("car", [WHEELS[0], WHEELS[1], HEADLIGHTS[0]]),  # 3 visible keypoints
-    })
+    pairs, corr, kps = setup(
+        {
+            "car_0000": ("car", "all"),
+            "car_0001": ("car", [WHEELS[0], WHEELS[1], HEADLIGHTS[0]]),  # 3 visible keypoints
+        }
+    )
     items = build_four_choice(pairs, corr, kps, seed=0, taxonomy=TAX)
     assert set(items.pair_id) == {"intra:car_0001:car_0000"}
     assert len(items) == 3

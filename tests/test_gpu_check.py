@@ -22,17 +22,46 @@ def _gpu_check():
 @pytest.mark.timeout(900)  # the whole benchmark end to end: ~2 minutes idle, much longer on a loaded machine
 def test_gpu_check_runs_on_the_cpu_with_tiny_settings(tmp_path, capsys):
     gc = _gpu_check()
-    args = gc.parser().parse_args([
-        "--device", "cpu", "--vit", "vit_small_patch14_dinov2", "--size", "42", "--batch", "3",
-        "--diffusion-size", "32", "--diffusion-batch", "2", "--ensemble", "2", "--n", "6", "--agree", "6",
-        "--categories", "car,bus", "--per-category", "3", "--options", "bf16", "channels_last",
-        "--data-root", str(tmp_path / "embedded"),
-    ])
+    args = gc.parser().parse_args(
+        [
+            "--device",
+            "cpu",
+            "--vit",
+            "vit_small_patch14_dinov2",
+            "--size",
+            "42",
+            "--batch",
+            "3",
+            "--diffusion-size",
+            "32",
+            "--diffusion-batch",
+            "2",
+            "--ensemble",
+            "2",
+            "--n",
+            "6",
+            "--agree",
+            "6",
+            "--categories",
+            "car,bus",
+            "--per-category",
+            "3",
+            "--options",
+            "bf16",
+            "channels_last",
+            "--data-root",
+            str(tmp_path / "embedded"),
+        ]
+    )
     out = gc.run(args)
     printed = capsys.readouterr().out
     assert set(out) == {"vit_random", "tiny_diffusion"}
     for name, fig in out.items():
-        assert fig["forward"] > 0 and fig["whole"] > 0 and math.isclose(fig["ratio"], fig["whole"] / fig["forward"])
+        assert (
+            fig["forward"] > 0
+            and fig["whole"] > 0
+            and math.isclose(fig["ratio"], fig["whole"] / fig["forward"])
+        )
         # Whole and forward-only throughput are measured over the same images, for every option too.
         assert fig["n_forward"] == fig["n_whole"] == 6, name
         assert fig["bf16"]["n_forward"] == fig["bf16"]["n_whole"] == 6, name
@@ -58,9 +87,19 @@ def test_agreement_figures_measure_a_known_difference(tmp_path, monkeypatch):
     from PIL import Image
 
     Image.fromarray(rng.integers(0, 256, size=(32, 32, 3), dtype=np.uint8)).save(uri)
-    images = pd.DataFrame([{"image_id": "car_0000", "uri": str(uri), "width": 32, "height": 32, "category": "car"}])
-    spec = parse_spec({"kind": "classical", "model": "sift", "input": {"nearest_multiple": 32},
-                       "normalisation": "raw", "device": "cpu"}, "sift")
+    images = pd.DataFrame(
+        [{"image_id": "car_0000", "uri": str(uri), "width": 32, "height": 32, "category": "car"}]
+    )
+    spec = parse_spec(
+        {
+            "kind": "classical",
+            "model": "sift",
+            "input": {"nearest_multiple": 32},
+            "normalisation": "raw",
+            "device": "cpu",
+        },
+        "sift",
+    )
     m_a = extract_features(spec, images, str(tmp_path / "a"))
     extract_features(spec, images, str(tmp_path / "b"))
     path = tmp_path / "b" / m_a.path.iloc[0]
@@ -69,6 +108,7 @@ def test_agreement_figures_measure_a_known_difference(tmp_path, monkeypatch):
     arr.reshape(arr.shape[0], -1)[:, cell] *= -1  # one cell's descriptor turned to its opposite
     np.save(path, arr)
     monkeypatch.setattr(FeatureStore, "verify_reads", False)  # the edited map no longer matches its checksum
-    fig = gc.map_agreement(gc.Tables(images, None, None, None), str(tmp_path / "a"), spec, str(tmp_path / "b"),
-                           spec)
+    fig = gc.map_agreement(
+        gc.Tables(images, None, None, None), str(tmp_path / "a"), spec, str(tmp_path / "b"), spec
+    )
     assert fig["cos_min"] < -0.99 and fig["max_abs"] > 0.1

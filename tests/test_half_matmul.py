@@ -22,8 +22,10 @@ def isa(request, monkeypatch):
     got = _kernel_for(request.param)
     if got is None:
         half_matmul._library.cache_clear()
-        pytest.skip(f"no {request.param.upper().replace('AVX512', 'AVX-512')} kernel here (CPU, compiler "
-                    f"or architecture)")
+        pytest.skip(
+            f"no {request.param.upper().replace('AVX512', 'AVX-512')} kernel here (CPU, compiler "
+            f"or architecture)"
+        )
     assert got == request.param  # asked for by name, never silently another variant
     yield got
     half_matmul._library.cache_clear()  # monkeypatch restores the environment after this
@@ -47,14 +49,28 @@ def _assert_sums_close(got: torch.Tensor, queries: torch.Tensor, fmap_half: torc
     exact = q64 @ m64
     bound = q64.shape[1] * torch.finfo(torch.float32).eps * (q64.abs() @ m64.abs()) + 1e-30
     err = (got.double() - exact).abs()
-    assert (err <= bound).all(), f"max error {err.max():.3g} exceeds the float32 bound {bound[err > bound].min():.3g}"
+    assert (err <= bound).all(), (
+        f"max error {err.max():.3g} exceeds the float32 bound {bound[err > bound].min():.3g}"
+    )
     return exact
 
 
 @pytest.mark.parametrize(
     "c, hw, q",
-    [(384, 57 * 57, 30), (384, 57 * 57, 70), (20, 13 * 13, 9), (33, 31, 17), (1, 1, 1), (64, 32, 8), (100, 5, 3),
-     (70, 47, 16), (130, 100, 13), (65, 64, 24), (8, 40, 25), (200, 33, 141)],
+    [
+        (384, 57 * 57, 30),
+        (384, 57 * 57, 70),
+        (20, 13 * 13, 9),
+        (33, 31, 17),
+        (1, 1, 1),
+        (64, 32, 8),
+        (100, 5, 3),
+        (70, 47, 16),
+        (130, 100, 13),
+        (65, 64, 24),
+        (8, 40, 25),
+        (200, 33, 141),
+    ],
 )  # query counts cover full 12-query blocks and last blocks of 1-4, 5-8 and 9-11 queries
 def test_kernel_is_the_product_of_the_fp16_map_within_float32_rounding(c, hw, q, isa):
     g = torch.Generator().manual_seed(c * 1000 + hw + q)
@@ -72,7 +88,9 @@ def test_query_rows_are_read_by_index(isa):
     g = torch.Generator().manual_seed(7)
     fmap = torch.randn(96, 70, generator=g).half()
     queries = torch.randn(50, 96, generator=g).numpy()
-    rows = np.array([49, 3, 3, 0, 17, 25, 8, 40, 12, 11, 30, 2, 44, 5, 19], dtype=np.int64)  # repeats, any order
+    rows = np.array(
+        [49, 3, 3, 0, 17, 25, 8, 40, 12, 11, 30, 2, 44, 5, 19], dtype=np.int64
+    )  # repeats, any order
     idx, val = np.empty(len(rows), dtype=np.int64), np.empty(len(rows), dtype=np.float32)
     sims = np.empty((len(rows), 70), dtype=np.float32)
     half_matmul.argmax_into(fmap, queries, rows, idx, val, sims)
@@ -98,7 +116,9 @@ def test_probes_report_the_similarity_matrix_values(isa):
     half_matmul.argmax_into(fmap, queries, rows, idx2, val2, probes=(pos, cells), probe_out=probe2)
     assert np.array_equal(probe2, probe) and np.array_equal(idx2, idx) and np.array_equal(val2, val)
     with pytest.raises(ValueError, match="cells ascending"):
-        half_matmul.argmax_into(fmap, queries, rows, idx, val, probes=(pos, cells[::-1].copy()), probe_out=probe)
+        half_matmul.argmax_into(
+            fmap, queries, rows, idx, val, probes=(pos, cells[::-1].copy()), probe_out=probe
+        )
     with pytest.raises(TypeError, match="probe_out"):
         half_matmul.argmax_into(fmap, queries, rows, idx, val, probes=(pos, cells))
 
@@ -183,12 +203,19 @@ def test_corner_descriptors_are_grid_sample_of_the_fp16_map(native_on):
 
     g = torch.Generator().manual_seed(3)
     fmap = torch.randn(37, 9, 11, generator=g).half()
-    uv = torch.cat([torch.rand(40, 2, generator=g, dtype=torch.float64),
-                    torch.tensor([[0.0, 0.0], [1.0, 1.0], [0.999, 0.0]], dtype=torch.float64)])
-    ref = F.grid_sample(fmap.float()[None], (2 * uv.float() - 1).view(1, 1, -1, 2), mode="bilinear",
-                        align_corners=True)[0, :, 0, :].T
+    uv = torch.cat(
+        [
+            torch.rand(40, 2, generator=g, dtype=torch.float64),
+            torch.tensor([[0.0, 0.0], [1.0, 1.0], [0.999, 0.0]], dtype=torch.float64),
+        ]
+    )
+    ref = F.grid_sample(
+        fmap.float()[None], (2 * uv.float() - 1).view(1, 1, -1, 2), mode="bilinear", align_corners=True
+    )[0, :, 0, :].T
     cells, weights = bilinear_corners(uv.numpy(), 9, 11)
-    torch.testing.assert_close(half_matmul.corner_descriptors(fmap, cells, weights), ref, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        half_matmul.corner_descriptors(fmap, cells, weights), ref, rtol=1e-5, atol=1e-5
+    )
     with pytest.raises(ValueError, match="corner cells"):
         half_matmul.corner_descriptors(fmap, cells + 99, weights)
 

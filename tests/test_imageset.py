@@ -97,10 +97,15 @@ def test_an_animal3d_keypoint_one_pixel_outside_rejects_that_image_only(tmp_path
     from soco_pipeline.sources import read_candidates, read_raw_keypoints
 
     root = str(tmp_path / "a3d")
-    write_animal3d(root, [animal_record("dog_0000"), _outside_by_one_pixel("dog_0001"), animal_record("dog_0002", seed=2)])
+    write_animal3d(
+        root,
+        [animal_record("dog_0000"), _outside_by_one_pixel("dog_0001"), animal_record("dog_0002", seed=2)],
+    )
     cfg = SourceConfig(animal3d_root=root)
     kept, rejected = build_image_set(read_candidates(cfg, TAX), cfg, TAX)
-    assert dict(zip(rejected.image_id, rejected.reason, strict=True)) == {"dog_0001": "keypoint_outside_image"}
+    assert dict(zip(rejected.image_id, rejected.reason, strict=True)) == {
+        "dog_0001": "keypoint_outside_image"
+    }
     assert sorted(kept.image_id) == ["dog_0000", "dog_0002"]
     keypoints, _ = aggregate_keypoints(read_raw_keypoints(cfg, TAX), kept, TAX, cfg)
     assert set(keypoints.image_id) == {"dog_0000", "dog_0002"} and keypoints.visible.sum() == 40
@@ -121,7 +126,9 @@ def test_unknown_or_absent_categories_in_the_config_are_named(tmp_path):
         read_candidates(SourceConfig(animal3d_root=root, categories=("dog", "dgo")), TAX)
     with pytest.raises(ValueError, match=r"\['horse'\] have no images in the sources .*a3d"):
         read_candidates(SourceConfig(animal3d_root=root, categories=("dog", "horse")), TAX)
-    assert list(read_candidates(SourceConfig(animal3d_root=root, categories=("dog",)), TAX).image_id) == ["dog_0000"]
+    assert list(read_candidates(SourceConfig(animal3d_root=root, categories=("dog",)), TAX).image_id) == [
+        "dog_0000"
+    ]
 
 
 def _bus_clicks(image_ids: list[str], x: float = 20.0) -> pd.DataFrame:
@@ -145,7 +152,9 @@ def test_one_annotators_click_one_pixel_outside_rejects_that_image_only(tmp_path
     clicks.to_parquet(tmp_path / "clicks.parquet")
     cfg = SourceConfig(imagenet3d_root=root, clicks_path=str(tmp_path / "clicks.parquet"))
     kept, rejected = build_image_set(read_candidates(cfg, TAX), cfg, TAX)
-    assert dict(zip(rejected.image_id, rejected.reason, strict=True)) == {"bus_0001": "keypoint_outside_image"}
+    assert dict(zip(rejected.image_id, rejected.reason, strict=True)) == {
+        "bus_0001": "keypoint_outside_image"
+    }
     assert sorted(kept.image_id) == ["bus_0000", "bus_0002"]
     keypoints, stats = aggregate_keypoints(read_raw_keypoints(cfg, TAX), kept, TAX, cfg)
     assert set(keypoints.image_id) == {"bus_0000", "bus_0002"} and keypoints.visible.sum() == 2
@@ -158,7 +167,9 @@ def test_clicks_on_an_unknown_image_id_are_named_not_dropped(tmp_path):
     from soco_pipeline.sources import read_raw_keypoints
 
     root = str(tmp_path / "in3d")
-    write_imagenet3d(root, [{"image_id": "bus_0000", "category": "bus"}, {"image_id": "car_0000", "category": "car"}])
+    write_imagenet3d(
+        root, [{"image_id": "bus_0000", "category": "bus"}, {"image_id": "car_0000", "category": "car"}]
+    )
     _bus_clicks(["bus_0000", "car_0000"]).to_parquet(tmp_path / "good.parquet")
     cfg = SourceConfig(imagenet3d_root=root, clicks_path=str(tmp_path / "good.parquet"), categories=("bus",))
     assert len(read_raw_keypoints(cfg, TAX)) == 6

@@ -29,8 +29,24 @@ def redis_url():
 
     port = free_port()
     folder = Path(tempfile.mkdtemp(prefix="soco-redis-"))
-    svc, proc = start("redis", [shutil.which("redis-server"), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                                "--appendonly", "no", "--dir", str(folder)], folder / "redis.log", env={})
+    svc, proc = start(
+        "redis",
+        [
+            shutil.which("redis-server"),
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(folder),
+        ],
+        folder / "redis.log",
+        env={},
+    )
     try:
         wait_for("redis", lambda: redis.Redis(port=port, socket_timeout=1).ping(), 20)
         yield f"redis://127.0.0.1:{port}"
@@ -46,11 +62,16 @@ def _send(app, run_id: str, step: str):
     from dagster._grpc.types import ExecuteStepArgs
     from dagster_shared.serdes import pack_value
 
-    origin = JobPythonOrigin("evaluate_backbone", RepositoryPythonOrigin(
-        sys.executable, ModuleCodePointer("soco_pipeline.defs.definitions", "defs", None)))
+    origin = JobPythonOrigin(
+        "evaluate_backbone",
+        RepositoryPythonOrigin(
+            sys.executable, ModuleCodePointer("soco_pipeline.defs.definitions", "defs", None)
+        ),
+    )
     packed = pack_value(ExecuteStepArgs(job_origin=origin, run_id=run_id, step_keys_to_execute=[step]))
-    return app.send_task("execute_plan", kwargs={"execute_step_args_packed": packed, "executable_dict": {}},
-                         queue="gpu")
+    return app.send_task(
+        "execute_plan", kwargs={"execute_step_args_packed": packed, "executable_dict": {}}, queue="gpu"
+    )
 
 
 def test_a_taken_step_is_failed_with_the_reason_and_never_redelivered(redis_url):
@@ -63,7 +84,8 @@ def test_a_taken_step_is_failed_with_the_reason_and_never_redelivered(redis_url)
         assert message.headers["id"] == taken_result.id
         found = taken_tasks(app)
         assert [(t.task_id, t.run_id, t.step_keys) for t in found] == [
-            (taken_result.id, "run-a", ("feature_manifest",))]
+            (taken_result.id, "run-a", ("feature_manifest",))
+        ]
 
         fail_lost_tasks(app, found, "worker gpu-worker-1@host stopped answering pings")
         assert taken_tasks(app) == []

@@ -15,8 +15,17 @@ def built(tmp_path_factory):
     from dataclasses import replace
 
     proto = replace(load_lvlm_protocol(), items_per_group=5)
-    items = build_items(t["four_choice"], t["image_pairs"], t["keypoints"], t["descriptions"], t["image_set"],
-                        proto, str(root / "renders"), seed=0, workers=2)
+    items = build_items(
+        t["four_choice"],
+        t["image_pairs"],
+        t["keypoints"],
+        t["descriptions"],
+        t["image_set"],
+        proto,
+        str(root / "renders"),
+        seed=0,
+        workers=2,
+    )
     return items, t, proto, str(root / "renders")
 
 
@@ -42,7 +51,9 @@ def test_target_marks_follow_the_rotation(built):
     uri = t["image_set"].set_index("image_id")["uri"]
     four = t["four_choice"].set_index(["pair_id", "src_keypoint"])
     for row in items[items.setting == "vis"].head(12).itertuples():
-        options = four.loc[(row.pair_id, row.src_keypoint), ["option_a", "option_b", "option_c", "option_d"]].tolist()
+        options = four.loc[
+            (row.pair_id, row.src_keypoint), ["option_a", "option_b", "option_c", "option_d"]
+        ].tolist()
         shown = [options[(j + row.rotation) % 4] for j in range(4)]
         points = [tuple(kp.loc[(row.trg_image, k), ["x", "y"]].to_numpy(float)) for k in shown]
         assert row.trg_render == render_path(root, render_key(uri[row.trg_image], points, "ABCD", proto))
@@ -60,8 +71,16 @@ def test_inconsistent_inputs_name_the_record(built):
     trg = pairs.loc[first.pair_id, "trg_image"]
     kps.loc[(kps.image_id == trg) & (kps.keypoint == first.option_b), "visible"] = False
     with pytest.raises(LvlmItemsError, match=first.option_b):
-        build_items(t["four_choice"].head(3), t["image_pairs"], kps, t["descriptions"], t["image_set"],
-                    proto, root, seed=0)
+        build_items(
+            t["four_choice"].head(3),
+            t["image_pairs"],
+            kps,
+            t["descriptions"],
+            t["image_set"],
+            proto,
+            root,
+            seed=0,
+        )
 
 
 def test_schema_accepts_the_items_and_rejects_a_broken_rotation(built):
@@ -72,6 +91,8 @@ def test_schema_accepts_the_items_and_rejects_a_broken_rotation(built):
     items = built[0]
     LvlmItemSchema.validate(items, lazy=True)
     broken = items.copy()
-    broken.loc[broken.index[1], "answer"] = broken.loc[broken.index[0], "answer"]  # two rotations share a letter
+    broken.loc[broken.index[1], "answer"] = broken.loc[
+        broken.index[0], "answer"
+    ]  # two rotations share a letter
     with pytest.raises(pa.errors.SchemaErrors, match="four_rotations_per_item"):
         LvlmItemSchema.validate(broken, lazy=True)

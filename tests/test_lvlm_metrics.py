@@ -15,11 +15,20 @@ def _answers(correct: np.ndarray, setting="vis", groups_per_cat: int | None = No
     n = len(correct)
     g = np.arange(n) // 4
     cats = np.where(g % 2 == 0, "car", "dog") if groups_per_cat is None else np.repeat(["car", "dog"], n // 2)
-    return pd.DataFrame({
-        "model": "m", "setting": setting, "g_index": g, "rotation": np.arange(n) % 4, "pair_group": cats,
-        "supercategory": np.where(cats == "car", "transportation", "animals"), "correct": correct, "error": "",
-        "answer": "A", "parsed": np.where(correct, "A", "B"),
-    })
+    return pd.DataFrame(
+        {
+            "model": "m",
+            "setting": setting,
+            "g_index": g,
+            "rotation": np.arange(n) % 4,
+            "pair_group": cats,
+            "supercategory": np.where(cats == "car", "transportation", "animals"),
+            "correct": correct,
+            "error": "",
+            "answer": "A",
+            "parsed": np.where(correct, "A", "B"),
+        }
+    )
 
 
 def test_average_and_circular_by_hand():
@@ -46,11 +55,15 @@ def test_random_picks_give_25_and_0_4():
 
 def test_leaderboard_carries_reference_random_and_best_backbone():
     m = lvlm_metrics(_answers(np.ones(8, dtype=bool)))
-    backbones = pd.DataFrame({"backbone": ["a", "b"], "four_choice": [60.0, 70.0], "four_choice_circular": [40.0, 55.0]})
+    backbones = pd.DataFrame(
+        {"backbone": ["a", "b"], "four_choice": [60.0, 70.0], "four_choice_circular": [40.0, 55.0]}
+    )
     board = lvlm_leaderboard(m, backbones).set_index("model")
     assert board.loc["m", "vis_circular"] == 100 and board.loc["m", "kind"] == "evaluated"
     assert board.loc["random", "desc_average"] == 25
-    assert board.loc["GPT-4o", "desc_circular"] == 37.6 and "SOCO project page" in board.loc["GPT-4o", "source"]
+    assert (
+        board.loc["GPT-4o", "desc_circular"] == 37.6 and "SOCO project page" in board.loc["GPT-4o", "source"]
+    )
     assert board.loc["Qwen3-VL-8B", "vis_circular"] == 34.2
     assert board.loc["b (4-choice, best backbone)", "vis_circular"] == 55
 
@@ -105,10 +118,25 @@ def test_protocol_file_and_item_sample(tmp_path):
     bad.write_text(text.replace('query_color: "#E23A3A"', 'query_color: "red"'))
     with pytest.raises(LvlmProtocolError, match="query_color"):
         load_lvlm_protocol(bad)
-    four = pd.DataFrame({"pair_id": [f"p{i}" for i in range(40)], "src_keypoint": "k",
-                         **{c: "x" for c in ["option_a", "option_b", "option_c", "option_d"]}, "answer": 0})
-    pairs = pd.DataFrame({"pair_id": four.pair_id, "level": "intra", "pair_group": np.repeat(["car", "dog"], 20),
-                          "src_image": "a", "trg_image": "b", "src_category": "car", "trg_category": "car"})
+    four = pd.DataFrame(
+        {
+            "pair_id": [f"p{i}" for i in range(40)],
+            "src_keypoint": "k",
+            **{c: "x" for c in ["option_a", "option_b", "option_c", "option_d"]},
+            "answer": 0,
+        }
+    )
+    pairs = pd.DataFrame(
+        {
+            "pair_id": four.pair_id,
+            "level": "intra",
+            "pair_group": np.repeat(["car", "dog"], 20),
+            "src_image": "a",
+            "trg_image": "b",
+            "src_category": "car",
+            "trg_category": "car",
+        }
+    )
     from dataclasses import replace
 
     a = sample_items(four, pairs, replace(proto, items_per_group=5), seed=0)

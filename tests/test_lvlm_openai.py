@@ -32,8 +32,20 @@ from tests.lvlm_helpers import (
     small_items,
 )
 
-COMPARE = ["model", "setting", "index", "g_index", "qid", "rotation", "answer", "raw_answer", "parsed", "correct",
-           "error", "request_hash"]
+COMPARE = [
+    "model",
+    "setting",
+    "index",
+    "g_index",
+    "qid",
+    "rotation",
+    "answer",
+    "raw_answer",
+    "parsed",
+    "correct",
+    "error",
+    "request_hash",
+]
 
 
 @pytest.fixture(scope="module")
@@ -86,15 +98,16 @@ def test_retries_on_429_5xx_timeouts_malformed_then_answers(items, key, tmp_path
         1: ["500", "503"],
         2: ["timeout"],
         3: ["malformed", "no_choices"],
-        4: ["400"],                                            # not retried: recorded, counted wrong
+        4: ["400"],  # not retried: recorded, counted wrong
         5: ["500", "500", "500", "500", "500", "500", "500"],  # beyond the retries: recorded, counted wrong
     }
     # Two requests of slot 2 block until released: the client's 3 s timeout fires for them, and no other
     # request comes near it however loaded the machine is.
     double = ScriptedAnswerer(key, script, max_timeouts=2)
     with serve(double) as srv:
-        spec = openai_spec(srv.base_url, "scripted", timeout=3, retries=3, max_consecutive_failures=1000,
-                           max_error_rate=0.5)
+        spec = openai_spec(
+            srv.base_url, "scripted", timeout=3, retries=3, max_consecutive_failures=1000, max_error_rate=0.5
+        )
         try:
             res = run_model(items, spec, OpenAIBackend(spec), AnswerCache(str(tmp_path / "cache")))
         finally:
@@ -139,8 +152,13 @@ def test_key_reaches_the_header_and_no_file(items, key, tmp_path, monkeypatch):
         return OracleAnswerer(key)(request, body)
 
     with serve(answer) as srv:
-        spec = openai_spec(srv.base_url, "keyed", api_key_env="SOCO_TEST_LVLM_KEY", max_consecutive_failures=1000,
-                           max_error_rate=0.5)
+        spec = openai_spec(
+            srv.base_url,
+            "keyed",
+            api_key_env="SOCO_TEST_LVLM_KEY",
+            max_consecutive_failures=1000,
+            max_error_rate=0.5,
+        )
         res = run_model(items, spec, OpenAIBackend(spec), AnswerCache(str(tmp_path / "cache")))
         assert set(srv.auth_headers) == {f"Bearer {secret}"}
     write_parquet_atomic(res.answers, str(tmp_path / "answers.parquet"))
@@ -180,8 +198,11 @@ def test_a_server_failing_one_request_in_three(items, key, tmp_path):
     posts a score whose leaderboard row says a third of the rows failed."""
     with serve(EveryThirdFails(key)) as srv:
         strict = openai_spec(srv.base_url, "flaky", retries=0)
-        with pytest.raises(LvlmRunError, match=r"(?s)requests failed, more than max_error_rate 0.1.*First error: item "
-                                               r"\d+: HTTP 500"):
+        with pytest.raises(
+            LvlmRunError,
+            match=r"(?s)requests failed, more than max_error_rate 0.1.*First error: item "
+            r"\d+: HTTP 500",
+        ):
             run_model(items, strict, OpenAIBackend(strict), AnswerCache(str(tmp_path / "strict")))
         lenient = openai_spec(srv.base_url, "flaky", retries=0, max_error_rate=0.5)
         res = run_model(items, lenient, OpenAIBackend(lenient), AnswerCache(str(tmp_path / "lenient")))
@@ -238,8 +259,12 @@ def test_kill_9_mid_run_then_rerun_finishes_with_the_same_table(items, key, tmp_
     cache_dir = tmp_path / "cache"
     with serve(slow) as srv:
         spec = openai_spec(srv.base_url, "killed", max_concurrency=2)
-        reference = run_model(items, spec, OpenAIBackend(spec), AnswerCache(str(tmp_path / "ref_cache"))).answers
-        code = CHILD.format(root=str(PROJECT_ROOT), items=str(items_path), url=srv.base_url, cache=str(cache_dir))
+        reference = run_model(
+            items, spec, OpenAIBackend(spec), AnswerCache(str(tmp_path / "ref_cache"))
+        ).answers
+        code = CHILD.format(
+            root=str(PROJECT_ROOT), items=str(items_path), url=srv.base_url, cache=str(cache_dir)
+        )
         env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
         child = subprocess.Popen([sys.executable, "-c", code], env=env, cwd=str(PROJECT_ROOT))
         try:

@@ -30,12 +30,23 @@ def setup(tmp_path, monkeypatch):
     overrides = dict(storage_root=str(storage), lvlms_dir=str(lvlms))
     (tmp_path / "dagster_home").mkdir()
     with dg.instance_for_test(temp_dir=str(tmp_path / "dagster_home")) as instance:
-        yield {"tmp": tmp_path, "instance": instance, "overrides": overrides, "lvlms": lvlms, "storage": storage}
+        yield {
+            "tmp": tmp_path,
+            "instance": instance,
+            "overrides": overrides,
+            "lvlms": lvlms,
+            "storage": storage,
+        }
 
 
 def _materialize(defs, instance, *keys, partition=None):
-    result = dg.materialize(list(defs.assets), selection=dg.AssetSelection.assets(*keys), instance=instance,
-                            resources=defs.resources, partition_key=partition)
+    result = dg.materialize(
+        list(defs.assets),
+        selection=dg.AssetSelection.assets(*keys),
+        instance=instance,
+        resources=defs.resources,
+        partition_key=partition,
+    )
     assert result.success
     return result
 
@@ -64,8 +75,11 @@ def test_spec_folder_to_leaderboard(setup):
         result = sensor(dg.build_sensor_context(instance=instance, definitions=defs, resources=resources))
         assert [r.partition_keys for r in result.dynamic_partitions_requests] == [["oracle_vlm"]]
         instance.add_dynamic_partitions("lvlms", ["oracle_vlm"])
-        again = sensor(dg.build_sensor_context(instance=instance, definitions=defs, cursor=result.cursor,
-                                               resources=resources))
+        again = sensor(
+            dg.build_sensor_context(
+                instance=instance, definitions=defs, cursor=result.cursor, resources=resources
+            )
+        )
         assert not again.dynamic_partitions_requests and not again.run_requests
 
         evaluation = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=tick.cursor)
@@ -78,8 +92,11 @@ def test_spec_folder_to_leaderboard(setup):
         # A changed spec re-runs that model; every answer comes from the cache.
         spec = lvlms / "oracle_vlm.yaml"
         spec.write_text(spec.read_text() + "# touched\n")
-        changed = sensor(dg.build_sensor_context(instance=instance, definitions=defs, cursor=again.cursor,
-                                                 resources=resources))
+        changed = sensor(
+            dg.build_sensor_context(
+                instance=instance, definitions=defs, cursor=again.cursor, resources=resources
+            )
+        )
         assert [r.partition_key for r in changed.run_requests] == ["oracle_vlm"]
         _materialize(defs, instance, "lvlm_answers", "lvlm_metrics", partition="oracle_vlm")
         assert srv.requests == sent
@@ -95,8 +112,11 @@ def test_spec_folder_to_leaderboard(setup):
     assert board.loc["oracle_vlm", "spec_present"]
     assert board.loc["random", "vis_circular"] == pytest.approx(0.390625)
     assert board.loc["GPT-4o", "vis_desc_circular"] == 30.9
-    n = query(db, "select count(*) as n from lvlm_answers a join lvlm_items i using (setting, index) "
-                  "where a.parsed = i.answer")
+    n = query(
+        db,
+        "select count(*) as n from lvlm_answers a join lvlm_items i using (setting, index) "
+        "where a.parsed = i.answer",
+    )
     assert int(n.n[0]) == len(items)
     per_cat = query(db, "select count(*) as n from lvlm_metrics where scope = 'category'")
     assert int(per_cat.n[0]) == 3 * 2 * 3  # categories x metrics x settings

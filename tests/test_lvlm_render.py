@@ -11,7 +11,7 @@ from soco_pipeline.storage import read_bytes, write_bytes_atomic
 
 
 def _rgb(hex_color: str) -> np.ndarray:
-    return np.array([int(hex_color[i:i + 2], 16) for i in (1, 3, 5)])
+    return np.array([int(hex_color[i : i + 2], 16) for i in (1, 3, 5)])
 
 
 def _photo(w=900, h=600) -> Image.Image:
@@ -38,7 +38,9 @@ def test_query_and_candidate_colours_at_the_keypoint_pixels():
     for x, y in points:
         assert (cand[y, x] == green).all()
     # Bold green letters beside each dot: green pixels outside the dots, near each point.
-    dist = np.min([np.hypot(*np.mgrid[0:600, 0:900][::-1] - np.array([x, y])[:, None, None]) for x, y in points], 0)
+    dist = np.min(
+        [np.hypot(*np.mgrid[0:600, 0:900][::-1] - np.array([x, y])[:, None, None]) for x, y in points], 0
+    )
     letter_px = (np.abs(cand.astype(int) - green).sum(-1) < 10) & (dist > r + w + 1)
     assert letter_px.sum() > 4 * 30
     before = np.asarray(img)

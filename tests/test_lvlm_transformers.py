@@ -30,8 +30,18 @@ def setup(tmp_path_factory):
 
 
 def _spec(folder, name, batch_size):
-    return parse_spec({"backend": "transformers", "model": str(folder), "device": "cpu", "dtype": "float32",
-                       "batch_size": batch_size, "max_tokens": 6, "settings": SETTINGS}, name)
+    return parse_spec(
+        {
+            "backend": "transformers",
+            "model": str(folder),
+            "device": "cpu",
+            "dtype": "float32",
+            "batch_size": batch_size,
+            "max_tokens": 6,
+            "settings": SETTINGS,
+        },
+        name,
+    )
 
 
 def test_tiny_vlm_behind_the_server_answers_like_in_process(setup):
@@ -45,7 +55,9 @@ def test_tiny_vlm_behind_the_server_answers_like_in_process(setup):
         return HttpReply(500, reply.error.encode()) if reply.error else reply.text
 
     with serve(answer, model_name="tiny") as srv:
-        spec = openai_spec(srv.base_url, "tiny_http", settings=SETTINGS, max_tokens=6, max_concurrency=2, timeout=120)
+        spec = openai_spec(
+            srv.base_url, "tiny_http", settings=SETTINGS, max_tokens=6, max_concurrency=2, timeout=120
+        )
         remote = run_model(items, spec, OpenAIBackend(spec), AnswerCache(str(tmp / "cache_http"))).answers
         assert srv.requests == remote.attempts.sum() >= len(remote)  # a retry (a slow machine) is counted
     local = run_model(items, _spec(folder, "tiny", 1), backend, AnswerCache(str(tmp / "cache_local"))).answers
@@ -88,13 +100,18 @@ def test_a_model_without_a_chat_template_fails_the_run(setup):
     for f in broken.glob("chat_template*"):
         f.unlink()
     spec = _spec(broken, "tiny_no_template", 4)
-    with pytest.raises(LvlmRunError, match=r"(?s)requests failed, more than max_error_rate.*First error: item \d+: "
-                                           r"ValueError: .*chat.template"):
+    with pytest.raises(
+        LvlmRunError,
+        match=r"(?s)requests failed, more than max_error_rate.*First error: item \d+: "
+        r"ValueError: .*chat.template",
+    ):
         run_model(items, spec, build_backend(spec), AnswerCache(str(tmp / "cache_no_template")))
 
 
 def test_missing_weights_are_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    spec = parse_spec({"backend": "transformers", "model": str(tmp_path / "no_such_model"), "device": "cpu"}, "x")
+    spec = parse_spec(
+        {"backend": "transformers", "model": str(tmp_path / "no_such_model"), "device": "cpu"}, "x"
+    )
     with pytest.raises(RuntimeError, match="cannot load"):
         build_backend(spec)

@@ -78,7 +78,8 @@ def test_imported_items_run_and_workbooks_score_like_the_harness(items, tmp_path
     ours = ours[ours.scope == "all"].set_index("metric")["value"]
     # A VLMEvalKit-style workbook of the same answers, in xlsx and tsv.
     wb = imported[["index", "question", "A", "B", "C", "D", "answer", "g_index"]].assign(
-        prediction=res.answers.raw_answer.to_numpy())
+        prediction=res.answers.raw_answer.to_numpy()
+    )
     wb.loc[0, "prediction"] = None  # an empty cell counts as wrong, not as "nan"
     wb.to_excel(tmp_path / "rnd_soco_lvlm_img_c.xlsx", index=False)
     wb.to_csv(tmp_path / "rnd.tsv", sep="\t", index=False)

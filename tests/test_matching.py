@@ -48,25 +48,51 @@ def make_world(seed=0, n_per_cat=6, lattice=False, pairs_per_cat=8, cross_per_ca
         for i in range(n_per_cat):
             iid = f"{cat}_{i:04d}"
             if lattice:
-                W, H = (390, int(rng.integers(250, 391))) if rng.random() < 0.5 else (int(rng.integers(250, 391)), 390)
+                W, H = (
+                    (390, int(rng.integers(250, 391)))
+                    if rng.random() < 0.5
+                    else (int(rng.integers(250, 391)), 390)
+                )
             else:
                 W, H = int(rng.integers(120, 400)), int(rng.integers(120, 400))
             bl, bt = rng.uniform(0, 0.1 * W), rng.uniform(0, 0.1 * H)
             br, bb = rng.uniform(0.8 * W, W), rng.uniform(0.8 * H, H)
-            img_rows.append(dict(image_id=iid, category=cat, supercategory=TAX.supercategory(cat), width=W,
-                                 height=H, bbox_l=bl, bbox_t=bt, bbox_r=br, bbox_b=bb))
+            img_rows.append(
+                dict(
+                    image_id=iid,
+                    category=cat,
+                    supercategory=TAX.supercategory(cat),
+                    width=W,
+                    height=H,
+                    bbox_l=bl,
+                    bbox_t=bt,
+                    bbox_r=br,
+                    bbox_b=bb,
+                )
+            )
             vis = rng.random(len(kps)) < 0.8
             if lattice:
-                slots = np.array([(c, r) for r in range(0, 40, 6) for c in range(0, 40, 6)
-                                  if c * 10 < W and r * 10 < H])
+                slots = np.array(
+                    [(c, r) for r in range(0, 40, 6) for c in range(0, 40, 6) if c * 10 < W and r * 10 < H]
+                )
                 slots = slots[rng.permutation(len(slots))[: len(kps)]] * 10.0
                 xy = slots
             else:
                 xy = np.c_[rng.uniform(bl, br, len(kps)), rng.uniform(bt, bb, len(kps))]
             for k, name in enumerate(kps):
-                kp_rows.append(dict(image_id=iid, category=cat, keypoint=name, concept=TAX.concept_of(name),
-                                    x=xy[k, 0] if vis[k] else np.nan, y=xy[k, 1] if vis[k] else np.nan,
-                                    visible=bool(vis[k]), n_annotators=3, spread=0.0))
+                kp_rows.append(
+                    dict(
+                        image_id=iid,
+                        category=cat,
+                        keypoint=name,
+                        concept=TAX.concept_of(name),
+                        x=xy[k, 0] if vis[k] else np.nan,
+                        y=xy[k, 1] if vis[k] else np.nan,
+                        visible=bool(vis[k]),
+                        n_annotators=3,
+                        spread=0.0,
+                    )
+                )
     images = pd.DataFrame(img_rows)
     keypoints = pd.DataFrame(kp_rows)
     pair_rows = []
@@ -74,17 +100,37 @@ def make_world(seed=0, n_per_cat=6, lattice=False, pairs_per_cat=8, cross_per_ca
         ids = images.loc[images.category == cat, "image_id"].to_numpy()
         for j in range(pairs_per_cat):
             s, t = rng.choice(ids, 2, replace=False)
-            pair_rows.append(dict(pair_id=f"intra-{cat}-{j}", level="intra", pair_group=cat, src_image=s,
-                                  trg_image=t, src_category=cat, trg_category=cat, ancestor=cat,
-                                  evaluated=j < pairs_per_cat - 1))
+            pair_rows.append(
+                dict(
+                    pair_id=f"intra-{cat}-{j}",
+                    level="intra",
+                    pair_group=cat,
+                    src_image=s,
+                    trg_image=t,
+                    src_category=cat,
+                    trg_category=cat,
+                    ancestor=cat,
+                    evaluated=j < pairs_per_cat - 1,
+                )
+            )
         rel = [c for c in TAX.related_categories(cat) if c in CATS]
         for j in range(cross_per_cat):
             sc = rel[j % len(rel)]
             s = rng.choice(images.loc[images.category == sc, "image_id"].to_numpy())
             t = rng.choice(ids)
-            pair_rows.append(dict(pair_id=f"cross-{cat}-{j}", level="cross", pair_group=cat, src_image=s,
-                                  trg_image=t, src_category=sc, trg_category=cat,
-                                  ancestor=TAX.lowest_common_ancestor(sc, cat), evaluated=True))
+            pair_rows.append(
+                dict(
+                    pair_id=f"cross-{cat}-{j}",
+                    level="cross",
+                    pair_group=cat,
+                    src_image=s,
+                    trg_image=t,
+                    src_category=sc,
+                    trg_category=cat,
+                    ancestor=TAX.lowest_common_ancestor(sc, cat),
+                    evaluated=True,
+                )
+            )
     pairs = pd.DataFrame(pair_rows)
     return images, keypoints, pairs, build_correspondences(pairs, keypoints)
 
@@ -95,8 +141,12 @@ def build_correspondences(pairs, keypoints):
     src = pairs[["pair_id", "level", "src_image"]].merge(vis, left_on="src_image", right_on="image_id")
     trg = pairs[["pair_id", "trg_image"]].merge(vis, left_on="trg_image", right_on="image_id")
     ncand = trg.groupby(["pair_id", "concept"]).size().rename("n_candidates").reset_index()
-    soc = src.merge(trg[["pair_id", "keypoint"]], on=["pair_id", "keypoint"]).merge(ncand, on=["pair_id", "concept"])
-    soc = soc.assign(kind="soc", src_keypoint=soc.keypoint, trg_keypoint=soc.keypoint, geo=soc.n_candidates >= 2)
+    soc = src.merge(trg[["pair_id", "keypoint"]], on=["pair_id", "keypoint"]).merge(
+        ncand, on=["pair_id", "concept"]
+    )
+    soc = soc.assign(
+        kind="soc", src_keypoint=soc.keypoint, trg_keypoint=soc.keypoint, geo=soc.n_candidates >= 2
+    )
     cc = src.merge(trg[["pair_id", "keypoint", "concept"]], on=["pair_id", "concept"], suffixes=("", "_t"))
     cc = cc.merge(ncand, on=["pair_id", "concept"])
     cc = cc.assign(kind="cc", src_keypoint=cc.keypoint, trg_keypoint=cc.keypoint_t, geo=cc.n_candidates >= 2)
@@ -154,11 +204,15 @@ def concept_store(images, keypoints, seed):
     """A concept-only oracle: one-hot of the concept, with small random noise to break ties."""
     concepts = {n: i for i, n in enumerate(sorted(keypoints.concept.unique()))}
     c = len(concepts) + 8
-    return lattice_store(images, keypoints, lambda r: np.eye(c)[concepts[r.concept]], c, noise=0.01, seed=seed)
+    return lattice_store(
+        images, keypoints, lambda r: np.eye(c)[concepts[r.concept]], c, noise=0.01, seed=seed
+    )
 
 
 def category_values(metrics, alpha, reduction="official"):
-    m = metrics[(metrics.scope == "category") & (metrics.reduction == reduction) & (np.isclose(metrics.alpha, alpha))]
+    m = metrics[
+        (metrics.scope == "category") & (metrics.reduction == reduction) & (np.isclose(metrics.alpha, alpha))
+    ]
     return {(r.metric, r.group): r.value for r in m.itertuples()}
 
 
@@ -179,7 +233,9 @@ def test_vectorized_matches_per_pair_reference(half, native, monkeypatch):
     images, keypoints, pairs, corr = make_world(seed=1)
     store = gaussian_store(images, seed=1, c=20, grid=13, half=half)
     preds = predict(pairs, corr, keypoints, images, store, PROTOCOL, "gauss")
-    assert len(calls) == (images.image_id.isin(pairs.trg_image[pairs.evaluated]).sum() if native and half else 0)
+    assert len(calls) == (
+        images.image_id.isin(pairs.trg_image[pairs.evaluated]).sum() if native and half else 0
+    )
     metrics = compute_metrics(preds, None, corr, keypoints, images, pairs, TAX, PROTOCOL)
     for alpha in PROTOCOL.alphas:
         ref = reference_category_pck(images, keypoints, pairs, corr, store, alpha)
@@ -209,13 +265,18 @@ def test_identity_bumps_score_100_and_predict_the_patch_corner():
     assert set(top.metric) == {"cc", "soc", "soc_geo", "cross_soc", "cross_cc"}
     assert (top.value == 100.0).all()
     # The prediction is the top-left corner of the target keypoint's cell, in original pixels.
-    soc = corr[(corr.kind == "soc")].merge(pairs[["pair_id", "trg_image"]]).merge(
-        preds[preds["mode"] == "free"], on=["pair_id", "src_keypoint"])
+    soc = (
+        corr[(corr.kind == "soc")]
+        .merge(pairs[["pair_id", "trg_image"]])
+        .merge(preds[preds["mode"] == "free"], on=["pair_id", "src_keypoint"])
+    )
     gt = soc.merge(keypoints, left_on=["trg_image", "trg_keypoint"], right_on=["image_id", "keypoint"])
     np.testing.assert_allclose(gt.pred_x, (gt.x // 10) / 40 * 390)
     np.testing.assert_allclose(gt.pred_y, (gt.y // 10) / 40 * 390)
     # Patch-centre prediction moves every point by half a cell.
-    centre = predict(pairs, corr, keypoints, images, store, replace(PROTOCOL, prediction_point="center"), "identity")
+    centre = predict(
+        pairs, corr, keypoints, images, store, replace(PROTOCOL, prediction_point="center"), "identity"
+    )
     np.testing.assert_allclose(centre.pred_x - preds.pred_x, 390 / 80)
 
 
@@ -254,32 +315,41 @@ def test_iid_gaussian_features_score_near_random_chance():
     chance = random_feature_chance(corr, pairs, keypoints, images, (10, 10), 200, proto, "soc")
     # Tolerance: 4 standard deviations of the official mean of independent Bernoulli picks.
     rows = corr[(corr.kind == "soc") & corr.pair_id.isin(pairs.pair_id[pairs.evaluated])].merge(
-        pairs[["pair_id", "pair_group"]])
+        pairs[["pair_id", "pair_group"]]
+    )
     sd = _official_sd(rows.assign(p=chance / 100))
     assert 5 < chance < 60
     assert abs(float(soc.value.iloc[0]) - chance) < 4 * sd, (soc.value.iloc[0], chance, sd)
     # CC (union of the group's discs) and SOC-geo (uniform over candidate patches) likewise.
     for metric, sub in (("cc", rows), ("soc_geo", rows[rows.geo])):
-        value = metrics[(metrics.metric == metric) & (metrics.scope == "all") & (metrics.reduction == "official")]
+        value = metrics[
+            (metrics.metric == metric) & (metrics.scope == "all") & (metrics.reduction == "official")
+        ]
         expected = random_feature_chance(corr, pairs, keypoints, images, (10, 10), 200, proto, metric)
         sd = _official_sd(sub.assign(p=expected / 100))
         assert abs(float(value.value.iloc[0]) - expected) < 4 * sd, (metric, value.value.iloc[0], expected)
 
 
 def test_concept_oracle_scores_100_cc_and_theory_soc():
-    images, keypoints, pairs, corr = make_world(seed=6, lattice=True, n_per_cat=8, pairs_per_cat=30,
-                                                cross_per_cat=0)
+    images, keypoints, pairs, corr = make_world(
+        seed=6, lattice=True, n_per_cat=8, pairs_per_cat=30, cross_per_cat=0
+    )
     store = concept_store(images, keypoints, seed=6)
     preds = predict(pairs, corr, keypoints, images, store, PROTOCOL, "concept")
     metrics = compute_metrics(preds, None, corr, keypoints, images, pairs, TAX, PROTOCOL)
-    top = metrics[(metrics.scope == "all") & (metrics.reduction == "official") & np.isclose(metrics.alpha, 0.1)]
+    top = metrics[
+        (metrics.scope == "all") & (metrics.reduction == "official") & np.isclose(metrics.alpha, 0.1)
+    ]
     value = dict(zip(top.metric, top.value, strict=True))
     assert value["cc"] == 100.0
     rows = corr[(corr.kind == "soc") & corr.pair_id.isin(pairs.pair_id[pairs.evaluated])].merge(
-        pairs[["pair_id", "pair_group"]])
+        pairs[["pair_id", "pair_group"]]
+    )
     for metric, geo, sub in (("soc", False, rows), ("soc_geo", True, rows[rows.geo])):
         expected = expected_concept_oracle_soc(corr, pairs, keypoints, images, alpha=0.1, geo=geo)
-        assert expected == pytest.approx(expected_concept_oracle_soc(corr, pairs, geo=geo))  # instances far apart
+        assert expected == pytest.approx(
+            expected_concept_oracle_soc(corr, pairs, geo=geo)
+        )  # instances far apart
         sd = _official_sd(sub.assign(p=1.0 / sub.n_candidates))
         assert abs(value[metric] - expected) < 4 * sd, (metric, value[metric], expected, sd)
     assert value["soc"] < 90
@@ -290,8 +360,11 @@ def test_geo_picks_only_candidate_patches():
     store = gaussian_store(images, seed=7, grid=12, size=224)
     preds = predict(pairs, corr, keypoints, images, store, PROTOCOL, "gauss")
     geo = preds[preds["mode"] == "geo"].merge(pairs[["pair_id", "trg_image"]])
-    cand = corr[corr.kind == "cc"].merge(pairs[["pair_id", "trg_image"]]).merge(
-        keypoints, left_on=["trg_image", "trg_keypoint"], right_on=["image_id", "keypoint"])
+    cand = (
+        corr[corr.kind == "cc"]
+        .merge(pairs[["pair_id", "trg_image"]])
+        .merge(keypoints, left_on=["trg_image", "trg_keypoint"], right_on=["image_id", "keypoint"])
+    )
     im = images.set_index("image_id")
     side = np.maximum(im.width, im.height)
     for df in (geo, cand):
@@ -309,7 +382,8 @@ def test_geo_picks_only_candidate_patches():
     # Where the free argmax already lands on a candidate patch, geo agrees with it.
     both = geo.merge(preds[preds["mode"] == "free"], on=["pair_id", "src_keypoint"], suffixes=("", "_free"))
     free_cell = np.round(both.pred_y_free / both.trg_image.map(side) * 12).astype(int) * 12 + np.round(
-        both.pred_x_free / both.trg_image.map(side) * 12).astype(int)
+        both.pred_x_free / both.trg_image.map(side) * 12
+    ).astype(int)
     same = [k in allowed for k in zip(both.pair_id, both.src_keypoint, free_cell, strict=True)]
     assert np.allclose(both.pred_x[same], both.pred_x_free[same])
     assert (both.similarity <= both.similarity_free + 1e-6).all()
@@ -347,14 +421,31 @@ def test_four_choice_on_identity_bumps_picks_the_answer():
         opts = list(rng.choice(others, 3, replace=False))
         ans = int(rng.integers(4))
         opts.insert(ans, r.trg_keypoint)
-        items.append(dict(pair_id=r.pair_id, src_keypoint=r.src_keypoint, option_a=opts[0], option_b=opts[1],
-                          option_c=opts[2], option_d=opts[3], answer=ans))
+        items.append(
+            dict(
+                pair_id=r.pair_id,
+                src_keypoint=r.src_keypoint,
+                option_a=opts[0],
+                option_b=opts[1],
+                option_c=opts[2],
+                option_d=opts[3],
+                answer=ans,
+            )
+        )
     fc = pd.DataFrame(items)
     out = predict_four_choice(fc, keypoints, images, store, PROTOCOL, "identity", image_pairs=pairs)
     assert len(out) == len(fc)
     assert (out[[f"pick_{r}" for r in range(4)]].to_numpy() == fc.answer.to_numpy()[:, None]).all()
-    m = compute_metrics(predict(pairs, corr, keypoints, images, store, PROTOCOL, "identity"), out, corr,
-                        keypoints, images, pairs, TAX, PROTOCOL)
+    m = compute_metrics(
+        predict(pairs, corr, keypoints, images, store, PROTOCOL, "identity"),
+        out,
+        corr,
+        keypoints,
+        images,
+        pairs,
+        TAX,
+        PROTOCOL,
+    )
     four = m[m.metric.str.startswith("four_choice") & (m.scope == "all")]
     assert len(four) == 4 and (four.value == 100.0).all()
 

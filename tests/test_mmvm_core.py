@@ -38,9 +38,16 @@ from soco_pipeline.tasks.mmvm.scoring import pool_frame
 def tiny_config(**over):
     cfg = load_config()
     doc = cfg.model_dump(mode="json")
-    doc.update({"cases": {"train": 4, "test": 8}, "frame": {"width": 192, "height": 144},
-                "candidates": {"total": [4, 6], "counts": [4]}, "query_absent_share": 0.2,
-                "cue_sets": [[1], [2], [3], [4], [5], [6], [7], [8], [1, 5]]} | over)
+    doc.update(
+        {
+            "cases": {"train": 4, "test": 8},
+            "frame": {"width": 192, "height": 144},
+            "candidates": {"total": [4, 6], "counts": [4]},
+            "query_absent_share": 0.2,
+            "cue_sets": [[1], [2], [3], [4], [5], [6], [7], [8], [1, 5]],
+        }
+        | over
+    )
     return type(cfg).model_validate(doc)
 
 
@@ -90,7 +97,9 @@ def test_cue_control(data):
     for case in t["cases"].itertuples():
         codes = parse_match_type(case.match_type).codes
         cands = objs[(objs["case_id"] == case.case_id) & objs["candidate"]]
-        match = _spec({**json.loads(case.match_attributes), "identity": "m", "role": "match", "instance_seed": 0})
+        match = _spec(
+            {**json.loads(case.match_attributes), "identity": "m", "role": "match", "instance_seed": 0}
+        )
         for row in cands[cands["role"] == "distractor"].to_dict("records"):
             d = _spec(row)
             for k in codes:
@@ -111,8 +120,9 @@ def test_query_contour_is_cyan_on_the_query_mask(data):
     mask = lab == q
     out = draw_query(rgb, mask)
     cyan = np.all(out == QUERY_RGB, axis=2) & ~np.all(rgb == QUERY_RGB, axis=2)
-    band = cv2.dilate(mask.astype(np.uint8), np.ones((5, 5), np.uint8)) - cv2.erode(mask.astype(np.uint8),
-                                                                                     np.ones((5, 5), np.uint8))
+    band = cv2.dilate(mask.astype(np.uint8), np.ones((5, 5), np.uint8)) - cv2.erode(
+        mask.astype(np.uint8), np.ones((5, 5), np.uint8)
+    )
     assert cyan.sum() > 20 and (band[cyan] > 0).all()
 
 
@@ -134,13 +144,13 @@ def test_candidate_contours_and_labels_sit_on_their_masks(data):
         drawn = np.all(out == colour, axis=2) & ~np.all(rgb == colour, axis=2)
         box = by_id[oid].box
         inside_box = np.zeros_like(drawn)
-        inside_box[max(box[1], 0):box[3] + 1, max(box[0], 0):box[2] + 1] = True
+        inside_box[max(box[1], 0) : box[3] + 1, max(box[0], 0) : box[2] + 1] = True
         assert drawn.sum() > 10
         assert (band[drawn & ~inside_box] > 0).all()  # contour pixels: on this mask's boundary
         rows, cols = np.nonzero(mask)
         cx, cy = (box[0] + box[2]) / 2, (box[1] + box[3]) / 2
         assert cols.min() - 2 <= cx <= cols.max() + 2 and rows.min() - 2 <= cy <= rows.max() + 2
-        patch = out[max(box[1], 0):box[3], max(box[0], 0):box[2]]
+        patch = out[max(box[1], 0) : box[3], max(box[0], 0) : box[2]]
         assert np.all(patch == (255, 255, 255), axis=2).any()  # white ID text on the label box
 
 
@@ -223,7 +233,10 @@ def test_threshold_is_fitted_on_train_and_recorded(data):
     _, t, _ = data
     pred = oracle_predictions(t)
     assert pred["threshold"].nunique() == 1 and "training split" in pred["none_rule"].iat[0]
-    assert pred.loc[pred.query_absent, "correct"].all() and not pred.loc[pred.query_absent, "correct_forced"].any()
+    assert (
+        pred.loc[pred.query_absent, "correct"].all()
+        and not pred.loc[pred.query_absent, "correct_forced"].any()
+    )
 
 
 def test_match_bench_round_trip(data, tmp_path):
@@ -231,8 +244,20 @@ def test_match_bench_round_trip(data, tmp_path):
     export_match_bench(t["items"], t["cases"], t["objects"], t["images"], str(tmp_path / "out"))
     back = import_match_bench(str(tmp_path / "out"), str(tmp_path / "work"))
     a, b = t["items"].set_index("item_id"), back["items"].set_index("item_id").loc[t["items"]["item_id"]]
-    for col in ("question", "options", "answer", "answer_id", "ids", "labels", "shown_ids", "n_candidates",
-                "match_type", "query_absent", "count_label", "none_letter"):
+    for col in (
+        "question",
+        "options",
+        "answer",
+        "answer_id",
+        "ids",
+        "labels",
+        "shown_ids",
+        "n_candidates",
+        "match_type",
+        "query_absent",
+        "count_label",
+        "none_letter",
+    ):
         assert (a[col] == b[col]).all(), col
     # masks through polygons: the same objects, pixel for pixel up to the polygon outline
     ours = t["images"].set_index("image_id")
@@ -249,7 +274,9 @@ def test_match_bench_round_trip(data, tmp_path):
     # the rule is "never answers None", and the rows say so)
     pred = oracle_predictions(back)
     assert pred.loc[~pred.query_absent, "correct"].all() and np.isneginf(pred["threshold"]).all()
-    assert (pred["none_mode"] == "never").all() and pred["none_rule"].str.startswith("never answers None").all()
+    assert (pred["none_mode"] == "never").all() and pred["none_rule"].str.startswith(
+        "never answers None"
+    ).all()
     assert not pred.loc[pred.query_absent, "correct"].any()
 
 
@@ -259,7 +286,10 @@ def test_vlmevalkit_tsv_round_trip(data, tmp_path):
     back = import_vlmevalkit(str(tmp_path / "MMVMBench.tsv"), str(tmp_path / "imgs"))
     for col in ("question", "answer", "match_type", "options", "n_candidates", "query_absent", "answer_id"):
         assert (back[col].to_numpy() == t["items"][col].to_numpy()).all(), col
-    assert open(back["frame1_marked"].iat[0], "rb").read() == open(t["items"]["frame1_marked"].iat[0], "rb").read()
+    assert (
+        open(back["frame1_marked"].iat[0], "rb").read()
+        == open(t["items"]["frame1_marked"].iat[0], "rb").read()
+    )
 
 
 def test_bad_inputs_name_the_file_and_row(data, tmp_path):
@@ -267,7 +297,9 @@ def test_bad_inputs_name_the_file_and_row(data, tmp_path):
     out = tmp_path / "out"
     table = export_match_bench(t["items"].head(3), t["cases"], t["objects"], t["images"], str(out))
     (out / "match_bench" / "case_00001" / "FRAME01_ORI.jpg").unlink()
-    with pytest.raises(MmvmFormatError, match=r"mllm_match_eval_full.tsv row 3 .*case_00001 misses FRAME01_ORI.jpg"):
+    with pytest.raises(
+        MmvmFormatError, match=r"mllm_match_eval_full.tsv row 3 .*case_00001 misses FRAME01_ORI.jpg"
+    ):
         import_match_bench(str(out), str(tmp_path / "w1"))
     out2 = tmp_path / "out2"
     export_match_bench(t["items"].head(2), t["cases"], t["objects"], t["images"], str(out2))
@@ -275,7 +307,9 @@ def test_bad_inputs_name_the_file_and_row(data, tmp_path):
     doc = json.loads(cand.read_text())
     doc[1]["segmentation"][0][0] = 10_000
     cand.write_text(json.dumps(doc))
-    with pytest.raises(MmvmFormatError, match=r"row 2 .*FRAME01_CAND.json entry 1: polygon 0 has point \(10000"):
+    with pytest.raises(
+        MmvmFormatError, match=r"row 2 .*FRAME01_CAND.json entry 1: polygon 0 has point \(10000"
+    ):
         import_match_bench(str(out2), str(tmp_path / "w2"))
     # an unparsable match_type: the reference's fallback ([1, 5]), recorded
     out3 = tmp_path / "out3"
@@ -310,11 +344,15 @@ def test_contrastive_head_learns_to_ignore_a_nuisance_subspace():
     for c in range(80):
         cid = f"c{c:02d}"
         cases.append({"case_id": cid, "split": "train" if c < 60 else "test"})
-        rows += [{"case_id": cid, "frame": 0, "label": 1, "identity": f"{cid}/q", "role": "query"},
-                 {"case_id": cid, "frame": 0, "label": 2, "identity": f"{cid}/d0", "role": "other"},
-                 {"case_id": cid, "frame": 1, "label": 1, "identity": f"{cid}/q", "role": "match"}]
-        rows += [{"case_id": cid, "frame": 1, "label": 2 + k, "identity": f"{cid}/d{k}", "role": "distractor"}
-                 for k in range(5)]
+        rows += [
+            {"case_id": cid, "frame": 0, "label": 1, "identity": f"{cid}/q", "role": "query"},
+            {"case_id": cid, "frame": 0, "label": 2, "identity": f"{cid}/d0", "role": "other"},
+            {"case_id": cid, "frame": 1, "label": 1, "identity": f"{cid}/q", "role": "match"},
+        ]
+        rows += [
+            {"case_id": cid, "frame": 1, "label": 2 + k, "identity": f"{cid}/d{k}", "role": "distractor"}
+            for k in range(5)
+        ]
     objs = pd.DataFrame(rows)
     objs["image_id"] = "mmvm/" + objs["case_id"] + "/frame" + objs["frame"].astype(str)
     cases = pd.DataFrame(cases)
@@ -360,7 +398,9 @@ def test_bad_vlmevalkit_rows_name_the_file_and_row(data, tmp_path):
     assert set(m.loc[m.breakdown == "cue", "key"]) == {"CL", "RP", "TM", "SP"}
     table.loc[2, "answer"] = "maybe"
     table.to_csv(path, sep="\t", index=False)
-    with pytest.raises(MmvmFormatError, match=r"MMVMBench.tsv row 4 \(index 2\): answer 'maybe' does not start"):
+    with pytest.raises(
+        MmvmFormatError, match=r"MMVMBench.tsv row 4 \(index 2\): answer 'maybe' does not start"
+    ):
         import_vlmevalkit(str(path), str(tmp_path / "imgs"))
 
 
@@ -397,7 +437,9 @@ def test_fixed_and_never_rules_from_the_config(data):
     assert "fixed in the config" in fixed["none_rule"].iat[0] and fixed["correct"].all()
     never = oracle_predictions(t, none_rule=NoneRuleConfig(mode="never"))
     assert (never["none_mode"] == "never").all() and "none_rule.mode: never" in never["none_rule"].iat[0]
-    assert not never.loc[never.query_absent, "correct"].any() and never.loc[~never.query_absent, "correct"].all()
+    assert (
+        not never.loc[never.query_absent, "correct"].any() and never.loc[~never.query_absent, "correct"].all()
+    )
     m = accuracy_table(never, "o", "oracle").set_index(["breakdown", "key"])
     assert m.loc[("query", "absent"), "accuracy"] == 0 and m.loc[("query", "present"), "accuracy"] == 100
     assert (m["none_mode"] == "never").all()
@@ -431,7 +473,9 @@ def test_judge_and_none_rule_config_errors_name_the_field(tmp_path):
     import yaml
 
     path.write_text(yaml.safe_dump(doc | {"judge": {"mode": "yes_no"}}))
-    with pytest.raises(ValueError, match=r"(?s)mmvm.yaml: invalid MMVM config: .*judge.mode 'yes_no' needs judge.spec"):
+    with pytest.raises(
+        ValueError, match=r"(?s)mmvm.yaml: invalid MMVM config: .*judge.mode 'yes_no' needs judge.spec"
+    ):
         load_config(path)
     path.write_text(yaml.safe_dump(doc | {"none_rule": {"mode": "sometimes"}}))
     with pytest.raises(ValueError, match=r"none_rule.mode"):

@@ -40,8 +40,10 @@ def items(tmp_path_factory):
 
 
 def _key(items: pd.DataFrame) -> dict:
-    return {content_key([read_bytes(r.frame0_marked), read_bytes(r.frame1_marked)], r.question): r
-            for r in items.itertuples(index=False)}
+    return {
+        content_key([read_bytes(r.frame0_marked), read_bytes(r.frame1_marked)], r.question): r
+        for r in items.itertuples(index=False)
+    }
 
 
 def test_oracle_server_scores_100_by_exact_matching(items, tmp_path):
@@ -133,8 +135,15 @@ def test_workbook_scores_like_our_rows(items, tmp_path):
         assert srv.requests == len(items)  # every imported item hit the cache
     assert via_tsv["request_hash"].tolist() == rows["request_hash"].tolist()
     assert via_tsv["correct"].tolist() == rows["correct"].tolist()
-    book = pd.DataFrame({"index": np.arange(len(items)), "question": items["question"], "answer": items["answer"],
-                         "match_type": items["match_type"], "prediction": rows["raw_answer"]})
+    book = pd.DataFrame(
+        {
+            "index": np.arange(len(items)),
+            "question": items["question"],
+            "answer": items["answer"],
+            "match_type": items["match_type"],
+            "prediction": rows["raw_answer"],
+        }
+    )
     path = tmp_path / "model_MMVMBench.xlsx"
     book.to_excel(path, index=False)
     from soco_pipeline.tasks.mmvm.official import read_prediction_workbook
@@ -151,8 +160,17 @@ def test_workbook_scores_like_our_rows(items, tmp_path):
 
 def test_tiny_random_transformers_vlm_answers_every_item(items, tmp_path):
     folder = build_tiny_qwen2_vl(tmp_path / "model", list(items["question"].unique()))
-    spec = parse_spec({"backend": "transformers", "model": str(folder), "device": "cpu", "dtype": "float32",
-                       "batch_size": 2, "max_tokens": 4}, "tiny")
+    spec = parse_spec(
+        {
+            "backend": "transformers",
+            "model": str(folder),
+            "device": "cpu",
+            "dtype": "float32",
+            "batch_size": 2,
+            "max_tokens": 4,
+        },
+        "tiny",
+    )
     few = items.head(3)
     rows = run_lvlm(few, spec, build_backend(spec), AnswerCache(str(tmp_path / "cache")))
     assert len(rows) == 3 and (rows["error"] == "").all() and (rows["raw_answer"].str.len() > 0).all()
@@ -166,12 +184,15 @@ def test_vlmevalkit_judge_scores_read_like_upstream():
     hits = judge_hits(pd.Series(["The response is right. [YES]", "[NO]", "", None, "Yes"]))
     assert hits.tolist() == [True, False, False, False, True]
     p = yes_no_judge_prompt("Q?", "B. 2", "B")
-    assert p.startswith("I asked a model a question: {Q?}. The model's response was: {B. 2}.") and "[NO]." in p
+    assert (
+        p.startswith("I asked a model a question: {Q?}. The model's response was: {B. 2}.") and "[NO]." in p
+    )
 
 
 def _mixed_answerer(key: dict):
     """An LVLM behind the server: per item (by a seeded draw) the right letter, a wrong letter, free text
     naming the right object's ID (no exact match), or an HTTP 400 (no prediction at all)."""
+
     def vlm(request, body):
         r = key[content_key(list(request.images), request.text)]
         kind = random.Random(f"mixed:{r.item_id}").randrange(4)
@@ -184,23 +205,31 @@ def _mixed_answerer(key: dict):
             named = "none of them" if r.query_absent else f"the one with ID {r.answer_id}"
             return f"Either {letters[0]} or {letters[1]} (IDs 1 and 2 look alike): I would say {named}"
         return HttpReply(400, b'{"error": "image too large"}')
+
     return vlm
 
 
 def _yes_no_judge(seen: list):
     """The VLMEvalKit judge behind a server: reads the braced response and answer of its prompt and says
     [YES] iff the response names the right letter alone, or the right ID / "none of them" in words."""
+
     def judge(request, body):
         seen.append((request.text, body.get("temperature")))
         text = request.text
         response = text.split("The model's response was: {", 1)[1].split("}. The correct answer", 1)[0]
         answer = text.split("The correct answer to this question is: {", 1)[1].split("}. Please", 1)[0]
-        opts = option_map(text.split("Please make a choice from the following options: \n", 1)[1].split("}.")[0])
+        opts = option_map(
+            text.split("Please make a choice from the following options: \n", 1)[1].split("}.")[0]
+        )
         said = exact_letter(response, opts)
         words = response.rsplit(": I would say ", 1)[-1]
-        right = said == answer or words == f"the one with ID {opts[answer]}" or (
-            words == "none of them" and answer == list(opts)[-1])
+        right = (
+            said == answer
+            or words == f"the one with ID {opts[answer]}"
+            or (words == "none of them" and answer == list(opts)[-1])
+        )
         return "The response matches. [YES]" if right else "It does not. [NO]"
+
     return judge
 
 
@@ -241,10 +270,18 @@ def test_yes_no_judge_is_asked_for_every_answered_row(items, tmp_path):
     assert (rows["judge_mode"] == "yes_no").all()
     # the YES/NO prompt carries the full question (options included), the response and the answer letter
     first = items.index[kind != 3][0]
-    assert any(t.startswith("I asked a model a question: {" + items.at[first, "question"] + "}. The model's "
-                            "response was: {") for t, _ in seen)
-    assert matched["extraction"].tolist() == np.where(kind == 0, "exact", np.where(
-        kind == 1, "exact", np.where(kind == 2, "judge", "none"))).tolist()
+    assert any(
+        t.startswith(
+            "I asked a model a question: {" + items.at[first, "question"] + "}. The model's response was: {"
+        )
+        for t, _ in seen
+    )
+    assert (
+        matched["extraction"].tolist()
+        == np.where(
+            kind == 0, "exact", np.where(kind == 1, "exact", np.where(kind == 2, "judge", "none"))
+        ).tolist()
+    )
     assert matched["correct"].tolist() == (kind == 0).tolist()
     m = accuracy_table(rows, "mixed", "lvlm").set_index(["breakdown", "key"])
     test = items["split"].to_numpy() == "test"
@@ -261,9 +298,15 @@ def test_yes_no_judge_scores_a_workbook_like_our_rows(items, tmp_path):
         spec = openai_spec(srv.base_url, "mixed", retries=0)
         judge = build_judge(openai_spec(jsrv.base_url, "judge"), "yes_no")
         rows = run_lvlm(items, spec, OpenAIBackend(spec), AnswerCache(str(tmp_path / "c")), judge=judge)
-        book = pd.DataFrame({"index": np.arange(len(items)), "question": items["question"],
-                             "answer": items["answer"], "match_type": items["match_type"],
-                             "prediction": np.where(rows["error"] == "", rows["raw_answer"], "")})
+        book = pd.DataFrame(
+            {
+                "index": np.arange(len(items)),
+                "question": items["question"],
+                "answer": items["answer"],
+                "match_type": items["match_type"],
+                "prediction": np.where(rows["error"] == "", rows["raw_answer"], ""),
+            }
+        )
         path = tmp_path / "model_MMVMBench.xlsx"
         book.to_excel(path, index=False)
         from soco_pipeline.tasks.mmvm.official import read_prediction_workbook

@@ -26,10 +26,18 @@ def test_mmvm_group_materializes(tmp_path):
     for b in ("dense_sift", "oracle_part"):
         shutil.copy(PROJECT_ROOT / "assets" / "backbones" / f"{b}.yaml", backbones)
     with serve(lambda request, body: "A") as srv:
-        (lvlms / "always_a.yaml").write_text(yaml.safe_dump(
-            {"backend": "openai", "model": "m", "base_url": srv.base_url, "timeout": 5, "retries": 1}))
-        defs = build_definitions(storage_root=str(tmp_path / "storage"), backbones_dir=str(backbones),
-                                 lvlms_dir=str(lvlms), mmvm_config_path=str(tmp_path / "mmvm.yaml"), device="cpu")
+        (lvlms / "always_a.yaml").write_text(
+            yaml.safe_dump(
+                {"backend": "openai", "model": "m", "base_url": srv.base_url, "timeout": 5, "retries": 1}
+            )
+        )
+        defs = build_definitions(
+            storage_root=str(tmp_path / "storage"),
+            backbones_dir=str(backbones),
+            lvlms_dir=str(lvlms),
+            mmvm_config_path=str(tmp_path / "mmvm.yaml"),
+            device="cpu",
+        )
         job = defs.resolve_implicit_global_asset_job_def()
         (tmp_path / "home").mkdir()
         with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
@@ -41,14 +49,18 @@ def test_mmvm_group_materializes(tmp_path):
                 sel = [dg.AssetKey("mmvm_predictions"), dg.AssetKey("mmvm_backbone_metrics")]
                 assert job.execute_in_process(instance=instance, asset_selection=sel, partition_key=b).success
             sel = [dg.AssetKey("mmvm_answers"), dg.AssetKey("mmvm_lvlm_metrics")]
-            assert job.execute_in_process(instance=instance, asset_selection=sel, partition_key="always_a").success
-            assert job.execute_in_process(instance=instance,
-                                          asset_selection=[dg.AssetKey("mmvm_leaderboard")]).success
+            assert job.execute_in_process(
+                instance=instance, asset_selection=sel, partition_key="always_a"
+            ).success
+            assert job.execute_in_process(
+                instance=instance, asset_selection=[dg.AssetKey("mmvm_leaderboard")]
+            ).success
             # results_database (the one writer of results.duckdb) follows the family's leaderboard
             graph = defs.resolve_asset_graph()
             assert dg.AssetKey("mmvm_leaderboard") in graph.get(dg.AssetKey("results_database")).parent_keys
-            assert job.execute_in_process(instance=instance,
-                                          asset_selection=[dg.AssetKey("results_database")]).success
+            assert job.execute_in_process(
+                instance=instance, asset_selection=[dg.AssetKey("results_database")]
+            ).success
             checks = instance.get_latest_materialization_event(dg.AssetKey("mmvm_items"))
             assert checks is not None
     tables = tmp_path / "storage" / "tables"
@@ -56,12 +68,16 @@ def test_mmvm_group_materializes(tmp_path):
     rows = {(r.model, r.method): r for r in board.itertuples()}
     assert rows[("instance_oracle", "zero_shot")].accuracy == 100
     assert rows[("oracle_part", "zero_shot")].status == "not_applicable"
-    assert {("dense_sift", "zero_shot"), ("dense_sift", "contrastive_head"), ("always_a", "answer")} <= set(rows)
+    assert {("dense_sift", "zero_shot"), ("dense_sift", "contrastive_head"), ("always_a", "answer")} <= set(
+        rows
+    )
     items = pd.read_parquet(tables / "mmvm_items.parquet")
     test = items[items.split == "test"]
     assert rows[("always_a", "answer")].accuracy == 100 * (test["answer"] == "A").mean()
     assert board["data_source"].str.startswith("simulated").all()
-    in_sql = query(str(tmp_path / "storage" / "results.duckdb"), "SELECT model, method, accuracy FROM mmvm_leaderboard")
+    in_sql = query(
+        str(tmp_path / "storage" / "results.duckdb"), "SELECT model, method, accuracy FROM mmvm_leaderboard"
+    )
     assert len(in_sql) == len(board) and set(in_sql.model) == set(board.model)
     views = set(query(str(tmp_path / "storage" / "results.duckdb"), "SHOW TABLES").name)
     assert {"mmvm_items", "mmvm_predictions", "mmvm_answers", "mmvm_backbone_metrics"} <= views

@@ -13,11 +13,25 @@ from soco_pipeline.backbones import build_backbone, parse_spec
 from soco_pipeline.features import FeatureStore, extract_features, load_image
 
 SPECS = {
-    "vit": {"kind": "timm", "model": "vit_tiny_patch16_224", "input": {"nearest_multiple": 48}, "batch_size": 2},
-    "vit_tensor_resize": {"kind": "timm", "model": "vit_tiny_patch16_224",
-                          "input": {"nearest_multiple": 48, "resize": "tensor"}, "batch_size": 2},
-    "sift": {"kind": "classical", "model": "sift", "input": {"nearest_multiple": 32}, "normalisation": "raw",
-             "batch_size": 2},
+    "vit": {
+        "kind": "timm",
+        "model": "vit_tiny_patch16_224",
+        "input": {"nearest_multiple": 48},
+        "batch_size": 2,
+    },
+    "vit_tensor_resize": {
+        "kind": "timm",
+        "model": "vit_tiny_patch16_224",
+        "input": {"nearest_multiple": 48, "resize": "tensor"},
+        "batch_size": 2,
+    },
+    "sift": {
+        "kind": "classical",
+        "model": "sift",
+        "input": {"nearest_multiple": 32},
+        "normalisation": "raw",
+        "batch_size": 2,
+    },
 }
 
 
@@ -30,7 +44,9 @@ def images(tmp_path) -> pd.DataFrame:
         uri = tmp_path / "img" / f"car_{i:04d}.png"
         uri.parent.mkdir(parents=True, exist_ok=True)
         Image.fromarray(rng.integers(0, 256, size=(30, 44, 3), dtype=np.uint8)).save(uri)
-        rows.append({"image_id": f"car_{i:04d}", "uri": str(uri), "width": 44, "height": 30, "category": "car"})
+        rows.append(
+            {"image_id": f"car_{i:04d}", "uri": str(uri), "width": 44, "height": 30, "category": "car"}
+        )
     return pd.DataFrame(rows)
 
 

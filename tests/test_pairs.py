@@ -27,8 +27,10 @@ from soco_pipeline.taxonomy import load_taxonomy
 
 TAX = load_taxonomy()
 WHEELS = [
-    "vehicle_wheel_front_left_center", "vehicle_wheel_front_right_center",
-    "vehicle_wheel_rear_left_center", "vehicle_wheel_rear_right_center",
+    "vehicle_wheel_front_left_center",
+    "vehicle_wheel_front_right_center",
+    "vehicle_wheel_rear_left_center",
+    "vehicle_wheel_rear_right_center",
 ]
 HEADLIGHTS = ["vehicle_headlight_front_left", "vehicle_headlight_front_right"]
 
@@ -40,18 +42,28 @@ def make_tables(spec: dict[str, tuple[str, list[str] | str]]) -> tuple[pd.DataFr
         images.append({"image_id": image_id, "category": cat})
         for i, kp in enumerate(TAX.category_keypoints(cat)):
             v = visible == "all" or kp in visible
-            rows.append({
-                "image_id": image_id, "category": cat, "keypoint": kp, "concept": TAX.concept_of(kp),
-                "x": 10.0 + i if v else np.nan, "y": 20.0 + i if v else np.nan, "visible": v,
-                "n_annotators": 3, "spread": 0.5,
-            })
+            rows.append(
+                {
+                    "image_id": image_id,
+                    "category": cat,
+                    "keypoint": kp,
+                    "concept": TAX.concept_of(kp),
+                    "x": 10.0 + i if v else np.nan,
+                    "y": 20.0 + i if v else np.nan,
+                    "visible": v,
+                    "n_annotators": 3,
+                    "spread": 0.5,
+                }
+            )
     return pd.DataFrame(images), pd.DataFrame(rows)
 
 
 def corr_frame(pairs: pd.DataFrame, kps: pd.DataFrame, **kw) -> pd.DataFrame:
-    return build_correspondences(pairs, kps, TAX, **kw).to_pandas().astype({
-        c: str for c in ["pair_id", "level", "kind", "src_keypoint", "trg_keypoint", "concept"]
-    })
+    return (
+        build_correspondences(pairs, kps, TAX, **kw)
+        .to_pandas()
+        .astype({c: str for c in ["pair_id", "level", "kind", "src_keypoint", "trg_keypoint", "concept"]})
+    )
 
 
 def rows(df: pd.DataFrame, pair_id: str, kind: str) -> set[tuple]:
@@ -63,7 +75,11 @@ def test_car_four_wheels_give_16_cc_and_4_soc_rows():
     images, kps = make_tables({"car_0000": ("car", WHEELS), "car_0001": ("car", WHEELS)})
     pairs = build_image_pairs(images, kps, TAX, PairConfig())
     assert list(pairs.pair_id) == ["intra:car_0000:car_0001", "intra:car_0001:car_0000"]
-    assert (pairs.level == "intra").all() and (pairs.ancestor == "car").all() and (pairs.pair_group == "car").all()
+    assert (
+        (pairs.level == "intra").all()
+        and (pairs.ancestor == "car").all()
+        and (pairs.pair_group == "car").all()
+    )
     corr = corr_frame(pairs, kps)
     pid = "intra:car_0000:car_0001"
     assert rows(corr, pid, "soc") == {(w, w, "wheel_center", True, 4) for w in WHEELS}
@@ -75,10 +91,12 @@ def test_car_four_wheels_give_16_cc_and_4_soc_rows():
 
 
 def test_soc_geo_flags_and_candidate_counts():
-    images, kps = make_tables({
-        "car_0000": ("car", [WHEELS[0], *HEADLIGHTS]),
-        "car_0001": ("car", [WHEELS[0], WHEELS[2], HEADLIGHTS[0]]),
-    })
+    images, kps = make_tables(
+        {
+            "car_0000": ("car", [WHEELS[0], *HEADLIGHTS]),
+            "car_0001": ("car", [WHEELS[0], WHEELS[2], HEADLIGHTS[0]]),
+        }
+    )
     pairs = build_image_pairs(images, kps, TAX, PairConfig())
     corr = corr_frame(pairs, kps)
     pid = "intra:car_0000:car_0001"
@@ -102,9 +120,13 @@ def test_soc_geo_flags_and_candidate_counts():
 
 
 def test_cross_pairs_only_through_shared_ancestor_keypoints():
-    images, kps = make_tables({
-        "car_0000": ("car", "all"), "tractor_0000": ("tractor", "all"), "dog_0000": ("dog", "all"),
-    })
+    images, kps = make_tables(
+        {
+            "car_0000": ("car", "all"),
+            "tractor_0000": ("tractor", "all"),
+            "dog_0000": ("dog", "all"),
+        }
+    )
     pairs = build_image_pairs(images, kps, TAX, PairConfig())
     cross = pairs[pairs.level == "cross"]
     assert set(zip(cross.src_image, cross.trg_image, cross.ancestor, cross.pair_group, strict=True)) == {
@@ -128,9 +150,13 @@ def test_cross_pairs_only_through_shared_ancestor_keypoints():
 
 
 def test_tables_follow_the_canonical_schemas():
-    images, kps = make_tables({
-        "car_0000": ("car", "all"), "car_0001": ("car", WHEELS), "bus_0000": ("bus", "all"),
-    })
+    images, kps = make_tables(
+        {
+            "car_0000": ("car", "all"),
+            "car_0001": ("car", WHEELS),
+            "bus_0000": ("bus", "all"),
+        }
+    )
     pairs = build_image_pairs(images, kps, TAX, PairConfig(seed=3))
     validate(pairs, ImagePairSchema, "image_pairs")
     validate(corr_frame(pairs, kps), CorrespondenceSchema, "correspondences")
@@ -164,9 +190,13 @@ def test_results_do_not_depend_on_input_row_order():
     images, kps = make_tables(spec)
     cfg = PairConfig(seed=2, intra_per_category=9, cross_per_category=3)
     pairs = build_image_pairs(images, kps, TAX, cfg)
-    shuffled = build_image_pairs(images.sample(frac=1, random_state=1), kps.sample(frac=1, random_state=2), TAX, cfg)
+    shuffled = build_image_pairs(
+        images.sample(frac=1, random_state=1), kps.sample(frac=1, random_state=2), TAX, cfg
+    )
     pd.testing.assert_frame_equal(pairs, shuffled)
-    pd.testing.assert_frame_equal(corr_frame(pairs, kps), corr_frame(pairs, kps.sample(frac=1, random_state=3)))
+    pd.testing.assert_frame_equal(
+        corr_frame(pairs, kps), corr_frame(pairs, kps.sample(frac=1, random_state=3))
+    )
 
 
 def test_sample_without_replacement_is_distinct_and_in_range():
@@ -189,15 +219,22 @@ def test_evaluation_sample_quota_determinism_and_seed():
     pairs = build_image_pairs(images, kps, TAX, cfg)
     ev = pairs[pairs.evaluated]
     assert ev.groupby(["level", "pair_group"]).size().to_dict() == {
-        ("cross", "bus"): 6, ("cross", "car"): 7, ("intra", "bus"): 20, ("intra", "car"): 20,
+        ("cross", "bus"): 6,
+        ("cross", "car"): 7,
+        ("intra", "bus"): 20,
+        ("intra", "car"): 20,
     }  # cross bus: 6 targets x 1 source = 6 pairs, fewer than the quota
     assert not ev.src_image.eq("car_0099").any() and not ev.trg_image.eq("car_0099").any()
     assert (soc_counts(ev, kps, TAX) > 0).all()
     pd.testing.assert_series_equal(pairs.evaluated, build_image_pairs(images, kps, TAX, cfg).evaluated)
-    other = build_image_pairs(images, kps, TAX, PairConfig(seed=6, intra_per_category=20, cross_per_category=7))
+    other = build_image_pairs(
+        images, kps, TAX, PairConfig(seed=6, intra_per_category=20, cross_per_category=7)
+    )
     assert (other.evaluated != pairs.evaluated).any()
 
-    everything = build_image_pairs(images, kps, TAX, PairConfig(intra_per_category="all", cross_per_category="all"))
+    everything = build_image_pairs(
+        images, kps, TAX, PairConfig(intra_per_category="all", cross_per_category="all")
+    )
     eligible = soc_counts(everything, kps, TAX) > 0
     involves_empty = (everything.src_image == "car_0099") | (everything.trg_image == "car_0099")
     assert (everything.evaluated.to_numpy() == eligible).all() and (eligible == ~involves_empty).all()
@@ -215,10 +252,14 @@ def test_evaluation_sample_does_not_favour_low_ids():
 
 
 def test_counts_stream_and_evaluated_only(tmp_path):
-    images, kps = make_tables({
-        "car_0000": ("car", WHEELS), "car_0001": ("car", WHEELS), "car_0002": ("car", WHEELS[:2]),
-        "tractor_0000": ("tractor", [WHEELS[0], HEADLIGHTS[0], "farm_vehicle_exhaustpipe_top_tip"]),
-    })
+    images, kps = make_tables(
+        {
+            "car_0000": ("car", WHEELS),
+            "car_0001": ("car", WHEELS),
+            "car_0002": ("car", WHEELS[:2]),
+            "tractor_0000": ("tractor", [WHEELS[0], HEADLIGHTS[0], "farm_vehicle_exhaustpipe_top_tip"]),
+        }
+    )
     pairs = build_image_pairs(images, kps, TAX, PairConfig(intra_per_category=2, cross_per_category="all"))
     table = build_correspondences(pairs, kps, TAX)
     counts = pair_counts(pairs, table).set_index(["level", "kind"])
@@ -240,8 +281,10 @@ def test_counts_stream_and_evaluated_only(tmp_path):
     assert len(list(iter_correspondences(pairs, kps, TAX, batch_rows=7))) > 3
     ev = build_correspondences(pairs, kps, TAX, evaluated_only=True).to_pandas()
     assert set(ev.pair_id.astype(str)) == set(pairs.pair_id[pairs.evaluated])
-    assert counts.loc[("intra", "cc"), "evaluated"] + counts.loc[("cross", "cc"), "evaluated"] == (
-        ev.kind == "cc").sum()
+    assert (
+        counts.loc[("intra", "cc"), "evaluated"] + counts.loc[("cross", "cc"), "evaluated"]
+        == (ev.kind == "cc").sum()
+    )
 
 
 def test_empty_inputs_give_empty_tables(tmp_path):
@@ -255,22 +298,50 @@ def test_empty_inputs_give_empty_tables(tmp_path):
 
 
 def test_check_image_pairs_catches_bad_rows():
-    images, kps = make_tables({"car_0000": ("car", WHEELS), "car_0001": ("car", WHEELS), "dog_0000": ("dog", "all")})
+    images, kps = make_tables(
+        {"car_0000": ("car", WHEELS), "car_0001": ("car", WHEELS), "dog_0000": ("dog", "all")}
+    )
     pairs = build_image_pairs(images, kps, TAX, PairConfig())
-    bad = pd.concat([pairs, pd.DataFrame([
-        {"pair_id": "intra:car_0000:car_0000", "level": "intra", "pair_group": "car", "src_image": "car_0000",
-         "trg_image": "car_0000", "src_category": "car", "trg_category": "car", "ancestor": "car",
-         "evaluated": False},
-        {"pair_id": "cross:car_0000:dog_0000", "level": "cross", "pair_group": "dog", "src_image": "car_0000",
-         "trg_image": "dog_0000", "src_category": "car", "trg_category": "dog", "ancestor": "vehicle",
-         "evaluated": False},
-        pairs.iloc[0].to_dict(),
-    ])], ignore_index=True)
+    bad = pd.concat(
+        [
+            pairs,
+            pd.DataFrame(
+                [
+                    {
+                        "pair_id": "intra:car_0000:car_0000",
+                        "level": "intra",
+                        "pair_group": "car",
+                        "src_image": "car_0000",
+                        "trg_image": "car_0000",
+                        "src_category": "car",
+                        "trg_category": "car",
+                        "ancestor": "car",
+                        "evaluated": False,
+                    },
+                    {
+                        "pair_id": "cross:car_0000:dog_0000",
+                        "level": "cross",
+                        "pair_group": "dog",
+                        "src_image": "car_0000",
+                        "trg_image": "dog_0000",
+                        "src_category": "car",
+                        "trg_category": "dog",
+                        "ancestor": "vehicle",
+                        "evaluated": False,
+                    },
+                    pairs.iloc[0].to_dict(),
+                ]
+            ),
+        ],
+        ignore_index=True,
+    )
     problems = "\n".join(check_image_pairs(bad, TAX, images))
     assert "pair an image with itself" in problems and "intra:car_0000:car_0000" in problems
     assert "share no keypoints" in problems and "cross:car_0000:dog_0000" in problems
     assert "share a pair_id" in problems
-    unknown = "\n".join(check_image_pairs(pairs.assign(trg_category="spaceship", pair_group="spaceship"), TAX))
+    unknown = "\n".join(
+        check_image_pairs(pairs.assign(trg_category="spaceship", pair_group="spaceship"), TAX)
+    )
     assert "missing from the taxonomy" in unknown
     with pytest.raises(ValueError, match="image_pairs"):
         require_valid(check_image_pairs(bad, TAX), "image_pairs")
@@ -282,17 +353,33 @@ def test_check_correspondences_catches_bad_rows():
     good = corr_frame(pairs, kps)
     assert check_correspondences(good, pairs, kps, TAX) == []
     base = good[(good.pair_id == "cross:car_0000:tractor_0000") & (good.kind == "soc")].iloc[0].to_dict()
-    bad = pd.DataFrame([
-        base | {"src_keypoint": "road_vehicle_sidemirror_left", "trg_keypoint": "road_vehicle_sidemirror_left",
-                "concept": "mirror"},  # not shared by car and tractor, not in the tractor at all
-        base | {"trg_keypoint": WHEELS[1]},  # SOC between different keypoints
-        base | {"n_candidates": 3, "geo": True},  # wrong candidate count
-        base | {"pair_id": "intra:nope:none"},
-        base | {"src_keypoint": HEADLIGHTS[0], "trg_keypoint": HEADLIGHTS[0], "concept": "headlight"},  # invisible
-    ])
+    bad = pd.DataFrame(
+        [
+            base
+            | {
+                "src_keypoint": "road_vehicle_sidemirror_left",
+                "trg_keypoint": "road_vehicle_sidemirror_left",
+                "concept": "mirror",
+            },  # not shared by car and tractor, not in the tractor at all
+            base | {"trg_keypoint": WHEELS[1]},  # SOC between different keypoints
+            base | {"n_candidates": 3, "geo": True},  # wrong candidate count
+            base | {"pair_id": "intra:nope:none"},
+            base
+            | {
+                "src_keypoint": HEADLIGHTS[0],
+                "trg_keypoint": HEADLIGHTS[0],
+                "concept": "headlight",
+            },  # invisible
+        ]
+    )
     problems = "\n".join(check_correspondences(bad, pairs, kps, TAX))
-    for what in ("do not share", "two different keypoints", "n_candidates", "missing from image_pairs",
-                 "not visible in the target image"):
+    for what in (
+        "do not share",
+        "two different keypoints",
+        "n_candidates",
+        "missing from image_pairs",
+        "not visible in the target image",
+    ):
         assert what in problems, what
     assert "road_vehicle_sidemirror_left" in problems
 

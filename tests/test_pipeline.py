@@ -26,8 +26,17 @@ CATEGORIES = ["car", "bus", "tractor", "chair", "dog", "horse"]
 FIRST = ["oracle_part", "oracle_concept"]
 PER_BACKBONE = ["feature_manifest", "predictions", "four_choice_predictions", "metrics"]
 DATA_AND_PAIRS = [
-    "embedded_dataset", "taxonomy", "source_images", "raw_keypoints", "image_set", "rejected_images", "keypoints",
-    "descriptions", "image_pairs", "correspondences", "four_choice",
+    "embedded_dataset",
+    "taxonomy",
+    "source_images",
+    "raw_keypoints",
+    "image_set",
+    "rejected_images",
+    "keypoints",
+    "descriptions",
+    "image_pairs",
+    "correspondences",
+    "four_choice",
 ]
 
 
@@ -49,8 +58,14 @@ def run(tmp_path_factory):
         result = run_demo(instance=instance, **overrides)
         assert result.failed == {}, result.failed
         board = result.board
-        yield {"tmp": tmp, "instance": instance, "board": board, "overrides": overrides, "backbones": backbones,
-               "family_boards": result.family_boards}
+        yield {
+            "tmp": tmp,
+            "instance": instance,
+            "board": board,
+            "overrides": overrides,
+            "backbones": backbones,
+            "family_boards": result.family_boards,
+        }
 
 
 def _tables(run) -> Path:
@@ -78,7 +93,10 @@ def test_definitions_load_with_groups_and_descriptions():
 
 def _count_demo(instance, key, partition=None) -> int:
     """Materializations of `key` by the fixture's `make demo` runs (other tests add their own)."""
-    demo_runs = {r.dagster_run.run_id for r in instance.get_run_records(dg.RunsFilter(tags={"soco/source": "make demo"}))}
+    demo_runs = {
+        r.dagster_run.run_id
+        for r in instance.get_run_records(dg.RunsFilter(tags={"soco/source": "make demo"}))
+    }
     f = dg.AssetRecordsFilter(asset_key=dg.AssetKey(key), asset_partitions=[partition] if partition else None)
     return sum(r.run_id in demo_runs for r in instance.fetch_materializations(f, limit=100).records)
 
@@ -92,8 +110,15 @@ def test_every_asset_and_blocking_check_materialized(run):
     for b in FIRST:
         for key in PER_BACKBONE:
             assert _count_demo(instance, key, b) == 1, (key, b)
-    for name in ["taxonomy", "image_set", "rejected_images", "keypoints", "descriptions", "image_pairs",
-                 "correspondences"]:
+    for name in [
+        "taxonomy",
+        "image_set",
+        "rejected_images",
+        "keypoints",
+        "descriptions",
+        "image_pairs",
+        "correspondences",
+    ]:
         evals = instance.event_log_storage.get_latest_asset_check_execution_by_key(
             [dg.AssetCheckKey(dg.AssetKey(name), "schema")]
         )
@@ -103,9 +128,12 @@ def test_every_asset_and_blocking_check_materialized(run):
     assert set(images.category) == set(CATEGORIES)
     assert (images.groupby("category").size() == 6).all()
     rejected = pd.read_parquet(_tables(run) / "rejected_images.parquet")
-    assert len(rejected) > 0 and rejected.reason.isin(
-        ["too_small", "crowded", "bad_status", "invalid_pose", "invalid_keypoints"]
-    ).all()
+    assert (
+        len(rejected) > 0
+        and rejected.reason.isin(
+            ["too_small", "crowded", "bad_status", "invalid_pose", "invalid_keypoints"]
+        ).all()
+    )
 
 
 def test_part_oracle_scores_near_100_everywhere(run):
@@ -163,8 +191,11 @@ def test_rescoring_with_another_alpha_runs_no_backbone(run, tmp_path, monkeypatc
     protocol.write_text(text.replace("alphas: [0.05, 0.1, 0.15]", "alphas: [0.05, 0.1, 0.15, 0.2]"))
     defs = build_definitions(**run["overrides"], protocol_path=str(protocol))
     result = dg.materialize(
-        list(defs.assets), selection=dg.AssetSelection.assets("metrics"), instance=run["instance"],
-        resources=defs.resources, partition_key="oracle_part",
+        list(defs.assets),
+        selection=dg.AssetSelection.assets("metrics"),
+        instance=run["instance"],
+        resources=defs.resources,
+        partition_key="oracle_part",
     )
     assert result.success
     metrics = pd.read_parquet(_tables(run) / "metrics" / "oracle_part.parquet")
@@ -172,8 +203,11 @@ def test_rescoring_with_another_alpha_runs_no_backbone(run, tmp_path, monkeypatc
     # Back to the default protocol for the other tests.
     defs = build_definitions(**run["overrides"])
     assert dg.materialize(
-        list(defs.assets), selection=dg.AssetSelection.assets("metrics"), instance=run["instance"],
-        resources=defs.resources, partition_key="oracle_part",
+        list(defs.assets),
+        selection=dg.AssetSelection.assets("metrics"),
+        instance=run["instance"],
+        resources=defs.resources,
+        partition_key="oracle_part",
     ).success
 
 
@@ -194,7 +228,9 @@ def test_adding_a_backbone_materializes_only_its_partition(run):
     assert [r.partition_keys for r in result.dynamic_partitions_requests] == [["dense_sift"]]
     instance.add_dynamic_partitions("backbones", ["dense_sift"])
     again = sensor(
-        dg.build_sensor_context(instance=instance, definitions=defs, cursor=result.cursor, resources=resources)
+        dg.build_sensor_context(
+            instance=instance, definitions=defs, cursor=result.cursor, resources=resources
+        )
     )
     assert not again.dynamic_partitions_requests and not again.run_requests
 
@@ -204,8 +240,11 @@ def test_adding_a_backbone_materializes_only_its_partition(run):
         assert evaluation.get_num_requested(dg.AssetKey(key)) == 0, key
     assert evaluation.get_requested_partitions(dg.AssetKey("feature_manifest")) == {"dense_sift"}
     dg.materialize(
-        list(defs.assets), selection=dg.AssetSelection.assets(*PER_BACKBONE), instance=instance,
-        resources=defs.resources, partition_key="dense_sift",
+        list(defs.assets),
+        selection=dg.AssetSelection.assets(*PER_BACKBONE),
+        instance=instance,
+        resources=defs.resources,
+        partition_key="dense_sift",
     )
     assert _count(instance, "metrics", "dense_sift") == 1
     assert before == {(k, b): _count(instance, k, b) for k in PER_BACKBONE for b in FIRST}
@@ -220,8 +259,9 @@ def _ticks(defs, instance):
     state = {"cursor": None}
 
     def tick(when: dt.datetime):
-        result = dg.evaluate_automation_conditions(defs=defs, instance=instance, evaluation_time=when,
-                                                   cursor=state["cursor"])
+        result = dg.evaluate_automation_conditions(
+            defs=defs, instance=instance, evaluation_time=when, cursor=state["cursor"]
+        )
         state["cursor"] = result.cursor
         return result
 
@@ -243,8 +283,9 @@ def test_weekly_reevaluation_skips_the_unchanged_and_reruns_a_changed_spec(run):
     resources = {"soco": defs.resources["soco"]}
 
     def sensor_tick(cursor):
-        result = sensor(dg.build_sensor_context(instance=instance, definitions=defs, cursor=cursor,
-                                                resources=resources))
+        result = sensor(
+            dg.build_sensor_context(instance=instance, definitions=defs, cursor=cursor, resources=resources)
+        )
         for event in result.asset_events:  # what the daemon records: the observations of changed specs
             instance.report_runless_asset_event(event)
         return result
@@ -271,8 +312,12 @@ def test_an_unchanged_data_table_rematerialized_requests_no_backbone(run):
     tick, now = _ticks(defs, instance), dt.datetime.now(dt.UTC)
 
     def materialize_and_tick(when):
-        assert dg.materialize(list(defs.assets), selection=dg.AssetSelection.assets("image_set", "rejected_images"),
-                              instance=instance, resources=defs.resources).success
+        assert dg.materialize(
+            list(defs.assets),
+            selection=dg.AssetSelection.assets("image_set", "rejected_images"),
+            instance=instance,
+            resources=defs.resources,
+        ).success
         return tick(when)
 
     materialize_and_tick(now)
@@ -302,7 +347,9 @@ def test_a_changed_protocol_makes_the_weekly_tick_re_evaluate_the_backbones(run,
 
     def observe_protocol(definitions):  # the observation run the daemon launches
         job = definitions.resolve_implicit_global_asset_job_def()
-        assert job.execute_in_process(instance=instance, asset_selection=[dg.AssetKey("evaluation_protocol")]).success
+        assert job.execute_in_process(
+            instance=instance, asset_selection=[dg.AssetKey("evaluation_protocol")]
+        ).success
 
     try:
         observe_protocol(defs)
@@ -322,19 +369,34 @@ def test_official_release_layout_round_trips_through_the_pipeline(run, monkeypat
     assert cli.main(["export-release", str(release)]) == 2  # refuses to overwrite without --force
     assert (release / "PairAnnotations" / "intra").is_dir()
 
-    overrides = {**run["overrides"], "storage_root": str(run["tmp"] / "from_release"), "source": "soco_release",
-                 "soco_release_root": str(release)}
+    overrides = {
+        **run["overrides"],
+        "storage_root": str(run["tmp"] / "from_release"),
+        "source": "soco_release",
+        "soco_release_root": str(release),
+    }
     # The oracle reads the generator's ground truth by image id: point it at the embedded data set.
-    shutil.copytree(Path(run["overrides"]["storage_root"]) / "embedded", Path(overrides["storage_root"]) / "embedded")
+    shutil.copytree(
+        Path(run["overrides"]["storage_root"]) / "embedded", Path(overrides["storage_root"]) / "embedded"
+    )
     # An instance of its own: this import's materializations must not become the module run's latest.
     (run["tmp"] / "dagster_release_round_trip").mkdir()
     with dg.instance_for_test(temp_dir=str(run["tmp"] / "dagster_release_round_trip")) as instance:
         instance.add_dynamic_partitions("backbones", ["oracle_part"])
         defs = build_definitions(**overrides)
-        assert dg.materialize(list(defs.assets), selection=dg.AssetSelection.groups("data", "pairs"),
-                              instance=instance, resources=defs.resources).success
-        assert dg.materialize(list(defs.assets), selection=dg.AssetSelection.assets(*PER_BACKBONE),
-                              instance=instance, resources=defs.resources, partition_key="oracle_part").success
+        assert dg.materialize(
+            list(defs.assets),
+            selection=dg.AssetSelection.groups("data", "pairs"),
+            instance=instance,
+            resources=defs.resources,
+        ).success
+        assert dg.materialize(
+            list(defs.assets),
+            selection=dg.AssetSelection.assets(*PER_BACKBONE),
+            instance=instance,
+            resources=defs.resources,
+            partition_key="oracle_part",
+        ).success
 
     ours, theirs = _tables(run), Path(overrides["storage_root"]) / "tables"
     pairs = pd.read_parquet(ours / "image_pairs.parquet")
@@ -363,12 +425,18 @@ def test_deleted_spec_keeps_its_results_marked_stale(run):
     try:
         defs = build_definitions(**run["overrides"])
         sensor = defs.get_sensor_def("backbone_specs_sensor")
-        ctx = dg.build_sensor_context(instance=instance, definitions=defs, resources={"soco": defs.resources["soco"]})
+        ctx = dg.build_sensor_context(
+            instance=instance, definitions=defs, resources={"soco": defs.resources["soco"]}
+        )
         result = sensor(ctx)
         assert not result.run_requests
         assert "oracle_concept" in instance.get_dynamic_partitions("backbones")
-        assert dg.materialize(list(defs.assets), selection=dg.AssetSelection.assets("leaderboard", "results_database"),
-                              instance=instance, resources=defs.resources).success
+        assert dg.materialize(
+            list(defs.assets),
+            selection=dg.AssetSelection.assets("leaderboard", "results_database"),
+            instance=instance,
+            resources=defs.resources,
+        ).success
         board = pd.read_parquet(_tables(run) / "leaderboard.parquet").set_index("backbone")
         assert not board.loc["oracle_concept", "spec_present"]
         assert board.loc["oracle_part", "spec_present"]
@@ -402,21 +470,42 @@ def _import_release(run, release: Path, name: str, backbones: Path) -> Path:
     """Import a release as the source of a fresh storage root and score every spec in `backbones`;
     asserts every blocking asset check passed. Returns the tables folder."""
     # Every category of the release (a selection by the embedded names would drop the renamed ones).
-    overrides = {**{k: v for k, v in run["overrides"].items() if k != "categories"},
-                 "storage_root": str(run["tmp"] / name), "source": "soco_release",
-                 "soco_release_root": str(release), "backbones_dir": str(backbones)}
+    overrides = {
+        **{k: v for k, v in run["overrides"].items() if k != "categories"},
+        "storage_root": str(run["tmp"] / name),
+        "source": "soco_release",
+        "soco_release_root": str(release),
+        "backbones_dir": str(backbones),
+    }
     specs = sorted(p.stem for p in backbones.glob("*.yaml"))
     (run["tmp"] / f"dagster_{name}").mkdir()
     with dg.instance_for_test(temp_dir=str(run["tmp"] / f"dagster_{name}")) as instance:
         instance.add_dynamic_partitions("backbones", specs)
         defs = build_definitions(**overrides)
-        assert dg.materialize(list(defs.assets), selection=dg.AssetSelection.groups("data", "pairs"),
-                              instance=instance, resources=defs.resources).success
+        assert dg.materialize(
+            list(defs.assets),
+            selection=dg.AssetSelection.groups("data", "pairs"),
+            instance=instance,
+            resources=defs.resources,
+        ).success
         for b in specs:
-            assert dg.materialize(list(defs.assets), selection=dg.AssetSelection.assets(*PER_BACKBONE),
-                                  instance=instance, resources=defs.resources, partition_key=b).success
-        checks = ["taxonomy", "image_set", "rejected_images", "keypoints", "descriptions", "image_pairs",
-                  "correspondences", "four_choice"]
+            assert dg.materialize(
+                list(defs.assets),
+                selection=dg.AssetSelection.assets(*PER_BACKBONE),
+                instance=instance,
+                resources=defs.resources,
+                partition_key=b,
+            ).success
+        checks = [
+            "taxonomy",
+            "image_set",
+            "rejected_images",
+            "keypoints",
+            "descriptions",
+            "image_pairs",
+            "correspondences",
+            "four_choice",
+        ]
         keys = [dg.AssetCheckKey(dg.AssetKey(n), "schema") for n in checks]
         records = instance.event_log_storage.get_latest_asset_check_execution_by_key(keys)
         for key in keys:
@@ -458,7 +547,9 @@ def test_a_release_with_its_own_names_scores_the_same(run, monkeypatch):
     b = pd.read_parquet(theirs / "four_choice.parquet")
     assert len(a) > 0
     pd.testing.assert_frame_equal(b.assign(**{c: b[c].map(inverse) for c in options}), a)
-    assert len(pd.read_parquet(theirs / "descriptions.parquet")) == len(pd.read_parquet(ours / "descriptions.parquet"))
+    assert len(pd.read_parquet(theirs / "descriptions.parquet")) == len(
+        pd.read_parquet(ours / "descriptions.parquet")
+    )
 
     m_ours = pd.read_parquet(ours / "metrics" / "dense_sift.parquet")
     m_theirs = pd.read_parquet(theirs / "metrics" / "dense_sift.parquet")
@@ -479,7 +570,9 @@ def test_export_results_writes_the_official_scorers_shape(run, monkeypatch, caps
     out = run["tmp"] / "results" / "oracle_part.json"
     assert cli.main(["export-results", "oracle_part", str(out)]) == 0
     doc = json.loads(out.read_text())
-    assert {"dataset", "model", "created_at", "settings", "metrics"} <= set(doc) and doc["model"] == "oracle_part"
+    assert {"dataset", "model", "created_at", "settings", "metrics"} <= set(doc) and doc[
+        "model"
+    ] == "oracle_part"
     assert doc["settings"]["threshold"] == 0.1 and doc["settings"]["reduction"] == "pair_then_category"
     board = run["board"].set_index("backbone").loc["oracle_part"]
     pairs = pd.read_parquet(_tables(run) / "image_pairs.parquet")
@@ -494,10 +587,24 @@ def test_export_results_writes_the_official_scorers_shape(run, monkeypatch, caps
         cats = res["per_category"]
         assert sum(c["pairs"] for c in cats.values()) == res["overall"]["pairs"]
         for name, c in cats.items():
-            assert set(c) == {"pairs", "semantic_pck", "concept_pck", "semantic_keypoints", "concept_keypoints"}
-            row = metrics[(metrics.metric == semantic) & (metrics.scope == "category") & (metrics.group == name)
-                          & (metrics.reduction == "official") & np.isclose(metrics.alpha, 0.1)]
-            assert c["semantic_pck"] == pytest.approx(row.value.iloc[0]) and c["semantic_keypoints"] == row.n.iloc[0]
+            assert set(c) == {
+                "pairs",
+                "semantic_pck",
+                "concept_pck",
+                "semantic_keypoints",
+                "concept_keypoints",
+            }
+            row = metrics[
+                (metrics.metric == semantic)
+                & (metrics.scope == "category")
+                & (metrics.group == name)
+                & (metrics.reduction == "official")
+                & np.isclose(metrics.alpha, 0.1)
+            ]
+            assert (
+                c["semantic_pck"] == pytest.approx(row.value.iloc[0])
+                and c["semantic_keypoints"] == row.n.iloc[0]
+            )
         # The official overall value is the unweighted mean over the categories.
         values = [c["concept_pck"] for c in cats.values() if c["concept_pck"] is not None]
         assert res["overall"]["concept_pck"] == pytest.approx(np.mean(values))

@@ -36,7 +36,9 @@ def hub_interpolate_pos_encoding(pos_embed: torch.Tensor, patch_size: int, x: to
     sx = float(w0 + 0.1) / m
     sy = float(h0 + 0.1) / m
     patch_pos_embed = F.interpolate(
-        patch_pos_embed.reshape(1, m, m, dim).permute(0, 3, 1, 2), mode="bicubic", antialias=False,
+        patch_pos_embed.reshape(1, m, m, dim).permute(0, 3, 1, 2),
+        mode="bicubic",
+        antialias=False,
         scale_factor=(sx, sy),
     )
     assert (w0, h0) == patch_pos_embed.shape[-2:]
@@ -55,14 +57,16 @@ def hub_patch_tokens(model, images: torch.Tensor) -> torch.Tensor:
     for block in model.blocks:
         x = block(x)
     gh, gw = images.shape[-2] // p, images.shape[-1] // p
-    dense = x[:, -(gh * gw):].transpose(1, 2).reshape(b, -1, gh, gw)
+    dense = x[:, -(gh * gw) :].transpose(1, 2).reshape(b, -1, gh, gw)
     return F.normalize(dense, dim=1)
 
 
 def timm_patch_tokens(model, images: torch.Tensor) -> torch.Tensor:
     """What TimmBackbone extracts: final-block tokens from forward_intermediates, no norm; L2-normalised."""
     n = len(model.blocks)
-    out = model.forward_intermediates(images, indices=[n - 1], norm=False, stop_early=True, intermediates_only=True)
+    out = model.forward_intermediates(
+        images, indices=[n - 1], norm=False, stop_early=True, intermediates_only=True
+    )
     return F.normalize(out[0], dim=1)
 
 
@@ -70,8 +74,15 @@ def tiny_dinov2(seed: int = 0):
     """A small random DINOv2 (timm's vit_small_patch14_dinov2 architecture, 518 px / 37 x 37 grid) with
     perturbed position embeddings, so that any interpolation difference shows."""
     torch.manual_seed(seed)
-    model = timm.create_model("vit_small_patch14_dinov2", pretrained=False, num_classes=0, dynamic_img_size=True,
-                              depth=2, embed_dim=64, num_heads=2)
+    model = timm.create_model(
+        "vit_small_patch14_dinov2",
+        pretrained=False,
+        num_classes=0,
+        dynamic_img_size=True,
+        depth=2,
+        embed_dim=64,
+        num_heads=2,
+    )
     with torch.no_grad():
         model.pos_embed.normal_(0.0, 1.0)
     return model.eval()
@@ -98,7 +109,9 @@ def test_hub_interpolation_leaves_the_pretrained_grid_alone():
         before = timm_patch_tokens(model, images)
         use_hub_pos_embed(model)
         after = timm_patch_tokens(model, images)
-    assert (after - before).abs().max().item() == 0 and (after - hub_patch_tokens(model, images)).abs().max() <= 1e-6
+    assert (after - before).abs().max().item() == 0 and (
+        after - hub_patch_tokens(model, images)
+    ).abs().max() <= 1e-6
 
 
 def test_spec_option_defaults_to_the_hub_for_dinov2_without_registers():

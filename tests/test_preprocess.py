@@ -122,11 +122,15 @@ def test_prepared_batches_equal_preprocess_batch_bit_for_bit():
     and the accelerator path (padded uint8 squares resized where they land), run here on the CPU."""
     rng = np.random.default_rng(3)
     images = [rng.integers(0, 256, size=(h, w, 3), dtype=np.uint8) for h, w in [(30, 47), (52, 21), (40, 40)]]
-    for (size, preset), resize in itertools.product([(28, "imagenet"), (84, "half"), (40, "clip")], RESIZE_MODES):
+    for (size, preset), resize in itertools.product(
+        [(28, "imagenet"), (84, "half"), (40, "clip")], RESIZE_MODES
+    ):
         ref = preprocess_batch(images, size, preset, "cpu", resize)
         cpu = prepare_batch(images, size, preset, "cpu", resize)
         assert cpu.pixels is not None and len(cpu) == 3 and torch.equal(cpu.to("cpu"), ref)
-        squares = InputBatch(size, preset, squares=[torch.from_numpy(host_square(im, size, resize)) for im in images])
+        squares = InputBatch(
+            size, preset, squares=[torch.from_numpy(host_square(im, size, resize)) for im in images]
+        )
         assert len(squares) == 3 and torch.equal(squares.to("cpu"), ref)
 
 
@@ -145,18 +149,28 @@ def _official_pipeline(image: np.ndarray, size: int, preset: str) -> torch.Tenso
     square = Image.new("RGB", (side, side), (255, 255, 255))
     square.paste(pil, (0, 0))
     mean, std = NORMALISATION_PRESETS[preset]
-    tf = transforms.Compose([
-        transforms.Resize((size, size), interpolation=transforms.InterpolationMode.BICUBIC, antialias=True),
-        transforms.ToTensor(),
-        transforms.Normalize(mean, std),
-    ])
+    tf = transforms.Compose(
+        [
+            transforms.Resize(
+                (size, size), interpolation=transforms.InterpolationMode.BICUBIC, antialias=True
+            ),
+            transforms.ToTensor(),
+            transforms.Normalize(mean, std),
+        ]
+    )
     return tf(square)
 
 
 @pytest.mark.parametrize(
     "hw, size, preset",
-    [((30, 47), 28, "imagenet"), ((52, 21), 84, "half"), ((333, 500), 224, "clip"), ((480, 371), 798, "imagenet"),
-     ((17, 17), 17, "imagenet"), ((64, 90), 126, "imagenet")],
+    [
+        ((30, 47), 28, "imagenet"),
+        ((52, 21), 84, "half"),
+        ((333, 500), 224, "clip"),
+        ((480, 371), 798, "imagenet"),
+        ((17, 17), 17, "imagenet"),
+        ((64, 90), 126, "imagenet"),
+    ],
 )
 def test_default_preprocessing_is_the_official_pil_pipeline_bit_for_bit(hw, size, preset):
     """Non-square images of several sizes, down- and upsampled (and one already at S): the default

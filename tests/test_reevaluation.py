@@ -39,8 +39,12 @@ def toy_assets(code_version: str) -> list:
     def table() -> int:
         return 1
 
-    @dg.asset(partitions_def=parts, deps=[table, protocol, spec], code_version=code_version,
-              automation_condition=reevaluate_on_cron(CRON))
+    @dg.asset(
+        partitions_def=parts,
+        deps=[table, protocol, spec],
+        code_version=code_version,
+        automation_condition=reevaluate_on_cron(CRON),
+    )
     def evaluated() -> int:
         return 1
 
@@ -49,7 +53,8 @@ def toy_assets(code_version: str) -> list:
 
 def observe(instance, asset: str, version: str, partition: str | None = None) -> None:
     instance.report_runless_asset_event(
-        dg.AssetObservation(asset, partition=partition, tags={"dagster/data_version": version}))
+        dg.AssetObservation(asset, partition=partition, tags={"dagster/data_version": version})
+    )
 
 
 def materialized(instance, asset: str, partition: str | None = None, version: str | None = None) -> None:
@@ -66,11 +71,14 @@ class Ticks:
     def __call__(self, assets, when: dt.datetime) -> dict:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", dg.BetaWarning)
-            result = dg.evaluate_automation_conditions(defs=assets, instance=self.instance, evaluation_time=when,
-                                                       cursor=self.cursor)
+            result = dg.evaluate_automation_conditions(
+                defs=assets, instance=self.instance, evaluation_time=when, cursor=self.cursor
+            )
         self.cursor = result.cursor
-        return {"evaluated": result.get_requested_partitions(dg.AssetKey("evaluated")),
-                "observe_protocol": result.get_num_requested(dg.AssetKey("evaluation_protocol"))}
+        return {
+            "evaluated": result.get_requested_partitions(dg.AssetKey("evaluated")),
+            "observe_protocol": result.get_num_requested(dg.AssetKey("evaluation_protocol")),
+        }
 
 
 @pytest.fixture

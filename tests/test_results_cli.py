@@ -39,8 +39,13 @@ def storage(tmp_path):
 
 def _run(binary: Path, cwd: Path, db: Path, sql: str, search_path: str | None) -> subprocess.CompletedProcess:
     setting = ["-cmd", f"SET file_search_path = '{search_path}'"] if search_path else []
-    return subprocess.run([str(binary), "-readonly", "-csv", *setting, os.path.relpath(db, cwd), sql],
-                          cwd=cwd, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [str(binary), "-readonly", "-csv", *setting, os.path.relpath(db, cwd), sql],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 @pytest.mark.parametrize("where", ["project_root", "tmp"])
@@ -65,6 +70,8 @@ def test_the_duckdb_cli_opens_the_results_file(storage, where):
 
 def test_the_results_file_is_written_in_the_compatible_storage_format(storage):
     with duckdb.connect(str(storage / "results.duckdb"), read_only=True) as con:
-        tags = con.execute("select tags from duckdb_databases() where database_name = current_database()").fetchone()
+        tags = con.execute(
+            "select tags from duckdb_databases() where database_name = current_database()"
+        ).fetchone()
     assert tags[0]["storage_version"].startswith(STORAGE_COMPATIBILITY.rsplit(".", 1)[0]), tags
     assert not [p.name for p in storage.iterdir() if p.name.startswith(".")]  # no temp left beside it

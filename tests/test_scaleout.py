@@ -62,8 +62,14 @@ def _specs(folder: Path) -> None:
 
 def _cli(*args: str, env: dict[str, str] | None = None, timeout: float) -> subprocess.CompletedProcess:
     """`soco cluster ...` in its own process, as a user runs it."""
-    return subprocess.run([sys.executable, "-m", "soco_pipeline.cli", "cluster", *args], env=env,
-                          cwd=PROJECT_ROOT, timeout=timeout, capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "soco_pipeline.cli", "cluster", *args],
+        env=env,
+        cwd=PROJECT_ROOT,
+        timeout=timeout,
+        capture_output=True,
+        text=True,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -77,21 +83,42 @@ def cluster():
     root = Path(tempfile.mkdtemp(prefix="soco-cluster-"))
     root.chmod(0o755)  # Postgres runs as the postgres user and must enter its data folder below
     _specs(root / "backbones")
-    env = {**os.environ, "SOCO_BACKBONES_DIR": str(root / "backbones"), "SOCO_CATEGORIES": ",".join(CATEGORIES),
-           "SOCO_IMAGES_PER_CATEGORY": "4",
-           "PYTHONPATH": os.pathsep.join(x for x in (str(PROJECT_ROOT), os.environ.get("PYTHONPATH")) if x)}
+    env = {
+        **os.environ,
+        "SOCO_BACKBONES_DIR": str(root / "backbones"),
+        "SOCO_CATEGORIES": ",".join(CATEGORIES),
+        "SOCO_IMAGES_PER_CATEGORY": "4",
+        "PYTHONPATH": os.pathsep.join(x for x in (str(PROJECT_ROOT), os.environ.get("PYTHONPATH")) if x),
+    }
     saved, saved_conf = dict(os.environ), copy.deepcopy(fsspec.config.conf)
     stack_dir = root / "stack"
     t0 = time.monotonic()
     try:
-        started = _cli("start", "--dir", str(stack_dir), "--workers", "2", "--gpu-workers", "1",
-                       "--max-concurrent-runs", "4", "--no-automation", "--timeout", "150",
-                       "--lost-worker-grace", str(LOST_GRACE_S), env=env, timeout=420)
+        started = _cli(
+            "start",
+            "--dir",
+            str(stack_dir),
+            "--workers",
+            "2",
+            "--gpu-workers",
+            "1",
+            "--max-concurrent-runs",
+            "4",
+            "--no-automation",
+            "--timeout",
+            "150",
+            "--lost-worker-grace",
+            str(LOST_GRACE_S),
+            env=env,
+            timeout=420,
+        )
         print(started.stdout)
         assert started.returncode == 0, started.stderr[-3000:]
         print(f"stack up in {time.monotonic() - t0:.0f} s")
         stack = LocalStack.attach(stack_dir)
-        os.environ.update({k: env[k] for k in ("SOCO_BACKBONES_DIR", "SOCO_CATEGORIES", "SOCO_IMAGES_PER_CATEGORY")})
+        os.environ.update(
+            {k: env[k] for k in ("SOCO_BACKBONES_DIR", "SOCO_CATEGORIES", "SOCO_IMAGES_PER_CATEGORY")}
+        )
         os.environ.update(stack.client_env())
         fsspec.config.set_conf_env(fsspec.config.conf)  # the S3 endpoint for this process too
         yield stack
@@ -102,7 +129,11 @@ def cluster():
         fsspec.config.conf.update(saved_conf)
         t1 = time.monotonic()
         stopped = _cli("stop", "--dir", str(stack_dir), env=env, timeout=120)
-        print(f"stopped in {time.monotonic() - t1:.0f} s:", stopped.stdout.replace("\n", "; "), stopped.stderr[-2000:])
+        print(
+            f"stopped in {time.monotonic() - t1:.0f} s:",
+            stopped.stdout.replace("\n", "; "),
+            stopped.stderr[-2000:],
+        )
         services = LocalStack.attach(stack_dir).services if (stack_dir / "stack.json").exists() else []
         leftovers = {s.name: group_members(s.pgid) for s in services if group_members(s.pgid)}
         shutil.rmtree(root, ignore_errors=True)
@@ -110,8 +141,12 @@ def cluster():
 
 
 def _overrides(stack: LocalStack, prefix: str) -> dict:
-    return dict(storage_root=f"s3://{BUCKET}/{prefix}", backbones_dir=os.environ["SOCO_BACKBONES_DIR"],
-                categories=CATEGORIES, images_per_category=4)
+    return dict(
+        storage_root=f"s3://{BUCKET}/{prefix}",
+        backbones_dir=os.environ["SOCO_BACKBONES_DIR"],
+        categories=CATEGORIES,
+        images_per_category=4,
+    )
 
 
 def _materialize(instance, overrides: dict, selection, partition_key=None) -> None:
@@ -120,15 +155,24 @@ def _materialize(instance, overrides: dict, selection, partition_key=None) -> No
     from soco_pipeline.defs.definitions import build_definitions
 
     defs = build_definitions(**overrides)
-    result = dg.materialize(list(defs.assets), selection=selection, instance=instance, resources=defs.resources,
-                            partition_key=partition_key, raise_on_error=True,
-                            run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}})
+    result = dg.materialize(
+        list(defs.assets),
+        selection=selection,
+        instance=instance,
+        resources=defs.resources,
+        partition_key=partition_key,
+        raise_on_error=True,
+        run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
+    )
     assert result.success
 
 
 def _graphql(stack: LocalStack, query: str, variables: dict) -> dict:
-    r = requests.post(f"http://127.0.0.1:{stack.ports['webserver']}/graphql",
-                      json={"query": query, "variables": variables}, timeout=60)
+    r = requests.post(
+        f"http://127.0.0.1:{stack.ports['webserver']}/graphql",
+        json={"query": query, "variables": variables},
+        timeout=60,
+    )
     r.raise_for_status()
     body = r.json()
     assert not body.get("errors"), body["errors"]
@@ -158,8 +202,11 @@ def _steps(instance, run_id: str) -> list[dict]:
         if ev is None or rec.step_key is None:
             continue
         s = steps.setdefault(rec.step_key, {"step": rec.step_key, "run_id": run_id})
-        if ev.event_type == DagsterEventType.ENGINE_EVENT and ev.engine_event_data and \
-                "Celery worker" in ev.engine_event_data.metadata:
+        if (
+            ev.event_type == DagsterEventType.ENGINE_EVENT
+            and ev.engine_event_data
+            and "Celery worker" in ev.engine_event_data.metadata
+        ):
             s["worker"] = ev.engine_event_data.metadata["Celery worker"].value.split("@")[0]
         elif ev.event_type == DagsterEventType.STEP_START:
             s["start"] = rec.timestamp
@@ -191,10 +238,13 @@ def data(cluster):
     t0 = time.monotonic()
     with dg.DagsterInstance.get() as instance:
         assert type(instance.run_storage).__name__ == "PostgresRunStorage"
-        _materialize(instance, _overrides(cluster, cluster.storage_prefix), dg.AssetSelection.groups("data", "pairs"))
+        _materialize(
+            instance, _overrides(cluster, cluster.storage_prefix), dg.AssetSelection.groups("data", "pairs")
+        )
         existing = set(instance.get_dynamic_partitions(backbones_partitions.name))
-        instance.add_dynamic_partitions(backbones_partitions.name,
-                                        [b for b in [*BACKFILL, KILLED, LOST] if b not in existing])
+        instance.add_dynamic_partitions(
+            backbones_partitions.name, [b for b in [*BACKFILL, KILLED, LOST] if b not in existing]
+        )
     fs = cluster.s3fs()
     for sub in ("tables", "embedded"):
         fs.copy(f"{BUCKET}/{cluster.storage_prefix}/{sub}", f"{BUCKET}/reference/{sub}", recursive=True)
@@ -211,13 +261,24 @@ def _reference(cluster: LocalStack, ref_prefix: str, backbones: list[str]) -> No
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions(backbones_partitions.name, backbones)
         for b in backbones:
-            _materialize(instance, _overrides(cluster, ref_prefix), dg.AssetSelection.assets(*PER_BACKBONE), b)
+            _materialize(
+                instance, _overrides(cluster, ref_prefix), dg.AssetSelection.assets(*PER_BACKBONE), b
+            )
 
 
 def test_stack_services_answer(cluster):
     status = cluster.status()
-    assert set(status) == {"redis", "postgres", "seaweedfs", "code_server", "daemon", "webserver",
-                           "worker-1", "worker-2", "gpu-worker-1"}
+    assert set(status) == {
+        "redis",
+        "postgres",
+        "seaweedfs",
+        "code_server",
+        "daemon",
+        "webserver",
+        "worker-1",
+        "worker-2",
+        "gpu-worker-1",
+    }
     assert all(status.values()), status
     assert cluster.worker_names() == ["gpu-worker-1", "worker-1", "worker-2"]
     # Every service runs in its own session, so a stop by process group reaches its children. The pids come
@@ -239,10 +300,16 @@ def backfill(cluster, data):
         __typename ... on LaunchBackfillSuccess { backfillId } ... on PythonError { message stack }
       }
     }"""
-    params = {"selector": {"partitionSetName": "evaluate_backbone_partition_set",
-                           "repositorySelector": {"repositoryLocationName": "soco_pipeline",
-                                                  "repositoryName": "__repository__"}},
-              "partitionNames": BACKFILL}
+    params = {
+        "selector": {
+            "partitionSetName": "evaluate_backbone_partition_set",
+            "repositorySelector": {
+                "repositoryLocationName": "soco_pipeline",
+                "repositoryName": "__repository__",
+            },
+        },
+        "partitionNames": BACKFILL,
+    }
     res = _graphql(cluster, launch, {"p": params})["launchPartitionBackfill"]
     assert res["__typename"] == "LaunchBackfillSuccess", res
     backfill_id = res["backfillId"]
@@ -251,6 +318,7 @@ def backfill(cluster, data):
     _reference(cluster, data, BACKFILL)
     print(f"in-process reference of {len(BACKFILL)} partitions: {time.monotonic() - t1:.0f} s")
     with dg.DagsterInstance.get() as instance:
+
         def runs():
             return instance.get_runs(dg.RunsFilter(tags={"dagster/backfill": backfill_id}))
 
@@ -267,8 +335,10 @@ def test_backfill_on_celery_workers_equals_in_process(cluster, data, backfill):
     steps, partition = backfill["steps"], backfill["partition"]
     t_first = min(s["start"] for s in steps)
     for s in sorted(steps, key=lambda s: s["start"]):
-        print(f"  {s['worker']:13s} {s['start'] - t_first:6.1f} {s['end'] - t_first:6.1f} "
-              f"{partition[s['run_id']]:18s} {s['step']}")
+        print(
+            f"  {s['worker']:13s} {s['start'] - t_first:6.1f} {s['end'] - t_first:6.1f} "
+            f"{partition[s['run_id']]:18s} {s['step']}"
+        )
     assert len(steps) == 4 * len(PER_BACKBONE)
     assert all(s.get("ok") and "worker" in s for s in steps), steps
     # Feature extraction (the `gpu` pool, tagged for the `gpu` queue) only on the gpu worker, the rest never.
@@ -278,10 +348,16 @@ def test_backfill_on_celery_workers_equals_in_process(cluster, data, backfill):
     # Steps of different partitions overlapped in time on both default workers.
     default = [s for s in steps if not s["worker"].startswith("gpu-worker")]
     assert {s["worker"] for s in default} == {"worker-1", "worker-2"}
-    overlaps = [(a["step"], partition[a["run_id"]], b["step"], partition[b["run_id"]])
-                for a in default for b in default
-                if a["worker"] == "worker-1" and b["worker"] == "worker-2" and a["run_id"] != b["run_id"]
-                and a["start"] < b["end"] and b["start"] < a["end"]]
+    overlaps = [
+        (a["step"], partition[a["run_id"]], b["step"], partition[b["run_id"]])
+        for a in default
+        for b in default
+        if a["worker"] == "worker-1"
+        and b["worker"] == "worker-2"
+        and a["run_id"] != b["run_id"]
+        and a["start"] < b["end"]
+        and b["start"] < a["end"]
+    ]
     assert overlaps, sorted((s["worker"], s["start"], s["end"], s["step"]) for s in default)
     for b in BACKFILL:
         _assert_same_results(cluster, b, data)
@@ -290,9 +366,10 @@ def test_backfill_on_celery_workers_equals_in_process(cluster, data, backfill):
 def _pool_child(svc) -> int:
     """The Celery pool process of a worker (the one that executes the step): the grandchild of the
     `dagster-celery worker start` process we started (it runs `celery worker`, which forks the pool)."""
+
     def ppid(pid: int) -> int:
         stat = Path(f"/proc/{pid}/stat").read_text()
-        return int(stat[stat.rindex(")") + 2:].split()[1])
+        return int(stat[stat.rindex(")") + 2 :].split()[1])
 
     members = group_members(svc.pgid)
     celery_main = [p for p in members if ppid(p) == svc.pid]
@@ -316,7 +393,7 @@ def _assert_nothing_half_written(cluster: LocalStack, backbone: str) -> None:
 
     for p in npys:
         data = read_bytes(f"s3://{p}")
-        rel = p[len(folder.rsplit("/", 2)[0]) + 1:]
+        rel = p[len(folder.rsplit("/", 2)[0]) + 1 :]
         assert checksum_matches(data, by_path[rel]), p
         np.load(io.BytesIO(data), allow_pickle=False)  # whole, with its .npy header
     for p in list_published(f"{root}/tables"):
@@ -326,7 +403,9 @@ def _assert_nothing_half_written(cluster: LocalStack, backbone: str) -> None:
     leftovers = [p for p in fs.find(folder_path) if is_temporary(p)]
     # A killed writer may leave a `.tmp-` object beside (never under) a final key; listers skip it.
     assert set(fs.find(folder_path)) - set(leftovers) == set(published)
-    print(f"{len(published)} published objects of {backbone}, all whole; {len(leftovers)} temporary leftovers")
+    print(
+        f"{len(published)} published objects of {backbone}, all whole; {len(leftovers)} temporary leftovers"
+    )
 
 
 def _launch(cluster: LocalStack, partition: str) -> str:
@@ -337,10 +416,17 @@ def _launch(cluster: LocalStack, partition: str) -> str:
         __typename ... on LaunchRunSuccess { run { runId } } ... on PythonError { message stack }
       }
     }"""
-    selector = {"repositoryLocationName": "soco_pipeline", "repositoryName": "__repository__",
-                "pipelineName": "evaluate_backbone"}
-    params = {"selector": selector, "mode": "default", "runConfigData": "{}",
-              "executionMetadata": {"tags": [{"key": "dagster/partition", "value": partition}]}}
+    selector = {
+        "repositoryLocationName": "soco_pipeline",
+        "repositoryName": "__repository__",
+        "pipelineName": "evaluate_backbone",
+    }
+    params = {
+        "selector": selector,
+        "mode": "default",
+        "runConfigData": "{}",
+        "executionMetadata": {"tags": [{"key": "dagster/partition", "value": partition}]},
+    }
     res = _graphql(cluster, launch, {"p": params})["launchPipelineExecution"]
     assert res["__typename"] == "LaunchRunSuccess", res
     return res["run"]["runId"]
@@ -353,13 +439,19 @@ def _wait_for_extraction(cluster: LocalStack, instance, runs: dict[str, str]) ->
 
     def extracting(partition: str) -> bool:
         feats = f"{BUCKET}/{cluster.storage_prefix}/features/{partition}"
-        started = any(s["step"] == "feature_manifest" and "start" in s and "end" not in s
-                      for s in _steps(instance, runs[partition]))
+        started = any(
+            s["step"] == "feature_manifest" and "start" in s and "end" not in s
+            for s in _steps(instance, runs[partition])
+        )
         return started and fs.exists(feats) and any(p.endswith(".npy") for p in fs.find(feats))
 
     found: list[str] = []
-    wait_for(f"feature extraction of one of {sorted(runs)} under way",
-             lambda: bool(found.extend(p for p in runs if extracting(p)) or found), 120, interval=0.2)
+    wait_for(
+        f"feature extraction of one of {sorted(runs)} under way",
+        lambda: bool(found.extend(p for p in runs if extracting(p)) or found),
+        120,
+        interval=0.2,
+    )
     return found[0]
 
 
@@ -414,8 +506,12 @@ def test_kill_9_workers_mid_run_fail_cleanly_then_reexecute(cluster, data):
         assert _wait_runs(instance, [runs[first]], timeout=90)[runs[first]] == "FAILURE"
         failed = [s for s in _steps(instance, runs[first]) if s["step"] == "feature_manifest"]
         assert failed and not failed[0].get("ok")
-        wait_for("the gpu worker replaced its pool process", lambda: cluster.worker_names().count("gpu-worker-1")
-                 == 1 and _pool_child(gpu) != victim, 60, interval=1.0)
+        wait_for(
+            "the gpu worker replaced its pool process",
+            lambda: cluster.worker_names().count("gpu-worker-1") == 1 and _pool_child(gpu) != victim,
+            60,
+            interval=1.0,
+        )
 
         # 2. The whole worker dies (its new pool process took the waiting step).
         second = _wait_for_extraction(cluster, instance, {p: r for p, r in runs.items() if p != first})
@@ -428,14 +524,25 @@ def test_kill_9_workers_mid_run_fail_cleanly_then_reexecute(cluster, data):
         statuses = _wait_runs(instance, [run_id], timeout=90)
         print(f"run failed {time.monotonic() - t_kill:.0f} s after its whole worker was killed")
         assert statuses[run_id] == "FAILURE", statuses
-        texts = [r.dagster_event.message or "" for r in
-                 instance.all_logs(run_id, of_type=DagsterEventType.ENGINE_EVENT)]
+        texts = [
+            r.dagster_event.message or ""
+            for r in instance.all_logs(run_id, of_type=DagsterEventType.ENGINE_EVENT)
+        ]
         assert any("stopped answering pings" in t and "feature_manifest" in t for t in texts), texts[-5:]
         assert instance.all_logs(run_id, of_type=DagsterEventType.RUN_FAILURE), "a RUN_FAILURE event ends it"
         assert not any(t.run_id == run_id for t in taken_tasks(app)), "no message left to redeliver"
 
-        restarted = _cli("restart", "--dir", str(cluster.root), "--service", "gpu-worker-1", "--timeout", "60",
-                         env={**os.environ}, timeout=120)
+        restarted = _cli(
+            "restart",
+            "--dir",
+            str(cluster.root),
+            "--service",
+            "gpu-worker-1",
+            "--timeout",
+            "60",
+            env={**os.environ},
+            timeout=120,
+        )
         assert restarted.returncode == 0, restarted.stderr[-3000:]
         assert "gpu-worker-1" in cluster.worker_names()
         _reexecute_from_failure(cluster, instance, runs, data)
@@ -452,9 +559,20 @@ def test_tables_and_features_live_in_the_bucket(cluster, data, backfill):
         assert any(p.endswith(f"tables/metrics/{b}.parquet") for p in tables), b
         assert sum(f"/features/{b}/" in p for p in features) == 4 * len(CATEGORIES), b
     # `soco sql` with the cluster's environment queries the tables in the bucket (no local results file).
-    done = subprocess.run([sys.executable, "-m", "soco_pipeline.cli", "sql",
-                           "SELECT DISTINCT backbone FROM metrics ORDER BY 1"], env={**os.environ},
-                          cwd=PROJECT_ROOT, timeout=120, capture_output=True, text=True)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "soco_pipeline.cli",
+            "sql",
+            "SELECT DISTINCT backbone FROM metrics ORDER BY 1",
+        ],
+        env={**os.environ},
+        cwd=PROJECT_ROOT,
+        timeout=120,
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert set(BACKFILL) <= set(done.stdout.split()), done.stdout
 
@@ -472,7 +590,7 @@ def test_atomic_publish_on_s3(cluster):
         f.write(payload[: len(payload) // 2])
         f.flush()
         assert not fs.exists(f"{folder}/table.parquet")
-        f.write(payload[len(payload) // 2:])
+        f.write(payload[len(payload) // 2 :])
     assert read_bytes(final) == payload
     assert fs.find(folder) == [f"{folder}/table.parquet"]
 

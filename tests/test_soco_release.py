@@ -196,8 +196,11 @@ def test_renamed_release_brings_its_own_taxonomy(renamed):
             }
     assert tax.lowest_common_ancestor(mapping["car"], mapping["bus"]) == mapping["road_vehicle"]
     assert tax.lowest_common_ancestor(mapping["dog"], mapping["horse"]) == mapping["quadruped"]
-    assert all(tax.keypoints[mapping[k]].concept == mapping[d.concept] for k, d in TAX.keypoints.items()
-               if mapping[k] in tax.keypoints)
+    assert all(
+        tax.keypoints[mapping[k]].concept == mapping[d.concept]
+        for k, d in TAX.keypoints.items()
+        if mapping[k] in tax.keypoints
+    )
     # The un-renamed release gives back the taxonomy's own names and the same table under both.
     want = plain.taxonomy.to_table()
     got = other.taxonomy.to_table()
@@ -300,7 +303,7 @@ def test_bad_release_inputs_name_the_file(tmp_path):
     export_soco_release(*canonical_tables(str(tmp_path), TAX, categories=("car", "bus")), out, TAX)
     meta = join(out, "Metadata", "keypoint_taxonomy.json")
     good_meta = open(meta).read()
-    open(meta, "w").write("{\"categories\": ")
+    open(meta, "w").write('{"categories": ')
     with pytest.raises(ValueError, match=rf"{meta}: not valid JSON"):
         read_soco_release(out)
     open(meta, "w").write("[1, 2]")
@@ -318,7 +321,9 @@ def test_bad_release_inputs_name_the_file(tmp_path):
         if kp["name"] in g["src_keypoints"]:
             g["src_keypoints"].remove(kp["name"])
     open(path, "w").write(json.dumps(doc))
-    with pytest.raises(ValueError, match=rf"keypoint {kp['name']!r} has concept .* but .* gives it concept") as e:
+    with pytest.raises(
+        ValueError, match=rf"keypoint {kp['name']!r} has concept .* but .* gives it concept"
+    ) as e:
         read_soco_release(out)
     assert path in str(e.value)
     open(path, "w").write(good)
@@ -330,7 +335,9 @@ def test_bad_release_inputs_name_the_file(tmp_path):
     name = doc["src_keypoints"][0]["name"]
     ann_doc["keypoints"] = [k for k in ann_doc["keypoints"] if k["name"] != name]
     open(ann, "w").write(json.dumps(ann_doc))
-    with pytest.raises(ValueError, match=rf"names keypoint {name!r} of image .* which its annotation {ann} lacks"):
+    with pytest.raises(
+        ValueError, match=rf"names keypoint {name!r} of image .* which its annotation {ann} lacks"
+    ):
         read_soco_release(out)
 
 
@@ -348,7 +355,9 @@ def test_train_test_splits_become_a_split_column(tmp_path):
     rel = read_soco_release(out)
     want = pairs[pairs.evaluated | (pairs.split != "")]
     pd.testing.assert_frame_equal(
-        _sorted(rel.image_pairs[list(pairs.columns)], ["pair_id"]), _sorted(want, ["pair_id"]), check_dtype=False
+        _sorted(rel.image_pairs[list(pairs.columns)], ["pair_id"]),
+        _sorted(want, ["pair_id"]),
+        check_dtype=False,
     )
     keys = ["pair_id", "kind", "src_keypoint", "trg_keypoint"]
     pd.testing.assert_frame_equal(
@@ -362,7 +371,9 @@ def test_train_test_splits_become_a_split_column(tmp_path):
     fs, base = filesystem(out)
     train = sorted(fs.glob(f"{base}/PairAnnotations/trainsplits/train/*/*.json"))[0]
     fs.pipe_file(train.replace("/train/", "/test/").replace(".json", "-copy.json"), fs.cat_file(train))
-    with pytest.raises(ValueError, match=r"is in the (train|test) split, but .* puts it in the (train|test) split"):
+    with pytest.raises(
+        ValueError, match=r"is in the (train|test) split, but .* puts it in the (train|test) split"
+    ):
         read_soco_release(out)
 
 
@@ -374,4 +385,7 @@ def test_metadata_lists_of_named_entries_read_as_mappings(tmp_path):
     doc["categories"] = [{"name": c, **v} for c, v in doc["categories"].items()]
     open(meta, "w").write(json.dumps(doc))
     rel = read_soco_release(out)
-    assert rel.taxonomy.supercategory("dog") == "animals" and rel.taxonomy.supercategory("car") == "transportation"
+    assert (
+        rel.taxonomy.supercategory("dog") == "animals"
+        and rel.taxonomy.supercategory("car") == "transportation"
+    )

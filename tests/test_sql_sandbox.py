@@ -66,7 +66,11 @@ def test_reading_outside_the_tables_is_refused(storage, capsys, q):
 
 
 def test_attach_set_and_install_are_refused(storage, capsys, tmp_path):
-    for q in (f"ATTACH '{tmp_path / 'other.db'}' AS o", "SET enable_external_access = true", "INSTALL httpfs"):
+    for q in (
+        f"ATTACH '{tmp_path / 'other.db'}' AS o",
+        "SET enable_external_access = true",
+        "INSTALL httpfs",
+    ):
         rc, _, err = _sql(capsys, q)
         assert rc == 2 and "refused" in err, (q, err)
     assert not (tmp_path / "other.db").exists()
@@ -132,8 +136,10 @@ def test_sql_over_tables_in_an_object_store(bucket, capsys):
     rc, out, err = _sql(capsys, "SELECT backbone, count(*) AS n FROM metrics GROUP BY ALL ORDER BY 1")
     assert rc == 0, err
     assert out.split()[2:] == ["a", "200", "b", "200"]
-    for q in ("SELECT * FROM read_parquet('memory://results-bucket/private/secret.parquet')",
-              "SELECT * FROM read_csv('/etc/passwd')"):
+    for q in (
+        "SELECT * FROM read_parquet('memory://results-bucket/private/secret.parquet')",
+        "SELECT * FROM read_csv('/etc/passwd')",
+    ):
         rc, _, err = _sql(capsys, q)
         assert rc == 2 and "refused" in err, err
     rc, _, err = _sql(capsys, "CREATE TABLE t AS SELECT 1")

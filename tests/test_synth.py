@@ -25,17 +25,41 @@ from soco_pipeline.taxonomy import load_taxonomy
 
 TAX = load_taxonomy()
 ANIMAL3D_ORDER = [
-    "left_eye", "right_eye", "mouth_mid", "left_front_paw", "right_front_paw", "left_back_paw",
-    "right_back_paw", "tail_base", "left_front_thigh", "right_front_thigh", "left_back_thigh",
-    "right_back_thigh", "left_shoulder", "right_shoulder", "left_front_knee", "right_front_knee",
-    "left_back_knee", "right_back_knee", "neck", "tail_end", "left_ear", "right_ear", "left_mouth",
-    "right_mouth", "nose", "tail_mid",
+    "left_eye",
+    "right_eye",
+    "mouth_mid",
+    "left_front_paw",
+    "right_front_paw",
+    "left_back_paw",
+    "right_back_paw",
+    "tail_base",
+    "left_front_thigh",
+    "right_front_thigh",
+    "left_back_thigh",
+    "right_back_thigh",
+    "left_shoulder",
+    "right_shoulder",
+    "left_front_knee",
+    "right_front_knee",
+    "left_back_knee",
+    "right_back_knee",
+    "neck",
+    "tail_end",
+    "left_ear",
+    "right_ear",
+    "left_mouth",
+    "right_mouth",
+    "nose",
+    "tail_mid",
 ]
 
 
 def _tree_hash(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 @pytest.fixture(scope="module")
@@ -77,8 +101,27 @@ def test_animal_keypoints_follow_animal3d_order():
     assert [k.removeprefix("animal_") for k in TAX.category_keypoints("dog")] == ANIMAL3D_ORDER
 
 
-@pytest.mark.parametrize("category", ["car", "bus", "tractor", "ambulance", "mug", "teapot", "kettle", "pitcher",
-                                      "chair", "bench", "stool", "dining_table", "dog", "horse", "cow", "elephant"])
+@pytest.mark.parametrize(
+    "category",
+    [
+        "car",
+        "bus",
+        "tractor",
+        "ambulance",
+        "mug",
+        "teapot",
+        "kettle",
+        "pitcher",
+        "chair",
+        "bench",
+        "stool",
+        "dining_table",
+        "dog",
+        "horse",
+        "cow",
+        "elephant",
+    ],
+)
 def test_visible_keypoints_land_on_their_rendered_part(category):
     total = misses = n_visible = 0
     for az in (0.4, 1.9, 3.5, 5.0):
@@ -90,19 +133,24 @@ def test_visible_keypoints_land_on_their_rendered_part(category):
         total += len(ids)
         n_visible += int(vis.sum())
     assert n_visible >= 0.25 * total, f"{category}: only {n_visible}/{total} keypoints visible"
-    assert misses <= max(1, 0.05 * n_visible), f"{category}: {misses}/{n_visible} visible keypoints off their part"
+    assert misses <= max(1, 0.05 * n_visible), (
+        f"{category}: {misses}/{n_visible} visible keypoints off their part"
+    )
 
 
 def _x(scene, name):
     return scene.kp_uv[scene.model.kp_names.index(name), 0]
 
 
-@pytest.mark.parametrize("category,left,right", [
-    ("car", "vehicle_wheel_front_left_center", "vehicle_wheel_front_right_center"),
-    ("dog", "animal_left_eye", "animal_right_eye"),
-    ("chair", "furniture_leg_front_left_bottom", "furniture_leg_front_right_bottom"),
-    ("teapot", "vessel_rim_left", "vessel_rim_right"),
-])
+@pytest.mark.parametrize(
+    "category,left,right",
+    [
+        ("car", "vehicle_wheel_front_left_center", "vehicle_wheel_front_right_center"),
+        ("dog", "animal_left_eye", "animal_right_eye"),
+        ("chair", "furniture_leg_front_left_bottom", "furniture_leg_front_right_bottom"),
+        ("teapot", "vessel_rim_left", "vessel_rim_right"),
+    ],
+)
 def test_left_right_swap_when_the_camera_goes_round(category, left, right):
     front = render_object(category, np.radians(20), elevation=0.3, seed=5)
     back = render_object(category, np.radians(200), elevation=0.3, seed=5)
@@ -152,7 +200,12 @@ def test_layout_follows_the_contract(small_set: Path):
         assert part.shape == (row.height, row.width) and part.dtype == np.uint8
         assert set(np.unique(part)) <= {0, *legend[row.category].values()}
         ys, xs = np.nonzero(part)
-        assert (xs.min(), ys.min(), xs.max() + 1, ys.max() + 1) == (row.bbox_l, row.bbox_t, row.bbox_r, row.bbox_b)
+        assert (xs.min(), ys.min(), xs.max() + 1, ys.max() + 1) == (
+            row.bbox_l,
+            row.bbox_t,
+            row.bbox_r,
+            row.bbox_b,
+        )
         k = kps[kps.image_id == row.image_id]
         assert list(k.keypoint) == TAX.category_keypoints(row.category)
         area = (row.bbox_r - row.bbox_l) * (row.bbox_b - row.bbox_t) / (row.width * row.height)
@@ -161,13 +214,30 @@ def test_layout_follows_the_contract(small_set: Path):
         elif row.intended_reject == "too_small":
             assert area < 0.02
         if row.source == "imagenet3d":
-            npz = np.load(root / f"imagenet3d/annotations/{row.category}/{row.image_id}.npz", allow_pickle=True)
+            npz = np.load(
+                root / f"imagenet3d/annotations/{row.category}/{row.image_id}.npz", allow_pickle=True
+            )
             assert int(npz["height"]) == row.height and int(npz["width"]) == row.width
             objs = list(npz["annotations"])
-            assert {"azimuth", "elevation", "theta", "distance", "cad_index", "bbox", "class", "px", "py",
-                    "object_status", "dense"} <= set(objs[0])
+            assert {
+                "azimuth",
+                "elevation",
+                "theta",
+                "distance",
+                "cad_index",
+                "bbox",
+                "class",
+                "px",
+                "py",
+                "object_status",
+                "dense",
+            } <= set(objs[0])
             if row.intended_reject == "":
-                assert len(objs) == 1 and objs[0]["object_status"] == "status_good" and objs[0]["dense"] == "dense_no"
+                assert (
+                    len(objs) == 1
+                    and objs[0]["object_status"] == "status_good"
+                    and objs[0]["dense"] == "dense_no"
+                )
                 assert np.isfinite(objs[0]["azimuth"]) and objs[0]["class"] == row.category
                 assert objs[0]["bbox"] == [row.bbox_l, row.bbox_t, row.bbox_r, row.bbox_b]
     clicks = validate(pd.read_parquet(root / "clicks/clicks.parquet"), RawClickSchema, "clicks")
@@ -200,7 +270,9 @@ def test_plan_places_about_ten_percent_rejects_with_every_reason():
     assert len(hand_modelled(TAX)) == 16
 
 
-@pytest.mark.parametrize("category,reason", [("car", r) for r in RIGID_REJECTS] + [("dog", "invalid_keypoints")])
+@pytest.mark.parametrize(
+    "category,reason", [("car", r) for r in RIGID_REJECTS] + [("dog", "invalid_keypoints")]
+)
 def test_intended_rejects_are_realised(tmp_path, category, reason):
     out = _one_image((str(tmp_path), category, 0, reason, 0))
     assert out["image"]["intended_reject"] == reason
@@ -208,8 +280,11 @@ def test_intended_rejects_are_realised(tmp_path, category, reason):
         kp = np.asarray(out["animal"]["keypoint_2d"])
         assert kp.shape != (26, 3) or kp[:, 2].sum() == 0
         return
-    objs = list(np.load(tmp_path / f"imagenet3d/annotations/{category}/{category}_0000.npz",
-                        allow_pickle=True)["annotations"])
+    objs = list(
+        np.load(tmp_path / f"imagenet3d/annotations/{category}/{category}_0000.npz", allow_pickle=True)[
+            "annotations"
+        ]
+    )
     if reason == "crowded":
         assert len(objs) == 2 and objs[0]["dense"] == "dense_yes"
     elif reason == "bad_status":
@@ -248,8 +323,14 @@ def test_image_rng_is_keyed_by_category_and_index():
     # The key is a stable checksum, not Python's salted hash(): another hash seed draws the same number.
     code = "from soco_pipeline.synth.scene import image_rng; print(repr(image_rng(0, 'car', 1).random()))"
     for hash_seed in ("1", "12345"):
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True,
-                             env={**os.environ, "PYTHONHASHSEED": hash_seed, "PYTHONPATH": str(PROJECT_ROOT)})
+        out = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+            env={**os.environ, "PYTHONHASHSEED": hash_seed, "PYTHONPATH": str(PROJECT_ROOT)},
+        )
         assert float(out.stdout) == a, hash_seed
 
 

@@ -5,8 +5,13 @@ import pytest
 from soco_pipeline.defs.definitions import defs
 from soco_pipeline.tables import TABLES, table_for
 
-NO_TABLE = {"embedded_dataset", "results_database",  # they return MaterializeResult, no Parquet table
-            "results_record", "lvlm_results_record", "results_report"}  # JSON records, the HTML page
+NO_TABLE = {
+    "embedded_dataset",
+    "results_database",  # they return MaterializeResult, no Parquet table
+    "results_record",
+    "lvlm_results_record",
+    "results_report",
+}  # JSON records, the HTML page
 
 
 def test_every_table_asset_is_registered_and_every_registered_table_is_an_asset():

@@ -14,16 +14,33 @@ SMALL = {
     "supercategories": ["things"],
     "concepts": {"wheel_center": {"noun": "wheel"}, "handle_end": {"noun": "handle"}},
     "nodes": {
-        "vehicle": {"supercategory": "things",
-                    "keypoints": [{"part": "wheel", "at": "center", "concept": "wheel_center",
-                                   "where": ["front left", "rear right"]}]},
+        "vehicle": {
+            "supercategory": "things",
+            "keypoints": [
+                {
+                    "part": "wheel",
+                    "at": "center",
+                    "concept": "wheel_center",
+                    "where": ["front left", "rear right"],
+                }
+            ],
+        },
     },
     "categories": {
         "car": {"parent": "vehicle", "family": "car"},
         "bus": {"parent": "vehicle", "family": "car"},
-        "mug": {"supercategory": "things", "family": "mug",
-                "keypoints": [{"part": "handle", "concept": "handle_end", "where": ["top"],
-                               "pattern": "{node}_{part}_{where}"}]},
+        "mug": {
+            "supercategory": "things",
+            "family": "mug",
+            "keypoints": [
+                {
+                    "part": "handle",
+                    "concept": "handle_end",
+                    "where": ["top"],
+                    "pattern": "{node}_{part}_{where}",
+                }
+            ],
+        },
     },
 }
 
@@ -34,8 +51,26 @@ def test_real_taxonomy_has_100_categories_in_four_supercategories():
     counts = {s: sum(TAX.supercategory(c) == s for c in cats) for s in TAX.supercategories}
     assert counts == {"transportation": 31, "handheld": 20, "furniture": 9, "animals": 40}
     hand = [c for c in cats if TAX.family(c) == c]
-    assert sorted(hand) == sorted(["car", "bus", "tractor", "ambulance", "mug", "teapot", "kettle", "pitcher",
-                                   "chair", "bench", "stool", "dining_table", "dog", "horse", "cow", "elephant"])
+    assert sorted(hand) == sorted(
+        [
+            "car",
+            "bus",
+            "tractor",
+            "ambulance",
+            "mug",
+            "teapot",
+            "kettle",
+            "pitcher",
+            "chair",
+            "bench",
+            "stool",
+            "dining_table",
+            "dog",
+            "horse",
+            "cow",
+            "elephant",
+        ]
+    )
     for c in cats:
         assert TAX.family(TAX.family(c)) == TAX.family(c), f"{c}: its family must be hand-modelled"
         assert TAX.supercategory(TAX.family(c)) == TAX.supercategory(c)
@@ -47,7 +82,9 @@ def test_inheritance_adds_keypoints_from_the_root_down():
     assert "road_vehicle_sidemirror_left" in car and "car_doorhandle_front_left" in car
     assert "car_doorhandle_front_left" not in TAX.category_keypoints("police_car")
     assert len(TAX.category_keypoints("dog")) == 26
-    assert all(len(TAX.category_keypoints(c)) == 26 for c in TAX.categories if TAX.supercategory(c) == "animals")
+    assert all(
+        len(TAX.category_keypoints(c)) == 26 for c in TAX.categories if TAX.supercategory(c) == "animals"
+    )
     kp = TAX.keypoints["vehicle_wheel_front_left_center"]
     assert (kp.concept, kp.part, kp.where, kp.at) == ("wheel_center", "wheel", "front left", "center")
     assert kp.identity_dict == {"front_rear": "front", "left_right": "left"}
@@ -70,8 +107,9 @@ def test_related_categories_stay_within_a_supercategory():
     rel = TAX.related_categories("bus")
     assert "ambulance" in rel and "tractor" in rel and "bus" not in rel
     assert all(TAX.supercategory(c) == "transportation" for c in rel)
-    assert set(TAX.related_categories("chair")) == {c for c in TAX.categories
-                                                    if TAX.supercategory(c) == "furniture"} - {"chair"}
+    assert set(TAX.related_categories("chair")) == {
+        c for c in TAX.categories if TAX.supercategory(c) == "furniture"
+    } - {"chair"}
 
 
 def test_keypoint_table_has_one_row_per_category_keypoint():
@@ -92,7 +130,10 @@ def test_unknown_category_and_keypoint_give_clear_errors():
 def test_small_document_parses():
     tax = parse_taxonomy(copy.deepcopy(SMALL), "small")
     assert tax.categories == ["car", "bus", "mug"]
-    assert tax.category_keypoints("bus") == ["vehicle_wheel_front_left_center", "vehicle_wheel_rear_right_center"]
+    assert tax.category_keypoints("bus") == [
+        "vehicle_wheel_front_left_center",
+        "vehicle_wheel_rear_right_center",
+    ]
     assert tax.category_keypoints("mug") == ["mug_handle_top"]
     assert tax.related_categories("car") == ["bus"]
     assert identity_of("upper left") == (("left_right", "left"), ("top_bottom", "upper"))

@@ -47,8 +47,11 @@ def test_generator_is_deterministic_and_aspects_disagree():
     assert summary["judgements"] == "simulated" and (ooo.judgements == "simulated").all()
     assert summary["observer"]["n_annotators"] == 5 and summary["pruned"] > 0
     # a triplet's aspects disagree about the odd image
-    per_triplet = ooo[ooo.aspect != "overall"].groupby("triplet_id").apply(
-        lambda g: len(set(np.argmax(y_matrix(g), 1))), include_groups=False)
+    per_triplet = (
+        ooo[ooo.aspect != "overall"]
+        .groupby("triplet_id")
+        .apply(lambda g: len(set(np.argmax(y_matrix(g), 1))), include_groups=False)
+    )
     assert (per_triplet >= 2).mean() > 0.8
 
 
@@ -110,7 +113,9 @@ def test_oracle_reaches_best_achievable_random_and_constant_choosers():
     assert abs(rnd.mean() - 1 / 3) < 2 * se
     table = summarise(ooo, oracle, y)
     assert table.iloc[0].aspect == "all" and table.iloc[0].agreement == pytest.approx(100 * best)
-    assert (table.agreement <= table.agreement.max()).all() and {"consensus_err", "agreement_err"} <= set(table)
+    assert (table.agreement <= table.agreement.max()).all() and {"consensus_err", "agreement_err"} <= set(
+        table
+    )
 
 
 def test_jsonl_round_trip(tmp_path):
@@ -142,8 +147,14 @@ def test_jsonl_round_trip(tmp_path):
 def _one_line(tmp_path, **changes) -> str:
     img = tmp_path / "x.png"
     img.write_bytes(b"not checked for content")
-    rec = {"triplet_id": "t0", "images": [str(img)] * 3, "aspect": "colour", "votes": [3, 1, 0], "cannot_tell": 1,
-           "split": "test"} | changes
+    rec = {
+        "triplet_id": "t0",
+        "images": [str(img)] * 3,
+        "aspect": "colour",
+        "votes": [3, 1, 0],
+        "cannot_tell": 1,
+        "split": "test",
+    } | changes
     path = tmp_path / "bad.jsonl"
     path.write_text(json.dumps(rec) + "\n")
     return str(path)
@@ -152,8 +163,12 @@ def _one_line(tmp_path, **changes) -> str:
 def test_bad_input_gets_named_errors(tmp_path):
     assert len(read_ooo_jsonl(_one_line(tmp_path))) == 1
     with pytest.raises(TpipsFormatError, match=r"bad.jsonl:1: image .*missing.png.* does not exist"):
-        read_ooo_jsonl(_one_line(tmp_path, images=[str(tmp_path / "x.png")] * 2 + [str(tmp_path / "missing.png")]))
-    with pytest.raises(TpipsFormatError, match=r"bad.jsonl:1: votes \[3, 1, 0\] \+ cannot_tell 0 = 4, not the annotator"):
+        read_ooo_jsonl(
+            _one_line(tmp_path, images=[str(tmp_path / "x.png")] * 2 + [str(tmp_path / "missing.png")])
+        )
+    with pytest.raises(
+        TpipsFormatError, match=r"bad.jsonl:1: votes \[3, 1, 0\] \+ cannot_tell 0 = 4, not the annotator"
+    ):
         read_ooo_jsonl(_one_line(tmp_path, cannot_tell=0))
     with pytest.raises(TpipsFormatError, match=r"bad.jsonl:1: empty aspect"):
         read_ooo_jsonl(_one_line(tmp_path, aspect="  "))
@@ -172,5 +187,7 @@ def test_a_bad_composition_is_refused_with_the_config_key(tmp_path):
     for bad in (["colour", "glossiness"], ["colour"], ["colour", "pose", "size"]):
         doc["retrieval"]["compositions"] = [bad]
         (tmp_path / "t.yaml").write_text(yaml.safe_dump(doc))
-        with pytest.raises(ValueError, match=r"retrieval.compositions entry .* must list 2 to retrieval.queries"):
+        with pytest.raises(
+            ValueError, match=r"retrieval.compositions entry .* must list 2 to retrieval.queries"
+        ):
             load_config(tmp_path / "t.yaml")

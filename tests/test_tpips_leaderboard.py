@@ -11,8 +11,14 @@ from soco_pipeline.tasks.tpips.leaderboard import leaderboard
 
 
 def _scores(model: str, method: str, pick: int) -> pd.DataFrame:
-    ooo = pd.DataFrame({"aspect": ["colour", "pose", "colour"], "y_0": [1.0, 0.2, 0.6], "y_1": [0.0, 0.8, 0.4],
-                        "y_2": [0.0, 0.0, 0.0]})
+    ooo = pd.DataFrame(
+        {
+            "aspect": ["colour", "pose", "colour"],
+            "y_0": [1.0, 0.2, 0.6],
+            "y_1": [0.0, 0.8, 0.4],
+            "y_2": [0.0, 0.0, 0.0],
+        }
+    )
     pred = np.zeros((3, 3))
     pred[:, pick] = 1.0
     return score_rows(model, method, False, ooo, pred)
@@ -21,7 +27,10 @@ def _scores(model: str, method: str, pick: int) -> pd.DataFrame:
 def test_not_applicable_models_are_listed_once_and_scores_are_sorted():
     parts = [_scores("effnet", "cosine", 1), _scores("effnet", "mid", 0)]
     for _asset in ("tpips_baseline_scores", "tpips_learned"):  # both write the oracles' reason
-        parts += [not_applicable_rows("oracle_part", "no part maps"), not_applicable_rows("oracle_concept", "no maps")]
+        parts += [
+            not_applicable_rows("oracle_part", "no part maps"),
+            not_applicable_rows("oracle_concept", "no maps"),
+        ]
     board = leaderboard(pd.concat(parts, ignore_index=True))
     na = board[board.method == "n/a"]
     assert sorted(na.model) == ["oracle_concept", "oracle_part"]

@@ -48,8 +48,16 @@ def setup(tmp_path_factory):
         spec = list_specs()[name]
         extract_tpips(spec, images, str(root / "cache"), cfg, device="cpu")
         feats[name] = load_tpips_features(spec, ids, str(root / "cache"), cfg, device="cpu")
-    return {"cfg": cfg, "ooo": ooo, "ids": ids, "feats": feats[BACKBONE], "zoo": feats,
-            "pos": b.ooo_positions(ooo, ids), "pixels": load_pixels(images.uri.tolist()), "values": ts.images}
+    return {
+        "cfg": cfg,
+        "ooo": ooo,
+        "ids": ids,
+        "feats": feats[BACKBONE],
+        "zoo": feats,
+        "pos": b.ooo_positions(ooo, ids),
+        "pixels": load_pixels(images.uri.tolist()),
+        "values": ts.images,
+    }
 
 
 def _test_agreement(setup, sim) -> float:
@@ -76,9 +84,13 @@ def test_learned_metric_beats_every_frozen_agnostic_baseline_on_every_backbone(s
     for name, feats in setup["zoo"].items():
         metric = train_metric(kind, feats, setup["ooo"], setup["pos"], AspectVocab(cfg.aspects), cfg.learned)
         margins[name] = _test_agreement(setup, metric.sim) - base[best]
-    print(f"{kind} fusion minus the best frozen baseline {best} {base[best]:.3f}: {margins}; baselines {base}")
+    print(
+        f"{kind} fusion minus the best frozen baseline {best} {base[best]:.3f}: {margins}; baselines {base}"
+    )
     assert min(margins.values()) > 0, f"{kind} fusion does not beat {best} on every backbone: {margins}"
-    assert np.mean(list(margins.values())) > MEAN_MARGIN, f"{kind} fusion's mean margin is too small: {margins}"
+    assert np.mean(list(margins.values())) > MEAN_MARGIN, (
+        f"{kind} fusion's mean margin is too small: {margins}"
+    )
 
 
 def test_mid_fusion_weights_depend_on_the_aspect_and_training_is_seeded(setup):
@@ -88,7 +100,9 @@ def test_mid_fusion_weights_depend_on_the_aspect_and_training_is_seeded(setup):
     assert mid.epochs > 0 and mid.triplets_per_second > 0 and 0 < mid.tau
     w = np.stack([mid.channel_weights(a) for a in cfg.aspects])
     spread = np.abs(w[:, None, :] - w[None, :, :]).mean(-1) / np.abs(w).mean()
-    assert spread[np.triu_indices(len(w), 1)].min() > 0.01  # every two aspects weight the channels differently
+    assert (
+        spread[np.triu_indices(len(w), 1)].min() > 0.01
+    )  # every two aspects weight the channels differently
     # seeded: the same training gives the same metric
     again = train_metric("mid", feats, setup["ooo"], setup["pos"], vocab, cfg.learned)
     assert np.allclose(again.channel_weights("colour"), mid.channel_weights("colour"))
@@ -101,7 +115,9 @@ def test_ablations_and_retrieval(setup):
     assert frozen.epochs == 0
     # the frozen, unconditioned mid fusion is exactly the LPIPS-style distance
     a, c = np.arange(10), np.arange(10, 20)
-    assert np.allclose(frozen.sim(a, c, np.array(["colour"] * 10)), b.lpips_style_sim(feats)(a, c, None), atol=1e-5)
+    assert np.allclose(
+        frozen.sim(a, c, np.array(["colour"] * 10)), b.lpips_style_sim(feats)(a, c, None), atol=1e-5
+    )
     shared = train_metric("mid_unconditioned", feats, setup["ooo"], setup["pos"], vocab, cfg.learned)
     assert np.allclose(shared.channel_weights("colour"), shared.channel_weights("pose"))
     # it trains (it used to stall at its start, all ties, when L-BFGS's line search had no trial to spare)

@@ -19,7 +19,11 @@ from tests.tpips_helpers import tiny_config
 
 
 def test_parsers():
-    assert parse_score("I'd say 7/10.", 10) == 7 and parse_score("10", 10) == 10 and np.isnan(parse_score("no", 10))
+    assert (
+        parse_score("I'd say 7/10.", 10) == 7
+        and parse_score("10", 10) == 10
+        and np.isnan(parse_score("no", 10))
+    )
     assert parse_choice("Image 3 is the odd one", 3) == 2 and parse_choice("none", 3) == -1
 
 

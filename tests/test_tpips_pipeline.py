@@ -30,15 +30,21 @@ def test_tpips_group_end_to_end(tmp_path, monkeypatch):
     for name in ("dense_sift", "oracle_part"):
         shutil.copy(DEFAULT_PATH.parent / "backbones" / f"{name}.yaml", backbones / f"{name}.yaml")
     storage = tmp_path / "storage"
-    defs = build_definitions(storage_root=str(storage), backbones_dir=str(backbones), lvlms_dir=str(tmp_path),
-                             device="cpu")
+    defs = build_definitions(
+        storage_root=str(storage), backbones_dir=str(backbones), lvlms_dir=str(tmp_path), device="cpu"
+    )
     (tmp_path / "home").mkdir()
     with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
         instance.add_dynamic_partitions("backbones", ["dense_sift", "oracle_part"])
 
         def run(keys, partition=None):
-            result = dg.materialize(list(defs.assets) + list(defs.asset_checks), selection=dg.AssetSelection.assets(*keys),
-                                    instance=instance, resources=defs.resources, partition_key=partition)
+            result = dg.materialize(
+                list(defs.assets) + list(defs.asset_checks),
+                selection=dg.AssetSelection.assets(*keys),
+                instance=instance,
+                resources=defs.resources,
+                partition_key=partition,
+            )
             assert result.success
             return result
 

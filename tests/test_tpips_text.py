@@ -44,8 +44,11 @@ def test_a_local_clip_tower_embeds_unit_vectors(tmp_path, kind):
 
 
 def test_text_encoder_errors_name_the_spec_and_the_fix(tmp_path):
-    with pytest.raises(BackboneWeightsError, match=r"dense_sift.*text_encoder folder .*missing does not exist.*"
-                                                   r"transformers CLIP folder"):
+    with pytest.raises(
+        BackboneWeightsError,
+        match=r"dense_sift.*text_encoder folder .*missing does not exist.*"
+        r"transformers CLIP folder",
+    ):
         load_text_encoder(_with_text(str(tmp_path / "missing")))
     with pytest.raises(BackboneWeightsError, match="not in the local cache"):
         load_text_encoder(_with_text("hf:nobody/no-such-clip"))
@@ -57,7 +60,9 @@ def test_text_encoder_errors_name_the_spec_and_the_fix(tmp_path):
     with pytest.raises(BackboneSpecError, match="field 'text_encoder' 'hf:a b' is not 'hf:<owner>/<repo>'"):
         parse_spec({**doc, "text_encoder": "hf:a b"}, "s")
     # the tower does not change the image features, so the cache key stays
-    assert spec_hash(parse_spec({**doc, "text_encoder": "weights/clip"}, "s")) == spec_hash(parse_spec(doc, "s"))
+    assert spec_hash(parse_spec({**doc, "text_encoder": "weights/clip"}, "s")) == spec_hash(
+        parse_spec(doc, "s")
+    )
 
 
 def test_a_learned_metric_conditions_on_text_and_answers_unseen_aspect_text(tmp_path, clip_text):

@@ -49,7 +49,9 @@ def test_identical_inputs_under_two_roots_give_identical_task_hashes(tmp_path):
     assert hashes.task_hash(ha.pair_id, ha.pair_hash) == hashes.task_hash(hb.pair_id, hb.pair_hash)
     # row order does not matter
     shuffled = ha.sample(frac=1.0, random_state=0)
-    assert hashes.task_hash(shuffled.pair_id, shuffled.pair_hash) == hashes.task_hash(ha.pair_id, ha.pair_hash)
+    assert hashes.task_hash(shuffled.pair_id, shuffled.pair_hash) == hashes.task_hash(
+        ha.pair_id, ha.pair_hash
+    )
 
 
 def test_one_moved_keypoint_changes_exactly_the_pairs_that_use_it(tmp_path):
@@ -60,8 +62,11 @@ def test_one_moved_keypoint_changes_exactly_the_pairs_that_use_it(tmp_path):
     per = uses.groupby(["trg_image", "trg_keypoint"])["pair_id"].nunique()
     image, keypoint = per[per == 1].index[0]
     users = set(uses.loc[(uses.trg_image == image) & (uses.trg_keypoint == keypoint), "pair_id"])
-    src_users = set(corr.merge(pairs[["pair_id", "src_image"]], on="pair_id").query(
-        "src_image == @image and src_keypoint == @keypoint")["pair_id"])
+    src_users = set(
+        corr.merge(pairs[["pair_id", "src_image"]], on="pair_id").query(
+            "src_image == @image and src_keypoint == @keypoint"
+        )["pair_id"]
+    )
     moved = kps.copy()
     at = (moved.image_id == image) & (moved.keypoint == keypoint)
     assert at.sum() == 1
@@ -110,8 +115,13 @@ def test_explicit_ids_and_unknown_ids(tmp_path):
 
 
 def test_item_subset_keeps_whole_rotation_groups():
-    items = pd.DataFrame({"setting": np.repeat(["vis", "desc"], 16), "g_index": np.tile(np.repeat(range(4), 4), 2),
-                          "rotation": np.tile(range(4), 8)})
+    items = pd.DataFrame(
+        {
+            "setting": np.repeat(["vis", "desc"], 16),
+            "g_index": np.tile(np.repeat(range(4), 4), 2),
+            "rotation": np.tile(range(4), 8),
+        }
+    )
     sub = apply_item_subset(items, SubsetRule(items_per_setting=2))
     assert sub.groupby("setting")["g_index"].nunique().to_dict() == {"desc": 2, "vis": 2}
     assert (sub.groupby(["setting", "g_index"]).size() == 4).all()
@@ -121,26 +131,61 @@ def test_item_subset_keeps_whole_rotation_groups():
 def test_partial_rows_are_marked_in_the_leaderboard():
     board = pd.DataFrame({"backbone": ["a", "b"], "soc": [50.0, 40.0]})
     marked = mark_partial(board, {"b": SubsetRule(limit=5).to_json()})
-    assert marked["partial"].tolist() == [False, True] and marked["subset"].tolist() == ["", "limit=5/category"]
+    assert marked["partial"].tolist() == [False, True] and marked["subset"].tolist() == [
+        "",
+        "limit=5/category",
+    ]
     assert partial_display(marked)["backbone"].tolist() == ["a", "b [partial: limit=5/category]"]
 
 
 def _record(**over):
-    ci = pd.DataFrame([{"model": "m", "metric": "soc", "value": 50.0, "ci95_lo_boot_category": 40.0,
-                        "ci95_hi_boot_category": 60.0, "se_cluster_image": 4.0, "ci95_lo_cluster_image_logit": 42.0,
-                        "ci95_hi_cluster_image_logit": 58.0, "n_units": 10, "n_categories": 3, "n_clusters": 8}])
-    args = dict(model="m", family="soco_correspondence", spec={"kind": "oracle"}, spec_hash="abc",
-                protocol={"name": "p"}, protocol_hash="def", intervals=ci,
-                n_samples={"pairs": {"requested": 10, "evaluated": 10}},
-                subset={"partial": False, "rule": {}, "description": ""},
-                sample_hashes={"pairs": {"p1": "0123456789abcdef"}}, task_hashes={"pairs": "0123456789abcdef"},
-                device="cpu", timing={"stages": {"predictions": {"wall_s": 1.5, "gpu_s": None}}, "source": "test"})
+    ci = pd.DataFrame(
+        [
+            {
+                "model": "m",
+                "metric": "soc",
+                "value": 50.0,
+                "ci95_lo_boot_category": 40.0,
+                "ci95_hi_boot_category": 60.0,
+                "se_cluster_image": 4.0,
+                "ci95_lo_cluster_image_logit": 42.0,
+                "ci95_hi_cluster_image_logit": 58.0,
+                "n_units": 10,
+                "n_categories": 3,
+                "n_clusters": 8,
+            }
+        ]
+    )
+    args = dict(
+        model="m",
+        family="soco_correspondence",
+        spec={"kind": "oracle"},
+        spec_hash="abc",
+        protocol={"name": "p"},
+        protocol_hash="def",
+        intervals=ci,
+        n_samples={"pairs": {"requested": 10, "evaluated": 10}},
+        subset={"partial": False, "rule": {}, "description": ""},
+        sample_hashes={"pairs": {"p1": "0123456789abcdef"}},
+        task_hashes={"pairs": "0123456789abcdef"},
+        device="cpu",
+        timing={"stages": {"predictions": {"wall_s": 1.5, "gpu_s": None}}, "source": "test"},
+    )
     return build_record(**(args | over))
 
 
 def test_record_validates_and_names_a_bad_key():
     rec = _record()
-    for key in ("versions", "git_hash", "environment", "timing", "n-samples", "subset", "task_hashes", "input"):
+    for key in (
+        "versions",
+        "git_hash",
+        "environment",
+        "timing",
+        "n-samples",
+        "subset",
+        "task_hashes",
+        "input",
+    ):
         assert key in rec
     assert rec["versions"]["torch"] != "not installed" and rec["versions"]["dagster"]
     json.dumps(rec, allow_nan=False)
@@ -156,8 +201,10 @@ def test_git_revision_outside_a_checkout_is_unknown(tmp_path):
 
 def test_diff_records_names_the_changed_samples():
     a = _record()
-    b = _record(sample_hashes={"pairs": {"p1": "fedcba9876543210", "p2": "0000000000000000"}},
-                task_hashes={"pairs": "1111111111111111"})
+    b = _record(
+        sample_hashes={"pairs": {"p1": "fedcba9876543210", "p2": "0000000000000000"}},
+        task_hashes={"pairs": "1111111111111111"},
+    )
     d = diff_records(a, b)
     assert not d["same_inputs"] and d["task_hashes"]["pairs"] == ["0123456789abcdef", "1111111111111111"]
     assert d["samples"]["pairs"] == {"changed": ["p1"], "only_in_a": [], "only_in_b": ["p2"]}

@@ -77,14 +77,22 @@ def test_rescoring_answers_makes_no_model_call(tmp_path, monkeypatch, capsys):
     storage = _storage(tmp_path)
     specs = tmp_path / "specs"
     (tmp_path / "home").mkdir()
-    with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance, \
-            loopback_answerers(str(storage / "tables"), specs) as lb:
+    with (
+        dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance,
+        loopback_answerers(str(storage / "tables"), specs) as lb,
+    ):
         defs = build_definitions(storage_root=str(storage), lvlms_dir=str(specs))
         instance.add_dynamic_partitions("lvlms", lb.models)
 
         def mat(keys, partition=None, run_config=None):
-            assert dg.materialize(list(defs.assets), selection=dg.AssetSelection.assets(*keys), instance=instance,
-                                  resources=defs.resources, partition_key=partition, run_config=run_config).success
+            assert dg.materialize(
+                list(defs.assets),
+                selection=dg.AssetSelection.assets(*keys),
+                instance=instance,
+                resources=defs.resources,
+                partition_key=partition,
+                run_config=run_config,
+            ).success
 
         mat(["lvlm_items"])
         mat(["lvlm_answers", "lvlm_metrics"], "loopback_oracle")
@@ -109,7 +117,10 @@ def test_rescoring_answers_makes_no_model_call(tmp_path, monkeypatch, capsys):
         assert lb.requests() == asked + 3 * 4  # 3 settings x 4 rotations
         mat(["lvlm_leaderboard"])
         board = pd.read_parquet(storage / "tables" / "lvlm_leaderboard.parquet").set_index("model")
-        assert board.loc["loopback_random", "partial"] and board.loc["loopback_random", "subset"] == "items=1/setting"
+        assert (
+            board.loc["loopback_random", "partial"]
+            and board.loc["loopback_random", "subset"] == "items=1/setting"
+        )
         pid = lb.pid
     assert _gone(pid)
     # the paired comparison and the record of stored LVLM answers, from the command line (no server needed)
@@ -117,12 +128,19 @@ def test_rescoring_answers_makes_no_model_call(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("SOCO_LVLMS_DIR", str(specs))
     assert cli.main(["compare", "loopback_oracle", "loopback_random", "--lvlm", "--format", "json"]) == 0
     out = capsys.readouterr().out
-    rows = json.loads(out[out.index("["):])
-    assert {r["metric"] for r in rows} == {f"{s}/{m}" for s in ("vis", "vis_desc", "desc")
-                                           for m in ("average", "circular")}
-    assert all(r["value_a"] == 100 and r["n_units"] == 1 for r in rows)  # the random run's 1 group per setting
-    assert cli.main(["export-results", "loopback_random", str(tmp_path / "r.json"), "--format", "record",
-                     "--lvlm"]) == 0
+    rows = json.loads(out[out.index("[") :])
+    assert {r["metric"] for r in rows} == {
+        f"{s}/{m}" for s in ("vis", "vis_desc", "desc") for m in ("average", "circular")
+    }
+    assert all(
+        r["value_a"] == 100 and r["n_units"] == 1 for r in rows
+    )  # the random run's 1 group per setting
+    assert (
+        cli.main(
+            ["export-results", "loopback_random", str(tmp_path / "r.json"), "--format", "record", "--lvlm"]
+        )
+        == 0
+    )
     rec = json.loads((tmp_path / "r.json").read_text())
     validate_record(rec)
     assert rec["n-samples"]["item_groups"]["evaluated"] == 3 and rec["subset"]["partial"]

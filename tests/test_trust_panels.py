@@ -40,7 +40,9 @@ def test_heatmap_peaks_where_the_target_matches_the_query():
     trg = rng.normal(size=(c, h, w)).astype(np.float32)
     src /= np.linalg.norm(src, axis=0, keepdims=True)
     trg /= np.linalg.norm(trg, axis=0, keepdims=True)
-    trg[:, 2, 5] = src[:, 3, 4]  # the query's cell sits at row 2, col 5 of the target (rows 0-3 are the image)
+    trg[:, 2, 5] = src[
+        :, 3, 4
+    ]  # the query's cell sits at row 2, col 5 of the target (rows 0-3 are the image)
     uv = np.array([4 / (w - 1), 3 / (h - 1)])  # align_corners: the centre of cell (3, 4)
     sims = similarity_on_target(src, trg, uv, (64, 32))  # W=64, H=32: the grid covers a 64x64 square
     assert sims.shape == (32, 64)

@@ -26,8 +26,12 @@ from soco_pipeline.storage import PROJECT_ROOT
 CATEGORIES = ["car", "bus", "tractor", "chair", "dog", "horse"]
 # oracle_twin is oracle_part under another name (identical features); oracle_partial is oracle_concept,
 # evaluated with limit = 2 pairs per category.
-COPIES = {"oracle_part": "oracle_part", "oracle_concept": "oracle_concept", "oracle_twin": "oracle_part",
-          "oracle_partial": "oracle_concept"}
+COPIES = {
+    "oracle_part": "oracle_part",
+    "oracle_concept": "oracle_concept",
+    "oracle_twin": "oracle_part",
+    "oracle_partial": "oracle_concept",
+}
 PER_BACKBONE = ["feature_manifest", "predictions", "four_choice_predictions", "metrics", "results_record"]
 LIMIT = 2
 
@@ -39,24 +43,38 @@ def run(tmp_path_factory):
     backbones.mkdir()
     for name, src in COPIES.items():
         shutil.copy(PROJECT_ROOT / "assets" / "backbones" / f"{src}.yaml", backbones / f"{name}.yaml")
-    overrides = dict(storage_root=str(tmp / "storage"), backbones_dir=str(backbones), categories=CATEGORIES,
-                     images_per_category=6, device="cpu")
+    overrides = dict(
+        storage_root=str(tmp / "storage"),
+        backbones_dir=str(backbones),
+        categories=CATEGORIES,
+        images_per_category=6,
+        device="cpu",
+    )
     (tmp / "dagster_home").mkdir()
     with dg.instance_for_test(temp_dir=str(tmp / "dagster_home")) as instance:
         instance.add_dynamic_partitions("backbones", list(COPIES))
         defs = build_definitions(**overrides)
 
         def mat(selection, partition=None, run_config=None):
-            result = dg.materialize(list(defs.assets), selection=selection, instance=instance,
-                                    resources=defs.resources, partition_key=partition, run_config=run_config)
+            result = dg.materialize(
+                list(defs.assets),
+                selection=selection,
+                instance=instance,
+                resources=defs.resources,
+                partition_key=partition,
+                run_config=run_config,
+            )
             assert result.success
             return result
 
         mat(dg.AssetSelection.groups("data", "pairs"))
         for b in COPIES:
             cfg = {"limit": LIMIT if b == "oracle_partial" else None, "panels": 2}
-            mat(dg.AssetSelection.assets(*PER_BACKBONE), b,
-                {"ops": {"predictions": {"config": cfg}, "four_choice_predictions": {"config": cfg}}})
+            mat(
+                dg.AssetSelection.assets(*PER_BACKBONE),
+                b,
+                {"ops": {"predictions": {"config": cfg}, "four_choice_predictions": {"config": cfg}}},
+            )
         mat(dg.AssetSelection.assets("leaderboard", "results_database"))
         yield {"tmp": tmp, "instance": instance, "overrides": overrides, "storage": tmp / "storage"}
 
@@ -72,11 +90,18 @@ def _record(run, b) -> dict:
 def _scores(run, b):
     t = _tables(run)
     read = pd.read_parquet
-    pairs = apply_pair_subset(read(t / "image_pairs.parquet"), stored_subset(read(t / "metrics" / f"{b}.parquet")))
-    return stats.backbone_scores(read(t / "predictions" / f"{b}.parquet"),
-                                 read(t / "four_choice_predictions" / f"{b}.parquet"),
-                                 read(t / "correspondences.parquet"), read(t / "keypoints.parquet"),
-                                 read(t / "image_set.parquet"), pairs, load_protocol())
+    pairs = apply_pair_subset(
+        read(t / "image_pairs.parquet"), stored_subset(read(t / "metrics" / f"{b}.parquet"))
+    )
+    return stats.backbone_scores(
+        read(t / "predictions" / f"{b}.parquet"),
+        read(t / "four_choice_predictions" / f"{b}.parquet"),
+        read(t / "correspondences.parquet"),
+        read(t / "keypoints.parquet"),
+        read(t / "image_set.parquet"),
+        pairs,
+        load_protocol(),
+    )
 
 
 def test_record_beside_the_metrics_validates_and_carries_every_field(run):
@@ -105,7 +130,9 @@ def test_record_beside_the_metrics_validates_and_carries_every_field(run):
     soc = rec["results"]["soc"]
     assert soc["ci95_boot_category"][0] <= soc["value"] <= soc["ci95_boot_category"][1]
     metrics = pd.read_parquet(_tables(run) / "metrics" / "oracle_part.parquet")
-    headline = metrics.query("metric == 'soc' and scope == 'all' and reduction == 'official' and alpha == 0.1")
+    headline = metrics.query(
+        "metric == 'soc' and scope == 'all' and reduction == 'official' and alpha == 0.1"
+    )
     assert soc["value"] == pytest.approx(float(headline.value.iloc[0]))
     # the same intervals on the metrics' headline rows and in the leaderboard's columns
     assert headline.ci95_lo_boot_category.iloc[0] == pytest.approx(soc["ci95_boot_category"][0])
@@ -117,20 +144,27 @@ def test_record_beside_the_metrics_validates_and_carries_every_field(run):
 
 def test_a_limit_run_is_flagged_partial_with_the_right_counts(run):
     board = pd.read_parquet(_tables(run) / "leaderboard.parquet").set_index("backbone")
-    assert board.loc["oracle_partial", "partial"] and board.loc["oracle_partial", "subset"] == "limit=2/category"
+    assert (
+        board.loc["oracle_partial", "partial"] and board.loc["oracle_partial", "subset"] == "limit=2/category"
+    )
     assert not board.loc["oracle_concept", "partial"] and board.loc["oracle_concept", "subset"] == ""
     pairs = pd.read_parquet(_tables(run) / "image_pairs.parquet")
     per_group = pairs[pairs.evaluated].groupby("pair_group").size()
     rec = _record(run, "oracle_partial")
     assert rec["subset"]["partial"] and rec["subset"]["rule"]["limit"] == LIMIT
-    assert rec["n-samples"]["pairs"] == {"requested": int(per_group.sum()),
-                                         "evaluated": int(np.minimum(per_group, LIMIT).sum())}
+    assert rec["n-samples"]["pairs"] == {
+        "requested": int(per_group.sum()),
+        "evaluated": int(np.minimum(per_group, LIMIT).sum()),
+    }
     preds = pd.read_parquet(_tables(run) / "predictions" / "oracle_partial.parquet")
     assert preds.pair_id.nunique() == rec["n-samples"]["pairs"]["evaluated"]
     assert set(rec["sample_hashes"]["pairs"]) == set(preds.pair_id)
     # the leaderboard's Markdown names the row as partial
     meta = run["instance"].fetch_materializations(dg.AssetKey("leaderboard"), limit=1).records[0]
-    assert "oracle_partial [partial: limit=2/category]" in meta.asset_materialization.metadata["leaderboard"].value
+    assert (
+        "oracle_partial [partial: limit=2/category]"
+        in meta.asset_materialization.metadata["leaderboard"].value
+    )
 
 
 def test_identical_backbones_share_task_hashes_and_diff_runs_says_so(run, tmp_path, capsys):
@@ -158,16 +192,33 @@ def test_export_results_record_from_the_cli(run, tmp_path, monkeypatch, capsys):
     validate_record(rec)
     assert "95% CI" in capsys.readouterr().out
     # rebuilt from the tables under another protocol (a re-score): still a valid record
-    assert cli.main(["export-results", "oracle_concept", str(out), "--format", "record", "--protocol",
-                     str(PROJECT_ROOT / "assets" / "protocol.yaml")]) == 0
+    assert (
+        cli.main(
+            [
+                "export-results",
+                "oracle_concept",
+                str(out),
+                "--format",
+                "record",
+                "--protocol",
+                str(PROJECT_ROOT / "assets" / "protocol.yaml"),
+            ]
+        )
+        == 0
+    )
     validate_record(json.loads(out.read_text()))
 
 
 def test_concept_oracle_ci_covers_the_theory_value(run):
     t = _tables(run)
     read = pd.read_parquet
-    expected = expected_concept_oracle_soc(read(t / "correspondences.parquet"), read(t / "image_pairs.parquet"),
-                                           read(t / "keypoints.parquet"), read(t / "image_set.parquet"), alpha=0.1)
+    expected = expected_concept_oracle_soc(
+        read(t / "correspondences.parquet"),
+        read(t / "image_pairs.parquet"),
+        read(t / "keypoints.parquet"),
+        read(t / "image_set.parquet"),
+        alpha=0.1,
+    )
     ci = stats.intervals(_scores(run, "oracle_concept")).set_index("metric")
     soc = ci.loc["soc"]
     assert soc.ci95_lo_boot_category <= expected <= soc.ci95_hi_boot_category, (soc, expected)
@@ -178,7 +229,11 @@ def test_concept_oracle_ci_covers_the_theory_value(run):
 
 def test_compare_identical_and_different_backbones(run, monkeypatch, capsys):
     same, per_cat = stats.compare(_scores(run, "oracle_part"), _scores(run, "oracle_twin"))
-    assert (same.delta == 0).all() and (same.ci95_lo_boot_category <= 0).all() and (same.ci95_hi_boot_category >= 0).all()
+    assert (
+        (same.delta == 0).all()
+        and (same.ci95_lo_boot_category <= 0).all()
+        and (same.ci95_hi_boot_category >= 0).all()
+    )
     assert (same.sign_test_p == 1.0).all() and (per_cat.delta == 0).all()
     diff, per_cat = stats.compare(_scores(run, "oracle_part"), _scores(run, "oracle_concept"))
     soc = diff.set_index("metric").loc["soc"]
@@ -196,9 +251,14 @@ def test_compare_identical_and_different_backbones(run, monkeypatch, capsys):
 
 
 def test_predictions_metadata_shows_panels_and_soco_show_renders_one(run, tmp_path, monkeypatch, capsys):
-    rec = run["instance"].fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=dg.AssetKey("predictions"), asset_partitions=["oracle_part"]), limit=1
-    ).records[0]
+    rec = (
+        run["instance"]
+        .fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey("predictions"), asset_partitions=["oracle_part"]),
+            limit=1,
+        )
+        .records[0]
+    )
     md = rec.asset_materialization.metadata["panels"].value
     assert md.count("data:image/png;base64,") == 2
     pngs = sorted((run["storage"] / "report" / "panels" / "oracle_part").glob("*.png"))
@@ -223,17 +283,44 @@ def test_sql_formats_and_each_view_listed_once(run, monkeypatch, capsys):
     assert capsys.readouterr().out.startswith("| backbone")
     assert cli.main(["sql", "show tables"]) == 0
     names = capsys.readouterr().out.split()[1:]
-    assert len(names) == len(set(names)) and {"leaderboard", "where_it_fails", "worst_keypoints"} <= set(names)
+    assert len(names) == len(set(names)) and {"leaderboard", "where_it_fails", "worst_keypoints"} <= set(
+        names
+    )
     # where it fails: per category, the official values of the metrics table, ranked
-    assert cli.main(["sql", "select category, soc, soc_rank_worst from where_it_fails where backbone = "
-                            "'oracle_concept' order by soc_rank_worst", "--format", "json"]) == 0
+    assert (
+        cli.main(
+            [
+                "sql",
+                "select category, soc, soc_rank_worst from where_it_fails where backbone = "
+                "'oracle_concept' order by soc_rank_worst",
+                "--format",
+                "json",
+            ]
+        )
+        == 0
+    )
     fails = pd.DataFrame(json.loads(capsys.readouterr().out))
     metrics = pd.read_parquet(_tables(run) / "metrics" / "oracle_concept.parquet").query(
-        "metric == 'soc' and scope == 'category' and reduction == 'official' and alpha == 0.1")
-    assert len(fails) == len(CATEGORIES) and fails.soc.is_monotonic_increasing and fails.soc_rank_worst.iloc[0] == 1
-    assert np.allclose(fails.set_index("category").soc.sort_index(), metrics.set_index("group").value.sort_index())
-    assert cli.main(["sql", "select keypoint, description, n, soc_pck_raw from worst_keypoints "
-                            "where backbone = 'oracle_part' order by soc_pck_raw limit 3"]) == 0
+        "metric == 'soc' and scope == 'category' and reduction == 'official' and alpha == 0.1"
+    )
+    assert (
+        len(fails) == len(CATEGORIES)
+        and fails.soc.is_monotonic_increasing
+        and fails.soc_rank_worst.iloc[0] == 1
+    )
+    assert np.allclose(
+        fails.set_index("category").soc.sort_index(), metrics.set_index("group").value.sort_index()
+    )
+    assert (
+        cli.main(
+            [
+                "sql",
+                "select keypoint, description, n, soc_pck_raw from worst_keypoints "
+                "where backbone = 'oracle_part' order by soc_pck_raw limit 3",
+            ]
+        )
+        == 0
+    )
     assert "keypoint" in capsys.readouterr().out
 
 
@@ -246,15 +333,32 @@ def test_results_file_opens_from_any_directory_with_one_setting(run, cwd, tmp_pa
         "print(con.execute('select count(*) from leaderboard').fetchone()[0])"
     )
     where = PROJECT_ROOT if cwd == "project" else tmp_path
-    out = subprocess.run([sys.executable, "-c", code, str(storage / "results.duckdb"), str(storage)], cwd=where,
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(storage / "results.duckdb"), str(storage)],
+        cwd=where,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     assert int(out.stdout.strip()) == len(COPIES)
     binary = shutil.which("duckdb")
     if binary:  # the CLI binary, when installed
-        cli_out = subprocess.run([binary, "-readonly", "-csv", "-cmd", f"SET file_search_path = '{storage}'",
-                                  str(storage / "results.duckdb"), "select count(*) as n from leaderboard"],
-                                 cwd=where, capture_output=True, text=True, timeout=60)
+        cli_out = subprocess.run(
+            [
+                binary,
+                "-readonly",
+                "-csv",
+                "-cmd",
+                f"SET file_search_path = '{storage}'",
+                str(storage / "results.duckdb"),
+                "select count(*) as n from leaderboard",
+            ],
+            cwd=where,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert cli_out.returncode == 0 and cli_out.stdout.split()[-1] == str(len(COPIES)), cli_out.stderr
 
 
@@ -264,8 +368,12 @@ def test_results_page_has_every_table_and_image(run, monkeypatch, capsys):
     from soco_pipeline.report.page import report_server
 
     defs = build_definitions(**run["overrides"])
-    assert dg.materialize(list(defs.assets), selection=dg.AssetSelection.assets("results_report"),
-                          instance=run["instance"], resources=defs.resources).success
+    assert dg.materialize(
+        list(defs.assets),
+        selection=dg.AssetSelection.assets("results_report"),
+        instance=run["instance"],
+        resources=defs.resources,
+    ).success
     index = run["storage"] / "report" / "index.html"
     page = index.read_text()
     assert page.count("<table") >= 2 and "oracle_partial" in page and "[partial: limit=2/category]" in page
@@ -285,9 +393,16 @@ def test_results_page_has_every_table_and_image(run, monkeypatch, capsys):
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium,
-                                    args=["--headless", "--no-sandbox", "--disable-gpu",
-                                          "--disable-background-networking", "--allow-file-access-from-files"])
+        browser = p.chromium.launch(
+            executable_path=chromium,
+            args=[
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--allow-file-access-from-files",
+            ],
+        )
         try:
             tab = browser.new_page()
             tab.goto(index.resolve().as_uri(), wait_until="load")
@@ -307,14 +422,20 @@ def test_soco_evaluate_runs_a_partial_backbone_from_the_cli(run, tmp_path, monke
     storage = tmp_path / "storage"  # a copy: this run rewrites the leaderboard of its own storage only
     shutil.copytree(run["storage"], storage)
     (tmp_path / "home").mkdir()
-    for k, v in {"SOCO_STORAGE": str(storage), "SOCO_BACKBONES_DIR": run["overrides"]["backbones_dir"],
-                 "SOCO_CATEGORIES": ",".join(CATEGORIES), "SOCO_IMAGES_PER_CATEGORY": "6",
-                 "DAGSTER_HOME": str(tmp_path / "home")}.items():
+    for k, v in {
+        "SOCO_STORAGE": str(storage),
+        "SOCO_BACKBONES_DIR": run["overrides"]["backbones_dir"],
+        "SOCO_CATEGORIES": ",".join(CATEGORIES),
+        "SOCO_IMAGES_PER_CATEGORY": "6",
+        "DAGSTER_HOME": str(tmp_path / "home"),
+    }.items():
         monkeypatch.setenv(k, v)
     assert cli.main(["evaluate", "oracle_twin", "--limit", "1", "--panels", "0", "--device", "cpu"]) == 0
     assert "oracle_twin" in capsys.readouterr().out
     board = pd.read_parquet(storage / "tables" / "leaderboard.parquet").set_index("backbone")
     assert board.loc["oracle_twin", "partial"] and board.loc["oracle_twin", "subset"] == "limit=1/category"
     rec = json.loads((storage / "results" / "records" / "oracle_twin.json").read_text())
-    groups = pd.read_parquet(storage / "tables" / "image_pairs.parquet").query("evaluated").pair_group.nunique()
+    groups = (
+        pd.read_parquet(storage / "tables" / "image_pairs.parquet").query("evaluated").pair_group.nunique()
+    )
     assert rec["n-samples"]["pairs"]["evaluated"] == groups and rec["subset"]["rule"]["limit"] == 1

@@ -8,14 +8,25 @@ import pytest
 from soco_pipeline.evaluation import stats
 
 
-def _scores(correct_per_category: list[list[int]], model: str = "m", images_per_category: int = 3) -> pd.DataFrame:
+def _scores(
+    correct_per_category: list[list[int]], model: str = "m", images_per_category: int = 3
+) -> pd.DataFrame:
     """SCORE_COLUMNS rows: one keypoint per pair, pair j of category c scored correct_per_category[c][j];
     target images cycle through `images_per_category` per category (the clusters)."""
     rows = []
     for c, pairs in enumerate(correct_per_category):
         for j, ok in enumerate(pairs):
-            rows.append({"model": model, "metric": "soc", "group": f"cat{c}", "unit": f"cat{c}_p{j}",
-                         "element": "k0", "cluster": f"cat{c}_img{j % images_per_category}", "score": float(ok)})
+            rows.append(
+                {
+                    "model": model,
+                    "metric": "soc",
+                    "group": f"cat{c}",
+                    "unit": f"cat{c}_p{j}",
+                    "element": "k0",
+                    "cluster": f"cat{c}_img{j % images_per_category}",
+                    "score": float(ok),
+                }
+            )
     return pd.DataFrame(rows, columns=stats.SCORE_COLUMNS)
 
 

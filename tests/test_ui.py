@@ -24,8 +24,17 @@ pytestmark = pytest.mark.timeout(1200)  # `dagster dev` and the whole automated 
 CHROMIUM = Path("/usr/bin/chromium")
 BACKBONES = ["dense_sift", "oracle_part"]
 DATA_ASSETS = [
-    "embedded_dataset", "taxonomy", "source_images", "raw_keypoints", "image_set", "rejected_images", "keypoints",
-    "descriptions", "image_pairs", "correspondences", "four_choice",
+    "embedded_dataset",
+    "taxonomy",
+    "source_images",
+    "raw_keypoints",
+    "image_set",
+    "rejected_images",
+    "keypoints",
+    "descriptions",
+    "image_pairs",
+    "correspondences",
+    "four_choice",
 ]
 
 
@@ -71,8 +80,16 @@ def automated(server):
         time.sleep(2)
     assert set(instance.get_dynamic_partitions("backbones")) == set(BACKBONES)
 
-    checked = ["taxonomy", "image_set", "rejected_images", "keypoints", "descriptions", "image_pairs", "correspondences",
-               "four_choice"]
+    checked = [
+        "taxonomy",
+        "image_set",
+        "rejected_images",
+        "keypoints",
+        "descriptions",
+        "image_pairs",
+        "correspondences",
+        "four_choice",
+    ]
     run_id = dev.launch_assets(DATA_ASSETS, checks=[(a, "schema") for a in checked])
     assert dev.wait_run(run_id, timeout=600) == "SUCCESS"
     for name in ["image_set", "keypoints", "image_pairs", "correspondences"]:
@@ -128,7 +145,9 @@ def test_the_ui_shows_the_asset_graph_and_the_leaderboard(server, automated):
                 break
             zoom_out.click()
             page.wait_for_timeout(500)
-        for _ in range(2):  # zooming out about the centre pulls the node in from the edge, under the page header
+        for _ in range(
+            2
+        ):  # zooming out about the centre pulls the node in from the edge, under the page header
             zoom_out.click()
             page.wait_for_timeout(500)
         node.wait_for(timeout=30_000)

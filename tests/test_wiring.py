@@ -35,7 +35,10 @@ def test_every_group_folder_is_loaded_and_every_asset_lives_in_its_groups_folder
         for key in keys:
             group = graph.get(key).group_name
             folder = f"soco_pipeline.defs.{group}"
-            assert module.__name__ == folder or module.__name__.startswith(folder + "."), (key, module.__name__)
+            assert module.__name__ == folder or module.__name__.startswith(folder + "."), (
+                key,
+                module.__name__,
+            )
 
 
 def test_a_new_family_folder_joins_with_no_edit_elsewhere(tmp_path, monkeypatch):
@@ -45,7 +48,8 @@ def test_a_new_family_folder_joins_with_no_edit_elsewhere(tmp_path, monkeypatch)
     (pkg / "shared").mkdir()
     for init in (pkg / "__init__.py", pkg / "toyfamily" / "__init__.py", pkg / "shared" / "__init__.py"):
         init.write_text("")
-    (pkg / "toyfamily" / "assets.py").write_text(textwrap.dedent('''
+    (pkg / "toyfamily" / "assets.py").write_text(
+        textwrap.dedent('''
         import dagster as dg
 
         @dg.asset(group_name="toyfamily", code_version="1")
@@ -56,15 +60,20 @@ def test_a_new_family_folder_joins_with_no_edit_elsewhere(tmp_path, monkeypatch)
         @dg.asset_check(asset=toy_items)
         def toy_items_positive(toy_items: int) -> dg.AssetCheckResult:
             return dg.AssetCheckResult(passed=toy_items > 0)
-    '''))
-    (pkg / "toyfamily" / "sensors.py").write_text(textwrap.dedent('''
+    ''')
+    )
+    (pkg / "toyfamily" / "sensors.py").write_text(
+        textwrap.dedent("""
         import dagster as dg
 
         @dg.sensor(asset_selection=dg.AssetSelection.assets("toy_items"))
         def toy_sensor(context):
             return dg.SkipReason("nothing")
-    '''))
-    (pkg / "shared" / "helpers.py").write_text("import dagster as dg\n\n@dg.asset\ndef not_a_group_asset():\n    return 1\n")
+    """)
+    )
+    (pkg / "shared" / "helpers.py").write_text(
+        "import dagster as dg\n\n@dg.asset\ndef not_a_group_asset():\n    return 1\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     import importlib
 
@@ -73,7 +82,10 @@ def test_a_new_family_folder_joins_with_no_edit_elsewhere(tmp_path, monkeypatch)
     keys = {k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()}
     assert keys == {"toy_items"}  # shared/ holds helpers, never definitions
     assert {s.name for s in defs.sensors} == {"toy_sensor"}
-    assert dg.AssetCheckKey(dg.AssetKey("toy_items"), "toy_items_positive") in defs.resolve_asset_graph().asset_check_keys
+    assert (
+        dg.AssetCheckKey(dg.AssetKey("toy_items"), "toy_items_positive")
+        in defs.resolve_asset_graph().asset_check_keys
+    )
 
 
 def _protocol(tmp_path, **changes) -> str:
@@ -89,11 +101,19 @@ def _protocol(tmp_path, **changes) -> str:
 def _metrics(backbone: str) -> pd.DataFrame:
     """A metrics table of one backbone whose values tell the alphas apart (value = 100 * alpha + offset)."""
     rows = []
-    for metric, offset in (("cc", 5.0), ("soc", 3.0), ("soc_geo", 2.0), ("cross_soc", 1.0), ("cross_cc", 4.0)):
+    for metric, offset in (
+        ("cc", 5.0),
+        ("soc", 3.0),
+        ("soc_geo", 2.0),
+        ("cross_soc", 1.0),
+        ("cross_cc", 4.0),
+    ):
         for alpha in (0.05, 0.1, 0.15):
             rows.append((metric, alpha, "official", "all", "all", 100 * alpha + offset, 10))
-    rows += [("four_choice", np.nan, "official", "all", "all", 40.0, 10),
-             ("four_choice_circular", np.nan, "official", "all", "all", 20.0, 10)]
+    rows += [
+        ("four_choice", np.nan, "official", "all", "all", 40.0, 10),
+        ("four_choice_circular", np.nan, "official", "all", "all", 20.0, 10),
+    ]
     df = pd.DataFrame(rows, columns=["metric", "alpha", "reduction", "scope", "group", "value", "n"])
     return df.assign(backbone=backbone)
 
@@ -110,10 +130,12 @@ def test_headline_alpha_of_the_protocol_sets_the_leaderboard(tmp_path):
         instance.add_dynamic_partitions("backbones", ["toy"])
         for alpha in ("0.1", "0.15"):
             protocol = _protocol(tmp_path, **{"headline_alpha: 0.1": f"headline_alpha: {alpha}"})
-            defs = build_definitions(storage_root=str(tmp_path / "storage"), backbones_dir=str(backbones),
-                                     protocol_path=protocol)
-            assert dg.materialize(list(defs.assets), selection=["leaderboard"], instance=instance,
-                                  resources=defs.resources).success
+            defs = build_definitions(
+                storage_root=str(tmp_path / "storage"), backbones_dir=str(backbones), protocol_path=protocol
+            )
+            assert dg.materialize(
+                list(defs.assets), selection=["leaderboard"], instance=instance, resources=defs.resources
+            ).success
             boards[alpha] = pd.read_parquet(tables / "leaderboard.parquet").set_index("backbone").loc["toy"]
     assert boards["0.1"]["soc"] == pytest.approx(13.0) and boards["0.15"]["soc"] == pytest.approx(18.0)
     assert boards["0.15"]["cc"] == pytest.approx(20.0) and boards["0.15"]["four_choice"] == 40.0
@@ -139,16 +161,26 @@ def test_an_lvlm_table_failing_its_blocking_check_is_not_written(tmp_path):
 
     (tmp_path / "dagster").mkdir()
     with dg.instance_for_test(temp_dir=str(tmp_path / "dagster")) as instance:
-        defs = build_definitions(storage_root=str(storage), lvlm_protocol_path=str(tmp_path / "lvlm_protocol.yaml"))
-        result = dg.materialize(list(defs.assets), selection=["lvlm_items"], instance=instance,
-                                resources=defs.resources, raise_on_error=False)
+        defs = build_definitions(
+            storage_root=str(storage), lvlm_protocol_path=str(tmp_path / "lvlm_protocol.yaml")
+        )
+        result = dg.materialize(
+            list(defs.assets),
+            selection=["lvlm_items"],
+            instance=instance,
+            resources=defs.resources,
+            raise_on_error=False,
+        )
         assert not result.success
         failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
         message = failure.step_failure_data.error.message
         assert "lvlm_items was not published" in message and "check 'schema' failed" in message
         assert "str_length" in message and "question" in message  # the check's own reason
         key = dg.AssetCheckKey(dg.AssetKey("lvlm_items"), "schema")
-        assert instance.event_log_storage.get_latest_asset_check_execution_by_key([key])[key].status.value == "FAILED"
+        assert (
+            instance.event_log_storage.get_latest_asset_check_execution_by_key([key])[key].status.value
+            == "FAILED"
+        )
         assert instance.fetch_materializations(dg.AssetKey("lvlm_items"), limit=1).records == []
     assert previous.read_bytes() == before
 
@@ -173,15 +205,28 @@ def test_a_release_with_its_own_names_materializes_global_metrics(tmp_path):
     (tmp_path / "dagster").mkdir()
     with dg.instance_for_test(temp_dir=str(tmp_path / "dagster")) as instance:
         instance.add_dynamic_partitions("backbones", ["dense_sift"])
-        defs = build_definitions(storage_root=str(tmp_path / "storage"), source="soco_release",
-                                 soco_release_root=str(tmp_path / "renamed"), backbones_dir=str(backbones),
-                                 device="cpu")
-        assert dg.materialize(list(defs.assets), selection=dg.AssetSelection.groups("data", "pairs"),
-                              instance=instance, resources=defs.resources).success
+        defs = build_definitions(
+            storage_root=str(tmp_path / "storage"),
+            source="soco_release",
+            soco_release_root=str(tmp_path / "renamed"),
+            backbones_dir=str(backbones),
+            device="cpu",
+        )
+        assert dg.materialize(
+            list(defs.assets),
+            selection=dg.AssetSelection.groups("data", "pairs"),
+            instance=instance,
+            resources=defs.resources,
+        ).success
         run_config = {"ops": {"global_metrics": {"config": {"train_fraction": 0.5}}}}
-        assert dg.materialize(list(defs.assets), selection=["feature_manifest", "global_feature_manifest", "global_metrics"],
-                              instance=instance, resources=defs.resources, partition_key="dense_sift",
-                              run_config=run_config).success
+        assert dg.materialize(
+            list(defs.assets),
+            selection=["feature_manifest", "global_feature_manifest", "global_metrics"],
+            instance=instance,
+            resources=defs.resources,
+            partition_key="dense_sift",
+            run_config=run_config,
+        ).success
     g = pd.read_parquet(tmp_path / "storage" / "tables" / "global_metrics" / "dense_sift.parquet")
     assert len(g) > 0 and set(g.metric) >= {"knn_top1", "retrieval_map"}
     assert not set(g.columns) & {"category"} or not set(g.category.dropna()) & set(tax.categories)

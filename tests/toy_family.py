@@ -60,5 +60,6 @@ def toy_definitions(storage: str) -> dg.Definitions:
 def toy_job(name: str, keys: list[str], overrides: dict | None = None) -> dg.JobDefinition:
     """The demo's job factory (soco_pipeline.demo.demo_job) for the toy definitions."""
     job = dg.define_asset_job(name, selection=dg.AssetSelection.assets(*keys))
-    return dg.Definitions.merge(toy_definitions(overrides["storage"]), dg.Definitions(jobs=[job])).resolve_job_def(
-        name)
+    return dg.Definitions.merge(
+        toy_definitions(overrides["storage"]), dg.Definitions(jobs=[job])
+    ).resolve_job_def(name)

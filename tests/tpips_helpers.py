@@ -23,13 +23,27 @@ def tiny_clip_folder(path, kind: str = "clip_text_model", seed: int = 0):
     vocab.update({ch: len(vocab) + i for i, ch in enumerate(chars)})
     vocab.update({ch + "</w>": len(vocab) + i for i, ch in enumerate(chars)})
     tok = CLIPTokenizer(vocab=vocab, merges=[])
-    text = dict(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                num_attention_heads=2, max_position_embeddings=32, bos_token_id=tok.bos_token_id,
-                eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    text = dict(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        max_position_embeddings=32,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
     torch.manual_seed(seed)
     if kind == "clip":
-        vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-                      image_size=32, patch_size=16)
+        vision = dict(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            image_size=32,
+            patch_size=16,
+        )
         model = CLIPModel(CLIPConfig(text_config=text, vision_config=vision, projection_dim=24))
     else:
         model = CLIPTextModel(CLIPTextConfig(**text))

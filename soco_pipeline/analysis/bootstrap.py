@@ -129,7 +129,11 @@ def bootstrap_correlation(
 
 
 def bootstrap_correlations(
-    x: np.ndarray, y: np.ndarray, idx: np.ndarray, statistics=("pearson", "spearman"), confidence: float = 0.95
+    x: np.ndarray,
+    y: np.ndarray,
+    idx: np.ndarray,
+    statistics=("pearson", "spearman"),
+    confidence: float = 0.95,
 ) -> dict[str, Interval]:
     """Several statistics of (x, y), each with its percentile CI, over one set of resamples."""
     counts = resample_counts(idx, len(x))
@@ -140,7 +144,11 @@ def bootstrap_correlations(
 
 
 def bootstrap_delta(
-    x1: np.ndarray, x2: np.ndarray, y: np.ndarray, idx: np.ndarray, statistic: str = "pearson",
+    x1: np.ndarray,
+    x2: np.ndarray,
+    y: np.ndarray,
+    idx: np.ndarray,
+    statistic: str = "pearson",
     confidence: float = 0.95,
 ) -> Interval:
     """r(x1, y) - r(x2, y) over the same models and its paired-bootstrap CI (one index matrix for both)."""

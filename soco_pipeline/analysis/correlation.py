@@ -32,9 +32,25 @@ from soco_pipeline.storage import PROJECT_ROOT
 STATISTICS = ("pearson", "spearman")
 ANALYSIS_CONFIG = PROJECT_ROOT / "assets" / "analysis.yaml"
 CORRELATION_COLUMNS = [
-    "subset", "benchmark", "benchmark_task", "benchmark_metric", "task", "task_display", "metric",
-    "metric_shown", "sign_flipped", "headline", "statistic", "estimate", "ci_low", "ci_high", "n",
-    "n_resamples", "confidence", "seed", "degenerate_resamples",
+    "subset",
+    "benchmark",
+    "benchmark_task",
+    "benchmark_metric",
+    "task",
+    "task_display",
+    "metric",
+    "metric_shown",
+    "sign_flipped",
+    "headline",
+    "statistic",
+    "estimate",
+    "ci_low",
+    "ci_high",
+    "n",
+    "n_resamples",
+    "confidence",
+    "seed",
+    "degenerate_resamples",
 ]
 
 
@@ -71,8 +87,10 @@ class AnalysisConfig:
         for a, b in self.deltas:
             for name in (a, b):
                 if name not in self.benchmarks:
-                    raise ValueError(f"a delta names benchmark {name!r}, which is not in `benchmarks`; add it "
-                                     f"there or fix the name")
+                    raise ValueError(
+                        f"a delta names benchmark {name!r}, which is not in `benchmarks`; add it "
+                        f"there or fix the name"
+                    )
         return self
 
 
@@ -85,14 +103,17 @@ def load_analysis_config(path: str | Path = ANALYSIS_CONFIG, **overrides) -> Ana
     raw = {} if raw is None else raw
     if isinstance(raw, dict):
         raw = {"source": str(path), **raw, **{k: v for k, v in overrides.items() if v is not None}}
-    return validate_doc(AnalysisConfig, raw, str(path), AnalysisConfigError,
-                        allowed=AnalysisConfig.__dataclass_fields__)
+    return validate_doc(
+        AnalysisConfig, raw, str(path), AnalysisConfigError, allowed=AnalysisConfig.__dataclass_fields__
+    )
 
 
 def _wide(scores: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Models x (task, metric) values, and one row of facts (higher_better, task_display) per column."""
     wide = scores.pivot(index="model", columns=["task", "metric"], values="value")
-    facts = scores.drop_duplicates(["task", "metric"]).set_index(["task", "metric"])[["higher_better", "task_display"]]
+    facts = scores.drop_duplicates(["task", "metric"]).set_index(["task", "metric"])[
+        ["higher_better", "task_display"]
+    ]
     return wide, facts
 
 
@@ -106,12 +127,25 @@ def downstream_columns(scores: pd.DataFrame, config: AnalysisConfig) -> list[tup
 def _row(subset, bench, bt, bm, task, metric, facts, config, statistic, iv, n) -> dict:
     hb = bool(facts.loc[(task, metric), "higher_better"])
     return {
-        "subset": subset, "benchmark": bench, "benchmark_task": bt, "benchmark_metric": bm, "task": task,
-        "task_display": facts.loc[(task, metric), "task_display"], "metric": metric,
-        "metric_shown": metric if hb else f"-({metric})", "sign_flipped": not hb,
-        "headline": config.headline.get(task) == metric, "statistic": statistic, "estimate": iv.estimate,
-        "ci_low": iv.low, "ci_high": iv.high, "n": int(n), "n_resamples": config.n_resamples,
-        "confidence": config.confidence, "seed": config.seed, "degenerate_resamples": iv.degenerate,
+        "subset": subset,
+        "benchmark": bench,
+        "benchmark_task": bt,
+        "benchmark_metric": bm,
+        "task": task,
+        "task_display": facts.loc[(task, metric), "task_display"],
+        "metric": metric,
+        "metric_shown": metric if hb else f"-({metric})",
+        "sign_flipped": not hb,
+        "headline": config.headline.get(task) == metric,
+        "statistic": statistic,
+        "estimate": iv.estimate,
+        "ci_low": iv.low,
+        "ci_high": iv.high,
+        "n": int(n),
+        "n_resamples": config.n_resamples,
+        "confidence": config.confidence,
+        "seed": config.seed,
+        "degenerate_resamples": iv.degenerate,
     }
 
 
@@ -140,8 +174,12 @@ def correlation_table(scores: pd.DataFrame, config: AnalysisConfig) -> pd.DataFr
                 n = int(ok.sum())
                 if n < config.min_models:
                     continue
-                idx = resample_indices(n, config.n_resamples, pair_seed(config.seed, label, name, task, metric))
-                for stat, iv in bootstrap_correlations(x[ok], y[ok], idx, STATISTICS, config.confidence).items():
+                idx = resample_indices(
+                    n, config.n_resamples, pair_seed(config.seed, label, name, task, metric)
+                )
+                for stat, iv in bootstrap_correlations(
+                    x[ok], y[ok], idx, STATISTICS, config.confidence
+                ).items():
                     rows.append(_row(label, name, bt, bm, task, metric, facts, config, stat, iv, n))
             for a, b in config.deltas:
                 if a not in benches or b not in benches:
@@ -151,11 +189,17 @@ def correlation_table(scores: pd.DataFrame, config: AnalysisConfig) -> pd.DataFr
                 n = int(ok.sum())
                 if n < config.min_models:
                     continue
-                idx = resample_indices(n, config.n_resamples, pair_seed(config.seed, label, a, b, task, metric))
+                idx = resample_indices(
+                    n, config.n_resamples, pair_seed(config.seed, label, a, b, task, metric)
+                )
                 iv = bootstrap_delta(xa[ok], xb[ok], y[ok], idx, "pearson", config.confidence)
-                rows.append(_row(label, f"{a}-{b}", "", "", task, metric, facts, config, "delta_pearson", iv, n))
+                rows.append(
+                    _row(label, f"{a}-{b}", "", "", task, metric, facts, config, "delta_pearson", iv, n)
+                )
     out = pd.DataFrame(rows, columns=CORRELATION_COLUMNS)
-    return out.sort_values(["subset", "statistic", "benchmark", "task", "metric"], kind="stable").reset_index(drop=True)
+    return out.sort_values(["subset", "statistic", "benchmark", "task", "metric"], kind="stable").reset_index(
+        drop=True
+    )
 
 
 def headline_table(table: pd.DataFrame, subset: str = "all", a: str = "soc", b: str = "knn") -> pd.DataFrame:
@@ -168,8 +212,12 @@ def headline_table(table: pd.DataFrame, subset: str = "all", a: str = "soc", b: 
         p = h[(h["benchmark"] == bench) & (h["statistic"] == stat)].set_index("task")
         return p[["estimate", "ci_low", "ci_high", "n"]].add_prefix(prefix)
 
-    parts = [h.drop_duplicates("task").set_index("task")[["task_display", "metric_shown"]],
-             pick(a, "pearson", f"r_{a}_"), pick(b, "pearson", f"r_{b}_"), pick(f"{a}-{b}", "delta_pearson", "delta_")]
+    parts = [
+        h.drop_duplicates("task").set_index("task")[["task_display", "metric_shown"]],
+        pick(a, "pearson", f"r_{a}_"),
+        pick(b, "pearson", f"r_{b}_"),
+        pick(f"{a}-{b}", "delta_pearson", "delta_"),
+    ]
     return pd.concat(parts, axis=1).reset_index()
 
 
@@ -183,8 +231,10 @@ def headline_markdown(table: pd.DataFrame, subset: str = "all", a: str = "soc", 
         v = r[f"{p}estimate"]
         return "" if pd.isna(v) else f"{v:.2f} [{r[f'{p}ci_low']:.2f}, {r[f'{p}ci_high']:.2f}]"
 
-    lines = [f"| task | metric | r {a.upper()} [95% CI] | n | r {b} [95% CI] | n | Δr [95% CI] | n | {a.upper()} > {b}? |",
-             "|---|---|---:|---:|---:|---:|---:|---:|:---:|"]
+    lines = [
+        f"| task | metric | r {a.upper()} [95% CI] | n | r {b} [95% CI] | n | Δr [95% CI] | n | {a.upper()} > {b}? |",
+        "|---|---|---:|---:|---:|---:|---:|---:|:---:|",
+    ]
     for _, r in h.iterrows():
         win = "yes" if r[f"r_{a}_estimate"] > r[f"r_{b}_estimate"] else "no"
         lines.append(
@@ -202,5 +252,7 @@ def task_markdown(table: pd.DataFrame, task: str, subset: str = "all", statistic
         return f"(no {statistic} rows for {task!r} in subset {subset!r}: fewer models than min_models have both)\n"
     lines = [f"| {task} metric | benchmark | {statistic} [95% CI] | n |", "|---|---|---:|---:|"]
     for r in t.sort_values(["metric", "benchmark"], kind="stable").itertuples(index=False):
-        lines.append(f"| {r.metric_shown} | {r.benchmark} | {r.estimate:.2f} [{r.ci_low:.2f}, {r.ci_high:.2f}] | {r.n} |")
+        lines.append(
+            f"| {r.metric_shown} | {r.benchmark} | {r.estimate:.2f} [{r.ci_low:.2f}, {r.ci_high:.2f}] | {r.n} |"
+        )
     return "\n".join(lines) + "\n"

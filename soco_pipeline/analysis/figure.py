@@ -30,16 +30,24 @@ def correlation_figure(table: pd.DataFrame, subset: str = "all", a: str = "soc",
     h = h.sort_values(f"r_{a}_estimate", ascending=False)
     labels = [f"{d}\n{m}" for d, m in zip(h["task_display"], h["metric_shown"], strict=True)]
     y = np.arange(len(h))
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 0.6 * len(h) + 1.8), sharey=True,
-                                   gridspec_kw={"width_ratios": [3, 2]})
+    fig, (ax1, ax2) = plt.subplots(
+        1, 2, figsize=(12, 0.6 * len(h) + 1.8), sharey=True, gridspec_kw={"width_ratios": [3, 2]}
+    )
     for off, bench, color in ((-0.18, a, "tab:blue"), (0.18, b, "tab:orange")):
         est = h.get(f"r_{bench}_estimate")
         if est is None:
             continue
         err = np.vstack([est - h[f"r_{bench}_ci_low"], h[f"r_{bench}_ci_high"] - est])
         n = h[f"r_{bench}_n"]
-        ax1.errorbar(est, y + off, xerr=np.nan_to_num(err), fmt="o", color=color, capsize=3,
-                     label=f"{DISPLAY.get(bench, bench)} (n = {int(n.min())}-{int(n.max())})")
+        ax1.errorbar(
+            est,
+            y + off,
+            xerr=np.nan_to_num(err),
+            fmt="o",
+            color=color,
+            capsize=3,
+            label=f"{DISPLAY.get(bench, bench)} (n = {int(n.min())}-{int(n.max())})",
+        )
     ax1.axvline(0, color="grey", lw=0.8)
     ax1.set_xlim(-1, 1)
     ax1.set_xlabel("Pearson r with 95% bootstrap CI")
@@ -67,8 +75,9 @@ def figure_bytes(fig, fmt: str) -> bytes:
     return buf.getvalue()
 
 
-def save_correlation_figure(table: pd.DataFrame, path_stem: str, subset: str = "all", a: str = "soc",
-                            b: str = "knn") -> dict[str, bytes]:
+def save_correlation_figure(
+    table: pd.DataFrame, path_stem: str, subset: str = "all", a: str = "soc", b: str = "knn"
+) -> dict[str, bytes]:
     """Write `<path_stem>.png` and `<path_stem>.svg` atomically; returns {'png': bytes, 'svg': bytes}."""
     import matplotlib.pyplot as plt
 

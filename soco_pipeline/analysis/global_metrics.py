@@ -28,8 +28,18 @@ import pandas as pd
 import torch
 
 GLOBAL_METRIC_COLUMNS = [
-    "backbone", "feature", "track", "metric", "k", "value", "n_queries", "n_gallery", "n_classes",
-    "temperature", "seed", "headline",
+    "backbone",
+    "feature",
+    "track",
+    "metric",
+    "k",
+    "value",
+    "n_queries",
+    "n_gallery",
+    "n_classes",
+    "temperature",
+    "seed",
+    "headline",
 ]
 KS = (20, 100, 200)
 TEMPERATURE = 0.07
@@ -90,8 +100,14 @@ def _blocks(n: int, size: int):
 
 
 def knn_accuracy(
-    train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray, test_y: np.ndarray, ks=KS,
-    temperature: float = TEMPERATURE, n_classes: int | None = None, block: int = 1024,
+    train_x: np.ndarray,
+    train_y: np.ndarray,
+    test_x: np.ndarray,
+    test_y: np.ndarray,
+    ks=KS,
+    temperature: float = TEMPERATURE,
+    n_classes: int | None = None,
+    block: int = 1024,
     allowed: Callable[[slice], torch.Tensor] | None = None,
 ) -> dict[int, tuple[float, float]]:
     """{k: (top-1 %, top-5 %)} of weighted kNN voting (weights exp(sim / T), summed per class).
@@ -123,12 +139,19 @@ def knn_accuracy(
 
 
 def retrieval_map(
-    gallery_x: np.ndarray, gallery_y: np.ndarray, query_x: np.ndarray, query_y: np.ndarray, block: int = 512,
+    gallery_x: np.ndarray,
+    gallery_y: np.ndarray,
+    query_x: np.ndarray,
+    query_y: np.ndarray,
+    block: int = 512,
     allowed: Callable[[slice], torch.Tensor] | None = None,
 ) -> float:
     """Mean average precision (%) of each query's gallery ranking by cosine; relevant = same label.
     Queries without a relevant gallery item are left out. `allowed` restricts each query's gallery."""
-    gx, gy = torch.from_numpy(np.ascontiguousarray(gallery_x)), torch.from_numpy(np.asarray(gallery_y, np.int64))
+    gx, gy = (
+        torch.from_numpy(np.ascontiguousarray(gallery_x)),
+        torch.from_numpy(np.asarray(gallery_y, np.int64)),
+    )
     qx, qy = torch.from_numpy(np.ascontiguousarray(query_x)), torch.from_numpy(np.asarray(query_y, np.int64))
     ap_sum, n_q = 0.0, 0
     ranks = torch.arange(1, len(gx) + 1, dtype=torch.float64)
@@ -162,20 +185,38 @@ def _track_rows(feats, labels, groups, train, ks, temperature) -> list[dict]:
         def allowed(s):
             return g_te[s][:, None] == g_tr[None, :]
 
-    acc = knn_accuracy(feats[tr], codes[tr], feats[te], codes[te], ks, temperature, len(uniques), allowed=allowed)
+    acc = knn_accuracy(
+        feats[tr], codes[tr], feats[te], codes[te], ks, temperature, len(uniques), allowed=allowed
+    )
     common = {"n_queries": len(te), "n_gallery": len(tr), "n_classes": len(uniques)}
     rows = []
     for k, (t1, t5) in acc.items():
-        rows += [dict(metric="knn_top1", k=k, value=t1, **common), dict(metric="knn_top5", k=k, value=t5, **common)]
-    rows.append(dict(metric="retrieval_map", k=np.nan, value=retrieval_map(feats[tr], codes[tr], feats[te], codes[te],
-                                                                          allowed=allowed), **common))
+        rows += [
+            dict(metric="knn_top1", k=k, value=t1, **common),
+            dict(metric="knn_top5", k=k, value=t5, **common),
+        ]
+    rows.append(
+        dict(
+            metric="retrieval_map",
+            k=np.nan,
+            value=retrieval_map(feats[tr], codes[tr], feats[te], codes[te], allowed=allowed),
+            **common,
+        )
+    )
     return rows
 
 
 def global_metrics(
-    store, images: pd.DataFrame, backbone: str, family_of: Callable[[str], str] | None = None, seed: int = 0,
-    train_fraction: float = 0.5, ks=KS, temperature: float = TEMPERATURE,
-    log: Callable[[str], None] | None = None, global_features=None,
+    store,
+    images: pd.DataFrame,
+    backbone: str,
+    family_of: Callable[[str], str] | None = None,
+    seed: int = 0,
+    train_fraction: float = 0.5,
+    ks=KS,
+    temperature: float = TEMPERATURE,
+    log: Callable[[str], None] | None = None,
+    global_features=None,
 ) -> pd.DataFrame:
     """kNN top-1/top-5 and retrieval mAP (0-100) of a backbone's cached features (GLOBAL_METRIC_COLUMNS).
 
@@ -206,16 +247,36 @@ def global_metrics(
     for kind, feats in kinds.items():
         for track, (labels, groups) in tracks.items():
             keep = labels.notna().to_numpy()
-            sub = _track_rows(feats[keep], labels[keep].to_numpy(), None if groups is None else groups[keep].to_numpy(),
-                              train[keep], ks, temperature)
+            sub = _track_rows(
+                feats[keep],
+                labels[keep].to_numpy(),
+                None if groups is None else groups[keep].to_numpy(),
+                train[keep],
+                ks,
+                temperature,
+            )
             for r in sub:
-                r.update(backbone=backbone, feature=kind, track=track, temperature=temperature, seed=seed,
-                         headline=bool(kind == headline_kind and track == "category"
-                                       and (r["metric"] == "retrieval_map" or r["k"] == 20)))
+                r.update(
+                    backbone=backbone,
+                    feature=kind,
+                    track=track,
+                    temperature=temperature,
+                    seed=seed,
+                    headline=bool(
+                        kind == headline_kind
+                        and track == "category"
+                        and (r["metric"] == "retrieval_map" or r["k"] == 20)
+                    ),
+                )
             rows += sub
-            log(f"[{backbone}] {kind} / {track}: " + ", ".join(
-                f"{r['metric']}{'' if np.isnan(r['k']) else '@' + str(int(r['k']))}={r['value']:.1f}"
-                for r in sub if r["metric"] != "knn_top5"))
+            log(
+                f"[{backbone}] {kind} / {track}: "
+                + ", ".join(
+                    f"{r['metric']}{'' if np.isnan(r['k']) else '@' + str(int(r['k']))}={r['value']:.1f}"
+                    for r in sub
+                    if r["metric"] != "knn_top5"
+                )
+            )
     return pd.DataFrame(rows, columns=GLOBAL_METRIC_COLUMNS).astype({"k": "float64", "value": "float64"})
 
 

@@ -29,10 +29,14 @@ def leaderboard(
     m = metrics[(metrics["reduction"] == reduction)]
     at = ((m["alpha"] - alpha).abs() < 1e-9) | m["metric"].str.startswith("four_choice")
     m = m[at]
-    top = m[m["scope"] == "all"].pivot_table(index="backbone", columns="metric", values="value", aggfunc="first")
+    top = m[m["scope"] == "all"].pivot_table(
+        index="backbone", columns="metric", values="value", aggfunc="first"
+    )
     board = top.reindex(columns=LEVEL_COLUMNS)
     board.insert(board.columns.get_loc("cross_cc") + 1, "cc_to_soc_drop", board["cc"] - board["soc"])
-    board.insert(board.columns.get_loc("cc_to_soc_drop") + 1, "soc_to_cross_drop", board["soc"] - board["cross_soc"])
+    board.insert(
+        board.columns.get_loc("cc_to_soc_drop") + 1, "soc_to_cross_drop", board["soc"] - board["cross_soc"]
+    )
     sup = m[(m["scope"] == "supercategory") & (m["metric"] == "soc")]
     if len(sup):
         sup = sup.pivot_table(index="backbone", columns="group", values="value", aggfunc="first")
@@ -41,7 +45,9 @@ def leaderboard(
     if global_metrics is not None:  # analysis: global-feature metrics from the feature cache
         from soco_pipeline.analysis.global_metrics import headline_global  # loads torch: only when asked
 
-        board = board.join(headline_global(global_metrics).set_index("backbone").reindex(columns=GLOBAL_COLUMNS))
+        board = board.join(
+            headline_global(global_metrics).set_index("backbone").reindex(columns=GLOBAL_COLUMNS)
+        )
     board = board.sort_values("soc", ascending=False, na_position="last")
     return board.reset_index().rename_axis(columns=None)
 
@@ -86,13 +92,18 @@ def leaderboard_png(df: pd.DataFrame, alpha: float = 0.1) -> bytes:
     levels = [c for c in ["cc", "soc", "soc_geo", "cross_soc", "cross_cc", "four_choice"] if c in df.columns]
     sups = [c for c in df.columns if c.startswith("soc_") and c not in ("soc_geo", "soc_to_cross_drop")]
     fig, axes = plt.subplots(1, 2, figsize=(14, 4.8))
-    for ax, cols, title in ((axes[0], levels, f"PCK@{alpha:g} per level"), (axes[1], sups, "SOC per super-category")):
+    for ax, cols, title in (
+        (axes[0], levels, f"PCK@{alpha:g} per level"),
+        (axes[1], sups, "SOC per super-category"),
+    ):
         width = 0.8 / max(1, len(df))
         x = np.arange(len(cols))
         for i, row in enumerate(df.itertuples(index=False)):
             vals = [getattr(row, c) for c in cols]
             ax.bar(x + i * width, np.nan_to_num(np.asarray(vals, dtype=float)), width, label=row.backbone)
-        ax.set_xticks(x + width * (len(df) - 1) / 2, [c.replace("soc_", "") if ax is axes[1] else c for c in cols])
+        ax.set_xticks(
+            x + width * (len(df) - 1) / 2, [c.replace("soc_", "") if ax is axes[1] else c for c in cols]
+        )
         ax.set_ylim(0, 100)
         ax.set_title(title)
         ax.grid(axis="y", alpha=0.3)

@@ -39,8 +39,19 @@ from soco_pipeline.evaluation.protocol import ProtocolConfig
 from soco_pipeline.taxonomy import Taxonomy
 
 PROBE_COLUMNS = [
-    "backbone", "method", "metric", "alpha", "value", "n", "n_train_images", "n_test_images",
-    "n_train_queries", "n_test_pairs", "steps", "final_loss", "seed",
+    "backbone",
+    "method",
+    "metric",
+    "alpha",
+    "value",
+    "n",
+    "n_train_images",
+    "n_test_images",
+    "n_train_queries",
+    "n_test_pairs",
+    "steps",
+    "final_loss",
+    "seed",
 ]
 
 
@@ -90,7 +101,9 @@ class ProjectedStore:
         return z.numpy(), {**meta, "channels": int(z.shape[0])}
 
 
-def _pair_split(image_pairs: pd.DataFrame, train_ids: set, test_ids: set) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _pair_split(
+    image_pairs: pd.DataFrame, train_ids: set, test_ids: set
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     src, trg = image_pairs["src_image"], image_pairs["trg_image"]
     train = image_pairs[src.isin(train_ids) & trg.isin(train_ids)]
     test = image_pairs[src.isin(test_ids) & trg.isin(test_ids) & image_pairs["evaluated"].astype(bool)]
@@ -98,8 +111,13 @@ def _pair_split(image_pairs: pd.DataFrame, train_ids: set, test_ids: set) -> tup
 
 
 def training_examples(
-    store, train_pairs: pd.DataFrame, correspondences: pd.DataFrame, keypoints: pd.DataFrame,
-    images: pd.DataFrame, protocol: ProtocolConfig, backbone: str,
+    store,
+    train_pairs: pd.DataFrame,
+    correspondences: pd.DataFrame,
+    keypoints: pd.DataFrame,
+    images: pd.DataFrame,
+    protocol: ProtocolConfig,
+    backbone: str,
 ) -> tuple[torch.Tensor, np.ndarray, np.ndarray, np.ndarray]:
     """Training queries of the train pairs: (source descriptors q x C, target image of each query, and the
     positives as (query index, target cell) rows). A query's positive is the cell of its exact keypoint (SOC)
@@ -119,8 +137,14 @@ def training_examples(
     rows = rows.merge(train_pairs[["pair_id", "src_image", "trg_image"]], on="pair_id")
     query, first = group_ids(rows["pair_id"].to_numpy(), rows["src_keypoint"].to_numpy())
     desc, code = source_descriptors(
-        rows["src_image"].to_numpy()[first], rows["src_keypoint"].to_numpy()[first], keypoints, images, store,
-        protocol, backbone, torch.device("cpu"),
+        rows["src_image"].to_numpy()[first],
+        rows["src_keypoint"].to_numpy()[first],
+        keypoints,
+        images,
+        store,
+        protocol,
+        backbone,
+        torch.device("cpu"),
     )
     trg = rows["trg_image"].to_numpy()
     xy = visible_keypoint_xy(keypoints, trg, rows["trg_keypoint"].to_numpy(), "target")
@@ -130,8 +154,11 @@ def training_examples(
     for image_id in pd.unique(trg):  # one meta read per target image
         sel = trg == image_id
         meta = meta_of(image_id) if meta_of is not None else store.get(image_id)[1]
-        cells[sel] = cells_of(to_unit(xy[sel], sizes[sel], int(meta["input_size"]), protocol),
-                              int(meta["grid_h"]), int(meta["grid_w"]))
+        cells[sel] = cells_of(
+            to_unit(xy[sel], sizes[sel], int(meta["input_size"]), protocol),
+            int(meta["grid_h"]),
+            int(meta["grid_w"]),
+        )
     positives = np.unique(np.stack([query, cells], axis=1), axis=0)
     return desc[torch.as_tensor(code)].float(), trg[first], positives[:, 0], positives[:, 1]
 
@@ -147,8 +174,13 @@ def _multi_positive_nce(logits: torch.Tensor, rows: torch.Tensor, cells: torch.T
 
 
 def train_probe(
-    store, descriptors: torch.Tensor, targets: np.ndarray, pos_query: np.ndarray, pos_cell: np.ndarray,
-    config: ProbeConfig, log: Callable[[str], None] | None = None,
+    store,
+    descriptors: torch.Tensor,
+    targets: np.ndarray,
+    pos_query: np.ndarray,
+    pos_cell: np.ndarray,
+    config: ProbeConfig,
+    log: Callable[[str], None] | None = None,
 ) -> tuple[torch.Tensor, list[float]]:
     """The trained W (D x C) and the loss per step. Each step: `targets_per_step` target images (a seeded
     shuffle, epoch after epoch) and all their queries; InfoNCE over each target's whole grid."""
@@ -156,7 +188,9 @@ def train_probe(
     c = descriptors.shape[1]
     d = config.dim or c
     gen = torch.Generator().manual_seed(int(config.seed))
-    weight = torch.eye(d, c) if d <= c else torch.cat([torch.eye(c), 0.01 * torch.randn(d - c, c, generator=gen)])
+    weight = (
+        torch.eye(d, c) if d <= c else torch.cat([torch.eye(c), 0.01 * torch.randn(d - c, c, generator=gen)])
+    )
     weight = weight.clone().requires_grad_(True)
     opt = torch.optim.Adam([weight], lr=config.lr)
     uniq, owner = np.unique(targets, return_inverse=True)
@@ -193,9 +227,16 @@ def train_probe(
 
 
 def probe_metrics(
-    store, image_pairs: pd.DataFrame, correspondences: pd.DataFrame, keypoints: pd.DataFrame,
-    images: pd.DataFrame, taxonomy: Taxonomy, protocol: ProtocolConfig, backbone: str,
-    config: ProbeConfig | None = None, log: Callable[[str], None] | None = None,
+    store,
+    image_pairs: pd.DataFrame,
+    correspondences: pd.DataFrame,
+    keypoints: pd.DataFrame,
+    images: pd.DataFrame,
+    taxonomy: Taxonomy,
+    protocol: ProtocolConfig,
+    backbone: str,
+    config: ProbeConfig | None = None,
+    log: Callable[[str], None] | None = None,
 ) -> pd.DataFrame:
     """Train the probe on the train split and score zero-shot and probe on the test pairs (PROBE_COLUMNS:
     method zero_shot | probe; metric cc | soc | soc_geo | cross_soc per alpha, official reduction, 0-100)."""
@@ -205,11 +246,16 @@ def probe_metrics(
     train_ids, test_ids = set(images["image_id"][train_mask]), set(images["image_id"][~train_mask])
     train_pairs, test_pairs = _pair_split(image_pairs, train_ids, test_ids)
     if test_pairs.empty:
-        raise ProbeError(f"backbone {backbone!r}: no evaluated pair has two test images; lower train_fraction")
-    desc, targets, pos_query, pos_cell = training_examples(store, train_pairs, correspondences, keypoints,
-                                                           images, protocol, backbone)
-    log(f"[{backbone}] probe: {len(train_ids)} train / {len(test_ids)} test images, {len(desc)} train queries, "
-        f"{len(test_pairs)} test pairs")
+        raise ProbeError(
+            f"backbone {backbone!r}: no evaluated pair has two test images; lower train_fraction"
+        )
+    desc, targets, pos_query, pos_cell = training_examples(
+        store, train_pairs, correspondences, keypoints, images, protocol, backbone
+    )
+    log(
+        f"[{backbone}] probe: {len(train_ids)} train / {len(test_ids)} test images, {len(desc)} train queries, "
+        f"{len(test_pairs)} test pairs"
+    )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.seed)
         weight, losses = train_probe(store, desc, targets, pos_query, pos_cell, config, log)
@@ -221,8 +267,12 @@ def probe_metrics(
         m = m[(m["scope"] == "all") & (m["reduction"] == "official")]
         frames.append(m.assign(method=method))
     out = pd.concat(frames, ignore_index=True).assign(
-        n_train_images=len(train_ids), n_test_images=len(test_ids), n_train_queries=len(desc),
-        n_test_pairs=len(test_pairs), steps=config.steps, final_loss=losses[-1] if losses else np.nan,
+        n_train_images=len(train_ids),
+        n_test_images=len(test_ids),
+        n_train_queries=len(desc),
+        n_test_pairs=len(test_pairs),
+        steps=config.steps,
+        final_loss=losses[-1] if losses else np.nan,
         seed=config.seed,
     )
     return out[PROBE_COLUMNS].reset_index(drop=True)

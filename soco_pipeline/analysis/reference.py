@@ -19,7 +19,16 @@ import pandas as pd
 
 from soco_pipeline.storage import PROJECT_ROOT, read_bytes
 
-SCORE_COLUMNS = ["model", "task", "metric", "value", "higher_better", "task_display", "is_main_model", "source"]
+SCORE_COLUMNS = [
+    "model",
+    "task",
+    "metric",
+    "value",
+    "higher_better",
+    "task_display",
+    "is_main_model",
+    "source",
+]
 OMNIPROBE_TABLE = PROJECT_ROOT / "assets" / "reference" / "omniprobe_results.csv"
 NAME_MAP = PROJECT_ROOT / "assets" / "reference" / "name_map.csv"
 DOWNSTREAM_DIR = PROJECT_ROOT / "assets" / "downstream"
@@ -85,7 +94,9 @@ def normalise_scores(df: pd.DataFrame, source: str) -> pd.DataFrame:
             "metric": df["metric"].astype(str).str.strip(),
             "value": values.astype(np.float64),
             "higher_better": _parse_bool(hb, df["metric"]),
-            "task_display": df["task_display"].astype(str) if "task_display" in df.columns else df["task"].astype(str),
+            "task_display": df["task_display"].astype(str)
+            if "task_display" in df.columns
+            else df["task"].astype(str),
             "is_main_model": df["is_main_model"].astype(str).str.lower().eq("true")
             if "is_main_model" in df.columns
             else False,
@@ -102,8 +113,17 @@ def _check_unique(scores: pd.DataFrame) -> None:
     dup = scores.duplicated(["model", "task", "metric"], keep=False)
     if dup.any():
         d = scores[dup].iloc[0]
-        files = sorted(set(scores.loc[dup & (scores["model"] == d["model"]) & (scores["task"] == d["task"])
-                                      & (scores["metric"] == d["metric"]), "source"]))
+        files = sorted(
+            set(
+                scores.loc[
+                    dup
+                    & (scores["model"] == d["model"])
+                    & (scores["task"] == d["task"])
+                    & (scores["metric"] == d["metric"]),
+                    "source",
+                ]
+            )
+        )
         raise ReferenceDataError(
             f"duplicate model name {d['model']!r}: it has {int((dup & (scores['model'] == d['model'])).sum())} "
             f"rows for ({d['task']}, {d['metric']}) in {', '.join(files)}; keep one row per model, task and "
@@ -127,7 +147,9 @@ def load_downstream(folder: str | Path = DOWNSTREAM_DIR) -> pd.DataFrame:
     return out
 
 
-def leaderboard_scores(board: pd.DataFrame, columns: Iterable[str], source: str = "leaderboard") -> pd.DataFrame:
+def leaderboard_scores(
+    board: pd.DataFrame, columns: Iterable[str], source: str = "leaderboard"
+) -> pd.DataFrame:
     """The pipeline's leaderboard (one row per backbone) as scores of task `soco_pipeline`, one metric per
     column present (cc, soc, soc_geo, cross_soc, four_choice, knn_top1, retrieval_map ...)."""
     cols = [c for c in columns if c in board.columns]
@@ -157,7 +179,9 @@ def load_name_map(path: str | Path = NAME_MAP) -> dict[str, str]:
     return dict(zip(df["alias"], df["model"], strict=True))
 
 
-def apply_name_map(scores: pd.DataFrame, name_map: dict[str, str], map_source: str = "the name map") -> pd.DataFrame:
+def apply_name_map(
+    scores: pd.DataFrame, name_map: dict[str, str], map_source: str = "the name map"
+) -> pd.DataFrame:
     """Scores with aliases replaced by their model names. A map whose targets no table has is an error
     naming the target and the map file; two rows landing on one (model, task, metric) is a duplicate."""
     if not name_map:
@@ -175,8 +199,9 @@ def apply_name_map(scores: pd.DataFrame, name_map: dict[str, str], map_source: s
     return out
 
 
-def combine_scores(*tables: pd.DataFrame, name_map: dict[str, str] | None = None,
-                   map_source: str = "the name map") -> pd.DataFrame:
+def combine_scores(
+    *tables: pd.DataFrame, name_map: dict[str, str] | None = None, map_source: str = "the name map"
+) -> pd.DataFrame:
     """All score tables stacked, aliases mapped, one value per (model, task, metric) checked."""
     frames = [t for t in tables if t is not None and len(t)]
     scores = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=SCORE_COLUMNS)
@@ -187,7 +212,9 @@ def combine_scores(*tables: pd.DataFrame, name_map: dict[str, str] | None = None
     return scores.assign(is_main_model=main)[SCORE_COLUMNS].reset_index(drop=True)
 
 
-def select_models(scores: pd.DataFrame, subset: str | list[str] | None, source: str = "the config") -> set[str]:
+def select_models(
+    scores: pd.DataFrame, subset: str | list[str] | None, source: str = "the config"
+) -> set[str]:
     """The model names of a subset: None/'all' (every model), 'is_main_model', or a list of names
     (each must be in a table: otherwise an error naming the name and `source`)."""
     models = set(scores["model"])
@@ -196,7 +223,9 @@ def select_models(scores: pd.DataFrame, subset: str | list[str] | None, source: 
     if subset == "is_main_model":
         return set(scores.loc[scores["is_main_model"], "model"])
     if isinstance(subset, str):
-        raise ReferenceDataError(f"{source}: subset {subset!r} is not 'all', 'is_main_model' or a list of names")
+        raise ReferenceDataError(
+            f"{source}: subset {subset!r} is not 'all', 'is_main_model' or a list of names"
+        )
     missing = [m for m in subset if m not in models]
     if missing:
         raise ReferenceDataError(

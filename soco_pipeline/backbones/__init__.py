@@ -36,6 +36,7 @@ def __getattr__(name: str):
         return getattr(base, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+
 ACTIVE_SPECS_DIR = PROJECT_ROOT / "assets" / "backbones"
 PRESETS_DIR = PROJECT_ROOT / "assets" / "backbone_presets"
 

@@ -163,7 +163,9 @@ class Backbone(ABC):
                     raise ValueError(f"the prepared batch is at S={images.size}, these records need S={size}")
                 batch = images.to(self.device)
             else:
-                batch = preprocess_batch(images, size, self.spec.normalisation, self.device, self.spec.input.resize)
+                batch = preprocess_batch(
+                    images, size, self.spec.normalisation, self.device, self.spec.input.resize
+                )
         self._apply_speed_options()
         if batch is not None and self.spec.channels_last:
             batch = batch.contiguous(memory_format=torch.channels_last)

@@ -39,7 +39,9 @@ def register_kind(kind: str):
         options = getattr(cls, "Options", None)
         annotation = options.model_fields["kind"].annotation if options is not None else None
         if getattr(annotation, "__args__", None) != (kind,):
-            raise TypeError(f"{cls.__name__}.Options must be a SpecFields subclass with kind: Literal[{kind!r}]")
+            raise TypeError(
+                f"{cls.__name__}.Options must be a SpecFields subclass with kind: Literal[{kind!r}]"
+            )
         _REGISTERED[kind] = cls
         _UNION.clear()
         return cls

@@ -31,7 +31,9 @@ def default_pos_embed_mode(model_name: str) -> str:
     return "dinov2_hub" if "dinov2" in name and "reg" not in name else "timm"
 
 
-def hub_interpolate(patch_pos: torch.Tensor, grid: tuple[int, int], offset: float, antialias: bool) -> torch.Tensor:
+def hub_interpolate(
+    patch_pos: torch.Tensor, grid: tuple[int, int], offset: float, antialias: bool
+) -> torch.Tensor:
     """Patch position embeddings (1, M*M, C) resized to `grid` (h, w) as dinov2's hub code does: bicubic,
     scale factor ((h + offset) / M, (w + offset) / M) (output size (h, w) when offset is 0), in float32."""
     n, dim = patch_pos.shape[1], patch_pos.shape[2]

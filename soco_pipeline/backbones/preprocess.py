@@ -119,7 +119,11 @@ def squares_to_batch(squares: list, size: int, preset: str, device: str | torch.
 
 
 def preprocess_image(
-    image, size: int, preset: str = "imagenet", device: str | torch.device = "cpu", resize: str = DEFAULT_RESIZE
+    image,
+    size: int,
+    preset: str = "imagenet",
+    device: str | torch.device = "cpu",
+    resize: str = DEFAULT_RESIZE,
 ) -> torch.Tensor:
     """The official input protocol for one image: RGB, white square pad (top-left), resize to S, normalise.
 
@@ -185,5 +189,3 @@ def prepare_batch(
     if torch.cuda.is_available():
         squares = [s.pin_memory() for s in squares]
     return InputBatch(size, preset, squares=squares)
-
-

@@ -115,11 +115,15 @@ class SpecFields(ConfigModel):
     @model_validator(mode="after")
     def _fits_the_kind(self) -> SpecFields:
         if self.MODELS is not None and self.model not in self.MODELS:
-            raise ValueError(f"field 'model' is {self.model!r}; kind {self.kind!r} offers {list(self.MODELS)}")
+            raise ValueError(
+                f"field 'model' is {self.model!r}; kind {self.kind!r} offers {list(self.MODELS)}"
+            )
         w = self.weights
         if self.WEIGHTS is not None and w not in self.WEIGHTS:
-            raise ValueError(f"field 'weights' must be {' or '.join(map(repr, self.WEIGHTS))} for kind "
-                             f"{self.kind!r} (got {w!r})")
+            raise ValueError(
+                f"field 'weights' must be {' or '.join(map(repr, self.WEIGHTS))} for kind "
+                f"{self.kind!r} (got {w!r})"
+            )
         if w == "packaged" and not self.PACKAGED_WEIGHTS:
             raise ValueError(f"weights 'packaged' only exists for kind 'packaged', not {self.kind!r}")
         for key in ("weights", "text_encoder"):

@@ -35,11 +35,14 @@ class TextEncoder:
         try:
             config = AutoConfig.from_pretrained(src, local_files_only=True)
         except OSError as e:
-            raise BackboneWeightsError(f"backbone {spec.name!r}: text_encoder {self.source!r}: {where}") from e
+            raise BackboneWeightsError(
+                f"backbone {spec.name!r}: text_encoder {self.source!r}: {where}"
+            ) from e
         if config.model_type not in TEXT_MODEL_TYPES:
             raise ValueError(
                 f"backbone {spec.name!r}: text_encoder {self.source!r} is a {config.model_type!r} model; it must "
-                f"be a CLIP model or CLIP text tower (model_type {' or '.join(TEXT_MODEL_TYPES)})")
+                f"be a CLIP model or CLIP text tower (model_type {' or '.join(TEXT_MODEL_TYPES)})"
+            )
         self.projected = config.model_type == "clip"
         if self.projected:  # the text tower and its projection out of a full CLIP checkpoint
             text_config = config.text_config
@@ -49,17 +52,21 @@ class TextEncoder:
             model_cls, kw = CLIPTextModel, {}
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(src, local_files_only=True)
-            model, info = model_cls.from_pretrained(src, local_files_only=True, output_loading_info=True, **kw)
+            model, info = model_cls.from_pretrained(
+                src, local_files_only=True, output_loading_info=True, **kw
+            )
         except OSError as e:
             raise BackboneWeightsError(
                 f"backbone {spec.name!r}: text_encoder {self.source!r}: {where} (it needs the model and its "
-                f"tokenizer files)") from e
+                f"tokenizer files)"
+            ) from e
         # transformers re-initialises missing or mis-shaped weights with a warning; a random tower is refused
         bad = [str(k) for k in [*info.get("missing_keys", ()), *info.get("mismatched_keys", ())]]
         if bad:
             raise BackboneWeightsError(
                 f"backbone {spec.name!r}: text_encoder {self.source!r} lacks {len(bad)} text-tower weights or "
-                f"has them in another shape (e.g. {bad[:3]}); point it at a complete CLIP checkpoint")
+                f"has them in another shape (e.g. {bad[:3]}); point it at a complete CLIP checkpoint"
+            )
         self.model = model.eval()
 
     @property
@@ -84,13 +91,19 @@ def _locate(spec: BackboneSpec, context: BackboneContext) -> tuple[str, str]:
     if t.startswith("hf:"):
         return t[3:], hf_cache_hint(t[3:])
     path = local_path(t, context.project_root)
-    fix = (f"put a transformers CLIP folder (config.json, the weights, the tokenizer files) there, or point "
-           f"`text_encoder:` in {spec.source or 'the spec'} at one, or use hf:<repo id> for the Hugging Face cache")
+    fix = (
+        f"put a transformers CLIP folder (config.json, the weights, the tokenizer files) there, or point "
+        f"`text_encoder:` in {spec.source or 'the spec'} at one, or use hf:<repo id> for the Hugging Face cache"
+    )
     if not path.is_dir():
-        raise BackboneWeightsError(f"backbone {spec.name!r}: text_encoder folder {path} does not exist; {fix}")
+        raise BackboneWeightsError(
+            f"backbone {spec.name!r}: text_encoder folder {path} does not exist; {fix}"
+        )
     return str(path), f"{path} is not a complete transformers folder; {fix}"
 
 
-def load_text_encoder(spec: BackboneSpec, context: BackboneContext | dict | None = None) -> TextEncoder | None:
+def load_text_encoder(
+    spec: BackboneSpec, context: BackboneContext | dict | None = None
+) -> TextEncoder | None:
     """The spec's text tower, or None when it names none."""
     return None if spec.text_encoder == "none" else TextEncoder(spec, context)

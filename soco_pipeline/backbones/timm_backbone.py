@@ -143,7 +143,9 @@ class TimmBackbone(Backbone):
             try:
                 use_hub_pos_embed(model)
             except TypeError as e:
-                raise BackboneSpecTypeError(f"backbone {spec.name!r}: pos_embed_interpolation dinov2_hub: {e}") from None
+                raise BackboneSpecTypeError(
+                    f"backbone {spec.name!r}: pos_embed_interpolation dinov2_hub: {e}"
+                ) from None
         self.model = model.eval().to(self.device)
         patch = model.patch_embed.patch_size
         self.stride = int(patch[0] if isinstance(patch, tuple | list) else patch)
@@ -173,7 +175,11 @@ class TimmBackbone(Backbone):
         if not self.offers_class_token:
             return self.forward(batch, records, size), None
         spatial, prefix = self.model.forward_intermediates(
-            batch, indices=[self.block], return_prefix_tokens=True, norm=False, stop_early=True,
+            batch,
+            indices=[self.block],
+            return_prefix_tokens=True,
+            norm=False,
+            stop_early=True,
             intermediates_only=True,
         )[0]
         return spatial, prefix[:, 0]

@@ -29,7 +29,8 @@ def _check_hf_cached(spec: BackboneSpec, repo: str, field: str = "") -> None:
         snapshot_download(repo, local_files_only=True)
     except (LocalEntryNotFoundError, OSError, ValueError):
         raise BackboneWeightsError(
-            f"backbone {spec.name!r} ({spec.source or 'the spec'}): {field}{hf_cache_hint(repo)}") from None
+            f"backbone {spec.name!r} ({spec.source or 'the spec'}): {field}{hf_cache_hint(repo)}"
+        ) from None
 
 
 def check_weights(spec: BackboneSpec, project_root: Path = PROJECT_ROOT) -> None:

@@ -243,9 +243,13 @@ def export_soco_release(
             "concept_matches": group_docs.get(p.pair_id, []),
         }
         name = pair_file_name(int(p.n), p.src_image, p.trg_image)
-        files.append((join(tmp_root, "PairAnnotations", *p.folder.split("/"), p.pair_group, name), _dump(doc)))
+        files.append(
+            (join(tmp_root, "PairAnnotations", *p.folder.split("/"), p.pair_group, name), _dump(doc))
+        )
 
-    meta = release_metadata(taxonomy, cats, {c: str(img.loc[img["category"] == c, "supercategory"].iloc[0]) for c in cats})
+    meta = release_metadata(
+        taxonomy, cats, {c: str(img.loc[img["category"] == c, "supercategory"].iloc[0]) for c in cats}
+    )
     mapping: dict[str, dict] = {}
     for image_id, r in img.iterrows():
         mapping.setdefault(r["category"], {})[image_file_name(image_id)] = {

@@ -31,7 +31,9 @@ NOT_A_GROUP = {"shared"}  # folders of helpers, no definitions
 
 def group_folders(package: ModuleType = defs_package) -> list[ModuleType]:
     """The sub-packages (folders) of `package` that hold an asset group, in name order."""
-    names = sorted(m.name for m in pkgutil.iter_modules(package.__path__) if m.ispkg and m.name not in NOT_A_GROUP)
+    names = sorted(
+        m.name for m in pkgutil.iter_modules(package.__path__) if m.ispkg and m.name not in NOT_A_GROUP
+    )
     return [importlib.import_module(f"{package.__name__}.{name}") for name in names]
 
 
@@ -39,7 +41,9 @@ def load_group_folders(package: ModuleType = defs_package) -> dg.Definitions:
     """Every group folder of `package` loaded by Dagster's package loading, merged into one Definitions."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", dg.PreviewWarning)  # the module loaders are "preview" in Dagster 1.13
-        return dg.Definitions.merge(*(dg.load_definitions_from_package_module(f) for f in group_folders(package)))
+        return dg.Definitions.merge(
+            *(dg.load_definitions_from_package_module(f) for f in group_folders(package))
+        )
 
 
 def build_definitions(**overrides) -> dg.Definitions:
@@ -69,7 +73,9 @@ def build_definitions(**overrides) -> dg.Definitions:
             # to the storage root (portable copies), so connections resolve them from there.
             "duckdb": DuckDBResource(
                 database=soco.duckdb_path,
-                connection_config={} if is_remote(soco.storage_root) else {"file_search_path": soco.storage_root},
+                connection_config={}
+                if is_remote(soco.storage_root)
+                else {"file_search_path": soco.storage_root},
             ),
         },
     )

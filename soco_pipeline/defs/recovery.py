@@ -80,7 +80,9 @@ def _describe(instance: dg.DagsterInstance, run_id: str) -> str:
     return f"run {run_id} ({run.status.value}{', partition ' + part if part else ''}{alive})"
 
 
-def _waiting_and_holders(instance: dg.DagsterInstance, run_ids: set[str], pool: str) -> tuple[list, list, int]:
+def _waiting_and_holders(
+    instance: dg.DagsterInstance, run_ids: set[str], pool: str
+) -> tuple[list, list, int]:
     """(steps of `run_ids` waiting for a slot of `pool`, slots held by other runs, the pool's limit)."""
     event_log = instance.event_log_storage
     if not event_log.supports_global_concurrency_limits:
@@ -163,12 +165,18 @@ def recovering(inner: dg.ExecutorDefinition) -> dg.ExecutorDefinition:
 def dead_run_sensor(context: dg.SensorEvaluationContext) -> dg.SkipReason:
     """Every 30 s: fail the runs of this machine whose process died and free their pool slots."""
     failed = fail_dead_runs(context.instance, context.log.warning)
-    return dg.SkipReason(f"failed {len(failed)} dead run(s): {', '.join(failed)}" if failed else "no dead runs")
+    return dg.SkipReason(
+        f"failed {len(failed)} dead run(s): {', '.join(failed)}" if failed else "no dead runs"
+    )
 
 
 def in_flight_celery_steps(instance: dg.DagsterInstance, run_id: str) -> dict[str, str]:
     """step key -> Celery worker (name@host) of each step of `run_id` that a worker took and has not ended."""
-    ended = {dg.DagsterEventType.STEP_SUCCESS, dg.DagsterEventType.STEP_FAILURE, dg.DagsterEventType.STEP_SKIPPED}
+    ended = {
+        dg.DagsterEventType.STEP_SUCCESS,
+        dg.DagsterEventType.STEP_FAILURE,
+        dg.DagsterEventType.STEP_SKIPPED,
+    }
     taken: dict[str, str] = {}
     for rec in instance.all_logs(run_id, of_type={dg.DagsterEventType.ENGINE_EVENT, *ended}):
         ev, step = rec.dagster_event, rec.step_key
@@ -199,9 +207,14 @@ def lost_worker_sensor(context: dg.SensorEvaluationContext) -> dg.SkipReason:
     from soco_pipeline.deploy.lost_workers import celery_app, fail_lost_tasks, live_workers, taken_tasks
 
     instance = context.instance
-    runs = {r.run_id: r for r in instance.get_runs(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED]))}
-    held = {(run_id, step): worker
-            for run_id in runs for step, worker in in_flight_celery_steps(instance, run_id).items()}
+    runs = {
+        r.run_id: r for r in instance.get_runs(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED]))
+    }
+    held = {
+        (run_id, step): worker
+        for run_id in runs
+        for step, worker in in_flight_celery_steps(instance, run_id).items()
+    }
     if not held:
         context.update_cursor(None)
         return dg.SkipReason("no step is running on a Celery worker")
@@ -217,12 +230,16 @@ def lost_worker_sensor(context: dg.SensorEvaluationContext) -> dg.SkipReason:
         for (run_id, step), worker in held.items():
             if worker not in lost:
                 continue
-            reason = (f"Celery worker {worker} stopped answering pings for {now - missing_since[worker]:.0f} s "
-                      f"while running step {step} of run {run_id}: the step is failed as lost. Re-execute the "
-                      "run from failure once a worker of its queue is up again.")
+            reason = (
+                f"Celery worker {worker} stopped answering pings for {now - missing_since[worker]:.0f} s "
+                f"while running step {step} of run {run_id}: the step is failed as lost. Re-execute the "
+                "run from failure once a worker of its queue is up again."
+            )
             mine = [t for t in tasks if t.run_id == run_id and step in t.step_keys]
             if not mine:
-                context.log.warning(f"{reason} (no unacked message of that step in the broker: nothing to fail)")
+                context.log.warning(
+                    f"{reason} (no unacked message of that step in the broker: nothing to fail)"
+                )
                 continue
             fail_lost_tasks(app, mine, reason)
             instance.report_engine_event(reason, runs[run_id], step_key=step)
@@ -230,5 +247,9 @@ def lost_worker_sensor(context: dg.SensorEvaluationContext) -> dg.SkipReason:
             failed.append(f"{run_id}:{step}")
     context.update_cursor(json.dumps({w: t for w, t in missing_since.items() if w not in lost}))
     if failed:
-        return dg.SkipReason(f"failed {len(failed)} step(s) of lost workers {sorted(lost)}: {', '.join(failed)}")
-    return dg.SkipReason(f"{len(held)} step(s) on Celery workers; not answering: {sorted(missing_since) or 'none'}")
+        return dg.SkipReason(
+            f"failed {len(failed)} step(s) of lost workers {sorted(lost)}: {', '.join(failed)}"
+        )
+    return dg.SkipReason(
+        f"{len(held)} step(s) on Celery workers; not answering: {sorted(missing_since) or 'none'}"
+    )

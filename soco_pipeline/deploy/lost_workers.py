@@ -77,8 +77,14 @@ def taken_tasks(app: Celery) -> list[TakenTask]:
             step_args = _step_args(raw)
             if step_args is None:
                 continue
-            found.append(TakenTask(tag.decode() if isinstance(tag, bytes) else tag, raw["headers"]["id"],
-                                   step_args.run_id, tuple(step_args.step_keys_to_execute or ())))
+            found.append(
+                TakenTask(
+                    tag.decode() if isinstance(tag, bytes) else tag,
+                    raw["headers"]["id"],
+                    step_args.run_id,
+                    tuple(step_args.step_keys_to_execute or ()),
+                )
+            )
     return found
 
 
@@ -89,4 +95,5 @@ def fail_lost_tasks(app: Celery, tasks: list[TakenTask], reason: str) -> None:
         for task in tasks:
             app.backend.mark_as_failure(task.task_id, WorkerLostError(reason))
             client.pipeline().zrem(Channel.unacked_index_key, task.delivery_tag).hdel(
-                Channel.unacked_key, task.delivery_tag).execute()
+                Channel.unacked_key, task.delivery_tag
+            ).execute()

@@ -45,8 +45,13 @@ def free_ports(n: int) -> list[int]:
             s.close()
 
 
-def wait_for(what: str, check: Callable[[], bool], timeout: float, interval: float = 0.5,
-             alive: Callable[[], str | None] | None = None) -> None:
+def wait_for(
+    what: str,
+    check: Callable[[], bool],
+    timeout: float,
+    interval: float = 0.5,
+    alive: Callable[[], str | None] | None = None,
+) -> None:
     """Poll `check()` until it is true; TimeoutError naming `what` after `timeout` seconds.
 
     `alive()` returns a message when the process being waited for has died (fail fast instead of waiting).
@@ -71,7 +76,7 @@ def _proc_stat(pid: int) -> tuple[str, int] | None:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except (FileNotFoundError, ProcessLookupError):
         return None
-    fields = stat[stat.rindex(")") + 2:].split()
+    fields = stat[stat.rindex(")") + 2 :].split()
     return fields[0], int(fields[3])
 
 
@@ -123,20 +128,34 @@ class Service:
         return bool(group_members(self.pgid))
 
 
-def start(name: str, cmd: list[str], log: Path, env: dict[str, str], cwd: Path | None = None,
-          user: str | None = None, stop_timeout: float = 10.0) -> tuple[Service, subprocess.Popen]:
+def start(
+    name: str,
+    cmd: list[str],
+    log: Path,
+    env: dict[str, str],
+    cwd: Path | None = None,
+    user: str | None = None,
+    stop_timeout: float = 10.0,
+) -> tuple[Service, subprocess.Popen]:
     """Start `cmd` in a new session (setsid), stdout and stderr to `log`; the Service and its Popen."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
         proc = subprocess.Popen(
-            cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True, user=user,
+            cmd,
+            cwd=cwd,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            user=user,
         )
     return Service(name, proc.pid, [str(c) for c in cmd], str(log), stop_timeout), proc
 
 
-def stop_all(services: list[Service], popens: dict[str, subprocess.Popen] | None = None,
-             sig: int = signal.SIGTERM) -> dict[str, str]:
+def stop_all(
+    services: list[Service], popens: dict[str, subprocess.Popen] | None = None, sig: int = signal.SIGTERM
+) -> dict[str, str]:
     """TERM every service's process group, wait up to each one's stop_timeout, then KILL what is left.
 
     Returns name -> "stopped" | "killed" | "gone". Processes this process started (`popens`) are reaped.

@@ -39,7 +39,9 @@ def _bin(name: str) -> str:
         return str(here)
     found = shutil.which(name)
     if not found:
-        raise FileNotFoundError(f"{name} is not installed: `pip install -e '.[distributed]'` / see docs/scaling-out.md")
+        raise FileNotFoundError(
+            f"{name} is not installed: `pip install -e '.[distributed]'` / see docs/scaling-out.md"
+        )
     return found
 
 
@@ -47,11 +49,24 @@ def _pg_bin(name: str) -> str:
     for d in PG_BIN_DIRS:
         if (d / name).exists():
             return str(d / name)
-    raise FileNotFoundError(f"Postgres' {name} not found under /usr/lib/postgresql: apt-get install postgresql")
+    raise FileNotFoundError(
+        f"Postgres' {name} not found under /usr/lib/postgresql: apt-get install postgresql"
+    )
 
 
-CONFIG_FIELDS = ("default_workers", "gpu_workers", "worker_concurrency", "max_concurrent_runs", "automation",
-                 "webserver", "storage_prefix", "visibility_timeout", "lost_worker_grace", "default_queues", "extra_env")
+CONFIG_FIELDS = (
+    "default_workers",
+    "gpu_workers",
+    "worker_concurrency",
+    "max_concurrent_runs",
+    "automation",
+    "webserver",
+    "storage_prefix",
+    "visibility_timeout",
+    "lost_worker_grace",
+    "default_queues",
+    "extra_env",
+)
 
 
 class StackError(RuntimeError):
@@ -124,10 +139,23 @@ class LocalStack:
         return env
 
     # -- start -----------------------------------------------------------------------------------
-    def _start(self, name: str, cmd: list[str], user: str | None = None, stop_timeout: float = 10.0,
-               cwd: Path | None = None) -> Service:
-        svc, proc = start(name, cmd, self.root / "logs" / f"{name}.log", self._process_env(),
-                          cwd=cwd or PROJECT_ROOT, user=user, stop_timeout=stop_timeout)
+    def _start(
+        self,
+        name: str,
+        cmd: list[str],
+        user: str | None = None,
+        stop_timeout: float = 10.0,
+        cwd: Path | None = None,
+    ) -> Service:
+        svc, proc = start(
+            name,
+            cmd,
+            self.root / "logs" / f"{name}.log",
+            self._process_env(),
+            cwd=cwd or PROJECT_ROOT,
+            user=user,
+            stop_timeout=stop_timeout,
+        )
         self.services.append(svc)
         self._popens[name] = proc
         self._save()
@@ -140,13 +168,22 @@ class LocalStack:
             if proc.poll() is not None:
                 return f"exited with {proc.returncode}; see {self.root / 'logs' / (name + '.log')}"
             return None
+
         return check
 
     def _save(self) -> None:
         config = {k: getattr(self, k) for k in CONFIG_FIELDS}
-        self.state_file.write_text(json.dumps(
-            {"config": config, "ports": self.ports, "env": self.client_env() if self.ports else {},
-             "services": [s.to_dict() for s in self.services]}, indent=2))
+        self.state_file.write_text(
+            json.dumps(
+                {
+                    "config": config,
+                    "ports": self.ports,
+                    "env": self.client_env() if self.ports else {},
+                    "services": [s.to_dict() for s in self.services],
+                },
+                indent=2,
+            )
+        )
 
     def start(self, timeout: float = 120.0) -> LocalStack:
         """Start every service and wait until each is healthy; on any failure stop what was started."""
@@ -156,8 +193,20 @@ class LocalStack:
             raise StackError(f"a stack is already running from {self.root}: `soco cluster stop` first")
         self.root.mkdir(parents=True, exist_ok=True)
         os.chmod(self.root, 0o755)  # the postgres user must reach its data folder inside
-        names = ["redis", "postgres", "s3", "s3_grpc", "master", "master_grpc", "volume", "volume_grpc",
-                 "filer", "filer_grpc", "code_server", "webserver"]
+        names = [
+            "redis",
+            "postgres",
+            "s3",
+            "s3_grpc",
+            "master",
+            "master_grpc",
+            "volume",
+            "volume_grpc",
+            "filer",
+            "filer_grpc",
+            "code_server",
+            "webserver",
+        ]
         self.ports = dict(zip(names, free_ports(len(names)), strict=True))
         if not self.webserver:
             del self.ports["webserver"]
@@ -172,25 +221,74 @@ class LocalStack:
     def _start_infra(self, timeout: float) -> None:
         p = self.ports
         (self.root / "redis").mkdir(exist_ok=True)
-        self._start("redis", [_bin("redis-server"), "--port", str(p["redis"]), "--bind", "127.0.0.1",
-                              "--dir", str(self.root / "redis"), "--save", "", "--appendonly", "no",
-                              "--daemonize", "no", "--protected-mode", "yes"])
+        self._start(
+            "redis",
+            [
+                _bin("redis-server"),
+                "--port",
+                str(p["redis"]),
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+                str(self.root / "redis"),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--daemonize",
+                "no",
+                "--protected-mode",
+                "yes",
+            ],
+        )
         self._init_postgres()
         pg = self.root / "postgres"
-        self._start("postgres", [_pg_bin("postgres"), "-D", str(pg / "data"), "-k", str(pg / "socket"),
-                                 "-p", str(p["postgres"]), "-h", "127.0.0.1"],
-                    user=self._pg_user(), cwd=pg)
+        self._start(
+            "postgres",
+            [
+                _pg_bin("postgres"),
+                "-D",
+                str(pg / "data"),
+                "-k",
+                str(pg / "socket"),
+                "-p",
+                str(p["postgres"]),
+                "-h",
+                "127.0.0.1",
+            ],
+            user=self._pg_user(),
+            cwd=pg,
+        )
         sw = self.root / "seaweedfs"
         sw.mkdir(exist_ok=True)
-        self._start("seaweedfs", [
-            _bin("weed"), "server", f"-dir={sw}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-filer", "-s3",
-            f"-s3.port={p['s3']}", f"-s3.port.grpc={p['s3_grpc']}", "-s3.port.iceberg=0", "-s3.port.lance=0",
-            f"-master.port={p['master']}", f"-master.port.grpc={p['master_grpc']}",
-            f"-volume.port={p['volume']}", f"-volume.port.grpc={p['volume_grpc']}",
-            f"-filer.port={p['filer']}", f"-filer.port.grpc={p['filer_grpc']}",
-            f"-filer.localSocket={sw / 'filer.sock'}", f"-s3.localSocket={sw / 's3.sock'}",
-            "-master.telemetry=false", "-master.volumeSizeLimitMB=1024", "-volume.preStopSeconds=1",
-        ], stop_timeout=10.0)  # it takes more than 8 s to stop on TERM, then gets KILLed
+        self._start(
+            "seaweedfs",
+            [
+                _bin("weed"),
+                "server",
+                f"-dir={sw}",
+                "-ip=127.0.0.1",
+                "-ip.bind=127.0.0.1",
+                "-filer",
+                "-s3",
+                f"-s3.port={p['s3']}",
+                f"-s3.port.grpc={p['s3_grpc']}",
+                "-s3.port.iceberg=0",
+                "-s3.port.lance=0",
+                f"-master.port={p['master']}",
+                f"-master.port.grpc={p['master_grpc']}",
+                f"-volume.port={p['volume']}",
+                f"-volume.port.grpc={p['volume_grpc']}",
+                f"-filer.port={p['filer']}",
+                f"-filer.port.grpc={p['filer_grpc']}",
+                f"-filer.localSocket={sw / 'filer.sock'}",
+                f"-s3.localSocket={sw / 's3.sock'}",
+                "-master.telemetry=false",
+                "-master.volumeSizeLimitMB=1024",
+                "-volume.preStopSeconds=1",
+            ],
+            stop_timeout=10.0,
+        )  # it takes more than 8 s to stop on TERM, then gets KILLed
         wait_for("redis", self._redis_ping, timeout, alive=self._dead("redis"))
         wait_for("postgres", self._postgres_ready, timeout, alive=self._dead("postgres"))
         wait_for("seaweedfs S3", self._s3_ready, timeout, interval=1.0, alive=self._dead("seaweedfs"))
@@ -211,16 +309,36 @@ class LocalStack:
             for d in (pg, data, sock):
                 shutil.chown(d, user, user)
         os.chmod(data, 0o700)
-        done = subprocess.run([_pg_bin("initdb"), "-D", str(data), "-U", "postgres", "-A", "trust",
-                               "-E", "UTF8", "--no-instructions"], user=user, cwd=pg, timeout=120,
-                              capture_output=True, text=True)
+        done = subprocess.run(
+            [
+                _pg_bin("initdb"),
+                "-D",
+                str(data),
+                "-U",
+                "postgres",
+                "-A",
+                "trust",
+                "-E",
+                "UTF8",
+                "--no-instructions",
+            ],
+            user=user,
+            cwd=pg,
+            timeout=120,
+            capture_output=True,
+            text=True,
+        )
         if done.returncode:
-            raise StackError(f"initdb failed (the {user or 'current'} user must be able to enter every "
-                             f"folder above {data}):\n{done.stderr[-2000:]}")
+            raise StackError(
+                f"initdb failed (the {user or 'current'} user must be able to enter every "
+                f"folder above {data}):\n{done.stderr[-2000:]}"
+            )
         # Our own socket folder and loopback only; no fsync (a scratch stack; data outlives no crash).
         with open(data / "postgresql.conf", "a") as f:
-            f.write(f"\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = '{sock}'\n"
-                    "fsync = off\nmax_connections = 200\n")
+            f.write(
+                f"\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = '{sock}'\n"
+                "fsync = off\nmax_connections = 200\n"
+            )
 
     def _redis_ping(self) -> bool:
         import redis
@@ -230,8 +348,13 @@ class LocalStack:
     def _postgres_ready(self) -> bool:
         import psycopg2
 
-        con = psycopg2.connect(host="127.0.0.1", port=self.ports["postgres"], user="postgres",
-                               dbname="postgres", connect_timeout=2)
+        con = psycopg2.connect(
+            host="127.0.0.1",
+            port=self.ports["postgres"],
+            user="postgres",
+            dbname="postgres",
+            connect_timeout=2,
+        )
         try:
             con.autocommit = True
             with con.cursor() as cur:
@@ -246,8 +369,13 @@ class LocalStack:
         """An s3fs filesystem on the stack's S3 endpoint."""
         import s3fs
 
-        return s3fs.S3FileSystem(endpoint_url=f"http://127.0.0.1:{self.ports['s3']}", key=PLACEHOLDER_KEY,
-                                 secret=PLACEHOLDER_SECRET, skip_instance_cache=True, use_listings_cache=False)
+        return s3fs.S3FileSystem(
+            endpoint_url=f"http://127.0.0.1:{self.ports['s3']}",
+            key=PLACEHOLDER_KEY,
+            secret=PLACEHOLDER_SECRET,
+            skip_instance_cache=True,
+            use_listings_cache=False,
+        )
 
     def _s3_ready(self) -> bool:
         fs = self.s3fs()
@@ -259,63 +387,120 @@ class LocalStack:
     def _write_dagster_files(self) -> None:
         self.home.mkdir(parents=True, exist_ok=True)
         text = (PROJECT_ROOT / "dagster.distributed.yaml").read_text()
-        for k, v in {"@MAX_CONCURRENT_RUNS@": str(self.max_concurrent_runs),
-                     "@AUTOMATION@": str(self.automation).lower(), "@HOME@": str(self.home)}.items():
+        for k, v in {
+            "@MAX_CONCURRENT_RUNS@": str(self.max_concurrent_runs),
+            "@AUTOMATION@": str(self.automation).lower(),
+            "@HOME@": str(self.home),
+        }.items():
             text = text.replace(k, v)
         (self.home / "dagster.yaml").write_text(text)
         (self.root / "workspace.yaml").write_text(
             "load_from:\n  - grpc_server:\n      host: 127.0.0.1\n"
-            f"      port: {self.ports['code_server']}\n      location_name: soco_pipeline\n")
+            f"      port: {self.ports['code_server']}\n      location_name: soco_pipeline\n"
+        )
         env = self.client_env()
         (self.root / "celery.yaml").write_text(
             "# dagster-celery worker config: the same broker/backend as the executor (defs/executors.py)\n"
             "execution:\n  config:\n"
-            f"    broker: \"{env['SOCO_CELERY_BROKER']}\"\n    backend: \"{env['SOCO_CELERY_BACKEND']}\"\n"
+            f'    broker: "{env["SOCO_CELERY_BROKER"]}"\n    backend: "{env["SOCO_CELERY_BACKEND"]}"\n'
             "    config_source:\n      task_acks_late: true\n      task_reject_on_worker_lost: false\n"
             # one message per worker process: a worker holds only the step it runs, never a queue of them
             "      worker_prefetch_multiplier: 1\n"
-            f"      broker_transport_options: {{visibility_timeout: {self.visibility_timeout}}}\n")
+            f"      broker_transport_options: {{visibility_timeout: {self.visibility_timeout}}}\n"
+        )
         (self.root / "cluster.env").write_text(
-            "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items()))
+            "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
+        )
 
     def _start_dagster(self, timeout: float) -> None:
         self._write_dagster_files()
         env = self._process_env()
         # Schema first, once, before any other Dagster process: an empty database races at creation.
-        done = subprocess.run([_bin("dagster"), "instance", "migrate"], env=env, cwd=PROJECT_ROOT,
-                              timeout=timeout, capture_output=True, text=True)
+        done = subprocess.run(
+            [_bin("dagster"), "instance", "migrate"],
+            env=env,
+            cwd=PROJECT_ROOT,
+            timeout=timeout,
+            capture_output=True,
+            text=True,
+        )
         if done.returncode:
             raise StackError(f"`dagster instance migrate` failed:\n{done.stderr[-3000:]}")
         p = self.ports
         # Workers need only the broker (they load the code per task): start them alongside the code server.
         workers = self.worker_queues()
         for name, queues in workers:
-            self._start(name, [_bin("dagster-celery"), "worker", "start", "-A", "dagster_celery.app",
-                               "-y", str(self.root / "celery.yaml"),
-                               # one comma-separated -q: dagster-celery turns each -q into a `celery -Q`,
-                               # and celery keeps only the last -Q it is given
-                               "-q", queues, "-n", name, "--",
-                               f"--concurrency={self.worker_concurrency}", "--without-gossip",
-                               "--without-mingle"], stop_timeout=10.0)
-        self._start("code_server", [_bin("dagster"), "api", "grpc", "-h", "127.0.0.1",
-                                    "-p", str(p["code_server"]), "-m", "soco_pipeline.defs.definitions",
-                                    "--location-name", "soco_pipeline"])
+            self._start(
+                name,
+                [
+                    _bin("dagster-celery"),
+                    "worker",
+                    "start",
+                    "-A",
+                    "dagster_celery.app",
+                    "-y",
+                    str(self.root / "celery.yaml"),
+                    # one comma-separated -q: dagster-celery turns each -q into a `celery -Q`,
+                    # and celery keeps only the last -Q it is given
+                    "-q",
+                    queues,
+                    "-n",
+                    name,
+                    "--",
+                    f"--concurrency={self.worker_concurrency}",
+                    "--without-gossip",
+                    "--without-mingle",
+                ],
+                stop_timeout=10.0,
+            )
+        self._start(
+            "code_server",
+            [
+                _bin("dagster"),
+                "api",
+                "grpc",
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(p["code_server"]),
+                "-m",
+                "soco_pipeline.defs.definitions",
+                "--location-name",
+                "soco_pipeline",
+            ],
+        )
         # The port first (a cheap socket poll): each `grpc-health-check` is a Python process that imports
         # Dagster, and polling with it while the code server loads the code slows that load on few cores.
-        wait_for("code server port", lambda: port_open(p["code_server"]), timeout, interval=0.5,
-                 alive=self._dead("code_server"))
+        wait_for(
+            "code server port",
+            lambda: port_open(p["code_server"]),
+            timeout,
+            interval=0.5,
+            alive=self._dead("code_server"),
+        )
         health = [_bin("dagster"), "api", "grpc-health-check", "-h", "127.0.0.1", "-p", str(p["code_server"])]
-        wait_for("code server", lambda: subprocess.run(health, env=env, capture_output=True,
-                                                       timeout=60).returncode == 0,
-                 timeout, interval=1.0, alive=self._dead("code_server"))
+        wait_for(
+            "code server",
+            lambda: subprocess.run(health, env=env, capture_output=True, timeout=60).returncode == 0,
+            timeout,
+            interval=1.0,
+            alive=self._dead("code_server"),
+        )
         self.log("code server passes grpc-health-check")
         workspace = str(self.root / "workspace.yaml")
         self._start("daemon", [_bin("dagster-daemon"), "run", "-w", workspace])
         if self.webserver:
-            self._start("webserver", [_bin("dagster-webserver"), "-h", "127.0.0.1", "-p", str(p["webserver"]),
-                                      "-w", workspace])
-        wait_for("celery workers", lambda: set(self.worker_names()) >= {n for n, _ in workers}, timeout,
-                 interval=1.0, alive=self._any_dead([n for n, _ in workers]))
+            self._start(
+                "webserver",
+                [_bin("dagster-webserver"), "-h", "127.0.0.1", "-p", str(p["webserver"]), "-w", workspace],
+            )
+        wait_for(
+            "celery workers",
+            lambda: set(self.worker_names()) >= {n for n, _ in workers},
+            timeout,
+            interval=1.0,
+            alive=self._any_dead([n for n, _ in workers]),
+        )
         self.log(f"workers answer: {self.worker_names()}")
         wait_for("dagster daemon", self._daemon_healthy, timeout, interval=1.0, alive=self._dead("daemon"))
         self.log("daemon heartbeats are healthy")
@@ -332,13 +517,20 @@ class LocalStack:
         if name in INFRA:
             raise StackError(f"{name} keeps the stack's state: stop and start the whole stack instead")
         if old is None:
-            raise StackError(f"no service {name!r} in {self.state_file}; known: {[s.name for s in self.services]}")
+            raise StackError(
+                f"no service {name!r} in {self.state_file}; known: {[s.name for s in self.services]}"
+            )
         stop_all([old], self._popens)
         self.services.remove(old)
         svc = self._start(name, old.cmd, stop_timeout=old.stop_timeout)
         if name in {n for n, _ in self.worker_queues()}:
-            wait_for(f"worker {name}", lambda: name in self.worker_names(), timeout, interval=1.0,
-                     alive=self._dead(name))
+            wait_for(
+                f"worker {name}",
+                lambda: name in self.worker_names(),
+                timeout,
+                interval=1.0,
+                alive=self._dead(name),
+            )
         return svc
 
     def worker_queues(self) -> list[tuple[str, str]]:
@@ -349,9 +541,10 @@ class LocalStack:
     def _any_dead(self, names: list[str]):
         def check() -> str | None:
             for n in names:
-                if (msg := self._dead(n)()):
+                if msg := self._dead(n)():
                     return f"{n} {msg}"
             return None
+
         return check
 
     def celery_app(self):
@@ -367,14 +560,21 @@ class LocalStack:
         return sorted(name.split("@")[0] for r in replies for name in r)
 
     def _daemon_healthy(self) -> bool:
-        done = subprocess.run([_bin("dagster-daemon"), "liveness-check"], env=self._process_env(),
-                              cwd=PROJECT_ROOT, capture_output=True, timeout=60)
+        done = subprocess.run(
+            [_bin("dagster-daemon"), "liveness-check"],
+            env=self._process_env(),
+            cwd=PROJECT_ROOT,
+            capture_output=True,
+            timeout=60,
+        )
         return done.returncode == 0
 
     def _webserver_ready(self) -> bool:
         import urllib.request
 
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.ports['webserver']}/server_info", timeout=2) as r:
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{self.ports['webserver']}/server_info", timeout=2
+        ) as r:
             return r.status == 200
 
     # -- stop ------------------------------------------------------------------------------------

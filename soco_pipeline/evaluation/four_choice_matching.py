@@ -71,8 +71,14 @@ def predict_four_choice(
     if items.empty:
         return pd.DataFrame(columns=cols + [f"pick_{r}" for r in range(4)])
     desc, qsrc = source_descriptors(
-        items["src_image"].to_numpy(), items["src_keypoint"].to_numpy(),
-        keypoints, images, store, protocol, backbone_name, device,
+        items["src_image"].to_numpy(),
+        items["src_keypoint"].to_numpy(),
+        keypoints,
+        images,
+        store,
+        protocol,
+        backbone_name,
+        device,
     )
     n = len(items)
     trg = items["trg_image"].to_numpy()

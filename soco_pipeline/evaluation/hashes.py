@@ -38,8 +38,11 @@ def _fmt(values: pd.Series) -> pd.Series:
 def image_digests(image_set: pd.DataFrame) -> pd.Series:
     """sha256 of every image file's bytes, indexed by image_id (reads each image once)."""
     uris = image_set.set_index("image_id")["uri"]
-    return pd.Series([hashlib.sha256(read_bytes(u)).hexdigest()[:HASH_LENGTH] for u in uris],
-                     index=uris.index, name="image_digest")
+    return pd.Series(
+        [hashlib.sha256(read_bytes(u)).hexdigest()[:HASH_LENGTH] for u in uris],
+        index=uris.index,
+        name="image_digest",
+    )
 
 
 def pair_hashes(
@@ -56,31 +59,62 @@ def pair_hashes(
     """
     digests = image_digests(image_set) if digests is None else digests
     kp = keypoints.set_index(["image_id", "keypoint"])
-    kp_text = (_fmt(kp["x"]) + "," + _fmt(kp["y"]) + "," + kp["visible"].astype(bool).astype(str)).rename("kp")
+    kp_text = (_fmt(kp["x"]) + "," + _fmt(kp["y"]) + "," + kp["visible"].astype(bool).astype(str)).rename(
+        "kp"
+    )
     pairs = image_pairs[["pair_id", "level", "pair_group", "src_image", "trg_image"]]
     corr = correspondences.merge(pairs[["pair_id", "src_image", "trg_image"]], on="pair_id", how="inner")
     src = kp_text.reindex(pd.MultiIndex.from_arrays([corr["src_image"], corr["src_keypoint"]])).fillna("?")
     trg = kp_text.reindex(pd.MultiIndex.from_arrays([corr["trg_image"], corr["trg_keypoint"]])).fillna("?")
     row_text = (
-        corr["kind"].astype(str) + ":" + corr["src_keypoint"].astype(str) + "@" + src.to_numpy() + ">"
-        + corr["trg_keypoint"].astype(str) + "@" + trg.to_numpy() + ":" + corr["geo"].astype(bool).astype(str)
-        + ":" + corr["n_candidates"].astype(str)
+        corr["kind"].astype(str)
+        + ":"
+        + corr["src_keypoint"].astype(str)
+        + "@"
+        + src.to_numpy()
+        + ">"
+        + corr["trg_keypoint"].astype(str)
+        + "@"
+        + trg.to_numpy()
+        + ":"
+        + corr["geo"].astype(bool).astype(str)
+        + ":"
+        + corr["n_candidates"].astype(str)
     )
     per_pair = (
-        pd.DataFrame({"pair_id": corr["pair_id"], "t": row_text}).sort_values(["pair_id", "t"])
-        .groupby("pair_id", sort=False)["t"].agg("|".join)
+        pd.DataFrame({"pair_id": corr["pair_id"], "t": row_text})
+        .sort_values(["pair_id", "t"])
+        .groupby("pair_id", sort=False)["t"]
+        .agg("|".join)
     )
     im = image_set.set_index("image_id")
     box = (
-        im["width"].astype(str) + "x" + im["height"].astype(str) + ":" + _fmt(im["bbox_l"]) + "," + _fmt(im["bbox_t"])
-        + "," + _fmt(im["bbox_r"]) + "," + _fmt(im["bbox_b"])
+        im["width"].astype(str)
+        + "x"
+        + im["height"].astype(str)
+        + ":"
+        + _fmt(im["bbox_l"])
+        + ","
+        + _fmt(im["bbox_t"])
+        + ","
+        + _fmt(im["bbox_r"])
+        + ","
+        + _fmt(im["bbox_b"])
     )
     text = (
-        pairs["pair_id"].astype(str) + ";" + pairs["level"].astype(str) + ";"
-        + digests.reindex(pairs["src_image"]).fillna("?").to_numpy() + ";"
-        + digests.reindex(pairs["trg_image"]).fillna("?").to_numpy() + ";"
-        + box.reindex(pairs["trg_image"]).fillna("?").to_numpy() + ";"
-        + per_pair.reindex(pairs["pair_id"]).fillna("").to_numpy() + ";" + matching_hash
+        pairs["pair_id"].astype(str)
+        + ";"
+        + pairs["level"].astype(str)
+        + ";"
+        + digests.reindex(pairs["src_image"]).fillna("?").to_numpy()
+        + ";"
+        + digests.reindex(pairs["trg_image"]).fillna("?").to_numpy()
+        + ";"
+        + box.reindex(pairs["trg_image"]).fillna("?").to_numpy()
+        + ";"
+        + per_pair.reindex(pairs["pair_id"]).fillna("").to_numpy()
+        + ";"
+        + matching_hash
     )
     out = pairs[["pair_id", "pair_group", "src_image", "trg_image"]].reset_index(drop=True)
     out["pair_hash"] = _sha_many(text)
@@ -92,8 +126,13 @@ def four_choice_hashes(four_choice: pd.DataFrame, pair_hash: pd.DataFrame) -> pd
     ph = pair_hash.set_index("pair_id")["pair_hash"]
     opts = four_choice[["option_a", "option_b", "option_c", "option_d"]].astype(str).agg(",".join, axis=1)
     text = (
-        ph.reindex(four_choice["pair_id"]).fillna("?").to_numpy() + ";" + four_choice["src_keypoint"].astype(str)
-        + ";" + opts + ";" + four_choice["answer"].astype(str)
+        ph.reindex(four_choice["pair_id"]).fillna("?").to_numpy()
+        + ";"
+        + four_choice["src_keypoint"].astype(str)
+        + ";"
+        + opts
+        + ";"
+        + four_choice["answer"].astype(str)
     )
     out = four_choice[["pair_id", "src_keypoint"]].reset_index(drop=True)
     out["item_hash"] = _sha_many(text.to_numpy())
@@ -103,15 +142,34 @@ def four_choice_hashes(four_choice: pd.DataFrame, pair_hash: pd.DataFrame) -> pd
 def lvlm_item_hashes(items: pd.DataFrame, pair_hash: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per LVLM item row (setting, index): item_hash over the question, options, answer, the marked
     images' content digests and (when given) the pair's hash."""
-    def digest(paths: pd.Series) -> np.ndarray:
-        return np.array([hashlib.sha256(read_bytes(p)).hexdigest()[:HASH_LENGTH] if isinstance(p, str) and p else ""
-                         for p in paths], dtype=object)
 
-    ph = "" if pair_hash is None else pair_hash.set_index("pair_id")["pair_hash"].reindex(items["pair_id"]).fillna("?")
+    def digest(paths: pd.Series) -> np.ndarray:
+        return np.array(
+            [
+                hashlib.sha256(read_bytes(p)).hexdigest()[:HASH_LENGTH] if isinstance(p, str) and p else ""
+                for p in paths
+            ],
+            dtype=object,
+        )
+
+    ph = (
+        ""
+        if pair_hash is None
+        else pair_hash.set_index("pair_id")["pair_hash"].reindex(items["pair_id"]).fillna("?")
+    )
     text = (
-        items["setting"].astype(str) + ";" + items["question"].astype(str) + ";"
-        + items[["A", "B", "C", "D"]].astype(str).agg("|".join, axis=1) + ";" + items["answer"].astype(str) + ";"
-        + digest(items["src_render"]) + ";" + digest(items["trg_render"]) + ";"
+        items["setting"].astype(str)
+        + ";"
+        + items["question"].astype(str)
+        + ";"
+        + items[["A", "B", "C", "D"]].astype(str).agg("|".join, axis=1)
+        + ";"
+        + items["answer"].astype(str)
+        + ";"
+        + digest(items["src_render"])
+        + ";"
+        + digest(items["trg_render"])
+        + ";"
         + (ph if isinstance(ph, str) else ph.to_numpy())
     )
     out = items[["setting", "index", "pair_id"]].reset_index(drop=True)

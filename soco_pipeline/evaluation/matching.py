@@ -28,7 +28,14 @@ from soco_pipeline.geometry import scale_keypoints, unit_to_pixels
 from soco_pipeline.native import half_matmul
 
 PREDICTION_COLUMNS = [
-    "backbone", "pair_id", "src_keypoint", "mode", "pred_x", "pred_y", "similarity", "input_size",
+    "backbone",
+    "pair_id",
+    "src_keypoint",
+    "mode",
+    "pred_x",
+    "pred_y",
+    "similarity",
+    "input_size",
 ]
 # Bytes of float32 similarity map allowed at once when upsampling to S x S.
 _UPSAMPLE_CHUNK_FLOATS = 1 << 25
@@ -80,7 +87,9 @@ def bilinear_corners(uv: np.ndarray, h: int, w: int) -> tuple[np.ndarray, np.nda
     x1, y1 = x0 + 1, y0 + 1
     xs = np.stack([x0, x1, x0, x1], axis=1)  # corners nw, ne, sw, se
     ys = np.stack([y0, y0, y1, y1], axis=1)
-    weights = np.stack([(x1 - x) * (y1 - y), (x - x0) * (y1 - y), (x1 - x) * (y - y0), (x - x0) * (y - y0)], axis=1)
+    weights = np.stack(
+        [(x1 - x) * (y1 - y), (x - x0) * (y1 - y), (x1 - x) * (y - y0), (x - x0) * (y - y0)], axis=1
+    )
     weights *= (xs >= 0) & (xs <= w - 1) & (ys >= 0) & (ys <= h - 1)
     cells = np.clip(ys, 0, h - 1).astype(np.int64) * w + np.clip(xs, 0, w - 1).astype(np.int64)
     return cells, weights
@@ -95,8 +104,12 @@ def sample_descriptors(fmap: torch.Tensor | np.ndarray, uv: torch.Tensor | np.nd
     return _corner_descriptors(fmap, *bilinear_corners(uv, h, w))
 
 
-def _corner_descriptors(fmap: torch.Tensor | np.ndarray, cells: np.ndarray, weights: np.ndarray,
-                        device: torch.device | None = None) -> torch.Tensor:
+def _corner_descriptors(
+    fmap: torch.Tensor | np.ndarray,
+    cells: np.ndarray,
+    weights: np.ndarray,
+    device: torch.device | None = None,
+) -> torch.Tensor:
     """Weighted sums (N x C, float32) of the map's cells (N x 4) with float32 weights (N x 4); a numpy map
     is moved to `device` first unless the native kernel reads it where it is."""
     on_cpu = device is None or device.type == "cpu"
@@ -115,10 +128,17 @@ def _corner_descriptors(fmap: torch.Tensor | np.ndarray, cells: np.ndarray, weig
     return (corners.reshape(c, -1, 4) * torch.as_tensor(weights, device=flat.device)[None]).sum(dim=2).T
 
 
-def _corner_descriptors_into(arr: np.ndarray, cells: np.ndarray, weights: np.ndarray, out: torch.Tensor) -> None:
+def _corner_descriptors_into(
+    arr: np.ndarray, cells: np.ndarray, weights: np.ndarray, out: torch.Tensor
+) -> None:
     """`_corner_descriptors` written into `out` (rows of the descriptor matrix): a float32 CPU matrix and an
     fp16 map go through the native kernel, which writes in place; anything else through torch."""
-    if out.device.type == "cpu" and out.dtype == torch.float32 and arr.dtype == np.float16 and half_matmul.available():
+    if (
+        out.device.type == "cpu"
+        and out.dtype == torch.float32
+        and arr.dtype == np.float16
+        and half_matmul.available()
+    ):
         half_matmul.corner_descriptors(arr, cells, weights, out=out.numpy())
     else:
         out[:] = _corner_descriptors(arr, cells, weights, out.device).to(device=out.device, dtype=out.dtype)
@@ -138,9 +158,13 @@ def load_stored_maps(store: FeatureStoreLike, image_id: str, backbone: str) -> t
             f"(feature_manifest[{backbone}]) for this image set"
         ) from None
     if arr.ndim != 3:
-        raise MatchingError(f"features of image {image_id!r} ({backbone}) have shape {arr.shape}; expected C x h x w")
+        raise MatchingError(
+            f"features of image {image_id!r} ({backbone}) have shape {arr.shape}; expected C x h x w"
+        )
     if "input_size" not in meta:
-        raise MatchingError(f"features of image {image_id!r} ({backbone}) lack meta['input_size']; re-extract them")
+        raise MatchingError(
+            f"features of image {image_id!r} ({backbone}) lack meta['input_size']; re-extract them"
+        )
     return np.asarray(arr), int(meta["input_size"])
 
 
@@ -169,7 +193,9 @@ def visible_keypoint_xy(
     img_index, name_index = pd.Index(pd.unique(kp_img)), pd.Index(pd.unique(kp_name))
     key = pd.Index(img_index.get_indexer(kp_img) * len(name_index) + name_index.get_indexer(kp_name))
     if not key.is_unique:
-        raise error("the keypoints table has several rows for one (image_id, keypoint): rebuild it from the clicks")
+        raise error(
+            "the keypoints table has several rows for one (image_id, keypoint): rebuild it from the clicks"
+        )
     q_img, q_name = img_index.get_indexer(np.asarray(image_ids)), name_index.get_indexer(np.asarray(names))
     pos = key.get_indexer(np.where((q_img >= 0) & (q_name >= 0), q_img * len(name_index) + q_name, -1))
     visible = np.zeros(len(pos), dtype=bool)
@@ -189,7 +215,9 @@ def image_sizes(images: pd.DataFrame, image_ids: np.ndarray) -> np.ndarray:
     im = images.set_index("image_id")[["width", "height"]].reindex(image_ids)
     if im["width"].isna().any():
         missing = pd.unique(np.asarray(image_ids)[im["width"].isna().to_numpy()])[:5]
-        raise MatchingError(f"images {list(missing)} are not in the image set: rebuild the pairs from image_set")
+        raise MatchingError(
+            f"images {list(missing)} are not in the image set: rebuild the pairs from image_set"
+        )
     return im.to_numpy(np.float64)
 
 
@@ -209,7 +237,9 @@ def source_descriptors(
     starts = np.flatnonzero(np.r_[True, uimg[1:] != uimg[:-1]])
     ends = np.r_[starts[1:], len(uimg)]
     desc: torch.Tensor | None = None
-    corners_by_grid: dict[tuple[int, int, int], tuple[np.ndarray, np.ndarray]] = {}  # (S, h, w) -> all points'
+    corners_by_grid: dict[
+        tuple[int, int, int], tuple[np.ndarray, np.ndarray]
+    ] = {}  # (S, h, w) -> all points'
     for a, b in zip(starts, ends, strict=True):
         arr, size = load_stored_maps(store, uimg[a], backbone)
         c, h, w = arr.shape
@@ -231,7 +261,12 @@ def _similarities(q: torch.Tensor, fmap: torch.Tensor, dtype: torch.dtype, want_
     An fp16 map on the CPU at float32 goes through the native kernel (no float32 copy of the map); the
     result is the float32 product's, ties to the lowest cell. Everything else runs in torch.
     """
-    if fmap.dtype == torch.float16 and dtype == torch.float32 and fmap.device.type == "cpu" and half_matmul.available():
+    if (
+        fmap.dtype == torch.float16
+        and dtype == torch.float32
+        and fmap.device.type == "cpu"
+        and half_matmul.available()
+    ):
         return half_matmul.similarity_argmax(q, fmap, want_sims)
     sims = q.to(dtype) @ fmap.to(dtype).reshape(fmap.shape[0], -1)
     idx = sims.argmax(dim=1)  # argmax + gather is much cheaper than max(dim) on CPU
@@ -265,13 +300,19 @@ def group_slices(keys: np.ndarray):
 def _index_points(idx: np.ndarray, hw: np.ndarray, protocol: ProtocolConfig) -> np.ndarray:
     """Unit points reported for flat cell indices on per-row grids (hw: n x 2)."""
     h, w = hw[:, 0], hw[:, 1]
-    return cell_points(torch.as_tensor(idx // w), torch.as_tensor(idx % w), torch.as_tensor(h),
-                       torch.as_tensor(w), protocol).numpy()
+    return cell_points(
+        torch.as_tensor(idx // w), torch.as_tensor(idx % w), torch.as_tensor(h), torch.as_tensor(w), protocol
+    ).numpy()
 
 
 def _pick(sims: torch.Tensor, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
     """sims[rows[i], cols[i]] as float64 numpy values."""
-    return sims[torch.as_tensor(rows, device=sims.device), torch.as_tensor(cols, device=sims.device)].double().cpu().numpy()
+    return (
+        sims[torch.as_tensor(rows, device=sims.device), torch.as_tensor(cols, device=sims.device)]
+        .double()
+        .cpu()
+        .numpy()
+    )
 
 
 def _segment_argmax(owner: np.ndarray, vals: np.ndarray, cells: np.ndarray, wanted: np.ndarray):
@@ -305,7 +346,7 @@ def _free_argmax(sims: torch.Tensor, h: int, w: int, size: int, protocol: Protoc
     wc = (cols[:, None, None] + d[None, None, :]).expand(-1, len(d), -1)
     wr, wc = wr.reshape(len(idx), -1), wc.reshape(len(idx), -1)
     valid = (wr >= 0) & (wr < h) & (wc >= 0) & (wc < w)
-    flat = (wr.clamp(0, h - 1) * w + wc.clamp(0, w - 1))
+    flat = wr.clamp(0, h - 1) * w + wc.clamp(0, w - 1)
     s = sims.gather(1, flat).double().masked_fill(~valid, float("-inf"))
     weights = torch.softmax(s / protocol.soft_argmax_temperature, dim=1)
     pts = cell_points(wr.clamp(0, h - 1), wc.clamp(0, w - 1), h, w, protocol)
@@ -342,12 +383,16 @@ def _queries(image_pairs: pd.DataFrame, correspondences: pd.DataFrame) -> _Queri
     keep = np.flatnonzero(pair >= 0)
     if not len(keep):
         return None
-    rows = {col: correspondences[col].to_numpy()[keep]
-            for col in ("pair_id", "kind", "src_keypoint", "trg_keypoint", "geo", "n_candidates")}
+    rows = {
+        col: correspondences[col].to_numpy()[keep]
+        for col in ("pair_id", "kind", "src_keypoint", "trg_keypoint", "geo", "n_candidates")
+    }
     rows["src_image"] = pairs["src_image"].to_numpy()[pair[keep]]
     rows["trg_image"] = pairs["trg_image"].to_numpy()[pair[keep]]
     qid, first = group_ids(pair[keep], rows["src_keypoint"])  # query of each row, first row of each query
-    queries = pd.DataFrame({col: rows[col][first] for col in ("pair_id", "src_keypoint", "src_image", "trg_image")})
+    queries = pd.DataFrame(
+        {col: rows[col][first] for col in ("pair_id", "src_keypoint", "src_image", "trg_image")}
+    )
     return _Queries(queries, rows, qid)
 
 
@@ -364,7 +409,9 @@ class _GeoCandidates:
 def _geo_candidates(q: _Queries, keypoints, images, protocol: ProtocolConfig) -> _GeoCandidates:
     """Each geo query's candidates are its CC group's target keypoints (same pair and source keypoint)."""
     n, kind, rows = len(q.queries), q.rows["kind"], q.rows
-    geo_row = (kind == "soc") & rows["geo"].astype(bool) & (rows["n_candidates"] >= protocol.geo_min_candidates)
+    geo_row = (
+        (kind == "soc") & rows["geo"].astype(bool) & (rows["n_candidates"] >= protocol.geo_min_candidates)
+    )
     geo_q = q.qid[geo_row]
     is_geo = np.zeros(n, dtype=bool)
     is_geo[geo_q] = True
@@ -427,11 +474,15 @@ class _TargetMatcher:
         self.desc, self.qrows, self.protocol, self.device = desc, qrows, protocol, device
         self.simple = not (protocol.upsample or protocol.soft_argmax)
         self.dtype = _dtype(protocol)
-        self.native = self.simple and self.dtype == torch.float32 and device.type == "cpu" and half_matmul.available()
+        self.native = (
+            self.simple and self.dtype == torch.float32 and device.type == "cpu" and half_matmul.available()
+        )
         self.desc_np = desc.numpy() if self.native else None
         self.qdesc: torch.Tensor | None = None  # queries gathered for torch, made only when a map needs torch
 
-    def match(self, arr: np.ndarray, size: int, a: int, b: int, c_local: np.ndarray, c_cell: np.ndarray) -> _TargetMatch:
+    def match(
+        self, arr: np.ndarray, size: int, a: int, b: int, c_local: np.ndarray, c_cell: np.ndarray
+    ) -> _TargetMatch:
         """Sorted queries a:b against the map `arr` (input size S = size); candidates as (row in a:b, cell)."""
         if self.native and arr.dtype == np.float16:
             return self._native(arr, a, b, c_local, c_cell)
@@ -445,7 +496,9 @@ class _TargetMatcher:
             by_cell = np.argsort(c_cell, kind="stable")
             probes = (c_local[by_cell], c_cell[by_cell])
             probe_val = np.empty(len(c_cell), dtype=np.float32)
-        half_matmul.argmax_into(arr, self.desc_np, self.qrows[a:b], idx, sim, probes=probes, probe_out=probe_val)
+        half_matmul.argmax_into(
+            arr, self.desc_np, self.qrows[a:b], idx, sim, probes=probes, probe_out=probe_val
+        )
         cand_val = np.zeros(len(c_cell))
         if by_cell is not None:
             cand_val[by_cell] = probe_val
@@ -488,8 +541,14 @@ def predict(
         return pd.DataFrame(columns=PREDICTION_COLUMNS)
     queries, n = q.queries, len(q.queries)
     desc, qsrc = source_descriptors(  # step 5, every source point once
-        queries["src_image"].to_numpy(), queries["src_keypoint"].to_numpy(),
-        keypoints, images, store, protocol, backbone_name, device,
+        queries["src_image"].to_numpy(),
+        queries["src_keypoint"].to_numpy(),
+        keypoints,
+        images,
+        store,
+        protocol,
+        backbone_name,
+        device,
     )
     geo = _geo_candidates(q, keypoints, images, protocol)
     trg = queries["trg_image"].to_numpy()
@@ -524,12 +583,38 @@ def predict(
         else:
             free_uv[a:b] = got.uv
         c_val[ca:cb] = got.cand_val
-    return _assemble(backbone_name, queries, geo, layout, grids, free_idx, free_uv, free_sim, c_cell, c_val,
-                     trg_sizes, matcher.simple, protocol)
+    return _assemble(
+        backbone_name,
+        queries,
+        geo,
+        layout,
+        grids,
+        free_idx,
+        free_uv,
+        free_sim,
+        c_cell,
+        c_val,
+        trg_sizes,
+        matcher.simple,
+        protocol,
+    )
 
 
-def _assemble(backbone_name, queries, geo, layout, grids, free_idx, free_uv, free_sim, c_cell, c_val,
-              trg_sizes, simple, protocol) -> pd.DataFrame:
+def _assemble(
+    backbone_name,
+    queries,
+    geo,
+    layout,
+    grids,
+    free_idx,
+    free_uv,
+    free_sim,
+    c_cell,
+    c_val,
+    trg_sizes,
+    simple,
+    protocol,
+) -> pd.DataFrame:
     """The prediction rows, back in query order: free points, then SOC-geo's argmax over the candidates."""
     n, pos = len(queries), layout.pos
     counts = np.diff(layout.bounds)

@@ -53,7 +53,9 @@ def target_xy(keypoints: pd.DataFrame, image_ids: np.ndarray, names: np.ndarray)
     return visible_keypoint_xy(keypoints, image_ids, names, "target", MetricsError)
 
 
-def gt_pixels(xy: np.ndarray, sizes: np.ndarray, input_size: np.ndarray, protocol: ProtocolConfig) -> np.ndarray:
+def gt_pixels(
+    xy: np.ndarray, sizes: np.ndarray, input_size: np.ndarray, protocol: ProtocolConfig
+) -> np.ndarray:
     """The ground-truth point scored against: raw, or through the same keypoint scaling (official)."""
     if protocol.target_keypoint == "raw":
         return xy
@@ -90,7 +92,9 @@ def reduce_scores(kp: pd.DataFrame, reductions=("official", "keypoint")) -> pd.D
     out = []
     g = dict(dropna=False, sort=True)
     if "official" in reductions:
-        pair = kp.groupby(_KEYS + ["supercategory", "pair_group", "pair_id"], **g)["score"].agg(["mean", "size"])
+        pair = kp.groupby(_KEYS + ["supercategory", "pair_group", "pair_id"], **g)["score"].agg(
+            ["mean", "size"]
+        )
         cat = pair.groupby(_KEYS + ["supercategory", "pair_group"], **g).agg(
             value=("mean", "mean"), n=("size", "sum")
         )
@@ -124,7 +128,9 @@ def official_mean(scores: pd.DataFrame) -> float:
     `reduce_scores`' overall value for one backbone, metric and alpha."""
     if scores.empty:
         return float("nan")
-    one = scores[["pair_group", "pair_id", "score"]].assign(backbone="", metric="", alpha=0.0, supercategory="")
+    one = scores[["pair_group", "pair_id", "score"]].assign(
+        backbone="", metric="", alpha=0.0, supercategory=""
+    )
     red = reduce_scores(one, reductions=("official",))
     return float(red.loc[red["scope"] == "all", "value"].iloc[0])
 
@@ -184,7 +190,9 @@ def pck_keypoints(
     free = predictions[predictions["mode"] == "free"]
     geo = predictions[predictions["mode"] == "geo"]
     geo_rows = soc[
-        (soc["level"] == "intra") & soc["geo"].astype(bool) & (soc["n_candidates"] >= protocol.geo_min_candidates)
+        (soc["level"] == "intra")
+        & soc["geo"].astype(bool)
+        & (soc["n_candidates"] >= protocol.geo_min_candidates)
     ]
     parts = {
         "soc": (soc[soc["level"] == "intra"], free),
@@ -200,9 +208,9 @@ def pck_keypoints(
             continue
         s = _score_rows(rows, preds, keypoints, images, protocol, metric)
         if metric in ("cc", "cross_cc"):  # the nearest target of the concept's CC group
-            s = s.groupby(["backbone", "pair_id", "src_keypoint"], as_index=False, sort=False, observed=True).agg(
-                pair_group=("pair_group", "first"), err=("err", "min"), radius=("radius", "first")
-            )
+            s = s.groupby(
+                ["backbone", "pair_id", "src_keypoint"], as_index=False, sort=False, observed=True
+            ).agg(pair_group=("pair_group", "first"), err=("err", "min"), radius=("radius", "first"))
         ok = _correct(s["err"].to_numpy(), s["radius"].to_numpy(), alphas, protocol)
         frames.append(
             s.loc[s.index.repeat(len(alphas))].assign(
@@ -210,7 +218,9 @@ def pck_keypoints(
             )
         )
     if not frames:
-        return pd.DataFrame(columns=_KEYS + ["pair_id", "pair_group", "src_keypoint", "err", "radius", "score"])
+        return pd.DataFrame(
+            columns=_KEYS + ["pair_id", "pair_group", "src_keypoint", "err", "radius", "score"]
+        )
     return pd.concat(frames, ignore_index=True)
 
 
@@ -227,7 +237,9 @@ def four_choice_items(four_choice_predictions: pd.DataFrame, image_pairs: pd.Dat
     return pd.concat(
         [
             base.assign(metric="four_choice", alpha=np.nan, score=right[:, 0].astype(np.float64)),
-            base.assign(metric="four_choice_circular", alpha=np.nan, score=right.all(axis=1).astype(np.float64)),
+            base.assign(
+                metric="four_choice_circular", alpha=np.nan, score=right.all(axis=1).astype(np.float64)
+            ),
         ],
         ignore_index=True,
     )
@@ -272,8 +284,16 @@ def compute_metrics(
     metric: cc | soc | soc_geo | cross_soc | cross_cc (per alpha) | four_choice | four_choice_circular (alpha NaN);
     reduction: official | keypoint; scope: all | supercategory | category. Needs no features.
     """
-    scores = scored_elements(predictions, four_choice_predictions, correspondences, keypoints, images, image_pairs,
-                             protocol, alphas)
+    scores = scored_elements(
+        predictions,
+        four_choice_predictions,
+        correspondences,
+        keypoints,
+        images,
+        image_pairs,
+        protocol,
+        alphas,
+    )
     if scores.empty:
         return pd.DataFrame(columns=METRIC_COLUMNS)
     return reduce_scores(_attach_supercategory(scores, taxonomy), protocol.reductions)

@@ -96,7 +96,9 @@ def official_results(
             "threshold": alpha,
             "normalization": "target_bbox_max_dimension",
             "reduction": "pair_then_category",
-            "protocol": {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(protocol).items()},
+            "protocol": {
+                k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(protocol).items()
+            },
             **(settings or {}),
         },
         "metrics": out,

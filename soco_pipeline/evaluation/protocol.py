@@ -63,15 +63,21 @@ class ProtocolConfig:
     headline_alpha: float = 0.1
     threshold: Literal["strict", "inclusive"] = "strict"
     target_keypoint: Literal["scaled", "raw"] = "scaled"
-    reductions: Annotated[tuple[Literal["official", "keypoint"], ...], Field(min_length=1, strict=False)] = _REDUCTIONS
+    reductions: Annotated[tuple[Literal["official", "keypoint"], ...], Field(min_length=1, strict=False)] = (
+        _REDUCTIONS
+    )
     four_choice_tie_break: Literal["first_presented"] = "first_presented"
 
     @model_validator(mode="after")
     def _consistent(self) -> ProtocolConfig:
         if not any(abs(a - self.headline_alpha) < 1e-12 for a in self.alphas):
-            raise ValueError(f"knob 'headline_alpha' = {self.headline_alpha} is not in alphas {list(self.alphas)}")
+            raise ValueError(
+                f"knob 'headline_alpha' = {self.headline_alpha} is not in alphas {list(self.alphas)}"
+            )
         if self.soft_argmax_window % 2 == 0:
-            raise ValueError(f"knob 'soft_argmax_window' = {self.soft_argmax_window}: give an odd number of cells")
+            raise ValueError(
+                f"knob 'soft_argmax_window' = {self.soft_argmax_window}: give an odd number of cells"
+            )
         if self.upsample and self.soft_argmax:
             raise ValueError("knobs 'upsample' and 'soft_argmax' are exclusive; enable one")
         return self

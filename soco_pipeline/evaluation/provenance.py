@@ -28,8 +28,20 @@ from soco_pipeline.taxonomy import ASSETS_DIR
 SCHEMA_PATH = ASSETS_DIR / "results_record.schema.json"
 SCHEMA_VERSION = "2"  # 2: ci95_cluster_image became ci95_cluster_image_logit (bounded)
 FAMILIES = ("soco_correspondence", "soco_lvlm")
-PACKAGES = ("soco-pipeline", "torch", "timm", "dagster", "numpy", "pandas", "pyarrow", "duckdb", "scipy",
-            "opencv-python-headless", "transformers", "httpx")
+PACKAGES = (
+    "soco-pipeline",
+    "torch",
+    "timm",
+    "dagster",
+    "numpy",
+    "pandas",
+    "pyarrow",
+    "duckdb",
+    "scipy",
+    "opencv-python-headless",
+    "transformers",
+    "httpx",
+)
 
 
 class RecordError(ValueError):
@@ -50,10 +62,23 @@ def package_versions(names=PACKAGES) -> dict[str, str]:
 def git_revision(root: str | Path = PROJECT_ROOT) -> dict[str, Any]:
     """{'commit': sha or 'unknown', 'dirty': bool or None} of the project checkout (unknown outside one)."""
     try:
-        sha = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
-                             timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10, check=True).stdout.strip() != ""
+        sha = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+        dirty = (
+            subprocess.run(
+                ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+                check=True,
+            ).stdout.strip()
+            != ""
+        )
         return {"commit": sha or "unknown", "dirty": dirty}
     except (OSError, subprocess.SubprocessError):
         return {"commit": "unknown", "dirty": None}
@@ -71,8 +96,14 @@ def environment(device: str) -> dict[str, Any]:
             gpu = torch.cuda.get_device_name(0)
     except ImportError:
         pass
-    return {"platform": platform.platform(), "machine": platform.machine(), "cpus": os.cpu_count(),
-            "device": device, "gpu": gpu, "executable": Path(sys.executable).name}
+    return {
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "device": device,
+        "gpu": gpu,
+        "executable": Path(sys.executable).name,
+    }
 
 
 def now_utc() -> str:
@@ -100,10 +131,12 @@ def results_block(intervals: pd.DataFrame) -> dict[str, dict[str, Any]]:
     out = {}
     for r in intervals.itertuples(index=False):
         out[r.metric] = {
-            "value": r.value, "ci95_boot_category": [r.ci95_lo_boot_category, r.ci95_hi_boot_category],
+            "value": r.value,
+            "ci95_boot_category": [r.ci95_lo_boot_category, r.ci95_hi_boot_category],
             "se_cluster_image": r.se_cluster_image,
             "ci95_cluster_image_logit": [r.ci95_lo_cluster_image_logit, r.ci95_hi_cluster_image_logit],
-            "n_units": r.n_units, "n_categories": r.n_categories,
+            "n_units": r.n_units,
+            "n_categories": r.n_categories,
         }
     return out
 
@@ -136,8 +169,13 @@ def build_record(
         "date": now_utc(),
         "git_hash": git_revision(),
         "results": results_block(intervals),
-        "config": {"spec": spec, "spec_hash": spec_hash, "protocol": protocol, "protocol_hash": protocol_hash,
-                   "matching_hash": matching_hash},
+        "config": {
+            "spec": spec,
+            "spec_hash": spec_hash,
+            "protocol": protocol,
+            "protocol_hash": protocol_hash,
+            "matching_hash": matching_hash,
+        },
         "input": input_policy or {},
         "versions": package_versions(),
         "environment": environment(device),
@@ -184,7 +222,9 @@ def read_record(path: str) -> dict[str, Any]:
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise RecordError(f"{path}: not a JSON results record ({e})") from None
     if not isinstance(rec, dict) or "task_hashes" not in rec:
-        raise RecordError(f"{path}: not a results record (no task_hashes); write one with `soco export-results`")
+        raise RecordError(
+            f"{path}: not a results record (no task_hashes); write one with `soco export-results`"
+        )
     return rec
 
 
@@ -203,8 +243,13 @@ VOLATILE = ("date", "timing", "environment", "git_hash", "sample_hashes")
 def diff_records(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     """Where two records differ: the task hashes, the samples whose hashes differ (or that only one side
     has), and every other differing key (dates, timings and environment listed apart as `volatile`)."""
-    out: dict[str, Any] = {"same_inputs": a.get("task_hashes") == b.get("task_hashes"), "task_hashes": {},
-                           "samples": {}, "keys": {}, "volatile": {}}
+    out: dict[str, Any] = {
+        "same_inputs": a.get("task_hashes") == b.get("task_hashes"),
+        "task_hashes": {},
+        "samples": {},
+        "keys": {},
+        "volatile": {},
+    }
     for t in sorted(set(a.get("task_hashes", {})) | set(b.get("task_hashes", {}))):
         ha, hb = a["task_hashes"].get(t), b["task_hashes"].get(t)
         if ha != hb:

@@ -35,8 +35,10 @@ def input_block(spec, manifest: pd.DataFrame) -> dict[str, Any]:
         "grid": [int(grid.iloc[0, 0]), int(grid.iloc[0, 1])] if len(grid) == 1 else None,
         "stride": float(manifest["stride"].iloc[0]) if len(manifest) else None,
         # The extractor refuses a layer it cannot take, so the effective layer is the requested one.
-        "requested_layer": layer, "effective_layer": layer,
-        "requested_normalisation": spec.normalisation, "effective_normalisation": spec.normalisation,
+        "requested_layer": layer,
+        "effective_layer": layer,
+        "requested_normalisation": spec.normalisation,
+        "effective_normalisation": spec.normalisation,
     }
 
 
@@ -58,35 +60,64 @@ def backbone_record(
     pairs_full = tables["image_pairs"]
     pairs = apply_pair_subset(pairs_full, rule)
     ev = pairs[pairs["evaluated"].astype(bool)]
-    ph = hashes.pair_hashes(ev, tables["correspondences"], tables["keypoints"], tables["image_set"],
-                            protocol.matching_hash(), digests)
+    ph = hashes.pair_hashes(
+        ev,
+        tables["correspondences"],
+        tables["keypoints"],
+        tables["image_set"],
+        protocol.matching_hash(),
+        digests,
+    )
     fc = tables["four_choice"]
     fc = fc[fc["pair_id"].isin(ev["pair_id"])]
     fh = hashes.four_choice_hashes(fc, ph)
     fh_ids = fh["pair_id"] + "/" + fh["src_keypoint"]
-    scores = stats.backbone_scores(tables["predictions"], tables.get("four_choice_predictions"),
-                                   tables["correspondences"], tables["keypoints"], tables["image_set"], pairs,
-                                   protocol)
+    scores = stats.backbone_scores(
+        tables["predictions"],
+        tables.get("four_choice_predictions"),
+        tables["correspondences"],
+        tables["keypoints"],
+        tables["image_set"],
+        pairs,
+        protocol,
+    )
     ci = stats.intervals(scores, n_boot=n_boot, seed=0)
     corr = tables["correspondences"]
     soc = corr[corr["kind"] == "soc"]
     full_ids = pairs_full.loc[pairs_full["evaluated"].astype(bool), "pair_id"]
     n_samples = {
         "pairs": {"requested": int(len(full_ids)), "evaluated": int(len(ev))},
-        "soc_keypoints": {"requested": int(soc["pair_id"].isin(full_ids).sum()),
-                          "evaluated": int(soc["pair_id"].isin(ev["pair_id"]).sum())},
-        "four_choice_items": {"requested": int(tables["four_choice"]["pair_id"].isin(full_ids).sum()),
-                              "evaluated": int(len(fc))},
+        "soc_keypoints": {
+            "requested": int(soc["pair_id"].isin(full_ids).sum()),
+            "evaluated": int(soc["pair_id"].isin(ev["pair_id"]).sum()),
+        },
+        "four_choice_items": {
+            "requested": int(tables["four_choice"]["pair_id"].isin(full_ids).sum()),
+            "evaluated": int(len(fc)),
+        },
     }
     return build_record(
-        model=backbone, family="soco_correspondence", spec=spec.to_dict(), spec_hash=spec_hash,
-        protocol=protocol.as_dict(), protocol_hash=protocol.version_hash(), matching_hash=protocol.matching_hash(),
-        intervals=ci[ci["model"] == backbone], n_samples=n_samples, subset=subset_block(rule),
-        sample_hashes={"pairs": dict(zip(ph["pair_id"], ph["pair_hash"], strict=True)),
-                       "four_choice": dict(zip(fh_ids, fh["item_hash"], strict=True))},
-        task_hashes={"pairs": hashes.task_hash(ph["pair_id"], ph["pair_hash"]),
-                     "four_choice": hashes.task_hash(fh_ids, fh["item_hash"])},
-        device=device, input_policy=input_block(spec, tables["feature_manifest"]), timing=timing,
+        model=backbone,
+        family="soco_correspondence",
+        spec=spec.to_dict(),
+        spec_hash=spec_hash,
+        protocol=protocol.as_dict(),
+        protocol_hash=protocol.version_hash(),
+        matching_hash=protocol.matching_hash(),
+        intervals=ci[ci["model"] == backbone],
+        n_samples=n_samples,
+        subset=subset_block(rule),
+        sample_hashes={
+            "pairs": dict(zip(ph["pair_id"], ph["pair_hash"], strict=True)),
+            "four_choice": dict(zip(fh_ids, fh["item_hash"], strict=True)),
+        },
+        task_hashes={
+            "pairs": hashes.task_hash(ph["pair_id"], ph["pair_hash"]),
+            "four_choice": hashes.task_hash(fh_ids, fh["item_hash"]),
+        },
+        device=device,
+        input_policy=input_block(spec, tables["feature_manifest"]),
+        timing=timing,
     )
 
 
@@ -109,17 +140,27 @@ def lvlm_record(
     ids = ih["setting"] + "/" + ih["index"].astype(str)
     scores = stats.lvlm_scores(answers)
     ci = stats.intervals(scores, reduction="pooled", n_boot=n_boot, seed=0)
-    n_samples = {"item_rows": {"requested": int(len(asked)), "evaluated": int(len(answers))},
-                 "item_groups": {"requested": int(asked[["setting", "g_index"]].drop_duplicates().shape[0]),
-                                 "evaluated": int(answers[["setting", "g_index"]].drop_duplicates().shape[0])}}
+    n_samples = {
+        "item_rows": {"requested": int(len(asked)), "evaluated": int(len(answers))},
+        "item_groups": {
+            "requested": int(asked[["setting", "g_index"]].drop_duplicates().shape[0]),
+            "evaluated": int(answers[["setting", "g_index"]].drop_duplicates().shape[0]),
+        },
+    }
     return build_record(
-        model=model, family="soco_lvlm", spec=spec.to_dict(), spec_hash=spec_hash,
+        model=model,
+        family="soco_lvlm",
+        spec=spec.to_dict(),
+        spec_hash=spec_hash,
         protocol=protocol.as_dict() if hasattr(protocol, "as_dict") else dataclasses.asdict(protocol),
         protocol_hash=protocol.version_hash(),
-        intervals=ci[ci["model"] == model], n_samples=n_samples, subset=subset_block(rule),
+        intervals=ci[ci["model"] == model],
+        n_samples=n_samples,
+        subset=subset_block(rule),
         sample_hashes={"lvlm_items": dict(zip(ids, ih["item_hash"], strict=True))},
         task_hashes={"lvlm_items": hashes.task_hash(ids, ih["item_hash"])},
-        device=spec.device if spec.backend != "openai" else f"remote:{spec.backend}", timing=timing,
+        device=spec.device if spec.backend != "openai" else f"remote:{spec.backend}",
+        timing=timing,
     )
 
 
@@ -132,8 +173,9 @@ def load_backbone_tables(tables_root: str, backbone: str) -> dict[str, pd.DataFr
     for asset in ("image_set", "keypoints", "image_pairs", "correspondences", "four_choice"):
         out[asset] = _read(table_for(asset).path(tables_root), asset, exists, read_parquet)
     for asset in ("feature_manifest", "predictions", "four_choice_predictions", "metrics"):
-        out[asset] = _read(table_for(asset).path(tables_root, backbone), f"{asset} of {backbone!r}", exists,
-                           read_parquet)
+        out[asset] = _read(
+            table_for(asset).path(tables_root, backbone), f"{asset} of {backbone!r}", exists, read_parquet
+        )
     return out
 
 
@@ -152,10 +194,14 @@ def stored_subset(metrics: pd.DataFrame) -> SubsetRule:
 
 def results_markdown(rec: dict) -> str:
     """A record's headline results as a Markdown table (value, bootstrap CI, cluster SE) for the UI."""
+
     def f(v) -> str:
         return "" if v is None else f"{v:.1f}"
 
-    rows = ["| metric | value | 95% CI (bootstrap over categories) | SE (cluster: image) |", "|---|---|---|---|"]
+    rows = [
+        "| metric | value | 95% CI (bootstrap over categories) | SE (cluster: image) |",
+        "|---|---|---|---|",
+    ]
     for m, r in rec["results"].items():
         lo, hi = r["ci95_boot_category"]
         rows.append(f"| {m} | {f(r['value'])} | [{f(lo)}, {f(hi)}] | {f(r['se_cluster_image'])} |")

@@ -49,7 +49,9 @@ def source_descriptor(source_map: torch.Tensor, u: float, v: float) -> torch.Ten
 
 
 # ---------------------------------------------------------------------------- step 6: the prediction
-def predicted_point(similarity: torch.Tensor, allowed_cells: list[tuple[int, int]] | None = None) -> tuple[float, float]:
+def predicted_point(
+    similarity: torch.Tensor, allowed_cells: list[tuple[int, int]] | None = None
+) -> tuple[float, float]:
     """The argmax patch of an h x w similarity map (over every patch, or only `allowed_cells` (row, col):
     SOC-geo), reported as (u, v) of its top-left corner.
 
@@ -84,8 +86,14 @@ def is_correct(pred: tuple[float, float], truth: tuple[float, float], threshold:
 
 
 # ---------------------------------------------------------------------------- one pair
-def pair_scores(pair: Any, rows: pd.DataFrame, images: pd.DataFrame, keypoints: pd.DataFrame,
-                store: MapStore, alpha: float) -> dict[str, float]:
+def pair_scores(
+    pair: Any,
+    rows: pd.DataFrame,
+    images: pd.DataFrame,
+    keypoints: pd.DataFrame,
+    store: MapStore,
+    alpha: float,
+) -> dict[str, float]:
     """The mean correctness of one pair's keypoints, per metric (cc, soc, soc_geo; cross_cc, cross_soc).
 
     `pair` is an image_pairs row, `rows` its correspondences, `images` indexed by image_id and `keypoints`
@@ -94,7 +102,10 @@ def pair_scores(pair: Any, rows: pd.DataFrame, images: pd.DataFrame, keypoints: 
     source_map, meta = store.get(pair.src_image)
     target_map, _ = store.get(pair.trg_image)
     size = meta["input_size"]
-    a, b = torch.from_numpy(np.asarray(source_map, np.float32)), torch.from_numpy(np.asarray(target_map, np.float32))
+    a, b = (
+        torch.from_numpy(np.asarray(source_map, np.float32)),
+        torch.from_numpy(np.asarray(target_map, np.float32)),
+    )
     _, h, w = b.shape
     target = images.loc[pair.trg_image]
     threshold = pck_threshold(alpha, target)
@@ -122,16 +133,24 @@ def pair_scores(pair: Any, rows: pd.DataFrame, images: pd.DataFrame, keypoints: 
                 cells = [cell_of(*unit(pair.trg_image, t), h, w) for t in cc["trg_keypoint"]]
                 scores["soc_geo"].append(is_correct(predicted_point(similarity, cells), truth, threshold))
         if len(cc):  # CC: any target keypoint of the same concept counts, so the nearest one is scored
-            nearest = min(np.hypot(pred[0] - gu, pred[1] - gv)
-                          for gu, gv in (unit(pair.trg_image, t) for t in cc["trg_keypoint"]))
+            nearest = min(
+                np.hypot(pred[0] - gu, pred[1] - gv)
+                for gu, gv in (unit(pair.trg_image, t) for t in cc["trg_keypoint"])
+            )
             scores["cc" if intra else "cross_cc"].append(float(nearest < threshold))
     # Step 8, first mean: over the pair's keypoints.
     return {metric: float(np.mean(values)) for metric, values in scores.items()}
 
 
 # ---------------------------------------------------------------------------- step 8: the reduction
-def reference_category_pck(images: pd.DataFrame, keypoints: pd.DataFrame, image_pairs: pd.DataFrame,
-                           correspondences: pd.DataFrame, store: MapStore, alpha: float) -> dict[tuple[str, str], float]:
+def reference_category_pck(
+    images: pd.DataFrame,
+    keypoints: pd.DataFrame,
+    image_pairs: pd.DataFrame,
+    correspondences: pd.DataFrame,
+    store: MapStore,
+    alpha: float,
+) -> dict[tuple[str, str], float]:
     """Official PCK@alpha (0-100) per (metric, category), one evaluated pair at a time.
 
     Mean over a pair's keypoints (pair_scores), then over the pairs of a category (its pair group). The

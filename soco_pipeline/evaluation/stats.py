@@ -36,8 +36,17 @@ from soco_pipeline.evaluation.protocol import ProtocolConfig
 SCORE_COLUMNS = ["model", "metric", "group", "unit", "element", "cluster", "score"]
 Z95 = 1.959963984540054
 INTERVAL_COLUMNS = [
-    "model", "metric", "value", "ci95_lo_boot_category", "ci95_hi_boot_category", "se_cluster_image",
-    "ci95_lo_cluster_image_logit", "ci95_hi_cluster_image_logit", "n_units", "n_categories", "n_clusters",
+    "model",
+    "metric",
+    "value",
+    "ci95_lo_boot_category",
+    "ci95_hi_boot_category",
+    "se_cluster_image",
+    "ci95_lo_cluster_image_logit",
+    "ci95_hi_cluster_image_logit",
+    "n_units",
+    "n_categories",
+    "n_clusters",
 ]
 
 
@@ -55,15 +64,28 @@ def backbone_scores(
     """Per-keypoint 0/1 scores (SCORE_COLUMNS) of every PCK metric at `alpha` (default: the protocol's
     headline) and of the 4-choice metrics, on the evaluated pairs; re-scored from stored predictions."""
     alpha = protocol.headline_alpha if alpha is None else alpha
-    s = scored_elements(predictions, four_choice_predictions, correspondences, keypoints, images, image_pairs,
-                        protocol, alphas=(alpha,))
+    s = scored_elements(
+        predictions,
+        four_choice_predictions,
+        correspondences,
+        keypoints,
+        images,
+        image_pairs,
+        protocol,
+        alphas=(alpha,),
+    )
     trg = image_pairs.set_index("pair_id")["trg_image"]
-    return pd.DataFrame({
-        "model": s["backbone"].astype(str).to_numpy(), "metric": s["metric"].to_numpy(),
-        "group": s["pair_group"].astype(str).to_numpy(), "unit": s["pair_id"].astype(str).to_numpy(),
-        "element": s["src_keypoint"].astype(str).to_numpy(), "cluster": trg.reindex(s["pair_id"]).to_numpy(),
-        "score": s["score"].astype(np.float64).to_numpy(),
-    })
+    return pd.DataFrame(
+        {
+            "model": s["backbone"].astype(str).to_numpy(),
+            "metric": s["metric"].to_numpy(),
+            "group": s["pair_group"].astype(str).to_numpy(),
+            "unit": s["pair_id"].astype(str).to_numpy(),
+            "element": s["src_keypoint"].astype(str).to_numpy(),
+            "cluster": trg.reindex(s["pair_id"]).to_numpy(),
+            "score": s["score"].astype(np.float64).to_numpy(),
+        }
+    )
 
 
 def lvlm_scores(answers: pd.DataFrame, image_pairs: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -71,16 +93,25 @@ def lvlm_scores(answers: pd.DataFrame, image_pairs: pd.DataFrame | None = None) 
     '<setting>/circular' per item group (all four rotations right); cluster = the target image when
     `image_pairs` is given, else the pair."""
     a = answers.assign(correct=answers["correct"].astype(bool))
-    cluster = (image_pairs.set_index("pair_id")["trg_image"].reindex(a["pair_id"]).to_numpy()
-               if image_pairs is not None else a["pair_id"].astype(str).to_numpy())
-    avg = pd.DataFrame({
-        "model": a["model"].astype(str).to_numpy(), "metric": (a["setting"] + "/average").to_numpy(),
-        "group": a["pair_group"].astype(str).to_numpy(), "unit": a["g_index"].astype(str).to_numpy(),
-        "element": a["rotation"].astype(str).to_numpy(), "cluster": cluster,
-        "score": a["correct"].astype(np.float64).to_numpy(),
-    })
+    cluster = (
+        image_pairs.set_index("pair_id")["trg_image"].reindex(a["pair_id"]).to_numpy()
+        if image_pairs is not None
+        else a["pair_id"].astype(str).to_numpy()
+    )
+    avg = pd.DataFrame(
+        {
+            "model": a["model"].astype(str).to_numpy(),
+            "metric": (a["setting"] + "/average").to_numpy(),
+            "group": a["pair_group"].astype(str).to_numpy(),
+            "unit": a["g_index"].astype(str).to_numpy(),
+            "element": a["rotation"].astype(str).to_numpy(),
+            "cluster": cluster,
+            "score": a["correct"].astype(np.float64).to_numpy(),
+        }
+    )
     circ = avg.groupby(["model", "metric", "group", "unit"], as_index=False, sort=False).agg(
-        cluster=("cluster", "first"), score=("score", "min"))
+        cluster=("cluster", "first"), score=("score", "min")
+    )
     circ["metric"] = circ["metric"].str.replace("/average", "/circular", regex=False)
     circ["element"] = ""
     return pd.concat([avg, circ[SCORE_COLUMNS]], ignore_index=True)
@@ -90,7 +121,8 @@ def lvlm_scores(answers: pd.DataFrame, image_pairs: pd.DataFrame | None = None) 
 def _units(s: pd.DataFrame) -> pd.DataFrame:
     """Per unit: group, cluster and mean score (a pair's keypoints averaged first, as the official reduction)."""
     return s.groupby(["group", "unit"], as_index=False, sort=True).agg(
-        cluster=("cluster", "first"), score=("score", "mean"))
+        cluster=("cluster", "first"), score=("score", "mean")
+    )
 
 
 def _weights(units: pd.DataFrame, reduction: str) -> np.ndarray:
@@ -117,8 +149,9 @@ def _estimate(sums: np.ndarray, sizes: np.ndarray, idx: np.ndarray, reduction: s
     return (sums / sizes)[idx].mean(axis=1)
 
 
-def _value_and_bootstrap(units: pd.DataFrame, reduction: str, n_boot: int, seed: int,
-                         column: str = "score") -> tuple[float, np.ndarray]:
+def _value_and_bootstrap(
+    units: pd.DataFrame, reduction: str, n_boot: int, seed: int, column: str = "score"
+) -> tuple[float, np.ndarray]:
     """The estimate of `column` and n_boot bootstrap estimates, categories resampled with replacement."""
     sums, sizes = _category_sums(units, column)
     k = len(sums)
@@ -158,7 +191,9 @@ def _expit(x: float) -> float:
     return float(1.0 / (1.0 + np.exp(-x)))
 
 
-def intervals(scores: pd.DataFrame, reduction: str = "official", n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
+def intervals(
+    scores: pd.DataFrame, reduction: str = "official", n_boot: int = 2000, seed: int = 0
+) -> pd.DataFrame:
     """Per (model, metric): the value (0-100) and its 95% CIs (INTERVAL_COLUMNS).
 
     reduction 'official': unit -> category -> unweighted mean (the SOCO headline); 'pooled': mean over units
@@ -171,30 +206,58 @@ def intervals(scores: pd.DataFrame, reduction: str = "official", n_boot: int = 2
         lo, hi = np.quantile(boot, [0.025, 0.975])
         se, g = _cluster_se(units, _weights(units, reduction), value)
         c_lo, c_hi = logit_interval(value, se, g)
-        rows.append({
-            "model": model, "metric": metric, "value": 100 * value,
-            "ci95_lo_boot_category": 100 * lo, "ci95_hi_boot_category": 100 * hi,
-            "se_cluster_image": 100 * se, "ci95_lo_cluster_image_logit": 100 * c_lo,
-            "ci95_hi_cluster_image_logit": 100 * c_hi,
-            "n_units": len(units), "n_categories": int(units["group"].nunique()), "n_clusters": g,
-        })
+        rows.append(
+            {
+                "model": model,
+                "metric": metric,
+                "value": 100 * value,
+                "ci95_lo_boot_category": 100 * lo,
+                "ci95_hi_boot_category": 100 * hi,
+                "se_cluster_image": 100 * se,
+                "ci95_lo_cluster_image_logit": 100 * c_lo,
+                "ci95_hi_cluster_image_logit": 100 * c_hi,
+                "n_units": len(units),
+                "n_categories": int(units["group"].nunique()),
+                "n_clusters": g,
+            }
+        )
     return pd.DataFrame(rows, columns=INTERVAL_COLUMNS)
 
 
 # ----------------------------------------------------------------------------- paired comparison
-COMPARE_COLUMNS = ["metric", "model_a", "model_b", "value_a", "value_b", "delta", "ci95_lo_boot_category",
-                   "ci95_hi_boot_category", "n_units", "n_categories", "wins_a", "wins_b", "ties", "sign_test_p"]
+COMPARE_COLUMNS = [
+    "metric",
+    "model_a",
+    "model_b",
+    "value_a",
+    "value_b",
+    "delta",
+    "ci95_lo_boot_category",
+    "ci95_hi_boot_category",
+    "n_units",
+    "n_categories",
+    "wins_a",
+    "wins_b",
+    "ties",
+    "sign_test_p",
+]
 CATEGORY_COLUMNS = ["metric", "group", "delta", "n_units", "wins_a", "wins_b", "ties", "sign_test_p"]
 
 
 def _sign_p(wins_a: np.ndarray, wins_b: np.ndarray) -> np.ndarray:
     """Two-sided exact sign test p-value per row (ties dropped; 1.0 when every unit ties)."""
-    return np.array([binomtest(int(a), int(a + b)).pvalue if a + b else 1.0
-                     for a, b in zip(wins_a, wins_b, strict=True)])
+    return np.array(
+        [binomtest(int(a), int(a + b)).pvalue if a + b else 1.0 for a, b in zip(wins_a, wins_b, strict=True)]
+    )
 
 
-def compare(scores_a: pd.DataFrame, scores_b: pd.DataFrame, reduction: str = "official", n_boot: int = 2000,
-            seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
+def compare(
+    scores_a: pd.DataFrame,
+    scores_b: pd.DataFrame,
+    reduction: str = "official",
+    n_boot: int = 2000,
+    seed: int = 0,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Paired difference A - B (points, 0-100) on the elements both scored, per metric: the overall delta with
     a category-bootstrap 95% CI and a sign test over units, and per category (CATEGORY_COLUMNS).
 
@@ -209,43 +272,68 @@ def compare(scores_a: pd.DataFrame, scores_b: pd.DataFrame, reduction: str = "of
     overall, per_cat = [], []
     for metric, s in m.groupby("metric", sort=True):
         units = s.groupby(["group", "unit"], as_index=False, sort=True).agg(
-            d=("d", "mean"), a=("score_a", "mean"), b=("score_b", "mean"))
+            d=("d", "mean"), a=("score_a", "mean"), b=("score_b", "mean")
+        )
         delta, boot = _value_and_bootstrap(units, reduction, n_boot, seed, column="d")
         value_a = _value_and_bootstrap(units, reduction, 0, seed, column="a")[0]
         value_b = _value_and_bootstrap(units, reduction, 0, seed, column="b")[0]
         lo, hi = np.quantile(boot, [0.025, 0.975])
         units["win_a"], units["win_b"] = units["d"] > 0, units["d"] < 0
         cat = units.groupby("group", as_index=False).agg(
-            delta=("d", "mean"), n_units=("d", "size"), wins_a=("win_a", "sum"), wins_b=("win_b", "sum"))
+            delta=("d", "mean"), n_units=("d", "size"), wins_a=("win_a", "sum"), wins_b=("win_b", "sum")
+        )
         cat["ties"] = cat["n_units"] - cat["wins_a"] - cat["wins_b"]
         cat["sign_test_p"] = _sign_p(cat["wins_a"].to_numpy(), cat["wins_b"].to_numpy())
         per_cat.append(cat.assign(metric=metric, delta=100 * cat["delta"]))
         wa, wb = int(units["win_a"].sum()), int(units["win_b"].sum())
-        overall.append({
-            "metric": metric, "model_a": name_a, "model_b": name_b,
-            "value_a": 100 * value_a, "value_b": 100 * value_b,
-            "delta": 100 * delta, "ci95_lo_boot_category": 100 * lo,
-            "ci95_hi_boot_category": 100 * hi, "n_units": len(units), "n_categories": int(units["group"].nunique()),
-            "wins_a": wa, "wins_b": wb, "ties": len(units) - wa - wb, "sign_test_p": float(_sign_p([wa], [wb])[0]),
-        })
-    return pd.DataFrame(overall, columns=COMPARE_COLUMNS), pd.concat(per_cat, ignore_index=True)[CATEGORY_COLUMNS]
+        overall.append(
+            {
+                "metric": metric,
+                "model_a": name_a,
+                "model_b": name_b,
+                "value_a": 100 * value_a,
+                "value_b": 100 * value_b,
+                "delta": 100 * delta,
+                "ci95_lo_boot_category": 100 * lo,
+                "ci95_hi_boot_category": 100 * hi,
+                "n_units": len(units),
+                "n_categories": int(units["group"].nunique()),
+                "wins_a": wa,
+                "wins_b": wb,
+                "ties": len(units) - wa - wb,
+                "sign_test_p": float(_sign_p([wa], [wb])[0]),
+            }
+        )
+    return pd.DataFrame(overall, columns=COMPARE_COLUMNS), pd.concat(per_cat, ignore_index=True)[
+        CATEGORY_COLUMNS
+    ]
 
 
 # ----------------------------------------------------------------------------- tables
-CI_COLUMNS = ["ci95_lo_boot_category", "ci95_hi_boot_category", "se_cluster_image", "ci95_lo_cluster_image_logit",
-              "ci95_hi_cluster_image_logit"]
+CI_COLUMNS = [
+    "ci95_lo_boot_category",
+    "ci95_hi_boot_category",
+    "se_cluster_image",
+    "ci95_lo_cluster_image_logit",
+    "ci95_hi_cluster_image_logit",
+]
 BOARD_CI_METRICS = ("cc", "soc", "soc_geo", "cross_soc", "four_choice")
 
 
-def attach_intervals(metrics: pd.DataFrame, scores: pd.DataFrame, headline_alpha: float,
-                     n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
+def attach_intervals(
+    metrics: pd.DataFrame, scores: pd.DataFrame, headline_alpha: float, n_boot: int = 2000, seed: int = 0
+) -> pd.DataFrame:
     """The metrics table with CI_COLUMNS filled on its headline rows (scope all, official reduction, the
     headline alpha or none) from per-element `scores`; NaN elsewhere."""
     ci = intervals(scores, n_boot=n_boot, seed=seed).rename(columns={"model": "backbone"})
-    at = (metrics["scope"] == "all") & (metrics["reduction"] == "official") & (
-        ((metrics["alpha"] - headline_alpha).abs() < 1e-9) | metrics["alpha"].isna())
-    keyed = metrics.loc[at, ["backbone", "metric"]].merge(ci[["backbone", "metric", *CI_COLUMNS]],
-                                                          on=["backbone", "metric"], how="left")
+    at = (
+        (metrics["scope"] == "all")
+        & (metrics["reduction"] == "official")
+        & (((metrics["alpha"] - headline_alpha).abs() < 1e-9) | metrics["alpha"].isna())
+    )
+    keyed = metrics.loc[at, ["backbone", "metric"]].merge(
+        ci[["backbone", "metric", *CI_COLUMNS]], on=["backbone", "metric"], how="left"
+    )
     out = metrics.copy()
     for c in CI_COLUMNS:
         out[c] = np.nan
@@ -253,18 +341,28 @@ def attach_intervals(metrics: pd.DataFrame, scores: pd.DataFrame, headline_alpha
     return out
 
 
-def add_interval_columns(board: pd.DataFrame, metrics: pd.DataFrame, name_column: str = "backbone") -> pd.DataFrame:
+def add_interval_columns(
+    board: pd.DataFrame, metrics: pd.DataFrame, name_column: str = "backbone"
+) -> pd.DataFrame:
     """A leaderboard with `ci95_lo_boot_category_<metric>`, `ci95_hi_boot_category_<metric>` and
     `se_cluster_image_<metric>` for the headline metrics, from metrics tables made by `attach_intervals`
     (prefixed, so that no column reads as a `soc_<supercategory>` one)."""
     if "ci95_lo_boot_category" not in metrics.columns:
         return board
     rows = metrics[metrics["ci95_lo_boot_category"].notna() & metrics["metric"].isin(BOARD_CI_METRICS)]
-    wide = rows.pivot_table(index="backbone", columns="metric", aggfunc="first",
-                            values=["ci95_lo_boot_category", "ci95_hi_boot_category", "se_cluster_image"])
+    wide = rows.pivot_table(
+        index="backbone",
+        columns="metric",
+        aggfunc="first",
+        values=["ci95_lo_boot_category", "ci95_hi_boot_category", "se_cluster_image"],
+    )
     wide.columns = [f"{c}_{m}" for c, m in wide.columns]
-    order = [f"{c}_{m}" for m in BOARD_CI_METRICS for c in ("ci95_lo_boot_category", "ci95_hi_boot_category",
-                                                            "se_cluster_image") if f"{c}_{m}" in wide.columns]
+    order = [
+        f"{c}_{m}"
+        for m in BOARD_CI_METRICS
+        for c in ("ci95_lo_boot_category", "ci95_hi_boot_category", "se_cluster_image")
+        if f"{c}_{m}" in wide.columns
+    ]
     return board.merge(wide[order], left_on=name_column, right_index=True, how="left")
 
 
@@ -275,15 +373,25 @@ def ci_display(board: pd.DataFrame) -> pd.DataFrame:
         lo, hi = f"ci95_lo_boot_category_{m}", f"ci95_hi_boot_category_{m}"
         if lo in out.columns:
             out[f"{m} 95% CI (boot. categories)"] = [
-                "" if pd.isna(a) else f"[{a:.1f}, {b:.1f}]" for a, b in zip(out[lo], out[hi], strict=True)]
+                "" if pd.isna(a) else f"[{a:.1f}, {b:.1f}]" for a, b in zip(out[lo], out[hi], strict=True)
+            ]
             out = out.drop(columns=[lo, hi, f"se_cluster_image_{m}"], errors="ignore")
     return out
 
 
-def with_intervals(metrics: pd.DataFrame, predictions: pd.DataFrame, four_choice_predictions: pd.DataFrame | None,
-                   correspondences: pd.DataFrame, keypoints: pd.DataFrame, images: pd.DataFrame,
-                   image_pairs: pd.DataFrame, protocol: ProtocolConfig, seed: int = 0) -> pd.DataFrame:
+def with_intervals(
+    metrics: pd.DataFrame,
+    predictions: pd.DataFrame,
+    four_choice_predictions: pd.DataFrame | None,
+    correspondences: pd.DataFrame,
+    keypoints: pd.DataFrame,
+    images: pd.DataFrame,
+    image_pairs: pd.DataFrame,
+    protocol: ProtocolConfig,
+    seed: int = 0,
+) -> pd.DataFrame:
     """`attach_intervals` on the scores of the stored predictions (the metrics asset's CIs)."""
-    scores = backbone_scores(predictions, four_choice_predictions, correspondences, keypoints, images, image_pairs,
-                             protocol)
+    scores = backbone_scores(
+        predictions, four_choice_predictions, correspondences, keypoints, images, image_pairs, protocol
+    )
     return attach_intervals(metrics, scores, protocol.headline_alpha, seed=seed)

@@ -34,7 +34,9 @@ class SubsetRule(BaseModel):
     @property
     def is_full(self) -> bool:
         """True when the rule keeps everything."""
-        return self.limit is None and not self.pair_ids and self.items_per_setting is None and not self.item_ids
+        return (
+            self.limit is None and not self.pair_ids and self.items_per_setting is None and not self.item_ids
+        )
 
     def describe(self) -> str:
         """A short human form ('' for the full sample), e.g. 'limit=5/category' or '3 pair ids'."""
@@ -61,7 +63,9 @@ class SubsetRule(BaseModel):
 
 def _order_key(ids: pd.Series, seed: int) -> np.ndarray:
     """A seeded pseudo-random sort key per id that does not depend on the other ids present."""
-    return np.array([hashlib.sha256(f"{seed}:{i}".encode()).hexdigest() for i in ids.astype(str)], dtype=object)
+    return np.array(
+        [hashlib.sha256(f"{seed}:{i}".encode()).hexdigest() for i in ids.astype(str)], dtype=object
+    )
 
 
 def apply_pair_subset(image_pairs: pd.DataFrame, rule: SubsetRule) -> pd.DataFrame:
@@ -76,7 +80,7 @@ def apply_pair_subset(image_pairs: pd.DataFrame, rule: SubsetRule) -> pd.DataFra
         if len(unknown):
             raise SubsetError(
                 f"subset pair ids not in the evaluated sample: {list(unknown[:5])} ({len(unknown)} in all); "
-                f"take ids from `soco sql \"select pair_id from eval_pairs\"`"
+                f'take ids from `soco sql "select pair_id from eval_pairs"`'
             )
         keep &= out["pair_id"].isin(wanted).to_numpy()
     if rule.limit is not None:
@@ -100,7 +104,9 @@ def apply_item_subset(items: pd.DataFrame, rule: SubsetRule) -> pd.DataFrame:
         keep &= items["g_index"].isin(rule.item_ids).to_numpy()
     if rule.items_per_setting is not None:
         groups = items.loc[keep, ["setting", "g_index"]].drop_duplicates()
-        groups = groups.assign(key=_order_key(groups["setting"] + ":" + groups["g_index"].astype(str), rule.seed))
+        groups = groups.assign(
+            key=_order_key(groups["setting"] + ":" + groups["g_index"].astype(str), rule.seed)
+        )
         groups["rank"] = groups.groupby("setting")["key"].rank(method="first")
         chosen = groups[groups["rank"] <= rule.items_per_setting]
         keys = pd.MultiIndex.from_frame(chosen[["setting", "g_index"]])
@@ -135,8 +141,10 @@ def partial_display(board: pd.DataFrame, name_column: str = "backbone") -> pd.Da
     if "partial" not in board.columns:
         return board
     out = board.copy()
-    out[name_column] = [f"{n} [partial: {s}]" if p else n
-                        for n, p, s in zip(out[name_column], out["partial"], out["subset"], strict=True)]
+    out[name_column] = [
+        f"{n} [partial: {s}]" if p else n
+        for n, p, s in zip(out[name_column], out["partial"], out["subset"], strict=True)
+    ]
     return out
 
 
@@ -144,5 +152,8 @@ def subsets_of(metrics: pd.DataFrame, name_column: str = "backbone") -> dict[str
     """{model: subset rule JSON} from metrics tables that carry a `subset` column ('' = full)."""
     if "subset" not in metrics.columns or metrics.empty:
         return {}
-    return metrics.groupby(name_column)["subset"].agg(lambda s: str(s.dropna().iloc[0]) if s.notna().any() else "")\
+    return (
+        metrics.groupby(name_column)["subset"]
+        .agg(lambda s: str(s.dropna().iloc[0]) if s.notna().any() else "")
         .to_dict()
+    )

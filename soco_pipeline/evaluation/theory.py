@@ -82,7 +82,9 @@ def random_feature_chance(
     alpha = protocol.headline_alpha if alpha is None else alpha
     h, w = grid
     level = "cross" if metric in ("cross_soc", "cross_cc") else "intra"
-    rows, cc = _soc_rows(correspondences, image_pairs, level, metric == "soc_geo", protocol.geo_min_candidates)
+    rows, cc = _soc_rows(
+        correspondences, image_pairs, level, metric == "soc_geo", protocol.geo_min_candidates
+    )
     if metric in ("cc", "cross_cc"):
         rows = cc[cc["level"] == level]
     if metric not in PCK_METRICS:
@@ -93,8 +95,12 @@ def random_feature_chance(
     info = image_info(images, trg)
     sizes = info[["W", "H"]].to_numpy()
     side = sizes.max(axis=1)
-    gt = gt_pixels(target_xy(keypoints, trg, rows["trg_keypoint"].to_numpy()), sizes,
-                    np.full(len(rows), input_size), protocol)
+    gt = gt_pixels(
+        target_xy(keypoints, trg, rows["trg_keypoint"].to_numpy()),
+        sizes,
+        np.full(len(rows), input_size),
+        protocol,
+    )
     thr = alpha * info["bbox"].to_numpy()
     off = 0.5 if protocol.prediction_point == "center" else 0.0
     cu = ((np.arange(w) + off) / w)[None, :].repeat(h, 0).reshape(-1)
@@ -103,16 +109,24 @@ def random_feature_chance(
     if metric == "soc_geo":
         c = rows[["pair_id", "src_keypoint", "pair_group"]].reset_index(drop=True)
         c["row"] = np.arange(len(c))
-        c = c.merge(cc[["pair_id", "src_keypoint", "trg_keypoint", "trg_image"]], on=["pair_id", "src_keypoint"])
+        c = c.merge(
+            cc[["pair_id", "src_keypoint", "trg_keypoint", "trg_image"]], on=["pair_id", "src_keypoint"]
+        )
         ci = image_info(images, c["trg_image"].to_numpy())
-        uv = to_unit(target_xy(keypoints, c["trg_image"].to_numpy(), c["trg_keypoint"].to_numpy()),
-                     ci[["W", "H"]].to_numpy(), input_size, protocol)
+        uv = to_unit(
+            target_xy(keypoints, c["trg_image"].to_numpy(), c["trg_keypoint"].to_numpy()),
+            ci[["W", "H"]].to_numpy(),
+            input_size,
+            protocol,
+        )
         c["cell"] = cells_of(uv, h, w)
         c = c.drop_duplicates(["row", "cell"])
         r = c["row"].to_numpy()
         px = np.stack([cu[c["cell"]], cv[c["cell"]]], 1) * side[r, None]
         c["score"] = np.hypot(*(px - gt[r]).T) < thr[r]
-        per = c.groupby(["pair_group", "pair_id", "src_keypoint"], as_index=False, observed=True)["score"].mean()
+        per = c.groupby(["pair_group", "pair_id", "src_keypoint"], as_index=False, observed=True)[
+            "score"
+        ].mean()
         return official_mean(per)
 
     hits = np.zeros((len(rows), h * w), dtype=bool)
@@ -121,8 +135,10 @@ def random_feature_chance(
         dx = cu[None, :] * side[s, None] - gt[s, 0:1]
         dy = cv[None, :] * side[s, None] - gt[s, 1:2]
         hits[s] = np.hypot(dx, dy) < thr[s, None]
-    inside = np.ones_like(hits) if support == "grid" else (
-        (cu[None, :] * side[:, None] < sizes[:, 0:1]) & (cv[None, :] * side[:, None] < sizes[:, 1:2])
+    inside = (
+        np.ones_like(hits)
+        if support == "grid"
+        else ((cu[None, :] * side[:, None] < sizes[:, 0:1]) & (cv[None, :] * side[:, None] < sizes[:, 1:2]))
     )
     keys = rows[["pair_group", "pair_id", "src_keypoint"]].reset_index(drop=True)
     if metric in ("cc", "cross_cc"):  # a cell counts if it is within the radius of any keypoint of the group

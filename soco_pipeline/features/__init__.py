@@ -8,10 +8,16 @@ the Dagster definitions load without it.
 import importlib
 
 _WHERE = {
-    "extract_features": "extract", "load_image": "extract",
-    "GlobalFeatures": "global_cache", "cached_global": "global_cache", "extract_global": "global_cache",
+    "extract_features": "extract",
+    "load_image": "extract",
+    "GlobalFeatures": "global_cache",
+    "cached_global": "global_cache",
+    "extract_global": "global_cache",
     "read_global": "global_cache",
-    "MANIFEST_COLUMNS": "layout", "FeatureError": "layout", "feature_dir": "layout", "feature_file": "layout",
+    "MANIFEST_COLUMNS": "layout",
+    "FeatureError": "layout",
+    "feature_dir": "layout",
+    "feature_file": "layout",
     "GlobalInputPolicy": "policy",
     "FeatureStore": "store",
 }

@@ -192,15 +192,22 @@ def extract_features(
         _write_info(folder, spec, hash_, backbone)
         try:
             _run(
-                spec, backbone, images.iloc[todo].reset_index(drop=True), cache_root, folder, hash_, manifest,
+                spec,
+                backbone,
+                images.iloc[todo].reset_index(drop=True),
+                cache_root,
+                folder,
+                hash_,
+                manifest,
                 log,
             )
         except StorageFullError as e:
             freed = _remove_unlisted_files(folder)
             raise StorageFullError(
-                e.errno, f"{e.strerror}. Extraction of {spec.name!r} stopped; {freed} files (maps, class "
+                e.errno,
+                f"{e.strerror}. Extraction of {spec.name!r} stopped; {freed} files (maps, class "
                 f"tokens) the manifest could not list were removed, the listed ones are kept (a rerun resumes "
-                f"from them)"
+                f"from them)",
             ) from e
 
     out = pd.DataFrame([manifest.rows[i] for i in images.image_id], columns=MANIFEST_COLUMNS)
@@ -285,7 +292,11 @@ class _Writer:
         self.spec, self.folder, self.rel, self.hash_, self.manifest = spec, folder, rel, hash_, manifest
 
     def __call__(
-        self, recs: pd.DataFrame, feats: list[torch.Tensor], size: int, tokens: list[torch.Tensor] | None = None
+        self,
+        recs: pd.DataFrame,
+        feats: list[torch.Tensor],
+        size: int,
+        tokens: list[torch.Tensor] | None = None,
     ) -> int:
         finite = torch.stack(feats).flatten(1).isfinite().all(1).tolist()
         for image_id, ok in zip(recs.image_id, finite, strict=True):

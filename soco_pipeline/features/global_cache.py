@@ -70,9 +70,16 @@ class GlobalFeatures:
 
     def table(self, backbone: str, folder: str) -> pd.DataFrame:
         """The asset table of these features: one row per image with its cache folder and the part sizes."""
-        return pd.DataFrame({"backbone": backbone, "image_id": self.image_ids.astype(str), "folder": folder,
-                             "dim_cls_prev": self.cls_prev.shape[1], "dim_cls_last": self.cls_last.shape[1],
-                             "dim_patch_mean": self.patch_mean.shape[1]})
+        return pd.DataFrame(
+            {
+                "backbone": backbone,
+                "image_id": self.image_ids.astype(str),
+                "folder": folder,
+                "dim_cls_prev": self.cls_prev.shape[1],
+                "dim_cls_last": self.cls_last.shape[1],
+                "dim_patch_mean": self.patch_mean.shape[1],
+            }
+        )
 
     def subset(self, image_ids) -> GlobalFeatures:
         """The rows of these image ids, in their order (KeyError naming a missing one)."""
@@ -80,7 +87,9 @@ class GlobalFeatures:
         if (pos < 0).any():
             missing = np.asarray(list(image_ids))[pos < 0][:5]
             raise KeyError(f"no global features for images {list(missing)}; extract them first")
-        return GlobalFeatures(self.image_ids[pos], self.cls_prev[pos], self.cls_last[pos], self.patch_mean[pos])
+        return GlobalFeatures(
+            self.image_ids[pos], self.cls_prev[pos], self.cls_last[pos], self.patch_mean[pos]
+        )
 
 
 def _read_manifest(folder: str) -> pd.DataFrame:
@@ -97,14 +106,18 @@ def _to_extract(folder: str, images: pd.DataFrame) -> pd.DataFrame:
     """The images still to extract: an image counts as cached when the manifest lists it in a shard whose
     checksum holds, at the same width x height."""
     manifest = _read_manifest(folder)
-    valid_shards = {s for s, c in manifest[["shard", "checksum"]].drop_duplicates().itertuples(index=False)
-                    if _shard_ok(folder, s, c)}
+    valid_shards = {
+        s
+        for s, c in manifest[["shard", "checksum"]].drop_duplicates().itertuples(index=False)
+        if _shard_ok(folder, s, c)
+    }
     known = manifest[manifest.shard.isin(valid_shards)].set_index("image_id")
     same = images.image_id.isin(known.index)
     if same.any():
         k = known.loc[images.image_id[same]]
         same[same] = (k.width.to_numpy() == images.width[same].to_numpy()) & (
-            k.height.to_numpy() == images.height[same].to_numpy())
+            k.height.to_numpy() == images.height[same].to_numpy()
+        )
     return images[~same.to_numpy()]
 
 
@@ -115,9 +128,15 @@ def _write_manifest(folder: str, ours: pd.DataFrame) -> None:
     write_parquet_atomic(merged[MANIFEST_COLUMNS], join(folder, "manifest.parquet"))
 
 
-def extract_global(extractor: GlobalExtractor | Callable[[], GlobalExtractor], images: pd.DataFrame,
-                   cache_root: str, config: GlobalInputPolicy, log: Callable[[str], None] | None = None,
-                   folder: str | None = None, name: str | None = None) -> GlobalFeatures:
+def extract_global(
+    extractor: GlobalExtractor | Callable[[], GlobalExtractor],
+    images: pd.DataFrame,
+    cache_root: str,
+    config: GlobalInputPolicy,
+    log: Callable[[str], None] | None = None,
+    folder: str | None = None,
+    name: str | None = None,
+) -> GlobalFeatures:
     """Global features of every image (image_id, uri, width, height [+ label columns for oracles]), cached.
 
     `extractor` is built already, or a function that builds it, called only when an image is missing (then
@@ -132,7 +151,9 @@ def extract_global(extractor: GlobalExtractor | Callable[[], GlobalExtractor], i
         raise ValueError("extract_global: pass a built extractor, or a builder with its folder and name")
     images = images.reset_index(drop=True)
     if images.image_id.duplicated().any():
-        raise ValueError(f"extract_global: duplicate image ids {list(images.image_id[images.image_id.duplicated()][:5])}")
+        raise ValueError(
+            f"extract_global: duplicate image ids {list(images.image_id[images.image_id.duplicated()][:5])}"
+        )
     todo = _to_extract(folder, images)
     log(f"[{name}] global features: {len(images) - len(todo)} cached in {folder}, {len(todo)} to extract")
     if len(todo) and not isinstance(extractor, GlobalExtractor):
@@ -140,14 +161,16 @@ def extract_global(extractor: GlobalExtractor | Callable[[], GlobalExtractor], i
     rows = []
     t0 = time.perf_counter()
     for start in range(0, len(todo), config.batch_size):
-        recs = todo.iloc[start:start + config.batch_size]
+        recs = todo.iloc[start : start + config.batch_size]
         pixels = load_global_pixels(list(recs.uri), list(recs.image_id), config)
         with torch.inference_mode(), torch_threads(config.threads):
             parts = [p.float().cpu().numpy() for p in extractor.forward(pixels, recs)]
         bad = ~np.isfinite(np.concatenate(parts, 1)).all(1)
         if bad.any():
-            raise FeatureError(f"backbone {name!r} gave NaN/inf global features for image "
-                               f"{recs.image_id.iloc[int(np.flatnonzero(bad)[0])]!r}; check its weights and input")
+            raise FeatureError(
+                f"backbone {name!r} gave NaN/inf global features for image "
+                f"{recs.image_id.iloc[int(np.flatnonzero(bad)[0])]!r}; check its weights and input"
+            )
         dims = [p.shape[1] for p in parts]
         buf = io.BytesIO()
         np.save(buf, np.concatenate(parts, 1).astype(np.float32), allow_pickle=False)
@@ -155,12 +178,32 @@ def extract_global(extractor: GlobalExtractor | Callable[[], GlobalExtractor], i
         shard = "part-" + hashlib.sha256("\n".join(recs.image_id).encode()).hexdigest()[:16] + ".npy"
         write_bytes_atomic(join(folder, shard), data)
         if start == 0:
-            write_bytes_atomic(join(folder, "info.json"), json.dumps(
-                {"backbone": name, "dims": dims, "parts": list(PARTS), "config": config.model_dump(),
-                 "identity": extractor.identity(), "code_version": GLOBAL_CODE_VERSION}, default=str).encode())
-        rows.append(pd.DataFrame({"image_id": recs.image_id.to_numpy(), "shard": shard, "row": np.arange(len(recs)),
-                                  "checksum": file_checksum(data), "width": recs.width.to_numpy(),
-                                  "height": recs.height.to_numpy()}))
+            write_bytes_atomic(
+                join(folder, "info.json"),
+                json.dumps(
+                    {
+                        "backbone": name,
+                        "dims": dims,
+                        "parts": list(PARTS),
+                        "config": config.model_dump(),
+                        "identity": extractor.identity(),
+                        "code_version": GLOBAL_CODE_VERSION,
+                    },
+                    default=str,
+                ).encode(),
+            )
+        rows.append(
+            pd.DataFrame(
+                {
+                    "image_id": recs.image_id.to_numpy(),
+                    "shard": shard,
+                    "row": np.arange(len(recs)),
+                    "checksum": file_checksum(data),
+                    "width": recs.width.to_numpy(),
+                    "height": recs.height.to_numpy(),
+                }
+            )
+        )
         _write_manifest(folder, pd.concat(rows, ignore_index=True))
     if len(todo):
         dt = time.perf_counter() - t0
@@ -168,15 +211,27 @@ def extract_global(extractor: GlobalExtractor | Callable[[], GlobalExtractor], i
     return read_global(folder, images.image_id)
 
 
-def cached_global(spec: BackboneSpec, images: pd.DataFrame, cache_root: str, policy: GlobalInputPolicy,
-                  context: BackboneContext | dict | None = None, log: Callable[[str], None] | None = None,
-                  ) -> tuple[GlobalFeatures, str]:
+def cached_global(
+    spec: BackboneSpec,
+    images: pd.DataFrame,
+    cache_root: str,
+    policy: GlobalInputPolicy,
+    context: BackboneContext | dict | None = None,
+    log: Callable[[str], None] | None = None,
+) -> tuple[GlobalFeatures, str]:
     """The shared cache's front door for global features: (the features of `images` in their order, the cache
     folder), extracting only what is missing for this (backbone spec, input policy); the backbone is built
     only then. Every family asks here, so an image is extracted once per (backbone, policy)."""
     folder = global_folder(cache_root, spec.name, spec_identity(spec, policy), policy)
-    feats = extract_global(lambda: build_global_extractor(spec, policy, context), images, cache_root, policy, log,
-                           folder=folder, name=spec.name)
+    feats = extract_global(
+        lambda: build_global_extractor(spec, policy, context),
+        images,
+        cache_root,
+        policy,
+        log,
+        folder=folder,
+        name=spec.name,
+    )
     return feats, folder
 
 
@@ -193,8 +248,10 @@ def read_global(folder: str, image_ids=None) -> GlobalFeatures:
     for shard, grp in manifest.groupby("shard", sort=True):
         data = read_bytes(join(folder, shard))
         if not checksum_matches(data, grp.checksum.iloc[0]):
-            raise FeatureError(f"global features shard {join(folder, shard)} is corrupt (its bytes do not match the "
-                               f"manifest checksum); delete it and extract again: only its images are recomputed")
+            raise FeatureError(
+                f"global features shard {join(folder, shard)} is corrupt (its bytes do not match the "
+                f"manifest checksum); delete it and extract again: only its images are recomputed"
+            )
         arr = np.load(io.BytesIO(data), allow_pickle=False)
         blocks.append(arr[grp.row.to_numpy()])
         ids.append(grp.image_id.to_numpy())

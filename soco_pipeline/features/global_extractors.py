@@ -38,7 +38,10 @@ from soco_pipeline.features.layout import feature_dir
 from soco_pipeline.features.policy import GLOBAL_CODE_VERSION, GlobalInputPolicy
 from soco_pipeline.storage import join
 
-MODEL_KINDS = ("timm", "packaged")  # kinds whose torch model is read block by block; the rest average dense maps
+MODEL_KINDS = (
+    "timm",
+    "packaged",
+)  # kinds whose torch model is read block by block; the rest average dense maps
 
 
 class GlobalExtractor:
@@ -56,7 +59,9 @@ class GlobalExtractor:
         """`<cache_root>/<name>/<spec hash>/global_<policy hash>`."""
         return global_folder(cache_root, self.name, self.identity(), config)
 
-    def forward(self, pixels: torch.Tensor, records: pd.DataFrame) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def forward(
+        self, pixels: torch.Tensor, records: pd.DataFrame
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The three parts for a batch (gradients flow when `differentiable`)."""
         raise NotImplementedError
 
@@ -65,9 +70,17 @@ def global_folder(cache_root: str, name: str, identity: dict, policy: GlobalInpu
     """The cache folder of one (backbone, input policy): `<cache_root>/<name>/<spec hash>/global_<policy hash>`,
     beside the backbone's dense maps; the policy hash covers the policy's cache key, the extractor's extra
     identity and GLOBAL_CODE_VERSION."""
-    digest = hashlib.sha256(json.dumps({"config": policy.cache_key(), "code": GLOBAL_CODE_VERSION,
-                                        "extractor": identity.get("extra", {})}, sort_keys=True,
-                                       default=str).encode()).hexdigest()[:12]
+    digest = hashlib.sha256(
+        json.dumps(
+            {
+                "config": policy.cache_key(),
+                "code": GLOBAL_CODE_VERSION,
+                "extractor": identity.get("extra", {}),
+            },
+            sort_keys=True,
+            default=str,
+        ).encode()
+    ).hexdigest()[:12]
     return join(feature_dir(cache_root, name, identity["hash"]), f"global_{digest}")
 
 
@@ -128,8 +141,12 @@ class ViTGlobal(ModelGlobal):
 
     def forward(self, pixels, records):
         out = self.model.forward_intermediates(
-            _normalise(pixels.to(self.device), self.preset), indices=self.indices, return_prefix_tokens=True,
-            norm=self.final_norm, intermediates_only=True)
+            _normalise(pixels.to(self.device), self.preset),
+            indices=self.indices,
+            return_prefix_tokens=True,
+            norm=self.final_norm,
+            intermediates_only=True,
+        )
         (sp_prev, pre_prev), (sp_last, pre_last) = out
         patch_mean = sp_last.mean(dim=(2, 3))
         if self.has_cls:
@@ -164,7 +181,10 @@ class DenseMeanGlobal(GlobalExtractor):
     def forward(self, pixels, records):
         recs = records.reset_index(drop=True)
         if self.backbone.needs_pixels:
-            imgs = [a for a in (pixels.clamp(0, 1) * 255).round().to(torch.uint8).permute(0, 2, 3, 1).cpu().numpy()]
+            imgs = [
+                a
+                for a in (pixels.clamp(0, 1) * 255).round().to(torch.uint8).permute(0, 2, 3, 1).cpu().numpy()
+            ]
             recs = recs.assign(width=pixels.shape[-1], height=pixels.shape[-2])
         else:  # oracles read the records (ground truth), not pixels
             imgs = [np.zeros((1, 1, 3), np.uint8)] * len(recs)
@@ -179,29 +199,51 @@ class VariantOracle(GlobalExtractor):
     For tests of the metrics: with a margin well above the noise it scores 100 top-1 and mAP 100.
     """
 
-    def __init__(self, label_column: str, num_classes: int, margin: float = 1.0, noise: float = 0.05,
-                 noise_dims: int = 8, seed: int = 0):
+    def __init__(
+        self,
+        label_column: str,
+        num_classes: int,
+        margin: float = 1.0,
+        noise: float = 0.05,
+        noise_dims: int = 8,
+        seed: int = 0,
+    ):
         self.name, self.label_column, self.num_classes = "oracle_variant", label_column, num_classes
         self.margin, self.noise, self.noise_dims, self.seed = margin, noise, noise_dims, seed
 
     def identity(self) -> dict:
-        ident = {"label": self.label_column, "classes": self.num_classes, "margin": self.margin,
-                 "noise": self.noise, "dims": self.noise_dims, "seed": self.seed}
-        return {"hash": hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16], "extra": ident}
+        ident = {
+            "label": self.label_column,
+            "classes": self.num_classes,
+            "margin": self.margin,
+            "noise": self.noise,
+            "dims": self.noise_dims,
+            "seed": self.seed,
+        }
+        return {
+            "hash": hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16],
+            "extra": ident,
+        }
 
     def forward(self, pixels, records):
         labels = torch.as_tensor(records[self.label_column].to_numpy(), dtype=torch.long)
         onehot = F.one_hot(labels, self.num_classes).float() * self.margin
-        noise = torch.stack([
-            torch.randn(self.num_classes + self.noise_dims,
-                        generator=torch.Generator().manual_seed(image_seed(self.seed, i)))
-            for i in records.image_id])
+        noise = torch.stack(
+            [
+                torch.randn(
+                    self.num_classes + self.noise_dims,
+                    generator=torch.Generator().manual_seed(image_seed(self.seed, i)),
+                )
+                for i in records.image_id
+            ]
+        )
         feats = torch.cat([onehot, torch.zeros(len(labels), self.noise_dims)], 1) + self.noise * noise
         return feats, feats, feats
 
 
-def build_global_extractor(spec: BackboneSpec, config: GlobalInputPolicy,
-                           context: BackboneContext | dict | None = None) -> GlobalExtractor:
+def build_global_extractor(
+    spec: BackboneSpec, config: GlobalInputPolicy, context: BackboneContext | dict | None = None
+) -> GlobalExtractor:
     """The global extractor of a backbone spec (the backbone built once, frozen, in eval mode)."""
     from soco_pipeline.backbones import build_backbone
 
@@ -209,9 +251,13 @@ def build_global_extractor(spec: BackboneSpec, config: GlobalInputPolicy,
         return ViTGlobal(build_backbone(spec, context), config)
     if spec.kind == "packaged":
         return CnnGlobal(build_backbone(spec, context), config)
-    built = dataclasses.replace(spec, input=dataclasses.replace(spec.input, policy="nearest_multiple",
-                                                                 value=config.dense_input)) \
-        if config.dense_input else spec
+    built = (
+        dataclasses.replace(
+            spec, input=dataclasses.replace(spec.input, policy="nearest_multiple", value=config.dense_input)
+        )
+        if config.dense_input
+        else spec
+    )
     return DenseMeanGlobal(build_backbone(built, context), config, spec)
 
 

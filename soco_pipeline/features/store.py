@@ -40,7 +40,11 @@ def _map_local(path: str, checksum: str | None = None) -> tuple[np.ndarray, mmap
         with open(path, "rb") as f:
             version = npy_format.read_magic(f)
             if checksum:
-                read_header = npy_format.read_array_header_1_0 if version == (1, 0) else npy_format.read_array_header_2_0
+                read_header = (
+                    npy_format.read_array_header_1_0
+                    if version == (1, 0)
+                    else npy_format.read_array_header_2_0
+                )
                 shape, fortran, dtype = read_header(f)
                 offset = f.tell()
                 mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
@@ -174,10 +178,15 @@ class FeatureStore:
         metas = self.__dict__.get("_metas")
         if metas is None:  # one pass over the manifest instead of a .loc per map read
             m = self.manifest
-            cols = {k: m[k].to_numpy() for k in ("input_size", "grid_h", "grid_w", "channels", "width", "height")}
+            cols = {
+                k: m[k].to_numpy() for k in ("input_size", "grid_h", "grid_w", "channels", "width", "height")
+            }
             metas = self._metas = {
-                iid: {"input_size": int(cols["input_size"][i]), "stride": float(stride),
-                      **{k: int(cols[k][i]) for k in ("grid_h", "grid_w", "channels", "width", "height")}}
+                iid: {
+                    "input_size": int(cols["input_size"][i]),
+                    "stride": float(stride),
+                    **{k: int(cols[k][i]) for k in ("grid_h", "grid_w", "channels", "width", "height")},
+                }
                 for i, (iid, stride) in enumerate(zip(m.index, m["stride"].to_numpy(), strict=True))
             }
         return dict(metas[image_id])
@@ -193,7 +202,9 @@ class FeatureStore:
         meta = self.meta(image_id)
         paths = self.__dict__.get("_paths")
         if paths is None:  # one pass over the manifest instead of a .loc per map read
-            paths = self._paths = dict(zip(self.manifest.index, self.manifest["path"].to_numpy(), strict=True))
+            paths = self._paths = dict(
+                zip(self.manifest.index, self.manifest["path"].to_numpy(), strict=True)
+            )
         path = join(self.cache_root, paths[image_id])
         checksum = str(self._checksums()[image_id] or "")
         # xxh3 checksums are verified on every read; the sha256 of older manifests only when asked.
@@ -247,13 +258,17 @@ class FeatureStore:
     def _checksums(self) -> dict[str, str]:
         sums = self.__dict__.get("_sums")
         if sums is None:  # one pass over the manifest instead of a .loc per map read
-            sums = self._sums = dict(zip(self.manifest.index, self.manifest["checksum"].to_numpy(), strict=True))
+            sums = self._sums = dict(
+                zip(self.manifest.index, self.manifest["checksum"].to_numpy(), strict=True)
+            )
         return sums
 
     @property
     def has_class_token(self) -> bool:
         """Whether every image's class token is cached (timm ViTs extracted with code version >= 2)."""
-        return "cls_path" in self.manifest.columns and bool((self.manifest["cls_path"].fillna("") != "").all())
+        return "cls_path" in self.manifest.columns and bool(
+            (self.manifest["cls_path"].fillna("") != "").all()
+        )
 
     def class_token(self, image_id: str) -> np.ndarray:
         """The cached class token (C, float32, L2-normalised) of one image, verified against the manifest's

@@ -1,9 +1,9 @@
 """`python -m soco_pipeline.lvlm`: VLMEvalKit interop and one-off runs outside Dagster.
 
-    export DIR                 lvlm_items (materialized) -> DIR/soco_pipeline_{vis,vis_desc,desc}.tsv
-    import TSV... --out FILE   official SOCO-LVLM / VLMEvalKit TSVs -> an items Parquet file
-    run SPEC --items FILE      ask a model the items of a Parquet file; print its scores
-    score WORKBOOK...          score VLMEvalKit prediction workbooks (xlsx / tsv) with the official parser
+export DIR                 lvlm_items (materialized) -> DIR/soco_pipeline_{vis,vis_desc,desc}.tsv
+import TSV... --out FILE   official SOCO-LVLM / VLMEvalKit TSVs -> an items Parquet file
+run SPEC --items FILE      ask a model the items of a Parquet file; print its scores
+score WORKBOOK...          score VLMEvalKit prediction workbooks (xlsx / tsv) with the official parser
 """
 
 from __future__ import annotations
@@ -27,8 +27,10 @@ def cmd_export(args: argparse.Namespace, settings: Settings) -> int:
     for setting, name in EXPORT_NAMES.items():
         n = export_tsv(items, setting, str(out / f"{name}.tsv"))
         print(f"{out / f'{name}.tsv'}: {n} rows")
-    print(f"run them with VLMEvalKit: copy the files into $LMUData and `python run.py --data {' '.join(EXPORT_NAMES.values())}"
-          f" --model <model>`")
+    print(
+        f"run them with VLMEvalKit: copy the files into $LMUData and `python run.py --data {' '.join(EXPORT_NAMES.values())}"
+        f" --model <model>`"
+    )
     return 0
 
 
@@ -39,7 +41,10 @@ def cmd_import(args: argparse.Namespace, settings: Settings) -> int:
     frames = [import_tsv(p, join(settings.lvlm_root, "images")) for p in args.tsv]
     items = pd.concat(frames, ignore_index=True)
     write_parquet_atomic(items, args.out)
-    print(f"{args.out}: {len(items)} rows; " + ", ".join(f"{k}: {v}" for k, v in items.setting.value_counts().items()))
+    print(
+        f"{args.out}: {len(items)} rows; "
+        + ", ".join(f"{k}: {v}" for k, v in items.setting.value_counts().items())
+    )
     return 0
 
 
@@ -53,12 +58,22 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
 
     spec = load_spec(args.spec)
     items = read_parquet(args.items)
-    result = run_model(items, spec, build_backend(spec), AnswerCache(join(settings.lvlm_root, "cache")),
-                       log=lambda m: print(m, file=sys.stderr))
+    result = run_model(
+        items,
+        spec,
+        build_backend(spec),
+        AnswerCache(join(settings.lvlm_root, "cache")),
+        log=lambda m: print(m, file=sys.stderr),
+    )
     if args.out:
         write_parquet_atomic(result.answers, args.out)
     m = lvlm_metrics(result.answers.fillna({"pair_group": "", "supercategory": ""}))
-    print(m[m.scope == "all"].pivot_table(index="setting", columns="metric", values="value").round(1).to_string())
+    print(
+        m[m.scope == "all"]
+        .pivot_table(index="setting", columns="metric", values="value")
+        .round(1)
+        .to_string()
+    )
     return 0
 
 
@@ -68,15 +83,20 @@ def cmd_score(args: argparse.Namespace, settings: Settings) -> int:
 
     for path in args.workbook:
         s = score_workbook(path)
-        print(f"{path}: rows {s['rows']}, groups {s['groups']}, average {s['average']:.1f}, "
-              f"circular {s['circular']:.1f}")
+        print(
+            f"{path}: rows {s['rows']}, groups {s['groups']}, average {s['average']:.1f}, "
+            f"circular {s['circular']:.1f}"
+        )
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point."""
-    ap = argparse.ArgumentParser(prog="python -m soco_pipeline.lvlm", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m soco_pipeline.lvlm",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("export")
     p.add_argument("dir")

@@ -22,9 +22,28 @@ LETTERS = "ABCD"
 OPTION_COLUMNS = ["option_a", "option_b", "option_c", "option_d"]
 _STREAM_LVLM_ITEMS = 11
 ITEM_COLUMNS = [
-    "setting", "index", "g_index", "qid", "rotation", "pair_id", "level", "pair_group", "supercategory",
-    "src_keypoint", "src_image", "trg_image", "description", "question", "A", "B", "C", "D", "answer",
-    "answer_option", "src_render", "trg_render",
+    "setting",
+    "index",
+    "g_index",
+    "qid",
+    "rotation",
+    "pair_id",
+    "level",
+    "pair_group",
+    "supercategory",
+    "src_keypoint",
+    "src_image",
+    "trg_image",
+    "description",
+    "question",
+    "A",
+    "B",
+    "C",
+    "D",
+    "answer",
+    "answer_option",
+    "src_render",
+    "trg_render",
 ]
 
 
@@ -32,8 +51,9 @@ class LvlmItemsError(ValueError):
     """Inputs of the LVLM items disagree; the message names the record and the fix."""
 
 
-def sample_items(four_choice: pd.DataFrame, image_pairs: pd.DataFrame, protocol: LvlmProtocol,
-                 seed: int) -> pd.DataFrame:
+def sample_items(
+    four_choice: pd.DataFrame, image_pairs: pd.DataFrame, protocol: LvlmProtocol, seed: int
+) -> pd.DataFrame:
     """The four-choice items asked: a seeded sample of `items_per_group` per pair group, levels filtered.
 
     Adds level, pair_group, src/trg image and category columns; sorted by pair_id and source keypoint.
@@ -69,6 +89,7 @@ def _xy(keypoints: pd.DataFrame, image: pd.Series, keypoint: pd.Series, what: st
 
 def _render_all(jobs: pd.DataFrame, protocol: LvlmProtocol, root: str, workers: int) -> list[str]:
     """Render every job (uri, points, letters) once; the paths in job order."""
+
     def one(job) -> str:
         return render_marked(job.uri, job.points, protocol, root, job.letters)
 
@@ -103,7 +124,9 @@ def build_items(
     for col in ("src_image", "trg_image"):
         missing = ~items[col].isin(uri.index)
         if missing.any():
-            raise LvlmItemsError(f"image {items.loc[missing, col].iloc[0]!r} is not in image_set: rebuild the pairs")
+            raise LvlmItemsError(
+                f"image {items.loc[missing, col].iloc[0]!r} is not in image_set: rebuild the pairs"
+            )
     desc = descriptions.set_index(["category", "keypoint"])["description"]
     d_pos = desc.index.get_indexer(pd.MultiIndex.from_frame(items[["src_category", "src_keypoint"]]))
     if (d_pos < 0).any():
@@ -115,34 +138,51 @@ def build_items(
     description = desc.to_numpy()[d_pos]
     src_xy = _xy(keypoints, items["src_image"], items["src_keypoint"], "source")
     opt_names = items[OPTION_COLUMNS].to_numpy()
-    opt_xy = _xy(keypoints, pd.Series(np.repeat(items["trg_image"].to_numpy(), 4)),
-                 pd.Series(opt_names.reshape(-1)), "option").reshape(n, 4, 2)
+    opt_xy = _xy(
+        keypoints,
+        pd.Series(np.repeat(items["trg_image"].to_numpy(), 4)),
+        pd.Series(opt_names.reshape(-1)),
+        "option",
+    ).reshape(n, 4, 2)
     answer = items["answer"].to_numpy(np.int64)
 
     # Renders: one marked source per item, one marked target per (item, rotation).
     rot = np.arange(4)
-    shown = (rot[None, :, None] + rot[None, None, :]) % 4              # [1, r, j]: option shown as letter j
+    shown = (rot[None, :, None] + rot[None, None, :]) % 4  # [1, r, j]: option shown as letter j
     trg_points = opt_xy[np.arange(n)[:, None, None], np.broadcast_to(shown, (n, 4, 4))]  # n, r, j, 2
-    src_jobs = pd.DataFrame({"uri": uri.loc[items["src_image"]].to_numpy(),
-                             "points": [[tuple(p)] for p in src_xy], "letters": None})
-    trg_jobs = pd.DataFrame({"uri": np.repeat(uri.loc[items["trg_image"]].to_numpy(), 4),
-                             "points": [[tuple(p) for p in pts] for pts in trg_points.reshape(n * 4, 4, 2)],
-                             "letters": [tuple(LETTERS)] * (n * 4)})
+    src_jobs = pd.DataFrame(
+        {
+            "uri": uri.loc[items["src_image"]].to_numpy(),
+            "points": [[tuple(p)] for p in src_xy],
+            "letters": None,
+        }
+    )
+    trg_jobs = pd.DataFrame(
+        {
+            "uri": np.repeat(uri.loc[items["trg_image"]].to_numpy(), 4),
+            "points": [[tuple(p) for p in pts] for pts in trg_points.reshape(n * 4, 4, 2)],
+            "letters": [tuple(LETTERS)] * (n * 4),
+        }
+    )
     src_paths = np.asarray(_render_all(src_jobs, protocol, image_root, workers), dtype=object)
     trg_paths = np.asarray(_render_all(trg_jobs, protocol, image_root, workers), dtype=object).reshape(n, 4)
 
     g_index = np.arange(n)
-    base = pd.DataFrame({
-        "g_index": np.repeat(g_index, 4),
-        "qid": np.repeat((items["pair_id"] + "|" + items["src_keypoint"]).to_numpy(), 4),
-        "rotation": np.tile(rot, n),
-        **{c: np.repeat(items[c].to_numpy(), 4) for c in
-           ["pair_id", "level", "pair_group", "src_keypoint", "src_image", "trg_image"]},
-        "supercategory": np.repeat(sup.reindex(items["pair_group"]).to_numpy(), 4),
-        "description": np.repeat(description, 4),
-        "answer": np.asarray(list(LETTERS))[((answer[:, None] - rot[None, :]) % 4).reshape(-1)],
-        "answer_option": np.repeat(answer, 4),
-    })
+    base = pd.DataFrame(
+        {
+            "g_index": np.repeat(g_index, 4),
+            "qid": np.repeat((items["pair_id"] + "|" + items["src_keypoint"]).to_numpy(), 4),
+            "rotation": np.tile(rot, n),
+            **{
+                c: np.repeat(items[c].to_numpy(), 4)
+                for c in ["pair_id", "level", "pair_group", "src_keypoint", "src_image", "trg_image"]
+            },
+            "supercategory": np.repeat(sup.reindex(items["pair_group"]).to_numpy(), 4),
+            "description": np.repeat(description, 4),
+            "answer": np.asarray(list(LETTERS))[((answer[:, None] - rot[None, :]) % 4).reshape(-1)],
+            "answer_option": np.repeat(answer, 4),
+        }
+    )
     for letter in LETTERS:
         base[letter] = protocol.option_text.format(letter=letter)
     src_rep, trg_flat = np.repeat(src_paths, 4), trg_paths.reshape(-1)

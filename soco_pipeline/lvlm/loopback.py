@@ -52,7 +52,9 @@ def answer_key(items: pd.DataFrame) -> dict[str, str]:
     """{content key of the request a row becomes: its right letter} for every LVLM item row."""
     texts = build_prompts(items)
     out = {}
-    for src, trg, text, answer in zip(items["src_render"], items["trg_render"], texts, items["answer"], strict=True):
+    for src, trg, text, answer in zip(
+        items["src_render"], items["trg_render"], texts, items["answer"], strict=True
+    ):
         imgs = [read_bytes(p) for p in (src, trg) if isinstance(p, str) and p]
         out[content_key(imgs, text)] = str(answer)
     return out
@@ -87,9 +89,13 @@ class Answerers:
         if model == "oracle":
             letter = self._lookup(k)
             if letter is None:
-                return HttpReply(400, json.dumps({"error": "oracle: this question is not in lvlm_items"}).encode())
+                return HttpReply(
+                    400, json.dumps({"error": "oracle: this question is not in lvlm_items"}).encode()
+                )
             return f"The answer is {letter}."
-        return HttpReply(404, json.dumps({"error": f"unknown model {model!r}: use oracle or random"}).encode())
+        return HttpReply(
+            404, json.dumps({"error": f"unknown model {model!r}: use oracle or random"}).encode()
+        )
 
 
 def _serve_forever(tables_root: str, seed: int, port: int) -> None:
@@ -131,7 +137,9 @@ class Loopback:
                 return int(json.loads(self.counts_path.read_text())["requests"])
             except (FileNotFoundError, json.JSONDecodeError, KeyError):
                 time.sleep(0.05)
-        raise TimeoutError(f"the loopback server (pid {self.pid}) wrote no request counts to {self.counts_path}")
+        raise TimeoutError(
+            f"the loopback server (pid {self.pid}) wrote no request counts to {self.counts_path}"
+        )
 
 
 def write_specs(specs_dir: str | Path, base_url: str, templates: Path = SPEC_TEMPLATES) -> dict[str, Path]:
@@ -162,8 +170,9 @@ def _stop(proc: subprocess.Popen, timeout: float = 10.0) -> None:
 
 
 @contextmanager
-def loopback_answerers(tables_root: str, specs_dir: str | Path, seed: int = 0, start_timeout: float = 60.0
-                       ) -> Iterator[Loopback]:
+def loopback_answerers(
+    tables_root: str, specs_dir: str | Path, seed: int = 0, start_timeout: float = 60.0
+) -> Iterator[Loopback]:
     """Start the answerers' server (a child process on 127.0.0.1, a free port), write their specs into
     specs_dir, yield; stop the process by pid when the block exits, however it exits (Ctrl-C included)."""
     counts = Path(specs_dir) / ".loopback-counts.json"
@@ -172,7 +181,11 @@ def loopback_answerers(tables_root: str, specs_dir: str | Path, seed: int = 0, s
     env = {**os.environ, "SOCO_LOOPBACK_COUNTS": str(counts), "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "soco_pipeline.lvlm.loopback", "--tables", tables_root, "--seed", str(seed)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
     )
     try:
         url = _wait_ready(proc, start_timeout)
@@ -196,8 +209,10 @@ def _wait_ready(proc: subprocess.Popen, timeout: float) -> str:
     if not line.startswith(READY_PREFIX):
         _stop(proc)
         err = proc.stderr.read() if proc.stderr else ""
-        raise RuntimeError(f"the loopback answerers did not start within {timeout:.0f} s: {line!r} {err[-500:]}")
-    url = line[len(READY_PREFIX):].strip()
+        raise RuntimeError(
+            f"the loopback answerers did not start within {timeout:.0f} s: {line!r} {err[-500:]}"
+        )
+    url = line[len(READY_PREFIX) :].strip()
     with urllib.request.urlopen(f"{url}/v1/models", timeout=10) as r:  # noqa: S310 - our loopback URL
         r.read()
     return url

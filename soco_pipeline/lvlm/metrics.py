@@ -20,8 +20,18 @@ from soco_pipeline.taxonomy import ASSETS_DIR
 REFERENCE_PATH = ASSETS_DIR / "lvlm_reference.csv"
 RANDOM_AVERAGE = 25.0
 RANDOM_CIRCULAR = 100 * 0.25**4  # 0.39
-METRIC_COLUMNS = ["model", "setting", "scope", "group", "metric", "value", "n_rows", "n_groups", "n_errors",
-                  "n_unparsable"]
+METRIC_COLUMNS = [
+    "model",
+    "setting",
+    "scope",
+    "group",
+    "metric",
+    "value",
+    "n_rows",
+    "n_groups",
+    "n_errors",
+    "n_unparsable",
+]
 # Per evaluated model on the leaderboard: failed rows, and the share (%) of answers received that the
 # parser could not read.
 HEALTH_COLUMNS = ["n_rows", "n_errors", "unparsable_pct"]
@@ -30,8 +40,10 @@ HEALTH_COLUMNS = ["n_rows", "n_errors", "unparsable_pct"]
 def circular_groups(answers: pd.DataFrame) -> pd.DataFrame:
     """One row per (model, setting, g_index): all rows right, row count and the item's scopes."""
     return answers.groupby(["model", "setting", "g_index"], as_index=False, sort=False).agg(
-        correct=("correct", "all"), rows=("correct", "size"),
-        pair_group=("pair_group", "first"), supercategory=("supercategory", "first"),
+        correct=("correct", "all"),
+        rows=("correct", "size"),
+        pair_group=("pair_group", "first"),
+        supercategory=("supercategory", "first"),
     )
 
 
@@ -40,16 +52,24 @@ def lvlm_metrics(answers: pd.DataFrame) -> pd.DataFrame:
     if answers.empty:
         return pd.DataFrame(columns=METRIC_COLUMNS)
     is_error = answers["error"].astype(str) != ""
-    a = answers.assign(correct=answers["correct"].astype(bool), is_error=is_error,
-                       is_unparsable=~is_error & (answers["parsed"].astype(str) == ""))
+    a = answers.assign(
+        correct=answers["correct"].astype(bool),
+        is_error=is_error,
+        is_unparsable=~is_error & (answers["parsed"].astype(str) == ""),
+    )
     groups = circular_groups(a)
     frames = []
     for scope, col in (("all", None), ("supercategory", "supercategory"), ("category", "pair_group")):
         keys_rows = ["model", "setting"] + ([col] if col else [])
         rows = a.groupby(keys_rows, as_index=False).agg(
-            value=("correct", "mean"), n_rows=("correct", "size"), n_errors=("is_error", "sum"),
-            n_unparsable=("is_unparsable", "sum"))
-        grp = groups.groupby(keys_rows, as_index=False).agg(value_c=("correct", "mean"), n_groups=("correct", "size"))
+            value=("correct", "mean"),
+            n_rows=("correct", "size"),
+            n_errors=("is_error", "sum"),
+            n_unparsable=("is_unparsable", "sum"),
+        )
+        grp = groups.groupby(keys_rows, as_index=False).agg(
+            value_c=("correct", "mean"), n_groups=("correct", "size")
+        )
         m = rows.merge(grp, on=keys_rows)
         m["group"] = m[col].astype(str) if col else "all"
         m["scope"] = scope
@@ -70,7 +90,8 @@ def _wide(long: pd.DataFrame) -> pd.DataFrame:
     if long.empty:
         return pd.DataFrame(columns=["model", *cols])
     w = long.assign(col=long["setting"] + "_" + long["metric"]).pivot_table(
-        index="model", columns="col", values="value", aggfunc="first")
+        index="model", columns="col", values="value", aggfunc="first"
+    )
     return w.reindex(columns=cols).reset_index().rename_axis(columns=None)
 
 
@@ -81,8 +102,11 @@ def answer_health(metrics: pd.DataFrame) -> pd.DataFrame:
     if m.empty:
         return pd.DataFrame(columns=["model", *HEALTH_COLUMNS])
     old = "n_unparsable" not in m
-    g = m.assign(n_unparsable=0 if old else m["n_unparsable"]).groupby("model", as_index=False).agg(
-        n_rows=("n_rows", "sum"), n_errors=("n_errors", "sum"), n_unparsable=("n_unparsable", "sum"))
+    g = (
+        m.assign(n_unparsable=0 if old else m["n_unparsable"])
+        .groupby("model", as_index=False)
+        .agg(n_rows=("n_rows", "sum"), n_errors=("n_errors", "sum"), n_unparsable=("n_unparsable", "sum"))
+    )
     if old:
         g["n_unparsable"] = np.nan
     answered = (g["n_rows"] - g["n_errors"]).astype(float)
@@ -90,8 +114,9 @@ def answer_health(metrics: pd.DataFrame) -> pd.DataFrame:
     return g.assign(unparsable_pct=share)[["model", *HEALTH_COLUMNS]]
 
 
-def lvlm_leaderboard(metrics: pd.DataFrame, backbone_board: pd.DataFrame | None = None,
-                     reference: pd.DataFrame | None = None) -> pd.DataFrame:
+def lvlm_leaderboard(
+    metrics: pd.DataFrame, backbone_board: pd.DataFrame | None = None, reference: pd.DataFrame | None = None
+) -> pd.DataFrame:
     """One row per evaluated model (kind 'evaluated'), the page's reference models ('reference'), the
     random baselines ('random') and the best backbone's four-choice accuracy ('backbone').
 
@@ -109,15 +134,37 @@ def lvlm_leaderboard(metrics: pd.DataFrame, backbone_board: pd.DataFrame | None 
         ref = _wide(reference.rename(columns={"metric": "metric"}))
         src = reference.groupby("model")["source"].first()
         parts.append(ref.assign(kind="reference", source=ref["model"].map(src)))
-    rnd = {f"{s}_average": RANDOM_AVERAGE for s in SETTINGS} | {f"{s}_circular": RANDOM_CIRCULAR for s in SETTINGS}
-    parts.append(pd.DataFrame([{"model": "random", **rnd, "kind": "random", "source": "chance: 1/4 and (1/4)^4"}]))
+    rnd = {f"{s}_average": RANDOM_AVERAGE for s in SETTINGS} | {
+        f"{s}_circular": RANDOM_CIRCULAR for s in SETTINGS
+    }
+    parts.append(
+        pd.DataFrame([{"model": "random", **rnd, "kind": "random", "source": "chance: 1/4 and (1/4)^4"}])
+    )
     if backbone_board is not None and len(backbone_board) and "four_choice_circular" in backbone_board:
         best = backbone_board.loc[backbone_board["four_choice_circular"].astype(float).idxmax()]
         if not np.isnan(float(best["four_choice_circular"])):
-            row = {"vis_average": float(best["four_choice"]), "vis_circular": float(best["four_choice_circular"])}
-            parts.append(pd.DataFrame([{"model": f"{best['backbone']} (4-choice, best backbone)", **row,
-                                        "kind": "backbone", "source": "leaderboard (this pipeline)"}]))
+            row = {
+                "vis_average": float(best["four_choice"]),
+                "vis_circular": float(best["four_choice_circular"]),
+            }
+            parts.append(
+                pd.DataFrame(
+                    [
+                        {
+                            "model": f"{best['backbone']} (4-choice, best backbone)",
+                            **row,
+                            "kind": "backbone",
+                            "source": "leaderboard (this pipeline)",
+                        }
+                    ]
+                )
+            )
     board = pd.concat([p for p in parts if len(p)], ignore_index=True)
-    cols = ["model", "kind", *[f"{s}_{m}" for s in SETTINGS for m in ("average", "circular")], *HEALTH_COLUMNS,
-            "source"]
+    cols = [
+        "model",
+        "kind",
+        *[f"{s}_{m}" for s in SETTINGS for m in ("average", "circular")],
+        *HEALTH_COLUMNS,
+        "source",
+    ]
     return board.reindex(columns=cols)

@@ -25,7 +25,9 @@ def build_prompt(question: str, options: dict[str, str], hint: str | None = None
     """The text part: optional hint, the question, the lettered options and VLMEvalKit's instruction."""
     prompt = f"Hint: {hint}\n" if hint else ""
     prompt += f"Question: {question}\n"
-    present = {k: v for k, v in options.items() if v is not None and not (isinstance(v, float) and np.isnan(v))}
+    present = {
+        k: v for k, v in options.items() if v is not None and not (isinstance(v, float) and np.isnan(v))
+    }
     if present:
         prompt += "Options:\n" + "".join(f"{k}. {v}\n" for k, v in present.items())
         prompt += "Please select the correct answer from the options above. \n"
@@ -66,7 +68,9 @@ def data_url(jpeg: bytes) -> str:
 
 def openai_messages(request: ChatRequest) -> list[dict[str, Any]]:
     """Chat-completions messages: one user turn, image_url parts first, then the text part."""
-    parts: list[dict[str, Any]] = [{"type": "image_url", "image_url": {"url": data_url(b)}} for b in request.images]
+    parts: list[dict[str, Any]] = [
+        {"type": "image_url", "image_url": {"url": data_url(b)}} for b in request.images
+    ]
     parts.append({"type": "text", "text": request.text})
     return [{"role": "user", "content": parts}]
 

@@ -32,7 +32,10 @@ class LvlmProtocol:
 
     name: str = "soco_lvlm"
     items_per_group: Annotated[int, Field(ge=0)] = 20  # 0 = every item
-    levels: Annotated[tuple[Literal["intra", "cross"], ...], Field(min_length=1, strict=False)] = ("intra", "cross")
+    levels: Annotated[tuple[Literal["intra", "cross"], ...], Field(min_length=1, strict=False)] = (
+        "intra",
+        "cross",
+    )
     image_max_side: Annotated[int, Field(ge=64)] = 768
     jpeg_quality: Annotated[int, Field(ge=1, le=100)] = 95
     query_color: Colour = "#E23A3A"
@@ -62,8 +65,16 @@ class LvlmProtocol:
 
     def marks(self) -> dict[str, Any]:
         """The fields that decide how an image is marked (they key the render cache)."""
-        keys = ("image_max_side", "jpeg_quality", "query_color", "candidate_color", "outline_color",
-                "dot_radius", "outline_width", "letter_size")
+        keys = (
+            "image_max_side",
+            "jpeg_quality",
+            "query_color",
+            "candidate_color",
+            "outline_color",
+            "dot_radius",
+            "outline_width",
+            "letter_size",
+        )
         return {k: getattr(self, k) for k in keys}
 
 
@@ -71,5 +82,10 @@ def load_lvlm_protocol(path: str | Path | None = None) -> LvlmProtocol:
     """Read and validate the protocol file (default: assets/lvlm_protocol.yaml)."""
     path = Path(path) if path is not None else DEFAULT_PATH
     doc = read_yaml(path, LvlmProtocolError, "LVLM protocol file")
-    return validate_doc(LvlmProtocol, {} if doc is None else doc, str(path), LvlmProtocolError,
-                        allowed=LvlmProtocol.__dataclass_fields__)
+    return validate_doc(
+        LvlmProtocol,
+        {} if doc is None else doc,
+        str(path),
+        LvlmProtocolError,
+        allowed=LvlmProtocol.__dataclass_fields__,
+    )

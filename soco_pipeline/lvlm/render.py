@@ -71,17 +71,28 @@ def draw_marks(
             # Beside the dot, to its upper right; flipped inside when it would leave the image.
             tx = x + r + w if x + r + w + tw <= out.width else x - r - w - tw
             ty = y - r - th if y - r - th >= 0 else y + r
-            draw.text((tx - left, ty - top), letter, font=font, fill=protocol.candidate_color,
-                      stroke_width=stroke, stroke_fill=protocol.outline_color)
+            draw.text(
+                (tx - left, ty - top),
+                letter,
+                font=font,
+                fill=protocol.candidate_color,
+                stroke_width=stroke,
+                stroke_fill=protocol.outline_color,
+            )
     return out
 
 
-def render_key(uri: str, points: Sequence[tuple[float, float]], letters: Sequence[str] | None,
-               protocol: LvlmProtocol) -> str:
+def render_key(
+    uri: str, points: Sequence[tuple[float, float]], letters: Sequence[str] | None, protocol: LvlmProtocol
+) -> str:
     """The content key of one marked image (sha256 of the source, the marks and the settings)."""
-    payload = {"uri": uri, "points": [[round(float(x), 3), round(float(y), 3)] for x, y in points],
-               "letters": list(letters) if letters is not None else None, "marks": protocol.marks(),
-               "code": RENDER_CODE_VERSION}
+    payload = {
+        "uri": uri,
+        "points": [[round(float(x), 3), round(float(y), 3)] for x, y in points],
+        "letters": list(letters) if letters is not None else None,
+        "marks": protocol.marks(),
+        "code": RENDER_CODE_VERSION,
+    }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 

@@ -26,9 +26,25 @@ from soco_pipeline.lvlm.specs import LvlmSpec
 from soco_pipeline.storage import read_bytes
 
 ANSWER_COLUMNS = [
-    "model", "setting", "index", "g_index", "qid", "rotation", "pair_id", "level", "pair_group",
-    "supercategory", "src_keypoint", "answer", "raw_answer", "parsed", "correct", "latency_s", "attempts",
-    "error", "request_hash",
+    "model",
+    "setting",
+    "index",
+    "g_index",
+    "qid",
+    "rotation",
+    "pair_id",
+    "level",
+    "pair_group",
+    "supercategory",
+    "src_keypoint",
+    "answer",
+    "raw_answer",
+    "parsed",
+    "correct",
+    "latency_s",
+    "attempts",
+    "error",
+    "request_hash",
 ]
 
 
@@ -103,7 +119,10 @@ def run_model(
                 replies = backend.answer_batch(reqs)
             for i, reply in zip(ask, replies, strict=True):
                 if not reply.error:
-                    cache.put(keys[i], {"text": reply.text, "latency_s": reply.latency_s, "attempts": reply.attempts})
+                    cache.put(
+                        keys[i],
+                        {"text": reply.text, "latency_s": reply.latency_s, "attempts": reply.attempts},
+                    )
                 out.append((i, reply, False))
         return out
 
@@ -123,7 +142,12 @@ def run_model(
             for fut in finished:
                 pending.pop(fut)
                 for i, reply, hit in fut.result():
-                    raw[i], latency[i], attempts[i], error[i] = reply.text, reply.latency_s, reply.attempts, reply.error
+                    raw[i], latency[i], attempts[i], error[i] = (
+                        reply.text,
+                        reply.latency_s,
+                        reply.attempts,
+                        reply.error,
+                    )
                     was_cached[i] = hit
                     if not hit:
                         consecutive = consecutive + 1 if reply.error else 0
@@ -151,8 +175,21 @@ def run_model(
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 
-    out = rows[["setting", "index", "g_index", "qid", "rotation", "pair_id", "level", "pair_group",
-                "supercategory", "src_keypoint", "answer"]].copy()
+    out = rows[
+        [
+            "setting",
+            "index",
+            "g_index",
+            "qid",
+            "rotation",
+            "pair_id",
+            "level",
+            "pair_group",
+            "supercategory",
+            "src_keypoint",
+            "answer",
+        ]
+    ].copy()
     out.insert(0, "model", spec.name)
     out["raw_answer"] = raw.astype(str)
     out["parsed"] = parse_answers(out["raw_answer"])
@@ -162,5 +199,7 @@ def run_model(
     out["error"] = error.astype(str)
     out["request_hash"] = keys.astype(str)
     n_cached = int(was_cached.sum())
-    log(f"{spec.name}: {n} answers, {n_cached} from the cache, {n - n_cached} asked, {int((error != '').sum())} errors")
+    log(
+        f"{spec.name}: {n} answers, {n_cached} from the cache, {n - n_cached} asked, {int((error != '').sum())} errors"
+    )
     return RunResult(out[ANSWER_COLUMNS], sent=n - n_cached, cached=n_cached, errors=int((error != "").sum()))

@@ -34,10 +34,17 @@ AnswerFn = Callable[[ChatRequest, dict], "str | HttpReply"]
 
 def completion_body(text: str, model: str) -> bytes:
     """A chat-completions response body holding one assistant message."""
-    return json.dumps({
-        "id": "chatcmpl-local", "object": "chat.completion", "created": int(time.time()), "model": model,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-    }).encode()
+    return json.dumps(
+        {
+            "id": "chatcmpl-local",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": model,
+            "choices": [
+                {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+            ],
+        }
+    ).encode()
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -129,8 +136,9 @@ class RunningServer:
 
 
 @contextmanager
-def serve(answer: AnswerFn, host: str = "127.0.0.1", port: int = 0, model_name: str = "local",
-          decode: bool = True) -> Iterator[RunningServer]:
+def serve(
+    answer: AnswerFn, host: str = "127.0.0.1", port: int = 0, model_name: str = "local", decode: bool = True
+) -> Iterator[RunningServer]:
     """Serve `answer` at http://host:port (port 0: a free one) until the block exits, then stop and join.
 
     decode=False skips parsing the request (the answer function gets an empty ChatRequest and body):

@@ -64,7 +64,9 @@ class LvlmFields(ConfigModel):
     backend: str
     model: Annotated[str, Field(min_length=1)]
     description: str = ""
-    settings: Annotated[tuple[Literal["vis", "vis_desc", "desc"], ...], Field(min_length=1, strict=False)] = SETTINGS
+    settings: Annotated[tuple[Literal["vis", "vis_desc", "desc"], ...], Field(min_length=1, strict=False)] = (
+        SETTINGS
+    )
     temperature: Annotated[float, Field(ge=0.0, le=2.0)] = 0.0
     max_tokens: PositiveInt = 512
     seed: int = 0
@@ -99,8 +101,10 @@ class OpenaiFields(LvlmFields):
         if not re.match(r"https?://", url):
             raise ValueError(f"backend 'openai' needs 'base_url: http(s)://host[:port]', got {url!r}")
         if "@" in url.split("://", 1)[1].split("/", 1)[0]:
-            raise ValueError("must not hold credentials (user:password@); put the key in an environment "
-                             "variable and name it in 'api_key_env'")
+            raise ValueError(
+                "must not hold credentials (user:password@); put the key in an environment "
+                "variable and name it in 'api_key_env'"
+            )
         return url.rstrip("/").removesuffix("/v1")
 
     @field_validator("api_key_env")
@@ -108,7 +112,9 @@ class OpenaiFields(LvlmFields):
     def _a_variable_name(cls, env: str | None) -> str | None:
         # The value is not echoed: a user who put the key itself here must not see it in a log.
         if env is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", env):
-            raise ValueError("must be the NAME of an environment variable (e.g. OPENAI_API_KEY), never the key")
+            raise ValueError(
+                "must be the NAME of an environment variable (e.g. OPENAI_API_KEY), never the key"
+            )
         return env
 
 
@@ -153,8 +159,13 @@ class LvlmSpec:
 
     def generation(self) -> dict[str, Any]:
         """What decides an answer besides the request content: backend, model, sampling settings."""
-        return {"backend": self.backend, "model": self.model, "temperature": self.temperature,
-                "max_tokens": self.max_tokens, "code": LVLM_CODE_VERSION}
+        return {
+            "backend": self.backend,
+            "model": self.model,
+            "temperature": self.temperature,
+            "max_tokens": self.max_tokens,
+            "code": LVLM_CODE_VERSION,
+        }
 
     def to_dict(self) -> dict[str, Any]:
         """The normalised spec as a plain dict (without the source path)."""
@@ -170,7 +181,9 @@ def parse_spec(doc: Any, name: str, source: str = "<spec>") -> LvlmSpec:
     if not isinstance(doc, dict):
         raise LvlmSpecError(f"{src}: expected a mapping of fields (backend, model, ...)")
     if not re.fullmatch(r"[A-Za-z0-9_.\-]+", name):
-        raise LvlmSpecError(f"{src}: model name {name!r} (the file stem) may only hold letters, digits, '_', '-', '.'")
+        raise LvlmSpecError(
+            f"{src}: model name {name!r} (the file stem) may only hold letters, digits, '_', '-', '.'"
+        )
     backend = doc.get("backend")
     if backend not in BACKENDS:
         raise LvlmSpecError(f"{src}: field 'backend' is {backend!r}; it must be one of {list(BACKENDS)}")
@@ -178,7 +191,9 @@ def parse_spec(doc: Any, name: str, source: str = "<spec>") -> LvlmSpec:
     allowed = (OpenaiFields if backend == "openai" else TransformersFields).model_fields
     fields = validate_doc(LVLM_SPEC, doc, src, LvlmSpecError, drop_loc=1, allowed=allowed)  # loc[0]: the tag
     if fields.name is not None and fields.name != name:
-        raise LvlmSpecError(f"{src}: field 'name' is {fields.name!r} but the file stem is {name!r}; drop the field")
+        raise LvlmSpecError(
+            f"{src}: field 'name' is {fields.name!r} but the file stem is {name!r}; drop the field"
+        )
     return LvlmSpec(**{**fields.model_dump(), "name": name}, source=source)
 
 

@@ -22,9 +22,25 @@ from soco_pipeline.lvlm.parse import parse_answers
 from soco_pipeline.storage import join, read_bytes, write_bytes_atomic
 
 OFFICIAL_DATASETS = {"soco_lvlm_img": "vis", "soco_lvlm_imgtxt": "vis_desc", "soco_lvlm_txt": "desc"}
-EXPORT_NAMES = {"vis": "soco_pipeline_vis", "vis_desc": "soco_pipeline_vis_desc", "desc": "soco_pipeline_desc"}
-TSV_COLUMNS = ["index", "g_index", "qid", "category", "question", "A", "B", "C", "D", "answer", "image",
-               "image_path"]
+EXPORT_NAMES = {
+    "vis": "soco_pipeline_vis",
+    "vis_desc": "soco_pipeline_vis_desc",
+    "desc": "soco_pipeline_desc",
+}
+TSV_COLUMNS = [
+    "index",
+    "g_index",
+    "qid",
+    "category",
+    "question",
+    "A",
+    "B",
+    "C",
+    "D",
+    "answer",
+    "image",
+    "image_path",
+]
 _SHORT = 64  # VLMEvalKit: an `image` value this short is a reference to another row's index
 
 
@@ -41,8 +57,10 @@ def export_tsv(items: pd.DataFrame, setting: str, path: str | Path) -> int:
     rows = items[items["setting"] == setting].sort_values("index", ignore_index=True)
     if rows.empty:
         raise VlmEvalKitError(f"no items of setting {setting!r} to export: materialize lvlm_items first")
-    paths = [[p for p in (s, t) if isinstance(p, str) and p] for s, t in zip(rows["src_render"], rows["trg_render"],
-                                                                          strict=True)]
+    paths = [
+        [p for p in (s, t) if isinstance(p, str) and p]
+        for s, t in zip(rows["src_render"], rows["trg_render"], strict=True)
+    ]
     names = [[p.rsplit("/", 1)[-1] for p in ps] for ps in paths]
     key = pd.Series(["|".join(n) for n in names])
     # The first row holding the same images: later rows reference its index instead of repeating them.
@@ -56,12 +74,19 @@ def export_tsv(items: pd.DataFrame, setting: str, path: str | Path) -> int:
             continue
         encoded = [b64.setdefault(p, _b64(p)) for p in ps]
         image.append(encoded[0] if len(encoded) == 1 else repr(encoded))
-    out = pd.DataFrame({
-        "index": rows["index"].astype(int), "g_index": rows["g_index"].astype(int), "qid": rows["qid"],
-        "category": rows["pair_group"], "question": rows["question"],
-        **{k: rows[k] for k in "ABCD"}, "answer": rows["answer"], "image": image,
-        "image_path": [n[0] if len(n) == 1 else repr(n) for n in names],
-    })
+    out = pd.DataFrame(
+        {
+            "index": rows["index"].astype(int),
+            "g_index": rows["g_index"].astype(int),
+            "qid": rows["qid"],
+            "category": rows["pair_group"],
+            "question": rows["question"],
+            **{k: rows[k] for k in "ABCD"},
+            "answer": rows["answer"],
+            "image": image,
+            "image_path": [n[0] if len(n) == 1 else repr(n) for n in names],
+        }
+    )
     buf = io.StringIO()
     out[TSV_COLUMNS].to_csv(buf, sep="\t", index=False)
     write_bytes_atomic(str(path), buf.getvalue().encode())
@@ -84,8 +109,10 @@ def setting_of(path: str | Path) -> str:
     for setting, name in EXPORT_NAMES.items():
         if stem == name:
             return setting
-    raise VlmEvalKitError(f"{path}: cannot tell the setting from the file name; name it soco_lvlm_img/imgtxt/txt"
-                          f"[_c].tsv or pass setting=")
+    raise VlmEvalKitError(
+        f"{path}: cannot tell the setting from the file name; name it soco_lvlm_img/imgtxt/txt"
+        f"[_c].tsv or pass setting="
+    )
 
 
 def import_tsv(path: str | Path, image_root: str, setting: str | None = None) -> pd.DataFrame:
@@ -115,24 +142,41 @@ def import_tsv(path: str | Path, image_root: str, setting: str | None = None) ->
     for idx, value in zip(df["index"], df["image"], strict=True):  # per row: decode its image files
         if len(value) <= _SHORT:
             if value not in full or len(full[value]) <= _SHORT:
-                raise VlmEvalKitError(f"{path}: row index {idx} reuses the image of row {value!r}, which has none")
+                raise VlmEvalKitError(
+                    f"{path}: row index {idx} reuses the image of row {value!r}, which has none"
+                )
             value = full[value]
         imgs = [store(v) for v in _as_list(value)]
         if len(imgs) > 2:
-            raise VlmEvalKitError(f"{path}: row index {idx} has {len(imgs)} images; SOCO-LVLM rows have 1 or 2")
+            raise VlmEvalKitError(
+                f"{path}: row index {idx} has {len(imgs)} images; SOCO-LVLM rows have 1 or 2"
+            )
         src.append(imgs[0] if len(imgs) == 2 else None)
         trg.append(imgs[-1])
     g = df["g_index"].astype(str).str.strip()
-    out = pd.DataFrame({
-        "setting": setting, "index": df["index"].astype(int), "g_index": pd.factorize(g)[0],
-        "qid": df["qid"].astype(str) if "qid" in df else g, "rotation": df.groupby(g).cumcount(),
-        "pair_id": df["qid"].astype(str) if "qid" in df else g, "level": "",
-        "pair_group": df["category"].astype(str) if "category" in df else "", "supercategory": "",
-        "src_keypoint": "", "src_image": "", "trg_image": "", "description": "",
-        "question": df["question"], **{k: df[k].astype(str) for k in "ABCD"},
-        "answer": df["answer"].astype(str).str.strip().str.upper(), "answer_option": -1,
-        "src_render": src, "trg_render": trg,
-    })
+    out = pd.DataFrame(
+        {
+            "setting": setting,
+            "index": df["index"].astype(int),
+            "g_index": pd.factorize(g)[0],
+            "qid": df["qid"].astype(str) if "qid" in df else g,
+            "rotation": df.groupby(g).cumcount(),
+            "pair_id": df["qid"].astype(str) if "qid" in df else g,
+            "level": "",
+            "pair_group": df["category"].astype(str) if "category" in df else "",
+            "supercategory": "",
+            "src_keypoint": "",
+            "src_image": "",
+            "trg_image": "",
+            "description": "",
+            "question": df["question"],
+            **{k: df[k].astype(str) for k in "ABCD"},
+            "answer": df["answer"].astype(str).str.strip().str.upper(),
+            "answer_option": -1,
+            "src_render": src,
+            "trg_render": trg,
+        }
+    )
     return out
 
 
@@ -155,11 +199,18 @@ def score_workbook(path: str | Path) -> dict:
     df = read_workbook(path)
     missing = {"answer", "g_index", "prediction"} - set(df.columns)
     if missing:
-        raise VlmEvalKitError(f"{path} misses required column(s) {sorted(missing)} (answer, g_index, prediction)")
+        raise VlmEvalKitError(
+            f"{path} misses required column(s) {sorted(missing)} (answer, g_index, prediction)"
+        )
     answer = df["answer"].astype(str).str.strip().str.upper()
     parsed = parse_answers(df["prediction"].astype(str))
     correct = parsed == answer
     groups = correct.groupby(df["g_index"].astype(str).str.strip()).all()
     table = df.assign(parsed=parsed, correct=correct)
-    return {"rows": len(df), "groups": len(groups), "average": 100 * float(correct.mean()) if len(df) else 0.0,
-            "circular": 100 * float(groups.mean()) if len(groups) else 0.0, "table": table}
+    return {
+        "rows": len(df),
+        "groups": len(groups),
+        "average": 100 * float(correct.mean()) if len(df) else 0.0,
+        "circular": 100 * float(groups.mean()) if len(groups) else 0.0,
+        "table": table,
+    }

@@ -109,13 +109,32 @@ def _library() -> _Kernel | None:
         log.info("this CPU lacks %s: matching uses torch", "AVX-512" if mode == "avx512" else "AVX2")
         return None
     f.restype = ctypes.c_int
-    f.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
-                  ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-                  ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p]
+    f.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_int64,
+        ctypes.c_int64,
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+        ctypes.c_int64,
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+        ctypes.c_int64,
+        ctypes.c_void_p,
+    ]
     g = lib.soco_half_corners
     g.restype = None
-    g.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
-                  ctypes.c_int64, ctypes.c_void_p]
+    g.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_int64,
+        ctypes.c_int64,
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+        ctypes.c_int64,
+        ctypes.c_void_p,
+    ]
     return _Kernel(f, g, isa)
 
 
@@ -200,30 +219,52 @@ def argmax_into(
     for name, arr, dtype in (("idx_out", idx_out, np.int64), ("val_out", val_out, np.float32)):
         if arr.dtype != dtype or not arr.flags.c_contiguous or len(arr) != n:
             raise TypeError(f"{name} must be a contiguous {np.dtype(dtype)} array of {n} entries")
-    if sims_out is not None and (sims_out.dtype != np.float32 or not sims_out.flags.c_contiguous
-                                 or sims_out.size < n * hw):
+    if sims_out is not None and (
+        sims_out.dtype != np.float32 or not sims_out.flags.c_contiguous or sims_out.size < n * hw
+    ):
         raise TypeError(f"sims_out must be a contiguous float32 buffer of at least {n} x {hw} values")
     probe_q = probe_cell = None
     if probes is not None:
         probe_q, probe_cell = probes
         k = len(probe_q)
-        for name, arr, dtype in (("probe positions", probe_q, np.int64), ("probe cells", probe_cell, np.int64),
-                                 ("probe_out", probe_out, np.float32)):
+        for name, arr, dtype in (
+            ("probe positions", probe_q, np.int64),
+            ("probe cells", probe_cell, np.int64),
+            ("probe_out", probe_out, np.float32),
+        ):
             if arr is None or arr.dtype != dtype or not arr.flags.c_contiguous or len(arr) != k:
                 raise TypeError(f"{name} must be a contiguous {np.dtype(dtype)} array of {k} entries")
-        if k and (probe_q.min() < 0 or probe_q.max() >= n or probe_cell.min() < 0
-                                 or probe_cell.max() >= hw or (np.diff(probe_cell) < 0).any()):
-            raise ValueError(f"probes must be query positions in [0, {n}) and cells in [0, {hw}), cells ascending")
+        if k and (
+            probe_q.min() < 0
+            or probe_q.max() >= n
+            or probe_cell.min() < 0
+            or probe_cell.max() >= hw
+            or (np.diff(probe_cell) < 0).any()
+        ):
+            raise ValueError(
+                f"probes must be query positions in [0, {n}) and cells in [0, {hw}), cells ascending"
+            )
     if n == 0:
         return
     rc = kernel.argmax(
-        ptr, c, hw, queries.ctypes.data, None if rows is None else rows.ctypes.data, n,
-        None if sims_out is None else sims_out.ctypes.data, idx_out.ctypes.data, val_out.ctypes.data,
-        None if probe_q is None else probe_q.ctypes.data, None if probe_cell is None else probe_cell.ctypes.data,
-        0 if probe_q is None else len(probe_q), None if probe_out is None else probe_out.ctypes.data,
+        ptr,
+        c,
+        hw,
+        queries.ctypes.data,
+        None if rows is None else rows.ctypes.data,
+        n,
+        None if sims_out is None else sims_out.ctypes.data,
+        idx_out.ctypes.data,
+        val_out.ctypes.data,
+        None if probe_q is None else probe_q.ctypes.data,
+        None if probe_cell is None else probe_cell.ctypes.data,
+        0 if probe_q is None else len(probe_q),
+        None if probe_out is None else probe_out.ctypes.data,
     )
     if rc != 0:
-        raise MemoryError(f"the fp16 matching kernel could not allocate its workspace ({n} queries x {c} channels)")
+        raise MemoryError(
+            f"the fp16 matching kernel could not allocate its workspace ({n} queries x {c} channels)"
+        )
 
 
 def similarity_argmax(

@@ -24,8 +24,22 @@ from soco_pipeline.pairs.correspondences import (
 from soco_pipeline.pairs.image_pairs import build_image_pairs, evaluation_sample, soc_counts
 
 __all__ = [
-    "COUNT_KINDS", "CORRESPONDENCE_COLUMNS", "PAIR_COLUMNS", "PairConfig", "build_correspondences",
-    "build_image_pairs", "candidate_keypoints", "check_correspondences", "check_image_pairs", "column_codes",
-    "evaluation_sample", "inherited_keypoints", "iter_correspondences", "pair_counts", "related_category_pairs",
-    "require_valid", "soc_counts", "write_correspondences",
+    "COUNT_KINDS",
+    "CORRESPONDENCE_COLUMNS",
+    "PAIR_COLUMNS",
+    "PairConfig",
+    "build_correspondences",
+    "build_image_pairs",
+    "candidate_keypoints",
+    "check_correspondences",
+    "check_image_pairs",
+    "column_codes",
+    "evaluation_sample",
+    "inherited_keypoints",
+    "iter_correspondences",
+    "pair_counts",
+    "related_category_pairs",
+    "require_valid",
+    "soc_counts",
+    "write_correspondences",
 ]

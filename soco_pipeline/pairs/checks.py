@@ -51,14 +51,16 @@ def pair_counts(image_pairs: pd.DataFrame, correspondences: pa.Table | pd.DataFr
     total = np.bincount(cells, minlength=size)
     ev = np.bincount(cells_ev, minlength=size)
     known = pair_level >= 0
-    total[: size : n_kinds] = np.bincount(pair_level[known], minlength=len(LEVEL_NAMES))
-    ev[: size : n_kinds] = np.bincount(pair_level[known & pair_eval], minlength=len(LEVEL_NAMES))
-    return pd.DataFrame({
-        "level": np.repeat(LEVEL_NAMES, n_kinds),
-        "kind": np.tile(COUNT_KINDS, len(LEVEL_NAMES)),
-        "total": total.astype(np.int64),
-        "evaluated": ev.astype(np.int64),
-    })
+    total[:size:n_kinds] = np.bincount(pair_level[known], minlength=len(LEVEL_NAMES))
+    ev[:size:n_kinds] = np.bincount(pair_level[known & pair_eval], minlength=len(LEVEL_NAMES))
+    return pd.DataFrame(
+        {
+            "level": np.repeat(LEVEL_NAMES, n_kinds),
+            "kind": np.tile(COUNT_KINDS, len(LEVEL_NAMES)),
+            "total": total.astype(np.int64),
+            "evaluated": ev.astype(np.int64),
+        }
+    )
 
 
 # -------------------------------------------------------------------------------------------- checks
@@ -89,8 +91,10 @@ def check_image_pairs(
     flag(intra & (image_pairs.ancestor != image_pairs.src_category), "are intra with ancestor != category")
     flag(image_pairs.pair_group != image_pairs.trg_category, "have pair_group != target category")
     cats = set(taxonomy.categories)
-    flag(~image_pairs.src_category.isin(cats) | ~image_pairs.trg_category.isin(cats),
-         "have a category missing from the taxonomy")
+    flag(
+        ~image_pairs.src_category.isin(cats) | ~image_pairs.trg_category.isin(cats),
+        "have a category missing from the taxonomy",
+    )
     cross = image_pairs[image_pairs.level == "cross"]
     used = (set(cross.src_category) | set(cross.trg_category)) & cats
     related = related_category_pairs(taxonomy, sorted(used))
@@ -98,7 +102,9 @@ def check_image_pairs(
         related, on=["src_category", "trg_category"], how="left", suffixes=("", "_lca")
     )
     unrelated = np.zeros(len(image_pairs), dtype=bool)
-    unrelated[np.flatnonzero((image_pairs.level == "cross").to_numpy())] = merged.ancestor_lca.isna().to_numpy()
+    unrelated[np.flatnonzero((image_pairs.level == "cross").to_numpy())] = (
+        merged.ancestor_lca.isna().to_numpy()
+    )
     flag(unrelated, "are cross pairs between categories that share no keypoints")
     wrong_anc = np.zeros(len(image_pairs), dtype=bool)
     wrong_anc[np.flatnonzero((image_pairs.level == "cross").to_numpy())] = (
@@ -110,8 +116,10 @@ def check_image_pairs(
         for side in ("src", "trg"):
             found = image_pairs[f"{side}_image"].map(cat)
             flag(found.isna(), f"have a {side}_image missing from image_set")
-            flag(found.notna() & (found != image_pairs[f"{side}_category"]),
-                 f"have a {side}_category that differs from image_set's category")
+            flag(
+                found.notna() & (found != image_pairs[f"{side}_category"]),
+                f"have a {side}_category that differs from image_set's category",
+            )
     return problems
 
 
@@ -160,19 +168,24 @@ def check_correspondences(
 
     # Visible shared target keypoints per (pair, concept), to recount n_candidates.
     n_con = len(enc.concept_names)
-    counts = np.bincount(enc.trg.pair.astype(np.int64) * n_con + enc.trg.concept,
-                         minlength=len(enc.pair_ids) * n_con)
+    counts = np.bincount(
+        enc.trg.pair.astype(np.int64) * n_con + enc.trg.concept, minlength=len(enc.pair_ids) * n_con
+    )
     expected_n = np.where(known & (concept >= 0), counts[p * n_con + np.maximum(concept, 0)], -1)
     tests = {
         "name a pair_id missing from image_pairs": ~known,
         "have a level other than their pair's": known & (level != enc.level[p]),
         "have a kind other than 'soc' or 'cc'": kind < 0,
-        "have a source keypoint that is missing or not visible in the source image": known & ~vis(enc.src_img, skp),
-        "have a target keypoint that is missing or not visible in the target image": known & ~vis(enc.trg_img, tkp),
+        "have a source keypoint that is missing or not visible in the source image": known
+        & ~vis(enc.src_img, skp),
+        "have a target keypoint that is missing or not visible in the target image": known
+        & ~vis(enc.trg_img, tkp),
         "are SOC rows matching two different keypoints": (kind == 0) & (skp != tkp),
-        "have a concept other than their keypoints' concept":
-            (concept < 0) | (skp < 0) | (tkp < 0)
-            | (enc.kp_concept[np.maximum(skp, 0)] != concept) | (enc.kp_concept[np.maximum(tkp, 0)] != concept),
+        "have a concept other than their keypoints' concept": (concept < 0)
+        | (skp < 0)
+        | (tkp < 0)
+        | (enc.kp_concept[np.maximum(skp, 0)] != concept)
+        | (enc.kp_concept[np.maximum(tkp, 0)] != concept),
         "use a keypoint the pair's categories do not share": known & ~(shared(skp) & shared(tkp)),
         "have n_candidates != visible shared target keypoints of the concept": known & (n != expected_n),
         "have geo != (n_candidates >= 2)": geo != (n >= 2),
@@ -183,7 +196,9 @@ def check_correspondences(
         if len(bad):
             rows = table.take(bad[:MAX_SHOWN]) if isinstance(table, pa.Table) else table.iloc[bad[:MAX_SHOWN]]
             rows = rows.to_pandas() if isinstance(rows, pa.Table) else rows
-            problems.append(f"{len(bad)} correspondence(s) {what}:\n{show_rows(rows[CORRESPONDENCE_COLUMNS])}")
+            problems.append(
+                f"{len(bad)} correspondence(s) {what}:\n{show_rows(rows[CORRESPONDENCE_COLUMNS])}"
+            )
     return problems
 
 

@@ -14,11 +14,25 @@ from soco_pipeline.taxonomy import Taxonomy
 LEVEL_NAMES = ("intra", "cross")
 KIND_NAMES = ("soc", "cc")
 PAIR_COLUMNS = [
-    "pair_id", "level", "pair_group", "src_image", "trg_image",
-    "src_category", "trg_category", "ancestor", "evaluated",
+    "pair_id",
+    "level",
+    "pair_group",
+    "src_image",
+    "trg_image",
+    "src_category",
+    "trg_category",
+    "ancestor",
+    "evaluated",
 ]
 CORRESPONDENCE_COLUMNS = [
-    "pair_id", "level", "kind", "src_keypoint", "trg_keypoint", "concept", "geo", "n_candidates",
+    "pair_id",
+    "level",
+    "kind",
+    "src_keypoint",
+    "trg_keypoint",
+    "concept",
+    "geo",
+    "n_candidates",
 ]
 MAX_SHOWN = 5  # offending rows quoted in an error message
 
@@ -149,7 +163,9 @@ def visible_keypoints(keypoints: pd.DataFrame, taxonomy: Taxonomy) -> pd.DataFra
         )
     dup = vis[vis.duplicated(["image_id", "keypoint"], keep=False)]
     if len(dup):
-        raise ValueError(f"keypoints has duplicate (image_id, keypoint) rows; aggregate them first:\n{show_rows(dup)}")
+        raise ValueError(
+            f"keypoints has duplicate (image_id, keypoint) rows; aggregate them first:\n{show_rows(dup)}"
+        )
     if "concept" in keypoints.columns:
         given = keypoints.loc[keypoints.visible.astype(bool), "concept"].astype(str).to_numpy()
         expected = vis.keypoint.map({k: d.concept for k, d in taxonomy.keypoints.items()}).to_numpy()
@@ -176,7 +192,9 @@ def column_codes(values: pa.ChunkedArray | pa.Array | pd.Series, index: pd.Index
     if isinstance(values, pa.ChunkedArray):
         if pa.types.is_dictionary(values.type):
             parts = [
-                index.get_indexer(c.dictionary.to_pandas().astype(str))[c.indices.to_numpy(zero_copy_only=False)]
+                index.get_indexer(c.dictionary.to_pandas().astype(str))[
+                    c.indices.to_numpy(zero_copy_only=False)
+                ]
                 for c in values.chunks
             ]
             return np.concatenate(parts) if parts else np.array([], dtype=np.int64)
@@ -184,5 +202,7 @@ def column_codes(values: pa.ChunkedArray | pa.Array | pd.Series, index: pd.Index
     if isinstance(values.dtype, pd.CategoricalDtype):
         codes = values.cat.codes.to_numpy()
         mapped = index.get_indexer(values.cat.categories.astype(str))
-        return np.where(codes >= 0, mapped[np.maximum(codes, 0)], -1) if len(mapped) else np.full(len(codes), -1)
+        return (
+            np.where(codes >= 0, mapped[np.maximum(codes, 0)], -1) if len(mapped) else np.full(len(codes), -1)
+        )
     return index.get_indexer(values.astype(str))

@@ -109,8 +109,10 @@ def candidate_keypoints(
         raise ValueError(f"side must be 'src' or 'trg', got {side!r}")
     enc = encode_pairs(image_pairs.reset_index(drop=True), keypoints, taxonomy)
     rows = enc.src if side == "src" else enc.trg
-    return pd.DataFrame({
-        "pair_id": pd.Categorical.from_codes(rows.pair, enc.pair_ids.to_pandas()),
-        "keypoint": pd.Categorical.from_codes(rows.kp, enc.kp_names.to_pandas()),
-        "concept": pd.Categorical.from_codes(rows.concept, enc.concept_names.to_pandas()),
-    })
+    return pd.DataFrame(
+        {
+            "pair_id": pd.Categorical.from_codes(rows.pair, enc.pair_ids.to_pandas()),
+            "keypoint": pd.Categorical.from_codes(rows.kp, enc.kp_names.to_pandas()),
+            "concept": pd.Categorical.from_codes(rows.concept, enc.concept_names.to_pandas()),
+        }
+    )

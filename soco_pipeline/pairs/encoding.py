@@ -56,8 +56,13 @@ class EncodedPairs:
 
 
 def _side(
-    img_of_pair: np.ndarray, combo: np.ndarray, vis_start: np.ndarray, vis_count: np.ndarray,
-    vis_kp: np.ndarray, allowed: np.ndarray, kp_concept: np.ndarray,
+    img_of_pair: np.ndarray,
+    combo: np.ndarray,
+    vis_start: np.ndarray,
+    vis_count: np.ndarray,
+    vis_kp: np.ndarray,
+    allowed: np.ndarray,
+    kp_concept: np.ndarray,
 ) -> PairSide:
     """Expand each pair to its image's visible keypoints (CSR gather), keep the allowed ones."""
     cnt = np.zeros(len(img_of_pair), dtype=np.int64)
@@ -89,8 +94,10 @@ def encode_pairs(image_pairs: pd.DataFrame, keypoints: pd.DataFrame, taxonomy: T
     vis = visible_keypoints(keypoints, taxonomy)
     kp_names = list(taxonomy.keypoints)
     concept_names = list(taxonomy.concepts)
-    kp_concept = np.array([concept_names.index(taxonomy.keypoints[k].concept) for k in kp_names],
-                          _code_dtype(len(concept_names)))
+    kp_concept = np.array(
+        [concept_names.index(taxonomy.keypoints[k].concept) for k in kp_names],
+        _code_dtype(len(concept_names)),
+    )
     kp_index = pd.Index(kp_names)
 
     # Visible keypoints as CSR over images: sorted by (image code, keypoint code).
@@ -104,7 +111,8 @@ def encode_pairs(image_pairs: pd.DataFrame, keypoints: pd.DataFrame, taxonomy: T
 
     combo = image_pairs.groupby(["src_category", "trg_category"], sort=True).ngroup().to_numpy(np.int64)
     combos = (
-        image_pairs[["src_category", "trg_category"]].drop_duplicates()
+        image_pairs[["src_category", "trg_category"]]
+        .drop_duplicates()
         .sort_values(["src_category", "trg_category"], ignore_index=True)
     )
     allowed_rows = allowed_keypoints(taxonomy, combos)
@@ -122,7 +130,11 @@ def encode_pairs(image_pairs: pd.DataFrame, keypoints: pd.DataFrame, taxonomy: T
         pair_ids=pa.array(image_pairs.pair_id.to_numpy(), pa.string()),
         kp_names=pa.array(kp_names, pa.string()),
         concept_names=pa.array(concept_names, pa.string()),
-        kp_concept=kp_concept, src_img=src_img, trg_img=trg_img, combo=combo, allowed=allowed,
+        kp_concept=kp_concept,
+        src_img=src_img,
+        trg_img=trg_img,
+        combo=combo,
+        allowed=allowed,
         visible=visible,
     )
 
@@ -138,7 +150,9 @@ def soc_mask(src: PairSide, trg: PairSide, n_kp: int) -> np.ndarray:
     return present[(src.pair.astype(np.int64) - base) * n_kp + src.kp]
 
 
-def _concept_groups(src: PairSide, trg: PairSide, n_concepts: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _concept_groups(
+    src: PairSide, trg: PairSide, n_concepts: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Target rows regrouped by (pair, concept, kp), and per source row its group's start and size.
 
     Both sides cover the same pair range (they come from one slice), so keys are counted with bincount.
@@ -192,7 +206,11 @@ def match_rows(enc: EncodedPairs, lo: int, hi: int) -> dict[str, np.ndarray]:
     kind[soc_pos] = 0
     return {
         "pair": np.repeat(np.arange(lo, hi, dtype=np.int32), n_soc + n_cc),
-        "kind": kind, "skp": src.kp[row], "tkp": tkp, "concept": src.concept[row], "n": size[row],
+        "kind": kind,
+        "skp": src.kp[row],
+        "tkp": tkp,
+        "concept": src.concept[row],
+        "n": size[row],
     }
 
 
@@ -215,13 +233,15 @@ def decode_matches(codes: dict[str, np.ndarray], enc: EncodedPairs, slice_pairs:
     if slice_pairs and len(pair):
         lo, hi = int(pair[0]), int(pair[-1])
         pair, pair_dict = pair - lo, enc.pair_ids.slice(lo, hi - lo + 1)
-    return pa.table({
-        "pair_id": _dict_column(pair.astype(np.int32, copy=False), pair_dict),
-        "level": _dict_column(enc.level[codes["pair"]], pa.array(LEVEL_NAMES)),
-        "kind": _dict_column(codes["kind"], pa.array(KIND_NAMES)),
-        "src_keypoint": _dict_column(codes["skp"], enc.kp_names),
-        "trg_keypoint": _dict_column(codes["tkp"], enc.kp_names),
-        "concept": _dict_column(codes["concept"], enc.concept_names),
-        "geo": pa.array(codes["n"] >= 2),
-        "n_candidates": pa.array(codes["n"].astype(np.int64)),
-    })
+    return pa.table(
+        {
+            "pair_id": _dict_column(pair.astype(np.int32, copy=False), pair_dict),
+            "level": _dict_column(enc.level[codes["pair"]], pa.array(LEVEL_NAMES)),
+            "kind": _dict_column(codes["kind"], pa.array(KIND_NAMES)),
+            "src_keypoint": _dict_column(codes["skp"], enc.kp_names),
+            "trg_keypoint": _dict_column(codes["tkp"], enc.kp_names),
+            "concept": _dict_column(codes["concept"], enc.concept_names),
+            "geo": pa.array(codes["n"] >= 2),
+            "n_candidates": pa.array(codes["n"].astype(np.int64)),
+        }
+    )

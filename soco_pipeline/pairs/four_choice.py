@@ -22,8 +22,9 @@ OPTION_COLUMNS = ["option_a", "option_b", "option_c", "option_d"]
 _STREAM_FOUR_CHOICE = 3
 
 
-def _soc_items(correspondences: pa.Table | pd.DataFrame, pair_ids: pd.Index, kp_index: pd.Index,
-               concept_index: pd.Index) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _soc_items(
+    correspondences: pa.Table | pd.DataFrame, pair_ids: pd.Index, kp_index: pd.Index, concept_index: pd.Index
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(pair, keypoint, concept) codes of the SOC rows whose pair is in `pair_ids`."""
     if not isinstance(correspondences, pa.Table | pd.DataFrame):
         raise TypeError(f"correspondences must be an Arrow Table or a DataFrame, not {type(correspondences)}")
@@ -42,8 +43,10 @@ def _soc_items(correspondences: pa.Table | pd.DataFrame, pair_ids: pd.Index, kp_
     kp = column_codes(correspondences["trg_keypoint"], kp_index)[keep]
     concept = column_codes(correspondences["concept"], concept_index)[keep]
     if (kp < 0).any() or (concept < 0).any():
-        raise ValueError("correspondences name keypoints or concepts missing from the taxonomy; rebuild them "
-                         "with soco_pipeline.pairs.build_correspondences against the current taxonomy")
+        raise ValueError(
+            "correspondences name keypoints or concepts missing from the taxonomy; rebuild them "
+            "with soco_pipeline.pairs.build_correspondences against the current taxonomy"
+        )
     return pair, kp, concept
 
 
@@ -82,8 +85,10 @@ def build_four_choice(
     item_pair, item_kp, item_concept = item_pair[enough], item_kp[enough], item_concept[enough]
     n_items = len(item_pair)
     if n_items == 0:
-        return pd.DataFrame({c: pd.Series(dtype=str) for c in ["pair_id", "src_keypoint", *OPTION_COLUMNS]}
-                            | {"answer": pd.Series(dtype=np.int64)})
+        return pd.DataFrame(
+            {c: pd.Series(dtype=str) for c in ["pair_id", "src_keypoint", *OPTION_COLUMNS]}
+            | {"answer": pd.Series(dtype=np.int64)}
+        )
     rng = np.random.default_rng([seed, _STREAM_FOUR_CHOICE])
 
     # One row per item, one column per candidate of its pair's pool (padded to the largest pool).

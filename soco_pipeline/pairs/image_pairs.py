@@ -46,15 +46,17 @@ def _sample_without_replacement(n: np.ndarray, k: int, rng: np.random.Generator)
 def _intra_pairs(imgs: pd.DataFrame) -> pd.DataFrame:
     pairs = imgs.merge(imgs, on="category", suffixes=("_src", "_trg"))
     pairs = pairs[pairs.image_id_src != pairs.image_id_trg]
-    return pd.DataFrame({
-        "level": "intra",
-        "pair_group": pairs.category.to_numpy(),
-        "src_image": pairs.image_id_src.to_numpy(),
-        "trg_image": pairs.image_id_trg.to_numpy(),
-        "src_category": pairs.category.to_numpy(),
-        "trg_category": pairs.category.to_numpy(),
-        "ancestor": pairs.category.to_numpy(),
-    })
+    return pd.DataFrame(
+        {
+            "level": "intra",
+            "pair_group": pairs.category.to_numpy(),
+            "src_image": pairs.image_id_src.to_numpy(),
+            "trg_image": pairs.image_id_trg.to_numpy(),
+            "src_category": pairs.category.to_numpy(),
+            "trg_category": pairs.category.to_numpy(),
+            "ancestor": pairs.category.to_numpy(),
+        }
+    )
 
 
 def _cross_pairs(imgs: pd.DataFrame, taxonomy: Taxonomy, cfg: PairConfig) -> pd.DataFrame:
@@ -69,21 +71,32 @@ def _cross_pairs(imgs: pd.DataFrame, taxonomy: Taxonomy, cfg: PairConfig) -> pd.
     n_src = count.reindex(targets.src_category).to_numpy()
     k = int(count.max()) if cfg.cross_sources_per_category == "all" else int(cfg.cross_sources_per_category)
     if k == 0 or targets.empty:
-        return pd.DataFrame(columns=["level", "pair_group", "src_image", "trg_image",
-                                     "src_category", "trg_category", "ancestor"])
+        return pd.DataFrame(
+            columns=[
+                "level",
+                "pair_group",
+                "src_image",
+                "trg_image",
+                "src_category",
+                "trg_category",
+                "ancestor",
+            ]
+        )
     offsets = _sample_without_replacement(n_src, k, stream_rng(cfg.seed, STREAM_CROSS_SOURCES))
     row, j = np.nonzero(offsets >= 0)
     src_pos = start.reindex(targets.src_category).to_numpy()[row] + offsets[row, j]
     chosen = targets.iloc[row]
-    return pd.DataFrame({
-        "level": "cross",
-        "pair_group": chosen.trg_category.to_numpy(),
-        "src_image": imgs.image_id.to_numpy()[src_pos],
-        "trg_image": chosen.trg_image.to_numpy(),
-        "src_category": chosen.src_category.to_numpy(),
-        "trg_category": chosen.trg_category.to_numpy(),
-        "ancestor": chosen.ancestor.to_numpy(),
-    })
+    return pd.DataFrame(
+        {
+            "level": "cross",
+            "pair_group": chosen.trg_category.to_numpy(),
+            "src_image": imgs.image_id.to_numpy()[src_pos],
+            "trg_image": chosen.trg_image.to_numpy(),
+            "src_category": chosen.src_category.to_numpy(),
+            "trg_category": chosen.trg_category.to_numpy(),
+            "ancestor": chosen.ancestor.to_numpy(),
+        }
+    )
 
 
 def soc_counts(image_pairs: pd.DataFrame, keypoints: pd.DataFrame, taxonomy: Taxonomy) -> np.ndarray:
@@ -109,7 +122,8 @@ def evaluation_sample(image_pairs: pd.DataFrame, eligible: np.ndarray, cfg: Pair
     rank = np.arange(len(order)) - np.repeat(first, np.diff(np.r_[first, len(order)]))
     quota = np.where(
         image_pairs.level.to_numpy()[order] == "intra",
-        quota_value(cfg.intra_per_category), quota_value(cfg.cross_per_category),
+        quota_value(cfg.intra_per_category),
+        quota_value(cfg.cross_per_category),
     )
     out = np.zeros(len(image_pairs), dtype=bool)
     out[order[rank < quota]] = True

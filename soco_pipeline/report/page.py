@@ -39,14 +39,20 @@ def _read(path: str) -> pd.DataFrame | None:
 def _records(storage_root: str, sub: str = "") -> dict[str, dict]:
     """The results records written by the record assets ({model: record}); local storage roots only."""
     folder = Path(join(storage_root, "results", "records", *([sub] if sub else [])))
-    return {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))} if folder.is_dir() else {}
+    return (
+        {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))} if folder.is_dir() else {}
+    )
 
 
 def ci_table(records: dict[str, dict], metrics: list[str] | None = None) -> pd.DataFrame:
     """One row per model: each metric as 'value [lo, hi]' (bootstrap over categories) plus the raw numbers."""
     rows = []
     for model, rec in records.items():
-        row: dict = {"model": model, "partial": rec["subset"]["partial"], "subset": rec["subset"]["description"]}
+        row: dict = {
+            "model": model,
+            "partial": rec["subset"]["partial"],
+            "subset": rec["subset"]["description"],
+        }
         for m, r in rec["results"].items():
             if metrics is not None and m not in metrics:
                 continue
@@ -77,14 +83,25 @@ def ci_plot(records: dict[str, dict], metrics: list[str], path: str) -> str | No
     for i, model in enumerate(models):
         res = records[model]["results"]
         val = np.array([_or_nan(res.get(m, {}).get("value")) for m in metrics], dtype=float)
-        lo = np.array([(res.get(m, {}).get("ci95_boot_category") or [np.nan, np.nan])[0] for m in metrics], float)
-        hi = np.array([(res.get(m, {}).get("ci95_boot_category") or [np.nan, np.nan])[1] for m in metrics], float)
+        lo = np.array(
+            [(res.get(m, {}).get("ci95_boot_category") or [np.nan, np.nan])[0] for m in metrics], float
+        )
+        hi = np.array(
+            [(res.get(m, {}).get("ci95_boot_category") or [np.nan, np.nan])[1] for m in metrics], float
+        )
         label = model + (" (partial)" if records[model]["subset"]["partial"] else "")
         ax.bar(x + i * width, np.nan_to_num(val), width, label=label)
         # the interval itself, from lo to hi (not value +- a length): it is drawn as computed
         ok = np.isfinite(lo) & np.isfinite(hi)
-        ax.errorbar((x + i * width)[ok], ((lo + hi) / 2)[ok], yerr=((hi - lo) / 2)[ok], fmt="none", ecolor="black",
-                    capsize=3, linewidth=1)
+        ax.errorbar(
+            (x + i * width)[ok],
+            ((lo + hi) / 2)[ok],
+            yerr=((hi - lo) / 2)[ok],
+            fmt="none",
+            ecolor="black",
+            capsize=3,
+            linewidth=1,
+        )
     ax.set_xticks(x + width * (len(models) - 1) / 2, metrics)
     ax.set_ylim(0, 105)
     ax.set_ylabel("0-100; error bars: 95% CI, bootstrap over categories")
@@ -104,16 +121,20 @@ def _table_html(df: pd.DataFrame | None, name_col: str | None = None) -> str:
     shown = df.copy()
     if name_col and "partial" in shown.columns:
         mark = shown["partial"].fillna(False).astype(bool)
-        shown[name_col] = [f'{html.escape(str(n))} <span class="partial">[partial: {html.escape(str(s))}]</span>'
-                           if p else html.escape(str(n))
-                           for n, p, s in zip(shown[name_col], mark, shown.get("subset", [""] * len(shown)),
-                                              strict=True)]
+        shown[name_col] = [
+            f'{html.escape(str(n))} <span class="partial">[partial: {html.escape(str(s))}]</span>'
+            if p
+            else html.escape(str(n))
+            for n, p, s in zip(shown[name_col], mark, shown.get("subset", [""] * len(shown)), strict=True)
+        ]
     return shown.to_html(index=False, escape=False, na_rep="", float_format=lambda v: f"{v:.1f}", border=0)
 
 
 def _figure(src: str, caption: str, alt: str) -> str:
-    return (f'<figure><img src="{html.escape(src)}" alt="{html.escape(alt)}">'
-            f"<figcaption>{html.escape(caption)}</figcaption></figure>")
+    return (
+        f'<figure><img src="{html.escape(src)}" alt="{html.escape(alt)}">'
+        f"<figcaption>{html.escape(caption)}</figcaption></figure>"
+    )
 
 
 def lvlm_examples(answers: pd.DataFrame, items: pd.DataFrame, n: int, seed: int) -> pd.DataFrame:
@@ -136,11 +157,13 @@ def build_report(settings, out_dir: str | None = None, seed: int = 0) -> str:
     out = Path(out_dir or join(root, "report"))
     out.mkdir(parents=True, exist_ok=True)
     tables = settings.tables_root
-    parts = ["<!doctype html><html><head><meta charset='utf-8'><title>SOCO results</title>",
-             f"<style>{CSS}</style></head><body><h1>SOCO pipeline results</h1>",
-             '<p class="note">Values 0-100. CIs: 95%, bootstrap over categories (pair groups); records in '
-             "results/records/ hold the cluster-robust (by target image) intervals too. A row marked partial "
-             "scored a subset only.</p>"]
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'><title>SOCO results</title>",
+        f"<style>{CSS}</style></head><body><h1>SOCO pipeline results</h1>",
+        '<p class="note">Values 0-100. CIs: 95%, bootstrap over categories (pair groups); records in '
+        "results/records/ hold the cluster-robust (by target image) intervals too. A row marked partial "
+        "scored a subset only.</p>",
+    ]
 
     # --- backbones
     board = _read(join(tables, "leaderboard.parquet"))
@@ -152,8 +175,13 @@ def build_report(settings, out_dir: str | None = None, seed: int = 0) -> str:
         parts.append(_table_html(ci_table(records, HEADLINE), "model"))
         plot = ci_plot(records, HEADLINE, str(out / "backbone_ci.png"))
         if plot:
-            parts.append(_figure("backbone_ci.png", "Headline metrics with 95% CIs (bootstrap over categories)",
-                                 "backbone leaderboard with error bars"))
+            parts.append(
+                _figure(
+                    "backbone_ci.png",
+                    "Headline metrics with 95% CIs (bootstrap over categories)",
+                    "backbone leaderboard with error bars",
+                )
+            )
 
     # --- correlation figure
     figs = sorted(Path(join(root, "figures")).glob("correlation_*.png")) if not str(root).count("://") else []
@@ -167,14 +195,20 @@ def build_report(settings, out_dir: str | None = None, seed: int = 0) -> str:
     lboard = _read(join(tables, "lvlm_leaderboard.parquet"))
     lrecords = _records(root, "lvlm")
     parts.append('<h2 id="lvlms">LVLMs: four-choice SOCO-LVLM (average / circular accuracy)</h2>')
-    parts.append(_table_html(lboard.drop(columns=["source"], errors="ignore") if lboard is not None else None,
-                             "model"))
+    parts.append(
+        _table_html(lboard.drop(columns=["source"], errors="ignore") if lboard is not None else None, "model")
+    )
     if lrecords:
         parts.append(_table_html(ci_table(lrecords), "model"))
         lm = sorted({m for r in lrecords.values() for m in r["results"]})
         if ci_plot(lrecords, lm, str(out / "lvlm_ci.png")):
-            parts.append(_figure("lvlm_ci.png", "LVLM accuracies with 95% CIs (bootstrap over categories)",
-                                 "LVLM leaderboard with error bars"))
+            parts.append(
+                _figure(
+                    "lvlm_ci.png",
+                    "LVLM accuracies with 95% CIs (bootstrap over categories)",
+                    "LVLM leaderboard with error bars",
+                )
+            )
 
     # --- every other family's leaderboard (tables/<family>_leaderboard.parquet)
     others = sorted(Path(tables).glob("*leaderboard*.parquet")) if "://" not in str(tables) else []
@@ -189,8 +223,10 @@ def build_report(settings, out_dir: str | None = None, seed: int = 0) -> str:
     panel_root = Path(join(root, "report", "panels"))
     if panel_root.is_dir():
         parts.append('<h2 id="panels">What the backbones did (seeded sample of queries)</h2>')
-        parts.append('<p class="note">Left: source and query (red). Middle: target, ground truth (green), '
-                     "prediction (blue). Right: cosine similarity of the query over the target.</p>")
+        parts.append(
+            '<p class="note">Left: source and query (red). Middle: target, ground truth (green), '
+            "prediction (blue). Right: cosine similarity of the query over the target.</p>"
+        )
         for bdir in sorted(p for p in panel_root.iterdir() if p.is_dir()):
             parts.append(f"<h3>{html.escape(bdir.name)}</h3>")
             for png in sorted(bdir.glob("*.png")):
@@ -220,7 +256,8 @@ def build_report(settings, out_dir: str | None = None, seed: int = 0) -> str:
                 parts.append(
                     f"<figure>{''.join(imgs)}<figcaption><b>{html.escape(r.setting)}</b> item {r.index}: answer "
                     f"{html.escape(str(r.answer))}, parsed <b>{html.escape(str(r.parsed) or '-')}</b> ({verdict})"
-                    f"<br>raw: <code>{html.escape(str(r.raw_answer)[:300])}</code></figcaption></figure>")
+                    f"<br>raw: <code>{html.escape(str(r.raw_answer)[:300])}</code></figcaption></figure>"
+                )
     parts.append("</body></html>\n")
     index = out / "index.html"
     write_bytes_atomic(str(index), "\n".join(parts).encode())

@@ -42,8 +42,9 @@ def heatmap_rgb(sims: np.ndarray) -> np.ndarray:
     return (low + t * (high - low)).astype(np.uint8)
 
 
-def similarity_on_target(src_map: np.ndarray, trg_map: np.ndarray, query_uv: np.ndarray, trg_size: tuple[int, int]
-                         ) -> np.ndarray:
+def similarity_on_target(
+    src_map: np.ndarray, trg_map: np.ndarray, query_uv: np.ndarray, trg_size: tuple[int, int]
+) -> np.ndarray:
     """Cosine similarity of the query's descriptor (bilinear, as matching reads it) with every target cell,
     as an array over the target image's pixels (H x W): the grid covers the padded square of side max(W, H)."""
     desc = sample_descriptors(src_map.astype(np.float32), query_uv.reshape(1, 2)).numpy()[0]
@@ -67,8 +68,14 @@ def _dot(draw: ImageDraw.ImageDraw, xy: tuple[int, int], color) -> None:
     draw.ellipse((x - r, y - r, x + r, y + r), fill=color)
 
 
-def draw_panel(src: Image.Image, trg: Image.Image, query_xy, gt_xy, pred_xy, sims: np.ndarray | None = None,
-               ) -> tuple[Image.Image, PanelLayout]:
+def draw_panel(
+    src: Image.Image,
+    trg: Image.Image,
+    query_xy,
+    gt_xy,
+    pred_xy,
+    sims: np.ndarray | None = None,
+) -> tuple[Image.Image, PanelLayout]:
     """The panel image and its layout. Points are (x, y) in original image pixels; `sims` (H x W over the
     target) adds the heatmap tile, alpha-blended over the target."""
     s_tile, s_scale = _tile(src)
@@ -111,14 +118,18 @@ def _open(uri: str) -> Image.Image:
     return Image.open(io.BytesIO(read_bytes(uri)))
 
 
-def panel_rows(image_pairs: pd.DataFrame, correspondences: pd.DataFrame, predictions: pd.DataFrame, n: int,
-               seed: int) -> pd.DataFrame:
+def panel_rows(
+    image_pairs: pd.DataFrame, correspondences: pd.DataFrame, predictions: pd.DataFrame, n: int, seed: int
+) -> pd.DataFrame:
     """A seeded sample of n scored SOC queries (evaluated pairs, intra first) with their free predictions."""
-    ev = image_pairs.loc[image_pairs["evaluated"].astype(bool), ["pair_id", "level", "src_image", "trg_image"]]
+    ev = image_pairs.loc[
+        image_pairs["evaluated"].astype(bool), ["pair_id", "level", "src_image", "trg_image"]
+    ]
     soc = correspondences[correspondences["kind"] == "soc"][["pair_id", "src_keypoint", "trg_keypoint"]]
     rows = soc.merge(ev, on="pair_id").merge(
         predictions[predictions["mode"] == "free"][["pair_id", "src_keypoint", "pred_x", "pred_y"]],
-        on=["pair_id", "src_keypoint"])
+        on=["pair_id", "src_keypoint"],
+    )
     if rows.empty or n <= 0:
         return rows.iloc[:0]
     rows = rows.sort_values(["pair_id", "src_keypoint"], ignore_index=True)
@@ -126,8 +137,14 @@ def panel_rows(image_pairs: pd.DataFrame, correspondences: pd.DataFrame, predict
     return rows.iloc[np.sort(pick)].reset_index(drop=True)
 
 
-def render_query(row, keypoints: pd.DataFrame, image_set: pd.DataFrame, store, protocol: ProtocolConfig,
-                 alpha: float | None = None) -> tuple[Image.Image, dict]:
+def render_query(
+    row,
+    keypoints: pd.DataFrame,
+    image_set: pd.DataFrame,
+    store,
+    protocol: ProtocolConfig,
+    alpha: float | None = None,
+) -> tuple[Image.Image, dict]:
     """The panel of one (pair, source keypoint) row (pair_id, src/trg image and keypoint, pred_x/y) and facts
     about it: error (px, to the raw ground truth), correct at alpha (default: the protocol's headline)."""
     alpha = protocol.headline_alpha if alpha is None else alpha
@@ -141,14 +158,24 @@ def render_query(row, keypoints: pd.DataFrame, image_set: pd.DataFrame, store, p
     if store is not None:
         src_map, src_meta = store.get(row.src_image)
         trg_map, _ = store.get(row.trg_image)
-        uv = to_unit(q[None], np.array([[src_info.width, src_info.height]], np.float64),
-                     int(src_meta["input_size"]), protocol)[0]
+        uv = to_unit(
+            q[None],
+            np.array([[src_info.width, src_info.height]], np.float64),
+            int(src_meta["input_size"]),
+            protocol,
+        )[0]
         sims = similarity_on_target(src_map, trg_map, uv, (int(trg_info.width), int(trg_info.height)))
     panel, layout = draw_panel(_open(src_info.uri), _open(trg_info.uri), q, gt, pred, sims)
     radius = max(trg_info.bbox_r - trg_info.bbox_l, trg_info.bbox_b - trg_info.bbox_t)
     err = float(np.hypot(*(pred - gt)))
-    return panel, {"pair_id": row.pair_id, "keypoint": row.src_keypoint, "error_px": err, "alpha": alpha,
-                   "correct": err < alpha * radius, "layout": layout}
+    return panel, {
+        "pair_id": row.pair_id,
+        "keypoint": row.src_keypoint,
+        "error_px": err,
+        "alpha": alpha,
+        "correct": err < alpha * radius,
+        "layout": layout,
+    }
 
 
 def panels_dir(settings, backbone: str) -> str:
@@ -158,8 +185,18 @@ def panels_dir(settings, backbone: str) -> str:
     return join(settings.report_root, "panels", backbone)
 
 
-def sample_panels(image_pairs, correspondences, predictions, keypoints, image_set, store, protocol, n: int,
-                  seed: int, out_dir: str) -> list[dict]:
+def sample_panels(
+    image_pairs,
+    correspondences,
+    predictions,
+    keypoints,
+    image_set,
+    store,
+    protocol,
+    n: int,
+    seed: int,
+    out_dir: str,
+) -> list[dict]:
     """Render n seeded panels into out_dir (<pair>__<keypoint>.png); returns one facts dict (with `path`) each."""
     from soco_pipeline.storage import join
 
@@ -189,8 +226,9 @@ def panels_markdown(panels: list[dict], embed: bool = True, max_embedded: int = 
     return "\n".join(lines) or "(no scored queries)"
 
 
-def render_stored_panel(settings, backbone: str, pair_id: str, keypoint: str | None, out: str,
-                        protocol: ProtocolConfig) -> dict:
+def render_stored_panel(
+    settings, backbone: str, pair_id: str, keypoint: str | None, out: str, protocol: ProtocolConfig
+) -> dict:
     """`soco show`: the panel of one pair of a materialized backbone, from the stored tables and feature cache."""
     from soco_pipeline.evaluation.records import load_backbone_tables
     from soco_pipeline.features import FeatureStore
@@ -198,13 +236,16 @@ def render_stored_panel(settings, backbone: str, pair_id: str, keypoint: str | N
     t = load_backbone_tables(settings.tables_root, backbone)
     pairs = t["image_pairs"][t["image_pairs"]["pair_id"] == pair_id]
     if pairs.empty:
-        raise ValueError(f"no pair {pair_id!r}; list some with `soco sql \"select pair_id from eval_pairs\"`")
+        raise ValueError(f'no pair {pair_id!r}; list some with `soco sql "select pair_id from eval_pairs"`')
     rows = panel_rows(pairs.assign(evaluated=True), t["correspondences"], t["predictions"], 10**9, 0)
     if keypoint is not None:
         rows = rows[rows["src_keypoint"] == keypoint]
     if rows.empty:
-        raise ValueError(f"backbone {backbone!r} has no SOC prediction for pair {pair_id!r}"
-                         + (f" keypoint {keypoint!r}" if keypoint else "") + " (not evaluated, or not a SOC query)")
+        raise ValueError(
+            f"backbone {backbone!r} has no SOC prediction for pair {pair_id!r}"
+            + (f" keypoint {keypoint!r}" if keypoint else "")
+            + " (not evaluated, or not a SOC query)"
+        )
     store = FeatureStore.from_manifest(settings.features_root, t["feature_manifest"])
     panel, info = render_query(rows.iloc[0], t["keypoints"], t["image_set"], store, protocol)
     write_bytes_atomic(out, png_bytes(panel))

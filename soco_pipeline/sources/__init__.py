@@ -90,7 +90,9 @@ def _check_categories_found(cfg: SourceConfig, taxonomy: Taxonomy, found: set[st
     lines = []
     for c in unknown:
         close = difflib.get_close_matches(c, list(taxonomy.categories), n=1)
-        lines.append(f"{c!r} is not a taxonomy category" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        lines.append(
+            f"{c!r} is not a taxonomy category" + (f" (did you mean {close[0]!r}?)" if close else "")
+        )
     if absent:
         roots = [r for r in (cfg.imagenet3d_root, cfg.animal3d_root, cfg.soco_release_root) if r]
         lines.append(f"{absent} have no images in the sources ({', '.join(roots)})")
@@ -106,7 +108,9 @@ def read_raw_keypoints(cfg: SourceConfig, taxonomy: Taxonomy) -> pd.DataFrame:
     if cfg.clicks_path:
         c = read_clicks(cfg.clicks_path)
         if cfg.imagenet3d_root:
-            check_click_images(c, imagenet3d_image_ids(cfg.imagenet3d_root), cfg.clicks_path, cfg.imagenet3d_root)
+            check_click_images(
+                c, imagenet3d_image_ids(cfg.imagenet3d_root), cfg.clicks_path, cfg.imagenet3d_root
+            )
         parts.append(c.assign(origin="clicks", concept="", n_annotators=0, spread=np.nan))
     if cfg.animal3d_root:
         kp = read_animal3d(cfg.animal3d_root, taxonomy, cfg.categories)[1]

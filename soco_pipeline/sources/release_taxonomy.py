@@ -125,14 +125,18 @@ def build_release_taxonomy(
             f"{meta_path} does not exist: super-categories are {UNKNOWN_SUPERCATEGORY!r} and descriptions are "
             "made of the keypoint names"
         )
-    meta_cats = _metadata_part(meta, meta_path, "categories", f"super-categories are {UNKNOWN_SUPERCATEGORY!r}")
+    meta_cats = _metadata_part(
+        meta, meta_path, "categories", f"super-categories are {UNKNOWN_SUPERCATEGORY!r}"
+    )
     meta_kps = _metadata_part(meta, meta_path, "keypoints", "descriptions use the keypoint names")
     meta_concepts = _metadata_part(meta, meta_path, "concepts", "concept nouns are the concept names")
     templates = _metadata_part(meta, meta_path, "templates", "descriptions are made of the keypoint names")
 
     kp_info = (
-        entries.assign(id=pd.to_numeric(entries["id"], errors="coerce"),
-                       concept_id=pd.to_numeric(entries["concept_id"], errors="coerce"))
+        entries.assign(
+            id=pd.to_numeric(entries["id"], errors="coerce"),
+            concept_id=pd.to_numeric(entries["concept_id"], errors="coerce"),
+        )
         .groupby("keypoint")
         .agg(concept=("concept", "first"), id=("id", "min"), concept_id=("concept_id", "min"))
     )
@@ -192,7 +196,8 @@ def build_release_taxonomy(
     kp_pos = {k: i for i, k in enumerate(kp_order)}
     concepts = kp_info.groupby("concept")["concept_id"].min().reset_index()
     concept_pos = {
-        c: i for i, c in enumerate(concepts.sort_values(["concept_id", "concept"], na_position="last")["concept"])
+        c: i
+        for i, c in enumerate(concepts.sort_values(["concept_id", "concept"], na_position="last")["concept"])
     }
     pairs = entries.drop_duplicates(["category", "keypoint"])[["category", "keypoint"]]
     rows = []
@@ -200,7 +205,11 @@ def build_release_taxonomy(
         concept = kp_info.at[kp, "concept"]
         m = meta_kps.get(kp) if isinstance(meta_kps.get(kp), dict) else {}
         part, where, at = (str(m.get(f) or "") for f in ("part", "where", "at"))
-        noun = (meta_concepts.get(concept) or {}).get("noun") if isinstance(meta_concepts.get(concept), dict) else None
+        noun = (
+            (meta_concepts.get(concept) or {}).get("noun")
+            if isinstance(meta_concepts.get(concept), dict)
+            else None
+        )
         s = cats_of[kp]
         ident = dict(identity_of(where))
         rows.append(

@@ -230,15 +230,29 @@ def _metadata(root: str) -> tuple[dict | None, str]:
 def _entries(pairs: list[dict], ann_paths: list[str], anns: list) -> pd.DataFrame:
     """Every keypoint entry of the pair files (visible points) and keypoint files (ENTRY_COLUMNS)."""
     rows = [
-        (pr["path"], pr[f"{side}_image"], pr[f"{side}_category"], str(kp["name"]), kp.get("id"),
-         str(kp["concept_name"]), kp.get("concept_id"))
+        (
+            pr["path"],
+            pr[f"{side}_image"],
+            pr[f"{side}_category"],
+            str(kp["name"]),
+            kp.get("id"),
+            str(kp["concept_name"]),
+            kp.get("concept_id"),
+        )
         for pr in pairs
         for side in ("src", "trg")
         for kp in pr["doc"][f"{side}_keypoints"]
     ]
     rows += [
-        (path, str(doc.get("image_id") or _stem(doc["image"])), str(doc.get("category") or path.split("/")[-2]),
-         str(kp["name"]), kp.get("id"), str(kp["concept_name"]), kp.get("concept_id"))
+        (
+            path,
+            str(doc.get("image_id") or _stem(doc["image"])),
+            str(doc.get("category") or path.split("/")[-2]),
+            str(kp["name"]),
+            kp.get("id"),
+            str(kp["concept_name"]),
+            kp.get("concept_id"),
+        )
         for path, doc in zip(ann_paths, anns, strict=True)
         for kp in doc["keypoints"]
     ]
@@ -250,8 +264,13 @@ def _check_pairs_against_annotations(entries: pd.DataFrame, ann_paths: list[str]
     from_ann = entries["file"].isin(set(ann_paths))
     ann = entries[from_ann]
     pair = entries[~from_ann & entries["image_id"].isin(set(ann["image_id"]))]
-    m = pair.merge(ann[["image_id", "keypoint", "file"]], on=["image_id", "keypoint"], how="left",
-                   suffixes=("", "_ann"), indicator=True)
+    m = pair.merge(
+        ann[["image_id", "keypoint", "file"]],
+        on=["image_id", "keypoint"],
+        how="left",
+        suffixes=("", "_ann"),
+        indicator=True,
+    )
     bad = m[m["_merge"] == "left_only"]
     if len(bad):
         r = bad.iloc[0]
@@ -291,7 +310,9 @@ def read_soco_release(root: str, taxonomy: Taxonomy | None = None, workers: int 
     listed in the module docstring.
     """
     pair_paths = [
-        (lvl, "", p) for lvl in ("intra", "cross") for p in glob_paths(join(root, "PairAnnotations", lvl), "*/*.json")
+        (lvl, "", p)
+        for lvl in ("intra", "cross")
+        for p in glob_paths(join(root, "PairAnnotations", lvl), "*/*.json")
     ] + [
         (None, split, p)
         for split in SPLITS
@@ -332,10 +353,16 @@ def read_soco_release(root: str, taxonomy: Taxonomy | None = None, workers: int 
     meta, meta_path = _metadata(root)
     if taxonomy is None:
         cross = pd.DataFrame(
-            [(pr["src_category"], pr["trg_category"], pr["ancestor"]) for pr in pairs if pr["level"] == "cross"],
+            [
+                (pr["src_category"], pr["trg_category"], pr["ancestor"])
+                for pr in pairs
+                if pr["level"] == "cross"
+            ],
             columns=["src_category", "trg_category", "ancestor"],
         )
-        taxonomy = build_release_taxonomy(entries, cross, meta, meta_path, source=f"the taxonomy of the release {root}")
+        taxonomy = build_release_taxonomy(
+            entries, cross, meta, meta_path, source=f"the taxonomy of the release {root}"
+        )
 
     # Images and keypoints: KeypointAnnotations first, pair files fill in what they lack.
     images: dict[str, dict] = {}

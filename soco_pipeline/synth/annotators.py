@@ -24,8 +24,16 @@ class ClickNoise:
         return asdict(self)
 
 
-def simulate_clicks(image_id: str, keypoints: list[str], uv: np.ndarray, visible: np.ndarray, width: int,
-                    height: int, rng: np.random.Generator, noise: ClickNoise = ClickNoise()) -> pd.DataFrame:
+def simulate_clicks(
+    image_id: str,
+    keypoints: list[str],
+    uv: np.ndarray,
+    visible: np.ndarray,
+    width: int,
+    height: int,
+    rng: np.random.Generator,
+    noise: ClickNoise = ClickNoise(),
+) -> pd.DataFrame:
     """RawClickSchema rows for one image: one row per (keypoint, annotator).
 
     Visible keypoints get Gaussian noise and occasional gross outliers, clipped into the image;
@@ -47,11 +55,13 @@ def simulate_clicks(image_id: str, keypoints: list[str], uv: np.ndarray, visible
     xy[..., 0] = xy[..., 0].clip(0, width - 1e-3)
     xy[..., 1] = xy[..., 1].clip(0, height - 1e-3)
     xy[~vis] = np.nan
-    return pd.DataFrame({
-        "image_id": image_id,
-        "keypoint": np.repeat(np.asarray(keypoints, dtype=object), a),
-        "annotator": np.tile(np.arange(a), k),
-        "x": xy[..., 0].ravel(),
-        "y": xy[..., 1].ravel(),
-        "visible": vis.ravel(),
-    })
+    return pd.DataFrame(
+        {
+            "image_id": image_id,
+            "keypoint": np.repeat(np.asarray(keypoints, dtype=object), a),
+            "annotator": np.tile(np.arange(a), k),
+            "x": xy[..., 0].ravel(),
+            "y": xy[..., 1].ravel(),
+            "visible": vis.ravel(),
+        }
+    )

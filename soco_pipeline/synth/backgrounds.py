@@ -8,7 +8,15 @@ import numpy as np
 from PIL import Image
 
 # Colour photographs shipped inside the scikit-image wheel (none needs the pooch download cache).
-PHOTOS = ("astronaut", "coffee", "chelsea", "rocket", "hubble_deep_field", "motorcycle_left", "motorcycle_right")
+PHOTOS = (
+    "astronaut",
+    "coffee",
+    "chelsea",
+    "rocket",
+    "hubble_deep_field",
+    "motorcycle_left",
+    "motorcycle_right",
+)
 
 
 @functools.lru_cache(maxsize=1)

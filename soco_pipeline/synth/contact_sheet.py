@@ -29,8 +29,14 @@ def concept_colors() -> dict[str, tuple[int, int, int]]:
     return out
 
 
-def contact_sheet(root: str, out_path: str, per_category: int = 2, cell: int = 240, columns: int = 8,
-                  categories: list[str] | None = None) -> int:
+def contact_sheet(
+    root: str,
+    out_path: str,
+    per_category: int = 2,
+    cell: int = 240,
+    columns: int = 8,
+    categories: list[str] | None = None,
+) -> int:
     """Draw up to `per_category` images of each category into one PNG; returns the number of tiles."""
     images = storage.read_parquet(storage.join(root, "ground_truth/images.parquet"))
     kps = storage.read_parquet(storage.join(root, "ground_truth/keypoints.parquet"))

@@ -27,74 +27,274 @@ CHROME = np.array([0.75, 0.76, 0.78])
 
 # Default shape parameters per family (lengths in metres, angles in degrees).
 FAMILY_PARAMS: dict[str, dict[str, float]] = {
-    "car": dict(length=4.3, width=1.8, body_h=0.72, clearance=0.28, wheel_r=0.34, wheel_w=0.11,
-                wheelbase=0.62, cabin_len=0.5, cabin_h=0.55, cabin_w=0.86, cabin_off=-0.06,
-                front_wheel_r=1.0),
-    "bus": dict(length=11.0, width=2.5, body_h=2.75, clearance=0.35, wheel_r=0.5, wheel_w=0.16,
-                wheelbase=0.56, cabin_len=0.97, cabin_h=0.05, cabin_w=0.96, cabin_off=0.0,
-                front_wheel_r=1.0),
-    "ambulance": dict(length=5.8, width=2.0, body_h=0.9, clearance=0.3, wheel_r=0.38, wheel_w=0.13,
-                      wheelbase=0.6, cabin_len=0.24, cabin_h=0.7, cabin_w=0.9, cabin_off=0.0,
-                      box_len=0.6, box_h=1.25, front_wheel_r=1.0),
-    "tractor": dict(length=3.2, width=1.8, hood_h=0.75, hood_w=0.75, cabin_h=1.35, rear_r=0.82,
-                    front_r=0.45, wheel_w=0.2, exhaust_h=1.0, exhaust_r=0.05),
-    "mug": dict(radius=0.4, height=0.95, taper=1.0, handle_out=0.28, handle_h=0.55, handle_r=0.05,
-                spout_len=0.0, lid=0.0, bulge=0.0),
-    "teapot": dict(radius=0.55, height=0.85, taper=0.75, handle_out=0.3, handle_h=0.45, handle_r=0.05,
-                   spout_len=0.55, spout_rise=45.0, lid=1.0, bulge=1.0),
-    "kettle": dict(radius=0.5, height=0.95, taper=0.72, handle_out=0.25, handle_h=0.6, handle_r=0.055,
-                   spout_len=0.4, spout_rise=35.0, lid=1.0, bulge=0.0),
-    "pitcher": dict(radius=0.35, height=1.25, taper=0.85, handle_out=0.25, handle_h=0.8, handle_r=0.045,
-                    spout_len=0.2, spout_rise=25.0, lid=1.0, bulge=0.0),
-    "chair": dict(seat_w=0.46, seat_d=0.45, seat_h=0.46, seat_t=0.05, leg_r=0.022, splay=0.0,
-                  back_h=0.5, back_t=0.03),
-    "bench": dict(seat_w=1.5, seat_d=0.42, seat_h=0.45, seat_t=0.06, leg_r=0.035, splay=0.0,
-                  back_h=0.0, back_t=0.03),
-    "stool": dict(seat_w=0.38, seat_d=0.38, seat_h=0.62, seat_t=0.05, leg_r=0.022, splay=0.07,
-                  back_h=0.0, back_t=0.03),
-    "dining_table": dict(seat_w=0.9, seat_d=1.6, seat_h=0.75, seat_t=0.05, leg_r=0.035, splay=0.0,
-                         back_h=0.0, back_t=0.03),
-    "dog": dict(body_len=0.9, body_w=0.3, body_h=0.34, leg_len=0.48, leg_r=0.05, neck_len=0.24,
-                neck_angle=55.0, neck_r=0.075, head_len=0.14, head_w=0.11, head_h=0.11, snout_len=0.075,
-                snout_r=0.05, head_pitch=0.0, ear_len=0.085, ear_w=0.05, ear_up=1.0, tail_len=0.4,
-                tail_angle=35.0, tail_r=0.028, trunk=0.0, horns=0.0, tusks=0.0),
-    "horse": dict(body_len=1.6, body_w=0.5, body_h=0.62, leg_len=0.95, leg_r=0.065, neck_len=0.7,
-                  neck_angle=58.0, neck_r=0.13, head_len=0.16, head_w=0.12, head_h=0.13, snout_len=0.2,
-                  snout_r=0.075, head_pitch=40.0, ear_len=0.09, ear_w=0.04, ear_up=1.0, tail_len=0.75,
-                  tail_angle=-65.0, tail_r=0.06, trunk=0.0, horns=0.0, tusks=0.0),
-    "cow": dict(body_len=1.7, body_w=0.68, body_h=0.8, leg_len=0.72, leg_r=0.085, neck_len=0.36,
-                neck_angle=22.0, neck_r=0.2, head_len=0.2, head_w=0.16, head_h=0.17, snout_len=0.15,
-                snout_r=0.11, head_pitch=35.0, ear_len=0.13, ear_w=0.06, ear_up=0.0, tail_len=0.85,
-                tail_angle=-80.0, tail_r=0.035, trunk=0.0, horns=1.0, tusks=0.0),
-    "elephant": dict(body_len=2.9, body_w=1.6, body_h=1.8, leg_len=1.45, leg_r=0.26, neck_len=0.35,
-                     neck_angle=12.0, neck_r=0.55, head_len=0.55, head_w=0.5, head_h=0.6, snout_len=0.25,
-                     snout_r=0.16, head_pitch=10.0, ear_len=0.6, ear_w=0.55, ear_up=-1.0, tail_len=0.95,
-                     tail_angle=-75.0, tail_r=0.05, trunk=1.7, horns=0.0, tusks=1.0),
+    "car": dict(
+        length=4.3,
+        width=1.8,
+        body_h=0.72,
+        clearance=0.28,
+        wheel_r=0.34,
+        wheel_w=0.11,
+        wheelbase=0.62,
+        cabin_len=0.5,
+        cabin_h=0.55,
+        cabin_w=0.86,
+        cabin_off=-0.06,
+        front_wheel_r=1.0,
+    ),
+    "bus": dict(
+        length=11.0,
+        width=2.5,
+        body_h=2.75,
+        clearance=0.35,
+        wheel_r=0.5,
+        wheel_w=0.16,
+        wheelbase=0.56,
+        cabin_len=0.97,
+        cabin_h=0.05,
+        cabin_w=0.96,
+        cabin_off=0.0,
+        front_wheel_r=1.0,
+    ),
+    "ambulance": dict(
+        length=5.8,
+        width=2.0,
+        body_h=0.9,
+        clearance=0.3,
+        wheel_r=0.38,
+        wheel_w=0.13,
+        wheelbase=0.6,
+        cabin_len=0.24,
+        cabin_h=0.7,
+        cabin_w=0.9,
+        cabin_off=0.0,
+        box_len=0.6,
+        box_h=1.25,
+        front_wheel_r=1.0,
+    ),
+    "tractor": dict(
+        length=3.2,
+        width=1.8,
+        hood_h=0.75,
+        hood_w=0.75,
+        cabin_h=1.35,
+        rear_r=0.82,
+        front_r=0.45,
+        wheel_w=0.2,
+        exhaust_h=1.0,
+        exhaust_r=0.05,
+    ),
+    "mug": dict(
+        radius=0.4,
+        height=0.95,
+        taper=1.0,
+        handle_out=0.28,
+        handle_h=0.55,
+        handle_r=0.05,
+        spout_len=0.0,
+        lid=0.0,
+        bulge=0.0,
+    ),
+    "teapot": dict(
+        radius=0.55,
+        height=0.85,
+        taper=0.75,
+        handle_out=0.3,
+        handle_h=0.45,
+        handle_r=0.05,
+        spout_len=0.55,
+        spout_rise=45.0,
+        lid=1.0,
+        bulge=1.0,
+    ),
+    "kettle": dict(
+        radius=0.5,
+        height=0.95,
+        taper=0.72,
+        handle_out=0.25,
+        handle_h=0.6,
+        handle_r=0.055,
+        spout_len=0.4,
+        spout_rise=35.0,
+        lid=1.0,
+        bulge=0.0,
+    ),
+    "pitcher": dict(
+        radius=0.35,
+        height=1.25,
+        taper=0.85,
+        handle_out=0.25,
+        handle_h=0.8,
+        handle_r=0.045,
+        spout_len=0.2,
+        spout_rise=25.0,
+        lid=1.0,
+        bulge=0.0,
+    ),
+    "chair": dict(
+        seat_w=0.46, seat_d=0.45, seat_h=0.46, seat_t=0.05, leg_r=0.022, splay=0.0, back_h=0.5, back_t=0.03
+    ),
+    "bench": dict(
+        seat_w=1.5, seat_d=0.42, seat_h=0.45, seat_t=0.06, leg_r=0.035, splay=0.0, back_h=0.0, back_t=0.03
+    ),
+    "stool": dict(
+        seat_w=0.38, seat_d=0.38, seat_h=0.62, seat_t=0.05, leg_r=0.022, splay=0.07, back_h=0.0, back_t=0.03
+    ),
+    "dining_table": dict(
+        seat_w=0.9, seat_d=1.6, seat_h=0.75, seat_t=0.05, leg_r=0.035, splay=0.0, back_h=0.0, back_t=0.03
+    ),
+    "dog": dict(
+        body_len=0.9,
+        body_w=0.3,
+        body_h=0.34,
+        leg_len=0.48,
+        leg_r=0.05,
+        neck_len=0.24,
+        neck_angle=55.0,
+        neck_r=0.075,
+        head_len=0.14,
+        head_w=0.11,
+        head_h=0.11,
+        snout_len=0.075,
+        snout_r=0.05,
+        head_pitch=0.0,
+        ear_len=0.085,
+        ear_w=0.05,
+        ear_up=1.0,
+        tail_len=0.4,
+        tail_angle=35.0,
+        tail_r=0.028,
+        trunk=0.0,
+        horns=0.0,
+        tusks=0.0,
+    ),
+    "horse": dict(
+        body_len=1.6,
+        body_w=0.5,
+        body_h=0.62,
+        leg_len=0.95,
+        leg_r=0.065,
+        neck_len=0.7,
+        neck_angle=58.0,
+        neck_r=0.13,
+        head_len=0.16,
+        head_w=0.12,
+        head_h=0.13,
+        snout_len=0.2,
+        snout_r=0.075,
+        head_pitch=40.0,
+        ear_len=0.09,
+        ear_w=0.04,
+        ear_up=1.0,
+        tail_len=0.75,
+        tail_angle=-65.0,
+        tail_r=0.06,
+        trunk=0.0,
+        horns=0.0,
+        tusks=0.0,
+    ),
+    "cow": dict(
+        body_len=1.7,
+        body_w=0.68,
+        body_h=0.8,
+        leg_len=0.72,
+        leg_r=0.085,
+        neck_len=0.36,
+        neck_angle=22.0,
+        neck_r=0.2,
+        head_len=0.2,
+        head_w=0.16,
+        head_h=0.17,
+        snout_len=0.15,
+        snout_r=0.11,
+        head_pitch=35.0,
+        ear_len=0.13,
+        ear_w=0.06,
+        ear_up=0.0,
+        tail_len=0.85,
+        tail_angle=-80.0,
+        tail_r=0.035,
+        trunk=0.0,
+        horns=1.0,
+        tusks=0.0,
+    ),
+    "elephant": dict(
+        body_len=2.9,
+        body_w=1.6,
+        body_h=1.8,
+        leg_len=1.45,
+        leg_r=0.26,
+        neck_len=0.35,
+        neck_angle=12.0,
+        neck_r=0.55,
+        head_len=0.55,
+        head_w=0.5,
+        head_h=0.6,
+        snout_len=0.25,
+        snout_r=0.16,
+        head_pitch=10.0,
+        ear_len=0.6,
+        ear_w=0.55,
+        ear_up=-1.0,
+        tail_len=0.95,
+        tail_angle=-75.0,
+        tail_r=0.05,
+        trunk=1.7,
+        horns=0.0,
+        tusks=1.0,
+    ),
 }
 
 
-def _vehicle_wheels(b: Builder, xs: dict[str, float], rs: dict[str, float], half_track: dict[str, float],
-                    width: float, col) -> None:
+def _vehicle_wheels(
+    b: Builder, xs: dict[str, float], rs: dict[str, float], half_track: dict[str, float], width: float, col
+) -> None:
     for fr, _ in FR:
         for side, s in LR:
             x, r, tr = xs[fr], rs[fr], half_track[fr]
             w = width * (1.35 if (fr == "rear" and rs["rear"] > rs["front"] * 1.3) else 1.0)
-            tire = limb(f"wheel_{fr}_{side}", (x, s * (tr - w), r), (x, s * (tr + w), r), r, r, BLACK,
-                        texture=("hub", {"color2": col["rim"], "hub": 0.6}))
+            tire = limb(
+                f"wheel_{fr}_{side}",
+                (x, s * (tr - w), r),
+                (x, s * (tr + w), r),
+                r,
+                r,
+                BLACK,
+                texture=("hub", {"color2": col["rim"], "hub": 0.6}),
+            )
             b.add(tire)
             b.kp(f"vehicle_wheel_{fr}_{side}_center", tire, (x, s * tr, r), (0, s, 0))
 
 
-def _lights(b: Builder, x_front: float, x_rear: float, y: float, z_front: float, z_rear: float, size: float,
-            rear_y: float | None = None) -> None:
+def _lights(
+    b: Builder,
+    x_front: float,
+    x_rear: float,
+    y: float,
+    z_front: float,
+    z_rear: float,
+    size: float,
+    rear_y: float | None = None,
+) -> None:
     d = size * 0.25
     for side, s in LR:
-        head = b.add(box(f"headlight_front_{side}", (x_front + d, s * y, z_front), (d, size, size * 0.6),
-                         (0.97, 0.95, 0.8)))
+        head = b.add(
+            box(
+                f"headlight_front_{side}",
+                (x_front + d, s * y, z_front),
+                (d, size, size * 0.6),
+                (0.97, 0.95, 0.8),
+            )
+        )
         b.kp(f"vehicle_headlight_front_{side}", head, (x_front, s * y, z_front), (1, 0, 0))
         ry = y if rear_y is None else rear_y
-        tail = b.add(box(f"taillight_rear_{side}", (x_rear - d, s * ry, z_rear), (d, size * 0.7, size * 0.6),
-                         (0.8, 0.06, 0.05)))
+        tail = b.add(
+            box(
+                f"taillight_rear_{side}",
+                (x_rear - d, s * ry, z_rear),
+                (d, size * 0.7, size * 0.6),
+                (0.8, 0.06, 0.05),
+            )
+        )
         b.kp(f"vehicle_taillight_rear_{side}", tail, (x_rear, s * ry, z_rear), (-1, 0, 0))
 
 
@@ -103,7 +303,12 @@ def _roof(b: Builder, x: float, hx: float, hy: float, z_top: float, col) -> None
     roof = b.add(box("roof", (x, 0, z_top + t), (hx, hy, t), col["main"] * 0.9))
     for fr, sx in FR:
         for side, sy in LR:
-            b.kp(f"road_vehicle_roof_{fr}_{side}_corner", roof, (x + sx * 0.86 * hx, sy * 0.86 * hy, z_top), (0, 0, 1))
+            b.kp(
+                f"road_vehicle_roof_{fr}_{side}_corner",
+                roof,
+                (x + sx * 0.86 * hx, sy * 0.86 * hy, z_top),
+                (0, 0, 1),
+            )
 
 
 def _mirrors(b: Builder, x: float, y: float, z: float, s: float, col) -> None:
@@ -120,7 +325,9 @@ def build_road_vehicle(b: Builder, p: dict, col: dict, want: set[str], style: st
     body_tex = ("noise", {"color2": col["main"] * 0.8, "freq": 3.0})
     if style == "bus":
         body_tex = ("band", {"axis": 2, "lo": 0.15, "hi": 0.75, "color2": GLASS, "pillars": 3.5})
-    b.add(box("body", (0, 0, clr + p["body_h"] / 2), (hl, hw, p["body_h"] / 2), col["main"], texture=body_tex))
+    b.add(
+        box("body", (0, 0, clr + p["body_h"] / 2), (hl, hw, p["body_h"] / 2), col["main"], texture=body_tex)
+    )
     rw, ww = p["wheel_r"], p["wheel_w"]
     wb = p["wheelbase"] * length / 2
     xs = {"front": wb + (0.06 * length if style == "bus" else 0.0), "rear": -wb}
@@ -139,35 +346,75 @@ def build_road_vehicle(b: Builder, p: dict, col: dict, want: set[str], style: st
         cl = p["cabin_len"] * length / 2
         cx = p["cabin_off"] * length
         cw = p["cabin_w"] * hw
-        b.add(box("cabin", (cx, 0, body_top + p["cabin_h"] / 2), (cl, cw, p["cabin_h"] / 2), col["main"],
-                  texture=("band", {"axis": 2, "lo": -0.85, "hi": 0.78, "color2": GLASS})))
+        b.add(
+            box(
+                "cabin",
+                (cx, 0, body_top + p["cabin_h"] / 2),
+                (cl, cw, p["cabin_h"] / 2),
+                col["main"],
+                texture=("band", {"axis": 2, "lo": -0.85, "hi": 0.78, "color2": GLASS}),
+            )
+        )
         _roof(b, cx, cl * 0.96, cw * 0.96, body_top + p["cabin_h"], col)
         _mirrors(b, cx + cl - 0.12, cw, body_top + 0.07, 0.07, col)
         if "car_doorhandle_front_left" in want:
             for side, sy in LR:
-                h = b.add(box(f"door_handle_front_{side}", (0.04 * length, sy * (hw + 0.015), body_top - 0.12),
-                              (0.08, 0.015, 0.022), CHROME))
+                h = b.add(
+                    box(
+                        f"door_handle_front_{side}",
+                        (0.04 * length, sy * (hw + 0.015), body_top - 0.12),
+                        (0.08, 0.015, 0.022),
+                        CHROME,
+                    )
+                )
                 b.kp(f"car_doorhandle_front_{side}", h, (0.04 * length, sy * hw, body_top - 0.12), (0, sy, 0))
         return
     # Van / ambulance: a cab at the front, a tall box behind it.
     cab_l = p["cabin_len"] * length / 2
     cab_x = hl - cab_l
     cw = p["cabin_w"] * hw
-    b.add(box("cabin", (cab_x, 0, body_top + p["cabin_h"] / 2), (cab_l, cw, p["cabin_h"] / 2), col["main"],
-              texture=("band", {"axis": 2, "lo": -0.6, "hi": 0.8, "color2": GLASS})))
+    b.add(
+        box(
+            "cabin",
+            (cab_x, 0, body_top + p["cabin_h"] / 2),
+            (cab_l, cw, p["cabin_h"] / 2),
+            col["main"],
+            texture=("band", {"axis": 2, "lo": -0.6, "hi": 0.8, "color2": GLASS}),
+        )
+    )
     box_l = p["box_len"] * length / 2
     box_x = -hl + box_l
-    b.add(box("cargo_box", (box_x, 0, body_top + p["box_h"] / 2), (box_l, hw, p["box_h"] / 2), col["main"],
-              texture=("band", {"axis": 2, "lo": -0.35, "hi": -0.1, "color2": col["accent"]})))
+    b.add(
+        box(
+            "cargo_box",
+            (box_x, 0, body_top + p["box_h"] / 2),
+            (box_l, hw, p["box_h"] / 2),
+            col["main"],
+            texture=("band", {"axis": 2, "lo": -0.35, "hi": -0.1, "color2": col["accent"]}),
+        )
+    )
     _roof(b, box_x, box_l * 0.97, hw * 0.95, body_top + p["box_h"], col)
     _mirrors(b, hl - 0.3, cw, body_top + 0.1, 0.08, col)
     if "ambulance_siren_left" in want:
         top = body_top + p["cabin_h"]
         for side, sy in LR:
-            s = b.add(limb(f"siren_{side}", (cab_x - 0.2 * cab_l, sy * 0.45 * hw, top),
-                           (cab_x - 0.2 * cab_l, sy * 0.45 * hw, top + 0.12), 0.08, 0.07,
-                           (0.9, 0.1, 0.1) if side == "left" else (0.15, 0.3, 0.95)))
-            b.kp(f"ambulance_siren_{side}", s, (cab_x - 0.2 * cab_l, sy * 0.45 * hw, top + 0.06), (0, 0, 1), slack=0.08)
+            s = b.add(
+                limb(
+                    f"siren_{side}",
+                    (cab_x - 0.2 * cab_l, sy * 0.45 * hw, top),
+                    (cab_x - 0.2 * cab_l, sy * 0.45 * hw, top + 0.12),
+                    0.08,
+                    0.07,
+                    (0.9, 0.1, 0.1) if side == "left" else (0.15, 0.3, 0.95),
+                )
+            )
+            b.kp(
+                f"ambulance_siren_{side}",
+                s,
+                (cab_x - 0.2 * cab_l, sy * 0.45 * hw, top + 0.06),
+                (0, 0, 1),
+                slack=0.08,
+            )
 
 
 def build_car(b: Builder, p: dict, col: dict, want: set[str]) -> None:
@@ -195,15 +442,35 @@ def build_tractor(b: Builder, p: dict, col: dict, want: set[str]) -> None:
     b.add(box("chassis", (0.05 * length, 0, z0), (0.38 * length, hood_w * 0.9, 0.18), BLACK * 2))
     hood_x0, hood_x1 = -0.02 * length, 0.45 * length
     hz0, hz1 = z0 + 0.1, z0 + 0.1 + p["hood_h"]
-    b.add(box("hood", ((hood_x0 + hood_x1) / 2, 0, (hz0 + hz1) / 2), ((hood_x1 - hood_x0) / 2, hood_w, (hz1 - hz0) / 2),
-              col["main"], texture=("noise", {"color2": col["main"] * 0.7, "freq": 5.0})))
+    b.add(
+        box(
+            "hood",
+            ((hood_x0 + hood_x1) / 2, 0, (hz0 + hz1) / 2),
+            ((hood_x1 - hood_x0) / 2, hood_w, (hz1 - hz0) / 2),
+            col["main"],
+            texture=("noise", {"color2": col["main"] * 0.7, "freq": 5.0}),
+        )
+    )
     cab_x0, cab_x1 = x_rear - 0.3 * rr, x_rear + 0.55 * rr
     cz0, cz1 = z0 + 0.1, z0 + 0.1 + p["cabin_h"] + 0.4
     cab_hw = 0.62 * hw
-    b.add(box("cabin", ((cab_x0 + cab_x1) / 2, 0, (cz0 + cz1) / 2), ((cab_x1 - cab_x0) / 2, cab_hw, (cz1 - cz0) / 2),
-              col["main"], texture=("band", {"axis": 2, "lo": 0.05, "hi": 0.85, "color2": GLASS})))
-    b.add(box("cabin_roof", ((cab_x0 + cab_x1) / 2, 0, cz1 + 0.04), ((cab_x1 - cab_x0) / 2 + 0.08, cab_hw + 0.08, 0.04),
-              col["second"]))
+    b.add(
+        box(
+            "cabin",
+            ((cab_x0 + cab_x1) / 2, 0, (cz0 + cz1) / 2),
+            ((cab_x1 - cab_x0) / 2, cab_hw, (cz1 - cz0) / 2),
+            col["main"],
+            texture=("band", {"axis": 2, "lo": 0.05, "hi": 0.85, "color2": GLASS}),
+        )
+    )
+    b.add(
+        box(
+            "cabin_roof",
+            ((cab_x0 + cab_x1) / 2, 0, cz1 + 0.04),
+            ((cab_x1 - cab_x0) / 2 + 0.08, cab_hw + 0.08, 0.04),
+            col["second"],
+        )
+    )
     xs = {"front": x_front, "rear": x_rear}
     rs = {"front": fr_r, "rear": rr}
     track = {"front": hood_w + ww * 1.4, "rear": cab_hw + ww * 1.6}
@@ -212,7 +479,9 @@ def build_tractor(b: Builder, p: dict, col: dict, want: set[str]) -> None:
     _lights(b, hood_x1, cab_x0, 0.6 * hood_w, hz0 + 0.65 * (hz1 - hz0), cz0 + 0.3, light, rear_y=0.7 * cab_hw)
     ex, ey = hood_x0 + 0.75 * (hood_x1 - hood_x0), 0.45 * hood_w
     r = p["exhaust_r"]
-    pipe = b.add(limb("exhaust_pipe", (ex, ey, hz1 - 0.05), (ex, ey, hz1 + p["exhaust_h"]), r, r * 0.9, BLACK * 1.5))
+    pipe = b.add(
+        limb("exhaust_pipe", (ex, ey, hz1 - 0.05), (ex, ey, hz1 + p["exhaust_h"]), r, r * 0.9, BLACK * 1.5)
+    )
     b.kp("farm_vehicle_exhaustpipe_top_tip", pipe, (ex, ey, hz1 + p["exhaust_h"]), (0, 0, 1), slack=1.5 * r)
 
 
@@ -234,8 +503,17 @@ def build_vessel(b: Builder, p: dict, col: dict, want: set[str]) -> None:
         b.add(limb("body", (0, 0, base_h), (0, 0, h - rim_h), r, r_top, main, texture=tex))
         r_rim = r_top * 1.04
         z_rim = h - rim_h
-    rim = b.add(limb("rim", (0, 0, z_rim), (0, 0, z_rim + rim_h), r_rim, r_rim, main * 0.9,
-                     texture=("hub", {"color2": main * 0.25, "hub": 0.9})))
+    rim = b.add(
+        limb(
+            "rim",
+            (0, 0, z_rim),
+            (0, 0, z_rim + rim_h),
+            r_rim,
+            r_rim,
+            main * 0.9,
+            texture=("hub", {"color2": main * 0.25, "hub": 0.9}),
+        )
+    )
     zr = z_rim + rim_h / 2
     zb = base_h / 2
     for name, d in (("front", (1, 0, 0)), ("rear", (-1, 0, 0)), ("left", (0, 1, 0)), ("right", (0, -1, 0))):
@@ -302,8 +580,16 @@ def build_furniture(b: Builder, p: dict, col: dict, want: set[str]) -> None:
         xb = -hd - bt
         top_z = zs + p["back_h"]
         for _, sy in LR:
-            b.add(limb("backrest", (xb, sy * (hw - inset), zs - t), (xb, sy * (hw - inset), top_z - 0.1), lr_, lr_,
-                       col["leg"]))
+            b.add(
+                limb(
+                    "backrest",
+                    (xb, sy * (hw - inset), zs - t),
+                    (xb, sy * (hw - inset), top_z - 0.1),
+                    lr_,
+                    lr_,
+                    col["leg"],
+                )
+            )
         panel = b.add(box("backrest", (xb, 0, top_z - 0.1), (bt, hw, 0.1), col["main"], texture=wood))
         for side, sy in LR:
             b.kp(f"chair_backrest_{side}_top", panel, (xb, sy * 0.86 * hw, top_z), (0, 0, 1), slack=bt)
@@ -401,8 +687,13 @@ def build_quadruped(b: Builder, p: dict, col: dict, want: set[str]) -> None:
             rot = np.column_stack([third, lateral, axis])
             axes = (thick, ew, el / 2)
         ear = b.add(ellipsoid(f"ear_{side}", ear_c, axes, col["ear"], rot=rot, texture=tex))
-        b.kp(f"animal_{side}_ear", ear, ear_c + 0.75 * (el / 2) * axis, third if p["ear_up"] >= 0 else -third,
-             slack=thick * 1.2)
+        b.kp(
+            f"animal_{side}_ear",
+            ear,
+            ear_c + 0.75 * (el / 2) * axis,
+            third if p["ear_up"] >= 0 else -third,
+            slack=thick * 1.2,
+        )
         if p["horns"] > 0:
             h0 = hc + head_rot @ np.array([-0.2 * hl_, sy * 0.5 * hw_, 0.85 * hh])
             h1 = h0 + 0.9 * hw_ * np.array([0.1, sy * 0.8, 0.6])

@@ -51,8 +51,12 @@ def _source(tax: Taxonomy, category: str) -> str:
 
 
 def _pose(cam) -> dict[str, float]:
-    return {"azimuth": float(cam.azimuth), "elevation": float(cam.elevation), "theta": float(cam.theta),
-            "distance": float(cam.distance)}
+    return {
+        "azimuth": float(cam.azimuth),
+        "elevation": float(cam.elevation),
+        "theta": float(cam.theta),
+        "distance": float(cam.distance),
+    }
 
 
 def _imagenet3d_objects(scene: Scene, category: str, reject: str, rng: np.random.Generator) -> list[dict]:
@@ -64,8 +68,16 @@ def _imagenet3d_objects(scene: Scene, category: str, reject: str, rng: np.random
         pose = _pose(cam)
         if reject == "invalid_pose":
             pose["azimuth"] = float("nan")
-        return {**pose, "cad_index": int(cad), "bbox": [float(v) for v in bbox], "class": category,
-                "px": float(cam.px), "py": float(cam.py), "object_status": status_, "dense": dense}
+        return {
+            **pose,
+            "cad_index": int(cad),
+            "bbox": [float(v) for v in bbox],
+            "class": category,
+            "px": float(cam.px),
+            "py": float(cam.py),
+            "object_status": status_,
+            "dense": dense,
+        }
 
     objs = [obj(scene.camera, scene.bbox, status)]
     objs += [obj(o["camera"], o["bbox"], "status_good") for o in scene.extra_objects]
@@ -106,33 +118,64 @@ def _one_image(task: tuple[str, str, int, str, int]) -> dict:
     rng = np.random.default_rng([int(seed), zlib.crc32(category.encode()), int(index), 1])
     rel_img = f"{source}/images/{category}/{image_id}.JPEG"
     storage.write_bytes_atomic(storage.join(root, rel_img), jpeg_bytes(scene.image))
-    storage.write_bytes_atomic(storage.join(root, f"ground_truth/parts/{category}/{image_id}.png"),
-                               png_bytes(scene.part))
+    storage.write_bytes_atomic(
+        storage.join(root, f"ground_truth/parts/{category}/{image_id}.png"), png_bytes(scene.part)
+    )
     out: dict = {"clicks": None, "animal": None}
     if source == "imagenet3d":
         objs = _imagenet3d_objects(scene, category, reject, rng)
-        data = {"annotations": object_array(objs), "height": np.int64(scene.height),
-                "width": np.int64(scene.width)}
-        storage.write_bytes_atomic(storage.join(root, f"imagenet3d/annotations/{category}/{image_id}.npz"),
-                                   npz_bytes(data))
-        out["clicks"] = simulate_clicks(image_id, scene.model.kp_names, scene.kp_uv, scene.kp_visible,
-                                        scene.width, scene.height, rng, CLICK_NOISE)
+        data = {
+            "annotations": object_array(objs),
+            "height": np.int64(scene.height),
+            "width": np.int64(scene.width),
+        }
+        storage.write_bytes_atomic(
+            storage.join(root, f"imagenet3d/annotations/{category}/{image_id}.npz"), npz_bytes(data)
+        )
+        out["clicks"] = simulate_clicks(
+            image_id,
+            scene.model.kp_names,
+            scene.kp_uv,
+            scene.kp_visible,
+            scene.width,
+            scene.height,
+            rng,
+            CLICK_NOISE,
+        )
     else:
         out["animal"] = _animal3d_record(scene, category, image_id, index, reject)
     x1, y1, x2, y2 = scene.bbox
     out["image"] = {
-        "image_id": image_id, "category": category, "supercategory": tax.supercategory(category),
-        "family": tax.family(category), "source": source, "uri": rel_img, "width": scene.width,
-        "height": scene.height, "bbox_l": float(x1), "bbox_t": float(y1), "bbox_r": float(x2), "bbox_b": float(y2),
-        **_pose(scene.camera), "focal": float(scene.camera.focal), "px": float(scene.camera.px),
-        "py": float(scene.camera.py), "intended_reject": reject,
+        "image_id": image_id,
+        "category": category,
+        "supercategory": tax.supercategory(category),
+        "family": tax.family(category),
+        "source": source,
+        "uri": rel_img,
+        "width": scene.width,
+        "height": scene.height,
+        "bbox_l": float(x1),
+        "bbox_t": float(y1),
+        "bbox_r": float(x2),
+        "bbox_b": float(y2),
+        **_pose(scene.camera),
+        "focal": float(scene.camera.focal),
+        "px": float(scene.camera.px),
+        "py": float(scene.camera.py),
+        "intended_reject": reject,
     }
     k = len(scene.model.kp_names)
-    out["keypoints"] = pd.DataFrame({
-        "image_id": [image_id] * k, "category": [category] * k, "keypoint": scene.model.kp_names,
-        "x": scene.kp_uv[:, 0], "y": scene.kp_uv[:, 1], "visible": scene.kp_visible,
-        "part_id": scene.model.kp_part_ids.astype(np.int64),
-    })
+    out["keypoints"] = pd.DataFrame(
+        {
+            "image_id": [image_id] * k,
+            "category": [category] * k,
+            "keypoint": scene.model.kp_names,
+            "x": scene.kp_uv[:, 0],
+            "y": scene.kp_uv[:, 1],
+            "visible": scene.kp_visible,
+            "part_id": scene.model.kp_part_ids.astype(np.int64),
+        }
+    )
     return out
 
 
@@ -147,8 +190,14 @@ def part_legend(categories: list[str], tax: Taxonomy) -> dict[str, dict[str, int
     return legend
 
 
-def generate_dataset(root: str, size: str = "demo", seed: int = 0, categories: list[str] | None = None,
-                     images_per_category: int | None = None, workers: int | None = None) -> dict:
+def generate_dataset(
+    root: str,
+    size: str = "demo",
+    seed: int = 0,
+    categories: list[str] | None = None,
+    images_per_category: int | None = None,
+    workers: int | None = None,
+) -> dict:
     """Generate the embedded benchmark under `root` and return its manifest.
 
     size: "demo" (the 16 hand-modelled categories x 24 kept images) or "full" (all 100 x 40), plus
@@ -159,8 +208,11 @@ def generate_dataset(root: str, size: str = "demo", seed: int = 0, categories: l
     if size not in SIZES:
         raise ValueError(f"unknown size {size!r}: use one of {sorted(SIZES)}")
     tax = load_taxonomy()
-    cats = list(categories) if categories is not None else (
-        hand_modelled(tax) if size == "demo" else list(tax.categories))
+    cats = (
+        list(categories)
+        if categories is not None
+        else (hand_modelled(tax) if size == "demo" else list(tax.categories))
+    )
     for c in cats:
         tax.category(c)
     n_kept = images_per_category if images_per_category is not None else SIZES[size]
@@ -188,9 +240,20 @@ def generate_dataset(root: str, size: str = "demo", seed: int = 0, categories: l
     images = pd.DataFrame([r["image"] for r in results])
     keypoints = pd.concat([r["keypoints"] for r in results], ignore_index=True)
     clicks = [r["clicks"] for r in results if r["clicks"] is not None]
-    clicks_df = pd.concat(clicks, ignore_index=True) if clicks else pd.DataFrame(
-        {"image_id": pd.Series(dtype=str), "keypoint": pd.Series(dtype=str), "annotator": pd.Series(dtype="int64"),
-         "x": pd.Series(dtype=float), "y": pd.Series(dtype=float), "visible": pd.Series(dtype=bool)})
+    clicks_df = (
+        pd.concat(clicks, ignore_index=True)
+        if clicks
+        else pd.DataFrame(
+            {
+                "image_id": pd.Series(dtype=str),
+                "keypoint": pd.Series(dtype=str),
+                "annotator": pd.Series(dtype="int64"),
+                "x": pd.Series(dtype=float),
+                "y": pd.Series(dtype=float),
+                "visible": pd.Series(dtype=bool),
+            }
+        )
+    )
     animals = [r["animal"] for r in results if r["animal"] is not None]
     storage.write_parquet_atomic(images, storage.join(root, "ground_truth/images.parquet"))
     storage.write_parquet_atomic(keypoints, storage.join(root, "ground_truth/keypoints.parquet"))
@@ -210,9 +273,16 @@ def generate_dataset(root: str, size: str = "demo", seed: int = 0, categories: l
             "rejected": int((~kept).sum()),
             "keypoints": int(len(keypoints)),
             "clicks": int(len(clicks_df)),
-            "by_category": {c: {"kept": int((kept & (images.category == c)).sum()),
-                                "rejected": int((~kept & (images.category == c)).sum())} for c in cats},
-            "by_reject_reason": {k: int(v) for k, v in images.intended_reject[~kept].value_counts().sort_index().items()},
+            "by_category": {
+                c: {
+                    "kept": int((kept & (images.category == c)).sum()),
+                    "rejected": int((~kept & (images.category == c)).sum()),
+                }
+                for c in cats
+            },
+            "by_reject_reason": {
+                k: int(v) for k, v in images.intended_reject[~kept].value_counts().sort_index().items()
+            },
         },
         "click_noise": CLICK_NOISE.to_dict(),
         "keep_rules": {"min_bbox_area_frac": 0.12, "too_small_max_bbox_area_frac": 0.02},

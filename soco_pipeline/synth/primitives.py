@@ -98,15 +98,28 @@ def rot_y(angle: float) -> np.ndarray:
 
 def box(part: str, center, half, color, rot=None, texture=("plain", {})) -> Primitive:
     """An oriented box with half extents `half`."""
-    return Primitive(BOX, part, np.asarray(center, float), np.eye(3) if rot is None else np.asarray(rot),
-                     np.asarray(half, float), np.asarray(color, float), texture)
+    return Primitive(
+        BOX,
+        part,
+        np.asarray(center, float),
+        np.eye(3) if rot is None else np.asarray(rot),
+        np.asarray(half, float),
+        np.asarray(color, float),
+        texture,
+    )
 
 
 def ellipsoid(part: str, center, axes, color, rot=None, texture=("plain", {})) -> Primitive:
     """An ellipsoid with semi-axes `axes` along its local x, y, z."""
-    return Primitive(ELLIPSOID, part, np.asarray(center, float),
-                     np.eye(3) if rot is None else np.asarray(rot), np.asarray(axes, float),
-                     np.asarray(color, float), texture)
+    return Primitive(
+        ELLIPSOID,
+        part,
+        np.asarray(center, float),
+        np.eye(3) if rot is None else np.asarray(rot),
+        np.asarray(axes, float),
+        np.asarray(color, float),
+        texture,
+    )
 
 
 def limb(part: str, p0, p1, r0: float, r1: float, color, texture=("plain", {})) -> Primitive:
@@ -114,8 +127,15 @@ def limb(part: str, p0, p1, r0: float, r1: float, color, texture=("plain", {})) 
     p0, p1 = np.asarray(p0, float), np.asarray(p1, float)
     axis = p1 - p0
     h = np.linalg.norm(axis) / 2
-    return Primitive(CYLINDER, part, (p0 + p1) / 2, rotation_from_z(axis), np.array([r0, r1, h]),
-                     np.asarray(color, float), texture)
+    return Primitive(
+        CYLINDER,
+        part,
+        (p0 + p1) / 2,
+        rotation_from_z(axis),
+        np.array([r0, r1, h]),
+        np.asarray(color, float),
+        texture,
+    )
 
 
 def intersect(prim: Primitive, origin: np.ndarray, dirs: np.ndarray) -> np.ndarray:
@@ -133,7 +153,9 @@ def intersect(prim: Primitive, origin: np.ndarray, dirs: np.ndarray) -> np.ndarr
         return _hit_cylinder(o, d, prim.size)
 
 
-def surface(prim: Primitive, origin: np.ndarray, dirs: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def surface(
+    prim: Primitive, origin: np.ndarray, dirs: np.ndarray, t: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Local hit points (N, 3) and unit local normals (N, 3) of rays that hit at finite t."""
     p = (origin - prim.center) @ prim.rot + (dirs @ prim.rot) * t[:, None]
     if prim.kind == BOX:

@@ -64,8 +64,9 @@ def texture(prim: Primitive, p: np.ndarray) -> np.ndarray:
             m &= np.sin(p[:, 0] * par["pillars"]) < 0.85
     elif name == "noise":
         f = par.get("freq", 8.0)
-        v = (np.sin(p[:, 0] * f + 0.3) * np.sin(p[:, 1] * f * 1.7 + 1.1)
-             + 0.5 * np.sin(p[:, 2] * f * 2.3 + p[:, 0] * f * 0.9))
+        v = np.sin(p[:, 0] * f + 0.3) * np.sin(p[:, 1] * f * 1.7 + 1.1) + 0.5 * np.sin(
+            p[:, 2] * f * 2.3 + p[:, 0] * f * 0.9
+        )
         k = (0.5 + 0.25 * v).clip(0, 1).astype(np.float32)[:, None]
         return base * (1 - k * 0.5) + alt * (k * 0.5)
     else:
@@ -116,8 +117,13 @@ def _box_corners(prim: Primitive) -> np.ndarray:
     return prim.to_world(g * prim.local_extent())
 
 
-def keypoint_visibility(model: ObjectModel, cam: Camera, depth: np.ndarray | None = None, rel_tol: float = 2e-3,
-                        pixel_tol: float = 0.02) -> tuple[np.ndarray, np.ndarray]:
+def keypoint_visibility(
+    model: ObjectModel,
+    cam: Camera,
+    depth: np.ndarray | None = None,
+    rel_tol: float = 2e-3,
+    pixel_tol: float = 0.02,
+) -> tuple[np.ndarray, np.ndarray]:
     """Exact projections (K, 2) and visibility (K,) of the model's keypoints.
 
     Visible iff the keypoint projects inside the image, nothing lies in front of it along its exact

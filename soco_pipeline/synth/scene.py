@@ -49,8 +49,17 @@ def image_rng(seed: int, category: str, index: int) -> np.random.Generator:
     return np.random.default_rng([int(seed), zlib.crc32(category.encode()), int(index)])
 
 
-def frame_camera(model: ObjectModel, azimuth: float, elevation: float, theta: float, width: int, height: int,
-                 area: float, rng: np.random.Generator | None = None, focal: float | None = None) -> Camera:
+def frame_camera(
+    model: ObjectModel,
+    azimuth: float,
+    elevation: float,
+    theta: float,
+    width: int,
+    height: int,
+    area: float,
+    rng: np.random.Generator | None = None,
+    focal: float | None = None,
+) -> Camera:
     """A camera at the given pose whose view of the object fills about `area` of the image.
 
     The object's outline is projected at a nominal distance; the distance is scaled so that its
@@ -91,9 +100,17 @@ def _area_frac(r: Render) -> float:
     return (bb[2] - bb[0]) * (bb[3] - bb[1]) / r.mask.size
 
 
-def render_object(category: str, azimuth: float, elevation: float = 0.3, theta: float = 0.0, width: int = 400,
-                  height: int = 300, seed: int = 0, area: float = 0.3,
-                  taxonomy: Taxonomy | None = None) -> Scene:
+def render_object(
+    category: str,
+    azimuth: float,
+    elevation: float = 0.3,
+    theta: float = 0.0,
+    width: int = 400,
+    height: int = 300,
+    seed: int = 0,
+    area: float = 0.3,
+    taxonomy: Taxonomy | None = None,
+) -> Scene:
     """Render one instance of a category at a given pose on a flat grey background (for checks)."""
     tax = taxonomy or load_taxonomy()
     model = build_instance(category, np.random.default_rng([int(seed), zlib.crc32(category.encode())]), tax)
@@ -120,7 +137,9 @@ def image_size(rng: np.random.Generator) -> tuple[int, int]:
     return (long_side, short) if rng.random() < 0.75 else (short, long_side)
 
 
-def make_scene(category: str, index: int, seed: int, reject: str = "", taxonomy: Taxonomy | None = None) -> Scene:
+def make_scene(
+    category: str, index: int, seed: int, reject: str = "", taxonomy: Taxonomy | None = None
+) -> Scene:
     """Generate one image of a category; `reject` names the intended defect ("" for a kept image)."""
     tax = taxonomy or load_taxonomy()
     sup = tax.supercategory(category)
@@ -156,8 +175,16 @@ def make_scene(category: str, index: int, seed: int, reject: str = "", taxonomy:
     return Scene(img, r.part, model, cam, r.bbox(), uv, vis, extra)
 
 
-def _add_second_object(img: np.ndarray, main_mask: np.ndarray, category: str, rng: np.random.Generator,
-                       tax: Taxonomy, width: int, height: int, focal: float) -> dict:
+def _add_second_object(
+    img: np.ndarray,
+    main_mask: np.ndarray,
+    category: str,
+    rng: np.random.Generator,
+    tax: Taxonomy,
+    width: int,
+    height: int,
+    focal: float,
+) -> dict:
     """Paint a second instance behind the main object; return its ImageNet3D-style pose and bbox."""
     other = build_instance(category, rng, tax)
     az, el, th = sample_pose(tax.supercategory(category), rng)

@@ -22,10 +22,16 @@ class GlobalMetricsConfig(dg.Config):
     temperature: float = 0.07
 
 
-@partition_table(backbones_partitions, group_name=GROUP, kinds={"pytorch"}, code_version="2")  # 2: `global` kind
+@partition_table(
+    backbones_partitions, group_name=GROUP, kinds={"pytorch"}, code_version="2"
+)  # 2: `global` kind
 def global_metrics(
-    context: dg.AssetExecutionContext, soco: SocoSettings, config: GlobalMetricsConfig,
-    feature_manifest: pd.DataFrame, global_feature_manifest: pd.DataFrame, image_set: pd.DataFrame,
+    context: dg.AssetExecutionContext,
+    soco: SocoSettings,
+    config: GlobalMetricsConfig,
+    feature_manifest: pd.DataFrame,
+    global_feature_manifest: pd.DataFrame,
+    image_set: pd.DataFrame,
     taxonomy: pd.DataFrame,
 ) -> TableResult:
     """kNN top-1/top-5 (k = 20, 100, 200; T = 0.07) and retrieval mAP of mean-pooled maps, class tokens and the
@@ -34,19 +40,33 @@ def global_metrics(
     from soco_pipeline.analysis.global_metrics import global_metrics as compute
     from soco_pipeline.features import read_global
 
-    images = image_set[image_set["image_id"].isin(feature_manifest["image_id"])
-                       & image_set["image_id"].isin(global_feature_manifest["image_id"])]
+    images = image_set[
+        image_set["image_id"].isin(feature_manifest["image_id"])
+        & image_set["image_id"].isin(global_feature_manifest["image_id"])
+    ]
     df = compute(
-        feature_store(soco, feature_manifest), images, context.partition_key, family_of=run_taxonomy(taxonomy).family,
-        seed=soco.seed, train_fraction=config.train_fraction, temperature=config.temperature, log=context.log.info,
+        feature_store(soco, feature_manifest),
+        images,
+        context.partition_key,
+        family_of=run_taxonomy(taxonomy).family,
+        seed=soco.seed,
+        train_fraction=config.train_fraction,
+        temperature=config.temperature,
+        log=context.log.info,
         global_features=read_global(global_feature_manifest.folder.iloc[0], images.image_id),
     )
     head = df[df["headline"]]
-    return TableResult(df, {
-        "rows": len(df), "features": ", ".join(sorted(set(df["feature"]))),
-        **{f"{r.metric}{'' if pd.isna(r.k) else '@' + str(int(r.k))}": round(float(r.value), 2)
-           for r in head.itertuples()},
-    })
+    return TableResult(
+        df,
+        {
+            "rows": len(df),
+            "features": ", ".join(sorted(set(df["feature"]))),
+            **{
+                f"{r.metric}{'' if pd.isna(r.k) else '@' + str(int(r.k))}": round(float(r.value), 2)
+                for r in head.itertuples()
+            },
+        },
+    )
 
 
 class ProbeAssetConfig(dg.Config):
@@ -59,29 +79,56 @@ class ProbeAssetConfig(dg.Config):
     targets_per_step: int = 8
 
 
-@partition_table(backbones_partitions, group_name=GROUP, deps=[evaluation_protocol], kinds={"pytorch"},
-                 code_version="1", automation_condition=None)
+@partition_table(
+    backbones_partitions,
+    group_name=GROUP,
+    deps=[evaluation_protocol],
+    kinds={"pytorch"},
+    code_version="1",
+    automation_condition=None,
+)
 def probe_metrics(
-    context: dg.AssetExecutionContext, soco: SocoSettings, config: ProbeAssetConfig,
-    feature_manifest: pd.DataFrame, image_pairs: pd.DataFrame, correspondences: pd.DataFrame,
-    keypoints: pd.DataFrame, image_set: pd.DataFrame, taxonomy: pd.DataFrame,
+    context: dg.AssetExecutionContext,
+    soco: SocoSettings,
+    config: ProbeAssetConfig,
+    feature_manifest: pd.DataFrame,
+    image_pairs: pd.DataFrame,
+    correspondences: pd.DataFrame,
+    keypoints: pd.DataFrame,
+    image_set: pd.DataFrame,
+    taxonomy: pd.DataFrame,
 ) -> TableResult:
     """SOCO linear probe (soco_lp): a linear map trained with InfoNCE over the target grid on the train
     split's cached features, then CC/SOC/SOC-geo/Cross-SOC on the test pairs, beside zero-shot."""
     from soco_pipeline.analysis.linear_probe import ProbeConfig
     from soco_pipeline.analysis.linear_probe import probe_metrics as compute
 
-    cfg = ProbeConfig(seed=soco.seed, train_fraction=config.train_fraction, steps=config.steps, lr=config.lr,
-                      temperature=config.temperature, targets_per_step=config.targets_per_step)
+    cfg = ProbeConfig(
+        seed=soco.seed,
+        train_fraction=config.train_fraction,
+        steps=config.steps,
+        lr=config.lr,
+        temperature=config.temperature,
+        targets_per_step=config.targets_per_step,
+    )
     protocol = soco.protocol()
     df = compute(
-        feature_store(soco, feature_manifest), image_pairs, correspondences, keypoints, image_set,
-        run_taxonomy(taxonomy), protocol, context.partition_key, cfg, log=context.log.info,
+        feature_store(soco, feature_manifest),
+        image_pairs,
+        correspondences,
+        keypoints,
+        image_set,
+        run_taxonomy(taxonomy),
+        protocol,
+        context.partition_key,
+        cfg,
+        log=context.log.info,
     )
     head = df[(df["alpha"] - protocol.headline_alpha).abs() < 1e-9]
-    return TableResult(df, {
-        "rows": len(df), **{f"{r.method}_{r.metric}": round(float(r.value), 2) for r in head.itertuples()}
-    })
+    return TableResult(
+        df,
+        {"rows": len(df), **{f"{r.method}_{r.metric}": round(float(r.value), 2) for r in head.itertuples()}},
+    )
 
 
 class CorrelationConfig(dg.Config):
@@ -95,11 +142,19 @@ class CorrelationConfig(dg.Config):
     name_map_path: str | None = None  # assets/reference/name_map.csv
 
 
-@fan_in_table(group_name=GROUP, optional=["leaderboard", "fgbmk_leaderboard"], kinds={"pandas"}, code_version="2",
-              automation_condition=None)
+@fan_in_table(
+    group_name=GROUP,
+    optional=["leaderboard", "fgbmk_leaderboard"],
+    kinds={"pandas"},
+    code_version="2",
+    automation_condition=None,
+)
 def correlation(
-    context: dg.AssetExecutionContext, soco: SocoSettings, config: CorrelationConfig,
-    leaderboard: pd.DataFrame | None, fgbmk_leaderboard: pd.DataFrame | None,
+    context: dg.AssetExecutionContext,
+    soco: SocoSettings,
+    config: CorrelationConfig,
+    leaderboard: pd.DataFrame | None,
+    fgbmk_leaderboard: pd.DataFrame | None,
 ) -> TableResult:
     """Pearson r / Spearman rho of each benchmark score (SOC, CC, ImageNet kNN; our leaderboard's columns)
     with each downstream task and metric (the FG-BMK backbones' fine-grained scores among them, task
@@ -116,8 +171,9 @@ def correlation(
     from soco_pipeline.analysis.figure import save_correlation_figure
     from soco_pipeline.tasks.fgbmk.leaderboard import correlation_scores
 
-    cfg = load_analysis_config(config.config_path or ANALYSIS_CONFIG, seed=config.seed,
-                               n_resamples=config.n_resamples)
+    cfg = load_analysis_config(
+        config.config_path or ANALYSIS_CONFIG, seed=config.seed, n_resamples=config.n_resamples
+    )
     board = leaderboard
     columns = [m for task, m in cfg.benchmarks.values() if task == ref.PIPELINE_TASK]
     map_path = config.name_map_path or str(ref.NAME_MAP)
@@ -125,12 +181,20 @@ def correlation(
         ref.load_omniprobe(config.omniprobe_path or ref.OMNIPROBE_TABLE),
         ref.load_downstream(config.downstream_dir or ref.DOWNSTREAM_DIR),
         ref.leaderboard_scores(board, columns, "the leaderboard asset") if board is not None else None,
-        correlation_scores(fgbmk_leaderboard) if fgbmk_leaderboard is not None and len(fgbmk_leaderboard) else None,
-        name_map=ref.load_name_map(map_path), map_source=map_path,
+        correlation_scores(fgbmk_leaderboard)
+        if fgbmk_leaderboard is not None and len(fgbmk_leaderboard)
+        else None,
+        name_map=ref.load_name_map(map_path),
+        map_source=map_path,
     )
     table = correlation_table(scores, cfg)
-    meta: dict = {"rows": len(table), "models": int(scores["model"].nunique()), "seed": cfg.seed,
-                  "n_resamples": cfg.n_resamples, "table_fgbmk": dg.MetadataValue.md(task_markdown(table, "fgbmk"))}
+    meta: dict = {
+        "rows": len(table),
+        "models": int(scores["model"].nunique()),
+        "seed": cfg.seed,
+        "n_resamples": cfg.n_resamples,
+        "table_fgbmk": dg.MetadataValue.md(task_markdown(table, "fgbmk")),
+    }
     for subset in cfg.subsets:
         stem = f"{soco.figures_root}/correlation_{subset}"
         try:
@@ -139,7 +203,9 @@ def correlation(
             context.log.warning(str(e))
             continue
         img = base64.b64encode(figs["png"]).decode()
-        meta[f"figure_{subset}"] = dg.MetadataValue.md(f"![correlation {subset}](data:image/png;base64,{img})")
+        meta[f"figure_{subset}"] = dg.MetadataValue.md(
+            f"![correlation {subset}](data:image/png;base64,{img})"
+        )
         meta[f"table_{subset}"] = dg.MetadataValue.md(headline_markdown(table, subset))
         meta[f"png_{subset}"] = dg.MetadataValue.path(f"{stem}.png")
         meta[f"svg_{subset}"] = dg.MetadataValue.path(f"{stem}.svg")

@@ -23,9 +23,13 @@ from soco_pipeline.features.policy import GLOBAL_CODE_VERSION
 GROUP = "backbones"
 # Dagster's code version of each per-backbone asset: bump it when the code changes what the asset computes.
 # The feature cache's own spec hash reuses FEATURE_CODE_VERSION, because its files outlive Dagster's records.
-CODE_VERSIONS = {"feature_manifest": FEATURE_CODE_VERSION, "global_feature_manifest": GLOBAL_CODE_VERSION,
-                 "predictions": "2", "four_choice_predictions": "2",
-                 "metrics": "2"}
+CODE_VERSIONS = {
+    "feature_manifest": FEATURE_CODE_VERSION,
+    "global_feature_manifest": GLOBAL_CODE_VERSION,
+    "predictions": "2",
+    "four_choice_predictions": "2",
+    "metrics": "2",
+}
 
 
 def spec_path(soco: SocoSettings, backbone: str):
@@ -67,8 +71,11 @@ def protocol_observation(soco: SocoSettings):
     return protocol, observation("evaluation_protocol", protocol.version_hash())
 
 
-@observable_source(group_name=GROUP, partitions_def=backbones_partitions,
-                   description="A backbone's spec file (assets/backbones/<name>.yaml); data version: its hash.")
+@observable_source(
+    group_name=GROUP,
+    partitions_def=backbones_partitions,
+    description="A backbone's spec file (assets/backbones/<name>.yaml); data version: its hash.",
+)
 def backbone_spec(context: dg.AssetExecutionContext, soco: SocoSettings) -> dg.DataVersionsByPartition:
     """A backbone's spec file (assets/backbones/<name>.yaml); its data version is the file's content hash.
 
@@ -80,8 +87,11 @@ def backbone_spec(context: dg.AssetExecutionContext, soco: SocoSettings) -> dg.D
     return dg.DataVersionsByPartition({name: h for name, h in current.items() if name in known})
 
 
-@observable_source(group_name=GROUP, automation_condition=observe_on_cron(REEVALUATE_CRON),
-                   description="The evaluation protocol (assets/protocol.yaml); data version: its version_hash.")
+@observable_source(
+    group_name=GROUP,
+    automation_condition=observe_on_cron(REEVALUATE_CRON),
+    description="The evaluation protocol (assets/protocol.yaml); data version: its version_hash.",
+)
 def evaluation_protocol(soco: SocoSettings) -> dg.DataVersion:
     """The evaluation protocol (assets/protocol.yaml or the resource's protocol_path); its data version is
     ProtocolConfig.version_hash(). Observed after each weekly re-evaluation tick (so that an edited file makes
@@ -92,9 +102,17 @@ def evaluation_protocol(soco: SocoSettings) -> dg.DataVersion:
 def cache_table(name: str, **kwargs):
     """Decorator of a per-backbone output of the feature cache: it runs the backbone (the gpu pool), reads the
     spec file, and re-evaluates like the tables it feeds; code version CODE_VERSIONS[name]."""
-    return partition_table(backbones_partitions, group_name=GROUP, deps=[backbone_spec], pool="gpu",
-                           op_tags=GPU_STEP_TAGS, kinds={"pytorch"}, code_version=CODE_VERSIONS[name],
-                           automation_condition=REEVALUATED, **kwargs)
+    return partition_table(
+        backbones_partitions,
+        group_name=GROUP,
+        deps=[backbone_spec],
+        pool="gpu",
+        op_tags=GPU_STEP_TAGS,
+        kinds={"pytorch"},
+        code_version=CODE_VERSIONS[name],
+        automation_condition=REEVALUATED,
+        **kwargs,
+    )
 
 
 def cache_context(soco: SocoSettings) -> dict:
@@ -127,8 +145,9 @@ def feature_manifest(
             context=cache_context(soco),
             log=context.log.info,
         )
-    return TableResult(manifest, {"rows": len(manifest), "spec_hash": spec_hash(spec), "kind": spec.kind,
-                                  **gpu.metadata()})
+    return TableResult(
+        manifest, {"rows": len(manifest), "spec_hash": spec_hash(spec), "kind": spec.kind, **gpu.metadata()}
+    )
 
 
 def global_policy(soco: SocoSettings):
@@ -153,8 +172,9 @@ def global_feature_manifest(
 
     spec = spec_for(soco, context.partition_key)
     policy = global_policy(soco)
-    feats, folder = cached_global(spec, image_set, soco.features_root, policy, cache_context(soco),
-                                  context.log.info)
+    feats, folder = cached_global(
+        spec, image_set, soco.features_root, policy, cache_context(soco), context.log.info
+    )
     table = feats.table(context.partition_key, folder)
     return TableResult(table, {"rows": len(table), "folder": folder, "policy": str(policy.cache_key())})
 
@@ -162,9 +182,15 @@ def global_feature_manifest(
 def backbone_table(name: str, kinds: set[str] | None = None, **kwargs):
     """Decorator of a per-backbone evaluation table that reads the protocol: its group, partitions, code version
     (CODE_VERSIONS[name]) and the protocol as a dependency."""
-    return partition_table(backbones_partitions, group_name=GROUP, deps=[evaluation_protocol],
-                           kinds=kinds or {"pytorch"}, code_version=CODE_VERSIONS[name],
-                           automation_condition=REEVALUATED, **kwargs)
+    return partition_table(
+        backbones_partitions,
+        group_name=GROUP,
+        deps=[evaluation_protocol],
+        kinds=kinds or {"pytorch"},
+        code_version=CODE_VERSIONS[name],
+        automation_condition=REEVALUATED,
+        **kwargs,
+    )
 
 
 @backbone_table("predictions", schema=schemas.PredictionSchema, validate=False)
@@ -204,8 +230,18 @@ def predictions(
     if config.panels:  # what the model did: seeded panels under storage/report/panels/<backbone>/
         from soco_pipeline.report.panels import panels_dir, panels_markdown, sample_panels
 
-        panels = sample_panels(image_pairs, correspondences, df, keypoints, image_set, store, protocol,
-                               config.panels, soco.seed, panels_dir(soco, backbone))
+        panels = sample_panels(
+            image_pairs,
+            correspondences,
+            df,
+            keypoints,
+            image_set,
+            store,
+            protocol,
+            config.panels,
+            soco.seed,
+            panels_dir(soco, backbone),
+        )
         meta["panels"] = dg.MetadataValue.md(panels_markdown(panels))
     return TableResult(df, meta)
 
@@ -229,7 +265,9 @@ def four_choice_predictions(
     rule = config.rule()
     if not rule.is_full:  # a partial run asks the items of its pairs only
         sub = apply_pair_subset(image_pairs, rule)
-        four_choice = four_choice[four_choice["pair_id"].isin(sub.loc[sub["evaluated"].astype(bool), "pair_id"])]
+        four_choice = four_choice[
+            four_choice["pair_id"].isin(sub.loc[sub["evaluated"].astype(bool), "pair_id"])
+        ]
     with gpu_timer(matching_device(soco)) as gpu:
         df = predict_four_choice(
             four_choice,
@@ -277,14 +315,28 @@ def metrics(
     )
     df["subset"] = rule.to_json()  # '' = the full sample; the leaderboard marks the others partial
     # 95% CIs of the headline rows: bootstrap over categories, cluster-robust by target image
-    df = with_intervals(df, predictions, four_choice_predictions, correspondences, keypoints, image_set,
-                        image_pairs, protocol, seed=soco.seed)
+    df = with_intervals(
+        df,
+        predictions,
+        four_choice_predictions,
+        correspondences,
+        keypoints,
+        image_set,
+        image_pairs,
+        protocol,
+        seed=soco.seed,
+    )
     at_headline = ((df.alpha - protocol.headline_alpha).abs() < 1e-9) | df.alpha.isna()  # 4-choice: no alpha
     headline = df[(df.scope == "all") & (df.reduction == "official") & at_headline]
-    return TableResult(df, {
-        "rows": len(df), "headline_alpha": protocol.headline_alpha, "partial": not rule.is_full,
-        **{r.metric: round(float(r.value), 2) for r in headline.itertuples()},
-    })
+    return TableResult(
+        df,
+        {
+            "rows": len(df),
+            "headline_alpha": protocol.headline_alpha,
+            "partial": not rule.is_full,
+            **{r.metric: round(float(r.value), 2) for r in headline.itertuples()},
+        },
+    )
 
 
 @fan_in_table(group_name=GROUP, partitioned=["metrics", "global_metrics"], kinds={"pandas"}, code_version="3")
@@ -320,9 +372,12 @@ def leaderboard(
     # partial (subset) rows flagged, 95% CI columns of the headline metrics beside their values
     board = add_interval_columns(mark_partial(board, subsets_of(all_metrics)), all_metrics)
     img = base64.b64encode(leaderboard_png(board, protocol.headline_alpha)).decode()
-    return TableResult(board, {
-        "leaderboard": dg.MetadataValue.md(leaderboard_markdown(ci_display(partial_display(board)))),
-        "plot": dg.MetadataValue.md(f"![leaderboard](data:image/png;base64,{img})"),
-        "backbones": len(board),
-        "headline_alpha": protocol.headline_alpha,
-    })
+    return TableResult(
+        board,
+        {
+            "leaderboard": dg.MetadataValue.md(leaderboard_markdown(ci_display(partial_display(board)))),
+            "plot": dg.MetadataValue.md(f"![leaderboard](data:image/png;base64,{img})"),
+            "backbones": len(board),
+            "headline_alpha": protocol.headline_alpha,
+        },
+    )

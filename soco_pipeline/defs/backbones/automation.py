@@ -32,6 +32,12 @@ backbone_job = dg.define_asset_job(
 )
 
 backbone_specs_sensor = spec_folder_sensor(
-    "backbone_specs_sensor", backbone_job, lambda soco: soco.backbones_dir, scan_specs, backbones_partitions,
-    BACKBONE_ASSETS, "backbone", "backbone_spec",
+    "backbone_specs_sensor",
+    backbone_job,
+    lambda soco: soco.backbones_dir,
+    scan_specs,
+    backbones_partitions,
+    BACKBONE_ASSETS,
+    "backbone",
+    "backbone_spec",
 )

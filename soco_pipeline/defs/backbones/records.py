@@ -14,8 +14,13 @@ from soco_pipeline.defs.shared.run_configs import recorded_subset, stage_timing
 PER_BACKBONE_STAGES = ("feature_manifest", "predictions", "four_choice_predictions", "metrics")
 
 
-@dg.asset(group_name=GROUP, partitions_def=backbones_partitions, automation_condition=EAGER,
-          deps=["metrics"], kinds={"json"})
+@dg.asset(
+    group_name=GROUP,
+    partitions_def=backbones_partitions,
+    automation_condition=EAGER,
+    deps=["metrics"],
+    kinds={"json"},
+)
 def results_record(
     context: dg.AssetExecutionContext,
     soco: SocoSettings,
@@ -35,16 +40,33 @@ def results_record(
 
     backbone = context.partition_key
     spec = spec_for(soco, backbone)
-    tables = {"image_set": image_set, "keypoints": keypoints, "image_pairs": image_pairs,
-              "correspondences": correspondences, "four_choice": four_choice, "feature_manifest": feature_manifest,
-              "predictions": predictions, "four_choice_predictions": four_choice_predictions}
-    rec = backbone_record(backbone=backbone, spec=spec, spec_hash=spec_hash(spec), protocol=soco.protocol(),
-                          tables=tables, rule=recorded_subset(context.instance, backbone),
-                          device=matching_device(soco),
-                          timing=stage_timing(context.instance, backbone, PER_BACKBONE_STAGES))
+    tables = {
+        "image_set": image_set,
+        "keypoints": keypoints,
+        "image_pairs": image_pairs,
+        "correspondences": correspondences,
+        "four_choice": four_choice,
+        "feature_manifest": feature_manifest,
+        "predictions": predictions,
+        "four_choice_predictions": four_choice_predictions,
+    }
+    rec = backbone_record(
+        backbone=backbone,
+        spec=spec,
+        spec_hash=spec_hash(spec),
+        protocol=soco.protocol(),
+        tables=tables,
+        rule=recorded_subset(context.instance, backbone),
+        device=matching_device(soco),
+        timing=stage_timing(context.instance, backbone, PER_BACKBONE_STAGES),
+    )
     path = write_named_record(rec, soco.records_root, backbone)
-    return dg.MaterializeResult(metadata={
-        "path": dg.MetadataValue.path(path), "task_hash/pairs": rec["task_hashes"]["pairs"],
-        "partial": rec["subset"]["partial"], "pairs_evaluated": rec["n-samples"]["pairs"]["evaluated"],
-        "results": dg.MetadataValue.md(results_markdown(rec)),
-    })
+    return dg.MaterializeResult(
+        metadata={
+            "path": dg.MetadataValue.path(path),
+            "task_hash/pairs": rec["task_hashes"]["pairs"],
+            "partial": rec["subset"]["partial"],
+            "pairs_evaluated": rec["n-samples"]["pairs"]["evaluated"],
+            "results": dg.MetadataValue.md(results_markdown(rec)),
+        }
+    )

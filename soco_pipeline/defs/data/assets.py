@@ -82,7 +82,9 @@ def taxonomy_problems(df: pd.DataFrame) -> list[str]:
         problems.append(str(e))
     dup = df[df.duplicated(["category", "keypoint"], keep=False)]
     if len(dup):
-        problems.append(f"{len(dup)} rows repeat a (category, keypoint): {dup[['category', 'keypoint']].head(5).values.tolist()}")
+        problems.append(
+            f"{len(dup)} rows repeat a (category, keypoint): {dup[['category', 'keypoint']].head(5).values.tolist()}"
+        )
     return problems
 
 
@@ -145,16 +147,22 @@ def raw_keypoints(
 @table_multi_asset(
     group_name=GROUP,
     outs={
-        "image_set": (TableSpec(schemas.ImageSchema), dg.AssetOut(
-            description="The filtered image set: one salient, large object per image.",
-            code_version="1",
-            metadata=columns_of(schemas.ImageSchema),
-        )),
-        "rejected_images": (TableSpec(schemas.RejectedImageSchema), dg.AssetOut(
-            description="Every image the filters dropped, with the reason.",
-            code_version="1",
-            metadata=columns_of(schemas.RejectedImageSchema),
-        )),
+        "image_set": (
+            TableSpec(schemas.ImageSchema),
+            dg.AssetOut(
+                description="The filtered image set: one salient, large object per image.",
+                code_version="1",
+                metadata=columns_of(schemas.ImageSchema),
+            ),
+        ),
+        "rejected_images": (
+            TableSpec(schemas.RejectedImageSchema),
+            dg.AssetOut(
+                description="Every image the filters dropped, with the reason.",
+                code_version="1",
+                metadata=columns_of(schemas.RejectedImageSchema),
+            ),
+        ),
     },
 )
 def image_set_assets(
@@ -191,7 +199,9 @@ def keypoints(
 
 
 @table_asset(schema=schemas.DescriptionSchema, group_name=GROUP, kinds={"pandas"}, code_version="1")
-def descriptions(context: dg.AssetExecutionContext, image_set: pd.DataFrame, taxonomy: pd.DataFrame) -> TableResult:
+def descriptions(
+    context: dg.AssetExecutionContext, image_set: pd.DataFrame, taxonomy: pd.DataFrame
+) -> TableResult:
     """One language description per (category, keypoint), e.g. 'the center point of the front left wheel of a bus'."""
     from soco_pipeline.data.descriptions import build_descriptions, load_templates
 

@@ -43,8 +43,9 @@ def fgbmk_root(soco: SocoSettings, cfg) -> str:
     return soco.task_root(GROUP, "embedded", f"{cfg.scale}-seed{cfg.seed}")
 
 
-def fgbmk_table(partitions_def: dg.PartitionsDefinition | None = None, schema=None, kinds=frozenset({"pandas"}),
-                **kwargs):
+def fgbmk_table(
+    partitions_def: dg.PartitionsDefinition | None = None, schema=None, kinds=frozenset({"pandas"}), **kwargs
+):
     """Decorator of a table of the family (eager, its code version, its schema; per backbone or LVLM when
     `partitions_def` is given)."""
     kwargs = dict(schema=schema, group_name=GROUP, code_version=CODE_VERSION, kinds=set(kinds), **kwargs)
@@ -69,12 +70,21 @@ def fgbmk_items(context: dg.AssetExecutionContext, soco: SocoSettings) -> TableR
         subs = list(cfg.embedded.subclasses) if cfg.embedded.subclasses else None
         root = fgbmk_root(soco, cfg)
         items = ensure_embedded(root, cfg.embedded, cfg.seed, subs)
-    return TableResult(items, {"rows": len(items), "subclasses": int(items.subclass.nunique()), "root": root,
-                               "simulated": bool(items.simulated.all())})
+    return TableResult(
+        items,
+        {
+            "rows": len(items),
+            "subclasses": int(items.subclass.nunique()),
+            "root": root,
+            "simulated": bool(items.simulated.all()),
+        },
+    )
 
 
 @fgbmk_table(schema=schemas.FgbmkQuestionSchema)
-def fgbmk_questions(context: dg.AssetExecutionContext, soco: SocoSettings, fgbmk_items: pd.DataFrame) -> TableResult:
+def fgbmk_questions(
+    context: dg.AssetExecutionContext, soco: SocoSettings, fgbmk_items: pd.DataFrame
+) -> TableResult:
     """Choice / true-false / short-answer questions per level, attributes and knowledge bias; choice
     questions in every rotation (circular evaluation)."""
     from soco_pipeline.tasks.fgbmk.embedded import hierarchy
@@ -91,8 +101,9 @@ def _context(soco: SocoSettings, cfg) -> dict:
 
 
 @fgbmk_table(backbones_partitions, kinds={"pytorch"}, pool="gpu")
-def fgbmk_global_features(context: dg.AssetExecutionContext, soco: SocoSettings,
-                          fgbmk_items: pd.DataFrame) -> TableResult:
+def fgbmk_global_features(
+    context: dg.AssetExecutionContext, soco: SocoSettings, fgbmk_items: pd.DataFrame
+) -> TableResult:
     """CLS of the last two blocks and the patch mean per image, from the shared feature cache's global output
     (extracted once per backbone and input policy); the table lists each image's cache folder and the part
     sizes."""
@@ -100,43 +111,68 @@ def fgbmk_global_features(context: dg.AssetExecutionContext, soco: SocoSettings,
 
     cfg = fgbmk_config(soco)
     spec = spec_for(soco, context.partition_key)
-    feats, folder = cached_global(spec, fgbmk_items, soco.features_root, cfg.global_features, _context(soco, cfg),
-                                  context.log.info)
+    feats, folder = cached_global(
+        spec, fgbmk_items, soco.features_root, cfg.global_features, _context(soco, cfg), context.log.info
+    )
     table = feats.table(context.partition_key, folder)
-    return TableResult(table, {"rows": len(feats), "folder": folder, "dims": str(table.iloc[0, -3:].tolist())})
+    return TableResult(
+        table, {"rows": len(feats), "folder": folder, "dims": str(table.iloc[0, -3:].tolist())}
+    )
 
 
 @fgbmk_table(backbones_partitions, schema=schemas.FgbmkMetricSchema, kinds={"pytorch"})
-def fgbmk_metrics(context: dg.AssetExecutionContext, soco: SocoSettings, fgbmk_items: pd.DataFrame,
-                  fgbmk_global_features: pd.DataFrame) -> TableResult:
+def fgbmk_metrics(
+    context: dg.AssetExecutionContext,
+    soco: SocoSettings,
+    fgbmk_items: pd.DataFrame,
+    fgbmk_global_features: pd.DataFrame,
+) -> TableResult:
     """Linear-probe top-1/top-5 and retrieval recall@1/mAP at each level, across and within superclasses."""
     from soco_pipeline.features import read_global
     from soco_pipeline.tasks.fgbmk.machine_eval import evaluate_backbone
 
     cfg = fgbmk_config(soco)
     feats = read_global(fgbmk_global_features.folder.iloc[0], fgbmk_items.image_id)
-    df, _ = evaluate_backbone(context.partition_key, feats, fgbmk_items, cfg, bool(fgbmk_items.simulated.all()))
+    df, _ = evaluate_backbone(
+        context.partition_key, feats, fgbmk_items, cfg, bool(fgbmk_items.simulated.all())
+    )
     across = df[df.scope == "across"].set_index("level")
-    return TableResult(df, {"rows": len(df), **{f"top1/{lv}": round(float(v), 2) for lv, v in across.top1.items()}})
+    return TableResult(
+        df, {"rows": len(df), **{f"top1/{lv}": round(float(v), 2) for lv, v in across.top1.items()}}
+    )
 
 
 @fgbmk_table(backbones_partitions, schema=schemas.FgbmkRobustnessSchema, kinds={"pytorch"}, pool="gpu")
-def fgbmk_robustness(context: dg.AssetExecutionContext, soco: SocoSettings, fgbmk_items: pd.DataFrame,
-                     fgbmk_global_features: pd.DataFrame) -> TableResult:
+def fgbmk_robustness(
+    context: dg.AssetExecutionContext,
+    soco: SocoSettings,
+    fgbmk_items: pd.DataFrame,
+    fgbmk_global_features: pd.DataFrame,
+) -> TableResult:
     """Probe accuracy under FGSM / PGD (L-inf eps/255) and Gaussian noise, fine (subclass) vs coarse level."""
     from soco_pipeline.features.global_extractors import build_global_extractor
     from soco_pipeline.tasks.fgbmk.robustness import robustness_for_backbone
 
     cfg = fgbmk_config(soco)
     spec = spec_for(soco, context.partition_key)
-    ex = build_global_extractor(spec, cfg.global_features, _context(soco, cfg))  # the attacks differentiate through it
-    df = robustness_for_backbone(context.partition_key, ex, fgbmk_global_features.folder.iloc[0], fgbmk_items, cfg,
-                                 reads_pixels=spec.kind != "oracle")
+    ex = build_global_extractor(
+        spec, cfg.global_features, _context(soco, cfg)
+    )  # the attacks differentiate through it
+    df = robustness_for_backbone(
+        context.partition_key,
+        ex,
+        fgbmk_global_features.folder.iloc[0],
+        fgbmk_items,
+        cfg,
+        reads_pixels=spec.kind != "oracle",
+    )
     return TableResult(df, {"rows": len(df)})
 
 
 @fgbmk_table(lvlms_partitions, schema=schemas.FgbmkAnswerSchema, kinds={"python"}, pool="gpu")
-def fgbmk_answers(context: dg.AssetExecutionContext, soco: SocoSettings, fgbmk_questions: pd.DataFrame) -> TableResult:
+def fgbmk_answers(
+    context: dg.AssetExecutionContext, soco: SocoSettings, fgbmk_questions: pd.DataFrame
+) -> TableResult:
     """One LVLM's answers to the FG-BMK questions, scored by the written-down rules (cached by request)."""
     from soco_pipeline.lvlm.backends import build_backend
     from soco_pipeline.lvlm.cache import AnswerCache
@@ -157,31 +193,59 @@ def fgbmk_lvlm_metrics(context: dg.AssetExecutionContext, fgbmk_answers: pd.Data
     return TableResult(df, {"rows": len(df)})
 
 
-@fan_in_table(group_name=GROUP, partitioned=["fgbmk_metrics", "fgbmk_robustness", "fgbmk_lvlm_metrics"],
-              code_version=CODE_VERSION, kinds={"pandas"})
-def fgbmk_leaderboard(context: dg.AssetExecutionContext, fgbmk_metrics: dict[str, pd.DataFrame],
-                      fgbmk_robustness: dict[str, pd.DataFrame],
-                      fgbmk_lvlm_metrics: dict[str, pd.DataFrame]) -> TableResult:
+@fan_in_table(
+    group_name=GROUP,
+    partitioned=["fgbmk_metrics", "fgbmk_robustness", "fgbmk_lvlm_metrics"],
+    code_version=CODE_VERSION,
+    kinds={"pandas"},
+)
+def fgbmk_leaderboard(
+    context: dg.AssetExecutionContext,
+    fgbmk_metrics: dict[str, pd.DataFrame],
+    fgbmk_robustness: dict[str, pd.DataFrame],
+    fgbmk_lvlm_metrics: dict[str, pd.DataFrame],
+) -> TableResult:
     """Every backbone (probe / retrieval per level, within vs across, robustness) and LVLM (accuracy per
     level, circular, knowledge-bias spread) evaluated so far."""
     from soco_pipeline.analysis.leaderboard import leaderboard_markdown
     from soco_pipeline.tasks.fgbmk.leaderboard import fgbmk_leaderboard as build
 
-    board = build(partition_rows(fgbmk_metrics), partition_rows(fgbmk_robustness), partition_rows(fgbmk_lvlm_metrics))
-    return TableResult(board, {"rows": len(board), "leaderboard": dg.MetadataValue.md(
-        leaderboard_markdown(board) if len(board) else "no results yet")})
+    board = build(
+        partition_rows(fgbmk_metrics), partition_rows(fgbmk_robustness), partition_rows(fgbmk_lvlm_metrics)
+    )
+    return TableResult(
+        board,
+        {
+            "rows": len(board),
+            "leaderboard": dg.MetadataValue.md(
+                leaderboard_markdown(board) if len(board) else "no results yet"
+            ),
+        },
+    )
 
 
-@fan_in_table(group_name=GROUP, partitioned=["fgbmk_metrics", "fgbmk_robustness", "fgbmk_lvlm_metrics"],
-              code_version=CODE_VERSION, kinds={"pandas"})
-def fgbmk_findings(context: dg.AssetExecutionContext, soco: SocoSettings, fgbmk_metrics: dict[str, pd.DataFrame],
-                   fgbmk_robustness: dict[str, pd.DataFrame],
-                   fgbmk_lvlm_metrics: dict[str, pd.DataFrame]) -> TableResult:
+@fan_in_table(
+    group_name=GROUP,
+    partitioned=["fgbmk_metrics", "fgbmk_robustness", "fgbmk_lvlm_metrics"],
+    code_version=CODE_VERSION,
+    kinds={"pandas"},
+)
+def fgbmk_findings(
+    context: dg.AssetExecutionContext,
+    soco: SocoSettings,
+    fgbmk_metrics: dict[str, pd.DataFrame],
+    fgbmk_robustness: dict[str, pd.DataFrame],
+    fgbmk_lvlm_metrics: dict[str, pd.DataFrame],
+) -> TableResult:
     """The paper's five findings on our tables: its figure, ours, and whether it holds (or why it cannot be
     tested with the backbones evaluated so far)."""
     from soco_pipeline.tasks.fgbmk.findings import check_findings, findings_markdown
 
     robustness, lvlm = partition_rows(fgbmk_robustness), partition_rows(fgbmk_lvlm_metrics)
-    df = check_findings(partition_rows(fgbmk_metrics), robustness if len(robustness) else None,
-                        fgbmk_config(soco).findings, lvlm if len(lvlm) else None)
+    df = check_findings(
+        partition_rows(fgbmk_metrics),
+        robustness if len(robustness) else None,
+        fgbmk_config(soco).findings,
+        lvlm if len(lvlm) else None,
+    )
     return TableResult(df, {"rows": len(df), "summary": dg.MetadataValue.md(findings_markdown(df))})

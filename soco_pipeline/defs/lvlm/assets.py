@@ -37,8 +37,11 @@ def lvlm_spec_for(soco: SocoSettings, model: str):
     return load_spec(lvlm_spec_path(soco, model))
 
 
-@observable_source(group_name=GROUP, partitions_def=lvlms_partitions,
-                            description="An LVLM's spec file (assets/lvlms/<name>.yaml); data version: its hash.")
+@observable_source(
+    group_name=GROUP,
+    partitions_def=lvlms_partitions,
+    description="An LVLM's spec file (assets/lvlms/<name>.yaml); data version: its hash.",
+)
 def lvlm_spec(context: dg.AssetExecutionContext, soco: SocoSettings) -> dg.DataVersionsByPartition:
     """An LVLM's spec file (assets/lvlms/<name>.yaml); its data version is the file's content hash.
 
@@ -71,17 +74,37 @@ def lvlm_items(
     from soco_pipeline.lvlm.items import build_items
 
     proto = soco.lvlm_protocol()
-    items = build_items(four_choice, image_pairs, keypoints, descriptions, image_set, proto,
-                        soco.lvlm_images_root, seed=soco.seed)
+    items = build_items(
+        four_choice,
+        image_pairs,
+        keypoints,
+        descriptions,
+        image_set,
+        proto,
+        soco.lvlm_images_root,
+        seed=soco.seed,
+    )
     per_setting = items.groupby("setting").size().to_dict() if len(items) else {}
-    return TableResult(items, {
-        "rows": len(items), "items": int(items["g_index"].nunique()) if len(items) else 0,
-        "protocol_hash": proto.version_hash(), **{f"rows/{k}": int(v) for k, v in per_setting.items()},
-    })
+    return TableResult(
+        items,
+        {
+            "rows": len(items),
+            "items": int(items["g_index"].nunique()) if len(items) else 0,
+            "protocol_hash": proto.version_hash(),
+            **{f"rows/{k}": int(v) for k, v in per_setting.items()},
+        },
+    )
 
 
-@partition_table(lvlms_partitions, schema=LvlmAnswerSchema, group_name=GROUP, deps=[lvlm_spec], pool="gpu",
-                 kinds={"python"}, code_version="1")
+@partition_table(
+    lvlms_partitions,
+    schema=LvlmAnswerSchema,
+    group_name=GROUP,
+    deps=[lvlm_spec],
+    pool="gpu",
+    kinds={"python"},
+    code_version="1",
+)
 def lvlm_answers(
     context: dg.AssetExecutionContext, soco: SocoSettings, config: LvlmRunConfig, lvlm_items: pd.DataFrame
 ) -> TableResult:
@@ -104,13 +127,28 @@ def lvlm_answers(
     rule = config.rule()  # a partial run (items_per_setting / item_ids) asks its subset only
     local = spec.backend == "transformers"  # the other backends are servers: no local GPU time
     with gpu_timer(getattr(spec, "device", "auto") if local else f"remote:{spec.backend}") as gpu:
-        result = run_model(apply_item_subset(lvlm_items, rule), spec, build_backend(spec),
-                           AnswerCache(soco.lvlm_cache_root), log=context.log.info)
-    return TableResult(result.answers, {
-        "rows": len(result.answers), "sent": result.sent, "cached": result.cached, "errors": result.errors,
-        "subset": rule.to_json(), "partial": not rule.is_full,
-        "backend": spec.backend, "model": spec.model, "spec_hash": spec_hash(spec), **gpu.metadata(),
-    })
+        result = run_model(
+            apply_item_subset(lvlm_items, rule),
+            spec,
+            build_backend(spec),
+            AnswerCache(soco.lvlm_cache_root),
+            log=context.log.info,
+        )
+    return TableResult(
+        result.answers,
+        {
+            "rows": len(result.answers),
+            "sent": result.sent,
+            "cached": result.cached,
+            "errors": result.errors,
+            "subset": rule.to_json(),
+            "partial": not rule.is_full,
+            "backend": spec.backend,
+            "model": spec.model,
+            "spec_hash": spec_hash(spec),
+            **gpu.metadata(),
+        },
+    )
 
 
 @partition_table(lvlms_partitions, group_name=GROUP, kinds={"pandas"}, code_version="2")
@@ -121,13 +159,19 @@ def lvlm_metrics(context: dg.AssetExecutionContext, lvlm_answers: pd.DataFrame) 
     df = compute(lvlm_answers)
     df["subset"] = recorded_lvlm_subset(context.instance, context.partition_key).to_json()  # '' = all items
     top = df[df["scope"] == "all"]
-    return TableResult(df, {
-        "rows": len(df), **{f"{r.setting}/{r.metric}": round(float(r.value), 2) for r in top.itertuples()}
-    })
+    return TableResult(
+        df,
+        {"rows": len(df), **{f"{r.setting}/{r.metric}": round(float(r.value), 2) for r in top.itertuples()}},
+    )
 
 
-@fan_in_table(group_name=GROUP, partitioned=["lvlm_metrics"], optional=["leaderboard"], kinds={"pandas"},
-              code_version="3")
+@fan_in_table(
+    group_name=GROUP,
+    partitioned=["lvlm_metrics"],
+    optional=["leaderboard"],
+    kinds={"pandas"},
+    code_version="3",
+)
 def lvlm_leaderboard(
     context: dg.AssetExecutionContext,
     soco: SocoSettings,
@@ -144,9 +188,16 @@ def lvlm_leaderboard(
     board = build(partition_rows(lvlm_metrics), leaderboard)
     board["spec_present"] = (board["kind"] != "evaluated") | board["model"].isin(spec_names(soco.lvlms_dir))
     models = context.instance.get_dynamic_partitions(lvlms_partitions.name)
-    board = mark_partial(board, {m: recorded_lvlm_subset(context.instance, m).to_json() for m in models}, "model")
-    return TableResult(board, {
-        "rows": len(board),
-        "leaderboard": dg.MetadataValue.md(leaderboard_markdown(partial_display(board, "model").drop(columns=["source"]))),
-        "evaluated": int((board["kind"] == "evaluated").sum()),
-    })
+    board = mark_partial(
+        board, {m: recorded_lvlm_subset(context.instance, m).to_json() for m in models}, "model"
+    )
+    return TableResult(
+        board,
+        {
+            "rows": len(board),
+            "leaderboard": dg.MetadataValue.md(
+                leaderboard_markdown(partial_display(board, "model").drop(columns=["source"]))
+            ),
+            "evaluated": int((board["kind"] == "evaluated").sum()),
+        },
+    )

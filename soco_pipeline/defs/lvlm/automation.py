@@ -17,6 +17,12 @@ lvlm_job = dg.define_asset_job(
 )
 
 lvlm_specs_sensor = spec_folder_sensor(
-    "lvlm_specs_sensor", lvlm_job, lambda soco: soco.lvlms_dir, scan_specs, lvlms_partitions, LVLM_ASSETS, "LVLM",
+    "lvlm_specs_sensor",
+    lvlm_job,
+    lambda soco: soco.lvlms_dir,
+    scan_specs,
+    lvlms_partitions,
+    LVLM_ASSETS,
+    "LVLM",
     "lvlm_spec",
 )

@@ -12,10 +12,18 @@ from soco_pipeline.defs.shared.run_configs import recorded_lvlm_subset, stage_ti
 PER_LVLM_STAGES = ("lvlm_answers", "lvlm_metrics")
 
 
-@dg.asset(group_name=GROUP, partitions_def=lvlms_partitions, automation_condition=EAGER, deps=["lvlm_metrics"],
-          kinds={"json"})
+@dg.asset(
+    group_name=GROUP,
+    partitions_def=lvlms_partitions,
+    automation_condition=EAGER,
+    deps=["lvlm_metrics"],
+    kinds={"json"},
+)
 def lvlm_results_record(
-    context: dg.AssetExecutionContext, soco: SocoSettings, lvlm_items: pd.DataFrame, lvlm_answers: pd.DataFrame
+    context: dg.AssetExecutionContext,
+    soco: SocoSettings,
+    lvlm_items: pd.DataFrame,
+    lvlm_answers: pd.DataFrame,
 ) -> dg.MaterializeResult:
     """The LVLM's results record: spec, item protocol, versions, timings, counts, CIs and item hashes."""
     from soco_pipeline.evaluation.provenance import write_named_record
@@ -24,11 +32,22 @@ def lvlm_results_record(
 
     model = context.partition_key
     spec = lvlm_spec_for(soco, model)
-    rec = lvlm_record(model=model, spec=spec, spec_hash=spec_hash(spec), protocol=soco.lvlm_protocol(),
-                      items=lvlm_items, answers=lvlm_answers, rule=recorded_lvlm_subset(context.instance, model),
-                      timing=stage_timing(context.instance, model, PER_LVLM_STAGES))
+    rec = lvlm_record(
+        model=model,
+        spec=spec,
+        spec_hash=spec_hash(spec),
+        protocol=soco.lvlm_protocol(),
+        items=lvlm_items,
+        answers=lvlm_answers,
+        rule=recorded_lvlm_subset(context.instance, model),
+        timing=stage_timing(context.instance, model, PER_LVLM_STAGES),
+    )
     path = write_named_record(rec, soco.records_root, model, family="lvlm")
-    return dg.MaterializeResult(metadata={
-        "path": dg.MetadataValue.path(path), "task_hash/lvlm_items": rec["task_hashes"]["lvlm_items"],
-        "partial": rec["subset"]["partial"], "results": dg.MetadataValue.md(results_markdown(rec)),
-    })
+    return dg.MaterializeResult(
+        metadata={
+            "path": dg.MetadataValue.path(path),
+            "task_hash/lvlm_items": rec["task_hashes"]["lvlm_items"],
+            "partial": rec["subset"]["partial"],
+            "results": dg.MetadataValue.md(results_markdown(rec)),
+        }
+    )

@@ -38,18 +38,29 @@ def mmvm_config(soco: SocoSettings) -> MmvmConfig:
 
 
 def _out(schema, description: str) -> tuple[TableSpec, dg.AssetOut]:
-    return TableSpec(schema), dg.AssetOut(automation_condition=EAGER, code_version=CODE_VERSION, kinds={"pandas"},
-                                          description=description, metadata=columns_of(schema))
+    return TableSpec(schema), dg.AssetOut(
+        automation_condition=EAGER,
+        code_version=CODE_VERSION,
+        kinds={"pandas"},
+        description=description,
+        metadata=columns_of(schema),
+    )
 
 
 @table_multi_asset(
     group_name=GROUP,
-    outs={"mmvm_cases": _out(schemas.CaseSchema, "Generated cases (SIMULATED): cue codes, query presence, "
-                             "candidate total."),
-          "mmvm_images": _out(schemas.ImageSchema, "The unmarked frames (feature-cache input) and their instance "
-                              "label maps."),
-          "mmvm_objects": _out(schemas.ObjectSchema, "Every object of every frame: role, identity and the "
-                               "attributes the cues compare.")},
+    outs={
+        "mmvm_cases": _out(
+            schemas.CaseSchema, "Generated cases (SIMULATED): cue codes, query presence, candidate total."
+        ),
+        "mmvm_images": _out(
+            schemas.ImageSchema, "The unmarked frames (feature-cache input) and their instance label maps."
+        ),
+        "mmvm_objects": _out(
+            schemas.ObjectSchema,
+            "Every object of every frame: role, identity and the attributes the cues compare.",
+        ),
+    },
 )
 def mmvm_scenes(context: dg.AssetExecutionContext, soco: SocoSettings) -> dict[str, TableResult]:
     """Two-frame scenes (SIMULATED): cases with their cue codes, the unmarked frames with label maps, and
@@ -59,31 +70,58 @@ def mmvm_scenes(context: dg.AssetExecutionContext, soco: SocoSettings) -> dict[s
     cfg = mmvm_config(soco)
     t = generate(cfg, soco.task_root(GROUP, "generated"))
     meta = {"config_hash": cfg.version_hash(), "simulated": True}
-    return {f"mmvm_{name}": TableResult(t[name], {"rows": len(t[name]), **meta})
-            for name in ("cases", "images", "objects")}
+    return {
+        f"mmvm_{name}": TableResult(t[name], {"rows": len(t[name]), **meta})
+        for name in ("cases", "images", "objects")
+    }
 
 
-@table_asset(schema=schemas.ItemSchema, group_name=GROUP, automation_condition=EAGER, code_version=CODE_VERSION,
-             kinds={"pandas"})
-def mmvm_items(context: dg.AssetExecutionContext, soco: SocoSettings, mmvm_cases: pd.DataFrame,
-               mmvm_objects: pd.DataFrame, mmvm_images: pd.DataFrame) -> TableResult:
+@table_asset(
+    schema=schemas.ItemSchema,
+    group_name=GROUP,
+    automation_condition=EAGER,
+    code_version=CODE_VERSION,
+    kinds={"pandas"},
+)
+def mmvm_items(
+    context: dg.AssetExecutionContext,
+    soco: SocoSettings,
+    mmvm_cases: pd.DataFrame,
+    mmvm_objects: pd.DataFrame,
+    mmvm_images: pd.DataFrame,
+) -> TableResult:
     """The questions: one per (case, candidate count 4/8/12/all), with the published marks and options (the
     marked frames go under <storage>/mmvm/marked)."""
     from soco_pipeline.tasks.mmvm.prompt import build_items
 
-    items = build_items(mmvm_cases, mmvm_objects, mmvm_images, mmvm_config(soco), soco.task_root(GROUP, "marked"))
+    items = build_items(
+        mmvm_cases, mmvm_objects, mmvm_images, mmvm_config(soco), soco.task_root(GROUP, "marked")
+    )
     return TableResult(items, {"rows": len(items), "test": int((items["split"] == "test").sum())})
 
 
 def mmvm_table(partitions_def: dg.PartitionsDefinition, schema, kinds: set[str], **kwargs):
     """Decorator of a per-backbone or per-LVLM table of the family (eager, its code version, its schema)."""
-    return partition_table(partitions_def, schema=schema, group_name=GROUP, automation_condition=EAGER,
-                           code_version=CODE_VERSION, kinds=kinds, **kwargs)
+    return partition_table(
+        partitions_def,
+        schema=schema,
+        group_name=GROUP,
+        automation_condition=EAGER,
+        code_version=CODE_VERSION,
+        kinds=kinds,
+        **kwargs,
+    )
 
 
 @mmvm_table(backbones_partitions, schemas.PredictionSchema, {"pytorch"}, pool="gpu", op_tags=GPU_STEP_TAGS)
-def mmvm_predictions(context: dg.AssetExecutionContext, soco: SocoSettings, mmvm_items: pd.DataFrame,
-                     mmvm_cases: pd.DataFrame, mmvm_objects: pd.DataFrame, mmvm_images: pd.DataFrame) -> TableResult:
+def mmvm_predictions(
+    context: dg.AssetExecutionContext,
+    soco: SocoSettings,
+    mmvm_items: pd.DataFrame,
+    mmvm_cases: pd.DataFrame,
+    mmvm_objects: pd.DataFrame,
+    mmvm_images: pd.DataFrame,
+) -> TableResult:
     """One backbone's answers: mask-pooled descriptors from the shared feature cache, cosine argmax, a None
     threshold chosen by the config's none_rule; zero-shot and with the contrastive head. SOCO oracles: not
     applicable."""
@@ -92,14 +130,28 @@ def mmvm_predictions(context: dg.AssetExecutionContext, soco: SocoSettings, mmvm
 
     spec = spec_for(soco, context.partition_key)
     tables = {"items": mmvm_items, "cases": mmvm_cases, "objects": mmvm_objects, "images": mmvm_images}
-    pred, manifest = backbone_predictions(spec, tables, soco.features_root, device=soco.device, log=context.log.info,
-                                          none_rule=mmvm_config(soco).none_rule)
-    return TableResult(pred, {"rows": len(pred), "status": str(pred["status"].iat[0]),
-                              "cached_maps": 0 if manifest is None else len(manifest)})
+    pred, manifest = backbone_predictions(
+        spec,
+        tables,
+        soco.features_root,
+        device=soco.device,
+        log=context.log.info,
+        none_rule=mmvm_config(soco).none_rule,
+    )
+    return TableResult(
+        pred,
+        {
+            "rows": len(pred),
+            "status": str(pred["status"].iat[0]),
+            "cached_maps": 0 if manifest is None else len(manifest),
+        },
+    )
 
 
 @mmvm_table(lvlms_partitions, schemas.AnswerSchema, {"python"}, pool="gpu")
-def mmvm_answers(context: dg.AssetExecutionContext, soco: SocoSettings, mmvm_items: pd.DataFrame) -> TableResult:
+def mmvm_answers(
+    context: dg.AssetExecutionContext, soco: SocoSettings, mmvm_items: pd.DataFrame
+) -> TableResult:
     """One LVLM's answers to the test items (both marked frames and the question): raw text, parsed letter,
     extraction method (exact matching; the config's judge when it names one), through the harness's cache and
     retries."""
@@ -110,8 +162,14 @@ def mmvm_answers(context: dg.AssetExecutionContext, soco: SocoSettings, mmvm_ite
     spec = lvlm_spec_for(soco, context.partition_key)
     test = mmvm_items[mmvm_items["split"] == "test"]
     cache = AnswerCache(soco.lvlm_cache_root)
-    rows = run_lvlm(test, spec, build_backend(spec), cache, judge=judge_from_config(mmvm_config(soco), cache),
-                    log=context.log.info)
+    rows = run_lvlm(
+        test,
+        spec,
+        build_backend(spec),
+        cache,
+        judge=judge_from_config(mmvm_config(soco), cache),
+        log=context.log.info,
+    )
     return TableResult(rows, {"rows": len(rows), "errors": int((rows["error"] != "").sum())})
 
 
@@ -134,11 +192,20 @@ def mmvm_lvlm_metrics(context: dg.AssetExecutionContext, mmvm_answers: pd.DataFr
     return TableResult(m, {"rows": len(m)})
 
 
-@fan_in_table(group_name=GROUP, partitioned=["mmvm_backbone_metrics", "mmvm_lvlm_metrics"], code_version=CODE_VERSION,
-              kinds={"pandas"})
-def mmvm_leaderboard(context: dg.AssetExecutionContext, mmvm_backbone_metrics: dict[str, pd.DataFrame],
-                     mmvm_lvlm_metrics: dict[str, pd.DataFrame], mmvm_items: pd.DataFrame, mmvm_cases: pd.DataFrame,
-                     mmvm_objects: pd.DataFrame) -> TableResult:
+@fan_in_table(
+    group_name=GROUP,
+    partitioned=["mmvm_backbone_metrics", "mmvm_lvlm_metrics"],
+    code_version=CODE_VERSION,
+    kinds={"pandas"},
+)
+def mmvm_leaderboard(
+    context: dg.AssetExecutionContext,
+    mmvm_backbone_metrics: dict[str, pd.DataFrame],
+    mmvm_lvlm_metrics: dict[str, pd.DataFrame],
+    mmvm_items: pd.DataFrame,
+    mmvm_cases: pd.DataFrame,
+    mmvm_objects: pd.DataFrame,
+) -> TableResult:
     """Every backbone (zero-shot and contrastive head) and LVLM, plus the instance-identity oracle (a check:
     100), overall and per cue / candidate count / query presence, each with a random chooser's accuracy."""
     from soco_pipeline.analysis.leaderboard import leaderboard_markdown
@@ -151,5 +218,10 @@ def mmvm_leaderboard(context: dg.AssetExecutionContext, mmvm_backbone_metrics: d
     source = str(mmvm_cases["data_source"].iat[0]) if len(mmvm_cases) else ""
     board.insert(0, "data_source", source)
     shown = board.drop(columns=["data_source", "reason", "none_rule"], errors="ignore")
-    return TableResult(board, {"rows": len(board), "leaderboard": dg.MetadataValue.md(
-        f"data: {source}\n\n{leaderboard_markdown(shown)}")})
+    return TableResult(
+        board,
+        {
+            "rows": len(board),
+            "leaderboard": dg.MetadataValue.md(f"data: {source}\n\n{leaderboard_markdown(shown)}"),
+        },
+    )

@@ -49,7 +49,14 @@ def image_pairs(
     return TableResult(pairs, {"rows": len(pairs), **meta}, problems=check_image_pairs(pairs, tax, image_set))
 
 
-@table_asset(schema=schemas.CorrespondenceSchema, validate=False, check=True, group_name=GROUP, kinds={"pyarrow"}, code_version="1")
+@table_asset(
+    schema=schemas.CorrespondenceSchema,
+    validate=False,
+    check=True,
+    group_name=GROUP,
+    kinds={"pyarrow"},
+    code_version="1",
+)
 def correspondences(
     context: dg.AssetExecutionContext,
     soco: SocoSettings,

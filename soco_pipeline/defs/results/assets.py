@@ -6,8 +6,14 @@ from soco_pipeline.defs.shared.automation import eager_allowing_missing
 from soco_pipeline.defs.shared.resources import SocoSettings
 
 GROUP = "results"
-OPTIONAL_SUMMARIES = ("lvlm_leaderboard", "correlation", "mmvm_leaderboard", "fgbmk_leaderboard", "fgbmk_findings",
-                      "tpips_leaderboard")
+OPTIONAL_SUMMARIES = (
+    "lvlm_leaderboard",
+    "correlation",
+    "mmvm_leaderboard",
+    "fgbmk_leaderboard",
+    "fgbmk_findings",
+    "tpips_leaderboard",
+)
 
 
 @dg.asset(

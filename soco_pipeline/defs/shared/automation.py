@@ -28,8 +28,11 @@ EAGER = AC.eager()
 SOURCES = dg.AssetSelection.assets("backbone_spec", "lvlm_spec", "evaluation_protocol")
 ON_CHANGE = (
     AC.in_latest_time_window()
-    & (AC.newly_missing() | AC.code_version_changed()
-       | AC.any_deps_match(AC.data_version_changed()).ignore(SOURCES)).since_last_handled()
+    & (
+        AC.newly_missing()
+        | AC.code_version_changed()
+        | AC.any_deps_match(AC.data_version_changed()).ignore(SOURCES)
+    ).since_last_handled()
     & ~AC.any_deps_missing().ignore(SOURCES)
     & ~AC.any_deps_in_progress()
     & ~AC.in_progress()
@@ -56,7 +59,9 @@ def reevaluate_on_cron(cron: str) -> dg.AutomationCondition:
     ).with_label(f"stale after cron {cron}")
 
 
-OBSERVED_ON_CRON = ("evaluation_protocol",)  # sources with observe_on_cron: the automation sensor targets them
+OBSERVED_ON_CRON = (
+    "evaluation_protocol",
+)  # sources with observe_on_cron: the automation sensor targets them
 
 
 def observe_on_cron(cron: str) -> dg.AutomationCondition:
@@ -109,7 +114,9 @@ def spec_folder_result(
     new = sorted(n for n in current if n not in existing)
     changed = sorted(n for n, h in current.items() if n in existing and n in seen and seen[n] != h)
     requests = [
-        dg.RunRequest(run_key=f"{n}:{current[n]}", partition_key=n, asset_selection=[dg.AssetKey(a) for a in assets])
+        dg.RunRequest(
+            run_key=f"{n}:{current[n]}", partition_key=n, asset_selection=[dg.AssetKey(a) for a in assets]
+        )
         for n in changed
     ]
     return dg.SensorResult(
@@ -133,8 +140,13 @@ def spec_folder_sensor(
     """The sensor `name` watching the spec folder `folder(soco)`: a partition per new spec, a run of `job`'s
     `assets` for a spec whose file changed, an observation of `source_asset` (see spec_folder_result)."""
 
-    @dg.sensor(name=name, job=job, minimum_interval_seconds=15, default_status=dg.DefaultSensorStatus.RUNNING,
-               description=f"Watch the {label} spec folder: add a partition per new spec, re-run a changed one.")
+    @dg.sensor(
+        name=name,
+        job=job,
+        minimum_interval_seconds=15,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description=f"Watch the {label} spec folder: add a partition per new spec, re-run a changed one.",
+    )
     def watch(context: dg.SensorEvaluationContext, soco: SocoSettings) -> dg.SensorResult:
         return spec_folder_result(context, folder(soco), scan, partitions, assets, label, source_asset)
 

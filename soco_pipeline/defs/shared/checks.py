@@ -144,10 +144,14 @@ def publish_tables(results: dict[str, TableResult], specs: dict[str, TableSpec],
             raise TypeError(f"table asset {name!r} must return a TableResult, got {type(result).__name__}")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", dg.BetaWarning)  # Output's data_version: beta in Dagster 1.13
-            outputs.append(dg.Output(
-                result.value, **({} if single else {"output_name": name}), metadata=result.metadata,
-                data_version=content_version(result.value),
-            ))
+            outputs.append(
+                dg.Output(
+                    result.value,
+                    **({} if single else {"output_name": name}),
+                    metadata=result.metadata,
+                    data_version=content_version(result.value),
+                )
+            )
         if specs[name].checked:
             checks.append(specs[name].check_result(name, result))
         elif result.problems:
@@ -170,8 +174,12 @@ def _publishing(fn: Callable, specs: dict[str, TableSpec], single: bool) -> Call
 
 
 def table_asset(
-    *, schema: type[pa.DataFrameModel] | None = None, validate: bool = True, check: bool | None = None,
-    metadata: dict[str, Any] | None = None, **asset_kwargs: Any,
+    *,
+    schema: type[pa.DataFrameModel] | None = None,
+    validate: bool = True,
+    check: bool | None = None,
+    metadata: dict[str, Any] | None = None,
+    **asset_kwargs: Any,
 ) -> Callable[[Callable[..., TableResult]], dg.AssetsDefinition]:
     """Decorator: a table asset (`dg.asset` arguments pass through) whose body returns a TableResult.
 
@@ -209,8 +217,11 @@ def fan_in_table(
     unpartitioned input in `optional` arrives as None while it was never written. Other inputs (`ins`)
     pass through; Dagster's eager condition unless `automation_condition` says otherwise.
     """
-    ins = {**{name: dg.AssetIn(metadata=ALLOW_MISSING_PARTITIONS) for name in partitioned},
-           **{name: dg.AssetIn(metadata=ALLOW_MISSING) for name in optional}, **kwargs.pop("ins", {})}
+    ins = {
+        **{name: dg.AssetIn(metadata=ALLOW_MISSING_PARTITIONS) for name in partitioned},
+        **{name: dg.AssetIn(metadata=ALLOW_MISSING) for name in optional},
+        **kwargs.pop("ins", {}),
+    }
     kwargs.setdefault("automation_condition", EAGER)
     return table_asset(ins=ins, **kwargs)
 
@@ -227,7 +238,9 @@ def table_multi_asset(
     specs = {name: spec for name, (spec, _) in outs.items()}
 
     def decorate(fn: Callable[..., dict[str, TableResult]]) -> dg.AssetsDefinition:
-        check_specs = [dg.AssetCheckSpec("schema", asset=n, blocking=True) for n, s in specs.items() if s.checked]
+        check_specs = [
+            dg.AssetCheckSpec("schema", asset=n, blocking=True) for n, s in specs.items() if s.checked
+        ]
         dagster_outs = {name: out for name, (_, out) in outs.items()}  # columns_of(schema) in their metadata
         return dg.multi_asset(outs=dagster_outs, check_specs=check_specs, **asset_kwargs)(
             _publishing(fn, specs, single=False)

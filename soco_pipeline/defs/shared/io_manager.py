@@ -38,7 +38,6 @@ class ParquetUPathIOManager(dg.UPathIOManager):
             return None  # an optional input that was never materialized
         return read_parquet(str(path))
 
-
     def load_input(self, context: dg.InputContext):
         loaded = super().load_input(context)
         if context.has_asset_partitions and not context.has_partition_key:

@@ -33,7 +33,9 @@ class LvlmRunConfig(dg.Config):
 
     def rule(self) -> SubsetRule:
         """The subset rule of this config."""
-        return SubsetRule(items_per_setting=self.items_per_setting, item_ids=tuple(self.item_ids), seed=self.seed)
+        return SubsetRule(
+            items_per_setting=self.items_per_setting, item_ids=tuple(self.item_ids), seed=self.seed
+        )
 
 
 def latest_materialization(instance: dg.DagsterInstance, asset: str, partition: str):

@@ -2,7 +2,6 @@
 model, and the leaderboard. Declarations only: the domain core is soco_pipeline.tasks.tpips; tables go through
 the IO manager. The config is assets/tpips.yaml, or the file SOCO_TPIPS_CONFIG names (tests shrink it)."""
 
-
 import base64
 import os
 
@@ -71,11 +70,18 @@ def tpips_ooo(context: dg.AssetExecutionContext, tpips_images: pd.DataFrame) -> 
 
     cfg = tpips_config()
     ooo, summary = annotate_triplets(generate_triplets(cfg), cfg)
-    return TableResult(ooo, {
-        "judgements": SIMULATED, "observer": dg.MetadataValue.json(summary["observer"]), "asked": summary["asked"],
-        "kept": summary["kept"], "pruned": summary["pruned"],
-        "by_split": dg.MetadataValue.json(ooo.split.value_counts().to_dict()),
-    }, problems=ooo_problems(ooo, cfg))
+    return TableResult(
+        ooo,
+        {
+            "judgements": SIMULATED,
+            "observer": dg.MetadataValue.json(summary["observer"]),
+            "asked": summary["asked"],
+            "kept": summary["kept"],
+            "pruned": summary["pruned"],
+            "by_split": dg.MetadataValue.json(ooo.split.value_counts().to_dict()),
+        },
+        problems=ooo_problems(ooo, cfg),
+    )
 
 
 @tpips_table(check=True)  # blocking: as tpips_ooo's
@@ -87,9 +93,16 @@ def tpips_afc(context: dg.AssetExecutionContext, tpips_images: pd.DataFrame) -> 
     cfg = tpips_config()
     values, items = generate_afc(cfg)
     afc, summary = annotate_afc(values, items, cfg)
-    return TableResult(afc, {"judgements": SIMULATED, "kept": summary["kept"], "pruned": summary["pruned"],
-                             "by_source": dg.MetadataValue.json(summary["by_source"])},
-                       problems=afc_problems(afc, cfg))
+    return TableResult(
+        afc,
+        {
+            "judgements": SIMULATED,
+            "kept": summary["kept"],
+            "pruned": summary["pruned"],
+            "by_source": dg.MetadataValue.json(summary["by_source"]),
+        },
+        problems=afc_problems(afc, cfg),
+    )
 
 
 def _device(soco: SocoSettings) -> str | None:
@@ -97,7 +110,9 @@ def _device(soco: SocoSettings) -> str | None:
 
 
 @tpips_table(backbones_partitions, kinds={"pytorch"}, pool="gpu", op_tags=GPU_STEP_TAGS)
-def tpips_features(context: dg.AssetExecutionContext, soco: SocoSettings, tpips_images: pd.DataFrame) -> TableResult:
+def tpips_features(
+    context: dg.AssetExecutionContext, soco: SocoSettings, tpips_images: pd.DataFrame
+) -> TableResult:
     """The shared feature cache filled for the TPIPS images (one derived spec per layer); the manifests, with
     `layer`. A backbone that cannot see these images (the SOCO oracles) gives an empty table and its reason."""
     from soco_pipeline.tasks.tpips.features import extract_tpips, not_applicable
@@ -141,7 +156,9 @@ def _backbone_inputs(soco: SocoSettings, backbone: str, cfg, tpips_images, tpips
 
 
 @tpips_table()
-def tpips_pixel_baselines(tpips_images: pd.DataFrame, tpips_ooo: pd.DataFrame, tpips_afc: pd.DataFrame) -> TableResult:
+def tpips_pixel_baselines(
+    tpips_images: pd.DataFrame, tpips_ooo: pd.DataFrame, tpips_afc: pd.DataFrame
+) -> TableResult:
     """Random (1/3, 1/2), constant, L2 and SSIM, and the aspect-distance oracle on the OOO test split and 2AFC."""
     from soco_pipeline.tasks.tpips import baselines as b
     from soco_pipeline.tasks.tpips.evaluate import evaluate_sim
@@ -150,15 +167,29 @@ def tpips_pixel_baselines(tpips_images: pd.DataFrame, tpips_ooo: pd.DataFrame, t
     cfg = tpips_config()
     ids, opos, apos = _positions(tpips_images, tpips_ooo, tpips_afc)
     pixels = load_pixels(tpips_images.uri.tolist())
-    methods = [("random", False, b.random_sim(cfg.seed)), ("l2", False, b.l2_sim(pixels)),
-               ("ssim", False, b.ssim_sim(pixels)), ("oracle", True, b.oracle_sim(tpips_images, ids, cfg))]
-    return TableResult(pd.concat([evaluate_sim("pixels", m, c, s, tpips_ooo, opos, tpips_afc, apos)
-                                  for m, c, s in methods], ignore_index=True))
+    methods = [
+        ("random", False, b.random_sim(cfg.seed)),
+        ("l2", False, b.l2_sim(pixels)),
+        ("ssim", False, b.ssim_sim(pixels)),
+        ("oracle", True, b.oracle_sim(tpips_images, ids, cfg)),
+    ]
+    return TableResult(
+        pd.concat(
+            [evaluate_sim("pixels", m, c, s, tpips_ooo, opos, tpips_afc, apos) for m, c, s in methods],
+            ignore_index=True,
+        )
+    )
 
 
 @tpips_table(backbones_partitions)
-def tpips_baseline_scores(context: dg.AssetExecutionContext, soco: SocoSettings, tpips_features: pd.DataFrame,
-                          tpips_images: pd.DataFrame, tpips_ooo: pd.DataFrame, tpips_afc: pd.DataFrame) -> TableResult:
+def tpips_baseline_scores(
+    context: dg.AssetExecutionContext,
+    soco: SocoSettings,
+    tpips_features: pd.DataFrame,
+    tpips_images: pd.DataFrame,
+    tpips_ooo: pd.DataFrame,
+    tpips_afc: pd.DataFrame,
+) -> TableResult:
     """Frozen aspect-agnostic scores of one backbone: the LPIPS-style distance (uncalibrated) and global cosine."""
     from soco_pipeline.tasks.tpips import baselines as b
     from soco_pipeline.tasks.tpips.evaluate import evaluate_sim
@@ -167,16 +198,38 @@ def tpips_baseline_scores(context: dg.AssetExecutionContext, soco: SocoSettings,
     if (na := _not_applicable_rows(soco, backbone, cfg)) is not None:
         return TableResult(na)
     ids, opos, apos, feats = _backbone_inputs(soco, backbone, cfg, tpips_images, tpips_ooo, tpips_afc)
-    return TableResult(pd.concat([
-        evaluate_sim(backbone, "lpips_style", False, b.lpips_style_sim(feats), tpips_ooo, opos, tpips_afc, apos,
-                     note="uncalibrated: no learned LPIPS weights offline"),
-        evaluate_sim(backbone, "cosine", False, b.cosine_sim(feats), tpips_ooo, opos, tpips_afc, apos),
-    ], ignore_index=True))
+    return TableResult(
+        pd.concat(
+            [
+                evaluate_sim(
+                    backbone,
+                    "lpips_style",
+                    False,
+                    b.lpips_style_sim(feats),
+                    tpips_ooo,
+                    opos,
+                    tpips_afc,
+                    apos,
+                    note="uncalibrated: no learned LPIPS weights offline",
+                ),
+                evaluate_sim(
+                    backbone, "cosine", False, b.cosine_sim(feats), tpips_ooo, opos, tpips_afc, apos
+                ),
+            ],
+            ignore_index=True,
+        )
+    )
 
 
 @tpips_table(backbones_partitions, kinds={"pytorch"})
-def tpips_learned(context: dg.AssetExecutionContext, soco: SocoSettings, tpips_features: pd.DataFrame,
-                  tpips_images: pd.DataFrame, tpips_ooo: pd.DataFrame, tpips_afc: pd.DataFrame) -> TableResult:
+def tpips_learned(
+    context: dg.AssetExecutionContext,
+    soco: SocoSettings,
+    tpips_features: pd.DataFrame,
+    tpips_images: pd.DataFrame,
+    tpips_ooo: pd.DataFrame,
+    tpips_afc: pd.DataFrame,
+) -> TableResult:
     """Late-fusion (ours and the paper's cosine form) and mid-fusion metrics and the two ablations, trained on the
     OOO train split, scored on test and 2AFC; aspect-conditioned and compositional retrieval with the mid-fusion
     metric, one contact sheet per (query, aspect) or composition under <storage>/tpips/retrieval/<backbone>."""
@@ -195,29 +248,60 @@ def tpips_learned(context: dg.AssetExecutionContext, soco: SocoSettings, tpips_f
     for kind in KINDS:
         m = train_metric(kind, feats, tpips_ooo, opos, vocab, cfg.learned)
         trained[kind] = m
-        parts.append(evaluate_sim(backbone, kind, kind in CONDITIONED, m.sim, tpips_ooo, opos, tpips_afc, apos,
-                                  note=f"epochs {m.epochs}, best {m.best_epoch}, tau {m.tau:.4f}; {describe(vocab)}"))
+        parts.append(
+            evaluate_sim(
+                backbone,
+                kind,
+                kind in CONDITIONED,
+                m.sim,
+                tpips_ooo,
+                opos,
+                tpips_afc,
+                apos,
+                note=f"epochs {m.epochs}, best {m.best_epoch}, tau {m.tau:.4f}; {describe(vocab)}",
+            )
+        )
         meta[f"{kind}_triplets_per_s"] = round(m.triplets_per_second, 1)
     # retrieval over the triplet images with the conditioned mid-fusion metric
     pool = tpips_images.role.eq("triplet").to_numpy()
     queries = [int(i) for i in pool.nonzero()[0][: cfg.retrieval.queries]]
     r = cfg.retrieval
-    hits = pd.concat([
-        retrieve(trained["mid"].sim, ids, queries, [a for a in cfg.aspects if a != "overall"], r.top_k,
-                 r.overall_penalty),
-        retrieve_compositional(trained["mid"].sim, ids, queries, r.compositions, r.top_k, r.overall_penalty),
-    ], ignore_index=True)
+    hits = pd.concat(
+        [
+            retrieve(
+                trained["mid"].sim,
+                ids,
+                queries,
+                [a for a in cfg.aspects if a != "overall"],
+                r.top_k,
+                r.overall_penalty,
+            ),
+            retrieve_compositional(
+                trained["mid"].sim, ids, queries, r.compositions, r.top_k, r.overall_penalty
+            ),
+        ],
+        ignore_index=True,
+    )
     uris = dict(zip(tpips_images.image_id, tpips_images.uri, strict=True))
-    sheets = write_contact_sheets(hits, uris, f"{backbone} mid fusion", soco.task_root(GROUP, "retrieval", backbone))
+    sheets = write_contact_sheets(
+        hits, uris, f"{backbone} mid fusion", soco.task_root(GROUP, "retrieval", backbone)
+    )
     for (q, a), png in sheets.items():
         key = "compositional" if "|" in q else f"retrieval_{q.rsplit('/', 1)[-1]}"
-        meta[f"{key}_{a}"] = dg.MetadataValue.md(f"![{a}](data:image/png;base64,{base64.b64encode(png).decode()})")
+        meta[f"{key}_{a}"] = dg.MetadataValue.md(
+            f"![{a}](data:image/png;base64,{base64.b64encode(png).decode()})"
+        )
     return TableResult(pd.concat(parts, ignore_index=True), {**meta, "judgements": SIMULATED})
 
 
 @tpips_table(lvlms_partitions)
-def tpips_lvlm_answers(context: dg.AssetExecutionContext, soco: SocoSettings, tpips_images: pd.DataFrame,
-                       tpips_ooo: pd.DataFrame, tpips_afc: pd.DataFrame) -> TableResult:
+def tpips_lvlm_answers(
+    context: dg.AssetExecutionContext,
+    soco: SocoSettings,
+    tpips_images: pd.DataFrame,
+    tpips_ooo: pd.DataFrame,
+    tpips_afc: pd.DataFrame,
+) -> TableResult:
     """One LVLM's scores: early fusion (pairwise 0-10) and the triplet oracle, on the OOO test split and 2AFC."""
     from soco_pipeline.lvlm.backends import build_backend
     from soco_pipeline.lvlm.cache import AnswerCache
@@ -233,17 +317,32 @@ def tpips_lvlm_answers(context: dg.AssetExecutionContext, soco: SocoSettings, tp
     test = tpips_ooo[tpips_ooo.split == "test"]
     o = ooo_answers(test, uris, cfg.lvlm, spec, backend, cache)
     a = afc_answers(tpips_afc, uris, cfg.lvlm, spec, backend, cache)
-    return TableResult(pd.concat([
-        score_rows(model, "early_fusion", True, test, o["pairwise"], tpips_afc, a["pairwise"]),
-        score_rows(model, "triplet_oracle", True, test, o["triplet"], tpips_afc, a["triplet"]),
-    ], ignore_index=True), {"parse_failures": int(o["parse_failures"]) + int(a["parse_failures"])})
+    return TableResult(
+        pd.concat(
+            [
+                score_rows(model, "early_fusion", True, test, o["pairwise"], tpips_afc, a["pairwise"]),
+                score_rows(model, "triplet_oracle", True, test, o["triplet"], tpips_afc, a["triplet"]),
+            ],
+            ignore_index=True,
+        ),
+        {"parse_failures": int(o["parse_failures"]) + int(a["parse_failures"])},
+    )
 
 
-@fan_in_table(group_name=GROUP, partitioned=["tpips_baseline_scores", "tpips_learned", "tpips_lvlm_answers"],
-              optional=["tpips_pixel_baselines"], code_version=CODE_VERSION, kinds={"pandas"})
-def tpips_leaderboard(context: dg.AssetExecutionContext, tpips_pixel_baselines: pd.DataFrame | None,
-                      tpips_baseline_scores: dict[str, pd.DataFrame], tpips_learned: dict[str, pd.DataFrame],
-                      tpips_lvlm_answers: dict[str, pd.DataFrame]) -> TableResult:
+@fan_in_table(
+    group_name=GROUP,
+    partitioned=["tpips_baseline_scores", "tpips_learned", "tpips_lvlm_answers"],
+    optional=["tpips_pixel_baselines"],
+    code_version=CODE_VERSION,
+    kinds={"pandas"},
+)
+def tpips_leaderboard(
+    context: dg.AssetExecutionContext,
+    tpips_pixel_baselines: pd.DataFrame | None,
+    tpips_baseline_scores: dict[str, pd.DataFrame],
+    tpips_learned: dict[str, pd.DataFrame],
+    tpips_lvlm_answers: dict[str, pd.DataFrame],
+) -> TableResult:
     """Agreement per aspect (OOO test) next to the consensus ceiling, every model and method; a Fig. 5-style chart."""
     from soco_pipeline.tasks.tpips.leaderboard import agreement_figure, leaderboard
 
@@ -252,8 +351,15 @@ def tpips_leaderboard(context: dg.AssetExecutionContext, tpips_pixel_baselines: 
     scores = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
     board = leaderboard(scores)
     png = agreement_figure(scores)
-    return TableResult(board, {
-        "judgements": SIMULATED,
-        "leaderboard": dg.MetadataValue.md(board.round(1).to_markdown(index=False) if len(board) else "empty"),
-        "figure": dg.MetadataValue.md(f"![agreement per aspect](data:image/png;base64,{base64.b64encode(png).decode()})"),
-    })
+    return TableResult(
+        board,
+        {
+            "judgements": SIMULATED,
+            "leaderboard": dg.MetadataValue.md(
+                board.round(1).to_markdown(index=False) if len(board) else "empty"
+            ),
+            "figure": dg.MetadataValue.md(
+                f"![agreement per aspect](data:image/png;base64,{base64.b64encode(png).decode()})"
+            ),
+        },
+    )

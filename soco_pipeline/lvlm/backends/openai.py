@@ -45,8 +45,9 @@ class OpenAIBackend:
 
     batch_size = 1
 
-    def __init__(self, spec: LvlmSpec, api_key: str | None = None,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(
+        self, spec: LvlmSpec, api_key: str | None = None, sleep: Callable[[float], None] = time.sleep
+    ) -> None:
         if spec.backend != "openai":
             raise ValueError(f"spec {spec.name!r} is for backend {spec.backend!r}, not openai")
         self.spec = spec
@@ -88,8 +89,12 @@ class OpenAIBackend:
 
     def payload(self, request: ChatRequest) -> dict:
         """The JSON body of one request."""
-        return {"model": self.spec.model, "messages": openai_messages(request),
-                "temperature": self.spec.temperature, "max_tokens": self.spec.max_tokens}
+        return {
+            "model": self.spec.model,
+            "messages": openai_messages(request),
+            "temperature": self.spec.temperature,
+            "max_tokens": self.spec.max_tokens,
+        }
 
     def answer(self, request: ChatRequest, jitter_seed: int = 0) -> Reply:
         """Ask one question, retrying transient failures; never raises for a failed request."""
@@ -108,7 +113,11 @@ class OpenAIBackend:
                 if resp.status_code not in RETRY_STATUS:
                     break
                 retry_after = resp.headers.get("Retry-After")
-            except (requests.Timeout, requests.ConnectionError, requests.exceptions.ChunkedEncodingError) as e:
+            except (
+                requests.Timeout,
+                requests.ConnectionError,
+                requests.exceptions.ChunkedEncodingError,
+            ) as e:
                 error = f"{type(e).__name__}: {e}"
             except (ValueError, MalformedResponse) as e:  # JSON decode errors are ValueErrors
                 error = f"malformed response: {e}"
@@ -116,7 +125,9 @@ class OpenAIBackend:
                 self._sleep(self._delay(attempt, rng, retry_after))
         return Reply("", time.perf_counter() - t0, attempt + 1, self._redact(error)[:500])
 
-    def answer_batch(self, requests_: list[ChatRequest], jitter_seeds: list[int] | None = None) -> list[Reply]:
+    def answer_batch(
+        self, requests_: list[ChatRequest], jitter_seeds: list[int] | None = None
+    ) -> list[Reply]:
         """answer() for each request of the batch (the runner sends batches of one)."""
         seeds = jitter_seeds or [0] * len(requests_)
         return [self.answer(r, s) for r, s in zip(requests_, seeds, strict=True)]

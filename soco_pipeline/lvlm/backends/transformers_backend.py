@@ -54,7 +54,9 @@ class TransformersBackend:
         dtype = _DTYPES.get(spec.dtype, torch.bfloat16 if device.type == "cuda" else torch.float32)
         try:
             processor = AutoProcessor.from_pretrained(spec.model, local_files_only=offline)
-            model = AutoModelForImageTextToText.from_pretrained(spec.model, dtype=dtype, local_files_only=offline)
+            model = AutoModelForImageTextToText.from_pretrained(
+                spec.model, dtype=dtype, local_files_only=offline
+            )
         except OSError as e:
             raise RuntimeError(
                 f"LVLM {spec.name!r}: cannot load {spec.model!r} ({e}); give a local folder as `model`, or put the "
@@ -65,8 +67,10 @@ class TransformersBackend:
 
     def _generate(self, requests: list[ChatRequest]) -> list[str]:
         proc = self.processor
-        texts = [proc.apply_chat_template(chat_messages(r), tokenize=False, add_generation_prompt=True)
-                 for r in requests]
+        texts = [
+            proc.apply_chat_template(chat_messages(r), tokenize=False, add_generation_prompt=True)
+            for r in requests
+        ]
         images = [[Image.open(io.BytesIO(b)).convert("RGB") for b in r.images] for r in requests]
         kwargs: dict[str, Any] = {"text": texts, "padding": True, "return_tensors": "pt"}
         if any(images):
@@ -82,7 +86,7 @@ class TransformersBackend:
             gen["pad_token_id"] = tok.pad_token_id
         with torch.inference_mode():
             out = self.model.generate(**inputs, **gen)
-        new = out[:, inputs["input_ids"].shape[1]:]
+        new = out[:, inputs["input_ids"].shape[1] :]
         return [t.strip() for t in proc.batch_decode(new, skip_special_tokens=True)]
 
     def answer_batch(self, requests: list[ChatRequest]) -> list[Reply]:

@@ -91,8 +91,9 @@ def score_answers(answers: pd.DataFrame) -> pd.DataFrame:
     `class`, `options` JSON list for choice; an `error` other than "" counts as wrong)."""
     parsed, method, correct = [], [], []
     errors = answers["error"] if "error" in answers.columns else pd.Series("", index=answers.index)
-    for form, raw, key, opts, err in zip(answers.form, answers.raw_answer, answers["class"], answers.options,
-                                         errors, strict=True):
+    for form, raw, key, opts, err in zip(
+        answers.form, answers.raw_answer, answers["class"], answers.options, errors, strict=True
+    ):
         if form == "choice":
             p, m = match_choice(raw, key, json.loads(opts) if isinstance(opts, str) else list(opts))
         elif form == "short_answer":
@@ -106,8 +107,10 @@ def score_answers(answers: pd.DataFrame) -> pd.DataFrame:
         correct.append(bool(p) and p == normalise(key) and not err)
     out = answers.copy()
     out["parsed"], out["method"], out["correct"] = parsed, method, correct
-    out["correct_published"] = [published_normalise(k) in published_normalise(r)
-                                for k, r in zip(answers["class"], answers.raw_answer, strict=True)]
+    out["correct_published"] = [
+        published_normalise(k) in published_normalise(r)
+        for k, r in zip(answers["class"], answers.raw_answer, strict=True)
+    ]
     return out
 
 
@@ -123,8 +126,13 @@ def score_answer_file(answers: pd.DataFrame) -> pd.DataFrame:
 def accuracy_table(scored: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     """Plain accuracy (ours and the published rule) per group, 0-100, with counts."""
     g = scored.groupby(by, sort=True)
-    return pd.DataFrame({"n": g.size(), "accuracy": g.correct.mean() * 100.0,
-                         "accuracy_published": g.correct_published.mean() * 100.0}).reset_index()
+    return pd.DataFrame(
+        {
+            "n": g.size(),
+            "accuracy": g.correct.mean() * 100.0,
+            "accuracy_published": g.correct_published.mean() * 100.0,
+        }
+    ).reset_index()
 
 
 def circular_accuracy(scored: pd.DataFrame, by: list[str]) -> pd.DataFrame:
@@ -164,6 +172,9 @@ def class_of_image(image: str) -> str:
 
 def per_class_published(scored: pd.DataFrame) -> pd.DataFrame:
     """Per-class accuracy of a scored published answer file (the class key, or the image folder for yes/no)."""
-    cls = np.where(scored["class"].str.lower().isin(["yes", "no"]), scored.image.map(class_of_image),
-                   scored["class"].map(normalise))
+    cls = np.where(
+        scored["class"].str.lower().isin(["yes", "no"]),
+        scored.image.map(class_of_image),
+        scored["class"].map(normalise),
+    )
     return scored.assign(subclass=cls)

@@ -17,14 +17,39 @@ from soco_pipeline.storage import read_bytes
 from soco_pipeline.tasks.fgbmk.answer_scoring import score_answers
 
 ANSWER_COLUMNS = [
-    "model", "question_id", "group_id", "rotation", "task", "level", "form", "image", "class", "subclass",
-    "superclass", "options", "raw_answer", "parsed", "method", "correct", "correct_published", "latency_s",
-    "attempts", "error", "request_hash", "simulated",
+    "model",
+    "question_id",
+    "group_id",
+    "rotation",
+    "task",
+    "level",
+    "form",
+    "image",
+    "class",
+    "subclass",
+    "superclass",
+    "options",
+    "raw_answer",
+    "parsed",
+    "method",
+    "correct",
+    "correct_published",
+    "latency_s",
+    "attempts",
+    "error",
+    "request_hash",
+    "simulated",
 ]
 
 
-def ask(questions: pd.DataFrame, model: str, backend: Backend, cache: AnswerCache, generation: dict,
-        log: Callable[[str], None] = lambda _m: None) -> pd.DataFrame:
+def ask(
+    questions: pd.DataFrame,
+    model: str,
+    backend: Backend,
+    cache: AnswerCache,
+    generation: dict,
+    log: Callable[[str], None] = lambda _m: None,
+) -> pd.DataFrame:
     """Answers of one model to every question (image at `uri`, prompt `text`), scored; ANSWER_COLUMNS rows.
 
     Cached answers are reused; the rest go to the backend in chunks of its batch size on `max_concurrency`
@@ -51,12 +76,17 @@ def ask(questions: pd.DataFrame, model: str, backend: Backend, cache: AnswerCach
         if reqs:
             for i, reply in zip(todo, backend.answer_batch(reqs), strict=True):
                 if not reply.error:
-                    cache.put(keys[i], {"text": reply.text, "latency_s": reply.latency_s, "attempts": reply.attempts})
+                    cache.put(
+                        keys[i],
+                        {"text": reply.text, "latency_s": reply.latency_s, "attempts": reply.attempts},
+                    )
                 replies[i] = reply
 
     batch = max(1, int(getattr(backend, "batch_size", 1)))
     chunks = [list(range(k, min(k + batch, n))) for k in range(0, n, batch)]
-    with ThreadPoolExecutor(max(1, int(getattr(backend, "max_concurrency", 1))), thread_name_prefix="fgbmk-lvlm") as pool:
+    with ThreadPoolExecutor(
+        max(1, int(getattr(backend, "max_concurrency", 1))), thread_name_prefix="fgbmk-lvlm"
+    ) as pool:
         list(pool.map(work, chunks))
     out = rows.copy()
     out["model"] = model
@@ -66,5 +96,7 @@ def ask(questions: pd.DataFrame, model: str, backend: Backend, cache: AnswerCach
     out["error"] = [r.error for r in replies]
     out["request_hash"] = keys.astype(str)
     scored = score_answers(out)
-    log(f"{model}: {n} FG-BMK answers, {int(hits.sum())} from the cache, {int((scored.error != '').sum())} errors")
+    log(
+        f"{model}: {n} FG-BMK answers, {int(hits.sum())} from the cache, {int((scored.error != '').sum())} errors"
+    )
     return scored[ANSWER_COLUMNS]

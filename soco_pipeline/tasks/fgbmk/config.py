@@ -55,7 +55,9 @@ class TrainConfig(_Strict):
     @classmethod
     def _blocks(cls, v: tuple[int, ...]) -> tuple[int, ...]:
         if not v or any(n not in (1, 2) for n in v):
-            raise ValueError("n_last_blocks must be a non-empty subset of [1, 2] (the cache keeps two blocks)")
+            raise ValueError(
+                "n_last_blocks must be a non-empty subset of [1, 2] (the cache keeps two blocks)"
+            )
         return v
 
     @property
@@ -99,11 +101,12 @@ class QuestionConfig(_Strict):
     superclass_words: dict[str, str]
 
 
-
 class Paradigm(_Strict):
     """How a backbone was trained (findings 1 and 2 compare these)."""
 
-    paradigm: Literal["contrastive", "generative", "reconstruction", "supervised", "random", "classical", "oracle"]
+    paradigm: Literal[
+        "contrastive", "generative", "reconstruction", "supervised", "random", "classical", "oracle"
+    ]
     text_aligned: bool = False  # trained against text (CLIP-like), or an LVLM's aligned visual tokens
 
 
@@ -175,7 +178,9 @@ def load_config(path: str | Path | None = None, scale: str | None = None, **over
     try:
         doc = yaml.safe_load(path.read_text())
     except FileNotFoundError:
-        raise FileNotFoundError(f"FG-BMK config {path} does not exist; copy assets/fgbmk.yaml there") from None
+        raise FileNotFoundError(
+            f"FG-BMK config {path} does not exist; copy assets/fgbmk.yaml there"
+        ) from None
     for key, value in overrides.items():
         if isinstance(value, dict) and isinstance(doc.get(key), dict):
             doc[key] = {**doc[key], **value}

@@ -42,15 +42,39 @@ from soco_pipeline.taxonomy import Taxonomy, load_taxonomy
 
 EMBEDDED_VERSION = "fgbmk-embedded-2"
 ITEM_COLUMNS = [
-    "image_id", "uri", "path", "split", "width", "height", "category",
-    "superclass", "class", "subclass", "superclass_id", "class_id", "subclass_id",
-    "colour", "texture", "body_shape", "n_parts", "n_keypoints", "simulated",
+    "image_id",
+    "uri",
+    "path",
+    "split",
+    "width",
+    "height",
+    "category",
+    "superclass",
+    "class",
+    "subclass",
+    "superclass_id",
+    "class_id",
+    "subclass_id",
+    "colour",
+    "texture",
+    "body_shape",
+    "n_parts",
+    "n_keypoints",
+    "simulated",
 ]
 # Named body colours (RGB in [0, 1]); an instance gets the nearest.
 COLOUR_NAMES: dict[str, tuple[float, float, float]] = {
-    "red": (0.8, 0.1, 0.1), "orange": (0.9, 0.5, 0.1), "yellow": (0.92, 0.8, 0.12), "green": (0.2, 0.55, 0.25),
-    "blue": (0.12, 0.25, 0.65), "purple": (0.5, 0.15, 0.5), "pink": (0.95, 0.65, 0.7), "brown": (0.5, 0.32, 0.17),
-    "black": (0.08, 0.08, 0.09), "white": (0.93, 0.93, 0.92), "grey": (0.5, 0.5, 0.52),
+    "red": (0.8, 0.1, 0.1),
+    "orange": (0.9, 0.5, 0.1),
+    "yellow": (0.92, 0.8, 0.12),
+    "green": (0.2, 0.55, 0.25),
+    "blue": (0.12, 0.25, 0.65),
+    "purple": (0.5, 0.15, 0.5),
+    "pink": (0.95, 0.65, 0.7),
+    "brown": (0.5, 0.32, 0.17),
+    "black": (0.08, 0.08, 0.09),
+    "white": (0.93, 0.93, 0.92),
+    "grey": (0.5, 0.5, 0.52),
 }
 TEXTURES = ("plain", "mottled", "striped", "spotted")
 SHAPES = ("elongated", "tall", "compact")
@@ -104,8 +128,9 @@ def _instance_colours(category: str, rng: np.random.Generator, tax: Taxonomy) ->
     return sample_colors(category, family, traits, tax.supercategory(category), rng)
 
 
-def render_item(category: str, index: int, seed: int, size: int, area: tuple[float, float],
-                tax: Taxonomy | None = None) -> tuple[np.ndarray, dict, pd.DataFrame]:
+def render_item(
+    category: str, index: int, seed: int, size: int, area: tuple[float, float], tax: Taxonomy | None = None
+) -> tuple[np.ndarray, dict, pd.DataFrame]:
     """One image (size x size uint8 RGB) of a category, its attributes and its projected keypoints
     (keypoint, x, y, visible); deterministic per arguments."""
     tax = tax or load_taxonomy()
@@ -135,7 +160,9 @@ def render_item(category: str, index: int, seed: int, size: int, area: tuple[flo
         "n_parts": len(model.part_names),
         "n_keypoints": len(model.kp_names),
     }
-    kps = pd.DataFrame({"keypoint": model.kp_names, "x": uv[:, 0], "y": uv[:, 1], "visible": vis.astype(bool)})
+    kps = pd.DataFrame(
+        {"keypoint": model.kp_names, "x": uv[:, 0], "y": uv[:, 1], "visible": vis.astype(bool)}
+    )
     return img, attrs, kps
 
 
@@ -148,15 +175,24 @@ def _one(task: tuple) -> tuple[bytes, dict, pd.DataFrame]:
 def request_of(config: EmbeddedConfig, seed: int, subclasses: list[str] | None) -> dict:
     """What identifies a generated set (its manifest must match it to be reused)."""
     return {
-        "version": EMBEDDED_VERSION, "seed": int(seed), "image_size": config.image_size,
-        "object_area": list(config.object_area), "train": config.images_per_subclass.train,
-        "test": config.images_per_subclass.test, "subclasses": subclasses,
+        "version": EMBEDDED_VERSION,
+        "seed": int(seed),
+        "image_size": config.image_size,
+        "object_area": list(config.object_area),
+        "train": config.images_per_subclass.train,
+        "test": config.images_per_subclass.test,
+        "subclasses": subclasses,
         "per_class": config.subclasses_per_class,
     }
 
 
-def ensure_embedded(root: str, config: EmbeddedConfig, seed: int = 0, subclasses: list[str] | None = None,
-                    workers: int | None = None) -> pd.DataFrame:
+def ensure_embedded(
+    root: str,
+    config: EmbeddedConfig,
+    seed: int = 0,
+    subclasses: list[str] | None = None,
+    workers: int | None = None,
+) -> pd.DataFrame:
     """The items table of the embedded set at `root`, generating it if absent or made for another request.
 
     `subclasses` restricts the set (default: all 100 categories). Returns ITEM_COLUMNS rows.
@@ -173,8 +209,13 @@ def ensure_embedded(root: str, config: EmbeddedConfig, seed: int = 0, subclasses
     return generate_embedded(root, config, seed, subclasses, workers)
 
 
-def generate_embedded(root: str, config: EmbeddedConfig, seed: int = 0, subclasses: list[str] | None = None,
-                      workers: int | None = None) -> pd.DataFrame:
+def generate_embedded(
+    root: str,
+    config: EmbeddedConfig,
+    seed: int = 0,
+    subclasses: list[str] | None = None,
+    workers: int | None = None,
+) -> pd.DataFrame:
     """Render the set under `root` and write its FG-BMK layout; return the items table."""
     tax = load_taxonomy()
     h = hierarchy(tax, subclasses)
@@ -194,22 +235,40 @@ def generate_embedded(root: str, config: EmbeddedConfig, seed: int = 0, subclass
     for (r, i), (data, attrs, kps) in zip(plan, results, strict=True):
         rel = f"images/{r.superclass}/{r._1}/{r.subclass}/{r.subclass}_{i:03d}.jpg"
         storage.write_bytes_atomic(storage.join(root, rel), data)
-        rows.append({
-            "image_id": f"fgbmk/{r.subclass}_{i:03d}", "uri": storage.join(root, rel), "path": rel,
-            "split": "train" if i < n_train else "test", "width": config.image_size, "height": config.image_size,
-            "category": r.subclass, "superclass": r.superclass, "class": r._1, "subclass": r.subclass,
-            "superclass_id": r.superclass_id, "class_id": r.class_id, "subclass_id": r.subclass_id,
-            **attrs, "simulated": True,
-        })
+        rows.append(
+            {
+                "image_id": f"fgbmk/{r.subclass}_{i:03d}",
+                "uri": storage.join(root, rel),
+                "path": rel,
+                "split": "train" if i < n_train else "test",
+                "width": config.image_size,
+                "height": config.image_size,
+                "category": r.subclass,
+                "superclass": r.superclass,
+                "class": r._1,
+                "subclass": r.subclass,
+                "superclass_id": r.superclass_id,
+                "class_id": r.class_id,
+                "subclass_id": r.subclass_id,
+                **attrs,
+                "simulated": True,
+            }
+        )
         keypoints.append(kps.assign(image_id=rows[-1]["image_id"]))
     items = pd.DataFrame(rows, columns=ITEM_COLUMNS)
     write_layout(root, items)
     # The SOCO oracles' ground truth (backbones/oracle.py reads it under the data root).
-    storage.write_parquet_atomic(pd.concat(keypoints, ignore_index=True)[["image_id", "keypoint", "x", "y", "visible"]],
-                                 storage.join(root, "ground_truth/keypoints.parquet"))
+    storage.write_parquet_atomic(
+        pd.concat(keypoints, ignore_index=True)[["image_id", "keypoint", "x", "y", "visible"]],
+        storage.join(root, "ground_truth/keypoints.parquet"),
+    )
     storage.write_parquet_atomic(items, storage.join(root, "items.parquet"))
-    manifest = {"request": request_of(config, seed, subclasses), "simulated": True, "images": len(items),
-                "digest": hashlib.sha256(pd.util.hash_pandas_object(items[["image_id", "path"]]).values).hexdigest()}
+    manifest = {
+        "request": request_of(config, seed, subclasses),
+        "simulated": True,
+        "images": len(items),
+        "digest": hashlib.sha256(pd.util.hash_pandas_object(items[["image_id", "path"]]).values).hexdigest(),
+    }
     storage.write_bytes_atomic(storage.join(root, "manifest.json"), json.dumps(manifest, indent=1).encode())
     return items
 
@@ -217,11 +276,17 @@ def generate_embedded(root: str, config: EmbeddedConfig, seed: int = 0, subclass
 def write_layout(root: str, items: pd.DataFrame) -> None:
     """train.csv / test.csv / classes.txt at the subclass level (the root) and per level under levels/."""
     for level in LEVELS:
-        lines = [display_name(n) for n in items.drop_duplicates(f"{level}_id").sort_values(f"{level}_id")[level]]
+        lines = [
+            display_name(n) for n in items.drop_duplicates(f"{level}_id").sort_values(f"{level}_id")[level]
+        ]
         folders = [storage.join(root, "levels", level)] + ([root] if level == "subclass" else [])
         for folder in folders:
-            storage.write_bytes_atomic(storage.join(folder, "classes.txt"), ("\n".join(lines) + "\n").encode())
+            storage.write_bytes_atomic(
+                storage.join(folder, "classes.txt"), ("\n".join(lines) + "\n").encode()
+            )
             for split in ("train", "test"):
                 part = items[items.split == split]
-                text = "".join(f"{p},{int(lab)}\n" for p, lab in zip(part.path, part[f"{level}_id"], strict=True))
+                text = "".join(
+                    f"{p},{int(lab)}\n" for p, lab in zip(part.path, part[f"{level}_id"], strict=True)
+                )
                 storage.write_bytes_atomic(storage.join(folder, f"{split}.csv"), text.encode())

@@ -24,26 +24,46 @@ def lvlm_metrics(answers: pd.DataFrame) -> pd.DataFrame:
     if (answers.task == "knowledge_bias").any():
         _per, rep = knowledge_bias(answers)
         for k in ("mean", "std", "min", "max"):
-            rows.append((model, "knowledge_bias", "subclass", "true_false", f"class_accuracy_{k}", rep[k],
-                         rep["classes"]))
+            rows.append(
+                (
+                    model,
+                    "knowledge_bias",
+                    "subclass",
+                    "true_false",
+                    f"class_accuracy_{k}",
+                    rep[k],
+                    rep["classes"],
+                )
+            )
     return pd.DataFrame(rows, columns=LVLM_METRIC_COLUMNS)
 
 
-def fgbmk_leaderboard(backbone_metrics: pd.DataFrame, robustness: pd.DataFrame,
-                      lvlm: pd.DataFrame) -> pd.DataFrame:
+def fgbmk_leaderboard(
+    backbone_metrics: pd.DataFrame, robustness: pd.DataFrame, lvlm: pd.DataFrame
+) -> pd.DataFrame:
     """One row per backbone (probe / retrieval per level, within vs across, clean vs strongest FGSM at the
     finest level) and per LVLM (accuracy per level on choice questions, circular, knowledge-bias std)."""
     rows = []
     if len(backbone_metrics):
         s = summary(backbone_metrics)
         for r in s.to_dict("records"):
-            rob = robustness[(robustness.backbone == r["backbone"]) & (robustness.level == "subclass")] \
-                if len(robustness) else robustness
+            rob = (
+                robustness[(robustness.backbone == r["backbone"]) & (robustness.level == "subclass")]
+                if len(robustness)
+                else robustness
+            )
             fgsm = rob[rob.attack == "fgsm"] if len(rob) else rob
-            rows.append({"kind": "backbone", "model": r.pop("backbone"), **r,
-                         "clean_subclass": float(rob.clean_accuracy.iloc[0]) if len(rob) else float("nan"),
-                         "fgsm_max_eps_subclass": float(fgsm.sort_values("strength").accuracy.iloc[-1])
-                         if len(fgsm) else float("nan")})
+            rows.append(
+                {
+                    "kind": "backbone",
+                    "model": r.pop("backbone"),
+                    **r,
+                    "clean_subclass": float(rob.clean_accuracy.iloc[0]) if len(rob) else float("nan"),
+                    "fgsm_max_eps_subclass": float(fgsm.sort_values("strength").accuracy.iloc[-1])
+                    if len(fgsm)
+                    else float("nan"),
+                }
+            )
     if len(lvlm):
         for model, grp in lvlm.groupby("model", sort=True):
             row: dict = {"kind": "lvlm", "model": model, "simulated": True}
@@ -59,8 +79,15 @@ def fgbmk_leaderboard(backbone_metrics: pd.DataFrame, robustness: pd.DataFrame,
     return pd.DataFrame(rows)
 
 
-CORRELATION_METRICS = ("top1_subclass", "top1_class", "top1_superclass", "map_subclass", "recall_at_1_subclass",
-                       "top1_within", "top1_drop_across")
+CORRELATION_METRICS = (
+    "top1_subclass",
+    "top1_class",
+    "top1_superclass",
+    "map_subclass",
+    "recall_at_1_subclass",
+    "top1_within",
+    "top1_drop_across",
+)
 
 
 def correlation_scores(board: pd.DataFrame) -> pd.DataFrame:
@@ -73,7 +100,16 @@ def correlation_scores(board: pd.DataFrame) -> pd.DataFrame:
     for r in board[board.kind == "backbone"].to_dict("records"):
         for m in CORRELATION_METRICS:
             if m in r and pd.notna(r[m]):
-                rows.append({"model": r["model"], "task": "fgbmk", "metric": m, "value": float(r[m]),
-                             "higher_better": m != "top1_drop_across", "task_display": "FG-BMK (embedded, simulated)",
-                             "is_main_model": False, "source": "fgbmk_leaderboard"})
+                rows.append(
+                    {
+                        "model": r["model"],
+                        "task": "fgbmk",
+                        "metric": m,
+                        "value": float(r[m]),
+                        "higher_better": m != "top1_drop_across",
+                        "task_display": "FG-BMK (embedded, simulated)",
+                        "is_main_model": False,
+                        "source": "fgbmk_leaderboard",
+                    }
+                )
     return pd.DataFrame(rows, columns=SCORE_COLUMNS)

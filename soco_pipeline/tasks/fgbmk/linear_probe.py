@@ -93,11 +93,17 @@ def build_grid(feats: GlobalFeatures, out_dim: int, config: TrainConfig, seed: i
     return HeadGrid(names, configs, heads)
 
 
-def make_optimizer(grid: HeadGrid, config: TrainConfig) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
+def make_optimizer(
+    grid: HeadGrid, config: TrainConfig
+) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
     """One param group per head at its scaled lr; cosine annealing to 0 over max_iter."""
-    groups = [{"params": list(h.parameters()), "lr": c[2]} for c, h in zip(grid.configs, grid.heads, strict=True)]
+    groups = [
+        {"params": list(h.parameters()), "lr": c[2]} for c, h in zip(grid.configs, grid.heads, strict=True)
+    ]
     if config.optimizer == "sgd":
-        opt: torch.optim.Optimizer = torch.optim.SGD(groups, momentum=config.momentum, weight_decay=config.weight_decay)
+        opt: torch.optim.Optimizer = torch.optim.SGD(
+            groups, momentum=config.momentum, weight_decay=config.weight_decay
+        )
     else:
         opt = torch.optim.Adam(groups, weight_decay=config.weight_decay)
     return opt, torch.optim.lr_scheduler.CosineAnnealingLR(opt, config.max_iter, eta_min=0)
@@ -133,8 +139,15 @@ class ProbeResult:
     eval_logits: torch.Tensor = field(repr=False)
 
 
-def train_probe(train: GlobalFeatures, train_labels, evaluation: GlobalFeatures, eval_labels, config: TrainConfig,
-                seed: int = 0, num_classes: int | None = None) -> ProbeResult:
+def train_probe(
+    train: GlobalFeatures,
+    train_labels,
+    evaluation: GlobalFeatures,
+    eval_labels,
+    config: TrainConfig,
+    seed: int = 0,
+    num_classes: int | None = None,
+) -> ProbeResult:
     """Train the head grid on (train, labels) and score every head on the evaluation split."""
     y = torch.as_tensor(np.asarray(train_labels), dtype=torch.long)
     y_eval = torch.as_tensor(np.asarray(eval_labels), dtype=torch.long)
@@ -159,9 +172,26 @@ def train_probe(train: GlobalFeatures, train_labels, evaluation: GlobalFeatures,
         for name, c, h in zip(grid.names, grid.configs, grid.heads, strict=True):
             out = h(x_eval[(c[0], c[1])])
             logits.append(out)
-            rows.append({"name": name, "n_blocks": c[0], "avgpool": c[1], "lr": c[2],
-                         "top1": topk_accuracy(out, y_eval, 1), "top5": topk_accuracy(out, y_eval, 5)})
+            rows.append(
+                {
+                    "name": name,
+                    "n_blocks": c[0],
+                    "avgpool": c[1],
+                    "lr": c[2],
+                    "top1": topk_accuracy(out, y_eval, 1),
+                    "top5": topk_accuracy(out, y_eval, 5),
+                }
+            )
     table = pd.DataFrame(rows)
     best = int(table.top1.to_numpy().argmax())  # first best in grid order
-    return ProbeResult(table, table.name[best], float(table.top1[best]), float(table.top5[best]), k,
-                       config.max_iter, seconds, grid, logits[best])
+    return ProbeResult(
+        table,
+        table.name[best],
+        float(table.top1[best]),
+        float(table.top5[best]),
+        k,
+        config.max_iter,
+        seconds,
+        grid,
+        logits[best],
+    )

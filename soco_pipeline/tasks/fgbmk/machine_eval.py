@@ -13,10 +13,30 @@ from soco_pipeline.tasks.fgbmk.linear_probe import ProbeResult, train_probe
 from soco_pipeline.tasks.fgbmk.retrieval import train_retrieval
 
 METRIC_COLUMNS = [
-    "backbone", "scope", "superclass", "level", "n_classes", "n_train", "n_test", "chance_top1",
-    "top1", "top5", "probe_head", "probe_iterations", "probe_seconds",
-    "recall_at_1", "map", "retrieval_head", "retrieval_iterations", "retrieval_seconds",
-    "class_top1_mean", "class_top1_std", "class_top1_min", "class_top1_max", "test_per_class", "simulated",
+    "backbone",
+    "scope",
+    "superclass",
+    "level",
+    "n_classes",
+    "n_train",
+    "n_test",
+    "chance_top1",
+    "top1",
+    "top5",
+    "probe_head",
+    "probe_iterations",
+    "probe_seconds",
+    "recall_at_1",
+    "map",
+    "retrieval_head",
+    "retrieval_iterations",
+    "retrieval_seconds",
+    "class_top1_mean",
+    "class_top1_std",
+    "class_top1_min",
+    "class_top1_max",
+    "test_per_class",
+    "simulated",
 ]
 
 
@@ -24,8 +44,11 @@ def tasks_of(items: pd.DataFrame) -> list[tuple[str, str, str]]:
     """(scope, superclass, level) of every probe: across at each level with two classes or more, within each
     superclass at subclass (when there are several superclasses)."""
     across = [("across", "all", level) for level in LEVELS if items[level].nunique() > 1]
-    within = [("within", s, "subclass") for s in sorted(items.superclass.unique())
-              if items.superclass.nunique() > 1 and items[items.superclass == s].subclass.nunique() > 1]
+    within = [
+        ("within", s, "subclass")
+        for s in sorted(items.superclass.unique())
+        if items.superclass.nunique() > 1 and items[items.superclass == s].subclass.nunique() > 1
+    ]
     return across + within
 
 
@@ -43,8 +66,9 @@ def per_class_top1(logits, labels) -> np.ndarray:
     return (np.bincount(labels, hit)[present] / np.bincount(labels)[present]) * 100.0
 
 
-def evaluate_backbone(backbone: str, feats: GlobalFeatures, items: pd.DataFrame, config: FgbmkConfig,
-                      simulated: bool = True) -> tuple[pd.DataFrame, dict[tuple[str, str, str], ProbeResult]]:
+def evaluate_backbone(
+    backbone: str, feats: GlobalFeatures, items: pd.DataFrame, config: FgbmkConfig, simulated: bool = True
+) -> tuple[pd.DataFrame, dict[tuple[str, str, str], ProbeResult]]:
     """Probe and retrieval metrics (METRIC_COLUMNS) of one backbone on `items` (split, <level>_id, superclass),
     and the trained probes by (scope, superclass, level) for the robustness step."""
     rows, probes = [], {}
@@ -58,16 +82,34 @@ def evaluate_backbone(backbone: str, feats: GlobalFeatures, items: pd.DataFrame,
         ret = train_retrieval(f_train, labels[train], f_test, labels[test], config.retrieval, config.seed, k)
         probes[(scope, sup, level)] = probe
         per_class = per_class_top1(probe.eval_logits.numpy(), labels[test])
-        rows.append({
-            "backbone": backbone, "scope": scope, "superclass": sup, "level": level, "n_classes": k,
-            "n_train": int(train.sum()), "n_test": int(test.sum()), "chance_top1": 100.0 / k,
-            "top1": probe.top1, "top5": probe.top5, "probe_head": probe.best, "probe_iterations": probe.iterations,
-            "probe_seconds": probe.seconds, "recall_at_1": ret.recall_at_1, "map": ret.map,
-            "retrieval_head": ret.best, "retrieval_iterations": ret.iterations, "retrieval_seconds": ret.seconds,
-            "class_top1_mean": float(per_class.mean()), "class_top1_std": float(per_class.std()),
-            "class_top1_min": float(per_class.min()), "class_top1_max": float(per_class.max()),
-            "test_per_class": float(test.sum()) / len(per_class), "simulated": simulated,
-        })
+        rows.append(
+            {
+                "backbone": backbone,
+                "scope": scope,
+                "superclass": sup,
+                "level": level,
+                "n_classes": k,
+                "n_train": int(train.sum()),
+                "n_test": int(test.sum()),
+                "chance_top1": 100.0 / k,
+                "top1": probe.top1,
+                "top5": probe.top5,
+                "probe_head": probe.best,
+                "probe_iterations": probe.iterations,
+                "probe_seconds": probe.seconds,
+                "recall_at_1": ret.recall_at_1,
+                "map": ret.map,
+                "retrieval_head": ret.best,
+                "retrieval_iterations": ret.iterations,
+                "retrieval_seconds": ret.seconds,
+                "class_top1_mean": float(per_class.mean()),
+                "class_top1_std": float(per_class.std()),
+                "class_top1_min": float(per_class.min()),
+                "class_top1_max": float(per_class.max()),
+                "test_per_class": float(test.sum()) / len(per_class),
+                "simulated": simulated,
+            }
+        )
     return pd.DataFrame(rows, columns=METRIC_COLUMNS), probes
 
 

@@ -27,8 +27,23 @@ from soco_pipeline.tasks.fgbmk.config import LEVELS, QuestionConfig
 from soco_pipeline.tasks.fgbmk.embedded import COLOUR_NAMES, SHAPES, TEXTURES, display_name
 
 QUESTION_COLUMNS = [
-    "question_id", "group_id", "rotation", "task", "level", "form", "image", "uri", "image_id", "text", "class",
-    "category", "options", "template", "subclass", "superclass", "simulated",
+    "question_id",
+    "group_id",
+    "rotation",
+    "task",
+    "level",
+    "form",
+    "image",
+    "uri",
+    "image_id",
+    "text",
+    "class",
+    "category",
+    "options",
+    "template",
+    "subclass",
+    "superclass",
+    "simulated",
 ]
 ATTRIBUTES = {"colour": tuple(COLOUR_NAMES), "texture": TEXTURES, "body_shape": SHAPES}
 ATTRIBUTE_WORDS = {"colour": "main colour", "texture": "texture", "body_shape": "shape"}
@@ -39,12 +54,24 @@ def _quote(names: list[str]) -> str:
     return ", ".join(f'"{n}"' for n in names)
 
 
-def render_text(template: str, config: QuestionConfig, level: str, obj: str, options: list[str] | None = None,
-                name: str | None = None, attribute: str | None = None) -> str:
+def render_text(
+    template: str,
+    config: QuestionConfig,
+    level: str,
+    obj: str,
+    options: list[str] | None = None,
+    name: str | None = None,
+    attribute: str | None = None,
+) -> str:
     """Fill one template: {obj}, {level}, {levels}, {options}, {name}, {attribute}."""
-    return template.format(obj=obj, level=config.level_words.get(level, level),
-                           levels=config.level_plurals.get(level, level), options=_quote(options or []),
-                           name=name or "", attribute=attribute or "")
+    return template.format(
+        obj=obj,
+        level=config.level_words.get(level, level),
+        levels=config.level_plurals.get(level, level),
+        options=_quote(options or []),
+        name=name or "",
+        attribute=attribute or "",
+    )
 
 
 def _distractors(items_h: pd.DataFrame, row, level: str, k: int, rng: np.random.Generator) -> list[str]:
@@ -59,8 +86,13 @@ def _distractors(items_h: pd.DataFrame, row, level: str, k: int, rng: np.random.
     return [str(p) for p in picked]
 
 
-def build_questions(items: pd.DataFrame, hierarchy: pd.DataFrame, config: QuestionConfig, seed: int = 0,
-                    simulated: bool = True) -> pd.DataFrame:
+def build_questions(
+    items: pd.DataFrame,
+    hierarchy: pd.DataFrame,
+    config: QuestionConfig,
+    seed: int = 0,
+    simulated: bool = True,
+) -> pd.DataFrame:
     """QUESTION_COLUMNS rows for the test images of `items` (at most `images_per_subclass` each; 0 = all).
 
     `hierarchy` lists every (superclass, class, subclass) the distractors may come from.
@@ -72,46 +104,107 @@ def build_questions(items: pd.DataFrame, hierarchy: pd.DataFrame, config: Questi
     rows: list[dict] = []
 
     def add(task, level, form, r, text, answer, options, template):
-        rows.append({"group_id": len(rows), "rotation": 0, "task": task, "level": level, "form": form,
-                     "image": r["path"], "uri": r["uri"], "image_id": r["image_id"], "text": text, "class": answer,
-                     "category": config.level_words.get(level, level) if task != "attribute" else level,
-                     "options": json.dumps(options), "template": template, "subclass": r["subclass"],
-                     "superclass": r["superclass"], "simulated": simulated})
+        rows.append(
+            {
+                "group_id": len(rows),
+                "rotation": 0,
+                "task": task,
+                "level": level,
+                "form": form,
+                "image": r["path"],
+                "uri": r["uri"],
+                "image_id": r["image_id"],
+                "text": text,
+                "class": answer,
+                "category": config.level_words.get(level, level) if task != "attribute" else level,
+                "options": json.dumps(options),
+                "template": template,
+                "subclass": r["subclass"],
+                "superclass": r["superclass"],
+                "simulated": simulated,
+            }
+        )
 
     for r in test.to_dict("records"):
         rec = r
         for level in LEVELS:
-            obj = "object" if level == "superclass" else config.superclass_words.get(r["superclass"], "object")
+            obj = (
+                "object" if level == "superclass" else config.superclass_words.get(r["superclass"], "object")
+            )
             truth = display_name(rec[level])
             dis = [display_name(d) for d in _distractors(hierarchy, rec, level, config.n_choices - 1, rng)]
             options = [str(o) for o in rng.permutation([truth, *dis])]
             t = int(rng.integers(len(config.choice)))
-            add("hierarchical", level, "choice", r, render_text(config.choice[t], config, level, obj, options),
-                truth, options, t)
+            add(
+                "hierarchical",
+                level,
+                "choice",
+                r,
+                render_text(config.choice[t], config, level, obj, options),
+                truth,
+                options,
+                t,
+            )
             t = int(rng.integers(len(config.true_false)))
             yes = bool(rng.random() < 0.5) or not dis
             name = truth if yes else dis[0]
-            add("hierarchical", level, "true_false", r,
-                render_text(config.true_false[t], config, level, obj, name=name), "yes" if yes else "no", [], t)
+            add(
+                "hierarchical",
+                level,
+                "true_false",
+                r,
+                render_text(config.true_false[t], config, level, obj, name=name),
+                "yes" if yes else "no",
+                [],
+                t,
+            )
             t = int(rng.integers(len(config.short_answer)))
-            add("hierarchical", level, "short_answer", r, render_text(config.short_answer[t], config, level, obj),
-                truth, [], t)
+            add(
+                "hierarchical",
+                level,
+                "short_answer",
+                r,
+                render_text(config.short_answer[t], config, level, obj),
+                truth,
+                [],
+                t,
+            )
         obj = config.superclass_words.get(r["superclass"], "object")
         for attr, values in ATTRIBUTES.items():
             if attr not in r:  # a published dataset has no attributes
                 continue
             truth = str(r[attr])
             others = [v for v in values if v != truth]
-            options = [str(o) for o in rng.permutation([truth, *list(rng.permutation(others)[: config.n_choices - 1])])]
+            options = [
+                str(o)
+                for o in rng.permutation([truth, *list(rng.permutation(others)[: config.n_choices - 1])])
+            ]
             t = int(rng.integers(len(config.attribute)))
-            add("attribute", attr, "choice", r, render_text(config.attribute[t], config, "subclass", obj, options,
-                                                            attribute=ATTRIBUTE_WORDS[attr]), truth, options, t)
+            add(
+                "attribute",
+                attr,
+                "choice",
+                r,
+                render_text(
+                    config.attribute[t], config, "subclass", obj, options, attribute=ATTRIBUTE_WORDS[attr]
+                ),
+                truth,
+                options,
+                t,
+            )
         siblings = sorted(hierarchy[hierarchy["class"] == rec["class"]].subclass)
         for sib in siblings:
             t = int(rng.integers(len(config.true_false)))
-            add("knowledge_bias", "subclass", "true_false", r,
+            add(
+                "knowledge_bias",
+                "subclass",
+                "true_false",
+                r,
                 render_text(config.true_false[t], config, "subclass", obj, name=display_name(sib)),
-                "yes" if sib == r["subclass"] else "no", [], t)
+                "yes" if sib == r["subclass"] else "no",
+                [],
+                t,
+            )
     out = pd.DataFrame(rows)
     out.insert(0, "question_id", np.arange(1, len(out) + 1))
     return out[QUESTION_COLUMNS]
@@ -125,7 +218,7 @@ def circular(questions: pd.DataFrame, config: QuestionConfig) -> pd.DataFrame:
     for rot in range(1, config.n_choices):
         rotated = choice.copy()
         opts = [json.loads(o) for o in choice.options]
-        rotated["options"] = [json.dumps(o[rot % len(o):] + o[: rot % len(o)]) for o in opts]
+        rotated["options"] = [json.dumps(o[rot % len(o) :] + o[: rot % len(o)]) for o in opts]
         rotated["rotation"] = rot
         texts = []
         for q, o in zip(rotated.itertuples(index=False), rotated.options, strict=True):
@@ -133,13 +226,22 @@ def circular(questions: pd.DataFrame, config: QuestionConfig) -> pd.DataFrame:
             templates = config.attribute if q.task == "attribute" else config.choice
             if q.task == "attribute":
                 obj = config.superclass_words.get(q.superclass, "object")
-                texts.append(render_text(templates[q.template], config, "subclass", obj, o,
-                                         attribute=ATTRIBUTE_WORDS[q.level]))
+                texts.append(
+                    render_text(
+                        templates[q.template], config, "subclass", obj, o, attribute=ATTRIBUTE_WORDS[q.level]
+                    )
+                )
             else:
-                obj = "object" if q.level == "superclass" else config.superclass_words.get(q.superclass, "object")
+                obj = (
+                    "object"
+                    if q.level == "superclass"
+                    else config.superclass_words.get(q.superclass, "object")
+                )
                 texts.append(render_text(templates[q.template], config, q.level, obj, o))
         rotated["text"] = texts
         extra.append(rotated)
-    out = pd.concat([questions, *extra], ignore_index=True).sort_values(["group_id", "rotation"], kind="stable")
+    out = pd.concat([questions, *extra], ignore_index=True).sort_values(
+        ["group_id", "rotation"], kind="stable"
+    )
     out["question_id"] = np.arange(1, len(out) + 1)
     return out.reset_index(drop=True)

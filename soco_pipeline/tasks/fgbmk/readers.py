@@ -33,8 +33,12 @@ ANSWER_KEYS = ("question_id", "image", "prompt", "text", "class", "category")
 FORMS = ("choice", "true_false", "short_answer")
 HIERARCHICAL = "hierarchical_granularity_recognition"
 KNOWLEDGE_BIAS = "knowledge_bias_estimation"
-_FORM_SPELLINGS = {"choice": "choice", "true_false": "true_false", "true_flase": "true_false",
-                   "short_answer": "short_answer"}
+_FORM_SPELLINGS = {
+    "choice": "choice",
+    "true_false": "true_false",
+    "true_flase": "true_false",
+    "short_answer": "short_answer",
+}
 _LABEL = re.compile(r"\s*-?\d+(\s+-?\d+)*\s*")
 
 
@@ -71,8 +75,13 @@ def read_classes(path: str) -> list[str]:
     return [line.strip() for line in lines]
 
 
-def read_split(csv_path: str, image_root: str | None = None, classes: list[str] | None = None,
-               check_images: bool = True, split: str | None = None) -> pd.DataFrame:
+def read_split(
+    csv_path: str,
+    image_root: str | None = None,
+    classes: list[str] | None = None,
+    check_images: bool = True,
+    split: str | None = None,
+) -> pd.DataFrame:
     """One train.csv / test.csv as rows: image_id (the relative path), path, uri, split, labels (list of
     ints), label (the single label, -1 for a multi-label line), line (1-based).
 
@@ -83,7 +92,9 @@ def read_split(csv_path: str, image_root: str | None = None, classes: list[str] 
     try:
         text = storage.read_bytes(csv_path).decode("utf-8")
     except FileNotFoundError:
-        raise FgbmkFormatError(f"{csv_path}: no such file; a machine-oriented dataset has train.csv and test.csv") from None
+        raise FgbmkFormatError(
+            f"{csv_path}: no such file; a machine-oriented dataset has train.csv and test.csv"
+        ) from None
     rows = []
     for n, line in enumerate(text.splitlines(), 1):
         line = line.strip()
@@ -92,16 +103,21 @@ def read_split(csv_path: str, image_root: str | None = None, classes: list[str] 
         path, comma, label = line.rpartition(",")
         if not comma or not path.strip():
             raise FgbmkFormatError(
-                f"{csv_path}:{n}: malformed line {line[:80]!r}; expected 'relative/image/path,label'")
+                f"{csv_path}:{n}: malformed line {line[:80]!r}; expected 'relative/image/path,label'"
+            )
         if not _LABEL.fullmatch(label):
             raise FgbmkFormatError(
                 f"{csv_path}:{n}: label {label!r} is not an integer (or space-separated integers for a "
-                f"multi-label line)")
+                f"multi-label line)"
+            )
         labels = [int(x) for x in label.split()]
         bad = [x for x in labels if x < 0 or (classes is not None and x >= len(classes))]
         if bad:
-            have = f"classes.txt has {len(classes)} classes (0..{len(classes) - 1})" if classes is not None else \
-                "labels must be >= 0"
+            have = (
+                f"classes.txt has {len(classes)} classes (0..{len(classes) - 1})"
+                if classes is not None
+                else "labels must be >= 0"
+            )
             raise FgbmkFormatError(f"{csv_path}:{n}: label {bad[0]} is outside the classes; {have}")
         rows.append((path, labels, n))
     df = pd.DataFrame(rows, columns=["path", "labels", "line"])
@@ -114,17 +130,22 @@ def read_split(csv_path: str, image_root: str | None = None, classes: list[str] 
             if not storage.exists(uri):
                 raise FgbmkFormatError(
                     f"{csv_path}:{n}: image {uri} does not exist; point image_root at the folder the paths "
-                    f"are relative to, or remove the line")
+                    f"are relative to, or remove the line"
+                )
     return df[["image_id", "path", "uri", "split", "labels", "label", "line"]]
 
 
-def read_machine_dataset(folder: str, image_root: str | None = None, check_images: bool = True) -> MachineDataset:
+def read_machine_dataset(
+    folder: str, image_root: str | None = None, check_images: bool = True
+) -> MachineDataset:
     """A machine-oriented dataset folder (train.csv, test.csv, optional classes.txt)."""
     folder = str(folder).rstrip("/")
     cpath = storage.join(folder, "classes.txt")
     classes = read_classes(cpath) if storage.exists(cpath) else None
-    splits = {s: read_split(storage.join(folder, f"{s}.csv"), image_root or folder, classes, check_images, s)
-              for s in ("train", "test")}
+    splits = {
+        s: read_split(storage.join(folder, f"{s}.csv"), image_root or folder, classes, check_images, s)
+        for s in ("train", "test")
+    }
     return MachineDataset(folder.rsplit("/", 1)[-1], splits["train"], splits["test"], classes)
 
 
@@ -135,7 +156,9 @@ def read_jsonl(path: str, keys: tuple[str, ...] = QUESTION_KEYS) -> pd.DataFrame
     except FileNotFoundError:
         raise FgbmkFormatError(f"{path}: no such file") from None
     if text.startswith("version https://git-lfs"):
-        raise FgbmkFormatError(f"{path}: a Git LFS pointer, not the file; run `git lfs pull` in the FG-BMK checkout")
+        raise FgbmkFormatError(
+            f"{path}: a Git LFS pointer, not the file; run `git lfs pull` in the FG-BMK checkout"
+        )
     records = []
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
@@ -197,7 +220,9 @@ def human_files(root: str) -> pd.DataFrame:
             m = re.fullmatch(r"(\w+?)_question_(\w+)\.jsonl", parts[3])
             if m and m.group(2) in _FORM_SPELLINGS:
                 rows.append((task, parts[1], parts[2], _FORM_SPELLINGS[m.group(2)], p))
-        elif task == KNOWLEDGE_BIAS and len(parts) == 3 and parts[2] == "questions_true_false_all_class.jsonl":
+        elif (
+            task == KNOWLEDGE_BIAS and len(parts) == 3 and parts[2] == "questions_true_false_all_class.jsonl"
+        ):
             rows.append((task, parts[1], "all_class", "true_false", p))
     prefix = "" if "://" not in root else root.split("://", 1)[0] + "://"
     df = pd.DataFrame(rows, columns=["task", "dataset", "level", "form", "path"])
@@ -231,9 +256,21 @@ def items_from_dataset(ds: MachineDataset) -> pd.DataFrame:
         with storage.filesystem(uri)[0].open(storage.filesystem(uri)[1], "rb") as f, Image.open(f) as im:
             sizes.append(im.size)
     name = rows.label.map(lambda i: names[int(i)])
-    return pd.DataFrame({
-        "image_id": ds.name + "/" + rows.path, "uri": rows.uri, "path": rows.path, "split": rows.split,
-        "width": [w for w, _ in sizes], "height": [h for _, h in sizes], "category": name,
-        "superclass": ds.name, "class": name, "subclass": name, "superclass_id": 0,
-        "class_id": rows.label.astype("int64"), "subclass_id": rows.label.astype("int64"), "simulated": False,
-    })
+    return pd.DataFrame(
+        {
+            "image_id": ds.name + "/" + rows.path,
+            "uri": rows.uri,
+            "path": rows.path,
+            "split": rows.split,
+            "width": [w for w, _ in sizes],
+            "height": [h for _, h in sizes],
+            "category": name,
+            "superclass": ds.name,
+            "class": name,
+            "subclass": name,
+            "superclass_id": 0,
+            "class_id": rows.label.astype("int64"),
+            "subclass_id": rows.label.astype("int64"),
+            "simulated": False,
+        }
+    )

@@ -61,7 +61,9 @@ class TripletSampler:
         even = [[c for c in lab if c % 2 == 0] for lab in lists]
         rows = np.array([i for i, lab in enumerate(even) if lab], dtype=np.int64)
         if len(rows) == 0:
-            raise ValueError("retrieval: no train image has an even class id; the projection has nothing to learn")
+            raise ValueError(
+                "retrieval: no train image has an even class id; the projection has nothing to learn"
+            )
         return cls(rows, [even[i] for i in rows], negative, seed)
 
     def triplets(self, batch_size: int, iterations: int) -> np.ndarray:
@@ -78,8 +80,11 @@ class TripletSampler:
         rank = np.empty(n, dtype=np.int64)
         rank[by_class] = np.arange(n) - np.searchsorted(first[by_class], first[by_class])
         stream = batch_stream(n, batch_size, self.seed)
-        anchors = np.stack([next(stream).numpy() for _ in range(iterations)]) if iterations else \
-            np.empty((0, batch_size), dtype=np.int64)
+        anchors = (
+            np.stack([next(stream).numpy() for _ in range(iterations)])
+            if iterations
+            else np.empty((0, batch_size), dtype=np.int64)
+        )
         r = np.floor(rng.random(anchors.shape) * np.maximum(counts[anchors] - 1, 1)).astype(np.int64)
         r = np.where(counts[anchors] > 1, r + (r >= rank[anchors]), rank[anchors])
         pos = by_class[starts[anchors] + r]
@@ -97,14 +102,18 @@ class TripletSampler:
         return self.rows[np.stack([anchors, pos, neg], axis=-1)]
 
 
-def class_scores(query: torch.Tensor, gallery: torch.Tensor, gallery_targets: torch.Tensor, top_k: int) -> torch.Tensor:
+def class_scores(
+    query: torch.Tensor, gallery: torch.Tensor, gallery_targets: torch.Tensor, top_k: int
+) -> torch.Tensor:
     """Softmaxed class scores of each query from its top-k gallery neighbours (nearest wins per class)."""
     sim = -torch.cdist(query, gallery)
     k = min(top_k, gallery.shape[0])
     values, idx = sim.topk(k, dim=1)
     logits = torch.full((query.shape[0], gallery_targets.shape[1]), NO_NEIGHBOUR)
     for i in range(k - 1, -1, -1):  # farthest first, so the nearest neighbour holding a class writes last
-        logits = torch.where(gallery_targets[idx[:, i]] > 0.999, values[:, i : i + 1].expand_as(logits), logits)
+        logits = torch.where(
+            gallery_targets[idx[:, i]] > 0.999, values[:, i : i + 1].expand_as(logits), logits
+        )
     return logits.softmax(-1)
 
 
@@ -123,11 +132,22 @@ class RetrievalResult:
     triplets: np.ndarray = field(repr=False)
 
 
-def train_retrieval(train: GlobalFeatures, train_labels, test: GlobalFeatures, test_labels, config: RetrievalConfig,
-                    seed: int = 0, num_classes: int | None = None) -> RetrievalResult:
+def train_retrieval(
+    train: GlobalFeatures,
+    train_labels,
+    test: GlobalFeatures,
+    test_labels,
+    config: RetrievalConfig,
+    seed: int = 0,
+    num_classes: int | None = None,
+) -> RetrievalResult:
     """Train the projection grid on even-class triplets and score every head on test queries vs the train gallery."""
     train_lists, test_lists = as_label_lists(train_labels), as_label_lists(test_labels)
-    k = int(num_classes if num_classes is not None else max(c for lab in train_lists + test_lists for c in lab) + 1)
+    k = int(
+        num_classes
+        if num_classes is not None
+        else max(c for lab in train_lists + test_lists for c in lab) + 1
+    )
     sampler = TripletSampler.from_labels(train_lists, config.negative, seed)
     triplets = sampler.triplets(config.batch_size, config.max_iter)
     grid = build_grid(train, config.embed_dim, config, seed)
@@ -137,8 +157,10 @@ def train_retrieval(train: GlobalFeatures, train_labels, test: GlobalFeatures, t
     def loss_of(it: int) -> torch.Tensor:
         flat = torch.from_numpy(triplets[it].T.reshape(-1))  # anchors, then positives, then negatives
         batch = {key: x[flat] for key, x in x_train.items()}
-        return sum(F.triplet_margin_loss(*h(batch[key]).chunk(3), margin=config.margin)
-                   for h, key in zip(grid.heads, keys, strict=True))
+        return sum(
+            F.triplet_margin_loss(*h(batch[key]).chunk(3), margin=config.margin)
+            for h, key in zip(grid.heads, keys, strict=True)
+        )
 
     seconds = train_grid(grid, config, loss_of)
     g = torch.Generator().manual_seed(int(seed) + 1)
@@ -150,10 +172,29 @@ def train_retrieval(train: GlobalFeatures, train_labels, test: GlobalFeatures, t
     with torch.no_grad():
         for name, c, h in zip(grid.names, grid.configs, grid.heads, strict=True):
             key = (c[0], c[1])
-            scores = class_scores(h(x_test[key]), h(x_train[key][gallery_rows]), gallery_targets, config.top_k)
-            rows.append({"name": name, "n_blocks": c[0], "avgpool": c[1], "lr": c[2],
-                         "recall_at_1": macro_recall_at_1(scores, targets), "map": retrieval_map(scores, targets)})
+            scores = class_scores(
+                h(x_test[key]), h(x_train[key][gallery_rows]), gallery_targets, config.top_k
+            )
+            rows.append(
+                {
+                    "name": name,
+                    "n_blocks": c[0],
+                    "avgpool": c[1],
+                    "lr": c[2],
+                    "recall_at_1": macro_recall_at_1(scores, targets),
+                    "map": retrieval_map(scores, targets),
+                }
+            )
     table = pd.DataFrame(rows)
     best = int(np.nan_to_num(table.recall_at_1.to_numpy(), nan=-1).argmax())
-    return RetrievalResult(table, table.name[best], float(table.recall_at_1[best]), float(table["map"][best]),
-                           len(gallery_rows), config.max_iter, seconds, grid, triplets)
+    return RetrievalResult(
+        table,
+        table.name[best],
+        float(table.recall_at_1[best]),
+        float(table["map"][best]),
+        len(gallery_rows),
+        config.max_iter,
+        seconds,
+        grid,
+        triplets,
+    )

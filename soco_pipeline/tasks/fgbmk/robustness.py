@@ -20,7 +20,16 @@ from soco_pipeline.features.global_extractors import GlobalExtractor, load_globa
 from soco_pipeline.tasks.fgbmk.config import FgbmkConfig, RobustnessConfig
 from soco_pipeline.tasks.fgbmk.linear_probe import ProbeResult
 
-ROBUSTNESS_COLUMNS = ["backbone", "level", "attack", "strength", "accuracy", "clean_accuracy", "n_images", "simulated"]
+ROBUSTNESS_COLUMNS = [
+    "backbone",
+    "level",
+    "attack",
+    "strength",
+    "accuracy",
+    "clean_accuracy",
+    "n_images",
+    "simulated",
+]
 
 
 class ProbedModel(torch.nn.Module):
@@ -34,7 +43,7 @@ class ProbedModel(torch.nn.Module):
     def forward(self, pixels: torch.Tensor) -> torch.Tensor:
         """Logits (B, K)."""
         prev, last, mean = self.extractor.forward(pixels, self.records)
-        parts = [prev, last][-self.n_blocks:] + ([mean] if self.avgpool else [])
+        parts = [prev, last][-self.n_blocks :] + ([mean] if self.avgpool else [])
         return self.head(torch.cat(parts, 1).float().cpu())
 
 
@@ -47,7 +56,9 @@ def fgsm(model: ProbedModel, x: torch.Tensor, y: torch.Tensor, eps: float) -> to
     return (x + eps * grad.sign()).clamp(0, 1).detach()
 
 
-def pgd(model: ProbedModel, x: torch.Tensor, y: torch.Tensor, eps: float, steps: int, scale: float) -> torch.Tensor:
+def pgd(
+    model: ProbedModel, x: torch.Tensor, y: torch.Tensor, eps: float, steps: int, scale: float
+) -> torch.Tensor:
     """`steps` signed-gradient steps of scale * eps / steps, projected onto the L-inf eps-ball and [0, 1]."""
     if eps == 0:
         return x.clone()
@@ -71,9 +82,19 @@ def accuracy(model: ProbedModel, x: torch.Tensor, y: torch.Tensor) -> float:
         return float((model(x).argmax(1) == y).float().mean()) * 100.0
 
 
-def evaluate_robustness(backbone: str, extractor: GlobalExtractor, probe: ProbeResult, pixels: torch.Tensor,
-                        labels, records: pd.DataFrame, level: str, config: RobustnessConfig, seed: int = 0,
-                        reads_pixels: bool = True, simulated: bool = True) -> pd.DataFrame:
+def evaluate_robustness(
+    backbone: str,
+    extractor: GlobalExtractor,
+    probe: ProbeResult,
+    pixels: torch.Tensor,
+    labels,
+    records: pd.DataFrame,
+    level: str,
+    config: RobustnessConfig,
+    seed: int = 0,
+    reads_pixels: bool = True,
+    simulated: bool = True,
+) -> pd.DataFrame:
     """ROBUSTNESS_COLUMNS rows for one (backbone, level): clean, FGSM / PGD per epsilon, noise per sigma."""
     y = torch.as_tensor(np.asarray(labels), dtype=torch.long)
     model = ProbedModel(extractor, probe, records)
@@ -83,17 +104,45 @@ def evaluate_robustness(backbone: str, extractor: GlobalExtractor, probe: ProbeR
         if extractor.differentiable:
             for eps in config.epsilons:
                 rows.append(("fgsm", eps, accuracy(model, fgsm(model, pixels, y, eps / 255.0), y)))
-                rows.append(("pgd", eps, accuracy(model, pgd(model, pixels, y, eps / 255.0, config.pgd_steps,
-                                                              config.pgd_step_scale), y)))
+                rows.append(
+                    (
+                        "pgd",
+                        eps,
+                        accuracy(
+                            model,
+                            pgd(model, pixels, y, eps / 255.0, config.pgd_steps, config.pgd_step_scale),
+                            y,
+                        ),
+                    )
+                )
         for sigma in config.noise_sigmas:
             rows.append(("gaussian", sigma, accuracy(model, gaussian(pixels, sigma / 255.0, seed), y)))
-    return pd.DataFrame([{"backbone": backbone, "level": level, "attack": a, "strength": float(s), "accuracy": acc,
-                          "clean_accuracy": clean, "n_images": len(y), "simulated": simulated}
-                         for a, s, acc in rows], columns=ROBUSTNESS_COLUMNS)
+    return pd.DataFrame(
+        [
+            {
+                "backbone": backbone,
+                "level": level,
+                "attack": a,
+                "strength": float(s),
+                "accuracy": acc,
+                "clean_accuracy": clean,
+                "n_images": len(y),
+                "simulated": simulated,
+            }
+            for a, s, acc in rows
+        ],
+        columns=ROBUSTNESS_COLUMNS,
+    )
 
 
-def robustness_for_backbone(backbone: str, extractor: GlobalExtractor, folder: str, items: pd.DataFrame,
-                            config: FgbmkConfig, reads_pixels: bool = True) -> pd.DataFrame:
+def robustness_for_backbone(
+    backbone: str,
+    extractor: GlobalExtractor,
+    folder: str,
+    items: pd.DataFrame,
+    config: FgbmkConfig,
+    reads_pixels: bool = True,
+) -> pd.DataFrame:
     """Train the probe (across superclasses) at each configured level on the cached features, then attack it
     on up to `max_images` test images (a seeded subset, the same for every level)."""
     from soco_pipeline.tasks.fgbmk.linear_probe import train_probe
@@ -106,16 +155,37 @@ def robustness_for_backbone(backbone: str, extractor: GlobalExtractor, folder: s
         rng = np.random.default_rng([int(config.seed), 0x20B])
         test_rows = np.sort(rng.choice(test_rows, config.robustness.max_images, replace=False))
     recs = items.iloc[test_rows].reset_index(drop=True)
-    pixels = load_global_pixels(list(recs.uri), list(recs.image_id), config.global_features) if reads_pixels else \
-        torch.zeros(len(recs), 3, config.global_features.crop, config.global_features.crop)
+    pixels = (
+        load_global_pixels(list(recs.uri), list(recs.image_id), config.global_features)
+        if reads_pixels
+        else torch.zeros(len(recs), 3, config.global_features.crop, config.global_features.crop)
+    )
     frames = []
     with torch_threads(config.global_features.threads):
         for level in config.robustness.levels:
             labels = level_labels(items, level)
-            probe = train_probe(feats.subset(items.image_id[train]), labels[train],
-                                feats.subset(items.image_id[test]), labels[test], config.linear_probe, config.seed,
-                                int(labels.max()) + 1)
-            frames.append(evaluate_robustness(backbone, extractor, probe, pixels, labels[test_rows], recs, level,
-                                              config.robustness, config.seed, reads_pixels,
-                                              bool(items.simulated.all())))
+            probe = train_probe(
+                feats.subset(items.image_id[train]),
+                labels[train],
+                feats.subset(items.image_id[test]),
+                labels[test],
+                config.linear_probe,
+                config.seed,
+                int(labels.max()) + 1,
+            )
+            frames.append(
+                evaluate_robustness(
+                    backbone,
+                    extractor,
+                    probe,
+                    pixels,
+                    labels[test_rows],
+                    recs,
+                    level,
+                    config.robustness,
+                    config.seed,
+                    reads_pixels,
+                    bool(items.simulated.all()),
+                )
+            )
     return pd.concat(frames, ignore_index=True)

@@ -38,26 +38,57 @@ from soco_pipeline.lvlm.prompt import ChatRequest, request_key
 from soco_pipeline.storage import read_bytes
 from soco_pipeline.tasks.mmvm.prompt import QUESTION, option_map, options_of
 
-ANSWER_COLUMNS = ["model", "item_id", "case_id", "split", "n_candidates", "count_label", "match_type",
-                  "query_absent", "answer", "raw_answer", "parsed", "extraction", "judge_mode", "judge_raw",
-                  "correct", "latency_s", "attempts", "error", "request_hash"]
+ANSWER_COLUMNS = [
+    "model",
+    "item_id",
+    "case_id",
+    "split",
+    "n_candidates",
+    "count_label",
+    "match_type",
+    "query_absent",
+    "answer",
+    "raw_answer",
+    "parsed",
+    "extraction",
+    "judge_mode",
+    "judge_raw",
+    "correct",
+    "latency_s",
+    "attempts",
+    "error",
+    "request_hash",
+]
 EXTRACTIONS = ("exact", "judge", "none")
 JUDGE_MODES = ("off", "matcher", "yes_no")
-REFUSALS = ("Sorry, I can't help with images of people yet.", "I can't process this file.",
-            "I'm sorry, but without the image provided", "Cannot determine the answer")
+REFUSALS = (
+    "Sorry, I can't help with images of people yet.",
+    "I can't process this file.",
+    "I'm sorry, but without the image provided",
+    "Cannot determine the answer",
+)
 API_FAILURE = "Failed to obtain answer via API"
 _PUNCT = str.maketrans({c: " " for c in ".()[],:;!*#{}"})
 JUDGE_ATTEMPTS = 3
 NO_OPTION = "Z"  # what `infer_option` returns for a decided "no option" (a refusal or a lone Z)
 
 _EXAMPLES = (
-    ("Options: A. 1\nB. 2\nC. 3\nD. 4\nE. None of the above choices are correct\n",
-     "E. None of the above choices are correct", "E"),
-    ("Options: A. 1\nB. 2\nC. 3\nD. 4\nE. 5\nF. None of the above choices are correct\n",
-     "The object marked with a cyan contour in the first image is identified as number 4.", "D"),
-    ("Options: A. 1\nB. 2\nC. 3\nD. 4\nE. 5\nF. 6\nG. None of the above choices are correct\n",
-     "The object marked with a cyan contour in the first image is the same as the object marked with a cyan "
-     "tour in the second image. Therefore, the answer is:\nA. 1", "A"),
+    (
+        "Options: A. 1\nB. 2\nC. 3\nD. 4\nE. None of the above choices are correct\n",
+        "E. None of the above choices are correct",
+        "E",
+    ),
+    (
+        "Options: A. 1\nB. 2\nC. 3\nD. 4\nE. 5\nF. None of the above choices are correct\n",
+        "The object marked with a cyan contour in the first image is identified as number 4.",
+        "D",
+    ),
+    (
+        "Options: A. 1\nB. 2\nC. 3\nD. 4\nE. 5\nF. 6\nG. None of the above choices are correct\n",
+        "The object marked with a cyan contour in the first image is the same as the object marked with a cyan "
+        "tour in the second image. Therefore, the answer is:\nA. 1",
+        "A",
+    ),
     ("Options: A. 1\nB. 2\nC. 3\nD. 4\nE. None of the above choices are correct\n", "B", "B"),
 )
 
@@ -90,15 +121,19 @@ def exact_letter(answer: object, choices: dict[str, str]) -> str:
 def judge_prompt(question: str, options: str, prediction: str) -> str:
     """The published matcher prompt (MMVMEvalKit `build_prompt_mmatch`) for one answer."""
     head = ", ".join(option_map(options))
-    text = ("You are an AI assistant who will help me to match an answer with several options of a single-choice "
-            "question. You are provided with a question, several options, and an answer, and you need to find "
-            "which option is most similar to the answer. If the meaning of all options are significantly "
-            "different from the answer, output Z. Your should output a single uppercase character in "
-            f"{head} (if they are valid options), and Z. \n")
+    text = (
+        "You are an AI assistant who will help me to match an answer with several options of a single-choice "
+        "question. You are provided with a question, several options, and an answer, and you need to find "
+        "which option is most similar to the answer. If the meaning of all options are significantly "
+        "different from the answer, output Z. Your should output a single uppercase character in "
+        f"{head} (if they are valid options), and Z. \n"
+    )
     for k, (opts, ans, out) in enumerate(_EXAMPLES, start=1):
         text += f"Example {k}: \nQuestion: {QUESTION}{opts}Answer: {ans}\nYour output: {out}\n"
     # the reference passes the bare template as the question and the options block separately
-    return text + f"Example 5: \nQuestion: {QUESTION}\nOptions: {options}\nAnswer: {prediction}\nYour output: "
+    return (
+        text + f"Example 5: \nQuestion: {QUESTION}\nOptions: {options}\nAnswer: {prediction}\nYour output: "
+    )
 
 
 # Upstream VLMEvalKit's MMVMBench judge: its YES tags, read as substrings of the reply.
@@ -107,9 +142,11 @@ YES_TAGS = ("[YES]", "[Yes]", "[yes]", "YES", "Yes", "yes")
 
 def yes_no_judge_prompt(question: str, prediction: str, answer: str) -> str:
     """VLMEvalKit MMVMBench's judge prompt for one row (each field wrapped in braces, as there)."""
-    return (f"I asked a model a question: {{{question}}}. The model's response was: {{{prediction}}}. "
-            f"The correct answer to this question is: {{{answer}}}. Please determine whether the model's "
-            "response is correct. If it is, conclude with [YES]. If it is not, conclude with [NO].")
+    return (
+        f"I asked a model a question: {{{question}}}. The model's response was: {{{prediction}}}. "
+        f"The correct answer to this question is: {{{answer}}}. Please determine whether the model's "
+        "response is correct. If it is, conclude with [YES]. If it is not, conclude with [NO]."
+    )
 
 
 def judge_hits(scores: pd.Series) -> pd.Series:
@@ -146,22 +183,26 @@ class Judge:
                     out[i] = Reply(rec["text"], rec["latency_s"], rec["attempts"])
         todo = [i for i, r in enumerate(out) if r is None]
         batch = max(1, int(getattr(self.backend, "batch_size", 1)))
-        chunks = [todo[k:k + batch] for k in range(0, len(todo), batch)]
+        chunks = [todo[k : k + batch] for k in range(0, len(todo), batch)]
 
         def work(chunk: list[int]) -> None:
             replies = self.backend.answer_batch([ChatRequest((), prompts[i]) for i in chunk])
             for i, reply in zip(chunk, replies, strict=True):
                 out[i] = reply
                 if self.cache is not None and not reply.error:
-                    self.cache.put(keys[i], {"text": reply.text, "latency_s": reply.latency_s,
-                                             "attempts": reply.attempts})
+                    self.cache.put(
+                        keys[i],
+                        {"text": reply.text, "latency_s": reply.latency_s, "attempts": reply.attempts},
+                    )
 
         with ThreadPoolExecutor(max_workers=max(1, int(getattr(self.backend, "max_concurrency", 1)))) as pool:
             list(pool.map(work, chunks))
         return out  # type: ignore[return-value]
 
 
-def build_judge(spec, mode: str, cache: AnswerCache | None = None, api_key: str | None = None) -> Judge | None:
+def build_judge(
+    spec, mode: str, cache: AnswerCache | None = None, api_key: str | None = None
+) -> Judge | None:
     """The judge of an LVLM spec (any backend; in practice an OpenAI-compatible server) in a published
     mode, or None for mode "off". The yes_no judge runs at temperature 0, as VLMEvalKit sets it."""
     if mode == "off" or spec is None:
@@ -188,8 +229,9 @@ def _has_text(raw: np.ndarray) -> np.ndarray:
     return np.array([bool(str(t).strip()) and str(t) != "nan" for t in raw], dtype=bool)
 
 
-def _matcher(raw: np.ndarray, items: pd.DataFrame, parsed: list,
-             judge: Judge) -> tuple[list, list, list, np.ndarray]:
+def _matcher(
+    raw: np.ndarray, items: pd.DataFrame, parsed: list, judge: Judge
+) -> tuple[list, list, list, np.ndarray]:
     """(letters, judge replies, judge errors, decided) of the rows exact matching left empty, by the matcher
     rule; `decided` marks the rows where the judge named an option or its "no option" (Z)."""
     n = len(raw)
@@ -201,8 +243,10 @@ def _matcher(raw: np.ndarray, items: pd.DataFrame, parsed: list,
     for attempt in range(JUDGE_ATTEMPTS):
         if not open_:
             break
-        got = judge.ask([judge_prompt(items["question"].iat[i], items["options"].iat[i], str(raw[i]))
-                         for i in open_], attempt)
+        got = judge.ask(
+            [judge_prompt(items["question"].iat[i], items["options"].iat[i], str(raw[i])) for i in open_],
+            attempt,
+        )
         still = []
         for i, reply in zip(open_, got, strict=True):
             replies[i], errors[i] = reply.text, reply.error
@@ -216,8 +260,9 @@ def _matcher(raw: np.ndarray, items: pd.DataFrame, parsed: list,
     return letters, replies, errors, decided
 
 
-def extract(raw: np.ndarray, items: pd.DataFrame, judge: Judge | None = None,
-            answers: pd.Series | None = None) -> pd.DataFrame:
+def extract(
+    raw: np.ndarray, items: pd.DataFrame, judge: Judge | None = None, answers: pd.Series | None = None
+) -> pd.DataFrame:
     """Per answer: `parsed` letter, `extraction` (exact | judge | none), `judge_mode`, `judge_raw` (the
     judge's reply), `judge_error` and `judge_correct` (the yes_no judge's verdict, else NaN).
 
@@ -226,9 +271,16 @@ def extract(raw: np.ndarray, items: pd.DataFrame, judge: Judge | None = None,
     raw = np.asarray(raw, dtype=object)
     n = len(raw)
     parsed = [exact_letter(text, option_map(o)) for text, o in zip(raw, items["options"], strict=True)]
-    out = pd.DataFrame({"parsed": parsed, "extraction": np.where([bool(p) for p in parsed], "exact", "none"),
-                        "judge_mode": "off" if judge is None else judge.mode, "judge_raw": "", "judge_error": "",
-                        "judge_correct": np.nan})
+    out = pd.DataFrame(
+        {
+            "parsed": parsed,
+            "extraction": np.where([bool(p) for p in parsed], "exact", "none"),
+            "judge_mode": "off" if judge is None else judge.mode,
+            "judge_raw": "",
+            "judge_error": "",
+            "judge_correct": np.nan,
+        }
+    )
     if judge is None or n == 0:
         return out
     if judge.mode == "matcher":
@@ -254,8 +306,14 @@ def extract(raw: np.ndarray, items: pd.DataFrame, judge: Judge | None = None,
     return out
 
 
-def run_lvlm(items: pd.DataFrame, spec, backend: Backend, cache: AnswerCache, judge: Judge | None = None,
-             log: Callable[[str], None] = lambda _m: None) -> pd.DataFrame:
+def run_lvlm(
+    items: pd.DataFrame,
+    spec,
+    backend: Backend,
+    cache: AnswerCache,
+    judge: Judge | None = None,
+    log: Callable[[str], None] = lambda _m: None,
+) -> pd.DataFrame:
     """ANSWER_COLUMNS rows of one model on the items: cached answers first, the rest through the backend in
     batches of its batch size on `max_concurrency` threads, each new answer cached at once; then extraction
     (and the judge, when one is given). A judge error is recorded in `error` as "judge: ..."."""
@@ -270,8 +328,10 @@ def run_lvlm(items: pd.DataFrame, spec, backend: Backend, cache: AnswerCache, ju
     def work(chunk: list[int]) -> int:
         ask, reqs = [], []
         for i in chunk:
-            req = ChatRequest((read_bytes(items.at[i, "frame0_marked"]), read_bytes(items.at[i, "frame1_marked"])),
-                              items.at[i, "question"])
+            req = ChatRequest(
+                (read_bytes(items.at[i, "frame0_marked"]), read_bytes(items.at[i, "frame1_marked"])),
+                items.at[i, "question"],
+            )
             keys[i] = request_key(req.text, req.image_digests(), generation)
             rec = cache.get(keys[i])
             if rec is not None:
@@ -281,9 +341,17 @@ def run_lvlm(items: pd.DataFrame, spec, backend: Backend, cache: AnswerCache, ju
                 reqs.append(req)
         if reqs:
             for i, reply in zip(ask, backend.answer_batch(reqs), strict=True):
-                raw[i], latency[i], attempts[i], error[i] = reply.text, reply.latency_s, reply.attempts, reply.error
+                raw[i], latency[i], attempts[i], error[i] = (
+                    reply.text,
+                    reply.latency_s,
+                    reply.attempts,
+                    reply.error,
+                )
                 if not reply.error:
-                    cache.put(keys[i], {"text": reply.text, "latency_s": reply.latency_s, "attempts": reply.attempts})
+                    cache.put(
+                        keys[i],
+                        {"text": reply.text, "latency_s": reply.latency_s, "attempts": reply.attempts},
+                    )
         return len(reqs)
 
     batch = max(1, int(getattr(backend, "batch_size", 1)))
@@ -293,14 +361,18 @@ def run_lvlm(items: pd.DataFrame, spec, backend: Backend, cache: AnswerCache, ju
     log(f"{spec.name}: {n} MMVM answers, {n - asked} from the cache, {int((error != '').sum())} errors")
     # a failed request has no answer to judge
     ex = extract(np.where(error == "", raw, ""), items, judge)
-    out = items[["item_id", "case_id", "split", "n_candidates", "count_label", "match_type", "query_absent",
-                 "answer"]].copy()
+    out = items[
+        ["item_id", "case_id", "split", "n_candidates", "count_label", "match_type", "query_absent", "answer"]
+    ].copy()
     out.insert(0, "model", spec.name)
     out["raw_answer"] = raw.astype(str)
     for col in ("parsed", "extraction", "judge_mode", "judge_raw"):
         out[col] = ex[col].to_numpy()
-    right = ex["judge_correct"].to_numpy(bool) if judge is not None and judge.mode == "yes_no" else \
-        out["parsed"].to_numpy() == out["answer"].to_numpy()
+    right = (
+        ex["judge_correct"].to_numpy(bool)
+        if judge is not None and judge.mode == "yes_no"
+        else out["parsed"].to_numpy() == out["answer"].to_numpy()
+    )
     judge_err = ex["judge_error"].to_numpy()
     error = np.where((error == "") & (judge_err != ""), "judge: " + judge_err.astype(str), error)
     out["correct"] = right & (error == "")
@@ -309,8 +381,10 @@ def run_lvlm(items: pd.DataFrame, spec, backend: Backend, cache: AnswerCache, ju
     out["error"] = error.astype(str)
     out["request_hash"] = keys.astype(str)
     if judge is not None:
-        log(f"{spec.name}: judge ({judge.mode}) gave {int((out['extraction'] == 'judge').sum())} verdicts, "
-            f"{int((judge_err != '').sum())} judge errors")
+        log(
+            f"{spec.name}: judge ({judge.mode}) gave {int((out['extraction'] == 'judge').sum())} verdicts, "
+            f"{int((judge_err != '').sum())} judge errors"
+        )
     return out[ANSWER_COLUMNS]
 
 

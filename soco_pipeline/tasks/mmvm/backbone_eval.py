@@ -25,8 +25,10 @@ from soco_pipeline.tasks.mmvm.scoring import (
     predict_items,
 )
 
-ORACLE_REASON = ("not applicable: SOCO oracles read the part/concept keypoint maps of the embedded SOCO data set "
-                 "(ground_truth/keypoints.parquet); MMVM frames have no SOCO keypoints")
+ORACLE_REASON = (
+    "not applicable: SOCO oracles read the part/concept keypoint maps of the embedded SOCO data set "
+    "(ground_truth/keypoints.parquet); MMVM frames have no SOCO keypoints"
+)
 FEATURE_COLUMNS = ["image_id", "uri", "width", "height", "category"]
 METHODS = ("zero_shot", "contrastive_head")
 
@@ -35,17 +37,25 @@ def _has_train(tables: dict[str, pd.DataFrame]) -> bool:
     return bool((tables["items"]["split"] == "train").any())
 
 
-def _descriptors(spec, tables: dict[str, pd.DataFrame], features_root: str, device: str | None,
-                 log: Callable[[str], None]) -> tuple[dict, pd.DataFrame]:
-    manifest = extract_features(spec, tables["images"][FEATURE_COLUMNS], features_root, context={"device": device},
-                                log=log)
+def _descriptors(
+    spec, tables: dict[str, pd.DataFrame], features_root: str, device: str | None, log: Callable[[str], None]
+) -> tuple[dict, pd.DataFrame]:
+    manifest = extract_features(
+        spec, tables["images"][FEATURE_COLUMNS], features_root, context={"device": device}, log=log
+    )
     store = FeatureStore.from_manifest(features_root, manifest)
     return pooled_descriptors(tables["objects"], tables["images"], store), manifest
 
 
-def backbone_predictions(spec, tables: dict[str, pd.DataFrame], features_root: str, device: str | None = None,
-                         log: Callable[[str], None] = lambda _m: None, none_rule=None,
-                         reference: dict[str, pd.DataFrame] | None = None) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+def backbone_predictions(
+    spec,
+    tables: dict[str, pd.DataFrame],
+    features_root: str,
+    device: str | None = None,
+    log: Callable[[str], None] = lambda _m: None,
+    none_rule=None,
+    reference: dict[str, pd.DataFrame] | None = None,
+) -> tuple[pd.DataFrame, pd.DataFrame | None]:
     """(predictions of the zero-shot and contrastive-head methods, feature manifest) of one backbone spec;
     a SOCO oracle gets not-applicable rows and no manifest. `none_rule`: the config's NoneRuleConfig;
     `reference`: generated tables whose training split trains the head and fits the carried thresholds
@@ -60,28 +70,67 @@ def backbone_predictions(spec, tables: dict[str, pd.DataFrame], features_root: s
         ref_desc, _ = _descriptors(spec, reference, features_root, device, log)
         head = train_head(ref_desc, reference["objects"], reference["cases"], seed=seed)
         ref_items, ref_cases, ref_objects = reference["items"], reference["cases"], reference["objects"]
-        ref = pd.concat([predict_items(ref_items, ref_cases, ref_objects, ref_desc, spec.name),
-                         predict_items(ref_items, ref_cases, ref_objects, apply_head(ref_desc, head), spec.name,
-                                       method="contrastive_head")], ignore_index=True)
+        ref = pd.concat(
+            [
+                predict_items(ref_items, ref_cases, ref_objects, ref_desc, spec.name),
+                predict_items(
+                    ref_items,
+                    ref_cases,
+                    ref_objects,
+                    apply_head(ref_desc, head),
+                    spec.name,
+                    method="contrastive_head",
+                ),
+            ],
+            ignore_index=True,
+        )
         carried = {m: carried_rule(ref, m) for m in METHODS}
-        log(f"{spec.name}: head and None thresholds from the reference's training split "
-            f"({int((ref_items['split'] == 'train').sum())} items), carried over")
+        log(
+            f"{spec.name}: head and None thresholds from the reference's training split "
+            f"({int((ref_items['split'] == 'train').sum())} items), carried over"
+        )
     else:
         head = train_head(desc, objects, cases, seed=seed)
-    zero = predict_items(items, cases, objects, desc, spec.name, none_rule=none_rule, carried=carried["zero_shot"])
-    tuned = predict_items(items, cases, objects, apply_head(desc, head), spec.name, method="contrastive_head",
-                          none_rule=none_rule, carried=carried["contrastive_head"])
+    zero = predict_items(
+        items, cases, objects, desc, spec.name, none_rule=none_rule, carried=carried["zero_shot"]
+    )
+    tuned = predict_items(
+        items,
+        cases,
+        objects,
+        apply_head(desc, head),
+        spec.name,
+        method="contrastive_head",
+        none_rule=none_rule,
+        carried=carried["contrastive_head"],
+    )
     return pd.concat([zero, tuned], ignore_index=True), manifest
 
 
-def oracle_predictions(tables: dict[str, pd.DataFrame], name: str = "instance_oracle", none_rule=None,
-                       reference: dict[str, pd.DataFrame] | None = None) -> pd.DataFrame:
+def oracle_predictions(
+    tables: dict[str, pd.DataFrame],
+    name: str = "instance_oracle",
+    none_rule=None,
+    reference: dict[str, pd.DataFrame] | None = None,
+) -> pd.DataFrame:
     """The instance-identity oracle's predictions (a check of the scoring: 100 on every breakdown where its
     None rule can answer None); `reference` as in backbone_predictions (carried threshold)."""
     carried = None
     if reference is not None and not _has_train(tables) and _has_train(reference):
-        ref = predict_items(reference["items"], reference["cases"], reference["objects"],
-                            oracle_descriptors(reference["objects"]), name)
+        ref = predict_items(
+            reference["items"],
+            reference["cases"],
+            reference["objects"],
+            oracle_descriptors(reference["objects"]),
+            name,
+        )
         carried = carried_rule(ref, "zero_shot")
-    return predict_items(tables["items"], tables["cases"], tables["objects"], oracle_descriptors(tables["objects"]),
-                         name, none_rule=none_rule, carried=carried)
+    return predict_items(
+        tables["items"],
+        tables["cases"],
+        tables["objects"],
+        oracle_descriptors(tables["objects"]),
+        name,
+        none_rule=none_rule,
+        carried=carried,
+    )

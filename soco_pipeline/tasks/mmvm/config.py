@@ -45,7 +45,9 @@ class Candidates(_Strict):
     @classmethod
     def _range(cls, v):
         if not 2 <= v[0] <= v[1] <= MAX_CANDIDATES:
-            raise ValueError(f"candidates.total must be [lo, hi] with 2 <= lo <= hi <= {MAX_CANDIDATES}, got {v}")
+            raise ValueError(
+                f"candidates.total must be [lo, hi] with 2 <= lo <= hi <= {MAX_CANDIDATES}, got {v}"
+            )
         return v
 
 
@@ -58,8 +60,10 @@ class JudgeConfig(_Strict):
     @model_validator(mode="after")
     def _spec_when_on(self):
         if self.mode != "off" and not self.spec:
-            raise ValueError(f"judge.mode {self.mode!r} needs judge.spec: an LVLM spec file (any OpenAI-compatible "
-                             "server), e.g. assets/lvlms/<judge>.yaml")
+            raise ValueError(
+                f"judge.mode {self.mode!r} needs judge.spec: an LVLM spec file (any OpenAI-compatible "
+                "server), e.g. assets/lvlms/<judge>.yaml"
+            )
         return self
 
     def spec_path(self) -> Path | None:
@@ -79,8 +83,10 @@ class NoneRuleConfig(_Strict):
     @model_validator(mode="after")
     def _threshold_iff_fixed(self):
         if (self.mode == "fixed") != (self.threshold is not None):
-            raise ValueError("none_rule.threshold is given exactly when none_rule.mode is 'fixed' "
-                             f"(got mode {self.mode!r}, threshold {self.threshold!r})")
+            raise ValueError(
+                "none_rule.threshold is given exactly when none_rule.mode is 'fixed' "
+                f"(got mode {self.mode!r}, threshold {self.threshold!r})"
+            )
         return self
 
 
@@ -110,7 +116,12 @@ class MmvmConfig(_Strict):
         bad = [s for s in self.cue_sets if not s or any(c not in CUES for c in s)]
         if bad:
             raise ValueError(f"cue_sets {bad}: every set lists codes 1-8")
-        if len(self.colours) < 2 or len(self.texts) < 2 or len(self.markers) < 2 or len(self.partner_categories) < 2:
+        if (
+            len(self.colours) < 2
+            or len(self.texts) < 2
+            or len(self.markers) < 2
+            or len(self.partner_categories) < 2
+        ):
             raise ValueError("colours, texts, markers and partner_categories need at least 2 values each")
         if set(self.sizes) != {"normal", "small", "large"}:
             raise ValueError(f"sizes must name normal, small and large, got {sorted(self.sizes)}")
@@ -124,7 +135,9 @@ class MmvmConfig(_Strict):
 
     def version_hash(self) -> str:
         """A short hash of the whole config (code versions of the assets that depend on it)."""
-        return hashlib.sha256(json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()[:12]
+        return hashlib.sha256(json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()[
+            :12
+        ]
 
 
 def load_config(path: str | Path | None = None) -> MmvmConfig:

@@ -19,16 +19,28 @@ def training_pairs(objects: pd.DataFrame, cases: pd.DataFrame) -> tuple[pd.DataF
     """(anchors, pool): frame-1 objects whose identity reappears in frame 2 of a training case, and every
     frame-2 object of those cases (with `target` = the pool row of each anchor's positive)."""
     train = set(cases.loc[cases["split"] == "train", "case_id"])
-    obj = objects[objects["case_id"].isin(train) & objects["role"].isin(["query", "match", "distractor", "other"])]
+    obj = objects[
+        objects["case_id"].isin(train) & objects["role"].isin(["query", "match", "distractor", "other"])
+    ]
     pool = obj[obj["frame"] == 1].reset_index(drop=True)
     pos = {(c, i): k for k, (c, i) in enumerate(zip(pool["case_id"], pool["identity"], strict=True))}
     anchors = obj[obj["frame"] == 0].copy()
-    anchors["target"] = [pos.get((c, i), -1) for c, i in zip(anchors["case_id"], anchors["identity"], strict=True)]
+    anchors["target"] = [
+        pos.get((c, i), -1) for c, i in zip(anchors["case_id"], anchors["identity"], strict=True)
+    ]
     return anchors[anchors["target"] >= 0].reset_index(drop=True), pool
 
 
-def train_head(descriptors: dict, objects: pd.DataFrame, cases: pd.DataFrame, dim: int = 64, steps: int = 200,
-               lr: float = 0.01, temperature: float = 0.1, seed: int = 0) -> np.ndarray:
+def train_head(
+    descriptors: dict,
+    objects: pd.DataFrame,
+    cases: pd.DataFrame,
+    dim: int = 64,
+    steps: int = 200,
+    lr: float = 0.01,
+    temperature: float = 0.1,
+    seed: int = 0,
+) -> np.ndarray:
     """The trained C x D head (float32); with no training pair, the initial random projection."""
     anchors, pool = training_pairs(objects, cases)
     some = next(iter(descriptors.values()))
@@ -38,11 +50,17 @@ def train_head(descriptors: dict, objects: pd.DataFrame, cases: pd.DataFrame, di
     w0 = torch.linalg.qr(torch.randn(c, d, generator=gen))[0]
     if anchors.empty:
         return w0.numpy().astype(np.float32)
-    a = torch.from_numpy(np.stack([descriptors[(i, int(lb))] for i, lb in zip(anchors["image_id"], anchors["label"],
-                                                                             strict=True)])).float()
-    p = torch.from_numpy(np.stack([descriptors[(i, int(lb))] for i, lb in zip(pool["image_id"], pool["label"],
-                                                                             strict=True)])).float()
-    same_case = torch.from_numpy(anchors["case_id"].to_numpy()[:, None] == pool["case_id"].to_numpy()[None, :])
+    a = torch.from_numpy(
+        np.stack(
+            [descriptors[(i, int(lb))] for i, lb in zip(anchors["image_id"], anchors["label"], strict=True)]
+        )
+    ).float()
+    p = torch.from_numpy(
+        np.stack([descriptors[(i, int(lb))] for i, lb in zip(pool["image_id"], pool["label"], strict=True)])
+    ).float()
+    same_case = torch.from_numpy(
+        anchors["case_id"].to_numpy()[:, None] == pool["case_id"].to_numpy()[None, :]
+    )
     target = torch.from_numpy(anchors["target"].to_numpy()).long()
     w = torch.nn.Parameter(w0.clone())
     opt = torch.optim.Adam([w], lr=lr)

@@ -106,12 +106,17 @@ def plan_case(cfg: MmvmConfig, split: str, index: int) -> dict:
     cats = list(cfg.families[family])
     case_id = f"{split}_{index:04d}"
     base = ObjectSpec(
-        identity=f"{case_id}/query", role="query", shape=cats[int(rng.integers(len(cats)))],
+        identity=f"{case_id}/query",
+        role="query",
+        shape=cats[int(rng.integers(len(cats)))],
         colour=sorted(cfg.colours)[int(rng.integers(len(cfg.colours)))],
         text=cfg.texts[int(rng.integers(len(cfg.texts)))] if 3 in cues else "",
-        size="normal", relation=RELATIONS[int(rng.integers(2))] if 5 in cues else "none",
+        size="normal",
+        relation=RELATIONS[int(rng.integers(2))] if 5 in cues else "none",
         azimuth=float(rng.uniform(0, 360)),
-        binding=cfg.partner_categories[int(rng.integers(len(cfg.partner_categories)))] if 7 in cues else "none",
+        binding=cfg.partner_categories[int(rng.integers(len(cfg.partner_categories)))]
+        if 7 in cues
+        else "none",
         marker=cfg.markers[int(rng.integers(len(cfg.markers)))] if 8 in cues else "",
         instance_seed=int(rng.integers(2**31)),
     )
@@ -144,9 +149,19 @@ def plan_case(cfg: MmvmConfig, split: str, index: int) -> dict:
             elif cue == 8:
                 d = replace(d, marker=_other(["", *cfg.markers], match.marker, rng, k))
         distractors.append(d)
-    return {"case_id": case_id, "split": split, "index": index, "cues": cues, "absent": absent,
-            "n_total": n_total, "family": family, "query": base, "match": match, "distractors": distractors,
-            "rng": rng}
+    return {
+        "case_id": case_id,
+        "split": split,
+        "index": index,
+        "cues": cues,
+        "absent": absent,
+        "n_total": n_total,
+        "family": family,
+        "query": base,
+        "match": match,
+        "distractors": distractors,
+        "rng": rng,
+    }
 
 
 def build_object(category: str, rgb, instance_seed: int, taxonomy: Taxonomy) -> ObjectModel:
@@ -179,8 +194,14 @@ def _relation_of(slot, landmark) -> str:
     return "far"
 
 
-def assign_slots(objs: list[ObjectSpec], landmark: bool, rng: np.random.Generator, width: int, height: int,
-                 keep: str = "none") -> tuple[int, int, list, list[ObjectSpec], tuple[int, int] | None]:
+def assign_slots(
+    objs: list[ObjectSpec],
+    landmark: bool,
+    rng: np.random.Generator,
+    width: int,
+    height: int,
+    keep: str = "none",
+) -> tuple[int, int, list, list[ObjectSpec], tuple[int, int] | None]:
     """Grid cells for the objects (and the landmark's cell); with a landmark, the query/true match takes the
     cell its relation names and every other object a cell whose relation is not `keep` (the true match's),
     its recorded relation then being the one of its cell."""
@@ -211,7 +232,9 @@ def assign_slots(objs: list[ObjectSpec], landmark: bool, rng: np.random.Generato
     return cols, rows, slots, out, anchor
 
 
-def _decal(img: np.ndarray, mask: np.ndarray, spec: ObjectSpec, cfg: MmvmConfig, free: np.ndarray) -> np.ndarray:
+def _decal(
+    img: np.ndarray, mask: np.ndarray, spec: ObjectSpec, cfg: MmvmConfig, free: np.ndarray
+) -> np.ndarray:
     """Paint the text marker and the object marker onto the object's visible pixels (in place); a printed
     number may overhang onto `free` (background) pixels, which are returned: they join the object's mask."""
     if not mask.any() or (not spec.text and not spec.marker):
@@ -253,7 +276,9 @@ def _decal(img: np.ndarray, mask: np.ndarray, spec: ObjectSpec, cfg: MmvmConfig,
                 break
         (tw, th), _ = cv2.getTextSize(spec.text, cv2.FONT_HERSHEY_SIMPLEX, scale, thick)
         org = (int(px - tw / 2), int(py + th / 2))
-        cv2.putText(layer, spec.text, org, cv2.FONT_HERSHEY_SIMPLEX, scale, (10, 10, 10), thick + 2, cv2.LINE_AA)
+        cv2.putText(
+            layer, spec.text, org, cv2.FONT_HERSHEY_SIMPLEX, scale, (10, 10, 10), thick + 2, cv2.LINE_AA
+        )
         cv2.putText(paint, spec.text, org, cv2.FONT_HERSHEY_SIMPLEX, scale, 1, thick + 2, cv2.LINE_AA)
         white = np.zeros(mask.shape, np.uint8)
         cv2.putText(white, spec.text, org, cv2.FONT_HERSHEY_SIMPLEX, scale, 1, thick, cv2.LINE_AA)
@@ -266,22 +291,39 @@ def _decal(img: np.ndarray, mask: np.ndarray, spec: ObjectSpec, cfg: MmvmConfig,
     return text_px & ~mask
 
 
-def _paint(canvas, labels, model: ObjectModel, azimuth: float, elevation: float, box, area: float,
-           rng: np.random.Generator, label: int) -> np.ndarray:
+def _paint(
+    canvas,
+    labels,
+    model: ObjectModel,
+    azimuth: float,
+    elevation: float,
+    box,
+    area: float,
+    rng: np.random.Generator,
+    label: int,
+) -> np.ndarray:
     """Render a model into the box (x, y, w, h) of the canvas; returns the full-frame mask it now owns."""
     x, y, w, h = box
     cam = frame_camera(model, np.radians(azimuth), elevation, 0.0, w, h, area, rng, focal=1.4 * max(w, h))
     r = render(model, cam)
     full = np.zeros(labels.shape, bool)
-    full[y:y + h, x:x + w] = r.mask
-    canvas[y:y + h, x:x + w][r.mask] = (r.color[r.mask] * 255 + 0.5).astype(np.uint8)
+    full[y : y + h, x : x + w] = r.mask
+    canvas[y : y + h, x : x + w][r.mask] = (r.color[r.mask] * 255 + 0.5).astype(np.uint8)
     labels[full] = label
     return full
 
 
-def render_frame(objs: list[ObjectSpec], slots, grid, anchor, landmark: ObjectSpec | None, cfg: MmvmConfig,
-                 rng: np.random.Generator, taxonomy: Taxonomy,
-                 models: dict | None = None) -> tuple[np.ndarray, np.ndarray, list[ObjectSpec]]:
+def render_frame(
+    objs: list[ObjectSpec],
+    slots,
+    grid,
+    anchor,
+    landmark: ObjectSpec | None,
+    cfg: MmvmConfig,
+    rng: np.random.Generator,
+    taxonomy: Taxonomy,
+    models: dict | None = None,
+) -> tuple[np.ndarray, np.ndarray, list[ObjectSpec]]:
     """The image, label map and object list (label k = list entry k-1) of one frame.
 
     `models` caches built objects by (category, colour, seed): a case's identical distractors build once."""
@@ -309,7 +351,9 @@ def render_frame(objs: list[ObjectSpec], slots, grid, anchor, landmark: ObjectSp
         box = (c * cw, r * ch, cw, ch)
         model = model_of(spec.shape, cfg.colours[spec.colour], spec.instance_seed)
         placed.append(spec)
-        full = _paint(img, labels, model, spec.azimuth, elevation, box, cfg.sizes[spec.size], rng, len(placed))
+        full = _paint(
+            img, labels, model, spec.azimuth, elevation, box, cfg.sizes[spec.size], rng, len(placed)
+        )
         boxes.append((spec, full, box))
     for spec, full, _box in boxes:  # decals after all bodies, onto each body's pixels
         k = placed.index(spec) + 1
@@ -324,12 +368,32 @@ def render_frame(objs: list[ObjectSpec], slots, grid, anchor, landmark: ObjectSp
         px = int((left + right) / 2 - pw / 2)
         py = int(max(0, top - 0.45 * ph))
         px, pw = max(0, px), min(pw, W - max(0, px))
-        rider = ObjectSpec(identity=f"{spec.identity}/rider", role="partner", shape=spec.binding, colour="white",
-                           text="", size="large", relation="none", azimuth=spec.azimuth, binding="none", marker="",
-                           instance_seed=spec.instance_seed + 1)
+        rider = ObjectSpec(
+            identity=f"{spec.identity}/rider",
+            role="partner",
+            shape=spec.binding,
+            colour="white",
+            text="",
+            size="large",
+            relation="none",
+            azimuth=spec.azimuth,
+            binding="none",
+            marker="",
+            instance_seed=spec.instance_seed + 1,
+        )
         model = model_of(rider.shape, cfg.colours.get("white", (235, 235, 235)), rider.instance_seed)
         placed.append(rider)
-        _paint(img, labels, model, rider.azimuth, elevation, (px, py, pw, ph), cfg.sizes["large"], rng, len(placed))
+        _paint(
+            img,
+            labels,
+            model,
+            rider.azimuth,
+            elevation,
+            (px, py, pw, ph),
+            cfg.sizes["large"],
+            rng,
+            len(placed),
+        )
     return img, labels, placed
 
 
@@ -345,8 +409,9 @@ def _png(arr: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-def generate_case(cfg: MmvmConfig, split: str, index: int, root: str,
-                  taxonomy: Taxonomy | None = None) -> tuple[dict, list[dict], list[dict]]:
+def generate_case(
+    cfg: MmvmConfig, split: str, index: int, root: str, taxonomy: Taxonomy | None = None
+) -> tuple[dict, list[dict], list[dict]]:
     """Render one case's two frames under `root`; returns (case row, image rows, object rows)."""
     tax = taxonomy or load_taxonomy()
     plan = plan_case(cfg, split, index)
@@ -355,17 +420,28 @@ def generate_case(cfg: MmvmConfig, split: str, index: int, root: str,
     has_landmark = 5 in plan["cues"]
     landmark = None
     if has_landmark:
-        landmark = ObjectSpec(identity=f"{case_id}/landmark", role="landmark", shape=cfg.landmark_category,
-                              colour="white", text="", size="normal", relation="none", azimuth=200.0,
-                              binding="none", marker="", instance_seed=int(rng.integers(2**31)))
+        landmark = ObjectSpec(
+            identity=f"{case_id}/landmark",
+            role="landmark",
+            shape=cfg.landmark_category,
+            colour="white",
+            text="",
+            size="normal",
+            relation="none",
+            azimuth=200.0,
+            binding="none",
+            marker="",
+            instance_seed=int(rng.integers(2**31)),
+        )
     clutter = [replace(d, role="other") for d in plan["distractors"][:2]]
     frame0 = [plan["query"], *clutter]
     frame1 = ([] if plan["absent"] else [plan["match"]]) + plan["distractors"]
     frame1 = [frame1[i] for i in rng.permutation(len(frame1))]
     images, objects, models = [], [], {}
     for f, objs in enumerate((frame0, frame1)):
-        cols, rows, slots, objs, anchor = assign_slots(objs, has_landmark, rng, cfg.frame.width, cfg.frame.height,
-                                                       keep=plan["match"].relation)
+        cols, rows, slots, objs, anchor = assign_slots(
+            objs, has_landmark, rng, cfg.frame.width, cfg.frame.height, keep=plan["match"].relation
+        )
         if has_landmark:
             lm = replace(landmark, azimuth=float(landmark.azimuth + 35 * f))
         else:
@@ -376,21 +452,45 @@ def generate_case(cfg: MmvmConfig, split: str, index: int, root: str,
         labels_uri = join(root, "labels", case_id, f"frame{f}.png")
         write_bytes_atomic(uri, _jpeg(img))
         write_bytes_atomic(labels_uri, _png(labels))
-        images.append({"image_id": image_id, "uri": uri, "width": cfg.frame.width, "height": cfg.frame.height,
-                       "category": "mmvm", "case_id": case_id, "frame": f, "labels_uri": labels_uri,
-                       "data_source": SIMULATED})
+        images.append(
+            {
+                "image_id": image_id,
+                "uri": uri,
+                "width": cfg.frame.width,
+                "height": cfg.frame.height,
+                "category": "mmvm",
+                "case_id": case_id,
+                "frame": f,
+                "labels_uri": labels_uri,
+                "data_source": SIMULATED,
+            }
+        )
         areas = np.bincount(labels.ravel(), minlength=len(placed) + 1)
         for k, spec in enumerate(placed, start=1):
             row = asdict(spec)
-            row.update(case_id=case_id, frame=f, label=k, image_id=image_id, area_px=int(areas[k]),
-                       candidate=bool(f == 1 and spec.role in ("match", "distractor")))
+            row.update(
+                case_id=case_id,
+                frame=f,
+                label=k,
+                image_id=image_id,
+                area_px=int(areas[k]),
+                candidate=bool(f == 1 and spec.role in ("match", "distractor")),
+            )
             objects.append(row)
     match = plan["match"]
-    case = {"case_id": case_id, "split": split, "index": index, "match_type": format_match_type(plan["cues"]),
-            "query_absent": plan["absent"], "n_total": plan["n_total"], "family": plan["family"],
-            "frame0": images[0]["image_id"], "frame1": images[1]["image_id"],
-            "match_attributes": json.dumps({a: getattr(match, a) for a in ATTRIBUTES}),
-            "data_source": SIMULATED}
+    case = {
+        "case_id": case_id,
+        "split": split,
+        "index": index,
+        "match_type": format_match_type(plan["cues"]),
+        "query_absent": plan["absent"],
+        "n_total": plan["n_total"],
+        "family": plan["family"],
+        "frame0": images[0]["image_id"],
+        "frame1": images[1]["image_id"],
+        "match_attributes": json.dumps({a: getattr(match, a) for a in ATTRIBUTES}),
+        "data_source": SIMULATED,
+    }
     return case, images, objects
 
 
@@ -405,6 +505,21 @@ def generate(cfg: MmvmConfig, root: str, taxonomy: Taxonomy | None = None) -> di
             images.extend(im)
             objects.extend(ob)
     obj = pd.DataFrame(objects)
-    return {"cases": pd.DataFrame(cases), "images": pd.DataFrame(images),
-            "objects": obj[["case_id", "frame", "label", "image_id", "identity", "role", "candidate", *ATTRIBUTES,
-                            "instance_seed", "area_px"]]}
+    return {
+        "cases": pd.DataFrame(cases),
+        "images": pd.DataFrame(images),
+        "objects": obj[
+            [
+                "case_id",
+                "frame",
+                "label",
+                "image_id",
+                "identity",
+                "role",
+                "candidate",
+                *ATTRIBUTES,
+                "instance_seed",
+                "area_px",
+            ]
+        ],
+    }

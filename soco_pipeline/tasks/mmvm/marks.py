@@ -72,8 +72,12 @@ def _label_anchor(contours) -> tuple[tuple[int, int], tuple[int, int]]:
     return (int(x + w / 2), int(y + h / 2)), (w, h)
 
 
-def draw_candidates(image: np.ndarray, masks: list[np.ndarray], ids: list[int],
-                    colours: list[tuple[int, int, int]] | None = None) -> tuple[np.ndarray, list[Label]]:
+def draw_candidates(
+    image: np.ndarray,
+    masks: list[np.ndarray],
+    ids: list[int],
+    colours: list[tuple[int, int, int]] | None = None,
+) -> tuple[np.ndarray, list[Label]]:
     """A copy of frame 2 with every candidate's contour and ID label, and where each label went."""
     out = np.ascontiguousarray(image.copy())
     colours = colours or candidate_colours(len(masks))

@@ -39,12 +39,30 @@ from soco_pipeline.storage import join, read_bytes, write_bytes_atomic
 from soco_pipeline.tasks.mmvm.cues import parse_match_type
 from soco_pipeline.tasks.mmvm.prompt import LETTERS, QUESTION, option_map, options_of, read_labels
 
-FILES = ("FRAME00.jpg", "FRAME00_ORI.jpg", "FRAME00.json", "FRAME01_CAND.jpg", "FRAME01_ORI.jpg",
-         "FRAME01_CAND.json")
+FILES = (
+    "FRAME00.jpg",
+    "FRAME00_ORI.jpg",
+    "FRAME00.json",
+    "FRAME01_CAND.jpg",
+    "FRAME01_ORI.jpg",
+    "FRAME01_CAND.json",
+)
 TSV_NAME = "mllm_match_eval_full.tsv"
 VLMEVALKIT_NAME = "MMVMBench.tsv"
-EVAL_COLUMNS = ["index", "question", "image_path", "choices", "pure_question", "choices_head", "answer",
-                "match_type", "image", "image_v3", "image_path_v3", "question_v3"]
+EVAL_COLUMNS = [
+    "index",
+    "question",
+    "image_path",
+    "choices",
+    "pure_question",
+    "choices_head",
+    "answer",
+    "match_type",
+    "image",
+    "image_v3",
+    "image_path_v3",
+    "question_v3",
+]
 VLMEVALKIT_COLUMNS = ["index", "question", "answer", "match_type", "image"]
 
 
@@ -53,6 +71,7 @@ class MmvmFormatError(ValueError):
 
 
 # ---------------------------------------------------------------- masks <-> polygons
+
 
 def mask_to_polygons(mask: np.ndarray) -> list[list[int]]:
     """COCO-style polygons [x0, y0, x1, y1, ...] of a mask: outer contours and hole contours (OpenCV, every
@@ -75,14 +94,16 @@ def polygons_to_mask(polygons, height: int, width: int, where: str = "") -> np.n
             x, y = pts[np.argmax(bad)]
             raise MmvmFormatError(
                 f"{where}: polygon {k} has point ({x:g}, {y:g}) outside the {width}x{height} image; "
-                f"fix the segmentation or the height/width of the entry")
+                f"fix the segmentation or the height/width of the entry"
+            )
         one = np.zeros((height, width), np.uint8)
         cv2.fillPoly(one, [np.round(pts).astype(np.int32)], 1)
         count += one
-    return (count == 1)
+    return count == 1
 
 
 # ---------------------------------------------------------------- export
+
 
 def _jpeg(img: np.ndarray) -> bytes:
     buf = io.BytesIO()
@@ -92,12 +113,19 @@ def _jpeg(img: np.ndarray) -> bytes:
 
 def _entry(mask: np.ndarray, oid: int, label: int, **extra) -> dict:
     h, w = mask.shape
-    return {"id": int(oid), "height": int(h), "width": int(w), "segmentation": mask_to_polygons(mask),
-            "label": int(label), **extra}
+    return {
+        "id": int(oid),
+        "height": int(h),
+        "width": int(w),
+        "segmentation": mask_to_polygons(mask),
+        "label": int(label),
+        **extra,
+    }
 
 
-def export_match_bench(items: pd.DataFrame, cases: pd.DataFrame, objects: pd.DataFrame, images: pd.DataFrame,
-                       out_root: str) -> pd.DataFrame:
+def export_match_bench(
+    items: pd.DataFrame, cases: pd.DataFrame, objects: pd.DataFrame, images: pd.DataFrame, out_root: str
+) -> pd.DataFrame:
     """Write items as `match_bench/case_xxxxx/` folders plus mllm_match_eval_full.tsv under `out_root`;
     returns the TSV table."""
     img = images.set_index("image_id")
@@ -111,21 +139,40 @@ def export_match_bench(items: pd.DataFrame, cases: pd.DataFrame, objects: pd.Dat
         lab0, lab1 = read_labels(f0["labels_uri"]), read_labels(f1["labels_uri"])
         ql = int(q.loc[it.case_id])
         files = {
-            "FRAME00.jpg": read_bytes(it.frame0_marked), "FRAME00_ORI.jpg": read_bytes(f0["uri"]),
-            "FRAME01_CAND.jpg": read_bytes(it.frame1_marked), "FRAME01_ORI.jpg": read_bytes(f1["uri"]),
-            "FRAME00.json": json.dumps([_entry(lab0 == ql, 0, ql, mmvm_item_id=it.item_id,
-                                               mmvm_case_id=it.case_id)]).encode(),
-            "FRAME01_CAND.json": json.dumps([_entry(lab1 == lb, oid, lb) for lb, oid in
-                                             zip(json.loads(it.labels), json.loads(it.ids), strict=True)]).encode(),
+            "FRAME00.jpg": read_bytes(it.frame0_marked),
+            "FRAME00_ORI.jpg": read_bytes(f0["uri"]),
+            "FRAME01_CAND.jpg": read_bytes(it.frame1_marked),
+            "FRAME01_ORI.jpg": read_bytes(f1["uri"]),
+            "FRAME00.json": json.dumps(
+                [_entry(lab0 == ql, 0, ql, mmvm_item_id=it.item_id, mmvm_case_id=it.case_id)]
+            ).encode(),
+            "FRAME01_CAND.json": json.dumps(
+                [
+                    _entry(lab1 == lb, oid, lb)
+                    for lb, oid in zip(json.loads(it.labels), json.loads(it.ids), strict=True)
+                ]
+            ).encode(),
         }
         for name, data in files.items():
             write_bytes_atomic(join(out_root, folder, name), data)
         letters = list(option_map(it.options))
         paths = [f"{folder}/FRAME00.jpg", f"{folder}/FRAME01_CAND.jpg"]
-        rows.append({"index": i, "question": it.question, "image_path": repr(paths), "choices": it.options,
-                     "pure_question": QUESTION, "choices_head": ", ".join(letters), "answer": it.answer,
-                     "match_type": it.match_type, "image": str(i), "image_v3": str(i),
-                     "image_path_v3": repr(paths), "question_v3": it.question})
+        rows.append(
+            {
+                "index": i,
+                "question": it.question,
+                "image_path": repr(paths),
+                "choices": it.options,
+                "pure_question": QUESTION,
+                "choices_head": ", ".join(letters),
+                "answer": it.answer,
+                "match_type": it.match_type,
+                "image": str(i),
+                "image_v3": str(i),
+                "image_path_v3": repr(paths),
+                "question_v3": it.question,
+            }
+        )
     table = pd.DataFrame(rows, columns=EVAL_COLUMNS)
     buf = io.StringIO()
     table.to_csv(buf, sep="\t", index=False)
@@ -135,11 +182,21 @@ def export_match_bench(items: pd.DataFrame, cases: pd.DataFrame, objects: pd.Dat
 
 def export_vlmevalkit(items: pd.DataFrame, path: str) -> pd.DataFrame:
     """Write items as VLMEvalKit's MMVMBench.tsv (index, question, answer, match_type, image)."""
-    image = [repr([base64.b64encode(read_bytes(a)).decode("ascii"), base64.b64encode(read_bytes(b)).decode("ascii")])
-             for a, b in zip(items["frame0_marked"], items["frame1_marked"], strict=True)]
-    table = pd.DataFrame({"index": np.arange(len(items)), "question": items["question"].to_numpy(),
-                          "answer": items["answer"].to_numpy(), "match_type": items["match_type"].to_numpy(),
-                          "image": image})
+    image = [
+        repr(
+            [base64.b64encode(read_bytes(a)).decode("ascii"), base64.b64encode(read_bytes(b)).decode("ascii")]
+        )
+        for a, b in zip(items["frame0_marked"], items["frame1_marked"], strict=True)
+    ]
+    table = pd.DataFrame(
+        {
+            "index": np.arange(len(items)),
+            "question": items["question"].to_numpy(),
+            "answer": items["answer"].to_numpy(),
+            "match_type": items["match_type"].to_numpy(),
+            "image": image,
+        }
+    )
     buf = io.StringIO()
     table.to_csv(buf, sep="\t", index=False)
     write_bytes_atomic(str(path), buf.getvalue().encode())
@@ -147,6 +204,7 @@ def export_vlmevalkit(items: pd.DataFrame, path: str) -> pd.DataFrame:
 
 
 # ---------------------------------------------------------------- import
+
 
 def _read_tsv(path: str, required: set[str]) -> pd.DataFrame:
     try:
@@ -202,16 +260,19 @@ def import_match_bench(root: str, work_root: str, tsv: str | None = None) -> dic
             paths = ast.literal_eval(row.image_path)
             assert isinstance(paths, list) and len(paths) == 2
         except (ValueError, SyntaxError, AssertionError):
-            raise MmvmFormatError(f"{where}: image_path {row.image_path!r} must be a list of the two marked "
-                                  f"frames [.../FRAME00.jpg, .../FRAME01_CAND.jpg]") from None
+            raise MmvmFormatError(
+                f"{where}: image_path {row.image_path!r} must be a list of the two marked "
+                f"frames [.../FRAME00.jpg, .../FRAME01_CAND.jpg]"
+            ) from None
         folder = str(paths[0]).rsplit("/", 1)[0]
         for name in FILES:
             p = join(root, folder, name)
             try:
                 read_bytes(p)
             except FileNotFoundError:
-                raise MmvmFormatError(f"{where}: case folder {folder} misses {name} ({p}); a case holds "
-                                      f"{', '.join(FILES)}") from None
+                raise MmvmFormatError(
+                    f"{where}: case folder {folder} misses {name} ({p}); a case holds {', '.join(FILES)}"
+                ) from None
         q_doc = _load_json(join(root, folder, "FRAME00.json"), where)
         c_doc = _load_json(join(root, folder, "FRAME01_CAND.json"), where)
         case_id = str(q_doc[0].get("mmvm_case_id") or folder.rsplit("/", 1)[-1])
@@ -229,40 +290,84 @@ def import_match_bench(root: str, work_root: str, tsv: str | None = None) -> dic
             h, w = int(doc[0]["height"]), int(doc[0]["width"])
             lab = np.zeros((h, w), np.uint8)
             for k, e in enumerate(doc, start=1):
-                m = polygons_to_mask(e["segmentation"], h, w, where=f"{where}: {folder}/{name}.json entry {k - 1}")
+                m = polygons_to_mask(
+                    e["segmentation"], h, w, where=f"{where}: {folder}/{name}.json entry {k - 1}"
+                )
                 lb = int(e.get("label", k)) if f == 1 else int(e.get("label", 1))
                 lab[m] = lb
                 if f == 1:
                     labels.append(lb)
                     ids.append(int(e["id"]))
-                objects.append({"case_id": case_id, "frame": f, "label": lb, "role": "query" if f == 0 else
-                                "candidate", "candidate": f == 1, "id": int(e.get("id", 0))})
+                objects.append(
+                    {
+                        "case_id": case_id,
+                        "frame": f,
+                        "label": lb,
+                        "role": "query" if f == 0 else "candidate",
+                        "candidate": f == 1,
+                        "id": int(e.get("id", 0)),
+                    }
+                )
             image_id = f"mmvm/imported/{case_id}/frame{f}"
             frame_ids.append(image_id)
             if image_id not in {i["image_id"] for i in images}:
                 labels_uri = join(work_root, "labels", case_id, f"frame{f}.png")
                 _write_png(labels_uri, lab)
                 ori = join(root, folder, "FRAME00_ORI.jpg" if f == 0 else "FRAME01_ORI.jpg")
-                images.append({"image_id": image_id, "uri": ori, "width": w, "height": h, "category": "mmvm",
-                               "case_id": case_id, "frame": f, "labels_uri": labels_uri,
-                               "data_source": f"imported: {root}"})
+                images.append(
+                    {
+                        "image_id": image_id,
+                        "uri": ori,
+                        "width": w,
+                        "height": h,
+                        "category": "mmvm",
+                        "case_id": case_id,
+                        "frame": f,
+                        "labels_uri": labels_uri,
+                        "data_source": f"imported: {root}",
+                    }
+                )
         shown = sorted(ids)[:25]
         answer_id = -1 if answer == none_letter else int(opts[answer])
-        cases.setdefault(case_id, {"case_id": case_id, "split": "test", "index": len(cases),
-                                   "match_type": row.match_type, "query_absent": answer == none_letter,
-                                   "n_total": len(labels), "family": "", "frame0": frame_ids[0],
-                                   "frame1": frame_ids[1], "match_attributes": "{}",
-                                   "data_source": f"imported: {root}"})
-        items.append({
-            "item_id": item_id, "case_id": case_id, "split": "test", "n_candidates": len(labels),
-            "count_label": item_id.rsplit("/", 1)[-1] if "mmvm_item_id" in q_doc[0] else str(len(labels)),
-            "match_type": row.match_type, "match_type_fallback": parsed.fallback,
-            "query_absent": answer == none_letter, "labels": json.dumps(labels), "ids": json.dumps(ids),
-            "shown_ids": json.dumps(shown), "options": options, "question": row.question, "answer": answer,
-            "answer_id": answer_id, "none_letter": none_letter,
-            "frame0_marked": join(root, folder, "FRAME00.jpg"), "frame1_marked": join(root, folder, "FRAME01_CAND.jpg"),
-            "data_source": f"imported: {root}",
-        })
+        cases.setdefault(
+            case_id,
+            {
+                "case_id": case_id,
+                "split": "test",
+                "index": len(cases),
+                "match_type": row.match_type,
+                "query_absent": answer == none_letter,
+                "n_total": len(labels),
+                "family": "",
+                "frame0": frame_ids[0],
+                "frame1": frame_ids[1],
+                "match_attributes": "{}",
+                "data_source": f"imported: {root}",
+            },
+        )
+        items.append(
+            {
+                "item_id": item_id,
+                "case_id": case_id,
+                "split": "test",
+                "n_candidates": len(labels),
+                "count_label": item_id.rsplit("/", 1)[-1] if "mmvm_item_id" in q_doc[0] else str(len(labels)),
+                "match_type": row.match_type,
+                "match_type_fallback": parsed.fallback,
+                "query_absent": answer == none_letter,
+                "labels": json.dumps(labels),
+                "ids": json.dumps(ids),
+                "shown_ids": json.dumps(shown),
+                "options": options,
+                "question": row.question,
+                "answer": answer,
+                "answer_id": answer_id,
+                "none_letter": none_letter,
+                "frame0_marked": join(root, folder, "FRAME00.jpg"),
+                "frame1_marked": join(root, folder, "FRAME01_CAND.jpg"),
+                "data_source": f"imported: {root}",
+            }
+        )
     obj = pd.DataFrame(objects).drop_duplicates(["case_id", "frame", "label"], ignore_index=True)
     # identities: the candidate whose shown ID is the answer is the query's instance
     ident = obj["case_id"] + "/f" + obj["frame"].astype(str) + "/" + obj["label"].astype(str)
@@ -272,10 +377,17 @@ def import_match_bench(root: str, work_root: str, tsv: str | None = None) -> dic
         ids, labels = json.loads(row.ids), json.loads(row.labels)
         lb = labels[ids.index(row.answer_id)]
         sel = (obj["case_id"] == row.case_id) & (obj["frame"] == 1) & (obj["label"] == lb)
-        obj.loc[sel, "identity"] = obj.loc[(obj["case_id"] == row.case_id) & (obj["frame"] == 0), "identity"].iat[0]
+        obj.loc[sel, "identity"] = obj.loc[
+            (obj["case_id"] == row.case_id) & (obj["frame"] == 0), "identity"
+        ].iat[0]
     obj["role"] = np.where(obj["frame"] == 0, "query", "distractor")
     obj["image_id"] = "mmvm/imported/" + obj["case_id"] + "/frame" + obj["frame"].astype(str)
-    return {"cases": pd.DataFrame(list(cases.values())), "images": pd.DataFrame(images), "objects": obj, "items": it}
+    return {
+        "cases": pd.DataFrame(list(cases.values())),
+        "images": pd.DataFrame(images),
+        "objects": obj,
+        "items": it,
+    }
 
 
 def import_vlmevalkit(path: str, image_root: str) -> pd.DataFrame:
@@ -290,7 +402,9 @@ def import_vlmevalkit(path: str, image_root: str) -> pd.DataFrame:
         except (ValueError, SyntaxError) as e:
             raise MmvmFormatError(f"{where}: image is not a base64 JPEG or a list of them ({e})") from None
         if len(data) != 2:
-            raise MmvmFormatError(f"{where}: image holds {len(data)} images; an MMVM row holds the two frames")
+            raise MmvmFormatError(
+                f"{where}: image holds {len(data)} images; an MMVM row holds the two frames"
+            )
         uris = []
         for k, b in enumerate(data):
             u = join(image_root, f"{row.index}_{k}.jpg")
@@ -304,15 +418,31 @@ def import_vlmevalkit(path: str, image_root: str) -> pd.DataFrame:
         parsed = parse_match_type(row.match_type)
         n = max(len(opts) - 1, 1)
         none_letter = LETTERS[n]
-        rows.append({"item_id": f"vlmevalkit/{row.index}", "case_id": f"vlmevalkit/{row.index}", "split": "test",
-                     "n_candidates": n, "count_label": str(n), "match_type": row.match_type,
-                     "match_type_fallback": parsed.fallback, "query_absent": answer == none_letter,
-                     "labels": "[]", "ids": "[]", "shown_ids": json.dumps([int(v) for k, v in opts.items()
-                                                                        if k != none_letter and v.isdigit()]),
-                     "options": options, "question": row.question, "answer": answer,
-                     "answer_id": -1 if answer == none_letter else int(opts.get(answer, -1)),
-                     "none_letter": none_letter, "frame0_marked": uris[0], "frame1_marked": uris[1],
-                     "data_source": f"imported: {path}"})
+        rows.append(
+            {
+                "item_id": f"vlmevalkit/{row.index}",
+                "case_id": f"vlmevalkit/{row.index}",
+                "split": "test",
+                "n_candidates": n,
+                "count_label": str(n),
+                "match_type": row.match_type,
+                "match_type_fallback": parsed.fallback,
+                "query_absent": answer == none_letter,
+                "labels": "[]",
+                "ids": "[]",
+                "shown_ids": json.dumps(
+                    [int(v) for k, v in opts.items() if k != none_letter and v.isdigit()]
+                ),
+                "options": options,
+                "question": row.question,
+                "answer": answer,
+                "answer_id": -1 if answer == none_letter else int(opts.get(answer, -1)),
+                "none_letter": none_letter,
+                "frame0_marked": uris[0],
+                "frame1_marked": uris[1],
+                "data_source": f"imported: {path}",
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -326,6 +456,8 @@ def read_prediction_workbook(path: str | Path) -> pd.DataFrame:
     df.columns = [str(c).strip() for c in df.columns]
     missing = sorted({"index", "question", "answer", "match_type", "prediction"} - set(df.columns))
     if missing:
-        raise MmvmFormatError(f"{path}: missing column(s) {missing}; a VLMEvalKit MMVMBench workbook has "
-                              f"index, question, answer, match_type and prediction")
+        raise MmvmFormatError(
+            f"{path}: missing column(s) {missing}; a VLMEvalKit MMVMBench workbook has "
+            f"index, question, answer, match_type and prediction"
+        )
     return df.fillna("")

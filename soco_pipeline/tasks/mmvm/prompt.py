@@ -33,9 +33,24 @@ QUESTION = (
 NONE_TEXT = "None of the above choices are correct"
 LETTERS = string.ascii_uppercase
 ITEM_COLUMNS = [
-    "item_id", "case_id", "split", "n_candidates", "count_label", "match_type", "match_type_fallback", "query_absent", "labels",
+    "item_id",
+    "case_id",
+    "split",
+    "n_candidates",
+    "count_label",
+    "match_type",
+    "match_type_fallback",
+    "query_absent",
+    "labels",
     "ids",
-    "shown_ids", "options", "question", "answer", "answer_id", "none_letter", "frame0_marked", "frame1_marked",
+    "shown_ids",
+    "options",
+    "question",
+    "answer",
+    "answer_id",
+    "none_letter",
+    "frame0_marked",
+    "frame1_marked",
     "data_source",
 ]
 
@@ -72,7 +87,7 @@ def option_map(options: str) -> dict[str, str]:
 def options_of(question: str) -> str:
     """The options block of a question: the text after the published template, else its `X. ...` lines."""
     if question.startswith(QUESTION):
-        return question[len(QUESTION):]
+        return question[len(QUESTION) :]
     lines = [ln for ln in question.split("\n") if re.match(r"^\s*[A-Z]\.\s", ln)]
     return "".join(ln.strip() + "\n" for ln in lines)
 
@@ -100,8 +115,9 @@ def _jpeg(img: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-def build_items(cases: pd.DataFrame, objects: pd.DataFrame, images: pd.DataFrame, cfg: MmvmConfig,
-                root: str) -> pd.DataFrame:
+def build_items(
+    cases: pd.DataFrame, objects: pd.DataFrame, images: pd.DataFrame, cfg: MmvmConfig, root: str
+) -> pd.DataFrame:
     """Items (ITEM_COLUMNS) of every case and candidate count, marked frames written under `root`."""
     img = images.set_index("image_id")
     rows = []
@@ -131,13 +147,27 @@ def build_items(cases: pd.DataFrame, objects: pd.DataFrame, images: pd.DataFrame
                 answer = LETTERS[shown.index(answer_id)] if answer_id in shown else none_letter
             else:
                 answer_id, answer = -1, none_letter
-            rows.append({
-                "item_id": item_id, "case_id": case.case_id, "split": case.split, "n_candidates": k,
-                "count_label": count_label, "match_type": case.match_type, "match_type_fallback": "",
-                "query_absent": not match,
-                "labels": json.dumps(pick), "ids": json.dumps(ids), "shown_ids": json.dumps(shown),
-                "options": options, "question": build_question(options), "answer": answer,
-                "answer_id": int(answer_id), "none_letter": none_letter, "frame0_marked": marked0,
-                "frame1_marked": marked1, "data_source": case.data_source,
-            })
+            rows.append(
+                {
+                    "item_id": item_id,
+                    "case_id": case.case_id,
+                    "split": case.split,
+                    "n_candidates": k,
+                    "count_label": count_label,
+                    "match_type": case.match_type,
+                    "match_type_fallback": "",
+                    "query_absent": not match,
+                    "labels": json.dumps(pick),
+                    "ids": json.dumps(ids),
+                    "shown_ids": json.dumps(shown),
+                    "options": options,
+                    "question": build_question(options),
+                    "answer": answer,
+                    "answer_id": int(answer_id),
+                    "none_letter": none_letter,
+                    "frame0_marked": marked0,
+                    "frame1_marked": marked1,
+                    "data_source": case.data_source,
+                }
+            )
     return pd.DataFrame(rows, columns=ITEM_COLUMNS)

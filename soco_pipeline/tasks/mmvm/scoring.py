@@ -32,9 +32,26 @@ import pandas as pd
 from soco_pipeline.tasks.mmvm.prompt import LETTERS, read_labels
 
 PREDICTION_COLUMNS = [
-    "model", "method", "item_id", "case_id", "split", "n_candidates", "count_label", "match_type", "query_absent", "answer",
-    "forced_letter", "predicted", "max_similarity", "threshold", "correct", "correct_forced", "none_mode",
-    "none_rule", "status", "reason",
+    "model",
+    "method",
+    "item_id",
+    "case_id",
+    "split",
+    "n_candidates",
+    "count_label",
+    "match_type",
+    "query_absent",
+    "answer",
+    "forced_letter",
+    "predicted",
+    "max_similarity",
+    "threshold",
+    "correct",
+    "correct_forced",
+    "none_mode",
+    "none_rule",
+    "status",
+    "reason",
 ]
 NOT_APPLICABLE = "not_applicable"
 
@@ -68,7 +85,9 @@ def pool_frame(fmap: np.ndarray, labels: np.ndarray, wanted: list[int]) -> np.nd
     return pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
 
 
-def pooled_descriptors(objects: pd.DataFrame, images: pd.DataFrame, store) -> dict[tuple[str, int], np.ndarray]:
+def pooled_descriptors(
+    objects: pd.DataFrame, images: pd.DataFrame, store
+) -> dict[tuple[str, int], np.ndarray]:
     """{(image_id, label): descriptor} of every object, from a FeatureStore of the frames' dense maps."""
     out = {}
     uris = dict(zip(images["image_id"], images["labels_uri"], strict=True))
@@ -80,7 +99,9 @@ def pooled_descriptors(objects: pd.DataFrame, images: pd.DataFrame, store) -> di
     return out
 
 
-def oracle_descriptors(objects: pd.DataFrame, seed: int = 0, noise: float = 0.01) -> dict[tuple[str, int], np.ndarray]:
+def oracle_descriptors(
+    objects: pd.DataFrame, seed: int = 0, noise: float = 0.01
+) -> dict[tuple[str, int], np.ndarray]:
     """The instance-identity oracle: a one-hot of each object's identity plus small seeded noise.
 
     The query and its true match share an identity, every other object has its own: it scores 100."""
@@ -91,8 +112,9 @@ def oracle_descriptors(objects: pd.DataFrame, seed: int = 0, noise: float = 0.01
     return {(i, int(lb)): v for i, lb, v in zip(objects["image_id"], objects["label"], vec, strict=True)}
 
 
-def item_similarities(items: pd.DataFrame, cases: pd.DataFrame, objects: pd.DataFrame,
-                      descriptors: dict) -> list[np.ndarray]:
+def item_similarities(
+    items: pd.DataFrame, cases: pd.DataFrame, objects: pd.DataFrame, descriptors: dict
+) -> list[np.ndarray]:
     """Per item, the cosine similarity of the query to each shown candidate (in `labels` order)."""
     frames = cases.set_index("case_id")[["frame0", "frame1"]]
     q = objects[(objects["frame"] == 0) & (objects["role"] == "query")].set_index("case_id")["label"]
@@ -151,8 +173,9 @@ class NoneRule:
         return f"None iff the best cosine < {self.threshold:.4f} ({self.source})"
 
 
-def resolve_none_rule(items: pd.DataFrame, forced: np.ndarray, best: np.ndarray, config=None,
-                      carried: NoneRule | None = None) -> NoneRule:
+def resolve_none_rule(
+    items: pd.DataFrame, forced: np.ndarray, best: np.ndarray, config=None, carried: NoneRule | None = None
+) -> NoneRule:
     """The NoneRule of an item set: the config's fixed or never rule; else (mode fitted, the default) the
     threshold fitted on the items' training split, or, with none, the `carried` rule, or else never."""
     mode = getattr(config, "mode", "fitted")
@@ -163,7 +186,9 @@ def resolve_none_rule(items: pd.DataFrame, forced: np.ndarray, best: np.ndarray,
     train = items["split"].to_numpy() == "train"
     if train.any():
         answer = items["answer"].to_numpy()
-        tau = fit_threshold(best[train], forced[train] == answer[train], items["query_absent"].to_numpy(bool)[train])
+        tau = fit_threshold(
+            best[train], forced[train] == answer[train], items["query_absent"].to_numpy(bool)[train]
+        )
         return NoneRule("fitted", tau, f"fitted on the training split, {int(train.sum())} items")
     if carried is not None:
         return carried
@@ -173,19 +198,30 @@ def resolve_none_rule(items: pd.DataFrame, forced: np.ndarray, best: np.ndarray,
 def carried_rule(reference_predictions: pd.DataFrame, method: str) -> NoneRule | None:
     """The fitted rule of one method in predictions on generated data, to carry to an item set without a
     training split (None when those predictions hold no fitted rule for the method)."""
-    rows = reference_predictions[(reference_predictions["method"] == method)
-                                 & (reference_predictions["none_mode"] == "fitted")]
+    rows = reference_predictions[
+        (reference_predictions["method"] == method) & (reference_predictions["none_mode"] == "fitted")
+    ]
     if rows.empty:
         return None
     n_train = int((rows["split"] == "train").sum())
-    return NoneRule("carried", float(rows["threshold"].iat[0]),
-                    f"fitted on the generated training split ({n_train} items) for the same backbone and method, "
-                    "carried to these items")
+    return NoneRule(
+        "carried",
+        float(rows["threshold"].iat[0]),
+        f"fitted on the generated training split ({n_train} items) for the same backbone and method, "
+        "carried to these items",
+    )
 
 
-def predict_items(items: pd.DataFrame, cases: pd.DataFrame, objects: pd.DataFrame, descriptors: dict,
-                  model: str, method: str = "zero_shot", none_rule=None,
-                  carried: NoneRule | None = None) -> pd.DataFrame:
+def predict_items(
+    items: pd.DataFrame,
+    cases: pd.DataFrame,
+    objects: pd.DataFrame,
+    descriptors: dict,
+    model: str,
+    method: str = "zero_shot",
+    none_rule=None,
+    carried: NoneRule | None = None,
+) -> pd.DataFrame:
     """Predictions (PREDICTION_COLUMNS) of one descriptor source on every item; None by the item set's
     NoneRule (`none_rule` = the config's NoneRuleConfig; `carried` = a rule from generated data)."""
     sims = item_similarities(items, cases, objects, descriptors)
@@ -194,8 +230,9 @@ def predict_items(items: pd.DataFrame, cases: pd.DataFrame, objects: pd.DataFram
     rule = resolve_none_rule(items, forced, best, none_rule, carried)
     tau = rule.threshold
     predicted = np.where(best < tau, items["none_letter"].to_numpy(), forced)
-    out = items[["item_id", "case_id", "split", "n_candidates", "count_label", "match_type", "query_absent",
-                 "answer"]].copy()
+    out = items[
+        ["item_id", "case_id", "split", "n_candidates", "count_label", "match_type", "query_absent", "answer"]
+    ].copy()
     out.insert(0, "model", model)
     out.insert(1, "method", method)
     out["forced_letter"] = forced.astype(str)
@@ -213,8 +250,9 @@ def predict_items(items: pd.DataFrame, cases: pd.DataFrame, objects: pd.DataFram
 
 def not_applicable(items: pd.DataFrame, model: str, reason: str) -> pd.DataFrame:
     """Rows marking a backbone as not applicable to MMVM (no scores), with the reason."""
-    out = items[["item_id", "case_id", "split", "n_candidates", "count_label", "match_type", "query_absent",
-                 "answer"]].copy()
+    out = items[
+        ["item_id", "case_id", "split", "n_candidates", "count_label", "match_type", "query_absent", "answer"]
+    ].copy()
     out.insert(0, "model", model)
     out.insert(1, "method", "zero_shot")
     out["forced_letter"] = ""

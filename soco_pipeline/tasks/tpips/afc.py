@@ -22,7 +22,19 @@ from .aspects import VALUE_COLUMNS, aspect_distance
 from .config import TpipsConfig
 from .triplets import IMAGE_PREFIX, base_values, perturb
 
-AFC_COLUMNS = ["item_id", "ref", "x0", "x1", "aspect", "votes", "cannot_tell", "source", "y_0", "y_1", "judgements"]
+AFC_COLUMNS = [
+    "item_id",
+    "ref",
+    "x0",
+    "x1",
+    "aspect",
+    "votes",
+    "cannot_tell",
+    "source",
+    "y_0",
+    "y_1",
+    "judgements",
+]
 
 
 def _operation(source: str, ref: dict, rng: np.random.Generator, cfg: TpipsConfig) -> tuple[str, dict]:
@@ -37,7 +49,9 @@ def _operation(source: str, ref: dict, rng: np.random.Generator, cfg: TpipsConfi
         return op, {**ref, "transfer": float(rng.uniform(0.3, 1.0))}
     if source == "compositing":
         op = ["composite", "rescale"][int(rng.integers(2))]
-        return op, perturb(ref, "background" if op == "composite" else "size", float(rng.uniform(0.2, 1.0)), rng, cfg)
+        return op, perturb(
+            ref, "background" if op == "composite" else "size", float(rng.uniform(0.2, 1.0)), rng, cfg
+        )
     if source == "novel_view":
         return "new_view", perturb(ref, "pose", float(rng.uniform(0.05, 0.6)), rng, cfg)
     if source == "distortion":
@@ -47,7 +61,9 @@ def _operation(source: str, ref: dict, rng: np.random.Generator, cfg: TpipsConfi
     raise ValueError(f"unknown 2AFC source {source!r}: use one of {a.sources}")
 
 
-def generate_afc(cfg: TpipsConfig, n: int | None = None, seed: int | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+def generate_afc(
+    cfg: TpipsConfig, n: int | None = None, seed: int | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(value records of every 2AFC image, item table ref/x0/x1/source/ops), deterministic per seed."""
     n = cfg.afc.n if n is None else int(n)
     seed = cfg.seed if seed is None else int(seed)
@@ -66,8 +82,17 @@ def generate_afc(cfg: TpipsConfig, n: int | None = None, seed: int | None = None
         ids = [f"{IMAGE_PREFIX}afc/s{seed}/a{t:05d}_{s}" for s in ("ref", "x0", "x1")]
         for image_id, rec in zip(ids, recs, strict=True):
             rows.append({"image_id": image_id, **rec})
-        items.append({"item_id": f"{IMAGE_PREFIX}afc/s{seed}/a{t:05d}", "ref": ids[0], "x0": ids[1], "x1": ids[2],
-                      "source": source, "op_0": ops[0], "op_1": ops[1]})
+        items.append(
+            {
+                "item_id": f"{IMAGE_PREFIX}afc/s{seed}/a{t:05d}",
+                "ref": ids[0],
+                "x0": ids[1],
+                "x1": ids[2],
+                "source": source,
+                "op_0": ops[0],
+                "op_1": ops[1],
+            }
+        )
     return pd.DataFrame(rows).astype(VALUE_COLUMNS), pd.DataFrame(items)
 
 
@@ -77,7 +102,9 @@ def annotate_afc(values: pd.DataFrame, items: pd.DataFrame, cfg: TpipsConfig) ->
     parts, asked = [], 0
     for source, grp in items.groupby("source", sort=True):
         for aspect in cfg.afc.aspects.get(source, ["overall"]):
-            d = np.column_stack([aspect_distance(aspect, v.loc[grp.ref], v.loc[grp[x]], cfg) for x in ("x0", "x1")])
+            d = np.column_stack(
+                [aspect_distance(aspect, v.loc[grp.ref], v.loc[grp[x]], cfg) for x in ("x0", "x1")]
+            )
             votes, cannot = observe(d, grp.item_id.tolist(), aspect, cfg.observer, cfg.seed)
             keep, y = normalise(votes, cannot, cfg.observer.prune_cannot_tell, drop_ties=True)
             asked += len(grp)
@@ -90,6 +117,11 @@ def annotate_afc(values: pd.DataFrame, items: pd.DataFrame, cfg: TpipsConfig) ->
     out = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=AFC_COLUMNS)
     out["judgements"] = JUDGEMENTS
     out = out[AFC_COLUMNS].sort_values(["item_id", "aspect"], kind="stable").reset_index(drop=True)
-    summary = {"judgements": JUDGEMENTS, "asked": asked, "kept": int(len(out)), "pruned": int(asked - len(out)),
-               "by_source": {s: int(c) for s, c in out.source.value_counts().sort_index().items()}}
+    summary = {
+        "judgements": JUDGEMENTS,
+        "asked": asked,
+        "kept": int(len(out)),
+        "pruned": int(asked - len(out)),
+        "by_source": {s: int(c) for s, c in out.source.value_counts().sort_index().items()},
+    }
     return out, summary

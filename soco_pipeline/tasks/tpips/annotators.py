@@ -58,7 +58,9 @@ def expected_votes(distances: np.ndarray, obs: ObserverConfig) -> tuple[np.ndarr
     return votes, cannot
 
 
-def observe(distances: np.ndarray, ids: list[str], aspect: str, obs: ObserverConfig, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def observe(
+    distances: np.ndarray, ids: list[str], aspect: str, obs: ObserverConfig, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Votes (N, K) and cannot-tell counts (N,) of `n_annotators` simulated observers (see the module doc).
 
     `distances` (N, K): for odd-one-out the pair distances excluding option k (K = 3); for 2AFC the option's
@@ -84,8 +86,9 @@ def observe(distances: np.ndarray, ids: list[str], aspect: str, obs: ObserverCon
     return votes, cannot
 
 
-def normalise(votes: np.ndarray, cannot_tell: np.ndarray, prune_cannot_tell: int = 3,
-              drop_ties: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def normalise(
+    votes: np.ndarray, cannot_tell: np.ndarray, prune_cannot_tell: int = 3, drop_ties: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
     """(keep mask (N,), y (N, K)): rows with >= prune_cannot_tell "cannot tell" (or no vote) removed, votes / sum.
 
     drop_ties also removes rows whose top vote count is shared (the 2AFC rule).
@@ -107,5 +110,12 @@ def consensus(y: np.ndarray) -> np.ndarray:
 
 def vote_table(ids: list[str], aspect: str, votes: np.ndarray, cannot: np.ndarray) -> pd.DataFrame:
     """Long-form votes of one aspect (one row per item) with the `judgements` marker."""
-    return pd.DataFrame({"item_id": ids, "aspect": aspect, "votes": list(votes.tolist()),
-                         "cannot_tell": cannot.astype(np.int64), "judgements": JUDGEMENTS})
+    return pd.DataFrame(
+        {
+            "item_id": ids,
+            "aspect": aspect,
+            "votes": list(votes.tolist()),
+            "cannot_tell": cannot.astype(np.int64),
+            "judgements": JUDGEMENTS,
+        }
+    )

@@ -39,7 +39,8 @@ class AspectVocab:
                 raise ValueError(
                     f"unseen aspect {a!r}: this metric embeds a closed vocabulary {self.aspects} (no "
                     f"`text_encoder` in the backbone spec); train it with the aspect in assets/tpips.yaml "
-                    f"'aspects', or name a CLIP text tower in the spec")
+                    f"'aspects', or name a CLIP text tower in the spec"
+                )
             out.append(self._ids[a])
         return torch.tensor(out, dtype=torch.long)
 

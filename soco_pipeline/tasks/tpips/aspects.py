@@ -23,9 +23,18 @@ N_PHOTOS = 7  # scikit-image colour photographs in soco_pipeline.synth.backgroun
 
 # Per-image value columns (one row per image); degradations are 0 on clean renders.
 VALUE_COLUMNS = {
-    "hue": float, "azimuth_deg": float, "background_id": int, "light_dir_deg": float, "warmth": float,
-    "area": float, "shape": str, "count": int, "texture": str,
-    "blur_sigma": float, "jpeg_quality": int, "transfer": float,
+    "hue": float,
+    "azimuth_deg": float,
+    "background_id": int,
+    "light_dir_deg": float,
+    "warmth": float,
+    "area": float,
+    "shape": str,
+    "count": int,
+    "texture": str,
+    "blur_sigma": float,
+    "jpeg_quality": int,
+    "transfer": float,
 }
 
 
@@ -37,9 +46,13 @@ def _circ(a: np.ndarray, b: np.ndarray, period: float) -> np.ndarray:
 def check_aspect(aspect: str, cfg: TpipsConfig) -> str:
     """The aspect itself when it is in the vocabulary; a clear error otherwise (empty or unknown)."""
     if not isinstance(aspect, str) or not aspect.strip():
-        raise ValueError("empty aspect: every (triplet, aspect) needs an aspect text such as 'colour' or 'overall'")
+        raise ValueError(
+            "empty aspect: every (triplet, aspect) needs an aspect text such as 'colour' or 'overall'"
+        )
     if aspect not in cfg.aspects:
-        raise ValueError(f"aspect {aspect!r} is not in the vocabulary {cfg.aspects} (assets/tpips.yaml 'aspects')")
+        raise ValueError(
+            f"aspect {aspect!r} is not in the vocabulary {cfg.aspects} (assets/tpips.yaml 'aspects')"
+        )
     return aspect
 
 
@@ -70,7 +83,9 @@ def aspect_distance(aspect: str, a: pd.DataFrame, b: pd.DataFrame, cfg: TpipsCon
         return 0.5 * direction + 0.5 * warmth
     if aspect == "size":
         lo, hi = cfg.scene.size_range
-        return np.clip(np.abs(np.log(a.area.to_numpy(float) / b.area.to_numpy(float))) / np.log(hi / lo), 0, 1)
+        return np.clip(
+            np.abs(np.log(a.area.to_numpy(float) / b.area.to_numpy(float))) / np.log(hi / lo), 0, 1
+        )
     if aspect == "shape":
         return (a["shape"].to_numpy() != b["shape"].to_numpy()).astype(float)
     if aspect == "texture":

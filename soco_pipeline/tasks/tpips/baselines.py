@@ -31,7 +31,9 @@ AGNOSTIC_NOTE = "aspect-agnostic"
 def _positions(frame: pd.DataFrame, columns: list[str], ids: list[str], what: str) -> np.ndarray:
     pos = {k: i for i, k in enumerate(ids)}
     try:
-        return np.array([[pos[r] for r in row] for row in frame[columns].to_numpy()], np.int64).reshape(-1, len(columns))
+        return np.array([[pos[r] for r in row] for row in frame[columns].to_numpy()], np.int64).reshape(
+            -1, len(columns)
+        )
     except KeyError as e:
         raise KeyError(f"{what} image {e.args[0]!r} is missing from the image table") from None
 
@@ -78,8 +80,13 @@ def ssim_sim(pixels: np.ndarray) -> SimFn:
     from skimage.metrics import structural_similarity
 
     def sim(a, b, c):
-        return np.array([structural_similarity(pixels[i], pixels[j], channel_axis=-1, data_range=255)
-                         for i, j in zip(a, b, strict=True)])
+        return np.array(
+            [
+                structural_similarity(pixels[i], pixels[j], channel_axis=-1, data_range=255)
+                for i, j in zip(a, b, strict=True)
+            ]
+        )
+
     return sim
 
 
@@ -105,4 +112,5 @@ def oracle_sim(values: pd.DataFrame, ids: list[str], cfg: TpipsConfig) -> SimFn:
             m = c == aspect
             out[m] = -aspect_distance(str(aspect), v.iloc[a[m]], v.iloc[b[m]], cfg)
         return out
+
     return sim

@@ -158,5 +158,6 @@ def load_config(path: str | Path | None = None) -> TpipsConfig:
         if not 2 <= len(comp) <= cfg.retrieval.queries or set(comp) - set(cfg.aspects):
             raise ValueError(
                 f"{p}: retrieval.compositions entry {comp} must list 2 to retrieval.queries "
-                f"({cfg.retrieval.queries}) aspects of the vocabulary {cfg.aspects} (one per query image)")
+                f"({cfg.retrieval.queries}) aspects of the vocabulary {cfg.aspects} (one per query image)"
+            )
     return cfg

@@ -29,8 +29,12 @@ def not_applicable(spec: BackboneSpec, cfg: TpipsConfig) -> str:
 
 def layer_specs(spec: BackboneSpec, cfg: TpipsConfig, device: str | None = None) -> list[BackboneSpec]:
     """The derived specs of one backbone for TPIPS: the first is the main layer (its global embedding)."""
-    base = dataclasses.replace(spec, input=InputPolicy("nearest_multiple", cfg.features.input_size),
-                               device=device or spec.device, batch_size=cfg.features.batch_size or spec.batch_size)
+    base = dataclasses.replace(
+        spec,
+        input=InputPolicy("nearest_multiple", cfg.features.input_size),
+        device=device or spec.device,
+        batch_size=cfg.features.batch_size or spec.batch_size,
+    )
     layers = cfg.features.layers.get(spec.kind)
     if not layers:
         return [base]
@@ -38,14 +42,22 @@ def layer_specs(spec: BackboneSpec, cfg: TpipsConfig, device: str | None = None)
     return [dataclasses.replace(base, options=tuple({**opts, "layer": layer}.items())) for layer in layers]
 
 
-def extract_tpips(spec: BackboneSpec, images: pd.DataFrame, cache_root: str, cfg: TpipsConfig,
-                  device: str | None = None, log: Callable[[str], None] | None = None) -> list[pd.DataFrame]:
+def extract_tpips(
+    spec: BackboneSpec,
+    images: pd.DataFrame,
+    cache_root: str,
+    cfg: TpipsConfig,
+    device: str | None = None,
+    log: Callable[[str], None] | None = None,
+) -> list[pd.DataFrame]:
     """Extract every layer spec of a backbone for the images (cached; resumable); one manifest per layer."""
     reason = not_applicable(spec, cfg)
     if reason:
         raise ValueError(f"backbone {spec.name!r} does not apply to TPIPS images: {reason}")
-    return [extract_features(s, images, cache_root, {"device": device} if device else None, log=log)
-            for s in layer_specs(spec, cfg, device)]
+    return [
+        extract_features(s, images, cache_root, {"device": device} if device else None, log=log)
+        for s in layer_specs(spec, cfg, device)
+    ]
 
 
 @dataclasses.dataclass
@@ -62,11 +74,14 @@ class TpipsFeatures:
         try:
             return np.array([pos[i] for i in ids], dtype=np.int64)
         except KeyError as e:
-            raise KeyError(f"image {e.args[0]!r} has no TPIPS features; extract features for it first") from None
+            raise KeyError(
+                f"image {e.args[0]!r} has no TPIPS features; extract features for it first"
+            ) from None
 
 
-def load_tpips_features(spec: BackboneSpec, image_ids: list[str], cache_root: str, cfg: TpipsConfig,
-                        device: str | None = None) -> TpipsFeatures:
+def load_tpips_features(
+    spec: BackboneSpec, image_ids: list[str], cache_root: str, cfg: TpipsConfig, device: str | None = None
+) -> TpipsFeatures:
     """Read the cached layer maps as token arrays; the global embedding is the class token (ViTs) or the mean
     token of the main layer, L2-normalised."""
     layers, glob = [], None

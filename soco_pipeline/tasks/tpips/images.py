@@ -36,8 +36,16 @@ def write_images(values: pd.DataFrame, root: str, cfg: TpipsConfig) -> pd.DataFr
         Image.fromarray(img).save(buf, format="PNG")
         uri = image_uri(root, rec["image_id"])
         storage.write_bytes_atomic(uri, buf.getvalue())
-        out.append({"image_id": rec["image_id"], "uri": uri, "width": int(img.shape[1]), "height": int(img.shape[0]),
-                    "category": IMAGE_CATEGORY, "object_area": float(mask.mean())})
+        out.append(
+            {
+                "image_id": rec["image_id"],
+                "uri": uri,
+                "width": int(img.shape[1]),
+                "height": int(img.shape[0]),
+                "category": IMAGE_CATEGORY,
+                "object_area": float(mask.mean()),
+            }
+        )
     return pd.DataFrame(out)
 
 

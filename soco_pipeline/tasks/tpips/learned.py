@@ -60,8 +60,14 @@ class AspectGain(nn.Module):
     a(c) is a learned embedding over the vocabulary (AspectVocab), or the frozen text-encoder embedding of the
     aspect (AspectText: the MLP then reads the text tower's width)."""
 
-    def __init__(self, vocab: AspectVocab | AspectText, dim: int, cfg: LearnedConfig, mode: str = "conditioned",
-                 start: float = 1.0):
+    def __init__(
+        self,
+        vocab: AspectVocab | AspectText,
+        dim: int,
+        cfg: LearnedConfig,
+        mode: str = "conditioned",
+        start: float = 1.0,
+    ):
         super().__init__()
         self.mode, self.dim, self.start = mode, dim, float(start)
         self.vocab, self.n = vocab, len(vocab.aspects)
@@ -90,7 +96,7 @@ class AspectGain(nn.Module):
         if self.mode == "conditioned":
             return (self.mlp(self.embed(torch.arange(self.n))) ** 2).sum()
         if self.mode == "shared":
-            return self.n * (self.shared ** 2).sum()
+            return self.n * (self.shared**2).sum()
         return torch.zeros(())
 
 
@@ -125,7 +131,7 @@ class LateFusion(nn.Module):
 
     def penalty(self) -> torch.Tensor:
         """The gains' deviation from 1 and, with a projection, its squared entries."""
-        extra = (self.proj.weight ** 2).sum() if isinstance(self.proj, nn.Linear) else 0.0
+        extra = (self.proj.weight**2).sum() if isinstance(self.proj, nn.Linear) else 0.0
         return self.gain.penalty() + extra
 
     def forward(self, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
@@ -141,8 +147,13 @@ class MidFusion(nn.Module):
     g(c) an AspectGain (1 at the start). w0 is 1 for the frozen ablation (the LPIPS-style distance) and, for the
     trained kinds, 1 / (L · the layer's mean train distance), so that every layer starts with the same share."""
 
-    def __init__(self, layers: list[torch.Tensor], vocab: AspectVocab | AspectText, cfg: LearnedConfig,
-                 mode: str = "conditioned"):
+    def __init__(
+        self,
+        layers: list[torch.Tensor],
+        vocab: AspectVocab | AspectText,
+        cfg: LearnedConfig,
+        mode: str = "conditioned",
+    ):
         super().__init__()
         self.layers = [_unit(f) for f in layers]
         self.sizes = [f.shape[2] for f in layers]
@@ -158,7 +169,7 @@ class MidFusion(nn.Module):
     def weights(self, c: torch.Tensor) -> torch.Tensor:
         """Per-channel weights w(c) (M, Σ C_ℓ) for aspect ids c."""
         g = self.gain(c)
-        return self.w0 * (g if self.signed else g ** 2)
+        return self.w0 * (g if self.signed else g**2)
 
     def diffs(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         """(M, Σ C_ℓ): per layer and channel, the token-mean of the squared difference (no parameters)."""
@@ -234,8 +245,14 @@ def _rows(ooo: pd.DataFrame, pos: np.ndarray, vocab: AspectVocab | AspectText):
     return p, c, y
 
 
-def train_metric(kind: str, feats: TpipsFeatures, ooo: pd.DataFrame, pos: np.ndarray, vocab: AspectVocab | AspectText,
-                 cfg: LearnedConfig) -> TrainedMetric:
+def train_metric(
+    kind: str,
+    feats: TpipsFeatures,
+    ooo: pd.DataFrame,
+    pos: np.ndarray,
+    vocab: AspectVocab | AspectText,
+    cfg: LearnedConfig,
+) -> TrainedMetric:
     """Train one metric on the OOO train split (rows of `ooo` with split train / val; `pos` their image rows).
 
     Full-batch L-BFGS on the softmax-choice cross-entropy plus `weight_decay` x the squared deviation of the
@@ -294,8 +311,13 @@ def train_metric(kind: str, feats: TpipsFeatures, ooo: pd.DataFrame, pos: np.nda
     if kind != "mid_frozen":
         # max_eval: torch's default (1.25 x max_iter) leaves the line search no trial beyond the first step at
         # lbfgs_iter 1, so a first step that fails the Armijo test returned "no step" and training stalled
-        opt = torch.optim.LBFGS(params, lr=cfg.lr, max_iter=cfg.lbfgs_iter, max_eval=cfg.lbfgs_iter * 25,
-                                line_search_fn="strong_wolfe")
+        opt = torch.optim.LBFGS(
+            params,
+            lr=cfg.lr,
+            max_iter=cfg.lbfgs_iter,
+            max_eval=cfg.lbfgs_iter * 25,
+            line_search_fn="strong_wolfe",
+        )
 
         def closure() -> torch.Tensor:
             opt.zero_grad()
@@ -325,5 +347,6 @@ def train_metric(kind: str, feats: TpipsFeatures, ooo: pd.DataFrame, pos: np.nda
             log_tau.data = best_state[1]
     seconds = time.perf_counter() - start
     model.eval()
-    return TrainedMetric(kind, model, vocab, float(log_tau.detach().exp()), epochs, best_epoch, seconds, int(tr.sum()),
-                         history)
+    return TrainedMetric(
+        kind, model, vocab, float(log_tau.detach().exp()), epochs, best_epoch, seconds, int(tr.sum()), history
+    )

@@ -86,15 +86,23 @@ def _images(uris: dict[str, str]) -> Callable[[str], bytes]:
         if image_id not in memo:
             memo[image_id] = jpeg_of(uris[image_id])
         return memo[image_id]
+
     return get
 
 
-def _ask_and_parse(pair_reqs: list, trip_reqs: list, k: int, prompts: LvlmPrompts, spec: LvlmSpec, backend: Backend,
-                   cache: AnswerCache) -> dict[str, np.ndarray | int]:
+def _ask_and_parse(
+    pair_reqs: list,
+    trip_reqs: list,
+    k: int,
+    prompts: LvlmPrompts,
+    spec: LvlmSpec,
+    backend: Backend,
+    cache: AnswerCache,
+) -> dict[str, np.ndarray | int]:
     """Ask every request; (N, k) pairwise scores (k requests per row) and (N, k) one-hot picks (one per row)."""
     texts = ask_all(pair_reqs + trip_reqs, spec, backend, cache)
     pair = np.array([parse_score(t, prompts.scale_max) for t in texts[: len(pair_reqs)]]).reshape(-1, k)
-    picks = np.array([parse_choice(t, k) for t in texts[len(pair_reqs):]], dtype=np.int64)
+    picks = np.array([parse_choice(t, k) for t in texts[len(pair_reqs) :]], dtype=np.int64)
     fails = int(np.isnan(pair).sum() + (picks < 0).sum())
     n = len(trip_reqs)
     trip = np.zeros((n, k))
@@ -102,28 +110,50 @@ def _ask_and_parse(pair_reqs: list, trip_reqs: list, k: int, prompts: LvlmPrompt
     return {"pairwise": np.nan_to_num(pair, nan=0.0), "triplet": trip, "parse_failures": fails}
 
 
-def ooo_answers(ooo: pd.DataFrame, uris: dict[str, str], prompts: LvlmPrompts, spec: LvlmSpec, backend: Backend,
-                cache: AnswerCache) -> dict[str, np.ndarray | int]:
+def ooo_answers(
+    ooo: pd.DataFrame,
+    uris: dict[str, str],
+    prompts: LvlmPrompts,
+    spec: LvlmSpec,
+    backend: Backend,
+    cache: AnswerCache,
+) -> dict[str, np.ndarray | int]:
     """{'pairwise': (N, 3) early-fusion scores of the pair excluding k, 'triplet': (N, 3) one-hot odd picks,
     'parse_failures': int} for OOO rows."""
     img = _images(uris)
     cols = ooo[["image_0", "image_1", "image_2"]].to_numpy()
     aspects = ooo.aspect.tolist()
-    pair_reqs = [ChatRequest((img(row[i]), img(row[j])), prompts.pairwise_prompt.format(aspect=a))
-                 for row, a in zip(cols, aspects, strict=True) for i, j in PAIRS]
-    trip_reqs = [ChatRequest(tuple(img(x) for x in row), prompts.triplet_prompt.format(aspect=a))
-                 for row, a in zip(cols, aspects, strict=True)]
+    pair_reqs = [
+        ChatRequest((img(row[i]), img(row[j])), prompts.pairwise_prompt.format(aspect=a))
+        for row, a in zip(cols, aspects, strict=True)
+        for i, j in PAIRS
+    ]
+    trip_reqs = [
+        ChatRequest(tuple(img(x) for x in row), prompts.triplet_prompt.format(aspect=a))
+        for row, a in zip(cols, aspects, strict=True)
+    ]
     return _ask_and_parse(pair_reqs, trip_reqs, 3, prompts, spec, backend, cache)
 
 
-def afc_answers(afc: pd.DataFrame, uris: dict[str, str], prompts: LvlmPrompts, spec: LvlmSpec, backend: Backend,
-                cache: AnswerCache) -> dict[str, np.ndarray | int]:
+def afc_answers(
+    afc: pd.DataFrame,
+    uris: dict[str, str],
+    prompts: LvlmPrompts,
+    spec: LvlmSpec,
+    backend: Backend,
+    cache: AnswerCache,
+) -> dict[str, np.ndarray | int]:
     """{'pairwise': (N, 2) scores of (ref, x0), (ref, x1), 'triplet': (N, 2) one-hot picks, 'parse_failures'}."""
     img = _images(uris)
     cols = afc[["ref", "x0", "x1"]].to_numpy()
     aspects = afc.aspect.tolist()
-    pair_reqs = [ChatRequest((img(row[0]), img(row[k])), prompts.pairwise_prompt.format(aspect=a))
-                 for row, a in zip(cols, aspects, strict=True) for k in (1, 2)]
-    trip_reqs = [ChatRequest(tuple(img(x) for x in row), prompts.afc_prompt.format(aspect=a))
-                 for row, a in zip(cols, aspects, strict=True)]
+    pair_reqs = [
+        ChatRequest((img(row[0]), img(row[k])), prompts.pairwise_prompt.format(aspect=a))
+        for row, a in zip(cols, aspects, strict=True)
+        for k in (1, 2)
+    ]
+    trip_reqs = [
+        ChatRequest(tuple(img(x) for x in row), prompts.afc_prompt.format(aspect=a))
+        for row, a in zip(cols, aspects, strict=True)
+    ]
     return _ask_and_parse(pair_reqs, trip_reqs, 2, prompts, spec, backend, cache)

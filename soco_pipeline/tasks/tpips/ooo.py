@@ -10,8 +10,20 @@ from .aspects import triplet_distances
 from .config import TpipsConfig
 from .triplets import TripletSet
 
-OOO_COLUMNS = ["triplet_id", "image_0", "image_1", "image_2", "aspect", "votes", "cannot_tell", "split",
-               "y_0", "y_1", "y_2", "judgements"]
+OOO_COLUMNS = [
+    "triplet_id",
+    "image_0",
+    "image_1",
+    "image_2",
+    "aspect",
+    "votes",
+    "cannot_tell",
+    "split",
+    "y_0",
+    "y_1",
+    "y_2",
+    "judgements",
+]
 
 
 def annotate_triplets(ts: TripletSet, cfg: TpipsConfig) -> tuple[pd.DataFrame, dict]:
@@ -37,9 +49,14 @@ def annotate_triplets(ts: TripletSet, cfg: TpipsConfig) -> tuple[pd.DataFrame, d
     out = pd.concat(parts, ignore_index=True)
     out["judgements"] = JUDGEMENTS
     out = out[OOO_COLUMNS].sort_values(["triplet_id", "aspect"], kind="stable").reset_index(drop=True)
-    summary = {"judgements": JUDGEMENTS, "observer": cfg.observer.model_dump(), "asked": asked,
-               "kept": int(len(out)), "pruned": int(asked - len(out)),
-               "by_aspect": {a: int(v) for a, v in out.aspect.value_counts().sort_index().items()}}
+    summary = {
+        "judgements": JUDGEMENTS,
+        "observer": cfg.observer.model_dump(),
+        "asked": asked,
+        "kept": int(len(out)),
+        "pruned": int(asked - len(out)),
+        "by_aspect": {a: int(v) for a, v in out.aspect.value_counts().sort_index().items()},
+    }
     return out, summary
 
 

@@ -45,7 +45,9 @@ def _model(shape: str, texture: str, hue_key: int, sat: float, val: float) -> Ob
     tax = load_taxonomy()
     family, params, traits = category_params(shape, tax)
     traits = {k: v for k, v in traits.items() if k not in ("color", "pattern")}
-    col = sample_colors(shape, family, traits, tax.supercategory(shape), np.random.default_rng(zlib.crc32(shape.encode())))
+    col = sample_colors(
+        shape, family, traits, tax.supercategory(shape), np.random.default_rng(zlib.crc32(shape.encode()))
+    )
     main = np.array(colorsys.hsv_to_rgb(hue_key / 3600.0, sat, val))
     col.update(main=main, handle=main * 0.85, leg=main * 0.8)
     b = Builder()
@@ -81,8 +83,13 @@ def render_values(v: dict, cfg: TpipsConfig, with_body: bool = False):
     """(image H x W x 3 uint8, object mask H x W bool) of one value record (see aspects.VALUE_COLUMNS);
     with_body adds a third item, the mask of the body parts that carry the object colour and texture."""
     s = cfg.image_size
-    model = _model(str(v["shape"]), str(v["texture"]), int(round(float(v["hue"]) % 1.0 * 3600)),
-                   cfg.scene.saturation, cfg.scene.value)
+    model = _model(
+        str(v["shape"]),
+        str(v["texture"]),
+        int(round(float(v["hue"]) % 1.0 * 3600)),
+        cfg.scene.saturation,
+        cfg.scene.value,
+    )
     img = background_image(int(v["background_id"]), s).astype(np.float32) / 255.0
     mask = np.zeros((s, s), bool)
     body = np.zeros((s, s), bool)
@@ -130,7 +137,9 @@ def degrade(img: np.ndarray, v: dict) -> np.ndarray:
         target = photos()[(int(v["background_id"]) + 3) % N_PHOTOS]
         out = colour_transfer(out, target, float(v["transfer"]))
     if float(v.get("blur_sigma", 0.0)) > 0:
-        out = (gaussian(out, sigma=float(v["blur_sigma"]), channel_axis=-1, preserve_range=True) + 0.5).astype(np.uint8)
+        out = (
+            gaussian(out, sigma=float(v["blur_sigma"]), channel_axis=-1, preserve_range=True) + 0.5
+        ).astype(np.uint8)
     if int(v.get("jpeg_quality", 0)) > 0:
         buf = io.BytesIO()
         Image.fromarray(out).save(buf, format="JPEG", quality=int(v["jpeg_quality"]))

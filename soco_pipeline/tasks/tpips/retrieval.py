@@ -30,7 +30,9 @@ def retrieval_scores(sim: SimFn, n_pool: int, query: int, aspect: str, penalty: 
     return s
 
 
-def compositional_scores(sim: SimFn, n_pool: int, pairs: list[tuple[int, str]], penalty: float = 0.3) -> np.ndarray:
+def compositional_scores(
+    sim: SimFn, n_pool: int, pairs: list[tuple[int, str]], penalty: float = 0.3
+) -> np.ndarray:
     """Sum of `retrieval_scores` over (query row, aspect) pairs; every query gets -inf."""
     total = np.zeros(n_pool)
     for q, a in pairs:
@@ -49,29 +51,49 @@ HIT_COLUMNS = ["query_id", "aspect", "rank", "image_id", "score"]
 
 def _hits(ids: list[str], query_id: str, aspect: str, scores: np.ndarray, k: int) -> list[dict]:
     """The k best pool rows of one score vector as hit rows (HIT_COLUMNS)."""
-    return [{"query_id": query_id, "aspect": aspect, "rank": rank, "image_id": ids[i], "score": float(scores[i])}
-            for rank, i in enumerate(top_k(scores, k))]
+    return [
+        {"query_id": query_id, "aspect": aspect, "rank": rank, "image_id": ids[i], "score": float(scores[i])}
+        for rank, i in enumerate(top_k(scores, k))
+    ]
 
 
-def retrieve(sim: SimFn, ids: list[str], queries: list[int], aspects: list[str], k: int,
-             penalty: float = 0.3) -> pd.DataFrame:
+def retrieve(
+    sim: SimFn, ids: list[str], queries: list[int], aspects: list[str], k: int, penalty: float = 0.3
+) -> pd.DataFrame:
     """Long table query_id, aspect, rank, image_id, score for every (query, aspect)."""
-    rows = [h for q in queries for a in aspects
-            for h in _hits(ids, ids[q], a, retrieval_scores(sim, len(ids), q, a, penalty), k)]
+    rows = [
+        h
+        for q in queries
+        for a in aspects
+        for h in _hits(ids, ids[q], a, retrieval_scores(sim, len(ids), q, a, penalty), k)
+    ]
     return pd.DataFrame(rows, columns=HIT_COLUMNS)
 
 
-def retrieve_compositional(sim: SimFn, ids: list[str], queries: list[int], compositions: list[list[str]], k: int,
-                           penalty: float = 0.3) -> pd.DataFrame:
+def retrieve_compositional(
+    sim: SimFn,
+    ids: list[str],
+    queries: list[int],
+    compositions: list[list[str]],
+    k: int,
+    penalty: float = 0.3,
+) -> pd.DataFrame:
     """Long table like `retrieve` for each composition (its i-th aspect asked of query i): query_id holds the
     query ids joined by '|', aspect the aspects joined by '+'."""
     rows = []
     for comp in compositions:
         if len(comp) > len(queries):
-            raise ValueError(f"composition {comp} needs {len(comp)} query images; only {len(queries)} are given")
+            raise ValueError(
+                f"composition {comp} needs {len(comp)} query images; only {len(queries)} are given"
+            )
         pairs = list(zip(queries, comp, strict=False))  # the first len(comp) queries
-        rows += _hits(ids, "|".join(ids[q] for q, _ in pairs), "+".join(comp),
-                      compositional_scores(sim, len(ids), pairs, penalty), k)
+        rows += _hits(
+            ids,
+            "|".join(ids[q] for q, _ in pairs),
+            "+".join(comp),
+            compositional_scores(sim, len(ids), pairs, penalty),
+            k,
+        )
     return pd.DataFrame(rows, columns=HIT_COLUMNS)
 
 

@@ -25,8 +25,9 @@ def _mean_se(x: np.ndarray) -> tuple[float, float]:
     return float(x.mean()), 2.0 * se
 
 
-def summarise(rows: pd.DataFrame, per_row: np.ndarray, y: np.ndarray, group: str = "aspect",
-              overall_label: str = "all") -> pd.DataFrame:
+def summarise(
+    rows: pd.DataFrame, per_row: np.ndarray, y: np.ndarray, group: str = "aspect", overall_label: str = "all"
+) -> pd.DataFrame:
     """Agreement and consensus (mean, 2 x SE) per `group` value and over all rows, in percent (0-100)."""
     cons = (np.asarray(y, float) ** 2).sum(1)
     frame = pd.DataFrame({group: rows[group].to_numpy(), "agreement": per_row, "consensus": cons})
@@ -34,6 +35,14 @@ def summarise(rows: pd.DataFrame, per_row: np.ndarray, y: np.ndarray, group: str
     for key, g in [(overall_label, frame), *sorted(frame.groupby(group), key=lambda kv: kv[0])]:
         a, ae = _mean_se(g.agreement.to_numpy())
         c, ce = _mean_se(g.consensus.to_numpy())
-        out.append({group: key, "n": len(g), "agreement": 100 * a, "agreement_err": 100 * ae,
-                    "consensus": 100 * c, "consensus_err": 100 * ce})
+        out.append(
+            {
+                group: key,
+                "n": len(g),
+                "agreement": 100 * a,
+                "agreement_err": 100 * ae,
+                "consensus": 100 * c,
+                "consensus_err": 100 * ce,
+            }
+        )
     return pd.DataFrame(out)

@@ -10,7 +10,9 @@ from soco_pipeline import storage
 from .retrieval import contact_sheet
 
 
-def write_contact_sheets(hits: pd.DataFrame, uris: dict[str, str], title: str, folder: str) -> dict[tuple[str, str], bytes]:
+def write_contact_sheets(
+    hits: pd.DataFrame, uris: dict[str, str], title: str, folder: str
+) -> dict[tuple[str, str], bytes]:
     """Render the hits of `retrieve` or `retrieve_compositional` (query_id, aspect, rank, image_id) as one contact
     sheet per (query, aspect), titled `<aspect> | <title>`, written atomically to
     `<folder>/<query id with / as _>_<aspect>.png` (a composition's query ids are joined by '|': each is a
@@ -20,8 +22,9 @@ def write_contact_sheets(hits: pd.DataFrame, uris: dict[str, str], title: str, f
     """
     sheets = {}
     for (query, aspect), group in hits.groupby(["query_id", "aspect"], sort=True):
-        png = contact_sheet([uris[q] for q in query.split("|")], [uris[i] for i in group.image_id],
-                            f"{aspect} | {title}")
+        png = contact_sheet(
+            [uris[q] for q in query.split("|")], [uris[i] for i in group.image_id], f"{aspect} | {title}"
+        )
         name = query.replace("/", "_").replace("|", "+")
         storage.write_bytes_atomic(storage.join(folder, f"{name}_{aspect}.png"), png)
         sheets[(query, aspect)] = png

@@ -34,13 +34,18 @@ def base_values(rng: np.random.Generator, cfg: TpipsConfig) -> dict:
     sc = cfg.scene
     lo, hi = sc.size_range
     return {
-        "hue": float(rng.uniform(0, 1)), "azimuth_deg": float(rng.uniform(0, 360)),
-        "background_id": int(rng.integers(sc.n_backgrounds)), "light_dir_deg": float(rng.uniform(0, 360)),
-        "warmth": float(rng.uniform(-1, 1)), "area": float(np.exp(rng.uniform(np.log(lo), np.log(hi)))),
+        "hue": float(rng.uniform(0, 1)),
+        "azimuth_deg": float(rng.uniform(0, 360)),
+        "background_id": int(rng.integers(sc.n_backgrounds)),
+        "light_dir_deg": float(rng.uniform(0, 360)),
+        "warmth": float(rng.uniform(-1, 1)),
+        "area": float(np.exp(rng.uniform(np.log(lo), np.log(hi)))),
         "shape": str(sc.shapes[int(rng.integers(len(sc.shapes)))]),
         "count": int(sc.counts[int(rng.integers(len(sc.counts)))]),
         "texture": str(sc.textures[int(rng.integers(len(sc.textures)))]),
-        "blur_sigma": 0.0, "jpeg_quality": 0, "transfer": 0.0,
+        "blur_sigma": 0.0,
+        "jpeg_quality": 0,
+        "transfer": 0.0,
     }
 
 
@@ -130,9 +135,16 @@ def generate_triplets(cfg: TpipsConfig, n: int | None = None, seed: int | None =
             image_id = f"{IMAGE_PREFIX}s{seed}/t{t:05d}_{i}"
             rows.append({"image_id": image_id, **vals[i]})
             ids.append(image_id)
-        trip.append({"triplet_id": f"{IMAGE_PREFIX}s{seed}/t{t:05d}", "image_0": ids[0], "image_1": ids[1],
-                     "image_2": ids[2], "varied": ",".join(varied),
-                     "odd_by_construction": ",".join(f"{a}:{odd_of[a]}" for a in varied)})
+        trip.append(
+            {
+                "triplet_id": f"{IMAGE_PREFIX}s{seed}/t{t:05d}",
+                "image_0": ids[0],
+                "image_1": ids[1],
+                "image_2": ids[2],
+                "varied": ",".join(varied),
+                "odd_by_construction": ",".join(f"{a}:{odd_of[a]}" for a in varied),
+            }
+        )
     triplets = pd.DataFrame(trip)
     triplets["split"] = _split_names(n, cfg, np.random.default_rng([seed, 0x5917]))
     images = pd.DataFrame(rows).astype(VALUE_COLUMNS)
@@ -140,6 +152,13 @@ def generate_triplets(cfg: TpipsConfig, n: int | None = None, seed: int | None =
 
 
 def _columns_of(aspect: str) -> tuple[str, ...]:
-    return {"colour": ("hue",), "pose": ("azimuth_deg",), "background": ("background_id",),
-            "lighting": ("light_dir_deg", "warmth"), "size": ("area",), "shape": ("shape",),
-            "count": ("count",), "texture": ("texture",)}[aspect]
+    return {
+        "colour": ("hue",),
+        "pose": ("azimuth_deg",),
+        "background": ("background_id",),
+        "lighting": ("light_dir_deg", "warmth"),
+        "size": ("area",),
+        "shape": ("shape",),
+        "count": ("count",),
+        "texture": ("texture",),
+    }[aspect]
