@@ -233,6 +233,50 @@ class PredictionSchema(pa.DataFrameModel):
         coerce = True
 
 
+class PublishedComparisonSchema(pa.DataFrameModel):
+    """`published_comparison`: per model whose spec names a published reference and per (family, metric)
+    both have, our value beside the closest published one (evaluation/published.py)."""
+
+    model: Series[str]
+    reference: Series[str]
+    family: Series[str]
+    metric: Series[str]
+    ours: Series[float] = pa.Field(ge=0, le=100)
+    published: Series[float]
+    difference: Series[float]
+    published_setting: Series[str]
+    differing_knobs: Series[str]
+    comparison: Series[str]
+    source: Series[str] = pa.Field(str_length={"min_value": 1})
+
+    class Config:
+        strict = True
+        coerce = True
+
+
+class ModelHistorySchema(pa.DataFrameModel):
+    """`model_history[b]`: every materialization of a model's scores by data version and date, with the
+    paired test of each against the previous data version on the same task hash (evaluation/history.py)."""
+
+    model: Series[str]
+    family: Series[str]
+    data_version: Series[str] = pa.Field(str_length={"min_value": 1})
+    materialized_at: Series[str]
+    task_hash: Series[str]
+    metric: Series[str]
+    value: Series[float] = pa.Field(ge=0, le=100)
+    previous_data_version: Series[str]
+    delta: Series[float] = pa.Field(nullable=True)
+    delta_ci_low: Series[float] = pa.Field(nullable=True)
+    delta_ci_high: Series[float] = pa.Field(nullable=True)
+    level: Series[float] = pa.Field(gt=0, lt=1)
+    regression: Series[bool]
+
+    class Config:
+        strict = True
+        coerce = True
+
+
 def validate(df: pd.DataFrame, schema: type[pa.DataFrameModel], name: str) -> pd.DataFrame:
     """Validate a table lazily and raise one error listing every failing check, naming the table."""
     try:

@@ -88,6 +88,9 @@ TABLES: tuple[Table, ...] = (
     Table("tpips_leaderboard", "tpips_leaderboard"),
     # per-sample input hashes of the evaluated pairs (soco_pipeline/defs/pairs/hashes.py, docs/results.md)
     Table("sample_hashes", "sample_hashes"),
+    # published figures beside ours (evaluation/published.py) and each model's results over time
+    Table("published_comparison", "published_comparison"),
+    Table("model_history", "model_history", partitioned=True),
 )
 _BY_ASSET = {t.asset: t for t in TABLES}
 

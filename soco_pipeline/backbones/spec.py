@@ -14,6 +14,7 @@ A spec reads as plainly as OmniProbe's backbone configs::
     # GPU options, each off by default: precision: bf16 | fp16 (autocast),
     # channels_last: true (convolutional kinds), compile: true (torch.compile)
     text_encoder: none               # or a CLIP text tower (local folder | hf:<repo id>), for TPIPS's aspects
+    reference: DINOv2-B/14           # optional: the published model it claims to be (assets/reference/published.csv)
 
 The name is the file stem. `SpecFields` holds the fields every kind shares; each backbone class owns a
 subclass with its own fields (`layer`, `t`, `stride` ...) and registers it (backbones/kinds.py). The
@@ -22,8 +23,10 @@ kinds' models form a discriminated union on `kind`; anything else is an error na
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,6 +109,9 @@ class SpecFields(ConfigModel):
     # none | <local folder> | hf:<repo id>: a CLIP text tower for text-conditioned heads (backbones/text_encoder.py);
     # it does not change the image features, so it is left out of spec_hash
     text_encoder: str = "none"
+    # the published model this spec claims to be (a model of assets/reference/published.csv); the board and
+    # model_summary show its published figures beside ours. Left out of spec_hash: it changes no feature.
+    reference: str = ""
 
     MODELS: ClassVar[tuple[str, ...] | None] = None  # None: any model name
     WEIGHTS: ClassVar[tuple[str, ...] | None] = None  # None: none | <local path> | hf:<repo id>
@@ -181,6 +187,7 @@ class BackboneSpec:
     channels_last: bool = False
     compile: bool = False
     text_encoder: str = "none"
+    reference: str = ""
 
     def opt(self, key: str) -> Any:
         """A kind-specific option (defaults applied at load time)."""
@@ -248,6 +255,7 @@ def parse_spec(doc: Any, name: str, source: str = "<spec>") -> BackboneSpec:
         channels_last=fields.channels_last,
         compile=fields.compile,
         text_encoder=fields.text_encoder,
+        reference=fields.reference,
     )
 
 
@@ -257,8 +265,42 @@ def load_spec(path: str | Path) -> BackboneSpec:
     return parse_spec(read_yaml(path, BackboneSpecError, "backbone spec"), name=path.stem, source=str(path))
 
 
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+@functools.lru_cache(maxsize=64)
+def _content_digest(path: str, size: int, mtime_ns: int) -> str:
+    """sha256 of a file's bytes, once per (path, size, mtime): a sensor asks every tick."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()[:16]
+
+
+def weights_fingerprint(weights: str, project_root: Path = PROJECT_ROOT) -> str:
+    """The content hash of a spec's local weights (a file's bytes; a folder's file names, sizes and
+    hashes), so that a checkpoint replaced in place moves the spec's hash and data version; '' for
+    none / packaged / hf: weights and for a path that does not exist (its own check reports that)."""
+    if weights in ("none", "packaged") or weights.startswith("hf:"):
+        return ""
+    path = Path(os.path.expanduser(weights))
+    path = path if path.is_absolute() else project_root / path
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    parts = []
+    for f in files:
+        if not f.is_file():
+            return ""
+        st = f.stat()
+        parts.append(
+            f"{f.relative_to(path) if path.is_dir() else f.name}:{_content_digest(str(f), st.st_size, st.st_mtime_ns)}"
+        )
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16] if parts else ""
+
+
 def spec_hash(spec: BackboneSpec) -> str:
-    """A short hash of what determines the features: the normalised spec and FEATURE_CODE_VERSION.
+    """A short hash of what determines the features: the normalised spec, the content of local weights
+    (weights_fingerprint) and FEATURE_CODE_VERSION.
 
     Name, device, batch size and description are left out: they do not change the features (the
     cache folder is already per backbone name).
@@ -266,5 +308,8 @@ def spec_hash(spec: BackboneSpec) -> str:
     d = spec.to_dict()
     for k in ("name", "device", "batch_size"):
         d.pop(k)
+    fingerprint = weights_fingerprint(spec.weights)
+    if fingerprint:  # only specs with local weights: every other spec keeps its hash (and its cache folder)
+        d["weights_content"] = fingerprint
     payload = json.dumps({"spec": d, "code": FEATURE_CODE_VERSION}, sort_keys=True, default=str)
     return hashlib.sha256(payload.encode()).hexdigest()[:16]

@@ -31,8 +31,24 @@ def scan_folder(folder: Path, load: Callable[[Path], object]) -> tuple[dict[str,
 
 
 def scan_specs(folder: Path) -> tuple[dict[str, str], dict[str, str]]:
-    """Valid backbone spec files of a folder as {name: content hash}, and invalid ones as {name: error}."""
-    return scan_folder(folder, lambda path: _checked(str(path), file_hash(path)))
+    """Valid backbone spec files of a folder as {name: data version}, and invalid ones as {name: error}.
+
+    The data version is the file's content hash, joined by its local weights' content hash when it has
+    local weights (spec_data_version), so a checkpoint replaced in place re-runs that backbone."""
+    valid, invalid = scan_folder(folder, lambda path: _checked(str(path), file_hash(path)))
+    return {name: spec_data_version(Path(folder) / f"{name}.yaml") for name in valid}, invalid
+
+
+def spec_data_version(path: Path) -> str:
+    """A backbone spec's data version: its file's content hash, plus its local weights' (if any)."""
+    from soco_pipeline.backbones.spec import load_spec, weights_fingerprint
+
+    version = file_hash(path)
+    try:
+        fingerprint = weights_fingerprint(load_spec(path).weights)
+    except (ValueError, OSError):  # a spec that does not load keeps its file hash; its run reports why
+        return version
+    return f"{version}-{fingerprint}" if fingerprint else version
 
 
 @functools.lru_cache(maxsize=256)

@@ -115,4 +115,11 @@ def checked_spec(path: str | Path, project_root: Path = PROJECT_ROOT, weights: b
     """
     spec = load_spec(path)
     validate_for_add(spec, project_root, weights)
+    if spec.reference:
+        from soco_pipeline.evaluation.published import PublishedTableError, check_reference, load_published
+
+        try:
+            check_reference(spec.reference, load_published(), f"{path}: field 'reference'")
+        except PublishedTableError as e:
+            raise BackboneSpecError(str(e)) from None
     return spec

@@ -257,9 +257,11 @@ def compare(
     reduction: str = "official",
     n_boot: int = 2000,
     seed: int = 0,
+    level: float = 0.95,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Paired difference A - B (points, 0-100) on the elements both scored, per metric: the overall delta with
-    a category-bootstrap 95% CI and a sign test over units, and per category (CATEGORY_COLUMNS).
+    a category-bootstrap CI (95% unless `level` says otherwise; the columns keep their ci95 names) and a sign
+    test over units, and per category (CATEGORY_COLUMNS).
 
     Elements are matched on (metric, group, unit, element); elements only one side scored are left out
     (n_units says how many units were compared)."""
@@ -277,7 +279,7 @@ def compare(
         delta, boot = _value_and_bootstrap(units, reduction, n_boot, seed, column="d")
         value_a = _value_and_bootstrap(units, reduction, 0, seed, column="a")[0]
         value_b = _value_and_bootstrap(units, reduction, 0, seed, column="b")[0]
-        lo, hi = np.quantile(boot, [0.025, 0.975])
+        lo, hi = np.quantile(boot, [(1 - level) / 2, (1 + level) / 2])
         units["win_a"], units["win_b"] = units["d"] > 0, units["d"] < 0
         cat = units.groupby("group", as_index=False).agg(
             delta=("d", "mean"), n_units=("d", "size"), wins_a=("win_a", "sum"), wins_b=("win_b", "sum")

@@ -38,10 +38,10 @@ def spec_path(soco: SocoSettings, backbone: str):
 
 
 def spec_version(soco: SocoSettings, backbone: str) -> str:
-    """The data version of a backbone's spec: its file's content hash."""
-    from soco_pipeline.backbones.spec_files import file_hash
+    """The data version of a backbone's spec: its file's content hash (and its local weights')."""
+    from soco_pipeline.backbones.spec_files import spec_data_version
 
-    return file_hash(spec_path(soco, backbone))
+    return spec_data_version(spec_path(soco, backbone))
 
 
 def spec_for(soco: SocoSettings, backbone: str):
@@ -339,7 +339,7 @@ def metrics(
     )
 
 
-@fan_in_table(group_name=GROUP, partitioned=["metrics", "global_metrics"], kinds={"pandas"}, code_version="3")
+@fan_in_table(group_name=GROUP, partitioned=["metrics", "global_metrics"], kinds={"pandas"}, code_version="4")
 def leaderboard(
     context: dg.AssetExecutionContext,
     soco: SocoSettings,
@@ -356,6 +356,13 @@ def leaderboard(
     from soco_pipeline.analysis.leaderboard import leaderboard as build_leaderboard
     from soco_pipeline.analysis.leaderboard import leaderboard_markdown, leaderboard_png
     from soco_pipeline.backbones.spec_files import spec_names
+    from soco_pipeline.evaluation.published import (
+        compare_to_published,
+        load_published,
+        published_columns,
+        soco_values,
+        spec_references,
+    )
     from soco_pipeline.evaluation.stats import add_interval_columns, ci_display
     from soco_pipeline.evaluation.subsets import mark_partial, partial_display, subsets_of
 
@@ -371,6 +378,9 @@ def leaderboard(
     board["spec_present"] = board["backbone"].isin(spec_names(soco.backbones_dir))
     # partial (subset) rows flagged, 95% CI columns of the headline metrics beside their values
     board = add_interval_columns(mark_partial(board, subsets_of(all_metrics)), all_metrics)
+    # the published SOC of the model a spec names (`reference:`), the difference and the knobs that differ
+    refs, knobs = spec_references(soco.backbones_dir, protocol)
+    board = published_columns(board, compare_to_published(soco_values(board), refs, knobs, load_published()))
     img = base64.b64encode(leaderboard_png(board, protocol.headline_alpha)).decode()
     return TableResult(
         board,

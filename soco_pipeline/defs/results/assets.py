@@ -13,6 +13,7 @@ OPTIONAL_SUMMARIES = (
     "fgbmk_leaderboard",
     "fgbmk_findings",
     "tpips_leaderboard",
+    "published_comparison",
 )
 
 

@@ -1,0 +1,40 @@
+"""Published figures beside ours: `published_comparison`, one row per (model, family, metric) for every
+model whose spec names the published model it claims to be (`reference:`), with the knobs that differ."""
+
+import dagster as dg
+import pandas as pd
+
+from soco_pipeline import schemas
+from soco_pipeline.defs.results.assets import GROUP
+from soco_pipeline.defs.shared.checks import TableResult, table_asset
+from soco_pipeline.defs.shared.resources import SocoSettings
+
+
+@table_asset(
+    schema=schemas.PublishedComparisonSchema,
+    group_name=GROUP,
+    kinds={"pandas"},
+    code_version="1",
+    automation_condition=dg.AutomationCondition.eager(),
+)
+def published_comparison(soco: SocoSettings, leaderboard: pd.DataFrame) -> TableResult:
+    """Ours beside the published figures of the model each spec names (assets/reference/published.csv):
+    the closest published setting, the difference, and every protocol knob in which the two runs differ."""
+    from soco_pipeline.evaluation.published import (
+        compare_to_published,
+        load_published,
+        soco_values,
+        spec_references,
+    )
+
+    refs, knobs = spec_references(soco.backbones_dir, soco.protocol())
+    table = compare_to_published(soco_values(leaderboard), refs, knobs, load_published())
+    md = table[["model", "reference", "metric", "comparison"]].to_markdown(index=False) if len(table) else ""
+    return TableResult(
+        table,
+        {
+            "rows": len(table),
+            "models": int(table["model"].nunique()) if len(table) else 0,
+            "comparison": dg.MetadataValue.md(md or "no spec names a published reference (`reference:`)"),
+        },
+    )

@@ -1,0 +1,202 @@
+"""Published figures beside ours: the table of every paper's numbers the project reproduces
+(assets/reference/published.csv), and the comparison of a model with the published model its spec names
+(`reference: DINOv2-B/14`), knob by knob.
+
+A published row says under which protocol it was measured (input size, grid, layer, alpha, reduction,
+prediction point, judge); ours says the same from the spec and the protocol file. The comparison picks,
+per (family, metric), the published row whose knobs differ least from ours and names every knob that still
+differs, so "ours 58.1 at nearest_multiple:800, published 60.4 at fixed_grid:60: grid differs" reads off one row.
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+
+import pandas as pd
+
+PUBLISHED_PATH = Path(__file__).resolve().parents[2] / "assets" / "reference" / "published.csv"
+KNOBS = ("input_size", "grid", "layer", "alpha", "reduction", "prediction", "judge")
+PUBLISHED_COLUMNS = ("model", "family", "metric", "setting", "value", "source", *KNOBS, "note")
+COMPARISON_COLUMNS = [
+    "model",
+    "reference",
+    "family",
+    "metric",
+    "ours",
+    "published",
+    "difference",
+    "published_setting",
+    "differing_knobs",
+    "comparison",
+    "source",
+]
+
+
+class PublishedTableError(ValueError):
+    """The published-figures table is malformed, or a spec names a model it does not hold."""
+
+
+def load_published(path: str | Path | None = None) -> pd.DataFrame:
+    """The published figures, one row per (model, family, metric, setting, source), checked: every column
+    present, numeric values, a source on every row, no duplicate row."""
+    path = Path(path or PUBLISHED_PATH)
+    df = pd.read_csv(path, dtype=str, keep_default_na=False)
+    missing = [c for c in PUBLISHED_COLUMNS if c not in df.columns]
+    if missing:
+        raise PublishedTableError(
+            f"{path}: columns {missing} are missing; the header is {list(PUBLISHED_COLUMNS)}"
+        )
+    values = pd.to_numeric(df["value"], errors="coerce")
+    bad = df.index[values.isna()].tolist()
+    if bad:
+        row = bad[0]
+        raise PublishedTableError(
+            f"{path}: line {row + 2} ({df.at[row, 'model']}, {df.at[row, 'metric']}): value "
+            f"{df.at[row, 'value']!r} is not a number"
+        )
+    unsourced = df.index[df["source"].str.strip() == ""].tolist()
+    if unsourced:
+        raise PublishedTableError(
+            f"{path}: line {unsourced[0] + 2} has no source; name the paper, table or page"
+        )
+    key = ["model", "family", "metric", "setting", "source"]
+    dup = df[df.duplicated(key, keep=False)]
+    if len(dup):
+        first = dup.iloc[0]
+        n = int((df[key] == first[key]).all(axis=1).sum())
+        raise PublishedTableError(
+            f"{path}: ({', '.join(str(first[k]) for k in key)}) appears {n} times; keep one row per "
+            f"model, family, metric, setting and source"
+        )
+    return df.assign(value=values.astype(float))
+
+
+def check_reference(name: str, published: pd.DataFrame, where: str = "the spec") -> str:
+    """`name` when the published table holds that model; else an error listing the closest names."""
+    known = sorted(published["model"].unique())
+    if name in known:
+        return name
+    close = difflib.get_close_matches(name, known, n=5, cutoff=0.5)
+    hint = f"close names: {', '.join(close)}" if close else f"{len(known)} models are listed"
+    raise PublishedTableError(
+        f"{where}: reference {name!r} is not in {PUBLISHED_PATH.name} ({hint}); use a model name from "
+        f"assets/reference/published.csv or drop the field"
+    )
+
+
+def differing_knobs(ours: dict[str, str], published: pd.Series) -> list[str]:
+    """The knobs in which our run and a published row differ ('grid: ours X, published Y'); a knob the
+    published row leaves empty is unknown there and is not counted."""
+    out = []
+    for knob in KNOBS:
+        theirs = str(published.get(knob, "") or "")
+        mine = str(ours.get(knob, "") or "")
+        if theirs and mine and theirs != mine:
+            out.append(f"{knob}: ours {mine}, published {theirs}")
+    return out
+
+
+def compare_to_published(
+    ours: pd.DataFrame,
+    references: dict[str, str],
+    knobs: dict[str, dict[str, str]],
+    published: pd.DataFrame,
+) -> pd.DataFrame:
+    """Per model that names a reference and per (family, metric) both sides have: our value, the published
+    one (the row whose knobs differ least from ours), the difference and the knobs that differ.
+
+    `ours` is long: model, family, metric, value (0-100). `knobs` is our resolved protocol per model."""
+    rows = []
+    for model, ref in sorted(references.items()):
+        mine = ours[ours["model"] == model]
+        theirs = published[published["model"] == ref]
+        for r in mine.itertuples(index=False):
+            cands = theirs[(theirs["family"] == r.family) & (theirs["metric"] == r.metric)]
+            if cands.empty or pd.isna(r.value):
+                continue
+            diffs = [differing_knobs(knobs.get(model, {}), c) for _, c in cands.iterrows()]
+            best = min(range(len(cands)), key=lambda i: len(diffs[i]))  # first of the closest, in file order
+            pub, why = cands.iloc[best], diffs[best]
+            knob_names = ", ".join(d.split(":")[0] for d in why)
+            text = (
+                f"ours {r.value:.1f} ({knobs.get(model, {}).get('grid', '?')}), published {pub['value']:.1f} "
+                f"({pub['setting']}): " + (f"{knob_names} differ" if why else "same protocol")
+            )
+            rows.append(
+                {
+                    "model": model,
+                    "reference": ref,
+                    "family": r.family,
+                    "metric": r.metric,
+                    "ours": float(r.value),
+                    "published": float(pub["value"]),
+                    "difference": float(r.value) - float(pub["value"]),
+                    "published_setting": pub["setting"],
+                    "differing_knobs": "; ".join(why),
+                    "comparison": text,
+                    "source": pub["source"],
+                }
+            )
+    return pd.DataFrame(rows, columns=COMPARISON_COLUMNS)
+
+
+def soco_knobs(input_policy: str, input_value: int, layer: object, protocol) -> dict[str, str]:
+    """Our resolved SOCO protocol in the published table's vocabulary (input size, grid, layer, alpha,
+    reduction, prediction point)."""
+    grid = f"{input_policy}:{input_value}"
+    prediction = (
+        "soft_argmax"
+        if protocol.soft_argmax
+        else {"top_left": "patch_corner"}.get(protocol.prediction_point, protocol.prediction_point)
+    )
+    return {
+        "input_size": grid,
+        "grid": grid,
+        "layer": "last" if str(layer) in ("-1", "last") else str(layer),
+        "alpha": f"{protocol.headline_alpha:g}",
+        "reduction": "official",
+        "prediction": prediction,
+    }
+
+
+SOCO_BOARD_METRICS = ("cc", "soc", "soc_geo", "cross_soc", "cross_cc")
+
+
+def soco_values(board: pd.DataFrame) -> pd.DataFrame:
+    """The SOCO leaderboard's headline levels in long form (model, family, metric, value)."""
+    name = "model" if "model" in board.columns else "backbone"
+    cols = [c for c in SOCO_BOARD_METRICS if c in board.columns]
+    long = board.melt(id_vars=[name], value_vars=cols, var_name="metric", value_name="value")
+    return long.rename(columns={name: "model"}).assign(family="soco")[["model", "family", "metric", "value"]]
+
+
+def spec_references(specs_dir: str | Path, protocol) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
+    """From the spec files of a folder: {model: published reference} for the specs that name one, and our
+    resolved SOCO knobs per such model. A spec that no longer loads is left out (its own run reports it)."""
+    from soco_pipeline.backbones.spec import BackboneSpecError, load_spec
+
+    refs, knobs = {}, {}
+    for path in sorted(Path(specs_dir).glob("*.yaml")):
+        try:
+            spec = load_spec(path)
+        except (BackboneSpecError, OSError):
+            continue
+        if spec.reference:
+            refs[spec.name] = spec.reference
+            layer = dict(spec.options).get("layer", "")
+            knobs[spec.name] = soco_knobs(spec.input.policy, spec.input.value, layer, protocol)
+    return refs, knobs
+
+
+def published_columns(board: pd.DataFrame, comparison: pd.DataFrame) -> pd.DataFrame:
+    """The SOCO board with, per model that names a reference: `reference`, `soc_published` (the closest
+    published SOC), `soc_vs_published` (ours - published) and `published_note` (the knobs that differ)."""
+    name = "model" if "model" in board.columns else "backbone"
+    soc = comparison[(comparison["family"] == "soco") & (comparison["metric"] == "soc")].set_index("model")
+    out = board.copy()
+    out["reference"] = out[name].map(soc["reference"]).fillna("")
+    out["soc_published"] = out[name].map(soc["published"])
+    out["soc_vs_published"] = out[name].map(soc["difference"])
+    out["published_note"] = out[name].map(soc["comparison"]).fillna("")
+    return out

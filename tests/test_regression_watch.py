@@ -1,0 +1,160 @@
+"""The regression watch and the published figures through Dagster, on a small embedded set.
+
+A tiny timm ViT whose blocks pass the patch embedding through (attention and MLP outputs zeroed) describes
+each patch by a random projection of its pixels: it scores well above chance. Replacing its weights file in
+place with one whose patch embedding is zero (every patch the same vector: argmax ties, the first patch)
+moves the spec's data version; the re-materialized model_history compares the two on the same task hash and
+its `no_regression` check fails with both figures and the paired interval. The spec names a published model
+(`reference: DINOv2-B/14`), so the board, `published_comparison` and SQL show the published SOC beside ours
+and the knobs that differ."""
+
+from __future__ import annotations
+
+import dagster as dg
+import pandas as pd
+import pytest
+import timm
+import torch
+import yaml
+
+from soco_pipeline.defs.definitions import build_definitions
+from soco_pipeline.results_db import connect_readonly
+
+pytestmark = [pytest.mark.pipeline, pytest.mark.timeout(900)]
+
+CATEGORIES = ["car", "bus", "tractor", "chair", "dog", "horse"]
+PER_BACKBONE = [
+    "feature_manifest",
+    "predictions",
+    "four_choice_predictions",
+    "metrics",
+    "results_record",
+    "model_history",
+]
+
+
+def write_weights(path, passthrough: bool) -> None:
+    """A vit_tiny state dict: blocks that pass the residual stream through, no position embedding; the
+    patch embedding random (seed 0) when `passthrough`, zero otherwise."""
+    torch.manual_seed(0)
+    state = timm.create_model("vit_tiny_patch16_224", num_classes=0).state_dict()
+    for k in state:
+        if k.endswith(("attn.proj.weight", "attn.proj.bias", "mlp.fc2.weight", "mlp.fc2.bias")) or k in (
+            "pos_embed",
+        ):
+            state[k] = torch.zeros_like(state[k])
+    if not passthrough:
+        state["patch_embed.proj.weight"] = torch.zeros_like(state["patch_embed.proj.weight"])
+        state["patch_embed.proj.bias"] = torch.zeros_like(state["patch_embed.proj.bias"])
+    torch.save(state, path)
+
+
+@pytest.fixture(scope="module")
+def watched(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("watch")
+    backbones = tmp / "backbones"
+    backbones.mkdir()
+    weights = tmp / "tiny.pth"
+    write_weights(weights, passthrough=True)
+    spec = {
+        "kind": "timm",
+        "model": "vit_tiny_patch16_224",
+        "weights": str(weights),
+        "layer": -1,
+        "input": {"nearest_multiple": 128},
+        "normalisation": "imagenet",
+        "batch_size": 8,
+        "device": "cpu",
+        "seed": 0,
+        "reference": "DINOv2-B/14",
+    }
+    (backbones / "tiny.yaml").write_text(yaml.safe_dump(spec))
+    overrides = dict(
+        storage_root=str(tmp / "storage"),
+        backbones_dir=str(backbones),
+        categories=CATEGORIES,
+        images_per_category=6,
+        device="cpu",
+    )
+    (tmp / "home").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp / "home")) as instance:
+        instance.add_dynamic_partitions("backbones", ["tiny"])
+        defs = build_definitions(**overrides)
+
+        def mat(names, partition=None):
+            selection = names if isinstance(names, dg.AssetSelection) else dg.AssetSelection.assets(*names)
+            result = dg.materialize(
+                list(defs.assets),
+                selection=selection,
+                instance=instance,
+                resources=defs.resources,
+                partition_key=partition,
+            )
+            assert result.success
+            return result
+
+        mat(dg.AssetSelection.groups("data", "pairs"))
+        runs = {"first": mat(PER_BACKBONE, "tiny")}
+        mat(["leaderboard", "published_comparison", "results_database"])
+        runs["unchanged"] = mat(["model_history"], "tiny")
+        write_weights(weights, passthrough=False)
+        runs["degraded"] = mat(PER_BACKBONE, "tiny")
+        yield {"runs": runs, "tmp": tmp, "storage": tmp / "storage"}
+
+
+def check_of(result) -> dg.AssetCheckEvaluation:
+    (ev,) = [e for e in result.get_asset_check_evaluations() if e.check_name == "no_regression"]
+    return ev
+
+
+def test_first_and_unchanged_runs_pass_the_watch(watched):
+    for run in ("first", "unchanged"):
+        ev = check_of(watched["runs"][run])
+        assert ev.passed, ev.metadata
+        assert ev.metadata["compared_with"].value == "nothing (no earlier data version)"
+
+
+def test_replaced_weights_drop_the_score_and_fail_the_watch(watched):
+    ev = check_of(watched["runs"]["degraded"])
+    assert not ev.passed
+    message = ev.metadata["regression"].value
+    assert "tiny (soco) regressed from data version" in message
+    soc = ev.metadata["soc"].value  # "<new> (<delta>, [<lo>, <hi>])"
+    new, rest = soc.split(" (", 1)
+    delta, interval = rest.rstrip(")").split(", [")
+    lo, hi = (float(x) for x in interval.rstrip("]").split(", "))
+    assert float(delta) < 0 and hi < 0 and lo <= float(delta) <= hi
+    assert "soc " in message and " -> " in message  # both figures: before -> after
+
+
+def test_model_history_keeps_both_data_versions(watched):
+    hist = pd.read_parquet(watched["storage"] / "tables" / "model_history" / "tiny.parquet")
+    versions = hist.drop_duplicates("data_version").sort_values("materialized_at")
+    assert len(versions) == 2
+    new = hist[hist.data_version == versions.data_version.iloc[1]].set_index("metric")
+    old = hist[hist.data_version == versions.data_version.iloc[0]].set_index("metric")
+    assert (new["previous_data_version"] == versions.data_version.iloc[0]).all()
+    assert new.at["soc", "value"] < old.at["soc", "value"]
+    assert bool(new.at["soc", "regression"])
+    assert new.at["soc", "delta"] == pytest.approx(new.at["soc", "value"] - old.at["soc", "value"], abs=0.05)
+    assert set(hist["task_hash"]) == {hist["task_hash"].iloc[0]}  # the same task: compared as paired
+
+
+def test_the_board_and_sql_show_the_published_figure_and_the_knobs(watched):
+    board = pd.read_parquet(watched["storage"] / "tables" / "leaderboard.parquet")
+    row = board.set_index("backbone").loc["tiny"]
+    assert row["reference"] == "DINOv2-B/14"
+    assert row["soc_published"] == pytest.approx(67.86)  # OmniProbe, S = 800 snapped: the first of the ties
+    assert row["soc_vs_published"] == pytest.approx(row["soc"] - 67.86)
+    assert "input_size, grid differ" in row["published_note"]
+    with connect_readonly(watched["storage"] / "results.duckdb") as con:
+        got = con.execute(
+            "select published, differing_knobs from published_comparison where model = 'tiny' and metric = 'soc'"
+        ).fetchall()
+    assert got == [
+        (
+            pytest.approx(67.86),
+            "input_size: ours nearest_multiple:128, published nearest_multiple:800; "
+            "grid: ours nearest_multiple:128, published nearest_multiple:800",
+        )
+    ]
