@@ -89,6 +89,10 @@ def cmd_export_results(args: argparse.Namespace, settings: Settings) -> int:
         from soco_pipeline.trust_cli import export_record
 
         return export_record(args, settings)
+    if args.format == "hub":
+        from soco_pipeline.trust_cli import export_hub
+
+        return export_hub(args, settings)
 
     from soco_pipeline.evaluation.official_results import official_results
     from soco_pipeline.evaluation.protocol import load_protocol
@@ -200,10 +204,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--protocol", default=None, help="protocol file (default: assets/protocol.yaml)")
     s.add_argument(
         "--format",
-        choices=["official", "record"],
+        choices=["official", "record", "hub"],
         default="official",
-        help="official: the SOCO scorer's shape; record: the results record (docs/results.md)",
+        help="official: the SOCO scorer's shape; record: the results record (docs/results.md); hub: the "
+        "Hugging Face Hub's .eval_results/<family>.yaml under OUT (a folder; nothing is uploaded)",
     )
+    s.add_argument("--dataset-id", default=None, help="hub: the benchmark dataset's Hub id (<owner>/<name>)")
     s.add_argument(
         "--lvlm", action="store_true", help="record: BACKBONE names an LVLM spec (family soco_lvlm)"
     )

@@ -102,6 +102,35 @@ def export_record(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def export_hub(args: argparse.Namespace, settings: Settings) -> int:
+    """`soco export-results M OUT --format hub --dataset-id ID`: the model's record as the Hub's
+    `.eval_results/<family>.yaml` under the folder OUT, read back with the Hub client's parser."""
+    from soco_pipeline.evaluation.hub_export import write_hub_results
+
+    if not args.dataset_id:
+        print(
+            "error: --format hub needs --dataset-id <owner>/<name>, the Hub id of the benchmark dataset the "
+            "results belong to (the Hub lists them under that dataset's leaderboard)",
+            file=sys.stderr,
+        )
+        return 2
+    rec = (
+        record_for_lvlm(settings, args.backbone)
+        if args.lvlm
+        else record_for_backbone(settings, args.backbone)
+    )
+    notes = (
+        "simulated data: soco_pipeline's embedded generator, not the published benchmark's images"
+        if settings.source == "embedded"
+        else ""
+    )
+    path = write_hub_results(rec, args.out, args.dataset_id, notes)
+    print(
+        f"wrote {path} ({len(rec['results'])} results of {rec['model']}); open a pull request on the model repo"
+    )
+    return 0
+
+
 def cmd_diff_runs(args: argparse.Namespace, settings: Settings) -> int:
     """Say where two results records differ; exit 0 when their inputs (task hashes) are identical, else 1."""
     from soco_pipeline.evaluation.provenance import diff_records, read_record
