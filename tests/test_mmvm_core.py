@@ -380,7 +380,7 @@ def test_bad_vlmevalkit_rows_name_the_file_and_row(data, tmp_path):
     _, t, _ = data
     path = tmp_path / "MMVMBench.tsv"
     table = export_vlmevalkit(t["items"].head(3), str(path))
-    table.loc[1, "image"] = repr([table.loc[1, "image"][2:10]])  # one image instead of the two frames
+    table.loc[1, "image"] = repr([table.loc[1, "image"][2:102]])  # one image instead of the two frames
     table.to_csv(path, sep="\t", index=False)
     with pytest.raises(MmvmFormatError, match=r"MMVMBench.tsv row 3 \(index 1\): image holds 1 images"):
         import_vlmevalkit(str(path), str(tmp_path / "imgs"))

@@ -60,7 +60,7 @@ class ItemSchema(pa.DataFrameModel):
     item_id: Series[str] = pa.Field(unique=True)
     case_id: Series[str]
     split: Series[str] = pa.Field(isin=["train", "test"])
-    n_candidates: Series[int] = pa.Field(ge=1, le=25)
+    n_candidates: Series[int] = pa.Field(ge=1)  # a question shows at most 25 of them
     count_label: Series[str]
     match_type: Series[str]
     query_absent: Series[bool]
@@ -93,7 +93,8 @@ class AnswerSchema(pa.DataFrameModel):
     item_id: Series[str] = pa.Field(unique=True)
     raw_answer: Series[str]
     parsed: Series[str]
-    extraction: Series[str] = pa.Field(isin=["exact", "judge", "none"])
+    extraction: Series[str] = pa.Field(isin=["exact", "no_option", "judge", "none"])
+    judge_status: Series[str] = pa.Field(isin=["", "decided", "failed"])
     judge_mode: Series[str] = pa.Field(isin=["off", "matcher", "yes_no"])
     judge_raw: Series[str]
     correct: Series[bool]
