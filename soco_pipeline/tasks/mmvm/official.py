@@ -338,6 +338,7 @@ def import_match_bench(root: str, work_root: str, tsv: str | None = None) -> dic
                         "role": "query" if f == 0 else "candidate",
                         "candidate": f == 1,
                         "id": int(e.get("id", 0)),
+                        "area_px": int(m.sum()),
                     }
                 )
             image_id = f"mmvm/imported/{case_id}/frame{f}"
