@@ -211,6 +211,9 @@ def build_parser() -> argparse.ArgumentParser:
     from soco_pipeline.trust_cli import add_commands
 
     add_commands(sub)  # diff-runs, compare, evaluate, show, report (docs/results.md)
+    from soco_pipeline.workbook_cli import add_command as add_score_workbook
+
+    add_score_workbook(sub)  # score-workbook FAMILY FILE (docs/results.md)
 
     s = sub.add_parser(
         "cluster", help="start/stop/status/restart of the local distributed stack (docs/scaling-out.md)"

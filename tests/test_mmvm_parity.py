@@ -168,3 +168,20 @@ def test_constant_answerers_score_exactly_their_share(position):
     m = accuracy_table(t, "const", "lvlm")
     assert m.loc[m["breakdown"] == "overall", "accuracy"].iat[0] == pytest.approx(100 * share)
     assert 0 < share < 1
+
+
+def test_score_workbook_command_prints_the_family_metrics(tmp_path, capsys):
+    from soco_pipeline.cli import main
+
+    out = tmp_path / "rows.csv"
+    argv = ["score-workbook", "mmvm", str(DATA / "workbook.xlsx"), "--out", str(out), "--format", "csv"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    table = pd.read_csv(pd.io.common.StringIO(printed.split("\n" + str(DATA))[0]))
+    overall = table[table["breakdown"] == "overall"].iloc[0]
+    # MMVMEvalKit's exact matching gives 7/42; the one Z-sentinel row (see above) is wrong here: 6/42
+    assert overall["accuracy"] == pytest.approx(100 * 6 / 42) and overall["n_items"] == 42
+    assert "42 rows, accuracy 14.29" in printed
+    rows = pd.read_csv(out)
+    assert rows["correct"].sum() == 6 and len(rows) == 42
+    assert main(["score-workbook", "mmvm", str(tmp_path / "missing.xlsx")]) == 2
