@@ -91,9 +91,9 @@ def cmd_export_results(args: argparse.Namespace, settings: Settings) -> int:
         return export_record(args, settings)
 
     from soco_pipeline.evaluation.official_results import official_results
-    from soco_pipeline.evaluation.protocol import load_protocol
     from soco_pipeline.storage import exists, read_parquet, write_bytes_atomic
     from soco_pipeline.tables import table_for
+    from soco_pipeline.trust_cli import rescored_backbone_metrics
 
     path = table_for("metrics").path(settings.tables_root, args.backbone)
     if not exists(path):
@@ -102,11 +102,12 @@ def cmd_export_results(args: argparse.Namespace, settings: Settings) -> int:
             f"the metrics asset of its partition)"
         )
     pairs = read_parquet(table_for("image_pairs").path(settings.tables_root))
+    metrics, protocol = rescored_backbone_metrics(settings, args.backbone, args.protocol)
     doc = official_results(
-        read_parquet(path),
+        metrics,
         pairs,
         args.backbone,
-        load_protocol(args.protocol),
+        protocol,
         alpha=args.alpha,
         settings={"metrics_table": path},
     )
