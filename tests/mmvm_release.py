@@ -3,15 +3,19 @@ the release's (not ours), no extra JSON keys (what a real `match_bench/` holds),
 
 from __future__ import annotations
 
+import base64
+import io
 import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
+from PIL import Image
 
 from soco_pipeline.tasks.mmvm.generator import generate
 from soco_pipeline.tasks.mmvm.official import TSV_NAME, export_match_bench, export_vlmevalkit
-from soco_pipeline.tasks.mmvm.prompt import build_items
+from soco_pipeline.tasks.mmvm.prompt import QUESTION, build_items, build_options
 
 OURS = ("label", "mmvm_item_id", "mmvm_case_id")
 
@@ -48,5 +52,30 @@ def vlmevalkit_tsv(t: dict[str, pd.DataFrame], path: Path) -> pd.DataFrame:
     test = t["items"][t["items"]["split"] == "test"].reset_index(drop=True)
     table = export_vlmevalkit(test, str(path))
     table["index"] = table["index"] + 500
+    table.to_csv(path, sep="\t", index=False)
+    return table
+
+
+def jpeg_b64(seed: int) -> str:
+    """A small seeded noise JPEG, base64 (a frame that decodes)."""
+    arr = np.random.default_rng(seed).integers(0, 255, (24, 32, 3), dtype=np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(arr).save(buf, format="JPEG")
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def small_mmvmbench_tsv(path, n_rows: int = 4) -> pd.DataFrame:
+    """A hand-made VLMEvalKit MMVMBench.tsv of `n_rows` (<= 4) rows with 4 candidates each (fast: no
+    generation); returns the table written."""
+    _, options, _ = build_options([3, 1, 2, 4])
+    table = pd.DataFrame(
+        {
+            "index": np.arange(n_rows),
+            "question": QUESTION + options,
+            "answer": ["A", "B", "E", "C"][:n_rows],
+            "match_type": "[1]",
+            "image": [repr([jpeg_b64(2 * k), jpeg_b64(2 * k + 1)]) for k in range(n_rows)],
+        }
+    )
     table.to_csv(path, sep="\t", index=False)
     return table

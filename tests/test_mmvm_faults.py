@@ -5,13 +5,11 @@ answering garbage (the LVLM harness's error guards; the board counts decided and
 from __future__ import annotations
 
 import base64
-import io
 import socket
 
 import numpy as np
 import pandas as pd
 import pytest
-from PIL import Image
 
 from soco_pipeline.lvlm.backends import Reply
 from soco_pipeline.lvlm.backends.openai import OpenAIBackend
@@ -21,41 +19,20 @@ from soco_pipeline.tasks.mmvm.metrics import accuracy_table
 from soco_pipeline.tasks.mmvm.official import MmvmFormatError, import_vlmevalkit
 from soco_pipeline.tasks.mmvm.prompt import QUESTION, build_options
 from tests.lvlm_helpers import openai_spec
+from tests.mmvm_release import jpeg_b64, small_mmvmbench_tsv
 
 pytestmark = pytest.mark.unit
 
 
-def _jpeg_b64(seed: int) -> str:
-    arr = np.random.default_rng(seed).integers(0, 255, (24, 32, 3), dtype=np.uint8)
-    buf = io.BytesIO()
-    Image.fromarray(arr).save(buf, format="JPEG")
-    return base64.b64encode(buf.getvalue()).decode("ascii")
-
-
-def _tsv(path, n_rows: int = 4) -> pd.DataFrame:
-    _, options, _ = build_options([3, 1, 2, 4])
-    table = pd.DataFrame(
-        {
-            "index": np.arange(n_rows),
-            "question": QUESTION + options,
-            "answer": ["A", "B", "E", "C"][:n_rows],
-            "match_type": "[1]",
-            "image": [repr([_jpeg_b64(2 * k), _jpeg_b64(2 * k + 1)]) for k in range(n_rows)],
-        }
-    )
-    table.to_csv(path, sep="\t", index=False)
-    return table
-
-
 def test_a_clean_tsv_imports(tmp_path):
-    _tsv(tmp_path / "MMVMBench.tsv")
+    small_mmvmbench_tsv(tmp_path / "MMVMBench.tsv")
     items = import_vlmevalkit(str(tmp_path / "MMVMBench.tsv"), str(tmp_path / "imgs"))
     assert items["answer"].tolist() == ["A", "B", "E", "C"] and items["query_absent"].tolist() == [0, 0, 1, 0]
 
 
 def test_duplicate_index_is_refused_naming_both_rows(tmp_path):
     path = tmp_path / "MMVMBench.tsv"
-    table = _tsv(path)
+    table = small_mmvmbench_tsv(path)
     table.loc[3, "index"] = 1  # rows 3 and 5 of the file (the header is line 1)
     table.to_csv(path, sep="\t", index=False)
     with pytest.raises(MmvmFormatError, match=r"MMVMBench.tsv: index '1' occurs on rows \[3, 5\]"):
@@ -73,8 +50,8 @@ def test_duplicate_index_is_refused_naming_both_rows(tmp_path):
 )
 def test_frames_that_are_not_images_are_refused_at_import(tmp_path, frame):
     path = tmp_path / "MMVMBench.tsv"
-    table = _tsv(path)
-    table.loc[2, "image"] = repr([_jpeg_b64(9), frame])
+    table = small_mmvmbench_tsv(path)
+    table.loc[2, "image"] = repr([jpeg_b64(9), frame])
     table.to_csv(path, sep="\t", index=False)
     with pytest.raises(MmvmFormatError, match=r"row 4 \(index 2\): frame 2: not a readable image"):
         import_vlmevalkit(str(path), str(tmp_path / "imgs"))
