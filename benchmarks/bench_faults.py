@@ -485,6 +485,58 @@ def fault_keypoint_outside(tmp: Path) -> None:
     )
 
 
+def fault_mmvm_bad_input(tmp: Path) -> None:
+    """Issue #38's MMVM rows: a repeated index and a frame that is not an image in MMVMBench.tsv, an empty
+    answer cell in a workbook, and a judge answering garbage: each refused or counted, naming the row."""
+    import base64
+
+    from soco_pipeline.lvlm.backends import Reply
+    from soco_pipeline.lvlm.run import LvlmRunError
+    from soco_pipeline.tasks.mmvm.answers import Judge, score_predictions
+    from soco_pipeline.tasks.mmvm.official import MmvmFormatError, import_vlmevalkit
+    from tests.mmvm_release import jpeg_b64, small_mmvmbench_tsv
+
+    class Garbage:
+        max_concurrency, batch_size = 1, 4
+
+        def answer_batch(self, requests):
+            return [Reply("the weather is nice", 0.0) for _ in requests]
+
+    t0 = time.perf_counter()
+    refused = []
+    table = small_mmvmbench_tsv(tmp / "MMVMBench.tsv")
+    for change in (
+        lambda d: d.assign(index=[0, 1, 2, 1]),
+        lambda d: d.assign(
+            image=[*d["image"][:3], repr([jpeg_b64(1), base64.b64encode(b"text " * 40).decode()])]
+        ),
+    ):
+        change(table).to_csv(tmp / "bad.tsv", sep="\t", index=False)
+        try:
+            import_vlmevalkit(str(tmp / "bad.tsv"), str(tmp / "frames"))
+        except MmvmFormatError as e:
+            refused.append("row" in str(e) or "rows" in str(e))
+    workbook = table.drop(columns="image").assign(prediction=["A", "B", "E", "C"], answer=["A", "", "E", "C"])
+    try:
+        score_predictions(workbook)
+    except MmvmFormatError as e:
+        refused.append("row 3" in str(e))
+    try:
+        score_predictions(
+            table.drop(columns="image").assign(prediction="the first one"), Judge(Garbage(), "yes_no")
+        )
+    except LvlmRunError as e:
+        refused.append("failed on 4 of 4 rows" in str(e))
+    seconds = time.perf_counter() - t0
+    record(
+        "MMVM bad input (index, frame, answer, judge)",
+        refused == [True] * 4,
+        0,
+        seconds,
+        f"{sum(refused)} of 4 refused naming the row (or the judge's failures)",
+    )
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--skip-crash", action="store_true", help="leave out the kill -9 of a whole demo run")
@@ -507,6 +559,7 @@ def main() -> int:
         ("disk full vit", fault_disk_full_vit_extraction),
         ("sql", fault_sql_write),
         ("keypoint outside", fault_keypoint_outside),
+        ("mmvm bad input", fault_mmvm_bad_input),
     ]
     if not args.skip_crash:
         faults.append(("crash", fault_crash_mid_extraction))

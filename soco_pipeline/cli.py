@@ -95,9 +95,9 @@ def cmd_export_results(args: argparse.Namespace, settings: Settings) -> int:
         return export_hub(args, settings)
 
     from soco_pipeline.evaluation.official_results import official_results
-    from soco_pipeline.evaluation.protocol import load_protocol
     from soco_pipeline.storage import exists, read_parquet, write_bytes_atomic
     from soco_pipeline.tables import table_for
+    from soco_pipeline.trust_cli import rescored_backbone_metrics
 
     path = table_for("metrics").path(settings.tables_root, args.backbone)
     if not exists(path):
@@ -106,11 +106,12 @@ def cmd_export_results(args: argparse.Namespace, settings: Settings) -> int:
             f"the metrics asset of its partition)"
         )
     pairs = read_parquet(table_for("image_pairs").path(settings.tables_root))
+    metrics, protocol = rescored_backbone_metrics(settings, args.backbone, args.protocol)
     doc = official_results(
-        read_parquet(path),
+        metrics,
         pairs,
         args.backbone,
-        load_protocol(args.protocol),
+        protocol,
         alpha=args.alpha,
         settings={"metrics_table": path},
     )
@@ -217,6 +218,9 @@ def build_parser() -> argparse.ArgumentParser:
     from soco_pipeline.trust_cli import add_commands
 
     add_commands(sub)  # diff-runs, compare, evaluate, show, report (docs/results.md)
+    from soco_pipeline.workbook_cli import add_command as add_score_workbook
+
+    add_score_workbook(sub)  # score-workbook FAMILY FILE (docs/results.md)
 
     s = sub.add_parser(
         "cluster", help="start/stop/status/restart of the local distributed stack (docs/scaling-out.md)"

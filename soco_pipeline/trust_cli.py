@@ -20,6 +20,32 @@ def _protocol(path: str | None):
     return load_protocol(path)
 
 
+def _checked_protocol(settings: Settings, backbone: str, protocol_path: str | None):
+    """The protocol to re-score a backbone's stored predictions with: the run's when `protocol_path` is None,
+    else that file, refused (ProtocolError, a ValueError) when it changes a knob that changes predictions."""
+    from soco_pipeline.evaluation.protocol_check import rescoring_protocol, stored_protocol
+
+    stored, where = stored_protocol(settings.storage_root, backbone, settings.protocol_path)
+    return stored if protocol_path is None else rescoring_protocol(protocol_path, stored, where, backbone)
+
+
+def rescored_backbone_metrics(settings: Settings, backbone: str, protocol_path: str | None):
+    """(metrics, protocol) of a backbone for `soco export-results`: the stored metrics table, or with
+    `--protocol` (scoring knobs only) its stored predictions re-scored under that protocol."""
+    from soco_pipeline.evaluation.protocol_check import rescored_metrics
+    from soco_pipeline.evaluation.records import load_backbone_tables
+    from soco_pipeline.storage import read_parquet
+    from soco_pipeline.tables import table_for
+
+    protocol = _checked_protocol(settings, backbone, protocol_path)
+    metrics = read_parquet(table_for("metrics").path(settings.tables_root, backbone))
+    if protocol_path is None:
+        return metrics, protocol
+    tables = load_backbone_tables(settings.tables_root, backbone)
+    tables["taxonomy"] = read_parquet(table_for("taxonomy").path(settings.tables_root))
+    return rescored_metrics(tables, protocol), protocol
+
+
 def _backbone_spec(settings: Settings, backbone: str):
     from soco_pipeline.backbones import load_spec
 
@@ -43,7 +69,7 @@ def record_for_backbone(settings: Settings, backbone: str, protocol_path: str | 
         backbone=backbone,
         spec=spec,
         spec_hash=spec_hash(spec),
-        protocol=_protocol(protocol_path),
+        protocol=_checked_protocol(settings, backbone, protocol_path),
         tables=tables,
         rule=stored_subset(tables["metrics"]),
         device="cpu",
@@ -170,7 +196,7 @@ def _backbone_scores(settings: Settings, backbone: str, protocol_path: str | Non
         t["keypoints"],
         t["image_set"],
         pairs,
-        _protocol(protocol_path),
+        _checked_protocol(settings, backbone, protocol_path),
     )
 
 

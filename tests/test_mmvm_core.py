@@ -29,6 +29,7 @@ from soco_pipeline.tasks.mmvm.prompt import (
     QUESTION,
     build_items,
     build_options,
+    option_map,
     read_labels,
     read_rgb,
 )
@@ -233,6 +234,8 @@ def test_threshold_is_fitted_on_train_and_recorded(data):
     _, t, _ = data
     pred = oracle_predictions(t)
     assert pred["threshold"].nunique() == 1 and "training split" in pred["none_rule"].iat[0]
+    # every test answer flipped: the threshold does not move (it sees the training split only)
+    assert (oracle_predictions(_flipped(t))["threshold"] == pred["threshold"]).all()
     assert (
         pred.loc[pred.query_absent, "correct"].all()
         and not pred.loc[pred.query_absent, "correct_forced"].any()
@@ -325,14 +328,48 @@ def test_bad_inputs_name_the_file_and_row(data, tmp_path):
     assert parse_match_type("[3, 11]").codes == (3, 2)  # an unknown code counts as SP (the reference rule)
 
 
+def _flipped(t: dict) -> dict:
+    """The tables with every test item's answer moved to the next option (query presence follows)."""
+    items = t["items"].copy()
+    test = items["split"] == "test"
+    letters = items.loc[test, "options"].map(lambda o: list(option_map(o)))
+    items.loc[test, "answer"] = [
+        ls[(ls.index(a) + 1) % len(ls)] for a, ls in zip(items.loc[test, "answer"], letters, strict=True)
+    ]
+    items.loc[test, "query_absent"] = items.loc[test, "answer"] == items.loc[test, "none_letter"]
+    return t | {"items": items}
+
+
 def test_feature_backbone_scores_through_the_shared_cache(data, tmp_path):
+    """dense_sift (OpenCV SIFT, deterministic) on the tiny set: the values measured at this commit. The test
+    split's answers never reach the fitted threshold: flipping every one leaves both thresholds and every
+    forced answer where they were, and only the verdicts move."""
     _, t, _ = data
     spec = load_spec(PROJECT_ROOT / "assets" / "backbones" / "dense_sift.yaml")
-    pred, manifest = backbone_predictions(spec, t, str(tmp_path / "features"), device="cpu")
-    assert len(manifest) == len(t["images"]) and set(pred["method"]) == {"zero_shot", "contrastive_head"}
-    assert pred["max_similarity"].between(-1.0001, 1.0001).all() and (pred["status"] == "ok").all()
+    feats = str(tmp_path / "features")
+    pred, manifest = backbone_predictions(spec, t, feats, device="cpu")
+    assert len(manifest) == len(t["images"]) and (pred["status"] == "ok").all()
+    thresholds = pred.groupby("method")["threshold"].first()
+    assert thresholds.round(4).to_dict() == {"contrastive_head": 0.8276, "zero_shot": 0.9725}
+    assert pred["max_similarity"].iloc[:3].round(4).tolist() == [0.9663, 0.9663, 0.9633]
+    hits = pred.groupby(["method", "split"])["correct"].sum().to_dict()
+    assert hits == {
+        ("contrastive_head", "test"): 1,
+        ("contrastive_head", "train"): 8,
+        ("zero_shot", "test"): 1,
+        ("zero_shot", "train"): 4,
+    }
     m = method_metrics(pred, "backbone")
-    assert m["accuracy"].between(0, 100).all() and m["random_expected"].between(0, 100).all()
+    overall = m[m["breakdown"] == "overall"].set_index("method")
+    assert overall["accuracy"].to_dict() == pytest.approx(
+        {"contrastive_head": 100 / 11, "zero_shot": 100 / 11}
+    )
+    flipped, _ = backbone_predictions(spec, _flipped(t), feats, device="cpu")
+    pd.testing.assert_series_equal(flipped["threshold"], pred["threshold"])
+    pd.testing.assert_series_equal(flipped["forced_letter"], pred["forced_letter"])
+    train = pred["split"] == "train"
+    assert (flipped.loc[train, "correct"] == pred.loc[train, "correct"]).all()
+    assert (flipped.loc[~train, "correct"] != pred.loc[~train, "correct"]).any()
 
 
 def test_contrastive_head_learns_to_ignore_a_nuisance_subspace():
@@ -380,7 +417,7 @@ def test_bad_vlmevalkit_rows_name_the_file_and_row(data, tmp_path):
     _, t, _ = data
     path = tmp_path / "MMVMBench.tsv"
     table = export_vlmevalkit(t["items"].head(3), str(path))
-    table.loc[1, "image"] = repr([table.loc[1, "image"][2:10]])  # one image instead of the two frames
+    table.loc[1, "image"] = repr([table.loc[1, "image"][2:102]])  # one image instead of the two frames
     table.to_csv(path, sep="\t", index=False)
     with pytest.raises(MmvmFormatError, match=r"MMVMBench.tsv row 3 \(index 1\): image holds 1 images"):
         import_vlmevalkit(str(path), str(tmp_path / "imgs"))

@@ -65,11 +65,11 @@ def _out(schema, description: str) -> tuple[TableSpec, dg.AssetOut]:
 def mmvm_scenes(context: dg.AssetExecutionContext, soco: SocoSettings) -> dict[str, TableResult]:
     """Two-frame scenes (SIMULATED): cases with their cue codes, the unmarked frames with label maps, and
     every object with the attributes the cues compare; the frames go under <storage>/mmvm/generated."""
-    from soco_pipeline.tasks.mmvm.generator import generate
+    from soco_pipeline.tasks.mmvm.source import load_scenes
 
     cfg = mmvm_config(soco)
-    t = generate(cfg, soco.task_root(GROUP, "generated"))
-    meta = {"config_hash": cfg.version_hash(), "simulated": True}
+    t = load_scenes(cfg, soco.task_root(GROUP, "generated"), log=context.log.warning)
+    meta = {"config_hash": cfg.version_hash(), "simulated": cfg.source.kind == "generated"}
     return {
         f"mmvm_{name}": TableResult(t[name], {"rows": len(t[name]), **meta})
         for name in ("cases", "images", "objects")
@@ -92,10 +92,16 @@ def mmvm_items(
 ) -> TableResult:
     """The questions: one per (case, candidate count 4/8/12/all), with the published marks and options (the
     marked frames go under <storage>/mmvm/marked)."""
-    from soco_pipeline.tasks.mmvm.prompt import build_items
+    from soco_pipeline.tasks.mmvm.source import source_items
 
-    items = build_items(
-        mmvm_cases, mmvm_objects, mmvm_images, mmvm_config(soco), soco.task_root(GROUP, "marked")
+    cfg = mmvm_config(soco)
+    items = source_items(
+        cfg,
+        mmvm_cases,
+        mmvm_objects,
+        mmvm_images,
+        soco.task_root(GROUP, "marked"),
+        soco.task_root(GROUP, "generated"),
     )
     return TableResult(items, {"rows": len(items), "test": int((items["split"] == "test").sum())})
 

@@ -35,6 +35,7 @@ import pandas as pd
 from soco_pipeline.lvlm.backends import Backend, Reply
 from soco_pipeline.lvlm.cache import AnswerCache
 from soco_pipeline.lvlm.prompt import ChatRequest, request_key
+from soco_pipeline.lvlm.run import LvlmRunError, error_rate_exceeded
 from soco_pipeline.storage import read_bytes
 from soco_pipeline.tasks.mmvm.prompt import QUESTION, option_map, options_of
 
@@ -53,13 +54,15 @@ ANSWER_COLUMNS = [
     "extraction",
     "judge_mode",
     "judge_raw",
+    "judge_status",
     "correct",
     "latency_s",
     "attempts",
     "error",
     "request_hash",
 ]
-EXTRACTIONS = ("exact", "judge", "none")
+EXTRACTIONS = ("exact", "no_option", "judge", "none")  # no_option: a refusal or a lone Z, settled wrong
+JUDGE_STATUSES = ("", "decided", "failed")  # "": not asked
 JUDGE_MODES = ("off", "matcher", "yes_no")
 REFUSALS = (
     "Sorry, I can't help with images of people yet.",
@@ -95,18 +98,18 @@ _EXAMPLES = (
 
 def infer_option(answer: object, choices: dict[str, str]) -> str:
     """MMVMEvalKit's `can_infer` of one answer: an option letter, NO_OPTION for a decided "no option" (a
-    refusal, or a lone Z when Z is no option), or "" when nothing can be inferred (or an API failure)."""
+    refusal, or a lone Z when Z is no option), or "" when nothing can be inferred. An answer holding the API
+    failure message skips option matching and goes straight to text matching, as there."""
     text = str(answer)
-    if API_FAILURE in text:
-        return ""
-    if any(r in text for r in REFUSALS):
-        return NO_OPTION
-    words = text.translate(_PUNCT).split()
-    hits = [c for c in choices if c in words]
-    if len(hits) == 1:
-        return hits[0]
-    if not hits and NO_OPTION in words:
-        return NO_OPTION
+    if API_FAILURE not in text:
+        if any(r in text for r in REFUSALS):
+            return NO_OPTION
+        words = text.translate(_PUNCT).split()
+        hits = [c for c in choices if c in words]
+        if len(hits) == 1:
+            return hits[0]
+        if not hits and NO_OPTION in words:
+            return NO_OPTION
     low = text.lower()
     by_text = [k for k, v in choices.items() if str(v).lower() in low]
     return by_text[0] if len(by_text) == 1 else ""
@@ -159,12 +162,20 @@ def judge_hits(scores: pd.Series) -> pd.Series:
 @dataclass(frozen=True)
 class Judge:
     """An LLM judge for LVLM answers: a backend of any OpenAI-compatible spec and the published mode it
-    follows (`matcher` | `yes_no`); `generation` and `cache` make its replies cached by request hash."""
+    follows (`matcher` | `yes_no`); `generation` and `cache` make its replies cached by request hash.
+
+    The LVLM harness's error guards apply to it (`lvlm.run`): asking stops with `LvlmRunError` when
+    `max_consecutive_failures` replies in a row failed (0: no limit) or more than `max_error_rate` of the
+    rows it was asked about failed; a failure is an API error or a reply that decides nothing (no single
+    option for the matcher, neither a YES nor a NO tag for the yes_no judge)."""
 
     backend: Backend
     mode: str = "matcher"
     generation: dict | None = None
     cache: AnswerCache | None = None
+    name: str = "judge"
+    max_error_rate: float = 0.1
+    max_consecutive_failures: int = 25
 
     def __post_init__(self) -> None:
         if self.mode not in JUDGE_MODES[1:]:
@@ -199,19 +210,54 @@ class Judge:
             list(pool.map(work, chunks))
         return out  # type: ignore[return-value]
 
+    def guard(self, failed: np.ndarray, first_error: str) -> None:
+        """Raise LvlmRunError when the failures (in the order the rows were asked) break either guard."""
+        failed = np.asarray(failed, bool)
+        n, n_failed = len(failed), int(failed.sum())
+        run = longest_run(failed)
+        limit = int(self.max_consecutive_failures)
+        if limit and run >= limit:
+            raise LvlmRunError(
+                f"MMVM judge {self.name} ({self.mode}): {run} rows in a row failed (first: {first_error}); is "
+                f"its server up, its key right, its replies readable? Every reply received is cached: a rerun "
+                f"resumes there"
+            )
+        if error_rate_exceeded(n_failed, n, float(self.max_error_rate)):
+            raise LvlmRunError(
+                f"MMVM judge {self.name} ({self.mode}): failed on {n_failed} of {n} rows, more than "
+                f"max_error_rate {self.max_error_rate:g} allows; no score is posted. First failure: "
+                f"{first_error}. Fix the judge (or raise max_error_rate in its spec)"
+            )
+
+
+def longest_run(flags: np.ndarray) -> int:
+    """The length of the longest run of True in a boolean vector."""
+    f = np.concatenate([[0], np.asarray(flags, np.int8), [0]])
+    edges = np.flatnonzero(np.diff(f))
+    return int((edges[1::2] - edges[::2]).max()) if len(edges) else 0
+
 
 def build_judge(
     spec, mode: str, cache: AnswerCache | None = None, api_key: str | None = None
 ) -> Judge | None:
     """The judge of an LVLM spec (any backend; in practice an OpenAI-compatible server) in a published
-    mode, or None for mode "off". The yes_no judge runs at temperature 0, as VLMEvalKit sets it."""
+    mode, or None for mode "off". The yes_no judge runs at temperature 0, as VLMEvalKit sets it; the spec's
+    max_error_rate and max_consecutive_failures guard it as they guard an LVLM run."""
     if mode == "off" or spec is None:
         return None
     from soco_pipeline.lvlm.backends import build_backend
 
     if mode == "yes_no":
         spec = replace(spec, temperature=0.0)
-    return Judge(build_backend(spec, api_key=api_key), mode, spec.generation(), cache)
+    return Judge(
+        build_backend(spec, api_key=api_key),
+        mode,
+        spec.generation(),
+        cache,
+        name=spec.name,
+        max_error_rate=float(getattr(spec, "max_error_rate", 0.1)),
+        max_consecutive_failures=int(getattr(spec, "max_consecutive_failures", 25) or 0),
+    )
 
 
 def judge_from_config(cfg, cache: AnswerCache | None = None) -> Judge | None:
@@ -224,22 +270,24 @@ def judge_from_config(cfg, cache: AnswerCache | None = None) -> Judge | None:
     return build_judge(load_spec(path), cfg.judge.mode, cache=cache)
 
 
-def _has_text(raw: np.ndarray) -> np.ndarray:
-    """Which answers hold a prediction (not empty, not NaN): only those go to a judge."""
-    return np.array([bool(str(t).strip()) and str(t) != "nan" for t in raw], dtype=bool)
+def has_prediction(raw: np.ndarray) -> np.ndarray:
+    """Which rows hold a prediction: not None and not NaN (whitespace-only counts, as in VLMEvalKit, whose
+    judge is asked about every row `pd.isna` does not reject)."""
+    return ~pd.isna(pd.Series(np.asarray(raw, dtype=object), dtype=object)).to_numpy()
 
 
 def _matcher(
-    raw: np.ndarray, items: pd.DataFrame, parsed: list, judge: Judge
-) -> tuple[list, list, list, np.ndarray]:
-    """(letters, judge replies, judge errors, decided) of the rows exact matching left empty, by the matcher
-    rule; `decided` marks the rows where the judge named an option or its "no option" (Z)."""
+    raw: np.ndarray, items: pd.DataFrame, open_rows: np.ndarray, judge: Judge
+) -> tuple[list, list, list, np.ndarray, np.ndarray]:
+    """(letters, judge replies, judge errors, decided, failed) of the `open_rows` by MMVMEvalKit's matcher
+    rule (`extract_answer_from_item`): up to 3 attempts, the next only after an API failure or a reply naming
+    no single option; a Z (or refusal) reply decides "no option"."""
     n = len(raw)
-    letters, replies, errors = list(parsed), [""] * n, [""] * n
+    letters, replies, errors = [""] * n, [""] * n, [""] * n
     decided = np.zeros(n, bool)
     choices = [option_map(o) for o in items["options"]]
-    has = _has_text(raw)
-    open_ = [i for i in range(n) if not parsed[i] and has[i]]
+    asked = [int(i) for i in np.flatnonzero(open_rows)]
+    open_ = list(asked)
     for attempt in range(JUDGE_ATTEMPTS):
         if not open_:
             break
@@ -250,33 +298,55 @@ def _matcher(
         still = []
         for i, reply in zip(open_, got, strict=True):
             replies[i], errors[i] = reply.text, reply.error
-            letter = "" if reply.error else infer_option(reply.text, choices[i])
+            letter = "" if reply.error or API_FAILURE in reply.text else infer_option(reply.text, choices[i])
             if letter == "":
                 still.append(i)  # an API failure or no single option: ask again
             else:
                 letters[i] = letter if letter in choices[i] else ""  # Z: the judge's "no option" ends it
                 decided[i] = True
         open_ = still
-    return letters, replies, errors, decided
+    failed = np.zeros(n, bool)
+    failed[open_] = True
+    order = np.array(asked, dtype=np.int64)
+    first = next((f"row {i}: {errors[i] or repr(replies[i][:80])}" for i in asked if failed[i]), "")
+    judge.guard(failed[order], first)
+    return letters, replies, errors, decided, failed
+
+
+NO_TAGS = ("[NO]", "[No]", "[no]", "NO", "No", "no")
 
 
 def extract(
-    raw: np.ndarray, items: pd.DataFrame, judge: Judge | None = None, answers: pd.Series | None = None
+    raw: np.ndarray,
+    items: pd.DataFrame,
+    judge: Judge | None = None,
+    answers: pd.Series | None = None,
+    asked_rows: np.ndarray | None = None,
 ) -> pd.DataFrame:
-    """Per answer: `parsed` letter, `extraction` (exact | judge | none), `judge_mode`, `judge_raw` (the
-    judge's reply), `judge_error` and `judge_correct` (the yes_no judge's verdict, else NaN).
+    """Per answer: `parsed` letter, `extraction` (exact | no_option | judge | none), `judge_mode`,
+    `judge_raw` (the judge's reply), `judge_status` ("" not asked | decided | failed), `judge_error` and
+    `judge_correct` (the yes_no judge's verdict, else NaN).
 
-    matcher: the judge is asked only where exact matching fails; yes_no: for every non-empty answer, and
-    `answers` (default: the items' answer column) is the ground truth it is shown."""
+    Exact matching first (MMVMEvalKit `can_infer`); a refusal or a lone Z is settled as "no option" there,
+    never sent to the matcher. matcher: asked about the other rows exact matching leaves empty; yes_no: about
+    every row that has a prediction (`has_prediction`), exact match or not, shown `answers` (default: the
+    items' answer column). `asked_rows` (default: every row with a prediction) limits who may be asked."""
     raw = np.asarray(raw, dtype=object)
     n = len(raw)
-    parsed = [exact_letter(text, option_map(o)) for text, o in zip(raw, items["options"], strict=True)]
+    present = has_prediction(raw) if asked_rows is None else np.asarray(asked_rows, bool)
+    inferred = [infer_option(text, option_map(o)) for text, o in zip(raw, items["options"], strict=True)]
+    choices = [option_map(o) for o in items["options"]]
+    parsed = [v if v in c else "" for v, c in zip(inferred, choices, strict=True)]
+    settled = np.array([v == NO_OPTION and v not in c for v, c in zip(inferred, choices, strict=True)])
     out = pd.DataFrame(
         {
             "parsed": parsed,
-            "extraction": np.where([bool(p) for p in parsed], "exact", "none"),
+            "extraction": np.where(
+                [bool(p) for p in parsed], "exact", np.where(settled, "no_option", "none")
+            ),
             "judge_mode": "off" if judge is None else judge.mode,
             "judge_raw": "",
+            "judge_status": "",
             "judge_error": "",
             "judge_correct": np.nan,
         }
@@ -284,25 +354,35 @@ def extract(
     if judge is None or n == 0:
         return out
     if judge.mode == "matcher":
-        letters, replies, errors, decided = _matcher(raw, items, parsed, judge)
-        out["parsed"] = letters
+        open_rows = (out["extraction"].to_numpy() == "none") & present
+        letters, replies, errors, decided, failed = _matcher(raw, items, open_rows, judge)
+        out.loc[open_rows, "parsed"] = np.asarray(letters, dtype=object)[open_rows]
         out["judge_raw"] = replies
         out["judge_error"] = errors
         out.loc[decided, "extraction"] = "judge"
+        out.loc[decided, "judge_status"] = "decided"
+        out.loc[failed, "judge_status"] = "failed"
         return out
     # yes_no: every row that has a prediction, exact match or not
     gt = (items["answer"] if answers is None else answers).astype(str).to_numpy()
-    asked = np.flatnonzero(_has_text(raw))
+    asked = np.flatnonzero(present)
     got = judge.ask([yes_no_judge_prompt(items["question"].iat[i], str(raw[i]), gt[i]) for i in asked])
     text = pd.Series([r.text for r in got], dtype=object)
     err = np.array([r.error for r in got], dtype=object)
     hits = judge_hits(text).to_numpy() & (err == "")
+    said = hits | text.map(lambda v: any(tag in str(v) for tag in NO_TAGS)).to_numpy()
+    failed = (err != "") | ~said
+    first = next(
+        (f"row {asked[k]}: {err[k] or repr(str(text.iat[k])[:80])}" for k in np.flatnonzero(failed)), ""
+    )
+    judge.guard(failed, first)
     verdict = np.zeros(n, bool)
     verdict[asked] = hits
     out["judge_correct"] = verdict
     out.loc[asked, "judge_raw"] = text.to_numpy()
     out.loc[asked, "judge_error"] = err
     out.loc[asked[err == ""], "extraction"] = "judge"
+    out.loc[asked, "judge_status"] = np.where(failed, "failed", "decided")
     return out
 
 
@@ -360,18 +440,18 @@ def run_lvlm(
         asked = sum(pool.map(work, chunks))
     log(f"{spec.name}: {n} MMVM answers, {n - asked} from the cache, {int((error != '').sum())} errors")
     # a failed request has no answer to judge
-    ex = extract(np.where(error == "", raw, ""), items, judge)
+    ex = extract(raw, items, judge, asked_rows=error == "")
     out = items[
         ["item_id", "case_id", "split", "n_candidates", "count_label", "match_type", "query_absent", "answer"]
     ].copy()
     out.insert(0, "model", spec.name)
     out["raw_answer"] = raw.astype(str)
-    for col in ("parsed", "extraction", "judge_mode", "judge_raw"):
+    for col in ("parsed", "extraction", "judge_mode", "judge_raw", "judge_status"):
         out[col] = ex[col].to_numpy()
     right = (
         ex["judge_correct"].to_numpy(bool)
         if judge is not None and judge.mode == "yes_no"
-        else out["parsed"].to_numpy() == out["answer"].to_numpy()
+        else (out["parsed"].to_numpy() == out["answer"].to_numpy()) & (out["parsed"].to_numpy() != "")
     )
     judge_err = ex["judge_error"].to_numpy()
     error = np.where((error == "") & (judge_err != ""), "judge: " + judge_err.astype(str), error)
@@ -382,28 +462,58 @@ def run_lvlm(
     out["request_hash"] = keys.astype(str)
     if judge is not None:
         log(
-            f"{spec.name}: judge ({judge.mode}) gave {int((out['extraction'] == 'judge').sum())} verdicts, "
-            f"{int((judge_err != '').sum())} judge errors"
+            f"{spec.name}: judge {judge.name} ({judge.mode}) decided {int((out['judge_status'] == 'decided').sum())} "
+            f"rows and failed on {int((out['judge_status'] == 'failed').sum())}"
         )
     return out[ANSWER_COLUMNS]
 
 
-def score_predictions(table: pd.DataFrame, judge: Judge | None = None) -> pd.DataFrame:
-    """Per-row extraction and correctness of a prediction table (VLMEvalKit workbook rows: question, answer,
-    match_type, prediction) by the same rules as our own answers; the yes_no judge is shown the answer
-    cell as written in the workbook."""
-    t = table.copy()
-    t["options"] = t["question"].map(options_of)
+def score_predictions(
+    table: pd.DataFrame, judge: Judge | None = None, where: str = "workbook"
+) -> pd.DataFrame:
+    """Per-row extraction and correctness of a prediction table (workbook rows: question, answer, match_type,
+    prediction; `choices` when the workbook has it, as MMVMEvalKit's does) by the same rules as our own
+    answers. `prediction` NaN means no prediction (as pandas reads an empty cell): the yes_no judge is not
+    asked about it (VLMEvalKit), the matcher is shown "nan" (MMVMEvalKit's `str(x)`). The yes_no judge is
+    shown the answer cell as written. An answer cell that is not one of the row's option letters is an
+    MmvmFormatError naming the row; without the yes_no judge a prediction that parses to no option is wrong."""
+    from soco_pipeline.tasks.mmvm.official import MmvmFormatError
+
+    t = table.reset_index(drop=True).copy()
+    if "choices" in t and t["choices"].notna().all() and (t["choices"].astype(str).str.strip() != "").all():
+        t["options"] = t["choices"].astype(str)
+    else:
+        t["options"] = t["question"].astype(str).map(options_of)
+    letters = t["options"].map(lambda o: list(option_map(o)))
     written = t["answer"].astype(str)
-    t["answer"] = written.str.strip().str.extract(r"^\(?([A-Z])", expand=False).fillna("")
-    ex = extract(t["prediction"].fillna("").astype(str).to_numpy(), t, judge, answers=written)
-    for col in ("parsed", "extraction", "judge_mode", "judge_raw", "judge_error"):
+    t["answer"] = written.str.strip().str.extract(r"^\(?([A-Z])(?:[.):\s]|$)", expand=False).fillna("")
+    valid = np.array([a in ls for a, ls in zip(t["answer"], letters, strict=True)])
+    if not valid.all():
+        k = int(np.flatnonzero(~valid)[0])
+        idx = t["index"].iat[k] if "index" in t else k
+        raise MmvmFormatError(
+            f"{where}: row {k + 2} (index {idx}): answer {table['answer'].iat[k]!r} is not one of its options "
+            f"{letters.iat[k]}; {int((~valid).sum())} row(s) like it. Fix the answer cell (a letter such as "
+            f"'B') or the row's options"
+        )
+    pred = t["prediction"]
+    raw = pred.to_numpy(dtype=object)
+    if judge is None or judge.mode == "matcher":
+        raw = np.array([str(x) for x in raw], dtype=object)  # MMVMEvalKit: str() of every cell, NaN -> "nan"
+    ex = extract(
+        raw,
+        t,
+        judge,
+        answers=written,
+        asked_rows=np.ones(len(t), bool) if judge is not None and judge.mode == "matcher" else None,
+    )
+    for col in ("parsed", "extraction", "judge_mode", "judge_raw", "judge_status", "judge_error"):
         t[col] = ex[col].to_numpy()
     if judge is not None and judge.mode == "yes_no":
         t["correct"] = ex["judge_correct"].to_numpy(bool)
     else:
-        t["correct"] = t["parsed"] == t["answer"]
-    letters = t["options"].map(lambda o: list(option_map(o)))
+        t["correct"] = (t["parsed"] == t["answer"]) & (t["parsed"] != "")
+    t["prediction"] = pred.fillna("").astype(str)
     t["n_candidates"] = letters.map(lambda ls: max(len(ls) - 1, 1))
     t["none_letter"] = letters.map(lambda ls: ls[-1] if ls else "")
     t["query_absent"] = t["answer"] == t["none_letter"]

@@ -29,8 +29,18 @@ ORACLE_REASON = (
     "not applicable: SOCO oracles read the part/concept keypoint maps of the embedded SOCO data set "
     "(ground_truth/keypoints.parquet); MMVM frames have no SOCO keypoints"
 )
+NO_MASKS_REASON = (
+    "not applicable: these items come from VLMEvalKit's MMVMBench.tsv, which holds the marked frames but no "
+    "object masks; feature backbones need the masks (source kind match_bench: match_bench/ + "
+    "mllm_match_eval_full.tsv)"
+)
 FEATURE_COLUMNS = ["image_id", "uri", "width", "height", "category"]
 METHODS = ("zero_shot", "contrastive_head")
+
+
+def _has_masks(tables: dict[str, pd.DataFrame]) -> bool:
+    """Whether every item's candidates have masks (VLMEvalKit's TSV gives none: `labels` is "[]")."""
+    return bool(len(tables["objects"])) and not (tables["items"]["labels"] == "[]").any()
 
 
 def _has_train(tables: dict[str, pd.DataFrame]) -> bool:
@@ -63,6 +73,8 @@ def backbone_predictions(
     items, cases, objects = tables["items"], tables["cases"], tables["objects"]
     if spec.kind == "oracle":
         return not_applicable(items, spec.name, ORACLE_REASON), None
+    if not _has_masks(tables):
+        return not_applicable(items, spec.name, NO_MASKS_REASON), None
     desc, manifest = _descriptors(spec, tables, features_root, device, log)
     seed = int(getattr(spec, "seed", 0))
     carried = dict.fromkeys(METHODS)
@@ -115,6 +127,8 @@ def oracle_predictions(
 ) -> pd.DataFrame:
     """The instance-identity oracle's predictions (a check of the scoring: 100 on every breakdown where its
     None rule can answer None); `reference` as in backbone_predictions (carried threshold)."""
+    if not _has_masks(tables):
+        return not_applicable(tables["items"], name, NO_MASKS_REASON)
     carried = None
     if reference is not None and not _has_train(tables) and _has_train(reference):
         ref = predict_items(

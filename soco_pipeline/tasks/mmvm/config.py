@@ -90,6 +90,51 @@ class NoneRuleConfig(_Strict):
         return self
 
 
+class SourceConfig(_Strict):
+    """Where the scored items come from: `generated` (the embedded generator, SIMULATED) or an official
+    layout read as released: `match_bench` (MMVMEvalKit: a folder holding `match_bench/` and
+    `mllm_match_eval_full.tsv`; masks, so backbones and LVLMs) or `vlmevalkit` (VLMEvalKit's MMVMBench.tsv;
+    no masks, so LVLMs only). An import is the test split; the generated training split stays beside it,
+    where backbones fit their None threshold and contrastive head (`none_mode: carried`)."""
+
+    kind: Literal["generated", "match_bench", "vlmevalkit"] = "generated"
+    path: str | None = None
+    tsv: str | None = None  # match_bench: another TSV than <path>/mllm_match_eval_full.tsv
+
+    @model_validator(mode="after")
+    def _path_when_imported(self):
+        if (self.kind == "generated") != (self.path is None):
+            raise ValueError(
+                f"source.path is given exactly when source.kind is not 'generated' (got kind {self.kind!r}, "
+                f"path {self.path!r}); match_bench: the folder holding match_bench/ and "
+                "mllm_match_eval_full.tsv; vlmevalkit: the MMVMBench.tsv file"
+            )
+        if self.tsv is not None and self.kind != "match_bench":
+            raise ValueError(f"source.tsv is for kind match_bench only (got kind {self.kind!r})")
+        if self.path is not None and "://" not in self.path:
+            path = self.resolved()
+            need = {"match_bench": path / "match_bench", "vlmevalkit": path}[self.kind]
+            if not need.exists():
+                raise ValueError(
+                    f"source.path {self.path!r}: {need} does not exist; "
+                    + (
+                        "a match_bench source is the folder holding match_bench/ and mllm_match_eval_full.tsv"
+                        if self.kind == "match_bench"
+                        else "a vlmevalkit source is VLMEvalKit's MMVMBench.tsv"
+                    )
+                )
+        return self
+
+    def resolved(self) -> Path:
+        """The source path (relative paths from the project root)."""
+        path = Path(str(self.path))
+        return path if path.is_absolute() else PROJECT_ROOT / path
+
+    def uri(self) -> str:
+        """The source path as the readers take it (an fsspec URL stays as written)."""
+        return str(self.path) if "://" in str(self.path) else str(self.resolved())
+
+
 class MmvmConfig(_Strict):
     """Generator and scoring settings of the MMVM family (see assets/mmvm.yaml for each field)."""
 
@@ -110,6 +155,7 @@ class MmvmConfig(_Strict):
     view_change_deg: tuple[float, float]
     none_rule: NoneRuleConfig = NoneRuleConfig()
     judge: JudgeConfig = JudgeConfig()
+    source: SourceConfig = SourceConfig()
 
     @model_validator(mode="after")
     def _consistent(self):

@@ -28,15 +28,19 @@ CUE_ATTRIBUTE: dict[int, str] = {
     7: "binding",
     8: "marker",
 }
-# The reference code's fallbacks (MMVMEvalKit and VLMEvalKit `report_acc_mmatch`): a match_type that does
-# not evaluate to a list counts as [1, 5]; a code outside 1-8 counts as 2 (SP).
+# The reference code's parsing (MMVMEvalKit 34ecca2 `report_acc_mmatch`, VLMEvalKit e8e78f0
+# `MMVMBench.report_acc_mmatch`, the same lines): `eval` the cell; when that raises, [1, 5]; then each element
+# that is not one of the eight codes (by ==, so 1.0 and True count as 1) counts as 2 (SP). So "[]" counts in no
+# cue, "['1']" in SP, "'15'" (a string: its characters) in SP twice, "[1, 1]" in CL twice.
 UNPARSABLE_FALLBACK = (1, 5)
 UNKNOWN_CODE_FALLBACK = 2
+FALLBACKS = ("", "unparsable", "unknown_code", "no_cue", "scalar")
 
 
 @dataclass(frozen=True)
 class ParsedMatchType:
-    """The cue codes of one row and which fallback, if any, produced them ("" | "unparsable" | "unknown_code")."""
+    """The cue codes of one row, in the reference's multiplicity, and which fallback produced them
+    ("" | "unparsable" | "unknown_code" | "no_cue" | "scalar")."""
 
     codes: tuple[int, ...]
     fallback: str = ""
@@ -47,30 +51,52 @@ def format_match_type(codes) -> str:
     return "[" + ", ".join(str(int(c)) for c in codes) + "]"
 
 
-def parse_match_type(value: object, strict: bool = False, where: str = "") -> ParsedMatchType:
-    """Cue codes of a `match_type` cell with the reference fallbacks, recorded in the result.
-
-    strict=True raises a ValueError naming `where` instead of falling back (for our own files).
-    The reference evaluates the cell with Python `eval`; we only accept literals (ast.literal_eval).
-    """
+def _code(element: object) -> int | None:
+    """The cue code an element counts in by the reference's `mt not in match_type_hit.keys()` test."""
     try:
-        parsed = ast.literal_eval(str(value).strip())
-        codes = [parsed] if isinstance(parsed, int) else list(parsed)
-        if not codes or not all(isinstance(c, int) and not isinstance(c, bool) for c in codes):
-            raise ValueError("not a list of ints")
-    except (ValueError, SyntaxError, TypeError) as e:
-        if strict:
+        return next((c for c in CUES if element == c), None)
+    except (TypeError, ValueError):  # an element that cannot be compared
+        return None
+
+
+def parse_match_type(value: object, strict: bool = False, where: str = "") -> ParsedMatchType:
+    """Cue codes of a `match_type` cell as the reference parses them, with the fallback recorded.
+
+    The reference `eval`s the cell; we accept literals only (ast.literal_eval): anything else is
+    "unparsable" ([1, 5], the reference's except branch). A bare number, which the reference's loop cannot
+    iterate (it raises), counts as a one-code list ("scalar"); None is "unparsable". strict=True raises a
+    ValueError naming `where` instead of any fallback (for our own files).
+    """
+    text = value if isinstance(value, str) else None  # NaN / None cells: eval raises -> [1, 5]
+    parsed: object = None
+    ok = False
+    if text is not None:
+        try:
+            parsed = ast.literal_eval(text.strip())
+            ok = parsed is not None
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            ok = False
+    if strict:
+        codes = [parsed] if isinstance(parsed, int) and not isinstance(parsed, bool) else parsed
+        if not ok or not isinstance(codes, (list, tuple)) or not codes:
             raise ValueError(
-                f"{where}: match_type {value!r} is not a list of cue codes 1-8 ({e}); write it like [1, 5]"
-            ) from None
-        return ParsedMatchType(UNPARSABLE_FALLBACK, "unparsable")
-    unknown = [c for c in codes if c not in CUES]
-    if unknown:
-        if strict:
+                f"{where}: match_type {value!r} is not a list of cue codes 1-8; write it like [1, 5]"
+            )
+        unknown = [c for c in codes if not (isinstance(c, int) and c in CUES)]
+        if unknown:
             raise ValueError(
                 f"{where}: match_type {value!r} holds unknown cue code(s) {unknown}; codes are 1-8"
             )
-        return ParsedMatchType(
-            tuple(c if c in CUES else UNKNOWN_CODE_FALLBACK for c in codes), "unknown_code"
-        )
-    return ParsedMatchType(tuple(codes))
+        return ParsedMatchType(tuple(int(c) for c in codes))
+    if not ok:
+        return ParsedMatchType(UNPARSABLE_FALLBACK, "unparsable")
+    if isinstance(parsed, (int, float, complex)):
+        code = _code(parsed)
+        return ParsedMatchType((UNKNOWN_CODE_FALLBACK if code is None else code,), "scalar")
+    elements = list(parsed)  # str: its characters; dict: its keys (as the reference's loop iterates)
+    if not elements:
+        return ParsedMatchType((), "no_cue")
+    codes = [_code(e) for e in elements]
+    exact = all(c is not None and type(e) is int for c, e in zip(codes, elements, strict=True))
+    fallback = "" if exact else "unknown_code"
+    return ParsedMatchType(tuple(UNKNOWN_CODE_FALLBACK if c is None else c for c in codes), fallback)

@@ -2,8 +2,10 @@
 and without the query, each beside a random chooser's expected accuracy (mean of 1/(N+1) over the same
 items: N candidates plus the None option) and a 95% Wilson interval.
 
-A case counts toward every cue its match_type lists (the published rule); an unparsable match_type uses
-the reference fallback ([1, 5]), recorded in the `fallback` column of the items it came from.
+A case counts toward every cue its match_type lists, as often as it lists it (the published rule,
+`report_acc_mmatch`); an unparsable match_type uses the reference fallback ([1, 5]), recorded in the
+`match_type_fallback` column of the items it came from (see cues.py). A question shows at most 25
+candidates (letters A-Y) plus None, so the chance line is 1/(min(N, 25) + 1).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from soco_pipeline.tasks.mmvm.config import MAX_CANDIDATES
 from soco_pipeline.tasks.mmvm.cues import CUES, parse_match_type
 
 METRIC_COLUMNS = [
@@ -29,6 +32,8 @@ METRIC_COLUMNS = [
     "reason",
     "none_mode",
     "none_rule",
+    "judge_decided",
+    "judge_failed",
 ]
 LVLM_NONE_RULE = "the model picks the None option itself"
 LVLM_NONE_MODE = "model"
@@ -61,7 +66,7 @@ def _groups(rows: pd.DataFrame) -> pd.DataFrame:
             columns={"correct_forced": "correct"}
         )
         parts.append(forced.reset_index(drop=True).assign(breakdown="query", key="present_forced"))
-    exploded = base.assign(code=codes.to_numpy()).explode("code")
+    exploded = base.assign(code=codes.to_numpy()).explode("code").dropna(subset=["code"])  # "[]": no cue
     exploded = exploded.assign(breakdown="cue", key=exploded["code"].map(lambda c: CUES[int(c)]))
     parts.append(exploded.drop(columns="code"))
     return pd.concat(parts, ignore_index=True)
@@ -91,6 +96,8 @@ def accuracy_table(
                     "reason": str(rows["reason"].iat[0]),
                     "none_mode": "",
                     "none_rule": "",
+                    "judge_decided": 0,
+                    "judge_failed": 0,
                 }
             ],
             columns=METRIC_COLUMNS,
@@ -98,8 +105,10 @@ def accuracy_table(
     none_rule = str(rows["none_rule"].iat[0]) if "none_rule" in rows and len(rows) else LVLM_NONE_RULE
     none_mode = str(rows["none_mode"].iat[0]) if "none_mode" in rows and len(rows) else LVLM_NONE_MODE
     rows = rows[rows["split"] == split] if "split" in rows else rows
+    status = rows["judge_status"] if "judge_status" in rows else pd.Series([], dtype=str)
     g = _groups(rows)
-    g["chance"] = 1.0 / (g["n_candidates"].astype(float) + 1.0)
+    shown = np.minimum(g["n_candidates"].astype(float), MAX_CANDIDATES)  # the reference shows at most 25
+    g["chance"] = 1.0 / (shown + 1.0)
     g["correct"] = g["correct"].astype(float)
     agg = (
         g.groupby(["breakdown", "key"], sort=False)
@@ -120,6 +129,8 @@ def accuracy_table(
         reason="",
         none_mode=none_mode,
         none_rule=none_rule,
+        judge_decided=int((status == "decided").sum()),
+        judge_failed=int((status == "failed").sum()),
     )
     return out[METRIC_COLUMNS]
 
@@ -137,8 +148,8 @@ def method_metrics(rows: pd.DataFrame, kind: str, split: str = "test") -> pd.Dat
 
 
 def leaderboard(metrics: pd.DataFrame) -> pd.DataFrame:
-    """One row per (model, method): overall accuracy and chance, then per-query-presence, per-cue and
-    per-count accuracy columns (test split)."""
+    """One row per (model, method): overall accuracy and chance, how many rows an LLM judge decided and failed
+    on, then per-query-presence, per-cue and per-count accuracy columns (test split)."""
     if metrics.empty:
         return pd.DataFrame(columns=["model", "kind", "method", "status", "accuracy", "random_expected"])
     m = metrics[metrics["split"] == "test"]
@@ -154,6 +165,8 @@ def leaderboard(metrics: pd.DataFrame) -> pd.DataFrame:
             "n_items",
             "none_mode",
             "none_rule",
+            "judge_decided",
+            "judge_failed",
         ]
     ]
     wide = m[m["breakdown"] != "overall"].assign(col=lambda d: d["breakdown"] + ":" + d["key"].astype(str))

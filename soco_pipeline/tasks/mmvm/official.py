@@ -214,7 +214,37 @@ def _read_tsv(path: str, required: set[str]) -> pd.DataFrame:
     missing = sorted(required - set(df.columns))
     if missing:
         raise MmvmFormatError(f"{path}: missing column(s) {missing}; an MMVM TSV has {sorted(required)}")
+    refuse_duplicate_index(df, str(path))
     return df
+
+
+def refuse_duplicate_index(df: pd.DataFrame, path: str) -> None:
+    """Raise MmvmFormatError naming both rows (file lines) of the first `index` value that occurs twice: frames
+    and answers are keyed by it, so a repeat would silently re-point one item at another's images."""
+    key = df["index"].astype(str).str.strip()
+    dup = key.duplicated(keep=False).to_numpy()
+    if dup.any():
+        first = key[dup].iat[0]
+        lines = [int(k) + 2 for k in np.flatnonzero((key == first).to_numpy())]
+        raise MmvmFormatError(
+            f"{path}: index {first!r} occurs on rows {lines} (file lines, the header is line 1); "
+            f"{int(key[dup].nunique())} index value(s) repeat. Every row needs its own index: renumber or "
+            f"remove the repeated rows"
+        )
+
+
+def check_image(data: bytes, where: str) -> tuple[int, int]:
+    """(width, height) of an encoded image, decoded in full; MmvmFormatError naming `where` when it is not
+    an image (base64 of text, random bytes, a truncated file)."""
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            im.load()
+            return im.size
+    except Exception as e:  # PIL raises UnidentifiedImageError, OSError, SyntaxError, ValueError ...
+        raise MmvmFormatError(
+            f"{where}: not a readable image ({type(e).__name__}: {e}); {len(data)} bytes starting "
+            f"{data[:16]!r}. Replace it with the JPEG/PNG frame"
+        ) from None
 
 
 def _letter(answer: str, where: str) -> str:
@@ -268,11 +298,13 @@ def import_match_bench(root: str, work_root: str, tsv: str | None = None) -> dic
         for name in FILES:
             p = join(root, folder, name)
             try:
-                read_bytes(p)
+                data = read_bytes(p)
             except FileNotFoundError:
                 raise MmvmFormatError(
                     f"{where}: case folder {folder} misses {name} ({p}); a case holds {', '.join(FILES)}"
                 ) from None
+            if name.endswith(".jpg"):
+                check_image(data, f"{where}: {folder}/{name}")
         q_doc = _load_json(join(root, folder, "FRAME00.json"), where)
         c_doc = _load_json(join(root, folder, "FRAME01_CAND.json"), where)
         case_id = str(q_doc[0].get("mmvm_case_id") or folder.rsplit("/", 1)[-1])
@@ -306,6 +338,7 @@ def import_match_bench(root: str, work_root: str, tsv: str | None = None) -> dic
                         "role": "query" if f == 0 else "candidate",
                         "candidate": f == 1,
                         "id": int(e.get("id", 0)),
+                        "area_px": int(m.sum()),
                     }
                 )
             image_id = f"mmvm/imported/{case_id}/frame{f}"
@@ -390,51 +423,91 @@ def import_match_bench(root: str, work_root: str, tsv: str | None = None) -> dic
     }
 
 
-def import_vlmevalkit(path: str, image_root: str) -> pd.DataFrame:
-    """VLMEvalKit's MMVMBench.tsv as LVLM items (marked frames decoded under image_root; no masks)."""
+def _image_lists(df: pd.DataFrame, path: str) -> tuple[pd.Series, list[str]]:
+    """Each row's image cell as a list of base64 strings, by VLMEvalKit's ImageBaseDataset rules: rows whose
+    image cell is empty are skipped (`skip_noimg`), and a cell of at most 64 characters names the row whose
+    images it shares. Returns the lists (kept rows) and the skipped rows, named."""
+    cell = df["image"].astype(str)
+    empty = cell.str.strip() == ""
+    skipped = [f"row {k + 2} (index {df['index'].iat[k]}): empty image cell" for k in np.flatnonzero(empty)]
+    kept = df.index[~empty]
+    by_index = dict(zip(df["index"].astype(str), cell, strict=True))
+    out = {}
+    for k in kept:  # per row: resolve a reference to another row's images
+        value = cell.at[k]
+        if len(value) <= 64:
+            target = by_index.get(value)
+            if target is None or len(target) <= 64:
+                raise MmvmFormatError(
+                    f"{path} row {k + 2} (index {df.at[k, 'index']}): image {value!r} is neither base64 "
+                    f"images nor the index of a row that holds them"
+                )
+            value = target
+        out[k] = value
+    return pd.Series(out, dtype=object), skipped
+
+
+def import_vlmevalkit(path: str, image_root: str, skipped: list[str] | None = None) -> pd.DataFrame:
+    """VLMEvalKit's MMVMBench.tsv as LVLM items (marked frames decoded under image_root; no masks).
+
+    Read as VLMEvalKit reads it: rows with an empty image cell are skipped (each appended to `skipped`,
+    named), an image cell naming another row's index shares that row's images. Every frame is decoded here:
+    one that is not an image is an MmvmFormatError naming the row; so are a repeated index and an answer that
+    is not one of the row's options."""
     df = _read_tsv(path, set(VLMEVALKIT_COLUMNS))
+    images, skip = _image_lists(df, str(path))
+    if skipped is not None:
+        skipped.extend(f"{path} {s}" for s in skip)
     rows = []
-    for r, row in enumerate(df.itertuples(index=False), start=2):  # per row: decode its two images
-        where = f"{path} row {r} (index {row.index})"
+    for k, value in images.items():  # per kept row: decode its two images
+        row = df.loc[k]
+        where = f"{path} row {k + 2} (index {row['index']})"
         try:
-            imgs = ast.literal_eval(row.image) if str(row.image).startswith("[") else [row.image]
+            imgs = ast.literal_eval(value) if value.startswith("[") else [value]
             data = [base64.b64decode(b, validate=True) for b in imgs]
-        except (ValueError, SyntaxError) as e:
+        except (ValueError, SyntaxError, TypeError) as e:
             raise MmvmFormatError(f"{where}: image is not a base64 JPEG or a list of them ({e})") from None
         if len(data) != 2:
             raise MmvmFormatError(
                 f"{where}: image holds {len(data)} images; an MMVM row holds the two frames"
             )
+        for j, b in enumerate(data):
+            check_image(b, f"{where}: frame {j + 1}")
         uris = []
-        for k, b in enumerate(data):
-            u = join(image_root, f"{row.index}_{k}.jpg")
+        for j, b in enumerate(data):
+            u = join(image_root, f"{row['index']}_{j}.jpg")
             write_bytes_atomic(u, b)
             uris.append(u)
-        options = options_of(row.question)
+        options = options_of(row["question"])
         opts = option_map(options)
-        answer = _letter(row.answer, where)
-        if opts and answer not in opts:
+        if len(opts) < 2:
+            raise MmvmFormatError(
+                f"{where}: the question lists {len(opts)} option(s); an MMVM question ends with lines "
+                f"'A. <id>' ... and '<letter>. None of the above choices are correct'"
+            )
+        answer = _letter(row["answer"], where)
+        if answer not in opts:
             raise MmvmFormatError(f"{where}: answer {answer!r} is not one of the options {sorted(opts)}")
-        parsed = parse_match_type(row.match_type)
-        n = max(len(opts) - 1, 1)
+        parsed = parse_match_type(row["match_type"])
+        n = len(opts) - 1
         none_letter = LETTERS[n]
         rows.append(
             {
-                "item_id": f"vlmevalkit/{row.index}",
-                "case_id": f"vlmevalkit/{row.index}",
+                "item_id": f"vlmevalkit/{row['index']}",
+                "case_id": f"vlmevalkit/{row['index']}",
                 "split": "test",
                 "n_candidates": n,
                 "count_label": str(n),
-                "match_type": row.match_type,
+                "match_type": row["match_type"],
                 "match_type_fallback": parsed.fallback,
                 "query_absent": answer == none_letter,
                 "labels": "[]",
                 "ids": "[]",
                 "shown_ids": json.dumps(
-                    [int(v) for k, v in opts.items() if k != none_letter and v.isdigit()]
+                    [int(v) for k2, v in opts.items() if k2 != none_letter and v.isdigit()]
                 ),
                 "options": options,
-                "question": row.question,
+                "question": row["question"],
                 "answer": answer,
                 "answer_id": -1 if answer == none_letter else int(opts.get(answer, -1)),
                 "none_letter": none_letter,
@@ -447,12 +520,17 @@ def import_vlmevalkit(path: str, image_root: str) -> pd.DataFrame:
 
 
 def read_prediction_workbook(path: str | Path) -> pd.DataFrame:
-    """A VLMEvalKit prediction workbook for MMVMBench (xlsx, or tsv/csv) with empty cells as ""."""
+    """A prediction workbook for MMVMBench (xlsx, or tsv/csv) as VLMEvalKit and MMVMEvalKit load it (pandas'
+    default missing values: an empty `prediction` cell is NaN, i.e. no prediction; other columns as text).
+    A repeated `index` is an MmvmFormatError naming both rows."""
     path = Path(path)
-    if path.suffix.lower() in (".xlsx", ".xls"):
-        df = pd.read_excel(path, sheet_name=0, dtype=str)
-    else:
-        df = pd.read_csv(path, sep="\t" if path.suffix.lower() == ".tsv" else ",", dtype=str)
+    try:
+        if path.suffix.lower() in (".xlsx", ".xls"):
+            df = pd.read_excel(path, sheet_name=0, dtype=str)
+        else:
+            df = pd.read_csv(path, sep="\t" if path.suffix.lower() == ".tsv" else ",", dtype=str)
+    except FileNotFoundError:
+        raise MmvmFormatError(f"{path}: file not found") from None
     df.columns = [str(c).strip() for c in df.columns]
     missing = sorted({"index", "question", "answer", "match_type", "prediction"} - set(df.columns))
     if missing:
@@ -460,4 +538,7 @@ def read_prediction_workbook(path: str | Path) -> pd.DataFrame:
             f"{path}: missing column(s) {missing}; a VLMEvalKit MMVMBench workbook has "
             f"index, question, answer, match_type and prediction"
         )
-    return df.fillna("")
+    refuse_duplicate_index(df, str(path))
+    rest = [c for c in df.columns if c not in ("prediction", "match_type")]
+    df[rest] = df[rest].fillna("")
+    return df

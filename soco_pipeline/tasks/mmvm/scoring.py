@@ -189,6 +189,20 @@ def resolve_none_rule(
         tau = fit_threshold(
             best[train], forced[train] == answer[train], items["query_absent"].to_numpy(bool)[train]
         )
+        source = (
+            items["data_source"].astype(str) if "data_source" in items else pd.Series("", index=items.index)
+        )
+        imported = (
+            source[~train].str.startswith("imported").any()
+            and not source[train].str.startswith("imported").any()
+        )
+        if imported:  # an import beside the generated training split (mmvm source: match_bench)
+            return NoneRule(
+                "carried",
+                tau,
+                f"fitted on the generated training split ({int(train.sum())} items) for the same backbone and "
+                "method, carried to the imported items",
+            )
         return NoneRule("fitted", tau, f"fitted on the training split, {int(train.sum())} items")
     if carried is not None:
         return carried

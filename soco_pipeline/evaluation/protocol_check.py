@@ -1,0 +1,73 @@
+"""Which protocol stored predictions were made under, and whether another protocol may re-score them.
+
+`soco export-results/compare --protocol P` re-score stored predictions; they cannot re-predict. A knob in
+`MATCHING_KNOBS` (prediction_point, upsample, soft_argmax ...) changes the predictions themselves, so asking
+for it on stored predictions is refused with the fix (re-run the predictions under P). Scoring knobs (alphas,
+headline_alpha, threshold, target_keypoint, reductions) re-score, and the record keeps the stored matching
+hash, so its per-pair hashes stay those of the stored run.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from soco_pipeline.evaluation.protocol import (
+    MATCHING_KNOBS,
+    ProtocolConfig,
+    ProtocolError,
+    load_protocol,
+    parse_protocol,
+)
+from soco_pipeline.storage import exists, join, read_bytes
+
+
+def stored_protocol(
+    storage_root: str, backbone: str, run_protocol_path: str | None
+) -> tuple[ProtocolConfig, str]:
+    """(the protocol a backbone's stored predictions were made under, where that was read): its stored
+    results record when there is one, else the run's protocol file."""
+    rec = join(storage_root, "results", "records", f"{backbone}.json")
+    if exists(rec):
+        doc = json.loads(read_bytes(rec))["config"]["protocol"]
+        return parse_protocol(doc, source=rec), f"the stored record {rec}"
+    path = run_protocol_path or "assets/protocol.yaml"
+    return load_protocol(run_protocol_path), f"the run's protocol ({path})"
+
+
+def rescoring_protocol(
+    requested_path: str | Path, stored: ProtocolConfig, stored_from: str, backbone: str
+) -> ProtocolConfig:
+    """The protocol at `requested_path` when it only changes scoring knobs of `stored`; ProtocolError naming
+    every knob that would change the predictions, and the fix."""
+    requested = load_protocol(requested_path)
+    changed = {
+        k: (getattr(stored, k), getattr(requested, k))
+        for k in MATCHING_KNOBS
+        if getattr(stored, k) != getattr(requested, k)
+    }
+    if changed:
+        knobs = ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changed.items())
+        raise ProtocolError(
+            f"--protocol {requested_path}: {knobs} would change the predictions of {backbone!r}, which were made "
+            f"under {stored_from}; re-scoring cannot re-predict. Re-run predictions under that protocol (point "
+            f"the run's protocol_path, or assets/protocol.yaml, at it and materialize predictions[{backbone}] "
+            f"and its metrics), then export or compare; or drop those knobs from {requested_path} to re-score "
+            f"with its scoring knobs only"
+        )
+    return requested
+
+
+def rescored_metrics(tables: dict[str, pd.DataFrame], protocol: ProtocolConfig) -> pd.DataFrame:
+    """A backbone's metrics re-scored from its stored predictions under `protocol` (the run's taxonomy
+    table, the subset its metrics were scored on)."""
+    from soco_pipeline.evaluation.records import stored_subset
+    from soco_pipeline.evaluation.rescore import rescore_backbone
+    from soco_pipeline.evaluation.subsets import apply_pair_subset
+    from soco_pipeline.taxonomy import Taxonomy
+
+    taxonomy = Taxonomy.from_table(tables["taxonomy"], source="the run's taxonomy table")
+    pairs = apply_pair_subset(tables["image_pairs"], stored_subset(tables["metrics"]))
+    return rescore_backbone(tables | {"image_pairs": pairs}, taxonomy, protocol)

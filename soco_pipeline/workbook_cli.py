@@ -1,0 +1,60 @@
+"""`soco score-workbook FAMILY FILE`: score a workbook of predictions made elsewhere with a family's own
+extraction and metrics (docs/results.md). A family plugs in by adding one entry to `SCORERS`: the import path
+of a function `(path, judge_mode, judge_spec, cache_root) -> WorkbookScore`-like object with `rows`,
+`metrics` and `summary`."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+from soco_pipeline.storage import write_bytes_atomic
+
+SHOWN = ["breakdown", "key", "n_items", "accuracy", "ci_low", "ci_high", "random_expected"]
+SCORERS: dict[str, str] = {
+    "mmvm": "soco_pipeline.tasks.mmvm.workbook:score_workbook",
+}
+
+
+def scorer_for(family: str):
+    """The workbook scorer of a family (ValueError naming the families that have one)."""
+    if family not in SCORERS:
+        raise ValueError(f"no workbook scorer for family {family!r}; families with one: {sorted(SCORERS)}")
+    module, _, name = SCORERS[family].partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def cmd_score_workbook(args: argparse.Namespace, settings) -> int:
+    """Print a workbook's metrics (and write its per-row verdicts with --out)."""
+    from soco_pipeline.report.formats import format_frame
+
+    score = scorer_for(args.family)(args.file, args.judge, args.judge_spec, settings.lvlm_cache_root)
+    print(format_frame(score.metrics[SHOWN], args.format), end="")
+    print(score.summary)
+    if args.out:
+        data = (
+            score.rows.to_parquet(index=False)
+            if args.out.endswith(".parquet")
+            else score.rows.to_csv(index=False).encode()
+        )
+        write_bytes_atomic(args.out, data)
+        print(f"per-row verdicts: {args.out}")
+    return 0
+
+
+def add_command(sub) -> None:
+    """Add `score-workbook` to the `soco` parser's subcommands."""
+    s = sub.add_parser(
+        "score-workbook", help="score a prediction workbook made elsewhere (a family's metrics)"
+    )
+    s.add_argument("family", choices=sorted(SCORERS))
+    s.add_argument("file", help="the workbook (.xlsx, .tsv or .csv with a prediction column)")
+    s.add_argument(
+        "--judge", choices=["off", "matcher", "yes_no"], default="off", help="default: exact matching"
+    )
+    s.add_argument(
+        "--judge-spec", default=None, help="LVLM spec file of the judge (any OpenAI-compatible server)"
+    )
+    s.add_argument("--out", default=None, help="write the per-row verdicts here (.csv or .parquet)")
+    s.add_argument("--format", choices=["table", "csv", "json", "markdown"], default="table")
+    s.set_defaults(func=cmd_score_workbook)
