@@ -157,6 +157,7 @@ def test_probe_matches_plain_sgd_reference():
             "epochs": 1,
             "epoch_length": 12,
             "batch_size": 8,
+            "optimizer": "sgd",  # the SGD path (the release's commented-out line) against a hand-written loop
         }
     )
     tr = _random_feats(24, 5, 0, "a")

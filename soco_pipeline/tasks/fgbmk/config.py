@@ -45,7 +45,7 @@ class TrainConfig(_Strict):
     n_last_blocks: tuple[int, ...]
     avgpool: tuple[bool, ...]
     batch_size: int = Field(ge=1)
-    optimizer: Literal["sgd", "adam"] = "sgd"
+    optimizer: Literal["sgd", "adam"] = "adam"  # the release: Adam for the probe, SGD for retrieval
     momentum: float = 0.9
     weight_decay: float = 0.0
     epochs: int = Field(ge=1)
@@ -69,6 +69,7 @@ class TrainConfig(_Strict):
 class RetrievalConfig(TrainConfig):
     """The projection head and the open-set evaluation."""
 
+    optimizer: Literal["sgd", "adam"] = "sgd"  # eval_retrieval.py: SGD, momentum 0.9
     embed_dim: int = Field(ge=1)
     margin: float = 1.0
     top_k: int = Field(ge=1)
