@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import re
 
-import numpy as np
 import pandas as pd
 
 _SEP = re.compile(r"[_\-,]+")
@@ -163,18 +162,44 @@ def knowledge_bias(scored: pd.DataFrame, worst: int = 5) -> tuple[pd.DataFrame, 
 
 
 def class_of_image(image: str) -> str:
-    """A published answer row's true class when its key is yes/no: the image's folder, normalised
-    ("images/001.Black_footed_Albatross/x.jpg" -> "black footed albatross"); a heuristic for the
-    knowledge-bias files, whose records carry no class name."""
+    """The image's folder, normalised ("images/001.Black_footed_Albatross/x.jpg" -> "black footed
+    albatross"): a yes/no row's class when its `category` is only a level word (a heuristic; the published
+    knowledge-bias files keep the class in `category`, see questions.true_class)."""
     folder = image.replace("\\", "/").rsplit("/", 2)[-2] if "/" in image else ""
     return normalise(re.sub(r"^\d+\.", "", folder))
 
 
 def per_class_published(scored: pd.DataFrame) -> pd.DataFrame:
-    """Per-class accuracy of a scored published answer file (the class key, or the image folder for yes/no)."""
-    cls = np.where(
-        scored["class"].str.lower().isin(["yes", "no"]),
-        scored.image.map(class_of_image),
-        scored["class"].map(normalise),
-    )
+    """A scored published answer file with its true class in `subclass`: the key, or for yes/no keys the
+    record's `category` (the knowledge-bias files' class), else the image folder (questions.true_class)."""
+    from soco_pipeline.tasks.fgbmk.questions import true_class
+
+    cls = [
+        normalise(true_class(k, c, im))
+        for k, c, im in zip(scored["class"], scored.category, scored.image, strict=True)
+    ]
     return scored.assign(subclass=cls)
+
+
+def answer_acc(scored: pd.DataFrame) -> dict:
+    """FG-BMK's demo/human_evaluation/answer_acc.py on scored rows (its substring rule, `correct_published`):
+    per normalised answer key, correct / total; images, images with every question right, and its
+    "Overall Accuracy" = the share of IMAGES whose questions are all right (0-100), beside the per-question
+    accuracy. Rows are grouped by `image` as the script does (one answer file at a time)."""
+    if scored.empty:
+        return {
+            "images": 0,
+            "correct_images": 0,
+            "overall_accuracy": float("nan"),
+            "per_question": float("nan"),
+        }
+    per_image = scored.groupby("image", sort=False).correct_published.all()
+    key = scored["class"].map(published_normalise)
+    per_class = scored.groupby(key, sort=False).correct_published.agg(["sum", "size"])
+    return {
+        "images": int(len(per_image)),
+        "correct_images": int(per_image.sum()),
+        "overall_accuracy": float(per_image.mean()) * 100.0,
+        "per_question": float(scored.correct_published.mean()) * 100.0,
+        "per_class": {k: (int(r["sum"]), int(r["size"])) for k, r in per_class.iterrows()},
+    }
