@@ -1,7 +1,8 @@
 """Answer matching for FG-BMK's human-oriented questions, the rules written down.
 
 Normalisation (`normalise`): lower case; `_`, `-` and `,` become spaces (as FG-BMK's answer_acc.py does);
-every other character that is not a letter, digit or space is dropped; runs of spaces collapse.
+every other character that is not a letter (of any script: "Zürich", "鹦鹉" stay), digit or space is dropped;
+runs of spaces collapse.
 
 - choice: `exact` when the normalised answer IS an option; else the options whose normalised name occurs in
   the answer as whole words, dropping any contained in a longer matched option ("police car" beats "car"):
@@ -24,7 +25,7 @@ import re
 import pandas as pd
 
 _SEP = re.compile(r"[_\-,]+")
-_DROP = re.compile(r"[^0-9a-z ]+")
+_DROP = re.compile(r"[^\w ]+")  # letters of any script stay (foreign class names)
 _SPACES = re.compile(r"\s+")
 _QUOTED = re.compile(r'"([^"]+)"')
 
@@ -40,7 +41,7 @@ def published_normalise(text: str) -> str:
 
 
 def _has_phrase(answer: str, name: str) -> bool:
-    return bool(name) and re.search(rf"(?<![0-9a-z]){re.escape(name)}(?![0-9a-z])", answer) is not None
+    return bool(name) and re.search(rf"(?<!\w){re.escape(name)}(?!\w)", answer) is not None
 
 
 def match_choice(answer: str, truth: str, options: list[str]) -> tuple[str, str]:
