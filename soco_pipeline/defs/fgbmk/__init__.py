@@ -27,7 +27,7 @@ from soco_pipeline.tasks.fgbmk import schemas
 
 GROUP = "fgbmk"
 EAGER = dg.AutomationCondition.eager()
-CODE_VERSION = "fgbmk-2"  # 2: per-class top-1 in fgbmk_metrics, demo scale, one SGD loop
+CODE_VERSION = "fgbmk-3"  # 3: the release's probe (Adam, its sampler), ids and multi-label rows kept, findings as statistics
 
 
 def fgbmk_config(soco: SocoSettings):

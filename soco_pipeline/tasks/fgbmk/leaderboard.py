@@ -12,7 +12,7 @@ from soco_pipeline.tasks.fgbmk.answer_scoring import (
 )
 from soco_pipeline.tasks.fgbmk.machine_eval import summary
 
-LVLM_METRIC_COLUMNS = ["model", "task", "level", "form", "metric", "value", "n"]
+LVLM_METRIC_COLUMNS = ["model", "task", "level", "form", "metric", "value", "n", "simulated"]
 
 
 def lvlm_metrics(answers: pd.DataFrame) -> pd.DataFrame:
@@ -22,6 +22,7 @@ def lvlm_metrics(answers: pd.DataFrame) -> pd.DataFrame:
     `overall_accuracy_published`, n = images); circular accuracy of choice questions; the knowledge-bias
     spread (mean, std, min, max)."""
     model = answers.model.iloc[0] if len(answers) else ""
+    simulated = bool(answers.simulated.all()) if "simulated" in answers.columns else True
     plain = answers[answers.rotation == 0]
     rows = []
     for r in accuracy_table(plain, ["task", "level", "form"]).itertuples(index=False):
@@ -49,7 +50,7 @@ def lvlm_metrics(answers: pd.DataFrame) -> pd.DataFrame:
                     rep["classes"],
                 )
             )
-    return pd.DataFrame(rows, columns=LVLM_METRIC_COLUMNS)
+    return pd.DataFrame([(*r, simulated) for r in rows], columns=LVLM_METRIC_COLUMNS)
 
 
 def fgbmk_leaderboard(
@@ -80,7 +81,8 @@ def fgbmk_leaderboard(
             )
     if len(lvlm):
         for model, grp in lvlm.groupby("model", sort=True):
-            row: dict = {"kind": "lvlm", "model": model, "simulated": True}
+            sim = bool(grp.simulated.all()) if "simulated" in grp.columns else True
+            row: dict = {"kind": "lvlm", "model": model, "simulated": sim}
             acc = grp[(grp.task == "hierarchical") & (grp.form == "choice") & (grp.metric == "accuracy")]
             for r in acc.itertuples(index=False):
                 row[f"choice_{r.level}"] = float(r.value)
