@@ -106,17 +106,10 @@ class TripletSampler:
 def pairwise_similarity(query: torch.Tensor, gallery: torch.Tensor, chunk: int = 2**24) -> torch.Tensor:
     """(M, N) minus F.pairwise_distance of every query and gallery row (the release's call, eps included),
     computed in query chunks of at most `chunk` elements of the (m, N, D) difference."""
-    rows = max(1, chunk // max(1, gallery.shape[0] * gallery.shape[1]))
-    return (
-        torch.cat(
-            [
-                -F.pairwise_distance(q.unsqueeze(1), gallery.unsqueeze(0))
-                for q in query.split(rows)  # chunks of queries, not one row at a time
-            ]
-        )
-        if len(query)
-        else torch.empty(0, gallery.shape[0])
-    )
+    if not len(query):
+        return torch.empty(0, gallery.shape[0])
+    rows = max(1, chunk // max(1, gallery.shape[0] * gallery.shape[1]))  # queries per chunk
+    return torch.cat([-F.pairwise_distance(q.unsqueeze(1), gallery.unsqueeze(0)) for q in query.split(rows)])
 
 
 def class_scores(
