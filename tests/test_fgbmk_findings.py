@@ -167,6 +167,12 @@ def test_small_samples_are_not_testable():
     )
     by = check_findings(metrics, rob, PARADIGMS).set_index("finding")
     assert by.holds[3] == "not testable" and by.ci_low[3] < 0 < by.ci_high[3]
+    # the demo's case: both levels attacked to 0 (below chance at both): all skill lost at both, no contrast
+    both = pd.DataFrame(
+        _rob_rows("con_a", "subclass", 37.5, 0.0, n=16) + _rob_rows("con_a", "superclass", 75.0, 0.0, n=16)
+    )
+    zero = check_findings(metrics, both, PARADIGMS).set_index("finding")
+    assert zero.holds[3] == "not testable" and zero.effect[3] == 0.0 and "keeps 0%" in zero.measured[3]
     flat = pd.DataFrame(_metric_rows("sup_e", LEVELS3, within=60.0, per_class=(25.0, 75.0, 10.0, 60.0)))
     out = check_findings(flat, None, PARADIGMS).set_index("finding")
     assert "(a) granularity: yes" in out.why[4] and "(b) knowledge bias: not testable" in out.why[4]

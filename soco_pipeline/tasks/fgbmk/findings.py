@@ -292,7 +292,8 @@ def finding_3(metrics: pd.DataFrame, robustness: pd.DataFrame | None, par: dict,
             if s_clean - Z * se_clean <= 0:
                 skipped.append(f"{b} ({lv} clean {clean:.1f} on {n:g} images, chance {ch:.1f})")
                 break
-            r = skill(worst, ch) / s_clean
+            # an attack may push accuracy below chance: that is all the skill lost, not less than none
+            r = max(skill(worst, ch), 0.0) / s_clean
             r_se = float(np.hypot(skill_se(worst, ch, n), r * se_clean)) / s_clean
             kept[lv] = (clean, worst, float(g.strength.max()), r, r_se)
         if len(kept) < 2:
@@ -316,7 +317,11 @@ def finding_3(metrics: pd.DataFrame, robustness: pd.DataFrame | None, par: dict,
     holds = verdict(*ci, below=True)
     why = (
         f"share of skill kept, fine - coarse: {effect:+.2f}, 95% CI {ci[0]:+.2f} .. {ci[1]:+.2f}"
-        + ("" if holds != NOT_TESTABLE else " (holds 0: too few attacked images to separate them)")
+        + (
+            ""
+            if holds != NOT_TESTABLE
+            else " (holds 0: both levels lose (nearly) all their skill, or too few images were attacked)"
+        )
         + why_skip
     )
     return _row(
