@@ -105,6 +105,7 @@ def test_metrics_count_skipped_rows_and_flag_test_classes_without_training_image
     metrics, _ = evaluate_backbone("b", _feats(items), items, cfg, simulated=False)
     row = metrics.iloc[0]
     assert (row.level, row.probe_rows_skipped, row.n_train, row.n_test) == ("subclass", 1, 9, 7)
+    assert row.probe_rows_skipped_ids == "aircraft/images/m.jpg"
     assert row.test_classes_without_train == 1 and row.test_classes_without_train_ids == "3"
     assert row.n_classes == 4 and row.chance_top1 == 25.0  # classes present, not max id + 1
 

@@ -37,6 +37,7 @@ METRIC_COLUMNS = [
     "class_top1_max",
     "test_per_class",
     "probe_rows_skipped",
+    "probe_rows_skipped_ids",
     "test_classes_without_train",
     "test_classes_without_train_ids",
     "simulated",
@@ -141,6 +142,8 @@ def evaluate_backbone(
                 "class_top1_max": float(per_class.max()),
                 "test_per_class": float(test.sum()) / len(per_class),
                 "probe_rows_skipped": int((~single & (is_train | is_test)).sum()),
+                # the first 20 skipped rows by image id (the count says how many there are)
+                "probe_rows_skipped_ids": " ".join(part.image_id[~single & (is_train | is_test)].head(20)),
                 "test_classes_without_train": len(unseen),
                 "test_classes_without_train_ids": " ".join(str(c) for c in unseen),
                 "simulated": simulated,
