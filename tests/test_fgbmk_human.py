@@ -63,7 +63,9 @@ def test_questions_published_wording_parents_and_circular(small_set):
     assert tf.endswith("Answer with yes or no.")
     assert set(q[q.task == "attribute"].level) == {"colour", "texture", "body_shape"}
     kb = q[(q.task == "knowledge_bias") & (q.subclass == "zebra")]
-    assert sorted(kb["class"]) == ["no", "no", "yes"]  # one per sibling subclass of horse
+    # two per image, as the release asks: yes for the true subclass, no for one sibling
+    assert list(kb["class"]) == ["yes", "no"] and "zebra" in kb.text.iloc[0]
+    assert any(s in kb.text.iloc[1] for s in ("horse", "donkey"))
     rot = circular(q, cfg.questions)
     grp = rot[rot.group_id == choice.group_id]
     assert len(grp) == 4 and len({tuple(json.loads(o)) for o in grp.options}) == 4

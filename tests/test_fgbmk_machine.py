@@ -157,6 +157,7 @@ def test_probe_matches_plain_sgd_reference():
             "epochs": 1,
             "epoch_length": 12,
             "batch_size": 8,
+            "optimizer": "sgd",  # the SGD path (the release's commented-out line) against a hand-written loop
         }
     )
     tr = _random_feats(24, 5, 0, "a")
@@ -264,4 +265,5 @@ def test_published_layout_becomes_items_for_the_pipeline(tmp_path):
     items = items_from_dataset(read_machine_dataset(str(tmp_path / "cub")))
     assert len(items) == 6 and not items.simulated.any() and set(items.subclass) == {"zebra", "horse", "taxi"}
     assert (items.width == 224).all() and items.image_id.is_unique
-    assert tasks_of(items) == [("across", "all", "class"), ("across", "all", "subclass")]
+    # one level of labels (the dataset's classes), as released: no duplicate class-level task
+    assert tasks_of(items) == [("across", "all", "subclass")]

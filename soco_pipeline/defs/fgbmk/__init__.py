@@ -27,7 +27,7 @@ from soco_pipeline.tasks.fgbmk import schemas
 
 GROUP = "fgbmk"
 EAGER = dg.AutomationCondition.eager()
-CODE_VERSION = "fgbmk-2"  # 2: per-class top-1 in fgbmk_metrics, demo scale, one SGD loop
+CODE_VERSION = "fgbmk-3"  # 3: the release's probe (Adam, its sampler), ids and multi-label rows kept, findings as statistics
 
 
 def fgbmk_config(soco: SocoSettings):
@@ -87,12 +87,9 @@ def fgbmk_questions(
 ) -> TableResult:
     """Choice / true-false / short-answer questions per level, attributes and knowledge bias; choice
     questions in every rotation (circular evaluation)."""
-    from soco_pipeline.tasks.fgbmk.embedded import hierarchy
-    from soco_pipeline.tasks.fgbmk.questions import build_questions, circular
+    from soco_pipeline.tasks.fgbmk.questions import questions_for
 
-    cfg = fgbmk_config(soco)
-    h = hierarchy(subclasses=sorted(fgbmk_items.subclass.unique()))
-    q = circular(build_questions(fgbmk_items, h, cfg.questions, cfg.seed), cfg.questions)
+    q = questions_for(fgbmk_items, fgbmk_config(soco))
     return TableResult(q, {"rows": len(q), **{f"rows/{k}": int(v) for k, v in q.task.value_counts().items()}})
 
 

@@ -1,7 +1,8 @@
 """Answer matching for FG-BMK's human-oriented questions, the rules written down.
 
 Normalisation (`normalise`): lower case; `_`, `-` and `,` become spaces (as FG-BMK's answer_acc.py does);
-every other character that is not a letter, digit or space is dropped; runs of spaces collapse.
+every other character that is not a letter (of any script: "Zürich", "鹦鹉" stay), digit or space is dropped;
+runs of spaces collapse.
 
 - choice: `exact` when the normalised answer IS an option; else the options whose normalised name occurs in
   the answer as whole words, dropping any contained in a longer matched option ("police car" beats "car"):
@@ -21,11 +22,10 @@ from __future__ import annotations
 import json
 import re
 
-import numpy as np
 import pandas as pd
 
 _SEP = re.compile(r"[_\-,]+")
-_DROP = re.compile(r"[^0-9a-z ]+")
+_DROP = re.compile(r"[^\w ]+")  # letters of any script stay (foreign class names)
 _SPACES = re.compile(r"\s+")
 _QUOTED = re.compile(r'"([^"]+)"')
 
@@ -41,7 +41,7 @@ def published_normalise(text: str) -> str:
 
 
 def _has_phrase(answer: str, name: str) -> bool:
-    return bool(name) and re.search(rf"(?<![0-9a-z]){re.escape(name)}(?![0-9a-z])", answer) is not None
+    return bool(name) and re.search(rf"(?<!\w){re.escape(name)}(?!\w)", answer) is not None
 
 
 def match_choice(answer: str, truth: str, options: list[str]) -> tuple[str, str]:
@@ -163,18 +163,44 @@ def knowledge_bias(scored: pd.DataFrame, worst: int = 5) -> tuple[pd.DataFrame, 
 
 
 def class_of_image(image: str) -> str:
-    """A published answer row's true class when its key is yes/no: the image's folder, normalised
-    ("images/001.Black_footed_Albatross/x.jpg" -> "black footed albatross"); a heuristic for the
-    knowledge-bias files, whose records carry no class name."""
+    """The image's folder, normalised ("images/001.Black_footed_Albatross/x.jpg" -> "black footed
+    albatross"): a yes/no row's class when its `category` is only a level word (a heuristic; the published
+    knowledge-bias files keep the class in `category`, see questions.true_class)."""
     folder = image.replace("\\", "/").rsplit("/", 2)[-2] if "/" in image else ""
     return normalise(re.sub(r"^\d+\.", "", folder))
 
 
 def per_class_published(scored: pd.DataFrame) -> pd.DataFrame:
-    """Per-class accuracy of a scored published answer file (the class key, or the image folder for yes/no)."""
-    cls = np.where(
-        scored["class"].str.lower().isin(["yes", "no"]),
-        scored.image.map(class_of_image),
-        scored["class"].map(normalise),
-    )
+    """A scored published answer file with its true class in `subclass`: the key, or for yes/no keys the
+    record's `category` (the knowledge-bias files' class), else the image folder (questions.true_class)."""
+    from soco_pipeline.tasks.fgbmk.questions import true_class
+
+    cls = [
+        normalise(true_class(k, c, im))
+        for k, c, im in zip(scored["class"], scored.category, scored.image, strict=True)
+    ]
     return scored.assign(subclass=cls)
+
+
+def answer_acc(scored: pd.DataFrame) -> dict:
+    """FG-BMK's demo/human_evaluation/answer_acc.py on scored rows (its substring rule, `correct_published`):
+    per normalised answer key, correct / total; images, images with every question right, and its
+    "Overall Accuracy" = the share of IMAGES whose questions are all right (0-100), beside the per-question
+    accuracy. Rows are grouped by `image` as the script does (one answer file at a time)."""
+    if scored.empty:
+        return {
+            "images": 0,
+            "correct_images": 0,
+            "overall_accuracy": float("nan"),
+            "per_question": float("nan"),
+        }
+    per_image = scored.groupby("image", sort=False).correct_published.all()
+    key = scored["class"].map(published_normalise)
+    per_class = scored.groupby(key, sort=False).correct_published.agg(["sum", "size"])
+    return {
+        "images": int(len(per_image)),
+        "correct_images": int(per_image.sum()),
+        "overall_accuracy": float(per_image.mean()) * 100.0,
+        "per_question": float(scored.correct_published.mean()) * 100.0,
+        "per_class": {k: (int(r["sum"]), int(r["size"])) for k, r in per_class.iterrows()},
+    }

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from soco_pipeline.features.policy import GlobalInputPolicy
 from soco_pipeline.storage import PROJECT_ROOT
@@ -45,7 +45,7 @@ class TrainConfig(_Strict):
     n_last_blocks: tuple[int, ...]
     avgpool: tuple[bool, ...]
     batch_size: int = Field(ge=1)
-    optimizer: Literal["sgd", "adam"] = "sgd"
+    optimizer: Literal["sgd", "adam"] = "adam"  # the release: Adam for the probe, SGD for retrieval
     momentum: float = 0.9
     weight_decay: float = 0.0
     epochs: int = Field(ge=1)
@@ -69,6 +69,7 @@ class TrainConfig(_Strict):
 class RetrievalConfig(TrainConfig):
     """The projection head and the open-set evaluation."""
 
+    optimizer: Literal["sgd", "adam"] = "sgd"  # eval_retrieval.py: SGD, momentum 0.9
     embed_dim: int = Field(ge=1)
     margin: float = 1.0
     top_k: int = Field(ge=1)
@@ -105,7 +106,14 @@ class Paradigm(_Strict):
     """How a backbone was trained (findings 1 and 2 compare these)."""
 
     paradigm: Literal[
-        "contrastive", "generative", "reconstruction", "supervised", "random", "classical", "oracle"
+        "contrastive",
+        "generative",
+        "reconstruction",
+        "supervised",
+        "specialist",
+        "random",
+        "classical",
+        "oracle",
     ]
     text_aligned: bool = False  # trained against text (CLIP-like), or an LVLM's aligned visual tokens
 
@@ -115,7 +123,11 @@ class FindingsConfig(_Strict):
 
     paradigms: dict[str, Paradigm]  # fnmatch pattern of a spec name -> its paradigm (first match wins)
     min_above_chance: float = Field(default=2.0, gt=0)  # a probe counts if clean top-1 >= this x chance
-    min_spread: float = Field(default=30.0, ge=0)  # finding 5: max - min per-class top-1, points
+    min_spread: float = Field(default=30.0, ge=0)  # finding 4 (knowledge bias): max - min per-class top-1
+    alpha: float = Field(default=0.05, gt=0, lt=1)  # the knowledge-bias spread test's level
+    simulations: int = Field(default=2000, ge=100)  # Monte Carlo draws of that test
+    seed: int = 0  # its seed
+    lvlm_choices: int = Field(default=4, ge=2)  # options of an LVLM choice question (chance = 100 / this)
 
     def paradigm_of(self, backbone: str) -> Paradigm | None:
         """The first pattern matching the spec name, or None (unknown: left out of findings 1 and 2)."""
@@ -131,12 +143,60 @@ class DatasetConfig(_Strict):
     image_root: str | None = None  # what the CSV paths are relative to (default: the folder)
 
 
+class SourceConfig(_Strict):
+    """Where the family's data comes from: `generated` (the embedded simulated set) or `official` (FG-BMK's
+    released layout: a machine-oriented dataset folder, optionally the human-oriented question root)."""
+
+    kind: Literal["generated", "official"] = "generated"
+    folder: str | None = (
+        None  # official: benchmark/machine-oriented/<dataset> (train.csv, test.csv, classes.txt)
+    )
+    image_root: str | None = None  # official: what the CSV / question image paths are relative to
+    questions: str | None = None  # official: benchmark/human-oriented (its question files), optional
+    dataset: str | None = None  # official: the dataset's name in the question tree (default: the folder's)
+
+    @model_validator(mode="after")
+    def _paths(self) -> SourceConfig:
+        if self.kind == "generated":
+            given = [k for k in ("folder", "image_root", "questions", "dataset") if getattr(self, k)]
+            if given:
+                raise ValueError(f"source kind 'generated' takes no {given}; set kind: official to read them")
+            return self
+        if not self.folder:
+            raise ValueError(
+                "source kind 'official' needs `folder`: FG-BMK's benchmark/machine-oriented/<dataset> "
+                "(train.csv, test.csv, classes.txt)"
+            )
+        from soco_pipeline import storage
+
+        missing = [f for f in ("train.csv", "test.csv") if not storage.exists(storage.join(self.folder, f))]
+        if missing:
+            raise ValueError(
+                f"source folder {self.folder} has no {missing}; point it at FG-BMK's "
+                "benchmark/machine-oriented/<dataset> folder"
+            )
+        if self.questions and not storage.exists(self.questions):
+            raise ValueError(
+                f"source questions {self.questions} does not exist; point it at FG-BMK's benchmark/human-oriented "
+                "or leave it out"
+            )
+        return self
+
+    @property
+    def dataset_name(self) -> str:
+        """The dataset's name (the question tree's folder): `dataset`, else the machine folder's name."""
+        return self.dataset or str(self.folder).rstrip("/").rsplit("/", 1)[-1]
+
+
 class FgbmkConfig(_Strict):
     """The whole family's config at one scale (demo or full)."""
 
     scale: Literal["demo", "full"]
     seed: int
-    dataset: DatasetConfig | None = None  # None: the embedded (simulated) set
+    source: SourceConfig = SourceConfig()
+    # The machine-oriented folder of an official source (derived from `source`; an older config may still
+    # give it alone, which means source kind official with that folder). None: the generated set.
+    dataset: DatasetConfig | None = None
     embedded: EmbeddedConfig
     global_features: GlobalInputPolicy
     linear_probe: TrainConfig
@@ -144,6 +204,25 @@ class FgbmkConfig(_Strict):
     robustness: RobustnessConfig
     questions: QuestionConfig
     findings: FindingsConfig
+
+    @model_validator(mode="before")
+    @classmethod
+    def _source_and_dataset(cls, doc: Any) -> Any:
+        """One truth: `dataset` (older configs) becomes source kind official; an official source fills
+        `dataset` (what the items asset reads)."""
+        if not isinstance(doc, dict):
+            return doc
+        doc = dict(doc)
+        src, ds = doc.get("source") or {"kind": "generated"}, doc.get("dataset")
+        if isinstance(src, BaseModel):
+            src = src.model_dump()
+        if ds and src.get("kind", "generated") == "generated":
+            ds = ds.model_dump() if isinstance(ds, BaseModel) else ds
+            src = {"kind": "official", "folder": ds.get("folder"), "image_root": ds.get("image_root")}
+        if src.get("kind") == "official" and src.get("folder"):
+            doc["dataset"] = {"folder": src.get("folder"), "image_root": src.get("image_root")}
+        doc["source"] = src
+        return doc
 
 
 def _resolve(node: Any, scale: str) -> Any:

@@ -4,26 +4,41 @@ from __future__ import annotations
 
 import pandas as pd
 
-from soco_pipeline.tasks.fgbmk.answer_scoring import accuracy_table, circular_accuracy, knowledge_bias
+from soco_pipeline.tasks.fgbmk.answer_scoring import (
+    accuracy_table,
+    answer_acc,
+    circular_accuracy,
+    knowledge_bias,
+)
 from soco_pipeline.tasks.fgbmk.machine_eval import summary
 
-LVLM_METRIC_COLUMNS = ["model", "task", "level", "form", "metric", "value", "n"]
+LVLM_METRIC_COLUMNS = ["model", "task", "level", "form", "metric", "value", "n", "simulated"]
 
 
 def lvlm_metrics(answers: pd.DataFrame) -> pd.DataFrame:
-    """Long table of one model: accuracy (ours and the published substring rule) per task/level/form on
-    rotation 0, circular accuracy of choice questions, and the knowledge-bias spread (mean, std, min, max)."""
+    """Long table of one model: accuracy per question (ours and the published substring rule) per
+    task/level/form on rotation 0; the official figure, answer_acc.py's "Overall Accuracy" (the share of
+    images whose questions of that task/level/form are all right by the published rule:
+    `overall_accuracy_published`, n = images); circular accuracy of choice questions; the knowledge-bias
+    spread (mean, std, min, max)."""
     model = answers.model.iloc[0] if len(answers) else ""
+    simulated = bool(answers.simulated.all()) if "simulated" in answers.columns else True
     plain = answers[answers.rotation == 0]
     rows = []
     for r in accuracy_table(plain, ["task", "level", "form"]).itertuples(index=False):
         rows.append((model, r.task, r.level, r.form, "accuracy", r.accuracy, r.n))
         rows.append((model, r.task, r.level, r.form, "accuracy_published", r.accuracy_published, r.n))
+    for (task, level, form), grp in plain.groupby(["task", "level", "form"], sort=True):
+        acc = answer_acc(grp)
+        rows.append(
+            (model, task, level, form, "overall_accuracy_published", acc["overall_accuracy"], acc["images"])
+        )
     for r in circular_accuracy(answers, ["task", "level"]).itertuples(index=False):
         rows.append((model, r.task, r.level, "choice", "circular_accuracy", r.circular_accuracy, r.groups))
     if (answers.task == "knowledge_bias").any():
-        _per, rep = knowledge_bias(answers)
-        for k in ("mean", "std", "min", "max"):
+        per, rep = knowledge_bias(answers)
+        rep["questions"] = float(per.n.mean()) if len(per) else float("nan")
+        for k in ("mean", "std", "min", "max", "questions"):
             rows.append(
                 (
                     model,
@@ -35,7 +50,7 @@ def lvlm_metrics(answers: pd.DataFrame) -> pd.DataFrame:
                     rep["classes"],
                 )
             )
-    return pd.DataFrame(rows, columns=LVLM_METRIC_COLUMNS)
+    return pd.DataFrame([(*r, simulated) for r in rows], columns=LVLM_METRIC_COLUMNS)
 
 
 def fgbmk_leaderboard(
@@ -66,7 +81,8 @@ def fgbmk_leaderboard(
             )
     if len(lvlm):
         for model, grp in lvlm.groupby("model", sort=True):
-            row: dict = {"kind": "lvlm", "model": model, "simulated": True}
+            sim = bool(grp.simulated.all()) if "simulated" in grp.columns else True
+            row: dict = {"kind": "lvlm", "model": model, "simulated": sim}
             acc = grp[(grp.task == "hierarchical") & (grp.form == "choice") & (grp.metric == "accuracy")]
             for r in acc.itertuples(index=False):
                 row[f"choice_{r.level}"] = float(r.value)

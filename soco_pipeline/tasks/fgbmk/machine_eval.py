@@ -36,6 +36,10 @@ METRIC_COLUMNS = [
     "class_top1_min",
     "class_top1_max",
     "test_per_class",
+    "probe_rows_skipped",
+    "probe_rows_skipped_ids",
+    "test_classes_without_train",
+    "test_classes_without_train_ids",
     "simulated",
 ]
 
@@ -53,13 +57,27 @@ def tasks_of(items: pd.DataFrame) -> list[tuple[str, str, str]]:
 
 
 def level_labels(items: pd.DataFrame, level: str) -> np.ndarray:
-    """Contiguous 0..k-1 labels in the order of the level's ids (so even/odd follows the published ids)."""
-    ids = items[f"{level}_id"].to_numpy()
-    return np.searchsorted(np.unique(ids), ids)
+    """The level's ids as they are (no renumbering: FG-BMK's seen/unseen split is by the parity of the
+    release's own ids, and its heads have max id + 1 outputs)."""
+    return items[f"{level}_id"].to_numpy().astype(np.int64)
+
+
+def label_lists(items: pd.DataFrame, level: str) -> list[list[int]]:
+    """Every row's labels at `level`: all ids of a multi-label row (the `labels` column, at the dataset's
+    own level, subclass), else its one id."""
+    if level == "subclass" and "labels" in items.columns:
+        return [[int(x) for x in str(v).split()] for v in items["labels"]]
+    return [[int(v)] for v in level_labels(items, level)]
+
+
+def unseen_test_classes(train_labels, test_labels) -> list[int]:
+    """Classes that test rows hold and no training row does (a probe cannot predict them)."""
+    seen = {c for lab in train_labels for c in lab}
+    return sorted({c for lab in test_labels for c in lab} - seen)
 
 
 def per_class_top1(logits, labels) -> np.ndarray:
-    """Top-1 of the probe per class present in `labels` (0-100), in class-id order (finding 5's spread)."""
+    """Top-1 (argmax, as the probe's metric) per class present in `labels` (0-100), in class-id order."""
     labels = np.asarray(labels)
     hit = (np.asarray(logits).argmax(1) == labels).astype(np.float64)
     present = np.unique(labels)
@@ -74,24 +92,40 @@ def evaluate_backbone(
     rows, probes = [], {}
     for scope, sup, level in tasks_of(items):
         part = items if sup == "all" else items[items.superclass == sup]
-        labels = level_labels(part, level)
-        train, test = (part.split == "train").to_numpy(), (part.split == "test").to_numpy()
-        k = int(labels.max()) + 1
+        lists = label_lists(part, level)
+        single = np.array([len(lab) == 1 for lab in lists])
+        labels = np.array([lab[0] for lab in lists], dtype=np.int64)
+        is_train, is_test = (part.split == "train").to_numpy(), (part.split == "test").to_numpy()
+        k = max(c for lab in lists for c in lab) + 1  # the release: the largest id + 1 outputs
+        # The probe reads single-label rows (the release's Dataset takes one int a line); retrieval all rows.
+        train, test = is_train & single, is_test & single
         f_train, f_test = feats.subset(part.image_id[train]), feats.subset(part.image_id[test])
         probe = train_probe(f_train, labels[train], f_test, labels[test], config.linear_probe, config.seed, k)
-        ret = train_retrieval(f_train, labels[train], f_test, labels[test], config.retrieval, config.seed, k)
+        r_train = [lab for lab, t in zip(lists, is_train, strict=True) if t]
+        r_test = [lab for lab, t in zip(lists, is_test, strict=True) if t]
+        ret = train_retrieval(
+            feats.subset(part.image_id[is_train]),
+            r_train,
+            feats.subset(part.image_id[is_test]),
+            r_test,
+            config.retrieval,
+            config.seed,
+            k,
+        )
         probes[(scope, sup, level)] = probe
         per_class = per_class_top1(probe.eval_logits.numpy(), labels[test])
+        unseen = unseen_test_classes([[c] for c in labels[train]], [[c] for c in labels[test]])
+        present = np.unique(labels[train | test])
         rows.append(
             {
                 "backbone": backbone,
                 "scope": scope,
                 "superclass": sup,
                 "level": level,
-                "n_classes": k,
+                "n_classes": len(present),
                 "n_train": int(train.sum()),
                 "n_test": int(test.sum()),
-                "chance_top1": 100.0 / k,
+                "chance_top1": 100.0 / len(present),
                 "top1": probe.top1,
                 "top5": probe.top5,
                 "probe_head": probe.best,
@@ -107,6 +141,11 @@ def evaluate_backbone(
                 "class_top1_min": float(per_class.min()),
                 "class_top1_max": float(per_class.max()),
                 "test_per_class": float(test.sum()) / len(per_class),
+                "probe_rows_skipped": int((~single & (is_train | is_test)).sum()),
+                # the first 20 skipped rows by image id (the count says how many there are)
+                "probe_rows_skipped_ids": " ".join(part.image_id[~single & (is_train | is_test)].head(20)),
+                "test_classes_without_train": len(unseen),
+                "test_classes_without_train_ids": " ".join(str(c) for c in unseen),
                 "simulated": simulated,
             }
         )

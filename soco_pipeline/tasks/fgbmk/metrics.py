@@ -9,13 +9,14 @@ import torch
 
 def topk_accuracy(logits: torch.Tensor | np.ndarray, labels, k: int = 1) -> float:
     """Micro top-k accuracy (torchmetrics MulticlassAccuracy, average='micro'): share of rows whose label is
-    among the k highest scores, 0-100. k is capped at the number of classes."""
+    among the k highest scores, 0-100. k is capped at the number of classes. Top-1 is torch.argmax (the first
+    of tied maxima), as torchmetrics formats top_k=1; k > 1 is torch.topk (its select_topk)."""
     logits = torch.as_tensor(logits)
     labels = torch.as_tensor(np.asarray(labels), dtype=torch.long)
     if len(labels) == 0:
         return float("nan")
     k = min(k, logits.shape[1])
-    top = logits.topk(k, dim=1).indices
+    top = logits.argmax(1, keepdim=True) if k == 1 else logits.topk(k, dim=1).indices
     return float((top == labels[:, None]).any(1).float().mean()) * 100.0
 
 
@@ -34,10 +35,11 @@ def macro_recall_at_1(scores: torch.Tensor, targets: torch.Tensor) -> float:
 
 
 def retrieval_map(scores: torch.Tensor, targets: torch.Tensor) -> float:
-    """FG-BMK's RetrievalMAP: per query, rank the classes by score (highest first; equal scores by class index,
-    a stable sort), AP = mean over its relevant classes (target > 1e-3) of (j / rank of the j-th relevant);
-    queries without a relevant class are skipped; the mean AP, 0-100."""
-    order = torch.sort(-scores.double(), dim=1, stable=True).indices
+    """FG-BMK's RetrievalMAP: per query, rank the classes by torch.argsort(-score) (the release's call: equal
+    scores, e.g. the classes no top-k neighbour holds, all exactly 0 after the softmax, come in the order
+    that sort gives, not by class index), AP = mean over its relevant classes (target > 1e-3) of
+    (j / rank of the j-th relevant); queries without a relevant class are skipped; the mean AP, 0-100."""
+    order = torch.argsort(-scores.float(), dim=1)  # = the release's per-row argsort (tests check it on ties)
     rel = (torch.gather(targets, 1, order) > 1e-3).double()
     count = rel.sum(1)
     keep = count > 0

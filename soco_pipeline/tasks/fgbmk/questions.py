@@ -9,8 +9,12 @@ For each chosen test image and each level (superclass, class, subclass):
 - short_answer: the true name.
 
 Attribute questions (choice): colour, texture and body shape against the attribute's other values.
-Knowledge-bias questions (true/false, FG-BMK's questions_true_false_all_class): one per sibling subclass of
-the image's class (the true one "yes", every other "no").
+Knowledge-bias questions (true/false, FG-BMK's questions_true_false_all_class): two per image, as the release
+asks them: "yes" about its true subclass and "no" about one other subclass (a sibling under its class, else
+any other), each in a seeded true/false template; an always-"no" answerer scores exactly 50.
+
+`questions_for(items, config)` is what the questions asset uses: these generated questions for the generated
+source, the published question files of the dataset for an official source (`official_questions`).
 
 Circular evaluation of choice questions: `circular(questions)` adds every rotation of the option list (a
 group counts as right only if every rotation is), as the SOCO 4-choice LVLM protocol does.
@@ -192,16 +196,18 @@ def build_questions(
                 options,
                 t,
             )
-        siblings = sorted(hierarchy[hierarchy["class"] == rec["class"]].subclass)
-        for sib in siblings:
+        others = sorted(set(hierarchy[hierarchy["class"] == rec["class"]].subclass) - {r["subclass"]})
+        others = others or sorted(set(hierarchy.subclass) - {r["subclass"]})
+        pairs = [(r["subclass"], "yes")] + ([(str(rng.choice(others)), "no")] if others else [])
+        for name, key in pairs:
             t = int(rng.integers(len(config.true_false)))
             add(
                 "knowledge_bias",
                 "subclass",
                 "true_false",
                 r,
-                render_text(config.true_false[t], config, "subclass", obj, name=display_name(sib)),
-                "yes" if sib == r["subclass"] else "no",
+                render_text(config.true_false[t], config, "subclass", obj, name=display_name(name)),
+                key,
                 [],
                 t,
             )
@@ -245,3 +251,92 @@ def circular(questions: pd.DataFrame, config: QuestionConfig) -> pd.DataFrame:
     )
     out["question_id"] = np.arange(1, len(out) + 1)
     return out.reset_index(drop=True)
+
+
+# `category` of a published question names its true class, except these level words of the hierarchical files.
+LEVEL_CATEGORIES = frozenset(
+    {"generic", "kingdom", "phylum", "class", "order", "family", "genus", "species", "attribute"}
+)
+
+
+def true_class(answer_key: str, category: str, image: str) -> str:
+    """A published question's true class: its key, unless the key is yes/no; then `category` (the published
+    knowledge-bias and several true/false files keep the class there), else the image's folder."""
+    from soco_pipeline.tasks.fgbmk.answer_scoring import class_of_image
+
+    if answer_key.strip().lower() not in ("yes", "no"):
+        return answer_key
+    return category if category.strip().lower() not in LEVEL_CATEGORIES else class_of_image(image)
+
+
+def official_questions(root: str, dataset: str, image_root: str) -> pd.DataFrame:
+    """QUESTION_COLUMNS rows of every published question file of `dataset` under a human-oriented root, read
+    as released (ids, wording, keys and foreign names kept; every row of every file). `uri` joins the image
+    path to `image_root`; `image_id` is the items' id (`<dataset>/<path>`). The form of an attribute question
+    follows its wording; choice options are the prompt's quoted names. FgbmkFormatError names a file that
+    cannot be read (a Git LFS pointer, malformed JSON, duplicate ids)."""
+    from soco_pipeline import storage
+    from soco_pipeline.tasks.fgbmk.answer_scoring import infer_form, options_of
+    from soco_pipeline.tasks.fgbmk.readers import human_files, read_questions
+
+    files = human_files(root)
+    files = files[files.dataset == dataset]
+    if files.empty:
+        raise ValueError(
+            f"no published question files of dataset {dataset!r} under {root}; the datasets there: "
+            f"{sorted(set(human_files(root).dataset))} (set source.dataset)"
+        )
+    frames = []
+    for f in files.itertuples(index=False):
+        q = read_questions(f.path)
+        task = {"knowledge_bias_estimation": "knowledge_bias", "attribute_recognition": "attribute"}.get(
+            f.task, "hierarchical"
+        )
+        forms = [infer_form(t) for t in q.text] if f.form == "mixed" else [f.form] * len(q)
+        frames.append(
+            pd.DataFrame(
+                {
+                    "published_question_id": q.question_id.astype(str),
+                    "source_file": f.path,
+                    "task": task,
+                    "level": f.level,
+                    "form": forms,
+                    "image": q.image,
+                    "uri": [storage.join(image_root, p) for p in q.image],
+                    "image_id": dataset + "/" + q.image,
+                    "text": q.text,
+                    "class": q["class"],
+                    "category": q.category,
+                    "options": [
+                        json.dumps(options_of(t) if form == "choice" else [])
+                        for t, form in zip(q.text, forms, strict=True)
+                    ],
+                    "template": -1,
+                    "subclass": [
+                        true_class(k, c, im) for k, c, im in zip(q["class"], q.category, q.image, strict=True)
+                    ],
+                    "superclass": dataset,
+                    "simulated": False,
+                }
+            )
+        )
+    out = pd.concat(frames, ignore_index=True)
+    out.insert(0, "rotation", 0)
+    out.insert(0, "group_id", np.arange(len(out)))
+    out.insert(0, "question_id", np.arange(1, len(out) + 1))
+    return out
+
+
+def questions_for(items: pd.DataFrame, config) -> pd.DataFrame:
+    """The questions asset's table for `config` (an FgbmkConfig): generated questions in every rotation for
+    the generated source; the published files of the dataset for an official source with `questions` (no
+    rows without: the machine-oriented side alone)."""
+    src = config.source
+    if src.kind == "official":
+        if not src.questions:
+            return pd.DataFrame(columns=QUESTION_COLUMNS)
+        return official_questions(src.questions, src.dataset_name, src.image_root or src.folder)
+    from soco_pipeline.tasks.fgbmk.embedded import hierarchy
+
+    h = hierarchy(subclasses=sorted(items.subclass.unique()))
+    return circular(build_questions(items, h, config.questions, config.seed), config.questions)

@@ -32,6 +32,7 @@ QUESTION_KEYS = ("question_id", "image", "text", "class", "category")
 ANSWER_KEYS = ("question_id", "image", "prompt", "text", "class", "category")
 FORMS = ("choice", "true_false", "short_answer")
 HIERARCHICAL = "hierarchical_granularity_recognition"
+ATTRIBUTE = "attribute_recognition"
 KNOWLEDGE_BIAS = "knowledge_bias_estimation"
 _FORM_SPELLINGS = {
     "choice": "choice",
@@ -65,14 +66,24 @@ class MachineDataset:
 
 
 def read_classes(path: str) -> list[str]:
-    """classes.txt: one name a line (trailing blank lines ignored; a blank line inside is an error)."""
+    """classes.txt: one name a line (trailing blank lines ignored; a blank line inside is an error, and so is
+    a name listed twice: two ids would share it)."""
     lines = storage.read_bytes(path).decode("utf-8").splitlines()
     while lines and not lines[-1].strip():
         lines.pop()
     for n, line in enumerate(lines, 1):
         if not line.strip():
             raise FgbmkFormatError(f"{path}:{n}: empty class name; every line up to the last names a class")
-    return [line.strip() for line in lines]
+    names = [line.strip() for line in lines]
+    first: dict[str, int] = {}
+    for i, name in enumerate(names):
+        if name in first:
+            raise FgbmkFormatError(
+                f"{path}:{i + 1}: class name {name!r} is listed twice (ids {first[name]} and {i}, lines "
+                f"{first[name] + 1} and {i + 1}); every class needs a name of its own: rename or merge them"
+            )
+        first[name] = i
+    return names
 
 
 def read_split(
@@ -174,6 +185,16 @@ def read_jsonl(path: str, keys: tuple[str, ...] = QUESTION_KEYS) -> pd.DataFrame
             raise FgbmkFormatError(f"{path}:{n}: missing keys {missing}; a record has {list(keys)}")
         records.append({**rec, "line": n})
     df = pd.DataFrame(records, columns=[*keys, "line"] if not records else None)
+    dup = df[df.question_id.duplicated(keep=False)] if len(df) else df
+    if len(dup):
+        where = "; ".join(
+            f"id {qid!r} on lines {', '.join(str(x) for x in grp.line)}"
+            for qid, grp in list(dup.groupby("question_id", sort=True))[:5]
+        )
+        raise FgbmkFormatError(
+            f"{path}: duplicate question ids ({dup.question_id.nunique()}): {where}; every record needs a "
+            f"question_id of its own (answers are matched to questions by it)"
+        )
     for k in ("image", "text", "class", "category", *(["prompt"] if "prompt" in keys else [])):
         df[k] = df[k].astype(str)
     return df
@@ -209,7 +230,8 @@ def human_files(root: str) -> pd.DataFrame:
     """The question files under a human-oriented root: task, dataset, level, form, path.
 
     Levels come from the folder (genus, species, class, ...); knowledge-bias files have level
-    "all_class" and form "true_false". Unknown file names are skipped.
+    "all_class" and form "true_false"; attribute files level "attribute" and form "mixed" (each question's
+    form follows its wording). Other file names are not question files (`unrecognised_files` names them).
     """
     fs, base = storage.filesystem(root)
     rows = []
@@ -224,10 +246,23 @@ def human_files(root: str) -> pd.DataFrame:
             task == KNOWLEDGE_BIAS and len(parts) == 3 and parts[2] == "questions_true_false_all_class.jsonl"
         ):
             rows.append((task, parts[1], "all_class", "true_false", p))
+        elif (
+            task == ATTRIBUTE and len(parts) == 2
+        ):  # attribute_recognition/<dataset>_attribute_questions.jsonl
+            m = re.fullmatch(r"(.+?)_attribute_questions\.jsonl", parts[1])
+            if m:
+                rows.append((task, m.group(1), "attribute", "mixed", p))
     prefix = "" if "://" not in root else root.split("://", 1)[0] + "://"
     df = pd.DataFrame(rows, columns=["task", "dataset", "level", "form", "path"])
     df["path"] = prefix + df["path"] if prefix else df["path"]
     return df
+
+
+def unrecognised_files(root: str) -> list[str]:
+    """The .jsonl files under a human-oriented root that `human_files` does not take as question files."""
+    fs, base = storage.filesystem(root)
+    known = {PurePosixPath(p).as_posix().split("://")[-1] for p in human_files(root).path}
+    return sorted(p for p in fs.glob(f"{base.rstrip('/')}/**/*.jsonl") if p not in known)
 
 
 def hierarchical_path(root: str, dataset: str, level: str, form: str) -> str:
@@ -243,19 +278,22 @@ def knowledge_bias_path(root: str, dataset: str) -> str:
 
 
 def items_from_dataset(ds: MachineDataset) -> pd.DataFrame:
-    """A machine-oriented dataset as the family's items table (one level of labels: the dataset's classes;
-    superclass = the dataset's name, class = subclass = the class name). Multi-label lines are left out (the
-    probe is single-label); `simulated` is False. Sizes are read from the image headers."""
+    """A machine-oriented dataset as the family's items table: one level of labels, the subclass, holding the
+    release's own class ids (no renumbering: FG-BMK's seen/unseen split is by the parity of these ids) and
+    names; superclass = class = the dataset's name. Every row is kept: a multi-label line keeps all its ids
+    in `labels` (space-separated, as published; the retrieval's multi-hot query / gallery row) and its first
+    id in `subclass_id`, with `multi_label` True (the probe leaves those rows out and counts them, as the
+    release's single-label Dataset cannot read them). `simulated` is False. Sizes come from the image headers."""
     from PIL import Image
 
     rows = pd.concat([ds.train, ds.test], ignore_index=True)
-    rows = rows[rows.label >= 0].reset_index(drop=True)
     names = ds.classes or [str(i) for i in range(ds.num_classes)]
     sizes = []
     for uri in rows.uri:
         with storage.filesystem(uri)[0].open(storage.filesystem(uri)[1], "rb") as f, Image.open(f) as im:
             sizes.append(im.size)
-    name = rows.label.map(lambda i: names[int(i)])
+    first = rows.labels.map(lambda lab: int(lab[0]))
+    name = rows.labels.map(lambda lab: " + ".join(names[int(i)] for i in lab))
     return pd.DataFrame(
         {
             "image_id": ds.name + "/" + rows.path,
@@ -266,11 +304,13 @@ def items_from_dataset(ds: MachineDataset) -> pd.DataFrame:
             "height": [h for _, h in sizes],
             "category": name,
             "superclass": ds.name,
-            "class": name,
+            "class": ds.name,
             "subclass": name,
             "superclass_id": 0,
-            "class_id": rows.label.astype("int64"),
-            "subclass_id": rows.label.astype("int64"),
+            "class_id": 0,
+            "subclass_id": first.astype("int64"),
+            "labels": rows.labels.map(lambda lab: " ".join(str(int(i)) for i in lab)),
+            "multi_label": rows.labels.map(len) > 1,
             "simulated": False,
         }
     )

@@ -6,9 +6,10 @@
   class with the anchor (itself when it is alone). Negative: `uniform`, any even-class train image, is the
   published behaviour (its `idx2cls[neg] == target` check compares an int with a list and never fires, so a
   negative may share the anchor's class); `other_class` redraws those.
-- Queries: every test image; gallery: the train images of all classes, shuffled (seeded) and capped at
-  `gallery_cap` (20,000).
-- Similarity: minus the Euclidean distance between projections. Class scores: for each class the similarity
+- Queries: every test image; gallery: the train images of all classes in the order of
+  torch.randperm(n, seed) (the release's DistributedSampler, shuffle, seed 0), the first `gallery_cap`
+  (20,000) of them. Multi-label rows are queries and gallery rows with their multi-hot targets.
+- Similarity: minus F.pairwise_distance (Euclidean, with its eps 1e-6) between projections. Class scores: for each class the similarity
   of the nearest of the top-k (10) neighbours holding it, -1e4 for a class none of them holds; softmaxed.
 - Reported: recall@1 (macro) and RetrievalMAP of those scores against the (multi-)hot label; the best head
   is the one with the highest recall@1 on the queries (published: picked on the evaluation split).
@@ -25,7 +26,7 @@ import torch.nn.functional as F
 
 from soco_pipeline.features.global_cache import GlobalFeatures
 from soco_pipeline.tasks.fgbmk.config import RetrievalConfig
-from soco_pipeline.tasks.fgbmk.linear_probe import HeadGrid, batch_stream, build_grid, train_grid
+from soco_pipeline.tasks.fgbmk.linear_probe import HeadGrid, batch_stream, best_head, build_grid, train_grid
 from soco_pipeline.tasks.fgbmk.metrics import macro_recall_at_1, retrieval_map
 
 NO_NEIGHBOUR = -1e4
@@ -102,11 +103,20 @@ class TripletSampler:
         return self.rows[np.stack([anchors, pos, neg], axis=-1)]
 
 
+def pairwise_similarity(query: torch.Tensor, gallery: torch.Tensor, chunk: int = 2**24) -> torch.Tensor:
+    """(M, N) minus F.pairwise_distance of every query and gallery row (the release's call, eps included),
+    computed in query chunks of at most `chunk` elements of the (m, N, D) difference."""
+    if not len(query):
+        return torch.empty(0, gallery.shape[0])
+    rows = max(1, chunk // max(1, gallery.shape[0] * gallery.shape[1]))  # queries per chunk
+    return torch.cat([-F.pairwise_distance(q.unsqueeze(1), gallery.unsqueeze(0)) for q in query.split(rows)])
+
+
 def class_scores(
     query: torch.Tensor, gallery: torch.Tensor, gallery_targets: torch.Tensor, top_k: int
 ) -> torch.Tensor:
     """Softmaxed class scores of each query from its top-k gallery neighbours (nearest wins per class)."""
-    sim = -torch.cdist(query, gallery)
+    sim = pairwise_similarity(query, gallery)
     k = min(top_k, gallery.shape[0])
     values, idx = sim.topk(k, dim=1)
     logits = torch.full((query.shape[0], gallery_targets.shape[1]), NO_NEIGHBOUR)
@@ -115,6 +125,12 @@ def class_scores(
             gallery_targets[idx[:, i]] > 0.999, values[:, i : i + 1].expand_as(logits), logits
         )
     return logits.softmax(-1)
+
+
+def gallery_order(n: int, seed: int) -> torch.Tensor:
+    """The release's gallery order: torch.DistributedSampler(shuffle=True, seed) on one process, i.e.
+    randperm(n) of a generator seeded with seed + epoch 0; evaluate_retrieval keeps the first 20,000."""
+    return torch.randperm(n, generator=torch.Generator().manual_seed(int(seed)))
 
 
 @dataclass
@@ -140,16 +156,19 @@ def train_retrieval(
     config: RetrievalConfig,
     seed: int = 0,
     num_classes: int | None = None,
+    triplets: np.ndarray | None = None,
 ) -> RetrievalResult:
-    """Train the projection grid on even-class triplets and score every head on test queries vs the train gallery."""
+    """Train the projection grid on even-class triplets and score every head on test queries vs the train gallery.
+    `triplets` ((iterations, batch, 3) train rows) replaces the sampler's (parity checks feed the release's)."""
     train_lists, test_lists = as_label_lists(train_labels), as_label_lists(test_labels)
     k = int(
         num_classes
         if num_classes is not None
         else max(c for lab in train_lists + test_lists for c in lab) + 1
     )
-    sampler = TripletSampler.from_labels(train_lists, config.negative, seed)
-    triplets = sampler.triplets(config.batch_size, config.max_iter)
+    if triplets is None:
+        sampler = TripletSampler.from_labels(train_lists, config.negative, seed)
+        triplets = sampler.triplets(config.batch_size, config.max_iter)
     grid = build_grid(train, config.embed_dim, config, seed)
     x_train = grid.inputs(train)
     keys = [(c[0], c[1]) for c in grid.configs]
@@ -163,8 +182,7 @@ def train_retrieval(
         )
 
     seconds = train_grid(grid, config, loss_of)
-    g = torch.Generator().manual_seed(int(seed) + 1)
-    gallery_rows = torch.randperm(len(train), generator=g)[: config.gallery_cap]
+    gallery_rows = gallery_order(len(train), seed)[: config.gallery_cap]
     gallery_targets = multi_hot([train_lists[i] for i in gallery_rows.tolist()], k)
     targets = multi_hot(test_lists, k)
     x_test = grid.inputs(test)
@@ -186,7 +204,7 @@ def train_retrieval(
                 }
             )
     table = pd.DataFrame(rows)
-    best = int(np.nan_to_num(table.recall_at_1.to_numpy(), nan=-1).argmax())
+    best = best_head(table.recall_at_1.to_numpy())
     return RetrievalResult(
         table,
         table.name[best],

@@ -148,6 +148,8 @@ def robustness_for_backbone(
     from soco_pipeline.tasks.fgbmk.linear_probe import train_probe
     from soco_pipeline.tasks.fgbmk.machine_eval import level_labels
 
+    if "multi_label" in items.columns:  # the probe is single-label (as the release's Dataset)
+        items = items[~items.multi_label.astype(bool)].reset_index(drop=True)
     feats = read_global(folder, items.image_id)
     train, test = (items.split == "train").to_numpy(), (items.split == "test").to_numpy()
     test_rows = np.flatnonzero(test)
@@ -162,7 +164,7 @@ def robustness_for_backbone(
     )
     frames = []
     with torch_threads(config.global_features.threads):
-        for level in config.robustness.levels:
+        for level in [lv for lv in config.robustness.levels if items[lv].nunique() > 1]:
             labels = level_labels(items, level)
             probe = train_probe(
                 feats.subset(items.image_id[train]),
@@ -188,4 +190,4 @@ def robustness_for_backbone(
                     bool(items.simulated.all()),
                 )
             )
-    return pd.concat(frames, ignore_index=True)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=ROBUSTNESS_COLUMNS)
