@@ -180,7 +180,7 @@ def fgbmk_answers(
 
     spec = lvlm_spec_for(soco, context.partition_key)
     cache = AnswerCache(soco.lvlm_cache_root)
-    df = ask(fgbmk_questions, spec.name, build_backend(spec), cache, spec.generation(), context.log.info)
+    df = ask(fgbmk_questions, spec, build_backend(spec), cache, context.log.info)
     return TableResult(df, {"rows": len(df), "errors": int((df.error != "").sum())})
 
 
