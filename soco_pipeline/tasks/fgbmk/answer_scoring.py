@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import re
 
-import numpy as np
 import pandas as pd
 
 _SEP = re.compile(r"[_\-,]+")
@@ -168,13 +167,3 @@ def class_of_image(image: str) -> str:
     knowledge-bias files, whose records carry no class name."""
     folder = image.replace("\\", "/").rsplit("/", 2)[-2] if "/" in image else ""
     return normalise(re.sub(r"^\d+\.", "", folder))
-
-
-def per_class_published(scored: pd.DataFrame) -> pd.DataFrame:
-    """Per-class accuracy of a scored published answer file (the class key, or the image folder for yes/no)."""
-    cls = np.where(
-        scored["class"].str.lower().isin(["yes", "no"]),
-        scored.image.map(class_of_image),
-        scored["class"].map(normalise),
-    )
-    return scored.assign(subclass=cls)

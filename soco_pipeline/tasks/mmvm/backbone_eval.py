@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import pandas as pd
 
+from soco_pipeline.backbones.kinds import missing_capabilities
 from soco_pipeline.features.extract import extract_features
 from soco_pipeline.features.store import FeatureStore
 from soco_pipeline.tasks.mmvm.contrastive import apply_head, train_head
@@ -25,6 +26,8 @@ from soco_pipeline.tasks.mmvm.scoring import (
     predict_items,
 )
 
+# What a backbone kind must offer (backbones/kinds.py CAPABILITIES); the SOCO oracles offer part maps only.
+NEEDS = frozenset({"pixels", "dense_maps"})
 ORACLE_REASON = (
     "not applicable: SOCO oracles read the part/concept keypoint maps of the embedded SOCO data set "
     "(ground_truth/keypoints.parquet); MMVM frames have no SOCO keypoints"
@@ -61,7 +64,7 @@ def backbone_predictions(
     `reference`: generated tables whose training split trains the head and fits the carried thresholds
     when `tables` has no training split of its own."""
     items, cases, objects = tables["items"], tables["cases"], tables["objects"]
-    if spec.kind == "oracle":
+    if missing_capabilities(spec.kind, NEEDS):
         return not_applicable(items, spec.name, ORACLE_REASON), None
     desc, manifest = _descriptors(spec, tables, features_root, device, log)
     seed = int(getattr(spec, "seed", 0))
