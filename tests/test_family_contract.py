@@ -103,3 +103,68 @@ def test_tpips_features_through_the_manifest_equal_the_spec_derived_ones(tmp_pat
     for a, b in zip(via_manifest.layers, via_spec.layers, strict=True):
         np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(via_manifest.globals_, via_spec.globals_)
+
+
+def test_every_family_table_has_a_blocking_check():
+    from soco_pipeline.defs.definitions import defs
+
+    graph = defs.resolve_asset_graph()
+    family_tables = [
+        k for k in graph.get_all_asset_keys() if k.path[-1].split("_")[0] in ("mmvm", "fgbmk", "tpips")
+    ]
+    assert len(family_tables) == 30  # MMVM 10, FG-BMK 9, TPIPS 11
+    for key in family_tables:
+        specs = defs.get_assets_def(key).check_specs
+        assert any(c.name == "schema" and c.blocking for c in specs if c.asset_key == key), key
+    toy = Family("toy", "1", lambda path, soco: None)
+    with pytest.raises(TypeError, match="no blocking check"):
+        toy.table()(lambda context: None)
+    with pytest.raises(TypeError, match="no blocking check"):
+        toy.board(partitioned=["toy_scores"])(lambda context, toy_scores: None)
+
+
+def test_tpips_judgements_from_the_stored_tables_equal_regenerating(tmp_path):
+    """tpips_ooo / tpips_afc read the triplets and 2AFC items tpips_renders stored (Parquet round trip):
+    the same rows as generating them again."""
+    from soco_pipeline.tasks.tpips.afc import annotate_afc, generate_afc
+    from soco_pipeline.tasks.tpips.ooo import annotate_triplets
+    from soco_pipeline.tasks.tpips.triplets import triplet_set, value_records
+
+    cfg = tiny_config(12, 8)
+    ts = generate_triplets(cfg)
+    afc_values, afc_items = generate_afc(cfg)
+    images = pd.concat([ts.images.assign(role="triplet"), afc_values.assign(role="afc")], ignore_index=True)
+    stored = {}
+    for name, table in {"images": images, "triplets": ts.triplets, "afc_items": afc_items}.items():
+        table.to_parquet(tmp_path / f"{name}.parquet", index=False)
+        stored[name] = pd.read_parquet(tmp_path / f"{name}.parquet")
+    ooo_direct, _ = annotate_triplets(ts, cfg)
+    ooo_stored, _ = annotate_triplets(triplet_set(stored["images"], stored["triplets"]), cfg)
+    pd.testing.assert_frame_equal(ooo_stored, ooo_direct)
+    afc_direct, _ = annotate_afc(afc_values, afc_items, cfg)
+    afc_stored, _ = annotate_afc(value_records(stored["images"], "afc"), stored["afc_items"], cfg)
+    pd.testing.assert_frame_equal(afc_stored, afc_direct)
+    assert len(ooo_direct) > 0 and len(afc_direct) > 0
+
+
+def test_mmvm_predictions_from_the_feature_asset_equal_extracting_in_place(tmp_path):
+    """mmvm_predictions reads the manifest mmvm_features wrote (Parquet round trip): the same predictions as
+    extracting inside the scoring step did."""
+    from soco_pipeline.tasks.mmvm.backbone_eval import backbone_predictions, extract_frames
+    from soco_pipeline.tasks.mmvm.generator import generate
+    from soco_pipeline.tasks.mmvm.prompt import build_items
+    from tests.test_mmvm_core import tiny_config as mmvm_tiny_config
+
+    cfg = mmvm_tiny_config()
+    t = generate(cfg, str(tmp_path / "gen"))
+    t["items"] = build_items(t["cases"], t["objects"], t["images"], cfg, str(tmp_path / "marked"))
+    spec = dataclasses.replace(list_specs()["dense_sift"], device="cpu")
+    root = str(tmp_path / "features")
+    in_place, _ = backbone_predictions(spec, t, root, device="cpu", none_rule=cfg.none_rule)
+    extract_frames(spec, t["images"], root, "cpu", lambda _m: None).to_parquet(tmp_path / "m.parquet")
+    manifest = pd.read_parquet(tmp_path / "m.parquet")
+    via_asset, _ = backbone_predictions(
+        spec, t, root, device="cpu", none_rule=cfg.none_rule, manifest=manifest
+    )
+    pd.testing.assert_frame_equal(via_asset, in_place)
+    assert (in_place["status"] == "ok").all() and len(in_place) == 2 * len(t["items"])

@@ -89,7 +89,7 @@ def _context(soco: SocoSettings, cfg) -> dict:
     return {"data_root": fgbmk_root(soco, cfg), "device": soco.device}
 
 
-@FAMILY.table(backbones_partitions, kinds={"pytorch"}, pool="gpu")
+@FAMILY.table(backbones_partitions, schema=schemas.FgbmkGlobalFeatureSchema, kinds={"pytorch"}, pool="gpu")
 def fgbmk_global_features(
     context: dg.AssetExecutionContext, soco: SocoSettings, spec, fgbmk_items: pd.DataFrame
 ) -> TableResult:
@@ -173,7 +173,7 @@ def fgbmk_answers(
     return TableResult(df, {"rows": len(df), "errors": int((df.error != "").sum())})
 
 
-@FAMILY.table(lvlms_partitions)
+@FAMILY.table(lvlms_partitions, schema=schemas.FgbmkLvlmMetricSchema)
 def fgbmk_lvlm_metrics(context: dg.AssetExecutionContext, fgbmk_answers: pd.DataFrame) -> TableResult:
     """Accuracy per task/level/form, circular accuracy and the knowledge-bias spread of one LVLM."""
     from soco_pipeline.tasks.fgbmk.leaderboard import lvlm_metrics
@@ -182,7 +182,10 @@ def fgbmk_lvlm_metrics(context: dg.AssetExecutionContext, fgbmk_answers: pd.Data
     return TableResult(df, {"rows": len(df)})
 
 
-@FAMILY.board(partitioned=["fgbmk_metrics", "fgbmk_robustness", "fgbmk_lvlm_metrics"])
+@FAMILY.board(
+    partitioned=["fgbmk_metrics", "fgbmk_robustness", "fgbmk_lvlm_metrics"],
+    schema=schemas.FgbmkLeaderboardSchema,
+)
 def fgbmk_leaderboard(
     context: dg.AssetExecutionContext,
     fgbmk_metrics: dict[str, pd.DataFrame],
@@ -208,7 +211,9 @@ def fgbmk_leaderboard(
     )
 
 
-@FAMILY.board(partitioned=["fgbmk_metrics", "fgbmk_robustness", "fgbmk_lvlm_metrics"])
+@FAMILY.board(
+    partitioned=["fgbmk_metrics", "fgbmk_robustness", "fgbmk_lvlm_metrics"], schema=schemas.FgbmkFindingSchema
+)
 def fgbmk_findings(
     context: dg.AssetExecutionContext,
     soco: SocoSettings,

@@ -1,7 +1,7 @@
 """MMVMBench object matching, the Dagster layer (declarations only; the domain core is tasks/mmvm).
 
-mmvm_cases / mmvm_images / mmvm_objects (one generation step) -> mmvm_items -> mmvm_predictions[b]
-(backbones partitions, through the shared feature cache) and mmvm_answers[m] (lvlms partitions, through
+mmvm_cases / mmvm_images / mmvm_objects (one generation step) -> mmvm_items; mmvm_features[b] (the shared
+feature cache filled for the frames) -> mmvm_predictions[b] (backbones partitions) and mmvm_answers[m] (lvlms partitions, through
 the LVLM harness) -> mmvm_backbone_metrics[b] / mmvm_lvlm_metrics[m] -> mmvm_leaderboard. The data are
 SIMULATED (the embedded renderer); every table says so in its data_source column.
 """
@@ -100,25 +100,49 @@ def mmvm_items(
     return TableResult(items, {"rows": len(items), "test": int((items["split"] == "test").sum())})
 
 
+def not_applicable_manifest(model: str, reason: str, inputs) -> pd.DataFrame:
+    """mmvm_features of a backbone the family cannot score: no manifest rows (an applicable one's columns)."""
+    from soco_pipeline.features.layout import MANIFEST_COLUMNS
+
+    return pd.DataFrame(columns=MANIFEST_COLUMNS)
+
+
+@FAMILY.table(
+    backbones_partitions,
+    schema=schemas.FeatureSchema,
+    kinds={"pytorch"},
+    not_applicable=not_applicable_manifest,
+    pool="gpu",
+    op_tags=GPU_STEP_TAGS,
+)
+def mmvm_features(
+    context: dg.AssetExecutionContext, soco: SocoSettings, spec, mmvm_images: pd.DataFrame
+) -> TableResult:
+    """The shared feature cache filled for the unmarked frames (one extraction per backbone and input
+    policy, whichever family asked first); its manifest."""
+    from soco_pipeline.tasks.mmvm.backbone_eval import extract_frames
+
+    manifest = extract_frames(spec, mmvm_images, soco.features_root, soco.device, context.log.info)
+    return TableResult(manifest, {"rows": len(manifest)})
+
+
 @FAMILY.table(
     backbones_partitions,
     schema=schemas.PredictionSchema,
-    kinds={"pytorch"},
     not_applicable=not_applicable_predictions,
-    pool="gpu",
-    op_tags=GPU_STEP_TAGS,
 )
 def mmvm_predictions(
     context: dg.AssetExecutionContext,
     soco: SocoSettings,
     spec,
+    mmvm_features: pd.DataFrame,
     mmvm_items: pd.DataFrame,
     mmvm_cases: pd.DataFrame,
     mmvm_objects: pd.DataFrame,
     mmvm_images: pd.DataFrame,
 ) -> TableResult:
-    """One backbone's answers: mask-pooled descriptors from the shared feature cache, cosine argmax, a None
-    threshold chosen by the config's none_rule; zero-shot and with the contrastive head. A kind without
+    """One backbone's answers: mask-pooled descriptors from the cached maps mmvm_features lists, cosine
+    argmax, a None threshold chosen by the config's none_rule; zero-shot and with the contrastive head. A kind without
     pixels or dense maps (the SOCO oracles): the contract's not-applicable rows."""
     from soco_pipeline.tasks.mmvm.backbone_eval import backbone_predictions
 
@@ -130,6 +154,7 @@ def mmvm_predictions(
         device=soco.device,
         log=context.log.info,
         none_rule=mmvm_config(soco).none_rule,
+        manifest=mmvm_features,
     )
     return TableResult(
         pred,
@@ -185,7 +210,7 @@ def mmvm_lvlm_metrics(context: dg.AssetExecutionContext, mmvm_answers: pd.DataFr
     return TableResult(m, {"rows": len(m)})
 
 
-@FAMILY.board(partitioned=["mmvm_backbone_metrics", "mmvm_lvlm_metrics"])
+@FAMILY.board(partitioned=["mmvm_backbone_metrics", "mmvm_lvlm_metrics"], schema=schemas.LeaderboardSchema)
 def mmvm_leaderboard(
     context: dg.AssetExecutionContext,
     mmvm_backbone_metrics: dict[str, pd.DataFrame],

@@ -86,6 +86,7 @@ class Family:
         `check` and every `dg.asset` argument pass through to `table_asset`."""
         kwargs = dict(group_name=self.name, code_version=self.code_version, kinds=set(kinds), **kwargs)
         kwargs.setdefault("automation_condition", EAGER)
+        blocking_check_required(kwargs)
 
         def decorate(fn: Callable[..., TableResult]) -> dg.AssetsDefinition:
             self.register(kwargs.get("name", fn.__name__), partitioned=partitions_def is not None)
@@ -99,7 +100,9 @@ class Family:
     def tables(self, outs: dict[str, tuple[TableSpec, dg.AssetOut]], **kwargs: Any):
         """Decorator of several unpartitioned tables of the family from one body (shared/checks.py
         `table_multi_asset`, all published or none), in the family's group."""
-        for name in outs:
+        for name, (spec, _) in outs.items():
+            if not spec.checked:
+                raise TypeError(f"table {name!r}: every family table has a blocking check; give it a schema")
             self.register(name)
         return table_multi_asset(outs=outs, group_name=self.name, **kwargs)
 
@@ -114,6 +117,7 @@ class Family:
         """Decorator of a summary table of the family over every partition of `partitioned` (a leaderboard):
         shared/checks.py `fan_in_table` in the family's group, at its code version."""
         kwargs.setdefault("kinds", {"pandas"})
+        blocking_check_required(kwargs)
         fan_in = fan_in_table(
             group_name=self.name,
             code_version=self.code_version,
@@ -156,6 +160,15 @@ class Family:
         body.__annotations__ = {**annotations, "soco": SocoSettings}
         del body.__wrapped__  # Dagster must see the new signature, not fn's
         return body
+
+
+def blocking_check_required(kwargs: Mapping[str, Any]) -> None:
+    """Every family table has a blocking `schema` check: a pandera `schema` (validated) or `check=True` (the
+    body's own problems); TypeError at definition time otherwise."""
+    validated = kwargs.get("schema") is not None and kwargs.get("validate", True)
+    if not (validated or kwargs.get("check")):
+        name = kwargs.get("name", "a table")
+        raise TypeError(f"{name} of a task family has no blocking check: give it schema=... or check=True")
 
 
 def _per_backbone(partitions_def: dg.PartitionsDefinition | None) -> bool:

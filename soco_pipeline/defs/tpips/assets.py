@@ -8,12 +8,13 @@ import base64
 import dagster as dg
 import pandas as pd
 
-from soco_pipeline.defs.shared.checks import TableResult, partition_rows
+from soco_pipeline.defs.shared.checks import TableResult, TableSpec, columns_of, partition_rows
 from soco_pipeline.defs.shared.executors import GPU_STEP_TAGS
 from soco_pipeline.defs.shared.family import Family
 from soco_pipeline.defs.shared.partitions import backbones_partitions, lvlms_partitions
 from soco_pipeline.defs.shared.resources import SocoSettings
 from soco_pipeline.defs.shared.specs import lvlm_spec_for
+from soco_pipeline.tasks.tpips import schemas
 from soco_pipeline.tasks.tpips.features import NEEDS
 
 SIMULATED = "judgements are SIMULATED (noisy-observer model), not human"
@@ -37,7 +38,7 @@ def not_applicable_scores(model: str, reason: str, inputs) -> pd.DataFrame:
     """The one `n/a` score row of a backbone that cannot score the TPIPS images (a SOCO oracle)."""
     from soco_pipeline.tasks.tpips.evaluate import not_applicable_rows
 
-    return not_applicable_rows(model, reason)
+    return not_applicable_rows(model, reason.removeprefix("not applicable: "))
 
 
 # 4: late fusion = an aspect-weighted squared distance of the embeddings, L-BFGS line search unstalled;
@@ -51,36 +52,65 @@ def tpips_config(soco: SocoSettings):
     return FAMILY.config(soco)
 
 
-# No automation condition on the root: it is materialized on request (the demo, the UI), so the eager daemon
-# never starts a family nobody asked for; everything below it follows eagerly.
-@FAMILY.table(automation_condition=None)
-def tpips_images(context: dg.AssetExecutionContext, soco: SocoSettings) -> TableResult:
-    """Every TPIPS render (triplets and 2AFC) with its exact aspect values, uri and size; the renders go under
-    <storage>/tpips."""
+def _render_out(schema, description: str) -> tuple[TableSpec, dg.AssetOut]:
+    # No automation condition on the root: it is materialized on request (the demo, the UI), so the eager
+    # daemon never starts a family nobody asked for; everything below it follows eagerly.
+    return TableSpec(schema), dg.AssetOut(
+        code_version=CODE_VERSION, kinds={"pandas"}, description=description, metadata=columns_of(schema)
+    )
+
+
+@FAMILY.tables(
+    outs={
+        "tpips_images": _render_out(
+            schemas.ImageSchema,
+            "Every TPIPS render (triplets and 2AFC) with its exact aspect values, uri and size.",
+        ),
+        "tpips_triplets": _render_out(
+            schemas.TripletSchema, "The generated triplets: three image ids, the varied aspects, the split."
+        ),
+        "tpips_afc_items": _render_out(
+            schemas.AfcItemSchema, "The generated 2AFC items: reference, two operation outputs, source."
+        ),
+    }
+)
+def tpips_renders(context: dg.AssetExecutionContext, soco: SocoSettings) -> dict[str, TableResult]:
+    """Generate the triplets and 2AFC items once and render every image (under <storage>/tpips): the images
+    with their aspect values, and the triplet and 2AFC item tables the judgement assets read."""
     from soco_pipeline.tasks.tpips.afc import generate_afc
     from soco_pipeline.tasks.tpips.images import write_images
     from soco_pipeline.tasks.tpips.triplets import generate_triplets
 
     cfg = tpips_config(soco)
     ts = generate_triplets(cfg)
-    afc_values, _ = generate_afc(cfg)
+    afc_values, afc_items = generate_afc(cfg)
     values = pd.concat([ts.images.assign(role="triplet"), afc_values.assign(role="afc")], ignore_index=True)
     written = write_images(values.drop(columns="role"), soco.task_root(GROUP), cfg)
     out = values.merge(written, on="image_id", validate="one_to_one")
-    return TableResult(out, {"images": len(out), "seed": cfg.seed, "image_size": cfg.image_size})
+    return {
+        "tpips_images": TableResult(
+            out, {"images": len(out), "seed": cfg.seed, "image_size": cfg.image_size}
+        ),
+        "tpips_triplets": TableResult(ts.triplets, {"triplets": len(ts.triplets)}),
+        "tpips_afc_items": TableResult(afc_items, {"items": len(afc_items)}),
+    }
 
 
 @FAMILY.table(check=True)  # blocking: vote counts, y on the simplex, non-empty aspects, the simulated marker
 def tpips_ooo(
-    context: dg.AssetExecutionContext, soco: SocoSettings, tpips_images: pd.DataFrame
+    context: dg.AssetExecutionContext,
+    soco: SocoSettings,
+    tpips_images: pd.DataFrame,
+    tpips_triplets: pd.DataFrame,
 ) -> TableResult:
-    """Odd-one-out (triplet, aspect) rows with simulated votes, pruned and normalised (y ∈ Δ³)."""
+    """Odd-one-out (triplet, aspect) rows with simulated votes, pruned and normalised (y ∈ Δ³), for the
+    triplets tpips_renders generated."""
     from soco_pipeline.tasks.tpips.ooo import annotate_triplets
     from soco_pipeline.tasks.tpips.schemas import ooo_problems
-    from soco_pipeline.tasks.tpips.triplets import generate_triplets
+    from soco_pipeline.tasks.tpips.triplets import triplet_set
 
     cfg = tpips_config(soco)
-    ooo, summary = annotate_triplets(generate_triplets(cfg), cfg)
+    ooo, summary = annotate_triplets(triplet_set(tpips_images, tpips_triplets), cfg)
     return TableResult(
         ooo,
         {
@@ -97,15 +127,19 @@ def tpips_ooo(
 
 @FAMILY.table(check=True)  # blocking: as tpips_ooo's
 def tpips_afc(
-    context: dg.AssetExecutionContext, soco: SocoSettings, tpips_images: pd.DataFrame
+    context: dg.AssetExecutionContext,
+    soco: SocoSettings,
+    tpips_images: pd.DataFrame,
+    tpips_afc_items: pd.DataFrame,
 ) -> TableResult:
-    """2AFC rows (reference, two operation outputs, aspect, simulated votes); ties and >= 3 cannot-tell removed."""
-    from soco_pipeline.tasks.tpips.afc import annotate_afc, generate_afc
+    """2AFC rows (reference, two operation outputs, aspect, simulated votes) for the items tpips_renders
+    generated; ties and >= 3 cannot-tell removed."""
+    from soco_pipeline.tasks.tpips.afc import annotate_afc
     from soco_pipeline.tasks.tpips.schemas import afc_problems
+    from soco_pipeline.tasks.tpips.triplets import value_records
 
     cfg = tpips_config(soco)
-    values, items = generate_afc(cfg)
-    afc, summary = annotate_afc(values, items, cfg)
+    afc, summary = annotate_afc(value_records(tpips_images, "afc"), tpips_afc_items, cfg)
     return TableResult(
         afc,
         {
@@ -124,6 +158,7 @@ def _device(soco: SocoSettings) -> str | None:
 
 @FAMILY.table(
     backbones_partitions,
+    schema=schemas.FeatureSchema,
     kinds={"pytorch"},
     not_applicable=not_applicable_manifest,
     pool="gpu",
@@ -159,7 +194,7 @@ def _backbone_inputs(soco: SocoSettings, tpips_features, tpips_images, tpips_ooo
     return ids, opos, apos, features_from_manifest(tpips_features, ids, soco.features_root)
 
 
-@FAMILY.table()
+@FAMILY.table(schema=schemas.ScoreSchema)
 def tpips_pixel_baselines(
     soco: SocoSettings, tpips_images: pd.DataFrame, tpips_ooo: pd.DataFrame, tpips_afc: pd.DataFrame
 ) -> TableResult:
@@ -185,7 +220,7 @@ def tpips_pixel_baselines(
     )
 
 
-@FAMILY.table(backbones_partitions, not_applicable=not_applicable_scores)
+@FAMILY.table(backbones_partitions, schema=schemas.ScoreSchema, not_applicable=not_applicable_scores)
 def tpips_baseline_scores(
     context: dg.AssetExecutionContext,
     soco: SocoSettings,
@@ -223,7 +258,9 @@ def tpips_baseline_scores(
     )
 
 
-@FAMILY.table(backbones_partitions, kinds={"pytorch"}, not_applicable=not_applicable_scores)
+@FAMILY.table(
+    backbones_partitions, schema=schemas.ScoreSchema, kinds={"pytorch"}, not_applicable=not_applicable_scores
+)
 def tpips_learned(
     context: dg.AssetExecutionContext,
     soco: SocoSettings,
@@ -295,7 +332,7 @@ def tpips_learned(
     return TableResult(pd.concat(parts, ignore_index=True), {**meta, "judgements": SIMULATED})
 
 
-@FAMILY.table(lvlms_partitions)
+@FAMILY.table(lvlms_partitions, schema=schemas.ScoreSchema)
 def tpips_lvlm_answers(
     context: dg.AssetExecutionContext,
     soco: SocoSettings,
@@ -333,6 +370,7 @@ def tpips_lvlm_answers(
 @FAMILY.board(
     partitioned=["tpips_baseline_scores", "tpips_learned", "tpips_lvlm_answers"],
     optional=["tpips_pixel_baselines"],
+    schema=schemas.LeaderboardSchema,
 )
 def tpips_leaderboard(
     context: dg.AssetExecutionContext,
