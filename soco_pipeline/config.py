@@ -136,3 +136,30 @@ def read_yaml(path: str | Path, error: type[E], what: str = "config file") -> An
         return yaml.safe_load(text)
     except yaml.YAMLError as e:
         raise error(f"{path}: not valid YAML ({e}); fix the syntax") from None
+
+
+def resolve_scale(node: Any, scale: str, scales: tuple[str, ...] = ("demo", "full")) -> Any:
+    """Replace every {demo: a, full: b} mapping of a parsed document by its value at `scale`."""
+    if isinstance(node, dict):
+        if node and set(node) == set(scales):
+            return resolve_scale(node[scale], scale, scales)
+        return {k: resolve_scale(v, scale, scales) for k, v in node.items()}
+    if isinstance(node, list):
+        return [resolve_scale(v, scale, scales) for v in node]
+    return node
+
+
+def load_config_file(
+    model: Any,
+    path: str | Path,
+    error: type[E] = ValueError,  # type: ignore[assignment]
+    what: str = "config file",
+    scale: str | None = None,
+) -> Any:
+    """The one loader of a typed config file: read the YAML at `path`, resolve {demo, full} values at `scale`
+    (when given), validate with `model`; every problem names the file and the field (`error`)."""
+    doc = read_yaml(path, error, what)
+    if scale is not None:
+        doc = resolve_scale(doc, scale)
+    fields = getattr(model, "model_fields", None)
+    return validate_doc(model, doc, str(path), error, allowed=list(fields) if fields else None)

@@ -26,7 +26,7 @@ from pathlib import Path
 import duckdb
 
 from soco_pipeline.storage import TMP_PREFIX, exists, filesystem, is_remote, published
-from soco_pipeline.tables import TABLES, Table
+from soco_pipeline.tables import Table, all_tables
 
 IN_MEMORY = ":memory:"  # the results "file" when the tables live in an object store
 # The storage format the results file is written in: DuckDB 2.0 writes format 69 by default, which the
@@ -101,7 +101,7 @@ def _create_views(
     """(Re)create one view per written table; paths relative to `base` when given. Returns the views."""
     kind = "TEMP VIEW" if temp else "VIEW"
     created = []
-    for table in TABLES:
+    for table in all_tables():
         files = table_files(tables_root, table)
         if not files:
             if not temp:

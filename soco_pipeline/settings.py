@@ -29,6 +29,10 @@ ENVIRONMENT: dict[str, tuple[str, str]] = {
     "seed": ("SOCO_SEED", "int"),
     "categories": ("SOCO_CATEGORIES", "csv"),
     "images_per_category": ("SOCO_IMAGES_PER_CATEGORY", "int"),
+    # the task families' config files (a family without a field reads assets/<family>.yaml)
+    "mmvm_config_path": ("SOCO_MMVM_CONFIG", "str"),
+    "fgbmk_config_path": ("SOCO_FGBMK_CONFIG", "str"),
+    "tpips_config_path": ("SOCO_TPIPS_CONFIG", "str"),
 }
 
 
@@ -109,8 +113,22 @@ class Settings(BaseModel):
         default=None, description="evaluation protocol YAML (default: assets/protocol.yaml)"
     )
     mmvm_config_path: str | None = Field(
-        default=None, description="MMVM family config (default: assets/mmvm.yaml)"
+        default_factory=_from_env("mmvm_config_path"),
+        description="MMVM family config (default: assets/mmvm.yaml)",
     )
+    fgbmk_config_path: str | None = Field(
+        default_factory=_from_env("fgbmk_config_path"),
+        description="FG-BMK family config (default: assets/fgbmk.yaml)",
+    )
+    tpips_config_path: str | None = Field(
+        default_factory=_from_env("tpips_config_path"),
+        description="TPIPS family config (default: assets/tpips.yaml)",
+    )
+
+    def family_config_path(self, family: str) -> str:
+        """A task family's config file: its `<family>_config_path` field when set, else assets/<family>.yaml
+        (so a new family needs no field of its own until a run wants another file)."""
+        return getattr(self, f"{family}_config_path", None) or str(PROJECT_ROOT / "assets" / f"{family}.yaml")
 
     @property
     def tables_root(self) -> str:

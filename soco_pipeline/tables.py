@@ -1,7 +1,9 @@
 """The one registry of published tables: asset -> Parquet path under the tables root -> SQL view.
 
 The IO manager, the leaderboard and the results database all read it, so renaming an asset without
-updating this file fails loudly (`table_for`) instead of silently dropping a view.
+updating this file fails loudly (`table_for`) instead of silently dropping a view. The task families' tables
+are not listed here: the family contract (defs/shared/family.py) registers each table a family declares
+(`register_table`) when the definitions are imported, so a new family needs no line here.
 """
 
 from __future__ import annotations
@@ -56,36 +58,8 @@ TABLES: tuple[Table, ...] = (
     Table("global_metrics", "global_metrics", partitioned=True),
     Table("probe_metrics", "probe_metrics", partitioned=True),
     Table("correlation", "correlation"),
-    # MMVMBench object matching (soco_pipeline/defs/mmvm/); SIMULATED data unless imported
-    Table("mmvm_cases", "mmvm_cases"),
-    Table("mmvm_images", "mmvm_images"),
-    Table("mmvm_objects", "mmvm_objects"),
-    Table("mmvm_items", "mmvm_items"),
-    Table("mmvm_predictions", "mmvm_predictions", partitioned=True),
-    Table("mmvm_answers", "mmvm_answers", partitioned=True),
-    Table("mmvm_backbone_metrics", "mmvm_backbone_metrics", partitioned=True),
-    Table("mmvm_lvlm_metrics", "mmvm_lvlm_metrics", partitioned=True),
-    Table("mmvm_leaderboard", "mmvm_leaderboard"),
-    # FG-BMK fine-grained family (soco_pipeline/defs/fgbmk/)
-    Table("fgbmk_items", "fgbmk_items"),
-    Table("fgbmk_questions", "fgbmk_questions"),
-    Table("fgbmk_global_features", "fgbmk_global_features", partitioned=True),
-    Table("fgbmk_metrics", "fgbmk_metrics", partitioned=True),
-    Table("fgbmk_robustness", "fgbmk_robustness", partitioned=True),
-    Table("fgbmk_answers", "fgbmk_answers", partitioned=True),
-    Table("fgbmk_lvlm_metrics", "fgbmk_lvlm_metrics", partitioned=True),
-    Table("fgbmk_leaderboard", "fgbmk_leaderboard"),
-    Table("fgbmk_findings", "fgbmk_findings"),
-    # TPIPS (soco_pipeline/defs/tpips/); judgements simulated
-    Table("tpips_images", "tpips_images"),
-    Table("tpips_ooo", "tpips_ooo"),
-    Table("tpips_afc", "tpips_afc"),
-    Table("tpips_pixel_baselines", "tpips_pixel_baselines"),
-    Table("tpips_features", "tpips_features", partitioned=True),
-    Table("tpips_baseline_scores", "tpips_baseline_scores", partitioned=True),
-    Table("tpips_learned", "tpips_learned", partitioned=True),
-    Table("tpips_lvlm_answers", "tpips_lvlm_answers", partitioned=True),
-    Table("tpips_leaderboard", "tpips_leaderboard"),
+    # the task families' tables (MMVM, FG-BMK, TPIPS, ...) are derived from their definitions: see
+    # register_table (defs/shared/family.py registers every table a Family declares)
     # per-sample input hashes of the evaluated pairs (soco_pipeline/defs/pairs/hashes.py, docs/results.md)
     Table("sample_hashes", "sample_hashes"),
     # published figures beside ours (evaluation/published.py) and each model's results over time
@@ -93,14 +67,36 @@ TABLES: tuple[Table, ...] = (
     Table("model_history", "model_history", partitioned=True),
 )
 _BY_ASSET = {t.asset: t for t in TABLES}
+_DERIVED: dict[str, Table] = {}  # registered by the definitions (a task family's tables), in import order
+
+
+def register_table(asset: str, partitioned: bool = False, view: str | None = None) -> Table:
+    """Register a table derived from the definitions (its view is named after the asset unless `view` says
+    otherwise); registering the same table again is a no-op, a different one under a taken name an error."""
+    table = Table(asset, view or asset, partitioned)
+    known = _BY_ASSET.get(asset) or _DERIVED.get(asset)
+    if known is not None and known != table:
+        raise ValueError(f"table {asset!r} is registered twice, as {known} and as {table}; rename one asset")
+    views = {t.view: t.asset for t in all_tables() if t.asset != asset}
+    if table.view in views:
+        raise ValueError(f"view {table.view!r} of {asset!r} is already the view of {views[table.view]!r}")
+    _DERIVED.setdefault(asset, table)
+    return table
+
+
+def all_tables() -> tuple[Table, ...]:
+    """Every published table: the core ones above, then those the loaded definitions registered."""
+    return TABLES + tuple(_DERIVED.values())
 
 
 def table_for(asset: str) -> Table:
     """The registered table of an asset; KeyError naming this file when the asset is not registered."""
     try:
-        return _BY_ASSET[asset]
+        return _BY_ASSET.get(asset) or _DERIVED[asset]
     except KeyError:
         raise KeyError(
             f"asset {asset!r} writes a table that soco_pipeline/tables.py does not register; add a Table "
-            f"entry there (asset, view name, partitioned) so that the IO manager and the SQL views agree"
+            f"entry there (asset, view name, partitioned), or declare it through a task family's "
+            f"Family.table (defs/shared/family.py; its module must be imported: the definitions load it), so "
+            f"that the IO manager and the SQL views agree"
         ) from None

@@ -2,7 +2,8 @@
 
 - no module imports another module's underscore (private) names;
 - no import cycle between the top-level subpackages (stages);
-- the foundation modules import no stage.
+- the foundation modules import no stage;
+- defs/ does no file I/O, and its group folders import one another only through defs/shared/.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from pathlib import Path
 
 import networkx as nx
 import pytest
+
+pytestmark = pytest.mark.unit
 
 PACKAGE = Path(__file__).resolve().parents[1] / "soco_pipeline"
 # Top-level modules every stage may import; entry points (cli, demo) sit above everything instead.
@@ -227,3 +230,35 @@ def test_defs_does_no_file_io(path):
         f"table (the IO manager writes it) or call a domain-core function with a folder from the settings "
         f"resource:\n" + "\n".join(found)
     )
+
+
+# --- group folders of defs/ import one another only through defs/shared/ ------------------------------------
+def group_of(module: str) -> str | None:
+    """The defs/ group folder a module belongs to (None outside a group folder, e.g. defs/definitions.py)."""
+    parts = module.split(".")
+    if len(parts) > 3 and parts[:2] == ["soco_pipeline", "defs"]:
+        return parts[2]
+    if len(parts) == 3 and parts[:2] == ["soco_pipeline", "defs"] and (DEFS / parts[2]).is_dir():
+        return parts[2]
+    return None
+
+
+def test_defs_groups_import_each_other_only_through_shared():
+    found = [
+        f"{module_name(p)} imports {target}"
+        for p in sorted(DEFS.rglob("*.py"))
+        if (src := group_of(module_name(p))) not in (None, "shared")
+        for target, _ in imports(p)
+        if group_of(target) not in (None, "shared", src)
+    ]
+    assert not found, (
+        "a defs/ group folder imports another; move what both need to defs/shared/ (or to a domain core):\n"
+        + "\n".join(found)
+    )
+
+
+def test_the_group_import_detector_finds_what_it_must():
+    assert group_of("soco_pipeline.defs.fgbmk") == "fgbmk"
+    assert group_of("soco_pipeline.defs.backbones.assets") == "backbones"
+    assert group_of("soco_pipeline.defs.shared.specs") == "shared"
+    assert group_of("soco_pipeline.defs.definitions") is None and group_of("soco_pipeline.features") is None

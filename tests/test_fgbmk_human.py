@@ -162,13 +162,9 @@ def test_loopback_server_constant_answer_scores_its_share(tmp_path, small_set):
     tf = q[q.form == "true_false"].reset_index(drop=True)
     with serve(lambda request, body: "Yes.") as server:
         spec = openai_spec(server.base_url, "const")
-        answers = ask(
-            tf, spec.name, OpenAIBackend(spec), AnswerCache(str(tmp_path / "cache")), spec.generation()
-        )
+        answers = ask(tf, spec, OpenAIBackend(spec), AnswerCache(str(tmp_path / "cache")))
         sent = server.requests
-        again = ask(
-            tf, spec.name, OpenAIBackend(spec), AnswerCache(str(tmp_path / "cache")), spec.generation()
-        )
+        again = ask(tf, spec, OpenAIBackend(spec), AnswerCache(str(tmp_path / "cache")))
         assert server.requests == sent  # every answer came from the cache
     # identical (image, text) requests share a cache entry: asked once, or twice when two threads race
     assert len(tf.drop_duplicates(["uri", "text"])) <= sent <= len(tf) and (answers.method == "leading").all()

@@ -28,8 +28,9 @@ TINY = {
 
 def test_fgbmk_group_end_to_end(tmp_path, monkeypatch):
     doc = yaml.safe_load((PROJECT_ROOT / "assets" / "fgbmk.yaml").read_text())
+    shared_policy = yaml.safe_load((PROJECT_ROOT / "assets" / "global_features.yaml").read_text())
     for key, value in TINY.items():
-        doc[key] = {**doc[key], **value}
+        doc[key] = {**doc.get(key, shared_policy if key == "global_features" else {}), **value}
     (tmp_path / "fgbmk.yaml").write_text(yaml.safe_dump(doc))
     monkeypatch.setenv("SOCO_FGBMK_CONFIG", str(tmp_path / "fgbmk.yaml"))
     backbones, lvlms = tmp_path / "backbones", tmp_path / "lvlms"

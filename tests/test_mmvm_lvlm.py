@@ -248,7 +248,9 @@ def test_yes_no_judge_is_asked_for_every_answered_row(items, tmp_path):
     assert set(kind) == {0, 1, 2, 3}  # every branch is exercised
     seen: list = []
     with serve(_mixed_answerer(_key(items))) as srv, serve(_yes_no_judge(seen)) as jsrv:
-        spec = openai_spec(srv.base_url, "mixed", retries=0)
+        spec = openai_spec(
+            srv.base_url, "mixed", retries=0, max_error_rate=1.0
+        )  # a quarter fails: on purpose
         jspec = openai_spec(jsrv.base_url, "judge", temperature=0.7)
         cache = AnswerCache(str(tmp_path / "answers"))
         judge = build_judge(jspec, "yes_no", cache=AnswerCache(str(tmp_path / "judge")))
@@ -295,7 +297,9 @@ def test_yes_no_judge_scores_a_workbook_like_our_rows(items, tmp_path):
     kind, right = _expected(items)
     seen: list = []
     with serve(_mixed_answerer(_key(items))) as srv, serve(_yes_no_judge(seen)) as jsrv:
-        spec = openai_spec(srv.base_url, "mixed", retries=0)
+        spec = openai_spec(
+            srv.base_url, "mixed", retries=0, max_error_rate=1.0
+        )  # a quarter fails: on purpose
         judge = build_judge(openai_spec(jsrv.base_url, "judge"), "yes_no")
         rows = run_lvlm(items, spec, OpenAIBackend(spec), AnswerCache(str(tmp_path / "c")), judge=judge)
         book = pd.DataFrame(

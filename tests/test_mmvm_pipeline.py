@@ -46,7 +46,7 @@ def test_mmvm_group_materializes(tmp_path):
             keys = [dg.AssetKey(k) for k in DATA]
             assert job.execute_in_process(instance=instance, asset_selection=keys).success
             for b in ("dense_sift", "oracle_part"):
-                sel = [dg.AssetKey("mmvm_predictions"), dg.AssetKey("mmvm_backbone_metrics")]
+                sel = [dg.AssetKey(k) for k in ("mmvm_features", "mmvm_predictions", "mmvm_backbone_metrics")]
                 assert job.execute_in_process(instance=instance, asset_selection=sel, partition_key=b).success
             sel = [dg.AssetKey("mmvm_answers"), dg.AssetKey("mmvm_lvlm_metrics")]
             assert job.execute_in_process(

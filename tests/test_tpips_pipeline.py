@@ -13,7 +13,14 @@ from soco_pipeline.defs.definitions import build_definitions
 from soco_pipeline.tasks.tpips.config import DEFAULT_PATH
 from soco_pipeline.tasks.tpips.learned import KINDS
 
-DATA = ["tpips_images", "tpips_ooo", "tpips_afc", "tpips_pixel_baselines"]
+DATA = [
+    "tpips_images",
+    "tpips_triplets",
+    "tpips_afc_items",
+    "tpips_ooo",
+    "tpips_afc",
+    "tpips_pixel_baselines",
+]
 PER_BACKBONE = ["tpips_features", "tpips_baseline_scores", "tpips_learned"]
 
 

@@ -94,12 +94,16 @@ class Backbone(ABC):
     """A frozen feature extractor built from a BackboneSpec.
 
     Subclasses set `stride` (input pixels per grid cell) and `multiple` (S is snapped to a multiple of
-    it) and implement `forward`. `needs_pixels = False` skips preprocessing (oracles). Each kind's class
+    it) and implement `forward`. `needs_pixels = False` skips preprocessing (oracles); `capabilities` says
+    what the kind offers the task families. Each kind's class
     declares its spec model as `Options` and registers itself with `@register_kind` (backbones/kinds.py).
     """
 
     Options: ClassVar[type[SpecFields]]
     needs_pixels: bool = True
+    # What the kind offers the task families (backbones/kinds.py CAPABILITIES); a family declares what it
+    # needs and the shared layer writes its "not applicable" row when the two do not meet.
+    capabilities: ClassVar[frozenset[str]] = frozenset({"pixels", "dense_maps", "global_features"})
     offers_class_token: bool = False  # True: forward_with_class_token returns a class token too
 
     def __init__(self, spec: BackboneSpec, context: BackboneContext | dict | None = None):

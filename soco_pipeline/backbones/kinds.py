@@ -26,6 +26,14 @@ KIND_MODULES = {
     "oracle": "soco_pipeline.backbones.oracle",
 }
 
+# What a backbone kind can offer a task family (its class's `capabilities`):
+CAPABILITIES = {
+    "pixels": "reads the image pixels (any image set; attacks can perturb them)",
+    "dense_maps": "a dense feature map per image",
+    "global_features": "a global feature per image (class tokens, or the dense map's mean)",
+    "part_oracle": "reads the SOCO part maps of the embedded data set instead of pixels",
+}
+
 _REGISTERED: dict[str, type[Backbone]] = {}
 _UNION: dict[tuple[str, ...], TypeAdapter] = {}
 B = TypeVar("B")
@@ -42,6 +50,9 @@ def register_kind(kind: str):
             raise TypeError(
                 f"{cls.__name__}.Options must be a SpecFields subclass with kind: Literal[{kind!r}]"
             )
+        unknown = sorted(set(getattr(cls, "capabilities", ())) - set(CAPABILITIES))
+        if unknown:
+            raise TypeError(f"{cls.__name__}.capabilities names {unknown}; known are {sorted(CAPABILITIES)}")
         _REGISTERED[kind] = cls
         _UNION.clear()
         return cls
@@ -61,6 +72,16 @@ def backbone_class(kind: str) -> type[Backbone]:
     if kind not in _REGISTERED:
         raise KeyError(f"unknown backbone kind {kind!r}; known kinds are {kinds()}")
     return _REGISTERED[kind]
+
+
+def capabilities(kind: str) -> frozenset[str]:
+    """What a backbone of `kind` offers the task families (keys of CAPABILITIES)."""
+    return backbone_class(kind).capabilities
+
+
+def missing_capabilities(kind: str, needs: frozenset[str] | set[str]) -> list[str]:
+    """The capabilities in `needs` that a backbone of `kind` lacks, sorted (empty: it applies)."""
+    return sorted(set(needs) - capabilities(kind))
 
 
 def options_model(kind: str) -> type[SpecFields]:

@@ -74,6 +74,8 @@ class OracleBackbone(Backbone):
     Options = OracleOptions
 
     needs_pixels = False
+    # reads the SOCO part maps of the embedded data (ground_truth/keypoints.parquet), never the pixels
+    capabilities = frozenset({"dense_maps", "global_features", "part_oracle"})
 
     def __init__(
         self,

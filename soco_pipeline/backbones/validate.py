@@ -116,7 +116,7 @@ def checked_spec(path: str | Path, project_root: Path = PROJECT_ROOT, weights: b
     spec = load_spec(path)
     validate_for_add(spec, project_root, weights)
     if spec.reference:
-        from soco_pipeline.evaluation.published import PublishedTableError, check_reference, load_published
+        from soco_pipeline.published_figures import PublishedTableError, check_reference, load_published
 
         try:
             check_reference(spec.reference, load_published(), f"{path}: field 'reference'")

@@ -63,11 +63,20 @@ def rescoring_protocol(
 def rescored_metrics(tables: dict[str, pd.DataFrame], protocol: ProtocolConfig) -> pd.DataFrame:
     """A backbone's metrics re-scored from its stored predictions under `protocol` (the run's taxonomy
     table, the subset its metrics were scored on)."""
+    from soco_pipeline.evaluation.metrics import compute_metrics
     from soco_pipeline.evaluation.records import stored_subset
-    from soco_pipeline.evaluation.rescore import rescore_backbone
     from soco_pipeline.evaluation.subsets import apply_pair_subset
     from soco_pipeline.taxonomy import Taxonomy
 
     taxonomy = Taxonomy.from_table(tables["taxonomy"], source="the run's taxonomy table")
     pairs = apply_pair_subset(tables["image_pairs"], stored_subset(tables["metrics"]))
-    return rescore_backbone(tables | {"image_pairs": pairs}, taxonomy, protocol)
+    return compute_metrics(
+        tables["predictions"],
+        tables.get("four_choice_predictions"),
+        tables["correspondences"],
+        tables["keypoints"],
+        tables["image_set"],
+        pairs,
+        taxonomy,
+        protocol,
+    )

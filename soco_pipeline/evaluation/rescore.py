@@ -7,28 +7,8 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from soco_pipeline.evaluation.metrics import compute_metrics
-from soco_pipeline.evaluation.protocol import ProtocolConfig
 from soco_pipeline.lvlm.metrics import lvlm_metrics
 from soco_pipeline.lvlm.parse import parse_answers
-from soco_pipeline.taxonomy import Taxonomy
-
-
-def rescore_backbone(
-    tables: dict[str, pd.DataFrame], taxonomy: Taxonomy, protocol: ProtocolConfig
-) -> pd.DataFrame:
-    """Metrics of stored predictions under another protocol's scoring knobs (alphas, threshold, target
-    keypoint, reductions). Knobs that change predictions (the matching hash) need new predictions instead."""
-    return compute_metrics(
-        tables["predictions"],
-        tables.get("four_choice_predictions"),
-        tables["correspondences"],
-        tables["keypoints"],
-        tables["image_set"],
-        tables["image_pairs"],
-        taxonomy,
-        protocol,
-    )
 
 
 def rescore_answers(

@@ -114,17 +114,6 @@ def apply_item_subset(items: pd.DataFrame, rule: SubsetRule) -> pd.DataFrame:
     return items[keep].reset_index(drop=True)
 
 
-def sample_counts(image_pairs: pd.DataFrame, subset_pairs: pd.DataFrame) -> dict[str, int]:
-    """Pairs requested (the full evaluated sample) and evaluated (after the subset), per level."""
-    full = image_pairs[image_pairs["evaluated"].astype(bool)]
-    sub = subset_pairs[subset_pairs["evaluated"].astype(bool)]
-    out = {"pairs_requested": int(len(full)), "pairs_evaluated": int(len(sub))}
-    for level in ("intra", "cross"):
-        out[f"{level}_pairs_requested"] = int((full["level"] == level).sum())
-        out[f"{level}_pairs_evaluated"] = int((sub["level"] == level).sum())
-    return out
-
-
 def mark_partial(board: pd.DataFrame, subsets: dict[str, str], name_column: str = "backbone") -> pd.DataFrame:
     """A leaderboard with `partial` (bool) and `subset` (the rule's short form, '' when full) columns;
     `subsets` maps a row's name to its rule's JSON (missing: full)."""

@@ -30,3 +30,13 @@ class GlobalInputPolicy(BaseModel):
     def cache_key(self) -> dict:
         """The fields that change the features (threads and batch size do not)."""
         return self.model_dump(exclude={"threads", "batch_size"})
+
+
+def load_global_policy(scale: str | None = None, path: str | None = None) -> GlobalInputPolicy:
+    """The run's global-feature input policy: assets/global_features.yaml (or `path`) at `scale` (demo when
+    None); an error names the file and the field."""
+    from soco_pipeline.config import load_config_file
+    from soco_pipeline.storage import PROJECT_ROOT
+
+    source = path or PROJECT_ROOT / "assets" / "global_features.yaml"
+    return load_config_file(GlobalInputPolicy, source, what="global-feature policy", scale=scale or "demo")

@@ -1,4 +1,7 @@
-"""Ask a model every item of its settings: cached answers first, the rest with bounded concurrency.
+"""Ask a model: cached answers first, the rest with bounded concurrency, behind both error guards.
+
+`ask_requests` is the one asking loop of the project (SOCO-LVLM's `run_model` and every task family's
+LVLM answers go through it).
 
 Each finished answer is cached at once (atomic file per request hash), so a run killed at any point
 resumes where it stopped and ends with the same table. A request that still fails after its
@@ -72,25 +75,49 @@ def _image_paths(row) -> list[str]:
     return [p for p in (row.src_render, row.trg_render) if isinstance(p, str) and p]
 
 
-def run_model(
-    items: pd.DataFrame,
+@dataclass
+class Answered:
+    """The replies to a list of requests, in request order, and where each came from."""
+
+    text: np.ndarray  # answer text ("" for a failed request)
+    latency_s: np.ndarray
+    attempts: np.ndarray
+    error: np.ndarray  # "" or the failure after the backend's retries
+    request_hash: np.ndarray
+    cached: np.ndarray  # bool: read from the answer cache, not asked
+
+    @property
+    def sent(self) -> int:
+        """Requests sent to the backend (not answered from the cache)."""
+        return int((~self.cached).sum())
+
+    @property
+    def errors(self) -> int:
+        """Requests that failed after the backend's retries."""
+        return int((self.error != "").sum())
+
+
+def ask_requests(
+    n: int,
+    request: Callable[[int], ChatRequest],
     spec: LvlmSpec,
     backend: Backend,
     cache: AnswerCache,
+    *,
+    labels: Callable[[int], str] = lambda i: f"request {i}",
+    seeds: Callable[[int], int] = lambda i: i,
     log: Callable[[str], None] = lambda _msg: None,
-) -> RunResult:
-    """Answers (ANSWER_COLUMNS) of one model to the items of its settings, in item order.
+) -> Answered:
+    """Answer requests 0..n-1 (`request(i)` builds one, on a worker thread): every family's one way to ask.
 
-    Work goes in chunks of the backend's batch size through `max_concurrency` worker threads; a worker
-    reads a row's images, hashes the request, and either takes the cached answer or asks the backend
-    (then caches the answer at once). At most 2 x max_concurrency chunks are in flight.
+    Cached answers are read; the rest go to the backend in chunks of its batch size through `max_concurrency`
+    worker threads (at most 2 x max_concurrency chunks in flight), each answer cached at once. Both of the
+    spec's guards apply: `max_consecutive_failures` requests in a row failing (openai) and more than
+    `max_error_rate` of all `n` failing raise LvlmRunError (no score is posted; what was answered stays
+    cached, so a rerun asks only the rest). `labels(i)` names a request in the error, `seeds(i)` is its
+    retry-jitter seed.
     """
-    rows = items[items["setting"].isin(spec.settings)].reset_index(drop=True)
-    texts = build_prompts(rows).to_numpy()
     generation = spec.generation()
-    n = len(rows)
-    row_list = list(rows.itertuples(index=False))
-    index = rows["index"].to_numpy()
     workers = max(1, int(getattr(backend, "max_concurrency", 1)))
     batch = max(1, int(getattr(backend, "batch_size", 1)))
     keys = np.full(n, "", dtype=object)
@@ -101,10 +128,10 @@ def run_model(
     was_cached = np.zeros(n, dtype=bool)
 
     def work(chunk: list[int]) -> list[tuple[int, Reply, bool]]:
-        """Answer a chunk of rows: from the cache, else from the backend (caching each answer at once)."""
+        """Answer a chunk of requests: from the cache, else from the backend (caching each answer at once)."""
         out, ask, reqs = [], [], []
         for i in chunk:
-            req = ChatRequest(tuple(read_bytes(p) for p in _image_paths(row_list[i])), texts[i])
+            req = request(i)
             keys[i] = request_key(req.text, req.image_digests(), generation)
             rec = cache.get(keys[i])
             if rec is not None:
@@ -114,7 +141,7 @@ def run_model(
                 reqs.append(req)
         if reqs:
             if hasattr(backend, "answer") and len(reqs) == 1:
-                replies = [backend.answer(reqs[0], jitter_seed=int(index[ask[0]]))]
+                replies = [backend.answer(reqs[0], jitter_seed=int(seeds(ask[0])))]
             else:
                 replies = backend.answer_batch(reqs)
             for i, reply in zip(ask, replies, strict=True):
@@ -153,7 +180,7 @@ def run_model(
                         consecutive = consecutive + 1 if reply.error else 0
                     if reply.error:
                         n_errors += 1
-                        first_error = first_error or f"item {int(index[i])}: {reply.error}"
+                        first_error = first_error or f"{labels(i)}: {reply.error}"
                     done += 1
                     if done % max(1, n // 10) == 0:
                         log(f"{spec.name}: {done}/{n} answered ({int(was_cached.sum())} from the cache)")
@@ -174,6 +201,41 @@ def run_model(
                     pending[pool.submit(work, nxt)] = nxt
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+    return Answered(raw, latency, attempts, error, keys, was_cached)
+
+
+def run_model(
+    items: pd.DataFrame,
+    spec: LvlmSpec,
+    backend: Backend,
+    cache: AnswerCache,
+    log: Callable[[str], None] = lambda _msg: None,
+) -> RunResult:
+    """Answers (ANSWER_COLUMNS) of one model to the items of its settings, in item order (`ask_requests`:
+    a worker reads a row's images, hashes the request, and takes the cached answer or asks the backend)."""
+    rows = items[items["setting"].isin(spec.settings)].reset_index(drop=True)
+    texts = build_prompts(rows).to_numpy()
+    n = len(rows)
+    row_list = list(rows.itertuples(index=False))
+    index = rows["index"].to_numpy()
+    got = ask_requests(
+        n,
+        lambda i: ChatRequest(tuple(read_bytes(p) for p in _image_paths(row_list[i])), texts[i]),
+        spec,
+        backend,
+        cache,
+        labels=lambda i: f"item {int(index[i])}",
+        seeds=lambda i: int(index[i]),
+        log=log,
+    )
+    raw, latency, attempts, error, keys, was_cached = (
+        got.text,
+        got.latency_s,
+        got.attempts,
+        got.error,
+        got.request_hash,
+        got.cached,
+    )
 
     out = rows[
         [

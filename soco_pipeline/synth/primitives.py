@@ -84,12 +84,6 @@ def rotation_from_z(axis: np.ndarray) -> np.ndarray:
     return np.column_stack([x, y, z])
 
 
-def rot_z(angle: float) -> np.ndarray:
-    """Rotation about the object's vertical axis."""
-    c, s = np.cos(angle), np.sin(angle)
-    return np.array([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]])
-
-
 def rot_y(angle: float) -> np.ndarray:
     """Rotation about the object's left-right axis."""
     c, s = np.cos(angle), np.sin(angle)

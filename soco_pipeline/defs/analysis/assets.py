@@ -6,11 +6,10 @@ import base64
 import dagster as dg
 import pandas as pd
 
-from soco_pipeline.defs.backbones.assets import evaluation_protocol, feature_store
-from soco_pipeline.defs.data.assets import run_taxonomy
 from soco_pipeline.defs.shared.checks import TableResult, fan_in_table, partition_table
 from soco_pipeline.defs.shared.partitions import backbones_partitions
 from soco_pipeline.defs.shared.resources import SocoSettings
+from soco_pipeline.defs.shared.specs import feature_store, run_taxonomy
 
 GROUP = "analysis"
 
@@ -82,7 +81,7 @@ class ProbeAssetConfig(dg.Config):
 @partition_table(
     backbones_partitions,
     group_name=GROUP,
-    deps=[evaluation_protocol],
+    deps=[dg.AssetKey("evaluation_protocol")],
     kinds={"pytorch"},
     code_version="1",
     automation_condition=None,

@@ -6,7 +6,6 @@ import pandas as pd
 
 from soco_pipeline import schemas
 from soco_pipeline.backbones.spec import FEATURE_CODE_VERSION
-from soco_pipeline.defs.data.assets import run_taxonomy
 from soco_pipeline.defs.shared.automation import REEVALUATE_CRON, REEVALUATED, observation, observe_on_cron
 from soco_pipeline.defs.shared.checks import (
     TableResult,
@@ -15,9 +14,17 @@ from soco_pipeline.defs.shared.checks import (
     partition_table,
 )
 from soco_pipeline.defs.shared.executors import GPU_STEP_TAGS
-from soco_pipeline.defs.shared.partitions import backbones_partitions, partition_spec_file
+from soco_pipeline.defs.shared.partitions import backbones_partitions
 from soco_pipeline.defs.shared.resources import SocoSettings
 from soco_pipeline.defs.shared.run_configs import EvalRunConfig, recorded_subset
+from soco_pipeline.defs.shared.specs import (  # noqa: F401 - spec_path, spec_version: kept importable here
+    feature_store,
+    global_policy,
+    run_taxonomy,
+    spec_for,
+    spec_path,
+    spec_version,
+)
 from soco_pipeline.features.policy import GLOBAL_CODE_VERSION
 
 GROUP = "backbones"
@@ -32,37 +39,11 @@ CODE_VERSIONS = {
 }
 
 
-def spec_path(soco: SocoSettings, backbone: str):
-    """The spec file of a backbone partition (a clear error if it is gone)."""
-    return partition_spec_file(soco.backbones_dir, backbone, "backbone", "recomputed")
-
-
-def spec_version(soco: SocoSettings, backbone: str) -> str:
-    """The data version of a backbone's spec: its file's content hash (and its local weights')."""
-    from soco_pipeline.backbones.spec_files import spec_data_version
-
-    return spec_data_version(spec_path(soco, backbone))
-
-
-def spec_for(soco: SocoSettings, backbone: str):
-    """Load the spec file of a backbone partition (a clear error if its file is gone or malformed)."""
-    from soco_pipeline.backbones.validate import checked_spec
-
-    return checked_spec(spec_path(soco, backbone))
-
-
 def matching_device(soco: SocoSettings) -> str:
     """The torch device for matching: CUDA when present and asked for (auto), else CPU."""
     from soco_pipeline.device import resolve_device
 
     return str(resolve_device(soco.device))
-
-
-def feature_store(soco: SocoSettings, manifest: pd.DataFrame):
-    """Read access to a backbone's cached feature maps, as listed by its manifest."""
-    from soco_pipeline.features import FeatureStore
-
-    return FeatureStore.from_manifest(soco.features_root, manifest)
 
 
 def protocol_observation(soco: SocoSettings):
@@ -148,14 +129,6 @@ def feature_manifest(
     return TableResult(
         manifest, {"rows": len(manifest), "spec_hash": spec_hash(spec), "kind": spec.kind, **gpu.metadata()}
     )
-
-
-def global_policy(soco: SocoSettings):
-    """The run's global-feature input policy: FG-BMK's eval transform at the run's scale (`global_features` of
-    its config), so that every family asking for global features of a backbone reads one cache folder."""
-    from soco_pipeline.defs.fgbmk import fgbmk_config  # imported here: defs.fgbmk imports this module
-
-    return fgbmk_config(soco).global_features
 
 
 @cache_table("global_feature_manifest")

@@ -43,13 +43,12 @@ def model_history(
     """Every materialization of this backbone by data version and date, with the paired test of the newest
     against the previous data version on the same task hash (the `no_regression` check)."""
     from soco_pipeline.evaluation import history, stats
-    from soco_pipeline.evaluation.provenance import read_record
+    from soco_pipeline.evaluation.provenance import read_named_record
     from soco_pipeline.evaluation.subsets import apply_pair_subset
-    from soco_pipeline.storage import join
 
     backbone = context.partition_key
     version = spec_version(soco, backbone)
-    record = read_record(join(soco.records_root, f"{backbone}.json"))
+    record = read_named_record(soco.records_root, backbone)
     task_hash = record["task_hashes"]["pairs"]
     pairs = apply_pair_subset(image_pairs, recorded_subset(context.instance, backbone))
     pairs = pairs[pairs["evaluated"].astype(bool)]

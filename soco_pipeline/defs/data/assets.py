@@ -12,7 +12,8 @@ from soco_pipeline.defs.shared.checks import (
     table_multi_asset,
 )
 from soco_pipeline.defs.shared.resources import SocoSettings
-from soco_pipeline.taxonomy import Taxonomy, load_taxonomy
+from soco_pipeline.defs.shared.specs import run_taxonomy
+from soco_pipeline.taxonomy import load_taxonomy
 
 GROUP = "data"
 
@@ -66,11 +67,6 @@ def embedded_dataset(context: dg.AssetExecutionContext, soco: SocoSettings) -> d
             "click_noise": dg.MetadataValue.json(manifest.get("click_noise", {})),
         },
     )
-
-
-def run_taxonomy(table: pd.DataFrame) -> Taxonomy:
-    """The run's Taxonomy from the `taxonomy` asset's table (every stage reads it, never the YAML)."""
-    return Taxonomy.from_table(table, source="the run's taxonomy asset")
 
 
 def taxonomy_problems(df: pd.DataFrame) -> list[str]:

@@ -4,38 +4,38 @@ fgbmk_items (the simulated set, or a user's FG-BMK layout later) -> fgbmk_questi
 backbones[b]: fgbmk_global_features[b] (pool gpu) -> fgbmk_metrics[b], fgbmk_robustness[b] (pool gpu);
 lvlms[m]: fgbmk_answers[m] -> fgbmk_lvlm_metrics[m]; all -> fgbmk_leaderboard and fgbmk_findings (the paper's
 five findings checked on our tables).
-The config is assets/fgbmk.yaml (or $SOCO_FGBMK_CONFIG) at the scale of SocoSettings.dataset_size.
+The config is `soco.fgbmk_config_path` ($SOCO_FGBMK_CONFIG) or assets/fgbmk.yaml at the scale of
+SocoSettings.dataset_size.
 """
-
-import os
 
 import dagster as dg
 import pandas as pd
 
-from soco_pipeline.defs.backbones.assets import spec_for
-from soco_pipeline.defs.lvlm.assets import lvlm_spec_for
-from soco_pipeline.defs.shared.checks import (
-    TableResult,
-    fan_in_table,
-    partition_rows,
-    partition_table,
-    table_asset,
-)
+from soco_pipeline.defs.shared.checks import TableResult, partition_rows
+from soco_pipeline.defs.shared.family import Family
 from soco_pipeline.defs.shared.partitions import backbones_partitions, lvlms_partitions
 from soco_pipeline.defs.shared.resources import SocoSettings
+from soco_pipeline.defs.shared.specs import lvlm_spec_for
 from soco_pipeline.tasks.fgbmk import schemas
 
-GROUP = "fgbmk"
-EAGER = dg.AutomationCondition.eager()
-CODE_VERSION = "fgbmk-3"  # 3: the release's probe (Adam, its sampler), ids and multi-label rows kept, findings as statistics
+
+def load_fgbmk_config(path: str, soco: SocoSettings):
+    """The family's config loader (the contract's `load_config`): at scale demo | full (dataset_size)."""
+    from soco_pipeline.tasks.fgbmk.config import load_config
+
+    return load_config(path, soco.dataset_size if soco.dataset_size in ("demo", "full") else None)
+
+
+# 2: per-class top-1 in fgbmk_metrics, demo scale, one SGD loop. 3: the release's probe (Adam, its sampler),
+# ids and multi-label rows kept, findings as statistics. Global features from any kind (the SOCO oracles read
+# the part maps the embedded set writes for them); the attacks need pixels (below).
+FAMILY = Family("fgbmk", "fgbmk-3", load_fgbmk_config, needs=frozenset({"global_features"}))
+GROUP, CODE_VERSION = FAMILY.name, FAMILY.code_version
 
 
 def fgbmk_config(soco: SocoSettings):
-    """The FG-BMK config: $SOCO_FGBMK_CONFIG or assets/fgbmk.yaml, at scale demo | full (dataset_size)."""
-    from soco_pipeline.tasks.fgbmk.config import load_config
-
-    scale = soco.dataset_size if soco.dataset_size in ("demo", "full") else None
-    return load_config(os.environ.get("SOCO_FGBMK_CONFIG") or None, scale)
+    """The FG-BMK config: `soco.fgbmk_config_path` or assets/fgbmk.yaml, at scale demo | full."""
+    return FAMILY.config(soco)
 
 
 def fgbmk_root(soco: SocoSettings, cfg) -> str:
@@ -43,19 +43,9 @@ def fgbmk_root(soco: SocoSettings, cfg) -> str:
     return soco.task_root(GROUP, "embedded", f"{cfg.scale}-seed{cfg.seed}")
 
 
-def fgbmk_table(
-    partitions_def: dg.PartitionsDefinition | None = None, schema=None, kinds=frozenset({"pandas"}), **kwargs
-):
-    """Decorator of a table of the family (eager, its code version, its schema; per backbone or LVLM when
-    `partitions_def` is given)."""
-    kwargs = dict(schema=schema, group_name=GROUP, code_version=CODE_VERSION, kinds=set(kinds), **kwargs)
-    kwargs.setdefault("automation_condition", EAGER)
-    return partition_table(partitions_def, **kwargs) if partitions_def is not None else table_asset(**kwargs)
-
-
 # No automation condition on the root: it is materialized on request (the demo, the UI), so that the eager
 # daemon never starts a family nobody asked for; everything below it then follows eagerly.
-@fgbmk_table(schema=schemas.FgbmkItemSchema, automation_condition=None)
+@FAMILY.table(schema=schemas.FgbmkItemSchema, automation_condition=None)
 def fgbmk_items(context: dg.AssetExecutionContext, soco: SocoSettings) -> TableResult:
     """The simulated fine-grained set (superclass -> class -> subclass, attributes), in FG-BMK's layout; or
     the config's `dataset` (a published machine-oriented folder)."""
@@ -81,7 +71,7 @@ def fgbmk_items(context: dg.AssetExecutionContext, soco: SocoSettings) -> TableR
     )
 
 
-@fgbmk_table(schema=schemas.FgbmkQuestionSchema)
+@FAMILY.table(schema=schemas.FgbmkQuestionSchema)
 def fgbmk_questions(
     context: dg.AssetExecutionContext, soco: SocoSettings, fgbmk_items: pd.DataFrame
 ) -> TableResult:
@@ -97,9 +87,9 @@ def _context(soco: SocoSettings, cfg) -> dict:
     return {"data_root": fgbmk_root(soco, cfg), "device": soco.device}
 
 
-@fgbmk_table(backbones_partitions, kinds={"pytorch"}, pool="gpu")
+@FAMILY.table(backbones_partitions, schema=schemas.FgbmkGlobalFeatureSchema, kinds={"pytorch"}, pool="gpu")
 def fgbmk_global_features(
-    context: dg.AssetExecutionContext, soco: SocoSettings, fgbmk_items: pd.DataFrame
+    context: dg.AssetExecutionContext, soco: SocoSettings, spec, fgbmk_items: pd.DataFrame
 ) -> TableResult:
     """CLS of the last two blocks and the patch mean per image, from the shared feature cache's global output
     (extracted once per backbone and input policy); the table lists each image's cache folder and the part
@@ -107,7 +97,6 @@ def fgbmk_global_features(
     from soco_pipeline.features import cached_global
 
     cfg = fgbmk_config(soco)
-    spec = spec_for(soco, context.partition_key)
     feats, folder = cached_global(
         spec, fgbmk_items, soco.features_root, cfg.global_features, _context(soco, cfg), context.log.info
     )
@@ -117,7 +106,7 @@ def fgbmk_global_features(
     )
 
 
-@fgbmk_table(backbones_partitions, schema=schemas.FgbmkMetricSchema, kinds={"pytorch"})
+@FAMILY.table(backbones_partitions, schema=schemas.FgbmkMetricSchema, kinds={"pytorch"})
 def fgbmk_metrics(
     context: dg.AssetExecutionContext,
     soco: SocoSettings,
@@ -139,19 +128,20 @@ def fgbmk_metrics(
     )
 
 
-@fgbmk_table(backbones_partitions, schema=schemas.FgbmkRobustnessSchema, kinds={"pytorch"}, pool="gpu")
+@FAMILY.table(backbones_partitions, schema=schemas.FgbmkRobustnessSchema, kinds={"pytorch"}, pool="gpu")
 def fgbmk_robustness(
     context: dg.AssetExecutionContext,
     soco: SocoSettings,
+    spec,
     fgbmk_items: pd.DataFrame,
     fgbmk_global_features: pd.DataFrame,
 ) -> TableResult:
     """Probe accuracy under FGSM / PGD (L-inf eps/255) and Gaussian noise, fine (subclass) vs coarse level."""
+    from soco_pipeline.backbones.kinds import capabilities
     from soco_pipeline.features.global_extractors import build_global_extractor
     from soco_pipeline.tasks.fgbmk.robustness import robustness_for_backbone
 
     cfg = fgbmk_config(soco)
-    spec = spec_for(soco, context.partition_key)
     ex = build_global_extractor(
         spec, cfg.global_features, _context(soco, cfg)
     )  # the attacks differentiate through it
@@ -161,12 +151,12 @@ def fgbmk_robustness(
         fgbmk_global_features.folder.iloc[0],
         fgbmk_items,
         cfg,
-        reads_pixels=spec.kind != "oracle",
+        reads_pixels="pixels" in capabilities(spec.kind),
     )
     return TableResult(df, {"rows": len(df)})
 
 
-@fgbmk_table(lvlms_partitions, schema=schemas.FgbmkAnswerSchema, kinds={"python"}, pool="gpu")
+@FAMILY.table(lvlms_partitions, schema=schemas.FgbmkAnswerSchema, kinds={"python"}, pool="gpu")
 def fgbmk_answers(
     context: dg.AssetExecutionContext, soco: SocoSettings, fgbmk_questions: pd.DataFrame
 ) -> TableResult:
@@ -177,11 +167,11 @@ def fgbmk_answers(
 
     spec = lvlm_spec_for(soco, context.partition_key)
     cache = AnswerCache(soco.lvlm_cache_root)
-    df = ask(fgbmk_questions, spec.name, build_backend(spec), cache, spec.generation(), context.log.info)
+    df = ask(fgbmk_questions, spec, build_backend(spec), cache, context.log.info)
     return TableResult(df, {"rows": len(df), "errors": int((df.error != "").sum())})
 
 
-@fgbmk_table(lvlms_partitions)
+@FAMILY.table(lvlms_partitions, schema=schemas.FgbmkLvlmMetricSchema)
 def fgbmk_lvlm_metrics(context: dg.AssetExecutionContext, fgbmk_answers: pd.DataFrame) -> TableResult:
     """Accuracy per task/level/form, circular accuracy and the knowledge-bias spread of one LVLM."""
     from soco_pipeline.tasks.fgbmk.leaderboard import lvlm_metrics
@@ -190,11 +180,9 @@ def fgbmk_lvlm_metrics(context: dg.AssetExecutionContext, fgbmk_answers: pd.Data
     return TableResult(df, {"rows": len(df)})
 
 
-@fan_in_table(
-    group_name=GROUP,
+@FAMILY.board(
     partitioned=["fgbmk_metrics", "fgbmk_robustness", "fgbmk_lvlm_metrics"],
-    code_version=CODE_VERSION,
-    kinds={"pandas"},
+    schema=schemas.FgbmkLeaderboardSchema,
 )
 def fgbmk_leaderboard(
     context: dg.AssetExecutionContext,
@@ -221,11 +209,8 @@ def fgbmk_leaderboard(
     )
 
 
-@fan_in_table(
-    group_name=GROUP,
-    partitioned=["fgbmk_metrics", "fgbmk_robustness", "fgbmk_lvlm_metrics"],
-    code_version=CODE_VERSION,
-    kinds={"pandas"},
+@FAMILY.board(
+    partitioned=["fgbmk_metrics", "fgbmk_robustness", "fgbmk_lvlm_metrics"], schema=schemas.FgbmkFindingSchema
 )
 def fgbmk_findings(
     context: dg.AssetExecutionContext,

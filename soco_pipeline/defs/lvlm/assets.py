@@ -17,24 +17,13 @@ from soco_pipeline.defs.shared.checks import (
     partition_table,
     table_asset,
 )
-from soco_pipeline.defs.shared.partitions import lvlms_partitions, partition_spec_file
+from soco_pipeline.defs.shared.partitions import lvlms_partitions
 from soco_pipeline.defs.shared.resources import SocoSettings
 from soco_pipeline.defs.shared.run_configs import LvlmRunConfig, recorded_lvlm_subset
+from soco_pipeline.defs.shared.specs import lvlm_spec_for, lvlm_spec_path  # noqa: F401 - kept importable here
 from soco_pipeline.lvlm.schemas import LvlmAnswerSchema, LvlmItemSchema
 
 GROUP = "lvlm"
-
-
-def lvlm_spec_path(soco: SocoSettings, model: str):
-    """The spec file of an `lvlms` partition (a clear error when it is gone)."""
-    return partition_spec_file(soco.lvlms_dir, model, "LVLM", "re-asked")
-
-
-def lvlm_spec_for(soco: SocoSettings, model: str):
-    """The spec of an `lvlms` partition (a clear error when its file is gone or malformed)."""
-    from soco_pipeline.lvlm.specs import load_spec
-
-    return load_spec(lvlm_spec_path(soco, model))
 
 
 @observable_source(

@@ -1,7 +1,7 @@
 """MMVMBench object matching, the Dagster layer (declarations only; the domain core is tasks/mmvm).
 
-mmvm_cases / mmvm_images / mmvm_objects (one generation step) -> mmvm_items -> mmvm_predictions[b]
-(backbones partitions, through the shared feature cache) and mmvm_answers[m] (lvlms partitions, through
+mmvm_cases / mmvm_images / mmvm_objects (one generation step) -> mmvm_items; mmvm_features[b] (the shared
+feature cache filled for the frames) -> mmvm_predictions[b] (backbones partitions) and mmvm_answers[m] (lvlms partitions, through
 the LVLM harness) -> mmvm_backbone_metrics[b] / mmvm_lvlm_metrics[m] -> mmvm_leaderboard. The data are
 SIMULATED (the embedded renderer); every table says so in its data_source column.
 """
@@ -9,32 +9,39 @@ SIMULATED (the embedded renderer); every table says so in its data_source column
 import dagster as dg
 import pandas as pd
 
-from soco_pipeline.defs.lvlm.assets import lvlm_spec_for
-from soco_pipeline.defs.shared.checks import (
-    TableResult,
-    TableSpec,
-    columns_of,
-    fan_in_table,
-    partition_table,
-    table_asset,
-    table_multi_asset,
-)
+from soco_pipeline.defs.shared.automation import EAGER
+from soco_pipeline.defs.shared.checks import TableResult, TableSpec, columns_of
 from soco_pipeline.defs.shared.executors import GPU_STEP_TAGS
+from soco_pipeline.defs.shared.family import Family
 from soco_pipeline.defs.shared.partitions import backbones_partitions, lvlms_partitions
 from soco_pipeline.defs.shared.resources import SocoSettings
+from soco_pipeline.defs.shared.specs import lvlm_spec_for
 from soco_pipeline.tasks.mmvm import schemas
 from soco_pipeline.tasks.mmvm.config import MmvmConfig
 
-GROUP = "mmvm"
-EAGER = dg.AutomationCondition.eager()
-CODE_VERSION = "mmvm-2"  # 2: answers' extraction/judge columns, the recorded None rule
+
+def load_mmvm_config(path: str, soco: SocoSettings) -> MmvmConfig:
+    """The family's config loader (the contract's `load_config`)."""
+    from soco_pipeline.tasks.mmvm.config import load_config
+
+    return load_config(path)
+
+
+def not_applicable_predictions(model: str, reason: str, inputs) -> pd.DataFrame:
+    """The family's not-applicable rows: one per item, no scores, the reason."""
+    from soco_pipeline.tasks.mmvm.scoring import not_applicable
+
+    return not_applicable(inputs["mmvm_items"], model, reason)
+
+
+# 2: answers' extraction/judge columns, the recorded None rule
+FAMILY = Family("mmvm", "mmvm-2", load_mmvm_config, needs=frozenset({"pixels", "dense_maps"}))
+GROUP, CODE_VERSION = FAMILY.name, FAMILY.code_version
 
 
 def mmvm_config(soco: SocoSettings) -> MmvmConfig:
-    """The family config (assets/mmvm.yaml unless the resource names another)."""
-    from soco_pipeline.tasks.mmvm.config import load_config
-
-    return load_config(soco.mmvm_config_path)
+    """The family config (`soco.mmvm_config_path`, else assets/mmvm.yaml)."""
+    return FAMILY.config(soco)
 
 
 def _out(schema, description: str) -> tuple[TableSpec, dg.AssetOut]:
@@ -47,8 +54,7 @@ def _out(schema, description: str) -> tuple[TableSpec, dg.AssetOut]:
     )
 
 
-@table_multi_asset(
-    group_name=GROUP,
+@FAMILY.tables(
     outs={
         "mmvm_cases": _out(
             schemas.CaseSchema, "Generated cases (SIMULATED): cue codes, query presence, candidate total."
@@ -76,13 +82,7 @@ def mmvm_scenes(context: dg.AssetExecutionContext, soco: SocoSettings) -> dict[s
     }
 
 
-@table_asset(
-    schema=schemas.ItemSchema,
-    group_name=GROUP,
-    automation_condition=EAGER,
-    code_version=CODE_VERSION,
-    kinds={"pandas"},
-)
+@FAMILY.table(schema=schemas.ItemSchema)
 def mmvm_items(
     context: dg.AssetExecutionContext,
     soco: SocoSettings,
@@ -106,35 +106,52 @@ def mmvm_items(
     return TableResult(items, {"rows": len(items), "test": int((items["split"] == "test").sum())})
 
 
-def mmvm_table(partitions_def: dg.PartitionsDefinition, schema, kinds: set[str], **kwargs):
-    """Decorator of a per-backbone or per-LVLM table of the family (eager, its code version, its schema)."""
-    return partition_table(
-        partitions_def,
-        schema=schema,
-        group_name=GROUP,
-        automation_condition=EAGER,
-        code_version=CODE_VERSION,
-        kinds=kinds,
-        **kwargs,
-    )
+def not_applicable_manifest(model: str, reason: str, inputs) -> pd.DataFrame:
+    """mmvm_features of a backbone the family cannot score: no manifest rows (an applicable one's columns)."""
+    from soco_pipeline.features.layout import MANIFEST_COLUMNS
+
+    return pd.DataFrame(columns=MANIFEST_COLUMNS)
 
 
-@mmvm_table(backbones_partitions, schemas.PredictionSchema, {"pytorch"}, pool="gpu", op_tags=GPU_STEP_TAGS)
+@FAMILY.table(
+    backbones_partitions,
+    schema=schemas.FeatureSchema,
+    kinds={"pytorch"},
+    not_applicable=not_applicable_manifest,
+    pool="gpu",
+    op_tags=GPU_STEP_TAGS,
+)
+def mmvm_features(
+    context: dg.AssetExecutionContext, soco: SocoSettings, spec, mmvm_images: pd.DataFrame
+) -> TableResult:
+    """The shared feature cache filled for the unmarked frames (one extraction per backbone and input
+    policy, whichever family asked first); its manifest."""
+    from soco_pipeline.tasks.mmvm.backbone_eval import extract_frames
+
+    manifest = extract_frames(spec, mmvm_images, soco.features_root, soco.device, context.log.info)
+    return TableResult(manifest, {"rows": len(manifest)})
+
+
+@FAMILY.table(
+    backbones_partitions,
+    schema=schemas.PredictionSchema,
+    not_applicable=not_applicable_predictions,
+)
 def mmvm_predictions(
     context: dg.AssetExecutionContext,
     soco: SocoSettings,
+    spec,
+    mmvm_features: pd.DataFrame,
     mmvm_items: pd.DataFrame,
     mmvm_cases: pd.DataFrame,
     mmvm_objects: pd.DataFrame,
     mmvm_images: pd.DataFrame,
 ) -> TableResult:
-    """One backbone's answers: mask-pooled descriptors from the shared feature cache, cosine argmax, a None
-    threshold chosen by the config's none_rule; zero-shot and with the contrastive head. SOCO oracles: not
-    applicable."""
-    from soco_pipeline.defs.backbones.assets import spec_for
+    """One backbone's answers: mask-pooled descriptors from the cached maps mmvm_features lists, cosine
+    argmax, a None threshold chosen by the config's none_rule; zero-shot and with the contrastive head. A kind without
+    pixels or dense maps (the SOCO oracles): the contract's not-applicable rows."""
     from soco_pipeline.tasks.mmvm.backbone_eval import backbone_predictions
 
-    spec = spec_for(soco, context.partition_key)
     tables = {"items": mmvm_items, "cases": mmvm_cases, "objects": mmvm_objects, "images": mmvm_images}
     pred, manifest = backbone_predictions(
         spec,
@@ -143,6 +160,7 @@ def mmvm_predictions(
         device=soco.device,
         log=context.log.info,
         none_rule=mmvm_config(soco).none_rule,
+        manifest=mmvm_features,
     )
     return TableResult(
         pred,
@@ -154,7 +172,7 @@ def mmvm_predictions(
     )
 
 
-@mmvm_table(lvlms_partitions, schemas.AnswerSchema, {"python"}, pool="gpu")
+@FAMILY.table(lvlms_partitions, schema=schemas.AnswerSchema, kinds={"python"}, pool="gpu")
 def mmvm_answers(
     context: dg.AssetExecutionContext, soco: SocoSettings, mmvm_items: pd.DataFrame
 ) -> TableResult:
@@ -179,7 +197,7 @@ def mmvm_answers(
     return TableResult(rows, {"rows": len(rows), "errors": int((rows["error"] != "").sum())})
 
 
-@mmvm_table(backbones_partitions, schemas.MetricSchema, {"pandas"})
+@FAMILY.table(backbones_partitions, schema=schemas.MetricSchema)
 def mmvm_backbone_metrics(context: dg.AssetExecutionContext, mmvm_predictions: pd.DataFrame) -> TableResult:
     """Accuracy per method overall, per cue, per candidate count and per query presence (test split), each
     beside a random chooser's expectation."""
@@ -189,7 +207,7 @@ def mmvm_backbone_metrics(context: dg.AssetExecutionContext, mmvm_predictions: p
     return TableResult(m, {"rows": len(m)})
 
 
-@mmvm_table(lvlms_partitions, schemas.MetricSchema, {"pandas"})
+@FAMILY.table(lvlms_partitions, schema=schemas.MetricSchema)
 def mmvm_lvlm_metrics(context: dg.AssetExecutionContext, mmvm_answers: pd.DataFrame) -> TableResult:
     """An LVLM's accuracy overall, per cue, per candidate count and per query presence, beside chance."""
     from soco_pipeline.tasks.mmvm.metrics import method_metrics
@@ -198,12 +216,7 @@ def mmvm_lvlm_metrics(context: dg.AssetExecutionContext, mmvm_answers: pd.DataFr
     return TableResult(m, {"rows": len(m)})
 
 
-@fan_in_table(
-    group_name=GROUP,
-    partitioned=["mmvm_backbone_metrics", "mmvm_lvlm_metrics"],
-    code_version=CODE_VERSION,
-    kinds={"pandas"},
-)
+@FAMILY.board(partitioned=["mmvm_backbone_metrics", "mmvm_lvlm_metrics"], schema=schemas.LeaderboardSchema)
 def mmvm_leaderboard(
     context: dg.AssetExecutionContext,
     mmvm_backbone_metrics: dict[str, pd.DataFrame],

@@ -5,9 +5,9 @@ import pandas as pd
 import pyarrow as pa
 
 from soco_pipeline import schemas
-from soco_pipeline.defs.data.assets import run_taxonomy
 from soco_pipeline.defs.shared.checks import TableResult, table_asset
 from soco_pipeline.defs.shared.resources import SocoSettings
+from soco_pipeline.defs.shared.specs import run_taxonomy
 
 GROUP = "pairs"
 

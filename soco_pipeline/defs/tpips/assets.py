@@ -1,75 +1,116 @@
 """TPIPS assets: data (unpartitioned), features / baselines / learned metrics per backbone, LVLM answers per
 model, and the leaderboard. Declarations only: the domain core is soco_pipeline.tasks.tpips; tables go through
-the IO manager. The config is assets/tpips.yaml, or the file SOCO_TPIPS_CONFIG names (tests shrink it)."""
+the IO manager. The config is `soco.tpips_config_path` ($SOCO_TPIPS_CONFIG; tests shrink it) or
+assets/tpips.yaml."""
 
 import base64
-import os
 
 import dagster as dg
 import pandas as pd
 
-from soco_pipeline.defs.backbones.assets import spec_for
-from soco_pipeline.defs.lvlm.assets import lvlm_spec_for
-from soco_pipeline.defs.shared.checks import (
-    TableResult,
-    fan_in_table,
-    partition_rows,
-    partition_table,
-    table_asset,
-)
+from soco_pipeline.defs.shared.checks import TableResult, TableSpec, columns_of, partition_rows
 from soco_pipeline.defs.shared.executors import GPU_STEP_TAGS
+from soco_pipeline.defs.shared.family import Family
 from soco_pipeline.defs.shared.partitions import backbones_partitions, lvlms_partitions
 from soco_pipeline.defs.shared.resources import SocoSettings
+from soco_pipeline.defs.shared.specs import lvlm_spec_for
+from soco_pipeline.tasks.tpips import schemas
+from soco_pipeline.tasks.tpips.features import NEEDS
 
-GROUP = "tpips"
-EAGER = dg.AutomationCondition.eager()
-CODE_VERSION = "tpips-4"  # 4: late fusion = an aspect-weighted squared distance of the embeddings, L-BFGS line search unstalled; 3: signed late fusion on a 2 x 2 token grid; 2: signed mid-fusion weights, L-BFGS
 SIMULATED = "judgements are SIMULATED (noisy-observer model), not human"
 
 
-def tpips_config():
-    """The TPIPS config (SOCO_TPIPS_CONFIG or assets/tpips.yaml)."""
+def load_tpips_config(path: str, soco: SocoSettings):
+    """The family's config loader (the contract's `load_config`)."""
     from soco_pipeline.tasks.tpips.config import load_config
 
-    return load_config(os.environ.get("SOCO_TPIPS_CONFIG") or None)
+    return load_config(path)
 
 
-def tpips_table(partitions_def: dg.PartitionsDefinition | None = None, kinds=frozenset({"pandas"}), **kwargs):
-    """Decorator of a table of the family (eager, its code version; per backbone or LVLM when `partitions_def`
-    is given)."""
-    kwargs = dict(group_name=GROUP, code_version=CODE_VERSION, kinds=set(kinds), **kwargs)
-    kwargs.setdefault("automation_condition", EAGER)
-    return partition_table(partitions_def, **kwargs) if partitions_def is not None else table_asset(**kwargs)
+def not_applicable_manifest(model: str, reason: str, inputs) -> pd.DataFrame:
+    """tpips_features of a backbone that cannot see the renders: no manifest rows (an applicable one's columns)."""
+    from soco_pipeline.features.layout import MANIFEST_COLUMNS
+
+    return pd.DataFrame(columns=[*MANIFEST_COLUMNS, "layer"])
 
 
-# No automation condition on the root: it is materialized on request (the demo, the UI), so the eager daemon
-# never starts a family nobody asked for; everything below it follows eagerly.
-@tpips_table(automation_condition=None)
-def tpips_images(context: dg.AssetExecutionContext, soco: SocoSettings) -> TableResult:
-    """Every TPIPS render (triplets and 2AFC) with its exact aspect values, uri and size; the renders go under
-    <storage>/tpips."""
+def not_applicable_scores(model: str, reason: str, inputs) -> pd.DataFrame:
+    """The one `n/a` score row of a backbone that cannot score the TPIPS images (a SOCO oracle)."""
+    from soco_pipeline.tasks.tpips.evaluate import not_applicable_rows
+
+    return not_applicable_rows(model, reason.removeprefix("not applicable: "))
+
+
+# 4: late fusion = an aspect-weighted squared distance of the embeddings, L-BFGS line search unstalled;
+# 3: signed late fusion on a 2 x 2 token grid; 2: signed mid-fusion weights, L-BFGS
+FAMILY = Family("tpips", "tpips-4", load_tpips_config, needs=NEEDS)
+GROUP, CODE_VERSION = FAMILY.name, FAMILY.code_version
+
+
+def tpips_config(soco: SocoSettings):
+    """The TPIPS config (`soco.tpips_config_path`, else assets/tpips.yaml)."""
+    return FAMILY.config(soco)
+
+
+def _render_out(schema, description: str) -> tuple[TableSpec, dg.AssetOut]:
+    # No automation condition on the root: it is materialized on request (the demo, the UI), so the eager
+    # daemon never starts a family nobody asked for; everything below it follows eagerly.
+    return TableSpec(schema), dg.AssetOut(
+        code_version=CODE_VERSION, kinds={"pandas"}, description=description, metadata=columns_of(schema)
+    )
+
+
+@FAMILY.tables(
+    outs={
+        "tpips_images": _render_out(
+            schemas.ImageSchema,
+            "Every TPIPS render (triplets and 2AFC) with its exact aspect values, uri and size.",
+        ),
+        "tpips_triplets": _render_out(
+            schemas.TripletSchema, "The generated triplets: three image ids, the varied aspects, the split."
+        ),
+        "tpips_afc_items": _render_out(
+            schemas.AfcItemSchema, "The generated 2AFC items: reference, two operation outputs, source."
+        ),
+    }
+)
+def tpips_renders(context: dg.AssetExecutionContext, soco: SocoSettings) -> dict[str, TableResult]:
+    """Generate the triplets and 2AFC items once and render every image (under <storage>/tpips): the images
+    with their aspect values, and the triplet and 2AFC item tables the judgement assets read."""
     from soco_pipeline.tasks.tpips.afc import generate_afc
     from soco_pipeline.tasks.tpips.images import write_images
     from soco_pipeline.tasks.tpips.triplets import generate_triplets
 
-    cfg = tpips_config()
+    cfg = tpips_config(soco)
     ts = generate_triplets(cfg)
-    afc_values, _ = generate_afc(cfg)
+    afc_values, afc_items = generate_afc(cfg)
     values = pd.concat([ts.images.assign(role="triplet"), afc_values.assign(role="afc")], ignore_index=True)
     written = write_images(values.drop(columns="role"), soco.task_root(GROUP), cfg)
     out = values.merge(written, on="image_id", validate="one_to_one")
-    return TableResult(out, {"images": len(out), "seed": cfg.seed, "image_size": cfg.image_size})
+    return {
+        "tpips_images": TableResult(
+            out, {"images": len(out), "seed": cfg.seed, "image_size": cfg.image_size}
+        ),
+        "tpips_triplets": TableResult(ts.triplets, {"triplets": len(ts.triplets)}),
+        "tpips_afc_items": TableResult(afc_items, {"items": len(afc_items)}),
+    }
 
 
-@tpips_table(check=True)  # blocking: vote counts, y on the simplex, non-empty aspects, the simulated marker
-def tpips_ooo(context: dg.AssetExecutionContext, tpips_images: pd.DataFrame) -> TableResult:
-    """Odd-one-out (triplet, aspect) rows with simulated votes, pruned and normalised (y ∈ Δ³)."""
+@FAMILY.table(check=True)  # blocking: vote counts, y on the simplex, non-empty aspects, the simulated marker
+def tpips_ooo(
+    context: dg.AssetExecutionContext,
+    soco: SocoSettings,
+    tpips_images: pd.DataFrame,
+    tpips_triplets: pd.DataFrame,
+) -> TableResult:
+    """Odd-one-out (triplet, aspect) rows with simulated votes, pruned and normalised (y ∈ Δ³), for the
+    triplets tpips_renders generated."""
     from soco_pipeline.tasks.tpips.ooo import annotate_triplets
     from soco_pipeline.tasks.tpips.schemas import ooo_problems
-    from soco_pipeline.tasks.tpips.triplets import generate_triplets
+    from soco_pipeline.tasks.tpips.triplets import triplet_set
 
-    cfg = tpips_config()
-    ooo, summary = annotate_triplets(generate_triplets(cfg), cfg)
+    cfg = tpips_config(soco)
+    ooo, summary = annotate_triplets(triplet_set(tpips_images, tpips_triplets), cfg)
     return TableResult(
         ooo,
         {
@@ -84,15 +125,21 @@ def tpips_ooo(context: dg.AssetExecutionContext, tpips_images: pd.DataFrame) -> 
     )
 
 
-@tpips_table(check=True)  # blocking: as tpips_ooo's
-def tpips_afc(context: dg.AssetExecutionContext, tpips_images: pd.DataFrame) -> TableResult:
-    """2AFC rows (reference, two operation outputs, aspect, simulated votes); ties and >= 3 cannot-tell removed."""
-    from soco_pipeline.tasks.tpips.afc import annotate_afc, generate_afc
+@FAMILY.table(check=True)  # blocking: as tpips_ooo's
+def tpips_afc(
+    context: dg.AssetExecutionContext,
+    soco: SocoSettings,
+    tpips_images: pd.DataFrame,
+    tpips_afc_items: pd.DataFrame,
+) -> TableResult:
+    """2AFC rows (reference, two operation outputs, aspect, simulated votes) for the items tpips_renders
+    generated; ties and >= 3 cannot-tell removed."""
+    from soco_pipeline.tasks.tpips.afc import annotate_afc
     from soco_pipeline.tasks.tpips.schemas import afc_problems
+    from soco_pipeline.tasks.tpips.triplets import value_records
 
-    cfg = tpips_config()
-    values, items = generate_afc(cfg)
-    afc, summary = annotate_afc(values, items, cfg)
+    cfg = tpips_config(soco)
+    afc, summary = annotate_afc(value_records(tpips_images, "afc"), tpips_afc_items, cfg)
     return TableResult(
         afc,
         {
@@ -109,22 +156,23 @@ def _device(soco: SocoSettings) -> str | None:
     return None if soco.device == "auto" else soco.device
 
 
-@tpips_table(backbones_partitions, kinds={"pytorch"}, pool="gpu", op_tags=GPU_STEP_TAGS)
+@FAMILY.table(
+    backbones_partitions,
+    schema=schemas.FeatureSchema,
+    kinds={"pytorch"},
+    not_applicable=not_applicable_manifest,
+    pool="gpu",
+    op_tags=GPU_STEP_TAGS,
+)
 def tpips_features(
-    context: dg.AssetExecutionContext, soco: SocoSettings, tpips_images: pd.DataFrame
+    context: dg.AssetExecutionContext, soco: SocoSettings, spec, tpips_images: pd.DataFrame
 ) -> TableResult:
     """The shared feature cache filled for the TPIPS images (one derived spec per layer); the manifests, with
-    `layer`. A backbone that cannot see these images (the SOCO oracles) gives an empty table and its reason."""
-    from soco_pipeline.tasks.tpips.features import extract_tpips, not_applicable
+    `layer`. A backbone that cannot see these images (the SOCO oracles) gives an empty table and its reason
+    (the family contract)."""
+    from soco_pipeline.tasks.tpips.features import extract_tpips
 
-    spec = spec_for(soco, context.partition_key)
-    cfg = tpips_config()
-    reason = not_applicable(spec, cfg)
-    if reason:
-        from soco_pipeline.features.layout import MANIFEST_COLUMNS
-
-        # same columns as an applicable partition
-        return TableResult(pd.DataFrame(columns=[*MANIFEST_COLUMNS, "layer"]), {"not_applicable": reason})
+    cfg = tpips_config(soco)
     images = tpips_images[["image_id", "uri", "width", "height", "category"]]
     manifests = extract_tpips(spec, images, soco.features_root, cfg, _device(soco), log=context.log.info)
     return TableResult(pd.concat([m.assign(layer=i) for i, m in enumerate(manifests)], ignore_index=True))
@@ -137,34 +185,25 @@ def _positions(tpips_images, tpips_ooo, tpips_afc):
     return ids, ooo_positions(tpips_ooo, ids), afc_positions(tpips_afc, ids)
 
 
-def _not_applicable_rows(soco: SocoSettings, backbone: str, cfg) -> pd.DataFrame | None:
-    """The one `n/a` row of a backbone that cannot score the TPIPS images (a SOCO oracle); None when it can."""
-    from soco_pipeline.tasks.tpips.evaluate import not_applicable_rows
-    from soco_pipeline.tasks.tpips.features import not_applicable
-
-    reason = not_applicable(spec_for(soco, backbone), cfg)
-    return not_applicable_rows(backbone, reason) if reason else None
-
-
-def _backbone_inputs(soco: SocoSettings, backbone: str, cfg, tpips_images, tpips_ooo, tpips_afc):
-    """(image ids, OOO positions, 2AFC positions, the backbone's cached TPIPS features)."""
-    from soco_pipeline.tasks.tpips.features import load_tpips_features
+def _backbone_inputs(soco: SocoSettings, tpips_features, tpips_images, tpips_ooo, tpips_afc):
+    """(image ids, OOO positions, 2AFC positions, the backbone's cached TPIPS features as its tpips_features
+    manifest lists them)."""
+    from soco_pipeline.tasks.tpips.features import features_from_manifest
 
     ids, opos, apos = _positions(tpips_images, tpips_ooo, tpips_afc)
-    feats = load_tpips_features(spec_for(soco, backbone), ids, soco.features_root, cfg, _device(soco))
-    return ids, opos, apos, feats
+    return ids, opos, apos, features_from_manifest(tpips_features, ids, soco.features_root)
 
 
-@tpips_table()
+@FAMILY.table(schema=schemas.ScoreSchema)
 def tpips_pixel_baselines(
-    tpips_images: pd.DataFrame, tpips_ooo: pd.DataFrame, tpips_afc: pd.DataFrame
+    soco: SocoSettings, tpips_images: pd.DataFrame, tpips_ooo: pd.DataFrame, tpips_afc: pd.DataFrame
 ) -> TableResult:
     """Random (1/3, 1/2), constant, L2 and SSIM, and the aspect-distance oracle on the OOO test split and 2AFC."""
     from soco_pipeline.tasks.tpips import baselines as b
     from soco_pipeline.tasks.tpips.evaluate import evaluate_sim
     from soco_pipeline.tasks.tpips.images import load_pixels
 
-    cfg = tpips_config()
+    cfg = tpips_config(soco)
     ids, opos, apos = _positions(tpips_images, tpips_ooo, tpips_afc)
     pixels = load_pixels(tpips_images.uri.tolist())
     methods = [
@@ -181,7 +220,7 @@ def tpips_pixel_baselines(
     )
 
 
-@tpips_table(backbones_partitions)
+@FAMILY.table(backbones_partitions, schema=schemas.ScoreSchema, not_applicable=not_applicable_scores)
 def tpips_baseline_scores(
     context: dg.AssetExecutionContext,
     soco: SocoSettings,
@@ -194,10 +233,8 @@ def tpips_baseline_scores(
     from soco_pipeline.tasks.tpips import baselines as b
     from soco_pipeline.tasks.tpips.evaluate import evaluate_sim
 
-    backbone, cfg = context.partition_key, tpips_config()
-    if (na := _not_applicable_rows(soco, backbone, cfg)) is not None:
-        return TableResult(na)
-    ids, opos, apos, feats = _backbone_inputs(soco, backbone, cfg, tpips_images, tpips_ooo, tpips_afc)
+    backbone = context.partition_key
+    ids, opos, apos, feats = _backbone_inputs(soco, tpips_features, tpips_images, tpips_ooo, tpips_afc)
     return TableResult(
         pd.concat(
             [
@@ -221,10 +258,13 @@ def tpips_baseline_scores(
     )
 
 
-@tpips_table(backbones_partitions, kinds={"pytorch"})
+@FAMILY.table(
+    backbones_partitions, schema=schemas.ScoreSchema, kinds={"pytorch"}, not_applicable=not_applicable_scores
+)
 def tpips_learned(
     context: dg.AssetExecutionContext,
     soco: SocoSettings,
+    spec,
     tpips_features: pd.DataFrame,
     tpips_images: pd.DataFrame,
     tpips_ooo: pd.DataFrame,
@@ -239,11 +279,9 @@ def tpips_learned(
     from soco_pipeline.tasks.tpips.retrieval import retrieve, retrieve_compositional
     from soco_pipeline.tasks.tpips.sheets import write_contact_sheets
 
-    backbone, cfg = context.partition_key, tpips_config()
-    if (na := _not_applicable_rows(soco, backbone, cfg)) is not None:
-        return TableResult(na)
-    ids, opos, apos, feats = _backbone_inputs(soco, backbone, cfg, tpips_images, tpips_ooo, tpips_afc)
-    vocab = aspect_encoder(spec_for(soco, backbone), cfg.aspects)
+    backbone, cfg = context.partition_key, tpips_config(soco)
+    ids, opos, apos, feats = _backbone_inputs(soco, tpips_features, tpips_images, tpips_ooo, tpips_afc)
+    vocab = aspect_encoder(spec, cfg.aspects)
     parts, meta, trained = [], {"aspect_text": describe(vocab)}, {}
     for kind in KINDS:
         m = train_metric(kind, feats, tpips_ooo, opos, vocab, cfg.learned)
@@ -294,7 +332,7 @@ def tpips_learned(
     return TableResult(pd.concat(parts, ignore_index=True), {**meta, "judgements": SIMULATED})
 
 
-@tpips_table(lvlms_partitions)
+@FAMILY.table(lvlms_partitions, schema=schemas.ScoreSchema)
 def tpips_lvlm_answers(
     context: dg.AssetExecutionContext,
     soco: SocoSettings,
@@ -309,7 +347,7 @@ def tpips_lvlm_answers(
     from soco_pipeline.tasks.tpips.lvlm import afc_answers, ooo_answers
 
     model = context.partition_key
-    cfg = tpips_config()
+    cfg = tpips_config(soco)
     spec = lvlm_spec_for(soco, model)
     backend = build_backend(spec)
     cache = AnswerCache(soco.lvlm_cache_root)
@@ -329,12 +367,10 @@ def tpips_lvlm_answers(
     )
 
 
-@fan_in_table(
-    group_name=GROUP,
+@FAMILY.board(
     partitioned=["tpips_baseline_scores", "tpips_learned", "tpips_lvlm_answers"],
     optional=["tpips_pixel_baselines"],
-    code_version=CODE_VERSION,
-    kinds={"pandas"},
+    schema=schemas.LeaderboardSchema,
 )
 def tpips_leaderboard(
     context: dg.AssetExecutionContext,

@@ -1,18 +1,18 @@
-"""Ask an LVLM the FG-BMK questions through the project's harness (soco_pipeline.lvlm): its backends
+"""Ask an LVLM the FG-BMK questions through the project's harness (`lvlm.run.ask_requests`): its backends
 (retries, bounded concurrency), its answer cache (one file per request hash; a rerun asks only what is
-missing) and its request hashing. Scoring is `answer_scoring`."""
+missing), its request hashing and both error guards. Scoring is `answer_scoring`."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 
-import numpy as np
 import pandas as pd
 
-from soco_pipeline.lvlm.backends import Backend, Reply
+from soco_pipeline.lvlm.backends import Backend
 from soco_pipeline.lvlm.cache import AnswerCache
-from soco_pipeline.lvlm.prompt import ChatRequest, request_key
+from soco_pipeline.lvlm.prompt import ChatRequest
+from soco_pipeline.lvlm.run import ask_requests
+from soco_pipeline.lvlm.specs import LvlmSpec
 from soco_pipeline.storage import read_bytes
 from soco_pipeline.tasks.fgbmk.answer_scoring import score_answers
 
@@ -44,59 +44,36 @@ ANSWER_COLUMNS = [
 
 def ask(
     questions: pd.DataFrame,
-    model: str,
+    spec: LvlmSpec,
     backend: Backend,
     cache: AnswerCache,
-    generation: dict,
     log: Callable[[str], None] = lambda _m: None,
 ) -> pd.DataFrame:
     """Answers of one model to every question (image at `uri`, prompt `text`), scored; ANSWER_COLUMNS rows.
 
-    Cached answers are reused; the rest go to the backend in chunks of its batch size on `max_concurrency`
-    threads. A failed request (after the backend's retries) is recorded with its error and scored wrong.
+    Asked through the harness's `ask_requests`: cached answers reused, the rest on the backend's concurrency,
+    both of the spec's error guards (LvlmRunError, no score, when too many fail). A failed request within
+    the allowed rate is recorded with its error and scored wrong.
     """
     rows = questions.reset_index(drop=True)
     n = len(rows)
-    uris, texts = rows.uri.tolist(), rows.text.tolist()
-    keys = np.full(n, "", dtype=object)
-    replies: list[Reply | None] = [None] * n
-    hits = np.zeros(n, dtype=bool)
-
-    def work(chunk: list[int]) -> None:
-        todo, reqs = [], []
-        for i in chunk:
-            req = ChatRequest((read_bytes(uris[i]),), texts[i])
-            keys[i] = request_key(req.text, req.image_digests(), generation)
-            rec = cache.get(keys[i])
-            if rec is not None:
-                replies[i], hits[i] = Reply(rec["text"], rec["latency_s"], rec["attempts"]), True
-            else:
-                todo.append(i)
-                reqs.append(req)
-        if reqs:
-            for i, reply in zip(todo, backend.answer_batch(reqs), strict=True):
-                if not reply.error:
-                    cache.put(
-                        keys[i],
-                        {"text": reply.text, "latency_s": reply.latency_s, "attempts": reply.attempts},
-                    )
-                replies[i] = reply
-
-    batch = max(1, int(getattr(backend, "batch_size", 1)))
-    chunks = [list(range(k, min(k + batch, n))) for k in range(0, n, batch)]
-    with ThreadPoolExecutor(
-        max(1, int(getattr(backend, "max_concurrency", 1))), thread_name_prefix="fgbmk-lvlm"
-    ) as pool:
-        list(pool.map(work, chunks))
-    out = rows.copy()
-    out["model"] = model
-    out["raw_answer"] = [r.text for r in replies]
-    out["latency_s"] = [r.latency_s for r in replies]
-    out["attempts"] = [r.attempts for r in replies]
-    out["error"] = [r.error for r in replies]
-    out["request_hash"] = keys.astype(str)
-    scored = score_answers(out)
-    log(
-        f"{model}: {n} FG-BMK answers, {int(hits.sum())} from the cache, {int((scored.error != '').sum())} errors"
+    uris, texts, ids = rows.uri.tolist(), rows.text.tolist(), rows.question_id.tolist()
+    got = ask_requests(
+        n,
+        lambda i: ChatRequest((read_bytes(uris[i]),), texts[i]),
+        spec,
+        backend,
+        cache,
+        labels=lambda i: f"question {ids[i]}",
+        log=log,
     )
+    out = rows.copy()
+    out["model"] = spec.name
+    out["raw_answer"] = got.text.astype(str).tolist()
+    out["latency_s"] = got.latency_s
+    out["attempts"] = got.attempts
+    out["error"] = got.error.astype(str).tolist()
+    out["request_hash"] = got.request_hash.astype(str)
+    scored = score_answers(out)
+    log(f"{spec.name}: {n} FG-BMK answers, {n - got.sent} from the cache, {got.errors} errors")
     return scored[ANSWER_COLUMNS]

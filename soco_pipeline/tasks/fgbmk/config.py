@@ -8,7 +8,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from soco_pipeline.features.policy import GlobalInputPolicy
+from soco_pipeline.features.policy import GlobalInputPolicy, load_global_policy
 from soco_pipeline.storage import PROJECT_ROOT
 
 DEFAULT_CONFIG = PROJECT_ROOT / "assets" / "fgbmk.yaml"
@@ -244,6 +244,8 @@ def parse_config(doc: dict, scale: str | None = None, source: str = "<fgbmk conf
     if scale not in SCALES:
         raise ValueError(f"{source}: scale {scale!r} is not one of {list(SCALES)}")
     resolved = _resolve({**doc, "scale": scale}, scale)
+    if "global_features" not in resolved:  # the run's shared policy (features/), unless the file has its own
+        resolved["global_features"] = load_global_policy(scale).model_dump()
     try:
         return FgbmkConfig.model_validate(resolved)
     except ValidationError as e:

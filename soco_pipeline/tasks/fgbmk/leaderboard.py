@@ -92,7 +92,7 @@ def fgbmk_leaderboard(
             kb = grp[grp.metric == "class_accuracy_std"]
             row["knowledge_bias_std"] = float(kb.value.iloc[0]) if len(kb) else float("nan")
             rows.append(row)
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows) if rows else pd.DataFrame(columns=["kind", "model"])  # nothing evaluated yet
 
 
 CORRELATION_METRICS = (

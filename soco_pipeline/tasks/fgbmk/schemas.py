@@ -76,3 +76,57 @@ class FgbmkAnswerSchema(pa.DataFrameModel):
 
     class Config:
         strict = False
+
+
+class FgbmkGlobalFeatureSchema(pa.DataFrameModel):
+    """`fgbmk_global_features`: one row per image, its cache folder and the sizes of the three parts."""
+
+    backbone: Series[str]
+    image_id: Series[str] = pa.Field(unique=True)
+    folder: Series[str] = pa.Field(str_length={"min_value": 1})
+    dim_cls_prev: Series[int] = pa.Field(gt=0)
+    dim_cls_last: Series[int] = pa.Field(gt=0)
+    dim_patch_mean: Series[int] = pa.Field(gt=0)
+
+
+class FgbmkLvlmMetricSchema(pa.DataFrameModel):
+    """`fgbmk_lvlm_metrics`: a long table of one model's accuracies (0-100) and counts."""
+
+    model: Series[str]
+    task: Series[str]
+    level: Series[str]
+    form: Series[str]
+    metric: Series[str]
+    value: Series[float] = pa.Field(nullable=True)
+    n: Series[int] = pa.Field(ge=0)
+
+    class Config:
+        coerce = True
+
+    @pa.dataframe_check
+    def accuracies_are_percentages(cls, df) -> bool:  # noqa: N805
+        """Every accuracy is in 0-100 (or missing)."""
+        acc = df.loc[df["metric"].str.contains("accuracy"), "value"].dropna()
+        return bool(acc.between(0, 100).all())
+
+
+class FgbmkLeaderboardSchema(pa.DataFrameModel):
+    """`fgbmk_leaderboard`: one row per backbone or LVLM."""
+
+    kind: Series[str] = pa.Field(isin=["backbone", "lvlm"])
+    model: Series[str] = pa.Field(unique=True)
+
+    class Config:
+        coerce = True
+
+
+class FgbmkFindingSchema(pa.DataFrameModel):
+    """`fgbmk_findings`: the paper's five findings, each with whether it holds on our tables."""
+
+    finding: Series[int] = pa.Field(ge=1, le=5, unique=True)
+    claim: Series[str]
+    holds: Series[str] = pa.Field(isin=["yes", "no", "not testable"])
+    why: Series[str] = pa.Field(nullable=True)
+
+    class Config:
+        coerce = True

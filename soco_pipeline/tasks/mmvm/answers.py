@@ -35,7 +35,7 @@ import pandas as pd
 from soco_pipeline.lvlm.backends import Backend, Reply
 from soco_pipeline.lvlm.cache import AnswerCache
 from soco_pipeline.lvlm.prompt import ChatRequest, request_key
-from soco_pipeline.lvlm.run import LvlmRunError, error_rate_exceeded
+from soco_pipeline.lvlm.run import LvlmRunError, ask_requests, error_rate_exceeded
 from soco_pipeline.storage import read_bytes
 from soco_pipeline.tasks.mmvm.prompt import QUESTION, option_map, options_of
 
@@ -394,51 +394,25 @@ def run_lvlm(
     judge: Judge | None = None,
     log: Callable[[str], None] = lambda _m: None,
 ) -> pd.DataFrame:
-    """ANSWER_COLUMNS rows of one model on the items: cached answers first, the rest through the backend in
-    batches of its batch size on `max_concurrency` threads, each new answer cached at once; then extraction
-    (and the judge, when one is given). A judge error is recorded in `error` as "judge: ..."."""
+    """ANSWER_COLUMNS rows of one model on the items, asked through the harness's `ask_requests` (the answer
+    cache, the backend's retries and concurrency, both of the spec's error guards: LvlmRunError instead of a
+    score made of errors); then extraction (and the judge, when one is given). A judge error is recorded in
+    `error` as "judge: ..."."""
     items = items.reset_index(drop=True)
     n = len(items)
-    generation = spec.generation()
-    raw = np.full(n, "", dtype=object)
-    error = np.full(n, "", dtype=object)
-    latency, attempts = np.zeros(n), np.zeros(n, dtype=np.int64)
-    keys = np.full(n, "", dtype=object)
-
-    def work(chunk: list[int]) -> int:
-        ask, reqs = [], []
-        for i in chunk:
-            req = ChatRequest(
-                (read_bytes(items.at[i, "frame0_marked"]), read_bytes(items.at[i, "frame1_marked"])),
-                items.at[i, "question"],
-            )
-            keys[i] = request_key(req.text, req.image_digests(), generation)
-            rec = cache.get(keys[i])
-            if rec is not None:
-                raw[i], latency[i], attempts[i] = rec["text"], rec["latency_s"], rec["attempts"]
-            else:
-                ask.append(i)
-                reqs.append(req)
-        if reqs:
-            for i, reply in zip(ask, backend.answer_batch(reqs), strict=True):
-                raw[i], latency[i], attempts[i], error[i] = (
-                    reply.text,
-                    reply.latency_s,
-                    reply.attempts,
-                    reply.error,
-                )
-                if not reply.error:
-                    cache.put(
-                        keys[i],
-                        {"text": reply.text, "latency_s": reply.latency_s, "attempts": reply.attempts},
-                    )
-        return len(reqs)
-
-    batch = max(1, int(getattr(backend, "batch_size", 1)))
-    chunks = [list(range(k, min(k + batch, n))) for k in range(0, n, batch)]
-    with ThreadPoolExecutor(max_workers=max(1, int(getattr(backend, "max_concurrency", 1)))) as pool:
-        asked = sum(pool.map(work, chunks))
-    log(f"{spec.name}: {n} MMVM answers, {n - asked} from the cache, {int((error != '').sum())} errors")
+    frames0, frames1 = items["frame0_marked"].tolist(), items["frame1_marked"].tolist()
+    questions, ids = items["question"].tolist(), items["item_id"].tolist()
+    got = ask_requests(
+        n,
+        lambda i: ChatRequest((read_bytes(frames0[i]), read_bytes(frames1[i])), questions[i]),
+        spec,
+        backend,
+        cache,
+        labels=lambda i: f"item {ids[i]}",
+        log=log,
+    )
+    raw, error, latency, attempts, keys = got.text, got.error, got.latency_s, got.attempts, got.request_hash
+    log(f"{spec.name}: {n} MMVM answers, {n - got.sent} from the cache, {got.errors} errors")
     # a failed request has no answer to judge
     ex = extract(raw, items, judge, asked_rows=error == "")
     out = items[

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import pandas as pd
 
+from soco_pipeline.backbones.kinds import missing_capabilities
 from soco_pipeline.features.extract import extract_features
 from soco_pipeline.features.store import FeatureStore
 from soco_pipeline.tasks.mmvm.contrastive import apply_head, train_head
@@ -25,6 +26,8 @@ from soco_pipeline.tasks.mmvm.scoring import (
     predict_items,
 )
 
+# What a backbone kind must offer (backbones/kinds.py CAPABILITIES); the SOCO oracles offer part maps only.
+NEEDS = frozenset({"pixels", "dense_maps"})
 ORACLE_REASON = (
     "not applicable: SOCO oracles read the part/concept keypoint maps of the embedded SOCO data set "
     "(ground_truth/keypoints.parquet); MMVM frames have no SOCO keypoints"
@@ -47,12 +50,23 @@ def _has_train(tables: dict[str, pd.DataFrame]) -> bool:
     return bool((tables["items"]["split"] == "train").any())
 
 
+def extract_frames(
+    spec, images: pd.DataFrame, features_root: str, device: str | None, log: Callable[[str], None]
+) -> pd.DataFrame:
+    """The shared feature cache filled for the unmarked frames (resumable); its manifest."""
+    return extract_features(spec, images[FEATURE_COLUMNS], features_root, context={"device": device}, log=log)
+
+
 def _descriptors(
-    spec, tables: dict[str, pd.DataFrame], features_root: str, device: str | None, log: Callable[[str], None]
+    spec,
+    tables: dict[str, pd.DataFrame],
+    features_root: str,
+    device: str | None,
+    log: Callable[[str], None],
+    manifest: pd.DataFrame | None = None,
 ) -> tuple[dict, pd.DataFrame]:
-    manifest = extract_features(
-        spec, tables["images"][FEATURE_COLUMNS], features_root, context={"device": device}, log=log
-    )
+    if manifest is None:
+        manifest = extract_frames(spec, tables["images"], features_root, device, log)
     store = FeatureStore.from_manifest(features_root, manifest)
     return pooled_descriptors(tables["objects"], tables["images"], store), manifest
 
@@ -65,17 +79,19 @@ def backbone_predictions(
     log: Callable[[str], None] = lambda _m: None,
     none_rule=None,
     reference: dict[str, pd.DataFrame] | None = None,
+    manifest: pd.DataFrame | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame | None]:
     """(predictions of the zero-shot and contrastive-head methods, feature manifest) of one backbone spec;
-    a SOCO oracle gets not-applicable rows and no manifest. `none_rule`: the config's NoneRuleConfig;
+    a SOCO oracle gets not-applicable rows and no manifest. `manifest`: the frames' features as the cache
+    asset listed them (else they are extracted here). `none_rule`: the config's NoneRuleConfig;
     `reference`: generated tables whose training split trains the head and fits the carried thresholds
     when `tables` has no training split of its own."""
     items, cases, objects = tables["items"], tables["cases"], tables["objects"]
-    if spec.kind == "oracle":
+    if missing_capabilities(spec.kind, NEEDS):
         return not_applicable(items, spec.name, ORACLE_REASON), None
     if not _has_masks(tables):
         return not_applicable(items, spec.name, NO_MASKS_REASON), None
-    desc, manifest = _descriptors(spec, tables, features_root, device, log)
+    desc, manifest = _descriptors(spec, tables, features_root, device, log, manifest)
     seed = int(getattr(spec, "seed", 0))
     carried = dict.fromkeys(METHODS)
     if reference is not None and not _has_train(tables) and _has_train(reference):

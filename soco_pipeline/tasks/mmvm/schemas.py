@@ -114,3 +114,38 @@ class MetricSchema(pa.DataFrameModel):
     def cue_keys_are_published(cls, df: pd.DataFrame) -> bool:  # noqa: N805
         """Cue rows use the eight published abbreviations."""
         return bool(df.loc[df["breakdown"] == "cue", "key"].isin(list(CUES.values())).all())
+
+
+class LeaderboardSchema(pa.DataFrameModel):
+    """`mmvm_leaderboard`: one row per (model, method), overall accuracy beside chance (0-100), then the
+    breakdown columns; a not-applicable backbone has no accuracy."""
+
+    data_source: Series[str] = pa.Field(nullable=True)
+    model: Series[str]
+    kind: Series[str] = pa.Field(isin=["backbone", "lvlm", "oracle"])
+    method: Series[str]
+    status: Series[str]
+    accuracy: Series[float] = pa.Field(ge=0, le=100, nullable=True)
+    random_expected: Series[float] = pa.Field(ge=0, le=100, nullable=True)
+
+    class Config:
+        coerce = True  # an empty board has object columns
+
+    @pa.dataframe_check
+    def one_row_per_model_and_method(cls, df: pd.DataFrame) -> bool:  # noqa: N805
+        """No (model, method) twice."""
+        return not df.duplicated(["model", "method"]).any()
+
+
+class FeatureSchema(pa.DataFrameModel):
+    """`mmvm_features`: the shared feature cache's manifest of one backbone's unmarked frames (empty for a
+    backbone the family cannot score)."""
+
+    backbone: Series[str]
+    image_id: Series[str] = pa.Field(unique=True)
+    channels: Series[int] = pa.Field(gt=0)
+    grid_h: Series[int] = pa.Field(gt=0)
+    grid_w: Series[int] = pa.Field(gt=0)
+
+    class Config:
+        coerce = True  # an empty manifest has object columns

@@ -23,7 +23,6 @@ from __future__ import annotations
 import zlib
 
 import numpy as np
-import pandas as pd
 
 from .config import ObserverConfig
 
@@ -106,16 +105,3 @@ def normalise(
 def consensus(y: np.ndarray) -> np.ndarray:
     """Human (here: simulated) consensus per row: Σ_k y_k², the agreement of a random rater with another."""
     return (np.asarray(y, float) ** 2).sum(1)
-
-
-def vote_table(ids: list[str], aspect: str, votes: np.ndarray, cannot: np.ndarray) -> pd.DataFrame:
-    """Long-form votes of one aspect (one row per item) with the `judgements` marker."""
-    return pd.DataFrame(
-        {
-            "item_id": ids,
-            "aspect": aspect,
-            "votes": list(votes.tolist()),
-            "cannot_tell": cannot.astype(np.int64),
-            "judgements": JUDGEMENTS,
-        }
-    )

@@ -73,7 +73,6 @@ class FeaturesConfig(_Strict):
     # folders stay; the TPIPS renders are small, so larger batches than the specs' (set for SOCO's inputs) pay
     batch_size: int | None = None
     layers: dict[str, list]
-    not_applicable: dict[str, str]
 
 
 class LearnedConfig(_Strict):
@@ -84,7 +83,7 @@ class LearnedConfig(_Strict):
     hidden: int
     proj_dim: int
     late_grid: int = 1
-    late_head: Literal["distance", "product", "gated"] = "distance"
+    late_head: Literal["distance", "gated"] = "distance"
     mid_weights: Literal["signed", "squared"] = "signed"
     epochs: int
     lbfgs_iter: int = 10

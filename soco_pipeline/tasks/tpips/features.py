@@ -4,7 +4,7 @@ TPIPS images are small squares, so each backbone is extracted at the config's `i
 its own spec_hash folder in the same cache, never a second extractor). Mid fusion reads several layers: for
 kinds listed under `features.layers` (timm block indices, packaged stage choices) each layer is one more
 derived spec; other kinds give one layer (their cached map). Oracle backbones read SOCO part maps and do not
-apply to these images (`not_applicable` names the reason).
+apply to these images: their kind lacks a capability in NEEDS (`not_applicable` names it).
 """
 
 from __future__ import annotations
@@ -21,10 +21,16 @@ from soco_pipeline.features.store import FeatureStore
 
 from .config import TpipsConfig
 
+# What a backbone kind must offer (backbones/kinds.py CAPABILITIES): TPIPS renders have no SOCO part maps.
+NEEDS = frozenset({"pixels", "dense_maps"})
 
-def not_applicable(spec: BackboneSpec, cfg: TpipsConfig) -> str:
-    """The reason a backbone cannot score TPIPS images ("" when it can)."""
-    return cfg.features.not_applicable.get(spec.kind, "")
+
+def not_applicable(spec: BackboneSpec, cfg: TpipsConfig | None = None) -> str:
+    """The reason a backbone cannot score TPIPS images ("" when it can): a capability its kind lacks."""
+    from soco_pipeline.backbones.kinds import missing_capabilities
+
+    missing = missing_capabilities(spec.kind, NEEDS)
+    return f"needs {', '.join(missing)}, which a {spec.kind!r} backbone does not offer" if missing else ""
 
 
 def layer_specs(spec: BackboneSpec, cfg: TpipsConfig, device: str | None = None) -> list[BackboneSpec]:
@@ -82,11 +88,26 @@ class TpipsFeatures:
 def load_tpips_features(
     spec: BackboneSpec, image_ids: list[str], cache_root: str, cfg: TpipsConfig, device: str | None = None
 ) -> TpipsFeatures:
+    """Read the cached layer maps of a spec's derived layer specs (see `features_from_stores`)."""
+    stores = [FeatureStore.for_spec(cache_root, s) for s in layer_specs(spec, cfg, device)]
+    return features_from_stores(stores, image_ids)
+
+
+def features_from_manifest(manifest: pd.DataFrame, image_ids: list[str], cache_root: str) -> TpipsFeatures:
+    """The TPIPS features listed by a `tpips_features` table (the manifests of every layer, with `layer`;
+    layer 0 is the main one): what the Dagster layer hands the scoring assets, no spec re-derived."""
+    stores = [
+        FeatureStore.from_manifest(cache_root, m.drop(columns="layer"))
+        for _, m in sorted(manifest.groupby("layer", sort=True), key=lambda kv: int(kv[0]))
+    ]
+    return features_from_stores(stores, image_ids)
+
+
+def features_from_stores(stores: list[FeatureStore], image_ids: list[str]) -> TpipsFeatures:
     """Read the cached layer maps as token arrays; the global embedding is the class token (ViTs) or the mean
-    token of the main layer, L2-normalised."""
+    token of the main layer (the first store), L2-normalised."""
     layers, glob = [], None
-    for k, s in enumerate(layer_specs(spec, cfg, device)):
-        store = FeatureStore.for_spec(cache_root, s)
+    for k, store in enumerate(stores):
         maps = np.stack([m for m, _ in store.get_many(image_ids)])  # N, C, h, w
         tokens = maps.reshape(maps.shape[0], maps.shape[1], -1).transpose(0, 2, 1).astype(np.float32)
         layers.append(tokens)

@@ -11,7 +11,6 @@ on the val loss (see `train_metric`).
   - `late_head: distance` (default, our choice): mid fusion's head on that one vector (a one-token layer),
     s = −Σ_ch w0_ch g(c)_ch (ê_i − ê_j)²_ch on the unit embedding ê, g(c) = MLP(a(c)) from 0 and free in sign,
     w0 = 1 / (2 x each channel's variance over the train images), τ = `tau_mid`;
-  - `product`: s = Σ_ch w0_ch g(c)_ch ê_i,ch ê_j,ch, w0 = 1 / each channel's mean |ê|² (SignedLateFusion);
   - `gated`: z(x, c) = W (e(x) ⊙ g(c)), s = cos(z_i, z_j), g(c) = 1 + MLP(a(c)); `proj_dim` 0 leaves W out. A
     cosine of one embedding per image is a positive semi-definite form and did not beat the frozen baselines;
   both measured against the distance head in docs/tpips.md;
@@ -98,24 +97,6 @@ class AspectGain(nn.Module):
         if self.mode == "shared":
             return self.n * (self.shared**2).sum()
         return torch.zeros(())
-
-
-class SignedLateFusion(nn.Module):
-    """Aspect-weighted inner product of unit embeddings, with signed per-channel weights from 0 (mid fusion's
-    start: all ties, the uniform prediction)."""
-
-    def __init__(self, emb: torch.Tensor, vocab: AspectVocab | AspectText, cfg: LearnedConfig):
-        super().__init__()
-        self.register_buffer("emb", _unit(emb))
-        self.gain = AspectGain(vocab, emb.shape[1], cfg, start=0.0)
-        self.register_buffer("w0", 1.0 / (self.emb.abs().mean(0) ** 2).clamp_min(1e-8))
-
-    def penalty(self) -> torch.Tensor:
-        """The gains' deviation from 0."""
-        return self.gain.penalty()
-
-    def forward(self, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
-        return (self.emb[a] * self.emb[b] * self.w0 * self.gain(c)).sum(1)
 
 
 class LateFusion(nn.Module):
@@ -267,8 +248,7 @@ def train_metric(
         # one embedding per image, compared by mid fusion's aspect-weighted squared distance (a one-token layer)
         model: nn.Module = MidFusion([_late_inputs(feats, cfg.late_grid)[:, None, :]], vocab, cfg)
     elif head is not None:
-        late = SignedLateFusion if head == "product" else LateFusion
-        model = late(_late_inputs(feats, cfg.late_grid), vocab, cfg)
+        model = LateFusion(_late_inputs(feats, cfg.late_grid), vocab, cfg)
     else:
         mode = {"mid": "conditioned", "mid_unconditioned": "shared", "mid_frozen": "fixed"}[kind]
         model = MidFusion(layers, vocab, cfg, mode)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import io
 import re
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pandas as pd
@@ -23,7 +22,8 @@ from PIL import Image
 from soco_pipeline import storage
 from soco_pipeline.lvlm.backends import Backend
 from soco_pipeline.lvlm.cache import AnswerCache
-from soco_pipeline.lvlm.prompt import ChatRequest, request_key
+from soco_pipeline.lvlm.prompt import ChatRequest
+from soco_pipeline.lvlm.run import ask_requests
 from soco_pipeline.lvlm.specs import LvlmSpec
 
 from .aspects import PAIRS
@@ -59,24 +59,11 @@ def parse_choice(text: str, n: int) -> int:
 
 
 def ask_all(requests: list[ChatRequest], spec: LvlmSpec, backend: Backend, cache: AnswerCache) -> list[str]:
-    """Answer texts in order: cached ones read, the rest asked with the backend's concurrency and cached at once."""
-    generation = spec.generation()
-    keys = [request_key(r.text, r.image_digests(), generation) for r in requests]
-    out = [""] * len(requests)
-
-    def one(i: int) -> None:
-        rec = cache.get(keys[i])
-        if rec is not None:
-            out[i] = rec["text"]
-            return
-        reply = backend.answer_batch([requests[i]])[0]
-        if not reply.error:
-            cache.put(keys[i], {"text": reply.text, "latency_s": reply.latency_s, "attempts": reply.attempts})
-        out[i] = reply.text if not reply.error else ""
-
-    with ThreadPoolExecutor(max(1, int(getattr(backend, "max_concurrency", 1)))) as pool:
-        list(pool.map(one, range(len(requests))))
-    return out
+    """Answer texts in order, through the harness's `ask_requests` (the answer cache, the backend's retries
+    and concurrency, both of the spec's error guards: LvlmRunError, no score, when too many fail); a failed
+    request within the allowed rate answers "" (a parse failure, scored as a tie)."""
+    got = ask_requests(len(requests), requests.__getitem__, spec, backend, cache)
+    return np.where(got.error == "", got.text, "").astype(str).tolist()
 
 
 def _images(uris: dict[str, str]) -> Callable[[str], bytes]:

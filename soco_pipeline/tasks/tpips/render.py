@@ -35,11 +35,6 @@ TEXTURES = {
 TEXTURED_PARTS = ("body", "cabin")
 
 
-def hue_rgb(hue: float, cfg: TpipsConfig) -> np.ndarray:
-    """The object colour (RGB in [0, 1]) of a hue at the config's saturation and value."""
-    return np.array(colorsys.hsv_to_rgb(hue % 1.0, cfg.scene.saturation, cfg.scene.value))
-
-
 @functools.lru_cache(maxsize=64)
 def _model(shape: str, texture: str, hue_key: int, sat: float, val: float) -> ObjectModel:
     tax = load_taxonomy()

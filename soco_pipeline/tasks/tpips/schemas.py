@@ -1,11 +1,15 @@
-"""Rules the OOO and 2AFC tables must satisfy (the blocking `schema` checks list the broken ones)."""
+"""Rules the OOO and 2AFC tables must satisfy (the blocking `schema` checks list the broken ones), and the pandera
+schemas of the other tpips_* tables."""
 
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pandera.pandas as pa
+from pandera.typing import Series
 
 from .afc import AFC_COLUMNS
+from .annotators import JUDGEMENTS
 from .config import TpipsConfig
 from .ooo import OOO_COLUMNS
 
@@ -51,3 +55,88 @@ def afc_problems(df: pd.DataFrame, cfg: TpipsConfig) -> list[str]:
         if (v[:, 0] == v[:, 1]).any():
             out.append("tpips_afc: tied items were not removed")
     return out
+
+
+class ImageSchema(pa.DataFrameModel):
+    """`tpips_images`: every render (triplet and 2AFC) with its uri and size."""
+
+    image_id: Series[str] = pa.Field(unique=True)
+    uri: Series[str] = pa.Field(str_length={"min_value": 1})
+    width: Series[int] = pa.Field(gt=0)
+    height: Series[int] = pa.Field(gt=0)
+    role: Series[str] = pa.Field(isin=["triplet", "afc"])
+
+    class Config:
+        coerce = True
+
+
+class FeatureSchema(pa.DataFrameModel):
+    """`tpips_features`: the feature-cache manifests of every layer (empty for a not-applicable backbone)."""
+
+    image_id: Series[str]
+    layer: Series[int] = pa.Field(ge=0)
+
+    class Config:
+        coerce = True
+
+    @pa.dataframe_check
+    def one_row_per_image_and_layer(cls, df: pd.DataFrame) -> bool:  # noqa: N805
+        """No (image, layer) twice."""
+        return not df.duplicated(["image_id", "layer"]).any()
+
+
+class ScoreSchema(pa.DataFrameModel):
+    """`tpips_pixel_baselines`, `tpips_baseline_scores`, `tpips_learned`, `tpips_lvlm_answers`: agreement and
+    consensus (0-100) per (model, method, eval, aspect); judgements marked simulated."""
+
+    model: Series[str]
+    method: Series[str]
+    conditioned: Series[bool]
+    eval: Series[str] = pa.Field(str_matches=r"^(ooo|afc:.+)$")
+    aspect: Series[str]
+    n: Series[int] = pa.Field(ge=0)
+    agreement: Series[float] = pa.Field(ge=0, le=100, nullable=True)
+    consensus: Series[float] = pa.Field(ge=0, le=100, nullable=True)
+    judgements: Series[str] = pa.Field(isin=[JUDGEMENTS])
+    note: Series[str] = pa.Field(nullable=True)
+
+    class Config:
+        coerce = True
+
+
+class LeaderboardSchema(pa.DataFrameModel):
+    """`tpips_leaderboard`: one row per (model, method); OOO agreement and the consensus ceiling (0-100)."""
+
+    model: Series[str]
+    method: Series[str]
+    ooo: Series[float] = pa.Field(ge=0, le=100, nullable=True)
+    consensus: Series[float] = pa.Field(ge=0, le=100, nullable=True)
+
+    class Config:
+        coerce = True
+
+    @pa.dataframe_check
+    def one_row_per_model_and_method(cls, df: pd.DataFrame) -> bool:  # noqa: N805
+        """No (model, method) twice."""
+        return not df.duplicated(["model", "method"]).any()
+
+
+class TripletSchema(pa.DataFrameModel):
+    """`tpips_triplets`: the generated triplets (three image ids, the varied aspects, the split)."""
+
+    triplet_id: Series[str] = pa.Field(unique=True)
+    image_0: Series[str]
+    image_1: Series[str]
+    image_2: Series[str]
+    varied: Series[str]
+    split: Series[str] = pa.Field(isin=["train", "val", "test"])
+
+
+class AfcItemSchema(pa.DataFrameModel):
+    """`tpips_afc_items`: the generated 2AFC items (reference, two operation outputs, source)."""
+
+    item_id: Series[str] = pa.Field(unique=True)
+    ref: Series[str]
+    x0: Series[str]
+    x1: Series[str]
+    source: Series[str]

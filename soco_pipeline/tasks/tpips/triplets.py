@@ -162,3 +162,15 @@ def _columns_of(aspect: str) -> tuple[str, ...]:
         "count": ("count",),
         "texture": ("texture",),
     }[aspect]
+
+
+def value_records(images: pd.DataFrame, role: str) -> pd.DataFrame:
+    """The value records (image_id and VALUE_COLUMNS, their dtypes) of the `tpips_images` rows of one `role`
+    (triplet | afc), in table order: what `generate_triplets` / `generate_afc` made, read back."""
+    rows = images[images["role"] == role]
+    return rows[["image_id", *VALUE_COLUMNS]].astype(VALUE_COLUMNS).reset_index(drop=True)
+
+
+def triplet_set(images: pd.DataFrame, triplets: pd.DataFrame) -> TripletSet:
+    """The TripletSet behind the `tpips_images` and `tpips_triplets` tables (no triplet regenerated)."""
+    return TripletSet(images=value_records(images, "triplet"), triplets=triplets.reset_index(drop=True))

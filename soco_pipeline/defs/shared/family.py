@@ -1,0 +1,175 @@
+"""The family contract, its Dagster half: a task family is a `Family` declaration plus its assets.
+
+A family folder (`defs/<family>/`) declares once:
+
+    FAMILY = Family("mmvm", code_version="mmvm-2", load_config=..., needs=frozenset({"pixels", "dense_maps"}))
+
+and the shared layer does the rest the same way for every family:
+- config: `FAMILY.config(soco)` reads `soco.family_config_path(name)` (the Settings field `<name>_config_path`,
+  else assets/<name>.yaml) with the family's loader: one route, errors naming the file and field;
+- tables: `@FAMILY.table(...)` (per backbone / per LVLM / once), `@FAMILY.tables(...)` (several from one
+  body) and `@FAMILY.board(...)` (the fan-in leaderboards) put every table in the family's group, at its code
+  version, behind the blocking `schema` check (shared/checks.py: published only when it passes), and register
+  it in the table registry (tables.py `register_table`: its Parquet path and SQL view, no line to write);
+- a backbone-partitioned table receives the partition's `spec` (resolved once per step) when its body has a
+  `spec` parameter, and with `not_applicable=rows` the shared layer writes the family's not-applicable rows
+  (`rows(model, reason, inputs)`) whenever the backbone's kind lacks a capability the family `needs`
+  (backbones/kinds.py CAPABILITIES): one mechanism for every family;
+- LVLM answers go through `lvlm.run.ask_requests` (both error guards) in the families' domain cores.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import dagster as dg
+import pandas as pd
+
+from soco_pipeline.defs.shared.automation import EAGER
+from soco_pipeline.defs.shared.checks import (
+    TableResult,
+    TableSpec,
+    fan_in_table,
+    partition_table,
+    table_asset,
+    table_multi_asset,
+)
+from soco_pipeline.defs.shared.resources import SocoSettings
+from soco_pipeline.defs.shared.specs import spec_for
+from soco_pipeline.tables import register_table
+
+NotApplicableRows = Callable[[str, str, Mapping[str, Any]], pd.DataFrame]
+
+
+@dataclass(frozen=True)
+class Family:
+    """A task family's declaration: its name (= its asset group and the prefix of its tables), the code
+    version of its tables, its config loader `(path, settings) -> config`, and the backbone capabilities its
+    per-backbone tables need."""
+
+    name: str
+    code_version: str
+    load_config: Callable[[str, SocoSettings], Any]
+    needs: frozenset[str] = field(default_factory=frozenset)
+
+    def config(self, soco: SocoSettings) -> Any:
+        """The family's typed config, read from `soco.family_config_path(name)`."""
+        return self.load_config(soco.family_config_path(self.name), soco)
+
+    def not_applicable(self, spec) -> str:
+        """Why a backbone spec cannot be scored by this family ("" when its kind offers every need)."""
+        from soco_pipeline.backbones.kinds import CAPABILITIES, capabilities, missing_capabilities
+
+        missing = missing_capabilities(spec.kind, self.needs)
+        if not missing:
+            return ""
+        offered = "; ".join(f"{c} ({CAPABILITIES[c]})" for c in sorted(capabilities(spec.kind)))
+        return (
+            f"not applicable: {self.name} needs {', '.join(missing)}, which a {spec.kind!r} backbone does not "
+            f"offer; it offers {offered}"
+        )
+
+    def table(
+        self,
+        partitions_def: dg.PartitionsDefinition | None = None,
+        *,
+        kinds: Iterable[str] = ("pandas",),
+        not_applicable: NotApplicableRows | None = None,
+        **kwargs: Any,
+    ) -> Callable[[Callable[..., TableResult]], dg.AssetsDefinition]:
+        """Decorator of a table of the family: its group and code version, eager unless
+        `automation_condition` says otherwise, per backbone or LVLM when `partitions_def` is given; `schema`,
+        `check` and every `dg.asset` argument pass through to `table_asset`."""
+        kwargs = dict(group_name=self.name, code_version=self.code_version, kinds=set(kinds), **kwargs)
+        kwargs.setdefault("automation_condition", EAGER)
+        blocking_check_required(kwargs)
+
+        def decorate(fn: Callable[..., TableResult]) -> dg.AssetsDefinition:
+            self.register(kwargs.get("name", fn.__name__), partitioned=partitions_def is not None)
+            body = self.backbone_body(fn, not_applicable) if _per_backbone(partitions_def) else fn
+            if partitions_def is None:
+                return table_asset(**kwargs)(body)
+            return partition_table(partitions_def, **kwargs)(body)
+
+        return decorate
+
+    def tables(self, outs: dict[str, tuple[TableSpec, dg.AssetOut]], **kwargs: Any):
+        """Decorator of several unpartitioned tables of the family from one body (shared/checks.py
+        `table_multi_asset`, all published or none), in the family's group."""
+        for name, (spec, _) in outs.items():
+            if not spec.checked:
+                raise TypeError(f"table {name!r}: every family table has a blocking check; give it a schema")
+            self.register(name)
+        return table_multi_asset(outs=outs, group_name=self.name, **kwargs)
+
+    def register(self, asset: str, partitioned: bool = False) -> None:
+        """Put a table of the family in the table registry (tables.py): its Parquet path and SQL view
+        follow from the declaration, no registry line to write."""
+        if not asset.startswith(f"{self.name}_"):
+            raise ValueError(f"table {asset!r} of family {self.name!r} must be named {self.name}_<what>")
+        register_table(asset, partitioned=partitioned)
+
+    def board(self, *, partitioned: Iterable[str], optional: Iterable[str] = (), **kwargs: Any):
+        """Decorator of a summary table of the family over every partition of `partitioned` (a leaderboard):
+        shared/checks.py `fan_in_table` in the family's group, at its code version."""
+        kwargs.setdefault("kinds", {"pandas"})
+        blocking_check_required(kwargs)
+        fan_in = fan_in_table(
+            group_name=self.name,
+            code_version=self.code_version,
+            partitioned=list(partitioned),
+            optional=list(optional),
+            **kwargs,
+        )
+
+        def decorate(fn: Callable[..., TableResult]) -> dg.AssetsDefinition:
+            self.register(kwargs.get("name", fn.__name__))
+            return fan_in(fn)
+
+        return decorate
+
+    def backbone_body(self, fn: Callable[..., TableResult], rows: NotApplicableRows | None) -> Callable:
+        """`fn` wrapped for a backbone partition: the spec resolved once (passed as `spec` when `fn` takes it)
+        and, with `rows`, the family's not-applicable table instead of `fn` when the kind lacks a need."""
+        sig = inspect.signature(fn)
+        takes_spec, takes_soco = "spec" in sig.parameters, "soco" in sig.parameters
+        if not takes_spec and rows is None:
+            return fn
+        params = [p for name, p in sig.parameters.items() if name != "spec"]
+        if not takes_soco:
+            soco = inspect.Parameter("soco", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=SocoSettings)
+            params.insert(1, soco)
+
+        @functools.wraps(fn)
+        def body(context: dg.AssetExecutionContext, **kwargs: Any) -> TableResult:
+            # Dagster passes the context first, every resource and input by name
+            soco = kwargs["soco"] if takes_soco else kwargs.pop("soco")
+            spec = spec_for(soco, context.partition_key)
+            reason = self.not_applicable(spec) if rows is not None else ""
+            if reason:
+                inputs = {k: v for k, v in kwargs.items() if k != "soco"}
+                return TableResult(rows(context.partition_key, reason, inputs), {"not_applicable": reason})
+            return fn(context, **({"spec": spec} if takes_spec else {}), **kwargs)
+
+        body.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+        annotations = {k: v for k, v in fn.__annotations__.items() if k != "spec"}
+        body.__annotations__ = {**annotations, "soco": SocoSettings}
+        del body.__wrapped__  # Dagster must see the new signature, not fn's
+        return body
+
+
+def blocking_check_required(kwargs: Mapping[str, Any]) -> None:
+    """Every family table has a blocking `schema` check: a pandera `schema` (validated) or `check=True` (the
+    body's own problems); TypeError at definition time otherwise."""
+    validated = kwargs.get("schema") is not None and kwargs.get("validate", True)
+    if not (validated or kwargs.get("check")):
+        name = kwargs.get("name", "a table")
+        raise TypeError(f"{name} of a task family has no blocking check: give it schema=... or check=True")
+
+
+def _per_backbone(partitions_def: dg.PartitionsDefinition | None) -> bool:
+    return isinstance(partitions_def, dg.DynamicPartitionsDefinition) and partitions_def.name == "backbones"

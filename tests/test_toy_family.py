@@ -1,0 +1,114 @@
+"""A fourth task family from docs/develop.md's recipe, with nothing else edited.
+
+The recipe's code blocks (each starts with its path) are written into a copy of the project: one folder in
+tasks/, one in defs/, one YAML. In a fresh interpreter on that copy the family is in the definitions, its
+tables in the registry, the demo's runner runs it per backbone and prints its board (the SOCO oracle gets
+the contract's not-applicable row: it reads no pixels), and the SQL views show its tables.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from soco_pipeline.storage import PROJECT_ROOT
+from tests.dagster_server import write_instance_yaml
+
+pytestmark = [pytest.mark.pipeline, pytest.mark.timeout(900)]
+
+RECIPE = PROJECT_ROOT / "docs" / "develop.md"
+SCRIPT = """
+import json, sys
+import dagster as dg
+from soco_pipeline.defs.definitions import build_definitions
+from soco_pipeline.demo import Runner, families, run_families
+from soco_pipeline.results_db import query, refresh_views
+from soco_pipeline.tables import table_for
+
+storage, backbones, home = sys.argv[1:4]
+overrides = dict(storage_root=storage, backbones_dir=backbones, lvlms_dir=backbones + "/none", device="cpu")
+defs = build_definitions(**overrides)
+found = [f.name for f in families(defs)]
+others = [name for name in found if name != "toy"]
+with dg.DagsterInstance.from_config(home) as instance:
+    instance.add_dynamic_partitions("backbones", ["dense_sift", "oracle_part"])
+    runner = Runner(defs, instance, overrides, log=lambda m: None)
+    boards = run_families(defs, runner, ["dense_sift", "oracle_part"], [], exclude=others)
+    db = storage + "/results.duckdb"
+    refresh_views(db, storage + "/tables")
+    rows = query(db, "select model, score, status, reason from toy_leaderboard").to_dict("records")
+    scores = query(db, "select count(*) as n from toy_scores").n.item()
+    items = query(db, "select count(*) as n from toy_items").n.item()
+print(json.dumps({
+    "families": found, "failed": runner.failed, "board": boards.get("toy", ""), "rows": rows,
+    "scores": int(scores), "items": int(items),
+    "partitioned": [table_for(a).partitioned for a in ("toy_items", "toy_scores", "toy_leaderboard")],
+}, default=str))
+"""
+
+
+def recipe_files(text: str) -> dict[str, str]:
+    """{path: content} of the code blocks in develop.md's "Add a task family" whose first line names a path."""
+    section = text.split("## Add a task family", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```(?:python|yaml)\n(.*?)```", section, flags=re.S)
+    files = {}
+    for block in blocks:
+        first, _, body = block.partition("\n")
+        if first.startswith("# ") and "/" in first:
+            files[first[2:].strip()] = body
+    return files
+
+
+def test_the_recipe_names_one_folder_in_tasks_one_in_defs_and_one_yaml():
+    files = recipe_files(RECIPE.read_text())
+    assert sorted(files) == [
+        "assets/toy.yaml",
+        "soco_pipeline/defs/toy/__init__.py",
+        "soco_pipeline/tasks/toy/__init__.py",
+    ]
+
+
+def test_a_toy_family_from_the_recipe_reaches_the_demo_and_sql(tmp_path):
+    project = tmp_path / "project"
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for folder in ("soco_pipeline", "assets"):
+        shutil.copytree(PROJECT_ROOT / folder, project / folder, ignore=ignore)
+    for name in ("pyproject.toml", "dagster.yaml"):
+        shutil.copy(PROJECT_ROOT / name, project / name)
+    for rel, content in recipe_files(RECIPE.read_text()).items():
+        assert not (project / rel).exists(), f"the recipe must add files, not edit {rel}"
+        (project / rel).parent.mkdir(parents=True, exist_ok=True)
+        (project / rel).write_text(content)
+    backbones = tmp_path / "backbones"
+    backbones.mkdir()
+    for name in ("dense_sift", "oracle_part"):
+        shutil.copy(PROJECT_ROOT / "assets" / "backbones" / f"{name}.yaml", backbones)
+    storage, home = tmp_path / "storage", tmp_path / "home"
+    write_instance_yaml(home, storage)
+    env = {**os.environ, "PYTHONPATH": str(project), "DAGSTER_HOME": str(home)}
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(storage), str(backbones), str(home)],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert "toy" in out["families"] and out["failed"] == {}
+    assert out["partitioned"] == [False, True, False]
+    weights = np.random.default_rng(0).uniform(1, 2, 3)
+    rows = {r["model"]: r for r in out["rows"]}
+    assert rows["dense_sift"]["status"] == "ok"
+    assert rows["dense_sift"]["score"] == pytest.approx(weights.sum() * len("dense_sift"))
+    assert rows["oracle_part"]["status"] == "not_applicable" and "pixels" in rows["oracle_part"]["reason"]
+    assert out["scores"] == 2 and out["items"] == 3
+    assert "dense_sift" in out["board"] and "oracle_part" in out["board"]
