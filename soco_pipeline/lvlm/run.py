@@ -20,6 +20,7 @@ import pandas as pd
 
 from soco_pipeline.lvlm.backends import Backend, Reply
 from soco_pipeline.lvlm.cache import AnswerCache
+from soco_pipeline.lvlm.metrics import unparsable_warning
 from soco_pipeline.lvlm.parse import parse_answers
 from soco_pipeline.lvlm.prompt import ChatRequest, build_prompts, request_key
 from soco_pipeline.lvlm.specs import LvlmSpec
@@ -78,12 +79,14 @@ def run_model(
     backend: Backend,
     cache: AnswerCache,
     log: Callable[[str], None] = lambda _msg: None,
+    warn: Callable[[str], None] | None = None,
 ) -> RunResult:
     """Answers (ANSWER_COLUMNS) of one model to the items of its settings, in item order.
 
     Work goes in chunks of the backend's batch size through `max_concurrency` worker threads; a worker
     reads a row's images, hashes the request, and either takes the cached answer or asks the backend
-    (then caches the answer at once). At most 2 x max_concurrency chunks are in flight.
+    (then caches the answer at once). At most 2 x max_concurrency chunks are in flight. `warn` (default:
+    `log`) gets one line when most answers received gave no letter (`unparsable_warning`).
     """
     rows = items[items["setting"].isin(spec.settings)].reset_index(drop=True)
     texts = build_prompts(rows).to_numpy()
@@ -202,4 +205,6 @@ def run_model(
     log(
         f"{spec.name}: {n} answers, {n_cached} from the cache, {n - n_cached} asked, {int((error != '').sum())} errors"
     )
+    if message := unparsable_warning(out):
+        (warn or log)(message)
     return RunResult(out[ANSWER_COLUMNS], sent=n - n_cached, cached=n_cached, errors=int((error != "").sum()))
