@@ -132,19 +132,31 @@ def published(paths: list[str]) -> list[str]:
     return [x for x in paths if not x.rstrip("/").rsplit("/", 1)[-1].startswith(".")]
 
 
+def _mount_of(path: str) -> str:
+    """The mount point holding a local path (its nearest existing folder's mount)."""
+    p = os.path.abspath(path)
+    while not os.path.exists(p):
+        p = os.path.dirname(p)
+    while not os.path.ismount(p):
+        p = os.path.dirname(p)
+    return p
+
+
 def _no_space(path: str, needed: int | None, e: OSError) -> StorageFullError:
-    root = default_storage_root()
-    parent = path.rsplit("/", 1)[0]
-    where = root if str(path).startswith(str(root).rstrip("/") + "/") else parent
-    try:
-        free = f"{shutil.disk_usage(where).free:,} bytes free"
-    except OSError:
-        free = "free space unknown"
     size = f"{needed:,} bytes" if needed is not None else "more space"
+    if is_remote(path):
+        where, free = path.rsplit("/", 1)[0], "no space left"
+    else:
+        where = f"mount {_mount_of(path)}"  # the full disk may be a mount inside the storage root
+        try:
+            free = f"{shutil.disk_usage(_mount_of(path)).free:,} bytes free"
+        except OSError:
+            free = "free space unknown"
     return StorageFullError(
         e.errno,
-        f"no space left writing {path}: it needs {size}, the storage root {where} has {free}; "
-        f"free space there or point SOCO_STORAGE at a larger disk, then re-run (nothing was published)",
+        f"no space left writing {path}: it needs {size}, the disk holding it ({where}) has {free}; free space "
+        f"there or point SOCO_STORAGE (now {default_storage_root()}) at a larger disk, then re-run (nothing "
+        f"was published)",
     )
 
 
