@@ -142,3 +142,25 @@ def test_crop_not_a_multiple_of_the_vit_patch_is_refused_before_extraction(tmp_p
         cached_global(spec, images, str(tmp_path / "cache"), bad, {"device": "cpu"})
     assert "14" in str(err.value) and "196" in str(err.value) and "210" in str(err.value)
     assert not list((tmp_path / "cache").rglob("part-*.npy"))  # refused before any shard was written
+
+
+def test_a_copied_storage_root_reads_its_own_global_cache(tmp_path):
+    """global_feature_manifest / fgbmk_global_features store the cache folder relative to the cache root: a
+    copy of the storage root reads the copy's cache, not the original's (which is gone here)."""
+    import shutil
+
+    from soco_pipeline.features import resolve_folder
+
+    ex, original = VariantOracle("label", 2), tmp_path / "a" / "features"
+    images = _images(tmp_path / "img", "c", 3)
+    feats = extract_global(ex, images, str(original), POLICY)
+    table = feats.table("oracle_variant", ex.cache_folder(str(original), POLICY), str(original))
+    assert not table.folder.iloc[0].startswith("/") and table.folder.iloc[0].startswith("oracle_variant/")
+    copy = tmp_path / "b" / "features"
+    shutil.copytree(original, copy)
+    shutil.rmtree(original)
+    folder = resolve_folder(table.folder.iloc[0], str(copy))
+    assert folder.startswith(str(copy))
+    np.testing.assert_array_equal(read_global(folder, images.image_id).cls_last, feats.cls_last)
+    # a table written before (an absolute folder) still names its folder
+    assert resolve_folder("/abs/x/global_1", str(copy)) == "/abs/x/global_1"

@@ -48,6 +48,7 @@ from soco_pipeline.features.policy import GLOBAL_CODE_VERSION, GlobalInputPolicy
 from soco_pipeline.storage import (
     exists,
     filesystem,
+    is_remote,
     is_temporary,
     join,
     read_bytes,
@@ -81,13 +82,16 @@ class GlobalFeatures:
         parts = [self.cls_prev, self.cls_last][-n_blocks:] + ([self.patch_mean] if avgpool else [])
         return np.concatenate(parts, axis=1).astype(np.float32)
 
-    def table(self, backbone: str, folder: str) -> pd.DataFrame:
-        """The asset table of these features: one row per image with its cache folder and the part sizes."""
+    def table(self, backbone: str, folder: str, cache_root: str | None = None) -> pd.DataFrame:
+        """The asset table of these features: one row per image with its cache folder and the part sizes. With
+        `cache_root` the folder is stored relative to it, so a copied storage root reads its own cache
+        (`resolve_folder` turns it back into a path)."""
+        root = str(cache_root).rstrip("/") + "/" if cache_root else None
         return pd.DataFrame(
             {
                 "backbone": backbone,
                 "image_id": self.image_ids.astype(str),
-                "folder": folder,
+                "folder": folder[len(root) :] if root and folder.startswith(root) else folder,
                 "dim_cls_prev": self.cls_prev.shape[1],
                 "dim_cls_last": self.cls_last.shape[1],
                 "dim_patch_mean": self.patch_mean.shape[1],
@@ -103,6 +107,12 @@ class GlobalFeatures:
         return GlobalFeatures(
             self.image_ids[pos], self.cls_prev[pos], self.cls_last[pos], self.patch_mean[pos]
         )
+
+
+def resolve_folder(folder: str, cache_root: str) -> str:
+    """The cache folder a global-feature table names: under `cache_root` when stored relative; an absolute path
+    or URL (tables written before paths were relative) is kept."""
+    return folder if folder.startswith("/") or is_remote(folder) else join(cache_root, folder)
 
 
 def _fix(folder: str) -> str:
