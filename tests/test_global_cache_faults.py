@@ -164,3 +164,11 @@ def test_a_copied_storage_root_reads_its_own_global_cache(tmp_path):
     np.testing.assert_array_equal(read_global(folder, images.image_id).cls_last, feats.cls_last)
     # a table written before (an absolute folder) still names its folder
     assert resolve_folder("/abs/x/global_1", str(copy)) == "/abs/x/global_1"
+
+
+def test_a_crop_that_is_a_multiple_of_the_patch_extracts(tmp_path):
+    spec = list_specs()["vit_small_random"]
+    images = _images(tmp_path / "img", "w", 2)
+    ok = GlobalInputPolicy(resize=210, crop=196, batch_size=2, threads=1)
+    feats, _ = cached_global(spec, images, str(tmp_path / "cache"), ok, {"device": "cpu"})
+    assert feats.cls_last.shape == (2, 384) and np.isfinite(feats.cls_last).all()

@@ -127,20 +127,6 @@ class ModelGlobal(GlobalExtractor):
         return {"hash": spec_hash(self.backbone.spec)}
 
 
-class ViTGlobal(ModelGlobal):
-    """A timm ViT's last two blocks (forward_intermediates on the built model)."""
-
-    def __init__(self, backbone: Backbone, config: GlobalInputPolicy):
-        super().__init__(backbone, config)
-        self.final_norm = config.final_norm
-        n = len(self.model.blocks)
-        if n < 2:
-            raise ValueError(f"backbone {self.name!r} has {n} block(s); FG-BMK reads the last two")
-        self.indices = [n - 2, n - 1]
-        self.has_cls = bool(getattr(self.model, "has_class_token", False))
-        check_crop(self.name, config.crop, self.model.patch_embed.patch_size)
-
-
 def check_crop(name: str, crop: int, patch: int | tuple[int, ...]) -> None:
     """Refuse a crop that is not a multiple of a ViT's patch size (before any image is extracted), naming the
     nearest valid crops; the policy is FG-BMK's `global_features` and SOCO's global features share it."""
@@ -153,6 +139,20 @@ def check_crop(name: str, crop: int, patch: int | tuple[int, ...]) -> None:
         f"global-feature input policy: crop {crop} is not a multiple of backbone {name!r}'s patch size {p}; "
         f"use {valid} (global_features.crop in assets/fgbmk.yaml, the policy SOCO's global features share)"
     )
+
+
+class ViTGlobal(ModelGlobal):
+    """A timm ViT's last two blocks (forward_intermediates on the built model)."""
+
+    def __init__(self, backbone: Backbone, config: GlobalInputPolicy):
+        super().__init__(backbone, config)
+        self.final_norm = config.final_norm
+        n = len(self.model.blocks)
+        if n < 2:
+            raise ValueError(f"backbone {self.name!r} has {n} block(s); FG-BMK reads the last two")
+        self.indices = [n - 2, n - 1]
+        self.has_cls = bool(getattr(self.model, "has_class_token", False))
+        check_crop(self.name, config.crop, self.model.patch_embed.patch_size)
 
     def forward(self, pixels, records):
         out = self.model.forward_intermediates(
