@@ -180,10 +180,16 @@ def _resolve(
     list one image), and the shard check of every row considered."""
     rows = manifest if image_ids is None else manifest[manifest.image_id.isin(list(image_ids))]
     checked = _shards(folder, rows, keep)
-    ok = np.array(
-        [isinstance(checked[k], bytes) for k in zip(rows.shard, rows.checksum, strict=True)], dtype=bool
+    status = pd.DataFrame(
+        [(shard, checksum, isinstance(v, bytes)) for (shard, checksum), v in checked.items()],
+        columns=["shard", "checksum", "ok"],
     )
-    valid = rows[ok].sort_values("order", kind="stable").drop_duplicates("image_id", keep="last")
+    ok = rows[["shard", "checksum"]].merge(status, on=["shard", "checksum"], how="left")["ok"].fillna(False)
+    valid = (
+        rows[ok.to_numpy(dtype=bool)]
+        .sort_values("order", kind="stable")
+        .drop_duplicates("image_id", keep="last")
+    )
     return valid, checked
 
 
