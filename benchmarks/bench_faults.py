@@ -537,6 +537,245 @@ def fault_mmvm_bad_input(tmp: Path) -> None:
     )
 
 
+def _global_cache(tmp: Path, n: int = 8, batch: int = 2):
+    """A global-feature cache of n small images written by two runs (a VariantOracle: no model to build)."""
+    from PIL import Image
+
+    from soco_pipeline.features import GlobalInputPolicy
+    from soco_pipeline.features.global_cache import extract_global
+    from soco_pipeline.features.global_extractors import VariantOracle
+
+    rng = np.random.default_rng(0)
+    (tmp / "img").mkdir(parents=True, exist_ok=True)
+    rows = []
+    for i in range(n):
+        uri = str(tmp / "img" / f"{i}.png")
+        Image.fromarray(rng.integers(0, 256, (18, 20, 3), dtype=np.uint8)).save(uri)
+        rows.append({"image_id": f"i/{i}", "uri": uri, "width": 20, "height": 18, "label": i % 2})
+    images, ex = pd.DataFrame(rows), VariantOracle("label", 2)
+    policy, root = GlobalInputPolicy(resize=20, crop=16, batch_size=batch, threads=1), str(tmp / "cache")
+    extract_global(ex, images.iloc[: n // 2], root, policy)
+    first = extract_global(ex, images, root, policy)
+    return ex, images, root, policy, first, ex.cache_folder(root, policy)
+
+
+def fault_global_metadata(tmp: Path, what: str) -> None:
+    """Damage the global-feature cache's metadata or a shard; the read names the file and the fix, and the
+    re-extraction repairs only what is damaged."""
+    from soco_pipeline.features.global_cache import extract_global, read_global
+    from soco_pipeline.features.layout import FeatureError
+
+    ex, images, root, policy, first, folder = _global_cache(tmp)
+    target = {
+        "manifest": sorted(Path(folder).glob("manifest*.parquet"))[-1],
+        "info": Path(folder) / "info.json",
+        "shard": sorted(Path(folder).glob("part-*.npy"))[0],
+    }[what]
+    if what == "manifest":
+        target.write_bytes(os.urandom(target.stat().st_size))
+    else:
+        target.unlink()
+    try:
+        read_global(folder, images.image_id)
+        named = False
+    except FeatureError as e:
+        named = str(target) in str(e) and "materialize" in str(e)
+    logs: list[str] = []
+    t0 = time.perf_counter()
+    again = extract_global(ex, images, root, policy, logs.append)
+    seconds = time.perf_counter() - t0
+    same = np.array_equal(read_global(folder, images.image_id).cls_last, first.cls_last)
+    line = next(m for m in logs if "to extract" in m)
+    record(
+        {
+            "manifest": "global cache manifest file (random bytes)",
+            "info": "global cache info.json deleted",
+            "shard": "global cache shard deleted",
+        }[what],
+        named and same,
+        abs(len(again) - len(images)),
+        seconds,
+        f"named error with the fix: {named}; re-extraction: {' '.join(line.split()[3:5])}, "
+        f"{' '.join(line.split()[-3:])}",
+    )
+
+
+def fault_two_global_writers(tmp: Path, trials: int = 20) -> None:
+    """Two writers (threads) of one global-cache folder at once, batch size 1, `trials` times."""
+    import threading
+
+    from soco_pipeline.features.global_cache import extract_global, read_global
+
+    ex, images, _, policy, _, _ = _global_cache(tmp, n=16)
+    policy = policy.model_copy(update={"batch_size": 1})
+    lost, t0 = 0, time.perf_counter()
+    for trial in range(trials):
+        root = str(tmp / f"two{trial}")
+        threads = [
+            threading.Thread(target=extract_global, args=(ex, part, root, policy))
+            for part in (images.iloc[:8], images.iloc[8:])
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        try:
+            lost += 16 - read_global(ex.cache_folder(root, policy)).image_ids.size
+        except Exception:  # noqa: BLE001 - a folder that cannot be read lost everything
+            lost += 16
+    record(
+        f"two writers of one global-cache folder ({trials} trials, batch 1)",
+        lost == 0,
+        lost,
+        time.perf_counter() - t0,
+        "one manifest file per writer, merged on read",
+    )
+
+
+def fault_vit_crop(tmp: Path) -> None:
+    """FG-BMK global_features.crop 200 for a ViT/14: refused before extraction, naming 196 and 210."""
+    from soco_pipeline.backbones import list_specs
+    from soco_pipeline.features import GlobalInputPolicy, cached_global
+
+    ex, images, *_ = _global_cache(tmp, n=2)
+    t0 = time.perf_counter()
+    try:
+        cached_global(
+            list_specs()["vit_small_random"],
+            images,
+            str(tmp / "vit"),
+            GlobalInputPolicy(crop=200),
+            {"device": "cpu"},
+        )
+        named = False
+    except ValueError as e:
+        named = "196" in str(e) and "210" in str(e)
+    shards = list((tmp / "vit").rglob("part-*.npy"))
+    record(
+        "ViT crop not a multiple of the patch (200 for /14)",
+        named and not shards,
+        0,
+        time.perf_counter() - t0,
+        "refused before extraction with the nearest crops 196 / 210",
+    )
+
+
+def fault_tampered_predictions(tmp: Path) -> None:
+    """A stored predictions table altered after it was written (footer metadata kept): records, compare and
+    re-scoring refuse it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from soco_pipeline.evaluation.records import load_backbone_tables
+
+    root = tmp / "tables"
+    tiny = pd.DataFrame({"pair_id": ["p0", "p1"], "ok": [True, False]})
+    for asset in ("image_set", "keypoints", "image_pairs", "correspondences", "four_choice"):
+        write_parquet_atomic(tiny, str(root / f"{asset}.parquet"))
+    for asset in ("feature_manifest", "predictions", "four_choice_predictions", "metrics"):
+        write_parquet_atomic(tiny, str(root / asset / "b.parquet"))
+    path = root / "predictions" / "b.parquet"
+    footer, table = pq.read_metadata(path).metadata, pq.read_table(path)
+    changed = table.set_column(1, "ok", pa.array([True, True]))
+    pq.write_table(changed.replace_schema_metadata(footer), path)
+    t0 = time.perf_counter()
+    try:
+        load_backbone_tables(str(root), "b")
+        refused = False
+    except ValueError as e:
+        refused = "altered" in str(e) and str(path) in str(e)
+    record(
+        "stored predictions altered after they were written",
+        refused,
+        0,
+        time.perf_counter() - t0,
+        "content checksum in the Parquet footer; records / compare / re-scoring refuse the table",
+    )
+
+
+def fault_unparsable_lvlm(tmp: Path) -> None:
+    """An LVLM server that answers 'I think so' to everything: the run log warns."""
+    from soco_pipeline.lvlm.backends.openai import OpenAIBackend
+    from soco_pipeline.lvlm.cache import AnswerCache
+    from soco_pipeline.lvlm.run import run_model
+    from soco_pipeline.lvlm.server import serve
+    from tests.lvlm_helpers import openai_spec, small_items
+
+    items = small_items(tmp / "items", items_per_group=2)
+    warnings: list[str] = []
+    t0 = time.perf_counter()
+    with serve(lambda r, b: "I think so") as srv:
+        spec = openai_spec(srv.base_url, "vague")
+        res = run_model(
+            items, spec, OpenAIBackend(spec), AnswerCache(str(tmp / "cache")), warn=warnings.append
+        )
+    record(
+        "LVLM whose every answer is unparsable",
+        len(warnings) == 1 and f"{len(res.answers)} of {len(res.answers)}" in warnings[0],
+        0,
+        time.perf_counter() - t0,
+        "the run log warns (count and an example answer)",
+    )
+
+
+def fault_disk_full_mount(tmp: Path) -> None:
+    """A 256 KiB tmpfs mounted inside the storage root: the error names that mount and its free space."""
+    with _tiny_tmpfs(tmp, "disk full (mount inside the storage root)") as mnt:
+        if mnt is None:
+            return
+        try:
+            os.environ["SOCO_STORAGE"] = str(tmp)
+            t0 = time.perf_counter()
+            try:
+                write_bytes_atomic(str(mnt / "x.npy"), os.urandom(400_000))
+                named = False
+            except StorageFullError as e:
+                free = int(str(e).split(" has ", 1)[1].split(" bytes free", 1)[0].replace(",", ""))
+                named = f"mount {mnt}" in str(e) and free <= 256 * 1024
+            record(
+                "disk full on a mount inside the storage root",
+                named,
+                0,
+                time.perf_counter() - t0,
+                "the error names the full mount and its free space, not the storage root's",
+            )
+        finally:
+            os.environ.pop("SOCO_STORAGE", None)
+
+
+def fault_orphan_step(tmp: Path) -> None:
+    """kill -9 of only the demo's main process while a feature step is paused: the step process dies too."""
+    import signal
+
+    env = crash_env(tmp)
+    demo = start_demo(env)
+    try:
+        step = wait_for_pause(env, demo, deadline_s=600)
+        os.kill(demo.pid, signal.SIGKILL)
+        demo.wait(timeout=10)
+        t0 = time.perf_counter()
+        while _running(step) and time.perf_counter() - t0 < 30:
+            time.sleep(0.1)
+        seconds = time.perf_counter() - t0
+        record(
+            "kill -9 of the demo's main process only",
+            not _running(step),
+            0,
+            seconds,
+            "the paused step process died with it (no orphan publishing later)",
+        )
+    finally:
+        kill_session(demo)
+
+
+def _running(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--skip-crash", action="store_true", help="leave out the kill -9 of a whole demo run")
@@ -560,9 +799,18 @@ def main() -> int:
         ("sql", fault_sql_write),
         ("keypoint outside", fault_keypoint_outside),
         ("mmvm bad input", fault_mmvm_bad_input),
+        ("global manifest", lambda t: fault_global_metadata(t, "manifest")),
+        ("global info", lambda t: fault_global_metadata(t, "info")),
+        ("global shard", lambda t: fault_global_metadata(t, "shard")),
+        ("global writers", fault_two_global_writers),
+        ("vit crop", fault_vit_crop),
+        ("tampered predictions", fault_tampered_predictions),
+        ("unparsable lvlm", fault_unparsable_lvlm),
+        ("disk full mount", fault_disk_full_mount),
     ]
     if not args.skip_crash:
         faults.append(("crash", fault_crash_mid_extraction))
+        faults.append(("orphan step", fault_orphan_step))
     if args.only:
         faults = [(n, fn) for n, fn in faults if any(o in n for o in args.only)]
     for name, fn in faults:

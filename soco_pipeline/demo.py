@@ -166,11 +166,12 @@ def family_stages(family: Family, backbones: Sequence[str], lvlms: Sequence[str]
     ]
 
 
-def _first_error(result: dg.JobExecutionResult) -> str:
-    """The first failed step's key and the error that made it fail (its root cause, no traceback)."""
+def first_error(result: dg.JobExecutionResult) -> str:
+    """The first failed step's key and the error that made it fail (the user's error inside Dagster's wrapping,
+    no traceback): a named error raised from a lower one (StorageFullError from OSError) shows by its name."""
     for event in result.get_step_failure_events():
         error = event.step_failure_data.error
-        while error is not None and error.cause is not None:  # Dagster wraps the user's error
+        while error is not None and error.cause is not None and error.cls_name.startswith("Dagster"):
             error = error.cause
         return f"step {event.step_key}: {error.message.strip() if error else 'no error recorded'}"
     return "the run failed before any step (see `make ui`)"
@@ -227,7 +228,7 @@ class Runner:
                 return True
             if result.dagster_run.status == dg.DagsterRunStatus.CANCELED or _interrupted(result):
                 raise KeyboardInterrupt
-            reason = _first_error(result)
+            reason = first_error(result)
         self.failed[stage.label] = reason
         self.log(f"  FAILED after {time.perf_counter() - t0:.1f} s (run {result.run_id}): {reason}")
         return False

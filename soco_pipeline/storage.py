@@ -23,6 +23,7 @@ import fsspec
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+import xxhash
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -131,19 +132,31 @@ def published(paths: list[str]) -> list[str]:
     return [x for x in paths if not x.rstrip("/").rsplit("/", 1)[-1].startswith(".")]
 
 
+def _mount_of(path: str) -> str:
+    """The mount point holding a local path (its nearest existing folder's mount)."""
+    p = os.path.abspath(path)
+    while not os.path.exists(p):
+        p = os.path.dirname(p)
+    while not os.path.ismount(p):
+        p = os.path.dirname(p)
+    return p
+
+
 def _no_space(path: str, needed: int | None, e: OSError) -> StorageFullError:
-    root = default_storage_root()
-    parent = path.rsplit("/", 1)[0]
-    where = root if str(path).startswith(str(root).rstrip("/") + "/") else parent
-    try:
-        free = f"{shutil.disk_usage(where).free:,} bytes free"
-    except OSError:
-        free = "free space unknown"
     size = f"{needed:,} bytes" if needed is not None else "more space"
+    if is_remote(path):
+        where, free = path.rsplit("/", 1)[0], "no space left"
+    else:
+        where = f"mount {_mount_of(path)}"  # the full disk may be a mount inside the storage root
+        try:
+            free = f"{shutil.disk_usage(_mount_of(path)).free:,} bytes free"
+        except OSError:
+            free = "free space unknown"
     return StorageFullError(
         e.errno,
-        f"no space left writing {path}: it needs {size}, the storage root {where} has {free}; "
-        f"free space there or point SOCO_STORAGE at a larger disk, then re-run (nothing was published)",
+        f"no space left writing {path}: it needs {size}, the disk holding it ({where}) has {free}; free space "
+        f"there or point SOCO_STORAGE (now {default_storage_root()}) at a larger disk, then re-run (nothing "
+        f"was published)",
     )
 
 
@@ -194,18 +207,68 @@ def read_bytes(path: str) -> bytes:
         return f.read()
 
 
-def write_parquet_atomic(df: pd.DataFrame | pa.Table, path: str) -> None:
-    """Write a table as one Parquet file atomically."""
-    table = df if isinstance(df, pa.Table) else pa.Table.from_pandas(df, preserve_index=False)
+CONTENT_CHECKSUM_KEY = (
+    b"soco.content_xxh3"  # Parquet footer key: xxh3_128 of the file's bytes before the footer
+)
+
+
+class TableIntegrityError(ValueError):
+    """A stored table whose bytes do not match its content checksum, or that has none where one is required."""
+
+
+def _data_checksum(data: bytes | memoryview) -> str:
+    return xxhash.xxh3_128_hexdigest(data)
+
+
+def parquet_bytes(table: pa.Table) -> bytes:
+    """A table as Parquet bytes (zstd) whose footer carries the xxh3 of every byte before the footer (the
+    column chunks: all values), so any change to the stored values is detected on read."""
     buf = io.BytesIO()
-    pq.write_table(table, buf, compression="zstd")
-    write_bytes_atomic(path, buf.getvalue())
+    with pq.ParquetWriter(buf, table.schema, compression="zstd") as writer:
+        writer.write_table(table)
+        writer.add_key_value_metadata({CONTENT_CHECKSUM_KEY: _data_checksum(buf.getbuffer())})
+    return buf.getvalue()
 
 
-def read_parquet(path: str, columns: list[str] | None = None) -> pd.DataFrame:
-    """Read a Parquet file through fsspec into pandas."""
+def write_parquet_atomic(df: pd.DataFrame | pa.Table, path: str) -> None:
+    """Write a table as one Parquet file atomically, with its content checksum in the footer."""
+    table = df if isinstance(df, pa.Table) else pa.Table.from_pandas(df, preserve_index=False)
+    write_bytes_atomic(path, parquet_bytes(table))
+
+
+def check_parquet(data: bytes, path: str, required: bool = False, fix: str = "") -> None:
+    """Verify Parquet bytes against the content checksum in their footer; TableIntegrityError naming the file
+    when they differ, or (with `required`) when there is none. `fix` says how to get a good copy."""
+    fix = fix or "re-materialize the asset that writes it"
+    footer_len = int.from_bytes(data[-8:-4], "little") if len(data) >= 12 else -1
+    start = len(data) - 8 - footer_len
+    if data[:4] != b"PAR1" or data[-4:] != b"PAR1" or not 4 <= start <= len(data) - 8:
+        raise TableIntegrityError(f"{path} is not a readable Parquet file (damaged or truncated); {fix}")
+    meta = pq.read_metadata(io.BytesIO(data)).metadata or {}
+    stored = meta.get(CONTENT_CHECKSUM_KEY)
+    if stored is None:
+        if required:
+            raise TableIntegrityError(
+                f"{path} has no content checksum: it was written by another tool or altered since (tables "
+                f"written by the pipeline carry one); {fix}"
+            )
+        return
+    if _data_checksum(memoryview(data)[:start]) != stored.decode():
+        raise TableIntegrityError(
+            f"{path} was altered after it was written: its contents do not match the checksum stored with "
+            f"them; {fix}"
+        )
+
+
+def read_parquet(
+    path: str, columns: list[str] | None = None, require_checksum: bool = False, fix: str = ""
+) -> pd.DataFrame:
+    """Read a Parquet file through fsspec into pandas, verified against its content checksum when it has one
+    (`require_checksum`: refuse a file without one, for tables that scores are read from)."""
     fs, p = filesystem(path)
     if not fs.exists(p):
         raise FileNotFoundError(f"{path} does not exist: materialize the asset that writes it first")
     with fs.open(p, "rb") as f:
-        return pq.read_table(f, columns=columns).to_pandas()
+        data = f.read()
+    check_parquet(data, path, require_checksum, fix)
+    return pq.read_table(io.BytesIO(data), columns=columns).to_pandas()

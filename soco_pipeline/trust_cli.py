@@ -79,7 +79,7 @@ def record_for_backbone(settings: Settings, backbone: str, protocol_path: str | 
 
 def record_for_lvlm(settings: Settings, model: str) -> dict:
     """The record of an LVLM, rebuilt from its stored answers and the items."""
-    from soco_pipeline.evaluation.records import lvlm_record, stored_subset
+    from soco_pipeline.evaluation.records import load_lvlm_answers, lvlm_record, stored_subset
     from soco_pipeline.evaluation.subsets import SubsetRule
     from soco_pipeline.lvlm.protocol import load_lvlm_protocol
     from soco_pipeline.lvlm.specs import load_spec, spec_hash
@@ -90,7 +90,7 @@ def record_for_lvlm(settings: Settings, model: str) -> dict:
         from soco_pipeline.evaluation.provenance import read_record
 
         return read_record(stored)
-    answers = read_parquet(join(settings.tables_root, "lvlm_answers", f"{model}.parquet"))
+    answers = load_lvlm_answers(settings.tables_root, model)
     items = read_parquet(join(settings.tables_root, "lvlm_items.parquet"))
     metrics_path = join(settings.tables_root, "lvlm_metrics", f"{model}.parquet")
     rule = stored_subset(read_parquet(metrics_path)) if exists(metrics_path) else SubsetRule()
@@ -202,9 +202,9 @@ def _backbone_scores(settings: Settings, backbone: str, protocol_path: str | Non
 
 def _lvlm_scores(settings: Settings, model: str):
     from soco_pipeline.evaluation import stats
-    from soco_pipeline.storage import join, read_parquet
+    from soco_pipeline.evaluation.records import load_lvlm_answers
 
-    return stats.lvlm_scores(read_parquet(join(settings.tables_root, "lvlm_answers", f"{model}.parquet")))
+    return stats.lvlm_scores(load_lvlm_answers(settings.tables_root, model))
 
 
 def cmd_compare(args: argparse.Namespace, settings: Settings) -> int:

@@ -164,8 +164,29 @@ def lvlm_record(
     )
 
 
+PREDICTION_TABLES = ("predictions", "four_choice_predictions", "lvlm_answers")  # scores are read from these
+
+
+def read_prediction_table(path: str, asset: str, partition: str) -> pd.DataFrame:
+    """A stored prediction table (predictions, four_choice_predictions, lvlm_answers), verified against the
+    content checksum the pipeline wrote with it: a table altered since, or one without a checksum, is refused
+    with the file and the asset to re-materialize (compare, records and re-scoring read through here)."""
+    from soco_pipeline.storage import exists, read_parquet
+
+    if not exists(path):
+        raise FileNotFoundError(
+            f"no {asset} of {partition!r} at {path}: materialize it first (make demo, or its asset)"
+        )
+    return read_parquet(
+        path,
+        require_checksum=True,
+        fix=f"re-materialize {asset}[{partition}] (no model output is trusted unverified)",
+    )
+
+
 def load_backbone_tables(tables_root: str, backbone: str) -> dict[str, pd.DataFrame]:
-    """The stored tables a backbone record (or a re-score) needs; a clear error naming what to materialize."""
+    """The stored tables a backbone record (or a re-score) needs; a clear error naming what to materialize.
+    The prediction tables are verified against their content checksums."""
     from soco_pipeline.storage import exists, read_parquet
     from soco_pipeline.tables import table_for
 
@@ -173,10 +194,19 @@ def load_backbone_tables(tables_root: str, backbone: str) -> dict[str, pd.DataFr
     for asset in ("image_set", "keypoints", "image_pairs", "correspondences", "four_choice"):
         out[asset] = _read(table_for(asset).path(tables_root), asset, exists, read_parquet)
     for asset in ("feature_manifest", "predictions", "four_choice_predictions", "metrics"):
-        out[asset] = _read(
-            table_for(asset).path(tables_root, backbone), f"{asset} of {backbone!r}", exists, read_parquet
-        )
+        path = table_for(asset).path(tables_root, backbone)
+        if asset in PREDICTION_TABLES:
+            out[asset] = read_prediction_table(path, asset, backbone)
+        else:
+            out[asset] = _read(path, f"{asset} of {backbone!r}", exists, read_parquet)
     return out
+
+
+def load_lvlm_answers(tables_root: str, model: str) -> pd.DataFrame:
+    """An LVLM's stored answers, verified against their content checksum."""
+    from soco_pipeline.tables import table_for
+
+    return read_prediction_table(table_for("lvlm_answers").path(tables_root, model), "lvlm_answers", model)
 
 
 def _read(path: str, what: str, exists, read_parquet) -> pd.DataFrame:

@@ -14,6 +14,7 @@ _WHERE = {
     "cached_global": "global_cache",
     "extract_global": "global_cache",
     "read_global": "global_cache",
+    "resolve_folder": "global_cache",
     "MANIFEST_COLUMNS": "layout",
     "FeatureError": "layout",
     "feature_dir": "layout",

@@ -3,24 +3,34 @@ each of the last two blocks and the mean of the last block's patch tokens, extra
 that asks (FG-BMK's probes, SOCO's kNN / retrieval, ...). The extractors are `features.global_extractors`.
 
 Layout, beside the backbone's dense maps: `<cache_root>/<backbone>/<spec_hash>/global_<policy_hash>/` holds
-shards `part-<digest>.npy` (fp32 rows [cls_prev | cls_last | patch_mean]), `manifest.parquet` (image_id,
-shard, row, checksum, width, height) and `info.json` (dims, policy). Each shard is xxh3-checksummed on
-every read; extraction resumes from the images the manifest lists with a valid shard. Families with
-different image tables share a folder when they ask for the same policy: the manifest is merged with what is
-on disk at every write, so one family's rows never drop another's.
+shards `part-<digest>.npy` (fp32 rows [cls_prev | cls_last | patch_mean]), one manifest per writer
+`manifest-<start time>-<pid>-<random>.parquet` (image_id, shard, row, checksum, width, height; a folder written
+before that has one `manifest.parquet`, still read) and `info.json` (dims, policy). Each shard is
+xxh3-checksummed on every read; extraction resumes from the images some manifest lists with a valid shard.
+Families with different image tables share a folder when they ask for the same policy: each writer writes
+only its own manifest file and readers merge them all (the newest valid row of an image wins), so two writers
+at once never drop each other's rows, on a local disk or an object store alike, with no lock.
+
+Damage is repaired, not fatal: an unreadable manifest file, a missing or damaged info.json and a missing or
+corrupt shard each raise a FeatureError naming the file and the asset to re-materialize; that re-extraction
+recomputes only the images the damaged file held (and rewrites a damaged info.json from one forward pass).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
+import os
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import torch
 
 from soco_pipeline.backbones import BackboneSpec
@@ -33,10 +43,13 @@ from soco_pipeline.features.global_extractors import (
     spec_identity,
     torch_threads,
 )
-from soco_pipeline.features.layout import FeatureError, checksum_matches, file_checksum
+from soco_pipeline.features.layout import INFO, FeatureError, checksum_matches, file_checksum
 from soco_pipeline.features.policy import GLOBAL_CODE_VERSION, GlobalInputPolicy
 from soco_pipeline.storage import (
     exists,
+    filesystem,
+    is_remote,
+    is_temporary,
     join,
     read_bytes,
     read_parquet,
@@ -45,6 +58,7 @@ from soco_pipeline.storage import (
 )
 
 PARTS = ("cls_prev", "cls_last", "patch_mean")
+MANIFEST = "manifest.parquet"  # written before one manifest per writer; still read
 MANIFEST_COLUMNS = ["image_id", "shard", "row", "checksum", "width", "height"]
 
 
@@ -68,13 +82,16 @@ class GlobalFeatures:
         parts = [self.cls_prev, self.cls_last][-n_blocks:] + ([self.patch_mean] if avgpool else [])
         return np.concatenate(parts, axis=1).astype(np.float32)
 
-    def table(self, backbone: str, folder: str) -> pd.DataFrame:
-        """The asset table of these features: one row per image with its cache folder and the part sizes."""
+    def table(self, backbone: str, folder: str, cache_root: str | None = None) -> pd.DataFrame:
+        """The asset table of these features: one row per image with its cache folder and the part sizes. With
+        `cache_root` the folder is stored relative to it, so a copied storage root reads its own cache
+        (`resolve_folder` turns it back into a path)."""
+        root = str(cache_root).rstrip("/") + "/" if cache_root else None
         return pd.DataFrame(
             {
                 "backbone": backbone,
                 "image_id": self.image_ids.astype(str),
-                "folder": folder,
+                "folder": folder[len(root) :] if root and folder.startswith(root) else folder,
                 "dim_cls_prev": self.cls_prev.shape[1],
                 "dim_cls_last": self.cls_last.shape[1],
                 "dim_patch_mean": self.patch_mean.shape[1],
@@ -92,26 +109,95 @@ class GlobalFeatures:
         )
 
 
-def _read_manifest(folder: str) -> pd.DataFrame:
-    path = join(folder, "manifest.parquet")
-    return read_parquet(path) if exists(path) else pd.DataFrame(columns=MANIFEST_COLUMNS)
+def resolve_folder(folder: str, cache_root: str) -> str:
+    """The cache folder a global-feature table names: under `cache_root` when stored relative; an absolute path
+    or URL (tables written before paths were relative) is kept."""
+    return folder if folder.startswith("/") or is_remote(folder) else join(cache_root, folder)
 
 
-def _shard_ok(folder: str, shard: str, checksum: str) -> bool:
-    path = join(folder, shard)
-    return exists(path) and checksum_matches(read_bytes(path), checksum)
+def _fix(folder: str) -> str:
+    """The fix for a damaged global cache folder: re-materialize the assets that extract into it."""
+    backbone = folder.rstrip("/").split("/")[-3] if folder.count("/") >= 3 else "<backbone>"
+    return (
+        f"materialize global_feature_manifest[{backbone}] (or fgbmk_global_features[{backbone}]) again: "
+        f"only what is damaged is extracted again"
+    )
 
 
-def _to_extract(folder: str, images: pd.DataFrame) -> pd.DataFrame:
-    """The images still to extract: an image counts as cached when the manifest lists it in a shard whose
-    checksum holds, at the same width x height."""
-    manifest = _read_manifest(folder)
-    valid_shards = {
-        s
-        for s, c in manifest[["shard", "checksum"]].drop_duplicates().itertuples(index=False)
-        if _shard_ok(folder, s, c)
-    }
-    known = manifest[manifest.shard.isin(valid_shards)].set_index("image_id")
+def _manifest_files(folder: str) -> list[str]:
+    """The manifest files of a folder, oldest first: `manifest.parquet` (written before one file per writer),
+    then every writer's `manifest-<time>-<writer>.parquet` in the order they were started."""
+    fs, base = filesystem(folder)
+    fs.invalidate_cache(base)  # an object store's cached listing would hide another writer's new file
+    found = fs.glob(f"{base.rstrip('/')}/manifest*.parquet") if fs.exists(base) else []
+    names = sorted(f.rsplit("/", 1)[-1] for f in found if not is_temporary(f))
+    return [join(folder, n) for n in sorted(names, key=lambda n: (n != MANIFEST, n))]
+
+
+def _read_manifest(folder: str, damaged: list[str] | None = None) -> pd.DataFrame:
+    """Every writer's manifest rows, oldest file first (`order` says which file). An unreadable file raises a
+    FeatureError naming it, or, when a `damaged` list is given, is appended to it and skipped (extraction then
+    re-extracts its images)."""
+    frames = []
+    for order, path in enumerate(_manifest_files(folder)):
+        try:
+            df = read_parquet(path)
+            missing = set(MANIFEST_COLUMNS) - set(df.columns)
+            if missing:
+                raise ValueError(f"it lacks columns {sorted(missing)}")
+        except (OSError, ValueError, pa.ArrowException) as e:
+            if damaged is None:
+                raise FeatureError(
+                    f"the global-feature manifest {path} is damaged and cannot be read ({e}); "
+                    f"{_fix(folder)} (the damaged file is replaced)"
+                ) from None
+            damaged.append(path)
+            continue
+        frames.append(df[MANIFEST_COLUMNS].assign(order=order))
+    if not frames:
+        return pd.DataFrame(columns=[*MANIFEST_COLUMNS, "order"])
+    return pd.concat(frames, ignore_index=True)
+
+
+def _shards(folder: str, rows: pd.DataFrame, keep: bool) -> dict[tuple[str, str], bytes | str]:
+    """Each (shard, checksum) the rows name -> its verified bytes (or b"" when `keep` is False), or why it
+    cannot be used ("missing", "corrupt")."""
+    out: dict[tuple[str, str], bytes | str] = {}
+    for shard, checksum in rows[["shard", "checksum"]].drop_duplicates().itertuples(index=False):
+        path = join(folder, shard)
+        if not exists(path):
+            out[(shard, checksum)] = "missing"
+            continue
+        data = read_bytes(path)
+        out[(shard, checksum)] = (data if keep else b"") if checksum_matches(data, checksum) else "corrupt"
+    return out
+
+
+def _resolve(
+    folder: str, manifest: pd.DataFrame, image_ids, keep: bool
+) -> tuple[pd.DataFrame, dict[tuple[str, str], bytes | str]]:
+    """Per image, the newest manifest row whose shard is present and intact (rows of several writers may
+    list one image), and the shard check of every row considered."""
+    rows = manifest if image_ids is None else manifest[manifest.image_id.isin(list(image_ids))]
+    checked = _shards(folder, rows, keep)
+    status = pd.DataFrame(
+        [(shard, checksum, isinstance(v, bytes)) for (shard, checksum), v in checked.items()],
+        columns=["shard", "checksum", "ok"],
+    )
+    ok = rows[["shard", "checksum"]].merge(status, on=["shard", "checksum"], how="left")["ok"].fillna(False)
+    valid = (
+        rows[ok.to_numpy(dtype=bool)]
+        .sort_values("order", kind="stable")
+        .drop_duplicates("image_id", keep="last")
+    )
+    return valid, checked
+
+
+def _to_extract(folder: str, images: pd.DataFrame, damaged: list[str]) -> pd.DataFrame:
+    """The images still to extract: an image counts as cached when a readable manifest lists it in a shard
+    that is present and whose checksum holds, at the same width x height."""
+    known, _ = _resolve(folder, _read_manifest(folder, damaged), images.image_id, keep=False)
+    known = known.set_index("image_id")
     same = images.image_id.isin(known.index)
     if same.any():
         k = known.loc[images.image_id[same]]
@@ -121,11 +207,57 @@ def _to_extract(folder: str, images: pd.DataFrame) -> pd.DataFrame:
     return images[~same.to_numpy()]
 
 
-def _write_manifest(folder: str, ours: pd.DataFrame) -> None:
-    """Write the manifest: our rows over what is on disk (the rows of other images stay, whoever wrote them)."""
-    on_disk = _read_manifest(folder)
-    merged = pd.concat([on_disk[~on_disk.image_id.isin(ours.image_id)], ours], ignore_index=True)
-    write_parquet_atomic(merged[MANIFEST_COLUMNS], join(folder, "manifest.parquet"))
+def _writer_manifest(folder: str) -> str:
+    """This writer's own manifest file: `manifest-<start time ns>-<pid>-<random>.parquet`. Only this
+    writer writes it, so two writers of one folder (SOCO and FG-BMK at the same policy) never overwrite each
+    other's rows, on any storage; readers merge every writer's file."""
+    return join(folder, f"manifest-{time.time_ns():020d}-{os.getpid()}-{uuid.uuid4().hex[:12]}.parquet")
+
+
+def _read_info(folder: str) -> dict:
+    """The folder's info.json (dims, policy); a FeatureError naming it and the fix when missing or damaged."""
+    path = join(folder, INFO)
+    try:
+        info = json.loads(read_bytes(path))
+        dims = [int(d) for d in info["dims"]]
+        if len(dims) != len(PARTS) or min(dims) < 1:
+            raise ValueError(f"dims {dims} are not {len(PARTS)} positive sizes")
+    except FileNotFoundError:
+        raise FeatureError(f"the global-feature info file {path} is missing; {_fix(folder)}") from None
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise FeatureError(f"the global-feature info file {path} is damaged ({e}); {_fix(folder)}") from None
+    return {**info, "dims": dims}
+
+
+def _write_info(folder: str, name: str, dims: list[int], config: GlobalInputPolicy, extractor) -> None:
+    write_bytes_atomic(
+        join(folder, INFO),
+        json.dumps(
+            {
+                "backbone": name,
+                "dims": dims,
+                "parts": list(PARTS),
+                "config": config.model_dump(),
+                "identity": extractor.identity(),
+                "code_version": GLOBAL_CODE_VERSION,
+            },
+            default=str,
+        ).encode(),
+    )
+
+
+def _forward(extractor: GlobalExtractor, recs: pd.DataFrame, config: GlobalInputPolicy, name: str) -> list:
+    """The three parts of a batch as float32 arrays; a FeatureError naming the image on NaN/inf."""
+    pixels = load_global_pixels(list(recs.uri), list(recs.image_id), config)
+    with torch.inference_mode(), torch_threads(config.threads):
+        parts = [p.float().cpu().numpy() for p in extractor.forward(pixels, recs)]
+    bad = ~np.isfinite(np.concatenate(parts, 1)).all(1)
+    if bad.any():
+        raise FeatureError(
+            f"backbone {name!r} gave NaN/inf global features for image "
+            f"{recs.image_id.iloc[int(np.flatnonzero(bad)[0])]!r}; check its weights and input"
+        )
+    return parts
 
 
 def extract_global(
@@ -154,44 +286,36 @@ def extract_global(
         raise ValueError(
             f"extract_global: duplicate image ids {list(images.image_id[images.image_id.duplicated()][:5])}"
         )
-    todo = _to_extract(folder, images)
+    damaged: list[str] = []
+    todo = _to_extract(folder, images, damaged)
+    for path in damaged:
+        log(f"[{name}] {path} is damaged: its images are extracted again and the file is replaced")
     log(f"[{name}] global features: {len(images) - len(todo)} cached in {folder}, {len(todo)} to extract")
-    if len(todo) and not isinstance(extractor, GlobalExtractor):
+    try:
+        info_ok = bool(_read_info(folder))
+    except FeatureError:
+        info_ok = False
+    if (len(todo) or not info_ok) and not isinstance(extractor, GlobalExtractor):
         extractor = extractor()
+    if not info_ok and not len(todo) and len(images):
+        # Only info.json is damaged: one image's forward pass gives the part sizes; no shard is rewritten.
+        dims = [p.shape[1] for p in _forward(extractor, images.iloc[:1], config, name)]
+        _write_info(folder, name, dims, config, extractor)
+        log(f"[{name}] rewrote {join(folder, INFO)} (it was missing or damaged); no shard was extracted")
+    own = _writer_manifest(folder)
     rows = []
     t0 = time.perf_counter()
     for start in range(0, len(todo), config.batch_size):
         recs = todo.iloc[start : start + config.batch_size]
-        pixels = load_global_pixels(list(recs.uri), list(recs.image_id), config)
-        with torch.inference_mode(), torch_threads(config.threads):
-            parts = [p.float().cpu().numpy() for p in extractor.forward(pixels, recs)]
-        bad = ~np.isfinite(np.concatenate(parts, 1)).all(1)
-        if bad.any():
-            raise FeatureError(
-                f"backbone {name!r} gave NaN/inf global features for image "
-                f"{recs.image_id.iloc[int(np.flatnonzero(bad)[0])]!r}; check its weights and input"
-            )
+        parts = _forward(extractor, recs, config, name)
         dims = [p.shape[1] for p in parts]
         buf = io.BytesIO()
         np.save(buf, np.concatenate(parts, 1).astype(np.float32), allow_pickle=False)
         data = buf.getvalue()
         shard = "part-" + hashlib.sha256("\n".join(recs.image_id).encode()).hexdigest()[:16] + ".npy"
         write_bytes_atomic(join(folder, shard), data)
-        if start == 0:
-            write_bytes_atomic(
-                join(folder, "info.json"),
-                json.dumps(
-                    {
-                        "backbone": name,
-                        "dims": dims,
-                        "parts": list(PARTS),
-                        "config": config.model_dump(),
-                        "identity": extractor.identity(),
-                        "code_version": GLOBAL_CODE_VERSION,
-                    },
-                    default=str,
-                ).encode(),
-            )
+        if start == 0:  # every writer writes it, so a deleted or damaged one is rewritten by the next run
+            _write_info(folder, name, dims, config, extractor)
         rows.append(
             pd.DataFrame(
                 {
@@ -204,7 +328,11 @@ def extract_global(
                 }
             )
         )
-        _write_manifest(folder, pd.concat(rows, ignore_index=True))
+        write_parquet_atomic(pd.concat(rows, ignore_index=True)[MANIFEST_COLUMNS], own)
+    for path in damaged:  # unreadable: its images are listed again (by this writer, or by the next to ask)
+        fs, p = filesystem(path)
+        with contextlib.suppress(FileNotFoundError):
+            fs.rm(p)
     if len(todo):
         dt = time.perf_counter() - t0
         log(f"[{name}] {len(todo)} images in {dt:.1f} s ({len(todo) / max(dt, 1e-9):.1f} images/s)")
@@ -237,22 +365,36 @@ def cached_global(
 
 def read_global(folder: str, image_ids=None) -> GlobalFeatures:
     """The cached global features of a folder (every shard read xxh3-verified), in `image_ids` order if given;
-    only the shards that hold those images are read."""
+    only the shards that hold those images are read. A damaged manifest or info.json, or a missing or corrupt
+    shard, raises a FeatureError naming the file and the fix."""
     manifest = _read_manifest(folder)
     if image_ids is not None:
         manifest = manifest[manifest.image_id.isin(list(image_ids))]
     if manifest.empty:
-        raise FileNotFoundError(f"no global features cached in {folder}; run extract_global first")
-    info = json.loads(read_bytes(join(folder, "info.json")))
+        raise FileNotFoundError(f"no global features cached in {folder}; {_fix(folder)}")
+    info = _read_info(folder)
+    rows, checked = _resolve(folder, manifest, None, keep=True)
+    lost = manifest[~manifest.image_id.isin(rows.image_id)]
+    if len(lost):
+        shard = lost.shard.iloc[0]
+        why = checked[(shard, lost.checksum.iloc[0])]
+        what = (
+            "is missing (deleted?)"
+            if why == "missing"
+            else "is corrupt (its bytes do not match the manifest)"
+        )
+        raise FeatureError(
+            f"global features shard {join(folder, shard)} {what}, and {lost.image_id.nunique()} images "
+            f"(e.g. {lost.image_id.iloc[0]!r}) have no other copy; {_fix(folder)}"
+        )
     blocks, ids = [], []
-    for shard, grp in manifest.groupby("shard", sort=True):
-        data = read_bytes(join(folder, shard))
-        if not checksum_matches(data, grp.checksum.iloc[0]):
+    for (shard, checksum), grp in rows.groupby(["shard", "checksum"], sort=True):
+        arr = np.load(io.BytesIO(checked[(shard, checksum)]), allow_pickle=False)
+        if arr.ndim != 2 or arr.shape[1] != sum(info["dims"]):
             raise FeatureError(
-                f"global features shard {join(folder, shard)} is corrupt (its bytes do not match the "
-                f"manifest checksum); delete it and extract again: only its images are recomputed"
+                f"global features shard {join(folder, shard)} has shape {arr.shape}, info.json's part sizes "
+                f"{info['dims']} sum to {sum(info['dims'])}; {_fix(folder)}"
             )
-        arr = np.load(io.BytesIO(data), allow_pickle=False)
         blocks.append(arr[grp.row.to_numpy()])
         ids.append(grp.image_id.to_numpy())
     mat = np.concatenate(blocks)

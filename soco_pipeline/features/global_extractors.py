@@ -127,6 +127,20 @@ class ModelGlobal(GlobalExtractor):
         return {"hash": spec_hash(self.backbone.spec)}
 
 
+def check_crop(name: str, crop: int, patch: int | tuple[int, ...]) -> None:
+    """Refuse a crop that is not a multiple of a ViT's patch size (before any image is extracted), naming the
+    nearest valid crops; the policy is FG-BMK's `global_features` and SOCO's global features share it."""
+    p = max(patch) if isinstance(patch, tuple) else int(patch)
+    if crop % p == 0:
+        return
+    lower, upper = crop // p * p, (crop // p + 1) * p
+    valid = " or ".join(str(v) for v in (lower, upper) if v >= p)
+    raise ValueError(
+        f"global-feature input policy: crop {crop} is not a multiple of backbone {name!r}'s patch size {p}; "
+        f"use {valid} (global_features.crop in assets/fgbmk.yaml, the policy SOCO's global features share)"
+    )
+
+
 class ViTGlobal(ModelGlobal):
     """A timm ViT's last two blocks (forward_intermediates on the built model)."""
 
@@ -138,6 +152,7 @@ class ViTGlobal(ModelGlobal):
             raise ValueError(f"backbone {self.name!r} has {n} block(s); FG-BMK reads the last two")
         self.indices = [n - 2, n - 1]
         self.has_cls = bool(getattr(self.model, "has_class_token", False))
+        check_crop(self.name, config.crop, self.model.patch_embed.patch_size)
 
     def forward(self, pixels, records):
         out = self.model.forward_intermediates(

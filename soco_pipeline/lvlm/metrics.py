@@ -37,6 +37,26 @@ METRIC_COLUMNS = [
 HEALTH_COLUMNS = ["n_rows", "n_errors", "unparsable_pct"]
 
 
+UNPARSABLE_WARN_SHARE = (
+    0.5  # warn in the run log when more than this share of the answers received gave no letter
+)
+
+
+def unparsable_warning(answers: pd.DataFrame, share: float = UNPARSABLE_WARN_SHARE) -> str | None:
+    """A run-log warning when the parser read no letter from more than `share` of the answers received (failed
+    rows aside): the score is then the parser's failure, not the model's; None otherwise."""
+    received = answers[answers["error"].astype(str) == ""]
+    bad = received[received["parsed"].astype(str) == ""]
+    if received.empty or len(bad) <= share * len(received):
+        return None
+    model = str(answers["model"].iloc[0]) if "model" in answers.columns else "the model"
+    return (
+        f"{model}: {len(bad)} of {len(received)} answers received gave no letter the parser can read "
+        f"(e.g. {str(bad['raw_answer'].iloc[0])[:80]!r}); they all count wrong. Check the prompt format, the "
+        f"model's chat template or its max_new_tokens (unparsable_pct on the LVLM leaderboard)"
+    )
+
+
 def circular_groups(answers: pd.DataFrame) -> pd.DataFrame:
     """One row per (model, setting, g_index): all rows right, row count and the item's scopes."""
     return answers.groupby(["model", "setting", "g_index"], as_index=False, sort=False).agg(

@@ -23,6 +23,7 @@ import pandas as pd
 
 from soco_pipeline.lvlm.backends import Backend, Reply
 from soco_pipeline.lvlm.cache import AnswerCache
+from soco_pipeline.lvlm.metrics import unparsable_warning
 from soco_pipeline.lvlm.parse import parse_answers
 from soco_pipeline.lvlm.prompt import ChatRequest, build_prompts, request_key
 from soco_pipeline.lvlm.specs import LvlmSpec
@@ -210,9 +211,11 @@ def run_model(
     backend: Backend,
     cache: AnswerCache,
     log: Callable[[str], None] = lambda _msg: None,
+    warn: Callable[[str], None] | None = None,
 ) -> RunResult:
     """Answers (ANSWER_COLUMNS) of one model to the items of its settings, in item order (`ask_requests`:
-    a worker reads a row's images, hashes the request, and takes the cached answer or asks the backend)."""
+    a worker reads a row's images, hashes the request, and takes the cached answer or asks the backend).
+    `warn` (default: `log`) gets one line when most answers received gave no letter (`unparsable_warning`)."""
     rows = items[items["setting"].isin(spec.settings)].reset_index(drop=True)
     texts = build_prompts(rows).to_numpy()
     n = len(rows)
@@ -264,4 +267,6 @@ def run_model(
     log(
         f"{spec.name}: {n} answers, {n_cached} from the cache, {n - n_cached} asked, {int((error != '').sum())} errors"
     )
+    if message := unparsable_warning(out):
+        (warn or log)(message)
     return RunResult(out[ANSWER_COLUMNS], sent=n - n_cached, cached=n_cached, errors=int((error != "").sum()))

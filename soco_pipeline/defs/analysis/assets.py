@@ -37,7 +37,7 @@ def global_metrics(
     shared global features (FG-BMK's input policy), on the category and fine-grained (category within family)
     tracks; read from the feature cache, no backbone runs."""
     from soco_pipeline.analysis.global_metrics import global_metrics as compute
-    from soco_pipeline.features import read_global
+    from soco_pipeline.features import read_global, resolve_folder
 
     images = image_set[
         image_set["image_id"].isin(feature_manifest["image_id"])
@@ -52,7 +52,9 @@ def global_metrics(
         train_fraction=config.train_fraction,
         temperature=config.temperature,
         log=context.log.info,
-        global_features=read_global(global_feature_manifest.folder.iloc[0], images.image_id),
+        global_features=read_global(
+            resolve_folder(global_feature_manifest.folder.iloc[0], soco.features_root), images.image_id
+        ),
     )
     head = df[df["headline"]]
     return TableResult(

@@ -148,7 +148,9 @@ def global_feature_manifest(
     feats, folder = cached_global(
         spec, image_set, soco.features_root, policy, cache_context(soco), context.log.info
     )
-    table = feats.table(context.partition_key, folder)
+    table = feats.table(
+        context.partition_key, folder, soco.features_root
+    )  # relative: a copied root reads its own
     return TableResult(table, {"rows": len(table), "folder": folder, "policy": str(policy.cache_key())})
 
 

@@ -100,7 +100,9 @@ def fgbmk_global_features(
     feats, folder = cached_global(
         spec, fgbmk_items, soco.features_root, cfg.global_features, _context(soco, cfg), context.log.info
     )
-    table = feats.table(context.partition_key, folder)
+    table = feats.table(
+        context.partition_key, folder, soco.features_root
+    )  # relative: a copied root reads its own
     return TableResult(
         table, {"rows": len(feats), "folder": folder, "dims": str(table.iloc[0, -3:].tolist())}
     )
@@ -114,11 +116,12 @@ def fgbmk_metrics(
     fgbmk_global_features: pd.DataFrame,
 ) -> TableResult:
     """Linear-probe top-1/top-5 and retrieval recall@1/mAP at each level, across and within superclasses."""
-    from soco_pipeline.features import read_global
+    from soco_pipeline.features import read_global, resolve_folder
     from soco_pipeline.tasks.fgbmk.machine_eval import evaluate_backbone
 
     cfg = fgbmk_config(soco)
-    feats = read_global(fgbmk_global_features.folder.iloc[0], fgbmk_items.image_id)
+    folder = resolve_folder(fgbmk_global_features.folder.iloc[0], soco.features_root)
+    feats = read_global(folder, fgbmk_items.image_id)
     df, _ = evaluate_backbone(
         context.partition_key, feats, fgbmk_items, cfg, bool(fgbmk_items.simulated.all())
     )
@@ -138,6 +141,7 @@ def fgbmk_robustness(
 ) -> TableResult:
     """Probe accuracy under FGSM / PGD (L-inf eps/255) and Gaussian noise, fine (subclass) vs coarse level."""
     from soco_pipeline.backbones.kinds import capabilities
+    from soco_pipeline.features import resolve_folder
     from soco_pipeline.features.global_extractors import build_global_extractor
     from soco_pipeline.tasks.fgbmk.robustness import robustness_for_backbone
 
@@ -148,7 +152,7 @@ def fgbmk_robustness(
     df = robustness_for_backbone(
         context.partition_key,
         ex,
-        fgbmk_global_features.folder.iloc[0],
+        resolve_folder(fgbmk_global_features.folder.iloc[0], soco.features_root),
         fgbmk_items,
         cfg,
         reads_pixels="pixels" in capabilities(spec.kind),

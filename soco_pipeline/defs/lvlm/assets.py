@@ -122,6 +122,7 @@ def lvlm_answers(
             build_backend(spec),
             AnswerCache(soco.lvlm_cache_root),
             log=context.log.info,
+            warn=context.log.warning,
         )
     return TableResult(
         result.answers,
