@@ -23,8 +23,13 @@ from soco_pipeline.defs.shared.resources import SocoSettings
 
 GROUP = "tpips"
 EAGER = dg.AutomationCondition.eager()
-CODE_VERSION = "tpips-4"  # 4: late fusion = an aspect-weighted squared distance of the embeddings, L-BFGS line search unstalled; 3: signed late fusion on a 2 x 2 token grid; 2: signed mid-fusion weights, L-BFGS
+CODE_VERSION = "tpips-5"  # 5: a source (generated | official), 2AFC without "overall", LVLM permutation averaging, ties scored as ties; 4: late fusion = an aspect-weighted squared distance of the embeddings, L-BFGS line search unstalled; 3: signed late fusion on a 2 x 2 token grid; 2: signed mid-fusion weights, L-BFGS
 SIMULATED = "judgements are SIMULATED (noisy-observer model), not human"
+
+
+def judgements(cfg) -> str:
+    """The metadata line saying who gave the votes of the configured source."""
+    return SIMULATED if cfg.source.votes_are == "simulated" else f"judgements are {cfg.source.votes_are}"
 
 
 def tpips_config():
@@ -46,38 +51,28 @@ def tpips_table(partitions_def: dg.PartitionsDefinition | None = None, kinds=fro
 # never starts a family nobody asked for; everything below it follows eagerly.
 @tpips_table(automation_condition=None)
 def tpips_images(context: dg.AssetExecutionContext, soco: SocoSettings) -> TableResult:
-    """Every TPIPS render (triplets and 2AFC) with its exact aspect values, uri and size; the renders go under
-    <storage>/tpips."""
-    from soco_pipeline.tasks.tpips.afc import generate_afc
-    from soco_pipeline.tasks.tpips.images import write_images
-    from soco_pipeline.tasks.tpips.triplets import generate_triplets
+    """Every TPIPS image (triplets and 2AFC) with its uri and size: generated renders (with their exact aspect
+    values) under <storage>/tpips, or the images of the official set (config `source`)."""
+    from soco_pipeline.tasks.tpips.source import images_table
 
     cfg = tpips_config()
-    ts = generate_triplets(cfg)
-    afc_values, _ = generate_afc(cfg)
-    values = pd.concat([ts.images.assign(role="triplet"), afc_values.assign(role="afc")], ignore_index=True)
-    written = write_images(values.drop(columns="role"), soco.task_root(GROUP), cfg)
-    out = values.merge(written, on="image_id", validate="one_to_one")
-    return TableResult(out, {"images": len(out), "seed": cfg.seed, "image_size": cfg.image_size})
+    out, meta = images_table(cfg, soco.task_root(GROUP))
+    return TableResult(out, {**meta, "judgements": judgements(cfg)})
 
 
 @tpips_table(check=True)  # blocking: vote counts, y on the simplex, non-empty aspects, the simulated marker
 def tpips_ooo(context: dg.AssetExecutionContext, tpips_images: pd.DataFrame) -> TableResult:
-    """Odd-one-out (triplet, aspect) rows with simulated votes, pruned and normalised (y ∈ Δ³)."""
-    from soco_pipeline.tasks.tpips.ooo import annotate_triplets
+    """Odd-one-out (triplet, aspect) rows (simulated votes, or the official file's), pruned and normalised."""
     from soco_pipeline.tasks.tpips.schemas import ooo_problems
-    from soco_pipeline.tasks.tpips.triplets import generate_triplets
+    from soco_pipeline.tasks.tpips.source import ooo_table
 
     cfg = tpips_config()
-    ooo, summary = annotate_triplets(generate_triplets(cfg), cfg)
+    ooo, summary = ooo_table(cfg)
     return TableResult(
         ooo,
         {
-            "judgements": SIMULATED,
-            "observer": dg.MetadataValue.json(summary["observer"]),
-            "asked": summary["asked"],
-            "kept": summary["kept"],
-            "pruned": summary["pruned"],
+            "judgements": judgements(cfg),
+            "summary": dg.MetadataValue.json(summary),
             "by_split": dg.MetadataValue.json(ooo.split.value_counts().to_dict()),
         },
         problems=ooo_problems(ooo, cfg),
@@ -86,21 +81,15 @@ def tpips_ooo(context: dg.AssetExecutionContext, tpips_images: pd.DataFrame) -> 
 
 @tpips_table(check=True)  # blocking: as tpips_ooo's
 def tpips_afc(context: dg.AssetExecutionContext, tpips_images: pd.DataFrame) -> TableResult:
-    """2AFC rows (reference, two operation outputs, aspect, simulated votes); ties and >= 3 cannot-tell removed."""
-    from soco_pipeline.tasks.tpips.afc import annotate_afc, generate_afc
+    """2AFC rows (reference, two outputs, aspect, votes); ties and >= 3 cannot-tell removed; no "overall"."""
     from soco_pipeline.tasks.tpips.schemas import afc_problems
+    from soco_pipeline.tasks.tpips.source import afc_table
 
     cfg = tpips_config()
-    values, items = generate_afc(cfg)
-    afc, summary = annotate_afc(values, items, cfg)
+    afc, summary = afc_table(cfg)
     return TableResult(
         afc,
-        {
-            "judgements": SIMULATED,
-            "kept": summary["kept"],
-            "pruned": summary["pruned"],
-            "by_source": dg.MetadataValue.json(summary["by_source"]),
-        },
+        {"judgements": judgements(cfg), "summary": dg.MetadataValue.json(summary)},
         problems=afc_problems(afc, cfg),
     )
 
@@ -124,10 +113,16 @@ def tpips_features(
         from soco_pipeline.features.layout import MANIFEST_COLUMNS
 
         # same columns as an applicable partition
-        return TableResult(pd.DataFrame(columns=[*MANIFEST_COLUMNS, "layer"]), {"not_applicable": reason})
+        return TableResult(
+            pd.DataFrame(columns=[*MANIFEST_COLUMNS, "layer"]),
+            {"not_applicable": reason, "judgements": judgements(cfg)},
+        )
     images = tpips_images[["image_id", "uri", "width", "height", "category"]]
     manifests = extract_tpips(spec, images, soco.features_root, cfg, _device(soco), log=context.log.info)
-    return TableResult(pd.concat([m.assign(layer=i) for i, m in enumerate(manifests)], ignore_index=True))
+    return TableResult(
+        pd.concat([m.assign(layer=i) for i, m in enumerate(manifests)], ignore_index=True),
+        {"judgements": judgements(cfg)},
+    )
 
 
 def _positions(tpips_images, tpips_ooo, tpips_afc):
@@ -159,26 +154,13 @@ def _backbone_inputs(soco: SocoSettings, backbone: str, cfg, tpips_images, tpips
 def tpips_pixel_baselines(
     tpips_images: pd.DataFrame, tpips_ooo: pd.DataFrame, tpips_afc: pd.DataFrame
 ) -> TableResult:
-    """Random (1/3, 1/2), constant, L2 and SSIM, and the aspect-distance oracle on the OOO test split and 2AFC."""
-    from soco_pipeline.tasks.tpips import baselines as b
-    from soco_pipeline.tasks.tpips.evaluate import evaluate_sim
-    from soco_pipeline.tasks.tpips.images import load_pixels
+    """Random (1/3, 1/2), constant (the first option), L2 and SSIM, and (generated data) the aspect-distance
+    oracle on the OOO test split and 2AFC."""
+    from soco_pipeline.tasks.tpips.evaluate import pixel_baselines
 
     cfg = tpips_config()
-    ids, opos, apos = _positions(tpips_images, tpips_ooo, tpips_afc)
-    pixels = load_pixels(tpips_images.uri.tolist())
-    methods = [
-        ("random", False, b.random_sim(cfg.seed)),
-        ("l2", False, b.l2_sim(pixels)),
-        ("ssim", False, b.ssim_sim(pixels)),
-        ("oracle", True, b.oracle_sim(tpips_images, ids, cfg)),
-    ]
-    return TableResult(
-        pd.concat(
-            [evaluate_sim("pixels", m, c, s, tpips_ooo, opos, tpips_afc, apos) for m, c, s in methods],
-            ignore_index=True,
-        )
-    )
+    rows = pixel_baselines(tpips_images, tpips_ooo, tpips_afc, cfg)
+    return TableResult(rows, {"judgements": judgements(cfg)})
 
 
 @tpips_table(backbones_partitions)
@@ -196,7 +178,7 @@ def tpips_baseline_scores(
 
     backbone, cfg = context.partition_key, tpips_config()
     if (na := _not_applicable_rows(soco, backbone, cfg)) is not None:
-        return TableResult(na)
+        return TableResult(na, {"judgements": judgements(cfg)})
     ids, opos, apos, feats = _backbone_inputs(soco, backbone, cfg, tpips_images, tpips_ooo, tpips_afc)
     return TableResult(
         pd.concat(
@@ -217,7 +199,8 @@ def tpips_baseline_scores(
                 ),
             ],
             ignore_index=True,
-        )
+        ),
+        {"judgements": judgements(cfg)},
     )
 
 
@@ -241,7 +224,7 @@ def tpips_learned(
 
     backbone, cfg = context.partition_key, tpips_config()
     if (na := _not_applicable_rows(soco, backbone, cfg)) is not None:
-        return TableResult(na)
+        return TableResult(na, {"judgements": judgements(cfg)})
     ids, opos, apos, feats = _backbone_inputs(soco, backbone, cfg, tpips_images, tpips_ooo, tpips_afc)
     vocab = aspect_encoder(spec_for(soco, backbone), cfg.aspects)
     parts, meta, trained = [], {"aspect_text": describe(vocab)}, {}
@@ -291,7 +274,7 @@ def tpips_learned(
         meta[f"{key}_{a}"] = dg.MetadataValue.md(
             f"![{a}](data:image/png;base64,{base64.b64encode(png).decode()})"
         )
-    return TableResult(pd.concat(parts, ignore_index=True), {**meta, "judgements": SIMULATED})
+    return TableResult(pd.concat(parts, ignore_index=True), {**meta, "judgements": judgements(cfg)})
 
 
 @tpips_table(lvlms_partitions)
@@ -325,7 +308,10 @@ def tpips_lvlm_answers(
             ],
             ignore_index=True,
         ),
-        {"parse_failures": int(o["parse_failures"]) + int(a["parse_failures"])},
+        {
+            "parse_failures": int(o["parse_failures"]) + int(a["parse_failures"]),
+            "judgements": judgements(cfg),
+        },
     )
 
 
@@ -343,8 +329,9 @@ def tpips_leaderboard(
     tpips_learned: dict[str, pd.DataFrame],
     tpips_lvlm_answers: dict[str, pd.DataFrame],
 ) -> TableResult:
-    """Agreement per aspect (OOO test) next to the consensus ceiling, every model and method; a Fig. 5-style chart."""
-    from soco_pipeline.tasks.tpips.leaderboard import agreement_figure, leaderboard
+    """Agreement per aspect (OOO test) next to the rater agreement (Σ y²) and the ceiling (mean max y), every
+    model and method, the judgements marker on every row and once on top of the printout; a Fig. 5-style chart."""
+    from soco_pipeline.tasks.tpips.leaderboard import agreement_figure, board_markdown, leaderboard
 
     parts = [tpips_pixel_baselines] if tpips_pixel_baselines is not None else []
     parts += [partition_rows(t) for t in (tpips_baseline_scores, tpips_learned, tpips_lvlm_answers) if t]
@@ -354,10 +341,8 @@ def tpips_leaderboard(
     return TableResult(
         board,
         {
-            "judgements": SIMULATED,
-            "leaderboard": dg.MetadataValue.md(
-                board.round(1).to_markdown(index=False) if len(board) else "empty"
-            ),
+            "judgements": judgements(tpips_config()),
+            "leaderboard": dg.MetadataValue.md(board_markdown(board)),
             "figure": dg.MetadataValue.md(
                 f"![agreement per aspect](data:image/png;base64,{base64.b64encode(png).decode()})"
             ),
