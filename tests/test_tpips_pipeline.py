@@ -58,7 +58,7 @@ def test_tpips_group_end_to_end(tmp_path, monkeypatch):
             run(PER_BACKBONE, partition=b)
         board_run = run(["tpips_leaderboard"])
         printout = (
-            board_run.asset_materializations_for_node("tpips_leaderboard")[0].metadata["leaderboard"].text
+            board_run.asset_materializations_for_node("tpips_leaderboard")[0].metadata["leaderboard"].value
         )
     tables = storage / "tables"
     ooo = pd.read_parquet(tables / "tpips_ooo.parquet")

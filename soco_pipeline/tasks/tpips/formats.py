@@ -158,6 +158,17 @@ def _summary(path: str, lines: list[int], keep: np.ndarray, cannot: np.ndarray, 
     }
 
 
+def image_paths(path: str, fields: tuple[str, ...]) -> list[str]:
+    """The distinct image paths every line of a (validated) JSONL file names, in order of appearance, pruned
+    lines included: `fields` ("images",) for OOO, ("ref", "x0", "x1") for 2AFC."""
+    found: dict[str, None] = {}
+    for _, rec in _lines(path):
+        for f in fields:
+            for p in rec[f] if isinstance(rec[f], list) else [rec[f]]:
+                found.setdefault(p)
+    return list(found)
+
+
 def _write_lines(lines: list[str], path: str) -> int:
     storage.write_bytes_atomic(path, ("\n".join(lines) + "\n").encode())
     return len(lines)

@@ -49,7 +49,10 @@ def board_markdown(board: pd.DataFrame) -> str:
     marks = sorted(board.judgements.dropna().unique()) if "judgements" in board else []
     what = {"simulated": "simulated (a noisy-observer model, not people)", "human": "human"}
     head = "judgements: " + (", ".join(what.get(m, m) for m in marks) if marks else "unknown")
-    body = board.drop(columns=["judgements"], errors="ignore").round(1).to_markdown(index=False)
+    shown = board.drop(columns=["judgements"], errors="ignore")
+    if "note" in shown and shown.note.isna().all():  # no not-applicable model: nothing to note
+        shown = shown.drop(columns="note")
+    body = shown.round(1).to_markdown(index=False)
     return f"{head}\n\n{body}"
 
 

@@ -23,7 +23,7 @@ from soco_pipeline import storage
 
 from .afc import AFC_COLUMNS, annotate_afc, generate_afc
 from .config import AFC_FILE, OOO_FILE, TpipsConfig
-from .formats import TpipsFormatError, load_afc_jsonl, load_ooo_jsonl, resolve
+from .formats import TpipsFormatError, image_paths, load_afc_jsonl, load_ooo_jsonl, resolve
 from .images import IMAGE_CATEGORY, write_images
 from .ooo import annotate_triplets
 from .triplets import generate_triplets
@@ -79,13 +79,15 @@ def _size(uri: str) -> tuple[int, int]:
 
 
 def official_images(cfg: TpipsConfig) -> pd.DataFrame:
-    """One row per image the official files name: image_id (the path as written), uri, width, height,
-    category, role (triplet | afc)."""
-    ooo, _ = official_ooo(cfg)
-    afc, _ = official_afc(cfg)
+    """One row per image the official files name (the lines that pruning removes included): image_id (the path
+    as written), uri, width, height, category, role (triplet | afc)."""
+    official_ooo(cfg)  # every line validated first
+    official_afc(cfg)
     folder = str(cfg.source.path)
-    trip = pd.unique(ooo[["image_0", "image_1", "image_2"]].to_numpy().ravel())
-    pair = [i for i in pd.unique(afc[["ref", "x0", "x1"]].to_numpy().ravel()) if i not in set(trip)]
+    ooo_path, afc_path = _official(cfg)
+    trip = image_paths(ooo_path, ("images",))
+    named = set(trip)
+    pair = [i for i in image_paths(afc_path, ("ref", "x0", "x1")) if i not in named] if afc_path else []
     ids = [*trip, *pair]
     uris = [resolve(i, folder) for i in ids]
     sizes = [_size(u) for u in uris]
