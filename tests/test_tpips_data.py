@@ -13,7 +13,9 @@ from soco_pipeline.tasks.tpips.afc import annotate_afc, generate_afc
 from soco_pipeline.tasks.tpips.annotators import consensus, normalise
 from soco_pipeline.tasks.tpips.aspect_text import AspectVocab
 from soco_pipeline.tasks.tpips.baselines import (
-    constant_sim,
+    afc_positions,
+    afc_scores,
+    constant_choice,
     ooo_positions,
     ooo_scores,
     oracle_sim,
@@ -32,6 +34,8 @@ from soco_pipeline.tasks.tpips.render import background_image, render_values
 from soco_pipeline.tasks.tpips.scoring import agreement, summarise
 from soco_pipeline.tasks.tpips.triplets import generate_triplets
 from tests.tpips_helpers import tiny_config
+
+pytestmark = pytest.mark.unit
 
 
 def test_generator_is_deterministic_and_aspects_disagree():
@@ -104,8 +108,13 @@ def test_oracle_reaches_best_achievable_random_and_constant_choosers():
     best = np.mean([max(r.y_0, r.y_1, r.y_2) for r in ooo.itertuples()])  # computed independently
     oracle = agreement(ooo_scores(oracle_sim(ts.images, ids, cfg), pos, asp), y)
     assert oracle.mean() == pytest.approx(best, abs=1e-12)
-    const = agreement(ooo_scores(constant_sim, pos, asp), y)
-    assert const.mean() == pytest.approx(ooo.y_0.mean(), abs=1e-12)
+    # a chooser that always names one position scores exactly the mean vote share of that position
+    for k in range(3):
+        const = agreement(constant_choice(len(ooo), 3, k), y)
+        assert const.mean() == pytest.approx(ooo[f"y_{k}"].mean(), abs=1e-12)
+    # no preference at all (every option scores the same) is a tie: exactly chance, not the first option's share
+    assert agreement(np.zeros((len(ooo), 3)), y) == pytest.approx(np.full(len(ooo), 1 / 3), abs=1e-12)
+    assert ooo.y_0.mean() != pytest.approx(1 / 3, abs=1e-3)
     runs = [agreement(ooo_scores(random_sim(s), pos, asp), y).mean() for s in range(20)]
     rnd = agreement(ooo_scores(random_sim(0), pos, asp), y)
     se = rnd.std(ddof=1) / np.sqrt(len(rnd))
@@ -113,9 +122,29 @@ def test_oracle_reaches_best_achievable_random_and_constant_choosers():
     assert abs(rnd.mean() - 1 / 3) < 2 * se
     table = summarise(ooo, oracle, y)
     assert table.iloc[0].aspect == "all" and table.iloc[0].agreement == pytest.approx(100 * best)
-    assert (table.agreement <= table.agreement.max()).all() and {"consensus_err", "agreement_err"} <= set(
-        table
+    # the ceiling is mean max y (the oracle reaches it); the rater agreement Σ y² lies below it
+    assert table.iloc[0].ceiling == pytest.approx(100 * best)
+    assert table.iloc[0].rater_agreement == pytest.approx(100 * consensus(y).mean())
+    assert (table.rater_agreement <= table.ceiling + 1e-9).all() and table.iloc[
+        0
+    ].rater_agreement < 100 * best
+
+
+def test_afc_has_no_overall_and_its_oracle_equals_its_ceiling():
+    cfg = tiny_config(4, 40)
+    values, items = generate_afc(cfg)
+    afc, summary = annotate_afc(values, items, cfg)
+    assert len(afc) > 10 and "overall" not in set(afc.aspect)
+    assert set(afc.source) == {"editing", "compositing", "novel_view", "distortion"}
+    assert set(afc[afc.source == "distortion"].aspect) == {"texture"}
+    ids = values.image_id.tolist()
+    y = afc[["y_0", "y_1"]].to_numpy()
+    oracle = agreement(
+        afc_scores(oracle_sim(values, ids, cfg), afc_positions(afc, ids), afc.aspect.to_numpy()), y
     )
+    assert oracle.mean() == pytest.approx(y.max(1).mean(), abs=1e-12)
+    for k in range(2):
+        assert agreement(constant_choice(len(afc), 2, k), y).mean() == pytest.approx(afc[f"y_{k}"].mean())
 
 
 def test_jsonl_round_trip(tmp_path):

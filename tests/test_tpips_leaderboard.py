@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from soco_pipeline.tasks.tpips.evaluate import not_applicable_rows, score_rows
-from soco_pipeline.tasks.tpips.leaderboard import leaderboard
+from soco_pipeline.tasks.tpips.leaderboard import board_markdown, leaderboard
+
+pytestmark = pytest.mark.unit
 
 
 def _scores(model: str, method: str, pick: int) -> pd.DataFrame:
@@ -38,3 +41,22 @@ def test_not_applicable_models_are_listed_once_and_scores_are_sorted():
     assert scored.method.tolist() == ["mid", "cosine"]
     assert np.isclose(scored.ooo.iloc[0], 100 * (1.0 + 0.2 + 0.6) / 3)
     assert np.isclose(scored.ooo_colour.iloc[1], 100 * (0.0 + 0.4) / 2)
+
+
+def test_the_board_carries_the_judgements_and_prints_them_once():
+    parts = [
+        _scores("effnet", "cosine", 1),
+        _scores("effnet", "mid", 0),
+        not_applicable_rows("oracle_part", "x"),
+    ]
+    board = leaderboard(pd.concat(parts, ignore_index=True))
+    assert board.judgements.tolist() == ["simulated"] * 3
+    text = board_markdown(board)
+    assert text.splitlines()[0] == "judgements: simulated (a noisy-observer model, not people)"
+    assert text.count("simulated") == 1 and "| judgements" not in text
+    # the ceiling (mean max y) and the rater agreement (mean Σ y²) of the three rows, not a "consensus ceiling"
+    row = board.iloc[0]
+    assert row.ceiling == pytest.approx(100 * (1.0 + 0.8 + 0.6) / 3)
+    assert row.rater_agreement == pytest.approx(100 * (1.0 + 0.68 + 0.52) / 3)
+    human = _scores("effnet", "mid", 0).assign(judgements="human")
+    assert board_markdown(leaderboard(human)).startswith("judgements: human\n")

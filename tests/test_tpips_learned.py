@@ -25,12 +25,15 @@ from soco_pipeline.tasks.tpips.scoring import agreement
 from soco_pipeline.tasks.tpips.triplets import generate_triplets
 from tests.tpips_helpers import tiny_config
 
+pytestmark = pytest.mark.unit
+
 N_TRIPLETS, SIZE, BACKBONE = 120, 64, "efficientnet_lite0"
 FROZEN_ZOO = ("efficientnet_lite0", "vit_small_random", "dense_sift")  # every backbone that sees TPIPS images
 # Each learned metric, trained on each backbone of the zoo, minus the best of every frozen aspect-agnostic
 # baseline (test OOO agreement, ~100 rows at 120 triplets): every margin above 0 and their mean above MEAN_MARGIN.
 # Measured at this seed (points): late 2.4 / 2.6 / 3.3, mid 1.4 / 6.7 / 4.4; the smallest margin over data seeds
-# 0-3 is 1.2 (late) and 1.4 (mid) (docs/tpips.md). 60 triplets (12 test triplets) were too few: margins of +-5
+# 0-3 is 1.2 (late) and 1.4 (mid) (docs/tpips.md). Data seed 0 is a DESIGN seed (the heads were chosen looking at
+# seeds 0-3): this test is a regression guard; the evidence is benchmarks/bench_tpips_heldout.py on report seeds. 60 triplets (12 test triplets) were too few: margins of +-5
 # points there were noise of the test split.
 MEAN_MARGIN = 0.02
 

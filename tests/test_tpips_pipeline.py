@@ -7,6 +7,7 @@ import shutil
 
 import dagster as dg
 import pandas as pd
+import pytest
 import yaml
 
 from soco_pipeline.defs.definitions import build_definitions
@@ -22,6 +23,8 @@ DATA = [
     "tpips_pixel_baselines",
 ]
 PER_BACKBONE = ["tpips_features", "tpips_baseline_scores", "tpips_learned"]
+
+pytestmark = pytest.mark.pipeline
 
 
 def test_tpips_group_end_to_end(tmp_path, monkeypatch):
@@ -60,7 +63,10 @@ def test_tpips_group_end_to_end(tmp_path, monkeypatch):
         assert checks and all(c.passed for c in checks)
         for b in ("dense_sift", "oracle_part"):
             run(PER_BACKBONE, partition=b)
-        run(["tpips_leaderboard"])
+        board_run = run(["tpips_leaderboard"])
+        printout = (
+            board_run.asset_materializations_for_node("tpips_leaderboard")[0].metadata["leaderboard"].value
+        )
     tables = storage / "tables"
     ooo = pd.read_parquet(tables / "tpips_ooo.parquet")
     assert (ooo.judgements == "simulated").all() and len(ooo) > 0
@@ -69,7 +75,17 @@ def test_tpips_group_end_to_end(tmp_path, monkeypatch):
     oracle = pd.read_parquet(tables / "tpips_learned" / "oracle_part.parquet")
     assert oracle.method.tolist() == ["n/a"] and "SOCO part maps" in oracle.note.item()
     board = pd.read_parquet(tables / "tpips_leaderboard.parquet")
-    assert {"lpips_style", "cosine", "mid", "late", "oracle", "random"} <= set(board.method)
-    assert "consensus" in board.columns and board[board.method == "oracle"].ooo.notna().all()
+    assert {"lpips_style", "cosine", "mid", "late", "oracle", "random", "constant"} <= set(board.method)
+    assert board[board.method == "oracle"].ooo.notna().all()
+    # the rater agreement Σ y² is not a ceiling: the oracle reaches the ceiling mean max y, above it
+    oracle_row = board[board.method == "oracle"].iloc[0]
+    assert oracle_row.ooo == pytest.approx(oracle_row.ceiling) and oracle_row.ooo > oracle_row.rater_agreement
+    # the simulated votes say so: on every row of the board and every table, once on top of the printout
+    assert (board.judgements == "simulated").all()
+    for name in ("tpips_ooo", "tpips_afc", "tpips_pixel_baselines"):
+        assert (pd.read_parquet(tables / f"{name}.parquet").judgements == "simulated").all(), name
+    assert printout.startswith("judgements: simulated") and printout.count("simulated") == 1
+    afc = pd.read_parquet(tables / "tpips_afc.parquet")
+    assert len(afc) and "overall" not in set(afc.aspect)
     assert any((storage / "tpips" / "retrieval" / "dense_sift").glob("*_colour.png"))
     assert len(list((storage / "tpips" / "retrieval" / "dense_sift").glob("*+*_colour+pose.png"))) == 1

@@ -50,3 +50,55 @@ def tiny_clip_folder(path, kind: str = "clip_text_model", seed: int = 0):
     model.save_pretrained(path)
     tok.save_pretrained(path)
     return path
+
+
+# Foreign names on purpose: folders and files in other scripts, spaces, accents (an official release's names are
+# kept as they are written).
+OFFICIAL_NAMES = ("Bilder/Äpfel rot {i}.png", "图像/猫 {i}.png", "imágenes/ñandú-{i}.jpg")
+
+
+def write_official_fixture(folder, seed: int = 0) -> dict:
+    """Write a small TPIPS set in the official layout (docs/tpips.md "Real data") to `folder`: ooo.jsonl (8
+    triplets over train/val/test, aspects colour / pose / overall, one line with 3 "cannot tell"), afc.jsonl (3
+    items, one tied line), and seeded images of two sizes under foreign names. Returns the expected counts."""
+    import json
+
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    names = []
+
+    def image(i: int) -> str:
+        rel = OFFICIAL_NAMES[i % 3].format(i=i)
+        size = (48, 48) if i % 2 else (40, 56)
+        pixels = (rng.random((size[1], size[0], 3)) * 64 + rng.integers(0, 192, 3)).astype(np.uint8)
+        (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(pixels).save(folder / rel)
+        names.append(rel)
+        return rel
+
+    splits = ["train"] * 4 + ["val"] * 2 + ["test"] * 2
+    ooo = []
+    for t, split in enumerate(splits):
+        imgs = [image(3 * t + k) for k in range(3)]
+        for aspect in ("colour", "pose", "overall"):
+            votes = rng.multinomial(5, rng.dirichlet([1, 1, 1])).tolist()
+            ooo.append(
+                {"triplet_id": f"flux-reason/{t:04d}-α", "images": imgs, "aspect": aspect, "votes": votes}
+                | {"cannot_tell": 0, "split": split}
+            )
+    ooo[4] |= {"votes": [1, 1, 0], "cannot_tell": 3}  # pruned (published: >= 3 "cannot tell")
+    afc = []
+    for i, (source, aspect) in enumerate(
+        [("editing", "colour"), ("novel_view", "pose"), ("editing", "lighting")]
+    ):
+        ref, x0, x1 = (image(100 + 3 * i + k) for k in range(3))
+        afc.append(
+            {"item_id": f"gedit/{i}", "ref": ref, "x0": x0, "x1": x1, "aspect": aspect, "votes": [4, 1]}
+            | {"source": source, "cannot_tell": 0}
+        )
+    afc[1] |= {"votes": [2, 2], "cannot_tell": 1}  # a tie: removed (published)
+    (folder / "ooo.jsonl").write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in ooo) + "\n")
+    (folder / "afc.jsonl").write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in afc) + "\n")
+    return {"images": names, "ooo_kept": len(ooo) - 1, "afc_kept": len(afc) - 1}

@@ -20,6 +20,11 @@ from soco_pipeline.tasks.tpips.features import NEEDS
 SIMULATED = "judgements are SIMULATED (noisy-observer model), not human"
 
 
+def judgements(cfg) -> str:
+    """The metadata line saying who gave the votes of the configured source."""
+    return SIMULATED if cfg.source.votes_are == "simulated" else f"judgements are {cfg.source.votes_are}"
+
+
 def load_tpips_config(path: str, soco: SocoSettings):
     """The family's config loader (the contract's `load_config`)."""
     from soco_pipeline.tasks.tpips.config import load_config
@@ -41,9 +46,10 @@ def not_applicable_scores(model: str, reason: str, inputs) -> pd.DataFrame:
     return not_applicable_rows(model, reason.removeprefix("not applicable: "))
 
 
+# 5: a source (generated | official), 2AFC without "overall", LVLM permutation averaging, ties scored as ties;
 # 4: late fusion = an aspect-weighted squared distance of the embeddings, L-BFGS line search unstalled;
 # 3: signed late fusion on a 2 x 2 token grid; 2: signed mid-fusion weights, L-BFGS
-FAMILY = Family("tpips", "tpips-4", load_tpips_config, needs=NEEDS)
+FAMILY = Family("tpips", "tpips-5", load_tpips_config, needs=NEEDS)
 GROUP, CODE_VERSION = FAMILY.name, FAMILY.code_version
 
 
@@ -75,24 +81,18 @@ def _render_out(schema, description: str) -> tuple[TableSpec, dg.AssetOut]:
     }
 )
 def tpips_renders(context: dg.AssetExecutionContext, soco: SocoSettings) -> dict[str, TableResult]:
-    """Generate the triplets and 2AFC items once and render every image (under <storage>/tpips): the images
-    with their aspect values, and the triplet and 2AFC item tables the judgement assets read."""
-    from soco_pipeline.tasks.tpips.afc import generate_afc
-    from soco_pipeline.tasks.tpips.images import write_images
-    from soco_pipeline.tasks.tpips.triplets import generate_triplets
+    """The configured source's items, made once: the generator's triplets and 2AFC items with every image
+    rendered under <storage>/tpips, or the official set's images as found and the triplets and items its
+    lines name (config `source`); the judgement assets read these tables."""
+    from soco_pipeline.tasks.tpips.source import renders
 
     cfg = tpips_config(soco)
-    ts = generate_triplets(cfg)
-    afc_values, afc_items = generate_afc(cfg)
-    values = pd.concat([ts.images.assign(role="triplet"), afc_values.assign(role="afc")], ignore_index=True)
-    written = write_images(values.drop(columns="role"), soco.task_root(GROUP), cfg)
-    out = values.merge(written, on="image_id", validate="one_to_one")
+    images, triplets, afc_items, meta = renders(cfg, soco.task_root(GROUP))
+    marker = {"judgements": judgements(cfg)}
     return {
-        "tpips_images": TableResult(
-            out, {"images": len(out), "seed": cfg.seed, "image_size": cfg.image_size}
-        ),
-        "tpips_triplets": TableResult(ts.triplets, {"triplets": len(ts.triplets)}),
-        "tpips_afc_items": TableResult(afc_items, {"items": len(afc_items)}),
+        "tpips_images": TableResult(images, {**meta, **marker}),
+        "tpips_triplets": TableResult(triplets, {"triplets": len(triplets), **marker}),
+        "tpips_afc_items": TableResult(afc_items, {"items": len(afc_items), **marker}),
     }
 
 
@@ -103,22 +103,18 @@ def tpips_ooo(
     tpips_images: pd.DataFrame,
     tpips_triplets: pd.DataFrame,
 ) -> TableResult:
-    """Odd-one-out (triplet, aspect) rows with simulated votes, pruned and normalised (y ∈ Δ³), for the
-    triplets tpips_renders generated."""
-    from soco_pipeline.tasks.tpips.ooo import annotate_triplets
+    """Odd-one-out (triplet, aspect) rows, pruned and normalised (y ∈ Δ³): simulated votes on the triplets
+    tpips_renders made, or the official file's votes."""
     from soco_pipeline.tasks.tpips.schemas import ooo_problems
-    from soco_pipeline.tasks.tpips.triplets import triplet_set
+    from soco_pipeline.tasks.tpips.source import ooo_table
 
     cfg = tpips_config(soco)
-    ooo, summary = annotate_triplets(triplet_set(tpips_images, tpips_triplets), cfg)
+    ooo, summary = ooo_table(cfg, tpips_images, tpips_triplets)
     return TableResult(
         ooo,
         {
-            "judgements": SIMULATED,
-            "observer": dg.MetadataValue.json(summary["observer"]),
-            "asked": summary["asked"],
-            "kept": summary["kept"],
-            "pruned": summary["pruned"],
+            "judgements": judgements(cfg),
+            "summary": dg.MetadataValue.json(summary),
             "by_split": dg.MetadataValue.json(ooo.split.value_counts().to_dict()),
         },
         problems=ooo_problems(ooo, cfg),
@@ -132,22 +128,16 @@ def tpips_afc(
     tpips_images: pd.DataFrame,
     tpips_afc_items: pd.DataFrame,
 ) -> TableResult:
-    """2AFC rows (reference, two operation outputs, aspect, simulated votes) for the items tpips_renders
-    generated; ties and >= 3 cannot-tell removed."""
-    from soco_pipeline.tasks.tpips.afc import annotate_afc
+    """2AFC rows (reference, two outputs, aspect, votes: simulated on the items tpips_renders made, or the
+    official file's); ties and >= 3 cannot-tell removed; no "overall"."""
     from soco_pipeline.tasks.tpips.schemas import afc_problems
-    from soco_pipeline.tasks.tpips.triplets import value_records
+    from soco_pipeline.tasks.tpips.source import afc_table
 
     cfg = tpips_config(soco)
-    afc, summary = annotate_afc(value_records(tpips_images, "afc"), tpips_afc_items, cfg)
+    afc, summary = afc_table(cfg, tpips_images, tpips_afc_items)
     return TableResult(
         afc,
-        {
-            "judgements": SIMULATED,
-            "kept": summary["kept"],
-            "pruned": summary["pruned"],
-            "by_source": dg.MetadataValue.json(summary["by_source"]),
-        },
+        {"judgements": judgements(cfg), "summary": dg.MetadataValue.json(summary)},
         problems=afc_problems(afc, cfg),
     )
 
@@ -175,7 +165,10 @@ def tpips_features(
     cfg = tpips_config(soco)
     images = tpips_images[["image_id", "uri", "width", "height", "category"]]
     manifests = extract_tpips(spec, images, soco.features_root, cfg, _device(soco), log=context.log.info)
-    return TableResult(pd.concat([m.assign(layer=i) for i, m in enumerate(manifests)], ignore_index=True))
+    return TableResult(
+        pd.concat([m.assign(layer=i) for i, m in enumerate(manifests)], ignore_index=True),
+        {"judgements": judgements(cfg)},
+    )
 
 
 def _positions(tpips_images, tpips_ooo, tpips_afc):
@@ -198,26 +191,13 @@ def _backbone_inputs(soco: SocoSettings, tpips_features, tpips_images, tpips_ooo
 def tpips_pixel_baselines(
     soco: SocoSettings, tpips_images: pd.DataFrame, tpips_ooo: pd.DataFrame, tpips_afc: pd.DataFrame
 ) -> TableResult:
-    """Random (1/3, 1/2), constant, L2 and SSIM, and the aspect-distance oracle on the OOO test split and 2AFC."""
-    from soco_pipeline.tasks.tpips import baselines as b
-    from soco_pipeline.tasks.tpips.evaluate import evaluate_sim
-    from soco_pipeline.tasks.tpips.images import load_pixels
+    """Random (1/3, 1/2), constant (the first option), L2 and SSIM, and (generated data) the aspect-distance
+    oracle on the OOO test split and 2AFC."""
+    from soco_pipeline.tasks.tpips.evaluate import pixel_baselines
 
     cfg = tpips_config(soco)
-    ids, opos, apos = _positions(tpips_images, tpips_ooo, tpips_afc)
-    pixels = load_pixels(tpips_images.uri.tolist())
-    methods = [
-        ("random", False, b.random_sim(cfg.seed)),
-        ("l2", False, b.l2_sim(pixels)),
-        ("ssim", False, b.ssim_sim(pixels)),
-        ("oracle", True, b.oracle_sim(tpips_images, ids, cfg)),
-    ]
-    return TableResult(
-        pd.concat(
-            [evaluate_sim("pixels", m, c, s, tpips_ooo, opos, tpips_afc, apos) for m, c, s in methods],
-            ignore_index=True,
-        )
-    )
+    rows = pixel_baselines(tpips_images, tpips_ooo, tpips_afc, cfg)
+    return TableResult(rows, {"judgements": judgements(cfg)})
 
 
 @FAMILY.table(backbones_partitions, schema=schemas.ScoreSchema, not_applicable=not_applicable_scores)
@@ -233,7 +213,7 @@ def tpips_baseline_scores(
     from soco_pipeline.tasks.tpips import baselines as b
     from soco_pipeline.tasks.tpips.evaluate import evaluate_sim
 
-    backbone = context.partition_key
+    backbone, cfg = context.partition_key, tpips_config(soco)
     ids, opos, apos, feats = _backbone_inputs(soco, tpips_features, tpips_images, tpips_ooo, tpips_afc)
     return TableResult(
         pd.concat(
@@ -254,7 +234,8 @@ def tpips_baseline_scores(
                 ),
             ],
             ignore_index=True,
-        )
+        ),
+        {"judgements": judgements(cfg)},
     )
 
 
@@ -329,7 +310,7 @@ def tpips_learned(
         meta[f"{key}_{a}"] = dg.MetadataValue.md(
             f"![{a}](data:image/png;base64,{base64.b64encode(png).decode()})"
         )
-    return TableResult(pd.concat(parts, ignore_index=True), {**meta, "judgements": SIMULATED})
+    return TableResult(pd.concat(parts, ignore_index=True), {**meta, "judgements": judgements(cfg)})
 
 
 @FAMILY.table(lvlms_partitions, schema=schemas.ScoreSchema)
@@ -363,7 +344,10 @@ def tpips_lvlm_answers(
             ],
             ignore_index=True,
         ),
-        {"parse_failures": int(o["parse_failures"]) + int(a["parse_failures"])},
+        {
+            "parse_failures": int(o["parse_failures"]) + int(a["parse_failures"]),
+            "judgements": judgements(cfg),
+        },
     )
 
 
@@ -374,13 +358,15 @@ def tpips_lvlm_answers(
 )
 def tpips_leaderboard(
     context: dg.AssetExecutionContext,
+    soco: SocoSettings,
     tpips_pixel_baselines: pd.DataFrame | None,
     tpips_baseline_scores: dict[str, pd.DataFrame],
     tpips_learned: dict[str, pd.DataFrame],
     tpips_lvlm_answers: dict[str, pd.DataFrame],
 ) -> TableResult:
-    """Agreement per aspect (OOO test) next to the consensus ceiling, every model and method; a Fig. 5-style chart."""
-    from soco_pipeline.tasks.tpips.leaderboard import agreement_figure, leaderboard
+    """Agreement per aspect (OOO test) next to the rater agreement (Σ y²) and the ceiling (mean max y), every
+    model and method, the judgements marker on every row and once on top of the printout; a Fig. 5-style chart."""
+    from soco_pipeline.tasks.tpips.leaderboard import agreement_figure, board_markdown, leaderboard
 
     parts = [tpips_pixel_baselines] if tpips_pixel_baselines is not None else []
     parts += [partition_rows(t) for t in (tpips_baseline_scores, tpips_learned, tpips_lvlm_answers) if t]
@@ -390,10 +376,8 @@ def tpips_leaderboard(
     return TableResult(
         board,
         {
-            "judgements": SIMULATED,
-            "leaderboard": dg.MetadataValue.md(
-                board.round(1).to_markdown(index=False) if len(board) else "empty"
-            ),
+            "judgements": judgements(tpips_config(soco)),
+            "leaderboard": dg.MetadataValue.md(board_markdown(board)),
             "figure": dg.MetadataValue.md(
                 f"![agreement per aspect](data:image/png;base64,{base64.b64encode(png).decode()})"
             ),

@@ -8,8 +8,8 @@ Sources (ours, standing in for the paper's editing / compositing / novel-view / 
 - novel_view: re-rendered from a new azimuth;
 - distortion: Gaussian blur and JPEG of the rendered photograph.
 
-Votes come from the same observer model (distance of each output to the reference, per aspect); items with
->= 3 "cannot tell" or a tie are removed (published).
+Votes come from the same observer model (distance of each output to the reference, per aspect of `afc.aspects`:
+never "overall", as in the paper); items with >= 3 "cannot tell" or a tie are removed (published).
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ def annotate_afc(values: pd.DataFrame, items: pd.DataFrame, cfg: TpipsConfig) ->
     v = values.set_index("image_id")
     parts, asked = [], 0
     for source, grp in items.groupby("source", sort=True):
-        for aspect in cfg.afc.aspects.get(source, ["overall"]):
+        for aspect in cfg.afc.aspects[source]:  # never "overall" (published; the config refuses it)
             d = np.column_stack(
                 [aspect_distance(aspect, v.loc[grp.ref], v.loc[grp[x]], cfg) for x in ("x0", "x1")]
             )

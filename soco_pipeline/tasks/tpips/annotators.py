@@ -103,5 +103,6 @@ def normalise(
 
 
 def consensus(y: np.ndarray) -> np.ndarray:
-    """Human (here: simulated) consensus per row: Σ_k y_k², the agreement of a random rater with another."""
+    """The paper's "human consensus" per row: Σ_k y_k², the agreement of a random rater with another (the tables
+    call it `rater_agreement`; it is not a ceiling, see scoring.py)."""
     return (np.asarray(y, float) ** 2).sum(1)

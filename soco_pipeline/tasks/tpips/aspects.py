@@ -7,8 +7,10 @@ Every distance is in [0, 1] and vectorised over aligned rows of two value tables
 - background: 0 same background id, 0.5 same photograph another crop, 1 another photograph;
 - lighting: half the circular light-direction difference / 180 plus half the warmth difference / 2;
 - size: |log area ratio| / log(max / min area);
-- shape, texture: 0 equal, 1 different;  count: |difference| / 2;
-- overall: the config's weighted mean of the above, plus the blur and JPEG degradations.
+- shape: 0 equal, 1 different;  count: |difference| / 2;
+- texture: 0 equal pattern, 1 different, plus the blur and JPEG degradations (they erase the pattern's detail;
+  the 2AFC `distortion` source is judged on texture, since the paper's 2AFC has no overall aspect);
+- overall: the config's weighted mean of the above (texture as its pattern only), plus the degradations.
 """
 
 from __future__ import annotations
@@ -62,12 +64,11 @@ def aspect_distance(aspect: str, a: pd.DataFrame, b: pd.DataFrame, cfg: TpipsCon
     if aspect == "overall":
         w = cfg.overall_weights
         total = sum(w.values())
-        d = sum(w[k] * aspect_distance(k, a, b, cfg) for k in w) / total
-        blur = np.abs(a.blur_sigma.to_numpy(float) - b.blur_sigma.to_numpy(float)) * cfg.afc.blur_per_sigma
-        qa = np.where(a.jpeg_quality.to_numpy() > 0, a.jpeg_quality.to_numpy(), 100)
-        qb = np.where(b.jpeg_quality.to_numpy() > 0, b.jpeg_quality.to_numpy(), 100)
-        jpeg = np.abs(qa - qb) / 100.0 * cfg.afc.jpeg_per_unit
-        return np.clip(d + blur + jpeg, 0.0, 1.0)
+        d = (
+            sum(w[k] * (_pattern(a, b) if k == "texture" else aspect_distance(k, a, b, cfg)) for k in w)
+            / total
+        )
+        return np.clip(d + _degradation(a, b, cfg), 0.0, 1.0)
     if aspect == "colour":
         hue = 2.0 * _circ(a.hue.to_numpy(), b.hue.to_numpy(), 1.0)
         tr = np.abs(a.transfer.to_numpy(float) - b.transfer.to_numpy(float))
@@ -89,10 +90,22 @@ def aspect_distance(aspect: str, a: pd.DataFrame, b: pd.DataFrame, cfg: TpipsCon
     if aspect == "shape":
         return (a["shape"].to_numpy() != b["shape"].to_numpy()).astype(float)
     if aspect == "texture":
-        return (a.texture.to_numpy() != b.texture.to_numpy()).astype(float)
+        return np.clip(_pattern(a, b) + _degradation(a, b, cfg), 0.0, 1.0)
     if aspect == "count":
         return np.abs(a["count"].to_numpy(float) - b["count"].to_numpy(float)) / 2.0
     raise ValueError(f"aspect {aspect!r} has no distance")  # unreachable: check_aspect guards
+
+
+def _pattern(a: pd.DataFrame, b: pd.DataFrame) -> np.ndarray:
+    return (a.texture.to_numpy() != b.texture.to_numpy()).astype(float)
+
+
+def _degradation(a: pd.DataFrame, b: pd.DataFrame, cfg: TpipsConfig) -> np.ndarray:
+    """How much more one image is blurred or JPEG-compressed than the other (0 for clean renders)."""
+    blur = np.abs(a.blur_sigma.to_numpy(float) - b.blur_sigma.to_numpy(float)) * cfg.afc.blur_per_sigma
+    qa = np.where(a.jpeg_quality.to_numpy() > 0, a.jpeg_quality.to_numpy(), 100)
+    qb = np.where(b.jpeg_quality.to_numpy() > 0, b.jpeg_quality.to_numpy(), 100)
+    return blur + np.abs(qa - qb) / 100.0 * cfg.afc.jpeg_per_unit
 
 
 PAIRS = ((1, 2), (0, 2), (0, 1))  # pair k excludes image k: s̄_k = s(pair k)

@@ -5,7 +5,8 @@ under aspect aspects[m] (the agnostic ones ignore it). `ooo_scores` turns it int
 is the similarity of the pair that excludes image k, so argmax picks the odd image; `afc_scores` gives the
 similarity of x0 and x1 to the reference.
 
-- random: seeded uniform scores (chance 1/3 and 1/2); constant: always the first option;
+- random: seeded uniform scores (chance 1/3 and 1/2); constant: always the option at one position (the first),
+  `constant_choice`: it scores exactly the mean vote share of that position;
 - l2: minus the mean squared pixel difference; ssim: scikit-image's SSIM (colour, data range 255);
 - lpips_style[b]: minus Σ_ℓ mean_t ‖φ_ℓ(x)_t − φ_ℓ(y)_t‖² over the unit-normalised tokens of the backbone's
   layers: LPIPS without its learned channel weights (uncalibrated: those weights are not available offline);
@@ -64,9 +65,13 @@ def random_sim(seed: int) -> SimFn:
     return lambda a, b, c: rng.random(len(a))
 
 
-def constant_sim(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
-    """The same score everywhere: argmax picks the first option."""
-    return np.zeros(len(a))
+def constant_choice(n: int, n_options: int, position: int = 0) -> np.ndarray:
+    """(n, n_options) scores of a chooser that always picks the option at `position` (one-hot)."""
+    if not 0 <= position < n_options:
+        raise ValueError(f"position {position} is not one of the {n_options} options")
+    out = np.zeros((n, n_options))
+    out[:, position] = 1.0
+    return out
 
 
 def l2_sim(pixels: np.ndarray) -> SimFn:

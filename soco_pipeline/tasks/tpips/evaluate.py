@@ -1,7 +1,9 @@
-"""Score tables: agreement per aspect and overall beside the consensus, for OOO (a split) and each 2AFC source.
+"""Score tables: agreement per aspect and overall beside the rater agreement (Σ y², the paper's consensus) and
+the ceiling (mean max y), for OOO (a split) and each 2AFC source.
 
 One row per (model, method, eval, aspect): eval is "ooo" or "afc:<source>", aspect "all" for the whole set.
-Every row says the judgements are simulated.
+Every row carries the votes' `judgements` marker (simulated for generated data, the source's for an official
+set).
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from .annotators import JUDGEMENTS
-from .baselines import SimFn, afc_scores, ooo_scores
+from .baselines import SimFn, afc_scores, constant_choice, ooo_scores
 from .scoring import agreement, summarise
 
 SCORE_COLUMNS = [
@@ -22,11 +24,22 @@ SCORE_COLUMNS = [
     "n",
     "agreement",
     "agreement_err",
-    "consensus",
-    "consensus_err",
+    "rater_agreement",
+    "rater_agreement_err",
+    "ceiling",
     "judgements",
     "note",
 ]
+
+
+def judgements_of(*tables: pd.DataFrame | None) -> str:
+    """The one `judgements` marker of the vote tables given (simulated when none carries one)."""
+    found = sorted(
+        {str(v) for t in tables if t is not None and "judgements" in t for v in t.judgements.unique()}
+    )
+    if len(found) > 1:
+        raise ValueError(f"vote tables mix judgements {found}; score one source at a time")
+    return found[0] if found else JUDGEMENTS
 
 
 def score_rows(
@@ -53,7 +66,11 @@ def score_rows(
             parts.append(summarise(afc, per, ya).assign(eval="afc:all"))
     out = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=SCORE_COLUMNS)
     out = out.assign(
-        model=model, method=method, conditioned=bool(conditioned), judgements=JUDGEMENTS, note=note
+        model=model,
+        method=method,
+        conditioned=bool(conditioned),
+        judgements=judgements_of(ooo, afc),
+        note=note,
     )
     return out[SCORE_COLUMNS]
 
@@ -78,7 +95,48 @@ def evaluate_sim(
     return score_rows(model, method, conditioned, rows, pred, afc if apred is not None else None, apred, note)
 
 
-def not_applicable_rows(model: str, reason: str) -> pd.DataFrame:
+def evaluate_constant(
+    model: str,
+    ooo: pd.DataFrame,
+    afc: pd.DataFrame | None = None,
+    position: int = 0,
+    split: str = "test",
+) -> pd.DataFrame:
+    """Score the chooser that always picks the option at `position` (OOO: image k is the odd one; 2AFC: x_k)."""
+    rows = ooo[(ooo.split == split).to_numpy()]
+    apred = constant_choice(len(afc), 2, position) if afc is not None and len(afc) else None
+    return score_rows(
+        model,
+        "constant",
+        False,
+        rows,
+        constant_choice(len(rows), 3, position),
+        afc if apred is not None else None,
+        apred,
+        note=f"always option {position + 1}",
+    )
+
+
+def pixel_baselines(images: pd.DataFrame, ooo: pd.DataFrame, afc: pd.DataFrame, cfg) -> pd.DataFrame:
+    """Score rows of the pixel baselines: random (chance), constant (always the first option), L2, SSIM, and, when
+    the image table records every aspect value (generated data), the aspect-distance oracle."""
+    from . import baselines as b
+    from .aspects import VALUE_COLUMNS
+    from .images import load_pixels
+
+    ids = images.image_id.tolist()
+    opos, apos = b.ooo_positions(ooo, ids), b.afc_positions(afc, ids)
+    pixels = load_pixels(images.uri.tolist(), cfg.image_size)
+    methods = [("random", False, b.random_sim(cfg.seed)), ("l2", False, b.l2_sim(pixels))]
+    methods.append(("ssim", False, b.ssim_sim(pixels)))
+    if set(VALUE_COLUMNS) <= set(images.columns):
+        methods.append(("oracle", True, b.oracle_sim(images, ids, cfg)))
+    parts = [evaluate_sim("pixels", m, c, s, ooo, opos, afc, apos) for m, c, s in methods]
+    parts.insert(1, evaluate_constant("pixels", ooo, afc))
+    return pd.concat(parts, ignore_index=True)
+
+
+def not_applicable_rows(model: str, reason: str, judgements: str = JUDGEMENTS) -> pd.DataFrame:
     """One row saying a model does not apply (NaN scores, the reason in `note`)."""
     return pd.DataFrame(
         [
@@ -91,9 +149,10 @@ def not_applicable_rows(model: str, reason: str) -> pd.DataFrame:
                 "n": 0,
                 "agreement": np.nan,
                 "agreement_err": np.nan,
-                "consensus": np.nan,
-                "consensus_err": np.nan,
-                "judgements": JUDGEMENTS,
+                "rater_agreement": np.nan,
+                "rater_agreement_err": np.nan,
+                "ceiling": np.nan,
+                "judgements": judgements,
                 "note": f"not applicable: {reason}",
             }
         ],

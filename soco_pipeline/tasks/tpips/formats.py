@@ -1,19 +1,25 @@
 """JSONL import/export of the odd-one-out and 2AFC sets (one JSON object per line; docs/tpips.md).
 
-OOO line:  {"triplet_id": str, "images": [uri, uri, uri], "aspect": str, "votes": [int, int, int],
+OOO line:  {"triplet_id": str, "images": [path, path, path], "aspect": str, "votes": [int, int, int],
             "cannot_tell": int, "split": "train" | "val" | "test"}
-2AFC line: {"ref": uri, "x0": uri, "x1": uri, "aspect": str, "votes": [int, int], "source": str,
+2AFC line: {"ref": path, "x0": path, "x1": path, "aspect": str, "votes": [int, int], "source": str,
             "cannot_tell": int (optional, default 0), "item_id": str (optional)}
 
-Reading checks every line and names the file, line and field of the first bad one: an image that does not
-exist, votes (+ cannot_tell) that do not sum to the annotator count, an empty aspect, a wrong vote count.
-The published pruning (>= 3 "cannot tell") and normalisation are applied on read; a reader for the official
-layout, once released, is one more module that returns the same tables.
+One line is one (item, aspect): a triplet asked several aspects has several lines, with the same images and
+split. Image paths are kept as written (they are the image ids); a relative one is read from `base` (the file's
+folder when not given). Reading refuses, naming the file, the line and the fix: a line that is not a JSON
+object, a missing field, an image that does not exist, votes that are not non-negative integers (a JSON
+`true` is not a vote), votes + cannot_tell that do not sum to the annotator count, an empty aspect (or one
+outside the vocabulary, when given), a split or 2AFC source outside the ones allowed, an "overall" 2AFC line
+(the paper's 2AFC has none), the same (item, aspect) twice, and an item whose lines disagree on its images,
+split or source. The published pruning (>= 3 "cannot tell"; 2AFC ties) is applied on read and counted in the
+summary, with the lines it removed named, so nothing is dropped silently.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 
 import numpy as np
 import pandas as pd
@@ -24,6 +30,9 @@ from .afc import AFC_COLUMNS
 from .annotators import normalise
 from .ooo import OOO_COLUMNS
 
+SPLITS = ("train", "val", "test")
+NAMED_MAX = 20  # pruned lines named in a summary (all are counted)
+
 
 class TpipsFormatError(ValueError):
     """A bad record in a TPIPS JSONL file; the message names the file, the line and the fix."""
@@ -31,7 +40,11 @@ class TpipsFormatError(ValueError):
 
 def _lines(path: str) -> list[tuple[int, dict]]:
     out = []
-    for no, line in enumerate(storage.read_bytes(path).decode().splitlines(), start=1):
+    try:
+        text = storage.read_bytes(path).decode()
+    except UnicodeDecodeError as e:
+        raise TpipsFormatError(f"{path}: not UTF-8 text ({e}); write the file as UTF-8 JSONL") from None
+    for no, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
@@ -44,44 +57,116 @@ def _lines(path: str) -> list[tuple[int, dict]]:
     return out
 
 
+def _count(v: object) -> bool:
+    """A non-negative JSON integer (bool is an int in Python, not in the format)."""
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _text(v: object) -> bool:
+    return isinstance(v, str) and bool(v.strip())
+
+
+def resolve(path: str, base: str | None) -> str:
+    """The location of an image path as written: absolute (or a URL) as is, relative under `base`."""
+    if base is None or "://" in path or path.startswith("/"):
+        return path
+    return storage.join(base, path)
+
+
+def _folder(path: str) -> str:
+    return path.rsplit("/", 1)[0] if "/" in path else "."
+
+
 def _check_record(
-    path: str,
-    no: int,
+    where: str,
     rec: dict,
     fields: tuple[str, ...],
     n_votes: int,
     n_annotators: int,
-    check_images: bool,
+    aspects: Iterable[str] | None,
 ) -> None:
-    where = f"{path}:{no}"
     missing = [f for f in fields if f not in rec]
     if missing:
         raise TpipsFormatError(f"{where}: missing field(s) {missing}")
     aspect = rec["aspect"]
-    if not isinstance(aspect, str) or not aspect.strip():
+    if not _text(aspect):
         raise TpipsFormatError(f"{where}: empty aspect; give the aspect text (e.g. 'colour' or 'overall')")
+    if aspects is not None and aspect not in aspects:
+        raise TpipsFormatError(
+            f"{where}: aspect {aspect!r} is not in the config's vocabulary {sorted(aspects)}; add it to 'aspects'"
+        )
     votes = rec["votes"]
-    if (
-        not isinstance(votes, list)
-        or len(votes) != n_votes
-        or not all(isinstance(v, int) and v >= 0 for v in votes)
-    ):
-        raise TpipsFormatError(f"{where}: 'votes' must be {n_votes} non-negative integers, got {votes!r}")
+    if not isinstance(votes, list) or len(votes) != n_votes or not all(_count(v) for v in votes):
+        raise TpipsFormatError(
+            f"{where}: 'votes' must be {n_votes} non-negative integers (not true/false), got {votes!r}"
+        )
     cannot = rec.get("cannot_tell", 0)
-    if not isinstance(cannot, int) or cannot < 0:
+    if not _count(cannot):
         raise TpipsFormatError(f"{where}: 'cannot_tell' must be a non-negative integer, got {cannot!r}")
     if sum(votes) + cannot != n_annotators:
         raise TpipsFormatError(
             f"{where}: votes {votes} + cannot_tell {cannot} = {sum(votes) + cannot}, not the annotator count "
             f"{n_annotators}; every annotator gives one vote or 'cannot tell'"
         )
-    if check_images:
-        images = rec["images"] if "images" in rec else [rec["ref"], rec["x0"], rec["x1"]]
-        for uri in images:
-            if not isinstance(uri, str) or not uri or not storage.exists(uri):
-                raise TpipsFormatError(
-                    f"{where}: image {uri!r} does not exist; fix the path or drop the record"
-                )
+
+
+def _check_images(where: str, images: list, base: str | None) -> None:
+    for p in images:
+        if not _text(p):
+            raise TpipsFormatError(f"{where}: image path {p!r} is not a path; give the image file")
+        if not storage.exists(resolve(p, base)):
+            raise TpipsFormatError(
+                f"{where}: image {p!r} does not exist (looked at {resolve(p, base)}); fix the path or drop the record"
+            )
+
+
+def _check_item(
+    seen: dict[str, tuple[int, tuple]],
+    aspects_seen: dict[tuple[str, str], int],
+    path: str,
+    no: int,
+    key,
+    what,
+):
+    """Refuse a repeated (item, aspect) and an item whose lines disagree on `what` (its images, split...)."""
+    item, aspect = key
+    if key in aspects_seen:
+        raise TpipsFormatError(
+            f"{path}:{no}: item {item!r} is asked {aspect!r} again (first on line {aspects_seen[key]}); "
+            f"one line per (item, aspect): merge the votes or drop one line"
+        )
+    aspects_seen[key] = no
+    if item in seen and seen[item][1] != what:
+        raise TpipsFormatError(
+            f"{path}:{no}: item {item!r} has {what} here but {seen[item][1]} on line {seen[item][0]}; "
+            f"one id names one item: give the other one its own id"
+        )
+    seen.setdefault(item, (no, what))
+
+
+def _summary(path: str, lines: list[int], keep: np.ndarray, cannot: np.ndarray, prune: int) -> dict:
+    dropped = [n for n, k in zip(lines, keep, strict=True) if not k]
+    by_cannot = int(((cannot >= prune) & ~keep).sum())
+    return {
+        "file": path,
+        "lines": len(lines),
+        "kept": int(keep.sum()),
+        "pruned_cannot_tell": by_cannot,
+        "pruned_ties": len(dropped) - by_cannot,
+        "pruned_lines": [f"{path}:{n}" for n in dropped[:NAMED_MAX]]
+        + (["..."] if len(dropped) > NAMED_MAX else []),
+    }
+
+
+def image_paths(path: str, fields: tuple[str, ...]) -> list[str]:
+    """The distinct image paths every line of a (validated) JSONL file names, in order of appearance, pruned
+    lines included: `fields` ("images",) for OOO, ("ref", "x0", "x1") for 2AFC."""
+    found: dict[str, None] = {}
+    for _, rec in _lines(path):
+        for f in fields:
+            for p in rec[f] if isinstance(rec[f], list) else [rec[f]]:
+                found.setdefault(p)
+    return list(found)
 
 
 def _write_lines(lines: list[str], path: str) -> int:
@@ -100,36 +185,56 @@ def write_ooo_jsonl(ooo: pd.DataFrame, uris: dict[str, str], path: str) -> int:
                 "votes": [int(v) for v in r.votes],
                 "cannot_tell": int(r.cannot_tell),
                 "split": r.split,
-            }
+            },
+            ensure_ascii=False,
         )
         for r in ooo.itertuples(index=False)
     ]
     return _write_lines(lines, path)
 
 
-def read_ooo_jsonl(
+def load_ooo_jsonl(
     path: str,
     n_annotators: int = 5,
     prune_cannot_tell: int = 3,
     check_images: bool = True,
     judgements: str = "simulated",
-) -> pd.DataFrame:
-    """OOO rows (OOO_COLUMNS; image columns hold uris) from JSONL, validated, pruned and normalised."""
+    splits: Iterable[str] = SPLITS,
+    aspects: Iterable[str] | None = None,
+    base: str | None = None,
+) -> tuple[pd.DataFrame, dict]:
+    """(OOO rows (OOO_COLUMNS; image columns hold the paths as written), summary of what was pruned) from
+    JSONL, every line validated (see the module doc), pruned and normalised."""
+    base = base if base is not None else _folder(path)
+    splits, aspects = tuple(splits), (set(aspects) if aspects is not None else None)
     recs = _lines(path)
+    seen: dict = {}
+    asked: dict = {}
     for no, rec in recs:
+        where = f"{path}:{no}"
         _check_record(
-            path,
-            no,
+            where,
             rec,
             ("triplet_id", "images", "aspect", "votes", "cannot_tell", "split"),
             3,
             n_annotators,
-            False,
+            aspects,
         )
+        if not _text(rec["triplet_id"]):
+            raise TpipsFormatError(
+                f"{where}: 'triplet_id' must be a non-empty string, got {rec['triplet_id']!r}"
+            )
         if not isinstance(rec["images"], list) or len(rec["images"]) != 3:
-            raise TpipsFormatError(f"{path}:{no}: 'images' must list 3 image paths, got {rec['images']!r}")
+            raise TpipsFormatError(f"{where}: 'images' must list 3 image paths, got {rec['images']!r}")
+        if rec["split"] not in splits:
+            raise TpipsFormatError(
+                f"{where}: split {rec['split']!r} is not one of {list(splits)}; fix the split (or the config's "
+                f"triplets.splits)"
+            )
         if check_images:
-            _check_record(path, no, rec, (), 3, n_annotators, True)
+            _check_images(where, rec["images"], base)
+        what = {"images": list(rec["images"]), "split": rec["split"]}
+        _check_item(seen, asked, path, no, (rec["triplet_id"], rec["aspect"]), what)
     df = pd.DataFrame(
         {
             "triplet_id": [r["triplet_id"] for _, r in recs],
@@ -143,10 +248,17 @@ def read_ooo_jsonl(
         }
     )
     votes = np.array(df.votes.tolist(), float).reshape(-1, 3)
-    keep, y = normalise(votes, df.cannot_tell.to_numpy(), prune_cannot_tell)
+    cannot = df.cannot_tell.to_numpy()
+    keep, y = normalise(votes, cannot, prune_cannot_tell)
     df[["y_0", "y_1", "y_2"]] = y
     df["judgements"] = judgements
-    return df[keep].reset_index(drop=True)[OOO_COLUMNS]
+    summary = _summary(path, [no for no, _ in recs], keep, cannot, prune_cannot_tell)
+    return df[keep].reset_index(drop=True)[OOO_COLUMNS], summary
+
+
+def read_ooo_jsonl(path: str, **kwargs) -> pd.DataFrame:
+    """OOO rows from JSONL (see `load_ooo_jsonl`, which also returns what was pruned)."""
+    return load_ooo_jsonl(path, **kwargs)[0]
 
 
 def write_afc_jsonl(afc: pd.DataFrame, uris: dict[str, str], path: str) -> int:
@@ -162,26 +274,51 @@ def write_afc_jsonl(afc: pd.DataFrame, uris: dict[str, str], path: str) -> int:
                 "votes": [int(v) for v in r.votes],
                 "source": r.source,
                 "cannot_tell": int(r.cannot_tell),
-            }
+            },
+            ensure_ascii=False,
         )
         for r in afc.itertuples(index=False)
     ]
     return _write_lines(lines, path)
 
 
-def read_afc_jsonl(
+def load_afc_jsonl(
     path: str,
     n_annotators: int = 5,
     prune_cannot_tell: int = 3,
     check_images: bool = True,
     judgements: str = "simulated",
-) -> pd.DataFrame:
-    """2AFC rows (AFC_COLUMNS; image columns hold uris) from JSONL, validated; ties and >= 3 cannot-tell removed."""
+    sources: Iterable[str] | None = None,
+    aspects: Iterable[str] | None = None,
+    base: str | None = None,
+) -> tuple[pd.DataFrame, dict]:
+    """(2AFC rows (AFC_COLUMNS; image columns hold the paths as written), summary of what was pruned) from
+    JSONL, validated; ties and >= 3 cannot-tell removed (published) and counted."""
+    base = base if base is not None else _folder(path)
+    sources = tuple(sources) if sources is not None else None
+    aspects = set(aspects) if aspects is not None else None
     recs = _lines(path)
+    seen: dict = {}
+    asked: dict = {}
     for no, rec in recs:
-        _check_record(
-            path, no, rec, ("ref", "x0", "x1", "aspect", "votes", "source"), 2, n_annotators, check_images
-        )
+        where = f"{path}:{no}"
+        _check_record(where, rec, ("ref", "x0", "x1", "aspect", "votes", "source"), 2, n_annotators, aspects)
+        if rec["aspect"] == "overall":
+            raise TpipsFormatError(
+                f"{where}: 2AFC aspect 'overall': the paper's 2AFC has no overall aspect (appendix A.2); "
+                f"name the aspect the comparison is about or drop the line"
+            )
+        if sources is not None and rec["source"] not in sources:
+            raise TpipsFormatError(
+                f"{where}: source {rec['source']!r} is not one of {list(sources)}; fix it or list it in afc.sources"
+            )
+        item = rec.get("item_id", f"{path}:{no}")
+        if not _text(item):
+            raise TpipsFormatError(f"{where}: 'item_id' must be a non-empty string, got {item!r}")
+        if check_images:
+            _check_images(where, [rec["ref"], rec["x0"], rec["x1"]], base)
+        what = {"ref": rec["ref"], "x0": rec["x0"], "x1": rec["x1"], "source": rec["source"]}
+        _check_item(seen, asked, path, no, (item, rec["aspect"]), what)
     df = pd.DataFrame(
         {
             "item_id": [r.get("item_id", f"{path}:{no}") for no, r in recs],
@@ -195,7 +332,14 @@ def read_afc_jsonl(
         }
     )
     votes = np.array(df.votes.tolist(), float).reshape(-1, 2)
-    keep, y = normalise(votes, df.cannot_tell.to_numpy(), prune_cannot_tell, drop_ties=True)
+    cannot = df.cannot_tell.to_numpy()
+    keep, y = normalise(votes, cannot, prune_cannot_tell, drop_ties=True)
     df[["y_0", "y_1"]] = y
     df["judgements"] = judgements
-    return df[keep].reset_index(drop=True)[AFC_COLUMNS]
+    summary = _summary(path, [no for no, _ in recs], keep, cannot, prune_cannot_tell)
+    return df[keep].reset_index(drop=True)[AFC_COLUMNS], summary
+
+
+def read_afc_jsonl(path: str, **kwargs) -> pd.DataFrame:
+    """2AFC rows from JSONL (see `load_afc_jsonl`, which also returns what was pruned)."""
+    return load_afc_jsonl(path, **kwargs)[0]

@@ -49,6 +49,14 @@ def write_images(values: pd.DataFrame, root: str, cfg: TpipsConfig) -> pd.DataFr
     return pd.DataFrame(out)
 
 
-def load_pixels(uris: list[str]) -> np.ndarray:
-    """Images (N, H, W, 3) uint8 from their uris (all of one size)."""
-    return np.stack([np.asarray(Image.open(io.BytesIO(storage.read_bytes(u))).convert("RGB")) for u in uris])
+def load_pixels(uris: list[str], size: int | None = None) -> np.ndarray:
+    """Images (N, H, W, 3) uint8 from their uris; with `size`, an image of another size is resized to size x size
+    (bicubic) first, so that images of an official set compare pixel by pixel."""
+
+    def one(uri: str) -> np.ndarray:
+        img = Image.open(io.BytesIO(storage.read_bytes(uri))).convert("RGB")
+        if size is not None and img.size != (size, size):
+            img = img.resize((size, size), Image.Resampling.BICUBIC)
+        return np.asarray(img)
+
+    return np.stack([one(u) for u in uris])

@@ -1,4 +1,5 @@
-"""The TPIPS leaderboard (agreement per aspect on the OOO test split beside the consensus ceiling) and the
+"""The TPIPS leaderboard (agreement per aspect on the OOO test split beside the rater agreement Σ y² and the
+ceiling mean max y), its Markdown printout (the judgements marker printed once, above the table) and the
 agreement-per-aspect-per-model bar chart (the shape of the paper's Fig. 5)."""
 
 from __future__ import annotations
@@ -10,8 +11,9 @@ import pandas as pd
 
 
 def leaderboard(scores: pd.DataFrame) -> pd.DataFrame:
-    """One row per (model, method): OOO agreement overall and per aspect, consensus, 2AFC per source."""
-    cols = ["model", "method", "conditioned", "ooo", "ooo_err", "consensus"]
+    """One row per (model, method): OOO agreement overall and per aspect, rater agreement, ceiling, 2AFC per
+    source, and the votes' `judgements` marker."""
+    cols = ["model", "method", "conditioned", "ooo", "ooo_err", "rater_agreement", "ceiling", "judgements"]
     if scores.empty:
         return pd.DataFrame(columns=cols)
     ok = scores[scores.method != "n/a"]
@@ -22,7 +24,9 @@ def leaderboard(scores: pd.DataFrame) -> pd.DataFrame:
     base = ooo[ooo.aspect == "all"].set_index(["model", "method", "conditioned"])
     wide = wide.rename(columns={"ooo_all": "ooo"})
     wide["ooo_err"] = base.agreement_err
-    wide["consensus"] = base.consensus
+    wide["rater_agreement"] = base.rater_agreement
+    wide["ceiling"] = base.ceiling
+    wide["judgements"] = base.judgements
     afc = ok[ok["eval"].str.startswith("afc:") & (ok.aspect == "all")]
     if len(afc):
         wide = wide.join(
@@ -31,10 +35,25 @@ def leaderboard(scores: pd.DataFrame) -> pd.DataFrame:
     out = wide.reset_index().sort_values("ooo", ascending=False, kind="stable")
     # every per-backbone score asset (frozen baselines, learned metrics) writes the same "not applicable" row
     # for a backbone that cannot see TPIPS images: list each model once
-    na = scores[scores.method == "n/a"][["model", "method", "note"]].drop_duplicates("model")
+    na = scores[scores.method == "n/a"][["model", "method", "judgements", "note"]].drop_duplicates("model")
     out = pd.concat([out, na], ignore_index=True)
     first = [c for c in cols if c in out.columns]
     return out[first + [c for c in out.columns if c not in first]].reset_index(drop=True)
+
+
+def board_markdown(board: pd.DataFrame) -> str:
+    """The board as Markdown: the judgements marker once on top (every row carries the same), then the table
+    without that column."""
+    if board.empty:
+        return "empty"
+    marks = sorted(board.judgements.dropna().unique()) if "judgements" in board else []
+    what = {"simulated": "simulated (a noisy-observer model, not people)", "human": "human"}
+    head = "judgements: " + (", ".join(what.get(m, m) for m in marks) if marks else "unknown")
+    shown = board.drop(columns=["judgements"], errors="ignore")
+    if "note" in shown and shown.note.isna().all():  # no not-applicable model: nothing to note
+        shown = shown.drop(columns="note")
+    body = shown.round(1).to_markdown(index=False)
+    return f"{head}\n\n{body}"
 
 
 def agreement_figure(scores: pd.DataFrame, max_models: int = 8) -> bytes:
@@ -70,13 +89,17 @@ def agreement_figure(scores: pd.DataFrame, max_models: int = 8) -> bytes:
                 label=name,
                 capsize=1,
             )
-        cons = ooo[ooo.name == top[0]].set_index("aspect").reindex(aspects).consensus
-        ax.scatter(x, cons, marker="_", s=400, color="black", label="consensus (simulated)", zorder=3)
+        first = ooo[ooo.name == top[0]].set_index("aspect").reindex(aspects)
+        marks = ", ".join(sorted(ooo.judgements.dropna().unique())) if "judgements" in ooo else "?"
+        ax.scatter(
+            x, first.rater_agreement, marker="_", s=400, color="black", label="rater agreement Σy²", zorder=3
+        )
+        ax.scatter(x, first.ceiling, marker="_", s=400, color="red", label="ceiling max y", zorder=3)
         ax.axhline(100 / 3, color="grey", lw=0.8, ls="--")
         ax.set_xticks(x, aspects, rotation=30)
         ax.set_ylabel("agreement (%)")
         ax.legend(fontsize=6, ncol=3)
-        ax.set_title("TPIPS odd-one-out agreement per aspect (simulated judgements)", fontsize=9)
+        ax.set_title(f"TPIPS odd-one-out agreement per aspect (judgements: {marks})", fontsize=9)
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png")

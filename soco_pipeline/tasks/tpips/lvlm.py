@@ -1,17 +1,26 @@
-"""LVLM baselines through the project's harness (backends with retries, the answer cache), both as published:
+"""LVLM baselines through the project's harness (backends with retries, the answer cache), both as published
+(appendix C.3), with the paper's permutation averaging against position bias:
 
-- early fusion: two images and "how similar are these in terms of <aspect>, 0-10" for every pair; the three
-  pair scores of a triplet (or the two of a 2AFC item) are the model's similarities;
-- triplet oracle: all three images and "in terms of <aspect>, which image is the most different?" (1-3); for
-  2AFC the reference and both outputs, "which is more similar to the first?" (1-2).
+- early fusion: two images and "how similar are these {clause}, 0-10" for every pair, each pair asked in both
+  orders and the two scores averaged (every pair of a triplet appears in both orders over its 6 permutations;
+  2AFC's 2 permutations ask (reference, output) both ways); the three pair scores of a triplet (or the two of a
+  2AFC item) are the model's similarities;
+- triplet oracle: all three images, "which image is the most different of the three {clause}?" (1-3), asked in
+  all 6 orders; each answer is mapped back to the image it names and the picks averaged (ŷ = the share of orders
+  that named each image). For 2AFC the reference first and both outputs, "which is more similar to the first?"
+  (1-2), in both orders of the outputs.
 
-Prompts come from assets/tpips.yaml (`lvlm`). An unparseable answer scores as a tie (every option equal, so the
-first is picked) and is counted in `parse_failures`.
+So an answerer that always names one position scores a tie of every option (chance), not that position's vote
+share. `{clause}` is "in terms of <aspect>", or "overall" for the overall aspect (published: no prompt reads
+"in terms of overall"). Prompts come from assets/tpips.yaml (`lvlm`). An unparseable answer counts in
+`parse_failures` and adds nothing to the average (a pair with no score in either order is never the pick; a
+row with no parsed answer is a tie).
 """
 
 from __future__ import annotations
 
 import io
+import itertools
 import re
 from collections.abc import Callable
 
@@ -28,6 +37,9 @@ from soco_pipeline.lvlm.specs import LvlmSpec
 
 from .aspects import PAIRS
 from .config import LvlmPrompts
+
+PERMS_OOO = tuple(itertools.permutations(range(3)))  # 6 orders of a triplet's images
+PERMS_AFC = ((0, 1), (1, 0))  # 2 orders of a 2AFC item's outputs (the reference stays first)
 
 _NUMBER = re.compile(r"(?<![\d.])(10|\d)(?:\.\d+)?(?![\d])")
 
@@ -77,24 +89,78 @@ def _images(uris: dict[str, str]) -> Callable[[str], bytes]:
     return get
 
 
-def _ask_and_parse(
-    pair_reqs: list,
-    trip_reqs: list,
-    k: int,
-    prompts: LvlmPrompts,
-    spec: LvlmSpec,
-    backend: Backend,
-    cache: AnswerCache,
-) -> dict[str, np.ndarray | int]:
-    """Ask every request; (N, k) pairwise scores (k requests per row) and (N, k) one-hot picks (one per row)."""
-    texts = ask_all(pair_reqs + trip_reqs, spec, backend, cache)
-    pair = np.array([parse_score(t, prompts.scale_max) for t in texts[: len(pair_reqs)]]).reshape(-1, k)
-    picks = np.array([parse_choice(t, k) for t in texts[len(pair_reqs) :]], dtype=np.int64)
-    fails = int(np.isnan(pair).sum() + (picks < 0).sum())
-    n = len(trip_reqs)
-    trip = np.zeros((n, k))
-    trip[np.arange(n)[picks >= 0], picks[picks >= 0]] = 1.0
-    return {"pairwise": np.nan_to_num(pair, nan=0.0), "triplet": trip, "parse_failures": fails}
+def _pair_scores(texts: list[str], n: int, k: int, top: int) -> tuple[np.ndarray, int]:
+    """((n, k) pair scores: the mean over the two orders each pair was asked in, NaN when neither parsed;
+    parse failures)."""
+    s = np.array([parse_score(x, top) for x in texts], float).reshape(n, k, 2)
+    ok = ~np.isnan(s)
+    count = ok.sum(2)
+    mean = np.where(ok, s, 0.0).sum(2) / np.maximum(count, 1)
+    return np.where(count > 0, mean, np.nan), int((~ok).sum())
+
+
+def _picks(texts: list[str], n: int, perms: tuple[tuple[int, ...], ...]) -> tuple[np.ndarray, int]:
+    """((n, k) share of the orders whose answer named each original option, parse failures)."""
+    k = len(perms[0])
+    pos = np.array([parse_choice(x, k) for x in texts], np.int64).reshape(n, len(perms))
+    order = np.array(perms, np.int64)  # order[p, j]: the original option shown at position j in order p
+    out = np.zeros((n, k))
+    rows, ps = np.nonzero(pos >= 0)
+    np.add.at(out, (rows, order[ps, pos[rows, ps]]), 1.0 / len(perms))
+    return out, int((pos < 0).sum())
+
+
+def _pairwise_requests(img, cols: np.ndarray, aspects: list[str], pairs, prompts: LvlmPrompts) -> list:
+    return [
+        ChatRequest((img(row[u]), img(row[v])), prompts.ask(prompts.pairwise_prompt, a))
+        for row, a in zip(cols, aspects, strict=True)
+        for i, j in pairs
+        for u, v in ((i, j), (j, i))
+    ]
+
+
+def ooo_requests(ooo: pd.DataFrame, uris: dict[str, str], prompts: LvlmPrompts) -> list[ChatRequest]:
+    """Every request of the OOO rows, in order: 6 pairwise per row (3 pairs x 2 orders, pair k excluding image
+    k), then 6 triplet ones per row (the PERMS_OOO orders)."""
+    img = _images(uris)
+    cols = ooo[["image_0", "image_1", "image_2"]].to_numpy()
+    aspects = ooo.aspect.tolist()
+    trip = [
+        ChatRequest(tuple(img(row[i]) for i in perm), prompts.ask(prompts.triplet_prompt, a))
+        for row, a in zip(cols, aspects, strict=True)
+        for perm in PERMS_OOO
+    ]
+    return _pairwise_requests(img, cols, aspects, PAIRS, prompts) + trip
+
+
+def ooo_predictions(texts: list[str], n: int, prompts: LvlmPrompts) -> dict[str, np.ndarray | int]:
+    """{'pairwise': (n, 3) mean pair scores (column k: the pair excluding image k), 'triplet': (n, 3) share of
+    the 6 orders naming each image odd, 'parse_failures'} from the answers to `ooo_requests`, in order."""
+    pair, pair_fails = _pair_scores(texts[: 6 * n], n, 3, prompts.scale_max)
+    trip, fails = _picks(texts[6 * n :], n, PERMS_OOO)
+    return {"pairwise": pair, "triplet": trip, "parse_failures": pair_fails + fails}
+
+
+def afc_requests(afc: pd.DataFrame, uris: dict[str, str], prompts: LvlmPrompts) -> list[ChatRequest]:
+    """Every request of the 2AFC rows, in order: 4 pairwise per row ((ref, x0), (ref, x1), each both ways), then
+    2 triplet-style ones per row (the reference first, the outputs in both orders)."""
+    img = _images(uris)
+    cols = afc[["ref", "x0", "x1"]].to_numpy()
+    aspects = afc.aspect.tolist()
+    trip = [
+        ChatRequest((img(row[0]), *(img(row[1 + i]) for i in perm)), prompts.ask(prompts.afc_prompt, a))
+        for row, a in zip(cols, aspects, strict=True)
+        for perm in PERMS_AFC
+    ]
+    return _pairwise_requests(img, cols, aspects, ((0, 1), (0, 2)), prompts) + trip
+
+
+def afc_predictions(texts: list[str], n: int, prompts: LvlmPrompts) -> dict[str, np.ndarray | int]:
+    """{'pairwise': (n, 2) mean scores of (ref, x0), (ref, x1), 'triplet': (n, 2) share of the 2 orders naming
+    each output, 'parse_failures'} from the answers to `afc_requests`, in order."""
+    pair, pair_fails = _pair_scores(texts[: 4 * n], n, 2, prompts.scale_max)
+    trip, fails = _picks(texts[4 * n :], n, PERMS_AFC)
+    return {"pairwise": pair, "triplet": trip, "parse_failures": pair_fails + fails}
 
 
 def ooo_answers(
@@ -105,21 +171,9 @@ def ooo_answers(
     backend: Backend,
     cache: AnswerCache,
 ) -> dict[str, np.ndarray | int]:
-    """{'pairwise': (N, 3) early-fusion scores of the pair excluding k, 'triplet': (N, 3) one-hot odd picks,
-    'parse_failures': int} for OOO rows."""
-    img = _images(uris)
-    cols = ooo[["image_0", "image_1", "image_2"]].to_numpy()
-    aspects = ooo.aspect.tolist()
-    pair_reqs = [
-        ChatRequest((img(row[i]), img(row[j])), prompts.pairwise_prompt.format(aspect=a))
-        for row, a in zip(cols, aspects, strict=True)
-        for i, j in PAIRS
-    ]
-    trip_reqs = [
-        ChatRequest(tuple(img(x) for x in row), prompts.triplet_prompt.format(aspect=a))
-        for row, a in zip(cols, aspects, strict=True)
-    ]
-    return _ask_and_parse(pair_reqs, trip_reqs, 3, prompts, spec, backend, cache)
+    """Ask an LVLM every OOO request (`ooo_requests`) and parse the answers (`ooo_predictions`)."""
+    texts = ask_all(ooo_requests(ooo, uris, prompts), spec, backend, cache)
+    return ooo_predictions(texts, len(ooo), prompts)
 
 
 def afc_answers(
@@ -130,17 +184,6 @@ def afc_answers(
     backend: Backend,
     cache: AnswerCache,
 ) -> dict[str, np.ndarray | int]:
-    """{'pairwise': (N, 2) scores of (ref, x0), (ref, x1), 'triplet': (N, 2) one-hot picks, 'parse_failures'}."""
-    img = _images(uris)
-    cols = afc[["ref", "x0", "x1"]].to_numpy()
-    aspects = afc.aspect.tolist()
-    pair_reqs = [
-        ChatRequest((img(row[0]), img(row[k])), prompts.pairwise_prompt.format(aspect=a))
-        for row, a in zip(cols, aspects, strict=True)
-        for k in (1, 2)
-    ]
-    trip_reqs = [
-        ChatRequest(tuple(img(x) for x in row), prompts.afc_prompt.format(aspect=a))
-        for row, a in zip(cols, aspects, strict=True)
-    ]
-    return _ask_and_parse(pair_reqs, trip_reqs, 2, prompts, spec, backend, cache)
+    """Ask an LVLM every 2AFC request (`afc_requests`) and parse the answers (`afc_predictions`)."""
+    texts = ask_all(afc_requests(afc, uris, prompts), spec, backend, cache)
+    return afc_predictions(texts, len(afc), prompts)

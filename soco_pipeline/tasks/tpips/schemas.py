@@ -34,8 +34,9 @@ def _common(df: pd.DataFrame, columns: list[str], n_opts: int, cfg: TpipsConfig,
     y = df[[f"y_{k}" for k in range(n_opts)]].to_numpy(float)
     if len(y) and not np.allclose(y.sum(1), 1.0):
         out.append(f"{name}: vote distributions y do not sum to 1")
-    if (df.judgements != "simulated").any():
-        out.append(f"{name}: rows without the judgements='simulated' marker")
+    marker = cfg.source.votes_are
+    if (df.judgements != marker).any():
+        out.append(f"{name}: rows without the judgements={marker!r} marker of the {cfg.source.kind} source")
     return out
 
 

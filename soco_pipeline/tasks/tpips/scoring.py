@@ -1,8 +1,15 @@
-"""Agreement with the (simulated) raters: y_k̂ for k̂ = argmax ŷ, per aspect and overall, beside the consensus.
+"""Agreement with the raters: y_k̂ for k̂ = argmax ŷ, per aspect and overall, beside what the votes allow.
 
-Agreement of a prediction is the vote share of the option it picks (the chance that a random rater agrees);
-consensus is Σ_k y_k² (published). Error bars are 2 x the standard error of the per-row values. Ties in ŷ
-go to the first option (argmax), so a constant chooser scores exactly the mean of y_0.
+Agreement of a prediction is the vote share of the option it picks (the chance that a random rater agrees,
+published). A tie in ŷ scores the mean share of the tied options (the expected agreement of a random tie-break,
+our choice: the paper does not say), so a chooser with no preference scores exactly chance, 1/3 or 1/2.
+
+Beside it, two properties of the votes alone:
+- `rater_agreement` = Σ_k y_k²: the paper's "human consensus", the chance that two random raters agree. It is
+  not a ceiling: a model that always picks the plurality option agrees with a random rater max_k y_k ≥ Σ_k y_k²
+  of the time;
+- `ceiling` = max_k y_k: the best agreement any chooser can reach on the row (the plurality pick).
+Error bars are 2 x the standard error of the per-row values.
 """
 
 from __future__ import annotations
@@ -12,9 +19,21 @@ import pandas as pd
 
 
 def agreement(scores: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Per-row agreement y[k̂], k̂ = argmax of the model's scores (higher = that option is the pick)."""
-    k = np.argmax(np.asarray(scores, float), axis=1)
-    return np.asarray(y, float)[np.arange(len(k)), k]
+    """Per-row agreement y[k̂], k̂ = argmax of the model's scores (higher = that option is the pick); a tie
+    scores the mean y of the tied options, a row of NaN scores (no answer) is a tie of every option."""
+    s = np.nan_to_num(np.asarray(scores, float), nan=-np.inf)
+    top = s == s.max(1, keepdims=True)
+    return (np.asarray(y, float) * top).sum(1) / top.sum(1)
+
+
+def rater_agreement(y: np.ndarray) -> np.ndarray:
+    """Σ_k y_k² per row: the chance that two random raters pick the same option (the paper's consensus)."""
+    return (np.asarray(y, float) ** 2).sum(1)
+
+
+def ceiling(y: np.ndarray) -> np.ndarray:
+    """max_k y_k per row: the best agreement any chooser can reach."""
+    return np.asarray(y, float).max(1)
 
 
 def _mean_se(x: np.ndarray) -> tuple[float, float]:
@@ -28,21 +47,29 @@ def _mean_se(x: np.ndarray) -> tuple[float, float]:
 def summarise(
     rows: pd.DataFrame, per_row: np.ndarray, y: np.ndarray, group: str = "aspect", overall_label: str = "all"
 ) -> pd.DataFrame:
-    """Agreement and consensus (mean, 2 x SE) per `group` value and over all rows, in percent (0-100)."""
-    cons = (np.asarray(y, float) ** 2).sum(1)
-    frame = pd.DataFrame({group: rows[group].to_numpy(), "agreement": per_row, "consensus": cons})
+    """Agreement (mean, 2 x SE), rater agreement (mean, 2 x SE) and the ceiling per `group` value and over all
+    rows, in percent (0-100)."""
+    frame = pd.DataFrame(
+        {
+            group: rows[group].to_numpy(),
+            "agreement": per_row,
+            "rater_agreement": rater_agreement(y),
+            "ceiling": ceiling(y) if len(y) else np.zeros(0),
+        }
+    )
     out = []
     for key, g in [(overall_label, frame), *sorted(frame.groupby(group), key=lambda kv: kv[0])]:
         a, ae = _mean_se(g.agreement.to_numpy())
-        c, ce = _mean_se(g.consensus.to_numpy())
+        c, ce = _mean_se(g.rater_agreement.to_numpy())
         out.append(
             {
                 group: key,
                 "n": len(g),
                 "agreement": 100 * a,
                 "agreement_err": 100 * ae,
-                "consensus": 100 * c,
-                "consensus_err": 100 * ce,
+                "rater_agreement": 100 * c,
+                "rater_agreement_err": 100 * ce,
+                "ceiling": 100 * float(g.ceiling.mean()) if len(g) else float("nan"),
             }
         )
     return pd.DataFrame(out)
