@@ -87,8 +87,9 @@ class FeatureSchema(pa.DataFrameModel):
 
 
 class ScoreSchema(pa.DataFrameModel):
-    """`tpips_pixel_baselines`, `tpips_baseline_scores`, `tpips_learned`, `tpips_lvlm_answers`: agreement and
-    consensus (0-100) per (model, method, eval, aspect); judgements marked simulated."""
+    """`tpips_pixel_baselines`, `tpips_baseline_scores`, `tpips_learned`, `tpips_lvlm_answers`: agreement, the
+    rater agreement (Σ y²) and the ceiling (mean max y), 0-100, per (model, method, eval, aspect); who judged
+    (simulated observers or people) on every row."""
 
     model: Series[str]
     method: Series[str]
@@ -97,8 +98,9 @@ class ScoreSchema(pa.DataFrameModel):
     aspect: Series[str]
     n: Series[int] = pa.Field(ge=0)
     agreement: Series[float] = pa.Field(ge=0, le=100, nullable=True)
-    consensus: Series[float] = pa.Field(ge=0, le=100, nullable=True)
-    judgements: Series[str] = pa.Field(isin=[JUDGEMENTS])
+    rater_agreement: Series[float] = pa.Field(ge=0, le=100, nullable=True)
+    ceiling: Series[float] = pa.Field(ge=0, le=100, nullable=True)
+    judgements: Series[str] = pa.Field(isin=[JUDGEMENTS, "human"])
     note: Series[str] = pa.Field(nullable=True)
 
     class Config:
@@ -106,12 +108,14 @@ class ScoreSchema(pa.DataFrameModel):
 
 
 class LeaderboardSchema(pa.DataFrameModel):
-    """`tpips_leaderboard`: one row per (model, method); OOO agreement and the consensus ceiling (0-100)."""
+    """`tpips_leaderboard`: one row per (model, method); OOO agreement, the rater agreement (Σ y²) and the
+    ceiling (mean max y), 0-100."""
 
     model: Series[str]
     method: Series[str]
     ooo: Series[float] = pa.Field(ge=0, le=100, nullable=True)
-    consensus: Series[float] = pa.Field(ge=0, le=100, nullable=True)
+    rater_agreement: Series[float] = pa.Field(ge=0, le=100, nullable=True)
+    ceiling: Series[float] = pa.Field(ge=0, le=100, nullable=True)
 
     class Config:
         coerce = True
