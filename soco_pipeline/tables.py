@@ -88,6 +88,9 @@ TABLES: tuple[Table, ...] = (
     Table("tpips_leaderboard", "tpips_leaderboard"),
     # per-sample input hashes of the evaluated pairs (soco_pipeline/defs/pairs/hashes.py, docs/results.md)
     Table("sample_hashes", "sample_hashes"),
+    # one row per (model, family) headline, one row per model across families (soco_pipeline/defs/summary/)
+    Table("model_headlines", "model_headlines"),
+    Table("model_summary", "model_summary"),
 )
 _BY_ASSET = {t.asset: t for t in TABLES}
 

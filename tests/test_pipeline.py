@@ -418,7 +418,9 @@ def test_official_release_layout_round_trips_through_the_pipeline(run, monkeypat
     assert np.allclose(joined.value_ours, joined.value_release)
 
 
-def test_deleted_spec_keeps_its_results_marked_stale(run):
+def test_deleted_spec_leaves_the_boards_its_tables_stay(run):
+    """Issue 34: a removed spec loses its partition (the sensor), so its row leaves the leaderboard; its
+    per-backbone tables stay on disk (re-adding the spec brings the row back without a rerun)."""
     instance, spec = run["instance"], run["backbones"] / "oracle_concept.yaml"
     saved = spec.read_text()
     spec.unlink()
@@ -430,7 +432,10 @@ def test_deleted_spec_keeps_its_results_marked_stale(run):
         )
         result = sensor(ctx)
         assert not result.run_requests
-        assert "oracle_concept" in instance.get_dynamic_partitions("backbones")
+        (delete,) = result.dynamic_partitions_requests
+        assert list(delete.partition_keys) == ["oracle_concept"]
+        instance.delete_dynamic_partition("backbones", "oracle_concept")
+        assert {e.asset_key.to_user_string() for e in result.asset_events} == {"model_specs"}
         assert dg.materialize(
             list(defs.assets),
             selection=dg.AssetSelection.assets("leaderboard", "results_database"),
@@ -438,11 +443,13 @@ def test_deleted_spec_keeps_its_results_marked_stale(run):
             resources=defs.resources,
         ).success
         board = pd.read_parquet(_tables(run) / "leaderboard.parquet").set_index("backbone")
-        assert not board.loc["oracle_concept", "spec_present"]
+        assert "oracle_concept" not in board.index
         assert board.loc["oracle_part", "spec_present"]
         assert (_tables(run) / "metrics" / "oracle_concept.parquet").exists()
     finally:
         spec.write_text(saved)
+        if "oracle_concept" not in instance.get_dynamic_partitions("backbones"):
+            instance.add_dynamic_partitions("backbones", ["oracle_concept"])
 
 
 def test_cli_add_backbone_validates_then_copies(tmp_path, monkeypatch, capsys):

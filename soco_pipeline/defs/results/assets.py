@@ -13,6 +13,8 @@ OPTIONAL_SUMMARIES = (
     "fgbmk_leaderboard",
     "fgbmk_findings",
     "tpips_leaderboard",
+    "model_headlines",
+    "model_summary",
 )
 
 

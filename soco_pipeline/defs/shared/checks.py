@@ -21,7 +21,7 @@ import pandera.pandas as pa
 import pyarrow
 
 from soco_pipeline.data.checks import table_problems
-from soco_pipeline.defs.shared.automation import EAGER, ON_CHANGE
+from soco_pipeline.defs.shared.automation import MODEL_SPECS, ON_CHANGE, board_condition
 from soco_pipeline.defs.shared.io_manager import ALLOW_MISSING, ALLOW_MISSING_PARTITIONS
 
 
@@ -215,14 +215,17 @@ def fan_in_table(
 
     Each of those arrives as {partition: table} (partitions not materialized yet are skipped); each
     unpartitioned input in `optional` arrives as None while it was never written. Other inputs (`ins`)
-    pass through; Dagster's eager condition unless `automation_condition` says otherwise.
+    pass through. Unless `automation_condition` says otherwise, the board refreshes eagerly over what
+    exists (shared/automation.board_condition: missing partitions of `partitioned` and missing `optional`
+    tables never hold it back) and when the set of model specs changes (it depends on `model_specs`).
     """
     ins = {
         **{name: dg.AssetIn(metadata=ALLOW_MISSING_PARTITIONS) for name in partitioned},
         **{name: dg.AssetIn(metadata=ALLOW_MISSING) for name in optional},
         **kwargs.pop("ins", {}),
     }
-    kwargs.setdefault("automation_condition", EAGER)
+    kwargs.setdefault("automation_condition", board_condition(*partitioned, *optional))
+    kwargs["deps"] = [*kwargs.get("deps", []), dg.AssetKey(MODEL_SPECS)]
     return table_asset(ins=ins, **kwargs)
 
 
