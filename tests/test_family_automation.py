@@ -47,7 +47,7 @@ class World:
             backbones_dir=str(self.specs),
             lvlms_dir=str(tmp_path / "lvlms"),
         )
-        self.instance, self.cursor, self.minute = instance, None, 0
+        self.instance, self.cursor, self.minute, self.sensor_cursor = instance, None, 0, None
         graph = self.defs.resolve_asset_graph()
         self.keys = list(graph.materializable_asset_keys)
         self.partitions = {k: graph.get(k).partitions_def for k in self.keys}
@@ -59,9 +59,13 @@ class World:
         """One tick of the backbone spec sensor, its partition requests and observations applied."""
         sensor = self.defs.get_sensor_def("backbone_specs_sensor")
         ctx = dg.build_sensor_context(
-            instance=self.instance, definitions=self.defs, resources={"soco": self.defs.resources["soco"]}
+            instance=self.instance,
+            definitions=self.defs,
+            resources={"soco": self.defs.resources["soco"]},
+            cursor=self.sensor_cursor,
         )
         result = sensor(ctx)
+        self.sensor_cursor = result.cursor
         for req in result.dynamic_partitions_requests:
             if isinstance(req, dg.AddDynamicPartitionsRequest):
                 self.instance.add_dynamic_partitions(req.partitions_def_name, list(req.partition_keys))
@@ -149,3 +153,26 @@ def test_a_new_backbone_reaches_every_family_board_and_its_removal_leaves_them(w
     ticks = world.until_quiet()
     assert ticks and BOARDS <= set(ticks[0]), ticks  # every board drops the removed backbone's rows
     assert all(p is None for t in ticks for p in t.values())  # and no per-model table runs
+
+
+def test_a_changed_spec_re_runs_its_partition_in_every_started_family(tmp_path):
+    """The spec sensor's run for a changed spec holds that backbone's per-model tables of SOCO and of every
+    family whose data exist (TPIPS was never started here, so it stays unstarted), and nothing on request
+    only (probe_metrics)."""
+    (tmp_path / "dagster").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "dagster")) as instance:
+        w = World(tmp_path, instance)
+        w.add_spec("dense_sift")
+        w.sensor_tick()
+        for key in w.keys:
+            if w.partitions[key] is None and not key.to_user_string().startswith("tpips_"):
+                instance.report_runless_asset_event(dg.AssetMaterialization(key))
+        spec = w.specs / "dense_sift.yaml"
+        spec.write_text(spec.read_text().replace("descriptor_size: 8", "descriptor_size: 12"))
+        (request,) = w.sensor_tick().run_requests
+    assert request.partition_key == "dense_sift"
+    selected = {k.to_user_string() for k in request.asset_selection}
+    assert {"feature_manifest", "metrics", "mmvm_predictions", "mmvm_backbone_metrics"} <= selected
+    assert {"fgbmk_global_features", "fgbmk_metrics", "fgbmk_robustness", "global_metrics"} <= selected
+    assert not {"tpips_features", "probe_metrics", "mmvm_answers", "lvlm_answers"} & selected
+    assert not BOARDS & selected  # the boards follow the updates (board_condition)

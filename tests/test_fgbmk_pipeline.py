@@ -4,6 +4,7 @@ the leaderboard; the tables land where tables.py says."""
 from __future__ import annotations
 
 import dagster as dg
+import pytest
 import yaml
 
 from soco_pipeline.defs.definitions import build_definitions
@@ -92,4 +93,6 @@ def test_fgbmk_group_end_to_end(tmp_path, monkeypatch):
     across = metrics[metrics.scope == "across"].set_index("level")
     assert rec["results"]["top1/subclass"]["value"] == across.loc["subclass", "top1"]
     rec = exported_family_record(monkeypatch, storage, backbones, lvlms, "fgbmk", "always_yes")
-    assert rec["results"]["hierarchical/true_false"]["value"] == 100 * tf.correct.mean()
+    for (task, form), grp in answers.groupby(["task", "form"]):
+        assert rec["results"][f"{task}/{form}"]["value"] == pytest.approx(100 * grp.correct.mean())
+    assert rec["n-samples"]["questions"]["evaluated"] == answers.question_id.nunique()

@@ -125,7 +125,10 @@ def mmvm_parts(model: str, kind: str, t: dict[str, pd.DataFrame], n_boot: int) -
                 f"{model!r} is not applicable to MMVM: {rows['reason'].iat[0] if 'reason' in rows else ''}"
             )
         rows = rows[rows["status"] == "ok"]
-    rows = rows[rows["item_id"].isin(test["item_id"])].merge(
+    rows = rows[rows["item_id"].isin(test["item_id"])].drop(
+        columns=["case_id", "match_type"], errors="ignore"
+    )
+    rows = rows.merge(
         test[["item_id", "case_id", "match_type"]], on="item_id", how="left", validate="many_to_one"
     )
     metric = "accuracy/" + rows["method"] if kind == "backbone" else pd.Series("accuracy", index=rows.index)
@@ -168,7 +171,9 @@ def fgbmk_parts(model: str, kind: str, t: dict[str, pd.DataFrame], n_boot: int) 
             "task_hashes": tasks,
         }
     q = t["fgbmk_questions"]
-    a = t["fgbmk_answers"].merge(q[["question_id", "group_id", "task", "form", "level"]], on="question_id")
+    a = t["fgbmk_answers"]
+    needed = [c for c in ("group_id", "task", "form", "level") if c not in a.columns]
+    a = a.merge(q[["question_id", *needed]], on="question_id", how="left", validate="many_to_one")
     scores = _scores(
         model, a["task"] + "/" + a["form"], a["level"], a["question_id"], a["group_id"], a["correct"]
     )
@@ -213,7 +218,7 @@ def tpips_parts(model: str, kind: str, t: dict[str, pd.DataFrame], n_boot: int) 
         "intervals": intervals,
         "n_samples": {
             "ooo": {"requested": len(ooo), "evaluated": int(first.get("ooo", 0))},
-            "afc": {"requested": len(afc), "evaluated": int(first[first.index.str.startswith("afc:")].sum())},
+            "afc": {"requested": len(afc), "evaluated": int(first.get("afc:all", 0))},
         },
         "sample_hashes": {**o_s, **a_s},
         "task_hashes": {**o_t, **a_t},

@@ -119,6 +119,31 @@ def eager_allowing_missing(*optional: str) -> dg.AutomationCondition:
 
 DATA_VERSION_TAG = "dagster/data_version"
 SPEC_PARTITIONS = ("backbones", "lvlms")  # the dynamic partitions a spec folder feeds
+PER_MODEL_TAG = "soco/per_model"  # on every per-model table (shared/checks.partition_table): its partitions
+
+
+def per_model_selection(partitions: str) -> dg.AssetSelection:
+    """Every per-model table of `partitions` (backbones | lvlms) in every family (the PER_MODEL_TAG tag)."""
+    return dg.AssetSelection.tag(PER_MODEL_TAG, partitions)
+
+
+def per_model_assets(context: dg.SensorEvaluationContext, partitions: str) -> list[str]:
+    """The per-model tables a changed spec re-runs: every automated table tagged for `partitions`, in every
+    family whose unpartitioned inputs exist (a family nobody started is not started by a spec change)."""
+    repo = context.repository_def
+    if repo is None:
+        return []
+    graph = repo.asset_graph
+    out = []
+    for key in per_model_selection(partitions).resolve(graph):
+        node = graph.get(key)
+        if node.automation_condition is None:
+            continue  # on request only (e.g. probe_metrics)
+        inputs = [p for p in node.parent_keys if graph.has(p) and graph.get(p).is_materializable]
+        inputs = [p for p in inputs if graph.get(p).partitions_def is None]
+        if all(context.instance.get_latest_materialization_event(p) is not None for p in inputs):
+            out.append(key.to_user_string())
+    return sorted(out)
 
 
 def observation(asset: str, version: str, partition: str | None = None) -> dg.AssetObservation:
@@ -135,8 +160,9 @@ def spec_folder_result(
     label: str,
     source_asset: str,
 ) -> dg.SensorResult:
-    """One tick of a spec-folder sensor: a partition per new valid spec, a run of `assets` for each spec whose
-    file changed since the cursor (a {name: content hash} map), an observation of `source_asset` (its data
+    """One tick of a spec-folder sensor: a partition per new valid spec, a run of `assets` and of every
+    family's per-model tables (per_model_assets) for each spec whose file changed since the cursor (a
+    {name: content hash} map), an observation of `source_asset` (its data
     version: the file hash) for each new or changed spec, a warning per invalid spec. A spec whose file is
     gone (not merely invalid) loses its partition, and `model_specs` is observed at its new version, so every
     board refreshes without its rows (shared board_condition)."""
@@ -163,9 +189,11 @@ def spec_folder_result(
         }
         names[partitions.name] = sorted((existing | set(new)) - set(removed))
         spec_events = [observation(MODEL_SPECS, specs_version(names))]
+    # a changed spec re-runs its partition of every per-model table, in every family that has started
+    selected = sorted({*assets, *(per_model_assets(context, partitions.name) if changed else [])})
     requests = [
         dg.RunRequest(
-            run_key=f"{n}:{current[n]}", partition_key=n, asset_selection=[dg.AssetKey(a) for a in assets]
+            run_key=f"{n}:{current[n]}", partition_key=n, asset_selection=[dg.AssetKey(a) for a in selected]
         )
         for n in changed
     ]

@@ -21,7 +21,7 @@ import pandera.pandas as pa
 import pyarrow
 
 from soco_pipeline.data.checks import table_problems
-from soco_pipeline.defs.shared.automation import MODEL_SPECS, ON_CHANGE, board_condition
+from soco_pipeline.defs.shared.automation import MODEL_SPECS, ON_CHANGE, PER_MODEL_TAG, board_condition
 from soco_pipeline.defs.shared.io_manager import ALLOW_MISSING, ALLOW_MISSING_PARTITIONS
 
 
@@ -203,8 +203,13 @@ def partition_table(
     partitions_def: dg.PartitionsDefinition, **kwargs: Any
 ) -> Callable[[Callable[..., TableResult]], dg.AssetsDefinition]:
     """Decorator: a per-partition table (one file per backbone or LVLM): `table_asset` on `partitions_def`,
-    materialized by the ON_CHANGE condition unless `automation_condition` says otherwise."""
+    materialized by the ON_CHANGE condition unless `automation_condition` says otherwise; tagged
+    `soco/per_model: <partitions>` so that a changed spec re-runs it in every family (automation.py)."""
     kwargs.setdefault("automation_condition", ON_CHANGE)
+    if isinstance(
+        partitions_def, dg.DynamicPartitionsDefinition
+    ):  # what a changed spec re-runs (automation.py)
+        kwargs["tags"] = {**kwargs.get("tags", {}), PER_MODEL_TAG: partitions_def.name}
     return table_asset(partitions_def=partitions_def, **kwargs)
 
 
