@@ -173,3 +173,42 @@ def test_views_call_the_model_model_and_keep_backbone_for_one_release(tmp_path):
         assert con.execute("select model, backbone, value from metrics").fetchall() == [("a", "a", 1.0)]
         cols = [r[0] for r in con.execute("describe mmvm_leaderboard").fetchall()]
         assert cols == ["model", "accuracy"]  # already `model`: nothing added
+
+
+def test_select_from_model_summary_over_stored_boards(tmp_path):
+    """The real summary assets, IO manager and results database over boards stored as the families store
+    them (SOCO-LVLM never materialized: skipped): `select * from model_summary` has one row per model."""
+    from soco_pipeline.defs.definitions import build_definitions
+    from soco_pipeline.results_db import query
+    from soco_pipeline.storage import write_parquet_atomic
+    from soco_pipeline.tables import table_for
+
+    storage = tmp_path / "storage"
+    defs = build_definitions(storage_root=str(storage), backbones_dir=str(tmp_path), lvlms_dir=str(tmp_path))
+    for name, board in boards().items():
+        if name != "lvlm_leaderboard":
+            write_parquet_atomic(board, table_for(name).path(str(storage / "tables")))
+    (tmp_path / "home").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
+        result = dg.materialize(
+            list(defs.assets) + list(defs.asset_checks),
+            selection=dg.AssetSelection.assets("model_headlines", "model_summary", "results_database"),
+            instance=instance,
+            resources=defs.resources,
+        )
+        assert result.success
+        assert all(c.passed for c in result.get_asset_check_evaluations())
+    db = str(storage / "results.duckdb")
+    wide = query(db, "select * from model_summary order by model", str(storage / "tables"))
+    assert wide.model.tolist() == ["dense_sift", "oracle_part", "tiny_vlm"]
+    assert wide.set_index("model").loc["dense_sift", ["soco", "mmvm", "fgbmk", "tpips"]].tolist() == [
+        20.0,
+        45.0,
+        12.5,
+        48.0,
+    ]
+    assert wide.soco_lvlm.isna().all()
+    long = query(
+        db, "select family, count(*) as n from model_headlines group by 1 order by 1", str(storage / "tables")
+    )
+    assert dict(zip(long.family, long.n, strict=True)) == {"fgbmk": 2, "mmvm": 2, "soco": 2, "tpips": 1}

@@ -81,7 +81,18 @@ def test_definitions_load_with_groups_and_descriptions():
     defs = build_definitions()
     graph = defs.resolve_asset_graph()
     groups = {graph.get(k).group_name for k in graph.get_all_asset_keys()}
-    assert groups == {"data", "pairs", "backbones", "lvlm", "analysis", "results", "mmvm", "fgbmk", "tpips"}
+    assert groups == {
+        "data",
+        "pairs",
+        "backbones",
+        "lvlm",
+        "analysis",
+        "results",
+        "summary",
+        "mmvm",
+        "fgbmk",
+        "tpips",
+    }
     for key in graph.get_all_asset_keys():
         assert graph.get(key).description, f"{key} has no description"
     assert {s.name for s in defs.sensors} >= {"backbone_specs_sensor"}
