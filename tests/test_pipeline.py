@@ -433,13 +433,15 @@ def test_deleted_spec_leaves_the_boards_its_tables_stay(run):
     """Issue 34: a removed spec loses its partition (the sensor), so its row leaves the leaderboard; its
     per-backbone tables stay on disk (re-adding the spec brings the row back without a rerun)."""
     instance, spec = run["instance"], run["backbones"] / "oracle_concept.yaml"
+    defs = build_definitions(**run["overrides"])
+    sensor = defs.get_sensor_def("backbone_specs_sensor")
+    resources = {"soco": defs.resources["soco"]}
+    seen = sensor(dg.build_sensor_context(instance=instance, definitions=defs, resources=resources))
     saved = spec.read_text()
     spec.unlink()
     try:
-        defs = build_definitions(**run["overrides"])
-        sensor = defs.get_sensor_def("backbone_specs_sensor")
         ctx = dg.build_sensor_context(
-            instance=instance, definitions=defs, resources={"soco": defs.resources["soco"]}
+            instance=instance, definitions=defs, resources=resources, cursor=seen.cursor
         )
         result = sensor(ctx)
         assert not result.run_requests

@@ -163,16 +163,21 @@ def spec_folder_result(
     """One tick of a spec-folder sensor: a partition per new valid spec, a run of `assets` and of every
     family's per-model tables (per_model_assets) for each spec whose file changed since the cursor (a
     {name: content hash} map), an observation of `source_asset` (its data
-    version: the file hash) for each new or changed spec, a warning per invalid spec. A spec whose file is
-    gone (not merely invalid) loses its partition, and `model_specs` is observed at its new version, so every
-    board refreshes without its rows (shared board_condition)."""
+    version: the file hash) for each new or changed spec, a warning per invalid spec. A spec the sensor saw
+    whose file is gone (not merely invalid) loses its partition, and `model_specs` is observed at its new
+    version, so every board refreshes without its rows (shared board_condition)."""
     seen: dict[str, str] = json.loads(context.cursor) if context.cursor else {}
     current, invalid = scan(folder)
     for name, err in invalid.items():
         context.log.warning(f"{label} spec {name!r} is invalid and was not added: {err}")
     existing = set(context.instance.get_dynamic_partitions(partitions.name))
     new = sorted(n for n in current if n not in existing)
-    removed = sorted(n for n in existing if n not in current and n not in invalid)
+    # removed: a spec this sensor saw (in its cursor) whose file is gone, not merely invalid; partitions added
+    # another way (the demo's loopback LVLMs, whose specs live elsewhere) are not this folder's to remove
+    folder_there = os.path.isdir(folder)  # a missing folder (a mount not there yet) removes nothing
+    removed = sorted(
+        n for n in existing if folder_there and n in seen and n not in current and n not in invalid
+    )
     changed = sorted(n for n, h in current.items() if n in existing and n in seen and seen[n] != h)
     for name in removed:
         context.log.info(f"{label} spec {name!r} was removed: its partition and its board rows go")

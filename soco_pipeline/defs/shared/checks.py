@@ -206,9 +206,8 @@ def partition_table(
     materialized by the ON_CHANGE condition unless `automation_condition` says otherwise; tagged
     `soco/per_model: <partitions>` so that a changed spec re-runs it in every family (automation.py)."""
     kwargs.setdefault("automation_condition", ON_CHANGE)
-    if isinstance(
-        partitions_def, dg.DynamicPartitionsDefinition
-    ):  # what a changed spec re-runs (automation.py)
+    per_model = isinstance(partitions_def, dg.DynamicPartitionsDefinition)
+    if per_model:  # what a changed spec re-runs (automation.py)
         kwargs["tags"] = {**kwargs.get("tags", {}), PER_MODEL_TAG: partitions_def.name}
     return table_asset(partitions_def=partitions_def, **kwargs)
 
