@@ -38,7 +38,14 @@ PER_BACKBONE = (
     "global_metrics",
     "results_record",
 )
-SUMMARY = ("leaderboard", "results_database", "correlation", "results_report")
+SUMMARY = (
+    "leaderboard",
+    "model_headlines",
+    "model_summary",
+    "results_database",
+    "correlation",
+    "results_report",
+)
 BACKBONES, LVLMS = "backbones", "lvlms"  # the dynamic partition sets of specs
 # Where each run's job comes from: module and function, called with the demo's settings overrides. Step
 # processes rebuild the job from it, so it must be importable (tests point it at their own module).

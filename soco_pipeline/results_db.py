@@ -109,10 +109,11 @@ def _create_views(
             continue
         if base is not None:
             files = [str(Path(f).relative_to(base)) for f in files]
-        con.execute(
-            f"CREATE OR REPLACE {kind} {table.view} AS "
-            f"SELECT * FROM read_parquet({_sql_list(files)}, union_by_name=true)"
-        )
+        source = f"read_parquet({_sql_list(files)}, union_by_name=true)"
+        columns = {r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()}
+        # one name for the model in SQL: `model`; SOCO's tables say `backbone`, kept beside it for one release
+        alias = "backbone AS model, " if "backbone" in columns and "model" not in columns else ""
+        con.execute(f"CREATE OR REPLACE {kind} {table.view} AS SELECT {alias}* FROM {source}")
         created.append(table.view)
     if "pairs" in created:  # the evaluated sample (200 pairs per category by default)
         con.execute(f"CREATE OR REPLACE {kind} eval_pairs AS SELECT * FROM pairs WHERE evaluated")

@@ -65,6 +65,9 @@ TABLES: tuple[Table, ...] = (
     # published figures beside ours (evaluation/published.py) and each model's results over time
     Table("published_comparison", "published_comparison"),
     Table("model_history", "model_history", partitioned=True),
+    # one row per (model, family) headline, one row per model across families (soco_pipeline/defs/summary/)
+    Table("model_headlines", "model_headlines"),
+    Table("model_summary", "model_summary"),
 )
 _BY_ASSET = {t.asset: t for t in TABLES}
 _DERIVED: dict[str, Table] = {}  # registered by the definitions (a task family's tables), in import order

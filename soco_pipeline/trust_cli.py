@@ -111,11 +111,15 @@ def export_record(args: argparse.Namespace, settings: Settings) -> int:
     """`soco export-results B OUT --format record`: write the results record of a backbone (or --lvlm model)."""
     from soco_pipeline.evaluation.provenance import write_record
 
-    rec = (
-        record_for_lvlm(settings, args.backbone)
-        if args.lvlm
-        else record_for_backbone(settings, args.backbone, args.protocol)
-    )
+    family = getattr(args, "family", "soco")
+    if family != "soco":
+        from soco_pipeline.family_record_cli import record_for_family
+
+        rec = record_for_family(settings, family, args.backbone)
+    elif args.lvlm:
+        rec = record_for_lvlm(settings, args.backbone)
+    else:
+        rec = record_for_backbone(settings, args.backbone, args.protocol)
     write_record(rec, args.out)
 
     def f(v) -> str:
@@ -123,7 +127,10 @@ def export_record(args: argparse.Namespace, settings: Settings) -> int:
 
     for metric, r in rec["results"].items():
         lo, hi = r["ci95_boot_category"]
-        print(f"{metric:22s} {f(r['value'])}  95% CI (bootstrap over categories) [{f(lo)}, {f(hi)}]")
+        how = "bootstrap over categories"
+        if lo is None and hi is None:  # stored aggregates (task families): the interval from their SE
+            (lo, hi), how = r["ci95_cluster_image_logit"], "from the SE, logit scale"
+        print(f"{metric:22s} {f(r['value'])}  95% CI ({how}) [{f(lo)}, {f(hi)}]")
     print(f"task hashes: {rec['task_hashes']}; partial: {rec['subset']['partial']}\nwrote {args.out}")
     return 0
 

@@ -4,12 +4,14 @@ the leaderboard; the tables land where tables.py says."""
 from __future__ import annotations
 
 import dagster as dg
+import pytest
 import yaml
 
 from soco_pipeline.defs.definitions import build_definitions
 from soco_pipeline.lvlm.server import serve
 from soco_pipeline.storage import PROJECT_ROOT, read_parquet
 from soco_pipeline.tables import table_for
+from tests.record_helpers import exported_family_record
 
 TINY = {
     "embedded": {
@@ -87,3 +89,11 @@ def test_fgbmk_group_end_to_end(tmp_path, monkeypatch):
     assert findings.finding.tolist() == [1, 2, 3, 4, 5]
     # a random-init ViT is never counted as a training paradigm: the paradigm findings cannot be tested
     assert set(findings.loc[findings.finding.isin([1, 2]), "holds"]) == {"not testable"}
+    # issue 34: the family's results records (a backbone and an LVLM), in SOCO's record schema
+    rec = exported_family_record(monkeypatch, storage, backbones, lvlms, "fgbmk", "vit_tiny")
+    across = metrics[metrics.scope == "across"].set_index("level")
+    assert rec["results"]["top1/subclass"]["value"] == across.loc["subclass", "top1"]
+    rec = exported_family_record(monkeypatch, storage, backbones, lvlms, "fgbmk", "always_yes")
+    for (task, form), grp in answers.groupby(["task", "form"]):
+        assert rec["results"][f"{task}/{form}"]["value"] == pytest.approx(100 * grp.correct.mean())
+    assert rec["n-samples"]["questions"]["evaluated"] == answers.question_id.nunique()

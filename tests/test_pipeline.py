@@ -81,7 +81,18 @@ def test_definitions_load_with_groups_and_descriptions():
     defs = build_definitions()
     graph = defs.resolve_asset_graph()
     groups = {graph.get(k).group_name for k in graph.get_all_asset_keys()}
-    assert groups == {"data", "pairs", "backbones", "lvlm", "analysis", "results", "mmvm", "fgbmk", "tpips"}
+    assert groups == {
+        "data",
+        "pairs",
+        "backbones",
+        "lvlm",
+        "analysis",
+        "results",
+        "summary",
+        "mmvm",
+        "fgbmk",
+        "tpips",
+    }
     for key in graph.get_all_asset_keys():
         assert graph.get(key).description, f"{key} has no description"
     assert {s.name for s in defs.sensors} >= {"backbone_specs_sensor"}
@@ -418,19 +429,26 @@ def test_official_release_layout_round_trips_through_the_pipeline(run, monkeypat
     assert np.allclose(joined.value_ours, joined.value_release)
 
 
-def test_deleted_spec_keeps_its_results_marked_stale(run):
+def test_deleted_spec_leaves_the_boards_its_tables_stay(run):
+    """Issue 34: a removed spec loses its partition (the sensor), so its row leaves the leaderboard; its
+    per-backbone tables stay on disk (re-adding the spec brings the row back without a rerun)."""
     instance, spec = run["instance"], run["backbones"] / "oracle_concept.yaml"
+    defs = build_definitions(**run["overrides"])
+    sensor = defs.get_sensor_def("backbone_specs_sensor")
+    resources = {"soco": defs.resources["soco"]}
+    seen = sensor(dg.build_sensor_context(instance=instance, definitions=defs, resources=resources))
     saved = spec.read_text()
     spec.unlink()
     try:
-        defs = build_definitions(**run["overrides"])
-        sensor = defs.get_sensor_def("backbone_specs_sensor")
         ctx = dg.build_sensor_context(
-            instance=instance, definitions=defs, resources={"soco": defs.resources["soco"]}
+            instance=instance, definitions=defs, resources=resources, cursor=seen.cursor
         )
         result = sensor(ctx)
         assert not result.run_requests
-        assert "oracle_concept" in instance.get_dynamic_partitions("backbones")
+        (delete,) = result.dynamic_partitions_requests
+        assert list(delete.partition_keys) == ["oracle_concept"]
+        instance.delete_dynamic_partition("backbones", "oracle_concept")
+        assert {e.asset_key.to_user_string() for e in result.asset_events} == {"model_specs"}
         assert dg.materialize(
             list(defs.assets),
             selection=dg.AssetSelection.assets("leaderboard", "results_database"),
@@ -438,11 +456,13 @@ def test_deleted_spec_keeps_its_results_marked_stale(run):
             resources=defs.resources,
         ).success
         board = pd.read_parquet(_tables(run) / "leaderboard.parquet").set_index("backbone")
-        assert not board.loc["oracle_concept", "spec_present"]
+        assert "oracle_concept" not in board.index
         assert board.loc["oracle_part", "spec_present"]
         assert (_tables(run) / "metrics" / "oracle_concept.parquet").exists()
     finally:
         spec.write_text(saved)
+        if "oracle_concept" not in instance.get_dynamic_partitions("backbones"):
+            instance.add_dynamic_partitions("backbones", ["oracle_concept"])
 
 
 def test_cli_add_backbone_validates_then_copies(tmp_path, monkeypatch, capsys):

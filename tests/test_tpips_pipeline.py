@@ -13,6 +13,7 @@ import yaml
 from soco_pipeline.defs.definitions import build_definitions
 from soco_pipeline.tasks.tpips.config import DEFAULT_PATH
 from soco_pipeline.tasks.tpips.learned import KINDS
+from tests.record_helpers import exported_family_record
 
 DATA = [
     "tpips_images",
@@ -89,3 +90,8 @@ def test_tpips_group_end_to_end(tmp_path, monkeypatch):
     assert len(afc) and "overall" not in set(afc.aspect)
     assert any((storage / "tpips" / "retrieval" / "dense_sift").glob("*_colour.png"))
     assert len(list((storage / "tpips" / "retrieval" / "dense_sift").glob("*+*_colour+pose.png"))) == 1
+    # issue 34: the family's results record, in SOCO's record schema
+    rec = exported_family_record(monkeypatch, storage, backbones, tmp_path, "tpips", "dense_sift")
+    mid = learned[(learned.method == "mid") & (learned["eval"] == "ooo") & (learned.aspect == "all")]
+    assert rec["results"]["ooo/mid"]["value"] == mid.agreement.item()
+    assert rec["n-samples"]["ooo"]["requested"] == int((ooo.split == "test").sum())

@@ -27,7 +27,7 @@ from soco_pipeline.taxonomy import ASSETS_DIR
 
 SCHEMA_PATH = ASSETS_DIR / "results_record.schema.json"
 SCHEMA_VERSION = "2"  # 2: ci95_cluster_image became ci95_cluster_image_logit (bounded)
-FAMILIES = ("soco_correspondence", "soco_lvlm")
+FAMILIES = ("soco_correspondence", "soco_lvlm", "mmvm", "fgbmk", "tpips")
 PACKAGES = (
     "soco-pipeline",
     "torch",

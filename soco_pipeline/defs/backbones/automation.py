@@ -2,9 +2,11 @@
 
 - New spec file in assets/backbones/: the sensor adds a `backbones` partition (and observes its spec); the
   automation condition of the per-backbone assets then materializes that partition only.
-- Changed spec file: the sensor observes the new version and requests a run of that backbone's assets
-  (its feature cache key changes, so the features are recomputed; nothing else is touched).
-- Deleted spec file: nothing is dropped; the leaderboard marks the backbone `spec_present = false`.
+- Changed spec file: the sensor observes the new version and requests a run of that backbone's partition
+  of every per-model table, SOCO's and every started family's (its feature cache key changes, so the
+  features are recomputed; no other partition is touched); the boards then refresh on those updates.
+- Deleted spec file: its partition is deleted and `model_specs` observed, so every board refreshes without
+  its rows (its Parquet files stay; re-adding the spec brings the rows back).
 - Weekly ($SOCO_REEVALUATE_CRON, shared/automation.REEVALUATED on the per-backbone assets): after the tick,
   each backbone partition whose code version or upstream data version (tables, its spec file, the protocol,
   observed on the same cron) moved since it last ran is requested once; the others are not.
@@ -19,7 +21,7 @@ from soco_pipeline.defs.backbones.assets import (
     metrics,
     predictions,
 )
-from soco_pipeline.defs.shared.automation import spec_folder_sensor
+from soco_pipeline.defs.shared.automation import per_model_selection, spec_folder_sensor
 from soco_pipeline.defs.shared.partitions import backbones_partitions
 
 PER_BACKBONE = [feature_manifest, predictions, four_choice_predictions, metrics]
@@ -27,7 +29,8 @@ BACKBONE_ASSETS = [a.key.to_user_string() for a in PER_BACKBONE]
 
 backbone_job = dg.define_asset_job(
     "evaluate_backbone",
-    selection=dg.AssetSelection.assets(*BACKBONE_ASSETS),
+    # and every family's per-model tables, which a changed spec re-runs (shared/automation.per_model_assets)
+    selection=dg.AssetSelection.assets(*BACKBONE_ASSETS) | per_model_selection("backbones"),
     description="Features, predictions and metrics of one backbone partition.",
 )
 

@@ -1,10 +1,10 @@
 """The LVLM group's job and spec-folder sensor (assets/lvlms/, treated as the backbone sensor treats
-assets/backbones/: a new file adds a partition, a changed file re-runs that model, a deleted one keeps
-its results marked `spec_present = false`; an empty folder is fine)."""
+assets/backbones/: a new file adds a partition, a changed file re-runs that model in every started family,
+a deleted one loses its partition and its rows leave every board; an empty folder is fine)."""
 
 import dagster as dg
 
-from soco_pipeline.defs.shared.automation import spec_folder_sensor
+from soco_pipeline.defs.shared.automation import per_model_selection, spec_folder_sensor
 from soco_pipeline.defs.shared.partitions import lvlms_partitions
 from soco_pipeline.lvlm.specs import scan_specs
 
@@ -12,7 +12,8 @@ LVLM_ASSETS = ["lvlm_answers", "lvlm_metrics"]
 
 lvlm_job = dg.define_asset_job(
     "evaluate_lvlm",
-    selection=dg.AssetSelection.assets(*LVLM_ASSETS),
+    # and every family's per-model tables, which a changed spec re-runs (shared/automation.per_model_assets)
+    selection=dg.AssetSelection.assets(*LVLM_ASSETS) | per_model_selection("lvlms"),
     description="Answers and metrics of one LVLM partition.",
 )
 

@@ -14,6 +14,8 @@ OPTIONAL_SUMMARIES = (
     "fgbmk_findings",
     "tpips_leaderboard",
     "published_comparison",
+    "model_headlines",
+    "model_summary",
 )
 
 

@@ -11,6 +11,7 @@
   is observed on the same cron (`observe_on_cron`), so an edited assets/protocol.yaml is seen by then.
 """
 
+import hashlib
 import json
 import os
 from collections.abc import Callable
@@ -74,6 +75,36 @@ def observe_on_cron(cron: str) -> dg.AutomationCondition:
 REEVALUATED = (ON_CHANGE | reevaluate_on_cron(REEVALUATE_CRON)).with_label("on_change or stale after cron")
 
 
+MODEL_SPECS = "model_specs"  # the observable source whose data version is the set of model specs present
+
+
+def board_condition(*may_miss: str) -> dg.AutomationCondition:
+    """A board's (fan-in summary's) condition: Dagster's eager condition, except that it waits only on what
+    exists. The upstream assets named in `may_miss` (the per-model tables it reads with
+    `allow_missing_partitions`, optional summaries) never hold it back while some of their partitions are
+    missing: an LVLM partition a family never asked for is skipped, not awaited. It still waits while any
+    upstream partition is in progress, and it also runs when the set of model specs changed (`model_specs`
+    observed by the spec sensors), so a removed spec's rows leave the board."""
+    specs = dg.AssetSelection.assets(MODEL_SPECS)
+    return (
+        AC.in_latest_time_window()
+        & (
+            AC.newly_missing()
+            | AC.any_deps_updated()
+            | AC.any_deps_match(AC.data_version_changed()).allow(specs)
+        ).since_last_handled()
+        & ~AC.any_deps_missing().ignore(dg.AssetSelection.assets(*may_miss, MODEL_SPECS))
+        & ~AC.any_deps_in_progress()
+        & ~AC.in_progress()
+    ).with_label("board: eager over what exists")
+
+
+def specs_version(names: dict[str, list[str]]) -> str:
+    """The data version of `model_specs`: a hash of every spec name per kind ({"backbones": [...], ...})."""
+    text = json.dumps({k: sorted(v) for k, v in sorted(names.items())}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def eager_allowing_missing(*optional: str) -> dg.AutomationCondition:
     """Dagster's eager condition, except that the upstream assets named in `optional` (inputs read with
     `allow_missing`, summaries not every deployment has) do not hold the asset back while missing."""
@@ -87,6 +118,32 @@ def eager_allowing_missing(*optional: str) -> dg.AutomationCondition:
 
 
 DATA_VERSION_TAG = "dagster/data_version"
+SPEC_PARTITIONS = ("backbones", "lvlms")  # the dynamic partitions a spec folder feeds
+PER_MODEL_TAG = "soco/per_model"  # on every per-model table (shared/checks.partition_table): its partitions
+
+
+def per_model_selection(partitions: str) -> dg.AssetSelection:
+    """Every per-model table of `partitions` (backbones | lvlms) in every family (the PER_MODEL_TAG tag)."""
+    return dg.AssetSelection.tag(PER_MODEL_TAG, partitions)
+
+
+def per_model_assets(context: dg.SensorEvaluationContext, partitions: str) -> list[str]:
+    """The per-model tables a changed spec re-runs: every automated table tagged for `partitions`, in every
+    family whose unpartitioned inputs exist (a family nobody started is not started by a spec change)."""
+    repo = context.repository_def
+    if repo is None:
+        return []
+    graph = repo.asset_graph
+    out = []
+    for key in per_model_selection(partitions).resolve(graph):
+        node = graph.get(key)
+        if node.automation_condition is None:
+            continue  # on request only (e.g. probe_metrics)
+        inputs = [p for p in node.parent_keys if graph.has(p) and graph.get(p).is_materializable]
+        inputs = [p for p in inputs if graph.get(p).partitions_def is None]
+        if all(context.instance.get_latest_materialization_event(p) is not None for p in inputs):
+            out.append(key.to_user_string())
+    return sorted(out)
 
 
 def observation(asset: str, version: str, partition: str | None = None) -> dg.AssetObservation:
@@ -103,27 +160,53 @@ def spec_folder_result(
     label: str,
     source_asset: str,
 ) -> dg.SensorResult:
-    """One tick of a spec-folder sensor: a partition per new valid spec, a run of `assets` for each spec whose
-    file changed since the cursor (a {name: content hash} map), an observation of `source_asset` (its data
-    version: the file hash) for each new or changed spec, a warning per invalid spec."""
+    """One tick of a spec-folder sensor: a partition per new valid spec, a run of `assets` and of every
+    family's per-model tables (per_model_assets) for each spec whose file changed since the cursor (a
+    {name: content hash} map), an observation of `source_asset` (its data
+    version: the file hash) for each new or changed spec, a warning per invalid spec. A spec the sensor saw
+    whose file is gone (not merely invalid) loses its partition, and `model_specs` is observed at its new
+    version, so every board refreshes without its rows (shared board_condition)."""
     seen: dict[str, str] = json.loads(context.cursor) if context.cursor else {}
     current, invalid = scan(folder)
     for name, err in invalid.items():
         context.log.warning(f"{label} spec {name!r} is invalid and was not added: {err}")
     existing = set(context.instance.get_dynamic_partitions(partitions.name))
     new = sorted(n for n in current if n not in existing)
+    # removed: a spec this sensor saw (in its cursor) whose file is gone, not merely invalid; partitions added
+    # another way (the demo's loopback LVLMs, whose specs live elsewhere) are not this folder's to remove
+    folder_there = os.path.isdir(folder)  # a missing folder (a mount not there yet) removes nothing
+    removed = sorted(
+        n for n in existing if folder_there and n in seen and n not in current and n not in invalid
+    )
     changed = sorted(n for n, h in current.items() if n in existing and n in seen and seen[n] != h)
+    for name in removed:
+        context.log.info(f"{label} spec {name!r} was removed: its partition and its board rows go")
+    partition_requests = [
+        *([partitions.build_add_request(new)] if new else []),
+        *([partitions.build_delete_request(removed)] if removed else []),
+    ]
+    spec_events = []
+    if removed:  # a new spec reaches the boards through its partitions' materializations
+        names = {
+            kind: context.instance.get_dynamic_partitions(kind)
+            for kind in SPEC_PARTITIONS
+            if kind != partitions.name
+        }
+        names[partitions.name] = sorted((existing | set(new)) - set(removed))
+        spec_events = [observation(MODEL_SPECS, specs_version(names))]
+    # a changed spec re-runs its partition of every per-model table, in every family that has started
+    selected = sorted({*assets, *(per_model_assets(context, partitions.name) if changed else [])})
     requests = [
         dg.RunRequest(
-            run_key=f"{n}:{current[n]}", partition_key=n, asset_selection=[dg.AssetKey(a) for a in assets]
+            run_key=f"{n}:{current[n]}", partition_key=n, asset_selection=[dg.AssetKey(a) for a in selected]
         )
         for n in changed
     ]
     return dg.SensorResult(
         run_requests=requests,
-        dynamic_partitions_requests=[partitions.build_add_request(new)] if new else [],
-        asset_events=[observation(source_asset, current[n], n) for n in [*new, *changed]],
-        cursor=json.dumps({**seen, **current}, sort_keys=True),
+        dynamic_partitions_requests=partition_requests,
+        asset_events=[*(observation(source_asset, current[n], n) for n in [*new, *changed]), *spec_events],
+        cursor=json.dumps({n: h for n, h in {**seen, **current}.items() if n not in removed}, sort_keys=True),
     )
 
 

@@ -21,7 +21,7 @@ import pandera.pandas as pa
 import pyarrow
 
 from soco_pipeline.data.checks import table_problems
-from soco_pipeline.defs.shared.automation import EAGER, ON_CHANGE
+from soco_pipeline.defs.shared.automation import MODEL_SPECS, ON_CHANGE, PER_MODEL_TAG, board_condition
 from soco_pipeline.defs.shared.io_manager import ALLOW_MISSING, ALLOW_MISSING_PARTITIONS
 
 
@@ -203,8 +203,12 @@ def partition_table(
     partitions_def: dg.PartitionsDefinition, **kwargs: Any
 ) -> Callable[[Callable[..., TableResult]], dg.AssetsDefinition]:
     """Decorator: a per-partition table (one file per backbone or LVLM): `table_asset` on `partitions_def`,
-    materialized by the ON_CHANGE condition unless `automation_condition` says otherwise."""
+    materialized by the ON_CHANGE condition unless `automation_condition` says otherwise; tagged
+    `soco/per_model: <partitions>` so that a changed spec re-runs it in every family (automation.py)."""
     kwargs.setdefault("automation_condition", ON_CHANGE)
+    per_model = isinstance(partitions_def, dg.DynamicPartitionsDefinition)
+    if per_model:  # what a changed spec re-runs (automation.py)
+        kwargs["tags"] = {**kwargs.get("tags", {}), PER_MODEL_TAG: partitions_def.name}
     return table_asset(partitions_def=partitions_def, **kwargs)
 
 
@@ -215,14 +219,17 @@ def fan_in_table(
 
     Each of those arrives as {partition: table} (partitions not materialized yet are skipped); each
     unpartitioned input in `optional` arrives as None while it was never written. Other inputs (`ins`)
-    pass through; Dagster's eager condition unless `automation_condition` says otherwise.
+    pass through. Unless `automation_condition` says otherwise, the board refreshes eagerly over what
+    exists (shared/automation.board_condition: missing partitions of `partitioned` and missing `optional`
+    tables never hold it back) and when the set of model specs changes (it depends on `model_specs`).
     """
     ins = {
         **{name: dg.AssetIn(metadata=ALLOW_MISSING_PARTITIONS) for name in partitioned},
         **{name: dg.AssetIn(metadata=ALLOW_MISSING) for name in optional},
         **kwargs.pop("ins", {}),
     }
-    kwargs.setdefault("automation_condition", EAGER)
+    kwargs.setdefault("automation_condition", board_condition(*partitioned, *optional))
+    kwargs["deps"] = [*kwargs.get("deps", []), dg.AssetKey(MODEL_SPECS)]
     return table_asset(ins=ins, **kwargs)
 
 

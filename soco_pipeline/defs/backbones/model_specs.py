@@ -1,0 +1,25 @@
+"""`model_specs`: the set of model spec files present (backbones and LVLMs), as one observable source.
+
+Its data version is a hash of every `backbones` and `lvlms` partition; the spec sensors observe it when a
+spec is removed (a new spec reaches the boards through its partitions' materializations), and every board
+(shared/checks.fan_in_table) depends on it, so a removed spec's rows leave the boards within one automation
+cycle (shared/automation.board_condition)."""
+
+import dagster as dg
+
+from soco_pipeline.defs.shared.automation import MODEL_SPECS, SPEC_PARTITIONS, specs_version
+from soco_pipeline.defs.shared.checks import observable_source
+
+GROUP = "backbones"
+
+
+@observable_source(
+    name=MODEL_SPECS,
+    group_name=GROUP,
+    description="The model specs present (every backbones and lvlms partition); data version: their hash.",
+)
+def model_specs(context: dg.AssetExecutionContext) -> dg.DataVersion:
+    """The set of model specs (the spec sensors' partitions); its data version is a hash of their names."""
+    return dg.DataVersion(
+        specs_version({kind: context.instance.get_dynamic_partitions(kind) for kind in SPEC_PARTITIONS})
+    )

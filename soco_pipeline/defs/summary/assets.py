@@ -1,0 +1,75 @@
+"""model_headlines and model_summary over every family's board (evaluation/headline.py declares which column of
+which board is a family's headline). A board that was never materialized is skipped, not awaited."""
+
+import dagster as dg
+import pandas as pd
+
+from soco_pipeline.defs.shared.automation import eager_allowing_missing
+from soco_pipeline.defs.shared.checks import TableResult, table_asset
+from soco_pipeline.defs.shared.io_manager import ALLOW_MISSING
+from soco_pipeline.defs.shared.resources import SocoSettings
+from soco_pipeline.evaluation.headline import HEADLINES, Headline
+from soco_pipeline.evaluation.headline_schemas import ModelHeadlineSchema, ModelSummarySchema
+
+GROUP = "summary"
+CODE_VERSION = "1"
+
+
+def latest_materialization(instance: dg.DagsterInstance, asset: str) -> pd.Timestamp | None:
+    """When `asset` was last materialized (UTC), None if never."""
+    event = instance.get_latest_materialization_event(dg.AssetKey(asset))
+    return None if event is None else pd.Timestamp(event.timestamp, unit="s", tz="UTC")
+
+
+def headline_assets(headlines: tuple[Headline, ...] = HEADLINES) -> list[dg.AssetsDefinition]:
+    """`model_headlines` (reading every declared board, each optional) and `model_summary` for `headlines`."""
+    boards = list(dict.fromkeys(h.board for h in headlines))
+
+    @table_asset(
+        name="model_headlines",
+        schema=ModelHeadlineSchema,
+        group_name=GROUP,
+        ins={b: dg.AssetIn(metadata=ALLOW_MISSING) for b in boards},
+        automation_condition=eager_allowing_missing(*boards),
+        code_version=CODE_VERSION,
+        kinds={"pandas"},
+    )
+    def model_headlines(context: dg.AssetExecutionContext, soco: SocoSettings, **tables) -> TableResult:
+        """Every family's headline (value 0-100, 95% CI, n, simulated flag, when its board was last
+        materialized): one row per (model, family)."""
+        from soco_pipeline.evaluation.headline import model_headlines as build
+
+        when = {b: latest_materialization(context.instance, b) for b in boards}
+        long = build(tables, when, headlines, embedded=soco.source == "embedded")
+        return TableResult(
+            long,
+            {
+                "rows": len(long),
+                "models": int(long["model"].nunique()),
+                "families": ", ".join(sorted(long["family"].unique())),
+            },
+        )
+
+    @table_asset(
+        schema=ModelSummarySchema,
+        group_name=GROUP,
+        automation_condition=dg.AutomationCondition.eager(),
+        code_version=CODE_VERSION,
+        kinds={"pandas"},
+    )
+    def model_summary(context: dg.AssetExecutionContext, model_headlines: pd.DataFrame) -> TableResult:
+        """One row per model: the headline of every family with its 95% CI, `simulated` flags and the date of
+        each family board's latest materialization (null where the model has no result in that family)."""
+        from soco_pipeline.analysis.leaderboard import leaderboard_markdown
+        from soco_pipeline.evaluation.headline import model_summary as build
+
+        wide = build(model_headlines, headlines)
+        shown = wide[["model", *dict.fromkeys(h.family for h in headlines)]].round(1)
+        return TableResult(
+            wide, {"rows": len(wide), "summary": dg.MetadataValue.md(leaderboard_markdown(shown))}
+        )
+
+    return [model_headlines, model_summary]
+
+
+model_headlines, model_summary = headline_assets()

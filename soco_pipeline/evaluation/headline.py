@@ -1,0 +1,247 @@
+"""Each family's headline number, and the one-row-per-model summary built from them.
+
+A family declares its headline as a `Headline`: the board it reads, the value column (0-100), its label, how
+its 95% CI is found (two columns, a half-width column, or a Wilson interval from a sample-count column) and
+where its `simulated` flag comes from. `headline_rows` turns one board into long rows
+(model, family, metric, value, ci_low, ci_high, n, simulated, materialized_at); `model_summary` pivots them
+to one row per model with one headline column per family. A new family adds its `Headline` to `HEADLINES`
+(one line) and appears in `model_headlines` / `model_summary` with nothing else edited.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+Z95 = 1.959963984540054
+HEADLINE_COLUMNS = (
+    "model",
+    "family",
+    "metric",
+    "value",
+    "ci_low",
+    "ci_high",
+    "n",
+    "simulated",
+    "materialized_at",
+)
+EMBEDDED_SOURCE = "embedded_source"  # `simulated`: the run's SOCO data source is the embedded generator
+
+
+@dataclass(frozen=True)
+class Headline:
+    """The headline of one task family, read from its board (a leaderboard table).
+
+    - `values`: the value column(s), 0-100; per row the first non-null one (e.g. a backbone's probe top-1,
+      else an LVLM's choice accuracy on the same board);
+    - `where`: a pandas query selecting the board rows that are models (not oracles, references, n/a rows);
+    - `best_of`: a column (a method) when a model has several rows: its best row is its headline, and the
+      metric names the method;
+    - CI: `ci_low` / `ci_high` columns, else `half_width` (value ± it), else a 95% Wilson interval from the
+      sample count `n` (a proportion in percent), else none;
+    - `simulated`: True / False, a board column (bool, or text starting with "simulated"), or
+      "embedded_source" (simulated iff the run's SOCO data come from the embedded generator).
+    """
+
+    family: str
+    board: str
+    values: tuple[str, ...]
+    label: str
+    model_column: str = "model"
+    where: str = ""
+    best_of: str | None = None
+    ci_low: str | None = None
+    ci_high: str | None = None
+    half_width: str | None = None
+    n: str | None = None
+    simulated: bool | str = False
+
+
+HEADLINES: tuple[Headline, ...] = (
+    Headline(
+        family="soco",
+        board="leaderboard",
+        values=("soc",),
+        label="SOC PCK@0.1 (official reduction)",
+        model_column="backbone",
+        ci_low="ci95_lo_boot_category_soc",
+        ci_high="ci95_hi_boot_category_soc",
+        simulated=EMBEDDED_SOURCE,
+    ),
+    Headline(
+        family="soco_lvlm",
+        board="lvlm_leaderboard",
+        values=("vis_average",),
+        label="4-choice accuracy, Vis. setting",
+        where="kind == 'evaluated'",
+        simulated=EMBEDDED_SOURCE,
+    ),
+    Headline(
+        family="mmvm",
+        board="mmvm_leaderboard",
+        values=("accuracy",),
+        label="MMVM accuracy (test split)",
+        where="kind != 'oracle' and status == 'ok'",
+        best_of="method",
+        n="n_items",
+        simulated="data_source",
+    ),
+    Headline(
+        family="fgbmk",
+        board="fgbmk_leaderboard",
+        values=("top1_subclass", "choice_subclass"),
+        label="FG-BMK subclass accuracy (probe top-1 | choice)",
+        simulated="simulated",
+    ),
+    Headline(
+        family="tpips",
+        board="tpips_leaderboard",
+        values=("ooo",),
+        label="TPIPS odd-one-out agreement (test split)",
+        where="method != 'n/a'",
+        best_of="method",
+        half_width="ooo_err",
+        simulated=True,
+    ),
+)
+
+
+def wilson_interval(value: np.ndarray, n: np.ndarray, z: float = Z95) -> tuple[np.ndarray, np.ndarray]:
+    """The 95% Wilson score interval (0-100) of a proportion `value` (0-100) over `n` samples; NaN if n < 1."""
+    n = np.asarray(n, float)
+    p = np.asarray(value, float) / 100
+    ok = n >= 1
+    m = np.where(ok, n, 1.0)
+    denom = 1 + z * z / m
+    centre = (p + z * z / (2 * m)) / denom
+    half = z * np.sqrt(np.clip(p * (1 - p), 0, None) / m + z * z / (4 * m * m)) / denom
+    return np.where(ok, 100 * (centre - half), np.nan), np.where(ok, 100 * (centre + half), np.nan)
+
+
+def _simulated(h: Headline, rows: pd.DataFrame, embedded: bool) -> pd.Series:
+    if isinstance(h.simulated, bool):
+        return pd.Series(h.simulated, index=rows.index)
+    if h.simulated == EMBEDDED_SOURCE:
+        return pd.Series(embedded, index=rows.index)
+    if h.simulated not in rows.columns:
+        raise KeyError(
+            f"headline of {h.family!r}: board {h.board!r} has no column {h.simulated!r} (simulated)"
+        )
+    col = rows[h.simulated]
+    if col.dtype == bool:
+        return col.fillna(False)
+    return col.astype(str).str.lower().str.startswith("simulated")
+
+
+def headline_rows(
+    h: Headline, board: pd.DataFrame | None, materialized_at: pd.Timestamp | None, embedded: bool = True
+) -> pd.DataFrame:
+    """The long headline rows (HEADLINE_COLUMNS) of one family's board: one per model with a value; empty when
+    the board is missing or has no model rows."""
+    if board is None or board.empty or h.model_column not in board.columns:
+        return empty_headlines()
+    rows = board.query(h.where) if h.where else board
+    present = [c for c in h.values if c in rows.columns]
+    if rows.empty or not present:
+        return empty_headlines()
+    value = rows[present].astype(float).bfill(axis=1).iloc[:, 0]
+    rows = rows.assign(_value=value)[value.notna()]
+    if h.best_of and h.best_of in rows.columns:
+        rows = rows.sort_values("_value", ascending=False, kind="stable").drop_duplicates(h.model_column)
+    else:
+        rows = rows.drop_duplicates(h.model_column)
+    v = rows["_value"].to_numpy(float)
+    n = rows[h.n].to_numpy(float) if h.n and h.n in rows.columns else np.full(len(rows), np.nan)
+    if h.ci_low and h.ci_low in rows.columns and h.ci_high in rows.columns:
+        lo, hi = rows[h.ci_low].to_numpy(float), rows[h.ci_high].to_numpy(float)
+    elif h.half_width and h.half_width in rows.columns:
+        half = rows[h.half_width].to_numpy(float)
+        lo, hi = v - half, v + half
+    elif h.n and h.n in rows.columns:
+        lo, hi = wilson_interval(v, n)
+    else:
+        lo = hi = np.full(len(rows), np.nan)
+    metric = (
+        h.label + " [" + rows[h.best_of].astype(str) + "]"
+        if h.best_of and h.best_of in rows.columns
+        else pd.Series(h.label, index=rows.index)
+    )
+    out = pd.DataFrame(
+        {
+            "model": rows[h.model_column].astype(str).to_numpy(),
+            "family": h.family,
+            "metric": metric.to_numpy(),
+            "value": v,
+            "ci_low": lo,
+            "ci_high": hi,
+            "n": pd.array(np.where(np.isnan(n), pd.NA, n), dtype="Int64")
+            if len(rows)
+            else pd.array([], "Int64"),
+            "simulated": _simulated(h, rows, embedded).astype(bool).to_numpy(),
+            "materialized_at": pd.Timestamp(materialized_at) if materialized_at is not None else pd.NaT,
+        }
+    )
+    out["materialized_at"] = pd.to_datetime(out["materialized_at"], utc=True)
+    return out.sort_values("model", ignore_index=True)
+
+
+def empty_headlines() -> pd.DataFrame:
+    """A headline table with no rows (the columns and dtypes of `headline_rows`)."""
+    return pd.DataFrame(
+        {
+            "model": pd.Series(dtype=str),
+            "family": pd.Series(dtype=str),
+            "metric": pd.Series(dtype=str),
+            "value": pd.Series(dtype=float),
+            "ci_low": pd.Series(dtype=float),
+            "ci_high": pd.Series(dtype=float),
+            "n": pd.Series(dtype="Int64"),
+            "simulated": pd.Series(dtype=bool),
+            "materialized_at": pd.Series(dtype="datetime64[ns, UTC]"),
+        }
+    )
+
+
+def model_headlines(
+    boards: dict[str, pd.DataFrame | None],
+    materialized: dict[str, pd.Timestamp | None],
+    headlines: Iterable[Headline] = HEADLINES,
+    embedded: bool = True,
+) -> pd.DataFrame:
+    """Every family's headline rows, one per (model, family): `boards` and `materialized` are keyed by board."""
+    parts = [headline_rows(h, boards.get(h.board), materialized.get(h.board), embedded) for h in headlines]
+    parts = [p for p in parts if len(p)]
+    if not parts:
+        return empty_headlines()
+    return pd.concat(parts, ignore_index=True).sort_values(["model", "family"], ignore_index=True)
+
+
+def summary_columns(family: str) -> list[str]:
+    """The `model_summary` columns of one family, in order."""
+    return [family, f"{family}_ci_low", f"{family}_ci_high", f"{family}_simulated", f"{family}_date"]
+
+
+def model_summary(long: pd.DataFrame, headlines: Iterable[Headline] = HEADLINES) -> pd.DataFrame:
+    """One row per model: `model`, `simulated` (any of its headlines), then per declared family its value,
+    CI, simulated flag and the date (UTC) of the family board's latest materialization (the columns of
+    `summary_columns`; null where the model has no headline in that family)."""
+    families = list(dict.fromkeys(h.family for h in headlines))
+    models = sorted(long["model"].unique()) if len(long) else []
+    out = pd.DataFrame({"model": pd.Series(models, dtype=str)})
+    out["simulated"] = (
+        out["model"].map(long.groupby("model")["simulated"].any()).astype(bool)
+        if models
+        else pd.Series(dtype=bool)
+    )
+    for f in families:
+        rows = long[long["family"] == f].set_index("model")
+        value, lo, hi, sim, date = summary_columns(f)
+        out[value] = out["model"].map(rows["value"]).astype(float)
+        out[lo] = out["model"].map(rows["ci_low"]).astype(float)
+        out[hi] = out["model"].map(rows["ci_high"]).astype(float)
+        out[sim] = out["model"].map(rows["simulated"]).astype("boolean")
+        out[date] = pd.to_datetime(out["model"].map(rows["materialized_at"]), utc=True).dt.date
+    return out

@@ -1,0 +1,58 @@
+"""`soco export-results MODEL OUT --format record --family mmvm|fgbmk|tpips`: a task family's results record
+(evaluation/family_records.py), rebuilt from the stored tables; MODEL is a backbone or an LVLM spec."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from soco_pipeline.settings import Settings
+
+
+def family_config(settings: Settings, family: str) -> Any:
+    """The family config the run used: the file `settings.family_config_path(family)` names, the route the
+    family's assets read (the family contract), at the run's scale for FG-BMK."""
+    path = settings.family_config_path(family)
+    if family == "mmvm":
+        from soco_pipeline.tasks.mmvm.config import load_config
+
+        return load_config(path)
+    if family == "fgbmk":
+        from soco_pipeline.tasks.fgbmk.config import load_config
+
+        return load_config(path, settings.dataset_size if settings.dataset_size in ("demo", "full") else None)
+    from soco_pipeline.tasks.tpips.config import load_config
+
+    return load_config(path)
+
+
+def model_spec(settings: Settings, kind: str, model: str) -> tuple[dict, str]:
+    """(the spec as a dict, its hash) of a backbone or LVLM spec file."""
+    if kind == "backbone":
+        from soco_pipeline.backbones import load_spec, spec_hash
+
+        spec = load_spec(Path(settings.backbones_dir) / f"{model}.yaml")
+    else:
+        from soco_pipeline.lvlm.specs import load_spec, spec_hash
+
+        spec = load_spec(Path(settings.lvlms_dir) / f"{model}.yaml")
+    return spec.to_dict(), spec_hash(spec)
+
+
+def record_for_family(settings: Settings, family: str, model: str) -> dict:
+    """The results record of `model` in `family`, from its stored tables (validated against the schema)."""
+    from soco_pipeline.evaluation.family_records import config_hash, family_record, load_family_tables
+
+    kind, tables = load_family_tables(settings.tables_root, family, model)
+    spec, spec_hash = model_spec(settings, kind, model)
+    cfg = family_config(settings, family)
+    return family_record(
+        family=family,
+        model=model,
+        kind=kind,
+        tables=tables,
+        spec=spec,
+        spec_hash=spec_hash,
+        config=cfg.model_dump(mode="json"),
+        config_hash=config_hash(cfg),
+    )
