@@ -26,14 +26,6 @@ def cmd_sql(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def cmd_leaderboard(args: argparse.Namespace, settings: Settings) -> int:
-    """Print the leaderboard table."""
-    _print_df(
-        query(settings.duckdb_path, "SELECT * FROM leaderboard ORDER BY soc DESC", settings.tables_root)
-    )
-    return 0
-
-
 def cmd_add_backbone(args: argparse.Namespace, settings: Settings) -> int:
     """Validate a backbone spec file and copy it into the backbones folder (a new partition)."""
     from soco_pipeline.backbones.validate import checked_spec
@@ -92,9 +84,11 @@ def cmd_export_results(args: argparse.Namespace, settings: Settings) -> int:
 
     from soco_pipeline.evaluation.official_results import official_results
     from soco_pipeline.evaluation.protocol import load_protocol
+    from soco_pipeline.model_names import check_backbone
     from soco_pipeline.storage import exists, read_parquet, write_bytes_atomic
     from soco_pipeline.tables import table_for
 
+    check_backbone(settings, args.backbone)
     path = table_for("metrics").path(settings.tables_root, args.backbone)
     if not exists(path):
         raise FileNotFoundError(
@@ -176,8 +170,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="output format (default: an aligned text table)",
     )
     s.set_defaults(func=cmd_sql)
-    s = sub.add_parser("leaderboard", help="print the leaderboard")
-    s.set_defaults(func=cmd_leaderboard)
+    s = sub.add_parser("leaderboard", help="print a family's board (default: SOCO's headline columns)")
+    from soco_pipeline.leaderboard_cli import add_arguments as leaderboard_arguments
+
+    leaderboard_arguments(s)
     s = sub.add_parser("add-backbone", help="validate a backbone spec and add it to assets/backbones/")
     s.add_argument("spec")
     s.add_argument("--force", action="store_true", help="replace an existing spec of the same name")
@@ -234,16 +230,33 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the `soco` command."""
+    """Entry point of the `soco` command: the project's instance and storage found as the Makefile sets them
+    (soco_pipeline/project.py), one line per error (SOCO_DEBUG=1 shows the traceback)."""
+    import os
+
+    from soco_pipeline.project import missing_results_message, project_environment
+
     args = build_parser().parse_args(argv)
+    env = None
     try:
-        return args.func(args, Settings())
+        env = project_environment()
+        settings = Settings()
+        return args.func(args, settings)
     except ResultsError as e:
-        print(f"error: {e}", file=sys.stderr)
+        no_file = env is not None and not Path(Settings().duckdb_path).exists() and "://" not in env.storage
+        print(
+            f"error: {missing_results_message(env, Settings().duckdb_path) if no_file else e}",
+            file=sys.stderr,
+        )
         return 2
     except (ValueError, FileNotFoundError, FileExistsError, StackError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except Exception as e:  # noqa: BLE001 - a command line prints one line, not a traceback
+        if os.environ.get("SOCO_DEBUG"):
+            raise
+        print(f"error: {type(e).__name__}: {e} (SOCO_DEBUG=1 shows the traceback)", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

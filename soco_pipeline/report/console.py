@@ -12,6 +12,7 @@ simulated, materialized_at) into one row per model and one headline column per f
 
 from __future__ import annotations
 
+import fnmatch
 import math
 import textwrap
 from collections.abc import Sequence
@@ -31,6 +32,7 @@ NOTE_COLUMNS = (
     "none_rule",
     "judgements",
     "subset",
+    "why",
 )
 NAME_COLUMNS = ("model", "backbone", "name")
 CUTS = (28, 22, 16)  # a table too wide has its text cells cut (with an ellipsis) to these lengths in turn
@@ -60,7 +62,8 @@ HEADLINE_COLUMNS: dict[str, list[str]] = {
         "circular_subclass",
     ],
     "tpips": ["model", "method", "conditioned", "ooo", "ooo_err", "consensus"],
-    "lvlm": ["model", "kind", "setting", "average", "circular", "n_items"],
+    "lvlm": ["model", "kind", "*_average", "*_circular"],
+    "fgbmk_findings": ["finding", "claim", "paper", "measured", "holds"],
 }
 # the one number per family of the summary when no model_headlines table exists: (board column, metric)
 HEADLINE_METRIC = {
@@ -201,11 +204,13 @@ def console_table(
 
 
 def headline_columns(family: str, board: pd.DataFrame) -> list[str]:
-    """The headline columns of `family`'s board that it has (all its columns for a family not listed)."""
+    """The headline columns of `family`'s board that it has, in HEADLINE_COLUMNS' order (patterns such as
+    `*_average` match several), and its note columns; all its columns for a family not listed."""
     wanted = HEADLINE_COLUMNS.get(family)
     if wanted is None:
         return list(board.columns)
-    return [c for c in wanted if c in board.columns] + [c for c in NOTE_COLUMNS if c in board.columns]
+    picked = [c for w in wanted for c in board.columns if fnmatch.fnmatchcase(str(c), w)]
+    return list(dict.fromkeys(picked)) + [c for c in NOTE_COLUMNS if c in board.columns]
 
 
 def _ci_text(value: float, lo: float, hi: float) -> str:
