@@ -94,6 +94,10 @@ def observation(asset: str, version: str, partition: str | None = None) -> dg.As
     return dg.AssetObservation(asset, partition=partition, tags={DATA_VERSION_TAG: version})
 
 
+class InvalidSpecError(ValueError):
+    """A spec file in a watched folder is invalid: the sensor's tick fails with the file and the reason."""
+
+
 def spec_folder_result(
     context: dg.SensorEvaluationContext,
     folder: str,
@@ -105,7 +109,8 @@ def spec_folder_result(
 ) -> dg.SensorResult:
     """One tick of a spec-folder sensor: a partition per new valid spec, a run of `assets` for each spec whose
     file changed since the cursor (a {name: content hash} map), an observation of `source_asset` (its data
-    version: the file hash) for each new or changed spec, a warning per invalid spec."""
+    version: the file hash) for each new or changed spec, a warning per invalid spec; a tick with nothing
+    else to do and an invalid spec fails with InvalidSpecError naming each file and its reason."""
     seen: dict[str, str] = json.loads(context.cursor) if context.cursor else {}
     current, invalid = scan(folder)
     for name, err in invalid.items():
@@ -113,6 +118,15 @@ def spec_folder_result(
     existing = set(context.instance.get_dynamic_partitions(partitions.name))
     new = sorted(n for n in current if n not in existing)
     changed = sorted(n for n, h in current.items() if n in existing and n in seen and seen[n] != h)
+    if invalid and not (new or changed):
+        # a failed tick shows its message in the UI's sensor page ("0 runs requested" hid it in the logs);
+        # a tick with valid work applies it first, so a bad file never holds back the good ones
+        raise InvalidSpecError(
+            f"{len(invalid)} {label} spec(s) in {folder} invalid, not added: "
+            + "; ".join(f"{name}.yaml: {err}" for name, err in sorted(invalid.items()))
+            + ". Fix or remove the file (`soco add-backbone FILE` checks a spec before copying it); "
+            "the valid specs are unaffected."
+        )
     requests = [
         dg.RunRequest(
             run_key=f"{n}:{current[n]}", partition_key=n, asset_selection=[dg.AssetKey(a) for a in assets]
