@@ -207,6 +207,9 @@ def build_parser() -> argparse.ArgumentParser:
     from soco_pipeline.trust_cli import add_commands
 
     add_commands(sub)  # diff-runs, compare, evaluate, show, report (docs/results.md)
+    from soco_pipeline.run_cli import add_command as add_run
+
+    add_run(sub)  # soco run SPEC: one model on every family
 
     s = sub.add_parser(
         "cluster", help="start/stop/status/restart of the local distributed stack (docs/scaling-out.md)"

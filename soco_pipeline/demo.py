@@ -16,9 +16,11 @@ unpartitioned assets over partitioned ones), printed after SOCO's with those sum
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -94,6 +96,8 @@ class Stage:
     job: str
     keys: list[dg.AssetKey]
     partition: str | None = None
+    ops: dict = field(default_factory=dict)  # run config of its ops (e.g. `soco run --limit`)
+    tags: dict = field(default_factory=dict)  # extra run tags
 
 
 @dataclass
@@ -201,8 +205,10 @@ class Runner:
         overrides: dict,
         location: tuple[str, str] = LOCATION,
         log: Callable[[str], None] | None = None,
+        source: str = "make demo",
     ):
         self.defs, self.instance, self.overrides, self.location = defs, instance, overrides, location
+        self.source = source  # the soco/source tag of its runs
         self.failed: dict[str, str] = {}
         self.log = log or (lambda m: print(m, flush=True))
 
@@ -210,7 +216,7 @@ class Runner:
         """Materialize one stage in a run of its own; on failure record and print why, return False."""
         self.log(f"{stage.label} ...")
         t0 = time.perf_counter()
-        tags = {"soco/source": "make demo", **process_tags()}
+        tags = {"soco/source": self.source, **process_tags(), **stage.tags}
         if stage.partition is not None:
             tags["dagster/partition"] = stage.partition
         job = dg.build_reconstructable_job(
@@ -222,6 +228,8 @@ class Runner:
             },
         )
         config = run_config(pooled=any(self.defs.resolve_assets_def(k).op.pool for k in stage.keys))
+        if stage.ops:
+            config = {**config, "ops": stage.ops}
         with dg.execute_job(job, self.instance, run_config=config, tags=tags) as result:
             if result.success:
                 self.log(f"  done in {time.perf_counter() - t0:.1f} s")
@@ -311,14 +319,29 @@ def run_families(
                 ]
             )
             if tables is not None:
-                for key, name in (
-                    (family.leaderboard, family.name),
-                    *((k, k.to_user_string()) for k in family.after),
-                ):
-                    value = defs.load_asset_value(key, instance=runner.instance)
-                    if isinstance(value, pd.DataFrame):
-                        tables[name] = value
+                with quiet():  # loading a value logs one DEBUG line per file on the console
+                    tables.update(_values(defs, runner.instance, family))
     return boards
+
+
+def _values(defs: dg.Definitions, instance: dg.DagsterInstance, family: Family) -> dict[str, pd.DataFrame]:
+    """The family's board and summary tables ({family or summary asset name: table})."""
+    out = {}
+    for key, name in ((family.leaderboard, family.name), *((k, k.to_user_string()) for k in family.after)):
+        value = defs.load_asset_value(key, instance=instance)
+        if isinstance(value, pd.DataFrame):
+            out[name] = value
+    return out
+
+
+@contextmanager
+def quiet() -> Iterator[None]:
+    """Python logging below WARNING off for the block (Dagster's console lines of loading a value)."""
+    logging.disable(logging.INFO)
+    try:
+        yield
+    finally:
+        logging.disable(logging.NOTSET)
 
 
 def run_demo(

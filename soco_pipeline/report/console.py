@@ -74,6 +74,9 @@ HEADLINE_METRIC = {
 }
 
 
+REFERENCE_KINDS = ("oracle", "reference", "random", "chance")
+
+
 def format_p(p: float | None) -> str:
     """A p-value for people: `< 0.001` below a thousandth, else three decimals (`n/a` when missing)."""
     if p is None or (isinstance(p, float) and math.isnan(p)):
@@ -94,7 +97,7 @@ def _decimals(values: pd.Series) -> int:
     return 3 if float(finite.abs().max()) <= 1.0 else 1
 
 
-def _column_text(col: pd.Series) -> list[str]:
+def column_text(col: pd.Series) -> list[str]:
     """A column's cells as text (NaN/None -> n/a, floats with the column's decimals, bools yes/no)."""
     if pd.api.types.is_bool_dtype(col):
         return ["yes" if v else "no" for v in col]
@@ -156,7 +159,7 @@ def console_table(
     markers: list[list[str]] = [[] for _ in range(len(df))]
     numbered: dict[str, int] = {}
     for col in [c for c in NOTE_COLUMNS if c in df.columns]:
-        text = pd.Series(_column_text(df[col])).replace({NA: ""})
+        text = pd.Series(column_text(df[col])).replace({NA: ""})
         values = [v for v in text.unique() if v]
         if not values:
             continue
@@ -168,7 +171,7 @@ def console_table(
                 k = numbered.setdefault(f"{col}: {v}", len(numbered) + 1)
                 markers[i].append(f"[{k}]")
     shown = [c for c in shown if c not in NOTE_COLUMNS]
-    cells = {c: _column_text(df[c]) for c in shown}
+    cells = {c: column_text(df[c]) for c in shown}
     if name in cells:
         cells[name] = [" ".join([n, *m]) for n, m in zip(cells[name], markers, strict=True)]
     notes += [f"[{k}] {text}" for text, k in numbered.items()]
@@ -238,8 +241,12 @@ def summary_frame(headlines: pd.DataFrame) -> pd.DataFrame:
     wide = h.pivot_table(index="model", columns="label", values="text", aggfunc="first").reindex(
         columns=order
     )
-    best = h.groupby("model")["value"].max().reindex(wide.index)  # stable order: the best headline first
-    wide = wide.loc[best.sort_values(ascending=False, na_position="last").index]
+    # rows by the first column's headline (SOCO's when present), then the best of the others
+    first_col = (
+        h[h["label"] == order[0]].groupby("model")["value"].first() if order else pd.Series(dtype=float)
+    )
+    key = pd.DataFrame({"first": first_col.reindex(wide.index), "best": h.groupby("model")["value"].max()})
+    wide = wide.loc[key.sort_values(["first", "best"], ascending=False, na_position="last").index]
     return wide.reset_index().rename_axis(columns=None).fillna(NA)
 
 
@@ -301,6 +308,8 @@ def headlines_from_boards(boards: dict[str, pd.DataFrame]) -> pd.DataFrame:
         if board is None or board.empty or metric not in board.columns:
             continue
         name = next(c for c in (*NAME_COLUMNS, board.columns[0]) if c in board.columns)
+        if "kind" in board.columns:  # the boards' check and reference rows (oracles, chance) are no models
+            board = board[~board["kind"].astype(str).isin(REFERENCE_KINDS)]
         b = board.assign(_v=pd.to_numeric(board[metric], errors="coerce")).sort_values("_v", ascending=False)
         b = b.drop_duplicates(name)
         lo, hi = f"ci95_lo_boot_category_{metric}", f"ci95_hi_boot_category_{metric}"
