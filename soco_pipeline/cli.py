@@ -235,18 +235,24 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `soco` command: the project's instance and storage found as the Makefile sets them
     (soco_pipeline/project.py), one line per error (SOCO_DEBUG=1 shows the traceback)."""
-    import os
 
-    from soco_pipeline.project import missing_results_message, project_environment
+    from soco_pipeline.project import project_defaults
 
     args = build_parser().parse_args(argv)
-    env = None
+    with project_defaults() as env:
+        return _dispatch(args, env)
+
+
+def _dispatch(args: argparse.Namespace, env) -> int:
+    """Run the command; print one line per error (exit 2 for bad input, 1 for the rest)."""
+    import os
+
+    from soco_pipeline.project import missing_results_message
+
     try:
-        env = project_environment()
-        settings = Settings()
-        return args.func(args, settings)
+        return args.func(args, Settings())
     except ResultsError as e:
-        no_file = env is not None and not Path(Settings().duckdb_path).exists() and "://" not in env.storage
+        no_file = not Path(Settings().duckdb_path).exists() and "://" not in env.storage
         print(
             f"error: {missing_results_message(env, Settings().duckdb_path) if no_file else e}",
             file=sys.stderr,

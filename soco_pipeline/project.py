@@ -13,6 +13,8 @@ template when it has none, as `make` does. Nothing here guesses `~/dagster_home`
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,9 +79,34 @@ def write_instance_yaml(dagster_home: Path, storage: str, root: Path) -> bool:
     return True
 
 
-def project_environment(environ: dict | None = None, cwd: Path | None = None) -> ProjectEnvironment:
+@contextmanager
+def project_defaults(cwd: Path | None = None) -> Iterator[ProjectEnvironment]:
+    """`project_environment` on os.environ for the block; SOCO_STORAGE and DAGSTER_HOME are put back as they
+    were when it ends (a command run in-process leaves no trace in its caller's environment)."""
+    saved = {k: os.environ.get(k) for k in ("SOCO_STORAGE", "DAGSTER_HOME")}
+    try:
+        yield project_environment(cwd=cwd, write_yaml=False)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def prepare_instance() -> Path:
+    """DAGSTER_HOME (set by `project_defaults`) with a dagster.yaml, written from the project's template as
+    `make` does when it has none: called by the commands that open the instance."""
+    home = Path(os.environ["DAGSTER_HOME"])
+    write_instance_yaml(home, os.environ["SOCO_STORAGE"], find_project_root())
+    return home
+
+
+def project_environment(
+    environ: dict | None = None, cwd: Path | None = None, write_yaml: bool = True
+) -> ProjectEnvironment:
     """The Makefile's defaults applied to `environ` (default: os.environ, changed in place): SOCO_STORAGE
-    absolute, DAGSTER_HOME set and holding a dagster.yaml. Returns what was chosen."""
+    absolute, DAGSTER_HOME set (and, with `write_yaml`, holding a dagster.yaml). Returns what was chosen."""
     env = os.environ if environ is None else environ
     root = find_project_root(cwd)
     storage, how_storage = resolve_storage(env.get("SOCO_STORAGE") or None, root, cwd)
@@ -91,7 +118,7 @@ def project_environment(environ: dict | None = None, cwd: Path | None = None) ->
     else:
         home, how_home = root / "storage" / "dagster", "default <project>/storage/dagster"
     env["SOCO_STORAGE"], env["DAGSTER_HOME"] = storage, str(home)
-    if write_instance_yaml(home, storage, root):
+    if write_yaml and write_instance_yaml(home, storage, root):
         how_home += " (dagster.yaml written from the project's template)"
     return ProjectEnvironment(root, storage, home, {"storage": how_storage, "dagster_home": how_home})
 

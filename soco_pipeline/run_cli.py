@@ -200,6 +200,9 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     )
     overrides = {k: v for k, v in overrides.items() if v is not None}
     defs = build_definitions(**overrides)
+    from soco_pipeline.project import prepare_instance
+
+    prepare_instance()  # DAGSTER_HOME: the Makefile's default has its dagster.yaml
     instance = dg.DagsterInstance.get()
     if added.name not in instance.get_dynamic_partitions(added.partitions):
         instance.add_dynamic_partitions(added.partitions, [added.name])

@@ -237,6 +237,9 @@ def cmd_evaluate(args: argparse.Namespace, settings: Settings) -> int:
     from soco_pipeline.model_names import check_backbone
 
     check_backbone(settings, args.backbone, materialized=False)  # a typo must not become a partition
+    from soco_pipeline.project import prepare_instance
+
+    prepare_instance()  # DAGSTER_HOME: the Makefile's default has its dagster.yaml
     instance = dg.DagsterInstance.get()
     if args.backbone not in instance.get_dynamic_partitions("backbones"):
         instance.add_dynamic_partitions("backbones", [args.backbone])

@@ -3,6 +3,7 @@ them from any folder of the project, a relative SOCO_STORAGE resolves or the err
 unknown model name lists the known ones, `soco compare` on a family metric names what it supports (exit 2),
 and no command prints a traceback."""
 
+import os
 from pathlib import Path
 
 import pytest
@@ -66,6 +67,8 @@ def test_no_results_names_where_it_looked_and_no_traceback(project, monkeypatch,
     assert f"no results at {project}/storage/results.duckdb" in err
     assert "SOCO_STORAGE='storage' relative to the project root" in err
     assert f"Run `make demo` or `soco run SPEC` in {project}" in err
+    # the defaults held for the command only: the caller's environment is as it was
+    assert os.environ.get("SOCO_STORAGE") == "storage" and "DAGSTER_HOME" not in os.environ
 
 
 def test_an_unknown_backbone_lists_the_known_ones(project, monkeypatch, capsys):
