@@ -439,9 +439,13 @@ def main() -> int:
         shown = console_board(result.board)
         title = "SOCO leaderboard (PCK at the protocol's headline alpha, 0-100)"
         print("\n" + console_table(shown, title, headline_columns("soco", shown), full="soco leaderboard"))
+    from soco_pipeline.report.input_notes import family_input_notes
+
+    input_notes = family_input_notes(settings.dataset_size)
     for name, board in result.tables.items():
         full = f"soco leaderboard --family {name}"
-        print("\n" + console_table(board, name, headline_columns(name, board), full=full))
+        notes = [input_notes[name]] if name in input_notes else []
+        print("\n" + console_table(board, name, headline_columns(name, board), full=full, notes=notes))
     # --- the LVLM family (soco_pipeline/demo_lvlm.py): loopback reference answerers, stopped by pid --------
     from soco_pipeline.demo_lvlm import EXPECTED, lvlm_demo_enabled, run_lvlm_demo
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
+import textwrap
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,7 @@ import dagster as dg
 import pandas as pd
 import yaml
 
+from soco_pipeline.report.console import WIDTH
 from soco_pipeline.settings import Settings
 
 FAMILIES = ("soco", "mmvm", "fgbmk", "tpips")
@@ -188,7 +190,7 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
             f"unknown famil{'ies' if len(unknown) > 1 else 'y'} {', '.join(unknown)}: choose from {', '.join(FAMILIES)}"
         )
     added = add_spec(Path(args.spec), settings, weights=not args.skip_weights_check, force=args.force)
-    print(f"{added.kind} {added.name!r}: spec {added.path}")
+    print(textwrap.fill(f"{added.kind} {added.name!r}: spec {added.path}", WIDTH, subsequent_indent="  "))
     overrides = dict(
         storage_root=settings.storage_root,
         backbones_dir=settings.backbones_dir,

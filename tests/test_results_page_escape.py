@@ -61,6 +61,13 @@ def test_the_page_has_its_sections_and_captions(tmp_path):
     assert mmvm.count("procedural MMVM cases") == 2  # headline table's note + the folded board's note
     assert "<details><summary>Every column of the mmvm board</summary>" in mmvm
     assert "cue:matching_cue_number_0" not in mmvm.split("<details>")[0]  # headline columns only
+    # FG-BMK and TPIPS say why specs differing only in input size get identical rows
+    fgbmk, tpips = page[page.index('id="fgbmk"') :], page[page.index('id="tpips"') :]
+    assert (
+        "FG-BMK&#39;s own policy for every backbone (resize 128, centre crop 112" in fgbmk.split("<table")[0]
+    )
+    assert "TPIPS extracts every backbone at 64 x 64 px" in tpips.split("<table")[0]
+    assert page.count("get identical rows here") == 2
     assert 'id="fgbmk-findings"' in page and "within-superclass retrieval beats across" in page
     assert "[partial: limit=2/category]" in page
     correlation = page[page.index('id="correlation"') :]

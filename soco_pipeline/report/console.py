@@ -144,12 +144,14 @@ def console_table(
     width: int = WIDTH,
     full: str | None = None,
     na_reason: str = "no value for this row (not measured, or not applicable to the model's kind)",
+    notes: Sequence[str] = (),
 ) -> str:
     """`df` as a table whose every line fits `width` columns, with its notes; see the module docstring.
 
     `columns`: the ones to show (those present, in this order; default all); `full`: where the full table
-    is (named when columns are left out)."""
-    notes: list[str] = []
+    is (named when columns are left out); `notes`: lines printed above the table (e.g. the board's input
+    policy)."""
+    notes = list(notes)
     if df is None or df.empty:
         lines = ([title, ""] if title else []) + ["(no rows yet)"]
         return "\n".join(line for t in lines for line in _wrap(t, width)) + "\n"

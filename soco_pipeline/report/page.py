@@ -298,6 +298,9 @@ def build_report(settings, out_dir: str | None = None, seed: int = 0) -> str:
         )
 
     # --- the families
+    from soco_pipeline.report.input_notes import family_input_notes
+
+    input_notes = family_input_notes(settings.dataset_size)
     families = []
     for name in names:
         fam_board = boards[name]
@@ -305,7 +308,7 @@ def build_report(settings, out_dir: str | None = None, seed: int = 0) -> str:
             "id": name,
             "name": name,
             "title": FAMILY_TITLES.get(name, name.replace("_", " ")),
-            "notes": [],
+            "notes": [input_notes[name]] if name in input_notes else [],
             "figures": [],
             "findings": None,
         }
