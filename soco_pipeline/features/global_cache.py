@@ -25,6 +25,7 @@ import torch
 
 from soco_pipeline.backbones import BackboneSpec
 from soco_pipeline.backbones.base import BackboneContext
+from soco_pipeline.device import cpu_kernels
 from soco_pipeline.features.global_extractors import (
     GlobalExtractor,
     build_global_extractor,
@@ -163,7 +164,7 @@ def extract_global(
     for start in range(0, len(todo), config.batch_size):
         recs = todo.iloc[start : start + config.batch_size]
         pixels = load_global_pixels(list(recs.uri), list(recs.image_id), config)
-        with torch.inference_mode(), torch_threads(config.threads):
+        with torch.inference_mode(), torch_threads(config.threads), cpu_kernels():
             parts = [p.float().cpu().numpy() for p in extractor.forward(pixels, recs)]
         bad = ~np.isfinite(np.concatenate(parts, 1)).all(1)
         if bad.any():

@@ -28,7 +28,7 @@ def family_input_notes(scale: str | None = None) -> dict[str, str]:
     try:
         from soco_pipeline.tasks.tpips.config import load_config as tpips_config
 
-        size = tpips_config().features.input_size
+        size = tpips_config(os.environ.get("SOCO_TPIPS_CONFIG") or None).features.input_size  # as defs/tpips
         notes["tpips"] = (
             f"input: TPIPS extracts every backbone at {size} x {size} px (assets/tpips.yaml features.input_size), "
             f"not the spec's `input`: {SAME_ROWS}"
