@@ -144,7 +144,11 @@ def plan(defs: dg.Definitions, added: Added, families: list[str], limit: int | N
         what = "LVLM" if lvlm else "backbone"
         job = f"demo_{family.name}_{'lvlm' if lvlm else 'backbone'}"
         stage = Stage(f"{family.name} / {what} {name}", job, own, name)
-        steps.append((stage, {"partition": name, "since": since}))
+        cache: dict = {"partition": name, "since": since}
+        if family.name == LVLM_GROUP and limit is not None:  # SOCO-LVLM: item groups per setting
+            stage.ops = {"lvlm_answers": {"config": {"items_per_setting": limit}}}
+            stage.tags, cache["limit"] = {LIMIT_TAG: str(limit)}, str(limit)
+        steps.append((stage, cache))
         board = Stage(
             f"{family.name} leaderboard",
             f"demo_{family.name}_leaderboard",
@@ -257,7 +261,12 @@ def add_command(sub) -> None:
         default=",".join(FAMILIES),
         help=f"comma-separated, from {','.join(FAMILIES)} (default: all)",
     )
-    s.add_argument("--limit", type=int, default=None, help="SOCO: pairs per category (a partial, marked run)")
+    s.add_argument(
+        "--limit",
+        type=int,
+        default=None,
+        help="SOCO: pairs per category; an LVLM: item groups per setting (a partial, marked run)",
+    )
     s.add_argument("--force", action="store_true", help="replace a different spec of the same name")
     s.add_argument(
         "--skip-weights-check", action="store_true", help="add the spec before its weights are there"
