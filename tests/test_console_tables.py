@@ -89,7 +89,7 @@ def test_a_wide_board_fits_120_columns_with_its_text_once():
     assert "efficientnet_lite0_input_384 [1]" in text
     # the columns left out are named with where the full board is
     assert "not shown (too wide): " in text and "soco leaderboard --family mmvm" in text
-    assert "| 61.2 " in text and "| 33.3 " in text  # one decimal on 0-100 scores
+    assert " 61.2 |" in text and " 33.3 |" in text  # one decimal on 0-100 scores
 
 
 def test_headline_columns_only_and_fractions_get_three_decimals():
@@ -99,7 +99,7 @@ def test_headline_columns_only_and_fractions_get_three_decimals():
     text = console_table(board, "mmvm", columns=cols)
     assert "cue:" not in text and "not shown" not in text
     frac = console_table(pd.DataFrame({"model": ["a", "b"], "consensus": [0.61234, 0.5]}))
-    assert "| 0.612 " in frac and "| 0.500 " in frac
+    assert " 0.612 |" in frac and " 0.500 |" in frac
 
 
 def test_p_values_read_as_less_than():

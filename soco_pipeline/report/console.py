@@ -119,14 +119,23 @@ def column_text(col: pd.Series) -> list[str]:
     return out
 
 
-def _render(header: list[str], rows: list[list[str]]) -> list[str]:
-    """A GitHub-style pipe table (Markdown that also reads as plain text)."""
+def _render(header: list[str], rows: list[list[str]], right: list[bool]) -> list[str]:
+    """A GitHub-style pipe table (Markdown that also reads as plain text), numbers right-aligned."""
     widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(header)]
 
     def line(cells: Sequence[str]) -> str:
-        return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
+        return (
+            "| "
+            + " | ".join(
+                c.rjust(w) if r else c.ljust(w) for c, w, r in zip(cells, widths, right, strict=True)
+            )
+            + " |"
+        )
 
-    return [line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *(line(r) for r in rows)]
+    rule = (
+        "|" + "|".join("-" * (w + 1) + (":" if r else "-") for w, r in zip(widths, right, strict=True)) + "|"
+    )
+    return [line(header), rule, *(line(r) for r in rows)]
 
 
 def _cut(text: str, n: int) -> str:
@@ -185,7 +194,8 @@ def console_table(
             [_cut(cells[c][i], cut) if cut and c != name else cells[c][i] for c in cols]
             for i in range(len(df))
         ]
-        return _render([_cut(c, cut) if cut else c for c in cols], rows)
+        right = [pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c]) for c in cols]
+        return _render([_cut(c, cut) if cut else c for c in cols], rows, right)
 
     cols: list[str] = list(shown)
     for cut in (None, *CUTS):  # cut long text cells shorter and shorter before leaving a column out
