@@ -204,8 +204,14 @@ def compare_text(df, fmt: str) -> str:
 
     if fmt in ("csv", "json"):
         return format_frame(df, fmt)
-    if fmt == "table":
-        return console_table(df)
+    if fmt == "table":  # the models are in the heading line; the CI as one text column: it fits 120 columns
+        shown = df.drop(columns=["model_a", "model_b", "n_categories"], errors="ignore")
+        lo, hi = "ci95_lo_boot_category", "ci95_hi_boot_category"
+        if lo in shown.columns:
+            ci = [f"[{a:.1f}, {b:.1f}]" for a, b in zip(shown[lo], shown[hi], strict=True)]
+            shown = shown.drop(columns=[lo, hi])
+            shown.insert(shown.columns.get_loc("delta") + 1, "95% CI", ci)
+        return console_table(shown)
     shown = df.round(3).astype(object)
     for col in [c for c in df.columns if str(c).endswith("_p")]:
         shown[col] = [format_p(v) for v in df[col]]

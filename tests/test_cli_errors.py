@@ -98,3 +98,36 @@ def test_an_unexpected_error_is_one_line(project, monkeypatch, capsys):
     assert cli.main(["sql", "select 1"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: SOCO_SEED='not-a-number' is not an integer") and "Traceback" not in err
+
+
+def test_compare_prints_readable_p_values_in_120_columns():
+    import pandas as pd
+
+    from soco_pipeline.evaluation.stats import COMPARE_COLUMNS
+    from soco_pipeline.trust_cli import compare_text
+
+    rows = [
+        [
+            "four_choice_circular",
+            "oracle_part",
+            "oracle_concept",
+            99.3,
+            62.1,
+            37.2,
+            30.1,
+            44.0,
+            480,
+            2,
+            300,
+            10,
+            170,
+            1e-12,
+        ],
+        ["soc", "oracle_part", "oracle_concept", 50.0, 50.0, 0.0, -1.0, 1.0, 480, 2, 3, 3, 474, 1.0],
+    ]
+    df = pd.DataFrame(rows, columns=COMPARE_COLUMNS)
+    table = compare_text(df, "table")
+    assert max(map(len, table.splitlines())) <= 120
+    assert "|     < 0.001 |" in table and "|       1.000 |" in table and "| [30.1, 44.0] |" in table
+    assert "0.00 " not in table and "< 0.001" in compare_text(df, "markdown")
+    assert "1e-12" in compare_text(df, "csv")  # csv keeps every digit
