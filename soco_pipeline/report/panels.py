@@ -110,7 +110,7 @@ def draw_panel(
 
 
 TITLE_HEIGHT = 30
-LEGEND_HEIGHT = 56
+LEGEND_HEIGHT = 76
 FONT_SIZE = 15
 
 
@@ -138,7 +138,7 @@ def labelled_panel(
         draw.text((x + 2 * MARKER_RADIUS + 10, y), label, fill=(20, 20, 20), font=font)
         x += 2 * MARKER_RADIUS + 16 + int(draw.textlength(label, font=font)) + 14
     if title:
-        draw.text((4, y + 24), title, fill=(70, 70, 70), font=small)
+        draw.text((4, y + 42), title, fill=(70, 70, 70), font=small)  # below the legend and the bar
     if sims is not None:
         x0 = max(layout.offsets[2], x + 10)
         bar_w = max(60, panel.width - x0 - 4)
