@@ -26,14 +26,6 @@ def cmd_sql(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def cmd_leaderboard(args: argparse.Namespace, settings: Settings) -> int:
-    """Print the leaderboard table."""
-    _print_df(
-        query(settings.duckdb_path, "SELECT * FROM leaderboard ORDER BY soc DESC", settings.tables_root)
-    )
-    return 0
-
-
 def cmd_add_backbone(args: argparse.Namespace, settings: Settings) -> int:
     """Validate a backbone spec file and copy it into the backbones folder (a new partition)."""
     from soco_pipeline.backbones.validate import checked_spec
@@ -95,10 +87,12 @@ def cmd_export_results(args: argparse.Namespace, settings: Settings) -> int:
         return export_hub(args, settings)
 
     from soco_pipeline.evaluation.official_results import official_results
+    from soco_pipeline.model_names import check_backbone
     from soco_pipeline.storage import exists, read_parquet, write_bytes_atomic
     from soco_pipeline.tables import table_for
     from soco_pipeline.trust_cli import rescored_backbone_metrics
 
+    check_backbone(settings, args.backbone)
     path = table_for("metrics").path(settings.tables_root, args.backbone)
     if not exists(path):
         raise FileNotFoundError(
@@ -181,8 +175,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="output format (default: an aligned text table)",
     )
     s.set_defaults(func=cmd_sql)
-    s = sub.add_parser("leaderboard", help="print the leaderboard")
-    s.set_defaults(func=cmd_leaderboard)
+    s = sub.add_parser("leaderboard", help="print a family's board (default: SOCO's headline columns)")
+    from soco_pipeline.leaderboard_cli import add_arguments as leaderboard_arguments
+
+    leaderboard_arguments(s)
     s = sub.add_parser("add-backbone", help="validate a backbone spec and add it to assets/backbones/")
     s.add_argument("spec")
     s.add_argument("--force", action="store_true", help="replace an existing spec of the same name")
@@ -228,6 +224,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_score_workbook(sub)  # score-workbook FAMILY FILE (docs/results.md)
 
+    from soco_pipeline.run_cli import add_command as add_run
+
+    add_run(sub)  # soco run SPEC: one model on every family
+
     s = sub.add_parser(
         "cluster", help="start/stop/status/restart of the local distributed stack (docs/scaling-out.md)"
     )
@@ -250,16 +250,39 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the `soco` command."""
+    """Entry point of the `soco` command: the project's instance and storage found as the Makefile sets them
+    (soco_pipeline/project.py), one line per error (SOCO_DEBUG=1 shows the traceback)."""
+
+    from soco_pipeline.project import project_defaults
+
     args = build_parser().parse_args(argv)
+    with project_defaults() as env:
+        return _dispatch(args, env)
+
+
+def _dispatch(args: argparse.Namespace, env) -> int:
+    """Run the command; print one line per error (exit 2 for bad input, 1 for the rest)."""
+    import os
+
+    from soco_pipeline.project import missing_results_message
+
     try:
         return args.func(args, Settings())
     except ResultsError as e:
-        print(f"error: {e}", file=sys.stderr)
+        no_file = not Path(Settings().duckdb_path).exists() and "://" not in env.storage
+        print(
+            f"error: {missing_results_message(env, Settings().duckdb_path) if no_file else e}",
+            file=sys.stderr,
+        )
         return 2
     except (ValueError, FileNotFoundError, FileExistsError, StackError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except Exception as e:  # noqa: BLE001 - a command line prints one line, not a traceback
+        if os.environ.get("SOCO_DEBUG"):
+            raise
+        print(f"error: {type(e).__name__}: {e} (SOCO_DEBUG=1 shows the traceback)", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

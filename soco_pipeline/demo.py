@@ -16,9 +16,11 @@ unpartitioned assets over partitioned ones), printed after SOCO's with those sum
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,6 +49,7 @@ SUMMARY = (
     "results_report",
 )
 BACKBONES, LVLMS = "backbones", "lvlms"  # the dynamic partition sets of specs
+LVLM_GROUP = "lvlm"  # SOCO's LVLM family: the demo's LVLM block runs it with the loopback answerers
 # Where each run's job comes from: module and function, called with the demo's settings overrides. Step
 # processes rebuild the job from it, so it must be importable (tests point it at their own module).
 LOCATION = ("soco_pipeline.demo", "demo_job")
@@ -100,6 +103,8 @@ class Stage:
     job: str
     keys: list[dg.AssetKey]
     partition: str | None = None
+    ops: dict = field(default_factory=dict)  # run config of its ops (e.g. `soco run --limit`)
+    tags: dict = field(default_factory=dict)  # extra run tags
 
 
 @dataclass
@@ -208,8 +213,10 @@ class Runner:
         overrides: dict,
         location: tuple[str, str] = LOCATION,
         log: Callable[[str], None] | None = None,
+        source: str = "make demo",
     ):
         self.defs, self.instance, self.overrides, self.location = defs, instance, overrides, location
+        self.source = source  # the soco/source tag of its runs
         self.failed: dict[str, str] = {}
         self.log = log or (lambda m: print(m, flush=True))
 
@@ -217,7 +224,7 @@ class Runner:
         """Materialize one stage in a run of its own; on failure record and print why, return False."""
         self.log(f"{stage.label} ...")
         t0 = time.perf_counter()
-        tags = {"soco/source": "make demo", **process_tags()}
+        tags = {"soco/source": self.source, **process_tags(), **stage.tags}
         if stage.partition is not None:
             tags["dagster/partition"] = stage.partition
         job = dg.build_reconstructable_job(
@@ -229,6 +236,8 @@ class Runner:
             },
         )
         config = run_config(pooled=any(self.defs.resolve_assets_def(k).op.pool for k in stage.keys))
+        if stage.ops:
+            config = {**config, "ops": stage.ops}
         with dg.execute_job(job, self.instance, run_config=config, tags=tags) as result:
             if result.success:
                 self.log(f"  done in {time.perf_counter() - t0:.1f} s")
@@ -281,11 +290,13 @@ def _summaries(instance: dg.DagsterInstance, keys: Sequence[dg.AssetKey]) -> lis
 
 @dataclass
 class DemoResult:
-    """What the demo produced: SOCO's leaderboard, each family's (Markdown), and what failed (label: why)."""
+    """What the demo produced: SOCO's leaderboard, each family's (Markdown), what failed (label: why) and the
+    family tables for the terminal ({family or summary asset: table})."""
 
     board: pd.DataFrame | None
     family_boards: dict[str, str]
     failed: dict[str, str]
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)  # each family's board and summaries
 
 
 def run_families(
@@ -294,8 +305,10 @@ def run_families(
     backbones: Sequence[str],
     lvlms: Sequence[str],
     exclude: Sequence[str] = (),
+    tables: dict[str, pd.DataFrame] | None = None,
 ) -> dict[str, str]:
-    """Run every task family of `defs` (see `families`); return {family: its leaderboard as Markdown}."""
+    """Run every task family of `defs` (see `families`); return {family: its leaderboard as Markdown}, and
+    put each board and summary table into `tables` when given ({family or summary asset name: table})."""
     boards = {}
     for family in families(defs, exclude):
         stages = family_stages(family, backbones, lvlms)
@@ -313,7 +326,30 @@ def run_families(
                     *_summaries(runner.instance, family.after),
                 ]
             )
+            if tables is not None:
+                with quiet():  # loading a value logs one DEBUG line per file on the console
+                    tables.update(_values(defs, runner.instance, family))
     return boards
+
+
+def _values(defs: dg.Definitions, instance: dg.DagsterInstance, family: Family) -> dict[str, pd.DataFrame]:
+    """The family's board and summary tables ({family or summary asset name: table})."""
+    out = {}
+    for key, name in ((family.leaderboard, family.name), *((k, k.to_user_string()) for k in family.after)):
+        value = defs.load_asset_value(key, instance=instance)
+        if isinstance(value, pd.DataFrame):
+            out[name] = value
+    return out
+
+
+@contextmanager
+def quiet() -> Iterator[None]:
+    """Python logging below WARNING off for the block (Dagster's console lines of loading a value)."""
+    logging.disable(logging.INFO)
+    try:
+        yield
+    finally:
+        logging.disable(logging.NOTSET)
 
 
 def run_demo(
@@ -341,8 +377,13 @@ def run_demo(
     for b in backbones:
         runner.run(Stage(f"backbone {b}", "demo_backbone", [dg.AssetKey(k) for k in PER_BACKBONE], b))
     # the families before the summary: correlation reads fgbmk's board, results_database and the results page
-    # every family's tables
-    boards = run_families(defs, runner, backbones, lvlms)
+    # every family's tables. With no LVLM spec, the lvlm group runs in the LVLM block of `main` (loopback
+    # reference answerers), not here.
+    from soco_pipeline.demo_lvlm import lvlm_demo_enabled
+
+    exclude = (LVLM_GROUP,) if lvlm_demo_enabled() and not lvlms else ()
+    tables: dict[str, pd.DataFrame] = {}
+    boards = run_families(defs, runner, backbones, lvlms, exclude=exclude, tables=tables)
     board = None
     summary = Stage(
         "leaderboard, results database, correlation, results page",
@@ -356,12 +397,35 @@ def run_demo(
         board = query(
             settings.duckdb_path, "SELECT * FROM leaderboard ORDER BY soc DESC", settings.tables_root
         )
-    return DemoResult(board, boards, runner.failed)
+    return DemoResult(board, boards, runner.failed, tables)
+
+
+def headlines(settings, tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """The long headline table of every model: the `model_headlines` table of the results database, or
+    (before that table exists) one built from the boards in `tables`."""
+    from soco_pipeline.report.console import headlines_from_boards
+    from soco_pipeline.results_db import ResultsError, query
+
+    try:
+        return query(settings.duckdb_path, "SELECT * FROM model_headlines", settings.tables_root)
+    except (ResultsError, FileNotFoundError, ValueError, RuntimeError):
+        return headlines_from_boards(tables)
+
+
+def where_the_tables_are(settings) -> list[str]:
+    """The closing lines of the first screen: where the full tables are."""
+    return [
+        "full boards: .venv/bin/soco leaderboard --family soco|mmvm|fgbmk|tpips|lvlm [--columns ...] "
+        "[--format csv|json|markdown]",
+        f'SQL: .venv/bin/soco sql "select * from model_summary" (DuckDB file {settings.duckdb_path})',
+        f"results page: {settings.storage_root}/report/index.html (.venv/bin/soco report --serve)",
+    ]
 
 
 def main() -> int:
     """Entry point of `python -m soco_pipeline.demo`: 0 when everything ran, 1 when a stage failed, 130
-    on Ctrl-C."""
+    on Ctrl-C. Prints each board's headline columns (report/console.py: 120 columns), then the summary
+    (one row per model, one headline per family) as the last table, and where the full tables are."""
     t0 = time.perf_counter()
     try:
         result = run_demo()
@@ -372,24 +436,41 @@ def main() -> int:
             file=sys.stderr,
         )
         return 130
-    from soco_pipeline.analysis.leaderboard import console_board, leaderboard_markdown
+    from soco_pipeline.analysis.leaderboard import console_board
+    from soco_pipeline.defs.shared.resources import SocoSettings
+    from soco_pipeline.report.console import console_table, headline_columns, summary_text
 
+    settings = SocoSettings().settings()
+    tables = dict(result.tables)
     if result.board is not None:
-        print(
-            "\nSOCO leaderboard (PCK at the protocol's headline alpha, 0-100; every column: .venv/bin/soco leaderboard):\n"
-        )
-        print(leaderboard_markdown(console_board(result.board)))
-    for name, board in result.family_boards.items():
-        print(f"\n{name}:\n\n{board}")
+        tables = {"soco": result.board, **tables}
+        shown = console_board(result.board)
+        title = "SOCO leaderboard (PCK at the protocol's headline alpha, 0-100)"
+        print("\n" + console_table(shown, title, headline_columns("soco", shown), full="soco leaderboard"))
+    from soco_pipeline.report.input_notes import family_input_notes
+
+    input_notes = family_input_notes(settings.dataset_size)
+    for name, board in result.tables.items():
+        full = f"soco leaderboard --family {name}"
+        notes = [input_notes[name]] if name in input_notes else []
+        print("\n" + console_table(board, name, headline_columns(name, board), full=full, notes=notes))
     # --- the LVLM family (soco_pipeline/demo_lvlm.py): loopback reference answerers, stopped by pid --------
-    from soco_pipeline.demo_lvlm import lvlm_board_markdown, lvlm_demo_enabled, run_lvlm_demo
+    from soco_pipeline.demo_lvlm import EXPECTED, lvlm_demo_enabled, run_lvlm_demo
 
     if lvlm_demo_enabled():
         try:
-            print("\n" + lvlm_board_markdown(run_lvlm_demo(dg.DagsterInstance.get())))
+            lvlm = run_lvlm_demo(dg.DagsterInstance.get())
         except (KeyboardInterrupt, dg.DagsterExecutionInterruptedError):
             print("\ninterrupted: the LVLM answerers are stopped; `make demo` again resumes", file=sys.stderr)
             return 130
+        tables["lvlm"] = lvlm
+        title = f"lvlm (loopback reference answerers; {EXPECTED})"
+        print(
+            "\n"
+            + console_table(
+                lvlm, title, headline_columns("lvlm", lvlm), full="soco leaderboard --family lvlm"
+            )
+        )
     # ------------------------------------------------------------------------------------------------------
     if result.failed:
         print(
@@ -399,9 +480,9 @@ def main() -> int:
         )
         for label, reason in result.failed.items():
             print(f"  {label}: {reason}", file=sys.stderr)
-    print(
-        f'\nend to end: {time.perf_counter() - t0:.0f} s; query it with: .venv/bin/soco sql "select * from leaderboard"'
-    )
+    # the summary is the last table of the screen
+    print("\n" + summary_text(headlines(settings, tables), where=where_the_tables_are(settings)), end="")
+    print(f"end to end: {time.perf_counter() - t0:.0f} s")
     return 1 if result.failed else 0
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -19,3 +22,26 @@ def resolve_device(requested: str) -> torch.device:
             f"device {requested!r} requested but CUDA is not available; set `device: auto` or `cpu`"
         )
     return torch.device(requested)
+
+
+DETERMINISTIC_CPU = "SOCO_DETERMINISTIC_CPU"
+
+
+def deterministic_cpu() -> bool:
+    """Whether SOCO_DETERMINISTIC_CPU=1 asks for CPU features independent of the thread count."""
+    return os.environ.get(DETERMINISTIC_CPU, "0") == "1"
+
+
+@contextmanager
+def cpu_kernels() -> Iterator[None]:
+    """The block's CPU kernels: with SOCO_DETERMINISTIC_CPU=1, oneDNN (mkldnn) is off, so convolutions run
+    torch's own kernels, whose results do not depend on the number of threads (oneDNN's do: EfficientNet-
+    Lite0 features differ by up to 1.5e-5 between 1 and 2 threads; docs/reproducibility.md). About 1.5x
+    slower for convolutional backbones; ViTs (matrix products) are thread-independent either way."""
+    import torch
+
+    if not deterministic_cpu():
+        yield
+        return
+    with torch.backends.mkldnn.flags(enabled=False):
+        yield

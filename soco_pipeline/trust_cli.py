@@ -217,8 +217,14 @@ def _lvlm_scores(settings: Settings, model: str):
 def cmd_compare(args: argparse.Namespace, settings: Settings) -> int:
     """Paired difference A - B on the pairs (items) both scored: delta, 95% CI, sign test per category."""
     from soco_pipeline.evaluation.stats import compare
-    from soco_pipeline.report.formats import format_frame
+    from soco_pipeline.model_names import check_backbone, check_lvlm
 
+    for name in (args.a, args.b):
+        check_lvlm(settings, name) if args.lvlm else check_backbone(settings, name)
+    if args.metric and not args.lvlm:  # before any table is read: a family metric is refused at once
+        from soco_pipeline.analysis.leaderboard import LEVEL_COLUMNS
+
+        _refuse_metrics([m for m in args.metric if m not in LEVEL_COLUMNS], LEVEL_COLUMNS, "SOCO backbone")
     if args.lvlm:
         a, b = _lvlm_scores(settings, args.a), _lvlm_scores(settings, args.b)
     else:
@@ -227,16 +233,51 @@ def cmd_compare(args: argparse.Namespace, settings: Settings) -> int:
         a, b, reduction="pooled" if args.lvlm else "official", n_boot=args.n_boot, seed=args.seed
     )
     if args.metric:
+        supported = sorted(overall.metric.unique())
+        what = "LVLM (--lvlm)" if args.lvlm else "SOCO backbone"
+        _refuse_metrics([m for m in args.metric if m not in supported], supported, what)
         overall, per_cat = (
             overall[overall.metric.isin(args.metric)],
             per_cat[per_cat.metric.isin(args.metric)],
         )
     print(f"{args.a} - {args.b} (points; 95% CI: bootstrap over categories; sign test over pairs/items)")
-    print(format_frame(overall.round(3), args.format), end="")
+    print(compare_text(overall, args.format), end="")
     if args.per_category:
         print("\nper category:")
-        print(format_frame(per_cat.round(4), args.format), end="")
+        print(compare_text(per_cat, args.format), end="")
     return 0
+
+
+def _refuse_metrics(unknown: list[str], supported, what: str) -> None:
+    """A ValueError naming the metrics `soco compare` supports when `unknown` is not empty."""
+    if unknown:
+        raise ValueError(
+            f"soco compare does not compare {', '.join(map(repr, unknown))}: it compares the {what} metrics "
+            f"{', '.join(supported)} on the pairs both models scored. The other families' boards (MMVM, "
+            "FG-BMK, TPIPS) have no paired per-item scores here: see `soco leaderboard --family F`"
+        )
+
+
+def compare_text(df, fmt: str) -> str:
+    """A comparison table as text: csv/json keep every digit; a table (120 columns) and Markdown print
+    p-values as `< 0.001` / three decimals and the rest rounded."""
+    from soco_pipeline.report.console import console_table, format_p
+    from soco_pipeline.report.formats import format_frame
+
+    if fmt in ("csv", "json"):
+        return format_frame(df, fmt)
+    if fmt == "table":  # the models are in the heading line; the CI as one text column: it fits 120 columns
+        shown = df.drop(columns=["model_a", "model_b", "n_categories"], errors="ignore")
+        lo, hi = "ci95_lo_boot_category", "ci95_hi_boot_category"
+        if lo in shown.columns:
+            ci = [f"[{a:.1f}, {b:.1f}]" for a, b in zip(shown[lo], shown[hi], strict=True)]
+            shown = shown.drop(columns=[lo, hi])
+            shown.insert(shown.columns.get_loc("delta") + 1, "95% CI", ci)
+        return console_table(shown)
+    shown = df.round(3).astype(object)
+    for col in [c for c in df.columns if str(c).endswith("_p")]:
+        shown[col] = [format_p(v) for v in df[col]]
+    return format_frame(shown, fmt)
 
 
 def cmd_evaluate(args: argparse.Namespace, settings: Settings) -> int:
@@ -261,6 +302,12 @@ def cmd_evaluate(args: argparse.Namespace, settings: Settings) -> int:
         categories=list(settings.categories) if settings.categories else None,
         device=args.device,
     )
+    from soco_pipeline.model_names import check_backbone
+
+    check_backbone(settings, args.backbone, materialized=False)  # a typo must not become a partition
+    from soco_pipeline.project import prepare_instance
+
+    prepare_instance()  # DAGSTER_HOME: the Makefile's default has its dagster.yaml
     instance = dg.DagsterInstance.get()
     if args.backbone not in instance.get_dynamic_partitions("backbones"):
         instance.add_dynamic_partitions("backbones", [args.backbone])
@@ -293,8 +340,10 @@ def cmd_evaluate(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
     """Render one prediction panel (source + query, target + GT + prediction, similarity heatmap) as a PNG."""
+    from soco_pipeline.model_names import check_backbone
     from soco_pipeline.report.panels import render_stored_panel
 
+    check_backbone(settings, args.backbone)
     out = args.out or f"panel-{args.backbone}-{args.pair_id}.png"
     info = render_stored_panel(
         settings, args.backbone, args.pair_id, args.keypoint, out, _protocol(args.protocol)

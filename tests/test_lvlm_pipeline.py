@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 from soco_pipeline.defs.definitions import build_definitions
+from soco_pipeline.defs.shared.automation import InvalidSpecError
 from soco_pipeline.lvlm.server import serve
 from soco_pipeline.results_db import query
 from soco_pipeline.storage import write_parquet_atomic
@@ -75,6 +76,14 @@ def test_spec_folder_to_leaderboard(setup):
         result = sensor(dg.build_sensor_context(instance=instance, definitions=defs, resources=resources))
         assert [r.partition_keys for r in result.dynamic_partitions_requests] == [["oracle_vlm"]]
         instance.add_dynamic_partitions("lvlms", ["oracle_vlm"])
+        # nothing valid left to do: the tick fails with the bad file's reason (the UI's sensor page shows it)
+        with pytest.raises(InvalidSpecError, match="broken.yaml: "):
+            sensor(
+                dg.build_sensor_context(
+                    instance=instance, definitions=defs, cursor=result.cursor, resources=resources
+                )
+            )
+        (lvlms / "broken.yaml").unlink()
         again = sensor(
             dg.build_sensor_context(
                 instance=instance, definitions=defs, cursor=result.cursor, resources=resources

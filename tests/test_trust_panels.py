@@ -3,7 +3,16 @@
 import numpy as np
 from PIL import Image
 
-from soco_pipeline.report.panels import MARKERS, TILE_HEIGHT, draw_panel, heatmap_rgb, similarity_on_target
+from soco_pipeline.report.panels import (
+    LEGEND_HEIGHT,
+    MARKERS,
+    TILE_HEIGHT,
+    TITLE_HEIGHT,
+    draw_panel,
+    heatmap_rgb,
+    labelled_panel,
+    similarity_on_target,
+)
 
 
 def _near(img: np.ndarray, xy, color, tol=40) -> bool:
@@ -50,3 +59,25 @@ def test_heatmap_peaks_where_the_target_matches_the_query():
     assert (y // 8, x // 8) == (2, 5) and np.isclose(sims.max(), 1.0, atol=1e-5)
     rgb = heatmap_rgb(sims)
     assert rgb.dtype == np.uint8 and tuple(rgb[y, x]) == (250, 230, 40)
+
+
+def test_the_labelled_panel_names_its_tiles_and_has_legend_and_colour_bar():
+    src = Image.new("RGB", (100, 50), (128, 128, 128))
+    trg = Image.new("RGB", (80, 64), (90, 90, 90))
+    sims = np.linspace(-0.2, 0.9, 64 * 80).reshape(64, 80)
+    panel, layout = draw_panel(src, trg, (20, 10), (60, 40), (10, 50), sims)
+    out = labelled_panel(panel, layout, sims, "pair p, keypoint k")
+    img = np.asarray(out)
+    assert img.shape[0] == TITLE_HEIGHT + TILE_HEIGHT + LEGEND_HEIGHT and img.shape[1] >= panel.width
+    # the panel sits below the title strip, unchanged
+    assert np.array_equal(img[TITLE_HEIGHT : TITLE_HEIGHT + TILE_HEIGHT, : panel.width], np.asarray(panel))
+    title = img[:TITLE_HEIGHT]
+    for start in layout.offsets:  # dark text above each tile
+        assert (title[:, start : start + 60] < 80).all(axis=2).any()
+    legend = img[TITLE_HEIGHT + TILE_HEIGHT :]
+    for color in MARKERS.values():  # the three marker colours in the legend
+        assert (np.abs(legend.astype(int) - np.array(color)).max(axis=2) <= 40).any()
+    # the colour bar runs from the heatmap's low colour to its high colour
+    low, high = heatmap_rgb(np.array([[0.0, 1.0]]))[0]
+    assert (np.abs(legend.astype(int) - low.astype(int)).max(axis=2) <= 6).any()
+    assert (np.abs(legend.astype(int) - high.astype(int)).max(axis=2) <= 6).any()

@@ -407,8 +407,8 @@ def test_results_page_has_every_table_and_image(run, monkeypatch, capsys):
             tab = browser.new_page()
             tab.goto(index.resolve().as_uri(), wait_until="load")
             assert tab.locator("table").count() >= 2
-            assert tab.locator("h2#backbones").is_visible()
-            rows = tab.locator("table").first.locator("tbody tr")
+            assert tab.locator("section#backbones h2").is_visible()
+            rows = tab.locator("section#backbones table").first.locator("tbody tr")
             assert rows.count() == len(COPIES)
             images = tab.locator("img")
             assert images.count() >= 1 + 2 * len(COPIES)

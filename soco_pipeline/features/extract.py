@@ -33,6 +33,7 @@ import torch
 
 from soco_pipeline.backbones import Backbone, BackboneContext, BackboneSpec, build_backbone, spec_hash
 from soco_pipeline.backbones.spec import FEATURE_CODE_VERSION
+from soco_pipeline.device import cpu_kernels
 from soco_pipeline.features.layout import (
     FLUSH_SECONDS,
     INFO,
@@ -375,10 +376,11 @@ def _run(
                 inputs = ahead.popleft().result()
                 top_up()
                 recs = todo.iloc[rows]
-                if backbone.offers_class_token:
-                    feats, tokens = backbone.extract(inputs, recs, with_class_token=True)
-                else:
-                    feats, tokens = backbone.extract(inputs, recs), None
+                with cpu_kernels():  # SOCO_DETERMINISTIC_CPU=1: thread-count independent features
+                    if backbone.offers_class_token:
+                        feats, tokens = backbone.extract(inputs, recs, with_class_token=True)
+                    else:
+                        feats, tokens = backbone.extract(inputs, recs), None
                 if written is not None:
                     done += written.result()  # the writer's error, if any, surfaces here
                 written = writes.submit(writer, recs, feats, size, tokens)

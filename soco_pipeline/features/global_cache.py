@@ -35,6 +35,7 @@ import torch
 
 from soco_pipeline.backbones import BackboneSpec
 from soco_pipeline.backbones.base import BackboneContext
+from soco_pipeline.device import cpu_kernels
 from soco_pipeline.features.global_extractors import (
     GlobalExtractor,
     build_global_extractor,
@@ -249,7 +250,7 @@ def _write_info(folder: str, name: str, dims: list[int], config: GlobalInputPoli
 def _forward(extractor: GlobalExtractor, recs: pd.DataFrame, config: GlobalInputPolicy, name: str) -> list:
     """The three parts of a batch as float32 arrays; a FeatureError naming the image on NaN/inf."""
     pixels = load_global_pixels(list(recs.uri), list(recs.image_id), config)
-    with torch.inference_mode(), torch_threads(config.threads):
+    with torch.inference_mode(), torch_threads(config.threads), cpu_kernels():
         parts = [p.float().cpu().numpy() for p in extractor.forward(pixels, recs)]
     bad = ~np.isfinite(np.concatenate(parts, 1)).all(1)
     if bad.any():

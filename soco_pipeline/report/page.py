@@ -1,5 +1,11 @@
-"""The static results page: one HTML file under <storage>/report/ with every family's leaderboard and its 95%
-CIs (table and error bars), the correlation figure, the per-backbone prediction panels and LVLM examples.
+"""The static results page: one HTML file under <storage>/report/ a researcher can share.
+
+A header (date, commit, machine, the data and what of it is simulated), the summary (one row per model, one
+headline per family with its CI), per family its headline table with the full board folded (<details>),
+the FG-BMK findings, the CI charts, the correlation figure captioned with its source (OmniProbe's published
+figures), the labelled prediction panels and LVLM examples. The HTML comes from a Jinja2 template
+(report/templates/results.html.j2) with autoescape on: every table cell and caption is text, never markup.
+Tables scroll inside their own box when wider than the page (1,360 px).
 
 Everything the page shows is a file beside it (PNG), linked relatively, so the folder opens from file://,
 copies anywhere and serves as it is (`soco report --serve`, 127.0.0.1 only).
@@ -7,7 +13,6 @@ copies anywhere and serves as it is (`soco report --serve`, 127.0.0.1 only).
 
 from __future__ import annotations
 
-import html
 import io
 import json
 import shutil
@@ -18,18 +23,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from soco_pipeline.storage import exists, join, read_bytes, read_parquet, write_bytes_atomic
+from soco_pipeline.storage import PROJECT_ROOT, exists, join, read_bytes, read_parquet, write_bytes_atomic
 
 HEADLINE = ["cc", "soc", "soc_geo", "cross_soc", "four_choice", "four_choice_circular"]
 LVLM_EXAMPLES = 4
-CSS = """
-body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1200px;color:#222}
-h1{font-size:1.6em}h2{border-bottom:1px solid #ccc;padding-bottom:.2em;margin-top:2em}
-table{border-collapse:collapse;font-size:.85em;margin:.5em 0}td,th{border:1px solid #ddd;padding:3px 7px;text-align:right}
-th{background:#f4f4f4}td:first-child,th:first-child{text-align:left}.partial{color:#b35900;font-weight:bold}
-figure{display:inline-block;margin:.4em;vertical-align:top;max-width:100%}figure img{max-width:100%;border:1px solid #ddd}
-figcaption{font-size:.8em;color:#555;max-width:760px}.note{font-size:.85em;color:#555}
-"""
 
 
 def _read(path: str) -> pd.DataFrame | None:
@@ -77,7 +74,8 @@ def ci_plot(records: dict[str, dict], metrics: list[str], path: str) -> str | No
     metrics = [m for m in metrics if any(m in r["results"] for r in records.values())]
     if not models or not metrics:
         return None
-    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(metrics) * max(1, len(models)) / 2), 4))
+    # 1,200 x 500 px shown at its own size on the page (no downscaling): 12-13 px text at 100% zoom
+    fig, ax = plt.subplots(figsize=(12, 5), dpi=100)
     width = 0.8 / len(models)
     x = np.arange(len(metrics))
     for i, model in enumerate(models):
@@ -102,39 +100,19 @@ def ci_plot(records: dict[str, dict], metrics: list[str], path: str) -> str | No
             capsize=3,
             linewidth=1,
         )
-    ax.set_xticks(x + width * (len(models) - 1) / 2, metrics)
+    ax.set_xticks(x + width * (len(models) - 1) / 2, metrics, fontsize=13)
+    ax.tick_params(axis="y", labelsize=12)
     ax.set_ylim(0, 105)
-    ax.set_ylabel("0-100; error bars: 95% CI, bootstrap over categories")
+    ax.set_ylabel("score (0-100)", fontsize=13)
+    ax.set_title("error bars: 95% CI, bootstrap over categories", fontsize=12, loc="left")
     ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=12, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100)
     plt.close(fig)
     write_bytes_atomic(path, buf.getvalue())
     return path
-
-
-def _table_html(df: pd.DataFrame | None, name_col: str | None = None) -> str:
-    if df is None or df.empty:
-        return '<p class="note">(not materialized yet)</p>'
-    shown = df.copy()
-    if name_col and "partial" in shown.columns:
-        mark = shown["partial"].fillna(False).astype(bool)
-        shown[name_col] = [
-            f'{html.escape(str(n))} <span class="partial">[partial: {html.escape(str(s))}]</span>'
-            if p
-            else html.escape(str(n))
-            for n, p, s in zip(shown[name_col], mark, shown.get("subset", [""] * len(shown)), strict=True)
-        ]
-    return shown.to_html(index=False, escape=False, na_rep="", float_format=lambda v: f"{v:.1f}", border=0)
-
-
-def _figure(src: str, caption: str, alt: str) -> str:
-    return (
-        f'<figure><img src="{html.escape(src)}" alt="{html.escape(alt)}">'
-        f"<figcaption>{html.escape(caption)}</figcaption></figure>"
-    )
 
 
 def lvlm_examples(answers: pd.DataFrame, items: pd.DataFrame, n: int, seed: int) -> pd.DataFrame:
@@ -151,117 +129,313 @@ def lvlm_examples(answers: pd.DataFrame, items: pd.DataFrame, n: int, seed: int)
     return a.iloc[sorted(pick)].reset_index(drop=True)
 
 
+def page_table(
+    df: pd.DataFrame | None,
+    columns: list[str] | None = None,
+    name_col: str | None = None,
+    hoist: bool = True,
+) -> dict | None:
+    """A table for the template: columns, rows of cells ({text, partial}) and notes. Cells are text formatted
+    as on the terminal (report/console.py: n/a, decimals); text columns the same in every row (a data
+    source) become one note above the table. The template escapes everything."""
+    from soco_pipeline.report.console import NOTE_COLUMNS, column_text
+
+    if df is None or df.empty:
+        return None
+    df = df.reset_index(drop=True)
+    cols = [c for c in (columns or list(df.columns)) if c in df.columns and c not in ("partial",)]
+    notes = []
+    if hoist:
+        for col in [c for c in cols if c in NOTE_COLUMNS]:
+            values = pd.Series(column_text(df[col]))
+            if values.nunique() == 1:
+                notes.append(f"{col}: {values.iat[0]}")
+                cols.remove(col)
+    partial = (
+        [
+            str(s) if bool(p) else ""
+            for p, s in zip(df["partial"].fillna(False), df.get("subset", ""), strict=False)
+        ]
+        if name_col and "partial" in df.columns
+        else [""] * len(df)
+    )
+    text = {c: column_text(df[c]) for c in cols}
+    numeric = {
+        c: pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c]) for c in cols
+    }
+    rows = [
+        [{"text": text[c][i], "partial": partial[i] if c == name_col else ""} for c in cols]
+        for i in range(len(df))
+    ]
+    return {"columns": [{"name": str(c), "num": numeric[c]} for c in cols], "rows": rows, "notes": notes}
+
+
+def _figure(src: str, caption: str, alt: str, width: int | None = None) -> dict:
+    return {"src": src, "caption": caption, "alt": alt, "width": width}
+
+
+def git_commit(root: Path = PROJECT_ROOT) -> str:
+    """The checkout's commit (short hash, '+ uncommitted changes' when the tree is dirty), or why not known."""
+    import subprocess
+
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"unknown ({type(e).__name__})"
+    if head.returncode != 0:
+        return "unknown (not a git checkout)"
+    return head.stdout.strip() + (" + uncommitted changes" if dirty.stdout.strip() else "")
+
+
+def machine() -> str:
+    """Host, architecture, CPUs, Python and torch versions, in one line."""
+    import os
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        torch = version("torch")
+    except PackageNotFoundError:
+        torch = "not installed"
+    return (
+        f"{platform.node()} ({platform.machine()}, {os.cpu_count()} CPUs), Python {platform.python_version()}, "
+        f"torch {torch}"
+    )
+
+
+def simulated_parts(settings, boards: dict[str, pd.DataFrame]) -> list[str]:
+    """What on the page comes from simulated data, one phrase per part."""
+    parts = []
+    if settings.source == "embedded":
+        parts.append(
+            "SOCO images, keypoints and annotator clicks (the embedded generator: procedural objects, three "
+            "simulated annotators), not the released SOCO set"
+        )
+    for name, board in boards.items():
+        if board is None or board.empty:
+            continue
+        if (
+            "data_source" in board.columns
+            and board["data_source"].astype(str).str.startswith("simulated").any()
+        ):
+            parts.append(f"{name.upper()} items ({board['data_source'].astype(str).iat[0]})")
+        elif "simulated" in board.columns and board["simulated"].fillna(False).astype(bool).any():
+            parts.append(f"{name.upper()} data (generated; rows flagged `simulated`)")
+        elif name == "tpips":
+            parts.append("TPIPS triplets and votes (simulated annotators, never people)")
+    return parts
+
+
+FAMILY_TITLES = {
+    "lvlm": "LVLMs: four-choice SOCO-LVLM (average / circular accuracy)",
+    "mmvm": "MMVM: multimodal visual matching (accuracy)",
+    "fgbmk": "FG-BMK: fine-grained recognition (probe / retrieval, LVLM questions)",
+    "tpips": "TPIPS: aspect-conditioned perceptual similarity (OOO agreement)",
+}
+CORRELATION_NOTE = (
+    "Source: the published OmniProbe results (GenIntel/OmniProbe results page, stored as "
+    "reference/omniprobe_results.csv) and its downstream tasks: the models are the page's, not this run's "
+    "backbones. A backbone of this run enters only where the name map pairs it with a published model."
+)
+
+
+def _headlines(tables: str, boards: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """The model_headlines table when materialized, else one built from the boards."""
+    from soco_pipeline.report.console import headlines_from_boards
+
+    stored = _read(join(tables, "model_headlines.parquet"))
+    return stored if stored is not None else headlines_from_boards(boards)
+
+
 def build_report(settings, out_dir: str | None = None, seed: int = 0) -> str:
     """Write <storage>/report/index.html (or out_dir/index.html) and the images it shows; returns its path."""
+    import datetime as dt
+
+    from soco_pipeline.analysis.leaderboard import console_board
+    from soco_pipeline.report.console import headline_columns, summary_frame
+
     root = settings.storage_root
     out = Path(out_dir or join(root, "report"))
     out.mkdir(parents=True, exist_ok=True)
     tables = settings.tables_root
-    parts = [
-        "<!doctype html><html><head><meta charset='utf-8'><title>SOCO results</title>",
-        f"<style>{CSS}</style></head><body><h1>SOCO pipeline results</h1>",
-        '<p class="note">Values 0-100. CIs: 95%, bootstrap over categories (pair groups); records in '
-        "results/records/ hold the cluster-robust (by target image) intervals too. A row marked partial "
-        "scored a subset only.</p>",
-    ]
+    local = "://" not in str(tables)
 
-    # --- backbones
     board = _read(join(tables, "leaderboard.parquet"))
-    records = _records(root)
-    parts.append('<h2 id="backbones">Backbones: zero-shot correspondence (PCK@0.1)</h2>')
-    parts.append(_table_html(board, "backbone"))
-    if records:
-        parts.append("<h3>95% confidence intervals</h3>")
-        parts.append(_table_html(ci_table(records, HEADLINE), "model"))
-        plot = ci_plot(records, HEADLINE, str(out / "backbone_ci.png"))
-        if plot:
-            parts.append(
-                _figure(
-                    "backbone_ci.png",
-                    "Headline metrics with 95% CIs (bootstrap over categories)",
-                    "backbone leaderboard with error bars",
-                )
-            )
-
-    # --- correlation figure
-    figs = sorted(Path(join(root, "figures")).glob("correlation_*.png")) if not str(root).count("://") else []
-    if figs:
-        parts.append('<h2 id="correlation">SOC vs global-feature metrics</h2>')
-        for f in figs:
-            shutil.copyfile(f, out / f.name)
-            parts.append(_figure(f.name, f.stem.replace("_", " "), f.stem))
-
-    # --- LVLMs
-    lboard = _read(join(tables, "lvlm_leaderboard.parquet"))
-    lrecords = _records(root, "lvlm")
-    parts.append('<h2 id="lvlms">LVLMs: four-choice SOCO-LVLM (average / circular accuracy)</h2>')
-    parts.append(
-        _table_html(lboard.drop(columns=["source"], errors="ignore") if lboard is not None else None, "model")
+    boards: dict[str, pd.DataFrame] = {"soco": board} if board is not None else {}
+    others = sorted(Path(tables).glob("*_leaderboard.parquet")) if local else []
+    order = ["lvlm", "mmvm", "fgbmk", "tpips"]
+    names = sorted(
+        (f.stem.removesuffix("_leaderboard") for f in others),
+        key=lambda n: (n not in order, order.index(n) if n in order else 0, n),
     )
-    if lrecords:
-        parts.append(_table_html(ci_table(lrecords), "model"))
-        lm = sorted({m for r in lrecords.values() for m in r["results"]})
-        if ci_plot(lrecords, lm, str(out / "lvlm_ci.png")):
-            parts.append(
-                _figure(
-                    "lvlm_ci.png",
-                    "LVLM accuracies with 95% CIs (bootstrap over categories)",
-                    "LVLM leaderboard with error bars",
-                )
-            )
+    for name in names:
+        boards[name] = read_parquet(join(tables, f"{name}_leaderboard.parquet"))
 
-    # --- every other family's leaderboard (tables/<family>_leaderboard.parquet)
-    others = sorted(Path(tables).glob("*leaderboard*.parquet")) if "://" not in str(tables) else []
-    for f in others:
-        if f.stem in ("leaderboard", "lvlm_leaderboard"):
-            continue
-        parts.append(f'<h2 id="{html.escape(f.stem)}">{html.escape(f.stem.replace("_", " "))}</h2>')
-        first = read_parquet(str(f))
-        parts.append(_table_html(first, first.columns[0] if len(first.columns) else None))
+    # --- SOCO
+    records = _records(root)
+    soco: dict = {"headline": None, "full": None, "ci_figure": None}
+    if board is not None:
+        shown = console_board(board)  # a partial row's name says so ('[partial: <rule>]')
+        cols = [c for c in headline_columns("soco", shown) if c not in ("subset", "partial", "simulated")]
+        soco["headline"] = page_table(shown, cols)
+        soco["full"] = page_table(board, name_col="backbone")
+    if records and ci_plot(records, HEADLINE, str(out / "backbone_ci.png")):
+        soco["ci_figure"] = _figure(
+            "backbone_ci.png",
+            "SOCO headline metrics of this run's backbones, with 95% CIs (bootstrap over categories).",
+            "backbone leaderboard with error bars",
+        )
+
+    # --- the families
+    from soco_pipeline.report.input_notes import family_input_notes
+
+    input_notes = family_input_notes(settings.dataset_size)
+    families = []
+    for name in names:
+        fam_board = boards[name]
+        fam = {
+            "id": name,
+            "name": name,
+            "title": FAMILY_TITLES.get(name, name.replace("_", " ")),
+            "notes": [input_notes[name]] if name in input_notes else [],
+            "figures": [],
+            "findings": None,
+        }
+        fam["headline"] = page_table(fam_board, headline_columns(name, fam_board), "model")
+        fam["full"] = page_table(fam_board, name_col="model")
+        if name == "lvlm":
+            lrecords = _records(root, "lvlm")
+            if lrecords:
+                fam["notes"].append(
+                    "95% CIs of each evaluated LVLM (bootstrap over categories) in the chart below."
+                )
+                lm = sorted({m for r in lrecords.values() for m in r["results"]})
+                if ci_plot(lrecords, lm, str(out / "lvlm_ci.png")):
+                    fam["figures"].append(
+                        _figure(
+                            "lvlm_ci.png",
+                            "LVLM accuracies with 95% CIs (bootstrap over categories).",
+                            "LVLM CIs",
+                        )
+                    )
+        if name == "fgbmk":
+            findings = _read(join(tables, "fgbmk_findings.parquet"))
+            fam["findings"] = page_table(
+                findings, ["finding", "claim", "paper", "measured", "holds", "why"], hoist=False
+            )
+        families.append(fam)
+
+    # --- summary
+    heads = _headlines(tables, boards)
+    summary = page_table(summary_frame(heads), name_col="model") if len(heads) else None
+
+    # --- correlation figure (published OmniProbe figures)
+    correlation = []
+    figs = sorted(Path(join(root, "figures")).glob("correlation_*.png")) if local else []
+    for f in figs:
+        shutil.copyfile(f, out / f.name)
+        subset = f.stem.removeprefix("correlation_")
+        correlation.append(
+            _figure(
+                f.name,
+                f"Subset '{subset}': Pearson r of SOC and of ImageNet kNN top-1 with each downstream task, with "
+                "95% bootstrap CIs, over the models published by OmniProbe (not this run's backbones).",
+                f"correlation {subset}",
+            )
+        )
 
     # --- panels
+    panels = []
     panel_root = Path(join(root, "report", "panels"))
     if panel_root.is_dir():
-        parts.append('<h2 id="panels">What the backbones did (seeded sample of queries)</h2>')
-        parts.append(
-            '<p class="note">Left: source and query (red). Middle: target, ground truth (green), '
-            "prediction (blue). Right: cosine similarity of the query over the target.</p>"
-        )
         for bdir in sorted(p for p in panel_root.iterdir() if p.is_dir()):
-            parts.append(f"<h3>{html.escape(bdir.name)}</h3>")
+            group = {"backbone": bdir.name, "figures": []}
             for png in sorted(bdir.glob("*.png")):
                 dest = out / "panels" / bdir.name / png.name
                 if dest.resolve() != png.resolve():
                     dest.parent.mkdir(parents=True, exist_ok=True)
                     shutil.copyfile(png, dest)
                 pair, _, kp = png.stem.partition("__")
-                parts.append(_figure(f"panels/{bdir.name}/{png.name}", f"{pair} / {kp}", f"panel {png.stem}"))
+                caption = f"pair {pair}, query keypoint {kp}"
+                group["figures"].append(
+                    _figure(f"panels/{bdir.name}/{png.name}", caption, f"panel {png.stem}")
+                )
+            panels.append(group)
 
     # --- LVLM examples
+    lvlm_groups = []
     items = _read(join(tables, "lvlm_items.parquet"))
     folder = Path(join(tables, "lvlm_answers"))
     if items is not None and folder.is_dir():
-        parts.append('<h2 id="lvlm-examples">What the LVLMs answered</h2>')
         for f in sorted(folder.glob("*.parquet")):
-            ex = lvlm_examples(read_parquet(str(f)), items, LVLM_EXAMPLES, seed)
-            parts.append(f"<h3>{html.escape(f.stem)}</h3>")
-            for r in ex.itertuples(index=False):
+            examples = []
+            for r in lvlm_examples(read_parquet(str(f)), items, LVLM_EXAMPLES, seed).itertuples(index=False):
                 imgs = []
                 for kind, p in (("src", r.src_render), ("trg", r.trg_render)):
                     if isinstance(p, str) and p and exists(p):
                         name = f"lvlm/{f.stem}/{r.setting}_{r.index}_{kind}.jpg"
                         write_bytes_atomic(str(out / name), read_bytes(p))
-                        imgs.append(f'<img src="{name}" alt="{kind} image" style="max-height:220px">')
-                verdict = "right" if r.correct else "wrong"
-                parts.append(
-                    f"<figure>{''.join(imgs)}<figcaption><b>{html.escape(r.setting)}</b> item {r.index}: answer "
-                    f"{html.escape(str(r.answer))}, parsed <b>{html.escape(str(r.parsed) or '-')}</b> ({verdict})"
-                    f"<br>raw: <code>{html.escape(str(r.raw_answer)[:300])}</code></figcaption></figure>"
+                        imgs.append({"src": name, "alt": f"{kind} image"})
+                examples.append(
+                    {
+                        "images": imgs,
+                        "setting": str(r.setting),
+                        "index": str(r.index),
+                        "answer": str(r.answer),
+                        "parsed": str(r.parsed) or "-",
+                        "verdict": "right" if r.correct else "wrong",
+                        "raw": str(r.raw_answer)[:300],
+                    }
                 )
-    parts.append("</body></html>\n")
+            lvlm_groups.append({"model": f.stem, "examples": examples})
+
+    sim = simulated_parts(settings, boards)
+    header = {
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": git_commit(),
+        "machine": machine(),
+        "data": f"source {settings.source}, size {settings.dataset_size}"
+        + (f", categories {', '.join(settings.categories)}" if settings.categories else ""),
+        "simulated": "; ".join(sim) if sim else "nothing (every table comes from real data)",
+    }
+    html = _template().render(
+        header=header,
+        summary=summary,
+        soco=soco,
+        families=families,
+        correlation=correlation,
+        correlation_note=CORRELATION_NOTE,
+        panels=panels,
+        lvlm_examples=lvlm_groups,
+    )
     index = out / "index.html"
-    write_bytes_atomic(str(index), "\n".join(parts).encode())
+    write_bytes_atomic(str(index), html.encode())
     return str(index)
+
+
+def _template():
+    """The page's Jinja2 template, autoescaped (every value is text, never markup)."""
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("soco_pipeline.report", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    return env.get_template("results.html.j2")
 
 
 @contextmanager

@@ -3,7 +3,9 @@
 A panel is three tiles side by side, each scaled to the same height: the source image with the query
 keypoint (red), the target image with the ground truth (green) and the prediction (blue), and the
 target under the cosine-similarity heatmap of the query's descriptor (same markers). Marker colours
-are fixed (MARKERS) so that a test can find them in the pixels.
+are fixed (MARKERS) so that a test can find them in the pixels. `labelled_panel` adds the words: each
+tile's name above it, a legend of the markers and the heatmap's colour bar (lowest to highest cosine) below;
+the stored panels and `soco show`'s PNG are labelled ones.
 """
 
 from __future__ import annotations
@@ -107,6 +109,51 @@ def draw_panel(
     return panel, PanelLayout((offs[0], offs[1], offs[2]), (s_scale, t_scale), markers)
 
 
+TITLE_HEIGHT = 30
+LEGEND_HEIGHT = 76
+FONT_SIZE = 15
+
+
+def labelled_panel(
+    panel: Image.Image, layout: PanelLayout, sims: np.ndarray | None = None, title: str = ""
+) -> Image.Image:
+    """The panel with words: a title strip naming each tile (source with the query, target with the ground
+    truth and the prediction, similarity), and below them a legend of the markers and, under the heatmap
+    tile, its colour bar from the lowest to the highest cosine similarity."""
+    from PIL import ImageFont
+
+    font = ImageFont.load_default(size=FONT_SIZE)
+    small = ImageFont.load_default(size=FONT_SIZE - 2)
+    width = max(panel.width, 640)
+    out = Image.new("RGB", (width, TITLE_HEIGHT + panel.height + LEGEND_HEIGHT), (255, 255, 255))
+    out.paste(panel, (0, TITLE_HEIGHT))
+    draw = ImageDraw.Draw(out)
+    names = ["source: query", "target: ground truth, prediction", "similarity to the query"]
+    for name, start in zip(names[: 3 if sims is not None else 2], layout.offsets, strict=False):
+        draw.text((start + 4, 7), name, fill=(20, 20, 20), font=font)
+    y = TITLE_HEIGHT + panel.height + 10
+    x = 4
+    for kind, label in (("query", "query keypoint"), ("gt", "ground truth"), ("pred", "prediction")):
+        _dot(draw, (x + MARKER_RADIUS + 2, y + 8), MARKERS[kind])
+        draw.text((x + 2 * MARKER_RADIUS + 10, y), label, fill=(20, 20, 20), font=font)
+        x += 2 * MARKER_RADIUS + 16 + int(draw.textlength(label, font=font)) + 14
+    if title:
+        draw.text((4, y + 42), title, fill=(70, 70, 70), font=small)  # below the legend and the bar
+    if sims is not None:
+        x0 = max(layout.offsets[2], x + 10)
+        bar_w = max(60, panel.width - x0 - 4)
+        ramp = heatmap_rgb(np.linspace(0.0, 1.0, bar_w)[None, :].repeat(12, axis=0))
+        out.paste(Image.fromarray(ramp), (x0, y + 2))
+        draw.rectangle((x0, y + 2, x0 + bar_w - 1, y + 13), outline=(90, 90, 90))
+        lo, hi = float(np.nanmin(sims)), float(np.nanmax(sims))
+        draw.text((x0, y + 18), f"cosine {lo:.2f} (low)", fill=(20, 20, 20), font=small)
+        right = f"{hi:.2f} (high)"
+        draw.text(
+            (x0 + bar_w - draw.textlength(right, font=small), y + 18), right, fill=(20, 20, 20), font=small
+        )
+    return out
+
+
 def png_bytes(img: Image.Image) -> bytes:
     """The image as PNG bytes."""
     buf = io.BytesIO()
@@ -168,6 +215,9 @@ def render_query(
     panel, layout = draw_panel(_open(src_info.uri), _open(trg_info.uri), q, gt, pred, sims)
     radius = max(trg_info.bbox_r - trg_info.bbox_l, trg_info.bbox_b - trg_info.bbox_t)
     err = float(np.hypot(*(pred - gt)))
+    verdict = "correct" if err < alpha * radius else "wrong"
+    title = f"{row.pair_id}, keypoint {row.src_keypoint}: error {err:.1f} px, {verdict} at PCK@{alpha:g}"
+    panel = labelled_panel(panel, layout, sims, title)
     return panel, {
         "pair_id": row.pair_id,
         "keypoint": row.src_keypoint,

@@ -151,6 +151,10 @@ def observation(asset: str, version: str, partition: str | None = None) -> dg.As
     return dg.AssetObservation(asset, partition=partition, tags={DATA_VERSION_TAG: version})
 
 
+class InvalidSpecError(ValueError):
+    """A spec file in a watched folder is invalid: the sensor's tick fails with the file and the reason."""
+
+
 def spec_folder_result(
     context: dg.SensorEvaluationContext,
     folder: str,
@@ -163,7 +167,8 @@ def spec_folder_result(
     """One tick of a spec-folder sensor: a partition per new valid spec, a run of `assets` and of every
     family's per-model tables (per_model_assets) for each spec whose file changed since the cursor (a
     {name: content hash} map), an observation of `source_asset` (its data
-    version: the file hash) for each new or changed spec, a warning per invalid spec. A spec the sensor saw
+    version: the file hash) for each new or changed spec, a warning per invalid spec; a tick with nothing
+    else to do and an invalid spec fails with InvalidSpecError naming each file and its reason. A spec the sensor saw
     whose file is gone (not merely invalid) loses its partition, and `model_specs` is observed at its new
     version, so every board refreshes without its rows (shared board_condition)."""
     seen: dict[str, str] = json.loads(context.cursor) if context.cursor else {}
@@ -179,6 +184,15 @@ def spec_folder_result(
         n for n in existing if folder_there and n in seen and n not in current and n not in invalid
     )
     changed = sorted(n for n, h in current.items() if n in existing and n in seen and seen[n] != h)
+    if invalid and not (new or changed or removed):
+        # a failed tick shows its message in the UI's sensor page ("0 runs requested" hid it in the logs);
+        # a tick with valid work applies it first, so a bad file never holds back the good ones
+        raise InvalidSpecError(
+            f"{len(invalid)} {label} spec(s) in {folder} invalid, not added: "
+            + "; ".join(f"{name}.yaml: {err}" for name, err in sorted(invalid.items()))
+            + ". Fix or remove the file (`soco add-backbone FILE` checks a spec before copying it); "
+            "the valid specs are unaffected."
+        )
     for name in removed:
         context.log.info(f"{label} spec {name!r} was removed: its partition and its board rows go")
     partition_requests = [

@@ -1,0 +1,78 @@
+"""`soco leaderboard [--family F] [--columns ...] [--format ...]`: one family's board from the results database.
+
+The default (`--format table`) prints the board's headline columns in 120 columns (report/console.py);
+`--columns all` or a list picks others; csv, json and markdown print every column unless `--columns` says.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import pandas as pd
+
+from soco_pipeline.report.formats import FORMATS, format_frame
+from soco_pipeline.settings import Settings
+
+FAMILIES = ("soco", "mmvm", "fgbmk", "tpips", "lvlm")
+
+
+def board_view(family: str) -> str:
+    """The results-database view holding `family`'s board."""
+    return "leaderboard" if family == "soco" else f"{family}_leaderboard"
+
+
+def pick_columns(board: pd.DataFrame, columns: str | None, default: list[str]) -> list[str]:
+    """The columns to print: `default` when none asked, all for 'all', else the comma list (an unknown name
+    is an error listing the board's columns)."""
+    if not columns:
+        return default
+    if columns.strip() == "all":
+        return list(board.columns)
+    asked = [c.strip() for c in columns.split(",") if c.strip()]
+    unknown = [c for c in asked if c not in board.columns]
+    if unknown:
+        raise ValueError(
+            f"no column {', '.join(map(repr, unknown))} on this board; its columns: {', '.join(board.columns)}"
+        )
+    return asked
+
+
+def cmd_leaderboard(args: argparse.Namespace, settings: Settings) -> int:
+    """Print one family's board (default: SOCO's)."""
+    from soco_pipeline.analysis.leaderboard import console_board
+    from soco_pipeline.report.console import console_table, headline_columns
+    from soco_pipeline.results_db import query
+
+    family = args.family
+    order = " ORDER BY soc DESC" if family == "soco" else ""
+    board = query(settings.duckdb_path, f"SELECT * FROM {board_view(family)}{order}", settings.tables_root)
+    if args.format == "table":
+        shown = console_board(board) if family == "soco" and not args.columns else board
+        cols = pick_columns(board, args.columns, headline_columns(family, shown))
+        more = "--columns all --format csv (every column)"
+        from soco_pipeline.report.input_notes import family_input_notes
+
+        notes = [n for f, n in family_input_notes(settings.dataset_size).items() if f == family]
+        print(console_table(shown, f"{family} board", cols, full=more, notes=notes), end="")
+        return 0
+    cols = pick_columns(board, args.columns, list(board.columns))
+    sys.stdout.write(format_frame(board[cols], args.format))
+    return 0
+
+
+def add_arguments(s: argparse.ArgumentParser) -> None:
+    """The options of `soco leaderboard`."""
+    s.add_argument("--family", choices=FAMILIES, default="soco", help="whose board (default: soco)")
+    s.add_argument(
+        "--columns",
+        default=None,
+        help="comma-separated columns, or 'all' (default: the headline columns for a table, all otherwise)",
+    )
+    s.add_argument(
+        "--format",
+        choices=list(FORMATS),
+        default="table",
+        help="table: 120 columns, headline columns (default); csv, json, markdown: every column",
+    )
+    s.set_defaults(func=cmd_leaderboard)

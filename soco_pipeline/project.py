@@ -1,0 +1,132 @@
+"""Where a `soco` command finds the project's Dagster instance and storage: the Makefile's defaults, from any
+directory of the project.
+
+The Makefile runs everything from the project root with DAGSTER_HOME=<root>/storage/dagster and
+SOCO_STORAGE=<root>/storage. `project_environment` gives a command the same: the project root is the
+nearest folder above the working directory holding this project's pyproject.toml and workspace.yaml (else
+the checkout the package was imported from); an unset variable gets the Makefile's default; a relative
+SOCO_STORAGE is read against the working directory when that folder exists there, else against the project
+root (where `make` would have read it); DAGSTER_HOME gets its dagster.yaml written from the project's
+template when it has none, as `make` does. Nothing here guesses `~/dagster_home`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from soco_pipeline.storage import PROJECT_ROOT, is_remote
+
+MARKERS = ("pyproject.toml", "workspace.yaml")
+PROJECT_NAME = 'name = "soco_pipeline"'
+MAKEFILE_MARK = "The Makefile copies this file"
+
+
+class ProjectError(ValueError):
+    """The storage or instance a command needs is not where the settings point; the message says where it
+    looked and what to do."""
+
+
+@dataclass(frozen=True)
+class ProjectEnvironment:
+    """The project root, the storage root and DAGSTER_HOME a command uses, and how each was chosen."""
+
+    root: Path
+    storage: str
+    dagster_home: Path
+    how: dict[str, str]
+
+
+def find_project_root(start: Path | None = None) -> Path:
+    """The nearest folder at or above `start` (default: the working directory) that is this project's root,
+    else the checkout this package was imported from."""
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if all((folder / m).is_file() for m in MARKERS) and PROJECT_NAME in (folder / MARKERS[0]).read_text():
+            return folder
+    return PROJECT_ROOT
+
+
+def resolve_storage(text: str | None, root: Path, cwd: Path | None = None) -> tuple[str, str]:
+    """The storage root for a SOCO_STORAGE value (None: the Makefile's <root>/storage) and how it was chosen.
+    A URL is kept; a relative path is read against `cwd` when that folder exists, else against `root`."""
+    if not text:
+        return str(root / "storage"), "default <project>/storage"
+    if is_remote(text) or Path(text).is_absolute():
+        return text, "SOCO_STORAGE"
+    cwd = (cwd or Path.cwd()).resolve()
+    if (cwd / text).is_dir():
+        return str(cwd / text), f"SOCO_STORAGE={text!r} relative to the working directory"
+    return str(root / text), f"SOCO_STORAGE={text!r} relative to the project root {root}"
+
+
+def write_instance_yaml(dagster_home: Path, storage: str, root: Path) -> bool:
+    """Write <dagster_home>/dagster.yaml from the project's template, as `make` does, when it has none;
+    True when written."""
+    target = dagster_home / "dagster.yaml"
+    if target.exists() or is_remote(storage):
+        return False
+    template = root / "dagster.yaml"
+    if not template.is_file():
+        return False
+    dagster_home.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(".dagster.yaml.tmp")
+    tmp.write_text(template.read_text().replace("@STORAGE@", storage))
+    tmp.replace(target)
+    return True
+
+
+@contextmanager
+def project_defaults(cwd: Path | None = None) -> Iterator[ProjectEnvironment]:
+    """`project_environment` on os.environ for the block; SOCO_STORAGE and DAGSTER_HOME are put back as they
+    were when it ends (a command run in-process leaves no trace in its caller's environment)."""
+    saved = {k: os.environ.get(k) for k in ("SOCO_STORAGE", "DAGSTER_HOME")}
+    try:
+        yield project_environment(cwd=cwd, write_yaml=False)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def prepare_instance() -> Path:
+    """DAGSTER_HOME (set by `project_defaults`) with a dagster.yaml, written from the project's template as
+    `make` does when it has none: called by the commands that open the instance."""
+    home = Path(os.environ["DAGSTER_HOME"])
+    write_instance_yaml(home, os.environ["SOCO_STORAGE"], find_project_root())
+    return home
+
+
+def project_environment(
+    environ: dict | None = None, cwd: Path | None = None, write_yaml: bool = True
+) -> ProjectEnvironment:
+    """The Makefile's defaults applied to `environ` (default: os.environ, changed in place): SOCO_STORAGE
+    absolute, DAGSTER_HOME set (and, with `write_yaml`, holding a dagster.yaml). Returns what was chosen."""
+    env = os.environ if environ is None else environ
+    root = find_project_root(cwd)
+    storage, how_storage = resolve_storage(env.get("SOCO_STORAGE") or None, root, cwd)
+    home_text = env.get("DAGSTER_HOME") or ""
+    if home_text:
+        home = Path(home_text)
+        home = home if home.is_absolute() else (cwd or Path.cwd()).resolve() / home
+        how_home = "DAGSTER_HOME"
+    else:
+        home, how_home = root / "storage" / "dagster", "default <project>/storage/dagster"
+    env["SOCO_STORAGE"], env["DAGSTER_HOME"] = storage, str(home)
+    if write_yaml and write_instance_yaml(home, storage, root):
+        how_home += " (dagster.yaml written from the project's template)"
+    return ProjectEnvironment(root, storage, home, {"storage": how_storage, "dagster_home": how_home})
+
+
+def missing_results_message(env: ProjectEnvironment, path: str) -> str:
+    """What to say when no results are at `path`: where it looked, how that was chosen, what to run."""
+    return (
+        f"no results at {path} (storage root {env.storage}, from {env.how['storage']}; project {env.root}). "
+        f"Run `make demo` or `soco run SPEC` in {env.root}, or point SOCO_STORAGE at the storage folder that "
+        "holds results.duckdb"
+    )

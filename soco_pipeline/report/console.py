@@ -1,0 +1,345 @@
+"""Tables for a terminal of 120 columns: the one printer of the demo, `soco leaderboard` and `soco run`.
+
+A board is printed with its headline columns only; text that is the same in every row (a data source, a
+reason) is printed once above the table; a row's own reason becomes a numbered note `[k]` beside its name;
+a missing value prints `n/a`, explained once below the table; numbers get the decimals their scale needs
+(one on 0-100 scores, three on fractions, `< 0.001` for small p-values). A table still too wide loses its
+rightmost columns, named below it with where the full table is.
+
+`summary_frame` turns the long `model_headlines` table (model, family, metric, value, ci_low, ci_high, n,
+simulated, materialized_at) into one row per model and one headline column per family.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+import textwrap
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+WIDTH = 120
+# text columns that explain a board rather than score it: printed once (same in every row) or as notes
+NOTE_COLUMNS = (
+    "data_source",
+    "source",
+    "simulated",
+    "reason",
+    "reasons",
+    "note",
+    "none_rule",
+    "judgements",
+    "subset",
+    "why",
+)
+NAME_COLUMNS = ("model", "backbone", "name")
+CUTS = (28, 22, 16)  # a table too wide has its text cells cut (with an ellipsis) to these lengths in turn
+NA = "n/a"
+# each family board's headline columns, in order (the first one present names the row)
+HEADLINE_COLUMNS: dict[str, list[str]] = {
+    "soco": [
+        "backbone",
+        "cc",
+        "soc",
+        "SOC 95% CI",
+        "soc_geo",
+        "cross_soc",
+        "four_choice_circular",
+        "knn_top1",
+    ],
+    "mmvm": ["model", "method", "status", "accuracy", "random_expected", "n_items"],
+    "fgbmk": [
+        "model",
+        "kind",
+        "top1_subclass",
+        "map_subclass",
+        "top1_within",
+        "top1_drop_across",
+        "fgsm_max_eps_subclass",
+        "choice_subclass",
+        "circular_subclass",
+    ],
+    "tpips": ["model", "method", "conditioned", "ooo", "ooo_err", "consensus"],
+    "lvlm": ["model", "kind", "*_average", "*_circular"],
+    "fgbmk_findings": ["finding", "claim", "paper", "measured", "holds"],
+}
+# the one number per family of the summary when no model_headlines table exists: (board column, metric)
+HEADLINE_METRIC = {
+    "soco": "soc",
+    "mmvm": "accuracy",
+    "fgbmk": "top1_subclass",
+    "tpips": "ooo",
+}
+
+
+REFERENCE_KINDS = ("oracle", "reference", "random", "chance")
+
+
+def format_p(p: float | None) -> str:
+    """A p-value for people: `< 0.001` below a thousandth, else three decimals (`n/a` when missing)."""
+    if p is None or (isinstance(p, float) and math.isnan(p)):
+        return NA
+    return "< 0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def _is_p_column(name: str) -> bool:
+    low = name.lower()
+    return low in ("p", "p_value", "pvalue") or low.startswith("p_") or low.endswith("_p") or "p_value" in low
+
+
+def _decimals(values: pd.Series) -> int:
+    """One decimal on scores (0-100 and the like), three on fractions in [-1, 1]."""
+    finite = values[np.isfinite(values)]
+    if finite.empty:
+        return 1
+    return 3 if float(finite.abs().max()) <= 1.0 else 1
+
+
+def column_text(col: pd.Series) -> list[str]:
+    """A column's cells as text (NaN/None -> n/a, floats with the column's decimals, bools yes/no)."""
+    if pd.api.types.is_bool_dtype(col):
+        return ["yes" if v else "no" for v in col]
+    if pd.api.types.is_float_dtype(col):
+        if _is_p_column(str(col.name)):
+            return [format_p(v) for v in col]
+        d = _decimals(col.astype(float))
+        return [NA if pd.isna(v) else f"{v:.{d}f}" for v in col]
+    if pd.api.types.is_integer_dtype(col):
+        return [NA if pd.isna(v) else str(int(v)) for v in col]
+    out = []
+    for v in col:
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            out.append(NA)
+        elif isinstance(v, float):
+            out.append(f"{v:.1f}")
+        else:
+            out.append(str(v).replace("\n", " "))
+    return out
+
+
+def _render(header: list[str], rows: list[list[str]], right: list[bool]) -> list[str]:
+    """A GitHub-style pipe table (Markdown that also reads as plain text), numbers right-aligned."""
+    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(header)]
+
+    def line(cells: Sequence[str]) -> str:
+        return (
+            "| "
+            + " | ".join(
+                c.rjust(w) if r else c.ljust(w) for c, w, r in zip(cells, widths, right, strict=True)
+            )
+            + " |"
+        )
+
+    rule = (
+        "|" + "|".join("-" * (w + 1) + (":" if r else "-") for w, r in zip(widths, right, strict=True)) + "|"
+    )
+    return [line(header), rule, *(line(r) for r in rows)]
+
+
+def _cut(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    return textwrap.wrap(text, width, subsequent_indent="  ", break_long_words=True) or [""]
+
+
+def console_table(
+    df: pd.DataFrame,
+    title: str | None = None,
+    columns: Sequence[str] | None = None,
+    width: int = WIDTH,
+    full: str | None = None,
+    na_reason: str = "no value for this row (not measured, or not applicable to the model's kind)",
+    notes: Sequence[str] = (),
+) -> str:
+    """`df` as a table whose every line fits `width` columns, with its notes; see the module docstring.
+
+    `columns`: the ones to show (those present, in this order; default all); `full`: where the full table
+    is (named when columns are left out); `notes`: lines printed above the table (e.g. the board's input
+    policy)."""
+    notes = list(notes)
+    if df is None or df.empty:
+        lines = ([title, ""] if title else []) + ["(no rows yet)"]
+        return "\n".join(line for t in lines for line in _wrap(t, width)) + "\n"
+    df = df.reset_index(drop=True)
+    shown = [c for c in (columns or df.columns) if c in df.columns]
+    name = next((c for c in shown if c in NAME_COLUMNS), shown[0] if shown else None)
+    markers: list[list[str]] = [[] for _ in range(len(df))]
+    numbered: dict[str, int] = {}
+    for col in [c for c in NOTE_COLUMNS if c in df.columns]:
+        text = pd.Series(column_text(df[col])).replace({NA: ""})
+        values = [v for v in text.unique() if v]
+        if not values:
+            continue
+        if len(values) == 1 and (text == values[0]).all():
+            notes.append(f"{col}: {values[0]}")
+            continue
+        for i, v in enumerate(text):
+            if v:
+                k = numbered.setdefault(f"{col}: {v}", len(numbered) + 1)
+                markers[i].append(f"[{k}]")
+    shown = [c for c in shown if c not in NOTE_COLUMNS]
+    cells = {c: column_text(df[c]) for c in shown}
+    if name in cells:
+        cells[name] = [" ".join([n, *m]) for n, m in zip(cells[name], markers, strict=True)]
+    notes += [f"[{k}] {text}" for text, k in numbered.items()]
+    if any(NA in cells[c] for c in shown):
+        notes.append(f"{NA}: {na_reason}")
+
+    def lines_for(cols: list[str], cut: int | None) -> list[str]:
+        rows = [
+            [_cut(cells[c][i], cut) if cut and c != name else cells[c][i] for c in cols]
+            for i in range(len(df))
+        ]
+        right = [pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c]) for c in cols]
+        return _render([_cut(c, cut) if cut else c for c in cols], rows, right)
+
+    cols: list[str] = list(shown)
+    for cut in (None, *CUTS):  # cut long text cells shorter and shorter before leaving a column out
+        table = lines_for(cols, cut)
+        if max(map(len, table)) <= width:
+            break
+    dropped: list[str] = []
+    while max(map(len, table)) > width and len(cols) > 1:
+        dropped.insert(0, cols.pop())
+        table = lines_for(cols, cut)
+    if max(map(len, table)) > width:  # one column still too wide: cut the name cells too
+        table = [_cut(line, width) for line in table]
+    if dropped:
+        notes.append(
+            f"not shown (too wide): {', '.join(dropped)}" + (f"; all columns: {full}" if full else "")
+        )
+    head = [*_wrap(title, width), ""] if title else []
+    above = [line for n in notes if not n.startswith(("[", NA, "not shown")) for line in _wrap(n, width)]
+    below = [line for n in notes if n.startswith(("[", NA, "not shown")) for line in _wrap(n, width)]
+    return "\n".join([*head, *above, *table, *below]) + "\n"
+
+
+def headline_columns(family: str, board: pd.DataFrame) -> list[str]:
+    """The headline columns of `family`'s board that it has, in HEADLINE_COLUMNS' order (patterns such as
+    `*_average` match several), and its note columns; all its columns for a family not listed."""
+    wanted = HEADLINE_COLUMNS.get(family)
+    if wanted is None:
+        return list(board.columns)
+    picked = [c for w in wanted for c in board.columns if fnmatch.fnmatchcase(str(c), w)]
+    return list(dict.fromkeys(picked)) + [c for c in NOTE_COLUMNS if c in board.columns]
+
+
+def _ci_text(value: float, lo: float, hi: float) -> str:
+    if pd.isna(value):
+        return NA
+    return f"{value:.1f}" if pd.isna(lo) or pd.isna(hi) else f"{value:.1f} [{lo:.1f}, {hi:.1f}]"
+
+
+def with_ranks(headlines: pd.DataFrame) -> pd.DataFrame:
+    """The long headline table with `rank` (1 = best value) and `of` (models ranked) per (family, metric)."""
+    h = headlines.copy()
+    h["rank"] = h.groupby(["family", "metric"])["value"].rank(ascending=False, method="min")
+    h["of"] = h.groupby(["family", "metric"])["value"].transform("count")
+    return h
+
+
+def summary_frame(headlines: pd.DataFrame) -> pd.DataFrame:
+    """One row per model, one column per family headline (`<family> <metric>`: value [95% CI]), from the
+    long `model_headlines` shape; a model a family has no row for reads n/a."""
+    h = headlines.copy()
+    h["label"] = h["family"].astype(str) + " " + h["metric"].astype(str)
+    h["text"] = [_ci_text(v, lo, hi) for v, lo, hi in zip(h["value"], h["ci_low"], h["ci_high"], strict=True)]
+    first = h["family"].map(lambda f: (f != "soco", f))  # SOCO's headline first, then the families by name
+    order = list(dict.fromkeys(h.assign(_o=first).sort_values("_o", kind="stable")["label"]))
+    wide = h.pivot_table(index="model", columns="label", values="text", aggfunc="first").reindex(
+        columns=order
+    )
+    # rows by the first column's headline (SOCO's when present), then the best of the others
+    first_col = (
+        h[h["label"] == order[0]].groupby("model")["value"].first() if order else pd.Series(dtype=float)
+    )
+    key = pd.DataFrame({"first": first_col.reindex(wide.index), "best": h.groupby("model")["value"].max()})
+    wide = wide.loc[key.sort_values(["first", "best"], ascending=False, na_position="last").index]
+    return wide.reset_index().rename_axis(columns=None).fillna(NA)
+
+
+def summary_text(headlines: pd.DataFrame, width: int = WIDTH, where: Sequence[str] = ()) -> str:
+    """The summary table (`summary_frame`) with the simulated families and dates named once, then `where`
+    (lines saying where the full tables are)."""
+    if headlines is None or headlines.empty:
+        return console_table(pd.DataFrame(), "Summary: no model has a headline yet", width=width)
+    notes = []
+    sim = sorted(headlines.loc[headlines["simulated"].fillna(False).astype(bool), "family"].unique())
+    if sim:
+        notes.append(f"simulated data (generated here, not the published sets): {', '.join(sim)}")
+    if "materialized_at" in headlines.columns and headlines["materialized_at"].notna().any():
+        when = pd.to_datetime(headlines["materialized_at"], utc=True, errors="coerce").dropna()
+        if len(when):
+            notes.append(f"materialized {when.min():%Y-%m-%d %H:%M} to {when.max():%Y-%m-%d %H:%M} UTC")
+    title = "Summary: one row per model, each family's headline (0-100) with its 95% CI"
+    table = console_table(
+        summary_frame(headlines),
+        title,
+        width=width,
+        na_reason="the family has no result for this model (not run yet, or its kind cannot take the task)",
+    )
+    extra = [line for n in [*notes, *where] for line in _wrap(n, width)]
+    return table + ("\n".join(extra) + "\n" if extra else "")
+
+
+def model_card(headlines: pd.DataFrame, model: str, width: int = WIDTH) -> str:
+    """One model's headline per family with its CI and rank among the models of that family."""
+    h = with_ranks(headlines)
+    mine = h[h["model"] == model]
+    if mine.empty:
+        return console_table(pd.DataFrame(), f"{model}: no headline yet", width=width)
+    card = pd.DataFrame(
+        {
+            "family": mine["family"],
+            "metric": mine["metric"],
+            "value [95% CI]": [
+                _ci_text(v, lo, hi)
+                for v, lo, hi in zip(mine["value"], mine["ci_low"], mine["ci_high"], strict=True)
+            ],
+            "rank": [
+                NA if pd.isna(r) else f"{int(r)} of {int(o)}"
+                for r, o in zip(mine["rank"], mine["of"], strict=True)
+            ],
+            "n": mine["n"].astype("Int64") if "n" in mine.columns else NA,
+            "simulated data": mine["simulated"].fillna(False).astype(bool),
+        }
+    )
+    return console_table(card, f"{model}: headline per family", width=width)
+
+
+def headlines_from_boards(boards: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """A long headline table (the `model_headlines` shape) from family boards, for when that table is not
+    materialized: each family's HEADLINE_METRIC per model (its best method), CIs where the board has them."""
+    rows = []
+    for family, board in boards.items():
+        metric = HEADLINE_METRIC.get(family)
+        if board is None or board.empty or metric not in board.columns:
+            continue
+        name = next(c for c in (*NAME_COLUMNS, board.columns[0]) if c in board.columns)
+        if "kind" in board.columns:  # the boards' check and reference rows (oracles, chance) are no models
+            board = board[~board["kind"].astype(str).isin(REFERENCE_KINDS)]
+        b = board.assign(_v=pd.to_numeric(board[metric], errors="coerce")).sort_values("_v", ascending=False)
+        b = b.drop_duplicates(name)
+        lo, hi = f"ci95_lo_boot_category_{metric}", f"ci95_hi_boot_category_{metric}"
+        sim = b["simulated"] if "simulated" in b.columns else family != "soco"
+        rows.append(
+            pd.DataFrame(
+                {
+                    "model": b[name].astype(str),
+                    "family": family,
+                    "metric": metric,
+                    "value": b["_v"],
+                    "ci_low": b[lo] if lo in b.columns else np.nan,
+                    "ci_high": b[hi] if hi in b.columns else np.nan,
+                    "n": b["n_items"] if "n_items" in b.columns else np.nan,
+                    "simulated": sim,
+                    "materialized_at": pd.NaT,
+                }
+            )
+        )
+    cols = ["model", "family", "metric", "value", "ci_low", "ci_high", "n", "simulated", "materialized_at"]
+    return pd.concat(rows, ignore_index=True)[cols] if rows else pd.DataFrame(columns=cols)

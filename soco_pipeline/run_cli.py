@@ -1,0 +1,274 @@
+"""`soco run SPEC [--families soco,mmvm,fgbmk,tpips] [--limit N]`: one checkpoint on every family, in one command.
+
+It adds the spec (a backbone spec checked as `soco add-backbone` checks it, or an LVLM spec: a file with a
+`backend` field), then materializes exactly that model's partitions and the boards through the same Dagster
+instance, definitions and run machinery as `make demo` and the UI (soco_pipeline/demo.py's Runner: one run
+per step, tagged `soco/source: soco run`), one line per step. Steps already done are skipped: the data when
+materialized, a family's items when materialized, a model step when each of its assets has a
+materialization of that partition newer than the spec file (and, for SOCO's step, made with the same
+`--limit`). Ctrl-C marks the run in progress failed; the same command again resumes. It ends with the
+steps' timings, the model's headline per family with its CI and rank, and the summary of every model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import textwrap
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import dagster as dg
+import pandas as pd
+import yaml
+
+from soco_pipeline.report.console import WIDTH
+from soco_pipeline.settings import Settings
+
+FAMILIES = ("soco", "mmvm", "fgbmk", "tpips")
+SOURCE = "soco run"
+LIMIT_TAG = "soco/limit"
+LIMITED_OPS = ("predictions", "four_choice_predictions")  # SOCO's ops that take a pair subset
+
+
+@dataclass
+class Added:
+    """The spec as added: model name, partition set (backbones | lvlms), spec file in the folder."""
+
+    name: str
+    partitions: str
+    path: Path
+    kind: str
+
+
+def is_lvlm_spec(path: Path) -> bool:
+    """Whether a spec file is an LVLM spec (it has a `backend` field) rather than a backbone spec."""
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError):
+        return False
+    return isinstance(doc, dict) and "backend" in doc
+
+
+def add_spec(src: Path, settings: Settings, weights: bool = True, force: bool = False) -> Added:
+    """Validate `src` and copy it into the backbones (or LVLM) folder; the same file already there is kept
+    as it is (its mtime decides what is cached), a different one is replaced only with `force`."""
+    if not src.is_file():
+        raise FileNotFoundError(
+            f"no spec file {src}: pass a backbone or LVLM spec YAML (see docs/backbones.md)"
+        )
+    if is_lvlm_spec(src):
+        from soco_pipeline.lvlm.specs import load_spec
+
+        spec, folder, partitions, kind = load_spec(src), Path(settings.lvlms_dir), "lvlms", "LVLM"
+    else:
+        from soco_pipeline.backbones.validate import checked_spec
+
+        spec = checked_spec(src, weights=weights)
+        folder, partitions, kind = Path(settings.backbones_dir), "backbones", f"backbone ({spec.kind})"
+    dest = folder / f"{spec.name}.yaml"
+    if dest.exists() and dest.resolve() != src.resolve() and dest.read_bytes() != src.read_bytes():
+        if not force:
+            raise FileExistsError(
+                f"{dest} exists with other content: pass --force to replace it (its results are recomputed), "
+                "or rename your spec file (the model's name is the file stem)"
+            )
+    if not dest.exists() or dest.read_bytes() != src.read_bytes():
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f".{dest.name}.tmp"
+        shutil.copyfile(src, tmp)
+        tmp.replace(dest)
+    return Added(spec.name, partitions, dest, kind)
+
+
+def _latest(instance: dg.DagsterInstance, key: dg.AssetKey, partition: str | None):
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=key, asset_partitions=[partition] if partition else None), limit=1
+    ).records
+    return records[0] if records else None
+
+
+def is_cached(
+    instance: dg.DagsterInstance,
+    keys: list[dg.AssetKey],
+    partition: str | None = None,
+    since: float = 0.0,
+    limit: str | None = None,
+) -> bool:
+    """Whether every asset of `keys` has a materialization (of `partition`) made after `since`, and with
+    `limit` given, by a run tagged with that limit (a full run: 'none')."""
+    for key in keys:
+        record = _latest(instance, key, partition)
+        if record is None or record.timestamp < since:
+            return False
+        if limit is not None:
+            run = instance.get_run_by_id(record.run_id)
+            if run is None or run.tags.get(LIMIT_TAG, "none") != limit:
+                return False
+    return True
+
+
+def plan(defs: dg.Definitions, added: Added, families: list[str], limit: int | None, settings: Settings):
+    """The steps of a `soco run`: (stage, cached-check arguments) in order."""
+    from soco_pipeline.demo import (
+        DATA_AND_PAIRS,
+        LVLM_GROUP,
+        PER_BACKBONE,
+        SUMMARY,
+        Stage,
+    )
+    from soco_pipeline.demo import (
+        families as family_groups,
+    )
+
+    name, since = added.name, added.path.stat().st_mtime
+    graph = defs.resolve_asset_graph()
+    data = list(dg.AssetSelection.groups(*DATA_AND_PAIRS).resolve(graph))
+    steps = [(Stage(f"data and pairs ({settings.dataset_size})", "demo_data_and_pairs", data), {})]
+    lvlm = added.partitions == "lvlms"
+    if not lvlm and "soco" in families:
+        text = "none" if limit is None else str(limit)
+        ops = {op: {"config": {"limit": limit}} for op in LIMITED_OPS} if limit is not None else {}
+        keys = [dg.AssetKey(k) for k in PER_BACKBONE]
+        stage = Stage(f"soco / backbone {name}", "demo_backbone", keys, name, ops, {LIMIT_TAG: text})
+        steps.append((stage, {"partition": name, "since": since, "limit": text}))
+    for family in family_groups(defs):
+        label = "soco" if family.name == LVLM_GROUP else family.name  # SOCO's LVLM track is the lvlm group
+        own = family.per_lvlm if lvlm else family.per_backbone
+        if label not in families or not own:
+            continue
+        if family.once:
+            steps.append((Stage(f"{family.name} items", f"demo_{family.name}", family.once), {}))
+        what = "LVLM" if lvlm else "backbone"
+        job = f"demo_{family.name}_{'lvlm' if lvlm else 'backbone'}"
+        stage = Stage(f"{family.name} / {what} {name}", job, own, name)
+        cache: dict = {"partition": name, "since": since}
+        if family.name == LVLM_GROUP and limit is not None:  # SOCO-LVLM: item groups per setting
+            stage.ops = {"lvlm_answers": {"config": {"items_per_setting": limit}}}
+            stage.tags, cache["limit"] = {LIMIT_TAG: str(limit)}, str(limit)
+        steps.append((stage, cache))
+        board = Stage(
+            f"{family.name} leaderboard",
+            f"demo_{family.name}_leaderboard",
+            [family.leaderboard, *family.after],
+        )
+        steps.append((board, None))  # boards always run: they gain the new model
+    summary = [dg.AssetKey(k) for k in SUMMARY]
+    steps.append(
+        (Stage("leaderboard, results database, correlation, results page", "demo_summary", summary), None)
+    )
+    return steps
+
+
+def _boards(
+    defs: dg.Definitions, instance: dg.DagsterInstance, settings: Settings
+) -> dict[str, pd.DataFrame]:
+    """Every board materialized so far: SOCO's and each family's ({family: table})."""
+    from soco_pipeline.demo import families as family_groups
+    from soco_pipeline.demo import quiet
+
+    out = {}
+    keys = [("soco", dg.AssetKey("leaderboard"))] + [(f.name, f.leaderboard) for f in family_groups(defs)]
+    for name, key in keys:
+        if instance.get_latest_materialization_event(key) is None:
+            continue
+        with quiet():  # loading a value logs one DEBUG line per file on the console
+            value = defs.load_asset_value(key, instance=instance)
+        if isinstance(value, pd.DataFrame):
+            out[name] = value
+    return out
+
+
+def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
+    """Add a spec and evaluate that model on the chosen families; print its summary beside the others."""
+    from soco_pipeline.defs.definitions import build_definitions
+    from soco_pipeline.demo import LOCATION, Runner, headlines, where_the_tables_are
+    from soco_pipeline.report.console import console_table, model_card, summary_text
+
+    families = [f.strip() for f in args.families.split(",") if f.strip()]
+    unknown = [f for f in families if f not in FAMILIES]
+    if unknown:
+        raise ValueError(
+            f"unknown famil{'ies' if len(unknown) > 1 else 'y'} {', '.join(unknown)}: choose from {', '.join(FAMILIES)}"
+        )
+    added = add_spec(Path(args.spec), settings, weights=not args.skip_weights_check, force=args.force)
+    print(textwrap.fill(f"{added.kind} {added.name!r}: spec {added.path}", WIDTH, subsequent_indent="  "))
+    overrides = dict(
+        storage_root=settings.storage_root,
+        backbones_dir=settings.backbones_dir,
+        lvlms_dir=settings.lvlms_dir,
+        dataset_size=settings.dataset_size,
+        seed=settings.seed,
+        images_per_category=settings.images_per_category,
+        categories=list(settings.categories) if settings.categories else None,
+    )
+    overrides = {k: v for k, v in overrides.items() if v is not None}
+    defs = build_definitions(**overrides)
+    from soco_pipeline.project import prepare_instance
+
+    prepare_instance()  # DAGSTER_HOME: the Makefile's default has its dagster.yaml
+    instance = dg.DagsterInstance.get()
+    if added.name not in instance.get_dynamic_partitions(added.partitions):
+        instance.add_dynamic_partitions(added.partitions, [added.name])
+    steps = plan(defs, added, families, args.limit, settings)
+    runner = Runner(defs, instance, overrides, LOCATION, source=SOURCE)
+    timings = []
+    t0 = time.perf_counter()
+    try:
+        for i, (stage, cache) in enumerate(steps, 1):
+            stage.label = f"[{i}/{len(steps)}] {stage.label}"
+            if cache is not None and is_cached(instance, stage.keys, **cache):
+                print(f"{stage.label}: cached, skipped", flush=True)
+                timings.append((stage.label, "cached", 0.0))
+                continue
+            t = time.perf_counter()
+            ok = runner.run(stage)
+            timings.append((stage.label, "ran" if ok else "FAILED", time.perf_counter() - t))
+            if not ok and i == 1:
+                break  # nothing runs without the data
+    except (KeyboardInterrupt, dg.DagsterExecutionInterruptedError):
+        print(
+            f"\ninterrupted: the run in progress is marked failed; `soco run {args.spec}` again resumes "
+            "(finished steps are skipped)",
+            file=sys.stderr,
+        )
+        return 130
+    steps_table = pd.DataFrame(timings, columns=["step", "status", "seconds"])
+    print("\n" + console_table(steps_table, f"steps ({time.perf_counter() - t0:.0f} s in all)"))
+    tables = _boards(defs, instance, settings)
+    heads = headlines(settings, tables)
+    print(model_card(heads, added.name))
+    print(summary_text(heads, where=where_the_tables_are(settings)), end="")
+    if runner.failed:
+        for label, reason in runner.failed.items():
+            print(f"failed: {label}: {reason}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def add_command(sub) -> None:
+    """Add `soco run` to the `soco` parser's subcommands."""
+    s = sub.add_parser(
+        "run", help="add a spec and evaluate that model on every family (its summary at the end)"
+    )
+    s.add_argument(
+        "spec", help="a backbone spec YAML (as for add-backbone) or an LVLM spec (with `backend:`)"
+    )
+    s.add_argument(
+        "--families",
+        default=",".join(FAMILIES),
+        help=f"comma-separated, from {','.join(FAMILIES)} (default: all)",
+    )
+    s.add_argument(
+        "--limit",
+        type=int,
+        default=None,
+        help="SOCO: pairs per category; an LVLM: item groups per setting (a partial, marked run)",
+    )
+    s.add_argument("--force", action="store_true", help="replace a different spec of the same name")
+    s.add_argument(
+        "--skip-weights-check", action="store_true", help="add the spec before its weights are there"
+    )
+    s.set_defaults(func=cmd_run)
