@@ -20,7 +20,8 @@ from soco_pipeline.results_db import query
 from soco_pipeline.storage import PROJECT_ROOT
 from soco_pipeline.taxonomy import load_taxonomy
 
-pytestmark = pytest.mark.timeout(900)  # a whole pipeline runs in a module fixture (the first test's setup)
+# a whole pipeline runs in a module fixture (the first test's setup)
+pytestmark = [pytest.mark.pipeline, pytest.mark.timeout(900)]
 
 CATEGORIES = ["car", "bus", "chair", "dog"]
 ORACLES = ["oracle_part", "oracle_concept"]

@@ -13,6 +13,8 @@ from pathlib import Path
 import networkx as nx
 import pytest
 
+pytestmark = pytest.mark.unit
+
 PACKAGE = Path(__file__).resolve().parents[1] / "soco_pipeline"
 # Top-level modules every stage may import; entry points (cli, demo) sit above everything instead.
 FOUNDATION = (

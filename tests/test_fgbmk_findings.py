@@ -13,6 +13,8 @@ from soco_pipeline.tasks.fgbmk.embedded import hierarchy
 from soco_pipeline.tasks.fgbmk.findings import FINDING_COLUMNS, check_findings, findings_markdown
 from soco_pipeline.tasks.fgbmk.machine_eval import METRIC_COLUMNS, evaluate_backbone, per_class_top1
 
+pytestmark = pytest.mark.unit
+
 SUBCLASSES = ["zebra", "horse", "donkey", "cat", "cheetah", "car", "jeep", "chair", "armchair"]
 PARADIGMS = FindingsConfig(
     paradigms={

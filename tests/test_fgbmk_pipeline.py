@@ -4,12 +4,15 @@ the leaderboard; the tables land where tables.py says."""
 from __future__ import annotations
 
 import dagster as dg
+import pytest
 import yaml
 
 from soco_pipeline.defs.definitions import build_definitions
 from soco_pipeline.lvlm.server import serve
 from soco_pipeline.storage import PROJECT_ROOT, read_parquet
 from soco_pipeline.tables import table_for
+
+pytestmark = pytest.mark.pipeline
 
 TINY = {
     "embedded": {

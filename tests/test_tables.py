@@ -5,6 +5,8 @@ import pytest
 from soco_pipeline.defs.definitions import defs
 from soco_pipeline.tables import TABLES, table_for
 
+pytestmark = pytest.mark.unit
+
 NO_TABLE = {
     "embedded_dataset",
     "results_database",  # they return MaterializeResult, no Parquet table

@@ -33,6 +33,8 @@ from soco_pipeline.tasks.tpips.scoring import agreement, summarise
 from soco_pipeline.tasks.tpips.triplets import generate_triplets
 from tests.tpips_helpers import tiny_config
 
+pytestmark = pytest.mark.unit
+
 
 def test_generator_is_deterministic_and_aspects_disagree():
     cfg = tiny_config(20)

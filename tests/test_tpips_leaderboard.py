@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from soco_pipeline.tasks.tpips.evaluate import not_applicable_rows, score_rows
 from soco_pipeline.tasks.tpips.leaderboard import leaderboard
+
+pytestmark = pytest.mark.unit
 
 
 def _scores(model: str, method: str, pick: int) -> pd.DataFrame:

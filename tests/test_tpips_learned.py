@@ -25,6 +25,8 @@ from soco_pipeline.tasks.tpips.scoring import agreement
 from soco_pipeline.tasks.tpips.triplets import generate_triplets
 from tests.tpips_helpers import tiny_config
 
+pytestmark = pytest.mark.unit
+
 N_TRIPLETS, SIZE, BACKBONE = 120, 64, "efficientnet_lite0"
 FROZEN_ZOO = ("efficientnet_lite0", "vit_small_random", "dense_sift")  # every backbone that sees TPIPS images
 # Each learned metric, trained on each backbone of the zoo, minus the best of every frozen aspect-agnostic

@@ -17,6 +17,8 @@ from soco_pipeline.tasks.tpips.triplets import generate_triplets
 from tests.lvlm_helpers import openai_spec
 from tests.tpips_helpers import tiny_config
 
+pytestmark = pytest.mark.unit
+
 
 def test_parsers():
     assert (

@@ -7,11 +7,14 @@ import shutil
 
 import dagster as dg
 import pandas as pd
+import pytest
 import yaml
 
 from soco_pipeline.defs.definitions import build_definitions
 from soco_pipeline.tasks.tpips.config import DEFAULT_PATH
 from soco_pipeline.tasks.tpips.learned import KINDS
+
+pytestmark = pytest.mark.pipeline
 
 DATA = ["tpips_images", "tpips_ooo", "tpips_afc", "tpips_pixel_baselines"]
 PER_BACKBONE = ["tpips_features", "tpips_baseline_scores", "tpips_learned"]

@@ -23,6 +23,8 @@ from soco_pipeline.tasks.tpips.ooo import annotate_triplets
 from soco_pipeline.tasks.tpips.triplets import generate_triplets
 from tests.tpips_helpers import tiny_clip_folder, tiny_config
 
+pytestmark = pytest.mark.unit
+
 
 def _with_text(text_encoder: str):
     return dataclasses.replace(list_specs()["dense_sift"], text_encoder=text_encoder)

@@ -1,9 +1,12 @@
 """The prediction panel: query, ground-truth and prediction markers land where the points are."""
 
 import numpy as np
+import pytest
 from PIL import Image
 
 from soco_pipeline.report.panels import MARKERS, TILE_HEIGHT, draw_panel, heatmap_rgb, similarity_on_target
+
+pytestmark = pytest.mark.unit
 
 
 def _near(img: np.ndarray, xy, color, tol=40) -> bool:
