@@ -28,6 +28,15 @@ def _native_kernel_choice_per_test():
     half_matmul._library.cache_clear()
 
 
+@pytest.fixture(scope="session")
+def materialized_core(tmp_path_factory):
+    """The embedded data, pairs and both oracles' evaluation, materialized once per test run
+    (tests/core.py): read it, or materialize on `materialized_core.copy_to(folder)`."""
+    from tests.core import build_core
+
+    return build_core(tmp_path_factory.mktemp("core"))
+
+
 def tier_errors(items) -> list[str]:
     """One line per test whose markers (module `pytestmark`, class or function) name no tier or several."""
     errors = []
