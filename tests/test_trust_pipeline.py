@@ -22,9 +22,9 @@ from soco_pipeline.evaluation.records import stored_subset
 from soco_pipeline.evaluation.subsets import apply_pair_subset
 from soco_pipeline.evaluation.theory import expected_concept_oracle_soc
 from soco_pipeline.storage import PROJECT_ROOT
+from tests.core import CATEGORIES, ORACLES
 from tests.needs import need
 
-CATEGORIES = ["car", "bus", "tractor", "chair", "dog", "horse"]
 # oracle_twin is oracle_part under another name (identical features); oracle_partial is oracle_concept,
 # evaluated with limit = 2 pairs per category.
 COPIES = {
@@ -38,22 +38,18 @@ LIMIT = 2
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("trust")
-    backbones = tmp / "backbones"
-    backbones.mkdir()
+def run(materialized_core, tmp_path_factory):
+    """A copy of the shared core (its data and pairs; tests/core.py) with the four specs evaluated on it."""
+    core = materialized_core.copy_to(tmp_path_factory.mktemp("trust"))
+    tmp, backbones = core.root, core.backbones
+    # Every spec is evaluated again below with 2 panels; the core's panel images (its own panel count) would
+    # stay beside them: a re-run with fewer panels leaves the earlier files (found here; not the test's subject).
+    shutil.rmtree(core.storage / "report", ignore_errors=True)
     for name, src in COPIES.items():
         shutil.copy(PROJECT_ROOT / "assets" / "backbones" / f"{src}.yaml", backbones / f"{name}.yaml")
-    overrides = dict(
-        storage_root=str(tmp / "storage"),
-        backbones_dir=str(backbones),
-        categories=CATEGORIES,
-        images_per_category=6,
-        device="cpu",
-    )
-    (tmp / "dagster_home").mkdir()
-    with dg.instance_for_test(temp_dir=str(tmp / "dagster_home")) as instance:
-        instance.add_dynamic_partitions("backbones", list(COPIES))
+    overrides = {**core.overrides, "device": "cpu"}
+    with core.instance() as instance:
+        instance.add_dynamic_partitions("backbones", [b for b in COPIES if b not in ORACLES])
         defs = build_definitions(**overrides)
 
         def mat(selection, partition=None, run_config=None):
@@ -68,7 +64,6 @@ def run(tmp_path_factory):
             assert result.success
             return result
 
-        mat(dg.AssetSelection.groups("data", "pairs"))
         for b in COPIES:
             cfg = {"limit": LIMIT if b == "oracle_partial" else None, "panels": 2}
             mat(
