@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE := 1
 export DAGSTER_DISABLE_TELEMETRY := 1
 export PYTHONHASHSEED := 0
 
-.PHONY: install demo test lint ui bench clean
+.PHONY: install demo test test-fast lint ui bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -28,10 +28,16 @@ $(DAGSTER_HOME)/dagster.yaml: dagster.yaml
 demo: install $(DAGSTER_HOME)/dagster.yaml
 	$(PY) -m soco_pipeline.demo
 
+# The whole suite (every tier), after the linter, the formatter's check and `dg check defs`.
 test: install $(DAGSTER_HOME)/dagster.yaml
 	$(VENV)/bin/ruff check soco_pipeline tests benchmarks
+	$(VENV)/bin/ruff format --check soco_pipeline tests benchmarks
 	VIRTUAL_ENV=$(CURDIR)/$(VENV) $(VENV)/bin/dg check defs
 	$(PY) -m pytest -q --durations=15 $(PYTEST_ARGS)
+
+# The unit tier only (no Dagster run, no server, no subprocess): the fast feedback while editing.
+test-fast: install
+	$(PY) -m pytest -q -m unit --durations=15 $(PYTEST_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check soco_pipeline tests benchmarks

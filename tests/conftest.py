@@ -1,4 +1,5 @@
-"""Test-wide settings: offline hub, no telemetry, storage in temporary folders."""
+"""Test-wide settings (offline hub, no telemetry, storage in temporary folders) and the suite's rules:
+every test has exactly one tier marker, and under CI=true every skip comes from tests/needs.py."""
 
 import os
 
@@ -6,8 +7,16 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
 
+from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
+
+from tests.needs import in_ci  # noqa: E402
+
+pytest_plugins = ["pytester"]  # tests/test_suite_rules.py runs the rules on deliberate offenders
+
+TIERS = ("unit", "pipeline", "stack")  # registered in pyproject.toml; docs/develop.md says which is which
+NEEDS = Path(__file__).with_name("needs.py").resolve()
 
 
 @pytest.fixture(autouse=True)
@@ -17,3 +26,58 @@ def _native_kernel_choice_per_test():
     from soco_pipeline.native import half_matmul
 
     half_matmul._library.cache_clear()
+
+
+@pytest.fixture(scope="session")
+def materialized_core(tmp_path_factory):
+    """The embedded data, pairs and both oracles' evaluation, materialized once per test run
+    (tests/core.py): read it, or materialize on `materialized_core.copy_to(folder)`."""
+    from tests.core import build_core
+
+    return build_core(tmp_path_factory.mktemp("core"))
+
+
+def tier_errors(items) -> list[str]:
+    """One line per test whose markers (module `pytestmark`, class or function) name no tier or several."""
+    errors = []
+    for item in items:
+        tiers = sorted({m.name for m in item.iter_markers() if m.name in TIERS})
+        if len(tiers) != 1:
+            found = ", ".join(tiers) or "none"
+            errors.append(f"{item.nodeid}: tier markers {found}; it needs exactly one of {', '.join(TIERS)}")
+    return errors
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects: every collected test is checked
+def pytest_collection_modifyitems(config, items):
+    """Refuse the run when a test has no tier marker or more than one."""
+    errors = tier_errors(items)
+    if errors:
+        raise pytest.UsageError(
+            "every test needs exactly one tier marker (`pytestmark = pytest.mark.unit` after the imports, or "
+            "`pipeline`, `stack`; see docs/develop.md):\n  " + "\n  ".join(errors)
+        )
+
+
+def skip_outside_needs(report) -> str | None:
+    """Where a skip came from when that is not tests/needs.py (a bare pytest.skip, skipif, importorskip)."""
+    if not report.skipped or not isinstance(report.longrepr, tuple):
+        return None
+    path, line, reason = report.longrepr
+    if Path(path).resolve() == NEEDS:
+        return None
+    return f"{path}:{line}: {reason}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Under CI=true a skip that does not come from tests/needs.py fails: a bare skip hides an untested path."""
+    outcome = yield
+    report = outcome.get_result()
+    where = skip_outside_needs(report) if in_ci() else None
+    if where:
+        report.outcome = "failed"
+        report.longrepr = (
+            f"skipped outside tests/needs.py under CI=true ({where}); skip through need() for a program "
+            "CI installs, need_hardware() for hardware the machine may lack"
+        )

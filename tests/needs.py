@@ -1,7 +1,9 @@
-"""Tests that need a program the machine may lack: skipped on a developer's machine, failed under CI.
+"""The one place a test may skip: a program the machine may lack, or hardware it does not have.
 
 `.ci/run` installs chromium, redis-server and postgresql and sets CI=true; there, a missing program means
-the feature went untested, so the test fails instead of reporting a skip that hides it.
+the feature went untested, so `need` fails the test instead of reporting a skip that hides it. Hardware
+(a CPU feature, a CUDA device) cannot be installed: `need_hardware` skips even under CI and says so.
+tests/conftest.py fails, under CI=true, any skip that does not come from this module.
 """
 
 from __future__ import annotations
@@ -25,3 +27,10 @@ def need(available: bool, what: str) -> None:
             f"{what} is missing under CI=true (.ci/run installs it): this test must run there, not skip"
         )
     pytest.skip(f"{what} is not installed here (.ci/run installs it)")
+
+
+def need_hardware(available: bool, what: str) -> None:
+    """Go on when the hardware `what` is present; otherwise skip, under CI too (no install can add it)."""
+    if available:
+        return
+    pytest.skip(f"hardware absent: {what} (a skip under CI=true too; the suite tests the other path)")

@@ -8,6 +8,8 @@ import yaml
 from soco_pipeline import cli
 from soco_pipeline.storage import PROJECT_ROOT
 
+pytestmark = pytest.mark.unit
+
 BASE = yaml.safe_load((PROJECT_ROOT / "assets" / "backbones" / "vit_small_random.yaml").read_text())
 
 

@@ -32,6 +32,8 @@ from soco_pipeline.analysis.reference import (
     select_models,
 )
 
+pytestmark = pytest.mark.unit
+
 
 def with_exact_r(x: np.ndarray, r: float, rng) -> np.ndarray:
     """y whose sample Pearson correlation with x is exactly r."""

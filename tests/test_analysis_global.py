@@ -22,6 +22,8 @@ from soco_pipeline.backbones import parse_spec
 from soco_pipeline.backbones.base import Backbone
 from soco_pipeline.features import FeatureError, FeatureStore, extract_features
 
+pytestmark = pytest.mark.unit
+
 
 def unit(x):
     return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)

@@ -1,6 +1,7 @@
-"""The analysis assets through Dagster on a small embedded data set with the two oracles: global metrics
-and the linear probe from the cache (no backbone runs), the correlation asset, the leaderboard columns;
-and the probe recovering SOC from a backbone whose identity information is linearly mixed."""
+"""The analysis assets through Dagster on a copy of the shared core (tests/core.py: the embedded data set
+and both oracles): global metrics and the linear probe from the cache (no backbone runs), the correlation
+asset, the leaderboard columns; and, on 4 categories of 10 images, the probe recovering SOC from a backbone
+whose identity information is linearly mixed."""
 
 import shutil
 import zlib
@@ -19,32 +20,21 @@ from soco_pipeline.features import FeatureStore
 from soco_pipeline.results_db import query
 from soco_pipeline.storage import PROJECT_ROOT
 from soco_pipeline.taxonomy import load_taxonomy
+from tests.core import CATEGORIES, IMAGES_PER_CATEGORY, ORACLES
 
-pytestmark = pytest.mark.timeout(900)  # a whole pipeline runs in a module fixture (the first test's setup)
+# the shared core (tests/core.py) may be built in the first test's setup
+pytestmark = [pytest.mark.pipeline, pytest.mark.timeout(900)]
 
-CATEGORIES = ["car", "bus", "chair", "dog"]
-ORACLES = ["oracle_part", "oracle_concept"]
-PER_BACKBONE = ["feature_manifest", "predictions", "four_choice_predictions", "metrics"]
 PROBE_RUN = {"ops": {"probe_metrics": {"config": {"steps": 20, "lr": 0.01, "targets_per_step": 4}}}}
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("analysis")
-    backbones = tmp / "backbones"
-    backbones.mkdir()
-    for b in ORACLES:
-        shutil.copy(PROJECT_ROOT / "assets" / "backbones" / f"{b}.yaml", backbones)
-    overrides = dict(
-        storage_root=str(tmp / "storage"),
-        backbones_dir=str(backbones),
-        categories=CATEGORIES,
-        images_per_category=10,
-    )
-    (tmp / "dagster_home").mkdir()
-    with dg.instance_for_test(temp_dir=str(tmp / "dagster_home")) as instance:
-        instance.add_dynamic_partitions("backbones", ORACLES)
-        defs = build_definitions(**overrides)
+def run(materialized_core, tmp_path_factory):
+    """A copy of the shared core (data, pairs, both oracles' evaluation; tests/core.py): the analysis
+    assets materialize on it."""
+    core = materialized_core.copy_to(tmp_path_factory.mktemp("analysis"))
+    with core.instance() as instance:
+        defs = build_definitions(**core.overrides)
 
         def mat(selection, partition=None, run_config=None):
             result = dg.materialize(
@@ -58,10 +48,7 @@ def run(tmp_path_factory):
             assert result.success
             return result
 
-        mat(dg.AssetSelection.groups("data", "pairs"))
-        for b in ORACLES:
-            mat(dg.AssetSelection.assets(*PER_BACKBONE), b)
-        yield {"tmp": tmp, "instance": instance, "defs": defs, "mat": mat, "overrides": overrides}
+        yield {"tmp": core.root, "instance": instance, "defs": defs, "mat": mat, "overrides": core.overrides}
 
 
 def _tables(run) -> Path:
@@ -98,8 +85,8 @@ def test_global_metrics_of_the_oracles_join_the_leaderboard(analysed):
     top1 = g[(g.metric == "knn_top1") & (g.k == 20) & (g.feature == "mean")].value.iloc[0]
     assert 0 <= top1 <= 100 and g[g.headline].metric.isin(["knn_top1", "knn_top5", "retrieval_map"]).all()
     # Part-identity channels are category-specific: mean-pooled oracle maps tell the categories apart
-    # (measured: 75 % top-1 at k = 20 on these 4 categories).
-    assert top1 > 50  # chance: 25 %
+    # (measured: 50 % top-1 at k = 20 on the core's 6 categories of 6 images; 75 % on 4 of 10).
+    assert top1 > 2 * 100 / len(CATEGORIES)  # twice chance (17 %)
     board = pd.read_parquet(_tables(analysed) / "leaderboard.parquet").set_index("backbone")
     assert board.loc["oracle_part", "knn_top1"] == pytest.approx(top1)
     assert {"knn_top1", "retrieval_map"} <= set(board.columns)
@@ -114,7 +101,7 @@ def test_probe_keeps_the_oracle_scores(analysed):
     part = pd.read_parquet(_tables(analysed) / "probe_metrics" / "oracle_part.parquet")
     at = part[((part.alpha - 0.1).abs() < 1e-9) & (part.method == "probe")].set_index("metric").value
     assert at["soc"] >= 95 and at["cc"] >= 95
-    assert (part.n_train_images + part.n_test_images == len(CATEGORIES) * 10).all()
+    assert (part.n_train_images + part.n_test_images == len(CATEGORIES) * IMAGES_PER_CATEGORY).all()
 
 
 def test_correlation_asset_writes_table_figures_view_and_metadata(analysed):
@@ -136,6 +123,41 @@ def test_correlation_asset_writes_table_figures_view_and_metadata(analysed):
     assert int(n.n.iloc[0]) > 0
     g = query(storage / "results.duckdb", "select count(distinct backbone) as n from global_metrics")
     assert int(g.n.iloc[0]) == 2
+
+
+PROBE_CATEGORIES = ["car", "bus", "chair", "dog"]
+
+
+@pytest.fixture(scope="module")
+def probe_data(tmp_path_factory):
+    """The data, pair tables and part-oracle feature maps of 4 categories of 10 images: all the probe tests
+    read. The shared core's 6 images a category are too few to train the probe on the mixed identity
+    (measured on the core: probe SOC 69.1 vs zero-shot 63.4)."""
+    tmp = tmp_path_factory.mktemp("probe")
+    backbones = tmp / "backbones"
+    backbones.mkdir()
+    shutil.copy(PROJECT_ROOT / "assets" / "backbones" / "oracle_part.yaml", backbones)
+    overrides = dict(
+        storage_root=str(tmp / "storage"),
+        backbones_dir=str(backbones),
+        categories=PROBE_CATEGORIES,
+        images_per_category=10,
+    )
+    (tmp / "dagster_home").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp / "dagster_home")) as instance:
+        instance.add_dynamic_partitions("backbones", ["oracle_part"])
+        defs = build_definitions(**overrides)
+        steps = [(dg.AssetSelection.groups("data", "pairs"), None)]
+        steps += [(dg.AssetSelection.assets("feature_manifest"), "oracle_part")]
+        for selection, partition in steps:
+            assert dg.materialize(
+                list(defs.assets),
+                selection=selection,
+                instance=instance,
+                resources=defs.resources,
+                partition_key=partition,
+            ).success
+    return {"overrides": overrides}
 
 
 class MixedStore:
@@ -177,8 +199,8 @@ class MixedStore:
         return y.reshape(-1, h, w), {**meta, "channels": c + self.extra}
 
 
-def _probe(analysed, store, steps, backbone="mixed"):
-    t = _tables(analysed)
+def _probe(data, store, steps, backbone="mixed"):
+    t = _tables(data)
     tables = {
         n: pd.read_parquet(t / f"{n}.parquet")
         for n in ("image_pairs", "correspondences", "keypoints", "image_set")
@@ -196,14 +218,14 @@ def _probe(analysed, store, steps, backbone="mixed"):
     )
 
 
-def _part_store(analysed) -> FeatureStore:
-    manifest = pd.read_parquet(_tables(analysed) / "feature_manifest" / "oracle_part.parquet")
-    return FeatureStore.from_manifest(str(Path(analysed["overrides"]["storage_root"]) / "features"), manifest)
+def _part_store(data) -> FeatureStore:
+    manifest = pd.read_parquet(_tables(data) / "feature_manifest" / "oracle_part.parquet")
+    return FeatureStore.from_manifest(str(Path(data["overrides"]["storage_root"]) / "features"), manifest)
 
 
-def test_probe_recovers_soc_from_linearly_mixed_identity(analysed):
+def test_probe_recovers_soc_from_linearly_mixed_identity(probe_data):
     torch.set_num_threads(2)
-    out = _probe(analysed, MixedStore(_part_store(analysed)), steps=100)
+    out = _probe(probe_data, MixedStore(_part_store(probe_data)), steps=100)
     p = out[(out.alpha - 0.1).abs() < 1e-9].pivot_table(index="metric", columns="method", values="value")
     zero, probe = p.loc["soc", "zero_shot"], p.loc["soc", "probe"]
     # Measured (seed 0): zero-shot SOC 58.9, probe 84.6; Cross-SOC 59.4 -> 97.2; CC 97.9 -> 94.8.
@@ -214,6 +236,6 @@ def test_probe_recovers_soc_from_linearly_mixed_identity(analysed):
     assert np.isfinite(out.final_loss).all()
 
 
-def test_probe_is_deterministic(analysed):
-    mixed = MixedStore(_part_store(analysed))
-    pd.testing.assert_frame_equal(_probe(analysed, mixed, steps=3), _probe(analysed, mixed, steps=3))
+def test_probe_is_deterministic(probe_data):
+    mixed = MixedStore(_part_store(probe_data))
+    pd.testing.assert_frame_equal(_probe(probe_data, mixed, steps=3), _probe(probe_data, mixed, steps=3))

@@ -23,6 +23,9 @@ from soco_pipeline.storage import (
 )
 from soco_pipeline.tables import table_for
 from tests.faults import kill_during_write, metrics_frame
+from tests.needs import need
+
+pytestmark = pytest.mark.pipeline
 
 
 def _parquet_bytes(df: pd.DataFrame) -> bytes:
@@ -84,7 +87,7 @@ def tiny_tmpfs(tmp_path):
             timeout=20,
         )
     except (OSError, subprocess.SubprocessError) as e:
-        pytest.skip(f"cannot mount a tmpfs here ({e}); needs root")
+        need(False, f"a tmpfs mount (root with mount rights; here: {e})")
     try:
         yield mnt
     finally:

@@ -18,6 +18,8 @@ from soco_pipeline.backbones.spec import PositiveInt, SpecFields
 from soco_pipeline.backbones.spec_files import scan_specs
 from soco_pipeline.backbones.validate import checked_spec
 
+pytestmark = pytest.mark.unit
+
 
 class ToyOptions(SpecFields):
     """The toy kind's fields: one option, the number of channels."""

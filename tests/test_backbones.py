@@ -61,6 +61,7 @@ def assert_unit_norm(maps, c: int, grid: int, allow_zero: bool = False):
 # ---------------------------------------------------------------- specs
 
 
+@pytest.mark.unit
 def test_active_and_preset_specs_load():
     active = list_specs()
     assert set(active) == {
@@ -81,6 +82,7 @@ def test_active_and_preset_specs_load():
         assert s.name == name and len(spec_hash(s)) == 16
 
 
+@pytest.mark.unit
 def test_spec_hash_tracks_what_changes_features(tmp_path):
     base = load_spec(ACTIVE_SPECS_DIR / "dense_sift.yaml")
     doc = yaml.safe_load((ACTIVE_SPECS_DIR / "dense_sift.yaml").read_text())
@@ -91,6 +93,7 @@ def test_spec_hash_tracks_what_changes_features(tmp_path):
     assert spec_hash(base) != spec_hash(parse_spec({**doc, "seed": 1}, "dense_sift"))
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "doc, match",
     [
@@ -152,6 +155,7 @@ def test_malformed_specs_name_file_and_field(tmp_path, doc, match):
     assert str(path) in str(e.value)
 
 
+@pytest.mark.unit
 def test_invalid_yaml_and_missing_file(tmp_path):
     path = tmp_path / "broken.yaml"
     path.write_text("kind: timm\n  model: [unclosed\n")
@@ -161,6 +165,7 @@ def test_invalid_yaml_and_missing_file(tmp_path):
         load_spec(tmp_path / "nope.yaml")
 
 
+@pytest.mark.unit
 def test_gpu_options_off_by_default_and_hashed_only_when_set():
     """Specs that leave the GPU options alone keep their spec_hash (no cache folder moves); each option
     set gets a folder of its own."""
@@ -181,6 +186,7 @@ def test_gpu_options_off_by_default_and_hashed_only_when_set():
     assert lite.channels_last and lite.to_dict()["channels_last"] is True
 
 
+@pytest.mark.unit
 def test_autocast_and_channels_last_stay_close_to_fp32():
     """bf16 autocast (ViT) and channels_last (diffusion) on the CPU: same grid, unit norm, maps close to fp32."""
     vit = {"model": "vit_small_patch14_dinov2", "input": {"nearest_multiple": 28}, "device": "cpu"}
@@ -205,6 +211,7 @@ def test_autocast_and_channels_last_stay_close_to_fp32():
 # ---------------------------------------------------------------- timm
 
 
+@pytest.mark.unit
 def test_timm_random_vit_s14_final_block_tokens_without_norm():
     s = spec("timm", model="vit_small_patch14_dinov2", input={"nearest_multiple": 70})
     b = build_backbone(s)
@@ -231,6 +238,7 @@ def test_timm_random_vit_s14_final_block_tokens_without_norm():
     assert not torch.allclose(maps[0], normed, atol=1e-3)
 
 
+@pytest.mark.unit
 def test_timm_register_tokens_dropped_and_798_for_patch14():
     s = spec("timm", model="vit_small_patch14_reg4_dinov2", input={"nearest_multiple": 56}, seed=3)
     b = build_backbone(s)
@@ -240,6 +248,7 @@ def test_timm_register_tokens_dropped_and_798_for_patch14():
     assert s800.input.size(14) == 798
 
 
+@pytest.mark.unit
 def test_timm_local_weights_file_loads(tmp_path):
     import timm
 
@@ -254,6 +263,7 @@ def test_timm_local_weights_file_loads(tmp_path):
     assert_unit_norm(b.extract([IMG], records(1)), 192, 2)
 
 
+@pytest.mark.unit
 def test_timm_missing_local_weights_says_where(tmp_path):
     missing = tmp_path / "weights" / "dinov2_vits14.pth"
     s = spec("timm", model="vit_small_patch14_dinov2", weights=str(missing), input={"nearest_multiple": 28})
@@ -262,6 +272,7 @@ def test_timm_missing_local_weights_says_where(tmp_path):
     assert str(missing) in str(e.value)
 
 
+@pytest.mark.unit
 def test_timm_uncached_hf_weights_say_which_repo(monkeypatch):
     import huggingface_hub.constants as hf_constants
 
@@ -276,6 +287,7 @@ def test_timm_uncached_hf_weights_say_which_repo(monkeypatch):
 # ---------------------------------------------------------------- classical
 
 
+@pytest.mark.unit
 def test_dense_sift_grid_and_zero_padding_cells():
     img = skimage.data.camera()[::4, ::4]  # 128 x 128 grey, textured
     img = np.repeat(img[:32, :, None], 3, axis=2)  # 32 x 128: the square below row 32 is white
@@ -295,6 +307,7 @@ def test_dense_sift_grid_and_zero_padding_cells():
 # ---------------------------------------------------------------- packaged
 
 
+@pytest.mark.unit
 def test_packaged_lite0_loads_real_imagenet_weights():
     from soco_pipeline.backbones.packaged import load_lite0, packaged_weights_path
     from soco_pipeline.backbones.preprocess import preprocess_image
@@ -309,6 +322,7 @@ def test_packaged_lite0_loads_real_imagenet_weights():
     assert set(top5) & {281, 282, 283, 284, 285}  # ImageNet's domestic cat classes
 
 
+@pytest.mark.unit
 def test_packaged_lite0_dense_maps():
     s = spec(
         "packaged",
@@ -333,6 +347,7 @@ def test_packaged_lite0_dense_maps():
 # ---------------------------------------------------------------- diffusion
 
 
+@pytest.mark.unit
 def test_tiny_diffusion_dift_features():
     s = spec(
         "diffusion",
@@ -358,6 +373,7 @@ def test_tiny_diffusion_dift_features():
         unet_strides(b.vae.config, b.unet.config, 3)
 
 
+@pytest.mark.unit
 def test_diffusion_real_model_needs_weights(tmp_path):
     s = spec(
         "diffusion", model="stabilityai/stable-diffusion-2-1", weights="none", input={"nearest_multiple": 64}
@@ -402,6 +418,7 @@ def kp_cell(name: str, size: int = 40, grid: int = 10) -> tuple[int, int]:
     return int(v * grid), int(u * grid)
 
 
+@pytest.mark.unit
 def test_oracle_part_bumps_in_own_channels(data_root):
     b = oracle("oracle_part", data_root)
     taxonomy = load_taxonomy()
@@ -420,6 +437,7 @@ def test_oracle_part_bumps_in_own_channels(data_root):
     assert maps[0][-8:, 0, 9].norm() > 0.99
 
 
+@pytest.mark.unit
 def test_oracle_concept_shares_channels_and_breaks_ties_randomly(data_root):
     b = oracle("oracle_concept", data_root)
     taxonomy = load_taxonomy()
@@ -442,6 +460,7 @@ def test_oracle_concept_shares_channels_and_breaks_ties_randomly(data_root):
     assert 0.2 < np.mean(wins) < 0.8
 
 
+@pytest.mark.unit
 def test_oracle_part_oracle_picks_the_exact_keypoint(data_root):
     maps = oracle("oracle_part", data_root).extract([None, None], records(2, w=200, h=100))
     front = kp_cell("vehicle_wheel_front_left_center")
@@ -450,6 +469,7 @@ def test_oracle_part_oracle_picks_the_exact_keypoint(data_root):
     assert tuple(np.unravel_index(int(sim.argmax()), sim.shape)) == front
 
 
+@pytest.mark.unit
 def test_oracle_errors_outside_the_embedded_data_set(data_root):
     b = oracle("oracle_part", data_root)
     with pytest.raises(OracleError, match="only work on the embedded data set"):
@@ -461,6 +481,7 @@ def test_oracle_errors_outside_the_embedded_data_set(data_root):
         build_backbone(s)
 
 
+@pytest.mark.pipeline
 def test_the_dagster_definitions_load_without_torch():
     """Specs, fingerprints and the definitions need no torch: every Dagster process (code server, each run
     worker) loads them, and torch costs about 2 s of CPU a process; backbones load it when they are built."""
@@ -476,6 +497,7 @@ def test_the_dagster_definitions_load_without_torch():
     assert done.returncode == 0, done.stderr[-2000:]
 
 
+@pytest.mark.unit
 def test_input_resize_defaults_to_the_official_pil_path():
     """Every spec resizes with PIL unless it opts into the tensor resize; the choice is in the spec hash."""
     pil = spec("timm", model="vit_small_patch14_dinov2", input={"nearest_multiple": 28})
@@ -491,6 +513,7 @@ def test_input_resize_defaults_to_the_official_pil_path():
     assert not torch.equal(b_pil.extract([IMG], records(1))[0], b_tensor.extract([IMG], records(1))[0])
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("mode", ["dinov2_hub", "timm"])
 def test_timm_checkpoint_at_its_own_grid_is_not_resampled_twice(tmp_path, mode):
     """A ViT-S/14 saved at 224 px (a 16 x 16 grid, not the architecture's 37 x 37) loads with its own

@@ -18,6 +18,8 @@ from soco_pipeline.backbones import build_backbone, parse_spec
 from soco_pipeline.features import FeatureError, FeatureStore, extract_features
 from soco_pipeline.features.layout import checksum_matches
 
+pytestmark = pytest.mark.unit
+
 VIT = {
     "kind": "timm",
     "model": "vit_tiny_patch16_224",

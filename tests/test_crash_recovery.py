@@ -37,6 +37,8 @@ from tests.faults import (
     without_pause,
 )
 
+pytestmark = pytest.mark.pipeline
+
 
 def _instance(home: str) -> dg.DagsterInstance:
     return dg.DagsterInstance.from_config(home)

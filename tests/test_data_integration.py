@@ -15,7 +15,8 @@ from soco_pipeline.sources import SourceConfig, read_candidates, read_raw_keypoi
 from soco_pipeline.storage import join, read_bytes, read_parquet
 from soco_pipeline.taxonomy import load_taxonomy
 
-pytestmark = pytest.mark.timeout(900)  # a whole pipeline runs in a module fixture (the first test's setup)
+# a whole pipeline runs in a module fixture (the first test's setup)
+pytestmark = [pytest.mark.unit, pytest.mark.timeout(900)]
 
 TAX = load_taxonomy()
 CATEGORIES = ["bus", "mug", "chair", "dog"]

@@ -7,6 +7,8 @@ import pytest
 from soco_pipeline.data.descriptions import build_descriptions, describe, load_templates, with_article
 from soco_pipeline.taxonomy import load_taxonomy
 
+pytestmark = pytest.mark.unit
+
 TAX = load_taxonomy()
 
 

@@ -17,6 +17,8 @@ from soco_pipeline.features.layout import checksum_matches
 from soco_pipeline.schemas import FeatureManifestSchema
 from soco_pipeline.storage import write_parquet_atomic
 
+pytestmark = pytest.mark.unit
+
 SIFT = {
     "kind": "classical",
     "model": "sift",

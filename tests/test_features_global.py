@@ -12,6 +12,8 @@ from soco_pipeline.analysis.global_metrics import global_metrics
 from soco_pipeline.backbones import list_specs
 from soco_pipeline.features import GlobalInputPolicy, cached_global, global_cache, read_global
 
+pytestmark = pytest.mark.unit
+
 POLICY = GlobalInputPolicy(
     resize=40, crop=32, normalisation="clip", final_norm=True, batch_size=4, dense_input=32
 )

@@ -8,6 +8,7 @@ from pathlib import Path
 import dagster as dg
 import numpy as np
 import pandas as pd
+import pytest
 
 from soco_pipeline.analysis.correlation import correlation_table, load_analysis_config, task_markdown
 from soco_pipeline.analysis.reference import combine_scores, leaderboard_scores
@@ -15,6 +16,8 @@ from soco_pipeline.defs.definitions import build_definitions
 from soco_pipeline.storage import write_parquet_atomic
 from soco_pipeline.tables import table_for
 from soco_pipeline.tasks.fgbmk.leaderboard import correlation_scores
+
+pytestmark = pytest.mark.pipeline
 
 BACKBONES = [f"b{i}" for i in range(6)]
 SOC = np.array([10.0, 25.0, 30.0, 52.0, 61.0, 80.0])

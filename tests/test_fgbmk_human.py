@@ -38,6 +38,8 @@ from soco_pipeline.tasks.fgbmk.readers import (
 from soco_pipeline.tasks.fgbmk.robustness import evaluate_robustness, fgsm
 from tests.lvlm_helpers import openai_spec
 
+pytestmark = pytest.mark.unit
+
 SUBS = ["zebra", "horse", "donkey", "taxi", "car", "chair"]
 
 

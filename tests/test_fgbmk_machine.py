@@ -19,6 +19,8 @@ from soco_pipeline.tasks.fgbmk.metrics import macro_recall_at_1, retrieval_map, 
 from soco_pipeline.tasks.fgbmk.readers import FgbmkFormatError, read_machine_dataset
 from soco_pipeline.tasks.fgbmk.retrieval import class_scores, train_retrieval
 
+pytestmark = pytest.mark.unit
+
 SMALL = {"learning_rates": [0.01, 0.05], "epochs": 1, "epoch_length": 30, "batch_size": 32}
 
 

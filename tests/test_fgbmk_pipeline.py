@@ -13,6 +13,8 @@ from soco_pipeline.storage import PROJECT_ROOT, read_parquet
 from soco_pipeline.tables import table_for
 from tests.record_helpers import exported_family_record
 
+pytestmark = pytest.mark.pipeline
+
 TINY = {
     "embedded": {
         "images_per_subclass": {"train": 2, "test": 1},

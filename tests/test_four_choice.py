@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from soco_pipeline.pairs import PairConfig, build_correspondences, build_image_pairs
 from soco_pipeline.pairs.four_choice import OPTION_COLUMNS, build_four_choice
 from soco_pipeline.schemas import FourChoiceSchema, validate
 from soco_pipeline.taxonomy import load_taxonomy
 from tests.test_pairs import HEADLIGHTS, WHEELS, make_tables
+
+pytestmark = pytest.mark.unit
 
 TAX = load_taxonomy()
 

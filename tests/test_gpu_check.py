@@ -11,6 +11,8 @@ import pytest
 
 from soco_pipeline.storage import PROJECT_ROOT
 
+pytestmark = pytest.mark.pipeline
+
 
 def _gpu_check():
     spec = importlib.util.spec_from_file_location("gpu_check", PROJECT_ROOT / "benchmarks" / "gpu_check.py")

@@ -8,6 +8,9 @@ import torch
 
 from soco_pipeline.evaluation.provenance import load_schema
 from soco_pipeline.gpu_time import NOT_RECORDED, gpu_timer, stage_timing_entry
+from tests.needs import need_hardware
+
+pytestmark = pytest.mark.unit
 
 
 @pytest.mark.parametrize("device", ["cpu", torch.device("cpu")])
@@ -49,8 +52,8 @@ def test_the_record_schema_takes_the_timing_entry():
         jsonschema.validate(timing, timing_schema)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here; the CPU path is tested above")
 def test_a_cuda_stage_gets_its_gpu_seconds():
+    need_hardware(torch.cuda.is_available(), "a CUDA device (the CPU path is tested above)")
     x = torch.randn(2048, 2048, device="cuda")
     t0 = time.perf_counter()
     with gpu_timer("cuda") as t:

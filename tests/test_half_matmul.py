@@ -7,6 +7,9 @@ import pytest
 import torch
 
 from soco_pipeline.native import half_matmul
+from tests.needs import need_hardware
+
+pytestmark = pytest.mark.unit
 
 
 def _kernel_for(mode: str) -> str | None:
@@ -22,9 +25,8 @@ def isa(request, monkeypatch):
     got = _kernel_for(request.param)
     if got is None:
         half_matmul._library.cache_clear()
-        pytest.skip(
-            f"no {request.param.upper().replace('AVX512', 'AVX-512')} kernel here (CPU, compiler "
-            f"or architecture)"
+        need_hardware(
+            False, f"a CPU that runs the {request.param.upper().replace('AVX512', 'AVX-512')} kernel"
         )
     assert got == request.param  # asked for by name, never silently another variant
     yield got
@@ -37,7 +39,7 @@ def native_on(monkeypatch):
     monkeypatch.setenv("SOCO_NATIVE", "1")
     if _kernel_for("1") is None:
         half_matmul._library.cache_clear()
-        pytest.skip("no native kernel here (CPU, compiler or architecture)")
+        need_hardware(False, "a CPU that runs a native kernel (AVX2 or AVX-512)")
     yield
     half_matmul._library.cache_clear()
 

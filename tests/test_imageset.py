@@ -12,6 +12,8 @@ from soco_pipeline.storage import join
 from soco_pipeline.taxonomy import load_taxonomy
 from tests.fixtures_data import animal_record, obj, write_animal3d, write_imagenet3d
 
+pytestmark = pytest.mark.unit
+
 TAX = load_taxonomy()
 NAN = float("nan")
 

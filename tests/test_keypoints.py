@@ -11,6 +11,8 @@ from soco_pipeline.sources import SourceConfig
 from soco_pipeline.taxonomy import load_taxonomy
 from tests.fixtures_data import clicks_for, image_row
 
+pytestmark = pytest.mark.unit
+
 TAX = load_taxonomy()
 CFG = SourceConfig()
 WHEEL = "vehicle_wheel_front_left_center"

@@ -16,6 +16,8 @@ from soco_pipeline.deploy.lost_workers import celery_app, fail_lost_tasks, taken
 from soco_pipeline.deploy.processes import free_port, start, stop_all, wait_for
 from tests.needs import need
 
+pytestmark = pytest.mark.stack
+
 
 @pytest.fixture(autouse=True, scope="module")
 def _redis_server_installed():

@@ -7,6 +7,8 @@ from soco_pipeline.lvlm.protocol import load_lvlm_protocol
 from soco_pipeline.lvlm.render import render_key, render_path
 from tests.lvlm_helpers import small_tables
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):

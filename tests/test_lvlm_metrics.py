@@ -10,6 +10,8 @@ from soco_pipeline.lvlm.protocol import LvlmProtocolError, load_lvlm_protocol
 from soco_pipeline.lvlm.specs import LvlmSpecError, load_spec, parse_spec, scan_specs
 from soco_pipeline.storage import PROJECT_ROOT
 
+pytestmark = pytest.mark.unit
+
 
 def _answers(correct: np.ndarray, setting="vis", groups_per_cat: int | None = None) -> pd.DataFrame:
     n = len(correct)

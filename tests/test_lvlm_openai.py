@@ -63,6 +63,7 @@ def _all(metrics: pd.DataFrame, metric: str) -> pd.Series:
     return m.set_index("setting")["value"]
 
 
+@pytest.mark.unit
 def test_oracle_scores_100_average_and_circular(items, key, tmp_path):
     with serve(OracleAnswerer(key)) as srv:
         spec = openai_spec(srv.base_url, "oracle")
@@ -79,6 +80,7 @@ def test_oracle_scores_100_average_and_circular(items, key, tmp_path):
     assert len(PARSER_FORMS) == 7
 
 
+@pytest.mark.unit
 def test_seeded_random_answerer_scores_chance(items, tmp_path):
     with serve(RandomAnswerer(seed=1)) as srv:
         spec = openai_spec(srv.base_url, "random", max_concurrency=8)
@@ -92,6 +94,7 @@ def test_seeded_random_answerer_scores_chance(items, tmp_path):
     assert circ < 5, circ  # expectation 0.39 (the precise figure: test_lvlm_metrics, many more items)
 
 
+@pytest.mark.unit
 def test_retries_on_429_5xx_timeouts_malformed_then_answers(items, key, tmp_path):
     script = {
         0: ["429", "429"],
@@ -129,6 +132,7 @@ def test_retries_on_429_5xx_timeouts_malformed_then_answers(items, key, tmp_path
     assert len(ok) > 0.6 * len(a)
 
 
+@pytest.mark.unit
 def test_second_run_sends_zero_requests_and_gives_the_same_table(items, key, tmp_path):
     cache = AnswerCache(str(tmp_path / "cache"))
     with serve(OracleAnswerer(key)) as srv:
@@ -140,6 +144,7 @@ def test_second_run_sends_zero_requests_and_gives_the_same_table(items, key, tmp
     pd.testing.assert_frame_equal(first.answers, second.answers)
 
 
+@pytest.mark.unit
 def test_key_reaches_the_header_and_no_file(items, key, tmp_path, monkeypatch):
     secret = "sk-test-" + "7f3a9c" * 6
     monkeypatch.setenv("SOCO_TEST_LVLM_KEY", secret)
@@ -170,6 +175,7 @@ def test_key_reaches_the_header_and_no_file(items, key, tmp_path, monkeypatch):
     assert secret not in repr(spec) and secret not in str(spec.to_dict())
 
 
+@pytest.mark.unit
 def test_missing_key_variable_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.delenv("SOCO_TEST_ABSENT_KEY", raising=False)
     spec = openai_spec("http://127.0.0.1:9", "nokey", api_key_env="SOCO_TEST_ABSENT_KEY")
@@ -193,6 +199,7 @@ class EveryThirdFails:
         return self.key[content_key(list(request.images), request.text)]
 
 
+@pytest.mark.unit
 def test_a_server_failing_one_request_in_three(items, key, tmp_path):
     """Under the default max_error_rate (0.1) the run fails with the first error; a spec that tolerates it
     posts a score whose leaderboard row says a third of the rows failed."""
@@ -213,6 +220,7 @@ def test_a_server_failing_one_request_in_three(items, key, tmp_path):
     assert board.loc["flaky", "unparsable_pct"] == 0
 
 
+@pytest.mark.unit
 def test_a_server_that_only_says_i_think_so_shows_100_percent_unparsable(items, tmp_path):
     with serve(lambda r, b: "I think so") as srv:
         spec = openai_spec(srv.base_url, "vague")
@@ -223,6 +231,7 @@ def test_a_server_that_only_says_i_think_so_shows_100_percent_unparsable(items, 
     assert board.loc["vague", "vis_average"] == 0
 
 
+@pytest.mark.unit
 def test_a_dead_server_stops_the_run_with_a_clear_error(items, tmp_path):
     with serve(lambda r, b: "A") as srv:
         url = srv.base_url  # the port is closed once the block exits
@@ -244,6 +253,7 @@ run_model(items, spec, OpenAIBackend(spec), AnswerCache({cache!r}))
 """
 
 
+@pytest.mark.pipeline
 def test_kill_9_mid_run_then_rerun_finishes_with_the_same_table(items, key, tmp_path):
     oracle = OracleAnswerer(key)
 

@@ -5,6 +5,8 @@ import pytest
 
 from soco_pipeline.lvlm.parse import parse_answer, parse_answers
 
+pytestmark = pytest.mark.unit
+
 CASES = [
     # rule 1: the last \boxed{X} wins over everything else
     (r"A seems plausible but \boxed{C}", "C"),

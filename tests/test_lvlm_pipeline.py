@@ -13,7 +13,8 @@ from soco_pipeline.results_db import query
 from soco_pipeline.storage import write_parquet_atomic
 from tests.lvlm_helpers import OracleAnswerer, answer_key, small_tables
 
-pytestmark = pytest.mark.timeout(900)  # a whole pipeline runs in a module fixture (the first test's setup)
+# a whole pipeline runs in a module fixture (the first test's setup)
+pytestmark = [pytest.mark.pipeline, pytest.mark.timeout(900)]
 
 SECRET = "sk-pipeline-" + "c0ffee" * 6
 UPSTREAM = ["image_set", "keypoints", "image_pairs", "correspondences", "four_choice", "descriptions"]

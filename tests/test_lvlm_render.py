@@ -3,11 +3,14 @@
 import io
 
 import numpy as np
+import pytest
 from PIL import Image
 
 from soco_pipeline.lvlm.protocol import load_lvlm_protocol
 from soco_pipeline.lvlm.render import draw_marks, render_marked
 from soco_pipeline.storage import read_bytes, write_bytes_atomic
+
+pytestmark = pytest.mark.unit
 
 
 def _rgb(hex_color: str) -> np.ndarray:

@@ -18,6 +18,8 @@ from soco_pipeline.lvlm.specs import parse_spec
 from tests.lvlm_helpers import openai_spec, small_items
 from tests.tiny_vlm import build_tiny_qwen2_vl
 
+pytestmark = pytest.mark.unit
+
 SETTINGS = ["vis", "desc"]  # one request shape with two images, one with one
 
 

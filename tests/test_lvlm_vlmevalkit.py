@@ -23,6 +23,8 @@ from soco_pipeline.lvlm.vlmevalkit import (
 from soco_pipeline.storage import read_bytes
 from tests.lvlm_helpers import RandomAnswerer, answer_key, openai_spec, small_items
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.fixture(scope="module")
 def items(tmp_path_factory):

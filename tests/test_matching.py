@@ -19,6 +19,9 @@ from soco_pipeline.evaluation.theory import expected_concept_oracle_soc, random_
 from soco_pipeline.native import half_matmul
 from soco_pipeline.storage import read_parquet, write_parquet_atomic
 from soco_pipeline.taxonomy import load_taxonomy
+from tests.needs import need_hardware
+
+pytestmark = pytest.mark.unit
 
 TAX = load_taxonomy()
 CATS = ["car", "bus", "mug", "teapot", "chair", "stool"]
@@ -226,7 +229,7 @@ def test_vectorized_matches_per_pair_reference(half, native, monkeypatch):
     monkeypatch.setenv("SOCO_NATIVE", "1" if native else "0")
     half_matmul._library.cache_clear()
     if native and half and not half_matmul.available():
-        pytest.skip("no native kernel here (CPU, compiler or architecture)")
+        need_hardware(False, "a CPU that runs a native kernel (AVX2 or AVX-512)")
     calls = []
     kernel = half_matmul.argmax_into
     monkeypatch.setattr(half_matmul, "argmax_into", lambda *a, **k: calls.append(1) or kernel(*a, **k))
@@ -500,7 +503,7 @@ def test_native_kernel_and_torch_give_the_same_predictions(monkeypatch, mode):
     half_matmul._library.cache_clear()
     try:
         if not half_matmul.available():
-            pytest.skip(f"no native kernel for SOCO_NATIVE={mode} here (CPU, compiler or architecture)")
+            need_hardware(False, f"a CPU that runs the native kernel for SOCO_NATIVE={mode}")
         if mode == "avx2":
             assert half_matmul.instruction_set() == "avx2"
         images, keypoints, pairs, corr = make_world(seed=13)

@@ -15,6 +15,8 @@ from soco_pipeline.evaluation.protocol import ProtocolConfig, ProtocolError, loa
 from soco_pipeline.evaluation.theory import expected_concept_oracle_soc, random_feature_chance
 from soco_pipeline.taxonomy import load_taxonomy
 
+pytestmark = pytest.mark.unit
+
 TAX = load_taxonomy()
 PROTOCOL = ProtocolConfig()
 KP = "vehicle_wheel_front_left_center"

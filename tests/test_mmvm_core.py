@@ -35,6 +35,8 @@ from soco_pipeline.tasks.mmvm.prompt import (
 )
 from soco_pipeline.tasks.mmvm.scoring import pool_frame
 
+pytestmark = pytest.mark.unit
+
 
 def tiny_config(**over):
     cfg = load_config()

@@ -28,6 +28,8 @@ from tests.lvlm_helpers import content_key, openai_spec
 from tests.test_mmvm_core import tiny_config
 from tests.tiny_vlm import build_tiny_qwen2_vl
 
+pytestmark = pytest.mark.unit
+
 FORMS = ["{x}", "The answer is {x}.", "({x})", "{x}. {id}", "I pick option {x}, because the colour matches"]
 
 

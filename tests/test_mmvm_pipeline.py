@@ -5,6 +5,7 @@ import shutil
 
 import dagster as dg
 import pandas as pd
+import pytest
 import yaml
 
 from soco_pipeline.defs.definitions import build_definitions
@@ -14,6 +15,8 @@ from soco_pipeline.storage import PROJECT_ROOT
 from soco_pipeline.tables import table_for
 from tests.record_helpers import exported_family_record
 from tests.test_mmvm_core import tiny_config
+
+pytestmark = pytest.mark.pipeline
 
 DATA = ["mmvm_cases", "mmvm_images", "mmvm_objects", "mmvm_items"]
 

@@ -12,6 +12,8 @@ from PIL import Image
 from soco_pipeline.backbones import build_backbone, parse_spec
 from soco_pipeline.features import FeatureStore, extract_features, load_image
 
+pytestmark = pytest.mark.unit
+
 SPECS = {
     "vit": {
         "kind": "timm",

@@ -25,6 +25,8 @@ from soco_pipeline.pairs.image_pairs import _sample_without_replacement
 from soco_pipeline.schemas import CorrespondenceSchema, ImagePairSchema, validate
 from soco_pipeline.taxonomy import load_taxonomy
 
+pytestmark = pytest.mark.unit
+
 TAX = load_taxonomy()
 WHEELS = [
     "vehicle_wheel_front_left_center",

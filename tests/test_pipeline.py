@@ -20,7 +20,8 @@ from soco_pipeline.demo import run_demo
 from soco_pipeline.evaluation.theory import expected_concept_oracle_soc
 from soco_pipeline.storage import PROJECT_ROOT
 
-pytestmark = pytest.mark.timeout(900)  # a whole pipeline runs in a module fixture (the first test's setup)
+# a whole pipeline runs in a module fixture (the first test's setup)
+pytestmark = [pytest.mark.pipeline, pytest.mark.timeout(900)]
 
 CATEGORIES = ["car", "bus", "tractor", "chair", "dog", "horse"]
 FIRST = ["oracle_part", "oracle_concept"]

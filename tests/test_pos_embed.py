@@ -15,6 +15,8 @@ from soco_pipeline.backbones.pos_embed import default_pos_embed_mode, use_hub_po
 from soco_pipeline.backbones.spec import BackboneSpecError
 from soco_pipeline.backbones.timm_backbone import TimmBackbone
 
+pytestmark = pytest.mark.unit
+
 
 def hub_interpolate_pos_encoding(pos_embed: torch.Tensor, patch_size: int, x: torch.Tensor, w: int, h: int):
     """facebookresearch/dinov2 vision_transformer.py `interpolate_pos_encoding` (interpolate_offset 0.1,

@@ -25,6 +25,8 @@ from soco_pipeline.backbones.preprocess import (
 from soco_pipeline.backbones.spec import input_size
 from soco_pipeline.geometry import scale_keypoints, unit_to_pixels
 
+pytestmark = pytest.mark.unit
+
 
 def _image(h: int, w: int, rgb=(200, 10, 30)) -> np.ndarray:
     img = np.empty((h, w, 3), dtype=np.uint8)
@@ -66,7 +68,8 @@ def test_resize_keeps_image_top_left_and_padding_white():
 
 
 def test_resize_matches_torchvision_bicubic_antialias():
-    tv = pytest.importorskip("torchvision.transforms.functional")
+    import torchvision.transforms.functional as tv
+
     img = torch.rand(1, 3, 37, 37)
     ours = resize_square(img, 16)  # the opt-in tensor resize
     ref = tv.resize(img, [16, 16], interpolation=tv.InterpolationMode.BICUBIC, antialias=True).clamp(0, 1)
@@ -142,8 +145,8 @@ def _official_pipeline(image: np.ndarray, size: int, preset: str) -> torch.Tenso
     square of side max(W, H) with the image pasted at the top-left, Resize((S, S), BICUBIC,
     antialias=True) on the PIL image, ToTensor, Normalize."""
     from PIL import Image
+    from torchvision import transforms
 
-    transforms = pytest.importorskip("torchvision.transforms")
     pil = Image.fromarray(image).convert("RGB")
     side = max(pil.size)
     square = Image.new("RGB", (side, side), (255, 255, 255))

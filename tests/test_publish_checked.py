@@ -16,7 +16,8 @@ from soco_pipeline.tables import table_for
 from soco_pipeline.taxonomy import load_taxonomy
 from tests.fixtures_data import canonical_tables
 
-pytestmark = pytest.mark.timeout(900)  # each test materializes the data assets through Dagster
+# each test materializes the data assets through Dagster
+pytestmark = [pytest.mark.pipeline, pytest.mark.timeout(900)]
 
 TAX = load_taxonomy()
 

@@ -17,6 +17,8 @@ import pytest
 
 from soco_pipeline.defs.shared.automation import observe_on_cron, reevaluate_on_cron
 
+pytestmark = pytest.mark.pipeline
+
 CRON = "0 3 * * 1"  # Mondays 03:00 UTC
 TUESDAY = dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.UTC)  # the week's tick (Monday) has passed
 NEXT_MONDAY = dt.datetime(2026, 12, 7, 3, 30, tzinfo=dt.UTC)

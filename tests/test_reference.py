@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 import torch
 
 from soco_pipeline.evaluation.matching import sample_descriptors
@@ -16,6 +17,8 @@ from soco_pipeline.evaluation.reference import (
     source_descriptor,
 )
 from soco_pipeline.geometry import scale_keypoints
+
+pytestmark = pytest.mark.unit
 
 
 def test_step4_truncates_like_the_fast_path():

@@ -17,6 +17,8 @@ from soco_pipeline.tables import table_for
 from tests.faults import metrics_frame
 from tests.needs import need
 
+pytestmark = pytest.mark.pipeline
+
 
 def _cli() -> Path | None:
     """The duckdb binary the duckdb-cli wheel ships (beside its package), if installed."""

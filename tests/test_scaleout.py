@@ -30,7 +30,8 @@ from soco_pipeline.deploy.stack import BUCKET, LocalStack
 from soco_pipeline.storage import PROJECT_ROOT
 from tests.needs import need
 
-pytestmark = pytest.mark.timeout(1200)  # the whole distributed stack starts in the first test's setup
+# the whole distributed stack starts in the first test's setup
+pytestmark = [pytest.mark.stack, pytest.mark.timeout(1200)]
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -14,6 +14,8 @@ from soco_pipeline.storage import join
 from soco_pipeline.taxonomy import load_taxonomy
 from tests.fixtures_data import canonical_tables, release_renaming, rename_release
 
+pytestmark = pytest.mark.unit
+
 TAX = load_taxonomy()
 # What the release carries (see soco_pipeline/export.py): images without source/uri/pose.
 IMAGE_COLS = [

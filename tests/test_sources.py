@@ -21,6 +21,8 @@ from soco_pipeline.storage import join, write_bytes_atomic, write_parquet_atomic
 from soco_pipeline.taxonomy import load_taxonomy
 from tests.fixtures_data import animal_record, npz_bytes, obj, write_animal3d, write_imagenet3d
 
+pytestmark = pytest.mark.unit
+
 TAX = load_taxonomy()
 
 

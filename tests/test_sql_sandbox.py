@@ -12,6 +12,8 @@ from soco_pipeline.storage import read_parquet, write_parquet_atomic
 from soco_pipeline.tables import table_for
 from tests.faults import metrics_frame
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.fixture
 def storage(tmp_path, monkeypatch):

@@ -69,6 +69,7 @@ def small_set(tmp_path_factory) -> Path:
     return root
 
 
+@pytest.mark.unit
 def test_every_category_builds_with_exactly_its_keypoints_on_its_part_surfaces():
     for cat in TAX.categories:
         model = build_instance(cat, np.random.default_rng(1), TAX)
@@ -86,6 +87,7 @@ def test_every_category_builds_with_exactly_its_keypoints_on_its_part_surfaces()
             assert not buried, f"{cat}: keypoint {name} is buried inside {buried}"
 
 
+@pytest.mark.unit
 def test_variants_differ_consistently_from_their_family():
     a = build_instance("zebra", np.random.default_rng(0), TAX)
     b = build_instance("zebra", np.random.default_rng(0), TAX)
@@ -97,10 +99,12 @@ def test_variants_differ_consistently_from_their_family():
     assert not any(p.part.startswith("door_handle") for p in police.prims)
 
 
+@pytest.mark.unit
 def test_animal_keypoints_follow_animal3d_order():
     assert [k.removeprefix("animal_") for k in TAX.category_keypoints("dog")] == ANIMAL3D_ORDER
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "category",
     [
@@ -142,6 +146,7 @@ def _x(scene, name):
     return scene.kp_uv[scene.model.kp_names.index(name), 0]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "category,left,right",
     [
@@ -159,6 +164,7 @@ def test_left_right_swap_when_the_camera_goes_round(category, left, right):
     assert _x(back, left) < _x(back, right)
 
 
+@pytest.mark.unit
 def test_front_rear_swap_between_the_two_side_views():
     left_view = render_object("car", np.radians(90), elevation=0.2, seed=1)
     right_view = render_object("car", np.radians(270), elevation=0.2, seed=1)
@@ -170,6 +176,7 @@ def test_front_rear_swap_between_the_two_side_views():
     assert _x(right_view, fr) > _x(right_view, rr)
 
 
+@pytest.mark.unit
 def test_same_seed_gives_byte_identical_files_and_generation_is_order_independent(tmp_path):
     a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
     generate_dataset(str(a), "demo", seed=7, categories=["mug", "cow"], images_per_category=2)
@@ -184,6 +191,7 @@ def test_same_seed_gives_byte_identical_files_and_generation_is_order_independen
     assert _tree_hash(c)["animal3d/images/cow/cow_0000.JPEG"] != ha["animal3d/images/cow/cow_0000.JPEG"]
 
 
+@pytest.mark.unit
 def test_layout_follows_the_contract(small_set: Path):
     root = small_set
     man = json.loads((root / "manifest.json").read_text())
@@ -258,6 +266,7 @@ def test_layout_follows_the_contract(small_set: Path):
             assert np.allclose(kp[gt.visible.to_numpy(), :2], gt.loc[gt.visible, ["x", "y"]].to_numpy())
 
 
+@pytest.mark.unit
 def test_plan_places_about_ten_percent_rejects_with_every_reason():
     p = plan(TAX.categories, 40, 0, TAX)
     df = pd.DataFrame(p, columns=["category", "index", "reject"])
@@ -270,6 +279,7 @@ def test_plan_places_about_ten_percent_rejects_with_every_reason():
     assert len(hand_modelled(TAX)) == 16
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "category,reason", [("car", r) for r in RIGID_REJECTS] + [("dog", "invalid_keypoints")]
 )
@@ -296,6 +306,7 @@ def test_intended_rejects_are_realised(tmp_path, category, reason):
         assert (x2 - x1) * (y2 - y1) < 0.02 * out["image"]["width"] * out["image"]["height"]
 
 
+@pytest.mark.unit
 def test_clicks_carry_the_declared_noise():
     rng = np.random.default_rng(0)
     k = 4000
@@ -314,6 +325,7 @@ def test_clicks_carry_the_declared_noise():
     assert 0.01 < flips < 0.06
 
 
+@pytest.mark.pipeline
 def test_image_rng_is_keyed_by_category_and_index():
     from soco_pipeline.synth.scene import image_rng
 
@@ -334,6 +346,7 @@ def test_image_rng_is_keyed_by_category_and_index():
         assert float(out.stdout) == a, hash_seed
 
 
+@pytest.mark.unit
 def test_unknown_size_and_category_give_clear_errors(tmp_path):
     with pytest.raises(ValueError, match="unknown size"):
         generate_dataset(str(tmp_path), "huge")
@@ -341,6 +354,7 @@ def test_unknown_size_and_category_give_clear_errors(tmp_path):
         generate_dataset(str(tmp_path), "demo", categories=["unicorn"], images_per_category=1)
 
 
+@pytest.mark.unit
 def test_contact_sheet_draws_a_grid(small_set: Path, tmp_path):
     from soco_pipeline.synth.contact_sheet import contact_sheet
 

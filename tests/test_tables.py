@@ -7,6 +7,8 @@ from soco_pipeline.tables import all_tables, table_for
 
 pytestmark = pytest.mark.unit
 
+pytestmark = pytest.mark.unit
+
 NO_TABLE = {
     "embedded_dataset",
     "results_database",  # they return MaterializeResult, no Parquet table

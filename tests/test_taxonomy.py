@@ -8,6 +8,8 @@ import pytest
 
 from soco_pipeline.taxonomy import TaxonomyError, identity_of, load_taxonomy, parse_taxonomy
 
+pytestmark = pytest.mark.unit
+
 TAX = load_taxonomy()
 
 SMALL = {

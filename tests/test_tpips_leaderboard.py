@@ -12,6 +12,8 @@ from soco_pipeline.tasks.tpips.leaderboard import board_markdown, leaderboard
 
 pytestmark = pytest.mark.unit
 
+pytestmark = pytest.mark.unit
+
 
 def _scores(model: str, method: str, pick: int) -> pd.DataFrame:
     ooo = pd.DataFrame(

@@ -15,6 +15,8 @@ from soco_pipeline.tasks.tpips.config import DEFAULT_PATH
 from soco_pipeline.tasks.tpips.learned import KINDS
 from tests.record_helpers import exported_family_record
 
+pytestmark = pytest.mark.pipeline
+
 DATA = [
     "tpips_images",
     "tpips_triplets",

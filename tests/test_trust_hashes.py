@@ -27,6 +27,8 @@ from soco_pipeline.evaluation.subsets import (
 from soco_pipeline.taxonomy import load_taxonomy
 from tests.fixtures_data import canonical_tables
 
+pytestmark = pytest.mark.unit
+
 MATCH = load_protocol().matching_hash()
 
 

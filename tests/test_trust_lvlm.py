@@ -24,6 +24,8 @@ from soco_pipeline.settings import Settings
 from soco_pipeline.storage import write_parquet_atomic
 from tests.lvlm_helpers import small_tables
 
+pytestmark = pytest.mark.pipeline
+
 UPSTREAM = ["image_set", "keypoints", "image_pairs", "correspondences", "four_choice", "descriptions"]
 
 

@@ -1,6 +1,7 @@
 """The prediction panel: query, ground-truth and prediction markers land where the points are."""
 
 import numpy as np
+import pytest
 from PIL import Image
 
 from soco_pipeline.report.panels import (
@@ -13,6 +14,8 @@ from soco_pipeline.report.panels import (
     labelled_panel,
     similarity_on_target,
 )
+
+pytestmark = pytest.mark.unit
 
 
 def _near(img: np.ndarray, xy, color, tol=40) -> bool:

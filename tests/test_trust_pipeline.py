@@ -22,8 +22,9 @@ from soco_pipeline.evaluation.records import stored_subset
 from soco_pipeline.evaluation.subsets import apply_pair_subset
 from soco_pipeline.evaluation.theory import expected_concept_oracle_soc
 from soco_pipeline.storage import PROJECT_ROOT
+from tests.core import CATEGORIES, ORACLES
+from tests.needs import need
 
-CATEGORIES = ["car", "bus", "tractor", "chair", "dog", "horse"]
 # oracle_twin is oracle_part under another name (identical features); oracle_partial is oracle_concept,
 # evaluated with limit = 2 pairs per category.
 COPIES = {
@@ -37,22 +38,18 @@ LIMIT = 2
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("trust")
-    backbones = tmp / "backbones"
-    backbones.mkdir()
+def run(materialized_core, tmp_path_factory):
+    """A copy of the shared core (its data and pairs; tests/core.py) with the four specs evaluated on it."""
+    core = materialized_core.copy_to(tmp_path_factory.mktemp("trust"))
+    tmp, backbones = core.root, core.backbones
+    # Every spec is evaluated again below with 2 panels; the core's panel images (its own panel count) would
+    # stay beside them: a re-run with fewer panels leaves the earlier files (found here; not the test's subject).
+    shutil.rmtree(core.storage / "report", ignore_errors=True)
     for name, src in COPIES.items():
         shutil.copy(PROJECT_ROOT / "assets" / "backbones" / f"{src}.yaml", backbones / f"{name}.yaml")
-    overrides = dict(
-        storage_root=str(tmp / "storage"),
-        backbones_dir=str(backbones),
-        categories=CATEGORIES,
-        images_per_category=6,
-        device="cpu",
-    )
-    (tmp / "dagster_home").mkdir()
-    with dg.instance_for_test(temp_dir=str(tmp / "dagster_home")) as instance:
-        instance.add_dynamic_partitions("backbones", list(COPIES))
+    overrides = {**core.overrides, "device": "cpu"}
+    with core.instance() as instance:
+        instance.add_dynamic_partitions("backbones", [b for b in COPIES if b not in ORACLES])
         defs = build_definitions(**overrides)
 
         def mat(selection, partition=None, run_config=None):
@@ -67,7 +64,6 @@ def run(tmp_path_factory):
             assert result.success
             return result
 
-        mat(dg.AssetSelection.groups("data", "pairs"))
         for b in COPIES:
             cfg = {"limit": LIMIT if b == "oracle_partial" else None, "panels": 2}
             mat(
@@ -104,6 +100,7 @@ def _scores(run, b):
     )
 
 
+@pytest.mark.pipeline
 def test_record_beside_the_metrics_validates_and_carries_every_field(run):
     rec = _record(run, "oracle_part")
     validate_record(rec)
@@ -142,6 +139,7 @@ def test_record_beside_the_metrics_validates_and_carries_every_field(run):
     assert row.se_cluster_image_soc == pytest.approx(soc["se_cluster_image"])
 
 
+@pytest.mark.pipeline
 def test_a_limit_run_is_flagged_partial_with_the_right_counts(run):
     board = pd.read_parquet(_tables(run) / "leaderboard.parquet").set_index("backbone")
     assert (
@@ -167,6 +165,7 @@ def test_a_limit_run_is_flagged_partial_with_the_right_counts(run):
     )
 
 
+@pytest.mark.pipeline
 def test_identical_backbones_share_task_hashes_and_diff_runs_says_so(run, tmp_path, capsys):
     a, b, c = _record(run, "oracle_part"), _record(run, "oracle_twin"), _record(run, "oracle_partial")
     assert a["task_hashes"] == b["task_hashes"]
@@ -183,6 +182,7 @@ def test_identical_backbones_share_task_hashes_and_diff_runs_says_so(run, tmp_pa
     assert "inputs: DIFFERENT" in out and "pairs only in a" in out
 
 
+@pytest.mark.pipeline
 def test_export_results_record_from_the_cli(run, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("SOCO_STORAGE", str(run["storage"]))
     monkeypatch.setenv("SOCO_BACKBONES_DIR", run["overrides"]["backbones_dir"])
@@ -209,6 +209,7 @@ def test_export_results_record_from_the_cli(run, tmp_path, monkeypatch, capsys):
     validate_record(json.loads(out.read_text()))
 
 
+@pytest.mark.pipeline
 def test_concept_oracle_ci_covers_the_theory_value(run):
     t = _tables(run)
     read = pd.read_parquet
@@ -227,6 +228,7 @@ def test_concept_oracle_ci_covers_the_theory_value(run):
     assert soc.n_categories == len(CATEGORIES)
 
 
+@pytest.mark.pipeline
 def test_compare_identical_and_different_backbones(run, monkeypatch, capsys):
     same, per_cat = stats.compare(_scores(run, "oracle_part"), _scores(run, "oracle_twin"))
     assert (
@@ -250,6 +252,7 @@ def test_compare_identical_and_different_backbones(run, monkeypatch, capsys):
     assert "oracle_part - oracle_concept" in out and "sign_test_p" in out and "per category" in out
 
 
+@pytest.mark.pipeline
 def test_predictions_metadata_shows_panels_and_soco_show_renders_one(run, tmp_path, monkeypatch, capsys):
     rec = (
         run["instance"]
@@ -271,6 +274,7 @@ def test_predictions_metadata_shows_panels_and_soco_show_renders_one(run, tmp_pa
     assert cli.main(["show", "no_such_pair", "--backbone", "oracle_part", "--out", str(out)]) == 2
 
 
+@pytest.mark.pipeline
 def test_sql_formats_and_each_view_listed_once(run, monkeypatch, capsys):
     monkeypatch.setenv("SOCO_STORAGE", str(run["storage"]))
     sql = "select backbone, partial from leaderboard order by backbone"
@@ -324,6 +328,7 @@ def test_sql_formats_and_each_view_listed_once(run, monkeypatch, capsys):
     assert "keypoint" in capsys.readouterr().out
 
 
+@pytest.mark.pipeline
 @pytest.mark.parametrize("cwd", ["project", "tmp"])
 def test_results_file_opens_from_any_directory_with_one_setting(run, cwd, tmp_path):
     storage = run["storage"].resolve()
@@ -362,6 +367,7 @@ def test_results_file_opens_from_any_directory_with_one_setting(run, cwd, tmp_pa
         assert cli_out.returncode == 0 and cli_out.stdout.split()[-1] == str(len(COPIES)), cli_out.stderr
 
 
+@pytest.mark.stack
 def test_results_page_has_every_table_and_image(run, monkeypatch, capsys):
     import urllib.request
 
@@ -388,8 +394,7 @@ def test_results_page_has_every_table_and_image(run, monkeypatch, capsys):
             assert b"SOCO pipeline results" in r.read()
 
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    if not chromium:
-        pytest.skip("chromium is not installed (.ci/run installs it)")
+    need(bool(chromium), "Debian's chromium")
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
@@ -418,6 +423,7 @@ def test_results_page_has_every_table_and_image(run, monkeypatch, capsys):
             browser.close()
 
 
+@pytest.mark.pipeline
 def test_soco_evaluate_runs_a_partial_backbone_from_the_cli(run, tmp_path, monkeypatch, capsys):
     storage = tmp_path / "storage"  # a copy: this run rewrites the leaderboard of its own storage only
     shutil.copytree(run["storage"], storage)

@@ -7,6 +7,8 @@ import pytest
 
 from soco_pipeline.evaluation import stats
 
+pytestmark = pytest.mark.unit
+
 
 def _scores(
     correct_per_category: list[list[int]], model: str = "m", images_per_category: int = 3

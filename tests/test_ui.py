@@ -19,7 +19,8 @@ import pytest
 from tests.dagster_server import PROJECT_ROOT, DagsterDev, write_instance_yaml
 from tests.needs import need
 
-pytestmark = pytest.mark.timeout(1200)  # `dagster dev` and the whole automated pipeline in the first setup
+# `dagster dev` and the whole automated pipeline in the first setup
+pytestmark = [pytest.mark.stack, pytest.mark.timeout(1200)]
 
 CHROMIUM = Path("/usr/bin/chromium")
 BACKBONES = ["dense_sift", "oracle_part"]

@@ -14,6 +14,8 @@ from soco_pipeline.defs.definitions import build_definitions, group_folders, loa
 from soco_pipeline.storage import PROJECT_ROOT, write_parquet_atomic
 from soco_pipeline.tables import table_for
 
+pytestmark = pytest.mark.pipeline
+
 DEFS = PROJECT_ROOT / "soco_pipeline" / "defs"
 
 

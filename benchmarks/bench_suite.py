@@ -1,0 +1,82 @@
+"""The test suite's time per tier (tests/conftest.py: unit, pipeline, stack) and its slowest tests.
+
+Runs `pytest -m <tier> --durations=15` once per tier asked for, each in a process of its own, and prints
+each tier's wall time and outcome line, the 15 slowest test phases over all of them, nproc and the load
+average before and after. Issue #37's budgets are for an idle 2-core machine: `make test-fast` (the unit
+tier) <= 3 min, `make test` <= 12 min, no single test over 60 s. A load average above half the cores
+before or after the run is flagged: such figures are not idle figures and must not be published as such.
+
+    .venv/bin/python benchmarks/bench_suite.py                      # the unit tier (what `make bench` runs)
+    .venv/bin/python benchmarks/bench_suite.py --tier all           # every tier, one after the other
+    .venv/bin/python benchmarks/bench_suite.py --tier pipeline --pytest-args="-p randomly"
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TIERS = ("unit", "pipeline", "stack")
+DURATION = re.compile(r"^(\d+(?:\.\d+)?)s (setup|call|teardown)\s+(\S+)")
+SUMMARY = re.compile(r"^=*\s*(\d+ (?:passed|failed|error|skipped|deselected).*?)\s*=*$")
+
+
+def load_average() -> tuple[float, float, float]:
+    """The 1, 5 and 15 minute load averages."""
+    return os.getloadavg()
+
+
+def run_tier(tier: str, extra: list[str]) -> dict:
+    """One tier through pytest in a child process: wall time, exit code, outcome line, durations."""
+    cmd = [sys.executable, "-m", "pytest", "-q", "-m", tier, "--durations=15", "-p", "no:warnings", *extra]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "DAGSTER_DISABLE_TELEMETRY": "1"}
+    t0 = time.perf_counter()
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    lines = done.stdout.splitlines()
+    durations = [(float(m[1]), m[2], m[3]) for m in (DURATION.match(line) for line in lines) if m is not None]
+    outcome = next((m[1] for m in (SUMMARY.match(line) for line in reversed(lines)) if m), "no summary")
+    return {"tier": tier, "wall_s": wall, "rc": done.returncode, "outcome": outcome, "durations": durations}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the tiers asked for and print the figures; the exit code is the worst pytest exit code."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument(
+        "--tier", choices=[*TIERS, "all"], default="unit", help="the tier to time (default: unit)"
+    )
+    ap.add_argument("--pytest-args", default="", help="more pytest arguments, e.g. '-p randomly' or '-n 2'")
+    args = ap.parse_args(argv)
+    tiers = TIERS if args.tier == "all" else (args.tier,)
+    extra = shlex.split(args.pytest_args)
+    cores = os.cpu_count() or 1
+    before = load_average()
+    print(f"nproc {cores}; load average before: {before[0]:.2f} {before[1]:.2f} {before[2]:.2f}")
+    results = [run_tier(t, extra) for t in tiers]
+    after = load_average()
+    print(f"load average after: {after[0]:.2f} {after[1]:.2f} {after[2]:.2f}")
+    if max(before[0], after[0]) > cores / 2:
+        print(f"NOT IDLE: a load average above {cores / 2:.1f} (half of {cores} cores); not idle figures")
+    print("\n| tier | wall s | pytest |\n|---|---:|---|")
+    for r in results:
+        print(f"| {r['tier']} | {r['wall_s']:.0f} | {r['outcome']} (exit {r['rc']}) |")
+    print(f"| total | {sum(r['wall_s'] for r in results):.0f} | |")
+    slowest = sorted(((d, r["tier"]) for r in results for d in r["durations"]), reverse=True)[:15]
+    print("\nThe 15 slowest test phases:\n\n| s | phase | tier | test |\n|---:|---|---|---|")
+    for (seconds, phase, test), tier in slowest:
+        print(f"| {seconds:.1f} | {phase} | {tier} | `{test}` |")
+    over = [test for (seconds, _, test), _ in slowest if seconds > 60]
+    if over:
+        print(f"\nover 60 s: {len(over)} test phase(s) (issue #37's budget for one test, idle)")
+    return max((r["rc"] for r in results), default=0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,129 @@
+"""The suite's own rules (tests/conftest.py, tests/needs.py): one tier marker per test, and under CI=true
+no skip outside tests/needs.py. Each rule is run on a deliberate offender in a pytest of its own."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+TESTS = Path(__file__).parent
+CONFTEST = """
+from tests.conftest import pytest_collection_modifyitems, pytest_runtest_makereport  # noqa: F401
+"""
+INI = """
+[pytest]
+addopts = -p no:cacheprovider -p no:randomly
+markers =
+    unit: no Dagster run, no server, no subprocess
+    pipeline: materializes Dagster assets or runs the demo machinery
+    stack: Redis, Postgres, S3, Celery or a browser
+"""
+
+
+def _run(pytester: pytest.Pytester, monkeypatch, ci: bool, **files: str) -> pytest.RunResult:
+    monkeypatch.setenv("CI", "true" if ci else "")
+    pytester.makeconftest(CONFTEST)
+    pytester.makeini(INI)
+    pytester.makepyfile(**files)
+    return pytester.runpytest_inprocess("-q")
+
+
+def test_an_unmarked_test_and_a_test_with_two_tiers_stop_the_run(pytester, monkeypatch):
+    result = _run(
+        pytester,
+        monkeypatch,
+        ci=False,
+        test_offenders="""
+import pytest
+
+def test_without_tier():
+    pass
+
+@pytest.mark.unit
+@pytest.mark.pipeline
+def test_with_two():
+    pass
+
+@pytest.mark.stack
+def test_fine():
+    pass
+""",
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    err = result.stderr.str()
+    assert "test_offenders.py::test_without_tier: tier markers none" in err
+    assert "test_offenders.py::test_with_two: tier markers pipeline, unit" in err
+    assert "test_fine" not in err
+
+
+def test_a_module_pytestmark_gives_every_test_its_tier(pytester, monkeypatch):
+    module = "import pytest\n\npytestmark = pytest.mark.unit\n\ndef test_a():\n    pass\n\ndef test_b():\n    pass\n"
+    _run(pytester, monkeypatch, ci=False, test_module_mark=module).assert_outcomes(passed=2)
+
+
+SKIPS = """
+import pytest
+
+from tests.needs import need, need_hardware
+
+pytestmark = pytest.mark.unit
+
+def test_bare_skip():
+    pytest.skip("deliberate")
+
+@pytest.mark.skipif(True, reason="deliberate")
+def test_skipif():
+    pass
+
+def test_importorskip():
+    pytest.importorskip("no_such_module_here")
+
+def test_need_missing_program():
+    need(False, "a program")
+
+def test_need_hardware_absent():
+    need_hardware(False, "a CUDA device")
+"""
+
+
+def test_under_ci_only_need_hardware_may_skip(pytester, monkeypatch):
+    result = _run(pytester, monkeypatch, ci=True, test_skips=SKIPS)
+    result.assert_outcomes(failed=3, errors=1, skipped=1)  # a skipif mark acts in the setup: an error
+    out = result.stdout.str()
+    for name in ("test_bare_skip", "test_importorskip", "test_need_missing_program"):
+        assert f"FAILED test_skips.py::{name}" in out, name
+    assert "ERROR test_skips.py::test_skipif" in out
+    # each of the three: its failure text, then its summary line
+    assert out.count("skipped outside tests/needs.py under CI=true") == 6
+
+
+def test_off_ci_every_skip_is_a_skip(pytester, monkeypatch):
+    _run(pytester, monkeypatch, ci=False, test_skips=SKIPS).assert_outcomes(skipped=5)
+
+
+def _bare_skips(path: Path) -> list[str]:
+    """`pytest.skip(...)`, `pytest.importorskip(...)` and `pytest.mark.skip[if]` in one module."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr in ("skip", "skipif", "importorskip")
+            and ast.unparse(node.value) in ("pytest", "pytest.mark")
+        ):
+            found.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_no_module_skips_outside_needs():
+    """Every skip goes through tests/needs.py (need for a program, need_hardware for hardware)."""
+    offenders = [
+        hit
+        for path in sorted(TESTS.glob("*.py"))
+        if path.name not in ("needs.py", Path(__file__).name)
+        for hit in _bare_skips(path)
+    ]
+    assert offenders == []
