@@ -240,6 +240,11 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     tables = _boards(defs, instance, settings)
     heads = headlines(settings, tables)
     print(model_card(heads, added.name))
+    soco_board = tables.get("soco")
+    if soco_board is not None and "published_note" in soco_board.columns:
+        row = soco_board[soco_board["backbone"] == added.name]
+        if len(row) and row["published_note"].iloc[0]:
+            print(f"beside the published {row['reference'].iloc[0]}: {row['published_note'].iloc[0]}\n")
     print(summary_text(heads, where=where_the_tables_are(settings)), end="")
     if runner.failed:
         for label, reason in runner.failed.items():

@@ -95,7 +95,8 @@ def watched(tmp_path_factory):
 
         mat(dg.AssetSelection.groups("data", "pairs"))
         runs = {"first": mat(PER_BACKBONE, "tiny")}
-        mat(["leaderboard", "published_comparison", "results_database"])
+        mat(["leaderboard", "published_comparison", "model_headlines", "model_summary", "results_database"])
+        mat(["results_report"])
         runs["unchanged"] = mat(["model_history"], "tiny")
         write_weights(weights, passthrough=False)
         runs["degraded"] = mat(PER_BACKBONE, "tiny")
@@ -158,3 +159,17 @@ def test_the_board_and_sql_show_the_published_figure_and_the_knobs(watched):
             "grid: ours nearest_multiple:128, published nearest_multiple:800",
         )
     ]
+
+
+def test_model_summary_and_the_results_page_show_the_published_figure(watched):
+    summary = pd.read_parquet(watched["storage"] / "tables" / "model_summary.parquet").set_index("model")
+    assert summary.at["tiny", "reference"] == "DINOv2-B/14"
+    assert summary.at["tiny", "soco_published"] == pytest.approx(67.86)
+    assert summary.at["tiny", "soco_vs_published"] == pytest.approx(
+        summary.at["tiny", "soco"] - 67.86, abs=1e-6
+    )
+    assert "input_size, grid differ" in summary.at["tiny", "published_note"]
+    page = (watched["storage"] / "report" / "index.html").read_text()
+    section = page[page.index('<section id="published">') :]
+    section = section[: section.index("</section>")]
+    assert "Beside the published figures" in section and "DINOv2-B/14" in section and "67.9" in section

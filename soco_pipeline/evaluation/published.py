@@ -153,3 +153,26 @@ def published_columns(board: pd.DataFrame, comparison: pd.DataFrame) -> pd.DataF
     out["soc_vs_published"] = out[name].map(soc["difference"])
     out["published_note"] = out[name].map(soc["comparison"]).fillna("")
     return out
+
+
+SUMMARY_PUBLISHED_COLUMNS = ("reference", "soco_published", "soco_vs_published", "published_note")
+
+
+def summary_published(summary: pd.DataFrame, board: pd.DataFrame | None) -> pd.DataFrame:
+    """`model_summary` with the published SOC of the model a spec names, from the SOCO board's columns
+    (published_columns): `reference`, `soco_published`, `soco_vs_published`, `published_note`."""
+    out = summary.copy()
+    have = board is not None and "reference" in board.columns
+    by = board.set_index("model" if "model" in board.columns else "backbone") if have else None
+    for mine, theirs in zip(
+        SUMMARY_PUBLISHED_COLUMNS,
+        ("reference", "soc_published", "soc_vs_published", "published_note"),
+        strict=True,
+    ):
+        text = mine in ("reference", "published_note")
+        if by is None:
+            out[mine] = "" if text else float("nan")
+        else:
+            col = out["model"].map(by[theirs])
+            out[mine] = col.fillna("").astype(str) if text else col.astype(float)
+    return out

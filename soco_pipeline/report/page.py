@@ -297,6 +297,23 @@ def build_report(settings, out_dir: str | None = None, seed: int = 0) -> str:
             "backbone leaderboard with error bars",
         )
 
+    # --- beside the published figures (the models whose spec names one: evaluation/published.py)
+    published = page_table(
+        _read(join(tables, "published_comparison.parquet")),
+        [
+            "model",
+            "reference",
+            "metric",
+            "ours",
+            "published",
+            "difference",
+            "published_setting",
+            "differing_knobs",
+        ],
+        name_col="model",
+        hoist=False,
+    )
+
     # --- the families
     from soco_pipeline.report.input_notes import family_input_notes
 
@@ -332,7 +349,19 @@ def build_report(settings, out_dir: str | None = None, seed: int = 0) -> str:
         if name == "fgbmk":
             findings = _read(join(tables, "fgbmk_findings.parquet"))
             fam["findings"] = page_table(
-                findings, ["finding", "claim", "paper", "measured", "holds", "why"], hoist=False
+                findings,
+                [
+                    "finding",
+                    "claim",
+                    "measured",
+                    "effect",
+                    "ci_low",
+                    "ci_high",
+                    "holds",
+                    "why",
+                    "not_covered",
+                ],
+                hoist=False,
             )
         families.append(fam)
 
@@ -413,6 +442,7 @@ def build_report(settings, out_dir: str | None = None, seed: int = 0) -> str:
         header=header,
         summary=summary,
         soco=soco,
+        published=published,
         families=families,
         correlation=correlation,
         correlation_note=CORRELATION_NOTE,

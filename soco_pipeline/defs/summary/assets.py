@@ -12,7 +12,7 @@ from soco_pipeline.evaluation.headline import HEADLINES, Headline
 from soco_pipeline.evaluation.headline_schemas import ModelHeadlineSchema, ModelSummarySchema
 
 GROUP = "summary"
-CODE_VERSION = "1"
+CODE_VERSION = "2"  # 2: the published SOC of the model a spec names
 
 
 def latest_materialization(instance: dg.DagsterInstance, asset: str) -> pd.Timestamp | None:
@@ -53,17 +53,22 @@ def headline_assets(headlines: tuple[Headline, ...] = HEADLINES) -> list[dg.Asse
     @table_asset(
         schema=ModelSummarySchema,
         group_name=GROUP,
+        ins={"leaderboard": dg.AssetIn(metadata=ALLOW_MISSING)},
         automation_condition=dg.AutomationCondition.eager(),
         code_version=CODE_VERSION,
         kinds={"pandas"},
     )
-    def model_summary(context: dg.AssetExecutionContext, model_headlines: pd.DataFrame) -> TableResult:
+    def model_summary(
+        context: dg.AssetExecutionContext, model_headlines: pd.DataFrame, leaderboard: pd.DataFrame | None
+    ) -> TableResult:
         """One row per model: the headline of every family with its 95% CI, `simulated` flags and the date of
-        each family board's latest materialization (null where the model has no result in that family)."""
+        each family board's latest materialization (null where the model has no result in that family), and
+        the published SOC of the model its spec names (`reference:`), the difference and the knobs that differ."""
         from soco_pipeline.analysis.leaderboard import leaderboard_markdown
         from soco_pipeline.evaluation.headline import model_summary as build
+        from soco_pipeline.evaluation.published import summary_published
 
-        wide = build(model_headlines, headlines)
+        wide = summary_published(build(model_headlines, headlines), leaderboard)
         shown = wide[["model", *dict.fromkeys(h.family for h in headlines)]].round(1)
         return TableResult(
             wide, {"rows": len(wide), "summary": dg.MetadataValue.md(leaderboard_markdown(shown))}
