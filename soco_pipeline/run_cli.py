@@ -195,15 +195,7 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
         )
     added = add_spec(Path(args.spec), settings, weights=not args.skip_weights_check, force=args.force)
     print(textwrap.fill(f"{added.kind} {added.name!r}: spec {added.path}", WIDTH, subsequent_indent="  "))
-    overrides = dict(
-        storage_root=settings.storage_root,
-        backbones_dir=settings.backbones_dir,
-        lvlms_dir=settings.lvlms_dir,
-        dataset_size=settings.dataset_size,
-        seed=settings.seed,
-        images_per_category=settings.images_per_category,
-        categories=list(settings.categories) if settings.categories else None,
-    )
+    overrides = settings.definition_overrides()
     overrides = {k: v for k, v in overrides.items() if v is not None}
     defs = build_definitions(**overrides)
     from soco_pipeline.project import prepare_instance

@@ -125,6 +125,19 @@ class Settings(BaseModel):
         description="TPIPS family config (default: assets/tpips.yaml)",
     )
 
+    def definition_overrides(self) -> dict:
+        """The settings a command passes to build_definitions (paths, data size, seed, categories), so that
+        its runs read the environment as the command read it, not as it was at import time."""
+        return dict(
+            storage_root=self.storage_root,
+            backbones_dir=self.backbones_dir,
+            lvlms_dir=self.lvlms_dir,
+            dataset_size=self.dataset_size,
+            seed=self.seed,
+            images_per_category=self.images_per_category,
+            categories=list(self.categories) if self.categories else None,
+        )
+
     def family_config_path(self, family: str) -> str:
         """A task family's config file: its `<family>_config_path` field when set, else assets/<family>.yaml
         (so a new family needs no field of its own until a run wants another file)."""

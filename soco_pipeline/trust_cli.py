@@ -292,16 +292,7 @@ def cmd_evaluate(args: argparse.Namespace, settings: Settings) -> int:
         ids += [ln.strip() for ln in Path(args.pair_ids_file).read_text().splitlines() if ln.strip()]
     cfg = {"limit": args.limit, "pair_ids": ids, "seed": args.seed, "panels": args.panels}
     # the environment as this command read it (SOCO_STORAGE, SOCO_BACKBONES_DIR, ...), not at import time
-    defs = build_definitions(
-        storage_root=settings.storage_root,
-        backbones_dir=settings.backbones_dir,
-        lvlms_dir=settings.lvlms_dir,
-        dataset_size=settings.dataset_size,
-        seed=settings.seed,
-        images_per_category=settings.images_per_category,
-        categories=list(settings.categories) if settings.categories else None,
-        device=args.device,
-    )
+    defs = build_definitions(**settings.definition_overrides(), device=args.device)
     from soco_pipeline.model_names import check_backbone
 
     check_backbone(settings, args.backbone, materialized=False)  # a typo must not become a partition
