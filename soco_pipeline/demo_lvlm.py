@@ -54,8 +54,8 @@ def run_lvlm_demo(instance: dg.DagsterInstance, log=print, **overrides) -> pd.Da
         mat(["lvlm_items"])
         for m in lb.models:
             mat(["lvlm_answers", "lvlm_metrics", "lvlm_results_record"], m)
-        # the SQL views and the results page gain the LVLM board and examples
-        mat(["lvlm_leaderboard", "results_database", "results_report"])
+        # the SQL views, the summary and the results page gain the LVLM board and examples
+        mat(["lvlm_leaderboard", "model_headlines", "model_summary", "results_database", "results_report"])
         log(f"  done in {time.perf_counter() - t0:.1f} s ({lb.requests()} model calls)")
     return read_parquet(join(settings.tables_root, "lvlm_leaderboard.parquet"))
 

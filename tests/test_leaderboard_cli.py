@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+import soco_pipeline.defs.definitions  # noqa: F401 - loading the definitions registers the family tables
 from soco_pipeline import cli
 from soco_pipeline.results_db import refresh_views
 from tests.report_fixtures import write_storage

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import fnmatch
 import math
+import re
 import textwrap
 from collections.abc import Sequence
 
@@ -243,10 +244,10 @@ def with_ranks(headlines: pd.DataFrame) -> pd.DataFrame:
 
 
 def summary_frame(headlines: pd.DataFrame) -> pd.DataFrame:
-    """One row per model, one column per family headline (`<family> <metric>`: value [95% CI]), from the
-    long `model_headlines` shape; a model a family has no row for reads n/a."""
+    """One row per model, one column per family (value [95% CI] of its headline; `headline_metrics` names
+    each), from the long `model_headlines` shape; a model a family has no row for reads n/a."""
     h = headlines.copy()
-    h["label"] = h["family"].astype(str) + " " + h["metric"].astype(str)
+    h["label"] = h["family"].astype(str)
     h["text"] = [_ci_text(v, lo, hi) for v, lo, hi in zip(h["value"], h["ci_low"], h["ci_high"], strict=True)]
     first = h["family"].map(lambda f: (f != "soco", f))  # SOCO's headline first, then the families by name
     order = list(dict.fromkeys(h.assign(_o=first).sort_values("_o", kind="stable")["label"]))
@@ -262,6 +263,19 @@ def summary_frame(headlines: pd.DataFrame) -> pd.DataFrame:
     return wide.reset_index().rename_axis(columns=None).fillna(NA)
 
 
+def headline_metrics(headlines: pd.DataFrame) -> str:
+    """What each family's summary column holds ('soco = SOC (PCK@0.1); mmvm = ... (best method per model)'),
+    the method a label names in brackets folded into 'best method per model'."""
+    parts = []
+    order = sorted(headlines["family"].unique(), key=lambda f: (f != "soco", f))  # the columns' order
+    for family in order:
+        metrics = headlines.loc[headlines["family"] == family, "metric"]
+        names = {re.sub(r"\s*\[[^\]]*\]$", "", str(m)) for m in metrics}
+        best = any(re.search(r"\[[^\]]*\]$", str(m)) for m in metrics)
+        parts.append(f"{family} = {'; '.join(sorted(names))}" + (" (best method per model)" if best else ""))
+    return "; ".join(parts)
+
+
 def summary_text(headlines: pd.DataFrame, width: int = WIDTH, where: Sequence[str] = ()) -> str:
     """The summary table (`summary_frame`) with the simulated families and dates named once, then `where`
     (lines saying where the full tables are)."""
@@ -275,6 +289,7 @@ def summary_text(headlines: pd.DataFrame, width: int = WIDTH, where: Sequence[st
         when = pd.to_datetime(headlines["materialized_at"], utc=True, errors="coerce").dropna()
         if len(when):
             notes.append(f"materialized {when.min():%Y-%m-%d %H:%M} to {when.max():%Y-%m-%d %H:%M} UTC")
+    notes.insert(0, "headlines: " + headline_metrics(headlines))
     title = "Summary: one row per model, each family's headline (0-100) with its 95% CI"
     table = console_table(
         summary_frame(headlines),

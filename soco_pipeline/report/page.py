@@ -353,6 +353,7 @@ def build_report(settings, out_dir: str | None = None, seed: int = 0) -> str:
                 [
                     "finding",
                     "claim",
+                    "paper",
                     "measured",
                     "effect",
                     "ci_low",
