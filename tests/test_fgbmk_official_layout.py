@@ -101,8 +101,9 @@ def _layout(root):
 def test_official_layout_scores_through_the_assets_and_prints_its_board(tmp_path, monkeypatch, capsys):
     machine, images, human = _layout(tmp_path / "fgbmk")
     doc = yaml.safe_load((PROJECT_ROOT / "assets" / "fgbmk.yaml").read_text())
+    shared_policy = yaml.safe_load((PROJECT_ROOT / "assets" / "global_features.yaml").read_text())
     for key, value in TINY.items():
-        doc[key] = {**doc[key], **value}
+        doc[key] = {**doc.get(key, shared_policy if key == "global_features" else {}), **value}
     doc["source"] = {
         "kind": "official",
         "folder": str(machine),

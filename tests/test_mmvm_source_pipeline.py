@@ -51,7 +51,7 @@ def test_match_bench_source_through_the_assets(tmp_path):
             assert job.execute_in_process(
                 instance=instance, asset_selection=[dg.AssetKey(k) for k in DATA]
             ).success
-            sel = [dg.AssetKey("mmvm_predictions"), dg.AssetKey("mmvm_backbone_metrics")]
+            sel = [dg.AssetKey(k) for k in ("mmvm_features", "mmvm_predictions", "mmvm_backbone_metrics")]
             assert job.execute_in_process(
                 instance=instance, asset_selection=sel, partition_key="dense_sift"
             ).success

@@ -631,4 +631,5 @@ def test_export_results_writes_the_official_scorers_shape(run, monkeypatch, caps
         assert res["overall"]["concept_pck"] == pytest.approx(np.mean(values))
     assert "cross" in capsys.readouterr().out
     assert cli.main(["export-results", "no_such_backbone", str(out)]) == 2
-    assert "no metrics of backbone 'no_such_backbone'" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "unknown backbone 'no_such_backbone'" in err and "Known backbones: " in err

@@ -52,9 +52,9 @@ def test_soco_run_adds_evaluates_skips_cached_and_prints_the_summary(env, capsys
     assert "nan" not in out.lower() and "DEBUG" not in out and "FAILED" not in out
     assert "[1/" in out and "soco / backbone oracle_part" in out and "mmvm / backbone oracle_part" in out
     assert "oracle_part: headline per family" in out and "1 of 1" in out
-    assert "| soco   | soc " in out  # the part oracle's SOC headline in its card
+    assert "| soco   | SOC PCK@0.1 " in out  # the part oracle's SOC headline in its card
     summary = out[out.index("Summary: one row per model") :]
-    assert "| oracle_part" in summary and "soco soc" in summary
+    assert "| oracle_part" in summary and "| soco " in summary and "headlines: soco = SOC PCK@0.1" in summary
     assert "instance_oracle" not in summary  # the MMVM board's check row is no model
     assert (env["tmp"] / "storage" / "report" / "index.html").is_file()
     runs = _runs(env["home"])

@@ -113,13 +113,13 @@ def soco_knobs(input_policy: str, input_value: int, layer: object, protocol) -> 
     }
 
 
-SOCO_BOARD_METRICS = ("cc", "soc", "soc_geo", "cross_soc", "cross_cc")
+BOARD_LEVELS = ("cc", "soc", "soc_geo", "cross_soc", "cross_cc")
 
 
 def soco_values(board: pd.DataFrame) -> pd.DataFrame:
     """The SOCO leaderboard's headline levels in long form (model, family, metric, value)."""
     name = "model" if "model" in board.columns else "backbone"
-    cols = [c for c in SOCO_BOARD_METRICS if c in board.columns]
+    cols = [c for c in BOARD_LEVELS if c in board.columns]
     long = board.melt(id_vars=[name], value_vars=cols, var_name="metric", value_name="value")
     return long.rename(columns={name: "model"}).assign(family="soco")[["model", "family", "metric", "value"]]
 

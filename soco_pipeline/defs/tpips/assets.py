@@ -15,7 +15,7 @@ from soco_pipeline.defs.shared.partitions import backbones_partitions, lvlms_par
 from soco_pipeline.defs.shared.resources import SocoSettings
 from soco_pipeline.defs.shared.specs import lvlm_spec_for
 from soco_pipeline.tasks.tpips import schemas
-from soco_pipeline.tasks.tpips.features import NEEDS
+from soco_pipeline.tasks.tpips.config import NEEDS
 
 SIMULATED = "judgements are SIMULATED (noisy-observer model), not human"
 

@@ -17,6 +17,8 @@ from pydantic import Field, model_validator
 
 from soco_pipeline.config import ConfigModel, read_yaml, validate_doc
 
+# the backbone capabilities TPIPS needs (the family contract): it renders its own images and reads dense maps
+NEEDS = frozenset({"pixels", "dense_maps"})
 DEFAULT_PATH = Path(__file__).resolve().parents[3] / "assets" / "tpips.yaml"
 
 PositiveInt = Annotated[int, Field(gt=0)]

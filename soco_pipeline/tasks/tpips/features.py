@@ -17,12 +17,12 @@ import pandas as pd
 
 from soco_pipeline.backbones.spec import BackboneSpec, InputPolicy
 from soco_pipeline.features.extract import extract_features
+from soco_pipeline.tasks.tpips.config import NEEDS
 from soco_pipeline.features.store import FeatureStore
 
 from .config import TpipsConfig
 
 # What a backbone kind must offer (backbones/kinds.py CAPABILITIES): TPIPS renders have no SOCO part maps.
-NEEDS = frozenset({"pixels", "dense_maps"})
 
 
 def not_applicable(spec: BackboneSpec, cfg: TpipsConfig | None = None) -> str:
