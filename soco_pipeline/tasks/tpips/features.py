@@ -17,8 +17,8 @@ import pandas as pd
 
 from soco_pipeline.backbones.spec import BackboneSpec, InputPolicy
 from soco_pipeline.features.extract import extract_features
-from soco_pipeline.tasks.tpips.config import NEEDS
 from soco_pipeline.features.store import FeatureStore
+from soco_pipeline.tasks.tpips.config import NEEDS
 
 from .config import TpipsConfig
 
