@@ -29,14 +29,21 @@ BACKBONE_ASSETS = [a.key.to_user_string() for a in PER_BACKBONE]
 
 backbone_job = dg.define_asset_job(
     "evaluate_backbone",
-    # and every family's per-model tables, which a changed spec re-runs (shared/automation.per_model_assets)
+    selection=dg.AssetSelection.assets(*BACKBONE_ASSETS),
+    description="Features, predictions and metrics of one backbone partition (what a backfill runs).",
+)
+# What a changed spec re-runs: SOCO's per-backbone assets and every family's per-model tables
+# (shared/automation.per_model_assets picks those of the families that have started). A job of its own, so
+# that a backfill of `evaluate_backbone` still runs SOCO's four steps per partition only.
+backbone_change_job = dg.define_asset_job(
+    "rerun_changed_backbone",
     selection=dg.AssetSelection.assets(*BACKBONE_ASSETS) | per_model_selection("backbones"),
-    description="Features, predictions and metrics of one backbone partition.",
+    description="A changed backbone spec's partition of SOCO's and every started family's per-model tables.",
 )
 
 backbone_specs_sensor = spec_folder_sensor(
     "backbone_specs_sensor",
-    backbone_job,
+    backbone_change_job,
     lambda soco: soco.backbones_dir,
     scan_specs,
     backbones_partitions,
