@@ -50,16 +50,19 @@ def headline_assets(headlines: tuple[Headline, ...] = HEADLINES) -> list[dg.Asse
             },
         )
 
+    # the SOCO board's published columns (a spec's `reference:`), when SOCO's headline is declared
+    soco_board = {"leaderboard": dg.AssetIn(metadata=ALLOW_MISSING)} if "leaderboard" in boards else {}
+
     @table_asset(
         schema=ModelSummarySchema,
         group_name=GROUP,
-        ins={"leaderboard": dg.AssetIn(metadata=ALLOW_MISSING)},
+        ins=soco_board,
         automation_condition=dg.AutomationCondition.eager(),
         code_version=CODE_VERSION,
         kinds={"pandas"},
     )
     def model_summary(
-        context: dg.AssetExecutionContext, model_headlines: pd.DataFrame, leaderboard: pd.DataFrame | None
+        context: dg.AssetExecutionContext, model_headlines: pd.DataFrame, **board
     ) -> TableResult:
         """One row per model: the headline of every family with its 95% CI, `simulated` flags and the date of
         each family board's latest materialization (null where the model has no result in that family), and
@@ -68,7 +71,7 @@ def headline_assets(headlines: tuple[Headline, ...] = HEADLINES) -> list[dg.Asse
         from soco_pipeline.evaluation.headline import model_summary as build
         from soco_pipeline.evaluation.published import summary_published
 
-        wide = summary_published(build(model_headlines, headlines), leaderboard)
+        wide = summary_published(build(model_headlines, headlines), board.get("leaderboard"))
         shown = wide[["model", *dict.fromkeys(h.family for h in headlines)]].round(1)
         return TableResult(
             wide, {"rows": len(wide), "summary": dg.MetadataValue.md(leaderboard_markdown(shown))}
