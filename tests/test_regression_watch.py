@@ -6,7 +6,12 @@ place with one whose patch embedding is zero (every patch the same vector: argma
 moves the spec's data version; the re-materialized model_history compares the two on the same task hash and
 its `no_regression` check fails with both figures and the paired interval. The spec names a published model
 (`reference: DINOv2-B/14`), so the board, `published_comparison` and SQL show the published SOC beside ours
-and the knobs that differ."""
+and the knobs that differ.
+
+The same weights serve MMVM (issue 39: the watch per family headline): the tiny ViT's mask-pooled patch
+descriptors match objects above chance, the zeroed one ties every candidate; `mmvm_history` pairs the two
+runs' per-item outcomes (`mmvm_predictions`: item_id, correct) and its check fails with both accuracies and
+the paired interval."""
 
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ import yaml
 
 from soco_pipeline.defs.definitions import build_definitions
 from soco_pipeline.results_db import connect_readonly
+from tests.test_mmvm_core import tiny_config
 
 pytestmark = [pytest.mark.pipeline, pytest.mark.timeout(900)]
 
@@ -30,7 +36,11 @@ PER_BACKBONE = [
     "metrics",
     "results_record",
     "model_history",
+    "mmvm_features",
+    "mmvm_predictions",
+    "mmvm_history",
 ]
+MMVM_DATA = ["mmvm_cases", "mmvm_images", "mmvm_objects", "mmvm_items"]
 
 
 def write_weights(path, passthrough: bool) -> None:
@@ -61,7 +71,7 @@ def watched(tmp_path_factory):
         "model": "vit_tiny_patch16_224",
         "weights": str(weights),
         "layer": -1,
-        "input": {"nearest_multiple": 128},
+        "input": {"nearest_multiple": 256},  # 128: MMVM's objects fall within a patch or two
         "normalisation": "imagenet",
         "batch_size": 8,
         "device": "cpu",
@@ -69,7 +79,16 @@ def watched(tmp_path_factory):
         "reference": "DINOv2-B/14",
     }
     (backbones / "tiny.yaml").write_text(yaml.safe_dump(spec))
+    # cues a random projection of the pixels can see (colour, shape, and mixed with them): 63% zero-shot
+    mmvm = tiny_config(
+        cases={"train": 2, "test": 12},
+        none_rule={"mode": "never"},
+        query_absent_share=0.0,
+        cue_sets=[[1], [2], [1, 5], [1, 4], [1, 2], [2, 6]],
+    )
+    (tmp / "mmvm.yaml").write_text(yaml.safe_dump(mmvm.model_dump(mode="json")))
     overrides = dict(
+        mmvm_config_path=str(tmp / "mmvm.yaml"),
         storage_root=str(tmp / "storage"),
         backbones_dir=str(backbones),
         categories=CATEGORIES,
@@ -93,26 +112,40 @@ def watched(tmp_path_factory):
             assert result.success
             return result
 
-        mat(dg.AssetSelection.groups("data", "pairs"))
+        mat(dg.AssetSelection.groups("data", "pairs") | dg.AssetSelection.assets(*MMVM_DATA))
         runs = {"first": mat(PER_BACKBONE, "tiny")}
         mat(["leaderboard", "published_comparison", "model_headlines", "model_summary", "results_database"])
         mat(["results_report"])
-        runs["unchanged"] = mat(["model_history"], "tiny")
+        runs["unchanged"] = mat(["model_history", "mmvm_history"], "tiny")
         write_weights(weights, passthrough=False)
         runs["degraded"] = mat(PER_BACKBONE, "tiny")
         yield {"runs": runs, "tmp": tmp, "storage": tmp / "storage"}
 
 
-def check_of(result) -> dg.AssetCheckEvaluation:
-    (ev,) = [e for e in result.get_asset_check_evaluations() if e.check_name == "no_regression"]
+def check_of(result, asset: str = "model_history") -> dg.AssetCheckEvaluation:
+    (ev,) = [
+        e
+        for e in result.get_asset_check_evaluations()
+        if e.check_name == "no_regression" and e.asset_key == dg.AssetKey(asset)
+    ]
     return ev
+
+
+def figures(text: str) -> tuple[float, float, float, float]:
+    """(value, delta, lo, hi) of a check's figure "<new> (<delta>, [<lo>, <hi>])"."""
+    new, rest = text.split(" (", 1)
+    delta, interval = rest.rstrip(")").split(", [")
+    lo, hi = (float(x) for x in interval.rstrip("]").split(", "))
+    return float(new), float(delta), lo, hi
 
 
 def test_first_and_unchanged_runs_pass_the_watch(watched):
     for run in ("first", "unchanged"):
-        ev = check_of(watched["runs"][run])
-        assert ev.passed, ev.metadata
-        assert ev.metadata["compared_with"].value == "nothing (no earlier data version)"
+        for asset in ("model_history", "mmvm_history"):
+            ev = check_of(watched["runs"][run], asset)
+            assert ev.passed, ev.metadata
+            assert ev.metadata["compared_with"].value == "nothing (no earlier data version)"
+            assert ev.metadata["paired_test"].value.startswith("paired difference per sample")
 
 
 def test_replaced_weights_drop_the_score_and_fail_the_watch(watched):
@@ -120,11 +153,8 @@ def test_replaced_weights_drop_the_score_and_fail_the_watch(watched):
     assert not ev.passed
     message = ev.metadata["regression"].value
     assert "tiny (soco) regressed from data version" in message
-    soc = ev.metadata["soc"].value  # "<new> (<delta>, [<lo>, <hi>])"
-    new, rest = soc.split(" (", 1)
-    delta, interval = rest.rstrip(")").split(", [")
-    lo, hi = (float(x) for x in interval.rstrip("]").split(", "))
-    assert float(delta) < 0 and hi < 0 and lo <= float(delta) <= hi
+    _, delta, lo, hi = figures(ev.metadata["soc"].value)  # "<new> (<delta>, [<lo>, <hi>])"
+    assert delta < 0 and hi < 0 and lo <= delta <= hi
     assert "soc " in message and " -> " in message  # both figures: before -> after
 
 
@@ -141,6 +171,33 @@ def test_model_history_keeps_both_data_versions(watched):
     assert set(hist["task_hash"]) == {hist["task_hash"].iloc[0]}  # the same task: compared as paired
 
 
+def test_replaced_weights_drop_the_mmvm_accuracy_and_fail_its_watch(watched):
+    ev = check_of(watched["runs"]["degraded"], "mmvm_history")
+    assert not ev.passed
+    message = ev.metadata["regression"].value
+    assert "tiny (mmvm) regressed from data version" in message
+    assert "accuracy/zero_shot " in message and " -> " in message  # both figures: before -> after
+    value, delta, lo, hi = figures(ev.metadata["accuracy/zero_shot"].value)
+    assert delta < 0 and hi < 0 and lo <= delta <= hi
+    hist = pd.read_parquet(watched["storage"] / "tables" / "mmvm_history" / "tiny.parquet")
+    assert set(hist["family"]) == {"mmvm"}
+    versions = hist.drop_duplicates("data_version").sort_values("materialized_at")
+    assert len(versions) == 2  # both runs kept, keyed by data version and date
+    new = hist[hist.data_version == versions.data_version.iloc[1]].set_index("metric")
+    old = hist[hist.data_version == versions.data_version.iloc[0]].set_index("metric")
+    assert new.at["accuracy/zero_shot", "value"] == pytest.approx(value, abs=0.05)
+    assert new.at["accuracy/zero_shot", "delta"] == pytest.approx(
+        new.at["accuracy/zero_shot", "value"] - old.at["accuracy/zero_shot", "value"], abs=0.05
+    )
+    assert bool(new.at["accuracy/zero_shot", "regression"])
+    assert (new["previous_data_version"] == versions.data_version.iloc[0]).all()
+    # the values are the family's own: mmvm_predictions' test-split accuracy of the degraded run
+    preds = pd.read_parquet(watched["storage"] / "tables" / "mmvm_predictions" / "tiny.parquet")
+    items = pd.read_parquet(watched["storage"] / "tables" / "mmvm_items.parquet")
+    zs = preds[(preds.method == "zero_shot") & preds.item_id.isin(items[items.split == "test"].item_id)]
+    assert new.at["accuracy/zero_shot", "value"] == pytest.approx(100 * zs.correct.mean())
+
+
 def test_the_board_and_sql_show_the_published_figure_and_the_knobs(watched):
     board = pd.read_parquet(watched["storage"] / "tables" / "leaderboard.parquet")
     row = board.set_index("backbone").loc["tiny"]
@@ -155,8 +212,8 @@ def test_the_board_and_sql_show_the_published_figure_and_the_knobs(watched):
     assert got == [
         (
             pytest.approx(67.86),
-            "input_size: ours nearest_multiple:128, published nearest_multiple:800; "
-            "grid: ours nearest_multiple:128, published nearest_multiple:800",
+            "input_size: ours nearest_multiple:256, published nearest_multiple:800; "
+            "grid: ours nearest_multiple:256, published nearest_multiple:800",
         )
     ]
 

@@ -14,6 +14,7 @@ Rebuilt from the stored tables (no model runs), for a feature backbone or an LVL
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -115,29 +116,28 @@ def _aggregate_rows(model: str, metric, value, se=None, n_units=None, n_categori
 
 # ----------------------------------------------------------------------------- per family
 def mmvm_parts(model: str, kind: str, t: dict[str, pd.DataFrame], n_boot: int) -> dict[str, Any]:
-    """MMVM: accuracy (per method for a backbone) on the test items, CIs over items clustered by case."""
+    """MMVM: accuracy (per method for a backbone) on the test items, CIs over items clustered by case (the
+    per-sample scores of family_watch.MMVM_PAIRED, the regression watch's)."""
+    from soco_pipeline.evaluation.family_watch import MMVM_PAIRED
+
     items = t["mmvm_items"]
     test = items[items["split"] == "test"]
-    rows = t["mmvm_predictions"] if kind == "backbone" else t["mmvm_answers"]
     if kind == "backbone":
+        rows = t["mmvm_predictions"]
         if (rows["status"] != "ok").all():
             raise ValueError(
                 f"{model!r} is not applicable to MMVM: {rows['reason'].iat[0] if 'reason' in rows else ''}"
             )
-        rows = rows[rows["status"] == "ok"]
-    rows = rows[rows["item_id"].isin(test["item_id"])].drop(
-        columns=["case_id", "match_type"], errors="ignore"
-    )
-    rows = rows.merge(
-        test[["item_id", "case_id", "match_type"]], on="item_id", how="left", validate="many_to_one"
-    )
-    metric = "accuracy/" + rows["method"] if kind == "backbone" else pd.Series("accuracy", index=rows.index)
-    scores = _scores(model, metric, rows["match_type"], rows["item_id"], rows["case_id"], rows["correct"])
+        paired = MMVM_PAIRED
+    else:
+        rows = t["mmvm_answers"]
+        paired = dataclasses.replace(MMVM_PAIRED, table="mmvm_answers", method=None)
+    scores = paired.scores(model, t)
     cols = ["item_id", "case_id", "n_candidates", "match_type", "query_absent", "question", "answer"]
     samples, tasks = _hash_block("items", test["item_id"], row_hashes(test, cols))
     return {
         "intervals": _intervals(scores, n_boot),
-        "n_samples": {"items": {"requested": len(test), "evaluated": int(rows["item_id"].nunique())}},
+        "n_samples": {"items": {"requested": len(test), "evaluated": int(scores["unit"].nunique())}},
         "sample_hashes": samples,
         "task_hashes": tasks,
     }

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
+import numpy as np
 import pandas as pd
 
 from soco_pipeline.storage import (
@@ -113,16 +115,38 @@ def regression_test(
     level: float = 0.95,
     n_boot: int = 2000,
     seed: int = 0,
+    reduction: str = "official",
 ) -> pd.DataFrame:
     """Per metric: current - previous (points) with its `level` bootstrap interval over categories (the
-    paired test of `soco compare`); `regression` when the whole interval lies below zero."""
+    paired test of `soco compare`; `reduction` official for SOCO, pooled for a family's per-sample accuracy);
+    `regression` when the whole interval lies below zero."""
     from soco_pipeline.evaluation.stats import compare
 
     cur = current[current["metric"].isin(metrics)].assign(model="current")
     prev = previous[previous["metric"].isin(metrics)].assign(model="previous")
-    overall, _ = compare(cur, prev, reduction="official", n_boot=n_boot, seed=seed, level=level)
+    overall, _ = compare(cur, prev, reduction=reduction, n_boot=n_boot, seed=seed, level=level)
     overall["regression"] = overall["ci95_hi_boot_category"] < 0
     return overall
+
+
+def unpaired_difference(current: dict[str, float], previous: dict[str, float]) -> pd.DataFrame:
+    """Per metric both snapshots hold: current - previous (points) in `regression_test`'s columns, without
+    an interval and never a regression (a family that stores aggregates only has no paired test)."""
+    metrics = sorted(set(current) & set(previous))
+    a = np.array([current[m] for m in metrics], float)
+    b = np.array([previous[m] for m in metrics], float)
+    return pd.DataFrame(
+        {
+            "metric": metrics,
+            "value_a": a,
+            "value_b": b,
+            "delta": a - b,
+            "ci95_lo_boot_category": np.nan,
+            "ci95_hi_boot_category": np.nan,
+            "n_units": 0,
+            "regression": False,
+        }
+    )
 
 
 def history_table(history: list[dict], verdicts: dict[str, pd.DataFrame], level: float) -> pd.DataFrame:
@@ -167,6 +191,79 @@ def regression_message(model: str, family: str, verdict: pd.DataFrame, previous:
         for r in verdict[verdict["regression"]].itertuples()
     ]
     return "\n".join(lines)
+
+
+def figure_text(value: float, delta: float, lo: float, hi: float) -> str:
+    """A watched metric as the check shows it: "value (delta, [lo, hi])", "value (delta)" without an
+    interval, "value" without a comparison."""
+    if pd.isna(delta):
+        return f"{value:.1f}"
+    if pd.isna(lo):
+        return f"{value:.1f} ({delta:+.1f})"
+    return f"{value:.1f} ({delta:+.1f}, [{lo:+.1f}, {hi:+.1f}])"
+
+
+@dataclass(frozen=True)
+class WatchOutcome:
+    """The watch's verdict on one materialization: the model's history rows (HISTORY_COLUMNS), the data
+    version compared with ("" when none), the regression message ("" when none), the paired test in words,
+    and per metric of the current snapshot its figures as text ("value (delta, [lo, hi])")."""
+
+    table: pd.DataFrame
+    previous: str
+    message: str
+    test: str
+    figures: dict[str, str]
+
+
+def watch(
+    storage_root: str,
+    family: str,
+    model: str,
+    data_version: str,
+    level: float = 0.95,
+    seed: int = 0,
+    reduction: str = "official",
+    not_paired: str = "",
+    n_boot: int = 2000,
+) -> WatchOutcome:
+    """Compare the archived snapshot of `model` at `data_version` with the most recent snapshot of another
+    data version on the same task hash: the paired test per watched metric (`regression_test`), or, with
+    `not_paired` (why the family has no per-sample outcomes), the plain difference of the values."""
+    snaps = snapshots(storage_root, family, model)
+    current = next((s for s in reversed(snaps) if s["data_version"] == data_version), None)
+    if current is None:
+        raise FileNotFoundError(
+            f"no archived {family} snapshot of {model!r} at data version {data_version} under "
+            f"{archive_dir(storage_root, family, model)}: materialize its results first"
+        )
+    prev = previous_snapshot(snaps, data_version, current["task_hash"])
+    verdicts, message = {}, ""
+    test = (
+        f"not paired-testable: {not_paired}"
+        if not_paired
+        else (
+            f"paired difference per sample, {level:.0%} bootstrap interval over categories ({reduction} "
+            "reduction, as `soco compare`)"
+        )
+    )
+    if prev is not None:
+        if not_paired:
+            verdict = unpaired_difference(current["values"], prev["values"])
+        else:
+            metrics = sorted(current["values"])
+            old = snapshot_scores(storage_root, family, model, prev["data_version"])
+            new = snapshot_scores(storage_root, family, model, data_version)
+            verdict = regression_test(new, old, metrics, level, n_boot=n_boot, seed=seed, reduction=reduction)
+            message = regression_message(model, family, verdict, prev["data_version"], data_version)
+        verdicts[data_version] = verdict
+        current["previous_data_version"] = prev["data_version"]
+    table = history_table(snaps, verdicts, level)
+    now = table[table["data_version"] == data_version]
+    figures = {
+        r.metric: figure_text(r.value, r.delta, r.delta_ci_low, r.delta_ci_high) for r in now.itertuples()
+    }
+    return WatchOutcome(table, prev["data_version"] if prev else "", message, test, figures)
 
 
 def notify(message: str, url: str | None = None, timeout_s: float = 5.0) -> str:

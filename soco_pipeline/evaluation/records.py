@@ -42,6 +42,22 @@ def input_block(spec, manifest: pd.DataFrame) -> dict[str, Any]:
     }
 
 
+def backbone_scores(
+    tables: dict[str, pd.DataFrame], rule: SubsetRule, protocol: ProtocolConfig
+) -> pd.DataFrame:
+    """The per-sample scores (stats.SCORE_COLUMNS) a backbone's record is computed from: every PCK level at
+    the headline alpha and the 4-choice metrics, on the pairs of the subset `rule`."""
+    return stats.backbone_scores(
+        tables["predictions"],
+        tables.get("four_choice_predictions"),
+        tables["correspondences"],
+        tables["keypoints"],
+        tables["image_set"],
+        apply_pair_subset(tables["image_pairs"], rule),
+        protocol,
+    )
+
+
 def backbone_record(
     *,
     backbone: str,
@@ -54,9 +70,11 @@ def backbone_record(
     timing: dict[str, Any] | None = None,
     digests: pd.Series | None = None,
     n_boot: int = 2000,
+    scores: pd.DataFrame | None = None,
 ) -> dict[str, Any]:
     """The record of one backbone. `tables`: image_set, keypoints, image_pairs, correspondences, four_choice,
-    feature_manifest, predictions, four_choice_predictions (the last may be empty)."""
+    feature_manifest, predictions, four_choice_predictions (the last may be empty). `scores`: its per-sample
+    scores when the caller has them already (`backbone_scores` on the same tables and rule)."""
     pairs_full = tables["image_pairs"]
     pairs = apply_pair_subset(pairs_full, rule)
     ev = pairs[pairs["evaluated"].astype(bool)]
@@ -72,15 +90,8 @@ def backbone_record(
     fc = fc[fc["pair_id"].isin(ev["pair_id"])]
     fh = hashes.four_choice_hashes(fc, ph)
     fh_ids = fh["pair_id"] + "/" + fh["src_keypoint"]
-    scores = stats.backbone_scores(
-        tables["predictions"],
-        tables.get("four_choice_predictions"),
-        tables["correspondences"],
-        tables["keypoints"],
-        tables["image_set"],
-        pairs,
-        protocol,
-    )
+    if scores is None:
+        scores = backbone_scores(tables, rule, protocol)
     ci = stats.intervals(scores, n_boot=n_boot, seed=0)
     corr = tables["correspondences"]
     soc = corr[corr["kind"] == "soc"]

@@ -5,13 +5,16 @@ assets/results_record.schema.json."""
 import dagster as dg
 import pandas as pd
 
-from soco_pipeline.defs.backbones.assets import GROUP, matching_device, spec_for
+from soco_pipeline.defs.backbones.assets import GROUP, matching_device, spec_for, spec_version
 from soco_pipeline.defs.shared.automation import EAGER
 from soco_pipeline.defs.shared.partitions import backbones_partitions
 from soco_pipeline.defs.shared.resources import SocoSettings
 from soco_pipeline.defs.shared.run_configs import recorded_subset, stage_timing
 
 PER_BACKBONE_STAGES = ("feature_manifest", "predictions", "four_choice_predictions", "metrics")
+# the headline metrics the regression watch archives and tests (the SOCO board's levels, 4-choice accuracy)
+WATCHED = ("cc", "soc", "soc_geo", "cross_soc", "four_choice")
+FAMILY = "soco"  # the history archive's family folder
 
 
 @dg.asset(
@@ -35,8 +38,9 @@ def results_record(
 ) -> dg.MaterializeResult:
     """The backbone's results record: spec, protocol, input sizes, versions, timings, counts, CIs and hashes."""
     from soco_pipeline.backbones import spec_hash
+    from soco_pipeline.evaluation import history
     from soco_pipeline.evaluation.provenance import write_named_record
-    from soco_pipeline.evaluation.records import backbone_record, results_markdown
+    from soco_pipeline.evaluation.records import backbone_record, backbone_scores, results_markdown
 
     backbone = context.partition_key
     spec = spec_for(soco, backbone)
@@ -50,17 +54,31 @@ def results_record(
         "predictions": predictions,
         "four_choice_predictions": four_choice_predictions,
     }
+    rule, protocol = recorded_subset(context.instance, backbone), soco.protocol()
+    scores = backbone_scores(tables, rule, protocol)
     rec = backbone_record(
         backbone=backbone,
         spec=spec,
         spec_hash=spec_hash(spec),
-        protocol=soco.protocol(),
+        protocol=protocol,
         tables=tables,
-        rule=recorded_subset(context.instance, backbone),
+        rule=rule,
         device=matching_device(soco),
         timing=stage_timing(context.instance, backbone, PER_BACKBONE_STAGES),
+        scores=scores,
     )
     path = write_named_record(rec, soco.records_root, backbone)
+    # the regression watch's snapshot (model_history compares it with the previous data version's)
+    watched = {m: rec["results"][m]["value"] for m in WATCHED if m in rec["results"]}
+    history.write_snapshot(
+        soco.storage_root,
+        FAMILY,
+        backbone,
+        spec_version(soco, backbone),
+        rec["task_hashes"]["pairs"],
+        scores[scores["metric"].isin(list(watched))],
+        watched,
+    )
     return dg.MaterializeResult(
         metadata={
             "path": dg.MetadataValue.path(path),

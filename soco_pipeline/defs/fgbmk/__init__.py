@@ -16,6 +16,8 @@ from soco_pipeline.defs.shared.family import Family
 from soco_pipeline.defs.shared.partitions import backbones_partitions, lvlms_partitions
 from soco_pipeline.defs.shared.resources import SocoSettings
 from soco_pipeline.defs.shared.specs import lvlm_spec_for
+from soco_pipeline.defs.shared.watch import family_history, regression_sensor_on
+from soco_pipeline.evaluation.family_watch import WATCHES
 from soco_pipeline.tasks.fgbmk import schemas
 
 
@@ -235,3 +237,9 @@ def fgbmk_findings(
         lvlm if len(lvlm) else None,
     )
     return TableResult(df, {"rows": len(df), "summary": dg.MetadataValue.md(findings_markdown(df))})
+
+
+# the regression watch of the family's headline (evaluation/family_watch.py WATCHES["fgbmk"]): each data version
+# of a backbone's spec, compared with the previous one on the same task hash; a sensor reports a regression
+fgbmk_history = family_history(FAMILY, WATCHES["fgbmk"])
+fgbmk_regression_sensor = regression_sensor_on("fgbmk_regression_sensor", "fgbmk_history")

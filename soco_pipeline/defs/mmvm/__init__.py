@@ -16,6 +16,8 @@ from soco_pipeline.defs.shared.family import Family
 from soco_pipeline.defs.shared.partitions import backbones_partitions, lvlms_partitions
 from soco_pipeline.defs.shared.resources import SocoSettings
 from soco_pipeline.defs.shared.specs import lvlm_spec_for
+from soco_pipeline.defs.shared.watch import family_history, regression_sensor_on
+from soco_pipeline.evaluation.family_watch import WATCHES
 from soco_pipeline.tasks.mmvm import schemas
 from soco_pipeline.tasks.mmvm.config import MmvmConfig
 
@@ -244,3 +246,9 @@ def mmvm_leaderboard(
             "leaderboard": dg.MetadataValue.md(f"data: {source}\n\n{leaderboard_markdown(shown)}"),
         },
     )
+
+
+# the regression watch of the family's headline (evaluation/family_watch.py WATCHES["mmvm"]): each data version
+# of a backbone's spec, compared with the previous one on the same task hash; a sensor reports a regression
+mmvm_history = family_history(FAMILY, WATCHES["mmvm"])
+mmvm_regression_sensor = regression_sensor_on("mmvm_regression_sensor", "mmvm_history")

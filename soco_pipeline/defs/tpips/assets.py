@@ -14,6 +14,8 @@ from soco_pipeline.defs.shared.family import Family
 from soco_pipeline.defs.shared.partitions import backbones_partitions, lvlms_partitions
 from soco_pipeline.defs.shared.resources import SocoSettings
 from soco_pipeline.defs.shared.specs import lvlm_spec_for
+from soco_pipeline.defs.shared.watch import family_history, regression_sensor_on
+from soco_pipeline.evaluation.family_watch import WATCHES
 from soco_pipeline.tasks.tpips import schemas
 from soco_pipeline.tasks.tpips.config import NEEDS
 
@@ -383,3 +385,9 @@ def tpips_leaderboard(
             ),
         },
     )
+
+
+# the regression watch of the family's headline (evaluation/family_watch.py WATCHES["tpips"]): each data version
+# of a backbone's spec, compared with the previous one on the same task hash; a sensor reports a regression
+tpips_history = family_history(FAMILY, WATCHES["tpips"])
+tpips_regression_sensor = regression_sensor_on("tpips_regression_sensor", "tpips_history")

@@ -1,0 +1,124 @@
+"""The regression watch, its Dagster half: one history asset per watched family, its non-blocking
+`no_regression` check and a sensor that reports a regression. The domain work (snapshots, the paired test,
+the history rows) is evaluation/history.py; what a family compares is its `FamilyWatch`
+(evaluation/family_watch.py).
+
+- SOCO: `model_history[b]` (defs/backbones/watch.py) reads the snapshot `results_record` archives;
+- a task family: `<family>_history[b]` (`family_history`), declared in the family's folder from its watch:
+  it reads the family's per-model and sample tables, archives the snapshot and compares;
+- each history asset has a sensor (`regression_sensor_on`): a log line, and a POST to $SOCO_REGRESSION_WEBHOOK
+  when that is set.
+"""
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import dagster as dg
+import pandas as pd
+
+from soco_pipeline import schemas
+from soco_pipeline.defs.shared.automation import EAGER
+from soco_pipeline.defs.shared.partitions import backbones_partitions
+from soco_pipeline.defs.shared.resources import SocoSettings
+from soco_pipeline.defs.shared.specs import spec_for, spec_version
+from soco_pipeline.evaluation.family_watch import FamilyWatch
+
+LEVEL = 0.95  # the paired interval's level: a drop whose whole interval lies below zero is a regression
+CHECK = "no_regression"
+
+
+def watch_events(
+    outcome, data_version: str, level: float = LEVEL
+) -> Iterator[dg.Output | dg.AssetCheckResult]:
+    """The history table as the asset's output, and the `no_regression` check (non-blocking): failed when
+    the paired test found a significant drop, with both figures, the difference and its interval."""
+    table = schemas.validate(outcome.table, schemas.ModelHistorySchema, "model_history")
+    regressed = bool(outcome.message)
+    yield dg.Output(
+        table,
+        metadata={
+            "data_version": data_version,
+            "previous_data_version": outcome.previous,
+            "snapshots": int(table["data_version"].nunique()),
+            "regression": regressed,
+            "message": outcome.message,
+            "paired_test": outcome.test,
+        },
+    )
+    yield dg.AssetCheckResult(
+        check_name=CHECK,
+        passed=not regressed,
+        metadata={
+            "compared_with": outcome.previous or "nothing (no earlier data version)",
+            "level": level,
+            "paired_test": outcome.test,
+            **outcome.figures,
+            **({"regression": outcome.message} if regressed else {}),
+        },
+    )
+
+
+def family_history(family, watch: FamilyWatch) -> dg.AssetsDefinition:
+    """`<family>_history[b]`: every materialization of the family's headline for a backbone, by its spec's
+    data version and date, and its `no_regression` check against the previous data version on the same task
+    hash (the paired test where `watch.paired` names a per-sample table; else the plain difference, the
+    check saying why there is no test). `family` is the family's `Family` declaration."""
+    name = f"{family.name}_history"
+    family.register(name, partitioned=True)
+
+    @dg.asset(
+        name=name,
+        group_name=family.name,
+        partitions_def=backbones_partitions,
+        ins={t: dg.AssetIn(t) for t in watch.tables},
+        automation_condition=EAGER,
+        kinds={"pandas"},
+        code_version="1",
+        check_specs=[dg.AssetCheckSpec(CHECK, asset=name, blocking=False)],
+        description=f"The regression watch of {watch.headline}: each data version of a backbone's spec.",
+    )
+    def history_asset(context: dg.AssetExecutionContext, soco: SocoSettings, **tables: Any):
+        from soco_pipeline.evaluation import history
+        from soco_pipeline.evaluation.family_watch import family_snapshot
+
+        backbone = context.partition_key
+        reason = family.not_applicable(spec_for(soco, backbone))
+        if reason:
+            empty = pd.DataFrame(columns=history.HISTORY_COLUMNS)
+            yield dg.Output(
+                schemas.validate(empty, schemas.ModelHistorySchema, name), metadata={"reason": reason}
+            )
+            yield dg.AssetCheckResult(
+                check_name=CHECK, passed=True, metadata={"compared_with": "nothing", "not_applicable": reason}
+            )
+            return
+        snap = family_snapshot(watch, backbone, tables)
+        version = spec_version(soco, backbone)
+        root = soco.storage_root
+        history.write_snapshot(root, family.name, backbone, version, snap.task_hash, snap.scores, snap.values)
+        outcome = history.watch(
+            root, family.name, backbone, version, LEVEL, soco.seed, watch.reduction, watch.not_paired
+        )
+        yield from watch_events(outcome, version)
+
+    return history_asset
+
+
+def regression_sensor_on(name: str, asset: str) -> dg.SensorDefinition:
+    """A sensor on `asset` (a history asset) that reports the regression its latest materialization found:
+    a log line, and a POST to the URL in $SOCO_REGRESSION_WEBHOOK when that is set (never logged)."""
+
+    @dg.asset_sensor(name=name, asset_key=dg.AssetKey(asset), minimum_interval_seconds=30)
+    def sensor(context: dg.SensorEvaluationContext, asset_event: dg.EventLogEntry):
+        from soco_pipeline.evaluation.history import WEBHOOK_ENV, notify
+
+        meta = asset_event.asset_materialization.metadata if asset_event.asset_materialization else {}
+        flagged = meta.get("regression")
+        if flagged is None or not flagged.value:
+            return dg.SkipReason(f"no regression in the latest {asset} materialization")
+        outcome = notify(str(meta["message"].value), os.environ.get(WEBHOOK_ENV))
+        context.log.warning(f"regression reported ({outcome}): {meta['message'].value}")
+        return dg.SkipReason(f"regression reported: {outcome}")
+
+    return sensor
