@@ -36,19 +36,35 @@ def scan_specs(folder: Path) -> tuple[dict[str, str], dict[str, str]]:
     The data version is the file's content hash, joined by its local weights' content hash when it has
     local weights (spec_data_version), so a checkpoint replaced in place re-runs that backbone."""
     valid, invalid = scan_folder(folder, lambda path: _checked(str(path), file_hash(path)))
-    return {name: spec_data_version(Path(folder) / f"{name}.yaml") for name in valid}, invalid
+    return {name: spec_data_version(Path(folder) / f"{name}.yaml", h) for name, h in valid.items()}, invalid
 
 
-def spec_data_version(path: Path) -> str:
-    """A backbone spec's data version: its file's content hash, plus its local weights' (if any)."""
-    from soco_pipeline.backbones.spec import load_spec, weights_fingerprint
+def spec_data_version(path: Path, content_hash: str | None = None) -> str:
+    """A backbone spec's data version: its file's content hash (`content_hash` when the caller has it),
+    plus its local weights' (if any). The spec is parsed once per file content, not at every sensor tick;
+    the weights' digest is cached by their size and mtime (spec.weights_fingerprint)."""
+    from soco_pipeline.backbones.spec import weights_fingerprint
 
-    version = file_hash(path)
+    version = content_hash or file_hash(path)
+    weights = _weights_of(str(path), version)
+    if weights is None:  # a spec that does not load keeps its file hash; its run reports why
+        return version
     try:
-        fingerprint = weights_fingerprint(load_spec(path).weights)
-    except (ValueError, OSError):  # a spec that does not load keeps its file hash; its run reports why
+        fingerprint = weights_fingerprint(weights)
+    except OSError:
         return version
     return f"{version}-{fingerprint}" if fingerprint else version
+
+
+@functools.lru_cache(maxsize=256)
+def _weights_of(path: str, content_hash: str) -> str | None:
+    """The `weights` field of a spec file, parsed once per file content (None when it does not load)."""
+    from soco_pipeline.backbones.spec import load_spec
+
+    try:
+        return load_spec(path).weights
+    except (ValueError, OSError):
+        return None
 
 
 @functools.lru_cache(maxsize=256)

@@ -156,23 +156,26 @@ def published_columns(board: pd.DataFrame, comparison: pd.DataFrame) -> pd.DataF
 
 
 SUMMARY_PUBLISHED_COLUMNS = ("reference", "soco_published", "soco_vs_published", "published_note")
+# the SOCO board's columns (published_columns) under their model_summary names (the family's prefix)
+FROM_BOARD = dict(
+    zip(
+        ("reference", "soc_published", "soc_vs_published", "published_note"),
+        SUMMARY_PUBLISHED_COLUMNS,
+        strict=True,
+    )
+)
 
 
 def summary_published(summary: pd.DataFrame, board: pd.DataFrame | None) -> pd.DataFrame:
-    """`model_summary` with the published SOC of the model a spec names, from the SOCO board's columns
-    (published_columns): `reference`, `soco_published`, `soco_vs_published`, `published_note`."""
-    out = summary.copy()
-    have = board is not None and "reference" in board.columns
-    by = board.set_index("model" if "model" in board.columns else "backbone") if have else None
-    for mine, theirs in zip(
-        SUMMARY_PUBLISHED_COLUMNS,
-        ("reference", "soc_published", "soc_vs_published", "published_note"),
-        strict=True,
-    ):
-        text = mine in ("reference", "published_note")
-        if by is None:
-            out[mine] = "" if text else float("nan")
-        else:
-            col = out["model"].map(by[theirs])
-            out[mine] = col.fillna("").astype(str) if text else col.astype(float)
+    """`model_summary` with the published SOC of the model a spec names: the SOCO board's columns as
+    `published_columns` set them, joined by model and renamed (FROM_BOARD); empty where the board has none."""
+    if board is not None and "reference" in board.columns:
+        name = "model" if "model" in board.columns else "backbone"
+        cols = board.drop_duplicates(name).set_index(name)[list(FROM_BOARD)].rename(columns=FROM_BOARD)
+    else:
+        cols = pd.DataFrame(columns=list(SUMMARY_PUBLISHED_COLUMNS))
+    out = summary.drop(columns=list(SUMMARY_PUBLISHED_COLUMNS), errors="ignore").join(cols, on="model")
+    text, figures = ["reference", "published_note"], ["soco_published", "soco_vs_published"]
+    out[text] = out[text].fillna("").astype(str)
+    out[figures] = out[figures].astype(float)
     return out

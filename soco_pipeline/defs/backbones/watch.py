@@ -11,7 +11,7 @@ from soco_pipeline.defs.backbones.records import FAMILY
 from soco_pipeline.defs.shared.automation import EAGER
 from soco_pipeline.defs.shared.partitions import backbones_partitions
 from soco_pipeline.defs.shared.resources import SocoSettings
-from soco_pipeline.defs.shared.watch import CHECK, LEVEL, regression_sensor_on, watch_events
+from soco_pipeline.defs.shared.watch import LEVEL, regression_sensor_on, watch_checks, watch_events
 
 
 @dg.asset(
@@ -21,7 +21,7 @@ from soco_pipeline.defs.shared.watch import CHECK, LEVEL, regression_sensor_on, 
     deps=["results_record"],
     kinds={"pandas"},
     code_version="2",
-    check_specs=[dg.AssetCheckSpec(CHECK, asset="model_history", blocking=False)],
+    check_specs=watch_checks("model_history"),
 )
 def model_history(context: dg.AssetExecutionContext, soco: SocoSettings):
     """Every materialization of this backbone by data version and date (the snapshots `results_record`
@@ -31,7 +31,7 @@ def model_history(context: dg.AssetExecutionContext, soco: SocoSettings):
 
     version = spec_version(soco, context.partition_key)
     outcome = history.watch(soco.storage_root, FAMILY, context.partition_key, version, LEVEL, soco.seed)
-    yield from watch_events(outcome, version)
+    yield from watch_events("model_history", outcome, version)
 
 
 regression_sensor = regression_sensor_on("regression_sensor", "model_history")

@@ -17,25 +17,35 @@ from typing import Any
 import dagster as dg
 import pandas as pd
 
-from soco_pipeline import schemas
 from soco_pipeline.defs.shared.automation import EAGER
+from soco_pipeline.defs.shared.checks import TableResult, TableSpec, publish_checked
+from soco_pipeline.defs.shared.family import Family
 from soco_pipeline.defs.shared.partitions import backbones_partitions
 from soco_pipeline.defs.shared.resources import SocoSettings
 from soco_pipeline.defs.shared.specs import spec_for, spec_version
 from soco_pipeline.evaluation.family_watch import FamilyWatch
+from soco_pipeline.evaluation.history import WatchOutcome
+from soco_pipeline.schemas import ModelHistorySchema
 
 LEVEL = 0.95  # the paired interval's level: a drop whose whole interval lies below zero is a regression
 CHECK = "no_regression"
 
 
+def watch_checks(asset: str) -> list[dg.AssetCheckSpec]:
+    """A history asset's checks: the blocking `schema` check (the table is published only when it passes)
+    and the non-blocking `no_regression` check."""
+    return [dg.AssetCheckSpec("schema", asset=asset, blocking=True), dg.AssetCheckSpec(CHECK, asset=asset)]
+
+
 def watch_events(
-    outcome, data_version: str, level: float = LEVEL
+    asset: str, outcome: WatchOutcome, data_version: str, level: float = LEVEL
 ) -> Iterator[dg.Output | dg.AssetCheckResult]:
-    """The history table as the asset's output, and the `no_regression` check (non-blocking): failed when
-    the paired test found a significant drop, with both figures, the difference and its interval."""
-    table = schemas.validate(outcome.table, schemas.ModelHistorySchema, "model_history")
+    """The history table as the asset's output behind its blocking `schema` check, and the `no_regression`
+    check (non-blocking): failed when the paired test found a significant drop, with both figures, the
+    difference and its interval."""
+    table = outcome.table
     regressed = bool(outcome.message)
-    yield dg.Output(
+    output = dg.Output(
         table,
         metadata={
             "data_version": data_version,
@@ -45,6 +55,9 @@ def watch_events(
             "message": outcome.message,
             "paired_test": outcome.test,
         },
+    )
+    yield from publish_checked(
+        [output], [TableSpec(ModelHistorySchema).check_result(asset, TableResult(table))]
     )
     yield dg.AssetCheckResult(
         check_name=CHECK,
@@ -59,7 +72,7 @@ def watch_events(
     )
 
 
-def family_history(family, watch: FamilyWatch) -> dg.AssetsDefinition:
+def family_history(family: Family, watch: FamilyWatch) -> dg.AssetsDefinition:
     """`<family>_history[b]`: every materialization of the family's headline for a backbone, by its spec's
     data version and date, and its `no_regression` check against the previous data version on the same task
     hash (the paired test where `watch.paired` names a per-sample table; else the plain difference, the
@@ -75,7 +88,7 @@ def family_history(family, watch: FamilyWatch) -> dg.AssetsDefinition:
         automation_condition=EAGER,
         kinds={"pandas"},
         code_version="1",
-        check_specs=[dg.AssetCheckSpec(CHECK, asset=name, blocking=False)],
+        check_specs=watch_checks(name),
         description=f"The regression watch of {watch.headline}: each data version of a backbone's spec.",
     )
     def history_asset(context: dg.AssetExecutionContext, soco: SocoSettings, **tables: Any):
@@ -86,8 +99,9 @@ def family_history(family, watch: FamilyWatch) -> dg.AssetsDefinition:
         reason = family.not_applicable(spec_for(soco, backbone))
         if reason:
             empty = pd.DataFrame(columns=history.HISTORY_COLUMNS)
-            yield dg.Output(
-                schemas.validate(empty, schemas.ModelHistorySchema, name), metadata={"reason": reason}
+            yield from publish_checked(
+                [dg.Output(empty, metadata={"not_applicable": reason})],
+                [TableSpec(ModelHistorySchema).check_result(name, TableResult(empty))],
             )
             yield dg.AssetCheckResult(
                 check_name=CHECK, passed=True, metadata={"compared_with": "nothing", "not_applicable": reason}
@@ -100,7 +114,7 @@ def family_history(family, watch: FamilyWatch) -> dg.AssetsDefinition:
         outcome = history.watch(
             root, family.name, backbone, version, LEVEL, soco.seed, watch.reduction, watch.not_paired
         )
-        yield from watch_events(outcome, version)
+        yield from watch_events(name, outcome, version)
 
     return history_asset
 
