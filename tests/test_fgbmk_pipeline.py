@@ -70,7 +70,13 @@ def test_fgbmk_group_end_to_end(tmp_path, monkeypatch):
             assert result.success
 
         run("fgbmk_items", "fgbmk_questions")
-        run("fgbmk_global_features", "fgbmk_metrics", "fgbmk_robustness", partition="vit_tiny")
+        run(
+            "fgbmk_global_features",
+            "fgbmk_metrics",
+            "fgbmk_robustness",
+            "fgbmk_history",
+            partition="vit_tiny",
+        )
         run("fgbmk_answers", "fgbmk_lvlm_metrics", partition="always_yes")
         run("fgbmk_leaderboard", "fgbmk_findings")
     tables = str(storage / "tables")
@@ -95,6 +101,9 @@ def test_fgbmk_group_end_to_end(tmp_path, monkeypatch):
     rec = exported_family_record(monkeypatch, storage, backbones, lvlms, "fgbmk", "vit_tiny")
     across = metrics[metrics.scope == "across"].set_index("level")
     assert rec["results"]["top1/subclass"]["value"] == across.loc["subclass", "top1"]
+    # issue 39: the regression watch archives the probe's subclass top-1 (no per-image rows: no paired test)
+    hist = read_parquet(table_for("fgbmk_history").path(tables, "vit_tiny"))
+    assert hist.metric.tolist() == ["top1/subclass"] and hist.value.item() == across.loc["subclass", "top1"]
     rec = exported_family_record(monkeypatch, storage, backbones, lvlms, "fgbmk", "always_yes")
     for (task, form), grp in answers.groupby(["task", "form"]):
         assert rec["results"][f"{task}/{form}"]["value"] == pytest.approx(100 * grp.correct.mean())

@@ -196,6 +196,11 @@ def test_replaced_weights_drop_the_mmvm_accuracy_and_fail_its_watch(watched):
     items = pd.read_parquet(watched["storage"] / "tables" / "mmvm_items.parquet")
     zs = preds[(preds.method == "zero_shot") & preds.item_id.isin(items[items.split == "test"].item_id)]
     assert new.at["accuracy/zero_shot", "value"] == pytest.approx(100 * zs.correct.mean())
+    with connect_readonly(watched["storage"] / "results.duckdb") as con:  # the view reads both runs
+        got = con.execute(
+            "select count(distinct data_version) from mmvm_history where model = 'tiny'"
+        ).fetchone()
+    assert got == (2,)
 
 
 def test_the_board_and_sql_show_the_published_figure_and_the_knobs(watched):

@@ -25,7 +25,7 @@ DATA = [
     "tpips_afc",
     "tpips_pixel_baselines",
 ]
-PER_BACKBONE = ["tpips_features", "tpips_baseline_scores", "tpips_learned"]
+PER_BACKBONE = ["tpips_features", "tpips_baseline_scores", "tpips_learned", "tpips_history"]
 
 pytestmark = pytest.mark.pipeline
 
@@ -96,4 +96,12 @@ def test_tpips_group_end_to_end(tmp_path, monkeypatch):
     rec = exported_family_record(monkeypatch, storage, backbones, tmp_path, "tpips", "dense_sift")
     mid = learned[(learned.method == "mid") & (learned["eval"] == "ooo") & (learned.aspect == "all")]
     assert rec["results"]["ooo/mid"]["value"] == mid.agreement.item()
+    # issue 39: the regression watch archives the headline per method (no per-triplet rows: no paired test)
+    hist = pd.read_parquet(tables / "tpips_history" / "dense_sift.parquet").set_index("metric")
+    assert hist.at["ooo/mid", "value"] == pytest.approx(mid.agreement.item())
+    assert set(hist.index) == {f"ooo/{m}" for m in learned.method.unique()} | {
+        "ooo/lpips_style",
+        "ooo/cosine",
+    }
+    assert pd.read_parquet(tables / "tpips_history" / "oracle_part.parquet").empty  # not applicable
     assert rec["n-samples"]["ooo"]["requested"] == int((ooo.split == "test").sum())
