@@ -17,7 +17,7 @@ from typing import Any
 import dagster as dg
 import pandas as pd
 
-from soco_pipeline.defs.shared.automation import EAGER
+from soco_pipeline.defs.shared.automation import EAGER, PER_MODEL_TAG
 from soco_pipeline.defs.shared.checks import TableResult, TableSpec, publish_checked
 from soco_pipeline.defs.shared.family import Family
 from soco_pipeline.defs.shared.partitions import backbones_partitions
@@ -86,6 +86,8 @@ def family_history(family: Family, watch: FamilyWatch) -> dg.AssetsDefinition:
         partitions_def=backbones_partitions,
         ins={t: dg.AssetIn(t) for t in watch.tables},
         automation_condition=EAGER,
+        # a per-model table: a changed spec's run (rerun_changed_backbone) holds it beside the family's tables
+        tags={PER_MODEL_TAG: backbones_partitions.name},
         kinds={"pandas"},
         code_version="1",
         check_specs=watch_checks(name),
