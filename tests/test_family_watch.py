@@ -101,13 +101,13 @@ def test_a_drop_fails_the_paired_watch_with_both_figures_and_an_unchanged_run_do
     row = out.table[(out.table.data_version == "v2")].set_index("metric").loc["accuracy/zero_shot"]
     assert row["delta"] == pytest.approx(-62.5) and row["delta_ci_high"] < 0 and bool(row["regression"])
     assert out.figures["accuracy/zero_shot"] == (
-        f"12.5 (-62.5, [{row['delta_ci_low']:+.1f}, {row['delta_ci_high']:+.1f}])"
+        f"75.0 -> 12.5 (-62.5, [{row['delta_ci_low']:+.1f}, {row['delta_ci_high']:+.1f}])"
     )
     assert set(out.table["data_version"]) == {"v1", "v2"}  # both runs stay queryable
     archive(root, "v3", bad, 2)  # the same outcomes under a new data version: paired, no difference
     same = history.watch(root, "mmvm", "m", "v3", seed=0, reduction="pooled")
     assert same.previous == "v2" and same.message == ""
-    assert same.figures["accuracy/zero_shot"] == "12.5 (+0.0, [+0.0, +0.0])"
+    assert same.figures["accuracy/zero_shot"] == "12.5 -> 12.5 (+0.0, [+0.0, +0.0])"
 
 
 def test_a_family_without_per_sample_rows_reports_the_difference_and_no_test(tmp_path):
@@ -117,7 +117,7 @@ def test_a_family_without_per_sample_rows_reports_the_difference_and_no_test(tmp
     history.write_snapshot(root, "fgbmk", "m", "v2", "task", empty, {"top1/subclass": 20.0})
     out = history.watch(root, "fgbmk", "m", "v2", not_paired=reason)
     assert out.test == f"not paired-testable: {reason}"
-    assert out.message == "" and out.figures == {"top1/subclass": "20.0 (-40.0)"}
+    assert out.message == "" and out.figures == {"top1/subclass": "60.0 -> 20.0 (-40.0)"}
     row = out.table[out.table.data_version == "v2"].iloc[0]
     assert row["delta"] == pytest.approx(-40.0) and np.isnan(row["delta_ci_low"]) and not row["regression"]
 

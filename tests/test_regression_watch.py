@@ -131,12 +131,13 @@ def check_of(result, asset: str = "model_history") -> dg.AssetCheckEvaluation:
     return ev
 
 
-def figures(text: str) -> tuple[float, float, float, float]:
-    """(value, delta, lo, hi) of a check's figure "<new> (<delta>, [<lo>, <hi>])"."""
-    new, rest = text.split(" (", 1)
+def figures(text: str) -> tuple[float, float, float, float, float]:
+    """(before, after, delta, lo, hi) of a check's figure "<before> -> <after> (<delta>, [<lo>, <hi>])"."""
+    values, rest = text.split(" (", 1)
+    before, after = (float(x) for x in values.split(" -> "))
     delta, interval = rest.rstrip(")").split(", [")
     lo, hi = (float(x) for x in interval.rstrip("]").split(", "))
-    return float(new), float(delta), lo, hi
+    return before, after, float(delta), lo, hi
 
 
 def test_first_and_unchanged_runs_pass_the_watch(watched):
@@ -153,8 +154,12 @@ def test_replaced_weights_drop_the_score_and_fail_the_watch(watched):
     assert not ev.passed
     message = ev.metadata["regression"].value
     assert "tiny (soco) regressed from data version" in message
-    _, delta, lo, hi = figures(ev.metadata["soc"].value)  # "<new> (<delta>, [<lo>, <hi>])"
-    assert delta < 0 and hi < 0 and lo <= delta <= hi
+    before, after, delta, lo, hi = figures(
+        ev.metadata["soc"].value
+    )  # "<old> -> <new> (<delta>, [<lo>, <hi>])"
+    assert (
+        after < before and delta == pytest.approx(after - before, abs=0.15) and hi < 0 and lo <= delta <= hi
+    )
     assert "soc " in message and " -> " in message  # both figures: before -> after
 
 
@@ -177,8 +182,10 @@ def test_replaced_weights_drop_the_mmvm_accuracy_and_fail_its_watch(watched):
     message = ev.metadata["regression"].value
     assert "tiny (mmvm) regressed from data version" in message
     assert "accuracy/zero_shot " in message and " -> " in message  # both figures: before -> after
-    value, delta, lo, hi = figures(ev.metadata["accuracy/zero_shot"].value)
-    assert delta < 0 and hi < 0 and lo <= delta <= hi
+    before, value, delta, lo, hi = figures(ev.metadata["accuracy/zero_shot"].value)
+    assert (
+        value < before and delta == pytest.approx(value - before, abs=0.15) and hi < 0 and lo <= delta <= hi
+    )
     hist = pd.read_parquet(watched["storage"] / "tables" / "mmvm_history" / "tiny.parquet")
     assert set(hist["family"]) == {"mmvm"}
     versions = hist.drop_duplicates("data_version").sort_values("materialized_at")
@@ -186,6 +193,7 @@ def test_replaced_weights_drop_the_mmvm_accuracy_and_fail_its_watch(watched):
     new = hist[hist.data_version == versions.data_version.iloc[1]].set_index("metric")
     old = hist[hist.data_version == versions.data_version.iloc[0]].set_index("metric")
     assert new.at["accuracy/zero_shot", "value"] == pytest.approx(value, abs=0.05)
+    assert old.at["accuracy/zero_shot", "value"] == pytest.approx(before, abs=0.05)
     assert new.at["accuracy/zero_shot", "delta"] == pytest.approx(
         new.at["accuracy/zero_shot", "value"] - old.at["accuracy/zero_shot", "value"], abs=0.05
     )

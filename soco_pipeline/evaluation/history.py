@@ -193,21 +193,21 @@ def regression_message(model: str, family: str, verdict: pd.DataFrame, previous:
     return "\n".join(lines)
 
 
-def figure_text(value: float, delta: float, lo: float, hi: float) -> str:
-    """A watched metric as the check shows it: "value (delta, [lo, hi])", "value (delta)" without an
-    interval, "value" without a comparison."""
+def figure_text(value: float, previous: float, delta: float, lo: float, hi: float) -> str:
+    """A watched metric as the check shows it: "previous -> value (delta, [lo, hi])", without the interval
+    when there is none (no paired test), "value" alone when nothing was compared."""
     if pd.isna(delta):
         return f"{value:.1f}"
     if pd.isna(lo):
-        return f"{value:.1f} ({delta:+.1f})"
-    return f"{value:.1f} ({delta:+.1f}, [{lo:+.1f}, {hi:+.1f}])"
+        return f"{previous:.1f} -> {value:.1f} ({delta:+.1f})"
+    return f"{previous:.1f} -> {value:.1f} ({delta:+.1f}, [{lo:+.1f}, {hi:+.1f}])"
 
 
 @dataclass(frozen=True)
 class WatchOutcome:
     """The watch's verdict on one materialization: the model's history rows (HISTORY_COLUMNS), the data
     version compared with ("" when none), the regression message ("" when none), the paired test in words,
-    and per metric of the current snapshot its figures as text ("value (delta, [lo, hi])")."""
+    and per metric of the current snapshot its figures as text ("previous -> value (delta, [lo, hi])")."""
 
     table: pd.DataFrame
     previous: str
@@ -260,8 +260,12 @@ def watch(
         current["previous_data_version"] = prev["data_version"]
     table = history_table(snaps, verdicts, level)
     now = table[table["data_version"] == data_version]
+    before = prev["values"] if prev else {}
     figures = {
-        r.metric: figure_text(r.value, r.delta, r.delta_ci_low, r.delta_ci_high) for r in now.itertuples()
+        r.metric: figure_text(
+            r.value, before.get(r.metric, float("nan")), r.delta, r.delta_ci_low, r.delta_ci_high
+        )
+        for r in now.itertuples()
     }
     return WatchOutcome(table, prev["data_version"] if prev else "", message, test, figures)
 
