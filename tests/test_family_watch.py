@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from soco_pipeline.evaluation import history
+from soco_pipeline.evaluation.family_records import NotApplicableError
 from soco_pipeline.evaluation.family_watch import WATCHES, FamilyWatch, family_snapshot
 from soco_pipeline.evaluation.stats import SCORE_COLUMNS
 
@@ -173,6 +174,13 @@ def test_the_aggregate_families_snapshot_their_headline_values_without_scores():
     }
     snap = family_snapshot(WATCHES["tpips"], "m", tables)
     assert snap.values == {"ooo/cosine": 40.0, "ooo/mid": 48.0} and snap.scores.empty
+
+
+def test_a_backbone_the_family_could_not_score_is_not_applicable_not_an_error():
+    n = 2 * N_CASES + 1
+    rows = mmvm_predictions(np.zeros(n, bool), status="not_applicable").assign(reason="no masks")
+    with pytest.raises(NotApplicableError, match="'m' is not applicable to MMVM: no masks"):
+        family_snapshot(WATCHES["mmvm"], "m", {"mmvm_items": mmvm_items(), "mmvm_predictions": rows})
 
 
 def test_a_snapshot_missing_for_the_current_version_names_what_to_materialize(tmp_path):

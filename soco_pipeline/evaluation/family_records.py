@@ -29,6 +29,10 @@ FAMILIES = ("mmvm", "fgbmk", "tpips")
 NO_SUBSET = {"partial": False, "rule": {}, "description": "every sample of the family's test split"}
 
 
+class NotApplicableError(ValueError):
+    """The model's stored tables of a family hold no score (its not-applicable rows): nothing to report."""
+
+
 @dataclass(frozen=True)
 class FamilyTables:
     """Where a family's record reads: its sample tables, and its per-backbone / per-LVLM result tables."""
@@ -125,7 +129,7 @@ def mmvm_parts(model: str, kind: str, t: dict[str, pd.DataFrame], n_boot: int) -
     if kind == "backbone":
         rows = t["mmvm_predictions"]
         if (rows["status"] != "ok").all():
-            raise ValueError(
+            raise NotApplicableError(
                 f"{model!r} is not applicable to MMVM: {rows['reason'].iat[0] if 'reason' in rows else ''}"
             )
         paired = MMVM_PAIRED
@@ -194,7 +198,7 @@ def tpips_parts(model: str, kind: str, t: dict[str, pd.DataFrame], n_boot: int) 
     s = pd.concat([t[n] for n in names if n in t], ignore_index=True)
     s = s[(s["method"] != "n/a") & (s["aspect"] == "all")]
     if s.empty:
-        raise ValueError(f"{model!r} has no TPIPS score (not applicable, or not materialized)")
+        raise NotApplicableError(f"{model!r} has no TPIPS score (not applicable, or not materialized)")
     per_aspect = t["tpips_ooo"]["aspect"].nunique()
     intervals = _aggregate_rows(
         model,

@@ -95,11 +95,17 @@ def family_history(family: Family, watch: FamilyWatch) -> dg.AssetsDefinition:
     )
     def history_asset(context: dg.AssetExecutionContext, soco: SocoSettings, **tables: Any):
         from soco_pipeline.evaluation import history
+        from soco_pipeline.evaluation.family_records import NotApplicableError
         from soco_pipeline.evaluation.family_watch import family_snapshot
 
         backbone = context.partition_key
-        reason = family.not_applicable(spec_for(soco, backbone))
-        if reason:
+        reason, snap = family.not_applicable(spec_for(soco, backbone)), None
+        if not reason:
+            try:
+                snap = family_snapshot(watch, backbone, tables)
+            except NotApplicableError as e:  # e.g. MMVM items without masks: the family's not-applicable rows
+                reason = str(e)
+        if snap is None:
             empty = pd.DataFrame(columns=history.HISTORY_COLUMNS)
             yield from publish_checked(
                 [dg.Output(empty, metadata={"not_applicable": reason})],
@@ -109,7 +115,6 @@ def family_history(family: Family, watch: FamilyWatch) -> dg.AssetsDefinition:
                 check_name=CHECK, passed=True, metadata={"compared_with": "nothing", "not_applicable": reason}
             )
             return
-        snap = family_snapshot(watch, backbone, tables)
         version = spec_version(soco, backbone)
         root = soco.storage_root
         history.write_snapshot(root, family.name, backbone, version, snap.task_hash, snap.scores, snap.values)
