@@ -15,6 +15,10 @@ the paired interval."""
 
 from __future__ import annotations
 
+import http.server
+import json
+import threading
+
 import dagster as dg
 import pandas as pd
 import pytest
@@ -119,7 +123,7 @@ def watched(tmp_path_factory):
         runs["unchanged"] = mat(["model_history", "mmvm_history"], "tiny")
         write_weights(weights, passthrough=False)
         runs["degraded"] = mat(PER_BACKBONE, "tiny")
-        yield {"runs": runs, "tmp": tmp, "storage": tmp / "storage"}
+        yield {"runs": runs, "tmp": tmp, "storage": tmp / "storage", "instance": instance, "defs": defs}
 
 
 def check_of(result, asset: str = "model_history") -> dg.AssetCheckEvaluation:
@@ -209,6 +213,35 @@ def test_replaced_weights_drop_the_mmvm_accuracy_and_fail_its_watch(watched):
             "select count(distinct data_version) from mmvm_history where model = 'tiny'"
         ).fetchone()
     assert got == (2,)
+
+
+def test_the_family_sensor_posts_the_regression_to_the_webhook(watched, monkeypatch):
+    got = []
+
+    class Hook(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 - the handler's API
+            got.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Hook)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    monkeypatch.setenv("SOCO_REGRESSION_WEBHOOK", f"http://127.0.0.1:{server.server_port}/hook")
+    try:
+        defs = watched["defs"]
+        context = dg.build_sensor_context(instance=watched["instance"], definitions=defs)
+        sensor = next(s for s in defs.sensors if s.name == "mmvm_regression_sensor")
+        result = sensor.evaluate_tick(context)
+    finally:
+        server.shutdown()
+        thread.join(timeout=5)
+    assert "webhook answered HTTP 204" in str(result.skip_message)
+    (posted,) = got
+    assert posted["text"].startswith("tiny (mmvm) regressed from data version")
 
 
 def test_the_board_and_sql_show_the_published_figure_and_the_knobs(watched):
