@@ -5,8 +5,8 @@ were never materialized (as after `make demo` with SOCO-LVLM only); then a secon
 (`oracle_part`) lands. The automation conditions, evaluated tick by tick with
 `dg.evaluate_automation_conditions` (as the daemon's sensor does), request that backbone's partitions in
 SOCO and the three families, then refresh every board (and a board materialized alone brings
-model_headlines, model_summary, results_database and the results page after it); removing the spec (the spec sensor's tick) drops its
-partition and refreshes every board again. Each requested run is reported to the instance as the
+model_headlines, model_summary, results_database and the results page after it); removing the spec (the
+spec sensor's tick) drops its partition and refreshes every board again. Each requested run is reported to the instance as the
 materializations it records (no asset body runs: the conditions and the graph are what is under test; the
 fan-in IO manager then reads only the partitions that exist, see test_pipeline)."""
 
