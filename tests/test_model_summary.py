@@ -142,6 +142,8 @@ def test_a_toy_family_appears_with_its_headline_only(tmp_path):
     )
     toy = family.headline
     assert (toy.family, toy.board) == ("toy", "toy_leaderboard")
+    with pytest.raises(ValueError, match="does not declare with @FAMILY.board"):
+        declared_headlines([family])  # no `@family.board` named toy_leaderboard here
     with pytest.raises(ValueError, match="another family"):
         Family(
             "toy", "1", lambda path, soco: None, headline=Headline(values=("x",), label="x", family="tpips")

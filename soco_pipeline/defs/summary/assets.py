@@ -32,8 +32,16 @@ def latest_materialization(instance: dg.DagsterInstance, asset: str) -> pd.Times
 
 
 def declared_headlines(families: Iterable[Family]) -> tuple[Headline, ...]:
-    """SOCO's headlines, then the headline of each of `families` that declares one."""
-    return (*CORE_HEADLINES, *(f.headline for f in families if f.headline is not None))
+    """SOCO's headlines, then the headline of each of `families` that declares one; ValueError when a
+    headline reads a board its family does not declare (`@FAMILY.board`)."""
+    declared = [f for f in families if f.headline is not None]
+    for f in declared:
+        if f.headline.board not in f.boards:
+            raise ValueError(
+                f"family {f.name!r}: its headline reads {f.headline.board!r}, which it does not declare with "
+                f"@FAMILY.board (its boards: {', '.join(f.boards) or 'none'}); give the Headline board=..."
+            )
+    return (*CORE_HEADLINES, *(f.headline for f in declared))
 
 
 def summary_assets(families: Iterable[Family]) -> list[dg.AssetsDefinition]:
