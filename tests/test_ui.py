@@ -56,6 +56,7 @@ def server(tmp_path_factory):
         "HF_HUB_OFFLINE": "1",
         "DAGSTER_DISABLE_TELEMETRY": "1",
         **tiny_family_env(tmp / "families"),  # automation reaches every family: at their smallest
+        "SOCO_SENSOR_INTERVAL_S": "5",  # the eager chain advances a step per tick
     }
     dev = DagsterDev(home, env, tmp / "dagster_dev.log")
     try:
