@@ -81,6 +81,10 @@ def relativize_paths(table: pa.Table, root: str) -> tuple[pa.Table, list[str]]:
     them at least lies under `root`: only those values change, so a column of relative names (an image's
     path inside its data set) or of paths elsewhere is left as it is.
     """
+
+    def paths_only(values) -> bool:
+        return pc.all(pc.or_(pc.match_substring_regex(values, _ABSOLUTE), pc.equal(values, ""))).as_py()
+
     changed = []
     for i, name in enumerate(table.column_names):
         col = table.column(i)
@@ -88,7 +92,7 @@ def relativize_paths(table: pa.Table, root: str) -> tuple[pa.Table, list[str]]:
             col
         ):
             continue
-        if not pc.all(pc.or_(pc.match_substring_regex(col, _ABSOLUTE), pc.equal(col, ""))).as_py():
+        if not paths_only(col.slice(0, 64)) or not paths_only(col):  # the head first: ids, names fail fast
             continue
         new = col
         for prefix in _root_prefixes(root):
