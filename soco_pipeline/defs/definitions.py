@@ -81,7 +81,7 @@ def build_definitions(**overrides) -> dg.Definitions:
         executor=executor_for_profile(),  # SOCO_PROFILE: local (default) | distributed (Celery)
         resources={
             "soco": soco,
-            "io_manager": ParquetIOManager(base_path=soco.tables_root),
+            "io_manager": ParquetIOManager(base_path=soco.tables_root, storage_root=soco.storage_root),
             # The one writer of storage/results.duckdb (the results_database asset); readers such as
             # `soco sql` open the file read-only on their own. The views name their Parquet files relative
             # to the storage root (portable copies), so connections resolve them from there.
