@@ -24,7 +24,7 @@ from tests.tiny_families import tiny_family_env
 pytestmark = [pytest.mark.stack, pytest.mark.timeout(1200)]
 
 CHROMIUM = Path("/usr/bin/chromium")
-BACKBONES = ["dense_sift", "oracle_part"]
+BACKBONES = ["oracle_part"]  # one backbone: the UI path (launch, sensor, automation), not extraction
 DATA_ASSETS = [
     "embedded_dataset",
     "taxonomy",
