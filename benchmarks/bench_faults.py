@@ -693,6 +693,34 @@ def fault_tampered_predictions(tmp: Path) -> None:
     )
 
 
+def fault_copied_root(tmp: Path) -> None:
+    """A storage root copied elsewhere and the original deleted: the copy's image table reads its own images."""
+    from soco_pipeline.evaluation.hashes import image_digests
+
+    a, b = tmp / "a" / "storage", tmp / "b" / "storage"
+    images = _random_images(a / "embedded" / "images", 8, 64, 48)
+    path = table_for("image_set").path(str(a / "tables"))
+    write_parquet_atomic(images, path, storage_root=str(a))  # as the IO manager writes every table
+    before = image_digests(images)
+    shutil.copytree(a, b)
+    shutil.rmtree(a)
+    t0 = time.perf_counter()
+    try:
+        copied = read_parquet(table_for("image_set").path(str(b / "tables")))
+        after = image_digests(copied)
+        lost = int((after.reindex(before.index) != before).sum())
+        inside = bool(copied.uri.str.startswith(f"{b}/").all())
+    except FileNotFoundError:
+        lost, inside = len(images), False
+    record(
+        "storage root copied, the original deleted",
+        inside and lost == 0,
+        lost,
+        time.perf_counter() - t0,
+        "paths under the storage root stored relative to it; read against the root the table lies in",
+    )
+
+
 def fault_unparsable_lvlm(tmp: Path) -> None:
     """An LVLM server that answers 'I think so' to everything: the run log warns."""
     from soco_pipeline.lvlm.backends.openai import OpenAIBackend
@@ -807,6 +835,7 @@ def main() -> int:
         ("tampered predictions", fault_tampered_predictions),
         ("unparsable lvlm", fault_unparsable_lvlm),
         ("disk full mount", fault_disk_full_mount),
+        ("copied root", fault_copied_root),
     ]
     if not args.skip_crash:
         faults.append(("crash", fault_crash_mid_extraction))

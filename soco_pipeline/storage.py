@@ -10,7 +10,9 @@ import contextlib
 import errno
 import hashlib
 import io
+import json
 import os
+import re
 import shutil
 import socket
 import time
@@ -22,6 +24,7 @@ from typing import IO
 import fsspec
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import xxhash
 
@@ -41,6 +44,95 @@ def join(root: str, *parts: str) -> str:
 def is_remote(path: str | Path) -> bool:
     """Whether an fsspec path is a URL (an object store, memory://) rather than a local path."""
     return "://" in str(path)
+
+
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+_ABSOLUTE = r"^(/|[A-Za-z][A-Za-z0-9+.-]*://)"  # an absolute local path or a URL
+
+
+def _root_prefixes(root: str) -> list[str]:
+    """The spellings of a storage root that stored paths may start with (a local root also as an absolute path)."""
+    prefixes = [str(root).rstrip("/") + "/"]
+    if not is_remote(root):
+        prefixes.append(os.path.abspath(root).rstrip("/") + "/")
+    return list(dict.fromkeys(prefixes))
+
+
+def relative_to_root(path: str, root: str) -> str:
+    """`path` as a table stores it: relative to the storage `root` when it lies under it; a path elsewhere (a
+    user's ImageNet3D folder, another bucket) stays absolute."""
+    for prefix in _root_prefixes(root):
+        if str(path).startswith(prefix):
+            return str(path)[len(prefix) :]
+    return str(path)
+
+
+def resolve(path: str, root: str) -> str:
+    """A stored path as a location: a relative one under the storage `root`, an absolute path or a URL as it
+    is (an empty one stays empty)."""
+    path = str(path)
+    return path if not path or path.startswith("/") or _URL.match(path) else join(root, path)
+
+
+def relativize_paths(table: pa.Table, root: str) -> tuple[pa.Table, list[str]]:
+    """`table` with its paths under the storage `root` stored relative to it, and the columns changed.
+
+    A path column is a string column whose values are all absolute paths or URLs (or empty) and one of
+    them at least lies under `root`: only those values change, so a column of relative names (an image's
+    path inside its data set) or of paths elsewhere is left as it is.
+    """
+
+    def paths_only(values) -> bool:
+        return pc.all(pc.or_(pc.match_substring_regex(values, _ABSOLUTE), pc.equal(values, ""))).as_py()
+
+    changed = []
+    for i, name in enumerate(table.column_names):
+        col = table.column(i)
+        if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)) or col.null_count == len(
+            col
+        ):
+            continue
+        if not paths_only(col.slice(0, 64)) or not paths_only(col):  # the head first: ids, names fail fast
+            continue
+        new = col
+        for prefix in _root_prefixes(root):
+            new = pc.replace_substring_regex(new, f"^{re.escape(prefix)}", "", max_replacements=1)
+        if not pc.all(pc.equal(new, col)).as_py():
+            table = table.set_column(i, name, new)
+            changed.append(name)
+    return table, changed
+
+
+def resolve_paths(table: pa.Table, root: str, columns: list[str]) -> pa.Table:
+    """`table` with the relative values of `columns` (those relativize_paths changed) resolved under `root`."""
+    prefix = pa.scalar(str(root).rstrip("/") + "/")
+    for name in columns:
+        if name not in table.column_names:
+            continue  # a read of some columns only
+        i = table.column_names.index(name)
+        col = table.column(i)
+        relative = pc.and_(pc.invert(pc.match_substring_regex(col, _ABSOLUTE)), pc.not_equal(col, ""))
+        table = table.set_column(
+            i, name, pc.if_else(relative, pc.binary_join_element_wise(prefix, col, ""), col)
+        )
+    return table
+
+
+def _norm(path: str) -> str:
+    return str(path).rstrip("/") if is_remote(path) else os.path.abspath(path)
+
+
+def _root_from_file(path: str, root: str) -> str | None:
+    """Where the storage `root` is from the folder of the file at `path` (`..`, `../..`), or None when the
+    file does not lie under it."""
+    rel = relative_to_root(_norm(path), _norm(root))
+    return None if rel == _norm(path) else "/".join([".."] * rel.count("/")) or "."
+
+
+def _root_of_file(path: str, up: str) -> str:
+    """The storage root of the file at `path`, `up` (`..`, `../..`, `.`) from its folder."""
+    levels = 1 + sum(1 for part in up.split("/") if part == "..")
+    return str(path).rstrip("/").rsplit("/", levels)[0]
 
 
 def filesystem(path: str) -> tuple[fsspec.AbstractFileSystem, str]:
@@ -220,20 +312,38 @@ def _data_checksum(data: bytes | memoryview) -> str:
     return xxhash.xxh3_128_hexdigest(data)
 
 
-def parquet_bytes(table: pa.Table) -> bytes:
+# Parquet footer key: {"columns": [...], "root": "../.."}: the columns holding paths relative to the storage
+# root, and where that root is from the file's folder (read_parquet resolves them: a copied root reads its own)
+STORAGE_PATHS_KEY = b"soco.storage_paths"
+
+
+def parquet_bytes(table: pa.Table, metadata: dict[bytes, bytes] | None = None) -> bytes:
     """A table as Parquet bytes (zstd) whose footer carries the xxh3 of every byte before the footer (the
-    column chunks: all values), so any change to the stored values is detected on read."""
+    column chunks: all values), so any change to the stored values is detected on read; `metadata` is
+    further footer key-value metadata."""
     buf = io.BytesIO()
     with pq.ParquetWriter(buf, table.schema, compression="zstd") as writer:
         writer.write_table(table)
-        writer.add_key_value_metadata({CONTENT_CHECKSUM_KEY: _data_checksum(buf.getbuffer())})
+        writer.add_key_value_metadata(
+            {**(metadata or {}), CONTENT_CHECKSUM_KEY: _data_checksum(buf.getbuffer())}
+        )
     return buf.getvalue()
 
 
-def write_parquet_atomic(df: pd.DataFrame | pa.Table, path: str) -> None:
-    """Write a table as one Parquet file atomically, with its content checksum in the footer."""
+def write_parquet_atomic(df: pd.DataFrame | pa.Table, path: str, storage_root: str | None = None) -> None:
+    """Write a table as one Parquet file atomically, with its content checksum in the footer.
+
+    With `storage_root` (a folder the file lies under), paths under that root are stored relative to it
+    (relativize_paths), so a copy of the whole root reads its own files; read_parquet resolves them again.
+    """
     table = df if isinstance(df, pa.Table) else pa.Table.from_pandas(df, preserve_index=False)
-    write_bytes_atomic(path, parquet_bytes(table))
+    up = _root_from_file(path, storage_root) if storage_root else None
+    metadata = None
+    if up is not None:
+        table, columns = relativize_paths(table, storage_root)
+        if columns:
+            metadata = {STORAGE_PATHS_KEY: json.dumps({"columns": columns, "root": up}).encode()}
+    write_bytes_atomic(path, parquet_bytes(table, metadata))
 
 
 def check_parquet(data: bytes, path: str, required: bool = False, fix: str = "") -> None:
@@ -264,11 +374,17 @@ def read_parquet(
     path: str, columns: list[str] | None = None, require_checksum: bool = False, fix: str = ""
 ) -> pd.DataFrame:
     """Read a Parquet file through fsspec into pandas, verified against its content checksum when it has one
-    (`require_checksum`: refuse a file without one, for tables that scores are read from)."""
+    (`require_checksum`: refuse a file without one, for tables that scores are read from); paths stored
+    relative to the storage root come back resolved under the root the file lies in."""
     fs, p = filesystem(path)
     if not fs.exists(p):
         raise FileNotFoundError(f"{path} does not exist: materialize the asset that writes it first")
     with fs.open(p, "rb") as f:
         data = f.read()
     check_parquet(data, path, require_checksum, fix)
-    return pq.read_table(io.BytesIO(data), columns=columns).to_pandas()
+    table = pq.read_table(io.BytesIO(data), columns=columns)
+    stored = (pq.read_metadata(io.BytesIO(data)).metadata or {}).get(STORAGE_PATHS_KEY)
+    if stored is not None:  # paths relative to the storage root the file lies in
+        paths = json.loads(stored)
+        table = resolve_paths(table, _root_of_file(path, paths["root"]), paths["columns"])
+    return table.to_pandas()

@@ -94,6 +94,7 @@ def crash_env(tmp: Path) -> dict[str, str]:
     soco_pipeline/pause_points.py) until told to go on, so a kill lands mid-extraction, deterministically.
     """
     from tests.dagster_server import write_instance_yaml
+    from tests.tiny_families import tiny_family_env
 
     storage, home, backbones, pause = tmp / "storage", tmp / "home", tmp / "backbones", tmp / "pause"
     write_instance_yaml(home, storage)
@@ -110,6 +111,8 @@ def crash_env(tmp: Path) -> dict[str, str]:
         SOCO_IMAGES_PER_CATEGORY="6",
         OMP_NUM_THREADS="1",
         SOCO_PAUSE_DIR=str(pause),
+        SOCO_DEMO_LVLM="0",  # the crash is in SOCO's extraction; the LVLM block adds a minute, not coverage
+        **tiny_family_env(tmp / "families"),
     )
 
 

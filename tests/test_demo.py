@@ -12,6 +12,7 @@ from soco_pipeline.defs.definitions import build_definitions
 from soco_pipeline.demo import Runner, families, run_demo, run_families
 from soco_pipeline.storage import PROJECT_ROOT
 from tests.dagster_server import write_instance_yaml
+from tests.tiny_families import write_tiny_family_configs
 from tests.toy_family import toy_definitions
 
 pytestmark = pytest.mark.pipeline
@@ -76,6 +77,7 @@ def test_a_bad_spec_stops_only_its_own_partition(tmp_path):
         backbones_dir=str(backbones),
         categories=["car", "dog"],
         images_per_category=4,
+        **write_tiny_family_configs(tmp_path / "families"),
     )
     with dg.DagsterInstance.from_config(str(home)) as instance:
         result = run_demo(instance=instance, **overrides)

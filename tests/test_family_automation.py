@@ -4,8 +4,9 @@ The core and one backbone (`dense_sift`) are materialized; an LVLM spec exists w
 were never materialized (as after `make demo` with SOCO-LVLM only); then a second backbone spec
 (`oracle_part`) lands. The automation conditions, evaluated tick by tick with
 `dg.evaluate_automation_conditions` (as the daemon's sensor does), request that backbone's partitions in
-SOCO and the three families, then refresh every board; removing the spec (the spec sensor's tick) drops its
-partition and refreshes every board again. Each requested run is reported to the instance as the
+SOCO and the three families, then refresh every board (and a board materialized alone brings
+model_headlines, model_summary, results_database and the results page after it); removing the spec (the
+spec sensor's tick) drops its partition and refreshes every board again. Each requested run is reported to the instance as the
 materializations it records (no asset body runs: the conditions and the graph are what is under test; the
 fan-in IO manager then reads only the partitions that exist, see test_pipeline)."""
 
@@ -146,6 +147,11 @@ def test_a_new_backbone_reaches_every_family_board_and_its_removal_leaves_them(w
     per_model = {a: p for t in ticks for a, p in t.items() if p is not None}
     assert all(p == {"oracle_part"} for p in per_model.values()), per_model  # only the new partition ran
     assert not any(a.startswith(("mmvm_answers", "fgbmk_answers", "tpips_lvlm")) for a in per_model)
+    # a family board materialized alone (by hand): the summary, the SQL views and the results page follow it
+    world.run({"mmvm_leaderboard": None})
+    follow = set().union(*world.until_quiet())
+    assert {"model_headlines", "model_summary", "results_database", "results_report"} <= follow, follow
+    assert "leaderboard" not in follow, follow
 
     (world.specs / "oracle_part.yaml").unlink()
     world.sensor_tick()

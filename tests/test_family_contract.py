@@ -168,3 +168,43 @@ def test_mmvm_predictions_from_the_feature_asset_equal_extracting_in_place(tmp_p
     )
     pd.testing.assert_frame_equal(via_asset, in_place)
     assert (in_place["status"] == "ok").all() and len(in_place) == 2 * len(t["items"])
+
+
+def test_the_families_and_their_boards_and_headlines_are_found_in_the_group_folders(tmp_path, monkeypatch):
+    """`declared_families` finds every module-level `Family` of the folders (a submodule's too, once when
+    imported elsewhere), each with the boards `@board` declared and its headline's family and board filled."""
+    from soco_pipeline.defs.definitions import group_folders
+    from soco_pipeline.defs.shared.family import declared_families
+
+    found = declared_families(group_folders())
+    assert found == [FGBMK, MMVM, TPIPS]
+    assert (FGBMK.boards, MMVM.boards, TPIPS.boards) == (
+        ["fgbmk_leaderboard", "fgbmk_findings"],
+        ["mmvm_leaderboard"],
+        ["tpips_leaderboard"],
+    )
+    assert [(f.headline.family, f.headline.board) for f in found] == [
+        ("fgbmk", "fgbmk_leaderboard"),
+        ("mmvm", "mmvm_leaderboard"),
+        ("tpips", "tpips_leaderboard"),
+    ]
+    # a throwaway package: one Family in a submodule, re-exported by its folder; then a second of the same name
+    pkg = tmp_path / "family_pkg"
+    (pkg / "toy").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "toy" / "decl.py").write_text(
+        "from soco_pipeline.defs.shared.family import Family\nFAMILY = Family('toy', '1', lambda p, s: None)\n"
+    )
+    (pkg / "toy" / "__init__.py").write_text("from family_pkg.toy.decl import FAMILY\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import importlib
+
+    toy = importlib.import_module("family_pkg.toy")
+    (family,) = declared_families([toy])
+    assert family.name == "toy" and family.headline is None and family.boards == []
+    (pkg / "toy" / "again.py").write_text(
+        "from soco_pipeline.defs.shared.family import Family\nTOY = Family('toy', '2', lambda p, s: None)\n"
+    )
+    importlib.invalidate_caches()  # the finder must see the new file
+    with pytest.raises(ValueError, match="two Family declarations named 'toy'"):
+        declared_families([toy])

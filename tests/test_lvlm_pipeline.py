@@ -3,14 +3,13 @@ partition only, items -> answers -> metrics -> leaderboard against a loopback se
 no key in any file the run leaves (tables, cache, Dagster's event log)."""
 
 import dagster as dg
-import pandas as pd
 import pytest
 
 from soco_pipeline.defs.definitions import build_definitions
 from soco_pipeline.defs.shared.automation import InvalidSpecError
 from soco_pipeline.lvlm.server import serve
 from soco_pipeline.results_db import query
-from soco_pipeline.storage import write_parquet_atomic
+from soco_pipeline.storage import read_parquet, write_parquet_atomic
 from tests.lvlm_helpers import OracleAnswerer, answer_key, small_tables
 
 # a whole pipeline runs in a module fixture (the first test's setup)
@@ -64,7 +63,7 @@ def test_spec_folder_to_leaderboard(setup):
     assert not empty.dynamic_partitions_requests and not empty.run_requests
 
     _materialize(defs, instance, "lvlm_items")
-    items = pd.read_parquet(setup["storage"] / "tables" / "lvlm_items.parquet")
+    items = read_parquet(str(setup["storage"] / "tables" / "lvlm_items.parquet"))  # paths resolved
     assert set(items.setting) == {"vis", "vis_desc", "desc"}
     tick = dg.evaluate_automation_conditions(defs=defs, instance=instance)
 

@@ -1,6 +1,7 @@
 """Each family's headline (evaluation/headline.py) and the one-row-per-model summary: the long
 `model_headlines` and wide `model_summary` tables from boards shaped like the real ones, their schemas, the
-`model` alias of the SQL views, and a toy family that appears with nothing but its `Headline`."""
+`model` alias of the SQL views, and a toy family that appears with nothing but its `Headline`. The headlines
+are the real ones: SOCO's and those the families' `Family` declarations carry."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from soco_pipeline.defs.definitions import group_folders
 from soco_pipeline.defs.shared.checks import schema_problems
+from soco_pipeline.defs.shared.family import declared_families
+from soco_pipeline.defs.summary.assets import declared_headlines
 from soco_pipeline.evaluation.headline import (
-    HEADLINES,
     Headline,
     model_headlines,
     model_summary,
@@ -24,6 +27,7 @@ from soco_pipeline.evaluation.headline_schemas import ModelHeadlineSchema, Model
 pytestmark = pytest.mark.pipeline  # one test materializes the summary assets (a toy family)
 
 WHEN = pd.Timestamp("2026-12-01 10:00", tz="UTC")
+HEADLINES = declared_headlines(declared_families(group_folders()))
 
 
 def boards() -> dict[str, pd.DataFrame]:
@@ -76,7 +80,8 @@ def boards() -> dict[str, pd.DataFrame]:
 
 
 def test_each_family_headline_from_its_board():
-    long = model_headlines(boards(), dict.fromkeys(boards(), WHEN), embedded=True)
+    assert [h.family for h in HEADLINES] == ["soco", "soco_lvlm", "fgbmk", "mmvm", "tpips"]
+    long = model_headlines(boards(), dict.fromkeys(boards(), WHEN), HEADLINES, embedded=True)
     assert schema_problems(long, ModelHeadlineSchema) == []
     got = long.set_index(["model", "family"])
     assert got.loc[("oracle_part", "soco"), ["value", "ci_low", "ci_high"]].tolist() == [99.0, 97.5, 100.0]
@@ -97,8 +102,8 @@ def test_each_family_headline_from_its_board():
 
 
 def test_model_summary_one_row_per_model_one_column_per_family():
-    long = model_headlines(boards(), {"leaderboard": WHEN}, embedded=False)
-    wide = model_summary(long)
+    long = model_headlines(boards(), {"leaderboard": WHEN}, HEADLINES, embedded=False)
+    wide = model_summary(long, HEADLINES)
     assert schema_problems(wide, ModelSummarySchema) == []
     assert wide.model.tolist() == ["dense_sift", "oracle_part", "tiny_vlm"]
     for family in ("soco", "soco_lvlm", "mmvm", "fgbmk", "tpips"):
@@ -115,28 +120,40 @@ def test_model_summary_one_row_per_model_one_column_per_family():
 
 
 def test_a_bad_headline_table_fails_its_schema():
-    long = model_headlines(boards(), {}, embedded=True)
+    long = model_headlines(boards(), {}, HEADLINES, embedded=True)
     bad = pd.concat([long, long.iloc[:1]], ignore_index=True)
     assert any("one_row_per_model_and_family" in p for p in schema_problems(bad, ModelHeadlineSchema))
     wrong = long.assign(value=long.value + 200)
     assert schema_problems(wrong, ModelHeadlineSchema)
 
 
-TOY = Headline(
-    family="toy", board="toy_leaderboard", values=("score",), label="toy score", n="n", simulated=True
-)
-
-
 def test_a_toy_family_appears_with_its_headline_only(tmp_path):
-    """A fourth family: its board and one `Headline`; the real summary assets (headline_assets) do the rest."""
+    """A fourth family: its board and the `headline=` of its `Family` declaration (which fills in the family's
+    name and `<name>_leaderboard`); the real summary assets (headline_assets) do the rest."""
+    from soco_pipeline.defs.shared.family import Family
     from soco_pipeline.defs.shared.resources import SocoSettings
     from soco_pipeline.defs.summary.assets import headline_assets
+
+    family = Family(
+        "toy",
+        "toy-1",
+        lambda path, soco: None,
+        headline=Headline(values=("score",), label="toy score", n="n", simulated=True),
+    )
+    toy = family.headline
+    assert (toy.family, toy.board) == ("toy", "toy_leaderboard")
+    with pytest.raises(ValueError, match="does not declare with @FAMILY.board"):
+        declared_headlines([family])  # no `@family.board` named toy_leaderboard here
+    with pytest.raises(ValueError, match="another family"):
+        Family(
+            "toy", "1", lambda path, soco: None, headline=Headline(values=("x",), label="x", family="tpips")
+        )
 
     @dg.asset(group_name="toy")
     def toy_leaderboard() -> pd.DataFrame:
         return pd.DataFrame({"model": ["dense_sift", "oracle_part"], "score": [61.0, 80.0], "n": [50, 50]})
 
-    assets = [toy_leaderboard, *headline_assets((TOY,))]
+    assets = [toy_leaderboard, *headline_assets((toy,))]
     with dg.instance_for_test(temp_dir=str(tmp_path)) as instance:
         result = dg.materialize(
             assets,
@@ -153,7 +170,7 @@ def test_a_toy_family_appears_with_its_headline_only(tmp_path):
     assert (wide.toy_ci_low < wide.toy).all() and (wide.toy < wide.toy_ci_high).all()
     assert set(summary_columns("toy")) <= set(wide.columns)
     # and beside the built-in families: its columns join theirs
-    every = (*HEADLINES, TOY)
+    every = (*HEADLINES, toy)
     long = model_headlines({**boards(), "toy_leaderboard": toy_leaderboard()}, {}, every)
     both = model_summary(long, every)
     assert both.set_index("model").loc["dense_sift", ["soco", "toy"]].tolist() == [20.0, 61.0]

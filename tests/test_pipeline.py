@@ -19,6 +19,7 @@ from soco_pipeline.defs.definitions import build_definitions
 from soco_pipeline.demo import run_demo
 from soco_pipeline.evaluation.theory import expected_concept_oracle_soc
 from soco_pipeline.storage import PROJECT_ROOT
+from tests.tiny_families import write_tiny_family_configs
 
 # a whole pipeline runs in a module fixture (the first test's setup)
 pytestmark = [pytest.mark.pipeline, pytest.mark.timeout(900)]
@@ -53,6 +54,7 @@ def run(tmp_path_factory):
         backbones_dir=str(backbones),
         categories=CATEGORIES,
         images_per_category=6,
+        **write_tiny_family_configs(tmp / "families"),  # the families' machinery, at their smallest
     )
     (tmp / "dagster_home").mkdir()
     with dg.instance_for_test(temp_dir=str(tmp / "dagster_home")) as instance:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 import requests
 import yaml
@@ -576,6 +577,24 @@ def test_tables_and_features_live_in_the_bucket(cluster, data, backfill):
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert set(BACKFILL) <= set(done.stdout.split()), done.stdout
+
+
+def test_a_copied_bucket_prefix_reads_its_own_images(cluster, data):
+    """`data` copied the storage prefix's tables and images to `reference/`: its image table names the copy's
+    images (paths stored relative to the storage root, issue 38), with the same contents."""
+    from soco_pipeline.evaluation.hashes import image_digests
+    from soco_pipeline.storage import read_parquet
+    from soco_pipeline.tables import table_for
+
+    raw = pq.read_table(cluster.s3fs().open(f"{BUCKET}/{data}/tables/image_set.parquet", "rb"))
+    assert not any(u.startswith("s3://") for u in raw.column("uri").to_pylist())  # stored relative
+    copy, original = (
+        read_parquet(table_for("image_set").path(f"s3://{BUCKET}/{p}/tables"))
+        for p in (data, cluster.storage_prefix)
+    )
+    assert copy.uri.str.startswith(f"s3://{BUCKET}/{data}/embedded/").all()
+    assert original.uri.str.startswith(f"s3://{BUCKET}/{cluster.storage_prefix}/embedded/").all()
+    assert image_digests(copy).equals(image_digests(original))
 
 
 def test_atomic_publish_on_s3(cluster):

@@ -10,6 +10,7 @@ import pytest
 from soco_pipeline import cli
 from soco_pipeline.storage import PROJECT_ROOT
 from tests.dagster_server import write_instance_yaml
+from tests.tiny_families import tiny_family_env
 
 pytestmark = [pytest.mark.pipeline, pytest.mark.timeout(1500)]
 
@@ -27,6 +28,7 @@ def env(tmp_path, monkeypatch):
         "SOCO_LVLMS_DIR": str(tmp_path / "lvlms"),
         "SOCO_CATEGORIES": "car,dog",
         "SOCO_IMAGES_PER_CATEGORY": "4",
+        **tiny_family_env(tmp_path / "families"),
     }.items():
         monkeypatch.setenv(var, value)
     for name in ("oracle_part", "oracle_concept"):

@@ -1,13 +1,17 @@
 """A fourth task family from docs/develop.md's recipe, with nothing else edited.
 
 The recipe's code blocks (each starts with its path) are written into a copy of the project: one folder in
-tasks/, one in defs/, one YAML. In a fresh interpreter on that copy the family is in the definitions, its
-tables in the registry, the demo's runner runs it per backbone and prints its board (the SOCO oracle gets
-the contract's not-applicable row: it reads no pixels), and the SQL views show its tables.
+tasks/, one in defs/, one YAML, and no registry line. In a fresh interpreter on that copy the family is in the
+definitions, its tables in the registry, the demo's runner runs it per backbone and prints its board (the
+SOCO oracle gets the contract's not-applicable row: it reads no pixels); the demo's summary assets
+(model_headlines, model_summary, results_database, results_report) then show its headline in
+`model_summary`, its tables and summary column in SQL, and its board and summary column on the results page.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import html
 import json
 import os
 import re
@@ -16,6 +20,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from soco_pipeline.storage import PROJECT_ROOT
@@ -28,8 +33,8 @@ SCRIPT = """
 import json, sys
 import dagster as dg
 from soco_pipeline.defs.definitions import build_definitions
-from soco_pipeline.demo import Runner, families, run_families
-from soco_pipeline.results_db import query, refresh_views
+from soco_pipeline.demo import Runner, Stage, families, run_families
+from soco_pipeline.results_db import query
 from soco_pipeline.tables import table_for
 
 storage, backbones, home = sys.argv[1:4]
@@ -41,14 +46,18 @@ with dg.DagsterInstance.from_config(home) as instance:
     instance.add_dynamic_partitions("backbones", ["dense_sift", "oracle_part"])
     runner = Runner(defs, instance, overrides, log=lambda m: None)
     boards = run_families(defs, runner, ["dense_sift", "oracle_part"], [], exclude=others)
+    # the demo's summary stage but SOCO's leaderboard and the correlation (no SOCO run here)
+    keys = ["model_headlines", "model_summary", "results_database", "results_report"]
+    runner.run(Stage("summary", "toy_summary", [dg.AssetKey(k) for k in keys]))
     db = storage + "/results.duckdb"
-    refresh_views(db, storage + "/tables")
     rows = query(db, "select model, score, status, reason from toy_leaderboard").to_dict("records")
     scores = query(db, "select count(*) as n from toy_scores").n.item()
     items = query(db, "select count(*) as n from toy_items").n.item()
+    summary = query(db, "select * from model_summary order by model").to_dict("records")
+    headlines = query(db, "select model, family, value from model_headlines").to_dict("records")
 print(json.dumps({
     "families": found, "failed": runner.failed, "board": boards.get("toy", ""), "rows": rows,
-    "scores": int(scores), "items": int(items),
+    "scores": int(scores), "items": int(items), "summary": summary, "headlines": headlines,
     "partitioned": [table_for(a).partitioned for a in ("toy_items", "toy_scores", "toy_leaderboard")],
 }, default=str))
 """
@@ -66,6 +75,19 @@ def recipe_files(text: str) -> dict[str, str]:
     return files
 
 
+def page_table(page: str, section: str) -> list[list[str]]:
+    """The cells (text) of the first table in the results page's <section id=...>, header row first."""
+    found = re.search(rf'<section id="{section}">(.*?)</section>', page, flags=re.S)
+    assert found, f"no section {section!r} on the page"
+    table = re.search(r"<table.*?</table>", found.group(1), flags=re.S)
+    assert table, f"no table in section {section!r}"
+    rows = re.findall(r"<tr.*?</tr>", table.group(0), flags=re.S)
+    cell = r"<t[hd][^>]*>(.*?)</t[hd]>"
+    return [
+        [html.unescape(re.sub(r"<[^>]+>", "", c)).strip() for c in re.findall(cell, r, re.S)] for r in rows
+    ]
+
+
 def test_the_recipe_names_one_folder_in_tasks_one_in_defs_and_one_yaml():
     files = recipe_files(RECIPE.read_text())
     assert sorted(files) == [
@@ -75,7 +97,7 @@ def test_the_recipe_names_one_folder_in_tasks_one_in_defs_and_one_yaml():
     ]
 
 
-def test_a_toy_family_from_the_recipe_reaches_the_demo_and_sql(tmp_path):
+def test_a_toy_family_from_the_recipe_reaches_the_demo_the_summary_sql_and_the_page(tmp_path):
     project = tmp_path / "project"
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     for folder in ("soco_pipeline", "assets"):
@@ -93,6 +115,7 @@ def test_a_toy_family_from_the_recipe_reaches_the_demo_and_sql(tmp_path):
     storage, home = tmp_path / "storage", tmp_path / "home"
     write_instance_yaml(home, storage)
     env = {**os.environ, "PYTHONPATH": str(project), "DAGSTER_HOME": str(home)}
+    days = {dt.datetime.now(dt.UTC).date()}
     done = subprocess.run(
         [sys.executable, "-c", SCRIPT, str(storage), str(backbones), str(home)],
         cwd=project,
@@ -101,14 +124,34 @@ def test_a_toy_family_from_the_recipe_reaches_the_demo_and_sql(tmp_path):
         text=True,
         timeout=600,
     )
+    days.add(dt.datetime.now(dt.UTC).date())
     assert done.returncode == 0, done.stderr[-4000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert "toy" in out["families"] and out["failed"] == {}
     assert out["partitioned"] == [False, True, False]
     weights = np.random.default_rng(0).uniform(1, 2, 3)
+    expected = 100 * len("dense_sift") / (len("dense_sift") + weights.sum())
     rows = {r["model"]: r for r in out["rows"]}
     assert rows["dense_sift"]["status"] == "ok"
-    assert rows["dense_sift"]["score"] == pytest.approx(weights.sum() * len("dense_sift"))
+    assert rows["dense_sift"]["score"] == pytest.approx(expected)
     assert rows["oracle_part"]["status"] == "not_applicable" and "pixels" in rows["oracle_part"]["reason"]
     assert out["scores"] == 2 and out["items"] == 3
     assert "dense_sift" in out["board"] and "oracle_part" in out["board"]
+    # model_summary (SQL): one row per model with a headline, the toy columns beside SOCO's (no SOCO run here)
+    assert out["headlines"] == [{"model": "dense_sift", "family": "toy", "value": pytest.approx(expected)}]
+    (summary,) = out["summary"]
+    assert summary["model"] == "dense_sift" and summary["toy"] == pytest.approx(expected)
+    assert summary["toy_simulated"] is True and np.isnan(summary["soco"]) and np.isnan(summary["toy_ci_low"])
+    assert pd.Timestamp(summary["toy_date"]).date() in days  # the day the toy board was materialized
+    assert {"fgbmk", "mmvm", "tpips", "toy_ci_high"} <= set(summary)
+    # the results page: the summary's toy column and the toy board's section
+    page = (storage / "report" / "index.html").read_text()
+    head, *body = page_table(page, "summary")
+    assert "toy" in head, head
+    (row,) = [r for r in body if r[0] == "dense_sift"]
+    assert row[head.index("toy")] == f"{expected:.1f}"
+    head, *body = page_table(page, "toy")
+    assert {r[head.index("model")]: r[head.index("status")] for r in body} == {
+        "dense_sift": "ok",
+        "oracle_part": "not_applicable",
+    }

@@ -18,12 +18,13 @@ import pytest
 
 from tests.dagster_server import PROJECT_ROOT, DagsterDev, write_instance_yaml
 from tests.needs import need
+from tests.tiny_families import tiny_family_env
 
 # `dagster dev` and the whole automated pipeline in the first setup
 pytestmark = [pytest.mark.stack, pytest.mark.timeout(1200)]
 
 CHROMIUM = Path("/usr/bin/chromium")
-BACKBONES = ["dense_sift", "oracle_part"]
+BACKBONES = ["oracle_part"]  # one backbone: the UI path (launch, sensor, automation), not extraction
 DATA_ASSETS = [
     "embedded_dataset",
     "taxonomy",
@@ -54,6 +55,8 @@ def server(tmp_path_factory):
         "SOCO_IMAGES_PER_CATEGORY": "4",
         "HF_HUB_OFFLINE": "1",
         "DAGSTER_DISABLE_TELEMETRY": "1",
+        **tiny_family_env(tmp / "families"),  # automation reaches every family: at their smallest
+        "SOCO_SENSOR_INTERVAL_S": "5",  # the eager chain advances a step per tick
     }
     dev = DagsterDev(home, env, tmp / "dagster_dev.log")
     try:

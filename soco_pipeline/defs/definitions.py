@@ -8,6 +8,10 @@ Why not `dg.load_defs` on the whole defs/ folder: this module (a `definitions.py
 that ends folder loading) and recovery.py (whose Celery sensor belongs to the distributed profile only)
 live in that folder; and one `load_defs` per folder gives Definitions that cannot be merged (each carries
 its own component tree).
+
+The assets over every family's boards (`model_headlines`, `model_summary`, `results_database`) are built here,
+after every group folder is loaded, from the `Family` declarations found in them (defs/shared/family.py
+`declared_families`): a family folder that loads after `summary/` or `results/` is seen all the same.
 """
 
 import importlib
@@ -20,8 +24,9 @@ from dagster_duckdb import DuckDBResource
 
 import soco_pipeline.defs as defs_package
 from soco_pipeline.defs.recovery import dead_run_sensor, lost_worker_sensor
-from soco_pipeline.defs.shared.automation import OBSERVED_ON_CRON
+from soco_pipeline.defs.shared.automation import OBSERVED_ON_CRON, sensor_interval_s
 from soco_pipeline.defs.shared.executors import executor_for_profile, profile
+from soco_pipeline.defs.shared.family import Family, declared_families
 from soco_pipeline.defs.shared.io_manager import ParquetIOManager
 from soco_pipeline.defs.shared.resources import SocoSettings
 from soco_pipeline.storage import is_remote
@@ -46,6 +51,15 @@ def load_group_folders(package: ModuleType = defs_package) -> dg.Definitions:
         )
 
 
+def over_families(families: list[Family]) -> dg.Definitions:
+    """The assets over the declared families' boards: the summary group's `model_headlines` and
+    `model_summary` (SOCO's headlines and each family's) and the results group's `results_database`."""
+    from soco_pipeline.defs.results.assets import results_database_asset
+    from soco_pipeline.defs.summary.assets import summary_assets
+
+    return dg.Definitions(assets=[*summary_assets(families), results_database_asset(families)])
+
+
 def build_definitions(**overrides) -> dg.Definitions:
     """Definitions with the SocoSettings resource built from the environment plus `overrides`.
 
@@ -60,14 +74,14 @@ def build_definitions(**overrides) -> dg.Definitions:
                 "default_automation_condition_sensor",
                 # and the sources observed on the weekly re-evaluation's cron (the protocol)
                 target=dg.AssetSelection.all() | dg.AssetSelection.assets(*OBSERVED_ON_CRON),
-                minimum_interval_seconds=15,
+                minimum_interval_seconds=sensor_interval_s(),
                 default_status=dg.DefaultSensorStatus.RUNNING,
             ),
         ],
         executor=executor_for_profile(),  # SOCO_PROFILE: local (default) | distributed (Celery)
         resources={
             "soco": soco,
-            "io_manager": ParquetIOManager(base_path=soco.tables_root),
+            "io_manager": ParquetIOManager(base_path=soco.tables_root, storage_root=soco.storage_root),
             # The one writer of storage/results.duckdb (the results_database asset); readers such as
             # `soco sql` open the file read-only on their own. The views name their Parquet files relative
             # to the storage root (portable copies), so connections resolve them from there.
@@ -79,7 +93,8 @@ def build_definitions(**overrides) -> dg.Definitions:
             ),
         },
     )
-    return dg.Definitions.merge(load_group_folders(), location)
+    folders = load_group_folders()
+    return dg.Definitions.merge(folders, over_families(declared_families(group_folders())), location)
 
 
 defs = build_definitions()

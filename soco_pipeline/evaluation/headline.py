@@ -4,8 +4,11 @@ A family declares its headline as a `Headline`: the board it reads, the value co
 its 95% CI is found (two columns, a half-width column, or a Wilson interval from a sample-count column) and
 where its `simulated` flag comes from. `headline_rows` turns one board into long rows
 (model, family, metric, value, ci_low, ci_high, n, simulated, materialized_at); `model_summary` pivots them
-to one row per model with one headline column per family. A new family adds its `Headline` to `HEADLINES`
-(one line) and appears in `model_headlines` / `model_summary` with nothing else edited.
+to one row per model with one headline column per family.
+
+SOCO's two boards declare theirs here (`CORE_HEADLINES`); a task family declares its own in its `Family`
+(defs/shared/family.py `Family(..., headline=Headline(...))`), which fills in the family's name and board: the
+summary assets are built over every declared headline once every group folder is loaded (defs/definitions.py).
 """
 
 from __future__ import annotations
@@ -31,10 +34,12 @@ HEADLINE_COLUMNS = (
 EMBEDDED_SOURCE = "embedded_source"  # `simulated`: the run's SOCO data source is the embedded generator
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Headline:
     """The headline of one task family, read from its board (a leaderboard table).
 
+    - `family` / `board`: the family's name (its `model_summary` columns) and the board read; a `Family`
+      declaration fills them (its name, `<name>_leaderboard`) when left empty;
     - `values`: the value column(s), 0-100; per row the first non-null one (e.g. a backbone's probe top-1,
       else an LVLM's choice accuracy on the same board);
     - `where`: a pandas query selecting the board rows that are models (not oracles, references, n/a rows);
@@ -46,10 +51,10 @@ class Headline:
       "embedded_source" (simulated iff the run's SOCO data come from the embedded generator).
     """
 
-    family: str
-    board: str
     values: tuple[str, ...]
     label: str
+    family: str = ""
+    board: str = ""
     model_column: str = "model"
     where: str = ""
     best_of: str | None = None
@@ -60,7 +65,8 @@ class Headline:
     simulated: bool | str = False
 
 
-HEADLINES: tuple[Headline, ...] = (
+# SOCO's two boards (SOCO, SOCO-LVLM: the core, not task families); each family's headline is in its Family
+CORE_HEADLINES: tuple[Headline, ...] = (
     Headline(
         family="soco",
         board="leaderboard",
@@ -78,33 +84,6 @@ HEADLINES: tuple[Headline, ...] = (
         label="4-choice accuracy, Vis. setting",
         where="kind == 'evaluated'",
         simulated=EMBEDDED_SOURCE,
-    ),
-    Headline(
-        family="mmvm",
-        board="mmvm_leaderboard",
-        values=("accuracy",),
-        label="MMVM accuracy (test split)",
-        where="kind != 'oracle' and status == 'ok'",
-        best_of="method",
-        n="n_items",
-        simulated="data_source",
-    ),
-    Headline(
-        family="fgbmk",
-        board="fgbmk_leaderboard",
-        values=("top1_subclass", "choice_subclass"),
-        label="FG-BMK subclass accuracy (probe top-1 | choice)",
-        simulated="simulated",
-    ),
-    Headline(
-        family="tpips",
-        board="tpips_leaderboard",
-        values=("ooo",),
-        label="TPIPS odd-one-out agreement (test split)",
-        where="method != 'n/a'",
-        best_of="method",
-        half_width="ooo_err",
-        simulated=True,
     ),
 )
 
@@ -141,6 +120,8 @@ def headline_rows(
 ) -> pd.DataFrame:
     """The long headline rows (HEADLINE_COLUMNS) of one family's board: one per model with a value; empty when
     the board is missing or has no model rows."""
+    if not (h.family and h.board):
+        raise ValueError(f"{h}: a Headline outside a Family declaration names its family and board")
     if board is None or board.empty or h.model_column not in board.columns:
         return empty_headlines()
     rows = board.query(h.where) if h.where else board
@@ -208,7 +189,7 @@ def empty_headlines() -> pd.DataFrame:
 def model_headlines(
     boards: dict[str, pd.DataFrame | None],
     materialized: dict[str, pd.Timestamp | None],
-    headlines: Iterable[Headline] = HEADLINES,
+    headlines: Iterable[Headline],
     embedded: bool = True,
 ) -> pd.DataFrame:
     """Every family's headline rows, one per (model, family): `boards` and `materialized` are keyed by board."""
@@ -224,7 +205,7 @@ def summary_columns(family: str) -> list[str]:
     return [family, f"{family}_ci_low", f"{family}_ci_high", f"{family}_simulated", f"{family}_date"]
 
 
-def model_summary(long: pd.DataFrame, headlines: Iterable[Headline] = HEADLINES) -> pd.DataFrame:
+def model_summary(long: pd.DataFrame, headlines: Iterable[Headline]) -> pd.DataFrame:
     """One row per model: `model`, `simulated` (any of its headlines), then per declared family its value,
     CI, simulated flag and the date (UTC) of the family board's latest materialization (the columns of
     `summary_columns`; null where the model has no headline in that family)."""

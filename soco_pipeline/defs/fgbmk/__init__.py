@@ -12,7 +12,7 @@ import dagster as dg
 import pandas as pd
 
 from soco_pipeline.defs.shared.checks import TableResult, partition_rows
-from soco_pipeline.defs.shared.family import Family
+from soco_pipeline.defs.shared.family import Family, Headline
 from soco_pipeline.defs.shared.partitions import backbones_partitions, lvlms_partitions
 from soco_pipeline.defs.shared.resources import SocoSettings
 from soco_pipeline.defs.shared.specs import lvlm_spec_for
@@ -31,7 +31,17 @@ def load_fgbmk_config(path: str, soco: SocoSettings):
 # 2: per-class top-1 in fgbmk_metrics, demo scale, one SGD loop. 3: the release's probe (Adam, its sampler),
 # ids and multi-label rows kept, findings as statistics. Global features from any kind (the SOCO oracles read
 # the part maps the embedded set writes for them); the attacks need pixels (below).
-FAMILY = Family("fgbmk", "fgbmk-3", load_fgbmk_config, needs=frozenset({"global_features"}))
+FAMILY = Family(
+    "fgbmk",
+    "fgbmk-3",
+    load_fgbmk_config,
+    needs=frozenset({"global_features"}),
+    headline=Headline(
+        values=("top1_subclass", "choice_subclass"),
+        label="FG-BMK subclass accuracy (probe top-1 | choice)",
+        simulated="simulated",
+    ),
+)
 GROUP, CODE_VERSION = FAMILY.name, FAMILY.code_version
 
 

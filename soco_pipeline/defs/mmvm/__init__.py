@@ -12,7 +12,7 @@ import pandas as pd
 from soco_pipeline.defs.shared.automation import EAGER
 from soco_pipeline.defs.shared.checks import TableResult, TableSpec, columns_of
 from soco_pipeline.defs.shared.executors import GPU_STEP_TAGS
-from soco_pipeline.defs.shared.family import Family
+from soco_pipeline.defs.shared.family import Family, Headline
 from soco_pipeline.defs.shared.partitions import backbones_partitions, lvlms_partitions
 from soco_pipeline.defs.shared.resources import SocoSettings
 from soco_pipeline.defs.shared.specs import lvlm_spec_for
@@ -37,7 +37,20 @@ def not_applicable_predictions(model: str, reason: str, inputs) -> pd.DataFrame:
 
 
 # 2: answers' extraction/judge columns, the recorded None rule
-FAMILY = Family("mmvm", "mmvm-2", load_mmvm_config, needs=frozenset({"pixels", "dense_maps"}))
+FAMILY = Family(
+    "mmvm",
+    "mmvm-2",
+    load_mmvm_config,
+    needs=frozenset({"pixels", "dense_maps"}),
+    headline=Headline(
+        values=("accuracy",),
+        label="MMVM accuracy (test split)",
+        where="kind != 'oracle' and status == 'ok'",
+        best_of="method",
+        n="n_items",
+        simulated="data_source",
+    ),
+)
 GROUP, CODE_VERSION = FAMILY.name, FAMILY.code_version
 
 

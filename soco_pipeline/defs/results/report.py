@@ -3,11 +3,18 @@
 import dagster as dg
 
 from soco_pipeline.defs.results.assets import GROUP
-from soco_pipeline.defs.shared.automation import EAGER
+from soco_pipeline.defs.shared.automation import eager_allowing_missing
 from soco_pipeline.defs.shared.resources import SocoSettings
 
 
-@dg.asset(group_name=GROUP, deps=["leaderboard"], automation_condition=EAGER, kinds={"html"})
+# after SOCO's board and after model_summary (every family's board is upstream of it), so the page follows a
+# family board too; the summary may be missing (a deployment that never built it)
+@dg.asset(
+    group_name=GROUP,
+    deps=["leaderboard", "model_summary"],
+    automation_condition=eager_allowing_missing("model_summary"),
+    kinds={"html"},
+)
 def results_report(context: dg.AssetExecutionContext, soco: SocoSettings) -> dg.MaterializeResult:
     """The static results page, storage/report/index.html: every leaderboard with CIs, the correlation figure,
     the prediction panels and LVLM examples (open it from file:// or with `soco report --serve`)."""

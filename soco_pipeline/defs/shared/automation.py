@@ -41,6 +41,19 @@ ON_CHANGE = (
 REEVALUATE_CRON = os.environ.get("SOCO_REEVALUATE_CRON") or "0 3 * * 1"  # Mondays 03:00 UTC
 
 
+def sensor_interval_s() -> int:
+    """Seconds between two evaluations of the automation condition sensor and the spec-folder sensors
+    ($SOCO_SENSOR_INTERVAL_S, default 15): the daemon's pace from one asset's materialization to the next."""
+    text = os.environ.get("SOCO_SENSOR_INTERVAL_S") or "15"
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"SOCO_SENSOR_INTERVAL_S={text!r} is not a whole number of seconds") from None
+    if value < 1:
+        raise ValueError(f"SOCO_SENSOR_INTERVAL_S={value} must be at least 1 second")
+    return value
+
+
 def reevaluate_on_cron(cron: str) -> dg.AutomationCondition:
     """After each tick of `cron`: request a partition once if it is stale, i.e. its code version or the data
     version of one of its upstream assets (tables, spec files, the protocol) changed since it was last
@@ -240,7 +253,7 @@ def spec_folder_sensor(
     @dg.sensor(
         name=name,
         job=job,
-        minimum_interval_seconds=15,
+        minimum_interval_seconds=sensor_interval_s(),
         default_status=dg.DefaultSensorStatus.RUNNING,
         description=f"Watch the {label} spec folder: add a partition per new spec, re-run a changed one.",
     )

@@ -23,6 +23,8 @@ import pyarrow
 from soco_pipeline.data.checks import table_problems
 from soco_pipeline.defs.shared.automation import MODEL_SPECS, ON_CHANGE, PER_MODEL_TAG, board_condition
 from soco_pipeline.defs.shared.io_manager import ALLOW_MISSING, ALLOW_MISSING_PARTITIONS
+from soco_pipeline.settings import Settings
+from soco_pipeline.storage import relativize_paths
 
 
 def columns_of(schema: type[pa.DataFrameModel]) -> dict[str, dg.TableSchemaMetadataValue]:
@@ -104,9 +106,12 @@ class TableResult:
     related: dict[str, pd.DataFrame] = field(default_factory=dict)  # tables the cross-table rules compare to
 
 
-def content_version(table: pd.DataFrame | pyarrow.Table) -> dg.DataVersion:
-    """The data version of a table: a hash of its schema and values (Arrow IPC bytes of one chunk)."""
+def content_version(table: pd.DataFrame | pyarrow.Table, storage_root: str | None = None) -> dg.DataVersion:
+    """The data version of a table: a hash of its schema and values (Arrow IPC bytes of one chunk), with paths
+    under `storage_root` as stored (relative to it), so a copied storage root versions its tables alike."""
     t = table if isinstance(table, pyarrow.Table) else pyarrow.Table.from_pandas(table, preserve_index=False)
+    if storage_root is not None:
+        t = relativize_paths(t, storage_root)[0]
     t = t.replace_schema_metadata(None).combine_chunks()
     sink = pyarrow.BufferOutputStream()
     with pyarrow.ipc.new_stream(sink, t.schema) as writer:
@@ -136,7 +141,12 @@ class TableSpec:
         return check_result(asset, [*problems, *result.problems])
 
 
-def publish_tables(results: dict[str, TableResult], specs: dict[str, TableSpec], single: bool):
+def publish_tables(
+    results: dict[str, TableResult],
+    specs: dict[str, TableSpec],
+    single: bool,
+    storage_root: str | None = None,
+):
     """Check every table, then publish them all (outputs with content data versions) or none."""
     outputs, checks = [], []
     for name, result in results.items():
@@ -149,7 +159,7 @@ def publish_tables(results: dict[str, TableResult], specs: dict[str, TableSpec],
                     result.value,
                     **({} if single else {"output_name": name}),
                     metadata=result.metadata,
-                    data_version=content_version(result.value),
+                    data_version=content_version(result.value, storage_root),
                 )
             )
         if specs[name].checked:
@@ -166,7 +176,8 @@ def _publishing(fn: Callable, specs: dict[str, TableSpec], single: bool) -> Call
     def wrapper(*args, **kwargs):
         returned = fn(*args, **kwargs)
         results = {next(iter(specs)): returned} if single else returned
-        yield from publish_tables(results, specs, single)
+        settings = [v for v in (*args, *kwargs.values()) if isinstance(v, Settings)]
+        yield from publish_tables(results, specs, single, settings[0].storage_root if settings else None)
 
     wrapper.__signature__ = inspect.signature(fn).replace(return_annotation=inspect.Signature.empty)
     wrapper.__annotations__ = {k: v for k, v in fn.__annotations__.items() if k != "return"}

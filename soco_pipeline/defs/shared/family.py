@@ -15,15 +15,24 @@ and the shared layer does the rest the same way for every family:
   `spec` parameter, and with `not_applicable=rows` the shared layer writes the family's not-applicable rows
   (`rows(model, reason, inputs)`) whenever the backbone's kind lacks a capability the family `needs`
   (backbones/kinds.py CAPABILITIES): one mechanism for every family;
-- LVLM answers go through `lvlm.run.ask_requests` (both error guards) in the families' domain cores.
+- LVLM answers go through `lvlm.run.ask_requests` (both error guards) in the families' domain cores;
+- the summary: `headline=Headline(values=..., label=..., ...)` (evaluation/headline.py) names the family's
+  headline on its `<name>_leaderboard`; every `Family` declared in a group folder is found once all folders
+  are loaded (`declared_families`), and defs/definitions.py builds `model_headlines` / `model_summary` over
+  their headlines and `results_database` over their boards (`@FAMILY.board` records each): a new family folder
+  reaches the summary, the SQL views and the results page with no other edit.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import importlib
 import inspect
+import pkgutil
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any
 
 import dagster as dg
@@ -40,6 +49,7 @@ from soco_pipeline.defs.shared.checks import (
 )
 from soco_pipeline.defs.shared.resources import SocoSettings
 from soco_pipeline.defs.shared.specs import spec_for
+from soco_pipeline.evaluation.headline import Headline
 from soco_pipeline.tables import register_table
 
 NotApplicableRows = Callable[[str, str, Mapping[str, Any]], pd.DataFrame]
@@ -48,13 +58,24 @@ NotApplicableRows = Callable[[str, str, Mapping[str, Any]], pd.DataFrame]
 @dataclass(frozen=True)
 class Family:
     """A task family's declaration: its name (= its asset group and the prefix of its tables), the code
-    version of its tables, its config loader `(path, settings) -> config`, and the backbone capabilities its
-    per-backbone tables need."""
+    version of its tables, its config loader `(path, settings) -> config`, the backbone capabilities its
+    per-backbone tables need, and its headline in `model_summary` (its family and board filled in: the name,
+    `<name>_leaderboard` unless it names another board). `boards` lists the boards `@board` declared."""
 
     name: str
     code_version: str
     load_config: Callable[[str, SocoSettings], Any]
     needs: frozenset[str] = field(default_factory=frozenset)
+    headline: Headline | None = None
+    boards: list[str] = field(default_factory=list, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        h = self.headline
+        if h is not None:
+            if h.family not in ("", self.name):
+                raise ValueError(f"family {self.name!r}: its headline names another family, {h.family!r}")
+            filled = dataclasses.replace(h, family=self.name, board=h.board or f"{self.name}_leaderboard")
+            object.__setattr__(self, "headline", filled)  # a frozen dataclass: set once, here
 
     def config(self, soco: SocoSettings) -> Any:
         """The family's typed config, read from `soco.family_config_path(name)`."""
@@ -127,7 +148,10 @@ class Family:
         )
 
         def decorate(fn: Callable[..., TableResult]) -> dg.AssetsDefinition:
-            self.register(kwargs.get("name", fn.__name__))
+            name = kwargs.get("name", fn.__name__)
+            self.register(name)
+            if name not in self.boards:
+                self.boards.append(name)
             return fan_in(fn)
 
         return decorate
@@ -160,6 +184,21 @@ class Family:
         body.__annotations__ = {**annotations, "soco": SocoSettings}
         del body.__wrapped__  # Dagster must see the new signature, not fn's
         return body
+
+
+def declared_families(folders: Iterable[ModuleType]) -> list[Family]:
+    """Every `Family` declared at module level in the group folders `folders` (packages; each of their
+    modules imported), by name. One declaration per name: two families of one name are a ValueError."""
+    found: dict[str, Family] = {}
+    for folder in folders:
+        names = [m.name for m in pkgutil.walk_packages(folder.__path__, f"{folder.__name__}.")]
+        for module in (folder, *map(importlib.import_module, names)):
+            for value in vars(module).values():
+                if isinstance(value, Family) and found.setdefault(value.name, value) is not value:
+                    raise ValueError(
+                        f"two Family declarations named {value.name!r} (one in {module.__name__})"
+                    )
+    return [found[name] for name in sorted(found)]
 
 
 def blocking_check_required(kwargs: Mapping[str, Any]) -> None:

@@ -3,7 +3,8 @@
 It does all table I/O of the Dagster layer: assets return tables and take them as inputs. A partitioned
 upstream read by an unpartitioned asset arrives as {partition: table} (`allow_missing_partitions` input
 metadata skips partitions not materialized yet); an unpartitioned input with `allow_missing` metadata
-arrives as None when it was never written.
+arrives as None when it was never written. Paths under the storage root are stored relative to it
+(storage.write_parquet_atomic), so a copied storage root reads its own images, not the original's.
 """
 
 from __future__ import annotations
@@ -25,12 +26,16 @@ class ParquetUPathIOManager(dg.UPathIOManager):
 
     extension: str = ".parquet"
 
+    def __init__(self, base_path: UPath, storage_root: str | None = None):
+        super().__init__(base_path=base_path)
+        self.storage_root = storage_root
+
     def get_asset_relative_path(self, context: dg.InputContext | dg.OutputContext) -> UPath:
         asset = context.asset_key.path[-1]
         return UPath(table_for(asset).asset)
 
     def dump_to_path(self, context: dg.OutputContext, obj: pd.DataFrame | pa.Table, path: UPath) -> None:
-        write_parquet_atomic(obj, str(path))
+        write_parquet_atomic(obj, str(path), storage_root=self.storage_root)
         context.add_output_metadata({"rows": len(obj)})  # UPathIOManager records the path
 
     def load_from_path(self, context: dg.InputContext, path: UPath) -> pd.DataFrame | None:
@@ -51,9 +56,11 @@ class ParquetUPathIOManager(dg.UPathIOManager):
 
 
 class ParquetIOManager(dg.ConfigurableIOManagerFactory):
-    """The tables' IO manager resource: `base_path` is the tables root (a local path or any fsspec URL)."""
+    """The tables' IO manager resource: `base_path` is the tables root (a local path or any fsspec URL), under
+    `storage_root`, which the paths in the tables are stored relative to."""
 
     base_path: str
+    storage_root: str | None = None
 
     def create_io_manager(self, context: dg.InitResourceContext) -> ParquetUPathIOManager:
-        return ParquetUPathIOManager(base_path=UPath(self.base_path))
+        return ParquetUPathIOManager(base_path=UPath(self.base_path), storage_root=self.storage_root)

@@ -1,18 +1,28 @@
-"""model_headlines and model_summary over every family's board (evaluation/headline.py declares which column of
-which board is a family's headline). A board that was never materialized is skipped, not awaited."""
+"""model_headlines and model_summary over every family's board (a `Headline` says which column of which board
+is a family's headline: SOCO's in evaluation/headline.py, each task family's in its `Family` declaration). A
+board that was never materialized is skipped, not awaited.
+
+The two assets are built by `summary_assets(families)`, called by defs/definitions.py once every group folder
+is loaded, so a family declared in any folder is seen (the folders load in name order: `summary` before
+`tpips`); this folder declares no module-level asset."""
+
+from collections.abc import Iterable
 
 import dagster as dg
 import pandas as pd
 
 from soco_pipeline.defs.shared.automation import eager_allowing_missing
 from soco_pipeline.defs.shared.checks import TableResult, table_asset
+from soco_pipeline.defs.shared.family import Family
 from soco_pipeline.defs.shared.io_manager import ALLOW_MISSING
 from soco_pipeline.defs.shared.resources import SocoSettings
-from soco_pipeline.evaluation.headline import HEADLINES, Headline
+from soco_pipeline.evaluation.headline import CORE_HEADLINES, Headline
 from soco_pipeline.evaluation.headline_schemas import ModelHeadlineSchema, ModelSummarySchema
 
 GROUP = "summary"
-CODE_VERSION = "2"  # 2: the published SOC of the model a spec names
+# 2: the published SOC of the model a spec names; 3: the headlines from the Family declarations (the family
+# columns in the families' name order, after SOCO's)
+CODE_VERSION = "3"
 
 
 def latest_materialization(instance: dg.DagsterInstance, asset: str) -> pd.Timestamp | None:
@@ -21,7 +31,25 @@ def latest_materialization(instance: dg.DagsterInstance, asset: str) -> pd.Times
     return None if event is None else pd.Timestamp(event.timestamp, unit="s", tz="UTC")
 
 
-def headline_assets(headlines: tuple[Headline, ...] = HEADLINES) -> list[dg.AssetsDefinition]:
+def declared_headlines(families: Iterable[Family]) -> tuple[Headline, ...]:
+    """SOCO's headlines, then the headline of each of `families` that declares one; ValueError when a
+    headline reads a board its family does not declare (`@FAMILY.board`)."""
+    declared = [f for f in families if f.headline is not None]
+    for f in declared:
+        if f.headline.board not in f.boards:
+            raise ValueError(
+                f"family {f.name!r}: its headline reads {f.headline.board!r}, which it does not declare with "
+                f"@FAMILY.board (its boards: {', '.join(f.boards) or 'none'}); give the Headline board=..."
+            )
+    return (*CORE_HEADLINES, *(f.headline for f in declared))
+
+
+def summary_assets(families: Iterable[Family]) -> list[dg.AssetsDefinition]:
+    """`model_headlines` and `model_summary` over `declared_headlines(families)`."""
+    return headline_assets(declared_headlines(families))
+
+
+def headline_assets(headlines: tuple[Headline, ...]) -> list[dg.AssetsDefinition]:
     """`model_headlines` (reading every declared board, each optional) and `model_summary` for `headlines`."""
     boards = list(dict.fromkeys(h.board for h in headlines))
 
@@ -78,6 +106,3 @@ def headline_assets(headlines: tuple[Headline, ...] = HEADLINES) -> list[dg.Asse
         )
 
     return [model_headlines, model_summary]
-
-
-model_headlines, model_summary = headline_assets()

@@ -10,7 +10,7 @@ import pandas as pd
 
 from soco_pipeline.defs.shared.checks import TableResult, TableSpec, columns_of, partition_rows
 from soco_pipeline.defs.shared.executors import GPU_STEP_TAGS
-from soco_pipeline.defs.shared.family import Family
+from soco_pipeline.defs.shared.family import Family, Headline
 from soco_pipeline.defs.shared.partitions import backbones_partitions, lvlms_partitions
 from soco_pipeline.defs.shared.resources import SocoSettings
 from soco_pipeline.defs.shared.specs import lvlm_spec_for
@@ -51,7 +51,20 @@ def not_applicable_scores(model: str, reason: str, inputs) -> pd.DataFrame:
 # 5: a source (generated | official), 2AFC without "overall", LVLM permutation averaging, ties scored as ties;
 # 4: late fusion = an aspect-weighted squared distance of the embeddings, L-BFGS line search unstalled;
 # 3: signed late fusion on a 2 x 2 token grid; 2: signed mid-fusion weights, L-BFGS
-FAMILY = Family("tpips", "tpips-5", load_tpips_config, needs=NEEDS)
+FAMILY = Family(
+    "tpips",
+    "tpips-5",
+    load_tpips_config,
+    needs=NEEDS,
+    headline=Headline(
+        values=("ooo",),
+        label="TPIPS odd-one-out agreement (test split)",
+        where="method != 'n/a'",
+        best_of="method",
+        half_width="ooo_err",
+        simulated=True,
+    ),
+)
 GROUP, CODE_VERSION = FAMILY.name, FAMILY.code_version
 
 

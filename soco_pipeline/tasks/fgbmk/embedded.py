@@ -203,7 +203,9 @@ def ensure_embedded(
     if storage.exists(man) and storage.exists(storage.join(root, "items.parquet")):
         try:
             if json.loads(storage.read_bytes(man)).get("request") == req:
-                return storage.read_parquet(storage.join(root, "items.parquet"))
+                items = storage.read_parquet(storage.join(root, "items.parquet"))
+                # this root's images, also from a file written before paths were stored relative
+                return items.assign(uri=[storage.join(root, p) for p in items.path])
         except ValueError:
             pass
     return generate_embedded(root, config, seed, subclasses, workers)
@@ -262,7 +264,8 @@ def generate_embedded(
         pd.concat(keypoints, ignore_index=True)[["image_id", "keypoint", "x", "y", "visible"]],
         storage.join(root, "ground_truth/keypoints.parquet"),
     )
-    storage.write_parquet_atomic(items, storage.join(root, "items.parquet"))
+    # uri relative to the root: a copied storage root reuses the set with its own images
+    storage.write_parquet_atomic(items, storage.join(root, "items.parquet"), storage_root=root)
     manifest = {
         "request": request_of(config, seed, subclasses),
         "simulated": True,

@@ -1,0 +1,32 @@
+"""$SOCO_SENSOR_INTERVAL_S sets how often the daemon evaluates the automation and spec-folder sensors."""
+
+from __future__ import annotations
+
+import pytest
+
+from soco_pipeline.defs.shared.automation import sensor_interval_s
+
+pytestmark = pytest.mark.unit
+
+
+def test_the_sensor_interval_defaults_to_15_s_and_reads_the_environment(monkeypatch):
+    monkeypatch.delenv("SOCO_SENSOR_INTERVAL_S", raising=False)
+    assert sensor_interval_s() == 15
+    monkeypatch.setenv("SOCO_SENSOR_INTERVAL_S", "5")
+    assert sensor_interval_s() == 5
+
+
+@pytest.mark.parametrize("text", ["five", "0", "-3", "1.5"])
+def test_a_bad_sensor_interval_names_the_variable(monkeypatch, text):
+    monkeypatch.setenv("SOCO_SENSOR_INTERVAL_S", text)
+    with pytest.raises(ValueError, match="SOCO_SENSOR_INTERVAL_S"):
+        sensor_interval_s()
+
+
+def test_the_definitions_take_the_interval(monkeypatch):
+    monkeypatch.setenv("SOCO_SENSOR_INTERVAL_S", "7")
+    from soco_pipeline.defs.definitions import build_definitions
+
+    defs = build_definitions()
+    assert defs.get_sensor_def("default_automation_condition_sensor").minimum_interval_seconds == 7
+    # (the spec-folder sensors read it when their module is imported: in `dagster dev`, at its start)
