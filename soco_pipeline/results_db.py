@@ -20,6 +20,7 @@ there is no file: DuckDB reads the bucket through the same fsspec filesystem as 
 from __future__ import annotations
 
 import os
+import re
 import uuid
 from pathlib import Path
 
@@ -91,6 +92,35 @@ def table_files(tables_root: str, table: Table) -> list[str]:
     return [fs.unstrip_protocol(f) for f in files] if is_remote(tables_root) else files
 
 
+VIEW_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+def stored_tables(tables_root: str, registered: tuple[Table, ...]) -> list[Table]:
+    """The tables written under `tables_root` that `registered` does not name: a task family's tables, which
+    the family's declaration registers only once the definitions are imported (a `soco sql` does not import
+    them). `<asset>.parquet` is a table, a folder `<asset>/` of Parquet files a partitioned one; the view is
+    named after the asset, as `register_table` names it."""
+    fs, root = filesystem(tables_root)
+    if not fs.exists(root):
+        return []
+    taken = {t.asset for t in registered} | {t.view for t in registered}
+    found = []
+    for entry in fs.ls(root, detail=True):
+        name = entry["name"].rstrip("/").rsplit("/", 1)[-1]
+        partitioned = entry["type"] == "directory"
+        asset = name if partitioned else name.removesuffix(".parquet")
+        if (
+            asset in taken
+            or not VIEW_NAME.match(asset)
+            or (not partitioned and not name.endswith(".parquet"))
+        ):
+            continue
+        table = Table(asset, asset, partitioned)
+        if table_files(tables_root, table):
+            found.append(table)
+    return sorted(found, key=lambda t: t.asset)
+
+
 def _sql_list(paths: list[str]) -> str:
     return "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in paths) + "]"
 
@@ -101,7 +131,8 @@ def _create_views(
     """(Re)create one view per written table; paths relative to `base` when given. Returns the views."""
     kind = "TEMP VIEW" if temp else "VIEW"
     created = []
-    for table in all_tables():
+    registered = all_tables()
+    for table in (*registered, *stored_tables(tables_root, registered)):
         files = table_files(tables_root, table)
         if not files:
             if not temp:

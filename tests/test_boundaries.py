@@ -138,7 +138,8 @@ IO_METHODS = {
 }
 # Modules whose import in defs/ means file work; and the only names defs/ may take from soco_pipeline.storage.
 IO_MODULES = {"fsspec", "upath", "shutil", "glob", "pickle", "os.path", "pathlib", "duckdb"}
-STORAGE_NAMES_ALLOWED = {"is_remote", "pid_alive", "PROJECT_ROOT"}
+# no I/O in these: names, or a transform of a table in memory
+STORAGE_NAMES_ALLOWED = {"is_remote", "pid_alive", "PROJECT_ROOT", "relativize_paths"}
 IO_RECEIVERS = {"storage", "fs", "shutil", "fsspec"}  # storage.write_bytes_atomic(...), shutil.move(...)
 
 

@@ -5,6 +5,7 @@ that CLI reads (results_db.STORAGE_COMPATIBILITY)."""
 import importlib.util
 import os
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from soco_pipeline.storage import PROJECT_ROOT, write_parquet_atomic
 from soco_pipeline.tables import table_for
 from tests.faults import metrics_frame
 from tests.needs import need
+from tests.test_stored_views import write_family_like_tables
 
 pytestmark = pytest.mark.pipeline
 
@@ -77,3 +79,23 @@ def test_the_results_file_is_written_in_the_compatible_storage_format(storage):
         ).fetchone()
     assert tags[0]["storage_version"].startswith(STORAGE_COMPATIBILITY.rsplit(".", 1)[0]), tags
     assert not [p.name for p in storage.iterdir() if p.name.startswith(".")]  # no temp left beside it
+
+
+def test_views_need_no_definitions_imported(tmp_path):
+    """In a fresh interpreter that never imports the definitions (as `soco sql` does), the family table is
+    a view."""
+    tables = tmp_path / "tables"
+    write_family_like_tables(tables)
+    code = (
+        "import sys, duckdb\n"
+        "from soco_pipeline.results_db import create_views\n"
+        "con = duckdb.connect()\n"
+        f"views = create_views(con, {str(tables)!r})\n"
+        "assert not any(m.startswith('soco_pipeline.defs') for m in sys.modules), 'definitions imported'\n"
+        "print(con.execute('select accuracy from mmvm_leaderboard').fetchone()[0])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "3.0"
