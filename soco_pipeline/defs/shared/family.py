@@ -162,6 +162,7 @@ class Family:
             metadata=columns_of(schema),
             automation_condition=ON_CHANGE,
             tags={PER_MODEL_TAG: partitions_def.name} if per_model else None,
+            is_required=False,  # a subsettable multi-asset: a run that selects one table yields only it
         )
 
     def register(self, asset: str, partitioned: bool = False) -> None:
