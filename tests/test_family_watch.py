@@ -125,6 +125,20 @@ def test_a_family_without_per_sample_rows_reports_the_difference_and_no_test(tmp
     assert row["delta"] == pytest.approx(-40.0) and np.isnan(row["delta_ci_low"]) and not row["regression"]
 
 
+def test_a_snapshot_archived_without_per_sample_scores_gets_the_difference_not_a_failed_test(tmp_path):
+    """A snapshot archived before the family had per-sample rows (empty scores) beside a paired one: the
+    plain difference, the test saying why, no crash."""
+    root = str(tmp_path)
+    history.write_snapshot(
+        root, "fgbmk", "m", "v1", "task", pd.DataFrame(columns=SCORE_COLUMNS), {"top1/subclass": 60.0}
+    )
+    snap = family_snapshot(WATCHES["fgbmk"], "m", fgbmk_tables([True, False, False, False, False, True]))
+    history.write_snapshot(root, "fgbmk", "m", "v2", "task", snap.scores, snap.values)
+    out = history.watch(root, "fgbmk", "m", "v2", reduction="pooled")
+    assert out.test == "not paired-testable: the snapshot of data version v1 holds no per-sample scores"
+    assert out.message == "" and out.figures == {"top1/subclass": "60.0 -> 33.3 (-26.7)"}
+
+
 def fgbmk_tables(correct: list[bool]) -> dict[str, pd.DataFrame]:
     """Six test images (two per subclass, one train image), the probe's subclass top-1 as fgbmk_metrics
     stores it and its per-image outcomes `correct`."""
