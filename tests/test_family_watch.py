@@ -75,8 +75,10 @@ def test_a_watch_declares_a_paired_table_or_why_there_is_none():
     with pytest.raises(ValueError, match="give either"):
         FamilyWatch("x", "h", "m", ("x_t",), ("x_s",))
     assert WATCHES["mmvm"].paired is not None and WATCHES["mmvm"].tables == ("mmvm_predictions", "mmvm_items")
-    for family in ("fgbmk", "tpips"):
-        assert WATCHES[family].paired is None and "no paired test" in WATCHES[family].not_paired
+    for watch in WATCHES.values():  # every family's headline is paired-tested on a per-sample table it reads
+        names = (watch.paired.table,) if isinstance(watch.paired.table, str) else watch.paired.table
+        assert not watch.not_paired and set(names) <= set(watch.per_model)
+        assert watch.paired.samples in watch.samples
 
 
 def archive(root: str, version: str, correct: np.ndarray, hour: int) -> None:
@@ -112,7 +114,7 @@ def test_a_drop_fails_the_paired_watch_with_both_figures_and_an_unchanged_run_do
 
 
 def test_a_family_without_per_sample_rows_reports_the_difference_and_no_test(tmp_path):
-    root, reason = str(tmp_path), WATCHES["fgbmk"].not_paired
+    root, reason = str(tmp_path), "x_metrics stores the accuracy per level, not per sample"
     empty = pd.DataFrame(columns=SCORE_COLUMNS)
     history.write_snapshot(root, "fgbmk", "m", "v1", "task", empty, {"top1/subclass": 60.0})
     history.write_snapshot(root, "fgbmk", "m", "v2", "task", empty, {"top1/subclass": 20.0})
@@ -123,57 +125,142 @@ def test_a_family_without_per_sample_rows_reports_the_difference_and_no_test(tmp
     assert row["delta"] == pytest.approx(-40.0) and np.isnan(row["delta_ci_low"]) and not row["regression"]
 
 
-def test_the_aggregate_families_snapshot_their_headline_values_without_scores():
+def test_a_snapshot_archived_without_per_sample_scores_gets_the_difference_not_a_failed_test(tmp_path):
+    """A snapshot archived before the family had per-sample rows (empty scores) beside a paired one: the
+    plain difference, the test saying why, no crash."""
+    root = str(tmp_path)
+    history.write_snapshot(
+        root, "fgbmk", "m", "v1", "task", pd.DataFrame(columns=SCORE_COLUMNS), {"top1/subclass": 60.0}
+    )
+    snap = family_snapshot(WATCHES["fgbmk"], "m", fgbmk_tables([True, False, False, False, False, True]))
+    history.write_snapshot(root, "fgbmk", "m", "v2", "task", snap.scores, snap.values)
+    out = history.watch(root, "fgbmk", "m", "v2", reduction="pooled")
+    assert out.test == "not paired-testable: the snapshot of data version v1 holds no per-sample scores"
+    assert out.message == "" and out.figures == {"top1/subclass": "60.0 -> 33.3 (-26.7)"}
+
+
+def fgbmk_tables(correct: list[bool]) -> dict[str, pd.DataFrame]:
+    """Six test images (two per subclass, one train image), the probe's subclass top-1 as fgbmk_metrics
+    stores it and its per-image outcomes `correct`."""
     items = pd.DataFrame(
         {
-            "image_id": ["a", "b", "c", "d"],
-            "path": ["a.jpg", "b.jpg", "c.jpg", "d.jpg"],
-            "split": ["train", "train", "test", "test"],
+            "image_id": [f"i{k}" for k in range(7)],
+            "path": [f"i{k}.jpg" for k in range(7)],
+            "split": ["train"] + ["test"] * 6,
             "superclass_id": 0,
-            "class_id": [0, 1, 0, 1],
-            "subclass_id": [0, 1, 2, 3],
+            "class_id": [0, 0, 0, 1, 1, 1, 1],
+            "subclass_id": [0, 0, 0, 1, 1, 2, 2],
         }
     )
+    test = items[items.split == "test"]
+    top1 = 100 * float(np.mean(correct))
     metrics = pd.DataFrame(
         {
             "scope": ["across", "across", "within"],
             "level": ["class", "subclass", "subclass"],
-            "top1": [80.0, 55.0, 70.0],
+            "top1": [80.0, top1, 70.0],
             "top5": [100.0, 100.0, 100.0],
         }
     )
-    snap = family_snapshot(WATCHES["fgbmk"], "m", {"fgbmk_items": items, "fgbmk_metrics": metrics})
-    assert snap.values == {"top1/subclass": 55.0} and snap.scores.empty
-    score = {"conditioned": False, "aspect": "all", "rater_agreement": 50.0, "ceiling": 80.0}
-    scores = pd.DataFrame(
-        [
-            {**score, "method": "cosine", "eval": "ooo", "n": 6, "agreement": 40.0, "agreement_err": 4.0},
-            {**score, "method": "mid", "eval": "ooo", "n": 6, "agreement": 48.0, "agreement_err": 4.0},
-            {**score, "method": "mid", "eval": "afc:all", "n": 2, "agreement": 70.0, "agreement_err": 9.0},
-        ]
+    predictions = pd.DataFrame(
+        {
+            "backbone": "m",
+            "image_id": list(test.image_id) * 2,
+            "level": ["class"] * 6 + ["subclass"] * 6,
+            "predicted": 0,
+            "label": 0,
+            "correct": [True] * 6 + correct,
+            "probe_head": "h",
+            "simulated": True,
+        }
     )
+    return {"fgbmk_items": items, "fgbmk_metrics": metrics, "fgbmk_probe_predictions": predictions}
+
+
+def test_fgbmk_is_paired_on_the_probes_per_image_outcomes_whose_mean_is_its_top1(tmp_path):
+    correct = [True, True, False, True, False, True]
+    snap = family_snapshot(WATCHES["fgbmk"], "m", fgbmk_tables(correct))
+    assert snap.values == {"top1/subclass": pytest.approx(100 * 4 / 6)}
+    assert set(snap.scores.metric) == {"top1/subclass"} and len(snap.scores) == 6  # the headline level only
+    assert 100 * snap.scores.score.mean() == pytest.approx(snap.values["top1/subclass"])
+    assert snap.scores.groupby("group").size().to_dict() == {"0": 2, "1": 2, "2": 2}  # categories: subclass
+    assert (snap.scores.unit == snap.scores.cluster).all()  # each image its own cluster
+    root = str(tmp_path)
+    history.write_snapshot(root, "fgbmk", "m", "v1", snap.task_hash, snap.scores, snap.values)
+    worse = family_snapshot(WATCHES["fgbmk"], "m", fgbmk_tables([False] * 5 + [True]))
+    history.write_snapshot(root, "fgbmk", "m", "v2", worse.task_hash, worse.scores, worse.values)
+    out = history.watch(root, "fgbmk", "m", "v2", reduction=WATCHES["fgbmk"].reduction, n_boot=500)
+    assert out.test.startswith("paired difference per sample") and out.previous == "v1"
+    row = out.table[out.table.data_version == "v2"].iloc[0]
+    assert row["delta"] == pytest.approx(100 * (1 / 6 - 4 / 6))
+    assert out.figures["top1/subclass"] == (
+        f"66.7 -> 16.7 (-50.0, [{row['delta_ci_low']:+.1f}, {row['delta_ci_high']:+.1f}])"
+    )
+
+
+def tpips_tables() -> dict[str, pd.DataFrame]:
+    """Two test triplets and a train one, judged on two aspects; two methods' per-row agreements and the
+    score rows they average to."""
     ooo = pd.DataFrame(
         {
-            "triplet_id": ["t0", "t1"],
+            "triplet_id": ["t0", "t0", "t1", "t1", "t9"],
             "image_0": "x",
             "image_1": "y",
             "image_2": "z",
-            "aspect": "colour",
+            "aspect": ["colour", "pose", "colour", "pose", "colour"],
             "votes": "[1, 2, 0]",
-            "split": "test",
+            "split": ["test"] * 4 + ["train"],
         }
     )
     afc = pd.DataFrame(
         {"item_id": ["a0"], "ref": "r", "x0": "x", "x1": "y", "aspect": "colour", "votes": "[3, 1]"}
     )
-    tables = {
-        "tpips_baseline_scores": scores,
-        "tpips_learned": scores.iloc[:0],
+    test = ooo[ooo.split == "test"]
+    shares = {"cosine": [0.2, 0.5, 1.0, 0.1], "mid": [0.6, 0.5, 1.0, 0.9]}
+    outcomes = pd.concat(
+        [
+            test[["triplet_id", "aspect", "split"]].assign(
+                model="m", method=m, agreement=v, judgements="simulated"
+            )
+            for m, v in shares.items()
+        ],
+        ignore_index=True,
+    )
+    score = {"conditioned": False, "aspect": "all", "rater_agreement": 50.0, "ceiling": 80.0, "n": 4}
+    scores = pd.DataFrame(
+        [
+            {**score, "method": m, "eval": "ooo", "agreement": 100 * float(np.mean(v)), "agreement_err": 4.0}
+            for m, v in shares.items()
+        ]
+        + [{**score, "method": "mid", "eval": "afc:all", "n": 1, "agreement": 70.0, "agreement_err": 9.0}]
+    )
+    return {
+        "tpips_baseline_scores": scores[scores.method == "cosine"],
+        "tpips_learned": scores[scores.method == "mid"],
+        "tpips_baseline_outcomes": outcomes[outcomes.method == "cosine"],
+        "tpips_learned_outcomes": outcomes[outcomes.method == "mid"],
         "tpips_ooo": ooo,
         "tpips_afc": afc,
     }
+
+
+def test_tpips_is_paired_on_each_methods_agreement_per_test_row_whose_mean_is_its_headline(tmp_path):
+    tables = tpips_tables()
     snap = family_snapshot(WATCHES["tpips"], "m", tables)
-    assert snap.values == {"ooo/cosine": 40.0, "ooo/mid": 48.0} and snap.scores.empty
+    assert snap.values == {"ooo/cosine": pytest.approx(45.0), "ooo/mid": pytest.approx(75.0)}
+    means = 100 * snap.scores.groupby("metric").score.mean()
+    assert means.to_dict() == pytest.approx(snap.values)  # the headline is the mean of the per-row shares
+    assert snap.scores.score.tolist() == [0.2, 0.5, 1.0, 0.1, 0.6, 0.5, 1.0, 0.9]  # shares, not 0/1
+    assert set(snap.scores.unit) == {"t0/colour", "t0/pose", "t1/colour", "t1/pose"}  # t9 is train
+    assert set(snap.scores.group) == {"colour", "pose"} and set(snap.scores.cluster) == {"t0", "t1"}
+    root = str(tmp_path)
+    history.write_snapshot(root, "tpips", "m", "v1", snap.task_hash, snap.scores, snap.values)
+    history.write_snapshot(root, "tpips", "m", "v2", snap.task_hash, snap.scores, snap.values)
+    out = history.watch(root, "tpips", "m", "v2", reduction=WATCHES["tpips"].reduction, n_boot=200)
+    assert out.message == "" and out.figures == {
+        "ooo/cosine": "45.0 -> 45.0 (+0.0, [+0.0, +0.0])",
+        "ooo/mid": "75.0 -> 75.0 (+0.0, [+0.0, +0.0])",
+    }
 
 
 def test_a_backbone_the_family_could_not_score_is_not_applicable_not_an_error():

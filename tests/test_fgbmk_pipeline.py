@@ -12,6 +12,7 @@ from soco_pipeline.lvlm.server import serve
 from soco_pipeline.storage import PROJECT_ROOT, read_parquet
 from soco_pipeline.tables import table_for
 from tests.record_helpers import exported_family_record
+from tests.watch_helpers import figure, mean_outcome, plant_earlier_version, regression_check
 
 pytestmark = pytest.mark.pipeline
 
@@ -73,12 +74,24 @@ def test_fgbmk_group_end_to_end(tmp_path, monkeypatch):
         run(
             "fgbmk_global_features",
             "fgbmk_metrics",
+            "fgbmk_probe_predictions",
             "fgbmk_robustness",
             "fgbmk_history",
             partition="vit_tiny",
         )
         run("fgbmk_answers", "fgbmk_lvlm_metrics", partition="always_yes")
         run("fgbmk_leaderboard", "fgbmk_findings")
+        # issue 39: an earlier data version of the backbone (better on two images): the re-run history
+        # compares the probe's per-image outcomes with it by the paired test
+        earlier = plant_earlier_version(str(storage), "fgbmk", "vit_tiny")
+        rerun = dg.materialize(
+            list(defs.assets),
+            selection=dg.AssetSelection.assets("fgbmk_history"),
+            instance=instance,
+            resources=defs.resources,
+            partition_key="vit_tiny",
+        )
+        assert rerun.success
     tables = str(storage / "tables")
     metrics = read_parquet(table_for("fgbmk_metrics").path(tables, "vit_tiny"))
     assert set(metrics.scope) == {"across", "within"} and set(metrics.level) == {
@@ -101,9 +114,25 @@ def test_fgbmk_group_end_to_end(tmp_path, monkeypatch):
     rec = exported_family_record(monkeypatch, storage, backbones, lvlms, "fgbmk", "vit_tiny")
     across = metrics[metrics.scope == "across"].set_index("level")
     assert rec["results"]["top1/subclass"]["value"] == across.loc["subclass", "top1"]
-    # issue 39: the regression watch archives the probe's subclass top-1 (no per-image rows: no paired test)
-    hist = read_parquet(table_for("fgbmk_history").path(tables, "vit_tiny"))
-    assert hist.metric.tolist() == ["top1/subclass"] and hist.value.item() == across.loc["subclass", "top1"]
+    # issue 39: the probe's per-image outcomes: the mean of `correct` is each level's top-1 (across)
+    preds = read_parquet(table_for("fgbmk_probe_predictions").path(tables, "vit_tiny"))
+    for level, grp in preds.groupby("level"):
+        # top-1 is torch's float32 mean (metrics.topk_accuracy): equal up to float32's precision
+        assert mean_outcome(grp.correct) == pytest.approx(across.loc[level, "top1"], abs=1e-4)
+        assert grp.probe_head.unique().tolist() == [across.loc[level, "probe_head"]]
+        assert len(grp) == across.loc[level, "n_test"]
+    # the regression watch: the probe's subclass top-1 in both snapshots, compared by the paired test
+    hist = read_parquet(table_for("fgbmk_history").path(tables, "vit_tiny")).set_index("data_version")
+    assert hist.metric.tolist() == ["top1/subclass", "top1/subclass"]
+    assert hist.at["earlier", "value"] == pytest.approx(earlier["top1/subclass"])
+    now = hist.drop(index="earlier").iloc[0]
+    assert now["value"] == across.loc["subclass", "top1"] and now["previous_data_version"] == "earlier"
+    assert now["delta_ci_low"] <= now["delta"] <= now["delta_ci_high"] <= 0
+    check = regression_check(rerun, "fgbmk_history")
+    assert check.metadata["paired_test"].value.startswith("paired difference per sample")
+    before, after, delta, lo, hi = figure(check.metadata["top1/subclass"].value)
+    assert (before, after) == (round(earlier["top1/subclass"], 1), round(now["value"], 1))
+    assert (delta, lo, hi) == tuple(round(now[c], 1) for c in ("delta", "delta_ci_low", "delta_ci_high"))
     rec = exported_family_record(monkeypatch, storage, backbones, lvlms, "fgbmk", "always_yes")
     for (task, form), grp in answers.groupby(["task", "form"]):
         assert rec["results"][f"{task}/{form}"]["value"] == pytest.approx(100 * grp.correct.mean())

@@ -11,9 +11,11 @@ import pytest
 import yaml
 
 from soco_pipeline.defs.definitions import build_definitions
+from soco_pipeline.evaluation import history
 from soco_pipeline.tasks.tpips.config import DEFAULT_PATH
 from soco_pipeline.tasks.tpips.learned import KINDS
 from tests.record_helpers import exported_family_record
+from tests.watch_helpers import current_scores, figure, mean_outcome, plant_earlier_version, regression_check
 
 pytestmark = pytest.mark.pipeline
 
@@ -25,7 +27,14 @@ DATA = [
     "tpips_afc",
     "tpips_pixel_baselines",
 ]
-PER_BACKBONE = ["tpips_features", "tpips_baseline_scores", "tpips_learned", "tpips_history"]
+PER_BACKBONE = [
+    "tpips_features",
+    "tpips_baseline_scores",
+    "tpips_baseline_outcomes",
+    "tpips_learned",
+    "tpips_learned_outcomes",
+    "tpips_history",
+]
 
 pytestmark = pytest.mark.pipeline
 
@@ -70,6 +79,10 @@ def test_tpips_group_end_to_end(tmp_path, monkeypatch):
         printout = (
             board_run.asset_materializations_for_node("tpips_leaderboard")[0].metadata["leaderboard"].value
         )
+        # issue 39: an earlier data version of dense_sift (better on two rows per method): the re-run history
+        # compares the per-row agreements with it by the paired test
+        earlier = plant_earlier_version(str(storage), "tpips", "dense_sift")
+        rerun = run(["tpips_history"], partition="dense_sift")
     tables = storage / "tables"
     ooo = pd.read_parquet(tables / "tpips_ooo.parquet")
     assert (ooo.judgements == "simulated").all() and len(ooo) > 0
@@ -96,12 +109,44 @@ def test_tpips_group_end_to_end(tmp_path, monkeypatch):
     rec = exported_family_record(monkeypatch, storage, backbones, tmp_path, "tpips", "dense_sift")
     mid = learned[(learned.method == "mid") & (learned["eval"] == "ooo") & (learned.aspect == "all")]
     assert rec["results"]["ooo/mid"]["value"] == mid.agreement.item()
-    # issue 39: the regression watch archives the headline per method (no per-triplet rows: no paired test)
-    hist = pd.read_parquet(tables / "tpips_history" / "dense_sift.parquet").set_index("metric")
-    assert hist.at["ooo/mid", "value"] == pytest.approx(mid.agreement.item())
-    assert set(hist.index) == {f"ooo/{m}" for m in learned.method.unique()} | {
-        "ooo/lpips_style",
-        "ooo/cosine",
-    }
+    # issue 39: each method's agreement per OOO test row; its mean is the method's headline on the board
+    outcomes = pd.concat(
+        [
+            pd.read_parquet(tables / t / "dense_sift.parquet")
+            for t in ("tpips_baseline_outcomes", "tpips_learned_outcomes")
+        ]
+    )
+    test_rows = ooo[ooo.split == "test"]
+    headline = board[board.model == "dense_sift"].set_index("method").ooo
+    assert set(headline.index) == set(outcomes.method)
+    for method, grp in outcomes.groupby("method"):
+        assert len(grp) == len(test_rows) and set(grp.triplet_id) == set(test_rows.triplet_id.astype(str))
+        assert mean_outcome(grp.agreement) == pytest.approx(headline[method], abs=1e-9)
+    for t in ("tpips_baseline_outcomes", "tpips_learned_outcomes"):
+        assert pd.read_parquet(tables / t / "oracle_part.parquet").empty  # not applicable: no rows
+    # the regression watch: the paired test's "after" figures are the board's headline values, "before" the
+    # earlier snapshot's; both snapshots in the history, the current one with its interval
+    metrics = sorted(f"ooo/{m}" for m in headline.index)
+    _, current = current_scores(str(storage), "tpips", "dense_sift")
+    old_scores = history.snapshot_scores(str(storage), "tpips", "dense_sift", "earlier")
+    test = history.regression_test(current, old_scores, metrics, reduction="pooled", n_boot=200).set_index(
+        "metric"
+    )
+    for method in headline.index:
+        assert test.at[f"ooo/{method}", "value_a"] == pytest.approx(headline[method], abs=1e-9)
+        assert test.at[f"ooo/{method}", "value_b"] == pytest.approx(earlier[f"ooo/{method}"], abs=1e-9)
+        assert test.at[f"ooo/{method}", "n_units"] == len(test_rows)
+    hist = pd.read_parquet(tables / "tpips_history" / "dense_sift.parquet")
+    now = hist[hist.data_version != "earlier"].set_index("metric")
+    assert now.at["ooo/mid", "value"] == pytest.approx(mid.agreement.item())
+    assert set(now.index) == set(metrics) and (now.previous_data_version == "earlier").all()
+    assert ((now.delta_ci_low <= now.delta) & (now.delta <= now.delta_ci_high) & (now.delta <= 0)).all()
+    check = regression_check(rerun, "tpips_history")
+    assert check.metadata["paired_test"].value.startswith("paired difference per sample")
+    before, after, delta, lo, hi = figure(check.metadata["ooo/mid"].value)
+    assert (before, after) == (round(earlier["ooo/mid"], 1), round(headline["mid"], 1))
+    assert (delta, lo, hi) == tuple(
+        round(now.at["ooo/mid", c], 1) for c in ("delta", "delta_ci_low", "delta_ci_high")
+    )
     assert pd.read_parquet(tables / "tpips_history" / "oracle_part.parquet").empty  # not applicable
     assert rec["n-samples"]["ooo"]["requested"] == int((ooo.split == "test").sum())

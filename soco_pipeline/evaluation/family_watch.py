@@ -2,19 +2,22 @@
 
 A family's `FamilyWatch` names the metrics of its headline (as its results record names them,
 family_records.py), the per-model and sample tables they come from, and either a `PairedOn` (the per-sample
-table and its (sample, outcome) column pair: a paired test runs on it) or, where the family stores
-aggregates only, the reason no paired test exists. `family_snapshot` turns one model's tables into what
-evaluation/history.py archives and compares: the headline values, the per-sample 0/1 scores
-(stats.SCORE_COLUMNS, empty when not paired-testable) and the task hash of the samples.
+table and its (sample, outcome) column pair: a paired test runs on it) or, where a family stores aggregates
+only, the reason no paired test exists (every family declared today is paired). `family_snapshot` turns one
+model's tables into what evaluation/history.py archives and compares: the headline values, the per-sample
+scores (stats.SCORE_COLUMNS; 0/1 or a share, empty when not paired-testable) and the task hash of the samples.
 
 The three declarations (WATCHES):
 - MMVM: accuracy per method (zero-shot, contrastive head) on the test items; paired on `mmvm_predictions`
   (`item_id`, `correct`), bootstrap categories = the item's match type (its cue combination), clusters = the
   case (the items of one scene pair);
-- FG-BMK: the linear probe's subclass top-1; `fgbmk_metrics` stores the probe's accuracy per level, not its
-  per-image outcomes: not paired-testable (the values are archived and their difference reported);
-- TPIPS: odd-one-out agreement per method (test split); `tpips_baseline_scores` / `tpips_learned` store the
-  agreement per (method, aspect), not per triplet: not paired-testable either.
+- FG-BMK: the linear probe's subclass top-1 (across superclasses); paired on `fgbmk_probe_predictions`
+  (`image_id`, `correct`: the best head's argmax on each test image the probe scored), bootstrap categories =
+  the image's subclass, clusters = the image itself (one input per sample);
+- TPIPS: odd-one-out agreement per method (test split); paired on `tpips_baseline_outcomes` and
+  `tpips_learned_outcomes` ((`triplet_id`, `aspect`), `agreement`: the vote share of the image the method
+  picks, a share, not 0/1), bootstrap categories = the aspect, clusters = the triplet (its aspects share
+  three images).
 """
 
 from __future__ import annotations
@@ -33,13 +36,14 @@ from soco_pipeline.evaluation.stats import SCORE_COLUMNS
 @dataclass(frozen=True)
 class PairedOn:
     """The per-sample table a family's headline is paired-tested on: `table` (one row per scored sample of a
-    model, per method when `method` names a column), its (`sample`, `outcome`) columns (the id, a 0/1 or bool
-    outcome), and the family's sample table `samples`, whose `split` rows are scored and whose `group` (the
-    bootstrap's categories) and `cluster` (samples that share an input) columns structure the test. Rows whose
-    `status` column is not "ok" are not scored (a not-applicable backbone)."""
+    model, per method when `method` names a column; several tables are read as one), its `sample` column(s)
+    (the id) and `outcome` column (0/1 or bool; a share in [0, 1] when `binary` is False), and the family's
+    sample table `samples`, whose `split` rows are scored and whose `group` (the bootstrap's categories) and
+    `cluster` (samples that share an input) columns structure the test. Rows whose `status` column is not
+    "ok" are not scored (a not-applicable backbone)."""
 
-    table: str
-    sample: str
+    table: str | tuple[str, ...]
+    sample: str | tuple[str, ...]
     outcome: str
     samples: str
     group: str
@@ -47,18 +51,25 @@ class PairedOn:
     method: str | None = None
     prefix: str = "accuracy"
     split: str = "test"
+    binary: bool = True
 
     def scores(self, model: str, tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
         """Per-sample scores (stats.SCORE_COLUMNS) of `model`: metric `<prefix>/<method>` (or `<prefix>`),
-        group / cluster from the sample table, unit = the sample, score = the outcome as 0/1."""
+        group / cluster from the sample table, unit = the sample (its `sample` columns joined by "/"), score =
+        the outcome (0/1, or its share when not `binary`); the rows of every table `table` names."""
         items = tables[self.samples]
         test = items[items["split"] == self.split] if "split" in items.columns else items
-        rows = tables[self.table]
+        names = (self.table,) if isinstance(self.table, str) else self.table
+        rows = pd.concat([tables[n] for n in names], ignore_index=True)
         if "status" in rows.columns:
             rows = rows[rows["status"] == "ok"]
-        keep = [self.sample, self.group, self.cluster]
-        rows = rows[rows[self.sample].isin(test[self.sample])].drop(columns=keep[1:], errors="ignore")
-        rows = rows.merge(test[keep], on=self.sample, how="left", validate="many_to_one")
+        extra = list(dict.fromkeys((self.group, self.cluster)))
+        test = test.assign(_unit=self.unit_of(test))
+        rows = rows.assign(_unit=self.unit_of(rows))
+        rows = rows[rows["_unit"].isin(test["_unit"])].drop(columns=extra, errors="ignore")
+        rows = rows.merge(test[["_unit", *extra]], on="_unit", how="left", validate="many_to_one")
+        outcome = rows[self.outcome]
+        score = outcome.astype(bool) if self.binary else outcome.astype(np.float64)
         metric = (
             self.prefix + "/" + rows[self.method].astype(str)
             if self.method
@@ -70,13 +81,21 @@ class PairedOn:
                 "model": np.full(n, model, dtype=object),
                 "metric": metric.to_numpy(dtype=object),
                 "group": rows[self.group].astype(str).to_numpy(),
-                "unit": rows[self.sample].astype(str).to_numpy(),
+                "unit": rows["_unit"].to_numpy(),
                 "element": np.full(n, "", dtype=object),
                 "cluster": rows[self.cluster].astype(str).to_numpy(),
-                "score": rows[self.outcome].astype(bool).astype(np.float64).to_numpy(),
+                "score": score.astype(np.float64).to_numpy(),
             },
             columns=SCORE_COLUMNS,
         )
+
+    def unit_of(self, frame: pd.DataFrame) -> pd.Series:
+        """The sample id of each row of `frame`: its `sample` column, or its `sample` columns joined by "/"."""
+        keys = (self.sample,) if isinstance(self.sample, str) else self.sample
+        unit = frame[keys[0]].astype(str)
+        for key in keys[1:]:
+            unit = unit + "/" + frame[key].astype(str)
+        return unit
 
 
 @dataclass(frozen=True)
@@ -154,6 +173,29 @@ MMVM_PAIRED = PairedOn(
     method="method",
 )
 
+FGBMK_PAIRED = PairedOn(
+    table="fgbmk_probe_predictions",
+    sample="image_id",
+    outcome="correct",
+    samples="fgbmk_items",
+    group="subclass_id",
+    cluster="image_id",
+    method="level",
+    prefix="top1",
+)
+
+TPIPS_PAIRED = PairedOn(
+    table=("tpips_baseline_outcomes", "tpips_learned_outcomes"),
+    sample=("triplet_id", "aspect"),
+    outcome="agreement",
+    samples="tpips_ooo",
+    group="aspect",
+    cluster="triplet_id",
+    method="method",
+    prefix="ooo",
+    binary=False,
+)
+
 WATCHES: dict[str, FamilyWatch] = {
     "mmvm": FamilyWatch(
         family="mmvm",
@@ -167,22 +209,21 @@ WATCHES: dict[str, FamilyWatch] = {
         family="fgbmk",
         headline="FG-BMK linear-probe top-1, subclass level (across superclasses)",
         metrics=r"top1/subclass",
-        per_model=("fgbmk_metrics",),
+        per_model=("fgbmk_metrics", "fgbmk_probe_predictions"),
         samples=("fgbmk_items",),
-        not_paired=(
-            "fgbmk_metrics stores the probe's top-1 per level, not its per-image outcomes: no paired test; "
-            "the values are archived and their difference reported"
-        ),
+        paired=FGBMK_PAIRED,
     ),
     "tpips": FamilyWatch(
         family="tpips",
         headline="TPIPS odd-one-out agreement per method (test split)",
         metrics=r"ooo/.+",
-        per_model=("tpips_baseline_scores", "tpips_learned"),
-        samples=("tpips_ooo", "tpips_afc"),
-        not_paired=(
-            "tpips_baseline_scores and tpips_learned store the agreement per (method, aspect), not per "
-            "triplet: no paired test; the values are archived and their difference reported"
+        per_model=(
+            "tpips_baseline_scores",
+            "tpips_learned",
+            "tpips_baseline_outcomes",
+            "tpips_learned_outcomes",
         ),
+        samples=("tpips_ooo", "tpips_afc"),
+        paired=TPIPS_PAIRED,
     ),
 }

@@ -254,8 +254,15 @@ def watch(
             metrics = sorted(current["values"])
             old = snapshot_scores(storage_root, family, model, prev["data_version"])
             new = snapshot_scores(storage_root, family, model, data_version)
-            verdict = regression_test(new, old, metrics, level, n_boot=n_boot, seed=seed, reduction=reduction)
-            message = regression_message(model, family, verdict, prev["data_version"], data_version)
+            if old.empty or new.empty:  # archived while the family stored aggregates only: nothing to pair
+                which = prev["data_version"] if old.empty else data_version
+                test = f"not paired-testable: the snapshot of data version {which} holds no per-sample scores"
+                verdict = unpaired_difference(current["values"], prev["values"])
+            else:
+                verdict = regression_test(
+                    new, old, metrics, level, n_boot=n_boot, seed=seed, reduction=reduction
+                )
+                message = regression_message(model, family, verdict, prev["data_version"], data_version)
         verdicts[data_version] = verdict
         current["previous_data_version"] = prev["data_version"]
     table = history_table(snaps, verdicts, level)

@@ -1,7 +1,8 @@
 """FG-BMK (fine-grained recognition), the Dagster layer: declarations only; the work is soco_pipeline.tasks.fgbmk.
 
 fgbmk_items (the simulated set, or a user's FG-BMK layout later) -> fgbmk_questions;
-backbones[b]: fgbmk_global_features[b] (pool gpu) -> fgbmk_metrics[b], fgbmk_robustness[b] (pool gpu);
+backbones[b]: fgbmk_global_features[b] (pool gpu) -> fgbmk_metrics[b] + fgbmk_probe_predictions[b] (one body),
+fgbmk_robustness[b] (pool gpu);
 lvlms[m]: fgbmk_answers[m] -> fgbmk_lvlm_metrics[m]; all -> fgbmk_leaderboard and fgbmk_findings (the paper's
 five findings checked on our tables).
 The config is `soco.fgbmk_config_path` ($SOCO_FGBMK_CONFIG) or assets/fgbmk.yaml at the scale of
@@ -28,12 +29,13 @@ def load_fgbmk_config(path: str, soco: SocoSettings):
     return load_config(path, soco.dataset_size if soco.dataset_size in ("demo", "full") else None)
 
 
+# 4: fgbmk_probe_predictions (the probe's per-image outcomes, the watch's paired test) beside fgbmk_metrics.
 # 2: per-class top-1 in fgbmk_metrics, demo scale, one SGD loop. 3: the release's probe (Adam, its sampler),
 # ids and multi-label rows kept, findings as statistics. Global features from any kind (the SOCO oracles read
 # the part maps the embedded set writes for them); the attacks need pixels (below).
 FAMILY = Family(
     "fgbmk",
-    "fgbmk-3",
+    "fgbmk-4",
     load_fgbmk_config,
     needs=frozenset({"global_features"}),
     headline=Headline(
@@ -120,27 +122,47 @@ def fgbmk_global_features(
     )
 
 
-@FAMILY.table(backbones_partitions, schema=schemas.FgbmkMetricSchema, kinds={"pytorch"})
+@FAMILY.tables(
+    {
+        "fgbmk_metrics": FAMILY.partition_out(
+            backbones_partitions,
+            schemas.FgbmkMetricSchema,
+            "Linear-probe top-1/top-5 and retrieval recall@1/mAP at each level, across and within superclasses.",
+            kinds=("pytorch",),
+        ),
+        "fgbmk_probe_predictions": FAMILY.partition_out(
+            backbones_partitions,
+            schemas.FgbmkProbePredictionSchema,
+            "The best probe head's class on every test image, per level across superclasses (the regression "
+            "watch's per-sample outcomes; the mean of `correct` is fgbmk_metrics' top-1).",
+        ),
+    },
+    partitions_def=backbones_partitions,
+)
 def fgbmk_metrics(
     context: dg.AssetExecutionContext,
     soco: SocoSettings,
     fgbmk_items: pd.DataFrame,
     fgbmk_global_features: pd.DataFrame,
-) -> TableResult:
-    """Linear-probe top-1/top-5 and retrieval recall@1/mAP at each level, across and within superclasses."""
+) -> dict[str, TableResult]:
+    """Linear-probe top-1/top-5 and retrieval recall@1/mAP at each level, across and within superclasses, and
+    the best probe head's prediction on each test image (across superclasses)."""
     from soco_pipeline.features import read_global, resolve_folder
-    from soco_pipeline.tasks.fgbmk.machine_eval import evaluate_backbone
+    from soco_pipeline.tasks.fgbmk.machine_eval import evaluate_backbone, probe_predictions
 
     cfg = fgbmk_config(soco)
     folder = resolve_folder(fgbmk_global_features.folder.iloc[0], soco.features_root)
     feats = read_global(folder, fgbmk_items.image_id)
-    df, _ = evaluate_backbone(
-        context.partition_key, feats, fgbmk_items, cfg, bool(fgbmk_items.simulated.all())
-    )
+    simulated = bool(fgbmk_items.simulated.all())
+    df, probes = evaluate_backbone(context.partition_key, feats, fgbmk_items, cfg, simulated)
+    predictions = probe_predictions(context.partition_key, fgbmk_items, probes, simulated)
     across = df[df.scope == "across"].set_index("level")
-    return TableResult(
-        df, {"rows": len(df), **{f"top1/{lv}": round(float(v), 2) for lv, v in across.top1.items()}}
-    )
+    return {
+        "fgbmk_metrics": TableResult(
+            df, {"rows": len(df), **{f"top1/{lv}": round(float(v), 2) for lv, v in across.top1.items()}}
+        ),
+        "fgbmk_probe_predictions": TableResult(predictions, {"rows": len(predictions)}),
+    }
 
 
 @FAMILY.table(backbones_partitions, schema=schemas.FgbmkRobustnessSchema, kinds={"pytorch"}, pool="gpu")

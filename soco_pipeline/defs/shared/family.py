@@ -38,10 +38,11 @@ from typing import Any
 import dagster as dg
 import pandas as pd
 
-from soco_pipeline.defs.shared.automation import EAGER
+from soco_pipeline.defs.shared.automation import EAGER, ON_CHANGE, PER_MODEL_TAG
 from soco_pipeline.defs.shared.checks import (
     TableResult,
     TableSpec,
+    columns_of,
     fan_in_table,
     partition_table,
     table_asset,
@@ -118,14 +119,51 @@ class Family:
 
         return decorate
 
-    def tables(self, outs: dict[str, tuple[TableSpec, dg.AssetOut]], **kwargs: Any):
-        """Decorator of several unpartitioned tables of the family from one body (shared/checks.py
-        `table_multi_asset`, all published or none), in the family's group."""
+    def tables(
+        self,
+        outs: dict[str, tuple[TableSpec, dg.AssetOut]],
+        partitions_def: dg.PartitionsDefinition | None = None,
+        not_applicable: Mapping[str, NotApplicableRows] | None = None,
+        **kwargs: Any,
+    ):
+        """Decorator of several tables of the family from one body (shared/checks.py `table_multi_asset`, all
+        published or none, or those a run selects), in the family's group; per backbone or LVLM when
+        `partitions_def` is given (build the outs with `partition_out`). Per backbone, the body gets the
+        partition's `spec` as `table` gives it, and `not_applicable` ({table: rows}) names each table's rows
+        for a backbone whose kind lacks a need."""
         for name, (spec, _) in outs.items():
             if not spec.checked:
                 raise TypeError(f"table {name!r}: every family table has a blocking check; give it a schema")
-            self.register(name)
-        return table_multi_asset(outs=outs, group_name=self.name, **kwargs)
+            self.register(name, partitioned=partitions_def is not None)
+        if not_applicable is not None and set(not_applicable) != set(outs):
+            raise ValueError(f"not_applicable must name the rows of every table: {sorted(outs)}")
+        if partitions_def is not None:
+            kwargs.update(partitions_def=partitions_def, can_subset=True)
+        decorate = table_multi_asset(outs=outs, group_name=self.name, **kwargs)
+        if not _per_backbone(partitions_def):
+            return decorate
+        return lambda fn: decorate(self.backbone_body(fn, not_applicable))
+
+    def partition_out(
+        self,
+        partitions_def: dg.PartitionsDefinition,
+        schema: Any,
+        description: str,
+        kinds: Iterable[str] = ("pandas",),
+    ) -> tuple[TableSpec, dg.AssetOut]:
+        """One per-model output of `tables(..., partitions_def=...)`: behind its `schema` check, at the family's
+        code version, re-run when the model's spec changes (ON_CHANGE and the per-model tag, as
+        `partition_table` gives a single table)."""
+        per_model = isinstance(partitions_def, dg.DynamicPartitionsDefinition)
+        return TableSpec(schema), dg.AssetOut(
+            code_version=self.code_version,
+            kinds=set(kinds),
+            description=description,
+            metadata=columns_of(schema),
+            automation_condition=ON_CHANGE,
+            tags={PER_MODEL_TAG: partitions_def.name} if per_model else None,
+            is_required=False,  # a subsettable multi-asset: a run that selects one table yields only it
+        )
 
     def register(self, asset: str, partitioned: bool = False) -> None:
         """Put a table of the family in the table registry (tables.py): its Parquet path and SQL view
@@ -156,9 +194,12 @@ class Family:
 
         return decorate
 
-    def backbone_body(self, fn: Callable[..., TableResult], rows: NotApplicableRows | None) -> Callable:
+    def backbone_body(
+        self, fn: Callable[..., Any], rows: NotApplicableRows | Mapping[str, NotApplicableRows] | None
+    ) -> Callable:
         """`fn` wrapped for a backbone partition: the spec resolved once (passed as `spec` when `fn` takes it)
-        and, with `rows`, the family's not-applicable table instead of `fn` when the kind lacks a need."""
+        and, with `rows`, the family's not-applicable table instead of `fn` when the kind lacks a need (with
+        {table: rows}, a body of several tables: each table's rows)."""
         sig = inspect.signature(fn)
         takes_spec, takes_soco = "spec" in sig.parameters, "soco" in sig.parameters
         if not takes_spec and rows is None:
@@ -176,7 +217,13 @@ class Family:
             reason = self.not_applicable(spec) if rows is not None else ""
             if reason:
                 inputs = {k: v for k, v in kwargs.items() if k != "soco"}
-                return TableResult(rows(context.partition_key, reason, inputs), {"not_applicable": reason})
+                meta = {"not_applicable": reason}
+                if isinstance(rows, Mapping):
+                    return {
+                        n: TableResult(r(context.partition_key, reason, inputs), meta)
+                        for n, r in rows.items()
+                    }
+                return TableResult(rows(context.partition_key, reason, inputs), meta)
             return fn(context, **({"spec": spec} if takes_spec else {}), **kwargs)
 
         body.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]

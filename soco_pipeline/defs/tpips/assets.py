@@ -48,12 +48,13 @@ def not_applicable_scores(model: str, reason: str, inputs) -> pd.DataFrame:
     return not_applicable_rows(model, reason.removeprefix("not applicable: "))
 
 
-# 5: a source (generated | official), 2AFC without "overall", LVLM permutation averaging, ties scored as ties;
+# 6: tpips_baseline_outcomes / tpips_learned_outcomes, each method's agreement per OOO test row (the watch's
+# paired test) beside the score tables; 5: a source (generated | official), 2AFC without "overall", LVLM permutation averaging, ties scored as ties;
 # 4: late fusion = an aspect-weighted squared distance of the embeddings, L-BFGS line search unstalled;
 # 3: signed late fusion on a 2 x 2 token grid; 2: signed mid-fusion weights, L-BFGS
 FAMILY = Family(
     "tpips",
-    "tpips-5",
+    "tpips-6",
     load_tpips_config,
     needs=NEEDS,
     headline=Headline(
@@ -215,7 +216,45 @@ def tpips_pixel_baselines(
     return TableResult(rows, {"judgements": judgements(cfg)})
 
 
-@FAMILY.table(backbones_partitions, schema=schemas.ScoreSchema, not_applicable=not_applicable_scores)
+def not_applicable_outcomes(model: str, reason: str, inputs) -> pd.DataFrame:
+    """The outcome table of a backbone that cannot score the TPIPS images: no rows."""
+    from soco_pipeline.tasks.tpips.evaluate import no_outcomes
+
+    return no_outcomes()
+
+
+def _scored(name: str, description: str, kinds: tuple[str, ...] = ("pandas",)):
+    """The outs of a per-backbone scoring body: its score table `name` and `<name minus _scores>_outcomes`
+    (each method's agreement per OOO test row: the regression watch's per-sample outcomes)."""
+    outcomes = name.removesuffix("_scores") + "_outcomes"
+    return {
+        name: FAMILY.partition_out(backbones_partitions, schemas.ScoreSchema, description, kinds),
+        outcomes: FAMILY.partition_out(
+            backbones_partitions,
+            schemas.OutcomeSchema,
+            f"Each method of {name} on every OOO test (triplet, aspect) row: its agreement (vote share of the "
+            "image it picks); the mean x 100 is the method's OOO agreement.",
+        ),
+    }, {name: not_applicable_scores, outcomes: not_applicable_outcomes}
+
+
+BASELINE_OUTS, BASELINE_NA = _scored(
+    "tpips_baseline_scores",
+    "Frozen aspect-agnostic scores of one backbone: the LPIPS-style distance (uncalibrated) and global cosine.",
+)
+LEARNED_OUTS, LEARNED_NA = _scored(
+    "tpips_learned",
+    "Late- and mid-fusion metrics and the ablations trained on the OOO train split, scored on test and 2AFC.",
+    ("pytorch",),
+)
+
+
+def _tables(parts: list[tuple[pd.DataFrame, pd.DataFrame]]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The score rows and the outcome rows of several methods."""
+    return tuple(pd.concat([p[i] for p in parts], ignore_index=True) for i in (0, 1))  # type: ignore[return-value]
+
+
+@FAMILY.tables(BASELINE_OUTS, partitions_def=backbones_partitions, not_applicable=BASELINE_NA)
 def tpips_baseline_scores(
     context: dg.AssetExecutionContext,
     soco: SocoSettings,
@@ -223,40 +262,40 @@ def tpips_baseline_scores(
     tpips_images: pd.DataFrame,
     tpips_ooo: pd.DataFrame,
     tpips_afc: pd.DataFrame,
-) -> TableResult:
-    """Frozen aspect-agnostic scores of one backbone: the LPIPS-style distance (uncalibrated) and global cosine."""
+) -> dict[str, TableResult]:
+    """Frozen aspect-agnostic scores of one backbone: the LPIPS-style distance (uncalibrated) and global
+    cosine; and each one's agreement on every OOO test row."""
     from soco_pipeline.tasks.tpips import baselines as b
-    from soco_pipeline.tasks.tpips.evaluate import evaluate_sim
+    from soco_pipeline.tasks.tpips.evaluate import evaluate_sim_outcomes
 
     backbone, cfg = context.partition_key, tpips_config(soco)
     ids, opos, apos, feats = _backbone_inputs(soco, tpips_features, tpips_images, tpips_ooo, tpips_afc)
-    return TableResult(
-        pd.concat(
-            [
-                evaluate_sim(
-                    backbone,
-                    "lpips_style",
-                    False,
-                    b.lpips_style_sim(feats),
-                    tpips_ooo,
-                    opos,
-                    tpips_afc,
-                    apos,
-                    note="uncalibrated: no learned LPIPS weights offline",
-                ),
-                evaluate_sim(
-                    backbone, "cosine", False, b.cosine_sim(feats), tpips_ooo, opos, tpips_afc, apos
-                ),
-            ],
-            ignore_index=True,
-        ),
-        {"judgements": judgements(cfg)},
+    scores, outcomes = _tables(
+        [
+            evaluate_sim_outcomes(
+                backbone,
+                "lpips_style",
+                False,
+                b.lpips_style_sim(feats),
+                tpips_ooo,
+                opos,
+                tpips_afc,
+                apos,
+                note="uncalibrated: no learned LPIPS weights offline",
+            ),
+            evaluate_sim_outcomes(
+                backbone, "cosine", False, b.cosine_sim(feats), tpips_ooo, opos, tpips_afc, apos
+            ),
+        ]
     )
+    meta = {"judgements": judgements(cfg)}
+    return {
+        "tpips_baseline_scores": TableResult(scores, meta),
+        "tpips_baseline_outcomes": TableResult(outcomes, {**meta, "rows": len(outcomes)}),
+    }
 
 
-@FAMILY.table(
-    backbones_partitions, schema=schemas.ScoreSchema, kinds={"pytorch"}, not_applicable=not_applicable_scores
-)
+@FAMILY.tables(LEARNED_OUTS, partitions_def=backbones_partitions, not_applicable=LEARNED_NA)
 def tpips_learned(
     context: dg.AssetExecutionContext,
     soco: SocoSettings,
@@ -265,12 +304,13 @@ def tpips_learned(
     tpips_images: pd.DataFrame,
     tpips_ooo: pd.DataFrame,
     tpips_afc: pd.DataFrame,
-) -> TableResult:
+) -> dict[str, TableResult]:
     """Late-fusion (ours and the paper's cosine form) and mid-fusion metrics and the two ablations, trained on the
-    OOO train split, scored on test and 2AFC; aspect-conditioned and compositional retrieval with the mid-fusion
-    metric, one contact sheet per (query, aspect) or composition under <storage>/tpips/retrieval/<backbone>."""
+    OOO train split, scored on test and 2AFC (and each one's agreement on every OOO test row); aspect-conditioned
+    and compositional retrieval with the mid-fusion metric, one contact sheet per (query, aspect) or composition
+    under <storage>/tpips/retrieval/<backbone>."""
     from soco_pipeline.tasks.tpips.aspect_text import aspect_encoder, describe
-    from soco_pipeline.tasks.tpips.evaluate import evaluate_sim
+    from soco_pipeline.tasks.tpips.evaluate import evaluate_sim_outcomes
     from soco_pipeline.tasks.tpips.learned import CONDITIONED, KINDS, train_metric
     from soco_pipeline.tasks.tpips.retrieval import retrieve, retrieve_compositional
     from soco_pipeline.tasks.tpips.sheets import write_contact_sheets
@@ -283,7 +323,7 @@ def tpips_learned(
         m = train_metric(kind, feats, tpips_ooo, opos, vocab, cfg.learned)
         trained[kind] = m
         parts.append(
-            evaluate_sim(
+            evaluate_sim_outcomes(
                 backbone,
                 kind,
                 kind in CONDITIONED,
@@ -325,7 +365,13 @@ def tpips_learned(
         meta[f"{key}_{a}"] = dg.MetadataValue.md(
             f"![{a}](data:image/png;base64,{base64.b64encode(png).decode()})"
         )
-    return TableResult(pd.concat(parts, ignore_index=True), {**meta, "judgements": judgements(cfg)})
+    scores, outcomes = _tables(parts)
+    return {
+        "tpips_learned": TableResult(scores, {**meta, "judgements": judgements(cfg)}),
+        "tpips_learned_outcomes": TableResult(
+            outcomes, {"rows": len(outcomes), "judgements": judgements(cfg)}
+        ),
+    }
 
 
 @FAMILY.table(lvlms_partitions, schema=schemas.ScoreSchema)

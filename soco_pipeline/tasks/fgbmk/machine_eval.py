@@ -152,6 +152,58 @@ def evaluate_backbone(
     return pd.DataFrame(rows, columns=METRIC_COLUMNS), probes
 
 
+PREDICTION_COLUMNS = [
+    "backbone",
+    "image_id",
+    "level",
+    "predicted",
+    "label",
+    "correct",
+    "probe_head",
+    "simulated",
+]
+
+
+def probe_predictions(
+    backbone: str,
+    items: pd.DataFrame,
+    probes: dict[tuple[str, str, str], ProbeResult],
+    simulated: bool = True,
+) -> pd.DataFrame:
+    """The best head's argmax on every test image the probe scored, per level across superclasses
+    (PREDICTION_COLUMNS): the rows `evaluate_backbone` fed it (single-label test rows, in table order), so the
+    mean of `correct` x 100 is that level's top-1."""
+    parts = []
+    for (scope, _, level), probe in sorted(probes.items()):
+        if scope != "across":
+            continue
+        lists = label_lists(items, level)
+        single = np.array([len(lab) == 1 for lab in lists])
+        test = (items.split == "test").to_numpy() & single
+        labels = np.array([lab[0] for lab in lists], dtype=np.int64)[test]
+        predicted = probe.eval_logits.argmax(1).numpy().astype(np.int64)  # torch.argmax, as topk_accuracy
+        if len(predicted) != len(labels):
+            raise ValueError(
+                f"{backbone}: the {level} probe scored {len(predicted)} test images, the items hold "
+                f"{len(labels)} single-label test rows: pass the items the probe was trained on"
+            )
+        parts.append(
+            pd.DataFrame(
+                {
+                    "backbone": backbone,
+                    "image_id": items.image_id[test].astype(str).to_numpy(),
+                    "level": level,
+                    "predicted": predicted,
+                    "label": labels,
+                    "correct": predicted == labels,
+                    "probe_head": probe.best,
+                    "simulated": simulated,
+                }
+            )
+        )
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=PREDICTION_COLUMNS)
+
+
 def summary(metrics: pd.DataFrame) -> pd.DataFrame:
     """One row per backbone: top-1 / recall@1 / mAP at each level (across), the mean within a superclass at
     the subclass level, and the drop from within to across (the paper's finding 1)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pandas as pd
 import pandera.pandas as pa
 from pandera.typing import Series
 
@@ -53,6 +54,34 @@ class FgbmkMetricSchema(pa.DataFrameModel):
 
     class Config:
         strict = False
+
+
+class FgbmkProbePredictionSchema(pa.DataFrameModel):
+    """The best probe head's answer on one test image at one level (across superclasses): its argmax class,
+    the label and whether they agree; the mean of `correct` is the level's top-1 in fgbmk_metrics."""
+
+    backbone: Series[str]
+    image_id: Series[str]
+    level: Series[str] = pa.Field(isin=["superclass", "class", "subclass"])
+    predicted: Series[int] = pa.Field(ge=0)
+    label: Series[int] = pa.Field(ge=0)
+    correct: Series[bool]
+    probe_head: Series[str]
+    simulated: Series[bool]
+
+    class Config:
+        strict = True
+        coerce = True
+
+    @pa.dataframe_check
+    def one_row_per_image_and_level(cls, df: pd.DataFrame) -> bool:  # noqa: N805
+        """No (image, level) twice."""
+        return not df.duplicated(["image_id", "level"]).any()
+
+    @pa.dataframe_check
+    def correct_is_prediction_equals_label(cls, df: pd.DataFrame) -> bool:  # noqa: N805
+        """`correct` says exactly whether the prediction is the label."""
+        return bool((df["correct"] == (df["predicted"] == df["label"])).all())
 
 
 class FgbmkRobustnessSchema(pa.DataFrameModel):

@@ -30,6 +30,7 @@ SCORE_COLUMNS = [
     "judgements",
     "note",
 ]
+OUTCOME_COLUMNS = ["model", "method", "triplet_id", "aspect", "split", "agreement", "judgements"]
 
 
 def judgements_of(*tables: pd.DataFrame | None) -> str:
@@ -75,6 +76,48 @@ def score_rows(
     return out[SCORE_COLUMNS]
 
 
+def ooo_outcomes(model: str, method: str, ooo: pd.DataFrame, ooo_pred: np.ndarray) -> pd.DataFrame:
+    """One method's outcome on every OOO row (OUTCOME_COLUMNS): its agreement, the vote share of the image it
+    picks (0-1, `scoring.agreement`); their mean x 100 is the method's `agreement` in the score table."""
+    y = ooo[["y_0", "y_1", "y_2"]].to_numpy(float)
+    return pd.DataFrame(
+        {
+            "model": model,
+            "method": method,
+            "triplet_id": ooo["triplet_id"].astype(str).to_numpy(),
+            "aspect": ooo["aspect"].astype(str).to_numpy(),
+            "split": ooo["split"].astype(str).to_numpy(),
+            "agreement": agreement(ooo_pred, y) if len(ooo) else np.zeros(0),
+            "judgements": judgements_of(ooo),
+        },
+        columns=OUTCOME_COLUMNS,
+    )
+
+
+def evaluate_sim_outcomes(
+    model: str,
+    method: str,
+    conditioned: bool,
+    sim: SimFn,
+    ooo: pd.DataFrame,
+    ooo_pos: np.ndarray,
+    afc: pd.DataFrame | None = None,
+    afc_pos: np.ndarray | None = None,
+    split: str = "test",
+    note: str = "",
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Score a similarity on the OOO `split` rows and on every 2AFC row: (its score rows, its outcome on each
+    OOO `split` row)."""
+    m = (ooo.split == split).to_numpy()
+    rows = ooo[m]
+    pred = ooo_scores(sim, ooo_pos[m], rows.aspect.to_numpy()) if m.any() else np.zeros((0, 3))
+    apred = afc_scores(sim, afc_pos, afc.aspect.to_numpy()) if afc is not None and len(afc) else None
+    scores = score_rows(
+        model, method, conditioned, rows, pred, afc if apred is not None else None, apred, note
+    )
+    return scores, ooo_outcomes(model, method, rows, pred)
+
+
 def evaluate_sim(
     model: str,
     method: str,
@@ -88,11 +131,7 @@ def evaluate_sim(
     note: str = "",
 ) -> pd.DataFrame:
     """Score a similarity on the OOO `split` rows and on every 2AFC row."""
-    m = (ooo.split == split).to_numpy()
-    rows = ooo[m]
-    pred = ooo_scores(sim, ooo_pos[m], rows.aspect.to_numpy()) if m.any() else np.zeros((0, 3))
-    apred = afc_scores(sim, afc_pos, afc.aspect.to_numpy()) if afc is not None and len(afc) else None
-    return score_rows(model, method, conditioned, rows, pred, afc if apred is not None else None, apred, note)
+    return evaluate_sim_outcomes(model, method, conditioned, sim, ooo, ooo_pos, afc, afc_pos, split, note)[0]
 
 
 def evaluate_constant(
@@ -134,6 +173,14 @@ def pixel_baselines(images: pd.DataFrame, ooo: pd.DataFrame, afc: pd.DataFrame, 
     parts = [evaluate_sim("pixels", m, c, s, ooo, opos, afc, apos) for m, c, s in methods]
     parts.insert(1, evaluate_constant("pixels", ooo, afc))
     return pd.concat(parts, ignore_index=True)
+
+
+def no_outcomes() -> pd.DataFrame:
+    """The outcome table of a model that does not apply: no rows (OUTCOME_COLUMNS)."""
+    return pd.DataFrame(
+        {c: pd.Series(dtype=float if c == "agreement" else object) for c in OUTCOME_COLUMNS},
+        columns=OUTCOME_COLUMNS,
+    )
 
 
 def not_applicable_rows(model: str, reason: str, judgements: str = JUDGEMENTS) -> pd.DataFrame:

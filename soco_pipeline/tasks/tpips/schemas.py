@@ -107,6 +107,29 @@ class ScoreSchema(pa.DataFrameModel):
         coerce = True
 
 
+class OutcomeSchema(pa.DataFrameModel):
+    """`tpips_baseline_outcomes`, `tpips_learned_outcomes`: each method's agreement on every OOO (triplet,
+    aspect) row of the scored split, the vote share of the image it picks (0-1); their mean x 100 is the
+    method's OOO `agreement` in the score table. Who judged on every row."""
+
+    model: Series[str]
+    method: Series[str]
+    triplet_id: Series[str]
+    aspect: Series[str]
+    split: Series[str]
+    agreement: Series[float] = pa.Field(ge=0, le=1)
+    judgements: Series[str] = pa.Field(isin=[JUDGEMENTS, "human"])
+
+    class Config:
+        coerce = True
+        strict = True
+
+    @pa.dataframe_check
+    def one_row_per_method_and_sample(cls, df: pd.DataFrame) -> bool:  # noqa: N805
+        """No (method, triplet, aspect) twice."""
+        return not df.duplicated(["method", "triplet_id", "aspect"]).any()
+
+
 class LeaderboardSchema(pa.DataFrameModel):
     """`tpips_leaderboard`: one row per (model, method); OOO agreement, the rater agreement (Σ y²) and the
     ceiling (mean max y), 0-100."""
