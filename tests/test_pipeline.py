@@ -466,6 +466,13 @@ def test_deleted_spec_leaves_the_boards_its_tables_stay(run):
         spec.write_text(saved)
         if "oracle_concept" not in instance.get_dynamic_partitions("backbones"):
             instance.add_dynamic_partitions("backbones", ["oracle_concept"])
+        # the module's other tests read the fixture's boards, in any order: put its row back
+        assert dg.materialize(
+            list(defs.assets),
+            selection=dg.AssetSelection.assets("leaderboard", "results_database"),
+            instance=instance,
+            resources=defs.resources,
+        ).success
 
 
 def test_cli_add_backbone_validates_then_copies(tmp_path, monkeypatch, capsys):

@@ -30,7 +30,6 @@ import numpy as np
 import pandas as pd
 from scipy.stats import binomtest
 
-from soco_pipeline.evaluation.metrics import scored_elements
 from soco_pipeline.evaluation.protocol import ProtocolConfig
 
 SCORE_COLUMNS = ["model", "metric", "group", "unit", "element", "cluster", "score"]
@@ -63,6 +62,8 @@ def backbone_scores(
 ) -> pd.DataFrame:
     """Per-keypoint 0/1 scores (SCORE_COLUMNS) of every PCK metric at `alpha` (default: the protocol's
     headline) and of the 4-choice metrics, on the evaluated pairs; re-scored from stored predictions."""
+    from soco_pipeline.evaluation.metrics import scored_elements  # metrics imports torch (the matching)
+
     alpha = protocol.headline_alpha if alpha is None else alpha
     s = scored_elements(
         predictions,
