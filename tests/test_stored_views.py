@@ -14,7 +14,8 @@ from soco_pipeline.tables import TABLES, Table
 pytestmark = pytest.mark.unit
 
 
-def _write(tables):
+def write_family_like_tables(tables) -> None:
+    """Tables as a family and SOCO write them, plus files that are no table."""
     (tables / "toy_scores").mkdir(parents=True)
     pd.DataFrame({"model": ["a"], "score": [1.0]}).to_parquet(tables / "toy_scores" / "a.parquet")
     pd.DataFrame({"model": ["b"], "score": [2.0]}).to_parquet(tables / "toy_scores" / "b.parquet")
@@ -30,7 +31,7 @@ def _write(tables):
 
 def test_unregistered_tables_are_found_from_the_files(tmp_path):
     tables = tmp_path / "tables"
-    _write(tables)
+    write_family_like_tables(tables)
     found = stored_tables(str(tables), TABLES)
     assert found == [
         Table("mmvm_leaderboard", "mmvm_leaderboard", False),
@@ -47,12 +48,7 @@ def test_unregistered_tables_are_found_from_the_files(tmp_path):
 
 def test_a_registered_table_is_not_found_twice(tmp_path):
     tables = tmp_path / "tables"
-    _write(tables)
+    write_family_like_tables(tables)
     registered = (*TABLES, Table("mmvm_leaderboard", "mmvm_leaderboard", False))
     assert [t.asset for t in stored_tables(str(tables), registered)] == ["toy_scores"]
     assert stored_tables(str(tmp_path / "missing"), TABLES) == []
-
-
-def write_family_like_tables(tables) -> None:
-    """Tables as a family and SOCO write them, plus files that are no table."""
-    _write(tables)
