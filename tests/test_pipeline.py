@@ -441,6 +441,15 @@ def test_deleted_spec_leaves_the_boards_its_tables_stay(run):
     resources = {"soco": defs.resources["soco"]}
     seen = sensor(dg.build_sensor_context(instance=instance, definitions=defs, resources=resources))
     saved = spec.read_text()
+
+    def refresh_boards() -> None:
+        assert dg.materialize(
+            list(defs.assets),
+            selection=dg.AssetSelection.assets("leaderboard", "results_database"),
+            instance=instance,
+            resources=defs.resources,
+        ).success
+
     spec.unlink()
     try:
         ctx = dg.build_sensor_context(
@@ -452,12 +461,7 @@ def test_deleted_spec_leaves_the_boards_its_tables_stay(run):
         assert list(delete.partition_keys) == ["oracle_concept"]
         instance.delete_dynamic_partition("backbones", "oracle_concept")
         assert {e.asset_key.to_user_string() for e in result.asset_events} == {"model_specs"}
-        assert dg.materialize(
-            list(defs.assets),
-            selection=dg.AssetSelection.assets("leaderboard", "results_database"),
-            instance=instance,
-            resources=defs.resources,
-        ).success
+        refresh_boards()
         board = pd.read_parquet(_tables(run) / "leaderboard.parquet").set_index("backbone")
         assert "oracle_concept" not in board.index
         assert board.loc["oracle_part", "spec_present"]
@@ -467,12 +471,7 @@ def test_deleted_spec_leaves_the_boards_its_tables_stay(run):
         if "oracle_concept" not in instance.get_dynamic_partitions("backbones"):
             instance.add_dynamic_partitions("backbones", ["oracle_concept"])
         # the module's other tests read the fixture's boards, in any order: put its row back
-        assert dg.materialize(
-            list(defs.assets),
-            selection=dg.AssetSelection.assets("leaderboard", "results_database"),
-            instance=instance,
-            resources=defs.resources,
-        ).success
+        refresh_boards()
 
 
 def test_cli_add_backbone_validates_then_copies(tmp_path, monkeypatch, capsys):
