@@ -3,7 +3,7 @@
 The core and one backbone (`dense_sift`) are materialized; an LVLM spec exists whose family partitions
 were never materialized (as after `make demo` with SOCO-LVLM only); then a second backbone spec
 (`oracle_part`) lands. The automation conditions, evaluated tick by tick with
-`dg.evaluate_automation_conditions` (as the daemon's sensor does), request that backbone's partitions in
+`dg.evaluate_automation_conditions` (as the daemon's sensor does; tests/automation_ticks.py), request that backbone's partitions in
 SOCO and the three families, then refresh every board (and a board materialized alone brings
 model_headlines, model_summary, results_database and the results page after it); removing the spec (the
 spec sensor's tick) drops its partition and refreshes every board again. Each requested run is reported to the instance as the
@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import datetime as dt
 import shutil
-import warnings
 
 import dagster as dg
 import pytest
 
 from soco_pipeline.defs.definitions import build_definitions
 from soco_pipeline.taxonomy import ASSETS_DIR
+from tests.automation_ticks import evaluate
 
 pytestmark = [pytest.mark.pipeline, pytest.mark.timeout(1500)]
 
@@ -80,14 +80,12 @@ class World:
     def tick(self) -> dict[str, set | None]:
         """One evaluation of every automation condition: {asset: requested partitions (None: unpartitioned)}."""
         self.minute += 1
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            r = dg.evaluate_automation_conditions(
-                defs=self.defs,
-                instance=self.instance,
-                evaluation_time=T0 + dt.timedelta(minutes=self.minute),
-                cursor=self.cursor,
-            )
+        r = evaluate(
+            defs=self.defs,
+            instance=self.instance,
+            evaluation_time=T0 + dt.timedelta(minutes=self.minute),
+            cursor=self.cursor,
+        )
         self.cursor = r.cursor
         return {
             k.to_user_string(): (r.get_requested_partitions(k) if self.partitions[k] else None)

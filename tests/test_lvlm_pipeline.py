@@ -10,6 +10,7 @@ from soco_pipeline.defs.shared.automation import InvalidSpecError
 from soco_pipeline.lvlm.server import serve
 from soco_pipeline.results_db import query
 from soco_pipeline.storage import read_parquet, write_parquet_atomic
+from tests.automation_ticks import evaluate
 from tests.lvlm_helpers import OracleAnswerer, answer_key, small_tables
 
 # a whole pipeline runs in a module fixture (the first test's setup)
@@ -65,7 +66,7 @@ def test_spec_folder_to_leaderboard(setup):
     _materialize(defs, instance, "lvlm_items")
     items = read_parquet(str(setup["storage"] / "tables" / "lvlm_items.parquet"))  # paths resolved
     assert set(items.setting) == {"vis", "vis_desc", "desc"}
-    tick = dg.evaluate_automation_conditions(defs=defs, instance=instance)
+    tick = evaluate(defs=defs, instance=instance)
 
     with serve(OracleAnswerer(answer_key(items))) as srv:
         (lvlms / "oracle_vlm.yaml").write_text(
@@ -91,7 +92,7 @@ def test_spec_folder_to_leaderboard(setup):
         )
         assert not again.dynamic_partitions_requests and not again.run_requests
 
-        evaluation = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=tick.cursor)
+        evaluation = evaluate(defs=defs, instance=instance, cursor=tick.cursor)
         assert evaluation.get_requested_partitions(dg.AssetKey("lvlm_answers")) == {"oracle_vlm"}
         assert evaluation.get_num_requested(dg.AssetKey("lvlm_items")) == 0
 

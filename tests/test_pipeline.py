@@ -19,6 +19,7 @@ from soco_pipeline.defs.definitions import build_definitions
 from soco_pipeline.demo import run_demo
 from soco_pipeline.evaluation.theory import expected_concept_oracle_soc
 from soco_pipeline.storage import PROJECT_ROOT
+from tests.automation_ticks import evaluate
 from tests.tiny_families import write_tiny_family_configs
 
 # a whole pipeline runs in a module fixture (the first test's setup)
@@ -233,7 +234,7 @@ def test_adding_a_backbone_materializes_only_its_partition(run):
     before_data = {k: _count(instance, k) for k in DATA_AND_PAIRS}
 
     # The automation daemon's tick before the new spec lands: nothing to do.
-    tick = dg.evaluate_automation_conditions(defs=defs, instance=instance)
+    tick = evaluate(defs=defs, instance=instance)
     assert tick.total_requested == 0
     # The sensor adds exactly the new partition; a second tick adds nothing.
     sensor = defs.get_sensor_def("backbone_specs_sensor")
@@ -249,7 +250,7 @@ def test_adding_a_backbone_materializes_only_its_partition(run):
     assert not again.dynamic_partitions_requests and not again.run_requests
 
     # The eager automation condition requests the new partition's assets only (and the summaries).
-    evaluation = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=tick.cursor)
+    evaluation = evaluate(defs=defs, instance=instance, cursor=tick.cursor)
     for key in DATA_AND_PAIRS:
         assert evaluation.get_num_requested(dg.AssetKey(key)) == 0, key
     assert evaluation.get_requested_partitions(dg.AssetKey("feature_manifest")) == {"dense_sift"}
@@ -273,9 +274,7 @@ def _ticks(defs, instance):
     state = {"cursor": None}
 
     def tick(when: dt.datetime):
-        result = dg.evaluate_automation_conditions(
-            defs=defs, instance=instance, evaluation_time=when, cursor=state["cursor"]
-        )
+        result = evaluate(defs=defs, instance=instance, evaluation_time=when, cursor=state["cursor"])
         state["cursor"] = result.cursor
         return result
 

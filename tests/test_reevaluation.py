@@ -16,6 +16,7 @@ import dagster as dg
 import pytest
 
 from soco_pipeline.defs.shared.automation import observe_on_cron, reevaluate_on_cron
+from tests.automation_ticks import evaluate
 
 pytestmark = pytest.mark.pipeline
 
@@ -71,11 +72,7 @@ class Ticks:
         self.instance, self.cursor = instance, None
 
     def __call__(self, assets, when: dt.datetime) -> dict:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", dg.BetaWarning)
-            result = dg.evaluate_automation_conditions(
-                defs=assets, instance=self.instance, evaluation_time=when, cursor=self.cursor
-            )
+        result = evaluate(defs=assets, instance=self.instance, evaluation_time=when, cursor=self.cursor)
         self.cursor = result.cursor
         return {
             "evaluated": result.get_requested_partitions(dg.AssetKey("evaluated")),
