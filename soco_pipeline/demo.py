@@ -29,6 +29,7 @@ import pandas as pd
 
 from soco_pipeline.defs.definitions import build_definitions
 from soco_pipeline.defs.recovery import process_tags
+from soco_pipeline.defs.shared.executors import FORKSERVER
 
 DATA_AND_PAIRS = ("data", "pairs")
 PER_BACKBONE = (
@@ -53,24 +54,6 @@ LVLM_GROUP = "lvlm"  # SOCO's LVLM family: the demo's LVLM block runs it with th
 # Where each run's job comes from: module and function, called with the demo's settings overrides. Step
 # processes rebuild the job from it, so it must be importable (tests point it at their own module).
 LOCATION = ("soco_pipeline.demo", "demo_job")
-# Steps run in a forkserver that has the pipeline, its heavy libraries and Dagster's storage layer imported
-# already, so a step process starts in a fraction of a second instead of importing torch again.
-PRELOAD = [
-    "soco_pipeline.worker_preload",
-    "soco_pipeline.defs.definitions",
-    "torch",
-    "timm",
-    "soco_pipeline.features",
-    "soco_pipeline.pairs",
-    "soco_pipeline.pairs.four_choice",
-    "soco_pipeline.sources",
-    "soco_pipeline.evaluation.matching",
-    "soco_pipeline.evaluation.four_choice_matching",
-    "soco_pipeline.evaluation.metrics",
-    "soco_pipeline.analysis.leaderboard",
-    "soco_pipeline.results_db",
-    "soco_pipeline.analysis",
-]
 LOGGERS = {"console": {"config": {"log_level": "WARNING"}}}
 
 
@@ -79,7 +62,7 @@ def run_config(pooled: bool) -> dict:
     stops on Ctrl-C while waiting; the in-process executor checks Ctrl-C only between steps), else the
     in-process one (no process start per step)."""
     if pooled:
-        execution = {"multiprocess": {"start_method": {"forkserver": {"preload_modules": PRELOAD}}}}
+        execution = {"multiprocess": {"start_method": FORKSERVER}}
     else:
         execution = {"in_process": {}}
     return {"execution": {"config": execution}, "loggers": LOGGERS}

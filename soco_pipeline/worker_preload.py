@@ -1,5 +1,5 @@
-"""Imported once by the forkserver of the demo's multiprocess runs (`demo.PRELOAD`), so that the step processes
-it forks start with Dagster's storage layer already imported, and die with the demo.
+"""Imported once by the forkserver of a multiprocess run (`defs/shared/executors.PRELOAD`), so that the step
+processes it forks start with Dagster's storage layer already imported, and die with the demo.
 
 A step process opens the instance from DAGSTER_HOME, and the first instance a process builds imports the
 event-log, run and schedule storages and SQLAlchemy: 1.0 s per step process on this machine, 0.08 s once an

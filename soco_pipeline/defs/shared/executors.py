@@ -1,5 +1,11 @@
 """The executor per deployment profile: SOCO_PROFILE=local (default: Dagster's multiprocess executor, behind
-defs/recovery's dead-run check) or distributed (dagster-celery over Redis; steps in the `gpu` pool go to the `gpu` Celery queue)."""
+defs/recovery's dead-run check) or distributed (dagster-celery over Redis; steps in the `gpu` pool go to the `gpu` Celery queue).
+
+Under `local`, a multiprocess run whose config names no start method starts its steps from a forkserver
+that has PRELOAD imported (Dagster's own default is `spawn`: every step process imports torch, Dagster and
+the pipeline again). Measured under `dagster dev` (tests/test_ui.py, one backbone, 2 cores): a data run of
+10 steps took 49 s with spawn; see docs/benchmarks.md for the figure with the forkserver. A run config that
+names a start method keeps it."""
 
 from __future__ import annotations
 
@@ -12,6 +18,27 @@ GPU_QUEUE = "gpu"
 # Steps in the `gpu` pool also carry this tag, so dagster-celery sends them to the `gpu` queue that only
 # GPU workers (`-q gpu`) consume; every other step goes to the default queue (`dagster`).
 GPU_STEP_TAGS = {"dagster-celery/queue": GPU_QUEUE}
+
+
+# Imported once per run by the forkserver instead of once per step: the pipeline, its heavy libraries and
+# Dagster's storage layer (soco_pipeline/worker_preload.py also ties each step to its run's process).
+PRELOAD = [
+    "soco_pipeline.worker_preload",
+    "soco_pipeline.defs.definitions",
+    "torch",
+    "timm",
+    "soco_pipeline.features",
+    "soco_pipeline.pairs",
+    "soco_pipeline.pairs.four_choice",
+    "soco_pipeline.sources",
+    "soco_pipeline.evaluation.matching",
+    "soco_pipeline.evaluation.four_choice_matching",
+    "soco_pipeline.evaluation.metrics",
+    "soco_pipeline.analysis.leaderboard",
+    "soco_pipeline.results_db",
+    "soco_pipeline.analysis",
+]
+FORKSERVER = {"forkserver": {"preload_modules": PRELOAD}}
 
 
 def profile() -> str:
@@ -29,7 +56,7 @@ def executor_for_profile() -> dg.ExecutorDefinition:
     if profile() == "local":
         from soco_pipeline.defs.recovery import recovering
 
-        return recovering(dg.multi_or_in_process_executor)
+        return recovering(forkserver_by_default(dg.multi_or_in_process_executor))
     from dagster_celery import celery_executor
 
     visibility = int(os.environ.get("SOCO_CELERY_VISIBILITY_TIMEOUT", str(6 * 3600)))
@@ -49,4 +76,36 @@ def executor_for_profile() -> dg.ExecutorDefinition:
             },
         },
         name="celery",
+    )
+
+
+def with_forkserver_default(config: dict) -> dict:
+    """`multi_or_in_process_executor` config with FORKSERVER as the multiprocess start method where it names
+    none (in-process config, or a named start method, is returned as it is)."""
+    multiprocess = config.get("multiprocess")
+    if not isinstance(multiprocess, dict) or multiprocess.get("start_method"):
+        return config
+    return {**config, "multiprocess": {**multiprocess, "start_method": FORKSERVER}}
+
+
+def forkserver_by_default(inner: dg.ExecutorDefinition) -> dg.ExecutorDefinition:
+    """`inner` (same name, config schema and requirements) that starts steps from a preloaded forkserver when
+    the run config names no start method."""
+
+    def create(init_context: dg.InitExecutorContext) -> dg.Executor:
+        context = dg.InitExecutorContext(
+            job=init_context.job,
+            executor_def=init_context.executor_def,
+            executor_config=with_forkserver_default(dict(init_context.executor_config)),
+            instance=init_context.instance,
+        )
+        return inner.executor_creation_fn(context)
+
+    return dg.ExecutorDefinition(
+        name=inner.name,
+        config_schema=inner.config_schema,
+        requirements=inner.get_requirements,
+        executor_creation_fn=create,
+        description=f"{inner.description or inner.name}; steps start from a preloaded forkserver unless the "
+        "run config names a start method (soco_pipeline/defs/shared/executors.py)",
     )
