@@ -17,6 +17,7 @@ unpartitioned assets over partitioned ones), printed after SOCO's with those sum
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -137,6 +138,28 @@ def families(defs: dg.Definitions, exclude: Sequence[str] = ()) -> list[Family]:
                 family.per_lvlm.append(node.key)
         found.append(family)
     return found
+
+
+class DemoSettingError(ValueError):
+    """A demo setting ($SOCO_DEMO_*) that names something that is not there; its message says the fix."""
+
+
+def demo_families(available: Sequence[str]) -> list[str]:
+    """The task families the demo runs: $SOCO_DEMO_FAMILIES (comma-separated group names, or `none`), by
+    default every one of `available`. An unknown name is an error that lists the families there are."""
+    value = os.environ.get("SOCO_DEMO_FAMILIES", "").strip()
+    if not value:
+        return list(available)
+    if value == "none":
+        return []
+    names = [n.strip() for n in value.split(",") if n.strip()]
+    unknown = sorted(set(names) - set(available))
+    if unknown:
+        raise DemoSettingError(
+            f"SOCO_DEMO_FAMILIES names {', '.join(unknown)}, which is no task family here; use a comma-separated "
+            f"list of {', '.join(available)}, or `none` (unset: every family)"
+        )
+    return [n for n in available if n in names]
 
 
 def family_stages(family: Family, backbones: Sequence[str], lvlms: Sequence[str]) -> list[Stage] | None:
@@ -342,6 +365,10 @@ def run_demo(
     defs = build_definitions(**overrides)
     soco = defs.resources["soco"]
     instance = instance or dg.DagsterInstance.get()
+    every = [f.name for f in families(defs)]
+    skipped = [
+        name for name in every if name not in demo_families(every)
+    ]  # before any run: a typo stops here
     from soco_pipeline.backbones.spec_files import scan_specs as scan_backbones
     from soco_pipeline.lvlm.specs import scan_specs as scan_lvlms
 
@@ -364,7 +391,8 @@ def run_demo(
     # reference answerers), not here.
     from soco_pipeline.demo_lvlm import lvlm_demo_enabled
 
-    exclude = (LVLM_GROUP,) if lvlm_demo_enabled() and not lvlms else ()
+    exclude = [LVLM_GROUP] if lvlm_demo_enabled() and not lvlms else []
+    exclude += skipped
     tables: dict[str, pd.DataFrame] = {}
     boards = run_families(defs, runner, backbones, lvlms, exclude=exclude, tables=tables)
     board = None
@@ -412,6 +440,9 @@ def main() -> int:
     t0 = time.perf_counter()
     try:
         result = run_demo()
+    except DemoSettingError as err:
+        print(f"make demo: {err}", file=sys.stderr)
+        return 2
     except (KeyboardInterrupt, dg.DagsterExecutionInterruptedError):
         print(
             "\ninterrupted: the run in progress is marked failed; `make demo` again resumes from what is "
