@@ -1,8 +1,8 @@
 """The whole pipeline through Dagster on a small embedded data set: outputs, checks, theory, partitions.
 
-One module-scoped run materializes every asset for two oracle backbones on 6 categories × 6 images
-(in-process, ephemeral instance); the tests then inspect what it left behind and what Dagster would
-do next.
+One module-scoped run of the demo materializes SOCO's assets for two oracle backbones on 6 categories × 6
+images (ephemeral instance; the task families are left to their own tests); the tests then inspect what it
+left behind and what Dagster would do next.
 """
 
 import datetime as dt
@@ -20,7 +20,6 @@ from soco_pipeline.demo import run_demo
 from soco_pipeline.evaluation.theory import expected_concept_oracle_soc
 from soco_pipeline.storage import PROJECT_ROOT
 from tests.automation_ticks import evaluate
-from tests.tiny_families import write_tiny_family_configs
 
 # a whole pipeline runs in a module fixture (the first test's setup)
 pytestmark = [pytest.mark.pipeline, pytest.mark.timeout(900)]
@@ -55,10 +54,14 @@ def run(tmp_path_factory):
         backbones_dir=str(backbones),
         categories=CATEGORIES,
         images_per_category=6,
-        **write_tiny_family_configs(tmp / "families"),  # the families' machinery, at their smallest
     )
     (tmp / "dagster_home").mkdir()
-    with dg.instance_for_test(temp_dir=str(tmp / "dagster_home")) as instance:
+    with (
+        dg.instance_for_test(temp_dir=str(tmp / "dagster_home")) as instance,
+        pytest.MonkeyPatch.context() as env,
+    ):
+        # SOCO's pipeline is under test here; the families' demo stages are tests/test_demo.py's and their own
+        env.setenv("SOCO_DEMO_FAMILIES", "none")
         result = run_demo(instance=instance, **overrides)
         assert result.failed == {}, result.failed
         board = result.board
