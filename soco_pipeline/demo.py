@@ -141,7 +141,7 @@ def families(defs: dg.Definitions, exclude: Sequence[str] = ()) -> list[Family]:
 
 
 class DemoSettingError(ValueError):
-    """A demo setting ($SOCO_DEMO_*) that names something that is not there; its message says the fix."""
+    """A demo setting (an environment variable of the demo) that names something that is not there; its message says the fix."""
 
 
 def demo_families(available: Sequence[str]) -> list[str]:
