@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 import dagster as dg
 
+from soco_pipeline.defs.shared.executors import wrapped_executor
 from soco_pipeline.storage import pid_alive
 
 HOST_TAG, PID_TAG = "soco/host", "soco/pid"
@@ -147,17 +148,10 @@ class RecoveringExecutor(dg.Executor):
 
 def recovering(inner: dg.ExecutorDefinition) -> dg.ExecutorDefinition:
     """`inner` (same name, config and requirements) wrapped in RecoveringExecutor."""
-
-    def create(init_context: dg.InitExecutorContext) -> dg.Executor:
-        return RecoveringExecutor(inner.executor_creation_fn(init_context))
-
-    return dg.ExecutorDefinition(
-        name=inner.name,
-        config_schema=inner.config_schema,
-        requirements=inner.get_requirements,
-        executor_creation_fn=create,
-        description=f"{inner.description or inner.name}; dead runs of this machine are failed first "
-        "(soco_pipeline/defs/recovery.py)",
+    return wrapped_executor(
+        inner,
+        lambda init_context: RecoveringExecutor(inner.executor_creation_fn(init_context)),
+        "dead runs of this machine are failed first (soco_pipeline/defs/recovery.py)",
     )
 
 

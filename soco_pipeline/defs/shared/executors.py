@@ -10,6 +10,7 @@ names a start method keeps it."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import dagster as dg
 
@@ -88,9 +89,22 @@ def with_forkserver_default(config: dict) -> dict:
     return {**config, "multiprocess": {**multiprocess, "start_method": FORKSERVER}}
 
 
+def wrapped_executor(
+    inner: dg.ExecutorDefinition, create: Callable[[dg.InitExecutorContext], dg.Executor], note: str
+) -> dg.ExecutorDefinition:
+    """`inner` under its own name, config schema and requirements, built by `create` (which calls `inner`'s
+    creation function itself), with `note` added to its description."""
+    return dg.ExecutorDefinition(
+        name=inner.name,
+        config_schema=inner.config_schema,
+        requirements=inner.get_requirements,
+        executor_creation_fn=create,
+        description=f"{inner.description or inner.name}; {note}",
+    )
+
+
 def forkserver_by_default(inner: dg.ExecutorDefinition) -> dg.ExecutorDefinition:
-    """`inner` (same name, config schema and requirements) that starts steps from a preloaded forkserver when
-    the run config names no start method."""
+    """`inner` that starts steps from a preloaded forkserver when the run config names no start method."""
 
     def create(init_context: dg.InitExecutorContext) -> dg.Executor:
         context = dg.InitExecutorContext(
@@ -101,11 +115,9 @@ def forkserver_by_default(inner: dg.ExecutorDefinition) -> dg.ExecutorDefinition
         )
         return inner.executor_creation_fn(context)
 
-    return dg.ExecutorDefinition(
-        name=inner.name,
-        config_schema=inner.config_schema,
-        requirements=inner.get_requirements,
-        executor_creation_fn=create,
-        description=f"{inner.description or inner.name}; steps start from a preloaded forkserver unless the "
-        "run config names a start method (soco_pipeline/defs/shared/executors.py)",
+    return wrapped_executor(
+        inner,
+        create,
+        "steps start from a preloaded forkserver unless the run config names a start method "
+        "(soco_pipeline/defs/shared/executors.py)",
     )
