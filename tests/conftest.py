@@ -59,12 +59,18 @@ def pytest_collection_modifyitems(config, items):
         )
 
 
-def skip_outside_needs(report) -> str | None:
+def raised_in_needs(excinfo) -> bool:
+    """Whether an exception passed through tests/needs.py. A skip raised in a fixture is reported at the
+    test's own location, so the report alone cannot tell a fixture's need_hardware from a bare skip."""
+    return excinfo is not None and any(Path(str(e.path)).resolve() == NEEDS for e in excinfo.traceback)
+
+
+def skip_outside_needs(report, excinfo=None) -> str | None:
     """Where a skip came from when that is not tests/needs.py (a bare pytest.skip, skipif, importorskip)."""
     if not report.skipped or not isinstance(report.longrepr, tuple):
         return None
     path, line, reason = report.longrepr
-    if Path(path).resolve() == NEEDS:
+    if Path(path).resolve() == NEEDS or raised_in_needs(excinfo):
         return None
     return f"{path}:{line}: {reason}"
 
@@ -74,7 +80,7 @@ def pytest_runtest_makereport(item, call):
     """Under CI=true a skip that does not come from tests/needs.py fails: a bare skip hides an untested path."""
     outcome = yield
     report = outcome.get_result()
-    where = skip_outside_needs(report) if in_ci() else None
+    where = skip_outside_needs(report, call.excinfo) if in_ci() else None
     if where:
         report.outcome = "failed"
         report.longrepr = (

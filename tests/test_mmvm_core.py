@@ -7,6 +7,7 @@ import cv2
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 from soco_pipeline.backbones import load_spec
 from soco_pipeline.storage import PROJECT_ROOT
@@ -352,7 +353,10 @@ def test_feature_backbone_scores_through_the_shared_cache(data, tmp_path):
     pred, manifest = backbone_predictions(spec, t, feats, device="cpu")
     assert len(manifest) == len(t["images"]) and (pred["status"] == "ok").all()
     thresholds = pred.groupby("method")["threshold"].first()
-    assert thresholds.round(4).to_dict() == {"contrastive_head": 0.8276, "zero_shot": 0.9725}
+    # The head's fitted threshold moves with the CPU (float32 training and SIFT on ISA-specific kernels): each
+    # value as measured on that CPU. Everything else below is the same on both.
+    head = {"AVX512": 0.8276}.get(torch.backends.cpu.get_cpu_capability(), 0.8424)  # else AVX2 (AMD EPYC)
+    assert thresholds.round(4).to_dict() == {"contrastive_head": head, "zero_shot": 0.9725}
     assert pred["max_similarity"].iloc[:3].round(4).tolist() == [0.9663, 0.9663, 0.9633]
     hits = pred.groupby(["method", "split"])["correct"].sum().to_dict()
     assert hits == {

@@ -87,22 +87,39 @@ def test_need_missing_program():
 
 def test_need_hardware_absent():
     need_hardware(False, "a CUDA device")
+
+@pytest.fixture
+def kernel():
+    need_hardware(False, "an AVX-512 CPU")
+
+def test_need_hardware_in_a_fixture(kernel):
+    pass
+
+@pytest.fixture
+def server():
+    pytest.skip("deliberate")
+
+def test_bare_skip_in_a_fixture(server):
+    pass
 """
 
 
 def test_under_ci_only_need_hardware_may_skip(pytester, monkeypatch):
     result = _run(pytester, monkeypatch, ci=True, test_skips=SKIPS)
-    result.assert_outcomes(failed=3, errors=1, skipped=1)  # a skipif mark acts in the setup: an error
+    # a skipif mark and a fixture act in the setup: errors. A fixture's skip is reported at the test's own
+    # location, so need_hardware in a fixture is told from a bare skip by where the skip was raised.
+    result.assert_outcomes(failed=3, errors=2, skipped=2)
     out = result.stdout.str()
     for name in ("test_bare_skip", "test_importorskip", "test_need_missing_program"):
         assert f"FAILED test_skips.py::{name}" in out, name
     assert "ERROR test_skips.py::test_skipif" in out
-    # each of the three: its failure text, then its summary line
-    assert out.count("skipped outside tests/needs.py under CI=true") == 6
+    assert "ERROR test_skips.py::test_bare_skip_in_a_fixture" in out
+    # each of the four: its failure text, then its summary line
+    assert out.count("skipped outside tests/needs.py under CI=true") == 8
 
 
 def test_off_ci_every_skip_is_a_skip(pytester, monkeypatch):
-    _run(pytester, monkeypatch, ci=False, test_skips=SKIPS).assert_outcomes(skipped=5)
+    _run(pytester, monkeypatch, ci=False, test_skips=SKIPS).assert_outcomes(skipped=7)
 
 
 def _bare_skips(path: Path) -> list[str]:
