@@ -110,12 +110,19 @@ def automated(server):
     return instance
 
 
+# Per-backbone assets automation materializes after the data run; each must run once per backbone.
+AUTOMATED = ["feature_manifest", "predictions", "four_choice_predictions", "metrics", "global_metrics"]
+
+
 def test_launch_sensor_and_automation(server, automated):
     instance = automated
-    # One mechanism only: each backbone's features were computed by exactly one run.
+    # One mechanism only, once: each backbone's assets were materialized by exactly one run. The daemon used to
+    # request again a partition its own run had just written (automation.CHANGED_BY_ANOTHER_RUN).
     for b in BACKBONES:
-        f = dg.AssetRecordsFilter(asset_key=dg.AssetKey("feature_manifest"), asset_partitions=[b])
-        assert len(instance.fetch_materializations(f, limit=10).records) == 1
+        for key in AUTOMATED:
+            f = dg.AssetRecordsFilter(asset_key=dg.AssetKey(key), asset_partitions=[b])
+            runs = [r.run_id for r in instance.fetch_materializations(f, limit=10).records]
+            assert len(runs) == 1, f"{key}[{b}] materialized by {len(runs)} runs: {runs}"
 
 
 def test_the_ui_shows_the_asset_graph_and_the_leaderboard(server, automated):
