@@ -480,33 +480,25 @@ def _reexecute_from_failure(cluster: LocalStack, instance, run_ids: dict[str, st
         _assert_nothing_half_written(cluster, partition)
 
 
-def test_kill_9_workers_mid_run_fail_cleanly_then_reexecute(cluster, data):
-    """Two ways a worker dies in a feature step, one after the other on the gpu worker:
-    - its pool process is killed (the OOM killer): Celery fails the task itself (WorkerLostError) and the
-      worker starts a new pool process;
-    - the whole worker is killed (main process and pool, as with a lost machine): nobody acks or fails its
-      task, so the lost-worker sensor must fail the step after the grace period.
-    Both runs fail cleanly; after `soco cluster restart` of the worker, re-executing both from failure gives
-    the in-process results with nothing half-written in the bucket."""
+def _gpu_worker(cluster: LocalStack):
+    return next(s for s in LocalStack.attach(cluster.root).services if s.name == "gpu-worker-1")
+
+
+def test_kill_9_of_a_worker_pool_process_fails_its_run_then_reexecute(cluster, data):
+    """A worker's pool process dies in a feature step (the OOM killer): Celery fails the task itself
+    (WorkerLostError) and the worker starts a new pool process. The run fails cleanly; re-executing it from
+    failure (its feature step on the new pool process) gives the in-process results with nothing
+    half-written in the bucket."""
     import dagster as dg
-    from dagster import DagsterEventType
 
-    from soco_pipeline.deploy.lost_workers import celery_app, taken_tasks
-    from soco_pipeline.deploy.processes import signal_group
-
-    gpu = next(s for s in LocalStack.attach(cluster.root).services if s.name == "gpu-worker-1")
-    env = cluster.client_env()
-    app = celery_app(env["SOCO_CELERY_BROKER"], env["SOCO_CELERY_BACKEND"])
+    gpu = _gpu_worker(cluster)
     with dg.DagsterInstance.get() as instance:
-        # Both runs at once: the second feature step waits in the gpu queue (one message per worker), and
-        # whichever runs first loses its pool process, the other its whole worker.
-        runs = {p: _launch(cluster, p) for p in (KILLED, LOST)}
-        # 1. The pool process dies.
-        first = _wait_for_extraction(cluster, instance, runs)
+        run_id = _launch(cluster, KILLED)
+        _wait_for_extraction(cluster, instance, {KILLED: run_id})
         victim = _pool_child(gpu)
         os.kill(victim, signal.SIGKILL)
-        assert _wait_runs(instance, [runs[first]], timeout=90)[runs[first]] == "FAILURE"
-        failed = [s for s in _steps(instance, runs[first]) if s["step"] == "feature_manifest"]
+        assert _wait_runs(instance, [run_id], timeout=90)[run_id] == "FAILURE"
+        failed = [s for s in _steps(instance, run_id) if s["step"] == "feature_manifest"]
         assert failed and not failed[0].get("ok")
         wait_for(
             "the gpu worker replaced its pool process",
@@ -514,10 +506,26 @@ def test_kill_9_workers_mid_run_fail_cleanly_then_reexecute(cluster, data):
             60,
             interval=1.0,
         )
+        _reexecute_from_failure(cluster, instance, {KILLED: run_id}, data)
 
-        # 2. The whole worker dies (its new pool process took the waiting step).
-        second = _wait_for_extraction(cluster, instance, {p: r for p, r in runs.items() if p != first})
-        run_id = runs[second]
+
+def test_kill_9_of_a_whole_worker_is_failed_by_the_sensor_then_reexecute(cluster, data):
+    """The whole gpu worker dies in a feature step (main process and pool, as with a lost machine): nobody
+    acks or fails its task, so the lost-worker sensor must fail the step after the grace period. After
+    `soco cluster restart` of the worker, re-executing the run from failure gives the in-process results with
+    nothing half-written in the bucket."""
+    import dagster as dg
+    from dagster import DagsterEventType
+
+    from soco_pipeline.deploy.lost_workers import celery_app, taken_tasks
+    from soco_pipeline.deploy.processes import signal_group
+
+    gpu = _gpu_worker(cluster)
+    env = cluster.client_env()
+    app = celery_app(env["SOCO_CELERY_BROKER"], env["SOCO_CELERY_BACKEND"])
+    with dg.DagsterInstance.get() as instance:
+        run_id = _launch(cluster, LOST)
+        _wait_for_extraction(cluster, instance, {LOST: run_id})
         signal_group(gpu.pgid, signal.SIGKILL)
         wait_for("the gpu worker's processes gone", lambda: not gpu.alive(), 10, interval=0.2)
         t_kill = time.monotonic()
@@ -547,7 +555,7 @@ def test_kill_9_workers_mid_run_fail_cleanly_then_reexecute(cluster, data):
         )
         assert restarted.returncode == 0, restarted.stderr[-3000:]
         assert "gpu-worker-1" in cluster.worker_names()
-        _reexecute_from_failure(cluster, instance, runs, data)
+        _reexecute_from_failure(cluster, instance, {LOST: run_id}, data)
 
 
 def test_tables_and_features_live_in_the_bucket(cluster, data, backfill):
