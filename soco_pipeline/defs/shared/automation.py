@@ -1,9 +1,9 @@
 """Automation shared by the group folders: the conditions and one tick of a spec-folder sensor.
 
 - `ON_CHANGE` materializes a partition that is new (newly missing), whose code version changed, or one of
-  whose upstream tables got a new *data version* from a run that did not also plan it. Tables carry their
-  content hash as data version (shared/checks.py), so re-materializing unchanged data requests nothing
-  downstream (Dagster's `eager` would re-run every backbone on any upstream materialization).
+  whose upstream tables got a new *data version*. Tables carry their content hash as data version
+  (shared/checks.py), so re-materializing unchanged data requests nothing downstream (Dagster's `eager`
+  would re-run every backbone on any upstream materialization).
 - `REEVALUATED` is ON_CHANGE or the weekly re-evaluation (`reevaluate_on_cron`, cron $SOCO_REEVALUATE_CRON):
   after each tick of the cron, every partition that is stale by Dagster's records (its code version, or the
   data version of any upstream, spec files and protocol included, moved since it was last requested or
@@ -27,20 +27,12 @@ EAGER = AC.eager()
 # requests and the weekly re-evaluation (REEVALUATED); an unobserved spec (a partition the sensor has just added) must not
 # hold its partition back as a "missing" dependency.
 SOURCES = dg.AssetSelection.assets("backbone_spec", "lvlm_spec", "evaluation_protocol")
-# An upstream change made by a run that also planned this asset is that run's business, as in Dagster's
-# `any_deps_updated`: without the guard, the daemon re-requested a partition its own run had just written
-# (tests/test_ui.py's timeline: four_choice_predictions, global_metrics, results_record, model_history twice).
-# The daemon reads updates up to its tick's event cursor but `in_progress` live, so a step that finished
-# during the tick was neither in progress nor yet seen as updated, while its upstream's change was.
-CHANGED_BY_ANOTHER_RUN = (AC.data_version_changed() & ~AC.executed_with_root_target()).with_label(
-    "data_version_changed_without_root"
-)
 ON_CHANGE = (
     AC.in_latest_time_window()
     & (
         AC.newly_missing()
         | AC.code_version_changed()
-        | AC.any_deps_match(CHANGED_BY_ANOTHER_RUN).ignore(SOURCES)
+        | AC.any_deps_match(AC.data_version_changed()).ignore(SOURCES)
     ).since_last_handled()
     & ~AC.any_deps_missing().ignore(SOURCES)
     & ~AC.any_deps_in_progress()
