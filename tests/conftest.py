@@ -59,19 +59,15 @@ def pytest_collection_modifyitems(config, items):
         )
 
 
-def raised_in_needs(excinfo) -> bool:
-    """Whether an exception passed through tests/needs.py. A skip raised in a fixture is reported at the
-    test's own location, so the report alone cannot tell a fixture's need_hardware from a bare skip."""
-    return excinfo is not None and any(Path(str(e.path)).resolve() == NEEDS for e in excinfo.traceback)
-
-
-def skip_outside_needs(report, excinfo=None) -> str | None:
-    """Where a skip came from when that is not tests/needs.py (a bare pytest.skip, skipif, importorskip)."""
+def skip_outside_needs(report, excinfo) -> str | None:
+    """Where a skip came from when that is not tests/needs.py (a bare pytest.skip, skipif, importorskip).
+    Told by the frames the skip passed through: a skip raised in a fixture is reported at the test's own
+    location, so the report alone cannot tell a fixture's need_hardware from a bare skip."""
     if not report.skipped or not isinstance(report.longrepr, tuple):
         return None
-    path, line, reason = report.longrepr
-    if Path(path).resolve() == NEEDS or raised_in_needs(excinfo):
+    if excinfo is not None and any(Path(str(e.path)).resolve() == NEEDS for e in excinfo.traceback):
         return None
+    path, line, reason = report.longrepr
     return f"{path}:{line}: {reason}"
 
 

@@ -353,7 +353,7 @@ def test_feature_backbone_scores_through_the_shared_cache(data, tmp_path):
     pred, manifest = backbone_predictions(spec, t, feats, device="cpu")
     assert len(manifest) == len(t["images"]) and (pred["status"] == "ok").all()
     thresholds = pred.groupby("method")["threshold"].first()
-    # The head's fitted threshold moves with the CPU (float32 training and SIFT on ISA-specific kernels): each
+    # The head's fitted threshold moves with the CPU, for a reason not found (docs/reproducibility.md): each
     # value as measured on that CPU. Everything else below is the same on both.
     head = {"AVX512": 0.8276}.get(torch.backends.cpu.get_cpu_capability(), 0.8424)  # else AVX2 (AMD EPYC)
     assert thresholds.round(4).to_dict() == {"contrastive_head": head, "zero_shot": 0.9725}

@@ -434,50 +434,40 @@ def _launch(cluster: LocalStack, partition: str) -> str:
     return res["run"]["runId"]
 
 
-def _wait_for_extraction(cluster: LocalStack, instance, runs: dict[str, str]) -> str:
-    """Until the feature step of one of `runs` (partition -> run id) has started on the gpu worker and
-    written some tensors to the bucket; that run's partition."""
+def _wait_for_extraction(cluster: LocalStack, instance, partition: str, run_id: str) -> None:
+    """Until the feature step of run `run_id` (of `partition`) has started on the gpu worker and written some
+    tensors to the bucket."""
     fs = cluster.s3fs()
+    feats = f"{BUCKET}/{cluster.storage_prefix}/features/{partition}"
 
-    def extracting(partition: str) -> bool:
-        feats = f"{BUCKET}/{cluster.storage_prefix}/features/{partition}"
+    def extracting() -> bool:
         started = any(
             s["step"] == "feature_manifest" and "start" in s and "end" not in s
-            for s in _steps(instance, runs[partition])
+            for s in _steps(instance, run_id)
         )
         return started and fs.exists(feats) and any(p.endswith(".npy") for p in fs.find(feats))
 
-    found: list[str] = []
-    wait_for(
-        f"feature extraction of one of {sorted(runs)} under way",
-        lambda: bool(found.extend(p for p in runs if extracting(p)) or found),
-        120,
-        interval=0.2,
-    )
-    return found[0]
+    wait_for(f"feature extraction of {partition} under way", extracting, 120, interval=0.2)
 
 
-def _reexecute_from_failure(cluster: LocalStack, instance, run_ids: dict[str, str], data: str) -> None:
-    """Re-execute failed runs (partition -> run id) from failure, all at once: each must succeed with the
-    in-process results and nothing half-written."""
+def _reexecute_from_failure(cluster: LocalStack, instance, partition: str, run_id: str, data: str) -> None:
+    """Re-execute the failed run `run_id` (of `partition`) from failure: it must succeed with the in-process
+    results and nothing half-written."""
     reexec = """
     mutation Re($p: ReexecutionParams!) {
       launchPipelineReexecution(reexecutionParams: $p) {
         __typename ... on LaunchRunSuccess { run { runId } } ... on PythonError { message stack }
       }
     }"""
-    children = []
-    for run_id in run_ids.values():
-        res = _graphql(cluster, reexec, {"p": {"parentRunId": run_id, "strategy": "FROM_FAILURE"}})
-        res = res["launchPipelineReexecution"]
-        assert res["__typename"] == "LaunchRunSuccess", res
-        children.append(res["run"]["runId"])
-    _reference(cluster, data, list(run_ids))
-    statuses = _wait_runs(instance, children, timeout=180)
+    res = _graphql(cluster, reexec, {"p": {"parentRunId": run_id, "strategy": "FROM_FAILURE"}})
+    res = res["launchPipelineReexecution"]
+    assert res["__typename"] == "LaunchRunSuccess", res
+    child = res["run"]["runId"]
+    _reference(cluster, data, [partition])
+    statuses = _wait_runs(instance, [child], timeout=180)
     assert set(statuses.values()) == {"SUCCESS"}, statuses
-    for partition in run_ids:
-        _assert_same_results(cluster, partition, data)
-        _assert_nothing_half_written(cluster, partition)
+    _assert_same_results(cluster, partition, data)
+    _assert_nothing_half_written(cluster, partition)
 
 
 def _gpu_worker(cluster: LocalStack):
@@ -494,7 +484,7 @@ def test_kill_9_of_a_worker_pool_process_fails_its_run_then_reexecute(cluster, d
     gpu = _gpu_worker(cluster)
     with dg.DagsterInstance.get() as instance:
         run_id = _launch(cluster, KILLED)
-        _wait_for_extraction(cluster, instance, {KILLED: run_id})
+        _wait_for_extraction(cluster, instance, KILLED, run_id)
         victim = _pool_child(gpu)
         os.kill(victim, signal.SIGKILL)
         assert _wait_runs(instance, [run_id], timeout=90)[run_id] == "FAILURE"
@@ -506,7 +496,7 @@ def test_kill_9_of_a_worker_pool_process_fails_its_run_then_reexecute(cluster, d
             60,
             interval=1.0,
         )
-        _reexecute_from_failure(cluster, instance, {KILLED: run_id}, data)
+        _reexecute_from_failure(cluster, instance, KILLED, run_id, data)
 
 
 def test_kill_9_of_a_whole_worker_is_failed_by_the_sensor_then_reexecute(cluster, data):
@@ -525,7 +515,7 @@ def test_kill_9_of_a_whole_worker_is_failed_by_the_sensor_then_reexecute(cluster
     app = celery_app(env["SOCO_CELERY_BROKER"], env["SOCO_CELERY_BACKEND"])
     with dg.DagsterInstance.get() as instance:
         run_id = _launch(cluster, LOST)
-        _wait_for_extraction(cluster, instance, {LOST: run_id})
+        _wait_for_extraction(cluster, instance, LOST, run_id)
         signal_group(gpu.pgid, signal.SIGKILL)
         wait_for("the gpu worker's processes gone", lambda: not gpu.alive(), 10, interval=0.2)
         t_kill = time.monotonic()
@@ -555,7 +545,7 @@ def test_kill_9_of_a_whole_worker_is_failed_by_the_sensor_then_reexecute(cluster
         )
         assert restarted.returncode == 0, restarted.stderr[-3000:]
         assert "gpu-worker-1" in cluster.worker_names()
-        _reexecute_from_failure(cluster, instance, {LOST: run_id}, data)
+        _reexecute_from_failure(cluster, instance, LOST, run_id, data)
 
 
 def test_tables_and_features_live_in_the_bucket(cluster, data, backfill):
