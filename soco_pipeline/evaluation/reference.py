@@ -12,6 +12,7 @@ code has a quirk that we copy on purpose says so.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 import numpy as np
@@ -74,7 +75,7 @@ def cell_of(u: float, v: float, h: int, w: int) -> tuple[int, int]:
 
 
 # ---------------------------------------------------------------------------- step 7: PCK
-def pck_threshold(alpha: float, target: pd.Series) -> float:
+def pck_threshold(alpha: float, target: Mapping[str, float]) -> float:
     """alpha * the longer side of the target's bounding box, in unit coordinates of its padded square."""
     bbox_side = max(target["bbox_r"] - target["bbox_l"], target["bbox_b"] - target["bbox_t"])
     return alpha * bbox_side / max(target["width"], target["height"])
@@ -88,16 +89,16 @@ def is_correct(pred: tuple[float, float], truth: tuple[float, float], threshold:
 # ---------------------------------------------------------------------------- one pair
 def pair_scores(
     pair: Any,
-    rows: pd.DataFrame,
-    images: pd.DataFrame,
-    keypoints: pd.DataFrame,
+    rows: list[dict[str, Any]],
+    images: dict[str, dict[str, Any]],
+    keypoints: dict[tuple[str, str], tuple[float, float]],
     store: MapStore,
     alpha: float,
 ) -> dict[str, float]:
     """The mean correctness of one pair's keypoints, per metric (cc, soc, soc_geo; cross_cc, cross_soc).
 
-    `pair` is an image_pairs row, `rows` its correspondences, `images` indexed by image_id and `keypoints`
-    by (image_id, keypoint).
+    `pair` is an image_pairs row, `rows` its correspondences (records), `images` the image rows by
+    image_id and `keypoints` the (x, y) by (image_id, keypoint): plain lookups, one keypoint at a time.
     """
     source_map, meta = store.get(pair.src_image)
     target_map, _ = store.get(pair.trg_image)
@@ -107,35 +108,33 @@ def pair_scores(
         torch.from_numpy(np.asarray(target_map, np.float32)),
     )
     _, h, w = b.shape
-    target = images.loc[pair.trg_image]
-    threshold = pck_threshold(alpha, target)
+    threshold = pck_threshold(alpha, images[pair.trg_image])
 
     def unit(image_id: str, name: str) -> tuple[float, float]:
-        x, y = keypoints.loc[(image_id, name), ["x", "y"]]
-        im = images.loc[image_id]
+        x, y = keypoints[(image_id, name)]
+        im = images[image_id]
         return official_unit_point(x, y, im["width"], im["height"], size)
 
     intra = pair.level == "intra"
     scores: dict[str, list[float]] = defaultdict(list)
-    names = list(dict.fromkeys(rows["src_keypoint"]))  # each source keypoint once, in row order
+    names = list(dict.fromkeys(r["src_keypoint"] for r in rows))  # each source keypoint once, in row order
     queries = torch.stack([source_descriptor(a, *unit(pair.src_image, name)) for name in names])
     # Cosine similarity: both sides are L2-normalised, so a dot product with every target patch
     # (all the pair's source keypoints in one product, as the official script does).
     similarities = torch.einsum("kc,chw->khw", queries, b)
     for name, similarity in zip(names, similarities, strict=True):
         pred = predicted_point(similarity)
-        soc = rows[(rows["kind"] == "soc") & (rows["src_keypoint"] == name)]
-        cc = rows[(rows["kind"] == "cc") & (rows["src_keypoint"] == name)]
-        if len(soc):  # SOC: the one target keypoint with the same identity
-            truth = unit(pair.trg_image, soc["trg_keypoint"].iloc[0])
+        soc = [r for r in rows if r["kind"] == "soc" and r["src_keypoint"] == name]
+        cc = [r["trg_keypoint"] for r in rows if r["kind"] == "cc" and r["src_keypoint"] == name]
+        if soc:  # SOC: the one target keypoint with the same identity
+            truth = unit(pair.trg_image, soc[0]["trg_keypoint"])
             scores["soc" if intra else "cross_soc"].append(is_correct(pred, truth, threshold))
-            if intra and soc["geo"].iloc[0]:  # SOC-geo: the argmax over the same-concept patches only
-                cells = [cell_of(*unit(pair.trg_image, t), h, w) for t in cc["trg_keypoint"]]
+            if intra and soc[0]["geo"]:  # SOC-geo: the argmax over the same-concept patches only
+                cells = [cell_of(*unit(pair.trg_image, t), h, w) for t in cc]
                 scores["soc_geo"].append(is_correct(predicted_point(similarity, cells), truth, threshold))
-        if len(cc):  # CC: any target keypoint of the same concept counts, so the nearest one is scored
+        if cc:  # CC: any target keypoint of the same concept counts, so the nearest one is scored
             nearest = min(
-                np.hypot(pred[0] - gu, pred[1] - gv)
-                for gu, gv in (unit(pair.trg_image, t) for t in cc["trg_keypoint"])
+                np.hypot(pred[0] - gu, pred[1] - gv) for gu, gv in (unit(pair.trg_image, t) for t in cc)
             )
             scores["cc" if intra else "cross_cc"].append(float(nearest < threshold))
     # Step 8, first mean: over the pair's keypoints.
@@ -156,12 +155,13 @@ def reference_category_pck(
     Mean over a pair's keypoints (pair_scores), then over the pairs of a category (its pair group). The
     headline is the unweighted mean of these over categories (`official_mean`).
     """
-    im = images.set_index("image_id")
-    kp = keypoints.set_index(["image_id", "keypoint"])
+    im = images.set_index("image_id").to_dict("index")
+    kp = {(r.image_id, r.keypoint): (r.x, r.y) for r in keypoints.itertuples()}
+    by_pair = {pair_id: g.to_dict("records") for pair_id, g in correspondences.groupby("pair_id", sort=False)}
     per_pair: dict[tuple[str, str], list[float]] = defaultdict(list)
     for pair in image_pairs[image_pairs["evaluated"].astype(bool)].itertuples():
-        rows = correspondences[correspondences["pair_id"] == pair.pair_id]
-        if not len(rows):
+        rows = by_pair.get(pair.pair_id, [])
+        if not rows:
             continue
         for metric, value in pair_scores(pair, rows, im, kp, store, alpha).items():
             per_pair[(metric, pair.pair_group)].append(value)
