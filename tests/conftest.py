@@ -53,10 +53,18 @@ def pytest_collection_modifyitems(config, items):
     """Refuse the run when a test has no tier marker or more than one."""
     errors = tier_errors(items)
     if errors:
-        raise pytest.UsageError(
+        message = (
             "every test needs exactly one tier marker (`pytestmark = pytest.mark.unit` after the imports, or "
             "`pipeline`, `stack`; see docs/develop.md):\n  " + "\n  ".join(errors)
         )
+        if hasattr(config, "workerinput"):
+            # An xdist worker's usage error reaches the controller as an INTERNALERROR without the message;
+            # a failed collection report reaches it whole, and the worker then runs nothing.
+            report = pytest.CollectReport("tests", "failed", message, [])
+            config.hook.pytest_collectreport(report=report)
+            items[:] = []
+            return
+        raise pytest.UsageError(message)
 
 
 def skip_outside_needs(report, excinfo) -> str | None:
