@@ -24,16 +24,23 @@ markers =
 """
 
 
-def _run(pytester: pytest.Pytester, monkeypatch, ci: bool, **files: str) -> pytest.RunResult:
+def run_rules(
+    pytester: pytest.Pytester, monkeypatch, ci: bool, *args: str, workers: int = 0, **files: str
+) -> pytest.RunResult:
+    """pytest on `files` under the suite's conftest rules: in this process, or on `workers` xdist workers
+    (pytest and its workers in subprocesses, as `make test` runs them)."""
     monkeypatch.setenv("CI", "true" if ci else "")
     pytester.makeconftest(CONFTEST)
     pytester.makeini(INI)
     pytester.makepyfile(**files)
-    return pytester.runpytest_inprocess("-q")
+    if not workers:
+        return pytester.runpytest_inprocess("-q", *args)
+    monkeypatch.setenv("PYTHONPATH", str(TESTS.parent))  # the workers import tests.conftest
+    return pytester.runpytest_subprocess("-q", "-n", str(workers), *args, timeout=120)
 
 
-def test_an_unmarked_test_and_a_test_with_two_tiers_stop_the_run(pytester, monkeypatch):
-    result = _run(
+def test_an_unmarked_test_and_a_test_with_two_tiers_stop_therun_rules(pytester, monkeypatch):
+    result = run_rules(
         pytester,
         monkeypatch,
         ci=False,
@@ -62,7 +69,7 @@ def test_fine():
 
 def test_a_module_pytestmark_gives_every_test_its_tier(pytester, monkeypatch):
     module = "import pytest\n\npytestmark = pytest.mark.unit\n\ndef test_a():\n    pass\n\ndef test_b():\n    pass\n"
-    _run(pytester, monkeypatch, ci=False, test_module_mark=module).assert_outcomes(passed=2)
+    run_rules(pytester, monkeypatch, ci=False, test_module_mark=module).assert_outcomes(passed=2)
 
 
 SKIPS = """
@@ -105,7 +112,7 @@ def test_bare_skip_in_a_fixture(server):
 
 
 def test_under_ci_only_need_hardware_may_skip(pytester, monkeypatch):
-    result = _run(pytester, monkeypatch, ci=True, test_skips=SKIPS)
+    result = run_rules(pytester, monkeypatch, ci=True, test_skips=SKIPS)
     # a skipif mark and a fixture act in the setup: errors. A fixture's skip is reported at the test's own
     # location, so need_hardware in a fixture is told from a bare skip by where the skip was raised.
     result.assert_outcomes(failed=3, errors=2, skipped=2)
@@ -119,7 +126,7 @@ def test_under_ci_only_need_hardware_may_skip(pytester, monkeypatch):
 
 
 def test_off_ci_every_skip_is_a_skip(pytester, monkeypatch):
-    _run(pytester, monkeypatch, ci=False, test_skips=SKIPS).assert_outcomes(skipped=7)
+    run_rules(pytester, monkeypatch, ci=False, test_skips=SKIPS).assert_outcomes(skipped=7)
 
 
 def _bare_skips(path: Path) -> list[str]:

@@ -4,33 +4,21 @@ under CI=true a bare skip fails while need_hardware skips."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from tests.test_suite_rules import CONFTEST, INI
+from tests.test_suite_rules import run_rules
 
 pytestmark = pytest.mark.pipeline  # pytest and two xdist workers in subprocesses
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _run_on_workers(pytester: pytest.Pytester, monkeypatch, ci: bool, *args: str, **files: str):
-    monkeypatch.setenv("CI", "true" if ci else "")
-    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the workers import tests.conftest
-    pytester.makeconftest(CONFTEST)
-    pytester.makeini(INI)
-    pytester.makepyfile(**files)
-    return pytester.runpytest_subprocess("-q", "-n", "2", "-p", "xdist", *args, timeout=120)
-
 
 def test_an_unmarked_test_stops_a_run_on_workers_with_its_name(pytester, monkeypatch):
-    result = _run_on_workers(
+    result = run_rules(
         pytester,
         monkeypatch,
         False,
         "-m",
         "unit",  # the check comes before -m deselects: the unmarked test is refused all the same
+        workers=2,
         test_offender="def test_without_tier():\n    pass\n",
         test_fine="import pytest\n\npytestmark = pytest.mark.unit\n\ndef test_a():\n    pass\n",
     )
@@ -48,6 +36,6 @@ def test_under_ci_a_bare_skip_fails_on_workers_and_need_hardware_skips(pytester,
         "def test_bare():\n    pytest.skip('no reason')\n\n"
         "def test_hardware():\n    need_hardware(False, 'a CUDA device')\n"
     )
-    result = _run_on_workers(pytester, monkeypatch, True, test_skips=module)
+    result = run_rules(pytester, monkeypatch, True, workers=2, test_skips=module)
     result.assert_outcomes(failed=1, skipped=1)
     assert "skipped outside tests/needs.py under CI=true" in result.stdout.str()
