@@ -1,7 +1,7 @@
 """Automation shared by the group folders: the conditions and one tick of a spec-folder sensor.
 
 - `ON_CHANGE` materializes a partition that is new (newly missing), whose code version changed, or one of
-  whose upstream tables got a new *data version*. Tables carry their content hash as data version
+  whose upstream tables got a new *data version* from a run that did not also materialize the partition. Tables carry their content hash as data version
   (shared/checks.py), so re-materializing unchanged data requests nothing downstream (Dagster's `eager`
   would re-run every backbone on any upstream materialization).
 - `REEVALUATED` is ON_CHANGE or the weekly re-evaluation (`reevaluate_on_cron`, cron $SOCO_REEVALUATE_CRON):
@@ -32,7 +32,10 @@ ON_CHANGE = (
     & (
         AC.newly_missing()
         | AC.code_version_changed()
-        | AC.any_deps_match(AC.data_version_changed()).ignore(SOURCES)
+        # a dep's new version from a run that also materialized this asset is already in it (as in Dagster's
+        # any_deps_updated); without this a tick that saw the dep's change after this asset's update
+        # requested the asset again (seen under the daemon: global_metrics twice per new backbone)
+        | AC.any_deps_match(AC.data_version_changed() & ~AC.executed_with_root_target()).ignore(SOURCES)
     ).since_last_handled()
     & ~AC.any_deps_missing().ignore(SOURCES)
     & ~AC.any_deps_in_progress()
