@@ -42,18 +42,18 @@ $(DAGSTER_HOME)/dagster.yaml: dagster.yaml
 demo: install $(DAGSTER_HOME)/dagster.yaml
 	$(PY) -m soco_pipeline.demo
 
-# The whole suite (every tier), after the linter, the formatter's check and `dg check defs`: the unit and
-# pipeline tiers on the xdist workers, then the stack tier alone in one process (its scale-out test checks
-# that Celery workers overlap, which two modules' load beside it can prevent). Both parts always run.
+# The whole suite (every tier), after the linter, the formatter's check and `dg check defs`, in one pytest
+# session on SUITE_WORKERS xdist workers (one more than the cores: the stack tier waits on its servers and
+# daemons more than it computes). The stack tier is one group that one worker runs test after test; every
+# other module is a group of its own (tests/tier_scheduling.py). SUITE_WORKERS=0: one process.
+SUITE_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 test: install $(DAGSTER_HOME)/dagster.yaml
 	$(VENV)/bin/ruff check soco_pipeline tests benchmarks
 	$(VENV)/bin/ruff format --check soco_pipeline tests benchmarks
 	VIRTUAL_ENV=$(CURDIR)/$(VENV) $(VENV)/bin/dg check defs
 	$(if $(TEST_TMPDIR),mkdir -p -m 1777 $(TEST_TMPDIR))
-	@rc=0; set -x; \
-	$(TEST_ENV) $(PY) -m pytest -q -m "not stack" $(XDIST) --durations=15 $(PYTEST_ARGS) $(PYTEST_OK) || rc=1; \
-	$(TEST_ENV) $(PY) -m pytest -q -m stack --durations=15 $(PYTEST_ARGS) $(PYTEST_OK) || rc=1; \
-	exit $$rc
+	$(TEST_ENV) $(PY) -m pytest -q -n $(SUITE_WORKERS) --tier-groups --no-loadscope-reorder --durations=15 \
+		$(PYTEST_ARGS) $(PYTEST_OK)
 
 # The unit tier only (no Dagster run, no server, no subprocess): the fast feedback while editing, on the
 # xdist workers (258 s -> 179 s on an idle 2-core machine, docs/benchmarks.md). TEST_WORKERS=0: one process.

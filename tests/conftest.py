@@ -11,6 +11,7 @@ from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
+from tests import tier_scheduling  # noqa: E402
 from tests.needs import in_ci  # noqa: E402
 
 pytest_plugins = ["pytester"]  # tests/test_suite_rules.py runs the rules on deliberate offenders
@@ -48,9 +49,40 @@ def tier_errors(items) -> list[str]:
     return errors
 
 
+def tier_of(item) -> str:
+    """The tier marker of a test that passed the tier check."""
+    return next(m.name for m in item.iter_markers() if m.name in TIERS)
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--tier-groups",
+        action="store_true",
+        help="on xdist workers: the stack tier on one worker, every other module on one (tests/tier_scheduling.py)",
+    )
+
+
+def pytest_configure(config):
+    """The controller of a `--tier-groups` run names the file its workers record the groups in."""
+    if config.getoption("tier_groups", False) and not hasattr(config, "workerinput"):
+        import tempfile
+
+        folder = Path(tempfile.mkdtemp(prefix="soco-tier-groups-"))
+        os.environ[tier_scheduling.FILE_ENV] = str(folder / "groups.json")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """`--tier-groups`: tests/tier_scheduling.TierScheduling."""
+    if config.getoption("tier_groups", False):
+        return tier_scheduling.TierScheduling(config, log, Path(os.environ[tier_scheduling.FILE_ENV]))
+    return None
+
+
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects: every collected test is checked
 def pytest_collection_modifyitems(config, items):
-    """Refuse the run when a test has no tier marker or more than one."""
+    """Refuse the run when a test has no tier marker or more than one; on a `--tier-groups` worker, order the
+    tests by tier and record their groups (tests/tier_scheduling.py)."""
     errors = tier_errors(items)
     if errors:
         message = (
@@ -65,6 +97,9 @@ def pytest_collection_modifyitems(config, items):
             items[:] = []
             return
         raise pytest.UsageError(message)
+    if config.getoption("tier_groups", False) and hasattr(config, "workerinput"):
+        tiers = {item.nodeid: tier_of(item) for item in items}
+        tier_scheduling.order_and_record(items, tiers, Path(os.environ[tier_scheduling.FILE_ENV]))
 
 
 def skip_outside_needs(report, excinfo) -> str | None:

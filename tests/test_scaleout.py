@@ -312,19 +312,36 @@ def backfill(cluster, data):
         },
         "partitionNames": BACKFILL,
     }
-    res = _graphql(cluster, launch, {"p": params})["launchPartitionBackfill"]
-    assert res["__typename"] == "LaunchBackfillSuccess", res
-    backfill_id = res["backfillId"]
-    # In-process reference while the cluster works (this process is otherwise idle).
-    t1 = time.monotonic()
-    _reference(cluster, data, BACKFILL)
-    print(f"in-process reference of {len(BACKFILL)} partitions: {time.monotonic() - t1:.0f} s")
+    # The default-queue workers are held (SIGSTOP) until every run's feature step is done, so that when they
+    # go on the queue holds the next steps of all four runs: two workers that each take the next step as
+    # soon as they finish one then run steps of different runs at the same time by construction, whatever
+    # the machine's load (left to timing, four runs started ~10 s apart under load never overlapped).
+    held = [svc for svc in LocalStack.attach(cluster.root).services if svc.name in ("worker-1", "worker-2")]
+    assert len(held) == 2, [svc.name for svc in LocalStack.attach(cluster.root).services]
     with dg.DagsterInstance.get() as instance:
 
         def runs():
             return instance.get_runs(dg.RunsFilter(tags={"dagster/backfill": backfill_id}))
 
-        wait_for("4 backfill runs", lambda: len(runs()) == 4, 60, interval=1.0)
+        def features_done() -> bool:
+            steps = [s for r in runs() for s in _steps(instance, r.run_id)]
+            return sum(s["step"] == "feature_manifest" and bool(s.get("ok")) for s in steps) == len(BACKFILL)
+
+        for svc in held:
+            os.killpg(svc.pgid, signal.SIGSTOP)
+        try:
+            res = _graphql(cluster, launch, {"p": params})["launchPartitionBackfill"]
+            assert res["__typename"] == "LaunchBackfillSuccess", res
+            backfill_id = res["backfillId"]
+            # In-process reference while the cluster works (this process is otherwise idle).
+            t1 = time.monotonic()
+            _reference(cluster, data, BACKFILL)
+            print(f"in-process reference of {len(BACKFILL)} partitions: {time.monotonic() - t1:.0f} s")
+            wait_for("4 backfill runs", lambda: len(runs()) == 4, 60, interval=1.0)
+            wait_for("the 4 feature steps on the gpu worker", features_done, 240, interval=1.0)
+        finally:
+            for svc in held:
+                os.killpg(svc.pgid, signal.SIGCONT)
         statuses = _wait_runs(instance, [r.run_id for r in runs()], timeout=240)
         assert set(statuses.values()) == {"SUCCESS"}, statuses
         steps = [s for r in runs() for s in _steps(instance, r.run_id)]
@@ -347,7 +364,8 @@ def test_backfill_on_celery_workers_equals_in_process(cluster, data, backfill):
     for s in steps:
         on_gpu = s["worker"].startswith("gpu-worker")
         assert on_gpu == (s["step"] == "feature_manifest"), s
-    # Steps of different partitions overlapped in time on both default workers.
+    # Steps of different partitions overlapped in time on both default workers (the fixture held the two
+    # workers until every run's next steps were queued).
     default = [s for s in steps if not s["worker"].startswith("gpu-worker")]
     assert {s["worker"] for s in default} == {"worker-1", "worker-2"}
     overlaps = [

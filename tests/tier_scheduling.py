@@ -1,0 +1,52 @@
+"""How `make test` spreads the whole suite over pytest-xdist workers (`--tier-groups`): the stack tier is one
+group that one worker runs test after test (its servers, daemons and kills are timed against each other),
+every other module is a group of its own (its module fixtures are built once), and the groups are queued
+stack first, then the pipeline modules, then the unit ones (random order within each under `-p randomly`):
+the longest chain starts first and short modules fill the end.
+
+xdist's own `--dist loadgroup` cannot do this under pytest 9: it names a test's group by rewriting the test's
+node id (`item._nodeid`, which pytest 9 no longer reads), so each test became a group of its own (measured:
+test_pipeline's module fixture built twice, test_ui's `dagster dev` started on two workers). Here each
+worker writes every test's group to a file (the same file from every worker: they collect the same tests in
+the same order), and the controller's scheduler, a LoadScopeScheduling whose scope is that group, reads it
+when it first splits the collection into groups, after every worker has finished collecting.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from xdist.scheduler import LoadScopeScheduling
+
+RANK = {"stack": 0, "pipeline": 1, "unit": 2}
+FILE_ENV = "SOCO_TEST_GROUPS_FILE"  # set by the controller before it starts the workers
+
+
+def group_of(nodeid: str, tier: str) -> str:
+    """A test's group: `stack` for the stack tier, else its module's path."""
+    return "stack" if tier == "stack" else nodeid.split("::")[0]
+
+
+def order_and_record(items: list, tiers: dict[str, str], path: Path) -> None:
+    """Sort `items` by tier (stable) and write {node id: group} to `path` atomically."""
+    items.sort(key=lambda item: RANK[tiers[item.nodeid]])
+    groups = {item.nodeid: group_of(item.nodeid, tiers[item.nodeid]) for item in items}
+    partial = path.with_name(f"{path.name}.{os.getpid()}")
+    partial.write_text(json.dumps(groups))
+    os.replace(partial, path)
+
+
+class TierScheduling(LoadScopeScheduling):
+    """xdist's scope scheduling with the groups the workers recorded as scopes (a test the file does not
+    name is scoped by its module)."""
+
+    def __init__(self, config, log, path: Path):
+        super().__init__(config, log)
+        self.path, self.groups = Path(path), None
+
+    def _split_scope(self, nodeid: str) -> str:  # the hook LoadScopeScheduling's subclasses override
+        if self.groups is None:
+            self.groups = json.loads(self.path.read_text())
+        return self.groups.get(nodeid, nodeid.split("::")[0])
