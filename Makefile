@@ -52,7 +52,7 @@ test: install $(DAGSTER_HOME)/dagster.yaml
 	$(VENV)/bin/ruff format --check soco_pipeline tests benchmarks
 	VIRTUAL_ENV=$(CURDIR)/$(VENV) $(VENV)/bin/dg check defs
 	$(if $(TEST_TMPDIR),mkdir -p -m 1777 $(TEST_TMPDIR))
-	$(TEST_ENV) $(PY) -m pytest -q -n $(SUITE_WORKERS) --tier-groups --no-loadscope-reorder --durations=15 \
+	$(TEST_ENV) $(PY) -m pytest -q -n $(SUITE_WORKERS) --tier-groups --durations=15 \
 		$(PYTEST_ARGS) $(PYTEST_OK)
 
 # The unit tier only (no Dagster run, no server, no subprocess): the fast feedback while editing, on the

@@ -38,20 +38,20 @@ def materialized_core(tmp_path_factory):
     return build_core(tmp_path_factory.mktemp("core"))
 
 
+def item_tiers(item) -> list[str]:
+    """The tiers a test's markers (module `pytestmark`, class or function) name, sorted."""
+    return sorted({m.name for m in item.iter_markers() if m.name in TIERS})
+
+
 def tier_errors(items) -> list[str]:
-    """One line per test whose markers (module `pytestmark`, class or function) name no tier or several."""
+    """One line per test whose markers name no tier or several."""
     errors = []
     for item in items:
-        tiers = sorted({m.name for m in item.iter_markers() if m.name in TIERS})
+        tiers = item_tiers(item)
         if len(tiers) != 1:
             found = ", ".join(tiers) or "none"
             errors.append(f"{item.nodeid}: tier markers {found}; it needs exactly one of {', '.join(TIERS)}")
     return errors
-
-
-def tier_of(item) -> str:
-    """The tier marker of a test that passed the tier check."""
-    return next(m.name for m in item.iter_markers() if m.name in TIERS)
 
 
 def pytest_addoption(parser):
@@ -63,12 +63,22 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
-    """The controller of a `--tier-groups` run names the file its workers record the groups in."""
+    """The controller of a `--tier-groups` run names the file its workers record the groups in, and keeps
+    the queue in the workers' order (xdist would sort the groups by their number of tests)."""
     if config.getoption("tier_groups", False) and not hasattr(config, "workerinput"):
         import tempfile
 
+        config.option.loadscopereorder = False
         folder = Path(tempfile.mkdtemp(prefix="soco-tier-groups-"))
         os.environ[tier_scheduling.FILE_ENV] = str(folder / "groups.json")
+
+
+def pytest_unconfigure(config):
+    """The controller removes the groups file's folder."""
+    if config.getoption("tier_groups", False) and not hasattr(config, "workerinput"):
+        import shutil
+
+        shutil.rmtree(Path(os.environ.pop(tier_scheduling.FILE_ENV)).parent, ignore_errors=True)
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -98,7 +108,7 @@ def pytest_collection_modifyitems(config, items):
             return
         raise pytest.UsageError(message)
     if config.getoption("tier_groups", False) and hasattr(config, "workerinput"):
-        tiers = {item.nodeid: tier_of(item) for item in items}
+        tiers = {item.nodeid: item_tiers(item)[0] for item in items}
         tier_scheduling.order_and_record(items, tiers, Path(os.environ[tier_scheduling.FILE_ENV]))
 
 

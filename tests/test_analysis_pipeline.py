@@ -226,8 +226,12 @@ def _part_store(data) -> FeatureStore:
 def test_probe_recovers_soc_from_linearly_mixed_identity(probe_data):
     # one thread: beside other xdist workers two OpenMP threads contend (with two CPU hogs beside it: 27 s
     # with 2 threads, 18 s with 1)
+    before = torch.get_num_threads()
     torch.set_num_threads(1)
-    out = _probe(probe_data, MixedStore(_part_store(probe_data)), steps=100)
+    try:
+        out = _probe(probe_data, MixedStore(_part_store(probe_data)), steps=100)
+    finally:
+        torch.set_num_threads(before)  # the worker's later tests keep their own thread count
     p = out[(out.alpha - 0.1).abs() < 1e-9].pivot_table(index="metric", columns="method", values="value")
     zero, probe = p.loc["soc", "zero_shot"], p.loc["soc", "probe"]
     # Measured (seed 0): zero-shot SOC 58.9, probe 84.6; Cross-SOC 59.4 -> 97.2; CC 97.9 -> 94.8.

@@ -51,7 +51,8 @@ def test_tier_groups_keep_the_stack_tier_on_one_worker_and_each_module_on_one(py
     monkeypatch.setenv("PYTHONPATH", str(TESTS.parent))
     pytester.makeconftest(
         "from tests.conftest import (  # noqa: F401\n"
-        "    pytest_addoption, pytest_collection_modifyitems, pytest_configure, pytest_xdist_make_scheduler,\n"
+        "    pytest_addoption, pytest_collection_modifyitems, pytest_configure, pytest_unconfigure,\n"
+        "    pytest_xdist_make_scheduler,\n"
         ")\n"
     )
     pytester.makeini(INI)
@@ -67,9 +68,7 @@ def test_tier_groups_keep_the_stack_tier_on_one_worker_and_each_module_on_one(py
         test_stack_b=module("stack", 2),
         test_unit_b=module("unit", 4),
     )
-    result = pytester.runpytest_subprocess(
-        "-v", "-n", "3", "--tier-groups", "--no-loadscope-reorder", "-p", "no:randomly", timeout=120
-    )
+    result = pytester.runpytest_subprocess("-v", "-n", "3", "--tier-groups", "-p", "no:randomly", timeout=120)
     result.assert_outcomes(passed=16)
     ran = re.findall(r"^\[(gw\d)\] .*?PASSED (test_\w+)\.py::", result.stdout.str(), re.M)
     assert len(ran) == 16, result.stdout.str()

@@ -1,9 +1,10 @@
 """Automation shared by the group folders: the conditions and one tick of a spec-folder sensor.
 
 - `ON_CHANGE` materializes a partition that is new (newly missing), whose code version changed, or one of
-  whose upstream tables got a new *data version* from a run that did not also materialize the partition. Tables carry their content hash as data version
-  (shared/checks.py), so re-materializing unchanged data requests nothing downstream (Dagster's `eager`
-  would re-run every backbone on any upstream materialization).
+  whose upstream tables got a new *data version* from a run that did not also materialize the partition.
+  Tables carry their content hash as data version (shared/checks.py), so re-materializing unchanged data
+  requests nothing downstream (Dagster's `eager` would re-run every backbone on any upstream
+  materialization).
 - `REEVALUATED` is ON_CHANGE or the weekly re-evaluation (`reevaluate_on_cron`, cron $SOCO_REEVALUATE_CRON):
   after each tick of the cron, every partition that is stale by Dagster's records (its code version, or the
   data version of any upstream, spec files and protocol included, moved since it was last requested or
