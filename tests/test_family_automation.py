@@ -49,6 +49,7 @@ class World:
             lvlms_dir=str(tmp_path / "lvlms"),
         )
         self.instance, self.cursor, self.minute, self.sensor_cursor = instance, None, 0, None
+        self.versioned, self.runs = False, 0
         graph = self.defs.resolve_asset_graph()
         self.keys = list(graph.materializable_asset_keys)
         self.partitions = {k: graph.get(k).partitions_def for k in self.keys}
@@ -94,20 +95,28 @@ class World:
         }
 
     def run(self, requested: dict[str, set | None]) -> None:
-        """Record what the requested runs would: one materialization per requested asset partition."""
+        """Record what the requested runs would: one materialization per requested asset partition (with a
+        new data version when `versioned`, as our tables record their content hash)."""
         for asset, parts in requested.items():
             for p in sorted(parts) if parts else [None]:
-                self.instance.report_runless_asset_event(dg.AssetMaterialization(asset, partition=p))
+                self.runs += 1
+                tags = {"dagster/data_version": f"v{self.runs}"} if self.versioned else None
+                self.instance.report_runless_asset_event(
+                    dg.AssetMaterialization(asset, partition=p, tags=tags)
+                )
 
-    def until_quiet(self, max_ticks: int = 8) -> list[dict[str, set | None]]:
-        """Tick and run what was requested until a tick requests nothing; the requests of every tick."""
-        ticks = []
+    def until_quiet(self, max_ticks: int = 12) -> list[dict[str, set | None]]:
+        """Tick and run what was requested until two ticks in a row request nothing (a board waits a tick
+        after its per-model tables' update); the requests of every tick that requested something."""
+        ticks, quiet = [], 0
         for _ in range(max_ticks):
             req = self.tick()
-            if not req:
+            quiet = 0 if req else quiet + 1
+            if quiet == 2:
                 return ticks
-            ticks.append(req)
-            self.run(req)
+            if req:
+                ticks.append(req)
+                self.run(req)
         raise AssertionError(f"still requesting after {max_ticks} ticks: {ticks[-1]}")
 
 
@@ -139,6 +148,11 @@ def test_a_new_backbone_reaches_every_family_board_and_its_removal_leaves_them(w
     for root in FAMILY_ROOTS:
         assert first.get(root) == {"oracle_part"}, f"{root} not requested for the new backbone: {first}"
     assert not BOARDS & set(first)  # a board waits for the partitions in progress
+    graph = world.defs.resolve_asset_graph()
+    for tick in ticks:  # and never runs beside a partition it reads (that run would not see it)
+        for board in BOARDS & set(tick):
+            inputs = {k.to_user_string() for k in graph.get(dg.AssetKey(board)).parent_keys}
+            assert not {a for a, p in tick.items() if p is not None} & inputs, (board, tick)
     refreshed = set().union(*ticks[1:])
     assert BOARDS <= refreshed, f"boards not refreshed: {BOARDS - refreshed}"
     assert "results_database" in refreshed
@@ -186,3 +200,51 @@ def test_a_changed_spec_re_runs_its_partition_in_every_started_family(tmp_path):
     assert "global_metrics" in selected
     assert not {"tpips_features", "probe_metrics", "mmvm_answers", "lvlm_answers"} & selected
     assert not BOARDS & selected  # the boards follow the updates (board_condition)
+
+
+# what the UI test launches by hand on a fresh deployment (tests/test_ui.py): the data and pair tables only
+DATA_ASSETS = [
+    "embedded_dataset",
+    "taxonomy",
+    "source_images",
+    "raw_keypoints",
+    "image_set",
+    "rejected_images",
+    "keypoints",
+    "descriptions",
+    "image_pairs",
+    "correspondences",
+    "four_choice",
+]
+
+
+def test_the_first_backbone_on_fresh_data_runs_each_board_once_after_its_tables(tmp_path):
+    """On a deployment with only the data tables, a first backbone's per-model tables and the items they
+    wait for arrive over several ticks; each board runs once, after them, never beside a partition it reads
+    (under the daemon the leaderboard was requested beside `metrics` and failed: no metrics yet)."""
+    (tmp_path / "dagster").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "dagster")) as instance:
+        w = World(tmp_path, instance)
+        w.versioned = True
+        assert w.tick() == {}  # the daemon's ticks before the spec and the launch: nothing to run
+        w.add_spec("oracle_part")
+        w.sensor_tick()
+        assert w.tick() == {}
+        # the data run as the daemon saw it: the tables the features read were written first, and a tick
+        # requested the features while the pair tables were still being written
+        graph = w.defs.resolve_asset_graph()
+        first = dg.AssetSelection.assets("feature_manifest").upstream().resolve(graph)
+        first = {k.to_user_string() for k in first}
+        w.run({name: None for name in DATA_ASSETS if name in first})
+        ticks = [w.tick()]
+        assert "feature_manifest" in ticks[0] and "metrics" not in ticks[0], ticks
+        w.run(ticks[0])
+        w.run({name: None for name in DATA_ASSETS if name not in first})
+        ticks += w.until_quiet()
+    for tick in ticks:
+        for board in BOARDS & set(tick):
+            inputs = {k.to_user_string() for k in graph.get(dg.AssetKey(board)).parent_keys}
+            assert not {a for a, p in tick.items() if p is not None} & inputs, (board, tick)
+    runs = [i for i, t in enumerate(ticks) if "leaderboard" in t]
+    assert len(runs) == 1, ticks
+    assert max(i for i, t in enumerate(ticks) if "metrics" in t) < runs[0], ticks

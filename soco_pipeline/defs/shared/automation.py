@@ -15,7 +15,7 @@
 import hashlib
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import dagster as dg
@@ -95,13 +95,16 @@ REEVALUATED = (ON_CHANGE | reevaluate_on_cron(REEVALUATE_CRON)).with_label("on_c
 MODEL_SPECS = "model_specs"  # the observable source whose data version is the set of model specs present
 
 
-def board_condition(*may_miss: str) -> dg.AutomationCondition:
+def board_condition(partitioned: Sequence[str] = (), optional: Sequence[str] = ()) -> dg.AutomationCondition:
     """A board's (fan-in summary's) condition: Dagster's eager condition, except that it waits only on what
-    exists. The upstream assets named in `may_miss` (the per-model tables it reads with
-    `allow_missing_partitions`, optional summaries) never hold it back while some of their partitions are
-    missing: an LVLM partition a family never asked for is skipped, not awaited. It still waits while any
-    upstream partition is in progress, and it also runs when the set of model specs changed (`model_specs`
-    observed by the spec sensors), so a removed spec's rows leave the board."""
+    exists. The per-model tables in `partitioned` (read with `allow_missing_partitions`) and the summaries in
+    `optional` never hold it back while missing: an LVLM partition a family never asked for is skipped, not
+    awaited. It waits while any upstream partition is in progress, and for one tick after a partition of
+    `partitioned` was updated: the per-model tables downstream of that one (another partitioning, so another
+    run: Dagster's `will_be_requested` does not reach across) are requested in that tick, and a board
+    requested beside them read the tables without them (under the daemon the first leaderboard failed so:
+    "no metrics materialized yet"). It also runs when the set of model specs changed (`model_specs` observed
+    by the spec sensors), so a removed spec's rows leave the board."""
     specs = dg.AssetSelection.assets(MODEL_SPECS)
     return (
         AC.in_latest_time_window()
@@ -110,7 +113,8 @@ def board_condition(*may_miss: str) -> dg.AutomationCondition:
             | AC.any_deps_updated()
             | AC.any_deps_match(AC.data_version_changed()).allow(specs)
         ).since_last_handled()
-        & ~AC.any_deps_missing().ignore(dg.AssetSelection.assets(*may_miss, MODEL_SPECS))
+        & ~AC.any_deps_missing().ignore(dg.AssetSelection.assets(*partitioned, *optional, MODEL_SPECS))
+        & ~AC.any_deps_match(AC.newly_updated()).allow(dg.AssetSelection.assets(*partitioned))
         & ~AC.any_deps_in_progress()
         & ~AC.in_progress()
     ).with_label("board: eager over what exists")

@@ -242,7 +242,7 @@ def fan_in_table(
         **{name: dg.AssetIn(metadata=ALLOW_MISSING) for name in optional},
         **kwargs.pop("ins", {}),
     }
-    kwargs.setdefault("automation_condition", board_condition(*partitioned, *optional))
+    kwargs.setdefault("automation_condition", board_condition(partitioned, optional))
     kwargs["deps"] = [*kwargs.get("deps", []), dg.AssetKey(MODEL_SPECS)]
     return table_asset(ins=ins, **kwargs)
 
