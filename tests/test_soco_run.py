@@ -1,7 +1,12 @@
 """`soco run SPEC` (issue 36): one command adds a spec and materializes exactly that model's partitions and the
 boards, through the demo's run machinery and the same instance; a rerun skips what is cached; it ends with
-the model's headline per family (CI, rank) and the summary of every model, in 120 columns."""
+the model's headline per family (CI, rank) and the summary of every model, in 120 columns.
 
+The first `soco run` is the module's fixture; the rerun and the second model each hold whichever order they
+run in (a rerun of the first model is cached either way; the second model's partition is its own)."""
+
+import contextlib
+import io
 import shutil
 
 import dagster as dg
@@ -15,25 +20,13 @@ from tests.tiny_families import tiny_family_env
 pytestmark = [pytest.mark.pipeline, pytest.mark.timeout(1500)]
 
 
-@pytest.fixture
-def env(tmp_path, monkeypatch):
-    """A tiny embedded data set (two categories, four images each), an empty spec folder, our instance."""
-    home, storage, specs = tmp_path / "home", tmp_path / "storage", tmp_path / "backbones"
-    specs.mkdir()
-    write_instance_yaml(home, storage)
-    for var, value in {
-        "DAGSTER_HOME": str(home),
-        "SOCO_STORAGE": str(storage),
-        "SOCO_BACKBONES_DIR": str(specs),
-        "SOCO_LVLMS_DIR": str(tmp_path / "lvlms"),
-        "SOCO_CATEGORIES": "car,dog",
-        "SOCO_IMAGES_PER_CATEGORY": "4",
-        **tiny_family_env(tmp_path / "families"),
-    }.items():
-        monkeypatch.setenv(var, value)
-    for name in ("oracle_part", "oracle_concept"):
-        shutil.copy(PROJECT_ROOT / "assets" / "backbones" / f"{name}.yaml", tmp_path / f"{name}.yaml")
-    return {"home": home, "specs": specs, "tmp": tmp_path}
+def _soco_run(*args: str) -> str:
+    """`soco run ARGS` in this process; its standard output (it must exit 0)."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = cli.main(["run", *args])
+    assert code == 0, out.getvalue()[-3000:]
+    return out.getvalue()
 
 
 def _runs(home):
@@ -44,11 +37,36 @@ def _runs(home):
         ]
 
 
-def test_soco_run_adds_evaluates_skips_cached_and_prints_the_summary(env, capsys):
-    first = env["tmp"] / "oracle_part.yaml"
-    assert cli.main(["run", str(first), "--families", "soco,mmvm"]) == 0
-    out = capsys.readouterr().out
-    assert (env["specs"] / "oracle_part.yaml").read_bytes() == first.read_bytes()
+@pytest.fixture(scope="module")
+def first(tmp_path_factory):
+    """A tiny embedded data set (two categories, four images each), an empty spec folder, our instance; then
+    `soco run oracle_part.yaml --families soco,mmvm` in it: its output and the runs it launched."""
+    tmp = tmp_path_factory.mktemp("soco_run")
+    home, storage, specs = tmp / "home", tmp / "storage", tmp / "backbones"
+    specs.mkdir()
+    write_instance_yaml(home, storage)
+    with pytest.MonkeyPatch.context() as mp:
+        for var, value in {
+            "DAGSTER_HOME": str(home),
+            "SOCO_STORAGE": str(storage),
+            "SOCO_BACKBONES_DIR": str(specs),
+            "SOCO_LVLMS_DIR": str(tmp / "lvlms"),
+            "SOCO_CATEGORIES": "car,dog",
+            "SOCO_IMAGES_PER_CATEGORY": "4",
+            **tiny_family_env(tmp / "families"),
+        }.items():
+            mp.setenv(var, value)
+        for name in ("oracle_part", "oracle_concept"):
+            shutil.copy(PROJECT_ROOT / "assets" / "backbones" / f"{name}.yaml", tmp / f"{name}.yaml")
+        out = _soco_run(str(tmp / "oracle_part.yaml"), "--families", "soco,mmvm")
+        yield {"home": home, "specs": specs, "tmp": tmp, "out": out, "runs": _runs(home)}
+
+
+def test_soco_run_adds_the_spec_evaluates_and_prints_the_summary(first):
+    out, runs = first["out"], first["runs"]
+    assert (first["specs"] / "oracle_part.yaml").read_bytes() == (
+        first["tmp"] / "oracle_part.yaml"
+    ).read_bytes()
     lines = out.splitlines()
     assert max(map(len, lines)) <= 120, max(lines, key=len)
     assert "nan" not in out.lower() and "DEBUG" not in out and "FAILED" not in out
@@ -58,14 +76,14 @@ def test_soco_run_adds_evaluates_skips_cached_and_prints_the_summary(env, capsys
     summary = out[out.index("Summary: one row per model") :]
     assert "| oracle_part" in summary and "| soco " in summary and "headlines: soco = SOC PCK@0.1" in summary
     assert "instance_oracle" not in summary  # the MMVM board's check row is no model
-    assert (env["tmp"] / "storage" / "report" / "index.html").is_file()
-    runs = _runs(env["home"])
+    assert (first["tmp"] / "storage" / "report" / "index.html").is_file()
     assert {source for *_, source in runs} == {"soco run"}
     assert {p for _, p, _ in runs if p} == {"oracle_part"}
 
-    # The same command again: the data, the items and the model's steps are cached; only the boards run.
-    assert cli.main(["run", str(first), "--families", "soco,mmvm"]) == 0
-    again = capsys.readouterr().out
+
+def test_the_same_command_again_runs_only_the_boards(first):
+    before = len(_runs(first["home"]))
+    again = _soco_run(str(first["tmp"] / "oracle_part.yaml"), "--families", "soco,mmvm")
     for step in (
         "data and pairs",
         "soco / backbone oracle_part",
@@ -73,15 +91,16 @@ def test_soco_run_adds_evaluates_skips_cached_and_prints_the_summary(env, capsys
         "mmvm / backbone oracle_part",
     ):
         assert any(step in line and line.endswith(": cached, skipped") for line in again.splitlines()), again
-    new = _runs(env["home"])[: len(_runs(env["home"])) - len(runs)]
-    assert all(p is None and "leaderboard" in job or job == "demo_summary" for job, p, _ in new), new
+    runs = _runs(first["home"])
+    new = runs[: len(runs) - before]  # newest first
+    assert new and all(p is None and "leaderboard" in job or job == "demo_summary" for job, p, _ in new), new
 
-    # A second model: only its own partition and the boards run, and the summary shows both.
-    second = env["tmp"] / "oracle_concept.yaml"
-    before = len(_runs(env["home"]))
-    assert cli.main(["run", str(second), "--families", "soco"]) == 0
-    out = capsys.readouterr().out
-    added = _runs(env["home"])[: len(_runs(env["home"])) - before]
+
+def test_a_second_model_runs_only_its_own_partition_and_the_boards(first):
+    before = len(_runs(first["home"]))
+    out = _soco_run(str(first["tmp"] / "oracle_concept.yaml"), "--families", "soco")
+    runs = _runs(first["home"])
+    added = runs[: len(runs) - before]
     assert {p for _, p, _ in added if p} == {"oracle_concept"}
     assert "demo_data_and_pairs" not in {job for job, *_ in added}
     assert "oracle_concept: headline per family" in out and "2 of 2" in out
