@@ -2,7 +2,7 @@
 Celery workers (2 on the default queue, 1 on `gpu`), all on free loopback ports, stopped by pid.
 
 The data and pair tables are materialized in-process into the cluster's instance and bucket; a backfill
-of 4 cheap backbone partitions then runs through the queued run coordinator and dagster-celery. The
+of 2 cheap backbone partitions (a classical extractor and an oracle) then runs through the queued run coordinator and dagster-celery. The
 results must equal an in-process run's exactly; a worker process killed with -9 mid-run fails its run
 cleanly, and re-executing it gives the same results with nothing half-written in the bucket.
 """
@@ -24,7 +24,6 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 import requests
-import yaml
 
 from soco_pipeline.deploy.processes import group_members, wait_for
 from soco_pipeline.deploy.stack import BUCKET, LocalStack
@@ -43,7 +42,7 @@ def _servers_installed():
 
 
 CATEGORIES = ["car", "bus", "chair"]
-BACKFILL = ["dense_sift", "oracle_part", "oracle_concept", "oracle_part_seed1"]
+BACKFILL = ["dense_sift", "oracle_part"]  # two runs: held workers overlap their steps by construction
 KILLED = "dense_sift_again"  # a fifth partition (dense_sift under another name): a feature step to kill
 LOST = "dense_sift_lost"  # a sixth one: its whole gpu worker is killed mid-step
 LOST_GRACE_S = 4  # seconds a worker holding a step may miss pings (the daemon's sensor ticks every 5 s)
@@ -54,12 +53,10 @@ RESULT_TABLES = ["feature_manifest", "predictions", "four_choice_predictions", "
 def _specs(folder: Path) -> None:
     folder.mkdir()
     src = PROJECT_ROOT / "assets" / "backbones"
-    for b in ["dense_sift", "oracle_part", "oracle_concept"]:
+    for b in BACKFILL:
         shutil.copy(src / f"{b}.yaml", folder / f"{b}.yaml")
     shutil.copy(src / "dense_sift.yaml", folder / f"{KILLED}.yaml")
     shutil.copy(src / "dense_sift.yaml", folder / f"{LOST}.yaml")
-    spec = yaml.safe_load((src / "oracle_part.yaml").read_text())
-    (folder / "oracle_part_seed1.yaml").write_text(yaml.safe_dump({**spec, "seed": 1}))
 
 
 def _cli(*args: str, env: dict[str, str] | None = None, timeout: float) -> subprocess.CompletedProcess:
@@ -313,7 +310,7 @@ def backfill(cluster, data):
         "partitionNames": BACKFILL,
     }
     # The default-queue workers are held (SIGSTOP) until every run's feature step is done, so that when they
-    # go on the queue holds the next steps of all four runs: two workers that each take the next step as
+    # go on the queue holds the next steps of every run: two workers that each take the next step as
     # soon as they finish one then run steps of different runs at the same time by construction, whatever
     # the machine's load (left to timing, four runs started ~10 s apart under load never overlapped).
     held = [svc for svc in LocalStack.attach(cluster.root).services if svc.name in ("worker-1", "worker-2")]
@@ -337,8 +334,8 @@ def backfill(cluster, data):
             t1 = time.monotonic()
             _reference(cluster, data, BACKFILL)
             print(f"in-process reference of {len(BACKFILL)} partitions: {time.monotonic() - t1:.0f} s")
-            wait_for("4 backfill runs", lambda: len(runs()) == 4, 60, interval=1.0)
-            wait_for("the 4 feature steps on the gpu worker", features_done, 240, interval=1.0)
+            wait_for("the backfill runs", lambda: len(runs()) == len(BACKFILL), 60, interval=1.0)
+            wait_for("every feature step on the gpu worker", features_done, 240, interval=1.0)
         finally:
             for svc in held:
                 os.killpg(svc.pgid, signal.SIGCONT)
@@ -358,7 +355,7 @@ def test_backfill_on_celery_workers_equals_in_process(cluster, data, backfill):
             f"  {s['worker']:13s} {s['start'] - t_first:6.1f} {s['end'] - t_first:6.1f} "
             f"{partition[s['run_id']]:18s} {s['step']}"
         )
-    assert len(steps) == 4 * len(PER_BACKBONE)
+    assert len(steps) == len(BACKFILL) * len(PER_BACKBONE)
     assert all(s.get("ok") and "worker" in s for s in steps), steps
     # Feature extraction (the `gpu` pool, tagged for the `gpu` queue) only on the gpu worker, the rest never.
     for s in steps:
