@@ -18,7 +18,10 @@ TEST_TMPDIR ?= $(shell avail=$$(df --output=avail -B1G /dev/shm 2>/dev/null | ta
 	[ "$$(stat -f -c %T /dev/shm 2>/dev/null)" = tmpfs ] && [ "$${avail:-0}" -ge 4 ] && echo /dev/shm/soco-tests)
 # Bytecode is written even where the environment says not to: pytest then keeps the test modules it has
 # rewritten, and the suite's many Python children find the pipeline compiled (collection 21 s -> 15 s).
-TEST_ENV := $(if $(TEST_TMPDIR),TMPDIR=$(TEST_TMPDIR)) PYTHONDONTWRITEBYTECODE=
+# One OpenMP/MKL thread per process: the suite runs a worker per core or more (and their Dagster children),
+# so torch's default of a thread per core only contends (measured, make test on 2 cores: 649 s -> 609 s of
+# pytest, user CPU 757 s -> 581 s). A test that needs more threads sets them itself (test_cpu_determinism).
+TEST_ENV := $(if $(TEST_TMPDIR),TMPDIR=$(TEST_TMPDIR)) PYTHONDONTWRITEBYTECODE= OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 # pytest-xdist workers (one per core): whole modules per worker, so a module's fixtures are built once.
 TEST_WORKERS ?= auto
 XDIST := -n $(TEST_WORKERS) --dist loadfile
