@@ -78,12 +78,6 @@ def automated(server):
     dev, storage, home, _tmp = server
     instance = dg.DagsterInstance.from_config(str(home))
 
-    # The backbone sensor (running by default) adds one partition per spec file.
-    deadline = time.time() + 120
-    while set(instance.get_dynamic_partitions("backbones")) != set(BACKBONES) and time.time() < deadline:
-        time.sleep(2)
-    assert set(instance.get_dynamic_partitions("backbones")) == set(BACKBONES)
-
     checked = [
         "taxonomy",
         "image_set",
@@ -95,6 +89,13 @@ def automated(server):
         "four_choice",
     ]
     run_id = dev.launch_assets(DATA_ASSETS, checks=[(a, "schema") for a in checked])
+
+    # The backbone sensor (running by default), meanwhile, adds one partition per spec file.
+    deadline = time.time() + 120
+    while set(instance.get_dynamic_partitions("backbones")) != set(BACKBONES) and time.time() < deadline:
+        time.sleep(1)
+    assert set(instance.get_dynamic_partitions("backbones")) == set(BACKBONES)
+
     assert dev.wait_run(run_id, timeout=600) == "SUCCESS"
     for name in ["image_set", "keypoints", "image_pairs", "correspondences"]:
         assert (storage / "tables" / f"{name}.parquet").stat().st_size > 0
@@ -102,7 +103,7 @@ def automated(server):
     # Eager automation takes it from here: per-backbone assets, then the leaderboard.
     deadline = time.time() + 600
     while not _materialized(instance, "results_database") and time.time() < deadline:
-        time.sleep(3)
+        time.sleep(1)
     for b in BACKBONES:
         assert _materialized(instance, "metrics", b), f"metrics[{b}] not materialized by automation"
         assert (storage / "tables" / "metrics" / f"{b}.parquet").exists()
