@@ -23,6 +23,20 @@ CATEGORIES = ["car", "bus", "tractor", "chair", "dog", "horse"]
 IMAGES_PER_CATEGORY = 6
 ORACLES = ["oracle_part", "oracle_concept"]
 PER_BACKBONE = ["feature_manifest", "predictions", "four_choice_predictions", "metrics"]
+# the data and pair tables, in the order a run of them materializes: what a launch of the data stage names
+DATA_AND_PAIRS = [
+    "embedded_dataset",
+    "taxonomy",
+    "source_images",
+    "raw_keypoints",
+    "image_set",
+    "rejected_images",
+    "keypoints",
+    "descriptions",
+    "image_pairs",
+    "correspondences",
+    "four_choice",
+]
 
 
 @dataclass(frozen=True)

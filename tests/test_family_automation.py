@@ -21,6 +21,7 @@ import pytest
 from soco_pipeline.defs.definitions import build_definitions
 from soco_pipeline.taxonomy import ASSETS_DIR
 from tests.automation_ticks import evaluate
+from tests.core import DATA_AND_PAIRS
 
 pytestmark = [pytest.mark.pipeline, pytest.mark.timeout(1500)]
 
@@ -39,7 +40,7 @@ T0 = dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.UTC)
 class World:
     """The real definitions over temporary folders, an instance, and the daemon's ticks (one cursor)."""
 
-    def __init__(self, tmp_path, instance):
+    def __init__(self, tmp_path, instance, versioned: bool = False):
         self.specs = tmp_path / "backbones"
         self.specs.mkdir()
         (tmp_path / "lvlms").mkdir()
@@ -49,10 +50,10 @@ class World:
             lvlms_dir=str(tmp_path / "lvlms"),
         )
         self.instance, self.cursor, self.minute, self.sensor_cursor = instance, None, 0, None
-        self.versioned, self.runs = False, 0
-        graph = self.defs.resolve_asset_graph()
-        self.keys = list(graph.materializable_asset_keys)
-        self.partitions = {k: graph.get(k).partitions_def for k in self.keys}
+        self.versioned, self.runs = versioned, 0
+        self.graph = self.defs.resolve_asset_graph()
+        self.keys = list(self.graph.materializable_asset_keys)
+        self.partitions = {k: self.graph.get(k).partitions_def for k in self.keys}
 
     def add_spec(self, name: str) -> None:
         shutil.copy(ASSETS_DIR / "backbones" / f"{name}.yaml", self.specs / f"{name}.yaml")
@@ -105,6 +106,14 @@ class World:
                     dg.AssetMaterialization(asset, partition=p, tags=tags)
                 )
 
+    def assert_no_board_beside_its_inputs(self, ticks: list[dict[str, set | None]]) -> None:
+        """No tick requested a board together with a partition of one of its inputs."""
+        for tick in ticks:
+            partitions = {a for a, p in tick.items() if p is not None}
+            for board in BOARDS & set(tick):
+                inputs = {k.to_user_string() for k in self.graph.get(dg.AssetKey(board)).parent_keys}
+                assert not partitions & inputs, (board, tick)
+
     def until_quiet(self, max_ticks: int = 12) -> list[dict[str, set | None]]:
         """Tick and run what was requested until two ticks in a row request nothing (a board waits a tick
         after its per-model tables' update); the requests of every tick that requested something."""
@@ -148,11 +157,7 @@ def test_a_new_backbone_reaches_every_family_board_and_its_removal_leaves_them(w
     for root in FAMILY_ROOTS:
         assert first.get(root) == {"oracle_part"}, f"{root} not requested for the new backbone: {first}"
     assert not BOARDS & set(first)  # a board waits for the partitions in progress
-    graph = world.defs.resolve_asset_graph()
-    for tick in ticks:  # and never runs beside a partition it reads (that run would not see it)
-        for board in BOARDS & set(tick):
-            inputs = {k.to_user_string() for k in graph.get(dg.AssetKey(board)).parent_keys}
-            assert not {a for a, p in tick.items() if p is not None} & inputs, (board, tick)
+    world.assert_no_board_beside_its_inputs(ticks)  # that board's run would not see them
     refreshed = set().union(*ticks[1:])
     assert BOARDS <= refreshed, f"boards not refreshed: {BOARDS - refreshed}"
     assert "results_database" in refreshed
@@ -202,49 +207,28 @@ def test_a_changed_spec_re_runs_its_partition_in_every_started_family(tmp_path):
     assert not BOARDS & selected  # the boards follow the updates (board_condition)
 
 
-# what the UI test launches by hand on a fresh deployment (tests/test_ui.py): the data and pair tables only
-DATA_ASSETS = [
-    "embedded_dataset",
-    "taxonomy",
-    "source_images",
-    "raw_keypoints",
-    "image_set",
-    "rejected_images",
-    "keypoints",
-    "descriptions",
-    "image_pairs",
-    "correspondences",
-    "four_choice",
-]
-
-
 def test_the_first_backbone_on_fresh_data_runs_each_board_once_after_its_tables(tmp_path):
     """On a deployment with only the data tables, a first backbone's per-model tables and the items they
     wait for arrive over several ticks; each board runs once, after them, never beside a partition it reads
     (under the daemon the leaderboard was requested beside `metrics` and failed: no metrics yet)."""
     (tmp_path / "dagster").mkdir()
     with dg.instance_for_test(temp_dir=str(tmp_path / "dagster")) as instance:
-        w = World(tmp_path, instance)
-        w.versioned = True
+        w = World(tmp_path, instance, versioned=True)
         assert w.tick() == {}  # the daemon's ticks before the spec and the launch: nothing to run
         w.add_spec("oracle_part")
         w.sensor_tick()
         assert w.tick() == {}
         # the data run as the daemon saw it: the tables the features read were written first, and a tick
         # requested the features while the pair tables were still being written
-        graph = w.defs.resolve_asset_graph()
-        first = dg.AssetSelection.assets("feature_manifest").upstream().resolve(graph)
+        first = dg.AssetSelection.assets("feature_manifest").upstream().resolve(w.graph)
         first = {k.to_user_string() for k in first}
-        w.run({name: None for name in DATA_ASSETS if name in first})
+        w.run({name: None for name in DATA_AND_PAIRS if name in first})
         ticks = [w.tick()]
         assert "feature_manifest" in ticks[0] and "metrics" not in ticks[0], ticks
         w.run(ticks[0])
-        w.run({name: None for name in DATA_ASSETS if name not in first})
+        w.run({name: None for name in DATA_AND_PAIRS if name not in first})
         ticks += w.until_quiet()
-    for tick in ticks:
-        for board in BOARDS & set(tick):
-            inputs = {k.to_user_string() for k in graph.get(dg.AssetKey(board)).parent_keys}
-            assert not {a for a, p in tick.items() if p is not None} & inputs, (board, tick)
+    w.assert_no_board_beside_its_inputs(ticks)
     runs = [i for i, t in enumerate(ticks) if "leaderboard" in t]
     assert len(runs) == 1, ticks
     assert max(i for i, t in enumerate(ticks) if "metrics" in t) < runs[0], ticks

@@ -20,26 +20,12 @@ from soco_pipeline.demo import run_demo
 from soco_pipeline.evaluation.theory import expected_concept_oracle_soc
 from soco_pipeline.storage import PROJECT_ROOT
 from tests.automation_ticks import evaluate
+from tests.core import CATEGORIES, DATA_AND_PAIRS, PER_BACKBONE
 
 # a whole pipeline runs in a module fixture (the first test's setup)
 pytestmark = [pytest.mark.pipeline, pytest.mark.timeout(900)]
 
-CATEGORIES = ["car", "bus", "tractor", "chair", "dog", "horse"]
 FIRST = ["oracle_part", "oracle_concept"]
-PER_BACKBONE = ["feature_manifest", "predictions", "four_choice_predictions", "metrics"]
-DATA_AND_PAIRS = [
-    "embedded_dataset",
-    "taxonomy",
-    "source_images",
-    "raw_keypoints",
-    "image_set",
-    "rejected_images",
-    "keypoints",
-    "descriptions",
-    "image_pairs",
-    "correspondences",
-    "four_choice",
-]
 
 
 @pytest.fixture(scope="module")

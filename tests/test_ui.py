@@ -16,6 +16,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from tests.core import DATA_AND_PAIRS
 from tests.dagster_server import PROJECT_ROOT, DagsterDev, write_instance_yaml
 from tests.needs import need
 from tests.tiny_families import tiny_family_env
@@ -25,19 +26,6 @@ pytestmark = [pytest.mark.stack, pytest.mark.timeout(1200)]
 
 CHROMIUM = Path("/usr/bin/chromium")
 BACKBONES = ["oracle_part"]  # one backbone: the UI path (launch, sensor, automation), not extraction
-DATA_ASSETS = [
-    "embedded_dataset",
-    "taxonomy",
-    "source_images",
-    "raw_keypoints",
-    "image_set",
-    "rejected_images",
-    "keypoints",
-    "descriptions",
-    "image_pairs",
-    "correspondences",
-    "four_choice",
-]
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +76,7 @@ def automated(server):
         "correspondences",
         "four_choice",
     ]
-    run_id = dev.launch_assets(DATA_ASSETS, checks=[(a, "schema") for a in checked])
+    run_id = dev.launch_assets(DATA_AND_PAIRS, checks=[(a, "schema") for a in checked])
 
     # The backbone sensor (running by default), meanwhile, adds one partition per spec file.
     deadline = time.time() + 120
