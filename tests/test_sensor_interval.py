@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from soco_pipeline.defs.shared.automation import sensor_interval_s
+from soco_pipeline.defs.shared.automation import daemon_minimum_interval_s, sensor_interval_s
 
 pytestmark = pytest.mark.unit
 
@@ -14,6 +14,9 @@ def test_the_sensor_interval_defaults_to_15_s_and_reads_the_environment(monkeypa
     assert sensor_interval_s() == 15
     monkeypatch.setenv("SOCO_SENSOR_INTERVAL_S", "5")
     assert sensor_interval_s() == 5
+    assert daemon_minimum_interval_s() == 4
+    monkeypatch.setenv("SOCO_SENSOR_INTERVAL_S", "1")
+    assert daemon_minimum_interval_s() == 1  # never 0: Dagster reads 0 as "no minimum"
 
 
 @pytest.mark.parametrize("text", ["five", "0", "-3", "1.5"])
@@ -28,5 +31,7 @@ def test_the_definitions_take_the_interval(monkeypatch):
     from soco_pipeline.defs.definitions import build_definitions
 
     defs = build_definitions()
-    assert defs.get_sensor_def("default_automation_condition_sensor").minimum_interval_seconds == 7
+    # one second less than the interval: the daemon's 5 s loop then ticks on the first loop at or after it
+    # (with 7 itself, a loop that came a moment early skipped the tick: see daemon_minimum_interval_s)
+    assert defs.get_sensor_def("default_automation_condition_sensor").minimum_interval_seconds == 6
     # (the spec-folder sensors read it when their module is imported: in `dagster dev`, at its start)

@@ -1,10 +1,14 @@
 """The operator's path, for real: `dagster dev`, a GraphQL launch, the sensor and automation, the UI.
 
-Starts webserver + daemon on a free loopback port with a temporary DAGSTER_HOME, launches the data
-and pair assets through GraphQL as the UI's Materialize button does, lets the backbone sensor add the
-partitions and the eager automation materialize the per-backbone assets and the leaderboard, checks
-the Parquet outputs, then (a second test) drives headless Chromium to the leaderboard asset and its
-metadata table; screenshots go under the test's temporary folder.
+Starts webserver + daemon on a free loopback port with a temporary DAGSTER_HOME and launches the data and
+pair assets through GraphQL as the UI's Materialize button does (the module's fixtures). One test adds a
+backbone spec: the backbone sensor adds its partition and the eager automation materializes the
+per-backbone assets, the boards and the SQL views. Another drives headless Chromium to the asset graph
+and to a table's page with its metadata; screenshots go under the test's temporary folder.
+
+The spec arrives after the data, as when a researcher adds a model to a running deployment: the daemon
+then runs the backbone's whole per-backbone chain in one run. A backbone present before the data (its
+tables requested tick by tick while the data run writes) is test_family_automation's case.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from tests.dagster_server import PROJECT_ROOT, DagsterDev, write_instance_yaml
 from tests.needs import need
 from tests.tiny_families import tiny_family_env
 
-# `dagster dev` and the whole automated pipeline in the first setup
+# `dagster dev`, a data run and the automated chain after a new spec
 pytestmark = [pytest.mark.stack, pytest.mark.timeout(1200)]
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -32,9 +36,7 @@ BACKBONES = ["oracle_part"]  # one backbone: the UI path (launch, sensor, automa
 def server(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("ui")
     storage, home, backbones = tmp / "storage", tmp / "home", tmp / "backbones"
-    backbones.mkdir()
-    for b in BACKBONES:
-        shutil.copy(PROJECT_ROOT / "assets" / "backbones" / f"{b}.yaml", backbones / f"{b}.yaml")
+    backbones.mkdir()  # empty: the test adds the spec once the data are there
     write_instance_yaml(home, storage)
     env = {
         "SOCO_STORAGE": str(storage),
@@ -60,12 +62,11 @@ def _materialized(instance: dg.DagsterInstance, key: str, partition: str | None 
 
 
 @pytest.fixture(scope="module")
-def automated(server):
-    """The data and pair assets launched through GraphQL, the sensor's partitions, and what eager
-    automation materialized after them; the instance is returned."""
+def launched(server):
+    """The data and pair assets launched through GraphQL as the UI's Materialize button does, with their
+    schema checks; the instance is returned once the run succeeded."""
     dev, storage, home, _tmp = server
     instance = dg.DagsterInstance.from_config(str(home))
-
     checked = [
         "taxonomy",
         "image_set",
@@ -77,43 +78,50 @@ def automated(server):
         "four_choice",
     ]
     run_id = dev.launch_assets(DATA_AND_PAIRS, checks=[(a, "schema") for a in checked])
+    assert dev.wait_run(run_id, timeout=600) == "SUCCESS"
+    for name in ["image_set", "keypoints", "image_pairs", "correspondences"]:
+        assert (storage / "tables" / f"{name}.parquet").stat().st_size > 0
+    return instance
 
-    # The backbone sensor (running by default), meanwhile, adds one partition per spec file.
+
+def test_a_new_spec_gets_its_partition_and_automation_builds_its_tables_and_the_boards(server, launched):
+    _dev, storage, _home, tmp = server
+    instance = launched
+    # A backbone spec arrives: the backbone sensor (running by default) adds one partition per spec file.
+    assert instance.get_dynamic_partitions("backbones") == []
+    for b in BACKBONES:
+        shutil.copy(PROJECT_ROOT / "assets" / "backbones" / f"{b}.yaml", tmp / "backbones" / f"{b}.yaml")
     deadline = time.time() + 120
     while set(instance.get_dynamic_partitions("backbones")) != set(BACKBONES) and time.time() < deadline:
         time.sleep(1)
     assert set(instance.get_dynamic_partitions("backbones")) == set(BACKBONES)
 
-    assert dev.wait_run(run_id, timeout=600) == "SUCCESS"
-    for name in ["image_set", "keypoints", "image_pairs", "correspondences"]:
-        assert (storage / "tables" / f"{name}.parquet").stat().st_size > 0
-
-    # Eager automation takes it from here: per-backbone assets, then the leaderboard.
+    # Eager automation takes it from here: per-backbone assets, then the boards and the SQL views.
     deadline = time.time() + 600
     while not _materialized(instance, "results_database") and time.time() < deadline:
         time.sleep(1)
     for b in BACKBONES:
         assert _materialized(instance, "metrics", b), f"metrics[{b}] not materialized by automation"
         assert (storage / "tables" / "metrics" / f"{b}.parquet").exists()
-    assert (storage / "tables" / "leaderboard.parquet").exists()
-    return instance
-
-
-def test_launch_sensor_and_automation(server, automated):
-    instance = automated
-    # One mechanism only: each backbone's features were computed by exactly one run.
-    for b in BACKBONES:
+        # one mechanism only: each backbone's features were computed by exactly one run
         f = dg.AssetRecordsFilter(asset_key=dg.AssetKey("feature_manifest"), asset_partitions=[b])
         assert len(instance.fetch_materializations(f, limit=10).records) == 1
+    assert (storage / "tables" / "leaderboard.parquet").exists()
+    # the board the UI shows on the leaderboard's page: its latest materialization's markdown table
+    board = instance.get_latest_materialization_event(dg.AssetKey("leaderboard")).asset_materialization
+    assert all(f"| {b} " in board.metadata["leaderboard"].value for b in BACKBONES)
 
 
-def test_the_ui_shows_the_asset_graph_and_the_leaderboard(server, automated):
-    """Headless Chromium on the running UI (skipped without Debian's chromium; a failure under CI=true)."""
+def test_the_ui_shows_the_asset_graph_and_a_table_s_metadata(server, launched):
+    """Headless Chromium on the running UI (skipped without Debian's chromium; a failure under CI=true): the
+    asset graph draws the leaderboard node, and a table's page renders its markdown metadata as a table."""
     need(CHROMIUM.exists(), "Debian's chromium")
     from playwright.sync_api import sync_playwright
 
     dev, _storage, _home, tmp = server
-    shot = tmp / "screenshots" / "ui_leaderboard.png"  # under the test's temporary folder, not the checkout
+    shot = (
+        tmp / "screenshots" / "ui_correspondences.png"
+    )  # under the test's temporary folder, not the checkout
     shot.parent.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:
         browser = p.chromium.launch(
@@ -145,15 +153,17 @@ def test_the_ui_shows_the_asset_graph_and_the_leaderboard(server, automated):
             page.wait_for_timeout(500)
         node.wait_for(timeout=30_000)
         page.screenshot(path=str(shot.with_name("ui_asset_graph.png")))
-        page.goto(f"{dev.url}/assets/leaderboard", wait_until="networkidle")
-        # The latest materialization's metadata: the markdown leaderboard rendered as a table. A long markdown
-        # value (the board with its CI columns) sits behind Dagster's "Show Markdown" button: open the first.
-        table = page.locator("table:has-text('oracle_part')").first
+        page.goto(f"{dev.url}/assets/correspondences", wait_until="networkidle")
+        # The latest materialization's metadata: the pair counts' markdown rendered as a table. A long markdown
+        # value (a board with its CI columns) sits behind Dagster's "Show Markdown" button: open the first.
+        table = page.locator("table:has-text('soc_geo')").first
         try:
             table.wait_for(timeout=15_000)
         except Exception:
             page.get_by_text("Show Markdown").first.click()
             table.wait_for(timeout=60_000)
+        table.scroll_into_view_if_needed()
+        assert {"level", "kind", "evaluated", "soc_geo"} <= set(table.inner_text().split())
         page.screenshot(path=str(shot), full_page=True)
         browser.close()
     assert shot.stat().st_size > 10_000

@@ -24,7 +24,7 @@ from dagster_duckdb import DuckDBResource
 
 import soco_pipeline.defs as defs_package
 from soco_pipeline.defs.recovery import dead_run_sensor, lost_worker_sensor
-from soco_pipeline.defs.shared.automation import OBSERVED_ON_CRON, sensor_interval_s
+from soco_pipeline.defs.shared.automation import OBSERVED_ON_CRON, daemon_minimum_interval_s
 from soco_pipeline.defs.shared.executors import executor_for_profile, profile
 from soco_pipeline.defs.shared.family import Family, declared_families
 from soco_pipeline.defs.shared.io_manager import ParquetIOManager
@@ -74,7 +74,7 @@ def build_definitions(**overrides) -> dg.Definitions:
                 "default_automation_condition_sensor",
                 # and the sources observed on the weekly re-evaluation's cron (the protocol)
                 target=dg.AssetSelection.all() | dg.AssetSelection.assets(*OBSERVED_ON_CRON),
-                minimum_interval_seconds=sensor_interval_s(),
+                minimum_interval_seconds=daemon_minimum_interval_s(),
                 default_status=dg.DefaultSensorStatus.RUNNING,
             ),
         ],

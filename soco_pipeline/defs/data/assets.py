@@ -111,7 +111,15 @@ def taxonomy(context: dg.AssetExecutionContext, soco: SocoSettings) -> TableResu
         df,
         metadata={
             "rows": len(df),
-            **{f"{c}s": int(df[c].nunique()) for c in ("category", "keypoint", "concept", "supercategory")},
+            **{
+                plural: int(df[c].nunique())
+                for c, plural in [
+                    ("category", "categories"),
+                    ("keypoint", "keypoints"),
+                    ("concept", "concepts"),
+                    ("supercategory", "supercategories"),
+                ]
+            },
             "source": tax.source,
             "warnings": dg.MetadataValue.md("\n".join(f"- {n}" for n in notes) or "none"),
         },

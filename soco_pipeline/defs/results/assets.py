@@ -9,6 +9,7 @@ from collections.abc import Iterable
 import dagster as dg
 
 from soco_pipeline.defs.shared.automation import eager_allowing_missing
+from soco_pipeline.defs.shared.executors import IN_RUN_PROCESS
 from soco_pipeline.defs.shared.family import Family
 from soco_pipeline.defs.shared.resources import SocoSettings
 
@@ -38,6 +39,7 @@ def results_database_asset(families: Iterable[Family]) -> dg.AssetsDefinition:
         # the LVLM, correlation, task-family and headline summaries are optional
         deps=[dg.AssetKey(name) for name in ("leaderboard", *optional)],
         automation_condition=eager_allowing_missing(*optional),
+        op_tags=IN_RUN_PROCESS,
         kinds={"duckdb"},
         code_version="2",
     )

@@ -7,6 +7,7 @@ import pandas as pd
 from soco_pipeline import schemas
 from soco_pipeline.defs.results.assets import GROUP
 from soco_pipeline.defs.shared.checks import TableResult, table_asset
+from soco_pipeline.defs.shared.executors import IN_RUN_PROCESS
 from soco_pipeline.defs.shared.resources import SocoSettings
 
 
@@ -16,6 +17,7 @@ from soco_pipeline.defs.shared.resources import SocoSettings
     kinds={"pandas"},
     code_version="1",
     automation_condition=dg.AutomationCondition.eager(),
+    op_tags=IN_RUN_PROCESS,
 )
 def published_comparison(soco: SocoSettings, leaderboard: pd.DataFrame) -> TableResult:
     """Ours beside the published figures of the model each spec names (assets/reference/published.csv):

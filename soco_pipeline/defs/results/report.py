@@ -4,6 +4,7 @@ import dagster as dg
 
 from soco_pipeline.defs.results.assets import GROUP
 from soco_pipeline.defs.shared.automation import eager_allowing_missing
+from soco_pipeline.defs.shared.executors import IN_RUN_PROCESS
 from soco_pipeline.defs.shared.resources import SocoSettings
 
 
@@ -13,6 +14,7 @@ from soco_pipeline.defs.shared.resources import SocoSettings
     group_name=GROUP,
     deps=["leaderboard", "model_summary"],
     automation_condition=eager_allowing_missing("model_summary"),
+    op_tags=IN_RUN_PROCESS,
     kinds={"html"},
 )
 def results_report(context: dg.AssetExecutionContext, soco: SocoSettings) -> dg.MaterializeResult:

@@ -22,6 +22,7 @@ import pyarrow
 
 from soco_pipeline.data.checks import table_problems
 from soco_pipeline.defs.shared.automation import MODEL_SPECS, ON_CHANGE, PER_MODEL_TAG, board_condition
+from soco_pipeline.defs.shared.executors import IN_RUN_PROCESS
 from soco_pipeline.defs.shared.io_manager import ALLOW_MISSING, ALLOW_MISSING_PARTITIONS
 from soco_pipeline.settings import Settings
 from soco_pipeline.storage import relativize_paths
@@ -243,6 +244,7 @@ def fan_in_table(
         **kwargs.pop("ins", {}),
     }
     kwargs.setdefault("automation_condition", board_condition(partitioned, optional))
+    kwargs["op_tags"] = {**kwargs.get("op_tags", {}), **IN_RUN_PROCESS}  # a board's run needs no forkserver
     kwargs["deps"] = [*kwargs.get("deps", []), dg.AssetKey(MODEL_SPECS)]
     return table_asset(ins=ins, **kwargs)
 

@@ -13,6 +13,7 @@ import pandas as pd
 
 from soco_pipeline.defs.shared.automation import eager_allowing_missing
 from soco_pipeline.defs.shared.checks import TableResult, table_asset
+from soco_pipeline.defs.shared.executors import IN_RUN_PROCESS
 from soco_pipeline.defs.shared.family import Family
 from soco_pipeline.defs.shared.io_manager import ALLOW_MISSING
 from soco_pipeline.defs.shared.resources import SocoSettings
@@ -59,6 +60,7 @@ def headline_assets(headlines: tuple[Headline, ...]) -> list[dg.AssetsDefinition
         group_name=GROUP,
         ins={b: dg.AssetIn(metadata=ALLOW_MISSING) for b in boards},
         automation_condition=eager_allowing_missing(*boards),
+        op_tags=IN_RUN_PROCESS,
         code_version=CODE_VERSION,
         kinds={"pandas"},
     )
@@ -86,6 +88,7 @@ def headline_assets(headlines: tuple[Headline, ...]) -> list[dg.AssetsDefinition
         group_name=GROUP,
         ins=soco_board,
         automation_condition=dg.AutomationCondition.eager(),
+        op_tags=IN_RUN_PROCESS,
         code_version=CODE_VERSION,
         kinds={"pandas"},
     )
