@@ -35,6 +35,7 @@ BOARDS = {
 # the first per-backbone table of each family (SOCO, MMVM, FG-BMK, TPIPS)
 FAMILY_ROOTS = {"feature_manifest", "mmvm_predictions", "fgbmk_global_features", "tpips_features"}
 T0 = dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.UTC)
+LEADERBOARD = dg.AssetKey("leaderboard")
 
 
 class World:
@@ -105,6 +106,21 @@ class World:
                 self.instance.report_runless_asset_event(
                     dg.AssetMaterialization(asset, partition=p, tags=tags)
                 )
+
+    def queue(self, asset: str, partition: str) -> dg.DagsterRun:
+        """A run of `asset`'s `partition` that the daemon requested and has not started (queued behind other
+        runs): its planned materialization makes the partition in progress until finish()."""
+        job = self.defs.resolve_implicit_global_asset_job_def()
+        return self.instance.create_run_for_job(
+            job, asset_selection=frozenset([dg.AssetKey(asset)]), tags={"dagster/partition": partition}
+        )
+
+    def finish(self, run: dg.DagsterRun) -> None:
+        """The queued run ends: its partition is materialized (with a new data version when `versioned`)
+        and the run leaves the in-progress states."""
+        (key,) = run.asset_selection
+        self.run({key.to_user_string(): {run.tags["dagster/partition"]}})
+        self.instance.report_run_canceled(run)
 
     def assert_no_board_beside_its_inputs(self, ticks: list[dict[str, set | None]]) -> None:
         """No tick requested a board together with a partition of one of its inputs."""
@@ -232,3 +248,29 @@ def test_the_first_backbone_on_fresh_data_runs_each_board_once_after_its_tables(
     runs = [i for i, t in enumerate(ticks) if "leaderboard" in t]
     assert len(runs) == 1, ticks
     assert max(i for i, t in enumerate(ticks) if "metrics" in t) < runs[0], ticks
+
+
+def test_a_board_waits_while_its_per_model_inputs_own_inputs_are_queued(tmp_path):
+    """Under load the daemon split a first backbone's chain into small runs: `global_metrics` was done while
+    `predictions` and `four_choice_predictions` sat queued in runs of their own and `metrics` was not
+    requested yet. The leaderboard, whose direct inputs were neither in progress nor just updated, was
+    requested and failed ("no metrics materialized yet"). A board also waits while an input of one of its
+    per-model inputs is in progress or was just updated."""
+    (tmp_path / "dagster").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "dagster")) as instance:
+        w = World(tmp_path, instance, versioned=True)
+        assert w.tick() == {}  # the daemon ticks from the start: the leaderboard is missing
+        w.add_spec("oracle_part")
+        w.sensor_tick()
+        # the data, the items and the other boards are there; the backbone's features and global metrics done
+        w.run({k.to_user_string(): None for k in w.keys if w.partitions[k] is None and k != LEADERBOARD})
+        w.run({a: {"oracle_part"} for a in ["feature_manifest", "global_feature_manifest", "global_metrics"]})
+        queued = [w.queue(a, "oracle_part") for a in ["predictions", "four_choice_predictions"]]
+        waiting = [w.tick() for _ in range(3)]  # the ticks while those runs wait in the queue
+        assert not any("leaderboard" in t or "metrics" in t for t in waiting), waiting
+        for run in queued:
+            w.finish(run)
+        ticks = w.until_quiet()
+    w.assert_no_board_beside_its_inputs(ticks)
+    first = [i for i, t in enumerate(ticks) if "leaderboard" in t]
+    assert first and max(i for i, t in enumerate(ticks) if "metrics" in t) < first[0], ticks

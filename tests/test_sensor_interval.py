@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from soco_pipeline.defs.shared.automation import daemon_minimum_interval_s, sensor_interval_s
+from soco_pipeline.defs.shared.automation import daemon_interval, daemon_minimum_interval_s, sensor_interval_s
 
 pytestmark = pytest.mark.unit
 
@@ -35,3 +35,12 @@ def test_the_definitions_take_the_interval(monkeypatch):
     # (with 7 itself, a loop that came a moment early skipped the tick: see daemon_minimum_interval_s)
     assert defs.get_sensor_def("default_automation_condition_sensor").minimum_interval_seconds == 6
     # (the spec-folder sensors read it when their module is imported: in `dagster dev`, at its start)
+
+
+def test_every_sensor_asks_one_second_less_than_its_period():
+    """The daemons' 5 s loop ticks a sensor on the first loop at or after its period (daemon_interval)."""
+    assert [daemon_interval(s) for s in (1, 5, 30)] == [1, 4, 29]
+    from soco_pipeline.defs.recovery import dead_run_sensor, lost_worker_sensor
+
+    assert dead_run_sensor.minimum_interval_seconds == 29
+    assert lost_worker_sensor.minimum_interval_seconds == 4

@@ -110,6 +110,11 @@ def test_a_new_spec_gets_its_partition_and_automation_builds_its_tables_and_the_
     # the board the UI shows on the leaderboard's page: its latest materialization's markdown table
     board = instance.get_latest_materialization_event(dg.AssetKey("leaderboard")).asset_materialization
     assert all(f"| {b} " in board.metadata["leaderboard"].value for b in BACKBONES)
+    # and no run of the chain failed on the way (a board requested before its tables did, under load)
+    failed = instance.get_runs(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE]))
+    assert not failed, [
+        (r.run_id, sorted(k.to_user_string() for k in r.asset_selection or [])) for r in failed
+    ]
 
 
 def test_the_ui_shows_the_asset_graph_and_a_table_s_metadata(server, launched):

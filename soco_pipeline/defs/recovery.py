@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 import dagster as dg
 
+from soco_pipeline.defs.shared.automation import daemon_interval
 from soco_pipeline.defs.shared.executors import wrapped_executor
 from soco_pipeline.storage import pid_alive
 
@@ -155,7 +156,7 @@ def recovering(inner: dg.ExecutorDefinition) -> dg.ExecutorDefinition:
     )
 
 
-@dg.sensor(minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING)
+@dg.sensor(minimum_interval_seconds=daemon_interval(30), default_status=dg.DefaultSensorStatus.RUNNING)
 def dead_run_sensor(context: dg.SensorEvaluationContext) -> dg.SkipReason:
     """Every 30 s: fail the runs of this machine whose process died and free their pool slots."""
     failed = fail_dead_runs(context.instance, context.log.warning)
@@ -188,7 +189,7 @@ def lost_worker_grace_s() -> float:
     return float(os.environ.get("SOCO_LOST_WORKER_GRACE_S", "60"))
 
 
-@dg.sensor(minimum_interval_seconds=5, default_status=dg.DefaultSensorStatus.RUNNING)
+@dg.sensor(minimum_interval_seconds=daemon_interval(5), default_status=dg.DefaultSensorStatus.RUNNING)
 def lost_worker_sensor(context: dg.SensorEvaluationContext) -> dg.SkipReason:
     """Distributed profile: fail the steps of a Celery worker that stopped answering pings (killed, lost node).
 

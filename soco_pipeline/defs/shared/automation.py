@@ -61,13 +61,19 @@ def sensor_interval_s() -> int:
 DAEMON_LOOP_S = 5  # Dagster's sensor and asset daemons look at their sensors once per 5 s loop
 
 
+def daemon_interval(seconds: int) -> int:
+    """A sensor's `minimum_interval_seconds` for a tick every `seconds`: one second less. The daemons
+    evaluate a sensor on a loop of DAEMON_LOOP_S, when at least its minimum interval has passed since its
+    last tick; with `seconds` itself as the minimum, a loop that came a moment less than `seconds` after
+    the last tick skipped it, so a 5 s sensor ran every 10 s about half the time (seen in test_ui's
+    instance). One second less keeps each tick on the first loop at or after `seconds`."""
+    return max(1, seconds - 1)
+
+
 def daemon_minimum_interval_s() -> int:
-    """The sensors' `minimum_interval_seconds` for an interval of sensor_interval_s(): one second less. The
-    daemons evaluate a sensor on a loop of DAEMON_LOOP_S, when at least its minimum interval has passed
-    since its last tick; with the interval itself as the minimum, a tick that came a moment less than one
-    loop after the last was skipped, so a 5 s interval ran every 10 s about half the time (seen in
-    test_ui's instance). One second less keeps each tick on the first loop at or after the interval."""
-    return max(1, sensor_interval_s() - 1)
+    """The automation and spec-folder sensors' `minimum_interval_seconds`: daemon_interval of
+    sensor_interval_s()."""
+    return daemon_interval(sensor_interval_s())
 
 
 def reevaluate_on_cron(cron: str) -> dg.AutomationCondition:
@@ -115,7 +121,9 @@ def board_condition(partitioned: Sequence[str] = (), optional: Sequence[str] = (
     `partitioned` was updated: the per-model tables downstream of that one (another partitioning, so another
     run: Dagster's `will_be_requested` does not reach across) are requested in that tick, and a board
     requested beside them read the tables without them (under the daemon the first leaderboard failed so:
-    "no metrics materialized yet"). It also runs when the set of model specs changed (`model_specs` observed
+    "no metrics materialized yet"). For the same reason it waits while an input of one of those per-model
+    tables is in progress or was just updated: under load the daemon queued `predictions` in runs of
+    their own before `metrics` was requested, and the leaderboard ran without any `metrics`. It also runs when the set of model specs changed (`model_specs` observed
     by the spec sensors), so a removed spec's rows leave the board."""
     specs = dg.AssetSelection.assets(MODEL_SPECS)
     return (
@@ -126,7 +134,9 @@ def board_condition(partitioned: Sequence[str] = (), optional: Sequence[str] = (
             | AC.any_deps_match(AC.data_version_changed()).allow(specs)
         ).since_last_handled()
         & ~AC.any_deps_missing().ignore(dg.AssetSelection.assets(*partitioned, *optional, MODEL_SPECS))
-        & ~AC.any_deps_match(AC.newly_updated()).allow(dg.AssetSelection.assets(*partitioned))
+        & ~AC.any_deps_match(
+            AC.newly_updated() | AC.any_deps_match(AC.in_progress() | AC.newly_updated())
+        ).allow(dg.AssetSelection.assets(*partitioned))
         & ~AC.any_deps_in_progress()
         & ~AC.in_progress()
     ).with_label("board: eager over what exists")

@@ -17,7 +17,7 @@ from typing import Any
 import dagster as dg
 import pandas as pd
 
-from soco_pipeline.defs.shared.automation import EAGER, PER_MODEL_TAG
+from soco_pipeline.defs.shared.automation import EAGER, PER_MODEL_TAG, daemon_interval
 from soco_pipeline.defs.shared.checks import TableResult, TableSpec, publish_checked
 from soco_pipeline.defs.shared.family import Family
 from soco_pipeline.defs.shared.partitions import backbones_partitions
@@ -130,7 +130,7 @@ def regression_sensor_on(name: str, asset: str) -> dg.SensorDefinition:
     """A sensor on `asset` (a history asset) that reports the regression its latest materialization found:
     a log line, and a POST to the URL in $SOCO_REGRESSION_WEBHOOK when that is set (never logged)."""
 
-    @dg.asset_sensor(name=name, asset_key=dg.AssetKey(asset), minimum_interval_seconds=30)
+    @dg.asset_sensor(name=name, asset_key=dg.AssetKey(asset), minimum_interval_seconds=daemon_interval(30))
     def sensor(context: dg.SensorEvaluationContext, asset_event: dg.EventLogEntry):
         from soco_pipeline.evaluation.history import WEBHOOK_ENV, notify
 
