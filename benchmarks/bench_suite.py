@@ -37,6 +37,8 @@ def run_tier(tier: str, extra: list[str]) -> dict:
     """One tier through pytest in a child process: wall time, exit code, outcome line, durations."""
     cmd = [sys.executable, "-m", "pytest", "-q", "-m", tier, "--durations=15", "-p", "no:warnings", *extra]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "DAGSTER_DISABLE_TELEMETRY": "1"}
+    # as `make test` and `make test-fast` run it (Makefile TEST_ENV): one torch thread per process
+    env.update({k: os.environ.get(k, "1") for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")})
     t0 = time.perf_counter()
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t0
