@@ -37,6 +37,17 @@ DATA_AND_PAIRS = [
     "correspondences",
     "four_choice",
 ]
+# the data and pair tables with a blocking `schema` check (the others of DATA_AND_PAIRS have none)
+SCHEMA_CHECKED = [
+    "taxonomy",
+    "image_set",
+    "rejected_images",
+    "keypoints",
+    "descriptions",
+    "image_pairs",
+    "correspondences",
+    "four_choice",
+]
 
 
 @dataclass(frozen=True)

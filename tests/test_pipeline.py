@@ -20,7 +20,7 @@ from soco_pipeline.demo import run_demo
 from soco_pipeline.evaluation.theory import expected_concept_oracle_soc
 from soco_pipeline.storage import PROJECT_ROOT
 from tests.automation_ticks import evaluate
-from tests.core import CATEGORIES, DATA_AND_PAIRS, PER_BACKBONE
+from tests.core import CATEGORIES, DATA_AND_PAIRS, PER_BACKBONE, SCHEMA_CHECKED
 
 # a whole pipeline runs in a module fixture (the first test's setup)
 pytestmark = [pytest.mark.pipeline, pytest.mark.timeout(900)]
@@ -513,17 +513,7 @@ def _import_release(run, release: Path, name: str, backbones: Path) -> Path:
                 resources=defs.resources,
                 partition_key=b,
             ).success
-        checks = [
-            "taxonomy",
-            "image_set",
-            "rejected_images",
-            "keypoints",
-            "descriptions",
-            "image_pairs",
-            "correspondences",
-            "four_choice",
-        ]
-        keys = [dg.AssetCheckKey(dg.AssetKey(n), "schema") for n in checks]
+        keys = [dg.AssetCheckKey(dg.AssetKey(n), "schema") for n in SCHEMA_CHECKED]
         records = instance.event_log_storage.get_latest_asset_check_execution_by_key(keys)
         for key in keys:
             assert records[key].event.dagster_event.event_specific_data.passed, key

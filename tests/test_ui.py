@@ -20,7 +20,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from tests.core import DATA_AND_PAIRS
+from tests.core import DATA_AND_PAIRS, SCHEMA_CHECKED
 from tests.dagster_server import PROJECT_ROOT, DagsterDev, write_instance_yaml
 from tests.needs import need
 from tests.tiny_families import tiny_family_env
@@ -67,17 +67,7 @@ def launched(server):
     schema checks; the instance is returned once the run succeeded."""
     dev, storage, home, _tmp = server
     instance = dg.DagsterInstance.from_config(str(home))
-    checked = [
-        "taxonomy",
-        "image_set",
-        "rejected_images",
-        "keypoints",
-        "descriptions",
-        "image_pairs",
-        "correspondences",
-        "four_choice",
-    ]
-    run_id = dev.launch_assets(DATA_AND_PAIRS, checks=[(a, "schema") for a in checked])
+    run_id = dev.launch_assets(DATA_AND_PAIRS, checks=[(a, "schema") for a in SCHEMA_CHECKED])
     assert dev.wait_run(run_id, timeout=600) == "SUCCESS"
     for name in ["image_set", "keypoints", "image_pairs", "correspondences"]:
         assert (storage / "tables" / f"{name}.parquet").stat().st_size > 0

@@ -58,12 +58,9 @@ def sensor_interval_s() -> int:
     return value
 
 
-DAEMON_LOOP_S = 5  # Dagster's sensor and asset daemons look at their sensors once per 5 s loop
-
-
 def daemon_interval(seconds: int) -> int:
     """A sensor's `minimum_interval_seconds` for a tick every `seconds`: one second less. The daemons
-    evaluate a sensor on a loop of DAEMON_LOOP_S, when at least its minimum interval has passed since its
+    evaluate a sensor once per 5 s loop, when at least its minimum interval has passed since its
     last tick; with `seconds` itself as the minimum, a loop that came a moment less than `seconds` after
     the last tick skipped it, so a 5 s sensor ran every 10 s about half the time (seen in test_ui's
     instance). One second less keeps each tick on the first loop at or after `seconds`."""
@@ -123,8 +120,9 @@ def board_condition(partitioned: Sequence[str] = (), optional: Sequence[str] = (
     requested beside them read the tables without them (under the daemon the first leaderboard failed so:
     "no metrics materialized yet"). For the same reason it waits while an input of one of those per-model
     tables is in progress or was just updated: under load the daemon queued `predictions` in runs of
-    their own before `metrics` was requested, and the leaderboard ran without any `metrics`. It also runs when the set of model specs changed (`model_specs` observed
-    by the spec sensors), so a removed spec's rows leave the board."""
+    their own before `metrics` was requested, and the leaderboard ran without any `metrics`. It also runs
+    when the set of model specs changed (`model_specs` observed by the spec sensors), so a removed spec's
+    rows leave the board."""
     specs = dg.AssetSelection.assets(MODEL_SPECS)
     return (
         AC.in_latest_time_window()
