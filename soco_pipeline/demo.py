@@ -28,9 +28,11 @@ from pathlib import Path
 import dagster as dg
 import pandas as pd
 
+from soco_pipeline.backbones.kinds import libraries
+from soco_pipeline.backbones.spec_files import spec_kinds
 from soco_pipeline.defs.definitions import build_definitions
 from soco_pipeline.defs.recovery import process_tags
-from soco_pipeline.defs.shared.executors import FORKSERVER
+from soco_pipeline.defs.shared.executors import forkserver
 
 DATA_AND_PAIRS = ("data", "pairs")
 PER_BACKBONE = (
@@ -58,12 +60,12 @@ LOCATION = ("soco_pipeline.demo", "demo_job")
 LOGGERS = {"console": {"config": {"log_level": "WARNING"}}}
 
 
-def run_config(pooled: bool) -> dict:
+def run_config(pooled: bool, preload: Sequence[str] = ()) -> dict:
     """Run config of a demo run: Dagster's multiprocess executor when a step waits for a pool slot (its loop
-    stops on Ctrl-C while waiting; the in-process executor checks Ctrl-C only between steps), else the
-    in-process one (no process start per step)."""
+    stops on Ctrl-C while waiting; the in-process executor checks Ctrl-C only between steps), its forkserver
+    also preloading `preload`, else the in-process one (no process start per step)."""
     if pooled:
-        execution = {"multiprocess": {"start_method": FORKSERVER}}
+        execution = {"multiprocess": {"start_method": forkserver(preload)}}
     else:
         execution = {"in_process": {}}
     return {"execution": {"config": execution}, "loggers": LOGGERS}
@@ -223,6 +225,8 @@ class Runner:
     ):
         self.defs, self.instance, self.overrides, self.location = defs, instance, overrides, location
         self.source = source  # the soco/source tag of its runs
+        # One forkserver serves all of this process's runs: it preloads what the backbone specs' kinds need.
+        self.preload = libraries(spec_kinds(defs.resources["soco"].backbones_dir))
         self.failed: dict[str, str] = {}
         self.log = log or (lambda m: print(m, flush=True))
 
@@ -241,7 +245,8 @@ class Runner:
                 "overrides": self.overrides,
             },
         )
-        config = run_config(pooled=any(self.defs.resolve_assets_def(k).op.pool for k in stage.keys))
+        pooled = any(self.defs.resolve_assets_def(k).op.pool for k in stage.keys)
+        config = run_config(pooled, self.preload)
         if stage.ops:
             config = {**config, "ops": stage.ops}
         with dg.execute_job(job, self.instance, run_config=config, tags=tags) as result:

@@ -75,6 +75,22 @@ def _checked(path: str, content_hash: str) -> None:
     checked_spec(path)
 
 
+def spec_kinds(folder: str | Path) -> set[str]:
+    """The `kind:` named by each backbone spec file of a folder, read without validating the spec (a file
+    that does not parse, or names no kind, is skipped: the spec scan names it)."""
+    import yaml
+
+    found = set()
+    for path in Path(folder).glob("*.yaml"):
+        try:
+            data = yaml.safe_load(path.read_text())
+        except (OSError, yaml.YAMLError):
+            continue
+        if isinstance(data, dict) and isinstance(data.get("kind"), str):
+            found.add(data["kind"])
+    return found
+
+
 def spec_names(folder: str | Path) -> set[str]:
     """The names (file stems) of the spec files present in a folder."""
     return {p.stem for p in Path(folder).glob("*.yaml")}

@@ -10,7 +10,7 @@ names a start method keeps it."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import dagster as dg
 
@@ -21,13 +21,14 @@ GPU_QUEUE = "gpu"
 GPU_STEP_TAGS = {"dagster-celery/queue": GPU_QUEUE}
 
 
-# Imported once per run by the forkserver instead of once per step: the pipeline, its heavy libraries and
-# Dagster's storage layer (soco_pipeline/worker_preload.py also ties each step to its run's process).
+# Imported once per run by the forkserver instead of once per step: the pipeline, torch and Dagster's storage
+# layer (soco_pipeline/worker_preload.py also ties each step to its run's process). Not a backbone kind's own
+# library (timm: 2.4 s of the 8.3 s), which only that kind's steps import; the demo's runs add those its specs
+# need (`forkserver(extra)`, backbones/kinds.KIND_LIBRARIES), since one forkserver serves all its runs.
 PRELOAD = [
     "soco_pipeline.worker_preload",
     "soco_pipeline.defs.definitions",
     "torch",
-    "timm",
     "soco_pipeline.features",
     "soco_pipeline.pairs",
     "soco_pipeline.pairs.four_choice",
@@ -39,7 +40,14 @@ PRELOAD = [
     "soco_pipeline.results_db",
     "soco_pipeline.analysis",
 ]
-FORKSERVER = {"forkserver": {"preload_modules": PRELOAD}}
+
+
+def forkserver(extra: Sequence[str] = ()) -> dict:
+    """The multiprocess executor's `start_method` config: a forkserver that preloads PRELOAD and `extra`."""
+    return {"forkserver": {"preload_modules": [*PRELOAD, *(m for m in extra if m not in PRELOAD)]}}
+
+
+FORKSERVER = forkserver()
 # A step so tagged (the boards and summaries: small tables, pandas and DuckDB) needs no process of its own: a
 # run whose every step carries it runs them in the run's own process, one after the other, and starts no
 # forkserver. Under `dagster dev` the forkserver's preload was 7 s of a 17 s refresh of the boards.
