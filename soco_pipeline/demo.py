@@ -222,11 +222,11 @@ class Runner:
         location: tuple[str, str] = LOCATION,
         log: Callable[[str], None] | None = None,
         source: str = "make demo",
+        preload: Sequence[str] = (),
     ):
         self.defs, self.instance, self.overrides, self.location = defs, instance, overrides, location
         self.source = source  # the soco/source tag of its runs
-        # One forkserver serves all of this process's runs: it preloads what the backbone specs' kinds need.
-        self.preload = libraries(spec_kinds(defs.resources["soco"].backbones_dir))
+        self.preload = list(preload)  # beside PRELOAD, for the one forkserver that serves all its runs
         self.failed: dict[str, str] = {}
         self.log = log or (lambda m: print(m, flush=True))
 
@@ -259,6 +259,12 @@ class Runner:
         self.failed[stage.label] = reason
         self.log(f"  FAILED after {time.perf_counter() - t0:.1f} s (run {result.run_id}): {reason}")
         return False
+
+
+def preload_for(backbones_dir: str) -> list[str]:
+    """What the forkserver of a process running these backbone specs preloads beside PRELOAD: the libraries
+    their kinds need (backbones/kinds.KIND_LIBRARIES; timm for the shipped specs, nothing for oracles)."""
+    return libraries(spec_kinds(backbones_dir))
 
 
 def _add_partitions(instance: dg.DagsterInstance, name: str, keys: Sequence[str]) -> None:
@@ -377,7 +383,7 @@ def run_demo(
     from soco_pipeline.backbones.spec_files import scan_specs as scan_backbones
     from soco_pipeline.lvlm.specs import scan_specs as scan_lvlms
 
-    runner = Runner(defs, instance, overrides, location)
+    runner = Runner(defs, instance, overrides, location, preload=preload_for(soco.backbones_dir))
     backbones = _scan(soco.backbones_dir, scan_backbones, "backbone", runner.failed)
     lvlms = _scan(soco.lvlms_dir, scan_lvlms, "LVLM", runner.failed)
     _add_partitions(instance, BACKBONES, backbones)

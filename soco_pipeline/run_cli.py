@@ -183,6 +183,8 @@ def _boards(
 
 def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     """Add a spec and evaluate that model on the chosen families; print its summary beside the others."""
+    from soco_pipeline.backbones.kinds import libraries
+    from soco_pipeline.backbones.spec_files import spec_kind
     from soco_pipeline.defs.definitions import build_definitions
     from soco_pipeline.demo import LOCATION, Runner, headlines, where_the_tables_are
     from soco_pipeline.report.console import console_table, model_card, summary_text
@@ -205,7 +207,8 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     if added.name not in instance.get_dynamic_partitions(added.partitions):
         instance.add_dynamic_partitions(added.partitions, [added.name])
     steps = plan(defs, added, families, args.limit, settings)
-    runner = Runner(defs, instance, overrides, LOCATION, source=SOURCE)
+    kinds = [spec_kind(added.path)] if added.partitions == "backbones" else []
+    runner = Runner(defs, instance, overrides, LOCATION, source=SOURCE, preload=libraries(kinds))
     timings = []
     t0 = time.perf_counter()
     try:

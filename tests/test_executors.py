@@ -98,12 +98,11 @@ def test_a_kinds_library_is_preloaded_only_for_runs_whose_specs_name_the_kind(tm
     (mixed / "broken.yaml").write_text("kind: [unclosed\n")  # skipped here: the spec scan names it
     assert spec_kinds(oracles) == {"oracle"} and libraries(spec_kinds(oracles)) == []
     assert spec_kinds(mixed) == {"oracle", "packaged"} and libraries(spec_kinds(mixed)) == ["timm"]
-    from soco_pipeline.defs.definitions import build_definitions
-    from soco_pipeline.demo import Runner
+    from soco_pipeline.demo import preload_for, run_config
 
-    for folder, preload in [(oracles, []), (mixed, ["timm"])]:
-        defs = build_definitions(backbones_dir=str(folder), storage_root=str(tmp_path / "storage"))
-        assert Runner(defs, dg.DagsterInstance.ephemeral(), {}).preload == preload
+    assert preload_for(str(oracles)) == [] and preload_for(str(mixed)) == ["timm"]
+    pooled = run_config(True, preload_for(str(mixed)))["execution"]["config"]["multiprocess"]
+    assert pooled["start_method"] == forkserver(["timm"])
 
 
 @pytest.mark.pipeline

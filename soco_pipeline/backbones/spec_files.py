@@ -75,20 +75,22 @@ def _checked(path: str, content_hash: str) -> None:
     checked_spec(path)
 
 
-def spec_kinds(folder: str | Path) -> set[str]:
-    """The `kind:` named by each backbone spec file of a folder, read without validating the spec (a file
-    that does not parse, or names no kind, is skipped: the spec scan names it)."""
+def spec_kind(path: str | Path) -> str | None:
+    """The `kind:` a backbone spec file names, read without validating the spec; None when the file does not
+    parse or names no kind (the spec scan reports it)."""
     import yaml
 
-    found = set()
-    for path in Path(folder).glob("*.yaml"):
-        try:
-            data = yaml.safe_load(path.read_text())
-        except (OSError, yaml.YAMLError):
-            continue
-        if isinstance(data, dict) and isinstance(data.get("kind"), str):
-            found.add(data["kind"])
-    return found
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+    kind = data.get("kind") if isinstance(data, dict) else None
+    return kind if isinstance(kind, str) else None
+
+
+def spec_kinds(folder: str | Path) -> set[str]:
+    """The kinds the backbone spec files of a folder name (spec_kind; files naming none are left out)."""
+    return {kind for path in Path(folder).glob("*.yaml") if (kind := spec_kind(path))}
 
 
 def spec_names(folder: str | Path) -> set[str]:
