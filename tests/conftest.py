@@ -58,18 +58,14 @@ def pytest_addoption(parser):
     parser.addoption(
         "--tier-groups",
         action="store_true",
-        help="on xdist workers: the stack tier on one worker, every other module on one, heavy groups on one "
-        "worker per core (tests/tier_scheduling.py)",
+        help="on xdist workers: the stack tier on one worker, every other module on one, at most one heavy group per "
+        "core at a time (tests/tier_scheduling.py)",
     )
 
 
 def pytest_configure(config):
     """The controller of a `--tier-groups` run names the file its workers record the groups in, and keeps
-    the queue in the workers' order (xdist would sort the groups by their number of tests); a filler worker
-    lowers its CPU priority (tests/tier_scheduling.py)."""
-    worker = getattr(config, "workerinput", {}).get("workerid")
-    if config.getoption("tier_groups", False) and worker and tier_scheduling.is_filler(worker):
-        os.nice(tier_scheduling.FILLER_NICE)
+    the queue in the workers' order (xdist would sort the groups by their number of tests)."""
     if config.getoption("tier_groups", False) and not hasattr(config, "workerinput"):
         import tempfile
 
@@ -90,7 +86,8 @@ def pytest_unconfigure(config):
 def pytest_xdist_make_scheduler(config, log):
     """`--tier-groups`: tests/tier_scheduling.TierScheduling."""
     if config.getoption("tier_groups", False):
-        return tier_scheduling.TierScheduling(config, log, Path(os.environ[tier_scheduling.FILE_ENV]))
+        path = Path(os.environ[tier_scheduling.FILE_ENV])
+        return tier_scheduling.TierScheduling(config, log, path, tier_scheduling.heavy_at_once())
     return None
 
 
