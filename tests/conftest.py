@@ -58,8 +58,7 @@ def pytest_addoption(parser):
     parser.addoption(
         "--tier-groups",
         action="store_true",
-        help="on xdist workers: the stack tier on one worker, every other module on one, at most one heavy group per "
-        "core at a time (tests/tier_scheduling.py)",
+        help="on xdist workers: the stack tier on one worker, every other module on one (tests/tier_scheduling.py)",
     )
 
 
@@ -86,15 +85,14 @@ def pytest_unconfigure(config):
 def pytest_xdist_make_scheduler(config, log):
     """`--tier-groups`: tests/tier_scheduling.TierScheduling."""
     if config.getoption("tier_groups", False):
-        path = Path(os.environ[tier_scheduling.FILE_ENV])
-        return tier_scheduling.TierScheduling(config, log, path, tier_scheduling.heavy_at_once())
+        return tier_scheduling.TierScheduling(config, log, Path(os.environ[tier_scheduling.FILE_ENV]))
     return None
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects: every collected test is checked
 def pytest_collection_modifyitems(config, items):
     """Refuse the run when a test has no tier marker or more than one; on a `--tier-groups` worker, order the
-    tests by tier and record their groups and the heavy ones (tests/tier_scheduling.py)."""
+    tests by tier and record their groups (tests/tier_scheduling.py)."""
     errors = tier_errors(items)
     if errors:
         message = (
@@ -111,8 +109,7 @@ def pytest_collection_modifyitems(config, items):
         raise pytest.UsageError(message)
     if config.getoption("tier_groups", False) and hasattr(config, "workerinput"):
         tiers = {item.nodeid: item_tiers(item)[0] for item in items}
-        heavy = {item.nodeid for item in items if item.get_closest_marker("heavy")}
-        tier_scheduling.order_and_record(items, tiers, heavy, Path(os.environ[tier_scheduling.FILE_ENV]))
+        tier_scheduling.order_and_record(items, tiers, Path(os.environ[tier_scheduling.FILE_ENV]))
 
 
 def skip_outside_needs(report, excinfo) -> str | None:

@@ -23,7 +23,7 @@ from soco_pipeline.taxonomy import load_taxonomy
 from tests.core import CATEGORIES, IMAGES_PER_CATEGORY, ORACLES
 
 # the shared core (tests/core.py) may be built in the first test's setup
-pytestmark = [pytest.mark.pipeline, pytest.mark.heavy, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.pipeline, pytest.mark.timeout(900)]
 
 PROBE_RUN = {"ops": {"probe_metrics": {"config": {"steps": 20, "lr": 0.01, "targets_per_step": 4}}}}
 

@@ -37,7 +37,7 @@ from tests.faults import (
     without_pause,
 )
 
-pytestmark = [pytest.mark.pipeline, pytest.mark.heavy]
+pytestmark = pytest.mark.pipeline
 
 
 def _instance(home: str) -> dg.DagsterInstance:

@@ -14,7 +14,7 @@ from soco_pipeline.storage import PROJECT_ROOT
 from tests.dagster_server import write_instance_yaml
 from tests.toy_family import toy_definitions
 
-pytestmark = [pytest.mark.pipeline, pytest.mark.heavy]
+pytestmark = pytest.mark.pipeline
 
 
 def test_families_are_the_groups_with_a_leaderboard_asset(tmp_path):

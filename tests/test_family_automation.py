@@ -23,7 +23,7 @@ from soco_pipeline.taxonomy import ASSETS_DIR
 from tests.automation_ticks import evaluate
 from tests.core import DATA_AND_PAIRS
 
-pytestmark = [pytest.mark.pipeline, pytest.mark.heavy, pytest.mark.timeout(1500)]
+pytestmark = [pytest.mark.pipeline, pytest.mark.timeout(1500)]
 
 BOARDS = {
     "leaderboard",

@@ -23,7 +23,7 @@ from tests.automation_ticks import evaluate
 from tests.core import CATEGORIES, DATA_AND_PAIRS, PER_BACKBONE, SCHEMA_CHECKED
 
 # a whole pipeline runs in a module fixture (the first test's setup)
-pytestmark = [pytest.mark.pipeline, pytest.mark.heavy, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.pipeline, pytest.mark.timeout(900)]
 
 FIRST = ["oracle_part", "oracle_concept"]
 

@@ -30,7 +30,7 @@ from soco_pipeline.defs.definitions import build_definitions
 from soco_pipeline.results_db import connect_readonly
 from tests.test_mmvm_core import tiny_config
 
-pytestmark = [pytest.mark.pipeline, pytest.mark.heavy, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.pipeline, pytest.mark.timeout(900)]
 
 CATEGORIES = ["car", "bus", "tractor", "chair", "dog", "horse"]
 PER_BACKBONE = [

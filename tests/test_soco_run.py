@@ -17,7 +17,7 @@ from soco_pipeline.storage import PROJECT_ROOT
 from tests.dagster_server import write_instance_yaml
 from tests.tiny_families import tiny_family_env
 
-pytestmark = [pytest.mark.pipeline, pytest.mark.heavy, pytest.mark.timeout(1500)]
+pytestmark = [pytest.mark.pipeline, pytest.mark.timeout(1500)]
 
 
 def _soco_run(*args: str) -> str:

@@ -21,7 +21,6 @@ markers =
     unit: no Dagster run, no server, no subprocess
     pipeline: materializes Dagster assets or runs the demo machinery
     stack: Redis, Postgres, S3, Celery or a browser
-    heavy: whole demos, daemons or many Dagster runs
 """
 
 

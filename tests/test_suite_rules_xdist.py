@@ -5,7 +5,6 @@ one worker."""
 
 from __future__ import annotations
 
-import itertools
 import re
 
 import pytest
@@ -45,8 +44,10 @@ def test_under_ci_a_bare_skip_fails_on_workers_and_need_hardware_skips(pytester,
     assert "skipped outside tests/needs.py under CI=true" in result.stdout.str()
 
 
-def _tier_groups_session(pytester, monkeypatch) -> None:
-    """A pytester folder that runs under the suite's conftest hooks, as `make test --tier-groups` does."""
+def test_tier_groups_keep_the_stack_tier_on_one_worker_and_each_module_on_one(pytester, monkeypatch):
+    """`make test`'s scheduling (tests/tier_scheduling.py) on three workers: every stack test on one worker,
+    every other module's tests on one worker each (a module of stack and pipeline tests included, so its
+    module fixture is built once), and the stack tests queued first."""
     monkeypatch.setenv("CI", "")
     monkeypatch.setenv("PYTHONPATH", str(TESTS.parent))
     pytester.makeconftest(
@@ -57,29 +58,18 @@ def _tier_groups_session(pytester, monkeypatch) -> None:
     )
     pytester.makeini(INI)
 
+    def module(tier: str, n: int) -> str:
+        tests = "".join(f"def test_{i}():\n    pass\n\n" for i in range(n))
+        return f"import pytest\n\npytestmark = pytest.mark.{tier}\n\n{tests}"
 
-def _module(tier: str, n: int, body: str = "pass", marks: str = "") -> str:
-    tests = "".join(f"def test_{i}():\n    {body}\n\n" for i in range(n))
-    return f"import pytest\n\npytestmark = [pytest.mark.{tier}{marks}]\n\n{tests}"
-
-
-def test_tier_groups_keep_the_stack_tier_on_one_worker_and_each_module_on_one(pytester, monkeypatch):
-    """`make test`'s scheduling (tests/tier_scheduling.py) on three workers: every stack test on one worker,
-    every other module's tests on one worker each (a module of stack and pipeline tests included, so its
-    module fixture is built once), and the stack tests queued first."""
-    _tier_groups_session(pytester, monkeypatch)
-    mixed = (
-        "import pytest\n\n"
-        "@pytest.mark.stack\ndef test_browser():\n    pass\n\n"
-        "@pytest.mark.pipeline\ndef test_table():\n    pass\n"
-    )
     pytester.makepyfile(
-        test_unit_a=_module("unit", 4),
-        test_stack_a=_module("stack", 3),
-        test_pipe=_module("pipeline", 3),
-        test_stack_b=_module("stack", 2),
-        test_unit_b=_module("unit", 4),
-        test_mixed=mixed,
+        test_unit_a=module("unit", 4),
+        test_stack_a=module("stack", 3),
+        test_pipe=module("pipeline", 3),
+        test_stack_b=module("stack", 2),
+        test_unit_b=module("unit", 4),
+        test_mixed="import pytest\n\n@pytest.mark.stack\ndef test_browser():\n    pass\n\n"
+        "@pytest.mark.pipeline\ndef test_table():\n    pass\n",
     )
     result = pytester.runpytest_subprocess("-v", "-n", "3", "--tier-groups", "-p", "no:randomly", timeout=120)
     result.assert_outcomes(passed=18)
@@ -92,45 +82,3 @@ def test_tier_groups_keep_the_stack_tier_on_one_worker_and_each_module_on_one(py
     (stack_worker,) = workers["stack"]
     first_on_it = next(name for worker, name in ran if worker == stack_worker)
     assert first_on_it.startswith("test_stack"), ran
-
-
-def test_heavy_groups_run_no_more_than_the_limit_at_a_time(pytester, monkeypatch, tmp_path):
-    """With one heavy group at a time, the stack group and two heavy modules never overlap on three workers,
-    while light modules run beside them (without the limit the three start together)."""
-    _tier_groups_session(pytester, monkeypatch)
-    monkeypatch.setenv("SOCO_TEST_HEAVY_AT_ONCE", "1")
-    log = tmp_path / "intervals"
-    monkeypatch.setenv("INTERVALS", str(log))
-    record = (
-        "import os, time\n\n"
-        "def spend(name):\n"
-        "    start = time.monotonic()\n"
-        "    time.sleep(0.4)\n"
-        "    with open(os.environ['INTERVALS'], 'a') as f:\n"
-        "        f.write(f'{name} {start} {time.monotonic()}\\n')\n"
-    )
-    pytester.makepyfile(spend=record)
-    pytester.syspathinsert()
-    heavy = ", pytest.mark.heavy"
-    files = {
-        "test_stack_a": _module("stack", 2, "__import__('spend').spend('stack')"),
-        "test_stack_b": _module("stack", 2, "__import__('spend').spend('stack')"),
-        "test_heavy_a": _module("pipeline", 3, "__import__('spend').spend('heavy_a')", heavy),
-        "test_heavy_b": _module("pipeline", 3, "__import__('spend').spend('heavy_b')", heavy),
-    }
-    files.update(
-        {f"test_light_{c}": _module("unit", 2, "__import__('spend').spend('light')") for c in "abcd"}
-    )
-    pytester.makepyfile(**files)
-    result = pytester.runpytest_subprocess("-n", "3", "--tier-groups", "-p", "no:randomly", timeout=120)
-    result.assert_outcomes(passed=18)
-    spans: dict[str, list[float]] = {}
-    for line in log.read_text().split("\n")[:-1]:
-        name, start, end = line.split()
-        span = spans.setdefault(name, [float("inf"), 0.0]) if name != "light" else None
-        if span is not None:
-            span[0], span[1] = min(span[0], float(start)), max(span[1], float(end))
-    groups = sorted(spans.values())
-    assert len(groups) == 3, spans
-    for (_, end), (start, _) in itertools.pairwise(groups):
-        assert end <= start, spans  # each heavy group ended before the next began

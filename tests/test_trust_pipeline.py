@@ -25,9 +25,6 @@ from soco_pipeline.storage import PROJECT_ROOT
 from tests.core import CATEGORIES, ORACLES
 from tests.needs import need
 
-# tiers per test (one stack test: the browser); the module fixture runs a whole pipeline
-pytestmark = pytest.mark.heavy
-
 # oracle_twin is oracle_part under another name (identical features); oracle_partial is oracle_concept,
 # evaluated with limit = 2 pairs per category.
 COPIES = {
