@@ -5,7 +5,8 @@ spec's kind needs it): what a run launched by the daemon or `make ui` pays for t
 Set-up: a fresh storage and instance under a temporary folder, the data and pairs materialized first
 (SOCO_CATEGORIES and SOCO_IMAGES_PER_CATEGORY below, not the demo's size); then, for each backbone and
 preload, a new Python process runs that backbone's run through the demo's runner (`Runner.run`, one
-`dg.execute_job` with a forkserver of its own) and reports the run's wall time. Prints `nproc` and the load average before and after.
+`dg.execute_job` with a forkserver of its own) and reports the run's wall time. Prints `nproc` and the
+load average before and after.
 
     .venv/bin/python benchmarks/bench_run_preload.py [--backbones oracle_part,efficientnet_lite0] [--repeat 2]
 """

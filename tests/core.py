@@ -37,16 +37,9 @@ DATA_AND_PAIRS = [
     "correspondences",
     "four_choice",
 ]
-# the data and pair tables with a blocking `schema` check (the others of DATA_AND_PAIRS have none)
+# the data and pair tables with a blocking `schema` check: all of DATA_AND_PAIRS but the inputs as read
 SCHEMA_CHECKED = [
-    "taxonomy",
-    "image_set",
-    "rejected_images",
-    "keypoints",
-    "descriptions",
-    "image_pairs",
-    "correspondences",
-    "four_choice",
+    a for a in DATA_AND_PAIRS if a not in ("embedded_dataset", "source_images", "raw_keypoints")
 ]
 
 

@@ -114,20 +114,10 @@ def test_every_asset_and_blocking_check_materialized(run):
     for b in FIRST:
         for key in PER_BACKBONE:
             assert _count_demo(instance, key, b) == 1, (key, b)
-    for name in [
-        "taxonomy",
-        "image_set",
-        "rejected_images",
-        "keypoints",
-        "descriptions",
-        "image_pairs",
-        "correspondences",
-    ]:
-        evals = instance.event_log_storage.get_latest_asset_check_execution_by_key(
-            [dg.AssetCheckKey(dg.AssetKey(name), "schema")]
-        )
-        record = evals[dg.AssetCheckKey(dg.AssetKey(name), "schema")]
-        assert record.event.dagster_event.event_specific_data.passed, name
+    keys = [dg.AssetCheckKey(dg.AssetKey(n), "schema") for n in SCHEMA_CHECKED]
+    records = instance.event_log_storage.get_latest_asset_check_execution_by_key(keys)
+    for key in keys:
+        assert records[key].event.dagster_event.event_specific_data.passed, key
     images = pd.read_parquet(_tables(run) / "image_set.parquet")
     assert set(images.category) == set(CATEGORIES)
     assert (images.groupby("category").size() == 6).all()

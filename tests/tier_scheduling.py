@@ -37,8 +37,8 @@ def order_and_record(items: list, tiers: dict[str, str], path: Path) -> None:
     items.sort(key=lambda item: RANK[tiers[item.nodeid]])
     mixed = {module_of(n) for n, tier in tiers.items() if tier != "stack"}
     groups = {
-        n: "stack" if tiers[n] == "stack" and module_of(n) not in mixed else module_of(n)
-        for n in (item.nodeid for item in items)
+        n: "stack" if tier == "stack" and module_of(n) not in mixed else module_of(n)
+        for n, tier in tiers.items()
     }
     partial = path.with_name(f"{path.name}.{os.getpid()}")
     partial.write_text(json.dumps(groups))
