@@ -30,12 +30,14 @@ def _native_kernel_choice_per_test():
 
 
 @pytest.fixture(scope="session")
-def materialized_core(tmp_path_factory):
+def materialized_core(tmp_path_factory, request):
     """The embedded data, pairs and both oracles' evaluation, materialized once per test run
-    (tests/core.py): read it, or materialize on `materialized_core.copy_to(folder)`."""
-    from tests.core import build_core
+    (tests/core.py): read it, or materialize on `materialized_core.copy_to(folder)`. xdist workers share
+    it: it lies in the folder above their own temporary folders, which is the run's."""
+    from tests.core import shared_core
 
-    return build_core(tmp_path_factory.mktemp("core"))
+    base = tmp_path_factory.getbasetemp()
+    return shared_core(base.parent if hasattr(request.config, "workerinput") else base)
 
 
 def item_tiers(item) -> list[str]:

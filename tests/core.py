@@ -1,10 +1,11 @@
 """One materialized core per test run: the embedded data set, its pairs and the two oracles' evaluation,
 materialized once through Dagster into a storage root and an instance of their own.
 
-tests/conftest.py's session fixture `materialized_core` builds it on first use. A test that only reads
-it opens `core.instance()` and reads `core.tables`; a test that materializes anything works on
-`core.copy_to(folder)` (a copy of the folders is far cheaper than a rebuild), so tests stay
-order-independent and each passes alone.
+tests/conftest.py's session fixture `materialized_core` builds it on first use, once per test run: on xdist
+workers the first to ask builds it in the run's shared temporary folder and the others wait for it (a
+file lock) and reuse it. A test that only reads it opens `core.instance()` and reads `core.tables`; a
+test that materializes anything works on `core.copy_to(folder)` (a copy of the folders is far cheaper
+than a rebuild), so tests stay order-independent and each passes alone.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import dagster as dg
+from filelock import FileLock
 
 from soco_pipeline.storage import PROJECT_ROOT
 
@@ -111,3 +113,16 @@ def build_core(root: Path) -> Core:
             if not result.success:
                 raise RuntimeError(f"the shared test core failed to materialize {selection} [{partition}]")
     return core
+
+
+def shared_core(folder: Path) -> Core:
+    """The core in `folder`/core: built by the first process that asks for it, reused by the others (they
+    wait on `folder`/core.lock while it is built). A build that failed half-way is started again."""
+    root = Path(folder) / "core"
+    built = root / "built"
+    with FileLock(str(Path(folder) / "core.lock")):
+        if not built.exists():
+            shutil.rmtree(root, ignore_errors=True)
+            build_core(root)
+            built.touch()
+    return Core(root)

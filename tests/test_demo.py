@@ -9,8 +9,9 @@ import pytest
 import yaml
 
 from soco_pipeline.defs.definitions import build_definitions
-from soco_pipeline.demo import Runner, families, run_demo, run_families
+from soco_pipeline.demo import PER_BACKBONE, SUMMARY, Runner, families, run_demo, run_families
 from soco_pipeline.storage import PROJECT_ROOT
+from tests.core import DATA_AND_PAIRS, SCHEMA_CHECKED
 from tests.dagster_server import write_instance_yaml
 from tests.toy_family import toy_definitions
 
@@ -61,7 +62,8 @@ def test_the_demo_runs_a_family_per_backbone_then_prints_its_leaderboard(tmp_pat
 @pytest.mark.timeout(900)
 def test_a_bad_spec_stops_only_its_own_partition(tmp_path, monkeypatch):
     """A timm `resnet18` spec dropped into the folder (it fails when the model is built, or earlier once
-    specs are validated alike everywhere) fails alone: the other backbone and the leaderboard still run.
+    specs are validated alike everywhere) fails alone: the other backbone and the leaderboard still run,
+    and the demo materialized each of the data, the good backbone's chain and the summary once.
     SOCO only (SOCO_DEMO_FAMILIES=none): the families would extract resnet18's features three more times."""
     monkeypatch.setenv("SOCO_DEMO_FAMILIES", "none")
     backbones = tmp_path / "backbones"
@@ -81,8 +83,24 @@ def test_a_bad_spec_stops_only_its_own_partition(tmp_path, monkeypatch):
     )
     with dg.DagsterInstance.from_config(str(home)) as instance:
         result = run_demo(instance=instance, **overrides)
+        # the good partition's chain, the data and the summary: each materialized once, blocking checks passed
+        counts = {
+            (key, partition): len(
+                instance.fetch_materializations(
+                    dg.AssetRecordsFilter(
+                        asset_key=dg.AssetKey(key), asset_partitions=[partition] if partition else None
+                    ),
+                    limit=10,
+                ).records
+            )
+            for key, partition in [(k, None) for k in [*DATA_AND_PAIRS, *SUMMARY]]
+            + [(k, "oracle_part") for k in PER_BACKBONE]
+        }
+        keys = [dg.AssetCheckKey(dg.AssetKey(n), "schema") for n in SCHEMA_CHECKED]
+        checks = instance.event_log_storage.get_latest_asset_check_execution_by_key(keys)
+        assert all(checks[k].event.dagster_event.event_specific_data.passed for k in keys)
+    assert counts == dict.fromkeys(counts, 1), counts
     assert list(result.failed) == ["backbone resnet_dropped"], result.failed
-    print(result.failed)
     assert (
         "resnet18" in result.failed["backbone resnet_dropped"]
         or "dynamic_img_size" in result.failed["backbone resnet_dropped"]

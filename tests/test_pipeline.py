@@ -1,8 +1,9 @@
 """The whole pipeline through Dagster on a small embedded data set: outputs, checks, theory, partitions.
 
-One module-scoped run of the demo materializes SOCO's assets for two oracle backbones on 6 categories × 6
-images (ephemeral instance; the task families are left to their own tests); the tests then inspect what it
-left behind and what Dagster would do next.
+The module's fixture is a copy of the shared core (tests/core.py: SOCO's data, pairs and two oracle
+backbones on 6 categories × 6 images) with the demo's summary materialized on it (the task families are
+left to their own tests, the demo's run loop to tests/test_demo.py); the tests then inspect what it left
+behind and what Dagster would do next.
 """
 
 import datetime as dt
@@ -16,48 +17,45 @@ import pytest
 
 from soco_pipeline import cli
 from soco_pipeline.defs.definitions import build_definitions
-from soco_pipeline.demo import run_demo
+from soco_pipeline.demo import SUMMARY
 from soco_pipeline.evaluation.theory import expected_concept_oracle_soc
+from soco_pipeline.results_db import query
 from soco_pipeline.storage import PROJECT_ROOT
 from tests.automation_ticks import evaluate
-from tests.core import CATEGORIES, DATA_AND_PAIRS, PER_BACKBONE, SCHEMA_CHECKED
+from tests.core import CATEGORIES, DATA_AND_PAIRS, ORACLES, PER_BACKBONE, SCHEMA_CHECKED
 
 # a whole pipeline runs in a module fixture (the first test's setup)
 pytestmark = [pytest.mark.pipeline, pytest.mark.timeout(900)]
 
-FIRST = ["oracle_part", "oracle_concept"]
+FIRST = ORACLES  # the core's backbones
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("pipeline")
-    backbones = tmp / "backbones"
-    backbones.mkdir()
-    for b in FIRST:
-        shutil.copy(PROJECT_ROOT / "assets" / "backbones" / f"{b}.yaml", backbones)
-    overrides = dict(
-        storage_root=str(tmp / "storage"),
-        backbones_dir=str(backbones),
-        categories=CATEGORIES,
-        images_per_category=6,
-    )
-    (tmp / "dagster_home").mkdir()
-    with (
-        dg.instance_for_test(temp_dir=str(tmp / "dagster_home")) as instance,
-        pytest.MonkeyPatch.context() as env,
-    ):
-        # SOCO's pipeline is under test here; the families' demo stages are tests/test_demo.py's and their own
-        env.setenv("SOCO_DEMO_FAMILIES", "none")
-        result = run_demo(instance=instance, **overrides)
-        assert result.failed == {}, result.failed
-        board = result.board
+def run(materialized_core, tmp_path_factory):
+    """A copy of the shared core (tests/core.py: data, pairs and both oracles, each materialized once)
+    with the summary the demo ends with (leaderboard, results database, correlation, results page)."""
+    core = materialized_core.copy_to(tmp_path_factory.mktemp("pipeline"))
+    overrides = core.overrides
+    with core.instance() as instance:
+        defs = build_definitions(**overrides)
+        result = dg.materialize(
+            list(defs.assets),
+            selection=dg.AssetSelection.assets(*SUMMARY),
+            instance=instance,
+            resources=defs.resources,
+        )
+        assert result.success
+        settings = defs.resources["soco"].settings()
+        board = query(
+            settings.duckdb_path, "SELECT * FROM leaderboard ORDER BY soc DESC", settings.tables_root
+        )
         yield {
-            "tmp": tmp,
+            "tmp": core.root,
             "instance": instance,
             "board": board,
             "overrides": overrides,
-            "backbones": backbones,
-            "family_boards": result.family_boards,
+            "backbones": core.backbones,
+            "fixture_runs": {r.run_id for r in instance.get_runs()},
         }
 
 
@@ -95,25 +93,20 @@ def test_definitions_load_with_groups_and_descriptions():
     assert "observe on cron" in graph.get(dg.AssetKey("evaluation_protocol")).automation_condition.get_label()
 
 
-def _count_demo(instance, key, partition=None) -> int:
-    """Materializations of `key` by the fixture's `make demo` runs (other tests add their own)."""
-    demo_runs = {
-        r.dagster_run.run_id
-        for r in instance.get_run_records(dg.RunsFilter(tags={"soco/source": "make demo"}))
-    }
+def _count_fixture(run, key, partition=None) -> int:
+    """Materializations of `key` by the fixture's runs (other tests add their own)."""
     f = dg.AssetRecordsFilter(asset_key=dg.AssetKey(key), asset_partitions=[partition] if partition else None)
-    return sum(r.run_id in demo_runs for r in instance.fetch_materializations(f, limit=100).records)
+    records = run["instance"].fetch_materializations(f, limit=100).records
+    return sum(r.run_id in run["fixture_runs"] for r in records)
 
 
 def test_every_asset_and_blocking_check_materialized(run):
     instance = run["instance"]
-    for key in DATA_AND_PAIRS + ["leaderboard"]:
-        assert _count_demo(instance, key) == 1, key
-    # once, after the task families (the summary reads every family's tables)
-    assert _count_demo(instance, "results_database") == 1
-    for b in FIRST:
+    for key in DATA_AND_PAIRS + list(SUMMARY):
+        assert _count_fixture(run, key) == 1, key
+    for b in ORACLES:
         for key in PER_BACKBONE:
-            assert _count_demo(instance, key, b) == 1, (key, b)
+            assert _count_fixture(run, key, b) == 1, (key, b)
     keys = [dg.AssetCheckKey(dg.AssetKey(n), "schema") for n in SCHEMA_CHECKED]
     records = instance.event_log_storage.get_latest_asset_check_execution_by_key(keys)
     for key in keys:
