@@ -93,8 +93,9 @@ def pytest_xdist_make_scheduler(config, log):
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects: every collected test is checked
 def pytest_collection_modifyitems(config, items):
-    """Refuse the run when a test has no tier marker or more than one; on a `--tier-groups` worker, order the
-    tests by tier and record their groups (tests/tier_scheduling.py)."""
+    """Refuse the run when a test has no tier marker or more than one; order each module's tests fewest
+    fixtures first; on a `--tier-groups` worker, order the tests by tier and record their groups
+    (tests/tier_scheduling.py)."""
     errors = tier_errors(items)
     if errors:
         message = (
@@ -109,6 +110,7 @@ def pytest_collection_modifyitems(config, items):
             items[:] = []
             return
         raise pytest.UsageError(message)
+    tier_scheduling.fewest_fixtures_first(items)
     if config.getoption("tier_groups", False) and hasattr(config, "workerinput"):
         tiers = {item.nodeid: item_tiers(item)[0] for item in items}
         tier_scheduling.order_and_record(items, tiers, Path(os.environ[tier_scheduling.FILE_ENV]))

@@ -72,6 +72,33 @@ def test_a_module_pytestmark_gives_every_test_its_tier(pytester, monkeypatch):
     run_rules(pytester, monkeypatch, ci=False, test_module_mark=module).assert_outcomes(passed=2)
 
 
+def test_a_module_s_tests_run_fewest_fixtures_first(pytester, monkeypatch):
+    """The test that needs both module fixtures is written first; it runs last, so each fixture is built in
+    the setup of a test of its own (tests/tier_scheduling.fewest_fixtures_first)."""
+    module = """
+import pytest
+
+pytestmark = pytest.mark.pipeline
+BUILT = []
+
+@pytest.fixture(scope="module")
+def stack():
+    BUILT.append("stack")
+
+@pytest.fixture(scope="module")
+def data(stack):
+    BUILT.append("data")
+
+def test_needs_both(stack, data):
+    assert BUILT == ["stack", "data"]
+
+def test_needs_the_stack(stack):
+    assert BUILT == ["stack"]
+"""
+    # test_needs_the_stack passes only if it runs before test_needs_both has built `data`
+    run_rules(pytester, monkeypatch, False, test_order=module).assert_outcomes(passed=2)
+
+
 SKIPS = """
 import pytest
 

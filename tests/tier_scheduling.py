@@ -31,6 +31,17 @@ def module_of(nodeid: str) -> str:
     return nodeid.split("::")[0]
 
 
+def fewest_fixtures_first(items: list) -> None:
+    """Within each module (the modules keep their order), the tests that need fewer fixtures first (stable,
+    so `-p randomly`'s shuffle stays among equals). A module's fixtures are then built one at a time in
+    the setups of successive tests, not all in the setup of a test that needs every one of them (the
+    scale-out module: its stack, then its data, then the backfill, each under 60 s alone; together 77 s)."""
+    first: dict[str, int] = {}
+    for i, item in enumerate(items):
+        first.setdefault(module_of(item.nodeid), i)
+    items.sort(key=lambda item: (first[module_of(item.nodeid)], len(getattr(item, "fixturenames", ()))))
+
+
 def order_and_record(items: list, tiers: dict[str, str], path: Path) -> None:
     """Sort `items` by tier (stable) and write {node id: group} to `path` atomically: `stack` for a stack
     test in a module of stack tests only, else the test's module."""
