@@ -96,6 +96,10 @@ def test_a_new_spec_gets_its_partition_and_automation_builds_its_tables_and_the_
         # one mechanism only: each backbone's features were computed by exactly one run
         f = dg.AssetRecordsFilter(asset_key=dg.AssetKey("feature_manifest"), asset_partitions=[b])
         assert len(instance.fetch_materializations(f, limit=10).records) == 1
+        # and its metrics once: ON_CHANGE shared its stored state with the weekly trigger's, and under load
+        # requested metrics again while the chain's run was still going (tests/test_automation_state.py)
+        f = dg.AssetRecordsFilter(asset_key=dg.AssetKey("metrics"), asset_partitions=[b])
+        assert len(instance.fetch_materializations(f, limit=10).records) == 1
     assert (storage / "tables" / "leaderboard.parquet").exists()
     # the board the UI shows on the leaderboard's page: its latest materialization's markdown table
     board = instance.get_latest_materialization_event(dg.AssetKey("leaderboard")).asset_materialization

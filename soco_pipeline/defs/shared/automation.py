@@ -81,7 +81,15 @@ def reevaluate_on_cron(cron: str) -> dg.AutomationCondition:
     is handled: one that is stale at the tick runs then, one that becomes stale later in the period runs
     when it does; at most one request per partition per period either way. A requested run that fails is
     not requested again (Dagster's run retries are the tool for that)."""
-    stale = (AC.code_version_changed() | AC.any_deps_match(AC.data_version_changed())).since_last_handled()
+    # Two SINCE nodes, not `(code_version_changed | any_deps_match(...)).since_last_handled()`: Dagster keys a
+    # SINCE node's stored state by its children's names only, so that one had ON_CHANGE's key (an OR under a
+    # since_last_handled) and the two shared their state. Under load ON_CHANGE then read this one's trigger
+    # (a dependency updated by the very run that was materializing the asset) and requested `metrics` a
+    # second time while that run was still going (tests/test_automation_state.py).
+    stale = (
+        AC.code_version_changed().since_last_handled()
+        | AC.any_deps_match(AC.data_version_changed()).since_last_handled()
+    )
     return (
         AC.in_latest_time_window()
         & AC.cron_tick_passed(cron).since_last_handled()
