@@ -46,10 +46,12 @@ demo: install $(DAGSTER_HOME)/dagster.yaml
 	$(PY) -m soco_pipeline.demo
 
 # The whole suite (every tier), after the linter, the formatter's check and `dg check defs`, in one pytest
-# session on SUITE_WORKERS xdist workers (one more than the cores: the stack tier waits on its servers and
-# daemons more than it computes). The stack tier is one group that one worker runs test after test; every
-# other module is a group of its own (tests/tier_scheduling.py). SUITE_WORKERS=0: one process.
-SUITE_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
+# session on SUITE_WORKERS xdist workers, one per core. The stack tier is one group that one worker runs
+# test after test; every other module is a group of its own (tests/tier_scheduling.py). One worker more
+# than the cores used to pay while the stack tier waited on its servers; with the heavy fixtures shared and
+# smaller it only contends (2 cores, fresh clone: 2 workers 500 s of pytest with one phase over 60 s,
+# 3 workers 603 s with four, docs/benchmarks.md). SUITE_WORKERS=0: one process.
+SUITE_WORKERS ?= $(shell nproc)
 test: install $(DAGSTER_HOME)/dagster.yaml
 	$(VENV)/bin/ruff check soco_pipeline tests benchmarks
 	$(VENV)/bin/ruff format --check soco_pipeline tests benchmarks
