@@ -45,6 +45,15 @@ SCHEMA_CHECKED = [
 ]
 
 
+def materializations(
+    instance: dg.DagsterInstance, key: str, partition: str | None = None, limit: int = 100
+) -> list:
+    """The materialization records of asset `key` (of one partition when `partition` is given), newest
+    first, at most `limit`."""
+    f = dg.AssetRecordsFilter(asset_key=dg.AssetKey(key), asset_partitions=[partition] if partition else None)
+    return instance.fetch_materializations(f, limit=limit).records
+
+
 @dataclass(frozen=True)
 class Core:
     """A materialized core: `root` holds storage/, dagster_home/ and backbones/ (the oracles' specs)."""

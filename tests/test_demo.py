@@ -11,7 +11,7 @@ import yaml
 from soco_pipeline.defs.definitions import build_definitions
 from soco_pipeline.demo import PER_BACKBONE, SUMMARY, Runner, families, run_demo, run_families
 from soco_pipeline.storage import PROJECT_ROOT
-from tests.core import DATA_AND_PAIRS, SCHEMA_CHECKED
+from tests.core import DATA_AND_PAIRS, SCHEMA_CHECKED, materializations
 from tests.dagster_server import write_instance_yaml
 from tests.toy_family import toy_definitions
 
@@ -85,14 +85,7 @@ def test_a_bad_spec_stops_only_its_own_partition(tmp_path, monkeypatch):
         result = run_demo(instance=instance, **overrides)
         # the good partition's chain, the data and the summary: each materialized once, blocking checks passed
         counts = {
-            (key, partition): len(
-                instance.fetch_materializations(
-                    dg.AssetRecordsFilter(
-                        asset_key=dg.AssetKey(key), asset_partitions=[partition] if partition else None
-                    ),
-                    limit=10,
-                ).records
-            )
+            (key, partition): len(materializations(instance, key, partition))
             for key, partition in [(k, None) for k in [*DATA_AND_PAIRS, *SUMMARY]]
             + [(k, "oracle_part") for k in PER_BACKBONE]
         }

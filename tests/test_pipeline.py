@@ -22,12 +22,10 @@ from soco_pipeline.evaluation.theory import expected_concept_oracle_soc
 from soco_pipeline.results_db import query
 from soco_pipeline.storage import PROJECT_ROOT
 from tests.automation_ticks import evaluate
-from tests.core import CATEGORIES, DATA_AND_PAIRS, ORACLES, PER_BACKBONE, SCHEMA_CHECKED
+from tests.core import CATEGORIES, DATA_AND_PAIRS, ORACLES, PER_BACKBONE, SCHEMA_CHECKED, materializations
 
 # a whole pipeline runs in a module fixture (the first test's setup)
 pytestmark = [pytest.mark.pipeline, pytest.mark.timeout(900)]
-
-FIRST = ORACLES  # the core's backbones
 
 
 @pytest.fixture(scope="module")
@@ -64,8 +62,7 @@ def _tables(run) -> Path:
 
 
 def _count(instance, key, partition=None) -> int:
-    f = dg.AssetRecordsFilter(asset_key=dg.AssetKey(key), asset_partitions=[partition] if partition else None)
-    return len(instance.fetch_materializations(f, limit=100).records)
+    return len(materializations(instance, key, partition))
 
 
 def test_definitions_load_with_groups_and_descriptions():
@@ -95,8 +92,7 @@ def test_definitions_load_with_groups_and_descriptions():
 
 def _count_fixture(run, key, partition=None) -> int:
     """Materializations of `key` by the fixture's runs (other tests add their own)."""
-    f = dg.AssetRecordsFilter(asset_key=dg.AssetKey(key), asset_partitions=[partition] if partition else None)
-    records = run["instance"].fetch_materializations(f, limit=100).records
+    records = materializations(run["instance"], key, partition)
     return sum(r.run_id in run["fixture_runs"] for r in records)
 
 
@@ -202,7 +198,7 @@ def test_adding_a_backbone_materializes_only_its_partition(run):
     instance, backbones = run["instance"], run["backbones"]
     shutil.copy(PROJECT_ROOT / "assets" / "backbones" / "dense_sift.yaml", backbones)
     defs = build_definitions(**run["overrides"])
-    before = {(k, b): _count(instance, k, b) for k in PER_BACKBONE for b in FIRST}
+    before = {(k, b): _count(instance, k, b) for k in PER_BACKBONE for b in ORACLES}
     before_data = {k: _count(instance, k) for k in DATA_AND_PAIRS}
 
     # The automation daemon's tick before the new spec lands: nothing to do.
@@ -234,7 +230,7 @@ def test_adding_a_backbone_materializes_only_its_partition(run):
         partition_key="dense_sift",
     )
     assert _count(instance, "metrics", "dense_sift") == 1
-    assert before == {(k, b): _count(instance, k, b) for k in PER_BACKBONE for b in FIRST}
+    assert before == {(k, b): _count(instance, k, b) for k in PER_BACKBONE for b in ORACLES}
     assert before_data == {k: _count(instance, k) for k in DATA_AND_PAIRS}
 
 
@@ -254,7 +250,7 @@ def _ticks(defs, instance):
 
 
 def _requested(result, keys=PER_BACKBONE) -> set[tuple[str, str]]:
-    return {(k, p) for k in keys for p in result.get_requested_partitions(dg.AssetKey(k)) if p in FIRST}
+    return {(k, p) for k in keys for p in result.get_requested_partitions(dg.AssetKey(k)) if p in ORACLES}
 
 
 def test_weekly_reevaluation_skips_the_unchanged_and_reruns_a_changed_spec(run):
@@ -342,7 +338,7 @@ def test_a_changed_protocol_makes_the_weekly_tick_re_evaluate_the_backbones(run,
     finally:
         observe_protocol(build_definitions(**run["overrides"]))  # the other tests see the demo's protocol
     for key in ["predictions", "four_choice_predictions", "metrics"]:
-        assert {p for k, p in _requested(due) if k == key} == set(FIRST), key
+        assert {p for k, p in _requested(due) if k == key} == set(ORACLES), key
     assert _requested(due, ["feature_manifest"]) == set()
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from tests.core import DATA_AND_PAIRS, SCHEMA_CHECKED
+from tests.core import DATA_AND_PAIRS, SCHEMA_CHECKED, materializations
 from tests.dagster_server import PROJECT_ROOT, DagsterDev, write_instance_yaml
 from tests.needs import need
 from tests.tiny_families import tiny_family_env
@@ -58,8 +58,7 @@ def server(tmp_path_factory):
 
 
 def _materialized(instance: dg.DagsterInstance, key: str, partition: str | None = None) -> bool:
-    f = dg.AssetRecordsFilter(asset_key=dg.AssetKey(key), asset_partitions=[partition] if partition else None)
-    return bool(instance.fetch_materializations(f, limit=1).records)
+    return bool(materializations(instance, key, partition, limit=1))
 
 
 @pytest.fixture(scope="module")
@@ -115,12 +114,10 @@ def test_a_new_spec_gets_its_partition_and_automation_builds_its_tables_and_the_
         assert _materialized(instance, "metrics", b), f"metrics[{b}] not materialized by automation"
         assert (storage / "tables" / "metrics" / f"{b}.parquet").exists()
         # one mechanism only: each backbone's features were computed by exactly one run
-        f = dg.AssetRecordsFilter(asset_key=dg.AssetKey("feature_manifest"), asset_partitions=[b])
-        assert len(instance.fetch_materializations(f, limit=10).records) == 1
+        assert len(materializations(instance, "feature_manifest", b)) == 1
         # and its metrics once: ON_CHANGE shared its stored state with the weekly trigger's, and under load
         # requested metrics again while the chain's run was still going (tests/test_automation_state.py)
-        f = dg.AssetRecordsFilter(asset_key=dg.AssetKey("metrics"), asset_partitions=[b])
-        assert len(instance.fetch_materializations(f, limit=10).records) == 1
+        assert len(materializations(instance, "metrics", b)) == 1
     assert (storage / "tables" / "leaderboard.parquet").exists()
     # the board the UI shows on the leaderboard's page: its latest materialization's markdown table
     board = instance.get_latest_materialization_event(dg.AssetKey("leaderboard")).asset_materialization
