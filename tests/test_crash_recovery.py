@@ -64,20 +64,37 @@ def _assert_recovered(home: str, dead_id: str) -> None:
         assert instance.event_log_storage.get_concurrency_info("gpu").claimed_slots == []
 
 
-@pytest.mark.timeout(900)
-def test_kill_9_mid_extraction_then_the_next_demo_completes(tmp_path):
-    env = crash_env(tmp_path)
-    features = Path(env["SOCO_STORAGE"]) / "features" / BACKBONE
+@pytest.fixture(scope="module")
+def killed_demo(tmp_path_factory):
+    """A demo whose whole session was SIGKILLed mid-extraction (orchestrator, forkserver, the step: a power
+    loss), paused after its first batch of feature maps: its exit code, the maps on disk and the dead run
+    holding the `gpu` slot, as found right after the kill (a test then recovers from it)."""
+    env = crash_env(tmp_path_factory.mktemp("crash"))
     first = start_demo(env)
     try:
         wait_for_pause(env, first)
-        kill_session(first)  # every process of the demo: orchestrator, forkserver, the step (a power loss)
+        kill_session(first)
     finally:
         kill(first)
-    assert first.returncode == -signal.SIGKILL
-    assert len(_maps(features)) == BATCH  # paused after exactly one batch: the kill landed mid-extraction
-    dead_id = _dead_run_holds_the_slot(env["DAGSTER_HOME"])
+    features = Path(env["SOCO_STORAGE"]) / "features" / BACKBONE
+    return {
+        "env": env,
+        "returncode": first.returncode,
+        "maps": len(_maps(features)),
+        "dead_id": _dead_run_holds_the_slot(env["DAGSTER_HOME"]),
+    }
 
+
+def test_kill_9_mid_extraction_leaves_a_dead_run_holding_the_slot(killed_demo):
+    assert killed_demo["returncode"] == -signal.SIGKILL
+    assert killed_demo["maps"] == BATCH  # paused after exactly one batch: the kill landed mid-extraction
+    assert killed_demo["dead_id"]  # the fixture found it STARTED, holding the only `gpu` slot
+
+
+@pytest.mark.timeout(900)
+def test_kill_9_mid_extraction_then_the_next_demo_completes(killed_demo):
+    env, dead_id = killed_demo["env"], killed_demo["dead_id"]
+    features = Path(env["SOCO_STORAGE"]) / "features" / BACKBONE
     t0 = time.monotonic()
     second = start_demo(without_pause(env))
     try:

@@ -286,10 +286,17 @@ def test_stack_services_answer(cluster):
         assert os.getsid(svc.pid) == svc.pid, svc.name
 
 
+def _backfill_runs(instance, backfill_id: str) -> list:
+    import dagster as dg
+
+    return instance.get_runs(dg.RunsFilter(tags={"dagster/backfill": backfill_id}))
+
+
 @pytest.fixture(scope="module")
-def backfill(cluster, data):
-    """The backfill of BACKFILL on the Celery workers, finished (every run SUCCESS), with the in-process
-    reference of the same partitions under `data`: what several tests inspect, in whatever order they run."""
+def backfill_features(cluster, data):
+    """The backfill of BACKFILL launched through GraphQL as the UI does, up to every run's feature step done
+    on the gpu worker while the two default-queue workers were held; with the in-process reference of the
+    same partitions under `data`, computed meanwhile. The workers go on before it returns."""
     import dagster as dg
 
     t0 = time.monotonic()
@@ -317,12 +324,12 @@ def backfill(cluster, data):
     assert len(held) == 2, [svc.name for svc in LocalStack.attach(cluster.root).services]
     with dg.DagsterInstance.get() as instance:
 
-        def runs():
-            return instance.get_runs(dg.RunsFilter(tags={"dagster/backfill": backfill_id}))
+        def steps() -> list[dict]:
+            return [s for r in _backfill_runs(instance, backfill_id) for s in _steps(instance, r.run_id)]
 
         def features_done() -> bool:
-            steps = [s for r in runs() for s in _steps(instance, r.run_id)]
-            return sum(s["step"] == "feature_manifest" and bool(s.get("ok")) for s in steps) == len(BACKFILL)
+            done = [s for s in steps() if s["step"] == "feature_manifest" and s.get("ok")]
+            return len(done) == len(BACKFILL)
 
         for svc in held:
             os.killpg(svc.pgid, signal.SIGSTOP)
@@ -330,21 +337,53 @@ def backfill(cluster, data):
             res = _graphql(cluster, launch, {"p": params})["launchPartitionBackfill"]
             assert res["__typename"] == "LaunchBackfillSuccess", res
             backfill_id = res["backfillId"]
-            # In-process reference while the cluster works (this process is otherwise idle).
+            # In-process reference while the cluster works (this process is otherwise idle). The backfill
+            # daemon picks the backfill up on its next 30 s tick (Dagster's fixed interval).
             t1 = time.monotonic()
             _reference(cluster, data, BACKFILL)
             print(f"in-process reference of {len(BACKFILL)} partitions: {time.monotonic() - t1:.0f} s")
-            wait_for("the backfill runs", lambda: len(runs()) == len(BACKFILL), 60, interval=1.0)
+            wait_for(
+                "the backfill runs",
+                lambda: len(_backfill_runs(instance, backfill_id)) == len(BACKFILL),
+                60,
+                interval=1.0,
+            )
             wait_for("every feature step on the gpu worker", features_done, 240, interval=1.0)
+            while_held = steps()
         finally:
             for svc in held:
                 os.killpg(svc.pgid, signal.SIGCONT)
-        statuses = _wait_runs(instance, [r.run_id for r in runs()], timeout=240)
+    print(f"feature steps of {len(BACKFILL)} partitions done {time.monotonic() - t0:.0f} s after launch")
+    return {"backfill_id": backfill_id, "steps_while_held": while_held}
+
+
+@pytest.fixture(scope="module")
+def backfill(cluster, backfill_features):
+    """The backfill finished (every run SUCCESS): its steps, and the partition of each run: what several
+    tests inspect, in whatever order they run."""
+    import dagster as dg
+
+    t0 = time.monotonic()
+    with dg.DagsterInstance.get() as instance:
+        runs = _backfill_runs(instance, backfill_features["backfill_id"])
+        statuses = _wait_runs(instance, [r.run_id for r in runs], timeout=240)
         assert set(statuses.values()) == {"SUCCESS"}, statuses
-        steps = [s for r in runs() for s in _steps(instance, r.run_id)]
-        partition = {r.run_id: r.tags["dagster/partition"] for r in runs()}
-    print(f"backfill of {len(BACKFILL)} partitions done {time.monotonic() - t0:.0f} s after launch")
+        steps = [s for r in runs for s in _steps(instance, r.run_id)]
+        partition = {r.run_id: r.tags["dagster/partition"] for r in runs}
+    print(
+        f"backfill of {len(BACKFILL)} partitions done {time.monotonic() - t0:.0f} s after its workers went on"
+    )
     return {"steps": steps, "partition": partition}
+
+
+def test_a_backfill_runs_one_run_per_partition_and_extracts_on_the_gpu_worker(backfill_features):
+    """While the default workers were held, each partition's run had started its feature step on the gpu
+    worker (tagged for the `gpu` queue) and finished it there, and no other step had started."""
+    steps = backfill_features["steps_while_held"]
+    assert len({s["run_id"] for s in steps}) == len(BACKFILL), steps
+    started = [s for s in steps if "start" in s]
+    assert sorted(s["step"] for s in started) == ["feature_manifest"] * len(BACKFILL), started
+    assert all(s.get("ok") and s["worker"] == "gpu-worker-1" for s in started), started
 
 
 def test_backfill_on_celery_workers_equals_in_process(cluster, data, backfill):
@@ -489,11 +528,11 @@ def _gpu_worker(cluster: LocalStack):
     return next(s for s in LocalStack.attach(cluster.root).services if s.name == "gpu-worker-1")
 
 
-def test_kill_9_of_a_worker_pool_process_fails_its_run_then_reexecute(cluster, data):
-    """A worker's pool process dies in a feature step (the OOM killer): Celery fails the task itself
-    (WorkerLostError) and the worker starts a new pool process. The run fails cleanly; re-executing it from
-    failure (its feature step on the new pool process) gives the in-process results with nothing
-    half-written in the bucket."""
+@pytest.fixture(scope="module")
+def pool_killed(cluster, data, backfill):
+    """A run of KILLED whose feature step's Celery pool process was SIGKILLed mid-extraction (the OOM
+    killer): what the run and the gpu worker did next, once the worker runs a new pool process. After the
+    backfill, so that no other run shares the workers."""
     import dagster as dg
 
     gpu = _gpu_worker(cluster)
@@ -502,23 +541,41 @@ def test_kill_9_of_a_worker_pool_process_fails_its_run_then_reexecute(cluster, d
         _wait_for_extraction(cluster, instance, KILLED, run_id)
         victim = _pool_child(gpu)
         os.kill(victim, signal.SIGKILL)
-        assert _wait_runs(instance, [run_id], timeout=90)[run_id] == "FAILURE"
-        failed = [s for s in _steps(instance, run_id) if s["step"] == "feature_manifest"]
-        assert failed and not failed[0].get("ok")
+        status = _wait_runs(instance, [run_id], timeout=90)[run_id]
+        feature_steps = [s for s in _steps(instance, run_id) if s["step"] == "feature_manifest"]
         wait_for(
             "the gpu worker replaced its pool process",
             lambda: cluster.worker_names().count("gpu-worker-1") == 1 and _pool_child(gpu) != victim,
             60,
             interval=1.0,
         )
-        _reexecute_from_failure(cluster, instance, KILLED, run_id, data)
+    return {"run_id": run_id, "status": status, "feature_steps": feature_steps}
 
 
-def test_kill_9_of_a_whole_worker_is_failed_by_the_sensor_then_reexecute(cluster, data):
-    """The whole gpu worker dies in a feature step (main process and pool, as with a lost machine): nobody
-    acks or fails its task, so the lost-worker sensor must fail the step after the grace period. After
-    `soco cluster restart` of the worker, re-executing the run from failure gives the in-process results with
-    nothing half-written in the bucket."""
+def test_kill_9_of_a_worker_pool_process_fails_its_run(pool_killed):
+    """Celery fails the task of a dead pool process itself (WorkerLostError), so the run fails cleanly at
+    its feature step; the worker goes on with a new pool process (the fixture waited for it)."""
+    assert pool_killed["status"] == "FAILURE", pool_killed
+    # its feature step started and never succeeded (Celery's WorkerLostError fails the run; the step itself
+    # may have no failure event)
+    steps = pool_killed["feature_steps"]
+    assert len(steps) == 1 and "start" in steps[0] and not steps[0].get("ok"), steps
+
+
+def test_a_run_failed_by_a_killed_pool_process_reexecutes_from_failure(cluster, data, pool_killed):
+    """Re-executing it from failure (its feature step on the new pool process) gives the in-process results
+    with nothing half-written in the bucket."""
+    import dagster as dg
+
+    with dg.DagsterInstance.get() as instance:
+        _reexecute_from_failure(cluster, instance, KILLED, pool_killed["run_id"], data)
+
+
+@pytest.fixture(scope="module")
+def worker_lost(cluster, data, backfill):
+    """A run of LOST whose whole gpu worker (main process and pool, as with a lost machine) was SIGKILLed
+    mid-extraction: what the broker, the run and its events showed, and `soco cluster restart` of the
+    worker after. After the backfill, so that no other run shares the workers."""
     import dagster as dg
     from dagster import DagsterEventType
 
@@ -534,33 +591,60 @@ def test_kill_9_of_a_whole_worker_is_failed_by_the_sensor_then_reexecute(cluster
         signal_group(gpu.pgid, signal.SIGKILL)
         wait_for("the gpu worker's processes gone", lambda: not gpu.alive(), 10, interval=0.2)
         t_kill = time.monotonic()
-        assert any(t.run_id == run_id for t in taken_tasks(app)), "the killed step's message is unacked"
+        unacked = any(t.run_id == run_id for t in taken_tasks(app))
         # Sensor tick (5 s) + grace, with room for a slow tick.
-        statuses = _wait_runs(instance, [run_id], timeout=90)
+        status = _wait_runs(instance, [run_id], timeout=90)[run_id]
         print(f"run failed {time.monotonic() - t_kill:.0f} s after its whole worker was killed")
-        assert statuses[run_id] == "FAILURE", statuses
         texts = [
             r.dagster_event.message or ""
             for r in instance.all_logs(run_id, of_type=DagsterEventType.ENGINE_EVENT)
         ]
-        assert any("stopped answering pings" in t and "feature_manifest" in t for t in texts), texts[-5:]
-        assert instance.all_logs(run_id, of_type=DagsterEventType.RUN_FAILURE), "a RUN_FAILURE event ends it"
-        assert not any(t.run_id == run_id for t in taken_tasks(app)), "no message left to redeliver"
+        run_failures = len(instance.all_logs(run_id, of_type=DagsterEventType.RUN_FAILURE))
+        left_unacked = any(t.run_id == run_id for t in taken_tasks(app))
+    restarted = _cli(
+        "restart",
+        "--dir",
+        str(cluster.root),
+        "--service",
+        "gpu-worker-1",
+        "--timeout",
+        "60",
+        env={**os.environ},
+        timeout=120,
+    )
+    return {
+        "run_id": run_id,
+        "unacked_at_kill": unacked,
+        "status": status,
+        "engine_texts": texts,
+        "run_failures": run_failures,
+        "unacked_after": left_unacked,
+        "restarted": restarted,
+    }
 
-        restarted = _cli(
-            "restart",
-            "--dir",
-            str(cluster.root),
-            "--service",
-            "gpu-worker-1",
-            "--timeout",
-            "60",
-            env={**os.environ},
-            timeout=120,
-        )
-        assert restarted.returncode == 0, restarted.stderr[-3000:]
-        assert "gpu-worker-1" in cluster.worker_names()
-        _reexecute_from_failure(cluster, instance, LOST, run_id, data)
+
+def test_kill_9_of_a_whole_worker_is_failed_by_the_sensor(cluster, worker_lost):
+    """Nobody acks or fails the dead worker's task, so the lost-worker sensor must fail the step after the
+    grace period, and take its message off the broker; `soco cluster restart` brings the worker back."""
+    lost = worker_lost
+    assert lost["unacked_at_kill"], "the killed step's message is unacked"
+    assert lost["status"] == "FAILURE", lost["status"]
+    texts = lost["engine_texts"]
+    assert any("stopped answering pings" in t and "feature_manifest" in t for t in texts), texts[-5:]
+    assert lost["run_failures"] >= 1, "a RUN_FAILURE event ends it"
+    assert not lost["unacked_after"], "no message left to redeliver"
+    assert lost["restarted"].returncode == 0, lost["restarted"].stderr[-3000:]
+    assert "gpu-worker-1" in cluster.worker_names()
+
+
+def test_a_run_failed_by_the_sensor_reexecutes_on_the_restarted_worker(cluster, data, worker_lost):
+    """After the restart, re-executing the run from failure gives the in-process results with nothing
+    half-written in the bucket."""
+    import dagster as dg
+
+    assert worker_lost["restarted"].returncode == 0, worker_lost["restarted"].stderr[-3000:]
+    with dg.DagsterInstance.get() as instance:
+        _reexecute_from_failure(cluster, instance, LOST, worker_lost["run_id"], data)
 
 
 def test_tables_and_features_live_in_the_bucket(cluster, data, backfill):

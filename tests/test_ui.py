@@ -1,9 +1,9 @@
 """The operator's path, for real: `dagster dev`, a GraphQL launch, the sensor and automation, the UI.
 
 Starts webserver + daemon on a free loopback port with a temporary DAGSTER_HOME and launches the data and
-pair assets through GraphQL as the UI's Materialize button does (the module's fixtures). One test adds a
-backbone spec: the backbone sensor adds its partition and the eager automation materializes the
-per-backbone assets, the boards and the SQL views. Another drives headless Chromium to the asset graph
+pair assets through GraphQL as the UI's Materialize button does (the module's fixtures). A fixture adds a
+backbone spec and the backbone sensor adds its partition; one test follows eager automation through the
+per-backbone assets, another through the boards and the SQL views after them. A third drives headless Chromium to the asset graph
 and to a table's page with its metadata; screenshots go under the test's temporary folder.
 
 The spec arrives after the data, as when a researcher adds a model to a running deployment: the daemon
@@ -94,10 +94,12 @@ def settled(launched):
     return instance
 
 
-def test_a_new_spec_gets_its_partition_and_automation_builds_its_tables_and_the_boards(server, settled):
-    _dev, storage, _home, tmp = server
+@pytest.fixture(scope="module")
+def spec_added(server, settled):
+    """A backbone spec copied into the watched folder once the daemon is idle, and the partition the backbone
+    sensor (running by default) adds for it: one per spec file. Returns the instance."""
+    _dev, _storage, _home, tmp = server
     instance = settled
-    # A backbone spec arrives: the backbone sensor (running by default) adds one partition per spec file.
     assert instance.get_dynamic_partitions("backbones") == []
     for b in BACKBONES:
         shutil.copy(PROJECT_ROOT / "assets" / "backbones" / f"{b}.yaml", tmp / "backbones" / f"{b}.yaml")
@@ -105,23 +107,52 @@ def test_a_new_spec_gets_its_partition_and_automation_builds_its_tables_and_the_
     while set(instance.get_dynamic_partitions("backbones")) != set(BACKBONES) and time.time() < deadline:
         time.sleep(1)
     assert set(instance.get_dynamic_partitions("backbones")) == set(BACKBONES)
+    return instance
 
-    # Eager automation takes it from here: per-backbone assets, then the boards and the SQL views.
-    deadline = time.time() + 600
-    while not _materialized(instance, "results_database") and time.time() < deadline:
+
+def _wait_materialized(
+    instance: dg.DagsterInstance, keys: list[tuple[str, str | None]], timeout: float
+) -> None:
+    deadline = time.time() + timeout
+    while not all(_materialized(instance, k, p) for k, p in keys) and time.time() < deadline:
         time.sleep(1)
+
+
+def test_a_new_spec_gets_its_partition_and_automation_builds_its_tables(server, spec_added):
+    """Eager automation takes the new partition from there: the per-backbone assets, in one run."""
+    _dev, storage, _home, _tmp = server
+    instance = spec_added
+    _wait_materialized(instance, [("metrics", b) for b in BACKBONES], 600)
     for b in BACKBONES:
         assert _materialized(instance, "metrics", b), f"metrics[{b}] not materialized by automation"
         assert (storage / "tables" / "metrics" / f"{b}.parquet").exists()
         # one mechanism only: each backbone's features were computed by exactly one run
         assert len(materializations(instance, "feature_manifest", b)) == 1
-        # and its metrics once: ON_CHANGE shared its stored state with the weekly trigger's, and under load
-        # requested metrics again while the chain's run was still going (tests/test_automation_state.py)
-        assert len(materializations(instance, "metrics", b)) == 1
+
+
+@pytest.fixture(scope="module")
+def chain_built(spec_added):
+    """`spec_added`'s instance once automation has materialized every new backbone's metrics."""
+    _wait_materialized(spec_added, [("metrics", b) for b in BACKBONES], 600)
+    return spec_added
+
+
+def test_the_boards_and_sql_views_follow_the_new_backbone(server, chain_built):
+    """After the per-backbone chain, automation rebuilds the boards and the SQL views, each chain table
+    materialized once and no run failed on the way."""
+    _dev, storage, _home, _tmp = server
+    instance = chain_built
+    _wait_materialized(instance, [("results_database", None)], 600)
+    assert _materialized(instance, "results_database"), "results_database not materialized by automation"
     assert (storage / "tables" / "leaderboard.parquet").exists()
     # the board the UI shows on the leaderboard's page: its latest materialization's markdown table
     board = instance.get_latest_materialization_event(dg.AssetKey("leaderboard")).asset_materialization
     assert all(f"| {b} " in board.metadata["leaderboard"].value for b in BACKBONES)
+    for b in BACKBONES:
+        # metrics once: ON_CHANGE shared its stored state with the weekly trigger's, and under load requested
+        # metrics again while the chain's run was still going (tests/test_automation_state.py)
+        assert len(materializations(instance, "metrics", b)) == 1
+        assert len(materializations(instance, "feature_manifest", b)) == 1
     # and no run of the chain failed on the way (a board requested before its tables did, under load)
     failed = instance.get_runs(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE]))
     assert not failed, [
