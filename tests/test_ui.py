@@ -3,7 +3,8 @@
 Starts webserver + daemon on a free loopback port with a temporary DAGSTER_HOME and launches the data and
 pair assets through GraphQL as the UI's Materialize button does (the module's fixtures). A fixture adds a
 backbone spec and the backbone sensor adds its partition; one test follows eager automation through the
-per-backbone assets, another through the boards and the SQL views after them. A third drives headless Chromium to the asset graph
+per-backbone assets, another through the boards and the SQL views after them. One checks what the
+server serves (asset groups, sensors and their default status, daemon health). Another drives headless Chromium to the asset graph
 and to a table's page with its metadata; screenshots go under the test's temporary folder.
 
 The spec arrives after the data, as when a researcher adds a model to a running deployment: the daemon
@@ -55,6 +56,44 @@ def server(tmp_path_factory):
         yield dev, storage, home, tmp
     finally:
         dev.stop()
+
+
+def test_dagster_dev_serves_every_asset_group_with_the_default_sensors_running(server):
+    """What an operator's first screen rests on: the code location's asset groups and sensors as the
+    definitions declare them, each sensor running or stopped as its default status says, and every daemon
+    the instance needs healthy."""
+    from soco_pipeline.defs.definitions import defs
+
+    dev, _storage, _home, _tmp = server
+    data = dev.graphql(
+        """
+        query Location($r: RepositorySelector!) {
+          repositoryOrError(repositorySelector: $r) {
+            __typename
+            ... on Repository { assetGroups { groupName } sensors { name sensorState { status } } }
+          }
+        }""",
+        {"r": {"repositoryLocationName": "soco_pipeline", "repositoryName": "__repository__"}},
+    )
+    repo = data["repositoryOrError"]
+    assert repo["__typename"] == "Repository", repo
+    groups = {
+        g for a in defs.assets if isinstance(a, dg.AssetsDefinition) for g in a.group_names_by_key.values()
+    }
+    assert {g["groupName"] for g in repo["assetGroups"]} == groups
+    served = {s["name"]: s["sensorState"]["status"] for s in repo["sensors"]}
+    assert served == {s.name: s.default_status.value for s in defs.sensors}
+    assert "RUNNING" in served.values() and "STOPPED" in served.values()
+    health = "{ instance { daemonHealth { allDaemonStatuses { daemonType required healthy } } } }"
+
+    def unhealthy() -> list[str]:  # a daemon counts as healthy from its first heartbeat on
+        daemons = dev.graphql(health)["instance"]["daemonHealth"]["allDaemonStatuses"]
+        return [d["daemonType"] for d in daemons if d["required"] and not d["healthy"]]
+
+    deadline = time.time() + 120
+    while unhealthy() and time.time() < deadline:
+        time.sleep(1)
+    assert unhealthy() == []
 
 
 def _materialized(instance: dg.DagsterInstance, key: str, partition: str | None = None) -> bool:
