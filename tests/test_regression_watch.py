@@ -121,9 +121,25 @@ def watched(tmp_path_factory):
         mat(["leaderboard", "published_comparison", "model_headlines", "model_summary", "results_database"])
         mat(["results_report"])
         runs["unchanged"] = mat(["model_history", "mmvm_history"], "tiny")
-        write_weights(weights, passthrough=False)
-        runs["degraded"] = mat(PER_BACKBONE, "tiny")
-        yield {"runs": runs, "tmp": tmp, "storage": tmp / "storage", "instance": instance, "defs": defs}
+        yield {
+            "runs": runs,
+            "tmp": tmp,
+            "storage": tmp / "storage",
+            "instance": instance,
+            "defs": defs,
+            "materialize": mat,
+            "weights": weights,
+        }
+
+
+@pytest.fixture(scope="module")
+def degraded(watched):
+    """`watched` after its weights file was replaced in place by one with a zero patch embedding and the
+    per-backbone assets re-materialized: runs["degraded"]. The boards and the results page stay as the
+    first run left them."""
+    write_weights(watched["weights"], passthrough=False)
+    watched["runs"]["degraded"] = watched["materialize"](PER_BACKBONE, "tiny")
+    return watched
 
 
 def check_of(result, asset: str = "model_history") -> dg.AssetCheckEvaluation:
@@ -153,8 +169,8 @@ def test_first_and_unchanged_runs_pass_the_watch(watched):
             assert ev.metadata["paired_test"].value.startswith("paired difference per sample")
 
 
-def test_replaced_weights_drop_the_score_and_fail_the_watch(watched):
-    ev = check_of(watched["runs"]["degraded"])
+def test_replaced_weights_drop_the_score_and_fail_the_watch(degraded):
+    ev = check_of(degraded["runs"]["degraded"])
     assert not ev.passed
     message = ev.metadata["regression"].value
     assert "tiny (soco) regressed from data version" in message
@@ -167,8 +183,8 @@ def test_replaced_weights_drop_the_score_and_fail_the_watch(watched):
     assert "soc " in message and " -> " in message  # both figures: before -> after
 
 
-def test_model_history_keeps_both_data_versions(watched):
-    hist = pd.read_parquet(watched["storage"] / "tables" / "model_history" / "tiny.parquet")
+def test_model_history_keeps_both_data_versions(degraded):
+    hist = pd.read_parquet(degraded["storage"] / "tables" / "model_history" / "tiny.parquet")
     versions = hist.drop_duplicates("data_version").sort_values("materialized_at")
     assert len(versions) == 2
     new = hist[hist.data_version == versions.data_version.iloc[1]].set_index("metric")
@@ -180,8 +196,8 @@ def test_model_history_keeps_both_data_versions(watched):
     assert set(hist["task_hash"]) == {hist["task_hash"].iloc[0]}  # the same task: compared as paired
 
 
-def test_replaced_weights_drop_the_mmvm_accuracy_and_fail_its_watch(watched):
-    ev = check_of(watched["runs"]["degraded"], "mmvm_history")
+def test_replaced_weights_drop_the_mmvm_accuracy_and_fail_its_watch(degraded):
+    ev = check_of(degraded["runs"]["degraded"], "mmvm_history")
     assert not ev.passed
     message = ev.metadata["regression"].value
     assert "tiny (mmvm) regressed from data version" in message
@@ -190,7 +206,7 @@ def test_replaced_weights_drop_the_mmvm_accuracy_and_fail_its_watch(watched):
     assert (
         value < before and delta == pytest.approx(value - before, abs=0.15) and hi < 0 and lo <= delta <= hi
     )
-    hist = pd.read_parquet(watched["storage"] / "tables" / "mmvm_history" / "tiny.parquet")
+    hist = pd.read_parquet(degraded["storage"] / "tables" / "mmvm_history" / "tiny.parquet")
     assert set(hist["family"]) == {"mmvm"}
     versions = hist.drop_duplicates("data_version").sort_values("materialized_at")
     assert len(versions) == 2  # both runs kept, keyed by data version and date
@@ -204,18 +220,18 @@ def test_replaced_weights_drop_the_mmvm_accuracy_and_fail_its_watch(watched):
     assert bool(new.at["accuracy/zero_shot", "regression"])
     assert (new["previous_data_version"] == versions.data_version.iloc[0]).all()
     # the values are the family's own: mmvm_predictions' test-split accuracy of the degraded run
-    preds = pd.read_parquet(watched["storage"] / "tables" / "mmvm_predictions" / "tiny.parquet")
-    items = pd.read_parquet(watched["storage"] / "tables" / "mmvm_items.parquet")
+    preds = pd.read_parquet(degraded["storage"] / "tables" / "mmvm_predictions" / "tiny.parquet")
+    items = pd.read_parquet(degraded["storage"] / "tables" / "mmvm_items.parquet")
     zs = preds[(preds.method == "zero_shot") & preds.item_id.isin(items[items.split == "test"].item_id)]
     assert new.at["accuracy/zero_shot", "value"] == pytest.approx(100 * zs.correct.mean())
-    with connect_readonly(watched["storage"] / "results.duckdb") as con:  # the view reads both runs
+    with connect_readonly(degraded["storage"] / "results.duckdb") as con:  # the view reads both runs
         got = con.execute(
             "select count(distinct data_version) from mmvm_history where model = 'tiny'"
         ).fetchone()
     assert got == (2,)
 
 
-def test_the_family_sensor_posts_the_regression_to_the_webhook(watched, monkeypatch):
+def test_the_family_sensor_posts_the_regression_to_the_webhook(degraded, monkeypatch):
     got = []
 
     class Hook(http.server.BaseHTTPRequestHandler):
@@ -232,8 +248,8 @@ def test_the_family_sensor_posts_the_regression_to_the_webhook(watched, monkeypa
     thread.start()
     monkeypatch.setenv("SOCO_REGRESSION_WEBHOOK", f"http://127.0.0.1:{server.server_port}/hook")
     try:
-        defs = watched["defs"]
-        context = dg.build_sensor_context(instance=watched["instance"], definitions=defs)
+        defs = degraded["defs"]
+        context = dg.build_sensor_context(instance=degraded["instance"], definitions=defs)
         sensor = next(s for s in defs.sensors if s.name == "mmvm_regression_sensor")
         result = sensor.evaluate_tick(context)
     finally:
