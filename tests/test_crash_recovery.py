@@ -48,14 +48,28 @@ def _maps(features: Path) -> list[Path]:
     return [p for p in features.glob("*/*.npy") if not p.name.endswith(".cls.npy")]  # not class tokens
 
 
-def _dead_run_holds_the_slot(home: str) -> str:
-    """The one STARTED run (our backbone's) holds the only `gpu` slot: the fault. Returns its id."""
+def _slot_state(home: str) -> dict[str, list]:
+    """The STARTED runs (id, partition) and the runs that hold a `gpu` slot, as the instance has them now."""
     with _instance(home) as instance:
         stuck = instance.get_runs(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED]))
-        assert len(stuck) == 1 and stuck[0].tags.get("dagster/partition") == BACKBONE
         held = instance.event_log_storage.get_concurrency_info("gpu").claimed_slots
-        assert [s.run_id for s in held] == [stuck[0].run_id]
-        return stuck[0].run_id
+        return {
+            "started": [(r.run_id, r.tags.get("dagster/partition")) for r in stuck],
+            "held": [s.run_id for s in held],
+        }
+
+
+def _dead_run_holding(state: dict[str, list]) -> str:
+    """The one STARTED run (our backbone's) holds the only `gpu` slot in `state`: the fault. Returns its id."""
+    assert len(state["started"]) == 1 and state["started"][0][1] == BACKBONE, state
+    dead_id = state["started"][0][0]
+    assert state["held"] == [dead_id], state
+    return dead_id
+
+
+def _dead_run_holds_the_slot(home: str) -> str:
+    """The one STARTED run (our backbone's) holds the only `gpu` slot: the fault. Returns its id."""
+    return _dead_run_holding(_slot_state(home))
 
 
 def _assert_recovered(home: str, dead_id: str) -> None:
@@ -67,8 +81,8 @@ def _assert_recovered(home: str, dead_id: str) -> None:
 @pytest.fixture(scope="module")
 def killed_demo(tmp_path_factory):
     """A demo whose whole session was SIGKILLed mid-extraction (orchestrator, forkserver, the step: a power
-    loss), paused after its first batch of feature maps: its exit code, the maps on disk and the dead run
-    holding the `gpu` slot, as found right after the kill (a test then recovers from it)."""
+    loss), paused after its first batch of feature maps: its exit code, the maps on disk and the runs and
+    `gpu` slots as found right after the kill (a test then recovers from it)."""
     env = crash_env(tmp_path_factory.mktemp("crash"))
     first = start_demo(env)
     try:
@@ -81,19 +95,19 @@ def killed_demo(tmp_path_factory):
         "env": env,
         "returncode": first.returncode,
         "maps": len(_maps(features)),
-        "dead_id": _dead_run_holds_the_slot(env["DAGSTER_HOME"]),
+        "slot": _slot_state(env["DAGSTER_HOME"]),
     }
 
 
 def test_kill_9_mid_extraction_leaves_a_dead_run_holding_the_slot(killed_demo):
     assert killed_demo["returncode"] == -signal.SIGKILL
     assert killed_demo["maps"] == BATCH  # paused after exactly one batch: the kill landed mid-extraction
-    assert killed_demo["dead_id"]  # the fixture found it STARTED, holding the only `gpu` slot
+    _dead_run_holding(killed_demo["slot"])  # right after the kill
 
 
 @pytest.mark.timeout(900)
 def test_kill_9_mid_extraction_then_the_next_demo_completes(killed_demo):
-    env, dead_id = killed_demo["env"], killed_demo["dead_id"]
+    env, dead_id = killed_demo["env"], _dead_run_holding(killed_demo["slot"])
     features = Path(env["SOCO_STORAGE"]) / "features" / BACKBONE
     t0 = time.monotonic()
     second = start_demo(without_pause(env))

@@ -138,8 +138,8 @@ def degraded(watched):
     per-backbone assets re-materialized: runs["degraded"]. The boards and the results page stay as the
     first run left them."""
     write_weights(watched["weights"], passthrough=False)
-    watched["runs"]["degraded"] = watched["materialize"](PER_BACKBONE, "tiny")
-    return watched
+    runs = {**watched["runs"], "degraded": watched["materialize"](PER_BACKBONE, "tiny")}
+    return {**watched, "runs": runs}
 
 
 def check_of(result, asset: str = "model_history") -> dg.AssetCheckEvaluation:

@@ -358,7 +358,7 @@ def backfill_features(cluster, data):
 
 
 @pytest.fixture(scope="module")
-def backfill(cluster, backfill_features):
+def backfill(backfill_features):
     """The backfill finished (every run SUCCESS): its steps, and the partition of each run: what several
     tests inspect, in whatever order they run."""
     import dagster as dg

@@ -84,8 +84,8 @@ def weighted_ranks(counts: np.ndarray, values: np.ndarray) -> np.ndarray:
     order = np.argsort(values, kind="stable")
     sorted_values = np.asarray(values)[order]
     starts = np.flatnonzero(np.r_[True, sorted_values[1:] != sorted_values[:-1]])
-    per_value = counts[:, order]  # (B x k) draws of each distinct value: no ties, k = n
-    if len(starts) < len(order):
+    per_value = counts[:, order]  # (B x k) draws of each distinct value, k = n without ties
+    if len(starts) < len(order):  # tied values: one column per distinct value
         per_value = np.add.reduceat(per_value, starts, axis=1)
     below = np.cumsum(per_value, axis=1)
     below -= per_value
