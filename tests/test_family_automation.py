@@ -61,7 +61,7 @@ class World:
 
     def sensor_tick(self) -> dg.SensorResult:
         """One tick of the backbone spec sensor, its partition requests and observations applied."""
-        sensor = self.defs.get_sensor_def("backbone_specs_sensor")
+        sensor = self.defs.resolve_sensor_def("backbone_specs_sensor")
         ctx = dg.build_sensor_context(
             instance=self.instance,
             definitions=self.defs,

@@ -57,7 +57,7 @@ def test_spec_folder_to_leaderboard(setup):
     instance, lvlms = setup["instance"], setup["lvlms"]
     defs = build_definitions(**setup["overrides"])
     resources = {"soco": defs.resources["soco"]}
-    sensor = defs.get_sensor_def("lvlm_specs_sensor")
+    sensor = defs.resolve_sensor_def("lvlm_specs_sensor")
 
     # An empty spec folder: nothing to add, nothing to run.
     empty = sensor(dg.build_sensor_context(instance=instance, definitions=defs, resources=resources))

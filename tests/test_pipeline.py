@@ -205,7 +205,7 @@ def test_adding_a_backbone_materializes_only_its_partition(run):
     tick = evaluate(defs=defs, instance=instance)
     assert tick.total_requested == 0
     # The sensor adds exactly the new partition; a second tick adds nothing.
-    sensor = defs.get_sensor_def("backbone_specs_sensor")
+    sensor = defs.resolve_sensor_def("backbone_specs_sensor")
     resources = {"soco": defs.resources["soco"]}
     result = sensor(dg.build_sensor_context(instance=instance, definitions=defs, resources=resources))
     assert [r.partition_keys for r in result.dynamic_partitions_requests] == [["dense_sift"]]
@@ -260,7 +260,7 @@ def test_weekly_reevaluation_skips_the_unchanged_and_reruns_a_changed_spec(run):
     tick, now = _ticks(defs, instance), dt.datetime.now(dt.UTC)
     tick(now)
     assert _requested(tick(now + WEEK)) == set()  # evaluated after their last input change: up to date
-    sensor = defs.get_sensor_def("backbone_specs_sensor")
+    sensor = defs.resolve_sensor_def("backbone_specs_sensor")
     resources = {"soco": defs.resources["soco"]}
 
     def sensor_tick(cursor):
@@ -404,7 +404,7 @@ def test_deleted_spec_leaves_the_boards_its_tables_stay(run):
     per-backbone tables stay on disk (re-adding the spec brings the row back without a rerun)."""
     instance, spec = run["instance"], run["backbones"] / "oracle_concept.yaml"
     defs = build_definitions(**run["overrides"])
-    sensor = defs.get_sensor_def("backbone_specs_sensor")
+    sensor = defs.resolve_sensor_def("backbone_specs_sensor")
     resources = {"soco": defs.resources["soco"]}
     seen = sensor(dg.build_sensor_context(instance=instance, definitions=defs, resources=resources))
     saved = spec.read_text()

@@ -33,7 +33,7 @@ def test_the_definitions_take_the_interval(monkeypatch):
     defs = build_definitions()
     # one second less than the interval: the daemon's 5 s loop then ticks on the first loop at or after it
     # (with 7 itself, a loop that came a moment early skipped the tick: see daemon_minimum_interval_s)
-    assert defs.get_sensor_def("default_automation_condition_sensor").minimum_interval_seconds == 6
+    assert defs.resolve_sensor_def("default_automation_condition_sensor").minimum_interval_seconds == 6
     # (the spec-folder sensors read it when their module is imported: in `dagster dev`, at its start)
 
 

@@ -179,7 +179,9 @@ def _publishing(fn: Callable, specs: dict[str, TableSpec], single: bool) -> Call
         results = {next(iter(specs)): returned} if single else returned
         context = next((a for a in args if isinstance(a, dg.AssetExecutionContext)), None)
         if not single and context is not None:  # a subsettable multi-asset: only the tables the run selected
-            results = {k: v for k, v in results.items() if k in context.selected_output_names}
+            results = {
+                k: v for k, v in results.items() if k in context.op_execution_context.selected_output_names
+            }
         settings = [v for v in (*args, *kwargs.values()) if isinstance(v, Settings)]
         yield from publish_tables(results, specs, single, settings[0].storage_root if settings else None)
 
