@@ -123,17 +123,6 @@ def test_every_family_table_has_a_blocking_check():
         toy.board(partitioned=["toy_scores"])(lambda context, toy_scores: None)
 
 
-def test_a_table_s_own_code_version_leaves_its_family_s_other_tables_current():
-    """mmvm_predictions carries a code version of its own (the head's numpy draw); the feature cache and
-    the item tables keep the family's, so the change re-runs only the predictions and what reads them."""
-    from soco_pipeline.defs.definitions import defs
-
-    graph = defs.resolve_asset_graph()
-    version = {k.path[-1]: graph.get(k).code_version for k in graph.get_all_asset_keys()}
-    assert version["mmvm_predictions"] == f"{MMVM.code_version}.1"
-    assert version["mmvm_features"] == version["mmvm_items"] == MMVM.code_version
-
-
 def test_tpips_judgements_from_the_stored_tables_equal_regenerating(tmp_path):
     """tpips_ooo / tpips_afc read the triplets and 2AFC items tpips_renders stored (Parquet round trip):
     the same rows as generating them again."""

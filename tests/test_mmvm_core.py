@@ -7,7 +7,6 @@ import cv2
 import numpy as np
 import pandas as pd
 import pytest
-import torch
 
 from soco_pipeline.backbones import load_spec
 from soco_pipeline.storage import PROJECT_ROOT
@@ -353,9 +352,9 @@ def test_feature_backbone_scores_through_the_shared_cache(data, tmp_path):
     pred, manifest = backbone_predictions(spec, t, feats, device="cpu")
     assert len(manifest) == len(t["images"]) and (pred["status"] == "ok").all()
     thresholds = pred.groupby("method")["threshold"].first()
-    # The head's threshold depends on its initial draw, now numpy's on every CPU (docs/reproducibility.md). Not
-    # yet run on an Intel CPU: another value there means the vendor difference lies elsewhere than the draw.
-    assert thresholds.round(4).to_dict() == {"contrastive_head": 0.8141, "zero_shot": 0.9725}
+    # The head's threshold follows OpenCV's SIFT: 0.8276 with opencv-python-headless 5.0.0.93, 0.8424 with the
+    # pinned 5.1.0.95, on the same CPU (docs/reproducibility.md).
+    assert thresholds.round(4).to_dict() == {"contrastive_head": 0.8424, "zero_shot": 0.9725}
     assert pred["max_similarity"].iloc[:3].round(4).tolist() == [0.9663, 0.9663, 0.9633]
     hits = pred.groupby(["method", "split"])["correct"].sum().to_dict()
     assert hits == {
@@ -416,21 +415,6 @@ def test_contrastive_head_learns_to_ignore_a_nuisance_subspace():
     zero, tuned = accuracy(desc), accuracy(apply_head(desc, head))
     assert tuned > zero + 0.2 and tuned > 0.8, (zero, tuned)
     assert np.linalg.norm(head[8:]) < 0.5 * np.linalg.norm(head[:8])
-
-
-def test_the_head_starts_from_numpy_s_seeded_orthonormal_draw():
-    """The head's start is numpy's PCG64 draw (no torch random kernel, whose CPU path can depend on the
-    vendor): orthonormal columns, the same for a seed, another for another seed; its first values are
-    numpy's standard normals of that seed, orthonormalised."""
-    from soco_pipeline.tasks.mmvm.contrastive import initial_projection
-
-    w = initial_projection(128, 64, seed=0)
-    assert w.dtype == torch.float32 and w.shape == (128, 64)
-    np.testing.assert_allclose(w.T @ w, np.eye(64), atol=1e-5)
-    assert torch.equal(w, initial_projection(128, 64, seed=0))
-    assert not torch.allclose(w, initial_projection(128, 64, seed=1))
-    g = np.random.default_rng(0).standard_normal((128, 64))
-    np.testing.assert_allclose(np.abs(w[:, 0].numpy()), np.abs(g[:, 0]) / np.linalg.norm(g[:, 0]), rtol=1e-5)
 
 
 def test_bad_vlmevalkit_rows_name_the_file_and_row(data, tmp_path):

@@ -151,7 +151,6 @@ def mmvm_features(
     backbones_partitions,
     schema=schemas.PredictionSchema,
     not_applicable=not_applicable_predictions,
-    code_version=f"{CODE_VERSION}.1",  # .1: the contrastive head starts from numpy's draw
 )
 def mmvm_predictions(
     context: dg.AssetExecutionContext,

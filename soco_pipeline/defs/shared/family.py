@@ -105,10 +105,8 @@ class Family:
     ) -> Callable[[Callable[..., TableResult]], dg.AssetsDefinition]:
         """Decorator of a table of the family: its group and code version, eager unless
         `automation_condition` says otherwise, per backbone or LVLM when `partitions_def` is given; `schema`,
-        `check` and every `dg.asset` argument pass through to `table_asset`. A `code_version` of its own
-        marks a change to this table's computation alone: the family's other tables (feature caches among
-        them) stay current."""
-        kwargs = {"group_name": self.name, "code_version": self.code_version, "kinds": set(kinds), **kwargs}
+        `check` and every `dg.asset` argument pass through to `table_asset`."""
+        kwargs = dict(group_name=self.name, code_version=self.code_version, kinds=set(kinds), **kwargs)
         kwargs.setdefault("automation_condition", EAGER)
         blocking_check_required(kwargs)
 

@@ -4,8 +4,8 @@ A linear map W (C -> D) is trained on the training split's mask-pooled descripto
 in both frames of a training case (the query and its true match, and the clutter objects of frame 1
 that reappear in frame 2) is an anchor whose positive is its own frame-2 copy; the negatives are the
 other frame-2 objects of the same case. Loss: InfoNCE over the projected, L2-normalised vectors
-(temperature `temperature`), full batch, Adam. W starts as a seeded random orthonormal projection drawn
-by numpy (`initial_projection`). Scoring then runs the zero-shot rules (cosine argmax, None threshold fitted on train) on W's outputs.
+(temperature `temperature`), full batch, Adam. W starts as a seeded random orthonormal projection.
+Scoring then runs the zero-shot rules (cosine argmax, None threshold fitted on train) on W's outputs.
 """
 
 from __future__ import annotations
@@ -31,17 +31,6 @@ def training_pairs(objects: pd.DataFrame, cases: pd.DataFrame) -> tuple[pd.DataF
     return anchors[anchors["target"] >= 0].reset_index(drop=True), pool
 
 
-def initial_projection(c: int, d: int, seed: int) -> torch.Tensor:
-    """A seeded random C x D matrix with orthonormal columns (float32), the same on every CPU.
-
-    Drawn by numpy's PCG64, not torch: torch's CPU random kernels can take a vendor-specific MKL path on
-    Intel (`bernoulli_` does in torch's source), and the trained head depends on this draw (seeds 0-7 move
-    the tiny test set's fitted None threshold between 0.78 and 0.84), while it does not move with the GEMM
-    rounding (docs/reproducibility.md)."""
-    q = np.linalg.qr(np.random.default_rng(int(seed)).standard_normal((c, d)))[0]
-    return torch.from_numpy(q.astype(np.float32))
-
-
 def train_head(
     descriptors: dict,
     objects: pd.DataFrame,
@@ -56,7 +45,9 @@ def train_head(
     anchors, pool = training_pairs(objects, cases)
     some = next(iter(descriptors.values()))
     c = int(some.shape[0])
-    w0 = initial_projection(c, min(dim, c), seed)
+    gen = torch.Generator().manual_seed(int(seed))
+    d = min(dim, c)
+    w0 = torch.linalg.qr(torch.randn(c, d, generator=gen))[0]
     if anchors.empty:
         return w0.numpy().astype(np.float32)
     a = torch.from_numpy(
