@@ -9,12 +9,17 @@ The file is written in DuckDB's v1.5.0 storage format (`STORAGE_COMPATIBILITY`),
 Views read an explicit list of published files (never a glob, which would also match the hidden
 `.tmp-*` files of atomic writes in flight or killed). The stored views name files relative to the
 storage root (the database file's folder), so a copied storage root never reads the original's
-tables; `connect_readonly` rebuilds them on open as temporary views over the tables beside the file,
-then turns DuckDB's external access off (only the tables folder stays readable) and locks the settings.
+tables; the duckdb CLI and Dagster's DuckDB resource read those.
 
-With the tables in an object store (a storage root such as s3://bucket/prefix, the distributed profile)
-there is no file: DuckDB reads the bucket through the same fsspec filesystem as the pipeline
-(`register_filesystem`), and every reader builds the views in memory, sandboxed to the tables prefix.
+`soco sql` (`connect_readonly`) is read-only by construction, not by a word list: it opens an in-memory
+connection whose views scan the published Parquet files as Arrow datasets (pyarrow reads them, locally or
+through the pipeline's fsspec filesystem for an object store), then turns DuckDB's external access off
+entirely and locks the settings. The connection itself can then open no file at all, for reading or
+writing: `COPY ... TO`, `EXPORT`, `ATTACH`, `INSTALL`/`LOAD` fail with a permission error even when they
+hide under `EXPLAIN ANALYZE`. (DuckDB's `allowed_directories` cannot do this: it allows writing wherever it
+allows reading, so an `EXPLAIN ANALYZE COPY` could overwrite a stored table.) The statement filter stays as
+a second wall. A table whose files cannot be read becomes a view that fails naming it and the fix, so the
+queries that do not touch it still answer.
 """
 
 from __future__ import annotations
@@ -25,6 +30,10 @@ import uuid
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
+import pyarrow.dataset as pads
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 
 from soco_pipeline.storage import TMP_PREFIX, exists, filesystem, is_remote, published
 from soco_pipeline.tables import Table, all_tables
@@ -34,8 +43,9 @@ IN_MEMORY = ":memory:"  # the results "file" when the tables live in an object s
 # duckdb CLI on PyPI (duckdb-cli 1.5.x, the newest there) cannot read; a v1.5.0 file opens in both.
 STORAGE_COMPATIBILITY = "v1.5.0"
 
-# Statement types `query` runs; everything else (COPY, EXPORT, ATTACH, SET, INSTALL, CREATE ...) is refused.
-READ_STATEMENTS = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
+# `query` runs SELECT statements (DESCRIBE, SHOW and CTEs parse as SELECT), and an EXPLAIN [ANALYZE] only of
+# one (EXPLAIN ANALYZE executes what it explains); COPY, EXPORT, ATTACH, SET, INSTALL, CREATE ... are refused.
+EXPLAIN_PREFIX = re.compile(r"^\s*EXPLAIN\s+(?:ANALY[SZ]E\s+)?(?:\([^)]*\)\s*)?", re.IGNORECASE)
 
 
 # Views over views: per category, where a backbone fails (official reduction, alpha 0.1), and its worst
@@ -125,18 +135,14 @@ def _sql_list(paths: list[str]) -> str:
     return "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in paths) + "]"
 
 
-def _create_views(
-    con: duckdb.DuckDBPyConnection, tables_root: str, base: str | None, temp: bool
-) -> list[str]:
-    """(Re)create one view per written table; paths relative to `base` when given. Returns the views."""
-    kind = "TEMP VIEW" if temp else "VIEW"
+def _create_views(con: duckdb.DuckDBPyConnection, tables_root: str, base: str | None) -> list[str]:
+    """(Re)create one stored view per written table; paths relative to `base` when given. Returns the views."""
     created = []
     registered = all_tables()
     for table in (*registered, *stored_tables(tables_root, registered)):
         files = table_files(tables_root, table)
         if not files:
-            if not temp:
-                con.execute(f"DROP VIEW IF EXISTS {table.view}")
+            con.execute(f"DROP VIEW IF EXISTS {table.view}")
             continue
         if base is not None:
             files = [str(Path(f).relative_to(base)) for f in files]
@@ -144,14 +150,27 @@ def _create_views(
         columns = {r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()}
         # one name for the model in SQL: `model`; SOCO's tables say `backbone`, kept beside it for one release
         alias = "backbone AS model, " if "backbone" in columns and "model" not in columns else ""
-        con.execute(f"CREATE OR REPLACE {kind} {table.view} AS SELECT {alias}* FROM {source}")
+        con.execute(f"CREATE OR REPLACE VIEW {table.view} AS SELECT {alias}* FROM {source}")
         created.append(table.view)
-    if "pairs" in created:  # the evaluated sample (200 pairs per category by default)
-        con.execute(f"CREATE OR REPLACE {kind} eval_pairs AS SELECT * FROM pairs WHERE evaluated")
-        created.append("eval_pairs")
-    elif not temp:
-        con.execute("DROP VIEW IF EXISTS eval_pairs")
-    for name, needs, sql in DERIVED_VIEWS:  # the README's "where it fails" recipes, as views
+    return _derived_views(con, created, "VIEW", drop=True)
+
+
+def _derived_views(
+    con: duckdb.DuckDBPyConnection,
+    created: list[str],
+    kind: str,
+    drop: bool,
+    damaged: dict[str, str] | None = None,
+) -> list[str]:
+    """Add eval_pairs and DERIVED_VIEWS over the `created` views; returns `created` extended. A derived view
+    that needs a `damaged` table (view -> message) becomes a view that fails with that table's message."""
+    damaged = damaged or {}
+    derived = (("eval_pairs", ("pairs",), "SELECT * FROM pairs WHERE evaluated"), *DERIVED_VIEWS)
+    for name, needs, sql in derived:  # the evaluated sample; the README's "where it fails" recipes
+        broken = [damaged[n] for n in needs if n in damaged]
+        if broken:
+            _failing_view(con, name, broken[0])
+            continue
         if set(needs) <= set(created):
             try:
                 con.execute(f"CREATE OR REPLACE {kind} {name} AS {sql}")
@@ -161,9 +180,18 @@ def _create_views(
                 duckdb.BinderException
             ):  # tables without the columns it reads (e.g. hand-made ones): no view
                 pass
-        if not temp:
+        if drop:
             con.execute(f"DROP VIEW IF EXISTS {name}")
     return created
+
+
+def _failing_view(con: duckdb.DuckDBPyConnection, view: str, message: str) -> None:
+    """A view that raises `message` whenever a query reads it (count(*) included), so only queries that
+    touch a damaged table fail, and they name it."""
+    literal = message.replace("'", "''")
+    con.execute(
+        f"CREATE OR REPLACE VIEW {view} AS SELECT NULL AS damaged FROM range(1) WHERE error('{literal}') IS NULL"
+    )
 
 
 def _local_base(db_path: Path, tables_root: str) -> str | None:
@@ -214,7 +242,7 @@ def create_views(con: duckdb.DuckDBPyConnection, tables_root: str) -> list[str]:
     """
     if is_remote(tables_root):
         _register_filesystem(con, tables_root)
-        return _create_views(con, tables_root, None, temp=False)
+        return _create_views(con, tables_root, None)
     db_file = con.execute(
         "SELECT path FROM duckdb_databases() WHERE database_name = current_database()"
     ).fetchone()[0]
@@ -222,16 +250,16 @@ def create_views(con: duckdb.DuckDBPyConnection, tables_root: str) -> list[str]:
     if base is not None:
         tables_root = str(Path(tables_root).resolve())
         con.execute(f"SET file_search_path = '{base.replace(chr(39), chr(39) * 2)}'")
-    return _create_views(con, tables_root, base, temp=False)
+    return _create_views(con, tables_root, base)
 
 
 def connect_readonly(db_path: str | Path, tables_root: str | None = None) -> duckdb.DuckDBPyConnection:
-    """Open the results file read-only with its views rebuilt over the tables beside it, sandboxed.
+    """Open the results read-only: an in-memory connection with one view per table beside the file, sandboxed.
 
-    `tables_root` defaults to `<folder of the file>/tables`. After the views are built, external access
-    is turned off except for reading that folder, and the configuration is locked, so a query can read
-    no other file and cannot ATTACH, INSTALL or re-enable access. A URL `tables_root` (object store)
-    needs no file: the views are built in memory over the bucket, sandboxed to that prefix.
+    `tables_root` defaults to `<folder of the file>/tables`. The views scan the tables' Arrow datasets, and
+    then DuckDB's external access is turned off and the configuration locked, so a query can open no file
+    (read or write), cannot ATTACH, INSTALL or re-enable access. A URL `tables_root` (object store) needs
+    no file: the views are built in memory over the bucket.
     """
     if tables_root is not None and is_remote(tables_root):
         return _connect_remote(tables_root)
@@ -243,36 +271,80 @@ def connect_readonly(db_path: str | Path, tables_root: str | None = None) -> duc
     tables_root = str(Path(tables_root or db_path.resolve().parent / "tables").resolve())
     # The views are rebuilt as temporary views over the tables beside the file, so the file's own (relative)
     # views are not needed: an in-memory connection lists each view once (`show tables`), not twice.
-    return _sandboxed(duckdb.connect(IN_MEMORY), tables_root, [tables_root.rstrip("/") + "/"])
+    return _sandboxed(duckdb.connect(IN_MEMORY), tables_root)
 
 
 def _connect_remote(tables_root: str) -> duckdb.DuckDBPyConnection:
-    """An in-memory, sandboxed connection with temporary views over the tables under a URL."""
-    con = duckdb.connect(IN_MEMORY)
-    try:
-        _register_filesystem(con, tables_root)
-    except BaseException:
-        con.close()
-        raise
-    protocol, rest = tables_root.rstrip("/").split("://", 1)
-    # DuckDB names a registered filesystem's files both as proto://bucket/... and proto:///bucket/...
-    return _sandboxed(con, tables_root, [f"{protocol}://{rest}/", f"{protocol}:///{rest}/"], need_views=True)
+    """An in-memory, sandboxed connection with views over the tables under a URL."""
+    return _sandboxed(duckdb.connect(IN_MEMORY), tables_root, need_views=True)
 
 
 def _sandboxed(
-    con: duckdb.DuckDBPyConnection, tables_root: str, allowed: list[str], need_views: bool = False
+    con: duckdb.DuckDBPyConnection, tables_root: str, need_views: bool = False
 ) -> duckdb.DuckDBPyConnection:
-    """`con` with temporary views over the tables, then external access off but for `allowed`, locked."""
+    """`con` with views over the tables' Arrow datasets, then DuckDB's external access off, locked."""
     try:
-        if not _create_views(con, tables_root, None, temp=True) and need_views:
+        if not _arrow_views(con, tables_root) and need_views:
             raise ResultsError(f"no result tables under {tables_root}: materialize the pipeline first")
-        con.execute(f"SET allowed_directories = {_sql_list(allowed)}")
         con.execute("SET enable_external_access = false")
         con.execute("SET lock_configuration = true")
     except BaseException:
         con.close()
         raise
     return con
+
+
+def _plain(schema: pa.Schema) -> pa.Schema:
+    """`schema` with dictionary columns as their values' type (files of one table may differ there)."""
+    return pa.schema(
+        [f.with_type(f.type.value_type) if pa.types.is_dictionary(f.type) else f for f in schema]
+    )
+
+
+def _dataset(files: list[str], tables_root: str) -> pads.Dataset:
+    """The Arrow dataset over a table's files, its schema the union of theirs by name (as DuckDB's
+    union_by_name); ArrowException/OSError naming the file that cannot be read."""
+    if is_remote(tables_root):
+        fs = pafs.PyFileSystem(pafs.FSSpecHandler(filesystem(tables_root)[0]))
+        paths = [filesystem(f)[1] for f in files]
+    else:
+        fs, paths = pafs.LocalFileSystem(), files
+    schemas = []
+    for path, shown in zip(paths, files, strict=True):
+        try:
+            schemas.append(_plain(pq.read_schema(path, filesystem=fs)))
+        except (pa.ArrowException, OSError) as e:
+            raise OSError(f"{shown}: {e}") from None
+    schema = pa.unify_schemas(schemas, promote_options="permissive")
+    return pads.dataset(paths, schema=schema, format="parquet", filesystem=fs)
+
+
+def _arrow_views(con: duckdb.DuckDBPyConnection, tables_root: str) -> list[str]:
+    """One view per written table over its Arrow dataset (and the derived views); returns their names. A
+    table that cannot be read gets a view that fails naming it and the asset to re-materialize."""
+    created: list[str] = []
+    damaged: dict[str, str] = {}
+    registered = all_tables()
+    for table in (*registered, *stored_tables(tables_root, registered)):
+        files = table_files(tables_root, table)
+        if not files:
+            continue
+        try:
+            relation = con.from_arrow(_dataset(files, tables_root))
+        except (pa.ArrowException, OSError) as e:
+            damaged[table.view] = (
+                f"table {table.view} cannot be read ({e}); re-materialize the asset {table.asset!r} that writes "
+                f"it (Dagster UI, `dagster asset materialize`, or `make demo`); queries of other tables still work"
+            )
+            _failing_view(con, table.view, damaged[table.view])
+            continue
+        columns = set(relation.columns)
+        # one name for the model in SQL: `model`; SOCO's tables say `backbone`, kept beside it for one release
+        if "backbone" in columns and "model" not in columns:
+            relation = relation.project("backbone AS model, *")
+        relation.create_view(table.view, replace=True)
+        created.append(table.view)
+    return _derived_views(con, created, "VIEW", drop=False, damaged=damaged)
 
 
 def _check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> None:
@@ -286,7 +358,15 @@ def _check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> None:
     if not statements:
         raise ResultsError('empty query: pass one SQL query, e.g. soco sql "SELECT * FROM leaderboard"')
     for st in statements:
-        if st.type not in READ_STATEMENTS:
+        if st.type == duckdb.StatementType.EXPLAIN:  # EXPLAIN ANALYZE runs what it explains: a query only
+            explained = EXPLAIN_PREFIX.sub("", st.query, count=1)
+            if explained != st.query:
+                try:
+                    _check_read_only(con, explained)
+                except ResultsError as e:
+                    raise ResultsError(f"{e} (inside EXPLAIN)") from None
+                continue
+        if st.type != duckdb.StatementType.SELECT:
             kind = st.type.name
             raise ResultsError(
                 f"refused: `soco sql` runs read-only queries (SELECT, DESCRIBE, SHOW, EXPLAIN); {kind} "

@@ -146,3 +146,105 @@ def test_sql_over_tables_in_an_object_store(bucket, capsys):
         assert rc == 2 and "refused" in err, err
     rc, _, err = _sql(capsys, "CREATE TABLE t AS SELECT 1")
     assert rc == 2 and "refused" in err
+
+
+# Issue 58: `EXPLAIN ANALYZE COPY ... TO <a stored table>` overwrote the leaderboard through the word list.
+WRITES = {
+    "copy": "COPY (SELECT 'x' AS backbone) TO '{path}' (FORMAT parquet)",
+    "export": "EXPORT DATABASE '{dump}'",
+    "attach": "ATTACH '{dump}.duckdb' AS o",
+    "install": "INSTALL httpfs",
+    "load": "LOAD httpfs",
+    "set": "SET enable_external_access = true",
+    "pragma": "PRAGMA threads = 1",
+    "call": "CALL pragma_version()",
+    "create": "CREATE TABLE t AS SELECT 1 AS x",
+}
+WRAPPERS = {
+    "plain": "{w}",
+    "explain": "EXPLAIN {w}",
+    "explain_analyze": "EXPLAIN ANALYZE {w}",
+    "explain_options": "EXPLAIN (FORMAT json) {w}",
+    "after_a_cte_query": "WITH x AS (SELECT 1) SELECT * FROM x; {w}",
+    "multi_statement": "SELECT 1; {w}",
+}
+
+
+@pytest.mark.parametrize("wrapper", sorted(WRAPPERS))
+@pytest.mark.parametrize("write", sorted(WRITES))
+def test_every_write_path_is_refused_and_nothing_changes(storage, capsys, write, wrapper):
+    tables = storage / "tables"
+    path = table_for("leaderboard").path(str(tables))
+    before = {p: p.read_bytes() for p in tables.rglob("*") if p.is_file()}
+    q = WRAPPERS[wrapper].format(w=WRITES[write].format(path=path, dump=tables / "dump"))
+    rc, out, err = _sql(capsys, q)
+    # EXPORT and ATTACH cannot be EXPLAINed: DuckDB's parser refuses those before anything runs
+    assert rc == 2 and ("refused" in err or "syntax error" in err), (q, out, err)
+    assert {p: p.read_bytes() for p in tables.rglob("*") if p.is_file()} == before
+
+
+@pytest.mark.parametrize("wrapper", ["plain", "explain_analyze"])
+@pytest.mark.parametrize("write", ["copy", "export", "attach", "install", "load"])
+def test_the_connection_itself_can_write_no_file(storage, write, wrapper):
+    """The second wall is the first: with the statement filter bypassed, the connection opens no file."""
+    tables = storage / "tables"
+    path = table_for("leaderboard").path(str(tables))
+    before = {p: p.read_bytes() for p in tables.rglob("*") if p.is_file()}
+    q = WRAPPERS[wrapper].format(w=WRITES[write].format(path=path, dump=tables / "dump"))
+    with connect_readonly(storage / "results.duckdb") as con:
+        with pytest.raises(duckdb.Error, match="disabled|Permission|syntax error"):
+            con.execute(q)
+        assert con.execute("SELECT count(*) FROM metrics").fetchone()[0] == 400  # still reads
+    assert {p: p.read_bytes() for p in tables.rglob("*") if p.is_file()} == before
+
+
+@pytest.mark.parametrize(
+    "q",
+    [
+        "EXPLAIN SELECT * FROM leaderboard",
+        "EXPLAIN ANALYZE SELECT count(*) FROM metrics",
+        "WITH m AS (SELECT * FROM metrics) SELECT count(*) AS n FROM m",
+        "SHOW TABLES",
+    ],
+)
+def test_explain_and_ctes_of_queries_still_run(storage, capsys, q):
+    rc, out, err = _sql(capsys, q)
+    assert rc == 0 and out.strip(), err
+
+
+def test_a_damaged_table_fails_only_the_queries_that_read_it(storage, capsys):
+    """Issue 58: one damaged table made every `soco sql` query fail; now only those that touch it, by name."""
+    board = Path(table_for("leaderboard").path(str(storage / "tables")))
+    board.write_bytes(board.read_bytes()[: len(board.read_bytes()) // 2])  # truncated: no footer
+    rc, out, err = _sql(capsys, "SELECT count(*) AS n FROM metrics")
+    assert rc == 0 and out.split()[-1] == "400", err
+    rc, out, err = _sql(capsys, "SHOW TABLES")
+    assert rc == 0 and {"metrics", "leaderboard"} <= set(out.split())
+    for q in ("SELECT * FROM leaderboard", "SELECT count(*) FROM leaderboard"):
+        rc, out, err = _sql(capsys, q)
+        assert rc == 2 and out == "", (q, out)
+        assert "leaderboard cannot be read" in err and str(board) in err and "re-materialize" in err, err
+
+
+def test_explain_analyze_copy_is_refused_from_the_console_script(storage, tmp_path):
+    """As a user runs it: the `soco` console script in a fresh process, on the probe's exact statement."""
+    import os
+    import subprocess
+    import sys
+
+    path = table_for("leaderboard").path(str(storage / "tables"))
+    before = Path(path).read_bytes()
+    soco = Path(sys.executable).with_name("soco")
+    q = f"EXPLAIN ANALYZE COPY (SELECT 'x' AS backbone) TO '{path}' (FORMAT parquet)"
+    env = {**os.environ, "SOCO_STORAGE": str(storage)}
+    done = subprocess.run([str(soco), "sql", q], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 2 and "refused" in done.stderr and "COPY" in done.stderr, done.stderr
+    assert Path(path).read_bytes() == before
+    board = subprocess.run(
+        [str(soco), "sql", "SELECT count(*) AS n FROM leaderboard"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert board.returncode == 0 and board.stdout.split()[-1] == "2", board.stderr
