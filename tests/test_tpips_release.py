@@ -192,3 +192,27 @@ def test_bad_release_source_fields_are_refused(tmp_path, source, message):
     (tmp_path / "tpips.yaml").write_text(yaml.safe_dump(doc))
     with pytest.raises(TpipsConfigError, match=message):
         load_config(tmp_path / "tpips.yaml")
+
+
+def test_the_simulated_label_and_the_board_notes_follow_the_data():
+    from soco_pipeline.report.console import headlines_from_boards
+    from soco_pipeline.report.page import simulated_parts
+    from soco_pipeline.tasks.tpips.leaderboard import board_markdown, board_notes
+
+    settings = type("Settings", (), {"source": "official"})()
+    for marker, simulated in (("human", False), ("simulated", True)):
+        board = pd.DataFrame({"model": ["m"], "method": ["mid"], "ooo": [50.0], "judgements": [marker]})
+        assert headlines_from_boards({"tpips": board}).simulated.tolist() == [simulated]
+        assert any("TPIPS" in p for p in simulated_parts(settings, {"tpips": board})) == simulated
+    # the shipped config generates data with seed 0, a design seed: the board says so under its marker
+    notes = board_notes(load_config())
+    assert notes == [
+        "data seed 0 is a design seed (docs/tpips.md: design 0-9, report 100-105): the learned heads' margins "
+        "here are design figures, not held-out evidence"
+    ]
+    assert board_notes(load_config().with_updates(seed=100)) == []
+    board = pd.DataFrame({"model": ["m"], "method": ["mid"], "ooo": [50.0], "judgements": ["simulated"]})
+    assert board_markdown(board, notes).split("\n")[:2] == [
+        "judgements: simulated (a noisy-observer model, not people)",
+        notes[0],
+    ]
