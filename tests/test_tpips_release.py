@@ -216,3 +216,22 @@ def test_the_simulated_label_and_the_board_notes_follow_the_data():
         "judgements: simulated (a noisy-observer model, not people)",
         notes[0],
     ]
+
+
+def test_our_layout_keeps_working_with_an_image_root(tmp_path):
+    from tests.tpips_helpers import write_official_fixture
+
+    expect = write_official_fixture(tmp_path / "images")
+    (tmp_path / "set").mkdir()
+    for name in ("ooo.jsonl", "afc.jsonl"):
+        (tmp_path / "images" / name).rename(tmp_path / "set" / name)
+    cfg = _official(
+        tiny_config().with_updates(afc={"sources": ["editing", "novel_view"]}),
+        tmp_path / "set",
+        image_root=str(tmp_path / "images"),
+    )
+    assert not is_release_file(str(tmp_path / "set" / "ooo.jsonl"))
+    ooo, summary = official_ooo(cfg)
+    assert len(ooo) == expect["ooo_kept"] and summary["pruned_cannot_tell"] == 1 and "format" not in summary
+    assert sorted(official_images(cfg).image_id) == sorted(expect["images"])
+    assert "(our layout): 23 of 24 (triplet, aspect) lines kept" in source_note(cfg)

@@ -55,8 +55,14 @@ class ReleaseSet:
 
 def is_release_file(path: str) -> bool:
     """Whether a JSONL file is in the released format (its first object names p0_path or factors)."""
-    recs = jsonl_records(path)
-    return bool(recs) and any(f in recs[0][1] for f in (*PATH_FIELDS, "factors"))
+    fs, inner = storage.filesystem(path)
+    with fs.open(inner, "rb") as f:
+        first = next((line for line in f if line.strip()), b"")
+    try:
+        rec = json.loads(first) if first else None
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return False  # the layout's reader names the bad line
+    return isinstance(rec, dict) and any(f in rec for f in (*PATH_FIELDS, "factors"))
 
 
 def _named(items: list[str]) -> list[str]:
