@@ -51,9 +51,8 @@ def board_notes(cfg) -> list[str]:
     notes = [n for n in [source_note(cfg)] if n]
     if cfg.source.kind == "generated" and cfg.seed in DESIGN_SEEDS:
         notes.append(
-            f"data seed {cfg.seed} is a design seed (docs/tpips.md: design {DESIGN_SEEDS[0]}-{DESIGN_SEEDS[-1]}, "
-            f"report {REPORT_SEEDS[0]}-{REPORT_SEEDS[-1]}): the learned heads' margins here are design figures, "
-            "not held-out evidence"
+            f"data seed {cfg.seed} is a design seed (design {DESIGN_SEEDS[0]}-{DESIGN_SEEDS[-1]}, report "
+            f"{REPORT_SEEDS[0]}-{REPORT_SEEDS[-1]}; docs/tpips.md): the learned heads' figures are design figures"
         )
     return notes
 

@@ -59,8 +59,9 @@ def untrainable(ooo: pd.DataFrame) -> str | None:
     if (ooo.split == "train").any():
         return None
     return (
-        "no OOO train rows to train the learned heads on (a released file is one split: source.split "
-        f"{sorted(set(ooo.split.astype(str)))}); point source.path at a train file to train them"
+        f"no OOO train rows to train the learned heads on (splits {sorted(set(ooo.split.astype(str)))}: a "
+        "released file is one split, source.split); to train them, give each line its split (our extra field "
+        "`split`, docs/tpips.md) in one file"
     )
 
 

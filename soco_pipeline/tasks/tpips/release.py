@@ -190,7 +190,7 @@ def read_release(
                 raise TpipsFormatError(f"{fwhere}: must be an object {{name, label, probs}}, got {factor!r}")
             label = factor.get("label")
             if not isinstance(label, str) or label not in LABELS:
-                how = f"label {label!r}" if "label" in factor else "no label"
+                how = f"label {json.dumps(label, ensure_ascii=False)}" if "label" in factor else "no label"
                 skipped.append(f"{where}: factor {factor.get('name')!r} {how}")
                 continue
             aspect = factor.get("name")

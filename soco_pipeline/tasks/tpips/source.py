@@ -89,12 +89,17 @@ def source_note(cfg: TpipsConfig) -> str | None:
             f"source: {s['file']} (our layout): {s['kept']} of {s['lines']} (triplet, aspect) lines kept, "
             f"{s['pruned_cannot_tell']} pruned (>= 3 cannot tell), {s['pruned_ties']} ties"
         )
+
+    def first(named: list[str]) -> str:  # "line 4", "line 2: factor 'x' no label"; the first 3 of them
+        short = [n.replace(f"{s['file']}:", "line ", 1) for n in named if n != "..."]
+        return "; ".join(short[:3]) + (" ..." if len(short) > 3 or "..." in named else "") or "-"
+
     return (
-        f"source: {s['file']} (released format, split {s['split']!r} where a line names none): {s['kept']} "
+        f"source: {s['file']} (released format; split {s['split']!r} where a line names none): {s['kept']} "
         f"(triplet, factor) rows kept of {s['factors']} factors on {s['lines']} lines; "
-        f"{s['skipped_factors']} factors skipped (no usable label: {', '.join(s['skipped']) or '-'}); "
-        f"{s['dropped_triplets']} triplets dropped (no usable factor: {', '.join(s['dropped_lines']) or '-'}); "
-        f"{s['renormalised']} factors' shares normalised to sum 1"
+        f"{s['skipped_factors']} factors skipped, no usable label ({first(s['skipped'])}); "
+        f"{s['dropped_triplets']} triplets dropped, no usable factor ({first(s['dropped_lines'])}); "
+        f"{s['renormalised']} factors' shares normalised to sum 1; all named in tpips_ooo's metadata `summary`"
     )
 
 
