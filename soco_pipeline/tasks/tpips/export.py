@@ -53,3 +53,17 @@ def export_release(
     storage.write_bytes_atomic(target, ("\n".join(lines) + "\n").encode())
     n_afc = write_afc_jsonl(afc, paths, storage.join(out, AFC_FILE)) if len(afc) else 0
     return {"triplets": len(lines), "ooo_rows": len(ooo), "afc_lines": n_afc, "images": len(paths)}
+
+
+def _write_release(tables: dict[str, pd.DataFrame], out: str, overwrite: bool) -> dict:
+    return export_release(tables["tpips_ooo"], tables["tpips_afc"], tables["tpips_images"], out, overwrite)
+
+
+# what `soco export-family tpips OUT --format F` writes: F -> (the tables it reads, the writer, its help line)
+FORMATS = {
+    "release": (
+        ("tpips_ooo", "tpips_afc", "tpips_images"),
+        _write_release,
+        "TPIPS's released odd-one-out JSONL (plus our 2AFC layout) and the images",
+    )
+}
