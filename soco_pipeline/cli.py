@@ -227,6 +227,9 @@ def build_parser() -> argparse.ArgumentParser:
     from soco_pipeline.run_cli import add_command as add_run
 
     add_run(sub)  # soco run SPEC: one model on every family
+    from soco_pipeline.family_export_cli import add_command as add_export_family
+
+    add_export_family(sub)  # soco export-family tpips OUT --format release
 
     s = sub.add_parser(
         "cluster", help="start/stop/status/restart of the local distributed stack (docs/scaling-out.md)"

@@ -71,6 +71,7 @@ def _boards(markup: str | None) -> dict[str, pd.DataFrame]:
             "ooo": [*rng.uniform(30, 50, n - 1), np.nan],
             "ooo_err": [*rng.uniform(0.5, 2, n - 1), np.nan],
             "consensus": 0.61,
+            "judgements": "simulated",
             "note": [""] * (n - 1) + ["not applicable: a reason from the TPIPS config"],
         }
     )

@@ -74,6 +74,7 @@ def boards() -> dict[str, pd.DataFrame]:
                 "method": ["cosine", "mid", "n/a"],
                 "ooo": [40.0, 48.0, np.nan],
                 "ooo_err": [2.0, 1.5, np.nan],
+                "judgements": ["simulated"] * 3,
             }
         ),
     }

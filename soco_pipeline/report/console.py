@@ -341,6 +341,8 @@ def headlines_from_boards(boards: dict[str, pd.DataFrame]) -> pd.DataFrame:
         b = b.drop_duplicates(name)
         lo, hi = f"ci95_lo_boot_category_{metric}", f"ci95_hi_boot_category_{metric}"
         sim = b["simulated"] if "simulated" in b.columns else family != "soco"
+        if "simulated" not in b.columns and "judgements" in b.columns:  # TPIPS: who voted follows the data
+            sim = b["judgements"].astype(str).eq("simulated")
         rows.append(
             pd.DataFrame(
                 {

@@ -232,7 +232,9 @@ def simulated_parts(settings, boards: dict[str, pd.DataFrame]) -> list[str]:
             parts.append(f"{name.upper()} items ({board['data_source'].astype(str).iat[0]})")
         elif "simulated" in board.columns and board["simulated"].fillna(False).astype(bool).any():
             parts.append(f"{name.upper()} data (generated; rows flagged `simulated`)")
-        elif name == "tpips":
+        elif name == "tpips" and (
+            "judgements" not in board.columns or board["judgements"].astype(str).eq("simulated").any()
+        ):  # the votes' marker follows the data: an official source's human votes are not simulated
             parts.append("TPIPS triplets and votes (simulated annotators, never people)")
     return parts
 

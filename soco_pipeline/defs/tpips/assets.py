@@ -43,9 +43,10 @@ def not_applicable_manifest(model: str, reason: str, inputs) -> pd.DataFrame:
 
 def not_applicable_scores(model: str, reason: str, inputs) -> pd.DataFrame:
     """The one `n/a` score row of a backbone that cannot score the TPIPS images (a SOCO oracle)."""
-    from soco_pipeline.tasks.tpips.evaluate import not_applicable_rows
+    from soco_pipeline.tasks.tpips.evaluate import judgements_of, not_applicable_rows
 
-    return not_applicable_rows(model, reason.removeprefix("not applicable: "))
+    votes = [inputs.get(k) for k in ("tpips_ooo", "tpips_afc")]
+    return not_applicable_rows(model, reason.removeprefix("not applicable: "), judgements_of(*votes))
 
 
 # 6: tpips_baseline_outcomes / tpips_learned_outcomes, each method's agreement per OOO test row (the watch's
@@ -63,7 +64,7 @@ FAMILY = Family(
         where="method != 'n/a'",
         best_of="method",
         half_width="ooo_err",
-        simulated=True,
+        simulated="judgements",  # the board's marker: simulated for generated data, the source's otherwise
     ),
 )
 GROUP, CODE_VERSION = FAMILY.name, FAMILY.code_version
@@ -133,7 +134,7 @@ def tpips_ooo(
             "summary": dg.MetadataValue.json(summary),
             "by_split": dg.MetadataValue.json(ooo.split.value_counts().to_dict()),
         },
-        problems=ooo_problems(ooo, cfg),
+        problems=ooo_problems(ooo, cfg, released=summary.get("format") == "release"),
     )
 
 
@@ -310,14 +311,30 @@ def tpips_learned(
     and compositional retrieval with the mid-fusion metric, one contact sheet per (query, aspect) or composition
     under <storage>/tpips/retrieval/<backbone>."""
     from soco_pipeline.tasks.tpips.aspect_text import aspect_encoder, describe
-    from soco_pipeline.tasks.tpips.evaluate import evaluate_sim_outcomes
-    from soco_pipeline.tasks.tpips.learned import CONDITIONED, KINDS, train_metric
+    from soco_pipeline.tasks.tpips.evaluate import (
+        evaluate_sim_outcomes,
+        judgements_of,
+        no_outcomes,
+        not_applicable_rows,
+    )
+    from soco_pipeline.tasks.tpips.learned import CONDITIONED, KINDS, train_metric, untrainable, vocabulary
     from soco_pipeline.tasks.tpips.retrieval import retrieve, retrieve_compositional
     from soco_pipeline.tasks.tpips.sheets import write_contact_sheets
 
     backbone, cfg = context.partition_key, tpips_config(soco)
+    reason = untrainable(tpips_ooo)
+    if (
+        reason is not None
+    ):  # a released test file: the heads need a train split, the board says why they are absent
+        marker = {"judgements": judgements(cfg), "not_trained": reason}
+        return {
+            "tpips_learned": TableResult(
+                not_applicable_rows(backbone, reason, judgements_of(tpips_ooo)), marker
+            ),
+            "tpips_learned_outcomes": TableResult(no_outcomes(), marker),
+        }
     ids, opos, apos, feats = _backbone_inputs(soco, tpips_features, tpips_images, tpips_ooo, tpips_afc)
-    vocab = aspect_encoder(spec, cfg.aspects)
+    vocab = aspect_encoder(spec, vocabulary(cfg.aspects, tpips_ooo))
     parts, meta, trained = [], {"aspect_text": describe(vocab)}, {}
     for kind in KINDS:
         m = train_metric(kind, feats, tpips_ooo, opos, vocab, cfg.learned)
@@ -427,18 +444,26 @@ def tpips_leaderboard(
 ) -> TableResult:
     """Agreement per aspect (OOO test) next to the rater agreement (Σ y²) and the ceiling (mean max y), every
     model and method, the judgements marker on every row and once on top of the printout; a Fig. 5-style chart."""
-    from soco_pipeline.tasks.tpips.leaderboard import agreement_figure, board_markdown, leaderboard
+    from soco_pipeline.tasks.tpips.leaderboard import (
+        agreement_figure,
+        board_markdown,
+        board_notes,
+        leaderboard,
+    )
 
     parts = [tpips_pixel_baselines] if tpips_pixel_baselines is not None else []
     parts += [partition_rows(t) for t in (tpips_baseline_scores, tpips_learned, tpips_lvlm_answers) if t]
     scores = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
     board = leaderboard(scores)
     png = agreement_figure(scores)
+    cfg = tpips_config(soco)
+    notes = board_notes(cfg)
     return TableResult(
         board,
         {
-            "judgements": judgements(tpips_config(soco)),
-            "leaderboard": dg.MetadataValue.md(board_markdown(board)),
+            "judgements": judgements(cfg),
+            "notes": dg.MetadataValue.json(notes),
+            "leaderboard": dg.MetadataValue.md(board_markdown(board, notes)),
             "figure": dg.MetadataValue.md(
                 f"![agreement per aspect](data:image/png;base64,{base64.b64encode(png).decode()})"
             ),

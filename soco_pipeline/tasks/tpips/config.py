@@ -30,6 +30,8 @@ IntPair = Annotated[tuple[int, int], Field(strict=False)]
 # the 2AFC sources the generator knows; an official set may name others (listed in `afc.sources`)
 GENERATED_SOURCES = ("editing", "compositing", "novel_view", "distortion")
 OOO_FILE, AFC_FILE = "ooo.jsonl", "afc.jsonl"
+# data seeds (docs/tpips.md): the design seeds were looked at while choosing the learned heads; report on others
+DESIGN_SEEDS, REPORT_SEEDS = tuple(range(10)), tuple(range(100, 106))
 
 
 class TpipsConfigError(ValueError):
@@ -37,21 +39,30 @@ class TpipsConfigError(ValueError):
 
 
 class SourceConfig(ConfigModel):
-    """Where the items come from: `generated` (the embedded renderer and simulated observers) or `official`
-    (a folder in the documented layout: ooo.jsonl, optionally afc.jsonl, and the images they name)."""
+    """Where the items come from: `generated` (the embedded renderer and simulated observers) or `official`: a
+    released odd-one-out JSONL file, or a folder holding ooo.jsonl (in the released format or our layout) and
+    optionally afc.jsonl, with the images they name (docs/tpips.md, "Real data")."""
 
     kind: Literal["generated", "official"] = "generated"
-    # official: the folder holding ooo.jsonl (and afc.jsonl); image paths in them are relative to it
+    # official: the .jsonl file, or the folder holding ooo.jsonl (and afc.jsonl); relative to the config's folder
     path: str | None = None
+    # official: the folder the image paths are relative to (default: the folder of the file)
+    image_root: str | None = None
+    # official: the split of every line that names none (the release names none: its file is one split)
+    split: str = "test"
     # official: who gave the votes (human for a real release); generated data is always simulated
     judgements: Literal["human", "simulated"] = "human"
 
     @model_validator(mode="after")
     def _path_given(self) -> SourceConfig:
         if self.kind == "official" and not self.path:
-            raise ValueError("source.kind official needs source.path: the folder holding ooo.jsonl")
-        if self.kind == "generated" and self.path:
-            raise ValueError("source.path is only read with source.kind official; drop it or set the kind")
+            raise ValueError(
+                "source.kind official needs source.path: the released .jsonl file or the folder holding ooo.jsonl"
+            )
+        if self.kind == "generated" and (self.path or self.image_root):
+            raise ValueError(
+                "source.path and source.image_root are only read with source.kind official; drop them or set the kind"
+            )
         return self
 
     @property
@@ -245,6 +256,10 @@ class TpipsConfig(ConfigModel):
         unknown = sorted({a for asp in self.afc.aspects.values() for a in asp} - set(self.aspects))
         if unknown:
             raise ValueError(f"afc.aspects name {unknown}, which are not in 'aspects' {self.aspects}")
+        if self.source.split not in self.triplets.splits:
+            raise ValueError(
+                f"source.split {self.source.split!r} is not one of triplets.splits {sorted(self.triplets.splits)}"
+            )
         if self.source.kind == "generated":
             missing = sorted(set(self.afc.sources) - set(self.afc.aspects))
             foreign = sorted(set(self.afc.sources) - set(GENERATED_SOURCES))
@@ -276,18 +291,32 @@ class TpipsConfig(ConfigModel):
 def parse_config(doc: object, source: str = "<TPIPS config>", base: Path | None = None) -> TpipsConfig:
     """Validate a parsed TPIPS config document; every bad field is named with `source` and the fix.
 
-    An official source's path is resolved against `base` (the config file's folder) and must hold ooo.jsonl."""
+    An official source's path (a .jsonl file, or a folder holding ooo.jsonl) and image_root are resolved against
+    `base` (the config file's folder) and must exist."""
     cfg = validate_doc(TpipsConfig, doc, source, TpipsConfigError, allowed=TpipsConfig.model_fields)
     if cfg.source.kind == "official":
-        folder = Path(cfg.source.path).expanduser()
-        if not folder.is_absolute() and base is not None:
-            folder = base / folder
-        if not (folder / OOO_FILE).is_file():
+
+        def resolved(p: str) -> Path:
+            q = Path(p).expanduser()
+            return (base / q if not q.is_absolute() and base is not None else q).resolve()
+
+        path = resolved(cfg.source.path)
+        if not (path.is_file() or (path / OOO_FILE).is_file()):
             raise TpipsConfigError(
-                f"{source}: field 'source.path': {folder} holds no {OOO_FILE}; point it at the folder of the "
-                f"official layout (docs/tpips.md, 'Real data')"
+                f"{source}: field 'source.path': {path} holds no {OOO_FILE} and is not a .jsonl file; "
+                f"point it at the released odd-one-out file or the folder of the official layout (docs/tpips.md, "
+                f"'Real data')"
             )
-        cfg = cfg.model_copy(update={"source": cfg.source.model_copy(update={"path": str(folder.resolve())})})
+        update = {"path": str(path)}
+        if cfg.source.image_root is not None:
+            root = resolved(cfg.source.image_root)
+            if not root.is_dir():
+                raise TpipsConfigError(
+                    f"{source}: field 'source.image_root': {root} is not a folder; point it at the folder the image "
+                    f"paths of the file are relative to"
+                )
+            update["image_root"] = str(root)
+        cfg = cfg.model_copy(update={"source": cfg.source.model_copy(update=update)})
     return cfg
 
 

@@ -38,7 +38,9 @@ class TpipsFormatError(ValueError):
     """A bad record in a TPIPS JSONL file; the message names the file, the line and the fix."""
 
 
-def _lines(path: str) -> list[tuple[int, dict]]:
+def jsonl_records(path: str) -> list[tuple[int, dict]]:
+    """(line number, object) of every non-blank line of a JSONL file; a line that is not a JSON object is
+    refused with the file and line."""
     out = []
     try:
         text = storage.read_bytes(path).decode()
@@ -162,7 +164,7 @@ def image_paths(path: str, fields: tuple[str, ...]) -> list[str]:
     """The distinct image paths every line of a (validated) JSONL file names, in order of appearance, pruned
     lines included: `fields` ("images",) for OOO, ("ref", "x0", "x1") for 2AFC."""
     found: dict[str, None] = {}
-    for _, rec in _lines(path):
+    for _, rec in jsonl_records(path):
         for f in fields:
             for p in rec[f] if isinstance(rec[f], list) else [rec[f]]:
                 found.setdefault(p)
@@ -207,7 +209,7 @@ def load_ooo_jsonl(
     JSONL, every line validated (see the module doc), pruned and normalised."""
     base = base if base is not None else _folder(path)
     splits, aspects = tuple(splits), (set(aspects) if aspects is not None else None)
-    recs = _lines(path)
+    recs = jsonl_records(path)
     seen: dict = {}
     asked: dict = {}
     for no, rec in recs:
@@ -297,7 +299,7 @@ def load_afc_jsonl(
     base = base if base is not None else _folder(path)
     sources = tuple(sources) if sources is not None else None
     aspects = set(aspects) if aspects is not None else None
-    recs = _lines(path)
+    recs = jsonl_records(path)
     seen: dict = {}
     asked: dict = {}
     for no, rec in recs:

@@ -5,6 +5,7 @@ agreement-per-aspect-per-model bar chart (the shape of the paper's Fig. 5)."""
 from __future__ import annotations
 
 import io
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -41,11 +42,26 @@ def leaderboard(scores: pd.DataFrame) -> pd.DataFrame:
     return out[first + [c for c in out.columns if c not in first]].reset_index(drop=True)
 
 
-def board_markdown(board: pd.DataFrame) -> str:
-    """The board as Markdown: the judgements marker once on top (every row carries the same), then the table
-    without that column."""
+def board_notes(cfg) -> list[str]:
+    """The lines the board prints under its judgements marker: what an official source's reader skipped and
+    dropped, and whether generated data come from a design seed (docs/tpips.md)."""
+    from .config import DESIGN_SEEDS, REPORT_SEEDS
+    from .source import source_note
+
+    notes = [n for n in [source_note(cfg)] if n]
+    if cfg.source.kind == "generated" and cfg.seed in DESIGN_SEEDS:
+        notes.append(
+            f"data seed {cfg.seed} is a design seed (design {DESIGN_SEEDS[0]}-{DESIGN_SEEDS[-1]}, report "
+            f"{REPORT_SEEDS[0]}-{REPORT_SEEDS[-1]}; docs/tpips.md): the learned heads' figures are design figures"
+        )
+    return notes
+
+
+def board_markdown(board: pd.DataFrame, notes: list[str] | tuple[str, ...] = ()) -> str:
+    """The board as Markdown: the judgements marker once on top (every row carries the same), the `notes`
+    (board_notes) one per line, then the table without that column."""
     if board.empty:
-        return "empty"
+        return "\n".join(["empty", *notes])
     marks = sorted(board.judgements.dropna().unique()) if "judgements" in board else []
     what = {"simulated": "simulated (a noisy-observer model, not people)", "human": "human"}
     head = "judgements: " + (", ".join(what.get(m, m) for m in marks) if marks else "unknown")
@@ -53,7 +69,7 @@ def board_markdown(board: pd.DataFrame) -> str:
     if "note" in shown and shown.note.isna().all():  # no not-applicable model: nothing to note
         shown = shown.drop(columns="note")
     body = shown.round(1).to_markdown(index=False)
-    return f"{head}\n\n{body}"
+    return "\n".join([head, *notes]) + f"\n\n{body}"
 
 
 def agreement_figure(scores: pd.DataFrame, max_models: int = 8) -> bytes:
@@ -100,8 +116,10 @@ def agreement_figure(scores: pd.DataFrame, max_models: int = 8) -> bytes:
         ax.set_ylabel("agreement (%)")
         ax.legend(fontsize=6, ncol=3)
         ax.set_title(f"TPIPS odd-one-out agreement per aspect (judgements: {marks})", fontsize=9)
-    fig.tight_layout()
     buf = io.BytesIO()
-    fig.savefig(buf, format="png")
+    with warnings.catch_warnings():  # a released set's factor names in scripts the bundled font lacks: boxes
+        warnings.filterwarnings("ignore", r"Glyph \d+ .* missing from font", UserWarning)
+        fig.tight_layout()
+        fig.savefig(buf, format="png")
     plt.close(fig)
     return buf.getvalue()

@@ -48,6 +48,23 @@ KINDS = ("late", "late_cosine", "mid", "mid_unconditioned", "mid_frozen")
 CONDITIONED = ("late", "late_cosine", "mid")
 
 
+def vocabulary(aspects: list[str], ooo: pd.DataFrame) -> list[str]:
+    """The heads' aspect vocabulary: the config's `aspects`, then every other aspect the OOO rows name (a released
+    file's factor names, as written), in order of appearance."""
+    return [*aspects, *dict.fromkeys(a for a in ooo.aspect.astype(str) if a not in aspects)]
+
+
+def untrainable(ooo: pd.DataFrame) -> str | None:
+    """Why the heads cannot be trained on `ooo` (no train rows: a released test file), or None."""
+    if (ooo.split == "train").any():
+        return None
+    return (
+        f"no OOO train rows to train the learned heads on (splits {sorted(set(ooo.split.astype(str)))}: a "
+        "released file is one split, source.split); to train them, give each line its split (our extra field "
+        "`split`, docs/tpips.md) in one file"
+    )
+
+
 def _unit(x: torch.Tensor) -> torch.Tensor:
     return x / (x.norm(dim=-1, keepdim=True) + 1e-8)
 

@@ -14,7 +14,9 @@ from .config import TpipsConfig
 from .ooo import OOO_COLUMNS
 
 
-def _common(df: pd.DataFrame, columns: list[str], n_opts: int, cfg: TpipsConfig, name: str) -> list[str]:
+def _common(
+    df: pd.DataFrame, columns: list[str], n_opts: int, cfg: TpipsConfig, name: str, any_aspect: bool = False
+) -> list[str]:
     missing = [c for c in columns if c not in df.columns]
     if missing:
         return [f"{name}: missing columns {missing}"]
@@ -22,27 +24,30 @@ def _common(df: pd.DataFrame, columns: list[str], n_opts: int, cfg: TpipsConfig,
     if (df.aspect.astype(str).str.strip() == "").any():
         out.append(f"{name}: empty aspect in {int((df.aspect.astype(str).str.strip() == '').sum())} rows")
     unknown = sorted(set(df.aspect) - set(cfg.aspects))
-    if unknown:
+    if unknown and not any_aspect:
         out.append(f"{name}: aspects outside the vocabulary: {unknown}")
-    votes = np.array(df.votes.tolist(), dtype=float).reshape(-1, n_opts) if len(df) else np.zeros((0, n_opts))
-    total = votes.sum(1) + df.cannot_tell.to_numpy()
+    # rows of the released format carry shares only (votes []): their counts are not checked
+    counted = df.votes.map(len).to_numpy() > 0 if len(df) else np.zeros(0, bool)
+    votes = np.array(df.votes[counted].tolist(), dtype=float).reshape(-1, n_opts)
+    total = votes.sum(1) + df.cannot_tell.to_numpy()[counted]
     bad = total != cfg.observer.n_annotators
     if bad.any():
         out.append(f"{name}: {int(bad.sum())} rows whose votes + cannot_tell != {cfg.observer.n_annotators}")
     if (df.cannot_tell.to_numpy() >= cfg.observer.prune_cannot_tell).any():
         out.append(f"{name}: rows with >= {cfg.observer.prune_cannot_tell} 'cannot tell' were not pruned")
     y = df[[f"y_{k}" for k in range(n_opts)]].to_numpy(float)
-    if len(y) and not np.allclose(y.sum(1), 1.0):
-        out.append(f"{name}: vote distributions y do not sum to 1")
+    if len(y) and not (np.allclose(y.sum(1), 1.0) and (y >= 0).all()):
+        out.append(f"{name}: vote distributions y are not on the simplex (non-negative, sum 1)")
     marker = cfg.source.votes_are
     if (df.judgements != marker).any():
         out.append(f"{name}: rows without the judgements={marker!r} marker of the {cfg.source.kind} source")
     return out
 
 
-def ooo_problems(df: pd.DataFrame, cfg: TpipsConfig) -> list[str]:
-    """Problems of an OOO table (empty list: fine)."""
-    out = _common(df, OOO_COLUMNS, 3, cfg, "tpips_ooo")
+def ooo_problems(df: pd.DataFrame, cfg: TpipsConfig, released: bool = False) -> list[str]:
+    """Problems of an OOO table (empty list: fine); `released`: read from the released format, whose factor
+    names are taken as written (not limited to the config's `aspects`)."""
+    out = _common(df, OOO_COLUMNS, 3, cfg, "tpips_ooo", any_aspect=released)
     if not out and not set(df.split) <= set(cfg.triplets.splits):
         out.append(f"tpips_ooo: splits outside {sorted(cfg.triplets.splits)}")
     return out

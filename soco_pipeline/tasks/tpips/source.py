@@ -1,15 +1,14 @@
 """The family's items from its configured source: `generated` (the embedded renderer and simulated observers)
-or `official` (a folder in the documented layout, read by formats.py).
+or `official`: TPIPS's released odd-one-out file (release.py), or a folder in our own layout (formats.py).
 
-Official layout (docs/tpips.md, "Real data"; TPIPS has no released data, so the layout is the one formats.py
-defines):
+    source: {kind: official, path: <the released .jsonl>, image_root: <folder>}   the release as released
+    source: {kind: official, path: <folder>}    <folder>/ooo.jsonl (released format or our layout, told apart
+                                                by its first line), optionally <folder>/afc.jsonl (our 2AFC
+                                                layout: the release's 2AFC schema is not known here)
 
-    <source.path>/ooo.jsonl     one (triplet, aspect) per line, image paths relative to the folder
-    <source.path>/afc.jsonl     optional: one (2AFC item, aspect) per line
-    <source.path>/<the images the lines name, under any names>
-
-Image ids are the paths as written (foreign names kept); every line is validated and everything the published
-pruning removes is counted and named in the summaries (asset metadata), so nothing is dropped silently.
+Image paths are relative to `image_root` (default: the file's folder). Image ids are the paths as written
+(foreign names kept); every line is validated and everything the reader skips, drops, normalises or prunes is
+counted and named in the summaries (asset metadata, and the board's note), so nothing is dropped silently.
 """
 
 from __future__ import annotations
@@ -26,17 +25,48 @@ from .config import AFC_FILE, OOO_FILE, TpipsConfig
 from .formats import TpipsFormatError, image_paths, load_afc_jsonl, load_ooo_jsonl, resolve
 from .images import IMAGE_CATEGORY, write_images
 from .ooo import annotate_triplets
+from .release import ReleaseSet, is_release_file, read_release
 from .triplets import generate_triplets, triplet_set, value_records
 
 
 def _official(cfg: TpipsConfig) -> tuple[str, str | None]:
-    folder = str(cfg.source.path)
-    afc = storage.join(folder, AFC_FILE)
-    return storage.join(folder, OOO_FILE), afc if storage.exists(afc) else None
+    """(the OOO file, the 2AFC file or None) of an official source."""
+    path = str(cfg.source.path)
+    if storage.exists(storage.join(path, OOO_FILE)):
+        afc = storage.join(path, AFC_FILE)
+        return storage.join(path, OOO_FILE), afc if storage.exists(afc) else None
+    return path, None
+
+
+def _root(cfg: TpipsConfig, file: str) -> str:
+    """The folder the image paths of `file` are relative to."""
+    if cfg.source.image_root:
+        return str(cfg.source.image_root)
+    return file.rsplit("/", 1)[0] if "/" in file else "."
+
+
+def official_release(cfg: TpipsConfig) -> ReleaseSet | None:
+    """The official OOO file read in the released format, or None when it is in our own layout."""
+    path, _ = _official(cfg)
+    if not is_release_file(path):
+        return None
+    return read_release(
+        path,
+        _root(cfg, path),
+        split=cfg.source.split,
+        judgements=cfg.source.votes_are,
+        n_annotators=cfg.observer.n_annotators,
+        prune_cannot_tell=cfg.observer.prune_cannot_tell,
+        splits=tuple(cfg.triplets.splits),
+    )
 
 
 def official_ooo(cfg: TpipsConfig) -> tuple[pd.DataFrame, dict]:
-    """The official OOO rows (pruned, normalised) and what the pruning removed."""
+    """The official OOO rows (released format: usable factors; our layout: pruned, normalised) and what the
+    reader skipped, dropped or pruned."""
+    release = official_release(cfg)
+    if release is not None:
+        return release.rows, release.summary
     path, _ = _official(cfg)
     return load_ooo_jsonl(
         path,
@@ -45,6 +75,31 @@ def official_ooo(cfg: TpipsConfig) -> tuple[pd.DataFrame, dict]:
         judgements=cfg.source.votes_are,
         splits=cfg.triplets.splits,
         aspects=cfg.aspects,
+        base=_root(cfg, path),
+    )
+
+
+def source_note(cfg: TpipsConfig) -> str | None:
+    """One line for the board on what the official OOO reader skipped and dropped (None for generated data)."""
+    if cfg.source.kind != "official":
+        return None
+    _, s = official_ooo(cfg)
+    if s.get("format") != "release":
+        return (
+            f"source: {s['file']} (our layout): {s['kept']} of {s['lines']} (triplet, aspect) lines kept, "
+            f"{s['pruned_cannot_tell']} pruned (>= 3 cannot tell), {s['pruned_ties']} ties"
+        )
+
+    def first(named: list[str]) -> str:  # "line 4", "line 2: factor 'x' no label"; the first 3 of them
+        short = [n.replace(f"{s['file']}:", "line ", 1) for n in named if n != "..."]
+        return "; ".join(short[:3]) + (" ..." if len(short) > 3 or "..." in named else "") or "-"
+
+    return (
+        f"source: {s['file']} (released format; split {s['split']!r} where a line names none): {s['kept']} "
+        f"(triplet, factor) rows kept of {s['factors']} factors on {s['lines']} lines; "
+        f"{s['skipped_factors']} factors skipped, no usable label ({first(s['skipped'])}); "
+        f"{s['dropped_triplets']} triplets dropped, no usable factor ({first(s['dropped_lines'])}); "
+        f"{s['renormalised']} factors' shares normalised to sum 1; all named in tpips_ooo's metadata `summary`"
     )
 
 
@@ -65,6 +120,7 @@ def official_afc(cfg: TpipsConfig) -> tuple[pd.DataFrame, dict]:
         judgements=cfg.source.votes_are,
         sources=cfg.afc.sources,
         aspects=cfg.aspects,
+        base=_root(cfg, path),
     )
 
 
@@ -79,17 +135,19 @@ def _size(uri: str) -> tuple[int, int]:
 
 
 def official_images(cfg: TpipsConfig) -> pd.DataFrame:
-    """One row per image the official files name (the lines that pruning removes included): image_id (the path
-    as written), uri, width, height, category, role (triplet | afc)."""
-    official_ooo(cfg)  # every line validated first
+    """One row per image the official files name (our layout: the lines that pruning removes included; the
+    released format: the triplets kept): image_id (the path as written), uri, width, height, category, role
+    (triplet | afc)."""
+    release = official_release(cfg)
+    if release is None:
+        official_ooo(cfg)  # every line validated first
     official_afc(cfg)
-    folder = str(cfg.source.path)
     ooo_path, afc_path = _official(cfg)
-    trip = image_paths(ooo_path, ("images",))
+    trip = release.images if release is not None else image_paths(ooo_path, ("images",))
     named = set(trip)
     pair = [i for i in image_paths(afc_path, ("ref", "x0", "x1")) if i not in named] if afc_path else []
     ids = [*trip, *pair]
-    uris = [resolve(i, folder) for i in ids]
+    uris = [resolve(i, _root(cfg, ooo_path)) for i in ids]
     sizes = [_size(u) for u in uris]
     return pd.DataFrame(
         {
