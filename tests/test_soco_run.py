@@ -6,15 +6,18 @@ The first `soco run` is the module's fixture; the rerun and the second model eac
 run in (a rerun of the first model is cached either way; the second model's partition is its own)."""
 
 import contextlib
+import csv
 import io
+import os
 import shutil
+import subprocess
 
 import dagster as dg
 import pytest
 
 from soco_pipeline import cli
 from soco_pipeline.storage import PROJECT_ROOT
-from tests.dagster_server import write_instance_yaml
+from tests.dagster_server import VENV_BIN, write_instance_yaml
 from tests.tiny_families import tiny_family_env
 
 pytestmark = [pytest.mark.pipeline, pytest.mark.timeout(1500)]
@@ -58,8 +61,10 @@ def first(tmp_path_factory):
             mp.setenv(var, value)
         for name in ("oracle_part", "oracle_concept"):
             shutil.copy(PROJECT_ROOT / "assets" / "backbones" / f"{name}.yaml", tmp / f"{name}.yaml")
+        with (tmp / "oracle_part.yaml").open("a") as f:  # names a published model: published_comparison
+            f.write("reference: DINOv2-B/14\n")
         out = _soco_run(str(tmp / "oracle_part.yaml"), "--families", "soco,mmvm")
-        yield {"home": home, "specs": specs, "tmp": tmp, "out": out, "runs": _runs(home)}
+        yield {"home": home, "specs": specs, "tmp": tmp, "out": out, "runs": _runs(home), "storage": storage}
 
 
 def test_soco_run_adds_the_spec_evaluates_and_prints_the_summary(first):
@@ -106,3 +111,22 @@ def test_a_second_model_runs_only_its_own_partition_and_the_boards(first):
     assert "oracle_concept: headline per family" in out and "2 of 2" in out
     summary = out[out.index("Summary: one row per model") :]
     assert summary.index("| oracle_part") < summary.index("| oracle_concept")  # part oracle: higher SOC
+
+
+def test_soco_run_materializes_published_comparison_queried_as_the_docs_query_it(first):
+    """docs/results.md's query of `published_comparison`, through the console script in a fresh process."""
+    query = "select model, metric, ours, published, difference, differing_knobs from published_comparison"
+    env = {**os.environ, "SOCO_STORAGE": str(first["storage"])}
+    done = subprocess.run(
+        [str(VENV_BIN / "soco"), "sql", query + " where metric = 'soc'", "--format", "csv"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    (row,) = list(csv.DictReader(io.StringIO(done.stdout)))
+    assert (row["model"], row["metric"]) == ("oracle_part", "soc")
+    assert float(row["published"]) == pytest.approx(67.86)  # OmniProbe, S = 800 snapped (first of the ties)
+    assert float(row["difference"]) == pytest.approx(float(row["ours"]) - 67.86, abs=1e-6)
+    assert "input_size: ours nearest_multiple:480, published nearest_multiple:800" in row["differing_knobs"]
