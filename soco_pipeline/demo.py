@@ -43,6 +43,7 @@ PER_BACKBONE = (
     "metrics",
     "global_metrics",
     "results_record",
+    "published_gap",  # a spec with `reference:`: the gap to the published figure, knob by knob
 )
 SUMMARY = (
     "leaderboard",

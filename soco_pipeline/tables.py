@@ -64,6 +64,9 @@ TABLES: tuple[Table, ...] = (
     Table("sample_hashes", "sample_hashes"),
     # published figures beside ours (evaluation/published.py) and each model's results over time
     Table("published_comparison", "published_comparison"),
+    Table(
+        "published_gap", "published_gap", partitioned=True
+    ),  # the gap knob by knob (evaluation/published_gap.py)
     Table("model_history", "model_history", partitioned=True),
     # one row per (model, family) headline, one row per model across families (soco_pipeline/defs/summary/)
     Table("model_headlines", "model_headlines"),

@@ -130,3 +130,41 @@ def test_soco_run_materializes_published_comparison_queried_as_the_docs_query_it
     assert float(row["published"]) == pytest.approx(67.86)  # OmniProbe, S = 800 snapped (first of the ties)
     assert float(row["difference"]) == pytest.approx(float(row["ours"]) - 67.86, abs=1e-6)
     assert "input_size: ours nearest_multiple:480, published nearest_multiple:800" in row["differing_knobs"]
+
+
+def test_soco_run_measures_the_gap_knob_by_knob_and_prints_the_sentence(first):
+    """`published_gap` of the spec that names DINOv2-B/14: the input size re-run as a variant (its own
+    feature-cache folder), the steps adding up to the aligned run, the sentence on the card, board and page."""
+    query = (
+        "select model, metric, step, knob, ours_setting, published_setting, ours, effect, aligned, published, "
+        "reason from published_gap where model = 'oracle_part' order by metric, step"
+    )
+    env = {**os.environ, "SOCO_STORAGE": str(first["storage"])}
+    done = subprocess.run(
+        [str(VENV_BIN / "soco"), "sql", query, "--format", "csv"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    rows = list(csv.DictReader(io.StringIO(done.stdout)))
+    soc = [r for r in rows if r["metric"] == "soc"]
+    assert [(r["knob"], r["ours_setting"], r["published_setting"]) for r in soc] == [
+        ("input_size", "nearest_multiple:480", "nearest_multiple:800"),
+        ("unexplained", "", "798"),
+    ]
+    for metric in {r["metric"] for r in rows}:
+        mine = [r for r in rows if r["metric"] == metric]
+        steps = sum(float(r["effect"]) for r in mine if r["knob"] != "unexplained")
+        assert abs(steps - (float(mine[0]["aligned"]) - float(mine[0]["ours"]))) < 1e-6, metric
+        assert float(mine[-1]["effect"]) == pytest.approx(
+            float(mine[0]["published"]) - float(mine[0]["aligned"])
+        )
+    assert "an oracle" in soc[-1]["reason"] and "simulated" in soc[-1]["reason"]
+    folders = list((first["storage"] / "features" / "oracle_part").iterdir())
+    assert len(folders) == 2  # ours and the 800 variant: each its own spec hash
+    card = first["out"]
+    assert "why it differs (SOC): input 480 \u2192 800: " in card and "unexplained " in card
+    page = (first["storage"] / "report" / "index.html").read_text()
+    assert "why_it_differs" in page and "input 480 \u2192 800" in page

@@ -298,8 +298,14 @@ def build_report(settings, out_dir: str | None = None, seed: int = 0) -> str:
         )
 
     # --- beside the published figures (the models whose spec names one: evaluation/published.py)
+    comparison = _read(join(tables, "published_comparison.parquet"))
+    if (
+        comparison is not None and board is not None and "gap_note" in board.columns
+    ):  # published_gap's sentence
+        notes = board.drop_duplicates("backbone").set_index("backbone")["gap_note"]
+        comparison = comparison.assign(why_it_differs=comparison["model"].map(notes).fillna(""))
     published = page_table(
-        _read(join(tables, "published_comparison.parquet")),
+        comparison,
         [
             "model",
             "reference",
@@ -309,6 +315,7 @@ def build_report(settings, out_dir: str | None = None, seed: int = 0) -> str:
             "difference",
             "published_setting",
             "differing_knobs",
+            "why_it_differs",
         ],
         name_col="model",
         hoist=False,
