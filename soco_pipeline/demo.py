@@ -48,6 +48,7 @@ PER_BACKBONE = (
 SUMMARY = (
     "leaderboard",
     "published_comparison",  # the view docs/results.md queries (ours beside the published figures)
+    "protocol_atlas",  # how far the ranking moves under each single-knob change
     "model_headlines",
     "model_summary",
     "results_database",

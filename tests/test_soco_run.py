@@ -168,3 +168,24 @@ def test_soco_run_measures_the_gap_knob_by_knob_and_prints_the_sentence(first):
     assert "why it differs (SOC): input 480 \u2192 800: " in card and "unexplained " in card
     page = (first["storage"] / "report" / "index.html").read_text()
     assert "why_it_differs" in page and "input 480 \u2192 800" in page
+
+
+def test_the_protocol_atlas_is_a_view_and_leaves_the_oracles_out(first):
+    """`protocol_atlas` after `soco run`: one row per (metric, single-knob change); both models here are oracles,
+    controls, so no ranking is compared (n_models 0, tau null), and the page shows the atlas's table."""
+    query = "select metric, knob, n_models, tau, n_flipped from protocol_atlas order by metric, knob"
+    env = {**os.environ, "SOCO_STORAGE": str(first["storage"])}
+    done = subprocess.run(
+        [str(VENV_BIN / "soco"), "sql", query, "--format", "csv"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    rows = list(csv.DictReader(io.StringIO(done.stdout)))
+    knobs = {(r["metric"], r["knob"]) for r in rows}
+    assert ("soc", "alpha 0.1 -> 0.05") in knobs and ("soc", "reduction official -> keypoint") in knobs
+    assert {r["n_models"] for r in rows} == {"0"} and {r["tau"] for r in rows} == {""}
+    page = (first["storage"] / "report" / "index.html").read_text()
+    assert '<section id="protocol-atlas">' in page
