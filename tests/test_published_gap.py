@@ -13,7 +13,13 @@ import yaml
 from soco_pipeline.backbones.spec import parse_spec
 from soco_pipeline.evaluation.protocol import ProtocolConfig
 from soco_pipeline.evaluation.published import load_published, soco_knobs
-from soco_pipeline.evaluation.published_gap import GapInputs, gap_sentence, knob_steps, measure_gap
+from soco_pipeline.evaluation.published_gap import (
+    GapInputs,
+    gap_sentence,
+    knob_steps,
+    measure_gap,
+    reachable,
+)
 from soco_pipeline.storage import PROJECT_ROOT, read_parquet
 from soco_pipeline.taxonomy import Taxonomy
 
@@ -99,6 +105,9 @@ def test_a_layer_the_kind_lacks_is_named_as_unexplained_and_a_spec_without_refer
     )
     soc = gap[gap["metric"] == "soc"]
     assert list(soc["knob"]) == ["unexplained"] and "layer not re-run" in soc["reason"].iloc[0]
+    named = dataclasses.replace(spec, options=(*spec.options, ("layer", "stride16+stride32")))
+    indexed = dataclasses.replace(spec, options=(("layer", 11),))
+    assert not reachable(named, steps[0]) and reachable(indexed, steps[0])
     assert measure_gap(
         dataclasses.replace(spec, reference=""), knobs, _published(), None, None, None, False
     ).empty

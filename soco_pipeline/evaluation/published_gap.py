@@ -129,8 +129,12 @@ def aligned_spec(spec: BackboneSpec, knob: Knob) -> BackboneSpec:
 
 
 def reachable(spec: BackboneSpec, knob: Knob) -> bool:
-    """Whether the pipeline can align `knob` for `spec` (a layer only where the spec's kind has one)."""
-    return knob.name != "layer" or any(k == "layer" for k, _ in spec.options)
+    """Whether the pipeline can align `knob` for `spec`: a layer only where the spec's kind takes a block
+    index (`layer: -1`), not a named feature stage such as `stride16+stride32`."""
+    if knob.name != "layer":
+        return True
+    layer = dict(spec.options).get("layer")
+    return isinstance(layer, int) and not isinstance(layer, bool)
 
 
 def short_value(knob: str, value: str) -> str:
