@@ -7,8 +7,10 @@ import pytest
 from scipy.stats import kendalltau
 
 from soco_pipeline.analysis.protocol_atlas import (
+    MMVM_FORCED,
     atlas_figure_png,
     kendall_tau_b,
+    mmvm_knob_table,
     protocol_atlas,
     soco_knob_table,
 )
@@ -63,3 +65,34 @@ def test_kendall_tau_b_matches_scipy_with_ties():
         expected = kendalltau(x, y).statistic
         got = float(kendall_tau_b(x, y))
         assert (np.isnan(expected) and np.isnan(got)) or got == pytest.approx(expected)
+
+
+def _mmvm_rows(model: str, with_none: list[bool], forced: list[bool], absent: list[bool]) -> pd.DataFrame:
+    n = len(with_none)
+    return pd.DataFrame(
+        {
+            "model": model,
+            "method": "zero_shot",
+            "split": "test",
+            "status": "ok",
+            "item_id": [f"i{k}" for k in range(n)],
+            "match_type": [f"[{k % 3}]" for k in range(n)],  # three match types: the bootstrap unit
+            "query_absent": absent,
+            "correct": with_none,
+            "correct_forced": forced,
+        }
+    )
+
+
+def test_mmvm_forced_choice_flip_is_reported_per_match_type():
+    # x: right on every item with the None option, but its forced argmax is wrong on half the present items;
+    # y: wrong on the absent items (never says None), right on every forced choice
+    absent = [k % 2 == 1 for k in range(12)]
+    x = _mmvm_rows("x", [True] * 12, [k % 4 == 0 for k in range(12)], absent)
+    y = _mmvm_rows("y", [not a for a in absent], [True] * 12, absent)
+    long = mmvm_knob_table(pd.concat([x, y], ignore_index=True))
+    assert set(long["knob"]) == {"shipped", MMVM_FORCED} and set(long["unit"]) == {"[0]", "[1]", "[2]"}
+    row = protocol_atlas(long, n_resamples=100).iloc[0]
+    assert (row["family"], row["metric"], row["unit"]) == ("mmvm", "accuracy/zero_shot", "match type")
+    assert row["flipped_pairs"] == "x > y -> y > x" and row["tau"] == pytest.approx(-1.0)
+    assert row["largest_change_model"] == "x" and row["largest_change"] == pytest.approx(-50.0)

@@ -19,6 +19,7 @@ import pandas as pd
 from soco_pipeline.analysis.bootstrap import pair_seed, resample_counts, resample_indices
 
 SHIPPED = "shipped"
+UNITS = {"soco": "category", "mmvm": "match type"}  # each family's bootstrap unit (that of its headline CI)
 ATLAS_COLUMNS = [
     "family",
     "metric",
@@ -79,13 +80,14 @@ def _scores(counts: np.ndarray, value: np.ndarray, weight: np.ndarray) -> np.nda
 def protocol_atlas(
     long: pd.DataFrame,
     controls: set[str] = frozenset(),
-    unit: str = "category",
+    unit_names: dict[str, str] | None = None,
     n_resamples: int = 1000,
     confidence: float = 0.95,
     seed: int = 0,
 ) -> pd.DataFrame:
     """ATLAS_COLUMNS rows, one per (family, metric, knob other than SHIPPED), over the models not in `controls`
-    that have rows under both protocols. A knob with fewer than two models has tau NaN."""
+    that have rows under both protocols (`unit_names`: each family's unit name, UNITS by default). A knob with fewer
+    than two models has tau NaN."""
     rows = []
     for (family, metric), block in long.groupby(["family", "metric"], sort=True):
         knobs = sorted(set(block["knob"]) - {SHIPPED})  # every knob has a row, even with only controls
@@ -117,7 +119,7 @@ def protocol_atlas(
                     "family": family,
                     "metric": metric,
                     "knob": knob,
-                    "unit": unit,
+                    "unit": {**UNITS, **(unit_names or {})}.get(family, "unit"),
                     "n_models": len(models),
                     "n_units": len(units),
                     "tau": tau,
@@ -204,3 +206,40 @@ def atlas_figure_png(atlas: pd.DataFrame) -> bytes:
         return figure_bytes(fig, "png")
     finally:
         plt.close(fig)
+
+
+MMVM_FORCED = "none option: offered -> forced choice (items with the query)"
+
+
+def mmvm_knob_table(predictions: pd.DataFrame, method: str = "zero_shot") -> pd.DataFrame:
+    """MMVMBench's per-item outcomes (`mmvm_predictions` of every backbone, test split) as the atlas's long
+    input, per match type (the unit of its bootstrap), pooled (a unit weighs by its items): the shipped
+    protocol (the None option offered, every item) and the forced choice (the argmax alone, scored on the
+    items that hold the query: `correct_forced`)."""
+    cols = ["family", "metric", "knob", "model", "unit", "value", "weight"]
+    rows = predictions[
+        (predictions["split"] == "test") & (predictions["method"] == method) & (predictions["status"] == "ok")
+    ]
+    if rows.empty:
+        return pd.DataFrame(columns=cols)
+
+    def per_unit(frame: pd.DataFrame, outcome: str, knob: str) -> pd.DataFrame:
+        g = frame.groupby(["model", "match_type"], sort=True)[outcome].agg(["mean", "size"]).reset_index()
+        return pd.DataFrame(
+            {
+                "family": "mmvm",
+                "metric": f"accuracy/{method}",
+                "knob": knob,
+                "model": g["model"].to_numpy(),
+                "unit": g["match_type"].astype(str).to_numpy(),
+                "value": 100.0 * g["mean"].astype(float).to_numpy(),
+                "weight": g["size"].astype(float).to_numpy(),
+            }
+        )
+
+    present = rows[~rows["query_absent"].astype(bool)]
+    frames = [per_unit(rows.assign(correct=rows["correct"].astype(float)), "correct", SHIPPED)]
+    if "correct_forced" in rows.columns and len(present):
+        forced = present.assign(correct_forced=present["correct_forced"].astype(float))
+        frames.append(per_unit(forced, "correct_forced", MMVM_FORCED))
+    return pd.concat(frames, ignore_index=True)[cols]

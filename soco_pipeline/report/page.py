@@ -347,7 +347,8 @@ def build_report(settings, out_dir: str | None = None, seed: int = 0) -> str:
             atlas["figure"] = _figure(
                 "protocol_atlas.png",
                 "Kendall tau between the ranking under the shipped protocol and under each single-knob change, "
-                "with 95% bootstrap CIs over categories; oracles left out (controls).",
+                "with 95% bootstrap CIs over the family's unit (SOCO: categories; MMVM: match types); oracles "
+                "left out (controls).",
                 "protocol sensitivity: Kendall tau per knob",
             )
 
