@@ -136,14 +136,14 @@ def protocol_atlas(
 
 
 # SOCO's single-knob changes that the stored metrics already hold (scoring knobs: no model runs again)
-SOCO_METRICS = ("soc", "cc", "cross_soc")
+ATLAS_LEVELS = ("soc", "cc", "cross_soc")
 
 
 def soco_knob_table(metrics: pd.DataFrame, headline_alpha: float, alphas, reductions) -> pd.DataFrame:
     """SOCO's per-category metrics as the atlas's long input: the shipped protocol (official reduction at the
     headline alpha) and each single-knob change (another alpha; the pooled `keypoint` reduction, whose
     categories weigh by their keypoint counts)."""
-    cat = metrics[(metrics["scope"] == "category") & metrics["metric"].isin(SOCO_METRICS)]
+    cat = metrics[(metrics["scope"] == "category") & metrics["metric"].isin(ATLAS_LEVELS)]
     name = "model" if "model" in cat.columns else "backbone"
 
     def pick(alpha: float, reduction: str, knob: str, weighted: bool) -> pd.DataFrame:
