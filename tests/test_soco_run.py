@@ -189,3 +189,28 @@ def test_the_protocol_atlas_is_a_view_and_leaves_the_oracles_out(first):
     assert {r["n_models"] for r in rows} == {"0"} and {r["tau"] for r in rows} == {""}
     page = (first["storage"] / "report" / "index.html").read_text()
     assert '<section id="protocol-atlas">' in page
+
+
+def test_the_published_queries_of_docs_results_md_run_as_written(first):
+    """Every SQL block of docs/results.md over published_comparison, published_gap or protocol_atlas, run as
+    written through the console script on this run's results."""
+    import re
+
+    docs = (PROJECT_ROOT / "docs" / "results.md").read_text()
+    blocks = re.findall(r"```sql\n(.*?)```", docs, flags=re.S)
+    wanted = [
+        b for b in blocks if re.search(r"\b(published_comparison|published_gap|protocol_atlas|gap_note)\b", b)
+    ]
+    assert len(wanted) >= 4, wanted
+    env = {**os.environ, "SOCO_STORAGE": str(first["storage"])}
+    for block in wanted:
+        for query in [q.strip() for q in block.split(";") if q.strip()]:
+            done = subprocess.run(
+                [str(VENV_BIN / "soco"), "sql", query, "--format", "csv"],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            assert done.returncode == 0, (query, done.stderr)
+            assert len(done.stdout.strip().splitlines()) >= 2, (query, done.stdout)  # a header and rows
