@@ -43,9 +43,12 @@ PER_BACKBONE = (
     "metrics",
     "global_metrics",
     "results_record",
+    "published_gap",  # a spec with `reference:`: the gap to the published figure, knob by knob
 )
 SUMMARY = (
     "leaderboard",
+    "published_comparison",  # the view docs/results.md queries (ours beside the published figures)
+    "protocol_atlas",  # how far the ranking moves under each single-knob change
     "model_headlines",
     "model_summary",
     "results_database",

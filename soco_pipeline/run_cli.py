@@ -239,7 +239,10 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     if soco_board is not None and "published_note" in soco_board.columns:
         row = soco_board[soco_board["backbone"] == added.name]
         if len(row) and row["published_note"].iloc[0]:
-            print(f"beside the published {row['reference'].iloc[0]}: {row['published_note'].iloc[0]}\n")
+            print(f"beside the published {row['reference'].iloc[0]}: {row['published_note'].iloc[0]}")
+            if "gap_note" in row.columns and row["gap_note"].iloc[0]:  # published_gap, knob by knob
+                print(textwrap.fill(f"why it differs (SOC): {row['gap_note'].iloc[0]}", WIDTH))
+            print()
     print(summary_text(heads, where=where_the_tables_are(settings)), end="")
     if runner.failed:
         for label, reason in runner.failed.items():

@@ -64,6 +64,9 @@ TABLES: tuple[Table, ...] = (
     Table("sample_hashes", "sample_hashes"),
     # published figures beside ours (evaluation/published.py) and each model's results over time
     Table("published_comparison", "published_comparison"),
+    # the gap knob by knob (evaluation/published_gap.py); rankings under single-knob changes (analysis/protocol_atlas.py)
+    Table("published_gap", "published_gap", partitioned=True),
+    Table("protocol_atlas", "protocol_atlas"),
     Table("model_history", "model_history", partitioned=True),
     # one row per (model, family) headline, one row per model across families (soco_pipeline/defs/summary/)
     Table("model_headlines", "model_headlines"),

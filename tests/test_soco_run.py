@@ -6,15 +6,18 @@ The first `soco run` is the module's fixture; the rerun and the second model eac
 run in (a rerun of the first model is cached either way; the second model's partition is its own)."""
 
 import contextlib
+import csv
 import io
+import os
 import shutil
+import subprocess
 
 import dagster as dg
 import pytest
 
 from soco_pipeline import cli
 from soco_pipeline.storage import PROJECT_ROOT
-from tests.dagster_server import write_instance_yaml
+from tests.dagster_server import VENV_BIN, write_instance_yaml
 from tests.tiny_families import tiny_family_env
 
 pytestmark = [pytest.mark.pipeline, pytest.mark.timeout(1500)]
@@ -58,8 +61,10 @@ def first(tmp_path_factory):
             mp.setenv(var, value)
         for name in ("oracle_part", "oracle_concept"):
             shutil.copy(PROJECT_ROOT / "assets" / "backbones" / f"{name}.yaml", tmp / f"{name}.yaml")
+        with (tmp / "oracle_part.yaml").open("a") as f:  # names a published model: published_comparison
+            f.write("reference: DINOv2-B/14\n")
         out = _soco_run(str(tmp / "oracle_part.yaml"), "--families", "soco,mmvm")
-        yield {"home": home, "specs": specs, "tmp": tmp, "out": out, "runs": _runs(home)}
+        yield {"home": home, "specs": specs, "tmp": tmp, "out": out, "runs": _runs(home), "storage": storage}
 
 
 def test_soco_run_adds_the_spec_evaluates_and_prints_the_summary(first):
@@ -106,3 +111,106 @@ def test_a_second_model_runs_only_its_own_partition_and_the_boards(first):
     assert "oracle_concept: headline per family" in out and "2 of 2" in out
     summary = out[out.index("Summary: one row per model") :]
     assert summary.index("| oracle_part") < summary.index("| oracle_concept")  # part oracle: higher SOC
+
+
+def test_soco_run_materializes_published_comparison_queried_as_the_docs_query_it(first):
+    """docs/results.md's query of `published_comparison`, through the console script in a fresh process."""
+    query = "select model, metric, ours, published, difference, differing_knobs from published_comparison"
+    env = {**os.environ, "SOCO_STORAGE": str(first["storage"])}
+    done = subprocess.run(
+        [str(VENV_BIN / "soco"), "sql", query + " where metric = 'soc'", "--format", "csv"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    (row,) = list(csv.DictReader(io.StringIO(done.stdout)))
+    assert (row["model"], row["metric"]) == ("oracle_part", "soc")
+    assert float(row["published"]) == pytest.approx(67.86)  # OmniProbe, S = 800 snapped (first of the ties)
+    assert float(row["difference"]) == pytest.approx(float(row["ours"]) - 67.86, abs=1e-6)
+    assert "input_size: ours nearest_multiple:480, published nearest_multiple:800" in row["differing_knobs"]
+
+
+def test_soco_run_measures_the_gap_knob_by_knob_and_prints_the_sentence(first):
+    """`published_gap` of the spec that names DINOv2-B/14: the input size re-run as a variant (its own
+    feature-cache folder), the steps adding up to the aligned run, the sentence on the card, board and page."""
+    query = (
+        "select model, metric, step, knob, ours_setting, published_setting, ours, effect, aligned, published, "
+        "reason from published_gap where model = 'oracle_part' order by metric, step"
+    )
+    env = {**os.environ, "SOCO_STORAGE": str(first["storage"])}
+    done = subprocess.run(
+        [str(VENV_BIN / "soco"), "sql", query, "--format", "csv"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    rows = list(csv.DictReader(io.StringIO(done.stdout)))
+    soc = [r for r in rows if r["metric"] == "soc"]
+    assert [(r["knob"], r["ours_setting"], r["published_setting"]) for r in soc] == [
+        ("input_size", "nearest_multiple:480", "nearest_multiple:800"),
+        ("unexplained", "", "798"),
+    ]
+    for metric in {r["metric"] for r in rows}:
+        mine = [r for r in rows if r["metric"] == metric]
+        steps = sum(float(r["effect"]) for r in mine if r["knob"] != "unexplained")
+        assert abs(steps - (float(mine[0]["aligned"]) - float(mine[0]["ours"]))) < 1e-6, metric
+        assert float(mine[-1]["effect"]) == pytest.approx(
+            float(mine[0]["published"]) - float(mine[0]["aligned"])
+        )
+    assert "an oracle" in soc[-1]["reason"] and "simulated" in soc[-1]["reason"]
+    folders = list((first["storage"] / "features" / "oracle_part").iterdir())
+    assert len(folders) == 2  # ours and the 800 variant: each its own spec hash
+    card = first["out"]
+    assert "why it differs (SOC): input 480 \u2192 800: " in card and "unexplained " in card
+    page = (first["storage"] / "report" / "index.html").read_text()
+    assert "why_it_differs" in page and "input 480 \u2192 800" in page
+
+
+def test_the_protocol_atlas_is_a_view_and_leaves_the_oracles_out(first):
+    """`protocol_atlas` after `soco run`: one row per (metric, single-knob change); both models here are oracles,
+    controls, so no ranking is compared (n_models 0, tau null), and the page shows the atlas's table."""
+    query = "select metric, knob, n_models, tau, n_flipped from protocol_atlas order by metric, knob"
+    env = {**os.environ, "SOCO_STORAGE": str(first["storage"])}
+    done = subprocess.run(
+        [str(VENV_BIN / "soco"), "sql", query, "--format", "csv"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    rows = list(csv.DictReader(io.StringIO(done.stdout)))
+    knobs = {(r["metric"], r["knob"]) for r in rows}
+    assert ("soc", "alpha 0.1 -> 0.05") in knobs and ("soc", "reduction official -> keypoint") in knobs
+    assert {r["n_models"] for r in rows} == {"0"} and {r["tau"] for r in rows} == {""}
+    page = (first["storage"] / "report" / "index.html").read_text()
+    assert '<section id="protocol-atlas">' in page
+
+
+def test_the_published_queries_of_docs_results_md_run_as_written(first):
+    """Every SQL block of docs/results.md over published_comparison, published_gap or protocol_atlas, run as
+    written through the console script on this run's results."""
+    import re
+
+    docs = (PROJECT_ROOT / "docs" / "results.md").read_text()
+    blocks = re.findall(r"```sql\n(.*?)```", docs, flags=re.S)
+    wanted = [
+        b for b in blocks if re.search(r"\b(published_comparison|published_gap|protocol_atlas|gap_note)\b", b)
+    ]
+    assert len(wanted) >= 4, wanted
+    env = {**os.environ, "SOCO_STORAGE": str(first["storage"])}
+    for block in wanted:
+        for query in [q.strip() for q in block.split(";") if q.strip()]:
+            done = subprocess.run(
+                [str(VENV_BIN / "soco"), "sql", query, "--format", "csv"],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            assert done.returncode == 0, (query, done.stderr)
+            assert len(done.stdout.strip().splitlines()) >= 2, (query, done.stdout)  # a header and rows

@@ -300,8 +300,14 @@ def build_report(settings, out_dir: str | None = None, seed: int = 0) -> str:
         )
 
     # --- beside the published figures (the models whose spec names one: evaluation/published.py)
+    comparison = _read(join(tables, "published_comparison.parquet"))
+    if (
+        comparison is not None and board is not None and "gap_note" in board.columns
+    ):  # published_gap's sentence
+        notes = board.drop_duplicates("backbone").set_index("backbone")["gap_note"]
+        comparison = comparison.assign(why_it_differs=comparison["model"].map(notes).fillna(""))
     published = page_table(
-        _read(join(tables, "published_comparison.parquet")),
+        comparison,
         [
             "model",
             "reference",
@@ -311,10 +317,42 @@ def build_report(settings, out_dir: str | None = None, seed: int = 0) -> str:
             "difference",
             "published_setting",
             "differing_knobs",
+            "why_it_differs",
         ],
         name_col="model",
         hoist=False,
     )
+
+    # --- the protocol-sensitivity atlas (analysis/protocol_atlas.py): rankings under single-knob changes
+    atlas = {"table": None, "figure": None}
+    atlas_table = _read(join(tables, "protocol_atlas.parquet"))
+    if atlas_table is not None and len(atlas_table):
+        from soco_pipeline.analysis.protocol_atlas import atlas_figure_png
+
+        atlas["table"] = page_table(
+            atlas_table,
+            [
+                "family",
+                "metric",
+                "knob",
+                "n_models",
+                "tau",
+                "tau_low",
+                "tau_high",
+                "flipped_pairs",
+                "largest_change",
+            ],
+            hoist=False,
+        )
+        if atlas_table["tau"].notna().any():
+            write_bytes_atomic(str(out / "protocol_atlas.png"), atlas_figure_png(atlas_table))
+            atlas["figure"] = _figure(
+                "protocol_atlas.png",
+                "Kendall tau between the ranking under the shipped protocol and under each single-knob change, "
+                "with 95% bootstrap CIs over the family's unit (SOCO: categories; MMVM: match types); oracles "
+                "left out (controls).",
+                "protocol sensitivity: Kendall tau per knob",
+            )
 
     # --- the families
     from soco_pipeline.report.input_notes import family_input_notes
@@ -446,6 +484,7 @@ def build_report(settings, out_dir: str | None = None, seed: int = 0) -> str:
         summary=summary,
         soco=soco,
         published=published,
+        atlas=atlas,
         families=families,
         correlation=correlation,
         correlation_note=CORRELATION_NOTE,

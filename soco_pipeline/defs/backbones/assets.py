@@ -11,6 +11,7 @@ from soco_pipeline.defs.shared.checks import (
     TableResult,
     fan_in_table,
     observable_source,
+    partition_rows,
     partition_table,
 )
 from soco_pipeline.defs.shared.executors import GPU_STEP_TAGS
@@ -314,12 +315,18 @@ def metrics(
     )
 
 
-@fan_in_table(group_name=GROUP, partitioned=["metrics", "global_metrics"], kinds={"pandas"}, code_version="4")
+@fan_in_table(
+    group_name=GROUP,
+    partitioned=["metrics", "global_metrics", "published_gap"],
+    kinds={"pandas"},
+    code_version="5",
+)
 def leaderboard(
     context: dg.AssetExecutionContext,
     soco: SocoSettings,
     metrics: dict[str, pd.DataFrame],
     global_metrics: dict[str, pd.DataFrame],
+    published_gap: dict[str, pd.DataFrame],
 ) -> TableResult:
     """One row per backbone: CC, SOC, SOC-geo, Cross-SOC, the drops, per-super-category SOC, 4-choice, at the
     protocol's headline alpha; kNN top-1 and retrieval mAP from the global_metrics partitions so far.
@@ -338,6 +345,7 @@ def leaderboard(
         soco_values,
         spec_references,
     )
+    from soco_pipeline.evaluation.published_gap import with_gap_notes
     from soco_pipeline.evaluation.stats import add_interval_columns, ci_display
     from soco_pipeline.evaluation.subsets import mark_partial, partial_display, subsets_of
 
@@ -356,6 +364,8 @@ def leaderboard(
     # the published SOC of the model a spec names (`reference:`), the difference and the knobs that differ
     refs, knobs = spec_references(soco.backbones_dir, protocol)
     board = published_columns(board, compare_to_published(soco_values(board), refs, knobs, load_published()))
+    # why it differs: the gap measured knob by knob (published_gap), one sentence per model
+    board = with_gap_notes(board, partition_rows({m: t for m, t in published_gap.items() if len(t)}))
     img = base64.b64encode(leaderboard_png(board, protocol.headline_alpha)).decode()
     return TableResult(
         board,

@@ -19,6 +19,7 @@ OPTIONAL_SUMMARIES = (
     "lvlm_leaderboard",
     "correlation",
     "published_comparison",
+    "protocol_atlas",
     "model_headlines",
     "model_summary",
 )

@@ -1,0 +1,245 @@
+"""The protocol-sensitivity atlas: how much a family's ranking of models moves when one protocol knob changes.
+
+For each family, the models on the board are ranked under the shipped protocol and under each single-knob
+change. Per knob: Kendall tau-b between the two rankings, with a percentile bootstrap CI over the family's
+sampling unit (SOCO: categories, the unit of its headline CI: one resample of categories rescores every
+model under both protocols), the pairs whose order flips, and the largest score change. Control models
+(oracles) are left out of the rank statistics.
+
+Input is long: family, metric, knob (the shipped protocol is `SHIPPED`), model, unit, value (0-100) and
+weight (a unit's weight in the model's score: 1 for an unweighted mean over units, its count for a pooled
+one). Every resample is a matrix product: counts (B x U) times values (U x models).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from soco_pipeline.analysis.bootstrap import pair_seed, resample_counts, resample_indices
+
+SHIPPED = "shipped"
+UNITS = {"soco": "category", "mmvm": "match type"}  # each family's bootstrap unit (that of its headline CI)
+ATLAS_COLUMNS = [
+    "family",
+    "metric",
+    "knob",
+    "unit",
+    "n_models",
+    "n_units",
+    "tau",
+    "tau_low",
+    "tau_high",
+    "n_flipped",
+    "flipped_pairs",
+    "largest_change_model",
+    "largest_change",
+    "models",
+]
+
+
+def kendall_tau_b(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Kendall tau-b between the columns of x and y (... x models): vectorized over leading axes; NaN when
+    one side ranks every model equal."""
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    i, j = np.triu_indices(x.shape[-1], k=1)
+    sx, sy = np.sign(x[..., i] - x[..., j]), np.sign(y[..., i] - y[..., j])
+    num = (sx * sy).sum(axis=-1)
+    den = np.sqrt((sx != 0).sum(axis=-1) * (sy != 0).sum(axis=-1).astype(np.float64))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+
+
+def flipped_pairs(models: list[str], before: np.ndarray, after: np.ndarray) -> list[str]:
+    """The pairs ordered one way under the shipped protocol and the other way after the knob change
+    ('a > b -> b > a', a ahead under the shipped protocol)."""
+    out = []
+    for i, j in zip(*np.triu_indices(len(models), k=1), strict=True):
+        s, t = np.sign(before[i] - before[j]), np.sign(after[i] - after[j])
+        if s != 0 and t != 0 and s != t:
+            a, b = (models[i], models[j]) if s > 0 else (models[j], models[i])
+            out.append(f"{a} > {b} -> {b} > {a}")
+    return out
+
+
+def _matrix(rows: pd.DataFrame, models: list[str], units: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(units x models) values and weights; a unit a model lacks has weight 0."""
+    value = rows.pivot_table(index="unit", columns="model", values="value", aggfunc="first")
+    weight = rows.pivot_table(index="unit", columns="model", values="weight", aggfunc="first")
+    value = value.reindex(index=units, columns=models)
+    weight = weight.reindex(index=units, columns=models).fillna(0.0)
+    return value.fillna(0.0).to_numpy(), weight.to_numpy()
+
+
+def _scores(counts: np.ndarray, value: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """(B x models) weighted means over the resampled units."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (counts @ (value * weight)) / (counts @ weight)
+
+
+def protocol_atlas(
+    long: pd.DataFrame,
+    controls: set[str] = frozenset(),
+    unit_names: dict[str, str] | None = None,
+    n_resamples: int = 1000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """ATLAS_COLUMNS rows, one per (family, metric, knob other than SHIPPED), over the models not in `controls`
+    that have rows under both protocols (`unit_names`: each family's unit name, UNITS by default). A knob with fewer
+    than two models has tau NaN."""
+    rows = []
+    for (family, metric), block in long.groupby(["family", "metric"], sort=True):
+        knobs = sorted(set(block["knob"]) - {SHIPPED})  # every knob has a row, even with only controls
+        block = block[~block["model"].isin(controls)]
+        shipped = block[block["knob"] == SHIPPED]
+        for knob in knobs:
+            other = block[block["knob"] == knob]
+            models = sorted(set(shipped["model"]) & set(other["model"]))
+            units = sorted(set(shipped.loc[shipped["model"].isin(models), "unit"]))
+            v0, w0 = _matrix(shipped, models, units)
+            v1, w1 = _matrix(other, models, units)
+            ones = np.ones((1, len(units)), dtype=np.float64)
+            before, after = _scores(ones, v0, w0)[0], _scores(ones, v1, w1)[0]
+            tau, lo, hi = float("nan"), float("nan"), float("nan")
+            if len(models) >= 2 and units:
+                tau = float(kendall_tau_b(before, after))
+                rng = pair_seed(seed, "protocol_atlas", family, metric, knob)
+                counts = resample_counts(resample_indices(len(units), n_resamples, rng)).astype(np.float64)
+                taus = kendall_tau_b(_scores(counts, v0, w0), _scores(counts, v1, w1))
+                ok = taus[np.isfinite(taus)]
+                if len(ok):
+                    tail = 100.0 * (1.0 - confidence) / 2.0
+                    lo, hi = (float(q) for q in np.percentile(ok, [tail, 100.0 - tail]))
+            change = after - before
+            k = int(np.nanargmax(np.abs(change))) if len(models) else -1
+            flips = flipped_pairs(models, before, after)
+            rows.append(
+                {
+                    "family": family,
+                    "metric": metric,
+                    "knob": knob,
+                    "unit": {**UNITS, **(unit_names or {})}.get(family, "unit"),
+                    "n_models": len(models),
+                    "n_units": len(units),
+                    "tau": tau,
+                    "tau_low": lo,
+                    "tau_high": hi,
+                    "n_flipped": len(flips),
+                    "flipped_pairs": "; ".join(flips),
+                    "largest_change_model": models[k] if k >= 0 else "",
+                    "largest_change": float(change[k]) if k >= 0 else float("nan"),
+                    "models": ", ".join(models),
+                }
+            )
+    return pd.DataFrame(rows, columns=ATLAS_COLUMNS)
+
+
+# SOCO's single-knob changes that the stored metrics already hold (scoring knobs: no model runs again)
+ATLAS_LEVELS = ("soc", "cc", "cross_soc")
+
+
+def soco_knob_table(metrics: pd.DataFrame, headline_alpha: float, alphas, reductions) -> pd.DataFrame:
+    """SOCO's per-category metrics as the atlas's long input: the shipped protocol (official reduction at the
+    headline alpha) and each single-knob change (another alpha; the pooled `keypoint` reduction, whose
+    categories weigh by their keypoint counts)."""
+    cat = metrics[(metrics["scope"] == "category") & metrics["metric"].isin(ATLAS_LEVELS)]
+    name = "model" if "model" in cat.columns else "backbone"
+
+    def pick(alpha: float, reduction: str, knob: str, weighted: bool) -> pd.DataFrame:
+        at = cat[((cat["alpha"] - alpha).abs() < 1e-9) & (cat["reduction"] == reduction)]
+        return pd.DataFrame(
+            {
+                "family": "soco",
+                "metric": at["metric"].to_numpy(),
+                "knob": knob,
+                "model": at[name].to_numpy(),
+                "unit": at["group"].astype(str).to_numpy(),
+                "value": at["value"].astype(float).to_numpy(),
+                "weight": at["n"].astype(float).to_numpy() if weighted else 1.0,
+            }
+        )
+
+    frames = [pick(headline_alpha, "official", SHIPPED, False)]
+    frames += [
+        pick(a, "official", f"alpha {headline_alpha:g} -> {a:g}", False)
+        for a in alphas
+        if abs(a - headline_alpha) > 1e-9
+    ]
+    if "keypoint" in reductions:
+        frames.append(pick(headline_alpha, "keypoint", "reduction official -> keypoint", True))
+    return pd.concat(frames, ignore_index=True)
+
+
+def control_models(specs_dir: str) -> set[str]:
+    """The models of a spec folder that are controls, not contenders: the oracles (`kind: oracle`)."""
+    from pathlib import Path
+
+    from soco_pipeline.backbones.spec_files import spec_kind
+
+    return {p.stem for p in Path(specs_dir).glob("*.yaml") if spec_kind(p) == "oracle"}
+
+
+def atlas_figure_png(atlas: pd.DataFrame) -> bytes:
+    """One figure: Kendall tau with its bootstrap CI per (family, metric, knob), a dot and a bar each."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from soco_pipeline.analysis.figure import figure_bytes
+
+    shown = atlas[np.isfinite(atlas["tau"].astype(float))].reset_index(drop=True)
+    fig, ax = plt.subplots(figsize=(7.5, 0.35 * max(len(shown), 3) + 1.2))
+    y = np.arange(len(shown))
+    tau = shown["tau"].astype(float).to_numpy()
+    lo = np.nan_to_num(tau - shown["tau_low"].astype(float).to_numpy())
+    hi = np.nan_to_num(shown["tau_high"].astype(float).to_numpy() - tau)
+    ax.errorbar(tau, y, xerr=[lo, hi], fmt="o", color="#1f4e79", ecolor="#7a9cc6", capsize=3)
+    ax.set_yticks(y, [f"{r.family} {r.metric}: {r.knob}" for r in shown.itertuples()])
+    ax.axvline(1.0, color="#999", lw=0.8, ls="--")
+    ax.set_xlim(-1.05, 1.05)
+    ax.invert_yaxis()
+    ax.set_xlabel("Kendall tau vs the shipped protocol's ranking (95% bootstrap CI)")
+    fig.tight_layout()
+    try:
+        return figure_bytes(fig, "png")
+    finally:
+        plt.close(fig)
+
+
+MMVM_FORCED = "none option: offered -> forced choice (items with the query)"
+
+
+def mmvm_knob_table(predictions: pd.DataFrame, method: str = "zero_shot") -> pd.DataFrame:
+    """MMVMBench's per-item outcomes (`mmvm_predictions` of every backbone, test split) as the atlas's long
+    input, per match type (the unit of its bootstrap), pooled (a unit weighs by its items): the shipped
+    protocol (the None option offered, every item) and the forced choice (the argmax alone, scored on the
+    items that hold the query: `correct_forced`)."""
+    cols = ["family", "metric", "knob", "model", "unit", "value", "weight"]
+    rows = predictions[
+        (predictions["split"] == "test") & (predictions["method"] == method) & (predictions["status"] == "ok")
+    ]
+    if rows.empty:
+        return pd.DataFrame(columns=cols)
+
+    def per_unit(frame: pd.DataFrame, outcome: str, knob: str) -> pd.DataFrame:
+        g = frame.groupby(["model", "match_type"], sort=True)[outcome].agg(["mean", "size"]).reset_index()
+        return pd.DataFrame(
+            {
+                "family": "mmvm",
+                "metric": f"accuracy/{method}",
+                "knob": knob,
+                "model": g["model"].to_numpy(),
+                "unit": g["match_type"].astype(str).to_numpy(),
+                "value": 100.0 * g["mean"].astype(float).to_numpy(),
+                "weight": g["size"].astype(float).to_numpy(),
+            }
+        )
+
+    present = rows[~rows["query_absent"].astype(bool)]
+    frames = [per_unit(rows.assign(correct=rows["correct"].astype(float)), "correct", SHIPPED)]
+    if "correct_forced" in rows.columns and len(present):
+        forced = present.assign(correct_forced=present["correct_forced"].astype(float))
+        frames.append(per_unit(forced, "correct_forced", MMVM_FORCED))
+    return pd.concat(frames, ignore_index=True)[cols]

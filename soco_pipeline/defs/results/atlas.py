@@ -1,0 +1,58 @@
+"""The protocol-sensitivity atlas (`protocol_atlas`): per family, metric and single-knob change, how far the
+ranking of the board's models moves (Kendall tau with a bootstrap CI over the family's unit, the flipped pairs, the
+largest score change); the oracles are controls, left out. Domain in analysis/protocol_atlas.py."""
+
+import base64
+
+import dagster as dg
+import pandas as pd
+
+from soco_pipeline.defs.results.assets import GROUP
+from soco_pipeline.defs.shared.checks import TableResult, fan_in_table, partition_rows
+from soco_pipeline.defs.shared.resources import SocoSettings
+
+
+@fan_in_table(
+    group_name=GROUP, partitioned=["metrics", "mmvm_predictions"], kinds={"pandas"}, code_version="1"
+)
+def protocol_atlas(
+    soco: SocoSettings, metrics: dict[str, pd.DataFrame], mmvm_predictions: dict[str, pd.DataFrame]
+) -> TableResult:
+    """Rankings under the shipped protocol against each single-knob change that re-scores stored outputs
+    (SOCO: another alpha, the pooled reduction; MMVM: the forced choice): tau [CI], flipped pairs, the
+    largest change."""
+    from soco_pipeline.analysis.protocol_atlas import (
+        atlas_figure_png,
+        control_models,
+        mmvm_knob_table,
+        soco_knob_table,
+    )
+    from soco_pipeline.analysis.protocol_atlas import (
+        protocol_atlas as build_atlas,
+    )
+
+    protocol = soco.protocol()
+    frames = []
+    if metrics:
+        frames.append(
+            soco_knob_table(
+                partition_rows(metrics), protocol.headline_alpha, protocol.alphas, protocol.reductions
+            )
+        )
+    mmvm = [t for t in mmvm_predictions.values() if len(t)]
+    if mmvm:
+        frames.append(mmvm_knob_table(pd.concat(mmvm, ignore_index=True)))
+    frames = [f for f in frames if len(f)]
+    long = (
+        pd.concat(frames, ignore_index=True)
+        if frames
+        else pd.DataFrame(columns=["family", "metric", "knob", "model", "unit", "value", "weight"])
+    )
+    atlas = build_atlas(long, control_models(soco.backbones_dir), seed=soco.seed)
+    meta = {"rows": len(atlas), "flips": int(atlas["n_flipped"].sum()) if len(atlas) else 0}
+    if len(atlas):
+        cols = ["family", "metric", "knob", "n_models", "tau", "tau_low", "tau_high", "n_flipped"]
+        meta["atlas"] = dg.MetadataValue.md(atlas[cols].round(3).to_markdown(index=False))
+        img = base64.b64encode(atlas_figure_png(atlas)).decode()
+        meta["figure"] = dg.MetadataValue.md(f"![protocol atlas](data:image/png;base64,{img})")
+    return TableResult(atlas, meta)

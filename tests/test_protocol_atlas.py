@@ -1,0 +1,98 @@
+"""The protocol-sensitivity atlas (issue 55): a board whose ranking flips under one knob reports the flip, its
+Kendall tau and CI; a knob that keeps the order reports tau 1 and no flip; the oracles are left out."""
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.stats import kendalltau
+
+from soco_pipeline.analysis.protocol_atlas import (
+    MMVM_FORCED,
+    atlas_figure_png,
+    kendall_tau_b,
+    mmvm_knob_table,
+    protocol_atlas,
+    soco_knob_table,
+)
+from soco_pipeline.evaluation.metrics import METRIC_COLUMNS
+
+pytestmark = pytest.mark.unit
+
+CATEGORIES = [f"cat{i}" for i in range(8)]
+# SOC per alpha: A leads B at the headline alpha 0.1 and at 0.15, B leads A at 0.05; C trails; the oracle is
+# perfect everywhere (a control: it must not enter the ranking)
+SOC = {
+    "model_a": {0.05: 30.0, 0.1: 60.0, 0.15: 70.0},
+    "model_b": {0.05: 40.0, 0.1: 50.0, 0.15: 65.0},
+    "model_c": {0.05: 10.0, 0.1: 20.0, 0.15: 30.0},
+    "oracle_part": {0.05: 100.0, 0.1: 100.0, 0.15: 100.0},
+}
+
+
+def _metrics() -> pd.DataFrame:
+    rows = []
+    for model, by_alpha in SOC.items():
+        for alpha, value in by_alpha.items():
+            for i, cat in enumerate(CATEGORIES):
+                v = value + (i % 3 - 1)  # +-1 across categories: the order holds in every resample
+                for reduction in ("official", "keypoint"):
+                    rows.append([model, "soc", alpha, reduction, "category", cat, v, 10 + i])
+    return pd.DataFrame(rows, columns=METRIC_COLUMNS)
+
+
+def test_a_ranking_that_flips_under_one_knob_reports_the_flip():
+    long = soco_knob_table(_metrics(), 0.1, (0.05, 0.1, 0.15), ("official", "keypoint"))
+    atlas = protocol_atlas(long, controls={"oracle_part"}, n_resamples=200, seed=0).set_index("knob")
+    assert set(atlas.index) == {"alpha 0.1 -> 0.05", "alpha 0.1 -> 0.15", "reduction official -> keypoint"}
+    flip = atlas.loc["alpha 0.1 -> 0.05"]
+    assert flip["n_models"] == 3 and flip["n_units"] == len(CATEGORIES)
+    assert "oracle_part" not in flip["models"]
+    assert flip["n_flipped"] == 1 and flip["flipped_pairs"] == "model_a > model_b -> model_b > model_a"
+    assert flip["tau"] == pytest.approx(1 / 3)  # one discordant pair of three
+    assert flip["tau_low"] <= flip["tau"] <= flip["tau_high"]
+    assert flip["largest_change_model"] == "model_a" and flip["largest_change"] == pytest.approx(-30.0)
+    for knob in ("alpha 0.1 -> 0.15", "reduction official -> keypoint"):
+        same = atlas.loc[knob]
+        assert same["n_flipped"] == 0 and same["flipped_pairs"] == ""
+        assert same["tau"] == pytest.approx(1.0) and same["tau_low"] == pytest.approx(1.0)
+    assert atlas_figure_png(atlas.reset_index()).startswith(b"\x89PNG")
+
+
+def test_kendall_tau_b_matches_scipy_with_ties():
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        x, y = rng.integers(0, 4, 7).astype(float), rng.integers(0, 4, 7).astype(float)
+        expected = kendalltau(x, y).statistic
+        got = float(kendall_tau_b(x, y))
+        assert (np.isnan(expected) and np.isnan(got)) or got == pytest.approx(expected)
+
+
+def _mmvm_rows(model: str, with_none: list[bool], forced: list[bool], absent: list[bool]) -> pd.DataFrame:
+    n = len(with_none)
+    return pd.DataFrame(
+        {
+            "model": model,
+            "method": "zero_shot",
+            "split": "test",
+            "status": "ok",
+            "item_id": [f"i{k}" for k in range(n)],
+            "match_type": [f"[{k % 3}]" for k in range(n)],  # three match types: the bootstrap unit
+            "query_absent": absent,
+            "correct": with_none,
+            "correct_forced": forced,
+        }
+    )
+
+
+def test_mmvm_forced_choice_flip_is_reported_per_match_type():
+    # x: right on every item with the None option, but its forced argmax is wrong on half the present items;
+    # y: wrong on the absent items (never says None), right on every forced choice
+    absent = [k % 2 == 1 for k in range(12)]
+    x = _mmvm_rows("x", [True] * 12, [k % 4 == 0 for k in range(12)], absent)
+    y = _mmvm_rows("y", [not a for a in absent], [True] * 12, absent)
+    long = mmvm_knob_table(pd.concat([x, y], ignore_index=True))
+    assert set(long["knob"]) == {"shipped", MMVM_FORCED} and set(long["unit"]) == {"[0]", "[1]", "[2]"}
+    row = protocol_atlas(long, n_resamples=100).iloc[0]
+    assert (row["family"], row["metric"], row["unit"]) == ("mmvm", "accuracy/zero_shot", "match type")
+    assert row["flipped_pairs"] == "x > y -> y > x" and row["tau"] == pytest.approx(-1.0)
+    assert row["largest_change_model"] == "x" and row["largest_change"] == pytest.approx(-50.0)
