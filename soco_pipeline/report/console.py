@@ -100,8 +100,8 @@ def _decimals(values: pd.Series) -> int:
 
 def column_text(col: pd.Series) -> list[str]:
     """A column's cells as text (NaN/None -> n/a, floats with the column's decimals, bools yes/no)."""
-    if pd.api.types.is_bool_dtype(col):
-        return ["yes" if v else "no" for v in col]
+    if pd.api.types.is_bool_dtype(col):  # nullable ("boolean"): a not-applicable row's <NA> reads n/a
+        return [NA if pd.isna(v) else "yes" if v else "no" for v in col]
     if pd.api.types.is_float_dtype(col):
         if _is_p_column(str(col.name)):
             return [format_p(v) for v in col]
