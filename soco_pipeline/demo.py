@@ -425,13 +425,14 @@ def run_demo(
 def headlines(settings, tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
     """The long headline table of every model: the `model_headlines` table of the results database, or
     (before that table exists) one built from the boards in `tables`."""
+    from soco_pipeline.evaluation.roles import spec_roles
     from soco_pipeline.report.console import headlines_from_boards
     from soco_pipeline.results_db import ResultsError, query
 
     try:
         return query(settings.duckdb_path, "SELECT * FROM model_headlines", settings.tables_root)
     except (ResultsError, FileNotFoundError, ValueError, RuntimeError):
-        return headlines_from_boards(tables)
+        return headlines_from_boards(tables, spec_roles(settings.backbones_dir, settings.lvlms_dir))
 
 
 def where_the_tables_are(settings) -> list[str]:

@@ -235,18 +235,31 @@ def _ci_text(value: float, lo: float, hi: float) -> str:
     return f"{value:.1f}" if pd.isna(lo) or pd.isna(hi) else f"{value:.1f} [{lo:.1f}, {hi:.1f}]"
 
 
+ROLE_MARK = {"control": " (control)", "ceiling": " (ceiling)"}  # evaluation/roles.py: checks, not models
+
+
+def _role(h: pd.DataFrame) -> pd.Series:
+    """Each headline row's role (model | control | ceiling); a table stored before roles existed: model."""
+    return h["role"].fillna("model").astype(str) if "role" in h.columns else pd.Series("model", index=h.index)
+
+
 def with_ranks(headlines: pd.DataFrame) -> pd.DataFrame:
-    """The long headline table with `rank` (1 = best value) and `of` (models ranked) per (family, metric)."""
+    """The long headline table with `rank` (1 = best value) and `of` (models ranked) per family, among the
+    models only (controls and ceilings get no rank), whatever method each model's headline names."""
     h = headlines.copy()
-    h["rank"] = h.groupby(["family", "metric"])["value"].rank(ascending=False, method="min")
-    h["of"] = h.groupby(["family", "metric"])["value"].transform("count")
+    h["role"] = _role(h)
+    models = h[h["role"] == "model"]
+    h["rank"] = models.groupby("family")["value"].rank(ascending=False, method="min").reindex(h.index)
+    h["of"] = h["family"].map(models.groupby("family")["value"].count()).where(h["role"] == "model")
     return h
 
 
 def summary_frame(headlines: pd.DataFrame) -> pd.DataFrame:
     """One row per model, one column per family (value [95% CI] of its headline; `headline_metrics` names
-    each), from the long `model_headlines` shape; a model a family has no row for reads n/a."""
+    each), from the long `model_headlines` shape; a model a family has no row for reads n/a. The models come
+    first; controls and ceilings (evaluation/roles.py) follow, their names marked `(control)` / `(ceiling)`."""
     h = headlines.copy()
+    h["role"] = _role(h)
     h["label"] = h["family"].astype(str)
     h["text"] = [_ci_text(v, lo, hi) for v, lo, hi in zip(h["value"], h["ci_low"], h["ci_high"], strict=True)]
     first = h["family"].map(lambda f: (f != "soco", f))  # SOCO's headline first, then the families by name
@@ -254,12 +267,23 @@ def summary_frame(headlines: pd.DataFrame) -> pd.DataFrame:
     wide = h.pivot_table(index="model", columns="label", values="text", aggfunc="first").reindex(
         columns=order
     )
-    # rows by the first column's headline (SOCO's when present), then the best of the others
+    # models first, then controls, then ceilings; each by the first column's headline (SOCO's when
+    # present), then the best of the others
     first_col = (
         h[h["label"] == order[0]].groupby("model")["value"].first() if order else pd.Series(dtype=float)
     )
-    key = pd.DataFrame({"first": first_col.reindex(wide.index), "best": h.groupby("model")["value"].max()})
-    wide = wide.loc[key.sort_values(["first", "best"], ascending=False, na_position="last").index]
+    check = h.assign(_c=h["role"].map({"model": 0, "control": 1, "ceiling": 2})).groupby("model")["_c"].max()
+    key = pd.DataFrame(
+        {
+            "check": check.reindex(wide.index),
+            "first": first_col.reindex(wide.index),
+            "best": h.groupby("model")["value"].max(),
+        }
+    )
+    key = key.sort_values(["check", "first", "best"], ascending=[True, False, False], na_position="last")
+    wide = wide.loc[key.index]
+    marks = key["check"].map({1: ROLE_MARK["control"], 2: ROLE_MARK["ceiling"]}).fillna("")
+    wide.index = pd.Index(key.index + marks, name="model")
     return wide.reset_index().rename_axis(columns=None).fillna(NA)
 
 
@@ -290,6 +314,10 @@ def summary_text(headlines: pd.DataFrame, width: int = WIDTH, where: Sequence[st
         if len(when):
             notes.append(f"materialized {when.min():%Y-%m-%d %H:%M} to {when.max():%Y-%m-%d %H:%M} UTC")
     notes.insert(0, "headlines: " + headline_metrics(headlines))
+    if (_role(headlines) != "model").any():
+        from soco_pipeline.evaluation.roles import ROLE_NOTE
+
+        notes.insert(1, ROLE_NOTE)
     title = "Summary: one row per model, each family's headline (0-100) with its 95% CI"
     table = console_table(
         summary_frame(headlines),
@@ -302,7 +330,8 @@ def summary_text(headlines: pd.DataFrame, width: int = WIDTH, where: Sequence[st
 
 
 def model_card(headlines: pd.DataFrame, model: str, width: int = WIDTH) -> str:
-    """One model's headline per family with its CI and rank among the models of that family."""
+    """One model's headline per family with its CI and rank among the models with a headline in that family
+    (a control or ceiling is named so, not ranked)."""
     h = with_ranks(headlines)
     mine = h[h["model"] == model]
     if mine.empty:
@@ -316,8 +345,8 @@ def model_card(headlines: pd.DataFrame, model: str, width: int = WIDTH) -> str:
                 for v, lo, hi in zip(mine["value"], mine["ci_low"], mine["ci_high"], strict=True)
             ],
             "rank": [
-                NA if pd.isna(r) else f"{int(r)} of {int(o)}"
-                for r, o in zip(mine["rank"], mine["of"], strict=True)
+                f"{role}, not ranked" if role != "model" else NA if pd.isna(r) else f"{int(r)} of {int(o)}"
+                for r, o, role in zip(mine["rank"], mine["of"], mine["role"], strict=True)
             ],
             "n": mine["n"].astype("Int64") if "n" in mine.columns else NA,
             "simulated data": mine["simulated"].fillna(False).astype(bool),
@@ -326,9 +355,12 @@ def model_card(headlines: pd.DataFrame, model: str, width: int = WIDTH) -> str:
     return console_table(card, f"{model}: headline per family", width=width)
 
 
-def headlines_from_boards(boards: dict[str, pd.DataFrame]) -> pd.DataFrame:
+def headlines_from_boards(
+    boards: dict[str, pd.DataFrame], roles: dict[str, str] | None = None
+) -> pd.DataFrame:
     """A long headline table (the `model_headlines` shape) from family boards, for when that table is not
-    materialized: each family's HEADLINE_METRIC per model (its best method), CIs where the board has them."""
+    materialized: each family's HEADLINE_METRIC per model (its best method), CIs where the board has them;
+    `roles`: {model: control | ceiling} (evaluation/roles.py spec_roles), the others are models."""
     rows = []
     for family, board in boards.items():
         metric = HEADLINE_METRIC.get(family)
@@ -353,8 +385,20 @@ def headlines_from_boards(boards: dict[str, pd.DataFrame]) -> pd.DataFrame:
                     "n": b["n_items"] if "n_items" in b.columns else np.nan,
                     "simulated": sim,
                     "materialized_at": pd.NaT,
+                    "role": b[name].astype(str).map(roles or {}).fillna("model"),
                 }
             )
         )
-    cols = ["model", "family", "metric", "value", "ci_low", "ci_high", "n", "simulated", "materialized_at"]
+    cols = [
+        "model",
+        "family",
+        "metric",
+        "value",
+        "ci_low",
+        "ci_high",
+        "n",
+        "simulated",
+        "materialized_at",
+        "role",
+    ]
     return pd.concat(rows, ignore_index=True)[cols] if rows else pd.DataFrame(columns=cols)

@@ -250,12 +250,12 @@ CORRELATION_NOTE = (
 )
 
 
-def _headlines(tables: str, boards: dict[str, pd.DataFrame]) -> pd.DataFrame:
-    """The model_headlines table when materialized, else one built from the boards."""
+def _headlines(tables: str, boards: dict[str, pd.DataFrame], roles: dict[str, str]) -> pd.DataFrame:
+    """The model_headlines table when materialized, else one built from the boards (`roles`: the checks)."""
     from soco_pipeline.report.console import headlines_from_boards
 
     stored = _read(join(tables, "model_headlines.parquet"))
-    return stored if stored is not None else headlines_from_boards(boards)
+    return stored if stored is not None else headlines_from_boards(boards, roles)
 
 
 def build_report(settings, out_dir: str | None = None, seed: int = 0) -> str:
@@ -263,6 +263,7 @@ def build_report(settings, out_dir: str | None = None, seed: int = 0) -> str:
     import datetime as dt
 
     from soco_pipeline.analysis.leaderboard import console_board
+    from soco_pipeline.evaluation.roles import ROLE_NOTE, spec_roles
     from soco_pipeline.report.console import headline_columns, summary_frame
 
     root = settings.storage_root
@@ -367,8 +368,10 @@ def build_report(settings, out_dir: str | None = None, seed: int = 0) -> str:
         families.append(fam)
 
     # --- summary
-    heads = _headlines(tables, boards)
+    heads = _headlines(tables, boards, spec_roles(settings.backbones_dir, settings.lvlms_dir))
     summary = page_table(summary_frame(heads), name_col="model") if len(heads) else None
+    checks = len(heads) and "role" in heads.columns and (heads["role"].fillna("model") != "model").any()
+    summary_roles = ROLE_NOTE if checks else ""
 
     # --- correlation figure (published OmniProbe figures)
     correlation = []
@@ -442,6 +445,7 @@ def build_report(settings, out_dir: str | None = None, seed: int = 0) -> str:
     html = _template().render(
         header=header,
         summary=summary,
+        summary_roles=summary_roles,
         soco=soco,
         published=published,
         families=families,

@@ -64,6 +64,8 @@ FAMILY = Family(
         best_of="method",
         half_width="ooo_err",
         simulated=True,
+        control="model == 'pixels'",  # the pixel baselines (random, constant, L2, SSIM) are no model
+        ceiling="model == 'pixels' and method == 'oracle'",  # the aspect-distance oracle: TPIPS's ceiling
     ),
 )
 GROUP, CODE_VERSION = FAMILY.name, FAMILY.code_version
