@@ -77,7 +77,10 @@ def demo_job(name: str, keys: list[str], overrides: dict | None = None) -> dg.Jo
     job = dg.define_asset_job(
         name, selection=dg.AssetSelection.assets(*[dg.AssetKey.from_user_string(k) for k in keys])
     )
-    defs = dg.Definitions.merge(build_definitions(**(overrides or {})), dg.Definitions(jobs=[job]))
+    from soco_pipeline.run_console import soco_console  # Dagster's console lines less its notes
+
+    mine = dg.Definitions(jobs=[job], loggers={"console": soco_console})
+    defs = dg.Definitions.merge(build_definitions(**(overrides or {})), mine)
     return defs.resolve_job_def(name)
 
 

@@ -21,11 +21,13 @@ pytestmark = [pytest.mark.pipeline, pytest.mark.timeout(1500)]
 
 
 def _soco_run(*args: str) -> str:
-    """`soco run ARGS` in this process; its standard output (it must exit 0)."""
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
+    """`soco run ARGS` in this process; its standard output (it must exit 0, with no Dagster WARNING line on
+    standard error: run_console.py keeps Dagster's notes in the run's log)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = cli.main(["run", *args])
-    assert code == 0, out.getvalue()[-3000:]
+    assert code == 0, out.getvalue()[-3000:] + err.getvalue()[-3000:]
+    assert "WARNING" not in out.getvalue() + err.getvalue(), err.getvalue()[-3000:]
     return out.getvalue()
 
 
