@@ -122,18 +122,20 @@ def test_model_summary_one_row_per_model_one_column_per_family():
 def test_controls_and_ceilings_are_marked_by_spec_kind_and_by_the_tpips_headline(tmp_path):
     """The spec folders mark the oracle backbone (kind `oracle`) and the loopback answerers; TPIPS's own
     Headline marks its `pixels` rows: a ceiling when the aspect oracle is their best method, else a control."""
-    from soco_pipeline.evaluation.roles import spec_roles
+    from soco_pipeline.evaluation.roles import demo_lvlm_specs, spec_roles
     from soco_pipeline.storage import PROJECT_ROOT
 
-    lvlms = tmp_path / "lvlms"
-    lvlms.mkdir()
+    lvlms = demo_lvlm_specs(tmp_path)  # where `make demo` writes the loopback answerers' specs
+    lvlms.mkdir(parents=True)
     for name in ("loopback_oracle", "loopback_random"):
         text = (PROJECT_ROOT / "assets" / "lvlm_demo" / f"{name}.yaml").read_text()
         (lvlms / f"{name}.yaml").write_text(text.replace("@LOOPBACK_URL@", "http://127.0.0.1:4321/v1"))
     (lvlms / "tiny_vlm.yaml").write_text(
         "backend: openai\nmodel: oracle\nbase_url: https://api.example.org/v1\n"
     )
-    roles = spec_roles(PROJECT_ROOT / "assets" / "backbones", lvlms)
+    (tmp_path / "lvlms").mkdir()
+    (tmp_path / "lvlms" / "tiny_vlm.yaml").write_bytes((lvlms / "tiny_vlm.yaml").read_bytes())
+    roles = spec_roles(PROJECT_ROOT / "assets" / "backbones", tmp_path / "lvlms", tmp_path)
     assert roles == {
         "oracle_concept": "ceiling",
         "oracle_part": "ceiling",

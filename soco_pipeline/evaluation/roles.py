@@ -44,16 +44,24 @@ def lvlm_role(spec: dict) -> str:
     return LOOPBACK_ROLES.get(model, "model") if spec.get("backend") == "openai" and local else "model"
 
 
-def spec_roles(backbones_dir: str | Path | None, lvlms_dir: str | Path | None) -> dict[str, str]:
-    """{spec name: role} for the spec files that are checks (kind `oracle`; the loopback answerers); a name
-    not in it is a model."""
+def demo_lvlm_specs(storage_root: str | Path) -> Path:
+    """Where `make demo` writes the loopback answerers' specs (demo_lvlm.py), outside the LVLM spec folder."""
+    return Path(storage_root) / "lvlm" / "demo_specs"
+
+
+def spec_roles(
+    backbones_dir: str | Path | None, lvlms_dir: str | Path | None, storage_root: str | Path | None = None
+) -> dict[str, str]:
+    """{spec name: role} for the spec files that are checks (kind `oracle`; the loopback answerers, in
+    `lvlms_dir` or, given `storage_root`, the demo's folder of them); a name not in it is a model."""
     out: dict[str, str] = {}
     if backbones_dir and Path(backbones_dir).is_dir():
         for path in sorted(Path(backbones_dir).glob("*.yaml")):
             if _yaml(path).get("kind") in CEILING_KINDS:
                 out[path.stem] = "ceiling"
-    if lvlms_dir and Path(lvlms_dir).is_dir():
-        for path in sorted(Path(lvlms_dir).glob("*.yaml")):
+    folders = [lvlms_dir, demo_lvlm_specs(storage_root) if storage_root else None]
+    for folder in [Path(f) for f in folders if f and Path(f).is_dir()]:
+        for path in sorted(folder.glob("*.yaml")):
             role = lvlm_role(_yaml(path))
             if role != "model":
                 out[path.stem] = role

@@ -368,7 +368,7 @@ def build_report(settings, out_dir: str | None = None, seed: int = 0) -> str:
         families.append(fam)
 
     # --- summary
-    heads = _headlines(tables, boards, spec_roles(settings.backbones_dir, settings.lvlms_dir))
+    heads = _headlines(tables, boards, spec_roles(settings.backbones_dir, settings.lvlms_dir, root))
     summary = page_table(summary_frame(heads), name_col="model") if len(heads) else None
     checks = len(heads) and "role" in heads.columns and (heads["role"].fillna("model") != "model").any()
     summary_roles = ROLE_NOTE if checks else ""

@@ -71,7 +71,7 @@ def headline_assets(headlines: tuple[Headline, ...]) -> list[dg.AssetsDefinition
         from soco_pipeline.evaluation.roles import spec_roles
 
         when = {b: latest_materialization(context.instance, b) for b in boards}
-        roles = spec_roles(soco.backbones_dir, soco.lvlms_dir)
+        roles = spec_roles(soco.backbones_dir, soco.lvlms_dir, soco.storage_root)
         long = build(tables, when, headlines, embedded=soco.source == "embedded", roles=roles)
         return TableResult(
             long,
