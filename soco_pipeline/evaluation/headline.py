@@ -89,6 +89,8 @@ CORE_HEADLINES: tuple[Headline, ...] = (
         values=("vis_average",),
         label="4-choice accuracy, Vis. setting",
         where="kind == 'evaluated'",
+        ci_low="vis_average_ci95_lo",  # bootstrap over categories, as SOCO's
+        ci_high="vis_average_ci95_hi",
         simulated=EMBEDDED_SOURCE,
     ),
 )
