@@ -98,23 +98,29 @@ def _decimals(values: pd.Series) -> int:
     return 3 if float(finite.abs().max()) <= 1.0 else 1
 
 
-def column_text(col: pd.Series) -> list[str]:
-    """A column's cells as text (NaN/None -> n/a, floats with the column's decimals, bools yes/no)."""
+def _missing(v) -> bool:
+    """True for None, NaN, NaT and pd.NA (not for lists or arrays, whose `isna` is elementwise)."""
+    return v is None or (np.ndim(v) == 0 and not isinstance(v, str) and bool(pd.isna(v)))
+
+
+def column_text(col: pd.Series, decimals: int | None = None) -> list[str]:
+    """A column's cells as text (NaN/None/NaT -> n/a, floats with the column's decimals or `decimals`, bools
+    yes/no)."""
     if pd.api.types.is_bool_dtype(col):  # nullable ("boolean"): a not-applicable row's <NA> reads n/a
         return [NA if pd.isna(v) else "yes" if v else "no" for v in col]
     if pd.api.types.is_float_dtype(col):
-        if _is_p_column(str(col.name)):
+        if _is_p_column(str(col.name)) and decimals is None:
             return [format_p(v) for v in col]
-        d = _decimals(col.astype(float))
+        d = _decimals(col.astype(float)) if decimals is None else decimals
         return [NA if pd.isna(v) else f"{v:.{d}f}" for v in col]
     if pd.api.types.is_integer_dtype(col):
         return [NA if pd.isna(v) else str(int(v)) for v in col]
     out = []
     for v in col:
-        if v is None or (isinstance(v, float) and math.isnan(v)):
+        if _missing(v):
             out.append(NA)
         elif isinstance(v, float):
-            out.append(f"{v:.1f}")
+            out.append(f"{v:.{1 if decimals is None else decimals}f}")
         else:
             out.append(str(v).replace("\n", " "))
     return out
@@ -155,12 +161,13 @@ def console_table(
     full: str | None = None,
     na_reason: str = "no value for this row (not measured, or not applicable to the model's kind)",
     notes: Sequence[str] = (),
+    decimals: int | None = None,
 ) -> str:
     """`df` as a table whose every line fits `width` columns, with its notes; see the module docstring.
 
     `columns`: the ones to show (those present, in this order; default all); `full`: where the full table
     is (named when columns are left out); `notes`: lines printed above the table (e.g. the board's input
-    policy)."""
+    policy); `decimals`: every float with this many (default: by the column's scale)."""
     notes = list(notes)
     if df is None or df.empty:
         lines = ([title, ""] if title else []) + ["(no rows yet)"]
@@ -183,7 +190,7 @@ def console_table(
                 k = numbered.setdefault(f"{col}: {v}", len(numbered) + 1)
                 markers[i].append(f"[{k}]")
     shown = [c for c in shown if c not in NOTE_COLUMNS]
-    cells = {c: column_text(df[c]) for c in shown}
+    cells = {c: column_text(df[c], decimals) for c in shown}
     if name in cells:
         cells[name] = [" ".join([n, *m]) for n, m in zip(cells[name], markers, strict=True)]
     notes += [f"[{k}] {text}" for text, k in numbered.items()]
@@ -210,13 +217,41 @@ def console_table(
     if max(map(len, table)) > width:  # one column still too wide: cut the name cells too
         table = [_cut(line, width) for line in table]
     if dropped:
-        notes.append(
-            f"not shown (too wide): {', '.join(dropped)}" + (f"; all columns: {full}" if full else "")
-        )
+        named = ", ".join(dropped[:12]) + (f" and {len(dropped) - 12} more" if len(dropped) > 12 else "")
+        notes.append(f"not shown (too wide): {named}" + (f"; all columns: {full}" if full else ""))
     head = [*_wrap(title, width), ""] if title else []
     above = [line for n in notes if not n.startswith(("[", NA, "not shown")) for line in _wrap(n, width)]
     below = [line for n in notes if n.startswith(("[", NA, "not shown")) for line in _wrap(n, width)]
     return "\n".join([*head, *above, *table, *below]) + "\n"
+
+
+def records_text(
+    df: pd.DataFrame, title: str | None = None, width: int = WIDTH, decimals: int | None = None
+) -> str:
+    """`df` as a list, one block per row (`[k] first column: value`, then `  column: value` wrapped to
+    `width`): for rows of prose (findings, claims) that a table would cut to 28 characters."""
+    if df is None or df.empty:
+        return console_table(pd.DataFrame(), title, width=width)
+    df = df.reset_index(drop=True)
+    cells = {c: column_text(df[c], decimals) for c in df.columns}
+    first, *rest = list(df.columns)
+    lines = [*_wrap(title, width), ""] if title else []
+    for i in range(len(df)):
+        lines += _wrap(f"[{i + 1}] {first}: {cells[first][i]}", width)
+        for c in rest:
+            lines += textwrap.wrap(
+                f"{c}: {cells[c][i]}", width, initial_indent="    ", subsequent_indent="      "
+            ) or [""]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def is_prose(df: pd.DataFrame, longest: int = 40) -> bool:
+    """True when a text column that is no note column (NOTE_COLUMNS print once above a table, or as numbered
+    notes) holds a cell longer than `longest` characters (a claim): such rows read better as `records_text`
+    than as a table cut to fit."""
+    text = [c for c in df.columns if df[c].dtype == object and c not in NOTE_COLUMNS]  # notes print once
+    return any(df[c].astype(str).str.len().max() > longest for c in text) if len(df) else False
 
 
 def headline_columns(family: str, board: pd.DataFrame) -> list[str]:
