@@ -446,7 +446,8 @@ def where_the_tables_are(settings) -> list[str]:
         "full boards: .venv/bin/soco leaderboard --family soco|mmvm|fgbmk|tpips|lvlm [--columns ...] "
         "[--format csv|json|markdown]",
         f'SQL: .venv/bin/soco sql "select * from model_summary" (DuckDB file {settings.duckdb_path})',
-        f"results page: {settings.storage_root}/report/index.html (.venv/bin/soco report --serve)",
+        f"results page: {settings.storage_root}/report/index.html (.venv/bin/soco report --serve); as one file "
+        f"with its images inlined: {settings.storage_root}/report.html",
     ]
 
 
