@@ -22,7 +22,10 @@ def _print_df(df: pd.DataFrame, fmt: str = "table") -> None:
 
 def cmd_sql(args: argparse.Namespace, settings: Settings) -> int:
     """Run a SQL query against storage/results.duckdb and print the rows (table, csv, json or markdown)."""
-    _print_df(query(settings.duckdb_path, args.query, settings.tables_root), args.format)
+    from soco_pipeline.report.formats import format_query
+
+    rows = query(settings.duckdb_path, args.query, settings.tables_root)
+    print(format_query(rows, args.format, args.round), end="")
     return 0
 
 
@@ -172,7 +175,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--format",
         choices=["table", "csv", "json", "markdown"],
         default="table",
-        help="output format (default: an aligned text table)",
+        help="output format (default: a table in 120 columns, or one block per row for rows of prose)",
+    )
+    s.add_argument(
+        "--round", type=int, default=None, metavar="N", help="round every float to N decimals (every format)"
     )
     s.set_defaults(func=cmd_sql)
     s = sub.add_parser("leaderboard", help="print a family's board (default: SOCO's headline columns)")

@@ -80,7 +80,10 @@ def demo_job(name: str, keys: list[str], overrides: dict | None = None) -> dg.Jo
     job = dg.define_asset_job(
         name, selection=dg.AssetSelection.assets(*[dg.AssetKey.from_user_string(k) for k in keys])
     )
-    defs = dg.Definitions.merge(build_definitions(**(overrides or {})), dg.Definitions(jobs=[job]))
+    from soco_pipeline.run_console import soco_console  # Dagster's console lines less its notes
+
+    mine = dg.Definitions(jobs=[job], loggers={"console": soco_console})
+    defs = dg.Definitions.merge(build_definitions(**(overrides or {})), mine)
     return defs.resolve_job_def(name)
 
 
@@ -428,13 +431,16 @@ def run_demo(
 def headlines(settings, tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
     """The long headline table of every model: the `model_headlines` table of the results database, or
     (before that table exists) one built from the boards in `tables`."""
+    from soco_pipeline.evaluation.roles import spec_roles
     from soco_pipeline.report.console import headlines_from_boards
     from soco_pipeline.results_db import ResultsError, query
 
     try:
         return query(settings.duckdb_path, "SELECT * FROM model_headlines", settings.tables_root)
     except (ResultsError, FileNotFoundError, ValueError, RuntimeError):
-        return headlines_from_boards(tables)
+        return headlines_from_boards(
+            tables, spec_roles(settings.backbones_dir, settings.lvlms_dir, settings.storage_root)
+        )
 
 
 def where_the_tables_are(settings) -> list[str]:
@@ -443,7 +449,8 @@ def where_the_tables_are(settings) -> list[str]:
         "full boards: .venv/bin/soco leaderboard --family soco|mmvm|fgbmk|tpips|lvlm [--columns ...] "
         "[--format csv|json|markdown]",
         f'SQL: .venv/bin/soco sql "select * from model_summary" (DuckDB file {settings.duckdb_path})',
-        f"results page: {settings.storage_root}/report/index.html (.venv/bin/soco report --serve)",
+        f"results page: {settings.storage_root}/report/index.html (.venv/bin/soco report --serve); as one file "
+        f"with its images inlined: {settings.storage_root}/report.html",
     ]
 
 

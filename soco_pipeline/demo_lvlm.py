@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 
 import dagster as dg
 import pandas as pd
@@ -28,11 +27,12 @@ def run_lvlm_demo(instance: dg.DagsterInstance, log=print, **overrides) -> pd.Da
     """Evaluate the loopback answerers through Dagster and return the LVLM leaderboard table."""
     from soco_pipeline.defs.definitions import build_definitions
     from soco_pipeline.defs.shared.resources import SocoSettings
+    from soco_pipeline.evaluation.roles import demo_lvlm_specs
     from soco_pipeline.lvlm.loopback import loopback_answerers
     from soco_pipeline.storage import join, read_parquet
 
     settings = SocoSettings(**overrides).settings()
-    specs_dir = Path(settings.storage_root) / "lvlm" / "demo_specs"
+    specs_dir = demo_lvlm_specs(settings.storage_root)  # the summary reads their roles there
     with loopback_answerers(settings.tables_root, specs_dir, seed=settings.seed) as lb:
         defs = build_definitions(**{**overrides, "lvlms_dir": str(specs_dir)})
         known = set(instance.get_dynamic_partitions("lvlms"))

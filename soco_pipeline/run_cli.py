@@ -55,10 +55,9 @@ def is_lvlm_spec(path: Path) -> bool:
 def add_spec(src: Path, settings: Settings, weights: bool = True, force: bool = False) -> Added:
     """Validate `src` and copy it into the backbones (or LVLM) folder; the same file already there is kept
     as it is (its mtime decides what is cached), a different one is replaced only with `force`."""
-    if not src.is_file():
-        raise FileNotFoundError(
-            f"no spec file {src}: pass a backbone or LVLM spec YAML (see docs/backbones.md)"
-        )
+    from soco_pipeline.spec_lookup import resolve_spec
+
+    src = resolve_spec(str(src))  # a path, or a shipped spec's name; else close names and the docs
     if is_lvlm_spec(src):
         from soco_pipeline.lvlm.specs import load_spec
 
@@ -257,7 +256,9 @@ def add_command(sub) -> None:
         "run", help="add a spec and evaluate that model on every family (its summary at the end)"
     )
     s.add_argument(
-        "spec", help="a backbone spec YAML (as for add-backbone) or an LVLM spec (with `backend:`)"
+        "spec",
+        help="a backbone spec YAML (as for add-backbone), an LVLM spec (with `backend:`), or a shipped "
+        "spec's name (assets/backbone_presets/, assets/backbones/, assets/lvlm_presets/)",
     )
     s.add_argument(
         "--families",

@@ -352,6 +352,11 @@ def cmd_report(args: argparse.Namespace, settings: Settings) -> int:
 
     index = build_report(settings, args.out or None)
     print(f"wrote {index} (open it as file://{Path(index).resolve()})")
+    if args.single_file:
+        from soco_pipeline.report.single_file import write_single_file
+
+        single = write_single_file(index, args.single_file)
+        print(f"wrote {single} (one file, its images inlined: open it anywhere)")
     if args.serve:
         serve_report(Path(index).parent, port=args.port)
     return 0
@@ -401,4 +406,10 @@ def add_commands(sub) -> None:
     s.add_argument("--out", default=None, help="folder (default: <storage>/report)")
     s.add_argument("--serve", action="store_true", help="then serve it on 127.0.0.1 until Ctrl-C")
     s.add_argument("--port", type=int, default=0, help="--serve port (0: a free one)")
+    s.add_argument(
+        "--single-file",
+        default=None,
+        metavar="OUT.html",
+        help="also write the page as one HTML file, its images inlined (base64 data URIs)",
+    )
     s.set_defaults(func=cmd_report)

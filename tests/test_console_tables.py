@@ -157,3 +157,51 @@ def test_model_card_ranks_the_model_in_each_family():
         "| soco   | soc " in card and "| no             |" in card and "2 of 3" in card and "2 of 2" in card
     )  # tpips ranks two models
     assert max(map(len, card.splitlines())) <= 120
+
+
+def checks_and_methods() -> pd.DataFrame:
+    """TPIPS headlines of five models whose best methods differ, a pixel-oracle ceiling above them, and a
+    SOCO oracle above every model."""
+    rows = [
+        ("dense_sift", "tpips", "TPIPS ooo [cosine]", 41.0, "model"),
+        ("efficientnet_lite0", "tpips", "TPIPS ooo [mid]", 47.0, "model"),
+        ("efficientnet_lite1", "tpips", "TPIPS ooo [late]", 45.0, "model"),
+        ("vit_small_random", "tpips", "TPIPS ooo [cosine]", 36.0, "model"),
+        ("oracle_part", "tpips", "TPIPS ooo [mid]", 38.0, "ceiling"),
+        ("pixels", "tpips", "TPIPS ooo [oracle]", 92.0, "ceiling"),
+        ("dense_sift", "soco", "soc", 20.0, "model"),
+        ("efficientnet_lite0", "soco", "soc", 35.0, "model"),
+        ("oracle_part", "soco", "soc", 99.0, "ceiling"),
+        ("loopback_random", "soco_lvlm", "vis", 25.0, "control"),
+    ]
+    h = pd.DataFrame(rows, columns=["model", "family", "metric", "value", "role"])
+    return h.assign(ci_low=h.value - 2, ci_high=h.value + 2, n=pd.NA, simulated=True, materialized_at=pd.NaT)
+
+
+def test_the_card_ranks_among_every_model_of_the_family_whatever_its_method():
+    h = checks_and_methods()
+    assert "| 2 of 4 " in model_card(h, "efficientnet_lite1")  # TPIPS: four models, methods late/mid/cosine
+    assert "| 1 of 4 " in model_card(h, "efficientnet_lite0") and "| 1 of 2 " in model_card(
+        h, "efficientnet_lite0"
+    )
+    card = model_card(h, "pixels")
+    assert "ceiling, not ranked" in card and " of " not in card
+
+
+def test_the_summary_lists_models_first_and_marks_controls_and_ceilings():
+    h = checks_and_methods()
+    wide = summary_frame(h)
+    assert list(wide["model"]) == [
+        "efficientnet_lite0",
+        "dense_sift",
+        "efficientnet_lite1",
+        "vit_small_random",
+        "loopback_random (control)",
+        "oracle_part (ceiling)",
+        "pixels (ceiling)",
+    ]
+    text = summary_text(h)
+    assert "(ceiling): an oracle that reads the answer" in text and max(map(len, text.splitlines())) <= 120
+    assert "| oracle_part (ceiling) " in text
+    old = summary_frame(h.drop(columns="role"))  # a table stored before roles: every row a model
+    assert "oracle_part" in list(old["model"]) and list(old["model"])[0] == "oracle_part"

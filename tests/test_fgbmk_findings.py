@@ -65,6 +65,7 @@ def test_generated_run_reports_statistics_and_names_what_is_not_testable():
     assert set(METRIC_COLUMNS) <= set(metrics.columns)
     sub = metrics[(metrics.scope == "across") & (metrics.level == "subclass")].iloc[0]
     assert sub.class_top1_min <= sub.top1 <= sub.class_top1_max and sub.test_per_class == 4.0
+    assert sub.top1_ci95_lo < sub.top1 < sub.top1_ci95_hi  # bootstrap over the test images
     out = check_findings(metrics, None, load_config().findings)
     assert list(out.columns) == FINDING_COLUMNS and list(out.finding) == [1, 2, 3, 4, 5]
     by = out.set_index("finding")

@@ -120,6 +120,52 @@ def test_model_summary_one_row_per_model_one_column_per_family():
     assert oracle.soco == 99.0 and pd.isna(oracle.tpips) and not oracle.simulated
 
 
+def test_controls_and_ceilings_are_marked_by_spec_kind_and_by_the_tpips_headline(tmp_path):
+    """The spec folders mark the oracle backbone (kind `oracle`) and the loopback answerers; TPIPS's own
+    Headline marks its `pixels` rows: a ceiling when the aspect oracle is their best method, else a control."""
+    from soco_pipeline.evaluation.roles import demo_lvlm_specs, spec_roles
+    from soco_pipeline.storage import PROJECT_ROOT
+
+    lvlms = demo_lvlm_specs(tmp_path)  # where `make demo` writes the loopback answerers' specs
+    lvlms.mkdir(parents=True)
+    for name in ("loopback_oracle", "loopback_random"):
+        text = (PROJECT_ROOT / "assets" / "lvlm_demo" / f"{name}.yaml").read_text()
+        (lvlms / f"{name}.yaml").write_text(text.replace("@LOOPBACK_URL@", "http://127.0.0.1:4321/v1"))
+    (lvlms / "tiny_vlm.yaml").write_text(
+        "backend: openai\nmodel: oracle\nbase_url: https://api.example.org/v1\n"
+    )
+    (tmp_path / "lvlms").mkdir()
+    (tmp_path / "lvlms" / "tiny_vlm.yaml").write_bytes((lvlms / "tiny_vlm.yaml").read_bytes())
+    roles = spec_roles(PROJECT_ROOT / "assets" / "backbones", tmp_path / "lvlms", tmp_path)
+    assert roles == {
+        "oracle_concept": "ceiling",
+        "oracle_part": "ceiling",
+        "loopback_oracle": "ceiling",
+        "loopback_random": "control",
+    }  # a remote model named `oracle` is a model
+    b = boards()
+    pixels = pd.DataFrame(
+        {"model": "pixels", "method": ["l2", "oracle"], "ooo": [39.0, 90.0], "ooo_err": 1.0}
+    )
+    b["tpips_leaderboard"] = pd.concat([b["tpips_leaderboard"], pixels], ignore_index=True)
+    long = model_headlines(b, {}, HEADLINES, embedded=True, roles=roles)
+    assert schema_problems(long, ModelHeadlineSchema) == []
+    got = long.set_index(["model", "family"])["role"]
+    assert got[("oracle_part", "soco")] == "ceiling" and got[("pixels", "tpips")] == "ceiling"
+    assert got[("dense_sift", "soco")] == "model" and got[("tiny_vlm", "soco_lvlm")] == "model"
+    b["tpips_leaderboard"] = b["tpips_leaderboard"][b["tpips_leaderboard"].method != "oracle"]
+    long = model_headlines(b, {}, HEADLINES, embedded=True, roles=roles)
+    assert long.set_index(["model", "family"]).loc[("pixels", "tpips"), "role"] == "control"  # L2: a baseline
+    wide = model_summary(long, HEADLINES).set_index("model")
+    assert schema_problems(wide.reset_index(), ModelSummarySchema) == []
+    assert wide.role.to_dict() == {
+        "dense_sift": "model",
+        "oracle_part": "ceiling",
+        "pixels": "control",
+        "tiny_vlm": "model",
+    }
+
+
 def test_a_bad_headline_table_fails_its_schema():
     long = model_headlines(boards(), {}, HEADLINES, embedded=True)
     bad = pd.concat([long, long.iloc[:1]], ignore_index=True)

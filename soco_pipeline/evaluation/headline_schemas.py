@@ -6,6 +6,8 @@ import pandas as pd
 import pandera.pandas as pa
 from pandera.typing import Series
 
+from soco_pipeline.evaluation.roles import ROLES
+
 
 class ModelHeadlineSchema(pa.DataFrameModel):
     """`model_headlines`: one row per (model, family), the family's headline metric with its 95% CI."""
@@ -21,6 +23,7 @@ class ModelHeadlineSchema(pa.DataFrameModel):
     materialized_at: Series[pd.DatetimeTZDtype] = pa.Field(
         nullable=True, dtype_kwargs={"unit": "ns", "tz": "UTC"}
     )
+    role: Series[str] = pa.Field(isin=ROLES)  # model | control | ceiling (evaluation/roles.py)
 
     @pa.dataframe_check
     def one_row_per_model_and_family(cls, df: pd.DataFrame) -> bool:  # noqa: N805
@@ -42,6 +45,7 @@ class ModelSummarySchema(pa.DataFrameModel):
 
     model: Series[str] = pa.Field(unique=True, str_length={"min_value": 1})
     simulated: Series[bool]
+    role: Series[str] = pa.Field(isin=ROLES)
 
     class Config:
         strict = False  # the family columns come from the declared headlines

@@ -187,6 +187,19 @@ def logit_interval(value: float, se: float, n_clusters: int, z: float = Z95) -> 
     return (0.0 if p == 0.0 else float(centre - half)), (1.0 if p == 1.0 else float(centre + half))
 
 
+def bootstrap_share(correct, seed: int = 0, n_boot: int = 2000) -> tuple[float, float]:
+    """The 95% percentile-bootstrap interval (0-100) of the share of `correct` (one 0/1 entry per independent
+    unit: a test image, a question), units resampled with replacement. Resampling n units of which k are
+    right draws Binomial(n, k/n) right ones: that draw, seeded, is the bootstrap (O(n_boot), no n x n_boot
+    index array). NaN for no units."""
+    c = np.asarray(correct, dtype=bool)
+    if c.size == 0:
+        return float("nan"), float("nan")
+    draws = np.random.default_rng(seed).binomial(c.size, c.mean(), size=n_boot) / c.size
+    lo, hi = np.quantile(draws, [0.025, 0.975])
+    return 100 * float(lo), 100 * float(hi)
+
+
 def _expit(x: float) -> float:
     return float(1.0 / (1.0 + np.exp(-x)))
 

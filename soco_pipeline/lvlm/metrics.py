@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from soco_pipeline.evaluation.stats import SCORE_COLUMNS, intervals
 from soco_pipeline.lvlm.specs import SETTINGS
 from soco_pipeline.taxonomy import ASSETS_DIR
 
@@ -31,6 +32,8 @@ METRIC_COLUMNS = [
     "n_groups",
     "n_errors",
     "n_unparsable",
+    "ci95_lo_boot_category",
+    "ci95_hi_boot_category",
 ]
 # Per evaluated model on the leaderboard: failed rows, and the share (%) of answers received that the
 # parser could not read.
@@ -67,8 +70,10 @@ def circular_groups(answers: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def lvlm_metrics(answers: pd.DataFrame) -> pd.DataFrame:
-    """Long table (METRIC_COLUMNS): metric average | circular, value 0-100, scope all | supercategory | category."""
+def lvlm_metrics(answers: pd.DataFrame, seed: int = 0, n_boot: int = 2000) -> pd.DataFrame:
+    """Long table (METRIC_COLUMNS): metric average | circular, value 0-100, scope all | supercategory | category;
+    on the scope-all rows the 95% CI (bootstrap over categories, as SOCO's headline: evaluation/stats.py
+    `intervals`, seeded with `seed`)."""
     if answers.empty:
         return pd.DataFrame(columns=METRIC_COLUMNS)
     is_error = answers["error"].astype(str) != ""
@@ -96,7 +101,36 @@ def lvlm_metrics(answers: pd.DataFrame) -> pd.DataFrame:
         base = m[["model", "setting", "scope", "group", "n_rows", "n_groups", "n_errors", "n_unparsable"]]
         frames.append(base.assign(metric="average", value=100 * m["value"].to_numpy()))
         frames.append(base.assign(metric="circular", value=100 * m["value_c"].to_numpy()))
-    out = pd.concat(frames, ignore_index=True)[METRIC_COLUMNS]
+    out = pd.concat(frames, ignore_index=True)
+    # the scores of evaluation/stats.py: per row (average) and per item group (circular); the CI resamples
+    # the categories (pair groups), the cluster-robust SE is not used here
+    rows_scored = pd.DataFrame(
+        {
+            "model": a["model"].astype(str),
+            "metric": a["setting"].astype(str) + "/average",
+            "group": a["pair_group"].astype(str),
+            "unit": a["g_index"].astype(str) + "/" + np.arange(len(a)).astype(str),  # one unit per row
+            "element": "",
+            "cluster": a["g_index"].astype(str),
+            "score": a["correct"].astype(np.float64),
+        }
+    )
+    circ = groups.assign(
+        model=groups["model"].astype(str),
+        metric=groups["setting"].astype(str) + "/circular",
+        group=groups["pair_group"].astype(str),
+        unit=groups["g_index"].astype(str),
+        element="",
+        cluster=groups["g_index"].astype(str),
+        score=groups["correct"].astype(np.float64),
+    )[SCORE_COLUMNS]
+    ci = intervals(pd.concat([rows_scored, circ], ignore_index=True), "pooled", n_boot, seed)
+    ci[["setting", "metric"]] = ci["metric"].str.split("/", n=1, expand=True)
+    keyed = out.merge(ci, on=["model", "setting", "metric"], how="left", suffixes=("", "_ci"))
+    at_all = (out["scope"] == "all").to_numpy()
+    for c in ("ci95_lo_boot_category", "ci95_hi_boot_category"):
+        out[c] = np.where(at_all, keyed[c].to_numpy(float), np.nan)
+    out = out[METRIC_COLUMNS]
     return out.sort_values(["model", "setting", "scope", "group", "metric"], ignore_index=True)
 
 
@@ -105,14 +139,23 @@ def load_reference(path: str | Path | None = None) -> pd.DataFrame:
     return pd.read_csv(path or REFERENCE_PATH)
 
 
+CI_WIDE = [f"{s}_average_ci95_{end}" for s in SETTINGS for end in ("lo", "hi")]  # the board's CI columns
+
+
 def _wide(long: pd.DataFrame) -> pd.DataFrame:
     cols = [f"{s}_{m}" for s in SETTINGS for m in ("average", "circular")]
     if long.empty:
         return pd.DataFrame(columns=["model", *cols])
-    w = long.assign(col=long["setting"] + "_" + long["metric"]).pivot_table(
-        index="model", columns="col", values="value", aggfunc="first"
-    )
-    return w.reindex(columns=cols).reset_index().rename_axis(columns=None)
+    keyed = long.assign(col=long["setting"] + "_" + long["metric"])
+    w = keyed.pivot_table(index="model", columns="col", values="value", aggfunc="first").reindex(columns=cols)
+    for end in ("lo", "hi"):  # metrics stored before the CI existed have no such column: NaN
+        c = f"ci95_{end}_boot_category"
+        if c in keyed.columns and keyed[c].notna().any():
+            ci = keyed.pivot_table(index="model", columns="col", values=c, aggfunc="first")
+            for s in SETTINGS:
+                if f"{s}_average" in ci.columns:
+                    w[f"{s}_average_ci95_{end}"] = ci[f"{s}_average"]
+    return w.reset_index().rename_axis(columns=None)
 
 
 def answer_health(metrics: pd.DataFrame) -> pd.DataFrame:
@@ -141,7 +184,7 @@ def lvlm_leaderboard(
     random baselines ('random') and the best backbone's four-choice accuracy ('backbone').
 
     Columns: model, kind, <setting>_average, <setting>_circular for vis / vis_desc / desc, then for the
-    evaluated models n_rows, n_errors (failed rows, counted wrong) and unparsable_pct (answers received
+    evaluated models <setting>_average_ci95_lo / _hi (95% CI, bootstrap over categories), n_rows, n_errors (failed rows, counted wrong) and unparsable_pct (answers received
     that the parser read no letter from, %), source.
     """
     ours = _wide(metrics[metrics["scope"] == "all"]) if len(metrics) else _wide(pd.DataFrame())
@@ -184,6 +227,7 @@ def lvlm_leaderboard(
         "model",
         "kind",
         *[f"{s}_{m}" for s in SETTINGS for m in ("average", "circular")],
+        *CI_WIDE,
         *HEALTH_COLUMNS,
         "source",
     ]

@@ -98,23 +98,29 @@ def _decimals(values: pd.Series) -> int:
     return 3 if float(finite.abs().max()) <= 1.0 else 1
 
 
-def column_text(col: pd.Series) -> list[str]:
-    """A column's cells as text (NaN/None -> n/a, floats with the column's decimals, bools yes/no)."""
-    if pd.api.types.is_bool_dtype(col):
-        return ["yes" if v else "no" for v in col]
+def _missing(v) -> bool:
+    """True for None, NaN, NaT and pd.NA (not for lists or arrays, whose `isna` is elementwise)."""
+    return v is None or (np.ndim(v) == 0 and not isinstance(v, str) and bool(pd.isna(v)))
+
+
+def column_text(col: pd.Series, decimals: int | None = None) -> list[str]:
+    """A column's cells as text (NaN/None/NaT -> n/a, floats with the column's decimals or `decimals`, bools
+    yes/no)."""
+    if pd.api.types.is_bool_dtype(col):  # nullable ("boolean"): a not-applicable row's <NA> reads n/a
+        return [NA if pd.isna(v) else "yes" if v else "no" for v in col]
     if pd.api.types.is_float_dtype(col):
-        if _is_p_column(str(col.name)):
+        if _is_p_column(str(col.name)) and decimals is None:
             return [format_p(v) for v in col]
-        d = _decimals(col.astype(float))
+        d = _decimals(col.astype(float)) if decimals is None else decimals
         return [NA if pd.isna(v) else f"{v:.{d}f}" for v in col]
     if pd.api.types.is_integer_dtype(col):
         return [NA if pd.isna(v) else str(int(v)) for v in col]
     out = []
     for v in col:
-        if v is None or (isinstance(v, float) and math.isnan(v)):
+        if _missing(v):
             out.append(NA)
         elif isinstance(v, float):
-            out.append(f"{v:.1f}")
+            out.append(f"{v:.{1 if decimals is None else decimals}f}")
         else:
             out.append(str(v).replace("\n", " "))
     return out
@@ -155,12 +161,13 @@ def console_table(
     full: str | None = None,
     na_reason: str = "no value for this row (not measured, or not applicable to the model's kind)",
     notes: Sequence[str] = (),
+    decimals: int | None = None,
 ) -> str:
     """`df` as a table whose every line fits `width` columns, with its notes; see the module docstring.
 
     `columns`: the ones to show (those present, in this order; default all); `full`: where the full table
     is (named when columns are left out); `notes`: lines printed above the table (e.g. the board's input
-    policy)."""
+    policy); `decimals`: every float with this many (default: by the column's scale)."""
     notes = list(notes)
     if df is None or df.empty:
         lines = ([title, ""] if title else []) + ["(no rows yet)"]
@@ -183,7 +190,7 @@ def console_table(
                 k = numbered.setdefault(f"{col}: {v}", len(numbered) + 1)
                 markers[i].append(f"[{k}]")
     shown = [c for c in shown if c not in NOTE_COLUMNS]
-    cells = {c: column_text(df[c]) for c in shown}
+    cells = {c: column_text(df[c], decimals) for c in shown}
     if name in cells:
         cells[name] = [" ".join([n, *m]) for n, m in zip(cells[name], markers, strict=True)]
     notes += [f"[{k}] {text}" for text, k in numbered.items()]
@@ -210,13 +217,41 @@ def console_table(
     if max(map(len, table)) > width:  # one column still too wide: cut the name cells too
         table = [_cut(line, width) for line in table]
     if dropped:
-        notes.append(
-            f"not shown (too wide): {', '.join(dropped)}" + (f"; all columns: {full}" if full else "")
-        )
+        named = ", ".join(dropped[:12]) + (f" and {len(dropped) - 12} more" if len(dropped) > 12 else "")
+        notes.append(f"not shown (too wide): {named}" + (f"; all columns: {full}" if full else ""))
     head = [*_wrap(title, width), ""] if title else []
     above = [line for n in notes if not n.startswith(("[", NA, "not shown")) for line in _wrap(n, width)]
     below = [line for n in notes if n.startswith(("[", NA, "not shown")) for line in _wrap(n, width)]
     return "\n".join([*head, *above, *table, *below]) + "\n"
+
+
+def records_text(
+    df: pd.DataFrame, title: str | None = None, width: int = WIDTH, decimals: int | None = None
+) -> str:
+    """`df` as a list, one block per row (`[k] first column: value`, then `  column: value` wrapped to
+    `width`): for rows of prose (findings, claims) that a table would cut to 28 characters."""
+    if df is None or df.empty:
+        return console_table(pd.DataFrame(), title, width=width)
+    df = df.reset_index(drop=True)
+    cells = {c: column_text(df[c], decimals) for c in df.columns}
+    first, *rest = list(df.columns)
+    lines = [*_wrap(title, width), ""] if title else []
+    for i in range(len(df)):
+        lines += _wrap(f"[{i + 1}] {first}: {cells[first][i]}", width)
+        for c in rest:
+            lines += textwrap.wrap(
+                f"{c}: {cells[c][i]}", width, initial_indent="    ", subsequent_indent="      "
+            ) or [""]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def is_prose(df: pd.DataFrame, longest: int = 40) -> bool:
+    """True when a text column that is no note column (NOTE_COLUMNS print once above a table, or as numbered
+    notes) holds a cell longer than `longest` characters (a claim): such rows read better as `records_text`
+    than as a table cut to fit."""
+    text = [c for c in df.columns if df[c].dtype == object and c not in NOTE_COLUMNS]  # notes print once
+    return any(df[c].astype(str).str.len().max() > longest for c in text) if len(df) else False
 
 
 def headline_columns(family: str, board: pd.DataFrame) -> list[str]:
@@ -235,18 +270,31 @@ def _ci_text(value: float, lo: float, hi: float) -> str:
     return f"{value:.1f}" if pd.isna(lo) or pd.isna(hi) else f"{value:.1f} [{lo:.1f}, {hi:.1f}]"
 
 
+ROLE_MARK = {"control": " (control)", "ceiling": " (ceiling)"}  # evaluation/roles.py: checks, not models
+
+
+def _role(h: pd.DataFrame) -> pd.Series:
+    """Each headline row's role (model | control | ceiling); a table stored before roles existed: model."""
+    return h["role"].fillna("model").astype(str) if "role" in h.columns else pd.Series("model", index=h.index)
+
+
 def with_ranks(headlines: pd.DataFrame) -> pd.DataFrame:
-    """The long headline table with `rank` (1 = best value) and `of` (models ranked) per (family, metric)."""
+    """The long headline table with `rank` (1 = best value) and `of` (models ranked) per family, among the
+    models only (controls and ceilings get no rank), whatever method each model's headline names."""
     h = headlines.copy()
-    h["rank"] = h.groupby(["family", "metric"])["value"].rank(ascending=False, method="min")
-    h["of"] = h.groupby(["family", "metric"])["value"].transform("count")
+    h["role"] = _role(h)
+    models = h[h["role"] == "model"]
+    h["rank"] = models.groupby("family")["value"].rank(ascending=False, method="min").reindex(h.index)
+    h["of"] = h["family"].map(models.groupby("family")["value"].count()).where(h["role"] == "model")
     return h
 
 
 def summary_frame(headlines: pd.DataFrame) -> pd.DataFrame:
     """One row per model, one column per family (value [95% CI] of its headline; `headline_metrics` names
-    each), from the long `model_headlines` shape; a model a family has no row for reads n/a."""
+    each), from the long `model_headlines` shape; a model a family has no row for reads n/a. The models come
+    first; controls and ceilings (evaluation/roles.py) follow, their names marked `(control)` / `(ceiling)`."""
     h = headlines.copy()
+    h["role"] = _role(h)
     h["label"] = h["family"].astype(str)
     h["text"] = [_ci_text(v, lo, hi) for v, lo, hi in zip(h["value"], h["ci_low"], h["ci_high"], strict=True)]
     first = h["family"].map(lambda f: (f != "soco", f))  # SOCO's headline first, then the families by name
@@ -254,12 +302,23 @@ def summary_frame(headlines: pd.DataFrame) -> pd.DataFrame:
     wide = h.pivot_table(index="model", columns="label", values="text", aggfunc="first").reindex(
         columns=order
     )
-    # rows by the first column's headline (SOCO's when present), then the best of the others
+    # models first, then controls, then ceilings; each by the first column's headline (SOCO's when
+    # present), then the best of the others
     first_col = (
         h[h["label"] == order[0]].groupby("model")["value"].first() if order else pd.Series(dtype=float)
     )
-    key = pd.DataFrame({"first": first_col.reindex(wide.index), "best": h.groupby("model")["value"].max()})
-    wide = wide.loc[key.sort_values(["first", "best"], ascending=False, na_position="last").index]
+    check = h.assign(_c=h["role"].map({"model": 0, "control": 1, "ceiling": 2})).groupby("model")["_c"].max()
+    key = pd.DataFrame(
+        {
+            "check": check.reindex(wide.index),
+            "first": first_col.reindex(wide.index),
+            "best": h.groupby("model")["value"].max(),
+        }
+    )
+    key = key.sort_values(["check", "first", "best"], ascending=[True, False, False], na_position="last")
+    wide = wide.loc[key.index]
+    marks = key["check"].map({1: ROLE_MARK["control"], 2: ROLE_MARK["ceiling"]}).fillna("")
+    wide.index = pd.Index(key.index + marks, name="model")
     return wide.reset_index().rename_axis(columns=None).fillna(NA)
 
 
@@ -290,6 +349,10 @@ def summary_text(headlines: pd.DataFrame, width: int = WIDTH, where: Sequence[st
         if len(when):
             notes.append(f"materialized {when.min():%Y-%m-%d %H:%M} to {when.max():%Y-%m-%d %H:%M} UTC")
     notes.insert(0, "headlines: " + headline_metrics(headlines))
+    if (_role(headlines) != "model").any():
+        from soco_pipeline.evaluation.roles import ROLE_NOTE
+
+        notes.insert(1, ROLE_NOTE)
     title = "Summary: one row per model, each family's headline (0-100) with its 95% CI"
     table = console_table(
         summary_frame(headlines),
@@ -302,7 +365,8 @@ def summary_text(headlines: pd.DataFrame, width: int = WIDTH, where: Sequence[st
 
 
 def model_card(headlines: pd.DataFrame, model: str, width: int = WIDTH) -> str:
-    """One model's headline per family with its CI and rank among the models of that family."""
+    """One model's headline per family with its CI and rank among the models with a headline in that family
+    (a control or ceiling is named so, not ranked)."""
     h = with_ranks(headlines)
     mine = h[h["model"] == model]
     if mine.empty:
@@ -316,8 +380,8 @@ def model_card(headlines: pd.DataFrame, model: str, width: int = WIDTH) -> str:
                 for v, lo, hi in zip(mine["value"], mine["ci_low"], mine["ci_high"], strict=True)
             ],
             "rank": [
-                NA if pd.isna(r) else f"{int(r)} of {int(o)}"
-                for r, o in zip(mine["rank"], mine["of"], strict=True)
+                f"{role}, not ranked" if role != "model" else NA if pd.isna(r) else f"{int(r)} of {int(o)}"
+                for r, o, role in zip(mine["rank"], mine["of"], mine["role"], strict=True)
             ],
             "n": mine["n"].astype("Int64") if "n" in mine.columns else NA,
             "simulated data": mine["simulated"].fillna(False).astype(bool),
@@ -326,9 +390,12 @@ def model_card(headlines: pd.DataFrame, model: str, width: int = WIDTH) -> str:
     return console_table(card, f"{model}: headline per family", width=width)
 
 
-def headlines_from_boards(boards: dict[str, pd.DataFrame]) -> pd.DataFrame:
+def headlines_from_boards(
+    boards: dict[str, pd.DataFrame], roles: dict[str, str] | None = None
+) -> pd.DataFrame:
     """A long headline table (the `model_headlines` shape) from family boards, for when that table is not
-    materialized: each family's HEADLINE_METRIC per model (its best method), CIs where the board has them."""
+    materialized: each family's HEADLINE_METRIC per model (its best method), CIs where the board has them;
+    `roles`: {model: control | ceiling} (evaluation/roles.py spec_roles), the others are models."""
     rows = []
     for family, board in boards.items():
         metric = HEADLINE_METRIC.get(family)
@@ -355,8 +422,20 @@ def headlines_from_boards(boards: dict[str, pd.DataFrame]) -> pd.DataFrame:
                     "n": b["n_items"] if "n_items" in b.columns else np.nan,
                     "simulated": sim,
                     "materialized_at": pd.NaT,
+                    "role": b[name].astype(str).map(roles or {}).fillna("model"),
                 }
             )
         )
-    cols = ["model", "family", "metric", "value", "ci_low", "ci_high", "n", "simulated", "materialized_at"]
+    cols = [
+        "model",
+        "family",
+        "metric",
+        "value",
+        "ci_low",
+        "ci_high",
+        "n",
+        "simulated",
+        "materialized_at",
+        "role",
+    ]
     return pd.concat(rows, ignore_index=True)[cols] if rows else pd.DataFrame(columns=cols)

@@ -252,12 +252,12 @@ CORRELATION_NOTE = (
 )
 
 
-def _headlines(tables: str, boards: dict[str, pd.DataFrame]) -> pd.DataFrame:
-    """The model_headlines table when materialized, else one built from the boards."""
+def _headlines(tables: str, boards: dict[str, pd.DataFrame], roles: dict[str, str]) -> pd.DataFrame:
+    """The model_headlines table when materialized, else one built from the boards (`roles`: the checks)."""
     from soco_pipeline.report.console import headlines_from_boards
 
     stored = _read(join(tables, "model_headlines.parquet"))
-    return stored if stored is not None else headlines_from_boards(boards)
+    return stored if stored is not None else headlines_from_boards(boards, roles)
 
 
 def build_report(settings, out_dir: str | None = None, seed: int = 0) -> str:
@@ -265,7 +265,9 @@ def build_report(settings, out_dir: str | None = None, seed: int = 0) -> str:
     import datetime as dt
 
     from soco_pipeline.analysis.leaderboard import console_board
+    from soco_pipeline.evaluation.roles import ROLE_NOTE, spec_roles
     from soco_pipeline.report.console import headline_columns, summary_frame
+    from soco_pipeline.report.single_file import safe_name
 
     root = settings.storage_root
     out = Path(out_dir or join(root, "report"))
@@ -407,8 +409,10 @@ def build_report(settings, out_dir: str | None = None, seed: int = 0) -> str:
         families.append(fam)
 
     # --- summary
-    heads = _headlines(tables, boards)
+    heads = _headlines(tables, boards, spec_roles(settings.backbones_dir, settings.lvlms_dir, root))
     summary = page_table(summary_frame(heads), name_col="model") if len(heads) else None
+    checks = len(heads) and "role" in heads.columns and (heads["role"].fillna("model") != "model").any()
+    summary_roles = ROLE_NOTE if checks else ""
 
     # --- correlation figure (published OmniProbe figures)
     correlation = []
@@ -432,15 +436,14 @@ def build_report(settings, out_dir: str | None = None, seed: int = 0) -> str:
         for bdir in sorted(p for p in panel_root.iterdir() if p.is_dir()):
             group = {"backbone": bdir.name, "figures": []}
             for png in sorted(bdir.glob("*.png")):
-                dest = out / "panels" / bdir.name / png.name
+                rel = f"panels/{safe_name(bdir.name)}/{safe_name(png.name)}"  # no colons in file names
+                dest = out / rel
                 if dest.resolve() != png.resolve():
                     dest.parent.mkdir(parents=True, exist_ok=True)
                     shutil.copyfile(png, dest)
                 pair, _, kp = png.stem.partition("__")
                 caption = f"pair {pair}, query keypoint {kp}"
-                group["figures"].append(
-                    _figure(f"panels/{bdir.name}/{png.name}", caption, f"panel {png.stem}")
-                )
+                group["figures"].append(_figure(rel, caption, f"panel {png.stem}"))
             panels.append(group)
 
     # --- LVLM examples
@@ -454,7 +457,7 @@ def build_report(settings, out_dir: str | None = None, seed: int = 0) -> str:
                 imgs = []
                 for kind, p in (("src", r.src_render), ("trg", r.trg_render)):
                     if isinstance(p, str) and p and exists(p):
-                        name = f"lvlm/{f.stem}/{r.setting}_{r.index}_{kind}.jpg"
+                        name = f"lvlm/{safe_name(f.stem)}/{safe_name(f'{r.setting}_{r.index}_{kind}')}.jpg"
                         write_bytes_atomic(str(out / name), read_bytes(p))
                         imgs.append({"src": name, "alt": f"{kind} image"})
                 examples.append(
@@ -482,6 +485,7 @@ def build_report(settings, out_dir: str | None = None, seed: int = 0) -> str:
     html = _template().render(
         header=header,
         summary=summary,
+        summary_roles=summary_roles,
         soco=soco,
         published=published,
         atlas=atlas,

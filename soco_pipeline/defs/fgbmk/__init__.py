@@ -29,18 +29,21 @@ def load_fgbmk_config(path: str, soco: SocoSettings):
     return load_config(path, soco.dataset_size if soco.dataset_size in ("demo", "full") else None)
 
 
-# 4: fgbmk_probe_predictions (the probe's per-image outcomes, the watch's paired test) beside fgbmk_metrics.
+# 5: the 95% CI of each accuracy (bootstrap over test images / questions, the config's seed) in fgbmk_metrics,
+# fgbmk_lvlm_metrics and the board. 4: fgbmk_probe_predictions (the probe's per-image outcomes, the watch's paired test) beside fgbmk_metrics.
 # 2: per-class top-1 in fgbmk_metrics, demo scale, one SGD loop. 3: the release's probe (Adam, its sampler),
 # ids and multi-label rows kept, findings as statistics. Global features from any kind (the SOCO oracles read
 # the part maps the embedded set writes for them); the attacks need pixels (below).
 FAMILY = Family(
     "fgbmk",
-    "fgbmk-4",
+    "fgbmk-5",
     load_fgbmk_config,
     needs=frozenset({"global_features"}),
     headline=Headline(
         values=("top1_subclass", "choice_subclass"),
         label="FG-BMK subclass accuracy (probe top-1 | choice)",
+        ci_low="ci95_lo_subclass",  # bootstrap over test images (probe) or questions (LVLM choice)
+        ci_high="ci95_hi_subclass",
         simulated="simulated",
     ),
 )
@@ -210,11 +213,14 @@ def fgbmk_answers(
 
 
 @FAMILY.table(lvlms_partitions, schema=schemas.FgbmkLvlmMetricSchema)
-def fgbmk_lvlm_metrics(context: dg.AssetExecutionContext, fgbmk_answers: pd.DataFrame) -> TableResult:
-    """Accuracy per task/level/form, circular accuracy and the knowledge-bias spread of one LVLM."""
+def fgbmk_lvlm_metrics(
+    context: dg.AssetExecutionContext, soco: SocoSettings, fgbmk_answers: pd.DataFrame
+) -> TableResult:
+    """Accuracy per task/level/form (with its 95% CI), circular accuracy and the knowledge-bias spread of one
+    LVLM."""
     from soco_pipeline.tasks.fgbmk.leaderboard import lvlm_metrics
 
-    df = lvlm_metrics(fgbmk_answers)
+    df = lvlm_metrics(fgbmk_answers, fgbmk_config(soco).seed)
     return TableResult(df, {"rows": len(df)})
 
 

@@ -141,12 +141,15 @@ def lvlm_answers(
     )
 
 
-@partition_table(lvlms_partitions, group_name=GROUP, kinds={"pandas"}, code_version="2")
-def lvlm_metrics(context: dg.AssetExecutionContext, lvlm_answers: pd.DataFrame) -> TableResult:
-    """Average and circular accuracy per setting, overall, per super-category and per category (0-100)."""
+@partition_table(lvlms_partitions, group_name=GROUP, kinds={"pandas"}, code_version="3")
+def lvlm_metrics(
+    context: dg.AssetExecutionContext, soco: SocoSettings, lvlm_answers: pd.DataFrame
+) -> TableResult:
+    """Average and circular accuracy per setting, overall, per super-category and per category (0-100), with
+    the overall ones' 95% CI (bootstrap over categories, the run's seed). 3: the CI."""
     from soco_pipeline.lvlm.metrics import lvlm_metrics as compute
 
-    df = compute(lvlm_answers)
+    df = compute(lvlm_answers, seed=soco.seed)
     df["subset"] = recorded_lvlm_subset(context.instance, context.partition_key).to_json()  # '' = all items
     top = df[df["scope"] == "all"]
     return TableResult(

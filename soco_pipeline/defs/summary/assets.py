@@ -68,9 +68,11 @@ def headline_assets(headlines: tuple[Headline, ...]) -> list[dg.AssetsDefinition
         """Every family's headline (value 0-100, 95% CI, n, simulated flag, when its board was last
         materialized): one row per (model, family)."""
         from soco_pipeline.evaluation.headline import model_headlines as build
+        from soco_pipeline.evaluation.roles import spec_roles
 
         when = {b: latest_materialization(context.instance, b) for b in boards}
-        long = build(tables, when, headlines, embedded=soco.source == "embedded")
+        roles = spec_roles(soco.backbones_dir, soco.lvlms_dir, soco.storage_root)
+        long = build(tables, when, headlines, embedded=soco.source == "embedded", roles=roles)
         return TableResult(
             long,
             {

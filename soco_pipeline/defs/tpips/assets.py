@@ -65,6 +65,8 @@ FAMILY = Family(
         best_of="method",
         half_width="ooo_err",
         simulated="judgements",  # the board's marker: simulated for generated data, the source's otherwise
+        control="model == 'pixels'",  # the pixel baselines (random, constant, L2, SSIM) are no model
+        ceiling="model == 'pixels' and method == 'oracle'",  # the aspect-distance oracle: TPIPS's ceiling
     ),
 )
 GROUP, CODE_VERSION = FAMILY.name, FAMILY.code_version

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from soco_pipeline.evaluation.stats import bootstrap_share
 from soco_pipeline.tasks.fgbmk.answer_scoring import (
     accuracy_table,
     answer_acc,
@@ -15,12 +16,13 @@ from soco_pipeline.tasks.fgbmk.machine_eval import summary
 LVLM_METRIC_COLUMNS = ["model", "task", "level", "form", "metric", "value", "n", "simulated"]
 
 
-def lvlm_metrics(answers: pd.DataFrame) -> pd.DataFrame:
+def lvlm_metrics(answers: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
     """Long table of one model: accuracy per question (ours and the published substring rule) per
     task/level/form on rotation 0; the official figure, answer_acc.py's "Overall Accuracy" (the share of
     images whose questions of that task/level/form are all right by the published rule:
     `overall_accuracy_published`, n = images); circular accuracy of choice questions; the knowledge-bias
-    spread (mean, std, min, max)."""
+    spread (mean, std, min, max); the 95% CI of each accuracy (`accuracy_ci95_lo` / `_hi`: a bootstrap over
+    its questions, seeded with `seed`)."""
     model = answers.model.iloc[0] if len(answers) else ""
     simulated = bool(answers.simulated.all()) if "simulated" in answers.columns else True
     plain = answers[answers.rotation == 0]
@@ -28,6 +30,10 @@ def lvlm_metrics(answers: pd.DataFrame) -> pd.DataFrame:
     for r in accuracy_table(plain, ["task", "level", "form"]).itertuples(index=False):
         rows.append((model, r.task, r.level, r.form, "accuracy", r.accuracy, r.n))
         rows.append((model, r.task, r.level, r.form, "accuracy_published", r.accuracy_published, r.n))
+    for (task, level, form), grp in plain.groupby(["task", "level", "form"], sort=True):
+        lo, hi = bootstrap_share(grp.correct.astype(bool), seed)
+        rows.append((model, task, level, form, "accuracy_ci95_lo", lo, len(grp)))
+        rows.append((model, task, level, form, "accuracy_ci95_hi", hi, len(grp)))
     for (task, level, form), grp in plain.groupby(["task", "level", "form"], sort=True):
         acc = answer_acc(grp)
         rows.append(
@@ -57,7 +63,9 @@ def fgbmk_leaderboard(
     backbone_metrics: pd.DataFrame, robustness: pd.DataFrame, lvlm: pd.DataFrame
 ) -> pd.DataFrame:
     """One row per backbone (probe / retrieval per level, within vs across, clean vs strongest FGSM at the
-    finest level) and per LVLM (accuracy per level on choice questions, circular, knowledge-bias std)."""
+    finest level) and per LVLM (accuracy per level on choice questions, circular, knowledge-bias std);
+    `ci95_lo_<level>` / `ci95_hi_<level>`: the 95% CI of the row's accuracy at that level (a backbone's probe
+    top-1: bootstrap over test images; an LVLM's choice accuracy: bootstrap over questions)."""
     rows = []
     if len(backbone_metrics):
         s = summary(backbone_metrics)
@@ -86,6 +94,13 @@ def fgbmk_leaderboard(
             acc = grp[(grp.task == "hierarchical") & (grp.form == "choice") & (grp.metric == "accuracy")]
             for r in acc.itertuples(index=False):
                 row[f"choice_{r.level}"] = float(r.value)
+            for end in (
+                "lo",
+                "hi",
+            ):  # the choice accuracy's CI (bootstrap over questions), as a probe's top-1's
+                ci = grp[(grp.task == "hierarchical") & (grp.form == "choice")]
+                for r in ci[ci.metric == f"accuracy_ci95_{end}"].itertuples(index=False):
+                    row[f"ci95_{end}_{r.level}"] = float(r.value)
             circ = grp[(grp.task == "hierarchical") & (grp.metric == "circular_accuracy")]
             for r in circ.itertuples(index=False):
                 row[f"circular_{r.level}"] = float(r.value)

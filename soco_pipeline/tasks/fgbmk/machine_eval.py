@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from soco_pipeline.evaluation.stats import bootstrap_share
 from soco_pipeline.features.global_cache import GlobalFeatures
 from soco_pipeline.tasks.fgbmk.config import LEVELS, FgbmkConfig
 from soco_pipeline.tasks.fgbmk.linear_probe import ProbeResult, train_probe
@@ -22,6 +23,8 @@ METRIC_COLUMNS = [
     "n_test",
     "chance_top1",
     "top1",
+    "top1_ci95_lo",
+    "top1_ci95_hi",
     "top5",
     "probe_head",
     "probe_iterations",
@@ -114,6 +117,8 @@ def evaluate_backbone(
         )
         probes[(scope, sup, level)] = probe
         per_class = per_class_top1(probe.eval_logits.numpy(), labels[test])
+        # the top-1's 95% CI: a bootstrap over the test images (the best head's argmax, as topk_accuracy)
+        lo, hi = bootstrap_share(probe.eval_logits.argmax(1).numpy() == labels[test], config.seed)
         unseen = unseen_test_classes([[c] for c in labels[train]], [[c] for c in labels[test]])
         present = np.unique(labels[train | test])
         rows.append(
@@ -127,6 +132,8 @@ def evaluate_backbone(
                 "n_test": int(test.sum()),
                 "chance_top1": 100.0 / len(present),
                 "top1": probe.top1,
+                "top1_ci95_lo": lo,
+                "top1_ci95_hi": hi,
                 "top5": probe.top5,
                 "probe_head": probe.best,
                 "probe_iterations": probe.iterations,
@@ -216,6 +223,8 @@ def summary(metrics: pd.DataFrame) -> pd.DataFrame:
             if level in across.index:
                 for m in ("top1", "top5", "recall_at_1", "map"):
                     row[f"{m}_{level}"] = float(across.loc[level, m])
+                for end in ("lo", "hi"):  # NaN in metrics stored before the CI existed
+                    row[f"ci95_{end}_{level}"] = float(across.loc[level].get(f"top1_ci95_{end}", np.nan))
         row["top1_within"] = float(within.top1.mean()) if len(within) else float("nan")
         row["map_within"] = float(within["map"].mean()) if len(within) else float("nan")
         row["top1_drop_across"] = row["top1_within"] - row.get("top1_subclass", float("nan"))

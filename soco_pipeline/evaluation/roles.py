@@ -1,0 +1,68 @@
+"""Which summary rows are models and which are checks: a model's `role` in `model_headlines` / `model_summary`.
+
+- `model`: a backbone or LVLM under evaluation; the summary ranks these among themselves.
+- `ceiling`: a check that reads the answer (an oracle: a backbone spec of kind `oracle`, the LVLM loopback
+  oracle, TPIPS's aspect-distance oracle over pixels): the top a score can reach, never ranked.
+- `control`: a baseline that is no model (the LVLM loopback random answerer, TPIPS's pixel baselines): the
+  floor a model must clear, never ranked.
+
+A family's own rows (TPIPS's `pixels`) are marked by its `Headline` (`ceiling=` / `control=` queries); the
+spec files mark the rest (`spec_roles`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import urlparse
+
+ROLES = ("model", "control", "ceiling")
+CEILING_KINDS = frozenset({"oracle"})  # backbone kinds that read the answer (the SOCO part maps)
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+LOOPBACK_ROLES = {"oracle": "ceiling", "random": "control"}  # lvlm/loopback.py's two answerers
+ROLE_NOTE = (
+    "(ceiling): an oracle that reads the answer, the top a score can reach; (control): a baseline, no model; "
+    "neither is ranked, rows below the models"
+)
+
+
+def _yaml(path: Path) -> dict:
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError):
+        return {}  # the spec scan reports a broken file; here it is just not a check
+    return data if isinstance(data, dict) else {}
+
+
+def lvlm_role(spec: dict) -> str:
+    """`ceiling` / `control` for the loopback oracle / random answerer (an OpenAI backend on this machine whose
+    `model:` is `oracle` / `random`, or whose URL is still the demo's placeholder), else `model`."""
+    model = str(spec.get("model", ""))
+    url = str(spec.get("base_url", ""))
+    local = url.startswith("@") or (urlparse(url).hostname or "") in LOOPBACK_HOSTS
+    return LOOPBACK_ROLES.get(model, "model") if spec.get("backend") == "openai" and local else "model"
+
+
+def demo_lvlm_specs(storage_root: str | Path) -> Path:
+    """Where `make demo` writes the loopback answerers' specs (demo_lvlm.py), outside the LVLM spec folder."""
+    return Path(storage_root) / "lvlm" / "demo_specs"
+
+
+def spec_roles(
+    backbones_dir: str | Path | None, lvlms_dir: str | Path | None, storage_root: str | Path | None = None
+) -> dict[str, str]:
+    """{spec name: role} for the spec files that are checks (kind `oracle`; the loopback answerers, in
+    `lvlms_dir` or, given `storage_root`, the demo's folder of them); a name not in it is a model."""
+    out: dict[str, str] = {}
+    if backbones_dir and Path(backbones_dir).is_dir():
+        for path in sorted(Path(backbones_dir).glob("*.yaml")):
+            if _yaml(path).get("kind") in CEILING_KINDS:
+                out[path.stem] = "ceiling"
+    folders = [lvlms_dir, demo_lvlm_specs(storage_root) if storage_root else None]
+    for folder in [Path(f) for f in folders if f and Path(f).is_dir()]:
+        for path in sorted(folder.glob("*.yaml")):
+            role = lvlm_role(_yaml(path))
+            if role != "model":
+                out[path.stem] = role
+    return out
