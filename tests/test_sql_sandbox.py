@@ -223,9 +223,9 @@ def test_a_damaged_table_fails_only_the_queries_that_read_it(storage, capsys):
     board = Path(table_for("leaderboard").path(str(storage / "tables")))
     board.write_bytes(board.read_bytes()[: len(board.read_bytes()) // 2])  # truncated: no footer
     rc, out, err = _sql(capsys, "SELECT count(*) AS n FROM metrics")
-    assert rc == 0 and out.split()[-1] == "400", err
+    assert rc == 0 and _cells(out) == ["400"], err
     rc, out, err = _sql(capsys, "SHOW TABLES")
-    assert rc == 0 and {"metrics", "leaderboard"} <= set(out.split())
+    assert rc == 0 and {"metrics", "leaderboard"} <= set(_cells(out))
     for q in ("SELECT * FROM leaderboard", "SELECT count(*) FROM leaderboard"):
         rc, out, err = _sql(capsys, q)
         assert rc == 2 and out == "", (q, out)
@@ -247,7 +247,7 @@ def test_explain_analyze_copy_is_refused_from_the_console_script(storage, tmp_pa
     assert done.returncode == 2 and "refused" in done.stderr and "COPY" in done.stderr, done.stderr
     assert Path(path).read_bytes() == before
     board = subprocess.run(
-        [str(soco), "sql", "SELECT count(*) AS n FROM leaderboard"],
+        [str(soco), "sql", "SELECT count(*) AS n FROM leaderboard", "--format", "csv"],
         capture_output=True,
         text=True,
         timeout=120,
