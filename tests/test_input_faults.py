@@ -133,3 +133,39 @@ def test_every_owasp_formula_start_is_neutralised_and_numbers_are_not():
     assert list(out["text"][:6]) == ["'" + c for c in cells[:6]]
     assert list(out["text"][6:9]) == cells[6:9] and out["text"].iloc[9] is None
     assert list(out["n"]) == list(range(len(cells)))
+
+
+def test_a_model_name_too_long_for_a_file_name_is_refused_when_the_spec_is_read(tmp_path):
+    from soco_pipeline.backbones.spec_files import MAX_NAME_LENGTH, scan_specs
+    from soco_pipeline.storage import write_parquet_atomic
+
+    oracle = (Path(__file__).parent.parent / "assets" / "backbones" / "oracle_part.yaml").read_text()
+    folder = tmp_path / "backbones"
+    folder.mkdir()
+    long_name = "m" * 230
+    spec = tmp_path / f"{long_name}.yaml"
+    spec.write_text(oracle)
+    done = subprocess.run(
+        [*SOCO, "add-backbone", str(spec)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=child_env(SOCO_BACKBONES_DIR=str(folder), SOCO_STORAGE=str(tmp_path / "storage")),
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert (
+        f"{spec}: backbone name (the file stem) is 230 bytes long; at most {MAX_NAME_LENGTH} fit"
+        in done.stderr
+    )
+    assert (
+        "Rename the file to a shorter name" in done.stderr and list(folder.iterdir()) == []
+    )  # nothing added
+    spec.rename(
+        folder / spec.name
+    )  # dropped into the folder by hand: the sensor's scan skips it with the reason
+    valid, invalid = scan_specs(folder)
+    assert valid == {} and "230 bytes long" in invalid[long_name]
+    # the limit is what the pipeline's writes need: a name of MAX_NAME_LENGTH writes, one of 230 cannot
+    write_parquet_atomic(pd.DataFrame({"a": [1]}), str(tmp_path / f"{'m' * MAX_NAME_LENGTH}.parquet"))
+    with pytest.raises(OSError, match="too long"):
+        write_parquet_atomic(pd.DataFrame({"a": [1]}), str(tmp_path / f"{long_name}.parquet"))
