@@ -258,8 +258,11 @@ def _headlines(tables: str, boards: dict[str, pd.DataFrame]) -> pd.DataFrame:
     return stored if stored is not None else headlines_from_boards(boards)
 
 
-def build_report(settings, out_dir: str | None = None, seed: int = 0) -> str:
-    """Write <storage>/report/index.html (or out_dir/index.html) and the images it shows; returns its path."""
+def build_report(
+    settings, out_dir: str | None = None, seed: int = 0, missing_boards: dict[str, str] | None = None
+) -> str:
+    """Write <storage>/report/index.html (or out_dir/index.html) and the images it shows; returns its path.
+    `missing_boards` ({board: warning}: boards materialized whose file is gone) are shown at the summary."""
     import datetime as dt
 
     from soco_pipeline.analysis.leaderboard import console_board
@@ -442,6 +445,7 @@ def build_report(settings, out_dir: str | None = None, seed: int = 0) -> str:
     html = _template().render(
         header=header,
         summary=summary,
+        missing_boards=list((missing_boards or {}).values()),
         soco=soco,
         published=published,
         families=families,
