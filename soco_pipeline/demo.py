@@ -461,6 +461,13 @@ def main() -> int:
             file=sys.stderr,
         )
         return 130
+    except Exception:  # the instance's database gone with a moved storage root: say that, not sqlite's words
+        from soco_pipeline.storage import storage_gone
+
+        if gone := storage_gone():
+            print(f"make demo: stopped: {gone}", file=sys.stderr)
+            return 1
+        raise
     from soco_pipeline.analysis.leaderboard import console_board
     from soco_pipeline.defs.shared.resources import SocoSettings
     from soco_pipeline.report.console import console_table, headline_columns, summary_text
