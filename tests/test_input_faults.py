@@ -5,6 +5,7 @@ and the fix, or is read correctly where that is unambiguous; nothing the user ga
 
 from __future__ import annotations
 
+import io
 import subprocess
 import sys
 from pathlib import Path
@@ -126,13 +127,15 @@ def test_formula_cells_are_neutralised_in_the_out_csv(tmp_path):
 
 
 def test_every_owasp_formula_start_is_neutralised_and_numbers_are_not():
-    from soco_pipeline.report.csv_safe import neutralise_formulas
+    from soco_pipeline.report.csv_safe import neutralise_formulas, safe_csv
 
     cells = ["=1+1", "+1+1", "-1+1", "@SUM(A1)", "\tx", "\r=2", "-1", "+2.5e3", "plain", None]
     out = neutralise_formulas(pd.DataFrame({"text": cells, "n": range(len(cells))}))
     assert list(out["text"][:6]) == ["'" + c for c in cells[:6]]
     assert list(out["text"][6:9]) == cells[6:9] and out["text"].iloc[9] is None
     assert list(out["n"]) == list(range(len(cells)))
+    back = pd.read_csv(io.StringIO(safe_csv(pd.DataFrame({"text": cells}))), dtype=str, keep_default_na=False)
+    assert len(back) == len(cells) and back["text"].iloc[5] == "'\r=2"  # a lone CR starts no new row
 
 
 def test_a_model_name_too_long_for_a_file_name_is_refused_when_the_spec_is_read(tmp_path):
