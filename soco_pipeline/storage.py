@@ -256,11 +256,15 @@ class StorageMovedError(FileNotFoundError):
     """The storage root a run writes into was moved or deleted while it ran; nothing was written."""
 
 
+_SEEN_INSTANCES: set[str] = set()  # the instance files (dagster.yaml) this process has seen in their root
+
+
 def storage_gone(path: str | None = None) -> str:
     """Why writes must stop ("" when they need not): the storage root ($SOCO_STORAGE) holds the Dagster
-    instance ($DAGSTER_HOME, whose dagster.yaml the Makefile or `soco` wrote before any run), and that
-    instance's dagster.yaml is gone, so the root was moved or deleted under a running run. With `path`,
-    only when `path` lies under the root. A local check (two stats); a URL root is never "gone"."""
+    instance ($DAGSTER_HOME), this process saw that instance's dagster.yaml there before, and it is gone now:
+    the root was moved or deleted under a running run. A root never seen with its instance (a fresh one, an
+    instance kept elsewhere, a URL) is never "gone". With `path`, only when `path` lies under the root. Two
+    stats at most; `make demo` calls it once before its first run."""
     root, home = default_storage_root(), os.environ.get("DAGSTER_HOME", "")
     if not home or is_remote(root) or (path is not None and is_remote(path)):
         return ""
@@ -268,13 +272,17 @@ def storage_gone(path: str | None = None) -> str:
     inside = [os.path.abspath(x) for x in (home, *([path] if path is not None else []))]
     if not all(x == r or x.startswith(r + os.sep) for x in inside):
         return ""
-    if os.path.isfile(os.path.join(home, "dagster.yaml")):
+    instance = os.path.join(os.path.abspath(home), "dagster.yaml")
+    if os.path.isfile(instance):
+        _SEEN_INSTANCES.add(instance)
+        return ""
+    if instance not in _SEEN_INSTANCES:
         return ""
     return (
-        f"the storage root {root} is gone or no longer holds its Dagster instance ({home}/dagster.yaml is "
-        "missing): it was moved or deleted while this run was writing to it. Nothing more is written there "
-        f"(no half tree at the old path). If you moved it, point SOCO_STORAGE (and DAGSTER_HOME) at the new "
-        "place, or run from the moved project, and run again: it resumes from what is materialized there"
+        f"the storage root {root} is gone or no longer holds its Dagster instance ({instance} is missing): "
+        "it was moved or deleted while this run was writing to it. Nothing more is written there (no half "
+        "tree at the old path). If you moved it, point SOCO_STORAGE (and DAGSTER_HOME) at the new place, or "
+        "run from the moved project, and run again: it resumes from what is materialized there"
     )
 
 

@@ -32,10 +32,17 @@ def test_no_write_recreates_a_storage_root_moved_under_the_run(tmp_path, monkeyp
     with pytest.raises(StorageMovedError, match="was moved or deleted while this run was writing"):
         write_bytes_atomic(str(storage / "features" / "b.npy"), b"y")
     assert not storage.exists()  # no half tree
+    fresh = (
+        tmp_path / "fresh"
+    )  # a root never seen with its instance (a first `soco` command): written as ever
+    monkeypatch.setenv("SOCO_STORAGE", str(fresh))
+    monkeypatch.setenv("DAGSTER_HOME", str(fresh / "dagster"))
+    write_bytes_atomic(str(fresh / "report" / "c.bin"), b"z")
+    monkeypatch.setenv("SOCO_STORAGE", str(storage))
     monkeypatch.setenv(
         "DAGSTER_HOME", str(tmp_path / "elsewhere")
     )  # an instance outside the root: not judged
-    write_bytes_atomic(str(storage / "fresh" / "c.bin"), b"z")  # a root not created yet is created as ever
+    write_bytes_atomic(str(storage / "again" / "d.bin"), b"w")
 
 
 def test_a_demo_whose_storage_root_is_moved_mid_run_stops_clearly_and_resumes_in_the_new_place(tmp_path):
