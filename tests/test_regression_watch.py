@@ -322,6 +322,10 @@ def test_a_damaged_earlier_snapshot_makes_the_watch_a_warning_not_a_pass(degrade
             assert text.startswith("not comparable: ") and str(named) in text
             assert f"`soco drop-snapshot {family} tiny {earlier[family]}`" in text
             assert ev.metadata["compared_with"].value == "not comparable"
+        defs = degraded["defs"]  # the sensor says it too, and posts nothing (it is not a regression)
+        context = dg.build_sensor_context(instance=degraded["instance"], definitions=defs)
+        sensor = next(s for s in defs.sensors if s.name == "mmvm_regression_sensor")
+        assert "not comparable" in str(sensor.evaluate_tick(context).skip_message)
     finally:
         for path, data in kept.items():
             path.write_bytes(data)
