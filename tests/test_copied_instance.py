@@ -19,6 +19,7 @@ import pytest
 from soco_pipeline.project import instance_storage
 from soco_pipeline.storage import PROJECT_ROOT
 from tests.faults import child_env
+from tests.needs import need
 
 pytestmark = [pytest.mark.pipeline, pytest.mark.timeout(300)]
 
@@ -76,8 +77,7 @@ def make_instance(project: Path) -> str:
 @pytest.fixture
 def original(tmp_path) -> Path:
     """A demo-like project with its instance written by the Makefile and one run in it."""
-    if shutil.which("make") is None:
-        pytest.skip("no make on this machine")
+    need(shutil.which("make") is not None, "make")
     project = (tmp_path / "original").resolve()
     project.mkdir()
     for name in ("Makefile", "dagster.yaml", "pyproject.toml", "workspace.yaml"):
