@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE := 1
 export DAGSTER_DISABLE_TELEMETRY := 1
 export PYTHONHASHSEED := 0
 
-.PHONY: install demo test test-fast lint ui bench clean
+.PHONY: install demo test test-fast lint ui bench clean FORCE
 
 # The tests' temporary folders (TMPDIR) on /dev/shm where it is a tmpfs with 4 GiB free: every Dagster test
 # instance is SQLite and every table write fsyncs, and on a virtual disk that cost a quarter of the pipeline
@@ -35,12 +35,19 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# A DAGSTER_HOME of your own keeps its dagster.yaml; only one this Makefile wrote is refreshed.
-$(DAGSTER_HOME)/dagster.yaml: dagster.yaml
-	mkdir -p $(DAGSTER_HOME)
+# A DAGSTER_HOME of your own keeps its dagster.yaml; only one this Makefile wrote is refreshed, on every run
+# where it differs from what it would write now: a copy of a checkout (or of storage/) keeps the original's
+# absolute storage root in it, and its runs would land in the original's instance (issue 58).
+$(DAGSTER_HOME)/dagster.yaml: dagster.yaml FORCE
+	@mkdir -p $(DAGSTER_HOME)
 	@if [ -f $@ ] && ! grep -q 'The Makefile copies this file' $@; then \
 		echo "keeping $@ (not written by this Makefile); see dagster.yaml for the settings the demo expects"; \
-	else sed 's#@STORAGE@#$(SOCO_STORAGE)#g' dagster.yaml > $@; fi
+	else sed 's#@STORAGE@#$(SOCO_STORAGE)#g' dagster.yaml > $@.tmp; \
+		if cmp -s $@.tmp $@; then rm -f $@.tmp; else \
+			if [ -f $@ ]; then echo "rewriting $@ for the storage root $(SOCO_STORAGE) (it named another one: a copied checkout?)"; fi; \
+			mv $@.tmp $@; fi; fi
+
+FORCE:
 
 demo: install $(DAGSTER_HOME)/dagster.yaml
 	$(PY) -m soco_pipeline.demo

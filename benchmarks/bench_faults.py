@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -796,6 +798,197 @@ def fault_orphan_step(tmp: Path) -> None:
         kill_session(demo)
 
 
+# --- reliability round 5 (issue 58): each row injects the fault its test in tests/ injects -------------------
+
+
+def fault_damaged_snapshot(tmp: Path, damage: str) -> None:
+    """An earlier snapshot of the regression watch damaged (its JSON truncated, or its scores Parquet): the
+    watch says "not comparable" (a WARN check, never a pass) naming `soco drop-snapshot`, which repairs it."""
+    from soco_pipeline.evaluation import history
+    from tests.test_watch_faults import three_versions
+
+    folder = three_versions(str(tmp))
+    name = "v1.json" if damage == "json" else "v1.parquet"
+    (folder / name).write_bytes((folder / name).read_bytes()[:40])
+    t0 = time.perf_counter()
+    blind = history.watch(str(tmp), "mmvm", "m", "v2", reduction="pooled")
+    history.drop_snapshot(str(tmp), "mmvm", "m", "v1")  # the named command's body
+    after = history.watch(str(tmp), "mmvm", "m", "v2", reduction="pooled")
+    kept = (folder / "dropped" / name).exists()
+    record(
+        f"earlier regression-watch snapshot damaged ({'JSON truncated' if damage == 'json' else 'scores Parquet'})",
+        blind.not_comparable != ""
+        and blind.message == ""
+        and "soco drop-snapshot mmvm m v1" in blind.not_comparable
+        and after.previous == "v0"
+        and "75.0 -> 0.0" in after.message,
+        0 if kept else 1,
+        time.perf_counter() - t0,
+        "not comparable (WARN) naming the file and `soco drop-snapshot`; after it the watch compares with v0 and "
+        "fails on the 75-point drop; the dropped files kept in dropped/",
+    )
+
+
+def fault_fgbmk_not_an_image(tmp: Path) -> None:
+    """An FG-BMK official source listing a file that is not an image: the error names the CSV line and file."""
+    from soco_pipeline.tasks.fgbmk.readers import FgbmkFormatError, items_from_dataset, read_machine_dataset
+    from tests.test_input_faults import fgbmk_folder
+
+    folder = fgbmk_folder(tmp)
+    (folder / "imgs" / "train_1_1.jpg").write_bytes(b"<html>404</html>")
+    t0 = time.perf_counter()
+    try:
+        items_from_dataset(read_machine_dataset(str(folder)))
+        named = False
+    except FgbmkFormatError as e:
+        named = str(e).startswith(f"{folder}/train.csv:5: ") and "remove line 5" in str(e)
+    record(
+        "FG-BMK official source lists a file that is not an image",
+        named,
+        0,
+        time.perf_counter() - t0,
+        "FgbmkFormatError naming train.csv:5, the file, its first bytes and the fix",
+    )
+
+
+def fault_workbook_encodings(tmp: Path) -> None:
+    """`soco score-workbook` inputs: UTF-16 with a BOM and an xlsx named .tsv read; Latin-1 refused clearly."""
+    from soco_pipeline.sources.table_files import TableFileError
+    from soco_pipeline.tasks.mmvm.official import read_prediction_workbook
+    from tests.test_input_faults import WORKBOOK
+
+    frame = pd.read_excel(WORKBOOK, dtype=str)
+    frame.loc[0, "question"] = "Où " + frame.loc[0, "question"]
+    (tmp / "u16.tsv").write_bytes(frame.to_csv(sep="\t", index=False).encode("utf-16"))
+    (tmp / "xlsx.tsv").write_bytes(WORKBOOK.read_bytes())
+    (tmp / "l1.tsv").write_bytes(frame.to_csv(sep="\t", index=False).encode("latin-1"))
+    t0 = time.perf_counter()
+    read = [len(read_prediction_workbook(tmp / n)) for n in ("u16.tsv", "xlsx.tsv")]
+    try:
+        read_prediction_workbook(tmp / "l1.tsv")
+        named = False
+    except TableFileError as e:
+        named = f"{tmp / 'l1.tsv'}:2: not UTF-8" in str(e) and "Save it as UTF-8" in str(e)
+    record(
+        "score-workbook on UTF-16, an xlsx named .tsv, Latin-1",
+        read == [42, 42] and named,
+        abs(84 - sum(read)),
+        time.perf_counter() - t0,
+        "UTF-16 (BOM) and the renamed xlsx read in full; Latin-1 refused naming file:line, byte and the fix",
+    )
+
+
+def fault_formula_cells(tmp: Path) -> None:
+    """Formula cells in a workbook: neutralised in the CSV the command writes."""
+    from soco_pipeline.report.csv_safe import FORMULA_START, PLAIN_NUMBER, safe_csv
+
+    cells = ['=HYPERLINK("http://x","A")', "+1+1", "-1+cmd", "@SUM(1)", "\tA", "\r=1", "-3", "ok"]
+    t0 = time.perf_counter()
+    back = pd.read_csv(io.StringIO(safe_csv(pd.DataFrame({"c": cells}))), dtype=str)["c"]
+    live = [c for c in back if c.startswith(FORMULA_START) and not re.fullmatch(PLAIN_NUMBER, c)]
+    record(
+        "formula cells in a workbook (OWASP CSV injection)",
+        live == [] and len(back) == len(cells),
+        abs(len(back) - len(cells)),
+        time.perf_counter() - t0,
+        "every cell starting = + - @ tab CR prefixed with ' in --out CSV (plain numbers kept)",
+    )
+
+
+def fault_vanished_board(tmp: Path) -> None:
+    """A family board materialized but whose file is gone: a warning naming it (summary and page)."""
+    from soco_pipeline.evaluation.headline import vanished_boards
+
+    tables = tmp / "tables"
+    write_parquet_atomic(pd.DataFrame({"model": ["a"], "score": [1.0]}), str(tables / "leaderboard.parquet"))
+    when = pd.Timestamp("2026-01-01", tz="UTC")
+    t0 = time.perf_counter()
+    gone = vanished_boards(
+        {"leaderboard": when, "mmvm_leaderboard": when, "tpips_leaderboard": None}, str(tables)
+    )
+    record(
+        "family board file vanished",
+        list(gone) == ["mmvm_leaderboard"] and "re-materialize mmvm_leaderboard" in gone["mmvm_leaderboard"],
+        0,
+        time.perf_counter() - t0,
+        "model_headlines / model_summary / results_report warn (log + missing_boards); the page shows it",
+    )
+
+
+def fault_storage_moved(tmp: Path) -> None:
+    """The storage root moved while a run writes into it: no write re-creates it at the old path."""
+    from soco_pipeline.project import write_instance_yaml
+    from soco_pipeline.storage import StorageMovedError
+
+    storage = tmp / "storage"
+    write_instance_yaml(storage / "dagster", str(storage), PROJECT_ROOT)
+    saved = {k: os.environ.get(k) for k in ("SOCO_STORAGE", "DAGSTER_HOME")}
+    os.environ.update(SOCO_STORAGE=str(storage), DAGSTER_HOME=str(storage / "dagster"))
+    try:
+        write_bytes_atomic(str(storage / "tables" / "a.bin"), b"x")
+        storage.rename(tmp / "moved")
+        t0 = time.perf_counter()
+        try:
+            write_bytes_atomic(str(storage / "features" / "b.npy"), b"y")
+            refused = False
+        except StorageMovedError as e:
+            refused = "point SOCO_STORAGE (and DAGSTER_HOME) at the new place" in str(e)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    record(
+        "storage root moved mid-run",
+        refused and not storage.exists() and (tmp / "moved" / "tables" / "a.bin").exists(),
+        0,
+        time.perf_counter() - t0,
+        "StorageMovedError, no half tree at the old path; make demo stops with one line (tests: a real demo)",
+    )
+
+
+def fault_long_model_name(tmp: Path) -> None:
+    """A 230-character model name: refused when the spec is read, naming the file and the fix."""
+    from soco_pipeline.backbones.spec import BackboneSpecError, load_spec
+
+    spec = tmp / f"{'m' * 230}.yaml"
+    spec.write_text((PROJECT_ROOT / "assets" / "backbones" / "oracle_part.yaml").read_text())
+    t0 = time.perf_counter()
+    try:
+        load_spec(spec)
+        refused = False
+    except BackboneSpecError as e:
+        refused = "230 bytes long; at most 200 fit" in str(e)
+    record(
+        "230-character model name",
+        refused,
+        0,
+        time.perf_counter() - t0,
+        "refused when the spec is read (add-backbone, the spec sensor, soco run), before any extraction",
+    )
+
+
+def fault_copied_instance(tmp: Path) -> None:
+    """A `cp -a` copy of a project: its dagster.yaml is rewritten for the copy, so no run reaches the original."""
+    from soco_pipeline.project import instance_storage, write_instance_yaml
+
+    a = tmp / "a"
+    write_instance_yaml(a / "storage" / "dagster", str(a / "storage"), PROJECT_ROOT)
+    subprocess.run(["cp", "-a", str(a), str(tmp / "b")], check=True, timeout=60)
+    b = tmp / "b"
+    t0 = time.perf_counter()
+    rewritten = write_instance_yaml(b / "storage" / "dagster", str(b / "storage"), PROJECT_ROOT)
+    named = instance_storage((b / "storage" / "dagster" / "dagster.yaml").read_text())
+    record(
+        "cp -a copy of a clone (dagster.yaml naming the original)",
+        rewritten and named == str(b / "storage"),
+        0,
+        time.perf_counter() - t0,
+        "rewritten for the copy (make and soco do it); tests/test_copied_instance.py runs Dagster in both",
+    )
+
+
 def _running(pid: int) -> bool:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -836,6 +1029,15 @@ def main() -> int:
         ("unparsable lvlm", fault_unparsable_lvlm),
         ("disk full mount", fault_disk_full_mount),
         ("copied root", fault_copied_root),
+        ("damaged snapshot json", lambda t: fault_damaged_snapshot(t, "json")),
+        ("damaged snapshot parquet", lambda t: fault_damaged_snapshot(t, "parquet")),
+        ("fgbmk not an image", fault_fgbmk_not_an_image),
+        ("workbook encodings", fault_workbook_encodings),
+        ("formula cells", fault_formula_cells),
+        ("vanished board", fault_vanished_board),
+        ("storage moved", fault_storage_moved),
+        ("long model name", fault_long_model_name),
+        ("copied instance", fault_copied_instance),
     ]
     if not args.skip_crash:
         faults.append(("crash", fault_crash_mid_extraction))

@@ -229,6 +229,9 @@ def build_parser() -> argparse.ArgumentParser:
     from soco_pipeline.workbook_cli import add_command as add_score_workbook
 
     add_score_workbook(sub)  # score-workbook FAMILY FILE (docs/results.md)
+    from soco_pipeline.history_cli import add_command as add_drop_snapshot
+
+    add_drop_snapshot(sub)  # drop-snapshot FAMILY MODEL DATA_VERSION (docs/faults.md)
 
     from soco_pipeline.run_cli import add_command as add_run
 

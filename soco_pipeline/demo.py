@@ -458,7 +458,10 @@ def main() -> int:
     """Entry point of `python -m soco_pipeline.demo`: 0 when everything ran, 1 when a stage failed, 130
     on Ctrl-C. Prints each board's headline columns (report/console.py: 120 columns), then the summary
     (one row per model, one headline per family) as the last table, and where the full tables are."""
+    from soco_pipeline.storage import storage_gone
+
     t0 = time.perf_counter()
+    storage_gone()  # notes the instance in the storage root, so a root moved mid-run is told apart from a fresh one
     try:
         result = run_demo()
     except DemoSettingError as err:
@@ -471,6 +474,11 @@ def main() -> int:
             file=sys.stderr,
         )
         return 130
+    except Exception:  # the instance's database gone with a moved storage root: say that, not sqlite's words
+        if gone := storage_gone():
+            print(f"make demo: stopped: {gone}", file=sys.stderr)
+            return 1
+        raise
     from soco_pipeline.analysis.leaderboard import console_board
     from soco_pipeline.defs.shared.resources import SocoSettings
     from soco_pipeline.report.console import console_table, headline_columns, summary_text

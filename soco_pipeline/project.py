@@ -7,12 +7,14 @@ nearest folder above the working directory holding this project's pyproject.toml
 the checkout the package was imported from); an unset variable gets the Makefile's default; a relative
 SOCO_STORAGE is read against the working directory when that folder exists there, else against the project
 root (where `make` would have read it); DAGSTER_HOME gets its dagster.yaml written from the project's
-template when it has none, as `make` does. Nothing here guesses `~/dagster_home`.
+template when it has none or when one the template wrote names another storage root (a copied checkout), as
+`make` does. Nothing here guesses `~/dagster_home`.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -63,18 +65,41 @@ def resolve_storage(text: str | None, root: Path, cwd: Path | None = None) -> tu
     return str(root / text), f"SOCO_STORAGE={text!r} relative to the project root {root}"
 
 
+def instance_storage(yaml_text: str) -> str:
+    """The storage root a dagster.yaml written from the template names ("" when it names none)."""
+    import yaml
+
+    try:
+        base = yaml.safe_load(yaml_text)["storage"]["sqlite"]["base_dir"]
+    except (yaml.YAMLError, KeyError, TypeError):
+        return ""
+    return str(base).removesuffix("/dagster/history")
+
+
 def write_instance_yaml(dagster_home: Path, storage: str, root: Path) -> bool:
-    """Write <dagster_home>/dagster.yaml from the project's template, as `make` does, when it has none;
-    True when written."""
-    target = dagster_home / "dagster.yaml"
-    if target.exists() or is_remote(storage):
+    """Write <dagster_home>/dagster.yaml from the project's template, as `make` does, when it has none, or
+    when one written from the template differs from what it would write now: a copy of a checkout (or of
+    storage/) keeps the original's absolute storage root there, and its runs would land in the original's
+    instance. A dagster.yaml of the user's own (without the template's mark) is kept. True when written."""
+    if is_remote(storage):
         return False
     template = root / "dagster.yaml"
     if not template.is_file():
         return False
+    target = dagster_home / "dagster.yaml"
+    text = template.read_text().replace("@STORAGE@", storage)
+    if target.exists():
+        current = target.read_text()
+        if MAKEFILE_MARK not in current or current == text:
+            return False
+        named = instance_storage(current)
+        if named and named != storage:
+            print(
+                f"note: rewrote {target} for the storage root {storage} (it named {named})", file=sys.stderr
+            )
     dagster_home.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(".dagster.yaml.tmp")
-    tmp.write_text(template.read_text().replace("@STORAGE@", storage))
+    tmp.write_text(text)
     tmp.replace(target)
     return True
 

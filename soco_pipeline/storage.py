@@ -252,16 +252,53 @@ def _no_space(path: str, needed: int | None, e: OSError) -> StorageFullError:
     )
 
 
+class StorageMovedError(FileNotFoundError):
+    """The storage root a run writes into was moved or deleted while it ran; nothing was written."""
+
+
+_SEEN_INSTANCES: set[str] = set()  # the instance files (dagster.yaml) this process has seen in their root
+
+
+def storage_gone(path: str | None = None) -> str:
+    """Why writes must stop ("" when they need not): the storage root ($SOCO_STORAGE) holds the Dagster
+    instance ($DAGSTER_HOME), this process saw that instance's dagster.yaml there before, and it is gone now:
+    the root was moved or deleted under a running run. A root never seen with its instance (a fresh one, an
+    instance kept elsewhere, a URL) is never "gone". With `path`, only when `path` lies under the root. Two
+    stats at most; `make demo` calls it once before its first run."""
+    root, home = default_storage_root(), os.environ.get("DAGSTER_HOME", "")
+    if not home or is_remote(root) or (path is not None and is_remote(path)):
+        return ""
+    r = os.path.abspath(root)
+    inside = [os.path.abspath(x) for x in (home, *([path] if path is not None else []))]
+    if not all(x == r or x.startswith(r + os.sep) for x in inside):
+        return ""
+    instance = os.path.join(os.path.abspath(home), "dagster.yaml")
+    if os.path.isfile(instance):
+        _SEEN_INSTANCES.add(instance)
+        return ""
+    if instance not in _SEEN_INSTANCES:
+        return ""
+    return (
+        f"the storage root {root} is gone or no longer holds its Dagster instance ({instance} is missing): "
+        "it was moved or deleted while this run was writing to it. Nothing more is written there (no half "
+        "tree at the old path). If you moved it, point SOCO_STORAGE (and DAGSTER_HOME) at the new place, or "
+        "run from the moved project, and run again: it resumes from what is materialized there"
+    )
+
+
 @contextlib.contextmanager
 def open_atomic(path: str, clean_stale: bool = True, size_hint: int | None = None) -> Iterator[IO[bytes]]:
     """A binary file handle on a temporary sibling of `path`, moved onto `path` only if the block succeeds.
 
     Temporary names start with `.tmp-`, so readers that list published files skip them. `clean_stale`
-    first removes this file's temps left by killed writers. A full disk raises StorageFullError naming
+    first removes this file's temps left by killed writers. A storage root moved or deleted under the run
+    raises StorageMovedError before anything is created (`storage_gone`). A full disk raises StorageFullError naming
     the storage root and the bytes needed (`size_hint`, or what was written so far); the temp is removed.
     """
     fs, p = filesystem(path)
     parent, name = p.rsplit("/", 1)
+    if gone := storage_gone(path):  # never re-create a moved storage root's tree at its old path
+        raise StorageMovedError(errno.ENOENT, f"not writing {path}: {gone}")
     fs.makedirs(parent, exist_ok=True)
     if clean_stale:
         remove_stale_temps(parent, name)

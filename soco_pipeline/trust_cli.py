@@ -348,9 +348,13 @@ def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_report(args: argparse.Namespace, settings: Settings) -> int:
     """Write the static results page under storage/report/ (and serve it on 127.0.0.1 with --serve)."""
+    from soco_pipeline.defs.summary.assets import missing_boards_now
     from soco_pipeline.report.page import build_report, serve_report
 
-    index = build_report(settings, args.out or None)
+    gone = missing_boards_now(settings.tables_root)  # boards materialized whose file is gone: warned
+    for text in gone.values():
+        print(f"warning: {text}", file=sys.stderr)
+    index = build_report(settings, args.out or None, missing_boards=gone)
     print(f"wrote {index} (open it as file://{Path(index).resolve()})")
     if args.single_file:
         from soco_pipeline.report.single_file import write_single_file

@@ -26,16 +26,20 @@ def scorer_for(family: str):
 
 def cmd_score_workbook(args: argparse.Namespace, settings) -> int:
     """Print a workbook's metrics (and write its per-row verdicts with --out)."""
+    from soco_pipeline.report.csv_safe import neutralise_formulas, safe_csv
     from soco_pipeline.report.formats import format_frame
 
     score = scorer_for(args.family)(args.file, args.judge, args.judge_spec, settings.lvlm_cache_root)
-    print(format_frame(score.metrics[SHOWN], args.format), end="")
+    shown = score.metrics[SHOWN]  # its keys come from the workbook: a CSV gets no live formula from them
+    print(format_frame(neutralise_formulas(shown) if args.format == "csv" else shown, args.format), end="")
     print(score.summary)
-    if args.out:
+    if (
+        args.out
+    ):  # a CSV's formula-like cells neutralised (report/csv_safe.py); Parquet keeps them as they are
         data = (
             score.rows.to_parquet(index=False)
             if args.out.endswith(".parquet")
-            else score.rows.to_csv(index=False).encode()
+            else safe_csv(score.rows).encode()
         )
         write_bytes_atomic(args.out, data)
         print(f"per-row verdicts: {args.out}")

@@ -292,3 +292,42 @@ def test_model_summary_and_the_results_page_show_the_published_figure(watched):
     section = page[page.index('<section id="published">') :]
     section = section[: section.index("</section>")]
     assert "Beside the published figures" in section and "DINOv2-B/14" in section and "67.9" in section
+
+
+def test_a_damaged_earlier_snapshot_makes_the_watch_a_warning_not_a_pass(degraded):
+    """Issue 58: the earlier SOCO snapshot's scores Parquet damaged, the earlier MMVM snapshot's JSON
+    truncated. Both history assets still materialize; their `no_regression` checks fail at WARN severity,
+    "not comparable", naming the file and `soco drop-snapshot`, never "no regression". The archive is put back
+    (and the watch re-run) afterwards, so the module's other tests see the regression as before."""
+    storage = degraded["storage"]
+    runs = degraded["runs"]
+    earlier = {
+        "soco": check_of(runs["degraded"]).metadata["compared_with"].value,
+        "mmvm": check_of(runs["degraded"], "mmvm_history").metadata["compared_with"].value,
+    }
+    soco_scores = storage / "history" / "soco" / "tiny" / f"{earlier['soco']}.parquet"
+    mmvm_meta = storage / "history" / "mmvm" / "tiny" / f"{earlier['mmvm']}.json"
+    kept = {p: p.read_bytes() for p in (soco_scores, mmvm_meta)}
+    try:
+        soco_scores.write_bytes(kept[soco_scores][: len(kept[soco_scores]) // 2])
+        mmvm_meta.write_bytes(kept[mmvm_meta][:30])
+        result = degraded["materialize"](["model_history", "mmvm_history"], "tiny")
+        for asset, family, named in (
+            ("model_history", "soco", soco_scores),
+            ("mmvm_history", "mmvm", mmvm_meta),
+        ):
+            ev = check_of(result, asset)
+            assert not ev.passed and ev.severity == dg.AssetCheckSeverity.WARN, asset
+            text = ev.metadata["not_comparable"].value
+            assert text.startswith("not comparable: ") and str(named) in text
+            assert f"`soco drop-snapshot {family} tiny {earlier[family]}`" in text
+            assert ev.metadata["compared_with"].value == "not comparable"
+        defs = degraded["defs"]  # the sensor says it too, and posts nothing (it is not a regression)
+        context = dg.build_sensor_context(instance=degraded["instance"], definitions=defs)
+        sensor = next(s for s in defs.sensors if s.name == "mmvm_regression_sensor")
+        assert "not comparable" in str(sensor.evaluate_tick(context).skip_message)
+    finally:
+        for path, data in kept.items():
+            path.write_bytes(data)
+        again = degraded["materialize"](["model_history", "mmvm_history"], "tiny")
+    assert not check_of(again).passed and "regression" in check_of(again).metadata  # as before the damage

@@ -34,6 +34,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
+from soco_pipeline.backbones.spec_files import name_length_problem
 from soco_pipeline.config import ConfigModel, read_yaml, validate_doc
 
 # How a ViT's position embeddings are resized to the input grid (backbones/pos_embed.py does it).
@@ -224,6 +225,8 @@ def parse_spec(doc: Any, name: str, source: str = "<spec>") -> BackboneSpec:
         raise BackboneSpecError(
             f"{source}: backbone name {name!r} (the file stem) may only hold letters, digits, '_', '-', '.'"
         )
+    if too_long := name_length_problem(name, "backbone"):
+        raise BackboneSpecError(f"{source}: {too_long}")
     # A field left empty (`weights:`) means its default, as it always has.
     doc = {k: (v.strip() if isinstance(v, str) else v) for k, v in doc.items() if v is not None}
     union, kinds = spec_union()

@@ -262,3 +262,20 @@ def model_summary(long: pd.DataFrame, headlines: Iterable[Headline]) -> pd.DataF
         out[sim] = out["model"].map(rows["simulated"]).astype("boolean")
         out[date] = pd.to_datetime(out["model"].map(rows["materialized_at"]), utc=True).dt.date
     return out
+
+
+def vanished_boards(materialized: dict[str, pd.Timestamp | None], tables_root: str) -> dict[str, str]:
+    """{board: warning} for each board in `materialized` (board asset -> when it was last materialized, None
+    if never) that was materialized but whose table file is gone: its family would drop out of
+    `model_summary` and the results page without a word. A board never materialized is not missing."""
+    from soco_pipeline.storage import exists, join
+
+    out = {}
+    for board, when in sorted(materialized.items()):
+        path = join(tables_root, f"{board}.parquet")  # a board is one unpartitioned table
+        if when is not None and not exists(path):
+            out[board] = (
+                f"{board} was materialized at {when:%Y-%m-%d %H:%M} UTC but its file {path} is gone (deleted "
+                f"or moved?), so its models are missing here; re-materialize {board} (and the summary after it)"
+            )
+    return out

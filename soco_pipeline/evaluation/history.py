@@ -81,20 +81,80 @@ def write_snapshot(
     return meta
 
 
-def snapshots(storage_root: str, family: str, model: str) -> list[dict]:
-    """Every archived snapshot of a model (their metadata), oldest first."""
+DROPPED = "dropped"  # the archive's sub-folder `soco drop-snapshot` moves a snapshot's files into
+META_KEYS = ("model", "family", "data_version", "task_hash", "materialized_at", "values")
+
+
+def read_archive(storage_root: str, family: str, model: str) -> tuple[list[dict], dict[str, str]]:
+    """Every readable snapshot of a model (their metadata, oldest first), and the damaged ones as
+    {data version: why} (a JSON that does not parse or lacks a field). A damaged snapshot is never left
+    out silently: the watch cannot tell whether it was the one to compare with (see `watch`)."""
     folder = archive_dir(storage_root, family, model)
     if not exists(folder):
-        return []
+        return [], {}
     fs, path = filesystem(folder)
-    metas = []
+    metas, damaged = [], {}
     for name in fs.ls(path, detail=False):
-        if str(name).endswith(".json"):
-            try:
-                metas.append(json.loads(read_bytes(join(folder, str(name).rsplit("/", 1)[-1]))))
-            except (ValueError, OSError) as e:
-                log.warning("history: snapshot %s is unreadable (%s); it is left out", name, e)
-    return sorted(metas, key=lambda m: m["materialized_at"])
+        base = str(name).rsplit("/", 1)[-1]
+        if not base.endswith(".json") or base.startswith("."):
+            continue
+        try:
+            meta = json.loads(read_bytes(join(folder, base)))
+            missing = [k for k in META_KEYS if k not in meta] if isinstance(meta, dict) else list(META_KEYS)
+            if missing:
+                raise ValueError(f"no field {', '.join(missing)}")
+            metas.append(meta)
+        except (ValueError, OSError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            damaged[base.removesuffix(".json")] = (
+                f"{join(folder, base)} is unreadable ({type(e).__name__}: {e})"
+            )
+    return sorted(metas, key=lambda m: m["materialized_at"]), damaged
+
+
+def snapshots(storage_root: str, family: str, model: str) -> list[dict]:
+    """Every readable archived snapshot of a model (their metadata), oldest first (`read_archive` also gives
+    the damaged ones)."""
+    return read_archive(storage_root, family, model)[0]
+
+
+def drop_command(family: str, model: str, data_version: str) -> str:
+    """The command that moves a damaged snapshot aside (`drop_snapshot`)."""
+    return f"soco drop-snapshot {family} {model} {data_version}"
+
+
+def damaged_advice(family: str, model: str, data_version: str, asset: str) -> str:
+    """What to do about a damaged snapshot: drop it with the named command (the watch then compares with the
+    snapshot before it), or archive it again at that data version."""
+    return (
+        f"drop it with `{drop_command(family, model, data_version)}` (its files move to "
+        f"history/{family}/{model}/{DROPPED}/; the watch then compares with the snapshot before it), or restore the "
+        f"spec and weights of data version {data_version} and re-materialize {asset} for {model}, which archives "
+        "that snapshot again; re-materializing with today's spec does not repair it"
+    )
+
+
+def drop_snapshot(storage_root: str, family: str, model: str, data_version: str) -> list[str]:
+    """Move one snapshot's files (`<data_version>.json` / `.parquet`) into the archive's `dropped/` folder
+    (nothing is deleted); returns the new paths. FileNotFoundError naming the snapshots there are when it has
+    no file."""
+    folder = archive_dir(storage_root, family, model)
+    fs, _ = filesystem(folder)
+    moved = []
+    for ext in (".json", ".parquet"):  # the JSON first: a snapshot without its JSON is never listed
+        src = join(folder, f"{data_version}{ext}")
+        if exists(src):
+            dest = join(folder, DROPPED, f"{data_version}{ext}")
+            fs.makedirs(filesystem(join(folder, DROPPED))[1], exist_ok=True)
+            fs.mv(filesystem(src)[1], filesystem(dest)[1])
+            moved.append(dest)
+    if not moved:
+        metas, damaged = read_archive(storage_root, family, model)
+        there = sorted({m["data_version"] for m in metas} | set(damaged))
+        raise FileNotFoundError(
+            f"no snapshot of data version {data_version!r} under {folder}; its snapshots: "
+            f"{', '.join(there) or 'none'}"
+        )
+    return moved
 
 
 def previous_snapshot(history: list[dict], data_version: str, task_hash: str) -> dict | None:
@@ -103,9 +163,14 @@ def previous_snapshot(history: list[dict], data_version: str, task_hash: str) ->
     return older[-1] if older else None
 
 
-def snapshot_scores(storage_root: str, family: str, model: str, data_version: str) -> pd.DataFrame:
-    """The per-sample scores of one archived snapshot."""
-    return read_parquet(join(archive_dir(storage_root, family, model), f"{data_version}.parquet"))
+def snapshot_scores(
+    storage_root: str, family: str, model: str, data_version: str, fix: str = ""
+) -> pd.DataFrame:
+    """The per-sample scores of one archived snapshot (`fix`: the advice a damaged file's error gives)."""
+    path = join(archive_dir(storage_root, family, model), f"{data_version}.parquet")
+    if not exists(path):
+        raise FileNotFoundError(f"{path} does not exist (the snapshot's JSON does); {fix}")
+    return read_parquet(path, fix=fix)
 
 
 def regression_test(
@@ -207,13 +272,15 @@ def figure_text(value: float, previous: float, delta: float, lo: float, hi: floa
 class WatchOutcome:
     """The watch's verdict on one materialization: the model's history rows (HISTORY_COLUMNS), the data
     version compared with ("" when none), the regression message ("" when none), the paired test in words,
-    and per metric of the current snapshot its figures as text ("previous -> value (delta, [lo, hi])")."""
+    per metric of the current snapshot its figures as text ("previous -> value (delta, [lo, hi])"), and
+    `not_comparable`: why no verdict could be given (a damaged snapshot, named with the fix), "" otherwise."""
 
     table: pd.DataFrame
     previous: str
     message: str
     test: str
     figures: dict[str, str]
+    not_comparable: str = ""  # why no verdict could be given (a damaged snapshot, named with the fix)
 
 
 def watch(
@@ -226,19 +293,27 @@ def watch(
     reduction: str = "official",
     not_paired: str = "",
     n_boot: int = 2000,
+    archived_by: str = "",
 ) -> WatchOutcome:
     """Compare the archived snapshot of `model` at `data_version` with the most recent snapshot of another
     data version on the same task hash: the paired test per watched metric (`regression_test`), or, with
-    `not_paired` (why the family has no per-sample outcomes), the plain difference of the values."""
-    snaps = snapshots(storage_root, family, model)
+    `not_paired` (why the family has no per-sample outcomes), the plain difference of the values.
+
+    Missing evidence never passes as "no regression": when another snapshot of the model is damaged (its
+    JSON unreadable: it may be the one to compare with) or the compared snapshots' scores do not read, the
+    outcome is `not_comparable`, naming the file and the fix (`damaged_advice`; `archived_by` is the asset
+    that archives the snapshots, `<family>_history` by default)."""
+    asset = archived_by or f"{family}_history"
+    snaps, damaged = read_archive(storage_root, family, model)
     current = next((s for s in reversed(snaps) if s["data_version"] == data_version), None)
     if current is None:
+        why = f" ({damaged[data_version]})" if data_version in damaged else ""
         raise FileNotFoundError(
             f"no archived {family} snapshot of {model!r} at data version {data_version} under "
-            f"{archive_dir(storage_root, family, model)}: materialize its results first"
+            f"{archive_dir(storage_root, family, model)}{why}: materialize its results first ({asset})"
         )
     prev = previous_snapshot(snaps, data_version, current["task_hash"])
-    verdicts, message = {}, ""
+    verdicts, message, not_comparable = {}, "", ""
     test = (
         f"not paired-testable: {not_paired}"
         if not_paired
@@ -247,34 +322,58 @@ def watch(
             "reduction, as `soco compare`)"
         )
     )
+    others = {v: why for v, why in sorted(damaged.items()) if v != data_version}
+    if others:
+        not_comparable = (
+            f"not comparable: {len(others)} other snapshot(s) of {model} cannot be read, so the one to compare "
+            "with is unknown: "
+            + "; ".join(f"{why}: {damaged_advice(family, model, v, asset)}" for v, why in others.items())
+        )
+        prev = None
     if prev is not None:
         if not_paired:
             verdict = unpaired_difference(current["values"], prev["values"])
         else:
             metrics = sorted(current["values"])
-            old = snapshot_scores(storage_root, family, model, prev["data_version"])
-            new = snapshot_scores(storage_root, family, model, data_version)
-            if old.empty or new.empty:  # archived while the family stored aggregates only: nothing to pair
-                which = prev["data_version"] if old.empty else data_version
-                test = f"not paired-testable: the snapshot of data version {which} holds no per-sample scores"
-                verdict = unpaired_difference(current["values"], prev["values"])
+            try:
+                version = prev["data_version"]
+                fix = damaged_advice(family, model, version, asset)
+                old = snapshot_scores(storage_root, family, model, version, fix)
+                version = data_version
+                fix = f"re-materialize {asset} for {model}, which archives this data version's snapshot again"
+                new = snapshot_scores(storage_root, family, model, version, fix)
+            except (OSError, ValueError) as e:  # a damaged or vanished scores file (TableIntegrityError ...)
+                not_comparable = f"not comparable: the snapshot of data version {version} is damaged: {e}"
+                verdict = None
             else:
-                verdict = regression_test(
-                    new, old, metrics, level, n_boot=n_boot, seed=seed, reduction=reduction
-                )
-                message = regression_message(model, family, verdict, prev["data_version"], data_version)
-        verdicts[data_version] = verdict
-        current["previous_data_version"] = prev["data_version"]
+                if (
+                    old.empty or new.empty
+                ):  # archived while the family stored aggregates only: nothing to pair
+                    which = prev["data_version"] if old.empty else data_version
+                    test = f"not paired-testable: the snapshot of data version {which} holds no per-sample scores"
+                    verdict = unpaired_difference(current["values"], prev["values"])
+                else:
+                    verdict = regression_test(
+                        new, old, metrics, level, n_boot=n_boot, seed=seed, reduction=reduction
+                    )
+                    message = regression_message(model, family, verdict, prev["data_version"], data_version)
+        if verdict is not None:
+            verdicts[data_version] = verdict
+            current["previous_data_version"] = prev["data_version"]
+    if not_comparable:
+        log.warning("history: %s", not_comparable)
+        test = not_comparable
     table = history_table(snaps, verdicts, level)
     now = table[table["data_version"] == data_version]
-    before = prev["values"] if prev else {}
+    before = prev["values"] if prev and verdicts else {}
     figures = {
         r.metric: figure_text(
             r.value, before.get(r.metric, float("nan")), r.delta, r.delta_ci_low, r.delta_ci_high
         )
         for r in now.itertuples()
     }
-    return WatchOutcome(table, prev["data_version"] if prev else "", message, test, figures)
+    compared = prev["data_version"] if prev and verdicts else ""
+    return WatchOutcome(table, compared, message, test, figures, not_comparable)
 
 
 def notify(message: str, url: str | None = None, timeout_s: float = 5.0) -> str:

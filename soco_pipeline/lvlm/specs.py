@@ -40,6 +40,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field, TypeAdapter, field_validator
 
+from soco_pipeline.backbones.spec_files import name_length_problem
 from soco_pipeline.config import ConfigModel, read_yaml, validate_doc
 
 BACKENDS = ("openai", "transformers")
@@ -184,6 +185,8 @@ def parse_spec(doc: Any, name: str, source: str = "<spec>") -> LvlmSpec:
         raise LvlmSpecError(
             f"{src}: model name {name!r} (the file stem) may only hold letters, digits, '_', '-', '.'"
         )
+    if too_long := name_length_problem(name, "model"):
+        raise LvlmSpecError(f"{src}: {too_long}")
     backend = doc.get("backend")
     if backend not in BACKENDS:
         raise LvlmSpecError(f"{src}: field 'backend' is {backend!r}; it must be one of {list(BACKENDS)}")

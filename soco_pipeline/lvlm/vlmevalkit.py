@@ -182,11 +182,11 @@ def import_tsv(path: str | Path, image_root: str, setting: str | None = None) ->
 
 def read_workbook(path: str | Path) -> pd.DataFrame:
     """A VLMEvalKit prediction workbook (xlsx, or tsv/csv) with empty cells as ""."""
-    path = Path(path)
-    if path.suffix.lower() in (".xlsx", ".xls"):
-        df = pd.read_excel(path, sheet_name=0)
-    else:
-        df = pd.read_csv(path, sep="\t" if path.suffix.lower() == ".tsv" else ",")
+    from soco_pipeline.sources.table_files import read_table_file
+
+    df = read_table_file(
+        path
+    )  # by what its bytes are (an xlsx named .tsv, UTF-16); else UTF-8 or a clear error
     df.columns = [str(c).strip() for c in df.columns]
     return df.fillna("")
 

@@ -260,8 +260,11 @@ def _headlines(tables: str, boards: dict[str, pd.DataFrame], roles: dict[str, st
     return stored if stored is not None else headlines_from_boards(boards, roles)
 
 
-def build_report(settings, out_dir: str | None = None, seed: int = 0) -> str:
-    """Write <storage>/report/index.html (or out_dir/index.html) and the images it shows; returns its path."""
+def build_report(
+    settings, out_dir: str | None = None, seed: int = 0, missing_boards: dict[str, str] | None = None
+) -> str:
+    """Write <storage>/report/index.html (or out_dir/index.html) and the images it shows; returns its path.
+    `missing_boards` ({board: warning}: boards materialized whose file is gone) are shown at the summary."""
     import datetime as dt
 
     from soco_pipeline.analysis.leaderboard import console_board
@@ -486,6 +489,7 @@ def build_report(settings, out_dir: str | None = None, seed: int = 0) -> str:
         header=header,
         summary=summary,
         summary_roles=summary_roles,
+        missing_boards=list((missing_boards or {}).values()),
         soco=soco,
         published=published,
         atlas=atlas,

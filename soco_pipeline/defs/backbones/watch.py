@@ -30,7 +30,15 @@ def model_history(context: dg.AssetExecutionContext, soco: SocoSettings):
     from soco_pipeline.evaluation import history
 
     version = spec_version(soco, context.partition_key)
-    outcome = history.watch(soco.storage_root, FAMILY, context.partition_key, version, LEVEL, soco.seed)
+    outcome = history.watch(
+        soco.storage_root,
+        FAMILY,
+        context.partition_key,
+        version,
+        LEVEL,
+        soco.seed,
+        archived_by="results_record",
+    )
     yield from watch_events("model_history", outcome, version)
 
 

@@ -21,16 +21,23 @@ def results_report(context: dg.AssetExecutionContext, soco: SocoSettings) -> dg.
     """The static results page, storage/report/index.html: every leaderboard with CIs, the correlation figure,
     the prediction panels and LVLM examples (open it from file:// or with `soco report --serve`), and the same
     page as one file with its images inlined, storage/report.html."""
+    from soco_pipeline.defs.summary.assets import board_materializations
+    from soco_pipeline.evaluation.headline import vanished_boards
     from soco_pipeline.report.page import build_report, error_bar_markdown
     from soco_pipeline.report.single_file import write_single_file
 
-    index = build_report(soco)
+    gone = vanished_boards(board_materializations(context.instance), soco.tables_root)
+    for text in gone.values():  # a board materialized but whose file is gone: said here and on the page
+        context.log.warning(text)
+    index = build_report(soco, missing_boards=gone)
     single = write_single_file(index)  # <storage>/report.html: the page as one file, its images inlined
     meta = {
         "path": dg.MetadataValue.path(index),
         "open": dg.MetadataValue.url(f"file://{index}"),
         "single_file": dg.MetadataValue.path(str(single)),
     }
+    if gone:
+        meta["missing_boards"] = dg.MetadataValue.md("\n".join(f"- {t}" for t in gone.values()))
     # the leaderboards' CIs as error bars, in the UI too
     meta.update({name: dg.MetadataValue.md(md) for name, md in error_bar_markdown(index).items()})
     return dg.MaterializeResult(metadata=meta)

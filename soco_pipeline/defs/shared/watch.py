@@ -42,9 +42,11 @@ def watch_events(
 ) -> Iterator[dg.Output | dg.AssetCheckResult]:
     """The history table as the asset's output behind its blocking `schema` check, and the `no_regression`
     check (non-blocking): failed when the paired test found a significant drop, with both figures, the
-    difference and its interval."""
+    difference and its interval; failed at WARN severity, "not comparable", when its evidence is missing (a
+    damaged snapshot, named with the fix): missing evidence never passes."""
     table = outcome.table
     regressed = bool(outcome.message)
+    blind = bool(outcome.not_comparable)
     output = dg.Output(
         table,
         metadata={
@@ -54,20 +56,25 @@ def watch_events(
             "regression": regressed,
             "message": outcome.message,
             "paired_test": outcome.test,
+            **({"not_comparable": outcome.not_comparable} if blind else {}),
         },
     )
     yield from publish_checked(
         [output], [TableSpec(ModelHistorySchema).check_result(asset, TableResult(table))]
     )
+    compared = "not comparable" if blind else outcome.previous or "nothing (no earlier data version)"
     yield dg.AssetCheckResult(
         check_name=CHECK,
-        passed=not regressed,
+        passed=not regressed and not blind,
+        severity=dg.AssetCheckSeverity.WARN if blind and not regressed else dg.AssetCheckSeverity.ERROR,
+        description=outcome.not_comparable or None,
         metadata={
-            "compared_with": outcome.previous or "nothing (no earlier data version)",
+            "compared_with": compared,
             "level": level,
             "paired_test": outcome.test,
             **outcome.figures,
             **({"regression": outcome.message} if regressed else {}),
+            **({"not_comparable": outcome.not_comparable} if blind else {}),
         },
     )
 
@@ -135,6 +142,9 @@ def regression_sensor_on(name: str, asset: str) -> dg.SensorDefinition:
         from soco_pipeline.evaluation.history import WEBHOOK_ENV, notify
 
         meta = asset_event.asset_materialization.metadata if asset_event.asset_materialization else {}
+        if "not_comparable" in meta:  # a watch without its evidence: said, never taken for "no regression"
+            context.log.warning(f"regression watch of {asset}: {meta['not_comparable'].value}")
+            return dg.SkipReason(f"{asset}: {meta['not_comparable'].value}")
         flagged = meta.get("regression")
         if flagged is None or not flagged.value:
             return dg.SkipReason(f"no regression in the latest {asset} materialization")

@@ -4,7 +4,9 @@ board that was never materialized is skipped, not awaited.
 
 The two assets are built by `summary_assets(families)`, called by defs/definitions.py once every group folder
 is loaded, so a family declared in any folder is seen (the folders load in name order: `summary` before
-`tpips`); this folder declares no module-level asset."""
+`tpips`); this folder declares no module-level asset. A board that was materialized but whose file is gone
+is not skipped silently: both assets log a warning naming it and carry it in their `missing_boards` metadata,
+and the results page shows it (`board_materializations`, evaluation/headline.py `vanished_boards`)."""
 
 from collections.abc import Iterable
 
@@ -30,6 +32,43 @@ def latest_materialization(instance: dg.DagsterInstance, asset: str) -> pd.Times
     """When `asset` was last materialized (UTC), None if never."""
     event = instance.get_latest_materialization_event(dg.AssetKey(asset))
     return None if event is None else pd.Timestamp(event.timestamp, unit="s", tz="UTC")
+
+
+def board_materializations(instance: dg.DagsterInstance, boards: Iterable[str] | None = None) -> dict:
+    """{board: when it was last materialized (UTC) or None} for `boards` (default: every asset of the
+    instance named `leaderboard` or `*_leaderboard`)."""
+    if boards is None:
+        keys = instance.get_asset_keys()
+        boards = [
+            k.path[-1] for k in keys if k.path[-1] == "leaderboard" or k.path[-1].endswith("_leaderboard")
+        ]
+    return {b: latest_materialization(instance, b) for b in boards}
+
+
+def missing_boards_now(tables_root: str) -> dict[str, str]:
+    """The vanished boards (`vanished_boards`) of the instance at $DAGSTER_HOME, for a page built outside a
+    run (`soco report`); {} when there is no instance there."""
+    import os
+    from pathlib import Path
+
+    from soco_pipeline.evaluation.headline import vanished_boards
+
+    home = os.environ.get("DAGSTER_HOME")
+    if not home or not (Path(home) / "dagster.yaml").is_file():
+        return {}
+    with dg.DagsterInstance.get() as instance:
+        return vanished_boards(board_materializations(instance), tables_root)
+
+
+def warn_vanished(context: dg.AssetExecutionContext, when: dict, tables_root: str) -> dict:
+    """Log a warning per board that was materialized but whose file is gone (evaluation/headline.py
+    `vanished_boards`); the asset's metadata that says so ({} when none is)."""
+    from soco_pipeline.evaluation.headline import vanished_boards
+
+    gone = vanished_boards(when, tables_root)
+    for text in gone.values():
+        context.log.warning(text)
+    return {"missing_boards": dg.MetadataValue.md("\n".join(f"- {t}" for t in gone.values()))} if gone else {}
 
 
 def declared_headlines(families: Iterable[Family]) -> tuple[Headline, ...]:
@@ -79,6 +118,7 @@ def headline_assets(headlines: tuple[Headline, ...]) -> list[dg.AssetsDefinition
                 "rows": len(long),
                 "models": int(long["model"].nunique()),
                 "families": ", ".join(sorted(long["family"].unique())),
+                **warn_vanished(context, when, soco.tables_root),
             },
         )
 
@@ -95,7 +135,7 @@ def headline_assets(headlines: tuple[Headline, ...]) -> list[dg.AssetsDefinition
         kinds={"pandas"},
     )
     def model_summary(
-        context: dg.AssetExecutionContext, model_headlines: pd.DataFrame, **board
+        context: dg.AssetExecutionContext, soco: SocoSettings, model_headlines: pd.DataFrame, **board
     ) -> TableResult:
         """One row per model: the headline of every family with its 95% CI, `simulated` flags and the date of
         each family board's latest materialization (null where the model has no result in that family), and
@@ -106,8 +146,14 @@ def headline_assets(headlines: tuple[Headline, ...]) -> list[dg.AssetsDefinition
 
         wide = summary_published(build(model_headlines, headlines), board.get("leaderboard"))
         shown = wide[["model", *dict.fromkeys(h.family for h in headlines)]].round(1)
+        when = {b: latest_materialization(context.instance, b) for b in boards}
         return TableResult(
-            wide, {"rows": len(wide), "summary": dg.MetadataValue.md(leaderboard_markdown(shown))}
+            wide,
+            {
+                "rows": len(wide),
+                "summary": dg.MetadataValue.md(leaderboard_markdown(shown)),
+                **warn_vanished(context, when, soco.tables_root),
+            },
         )
 
     return [model_headlines, model_summary]

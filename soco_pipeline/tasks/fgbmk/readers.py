@@ -55,6 +55,7 @@ class MachineDataset:
     train: pd.DataFrame
     test: pd.DataFrame
     classes: list[str] | None
+    folder: str = ""  # where train.csv / test.csv lie (errors name them)
 
     @property
     def num_classes(self) -> int:
@@ -157,7 +158,7 @@ def read_machine_dataset(
         s: read_split(storage.join(folder, f"{s}.csv"), image_root or folder, classes, check_images, s)
         for s in ("train", "test")
     }
-    return MachineDataset(folder.rsplit("/", 1)[-1], splits["train"], splits["test"], classes)
+    return MachineDataset(folder.rsplit("/", 1)[-1], splits["train"], splits["test"], classes, folder)
 
 
 def read_jsonl(path: str, keys: tuple[str, ...] = QUESTION_KEYS) -> pd.DataFrame:
@@ -277,21 +278,35 @@ def knowledge_bias_path(root: str, dataset: str) -> str:
     return storage.join(root, KNOWLEDGE_BIAS, dataset, "questions_true_false_all_class.jsonl")
 
 
+def image_size(ds: MachineDataset, uri: str, split: str, line: int) -> tuple[int, int]:
+    """(width, height) of one listed image from its header; FgbmkFormatError naming the CSV line and the
+    file when it is not an image PIL can identify (a text file, an HTML error page, random bytes)."""
+    from PIL import Image
+
+    fs, path = storage.filesystem(uri)
+    try:
+        with fs.open(path, "rb") as f, Image.open(f) as im:
+            return im.size
+    except Exception as e:  # PIL raises UnidentifiedImageError, OSError, SyntaxError, ValueError ...
+        csv = storage.join(ds.folder, f"{split}.csv") if ds.folder else f"{ds.name}/{split}.csv"
+        head = storage.read_bytes(uri)[:16] if storage.exists(uri) else b""
+        raise FgbmkFormatError(
+            f"{csv}:{line}: {uri} is not a readable image ({type(e).__name__}; it starts "
+            f"{head!r}); replace it with the JPEG/PNG image, or remove line {line} from {split}.csv"
+        ) from None
+
+
 def items_from_dataset(ds: MachineDataset) -> pd.DataFrame:
     """A machine-oriented dataset as the family's items table: one level of labels, the subclass, holding the
     release's own class ids (no renumbering: FG-BMK's seen/unseen split is by the parity of these ids) and
     names; superclass = class = the dataset's name. Every row is kept: a multi-label line keeps all its ids
     in `labels` (space-separated, as published; the retrieval's multi-hot query / gallery row) and its first
     id in `subclass_id`, with `multi_label` True (the probe leaves those rows out and counts them, as the
-    release's single-label Dataset cannot read them). `simulated` is False. Sizes come from the image headers."""
-    from PIL import Image
-
+    release's single-label Dataset cannot read them). `simulated` is False. Sizes come from the image headers
+    (`image_size`: a file that is not an image is named with its CSV line)."""
     rows = pd.concat([ds.train, ds.test], ignore_index=True)
     names = ds.classes or [str(i) for i in range(ds.num_classes)]
-    sizes = []
-    for uri in rows.uri:
-        with storage.filesystem(uri)[0].open(storage.filesystem(uri)[1], "rb") as f, Image.open(f) as im:
-            sizes.append(im.size)
+    sizes = [image_size(ds, r.uri, r.split, r.line) for r in rows.itertuples(index=False)]
     first = rows.labels.map(lambda lab: int(lab[0]))
     name = rows.labels.map(lambda lab: " + ".join(names[int(i)] for i in lab))
     return pd.DataFrame(

@@ -521,14 +521,13 @@ def import_vlmevalkit(path: str, image_root: str, skipped: list[str] | None = No
 
 def read_prediction_workbook(path: str | Path) -> pd.DataFrame:
     """A prediction workbook for MMVMBench (xlsx, or tsv/csv) as VLMEvalKit and MMVMEvalKit load it (pandas'
-    default missing values: an empty `prediction` cell is NaN, i.e. no prediction; other columns as text).
-    A repeated `index` is an MmvmFormatError naming both rows."""
+    default missing values: an empty `prediction` cell is NaN, i.e. no prediction; other columns as text),
+    read by what its bytes are (sources/table_files.py: an error names the file and the fix). A repeated `index` is an MmvmFormatError naming both rows."""
+    from soco_pipeline.sources.table_files import read_table_file
+
     path = Path(path)
-    try:
-        if path.suffix.lower() in (".xlsx", ".xls"):
-            df = pd.read_excel(path, sheet_name=0, dtype=str)
-        else:
-            df = pd.read_csv(path, sep="\t" if path.suffix.lower() == ".tsv" else ",", dtype=str)
+    try:  # by what the bytes are: an xlsx named .tsv, UTF-16 text; other encodings than UTF-8 are refused
+        df = read_table_file(path, dtype=str)
     except FileNotFoundError:
         raise MmvmFormatError(f"{path}: file not found") from None
     df.columns = [str(c).strip() for c in df.columns]

@@ -1,0 +1,34 @@
+"""CSV cells that a spreadsheet would run as formulas, neutralised as OWASP's CSV-injection guidance says: a text
+cell starting with `=`, `+`, `-`, `@`, a tab or a carriage return gets a leading `'`, so Excel, LibreOffice
+and Google Sheets show it as text (`=HYPERLINK(...)` stays visible and inert). Plain numbers (`-1`, `+2.5e3`)
+are left as they are; numeric columns are never touched. `safe_csv` quotes every text cell."""
+
+from __future__ import annotations
+
+import csv
+
+import pandas as pd
+
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+PLAIN_NUMBER = r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?"
+
+
+def neutralise_formulas(df: pd.DataFrame) -> pd.DataFrame:
+    """A copy of `df` whose text cells that start like a formula are prefixed with `'` (see the module)."""
+    out = df.copy()
+    for col in out.columns:
+        values = out[col]
+        if pd.api.types.is_numeric_dtype(values) or pd.api.types.is_bool_dtype(values):
+            continue
+        text = values.where(values.map(lambda v: isinstance(v, str)))
+        risky = text.str.startswith(FORMULA_START, na=False) & ~text.str.fullmatch(PLAIN_NUMBER, na=False)
+        if risky.any():
+            out[col] = values.astype(object).where(~risky, "'" + text)
+    return out
+
+
+def safe_csv(df: pd.DataFrame) -> str:
+    """`df` as CSV text with formula-like cells neutralised (`neutralise_formulas`), no index. Every text
+    cell is quoted: pandas leaves a lone carriage return unquoted, and a reader then starts a new row there,
+    whose first cell (`\r=1` -> `=1`) would be live again."""
+    return neutralise_formulas(df).to_csv(index=False, quoting=csv.QUOTE_NONNUMERIC)
