@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -346,9 +347,23 @@ def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def missing_boards_now(tables_root: str) -> dict[str, str]:
+    """The vanished boards (`vanished_boards`) of the instance at $DAGSTER_HOME, for a page built outside a
+    run (`soco report`); {} when there is no instance there."""
+    import dagster as dg
+
+    from soco_pipeline.defs.shared.boards import board_materializations
+    from soco_pipeline.evaluation.headline import vanished_boards
+
+    home = os.environ.get("DAGSTER_HOME")
+    if not home or not (Path(home) / "dagster.yaml").is_file():
+        return {}
+    with dg.DagsterInstance.get() as instance:
+        return vanished_boards(board_materializations(instance), tables_root)
+
+
 def cmd_report(args: argparse.Namespace, settings: Settings) -> int:
     """Write the static results page under storage/report/ (and serve it on 127.0.0.1 with --serve)."""
-    from soco_pipeline.defs.summary.assets import missing_boards_now
     from soco_pipeline.report.page import build_report, serve_report
 
     gone = missing_boards_now(settings.tables_root)  # boards materialized whose file is gone: warned

@@ -6,7 +6,7 @@ The two assets are built by `summary_assets(families)`, called by defs/definitio
 is loaded, so a family declared in any folder is seen (the folders load in name order: `summary` before
 `tpips`); this folder declares no module-level asset. A board that was materialized but whose file is gone
 is not skipped silently: both assets log a warning naming it and carry it in their `missing_boards` metadata,
-and the results page shows it (`board_materializations`, evaluation/headline.py `vanished_boards`)."""
+and the results page shows it (defs/shared/boards.py, evaluation/headline.py `vanished_boards`)."""
 
 from collections.abc import Iterable
 
@@ -14,6 +14,7 @@ import dagster as dg
 import pandas as pd
 
 from soco_pipeline.defs.shared.automation import eager_allowing_missing
+from soco_pipeline.defs.shared.boards import latest_materialization, warn_vanished
 from soco_pipeline.defs.shared.checks import TableResult, table_asset
 from soco_pipeline.defs.shared.executors import IN_RUN_PROCESS
 from soco_pipeline.defs.shared.family import Family
@@ -26,49 +27,6 @@ GROUP = "summary"
 # 2: the published SOC of the model a spec names; 3: the headlines from the Family declarations (the family
 # columns in the families' name order, after SOCO's)
 CODE_VERSION = "3"
-
-
-def latest_materialization(instance: dg.DagsterInstance, asset: str) -> pd.Timestamp | None:
-    """When `asset` was last materialized (UTC), None if never."""
-    event = instance.get_latest_materialization_event(dg.AssetKey(asset))
-    return None if event is None else pd.Timestamp(event.timestamp, unit="s", tz="UTC")
-
-
-def board_materializations(instance: dg.DagsterInstance, boards: Iterable[str] | None = None) -> dict:
-    """{board: when it was last materialized (UTC) or None} for `boards` (default: every asset of the
-    instance named `leaderboard` or `*_leaderboard`)."""
-    if boards is None:
-        keys = instance.get_asset_keys()
-        boards = [
-            k.path[-1] for k in keys if k.path[-1] == "leaderboard" or k.path[-1].endswith("_leaderboard")
-        ]
-    return {b: latest_materialization(instance, b) for b in boards}
-
-
-def missing_boards_now(tables_root: str) -> dict[str, str]:
-    """The vanished boards (`vanished_boards`) of the instance at $DAGSTER_HOME, for a page built outside a
-    run (`soco report`); {} when there is no instance there."""
-    import os
-    from pathlib import Path
-
-    from soco_pipeline.evaluation.headline import vanished_boards
-
-    home = os.environ.get("DAGSTER_HOME")
-    if not home or not (Path(home) / "dagster.yaml").is_file():
-        return {}
-    with dg.DagsterInstance.get() as instance:
-        return vanished_boards(board_materializations(instance), tables_root)
-
-
-def warn_vanished(context: dg.AssetExecutionContext, when: dict, tables_root: str) -> dict:
-    """Log a warning per board that was materialized but whose file is gone (evaluation/headline.py
-    `vanished_boards`); the asset's metadata that says so ({} when none is)."""
-    from soco_pipeline.evaluation.headline import vanished_boards
-
-    gone = vanished_boards(when, tables_root)
-    for text in gone.values():
-        context.log.warning(text)
-    return {"missing_boards": dg.MetadataValue.md("\n".join(f"- {t}" for t in gone.values()))} if gone else {}
 
 
 def declared_headlines(families: Iterable[Family]) -> tuple[Headline, ...]:
