@@ -237,17 +237,20 @@ def simulated_parts(settings, boards: dict[str, pd.DataFrame]) -> list[str]:
     return parts
 
 
-FAMILY_TITLES = {
-    "lvlm": "LVLMs: four-choice SOCO-LVLM (average / circular accuracy)",
-    "mmvm": "MMVM: multimodal visual matching (accuracy)",
-    "fgbmk": "FG-BMK: fine-grained recognition (probe / retrieval, LVLM questions)",
-    "tpips": "TPIPS: aspect-conditioned perceptual similarity (OOO agreement)",
-}
+LVLM_TITLE = "LVLMs: four-choice SOCO-LVLM (average / circular accuracy)"  # a task family's: its FamilySpec
 CORRELATION_NOTE = (
     "Source: the published OmniProbe results (GenIntel/OmniProbe results page, stored as "
     "reference/omniprobe_results.csv) and its downstream tasks: the models are the page's, not this run's "
     "backbones. A backbone of this run enters only where the name map pairs it with a published model."
 )
+
+
+def family_title(name: str) -> str:
+    """A task family's section title: its FamilySpec's (soco_pipeline/tasks/), else its name."""
+    from soco_pipeline.tasks import family_specs
+
+    spec = family_specs().get(name)
+    return spec.title if spec is not None else name.replace("_", " ")
 
 
 def _headlines(tables: str, boards: dict[str, pd.DataFrame]) -> pd.DataFrame:
@@ -324,7 +327,7 @@ def build_report(settings, out_dir: str | None = None, seed: int = 0) -> str:
         fam = {
             "id": name,
             "name": name,
-            "title": FAMILY_TITLES.get(name, name.replace("_", " ")),
+            "title": LVLM_TITLE if name == "lvlm" else family_title(name),
             "notes": [input_notes[name]] if name in input_notes else [],
             "figures": [],
             "findings": None,

@@ -1,9 +1,95 @@
-"""The task families beside SOCO, one domain core per folder (plain Python, no Dagster).
+"""The task families beside SOCO, one domain core per folder (plain Python, no Dagster), and their registry.
 
 - `mmvm/`: object matching across images (MMVMBench, the CoLVA paper);
 - `fgbmk/`: fine-grained recognition (FG-BMK);
 - `tpips/`: aspect-conditioned perceptual similarity (TPIPS).
 
 Their Dagster groups live in `soco_pipeline/defs/<family>/`; their images go through the shared feature cache
-(`soco_pipeline.features`).
+(`soco_pipeline.features`). The family contract, its domain half: a family folder `tasks/<name>/` declares `SPEC = FamilySpec(...)` in its `__init__.py`: its name and title, its
+config loader, its headline, where its results record reads (`record`: sample and per-model tables) and how
+(`parts`), and its regression watch. `family_specs()` finds every declaration (no list to edit) and registers
+the tables they name in tables.py, so a process that never loads the Dagster definitions (the CLI) reads the
+same tables as the assets write. The Dagster `Family` (defs/shared/family.py) is built from the spec.
 """
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib
+import pkgutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from soco_pipeline.tables import register_table
+
+if TYPE_CHECKING:
+    from soco_pipeline.evaluation.family_records import FamilyTables
+    from soco_pipeline.evaluation.family_watch import FamilyWatch
+    from soco_pipeline.evaluation.headline import Headline
+
+RecordParts = Callable[[str, str, dict, int], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class FamilySpec:
+    """A task family as the domain knows it: `name` (its asset group, the prefix of its tables), `title` (the
+    results page's section), `load_config(path, settings) -> config` (settings: anything with the run's
+    `dataset_size`), its `headline`, and optionally its results record (`record`: the tables it reads;
+    `parts(model, kind, tables, n_boot)`: intervals, counts and hashes) and its regression `watch`."""
+
+    name: str
+    title: str
+    load_config: Callable[[str, Any], Any]
+    headline: Headline | None = None
+    record: FamilyTables | None = None
+    parts: RecordParts | None = None
+    watch: FamilyWatch | None = None
+
+    def __post_init__(self) -> None:
+        h = self.headline
+        if h is not None and not (h.family and h.board):  # the name, `<name>_leaderboard` unless it names one
+            filled = dataclasses.replace(
+                h, family=h.family or self.name, board=h.board or f"{self.name}_leaderboard"
+            )
+            object.__setattr__(self, "headline", filled)  # a frozen dataclass: set once, here
+
+    def config(self, settings: Any) -> Any:
+        """The family's typed config, read from `settings.family_config_path(name)` with its loader."""
+        return self.load_config(settings.family_config_path(self.name), settings)
+
+    def register_tables(self) -> None:
+        """Register the tables the record and the watch read (samples once, results per model) in tables.py."""
+        rec, watch = self.record, self.watch
+        for name in rec.samples if rec is not None else ():
+            register_table(name)
+        per_model = (*rec.backbone, *rec.lvlm) if rec is not None else ()
+        for name in dict.fromkeys((*per_model, *(watch.per_model if watch is not None else ()))):
+            register_table(name, partitioned=True)
+
+
+@functools.cache
+def family_specs() -> dict[str, FamilySpec]:
+    """Every family declared in `soco_pipeline/tasks/<name>/` (its `SPEC`), by name; their tables registered."""
+    found = {}
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        spec = (
+            getattr(importlib.import_module(f"{__name__}.{info.name}"), "SPEC", None) if info.ispkg else None
+        )
+        if isinstance(spec, FamilySpec):
+            if spec.name != info.name:
+                raise ValueError(f"soco_pipeline/tasks/{info.name}/ declares a family named {spec.name!r}")
+            spec.register_tables()
+            found[spec.name] = spec
+    return found
+
+
+def family_spec(name: str) -> FamilySpec:
+    """The declared family `name`; a ValueError naming the declared ones otherwise."""
+    specs = family_specs()
+    if name not in specs:
+        raise ValueError(
+            f"no task family {name!r}: declared are {', '.join(specs) or 'none'} (soco_pipeline/tasks/)"
+        )
+    return specs[name]

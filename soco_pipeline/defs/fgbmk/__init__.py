@@ -13,37 +13,19 @@ import dagster as dg
 import pandas as pd
 
 from soco_pipeline.defs.shared.checks import TableResult, partition_rows
-from soco_pipeline.defs.shared.family import Family, Headline
+from soco_pipeline.defs.shared.family import Family
 from soco_pipeline.defs.shared.partitions import backbones_partitions, lvlms_partitions
 from soco_pipeline.defs.shared.resources import SocoSettings
 from soco_pipeline.defs.shared.specs import lvlm_spec_for
 from soco_pipeline.defs.shared.watch import family_history, regression_sensor_on
-from soco_pipeline.evaluation.family_watch import WATCHES
+from soco_pipeline.tasks import fgbmk
 from soco_pipeline.tasks.fgbmk import schemas
-
-
-def load_fgbmk_config(path: str, soco: SocoSettings):
-    """The family's config loader (the contract's `load_config`): at scale demo | full (dataset_size)."""
-    from soco_pipeline.tasks.fgbmk.config import load_config
-
-    return load_config(path, soco.dataset_size if soco.dataset_size in ("demo", "full") else None)
-
 
 # 4: fgbmk_probe_predictions (the probe's per-image outcomes, the watch's paired test) beside fgbmk_metrics.
 # 2: per-class top-1 in fgbmk_metrics, demo scale, one SGD loop. 3: the release's probe (Adam, its sampler),
 # ids and multi-label rows kept, findings as statistics. Global features from any kind (the SOCO oracles read
 # the part maps the embedded set writes for them); the attacks need pixels (below).
-FAMILY = Family(
-    "fgbmk",
-    "fgbmk-4",
-    load_fgbmk_config,
-    needs=frozenset({"global_features"}),
-    headline=Headline(
-        values=("top1_subclass", "choice_subclass"),
-        label="FG-BMK subclass accuracy (probe top-1 | choice)",
-        simulated="simulated",
-    ),
-)
+FAMILY = Family.of(fgbmk.SPEC, "fgbmk-4", needs=frozenset({"global_features"}))
 GROUP, CODE_VERSION = FAMILY.name, FAMILY.code_version
 
 
@@ -271,7 +253,7 @@ def fgbmk_findings(
     return TableResult(df, {"rows": len(df), "summary": dg.MetadataValue.md(findings_markdown(df))})
 
 
-# the regression watch of the family's headline (evaluation/family_watch.py WATCHES["fgbmk"]): each data version
+# the regression watch of the family's headline (its FamilySpec's watch, tasks/fgbmk/family.py): each data version
 # of a backbone's spec, compared with the previous one on the same task hash; a sensor reports a regression
-fgbmk_history = family_history(FAMILY, WATCHES["fgbmk"])
+fgbmk_history = family_history(FAMILY)
 fgbmk_regression_sensor = regression_sensor_on("fgbmk_regression_sensor", "fgbmk_history")

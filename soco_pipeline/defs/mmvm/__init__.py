@@ -12,21 +12,14 @@ import pandas as pd
 from soco_pipeline.defs.shared.automation import EAGER
 from soco_pipeline.defs.shared.checks import TableResult, TableSpec, columns_of
 from soco_pipeline.defs.shared.executors import GPU_STEP_TAGS
-from soco_pipeline.defs.shared.family import Family, Headline
+from soco_pipeline.defs.shared.family import Family
 from soco_pipeline.defs.shared.partitions import backbones_partitions, lvlms_partitions
 from soco_pipeline.defs.shared.resources import SocoSettings
 from soco_pipeline.defs.shared.specs import lvlm_spec_for
 from soco_pipeline.defs.shared.watch import family_history, regression_sensor_on
-from soco_pipeline.evaluation.family_watch import WATCHES
+from soco_pipeline.tasks import mmvm
 from soco_pipeline.tasks.mmvm import schemas
 from soco_pipeline.tasks.mmvm.config import MmvmConfig
-
-
-def load_mmvm_config(path: str, soco: SocoSettings) -> MmvmConfig:
-    """The family's config loader (the contract's `load_config`)."""
-    from soco_pipeline.tasks.mmvm.config import load_config
-
-    return load_config(path)
 
 
 def not_applicable_predictions(model: str, reason: str, inputs) -> pd.DataFrame:
@@ -37,20 +30,7 @@ def not_applicable_predictions(model: str, reason: str, inputs) -> pd.DataFrame:
 
 
 # 2: answers' extraction/judge columns, the recorded None rule
-FAMILY = Family(
-    "mmvm",
-    "mmvm-2",
-    load_mmvm_config,
-    needs=frozenset({"pixels", "dense_maps"}),
-    headline=Headline(
-        values=("accuracy",),
-        label="MMVM accuracy (test split)",
-        where="kind != 'oracle' and status == 'ok'",
-        best_of="method",
-        n="n_items",
-        simulated="data_source",
-    ),
-)
+FAMILY = Family.of(mmvm.SPEC, "mmvm-2", needs=frozenset({"pixels", "dense_maps"}))
 GROUP, CODE_VERSION = FAMILY.name, FAMILY.code_version
 
 
@@ -261,7 +241,7 @@ def mmvm_leaderboard(
     )
 
 
-# the regression watch of the family's headline (evaluation/family_watch.py WATCHES["mmvm"]): each data version
+# the regression watch of the family's headline (its FamilySpec's watch, tasks/mmvm/family.py): each data version
 # of a backbone's spec, compared with the previous one on the same task hash; a sensor reports a regression
-mmvm_history = family_history(FAMILY, WATCHES["mmvm"])
+mmvm_history = family_history(FAMILY)
 mmvm_regression_sensor = regression_sensor_on("mmvm_regression_sensor", "mmvm_history")

@@ -10,12 +10,12 @@ import pandas as pd
 
 from soco_pipeline.defs.shared.checks import TableResult, TableSpec, columns_of, partition_rows
 from soco_pipeline.defs.shared.executors import GPU_STEP_TAGS
-from soco_pipeline.defs.shared.family import Family, Headline
+from soco_pipeline.defs.shared.family import Family
 from soco_pipeline.defs.shared.partitions import backbones_partitions, lvlms_partitions
 from soco_pipeline.defs.shared.resources import SocoSettings
 from soco_pipeline.defs.shared.specs import lvlm_spec_for
 from soco_pipeline.defs.shared.watch import family_history, regression_sensor_on
-from soco_pipeline.evaluation.family_watch import WATCHES
+from soco_pipeline.tasks import tpips
 from soco_pipeline.tasks.tpips import schemas
 from soco_pipeline.tasks.tpips.config import NEEDS
 
@@ -25,13 +25,6 @@ SIMULATED = "judgements are SIMULATED (noisy-observer model), not human"
 def judgements(cfg) -> str:
     """The metadata line saying who gave the votes of the configured source."""
     return SIMULATED if cfg.source.votes_are == "simulated" else f"judgements are {cfg.source.votes_are}"
-
-
-def load_tpips_config(path: str, soco: SocoSettings):
-    """The family's config loader (the contract's `load_config`)."""
-    from soco_pipeline.tasks.tpips.config import load_config
-
-    return load_config(path)
 
 
 def not_applicable_manifest(model: str, reason: str, inputs) -> pd.DataFrame:
@@ -52,20 +45,7 @@ def not_applicable_scores(model: str, reason: str, inputs) -> pd.DataFrame:
 # paired test) beside the score tables; 5: a source (generated | official), 2AFC without "overall", LVLM permutation averaging, ties scored as ties;
 # 4: late fusion = an aspect-weighted squared distance of the embeddings, L-BFGS line search unstalled;
 # 3: signed late fusion on a 2 x 2 token grid; 2: signed mid-fusion weights, L-BFGS
-FAMILY = Family(
-    "tpips",
-    "tpips-6",
-    load_tpips_config,
-    needs=NEEDS,
-    headline=Headline(
-        values=("ooo",),
-        label="TPIPS odd-one-out agreement (test split)",
-        where="method != 'n/a'",
-        best_of="method",
-        half_width="ooo_err",
-        simulated=True,
-    ),
-)
+FAMILY = Family.of(tpips.SPEC, "tpips-6", needs=NEEDS)
 GROUP, CODE_VERSION = FAMILY.name, FAMILY.code_version
 
 
@@ -446,7 +426,7 @@ def tpips_leaderboard(
     )
 
 
-# the regression watch of the family's headline (evaluation/family_watch.py WATCHES["tpips"]): each data version
+# the regression watch of the family's headline (its FamilySpec's watch, tasks/tpips/family.py): each data version
 # of a backbone's spec, compared with the previous one on the same task hash; a sensor reports a regression
-tpips_history = family_history(FAMILY, WATCHES["tpips"])
+tpips_history = family_history(FAMILY)
 tpips_regression_sensor = regression_sensor_on("tpips_regression_sensor", "tpips_history")

@@ -4,3 +4,7 @@ Built from the paper's definitions (its code and data are not released); every j
 simulated annotators, never people. One module per job: `config`, `aspects`, `render`, `triplets`,
 `annotators`, `afc`, `formats`, `scoring`, `features`, `baselines`, `learned`, `lvlm`, `retrieval`.
 """
+
+from soco_pipeline.tasks.tpips.family import SPEC
+
+__all__ = ["SPEC"]

@@ -1,0 +1,106 @@
+"""FG-BMK's declaration (the family contract's domain half, tasks/__init__.py): its config, headline, results
+record (a backbone's probe per level, an LVLM's accuracy per task and form) and regression watch."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from soco_pipeline.evaluation.family_records import (
+    FamilyTables,
+    aggregate_rows,
+    hash_block,
+    intervals_of,
+    row_hashes,
+    sample_scores,
+)
+from soco_pipeline.evaluation.family_watch import FamilyWatch, PairedOn
+from soco_pipeline.evaluation.headline import Headline
+from soco_pipeline.tasks import FamilySpec
+
+TABLES = FamilyTables(("fgbmk_items", "fgbmk_questions"), ("fgbmk_metrics",), ("fgbmk_answers",))
+PAIRED = PairedOn(
+    table="fgbmk_probe_predictions",
+    sample="image_id",
+    outcome="correct",
+    samples="fgbmk_items",
+    group="subclass_id",
+    cluster="image_id",
+    method="level",
+    prefix="top1",
+)
+
+
+def record_parts(model: str, kind: str, t: dict[str, pd.DataFrame], n_boot: int) -> dict[str, Any]:
+    """FG-BMK: a backbone's probe top-1/top-5 per level (stored aggregates, test images); an LVLM's accuracy
+    per task and form, CIs over questions clustered by question group (its rotations)."""
+    items = t["fgbmk_items"]
+    test = items[items["split"] == "test"]
+    if kind == "backbone":
+        m = t["fgbmk_metrics"]
+        across = m[m["scope"] == "across"]
+        n_cat = across["level"].map(lambda lv: int(test[f"{lv}_id"].nunique()))
+        parts = [
+            aggregate_rows(
+                model,
+                f"{k}/" + across["level"],
+                across[k],
+                n_units=np.full(len(across), len(test)),
+                n_categories=n_cat,
+            )
+            for k in ("top1", "top5")
+        ]
+        cols = ["image_id", "path", "split", "superclass_id", "class_id", "subclass_id"]
+        samples, tasks = hash_block("test_images", test["image_id"], row_hashes(test, cols))
+        return {
+            "intervals": pd.concat(parts, ignore_index=True),
+            "n_samples": {"test_images": {"requested": len(test), "evaluated": len(test)}},
+            "sample_hashes": samples,
+            "task_hashes": tasks,
+        }
+    q = t["fgbmk_questions"]
+    a = t["fgbmk_answers"]
+    needed = [c for c in ("group_id", "task", "form", "level") if c not in a.columns]
+    a = a.merge(q[["question_id", *needed]], on="question_id", how="left", validate="many_to_one")
+    scores = sample_scores(
+        model, a["task"] + "/" + a["form"], a["level"], a["question_id"], a["group_id"], a["correct"]
+    )
+    cols = ["question_id", "group_id", "rotation", "task", "level", "form", "image_id", "text"]
+    samples, tasks = hash_block("questions", q["question_id"], row_hashes(q, cols))
+    return {
+        "intervals": intervals_of(scores, n_boot),
+        "n_samples": {"questions": {"requested": len(q), "evaluated": int(a["question_id"].nunique())}},
+        "sample_hashes": samples,
+        "task_hashes": tasks,
+    }
+
+
+def load_fgbmk_config(path: str, settings: Any):
+    """The family's config loader, at the run's scale (`settings.dataset_size`: demo | full)."""
+    from soco_pipeline.tasks.fgbmk.config import load_config
+
+    return load_config(path, settings.dataset_size if settings.dataset_size in ("demo", "full") else None)
+
+
+SPEC = FamilySpec(
+    "fgbmk",
+    "FG-BMK: fine-grained recognition (probe / retrieval, LVLM questions)",
+    load_fgbmk_config,
+    headline=Headline(
+        values=("top1_subclass", "choice_subclass"),
+        label="FG-BMK subclass accuracy (probe top-1 | choice)",
+        simulated="simulated",
+    ),
+    record=TABLES,
+    parts=record_parts,
+    watch=FamilyWatch(
+        family="fgbmk",
+        headline="FG-BMK linear-probe top-1, subclass level (across superclasses)",
+        metrics=r"top1/subclass",
+        per_model=("fgbmk_metrics", "fgbmk_probe_predictions"),
+        samples=("fgbmk_items",),
+        paired=PAIRED,
+    ),
+)

@@ -1,0 +1,89 @@
+"""MMVM's declaration (the family contract's domain half, tasks/__init__.py): its config, headline, results
+record (accuracy per method on the test items, CIs over items clustered by case) and regression watch."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pandas as pd
+
+from soco_pipeline.evaluation.family_records import (
+    FamilyTables,
+    NotApplicableError,
+    hash_block,
+    intervals_of,
+    row_hashes,
+)
+from soco_pipeline.evaluation.family_watch import FamilyWatch, PairedOn
+from soco_pipeline.evaluation.headline import Headline
+from soco_pipeline.tasks import FamilySpec
+
+TABLES = FamilyTables(("mmvm_items",), ("mmvm_predictions",), ("mmvm_answers",))
+PAIRED = PairedOn(
+    table="mmvm_predictions",
+    sample="item_id",
+    outcome="correct",
+    samples="mmvm_items",
+    group="match_type",
+    cluster="case_id",
+    method="method",
+)
+
+
+def record_parts(model: str, kind: str, t: dict[str, pd.DataFrame], n_boot: int) -> dict[str, Any]:
+    """MMVM: accuracy (per method for a backbone) on the test items, CIs over items clustered by case (the
+    per-sample scores of PAIRED, the regression watch's)."""
+    items = t["mmvm_items"]
+    test = items[items["split"] == "test"]
+    if kind == "backbone":
+        rows = t["mmvm_predictions"]
+        if (rows["status"] != "ok").all():
+            raise NotApplicableError(
+                f"{model!r} is not applicable to MMVM: {rows['reason'].iat[0] if 'reason' in rows else ''}"
+            )
+        paired = PAIRED
+    else:
+        rows = t["mmvm_answers"]
+        paired = dataclasses.replace(PAIRED, table="mmvm_answers", method=None)
+    scores = paired.scores(model, t)
+    cols = ["item_id", "case_id", "n_candidates", "match_type", "query_absent", "question", "answer"]
+    samples, tasks = hash_block("items", test["item_id"], row_hashes(test, cols))
+    return {
+        "intervals": intervals_of(scores, n_boot),
+        "n_samples": {"items": {"requested": len(test), "evaluated": int(scores["unit"].nunique())}},
+        "sample_hashes": samples,
+        "task_hashes": tasks,
+    }
+
+
+def load_mmvm_config(path: str, settings: Any):
+    """The family's config loader: assets/mmvm.yaml or the file the settings name."""
+    from soco_pipeline.tasks.mmvm.config import load_config
+
+    return load_config(path)
+
+
+SPEC = FamilySpec(
+    "mmvm",
+    "MMVM: multimodal visual matching (accuracy)",
+    load_mmvm_config,
+    headline=Headline(
+        values=("accuracy",),
+        label="MMVM accuracy (test split)",
+        where="kind != 'oracle' and status == 'ok'",
+        best_of="method",
+        n="n_items",
+        simulated="data_source",
+    ),
+    record=TABLES,
+    parts=record_parts,
+    watch=FamilyWatch(
+        family="mmvm",
+        headline="MMVM accuracy per method (test split)",
+        metrics=r"accuracy/.+",
+        per_model=("mmvm_predictions",),
+        samples=("mmvm_items",),
+        paired=PAIRED,
+    ),
+)
