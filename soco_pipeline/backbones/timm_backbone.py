@@ -11,14 +11,20 @@ says: for DINOv2 models without registers by default exactly as the official tor
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import ClassVar, Literal
 
 import pandas as pd
 import torch
 
-from soco_pipeline.backbones.base import Backbone, BackboneContext, BackboneWeightsError, local_path, seeded
+from soco_pipeline.backbones.base import (
+    Backbone,
+    BackboneContext,
+    BackboneWeightsError,
+    hf_cache_hint,
+    local_path,
+    seeded,
+)
 from soco_pipeline.backbones.checkpoint_grid import checkpoint_grid, hf_checkpoint_file, pos_embed_length
 from soco_pipeline.backbones.kinds import register_kind
 from soco_pipeline.backbones.pos_embed import default_pos_embed_mode, use_hub_pos_embed
@@ -39,18 +45,6 @@ def resolve_local_weights(weights: str, context: BackboneContext, spec: Backbone
             f"Hugging Face cache)"
         )
     return path
-
-
-def hf_cache_hint(repo: str) -> str:
-    """Where the Hugging Face cache is and how to fill it."""
-    cache = os.environ.get("HF_HUB_CACHE") or os.path.join(
-        os.environ.get("HF_HOME", os.path.expanduser("~/.cache/huggingface")), "hub"
-    )
-    return (
-        f"the Hugging Face repo {repo!r} is not in the local cache {cache} (HF_HUB_OFFLINE=1 forbids "
-        f"downloading); on a machine with internet run `huggingface-cli download {repo}` and copy the "
-        f"cache folder models--{repo.replace('/', '--')} there, or set `weights:` to a local file"
-    )
 
 
 def own_grid_size(model_name: str, checkpoint: Path) -> dict:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import difflib
 from pathlib import Path
 
-from soco_pipeline.backbones.base import BackboneWeightsError, local_path
+from soco_pipeline.backbones.base import BackboneWeightsError, hf_cache_hint, local_path
 from soco_pipeline.backbones.spec import BackboneSpec, BackboneSpecError, load_spec
 from soco_pipeline.storage import PROJECT_ROOT
 
@@ -22,8 +22,6 @@ def _check_hf_cached(spec: BackboneSpec, repo: str, field: str = "") -> None:
     """BackboneWeightsError naming the spec (and `field`) when the Hugging Face repo is not in the local cache."""
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import LocalEntryNotFoundError
-
-    from soco_pipeline.backbones.timm_backbone import hf_cache_hint
 
     try:
         snapshot_download(repo, local_files_only=True)

@@ -23,9 +23,9 @@ import dagster as dg
 from dagster_duckdb import DuckDBResource
 
 import soco_pipeline.defs as defs_package
-from soco_pipeline.defs.recovery import dead_run_sensor, lost_worker_sensor
+from soco_pipeline.defs.recovery import dead_run_sensor, executor_for_profile, lost_worker_sensor
 from soco_pipeline.defs.shared.automation import OBSERVED_ON_CRON, daemon_minimum_interval_s
-from soco_pipeline.defs.shared.executors import executor_for_profile, profile
+from soco_pipeline.defs.shared.executors import profile
 from soco_pipeline.defs.shared.family import Family, declared_families
 from soco_pipeline.defs.shared.io_manager import ParquetIOManager
 from soco_pipeline.defs.shared.resources import SocoSettings
