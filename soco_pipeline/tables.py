@@ -63,9 +63,11 @@ TABLES: tuple[Table, ...] = (
     # register_table (defs/shared/family.py registers every table a Family declares)
     # per-sample input hashes of the evaluated pairs (soco_pipeline/defs/pairs/hashes.py, docs/results.md)
     Table("sample_hashes", "sample_hashes"),
-    # published figures beside ours (evaluation/published.py) and each model's results over time
+    # published figures beside ours (evaluation/published.py) and each model's results over time: SOCO's
+    # regression history is the view soco_history, as each family's <family>_history (the asset keeps its
+    # name, so no stored file moves; results_db.py keeps the view model_history for one release)
     Table("published_comparison", "published_comparison"),
-    Table("model_history", "model_history", partitioned=True),
+    Table("model_history", "soco_history", partitioned=True),
     # one row per (model, family) headline, one row per model across families (soco_pipeline/defs/summary/)
     Table("model_headlines", "model_headlines"),
     Table("model_summary", "model_summary"),
