@@ -41,6 +41,7 @@ READ_STATEMENTS = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
 # Views over views: per category, where a backbone fails (official reduction, alpha 0.1), and its worst
 # keypoints in words (SOC hits of the free predictions against the raw ground truth, intra pairs).
 DERIVED_VIEWS: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("model_history", ("soco_history",), "SELECT * FROM soco_history"),  # its old name, for one release
     (
         "where_it_fails",
         ("metrics",),
