@@ -54,9 +54,9 @@ def cmd_leaderboard(args: argparse.Namespace, settings: Settings) -> int:
         shown = console_board(board) if family == "soco" and not args.columns else board
         cols = pick_columns(board, args.columns, headline_columns(family, shown))
         more = "--columns all --format csv (every column)"
-        from soco_pipeline.report.input_notes import family_input_notes
+        from soco_pipeline.tasks import family_input_notes
 
-        notes = [n for f, n in family_input_notes(settings.dataset_size).items() if f == family]
+        notes = [n for f, n in family_input_notes(settings).items() if f == family]
         print(console_table(shown, f"{family} board", cols, full=more, notes=notes), end="")
         return 0
     cols = pick_columns(board, args.columns, list(board.columns))

@@ -50,3 +50,25 @@ def test_the_dagster_family_is_built_from_the_spec():
             and family.load_config is spec.load_config
         )
         assert spec.headline.family == family.name and spec.headline.board == f"{family.name}_leaderboard"
+
+
+def test_the_input_notes_read_each_familys_config_through_its_loader(tmp_path):
+    """One config route: the note says the TPIPS input size of the file the settings name (no environment
+    variable read by the report), and a family without an input policy of its own has no note."""
+    import yaml
+
+    from soco_pipeline.settings import Settings
+    from soco_pipeline.storage import PROJECT_ROOT
+    from soco_pipeline.tasks import family_input_notes, family_specs
+
+    doc = yaml.safe_load((PROJECT_ROOT / "assets" / "tpips.yaml").read_text())
+    doc["features"]["input_size"] = 48
+    (tmp_path / "tpips.yaml").write_text(yaml.safe_dump(doc))
+    notes = family_input_notes(Settings(tpips_config_path=str(tmp_path / "tpips.yaml")))
+    assert "48 x 48 px" in notes["tpips"] and "fgbmk" in notes and "mmvm" not in notes
+    assert [n for n, s in family_specs().items() if s.workbook] == ["mmvm"]
+    assert {n: s.headline_value for n, s in family_specs().items()} == {
+        "fgbmk": "top1_subclass",
+        "mmvm": "accuracy",
+        "tpips": "ooo",
+    }

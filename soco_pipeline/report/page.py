@@ -318,9 +318,9 @@ def build_report(settings, out_dir: str | None = None, seed: int = 0) -> str:
     )
 
     # --- the families
-    from soco_pipeline.report.input_notes import family_input_notes
+    from soco_pipeline.tasks import family_input_notes
 
-    input_notes = family_input_notes(settings.dataset_size)
+    input_notes = family_input_notes(settings)
     families = []
     for name in names:
         fam_board = boards[name]

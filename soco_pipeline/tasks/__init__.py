@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from soco_pipeline.evaluation.family_watch import FamilyWatch
     from soco_pipeline.evaluation.headline import Headline
 
+SAME_ROWS = "two specs that differ only in `input` get identical rows here"
 RecordParts = Callable[[str, str, dict, int], dict[str, Any]]
 
 
@@ -37,7 +38,10 @@ class FamilySpec:
     """A task family as the domain knows it: `name` (its asset group, the prefix of its tables), `title` (the
     results page's section), `load_config(path, settings) -> config` (settings: anything with the run's
     `dataset_size`), its `headline`, and optionally its results record (`record`: the tables it reads;
-    `parts(model, kind, tables, n_boot)`: intervals, counts and hashes) and its regression `watch`."""
+    `parts(model, kind, tables, n_boot)`: intervals, counts and hashes), its regression `watch`, its workbook
+    scorer (`workbook`: "module:function" of `soco score-workbook`) and `input_note(config)`: why its rows do
+    not follow a spec's `input` (a family that extracts at its own input policy); `columns`: its board's
+    headline columns on the console (patterns such as `*_average` allowed; all columns when empty)."""
 
     name: str
     title: str
@@ -46,6 +50,9 @@ class FamilySpec:
     record: FamilyTables | None = None
     parts: RecordParts | None = None
     watch: FamilyWatch | None = None
+    workbook: str = ""
+    input_note: Callable[[Any], str] | None = None
+    columns: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         h = self.headline
@@ -54,6 +61,11 @@ class FamilySpec:
                 h, family=h.family or self.name, board=h.board or f"{self.name}_leaderboard"
             )
             object.__setattr__(self, "headline", filled)  # a frozen dataclass: set once, here
+
+    @property
+    def headline_value(self) -> str | None:
+        """The board column of its headline (the first of `headline.values`), None without a headline."""
+        return self.headline.values[0] if self.headline is not None else None
 
     def config(self, settings: Any) -> Any:
         """The family's typed config, read from `settings.family_config_path(name)` with its loader."""
@@ -93,3 +105,16 @@ def family_spec(name: str) -> FamilySpec:
             f"no task family {name!r}: declared are {', '.join(specs) or 'none'} (soco_pipeline/tasks/)"
         )
     return specs[name]
+
+
+def family_input_notes(settings: Any) -> dict[str, str]:
+    """{family: its input note} for the families whose input policy replaces the spec's `input`, from the
+    config each reads (its loader, `settings.family_config_path`); a config that does not load gives no note."""
+    notes = {}
+    for name, spec in family_specs().items():
+        if spec.input_note is not None:
+            try:
+                notes[name] = spec.input_note(spec.config(settings))
+            except (ImportError, OSError, ValueError):
+                continue
+    return notes

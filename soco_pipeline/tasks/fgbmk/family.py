@@ -18,7 +18,7 @@ from soco_pipeline.evaluation.family_records import (
 )
 from soco_pipeline.evaluation.family_watch import FamilyWatch, PairedOn
 from soco_pipeline.evaluation.headline import Headline
-from soco_pipeline.tasks import FamilySpec
+from soco_pipeline.tasks import SAME_ROWS, FamilySpec
 
 TABLES = FamilyTables(("fgbmk_items", "fgbmk_questions"), ("fgbmk_metrics",), ("fgbmk_answers",))
 PAIRED = PairedOn(
@@ -84,6 +84,16 @@ def load_fgbmk_config(path: str, settings: Any):
     return load_config(path, settings.dataset_size if settings.dataset_size in ("demo", "full") else None)
 
 
+def input_note(cfg) -> str:
+    """FG-BMK extracts every backbone at its own input policy (the config's `global_features`)."""
+    g = cfg.global_features
+    dense = f", dense-only backbones at {g.dense_input} px" if g.dense_input else ""
+    return (
+        f"input: FG-BMK's own policy for every backbone (resize {g.resize}, centre crop {g.crop}{dense}; "
+        f"assets/fgbmk.yaml global_features), not the spec's `input`: {SAME_ROWS}"
+    )
+
+
 SPEC = FamilySpec(
     "fgbmk",
     "FG-BMK: fine-grained recognition (probe / retrieval, LVLM questions)",
@@ -95,6 +105,18 @@ SPEC = FamilySpec(
     ),
     record=TABLES,
     parts=record_parts,
+    columns=(
+        "model",
+        "kind",
+        "top1_subclass",
+        "map_subclass",
+        "top1_within",
+        "top1_drop_across",
+        "fgsm_max_eps_subclass",
+        "choice_subclass",
+        "circular_subclass",
+    ),
+    input_note=input_note,
     watch=FamilyWatch(
         family="fgbmk",
         headline="FG-BMK linear-probe top-1, subclass level (across superclasses)",

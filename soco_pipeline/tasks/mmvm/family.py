@@ -78,6 +78,8 @@ SPEC = FamilySpec(
     ),
     record=TABLES,
     parts=record_parts,
+    columns=("model", "method", "status", "accuracy", "random_expected", "n_items"),
+    workbook="soco_pipeline.tasks.mmvm.workbook:score_workbook",
     watch=FamilyWatch(
         family="mmvm",
         headline="MMVM accuracy per method (test split)",

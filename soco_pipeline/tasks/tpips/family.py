@@ -17,7 +17,7 @@ from soco_pipeline.evaluation.family_records import (
 )
 from soco_pipeline.evaluation.family_watch import FamilyWatch, PairedOn
 from soco_pipeline.evaluation.headline import Headline
-from soco_pipeline.tasks import FamilySpec
+from soco_pipeline.tasks import SAME_ROWS, FamilySpec
 
 TABLES = FamilyTables(
     ("tpips_ooo", "tpips_afc"), ("tpips_baseline_scores", "tpips_learned"), ("tpips_lvlm_answers",)
@@ -80,6 +80,15 @@ def load_tpips_config(path: str, settings: Any):
     return load_config(path)
 
 
+def input_note(cfg) -> str:
+    """TPIPS extracts every backbone at its own input size (the config's `features.input_size`)."""
+    size = cfg.features.input_size
+    return (
+        f"input: TPIPS extracts every backbone at {size} x {size} px (assets/tpips.yaml features.input_size), "
+        f"not the spec's `input`: {SAME_ROWS}"
+    )
+
+
 SPEC = FamilySpec(
     "tpips",
     "TPIPS: aspect-conditioned perceptual similarity (OOO agreement)",
@@ -94,6 +103,8 @@ SPEC = FamilySpec(
     ),
     record=TABLES,
     parts=record_parts,
+    columns=("model", "method", "conditioned", "ooo", "ooo_err", "consensus"),
+    input_note=input_note,
     watch=FamilyWatch(
         family="tpips",
         headline="TPIPS odd-one-out agreement per method (test split)",
