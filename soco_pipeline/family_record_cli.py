@@ -25,11 +25,11 @@ def model_spec(settings: Settings, kind: str, model: str) -> tuple[dict, str]:
 def record_for_family(settings: Settings, family: str, model: str) -> dict:
     """The results record of `model` in `family`, from its stored tables (validated against the schema)."""
     from soco_pipeline.evaluation.family_records import config_hash, family_record, load_family_tables
-    from soco_pipeline.tasks import family_spec
+    from soco_pipeline.tasks import family_specs
 
-    declared = family_spec(family)
-    if declared.record is None or declared.parts is None:
-        raise ValueError(f"family {family!r} declares no results record (FamilySpec record= and parts=)")
+    declared = family_specs().get(family)
+    if declared is None or declared.record is None or declared.parts is None:
+        raise ValueError(f"no results record of family {family!r}: declared are {', '.join(family_specs())}")
     kind, tables = load_family_tables(settings.tables_root, family, declared.record, model)
     spec, spec_hash = model_spec(settings, kind, model)
     cfg = declared.config(settings)

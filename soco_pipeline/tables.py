@@ -64,8 +64,7 @@ TABLES: tuple[Table, ...] = (
     # per-sample input hashes of the evaluated pairs (soco_pipeline/defs/pairs/hashes.py, docs/results.md)
     Table("sample_hashes", "sample_hashes"),
     # published figures beside ours (evaluation/published.py) and each model's results over time: SOCO's
-    # regression history is the view soco_history, as each family's <family>_history (the asset keeps its
-    # name, so no stored file moves; results_db.py keeps the view model_history for one release)
+    # history is the view soco_history, as the families' (no file moves; results_db keeps model_history)
     Table("published_comparison", "published_comparison"),
     Table("model_history", "soco_history", partitioned=True),
     # one row per (model, family) headline, one row per model across families (soco_pipeline/defs/summary/)

@@ -44,18 +44,6 @@ class BackboneContext:
     project_root: Path = field(default=PROJECT_ROOT)
 
 
-def hf_cache_hint(repo: str) -> str:
-    """Where the Hugging Face cache is and how to fill it."""
-    cache = os.environ.get("HF_HUB_CACHE") or os.path.join(
-        os.environ.get("HF_HOME", os.path.expanduser("~/.cache/huggingface")), "hub"
-    )
-    return (
-        f"the Hugging Face repo {repo!r} is not in the local cache {cache} (HF_HUB_OFFLINE=1 forbids "
-        f"downloading); on a machine with internet run `huggingface-cli download {repo}` and copy the "
-        f"cache folder models--{repo.replace('/', '--')} there, or set `weights:` to a local file"
-    )
-
-
 def local_path(value: str, project_root: Path) -> Path:
     """A spec's local path field (`weights:`, `text_encoder:`): `~` expanded, relative paths against the
     project root."""

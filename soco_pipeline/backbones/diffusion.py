@@ -23,17 +23,10 @@ import pandas as pd
 import torch
 from pydantic import Field
 
-from soco_pipeline.backbones.base import (
-    Backbone,
-    BackboneContext,
-    BackboneWeightsError,
-    hf_cache_hint,
-    image_seed,
-    seeded,
-)
+from soco_pipeline.backbones.base import Backbone, BackboneContext, BackboneWeightsError, image_seed, seeded
 from soco_pipeline.backbones.kinds import register_kind
 from soco_pipeline.backbones.spec import BackboneSpec, PositiveInt, SpecFields
-from soco_pipeline.backbones.timm_backbone import resolve_local_weights
+from soco_pipeline.backbones.timm_backbone import hf_cache_hint, resolve_local_weights
 
 TINY_UNET = {
     "sample_size": 16,

@@ -17,8 +17,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .base import BackboneContext, BackboneWeightsError, as_context, hf_cache_hint, local_path
+from .base import BackboneContext, BackboneWeightsError, as_context, local_path
 from .spec import BackboneSpec
+from .timm_backbone import hf_cache_hint
 
 TEXT_MODEL_TYPES = ("clip", "clip_text_model")
 

@@ -1,14 +1,9 @@
-"""Results records of the task families, in the schema of SOCO's (provenance.build_record), and their parts.
-
-Rebuilt from the stored tables (no model runs), for a feature backbone or an LVLM. Each family's core declares
-where its record reads (`FamilyTables`) and its `parts(model, kind, tables, n_boot)` (tasks/<family>/family.py,
-through its `FamilySpec`), built from the helpers here:
-- `results`: per metric its value (0-100) and 95% CIs: from per-sample scores (`sample_scores`, `intervals_of`:
-  `stats.intervals` pooled, "category" = the family's breakdown, "cluster" = the samples that share an input),
-  or from stored aggregates (`aggregate_rows`: the stored value, a logit interval from a stored SE if any);
-- `sample_hashes` / `task_hashes`: a hash of every evaluated sample's defining fields and the task hash over them
-  (`row_hashes`, `hash_block`);
-- `n-samples`: the samples the family asks (requested) and the ones the stored tables scored (evaluated).
+"""Results records of the task families, in the schema of SOCO's (provenance.build_record), rebuilt from the
+stored tables (no model runs) for a backbone or an LVLM. Each family's `FamilySpec` (tasks/<family>/) names
+where its record reads (`FamilyTables`) and its `parts(model, kind, tables, n_boot)`, built from the helpers
+here: CIs from per-sample scores (`sample_scores`, `intervals_of`: pooled `stats.intervals`, "category" = the
+family's breakdown, "cluster" = samples sharing an input) or stored aggregates (`aggregate_rows`: a logit
+interval from a stored SE, if any); per-sample hashes and the task hash (`row_hashes`, `hash_block`).
 """
 
 from __future__ import annotations

@@ -7,9 +7,7 @@ only, the reason no paired test exists (every family declared today is paired). 
 model's tables into what evaluation/history.py archives and compares: the headline values, the per-sample
 scores (stats.SCORE_COLUMNS; 0/1 or a share, empty when not paired-testable) and the task hash of the samples.
 
-Each family declares its watch in its `FamilySpec` (tasks/<family>/family.py), e.g. MMVM: accuracy per
-method on the test items, paired on `mmvm_predictions` (`item_id`, `correct`), bootstrap categories = the
-item's match type, clusters = the case.
+Each family declares its watch in its `FamilySpec` (tasks/<family>/family.py).
 """
 
 from __future__ import annotations

@@ -38,8 +38,7 @@ NOTE_COLUMNS = (
 NAME_COLUMNS = ("model", "backbone", "name")
 CUTS = (28, 22, 16)  # a table too wide has its text cells cut (with an ellipsis) to these lengths in turn
 NA = "n/a"
-# each board's headline columns, in order (the first one present names the row); a task family's are in its
-# FamilySpec (`columns`, soco_pipeline/tasks/)
+# each board's headline columns, in order (the first one present names the row); a family's: its FamilySpec
 HEADLINE_COLUMNS: dict[str, list[str]] = {
     "soco": [
         "backbone",
@@ -54,8 +53,7 @@ HEADLINE_COLUMNS: dict[str, list[str]] = {
     "lvlm": ["model", "kind", "*_average", "*_circular"],
     "fgbmk_findings": ["finding", "claim", "paper", "measured", "holds"],
 }
-# the one number per family of the summary when no model_headlines table exists (a task family: the first value
-# column of its FamilySpec's headline)
+# the summary's one number per board when no model_headlines table exists (a family's: its FamilySpec's)
 HEADLINE_METRIC = {"soco": "soc"}
 
 

@@ -41,24 +41,6 @@ def _records(storage_root: str, sub: str = "") -> dict[str, dict]:
     )
 
 
-def ci_table(records: dict[str, dict], metrics: list[str] | None = None) -> pd.DataFrame:
-    """One row per model: each metric as 'value [lo, hi]' (bootstrap over categories) plus the raw numbers."""
-    rows = []
-    for model, rec in records.items():
-        row: dict = {
-            "model": model,
-            "partial": rec["subset"]["partial"],
-            "subset": rec["subset"]["description"],
-        }
-        for m, r in rec["results"].items():
-            if metrics is not None and m not in metrics:
-                continue
-            lo, hi = r["ci95_boot_category"]
-            row[m] = "" if r["value"] is None else f"{r['value']:.1f} [{lo:.1f}, {hi:.1f}]"
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-
 def _or_nan(v) -> float:
     return np.nan if v is None else float(v)
 
@@ -245,14 +227,6 @@ CORRELATION_NOTE = (
 )
 
 
-def family_title(name: str) -> str:
-    """A task family's section title: its FamilySpec's (soco_pipeline/tasks/), else its name."""
-    from soco_pipeline.tasks import family_specs
-
-    spec = family_specs().get(name)
-    return spec.title if spec is not None else name.replace("_", " ")
-
-
 def _headlines(tables: str, boards: dict[str, pd.DataFrame]) -> pd.DataFrame:
     """The model_headlines table when materialized, else one built from the boards."""
     from soco_pipeline.report.console import headlines_from_boards
@@ -318,16 +292,17 @@ def build_report(settings, out_dir: str | None = None, seed: int = 0) -> str:
     )
 
     # --- the families
-    from soco_pipeline.tasks import family_input_notes
+    from soco_pipeline.tasks import family_input_notes, family_specs
 
-    input_notes = family_input_notes(settings)
-    families = []
+    input_notes, specs, families = family_input_notes(settings), family_specs(), []
     for name in names:
         fam_board = boards[name]
         fam = {
             "id": name,
             "name": name,
-            "title": LVLM_TITLE if name == "lvlm" else family_title(name),
+            "title": LVLM_TITLE
+            if name == "lvlm"
+            else getattr(specs.get(name), "title", name.replace("_", " ")),
             "notes": [input_notes[name]] if name in input_notes else [],
             "figures": [],
             "findings": None,

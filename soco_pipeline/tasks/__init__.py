@@ -1,15 +1,9 @@
-"""The task families beside SOCO, one domain core per folder (plain Python, no Dagster), and their registry.
-
-- `mmvm/`: object matching across images (MMVMBench, the CoLVA paper);
-- `fgbmk/`: fine-grained recognition (FG-BMK);
-- `tpips/`: aspect-conditioned perceptual similarity (TPIPS).
-
-Their Dagster groups live in `soco_pipeline/defs/<family>/`; their images go through the shared feature cache
-(`soco_pipeline.features`). The family contract, its domain half: a family folder `tasks/<name>/` declares `SPEC = FamilySpec(...)` in its `__init__.py`: its name and title, its
-config loader, its headline, where its results record reads (`record`: sample and per-model tables) and how
-(`parts`), and its regression watch. `family_specs()` finds every declaration (no list to edit) and registers
-the tables they name in tables.py, so a process that never loads the Dagster definitions (the CLI) reads the
-same tables as the assets write. The Dagster `Family` (defs/shared/family.py) is built from the spec.
+"""The task families beside SOCO, one plain-Python domain core per folder (`mmvm/`: MMVMBench object
+matching; `fgbmk/`: FG-BMK fine-grained recognition; `tpips/`: TPIPS aspect-conditioned similarity), and
+their registry. A folder `tasks/<name>/` declares `SPEC = FamilySpec(...)` in its `__init__.py`;
+`family_specs()` finds every declaration and registers the tables they name (tables.py), so a process that
+never loads the Dagster definitions (the CLI) reads the tables the assets write. The Dagster `Family`
+(defs/<name>/, defs/shared/family.py) is built from the spec; images go through `soco_pipeline.features`.
 """
 
 from __future__ import annotations
@@ -30,25 +24,21 @@ if TYPE_CHECKING:
     from soco_pipeline.evaluation.headline import Headline
 
 SAME_ROWS = "two specs that differ only in `input` get identical rows here"
-RecordParts = Callable[[str, str, dict, int], dict[str, Any]]
 
 
 @dataclass(frozen=True)
 class FamilySpec:
-    """A task family as the domain knows it: `name` (its asset group, the prefix of its tables), `title` (the
-    results page's section), `load_config(path, settings) -> config` (settings: anything with the run's
-    `dataset_size`), its `headline`, and optionally its results record (`record`: the tables it reads;
-    `parts(model, kind, tables, n_boot)`: intervals, counts and hashes), its regression `watch`, its workbook
-    scorer (`workbook`: "module:function" of `soco score-workbook`) and `input_note(config)`: why its rows do
-    not follow a spec's `input` (a family that extracts at its own input policy); `columns`: its board's
-    headline columns on the console (patterns such as `*_average` allowed; all columns when empty)."""
+    """A task family as the domain knows it: `name` (its group, its tables' prefix), `title` (its page section),
+    `load_config(path, settings)`, `headline`; optional: its results record (`record` tables, `parts(model,
+    kind, tables, n_boot)`), regression `watch`, `workbook` scorer ("module:function"), `input_note(config)`
+    (its own input policy, said on its boards) and console `columns` (all when empty)."""
 
     name: str
     title: str
     load_config: Callable[[str, Any], Any]
     headline: Headline | None = None
     record: FamilyTables | None = None
-    parts: RecordParts | None = None
+    parts: Callable[[str, str, dict, int], dict[str, Any]] | None = None
     watch: FamilyWatch | None = None
     workbook: str = ""
     input_note: Callable[[Any], str] | None = None
@@ -63,8 +53,7 @@ class FamilySpec:
             object.__setattr__(self, "headline", filled)  # a frozen dataclass: set once, here
 
     @property
-    def headline_value(self) -> str | None:
-        """The board column of its headline (the first of `headline.values`), None without a headline."""
+    def headline_value(self) -> str | None:  # the board column of its headline (the first value column)
         return self.headline.values[0] if self.headline is not None else None
 
     def config(self, settings: Any) -> Any:
@@ -95,16 +84,6 @@ def family_specs() -> dict[str, FamilySpec]:
             spec.register_tables()
             found[spec.name] = spec
     return found
-
-
-def family_spec(name: str) -> FamilySpec:
-    """The declared family `name`; a ValueError naming the declared ones otherwise."""
-    specs = family_specs()
-    if name not in specs:
-        raise ValueError(
-            f"no task family {name!r}: declared are {', '.join(specs) or 'none'} (soco_pipeline/tasks/)"
-        )
-    return specs[name]
 
 
 def family_input_notes(settings: Any) -> dict[str, str]:

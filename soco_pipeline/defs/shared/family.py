@@ -75,8 +75,7 @@ class Family:
 
     @classmethod
     def of(cls, spec: FamilySpec, code_version: str, needs: frozenset[str] = frozenset()) -> Family:
-        """The Dagster half of a domain `FamilySpec`: its name, config loader and headline; its tables
-        registered as the spec declares them."""
+        """The Dagster half of a domain `FamilySpec` (its name, config loader, headline and tables)."""
         spec.register_tables()
         return cls(spec.name, code_version, spec.load_config, needs, spec.headline, spec=spec)
 

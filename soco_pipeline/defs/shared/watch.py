@@ -76,9 +76,7 @@ def family_history(family: Family) -> dg.AssetsDefinition:
     data version and date, and its `no_regression` check against the previous data version on the same task
     hash (the paired test where the watch's `paired` names a per-sample table; else the plain difference, the
     check saying why there is no test). `family` is the family's `Family`, built from a spec with a watch."""
-    if family.spec is None or family.spec.watch is None or family.spec.parts is None:
-        raise ValueError(f"family {family.name!r}: a watch needs a FamilySpec with `watch` and `parts`")
-    watch, parts = family.spec.watch, family.spec.parts
+    watch, parts = family.spec.watch, family.spec.parts  # definitions.py builds it for a spec with a watch
     name = f"{family.name}_history"
     family.register(name, partitioned=True)
 

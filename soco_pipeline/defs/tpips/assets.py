@@ -14,7 +14,6 @@ from soco_pipeline.defs.shared.family import Family
 from soco_pipeline.defs.shared.partitions import backbones_partitions, lvlms_partitions
 from soco_pipeline.defs.shared.resources import SocoSettings
 from soco_pipeline.defs.shared.specs import lvlm_spec_for
-from soco_pipeline.defs.shared.watch import family_history, regression_sensor_on
 from soco_pipeline.tasks import tpips
 from soco_pipeline.tasks.tpips import schemas
 from soco_pipeline.tasks.tpips.config import NEEDS
@@ -49,11 +48,6 @@ FAMILY = Family.of(tpips.SPEC, "tpips-6", needs=NEEDS)
 GROUP, CODE_VERSION = FAMILY.name, FAMILY.code_version
 
 
-def tpips_config(soco: SocoSettings):
-    """The TPIPS config (`soco.tpips_config_path`, else assets/tpips.yaml)."""
-    return FAMILY.config(soco)
-
-
 def _render_out(schema, description: str) -> tuple[TableSpec, dg.AssetOut]:
     # No automation condition on the root: it is materialized on request (the demo, the UI), so the eager
     # daemon never starts a family nobody asked for; everything below it follows eagerly.
@@ -82,7 +76,7 @@ def tpips_renders(context: dg.AssetExecutionContext, soco: SocoSettings) -> dict
     lines name (config `source`); the judgement assets read these tables."""
     from soco_pipeline.tasks.tpips.source import renders
 
-    cfg = tpips_config(soco)
+    cfg = FAMILY.config(soco)
     images, triplets, afc_items, meta = renders(cfg, soco.task_root(GROUP))
     marker = {"judgements": judgements(cfg)}
     return {
@@ -104,7 +98,7 @@ def tpips_ooo(
     from soco_pipeline.tasks.tpips.schemas import ooo_problems
     from soco_pipeline.tasks.tpips.source import ooo_table
 
-    cfg = tpips_config(soco)
+    cfg = FAMILY.config(soco)
     ooo, summary = ooo_table(cfg, tpips_images, tpips_triplets)
     return TableResult(
         ooo,
@@ -129,7 +123,7 @@ def tpips_afc(
     from soco_pipeline.tasks.tpips.schemas import afc_problems
     from soco_pipeline.tasks.tpips.source import afc_table
 
-    cfg = tpips_config(soco)
+    cfg = FAMILY.config(soco)
     afc, summary = afc_table(cfg, tpips_images, tpips_afc_items)
     return TableResult(
         afc,
@@ -158,7 +152,7 @@ def tpips_features(
     (the family contract)."""
     from soco_pipeline.tasks.tpips.features import extract_tpips
 
-    cfg = tpips_config(soco)
+    cfg = FAMILY.config(soco)
     images = tpips_images[["image_id", "uri", "width", "height", "category"]]
     manifests = extract_tpips(spec, images, soco.features_root, cfg, _device(soco), log=context.log.info)
     return TableResult(
@@ -191,7 +185,7 @@ def tpips_pixel_baselines(
     oracle on the OOO test split and 2AFC."""
     from soco_pipeline.tasks.tpips.evaluate import pixel_baselines
 
-    cfg = tpips_config(soco)
+    cfg = FAMILY.config(soco)
     rows = pixel_baselines(tpips_images, tpips_ooo, tpips_afc, cfg)
     return TableResult(rows, {"judgements": judgements(cfg)})
 
@@ -248,7 +242,7 @@ def tpips_baseline_scores(
     from soco_pipeline.tasks.tpips import baselines as b
     from soco_pipeline.tasks.tpips.evaluate import evaluate_sim_outcomes
 
-    backbone, cfg = context.partition_key, tpips_config(soco)
+    backbone, cfg = context.partition_key, FAMILY.config(soco)
     ids, opos, apos, feats = _backbone_inputs(soco, tpips_features, tpips_images, tpips_ooo, tpips_afc)
     scores, outcomes = _tables(
         [
@@ -295,7 +289,7 @@ def tpips_learned(
     from soco_pipeline.tasks.tpips.retrieval import retrieve, retrieve_compositional
     from soco_pipeline.tasks.tpips.sheets import write_contact_sheets
 
-    backbone, cfg = context.partition_key, tpips_config(soco)
+    backbone, cfg = context.partition_key, FAMILY.config(soco)
     ids, opos, apos, feats = _backbone_inputs(soco, tpips_features, tpips_images, tpips_ooo, tpips_afc)
     vocab = aspect_encoder(spec, cfg.aspects)
     parts, meta, trained = [], {"aspect_text": describe(vocab)}, {}
@@ -369,7 +363,7 @@ def tpips_lvlm_answers(
     from soco_pipeline.tasks.tpips.lvlm import afc_answers, ooo_answers
 
     model = context.partition_key
-    cfg = tpips_config(soco)
+    cfg = FAMILY.config(soco)
     spec = lvlm_spec_for(soco, model)
     backend = build_backend(spec)
     cache = AnswerCache(soco.lvlm_cache_root)
@@ -417,16 +411,10 @@ def tpips_leaderboard(
     return TableResult(
         board,
         {
-            "judgements": judgements(tpips_config(soco)),
+            "judgements": judgements(FAMILY.config(soco)),
             "leaderboard": dg.MetadataValue.md(board_markdown(board)),
             "figure": dg.MetadataValue.md(
                 f"![agreement per aspect](data:image/png;base64,{base64.b64encode(png).decode()})"
             ),
         },
     )
-
-
-# the regression watch of the family's headline (its FamilySpec's watch, tasks/tpips/family.py): each data version
-# of a backbone's spec, compared with the previous one on the same task hash; a sensor reports a regression
-tpips_history = family_history(FAMILY)
-tpips_regression_sensor = regression_sensor_on("tpips_regression_sensor", "tpips_history")

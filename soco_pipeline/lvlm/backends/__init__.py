@@ -6,10 +6,7 @@ failed request: the Reply carries the error (counted as wrong) and the run goes 
 
 from __future__ import annotations
 
-from soco_pipeline.lvlm.prompt import Backend, ChatRequest, Reply
-
-# the request and reply types live in prompt.py (the backends import them from there)
-__all__ = ["Backend", "ChatRequest", "Reply", "build_backend"]
+from soco_pipeline.lvlm.prompt import Backend, Reply  # noqa: F401 - the types live in prompt.py (re-exported)
 
 
 def build_backend(spec, api_key: str | None = None) -> Backend:

@@ -8,19 +8,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from soco_pipeline.evaluation.family_records import (
-    FamilyTables,
-    aggregate_rows,
-    hash_block,
-    intervals_of,
-    row_hashes,
-    sample_scores,
-)
+from soco_pipeline.evaluation import family_records as fr
 from soco_pipeline.evaluation.family_watch import FamilyWatch, PairedOn
 from soco_pipeline.evaluation.headline import Headline
 from soco_pipeline.tasks import SAME_ROWS, FamilySpec
+from soco_pipeline.tasks.fgbmk.config import load_config
 
-TABLES = FamilyTables(("fgbmk_items", "fgbmk_questions"), ("fgbmk_metrics",), ("fgbmk_answers",))
+TABLES = fr.FamilyTables(("fgbmk_items", "fgbmk_questions"), ("fgbmk_metrics",), ("fgbmk_answers",))
 PAIRED = PairedOn(
     table="fgbmk_probe_predictions",
     sample="image_id",
@@ -43,7 +37,7 @@ def record_parts(model: str, kind: str, t: dict[str, pd.DataFrame], n_boot: int)
         across = m[m["scope"] == "across"]
         n_cat = across["level"].map(lambda lv: int(test[f"{lv}_id"].nunique()))
         parts = [
-            aggregate_rows(
+            fr.aggregate_rows(
                 model,
                 f"{k}/" + across["level"],
                 across[k],
@@ -53,7 +47,7 @@ def record_parts(model: str, kind: str, t: dict[str, pd.DataFrame], n_boot: int)
             for k in ("top1", "top5")
         ]
         cols = ["image_id", "path", "split", "superclass_id", "class_id", "subclass_id"]
-        samples, tasks = hash_block("test_images", test["image_id"], row_hashes(test, cols))
+        samples, tasks = fr.hash_block("test_images", test["image_id"], fr.row_hashes(test, cols))
         return {
             "intervals": pd.concat(parts, ignore_index=True),
             "n_samples": {"test_images": {"requested": len(test), "evaluated": len(test)}},
@@ -64,24 +58,17 @@ def record_parts(model: str, kind: str, t: dict[str, pd.DataFrame], n_boot: int)
     a = t["fgbmk_answers"]
     needed = [c for c in ("group_id", "task", "form", "level") if c not in a.columns]
     a = a.merge(q[["question_id", *needed]], on="question_id", how="left", validate="many_to_one")
-    scores = sample_scores(
+    scores = fr.sample_scores(
         model, a["task"] + "/" + a["form"], a["level"], a["question_id"], a["group_id"], a["correct"]
     )
     cols = ["question_id", "group_id", "rotation", "task", "level", "form", "image_id", "text"]
-    samples, tasks = hash_block("questions", q["question_id"], row_hashes(q, cols))
+    samples, tasks = fr.hash_block("questions", q["question_id"], fr.row_hashes(q, cols))
     return {
-        "intervals": intervals_of(scores, n_boot),
+        "intervals": fr.intervals_of(scores, n_boot),
         "n_samples": {"questions": {"requested": len(q), "evaluated": int(a["question_id"].nunique())}},
         "sample_hashes": samples,
         "task_hashes": tasks,
     }
-
-
-def load_fgbmk_config(path: str, settings: Any):
-    """The family's config loader, at the run's scale (`settings.dataset_size`: demo | full)."""
-    from soco_pipeline.tasks.fgbmk.config import load_config
-
-    return load_config(path, settings.dataset_size if settings.dataset_size in ("demo", "full") else None)
 
 
 def input_note(cfg) -> str:
@@ -97,7 +84,7 @@ def input_note(cfg) -> str:
 SPEC = FamilySpec(
     "fgbmk",
     "FG-BMK: fine-grained recognition (probe / retrieval, LVLM questions)",
-    load_fgbmk_config,
+    lambda path, s: load_config(path, s.dataset_size if s.dataset_size in ("demo", "full") else None),
     headline=Headline(
         values=("top1_subclass", "choice_subclass"),
         label="FG-BMK subclass accuracy (probe top-1 | choice)",
@@ -105,16 +92,8 @@ SPEC = FamilySpec(
     ),
     record=TABLES,
     parts=record_parts,
-    columns=(
-        "model",
-        "kind",
-        "top1_subclass",
-        "map_subclass",
-        "top1_within",
-        "top1_drop_across",
-        "fgsm_max_eps_subclass",
-        "choice_subclass",
-        "circular_subclass",
+    columns=tuple(
+        "model kind top1_subclass map_subclass top1_within top1_drop_across fgsm_max_eps_subclass choice_subclass circular_subclass".split()
     ),
     input_note=input_note,
     watch=FamilyWatch(

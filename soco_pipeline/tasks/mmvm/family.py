@@ -8,18 +8,13 @@ from typing import Any
 
 import pandas as pd
 
-from soco_pipeline.evaluation.family_records import (
-    FamilyTables,
-    NotApplicableError,
-    hash_block,
-    intervals_of,
-    row_hashes,
-)
+from soco_pipeline.evaluation import family_records as fr
 from soco_pipeline.evaluation.family_watch import FamilyWatch, PairedOn
 from soco_pipeline.evaluation.headline import Headline
 from soco_pipeline.tasks import FamilySpec
+from soco_pipeline.tasks.mmvm.config import load_config
 
-TABLES = FamilyTables(("mmvm_items",), ("mmvm_predictions",), ("mmvm_answers",))
+TABLES = fr.FamilyTables(("mmvm_items",), ("mmvm_predictions",), ("mmvm_answers",))
 PAIRED = PairedOn(
     table="mmvm_predictions",
     sample="item_id",
@@ -32,14 +27,13 @@ PAIRED = PairedOn(
 
 
 def record_parts(model: str, kind: str, t: dict[str, pd.DataFrame], n_boot: int) -> dict[str, Any]:
-    """MMVM: accuracy (per method for a backbone) on the test items, CIs over items clustered by case (the
-    per-sample scores of PAIRED, the regression watch's)."""
+    """MMVM: accuracy (per method for a backbone) on the test items, CIs over items clustered by case (PAIRED)."""
     items = t["mmvm_items"]
     test = items[items["split"] == "test"]
     if kind == "backbone":
         rows = t["mmvm_predictions"]
         if (rows["status"] != "ok").all():
-            raise NotApplicableError(
+            raise fr.NotApplicableError(
                 f"{model!r} is not applicable to MMVM: {rows['reason'].iat[0] if 'reason' in rows else ''}"
             )
         paired = PAIRED
@@ -48,26 +42,19 @@ def record_parts(model: str, kind: str, t: dict[str, pd.DataFrame], n_boot: int)
         paired = dataclasses.replace(PAIRED, table="mmvm_answers", method=None)
     scores = paired.scores(model, t)
     cols = ["item_id", "case_id", "n_candidates", "match_type", "query_absent", "question", "answer"]
-    samples, tasks = hash_block("items", test["item_id"], row_hashes(test, cols))
+    samples, tasks = fr.hash_block("items", test["item_id"], fr.row_hashes(test, cols))
     return {
-        "intervals": intervals_of(scores, n_boot),
+        "intervals": fr.intervals_of(scores, n_boot),
         "n_samples": {"items": {"requested": len(test), "evaluated": int(scores["unit"].nunique())}},
         "sample_hashes": samples,
         "task_hashes": tasks,
     }
 
 
-def load_mmvm_config(path: str, settings: Any):
-    """The family's config loader: assets/mmvm.yaml or the file the settings name."""
-    from soco_pipeline.tasks.mmvm.config import load_config
-
-    return load_config(path)
-
-
 SPEC = FamilySpec(
     "mmvm",
     "MMVM: multimodal visual matching (accuracy)",
-    load_mmvm_config,
+    lambda path, settings: load_config(path),
     headline=Headline(
         values=("accuracy",),
         label="MMVM accuracy (test split)",

@@ -5,6 +5,4 @@ simulated annotators, never people. One module per job: `config`, `aspects`, `re
 `annotators`, `afc`, `formats`, `scoring`, `features`, `baselines`, `learned`, `lvlm`, `retrieval`.
 """
 
-from soco_pipeline.tasks.tpips.family import SPEC
-
-__all__ = ["SPEC"]
+from soco_pipeline.tasks.tpips.family import SPEC as SPEC

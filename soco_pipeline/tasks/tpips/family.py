@@ -8,18 +8,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from soco_pipeline.evaluation.family_records import (
-    FamilyTables,
-    NotApplicableError,
-    aggregate_rows,
-    hash_block,
-    row_hashes,
-)
+from soco_pipeline.evaluation import family_records as fr
 from soco_pipeline.evaluation.family_watch import FamilyWatch, PairedOn
 from soco_pipeline.evaluation.headline import Headline
 from soco_pipeline.tasks import SAME_ROWS, FamilySpec
+from soco_pipeline.tasks.tpips.config import load_config
 
-TABLES = FamilyTables(
+TABLES = fr.FamilyTables(
     ("tpips_ooo", "tpips_afc"), ("tpips_baseline_scores", "tpips_learned"), ("tpips_lvlm_answers",)
 )
 PAIRED = PairedOn(
@@ -42,9 +37,9 @@ def record_parts(model: str, kind: str, t: dict[str, pd.DataFrame], n_boot: int)
     s = pd.concat([t[n] for n in names if n in t], ignore_index=True)
     s = s[(s["method"] != "n/a") & (s["aspect"] == "all")]
     if s.empty:
-        raise NotApplicableError(f"{model!r} has no TPIPS score (not applicable, or not materialized)")
+        raise fr.NotApplicableError(f"{model!r} has no TPIPS score (not applicable, or not materialized)")
     per_aspect = t["tpips_ooo"]["aspect"].nunique()
-    intervals = aggregate_rows(
+    intervals = fr.aggregate_rows(
         model,
         s["eval"] + "/" + s["method"],
         s["agreement"],
@@ -55,11 +50,11 @@ def record_parts(model: str, kind: str, t: dict[str, pd.DataFrame], n_boot: int)
     ooo = t["tpips_ooo"][t["tpips_ooo"]["split"] == "test"]
     afc = t["tpips_afc"]
     ooo_ids = ooo["triplet_id"].astype(str) + "/" + ooo["aspect"].astype(str)
-    o_s, o_t = hash_block(
-        "ooo", ooo_ids, row_hashes(ooo, ["triplet_id", "image_0", "image_1", "image_2", "aspect", "votes"])
+    o_s, o_t = fr.hash_block(
+        "ooo", ooo_ids, fr.row_hashes(ooo, ["triplet_id", "image_0", "image_1", "image_2", "aspect", "votes"])
     )
-    a_s, a_t = hash_block(
-        "afc", afc["item_id"], row_hashes(afc, ["item_id", "ref", "x0", "x1", "aspect", "votes"])
+    a_s, a_t = fr.hash_block(
+        "afc", afc["item_id"], fr.row_hashes(afc, ["item_id", "ref", "x0", "x1", "aspect", "votes"])
     )
     first = s.groupby("eval")["n"].max()
     return {
@@ -71,13 +66,6 @@ def record_parts(model: str, kind: str, t: dict[str, pd.DataFrame], n_boot: int)
         "sample_hashes": {**o_s, **a_s},
         "task_hashes": {**o_t, **a_t},
     }
-
-
-def load_tpips_config(path: str, settings: Any):
-    """The family's config loader: assets/tpips.yaml or the file the settings name."""
-    from soco_pipeline.tasks.tpips.config import load_config
-
-    return load_config(path)
 
 
 def input_note(cfg) -> str:
@@ -92,7 +80,7 @@ def input_note(cfg) -> str:
 SPEC = FamilySpec(
     "tpips",
     "TPIPS: aspect-conditioned perceptual similarity (OOO agreement)",
-    load_tpips_config,
+    lambda path, settings: load_config(path),
     headline=Headline(
         values=("ooo",),
         label="TPIPS odd-one-out agreement (test split)",
