@@ -490,9 +490,9 @@ def main() -> int:
         shown = console_board(result.board)
         title = "SOCO leaderboard (PCK at the protocol's headline alpha, 0-100)"
         print("\n" + console_table(shown, title, headline_columns("soco", shown), full="soco leaderboard"))
-    from soco_pipeline.report.input_notes import family_input_notes
+    from soco_pipeline.tasks import family_input_notes
 
-    input_notes = family_input_notes(settings.dataset_size)
+    input_notes = family_input_notes(settings)
     for name, board in result.tables.items():
         full = f"soco leaderboard --family {name}"
         notes = [input_notes[name]] if name in input_notes else []

@@ -1,29 +1,12 @@
-"""`soco export-results MODEL OUT --format record --family mmvm|fgbmk|tpips`: a task family's results record
-(evaluation/family_records.py), rebuilt from the stored tables; MODEL is a backbone or an LVLM spec."""
+"""`soco export-results MODEL OUT --format record --family F`: a task family's results record
+(evaluation/family_records.py), rebuilt from the stored tables; MODEL is a backbone or an LVLM spec, F any
+family declared in soco_pipeline/tasks/ (its `FamilySpec`: the tables its record reads, its parts, its config)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from soco_pipeline.settings import Settings
-
-
-def family_config(settings: Settings, family: str) -> Any:
-    """The family config the run used: the file `settings.family_config_path(family)` names, the route the
-    family's assets read (the family contract), at the run's scale for FG-BMK."""
-    path = settings.family_config_path(family)
-    if family == "mmvm":
-        from soco_pipeline.tasks.mmvm.config import load_config
-
-        return load_config(path)
-    if family == "fgbmk":
-        from soco_pipeline.tasks.fgbmk.config import load_config
-
-        return load_config(path, settings.dataset_size if settings.dataset_size in ("demo", "full") else None)
-    from soco_pipeline.tasks.tpips.config import load_config
-
-    return load_config(path)
 
 
 def model_spec(settings: Settings, kind: str, model: str) -> tuple[dict, str]:
@@ -42,12 +25,17 @@ def model_spec(settings: Settings, kind: str, model: str) -> tuple[dict, str]:
 def record_for_family(settings: Settings, family: str, model: str) -> dict:
     """The results record of `model` in `family`, from its stored tables (validated against the schema)."""
     from soco_pipeline.evaluation.family_records import config_hash, family_record, load_family_tables
+    from soco_pipeline.tasks import family_specs
 
-    kind, tables = load_family_tables(settings.tables_root, family, model)
+    declared = family_specs().get(family)
+    if declared is None or declared.record is None or declared.parts is None:
+        raise ValueError(f"no results record of family {family!r}: declared are {', '.join(family_specs())}")
+    kind, tables = load_family_tables(settings.tables_root, family, declared.record, model)
     spec, spec_hash = model_spec(settings, kind, model)
-    cfg = family_config(settings, family)
+    cfg = declared.config(settings)
     return family_record(
         family=family,
+        parts=declared.parts,
         model=model,
         kind=kind,
         tables=tables,

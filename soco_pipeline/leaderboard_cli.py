@@ -14,7 +14,7 @@ import pandas as pd
 from soco_pipeline.report.formats import FORMATS, format_frame
 from soco_pipeline.settings import Settings
 
-FAMILIES = ("soco", "mmvm", "fgbmk", "tpips", "lvlm")
+CORE_BOARDS = ("soco", "lvlm")  # SOCO's two boards; every family declared in soco_pipeline/tasks/ has one too
 
 
 def board_view(family: str) -> str:
@@ -43,17 +43,20 @@ def cmd_leaderboard(args: argparse.Namespace, settings: Settings) -> int:
     from soco_pipeline.analysis.leaderboard import console_board
     from soco_pipeline.report.console import console_table, headline_columns
     from soco_pipeline.results_db import query
+    from soco_pipeline.tasks import family_specs
 
-    family = args.family
+    family, known = args.family, (*CORE_BOARDS, *family_specs())
+    if family not in known:
+        raise ValueError(f"no family {family!r}: choose from {', '.join(known)}")
     order = " ORDER BY soc DESC" if family == "soco" else ""
     board = query(settings.duckdb_path, f"SELECT * FROM {board_view(family)}{order}", settings.tables_root)
     if args.format == "table":
         shown = console_board(board) if family == "soco" and not args.columns else board
         cols = pick_columns(board, args.columns, headline_columns(family, shown))
         more = "--columns all --format csv (every column)"
-        from soco_pipeline.report.input_notes import family_input_notes
+        from soco_pipeline.tasks import family_input_notes
 
-        notes = [n for f, n in family_input_notes(settings.dataset_size).items() if f == family]
+        notes = [n for f, n in family_input_notes(settings).items() if f == family]
         print(console_table(shown, f"{family} board", cols, full=more, notes=notes), end="")
         return 0
     cols = pick_columns(board, args.columns, list(board.columns))
@@ -63,7 +66,9 @@ def cmd_leaderboard(args: argparse.Namespace, settings: Settings) -> int:
 
 def add_arguments(s: argparse.ArgumentParser) -> None:
     """The options of `soco leaderboard`."""
-    s.add_argument("--family", choices=FAMILIES, default="soco", help="whose board (default: soco)")
+    s.add_argument(
+        "--family", default="soco", help="whose board: soco, lvlm or a task family (default: soco)"
+    )
     s.add_argument(
         "--columns",
         default=None,

@@ -51,6 +51,7 @@ EXPLAIN_PREFIX = re.compile(r"^\s*EXPLAIN\s+(?:ANALY[SZ]E\s+)?(?:\([^)]*\)\s*)?"
 # Views over views: per category, where a backbone fails (official reduction, alpha 0.1), and its worst
 # keypoints in words (SOC hits of the free predictions against the raw ground truth, intra pairs).
 DERIVED_VIEWS: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("model_history", ("soco_history",), "SELECT * FROM soco_history"),  # its old name, for one release
     (
         "where_it_fails",
         ("metrics",),

@@ -27,7 +27,6 @@ import yaml
 from soco_pipeline.report.console import WIDTH
 from soco_pipeline.settings import Settings
 
-FAMILIES = ("soco", "mmvm", "fgbmk", "tpips")
 SOURCE = "soco run"
 LIMIT_TAG = "soco/limit"
 LIMITED_OPS = ("predictions", "four_choice_predictions")  # SOCO's ops that take a pair subset
@@ -154,7 +153,8 @@ def plan(defs: dg.Definitions, added: Added, families: list[str], limit: int | N
             [family.leaderboard, *family.after],
         )
         steps.append((board, None))  # boards always run: they gain the new model
-    summary = [dg.AssetKey(k) for k in SUMMARY]
+    soco_boards = ("leaderboard", "correlation")  # SOCO's board and the study over it: only when SOCO runs
+    summary = [dg.AssetKey(k) for k in SUMMARY if "soco" in families or k not in soco_boards]
     steps.append(
         (Stage("leaderboard, results database, correlation, results page", "demo_summary", summary), None)
     )
@@ -187,12 +187,14 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     from soco_pipeline.defs.definitions import build_definitions
     from soco_pipeline.demo import LOCATION, Runner, headlines, where_the_tables_are
     from soco_pipeline.report.console import console_table, model_card, summary_text
+    from soco_pipeline.tasks import family_specs
 
-    families = [f.strip() for f in args.families.split(",") if f.strip()]
-    unknown = [f for f in families if f not in FAMILIES]
+    known = ("soco", *family_specs())  # SOCO (and its LVLM track) and every family declared in tasks/
+    families = [f.strip() for f in (args.families or ",".join(known)).split(",") if f.strip()]
+    unknown = [f for f in families if f not in known]
     if unknown:
         raise ValueError(
-            f"unknown famil{'ies' if len(unknown) > 1 else 'y'} {', '.join(unknown)}: choose from {', '.join(FAMILIES)}"
+            f"unknown famil{'ies' if len(unknown) > 1 else 'y'} {', '.join(unknown)}: choose from {', '.join(known)}"
         )
     added = add_spec(Path(args.spec), settings, weights=not args.skip_weights_check, force=args.force)
     print(textwrap.fill(f"{added.kind} {added.name!r}: spec {added.path}", WIDTH, subsequent_indent="  "))
@@ -262,8 +264,8 @@ def add_command(sub) -> None:
     )
     s.add_argument(
         "--families",
-        default=",".join(FAMILIES),
-        help=f"comma-separated, from {','.join(FAMILIES)} (default: all)",
+        default=None,
+        help="comma-separated: soco and the task families in soco_pipeline/tasks/ (default: all)",
     )
     s.add_argument(
         "--limit",

@@ -2,8 +2,9 @@
 
 The IO manager, the leaderboard and the results database all read it, so renaming an asset without
 updating this file fails loudly (`table_for`) instead of silently dropping a view. The task families' tables
-are not listed here: the family contract (defs/shared/family.py) registers each table a family declares
-(`register_table`) when the definitions are imported, so a new family needs no line here.
+are not listed here: each family's domain declaration (its `FamilySpec`, soco_pipeline/tasks/) registers the
+tables it reads when the registry loads (`tasks.family_specs`), and the family contract (defs/shared/family.py)
+every table a family declares when the definitions load (`register_table`): a new family needs no line here.
 """
 
 from __future__ import annotations
@@ -62,12 +63,13 @@ TABLES: tuple[Table, ...] = (
     # register_table (defs/shared/family.py registers every table a Family declares)
     # per-sample input hashes of the evaluated pairs (soco_pipeline/defs/pairs/hashes.py, docs/results.md)
     Table("sample_hashes", "sample_hashes"),
-    # published figures beside ours (evaluation/published.py) and each model's results over time
+    # published figures beside ours (evaluation/published.py) and each model's results over time: SOCO's
+    # history is the view soco_history, as the families' (no file moves; results_db keeps model_history)
     Table("published_comparison", "published_comparison"),
     # the gap knob by knob (evaluation/published_gap.py); rankings under single-knob changes (analysis/protocol_atlas.py)
     Table("published_gap", "published_gap", partitioned=True),
     Table("protocol_atlas", "protocol_atlas"),
-    Table("model_history", "model_history", partitioned=True),
+    Table("model_history", "soco_history", partitioned=True),
     # one row per (model, family) headline, one row per model across families (soco_pipeline/defs/summary/)
     Table("model_headlines", "model_headlines"),
     Table("model_summary", "model_summary"),
@@ -103,6 +105,6 @@ def table_for(asset: str) -> Table:
         raise KeyError(
             f"asset {asset!r} writes a table that soco_pipeline/tables.py does not register; add a Table "
             f"entry there (asset, view name, partitioned), or declare it through a task family's "
-            f"Family.table (defs/shared/family.py; its module must be imported: the definitions load it), so "
-            f"that the IO manager and the SQL views agree"
+            f"Family.table (defs/shared/family.py, loaded with the definitions) or its FamilySpec (loaded by "
+            f"soco_pipeline.tasks.family_specs()), so that the IO manager and the SQL views agree"
         ) from None

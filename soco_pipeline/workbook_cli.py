@@ -1,7 +1,7 @@
 """`soco score-workbook FAMILY FILE`: score a workbook of predictions made elsewhere with a family's own
-extraction and metrics (docs/results.md). A family plugs in by adding one entry to `SCORERS`: the import path
-of a function `(path, judge_mode, judge_spec, cache_root) -> WorkbookScore`-like object with `rows`,
-`metrics` and `summary`."""
+extraction and metrics (docs/results.md). A family plugs in with its FamilySpec's `workbook` (soco_pipeline/tasks/):
+the import path of a function `(path, judge_mode, judge_spec, cache_root) -> WorkbookScore`-like object with
+`rows`, `metrics` and `summary`."""
 
 from __future__ import annotations
 
@@ -11,16 +11,16 @@ import importlib
 from soco_pipeline.storage import write_bytes_atomic
 
 SHOWN = ["breakdown", "key", "n_items", "accuracy", "ci_low", "ci_high", "random_expected"]
-SCORERS: dict[str, str] = {
-    "mmvm": "soco_pipeline.tasks.mmvm.workbook:score_workbook",
-}
 
 
 def scorer_for(family: str):
-    """The workbook scorer of a family (ValueError naming the families that have one)."""
-    if family not in SCORERS:
-        raise ValueError(f"no workbook scorer for family {family!r}; families with one: {sorted(SCORERS)}")
-    module, _, name = SCORERS[family].partition(":")
+    """The workbook scorer a family declares (ValueError naming the families that have one)."""
+    from soco_pipeline.tasks import family_specs
+
+    scorers = {name: spec.workbook for name, spec in family_specs().items() if spec.workbook}
+    if family not in scorers:
+        raise ValueError(f"no workbook scorer for family {family!r}; families with one: {sorted(scorers)}")
+    module, _, name = scorers[family].partition(":")
     return getattr(importlib.import_module(module), name)
 
 
@@ -51,7 +51,7 @@ def add_command(sub) -> None:
     s = sub.add_parser(
         "score-workbook", help="score a prediction workbook made elsewhere (a family's metrics)"
     )
-    s.add_argument("family", choices=sorted(SCORERS))
+    s.add_argument("family", help="a family whose FamilySpec declares a workbook scorer (today: mmvm)")
     s.add_argument("file", help="the workbook (.xlsx, .tsv or .csv with a prediction column)")
     s.add_argument(
         "--judge", choices=["off", "matcher", "yes_no"], default="off", help="default: exact matching"

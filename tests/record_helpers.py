@@ -3,21 +3,31 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
-from soco_pipeline import cli
 from soco_pipeline.evaluation.provenance import validate_record
 
+SOCO = Path(sys.executable).with_name("soco")  # the console script beside this interpreter
 
-def exported_family_record(monkeypatch, storage: Path, backbones: Path, lvlms: Path, family: str, model: str):
-    """`soco export-results MODEL OUT --format record --family FAMILY` on a test's storage: the record, after
-    checking that it validates against the schema and counts and hashes what it evaluated."""
-    monkeypatch.setenv("SOCO_STORAGE", str(storage))
-    monkeypatch.setenv("SOCO_BACKBONES_DIR", str(backbones))
-    monkeypatch.setenv("SOCO_LVLMS_DIR", str(lvlms))
+
+def exported_family_record(storage: Path, backbones: Path, lvlms: Path, family: str, model: str):
+    """`soco export-results MODEL OUT --format record --family FAMILY` on a test's storage, through the console
+    script in a fresh process (which never loads the definitions: the family's tables come from its domain
+    declaration): the record, after checking that it validates against the schema and counts and hashes
+    what it evaluated."""
+    env = {
+        **os.environ,
+        "SOCO_STORAGE": str(storage),
+        "SOCO_BACKBONES_DIR": str(backbones),
+        "SOCO_LVLMS_DIR": str(lvlms),
+    }
     out = storage / f"{family}-{model}.json"
     args = ["export-results", model, str(out), "--format", "record", "--family", family]
-    assert cli.main(args) == 0
+    done = subprocess.run([str(SOCO), *args], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
     rec = json.loads(out.read_text())
     validate_record(rec)
     assert rec["family"] == family and rec["model"] == model

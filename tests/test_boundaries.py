@@ -1,7 +1,8 @@
 """The package's import rules, read from the source with `ast` (lazy imports inside functions count too):
 
 - no module imports another module's underscore (private) names;
-- no import cycle between the top-level subpackages (stages);
+- no import cycle between the top-level subpackages (stages), nor between modules (imports inside functions
+  count; those under `if TYPE_CHECKING:` do not run and do not);
 - the foundation modules import no stage;
 - defs/ does no file I/O, and its group folders import one another only through defs/shared/.
 """
@@ -36,12 +37,23 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imports(path: Path) -> list[tuple[str, list[str]]]:
-    """(imported module, names taken from it) for every import of soco_pipeline in a file."""
+def type_checking_nodes(tree: ast.AST) -> set[int]:
+    """The ids of the import nodes under an `if TYPE_CHECKING:` block (annotations only: never run)."""
+    guarded = [n for n in ast.walk(tree) if isinstance(n, ast.If) and "TYPE_CHECKING" in ast.unparse(n.test)]
+    return {id(sub) for n in guarded for stmt in n.body for sub in ast.walk(stmt)}
+
+
+def imports(path: Path, run_time: bool = False) -> list[tuple[str, list[str]]]:
+    """(imported module, names taken from it) for every import of soco_pipeline in a file (`run_time`: but
+    those under `if TYPE_CHECKING:`)."""
     mod = module_name(path)
     package = mod if path.name == "__init__.py" else mod.rsplit(".", 1)[0]
     out = []
-    for node in ast.walk(ast.parse(path.read_text())):
+    tree = ast.parse(path.read_text())
+    skip = type_checking_nodes(tree) if run_time else set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
         if isinstance(node, ast.ImportFrom):
             base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
             target = (
@@ -83,6 +95,38 @@ def test_no_import_cycle_between_subpackages():
     cycles = list(nx.simple_cycles(graph))
     detail = [" -> ".join(c + c[:1]) + f" (e.g. {graph.edges[c[0], c[1 % len(c)]]['where']})" for c in cycles]
     assert not cycles, "import cycles between subpackages:\n" + "\n".join(detail)
+
+
+MODULES = {module_name(p): p for p in FILES}
+
+
+def module_graph() -> nx.DiGraph:
+    """Module -> module it imports at run time (at the top or inside a function): `from pkg import mod` is an
+    edge to the module `pkg.mod`, any other name an edge to the module (or package `__init__`) that holds it."""
+    graph = nx.DiGraph()
+    for mod, path in MODULES.items():
+        for target, names in imports(path, run_time=True):
+            for dst in [f"{target}.{n}" for n in names if f"{target}.{n}" in MODULES] or [target]:
+                while dst not in MODULES and "." in dst:
+                    dst = dst.rsplit(".", 1)[0]
+                if dst != mod:
+                    graph.add_edge(mod, dst)
+    return graph
+
+
+def test_no_import_cycle_between_modules_function_level_imports_included():
+    cycles = sorted(" -> ".join([*c, c[0]]) for c in nx.simple_cycles(module_graph()))
+    assert not cycles, (
+        "module import cycles (each is one concept split over two files: join them, or move the shared part "
+        "down into a module both import):\n" + "\n".join(cycles)
+    )
+
+
+def test_the_module_cycle_detector_finds_a_function_level_cycle(tmp_path):
+    graph = module_graph()
+    assert graph.has_edge("soco_pipeline.family_record_cli", "soco_pipeline.tasks")  # a function-level import
+    graph.add_edge("soco_pipeline.tasks", "soco_pipeline.family_record_cli")
+    assert list(nx.simple_cycles(graph))
 
 
 @pytest.mark.parametrize("name", FOUNDATION)

@@ -12,11 +12,11 @@ import pytest
 
 from soco_pipeline.backbones.kinds import libraries
 from soco_pipeline.backbones.spec_files import spec_kinds
+from soco_pipeline.defs.recovery import executor_for_profile
 from soco_pipeline.defs.shared.executors import (
     FORKSERVER,
     IN_RUN_PROCESS,
     PRELOAD,
-    executor_for_profile,
     forkserver,
     with_forkserver_default,
 )

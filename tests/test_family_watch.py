@@ -10,10 +10,15 @@ import pytest
 
 from soco_pipeline.evaluation import history
 from soco_pipeline.evaluation.family_records import NotApplicableError
-from soco_pipeline.evaluation.family_watch import WATCHES, FamilyWatch, family_snapshot
+from soco_pipeline.evaluation.family_watch import FamilyWatch, family_snapshot
 from soco_pipeline.evaluation.stats import SCORE_COLUMNS
+from soco_pipeline.tasks import family_specs
 
 pytestmark = pytest.mark.unit
+SPECS = {name: spec.watch for name, spec in family_specs().items()}  # each family's declared watch
+WATCH = {
+    name: (spec.watch, spec.parts) for name, spec in family_specs().items()
+}  # what family_snapshot takes
 
 N_CASES = 24  # two test items per case, six match types
 
@@ -54,7 +59,7 @@ def mmvm_predictions(correct_zero_shot: np.ndarray, status: str = "ok") -> pd.Da
 def test_the_declared_columns_give_one_score_per_test_sample_and_method():
     good = np.arange(2 * N_CASES + 1) % 4 != 0  # 75% right, the train item too (left out)
     tables = {"mmvm_items": mmvm_items(), "mmvm_predictions": mmvm_predictions(good)}
-    scores = WATCHES["mmvm"].paired.scores("m", tables)
+    scores = SPECS["mmvm"].paired.scores("m", tables)
     zs = scores[scores["metric"] == "accuracy/zero_shot"]
     assert len(zs) == 2 * N_CASES and set(scores["metric"]) == {
         "accuracy/zero_shot",
@@ -63,19 +68,19 @@ def test_the_declared_columns_give_one_score_per_test_sample_and_method():
     assert zs["score"].mean() == pytest.approx(good[:-1].mean())
     assert set(zs["group"]) == {f"m{k}" for k in range(6)}  # bootstrap categories: the match type
     assert zs.set_index("unit").at["i3", "cluster"] == "c1"  # clusters: the case
-    snap = family_snapshot(WATCHES["mmvm"], "m", tables)
+    snap = family_snapshot(*WATCH["mmvm"], "m", tables)
     assert snap.values == {"accuracy/contrastive_head": 0.0, "accuracy/zero_shot": 100 * good[:-1].mean()}
     assert len(snap.scores) == 4 * N_CASES and len(snap.task_hash) > 8
     changed = mmvm_items().assign(question=lambda d: d["question"].where(d["item_id"] != "i0", "other"))
-    other = family_snapshot(WATCHES["mmvm"], "m", {**tables, "mmvm_items": changed})
+    other = family_snapshot(*WATCH["mmvm"], "m", {**tables, "mmvm_items": changed})
     assert other.task_hash != snap.task_hash  # another sample: another task, never paired
 
 
 def test_a_watch_declares_a_paired_table_or_why_there_is_none():
     with pytest.raises(ValueError, match="give either"):
         FamilyWatch("x", "h", "m", ("x_t",), ("x_s",))
-    assert WATCHES["mmvm"].paired is not None and WATCHES["mmvm"].tables == ("mmvm_predictions", "mmvm_items")
-    for watch in WATCHES.values():  # every family's headline is paired-tested on a per-sample table it reads
+    assert SPECS["mmvm"].paired is not None and SPECS["mmvm"].tables == ("mmvm_predictions", "mmvm_items")
+    for watch in SPECS.values():  # every family's headline is paired-tested on a per-sample table it reads
         names = (watch.paired.table,) if isinstance(watch.paired.table, str) else watch.paired.table
         assert not watch.not_paired and set(names) <= set(watch.per_model)
         assert watch.paired.samples in watch.samples
@@ -83,7 +88,7 @@ def test_a_watch_declares_a_paired_table_or_why_there_is_none():
 
 def archive(root: str, version: str, correct: np.ndarray, hour: int) -> None:
     tables = {"mmvm_items": mmvm_items(), "mmvm_predictions": mmvm_predictions(correct)}
-    snap = family_snapshot(WATCHES["mmvm"], "m", tables)
+    snap = family_snapshot(*WATCH["mmvm"], "m", tables)
     when = pd.Timestamp("2026-01-01", tz="UTC").replace(hour=hour).to_pydatetime()
     history.write_snapshot(root, "mmvm", "m", version, snap.task_hash, snap.scores, snap.values, when)
 
@@ -132,7 +137,7 @@ def test_a_snapshot_archived_without_per_sample_scores_gets_the_difference_not_a
     history.write_snapshot(
         root, "fgbmk", "m", "v1", "task", pd.DataFrame(columns=SCORE_COLUMNS), {"top1/subclass": 60.0}
     )
-    snap = family_snapshot(WATCHES["fgbmk"], "m", fgbmk_tables([True, False, False, False, False, True]))
+    snap = family_snapshot(*WATCH["fgbmk"], "m", fgbmk_tables([True, False, False, False, False, True]))
     history.write_snapshot(root, "fgbmk", "m", "v2", "task", snap.scores, snap.values)
     out = history.watch(root, "fgbmk", "m", "v2", reduction="pooled")
     assert out.test == "not paired-testable: the snapshot of data version v1 holds no per-sample scores"
@@ -179,7 +184,7 @@ def fgbmk_tables(correct: list[bool]) -> dict[str, pd.DataFrame]:
 
 def test_fgbmk_is_paired_on_the_probes_per_image_outcomes_whose_mean_is_its_top1(tmp_path):
     correct = [True, True, False, True, False, True]
-    snap = family_snapshot(WATCHES["fgbmk"], "m", fgbmk_tables(correct))
+    snap = family_snapshot(*WATCH["fgbmk"], "m", fgbmk_tables(correct))
     assert snap.values == {"top1/subclass": pytest.approx(100 * 4 / 6)}
     assert set(snap.scores.metric) == {"top1/subclass"} and len(snap.scores) == 6  # the headline level only
     assert 100 * snap.scores.score.mean() == pytest.approx(snap.values["top1/subclass"])
@@ -187,9 +192,9 @@ def test_fgbmk_is_paired_on_the_probes_per_image_outcomes_whose_mean_is_its_top1
     assert (snap.scores.unit == snap.scores.cluster).all()  # each image its own cluster
     root = str(tmp_path)
     history.write_snapshot(root, "fgbmk", "m", "v1", snap.task_hash, snap.scores, snap.values)
-    worse = family_snapshot(WATCHES["fgbmk"], "m", fgbmk_tables([False] * 5 + [True]))
+    worse = family_snapshot(*WATCH["fgbmk"], "m", fgbmk_tables([False] * 5 + [True]))
     history.write_snapshot(root, "fgbmk", "m", "v2", worse.task_hash, worse.scores, worse.values)
-    out = history.watch(root, "fgbmk", "m", "v2", reduction=WATCHES["fgbmk"].reduction, n_boot=500)
+    out = history.watch(root, "fgbmk", "m", "v2", reduction=SPECS["fgbmk"].reduction, n_boot=500)
     assert out.test.startswith("paired difference per sample") and out.previous == "v1"
     row = out.table[out.table.data_version == "v2"].iloc[0]
     assert row["delta"] == pytest.approx(100 * (1 / 6 - 4 / 6))
@@ -246,7 +251,7 @@ def tpips_tables() -> dict[str, pd.DataFrame]:
 
 def test_tpips_is_paired_on_each_methods_agreement_per_test_row_whose_mean_is_its_headline(tmp_path):
     tables = tpips_tables()
-    snap = family_snapshot(WATCHES["tpips"], "m", tables)
+    snap = family_snapshot(*WATCH["tpips"], "m", tables)
     assert snap.values == {"ooo/cosine": pytest.approx(45.0), "ooo/mid": pytest.approx(75.0)}
     means = 100 * snap.scores.groupby("metric").score.mean()
     assert means.to_dict() == pytest.approx(snap.values)  # the headline is the mean of the per-row shares
@@ -256,7 +261,7 @@ def test_tpips_is_paired_on_each_methods_agreement_per_test_row_whose_mean_is_it
     root = str(tmp_path)
     history.write_snapshot(root, "tpips", "m", "v1", snap.task_hash, snap.scores, snap.values)
     history.write_snapshot(root, "tpips", "m", "v2", snap.task_hash, snap.scores, snap.values)
-    out = history.watch(root, "tpips", "m", "v2", reduction=WATCHES["tpips"].reduction, n_boot=200)
+    out = history.watch(root, "tpips", "m", "v2", reduction=SPECS["tpips"].reduction, n_boot=200)
     assert out.message == "" and out.figures == {
         "ooo/cosine": "45.0 -> 45.0 (+0.0, [+0.0, +0.0])",
         "ooo/mid": "75.0 -> 75.0 (+0.0, [+0.0, +0.0])",
@@ -267,7 +272,7 @@ def test_a_backbone_the_family_could_not_score_is_not_applicable_not_an_error():
     n = 2 * N_CASES + 1
     rows = mmvm_predictions(np.zeros(n, bool), status="not_applicable").assign(reason="no masks")
     with pytest.raises(NotApplicableError, match="'m' is not applicable to MMVM: no masks"):
-        family_snapshot(WATCHES["mmvm"], "m", {"mmvm_items": mmvm_items(), "mmvm_predictions": rows})
+        family_snapshot(*WATCH["mmvm"], "m", {"mmvm_items": mmvm_items(), "mmvm_predictions": rows})
 
 
 def test_a_snapshot_missing_for_the_current_version_names_what_to_materialize(tmp_path):

@@ -220,3 +220,29 @@ def test_knowledge_bias_spread_test_against_binomial_noise():
 def test_per_class_top1():
     logits = np.array([[1, 0], [1, 0], [0, 1], [1, 0], [0, 1]], dtype=float)
     np.testing.assert_allclose(per_class_top1(logits, np.array([0, 0, 0, 1, 1])), [200 / 3, 50.0])
+
+
+def test_a_point_estimate_on_the_claims_side_with_an_interval_over_zero_is_not_testable():
+    """The verdict follows the interval, never the point estimate: the hand-made tables above, whose every
+    effect is on the claim's side (below 0), on 20 test images (and 20 attacked ones) per model, where each
+    interval holds 0: findings 1, 2, 3 and 5 are `not testable`, not `yes`."""
+    n = 20.0
+    metrics = pd.DataFrame(
+        _metric_rows("con_a", LEVELS3, within=62.0, n_test=n)
+        + _metric_rows("clip_c", {**LEVELS3, "subclass": 55.0}, within=56.0, n_test=n)
+        + _metric_rows("rec_d", LEVELS3, within=64.0, n_test=n)
+        + _metric_rows("spec_f", {**LEVELS3, "subclass": 66.0}, within=67.0, n_test=n)
+    )
+    rob = pd.DataFrame(
+        _rob_rows("con_a", "subclass", 60.0, 30.0, n=int(n))
+        + _rob_rows("con_a", "superclass", 95.0, 70.0, n=int(n))
+    )
+    by = check_findings(metrics, rob, PARADIGMS).set_index("finding")
+    for finding in (1, 2, 3, 5):
+        assert by.effect[finding] < 0, (finding, by.effect[finding])  # the point estimate: the claim's side
+        assert by.ci_low[finding] < 0 < by.ci_high[finding], (
+            finding,
+            by.ci_low[finding],
+            by.ci_high[finding],
+        )
+        assert by.holds[finding] == "not testable", (finding, by.holds[finding], by.why[finding])

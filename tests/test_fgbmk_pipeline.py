@@ -111,7 +111,7 @@ def test_fgbmk_group_end_to_end(tmp_path, monkeypatch):
     # a random-init ViT is never counted as a training paradigm: the paradigm findings cannot be tested
     assert set(findings.loc[findings.finding.isin([1, 2]), "holds"]) == {"not testable"}
     # issue 34: the family's results records (a backbone and an LVLM), in SOCO's record schema
-    rec = exported_family_record(monkeypatch, storage, backbones, lvlms, "fgbmk", "vit_tiny")
+    rec = exported_family_record(storage, backbones, lvlms, "fgbmk", "vit_tiny")
     across = metrics[metrics.scope == "across"].set_index("level")
     assert rec["results"]["top1/subclass"]["value"] == across.loc["subclass", "top1"]
     # issue 39: the probe's per-image outcomes: the mean of `correct` is each level's top-1 (across)
@@ -133,7 +133,7 @@ def test_fgbmk_group_end_to_end(tmp_path, monkeypatch):
     before, after, delta, lo, hi = figure(check.metadata["top1/subclass"].value)
     assert (before, after) == (round(earlier["top1/subclass"], 1), round(now["value"], 1))
     assert (delta, lo, hi) == tuple(round(now[c], 1) for c in ("delta", "delta_ci_low", "delta_ci_high"))
-    rec = exported_family_record(monkeypatch, storage, backbones, lvlms, "fgbmk", "always_yes")
+    rec = exported_family_record(storage, backbones, lvlms, "fgbmk", "always_yes")
     for (task, form), grp in answers.groupby(["task", "form"]):
         assert rec["results"][f"{task}/{form}"]["value"] == pytest.approx(100 * grp.correct.mean())
     assert rec["n-samples"]["questions"]["evaluated"] == answers.question_id.nunique()

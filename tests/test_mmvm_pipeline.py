@@ -21,7 +21,7 @@ pytestmark = pytest.mark.pipeline
 DATA = ["mmvm_cases", "mmvm_images", "mmvm_objects", "mmvm_items"]
 
 
-def test_mmvm_group_materializes(tmp_path, monkeypatch):
+def test_mmvm_group_materializes(tmp_path):
     cfg = tiny_config(cases={"train": 1, "test": 2})
     (tmp_path / "mmvm.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
     backbones, lvlms = tmp_path / "backbones", tmp_path / "lvlms"
@@ -88,12 +88,12 @@ def test_mmvm_group_materializes(tmp_path, monkeypatch):
     assert (board["random_expected"].dropna() > 0).all()
     # issue 34: the family's results records (a backbone and an LVLM), in SOCO's record schema
     storage = tmp_path / "storage"
-    rec = exported_family_record(monkeypatch, storage, backbones, lvlms, "mmvm", "dense_sift")
+    rec = exported_family_record(storage, backbones, lvlms, "mmvm", "dense_sift")
     assert {"accuracy/zero_shot", "accuracy/contrastive_head"} <= set(rec["results"])
     assert rec["n-samples"]["items"]["requested"] == len(test) == len(rec["sample_hashes"]["items"])
     zs = rec["results"]["accuracy/zero_shot"]
     assert zs["value"] == rows[("dense_sift", "zero_shot")].accuracy
     lo, hi = zs["ci95_boot_category"]
     assert lo <= zs["value"] <= hi
-    rec = exported_family_record(monkeypatch, storage, backbones, lvlms, "mmvm", "always_a")
+    rec = exported_family_record(storage, backbones, lvlms, "mmvm", "always_a")
     assert rec["results"]["accuracy"]["value"] == rows[("always_a", "answer")].accuracy

@@ -137,6 +137,20 @@ def test_the_comparison_picks_the_closest_setting_and_names_the_knobs_that_diffe
     assert got.at["cc", "comparison"] == "ours 71.0 (fixed_grid:60), published 70.0 (fixed-60): alpha differ"
 
 
+def test_the_closest_setting_wins_wherever_it_sits_in_the_file():
+    """The fixture's rows reversed: the closest soc setting (fixed-60) comes first and a farther one (800)
+    last, so a match that took the last row (or the first, in the fixture's order) gives another figure."""
+    knobs = {
+        "ours": {"input_size": "fixed_grid:60", "grid": "fixed_grid:60", "layer": "last", "alpha": "0.1"}
+    }
+    ours = pd.DataFrame({"model": ["ours"], "family": "soco", "metric": ["soc"], "value": [55.5]})
+    table = fixture_table().iloc[::-1].reset_index(drop=True)
+    assert list(table.loc[table.metric == "soc", "setting"]) == ["fixed-60", "800"]
+    got = compare_to_published(ours, {"ours": "M-1"}, knobs, table).set_index("metric")
+    assert got.at["soc", "published"] == 58.0 and got.at["soc", "published_setting"] == "fixed-60"
+    assert got.at["soc", "differing_knobs"] == ""
+
+
 def test_our_knobs_come_from_the_spec_and_the_protocol():
     protocol = load_protocol()
     assert soco_knobs("nearest_multiple", 800, -1, protocol) == {

@@ -104,10 +104,14 @@ def test_the_same_command_again_runs_only_the_boards(first):
 
 
 def test_a_second_model_runs_only_its_own_partition_and_the_boards(first):
+    """With no --families: every family, SOCO and the three task families, each with a step of its own (the
+    concept oracle scores on SOCO and FG-BMK, and gets MMVM's and TPIPS's not-applicable rows)."""
     before = len(_runs(first["home"]))
-    out = _soco_run(str(first["tmp"] / "oracle_concept.yaml"), "--families", "soco")
+    out = _soco_run(str(first["tmp"] / "oracle_concept.yaml"))
     runs = _runs(first["home"])
     added = runs[: len(runs) - before]
+    for family in ("soco", "mmvm", "fgbmk", "tpips"):  # each step ran (soco run exits 0: none failed)
+        assert f"{family} / backbone oracle_concept" in out, family
     assert {p for _, p, _ in added if p} == {"oracle_concept"}
     assert "demo_data_and_pairs" not in {job for job, *_ in added}
     assert "oracle_concept: headline per family" in out and "ceiling, not ranked" in out

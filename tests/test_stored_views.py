@@ -8,7 +8,7 @@ import duckdb
 import pandas as pd
 import pytest
 
-from soco_pipeline.results_db import create_views, stored_tables
+from soco_pipeline.results_db import create_views, refresh_views, stored_tables
 from soco_pipeline.tables import TABLES, Table
 
 pytestmark = pytest.mark.unit
@@ -52,3 +52,34 @@ def test_a_registered_table_is_not_found_twice(tmp_path):
     registered = (*TABLES, Table("mmvm_leaderboard", "mmvm_leaderboard", False))
     assert [t.asset for t in stored_tables(str(tables), registered)] == ["toy_scores"]
     assert stored_tables(str(tmp_path / "missing"), TABLES) == []
+
+
+def test_socos_history_is_the_soco_history_view_and_model_history_its_old_name(tmp_path):
+    """SOCO's regression history (asset `model_history`, one file per backbone) is the view `soco_history`, as
+    each family's `<family>_history`; `model_history` stays as a view of the same rows for one release. Through
+    `soco sql` in a fresh process (the console script), as docs/sql.md shows it."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    tables = tmp_path / "storage" / "tables"
+    (tables / "model_history").mkdir(parents=True)
+    for model, value in (("a", 60.0), ("b", 55.0)):
+        row = {"model": [model], "metric": ["soc"], "value": [value], "data_version": ["v1"]}
+        pd.DataFrame(row).to_parquet(tables / "model_history" / f"{model}.parquet")
+    with duckdb.connect() as con:
+        views = create_views(con, str(tables))
+        assert {"soco_history", "model_history"} <= set(views)
+        got = con.execute("select model, value from soco_history order by model").fetchall()
+        assert got == [("a", 60.0), ("b", 55.0)]
+        assert con.execute("select model, value from model_history order by model").fetchall() == got
+    refresh_views(tmp_path / "storage" / "results.duckdb", str(tables))  # what results_database writes
+    soco = Path(sys.executable).with_name("soco")
+    env = {**os.environ, "SOCO_STORAGE": str(tmp_path / "storage")}
+    sql = "select model, value from soco_history order by model"
+    done = subprocess.run(
+        [str(soco), "sql", sql, "--format", "csv"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["model,value", "a,60.0", "b,55.0"]

@@ -5,7 +5,9 @@ tasks/, one in defs/, one YAML, and no registry line. In a fresh interpreter on 
 definitions, its tables in the registry, the demo's runner runs it per backbone and prints its board (the
 SOCO oracle gets the contract's not-applicable row: it reads no pixels); the demo's summary assets
 (model_headlines, model_summary, results_database, results_report) then show its headline in
-`model_summary`, its tables and summary column in SQL, and its board and summary column on the results page.
+`model_summary`, its tables and summary column in SQL, and its board and summary column on the results page,
+in a section titled from its `FamilySpec`. Through the console script in fresh processes, `soco leaderboard
+--family toy` prints its board and `soco run SPEC --families toy` evaluates a new backbone on it.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -155,3 +158,37 @@ def test_a_toy_family_from_the_recipe_reaches_the_demo_the_summary_sql_and_the_p
         "dense_sift": "ok",
         "oracle_part": "not_applicable",
     }
+    title = re.search(r'<section id="toy"><h2>(.*?)</h2>', page)
+    assert (
+        title
+        and html.unescape(title.group(1)) == "Toy: a score from the items' weights (the recipe's example)"
+    )
+    # the console script in fresh processes, on the copy: the toy's board, then `soco run` of a new backbone
+    soco = [str(Path(sys.executable).with_name("soco"))]
+    env.update(
+        SOCO_STORAGE=str(storage), SOCO_BACKBONES_DIR=str(backbones), SOCO_LVLMS_DIR=str(backbones / "none")
+    )
+    env.update(SOCO_CATEGORIES="car,dog", SOCO_IMAGES_PER_CATEGORY="4")
+    board = subprocess.run(
+        [*soco, "leaderboard", "--family", "toy"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert board.returncode == 0 and "dense_sift" in board.stdout and "oracle_part" in board.stdout, board
+    spec = tmp_path / "sift_two.yaml"
+    spec.write_text((PROJECT_ROOT / "assets" / "backbones" / "dense_sift.yaml").read_text())
+    run = subprocess.run(
+        [*soco, "run", str(spec), "--families", "toy"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, (run.stdout[-3000:], run.stderr[-3000:])
+    assert "toy / backbone sift_two" in run.stdout and "soco / backbone" not in run.stdout
+    scored = pd.read_parquet(storage / "tables" / "toy_leaderboard.parquet").set_index("model")
+    assert scored.loc["sift_two", "score"] == pytest.approx(100 * 8 / (8 + weights.sum()))

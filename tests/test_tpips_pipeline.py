@@ -106,7 +106,7 @@ def test_tpips_group_end_to_end(tmp_path, monkeypatch):
     assert any((storage / "tpips" / "retrieval" / "dense_sift").glob("*_colour.png"))
     assert len(list((storage / "tpips" / "retrieval" / "dense_sift").glob("*+*_colour+pose.png"))) == 1
     # issue 34: the family's results record, in SOCO's record schema
-    rec = exported_family_record(monkeypatch, storage, backbones, tmp_path, "tpips", "dense_sift")
+    rec = exported_family_record(storage, backbones, tmp_path, "tpips", "dense_sift")
     mid = learned[(learned.method == "mid") & (learned["eval"] == "ooo") & (learned.aspect == "all")]
     assert rec["results"]["ooo/mid"]["value"] == mid.agreement.item()
     # issue 39: each method's agreement per OOO test row; its mean is the method's headline on the board

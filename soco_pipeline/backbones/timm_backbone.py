@@ -11,6 +11,7 @@ says: for DINOv2 models without registers by default exactly as the official tor
 
 from __future__ import annotations
 
+import difflib
 import os
 from pathlib import Path
 from typing import ClassVar, Literal
@@ -22,7 +23,7 @@ from soco_pipeline.backbones.base import Backbone, BackboneContext, BackboneWeig
 from soco_pipeline.backbones.checkpoint_grid import checkpoint_grid, hf_checkpoint_file, pos_embed_length
 from soco_pipeline.backbones.kinds import register_kind
 from soco_pipeline.backbones.pos_embed import default_pos_embed_mode, use_hub_pos_embed
-from soco_pipeline.backbones.spec import BackboneSpec, SpecFields
+from soco_pipeline.backbones.spec import BackboneSpec, BackboneSpecError, SpecFields
 
 
 class BackboneSpecTypeError(TypeError):
@@ -95,10 +96,36 @@ class TimmBackbone(Backbone):
 
     @classmethod
     def check_spec(cls, spec: BackboneSpec) -> None:
-        """timm knows the model, it is a ViT with patch tokens, and `layer` is one of its blocks."""
-        from soco_pipeline.backbones.validate import check_timm_model
+        """timm knows the model, it is a ViT with patch tokens, and `layer` is one of its blocks (built on the
+        `meta` device: no memory, no weights); BackboneSpecError naming the fix otherwise."""
+        import timm
 
-        check_timm_model(spec)
+        where = spec.source or "the spec"
+        if not timm.is_model(spec.model):
+            close = difflib.get_close_matches(spec.model, timm.list_models(), n=3, cutoff=0.75)
+            hint = f" (did you mean {', '.join(close)}?)" if close else " (timm.list_models() lists them)"
+            raise BackboneSpecError(
+                f"backbone {spec.name!r} ({where}): timm has no model {spec.model!r}{hint}"
+            )
+        not_vit = (
+            f"backbone {spec.name!r} ({where}): timm model {spec.model!r} is not a ViT-style network (no patch "
+            f"tokens at any input size); kind 'timm' takes ViTs such as vit_small_patch14_dinov2, for "
+            f"convolutional networks use kind 'packaged'"
+        )
+        try:
+            with torch.device("meta"):
+                model = timm.create_model(spec.model, pretrained=False, num_classes=0, dynamic_img_size=True)
+        except TypeError:  # e.g. ResNet.__init__() got an unexpected keyword argument 'dynamic_img_size'
+            raise BackboneSpecError(not_vit) from None
+        if not hasattr(model, "forward_intermediates") or not hasattr(model, "patch_embed"):
+            raise BackboneSpecError(not_vit)
+        n_blocks = len(getattr(model, "blocks", ()))
+        layer = spec.opt("layer")
+        if n_blocks and not -n_blocks <= layer < n_blocks:
+            raise BackboneSpecError(
+                f"backbone {spec.name!r} ({where}): layer {layer} out of range for {spec.model!r}'s {n_blocks} "
+                f"blocks; use -1 .. {n_blocks - 1}"
+            )
 
     def __init__(self, spec: BackboneSpec, context: BackboneContext | None = None):
         super().__init__(spec, context)

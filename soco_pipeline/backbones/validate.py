@@ -10,7 +10,6 @@ is found instead of failing its first run.
 
 from __future__ import annotations
 
-import difflib
 from pathlib import Path
 
 from soco_pipeline.backbones.base import BackboneWeightsError, local_path
@@ -61,37 +60,6 @@ def check_text_encoder(spec: BackboneSpec, project_root: Path = PROJECT_ROOT) ->
         raise BackboneWeightsError(
             f"backbone {spec.name!r} ({spec.source or 'the spec'}): text_encoder folder {path} has no config.json; "
             f"put a transformers CLIP folder there or fix `text_encoder:` (none | <local folder> | hf:<repo id>)"
-        )
-
-
-def check_timm_model(spec: BackboneSpec) -> None:
-    """BackboneSpecError when timm does not know `spec.model` or it is not a ViT with patch tokens."""
-    import timm
-    import torch
-
-    where = spec.source or "the spec"
-    if not timm.is_model(spec.model):
-        close = difflib.get_close_matches(spec.model, timm.list_models(), n=3, cutoff=0.75)
-        hint = f" (did you mean {', '.join(close)}?)" if close else " (timm.list_models() lists them)"
-        raise BackboneSpecError(f"backbone {spec.name!r} ({where}): timm has no model {spec.model!r}{hint}")
-    not_vit = (
-        f"backbone {spec.name!r} ({where}): timm model {spec.model!r} is not a ViT-style network (no patch "
-        f"tokens at any input size); kind 'timm' takes ViTs such as vit_small_patch14_dinov2, for "
-        f"convolutional networks use kind 'packaged'"
-    )
-    try:
-        with torch.device("meta"):
-            model = timm.create_model(spec.model, pretrained=False, num_classes=0, dynamic_img_size=True)
-    except TypeError:  # e.g. ResNet.__init__() got an unexpected keyword argument 'dynamic_img_size'
-        raise BackboneSpecError(not_vit) from None
-    if not hasattr(model, "forward_intermediates") or not hasattr(model, "patch_embed"):
-        raise BackboneSpecError(not_vit)
-    n_blocks = len(getattr(model, "blocks", ()))
-    layer = spec.opt("layer")
-    if n_blocks and not -n_blocks <= layer < n_blocks:
-        raise BackboneSpecError(
-            f"backbone {spec.name!r} ({where}): layer {layer} out of range for {spec.model!r}'s {n_blocks} "
-            f"blocks; use -1 .. {n_blocks - 1}"
         )
 
 

@@ -23,9 +23,9 @@ import dagster as dg
 from dagster_duckdb import DuckDBResource
 
 import soco_pipeline.defs as defs_package
-from soco_pipeline.defs.recovery import dead_run_sensor, lost_worker_sensor
+from soco_pipeline.defs.recovery import dead_run_sensor, executor_for_profile, lost_worker_sensor
 from soco_pipeline.defs.shared.automation import OBSERVED_ON_CRON, daemon_minimum_interval_s
-from soco_pipeline.defs.shared.executors import executor_for_profile, profile
+from soco_pipeline.defs.shared.executors import profile
 from soco_pipeline.defs.shared.family import Family, declared_families
 from soco_pipeline.defs.shared.io_manager import ParquetIOManager
 from soco_pipeline.defs.shared.resources import SocoSettings
@@ -53,11 +53,17 @@ def load_group_folders(package: ModuleType = defs_package) -> dg.Definitions:
 
 def over_families(families: list[Family]) -> dg.Definitions:
     """The assets over the declared families' boards: the summary group's `model_headlines` and
-    `model_summary` (SOCO's headlines and each family's) and the results group's `results_database`."""
+    `model_summary` (SOCO's headlines and each family's), the results group's `results_database`, and each
+    family's regression watch its FamilySpec declares (`<family>_history[b]` and its sensor, shared/watch.py)."""
     from soco_pipeline.defs.results.assets import results_database_asset
+    from soco_pipeline.defs.shared.watch import family_history, regression_sensor_on
     from soco_pipeline.defs.summary.assets import summary_assets
 
-    return dg.Definitions(assets=[*summary_assets(families), results_database_asset(families)])
+    watched = [f for f in families if f.spec is not None and f.spec.watch is not None and f.spec.parts]
+    return dg.Definitions(
+        assets=[*summary_assets(families), results_database_asset(families), *map(family_history, watched)],
+        sensors=[regression_sensor_on(f"{f.name}_regression_sensor", f"{f.name}_history") for f in watched],
+    )
 
 
 def build_definitions(**overrides) -> dg.Definitions:

@@ -7,23 +7,14 @@ only, the reason no paired test exists (every family declared today is paired). 
 model's tables into what evaluation/history.py archives and compares: the headline values, the per-sample
 scores (stats.SCORE_COLUMNS; 0/1 or a share, empty when not paired-testable) and the task hash of the samples.
 
-The three declarations (WATCHES):
-- MMVM: accuracy per method (zero-shot, contrastive head) on the test items; paired on `mmvm_predictions`
-  (`item_id`, `correct`), bootstrap categories = the item's match type (its cue combination), clusters = the
-  case (the items of one scene pair);
-- FG-BMK: the linear probe's subclass top-1 (across superclasses); paired on `fgbmk_probe_predictions`
-  (`image_id`, `correct`: the best head's argmax on each test image the probe scored), bootstrap categories =
-  the image's subclass, clusters = the image itself (one input per sample);
-- TPIPS: odd-one-out agreement per method (test split); paired on `tpips_baseline_outcomes` and
-  `tpips_learned_outcomes` ((`triplet_id`, `aspect`), `agreement`: the vote share of the image the method
-  picks, a share, not 0/1), bootstrap categories = the aspect, clusters = the triplet (its aspects share
-  three images).
+Each family declares its watch in its `FamilySpec` (tasks/<family>/family.py).
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -136,14 +127,12 @@ class FamilySnapshot:
 
 
 def family_snapshot(
-    watch: FamilyWatch, model: str, tables: dict[str, pd.DataFrame], n_boot: int = 200
+    watch: FamilyWatch, record_parts: Callable, model: str, tables: dict[str, pd.DataFrame], n_boot: int = 200
 ) -> FamilySnapshot:
     """The watched figures of a backbone `model` from its family tables (names as in `watch.tables`): the
-    values of the headline metrics of its results record (family_records), the per-sample scores of those
-    metrics when `watch.paired` is set, and one task hash over the record's task hashes."""
-    from soco_pipeline.evaluation.family_records import PARTS
-
-    parts = PARTS[watch.family](model, "backbone", tables, n_boot)
+    values of the headline metrics of its results record (the family's `record_parts`, family_records), the
+    per-sample scores of those metrics when `watch.paired` is set, and one task hash over the record's."""
+    parts = record_parts(model, "backbone", tables, n_boot)
     ci = parts["intervals"]
     wanted = ci["metric"].astype(str).map(lambda m: re.fullmatch(watch.metrics, m) is not None)
     values = dict(
@@ -161,69 +150,3 @@ def family_snapshot(
     )
     task_hash = hashes.sha(json.dumps(parts["task_hashes"], sort_keys=True))
     return FamilySnapshot(values, scores.reset_index(drop=True), task_hash)
-
-
-MMVM_PAIRED = PairedOn(
-    table="mmvm_predictions",
-    sample="item_id",
-    outcome="correct",
-    samples="mmvm_items",
-    group="match_type",
-    cluster="case_id",
-    method="method",
-)
-
-FGBMK_PAIRED = PairedOn(
-    table="fgbmk_probe_predictions",
-    sample="image_id",
-    outcome="correct",
-    samples="fgbmk_items",
-    group="subclass_id",
-    cluster="image_id",
-    method="level",
-    prefix="top1",
-)
-
-TPIPS_PAIRED = PairedOn(
-    table=("tpips_baseline_outcomes", "tpips_learned_outcomes"),
-    sample=("triplet_id", "aspect"),
-    outcome="agreement",
-    samples="tpips_ooo",
-    group="aspect",
-    cluster="triplet_id",
-    method="method",
-    prefix="ooo",
-    binary=False,
-)
-
-WATCHES: dict[str, FamilyWatch] = {
-    "mmvm": FamilyWatch(
-        family="mmvm",
-        headline="MMVM accuracy per method (test split)",
-        metrics=r"accuracy/.+",
-        per_model=("mmvm_predictions",),
-        samples=("mmvm_items",),
-        paired=MMVM_PAIRED,
-    ),
-    "fgbmk": FamilyWatch(
-        family="fgbmk",
-        headline="FG-BMK linear-probe top-1, subclass level (across superclasses)",
-        metrics=r"top1/subclass",
-        per_model=("fgbmk_metrics", "fgbmk_probe_predictions"),
-        samples=("fgbmk_items",),
-        paired=FGBMK_PAIRED,
-    ),
-    "tpips": FamilyWatch(
-        family="tpips",
-        headline="TPIPS odd-one-out agreement per method (test split)",
-        metrics=r"ooo/.+",
-        per_model=(
-            "tpips_baseline_scores",
-            "tpips_learned",
-            "tpips_baseline_outcomes",
-            "tpips_learned_outcomes",
-        ),
-        samples=("tpips_ooo", "tpips_afc"),
-        paired=TPIPS_PAIRED,
-    ),
-}

@@ -215,11 +215,6 @@ def write_named_record(record: dict[str, Any], records_root: str, name: str, fam
     return write_record(record, join(records_root, *([family] if family else []), f"{name}.json"))
 
 
-def read_named_record(records_root: str, name: str, family: str = "") -> dict[str, Any]:
-    """Read the record of model `name` that write_named_record wrote."""
-    return read_record(join(records_root, *([family] if family else []), f"{name}.json"))
-
-
 def read_record(path: str) -> dict[str, Any]:
     """Read a record (any fsspec path); a clear error when it is not one."""
     try:

@@ -1,4 +1,4 @@
-"""Prompts as VLMEvalKit's `ImageMCQDataset.build_prompt` (which SOCO's runs used) and request payloads.
+"""Prompts as VLMEvalKit's `ImageMCQDataset.build_prompt` (which SOCO's runs used) and request payloads; the request and reply types every backend speaks (`ChatRequest`, `Reply`, `Backend`).
 
 All images first, then one text part::
 
@@ -13,7 +13,7 @@ import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
@@ -52,6 +52,27 @@ class ChatRequest:
     def image_digests(self) -> list[str]:
         """sha256 of each image (what the request hash uses instead of the bytes)."""
         return [hashlib.sha256(b).hexdigest() for b in self.images]
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A model's answer to one request: raw text, seconds taken, attempts made, error ("" = none)."""
+
+    text: str
+    latency_s: float
+    attempts: int = 1
+    error: str = ""
+
+
+class Backend(Protocol):
+    """What the runner needs: answer a batch; `max_concurrency` batches run at once."""
+
+    max_concurrency: int
+    batch_size: int
+
+    def answer_batch(self, requests: list[ChatRequest]) -> list[Reply]:
+        """One Reply per request, in order."""
+        ...
 
 
 def request_key(text: str, image_digests: list[str], generation: dict[str, Any]) -> str:

@@ -38,7 +38,7 @@ NOTE_COLUMNS = (
 NAME_COLUMNS = ("model", "backbone", "name")
 CUTS = (28, 22, 16)  # a table too wide has its text cells cut (with an ellipsis) to these lengths in turn
 NA = "n/a"
-# each family board's headline columns, in order (the first one present names the row)
+# each board's headline columns, in order (the first one present names the row); a family's: its FamilySpec
 HEADLINE_COLUMNS: dict[str, list[str]] = {
     "soco": [
         "backbone",
@@ -50,29 +50,11 @@ HEADLINE_COLUMNS: dict[str, list[str]] = {
         "four_choice_circular",
         "knn_top1",
     ],
-    "mmvm": ["model", "method", "status", "accuracy", "random_expected", "n_items"],
-    "fgbmk": [
-        "model",
-        "kind",
-        "top1_subclass",
-        "map_subclass",
-        "top1_within",
-        "top1_drop_across",
-        "fgsm_max_eps_subclass",
-        "choice_subclass",
-        "circular_subclass",
-    ],
-    "tpips": ["model", "method", "conditioned", "ooo", "ooo_err", "consensus"],
     "lvlm": ["model", "kind", "*_average", "*_circular"],
     "fgbmk_findings": ["finding", "claim", "paper", "measured", "holds"],
 }
-# the one number per family of the summary when no model_headlines table exists: (board column, metric)
-HEADLINE_METRIC = {
-    "soco": "soc",
-    "mmvm": "accuracy",
-    "fgbmk": "top1_subclass",
-    "tpips": "ooo",
-}
+# the summary's one number per board when no model_headlines table exists (a family's: its FamilySpec's)
+HEADLINE_METRIC = {"soco": "soc"}
 
 
 REFERENCE_KINDS = ("oracle", "reference", "random", "chance")
@@ -254,10 +236,18 @@ def is_prose(df: pd.DataFrame, longest: int = 40) -> bool:
     return any(df[c].astype(str).str.len().max() > longest for c in text) if len(df) else False
 
 
+def family_value(family: str, what: str):
+    """A task family's `what` from its FamilySpec (soco_pipeline/tasks/; None for another board)."""
+    from soco_pipeline.tasks import family_specs
+
+    spec = family_specs().get(family)
+    return getattr(spec, what) if spec is not None else None
+
+
 def headline_columns(family: str, board: pd.DataFrame) -> list[str]:
     """The headline columns of `family`'s board that it has, in HEADLINE_COLUMNS' order (patterns such as
     `*_average` match several), and its note columns; all its columns for a family not listed."""
-    wanted = HEADLINE_COLUMNS.get(family)
+    wanted = HEADLINE_COLUMNS.get(family) or family_value(family, "columns") or None
     if wanted is None:
         return list(board.columns)
     picked = [c for w in wanted for c in board.columns if fnmatch.fnmatchcase(str(c), w)]
@@ -398,7 +388,7 @@ def headlines_from_boards(
     `roles`: {model: control | ceiling} (evaluation/roles.py spec_roles), the others are models."""
     rows = []
     for family, board in boards.items():
-        metric = HEADLINE_METRIC.get(family)
+        metric = HEADLINE_METRIC.get(family) or family_value(family, "headline_value")
         if board is None or board.empty or metric not in board.columns:
             continue
         name = next(c for c in (*NAME_COLUMNS, board.columns[0]) if c in board.columns)

@@ -41,24 +41,6 @@ def _records(storage_root: str, sub: str = "") -> dict[str, dict]:
     )
 
 
-def ci_table(records: dict[str, dict], metrics: list[str] | None = None) -> pd.DataFrame:
-    """One row per model: each metric as 'value [lo, hi]' (bootstrap over categories) plus the raw numbers."""
-    rows = []
-    for model, rec in records.items():
-        row: dict = {
-            "model": model,
-            "partial": rec["subset"]["partial"],
-            "subset": rec["subset"]["description"],
-        }
-        for m, r in rec["results"].items():
-            if metrics is not None and m not in metrics:
-                continue
-            lo, hi = r["ci95_boot_category"]
-            row[m] = "" if r["value"] is None else f"{r['value']:.1f} [{lo:.1f}, {hi:.1f}]"
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-
 def _or_nan(v) -> float:
     return np.nan if v is None else float(v)
 
@@ -239,12 +221,7 @@ def simulated_parts(settings, boards: dict[str, pd.DataFrame]) -> list[str]:
     return parts
 
 
-FAMILY_TITLES = {
-    "lvlm": "LVLMs: four-choice SOCO-LVLM (average / circular accuracy)",
-    "mmvm": "MMVM: multimodal visual matching (accuracy)",
-    "fgbmk": "FG-BMK: fine-grained recognition (probe / retrieval, LVLM questions)",
-    "tpips": "TPIPS: aspect-conditioned perceptual similarity (OOO agreement)",
-}
+LVLM_TITLE = "LVLMs: four-choice SOCO-LVLM (average / circular accuracy)"  # a task family's: its FamilySpec
 CORRELATION_NOTE = (
     "Source: the published OmniProbe results (GenIntel/OmniProbe results page, stored as "
     "reference/omniprobe_results.csv) and its downstream tasks: the models are the page's, not this run's "
@@ -360,16 +337,17 @@ def build_report(
             )
 
     # --- the families
-    from soco_pipeline.report.input_notes import family_input_notes
+    from soco_pipeline.tasks import family_input_notes, family_specs
 
-    input_notes = family_input_notes(settings.dataset_size)
-    families = []
+    input_notes, specs, families = family_input_notes(settings), family_specs(), []
     for name in names:
         fam_board = boards[name]
         fam = {
             "id": name,
             "name": name,
-            "title": FAMILY_TITLES.get(name, name.replace("_", " ")),
+            "title": LVLM_TITLE
+            if name == "lvlm"
+            else getattr(specs.get(name), "title", name.replace("_", " ")),
             "notes": [input_notes[name]] if name in input_notes else [],
             "figures": [],
             "findings": None,

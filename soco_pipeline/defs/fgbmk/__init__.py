@@ -13,46 +13,21 @@ import dagster as dg
 import pandas as pd
 
 from soco_pipeline.defs.shared.checks import TableResult, partition_rows
-from soco_pipeline.defs.shared.family import Family, Headline
+from soco_pipeline.defs.shared.family import Family
 from soco_pipeline.defs.shared.partitions import backbones_partitions, lvlms_partitions
 from soco_pipeline.defs.shared.resources import SocoSettings
 from soco_pipeline.defs.shared.specs import lvlm_spec_for
-from soco_pipeline.defs.shared.watch import family_history, regression_sensor_on
-from soco_pipeline.evaluation.family_watch import WATCHES
+from soco_pipeline.tasks import fgbmk
 from soco_pipeline.tasks.fgbmk import schemas
 
-
-def load_fgbmk_config(path: str, soco: SocoSettings):
-    """The family's config loader (the contract's `load_config`): at scale demo | full (dataset_size)."""
-    from soco_pipeline.tasks.fgbmk.config import load_config
-
-    return load_config(path, soco.dataset_size if soco.dataset_size in ("demo", "full") else None)
-
-
 # 5: the 95% CI of each accuracy (bootstrap over test images / questions, the config's seed) in fgbmk_metrics,
-# fgbmk_lvlm_metrics and the board. 4: fgbmk_probe_predictions (the probe's per-image outcomes, the watch's paired test) beside fgbmk_metrics.
+# fgbmk_lvlm_metrics and the board. 4: fgbmk_probe_predictions (the probe's per-image outcomes, the watch's
+# paired test) beside fgbmk_metrics.
 # 2: per-class top-1 in fgbmk_metrics, demo scale, one SGD loop. 3: the release's probe (Adam, its sampler),
 # ids and multi-label rows kept, findings as statistics. Global features from any kind (the SOCO oracles read
 # the part maps the embedded set writes for them); the attacks need pixels (below).
-FAMILY = Family(
-    "fgbmk",
-    "fgbmk-5",
-    load_fgbmk_config,
-    needs=frozenset({"global_features"}),
-    headline=Headline(
-        values=("top1_subclass", "choice_subclass"),
-        label="FG-BMK subclass accuracy (probe top-1 | choice)",
-        ci_low="ci95_lo_subclass",  # bootstrap over test images (probe) or questions (LVLM choice)
-        ci_high="ci95_hi_subclass",
-        simulated="simulated",
-    ),
-)
+FAMILY = Family.of(fgbmk.SPEC, "fgbmk-5", needs=frozenset({"global_features"}))
 GROUP, CODE_VERSION = FAMILY.name, FAMILY.code_version
-
-
-def fgbmk_config(soco: SocoSettings):
-    """The FG-BMK config: `soco.fgbmk_config_path` or assets/fgbmk.yaml, at scale demo | full."""
-    return FAMILY.config(soco)
 
 
 def fgbmk_root(soco: SocoSettings, cfg) -> str:
@@ -69,7 +44,7 @@ def fgbmk_items(context: dg.AssetExecutionContext, soco: SocoSettings) -> TableR
     from soco_pipeline.tasks.fgbmk.embedded import ensure_embedded
     from soco_pipeline.tasks.fgbmk.readers import items_from_dataset, read_machine_dataset
 
-    cfg = fgbmk_config(soco)
+    cfg = FAMILY.config(soco)
     if cfg.dataset is not None:
         items = items_from_dataset(read_machine_dataset(cfg.dataset.folder, cfg.dataset.image_root))
         root = cfg.dataset.folder
@@ -96,7 +71,7 @@ def fgbmk_questions(
     questions in every rotation (circular evaluation)."""
     from soco_pipeline.tasks.fgbmk.questions import questions_for
 
-    q = questions_for(fgbmk_items, fgbmk_config(soco))
+    q = questions_for(fgbmk_items, FAMILY.config(soco))
     return TableResult(q, {"rows": len(q), **{f"rows/{k}": int(v) for k, v in q.task.value_counts().items()}})
 
 
@@ -113,7 +88,7 @@ def fgbmk_global_features(
     sizes."""
     from soco_pipeline.features import cached_global
 
-    cfg = fgbmk_config(soco)
+    cfg = FAMILY.config(soco)
     feats, folder = cached_global(
         spec, fgbmk_items, soco.features_root, cfg.global_features, _context(soco, cfg), context.log.info
     )
@@ -153,7 +128,7 @@ def fgbmk_metrics(
     from soco_pipeline.features import read_global, resolve_folder
     from soco_pipeline.tasks.fgbmk.machine_eval import evaluate_backbone, probe_predictions
 
-    cfg = fgbmk_config(soco)
+    cfg = FAMILY.config(soco)
     folder = resolve_folder(fgbmk_global_features.folder.iloc[0], soco.features_root)
     feats = read_global(folder, fgbmk_items.image_id)
     simulated = bool(fgbmk_items.simulated.all())
@@ -182,7 +157,7 @@ def fgbmk_robustness(
     from soco_pipeline.features.global_extractors import build_global_extractor
     from soco_pipeline.tasks.fgbmk.robustness import robustness_for_backbone
 
-    cfg = fgbmk_config(soco)
+    cfg = FAMILY.config(soco)
     ex = build_global_extractor(
         spec, cfg.global_features, _context(soco, cfg)
     )  # the attacks differentiate through it
@@ -220,7 +195,7 @@ def fgbmk_lvlm_metrics(
     LVLM."""
     from soco_pipeline.tasks.fgbmk.leaderboard import lvlm_metrics
 
-    df = lvlm_metrics(fgbmk_answers, fgbmk_config(soco).seed)
+    df = lvlm_metrics(fgbmk_answers, FAMILY.config(soco).seed)
     return TableResult(df, {"rows": len(df)})
 
 
@@ -271,13 +246,7 @@ def fgbmk_findings(
     df = check_findings(
         partition_rows(fgbmk_metrics),
         robustness if len(robustness) else None,
-        fgbmk_config(soco).findings,
+        FAMILY.config(soco).findings,
         lvlm if len(lvlm) else None,
     )
     return TableResult(df, {"rows": len(df), "summary": dg.MetadataValue.md(findings_markdown(df))})
-
-
-# the regression watch of the family's headline (evaluation/family_watch.py WATCHES["fgbmk"]): each data version
-# of a backbone's spec, compared with the previous one on the same task hash; a sensor reports a regression
-fgbmk_history = family_history(FAMILY, WATCHES["fgbmk"])
-fgbmk_regression_sensor = regression_sensor_on("fgbmk_regression_sensor", "fgbmk_history")

@@ -12,21 +12,12 @@ import pandas as pd
 from soco_pipeline.defs.shared.automation import EAGER
 from soco_pipeline.defs.shared.checks import TableResult, TableSpec, columns_of
 from soco_pipeline.defs.shared.executors import GPU_STEP_TAGS
-from soco_pipeline.defs.shared.family import Family, Headline
+from soco_pipeline.defs.shared.family import Family
 from soco_pipeline.defs.shared.partitions import backbones_partitions, lvlms_partitions
 from soco_pipeline.defs.shared.resources import SocoSettings
 from soco_pipeline.defs.shared.specs import lvlm_spec_for
-from soco_pipeline.defs.shared.watch import family_history, regression_sensor_on
-from soco_pipeline.evaluation.family_watch import WATCHES
+from soco_pipeline.tasks import mmvm
 from soco_pipeline.tasks.mmvm import schemas
-from soco_pipeline.tasks.mmvm.config import MmvmConfig
-
-
-def load_mmvm_config(path: str, soco: SocoSettings) -> MmvmConfig:
-    """The family's config loader (the contract's `load_config`)."""
-    from soco_pipeline.tasks.mmvm.config import load_config
-
-    return load_config(path)
 
 
 def not_applicable_predictions(model: str, reason: str, inputs) -> pd.DataFrame:
@@ -37,26 +28,8 @@ def not_applicable_predictions(model: str, reason: str, inputs) -> pd.DataFrame:
 
 
 # 2: answers' extraction/judge columns, the recorded None rule
-FAMILY = Family(
-    "mmvm",
-    "mmvm-2",
-    load_mmvm_config,
-    needs=frozenset({"pixels", "dense_maps"}),
-    headline=Headline(
-        values=("accuracy",),
-        label="MMVM accuracy (test split)",
-        where="kind != 'oracle' and status == 'ok'",
-        best_of="method",
-        n="n_items",
-        simulated="data_source",
-    ),
-)
+FAMILY = Family.of(mmvm.SPEC, "mmvm-2", needs=frozenset({"pixels", "dense_maps"}))
 GROUP, CODE_VERSION = FAMILY.name, FAMILY.code_version
-
-
-def mmvm_config(soco: SocoSettings) -> MmvmConfig:
-    """The family config (`soco.mmvm_config_path`, else assets/mmvm.yaml)."""
-    return FAMILY.config(soco)
 
 
 def _out(schema, description: str) -> tuple[TableSpec, dg.AssetOut]:
@@ -88,7 +61,7 @@ def mmvm_scenes(context: dg.AssetExecutionContext, soco: SocoSettings) -> dict[s
     every object with the attributes the cues compare; the frames go under <storage>/mmvm/generated."""
     from soco_pipeline.tasks.mmvm.source import load_scenes
 
-    cfg = mmvm_config(soco)
+    cfg = FAMILY.config(soco)
     t = load_scenes(cfg, soco.task_root(GROUP, "generated"), log=context.log.warning)
     meta = {"config_hash": cfg.version_hash(), "simulated": cfg.source.kind == "generated"}
     return {
@@ -109,7 +82,7 @@ def mmvm_items(
     marked frames go under <storage>/mmvm/marked)."""
     from soco_pipeline.tasks.mmvm.source import source_items
 
-    cfg = mmvm_config(soco)
+    cfg = FAMILY.config(soco)
     items = source_items(
         cfg,
         mmvm_cases,
@@ -174,7 +147,7 @@ def mmvm_predictions(
         soco.features_root,
         device=soco.device,
         log=context.log.info,
-        none_rule=mmvm_config(soco).none_rule,
+        none_rule=FAMILY.config(soco).none_rule,
         manifest=mmvm_features,
     )
     return TableResult(
@@ -206,7 +179,7 @@ def mmvm_answers(
         spec,
         build_backend(spec),
         cache,
-        judge=judge_from_config(mmvm_config(soco), cache),
+        judge=judge_from_config(FAMILY.config(soco), cache),
         log=context.log.info,
     )
     return TableResult(rows, {"rows": len(rows), "errors": int((rows["error"] != "").sum())})
@@ -259,9 +232,3 @@ def mmvm_leaderboard(
             "leaderboard": dg.MetadataValue.md(f"data: {source}\n\n{leaderboard_markdown(shown)}"),
         },
     )
-
-
-# the regression watch of the family's headline (evaluation/family_watch.py WATCHES["mmvm"]): each data version
-# of a backbone's spec, compared with the previous one on the same task hash; a sensor reports a regression
-mmvm_history = family_history(FAMILY, WATCHES["mmvm"])
-mmvm_regression_sensor = regression_sensor_on("mmvm_regression_sensor", "mmvm_history")

@@ -62,36 +62,6 @@ def profile() -> str:
     return name
 
 
-def executor_for_profile() -> dg.ExecutorDefinition:
-    """Dagster's default executor (multiprocess, or in-process by config) for `local`, wrapped so that every
-    run first fails dead runs of this machine (defs/recovery.py); the Celery executor on
-    $SOCO_CELERY_BROKER for `distributed`."""
-    if profile() == "local":
-        from soco_pipeline.defs.recovery import recovering
-
-        return recovering(forkserver_by_default(dg.multi_or_in_process_executor))
-    from dagster_celery import celery_executor
-
-    visibility = int(os.environ.get("SOCO_CELERY_VISIBILITY_TIMEOUT", str(6 * 3600)))
-    return celery_executor.configured(
-        {
-            "broker": {"env": "SOCO_CELERY_BROKER"},
-            "backend": {"env": "SOCO_CELERY_BACKEND"},
-            "config_source": {
-                # A step whose worker process dies is failed (WorkerLostError), not silently lost; a
-                # message whose whole worker vanished is failed by defs/recovery.lost_worker_sensor.
-                "task_acks_late": True,
-                "task_reject_on_worker_lost": False,
-                # one message per worker process: a worker holds only the step it runs (a whole worker
-                # that dies holds nothing else; defs/recovery.lost_worker_sensor fails that one step)
-                "worker_prefetch_multiplier": 1,
-                "broker_transport_options": {"visibility_timeout": visibility},
-            },
-        },
-        name="celery",
-    )
-
-
 def with_forkserver_default(config: dict) -> dict:
     """`multi_or_in_process_executor` config with FORKSERVER as the multiprocess start method where it names
     none (in-process config, or a named start method, is returned as it is)."""

@@ -1,8 +1,8 @@
 """The family contract, its Dagster half: a task family is a `Family` declaration plus its assets.
 
-A family folder (`defs/<family>/`) declares once:
+A family folder (`defs/<family>/`) declares once, from its domain core's `FamilySpec` (tasks/__init__.py):
 
-    FAMILY = Family("mmvm", code_version="mmvm-2", load_config=..., needs=frozenset({"pixels", "dense_maps"}))
+    FAMILY = Family.of(mmvm.SPEC, code_version="mmvm-2", needs=frozenset({"pixels", "dense_maps"}))
 
 and the shared layer does the rest the same way for every family:
 - config: `FAMILY.config(soco)` reads `soco.family_config_path(name)` (the Settings field `<name>_config_path`,
@@ -52,6 +52,7 @@ from soco_pipeline.defs.shared.resources import SocoSettings
 from soco_pipeline.defs.shared.specs import spec_for
 from soco_pipeline.evaluation.headline import Headline
 from soco_pipeline.tables import register_table
+from soco_pipeline.tasks import FamilySpec
 
 NotApplicableRows = Callable[[str, str, Mapping[str, Any]], pd.DataFrame]
 
@@ -61,7 +62,8 @@ class Family:
     """A task family's declaration: its name (= its asset group and the prefix of its tables), the code
     version of its tables, its config loader `(path, settings) -> config`, the backbone capabilities its
     per-backbone tables need, and its headline in `model_summary` (its family and board filled in: the name,
-    `<name>_leaderboard` unless it names another board). `boards` lists the boards `@board` declared."""
+    `<name>_leaderboard` unless it names another board). `boards` lists the boards `@board` declared; `spec`
+    is the domain declaration it was built from (`Family.of`), with its record parts and watch."""
 
     name: str
     code_version: str
@@ -69,6 +71,13 @@ class Family:
     needs: frozenset[str] = field(default_factory=frozenset)
     headline: Headline | None = None
     boards: list[str] = field(default_factory=list, compare=False, repr=False)
+    spec: FamilySpec | None = field(default=None, compare=False, repr=False)
+
+    @classmethod
+    def of(cls, spec: FamilySpec, code_version: str, needs: frozenset[str] = frozenset()) -> Family:
+        """The Dagster half of a domain `FamilySpec` (its name, config loader, headline and tables)."""
+        spec.register_tables()
+        return cls(spec.name, code_version, spec.load_config, needs, spec.headline, spec=spec)
 
     def __post_init__(self) -> None:
         h = self.headline

@@ -1,7 +1,7 @@
 """The regression watch, its Dagster half: one history asset per watched family, its non-blocking
 `no_regression` check and a sensor that reports a regression. The domain work (snapshots, the paired test,
 the history rows) is evaluation/history.py; what a family compares is its `FamilyWatch`
-(evaluation/family_watch.py).
+(evaluation/family_watch.py), declared in its `FamilySpec`.
 
 - SOCO: `model_history[b]` (defs/backbones/watch.py) reads the snapshot `results_record` archives;
 - a task family: `<family>_history[b]` (`family_history`), declared in the family's folder from its watch:
@@ -23,7 +23,6 @@ from soco_pipeline.defs.shared.family import Family
 from soco_pipeline.defs.shared.partitions import backbones_partitions
 from soco_pipeline.defs.shared.resources import SocoSettings
 from soco_pipeline.defs.shared.specs import spec_for, spec_version
-from soco_pipeline.evaluation.family_watch import FamilyWatch
 from soco_pipeline.evaluation.history import WatchOutcome
 from soco_pipeline.schemas import ModelHistorySchema
 
@@ -79,11 +78,12 @@ def watch_events(
     )
 
 
-def family_history(family: Family, watch: FamilyWatch) -> dg.AssetsDefinition:
+def family_history(family: Family) -> dg.AssetsDefinition:
     """`<family>_history[b]`: every materialization of the family's headline for a backbone, by its spec's
     data version and date, and its `no_regression` check against the previous data version on the same task
-    hash (the paired test where `watch.paired` names a per-sample table; else the plain difference, the
-    check saying why there is no test). `family` is the family's `Family` declaration."""
+    hash (the paired test where the watch's `paired` names a per-sample table; else the plain difference, the
+    check saying why there is no test). `family` is the family's `Family`, built from a spec with a watch."""
+    watch, parts = family.spec.watch, family.spec.parts  # definitions.py builds it for a spec with a watch
     name = f"{family.name}_history"
     family.register(name, partitioned=True)
 
@@ -109,7 +109,7 @@ def family_history(family: Family, watch: FamilyWatch) -> dg.AssetsDefinition:
         reason, snap = family.not_applicable(spec_for(soco, backbone)), None
         if not reason:
             try:
-                snap = family_snapshot(watch, backbone, tables)
+                snap = family_snapshot(watch, parts, backbone, tables)
             except NotApplicableError as e:  # e.g. MMVM items without masks: the family's not-applicable rows
                 reason = str(e)
         if snap is None:

@@ -4,12 +4,10 @@ from soco_pipeline.defs.tpips.assets import (  # noqa: F401 - module-level asset
     tpips_afc,
     tpips_baseline_scores,
     tpips_features,
-    tpips_history,
     tpips_leaderboard,
     tpips_learned,
     tpips_lvlm_answers,
     tpips_ooo,
     tpips_pixel_baselines,
-    tpips_regression_sensor,
     tpips_renders,
 )

@@ -10,12 +10,11 @@ import pandas as pd
 
 from soco_pipeline.defs.shared.checks import TableResult, TableSpec, columns_of, partition_rows
 from soco_pipeline.defs.shared.executors import GPU_STEP_TAGS
-from soco_pipeline.defs.shared.family import Family, Headline
+from soco_pipeline.defs.shared.family import Family
 from soco_pipeline.defs.shared.partitions import backbones_partitions, lvlms_partitions
 from soco_pipeline.defs.shared.resources import SocoSettings
 from soco_pipeline.defs.shared.specs import lvlm_spec_for
-from soco_pipeline.defs.shared.watch import family_history, regression_sensor_on
-from soco_pipeline.evaluation.family_watch import WATCHES
+from soco_pipeline.tasks import tpips
 from soco_pipeline.tasks.tpips import schemas
 from soco_pipeline.tasks.tpips.config import NEEDS
 
@@ -25,13 +24,6 @@ SIMULATED = "judgements are SIMULATED (noisy-observer model), not human"
 def judgements(cfg) -> str:
     """The metadata line saying who gave the votes of the configured source."""
     return SIMULATED if cfg.source.votes_are == "simulated" else f"judgements are {cfg.source.votes_are}"
-
-
-def load_tpips_config(path: str, soco: SocoSettings):
-    """The family's config loader (the contract's `load_config`)."""
-    from soco_pipeline.tasks.tpips.config import load_config
-
-    return load_config(path)
 
 
 def not_applicable_manifest(model: str, reason: str, inputs) -> pd.DataFrame:
@@ -53,28 +45,8 @@ def not_applicable_scores(model: str, reason: str, inputs) -> pd.DataFrame:
 # paired test) beside the score tables; 5: a source (generated | official), 2AFC without "overall", LVLM permutation averaging, ties scored as ties;
 # 4: late fusion = an aspect-weighted squared distance of the embeddings, L-BFGS line search unstalled;
 # 3: signed late fusion on a 2 x 2 token grid; 2: signed mid-fusion weights, L-BFGS
-FAMILY = Family(
-    "tpips",
-    "tpips-6",
-    load_tpips_config,
-    needs=NEEDS,
-    headline=Headline(
-        values=("ooo",),
-        label="TPIPS odd-one-out agreement (test split)",
-        where="method != 'n/a'",
-        best_of="method",
-        half_width="ooo_err",
-        simulated="judgements",  # the board's marker: simulated for generated data, the source's otherwise
-        control="model == 'pixels'",  # the pixel baselines (random, constant, L2, SSIM) are no model
-        ceiling="model == 'pixels' and method == 'oracle'",  # the aspect-distance oracle: TPIPS's ceiling
-    ),
-)
+FAMILY = Family.of(tpips.SPEC, "tpips-6", needs=NEEDS)
 GROUP, CODE_VERSION = FAMILY.name, FAMILY.code_version
-
-
-def tpips_config(soco: SocoSettings):
-    """The TPIPS config (`soco.tpips_config_path`, else assets/tpips.yaml)."""
-    return FAMILY.config(soco)
 
 
 def _render_out(schema, description: str) -> tuple[TableSpec, dg.AssetOut]:
@@ -105,7 +77,7 @@ def tpips_renders(context: dg.AssetExecutionContext, soco: SocoSettings) -> dict
     lines name (config `source`); the judgement assets read these tables."""
     from soco_pipeline.tasks.tpips.source import renders
 
-    cfg = tpips_config(soco)
+    cfg = FAMILY.config(soco)
     images, triplets, afc_items, meta = renders(cfg, soco.task_root(GROUP))
     marker = {"judgements": judgements(cfg)}
     return {
@@ -127,7 +99,7 @@ def tpips_ooo(
     from soco_pipeline.tasks.tpips.schemas import ooo_problems
     from soco_pipeline.tasks.tpips.source import ooo_table
 
-    cfg = tpips_config(soco)
+    cfg = FAMILY.config(soco)
     ooo, summary = ooo_table(cfg, tpips_images, tpips_triplets)
     return TableResult(
         ooo,
@@ -152,7 +124,7 @@ def tpips_afc(
     from soco_pipeline.tasks.tpips.schemas import afc_problems
     from soco_pipeline.tasks.tpips.source import afc_table
 
-    cfg = tpips_config(soco)
+    cfg = FAMILY.config(soco)
     afc, summary = afc_table(cfg, tpips_images, tpips_afc_items)
     return TableResult(
         afc,
@@ -181,7 +153,7 @@ def tpips_features(
     (the family contract)."""
     from soco_pipeline.tasks.tpips.features import extract_tpips
 
-    cfg = tpips_config(soco)
+    cfg = FAMILY.config(soco)
     images = tpips_images[["image_id", "uri", "width", "height", "category"]]
     manifests = extract_tpips(spec, images, soco.features_root, cfg, _device(soco), log=context.log.info)
     return TableResult(
@@ -214,7 +186,7 @@ def tpips_pixel_baselines(
     oracle on the OOO test split and 2AFC."""
     from soco_pipeline.tasks.tpips.evaluate import pixel_baselines
 
-    cfg = tpips_config(soco)
+    cfg = FAMILY.config(soco)
     rows = pixel_baselines(tpips_images, tpips_ooo, tpips_afc, cfg)
     return TableResult(rows, {"judgements": judgements(cfg)})
 
@@ -271,7 +243,7 @@ def tpips_baseline_scores(
     from soco_pipeline.tasks.tpips import baselines as b
     from soco_pipeline.tasks.tpips.evaluate import evaluate_sim_outcomes
 
-    backbone, cfg = context.partition_key, tpips_config(soco)
+    backbone, cfg = context.partition_key, FAMILY.config(soco)
     ids, opos, apos, feats = _backbone_inputs(soco, tpips_features, tpips_images, tpips_ooo, tpips_afc)
     scores, outcomes = _tables(
         [
@@ -323,7 +295,7 @@ def tpips_learned(
     from soco_pipeline.tasks.tpips.retrieval import retrieve, retrieve_compositional
     from soco_pipeline.tasks.tpips.sheets import write_contact_sheets
 
-    backbone, cfg = context.partition_key, tpips_config(soco)
+    backbone, cfg = context.partition_key, FAMILY.config(soco)
     reason = untrainable(tpips_ooo)
     if (
         reason is not None
@@ -408,7 +380,7 @@ def tpips_lvlm_answers(
     from soco_pipeline.tasks.tpips.lvlm import afc_answers, ooo_answers
 
     model = context.partition_key
-    cfg = tpips_config(soco)
+    cfg = FAMILY.config(soco)
     spec = lvlm_spec_for(soco, model)
     backend = build_backend(spec)
     cache = AnswerCache(soco.lvlm_cache_root)
@@ -458,7 +430,7 @@ def tpips_leaderboard(
     scores = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
     board = leaderboard(scores)
     png = agreement_figure(scores)
-    cfg = tpips_config(soco)
+    cfg = FAMILY.config(soco)
     notes = board_notes(cfg)
     return TableResult(
         board,
@@ -471,9 +443,3 @@ def tpips_leaderboard(
             ),
         },
     )
-
-
-# the regression watch of the family's headline (evaluation/family_watch.py WATCHES["tpips"]): each data version
-# of a backbone's spec, compared with the previous one on the same task hash; a sensor reports a regression
-tpips_history = family_history(FAMILY, WATCHES["tpips"])
-tpips_regression_sensor = regression_sensor_on("tpips_regression_sensor", "tpips_history")

@@ -6,31 +6,7 @@ failed request: the Reply carries the error (counted as wrong) and the run goes 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol
-
-from soco_pipeline.lvlm.prompt import ChatRequest
-
-
-@dataclass(frozen=True)
-class Reply:
-    """A model's answer to one request: raw text, seconds taken, attempts made, error ("" = none)."""
-
-    text: str
-    latency_s: float
-    attempts: int = 1
-    error: str = ""
-
-
-class Backend(Protocol):
-    """What the runner needs: answer a batch; `max_concurrency` batches run at once."""
-
-    max_concurrency: int
-    batch_size: int
-
-    def answer_batch(self, requests: list[ChatRequest]) -> list[Reply]:
-        """One Reply per request, in order."""
-        ...
+from soco_pipeline.lvlm.prompt import Backend, Reply  # noqa: F401 - the types live in prompt.py (re-exported)
 
 
 def build_backend(spec, api_key: str | None = None) -> Backend:

@@ -16,8 +16,7 @@ from collections.abc import Callable
 
 import requests
 
-from soco_pipeline.lvlm.backends import Reply
-from soco_pipeline.lvlm.prompt import ChatRequest, openai_messages
+from soco_pipeline.lvlm.prompt import ChatRequest, Reply, openai_messages
 from soco_pipeline.lvlm.specs import LvlmSpec
 
 RETRY_STATUS = frozenset({408, 409, 425, 429}) | frozenset(range(500, 600))

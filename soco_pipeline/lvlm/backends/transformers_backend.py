@@ -15,8 +15,7 @@ from typing import Any
 import torch
 from PIL import Image
 
-from soco_pipeline.lvlm.backends import Reply
-from soco_pipeline.lvlm.prompt import ChatRequest
+from soco_pipeline.lvlm.prompt import ChatRequest, Reply
 from soco_pipeline.lvlm.specs import LvlmSpec
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

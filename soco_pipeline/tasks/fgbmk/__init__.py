@@ -16,3 +16,5 @@ One module per job:
 
 The Dagster group is soco_pipeline/defs/fgbmk/; docs/fgbmk.md describes the protocol and its quirks.
 """
+
+from soco_pipeline.tasks.fgbmk.family import SPEC as SPEC

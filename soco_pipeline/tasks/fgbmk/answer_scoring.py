@@ -165,16 +165,28 @@ def knowledge_bias(scored: pd.DataFrame, worst: int = 5) -> tuple[pd.DataFrame, 
 def class_of_image(image: str) -> str:
     """The image's folder, normalised ("images/001.Black_footed_Albatross/x.jpg" -> "black footed
     albatross"): a yes/no row's class when its `category` is only a level word (a heuristic; the published
-    knowledge-bias files keep the class in `category`, see questions.true_class)."""
+    knowledge-bias files keep the class in `category`, see true_class)."""
     folder = image.replace("\\", "/").rsplit("/", 2)[-2] if "/" in image else ""
     return normalise(re.sub(r"^\d+\.", "", folder))
 
 
+# `category` of a published question names its true class, except these level words of the hierarchical files.
+LEVEL_CATEGORIES = frozenset(
+    {"generic", "kingdom", "phylum", "class", "order", "family", "genus", "species", "attribute"}
+)
+
+
+def true_class(answer_key: str, category: str, image: str) -> str:
+    """A published question's true class: its key, unless the key is yes/no; then `category` (the published
+    knowledge-bias and several true/false files keep the class there), else the image's folder."""
+    if answer_key.strip().lower() not in ("yes", "no"):
+        return answer_key
+    return category if category.strip().lower() not in LEVEL_CATEGORIES else class_of_image(image)
+
+
 def per_class_published(scored: pd.DataFrame) -> pd.DataFrame:
     """A scored published answer file with its true class in `subclass`: the key, or for yes/no keys the
-    record's `category` (the knowledge-bias files' class), else the image folder (questions.true_class)."""
-    from soco_pipeline.tasks.fgbmk.questions import true_class
-
+    record's `category` (the knowledge-bias files' class), else the image folder (true_class)."""
     cls = [
         normalise(true_class(k, c, im))
         for k, c, im in zip(scored["class"], scored.category, scored.image, strict=True)

@@ -253,22 +253,6 @@ def circular(questions: pd.DataFrame, config: QuestionConfig) -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
-# `category` of a published question names its true class, except these level words of the hierarchical files.
-LEVEL_CATEGORIES = frozenset(
-    {"generic", "kingdom", "phylum", "class", "order", "family", "genus", "species", "attribute"}
-)
-
-
-def true_class(answer_key: str, category: str, image: str) -> str:
-    """A published question's true class: its key, unless the key is yes/no; then `category` (the published
-    knowledge-bias and several true/false files keep the class there), else the image's folder."""
-    from soco_pipeline.tasks.fgbmk.answer_scoring import class_of_image
-
-    if answer_key.strip().lower() not in ("yes", "no"):
-        return answer_key
-    return category if category.strip().lower() not in LEVEL_CATEGORIES else class_of_image(image)
-
-
 def official_questions(root: str, dataset: str, image_root: str) -> pd.DataFrame:
     """QUESTION_COLUMNS rows of every published question file of `dataset` under a human-oriented root, read
     as released (ids, wording, keys and foreign names kept; every row of every file). `uri` joins the image
@@ -276,7 +260,7 @@ def official_questions(root: str, dataset: str, image_root: str) -> pd.DataFrame
     follows its wording; choice options are the prompt's quoted names. FgbmkFormatError names a file that
     cannot be read (a Git LFS pointer, malformed JSON, duplicate ids)."""
     from soco_pipeline import storage
-    from soco_pipeline.tasks.fgbmk.answer_scoring import infer_form, options_of
+    from soco_pipeline.tasks.fgbmk.answer_scoring import infer_form, options_of, true_class
     from soco_pipeline.tasks.fgbmk.readers import human_files, read_questions
 
     files = human_files(root)

@@ -19,7 +19,7 @@ import pandas as pd
 from soco_pipeline.storage import join, write_bytes_atomic
 from soco_pipeline.tasks.mmvm.config import MmvmConfig
 from soco_pipeline.tasks.mmvm.generator import generate
-from soco_pipeline.tasks.mmvm.official import TSV_NAME, import_match_bench, import_vlmevalkit
+from soco_pipeline.tasks.mmvm.official import import_match_bench, import_vlmevalkit
 from soco_pipeline.tasks.mmvm.prompt import ITEM_COLUMNS, build_items
 
 SKIPPED_NAME = "skipped_rows.txt"
@@ -94,11 +94,3 @@ def source_items(
         return built
     imported = _imported(cfg, work_root, lambda _m: None)["items"]
     return pd.concat([imported[ITEM_COLUMNS], built], ignore_index=True)
-
-
-def source_tsv(cfg: MmvmConfig) -> str:
-    """The file the configured source's rows come from (for messages)."""
-    src = cfg.source
-    if src.kind == "match_bench":
-        return src.tsv or str(src.resolved() / TSV_NAME)
-    return src.uri()

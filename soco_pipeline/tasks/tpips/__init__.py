@@ -6,3 +6,5 @@ odd-one-out file (`release`) or our own layout (`formats`). One module per job: 
 `triplets`, `annotators`, `afc`, `formats`, `release`, `export`, `source`, `scoring`, `features`, `baselines`,
 `learned`, `lvlm`, `retrieval`.
 """
+
+from soco_pipeline.tasks.tpips.family import SPEC as SPEC
