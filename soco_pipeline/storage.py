@@ -425,3 +425,20 @@ def read_parquet(
         paths = json.loads(stored)
         table = resolve_paths(table, _root_of_file(path, paths["root"]), paths["columns"])
     return table.to_pandas()
+
+
+# A model's name is the stem of the files written for it (tables' partitions, the feature cache, their temp
+# files: `.tmp-<pid>-<12 hex>-<name>.parquet`); a file name holds at most 255 bytes.
+MAX_NAME_LENGTH = 200
+
+
+def name_length_problem(name: str, what: str) -> str:
+    """ "" when `name` fits in the pipeline's file names; else why not and the fix (a shorter file name)."""
+    if len(name.encode()) <= MAX_NAME_LENGTH:
+        return ""
+    return (
+        f"{what} name (the file stem) is {len(name.encode())} bytes long; at most {MAX_NAME_LENGTH} fit in the "
+        "file names the pipeline writes with it (its tables' partitions, the feature cache and their temporary "
+        f"files; a file name holds at most 255 bytes). Rename the file to a shorter name, e.g. "
+        f"{name[:40]!r}.yaml"
+    )

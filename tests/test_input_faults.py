@@ -139,8 +139,8 @@ def test_every_owasp_formula_start_is_neutralised_and_numbers_are_not():
 
 
 def test_a_model_name_too_long_for_a_file_name_is_refused_when_the_spec_is_read(tmp_path):
-    from soco_pipeline.backbones.spec_files import MAX_NAME_LENGTH, scan_specs
-    from soco_pipeline.storage import write_parquet_atomic
+    from soco_pipeline.backbones.spec_files import scan_specs
+    from soco_pipeline.storage import MAX_NAME_LENGTH, write_parquet_atomic
 
     oracle = (Path(__file__).parent.parent / "assets" / "backbones" / "oracle_part.yaml").read_text()
     folder = tmp_path / "backbones"

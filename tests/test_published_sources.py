@@ -19,11 +19,11 @@ import pytest
 
 from soco_pipeline.published_figures import load_published
 from soco_pipeline.storage import PROJECT_ROOT
+from tests.needs import need
 
 pytestmark = pytest.mark.unit
 
 PAPERS = PROJECT_ROOT.parent / "shared" / "papers"
-needs_papers = pytest.mark.skipif(not PAPERS.is_dir(), reason=f"the paper texts are not at {PAPERS}")
 
 
 def paper_lines(source: str) -> list[str]:
@@ -60,15 +60,15 @@ def table3_values() -> list[float]:
     return [float(r[i].split("±")[0]) for r in rows for i in (4, 9) if r[i] not in ("–", "")]
 
 
-@needs_papers
 def test_the_tpips_rows_are_appendix_table_3_in_order():
+    need(PAPERS.is_dir(), f"the paper texts at {PAPERS} (CI lays shared/ beside the clone)")
     pub = load_published()
     tpips = pub[(pub.family == "tpips") & pub.source.str.contains("shared/papers/004")]
     assert [float(v) for v in tpips.value] == table3_values()
 
 
-@needs_papers
 def test_every_other_paper_figure_stands_in_its_paper():
+    need(PAPERS.is_dir(), f"the paper texts at {PAPERS} (CI lays shared/ beside the clone)")
     pub = load_published()
     rows = pub[pub.source.str.contains(r"shared/papers/\d{3}") & (pub.family != "tpips")]
     assert len(rows) >= 20  # SOCO's, MMVM's and FG-BMK's
@@ -83,9 +83,9 @@ def test_every_other_paper_figure_stands_in_its_paper():
     assert not missing, "published.csv differs from the paper it cites:\n" + "\n".join(missing)
 
 
-@needs_papers
 def test_an_edited_figure_is_noticed():
     """The checks above on an edited copy: one TPIPS cell and one SOCO figure moved by 0.1."""
+    need(PAPERS.is_dir(), f"the paper texts at {PAPERS} (CI lays shared/ beside the clone)")
     values = table3_values()
     assert [*values[:5], values[5] + 0.1, *values[6:]] != values
     lines = paper_lines("shared/papers/000")

@@ -34,8 +34,8 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from soco_pipeline.backbones.spec_files import name_length_problem
 from soco_pipeline.config import ConfigModel, read_yaml, validate_doc
+from soco_pipeline.storage import name_length_problem
 
 # How a ViT's position embeddings are resized to the input grid (backbones/pos_embed.py does it).
 POS_EMBED_MODES = ("auto", "dinov2_hub", "timm")

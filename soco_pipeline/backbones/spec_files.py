@@ -11,24 +11,10 @@ import hashlib
 from collections.abc import Callable
 from pathlib import Path
 
+
 # The longest model name (a spec's file stem) that fits in every file name the pipeline writes with it: a
 # component is at most 255 bytes on most file systems, and the longest is an atomic write's temporary name,
 # `.tmp-<host 8>-<pid up to 7>-<random 12>-<name>.parquet` (35 + name + 8 bytes); 200 leaves room.
-MAX_NAME_LENGTH = 200
-
-
-def name_length_problem(name: str, what: str) -> str:
-    """ "" when `name` fits in the pipeline's file names; else why not and the fix (a shorter file name)."""
-    if len(name.encode()) <= MAX_NAME_LENGTH:
-        return ""
-    return (
-        f"{what} name (the file stem) is {len(name.encode())} bytes long; at most {MAX_NAME_LENGTH} fit in the "
-        "file names the pipeline writes with it (its tables' partitions, the feature cache and their temporary "
-        f"files; a file name holds at most 255 bytes). Rename the file to a shorter name, e.g. "
-        f"{name[:40]!r}.yaml"
-    )
-
-
 def file_hash(path: Path) -> str:
     """sha256 of a file's bytes (first 16 hex digits)."""
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]

@@ -40,8 +40,8 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field, TypeAdapter, field_validator
 
-from soco_pipeline.backbones.spec_files import name_length_problem
 from soco_pipeline.config import ConfigModel, read_yaml, validate_doc
+from soco_pipeline.storage import name_length_problem
 
 BACKENDS = ("openai", "transformers")
 SETTINGS = ("vis", "vis_desc", "desc")
