@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from soco_pipeline.deploy.payload_jobs import ForwardedOutput, k8s_pod_spec
+from soco_pipeline.deploy.payload_jobs import ForwardedOutput, k8s_pod_spec, shared_volume
 from soco_pipeline.deploy.slurm import slurm_conf
 from soco_pipeline.deploy.slurm_jobs import (
     SlurmJobCancelled,
@@ -61,9 +61,7 @@ def test_k8s_pod_spec_is_a_valid_pod_through_dagster_k8s():
     from dagster_k8s.pipes import build_pod_body
 
     env = {"SOCO_STORAGE": "s3://bucket/soco", "AWS_DEFAULT_REGION": "eu-west-1"}
-    volumes = [{"name": "launch", "persistentVolumeClaim": {"claimName": "soco-launch"}}]
-    mounts = [{"name": "launch", "mountPath": "/launch"}]
-    spec = k8s_pod_spec("ghcr.io/lab/soco:1", env, gpus=1, volumes=volumes, volume_mounts=mounts)
+    spec = k8s_pod_spec("ghcr.io/lab/soco:1", env, gpus=1, shared=shared_volume("soco-launch", "/launch"))
     # strict: an unknown field (a typo) raises instead of being dropped
     model = k8s_model_from_dict(
         kubernetes.client.V1PodSpec, k8s_snake_case_dict(kubernetes.client.V1PodSpec, spec)

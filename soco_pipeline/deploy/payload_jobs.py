@@ -155,13 +155,23 @@ def read_report(messages: list[Any], where: str) -> PayloadResult:
     return PayloadResult(read_parquet(report["output"]), dict(report["metadata"]))
 
 
+def shared_volume(claim: str, path: str) -> tuple[list[dict], list[dict]] | None:
+    """The pod volume and mount of a ReadWriteMany persistent volume claim at `path` (the launcher's job
+    folders, at the same path as on the Dagster side); None without a claim."""
+    if not claim:
+        return None
+    return (
+        [{"name": "soco-launch", "persistentVolumeClaim": {"claimName": claim}}],
+        [{"name": "soco-launch", "mountPath": path}],
+    )
+
+
 def k8s_pod_spec(
     image: str,
     env: dict[str, str],
     gpus: int = 0,
+    shared: tuple[list[dict], list[dict]] | None = None,
     service_account: str = "",
-    volumes: list[dict] | None = None,
-    volume_mounts: list[dict] | None = None,
 ) -> dict:
     """The pod spec (Kubernetes API field names) of a payload pod: one container running the payload
     module, the run's SOCO_* / AWS_* environment, `gpus` NVIDIA GPUs, the shared volumes. PipesK8sClient
@@ -174,11 +184,9 @@ def k8s_pod_spec(
     }
     if gpus:
         container["resources"] = {"limits": {"nvidia.com/gpu": str(gpus)}}
-    if volume_mounts:
-        container["volumeMounts"] = volume_mounts
     spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [container]}
+    if shared:
+        spec["volumes"], container["volumeMounts"] = shared
     if service_account:
         spec["serviceAccountName"] = service_account
-    if volumes:
-        spec["volumes"] = volumes
     return spec

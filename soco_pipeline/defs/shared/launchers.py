@@ -49,9 +49,10 @@ class StepLauncher(dg.ConfigurableResource):
     slurm_options: list[str] = []  # extra sbatch options, e.g. ["--partition=gpu", "--gres=gpu:1"]
     queue_deadline_s: float = 3600.0  # slurm: a job still pending this long is cancelled, a named error
     poll_s: float = 1.0  # slurm: seconds between `scontrol show job` polls
-    k8s_image: str = ""  # kubernetes: the image holding this project
+    k8s_image: str = ""  # kubernetes: the image holding this project (and its venv)
     k8s_namespace: str = "default"
-    k8s_gpus: int = 0
+    k8s_gpus: int = 0  # kubernetes: NVIDIA GPUs per payload pod
+    k8s_volume_claim: str = ""  # kubernetes: a ReadWriteMany claim mounted at `workdir` in the pod
 
     def resolved_kind(self) -> str:
         """The launcher this resource uses (its kind, else $SOCO_LAUNCHER, else the profile's)."""
@@ -102,16 +103,21 @@ class StepLauncher(dg.ConfigurableResource):
     def _run_kubernetes(self, context: dg.AssetExecutionContext, payload: str, inputs: dict) -> PayloadResult:
         from dagster_k8s import PipesK8sClient
 
-        from soco_pipeline.deploy.payload_jobs import forwarded_env, k8s_pod_spec, read_report
+        from soco_pipeline.deploy.payload_jobs import forwarded_env, k8s_pod_spec, read_report, shared_volume
 
         if not self.k8s_image:
             raise ValueError("the kubernetes launcher needs k8s_image: the image that holds this project")
-        folder = self._folder(context, payload)  # on a volume every pod mounts (k8s_pod_spec's volumes)
+        folder = self._folder(context, payload)  # on the claim the pod mounts at the same path
         invocation = PipesK8sClient().run(
             context=context,
             namespace=self.k8s_namespace,
             extras=folder.extras(inputs),
-            base_pod_spec=k8s_pod_spec(self.k8s_image, forwarded_env(), self.k8s_gpus),
+            base_pod_spec=k8s_pod_spec(
+                self.k8s_image,
+                forwarded_env(),
+                self.k8s_gpus,
+                shared_volume(self.k8s_volume_claim, self.workdir),
+            ),
         )
         return read_report(invocation.get_custom_messages(), f"the payload pod of {payload}")
 
@@ -119,7 +125,8 @@ class StepLauncher(dg.ConfigurableResource):
 def launcher_for_profile(storage_root: str) -> StepLauncher:
     """The launcher resource of this deployment: kind from $SOCO_LAUNCHER or the profile, job folders in
     $SOCO_LAUNCH_DIR or <storage_root>/launch (when that is a local folder), sbatch options from
-    $SOCO_SLURM_OPTIONS, the queue deadline from $SOCO_SLURM_QUEUE_DEADLINE_S."""
+    $SOCO_SLURM_OPTIONS, the queue deadline from $SOCO_SLURM_QUEUE_DEADLINE_S, the pods' image, namespace,
+    GPUs and shared claim from $SOCO_K8S_IMAGE, $SOCO_K8S_NAMESPACE, $SOCO_K8S_GPUS, $SOCO_K8S_VOLUME_CLAIM."""
     from soco_pipeline.deploy.payload_jobs import default_workdir
 
     return StepLauncher(
@@ -127,4 +134,8 @@ def launcher_for_profile(storage_root: str) -> StepLauncher:
         workdir=default_workdir(storage_root),
         slurm_options=shlex.split(os.environ.get("SOCO_SLURM_OPTIONS", "")),
         queue_deadline_s=float(os.environ.get("SOCO_SLURM_QUEUE_DEADLINE_S", "3600")),
+        k8s_image=os.environ.get("SOCO_K8S_IMAGE", ""),
+        k8s_namespace=os.environ.get("SOCO_K8S_NAMESPACE", "default"),
+        k8s_gpus=int(os.environ.get("SOCO_K8S_GPUS", "0")),
+        k8s_volume_claim=os.environ.get("SOCO_K8S_VOLUME_CLAIM", ""),
     )
