@@ -119,8 +119,9 @@ def work(materialized_core, tmp_path):
 
 
 def test_backfill_as_slurm_jobs_matches_in_process(slurm, work, materialized_core, tmp_path):
-    """Both oracle partitions, their features extracted by Slurm jobs: the feature checksums, predictions
-    and metrics equal the in-process run's; the job's stdout and Pipes log reach the run's log."""
+    """Both oracle partitions, their features extracted by Slurm jobs: the feature checksums, predictions,
+    metrics and the SOCO board equal the in-process run's; the job's stdout and Pipes log reach the run's
+    log, the manifest's checksum comes back through Pipes."""
     for backbone in ORACLES:
         _forget_features(work, backbone)
         result = _materialize(work, _launcher(tmp_path), backbone, PER_BACKBONE)
@@ -136,6 +137,15 @@ def test_backfill_as_slurm_jobs_matches_in_process(slurm, work, materialized_cor
         reference = _table(materialized_core.tables, "feature_manifest", backbone)
         assert meta["checksum"].value == table_checksum(reference, "image_id", "checksum")
         assert meta["launcher"].value == "slurm" and meta["slurm_job_id"].value == job
+    # the SOCO board over both partitions
+    from soco_pipeline.analysis.leaderboard import leaderboard
+
+    boards = [
+        leaderboard(pd.concat([_table(c.tables, "metrics", b) for b in ORACLES], ignore_index=True))
+        for c in (work, materialized_core)
+    ]
+    assert len(boards[0]) == len(ORACLES)
+    pd.testing.assert_frame_equal(boards[0], boards[1], check_exact=True)
 
 
 def _paused_job(pause: Path, deadline_s: float = 300.0) -> str:
@@ -282,3 +292,19 @@ def test_soco_cluster_engine_slurm_starts_and_stops_by_pid(tmp_path):
     assert not LocalSlurm.attach(root).leftovers()
     ours = subprocess.run(["pgrep", "-af", str(root)], capture_output=True, text=True).stdout
     assert not ours.strip(), ours
+
+
+def test_a_failing_payload_fails_the_step_with_its_stderr(slurm, work, tmp_path):
+    """A payload that raises (a spec whose model the oracle kind does not know) ends its job FAILED: the
+    step's error names the job, its state and the end of its stderr, where the spec error names the file."""
+    text = (
+        (work.backbones / "oracle_part.yaml").read_text().replace("model: oracle_part", "model: oracle_nope")
+    )
+    (work.backbones / "oracle_broken.yaml").write_text(text)
+    with work.instance() as instance:
+        instance.add_dynamic_partitions("backbones", ["oracle_broken"])
+    result = _materialize(work, _launcher(tmp_path), "oracle_broken", ["feature_manifest"], False)
+    assert not result.success
+    text = "\n".join(_messages(result))
+    assert "ended FAILED (exit code 1:0" in text and "oracle_broken" in text, text[-3000:]
+    assert not Path(table_for("feature_manifest").path(str(work.tables), "oracle_broken")).exists()
