@@ -81,7 +81,13 @@ def parse_job(line: str) -> JobInfo:
 
 def submit(script: Path, options: Sequence[str], env: dict[str, str] | None = None) -> str:
     """`sbatch --parsable <options> <script>`; the job id, or RuntimeError with sbatch's message."""
-    done = _run(["sbatch", "--parsable", *options, str(script)], env)
+    try:
+        done = _run(["sbatch", "--parsable", *options, str(script)], env)
+    except FileNotFoundError as e:
+        raise RuntimeError(
+            "sbatch is not on PATH: the slurm launcher submits from the host that runs the Dagster steps, "
+            "which needs Slurm's client commands and SLURM_CONF (apt-get install slurm-client)"
+        ) from e
     if done.returncode != 0:
         raise RuntimeError(
             f"sbatch {shlex.join([*options, str(script)])} failed ({done.returncode}): {done.stderr.strip()}"
@@ -100,8 +106,12 @@ def job_info(job_id: str, env: dict[str, str] | None = None) -> JobInfo | None:
 
 
 def cancel(job_id: str, env: dict[str, str] | None = None) -> None:
-    """`scancel <job_id>` (no error when the job has ended already)."""
-    _run(["scancel", job_id], env)
+    """`scancel <job_id>` (no error when the job has ended already, or when scancel cannot be run: the
+    caller is already failing with the reason)."""
+    try:
+        _run(["scancel", job_id], env)
+    except (OSError, subprocess.TimeoutExpired):
+        pass
 
 
 def failure(info: JobInfo, stderr_tail: str = "") -> SlurmJobError | None:
@@ -136,14 +146,29 @@ def follow(
     poll_s: float = 1.0,
     on_poll: Callable[[JobInfo | None], None] | None = None,
     stderr_tail: Callable[[], str] = lambda: "",
+    controller_grace_s: float = 120.0,
 ) -> JobInfo:
     """Poll the job until it ends; its final JobInfo when COMPLETED, else the named SlurmJobError.
 
     A job still pending `queue_deadline_s` seconds after submission is cancelled (SlurmQueueTimeout).
+    `scontrol` failing (slurmctld restarting) is retried for `controller_grace_s` seconds in a row.
     `on_poll` runs after every poll (the launcher forwards the job's output there)."""
     submitted = time.monotonic()
+    failing_since: float | None = None
     while True:
-        info = job_info(job_id, env)
+        try:
+            info = job_info(job_id, env)
+            failing_since = None
+        except (RuntimeError, subprocess.TimeoutExpired) as e:
+            failing_since = failing_since or time.monotonic()
+            if time.monotonic() - failing_since > controller_grace_s:
+                raise SlurmJobError(
+                    f"Slurm job {job_id}: slurmctld did not answer for {controller_grace_s:.0f} s ({e})",
+                    job_id,
+                    "UNKNOWN",
+                ) from e
+            time.sleep(poll_s)
+            continue
         if on_poll is not None:
             on_poll(info)
         if info is None:
@@ -155,7 +180,7 @@ def follow(
             )
         if info.state == "COMPLETED":
             return info
-        if err := failure(info, stderr_tail()):
+        if info.state not in RUNNING_STATES | PENDING_STATES and (err := failure(info, stderr_tail())):
             raise err
         if info.state in PENDING_STATES and time.monotonic() - submitted > queue_deadline_s:
             cancel(job_id, env)
