@@ -308,3 +308,24 @@ def test_a_failing_payload_fails_the_step_with_its_stderr(slurm, work, tmp_path)
     text = "\n".join(_messages(result))
     assert "ended FAILED (exit code 1:0" in text and "oracle_broken" in text, text[-3000:]
     assert not Path(table_for("feature_manifest").path(str(work.tables), "oracle_broken")).exists()
+
+
+def test_global_features_as_a_slurm_job_match_in_process(slurm, work, tmp_path):
+    """global_feature_manifest[oracle_part] in-process, then again as a Slurm job after its cache folder is
+    deleted: the same table and the same features' checksum (reported through Pipes)."""
+    from soco_pipeline.defs.shared.launchers import StepLauncher
+
+    def run(launcher) -> tuple[pd.DataFrame, dict]:
+        result = _materialize(work, launcher, "oracle_part", ["global_feature_manifest"])
+        assert result.success
+        with work.instance() as instance:
+            rec = materializations(instance, "global_feature_manifest", "oracle_part", limit=1)[0]
+        meta = {k: v.value for k, v in rec.asset_materialization.metadata.items()}
+        return _table(work.tables, "global_feature_manifest", "oracle_part"), meta
+
+    ref, ref_meta = run(StepLauncher(kind="inprocess"))
+    shutil.rmtree(ref_meta["folder"])  # the shared cache folder: the job extracts every image again
+    got, meta = run(_launcher(tmp_path))
+    pd.testing.assert_frame_equal(got, ref, check_exact=True)
+    assert (meta["launcher"], ref_meta["launcher"]) == ("slurm", "inprocess")
+    assert meta["checksum"] == ref_meta["checksum"] and meta["rows"] == len(ref) > 0

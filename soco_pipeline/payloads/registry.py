@@ -11,7 +11,10 @@ from typing import Any
 import pandas as pd
 
 # name -> "module:function"; a payload takes (inputs: dict, log) and returns a PayloadResult
-PAYLOADS = {"features": "soco_pipeline.payloads.features:extract"}
+PAYLOADS = {
+    "features": "soco_pipeline.payloads.features:extract",
+    "global_features": "soco_pipeline.payloads.global_features:extract",
+}
 
 
 @dataclass

@@ -130,25 +130,28 @@ def feature_manifest(
 
 @cache_table("global_feature_manifest")
 def global_feature_manifest(
-    context: dg.AssetExecutionContext, soco: SocoSettings, image_set: pd.DataFrame
+    context: dg.AssetExecutionContext, soco: SocoSettings, launcher: StepLauncher, image_set: pd.DataFrame
 ) -> TableResult:
     """Global features of every image for one backbone: the shared cache's global output (the class tokens of
     the last two blocks and the last block's patch mean) at the run's input policy; global_metrics scores them.
 
     Resumable and shared: images already cached for this (spec, policy) are not recomputed, whichever family
-    asked first.
+    asked first. The extraction is the `global_features` payload, run where the launcher resource says.
     """
-    from soco_pipeline.features import cached_global
-
-    spec = spec_for(soco, context.partition_key)
-    policy = global_policy(soco)
-    feats, folder = cached_global(
-        spec, image_set, soco.features_root, policy, cache_context(soco), context.log.info
+    backbone = context.partition_key
+    result = launcher.run(
+        context,
+        "global_features",
+        {
+            "spec_file": str(spec_path(soco, backbone)),
+            "images": image_set,
+            "cache_root": soco.features_root,
+            "policy": global_policy(soco).model_dump(mode="json"),
+            "backbone_context": cache_context(soco),
+            "backbone": backbone,
+        },
     )
-    table = feats.table(
-        context.partition_key, folder, soco.features_root
-    )  # relative: a copied root reads its own
-    return TableResult(table, {"rows": len(table), "folder": folder, "policy": str(policy.cache_key())})
+    return TableResult(result.table, {**result.metadata, "launcher": launcher.resolved_kind()})
 
 
 def backbone_table(name: str, kinds: set[str] | None = None, **kwargs):
