@@ -329,3 +329,36 @@ def test_global_features_as_a_slurm_job_match_in_process(slurm, work, tmp_path):
     pd.testing.assert_frame_equal(got, ref, check_exact=True)
     assert (meta["launcher"], ref_meta["launcher"]) == ("slurm", "inprocess")
     assert meta["checksum"] == ref_meta["checksum"] and meta["rows"] == len(ref) > 0
+
+
+def test_an_interrupted_step_cancels_its_job(slurm, work, tmp_path, monkeypatch):
+    """SIGINT to the run's process while its job runs (Dagster turns it into the interrupt a terminated run
+    gets): the step fails interrupted, the job ends CANCELLED, and nothing is published."""
+    pause = tmp_path / "pause"
+    pause.mkdir()
+    monkeypatch.setenv("SOCO_PAUSE_DIR", str(pause))
+    _forget_features(work, "oracle_part")
+    jobs: list[str] = []
+
+    def interrupt() -> None:
+        jobs.append(_paused_job(pause))
+        os.kill(os.getpid(), signal.SIGINT)
+
+    t = threading.Thread(target=interrupt)
+    t.start()
+    try:
+        result = _materialize(work, _launcher(tmp_path), "oracle_part", ["feature_manifest"], False)
+    finally:
+        t.join(timeout=120)
+    (job,) = jobs
+    assert not result.success
+    assert "DagsterExecutionInterruptedError" in "\n".join(_messages(result))
+    wait_for(
+        f"job {job} cancelled",
+        lambda: (
+            "JobState=CANCELLED"
+            in subprocess.run(["scontrol", "show", "job", "-o", job], capture_output=True, text=True).stdout
+        ),
+        60,
+    )
+    assert not Path(table_for("feature_manifest").path(str(work.tables), "oracle_part")).exists()
