@@ -131,7 +131,9 @@ def test_forwarded_output_sends_whole_lines_once(tmp_path: Path):
 
 
 def test_unknown_payload_is_named():
-    with pytest.raises(ValueError, match="unknown payload 'probe'; known: \\['features'\\]"):
+    with pytest.raises(
+        ValueError, match="unknown payload 'probe'; known: \\['features', 'global_features'\\]"
+    ):
         run_payload("probe", {}, print)
 
 
