@@ -20,6 +20,9 @@ costs (per run: run created -> first step start plus last step end -> run end; p
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_scaleout.py [--categories car,bus,chair --images 4 --reps 2]
 
+With `--launchers inprocess,slurm [--backbone oracle_part]` it measures instead the per-step overhead of
+each launcher over in-process (benchmarks/launcher_overhead.py; Slurm as root, no Celery stack).
+
 Every process is stopped by pid at the end (`LocalStack.stop`); the script then lists any of the stack's
 processes still alive (there should be none).
 """
@@ -269,8 +272,22 @@ def main() -> None:
     ap.add_argument("--categories", default="", help="comma-separated subset (default: the whole demo set)")
     ap.add_argument("--images", type=int, default=None, help="images per category (default: the demo set's)")
     ap.add_argument("--reps", type=int, default=2, help="repetitions per setting, in ABBA order (default 2)")
+    ap.add_argument(
+        "--launchers",
+        default="",
+        help="instead: per-step overhead of these launchers over in-process (inprocess,slurm; "
+        "benchmarks/launcher_overhead.py)",
+    )
+    ap.add_argument(
+        "--backbone", default="oracle_part", help="--launchers: the partition (default oracle_part)"
+    )
     args = ap.parse_args()
     categories = [c for c in args.categories.split(",") if c] or None
+    if args.launchers:
+        from launcher_overhead import run as launcher_run  # (benchmarks/ is the script's folder)
+
+        launcher_run(args.launchers.split(","), args.backbone, categories, args.images, args.reps)
+        return
     print(
         f"nproc {os.cpu_count()}; {_load()} before; {len(BACKBONES)} partitions ({', '.join(BACKBONES)}); "
         f"data: {args.categories or 'demo set'}, {args.images or 'all'} images per category; "

@@ -127,6 +127,10 @@ def cmd_cluster(args: argparse.Namespace, settings: Settings) -> int:
     from soco_pipeline.deploy.stack import LocalStack
 
     root = Path(args.dir)
+    if args.engine == "slurm" or (args.action != "start" and (root / "slurm.json").exists()):
+        from soco_pipeline.deploy.slurm import cluster_command
+
+        return cluster_command(args.action, root)
     if args.action == "start":
         t0 = time.monotonic()
         stack = LocalStack(
@@ -246,6 +250,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("action", choices=["start", "stop", "status", "restart"])
     s.add_argument("--service", default=None, help="restart: the service to start again (a worker, say)")
     s.add_argument("--dir", default="storage/cluster", help="state, logs and data of the stack")
+    s.add_argument(
+        "--engine",
+        choices=["celery", "slurm"],
+        default="celery",
+        help="celery: the distributed stack; slurm: a single-node Slurm for the slurm launcher",
+    )
     s.add_argument("--workers", type=int, default=2, help="Celery workers on the default queue")
     s.add_argument("--gpu-workers", type=int, default=1, help="Celery workers on the gpu queue")
     s.add_argument("--max-concurrent-runs", type=int, default=4, help="runs the queue lets run at once")

@@ -427,8 +427,9 @@ def read_parquet(
     return table.to_pandas()
 
 
-# A model's name is the stem of the files written for it (tables' partitions, the feature cache, their temp
-# files: `.tmp-<pid>-<12 hex>-<name>.parquet`); a file name holds at most 255 bytes.
+# The longest model name (a spec's file stem) that fits in every file name the pipeline writes with it: a
+# component is at most 255 bytes on most file systems, and the longest is an atomic write's temporary name,
+# `.tmp-<host 8>-<pid up to 7>-<random 12>-<name>.parquet` (35 + name + 8 bytes); 200 leaves room.
 MAX_NAME_LENGTH = 200
 
 

@@ -1,6 +1,6 @@
 """The one place a test may skip: a program the machine may lack, or hardware it does not have.
 
-`.ci/run` installs chromium, redis-server and postgresql and sets CI=true; there, a missing program means
+`.ci/run` installs chromium, redis-server, postgresql, slurm-wlm and munge and sets CI=true; there, a missing program means
 the feature went untested, so `need` fails the test instead of reporting a skip that hides it. Hardware
 (a CPU feature, a CUDA device) cannot be installed: `need_hardware` skips even under CI and says so.
 tests/conftest.py fails, under CI=true, any skip that does not come from this module.

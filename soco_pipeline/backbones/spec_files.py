@@ -12,9 +12,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 
-# The longest model name (a spec's file stem) that fits in every file name the pipeline writes with it: a
-# component is at most 255 bytes on most file systems, and the longest is an atomic write's temporary name,
-# `.tmp-<host 8>-<pid up to 7>-<random 12>-<name>.parquet` (35 + name + 8 bytes); 200 leaves room.
 def file_hash(path: Path) -> str:
     """sha256 of a file's bytes (first 16 hex digits)."""
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]

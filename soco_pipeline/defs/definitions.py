@@ -28,6 +28,7 @@ from soco_pipeline.defs.shared.automation import OBSERVED_ON_CRON, daemon_minimu
 from soco_pipeline.defs.shared.executors import profile
 from soco_pipeline.defs.shared.family import Family, declared_families
 from soco_pipeline.defs.shared.io_manager import ParquetIOManager
+from soco_pipeline.defs.shared.launchers import launcher_for_profile
 from soco_pipeline.defs.shared.resources import SocoSettings
 from soco_pipeline.storage import is_remote
 
@@ -87,6 +88,8 @@ def build_definitions(**overrides) -> dg.Definitions:
         executor=executor_for_profile(),  # SOCO_PROFILE: local (default) | distributed (Celery)
         resources={
             "soco": soco,
+            # where the heavy per-model steps run (inprocess | celery | slurm | kubernetes; SOCO_LAUNCHER)
+            "launcher": launcher_for_profile(soco.storage_root),
             "io_manager": ParquetIOManager(base_path=soco.tables_root, storage_root=soco.storage_root),
             # The one writer of storage/results.duckdb (the results_database asset); readers such as
             # `soco sql` open the file read-only on their own. The views name their Parquet files relative

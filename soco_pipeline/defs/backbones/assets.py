@@ -15,6 +15,7 @@ from soco_pipeline.defs.shared.checks import (
     partition_table,
 )
 from soco_pipeline.defs.shared.executors import GPU_STEP_TAGS
+from soco_pipeline.defs.shared.launchers import StepLauncher
 from soco_pipeline.defs.shared.partitions import backbones_partitions
 from soco_pipeline.defs.shared.resources import SocoSettings
 from soco_pipeline.defs.shared.run_configs import EvalRunConfig, recorded_subset
@@ -105,54 +106,53 @@ def cache_context(soco: SocoSettings) -> dict:
 
 @cache_table("feature_manifest", schema=schemas.FeatureManifestSchema, validate=False)
 def feature_manifest(
-    context: dg.AssetExecutionContext, soco: SocoSettings, image_set: pd.DataFrame
+    context: dg.AssetExecutionContext, soco: SocoSettings, launcher: StepLauncher, image_set: pd.DataFrame
 ) -> TableResult:
     """Dense features of every image for one backbone: fp16 C×h×w tensors in the cache, and their manifest.
 
-    Resumable: images already in the cache for this spec are not recomputed.
+    Resumable: images already in the cache for this spec are not recomputed. The extraction is the
+    `features` payload, run where the launcher resource says (in-process, Celery, Slurm, Kubernetes).
     """
-    from soco_pipeline.backbones import spec_hash
-    from soco_pipeline.features import extract_features
-    from soco_pipeline.gpu_time import gpu_timer
-
     backbone = context.partition_key
-    spec = spec_for(soco, backbone)
     context.log_event(observation("backbone_spec", spec_version(soco, backbone), backbone))
-    # the backbone runs on soco.device, or on the spec's device when that is auto (BackboneContext)
-    with gpu_timer(spec.device if soco.device in (None, "", "auto") else soco.device) as gpu:
-        manifest = extract_features(
-            spec,
-            image_set,
-            soco.features_root,
-            context=cache_context(soco),
-            log=context.log.info,
-        )
-    return TableResult(
-        manifest, {"rows": len(manifest), "spec_hash": spec_hash(spec), "kind": spec.kind, **gpu.metadata()}
+    result = launcher.run(
+        context,
+        "features",
+        {
+            "spec_file": str(spec_path(soco, backbone)),
+            "images": image_set,
+            "cache_root": soco.features_root,
+            # the backbone runs on soco.device, or on the spec's device when that is auto (BackboneContext)
+            "backbone_context": cache_context(soco),
+        },
     )
+    return TableResult(result.table, {**result.metadata, "launcher": launcher.resolved_kind()})
 
 
 @cache_table("global_feature_manifest")
 def global_feature_manifest(
-    context: dg.AssetExecutionContext, soco: SocoSettings, image_set: pd.DataFrame
+    context: dg.AssetExecutionContext, soco: SocoSettings, launcher: StepLauncher, image_set: pd.DataFrame
 ) -> TableResult:
     """Global features of every image for one backbone: the shared cache's global output (the class tokens of
     the last two blocks and the last block's patch mean) at the run's input policy; global_metrics scores them.
 
     Resumable and shared: images already cached for this (spec, policy) are not recomputed, whichever family
-    asked first.
+    asked first. The extraction is the `global_features` payload, run where the launcher resource says.
     """
-    from soco_pipeline.features import cached_global
-
-    spec = spec_for(soco, context.partition_key)
-    policy = global_policy(soco)
-    feats, folder = cached_global(
-        spec, image_set, soco.features_root, policy, cache_context(soco), context.log.info
+    backbone = context.partition_key
+    result = launcher.run(
+        context,
+        "global_features",
+        {
+            "spec_file": str(spec_path(soco, backbone)),
+            "images": image_set,
+            "cache_root": soco.features_root,
+            "policy": global_policy(soco).model_dump(mode="json"),
+            "backbone_context": cache_context(soco),
+            "backbone": backbone,
+        },
     )
-    table = feats.table(
-        context.partition_key, folder, soco.features_root
-    )  # relative: a copied root reads its own
-    return TableResult(table, {"rows": len(table), "folder": folder, "policy": str(policy.cache_key())})
+    return TableResult(result.table, {**result.metadata, "launcher": launcher.resolved_kind()})
 
 
 def backbone_table(name: str, kinds: set[str] | None = None, **kwargs):
