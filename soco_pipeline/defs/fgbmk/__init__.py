@@ -29,6 +29,15 @@ def load_fgbmk_config(path: str, soco: SocoSettings):
     return load_config(path, soco.dataset_size if soco.dataset_size in ("demo", "full") else None)
 
 
+def fgbmk_reads(spec, cfg) -> dict:
+    """The spec fields FG-BMK's tables read: its global features and attacks take the family's own input
+    policy (cfg.global_features), so the spec's `input` only where a dense-only backbone runs at it."""
+    from soco_pipeline.backbones.reads import computation
+    from soco_pipeline.features.policy import global_reads
+
+    return global_reads(computation(spec), spec.kind, cfg.global_features)
+
+
 # 4: fgbmk_probe_predictions (the probe's per-image outcomes, the watch's paired test) beside fgbmk_metrics.
 # 2: per-class top-1 in fgbmk_metrics, demo scale, one SGD loop. 3: the release's probe (Adam, its sampler),
 # ids and multi-label rows kept, findings as statistics. Global features from any kind (the SOCO oracles read
@@ -38,6 +47,7 @@ FAMILY = Family(
     "fgbmk-4",
     load_fgbmk_config,
     needs=frozenset({"global_features"}),
+    reads=fgbmk_reads,
     headline=Headline(
         values=("top1_subclass", "choice_subclass"),
         label="FG-BMK subclass accuracy (probe top-1 | choice)",

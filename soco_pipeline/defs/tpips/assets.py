@@ -48,6 +48,14 @@ def not_applicable_scores(model: str, reason: str, inputs) -> pd.DataFrame:
     return not_applicable_rows(model, reason.removeprefix("not applicable: "))
 
 
+def tpips_reads(spec, cfg) -> dict:
+    """The spec fields TPIPS's tables read: everything but `input` (it extracts at the config's input_size,
+    tasks/tpips/features.layer_specs)."""
+    from soco_pipeline.backbones.reads import computation, without
+
+    return without(computation(spec), ["input"])
+
+
 # 6: tpips_baseline_outcomes / tpips_learned_outcomes, each method's agreement per OOO test row (the watch's
 # paired test) beside the score tables; 5: a source (generated | official), 2AFC without "overall", LVLM permutation averaging, ties scored as ties;
 # 4: late fusion = an aspect-weighted squared distance of the embeddings, L-BFGS line search unstalled;
@@ -57,6 +65,7 @@ FAMILY = Family(
     "tpips-6",
     load_tpips_config,
     needs=NEEDS,
+    reads=tpips_reads,
     headline=Headline(
         values=("ooo",),
         label="TPIPS odd-one-out agreement (test split)",
