@@ -6,6 +6,7 @@ on a tiny embedded set (simulated data), through `soco run` in this process."""
 
 import contextlib
 import io
+import json
 
 import dagster as dg
 import pandas as pd
@@ -123,6 +124,23 @@ def test_an_input_only_copy_reuses_fgbmk_and_tpips_rows_and_reruns_soco_and_mmvm
             entry = instance.get_latest_materialization_event(dg.AssetKey(board))
             note = entry.asset_materialization.metadata["reused"].value
             assert "**vit_b**: reused from **vit_a**" in note, note
+
+
+def test_the_results_record_states_the_reuse(world, tmp_path):
+    """`soco export-results vit_b OUT --format record --family fgbmk|tpips` names the model whose rows vit_b's
+    tables reused (run after the input-only copy above; a pytest-randomly order runs it alone first)."""
+    if not (world["specs"] / "vit_b.yaml").exists():
+        test_an_input_only_copy_reuses_fgbmk_and_tpips_rows_and_reruns_soco_and_mmvm(world)
+    for family in ("fgbmk", "tpips"):
+        out = tmp_path / f"{family}.json"
+        with contextlib.redirect_stdout(io.StringIO()):
+            assert (
+                cli.main(["export-results", "vit_b", str(out), "--format", "record", "--family", family]) == 0
+            )
+        record = json.loads(out.read_text())
+        assert record["reused_from"] and set(record["reused_from"].values()) == {"vit_a"}, record.get(
+            "reused_from"
+        )
 
 
 def test_a_reference_only_edit_keeps_the_data_version_and_runs_no_model_step(world):
