@@ -16,6 +16,20 @@ from typing import Any
 
 from soco_pipeline.backbones.spec import BackboneSpec, weights_fingerprint
 
+# the installed libraries whose version can move a figure (docs/develop.md: the pinned libraries); a table's
+# reads version covers them, so an upgrade computes again instead of reusing
+COMPUTE_LIBRARIES = (
+    "torch",
+    "timm",
+    "numpy",
+    "scipy",
+    "pandas",
+    "pyarrow",
+    "opencv-python-headless",
+    "Pillow",
+    "scikit-image",
+    "transformers",
+)
 # fields of BackboneSpec.to_dict() that change no computation (spec_hash leaves them out as well)
 NOT_COMPUTATION = ("name", "device", "batch_size")
 

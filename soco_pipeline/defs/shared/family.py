@@ -106,10 +106,12 @@ class Family:
 
     def reads_version(self, context: dg.AssetExecutionContext, soco: SocoSettings, spec) -> str:
         """The reads version of this step's tables for `spec` (shared/reuse.py): the spec fields the family
-        reads, its config, its code version and its inputs' recorded versions."""
-        from soco_pipeline.backbones.reads import reads_version
+        reads, its config, its code version, its inputs' recorded versions and the computing libraries'
+        versions (an upgraded OpenCV or torch computes again)."""
+        from soco_pipeline.backbones.reads import COMPUTE_LIBRARIES, reads_version
         from soco_pipeline.defs.shared.reuse import upstream_versions
         from soco_pipeline.evaluation.family_records import config_hash
+        from soco_pipeline.evaluation.provenance import package_versions
 
         config = self.config(soco)
         return reads_version(
@@ -118,6 +120,7 @@ class Family:
             code=self.code_version,
             config=config_hash(config),
             inputs=upstream_versions(context),
+            libraries=package_versions(COMPUTE_LIBRARIES),
         )
 
     def reused(
