@@ -33,7 +33,7 @@ def record_for_family(settings: Settings, family: str, model: str) -> dict:
     kind, tables = load_family_tables(settings.tables_root, family, declared.record, model)
     spec, spec_hash = model_spec(settings, kind, model)
     cfg = declared.config(settings)
-    return family_record(
+    record = family_record(
         family=family,
         parts=declared.parts,
         model=model,
@@ -44,3 +44,33 @@ def record_for_family(settings: Settings, family: str, model: str) -> dict:
         config=cfg.model_dump(mode="json"),
         config_hash=config_hash(cfg),
     )
+    reused = reused_tables(family, model) if kind == "backbone" else {}
+    if reused:  # docs/results.md "What a per-model table is cached by"
+        record["reused_from"] = reused
+    return record
+
+
+def reused_tables(family: str, model: str) -> dict[str, str]:
+    """{table: the model whose stored rows it reused} of `model`'s per-backbone tables in `family`, from the
+    latest materialization of each in the project's Dagster instance ({} without one)."""
+    import os
+
+    if not (os.environ.get("DAGSTER_HOME") and os.environ.get("SOCO_STORAGE")):
+        return {}  # no project instance to read (the `soco` command always has one)
+    import dagster as dg
+
+    from soco_pipeline.project import prepare_instance
+    from soco_pipeline.tasks import family_specs
+
+    prepare_instance()  # DAGSTER_HOME: the Makefile's default has its dagster.yaml
+    out = {}
+    with dg.DagsterInstance.get() as instance:
+        for table in family_specs()[family].record.backbone:
+            records = instance.fetch_materializations(
+                dg.AssetRecordsFilter(asset_key=dg.AssetKey(table), asset_partitions=[model]), limit=1
+            ).records
+            meta = records[0].event_log_entry.asset_materialization.metadata if records else {}
+            source = getattr(meta.get("reused_from"), "value", None)
+            if source and source != model:
+                out[table] = str(source)
+    return out

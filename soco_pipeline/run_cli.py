@@ -19,13 +19,15 @@ import textwrap
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import dagster as dg
-import pandas as pd
 import yaml
 
-from soco_pipeline.report.console import WIDTH
 from soco_pipeline.settings import Settings
+
+if TYPE_CHECKING:  # `soco --help` and every other command start without Dagster and pandas (issue 53)
+    import dagster as dg
+    import pandas as pd
 
 SOURCE = "soco run"
 LIMIT_TAG = "soco/limit"
@@ -82,6 +84,8 @@ def add_spec(src: Path, settings: Settings, weights: bool = True, force: bool = 
 
 
 def _latest(instance: dg.DagsterInstance, key: dg.AssetKey, partition: str | None):
+    import dagster as dg
+
     records = instance.fetch_materializations(
         dg.AssetRecordsFilter(asset_key=key, asset_partitions=[partition] if partition else None), limit=1
     ).records
@@ -97,6 +101,7 @@ def is_cached(
 ) -> bool:
     """Whether every asset of `keys` has a materialization (of `partition`) made after `since`, and with
     `limit` given, by a run tagged with that limit (a full run: 'none')."""
+
     for key in keys:
         record = _latest(instance, key, partition)
         if record is None or record.timestamp < since:
@@ -108,8 +113,70 @@ def is_cached(
     return True
 
 
-def plan(defs: dg.Definitions, added: Added, families: list[str], limit: int | None, settings: Settings):
-    """The steps of a `soco run`: (stage, cached-check arguments) in order."""
+def spec_since(instance: dg.DagsterInstance, added: Added) -> float:
+    """Since when the spec has had its current data version. A backbone spec's version is that of its
+    computation (backbones/spec_files.spec_data_version: a `reference:`, a description or a comment leave
+    it): it is observed now (as the spec sensor does), and the answer is the time of the oldest observation
+    of `backbone_spec` in the unbroken run of observations at this version, from Dagster's records. An LVLM
+    spec: its file's modification time."""
+    import dagster as dg
+
+    if added.partitions != "backbones":
+        return added.path.stat().st_mtime
+    from soco_pipeline.backbones.spec_files import spec_data_version
+    from soco_pipeline.defs.shared.automation import DATA_VERSION_TAG, observation
+
+    version = spec_data_version(added.path)
+    instance.report_runless_asset_event(observation("backbone_spec", version, added.name))
+    records = instance.fetch_observations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey("backbone_spec"), asset_partitions=[added.name]),
+        limit=1000,
+    ).records  # newest first
+    since = time.time()
+    for record in records:
+        tags = record.event_log_entry.asset_observation.tags or {}
+        if tags.get(DATA_VERSION_TAG) != version:
+            break
+        since = record.timestamp
+    return since
+
+
+def latest_time(instance: dg.DagsterInstance, keys: list[dg.AssetKey], partition: str | None = None) -> float:
+    """The newest materialization time among `keys` (of `partition`); 0 when none is materialized."""
+    times = [r.timestamp for k in keys if (r := _latest(instance, k, partition)) is not None]
+    return max(times, default=0.0)
+
+
+def board_current(instance: dg.DagsterInstance, keys: list[dg.AssetKey], after: float) -> bool:
+    """Whether every board of `keys` has a materialization made after `after`."""
+    return all((r := _latest(instance, k, None)) is not None and r.timestamp >= after for k in keys)
+
+
+def reused_from(instance: dg.DagsterInstance, keys: list[dg.AssetKey], partition: str) -> list[str]:
+    """The models whose stored rows the latest materializations of `keys` (of `partition`) reused."""
+    from soco_pipeline.defs.shared.reuse import REUSED_FROM
+
+    out = set()
+    for key in keys:
+        record = _latest(instance, key, partition)
+        value = record.asset_materialization.metadata.get(REUSED_FROM) if record else None
+        if value is not None and getattr(value, "value", value) != partition:
+            out.add(str(getattr(value, "value", value)))
+    return sorted(out)
+
+
+def plan(
+    defs: dg.Definitions,
+    added: Added,
+    families: list[str],
+    limit: int | None,
+    settings: Settings,
+    since: float | None = None,
+):
+    """The steps of a `soco run`: (stage, cached-check arguments) in order; a model step is cached when each
+    of its assets was materialized after `since` (default: the spec file's modification time)."""
+    import dagster as dg
+
     from soco_pipeline.demo import (
         DATA_AND_PAIRS,
         LVLM_GROUP,
@@ -121,7 +188,8 @@ def plan(defs: dg.Definitions, added: Added, families: list[str], limit: int | N
         families as family_groups,
     )
 
-    name, since = added.name, added.path.stat().st_mtime
+    name = added.name
+    since = added.path.stat().st_mtime if since is None else since
     graph = defs.resolve_asset_graph()
     data = list(dg.AssetSelection.groups(*DATA_AND_PAIRS).resolve(graph))
     steps = [(Stage(f"data and pairs ({settings.dataset_size})", "demo_data_and_pairs", data), {})]
@@ -165,6 +233,9 @@ def _boards(
     defs: dg.Definitions, instance: dg.DagsterInstance, settings: Settings
 ) -> dict[str, pd.DataFrame]:
     """Every board materialized so far: SOCO's and each family's ({family: table})."""
+    import dagster as dg
+    import pandas as pd
+
     from soco_pipeline.demo import families as family_groups
     from soco_pipeline.demo import quiet
 
@@ -182,11 +253,14 @@ def _boards(
 
 def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     """Add a spec and evaluate that model on the chosen families; print its summary beside the others."""
+    import dagster as dg
+    import pandas as pd
+
     from soco_pipeline.backbones.kinds import libraries
     from soco_pipeline.backbones.spec_files import spec_kind
     from soco_pipeline.defs.definitions import build_definitions
     from soco_pipeline.demo import LOCATION, Runner, headlines, where_the_tables_are
-    from soco_pipeline.report.console import console_table, model_card, summary_text
+    from soco_pipeline.report.console import WIDTH, console_table, model_card, summary_text
     from soco_pipeline.tasks import family_specs
 
     known = ("soco", *family_specs())  # SOCO (and its LVLM track) and every family declared in tasks/
@@ -207,11 +281,14 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     instance = dg.DagsterInstance.get()
     if added.name not in instance.get_dynamic_partitions(added.partitions):
         instance.add_dynamic_partitions(added.partitions, [added.name])
-    steps = plan(defs, added, families, args.limit, settings)
+    since = spec_since(instance, added)
+    steps = plan(defs, added, families, args.limit, settings, since)
     kinds = [spec_kind(added.path)] if added.partitions == "backbones" else []
     runner = Runner(defs, instance, overrides, LOCATION, source=SOURCE, preload=libraries(kinds))
     timings = []
     t0 = time.perf_counter()
+    model_keys = [k for stage, cache in steps if stage.partition == added.name for k in stage.keys]
+    ran = False  # a board is cached only when no step before it ran in this command
     try:
         for i, (stage, cache) in enumerate(steps, 1):
             stage.label = f"[{i}/{len(steps)}] {stage.label}"
@@ -219,9 +296,26 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
                 print(f"{stage.label}: cached, skipped", flush=True)
                 timings.append((stage.label, "cached", 0.0))
                 continue
+            if cache is None and i > 1 and not ran:
+                # a board is current when made after this model's latest rows (and, for the SOCO board and
+                # the summary, which read `reference:` from the spec folder, after the spec file's last edit)
+                after = latest_time(instance, model_keys, added.name)
+                if stage.job == "demo_summary":
+                    after = max(after, added.path.stat().st_mtime)
+                if board_current(instance, stage.keys, after):
+                    print(f"{stage.label}: cached, skipped", flush=True)
+                    timings.append((stage.label, "cached", 0.0))
+                    continue
             t = time.perf_counter()
             ok = runner.run(stage)
-            timings.append((stage.label, "ran" if ok else "FAILED", time.perf_counter() - t))
+            ran = True
+            status = "ran" if ok else "FAILED"
+            if ok and stage.partition == added.name:
+                sources = reused_from(instance, stage.keys, added.name)
+                if sources:
+                    status = f"reused from {', '.join(sources)}"
+                    print(f"{stage.label}: rows reused from {', '.join(sources)}", flush=True)
+            timings.append((stage.label, status, time.perf_counter() - t))
             if not ok and i == 1:
                 break  # nothing runs without the data
     except (KeyboardInterrupt, dg.DagsterExecutionInterruptedError):

@@ -33,36 +33,38 @@ def scan_folder(folder: Path, load: Callable[[Path], object]) -> tuple[dict[str,
 def scan_specs(folder: Path) -> tuple[dict[str, str], dict[str, str]]:
     """Valid backbone spec files of a folder as {name: data version}, and invalid ones as {name: error}.
 
-    The data version is the file's content hash, joined by its local weights' content hash when it has
-    local weights (spec_data_version), so a checkpoint replaced in place re-runs that backbone."""
+    The data version is that of the spec's computation (spec_data_version): a comment, a description or a
+    `reference:` changes the file but not the version, so it re-runs nothing; local weights replaced in place
+    do change it."""
     valid, invalid = scan_folder(folder, lambda path: _checked(str(path), file_hash(path)))
     return {name: spec_data_version(Path(folder) / f"{name}.yaml", h) for name, h in valid.items()}, invalid
 
 
 def spec_data_version(path: Path, content_hash: str | None = None) -> str:
-    """A backbone spec's data version: its file's content hash (`content_hash` when the caller has it),
-    plus its local weights' (if any). The spec is parsed once per file content, not at every sensor tick;
-    the weights' digest is cached by their size and mtime (spec.weights_fingerprint)."""
-    from soco_pipeline.backbones.spec import weights_fingerprint
+    """A backbone spec's data version: the hash of what its computation reads (backbones/reads.py:
+    the normalised spec without name, device, batch size, `reference:` and description, plus its local
+    weights' content), so metadata edits keep it; the file's content hash (`content_hash` when the caller
+    has it) for a spec that does not load (its run reports why). The spec is parsed once per file
+    content, not at every sensor tick; the weights' digest is cached by their size and mtime."""
+    from soco_pipeline.backbones.reads import spec_computation_version
 
     version = content_hash or file_hash(path)
-    weights = _weights_of(str(path), version)
-    if weights is None:  # a spec that does not load keeps its file hash; its run reports why
+    spec = _spec_of(str(path), version)
+    if spec is None:
         return version
     try:
-        fingerprint = weights_fingerprint(weights)
+        return spec_computation_version(spec)
     except OSError:
         return version
-    return f"{version}-{fingerprint}" if fingerprint else version
 
 
 @functools.lru_cache(maxsize=256)
-def _weights_of(path: str, content_hash: str) -> str | None:
-    """The `weights` field of a spec file, parsed once per file content (None when it does not load)."""
+def _spec_of(path: str, content_hash: str):
+    """The spec of a file, parsed once per file content (None when it does not load)."""
     from soco_pipeline.backbones.spec import load_spec
 
     try:
-        return load_spec(path).weights
+        return load_spec(path)
     except (ValueError, OSError):
         return None
 

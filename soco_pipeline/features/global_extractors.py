@@ -35,13 +35,8 @@ from soco_pipeline.backbones.base import Backbone, BackboneContext, image_seed
 from soco_pipeline.backbones.preprocess import NORMALISATION_PRESETS
 from soco_pipeline.features.extract import load_image
 from soco_pipeline.features.layout import feature_dir
-from soco_pipeline.features.policy import GLOBAL_CODE_VERSION, GlobalInputPolicy
+from soco_pipeline.features.policy import GLOBAL_CODE_VERSION, MODEL_KINDS, GlobalInputPolicy
 from soco_pipeline.storage import join
-
-MODEL_KINDS = (
-    "timm",
-    "packaged",
-)  # kinds whose torch model is read block by block; the rest average dense maps
 
 
 class GlobalExtractor:
@@ -88,7 +83,7 @@ def spec_identity(spec: BackboneSpec, policy: GlobalInputPolicy) -> dict:
     """What decides a backbone's global features besides the policy, known without building it: the spec hash,
     and for a dense-only backbone the input side it is run at (`dense_input`)."""
     ident = {"hash": spec_hash(spec)}
-    if spec.kind in MODEL_KINDS or not policy.dense_input:
+    if spec.kind in MODEL_KINDS or not policy.dense_input:  # global_ignores_input's two cases
         return ident
     return {**ident, "extra": {"dense_input": policy.dense_input}}
 

@@ -32,6 +32,25 @@ class GlobalInputPolicy(BaseModel):
         return self.model_dump(exclude={"threads", "batch_size"})
 
 
+MODEL_KINDS = (
+    "timm",
+    "packaged",
+)  # kinds whose torch model is read block by block; the rest average dense maps
+
+
+def global_ignores_input(kind: str, policy: GlobalInputPolicy) -> bool:
+    """Whether a backbone's global output ignores its spec's `input`: a model read block by block takes the
+    policy's resize and crop; a dense-only one runs at the policy's `dense_input` when it names one (else at
+    the spec's own input)."""
+    return kind in MODEL_KINDS or bool(policy.dense_input)
+
+
+def global_reads(fields: dict, kind: str, policy: GlobalInputPolicy) -> dict:
+    """The spec fields (backbones/reads.computation) a global-feature extraction under `policy` reads:
+    without `input` when it ignores it (global_ignores_input)."""
+    return {k: v for k, v in fields.items() if k != "input" or not global_ignores_input(kind, policy)}
+
+
 def load_global_policy(scale: str | None = None, path: str | None = None) -> GlobalInputPolicy:
     """The run's global-feature input policy: assets/global_features.yaml (or `path`) at `scale` (demo when
     None); an error names the file and the field."""

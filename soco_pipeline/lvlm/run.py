@@ -14,6 +14,7 @@ quotes the first failure).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -85,7 +86,7 @@ class Answered:
     attempts: np.ndarray
     error: np.ndarray  # "" or the failure after the backend's retries
     request_hash: np.ndarray
-    cached: np.ndarray  # bool: read from the answer cache, not asked
+    cached: np.ndarray  # bool: not asked (read from the answer cache, or an identical request's reply)
 
     @property
     def sent(self) -> int:
@@ -111,7 +112,7 @@ def ask_requests(
 ) -> Answered:
     """Answer requests 0..n-1 (`request(i)` builds one, on a worker thread): every family's one way to ask.
 
-    Cached answers are read; the rest go to the backend in chunks of its batch size through `max_concurrency`
+    Cached answers are read; identical requests (one request hash) are asked once; the rest go to the backend in chunks of its batch size through `max_concurrency`
     worker threads (at most 2 x max_concurrency chunks in flight), each answer cached at once. Both of the
     spec's guards apply: `max_consecutive_failures` requests in a row failing (openai) and more than
     `max_error_rate` of all `n` failing raise LvlmRunError (no score is posted; what was answered stays
@@ -128,30 +129,51 @@ def ask_requests(
     error = np.full(n, "", dtype=object)
     was_cached = np.zeros(n, dtype=bool)
 
+    # Identical requests (same request hash) are asked once: the first worker to meet a hash asks it, the
+    # others wait for its reply (`asking`: hash -> event set once `answered` holds the reply).
+    lock = threading.Lock()
+    asking: dict[str, threading.Event] = {}
+    answered: dict[str, Reply] = {}
+
     def work(chunk: list[int]) -> list[tuple[int, Reply, bool]]:
-        """Answer a chunk of requests: from the cache, else from the backend (caching each answer at once)."""
-        out, ask, reqs = [], [], []
-        for i in chunk:
-            req = request(i)
-            keys[i] = request_key(req.text, req.image_digests(), generation)
-            rec = cache.get(keys[i])
-            if rec is not None:
-                out.append((i, Reply(rec["text"], rec["latency_s"], rec["attempts"]), True))
-            else:
-                ask.append(i)
-                reqs.append(req)
-        if reqs:
-            if hasattr(backend, "answer") and len(reqs) == 1:
-                replies = [backend.answer(reqs[0], jitter_seed=int(seeds(ask[0])))]
-            else:
-                replies = backend.answer_batch(reqs)
-            for i, reply in zip(ask, replies, strict=True):
-                if not reply.error:
-                    cache.put(
-                        keys[i],
-                        {"text": reply.text, "latency_s": reply.latency_s, "attempts": reply.attempts},
-                    )
-                out.append((i, reply, False))
+        """Answer a chunk of requests: from the cache, else from the backend (caching each answer at once),
+        or from the reply of an identical request another worker (or this one) is asking."""
+        out, ask, reqs, follow = [], [], [], []
+        try:
+            for i in chunk:
+                req = request(i)
+                keys[i] = request_key(req.text, req.image_digests(), generation)
+                rec = cache.get(keys[i])
+                if rec is not None:
+                    out.append((i, Reply(rec["text"], rec["latency_s"], rec["attempts"]), True))
+                    continue
+                with lock:
+                    first = keys[i] not in asking
+                    if first:
+                        asking[keys[i]] = threading.Event()
+                (ask if first else follow).append(i)
+                if first:
+                    reqs.append(req)
+            if reqs:
+                if hasattr(backend, "answer") and len(reqs) == 1:
+                    replies = [backend.answer(reqs[0], jitter_seed=int(seeds(ask[0])))]
+                else:
+                    replies = backend.answer_batch(reqs)
+                for i, reply in zip(ask, replies, strict=True):
+                    if not reply.error:
+                        cache.put(
+                            keys[i],
+                            {"text": reply.text, "latency_s": reply.latency_s, "attempts": reply.attempts},
+                        )
+                    answered[keys[i]] = reply
+                    out.append((i, reply, False))
+        finally:
+            for i in ask:
+                asking[keys[i]].set()  # also when this chunk raised: the followers then report it
+        for i in follow:  # every ask above is done first, so two chunks never wait on each other
+            asking[keys[i]].wait()
+            reply = answered.get(keys[i]) or Reply("", 0.0, 0, "an identical request failed before its reply")
+            out.append((i, reply, True))
         return out
 
     chunks = [list(range(k, min(k + batch, n))) for k in range(0, n, batch)]

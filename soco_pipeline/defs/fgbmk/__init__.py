@@ -20,13 +20,23 @@ from soco_pipeline.defs.shared.specs import lvlm_spec_for
 from soco_pipeline.tasks import fgbmk
 from soco_pipeline.tasks.fgbmk import schemas
 
+
+def fgbmk_reads(spec, cfg) -> dict:
+    """The spec fields FG-BMK's tables read: its global features and attacks take the family's own input
+    policy (cfg.global_features), so the spec's `input` only where a dense-only backbone runs at it."""
+    from soco_pipeline.backbones.reads import computation
+    from soco_pipeline.features.policy import global_reads
+
+    return global_reads(computation(spec), spec.kind, cfg.global_features)
+
+
 # 5: the 95% CI of each accuracy (bootstrap over test images / questions, the config's seed) in fgbmk_metrics,
 # fgbmk_lvlm_metrics and the board. 4: fgbmk_probe_predictions (the probe's per-image outcomes, the watch's
 # paired test) beside fgbmk_metrics.
 # 2: per-class top-1 in fgbmk_metrics, demo scale, one SGD loop. 3: the release's probe (Adam, its sampler),
 # ids and multi-label rows kept, findings as statistics. Global features from any kind (the SOCO oracles read
 # the part maps the embedded set writes for them); the attacks need pixels (below).
-FAMILY = Family.of(fgbmk.SPEC, "fgbmk-5", needs=frozenset({"global_features"}))
+FAMILY = Family.of(fgbmk.SPEC, "fgbmk-5", needs=frozenset({"global_features"}), reads=fgbmk_reads)
 GROUP, CODE_VERSION = FAMILY.name, FAMILY.code_version
 
 

@@ -61,8 +61,10 @@ NotApplicableRows = Callable[[str, str, Mapping[str, Any]], pd.DataFrame]
 class Family:
     """A task family's declaration: its name (= its asset group and the prefix of its tables), the code
     version of its tables, its config loader `(path, settings) -> config`, the backbone capabilities its
-    per-backbone tables need, and its headline in `model_summary` (its family and board filled in: the name,
-    `<name>_leaderboard` unless it names another board). `boards` lists the boards `@board` declared; `spec`
+    per-backbone tables need, its headline in `model_summary` (its family and board filled in: the name,
+    `<name>_leaderboard` unless it names another board), and `reads(spec, config)`: the spec fields its
+    per-backbone tables read (default: the whole computation, backbones/reads.py), which with its config, code
+    version and inputs key their cache (shared/reuse.py). `boards` lists the boards `@board` declared; `spec`
     is the domain declaration it was built from (`Family.of`), with its record parts and watch."""
 
     name: str
@@ -70,14 +72,21 @@ class Family:
     load_config: Callable[[str, SocoSettings], Any]
     needs: frozenset[str] = field(default_factory=frozenset)
     headline: Headline | None = None
+    reads: Callable[[Any, Any], Mapping[str, Any]] | None = None  # (spec, config) -> the spec fields read
     boards: list[str] = field(default_factory=list, compare=False, repr=False)
     spec: FamilySpec | None = field(default=None, compare=False, repr=False)
 
     @classmethod
-    def of(cls, spec: FamilySpec, code_version: str, needs: frozenset[str] = frozenset()) -> Family:
+    def of(
+        cls,
+        spec: FamilySpec,
+        code_version: str,
+        needs: frozenset[str] = frozenset(),
+        reads: Callable[[Any, Any], Mapping[str, Any]] | None = None,
+    ) -> Family:
         """The Dagster half of a domain `FamilySpec` (its name, config loader, headline and tables)."""
         spec.register_tables()
-        return cls(spec.name, code_version, spec.load_config, needs, spec.headline, spec=spec)
+        return cls(spec.name, code_version, spec.load_config, needs, spec.headline, reads, spec=spec)
 
     def __post_init__(self) -> None:
         h = self.headline
@@ -103,6 +112,52 @@ class Family:
             f"not applicable: {self.name} needs {', '.join(missing)}, which a {spec.kind!r} backbone does not "
             f"offer; it offers {offered}"
         )
+
+    def spec_reads(self, spec, config: Any) -> Mapping[str, Any]:
+        """The fields of a backbone spec this family's tables read (`reads`, else the whole computation)."""
+        from soco_pipeline.backbones.reads import computation
+
+        return self.reads(spec, config) if self.reads is not None else computation(spec)
+
+    def reads_version(self, context: dg.AssetExecutionContext, soco: SocoSettings, spec) -> str:
+        """The reads version of this step's tables for `spec` (shared/reuse.py): the spec fields the family
+        reads, its config, its code version, its inputs' recorded versions and the computing libraries'
+        versions (an upgraded OpenCV or torch computes again)."""
+        from soco_pipeline.backbones.reads import COMPUTE_LIBRARIES, reads_version
+        from soco_pipeline.defs.shared.reuse import upstream_versions
+        from soco_pipeline.evaluation.family_records import config_hash
+        from soco_pipeline.evaluation.provenance import package_versions
+
+        config = self.config(soco)
+        return reads_version(
+            self.spec_reads(spec, config),
+            family=self.name,
+            code=self.code_version,
+            config=config_hash(config),
+            inputs=upstream_versions(context),
+            libraries=package_versions(COMPUTE_LIBRARIES),
+        )
+
+    def reused(
+        self, context: dg.AssetExecutionContext, soco: SocoSettings, version: str
+    ) -> dict[str, TableResult] | None:
+        """This step's tables from a stored partition with the same reads version, relabelled to this model
+        and marked `reused_from` (shared/reuse.py); None when there is none."""
+        from soco_pipeline.defs.shared.reuse import reusable_partition, reuse_metadata
+        from soco_pipeline.stored_tables import stored_as, stored_exists
+
+        keys = sorted(context.selected_asset_keys, key=lambda k: k.to_user_string())
+        root = soco.tables_root
+        source = reusable_partition(context, keys, version, lambda k, p: stored_exists(root, k.path[-1], p))
+        if source is None:
+            return None
+        out = {}
+        for key in keys:
+            table = stored_as(root, key.path[-1], source, context.partition_key)
+            out[key.path[-1]] = TableResult(table, dict(reuse_metadata(source, version, table)))
+        where = "its stored rows (nothing it reads changed)" if source == context.partition_key else source
+        context.log.info(f"{', '.join(out)}: reused from {where}, reads version {version}")
+        return out
 
     def table(
         self,
@@ -151,7 +206,7 @@ class Family:
         decorate = table_multi_asset(outs=outs, group_name=self.name, **kwargs)
         if not _per_backbone(partitions_def):
             return decorate
-        return lambda fn: decorate(self.backbone_body(fn, not_applicable))
+        return lambda fn: decorate(self.backbone_body(fn, not_applicable, multi=True))
 
     def partition_out(
         self,
@@ -186,10 +241,11 @@ class Family:
         shared/checks.py `fan_in_table` in the family's group, at its code version."""
         kwargs.setdefault("kinds", {"pandas"})
         blocking_check_required(kwargs)
+        partitioned = list(partitioned)
         fan_in = fan_in_table(
             group_name=self.name,
             code_version=self.code_version,
-            partitioned=list(partitioned),
+            partitioned=partitioned,
             optional=list(optional),
             **kwargs,
         )
@@ -199,27 +255,30 @@ class Family:
             self.register(name)
             if name not in self.boards:
                 self.boards.append(name)
-            return fan_in(fn)
+            return fan_in(stating_reuse(fn, list(partitioned)))
 
         return decorate
 
     def backbone_body(
-        self, fn: Callable[..., Any], rows: NotApplicableRows | Mapping[str, NotApplicableRows] | None
+        self,
+        fn: Callable[..., Any],
+        rows: NotApplicableRows | Mapping[str, NotApplicableRows] | None,
+        multi: bool = False,
     ) -> Callable:
-        """`fn` wrapped for a backbone partition: the spec resolved once (passed as `spec` when `fn` takes it)
-        and, with `rows`, the family's not-applicable table instead of `fn` when the kind lacks a need (with
-        {table: rows}, a body of several tables: each table's rows)."""
+        """`fn` wrapped for a backbone partition: the spec resolved once (passed as `spec` when `fn` takes it);
+        with `rows`, the family's not-applicable table instead of `fn` when the kind lacks a need (with
+        {table: rows}, a body of several tables, `multi`: each table's rows); the stored tables of a partition
+        with the same reads version instead of `fn` when there are some (`reused`), else `fn`'s tables with
+        their reads version in the metadata."""
         sig = inspect.signature(fn)
         takes_spec, takes_soco = "spec" in sig.parameters, "soco" in sig.parameters
-        if not takes_spec and rows is None:
-            return fn
         params = [p for name, p in sig.parameters.items() if name != "spec"]
         if not takes_soco:
             soco = inspect.Parameter("soco", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=SocoSettings)
             params.insert(1, soco)
 
         @functools.wraps(fn)
-        def body(context: dg.AssetExecutionContext, **kwargs: Any) -> TableResult:
+        def body(context: dg.AssetExecutionContext, **kwargs: Any) -> Any:
             # Dagster passes the context first, every resource and input by name
             soco = kwargs["soco"] if takes_soco else kwargs.pop("soco")
             spec = spec_for(soco, context.partition_key)
@@ -233,13 +292,37 @@ class Family:
                         for n, r in rows.items()
                     }
                 return TableResult(rows(context.partition_key, reason, inputs), meta)
-            return fn(context, **({"spec": spec} if takes_spec else {}), **kwargs)
+            version = self.reads_version(context, soco, spec)
+            reused = self.reused(context, soco, version)
+            if reused is not None:
+                return reused if multi else next(iter(reused.values()))
+            result = fn(context, **({"spec": spec} if takes_spec else {}), **kwargs)
+            for table in result.values() if multi else [result]:
+                table.metadata["reads_version"] = version
+            return result
 
         body.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
         annotations = {k: v for k, v in fn.__annotations__.items() if k != "spec"}
         body.__annotations__ = {**annotations, "soco": SocoSettings}
         del body.__wrapped__  # Dagster must see the new signature, not fn's
         return body
+
+
+def stating_reuse(fn: Callable[..., TableResult], partitioned: list[str]) -> Callable[..., TableResult]:
+    """A board's body that also states, in its metadata (`reused`), each model whose per-model rows were
+    reused from another model's (shared/reuse.py)."""
+
+    @functools.wraps(fn)
+    def board(context: dg.AssetExecutionContext, *args: Any, **kwargs: Any) -> TableResult:
+        from soco_pipeline.defs.shared.reuse import reuse_note
+
+        result = fn(context, *args, **kwargs)
+        note = reuse_note(context.instance, partitioned)
+        if note:
+            result.metadata["reused"] = dg.MetadataValue.md(note)
+        return result
+
+    return board
 
 
 def declared_families(folders: Iterable[ModuleType]) -> list[Family]:

@@ -41,11 +41,19 @@ def not_applicable_scores(model: str, reason: str, inputs) -> pd.DataFrame:
     return not_applicable_rows(model, reason.removeprefix("not applicable: "), judgements_of(*votes))
 
 
+def tpips_reads(spec, cfg) -> dict:
+    """The spec fields TPIPS's tables read: everything but `input` (it extracts at the config's input_size,
+    tasks/tpips/features.layer_specs)."""
+    from soco_pipeline.backbones.reads import computation, without
+
+    return without(computation(spec), ["input"])
+
+
 # 6: tpips_baseline_outcomes / tpips_learned_outcomes, each method's agreement per OOO test row (the watch's
 # paired test) beside the score tables; 5: a source (generated | official), 2AFC without "overall", LVLM permutation averaging, ties scored as ties;
 # 4: late fusion = an aspect-weighted squared distance of the embeddings, L-BFGS line search unstalled;
 # 3: signed late fusion on a 2 x 2 token grid; 2: signed mid-fusion weights, L-BFGS
-FAMILY = Family.of(tpips.SPEC, "tpips-6", needs=NEEDS)
+FAMILY = Family.of(tpips.SPEC, "tpips-6", needs=NEEDS, reads=tpips_reads)
 GROUP, CODE_VERSION = FAMILY.name, FAMILY.code_version
 
 

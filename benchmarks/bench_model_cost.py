@@ -1,0 +1,202 @@
+"""Where one model's time goes, per family (issue 53): forward passes, other compute, everything else.
+
+Set-up: a fresh storage and Dagster instance under a temporary folder. A warm-up `soco run` of
+`--warmup` (default oracle_concept) materializes the data, pairs and every family's items, so that what is
+measured next is the per-model cost only. Then, for each backbone of `--backbones`, a copy of its spec under
+a name of its own (`cost_<name>`, a new partition) is evaluated by `soco run SPEC --families ...` in a
+process of its own, and once more (the second run of an unchanged spec: everything cached).
+
+From Dagster's records of that model's runs (tag `soco/source: soco run`), per family:
+- forward passes: the duration of its extraction steps (EXTRACTION: the backbone's forward passes over the
+  family's images, with their decoding and the feature-cache writes);
+- other compute: its other steps' durations (matching, probe and head training, attacks, metrics, and the
+  table reads and writes inside a step);
+- everything else: the runs' wall time less the time their steps cover (run and step process start,
+  Dagster's events); steps of one run may overlap, so forward + other can exceed a run's wall time.
+The boards and the summary are listed on their own (a run each; no forward pass), and the time of `soco run`
+outside any run (its process, loading the definitions, the cache checks). Prints the table, the
+`soco run` wall times, `nproc` and the load average before and after; figures taken on a busy machine are
+not idle figures.
+
+    .venv/bin/python benchmarks/bench_model_cost.py [--backbones oracle_part,efficientnet_lite0]
+        [--families soco,mmvm,fgbmk,tpips] [--size demo|tiny] [--keep DIR]
+
+`--size tiny` (two categories, four images each, the families' tiny test configs) is a smoke run only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+EXTRACTION = {
+    "feature_manifest",
+    "global_feature_manifest",
+    "fgbmk_global_features",
+    "tpips_features",
+    "mmvm_features",
+}
+FAMILY_OF = {"mmvm": "mmvm", "fgbmk": "fgbmk", "tpips": "tpips"}  # asset prefix -> family; the rest is SOCO
+TINY = {"SOCO_CATEGORIES": "car,dog", "SOCO_IMAGES_PER_CATEGORY": "4"}
+
+
+def family_of(step_or_job: str) -> str:
+    """The family a step key or a demo job belongs to ('soco' for SOCO's own assets)."""
+    name = step_or_job.removeprefix("demo_")
+    return next((f for prefix, f in FAMILY_OF.items() if name.startswith(prefix)), "soco")
+
+
+def soco_run(env: dict[str, str], spec: Path, families: str) -> float:
+    """`soco run SPEC --families F` through the console script in a new process; its wall time (s)."""
+    t0 = time.perf_counter()
+    done = subprocess.run(
+        [str(ROOT / ".venv" / "bin" / "soco"), "run", str(spec), "--families", families],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    wall = time.perf_counter() - t0
+    if done.returncode != 0:
+        raise SystemExit(f"soco run {spec.name} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    return wall
+
+
+def step_spans(instance, run_id: str) -> dict[str, tuple[float, float]]:
+    """{step key: (start, end) timestamps} of one run's finished steps, from Dagster's event log."""
+    import dagster as dg
+
+    kinds = {
+        dg.DagsterEventType.STEP_START,
+        dg.DagsterEventType.STEP_SUCCESS,
+        dg.DagsterEventType.STEP_FAILURE,
+    }
+    start, out = {}, {}
+    for entry in instance.all_logs(run_id, of_type=kinds):
+        event = entry.dagster_event
+        if event.event_type == dg.DagsterEventType.STEP_START:
+            start[event.step_key] = entry.timestamp
+        elif event.step_key in start:
+            out[event.step_key] = (start[event.step_key], entry.timestamp)
+    return out
+
+
+def covered(spans: list[tuple[float, float]]) -> float:
+    """The seconds covered by the union of `spans` (steps of one run may overlap)."""
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(spans):
+        if b > end:
+            total += b - max(a, end)
+            end = b
+    return total
+
+
+def split(home: Path, model: str, since: float) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
+    """Per family, the model's {forward, other, else} seconds from its partition's runs created after
+    `since`; and {board or summary job: wall seconds} of the unpartitioned runs after `since`."""
+    import dagster as dg
+
+    per_family: dict[str, dict[str, float]] = {}
+    boards: dict[str, float] = {"(all runs)": 0.0}
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        for record in instance.get_run_records(dg.RunsFilter(tags={"soco/source": "soco run"})):
+            if record.create_timestamp.timestamp() < since or record.start_time is None:
+                continue
+            run, wall = record.dagster_run, (record.end_time or record.start_time) - record.start_time
+            boards["(all runs)"] += wall
+            partition = run.tags.get("dagster/partition")
+            if partition is None:
+                boards[run.job_name] = boards.get(run.job_name, 0.0) + wall
+                continue
+            if partition != model:
+                continue
+            steps = step_spans(instance, run.run_id)
+            row = per_family.setdefault(family_of(run.job_name), {"forward": 0.0, "other": 0.0, "else": 0.0})
+            for key, (a, b) in steps.items():
+                row["forward" if key.split(".")[0] in EXTRACTION else "other"] += b - a
+            row["else"] += max(0.0, wall - covered(list(steps.values())))
+    return per_family, boards
+
+
+def table(model: str, per_family: dict[str, dict[str, float]], boards: dict[str, float], wall: float) -> str:
+    """The split of one model as a text table."""
+    lines = [
+        f"{model}: soco run {wall:.1f} s",
+        f"  {'family':8s} {'forward':>9s} {'other':>9s} {'else':>9s} {'else %':>7s}",
+    ]
+    for family, row in sorted(per_family.items()):
+        total = sum(row.values()) or 1.0
+        lines.append(
+            f"  {family:8s} {row['forward']:8.1f}s {row['other']:8.1f}s {row['else']:8.1f}s {100 * row['else'] / total:6.0f}%"
+        )
+    runs = boards.pop("(all runs)", 0.0)
+    for job, seconds in sorted(boards.items()):
+        lines.append(f"  {job:28s} {seconds:6.1f} s (a board or the summary: no forward pass)")
+    lines.append(
+        f"  {'outside any run':28s} {wall - runs:6.1f} s (soco run's process, definitions, cache checks)"
+    )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    """Warm up the data and items, then split each backbone's `soco run` per family, and time a rerun."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backbones", default="oracle_part,efficientnet_lite0")
+    parser.add_argument("--families", default="soco,mmvm,fgbmk,tpips")
+    parser.add_argument("--warmup", default="oracle_concept")
+    parser.add_argument("--size", choices=("demo", "tiny"), default="demo")
+    parser.add_argument("--keep", help="use (and keep) this folder instead of a temporary one")
+    args = parser.parse_args()
+    tmp = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="soco-bench-cost-"))
+    try:
+        home, storage, specs = tmp / "dagster", tmp / "storage", tmp / "specs"
+        for d in (home, specs):
+            d.mkdir(parents=True, exist_ok=True)
+        text = (ROOT / "dagster.yaml").read_text().replace("@STORAGE@", str(storage))
+        (home / "dagster.yaml").write_text(text)
+        env = {
+            **os.environ,
+            "DAGSTER_HOME": str(home),
+            "SOCO_STORAGE": str(storage),
+            "SOCO_BACKBONES_DIR": str(tmp / "backbones"),
+            "PYTHONPATH": str(ROOT),
+        }
+        env.setdefault("HF_HUB_OFFLINE", "1")
+        if args.size == "tiny":
+            from tests.tiny_families import tiny_family_env
+
+            env.update(TINY)
+            env.update(tiny_family_env(tmp / "families"))
+        print(f"nproc {os.cpu_count()}; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} before")
+        print(f"size {args.size}; families {args.families}")
+        src = ROOT / "assets" / "backbones"
+        warm = specs / f"{args.warmup}.yaml"
+        shutil.copy(src / f"{args.warmup}.yaml", warm)
+        print(
+            f"warm-up ({args.warmup}: data, pairs, items, its own partitions): {soco_run(env, warm, args.families):.1f} s"
+        )
+        for name in args.backbones.split(","):
+            spec = specs / f"cost_{name}.yaml"
+            shutil.copy(src / f"{name}.yaml", spec)
+            since = time.time()
+            wall = soco_run(env, spec, args.families)
+            per_family, boards = split(home, spec.stem, since)
+            print(table(spec.stem, per_family, boards, wall))
+            print(f"  the same soco run again (nothing changed): {soco_run(env, spec, args.families):.1f} s")
+        print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} after")
+    finally:
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,104 @@
+"""A per-model table cached by what it reads: its reads version, and the stored table it can be reused from.
+
+The reads version of a family's per-backbone table (backbones/reads.py) hashes exactly its inputs: the spec
+fields the family reads (`Family.reads`: FG-BMK and TPIPS extract at their own input size, so they drop the
+spec's `input`), the family's config and code version, and each upstream table's version as Dagster recorded
+it (an unpartitioned table's data version, the content hash; a per-model table's own reads version). It is
+stored in the materialization's metadata (`reads_version`). Before it computes, a step looks up Dagster's
+materialization records of its tables for a partition whose latest materialization has the same reads
+version: its own partition first (nothing it reads changed), then any other (a spec that differs only in
+what this family cannot see). The stored rows are then published again, relabelled to this model, with
+`reused_from: <model>` in the metadata: a cache hit the boards and `soco run` report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import dagster as dg
+import pandas as pd
+
+from soco_pipeline.defs.shared.automation import DATA_VERSION_TAG
+
+READS_VERSION = "reads_version"
+REUSED_FROM = "reused_from"
+SCAN_LIMIT = 5000  # materialization records read per table when looking for a reusable partition
+
+
+def _meta(record, key: str) -> Any:
+    value = record.asset_materialization.metadata.get(key)
+    return getattr(value, "value", value)
+
+
+def _latest(instance: dg.DagsterInstance, key: dg.AssetKey, partition: str | None = None):
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=key, asset_partitions=[partition] if partition else None), limit=1
+    ).records
+    return records[0].event_log_entry if records else None
+
+
+def upstream_versions(context: dg.AssetExecutionContext) -> dict[str, str]:
+    """{input: version} of the step's inputs: an unpartitioned table's data version (its content hash), a
+    per-model table's reads version (its data version when it has none), both from Dagster's records."""
+    out = {}
+    for name, key in sorted(context.assets_def.keys_by_input_name.items()):
+        entry = _latest(context.instance, key)
+        if entry is None:
+            continue
+        if entry.asset_materialization.partition is not None:  # a per-model table: this model's partition
+            entry = _latest(context.instance, key, context.partition_key)
+            if entry is None:
+                continue
+        reads = _meta(entry, READS_VERSION)
+        out[name] = str(reads) if reads else str(entry.asset_materialization.tags.get(DATA_VERSION_TAG, "?"))
+    return out
+
+
+def reusable_partition(
+    context: dg.AssetExecutionContext, keys: list[dg.AssetKey], version: str, exists: Any
+) -> str | None:
+    """A partition whose latest materialization of every table in `keys` has reads version `version` and
+    whose files `exists(key, partition)`: this step's own partition first, then the others by name."""
+    candidates: set[str] | None = None
+    for key in keys:
+        records = context.instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=key), limit=SCAN_LIMIT
+        ).records  # newest first
+        latest: dict[str, Any] = {}
+        for r in records:
+            latest.setdefault(r.partition_key, r.event_log_entry)
+        match = {p for p, e in latest.items() if p is not None and _meta(e, READS_VERSION) == version}
+        candidates = match if candidates is None else candidates & match
+    ordered = sorted(candidates or (), key=lambda p: (p != context.partition_key, p))
+    return next((p for p in ordered if all(exists(k, p) for k in keys)), None)
+
+
+def reuse_metadata(source: str, version: str, table: pd.DataFrame) -> Mapping[str, Any]:
+    """The metadata of a table reused from `source`'s stored rows."""
+    return {"rows": len(table), REUSED_FROM: source, READS_VERSION: version}
+
+
+def reused_sources(instance: dg.DagsterInstance, key: dg.AssetKey) -> dict[str, str]:
+    """{partition: the model its latest materialization of `key` was reused from}, for partitions whose rows
+    came from another model (a partition that reused its own stored rows is not listed)."""
+    records = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=key), limit=SCAN_LIMIT).records
+    latest: dict[str, Any] = {}
+    for r in records:
+        latest.setdefault(r.partition_key, r.event_log_entry)
+    out = {}
+    for partition, entry in latest.items():
+        source = _meta(entry, REUSED_FROM)
+        if partition is not None and source and source != partition:
+            out[partition] = str(source)
+    return out
+
+
+def reuse_note(instance: dg.DagsterInstance, tables: list[str]) -> str:
+    """A board's markdown note naming each model whose rows of `tables` were reused from another model."""
+    lines = [
+        f"- `{table}` of **{model}**: reused from **{source}** (same reads version)"
+        for table in tables
+        for model, source in sorted(reused_sources(instance, dg.AssetKey(table)).items())
+    ]
+    return "\n".join(lines)

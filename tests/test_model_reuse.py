@@ -1,0 +1,162 @@
+"""Each per-model table is cached by what it reads (issue 53): a spec copied from another with only `input`
+changed runs SOCO and MMVM again (they read the input) and reuses FG-BMK's and TPIPS's rows (they extract at
+their own input size): the same rows, relabelled, stated as reused on the step line, in the tables'
+materialization records and on the boards. A `reference:`-only edit runs no model step. A tiny random ViT-S
+on a tiny embedded set (simulated data), through `soco run` in this process."""
+
+import contextlib
+import io
+import json
+
+import dagster as dg
+import pandas as pd
+import pytest
+import yaml
+
+from soco_pipeline import cli
+from soco_pipeline.backbones.spec_files import spec_data_version
+from soco_pipeline.storage import read_parquet
+from soco_pipeline.tables import table_for
+from tests.dagster_server import write_instance_yaml
+from tests.tiny_families import tiny_family_env
+
+pytestmark = [pytest.mark.pipeline, pytest.mark.timeout(1500)]
+
+VIT = {
+    "kind": "timm",
+    "model": "vit_small_patch14_dinov2",
+    "weights": "none",
+    "layer": -1,
+    "input": {"nearest_multiple": 28},
+    "normalisation": "imagenet",
+    "batch_size": 4,
+    "device": "cpu",
+    "seed": 0,
+}
+# the per-backbone tables of the families that extract at their own input size
+OWN_INPUT = {
+    "fgbmk": ["fgbmk_global_features", "fgbmk_metrics", "fgbmk_probe_predictions", "fgbmk_robustness"],
+    "tpips": [
+        "tpips_features",
+        "tpips_baseline_scores",
+        "tpips_baseline_outcomes",
+        "tpips_learned",
+        "tpips_learned_outcomes",
+    ],
+}
+FAMILIES = "soco,mmvm,fgbmk,tpips"
+
+
+def _soco_run(*args: str) -> str:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = cli.main(["run", *args])
+    assert code == 0, out.getvalue()[-3000:]
+    return out.getvalue()
+
+
+def _runs(home) -> list[tuple[str, str | None]]:
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        return [(r.job_name, r.tags.get("dagster/partition")) for r in instance.get_runs()]
+
+
+def _latest_meta(home, asset: str, partition: str) -> dict:
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        records = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[partition]), limit=1
+        ).records
+        meta = records[0].event_log_entry.asset_materialization.metadata
+        return {k: getattr(v, "value", v) for k, v in meta.items()}
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """A tiny embedded set, our instance, `soco run vit_a.yaml` on every family; then the environment."""
+    tmp = tmp_path_factory.mktemp("reuse")
+    home, storage, specs = tmp / "home", tmp / "storage", tmp / "backbones"
+    specs.mkdir()
+    write_instance_yaml(home, storage)
+    with pytest.MonkeyPatch.context() as mp:
+        for var, value in {
+            "DAGSTER_HOME": str(home),
+            "SOCO_STORAGE": str(storage),
+            "SOCO_BACKBONES_DIR": str(specs),
+            "SOCO_LVLMS_DIR": str(tmp / "lvlms"),
+            "SOCO_CATEGORIES": "car,dog",
+            "SOCO_IMAGES_PER_CATEGORY": "4",
+            **tiny_family_env(tmp / "families"),
+        }.items():
+            mp.setenv(var, value)
+        (tmp / "vit_a.yaml").write_text(yaml.safe_dump(VIT))
+        out = _soco_run(str(tmp / "vit_a.yaml"), "--families", FAMILIES)
+        yield {"home": home, "tmp": tmp, "specs": specs, "tables": storage / "tables", "out": out}
+
+
+def _step_line(out: str, step: str) -> str:
+    """The lines `soco run` printed for one step (its start, its end or cached state, a reuse)."""
+    return "\n".join(line for line in out.splitlines() if step in line and line.startswith("["))
+
+
+def test_an_input_only_copy_reuses_fgbmk_and_tpips_rows_and_reruns_soco_and_mmvm(world):
+    home = world["home"]
+    (world["tmp"] / "vit_b.yaml").write_text(yaml.safe_dump({**VIT, "input": {"nearest_multiple": 42}}))
+    before = len(_runs(home))
+    out = _soco_run(str(world["tmp"] / "vit_b.yaml"), "--families", FAMILIES)
+    for family, tables in OWN_INPUT.items():
+        assert "rows reused from vit_a" in _step_line(out, f"{family} / backbone vit_b"), out
+        for table in tables:
+            meta = _latest_meta(home, table, "vit_b")
+            assert meta["reused_from"] == "vit_a", (table, meta)
+            assert meta["reads_version"] == _latest_meta(home, table, "vit_a")["reads_version"]
+            a = read_parquet(table_for(table).path(str(world["tables"]), "vit_a"))
+            b = read_parquet(table_for(table).path(str(world["tables"]), "vit_b"))
+            col = "backbone" if "backbone" in a.columns else "model"
+            assert set(b[col]) == {"vit_b"} and len(b) == len(a) > 0
+            pd.testing.assert_frame_equal(a.drop(columns=col), b.drop(columns=col))
+    for family, table in (("mmvm", "mmvm_predictions"),):  # MMVM reads the spec's input: run again
+        assert "reused" not in _step_line(out, f"{family} / backbone vit_b")
+        assert "reused_from" not in _latest_meta(home, table, "vit_b")
+    assert "reused" not in _step_line(out, "soco / backbone vit_b")
+    new = {p for _, p in _runs(home)[: len(_runs(home)) - before] if p}
+    assert new == {"vit_b"}
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        for board in ("fgbmk_leaderboard", "tpips_leaderboard"):
+            entry = instance.get_latest_materialization_event(dg.AssetKey(board))
+            note = entry.asset_materialization.metadata["reused"].value
+            assert "**vit_b**: reused from **vit_a**" in note, note
+
+
+def test_the_results_record_states_the_reuse(world, tmp_path):
+    """`soco export-results vit_b OUT --format record --family fgbmk|tpips` names the model whose rows vit_b's
+    tables reused (run after the input-only copy above; a pytest-randomly order runs it alone first)."""
+    if not (world["specs"] / "vit_b.yaml").exists():
+        test_an_input_only_copy_reuses_fgbmk_and_tpips_rows_and_reruns_soco_and_mmvm(world)
+    for family in ("fgbmk", "tpips"):
+        out = tmp_path / f"{family}.json"
+        with contextlib.redirect_stdout(io.StringIO()):
+            assert (
+                cli.main(["export-results", "vit_b", str(out), "--format", "record", "--family", family]) == 0
+            )
+        record = json.loads(out.read_text())
+        assert record["reused_from"] and set(record["reused_from"].values()) == {"vit_a"}, record.get(
+            "reused_from"
+        )
+
+
+def test_a_reference_only_edit_keeps_the_data_version_and_runs_no_model_step(world):
+    home, spec = world["home"], world["specs"] / "vit_a.yaml"
+    version = spec_data_version(spec)
+    edited = world["tmp"] / "edited" / "vit_a.yaml"
+    edited.parent.mkdir()
+    edited.write_text(
+        "# a comment, a description and a reference change no computation\n"
+        + yaml.safe_dump({**VIT, "reference": "DINOv2-S/14", "description": "the same random ViT"})
+    )
+    before = len(_runs(home))
+    out = _soco_run(str(edited), "--families", FAMILIES, "--force")
+    assert spec.read_text() == edited.read_text() and spec_data_version(spec) == version
+    new = _runs(home)[: len(_runs(home)) - before]
+    assert not [p for _, p in new if p], new  # no model step
+    for family in ("soco", "mmvm", "fgbmk", "tpips"):
+        assert _step_line(out, f"{family} / backbone vit_a").endswith(": cached, skipped"), out
+    assert {job for job, _ in new} <= {"demo_summary"}, new  # the summary reads `reference:`
