@@ -4,10 +4,11 @@ named, the board printed with the source's judgements marker (issue #35). And th
 #54): a file of our own in TPIPS's released odd-one-out format with an image root goes through the assets to
 tpips_ooo, the metrics and the board, keeping exactly what the format defines, the skipped factors and the
 dropped triplet counted and named; `soco export-family tpips` writes it back out (console script), and it
-reads back the same."""
+reads back the same, image ids included."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -24,7 +25,7 @@ from soco_pipeline.defs.tpips.assets import FAMILY
 from soco_pipeline.evaluation.headline import headline_rows
 from soco_pipeline.report.page import simulated_parts
 from soco_pipeline.tasks.tpips.config import DEFAULT_PATH, load_config
-from soco_pipeline.tasks.tpips.source import official_ooo
+from soco_pipeline.tasks.tpips.source import official_images, official_ooo
 from tests.tpips_helpers import write_official_fixture, write_release_fixture
 
 pytestmark = pytest.mark.pipeline
@@ -176,6 +177,11 @@ def test_the_released_format_goes_through_the_assets_to_the_board_and_back_out(t
     back, back_summary = official_ooo(cfg)
     pd.testing.assert_frame_equal(back, ooo)
     assert back_summary["skipped_factors"] == back_summary["dropped_triplets"] == 0
+    # the image ids (the release's paths) stay the same: the lines carry them as our extra field `image_ids`
+    first = json.loads((out / "ooo.jsonl").read_text().splitlines()[0])
+    assert [first["image_ids"][k] for k in ("p0", "p1", "p2")] == [first[f"p{k}_path"] for k in range(3)]
+    cols = ["image_id", "width", "height", "category", "role"]
+    pd.testing.assert_frame_equal(official_images(cfg)[cols], images[cols])
     assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*.*") if p.suffix != ".jsonl") == sorted(
         expect["images"]
     )

@@ -1,7 +1,8 @@
 """TPIPS's released odd-one-out format, read as released and written from our tables (issue #54): a fixture of
 our own in that format keeps exactly the rows, shares and counts the format defines; bad lines are refused
 naming the file, the line and the fix; our generated set exported to the format and read back gives the same
-tables; the config takes `image_root` and `split`."""
+tables, image ids included (our extra field `image_ids`; a release's file, which has none, reads with the paths
+as ids); the config takes `image_root` and `split`."""
 
 from __future__ import annotations
 
@@ -10,17 +11,22 @@ import json
 import pandas as pd
 import pytest
 import yaml
+from PIL import Image
 
-from soco_pipeline.tasks.tpips.afc import annotate_afc, generate_afc
 from soco_pipeline.tasks.tpips.config import DEFAULT_PATH, TpipsConfigError, load_config
-from soco_pipeline.tasks.tpips.export import export_release, release_path
-from soco_pipeline.tasks.tpips.formats import TpipsFormatError
-from soco_pipeline.tasks.tpips.images import write_images
-from soco_pipeline.tasks.tpips.ooo import annotate_triplets
+from soco_pipeline.tasks.tpips.export import export_release
+from soco_pipeline.tasks.tpips.formats import TpipsFormatError, load_afc_jsonl
 from soco_pipeline.tasks.tpips.release import is_release_file, read_release
 from soco_pipeline.tasks.tpips.schemas import ooo_problems
-from soco_pipeline.tasks.tpips.source import official_afc, official_images, official_ooo, source_note
-from soco_pipeline.tasks.tpips.triplets import generate_triplets
+from soco_pipeline.tasks.tpips.source import (
+    afc_table,
+    official_afc,
+    official_images,
+    official_ooo,
+    ooo_table,
+    renders,
+    source_note,
+)
 from tests.tpips_helpers import tiny_config, write_release_fixture
 
 pytestmark = pytest.mark.unit
@@ -93,6 +99,16 @@ def _factor(**changes) -> list[dict]:
         ),
         ({"factors": _factor(votes=[1, 3, 1])}, r"does not give the shares 'probs'"),
         ({"split": "holdout"}, r"ooo.jsonl:1: split 'holdout' is not one of"),
+        (
+            {"image_ids": ["a", "b", "c"]},
+            r"ooo.jsonl:1: extra field 'image_ids' must map p0, p1, p2 to non-empty image ids",
+        ),
+        ({"image_ids": {"p0": "a", "p1": "b"}}, r"ooo.jsonl:1: extra field 'image_ids' must map p0, p1, p2"),
+        ({"image_ids": {"p0": "a", "p1": " ", "p2": "c"}}, r"extra field 'image_ids' must map p0, p1, p2"),
+        (
+            {"image_ids": {"p0": "x", "p1": "x", "p2": "c"}},
+            r"ooo.jsonl:1: image id 'x' names 'b.png' here but 'a.png' on line 1; one id names one image",
+        ),
     ],
 )
 def test_bad_release_lines_are_refused_naming_file_line_and_fix(tmp_path, changes, message):
@@ -108,12 +124,11 @@ def test_an_unusable_label_is_skipped_and_counted_not_refused(tmp_path):
 
 
 def _generated(tmp_path):
+    """The generated set's tpips_images, tpips_ooo and tpips_afc, made as the assets make them."""
     cfg = tiny_config(6, 4)
-    ts = generate_triplets(cfg)
-    ooo, _ = annotate_triplets(ts, cfg)
-    values, items = generate_afc(cfg)
-    afc, _ = annotate_afc(values, items, cfg)
-    images = write_images(pd.concat([ts.images, values], ignore_index=True), str(tmp_path / "renders"), cfg)
+    images, triplets, items, _ = renders(cfg, str(tmp_path / "renders"))
+    ooo, _ = ooo_table(cfg, images, triplets)
+    afc, _ = afc_table(cfg, images, items)
     return cfg, ooo, afc, images
 
 
@@ -131,24 +146,105 @@ def test_export_to_the_release_and_back_gives_the_same_tables(tmp_path):
     first = json.loads((out / "ooo.jsonl").read_text().splitlines()[0])
     assert {"p0_path", "p1_path", "p2_path", "factors"} <= set(first)
     assert {"name", "label", "probs"} <= set(first["factors"][0])
+    # the generator's ids have no file suffix: the paths written differ from them, the ids ride along
+    assert first["p0_path"] == first["image_ids"]["p0"] + ".png"
+    assert json.loads((out / "afc.jsonl").read_text().splitlines()[0])["image_ids"].keys() == {
+        "ref",
+        "x0",
+        "x1",
+    }
     back_cfg = _official(cfg, out, split="val")  # every exported line names its own split
     back, summary = official_ooo(back_cfg)
     assert summary["format"] == "release" and summary["skipped_factors"] == summary["dropped_triplets"] == 0
-    # the image ids become the paths written (the generator's ids get ".png"); everything else is the same
-    ids = list(dict.fromkeys([*ooo.image_0, *ooo.image_1, *ooo.image_2, *afc.ref, *afc.x0, *afc.x1]))
-    paths = {i: release_path(i, n) for n, i in enumerate(ids)}
-    expect = ooo.assign(**{c: ooo[c].map(paths) for c in ("image_0", "image_1", "image_2")})
-    pd.testing.assert_frame_equal(back, expect)
+    # identical tables, image ids included
+    pd.testing.assert_frame_equal(back, ooo)
     afc_back, _ = official_afc(back_cfg)
-    pd.testing.assert_frame_equal(afc_back, afc.assign(**{c: afc[c].map(paths) for c in ("ref", "x0", "x1")}))
+    pd.testing.assert_frame_equal(afc_back, afc)
     assert not ooo_problems(back, back_cfg, released=True)
+    # tpips_images: every image the tables name, in the same order, with the same id, size, category and role;
+    # its uri is its file under the image root (the folder written), with the same bytes. (The generator's own
+    # columns, its factor values and object_area, are not in the release; images no kept row names are not
+    # written.)
+    images_back = official_images(back_cfg)
+    named = {*ooo.image_0, *ooo.image_1, *ooo.image_2, *afc.ref, *afc.x0, *afc.x1}
+    kept = images[images.image_id.isin(named)].reset_index(drop=True)
+    cols = ["image_id", "width", "height", "category", "role"]
+    pd.testing.assert_frame_equal(images_back[cols], kept[cols])
+    assert images_back.uri.str.startswith(f"{out}/").all()
+    assert [open(u, "rb").read() for u in images_back.uri] == [open(u, "rb").read() for u in kept.uri]
     # and a release read, written and read again is the same, image ids included
-    again_images = official_images(back_cfg)
-    export_release(back, afc_back, again_images, str(tmp_path / "again"))
-    again, _ = official_ooo(_official(cfg, tmp_path / "again"))
-    pd.testing.assert_frame_equal(again, back)
+    export_release(back, afc_back, images_back, str(tmp_path / "again"))
+    again_cfg = _official(cfg, tmp_path / "again")
+    pd.testing.assert_frame_equal(official_ooo(again_cfg)[0], back)
+    pd.testing.assert_frame_equal(official_afc(again_cfg)[0], afc_back)
+    pd.testing.assert_frame_equal(official_images(again_cfg)[cols], images_back[cols])
     with pytest.raises(FileExistsError, match="pass --force"):
-        export_release(back, afc_back, again_images, str(tmp_path / "again"))
+        export_release(back, afc_back, images_back, str(tmp_path / "again"))
+
+
+def test_a_release_read_back_keeps_its_paths_as_ids(tmp_path):
+    # a file of the release itself (no extra fields) read, exported and read again: the ids stay the paths
+    expect = write_release_fixture(tmp_path)
+    cfg = _official(tiny_config(), expect["file"], image_root=str(expect["image_root"]))
+    ooo, images = official_ooo(cfg)[0], official_images(cfg)
+    assert images.image_id.tolist() == expect["images"]
+    export_release(ooo, official_afc(cfg)[0], images, str(tmp_path / "out"))
+    back_cfg = _official(tiny_config(), tmp_path / "out")
+    pd.testing.assert_frame_equal(official_ooo(back_cfg)[0], ooo)
+    back_images = official_images(back_cfg)
+    assert back_images.image_id.tolist() == expect["images"]
+    assert back_images.uri.tolist() == [str(tmp_path / "out" / p) for p in expect["images"]]
+
+
+def _lines(path, *lines) -> str:
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return str(path)
+
+
+def test_one_image_id_names_one_file(tmp_path):
+    for name in ("a.png", "b.png", "c.png"):
+        (tmp_path / name).write_bytes(b"png")
+    paths = {"p0_path": "a.png", "p1_path": "b.png", "p2_path": "c.png"}
+    factors = {"factors": _factor()}
+    ids = {"image_ids": {"p0": "A", "p1": "B", "p2": "C"}}
+    got = read_release(_lines(tmp_path / "ooo.jsonl", paths | factors | ids, paths | factors | ids))
+    assert got.rows[["image_0", "image_1", "image_2"]].to_numpy().tolist() == [["A", "B", "C"]] * 2
+    assert got.images == ["A", "B", "C"] and got.paths == {"A": "a.png", "B": "b.png", "C": "c.png"}
+    # a line without ids names its images by path: "a.png" is then an id of a.png, not of b.png
+    bad = paths | factors | {"image_ids": {"p0": "b.png", "p1": "x", "p2": "y"}}
+    with pytest.raises(
+        TpipsFormatError, match=r"ooo.jsonl:2: image id 'b.png' names 'a.png' here but 'b.png' on line 1"
+    ):
+        read_release(_lines(tmp_path / "ooo.jsonl", paths | factors, bad))
+    # our 2AFC layout: the same rule, and `image_ids` read as the ids
+    afc = {
+        "ref": "a.png",
+        "x0": "b.png",
+        "x1": "c.png",
+        "aspect": "colour",
+        "votes": [4, 1],
+        "source": "editing",
+    }
+    afc_ids = {"image_ids": {"ref": "A", "x0": "B", "x1": "C"}}
+    rows, _ = load_afc_jsonl(_lines(tmp_path / "afc.jsonl", afc | afc_ids))
+    assert rows[["ref", "x0", "x1"]].to_numpy().tolist() == [["A", "B", "C"]]
+    clash = afc | {"aspect": "pose", "x1": "a.png"} | afc_ids
+    with pytest.raises(TpipsFormatError, match=r"afc.jsonl:2: image id 'C' names 'a.png' here but 'c.png'"):
+        load_afc_jsonl(_lines(tmp_path / "afc.jsonl", afc | afc_ids, clash))
+    with pytest.raises(TpipsFormatError, match=r"afc.jsonl:1: extra field 'image_ids' must map ref, x0, x1"):
+        load_afc_jsonl(_lines(tmp_path / "afc.jsonl", afc | {"image_ids": {"ref": "A"}}))
+    # across the two files of a folder: one id, one file
+    folder = tmp_path / "set"
+    folder.mkdir()
+    for name in ("a.png", "b.png", "c.png"):
+        Image.new("RGB", (4, 4)).save(folder / name)
+    _lines(folder / "ooo.jsonl", paths | factors | ids)
+    _lines(folder / "afc.jsonl", afc | {"image_ids": {"ref": "B", "x0": "A", "x1": "C"}})
+    cfg = _official(tiny_config().with_updates(afc={"sources": ["editing"]}), folder)
+    with pytest.raises(TpipsFormatError, match=r"afc.jsonl: image id 'B' names 'a.png' there but 'b.png' in"):
+        official_images(cfg)
+    _lines(folder / "afc.jsonl", afc | afc_ids)
+    assert official_images(cfg).image_id.tolist() == ["A", "B", "C"]
 
 
 def test_a_release_file_with_an_image_root_reads_through_the_source(tmp_path):

@@ -1,8 +1,9 @@
 """Write the family's tables as a TPIPS release folder (`soco export-family tpips OUT --format release`):
 `ooo.jsonl` in the released odd-one-out format (release.py, with our extra fields), `afc.jsonl` in our 2AFC
 layout (the release's 2AFC schema is not known here; formats.py) and every image the lines name, under the
-folder. Read back with `source: {kind: official, path: OUT}`, the tables are the ones written (the image ids
-become the paths written, see `release_path`)."""
+folder. Read back with `source: {kind: official, path: OUT}`, the tables are the ones written, image ids
+included: the lines carry them as the extra field `image_ids`, since the paths written (`release_path`) are not
+always the ids."""
 
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ def export_release(
         storage.write_bytes_atomic(storage.join(out, p), storage.read_bytes(uris[i]))
     lines = release_lines(ooo, paths)
     storage.write_bytes_atomic(target, ("\n".join(lines) + "\n").encode())
-    n_afc = write_afc_jsonl(afc, paths, storage.join(out, AFC_FILE)) if len(afc) else 0
+    n_afc = write_afc_jsonl(afc, paths, storage.join(out, AFC_FILE), keep_ids=True) if len(afc) else 0
     return {"triplets": len(lines), "ooo_rows": len(ooo), "afc_lines": n_afc, "images": len(paths)}
 
 

@@ -3,12 +3,15 @@
 OOO line:  {"triplet_id": str, "images": [path, path, path], "aspect": str, "votes": [int, int, int],
             "cannot_tell": int, "split": "train" | "val" | "test"}
 2AFC line: {"ref": path, "x0": path, "x1": path, "aspect": str, "votes": [int, int], "source": str,
-            "cannot_tell": int (optional, default 0), "item_id": str (optional)}
+            "cannot_tell": int (optional, default 0), "item_id": str (optional),
+            "image_ids": {"ref": id, "x0": id, "x1": id} (optional)}
 
 One line is one (item, aspect): a triplet asked several aspects has several lines, with the same images and
-split. Image paths are kept as written (they are the image ids); a relative one is read from `base` (the file's
-folder when not given). Reading refuses, naming the file, the line and the fix: a line that is not a JSON
-object, a missing field, an image that does not exist, votes that are not non-negative integers (a JSON
+split. Image paths are kept as written and are the image ids, unless a 2AFC line carries `image_ids` (written by
+our release export, `write_afc_jsonl(..., keep_ids=True)`, so that ids that are not the paths written survive);
+a relative path is read from `base` (the file's folder when not given). Reading refuses, naming the file, the line and the fix: a line that is not a JSON
+object, a missing field, an image that does not exist, bad `image_ids` (not non-empty ids, or one id naming two
+paths in the file), votes that are not non-negative integers (a JSON
 `true` is not a vote), votes + cannot_tell that do not sum to the annotator count, an empty aspect (or one
 outside the vocabulary, when given), a split or 2AFC source outside the ones allowed, an "overall" 2AFC line
 (the paper's 2AFC has none), the same (item, aspect) twice, and an item whose lines disagree on its images,
@@ -73,6 +76,35 @@ def resolve(path: str, base: str | None) -> str:
     if base is None or "://" in path or path.startswith("/"):
         return path
     return storage.join(base, path)
+
+
+def line_image_ids(
+    path: str, no: int, rec: dict, keys: tuple[str, ...], paths: list, named: dict[str, tuple[str, int]]
+) -> list[str]:
+    """The ids of a line's images (`paths`, under `keys`): our export's extra field `image_ids` ({key: id}) when
+    the line has it, else the paths as written. One id names one path across the file: `named` (id -> (path,
+    first line)) collects them, a clash is refused naming the file, both lines and the fix."""
+    where = f"{path}:{no}"
+    for p in paths:
+        if not _text(p):
+            raise TpipsFormatError(f"{where}: image path {p!r} is not a path; give the image file")
+    ids = list(paths)
+    if "image_ids" in rec:
+        given = rec["image_ids"]
+        if not isinstance(given, dict) or set(given) != set(keys) or not all(_text(given[k]) for k in keys):
+            raise TpipsFormatError(
+                f"{where}: extra field 'image_ids' must map {', '.join(keys)} to non-empty image ids, got "
+                f"{given!r}; fix it or drop it (the paths are then the ids)"
+            )
+        ids = [given[k] for k in keys]
+    for i, p in zip(ids, paths, strict=True):
+        first, line = named.setdefault(i, (p, no))
+        if first != p:
+            raise TpipsFormatError(
+                f"{where}: image id {i!r} names {p!r} here but {first!r} on line {line}; one id names one "
+                f"image: fix 'image_ids' (or the path)"
+            )
+    return ids
 
 
 def _folder(path: str) -> str:
@@ -160,15 +192,19 @@ def _summary(path: str, lines: list[int], keep: np.ndarray, cannot: np.ndarray, 
     }
 
 
-def image_paths(path: str, fields: tuple[str, ...]) -> list[str]:
-    """The distinct image paths every line of a (validated) JSONL file names, in order of appearance, pruned
-    lines included: `fields` ("images",) for OOO, ("ref", "x0", "x1") for 2AFC."""
-    found: dict[str, None] = {}
+def image_files(path: str, fields: tuple[str, ...]) -> dict[str, str]:
+    """Image id -> path as written of every image the lines of a (validated) JSONL file name, in order of
+    appearance, pruned lines included: `fields` ("images",) for OOO, ("ref", "x0", "x1") for 2AFC. The ids are a
+    line's `image_ids` where it has them, else the paths."""
+    found: dict[str, str] = {}
     for _, rec in jsonl_records(path):
+        ids = rec.get("image_ids", {})
         for f in fields:
-            for p in rec[f] if isinstance(rec[f], list) else [rec[f]]:
-                found.setdefault(p)
-    return list(found)
+            if isinstance(rec[f], list):
+                found.update((p, p) for p in rec[f] if p not in found)
+            else:
+                found.setdefault(ids.get(f, rec[f]), rec[f])
+    return found
 
 
 def _write_lines(lines: list[str], path: str) -> int:
@@ -263,24 +299,24 @@ def read_ooo_jsonl(path: str, **kwargs) -> pd.DataFrame:
     return load_ooo_jsonl(path, **kwargs)[0]
 
 
-def write_afc_jsonl(afc: pd.DataFrame, uris: dict[str, str], path: str) -> int:
-    """Write 2AFC rows (AFC_COLUMNS) as JSONL with image uris; returns the number of lines."""
-    lines = [
-        json.dumps(
-            {
-                "item_id": r.item_id,
-                "ref": uris[r.ref],
-                "x0": uris[r.x0],
-                "x1": uris[r.x1],
-                "aspect": r.aspect,
-                "votes": [int(v) for v in r.votes],
-                "source": r.source,
-                "cannot_tell": int(r.cannot_tell),
-            },
-            ensure_ascii=False,
-        )
-        for r in afc.itertuples(index=False)
-    ]
+def write_afc_jsonl(afc: pd.DataFrame, uris: dict[str, str], path: str, keep_ids: bool = False) -> int:
+    """Write 2AFC rows (AFC_COLUMNS) as JSONL with image uris (read back, the uris are the ids) or, with
+    `keep_ids`, with the ids too (`image_ids`, read back as the ids); returns the number of lines."""
+    lines = []
+    for r in afc.itertuples(index=False):
+        line = {
+            "item_id": r.item_id,
+            "ref": uris[r.ref],
+            "x0": uris[r.x0],
+            "x1": uris[r.x1],
+            "aspect": r.aspect,
+            "votes": [int(v) for v in r.votes],
+            "source": r.source,
+            "cannot_tell": int(r.cannot_tell),
+        }
+        if keep_ids:
+            line["image_ids"] = {"ref": r.ref, "x0": r.x0, "x1": r.x1}
+        lines.append(json.dumps(line, ensure_ascii=False))
     return _write_lines(lines, path)
 
 
@@ -294,7 +330,7 @@ def load_afc_jsonl(
     aspects: Iterable[str] | None = None,
     base: str | None = None,
 ) -> tuple[pd.DataFrame, dict]:
-    """(2AFC rows (AFC_COLUMNS; image columns hold the paths as written), summary of what was pruned) from
+    """(2AFC rows (AFC_COLUMNS; image columns hold the ids: `image_ids` where given, else the paths), summary of what was pruned) from
     JSONL, validated; ties and >= 3 cannot-tell removed (published) and counted."""
     base = base if base is not None else _folder(path)
     sources = tuple(sources) if sources is not None else None
@@ -302,6 +338,8 @@ def load_afc_jsonl(
     recs = jsonl_records(path)
     seen: dict = {}
     asked: dict = {}
+    named: dict[str, tuple[str, int]] = {}
+    ids = []
     for no, rec in recs:
         where = f"{path}:{no}"
         _check_record(where, rec, ("ref", "x0", "x1", "aspect", "votes", "source"), 2, n_annotators, aspects)
@@ -317,16 +355,19 @@ def load_afc_jsonl(
         item = rec.get("item_id", f"{path}:{no}")
         if not _text(item):
             raise TpipsFormatError(f"{where}: 'item_id' must be a non-empty string, got {item!r}")
+        keys = ("ref", "x0", "x1")
+        line_ids = line_image_ids(path, no, rec, keys, [rec[k] for k in keys], named)
         if check_images:
-            _check_images(where, [rec["ref"], rec["x0"], rec["x1"]], base)
-        what = {"ref": rec["ref"], "x0": rec["x0"], "x1": rec["x1"], "source": rec["source"]}
+            _check_images(where, [rec[k] for k in keys], base)
+        what = dict(zip(keys, line_ids, strict=True)) | {"source": rec["source"]}
         _check_item(seen, asked, path, no, (item, rec["aspect"]), what)
+        ids.append(line_ids)
     df = pd.DataFrame(
         {
             "item_id": [r.get("item_id", f"{path}:{no}") for no, r in recs],
-            "ref": [r["ref"] for _, r in recs],
-            "x0": [r["x0"] for _, r in recs],
-            "x1": [r["x1"] for _, r in recs],
+            "ref": [i[0] for i in ids],
+            "x0": [i[1] for i in ids],
+            "x1": [i[2] for i in ids],
             "aspect": [r["aspect"] for _, r in recs],
             "votes": [list(r["votes"]) for _, r in recs],
             "cannot_tell": [int(r.get("cannot_tell", 0)) for _, r in recs],

@@ -13,9 +13,11 @@ row per usable (triplet, factor): the factor's name as written is the aspect, y_
 sum to 1 are normalised, and counted), the image ids are the paths as written, the split is the reader's
 `split` (the release has none). The release carries no counts: such a row has `votes` [] and `cannot_tell` 0.
 
-Our export adds fields the release's own reader ignores, so that our tables survive the trip: `triplet_id` and
-`split` on the line, `votes` and `cannot_tell` on each factor. When present they are read back (and checked:
-the votes must give the shares; >= `prune_cannot_tell` "cannot tell" is pruned as in our layout).
+Our export adds fields the release's own reader ignores, so that our tables survive the trip exactly:
+`triplet_id`, `split` and `image_ids` ({"p0": id, "p1": id, "p2": id}: our ids, which need not be the paths
+written) on the line, `votes` and `cannot_tell` on each factor. When present they are read back (and checked:
+the votes must give the shares; >= `prune_cannot_tell` "cannot tell" is pruned as in our layout; image ids are
+non-empty strings and one id names one path across the file).
 
 Refused, naming the file, the line and the fix: a line that is not a JSON object, a missing path field or
 `factors`, a path that is not text, `probs` not a list of 3, a share that is negative, not a number or not
@@ -35,7 +37,7 @@ import pandas as pd
 
 from soco_pipeline import storage
 
-from .formats import NAMED_MAX, SPLITS, TpipsFormatError, jsonl_records, resolve
+from .formats import NAMED_MAX, SPLITS, TpipsFormatError, jsonl_records, line_image_ids, resolve
 from .ooo import OOO_COLUMNS
 
 PATH_FIELDS = ("p0_path", "p1_path", "p2_path")
@@ -45,12 +47,14 @@ SHARE_TOL = 1e-6  # shares summing to 1 within this are kept as written; others 
 
 @dataclass(frozen=True)
 class ReleaseSet:
-    """A released odd-one-out file as read: its rows (OOO_COLUMNS), the images its kept triplets name (in order
-    of appearance) and the summary of what was skipped, dropped, normalised or pruned."""
+    """A released odd-one-out file as read: its rows (OOO_COLUMNS), the ids of the images its kept triplets name
+    (in order of appearance), the summary of what was skipped, dropped, normalised or pruned, and each image id's
+    path as written (relative to the image root)."""
 
     rows: pd.DataFrame
     images: list[str]
     summary: dict
+    paths: dict[str, str]
 
 
 def is_release_file(path: str) -> bool:
@@ -170,7 +174,8 @@ def read_release(
     root = image_root if image_root is not None else (path.rsplit("/", 1)[0] if "/" in path else ".")
     name = PurePosixPath(path).name
     rows: list[dict] = []
-    images: dict[str, None] = {}
+    images: dict[str, str] = {}  # id -> path, of the kept triplets
+    named: dict[str, tuple[str, int]] = {}  # id -> (path, first line), of every line
     skipped, dropped, renormalised, ids = [], [], [], {}
     n_factors = not_top = 0
     recs = jsonl_records(path)
@@ -182,6 +187,7 @@ def read_release(
                 f"{where}: triplet_id {tid!r} again (first on line {ids[tid]}); one id names one triplet"
             )
         ids[tid] = no
+        image_ids = line_image_ids(path, no, rec, LABELS, paths, named)
         usable, names = [], set()
         for j, factor in enumerate(rec["factors"]):
             n_factors += 1
@@ -221,14 +227,14 @@ def read_release(
                         f"{where}: image {p!r} does not exist under the image root (looked at {resolve(p, root)}); "
                         f"fix the path or source.image_root, or drop the line"
                     )
-        images.update(dict.fromkeys(paths))
+        images.update((i, p) for i, p in zip(image_ids, paths, strict=True) if i not in images)
         for aspect, y, votes, cannot in usable:
             rows.append(
                 {
                     "triplet_id": tid,
-                    "image_0": paths[0],
-                    "image_1": paths[1],
-                    "image_2": paths[2],
+                    "image_0": image_ids[0],
+                    "image_1": image_ids[1],
+                    "image_2": image_ids[2],
                     "aspect": aspect,
                     "votes": votes,
                     "cannot_tell": cannot,
@@ -259,14 +265,14 @@ def read_release(
         "label_not_top": int(not_top),
         "pruned_cannot_tell": int(pruned.sum()),
     }
-    return ReleaseSet(df[~pruned].reset_index(drop=True), list(images), summary)
+    return ReleaseSet(df[~pruned].reset_index(drop=True), list(images), summary, images)
 
 
 def release_lines(ooo: pd.DataFrame, paths: dict[str, str]) -> list[str]:
     """Our OOO rows (OOO_COLUMNS) as released-format lines, one per triplet (in order of first appearance), image
-    paths from `paths` (image id -> path under the image root); our extras (`triplet_id`, `split`, and `votes` /
-    `cannot_tell` where a row has counts) ride along. The label is the image with the largest share (the first
-    one on a tie)."""
+    paths from `paths` (image id -> path under the image root); our extras (`triplet_id`, `split`, the ids as
+    `image_ids`, and `votes` / `cannot_tell` where a row has counts) ride along. The label is the image with the
+    largest share (the first one on a tie)."""
     out = []
     y = ooo[["y_0", "y_1", "y_2"]].to_numpy(float)
     for _, idx in ooo.groupby("triplet_id", sort=False).indices.items():
@@ -280,5 +286,6 @@ def release_lines(ooo: pd.DataFrame, paths: dict[str, str]) -> list[str]:
             factors.append(f)
         line = {f: paths[first[f"image_{k}"]] for k, f in enumerate(PATH_FIELDS)}
         line |= {"factors": factors, "triplet_id": first.triplet_id, "split": first.split}
+        line["image_ids"] = {lab: first[f"image_{k}"] for k, lab in enumerate(LABELS)}
         out.append(json.dumps(line, ensure_ascii=False))
     return out

@@ -7,7 +7,8 @@ or `official`: TPIPS's released odd-one-out file (release.py), or a folder in ou
                                                 layout: the release's 2AFC schema is not known here)
 
 Image paths are relative to `image_root` (default: the file's folder). Image ids are the paths as written
-(foreign names kept); every line is validated and everything the reader skips, drops, normalises or prunes is
+(foreign names kept), or our export's `image_ids` where the lines carry them (one id names one file across both
+files); every line is validated and everything the reader skips, drops, normalises or prunes is
 counted and named in the summaries (asset metadata, and the board's note), so nothing is dropped silently.
 """
 
@@ -22,7 +23,7 @@ from soco_pipeline import storage
 
 from .afc import AFC_COLUMNS, annotate_afc, generate_afc
 from .config import AFC_FILE, OOO_FILE, TpipsConfig
-from .formats import TpipsFormatError, image_paths, load_afc_jsonl, load_ooo_jsonl, resolve
+from .formats import TpipsFormatError, image_files, load_afc_jsonl, load_ooo_jsonl, resolve
 from .images import IMAGE_CATEGORY, write_images
 from .ooo import annotate_triplets
 from .release import ReleaseSet, is_release_file, read_release
@@ -136,18 +137,24 @@ def _size(uri: str) -> tuple[int, int]:
 
 def official_images(cfg: TpipsConfig) -> pd.DataFrame:
     """One row per image the official files name (our layout: the lines that pruning removes included; the
-    released format: the triplets kept): image_id (the path as written), uri, width, height, category, role
-    (triplet | afc)."""
+    released format: the triplets kept): image_id (the path as written, or the line's `image_ids`), uri (its
+    file under the image root), width, height, category, role (triplet | afc)."""
     release = official_release(cfg)
     if release is None:
         official_ooo(cfg)  # every line validated first
     official_afc(cfg)
     ooo_path, afc_path = _official(cfg)
-    trip = release.images if release is not None else image_paths(ooo_path, ("images",))
-    named = set(trip)
-    pair = [i for i in image_paths(afc_path, ("ref", "x0", "x1")) if i not in named] if afc_path else []
+    trip = release.paths if release is not None else image_files(ooo_path, ("images",))
+    pair = image_files(afc_path, ("ref", "x0", "x1")) if afc_path else {}
+    clash = [i for i, p in pair.items() if trip.get(i, p) != p]
+    if clash:
+        raise TpipsFormatError(
+            f"{afc_path}: image id {clash[0]!r} names {pair[clash[0]]!r} there but {trip[clash[0]]!r} in "
+            f"{ooo_path}; one id names one image in both files: fix 'image_ids' (or the path)"
+        )
+    pair = {i: p for i, p in pair.items() if i not in trip}
     ids = [*trip, *pair]
-    uris = [resolve(i, _root(cfg, ooo_path)) for i in ids]
+    uris = [resolve(p, _root(cfg, ooo_path)) for p in [*trip.values(), *pair.values()]]
     sizes = [_size(u) for u in uris]
     return pd.DataFrame(
         {
