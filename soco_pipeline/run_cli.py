@@ -221,7 +221,9 @@ def plan(
             [family.leaderboard, *family.after],
         )
         steps.append((board, None))  # boards always run: they gain the new model
-    soco_boards = ("leaderboard", "correlation")  # SOCO's board and the study over it: only when SOCO runs
+    # SOCO's board and what reads it (the study, the published figures beside it, the atlas of its rankings):
+    # only when SOCO runs
+    soco_boards = ("leaderboard", "correlation", "published_comparison", "protocol_atlas")
     summary = [dg.AssetKey(k) for k in SUMMARY if "soco" in families or k not in soco_boards]
     steps.append(
         (Stage("leaderboard, results database, correlation, results page", "demo_summary", summary), None)

@@ -259,7 +259,8 @@ def _requested(result, keys=PER_BACKBONE) -> set[tuple[str, str]]:
 
 
 def test_weekly_reevaluation_skips_the_unchanged_and_reruns_a_changed_spec(run):
-    """After the weekly tick, only a backbone whose spec file changed (the sensor observed it) is due."""
+    """After the weekly tick, only a backbone whose spec's computation changed (the sensor observed it) is due;
+    a comment alone changes nothing."""
     instance = run["instance"]
     defs = build_definitions(**run["overrides"])
     tick, now = _ticks(defs, instance), dt.datetime.now(dt.UTC)
@@ -279,9 +280,12 @@ def test_weekly_reevaluation_skips_the_unchanged_and_reruns_a_changed_spec(run):
     base = changed = sensor_tick(None)
     spec = run["backbones"] / "oracle_concept.yaml"
     saved = spec.read_text()
-    spec.write_text(saved + "\n# touched\n")
+    spec.write_text(saved + "\n# touched\n")  # a comment changes no computation: nothing is due (issue 53)
     try:
         changed = sensor_tick(base.cursor)
+        assert [r.partition_key for r in changed.run_requests] == []
+        spec.write_text(saved.replace("noise: 0.05", "noise: 0.06"))  # a knob the oracle computes with
+        changed = sensor_tick(changed.cursor)
         assert [r.partition_key for r in changed.run_requests] == ["oracle_concept"]
         due = tick(now + 2 * WEEK)
     finally:

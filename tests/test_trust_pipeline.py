@@ -285,7 +285,7 @@ def test_sql_formats_and_each_view_listed_once(run, monkeypatch, capsys):
     assert {r["backbone"] for r in rows} == set(COPIES)
     assert cli.main(["sql", sql, "--format", "markdown"]) == 0
     assert capsys.readouterr().out.startswith("| backbone")
-    assert cli.main(["sql", "show tables"]) == 0
+    assert cli.main(["sql", "show tables", "--format", "csv"]) == 0
     names = capsys.readouterr().out.split()[1:]
     assert len(names) == len(set(names)) and {"leaderboard", "where_it_fails", "worst_keypoints"} <= set(
         names

@@ -13,15 +13,19 @@ Accounting is off (no slurmdbd): job states come from `scontrol show job`, not `
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 import socket
 import subprocess
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from soco_pipeline.deploy.processes import Service, free_ports, group_members, start, stop_all, wait_for
+
+SOCKET_PATH_MAX = 107  # a Unix socket's path: sun_path holds 108 bytes with the terminating NUL
 
 PARTITION = "soco"
 DAEMONS = ("munged", "slurmctld", "slurmd")
@@ -107,8 +111,14 @@ class LocalSlurm:
 
     @property
     def munge_socket(self) -> Path:
-        """munged's own socket (the system one is never used)."""
-        return self.root / "munge" / "munge.socket"
+        """munged's own socket (the system one is never used): in the folder when its path (and munged's
+        `.lock` beside it) fits a Unix socket's 107 bytes, else in the system's temp folder, named after a
+        hash of the folder (a deep test folder gave 110 bytes, and munged exited with 1)."""
+        inside = self.root / "munge" / "munge.socket"
+        if len(str(inside).encode()) + len(".lock") <= SOCKET_PATH_MAX:
+            return inside
+        digest = hashlib.sha256(str(self.root).encode()).hexdigest()[:16]
+        return Path(tempfile.gettempdir()) / f"soco-munge-{digest}.socket"
 
     @property
     def state_file(self) -> Path:
