@@ -19,6 +19,7 @@ import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import quote
 
 import numpy as np
 import pandas as pd
@@ -419,7 +420,11 @@ def build_report(
             for png in sorted(bdir.glob("*.png")):
                 rel = f"panels/{safe_name(bdir.name)}/{safe_name(png.name)}"  # no colons in file names
                 dest = out / rel
-                if dest.resolve() != png.resolve():
+                if dest.parent.resolve() == png.parent.resolve():
+                    # the page built in place beside the panels (storage/report): no renamed copy beside each
+                    # panel (a second file per panel), the panel's own name, URL-quoted (pair ids hold colons)
+                    rel = f"panels/{quote(bdir.name)}/{quote(png.name)}"
+                elif dest.resolve() != png.resolve():
                     dest.parent.mkdir(parents=True, exist_ok=True)
                     shutil.copyfile(png, dest)
                 pair, _, kp = png.stem.partition("__")
