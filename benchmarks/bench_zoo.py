@@ -167,7 +167,7 @@ def child_model(name: str, families: list[str]) -> dict:
         instance.add_dynamic_partitions("backbones", [name])
     per_model = [(s, c) for s, c in _steps(defs, settings, name, families) if c and "partition" in c]
     ready = time.perf_counter() - t0
-    return {"ready_s": ready, "stages": _run_stages(runner, instance, per_model)}
+    return {"name": name, "ready_s": ready, "stages": _run_stages(runner, instance, per_model)}
 
 
 def child_boards(name: str, families: list[str]) -> dict:
@@ -208,49 +208,85 @@ CHILDREN = {"setup": child_setup, "model": child_model, "boards": child_boards}
 # ---------------------------------------------------------------- the parent: runs, samples, prints
 
 
-def _tree_rss_bytes(root: int) -> int:
-    """The summed resident set of process `root` and its descendants (from /proc; 0 when it is gone)."""
-    page = os.sysconf("SC_PAGE_SIZE")
-    parent, rss = {}, {}
+def _memory_kb(pid: int) -> tuple[int, int]:
+    """(RSS, PSS) of process `pid` in kB from /proc/<pid>/smaps_rollup ((0, 0) when it is gone)."""
+    rss = pss = 0
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Rss:"):
+                    rss = int(line.split()[1])
+                elif line.startswith("Pss:"):
+                    pss = int(line.split()[1])
+    except OSError:
+        pass
+    return rss, pss
+
+
+def _tree(root: int) -> set[int]:
+    """Process `root` and its descendants (from /proc/*/stat)."""
+    parent = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
+                parent[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
             continue
-        parent[int(entry)], rss[int(entry)] = int(fields[1]), int(fields[21]) * page
-    tree, frontier = {root}, [root]
+    tree, frontier = {root}, {root}
     while frontier:
-        kids = [p for p, pp in parent.items() if pp in frontier and p not in tree]
-        tree.update(kids)
-        frontier = kids
-    return sum(rss.get(p, 0) for p in tree)
+        frontier = {p for p, pp in parent.items() if pp in frontier and p not in tree}
+        tree |= frontier
+    return tree
 
 
-def run_child(job: str, name: str, families: str, env: dict[str, str]) -> dict:
-    """`job` for spec `name` in a Python process of its own: its result, wall time and peak tree RSS."""
+def tree_memory_mb(root: int) -> tuple[float, float, set[int]]:
+    """The memory of process `root` and its descendants now: (summed PSS, largest single RSS) in MB, and
+    their ids. PSS
+    splits a shared page between the processes that share it, so the forkserver's children do not count the
+    pages they share with it twice, as a sum of RSS would."""
+    tree = _tree(root)
+    sizes = [_memory_kb(p) for p in tree]
+    return sum(p for _, p in sizes) / 1024, max((r for r, _ in sizes), default=0) / 1024, tree
+
+
+def run_child(job: str, name: str, families: str, env: dict[str, str], logs: Path) -> dict:
+    """`job` for spec `name` in a Python process of its own: its result, wall time (until it exits) and peak
+    memory, and how long the processes it started outlived it (`leftover_s`: seen under load, its run's
+    forkserver living on for a minute). Its output goes to files in `logs`, not pipes, which those leftovers
+    would hold open; the next job starts only when they are gone, so they do not load its figures."""
+    logs.mkdir(parents=True, exist_ok=True)
+    stem = logs / f"{job}-{name}"
+    result_path = stem.with_suffix(".json")
     cmd = [sys.executable, __file__, "--child", job, "--name", name, "--families", families]
+    cmd += ["--result", str(result_path)]
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    peak, stop = [0], threading.Event()
+    with open(f"{stem}.out", "w") as out, open(f"{stem}.err", "w") as err:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
+    peak, stop, seen = [0.0, 0.0], threading.Event(), set()
 
     def sample() -> None:
         while not stop.is_set():
-            peak[0] = max(peak[0], _tree_rss_bytes(proc.pid))
+            pss, rss, tree = tree_memory_mb(proc.pid)
+            peak[0], peak[1] = max(peak[0], pss), max(peak[1], rss)
+            seen.update(tree - {proc.pid})
             stop.wait(0.25)
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    out, err = proc.communicate()
+    proc.wait()
+    wall = time.perf_counter() - t0
     stop.set()
     sampler.join()
-    wall = time.perf_counter() - t0
+    while any(os.path.exists(f"/proc/{p}") for p in seen) and time.perf_counter() - t0 - wall < 300:
+        time.sleep(0.25)
+    leftover = time.perf_counter() - t0 - wall
     if proc.returncode:
-        raise RuntimeError(f"{job} {name} failed (exit {proc.returncode}):\n{err[-4000:]}\n{out[-2000:]}")
-    result = json.loads(out.strip().splitlines()[-1])
-    return {**result, "wall_s": wall, "peak_mb": peak[0] / 2**20}
+        tail = Path(f"{stem}.err").read_text()[-4000:]
+        raise RuntimeError(f"{job} {name} failed (exit {proc.returncode}; {stem}.err):\n{tail}")
+    result = json.loads(result_path.read_text())
+    return {**result, "wall_s": wall, "leftover_s": leftover, "peak_pss_mb": peak[0], "peak_rss_mb": peak[1]}
 
 
 def soco_sql(env: dict[str, str]) -> tuple[float, int]:
@@ -278,28 +314,62 @@ def _family(label: str) -> str:
     return label.split(" / ")[0].split("] ")[-1]
 
 
+def base_of(name: str) -> str:
+    """The shipped spec a zoo spec varies: zoo012_dense_sift_s3_128 -> dense_sift."""
+    return name.split("_", 1)[1].rsplit("_", 2)[0]
+
+
+def _mean(values) -> float:
+    values = list(values)
+    return statistics.mean(values) if values else 0.0
+
+
+def _steps_note(stages: list[dict], top: int = 4) -> str:
+    """The mean step times of `stages` (the same stage over several models), largest first, and their sum."""
+    per_step: dict[str, list[float]] = {}
+    for s in stages:
+        for k, v in s["steps"].items():
+            per_step.setdefault(k, []).append(v)
+    means = sorted(((statistics.mean(v), k) for k, v in per_step.items()), reverse=True)
+    listed = ", ".join(f"{k} {v:.2f}" for v, k in means[:top])
+    more = f" (+{len(means) - top} more)" if len(means) > top else ""
+    return f"steps sum {sum(v for v, _ in means):.2f}: {listed}{more}"
+
+
+def per_model_s(added: list[dict]) -> float:
+    """Mean wall time of an added model's stages."""
+    return _mean(sum(s["s"] for s in m["stages"]) for m in added)
+
+
 def size_table(size: int, added: list[dict], boards: dict, sql: tuple[float, int]) -> str:
     """The markdown table of one zoo size."""
     stage_s = [sum(s["s"] for s in m["stages"]) for m in added]
     lines = [
-        f"| zoo of {size} models | s | peak RSS MB | note |",
+        f"| zoo of {size} models | s | peak MB (PSS, tree) | note |",
         "|---|---:|---:|---|",
-        f"| per added model: its stages (mean of {len(added)}) | {statistics.mean(stage_s):.2f} | "
-        f"{max(m['peak_mb'] for m in added):.0f} | min {min(stage_s):.2f}, max {max(stage_s):.2f} |",
-        f"| per added model: its process, start to end | {statistics.mean(m['wall_s'] for m in added):.2f} | | "
-        f"spec added and definitions built in {statistics.mean(m['ready_s'] for m in added):.2f} s |",
+        f"| per added model: its stages (mean of {len(added)}) | {per_model_s(added):.2f} | "
+        f"{max(m['peak_pss_mb'] for m in added):.0f} | min {min(stage_s):.2f}, max {max(stage_s):.2f}; "
+        f"largest process RSS {max(m['peak_rss_mb'] for m in added):.0f} MB |",
+        f"| per added model: its process, start to end | {_mean(m['wall_s'] for m in added):.2f} | | "
+        f"spec added and definitions built in {_mean(m['ready_s'] for m in added):.2f} s; its leftover "
+        f"processes lived {_mean(m['leftover_s'] for m in added):.2f} s longer |",
     ]
-    families: dict[str, list[float]] = {}
+    bases: dict[str, list[dict]] = {}
+    for m in added:
+        bases.setdefault(base_of(m["name"]), []).append(m)
+    for base, ms in bases.items():
+        lines.append(f"| &nbsp; {base} variants (mean of {len(ms)}) | {per_model_s(ms):.2f} | | |")
+    families: dict[str, list[dict]] = {}
     for m in added:
         for s in m["stages"]:
-            families.setdefault(_family(s["stage"]), []).append(s["s"])
-    for fam, times in families.items():
-        lines.append(f"| &nbsp; {fam} stage (mean) | {statistics.mean(times):.2f} | | |")
+            families.setdefault(_family(s["stage"]), []).append(s)
+    for fam, stages in families.items():
+        note = _steps_note(stages)
+        lines.append(f"| &nbsp; {fam} stage (mean) | {_mean(s['s'] for s in stages):.2f} | | {note} |")
     for s in boards["stages"]:
-        steps = ", ".join(f"{k} {v:.2f}" for k, v in sorted(s["steps"].items(), key=lambda kv: -kv[1]))
-        lines.append(f"| {_family(s['stage'])} (run) | {s['s']:.2f} | | steps: {steps} |")
+        lines.append(f"| {_family(s['stage'])} (run) | {s['s']:.2f} | | {_steps_note([s], top=8)} |")
     lines += [
-        f"| boards, all runs | {sum(s['s'] for s in boards['stages']):.2f} | {boards['peak_mb']:.0f} | "
+        f"| boards, all runs | {sum(s['s'] for s in boards['stages']):.2f} | {boards['peak_pss_mb']:.0f} | "
         "one process |",
         f"| spec-sensor tick (steady) | {boards['sensor_s']:.2f} | | |",
         f"| automation tick | {boards['automation_s']:.2f} | | first evaluation (no cursor) "
@@ -327,10 +397,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep the temporary folder (its path is printed)")
     ap.add_argument("--child", choices=sorted(CHILDREN), help=argparse.SUPPRESS)
     ap.add_argument("--name", help=argparse.SUPPRESS)
+    ap.add_argument("--result", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     families = [f for f in args.families.split(",") if f]
     if args.child:
-        print(json.dumps(CHILDREN[args.child](args.name, families)))
+        Path(args.result).write_text(json.dumps(CHILDREN[args.child](args.name, families)))
         return 0
     data = QUICK if args.quick else DATA
     sizes = [int(s) for s in (QUICK["sizes"] if args.quick else args.sizes).split(",")]
@@ -345,6 +416,7 @@ def main(argv: list[str] | None = None) -> int:
     specs.mkdir()
     (home / "dagster.yaml").write_text((ROOT / "dagster.yaml").read_text().replace("@STORAGE@", str(storage)))
     names = write_zoo(zoo, sizes[-1])
+    logs = tmp / "logs"  # each child's output and result
     env = {
         **os.environ,
         "PYTHONPATH": str(ROOT),
@@ -367,15 +439,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"nproc {cores}; folder {tmp}")
     _load(cores, "before")
     try:
-        setup = run_child("setup", names[0], ",".join(families), env)
+        setup = run_child("setup", names[0], ",".join(families), env, logs)
         print(f"data, pairs and family items: {setup['wall_s']:.1f} s (once, before the zoo)")
         results, done = [], 0
         for size in sizes:
             print(f"\n## {size} models")
             _load(cores, "before")
-            added = [run_child("model", n, ",".join(families), env) for n in names[done:size]]
+            added = [run_child("model", n, ",".join(families), env, logs) for n in names[done:size]]
             done = size
-            boards = run_child("boards", names[size - 1], ",".join(families), env)
+            boards = run_child("boards", names[size - 1], ",".join(families), env, logs)
             sql = soco_sql(env)
             _load(cores, "after")
             print("\n" + size_table(size, added, boards, sql))
@@ -391,27 +463,31 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def report_growth(results: list[tuple[int, list[dict], dict]]) -> None:
-    """Per-model time at the largest size against the smallest (flat: ~1); the boards' growth."""
+    """Per-model time at the largest size against the smallest (flat: ~1), overall and per base spec (the
+    sizes' increments mix the bases in slightly different shares); the boards' growth beside the models'."""
     (n0, added0, boards0), (n1, added1, boards1) = results[0], results[-1]
-
-    def per_model(added):
-        return statistics.mean(sum(s["s"] for s in m["stages"]) for m in added)
 
     def board_total(boards):
         return sum(s["s"] for s in boards["stages"])
 
     print(f"\n## growth from {n0} to {n1} models (x{n1 / n0:.1f} models)")
     print(
-        f"per added model (its stages): {per_model(added0):.2f} s -> {per_model(added1):.2f} s: "
-        f"ratio {per_model(added1) / per_model(added0):.2f} (flat: 1)"
+        f"per added model (its stages): {per_model_s(added0):.2f} s -> {per_model_s(added1):.2f} s: "
+        f"ratio {per_model_s(added1) / per_model_s(added0):.2f} (flat: 1)"
     )
+    for base in sorted({base_of(m["name"]) for m in added0}):
+        a = per_model_s([m for m in added0 if base_of(m["name"]) == base])
+        b = per_model_s([m for m in added1 if base_of(m["name"]) == base])
+        if a > 0 and b > 0:
+            print(f"  {base} variants: {a:.2f} s -> {b:.2f} s: ratio {b / a:.2f}")
     print(
-        f"per added model (its process): {statistics.mean(m['wall_s'] for m in added0):.2f} s -> "
-        f"{statistics.mean(m['wall_s'] for m in added1):.2f} s"
+        f"per added model (its process): {_mean(m['wall_s'] for m in added0):.2f} s -> "
+        f"{_mean(m['wall_s'] for m in added1):.2f} s"
     )
     print(
         f"boards, all runs: {board_total(boards0):.2f} s -> {board_total(boards1):.2f} s: growth "
-        f"x{board_total(boards1) / board_total(boards0):.2f} (linear: x{n1 / n0:.1f})"
+        f"x{board_total(boards1) / board_total(boards0):.2f} (linear: x{n1 / n0:.1f}; the first size also "
+        "pays each board's first build)"
     )
     for step in ("leaderboard", "model_summary", "results_report"):
         a, b = summary_step(boards0, step), summary_step(boards1, step)
