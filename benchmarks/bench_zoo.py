@@ -10,8 +10,9 @@ summary run: leaderboard, model_summary, results page ...), one spec-sensor tick
 evaluated, and one `soco sql` query runs through the console script in a fresh process. Measured:
 
 - per added model: the wall time of its stages (SOCO's and each family's), of its whole process (start,
-  definitions, runs), and its peak RSS: the sum of the resident sets of its process tree (the step processes
-  and the forkserver included), sampled from /proc every 0.25 s (Linux only; short peaks can be missed);
+  definitions, runs), and its peak memory: the summed PSS of its process tree (the step processes and the
+  forkserver included) and the largest single RSS, sampled from /proc every 0.25 s (Linux only; short
+  peaks can be missed);
 - each board run's wall time and, from the run's STEP_SUCCESS events, each asset's step time (the SOCO
   `leaderboard`, `model_summary`, the results page `results_report` ...);
 - one tick of `backbone_specs_sensor` over the zoo's spec folder (steady state: every spec seen), and one
