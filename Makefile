@@ -80,8 +80,14 @@ ui: install $(DAGSTER_HOME)/dagster.yaml
 	@echo "Dagster UI on http://127.0.0.1:3000 (stop with Ctrl-C)"
 	$(VENV)/bin/dagster dev -h 127.0.0.1 -p 3000 -w workspace.yaml
 
+# The model-zoo (10/30/100 models) and model-cost benchmarks run for an hour or more at their defaults: `make
+# bench` runs their smoke settings; run them by hand for the figures (docs/benchmarks.md).
+BENCH_ARGS_bench_zoo := --quick
+BENCH_ARGS_bench_model_cost := --size tiny
 bench: install
-	for f in benchmarks/bench_*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
+	for f in benchmarks/bench_*.py; do n=$$(basename $$f .py); echo "== $$f"; \
+		case $$n in bench_zoo) a="$(BENCH_ARGS_bench_zoo)";; bench_model_cost) a="$(BENCH_ARGS_bench_model_cost)";; *) a="";; esac; \
+		$(PY) $$f $$a || exit 1; done
 
 clean:
 	rm -rf storage
