@@ -147,6 +147,14 @@ def latest_time(instance: dg.DagsterInstance, keys: list[dg.AssetKey], partition
     return max(times, default=0.0)
 
 
+def rows_read(defs: dg.Definitions, keys: list[dg.AssetKey], rows: list[dg.AssetKey]) -> list[dg.AssetKey]:
+    """Those of `rows` (a model's per-model assets) that the assets `keys` read, directly or further up."""
+    import dagster as dg
+
+    upstream = dg.AssetSelection.assets(*keys).upstream().resolve(defs.resolve_asset_graph())
+    return [k for k in rows if k in upstream]
+
+
 def board_current(instance: dg.DagsterInstance, keys: list[dg.AssetKey], after: float) -> bool:
     """Whether every board of `keys` has a materialization made after `after`."""
     return all((r := _latest(instance, k, None)) is not None and r.timestamp >= after for k in keys)
@@ -299,9 +307,10 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
                 timings.append((stage.label, "cached", 0.0))
                 continue
             if cache is None and i > 1 and not ran:
-                # a board is current when made after this model's latest rows (and, for the SOCO board and
-                # the summary, which read `reference:` from the spec folder, after the spec file's last edit)
-                after = latest_time(instance, model_keys, added.name)
+                # a board is current when made after the latest of this model's rows that it reads (not
+                # another family's, made after it in the same run), and, for the SOCO board and the summary,
+                # which read `reference:` from the spec folder, after the spec file's last edit
+                after = latest_time(instance, rows_read(defs, stage.keys, model_keys), added.name)
                 if stage.job == "demo_summary":
                     after = max(after, added.path.stat().st_mtime)
                 if board_current(instance, stage.keys, after):
