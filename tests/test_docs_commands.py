@@ -6,8 +6,9 @@ Each `soco ...` line runs through the console script in a fresh process, each SQ
 `soco sql` in a fresh process, against one small storage for the module: the first hour's settings
 (docs/first-hour.md: two categories, four images each, its own storage, instance and spec folders) with the
 families at their smallest configs (tests/tiny_families.py), built by the README's first `soco run` (every
-family) and an LVLM spec answered by the loopback server (lvlm/loopback.py). Commands run in the docs'
-order, one code block per test, so a block's later lines may use what its earlier ones wrote.
+family) and an LVLM spec answered by the loopback server (lvlm/loopback.py). One test per command
+(per ```sql block: its statements), in the docs' order; a command that reads what an earlier line wrote
+runs that line first (BEFORE), so each test passes alone.
 
 A command that is not run here is in NOT_RUN with the reason and the test that covers it; a doc that gains a
 command that is neither run nor listed fails `test_every_command_is_run_here_or_listed`, and so does a
@@ -276,6 +277,11 @@ OFFICIAL_TSVS = {
 }
 
 
+IMPORT_TSVS = ".venv/bin/python -m soco_pipeline.lvlm import "
+# a command that reads what an earlier line of its block writes: that line, run first
+BEFORE = {IMPORT_TSVS: ".venv/bin/python -m soco_pipeline.lvlm export storage/vlmevalkit"}
+
+
 def substituted(docs: Docs, text: str) -> str:
     for shown, here in placeholders(docs):
         text = text.replace(shown, here)
@@ -304,7 +310,7 @@ def run_command(docs: Docs, command: Command) -> None:
         return
     else:
         text = substituted(docs, command.text)
-        if " import " in text and "soco_pipeline.lvlm" in text:  # the official TSVs: our export's
+        if command.text.startswith(IMPORT_TSVS):  # the official TSVs: our export's
             (docs.root / "official").mkdir(exist_ok=True)
             for official, ours in OFFICIAL_TSVS.items():
                 shutil.copy(docs.storage / "vlmevalkit" / ours, docs.root / "official" / official)
@@ -357,8 +363,18 @@ def docs(tmp_path_factory):
         yield docs
 
 
-@pytest.mark.parametrize("block", [b for b, cs in BLOCKS.items() if any(map(runs_here, cs))])
-def test_the_commands_of_a_code_block_run_as_shown(docs, block):
-    for command in BLOCKS[block]:
-        if runs_here(command):
-            run_command(docs, command)
+def runnable() -> dict[str, list[Command]]:
+    """{"docs/x.md:LINE": commands} of what runs here: one shell command, or the statements of a SQL block."""
+    out: dict[str, list[Command]] = {}
+    for command in (c for block in BLOCKS.values() for c in block if runs_here(c)):
+        out.setdefault(command.where, []).append(command)
+    return out
+
+
+@pytest.mark.parametrize("where", list(runnable()))
+def test_the_docs_command_runs_as_shown(docs, where):
+    for command in runnable()[where]:
+        for start, before in BEFORE.items():
+            if command.text.startswith(start):
+                run_command(docs, Command(f"{where} (before it)", before))
+        run_command(docs, command)
