@@ -13,7 +13,7 @@ runs that line first (BEFORE), so each test passes alone.
 A command that is not run here is in NOT_RUN with the reason and the test that covers it; a doc that gains a
 command that is neither run nor listed fails `test_every_command_is_run_here_or_listed`, and so does a
 listed command that no doc shows any more. The docs' placeholders (`my_lite0_320.yaml`, the first hour's
-/tmp folder, `storage/...`) are substituted from PLACEHOLDERS."""
+/tmp folder, `storage/...`) are substituted by `placeholders`."""
 
 from __future__ import annotations
 
@@ -205,12 +205,10 @@ def doc_blocks() -> dict[str, list[Command]]:
 
 SOCO_SUBCOMMANDS = soco_subcommands()
 BLOCKS = doc_blocks()
-RUNNABLE = {"soco", "python", "cp", "export", "duckdb"}
+RUNNABLE = {"soco", "python", "cp", "export", "duckdb"}  # what run_command knows how to run here
 # what an interactive command reads on its standard input here (the duckdb CLI's shell: a query of the table
 # whose nanosecond timestamps once kept the CLI from opening the file)
-STDIN = {
-    "duckdb": "select model, family, materialized_at from model_headlines;\n"
-}  # what run_command knows how to run here
+STDIN = {"duckdb": "select model, family, materialized_at from model_headlines;\n"}
 
 
 def runs_here(command: Command) -> bool:
