@@ -136,6 +136,14 @@ def _sql_list(paths: list[str]) -> str:
     return "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in paths) + "]"
 
 
+def _compatible(types: dict[str, str]) -> str:
+    """The `REPLACE (...)` of a stored view that casts columns of types the STORAGE_COMPATIBILITY readers do
+    not know: a tz-aware nanosecond timestamp (pandas' `datetime64[ns, UTC]`, DuckDB 2.0's TIMESTAMPTZ_NS;
+    the duckdb CLI 1.5 cannot open a file whose view has one) reads as TIMESTAMPTZ (microseconds)."""
+    casts = [f'CAST("{c}" AS TIMESTAMPTZ) AS "{c}"' for c, t in types.items() if t == "TIMESTAMPTZ_NS"]
+    return f" REPLACE ({', '.join(casts)})" if casts else ""
+
+
 def _create_views(con: duckdb.DuckDBPyConnection, tables_root: str, base: str | None) -> list[str]:
     """(Re)create one stored view per written table; paths relative to `base` when given. Returns the views."""
     created = []
@@ -148,10 +156,12 @@ def _create_views(con: duckdb.DuckDBPyConnection, tables_root: str, base: str | 
         if base is not None:
             files = [str(Path(f).relative_to(base)) for f in files]
         source = f"read_parquet({_sql_list(files)}, union_by_name=true)"
-        columns = {r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()}
+        types = {r[0]: r[1] for r in con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()}
         # one name for the model in SQL: `model`; SOCO's tables say `backbone`, kept beside it for one release
-        alias = "backbone AS model, " if "backbone" in columns and "model" not in columns else ""
-        con.execute(f"CREATE OR REPLACE VIEW {table.view} AS SELECT {alias}* FROM {source}")
+        alias = "backbone AS model, " if "backbone" in types and "model" not in types else ""
+        con.execute(
+            f"CREATE OR REPLACE VIEW {table.view} AS SELECT {alias}*{_compatible(types)} FROM {source}"
+        )
         created.append(table.view)
     return _derived_views(con, created, "VIEW", drop=True)
 

@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 
 import duckdb
+import pandas as pd
 import pytest
 
 from soco_pipeline.results_db import STORAGE_COMPATIBILITY, query, refresh_views
@@ -70,6 +71,24 @@ def test_the_duckdb_cli_opens_the_results_file(storage, where):
     # Without the setting the stored (relative) paths resolve against the working directory, not the file's.
     bare = _run(binary, cwd, db, sql, None)
     assert bare.returncode != 0 and "No files found" in bare.stderr, bare
+
+
+def test_the_duckdb_cli_opens_a_file_whose_table_has_nanosecond_utc_timestamps(tmp_path):
+    """pandas' `datetime64[ns, UTC]` (model_headlines.materialized_at) is DuckDB 2.0's TIMESTAMPTZ_NS, a type
+    the 1.5 CLI does not know: the stored view reads it as TIMESTAMPTZ, so the CLI opens the file."""
+    binary = _cli()
+    need(binary is not None, "the duckdb CLI (pip install duckdb-cli; a dev dependency in pyproject.toml)")
+    root = tmp_path / "storage"
+    (root / "tables").mkdir(parents=True)
+    stamps = pd.to_datetime(["2026-12-06 03:00:00.123456789"], utc=True)
+    pd.DataFrame({"model": ["a"], "materialized_at": stamps}).to_parquet(
+        root / "tables" / "model_headlines.parquet", index=False
+    )
+    refresh_views(root / "results.duckdb", str(root / "tables"))
+    sql = "select model, materialized_at from model_headlines"
+    out = _run(binary, tmp_path, root / "results.duckdb", sql, str(root.resolve()))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[1].startswith("a,2026-12-06 03:00:00.123456"), out.stdout
 
 
 def test_the_results_file_is_written_in_the_compatible_storage_format(storage):
