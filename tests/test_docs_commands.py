@@ -246,7 +246,7 @@ class Docs:
         return self.root / "storage"
 
 
-FIRST_HOUR_ROOT = "/tmp/h-screen/fh"  # the folder docs/first-hour.md's run used
+FIRST_HOUR_ROOT = "/tmp/first-hour"  # the folder docs/first-hour.md's run used
 
 
 def placeholders(docs: Docs) -> list[tuple[str, str]]:

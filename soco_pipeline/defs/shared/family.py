@@ -63,8 +63,8 @@ class Family:
     version of its tables, its config loader `(path, settings) -> config`, the backbone capabilities its
     per-backbone tables need, its headline in `model_summary` (its family and board filled in: the name,
     `<name>_leaderboard` unless it names another board), and `reads(spec, config)`: the spec fields its
-    per-backbone tables read (default: the whole computation, backbones/reads.py), which with its config, code
-    version and inputs key their cache (shared/reuse.py). `boards` lists the boards `@board` declared; `spec`
+    per-backbone tables read (default: the whole computation and the model's name, backbones/reads.py), which
+    with its config, code version and inputs key their cache (shared/reuse.py). `boards` lists the boards `@board` declared; `spec`
     is the domain declaration it was built from (`Family.of`), with its record parts and watch."""
 
     name: str
@@ -114,10 +114,14 @@ class Family:
         )
 
     def spec_reads(self, spec, config: Any) -> Mapping[str, Any]:
-        """The fields of a backbone spec this family's tables read (`reads`, else the whole computation)."""
+        """The fields of a backbone spec this family's tables read: `reads`, else the whole computation and the
+        name. A family that declares no `reads` may compute with anything, its model's name included (the toy
+        family of docs/develop.md scores by it), so its rows are reused only by the same model."""
         from soco_pipeline.backbones.reads import computation
 
-        return self.reads(spec, config) if self.reads is not None else computation(spec)
+        return (
+            self.reads(spec, config) if self.reads is not None else {**computation(spec), "name": spec.name}
+        )
 
     def reads_version(self, context: dg.AssetExecutionContext, soco: SocoSettings, spec) -> str:
         """The reads version of this step's tables for `spec` (shared/reuse.py): the spec fields the family
