@@ -43,19 +43,27 @@ def load_average() -> tuple[float, float, float]:
     return os.getloadavg()
 
 
-def run_tier(tier: str, extra: list[str]) -> dict:
-    """One tier through pytest in a child process: wall time, exit code, outcome line, durations."""
-    cmd = [sys.executable, "-m", "pytest", "-q", "-m", tier, "--durations=15", "-p", "no:warnings", *extra]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "DAGSTER_DISABLE_TELEMETRY": "1"}
-    # as `make test` and `make test-fast` run it (Makefile TEST_ENV): one torch thread per process
-    env.update({k: os.environ.get(k, "1") for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")})
+def run_pytest(label: str, cmd: list[str], env: dict[str, str]) -> dict:
+    """A pytest run (or `make test`) in a child process: wall time, exit code, outcome line, durations; the
+    output's last 60 lines on stderr when it failed."""
     t0 = time.perf_counter()
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t0
     lines = done.stdout.splitlines()
     durations = [(float(m[1]), m[2], m[3]) for m in (DURATION.match(line) for line in lines) if m is not None]
     outcome = next((m[1] for m in (SUMMARY.match(line) for line in reversed(lines)) if m), "no summary")
-    return {"tier": tier, "wall_s": wall, "rc": done.returncode, "outcome": outcome, "durations": durations}
+    if done.returncode:
+        print("\n".join(lines[-60:]), file=sys.stderr)
+    return {"tier": label, "wall_s": wall, "rc": done.returncode, "outcome": outcome, "durations": durations}
+
+
+def run_tier(tier: str, extra: list[str]) -> dict:
+    """One tier through pytest in a child process (`run_pytest`)."""
+    cmd = [sys.executable, "-m", "pytest", "-q", "-m", tier, "--durations=15", "-p", "no:warnings", *extra]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "DAGSTER_DISABLE_TELEMETRY": "1"}
+    # as `make test` and `make test-fast` run it (Makefile TEST_ENV): one torch thread per process
+    env.update({k: os.environ.get(k, "1") for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")})
+    return run_pytest(tier, cmd, env)
 
 
 SPIN = "import time\nwhile True:\n    sum(i * i for i in range(10_000))\n"
@@ -86,24 +94,9 @@ def cpu_load(workers: int) -> Iterator[list[float]]:
 
 
 def run_make_test(extra: str) -> dict:
-    """`make test` as .ci/run runs it (CI=true, random order): wall time, exit code, outcome, durations."""
+    """`make test` as .ci/run runs it (CI=true, random order), through `run_pytest`."""
     env = {**os.environ, "CI": "true", "HF_HUB_OFFLINE": "1"}
-    cmd = ["make", "test", f"PYTEST_ARGS=-p randomly {extra}".strip()]
-    t0 = time.perf_counter()
-    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
-    wall = time.perf_counter() - t0
-    lines = done.stdout.splitlines()
-    durations = [(float(m[1]), m[2], m[3]) for m in (DURATION.match(line) for line in lines) if m is not None]
-    outcome = next((m[1] for m in (SUMMARY.match(line) for line in reversed(lines)) if m), "no summary")
-    if done.returncode:
-        print("\n".join(lines[-60:]), file=sys.stderr)
-    return {
-        "tier": "make test",
-        "wall_s": wall,
-        "rc": done.returncode,
-        "outcome": outcome,
-        "durations": durations,
-    }
+    return run_pytest("make test", ["make", "test", f"PYTEST_ARGS=-p randomly {extra}".strip()], env)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -57,6 +57,21 @@ NOT_RUN: dict[str, str] = {
         "a backfill on the running stack; test_scaleout.py"
     ),
     "make cluster-down": "the distributed stack; test_scaleout.py",
+    # a lab's Slurm cluster (docs/scaling-out.md): the local single-node Slurm's start, status and stop run in
+    # tests/test_slurm.py through the console script, in a folder of their own (stack tier: root, slurm-wlm)
+    "export SOCO_LAUNCHER=slurm SOCO_STORAGE=/shared/soco/storage DAGSTER_HOME=$HOME/soco_dagster "
+    'SOCO_SLURM_OPTIONS="--partition=gpu --gres=gpu:1 --time=4:00:00"': (
+        "a lab login node's settings (a shared filesystem path); test_slurm.py runs the Slurm launcher"
+    ),
+    ".venv/bin/dagster dev -h 0.0.0.0 -p 3000": "a server that runs until Ctrl-C; test_ui.py drives `dagster dev`",
+    ".venv/bin/soco cluster start --engine slurm --dir storage/slurm": "test_slurm.py (stack tier) runs it",
+    "source storage/slurm/slurm.env && make ui": "a server that runs until Ctrl-C; test_slurm.py, test_ui.py",
+    ".venv/bin/soco cluster status --dir storage/slurm": "needs the local Slurm running; test_slurm.py runs it",
+    ".venv/bin/soco cluster stop --dir storage/slurm": "needs the local Slurm running; test_slurm.py runs it",
+    "export SOCO_LAUNCHER=kubernetes SOCO_K8S_IMAGE=ghcr.io/lab/soco:2026-12 SOCO_K8S_NAMESPACE=soco        "
+    "SOCO_K8S_GPUS=1 SOCO_K8S_VOLUME_CLAIM=soco-launch SOCO_LAUNCH_DIR=/launch SOCO_STORAGE=s3://lab-bucket/soco": (
+        "no Kubernetes cluster here; test_launchers.py validates the rendered pod spec"
+    ),
     # pretrained weights, API keys or files this machine does not have
     ".venv/bin/soco add-backbone assets/backbone_presets/dinov2_vitb14.yaml": (
         "DINOv2-B/14's weights are not in the offline Hugging Face cache here (the command then exits 2 "

@@ -124,19 +124,24 @@ def test_a_second_model_runs_only_its_own_partition_and_the_boards(first):
     )  # higher SOC
 
 
-def test_soco_run_materializes_published_comparison_queried_as_the_docs_query_it(first):
-    """docs/results.md's query of `published_comparison`, through the console script in a fresh process."""
-    query = "select model, metric, ours, published, difference, differing_knobs from published_comparison"
-    env = {**os.environ, "SOCO_STORAGE": str(first["storage"])}
+def sql_rows(storage, query: str) -> list[dict]:
+    """`soco sql QUERY --format csv` through the console script in a fresh process, on `storage`: its rows."""
+    env = {**os.environ, "SOCO_STORAGE": str(storage)}
     done = subprocess.run(
-        [str(VENV_BIN / "soco"), "sql", query + " where metric = 'soc'", "--format", "csv"],
+        [str(VENV_BIN / "soco"), "sql", query, "--format", "csv"],
         env=env,
         capture_output=True,
         text=True,
         timeout=300,
     )
-    assert done.returncode == 0, done.stderr
-    (row,) = list(csv.DictReader(io.StringIO(done.stdout)))
+    assert done.returncode == 0, (query, done.stderr)
+    return list(csv.DictReader(io.StringIO(done.stdout)))
+
+
+def test_soco_run_materializes_published_comparison_queried_as_the_docs_query_it(first):
+    """docs/results.md's query of `published_comparison`, through the console script in a fresh process."""
+    query = "select model, metric, ours, published, difference, differing_knobs from published_comparison"
+    (row,) = sql_rows(first["storage"], query + " where metric = 'soc'")
     assert (row["model"], row["metric"]) == ("oracle_part", "soc")
     assert float(row["published"]) == pytest.approx(67.86)  # OmniProbe, S = 800 snapped (first of the ties)
     assert float(row["difference"]) == pytest.approx(float(row["ours"]) - 67.86, abs=1e-6)
@@ -150,16 +155,7 @@ def test_soco_run_measures_the_gap_knob_by_knob_and_prints_the_sentence(first):
         "select model, metric, step, knob, ours_setting, published_setting, ours, effect, aligned, published, "
         "reason from published_gap where model = 'oracle_part' order by metric, step"
     )
-    env = {**os.environ, "SOCO_STORAGE": str(first["storage"])}
-    done = subprocess.run(
-        [str(VENV_BIN / "soco"), "sql", query, "--format", "csv"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
-    rows = list(csv.DictReader(io.StringIO(done.stdout)))
+    rows = sql_rows(first["storage"], query)
     soc = [r for r in rows if r["metric"] == "soc"]
     assert [(r["knob"], r["ours_setting"], r["published_setting"]) for r in soc] == [
         ("input_size", "nearest_multiple:480", "nearest_multiple:800"),
@@ -185,16 +181,7 @@ def test_the_protocol_atlas_is_a_view_and_leaves_the_oracles_out(first):
     """`protocol_atlas` after `soco run`: one row per (metric, single-knob change); both models here are oracles,
     controls, so no ranking is compared (n_models 0, tau null), and the page shows the atlas's table."""
     query = "select metric, knob, n_models, tau, n_flipped from protocol_atlas order by metric, knob"
-    env = {**os.environ, "SOCO_STORAGE": str(first["storage"])}
-    done = subprocess.run(
-        [str(VENV_BIN / "soco"), "sql", query, "--format", "csv"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
-    rows = list(csv.DictReader(io.StringIO(done.stdout)))
+    rows = sql_rows(first["storage"], query)
     knobs = {(r["metric"], r["knob"]) for r in rows}
     assert ("soc", "alpha 0.1 -> 0.05") in knobs and ("soc", "reduction official -> keypoint") in knobs
     assert {r["n_models"] for r in rows} == {"0"} and {r["tau"] for r in rows} == {""}
@@ -213,15 +200,6 @@ def test_the_published_queries_of_docs_results_md_run_as_written(first):
         b for b in blocks if re.search(r"\b(published_comparison|published_gap|protocol_atlas|gap_note)\b", b)
     ]
     assert len(wanted) >= 4, wanted
-    env = {**os.environ, "SOCO_STORAGE": str(first["storage"])}
     for block in wanted:
         for query in [q.strip() for q in block.split(";") if q.strip()]:
-            done = subprocess.run(
-                [str(VENV_BIN / "soco"), "sql", query, "--format", "csv"],
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=300,
-            )
-            assert done.returncode == 0, (query, done.stderr)
-            assert len(done.stdout.strip().splitlines()) >= 2, (query, done.stdout)  # a header and rows
+            assert sql_rows(first["storage"], query), query  # rows, not only a header
