@@ -416,16 +416,7 @@ def headlines_from_boards(
                 }
             )
         )
-    cols = [
-        "model",
-        "family",
-        "metric",
-        "value",
-        "ci_low",
-        "ci_high",
-        "n",
-        "simulated",
-        "materialized_at",
-        "role",
-    ]
+    from soco_pipeline.evaluation.headline import HEADLINE_COLUMNS
+
+    cols = list(HEADLINE_COLUMNS)  # the shape of the materialized model_headlines
     return pd.concat(rows, ignore_index=True)[cols] if rows else pd.DataFrame(columns=cols)
