@@ -11,6 +11,8 @@ before or after the run is flagged: such figures are not idle figures and must n
     .venv/bin/python benchmarks/bench_suite.py --tier pipeline --pytest-args="-p randomly"
     .venv/bin/python benchmarks/bench_suite.py --make-test --load 4   # `make test` as .ci/run runs it, beside
                                                                       # 4 busy CPU workers (issue 58)
+    .venv/bin/python benchmarks/bench_suite.py --fresh-clone --load 4 # `.ci/run` in a fresh clone of HEAD
+                                                                      # (its own venv, install included)
 
 `--load N` starts N child processes that spin on the CPU (plain Python loops, no package needed) for the
 whole run, samples the load average every 5 s, prints its mean and peak beside the results, and stops the
@@ -27,6 +29,7 @@ import re
 import shlex
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -43,11 +46,11 @@ def load_average() -> tuple[float, float, float]:
     return os.getloadavg()
 
 
-def run_pytest(label: str, cmd: list[str], env: dict[str, str]) -> dict:
+def run_pytest(label: str, cmd: list[str], env: dict[str, str], cwd: Path = ROOT) -> dict:
     """A pytest run (or `make test`) in a child process: wall time, exit code, outcome line, durations; the
     output's last 60 lines on stderr when it failed."""
     t0 = time.perf_counter()
-    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t0
     lines = done.stdout.splitlines()
     durations = [(float(m[1]), m[2], m[3]) for m in (DURATION.match(line) for line in lines) if m is not None]
@@ -99,6 +102,18 @@ def run_make_test(extra: str) -> dict:
     return run_pytest("make test", ["make", "test", f"PYTEST_ARGS=-p randomly {extra}".strip()], env)
 
 
+def run_ci_in_fresh_clone() -> dict:
+    """`.ci/run` in a fresh `git clone` of this checkout's HEAD (installs its own venv, as on a new machine),
+    through `run_pytest`; the clone is left in place and its path printed, for its logs."""
+    clone = Path(tempfile.mkdtemp(prefix="soco-ci-clone-")) / "soco"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=clone, capture_output=True, text=True)
+    print(f"fresh clone of {head.stdout.strip()} at {clone}")
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    env.update({"CI": "true", "HF_HUB_OFFLINE": "1"})
+    return run_pytest(".ci/run (fresh clone)", ["bash", str(clone / ".ci" / "run")], env, cwd=clone)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the tiers asked for and print the figures; the exit code is the worst pytest exit code."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -107,6 +122,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--pytest-args", default="", help="more pytest arguments, e.g. '-p randomly' or '-n 2'")
     ap.add_argument("--make-test", action="store_true", help="run `make test` as .ci/run does, not tiers")
+    ap.add_argument(
+        "--fresh-clone",
+        action="store_true",
+        help="run `.ci/run` in a fresh clone of HEAD (ignores --pytest-args)",
+    )
     ap.add_argument("--load", type=int, default=0, help="N busy CPU workers beside the run (default 0)")
     args = ap.parse_args(argv)
     tiers = TIERS if args.tier == "all" else (args.tier,)
@@ -115,7 +135,9 @@ def main(argv: list[str] | None = None) -> int:
     before = load_average()
     print(f"nproc {cores}; load average before: {before[0]:.2f} {before[1]:.2f} {before[2]:.2f}")
     with cpu_load(args.load) as samples:
-        if args.make_test:
+        if args.fresh_clone:
+            results = [run_ci_in_fresh_clone()]
+        elif args.make_test:
             results = [run_make_test(args.pytest_args)]
         else:
             results = [run_tier(t, extra) for t in tiers]
