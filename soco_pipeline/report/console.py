@@ -51,7 +51,6 @@ HEADLINE_COLUMNS: dict[str, list[str]] = {
         "knn_top1",
     ],
     "lvlm": ["model", "kind", "*_average", "*_circular"],
-    "fgbmk_findings": ["finding", "claim", "paper", "measured", "holds"],
 }
 # the summary's one number per board when no model_headlines table exists (a family's: its FamilySpec's)
 HEADLINE_METRIC = {"soco": "soc"}
