@@ -100,18 +100,7 @@ SPEC = FamilySpec(
     input_note=input_note,
     findings=(
         "fgbmk_findings",
-        (
-            "finding",
-            "claim",
-            "paper",
-            "measured",
-            "effect",
-            "ci_low",
-            "ci_high",
-            "holds",
-            "why",
-            "not_covered",
-        ),
+        tuple("finding claim paper measured effect ci_low ci_high holds why not_covered".split()),
     ),
     watch=FamilyWatch(
         family="fgbmk",
