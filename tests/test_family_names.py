@@ -3,6 +3,8 @@ score the families (`run_cli`, `leaderboard_cli`, `family_record_cli`, `workbook
 `report/`, `evaluation/` (and `trust/`) read the registry (`soco_pipeline.tasks.family_specs()`) instead.
 Read with `ast`: a string (not a docstring) or a name that is a declared family's name, or starts with it
 (`mmvm`, `"fgbmk_findings"`, `tpips_board`), is a hit; prose in capitals ("MMVM: match types") is not.
+Likewise no family core (`tasks/<family>/`) compares a `kind` with a backbone kind's name: a family asks for
+capabilities (backbones/kinds.py), never for a kind.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from soco_pipeline.backbones.kinds import kinds
 from soco_pipeline.tasks import family_specs
 
 pytestmark = pytest.mark.unit
@@ -78,3 +81,33 @@ def board(fgbmk_board):
 '''
     hits = family_name_hits(source, ["fgbmk", "mmvm", "tpips"])
     assert hits == [(3, "mmvm"), (4, "fgbmk_board"), (6, "/tpips_findings.parquet")]
+
+
+def kind_switches(source: str, names: list[str]) -> list[tuple[int, str]]:
+    """(line, kind) of each comparison of a `kind` (a name or an attribute) with a string in `names`."""
+    hits = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Compare):
+            continue
+        sides = [node.left, *node.comparators]
+        if not any(getattr(s, "id", getattr(s, "attr", None)) == "kind" for s in sides):
+            continue
+        for side in sides:
+            for c in ast.walk(side):
+                if isinstance(c, ast.Constant) and c.value in names:
+                    hits.append((node.lineno, c.value))
+    return hits
+
+
+def test_no_family_core_switches_on_a_backbone_kind():
+    """`spec.kind == "timm"` in a family core silently degrades a new kind: a family asks for capabilities."""
+    names = kinds()
+    found = [
+        f"{path.relative_to(PACKAGE.parent)}:{line}: {kind!r}"
+        for family in family_specs()
+        for path in sorted((PACKAGE / "tasks" / family).rglob("*.py"))
+        for line, kind in kind_switches(path.read_text(), names)
+    ]
+    assert not found, "backbone-kind switches in family cores (declare a capability):\n" + "\n".join(found)
+    planted = 'if spec.kind in ("timm", "packaged"):\n    pass\nif src.kind == "official":\n    pass\n'
+    assert kind_switches(planted, names) == [(1, "timm"), (1, "packaged")]
