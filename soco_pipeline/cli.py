@@ -222,9 +222,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument(
         "--family",
-        choices=["soco", "mmvm", "fgbmk", "tpips"],
         default="soco",
-        help="record: the task family (mmvm | fgbmk | tpips: BACKBONE is a backbone or an LVLM spec)",
+        help="record: soco or a task family declared in soco_pipeline/tasks/ (BACKBONE: a backbone or an LVLM spec)",
     )
     s.set_defaults(func=cmd_export_results)
     from soco_pipeline.trust_cli import add_commands

@@ -29,7 +29,7 @@ def record_for_family(settings: Settings, family: str, model: str) -> dict:
 
     declared = family_specs().get(family)
     if declared is None or declared.record is None or declared.parts is None:
-        raise ValueError(f"no results record of family {family!r}: declared are {', '.join(family_specs())}")
+        raise ValueError(f"no results record of family {family!r}: use soco, {', '.join(family_specs())}")
     kind, tables = load_family_tables(settings.tables_root, family, declared.record, model)
     spec, spec_hash = model_spec(settings, kind, model)
     cfg = declared.config(settings)

@@ -51,7 +51,7 @@ def add_command(sub) -> None:
     s = sub.add_parser(
         "score-workbook", help="score a prediction workbook made elsewhere (a family's metrics)"
     )
-    s.add_argument("family", help="a family whose FamilySpec declares a workbook scorer (today: mmvm)")
+    s.add_argument("family", help="a family whose FamilySpec declares a workbook scorer")
     s.add_argument("file", help="the workbook (.xlsx, .tsv or .csv with a prediction column)")
     s.add_argument(
         "--judge", choices=["off", "matcher", "yes_no"], default="off", help="default: exact matching"

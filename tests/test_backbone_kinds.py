@@ -3,6 +3,9 @@ spec file wherever it is found (add-backbone, the sensor's and demo's scan, a pa
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from typing import ClassVar, Literal
 
 import numpy as np
@@ -14,9 +17,11 @@ import yaml
 from soco_pipeline.backbones import BackboneSpecError, build_backbone, load_spec, parse_spec, spec_hash
 from soco_pipeline.backbones.base import Backbone
 from soco_pipeline.backbones.kinds import kinds, register_kind, unregister_kind
+from soco_pipeline.backbones.spec import OPTIONS as KIND_OPTIONS
 from soco_pipeline.backbones.spec import PositiveInt, SpecFields
 from soco_pipeline.backbones.spec_files import scan_specs
 from soco_pipeline.backbones.validate import checked_spec
+from soco_pipeline.storage import PROJECT_ROOT
 
 pytestmark = pytest.mark.unit
 
@@ -92,6 +97,41 @@ def test_a_registration_must_declare_its_kind():
 
     with pytest.raises(TypeError, match=r"Literal\['other'\]"):
         register_kind("other")(Wrong)
+
+
+def test_a_built_in_kind_class_must_offer_its_declared_capabilities():
+    class Lying(Backbone):
+        Options = KIND_OPTIONS["classical"]
+        capabilities = frozenset({"dense_maps"})
+
+    with pytest.raises(TypeError, match=r"differ from KIND_CAPABILITIES\['classical'\]"):
+        register_kind("classical")(Lying)
+
+
+LOADS = """
+import glob, json, sys
+from soco_pipeline.backbones import load_spec
+from soco_pipeline.backbones.kinds import capabilities
+found = {p: sorted(capabilities(load_spec(p).kind)) for p in sorted(glob.glob("assets/backbones/*.yaml"))}
+print(json.dumps({"specs": found, "heavy": [m for m in ("torch", "timm", "cv2") if m in sys.modules]}))
+"""
+
+
+def test_loading_every_spec_and_its_capabilities_imports_no_torch():
+    """Spec fields (backbones/spec.py OPTIONS) and capabilities (kinds.py KIND_CAPABILITIES) are data: a fresh
+    process that loads every shipped spec and asks what its kind offers imports no torch, timm or OpenCV."""
+    done = subprocess.run(
+        [sys.executable, "-c", LOADS], capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout)
+    assert out["heavy"] == [] and len(out["specs"]) >= 5
+    assert out["specs"]["assets/backbones/oracle_part.yaml"] == [
+        "dense_maps",
+        "global_features",
+        "part_oracle",
+    ]
+    assert all("pixels" in offered for p, offered in out["specs"].items() if "oracle" not in p)
 
 
 RESNET = {

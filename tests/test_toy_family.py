@@ -6,8 +6,10 @@ definitions, its tables in the registry, the demo's runner runs it per backbone 
 SOCO oracle gets the contract's not-applicable row: it reads no pixels); the demo's summary assets
 (model_headlines, model_summary, results_database, results_report) then show its headline in
 `model_summary`, its tables and summary column in SQL, and its board and summary column on the results page,
-in a section titled from its `FamilySpec`. Through the console script in fresh processes, `soco leaderboard
---family toy` prints its board and `soco run SPEC --families toy` evaluates a new backbone on it.
+in a section titled from its `FamilySpec`, and its regression watch (`toy_history`, its sensor). Through the
+console script in fresh processes, `soco leaderboard --family toy` prints its board, `soco export-results
+--format record --family toy` writes its results record and `soco run SPEC --families toy` evaluates a new
+backbone on it.
 """
 
 from __future__ import annotations
@@ -58,9 +60,11 @@ with dg.DagsterInstance.from_config(home) as instance:
     items = query(db, "select count(*) as n from toy_items").n.item()
     summary = query(db, "select * from model_summary order by model").to_dict("records")
     headlines = query(db, "select model, family, value from model_headlines").to_dict("records")
+    history = query(db, "select model, family, metric, value from toy_history").to_dict("records")
 print(json.dumps({
     "families": found, "failed": runner.failed, "board": boards.get("toy", ""), "rows": rows,
     "scores": int(scores), "items": int(items), "summary": summary, "headlines": headlines,
+    "history": history, "sensors": sorted(s.name for s in defs.sensors if s.name.startswith("toy")),
     "partitioned": [table_for(a).partitioned for a in ("toy_items", "toy_scores", "toy_leaderboard")],
 }, default=str))
 """
@@ -142,6 +146,9 @@ def test_a_toy_family_from_the_recipe_reaches_the_demo_the_summary_sql_and_the_p
     assert "dense_sift" in out["board"] and "oracle_part" in out["board"]
     # model_summary (SQL): one row per model with a headline, the toy columns beside SOCO's (no SOCO run here)
     assert out["headlines"] == [{"model": "dense_sift", "family": "toy", "value": pytest.approx(expected)}]
+    # its regression watch (the spec's `watch`): one history row of the backbone it scores, and a sensor
+    watched = {"model": "dense_sift", "family": "toy", "metric": "score", "value": pytest.approx(expected)}
+    assert out["history"] == [watched] and out["sensors"] == ["toy_regression_sensor"]
     (summary,) = out["summary"]
     assert summary["model"] == "dense_sift" and summary["toy"] == pytest.approx(expected)
     assert summary["toy_simulated"] is True and np.isnan(summary["soco"]) and np.isnan(summary["toy_ci_low"])
@@ -178,6 +185,20 @@ def test_a_toy_family_from_the_recipe_reaches_the_demo_the_summary_sql_and_the_p
         timeout=300,
     )
     assert board.returncode == 0 and "dense_sift" in board.stdout and "oracle_part" in board.stdout, board
+    record = tmp_path / "toy_record.json"
+    exported = subprocess.run(
+        [*soco, "export-results", "dense_sift", str(record), "--format", "record", "--family", "toy"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert exported.returncode == 0, (exported.stdout[-3000:], exported.stderr[-3000:])
+    rec = json.loads(record.read_text())
+    assert rec["family"] == "toy" and rec["model"] == "dense_sift"
+    assert rec["results"]["score"]["value"] == pytest.approx(expected)
+    assert set(rec["sample_hashes"]["items"]) == {"i0", "i1", "i2"}
     spec = tmp_path / "sift_two.yaml"
     spec.write_text((PROJECT_ROOT / "assets" / "backbones" / "dense_sift.yaml").read_text())
     run = subprocess.run(

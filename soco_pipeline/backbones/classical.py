@@ -11,8 +11,6 @@ vector after L2 normalisation (cosine 0 with everything).
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
-
 import cv2
 import numpy as np
 import pandas as pd
@@ -21,18 +19,7 @@ import torch
 from soco_pipeline.backbones.base import Backbone, BackboneContext
 from soco_pipeline.backbones.kinds import register_kind
 from soco_pipeline.backbones.preprocess import NORMALISATION_PRESETS
-from soco_pipeline.backbones.spec import BackboneSpec, PositiveFloat, PositiveInt, SpecFields
-
-
-class SiftOptions(SpecFields):
-    """Spec fields of kind `classical` (dense SIFT): grid stride and keypoint size (diameter) in input px."""
-
-    kind: Literal["classical"]
-    stride: PositiveInt = 8
-    descriptor_size: PositiveFloat = 8.0
-
-    MODELS: ClassVar[tuple[str, ...] | None] = ("sift",)
-    WEIGHTS: ClassVar[tuple[str, ...] | None] = ("none",)
+from soco_pipeline.backbones.spec import BackboneSpec, SiftOptions
 
 
 @register_kind("classical")

@@ -17,15 +17,12 @@ is replaced by the image's category (underscores as spaces).
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar, Literal
-
 import pandas as pd
 import torch
-from pydantic import Field
 
 from soco_pipeline.backbones.base import Backbone, BackboneContext, BackboneWeightsError, image_seed, seeded
 from soco_pipeline.backbones.kinds import register_kind
-from soco_pipeline.backbones.spec import BackboneSpec, PositiveInt, SpecFields
+from soco_pipeline.backbones.spec import BackboneSpec, DiffusionOptions
 from soco_pipeline.backbones.timm_backbone import hf_cache_hint, resolve_local_weights
 
 TINY_UNET = {
@@ -73,19 +70,6 @@ def unet_strides(vae_config, unet_config, up_ft_index: int) -> tuple[int, int]:
         raise ValueError(f"up_ft_index {up_ft_index} out of range: the UNet has {n_up} up blocks")
     multiple = vae_factor * 2**n_down
     return multiple // 2 ** min(up_ft_index + 1, n_up - 1), multiple
-
-
-class DiffusionOptions(SpecFields):
-    """Spec fields of kind `diffusion` (DIFT): up-block index, noise timestep, ensemble size, prompt
-    ("{category}" is replaced by the image's category; "" = the empty prompt)."""
-
-    kind: Literal["diffusion"]
-    up_ft_index: Annotated[int, Field(ge=0)] = 1
-    t: Annotated[int, Field(ge=0)] = 261
-    ensemble: PositiveInt = 8
-    prompt: str = ""
-
-    GPU_OPTIONS: ClassVar[frozenset[str]] = frozenset({"precision", "channels_last", "compile"})
 
 
 @register_kind("diffusion")

@@ -2,21 +2,20 @@
 
 A kind is one module holding a Backbone subclass decorated with `@register_kind("<kind>")`, whose
 `Options` (a `SpecFields` subclass with `kind: Literal["<kind>"]`) declares the kind's fields. Adding a
-kind is that module plus one line in KIND_MODULES (or, for a kind outside the package, importing the
-module that registers it). The modules load torch, so they are imported on first use only.
+kind is that module plus one line in KIND_MODULES and KIND_CAPABILITIES and its `Options` in spec.py
+(or, for a kind outside the package, importing the module that registers it). The modules load torch, so
+they are imported on first use only: a spec's fields (spec.py OPTIONS) and its kind's capabilities (data here)
+load without them.
 """
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar, Union
-
-from pydantic import Field, TypeAdapter
+from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
     from soco_pipeline.backbones.base import Backbone
-    from soco_pipeline.backbones.spec import SpecFields
 
 # kind -> the module that registers it (the registry lines).
 KIND_MODULES = {
@@ -31,16 +30,24 @@ KIND_MODULES = {
 # torchvision and torch._dynamo). A run's forkserver preloads them only when a spec names the kind.
 KIND_LIBRARIES = {"timm": ("timm",), "packaged": ("timm",)}
 
-# What a backbone kind can offer a task family (its class's `capabilities`):
+# What a backbone kind can offer a task family:
 CAPABILITIES = {
     "pixels": "reads the image pixels (any image set; attacks can perturb them)",
     "dense_maps": "a dense feature map per image",
     "global_features": "a global feature per image (class tokens, or the dense map's mean)",
     "part_oracle": "reads the SOCO part maps of the embedded data set instead of pixels",
 }
+# What each built-in kind offers (its class's `capabilities` must agree; a plug-in kind's class declares them)
+MODEL = frozenset({"pixels", "dense_maps", "global_features"})
+KIND_CAPABILITIES = {
+    "timm": MODEL,
+    "diffusion": MODEL,
+    "classical": MODEL,
+    "packaged": MODEL,
+    "oracle": frozenset({"dense_maps", "global_features", "part_oracle"}),
+}
 
 _REGISTERED: dict[str, type[Backbone]] = {}
-_UNION: dict[tuple[str, ...], TypeAdapter] = {}
 B = TypeVar("B")
 
 
@@ -58,8 +65,9 @@ def register_kind(kind: str):
         unknown = sorted(set(getattr(cls, "capabilities", ())) - set(CAPABILITIES))
         if unknown:
             raise TypeError(f"{cls.__name__}.capabilities names {unknown}; known are {sorted(CAPABILITIES)}")
+        if cls.capabilities != KIND_CAPABILITIES.get(kind, cls.capabilities):
+            raise TypeError(f"{cls.__name__}.capabilities differ from KIND_CAPABILITIES[{kind!r}]")
         _REGISTERED[kind] = cls
-        _UNION.clear()
         return cls
 
     return register
@@ -85,8 +93,8 @@ def backbone_class(kind: str) -> type[Backbone]:
 
 
 def capabilities(kind: str) -> frozenset[str]:
-    """What a backbone of `kind` offers the task families (keys of CAPABILITIES)."""
-    return backbone_class(kind).capabilities
+    """What a backbone of `kind` offers the task families (keys of CAPABILITIES; no kind module imported)."""
+    return KIND_CAPABILITIES.get(kind) or backbone_class(kind).capabilities
 
 
 def missing_capabilities(kind: str, needs: frozenset[str] | set[str]) -> list[str]:
@@ -94,21 +102,6 @@ def missing_capabilities(kind: str, needs: frozenset[str] | set[str]) -> list[st
     return sorted(set(needs) - capabilities(kind))
 
 
-def options_model(kind: str) -> type[SpecFields]:
-    """The pydantic model of a spec of `kind`."""
-    return backbone_class(kind).Options
-
-
-def spec_union() -> tuple[TypeAdapter, list[str]]:
-    """The discriminated union (on `kind`) of every kind's spec model, and the kinds it holds."""
-    names = tuple(kinds())
-    if names not in _UNION:
-        models: Any = tuple(options_model(k) for k in names)  # the built-in kinds alone are five
-        _UNION[names] = TypeAdapter(Annotated[Union[models], Field(discriminator="kind")])  # noqa: UP007
-    return _UNION[names], list(names)
-
-
 def unregister_kind(kind: str) -> None:
     """Forget a kind registered outside KIND_MODULES (a plug-in or a test's toy kind)."""
     _REGISTERED.pop(kind, None)
-    _UNION.clear()

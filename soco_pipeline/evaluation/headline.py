@@ -108,7 +108,8 @@ def wilson_interval(value: np.ndarray, n: np.ndarray, z: float = Z95) -> tuple[n
     return np.where(ok, 100 * (centre - half), np.nan), np.where(ok, 100 * (centre + half), np.nan)
 
 
-def _simulated(h: Headline, rows: pd.DataFrame, embedded: bool) -> pd.Series:
+def simulated_rows(h: Headline, rows: pd.DataFrame, embedded: bool) -> pd.Series:
+    """Whether each board row is simulated, by the headline's `simulated` (`embedded`: the embedded source)."""
     if isinstance(h.simulated, bool):
         return pd.Series(h.simulated, index=rows.index)
     if h.simulated == EMBEDDED_SOURCE:
@@ -183,7 +184,7 @@ def headline_rows(
             "n": pd.array(np.where(np.isnan(n), pd.NA, n), dtype="Int64")
             if len(rows)
             else pd.array([], "Int64"),
-            "simulated": _simulated(h, rows, embedded).astype(bool).to_numpy(),
+            "simulated": simulated_rows(h, rows, embedded).astype(bool).to_numpy(),
             "materialized_at": pd.Timestamp(materialized_at) if materialized_at is not None else pd.NaT,
             "role": _roles(h, rows, roles or {}).to_numpy(),
         }

@@ -104,11 +104,12 @@ def ask_requests(
     request: Callable[[int], ChatRequest],
     spec: LvlmSpec,
     backend: Backend,
-    cache: AnswerCache,
+    cache: AnswerCache | None,
     *,
     labels: Callable[[int], str] = lambda i: f"request {i}",
     seeds: Callable[[int], int] = lambda i: i,
     log: Callable[[str], None] = lambda _msg: None,
+    generation: dict | None = None,
 ) -> Answered:
     """Answer requests 0..n-1 (`request(i)` builds one, on a worker thread): every family's one way to ask.
 
@@ -117,9 +118,10 @@ def ask_requests(
     spec's guards apply: `max_consecutive_failures` requests in a row failing (openai) and more than
     `max_error_rate` of all `n` failing raise LvlmRunError (no score is posted; what was answered stays
     cached, so a rerun asks only the rest). `labels(i)` names a request in the error, `seeds(i)` is its
-    retry-jitter seed.
+    retry-jitter seed. `generation` (default: the spec's) is what the request hash holds besides the request;
+    `cache` None caches nothing.
     """
-    generation = spec.generation()
+    generation = spec.generation() if generation is None else generation
     workers = max(1, int(getattr(backend, "max_concurrency", 1)))
     batch = max(1, int(getattr(backend, "batch_size", 1)))
     keys = np.full(n, "", dtype=object)
@@ -143,7 +145,7 @@ def ask_requests(
             for i in chunk:
                 req = request(i)
                 keys[i] = request_key(req.text, req.image_digests(), generation)
-                rec = cache.get(keys[i])
+                rec = cache.get(keys[i]) if cache is not None else None
                 if rec is not None:
                     out.append((i, Reply(rec["text"], rec["latency_s"], rec["attempts"]), True))
                     continue
@@ -160,7 +162,7 @@ def ask_requests(
                 else:
                     replies = backend.answer_batch(reqs)
                 for i, reply in zip(ask, replies, strict=True):
-                    if not reply.error:
+                    if not reply.error and cache is not None:
                         cache.put(
                             keys[i],
                             {"text": reply.text, "latency_s": reply.latency_s, "attempts": reply.attempts},

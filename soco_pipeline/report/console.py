@@ -21,6 +21,8 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from soco_pipeline.evaluation.headline import CORE_HEADLINES
+
 WIDTH = 120
 # text columns that explain a board rather than score it: printed once (same in every row) or as notes
 NOTE_COLUMNS = (
@@ -51,10 +53,9 @@ HEADLINE_COLUMNS: dict[str, list[str]] = {
         "knn_top1",
     ],
     "lvlm": ["model", "kind", "*_average", "*_circular"],
-    "fgbmk_findings": ["finding", "claim", "paper", "measured", "holds"],
 }
 # the summary's one number per board when no model_headlines table exists (a family's: its FamilySpec's)
-HEADLINE_METRIC = {"soco": "soc"}
+HEADLINE_METRIC = {h.family: h.values[0] for h in CORE_HEADLINES}  # SOCO's board is keyed by its family
 
 
 REFERENCE_KINDS = ("oracle", "reference", "random", "chance")

@@ -24,7 +24,9 @@ from urllib.parse import quote
 import numpy as np
 import pandas as pd
 
+from soco_pipeline.evaluation.headline import simulated_rows
 from soco_pipeline.storage import PROJECT_ROOT, exists, join, read_bytes, read_parquet, write_bytes_atomic
+from soco_pipeline.tasks import family_input_notes, family_specs
 
 HEADLINE = ["cc", "soc", "soc_geo", "cross_soc", "four_choice", "four_choice_circular"]
 LVLM_EXAMPLES = 4
@@ -215,10 +217,9 @@ def simulated_parts(settings, boards: dict[str, pd.DataFrame]) -> list[str]:
             parts.append(f"{name.upper()} items ({board['data_source'].astype(str).iat[0]})")
         elif "simulated" in board.columns and board["simulated"].fillna(False).astype(bool).any():
             parts.append(f"{name.upper()} data (generated; rows flagged `simulated`)")
-        elif name == "tpips" and (
-            "judgements" not in board.columns or board["judgements"].astype(str).eq("simulated").any()
-        ):  # the votes' marker follows the data: an official source's human votes are not simulated
-            parts.append("TPIPS triplets and votes (simulated annotators, never people)")
+        elif (spec := family_specs().get(name)) and spec.simulated_note:  # a marker that follows the data
+            if simulated_rows(spec.headline, board, False).any():
+                parts.append(spec.simulated_note)
     return parts
 
 
@@ -259,7 +260,7 @@ def build_report(
     board = _read(join(tables, "leaderboard.parquet"))
     boards: dict[str, pd.DataFrame] = {"soco": board} if board is not None else {}
     others = sorted(Path(tables).glob("*_leaderboard.parquet")) if local else []
-    order = ["lvlm", "mmvm", "fgbmk", "tpips"]
+    order = ["lvlm", *family_specs()]  # SOCO's LVLM track, then the declared families, then any other board
     names = sorted(
         (f.stem.removesuffix("_leaderboard") for f in others),
         key=lambda n: (n not in order, order.index(n) if n in order else 0, n),
@@ -338,8 +339,6 @@ def build_report(
             )
 
     # --- the families
-    from soco_pipeline.tasks import family_input_notes, family_specs
-
     input_notes, specs, families = family_input_notes(settings), family_specs(), []
     for name in names:
         fam_board = boards[name]
@@ -370,24 +369,9 @@ def build_report(
                             "LVLM CIs",
                         )
                     )
-        if name == "fgbmk":
-            findings = _read(join(tables, "fgbmk_findings.parquet"))
-            fam["findings"] = page_table(
-                findings,
-                [
-                    "finding",
-                    "claim",
-                    "paper",
-                    "measured",
-                    "effect",
-                    "ci_low",
-                    "ci_high",
-                    "holds",
-                    "why",
-                    "not_covered",
-                ],
-                hoist=False,
-            )
+        if getattr(specs.get(name), "findings", None):
+            table, cols = specs[name].findings
+            fam["findings"] = page_table(_read(join(tables, f"{table}.parquet")), list(cols), hoist=False)
         families.append(fam)
 
     # --- summary

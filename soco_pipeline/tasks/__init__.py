@@ -31,7 +31,9 @@ class FamilySpec:
     """A task family as the domain knows it: `name` (its group, its tables' prefix), `title` (its page section),
     `load_config(path, settings)`, `headline`; optional: its results record (`record` tables, `parts(model,
     kind, tables, n_boot)`), regression `watch`, `workbook` scorer ("module:function"), `input_note(config)`
-    (its own input policy, said on its boards) and console `columns` (all when empty)."""
+    (its own input policy, said on its boards), console `columns` (all when empty), the results page's
+    `findings` (a table and its columns, shown under the board) and `simulated_note` (the page's phrase when its
+    headline flags board rows simulated)."""
 
     name: str
     title: str
@@ -43,6 +45,8 @@ class FamilySpec:
     workbook: str = ""
     input_note: Callable[[Any], str] | None = None
     columns: tuple[str, ...] = ()
+    findings: tuple[str, tuple[str, ...]] | None = None
+    simulated_note: str = ""
 
     def __post_init__(self) -> None:
         h = self.headline

@@ -98,6 +98,10 @@ SPEC = FamilySpec(
         "model kind top1_subclass map_subclass top1_within top1_drop_across fgsm_max_eps_subclass choice_subclass circular_subclass".split()
     ),
     input_note=input_note,
+    findings=(
+        "fgbmk_findings",
+        tuple("finding claim paper measured effect ci_low ci_high holds why not_covered".split()),
+    ),
     watch=FamilyWatch(
         family="fgbmk",
         headline="FG-BMK linear-probe top-1, subclass level (across superclasses)",

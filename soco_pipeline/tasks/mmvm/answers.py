@@ -26,7 +26,6 @@ hash and attempt number) when the judge has a cache, so a rerun asks the judge n
 from __future__ import annotations
 
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -34,8 +33,9 @@ import pandas as pd
 
 from soco_pipeline.lvlm.backends import Backend, Reply
 from soco_pipeline.lvlm.cache import AnswerCache
-from soco_pipeline.lvlm.prompt import ChatRequest, request_key
+from soco_pipeline.lvlm.prompt import ChatRequest
 from soco_pipeline.lvlm.run import LvlmRunError, ask_requests, error_rate_exceeded
+from soco_pipeline.lvlm.specs import LvlmSpec
 from soco_pipeline.storage import read_bytes
 from soco_pipeline.tasks.mmvm.prompt import QUESTION, option_map, options_of
 
@@ -182,33 +182,21 @@ class Judge:
             raise ValueError(f"judge mode {self.mode!r}: use one of {list(JUDGE_MODES[1:])}")
 
     def ask(self, prompts: list[str], attempt: int = 0) -> list[Reply]:
-        """One reply per prompt (text only): cached replies first, the rest through the backend in batches
-        of its batch size on `max_concurrency` threads; every new reply without an error is cached."""
+        """One reply per prompt (text only), through `lvlm.run.ask_requests` (cached replies first, identical
+        prompts asked once, the backend's retries, every new reply without an error cached). Its guards are
+        the judge's own (`guard`, over API failures and replies that decide nothing), not the harness's."""
         gen = dict(self.generation or {}) | {"judge_mode": self.mode, "attempt": attempt}
-        keys = [request_key(p, [], gen) for p in prompts]
-        out: list[Reply | None] = [None] * len(prompts)
-        if self.cache is not None:
-            for i, k in enumerate(keys):
-                rec = self.cache.get(k)
-                if rec is not None:
-                    out[i] = Reply(rec["text"], rec["latency_s"], rec["attempts"])
-        todo = [i for i, r in enumerate(out) if r is None]
-        batch = max(1, int(getattr(self.backend, "batch_size", 1)))
-        chunks = [todo[k : k + batch] for k in range(0, len(todo), batch)]
-
-        def work(chunk: list[int]) -> None:
-            replies = self.backend.answer_batch([ChatRequest((), prompts[i]) for i in chunk])
-            for i, reply in zip(chunk, replies, strict=True):
-                out[i] = reply
-                if self.cache is not None and not reply.error:
-                    self.cache.put(
-                        keys[i],
-                        {"text": reply.text, "latency_s": reply.latency_s, "attempts": reply.attempts},
-                    )
-
-        with ThreadPoolExecutor(max_workers=max(1, int(getattr(self.backend, "max_concurrency", 1)))) as pool:
-            list(pool.map(work, chunks))
-        return out  # type: ignore[return-value]
+        unguarded = LvlmSpec(self.name, "judge", "", max_consecutive_failures=0, max_error_rate=1.0)
+        got = ask_requests(
+            len(prompts),
+            lambda i: ChatRequest((), prompts[i]),
+            unguarded,
+            self.backend,
+            self.cache,
+            generation=gen,
+        )
+        rows = zip(got.text, got.latency_s, got.attempts, got.error, strict=True)
+        return [Reply(str(t), float(s), int(a), str(e)) for t, s, a, e in rows]
 
     def guard(self, failed: np.ndarray, first_error: str) -> None:
         """Raise LvlmRunError when the failures (in the order the rows were asked) break either guard."""

@@ -95,6 +95,7 @@ SPEC = FamilySpec(
     parts=record_parts,
     columns=("model", "method", "conditioned", "ooo", "ooo_err", "consensus"),
     input_note=input_note,
+    simulated_note="TPIPS triplets and votes (simulated annotators, never people)",
     watch=FamilyWatch(
         family="tpips",
         headline="TPIPS odd-one-out agreement per method (test split)",
