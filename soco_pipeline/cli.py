@@ -228,13 +228,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="eee: BACKBONE names a model of assets/reference/published.csv; write its quoted figures",
     )
     s.add_argument(
-        "--lvlm", action="store_true", help="record: BACKBONE names an LVLM spec (family soco_lvlm)"
+        "--lvlm", action="store_true", help="record, eee: BACKBONE names an LVLM spec (family soco_lvlm)"
     )
     s.add_argument(
         "--family",
         choices=["soco", "mmvm", "fgbmk", "tpips"],
         default="soco",
-        help="record: the task family (mmvm | fgbmk | tpips: BACKBONE is a backbone or an LVLM spec)",
+        help="record, eee: the task family (mmvm | fgbmk | tpips: BACKBONE is a backbone or an LVLM spec)",
     )
     s.set_defaults(func=cmd_export_results)
     from soco_pipeline.trust_cli import add_commands
