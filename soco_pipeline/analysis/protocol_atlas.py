@@ -19,7 +19,11 @@ import pandas as pd
 from soco_pipeline.analysis.bootstrap import pair_seed, resample_counts, resample_indices
 
 SHIPPED = "shipped"
-UNITS = {"soco": "category", "mmvm": "match type"}  # each family's bootstrap unit (that of its headline CI)
+UNITS = {
+    "soco": "category",
+    "mmvm": "match type",
+    "tpips": "aspect",
+}  # each family's bootstrap unit (that of its headline CI)
 ATLAS_COLUMNS = [
     "family",
     "metric",
@@ -243,3 +247,49 @@ def mmvm_knob_table(predictions: pd.DataFrame, method: str = "zero_shot") -> pd.
         forced = present.assign(correct_forced=present["correct_forced"].astype(float))
         frames.append(per_unit(forced, "correct_forced", MMVM_FORCED))
     return pd.concat(frames, ignore_index=True)[cols]
+
+
+TPIPS_MAJORITY = "agreement: vote share of the pick -> majority hit"
+
+
+def tpips_knob_table(outcomes: pd.DataFrame, ooo: pd.DataFrame, method: str = "cosine") -> pd.DataFrame:
+    """TPIPS's per-row odd-one-out outcomes (`tpips_baseline_outcomes` of every backbone, test split, one
+    aspect-agnostic `method`) as the atlas's long input, per aspect (the unit of its bootstrap), pooled: the
+    shipped score (agreement, the vote share of the image the model picks) and the majority hit (1 when the
+    pick holds the most votes of the row's `y_0..y_2` in `tpips_ooo`, else 0), both re-scored from the stored
+    outcomes."""
+    cols = ["family", "metric", "knob", "model", "unit", "value", "weight"]
+    rows = outcomes[(outcomes["split"] == "test") & (outcomes["method"] == method)]
+    if rows.empty or ooo is None or ooo.empty:
+        return pd.DataFrame(columns=cols)
+    key = ["triplet_id", "aspect"]
+    votes = ooo[[*key, "y_0", "y_1", "y_2"]].astype({"triplet_id": str, "aspect": str})
+    rows = rows.astype({"triplet_id": str, "aspect": str}).merge(
+        votes, on=key, how="inner", validate="many_to_one"
+    )
+    top = rows[["y_0", "y_1", "y_2"]].to_numpy(float).max(axis=1)
+    rows = rows.assign(
+        shipped=rows["agreement"].astype(float),
+        majority=(rows["agreement"].to_numpy(float) >= top - 1e-9) * 1.0,
+    )
+    g = rows.groupby(["model", "aspect"], sort=True).agg(
+        shipped=("shipped", "mean"), majority=("majority", "mean"), n=("shipped", "size")
+    )
+    g = g.reset_index()
+    return pd.concat(
+        [
+            pd.DataFrame(
+                {
+                    "family": "tpips",
+                    "metric": f"ooo/{method}",
+                    "knob": knob,
+                    "model": g["model"].to_numpy(),
+                    "unit": g["aspect"].to_numpy(),
+                    "value": 100.0 * g[column].to_numpy(float),
+                    "weight": g["n"].to_numpy(float),
+                }
+            )
+            for knob, column in ((SHIPPED, "shipped"), (TPIPS_MAJORITY, "majority"))
+        ],
+        ignore_index=True,
+    )[cols]
