@@ -7,9 +7,11 @@ import pytest
 from scipy.stats import kendalltau
 
 from soco_pipeline.analysis.protocol_atlas import (
+    FGBMK_BALANCED,
     MMVM_FORCED,
     TPIPS_MAJORITY,
     atlas_figure_png,
+    fgbmk_knob_table,
     kendall_tau_b,
     mmvm_knob_table,
     protocol_atlas,
@@ -130,3 +132,32 @@ def test_tpips_majority_hit_flip_is_reported_per_aspect():
     assert (row["family"], row["metric"], row["unit"]) == ("tpips", "ooo/cosine", "aspect")
     assert row["flipped_pairs"] == "p > q -> q > p" and row["tau"] == pytest.approx(-1.0)
     assert row["largest_change_model"] == "p" and row["largest_change"] == pytest.approx(-40.0)
+
+
+def test_fgbmk_class_balanced_flip_is_reported_per_class():
+    # class 0 holds 8 test images, class 1 holds 2: u is right on every class-0 image and no class-1 one
+    # (pooled 80, balanced 50); v on half the class-0 images and both class-1 ones (pooled 60, balanced 75)
+    labels = [0] * 8 + [1] * 2
+    u = [True] * 8 + [False] * 2
+    v = [True, False] * 4 + [True] * 2
+    rows = [
+        pd.DataFrame(
+            {
+                "backbone": b,
+                "image_id": [f"im{k}" for k in range(10)],
+                "level": "subclass",
+                "predicted": 0,
+                "label": labels,
+                "correct": c,
+                "probe_head": "h",
+                "simulated": True,
+            }
+        )
+        for b, c in (("u", u), ("v", v))
+    ]
+    long = fgbmk_knob_table(pd.concat(rows, ignore_index=True))
+    assert set(long["knob"]) == {"shipped", FGBMK_BALANCED} and set(long["unit"]) == {"0", "1"}
+    row = protocol_atlas(long, n_resamples=100).iloc[0]
+    assert (row["family"], row["metric"], row["unit"]) == ("fgbmk", "top1/subclass", "class")
+    assert row["flipped_pairs"] == "u > v -> v > u" and row["tau"] == pytest.approx(-1.0)
+    assert row["largest_change_model"] == "u" and row["largest_change"] == pytest.approx(-30.0)

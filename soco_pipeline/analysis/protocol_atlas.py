@@ -23,7 +23,8 @@ UNITS = {
     "soco": "category",
     "mmvm": "match type",
     "tpips": "aspect",
-}  # each family's bootstrap unit (that of its headline CI)
+    "fgbmk": "class",
+}  # each family's bootstrap unit: that of its headline CI (FG-BMK: its classes; fgbmk_knob_table says why)
 ATLAS_COLUMNS = [
     "family",
     "metric",
@@ -290,6 +291,43 @@ def tpips_knob_table(outcomes: pd.DataFrame, ooo: pd.DataFrame, method: str = "c
                 }
             )
             for knob, column in ((SHIPPED, "shipped"), (TPIPS_MAJORITY, "majority"))
+        ],
+        ignore_index=True,
+    )[cols]
+
+
+FGBMK_BALANCED = "reduction: pooled over images -> mean over classes"
+
+
+def fgbmk_knob_table(predictions: pd.DataFrame) -> pd.DataFrame:
+    """FG-BMK's per-image probe outcomes (`fgbmk_probe_predictions` of every backbone: top-1 per test image
+    and level) as the atlas's long input, per true class of each level (the unit of this bootstrap: the
+    class-balanced mean needs whole classes): the shipped top-1 (pooled over images: a class weighs by its
+    images) and the class-balanced top-1 (every class weighs the same), both re-scored from the stored
+    outcomes."""
+    cols = ["family", "metric", "knob", "model", "unit", "value", "weight"]
+    if predictions.empty:
+        return pd.DataFrame(columns=cols)
+    g = (
+        predictions.assign(correct=predictions["correct"].astype(float))
+        .groupby(["backbone", "level", "label"], sort=True)["correct"]
+        .agg(["mean", "size"])
+        .reset_index()
+    )
+    return pd.concat(
+        [
+            pd.DataFrame(
+                {
+                    "family": "fgbmk",
+                    "metric": "top1/" + g["level"].astype(str),
+                    "knob": knob,
+                    "model": g["backbone"].to_numpy(),
+                    "unit": g["label"].astype(str).to_numpy(),
+                    "value": 100.0 * g["mean"].to_numpy(float),
+                    "weight": weight,
+                }
+            )
+            for knob, weight in ((SHIPPED, g["size"].to_numpy(float)), (FGBMK_BALANCED, 1.0))
         ],
         ignore_index=True,
     )[cols]
