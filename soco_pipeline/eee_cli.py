@@ -95,6 +95,13 @@ def export_eee(args: argparse.Namespace, settings: Settings) -> int:
     """`soco export-results M OUT --format eee [--family F | --lvlm | --published]`."""
     from soco_pipeline.evaluation import eee_export as eee
 
+    if getattr(args, "protocol", None):
+        print(
+            "error: --format eee exports the stored results; --protocol (re-scoring) goes with --format "
+            "official or record",
+            file=sys.stderr,
+        )
+        return 2
     if args.published:
         return export_published(args)
     rec, kind, scores, why, simulated = measured(args, settings)

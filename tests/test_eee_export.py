@@ -110,6 +110,16 @@ def test_an_unknown_published_model_is_refused_naming_the_table(tmp_path):
     assert "assets/reference/published.csv" in done.stderr and not (tmp_path / "o").exists()
 
 
+@pytest.mark.pipeline
+def test_protocol_is_refused_it_goes_with_the_other_formats(tmp_path):
+    args = [str(SOCO), "export-results", "oracle_part", str(tmp_path / "o"), "--format", "eee"]
+    done = subprocess.run([*args, "--protocol", "assets/protocol.yaml"], capture_output=True, text=True)
+    assert (
+        done.returncode == 2
+        and "--protocol (re-scoring) goes with --format official or record" in done.stderr
+    )
+
+
 @pytest.mark.unit
 def test_uncertainty_takes_the_bootstrap_ci_else_the_logit_interval_and_the_se():
     boot = {"ci95_boot_category": [1.0, 3.0], "ci95_cluster_image_logit": [0.5, 4.0], "se_cluster_image": 0.7}
