@@ -33,7 +33,17 @@ $(STAMP): pyproject.toml
 	$(VENV)/bin/pip install -q --disable-pip-version-check -e '.[dev]'
 	touch $(STAMP)
 
-install: $(STAMP)
+# Every Eval Ever's schemas and validator (`soco export-results --format eee`, docs/results.md): the wheel
+# needs Python 3.12, so it is not installed; it is downloaded once and unpacked under the venv, uncommitted.
+EEE_VERSION := 0.3.0
+EEE_DIR := $(VENV)/share/every-eval-ever/$(EEE_VERSION)
+$(EEE_DIR)/every_eval_ever/schemas/eval.schema.json: | $(STAMP)
+	$(VENV)/bin/pip download -q --disable-pip-version-check every-eval-ever==$(EEE_VERSION) --no-deps \
+		--python-version 3.12 --only-binary=:all: -d $(EEE_DIR)/wheel
+	$(PY) -m zipfile -e $(EEE_DIR)/wheel/every_eval_ever-$(EEE_VERSION)-py3-none-any.whl $(EEE_DIR)
+	touch $@
+
+install: $(STAMP) $(EEE_DIR)/every_eval_ever/schemas/eval.schema.json
 
 # A DAGSTER_HOME of your own keeps its dagster.yaml; only one this Makefile wrote is refreshed, on every run
 # where it differs from what it would write now: a copy of a checkout (or of storage/) keeps the original's

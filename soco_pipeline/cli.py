@@ -88,6 +88,10 @@ def cmd_export_results(args: argparse.Namespace, settings: Settings) -> int:
         from soco_pipeline.trust_cli import export_hub
 
         return export_hub(args, settings)
+    if args.format == "eee":
+        from soco_pipeline.eee_cli import export_eee
+
+        return export_eee(args, settings)
 
     from soco_pipeline.evaluation.official_results import official_results
     from soco_pipeline.model_names import check_backbone
@@ -211,19 +215,25 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--protocol", default=None, help="protocol file (default: assets/protocol.yaml)")
     s.add_argument(
         "--format",
-        choices=["official", "record", "hub"],
+        choices=["official", "record", "hub", "eee"],
         default="official",
         help="official: the SOCO scorer's shape; record: the results record (docs/results.md); hub: the "
-        "Hugging Face Hub's .eval_results/<family>.yaml under OUT (a folder; nothing is uploaded)",
+        "Hugging Face Hub's .eval_results/<family>.yaml under OUT (a folder; nothing is uploaded); eee: Every "
+        "Eval Ever records (and per-sample sidecars) under OUT/data/ (a folder)",
     )
     s.add_argument("--dataset-id", default=None, help="hub: the benchmark dataset's Hub id (<owner>/<name>)")
     s.add_argument(
-        "--lvlm", action="store_true", help="record: BACKBONE names an LVLM spec (family soco_lvlm)"
+        "--published",
+        action="store_true",
+        help="eee: BACKBONE names a model of assets/reference/published.csv; write its quoted figures",
+    )
+    s.add_argument(
+        "--lvlm", action="store_true", help="record, eee: BACKBONE names an LVLM spec (family soco_lvlm)"
     )
     s.add_argument(
         "--family",
         default="soco",
-        help="record: soco or a task family declared in soco_pipeline/tasks/ (BACKBONE: a backbone or an LVLM spec)",
+        help="record, eee: soco or a task family declared in soco_pipeline/tasks/ (BACKBONE: a backbone or an LVLM spec)",
     )
     s.set_defaults(func=cmd_export_results)
     from soco_pipeline.trust_cli import add_commands

@@ -452,7 +452,25 @@ def where_the_tables_are(settings) -> list[str]:
         f'SQL: .venv/bin/soco sql "select * from model_summary" (DuckDB file {settings.duckdb_path})',
         f"results page: {settings.storage_root}/report/index.html (.venv/bin/soco report --serve); as one file "
         f"with its images inlined: {settings.storage_root}/report.html",
+        gap_line(settings),
     ]
+
+
+def gap_line(settings) -> str:
+    """Where the demo's `published_gap` rows come from: the specs that name a published model, or none."""
+    from soco_pipeline.evaluation.protocol import load_protocol
+    from soco_pipeline.evaluation.published import spec_references
+
+    refs, _ = spec_references(settings.backbones_dir, load_protocol(settings.protocol_path))
+    if refs:
+        named = ", ".join(f"{m} (reference: {r})" for m, r in sorted(refs.items()))
+        return (
+            f'why a number differs from its paper: .venv/bin/soco sql "select * from published_gap" ({named})'
+        )
+    return (
+        "published_gap: no row here, no demo spec names a published model (`reference:`); a spec that does "
+        "gets its gap knob by knob from `soco run` (docs/results.md, 'Beside the published figures')"
+    )
 
 
 def main() -> int:

@@ -7,12 +7,16 @@ import pytest
 from scipy.stats import kendalltau
 
 from soco_pipeline.analysis.protocol_atlas import (
+    FGBMK_BALANCED,
     MMVM_FORCED,
+    TPIPS_MAJORITY,
     atlas_figure_png,
+    fgbmk_knob_table,
     kendall_tau_b,
     mmvm_knob_table,
     protocol_atlas,
     soco_knob_table,
+    tpips_knob_table,
 )
 from soco_pipeline.evaluation.metrics import METRIC_COLUMNS
 
@@ -96,3 +100,64 @@ def test_mmvm_forced_choice_flip_is_reported_per_match_type():
     assert (row["family"], row["metric"], row["unit"]) == ("mmvm", "accuracy/zero_shot", "match type")
     assert row["flipped_pairs"] == "x > y -> y > x" and row["tau"] == pytest.approx(-1.0)
     assert row["largest_change_model"] == "x" and row["largest_change"] == pytest.approx(-50.0)
+
+
+def test_tpips_majority_hit_flip_is_reported_per_aspect():
+    # every row's votes are 60 / 40 / 0 %: p always picks the 40 % image (agreement 40, never the majority);
+    # q picks the 60 % image on half the rows and the 0 % one on the others (agreement 30, majority hit 50)
+    aspects = ["colour", "pose", "shape"]
+    ooo = pd.DataFrame(
+        {
+            "triplet_id": [k for k in range(12)],  # ints here, str in the outcomes: joined as text
+            "aspect": [aspects[k % 3] for k in range(12)],
+            "split": "test",
+            "y_0": 0.6,
+            "y_1": 0.4,
+            "y_2": 0.0,
+        }
+    )
+    base = {"method": "cosine", "split": "test", "judgements": "simulated"}
+    ids = {"triplet_id": ooo["triplet_id"].astype(str), "aspect": ooo["aspect"]}
+    p = pd.DataFrame({"model": "p", **base, **ids, "agreement": 0.4})
+    q = pd.DataFrame(
+        {"model": "q", **base, **ids, "agreement": [0.6 if k % 2 == 0 else 0.0 for k in range(12)]}
+    )
+    other = p.assign(method="lpips_style", agreement=1.0)  # another method: not this table's
+    long = tpips_knob_table(pd.concat([p, q, other], ignore_index=True), ooo)
+    assert set(long["knob"]) == {"shipped", TPIPS_MAJORITY} and set(long["unit"]) == set(aspects)
+    sh = long[long.knob == "shipped"].assign(vw=lambda d: d.value * d.weight).groupby("model")
+    shipped = sh.vw.sum() / sh.weight.sum()
+    assert shipped.to_dict() == pytest.approx({"p": 40.0, "q": 30.0})
+    row = protocol_atlas(long, n_resamples=100).iloc[0]
+    assert (row["family"], row["metric"], row["unit"]) == ("tpips", "ooo/cosine", "aspect")
+    assert row["flipped_pairs"] == "p > q -> q > p" and row["tau"] == pytest.approx(-1.0)
+    assert row["largest_change_model"] == "p" and row["largest_change"] == pytest.approx(-40.0)
+
+
+def test_fgbmk_class_balanced_flip_is_reported_per_class():
+    # class 0 holds 8 test images, class 1 holds 2: u is right on every class-0 image and no class-1 one
+    # (pooled 80, balanced 50); v on half the class-0 images and both class-1 ones (pooled 60, balanced 75)
+    labels = [0] * 8 + [1] * 2
+    u = [True] * 8 + [False] * 2
+    v = [True, False] * 4 + [True] * 2
+    rows = [
+        pd.DataFrame(
+            {
+                "backbone": b,
+                "image_id": [f"im{k}" for k in range(10)],
+                "level": "subclass",
+                "predicted": 0,
+                "label": labels,
+                "correct": c,
+                "probe_head": "h",
+                "simulated": True,
+            }
+        )
+        for b, c in (("u", u), ("v", v))
+    ]
+    long = fgbmk_knob_table(pd.concat(rows, ignore_index=True))
+    assert set(long["knob"]) == {"shipped", FGBMK_BALANCED} and set(long["unit"]) == {"0", "1"}
+    row = protocol_atlas(long, n_resamples=100).iloc[0]
+    assert (row["family"], row["metric"], row["unit"]) == ("fgbmk", "top1/subclass", "class")
+    assert row["flipped_pairs"] == "u > v -> v > u" and row["tau"] == pytest.approx(-1.0)
+    assert row["largest_change_model"] == "u" and row["largest_change"] == pytest.approx(-30.0)

@@ -22,6 +22,7 @@ from soco_pipeline.lvlm.rescore import rescore_lvlm
 from soco_pipeline.report.page import build_report
 from soco_pipeline.settings import Settings
 from soco_pipeline.storage import write_parquet_atomic
+from tests.eee_helpers import eee_checked_here, exported_eee
 from tests.lvlm_helpers import small_tables
 
 pytestmark = pytest.mark.pipeline
@@ -147,3 +148,15 @@ def test_rescoring_answers_makes_no_model_call(tmp_path, monkeypatch, capsys):
     validate_record(rec)
     assert rec["n-samples"]["item_groups"]["evaluated"] == 3 and rec["subset"]["partial"]
     assert rec["n-samples"]["item_groups"]["requested"] > 3
+    # the same as Every Eval Ever records (issue 55): one result per valued metric, its sidecar the answers
+    if eee_checked_here():
+        env = {"SOCO_STORAGE": str(storage), "SOCO_LVLMS_DIR": str(specs)}
+        (agg,), samples = exported_eee(env, tmp_path / "eee", "loopback_random", "--lvlm")
+        want = {
+            f"{rec['family']}.{m}": r["value"] for m, r in rec["results"].items() if r["value"] is not None
+        }
+        assert {
+            r["evaluation_result_id"]: r["score_details"]["score"] for r in agg["evaluation_results"]
+        } == want
+        (lines,) = samples.values()
+        assert {x["evaluation_result_id"] for x in lines} == set(want)

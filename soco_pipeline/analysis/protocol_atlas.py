@@ -19,7 +19,12 @@ import pandas as pd
 from soco_pipeline.analysis.bootstrap import pair_seed, resample_counts, resample_indices
 
 SHIPPED = "shipped"
-UNITS = {"soco": "category", "mmvm": "match type"}  # each family's bootstrap unit (that of its headline CI)
+UNITS = {
+    "soco": "category",
+    "mmvm": "match type",
+    "tpips": "aspect",
+    "fgbmk": "class",
+}  # each family's bootstrap unit: that of its headline CI (FG-BMK: its classes; fgbmk_knob_table says why)
 ATLAS_COLUMNS = [
     "family",
     "metric",
@@ -243,3 +248,86 @@ def mmvm_knob_table(predictions: pd.DataFrame, method: str = "zero_shot") -> pd.
         forced = present.assign(correct_forced=present["correct_forced"].astype(float))
         frames.append(per_unit(forced, "correct_forced", MMVM_FORCED))
     return pd.concat(frames, ignore_index=True)[cols]
+
+
+TPIPS_MAJORITY = "agreement: vote share of the pick -> majority hit"
+
+
+def tpips_knob_table(outcomes: pd.DataFrame, ooo: pd.DataFrame, method: str = "cosine") -> pd.DataFrame:
+    """TPIPS's per-row odd-one-out outcomes (`tpips_baseline_outcomes` of every backbone, test split, one
+    aspect-agnostic `method`) as the atlas's long input, per aspect (the unit of its bootstrap), pooled: the
+    shipped score (agreement, the vote share of the image the model picks) and the majority hit (1 when the
+    pick holds the most votes of the row's `y_0..y_2` in `tpips_ooo`, else 0), both re-scored from the stored
+    outcomes."""
+    cols = ["family", "metric", "knob", "model", "unit", "value", "weight"]
+    rows = outcomes[(outcomes["split"] == "test") & (outcomes["method"] == method)]
+    if rows.empty or ooo is None or ooo.empty:
+        return pd.DataFrame(columns=cols)
+    key = ["triplet_id", "aspect"]
+    votes = ooo[[*key, "y_0", "y_1", "y_2"]].astype({"triplet_id": str, "aspect": str})
+    rows = rows.astype({"triplet_id": str, "aspect": str}).merge(
+        votes, on=key, how="inner", validate="many_to_one"
+    )
+    top = rows[["y_0", "y_1", "y_2"]].to_numpy(float).max(axis=1)
+    rows = rows.assign(
+        shipped=rows["agreement"].astype(float),
+        majority=(rows["agreement"].to_numpy(float) >= top - 1e-9) * 1.0,
+    )
+    g = rows.groupby(["model", "aspect"], sort=True).agg(
+        shipped=("shipped", "mean"), majority=("majority", "mean"), n=("shipped", "size")
+    )
+    g = g.reset_index()
+    return pd.concat(
+        [
+            pd.DataFrame(
+                {
+                    "family": "tpips",
+                    "metric": f"ooo/{method}",
+                    "knob": knob,
+                    "model": g["model"].to_numpy(),
+                    "unit": g["aspect"].to_numpy(),
+                    "value": 100.0 * g[column].to_numpy(float),
+                    "weight": g["n"].to_numpy(float),
+                }
+            )
+            for knob, column in ((SHIPPED, "shipped"), (TPIPS_MAJORITY, "majority"))
+        ],
+        ignore_index=True,
+    )[cols]
+
+
+FGBMK_BALANCED = "reduction: pooled over images -> mean over classes"
+
+
+def fgbmk_knob_table(predictions: pd.DataFrame) -> pd.DataFrame:
+    """FG-BMK's per-image probe outcomes (`fgbmk_probe_predictions` of every backbone: top-1 per test image
+    and level) as the atlas's long input, per true class of each level (the unit of this bootstrap: the
+    class-balanced mean needs whole classes): the shipped top-1 (pooled over images: a class weighs by its
+    images) and the class-balanced top-1 (every class weighs the same), both re-scored from the stored
+    outcomes."""
+    cols = ["family", "metric", "knob", "model", "unit", "value", "weight"]
+    if predictions.empty:
+        return pd.DataFrame(columns=cols)
+    g = (
+        predictions.assign(correct=predictions["correct"].astype(float))
+        .groupby(["backbone", "level", "label"], sort=True)["correct"]
+        .agg(["mean", "size"])
+        .reset_index()
+    )
+    return pd.concat(
+        [
+            pd.DataFrame(
+                {
+                    "family": "fgbmk",
+                    "metric": "top1/" + g["level"].astype(str),
+                    "knob": knob,
+                    "model": g["backbone"].to_numpy(),
+                    "unit": g["label"].astype(str).to_numpy(),
+                    "value": 100.0 * g["mean"].to_numpy(float),
+                    "weight": weight,
+                }
+            )
+            for knob, weight in ((SHIPPED, g["size"].to_numpy(float)), (FGBMK_BALANCED, 1.0))
+        ],
+        ignore_index=True,
+    )[cols]

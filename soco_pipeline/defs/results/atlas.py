@@ -13,19 +13,30 @@ from soco_pipeline.defs.shared.resources import SocoSettings
 
 
 @fan_in_table(
-    group_name=GROUP, partitioned=["metrics", "mmvm_predictions"], kinds={"pandas"}, code_version="1"
+    group_name=GROUP,
+    partitioned=["metrics", "mmvm_predictions", "tpips_baseline_outcomes", "fgbmk_probe_predictions"],
+    optional=["tpips_ooo"],
+    kinds={"pandas"},
+    code_version="2",
 )
 def protocol_atlas(
-    soco: SocoSettings, metrics: dict[str, pd.DataFrame], mmvm_predictions: dict[str, pd.DataFrame]
+    soco: SocoSettings,
+    metrics: dict[str, pd.DataFrame],
+    mmvm_predictions: dict[str, pd.DataFrame],
+    tpips_baseline_outcomes: dict[str, pd.DataFrame],
+    tpips_ooo: pd.DataFrame | None,
+    fgbmk_probe_predictions: dict[str, pd.DataFrame],
 ) -> TableResult:
     """Rankings under the shipped protocol against each single-knob change that re-scores stored outputs
-    (SOCO: another alpha, the pooled reduction; MMVM: the forced choice): tau [CI], flipped pairs, the
-    largest change."""
+    (SOCO: another alpha, the pooled reduction; MMVM: the forced choice; TPIPS: the majority hit; FG-BMK: the
+    class-balanced top-1): tau [CI], flipped pairs, the largest change."""
     from soco_pipeline.analysis.protocol_atlas import (
         atlas_figure_png,
         control_models,
+        fgbmk_knob_table,
         mmvm_knob_table,
         soco_knob_table,
+        tpips_knob_table,
     )
     from soco_pipeline.analysis.protocol_atlas import (
         protocol_atlas as build_atlas,
@@ -42,6 +53,12 @@ def protocol_atlas(
     mmvm = [t for t in mmvm_predictions.values() if len(t)]
     if mmvm:
         frames.append(mmvm_knob_table(pd.concat(mmvm, ignore_index=True)))
+    tpips = [t for t in tpips_baseline_outcomes.values() if len(t)]
+    if tpips and tpips_ooo is not None:
+        frames.append(tpips_knob_table(pd.concat(tpips, ignore_index=True), tpips_ooo))
+    fgbmk = [t for t in fgbmk_probe_predictions.values() if len(t)]
+    if fgbmk:
+        frames.append(fgbmk_knob_table(pd.concat(fgbmk, ignore_index=True)))
     frames = [f for f in frames if len(f)]
     long = (
         pd.concat(frames, ignore_index=True)

@@ -1,0 +1,143 @@
+"""`soco export-results MODEL OUT --format eee`: MODEL's results as Every Eval Ever records under the folder
+OUT (evaluation/eee_export.py), with a per-sample sidecar from the stored per-sample outcomes; `--family F`,
+`--lvlm` as for `--format record`. With `--published`, MODEL names a model of assets/reference/published.csv
+and its quoted figures are written instead (`source_type: documentation`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import pandas as pd
+
+from soco_pipeline.settings import Settings
+
+
+def soco_scores(settings: Settings, model: str, lvlm: bool) -> pd.DataFrame:
+    """Per-sample scores (stats.SCORE_COLUMNS) of a SOCO backbone (per keypoint, re-scored from its stored
+    predictions under the run's protocol, on its stored subset) or of a SOCO LVLM (per answer / item group)."""
+    from soco_pipeline.evaluation import stats
+    from soco_pipeline.evaluation.records import load_backbone_tables, load_lvlm_answers, stored_subset
+
+    if lvlm:
+        return stats.lvlm_scores(load_lvlm_answers(settings.tables_root, model))
+    from soco_pipeline.evaluation.protocol_check import stored_protocol
+    from soco_pipeline.evaluation.subsets import apply_pair_subset
+
+    t = load_backbone_tables(settings.tables_root, model)
+    protocol = stored_protocol(settings.storage_root, model, settings.protocol_path)[0]
+    pairs = apply_pair_subset(t["image_pairs"], stored_subset(t["metrics"]))
+    return stats.backbone_scores(
+        t["predictions"],
+        t["four_choice_predictions"],
+        t["correspondences"],
+        t["keypoints"],
+        t["image_set"],
+        pairs,
+        protocol,
+    )
+
+
+def family_scores(settings: Settings, family: str, model: str) -> tuple[pd.DataFrame | None, str]:
+    """(per-sample scores, '') of a backbone in a task family, from the per-sample table its regression watch
+    is paired on; (None, why) when the family declares none or the table is not materialized."""
+    from soco_pipeline.storage import exists, read_parquet
+    from soco_pipeline.tables import table_for
+    from soco_pipeline.tasks import family_specs
+
+    watch = family_specs()[family].watch
+    if watch is None or watch.paired is None:
+        return None, f"{family} declares no per-sample table"
+    paired = watch.paired
+    names = (paired.table,) if isinstance(paired.table, str) else paired.table
+    paths = {n: table_for(n).path(settings.tables_root, model) for n in names}
+    paths[paired.samples] = table_for(paired.samples).path(settings.tables_root)
+    missing = [p for p in paths.values() if not exists(p)]
+    if missing:
+        return None, f"no per-sample table at {missing[0]}"
+    return paired.scores(model, {n: read_parquet(p) for n, p in paths.items()}), ""
+
+
+def measured(
+    args: argparse.Namespace, settings: Settings
+) -> tuple[dict, str, pd.DataFrame | None, str, bool]:
+    """(record, kind, per-sample scores or None, why none, simulated) of the model the command names."""
+    family = getattr(args, "family", "soco")
+    if family == "soco":
+        from soco_pipeline.trust_cli import record_for_backbone, record_for_lvlm
+
+        rec = (
+            record_for_lvlm(settings, args.backbone)
+            if args.lvlm
+            else record_for_backbone(settings, args.backbone)
+        )
+        kind = "lvlm" if args.lvlm else "backbone"
+        return rec, kind, soco_scores(settings, args.backbone, args.lvlm), "", settings.source == "embedded"
+    from soco_pipeline.family_record_cli import record_for_family
+    from soco_pipeline.storage import exists
+    from soco_pipeline.tables import table_for
+    from soco_pipeline.tasks import family_specs
+
+    declared = family_specs()[family]
+    rec = record_for_family(settings, family, args.backbone)
+    cfg = declared.config(settings)
+    simulated = getattr(getattr(cfg, "source", None), "kind", "generated") == "generated"
+    # the record's own rule (family_records.load_family_tables): a backbone when its backbone tables exist
+    if not any(
+        exists(table_for(n).path(settings.tables_root, args.backbone)) for n in declared.record.backbone
+    ):
+        return rec, "lvlm", None, f"an LVLM's {family} answers have no per-sample table here", simulated
+    scores, why = family_scores(settings, family, args.backbone)
+    return rec, "backbone", scores, why, simulated
+
+
+def export_eee(args: argparse.Namespace, settings: Settings) -> int:
+    """`soco export-results M OUT --format eee [--family F | --lvlm | --published]`."""
+    from soco_pipeline.evaluation import eee_export as eee
+
+    if getattr(args, "protocol", None):
+        print(
+            "error: --format eee exports the stored results; --protocol (re-scoring) goes with --format "
+            "official or record",
+            file=sys.stderr,
+        )
+        return 2
+    if args.published:
+        return export_published(args)
+    rec, kind, scores, why, simulated = measured(args, settings)
+    title = rec["family"] if rec["family"] != "soco_lvlm" else "soco (LVLM four-choice)"
+    rid, agg = eee.measured_log(rec, kind=kind, simulated=simulated, title=title)
+    lines = eee.instance_lines(agg, rec["family"], scores) if scores is not None else None
+    how = eee.checked(agg, lines, f"{rec['model']} ({rec['family']})")
+    path, sidecar = eee.write_log(args.out, rec["family"], rid, agg, lines)
+    side = f"{sidecar} ({len(lines)} samples)" if sidecar else f"no per-sample sidecar ({why or 'no rows'})"
+    print(f"wrote {path} ({len(agg['evaluation_results'])} results of {rec['model']}, evaluation_run)")
+    print(f"wrote {side}" if sidecar else side)
+    print(how)
+    return 0
+
+
+def export_published(args: argparse.Namespace) -> int:
+    """The published figures of one model (published.csv) as `documentation` records."""
+    from soco_pipeline.evaluation import eee_export as eee
+    from soco_pipeline.published_figures import load_published
+
+    table = load_published()
+    rows = table[table["model"] == args.backbone]
+    if getattr(args, "family", "soco") != "soco":  # the default (soco) keeps every family of the model
+        rows = rows[rows["family"] == args.family]
+    if rows.empty:
+        print(
+            f"error: no published figure of {args.backbone!r} in assets/reference/published.csv; its models: "
+            f"{', '.join(sorted(table['model'].unique())[:12])}, ...",
+            file=sys.stderr,
+        )
+        return 2
+    retrieved = eee.epoch(pd.Timestamp.now(tz="UTC").isoformat())
+    for rid, agg in eee.published_logs(rows, retrieved):
+        how = eee.checked(agg, None, f"{args.backbone} (published)")
+        family = agg["evaluation_results"][0]["evaluation_name"].split("/")[0]
+        path, _ = eee.write_log(args.out, family, rid, agg, None)
+        print(f"wrote {path} ({len(agg['evaluation_results'])} published figures, documentation)")
+    print(how)
+    return 0
