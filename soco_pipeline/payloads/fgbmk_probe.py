@@ -9,12 +9,14 @@ from typing import Any
 from soco_pipeline.payloads.registry import PayloadResult, frame_checksum
 
 PREDICTIONS = "fgbmk_probe_predictions"  # the extra table's name (the step's second asset)
+TIMINGS = ["probe_seconds", "retrieval_seconds"]  # wall-clock columns: left out of the checksum
 
 
 def train(inputs: dict[str, Any], log: Callable[[str], None]) -> PayloadResult:
     """Inputs: `backbone` (the partition), `items` (fgbmk_items rows), `folder` (the global features' cache
     folder, absolute) and `config` (FgbmkConfig as JSON); fgbmk_metrics' table, fgbmk_probe_predictions as
-    the extra table, and the metadata (rows, top-1 per level across superclasses, both tables' checksum)."""
+    the extra table, and the metadata (rows, top-1 per level across superclasses, the checksum of both tables
+    without their wall-clock columns)."""
     from soco_pipeline.features import read_global
     from soco_pipeline.tasks.fgbmk.config import FgbmkConfig
     from soco_pipeline.tasks.fgbmk.machine_eval import evaluate_backbone, probe_predictions
@@ -32,7 +34,7 @@ def train(inputs: dict[str, Any], log: Callable[[str], None]) -> PayloadResult:
         {
             "rows": len(df),
             **{f"top1/{lv}": round(float(v), 2) for lv, v in across.top1.items()},
-            "checksum": frame_checksum(df, predictions),
+            "checksum": frame_checksum(df.drop(columns=TIMINGS), predictions),
         },
         {PREDICTIONS: predictions},
     )
