@@ -127,9 +127,10 @@ def _backfill(work, partitions: list[str], launch_dir: Path) -> list:
     launched by the instance's run launcher) whose payloads run as Slurm jobs. Its runs once all ended."""
     from tests.core import CATEGORIES, IMAGES_PER_CATEGORY
 
+    home = work.root / "dagster_home"
     env = {
         **os.environ,
-        "DAGSTER_HOME": str(work.root / "dagster_home"),
+        "DAGSTER_HOME": str(home),
         "SOCO_STORAGE": str(work.storage),
         "SOCO_BACKBONES_DIR": str(work.backbones),
         "SOCO_CATEGORIES": ",".join(CATEGORIES),
@@ -137,11 +138,11 @@ def _backfill(work, partitions: list[str], launch_dir: Path) -> list:
         "SOCO_LAUNCHER": "slurm",
         "SOCO_LAUNCH_DIR": str(launch_dir),
     }
-    # the instance launches each run at once (DefaultRunCoordinator: no daemon here to dequeue them)
-    config = work.root / "dagster_home" / "dagster.yaml"
-    config.write_text(
-        config.read_text()
-        + "run_coordinator:\n  module: dagster._core.run_coordinator\n  class: DefaultRunCoordinator\n"
+    # The instance launches each run at once (DefaultRunCoordinator: no daemon here to dequeue them); the
+    # command returns once they are launched, its code server ends after their execution.
+    (home / "dagster.yaml").write_text(
+        "telemetry:\n  enabled: false\n"
+        "run_coordinator:\n  module: dagster._core.run_coordinator\n  class: DefaultRunCoordinator\n"
     )
     dagster = str(Path(sys.executable).parent / "dagster")
     args = ["job", "backfill", "-j", "evaluate_backbone", "--partitions", ",".join(partitions)]
@@ -151,7 +152,7 @@ def _backfill(work, partitions: list[str], launch_dir: Path) -> list:
         cwd=PROJECT_ROOT,
         capture_output=True,
         text=True,
-        timeout=600,  # the instance waits for its code server's runs on shutdown (dagster.yaml)
+        timeout=300,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     backfill_id = re.search(r"Launched backfill job `(\w+)`", out.stdout).group(1)
@@ -166,6 +167,11 @@ def _backfill(work, partitions: list[str], launch_dir: Path) -> list:
         lambda: len(runs()) == len(partitions) and all(r.status in ended for r in runs()),
         600,
     )
+
+    def ours() -> str:  # the code server and run processes name the instance's folder
+        return subprocess.run(["pgrep", "-af", str(home)], capture_output=True, text=True).stdout.strip()
+
+    wait_for("the backfill's code server to exit", lambda: not ours(), 120)
     return runs()
 
 
