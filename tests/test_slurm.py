@@ -429,32 +429,52 @@ VIT_TINY = (
     "kind: timm\nmodel: vit_tiny_patch16_224\nweights: none\ninput: {nearest_multiple: 224}\n"
     "normalisation: clip\ndevice: cpu\nseed: 0\n"
 )
-FGBMK_TRAINED = ["fgbmk_metrics", "fgbmk_probe_predictions"]
+# per family: its training payload, the backbone (spec text), the unpartitioned tables and the partition's
+# upstream tables materialized in-process first, the payload's tables, and a line of its Pipes log
+TRAINING = {
+    "fgbmk_probe": (
+        "vit_tiny",
+        VIT_TINY,
+        ["fgbmk_items"],
+        ["fgbmk_global_features"],
+        ["fgbmk_metrics", "fgbmk_probe_predictions"],
+        "[vit_tiny] FG-BMK probes and retrieval heads on",
+    ),
+    "tpips_heads": (
+        "dense_sift",
+        (PROJECT_ROOT / "assets" / "backbones" / "dense_sift.yaml").read_text(),
+        ["tpips_images", "tpips_triplets", "tpips_afc_items", "tpips_ooo", "tpips_afc"],
+        ["tpips_features"],
+        ["tpips_learned", "tpips_learned_outcomes"],
+        "[dense_sift] TPIPS head mid: training on the OOO train split",
+    ),
+}
 
 
-def test_fgbmk_training_as_a_slurm_job_matches_in_process(slurm, tmp_path):
-    """fgbmk_metrics[vit_tiny] (the `fgbmk_probe` payload: linear probes and retrieval heads, the tiny FG-BMK
-    config) in-process, then again as a Slurm job after its stored tables are deleted: the same
-    fgbmk_metrics and fgbmk_probe_predictions rows, and the same checksum of both reported through Pipes;
-    the job's stdout and the payload's Pipes log reach the run's log."""
+@pytest.mark.parametrize("payload", list(TRAINING))
+def test_training_as_a_slurm_job_matches_in_process(slurm, tmp_path, payload):
+    """A family's training step (FG-BMK's linear probes and retrieval heads, TPIPS's learned heads; the tiny
+    family configs) in-process, then again as a Slurm job after its stored tables are deleted: the same rows
+    in every table the step writes (but for wall-clock training times), and the same checksum reported
+    through Pipes; the job's stdout and the payload's Pipes log reach the run's log."""
     from soco_pipeline.defs.definitions import build_definitions
     from soco_pipeline.defs.shared.launchers import StepLauncher
 
-    configs = write_tiny_family_configs(tmp_path / "configs")
-    backbones, storage = tmp_path / "backbones", tmp_path / "storage"
+    backbone, spec, data, upstream, trained, pipes_line = TRAINING[payload]
+    backbones, storage, tables = tmp_path / "backbones", tmp_path / "storage", tmp_path / "storage" / "tables"
     backbones.mkdir()
-    (backbones / "vit_tiny.yaml").write_text(VIT_TINY)
+    (backbones / f"{backbone}.yaml").write_text(spec)
     defs = build_definitions(
         storage_root=str(storage),
         backbones_dir=str(backbones),
         device="cpu",
-        fgbmk_config_path=configs["fgbmk_config_path"],
+        **write_tiny_family_configs(tmp_path / "configs"),
     )
     (tmp_path / "home").mkdir()
     with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
-        instance.add_dynamic_partitions("backbones", ["vit_tiny"])
+        instance.add_dynamic_partitions("backbones", [backbone])
 
-        def run(keys: list[str], launcher, partition: str | None = "vit_tiny") -> tuple[str, dict]:
+        def run(keys: list[str], launcher, partition: str | None = backbone) -> tuple[str, dict]:
             result = dg.materialize(
                 list(defs.assets),
                 selection=dg.AssetSelection.assets(*keys),
@@ -466,27 +486,24 @@ def test_fgbmk_training_as_a_slurm_job_matches_in_process(slurm, tmp_path):
             assert result.success
             if partition is None:
                 return result.run_id, {}
-            rec = materializations(instance, "fgbmk_metrics", "vit_tiny", limit=1)[0]
+            rec = materializations(instance, trained[0], backbone, limit=1)[0]
             return result.run_id, {k: v.value for k, v in rec.asset_materialization.metadata.items()}
 
-        run(["fgbmk_items"], StepLauncher(kind="inprocess"), None)
-        _, ref_meta = run(["fgbmk_global_features", *FGBMK_TRAINED], StepLauncher(kind="inprocess"))
-        ref = {t: _table(storage / "tables", t, "vit_tiny") for t in FGBMK_TRAINED}
-        for t in FGBMK_TRAINED:  # else the step reuses its stored rows (nothing it reads changed)
-            Path(table_for(t).path(str(storage / "tables"), "vit_tiny")).unlink()
-        run_id, meta = run(FGBMK_TRAINED, _launcher(tmp_path))
+        run(data, StepLauncher(kind="inprocess"), None)
+        _, ref_meta = run([*upstream, *trained], StepLauncher(kind="inprocess"))
+        ref = {t: _table(tables, t, backbone) for t in trained}
+        for t in trained:  # else the step reuses its stored rows (nothing it reads changed)
+            Path(table_for(t).path(str(tables), backbone)).unlink()
+        run_id, meta = run(trained, _launcher(tmp_path))
         logs = [rec.user_message for rec in instance.all_logs(run_id)]
-    for t in FGBMK_TRAINED:  # every column but the heads' wall-clock training times
+    for t in trained:  # every column but FG-BMK's wall-clock training times
         got, want = (
-            df.drop(columns=TIMINGS, errors="ignore")
-            for df in (_table(storage / "tables", t, "vit_tiny"), ref[t])
+            df.drop(columns=TIMINGS, errors="ignore") for df in (_table(tables, t, backbone), ref[t])
         )
         assert len(got) > 0, t
         pd.testing.assert_frame_equal(got, want, check_exact=True, obj=t)
     assert (meta["launcher"], ref_meta["launcher"]) == ("slurm", "inprocess")
-    assert meta["checksum"] == ref_meta["checksum"] and meta["rows"] == len(ref["fgbmk_metrics"])
+    assert meta["checksum"] == ref_meta["checksum"]
     job = str(meta["slurm_job_id"])
-    assert any(m.startswith(f"[slurm job {job} stdout] payload fgbmk_probe on ") for m in logs), logs
-    assert any("[vit_tiny] FG-BMK probes and retrieval heads on" in m for m in logs), (
-        "the payload's Pipes log"
-    )
+    assert any(m.startswith(f"[slurm job {job} stdout] payload {payload} on ") for m in logs), logs
+    assert any(pipes_line in m for m in logs), "the payload's Pipes log"
