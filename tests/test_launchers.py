@@ -132,7 +132,8 @@ def test_forwarded_output_sends_whole_lines_once(tmp_path: Path):
 
 def test_unknown_payload_is_named():
     with pytest.raises(
-        ValueError, match="unknown payload 'probe'; known: \\['features', 'global_features'\\]"
+        ValueError,
+        match="unknown payload 'probe'; known: \\['features', 'fgbmk_probe', 'global_features', 'tpips_heads'\\]",
     ):
         run_payload("probe", {}, print)
 

@@ -1,12 +1,13 @@
 """The Slurm launcher for real on one machine: munged, slurmctld and slurmd from Debian's packages
-(soco_pipeline/deploy/slurm.py), feature extraction of backbone partitions as Slurm jobs reporting back
-through Dagster Pipes, compared with the in-process run of the shared test core; and the faults (a job
+(soco_pipeline/deploy/slurm.py), feature extraction of backbone partitions and FG-BMK's probe and retrieval
+training as Slurm jobs reporting back through Dagster Pipes, compared with the in-process run; and the faults (a job
 cancelled, its node gone, a job stuck in the queue) failing with a named error and rerunning identically.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -22,10 +23,12 @@ import pytest
 from soco_pipeline.deploy.processes import wait_for
 from soco_pipeline.deploy.slurm import PARTITION, LocalSlurm, slurm_installed
 from soco_pipeline.payloads import table_checksum
-from soco_pipeline.storage import read_parquet
+from soco_pipeline.payloads.fgbmk_probe import TIMINGS
+from soco_pipeline.storage import PROJECT_ROOT, read_parquet
 from soco_pipeline.tables import table_for
 from tests.core import ORACLES, PER_BACKBONE, materializations
 from tests.needs import need
+from tests.tiny_families import write_tiny_family_configs
 
 pytestmark = [pytest.mark.stack, pytest.mark.timeout(900)]
 RESULT_TABLES = ["feature_manifest", "predictions", "four_choice_predictions", "metrics"]
@@ -118,16 +121,74 @@ def work(materialized_core, tmp_path):
     return materialized_core.copy_to(tmp_path / "core")
 
 
+def _backfill(work, partitions: list[str], launch_dir: Path) -> list:
+    """`dagster job backfill -j evaluate_backbone --partitions ...` (the documented command) on the copy's
+    instance, in a fresh process, with SOCO_LAUNCHER=slurm: Dagster's backfill (one run per partition,
+    launched by the instance's run launcher) whose payloads run as Slurm jobs. Its runs once all ended."""
+    from tests.core import CATEGORIES, IMAGES_PER_CATEGORY
+
+    home = work.root / "dagster_home"
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(home),
+        "SOCO_STORAGE": str(work.storage),
+        "SOCO_BACKBONES_DIR": str(work.backbones),
+        "SOCO_CATEGORIES": ",".join(CATEGORIES),
+        "SOCO_IMAGES_PER_CATEGORY": str(IMAGES_PER_CATEGORY),
+        "SOCO_LAUNCHER": "slurm",
+        "SOCO_LAUNCH_DIR": str(launch_dir),
+    }
+    # The instance launches each run at once (DefaultRunCoordinator: no daemon here to dequeue them); the
+    # command returns once they are launched, its code server ends after their execution.
+    (home / "dagster.yaml").write_text(
+        "telemetry:\n  enabled: false\n"
+        "run_coordinator:\n  module: dagster._core.run_coordinator\n  class: DefaultRunCoordinator\n"
+    )
+    dagster = str(Path(sys.executable).parent / "dagster")
+    args = ["job", "backfill", "-j", "evaluate_backbone", "--partitions", ",".join(partitions)]
+    out = subprocess.run(
+        [dagster, *args, "-w", str(PROJECT_ROOT / "workspace.yaml"), "--noprompt"],
+        env=env,
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    backfill_id = re.search(r"Launched backfill job `(\w+)`", out.stdout).group(1)
+    ended = {dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED}
+
+    def runs() -> list:
+        with work.instance() as instance:
+            return instance.get_runs(dg.RunsFilter(tags={"dagster/backfill": backfill_id}))
+
+    wait_for(
+        "the backfill's runs",
+        lambda: len(runs()) == len(partitions) and all(r.status in ended for r in runs()),
+        600,
+    )
+
+    def ours() -> str:  # the code server and run processes name the instance's folder
+        return subprocess.run(["pgrep", "-af", str(home)], capture_output=True, text=True).stdout.strip()
+
+    wait_for("the backfill's code server to exit", lambda: not ours(), 120)
+    return runs()
+
+
 def test_backfill_as_slurm_jobs_matches_in_process(slurm, work, materialized_core, tmp_path):
-    """Both oracle partitions, their features extracted by Slurm jobs: the feature checksums, predictions,
-    metrics and the SOCO board equal the in-process run's; the job's stdout and Pipes log reach the run's
-    log, the manifest's checksum comes back through Pipes."""
+    """A backfill of both oracle partitions (Dagster's, through `dagster job backfill`) with the Slurm
+    launcher: each run's features extracted by a Slurm job; the feature checksums, predictions, metrics and
+    the SOCO board equal the in-process run's; the job's stdout and Pipes log reach the run's log, the
+    manifest's checksum comes back through Pipes."""
     for backbone in ORACLES:
         _forget_features(work, backbone)
-        result = _materialize(work, _launcher(tmp_path), backbone, PER_BACKBONE)
-        assert result.success
+    runs = _backfill(work, ORACLES, tmp_path / "launch")
+    assert sorted(r.tags["dagster/partition"] for r in runs) == sorted(ORACLES)
+    for run in runs:
+        backbone = run.tags["dagster/partition"]
+        assert run.status == dg.DagsterRunStatus.SUCCESS, _run_logs(work, run.run_id)[-20:]
         _assert_same(work, materialized_core, backbone)
-        logs = _run_logs(work, result.run_id)
+        logs = _run_logs(work, run.run_id)
         job = next(m for m in logs if m.startswith("submitted Slurm job ")).split()[3]
         assert any(m.startswith(f"[slurm job {job} stdout] payload features on ") for m in logs), logs
         assert any(f"[{backbone}]" in m and "to extract" in m for m in logs), "the payload's Pipes log"
@@ -362,3 +423,87 @@ def test_an_interrupted_step_cancels_its_job(slurm, work, tmp_path, monkeypatch)
         60,
     )
     assert not Path(table_for("feature_manifest").path(str(work.tables), "oracle_part")).exists()
+
+
+VIT_TINY = (
+    "kind: timm\nmodel: vit_tiny_patch16_224\nweights: none\ninput: {nearest_multiple: 224}\n"
+    "normalisation: clip\ndevice: cpu\nseed: 0\n"
+)
+# per family: its training payload, the backbone (spec text), the unpartitioned tables and the partition's
+# upstream tables materialized in-process first, the payload's tables, and a line of its Pipes log
+TRAINING = {
+    "fgbmk_probe": (
+        "vit_tiny",
+        VIT_TINY,
+        ["fgbmk_items"],
+        ["fgbmk_global_features"],
+        ["fgbmk_metrics", "fgbmk_probe_predictions"],
+        "[vit_tiny] FG-BMK probes and retrieval heads on",
+    ),
+    "tpips_heads": (
+        "dense_sift",
+        (PROJECT_ROOT / "assets" / "backbones" / "dense_sift.yaml").read_text(),
+        ["tpips_images", "tpips_triplets", "tpips_afc_items", "tpips_ooo", "tpips_afc"],
+        ["tpips_features"],
+        ["tpips_learned", "tpips_learned_outcomes"],
+        "[dense_sift] TPIPS head mid: training on the OOO train split",
+    ),
+}
+
+
+@pytest.mark.parametrize("payload", list(TRAINING))
+def test_training_as_a_slurm_job_matches_in_process(slurm, tmp_path, payload):
+    """A family's training step (FG-BMK's linear probes and retrieval heads, TPIPS's learned heads; the tiny
+    family configs) in-process, then again as a Slurm job after its stored tables are deleted: the same rows
+    in every table the step writes (but for wall-clock training times), and the same checksum reported
+    through Pipes; the job's stdout and the payload's Pipes log reach the run's log."""
+    from soco_pipeline.defs.definitions import build_definitions
+    from soco_pipeline.defs.shared.launchers import StepLauncher
+
+    backbone, spec, data, upstream, trained, pipes_line = TRAINING[payload]
+    backbones, storage, tables = tmp_path / "backbones", tmp_path / "storage", tmp_path / "storage" / "tables"
+    backbones.mkdir()
+    (backbones / f"{backbone}.yaml").write_text(spec)
+    defs = build_definitions(
+        storage_root=str(storage),
+        backbones_dir=str(backbones),
+        device="cpu",
+        **write_tiny_family_configs(tmp_path / "configs"),
+    )
+    (tmp_path / "home").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
+        instance.add_dynamic_partitions("backbones", [backbone])
+
+        def run(keys: list[str], launcher, partition: str | None = backbone) -> tuple[str, dict]:
+            result = dg.materialize(
+                list(defs.assets),
+                selection=dg.AssetSelection.assets(*keys),
+                instance=instance,
+                resources={**defs.resources, "launcher": launcher},
+                partition_key=partition,
+                run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
+            )
+            assert result.success
+            if partition is None:
+                return result.run_id, {}
+            rec = materializations(instance, trained[0], backbone, limit=1)[0]
+            return result.run_id, {k: v.value for k, v in rec.asset_materialization.metadata.items()}
+
+        run(data, StepLauncher(kind="inprocess"), None)
+        _, ref_meta = run([*upstream, *trained], StepLauncher(kind="inprocess"))
+        ref = {t: _table(tables, t, backbone) for t in trained}
+        for t in trained:  # else the step reuses its stored rows (nothing it reads changed)
+            Path(table_for(t).path(str(tables), backbone)).unlink()
+        run_id, meta = run(trained, _launcher(tmp_path))
+        logs = [rec.user_message for rec in instance.all_logs(run_id)]
+    for t in trained:  # every column but FG-BMK's wall-clock training times
+        got, want = (
+            df.drop(columns=TIMINGS, errors="ignore") for df in (_table(tables, t, backbone), ref[t])
+        )
+        assert len(got) > 0, t
+        pd.testing.assert_frame_equal(got, want, check_exact=True, obj=t)
+    assert (meta["launcher"], ref_meta["launcher"]) == ("slurm", "inprocess")
+    assert meta["checksum"] == ref_meta["checksum"]
+    job = str(meta["slurm_job_id"])
+    assert any(m.startswith(f"[slurm job {job} stdout] payload {payload} on ") for m in logs), logs
+    assert any(pipes_line in m for m in logs), "the payload's Pipes log"

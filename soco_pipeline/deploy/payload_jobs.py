@@ -147,12 +147,14 @@ def run_slurm_job(
 
 
 def read_report(messages: list[Any], where: str) -> PayloadResult:
-    """The payload's result from its Pipes custom messages (the last one): its table, read back with its
-    content checksum verified, and its metadata; RuntimeError naming `where` when it reported none."""
+    """The payload's result from its Pipes custom messages (the last one): its table and extra tables, read
+    back with their content checksums verified, and its metadata; RuntimeError naming `where` when it
+    reported none."""
     if not messages:
         raise RuntimeError(f"{where} completed without reporting its result through Pipes")
     report = messages[-1]
-    return PayloadResult(read_parquet(report["output"]), dict(report["metadata"]))
+    extra = {k: read_parquet(v) for k, v in report.get("extra", {}).items()}
+    return PayloadResult(read_parquet(report["output"]), dict(report["metadata"]), extra)
 
 
 def shared_volume(claim: str, path: str) -> tuple[list[dict], list[dict]] | None:

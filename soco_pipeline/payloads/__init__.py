@@ -3,6 +3,12 @@ launcher runs in the step's process (inprocess, celery) or as a separate job tha
 Dagster Pipes (slurm, kubernetes: `python -m soco_pipeline.payloads.run`). See docs/scaling-out.md.
 """
 
-from soco_pipeline.payloads.registry import PAYLOADS, PayloadResult, run_payload, table_checksum
+from soco_pipeline.payloads.registry import (
+    PAYLOADS,
+    PayloadResult,
+    frame_checksum,
+    run_payload,
+    table_checksum,
+)
 
-__all__ = ["PAYLOADS", "PayloadResult", "run_payload", "table_checksum"]
+__all__ = ["PAYLOADS", "PayloadResult", "frame_checksum", "run_payload", "table_checksum"]

@@ -14,15 +14,19 @@ import pandas as pd
 PAYLOADS = {
     "features": "soco_pipeline.payloads.features:extract",
     "global_features": "soco_pipeline.payloads.global_features:extract",
+    "fgbmk_probe": "soco_pipeline.payloads.fgbmk_probe:train",
+    "tpips_heads": "soco_pipeline.payloads.tpips_heads:train",
 }
 
 
 @dataclass
 class PayloadResult:
-    """What a payload hands back: the output table and JSON-able metadata (it must name `checksum`)."""
+    """What a payload hands back: the output table, JSON-able metadata (it must name `checksum`) and, for a
+    step of several tables, the others by name (`extra`)."""
 
     table: pd.DataFrame
     metadata: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, pd.DataFrame] = field(default_factory=dict)
 
 
 def table_checksum(df: pd.DataFrame, key: str, value: str) -> str:
@@ -30,6 +34,16 @@ def table_checksum(df: pd.DataFrame, key: str, value: str) -> str:
     checksum whatever process or machine computed it (a feature manifest: image_id and the file checksum)."""
     pairs = sorted(zip(df[key].astype(str), df[value].astype(str), strict=True))
     return hashlib.sha256("\n".join(f"{k}\t{v}" for k, v in pairs).encode()).hexdigest()
+
+
+def frame_checksum(*frames: pd.DataFrame) -> str:
+    """sha256 over the column names and row hashes (pandas' hash_pandas_object, index left out) of each
+    table in turn: the same tables, rows in the same order, give the same checksum in any process."""
+    h = hashlib.sha256()
+    for df in frames:
+        h.update("\t".join(map(str, df.columns)).encode())
+        h.update(pd.util.hash_pandas_object(df, index=False).to_numpy().tobytes())
+    return h.hexdigest()
 
 
 def run_payload(name: str, inputs: dict[str, Any], log: Callable[[str], None]) -> PayloadResult:

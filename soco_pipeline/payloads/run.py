@@ -2,7 +2,8 @@
 
 It opens Dagster Pipes (the context and message channel named by the DAGSTER_PIPES_* variables the
 launcher sets), reads `payload`, `inputs` and `output` from the Pipes extras, runs the payload, writes its
-table atomically to `output` and reports the metadata (with the checksum) as a Pipes custom message.
+table atomically to `output` (each extra table beside it, `<output stem>.<name>.parquet`) and reports the
+paths and the metadata (with the checksum) as a Pipes custom message.
 Its log lines go back through Pipes; stdout and stderr stay in the job's own files, which the launcher
 forwards to the Dagster run's log. `dagster_pipes` is the protocol's own small package, not Dagster.
 """
@@ -11,10 +12,17 @@ from __future__ import annotations
 
 import socket
 import sys
+from pathlib import Path
 
 from soco_pipeline.payloads.registry import run_payload
 from soco_pipeline.payloads.transfer import read_inputs
 from soco_pipeline.storage import write_parquet_atomic
+
+
+def extra_path(output: str, name: str) -> str:
+    """Where the extra table `name` of a payload whose table goes to `output` is written."""
+    path = Path(output)
+    return str(path.with_name(f"{path.stem}.{name}.parquet"))
 
 
 def main() -> None:
@@ -26,7 +34,10 @@ def main() -> None:
         print(f"payload {name} on {socket.gethostname()} (python {sys.version.split()[0]})", flush=True)
         result = run_payload(name, read_inputs(pipes.extras["inputs"]), pipes.log.info)
         write_parquet_atomic(result.table, output)
-        pipes.report_custom_message({"output": output, "metadata": result.metadata})
+        extra = {k: extra_path(output, k) for k in result.extra}
+        for key, path in extra.items():
+            write_parquet_atomic(result.extra[key], path)
+        pipes.report_custom_message({"output": output, "extra": extra, "metadata": result.metadata})
         print(f"payload {name}: {len(result.table)} rows -> {output}", flush=True)
 
 

@@ -14,6 +14,7 @@ import pandas as pd
 
 from soco_pipeline.defs.shared.checks import TableResult, partition_rows
 from soco_pipeline.defs.shared.family import Family
+from soco_pipeline.defs.shared.launchers import StepLauncher
 from soco_pipeline.defs.shared.partitions import backbones_partitions, lvlms_partitions
 from soco_pipeline.defs.shared.resources import SocoSettings
 from soco_pipeline.defs.shared.specs import lvlm_spec_for
@@ -130,25 +131,29 @@ def fgbmk_global_features(
 def fgbmk_metrics(
     context: dg.AssetExecutionContext,
     soco: SocoSettings,
+    launcher: StepLauncher,
     fgbmk_items: pd.DataFrame,
     fgbmk_global_features: pd.DataFrame,
 ) -> dict[str, TableResult]:
     """Linear-probe top-1/top-5 and retrieval recall@1/mAP at each level, across and within superclasses, and
-    the best probe head's prediction on each test image (across superclasses)."""
-    from soco_pipeline.features import read_global, resolve_folder
-    from soco_pipeline.tasks.fgbmk.machine_eval import evaluate_backbone, probe_predictions
+    the best probe head's prediction on each test image (across superclasses). The training is the
+    `fgbmk_probe` payload, run where the launcher resource says (in-process, Celery, Slurm, Kubernetes)."""
+    from soco_pipeline.features import resolve_folder
 
-    cfg = FAMILY.config(soco)
-    folder = resolve_folder(fgbmk_global_features.folder.iloc[0], soco.features_root)
-    feats = read_global(folder, fgbmk_items.image_id)
-    simulated = bool(fgbmk_items.simulated.all())
-    df, probes = evaluate_backbone(context.partition_key, feats, fgbmk_items, cfg, simulated)
-    predictions = probe_predictions(context.partition_key, fgbmk_items, probes, simulated)
-    across = df[df.scope == "across"].set_index("level")
+    result = launcher.run(
+        context,
+        "fgbmk_probe",
+        {
+            "backbone": context.partition_key,
+            "items": fgbmk_items,
+            "folder": resolve_folder(fgbmk_global_features.folder.iloc[0], soco.features_root),
+            "config": FAMILY.config(soco).model_dump_json(),
+        },
+    )
+    predictions = result.extra["fgbmk_probe_predictions"]
+    meta = {**result.metadata, "launcher": launcher.resolved_kind()}
     return {
-        "fgbmk_metrics": TableResult(
-            df, {"rows": len(df), **{f"top1/{lv}": round(float(v), 2) for lv, v in across.top1.items()}}
-        ),
+        "fgbmk_metrics": TableResult(result.table, meta),
         "fgbmk_probe_predictions": TableResult(predictions, {"rows": len(predictions)}),
     }
 

@@ -98,7 +98,7 @@ class StepLauncher(dg.ConfigurableResource):
                 )
                 messages = dg.PipesClientCompletedInvocation(session).get_custom_messages()
         result = read_report(messages, f"Slurm job {job_id} ({folder.path})")
-        return PayloadResult(result.table, {**result.metadata, "slurm_job_id": job_id})
+        return PayloadResult(result.table, {**result.metadata, "slurm_job_id": job_id}, result.extra)
 
     def _run_kubernetes(self, context: dg.AssetExecutionContext, payload: str, inputs: dict) -> PayloadResult:
         from dagster_k8s import PipesK8sClient

@@ -11,6 +11,7 @@ import pandas as pd
 from soco_pipeline.defs.shared.checks import TableResult, TableSpec, columns_of, partition_rows
 from soco_pipeline.defs.shared.executors import GPU_STEP_TAGS
 from soco_pipeline.defs.shared.family import Family
+from soco_pipeline.defs.shared.launchers import StepLauncher
 from soco_pipeline.defs.shared.partitions import backbones_partitions, lvlms_partitions
 from soco_pipeline.defs.shared.resources import SocoSettings
 from soco_pipeline.defs.shared.specs import lvlm_spec_for
@@ -282,7 +283,7 @@ def tpips_baseline_scores(
 def tpips_learned(
     context: dg.AssetExecutionContext,
     soco: SocoSettings,
-    spec,
+    launcher: StepLauncher,
     tpips_features: pd.DataFrame,
     tpips_images: pd.DataFrame,
     tpips_ooo: pd.DataFrame,
@@ -291,16 +292,11 @@ def tpips_learned(
     """Late-fusion (ours and the paper's cosine form) and mid-fusion metrics and the two ablations, trained on the
     OOO train split, scored on test and 2AFC (and each one's agreement on every OOO test row); aspect-conditioned
     and compositional retrieval with the mid-fusion metric, one contact sheet per (query, aspect) or composition
-    under <storage>/tpips/retrieval/<backbone>."""
-    from soco_pipeline.tasks.tpips.aspect_text import aspect_encoder, describe
-    from soco_pipeline.tasks.tpips.evaluate import (
-        evaluate_sim_outcomes,
-        judgements_of,
-        no_outcomes,
-        not_applicable_rows,
-    )
-    from soco_pipeline.tasks.tpips.learned import CONDITIONED, KINDS, train_metric, untrainable, vocabulary
-    from soco_pipeline.tasks.tpips.retrieval import retrieve, retrieve_compositional
+    under <storage>/tpips/retrieval/<backbone>. The training is the `tpips_heads` payload, run where the
+    launcher resource says (in-process, Celery, Slurm, Kubernetes)."""
+    from soco_pipeline.defs.shared.specs import spec_path
+    from soco_pipeline.tasks.tpips.evaluate import judgements_of, no_outcomes, not_applicable_rows
+    from soco_pipeline.tasks.tpips.learned import untrainable
     from soco_pipeline.tasks.tpips.sheets import write_contact_sheets
 
     backbone, cfg = context.partition_key, FAMILY.config(soco)
@@ -315,58 +311,36 @@ def tpips_learned(
             ),
             "tpips_learned_outcomes": TableResult(no_outcomes(), marker),
         }
-    ids, opos, apos, feats = _backbone_inputs(soco, tpips_features, tpips_images, tpips_ooo, tpips_afc)
-    vocab = aspect_encoder(spec, vocabulary(cfg.aspects, tpips_ooo))
-    parts, meta, trained = [], {"aspect_text": describe(vocab)}, {}
-    for kind in KINDS:
-        m = train_metric(kind, feats, tpips_ooo, opos, vocab, cfg.learned)
-        trained[kind] = m
-        parts.append(
-            evaluate_sim_outcomes(
-                backbone,
-                kind,
-                kind in CONDITIONED,
-                m.sim,
-                tpips_ooo,
-                opos,
-                tpips_afc,
-                apos,
-                note=f"epochs {m.epochs}, best {m.best_epoch}, tau {m.tau:.4f}; {describe(vocab)}",
-            )
-        )
-        meta[f"{kind}_triplets_per_s"] = round(m.triplets_per_second, 1)
-    # retrieval over the triplet images with the conditioned mid-fusion metric
-    pool = tpips_images.role.eq("triplet").to_numpy()
-    queries = [int(i) for i in pool.nonzero()[0][: cfg.retrieval.queries]]
-    r = cfg.retrieval
-    hits = pd.concat(
-        [
-            retrieve(
-                trained["mid"].sim,
-                ids,
-                queries,
-                [a for a in cfg.aspects if a != "overall"],
-                r.top_k,
-                r.overall_penalty,
-            ),
-            retrieve_compositional(
-                trained["mid"].sim, ids, queries, r.compositions, r.top_k, r.overall_penalty
-            ),
-        ],
-        ignore_index=True,
+    result = launcher.run(
+        context,
+        "tpips_heads",
+        {
+            "backbone": backbone,
+            "spec_file": str(spec_path(soco, backbone)),
+            "features": tpips_features,
+            "images": tpips_images,
+            "ooo": tpips_ooo,
+            "afc": tpips_afc,
+            "cache_root": soco.features_root,
+            "config": cfg.model_dump_json(),
+        },
     )
+    meta = {**result.metadata, "launcher": launcher.resolved_kind()}
     uris = dict(zip(tpips_images.image_id, tpips_images.uri, strict=True))
     sheets = write_contact_sheets(
-        hits, uris, f"{backbone} mid fusion", soco.task_root(GROUP, "retrieval", backbone)
+        result.extra["retrieval_hits"],
+        uris,
+        f"{backbone} mid fusion",
+        soco.task_root(GROUP, "retrieval", backbone),
     )
     for (q, a), png in sheets.items():
         key = "compositional" if "|" in q else f"retrieval_{q.rsplit('/', 1)[-1]}"
         meta[f"{key}_{a}"] = dg.MetadataValue.md(
             f"![{a}](data:image/png;base64,{base64.b64encode(png).decode()})"
         )
-    scores, outcomes = _tables(parts)
+    outcomes = result.extra["tpips_learned_outcomes"]
     return {
-        "tpips_learned": TableResult(scores, {**meta, "judgements": judgements(cfg)}),
+        "tpips_learned": TableResult(result.table, {**meta, "judgements": judgements(cfg)}),
         "tpips_learned_outcomes": TableResult(
             outcomes, {"rows": len(outcomes), "judgements": judgements(cfg)}
         ),
