@@ -5,25 +5,14 @@
 from __future__ import annotations
 
 from soco_pipeline.evaluation.headline import EMBEDDED_SOURCE, Headline
+from soco_pipeline.evaluation.protocol import load_protocol
+from soco_pipeline.lvlm.protocol import load_lvlm_protocol
 from soco_pipeline.tasks import FamilySpec, family_specs
-
-
-def _protocol(path: str, settings):
-    from soco_pipeline.evaluation.protocol import load_protocol
-
-    return load_protocol(settings.protocol_path)
-
-
-def _lvlm_protocol(path: str, settings):
-    from soco_pipeline.lvlm.protocol import load_lvlm_protocol
-
-    return load_lvlm_protocol(settings.lvlm_protocol_path)
-
 
 SOCO = FamilySpec(
     "soco",
     "Backbones: zero-shot correspondence (PCK@0.1)",
-    _protocol,
+    lambda path, settings: load_protocol(settings.protocol_path),  # SOCO's config: its protocol
     headline=Headline(
         family="soco",
         board="leaderboard",
@@ -48,7 +37,7 @@ SOCO = FamilySpec(
 SOCO_LVLM = FamilySpec(  # the `lvlm` group and board key; its model_summary columns are `soco_lvlm`
     "lvlm",
     "LVLMs: four-choice SOCO-LVLM (average / circular accuracy)",
-    _lvlm_protocol,
+    lambda path, settings: load_lvlm_protocol(settings.lvlm_protocol_path),
     headline=Headline(
         family="soco_lvlm",
         board="lvlm_leaderboard",
