@@ -16,12 +16,6 @@ from soco_pipeline.settings import Settings
 from soco_pipeline.tasks.core import SOCO, all_specs
 
 
-def board_view(family: str) -> str:
-    """The results-database view holding `family`'s board: its headline's board, else `<family>_leaderboard`."""
-    head = getattr(all_specs().get(family), "headline", None)
-    return head.board if head is not None else f"{family}_leaderboard"
-
-
 def pick_columns(board: pd.DataFrame, columns: str | None, default: list[str]) -> list[str]:
     """The columns to print: `default` when none asked, all for 'all', else the comma list (an unknown name
     is an error listing the board's columns)."""
@@ -48,7 +42,9 @@ def cmd_leaderboard(args: argparse.Namespace, settings: Settings) -> int:
     if family not in known:
         raise ValueError(f"no family {family!r}: choose from {', '.join(known)}")
     order = f" ORDER BY {SOCO.headline_value} DESC" if family == SOCO.name else ""
-    board = query(settings.duckdb_path, f"SELECT * FROM {board_view(family)}{order}", settings.tables_root)
+    head = all_specs()[family].headline  # its board: the headline's, else `<family>_leaderboard`
+    view = head.board if head is not None else f"{family}_leaderboard"
+    board = query(settings.duckdb_path, f"SELECT * FROM {view}{order}", settings.tables_root)
     if args.format == "table":
         shown = console_board(board) if family == SOCO.name and not args.columns else board
         cols = pick_columns(board, args.columns, headline_columns(family, shown))

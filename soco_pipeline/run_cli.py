@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 import yaml
 
 from soco_pipeline.settings import Settings
+from soco_pipeline.tasks.core import SOCO
 
 if TYPE_CHECKING:  # `soco --help` and every other command start without Dagster and pandas (issue 53)
     import dagster as dg
@@ -195,7 +196,6 @@ def plan(
     from soco_pipeline.demo import (
         families as family_groups,
     )
-    from soco_pipeline.tasks.core import SOCO
 
     name = added.name
     since = added.path.stat().st_mtime if since is None else since
@@ -249,7 +249,6 @@ def _boards(
 
     from soco_pipeline.demo import families as family_groups
     from soco_pipeline.demo import quiet
-    from soco_pipeline.tasks.core import SOCO
 
     out = {}
     keys = [(SOCO.name, dg.AssetKey(SOCO.headline.board))] + [
@@ -276,7 +275,6 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     from soco_pipeline.demo import LOCATION, Runner, headlines, where_the_tables_are
     from soco_pipeline.report.console import WIDTH, console_table, model_card, summary_text
     from soco_pipeline.tasks import family_specs
-    from soco_pipeline.tasks.core import SOCO
 
     known = (SOCO.name, *family_specs())  # SOCO (and its LVLM track) and every family declared in tasks/
     families = [f.strip() for f in (args.families or ",".join(known)).split(",") if f.strip()]

@@ -7,9 +7,8 @@ where its `simulated` flag comes from. `headline_rows` turns one board into long
 them to one row per model with one headline column per family. `role` (evaluation/roles.py) says which rows are
 models and which are checks (an oracle's ceiling, a baseline's control), so that only models are ranked.
 
-SOCO's two boards declare theirs in tasks/core.py (`CORE_HEADLINES`); a task family declares its own in its `Family`
-(defs/shared/family.py `Family(..., headline=Headline(...))`), which fills in the family's name and board: the
-summary assets are built over every declared headline once every group folder is loaded (defs/definitions.py).
+SOCO and SOCO-LVLM declare theirs in tasks/core.py, a task family in its `FamilySpec` (tasks/<name>/; its name
+and board filled in); the summary assets are built over every declared headline (defs/summary/assets.py).
 """
 
 from __future__ import annotations

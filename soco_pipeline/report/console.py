@@ -21,6 +21,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from soco_pipeline.evaluation.headline import HEADLINE_COLUMNS
 from soco_pipeline.tasks.core import SOCO, all_specs
 
 WIDTH = 120
@@ -221,12 +222,6 @@ def is_prose(df: pd.DataFrame, longest: int = 40) -> bool:
     return any(df[c].astype(str).str.len().max() > longest for c in text) if len(df) else False
 
 
-def family_value(family: str, what: str):
-    """A board's `what` from its family's FamilySpec (soco_pipeline/tasks/, tasks/core.py; None for another)."""
-    spec = all_specs().get(family)
-    return getattr(spec, what) if spec is not None else None
-
-
 def headline_metric(family: str) -> str | None:
     """The board column of the headline whose family (its model_summary name) is `family`; None if none."""
     heads = [s.headline for s in all_specs().values() if s.headline is not None]
@@ -234,9 +229,9 @@ def headline_metric(family: str) -> str | None:
 
 
 def headline_columns(family: str, board: pd.DataFrame) -> list[str]:
-    """The headline columns of `family`'s board that it has, in its FamilySpec's `columns` order (patterns such
-    as `*_average` match several), and its note columns; all its columns for a family that names none."""
-    wanted = family_value(family, "columns") or None
+    """The headline columns of `family`'s board that it has, in its FamilySpec's `columns` order (patterns
+    such as `*_average` match several), and its note columns; all its columns when a family names none."""
+    wanted = getattr(all_specs().get(family), "columns", None) or None  # tasks/<family>/, tasks/core.py
     if wanted is None:
         return list(board.columns)
     picked = [c for w in wanted for c in board.columns if fnmatch.fnmatchcase(str(c), w)]
@@ -405,7 +400,5 @@ def headlines_from_boards(
                 }
             )
         )
-    from soco_pipeline.evaluation.headline import HEADLINE_COLUMNS
-
     cols = list(HEADLINE_COLUMNS)  # the shape of the materialized model_headlines
     return pd.concat(rows, ignore_index=True)[cols] if rows else pd.DataFrame(columns=cols)

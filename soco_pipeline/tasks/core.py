@@ -1,6 +1,5 @@
-"""SOCO and its LVLM track (SOCO-LVLM), the core beside the task families, declared as a family is
-(`FamilySpec`): name, title, config loader, its one headline definition and console columns. A module, not a
-`tasks/<name>/` folder, so `family_specs()` (the task families) leaves them out; `all_specs()` has them too."""
+"""SOCO and its LVLM track (SOCO-LVLM), declared as a family is (`FamilySpec`, one headline each); a module,
+not a `tasks/<name>/` folder: `family_specs()` (the task families) leaves them out, `all_specs()` not."""
 
 from __future__ import annotations
 
@@ -9,12 +8,12 @@ from soco_pipeline.evaluation.protocol import load_protocol
 from soco_pipeline.lvlm.protocol import load_lvlm_protocol
 from soco_pipeline.tasks import FamilySpec, family_specs
 
+COLUMNS = ("backbone", "cc", "soc", "SOC 95% CI", "soc_geo", "cross_soc", "four_choice_circular", "knn_top1")
 SOCO = FamilySpec(
     "soco",
     "Backbones: zero-shot correspondence (PCK@0.1)",
     lambda path, settings: load_protocol(settings.protocol_path),  # SOCO's config: its protocol
-    headline=Headline(
-        family="soco",
+    headline=Headline(  # its family: "soco" (filled in)
         board="leaderboard",
         values=("soc",),
         label="SOC PCK@0.1 (official reduction)",
@@ -23,16 +22,7 @@ SOCO = FamilySpec(
         ci_high="ci95_hi_boot_category_soc",
         simulated=EMBEDDED_SOURCE,
     ),
-    columns=(
-        "backbone",
-        "cc",
-        "soc",
-        "SOC 95% CI",
-        "soc_geo",
-        "cross_soc",
-        "four_choice_circular",
-        "knn_top1",
-    ),
+    columns=COLUMNS,
 )
 SOCO_LVLM = FamilySpec(  # the `lvlm` group and board key; its model_summary columns are `soco_lvlm`
     "lvlm",
