@@ -13,13 +13,7 @@ import pandas as pd
 
 from soco_pipeline.report.formats import FORMATS, format_frame
 from soco_pipeline.settings import Settings
-
-CORE_BOARDS = ("soco", "lvlm")  # SOCO's two boards; every family declared in soco_pipeline/tasks/ has one too
-
-
-def board_view(family: str) -> str:
-    """The results-database view holding `family`'s board."""
-    return "leaderboard" if family == "soco" else f"{family}_leaderboard"
+from soco_pipeline.tasks.core import SOCO, all_specs
 
 
 def pick_columns(board: pd.DataFrame, columns: str | None, default: list[str]) -> list[str]:
@@ -43,15 +37,16 @@ def cmd_leaderboard(args: argparse.Namespace, settings: Settings) -> int:
     from soco_pipeline.analysis.leaderboard import console_board
     from soco_pipeline.report.console import console_table, headline_columns
     from soco_pipeline.results_db import query
-    from soco_pipeline.tasks import family_specs
 
-    family, known = args.family, (*CORE_BOARDS, *family_specs())
+    family, known = args.family, list(all_specs())  # SOCO, its LVLM track and every declared family
     if family not in known:
         raise ValueError(f"no family {family!r}: choose from {', '.join(known)}")
-    order = " ORDER BY soc DESC" if family == "soco" else ""
-    board = query(settings.duckdb_path, f"SELECT * FROM {board_view(family)}{order}", settings.tables_root)
+    order = f" ORDER BY {SOCO.headline_value} DESC" if family == SOCO.name else ""
+    head = all_specs()[family].headline  # its board: the headline's, else `<family>_leaderboard`
+    view = head.board if head is not None else f"{family}_leaderboard"
+    board = query(settings.duckdb_path, f"SELECT * FROM {view}{order}", settings.tables_root)
     if args.format == "table":
-        shown = console_board(board) if family == "soco" and not args.columns else board
+        shown = console_board(board) if family == SOCO.name and not args.columns else board
         cols = pick_columns(board, args.columns, headline_columns(family, shown))
         more = "--columns all --format csv (every column)"
         from soco_pipeline.tasks import family_input_notes
@@ -67,7 +62,7 @@ def cmd_leaderboard(args: argparse.Namespace, settings: Settings) -> int:
 def add_arguments(s: argparse.ArgumentParser) -> None:
     """The options of `soco leaderboard`."""
     s.add_argument(
-        "--family", default="soco", help="whose board: soco, lvlm or a task family (default: soco)"
+        "--family", default=SOCO.name, help="whose board: soco, lvlm or a task family (default: soco)"
     )
     s.add_argument(
         "--columns",

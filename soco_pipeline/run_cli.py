@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 import yaml
 
 from soco_pipeline.settings import Settings
+from soco_pipeline.tasks.core import SOCO
 
 if TYPE_CHECKING:  # `soco --help` and every other command start without Dagster and pandas (issue 53)
     import dagster as dg
@@ -202,14 +203,14 @@ def plan(
     data = list(dg.AssetSelection.groups(*DATA_AND_PAIRS).resolve(graph))
     steps = [(Stage(f"data and pairs ({settings.dataset_size})", "demo_data_and_pairs", data), {})]
     lvlm = added.partitions == "lvlms"
-    if not lvlm and "soco" in families:
+    if not lvlm and SOCO.name in families:
         text = "none" if limit is None else str(limit)
         ops = {op: {"config": {"limit": limit}} for op in LIMITED_OPS} if limit is not None else {}
         keys = [dg.AssetKey(k) for k in PER_BACKBONE]
         stage = Stage(f"soco / backbone {name}", "demo_backbone", keys, name, ops, {LIMIT_TAG: text})
         steps.append((stage, {"partition": name, "since": since, "limit": text}))
     for family in family_groups(defs):
-        label = "soco" if family.name == LVLM_GROUP else family.name  # SOCO's LVLM track is the lvlm group
+        label = SOCO.name if family.name == LVLM_GROUP else family.name  # SOCO's LVLM track is the lvlm group
         own = family.per_lvlm if lvlm else family.per_backbone
         if label not in families or not own:
             continue
@@ -231,8 +232,8 @@ def plan(
         steps.append((board, None))  # boards always run: they gain the new model
     # SOCO's board and what reads it (the study, the published figures beside it, the atlas of its rankings):
     # only when SOCO runs
-    soco_boards = ("leaderboard", "correlation", "published_comparison", "protocol_atlas")
-    summary = [dg.AssetKey(k) for k in SUMMARY if "soco" in families or k not in soco_boards]
+    core_boards = (SOCO.headline.board, "correlation", "published_comparison", "protocol_atlas")
+    summary = [dg.AssetKey(k) for k in SUMMARY if SOCO.name in families or k not in core_boards]
     steps.append(
         (Stage("leaderboard, results database, correlation, results page", "demo_summary", summary), None)
     )
@@ -250,7 +251,9 @@ def _boards(
     from soco_pipeline.demo import quiet
 
     out = {}
-    keys = [("soco", dg.AssetKey("leaderboard"))] + [(f.name, f.leaderboard) for f in family_groups(defs)]
+    keys = [(SOCO.name, dg.AssetKey(SOCO.headline.board))] + [
+        (f.name, f.leaderboard) for f in family_groups(defs)
+    ]
     for name, key in keys:
         if instance.get_latest_materialization_event(key) is None:
             continue
@@ -273,7 +276,7 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     from soco_pipeline.report.console import WIDTH, console_table, model_card, summary_text
     from soco_pipeline.tasks import family_specs
 
-    known = ("soco", *family_specs())  # SOCO (and its LVLM track) and every family declared in tasks/
+    known = (SOCO.name, *family_specs())  # SOCO (and its LVLM track) and every family declared in tasks/
     families = [f.strip() for f in (args.families or ",".join(known)).split(",") if f.strip()]
     unknown = [f for f in families if f not in known]
     if unknown:
@@ -341,9 +344,9 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     tables = _boards(defs, instance, settings)
     heads = headlines(settings, tables)
     print(model_card(heads, added.name))
-    soco_board = tables.get("soco")
-    if soco_board is not None and "published_note" in soco_board.columns:
-        row = soco_board[soco_board["backbone"] == added.name]
+    core_board = tables.get(SOCO.name)
+    if core_board is not None and "published_note" in core_board.columns:
+        row = core_board[core_board["backbone"] == added.name]
         if len(row) and row["published_note"].iloc[0]:
             print(f"beside the published {row['reference'].iloc[0]}: {row['published_note'].iloc[0]}")
             if "gap_note" in row.columns and row["gap_note"].iloc[0]:  # published_gap, knob by knob

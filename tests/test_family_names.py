@@ -3,6 +3,9 @@ score the families (`run_cli`, `leaderboard_cli`, `family_record_cli`, `workbook
 `report/`, `evaluation/` (and `trust/`) read the registry (`soco_pipeline.tasks.family_specs()`) instead.
 Read with `ast`: a string (not a docstring) or a name that is a declared family's name, or starts with it
 (`mmvm`, `"fgbmk_findings"`, `tpips_board`), is a hit; prose in capitals ("MMVM: match types") is not.
+SOCO's name (tasks/core.py) likewise, but only as a whole string or name (`"soco"`, `soco_board`): `soco` is
+also the command (`soco run`) and the package (`soco_pipeline`). Not yet: evaluation/published*.py and
+records.py (SOCO's published figures and records), which cannot import tasks/ (tasks/ imports evaluation/).
 Likewise no family core (`tasks/<family>/`) compares a `kind` with a backbone kind's name: a family asks for
 capabilities (backbones/kinds.py), never for a kind.
 """
@@ -17,6 +20,7 @@ import pytest
 
 from soco_pipeline.backbones.kinds import kinds
 from soco_pipeline.tasks import family_specs
+from soco_pipeline.tasks.core import SOCO
 
 pytestmark = pytest.mark.unit
 
@@ -69,6 +73,29 @@ def test_no_central_module_names_a_family():
         "family names in central modules (move the knowledge into the family's FamilySpec, "
         "soco_pipeline/tasks/<family>/family.py, and read it through family_specs()):\n" + "\n".join(found)
     )
+
+
+CORE_PENDING = ("evaluation/published.py", "evaluation/published_gap.py", "evaluation/records.py")
+
+
+def core_name_hits(source: str, name: str) -> list[tuple[int, str]]:
+    """`family_name_hits` for the core's `name` whole (or `name_...`), the package name left out."""
+    whole = re.compile(rf"{name}(_\w+)?")
+    return [
+        (n, t) for n, t in family_name_hits(source, [name]) if whole.fullmatch(t) and t != "soco_pipeline"
+    ]
+
+
+def test_no_central_module_names_soco():
+    found = [
+        f"{path.relative_to(PACKAGE.parent)}:{line}: {text!r}"
+        for path in central_files()
+        if str(path.relative_to(PACKAGE)) not in CORE_PENDING
+        for line, text in core_name_hits(path.read_text(), SOCO.name)
+    ]
+    assert not found, "SOCO's name in central modules (read tasks/core.py's SOCO):\n" + "\n".join(found)
+    planted = 'x = "soco run"\nif family == "soco":\n    soco_board = "soco_pipeline.cli"\n'
+    assert core_name_hits(planted, "soco") == [(2, "soco"), (3, "soco_board")]
 
 
 def test_the_family_name_detector_finds_keys_and_names_but_not_prose():

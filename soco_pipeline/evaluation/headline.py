@@ -7,9 +7,8 @@ where its `simulated` flag comes from. `headline_rows` turns one board into long
 them to one row per model with one headline column per family. `role` (evaluation/roles.py) says which rows are
 models and which are checks (an oracle's ceiling, a baseline's control), so that only models are ranked.
 
-SOCO's two boards declare theirs here (`CORE_HEADLINES`); a task family declares its own in its `Family`
-(defs/shared/family.py `Family(..., headline=Headline(...))`), which fills in the family's name and board: the
-summary assets are built over every declared headline once every group folder is loaded (defs/definitions.py).
+SOCO and SOCO-LVLM declare theirs in tasks/core.py, a task family in its `FamilySpec` (tasks/<name>/; its name
+and board filled in); the summary assets are built over every declared headline (defs/summary/assets.py).
 """
 
 from __future__ import annotations
@@ -69,31 +68,6 @@ class Headline:
     simulated: bool | str = False
     ceiling: str = ""
     control: str = ""
-
-
-# SOCO's two boards (SOCO, SOCO-LVLM: the core, not task families); each family's headline is in its Family
-CORE_HEADLINES: tuple[Headline, ...] = (
-    Headline(
-        family="soco",
-        board="leaderboard",
-        values=("soc",),
-        label="SOC PCK@0.1 (official reduction)",
-        model_column="backbone",
-        ci_low="ci95_lo_boot_category_soc",
-        ci_high="ci95_hi_boot_category_soc",
-        simulated=EMBEDDED_SOURCE,
-    ),
-    Headline(
-        family="soco_lvlm",
-        board="lvlm_leaderboard",
-        values=("vis_average",),
-        label="4-choice accuracy, Vis. setting",
-        where="kind == 'evaluated'",
-        ci_low="vis_average_ci95_lo",  # bootstrap over categories, as SOCO's
-        ci_high="vis_average_ci95_hi",
-        simulated=EMBEDDED_SOURCE,
-    ),
-)
 
 
 def wilson_interval(value: np.ndarray, n: np.ndarray, z: float = Z95) -> tuple[np.ndarray, np.ndarray]:

@@ -21,7 +21,8 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from soco_pipeline.evaluation.headline import CORE_HEADLINES
+from soco_pipeline.evaluation.headline import HEADLINE_COLUMNS
+from soco_pipeline.tasks.core import SOCO, all_specs
 
 WIDTH = 120
 # text columns that explain a board rather than score it: printed once (same in every row) or as notes
@@ -40,22 +41,6 @@ NOTE_COLUMNS = (
 NAME_COLUMNS = ("model", "backbone", "name")
 CUTS = (28, 22, 16)  # a table too wide has its text cells cut (with an ellipsis) to these lengths in turn
 NA = "n/a"
-# each board's headline columns, in order (the first one present names the row); a family's: its FamilySpec
-HEADLINE_COLUMNS: dict[str, list[str]] = {
-    "soco": [
-        "backbone",
-        "cc",
-        "soc",
-        "SOC 95% CI",
-        "soc_geo",
-        "cross_soc",
-        "four_choice_circular",
-        "knn_top1",
-    ],
-    "lvlm": ["model", "kind", "*_average", "*_circular"],
-}
-# the summary's one number per board when no model_headlines table exists (a family's: its FamilySpec's)
-HEADLINE_METRIC = {h.family: h.values[0] for h in CORE_HEADLINES}  # SOCO's board is keyed by its family
 
 
 REFERENCE_KINDS = ("oracle", "reference", "random", "chance")
@@ -237,18 +222,16 @@ def is_prose(df: pd.DataFrame, longest: int = 40) -> bool:
     return any(df[c].astype(str).str.len().max() > longest for c in text) if len(df) else False
 
 
-def family_value(family: str, what: str):
-    """A task family's `what` from its FamilySpec (soco_pipeline/tasks/; None for another board)."""
-    from soco_pipeline.tasks import family_specs
-
-    spec = family_specs().get(family)
-    return getattr(spec, what) if spec is not None else None
+def headline_metric(family: str) -> str | None:
+    """The board column of the headline whose family (its model_summary name) is `family`; None if none."""
+    heads = [s.headline for s in all_specs().values() if s.headline is not None]
+    return next((h.values[0] for h in heads if h.family == family), None)
 
 
 def headline_columns(family: str, board: pd.DataFrame) -> list[str]:
-    """The headline columns of `family`'s board that it has, in HEADLINE_COLUMNS' order (patterns such as
-    `*_average` match several), and its note columns; all its columns for a family not listed."""
-    wanted = HEADLINE_COLUMNS.get(family) or family_value(family, "columns") or None
+    """The headline columns of `family`'s board that it has, in its FamilySpec's `columns` order (patterns
+    such as `*_average` match several), and its note columns; all its columns when a family names none."""
+    wanted = getattr(all_specs().get(family), "columns", None) or None  # tasks/<family>/, tasks/core.py
     if wanted is None:
         return list(board.columns)
     picked = [c for w in wanted for c in board.columns if fnmatch.fnmatchcase(str(c), w)]
@@ -288,7 +271,7 @@ def summary_frame(headlines: pd.DataFrame) -> pd.DataFrame:
     h["role"] = _role(h)
     h["label"] = h["family"].astype(str)
     h["text"] = [_ci_text(v, lo, hi) for v, lo, hi in zip(h["value"], h["ci_low"], h["ci_high"], strict=True)]
-    first = h["family"].map(lambda f: (f != "soco", f))  # SOCO's headline first, then the families by name
+    first = h["family"].map(lambda f: (f != SOCO.name, f))  # SOCO's headline first, then the families by name
     order = list(dict.fromkeys(h.assign(_o=first).sort_values("_o", kind="stable")["label"]))
     wide = h.pivot_table(index="model", columns="label", values="text", aggfunc="first").reindex(
         columns=order
@@ -317,7 +300,7 @@ def headline_metrics(headlines: pd.DataFrame) -> str:
     """What each family's summary column holds ('soco = SOC (PCK@0.1); mmvm = ... (best method per model)'),
     the method a label names in brackets folded into 'best method per model'."""
     parts = []
-    order = sorted(headlines["family"].unique(), key=lambda f: (f != "soco", f))  # the columns' order
+    order = sorted(headlines["family"].unique(), key=lambda f: (f != SOCO.name, f))  # the columns' order
     for family in order:
         metrics = headlines.loc[headlines["family"] == family, "metric"]
         names = {re.sub(r"\s*\[[^\]]*\]$", "", str(m)) for m in metrics}
@@ -385,11 +368,11 @@ def headlines_from_boards(
     boards: dict[str, pd.DataFrame], roles: dict[str, str] | None = None
 ) -> pd.DataFrame:
     """A long headline table (the `model_headlines` shape) from family boards, for when that table is not
-    materialized: each family's HEADLINE_METRIC per model (its best method), CIs where the board has them;
+    materialized: each family's `headline_metric` per model (its best method), CIs where the board has them;
     `roles`: {model: control | ceiling} (evaluation/roles.py spec_roles), the others are models."""
     rows = []
     for family, board in boards.items():
-        metric = HEADLINE_METRIC.get(family) or family_value(family, "headline_value")
+        metric = headline_metric(family)
         if board is None or board.empty or metric not in board.columns:
             continue
         name = next(c for c in (*NAME_COLUMNS, board.columns[0]) if c in board.columns)
@@ -398,7 +381,7 @@ def headlines_from_boards(
         b = board.assign(_v=pd.to_numeric(board[metric], errors="coerce")).sort_values("_v", ascending=False)
         b = b.drop_duplicates(name)
         lo, hi = f"ci95_lo_boot_category_{metric}", f"ci95_hi_boot_category_{metric}"
-        sim = b["simulated"] if "simulated" in b.columns else family != "soco"
+        sim = b["simulated"] if "simulated" in b.columns else family != SOCO.name
         if "simulated" not in b.columns and "judgements" in b.columns:  # TPIPS: who voted follows the data
             sim = b["judgements"].astype(str).eq("simulated")
         rows.append(
@@ -417,7 +400,5 @@ def headlines_from_boards(
                 }
             )
         )
-    from soco_pipeline.evaluation.headline import HEADLINE_COLUMNS
-
     cols = list(HEADLINE_COLUMNS)  # the shape of the materialized model_headlines
     return pd.concat(rows, ignore_index=True)[cols] if rows else pd.DataFrame(columns=cols)

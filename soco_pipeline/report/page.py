@@ -27,6 +27,7 @@ import pandas as pd
 from soco_pipeline.evaluation.headline import simulated_rows
 from soco_pipeline.storage import PROJECT_ROOT, exists, join, read_bytes, read_parquet, write_bytes_atomic
 from soco_pipeline.tasks import family_input_notes, family_specs
+from soco_pipeline.tasks.core import SOCO, SOCO_LVLM, all_specs
 
 HEADLINE = ["cc", "soc", "soc_geo", "cross_soc", "four_choice", "four_choice_circular"]
 LVLM_EXAMPLES = 4
@@ -223,7 +224,6 @@ def simulated_parts(settings, boards: dict[str, pd.DataFrame]) -> list[str]:
     return parts
 
 
-LVLM_TITLE = "LVLMs: four-choice SOCO-LVLM (average / circular accuracy)"  # a task family's: its FamilySpec
 CORRELATION_NOTE = (
     "Source: the published OmniProbe results (GenIntel/OmniProbe results page, stored as "
     "reference/omniprobe_results.csv) and its downstream tasks: the models are the page's, not this run's "
@@ -257,10 +257,10 @@ def build_report(
     tables = settings.tables_root
     local = "://" not in str(tables)
 
-    board = _read(join(tables, "leaderboard.parquet"))
-    boards: dict[str, pd.DataFrame] = {"soco": board} if board is not None else {}
+    board = _read(join(tables, f"{SOCO.headline.board}.parquet"))
+    boards: dict[str, pd.DataFrame] = {SOCO.name: board} if board is not None else {}
     others = sorted(Path(tables).glob("*_leaderboard.parquet")) if local else []
-    order = ["lvlm", *family_specs()]  # SOCO's LVLM track, then the declared families, then any other board
+    order = list(all_specs())[1:]  # SOCO's LVLM track, then the declared families, then any other board
     names = sorted(
         (f.stem.removesuffix("_leaderboard") for f in others),
         key=lambda n: (n not in order, order.index(n) if n in order else 0, n),
@@ -270,14 +270,14 @@ def build_report(
 
     # --- SOCO
     records = _records(root)
-    soco: dict = {"headline": None, "full": None, "ci_figure": None}
+    core: dict = {"headline": None, "full": None, "ci_figure": None}
     if board is not None:
         shown = console_board(board)  # a partial row's name says so ('[partial: <rule>]')
-        cols = [c for c in headline_columns("soco", shown) if c not in ("subset", "partial", "simulated")]
-        soco["headline"] = page_table(shown, cols)
-        soco["full"] = page_table(board, name_col="backbone")
+        cols = [c for c in headline_columns(SOCO.name, shown) if c not in ("subset", "partial", "simulated")]
+        core["headline"] = page_table(shown, cols)
+        core["full"] = page_table(board, name_col="backbone")
     if records and ci_plot(records, HEADLINE, str(out / "backbone_ci.png")):
-        soco["ci_figure"] = _figure(
+        core["ci_figure"] = _figure(
             "backbone_ci.png",
             "SOCO headline metrics of this run's backbones, with 95% CIs (bootstrap over categories).",
             "backbone leaderboard with error bars",
@@ -339,22 +339,20 @@ def build_report(
             )
 
     # --- the families
-    input_notes, specs, families = family_input_notes(settings), family_specs(), []
+    input_notes, specs, families = family_input_notes(settings), all_specs(), []
     for name in names:
         fam_board = boards[name]
         fam = {
             "id": name,
             "name": name,
-            "title": LVLM_TITLE
-            if name == "lvlm"
-            else getattr(specs.get(name), "title", name.replace("_", " ")),
+            "title": getattr(specs.get(name), "title", name.replace("_", " ")),
             "notes": [input_notes[name]] if name in input_notes else [],
             "figures": [],
             "findings": None,
         }
         fam["headline"] = page_table(fam_board, headline_columns(name, fam_board), "model")
         fam["full"] = page_table(fam_board, name_col="model")
-        if name == "lvlm":
+        if name == SOCO_LVLM.name:
             lrecords = _records(root, "lvlm")
             if lrecords:
                 fam["notes"].append(
@@ -457,7 +455,7 @@ def build_report(
         summary=summary,
         summary_roles=summary_roles,
         missing_boards=list((missing_boards or {}).values()),
-        soco=soco,
+        soco=core,
         published=published,
         atlas=atlas,
         families=families,

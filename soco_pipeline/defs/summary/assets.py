@@ -20,8 +20,9 @@ from soco_pipeline.defs.shared.executors import IN_RUN_PROCESS
 from soco_pipeline.defs.shared.family import Family
 from soco_pipeline.defs.shared.io_manager import ALLOW_MISSING
 from soco_pipeline.defs.shared.resources import SocoSettings
-from soco_pipeline.evaluation.headline import CORE_HEADLINES, Headline
+from soco_pipeline.evaluation.headline import Headline
 from soco_pipeline.evaluation.headline_schemas import ModelHeadlineSchema, ModelSummarySchema
+from soco_pipeline.tasks.core import CORE_HEADLINES
 
 GROUP = "summary"
 # 2: the published SOC of the model a spec names; 3: the headlines from the Family declarations (the family
