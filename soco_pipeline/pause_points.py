@@ -4,6 +4,11 @@ With $SOCO_PAUSE_DIR set, the first `pause_point(name)` of a process writes `<di
 (holding the pid) and waits until `<dir>/<name>.resume` exists, so a test can kill the process exactly
 there (or let it go on). Unset, it costs one environment lookup. Used after the first batch of feature
 maps is written and in the manifest (features/extract.py), where a kill -9 lands mid-extraction.
+
+A point may carry a scope (the backbone being extracted). With $SOCO_PAUSE_AT also set, to a
+comma-separated list of `name@scope` keys, only the listed points pause, and their files are named by
+the key (`<dir>/<name>@<scope>.paused`): a long-lived process that runs many steps (a Celery worker)
+stops only in the step the test means. A `.resume` file left in place lets every later pass go on.
 """
 
 from __future__ import annotations
@@ -13,20 +18,35 @@ import time
 from pathlib import Path
 
 ENV = "SOCO_PAUSE_DIR"
+ONLY_ENV = "SOCO_PAUSE_AT"
 _passed: set[str] = set()
 
 
-def pause_point(name: str, poll_s: float = 0.05, deadline_s: float = 3600.0) -> None:
-    """Wait at `name` until the test says resume (once per process and name); no-op without $SOCO_PAUSE_DIR."""
+def pause_key(name: str, scope: str = "") -> str:
+    """The key of a scoped pause point, as $SOCO_PAUSE_AT lists it and its files are named."""
+    return f"{name}@{scope}" if scope else name
+
+
+def pause_point(name: str, scope: str = "", poll_s: float = 0.05, deadline_s: float = 3600.0) -> None:
+    """Wait at `name` until the test says resume (once per process and key); no-op without $SOCO_PAUSE_DIR,
+    and, with $SOCO_PAUSE_AT set, unless `name@scope` is listed there."""
     folder = os.environ.get(ENV)
-    if not folder or name in _passed:
+    if not folder:
         return
-    _passed.add(name)
+    only = os.environ.get(ONLY_ENV)
+    key = name
+    if only:
+        key = pause_key(name, scope)
+        if key not in {k.strip() for k in only.split(",")}:
+            return
+    if key in _passed:
+        return
+    _passed.add(key)
     root = Path(folder)
-    resume = root / f"{name}.resume"
-    (root / f"{name}.paused").write_text(str(os.getpid()))
+    resume = root / f"{key}.resume"
+    (root / f"{key}.paused").write_text(str(os.getpid()))
     end = time.monotonic() + deadline_s
     while not resume.exists():
         if time.monotonic() > end:
-            raise TimeoutError(f"pause point {name!r}: no {resume} within {deadline_s} s")
+            raise TimeoutError(f"pause point {key!r}: no {resume} within {deadline_s} s")
         time.sleep(poll_s)

@@ -50,7 +50,7 @@ def redis_url():
         env={},
     )
     try:
-        wait_for("redis", lambda: redis.Redis(port=port, socket_timeout=1).ping(), 20)
+        wait_for("redis", lambda: redis.Redis(port=port, socket_timeout=1).ping(), 120)
         yield f"redis://127.0.0.1:{port}"
     finally:
         stop_all([svc], {"redis": proc}, sig=signal.SIGTERM)
@@ -82,7 +82,7 @@ def test_a_taken_step_is_failed_with_the_reason_and_never_redelivered(redis_url)
     waiting_result = _send(app, "run-b", "feature_manifest")
     with app.connection_for_read() as conn:
         queue = conn.SimpleQueue("gpu")
-        message = queue.get(timeout=5)  # taken and not acked, as by a worker with task_acks_late
+        message = queue.get(timeout=60)  # taken and not acked, as by a worker with task_acks_late
         assert message.headers["id"] == taken_result.id
         found = taken_tasks(app)
         assert [(t.task_id, t.run_id, t.step_keys) for t in found] == [
@@ -93,7 +93,7 @@ def test_a_taken_step_is_failed_with_the_reason_and_never_redelivered(redis_url)
         assert taken_tasks(app) == []
         assert taken_result.state == "FAILURE"
         with pytest.raises(WorkerLostError, match="gpu-worker-1@host stopped answering pings"):
-            taken_result.get(timeout=5, propagate=True)
+            taken_result.get(timeout=60, propagate=True)
         # The other message still waits in its queue, untouched.
-        assert queue.get(timeout=5).headers["id"] == waiting_result.id
+        assert queue.get(timeout=60).headers["id"] == waiting_result.id
         assert waiting_result.state == "PENDING"

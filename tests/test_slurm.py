@@ -420,7 +420,7 @@ def test_an_interrupted_step_cancels_its_job(slurm, work, tmp_path, monkeypatch)
             "JobState=CANCELLED"
             in subprocess.run(["scontrol", "show", "job", "-o", job], capture_output=True, text=True).stdout
         ),
-        60,
+        300,
     )
     assert not Path(table_for("feature_manifest").path(str(work.tables), "oracle_part")).exists()
 

@@ -338,7 +338,7 @@ class _Writer:
                 }
             )
         self.manifest.flush()
-        pause_point("features_written")  # fault-injection tests stop here (pause_points.py)
+        pause_point("features_written", self.spec.name)  # fault-injection tests stop here (pause_points.py)
         return len(recs)
 
 
