@@ -218,8 +218,87 @@ def _interrupted(result: dg.JobExecutionResult) -> bool:
     return "UNEXPECTED_TERMINATION" in reasons
 
 
+def observe_sources(instance: dg.DagsterInstance, soco) -> None:
+    """Record the current data version of the sources a run reads, where it moved since the last observation:
+    the protocol and every spec file (the observations the spec sensors and the weekly tick make). A step
+    records its inputs' versions from these, so staleness (`fresh`) sees an edited spec or protocol."""
+    from soco_pipeline.backbones.spec_files import scan_specs as scan_backbones
+    from soco_pipeline.defs.shared.automation import DATA_VERSION_TAG, observation
+    from soco_pipeline.lvlm.specs import scan_specs as scan_lvlms
+
+    current = {("evaluation_protocol", None): soco.protocol().version_hash()}
+    for source, partitions, scan, folder in (
+        ("backbone_spec", BACKBONES, scan_backbones, soco.backbones_dir),
+        ("lvlm_spec", LVLMS, scan_lvlms, soco.lvlms_dir),
+    ):
+        known = set(instance.get_dynamic_partitions(partitions))
+        current.update({(source, n): v for n, v in scan(Path(folder))[0].items() if n in known})
+    for (source, partition), version in current.items():
+        records = instance.fetch_observations(
+            dg.AssetRecordsFilter(
+                asset_key=dg.AssetKey(source), asset_partitions=[partition] if partition else None
+            ),
+            limit=1,
+        ).records
+        seen = records[0].event_log_entry.asset_observation.tags.get(DATA_VERSION_TAG) if records else None
+        if seen != version:
+            instance.report_runless_asset_event(observation(source, version, partition))
+
+
+class Freshness:
+    """Dagster's own stale status (the UI's) of the assets of one instance, read once per state: `reset()`
+    after a run, since the statuses it read are cached."""
+
+    def __init__(self, defs: dg.Definitions, instance: dg.DagsterInstance):
+        self.defs, self.instance = defs, instance
+        self.resolver = None
+
+    def reset(self) -> None:
+        """Forget the statuses read so far (a run has materialized something since)."""
+        self.resolver = None
+
+    def fresh(
+        self, keys: Sequence[dg.AssetKey], partition: str | None = None, limit: str | None = "none"
+    ) -> bool:
+        """Whether every asset of `keys` (of `partition`) is materialized and up to date: its code version and
+        the data version of each input as when it was made; for a partition, made by a run with
+        `soco run --limit` tag `limit` ('none': a full run; None: any)."""
+        from dagster._core.definitions.data_version import StaleStatus
+
+        from soco_pipeline.run_cli import LIMIT_TAG
+
+        if self.resolver is None:
+            self.resolver = stale_status_resolver(self.defs, self.instance)
+        if any(self.resolver.get_status(k, partition) != StaleStatus.FRESH for k in keys):
+            return False
+        for key in keys if partition is not None and limit is not None else ():
+            records = self.instance.fetch_materializations(
+                dg.AssetRecordsFilter(asset_key=key, asset_partitions=[partition]), limit=1
+            ).records
+            run = self.instance.get_run_by_id(records[0].run_id) if records else None
+            if run is None or run.tags.get(LIMIT_TAG, "none") != limit:
+                return False
+        return True
+
+
+def stale_status_resolver(defs: dg.Definitions, instance: dg.DagsterInstance):
+    """Dagster's resolver of stale status (the one behind the UI's "stale" badges and `stale_assets_only`)."""
+    from dagster._core.asset_graph_view.asset_graph_view import AssetGraphView, TemporalContext
+    from dagster._core.definitions.data_version import CachingStaleStatusResolver
+    from dagster._time import get_current_datetime
+
+    graph = defs.resolve_asset_graph()
+    view = AssetGraphView(
+        temporal_context=TemporalContext(effective_dt=get_current_datetime(), last_event_id=None),
+        instance=instance,
+        asset_graph=graph,
+    )
+    return CachingStaleStatusResolver(instance, graph, view)
+
+
 class Runner:
-    """Launches the demo's runs through one instance and records which stages failed."""
+    """Launches the demo's runs through one instance and records which stages failed; with `skip_fresh`, a
+    stage whose assets are all `fresh` is reported cached and not run."""
 
     def __init__(
         self,
@@ -230,8 +309,12 @@ class Runner:
         log: Callable[[str], None] | None = None,
         source: str = "make demo",
         preload: Sequence[str] = (),
+        skip_fresh: bool = False,
     ):
         self.defs, self.instance, self.overrides, self.location = defs, instance, overrides, location
+        self.skip_fresh = skip_fresh
+        self.freshness = Freshness(defs, instance)
+        self.cached: list[str] = []  # the labels of the stages skipped as cached
         self.source = source  # the soco/source tag of its runs
         self.preload = list(preload)  # beside PRELOAD, for the one forkserver that serves all its runs
         self.failed: dict[str, str] = {}
@@ -239,6 +322,10 @@ class Runner:
 
     def run(self, stage: Stage) -> bool:
         """Materialize one stage in a run of its own; on failure record and print why, return False."""
+        if self.skip_fresh and self.freshness.fresh(stage.keys, stage.partition):
+            self.log(f"{stage.label}: cached, skipped")
+            self.cached.append(stage.label)
+            return True
         self.log(f"{stage.label} ...")
         t0 = time.perf_counter()
         tags = {"soco/source": self.source, **process_tags(), **stage.tags}
@@ -256,6 +343,7 @@ class Runner:
         config = run_config(pooled, self.preload)
         if stage.ops:
             config = {**config, "ops": stage.ops}
+        self.freshness.reset()
         with dg.execute_job(job, self.instance, run_config=config, tags=tags) as result:
             if result.success:
                 self.log(f"  done in {time.perf_counter() - t0:.1f} s")
@@ -390,11 +478,14 @@ def run_demo(
     from soco_pipeline.backbones.spec_files import scan_specs as scan_backbones
     from soco_pipeline.lvlm.specs import scan_specs as scan_lvlms
 
-    runner = Runner(defs, instance, overrides, location, preload=preload_for(soco.backbones_dir))
+    runner = Runner(
+        defs, instance, overrides, location, preload=preload_for(soco.backbones_dir), skip_fresh=True
+    )
     backbones = _scan(soco.backbones_dir, scan_backbones, "backbone", runner.failed)
     lvlms = _scan(soco.lvlms_dir, scan_lvlms, "LVLM", runner.failed)
     _add_partitions(instance, BACKBONES, backbones)
     _add_partitions(instance, LVLMS, lvlms)
+    observe_sources(instance, soco)  # a stage whose inputs and code are as when it was made is skipped
     data = Stage(
         f"data and pairs ({soco.source}, {soco.dataset_size})",
         "demo_data_and_pairs",

@@ -269,7 +269,7 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     from soco_pipeline.backbones.kinds import libraries
     from soco_pipeline.backbones.spec_files import spec_kind
     from soco_pipeline.defs.definitions import build_definitions
-    from soco_pipeline.demo import LOCATION, Runner, headlines, where_the_tables_are
+    from soco_pipeline.demo import LOCATION, Runner, headlines, observe_sources, where_the_tables_are
     from soco_pipeline.report.console import WIDTH, console_table, model_card, summary_text
     from soco_pipeline.tasks import family_specs
 
@@ -291,6 +291,7 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     instance = dg.DagsterInstance.get()
     if added.name not in instance.get_dynamic_partitions(added.partitions):
         instance.add_dynamic_partitions(added.partitions, [added.name])
+    observe_sources(instance, defs.resources["soco"])  # the protocol's and the specs' versions, as now
     since = spec_since(instance, added)
     steps = plan(defs, added, families, args.limit, settings, since)
     kinds = [spec_kind(added.path)] if added.partitions == "backbones" else []
@@ -302,7 +303,14 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     try:
         for i, (stage, cache) in enumerate(steps, 1):
             stage.label = f"[{i}/{len(steps)}] {stage.label}"
-            if cache is not None and is_cached(instance, stage.keys, **cache):
+            # cached: made after the spec's version appeared and up to date by Dagster's stale status (code
+            # versions and the data versions of every input, as when it was made)
+            partition = stage.partition
+            if (
+                cache is not None
+                and is_cached(instance, stage.keys, **cache)
+                and runner.freshness.fresh(stage.keys, partition, None)
+            ):
                 print(f"{stage.label}: cached, skipped", flush=True)
                 timings.append((stage.label, "cached", 0.0))
                 continue
@@ -313,7 +321,7 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
                 after = latest_time(instance, rows_read(defs, stage.keys, model_keys), added.name)
                 if stage.job == "demo_summary":
                     after = max(after, added.path.stat().st_mtime)
-                if board_current(instance, stage.keys, after):
+                if board_current(instance, stage.keys, after) and runner.freshness.fresh(stage.keys):
                     print(f"{stage.label}: cached, skipped", flush=True)
                     timings.append((stage.label, "cached", 0.0))
                     continue
