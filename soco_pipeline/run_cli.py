@@ -6,8 +6,9 @@ instance, definitions and run machinery as `make demo` and the UI (soco_pipeline
 per step, tagged `soco/source: soco run`), one line per step. Steps already done are skipped: the data when
 materialized, a family's items when materialized, a model step when each of its assets has a
 materialization of that partition newer than the spec file (and, for SOCO's step, made with the same
-`--limit`). Ctrl-C marks the run in progress failed; the same command again resumes. It ends with the
-steps' timings, the model's headline per family with its CI and rank, and the summary of every model.
+`--limit`), and each only when Dagster's stale status calls every asset of it fresh (demo.Freshness: code
+versions and input data versions as when made). Ctrl-C marks the run in progress failed; the same command
+again resumes. It ends with the steps' timings, the model's headline per family with its CI and rank, and the summary of every model.
 """
 
 from __future__ import annotations
@@ -305,11 +306,10 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
             stage.label = f"[{i}/{len(steps)}] {stage.label}"
             # cached: made after the spec's version appeared and up to date by Dagster's stale status (code
             # versions and the data versions of every input, as when it was made)
-            partition = stage.partition
             if (
                 cache is not None
                 and is_cached(instance, stage.keys, **cache)
-                and runner.freshness.fresh(stage.keys, partition, None)
+                and runner.freshness.fresh(stage.keys, stage.partition, None)
             ):
                 print(f"{stage.label}: cached, skipped", flush=True)
                 timings.append((stage.label, "cached", 0.0))
