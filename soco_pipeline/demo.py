@@ -245,6 +245,34 @@ def observe_sources(instance: dg.DagsterInstance, soco) -> None:
             instance.report_runless_asset_event(observation(source, version, partition))
 
 
+SETTINGS_TAG = "soco/settings"  # on every demo and `soco run` run: settings_fingerprint of its code location
+
+
+def settings_fingerprint(defs: dg.Definitions) -> str:
+    """A hash of what a run reads beside its assets' inputs and that Dagster does not version: the settings
+    resource (data set size, seed, categories, folders ...), the contents of each task family's config file
+    and the protocol's version. A stage made by a run with another fingerprint is not fresh."""
+    import hashlib
+    import json
+
+    from soco_pipeline.tasks import family_specs
+
+    soco = defs.resources.get("soco")
+    if soco is None:  # a code location without the project's settings (the toy family's tests)
+        return "none"
+    settings = soco.settings()
+    files = {}
+    for name in family_specs():
+        path = Path(settings.family_config_path(name))
+        files[name] = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "missing"
+    payload = {
+        "settings": soco.model_dump(mode="json"),
+        "configs": files,
+        "protocol": soco.protocol().version_hash(),
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
 class Freshness:
     """Dagster's own stale status (the UI's) of the assets of one instance, read once per state: `reset()`
     after a run, since the statuses it read are cached."""
@@ -252,6 +280,7 @@ class Freshness:
     def __init__(self, defs: dg.Definitions, instance: dg.DagsterInstance):
         self.defs, self.instance = defs, instance
         self.resolver = None
+        self.fingerprint = settings_fingerprint(defs)
 
     def reset(self) -> None:
         """Forget the statuses read so far (a run has materialized something since)."""
@@ -261,8 +290,8 @@ class Freshness:
         self, keys: Sequence[dg.AssetKey], partition: str | None = None, limit: str | None = "none"
     ) -> bool:
         """Whether every asset of `keys` (of `partition`) is materialized and up to date: its code version and
-        the data version of each input as when it was made; for a partition, made by a run with
-        `soco run --limit` tag `limit` ('none': a full run; None: any)."""
+        the data version of each input as when it was made, by a run with today's settings fingerprint; for
+        a partition, made by a run with `soco run --limit` tag `limit` ('none': a full run; None: any)."""
         from dagster._core.definitions.data_version import StaleStatus
 
         from soco_pipeline.run_cli import LIMIT_TAG
@@ -271,12 +300,15 @@ class Freshness:
             self.resolver = stale_status_resolver(self.defs, self.instance)
         if any(self.resolver.get_status(k, partition) != StaleStatus.FRESH for k in keys):
             return False
-        for key in keys if partition is not None and limit is not None else ():
+        for key in keys:
             records = self.instance.fetch_materializations(
-                dg.AssetRecordsFilter(asset_key=key, asset_partitions=[partition]), limit=1
+                dg.AssetRecordsFilter(asset_key=key, asset_partitions=[partition] if partition else None),
+                limit=1,
             ).records
             run = self.instance.get_run_by_id(records[0].run_id) if records else None
-            if run is None or run.tags.get(LIMIT_TAG, "none") != limit:
+            if run is None or run.tags.get(SETTINGS_TAG) != self.fingerprint:
+                return False
+            if partition is not None and limit is not None and run.tags.get(LIMIT_TAG, "none") != limit:
                 return False
         return True
 
@@ -328,7 +360,12 @@ class Runner:
             return True
         self.log(f"{stage.label} ...")
         t0 = time.perf_counter()
-        tags = {"soco/source": self.source, **process_tags(), **stage.tags}
+        tags = {
+            "soco/source": self.source,
+            SETTINGS_TAG: self.freshness.fingerprint,
+            **process_tags(),
+            **stage.tags,
+        }
         if stage.partition is not None:
             tags["dagster/partition"] = stage.partition
         job = dg.build_reconstructable_job(

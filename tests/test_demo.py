@@ -95,6 +95,22 @@ def test_a_second_pass_on_the_same_storage_is_all_cached_and_the_boards_unchange
     assert "toy / backbone ab: cached, skipped" in lines
 
 
+def test_what_dagster_does_not_version_is_in_the_settings_fingerprint(tmp_path):
+    """A stage made under other settings is not fresh (demo.Freshness compares the runs' `soco/settings` tag):
+    the fingerprint moves with the data set's settings and with a family config file's contents, and only
+    with what changed."""
+    from soco_pipeline.demo import settings_fingerprint
+
+    config = tmp_path / "mmvm.yaml"
+    config.write_bytes((PROJECT_ROOT / "assets" / "mmvm.yaml").read_bytes())
+    base = dict(storage_root=str(tmp_path / "storage"), mmvm_config_path=str(config))
+    first = settings_fingerprint(build_definitions(**base))
+    assert settings_fingerprint(build_definitions(**base)) == first
+    assert settings_fingerprint(build_definitions(**base, categories=["car", "dog"])) != first
+    config.write_text(config.read_text() + "\n# an edit\n")
+    assert settings_fingerprint(build_definitions(**base)) != first
+
+
 @pytest.mark.timeout(900)
 def test_a_bad_spec_stops_only_its_own_partition(tmp_path, monkeypatch):
     """A timm `resnet18` spec dropped into the folder (it fails when the model is built, or earlier once
