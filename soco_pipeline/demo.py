@@ -245,6 +245,7 @@ def observe_sources(instance: dg.DagsterInstance, soco) -> None:
             instance.report_runless_asset_event(observation(source, version, partition))
 
 
+LIMIT_TAG = "soco/limit"  # `soco run --limit N`'s runs: SOCO's pairs per category (a partial run)
 SETTINGS_TAG = "soco/settings"  # on every demo and `soco run` run: settings_fingerprint of its code location
 
 
@@ -293,8 +294,6 @@ class Freshness:
         the data version of each input as when it was made, by a run with today's settings fingerprint; for
         a partition, made by a run with `soco run --limit` tag `limit` ('none': a full run; None: any)."""
         from dagster._core.definitions.data_version import StaleStatus
-
-        from soco_pipeline.run_cli import LIMIT_TAG
 
         if self.resolver is None:
             self.resolver = stale_status_resolver(self.defs, self.instance)

@@ -32,7 +32,6 @@ if TYPE_CHECKING:  # `soco --help` and every other command start without Dagster
     import pandas as pd
 
 SOURCE = "soco run"
-LIMIT_TAG = "soco/limit"
 LIMITED_OPS = ("predictions", "four_choice_predictions")  # SOCO's ops that take a pair subset
 
 
@@ -103,6 +102,7 @@ def is_cached(
 ) -> bool:
     """Whether every asset of `keys` has a materialization (of `partition`) made after `since`, and with
     `limit` given, by a run tagged with that limit (a full run: 'none')."""
+    from soco_pipeline.demo import LIMIT_TAG
 
     for key in keys:
         record = _latest(instance, key, partition)
@@ -189,6 +189,7 @@ def plan(
 
     from soco_pipeline.demo import (
         DATA_AND_PAIRS,
+        LIMIT_TAG,
         LVLM_GROUP,
         PER_BACKBONE,
         SUMMARY,

@@ -19,7 +19,7 @@ FAMILY = "soco"  # the history archive's family folder
 
 def stored_matching_hash(instance: dg.DagsterInstance) -> str | None:
     """The matching hash the latest `sample_hashes` were made with (its metadata; None before it had one)."""
-    from soco_pipeline.defs.pairs.hashes import MATCHING_HASH
+    from soco_pipeline.evaluation.hashes import MATCHING_HASH
 
     event = instance.get_latest_materialization_event(dg.AssetKey("sample_hashes"))
     value = event.asset_materialization.metadata.get(MATCHING_HASH) if event else None

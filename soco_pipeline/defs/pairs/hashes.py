@@ -7,8 +7,7 @@ from soco_pipeline.defs.pairs.assets import GROUP
 from soco_pipeline.defs.shared.automation import EAGER
 from soco_pipeline.defs.shared.checks import TableResult, table_asset
 from soco_pipeline.defs.shared.resources import SocoSettings
-
-MATCHING_HASH = "matching_hash"  # metadata: the protocol's matching hash the hashes were made with
+from soco_pipeline.evaluation.hashes import MATCHING_HASH
 
 
 @table_asset(group_name=GROUP, automation_condition=EAGER, kinds={"pandas"}, code_version="1")

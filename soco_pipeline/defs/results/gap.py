@@ -14,8 +14,7 @@ from soco_pipeline.defs.shared.partitions import backbones_partitions
 from soco_pipeline.defs.shared.resources import SocoSettings
 from soco_pipeline.defs.shared.run_configs import recorded_subset
 from soco_pipeline.defs.shared.specs import run_taxonomy, spec_for
-from soco_pipeline.storage import read_parquet
-from soco_pipeline.tables import table_for
+from soco_pipeline.stored_tables import stored_table
 
 INPUTS = ("predictions", "image_pairs", "correspondences", "keypoints", "image_set", "taxonomy")
 PER_MODEL_INPUTS = ("predictions",)  # of this model's partition; the others are the data's tables
@@ -24,7 +23,7 @@ PER_MODEL_INPUTS = ("predictions",)  # of this model's partition; the others are
 def read_inputs(tables_root: str, partition: str) -> dict[str, pd.DataFrame]:
     """{name: table} of INPUTS as stored (this model's predictions, the data's tables)."""
     return {
-        name: read_parquet(table_for(name).path(tables_root, partition if name in PER_MODEL_INPUTS else None))
+        name: stored_table(tables_root, name, partition if name in PER_MODEL_INPUTS else None)
         for name in INPUTS
     }
 

@@ -81,12 +81,10 @@ def watch_events(
 
 def watched_tables(tables_root: str, watch: FamilyWatch, partition: str) -> dict[str, pd.DataFrame]:
     """{name: table} of what `watch` reads, as stored: its per-model tables of `partition`, its sample tables."""
-    from soco_pipeline.storage import read_parquet
-    from soco_pipeline.tables import table_for
+    from soco_pipeline.stored_tables import stored_table
 
     return {
-        t: read_parquet(table_for(t).path(tables_root, partition if t in watch.per_model else None))
-        for t in watch.tables
+        t: stored_table(tables_root, t, partition if t in watch.per_model else None) for t in watch.tables
     }
 
 
