@@ -274,57 +274,79 @@ def settings_fingerprint(defs: dg.Definitions) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+CODE_VERSION_TAG = "dagster/code_version"  # the tags Dagster writes on every materialization and observation
+DATA_VERSION_TAG = "dagster/data_version"
+
+
 class Freshness:
-    """Dagster's own stale status (the UI's) of the assets of one instance, read once per state: `reset()`
-    after a run, since the statuses it read are cached."""
+    """Whether Dagster's versions call assets fresh, read through the instance's public event records: the
+    code version as when the asset was made, and each input's data version unchanged since (the rule of the
+    UI's "stale" badge, whose resolver lives in a private `dagster._core` module this project may not
+    import; Dagster's own recorded input versions hash a partitioned input's versions without observations,
+    so the input's events before and after are compared instead)."""
 
     def __init__(self, defs: dg.Definitions, instance: dg.DagsterInstance):
         self.defs, self.instance = defs, instance
-        self.resolver = None
+        self.specs = {spec.key: spec for spec in defs.resolve_all_asset_specs()}
         self.fingerprint = settings_fingerprint(defs)
 
-    def reset(self) -> None:
-        """Forget the statuses read so far (a run has materialized something since)."""
-        self.resolver = None
+    def latest(
+        self, key: dg.AssetKey, partition: str | None, observed: bool = True, before: int | None = None
+    ) -> dg.EventLogRecord | None:
+        """The newest materialization (or observation, with `observed`) of `key`, of `partition` where `key`
+        is partitioned, stored before event `before` when given."""
+        spec = self.specs.get(key)
+        parts = [partition] if partition is not None and spec is not None and spec.partitions_def else None
+        where = dg.AssetRecordsFilter(asset_key=key, asset_partitions=parts, before_storage_id=before)
+        records = [*self.instance.fetch_materializations(where, limit=1).records]
+        if observed:
+            records += self.instance.fetch_observations(where, limit=1).records
+        return max(records, key=lambda r: r.storage_id, default=None)
+
+    def version(self, key: dg.AssetKey, partition: str | None, before: int | None = None) -> str | None:
+        """The data version of `key` (of `partition`) now, or as it was before event `before`."""
+        record = self.latest(key, partition, before=before)
+        event = None if record is None else record.asset_materialization or record.asset_observation
+        return None if event is None else (event.tags or {}).get(DATA_VERSION_TAG)
+
+    def stale(self, key: dg.AssetKey, partition: str | None) -> bool:
+        """Whether `key` (of `partition`) is missing, made by another code version, or made before an input's
+        data version changed (an input read over many partitions: materialized since)."""
+        made = self.latest(key, partition, observed=False)
+        if made is None:
+            return True
+        spec, tags = self.specs[key], made.asset_materialization.tags or {}
+        if spec.code_version is not None and tags.get(CODE_VERSION_TAG) != spec.code_version:
+            return True
+        for dep in spec.deps:
+            upstream = self.specs.get(dep.asset_key)
+            partitioned = upstream is not None and bool(upstream.partitions_def)
+            if partitioned and (partition is None or upstream.partitions_def != spec.partitions_def):
+                where = dg.AssetRecordsFilter(asset_key=dep.asset_key, after_storage_id=made.storage_id)
+                if self.instance.fetch_materializations(where, limit=1).records:
+                    return True
+                continue
+            part = partition if partitioned else None
+            if self.version(dep.asset_key, part, before=made.storage_id) != self.version(dep.asset_key, part):
+                return True
+        return False
 
     def fresh(
         self, keys: Sequence[dg.AssetKey], partition: str | None = None, limit: str | None = "none"
     ) -> bool:
-        """Whether every asset of `keys` (of `partition`) is materialized and up to date: its code version and
-        the data version of each input as when it was made, by a run with today's settings fingerprint; for
-        a partition, made by a run with `soco run --limit` tag `limit` ('none': a full run; None: any)."""
-        from dagster._core.definitions.data_version import StaleStatus
-
-        if self.resolver is None:
-            self.resolver = stale_status_resolver(self.defs, self.instance)
-        if any(self.resolver.get_status(k, partition) != StaleStatus.FRESH for k in keys):
+        """Whether every asset of `keys` (of `partition`) is materialized and up to date (`stale`), by a run
+        with today's settings fingerprint; for a partition, made by a run with `soco run --limit` tag `limit`
+        ('none': a full run; None: any)."""
+        if any(self.stale(k, partition) for k in keys):
             return False
         for key in keys:
-            records = self.instance.fetch_materializations(
-                dg.AssetRecordsFilter(asset_key=key, asset_partitions=[partition] if partition else None),
-                limit=1,
-            ).records
-            run = self.instance.get_run_by_id(records[0].run_id) if records else None
+            made = self.latest(key, partition, observed=False)
+            run = self.instance.get_run_by_id(made.run_id)
             if run is None or run.tags.get(SETTINGS_TAG) != self.fingerprint:
                 return False
             if partition is not None and limit is not None and run.tags.get(LIMIT_TAG, "none") != limit:
                 return False
         return True
-
-
-def stale_status_resolver(defs: dg.Definitions, instance: dg.DagsterInstance):
-    """Dagster's resolver of stale status (the one behind the UI's "stale" badges and `stale_assets_only`)."""
-    from dagster._core.asset_graph_view.asset_graph_view import AssetGraphView, TemporalContext
-    from dagster._core.definitions.data_version import CachingStaleStatusResolver
-    from dagster._time import get_current_datetime
-
-    graph = defs.resolve_asset_graph()
-    view = AssetGraphView(
-        temporal_context=TemporalContext(effective_dt=get_current_datetime(), last_event_id=None),
-        instance=instance,
-        asset_graph=graph,
-    )
-    return CachingStaleStatusResolver(instance, graph, view)
 
 
 class Runner:
@@ -379,7 +401,6 @@ class Runner:
         config = run_config(pooled, self.preload)
         if stage.ops:
             config = {**config, "ops": stage.ops}
-        self.freshness.reset()
         with dg.execute_job(job, self.instance, run_config=config, tags=tags) as result:
             if result.success:
                 self.log(f"  done in {time.perf_counter() - t0:.1f} s")
