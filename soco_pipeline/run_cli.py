@@ -6,8 +6,10 @@ instance, definitions and run machinery as `make demo` and the UI (soco_pipeline
 per step, tagged `soco/source: soco run`), one line per step. Steps already done are skipped: the data when
 materialized, a family's items when materialized, a model step when each of its assets has a
 materialization of that partition newer than the spec file (and, for SOCO's step, made with the same
-`--limit`). Ctrl-C marks the run in progress failed; the same command again resumes. It ends with the
-steps' timings, the model's headline per family with its CI and rank, and the summary of every model.
+`--limit`), and each only when Dagster's stale status calls every asset of it fresh (demo.Freshness: code
+versions and input data versions as when made). Ctrl-C marks the run in progress failed; the same command
+again resumes. It ends with the steps' timings, the model's headline per family with its CI and rank, and
+the summary of every model.
 """
 
 from __future__ import annotations
@@ -31,7 +33,6 @@ if TYPE_CHECKING:  # `soco --help` and every other command start without Dagster
     import pandas as pd
 
 SOURCE = "soco run"
-LIMIT_TAG = "soco/limit"
 LIMITED_OPS = ("predictions", "four_choice_predictions")  # SOCO's ops that take a pair subset
 
 
@@ -102,6 +103,7 @@ def is_cached(
 ) -> bool:
     """Whether every asset of `keys` has a materialization (of `partition`) made after `since`, and with
     `limit` given, by a run tagged with that limit (a full run: 'none')."""
+    from soco_pipeline.demo import LIMIT_TAG
 
     for key in keys:
         record = _latest(instance, key, partition)
@@ -188,6 +190,7 @@ def plan(
 
     from soco_pipeline.demo import (
         DATA_AND_PAIRS,
+        LIMIT_TAG,
         LVLM_GROUP,
         PER_BACKBONE,
         SUMMARY,
@@ -272,7 +275,7 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     from soco_pipeline.backbones.kinds import libraries
     from soco_pipeline.backbones.spec_files import spec_kind
     from soco_pipeline.defs.definitions import build_definitions
-    from soco_pipeline.demo import LOCATION, Runner, headlines, where_the_tables_are
+    from soco_pipeline.demo import LOCATION, Runner, headlines, observe_sources, where_the_tables_are
     from soco_pipeline.report.console import WIDTH, console_table, model_card, summary_text
     from soco_pipeline.tasks import family_specs
 
@@ -294,6 +297,7 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     instance = dg.DagsterInstance.get()
     if added.name not in instance.get_dynamic_partitions(added.partitions):
         instance.add_dynamic_partitions(added.partitions, [added.name])
+    observe_sources(instance, defs.resources["soco"])  # the protocol's and the specs' versions, as now
     since = spec_since(instance, added)
     steps = plan(defs, added, families, args.limit, settings, since)
     kinds = [spec_kind(added.path)] if added.partitions == "backbones" else []
@@ -305,7 +309,13 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     try:
         for i, (stage, cache) in enumerate(steps, 1):
             stage.label = f"[{i}/{len(steps)}] {stage.label}"
-            if cache is not None and is_cached(instance, stage.keys, **cache):
+            # cached: made after the spec's version appeared and up to date by Dagster's stale status (code
+            # versions and the data versions of every input, as when it was made)
+            if (
+                cache is not None
+                and is_cached(instance, stage.keys, **cache)
+                and runner.freshness.fresh(stage.keys, stage.partition, None)
+            ):
                 print(f"{stage.label}: cached, skipped", flush=True)
                 timings.append((stage.label, "cached", 0.0))
                 continue
@@ -316,7 +326,7 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
                 after = latest_time(instance, rows_read(defs, stage.keys, model_keys), added.name)
                 if stage.job == "demo_summary":
                     after = max(after, added.path.stat().st_mtime)
-                if board_current(instance, stage.keys, after):
+                if board_current(instance, stage.keys, after) and runner.freshness.fresh(stage.keys):
                     print(f"{stage.label}: cached, skipped", flush=True)
                     timings.append((stage.label, "cached", 0.0))
                     continue

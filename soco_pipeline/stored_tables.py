@@ -16,6 +16,11 @@ def stored_exists(tables_root: str, asset: str, partition: str) -> bool:
     return exists(table_for(asset).path(tables_root, partition))
 
 
+def stored_table(tables_root: str, asset: str, partition: str | None = None) -> pd.DataFrame:
+    """The stored table `asset` (of `partition` for a per-model table), read where the IO manager wrote it."""
+    return read_parquet(table_for(asset).path(tables_root, partition))
+
+
 def relabelled(table: pd.DataFrame, source: str, target: str) -> pd.DataFrame:
     """`table` (a per-model table of `source`) with its model column renamed to `target`."""
     out = table.copy()

@@ -1,6 +1,6 @@
 """The package's import rules, read from the source with `ast` (lazy imports inside functions count too):
 
-- no module imports another module's underscore (private) names;
+- no module imports another module's underscore (private) names, nor a private `dagster._*` module;
 - no import cycle between the top-level subpackages (stages), nor between modules (imports inside functions
   count; those under `if TYPE_CHECKING:` do not run and do not);
 - the foundation modules import no stage;
@@ -77,6 +77,26 @@ def test_no_module_takes_another_modules_private_names():
         if name.startswith("_") and not name.startswith("__") and target != module_name(p)
     ]
     assert not found, "give these a public name (or merge the modules):\n" + "\n".join(found)
+
+
+def private_dagster_imports(path: Path) -> list[str]:
+    """The `dagster._*` modules a file imports (anywhere in it, functions included)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+        names += [a.name for a in node.names] if isinstance(node, ast.Import) else []
+        found += [n for n in names if n.startswith("dagster._")]
+    return found
+
+
+def test_no_module_imports_a_private_dagster_module(tmp_path):
+    """The brief: never import a private `dagster._*` module (they change without notice between releases);
+    the detector is shown to find a lazy one."""
+    planted = tmp_path / "planted.py"
+    planted.write_text("def f():\n    from dagster._core.definitions import data_version\n")
+    assert private_dagster_imports(planted) == ["dagster._core.definitions"]
+    found = [f"{module_name(p)}: {m}" for p in FILES for m in private_dagster_imports(p)]
+    assert not found, "use Dagster's public API instead:\n" + "\n".join(found)
 
 
 def stage_of(module: str) -> str | None:

@@ -59,6 +59,58 @@ def test_the_demo_runs_a_family_per_backbone_then_prints_its_leaderboard(tmp_pat
     ]
 
 
+def test_a_second_pass_on_the_same_storage_is_all_cached_and_the_boards_unchanged(tmp_path):
+    """Issue 53: with `skip_fresh` (as `make demo` runs), a second pass over a materialized storage with nothing
+    changed launches no run: every stage is fresh by Dagster's stale status (code versions and the data version
+    of each input as when it was made), reported cached, and the boards are byte-identical."""
+    home, storage = tmp_path / "home", tmp_path / "storage"
+    write_instance_yaml(home, storage)
+    defs = toy_definitions(str(storage))
+    location = ("tests.toy_family", "toy_job")
+
+    def tables() -> dict[str, bytes]:
+        return {str(p.relative_to(storage)): p.read_bytes() for p in sorted(storage.rglob("*.parquet"))}
+
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        instance.add_dynamic_partitions("backbones", ["ab", "abcd"])
+        lines: list[str] = []
+        runner = Runner(defs, instance, {"storage": str(storage)}, location, lines.append, skip_fresh=True)
+        first = run_families(defs, runner, backbones=["ab", "abcd"], lvlms=[])
+        assert runner.cached == [] and len(instance.get_runs()) == 4
+        stored = tables()
+        again = Runner(defs, instance, {"storage": str(storage)}, location, lines.append, skip_fresh=True)
+        second = run_families(defs, again, backbones=["ab", "abcd"], lvlms=[])
+        assert again.failed == {} and len(instance.get_runs()) == 4  # no run launched
+        assert again.cached == ["toy", "toy / backbone ab", "toy / backbone abcd", "toy leaderboard"]
+        assert second == first and tables() == stored
+        # a new partition: only its own stage and the board run (the board is stale: a new input partition)
+        instance.add_dynamic_partitions("backbones", ["abc"])
+        third = Runner(defs, instance, {"storage": str(storage)}, location, lines.append, skip_fresh=True)
+        run_families(defs, third, backbones=["ab", "abc", "abcd"], lvlms=[])
+        assert third.cached == ["toy", "toy / backbone ab", "toy / backbone abcd"]
+        assert sorted(r.tags.get("dagster/partition") or r.job_name for r in instance.get_runs()[:2]) == [
+            "abc",
+            "demo_toy_leaderboard",
+        ]
+    assert "toy / backbone ab: cached, skipped" in lines
+
+
+def test_what_dagster_does_not_version_is_in_the_settings_fingerprint(tmp_path):
+    """A stage made under other settings is not fresh (demo.Freshness compares the runs' `soco/settings` tag):
+    the fingerprint moves with the data set's settings and with a family config file's contents, and only
+    with what changed."""
+    from soco_pipeline.demo import settings_fingerprint
+
+    config = tmp_path / "mmvm.yaml"
+    config.write_bytes((PROJECT_ROOT / "assets" / "mmvm.yaml").read_bytes())
+    base = dict(storage_root=str(tmp_path / "storage"), mmvm_config_path=str(config))
+    first = settings_fingerprint(build_definitions(**base))
+    assert settings_fingerprint(build_definitions(**base)) == first
+    assert settings_fingerprint(build_definitions(**base, categories=["car", "dog"])) != first
+    config.write_text(config.read_text() + "\n# an edit\n")
+    assert settings_fingerprint(build_definitions(**base)) != first
+
+
 @pytest.mark.timeout(900)
 def test_a_bad_spec_stops_only_its_own_partition(tmp_path, monkeypatch):
     """A timm `resnet18` spec dropped into the folder (it fails when the model is built, or earlier once

@@ -5,6 +5,7 @@ exactly); the second runs the real part oracle on the embedded data, where a coa
 PCK (a prediction sits at the corner of the right cell) and a stricter alpha can only lower it."""
 
 import dataclasses
+import os
 
 import pandas as pd
 import pytest
@@ -178,3 +179,39 @@ def test_the_part_oracle_on_a_coarse_grid_gains_from_the_published_input_size(ma
         protocol,
     )
     assert soc["ours"].iloc[0] == pytest.approx(headline_values(ours_full, 0.15)["soc"], abs=1e-9)
+
+
+@pytest.mark.pipeline
+def test_a_spec_without_reference_reads_none_of_the_six_input_tables(tmp_path):
+    """Issue 53 (review): `published_gap` of a spec that names no published model reads no table. Its six
+    inputs are dependencies read inside the step only for a spec with a `reference:`, so here it
+    materializes (no rows) in a storage where none of them was ever written."""
+    import shutil
+
+    import dagster as dg
+
+    from soco_pipeline.defs.definitions import build_definitions
+    from soco_pipeline.defs.results.gap import INPUTS
+
+    backbones = tmp_path / "backbones"
+    backbones.mkdir()
+    shutil.copy(ORACLE, backbones)
+    assert "reference" not in yaml.safe_load(ORACLE.read_text())
+    defs = build_definitions(storage_root=str(tmp_path / "storage"), backbones_dir=str(backbones))
+    soco = defs.resources["soco"]
+    with dg.DagsterInstance.ephemeral() as instance:
+        instance.add_dynamic_partitions("backbones", ["oracle_part"])
+        result = dg.materialize(
+            [defs.get_assets_def("published_gap")],
+            instance=instance,
+            resources=defs.resources,
+            partition_key="oracle_part",
+        )
+        assert result.success
+        record = instance.get_latest_materialization_event(dg.AssetKey("published_gap"))
+        assert record.asset_materialization.metadata["rows"].value == 0
+    from soco_pipeline.tables import table_for
+
+    assert not any(os.path.exists(table_for(n).path(soco.tables_root, "oracle_part")) for n in INPUTS)
+    assert not any(os.path.exists(table_for(n).path(soco.tables_root)) for n in INPUTS)
+    assert len(read_parquet(table_for("published_gap").path(soco.tables_root, "oracle_part"))) == 0

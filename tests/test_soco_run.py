@@ -106,6 +106,40 @@ def test_the_same_command_again_runs_nothing(first):
     assert len(_runs(first["home"])) == before
 
 
+def _stored(storage) -> dict[str, bytes]:
+    """Every Parquet table under `storage` (the boards, the per-model tables): {path: bytes}."""
+    return {str(p.relative_to(storage)): p.read_bytes() for p in sorted(storage.rglob("*.parquet"))}
+
+
+def test_the_same_command_again_through_the_console_script_materializes_nothing(first):
+    """Issue 53, through the console script in a fresh process: a second `soco run` of the unchanged spec
+    reports every step cached (Dagster's stale status: every asset fresh), launches no run, materializes
+    nothing, and leaves every stored table, the boards included, byte-identical."""
+    with dg.DagsterInstance.from_config(str(first["home"])) as instance:
+        events = instance.get_event_records(
+            dg.EventRecordsFilter(event_type=dg.DagsterEventType.ASSET_MATERIALIZATION), limit=100000
+        )
+    before, tables = (len(_runs(first["home"])), len(events)), _stored(first["storage"])
+    board = sql_rows(first["storage"], "select * from leaderboard order by backbone")
+    done = subprocess.run(
+        [str(VENV_BIN / "soco"), "run", str(first["tmp"] / "oracle_part.yaml"), "--families", "soco,mmvm"],
+        env=dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    steps = [line for line in done.stdout.splitlines() if line.startswith("[")]
+    assert len(steps) >= 6 and all(line.endswith(": cached, skipped") for line in steps), done.stdout
+    with dg.DagsterInstance.from_config(str(first["home"])) as instance:
+        events = instance.get_event_records(
+            dg.EventRecordsFilter(event_type=dg.DagsterEventType.ASSET_MATERIALIZATION), limit=100000
+        )
+    assert (len(_runs(first["home"])), len(events)) == before
+    assert _stored(first["storage"]) == tables
+    assert sql_rows(first["storage"], "select * from leaderboard order by backbone") == board
+
+
 def test_a_second_model_runs_only_its_own_partition_and_the_boards(first):
     """With no --families: every family, SOCO and the three task families, each with a step of its own (the
     concept oracle scores on SOCO and FG-BMK, and gets MMVM's and TPIPS's not-applicable rows)."""

@@ -18,6 +18,7 @@ import pandas as pd
 
 from soco_pipeline.storage import read_bytes
 
+MATCHING_HASH = "matching_hash"  # sample_hashes' metadata: the protocol's matching hash they were made with
 HASH_LENGTH = 16  # hex characters kept of each sha256 (64 bits: collisions are not a concern at 1M rows)
 
 

@@ -58,6 +58,14 @@ def backbone_scores(
     )
 
 
+def stored_pair_hashes(stored: pd.DataFrame | None, pair_ids: pd.Series) -> pd.DataFrame | None:
+    """The rows of `stored` (per-pair hashes) of `pair_ids`, or None when it lacks any of them."""
+    if stored is None:
+        return None
+    rows = stored[stored["pair_id"].isin(pair_ids)]
+    return rows.reset_index(drop=True) if set(rows["pair_id"]) == set(pair_ids) else None
+
+
 def backbone_record(
     *,
     backbone: str,
@@ -71,21 +79,26 @@ def backbone_record(
     digests: pd.Series | None = None,
     n_boot: int = 2000,
     scores: pd.DataFrame | None = None,
+    pair_hashes: pd.DataFrame | None = None,
 ) -> dict[str, Any]:
     """The record of one backbone. `tables`: image_set, keypoints, image_pairs, correspondences, four_choice,
     feature_manifest, predictions, four_choice_predictions (the last may be empty). `scores`: its per-sample
-    scores when the caller has them already (`backbone_scores` on the same tables and rule)."""
+    scores when the caller has them already (`backbone_scores` on the same tables and rule). `pair_hashes`:
+    the stored per-pair hashes (the `sample_hashes` table) made with this protocol's matching hash; when they
+    cover every evaluated pair, no image is read or hashed again."""
     pairs_full = tables["image_pairs"]
     pairs = apply_pair_subset(pairs_full, rule)
     ev = pairs[pairs["evaluated"].astype(bool)]
-    ph = hashes.pair_hashes(
-        ev,
-        tables["correspondences"],
-        tables["keypoints"],
-        tables["image_set"],
-        protocol.matching_hash(),
-        digests,
-    )
+    ph = stored_pair_hashes(pair_hashes, ev["pair_id"])
+    if ph is None:
+        ph = hashes.pair_hashes(
+            ev,
+            tables["correspondences"],
+            tables["keypoints"],
+            tables["image_set"],
+            protocol.matching_hash(),
+            digests,
+        )
     fc = tables["four_choice"]
     fc = fc[fc["pair_id"].isin(ev["pair_id"])]
     fh = hashes.four_choice_hashes(fc, ph)

@@ -17,6 +17,15 @@ WATCHED = ("cc", "soc", "soc_geo", "cross_soc", "four_choice")
 FAMILY = "soco"  # the history archive's family folder
 
 
+def stored_matching_hash(instance: dg.DagsterInstance) -> str | None:
+    """The matching hash the latest `sample_hashes` were made with (its metadata; None before it had one)."""
+    from soco_pipeline.evaluation.hashes import MATCHING_HASH
+
+    event = instance.get_latest_materialization_event(dg.AssetKey("sample_hashes"))
+    value = event.asset_materialization.metadata.get(MATCHING_HASH) if event else None
+    return getattr(value, "value", None)
+
+
 @dg.asset(
     group_name=GROUP,
     partitions_def=backbones_partitions,
@@ -35,6 +44,7 @@ def results_record(
     feature_manifest: pd.DataFrame,
     predictions: pd.DataFrame,
     four_choice_predictions: pd.DataFrame,
+    sample_hashes: pd.DataFrame,
 ) -> dg.MaterializeResult:
     """The backbone's results record: spec, protocol, input sizes, versions, timings, counts, CIs and hashes."""
     from soco_pipeline.backbones import spec_hash
@@ -66,6 +76,9 @@ def results_record(
         device=matching_device(soco),
         timing=stage_timing(context.instance, backbone, PER_BACKBONE_STAGES),
         scores=scores,
+        pair_hashes=sample_hashes
+        if stored_matching_hash(context.instance) == protocol.matching_hash()
+        else None,
     )
     path = write_named_record(rec, soco.records_root, backbone)
     # the regression watch's snapshot (model_history compares it with the previous data version's)

@@ -1,7 +1,8 @@
 """Why our number differs: `published_gap`, per backbone whose spec names a published model (`reference:`),
 one row per (metric, differing knob) with the measured effect of aligning it (evaluation/published_gap.py).
 A prediction knob re-runs a variant spec through the feature cache (its own spec hash, so its own folder);
-a scoring knob re-scores; the rest is unexplained, with the reason."""
+a scoring knob re-scores; the rest is unexplained, with the reason. Its six input tables are dependencies
+read inside the step, and only when the spec names a reference: a spec without one reads no table."""
 
 import dagster as dg
 import pandas as pd
@@ -13,42 +14,53 @@ from soco_pipeline.defs.shared.partitions import backbones_partitions
 from soco_pipeline.defs.shared.resources import SocoSettings
 from soco_pipeline.defs.shared.run_configs import recorded_subset
 from soco_pipeline.defs.shared.specs import run_taxonomy, spec_for
+from soco_pipeline.stored_tables import stored_table
+
+INPUTS = ("predictions", "image_pairs", "correspondences", "keypoints", "image_set", "taxonomy")
+PER_MODEL_INPUTS = ("predictions",)  # of this model's partition; the others are the data's tables
+
+
+def read_inputs(tables_root: str, partition: str) -> dict[str, pd.DataFrame]:
+    """{name: table} of INPUTS as stored (this model's predictions, the data's tables)."""
+    return {
+        name: stored_table(tables_root, name, partition if name in PER_MODEL_INPUTS else None)
+        for name in INPUTS
+    }
 
 
 @partition_table(
     backbones_partitions,
     group_name=GROUP,
-    deps=[dg.AssetKey("backbone_spec"), dg.AssetKey("evaluation_protocol")],
+    deps=[dg.AssetKey(k) for k in ("backbone_spec", "evaluation_protocol", *INPUTS)],
     pool="gpu",  # a prediction knob re-runs the backbone
     op_tags=GPU_STEP_TAGS,
     kinds={"pytorch"},
     code_version="1",
 )
-def published_gap(
-    context: dg.AssetExecutionContext,
-    soco: SocoSettings,
-    predictions: pd.DataFrame,
-    image_pairs: pd.DataFrame,
-    correspondences: pd.DataFrame,
-    keypoints: pd.DataFrame,
-    image_set: pd.DataFrame,
-    taxonomy: pd.DataFrame,
-) -> TableResult:
+def published_gap(context: dg.AssetExecutionContext, soco: SocoSettings) -> TableResult:
     """Ours -> the published protocol, one knob at a time (input size, layer re-run; alpha re-scored), and
-    the unexplained rest with its reason; no rows when the spec names no published model."""
+    the unexplained rest with its reason; no rows, and no table read, when the spec names no published model."""
     from soco_pipeline.device import resolve_device
     from soco_pipeline.evaluation.published import load_published, soco_knobs
-    from soco_pipeline.evaluation.published_gap import GapInputs, measure_gap
+    from soco_pipeline.evaluation.published_gap import GAP_COLUMNS, GapInputs, measure_gap
     from soco_pipeline.evaluation.subsets import apply_pair_subset
 
     spec = spec_for(soco, context.partition_key)
+    if not spec.reference:
+        return TableResult(
+            pd.DataFrame(columns=list(GAP_COLUMNS)),
+            {"rows": 0, "reference": "none", "gap": "the spec names no published model (`reference:`)"},
+        )
+    t = read_inputs(soco.tables_root, context.partition_key)
     protocol = soco.protocol()
     inputs = GapInputs(
-        image_set=image_set,
-        image_pairs=apply_pair_subset(image_pairs, recorded_subset(context.instance, context.partition_key)),
-        correspondences=correspondences,
-        keypoints=keypoints,
-        taxonomy=run_taxonomy(taxonomy),
+        image_set=t["image_set"],
+        image_pairs=apply_pair_subset(
+            t["image_pairs"], recorded_subset(context.instance, context.partition_key)
+        ),
+        correspondences=t["correspondences"],
+        keypoints=t["keypoints"],
+        taxonomy=run_taxonomy(t["taxonomy"]),
         protocol=protocol,
         features_root=soco.features_root,
         backbone_context={"embedded_root": soco.embedded_root, "device": soco.device},
@@ -61,7 +73,7 @@ def published_gap(
         spec,
         knobs,
         load_published(),
-        predictions,
+        t["predictions"],
         inputs.predict,
         inputs.score,
         simulated=soco.source == "embedded",

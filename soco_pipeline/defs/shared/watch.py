@@ -5,14 +5,14 @@ the history rows) is evaluation/history.py; what a family compares is its `Famil
 
 - SOCO: `model_history[b]` (defs/backbones/watch.py) reads the snapshot `results_record` archives;
 - a task family: `<family>_history[b]` (`family_history`), declared in the family's folder from its watch:
-  it reads the family's per-model and sample tables, archives the snapshot and compares;
+  it reads the family's per-model and sample tables (dependencies read in the step, after its
+  not-applicable check: a backbone the family cannot score reads none), archives the snapshot and compares;
 - each history asset has a sensor (`regression_sensor_on`): a log line, and a POST to $SOCO_REGRESSION_WEBHOOK
   when that is set.
 """
 
 import os
 from collections.abc import Iterator
-from typing import Any
 
 import dagster as dg
 import pandas as pd
@@ -23,6 +23,7 @@ from soco_pipeline.defs.shared.family import Family
 from soco_pipeline.defs.shared.partitions import backbones_partitions
 from soco_pipeline.defs.shared.resources import SocoSettings
 from soco_pipeline.defs.shared.specs import spec_for, spec_version
+from soco_pipeline.evaluation.family_watch import FamilyWatch
 from soco_pipeline.evaluation.history import WatchOutcome
 from soco_pipeline.schemas import ModelHistorySchema
 
@@ -78,6 +79,15 @@ def watch_events(
     )
 
 
+def watched_tables(tables_root: str, watch: FamilyWatch, partition: str) -> dict[str, pd.DataFrame]:
+    """{name: table} of what `watch` reads, as stored: its per-model tables of `partition`, its sample tables."""
+    from soco_pipeline.stored_tables import stored_table
+
+    return {
+        t: stored_table(tables_root, t, partition if t in watch.per_model else None) for t in watch.tables
+    }
+
+
 def family_history(family: Family) -> dg.AssetsDefinition:
     """`<family>_history[b]`: every materialization of the family's headline for a backbone, by its spec's
     data version and date, and its `no_regression` check against the previous data version on the same task
@@ -91,7 +101,7 @@ def family_history(family: Family) -> dg.AssetsDefinition:
         name=name,
         group_name=family.name,
         partitions_def=backbones_partitions,
-        ins={t: dg.AssetIn(t) for t in watch.tables},
+        deps=[dg.AssetKey(t) for t in watch.tables],  # read in the step, and only for a backbone it scores
         automation_condition=EAGER,
         # a per-model table: a changed spec's run (rerun_changed_backbone) holds it beside the family's tables
         tags={PER_MODEL_TAG: backbones_partitions.name},
@@ -100,7 +110,7 @@ def family_history(family: Family) -> dg.AssetsDefinition:
         check_specs=watch_checks(name),
         description=f"The regression watch of {watch.headline}: each data version of a backbone's spec.",
     )
-    def history_asset(context: dg.AssetExecutionContext, soco: SocoSettings, **tables: Any):
+    def history_asset(context: dg.AssetExecutionContext, soco: SocoSettings):
         from soco_pipeline.evaluation import history
         from soco_pipeline.evaluation.family_records import NotApplicableError
         from soco_pipeline.evaluation.family_watch import family_snapshot
@@ -109,7 +119,9 @@ def family_history(family: Family) -> dg.AssetsDefinition:
         reason, snap = family.not_applicable(spec_for(soco, backbone)), None
         if not reason:
             try:
-                snap = family_snapshot(watch, parts, backbone, tables)
+                snap = family_snapshot(
+                    watch, parts, backbone, watched_tables(soco.tables_root, watch, backbone)
+                )
             except NotApplicableError as e:  # e.g. MMVM items without masks: the family's not-applicable rows
                 reason = str(e)
         if snap is None:
