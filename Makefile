@@ -60,7 +60,7 @@ $(DAGSTER_HOME)/dagster.yaml: dagster.yaml FORCE
 FORCE:
 
 demo: install $(DAGSTER_HOME)/dagster.yaml
-	$(PY) -m soco_pipeline.demo
+	$(PY) -m soco_pipeline.cli.demo
 
 # The whole suite (every tier), after the linter, the formatter's check and `dg check defs`, in one pytest
 # session on SUITE_WORKERS xdist workers, one per core. The stack tier is one group that one worker runs

@@ -1,6 +1,6 @@
 """The three task families' share of `make demo`: their runs, timed, on a fresh storage and instance.
 
-Set-up: the demo's own run loop (`soco_pipeline.demo.run_families`, one Dagster run per stage through an
+Set-up: the demo's own run loop (`soco_pipeline.cli.demo.run_families`, one Dagster run per stage through an
 instance, as `make demo` launches them) over every backbone spec in assets/backbones/, on an empty
 storage under a temporary folder; no SOCO stage runs first (the families render their own images and
 extract through their own caches). Prints each stage's wall time, each family's total, the sum against
@@ -38,8 +38,8 @@ def main() -> None:
         import dagster as dg
 
         from soco_pipeline.backbones.spec_files import scan_specs
+        from soco_pipeline.cli.demo import LOCATION, Runner, families, preload_for, run_families
         from soco_pipeline.defs.definitions import build_definitions
-        from soco_pipeline.demo import LOCATION, Runner, families, preload_for, run_families
 
         overrides = {"storage": str(storage)}
         defs = build_definitions(**overrides)

@@ -33,7 +33,7 @@ sys.path.insert(0, str(PROJECT_ROOT))  # tests.faults: the same injections the t
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
 
-from soco_pipeline.results_db import ResultsError, query, refresh_views  # noqa: E402
+from soco_pipeline.report.results_db import ResultsError, query, refresh_views  # noqa: E402
 from soco_pipeline.storage import StorageFullError, read_parquet, write_bytes_atomic, write_parquet_atomic  # noqa: E402
 from soco_pipeline.tables import table_for  # noqa: E402
 from tests.faults import (  # noqa: E402
@@ -668,7 +668,7 @@ def fault_tampered_predictions(tmp: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from soco_pipeline.evaluation.records import load_backbone_tables
+    from soco_pipeline.trust.records import load_backbone_tables
 
     root = tmp / "tables"
     tiny = pd.DataFrame({"pair_id": ["p0", "p1"], "ok": [True, False]})
@@ -697,7 +697,7 @@ def fault_tampered_predictions(tmp: Path) -> None:
 
 def fault_copied_root(tmp: Path) -> None:
     """A storage root copied elsewhere and the original deleted: the copy's image table reads its own images."""
-    from soco_pipeline.evaluation.hashes import image_digests
+    from soco_pipeline.trust.hashes import image_digests
 
     a, b = tmp / "a" / "storage", tmp / "b" / "storage"
     images = _random_images(a / "embedded" / "images", 8, 64, 48)
@@ -804,7 +804,7 @@ def fault_orphan_step(tmp: Path) -> None:
 def fault_damaged_snapshot(tmp: Path, damage: str) -> None:
     """An earlier snapshot of the regression watch damaged (its JSON truncated, or its scores Parquet): the
     watch says "not comparable" (a WARN check, never a pass) naming `soco drop-snapshot`, which repairs it."""
-    from soco_pipeline.evaluation import history
+    from soco_pipeline.trust import history
     from tests.test_watch_faults import three_versions
 
     folder = three_versions(str(tmp))
@@ -897,7 +897,7 @@ def fault_formula_cells(tmp: Path) -> None:
 
 def fault_vanished_board(tmp: Path) -> None:
     """A family board materialized but whose file is gone: a warning naming it (summary and page)."""
-    from soco_pipeline.evaluation.headline import vanished_boards
+    from soco_pipeline.trust.headline import vanished_boards
 
     tables = tmp / "tables"
     write_parquet_atomic(pd.DataFrame({"model": ["a"], "score": [1.0]}), str(tables / "leaderboard.parquet"))
@@ -917,7 +917,7 @@ def fault_vanished_board(tmp: Path) -> None:
 
 def fault_storage_moved(tmp: Path) -> None:
     """The storage root moved while a run writes into it: no write re-creates it at the old path."""
-    from soco_pipeline.project import write_instance_yaml
+    from soco_pipeline.cli.project import write_instance_yaml
     from soco_pipeline.storage import StorageMovedError
 
     storage = tmp / "storage"
@@ -971,7 +971,7 @@ def fault_long_model_name(tmp: Path) -> None:
 
 def fault_copied_instance(tmp: Path) -> None:
     """A `cp -a` copy of a project: its dagster.yaml is rewritten for the copy, so no run reaches the original."""
-    from soco_pipeline.project import instance_storage, write_instance_yaml
+    from soco_pipeline.cli.project import instance_storage, write_instance_yaml
 
     a = tmp / "a"
     write_instance_yaml(a / "storage" / "dagster", str(a / "storage"), PROJECT_ROOT)

@@ -36,11 +36,11 @@ from PIL import Image
 
 from soco_pipeline.backbones import build_backbone, parse_spec
 from soco_pipeline.data.soco_export import export_soco_release
+from soco_pipeline.evaluation.geometry import scale_keypoints
 from soco_pipeline.evaluation.matching import predict
 from soco_pipeline.evaluation.metrics import compute_metrics
 from soco_pipeline.evaluation.protocol import load_protocol
 from soco_pipeline.features import FeatureStore, extract_features
-from soco_pipeline.geometry import scale_keypoints
 from soco_pipeline.storage import default_storage_root
 from soco_pipeline.taxonomy import load_taxonomy
 

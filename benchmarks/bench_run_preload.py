@@ -30,8 +30,8 @@ def child(stage: str, preload: list[str]) -> None:
     """In the child process: run `stage` ("data" or a backbone name) and print its wall time as JSON."""
     import dagster as dg
 
+    from soco_pipeline.cli.demo import DATA_AND_PAIRS, LOCATION, PER_BACKBONE, Runner, Stage
     from soco_pipeline.defs.definitions import build_definitions
-    from soco_pipeline.demo import DATA_AND_PAIRS, LOCATION, PER_BACKBONE, Runner, Stage
 
     overrides = {"storage": os.environ["SOCO_STORAGE"]}
     defs = build_definitions(**overrides)

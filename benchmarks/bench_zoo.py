@@ -97,8 +97,8 @@ def _context():
 
     from soco_pipeline.backbones.kinds import libraries
     from soco_pipeline.backbones.spec_files import spec_kinds
+    from soco_pipeline.cli.demo import LOCATION, Runner
     from soco_pipeline.defs.definitions import build_definitions
-    from soco_pipeline.demo import LOCATION, Runner
     from soco_pipeline.settings import Settings
 
     settings = Settings()
@@ -114,7 +114,7 @@ def _context():
 
 def _steps(defs, settings, name: str, families: list[str], staged: bool = False):
     """run_cli.plan's steps for the zoo spec `name` (from the zoo folder when `staged`, else as added)."""
-    from soco_pipeline.run_cli import Added, plan
+    from soco_pipeline.cli.run import Added, plan
 
     folder = Path(os.environ["BENCH_ZOO_SPECS"] if staged else settings.backbones_dir)
     added = Added(name, "backbones", folder / f"{name}.yaml", "backbone")
@@ -132,7 +132,7 @@ def _step_times(instance, job: str) -> dict[str, float]:
 
 def _run_stages(runner, instance, stages, cached: bool = True) -> list[dict]:
     """Run each stage (skipping what is cached, as `soco run` does); wall time, status, step times."""
-    from soco_pipeline.run_cli import is_cached
+    from soco_pipeline.cli.run import is_cached
 
     out = []
     for stage, cache in stages:
@@ -158,7 +158,7 @@ def child_setup(name: str, families: list[str]) -> dict:
 
 def child_model(name: str, families: list[str]) -> dict:
     """Add zoo spec `name` as `soco run` adds it and run its per-model stages (no boards)."""
-    from soco_pipeline.run_cli import add_spec
+    from soco_pipeline.cli.run import add_spec
     from soco_pipeline.settings import Settings
 
     t0 = time.perf_counter()

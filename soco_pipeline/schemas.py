@@ -235,7 +235,7 @@ class PredictionSchema(pa.DataFrameModel):
 
 class PublishedComparisonSchema(pa.DataFrameModel):
     """`published_comparison`: per model whose spec names a published reference and per (family, metric)
-    both have, our value beside the closest published one (evaluation/published.py)."""
+    both have, our value beside the closest published one (trust/published.py)."""
 
     model: Series[str]
     reference: Series[str]
@@ -256,7 +256,7 @@ class PublishedComparisonSchema(pa.DataFrameModel):
 
 class ModelHistorySchema(pa.DataFrameModel):
     """`model_history[b]`: every materialization of a model's scores by data version and date, with the
-    paired test of each against the previous data version on the same task hash (evaluation/history.py)."""
+    paired test of each against the previous data version on the same task hash (trust/history.py)."""
 
     model: Series[str]
     family: Series[str]

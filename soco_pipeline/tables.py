@@ -63,10 +63,10 @@ TABLES: tuple[Table, ...] = (
     # register_table (defs/shared/family.py registers every table a Family declares)
     # per-sample input hashes of the evaluated pairs (soco_pipeline/defs/pairs/hashes.py, docs/results.md)
     Table("sample_hashes", "sample_hashes"),
-    # published figures beside ours (evaluation/published.py) and each model's results over time: SOCO's
+    # published figures beside ours (trust/published.py) and each model's results over time: SOCO's
     # history is the view soco_history, as the families' (no file moves; results_db keeps model_history)
     Table("published_comparison", "published_comparison"),
-    # the gap knob by knob (evaluation/published_gap.py); rankings under single-knob changes (analysis/protocol_atlas.py)
+    # the gap knob by knob (trust/published_gap.py); rankings under single-knob changes (analysis/protocol_atlas.py)
     Table("published_gap", "published_gap", partitioned=True),
     Table("protocol_atlas", "protocol_atlas"),
     Table("model_history", "soco_history", partitioned=True),

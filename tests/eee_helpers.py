@@ -1,6 +1,6 @@
 """Every Eval Ever records checked with the package's own validator: `every-eval-ever` 0.3.0 needs Python
 3.12 and is not installed, but its validator (pydantic models generated from its schemas) runs on the
-project's 3.11; `make install` unpacks the wheel under the venv (evaluation/eee_export.schema_dir) and the
+project's 3.11; `make install` unpacks the wheel under the venv (trust/eee_export.schema_dir) and the
 tests import it from there."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from soco_pipeline.evaluation.eee_export import schema_dir, schema_path
+from soco_pipeline.trust.eee_export import schema_dir, schema_path
 from tests.needs import in_ci, need
 
 SOCO = Path(sys.executable).with_name("soco")  # the console script beside this interpreter

@@ -91,7 +91,7 @@ def crash_env(tmp: Path) -> dict[str, str]:
     """Storage, DAGSTER_HOME (the project's dagster.yaml), a pause folder and one oracle spec under `tmp`.
 
     The child pauses after its first batch of BATCH feature maps is written (SOCO_PAUSE_DIR, see
-    soco_pipeline/pause_points.py) until told to go on, so a kill lands mid-extraction, deterministically.
+    soco_pipeline/runtime/pause_points.py) until told to go on, so a kill lands mid-extraction, deterministically.
     """
     from tests.dagster_server import write_instance_yaml
     from tests.tiny_families import tiny_family_env
@@ -151,8 +151,8 @@ def kill_session(proc: subprocess.Popen, deadline_s: float = 10.0) -> None:
 
 
 def start_demo(env: dict[str, str]) -> subprocess.Popen:
-    """`python -m soco_pipeline.demo` in its own session, stdout and stderr piped together."""
-    return start_child([sys.executable, "-u", "-m", "soco_pipeline.demo"], env)
+    """`python -m soco_pipeline.cli.demo` in its own session, stdout and stderr piped together."""
+    return start_child([sys.executable, "-u", "-m", "soco_pipeline.cli.demo"], env)
 
 
 def start_child(cmd: list[str], env: dict[str, str]) -> subprocess.Popen:

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from soco_pipeline.evaluation.provenance import validate_record
+from soco_pipeline.trust.provenance import validate_record
 from tests.eee_helpers import eee_checked_here, exported_eee
 
 SOCO = Path(sys.executable).with_name("soco")  # the console script beside this interpreter

@@ -5,7 +5,7 @@ import re
 import pytest
 import yaml
 
-from soco_pipeline import cli
+from soco_pipeline.cli import soco as cli
 from soco_pipeline.storage import PROJECT_ROOT
 
 pytestmark = pytest.mark.unit

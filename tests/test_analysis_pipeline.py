@@ -17,7 +17,7 @@ from soco_pipeline.analysis.linear_probe import ProbeConfig, probe_metrics
 from soco_pipeline.defs.definitions import build_definitions
 from soco_pipeline.evaluation.protocol import load_protocol
 from soco_pipeline.features import FeatureStore
-from soco_pipeline.results_db import query
+from soco_pipeline.report.results_db import query
 from soco_pipeline.storage import PROJECT_ROOT
 from soco_pipeline.taxonomy import load_taxonomy
 from tests.core import CATEGORIES, IMAGES_PER_CATEGORY, ORACLES

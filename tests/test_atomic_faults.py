@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from soco_pipeline.results_db import query, refresh_views, table_files
+from soco_pipeline.report.results_db import query, refresh_views, table_files
 from soco_pipeline.storage import (
     StorageFullError,
     open_atomic,

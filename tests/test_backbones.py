@@ -27,7 +27,7 @@ from soco_pipeline.backbones import (
 )
 from soco_pipeline.backbones.diffusion import unet_strides
 from soco_pipeline.backbones.oracle import OracleError, oracle_channels
-from soco_pipeline.geometry import scale_keypoints
+from soco_pipeline.evaluation.geometry import scale_keypoints
 from soco_pipeline.storage import write_parquet_atomic
 from soco_pipeline.taxonomy import load_taxonomy
 

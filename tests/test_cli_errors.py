@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from soco_pipeline import cli
-from soco_pipeline.project import find_project_root, project_environment, resolve_storage
+from soco_pipeline.cli import soco as cli
+from soco_pipeline.cli.project import find_project_root, project_environment, resolve_storage
 
 pytestmark = pytest.mark.unit
 
@@ -22,7 +22,7 @@ def project(tmp_path, monkeypatch) -> Path:
     (root / "docs" / "deep").mkdir(parents=True)
     (root / "pyproject.toml").write_text('[project]\nname = "soco_pipeline"\n')
     (root / "workspace.yaml").write_text("load_from: []\n")
-    repo = Path(cli.__file__).resolve().parent.parent
+    repo = Path(cli.__file__).resolve().parent.parent.parent
     (root / "dagster.yaml").write_text((repo / "dagster.yaml").read_text())
     specs = root / "assets" / "backbones"
     specs.mkdir(parents=True)
@@ -103,8 +103,8 @@ def test_an_unexpected_error_is_one_line(project, monkeypatch, capsys):
 def test_compare_prints_readable_p_values_in_120_columns():
     import pandas as pd
 
+    from soco_pipeline.cli.trust import compare_text
     from soco_pipeline.evaluation.stats import COMPARE_COLUMNS
-    from soco_pipeline.trust_cli import compare_text
 
     rows = [
         [

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 import soco_pipeline.defs.definitions  # noqa: F401 - loading the definitions registers the family tables
-from soco_pipeline.results_db import refresh_views
+from soco_pipeline.report.results_db import refresh_views
 from soco_pipeline.storage import PROJECT_ROOT
 from tests.report_fixtures import write_storage
 
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.unit
 HEAVY = ("dagster", "torch", "torchvision", "timm")
 PROBE = """
 import json, sys
-from soco_pipeline import cli
+from soco_pipeline.cli import soco as cli
 try:
     code = cli.main(sys.argv[2:])
 except SystemExit as e:
@@ -30,7 +30,7 @@ print(json.dumps({"code": code, "heavy": heavy}))
 
 
 def _fresh(args: list[str], env: dict[str, str]) -> tuple[dict, str]:
-    """Run `soco ARGS` through soco_pipeline.cli.main in a fresh interpreter: (its exit code and the heavy
+    """Run `soco ARGS` through soco_pipeline.cli.soco.main in a fresh interpreter: (its exit code and the heavy
     modules loaded, the command's own output)."""
     done = subprocess.run(
         [sys.executable, "-c", PROBE, ",".join(HEAVY), *args],

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from soco_pipeline.project import instance_storage
+from soco_pipeline.cli.project import instance_storage
 from soco_pipeline.storage import PROJECT_ROOT
 from tests.faults import child_env
 from tests.needs import need
@@ -29,7 +29,7 @@ RUN = """
 import sys
 from pathlib import Path
 import dagster as dg
-from soco_pipeline.project import prepare_instance, project_defaults
+from soco_pipeline.cli.project import prepare_instance, project_defaults
 
 @dg.asset
 def probe() -> int:

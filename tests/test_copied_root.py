@@ -14,11 +14,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from soco_pipeline import cli
+from soco_pipeline.cli import soco as cli
 from soco_pipeline.defs.definitions import build_definitions
-from soco_pipeline.evaluation.hashes import image_digests
 from soco_pipeline.storage import read_parquet
 from soco_pipeline.tables import table_for
+from soco_pipeline.trust.hashes import image_digests
 from tests.core import Core
 
 pytestmark = [pytest.mark.pipeline, pytest.mark.timeout(900)]

@@ -6,7 +6,7 @@ import pytest
 import timm
 import torch
 
-from soco_pipeline.device import DETERMINISTIC_CPU, cpu_kernels
+from soco_pipeline.runtime.device import DETERMINISTIC_CPU, cpu_kernels
 
 pytestmark = pytest.mark.unit
 

@@ -1,8 +1,8 @@
 """A killed run does not block the next one: it is failed and its pool slot freed, by every entry point.
 
 End to end with the instance config the Makefile installs (sqlite, `pools: default_limit: 1`): a child
-(`python -m soco_pipeline.demo`, or a plain `dagster asset materialize`) pauses after its first batch of
-feature maps is written (soco_pipeline/pause_points.py), its whole session is SIGKILLed there, then a
+(`python -m soco_pipeline.cli.demo`, or a plain `dagster asset materialize`) pauses after its first batch of
+feature maps is written (soco_pipeline/runtime/pause_points.py), its whole session is SIGKILLed there, then a
 second child in a new process must complete within a deadline. Plus the slot-waiting message, the
 dead-run check against the instance's real concurrency tables, and Ctrl-C while waiting for a slot.
 """

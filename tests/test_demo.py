@@ -8,8 +8,8 @@ import dagster as dg
 import pytest
 import yaml
 
+from soco_pipeline.cli.demo import PER_BACKBONE, SUMMARY, Runner, families, run_demo, run_families
 from soco_pipeline.defs.definitions import build_definitions
-from soco_pipeline.demo import PER_BACKBONE, SUMMARY, Runner, families, run_demo, run_families
 from soco_pipeline.storage import PROJECT_ROOT
 from tests.core import DATA_AND_PAIRS, SCHEMA_CHECKED, materializations
 from tests.dagster_server import write_instance_yaml
@@ -99,7 +99,7 @@ def test_what_dagster_does_not_version_is_in_the_settings_fingerprint(tmp_path):
     """A stage made under other settings is not fresh (demo.Freshness compares the runs' `soco/settings` tag):
     the fingerprint moves with the data set's settings and with a family config file's contents, and only
     with what changed."""
-    from soco_pipeline.demo import settings_fingerprint
+    from soco_pipeline.cli.demo import settings_fingerprint
 
     config = tmp_path / "mmvm.yaml"
     config.write_bytes((PROJECT_ROOT / "assets" / "mmvm.yaml").read_bytes())

@@ -1,8 +1,8 @@
-"""SOCO_DEMO_FAMILIES: which task families `make demo` runs after SOCO (soco_pipeline/demo.py)."""
+"""SOCO_DEMO_FAMILIES: which task families `make demo` runs after SOCO (soco_pipeline/cli/demo.py)."""
 
 import pytest
 
-from soco_pipeline.demo import DemoSettingError, demo_families
+from soco_pipeline.cli.demo import DemoSettingError, demo_families
 
 pytestmark = pytest.mark.unit
 

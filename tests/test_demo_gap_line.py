@@ -3,7 +3,7 @@ model, so the demo has none and says so; a spec folder with a `reference:` names
 
 import pytest
 
-from soco_pipeline.demo import gap_line, where_the_tables_are
+from soco_pipeline.cli.demo import gap_line, where_the_tables_are
 from soco_pipeline.settings import Settings
 from soco_pipeline.storage import PROJECT_ROOT
 

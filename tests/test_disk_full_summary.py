@@ -11,7 +11,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from soco_pipeline.demo import first_error
+from soco_pipeline.cli.demo import first_error
 from soco_pipeline.storage import StorageFullError, write_bytes_atomic
 from tests.needs import need
 

@@ -161,7 +161,7 @@ def program(text: str) -> str:
 
 def soco_subcommands() -> set[str]:
     """The `soco` console script's subcommands (the `{sql,leaderboard,...}` of its usage line)."""
-    from soco_pipeline.cli import build_parser
+    from soco_pipeline.cli.soco import build_parser
 
     usage = " ".join(build_parser().format_usage().split())
     return set(re.search(r"\{([a-z,-]+)\}", usage).group(1).split(","))

@@ -14,8 +14,8 @@ import uuid
 import pandas as pd
 import pytest
 
-from soco_pipeline.evaluation import eee_export as eee
 from soco_pipeline.published_figures import load_published
+from soco_pipeline.trust import eee_export as eee
 from tests.eee_helpers import SOCO, eee_validation_core, exported_eee
 
 

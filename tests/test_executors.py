@@ -98,7 +98,7 @@ def test_a_kinds_library_is_preloaded_only_for_runs_whose_specs_name_the_kind(tm
     (mixed / "broken.yaml").write_text("kind: [unclosed\n")  # skipped here: the spec scan names it
     assert spec_kinds(oracles) == {"oracle"} and libraries(spec_kinds(oracles)) == []
     assert spec_kinds(mixed) == {"oracle", "packaged"} and libraries(spec_kinds(mixed)) == ["timm"]
-    from soco_pipeline.demo import preload_for, run_config
+    from soco_pipeline.cli.demo import preload_for, run_config
 
     assert preload_for(str(oracles)) == [] and preload_for(str(mixed)) == ["timm"]
     pooled = run_config(True, preload_for(str(mixed)))["execution"]["config"]["multiprocess"]

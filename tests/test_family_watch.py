@@ -1,4 +1,4 @@
-"""The regression watch's domain logic per family (evaluation/family_watch.py, evaluation/history.py) on small
+"""The regression watch's domain logic per family (trust/family_watch.py, trust/history.py) on small
 hand-made tables: the per-sample scores of a family's declared (sample, outcome) columns, the snapshot of its
 headline, the paired verdict of two data versions, and a family without per-sample rows (no test, said so)."""
 
@@ -8,11 +8,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from soco_pipeline.evaluation import history
-from soco_pipeline.evaluation.family_records import NotApplicableError
-from soco_pipeline.evaluation.family_watch import FamilyWatch, family_snapshot
 from soco_pipeline.evaluation.stats import SCORE_COLUMNS
 from soco_pipeline.tasks import family_specs
+from soco_pipeline.trust import history
+from soco_pipeline.trust.family_records import NotApplicableError
+from soco_pipeline.trust.family_watch import FamilyWatch, family_snapshot
 
 pytestmark = pytest.mark.unit
 SPECS = {name: spec.watch for name, spec in family_specs().items()}  # each family's declared watch

@@ -6,8 +6,8 @@ import jsonschema
 import pytest
 import torch
 
-from soco_pipeline.evaluation.provenance import load_schema
-from soco_pipeline.gpu_time import NOT_RECORDED, gpu_timer, stage_timing_entry
+from soco_pipeline.runtime.gpu_time import NOT_RECORDED, gpu_timer, stage_timing_entry
+from soco_pipeline.trust.provenance import load_schema
 from tests.needs import need_hardware
 
 pytestmark = pytest.mark.unit

@@ -9,11 +9,11 @@ import pytest
 from soco_pipeline.defs.definitions import group_folders
 from soco_pipeline.defs.shared.family import declared_families
 from soco_pipeline.defs.summary.assets import declared_headlines
-from soco_pipeline.evaluation.headline import model_headlines
 from soco_pipeline.evaluation.stats import bootstrap_share
 from soco_pipeline.lvlm.metrics import lvlm_leaderboard, lvlm_metrics
 from soco_pipeline.tasks.fgbmk.leaderboard import fgbmk_leaderboard
 from soco_pipeline.tasks.fgbmk.leaderboard import lvlm_metrics as fgbmk_lvlm_metrics
+from soco_pipeline.trust.headline import model_headlines
 
 pytestmark = pytest.mark.unit
 

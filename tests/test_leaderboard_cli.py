@@ -7,8 +7,8 @@ import subprocess
 import pytest
 
 import soco_pipeline.defs.definitions  # noqa: F401 - loading the definitions registers the family tables
-from soco_pipeline import cli
-from soco_pipeline.results_db import refresh_views
+from soco_pipeline.cli import soco as cli
+from soco_pipeline.report.results_db import refresh_views
 from tests.dagster_server import VENV_BIN
 from tests.faults import child_env
 from tests.report_fixtures import write_storage

@@ -8,7 +8,7 @@ import pytest
 from soco_pipeline.defs.definitions import build_definitions
 from soco_pipeline.defs.shared.automation import InvalidSpecError
 from soco_pipeline.lvlm.server import serve
-from soco_pipeline.results_db import query
+from soco_pipeline.report.results_db import query
 from soco_pipeline.storage import read_parquet, write_parquet_atomic
 from tests.automation_ticks import evaluate
 from tests.lvlm_helpers import OracleAnswerer, answer_key, small_tables

@@ -174,7 +174,7 @@ def test_constant_answerers_score_exactly_their_share(position):
 
 
 def test_score_workbook_command_prints_the_family_metrics(tmp_path, capsys):
-    from soco_pipeline.cli import main
+    from soco_pipeline.cli.soco import main
 
     out = tmp_path / "rows.csv"
     argv = ["score-workbook", "mmvm", str(DATA / "workbook.xlsx"), "--out", str(out), "--format", "csv"]

@@ -10,7 +10,7 @@ import yaml
 
 from soco_pipeline.defs.definitions import build_definitions
 from soco_pipeline.lvlm.server import serve
-from soco_pipeline.results_db import query
+from soco_pipeline.report.results_db import query
 from soco_pipeline.storage import PROJECT_ROOT
 from soco_pipeline.tables import table_for
 from tests.record_helpers import exported_family_record

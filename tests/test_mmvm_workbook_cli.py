@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from soco_pipeline.cli import main
+from soco_pipeline.cli.soco import main
 from soco_pipeline.lvlm.server import serve
 from tests.mmvm_parity_judge import judge_reply
 from tests.test_mmvm_parity import DATA, EXPECTED

@@ -13,8 +13,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from soco_pipeline import cli
 from soco_pipeline.backbones.spec_files import spec_data_version
+from soco_pipeline.cli import soco as cli
 from soco_pipeline.storage import read_parquet
 from soco_pipeline.tables import table_for
 from tests.dagster_server import write_instance_yaml

@@ -1,4 +1,4 @@
-"""Each family's headline (evaluation/headline.py) and the one-row-per-model summary: the long
+"""Each family's headline (trust/headline.py) and the one-row-per-model summary: the long
 `model_headlines` and wide `model_summary` tables from boards shaped like the real ones, their schemas, the
 `model` alias of the SQL views, and a toy family that appears with nothing but its `Headline`. The headlines
 are the real ones: SOCO's and those the families' `Family` declarations carry."""
@@ -15,14 +15,14 @@ from soco_pipeline.defs.definitions import group_folders
 from soco_pipeline.defs.shared.checks import schema_problems
 from soco_pipeline.defs.shared.family import declared_families
 from soco_pipeline.defs.summary.assets import declared_headlines
-from soco_pipeline.evaluation.headline import (
+from soco_pipeline.trust.headline import (
     Headline,
     model_headlines,
     model_summary,
     summary_columns,
     wilson_interval,
 )
-from soco_pipeline.evaluation.headline_schemas import ModelHeadlineSchema, ModelSummarySchema
+from soco_pipeline.trust.headline_schemas import ModelHeadlineSchema, ModelSummarySchema
 
 pytestmark = pytest.mark.pipeline  # one test materializes the summary assets (a toy family)
 
@@ -123,8 +123,8 @@ def test_model_summary_one_row_per_model_one_column_per_family():
 def test_controls_and_ceilings_are_marked_by_spec_kind_and_by_the_tpips_headline(tmp_path):
     """The spec folders mark the oracle backbone (kind `oracle`) and the loopback answerers; TPIPS's own
     Headline marks its `pixels` rows: a ceiling when the aspect oracle is their best method, else a control."""
-    from soco_pipeline.evaluation.roles import demo_lvlm_specs, spec_roles
     from soco_pipeline.storage import PROJECT_ROOT
+    from soco_pipeline.trust.roles import demo_lvlm_specs, spec_roles
 
     lvlms = demo_lvlm_specs(tmp_path)  # where `make demo` writes the loopback answerers' specs
     lvlms.mkdir(parents=True)
@@ -224,7 +224,7 @@ def test_a_toy_family_appears_with_its_headline_only(tmp_path):
 
 
 def test_views_call_the_model_model_and_keep_backbone_for_one_release(tmp_path):
-    from soco_pipeline.results_db import create_views
+    from soco_pipeline.report.results_db import create_views
 
     tables = tmp_path / "tables"
     (tables / "metrics").mkdir(parents=True)
@@ -243,7 +243,7 @@ def test_select_from_model_summary_over_stored_boards(tmp_path):
     """The real summary assets, IO manager and results database over boards stored as the families store
     them (SOCO-LVLM never materialized: skipped): `select * from model_summary` has one row per model."""
     from soco_pipeline.defs.definitions import build_definitions
-    from soco_pipeline.results_db import query
+    from soco_pipeline.report.results_db import query
     from soco_pipeline.storage import write_parquet_atomic
     from soco_pipeline.tables import table_for
 

@@ -1,4 +1,4 @@
-"""soco_pipeline/pause_points in a fresh process: with $SOCO_PAUSE_AT only the listed `name@scope` points
+"""soco_pipeline/runtime/pause_points in a fresh process: with $SOCO_PAUSE_AT only the listed `name@scope` points
 pause, under files named by the key, and a `.resume` left in place lets later passes go on."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ import sys
 import pytest
 
 from soco_pipeline.deploy.processes import wait_for
-from soco_pipeline.pause_points import pause_key
+from soco_pipeline.runtime.pause_points import pause_key
 
 pytestmark = pytest.mark.unit
 
 CHILD = """
-from soco_pipeline.pause_points import pause_point
+from soco_pipeline.runtime.pause_points import pause_point
 pause_point("features_written", "other")
 print("past other", flush=True)
 pause_point("features_written", "mine")

@@ -15,11 +15,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from soco_pipeline import cli
+from soco_pipeline.cli import soco as cli
+from soco_pipeline.cli.demo import SUMMARY
 from soco_pipeline.defs.definitions import build_definitions
-from soco_pipeline.demo import SUMMARY
 from soco_pipeline.evaluation.theory import expected_concept_oracle_soc
-from soco_pipeline.results_db import query
+from soco_pipeline.report.results_db import query
 from soco_pipeline.storage import PROJECT_ROOT
 from tests.automation_ticks import evaluate
 from tests.core import CATEGORIES, DATA_AND_PAIRS, ORACLES, PER_BACKBONE, SCHEMA_CHECKED, materializations
@@ -512,7 +512,7 @@ def test_a_release_with_its_own_names_scores_the_same(run, monkeypatch):
     """Rename every category, keypoint, concept and node of an exported release (none is known to
     assets/taxonomy.yaml): it imports with its own taxonomy, passes every check, builds the same four-choice
     items and scores the same numbers, metric by metric, category by category, alpha by alpha."""
-    from soco_pipeline.results_db import query, refresh_views
+    from soco_pipeline.report.results_db import query, refresh_views
     from soco_pipeline.taxonomy import load_taxonomy
     from tests.fixtures_data import release_renaming, rename_release
 

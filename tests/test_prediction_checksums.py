@@ -12,9 +12,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from soco_pipeline import cli
-from soco_pipeline.evaluation.records import load_backbone_tables
+from soco_pipeline.cli import soco as cli
 from soco_pipeline.storage import read_parquet, write_parquet_atomic
+from soco_pipeline.trust.records import load_backbone_tables
 
 pytestmark = pytest.mark.unit
 

@@ -23,7 +23,7 @@ from soco_pipeline.backbones.preprocess import (
     to_rgb_array,
 )
 from soco_pipeline.backbones.spec import input_size
-from soco_pipeline.geometry import scale_keypoints, unit_to_pixels
+from soco_pipeline.evaluation.geometry import scale_keypoints, unit_to_pixels
 
 pytestmark = pytest.mark.unit
 

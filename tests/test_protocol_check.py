@@ -1,4 +1,4 @@
-"""`--protocol P` on stored predictions (evaluation/protocol_check.py), on files written here: every knob that
+"""`--protocol P` on stored predictions (trust/protocol_check.py), on files written here: every knob that
 changes the predictions is refused, scoring knobs pass, and the protocol checked against is the one the
 stored record says the predictions were made under, not today's protocol file."""
 
@@ -17,7 +17,7 @@ from soco_pipeline.evaluation.protocol import (
     ProtocolError,
     load_protocol,
 )
-from soco_pipeline.evaluation.protocol_check import rescoring_protocol, stored_protocol
+from soco_pipeline.trust.protocol_check import rescoring_protocol, stored_protocol
 
 pytestmark = pytest.mark.unit
 

@@ -15,10 +15,11 @@ import yaml
 
 from soco_pipeline.backbones.spec import BackboneSpecError, load_spec, spec_hash, weights_fingerprint
 from soco_pipeline.backbones.validate import checked_spec
-from soco_pipeline.evaluation import history
-from soco_pipeline.evaluation.hub_export import HubExportError, write_hub_results
 from soco_pipeline.evaluation.protocol import load_protocol
-from soco_pipeline.evaluation.published import (
+from soco_pipeline.storage import PROJECT_ROOT
+from soco_pipeline.trust import history
+from soco_pipeline.trust.hub_export import HubExportError, write_hub_results
+from soco_pipeline.trust.published import (
     PUBLISHED_COLUMNS,
     PublishedTableError,
     check_reference,
@@ -26,7 +27,6 @@ from soco_pipeline.evaluation.published import (
     load_published,
     soco_knobs,
 )
-from soco_pipeline.storage import PROJECT_ROOT
 
 pytestmark = pytest.mark.unit
 

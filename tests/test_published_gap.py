@@ -13,16 +13,16 @@ import yaml
 
 from soco_pipeline.backbones.spec import parse_spec
 from soco_pipeline.evaluation.protocol import ProtocolConfig
-from soco_pipeline.evaluation.published import load_published, soco_knobs
-from soco_pipeline.evaluation.published_gap import (
+from soco_pipeline.storage import PROJECT_ROOT, read_parquet
+from soco_pipeline.taxonomy import Taxonomy
+from soco_pipeline.trust.published import load_published, soco_knobs
+from soco_pipeline.trust.published_gap import (
     GapInputs,
     gap_sentence,
     knob_steps,
     measure_gap,
     reachable,
 )
-from soco_pipeline.storage import PROJECT_ROOT, read_parquet
-from soco_pipeline.taxonomy import Taxonomy
 
 ORACLE = PROJECT_ROOT / "assets" / "backbones" / "oracle_part.yaml"
 
@@ -120,8 +120,8 @@ def test_the_part_oracle_on_a_coarse_grid_gains_from_the_published_input_size(ma
     the feature cache in a folder of its own; the input step is positive (finer cells), alpha 0.15 -> 0.1 is
     not; the aligned run equals the variant's own metrics at alpha 0.1 (computed independently)."""
     from soco_pipeline.evaluation.metrics import compute_metrics
-    from soco_pipeline.evaluation.published_gap import aligned_spec, headline_values
     from soco_pipeline.settings import Settings
+    from soco_pipeline.trust.published_gap import aligned_spec, headline_values
 
     tables = str(materialized_core.tables)
     settings = Settings(**materialized_core.overrides)

@@ -8,11 +8,11 @@ from soco_pipeline.backbones import spec_hash
 from soco_pipeline.backbones.spec import load_spec
 from soco_pipeline.defs.backbones.records import stored_matching_hash
 from soco_pipeline.defs.definitions import build_definitions
-from soco_pipeline.evaluation import hashes
-from soco_pipeline.evaluation.records import backbone_record
 from soco_pipeline.evaluation.subsets import SubsetRule
 from soco_pipeline.storage import read_parquet
 from soco_pipeline.tables import table_for
+from soco_pipeline.trust import hashes
+from soco_pipeline.trust.records import backbone_record
 
 pytestmark = pytest.mark.pipeline
 

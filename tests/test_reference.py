@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 import torch
 
+from soco_pipeline.evaluation.geometry import scale_keypoints
 from soco_pipeline.evaluation.matching import sample_descriptors
 from soco_pipeline.evaluation.reference import (
     is_correct,
@@ -16,7 +17,6 @@ from soco_pipeline.evaluation.reference import (
     predicted_point,
     source_descriptor,
 )
-from soco_pipeline.geometry import scale_keypoints
 
 pytestmark = pytest.mark.unit
 

@@ -27,7 +27,7 @@ import torch
 import yaml
 
 from soco_pipeline.defs.definitions import build_definitions
-from soco_pipeline.results_db import connect_readonly
+from soco_pipeline.report.results_db import connect_readonly
 from tests.test_mmvm_core import tiny_config
 
 pytestmark = [pytest.mark.pipeline, pytest.mark.timeout(900)]

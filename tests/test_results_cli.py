@@ -13,7 +13,7 @@ import duckdb
 import pandas as pd
 import pytest
 
-from soco_pipeline.results_db import STORAGE_COMPATIBILITY, query, refresh_views
+from soco_pipeline.report.results_db import STORAGE_COMPATIBILITY, query, refresh_views
 from soco_pipeline.storage import PROJECT_ROOT, write_parquet_atomic
 from soco_pipeline.tables import table_for
 from tests.faults import metrics_frame
@@ -107,7 +107,7 @@ def test_views_need_no_definitions_imported(tmp_path):
     write_family_like_tables(tables)
     code = (
         "import sys, duckdb\n"
-        "from soco_pipeline.results_db import create_views\n"
+        "from soco_pipeline.report.results_db import create_views\n"
         "con = duckdb.connect()\n"
         f"views = create_views(con, {str(tables)!r})\n"
         "assert not any(m.startswith('soco_pipeline.defs') for m in sys.modules), 'definitions imported'\n"

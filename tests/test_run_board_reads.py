@@ -5,9 +5,9 @@ else a `reference:`-only edit after a first run would run every board but the la
 import dagster as dg
 import pytest
 
+from soco_pipeline.cli.demo import PER_BACKBONE, SUMMARY, families
+from soco_pipeline.cli.run import rows_read
 from soco_pipeline.defs.definitions import build_definitions
-from soco_pipeline.demo import PER_BACKBONE, SUMMARY, families
-from soco_pipeline.run_cli import rows_read
 
 pytestmark = pytest.mark.unit
 

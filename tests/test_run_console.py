@@ -1,11 +1,11 @@
-"""The console logger of `make demo` / `soco run` runs (soco_pipeline/run_console.py): Dagster's note on a
+"""The console logger of `make demo` / `soco run` runs (soco_pipeline/cli/run_console.py): Dagster's note on a
 skipped missing partition stays in the run's event log and off the console; every other warning is printed.
 A real in-process run with the logger the demo's jobs get (`demo_job`'s Definitions)."""
 
 import dagster as dg
 import pytest
 
-from soco_pipeline.run_console import soco_console
+from soco_pipeline.cli.run_console import soco_console
 
 pytestmark = pytest.mark.unit
 

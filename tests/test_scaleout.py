@@ -27,7 +27,7 @@ import requests
 
 from soco_pipeline.deploy.processes import group_members, wait_for
 from soco_pipeline.deploy.stack import BUCKET, LocalStack
-from soco_pipeline.pause_points import pause_key
+from soco_pipeline.runtime.pause_points import pause_key
 from soco_pipeline.storage import PROJECT_ROOT
 from tests.needs import need
 
@@ -51,7 +51,7 @@ LOST = "dense_sift_lost"  # a sixth one: its whole gpu worker is killed mid-step
 LOST_GRACE_S = 20
 # Generous deadlines for every wait (a loaded machine is slow, never stuck): a wait ends on its condition.
 DEADLINE_S = 300
-# The feature steps the kill tests stop at a pause point (soco_pipeline/pause_points.py) in the gpu worker:
+# The feature steps the kill tests stop at a pause point (soco_pipeline/runtime/pause_points.py) in the gpu worker:
 # the kill lands mid-extraction whatever the load, and no other step of the cluster pauses.
 PAUSED = {b: pause_key("features_written", b) for b in (KILLED, LOST)}
 PER_BACKBONE = ["feature_manifest", "predictions", "four_choice_predictions", "metrics"]
@@ -70,7 +70,7 @@ def _specs(folder: Path) -> None:
 def _cli(*args: str, env: dict[str, str] | None = None, timeout: float) -> subprocess.CompletedProcess:
     """`soco cluster ...` in its own process, as a user runs it."""
     return subprocess.run(
-        [sys.executable, "-m", "soco_pipeline.cli", "cluster", *args],
+        [sys.executable, "-m", "soco_pipeline.cli.soco", "cluster", *args],
         env=env,
         cwd=PROJECT_ROOT,
         timeout=timeout,
@@ -721,7 +721,7 @@ def test_tables_and_features_live_in_the_bucket(cluster, data, backfill):
         [
             sys.executable,
             "-m",
-            "soco_pipeline.cli",
+            "soco_pipeline.cli.soco",
             "sql",
             "SELECT DISTINCT backbone FROM metrics ORDER BY 1",
         ],
@@ -738,9 +738,9 @@ def test_tables_and_features_live_in_the_bucket(cluster, data, backfill):
 def test_a_copied_bucket_prefix_reads_its_own_images(cluster, data):
     """`data` copied the storage prefix's tables and images to `reference/`: its image table names the copy's
     images (paths stored relative to the storage root, issue 38), with the same contents."""
-    from soco_pipeline.evaluation.hashes import image_digests
     from soco_pipeline.storage import read_parquet
     from soco_pipeline.tables import table_for
+    from soco_pipeline.trust.hashes import image_digests
 
     raw = pq.read_table(cluster.s3fs().open(f"{BUCKET}/{data}/tables/image_set.parquet", "rb"))
     assert not any(u.startswith("s3://") for u in raw.column("uri").to_pylist())  # stored relative

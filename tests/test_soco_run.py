@@ -16,7 +16,7 @@ import subprocess
 import dagster as dg
 import pytest
 
-from soco_pipeline import cli
+from soco_pipeline.cli import soco as cli
 from soco_pipeline.storage import PROJECT_ROOT
 from tests.dagster_server import VENV_BIN, write_instance_yaml
 from tests.tiny_families import tiny_family_env
@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.pipeline, pytest.mark.timeout(1500)]
 
 def _soco_run(*args: str) -> str:
     """`soco run ARGS` in this process; its standard output (it must exit 0, with no Dagster WARNING line on
-    standard error: run_console.py keeps Dagster's notes in the run's log)."""
+    standard error: cli/run_console.py keeps Dagster's notes in the run's log)."""
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = cli.main(["run", *args])

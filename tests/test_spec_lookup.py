@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from soco_pipeline.backbones.validate import checked_spec
-from soco_pipeline.spec_lookup import resolve_spec
+from soco_pipeline.cli.spec_lookup import resolve_spec
 from soco_pipeline.storage import PROJECT_ROOT
 from tests.dagster_server import VENV_BIN
 from tests.faults import child_env

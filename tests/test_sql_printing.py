@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 import soco_pipeline.defs.definitions  # noqa: F401 - loading the definitions registers the family tables
-from soco_pipeline import cli
-from soco_pipeline.results_db import refresh_views
+from soco_pipeline.cli import soco as cli
+from soco_pipeline.report.results_db import refresh_views
 from tests.dagster_server import VENV_BIN
 from tests.faults import child_env
 from tests.report_fixtures import write_storage
@@ -25,7 +25,7 @@ def storage(tmp_path, monkeypatch):
     root = tmp_path / "storage"
     write_storage(root)
     columns = {"model": ["efficientnet_lite0", "oracle_part"], "simulated": [True, True]}
-    for k in range(87):  # five columns per family, as evaluation/headline.summary_columns
+    for k in range(87):  # five columns per family, as trust/headline.summary_columns
         f = f"family_{k}"
         columns[f] = [41.23456, np.nan]
         columns[f"{f}_ci_low"] = [38.5, np.nan]

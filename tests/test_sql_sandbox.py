@@ -6,8 +6,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from soco_pipeline import cli
-from soco_pipeline.results_db import connect_readonly, refresh_views
+from soco_pipeline.cli import soco as cli
+from soco_pipeline.report.results_db import connect_readonly, refresh_views
 from soco_pipeline.storage import read_parquet, write_parquet_atomic
 from soco_pipeline.tables import table_for
 from tests.faults import metrics_frame

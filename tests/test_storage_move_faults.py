@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from soco_pipeline.project import instance_storage, write_instance_yaml
+from soco_pipeline.cli.project import instance_storage, write_instance_yaml
 from soco_pipeline.storage import PROJECT_ROOT, StorageMovedError, storage_gone, write_bytes_atomic
 from tests.faults import BACKBONE, BATCH, crash_env, kill_session, start_demo, wait_for_pause, without_pause
 

@@ -8,7 +8,7 @@ import duckdb
 import pandas as pd
 import pytest
 
-from soco_pipeline.results_db import create_views, refresh_views, stored_tables
+from soco_pipeline.report.results_db import create_views, refresh_views, stored_tables
 from soco_pipeline.tables import TABLES, Table
 
 pytestmark = pytest.mark.unit

@@ -18,7 +18,7 @@ import pytest
 from soco_pipeline.defs.definitions import build_definitions
 from soco_pipeline.defs.results.report import results_report
 from soco_pipeline.defs.summary.assets import headline_assets
-from soco_pipeline.evaluation.headline import Headline
+from soco_pipeline.trust.headline import Headline
 from tests.dagster_server import write_instance_yaml
 from tests.faults import child_env
 

@@ -38,8 +38,8 @@ SCRIPT = """
 import json, sys
 import dagster as dg
 from soco_pipeline.defs.definitions import build_definitions
-from soco_pipeline.demo import Runner, Stage, families, run_families
-from soco_pipeline.results_db import query
+from soco_pipeline.cli.demo import Runner, Stage, families, run_families
+from soco_pipeline.report.results_db import query
 from soco_pipeline.tables import table_for
 
 storage, backbones, home = sys.argv[1:4]

@@ -22,10 +22,10 @@ import yaml
 
 from soco_pipeline.defs.definitions import build_definitions
 from soco_pipeline.defs.tpips.assets import FAMILY
-from soco_pipeline.evaluation.headline import headline_rows
 from soco_pipeline.report.page import simulated_parts
 from soco_pipeline.tasks.tpips.config import DEFAULT_PATH, load_config
 from soco_pipeline.tasks.tpips.source import official_images, official_ooo
+from soco_pipeline.trust.headline import headline_rows
 from tests.tpips_helpers import write_official_fixture, write_release_fixture
 
 pytestmark = pytest.mark.pipeline

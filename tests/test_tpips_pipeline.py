@@ -11,9 +11,9 @@ import pytest
 import yaml
 
 from soco_pipeline.defs.definitions import build_definitions
-from soco_pipeline.evaluation import history
 from soco_pipeline.tasks.tpips.config import DEFAULT_PATH
 from soco_pipeline.tasks.tpips.learned import KINDS
+from soco_pipeline.trust import history
 from tests.record_helpers import exported_family_record
 from tests.watch_helpers import current_scores, figure, mean_outcome, plant_earlier_version, regression_check
 

@@ -7,15 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from soco_pipeline.evaluation import hashes
 from soco_pipeline.evaluation.protocol import load_protocol
-from soco_pipeline.evaluation.provenance import (
-    RecordError,
-    build_record,
-    diff_records,
-    git_revision,
-    validate_record,
-)
 from soco_pipeline.evaluation.subsets import (
     SubsetError,
     SubsetRule,
@@ -25,6 +17,14 @@ from soco_pipeline.evaluation.subsets import (
     partial_display,
 )
 from soco_pipeline.taxonomy import load_taxonomy
+from soco_pipeline.trust import hashes
+from soco_pipeline.trust.provenance import (
+    RecordError,
+    build_record,
+    diff_records,
+    git_revision,
+    validate_record,
+)
 from tests.fixtures_data import canonical_tables
 
 pytestmark = pytest.mark.unit

@@ -13,15 +13,15 @@ import dagster as dg
 import pandas as pd
 import pytest
 
-from soco_pipeline import cli
+from soco_pipeline.cli import soco as cli
+from soco_pipeline.cli.demo_lvlm import lvlm_board_markdown, run_lvlm_demo
 from soco_pipeline.defs.definitions import build_definitions
-from soco_pipeline.demo_lvlm import lvlm_board_markdown, run_lvlm_demo
-from soco_pipeline.evaluation.provenance import validate_record
 from soco_pipeline.lvlm.loopback import loopback_answerers
 from soco_pipeline.lvlm.rescore import rescore_lvlm
 from soco_pipeline.report.page import build_report
 from soco_pipeline.settings import Settings
 from soco_pipeline.storage import write_parquet_atomic
+from soco_pipeline.trust.provenance import validate_record
 from tests.eee_helpers import eee_checked_here, exported_eee
 from tests.lvlm_helpers import small_tables
 

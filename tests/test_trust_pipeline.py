@@ -13,15 +13,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from soco_pipeline import cli
+from soco_pipeline.cli import soco as cli
 from soco_pipeline.defs.definitions import build_definitions
 from soco_pipeline.evaluation import stats
 from soco_pipeline.evaluation.protocol import load_protocol
-from soco_pipeline.evaluation.provenance import validate_record
-from soco_pipeline.evaluation.records import stored_subset
 from soco_pipeline.evaluation.subsets import apply_pair_subset
 from soco_pipeline.evaluation.theory import expected_concept_oracle_soc
 from soco_pipeline.storage import PROJECT_ROOT
+from soco_pipeline.trust.provenance import validate_record
+from soco_pipeline.trust.records import stored_subset
 from tests.core import CATEGORIES, ORACLES
 from tests.needs import need
 

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from soco_pipeline import cli
+from soco_pipeline.cli import soco as cli
 from soco_pipeline.defs.definitions import build_definitions
 from soco_pipeline.storage import PROJECT_ROOT
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from soco_pipeline.defs.shared.watch import watch_events
-from soco_pipeline.evaluation import history
+from soco_pipeline.trust import history
 from tests.faults import child_env
 from tests.test_family_watch import N_CASES, archive
 

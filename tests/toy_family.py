@@ -58,7 +58,7 @@ def toy_definitions(storage: str) -> dg.Definitions:
 
 
 def toy_job(name: str, keys: list[str], overrides: dict | None = None) -> dg.JobDefinition:
-    """The demo's job factory (soco_pipeline.demo.demo_job) for the toy definitions."""
+    """The demo's job factory (soco_pipeline.cli.demo.demo_job) for the toy definitions."""
     job = dg.define_asset_job(name, selection=dg.AssetSelection.assets(*keys))
     return dg.Definitions.merge(
         toy_definitions(overrides["storage"]), dg.Definitions(jobs=[job])

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import dagster as dg
 import numpy as np
 
-from soco_pipeline.evaluation import history
+from soco_pipeline.trust import history
 
 
 def plant_earlier_version(storage_root: str, family: str, model: str, flip: int = 2) -> dict[str, float]:

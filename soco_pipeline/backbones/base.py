@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from soco_pipeline.backbones.preprocess import InputBatch, prepare_batch, preprocess_batch
 from soco_pipeline.backbones.spec import BackboneSpec, SpecFields
-from soco_pipeline.device import resolve_device
+from soco_pipeline.runtime.device import resolve_device
 from soco_pipeline.storage import PROJECT_ROOT
 
 

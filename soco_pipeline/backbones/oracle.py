@@ -31,7 +31,7 @@ import torch
 from soco_pipeline.backbones.base import Backbone, BackboneContext, image_seed
 from soco_pipeline.backbones.kinds import KIND_CAPABILITIES, register_kind
 from soco_pipeline.backbones.spec import BackboneSpec, OracleOptions
-from soco_pipeline.geometry import scale_keypoints
+from soco_pipeline.evaluation.geometry import scale_keypoints
 from soco_pipeline.storage import join, read_parquet
 from soco_pipeline.taxonomy import Taxonomy, load_taxonomy
 

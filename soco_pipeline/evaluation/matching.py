@@ -23,8 +23,8 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
+from soco_pipeline.evaluation.geometry import scale_keypoints, unit_to_pixels
 from soco_pipeline.evaluation.protocol import ProtocolConfig
-from soco_pipeline.geometry import scale_keypoints, unit_to_pixels
 from soco_pipeline.native import half_matmul
 
 PREDICTION_COLUMNS = [

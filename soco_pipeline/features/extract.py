@@ -33,7 +33,6 @@ import torch
 
 from soco_pipeline.backbones import Backbone, BackboneContext, BackboneSpec, build_backbone, spec_hash
 from soco_pipeline.backbones.spec import FEATURE_CODE_VERSION
-from soco_pipeline.device import cpu_kernels
 from soco_pipeline.features.layout import (
     FLUSH_SECONDS,
     INFO,
@@ -49,7 +48,8 @@ from soco_pipeline.features.layout import (
     listed_files,
     read_manifest,
 )
-from soco_pipeline.pause_points import pause_point
+from soco_pipeline.runtime.device import cpu_kernels
+from soco_pipeline.runtime.pause_points import pause_point
 from soco_pipeline.schemas import FeatureManifestSchema, validate
 from soco_pipeline.storage import (
     StorageFullError,
@@ -338,7 +338,9 @@ class _Writer:
                 }
             )
         self.manifest.flush()
-        pause_point("features_written", self.spec.name)  # fault-injection tests stop here (pause_points.py)
+        pause_point(
+            "features_written", self.spec.name
+        )  # fault-injection tests stop here (runtime/pause_points.py)
         return len(recs)
 
 

@@ -35,7 +35,6 @@ import torch
 
 from soco_pipeline.backbones import BackboneSpec
 from soco_pipeline.backbones.base import BackboneContext
-from soco_pipeline.device import cpu_kernels
 from soco_pipeline.features.global_extractors import (
     GlobalExtractor,
     build_global_extractor,
@@ -46,6 +45,7 @@ from soco_pipeline.features.global_extractors import (
 )
 from soco_pipeline.features.layout import INFO, FeatureError, checksum_matches, file_checksum
 from soco_pipeline.features.policy import GLOBAL_CODE_VERSION, GlobalInputPolicy
+from soco_pipeline.runtime.device import cpu_kernels
 from soco_pipeline.storage import (
     exists,
     filesystem,

@@ -15,7 +15,7 @@ def extract(inputs: dict[str, Any], log: Callable[[str], None]) -> PayloadResult
     from soco_pipeline.backbones import spec_hash
     from soco_pipeline.backbones.validate import checked_spec
     from soco_pipeline.features import extract_features
-    from soco_pipeline.gpu_time import gpu_timer
+    from soco_pipeline.runtime.gpu_time import gpu_timer
 
     spec = checked_spec(inputs["spec_file"])
     context = inputs["backbone_context"]

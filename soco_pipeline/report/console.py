@@ -21,8 +21,8 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from soco_pipeline.evaluation.headline import HEADLINE_COLUMNS
 from soco_pipeline.tasks.core import SOCO, all_specs
+from soco_pipeline.trust.headline import HEADLINE_COLUMNS
 
 WIDTH = 120
 # text columns that explain a board rather than score it: printed once (same in every row) or as notes
@@ -244,7 +244,7 @@ def _ci_text(value: float, lo: float, hi: float) -> str:
     return f"{value:.1f}" if pd.isna(lo) or pd.isna(hi) else f"{value:.1f} [{lo:.1f}, {hi:.1f}]"
 
 
-ROLE_MARK = {"control": " (control)", "ceiling": " (ceiling)"}  # evaluation/roles.py: checks, not models
+ROLE_MARK = {"control": " (control)", "ceiling": " (ceiling)"}  # trust/roles.py: checks, not models
 
 
 def _role(h: pd.DataFrame) -> pd.Series:
@@ -266,7 +266,7 @@ def with_ranks(headlines: pd.DataFrame) -> pd.DataFrame:
 def summary_frame(headlines: pd.DataFrame) -> pd.DataFrame:
     """One row per model, one column per family (value [95% CI] of its headline; `headline_metrics` names
     each), from the long `model_headlines` shape; a model a family has no row for reads n/a. The models come
-    first; controls and ceilings (evaluation/roles.py) follow, their names marked `(control)` / `(ceiling)`."""
+    first; controls and ceilings (trust/roles.py) follow, their names marked `(control)` / `(ceiling)`."""
     h = headlines.copy()
     h["role"] = _role(h)
     h["label"] = h["family"].astype(str)
@@ -324,7 +324,7 @@ def summary_text(headlines: pd.DataFrame, width: int = WIDTH, where: Sequence[st
             notes.append(f"materialized {when.min():%Y-%m-%d %H:%M} to {when.max():%Y-%m-%d %H:%M} UTC")
     notes.insert(0, "headlines: " + headline_metrics(headlines))
     if (_role(headlines) != "model").any():
-        from soco_pipeline.evaluation.roles import ROLE_NOTE
+        from soco_pipeline.trust.roles import ROLE_NOTE
 
         notes.insert(1, ROLE_NOTE)
     title = "Summary: one row per model, each family's headline (0-100) with its 95% CI"
@@ -369,7 +369,7 @@ def headlines_from_boards(
 ) -> pd.DataFrame:
     """A long headline table (the `model_headlines` shape) from family boards, for when that table is not
     materialized: each family's `headline_metric` per model (its best method), CIs where the board has them;
-    `roles`: {model: control | ceiling} (evaluation/roles.py spec_roles), the others are models."""
+    `roles`: {model: control | ceiling} (trust/roles.py spec_roles), the others are models."""
     rows = []
     for family, board in boards.items():
         metric = headline_metric(family)

@@ -24,10 +24,10 @@ from urllib.parse import quote
 import numpy as np
 import pandas as pd
 
-from soco_pipeline.evaluation.headline import simulated_rows
 from soco_pipeline.storage import PROJECT_ROOT, exists, join, read_bytes, read_parquet, write_bytes_atomic
 from soco_pipeline.tasks import family_input_notes, family_specs
 from soco_pipeline.tasks.core import SOCO, SOCO_LVLM, all_specs
+from soco_pipeline.trust.headline import simulated_rows
 
 HEADLINE = ["cc", "soc", "soc_geo", "cross_soc", "four_choice", "four_choice_circular"]
 LVLM_EXAMPLES = 4
@@ -247,9 +247,9 @@ def build_report(
     import datetime as dt
 
     from soco_pipeline.analysis.leaderboard import console_board
-    from soco_pipeline.evaluation.roles import ROLE_NOTE, spec_roles
     from soco_pipeline.report.console import headline_columns, summary_frame
     from soco_pipeline.report.single_file import safe_name
+    from soco_pipeline.trust.roles import ROLE_NOTE, spec_roles
 
     root = settings.storage_root
     out = Path(out_dir or join(root, "report"))
@@ -283,7 +283,7 @@ def build_report(
             "backbone leaderboard with error bars",
         )
 
-    # --- beside the published figures (the models whose spec names one: evaluation/published.py)
+    # --- beside the published figures (the models whose spec names one: trust/published.py)
     comparison = _read(join(tables, "published_comparison.parquet"))
     if (
         comparison is not None and board is not None and "gap_note" in board.columns

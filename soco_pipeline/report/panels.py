@@ -280,8 +280,8 @@ def render_stored_panel(
     settings, backbone: str, pair_id: str, keypoint: str | None, out: str, protocol: ProtocolConfig
 ) -> dict:
     """`soco show`: the panel of one pair of a materialized backbone, from the stored tables and feature cache."""
-    from soco_pipeline.evaluation.records import load_backbone_tables
     from soco_pipeline.features import FeatureStore
+    from soco_pipeline.trust.records import load_backbone_tables
 
     t = load_backbone_tables(settings.tables_root, backbone)
     pairs = t["image_pairs"][t["image_pairs"]["pair_id"] == pair_id]

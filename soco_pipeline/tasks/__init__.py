@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 from soco_pipeline.tables import register_table
 
 if TYPE_CHECKING:
-    from soco_pipeline.evaluation.family_records import FamilyTables
-    from soco_pipeline.evaluation.family_watch import FamilyWatch
-    from soco_pipeline.evaluation.headline import Headline
+    from soco_pipeline.trust.family_records import FamilyTables
+    from soco_pipeline.trust.family_watch import FamilyWatch
+    from soco_pipeline.trust.headline import Headline
 
 SAME_ROWS = "two specs that differ only in `input` get identical rows here"
 

@@ -3,10 +3,10 @@ not a `tasks/<name>/` folder: `family_specs()` (the task families) leaves them o
 
 from __future__ import annotations
 
-from soco_pipeline.evaluation.headline import EMBEDDED_SOURCE, Headline
 from soco_pipeline.evaluation.protocol import load_protocol
 from soco_pipeline.lvlm.protocol import load_lvlm_protocol
 from soco_pipeline.tasks import FamilySpec, family_specs
+from soco_pipeline.trust.headline import EMBEDDED_SOURCE, Headline
 
 COLUMNS = ("backbone", "cc", "soc", "SOC 95% CI", "soc_geo", "cross_soc", "four_choice_circular", "knn_top1")
 SOCO = FamilySpec(

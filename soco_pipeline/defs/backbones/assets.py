@@ -43,7 +43,7 @@ CODE_VERSIONS = {
 
 def matching_device(soco: SocoSettings) -> str:
     """The torch device for matching: CUDA when present and asked for (auto), else CPU."""
-    from soco_pipeline.device import resolve_device
+    from soco_pipeline.runtime.device import resolve_device
 
     return str(resolve_device(soco.device))
 
@@ -183,7 +183,7 @@ def predictions(
     """Zero-shot nearest-neighbour predictions (free and SOC-geo) in target-image pixels."""
     from soco_pipeline.evaluation.matching import predict
     from soco_pipeline.evaluation.subsets import apply_pair_subset
-    from soco_pipeline.gpu_time import gpu_timer
+    from soco_pipeline.runtime.gpu_time import gpu_timer
 
     backbone = context.partition_key
     protocol, seen = protocol_observation(soco)
@@ -236,7 +236,7 @@ def four_choice_predictions(
     """The backbone's pick among the four options of each item, for every rotation of the options."""
     from soco_pipeline.evaluation.four_choice_matching import predict_four_choice
     from soco_pipeline.evaluation.subsets import apply_pair_subset
-    from soco_pipeline.gpu_time import gpu_timer
+    from soco_pipeline.runtime.gpu_time import gpu_timer
 
     rule = config.rule()
     if not rule.is_full:  # a partial run asks the items of its pairs only
@@ -338,16 +338,16 @@ def leaderboard(
     from soco_pipeline.analysis.leaderboard import leaderboard as build_leaderboard
     from soco_pipeline.analysis.leaderboard import leaderboard_markdown, leaderboard_png
     from soco_pipeline.backbones.spec_files import spec_names
-    from soco_pipeline.evaluation.published import (
+    from soco_pipeline.evaluation.stats import add_interval_columns, ci_display
+    from soco_pipeline.evaluation.subsets import mark_partial, partial_display, subsets_of
+    from soco_pipeline.trust.published import (
         compare_to_published,
         load_published,
         published_columns,
         soco_values,
         spec_references,
     )
-    from soco_pipeline.evaluation.published_gap import with_gap_notes
-    from soco_pipeline.evaluation.stats import add_interval_columns, ci_display
-    from soco_pipeline.evaluation.subsets import mark_partial, partial_display, subsets_of
+    from soco_pipeline.trust.published_gap import with_gap_notes
 
     if not metrics:
         raise RuntimeError("no metrics materialized yet: materialize metrics for at least one backbone")

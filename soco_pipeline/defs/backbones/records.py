@@ -19,7 +19,7 @@ FAMILY = "soco"  # the history archive's family folder
 
 def stored_matching_hash(instance: dg.DagsterInstance) -> str | None:
     """The matching hash the latest `sample_hashes` were made with (its metadata; None before it had one)."""
-    from soco_pipeline.evaluation.hashes import MATCHING_HASH
+    from soco_pipeline.trust.hashes import MATCHING_HASH
 
     event = instance.get_latest_materialization_event(dg.AssetKey("sample_hashes"))
     value = event.asset_materialization.metadata.get(MATCHING_HASH) if event else None
@@ -48,9 +48,9 @@ def results_record(
 ) -> dg.MaterializeResult:
     """The backbone's results record: spec, protocol, input sizes, versions, timings, counts, CIs and hashes."""
     from soco_pipeline.backbones import spec_hash
-    from soco_pipeline.evaluation import history
-    from soco_pipeline.evaluation.provenance import write_named_record
-    from soco_pipeline.evaluation.records import backbone_record, backbone_scores, results_markdown
+    from soco_pipeline.trust import history
+    from soco_pipeline.trust.provenance import write_named_record
+    from soco_pipeline.trust.records import backbone_record, backbone_scores, results_markdown
 
     backbone = context.partition_key
     spec = spec_for(soco, backbone)

@@ -27,7 +27,7 @@ def model_history(context: dg.AssetExecutionContext, soco: SocoSettings):
     """Every materialization of this backbone by data version and date (the snapshots `results_record`
     archives), with the paired test of the newest against the previous data version on the same task hash
     (the `no_regression` check)."""
-    from soco_pipeline.evaluation import history
+    from soco_pipeline.trust import history
 
     version = spec_version(soco, context.partition_key)
     outcome = history.watch(

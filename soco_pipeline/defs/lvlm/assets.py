@@ -104,11 +104,11 @@ def lvlm_answers(
     """
     from soco_pipeline.backbones.spec_files import file_hash
     from soco_pipeline.evaluation.subsets import apply_item_subset
-    from soco_pipeline.gpu_time import gpu_timer
     from soco_pipeline.lvlm.backends import build_backend
     from soco_pipeline.lvlm.cache import AnswerCache
     from soco_pipeline.lvlm.run import run_model
     from soco_pipeline.lvlm.specs import spec_hash
+    from soco_pipeline.runtime.gpu_time import gpu_timer
 
     model = context.partition_key
     spec = lvlm_spec_for(soco, model)

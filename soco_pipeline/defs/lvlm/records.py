@@ -26,9 +26,9 @@ def lvlm_results_record(
     lvlm_answers: pd.DataFrame,
 ) -> dg.MaterializeResult:
     """The LVLM's results record: spec, item protocol, versions, timings, counts, CIs and item hashes."""
-    from soco_pipeline.evaluation.provenance import write_named_record
-    from soco_pipeline.evaluation.records import lvlm_record, results_markdown
     from soco_pipeline.lvlm.specs import spec_hash
+    from soco_pipeline.trust.provenance import write_named_record
+    from soco_pipeline.trust.records import lvlm_record, results_markdown
 
     model = context.partition_key
     spec = lvlm_spec_for(soco, model)

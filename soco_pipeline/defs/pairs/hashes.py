@@ -7,7 +7,7 @@ from soco_pipeline.defs.pairs.assets import GROUP
 from soco_pipeline.defs.shared.automation import EAGER
 from soco_pipeline.defs.shared.checks import TableResult, table_asset
 from soco_pipeline.defs.shared.resources import SocoSettings
-from soco_pipeline.evaluation.hashes import MATCHING_HASH
+from soco_pipeline.trust.hashes import MATCHING_HASH
 
 
 @table_asset(group_name=GROUP, automation_condition=EAGER, kinds={"pandas"}, code_version="1")
@@ -22,7 +22,7 @@ def sample_hashes(
     """The input hash of every evaluated pair (image contents, keypoints, correspondences, the protocol's
     matching hash), as the results records carry them; the task hash over them and the matching hash in the
     metadata (results_record uses these rows when the matching hash is its protocol's)."""
-    from soco_pipeline.evaluation.hashes import pair_hashes, task_hash
+    from soco_pipeline.trust.hashes import pair_hashes, task_hash
 
     ev = image_pairs[image_pairs["evaluated"].astype(bool)]
     matching = soco.protocol().matching_hash()

@@ -49,7 +49,7 @@ def results_database_asset(families: Iterable[Family]) -> dg.AssetsDefinition:
 
         The only writer of that file; for tables in an object store there is no file, readers build these
         views over the bucket themselves (this asset then checks that every table reads)."""
-        from soco_pipeline.results_db import refresh_views
+        from soco_pipeline.report.results_db import refresh_views
         from soco_pipeline.storage import is_remote
 
         views = refresh_views(soco.duckdb_path, soco.tables_root)

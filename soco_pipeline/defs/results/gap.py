@@ -1,5 +1,5 @@
 """Why our number differs: `published_gap`, per backbone whose spec names a published model (`reference:`),
-one row per (metric, differing knob) with the measured effect of aligning it (evaluation/published_gap.py).
+one row per (metric, differing knob) with the measured effect of aligning it (trust/published_gap.py).
 A prediction knob re-runs a variant spec through the feature cache (its own spec hash, so its own folder);
 a scoring knob re-scores; the rest is unexplained, with the reason. Its six input tables are dependencies
 read inside the step, and only when the spec names a reference: a spec without one reads no table."""
@@ -40,10 +40,10 @@ def read_inputs(tables_root: str, partition: str) -> dict[str, pd.DataFrame]:
 def published_gap(context: dg.AssetExecutionContext, soco: SocoSettings) -> TableResult:
     """Ours -> the published protocol, one knob at a time (input size, layer re-run; alpha re-scored), and
     the unexplained rest with its reason; no rows, and no table read, when the spec names no published model."""
-    from soco_pipeline.device import resolve_device
-    from soco_pipeline.evaluation.published import load_published, soco_knobs
-    from soco_pipeline.evaluation.published_gap import GAP_COLUMNS, GapInputs, measure_gap
     from soco_pipeline.evaluation.subsets import apply_pair_subset
+    from soco_pipeline.runtime.device import resolve_device
+    from soco_pipeline.trust.published import load_published, soco_knobs
+    from soco_pipeline.trust.published_gap import GAP_COLUMNS, GapInputs, measure_gap
 
     spec = spec_for(soco, context.partition_key)
     if not spec.reference:

@@ -22,7 +22,7 @@ from soco_pipeline.defs.shared.resources import SocoSettings
 def published_comparison(soco: SocoSettings, leaderboard: pd.DataFrame) -> TableResult:
     """Ours beside the published figures of the model each spec names (assets/reference/published.csv):
     the closest published setting, the difference, and every protocol knob in which the two runs differ."""
-    from soco_pipeline.evaluation.published import (
+    from soco_pipeline.trust.published import (
         compare_to_published,
         load_published,
         soco_values,

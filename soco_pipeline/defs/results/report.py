@@ -22,9 +22,9 @@ def results_report(context: dg.AssetExecutionContext, soco: SocoSettings) -> dg.
     the prediction panels and LVLM examples (open it from file:// or with `soco report --serve`), and the same
     page as one file with its images inlined, storage/report.html."""
     from soco_pipeline.defs.shared.boards import board_materializations
-    from soco_pipeline.evaluation.headline import vanished_boards
     from soco_pipeline.report.page import build_report, error_bar_markdown
     from soco_pipeline.report.single_file import write_single_file
+    from soco_pipeline.trust.headline import vanished_boards
 
     gone = vanished_boards(board_materializations(context.instance), soco.tables_root)
     for text in gone.values():  # a board materialized but whose file is gone: said here and on the page

@@ -1,5 +1,5 @@
 """When each board was last materialized, and the warning for a board whose file has vanished since: read
-by the summary assets and the results page (evaluation/headline.py `vanished_boards` decides which)."""
+by the summary assets and the results page (trust/headline.py `vanished_boards` decides which)."""
 
 from collections.abc import Iterable
 
@@ -25,9 +25,9 @@ def board_materializations(instance: dg.DagsterInstance, boards: Iterable[str] |
 
 
 def warn_vanished(context: dg.AssetExecutionContext, when: dict, tables_root: str) -> dict:
-    """Log a warning per board that was materialized but whose file is gone (evaluation/headline.py
+    """Log a warning per board that was materialized but whose file is gone (trust/headline.py
     `vanished_boards`); the asset's metadata that says so ({} when none is)."""
-    from soco_pipeline.evaluation.headline import vanished_boards
+    from soco_pipeline.trust.headline import vanished_boards
 
     gone = vanished_boards(when, tables_root)
     for text in gone.values():

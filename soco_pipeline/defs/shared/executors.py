@@ -22,11 +22,11 @@ GPU_STEP_TAGS = {"dagster-celery/queue": GPU_QUEUE}
 
 
 # Imported once per run by the forkserver instead of once per step: the pipeline, torch and Dagster's storage
-# layer (soco_pipeline/worker_preload.py also ties each step to its run's process). Not a backbone kind's own
+# layer (soco_pipeline/runtime/worker_preload.py also ties each step to its run's process). Not a backbone kind's own
 # library (timm: 2.4 s of the 8.3 s), which only that kind's steps import; the demo's runs add those its specs
 # need (`forkserver(extra)`, backbones/kinds.KIND_LIBRARIES), since one forkserver serves all its runs.
 PRELOAD = [
-    "soco_pipeline.worker_preload",
+    "soco_pipeline.runtime.worker_preload",
     "soco_pipeline.defs.definitions",
     "torch",
     "soco_pipeline.features",
@@ -37,7 +37,7 @@ PRELOAD = [
     "soco_pipeline.evaluation.four_choice_matching",
     "soco_pipeline.evaluation.metrics",
     "soco_pipeline.analysis.leaderboard",
-    "soco_pipeline.results_db",
+    "soco_pipeline.report.results_db",
     "soco_pipeline.analysis",
 ]
 

@@ -16,7 +16,7 @@ and the shared layer does the rest the same way for every family:
   (`rows(model, reason, inputs)`) whenever the backbone's kind lacks a capability the family `needs`
   (backbones/kinds.py CAPABILITIES): one mechanism for every family;
 - LVLM answers go through `lvlm.run.ask_requests` (both error guards) in the families' domain cores;
-- the summary: `headline=Headline(values=..., label=..., ...)` (evaluation/headline.py) names the family's
+- the summary: `headline=Headline(values=..., label=..., ...)` (trust/headline.py) names the family's
   headline on its `<name>_leaderboard`; every `Family` declared in a group folder is found once all folders
   are loaded (`declared_families`), and defs/definitions.py builds `model_headlines` / `model_summary` over
   their headlines and `results_database` over their boards (`@FAMILY.board` records each): a new family folder
@@ -50,9 +50,9 @@ from soco_pipeline.defs.shared.checks import (
 )
 from soco_pipeline.defs.shared.resources import SocoSettings
 from soco_pipeline.defs.shared.specs import spec_for
-from soco_pipeline.evaluation.headline import Headline
 from soco_pipeline.tables import register_table
 from soco_pipeline.tasks import FamilySpec
+from soco_pipeline.trust.headline import Headline
 
 NotApplicableRows = Callable[[str, str, Mapping[str, Any]], pd.DataFrame]
 
@@ -129,8 +129,8 @@ class Family:
         versions (an upgraded OpenCV or torch computes again)."""
         from soco_pipeline.backbones.reads import COMPUTE_LIBRARIES, reads_version
         from soco_pipeline.defs.shared.reuse import upstream_versions
-        from soco_pipeline.evaluation.family_records import config_hash
-        from soco_pipeline.evaluation.provenance import package_versions
+        from soco_pipeline.trust.family_records import config_hash
+        from soco_pipeline.trust.provenance import package_versions
 
         config = self.config(soco)
         return reads_version(

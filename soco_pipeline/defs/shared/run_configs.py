@@ -69,7 +69,7 @@ def recorded_lvlm_subset(instance: dg.DagsterInstance, model: str) -> SubsetRule
 def stage_timing(instance: dg.DagsterInstance, partition: str, stages) -> dict:
     """Wall time of each stage's latest step (Dagster's step stats) and its GPU time (the `gpu_s` /
     `gpu_s_reason` metadata that stage wrote with gpu_time.gpu_timer; null with a reason otherwise)."""
-    from soco_pipeline.gpu_time import stage_timing_entry
+    from soco_pipeline.runtime.gpu_time import stage_timing_entry
 
     out = {}
     for asset in stages:

@@ -1,7 +1,7 @@
 """The regression watch, its Dagster half: one history asset per watched family, its non-blocking
 `no_regression` check and a sensor that reports a regression. The domain work (snapshots, the paired test,
-the history rows) is evaluation/history.py; what a family compares is its `FamilyWatch`
-(evaluation/family_watch.py), declared in its `FamilySpec`.
+the history rows) is trust/history.py; what a family compares is its `FamilyWatch`
+(trust/family_watch.py), declared in its `FamilySpec`.
 
 - SOCO: `model_history[b]` (defs/backbones/watch.py) reads the snapshot `results_record` archives;
 - a task family: `<family>_history[b]` (`family_history`), declared in the family's folder from its watch:
@@ -23,9 +23,9 @@ from soco_pipeline.defs.shared.family import Family
 from soco_pipeline.defs.shared.partitions import backbones_partitions
 from soco_pipeline.defs.shared.resources import SocoSettings
 from soco_pipeline.defs.shared.specs import spec_for, spec_version
-from soco_pipeline.evaluation.family_watch import FamilyWatch
-from soco_pipeline.evaluation.history import WatchOutcome
 from soco_pipeline.schemas import ModelHistorySchema
+from soco_pipeline.trust.family_watch import FamilyWatch
+from soco_pipeline.trust.history import WatchOutcome
 
 LEVEL = 0.95  # the paired interval's level: a drop whose whole interval lies below zero is a regression
 CHECK = "no_regression"
@@ -111,9 +111,9 @@ def family_history(family: Family) -> dg.AssetsDefinition:
         description=f"The regression watch of {watch.headline}: each data version of a backbone's spec.",
     )
     def history_asset(context: dg.AssetExecutionContext, soco: SocoSettings):
-        from soco_pipeline.evaluation import history
-        from soco_pipeline.evaluation.family_records import NotApplicableError
-        from soco_pipeline.evaluation.family_watch import family_snapshot
+        from soco_pipeline.trust import history
+        from soco_pipeline.trust.family_records import NotApplicableError
+        from soco_pipeline.trust.family_watch import family_snapshot
 
         backbone = context.partition_key
         reason, snap = family.not_applicable(spec_for(soco, backbone)), None
@@ -151,7 +151,7 @@ def regression_sensor_on(name: str, asset: str) -> dg.SensorDefinition:
 
     @dg.asset_sensor(name=name, asset_key=dg.AssetKey(asset), minimum_interval_seconds=daemon_interval(30))
     def sensor(context: dg.SensorEvaluationContext, asset_event: dg.EventLogEntry):
-        from soco_pipeline.evaluation.history import WEBHOOK_ENV, notify
+        from soco_pipeline.trust.history import WEBHOOK_ENV, notify
 
         meta = asset_event.asset_materialization.metadata if asset_event.asset_materialization else {}
         if "not_comparable" in meta:  # a watch without its evidence: said, never taken for "no regression"

@@ -1,12 +1,12 @@
 """model_headlines and model_summary over every family's board (a `Headline` says which column of which board
-is a family's headline: SOCO's in evaluation/headline.py, each task family's in its `Family` declaration). A
+is a family's headline: SOCO's in trust/headline.py, each task family's in its `Family` declaration). A
 board that was never materialized is skipped, not awaited.
 
 The two assets are built by `summary_assets(families)`, called by defs/definitions.py once every group folder
 is loaded, so a family declared in any folder is seen (the folders load in name order: `summary` before
 `tpips`); this folder declares no module-level asset. A board that was materialized but whose file is gone
 is not skipped silently: both assets log a warning naming it and carry it in their `missing_boards` metadata,
-and the results page shows it (defs/shared/boards.py, evaluation/headline.py `vanished_boards`)."""
+and the results page shows it (defs/shared/boards.py, trust/headline.py `vanished_boards`)."""
 
 from collections.abc import Iterable
 
@@ -20,9 +20,9 @@ from soco_pipeline.defs.shared.executors import IN_RUN_PROCESS
 from soco_pipeline.defs.shared.family import Family
 from soco_pipeline.defs.shared.io_manager import ALLOW_MISSING
 from soco_pipeline.defs.shared.resources import SocoSettings
-from soco_pipeline.evaluation.headline import Headline
-from soco_pipeline.evaluation.headline_schemas import ModelHeadlineSchema, ModelSummarySchema
 from soco_pipeline.tasks.core import CORE_HEADLINES
+from soco_pipeline.trust.headline import Headline
+from soco_pipeline.trust.headline_schemas import ModelHeadlineSchema, ModelSummarySchema
 
 GROUP = "summary"
 # 2: the published SOC of the model a spec names; 3: the headlines from the Family declarations (the family
@@ -65,8 +65,8 @@ def headline_assets(headlines: tuple[Headline, ...]) -> list[dg.AssetsDefinition
     def model_headlines(context: dg.AssetExecutionContext, soco: SocoSettings, **tables) -> TableResult:
         """Every family's headline (value 0-100, 95% CI, n, simulated flag, when its board was last
         materialized): one row per (model, family)."""
-        from soco_pipeline.evaluation.headline import model_headlines as build
-        from soco_pipeline.evaluation.roles import spec_roles
+        from soco_pipeline.trust.headline import model_headlines as build
+        from soco_pipeline.trust.roles import spec_roles
 
         when = {b: latest_materialization(context.instance, b) for b in boards}
         roles = spec_roles(soco.backbones_dir, soco.lvlms_dir, soco.storage_root)
@@ -100,8 +100,8 @@ def headline_assets(headlines: tuple[Headline, ...]) -> list[dg.AssetsDefinition
         each family board's latest materialization (null where the model has no result in that family), and
         the published SOC of the model its spec names (`reference:`), the difference and the knobs that differ."""
         from soco_pipeline.analysis.leaderboard import leaderboard_markdown
-        from soco_pipeline.evaluation.headline import model_summary as build
-        from soco_pipeline.evaluation.published import summary_published
+        from soco_pipeline.trust.headline import model_summary as build
+        from soco_pipeline.trust.published import summary_published
 
         wide = summary_published(build(model_headlines, headlines), board.get("leaderboard"))
         shown = wide[["model", *dict.fromkeys(h.family for h in headlines)]].round(1)

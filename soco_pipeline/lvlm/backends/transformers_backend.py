@@ -46,7 +46,7 @@ class TransformersBackend:
         """Load the spec's model (a local folder or an id in the HF cache) on its device and dtype."""
         from transformers import AutoModelForImageTextToText, AutoProcessor
 
-        from soco_pipeline.device import resolve_device
+        from soco_pipeline.runtime.device import resolve_device
 
         device = resolve_device(spec.device)
         offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0")

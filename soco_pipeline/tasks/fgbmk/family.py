@@ -8,11 +8,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from soco_pipeline.evaluation import family_records as fr
-from soco_pipeline.evaluation.family_watch import FamilyWatch, PairedOn
-from soco_pipeline.evaluation.headline import Headline
 from soco_pipeline.tasks import SAME_ROWS, FamilySpec
 from soco_pipeline.tasks.fgbmk.config import load_config
+from soco_pipeline.trust import family_records as fr
+from soco_pipeline.trust.family_watch import FamilyWatch, PairedOn
+from soco_pipeline.trust.headline import Headline
 
 TABLES = fr.FamilyTables(("fgbmk_items", "fgbmk_questions"), ("fgbmk_metrics",), ("fgbmk_answers",))
 PAIRED = PairedOn(

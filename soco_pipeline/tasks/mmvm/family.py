@@ -8,11 +8,11 @@ from typing import Any
 
 import pandas as pd
 
-from soco_pipeline.evaluation import family_records as fr
-from soco_pipeline.evaluation.family_watch import FamilyWatch, PairedOn
-from soco_pipeline.evaluation.headline import Headline
 from soco_pipeline.tasks import FamilySpec
 from soco_pipeline.tasks.mmvm.config import load_config
+from soco_pipeline.trust import family_records as fr
+from soco_pipeline.trust.family_watch import FamilyWatch, PairedOn
+from soco_pipeline.trust.headline import Headline
 
 TABLES = fr.FamilyTables(("mmvm_items",), ("mmvm_predictions",), ("mmvm_answers",))
 PAIRED = PairedOn(

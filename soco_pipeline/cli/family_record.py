@@ -1,5 +1,5 @@
 """`soco export-results MODEL OUT --format record --family F`: a task family's results record
-(evaluation/family_records.py), rebuilt from the stored tables; MODEL is a backbone or an LVLM spec, F any
+(trust/family_records.py), rebuilt from the stored tables; MODEL is a backbone or an LVLM spec, F any
 family declared in soco_pipeline/tasks/ (its `FamilySpec`: the tables its record reads, its parts, its config)."""
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ def model_spec(settings: Settings, kind: str, model: str) -> tuple[dict, str]:
 
 def record_for_family(settings: Settings, family: str, model: str) -> dict:
     """The results record of `model` in `family`, from its stored tables (validated against the schema)."""
-    from soco_pipeline.evaluation.family_records import config_hash, family_record, load_family_tables
     from soco_pipeline.tasks import family_specs
+    from soco_pipeline.trust.family_records import config_hash, family_record, load_family_tables
 
     declared = family_specs().get(family)
     if declared is None or declared.record is None or declared.parts is None:
@@ -59,7 +59,7 @@ def reused_tables(family: str, model: str) -> dict[str, str]:
         return {}  # no project instance to read (the `soco` command always has one)
     import dagster as dg
 
-    from soco_pipeline.project import prepare_instance
+    from soco_pipeline.cli.project import prepare_instance
     from soco_pipeline.tasks import family_specs
 
     prepare_instance()  # DAGSTER_HOME: the Makefile's default has its dagster.yaml

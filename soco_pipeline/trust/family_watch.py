@@ -4,7 +4,7 @@ A family's `FamilyWatch` names the metrics of its headline (as its results recor
 family_records.py), the per-model and sample tables they come from, and either a `PairedOn` (the per-sample
 table and its (sample, outcome) column pair: a paired test runs on it) or, where a family stores aggregates
 only, the reason no paired test exists (every family declared today is paired). `family_snapshot` turns one
-model's tables into what evaluation/history.py archives and compares: the headline values, the per-sample
+model's tables into what trust/history.py archives and compares: the headline values, the per-sample
 scores (stats.SCORE_COLUMNS; 0/1 or a share, empty when not paired-testable) and the task hash of the samples.
 
 Each family declares its watch in its `FamilySpec` (tasks/<family>/family.py).
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from soco_pipeline.evaluation import hashes
 from soco_pipeline.evaluation.stats import SCORE_COLUMNS
+from soco_pipeline.trust import hashes
 
 
 @dataclass(frozen=True)

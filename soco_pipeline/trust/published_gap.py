@@ -24,8 +24,8 @@ import pandas as pd
 from soco_pipeline.backbones.spec import BackboneSpec, InputPolicy, spec_hash
 from soco_pipeline.evaluation.metrics import compute_metrics
 from soco_pipeline.evaluation.protocol import ProtocolConfig
-from soco_pipeline.evaluation.published import KNOBS, differing_knobs
 from soco_pipeline.taxonomy import Taxonomy
+from soco_pipeline.trust.published import KNOBS, differing_knobs
 
 # the order the knobs are aligned in: prediction knobs first (re-runs), then scoring knobs (re-scoring)
 KNOB_ORDER = ("input_size", "layer", "alpha")

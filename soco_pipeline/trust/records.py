@@ -11,10 +11,11 @@ from typing import Any
 
 import pandas as pd
 
-from soco_pipeline.evaluation import hashes, stats
+from soco_pipeline.evaluation import stats
 from soco_pipeline.evaluation.protocol import ProtocolConfig
-from soco_pipeline.evaluation.provenance import build_record
 from soco_pipeline.evaluation.subsets import SubsetRule, apply_item_subset, apply_pair_subset
+from soco_pipeline.trust import hashes
+from soco_pipeline.trust.provenance import build_record
 
 
 def subset_block(rule: SubsetRule) -> dict[str, Any]:

@@ -60,7 +60,7 @@ BACKBONES, LVLMS = "backbones", "lvlms"  # the dynamic partition sets of specs
 LVLM_GROUP = "lvlm"  # SOCO's LVLM family: the demo's LVLM block runs it with the loopback answerers
 # Where each run's job comes from: module and function, called with the demo's settings overrides. Step
 # processes rebuild the job from it, so it must be importable (tests point it at their own module).
-LOCATION = ("soco_pipeline.demo", "demo_job")
+LOCATION = ("soco_pipeline.cli.demo", "demo_job")
 LOGGERS = {"console": {"config": {"log_level": "WARNING"}}}
 
 
@@ -81,7 +81,7 @@ def demo_job(name: str, keys: list[str], overrides: dict | None = None) -> dg.Jo
     job = dg.define_asset_job(
         name, selection=dg.AssetSelection.assets(*[dg.AssetKey.from_user_string(k) for k in keys])
     )
-    from soco_pipeline.run_console import soco_console  # Dagster's console lines less its notes
+    from soco_pipeline.cli.run_console import soco_console  # Dagster's console lines less its notes
 
     mine = dg.Definitions(jobs=[job], loggers={"console": soco_console})
     defs = dg.Definitions.merge(build_definitions(**(overrides or {})), mine)
@@ -555,7 +555,7 @@ def run_demo(
     # the families before the summary: correlation reads fgbmk's board, results_database and the results page
     # every family's tables. With no LVLM spec, the lvlm group runs in the LVLM block of `main` (loopback
     # reference answerers), not here.
-    from soco_pipeline.demo_lvlm import lvlm_demo_enabled
+    from soco_pipeline.cli.demo_lvlm import lvlm_demo_enabled
 
     exclude = [LVLM_GROUP] if lvlm_demo_enabled() and not lvlms else []
     exclude += skipped
@@ -568,7 +568,7 @@ def run_demo(
         [dg.AssetKey(k) for k in SUMMARY],
     )
     if runner.run(summary):
-        from soco_pipeline.results_db import query
+        from soco_pipeline.report.results_db import query
 
         settings = soco.settings()
         board = query(
@@ -580,9 +580,9 @@ def run_demo(
 def headlines(settings, tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
     """The long headline table of every model: the `model_headlines` table of the results database, or
     (before that table exists) one built from the boards in `tables`."""
-    from soco_pipeline.evaluation.roles import spec_roles
     from soco_pipeline.report.console import headlines_from_boards
-    from soco_pipeline.results_db import ResultsError, query
+    from soco_pipeline.report.results_db import ResultsError, query
+    from soco_pipeline.trust.roles import spec_roles
 
     try:
         return query(settings.duckdb_path, "SELECT * FROM model_headlines", settings.tables_root)
@@ -607,7 +607,7 @@ def where_the_tables_are(settings) -> list[str]:
 def gap_line(settings) -> str:
     """Where the demo's `published_gap` rows come from: the specs that name a published model, or none."""
     from soco_pipeline.evaluation.protocol import load_protocol
-    from soco_pipeline.evaluation.published import spec_references
+    from soco_pipeline.trust.published import spec_references
 
     refs, _ = spec_references(settings.backbones_dir, load_protocol(settings.protocol_path))
     if refs:
@@ -622,7 +622,7 @@ def gap_line(settings) -> str:
 
 
 def main() -> int:
-    """Entry point of `python -m soco_pipeline.demo`: 0 when everything ran, 1 when a stage failed, 130
+    """Entry point of `python -m soco_pipeline.cli.demo`: 0 when everything ran, 1 when a stage failed, 130
     on Ctrl-C. Prints each board's headline columns (report/console.py: 120 columns), then the summary
     (one row per model, one headline per family) as the last table, and where the full tables are."""
     from soco_pipeline.storage import storage_gone
@@ -664,8 +664,8 @@ def main() -> int:
         full = f"soco leaderboard --family {name}"
         notes = [input_notes[name]] if name in input_notes else []
         print("\n" + console_table(board, name, headline_columns(name, board), full=full, notes=notes))
-    # --- the LVLM family (soco_pipeline/demo_lvlm.py): loopback reference answerers, stopped by pid --------
-    from soco_pipeline.demo_lvlm import EXPECTED, lvlm_demo_enabled, run_lvlm_demo
+    # --- the LVLM family (soco_pipeline/cli/demo_lvlm.py): loopback reference answerers, stopped by pid --------
+    from soco_pipeline.cli.demo_lvlm import EXPECTED, lvlm_demo_enabled, run_lvlm_demo
 
     if lvlm_demo_enabled():
         try:

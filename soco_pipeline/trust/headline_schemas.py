@@ -1,4 +1,4 @@
-"""pandera schemas of `model_headlines` (long) and `model_summary` (wide); evaluation/headline.py builds them."""
+"""pandera schemas of `model_headlines` (long) and `model_summary` (wide); trust/headline.py builds them."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pandas as pd
 import pandera.pandas as pa
 from pandera.typing import Series
 
-from soco_pipeline.evaluation.roles import ROLES
+from soco_pipeline.trust.roles import ROLES
 
 
 class ModelHeadlineSchema(pa.DataFrameModel):
@@ -23,7 +23,7 @@ class ModelHeadlineSchema(pa.DataFrameModel):
     materialized_at: Series[pd.DatetimeTZDtype] = pa.Field(
         nullable=True, dtype_kwargs={"unit": "ns", "tz": "UTC"}
     )
-    role: Series[str] = pa.Field(isin=ROLES)  # model | control | ceiling (evaluation/roles.py)
+    role: Series[str] = pa.Field(isin=ROLES)  # model | control | ceiling (trust/roles.py)
 
     @pa.dataframe_check
     def one_row_per_model_and_family(cls, df: pd.DataFrame) -> bool:  # noqa: N805
@@ -41,7 +41,7 @@ class ModelHeadlineSchema(pa.DataFrameModel):
 
 class ModelSummarySchema(pa.DataFrameModel):
     """`model_summary`: one row per model; then per family `<family>`, `<family>_ci_low`, `<family>_ci_high`,
-    `<family>_simulated`, `<family>_date` (evaluation/headline.summary_columns)."""
+    `<family>_simulated`, `<family>_date` (trust/headline.summary_columns)."""
 
     model: Series[str] = pa.Field(unique=True, str_length={"min_value": 1})
     simulated: Series[bool]

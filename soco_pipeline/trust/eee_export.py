@@ -4,7 +4,7 @@
 An aggregate record is one JSON file, `data/<collection>/<developer>/<model>/<uuid4>.json`, the layout the
 package's datastore and validator expect; its per-sample sidecar is `<uuid4>_samples.jsonl` beside it, one
 instance-level record per (sample, metric), linked by `evaluation_id` and `evaluation_result_id`.
-- Ours (`measured_log`): `source_type: evaluation_run`, built from a results record (evaluation/provenance.py):
+- Ours (`measured_log`): `source_type: evaluation_run`, built from a results record (trust/provenance.py):
   the value, its 95% CI (bootstrap over the family's categories, or the logit interval from the cluster SE)
   and its cluster SE as the uncertainty; the sidecar from the per-sample scores (stats.SCORE_COLUMNS).
 - Published figures (`published_logs`): `source_type: documentation`, one record per (model, family, source)

@@ -1,5 +1,5 @@
 """`soco export-results MODEL OUT --format eee`: MODEL's results as Every Eval Ever records under the folder
-OUT (evaluation/eee_export.py), with a per-sample sidecar from the stored per-sample outcomes; `--family F`,
+OUT (trust/eee_export.py), with a per-sample sidecar from the stored per-sample outcomes; `--family F`,
 `--lvlm` as for `--format record`. With `--published`, MODEL names a model of assets/reference/published.csv
 and its quoted figures are written instead (`source_type: documentation`)."""
 
@@ -17,12 +17,12 @@ def soco_scores(settings: Settings, model: str, lvlm: bool) -> pd.DataFrame:
     """Per-sample scores (stats.SCORE_COLUMNS) of a SOCO backbone (per keypoint, re-scored from its stored
     predictions under the run's protocol, on its stored subset) or of a SOCO LVLM (per answer / item group)."""
     from soco_pipeline.evaluation import stats
-    from soco_pipeline.evaluation.records import load_backbone_tables, load_lvlm_answers, stored_subset
+    from soco_pipeline.trust.records import load_backbone_tables, load_lvlm_answers, stored_subset
 
     if lvlm:
         return stats.lvlm_scores(load_lvlm_answers(settings.tables_root, model))
-    from soco_pipeline.evaluation.protocol_check import stored_protocol
     from soco_pipeline.evaluation.subsets import apply_pair_subset
+    from soco_pipeline.trust.protocol_check import stored_protocol
 
     t = load_backbone_tables(settings.tables_root, model)
     protocol = stored_protocol(settings.storage_root, model, settings.protocol_path)[0]
@@ -64,7 +64,7 @@ def measured(
     """(record, kind, per-sample scores or None, why none, simulated) of the model the command names."""
     family = getattr(args, "family", "soco")
     if family == "soco":
-        from soco_pipeline.trust_cli import record_for_backbone, record_for_lvlm
+        from soco_pipeline.cli.trust import record_for_backbone, record_for_lvlm
 
         rec = (
             record_for_lvlm(settings, args.backbone)
@@ -73,7 +73,7 @@ def measured(
         )
         kind = "lvlm" if args.lvlm else "backbone"
         return rec, kind, soco_scores(settings, args.backbone, args.lvlm), "", settings.source == "embedded"
-    from soco_pipeline.family_record_cli import record_for_family
+    from soco_pipeline.cli.family_record import record_for_family
     from soco_pipeline.storage import exists
     from soco_pipeline.tables import table_for
     from soco_pipeline.tasks import family_specs
@@ -93,7 +93,7 @@ def measured(
 
 def export_eee(args: argparse.Namespace, settings: Settings) -> int:
     """`soco export-results M OUT --format eee [--family F | --lvlm | --published]`."""
-    from soco_pipeline.evaluation import eee_export as eee
+    from soco_pipeline.trust import eee_export as eee
 
     if getattr(args, "protocol", None):
         print(
@@ -119,8 +119,8 @@ def export_eee(args: argparse.Namespace, settings: Settings) -> int:
 
 def export_published(args: argparse.Namespace) -> int:
     """The published figures of one model (published.csv) as `documentation` records."""
-    from soco_pipeline.evaluation import eee_export as eee
     from soco_pipeline.published_figures import load_published
+    from soco_pipeline.trust import eee_export as eee
 
     table = load_published()
     rows = table[table["model"] == args.backbone]

@@ -9,7 +9,7 @@ import argparse
 
 def cmd_drop_snapshot(args: argparse.Namespace, settings) -> int:
     """Move the snapshot's files aside and say what the watch does next."""
-    from soco_pipeline.evaluation.history import drop_snapshot
+    from soco_pipeline.trust.history import drop_snapshot
 
     moved = drop_snapshot(settings.storage_root, args.family, args.model, args.data_version)
     asset = "model_history" if args.family == "soco" else f"{args.family}_history"

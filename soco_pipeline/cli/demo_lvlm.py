@@ -27,9 +27,9 @@ def run_lvlm_demo(instance: dg.DagsterInstance, log=print, **overrides) -> pd.Da
     """Evaluate the loopback answerers through Dagster and return the LVLM leaderboard table."""
     from soco_pipeline.defs.definitions import build_definitions
     from soco_pipeline.defs.shared.resources import SocoSettings
-    from soco_pipeline.evaluation.roles import demo_lvlm_specs
     from soco_pipeline.lvlm.loopback import loopback_answerers
     from soco_pipeline.storage import join, read_parquet
+    from soco_pipeline.trust.roles import demo_lvlm_specs
 
     settings = SocoSettings(**overrides).settings()
     specs_dir = demo_lvlm_specs(settings.storage_root)  # the summary reads their roles there

@@ -2,7 +2,7 @@
 
 It adds the spec (a backbone spec checked as `soco add-backbone` checks it, or an LVLM spec: a file with a
 `backend` field), then materializes exactly that model's partitions and the boards through the same Dagster
-instance, definitions and run machinery as `make demo` and the UI (soco_pipeline/demo.py's Runner: one run
+instance, definitions and run machinery as `make demo` and the UI (soco_pipeline/cli/demo.py's Runner: one run
 per step, tagged `soco/source: soco run`), one line per step. Steps already done are skipped: the data when
 materialized, a family's items when materialized, a model step when each of its assets has a
 materialization of that partition newer than the spec file (and, for SOCO's step, made with the same
@@ -58,7 +58,7 @@ def is_lvlm_spec(path: Path) -> bool:
 def add_spec(src: Path, settings: Settings, weights: bool = True, force: bool = False) -> Added:
     """Validate `src` and copy it into the backbones (or LVLM) folder; the same file already there is kept
     as it is (its mtime decides what is cached), a different one is replaced only with `force`."""
-    from soco_pipeline.spec_lookup import resolve_spec
+    from soco_pipeline.cli.spec_lookup import resolve_spec
 
     src = resolve_spec(str(src))  # a path, or a shipped spec's name; else close names and the docs
     if is_lvlm_spec(src):
@@ -103,7 +103,7 @@ def is_cached(
 ) -> bool:
     """Whether every asset of `keys` has a materialization (of `partition`) made after `since`, and with
     `limit` given, by a run tagged with that limit (a full run: 'none')."""
-    from soco_pipeline.demo import LIMIT_TAG
+    from soco_pipeline.cli.demo import LIMIT_TAG
 
     for key in keys:
         record = _latest(instance, key, partition)
@@ -188,7 +188,7 @@ def plan(
     of its assets was materialized after `since` (default: the spec file's modification time)."""
     import dagster as dg
 
-    from soco_pipeline.demo import (
+    from soco_pipeline.cli.demo import (
         DATA_AND_PAIRS,
         LIMIT_TAG,
         LVLM_GROUP,
@@ -196,7 +196,7 @@ def plan(
         SUMMARY,
         Stage,
     )
-    from soco_pipeline.demo import (
+    from soco_pipeline.cli.demo import (
         families as family_groups,
     )
 
@@ -250,8 +250,8 @@ def _boards(
     import dagster as dg
     import pandas as pd
 
-    from soco_pipeline.demo import families as family_groups
-    from soco_pipeline.demo import quiet
+    from soco_pipeline.cli.demo import families as family_groups
+    from soco_pipeline.cli.demo import quiet
 
     out = {}
     keys = [(SOCO.name, dg.AssetKey(SOCO.headline.board))] + [
@@ -274,8 +274,8 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
 
     from soco_pipeline.backbones.kinds import libraries
     from soco_pipeline.backbones.spec_files import spec_kind
+    from soco_pipeline.cli.demo import LOCATION, Runner, headlines, observe_sources, where_the_tables_are
     from soco_pipeline.defs.definitions import build_definitions
-    from soco_pipeline.demo import LOCATION, Runner, headlines, observe_sources, where_the_tables_are
     from soco_pipeline.report.console import WIDTH, console_table, model_card, summary_text
     from soco_pipeline.tasks import family_specs
 
@@ -291,7 +291,7 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     overrides = settings.definition_overrides()
     overrides = {k: v for k, v in overrides.items() if v is not None}
     defs = build_definitions(**overrides)
-    from soco_pipeline.project import prepare_instance
+    from soco_pipeline.cli.project import prepare_instance
 
     prepare_instance()  # DAGSTER_HOME: the Makefile's default has its dagster.yaml
     instance = dg.DagsterInstance.get()

@@ -4,7 +4,7 @@ A family declares its headline as a `Headline`: the board it reads, the value co
 its 95% CI is found (two columns, a half-width column, or a Wilson interval from a sample-count column) and
 where its `simulated` flag comes from. `headline_rows` turns one board into long rows
 (model, family, metric, value, ci_low, ci_high, n, simulated, materialized_at, role); `model_summary` pivots
-them to one row per model with one headline column per family. `role` (evaluation/roles.py) says which rows are
+them to one row per model with one headline column per family. `role` (trust/roles.py) says which rows are
 models and which are checks (an oracle's ceiling, a baseline's control), so that only models are ranked.
 
 SOCO and SOCO-LVLM declare theirs in tasks/core.py, a task family in its `FamilySpec` (tasks/<name>/; its name
@@ -115,7 +115,7 @@ def headline_rows(
     roles: dict[str, str] | None = None,
 ) -> pd.DataFrame:
     """The long headline rows (HEADLINE_COLUMNS) of one family's board: one per model with a value; empty when
-    the board is missing or has no model rows. `roles`: {model: ceiling | control} (evaluation/roles.py
+    the board is missing or has no model rows. `roles`: {model: ceiling | control} (trust/roles.py
     spec_roles); any other model is a `model`."""
     if not (h.family and h.board):
         raise ValueError(f"{h}: a Headline outside a Family declaration names its family and board")
@@ -210,7 +210,7 @@ def summary_columns(family: str) -> list[str]:
 
 def model_summary(long: pd.DataFrame, headlines: Iterable[Headline]) -> pd.DataFrame:
     """One row per model: `model`, `simulated` (any of its headlines), `role` (model | control | ceiling: its
-    most telling headline role, evaluation/roles.py), then per declared family its value,
+    most telling headline role, trust/roles.py), then per declared family its value,
     CI, simulated flag and the date (UTC) of the family board's latest materialization (the columns of
     `summary_columns`; null where the model has no headline in that family)."""
     families = list(dict.fromkeys(h.family for h in headlines))

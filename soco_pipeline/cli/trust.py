@@ -24,7 +24,7 @@ def _protocol(path: str | None):
 def _checked_protocol(settings: Settings, backbone: str, protocol_path: str | None):
     """The protocol to re-score a backbone's stored predictions with: the run's when `protocol_path` is None,
     else that file, refused (ProtocolError, a ValueError) when it changes a knob that changes predictions."""
-    from soco_pipeline.evaluation.protocol_check import rescoring_protocol, stored_protocol
+    from soco_pipeline.trust.protocol_check import rescoring_protocol, stored_protocol
 
     stored, where = stored_protocol(settings.storage_root, backbone, settings.protocol_path)
     return stored if protocol_path is None else rescoring_protocol(protocol_path, stored, where, backbone)
@@ -33,10 +33,10 @@ def _checked_protocol(settings: Settings, backbone: str, protocol_path: str | No
 def rescored_backbone_metrics(settings: Settings, backbone: str, protocol_path: str | None):
     """(metrics, protocol) of a backbone for `soco export-results`: the stored metrics table, or with
     `--protocol` (scoring knobs only) its stored predictions re-scored under that protocol."""
-    from soco_pipeline.evaluation.protocol_check import rescored_metrics
-    from soco_pipeline.evaluation.records import load_backbone_tables
     from soco_pipeline.storage import read_parquet
     from soco_pipeline.tables import table_for
+    from soco_pipeline.trust.protocol_check import rescored_metrics
+    from soco_pipeline.trust.records import load_backbone_tables
 
     protocol = _checked_protocol(settings, backbone, protocol_path)
     metrics = read_parquet(table_for("metrics").path(settings.tables_root, backbone))
@@ -55,9 +55,9 @@ def _backbone_spec(settings: Settings, backbone: str):
 
 def record_for_backbone(settings: Settings, backbone: str, protocol_path: str | None = None) -> dict:
     """The stored record of a backbone (the results_record asset's JSON) or one rebuilt from its tables."""
-    from soco_pipeline.evaluation.provenance import read_record
-    from soco_pipeline.evaluation.records import backbone_record, load_backbone_tables, stored_subset
     from soco_pipeline.storage import exists, join
+    from soco_pipeline.trust.provenance import read_record
+    from soco_pipeline.trust.records import backbone_record, load_backbone_tables, stored_subset
 
     stored = join(settings.storage_root, "results", "records", f"{backbone}.json")
     if protocol_path is None and exists(stored):
@@ -80,15 +80,15 @@ def record_for_backbone(settings: Settings, backbone: str, protocol_path: str | 
 
 def record_for_lvlm(settings: Settings, model: str) -> dict:
     """The record of an LVLM, rebuilt from its stored answers and the items."""
-    from soco_pipeline.evaluation.records import load_lvlm_answers, lvlm_record, stored_subset
     from soco_pipeline.evaluation.subsets import SubsetRule
     from soco_pipeline.lvlm.protocol import load_lvlm_protocol
     from soco_pipeline.lvlm.specs import load_spec, spec_hash
     from soco_pipeline.storage import exists, join, read_parquet
+    from soco_pipeline.trust.records import load_lvlm_answers, lvlm_record, stored_subset
 
     stored = join(settings.storage_root, "results", "records", "lvlm", f"{model}.json")
     if exists(stored):
-        from soco_pipeline.evaluation.provenance import read_record
+        from soco_pipeline.trust.provenance import read_record
 
         return read_record(stored)
     answers = load_lvlm_answers(settings.tables_root, model)
@@ -110,11 +110,11 @@ def record_for_lvlm(settings: Settings, model: str) -> dict:
 
 def export_record(args: argparse.Namespace, settings: Settings) -> int:
     """`soco export-results B OUT --format record`: write the results record of a backbone (or --lvlm model)."""
-    from soco_pipeline.evaluation.provenance import write_record
+    from soco_pipeline.trust.provenance import write_record
 
     family = getattr(args, "family", "soco")
     if family != "soco":
-        from soco_pipeline.family_record_cli import record_for_family
+        from soco_pipeline.cli.family_record import record_for_family
 
         rec = record_for_family(settings, family, args.backbone)
     elif args.lvlm:
@@ -139,7 +139,7 @@ def export_record(args: argparse.Namespace, settings: Settings) -> int:
 def export_hub(args: argparse.Namespace, settings: Settings) -> int:
     """`soco export-results M OUT --format hub --dataset-id ID`: the model's record as the Hub's
     `.eval_results/<family>.yaml` under the folder OUT, read back with the Hub client's parser."""
-    from soco_pipeline.evaluation.hub_export import write_hub_results
+    from soco_pipeline.trust.hub_export import write_hub_results
 
     if not args.dataset_id:
         print(
@@ -167,7 +167,7 @@ def export_hub(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_diff_runs(args: argparse.Namespace, settings: Settings) -> int:
     """Say where two results records differ; exit 0 when their inputs (task hashes) are identical, else 1."""
-    from soco_pipeline.evaluation.provenance import diff_records, read_record
+    from soco_pipeline.trust.provenance import diff_records, read_record
 
     d = diff_records(read_record(args.a), read_record(args.b))
     print("inputs: identical (every task hash agrees)" if d["same_inputs"] else "inputs: DIFFERENT")
@@ -192,8 +192,8 @@ def cmd_diff_runs(args: argparse.Namespace, settings: Settings) -> int:
 
 def _backbone_scores(settings: Settings, backbone: str, protocol_path: str | None):
     from soco_pipeline.evaluation import stats
-    from soco_pipeline.evaluation.records import load_backbone_tables, stored_subset
     from soco_pipeline.evaluation.subsets import apply_pair_subset
+    from soco_pipeline.trust.records import load_backbone_tables, stored_subset
 
     t = load_backbone_tables(settings.tables_root, backbone)
     pairs = apply_pair_subset(t["image_pairs"], stored_subset(t["metrics"]))
@@ -210,15 +210,15 @@ def _backbone_scores(settings: Settings, backbone: str, protocol_path: str | Non
 
 def _lvlm_scores(settings: Settings, model: str):
     from soco_pipeline.evaluation import stats
-    from soco_pipeline.evaluation.records import load_lvlm_answers
+    from soco_pipeline.trust.records import load_lvlm_answers
 
     return stats.lvlm_scores(load_lvlm_answers(settings.tables_root, model))
 
 
 def cmd_compare(args: argparse.Namespace, settings: Settings) -> int:
     """Paired difference A - B on the pairs (items) both scored: delta, 95% CI, sign test per category."""
+    from soco_pipeline.cli.model_names import check_backbone, check_lvlm
     from soco_pipeline.evaluation.stats import compare
-    from soco_pipeline.model_names import check_backbone, check_lvlm
 
     for name in (args.a, args.b):
         check_lvlm(settings, name) if args.lvlm else check_backbone(settings, name)
@@ -294,10 +294,10 @@ def cmd_evaluate(args: argparse.Namespace, settings: Settings) -> int:
     cfg = {"limit": args.limit, "pair_ids": ids, "seed": args.seed, "panels": args.panels}
     # the environment as this command read it (SOCO_STORAGE, SOCO_BACKBONES_DIR, ...), not at import time
     defs = build_definitions(**settings.definition_overrides(), device=args.device)
-    from soco_pipeline.model_names import check_backbone
+    from soco_pipeline.cli.model_names import check_backbone
 
     check_backbone(settings, args.backbone, materialized=False)  # a typo must not become a partition
-    from soco_pipeline.project import prepare_instance
+    from soco_pipeline.cli.project import prepare_instance
 
     prepare_instance()  # DAGSTER_HOME: the Makefile's default has its dagster.yaml
     instance = dg.DagsterInstance.get()
@@ -332,7 +332,7 @@ def cmd_evaluate(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
     """Render one prediction panel (source + query, target + GT + prediction, similarity heatmap) as a PNG."""
-    from soco_pipeline.model_names import check_backbone
+    from soco_pipeline.cli.model_names import check_backbone
     from soco_pipeline.report.panels import render_stored_panel
 
     check_backbone(settings, args.backbone)
@@ -353,7 +353,7 @@ def missing_boards_now(tables_root: str) -> dict[str, str]:
     import dagster as dg
 
     from soco_pipeline.defs.shared.boards import board_materializations
-    from soco_pipeline.evaluation.headline import vanished_boards
+    from soco_pipeline.trust.headline import vanished_boards
 
     home = os.environ.get("DAGSTER_HOME")
     if not home or not (Path(home) / "dagster.yaml").is_file():

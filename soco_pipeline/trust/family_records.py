@@ -16,8 +16,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from soco_pipeline.evaluation import hashes, stats
-from soco_pipeline.evaluation.provenance import build_record
+from soco_pipeline.evaluation import stats
+from soco_pipeline.trust import hashes
+from soco_pipeline.trust.provenance import build_record
 
 NO_SUBSET = {"partial": False, "rule": {}, "description": "every sample of the family's test split"}
 

@@ -45,7 +45,7 @@ def lvlm_role(spec: dict) -> str:
 
 
 def demo_lvlm_specs(storage_root: str | Path) -> Path:
-    """Where `make demo` writes the loopback answerers' specs (demo_lvlm.py), outside the LVLM spec folder."""
+    """Where `make demo` writes the loopback answerers' specs (cli/demo_lvlm.py), outside the LVLM spec folder."""
     return Path(storage_root) / "lvlm" / "demo_specs"
 
 

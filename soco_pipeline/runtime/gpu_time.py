@@ -40,7 +40,7 @@ def gpu_timer(device: str | torch.device) -> Iterator[GpuTime]:
     reason (e.g. 'the stage ran on cpu, not CUDA')."""
     import torch
 
-    from soco_pipeline.device import resolve_device
+    from soco_pipeline.runtime.device import resolve_device
 
     out = GpuTime()
     if isinstance(device, str) and device.startswith("remote:"):  # an LVLM behind an API (remote:openai)

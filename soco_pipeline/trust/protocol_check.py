@@ -64,9 +64,9 @@ def rescored_metrics(tables: dict[str, pd.DataFrame], protocol: ProtocolConfig) 
     """A backbone's metrics re-scored from its stored predictions under `protocol` (the run's taxonomy
     table, the subset its metrics were scored on)."""
     from soco_pipeline.evaluation.metrics import compute_metrics
-    from soco_pipeline.evaluation.records import stored_subset
     from soco_pipeline.evaluation.subsets import apply_pair_subset
     from soco_pipeline.taxonomy import Taxonomy
+    from soco_pipeline.trust.records import stored_subset
 
     taxonomy = Taxonomy.from_table(tables["taxonomy"], source="the run's taxonomy table")
     pairs = apply_pair_subset(tables["image_pairs"], stored_subset(tables["metrics"]))

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from soco_pipeline.deploy.stack import StackError
-from soco_pipeline.results_db import ResultsError, query
+from soco_pipeline.report.results_db import ResultsError, query
 from soco_pipeline.settings import Settings
 
 
@@ -81,23 +81,23 @@ def cmd_export_results(args: argparse.Namespace, settings: Settings) -> int:
     import json
 
     if args.format == "record":
-        from soco_pipeline.trust_cli import export_record
+        from soco_pipeline.cli.trust import export_record
 
         return export_record(args, settings)
     if args.format == "hub":
-        from soco_pipeline.trust_cli import export_hub
+        from soco_pipeline.cli.trust import export_hub
 
         return export_hub(args, settings)
     if args.format == "eee":
-        from soco_pipeline.eee_cli import export_eee
+        from soco_pipeline.cli.eee import export_eee
 
         return export_eee(args, settings)
 
+    from soco_pipeline.cli.model_names import check_backbone
+    from soco_pipeline.cli.trust import rescored_backbone_metrics
     from soco_pipeline.evaluation.official_results import official_results
-    from soco_pipeline.model_names import check_backbone
     from soco_pipeline.storage import exists, read_parquet, write_bytes_atomic
     from soco_pipeline.tables import table_for
-    from soco_pipeline.trust_cli import rescored_backbone_metrics
 
     check_backbone(settings, args.backbone)
     path = table_for("metrics").path(settings.tables_root, args.backbone)
@@ -190,7 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.set_defaults(func=cmd_sql)
     s = sub.add_parser("leaderboard", help="print a family's board (default: SOCO's headline columns)")
-    from soco_pipeline.leaderboard_cli import add_arguments as leaderboard_arguments
+    from soco_pipeline.cli.leaderboard import add_arguments as leaderboard_arguments
 
     leaderboard_arguments(s)
     s = sub.add_parser("add-backbone", help="validate a backbone spec and add it to assets/backbones/")
@@ -236,20 +236,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="record, eee: soco or a task family declared in soco_pipeline/tasks/ (BACKBONE: a backbone or an LVLM spec)",
     )
     s.set_defaults(func=cmd_export_results)
-    from soco_pipeline.trust_cli import add_commands
+    from soco_pipeline.cli.trust import add_commands
 
     add_commands(sub)  # diff-runs, compare, evaluate, show, report (docs/results.md)
-    from soco_pipeline.workbook_cli import add_command as add_score_workbook
+    from soco_pipeline.cli.workbook import add_command as add_score_workbook
 
     add_score_workbook(sub)  # score-workbook FAMILY FILE (docs/results.md)
-    from soco_pipeline.history_cli import add_command as add_drop_snapshot
+    from soco_pipeline.cli.history import add_command as add_drop_snapshot
 
     add_drop_snapshot(sub)  # drop-snapshot FAMILY MODEL DATA_VERSION (docs/faults.md)
 
-    from soco_pipeline.run_cli import add_command as add_run
+    from soco_pipeline.cli.run import add_command as add_run
 
     add_run(sub)  # soco run SPEC: one model on every family
-    from soco_pipeline.family_export_cli import add_command as add_export_family
+    from soco_pipeline.cli.family_export import add_command as add_export_family
 
     add_export_family(sub)  # soco export-family tpips OUT --format release
 
@@ -282,9 +282,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `soco` command: the project's instance and storage found as the Makefile sets them
-    (soco_pipeline/project.py), one line per error (SOCO_DEBUG=1 shows the traceback)."""
+    (soco_pipeline/cli/project.py), one line per error (SOCO_DEBUG=1 shows the traceback)."""
 
-    from soco_pipeline.project import project_defaults
+    from soco_pipeline.cli.project import project_defaults
 
     args = build_parser().parse_args(argv)
     with project_defaults() as env:
@@ -295,7 +295,7 @@ def _dispatch(args: argparse.Namespace, env) -> int:
     """Run the command; print one line per error (exit 2 for bad input, 1 for the rest)."""
     import os
 
-    from soco_pipeline.project import missing_results_message
+    from soco_pipeline.cli.project import missing_results_message
 
     try:
         return args.func(args, Settings())

@@ -36,7 +36,7 @@ def cmd_leaderboard(args: argparse.Namespace, settings: Settings) -> int:
     """Print one family's board (default: SOCO's)."""
     from soco_pipeline.analysis.leaderboard import console_board
     from soco_pipeline.report.console import console_table, headline_columns
-    from soco_pipeline.results_db import query
+    from soco_pipeline.report.results_db import query
 
     family, known = args.family, list(all_specs())  # SOCO, its LVLM track and every declared family
     if family not in known:
