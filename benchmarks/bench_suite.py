@@ -107,6 +107,8 @@ def run_ci_in_fresh_clone() -> dict:
     through `run_pytest`; the clone is left in place and its path printed, for its logs."""
     clone = Path(tempfile.mkdtemp(prefix="soco-ci-clone-")) / "soco"
     subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+    if (ROOT.parent / "shared").is_dir():  # CI lays shared/ (papers, reference figures) beside the checkout
+        (clone.parent / "shared").symlink_to(ROOT.parent / "shared")
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=clone, capture_output=True, text=True)
     print(f"fresh clone of {head.stdout.strip()} at {clone}")
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}

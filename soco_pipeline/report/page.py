@@ -26,7 +26,7 @@ import pandas as pd
 
 from soco_pipeline.storage import PROJECT_ROOT, exists, join, read_bytes, read_parquet, write_bytes_atomic
 from soco_pipeline.tasks import family_input_notes, family_specs
-from soco_pipeline.tasks.core import SOCO, SOCO_LVLM, all_specs
+from soco_pipeline.tasks.core import LVLM_FAMILY, SOCO, all_specs
 from soco_pipeline.trust.headline import simulated_rows
 
 HEADLINE = ["cc", "soc", "soc_geo", "cross_soc", "four_choice", "four_choice_circular"]
@@ -352,7 +352,7 @@ def build_report(
         }
         fam["headline"] = page_table(fam_board, headline_columns(name, fam_board), "model")
         fam["full"] = page_table(fam_board, name_col="model")
-        if name == SOCO_LVLM.name:
+        if name == LVLM_FAMILY.name:
             lrecords = _records(root, "lvlm")
             if lrecords:
                 fam["notes"].append(

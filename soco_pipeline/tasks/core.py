@@ -24,7 +24,7 @@ SOCO = FamilySpec(
     ),
     columns=COLUMNS,
 )
-SOCO_LVLM = FamilySpec(  # the `lvlm` group and board key; its model_summary columns are `soco_lvlm`
+LVLM_FAMILY = FamilySpec(  # the `lvlm` group and board key; its model_summary columns are `soco_lvlm`
     "lvlm",
     "LVLMs: four-choice SOCO-LVLM (average / circular accuracy)",
     lambda path, settings: load_lvlm_protocol(settings.lvlm_protocol_path),
@@ -40,9 +40,9 @@ SOCO_LVLM = FamilySpec(  # the `lvlm` group and board key; its model_summary col
     ),
     columns=("model", "kind", "*_average", "*_circular"),
 )
-CORE_HEADLINES = (SOCO.headline, SOCO_LVLM.headline)
+CORE_HEADLINES = (SOCO.headline, LVLM_FAMILY.headline)
 
 
 def all_specs() -> dict[str, FamilySpec]:
     """SOCO's and SOCO-LVLM's declarations by name (SOCO first), then every task family's (`family_specs`)."""
-    return {SOCO.name: SOCO, SOCO_LVLM.name: SOCO_LVLM, **family_specs()}
+    return {SOCO.name: SOCO, LVLM_FAMILY.name: LVLM_FAMILY, **family_specs()}
