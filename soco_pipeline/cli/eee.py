@@ -16,26 +16,15 @@ from soco_pipeline.settings import Settings
 def soco_scores(settings: Settings, model: str, lvlm: bool) -> pd.DataFrame:
     """Per-sample scores (stats.SCORE_COLUMNS) of a SOCO backbone (per keypoint, re-scored from its stored
     predictions under the run's protocol, on its stored subset) or of a SOCO LVLM (per answer / item group)."""
+    from soco_pipeline.cli.trust import stored_backbone_scores
     from soco_pipeline.evaluation import stats
-    from soco_pipeline.trust.records import load_backbone_tables, load_lvlm_answers, stored_subset
+    from soco_pipeline.trust.protocol_check import stored_protocol
+    from soco_pipeline.trust.records import load_lvlm_answers
 
     if lvlm:
         return stats.lvlm_scores(load_lvlm_answers(settings.tables_root, model))
-    from soco_pipeline.evaluation.subsets import apply_pair_subset
-    from soco_pipeline.trust.protocol_check import stored_protocol
-
-    t = load_backbone_tables(settings.tables_root, model)
     protocol = stored_protocol(settings.storage_root, model, settings.protocol_path)[0]
-    pairs = apply_pair_subset(t["image_pairs"], stored_subset(t["metrics"]))
-    return stats.backbone_scores(
-        t["predictions"],
-        t["four_choice_predictions"],
-        t["correspondences"],
-        t["keypoints"],
-        t["image_set"],
-        pairs,
-        protocol,
-    )
+    return stored_backbone_scores(settings, model, protocol)
 
 
 def family_scores(settings: Settings, family: str, model: str) -> tuple[pd.DataFrame | None, str]:

@@ -190,7 +190,9 @@ def cmd_diff_runs(args: argparse.Namespace, settings: Settings) -> int:
     return 0 if d["same_inputs"] else 1
 
 
-def _backbone_scores(settings: Settings, backbone: str, protocol_path: str | None):
+def stored_backbone_scores(settings: Settings, backbone: str, protocol):
+    """Per-keypoint scores (stats.SCORE_COLUMNS) of a SOCO backbone, re-scored from its stored predictions
+    under `protocol`, on its stored pair subset."""
     from soco_pipeline.evaluation import stats
     from soco_pipeline.evaluation.subsets import apply_pair_subset
     from soco_pipeline.trust.records import load_backbone_tables, stored_subset
@@ -204,8 +206,12 @@ def _backbone_scores(settings: Settings, backbone: str, protocol_path: str | Non
         t["keypoints"],
         t["image_set"],
         pairs,
-        _checked_protocol(settings, backbone, protocol_path),
+        protocol,
     )
+
+
+def _backbone_scores(settings: Settings, backbone: str, protocol_path: str | None):
+    return stored_backbone_scores(settings, backbone, _checked_protocol(settings, backbone, protocol_path))
 
 
 def _lvlm_scores(settings: Settings, model: str):
