@@ -671,7 +671,13 @@ def worker_lost(cluster, data, backfill):
         env={**os.environ},
         timeout=DEADLINE_S + 60,
     )
+    # The restarting shell has none of the stack's SOCO_* settings; the new worker must have them all.
+    new_gpu = _gpu_worker(cluster)
+    environ = Path(f"/proc/{new_gpu.pid}/environ").read_bytes().split(b"\0")
     return {
+        "restarted_settings": {
+            k: v for k, _, v in (e.decode().partition("=") for e in environ) if k.startswith("SOCO_PAUSE")
+        },
         "run_id": run_id,
         "unacked_at_kill": unacked,
         "status": status,
@@ -693,6 +699,9 @@ def test_kill_9_of_a_whole_worker_is_failed_by_the_sensor(cluster, worker_lost):
     assert lost["run_failures"] >= 1, "a RUN_FAILURE event ends it"
     assert not lost["unacked_after"], "no message left to redeliver"
     assert lost["restarted"].returncode == 0, lost["restarted"].stderr[-3000:]
+    assert lost["restarted_settings"].get("SOCO_PAUSE_AT") == ",".join(PAUSED.values()), lost[
+        "restarted_settings"
+    ]
     assert _eventually(lambda: "gpu-worker-1" in cluster.worker_names()), cluster.worker_names()
 
 

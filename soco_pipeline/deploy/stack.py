@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -66,7 +67,25 @@ CONFIG_FIELDS = (
     "lost_worker_grace",
     "default_queues",
     "extra_env",
+    "start_env",
 )
+# Names that look like credentials never go into stack.json (only SOCO_* settings are recorded at all).
+SECRET_MARKERS = ("KEY", "SECRET", "TOKEN", "PASSWORD", "CREDENTIAL")
+
+
+CREDENTIALS_IN_URL = re.compile(r"://[^/@\s]+:[^/@\s]*@")
+
+
+def recorded_settings(environ: dict[str, str]) -> dict[str, str]:
+    """The SOCO_* settings of `environ` that every service of a stack keeps, restarts included: credentials
+    (names with KEY, SECRET, TOKEN, PASSWORD or CREDENTIAL, URLs with a user:password@) left out."""
+    return {
+        k: v
+        for k, v in environ.items()
+        if k.startswith("SOCO_")
+        and not any(m in k.upper() for m in SECRET_MARKERS)
+        and not CREDENTIALS_IN_URL.search(v)
+    }
 
 
 class StackError(RuntimeError):
@@ -89,6 +108,9 @@ class LocalStack:
     lost_worker_grace: float = 60.0  # seconds a worker holding a step may miss pings (defs/recovery.py)
     default_queues: tuple[str, ...] = (DEFAULT_QUEUE,)  # add GPU_QUEUE to let CPU workers take GPU steps
     extra_env: dict[str, str] = field(default_factory=dict)
+    # The SOCO_* settings of the environment `start` ran in, recorded so that `restart` from another shell
+    # brings a service back with the same ones (a supervisor's unit file does the same).
+    start_env: dict[str, str] = field(default_factory=dict)
     log: Callable[[str], None] = field(default=lambda msg: None, repr=False)
 
     def __post_init__(self) -> None:
@@ -131,8 +153,10 @@ class LocalStack:
             **self.extra_env,
         }
 
-    def _process_env(self) -> dict[str, str]:
-        env = {**os.environ, **self.client_env()}
+    def service_env(self) -> dict[str, str]:
+        """The environment every service starts with: this process's, the recorded SOCO_* settings of the
+        start, then the stack's client variables."""
+        env = {**os.environ, **self.start_env, **self.client_env()}
         env["PYTHONPATH"] = os.pathsep.join(x for x in (str(PROJECT_ROOT), env.get("PYTHONPATH", "")) if x)
         # dagster-celery starts `celery` from PATH: put this environment's bin folder first.
         env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
@@ -151,14 +175,14 @@ class LocalStack:
             name,
             cmd,
             self.root / "logs" / f"{name}.log",
-            self._process_env(),
+            self.service_env(),
             cwd=cwd or PROJECT_ROOT,
             user=user,
             stop_timeout=stop_timeout,
         )
         self.services.append(svc)
         self._popens[name] = proc
-        self._save()
+        self.save()
         self.log(f"started {name} (pid {svc.pid})")
         return svc
 
@@ -171,7 +195,8 @@ class LocalStack:
 
         return check
 
-    def _save(self) -> None:
+    def save(self) -> None:
+        """Write the settings, ports, client environment and service pids to the state file."""
         config = {k: getattr(self, k) for k in CONFIG_FIELDS}
         self.state_file.write_text(
             json.dumps(
@@ -192,6 +217,7 @@ class LocalStack:
         ):
             raise StackError(f"a stack is already running from {self.root}: `soco cluster stop` first")
         self.root.mkdir(parents=True, exist_ok=True)
+        self.start_env = self.start_env or recorded_settings(dict(os.environ))
         os.chmod(self.root, 0o755)  # the postgres user must reach its data folder inside
         names = [
             "redis",
@@ -414,7 +440,7 @@ class LocalStack:
 
     def _start_dagster(self, timeout: float) -> None:
         self._write_dagster_files()
-        env = self._process_env()
+        env = self.service_env()
         # Schema first, once, before any other Dagster process: an empty database races at creation.
         done = subprocess.run(
             [_bin("dagster"), "instance", "migrate"],
@@ -509,7 +535,7 @@ class LocalStack:
             self.log(f"webserver on http://127.0.0.1:{self.ports['webserver']}")
 
     def restart(self, name: str, timeout: float = 120.0) -> Service:
-        """Start service `name` again with its recorded command (after it died or was killed), as a
+        """Start service `name` again with its recorded command and settings (after it died or was killed), as a
         supervisor (systemd, Kubernetes) would; what is left of the old one is stopped first. A worker is
         waited for (its ping); other Dagster services are started and returned. Not for Redis, Postgres or
         SeaweedFS."""
@@ -562,7 +588,7 @@ class LocalStack:
     def _daemon_healthy(self) -> bool:
         done = subprocess.run(
             [_bin("dagster-daemon"), "liveness-check"],
-            env=self._process_env(),
+            env=self.service_env(),
             cwd=PROJECT_ROOT,
             capture_output=True,
             timeout=60,
