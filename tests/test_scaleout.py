@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 import pytest
 import requests
 
-from soco_pipeline.deploy.processes import group_members, wait_for
+from soco_pipeline.deploy.processes import group_members, signal_group, wait_for
 from soco_pipeline.deploy.stack import BUCKET, LocalStack
 from soco_pipeline.runtime.pause_points import pause_key
 from soco_pipeline.storage import PROJECT_ROOT
@@ -140,14 +140,19 @@ def cluster(tmp_path_factory):
         fsspec.config.conf.clear()
         fsspec.config.conf.update(saved_conf)
         t1 = time.monotonic()
-        stopped = _cli("stop", "--dir", str(stack_dir), env=env, timeout=120)
-        print(
-            f"stopped in {time.monotonic() - t1:.0f} s:",
-            stopped.stdout.replace("\n", "; "),
-            stopped.stderr[-2000:],
-        )
+        try:
+            stopped = _cli("stop", "--dir", str(stack_dir), env=env, timeout=DEADLINE_S)
+            print(
+                f"stopped in {time.monotonic() - t1:.0f} s:",
+                stopped.stdout.replace("\n", "; "),
+                stopped.stderr[-2000:],
+            )
+        except subprocess.TimeoutExpired:
+            print(f"`soco cluster stop` still running after {DEADLINE_S} s")
         services = LocalStack.attach(stack_dir).services if (stack_dir / "stack.json").exists() else []
         leftovers = {s.name: group_members(s.pgid) for s in services if group_members(s.pgid)}
+        for s in services:  # whatever the stop left is killed here, so no test run leaves a stack behind
+            signal_group(s.pgid, signal.SIGKILL)
         if (stack_dir / "logs").exists():
             kept = tmp_path_factory.mktemp("cluster-logs")
             shutil.copytree(stack_dir / "logs", kept, dirs_exist_ok=True)
@@ -627,7 +632,6 @@ def worker_lost(cluster, data, backfill):
     from dagster import DagsterEventType
 
     from soco_pipeline.deploy.lost_workers import celery_app, taken_tasks
-    from soco_pipeline.deploy.processes import signal_group
 
     gpu = _gpu_worker(cluster)
     env = cluster.client_env()
