@@ -20,8 +20,10 @@ costs (per run: run created -> first step start plus last step end -> run end; p
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_scaleout.py [--categories car,bus,chair --images 4 --reps 2]
 
-With `--launchers inprocess,slurm [--backbone oracle_part]` it measures instead the per-step overhead of
-each launcher over in-process (benchmarks/launcher_overhead.py; Slurm as root, no Celery stack).
+With `--launchers inprocess,celery,slurm,kubernetes [--backbone oracle_part]` it measures instead the
+per-step overhead of each launcher over in-process on feature extraction and the FG-BMK and TPIPS training
+payloads (benchmarks/launcher_overhead.py; Slurm as root, no Celery stack: celery and kubernetes are
+named with the reason they are not measured there).
 
 Every process is stopped by pid at the end (`LocalStack.stop`); the script then lists any of the stack's
 processes still alive (there should be none).
@@ -275,18 +277,38 @@ def main() -> None:
     ap.add_argument(
         "--launchers",
         default="",
-        help="instead: per-step overhead of these launchers over in-process (inprocess,slurm; "
-        "benchmarks/launcher_overhead.py)",
+        help="instead: per-step overhead of these launchers over in-process, on the steps whose heavy part "
+        "is a payload (features, fgbmk_probe, tpips_heads): inprocess,slurm measured; celery and kubernetes "
+        "say why not here (benchmarks/launcher_overhead.py)",
     )
     ap.add_argument(
         "--backbone", default="oracle_part", help="--launchers: the partition (default oracle_part)"
+    )
+    ap.add_argument(
+        "--tpips-backbone",
+        default="dense_sift",
+        help="--launchers: the partition of TPIPS's learned heads (default dense_sift; the oracles run no "
+        "TPIPS payload)",
+    )
+    ap.add_argument(
+        "--tiny-families",
+        action="store_true",
+        help="--launchers: the tests' tiny FG-BMK/TPIPS configs (a quick check, not a figure)",
     )
     args = ap.parse_args()
     categories = [c for c in args.categories.split(",") if c] or None
     if args.launchers:
         from launcher_overhead import run as launcher_run  # (benchmarks/ is the script's folder)
 
-        launcher_run(args.launchers.split(","), args.backbone, categories, args.images, args.reps)
+        launcher_run(
+            args.launchers.split(","),
+            args.backbone,
+            categories,
+            args.images,
+            args.reps,
+            args.tpips_backbone,
+            args.tiny_families,
+        )
         return
     print(
         f"nproc {os.cpu_count()}; {_load()} before; {len(BACKBONES)} partitions ({', '.join(BACKBONES)}); "

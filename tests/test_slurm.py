@@ -20,7 +20,7 @@ import dagster as dg
 import pandas as pd
 import pytest
 
-from soco_pipeline.deploy.processes import wait_for
+from soco_pipeline.deploy.processes import group_members, start, stop_all, wait_for
 from soco_pipeline.deploy.slurm import PARTITION, LocalSlurm, slurm_installed
 from soco_pipeline.payloads import table_checksum
 from soco_pipeline.payloads.fgbmk_probe import TIMINGS
@@ -121,10 +121,33 @@ def work(materialized_core, tmp_path):
     return materialized_core.copy_to(tmp_path / "core")
 
 
+# the login node's instance: the queued run coordinator (Dagster's default, named here), whose queue the
+# daemon empties; no automation (its sensors would launch runs of their own), at most two runs at once
+DAEMON_INSTANCE = """telemetry:
+  enabled: false
+run_coordinator:
+  module: dagster._core.run_coordinator
+  class: QueuedRunCoordinator
+  config:
+    dequeue_interval_seconds: 1
+concurrency:
+  runs:
+    max_concurrent_runs: 2
+auto_materialize:
+  enabled: false
+  use_sensors: false
+freshness:
+  enabled: false
+"""
+DEADLINE_S = 600  # every wait on the daemon's runs: the machine may be loaded
+
+
 def _backfill(work, partitions: list[str], launch_dir: Path) -> list:
-    """`dagster job backfill -j evaluate_backbone --partitions ...` (the documented command) on the copy's
-    instance, in a fresh process, with SOCO_LAUNCHER=slurm: Dagster's backfill (one run per partition,
-    launched by the instance's run launcher) whose payloads run as Slurm jobs. Its runs once all ended."""
+    """What a lab's login node does: `dagster-daemon run` stays up, and `dagster job backfill -j
+    evaluate_backbone --partitions ...` (the documented command, in a fresh process) queues one run per
+    partition; the daemon dequeues and launches them, and with SOCO_LAUNCHER=slurm their payloads run as
+    Slurm jobs. The runs once all have ended; the daemon and everything it started (its code server, the
+    run workers) are stopped by pid, and none of their processes is left."""
     from tests.core import CATEGORIES, IMAGES_PER_CATEGORY
 
     home = work.root / "dagster_home"
@@ -138,48 +161,80 @@ def _backfill(work, partitions: list[str], launch_dir: Path) -> list:
         "SOCO_LAUNCHER": "slurm",
         "SOCO_LAUNCH_DIR": str(launch_dir),
     }
-    # The instance launches each run at once (DefaultRunCoordinator: no daemon here to dequeue them); the
-    # command returns once they are launched, its code server ends after their execution.
-    (home / "dagster.yaml").write_text(
-        "telemetry:\n  enabled: false\n"
-        "run_coordinator:\n  module: dagster._core.run_coordinator\n  class: DefaultRunCoordinator\n"
-    )
-    dagster = str(Path(sys.executable).parent / "dagster")
-    args = ["job", "backfill", "-j", "evaluate_backbone", "--partitions", ",".join(partitions)]
-    out = subprocess.run(
-        [dagster, *args, "-w", str(PROJECT_ROOT / "workspace.yaml"), "--noprompt"],
-        env=env,
+    # written last thing before the daemon and the command read it (work.instance() rewrites the file:
+    # the polls below open the instance with DagsterInstance.from_config, which only reads it)
+    (home / "dagster.yaml").write_text(DAEMON_INSTANCE)
+    bin_dir = Path(sys.executable).parent
+    workspace = str(PROJECT_ROOT / "workspace.yaml")
+    daemon, popen = start(
+        "daemon",
+        [str(bin_dir / "dagster-daemon"), "run", "-w", workspace],
+        work.root / "logs" / "daemon.log",
+        env,
         cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    backfill_id = re.search(r"Launched backfill job `(\w+)`", out.stdout).group(1)
-    ended = {dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED}
-
-    def runs() -> list:
-        with work.instance() as instance:
-            return instance.get_runs(dg.RunsFilter(tags={"dagster/backfill": backfill_id}))
-
-    wait_for(
-        "the backfill's runs",
-        lambda: len(runs()) == len(partitions) and all(r.status in ended for r in runs()),
-        600,
     )
 
-    def ours() -> str:  # the code server and run processes name the instance's folder
+    def daemon_dead() -> str | None:
+        return (
+            f"dagster-daemon exited with {popen.returncode}; see {daemon.log}"
+            if popen.poll() is not None
+            else None
+        )
+
+    try:
+        args = ["job", "backfill", "-j", "evaluate_backbone", "--partitions", ",".join(partitions)]
+        out = subprocess.run(
+            [str(bin_dir / "dagster"), *args, "-w", workspace, "--noprompt"],
+            env=env,
+            cwd=PROJECT_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=DEADLINE_S,
+        )
+        assert out.returncode == 0, out.stderr[-3000:]
+        backfill_id = re.search(r"Launched backfill job `(\w+)`", out.stdout).group(1)
+
+        def runs() -> list:
+            with dg.DagsterInstance.from_config(str(home)) as instance:
+                return instance.get_runs(dg.RunsFilter(tags={"dagster/backfill": backfill_id}))
+
+        wait_for(
+            "the daemon to run the backfill's runs",
+            lambda: len(runs()) == len(partitions) and all(r.is_finished for r in runs()),
+            DEADLINE_S,
+            interval=2.0,
+            alive=daemon_dead,
+        )
+    finally:
+        stopped = stop_all([daemon], {"daemon": popen})
+        print("dagster-daemon:", stopped, Path(daemon.log).read_text()[-2000:])
+    assert not daemon.alive(), group_members(daemon.pgid)
+
+    def ours() -> str:  # the code servers and run workers name the instance's folder
         return subprocess.run(["pgrep", "-af", str(home)], capture_output=True, text=True).stdout.strip()
 
-    wait_for("the backfill's code server to exit", lambda: not ours(), 120)
+    wait_for("the backfill's processes to exit", lambda: not ours(), DEADLINE_S)
+    launched = re.findall(r"QueuedRunCoordinatorDaemon.*Launched (\d+) run", Path(daemon.log).read_text())
+    assert sum(map(int, launched)) == len(partitions), f"the daemon launched {launched}; see {daemon.log}"
     return runs()
 
 
+def _launched_by_daemon(work, run_id: str) -> bool:
+    """Whether the run went through the queue: enqueued by the command, launched (STARTING) after that;
+    only the daemon launches a queued run (its log counts them, see the test)."""
+    with work.instance() as instance:
+        kinds = [rec.dagster_event.event_type for rec in instance.all_logs(run_id) if rec.dagster_event]
+    queued, starting = dg.DagsterEventType.RUN_ENQUEUED, dg.DagsterEventType.RUN_STARTING
+    return queued in kinds and starting in kinds[kinds.index(queued) :]
+
+
+@pytest.mark.timeout(1800)  # the command and the daemon's runs have 600 s each, on a loaded machine
 def test_backfill_as_slurm_jobs_matches_in_process(slurm, work, materialized_core, tmp_path):
-    """A backfill of both oracle partitions (Dagster's, through `dagster job backfill`) with the Slurm
-    launcher: each run's features extracted by a Slurm job; the feature checksums, predictions, metrics and
-    the SOCO board equal the in-process run's; the job's stdout and Pipes log reach the run's log, the
-    manifest's checksum comes back through Pipes."""
+    """A backfill of both oracle partitions (`dagster job backfill`) with the Slurm launcher, run by a
+    `dagster-daemon` as on a lab's login node: each run queued by the command and launched by the daemon,
+    its features extracted by a Slurm job; the feature checksums, predictions, metrics and the SOCO board
+    equal the in-process run's; the job's stdout and Pipes log reach the run's log, the manifest's checksum
+    comes back through Pipes."""
     for backbone in ORACLES:
         _forget_features(work, backbone)
     runs = _backfill(work, ORACLES, tmp_path / "launch")
@@ -187,6 +242,7 @@ def test_backfill_as_slurm_jobs_matches_in_process(slurm, work, materialized_cor
     for run in runs:
         backbone = run.tags["dagster/partition"]
         assert run.status == dg.DagsterRunStatus.SUCCESS, _run_logs(work, run.run_id)[-20:]
+        assert _launched_by_daemon(work, run.run_id), "the run did not go through the daemon's queue"
         _assert_same(work, materialized_core, backbone)
         logs = _run_logs(work, run.run_id)
         job = next(m for m in logs if m.startswith("submitted Slurm job ")).split()[3]
