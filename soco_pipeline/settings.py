@@ -6,19 +6,36 @@ set), `lvlm/` (marked images, answer cache), `figures/`, `results.duckdb` (views
 
 `Settings` is a plain pydantic model (no Dagster): the CLI builds it from the environment. The
 Dagster resource `SocoSettings` (soco_pipeline/defs/shared/resources.py) *is* a `Settings` (it
-subclasses it and adds nothing), so assets read the same fields and properties. `ENVIRONMENT`
-names the variable behind each field; docs/settings.md lists them with every other SOCO_* variable.
+subclasses it and adds nothing), so assets read the same fields and properties. `ENVIRONMENT` names the
+variable behind each field, `VARIABLES` the others (`variable`): the only module that reads the environment.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import MutableMapping
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from soco_pipeline.storage import PROJECT_ROOT, default_storage_root, is_remote, join
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+def default_storage_root() -> str:
+    """The storage root: $SOCO_STORAGE or <project>/storage."""
+    return os.environ.get("SOCO_STORAGE", str(PROJECT_ROOT / "storage"))
+
+
+def join(root: str, *parts: str) -> str:
+    """Join path parts onto an fsspec path."""
+    return "/".join([str(root).rstrip("/"), *[p.strip("/") for p in parts]])
+
+
+def is_remote(path: str | Path) -> bool:
+    """Whether an fsspec path is a URL (an object store, memory://) rather than a local path."""
+    return "://" in str(path)
+
 
 # field -> (environment variable, how its text is read: str | int | csv)
 ENVIRONMENT: dict[str, tuple[str, str]] = {
@@ -36,25 +53,48 @@ ENVIRONMENT: dict[str, tuple[str, str]] = {
 }
 
 
-def env_text(field: str) -> str | None:
-    """The environment's text for a settings field (None when its variable is unset or empty)."""
-    return os.environ.get(ENVIRONMENT[field][0]) or None
-
-
 def env_value(field: str):
-    """The environment's value for a settings field, parsed by its kind (None when unset)."""
-    text = env_text(field)
-    if text is None:
+    """The environment's value for a settings field, parsed by its kind (None when unset or empty)."""
+    name, kind = ENVIRONMENT[field]
+    text = os.environ.get(name)
+    if not text:
         return None
-    kind = ENVIRONMENT[field][1]
     if kind == "int":
         try:
             return int(text)
         except ValueError:
-            raise ValueError(f"{ENVIRONMENT[field][0]}={text!r} is not an integer") from None
+            raise ValueError(f"{name}={text!r} is not an integer") from None
     if kind == "csv":
         return [c for c in text.split(",") if c] or None
     return text
+
+
+# Every other variable the package reads, through `variable`; docs/settings.md lists the SOCO_* ones.
+VARIABLES = frozenset(
+    """
+    SOCO_REEVALUATE_CRON SOCO_SENSOR_INTERVAL_S SOCO_PROFILE SOCO_DEBUG SOCO_DEMO_LVLM SOCO_DEMO_FAMILIES
+    SOCO_CELERY_BROKER SOCO_CELERY_BACKEND SOCO_CELERY_VISIBILITY_TIMEOUT SOCO_LOST_WORKER_GRACE_S
+    SOCO_LAUNCHER SOCO_LAUNCH_DIR SOCO_SLURM_OPTIONS SOCO_SLURM_QUEUE_DEADLINE_S
+    SOCO_K8S_IMAGE SOCO_K8S_NAMESPACE SOCO_K8S_GPUS SOCO_K8S_VOLUME_CLAIM
+    SOCO_LOOPBACK_COUNTS SOCO_PAUSE_DIR SOCO_PAUSE_AT SOCO_REGRESSION_WEBHOOK
+    SOCO_DETERMINISTIC_CPU SOCO_NATIVE SOCO_NATIVE_CACHE XDG_CACHE_HOME CC
+    DAGSTER_HOME HF_HUB_CACHE HF_HOME HF_HUB_OFFLINE
+    """.split()
+)
+
+
+def variable(name: str, default: str | None = "") -> str:
+    """A variable of VARIABLES: its text, else `default` (None: it must be set, else KeyError); an undeclared
+    name is a KeyError (declare it in VARIABLES and docs/settings.md)."""
+    if name not in VARIABLES:
+        raise KeyError(f"{name} is not declared in settings.VARIABLES (nor in docs/settings.md)")
+    return os.environ[name] if default is None else os.environ.get(name, default)
+
+
+def environment() -> MutableMapping[str, str]:
+    """The whole process environment: a child process's (`{**environment(), ...}`), a payload job's forwarded
+    variables, the defaults cli/project.py sets in place, the key an LVLM spec names (else use `variable`)."""
+    return os.environ
 
 
 def _from_env(field: str, default=None):

@@ -18,7 +18,6 @@ import socket
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import IO
 
 import fsspec
@@ -28,23 +27,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import xxhash
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
-
-
-def default_storage_root() -> str:
-    """The storage root: $SOCO_STORAGE or <project>/storage."""
-    return os.environ.get("SOCO_STORAGE", str(PROJECT_ROOT / "storage"))
-
-
-def join(root: str, *parts: str) -> str:
-    """Join path parts onto an fsspec path."""
-    return "/".join([str(root).rstrip("/"), *[p.strip("/") for p in parts]])
-
-
-def is_remote(path: str | Path) -> bool:
-    """Whether an fsspec path is a URL (an object store, memory://) rather than a local path."""
-    return "://" in str(path)
-
+from soco_pipeline.settings import PROJECT_ROOT as PROJECT_ROOT
+from soco_pipeline.settings import default_storage_root, is_remote, join, variable
 
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _ABSOLUTE = r"^(/|[A-Za-z][A-Za-z0-9+.-]*://)"  # an absolute local path or a URL
@@ -265,7 +249,7 @@ def storage_gone(path: str | None = None) -> str:
     the root was moved or deleted under a running run. A root never seen with its instance (a fresh one, an
     instance kept elsewhere, a URL) is never "gone". With `path`, only when `path` lies under the root. Two
     stats at most; `make demo` calls it once before its first run."""
-    root, home = default_storage_root(), os.environ.get("DAGSTER_HOME", "")
+    root, home = default_storage_root(), variable("DAGSTER_HOME")
     if not home or is_remote(root) or (path is not None and is_remote(path)):
         return ""
     r = os.path.abspath(root)

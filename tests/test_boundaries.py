@@ -1,10 +1,11 @@
 """The package's import rules, read from the source with `ast` (lazy imports inside functions count too):
 
-- no module imports another module's underscore (private) names, nor a private `dagster._*` module;
+- no module imports another module's underscore (private) names, nor a module or test a private `dagster._*` one;
 - no import cycle between the top-level subpackages (stages), nor between modules (imports inside functions
   count; those under `if TYPE_CHECKING:` do not run and do not);
 - the foundation modules import no stage;
-- defs/ does no file I/O, and its group folders import one another only through defs/shared/.
+- defs/ does no file I/O, and its group folders import one another only through defs/shared/;
+- no module but settings.py touches the process environment (`os.environ`, `os.getenv`, `os.putenv`).
 """
 
 from __future__ import annotations
@@ -92,7 +93,10 @@ def test_no_module_imports_a_private_dagster_module(tmp_path):
     planted = tmp_path / "planted.py"
     planted.write_text("def f():\n    from dagster._core.definitions import data_version\n")
     assert private_dagster_imports(planted) == ["dagster._core.definitions"]
-    found = [f"{module_name(p)}: {m}" for p in FILES for m in private_dagster_imports(p)]
+    tests = sorted(Path(__file__).parent.rglob("*.py"))  # the tests too: they break with the same releases
+    found = [
+        f"{p.relative_to(PACKAGE.parent)}: {m}" for p in FILES + tests for m in private_dagster_imports(p)
+    ]
     assert not found, "use Dagster's public API instead:\n" + "\n".join(found)
 
 
@@ -324,3 +328,62 @@ def test_the_group_import_detector_finds_what_it_must():
     assert group_of("soco_pipeline.defs.backbones.assets") == "backbones"
     assert group_of("soco_pipeline.defs.shared.specs") == "shared"
     assert group_of("soco_pipeline.defs.definitions") is None and group_of("soco_pipeline.features") is None
+
+
+# --- settings.py alone reads the environment: a variable through `variable` (declared in VARIABLES and
+# docs/settings.md) or a settings field; the whole environment (a child process's) through `environment()`. ----
+ENVIRONMENT_NAMES = {"environ", "environb", "getenv", "getenvb", "putenv", "unsetenv"}
+# Pending (issue 57): these move their reads on another helper's branch; the lead drops the cli/ lines at merge
+# (cli/trust.py, cli/family_record.py), and trust/eee_export.py's when its SOCO_EEE_DIR read moves.
+ENVIRONMENT_PENDING = {"cli/trust.py", "cli/family_record.py", "trust/eee_export.py"}
+
+
+def environment_uses(source: str) -> list[tuple[int, str]]:
+    """(line, what) of each touch of the process environment: `os.environ` / `os.getenv` / `os.putenv` ...
+    (under any alias of `os`), `from os import environ`, and a named read through settings' whole environment
+    (`environment()["X"]`, `environment().get("X")`: read a variable with `variable("X")`)."""
+    tree = ast.parse(source)
+    imports = [a for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+    aliases = {a.asname or a.name for a in imports if a.name == "os"}
+    hits = []
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr in ENVIRONMENT_NAMES
+            and getattr(node.value, "id", "") in aliases
+        ):
+            hits.append((node.lineno, f"{node.value.id}.{node.attr}"))
+        elif isinstance(node, ast.ImportFrom) and node.module == "os":
+            hits += [
+                (node.lineno, f"from os import {a.name}") for a in node.names if a.name in ENVIRONMENT_NAMES
+            ]
+        elif isinstance(node, ast.Subscript | ast.Call):
+            whole = node.value if isinstance(node, ast.Subscript) else getattr(node.func, "value", None)
+            key = node.slice if isinstance(node, ast.Subscript) else (node.args or [None])[0]
+            named = isinstance(key, ast.Constant) and isinstance(key.value, str)
+            if named and isinstance(whole, ast.Call) and getattr(whole.func, "id", None) == "environment":
+                hits.append((node.lineno, f"environment()[{key.value!r}]"))
+    return sorted(hits)
+
+
+def test_no_module_but_settings_touches_the_environment():
+    """One place reads the environment (issue 57), so every variable is declared and listed in docs/settings.md;
+    the detector is shown to find planted reads, writes and a named read through `environment()`."""
+    planted = (
+        "import os\nimport os as o\nfrom os import getenv\nx = os.environ.get('A')\ndef f():\n"
+        "    o.putenv('B', '1')\n    os.path.join('a', 'b')\n    return environment().get('C'), {**environment()}\n"
+    )
+    assert [w for _, w in environment_uses(planted)] == [
+        "from os import getenv",
+        "os.environ",
+        "o.putenv",
+        "environment()['C']",
+    ]
+    found = [
+        f"{p.relative_to(PACKAGE)}:{line}: {what}"
+        for p in FILES
+        if p.name != "settings.py" or p.parent != PACKAGE
+        if str(p.relative_to(PACKAGE)) not in ENVIRONMENT_PENDING
+        for line, what in environment_uses(p.read_text())
+    ]
+    assert not found, "read the environment through soco_pipeline/settings.py:\n" + "\n".join(found)

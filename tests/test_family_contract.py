@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from soco_pipeline.backbones import list_specs
-from soco_pipeline.backbones.kinds import CAPABILITIES, capabilities, missing_capabilities
+from soco_pipeline.backbones.kinds import CAPABILITIES, capabilities, missing_capabilities, per_kind
 from soco_pipeline.config import load_config_file
 from soco_pipeline.defs.fgbmk import FAMILY as FGBMK
 from soco_pipeline.defs.mmvm import FAMILY as MMVM
@@ -23,7 +23,12 @@ from soco_pipeline.settings import Settings
 from soco_pipeline.storage import PROJECT_ROOT
 from soco_pipeline.tables import register_table, table_for
 from soco_pipeline.tasks.fgbmk.config import load_config as load_fgbmk
-from soco_pipeline.tasks.tpips.features import extract_tpips, features_from_manifest, load_tpips_features
+from soco_pipeline.tasks.tpips.features import (
+    extract_tpips,
+    features_from_manifest,
+    layer_specs,
+    load_tpips_features,
+)
 from soco_pipeline.tasks.tpips.images import write_images
 from soco_pipeline.tasks.tpips.triplets import generate_triplets
 from tests.tpips_helpers import tiny_config
@@ -38,6 +43,23 @@ def test_kinds_offer_capabilities_and_the_oracle_reads_no_pixels():
     assert "pixels" not in capabilities("oracle") and "part_oracle" in capabilities("oracle")
     assert missing_capabilities("oracle", {"pixels", "dense_maps"}) == ["pixels"]
     assert missing_capabilities("timm", {"pixels", "dense_maps", "global_features"}) == []
+
+
+def test_a_per_kind_choice_is_read_by_capability_and_a_kind_left_out_is_refused():
+    """TPIPS's `features.layers` (kind -> layers): a kind offering "blocks" gets its entry, a kind without it one
+    layer, and a kind offering it that the table leaves out stops with the fix (never one layer in silence)."""
+    specs = list_specs()
+    cfg = tiny_config()
+    assert len(layer_specs(specs["dense_sift"], cfg)) == 1
+    assert [dict(s.options)["layer"] for s in layer_specs(specs["efficientnet_lite0"], cfg)] == [
+        "stride16+stride32",
+        "stride16",
+    ]
+    table = {"timm": [-1, -6]}
+    assert per_kind(table, "timm", "blocks", "layers") == [-1, -6]
+    assert per_kind(table, "classical", "blocks", "layers") is None
+    with pytest.raises(ValueError, match="'packaged' offers 'blocks': give it an entry in layers"):
+        per_kind(table, "packaged", "blocks", "layers")
 
 
 def test_one_not_applicable_mechanism_for_every_family():

@@ -6,8 +6,8 @@ Read with `ast`: a string (not a docstring) or a name that is a declared family'
 SOCO's name (tasks/core.py) likewise, but only as a whole string or name (`"soco"`, `soco_board`): `soco` is
 also the command (`soco run`) and the package (`soco_pipeline`). Not yet: trust/published*.py and
 records.py (SOCO's published figures and records), which cannot import tasks/ (tasks/ imports evaluation/).
-Likewise no family core (`tasks/<family>/`) compares a `kind` with a backbone kind's name: a family asks for
-capabilities (backbones/kinds.py), never for a kind.
+Likewise no family core (`tasks/<family>/`) compares a `kind` with a backbone kind's name or looks a table up by a
+backbone spec's kind: a family asks for capabilities (backbones/kinds.py), never for a kind.
 """
 
 from __future__ import annotations
@@ -113,10 +113,32 @@ def board(fgbmk_board):
     assert hits == [(3, "mmvm"), (4, "fgbmk_board"), (6, "/tpips_findings.parquet")]
 
 
+def is_spec_kind(node: ast.AST) -> bool:
+    """Whether `node` is a backbone spec's kind: `spec.kind` (or `<...>spec.kind`, `backbone_spec.kind`)."""
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr == "kind"
+        and isinstance(node.value, ast.Name)
+        and node.value.id.endswith("spec")
+    )
+
+
 def kind_switches(source: str, names: list[str]) -> list[tuple[int, str]]:
-    """(line, kind) of each comparison of a `kind` (a name or an attribute) with a string in `names`."""
+    """(line, kind) of each comparison of a `kind` (a name or an attribute) with a string in `names`, and
+    (line, "lookup") of each table keyed by a backbone spec's kind: `t[spec.kind]`, `t.get(spec.kind)`,
+    `spec.kind in TABLE` (per-kind data is read through backbones/kinds.py `per_kind`, by capability)."""
     hits = []
     for node in ast.walk(ast.parse(source)):
+        subscript = isinstance(node, ast.Subscript) and is_spec_kind(node.slice)
+        get = (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "get"
+            and any(map(is_spec_kind, node.args[:1]))
+        )
+        member = isinstance(node, ast.Compare) and any(isinstance(op, ast.In | ast.NotIn) for op in node.ops)
+        if subscript or get or (member and is_spec_kind(node.left)):
+            hits.append((node.lineno, "lookup"))
         if not isinstance(node, ast.Compare):
             continue
         sides = [node.left, *node.comparators]
@@ -140,4 +162,9 @@ def test_no_family_core_switches_on_a_backbone_kind():
     ]
     assert not found, "backbone-kind switches in family cores (declare a capability):\n" + "\n".join(found)
     planted = 'if spec.kind in ("timm", "packaged"):\n    pass\nif src.kind == "official":\n    pass\n'
-    assert kind_switches(planted, names) == [(1, "timm"), (1, "packaged")]
+    assert kind_switches(planted, names) == [(1, "lookup"), (1, "timm"), (1, "packaged")]
+    planted = (
+        "a = cfg.layers.get(spec.kind)\nb = TABLE[backbone_spec.kind]\nc = spec.kind not in MODEL_KINDS\n"
+    )
+    planted += "d = {'x': 1}[self.kind]\ne = missing_capabilities(spec.kind, NEEDS)\n"
+    assert kind_switches(planted, names) == [(1, "lookup"), (2, "lookup"), (3, "lookup")]

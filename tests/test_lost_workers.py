@@ -3,12 +3,15 @@ reason as its result, and leave no message to redeliver; other messages are unto
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
 import sys
 import tempfile
 from pathlib import Path
 
+import dagster as dg
+import dagster_celery  # noqa: F401 - registers the step-arguments class its messages carry, as in the sensor's process
 import pytest
 from celery.exceptions import WorkerLostError
 
@@ -57,23 +60,39 @@ def redis_url():
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def step_args_packed(run_id: str, step: str) -> dict:
+    """The step's arguments as dagster-celery packs them into its message: Dagster's serdes form of its
+    ExecuteStepArgs (the wire format, with its stored field names), written as data because the class is private."""
+    code = {"__class__": "ModuleCodePointer", "module": "soco_pipeline.defs.definitions", "fn_name": "defs"}
+    repository = {
+        "__class__": "RepositoryPythonOrigin",
+        "executable_path": sys.executable,
+        "code_pointer": code,
+    }
+    return {
+        "__class__": "ExecuteStepArgs",
+        "pipeline_origin": {
+            "__class__": "PipelinePythonOrigin",
+            "pipeline_name": "evaluate_backbone",
+            "repository_origin": repository,
+        },
+        "pipeline_run_id": run_id,
+        "step_keys_to_execute": [step],
+    }
+
+
 def _send(app, run_id: str, step: str):
     """A message shaped as dagster-celery sends it: the packed ExecuteStepArgs as a keyword argument."""
-    from dagster._core.code_pointer import ModuleCodePointer
-    from dagster._core.origin import JobPythonOrigin, RepositoryPythonOrigin
-    from dagster._grpc.types import ExecuteStepArgs
-    from dagster_shared.serdes import pack_value
-
-    origin = JobPythonOrigin(
-        "evaluate_backbone",
-        RepositoryPythonOrigin(
-            sys.executable, ModuleCodePointer("soco_pipeline.defs.definitions", "defs", None)
-        ),
-    )
-    packed = pack_value(ExecuteStepArgs(job_origin=origin, run_id=run_id, step_keys_to_execute=[step]))
+    packed = step_args_packed(run_id, step)
     return app.send_task(
         "execute_plan", kwargs={"execute_step_args_packed": packed, "executable_dict": {}}, queue="gpu"
     )
+
+
+def test_the_packed_step_arguments_are_dagsters_own():
+    """The hand-written message is what Dagster reads back: its public `deserialize_value` gives the run and step."""
+    args = dg.deserialize_value(json.dumps(step_args_packed("run-a", "feature_manifest")))
+    assert (args.run_id, args.step_keys_to_execute) == ("run-a", ["feature_manifest"])
 
 
 def test_a_taken_step_is_failed_with_the_reason_and_never_redelivered(redis_url):

@@ -36,14 +36,15 @@ CAPABILITIES = {
     "dense_maps": "a dense feature map per image",
     "global_features": "a global feature per image (class tokens, or the dense map's mean)",
     "part_oracle": "reads the SOCO part maps of the embedded data set instead of pixels",
+    "blocks": "its model is read block by block: a `layer:` option picks the block or stage",
 }
 # What each built-in kind offers (its class's `capabilities` must agree; a plug-in kind's class declares them)
 MODEL = frozenset({"pixels", "dense_maps", "global_features"})
 KIND_CAPABILITIES = {
-    "timm": MODEL,
+    "timm": MODEL | {"blocks"},
     "diffusion": MODEL,
     "classical": MODEL,
-    "packaged": MODEL,
+    "packaged": MODEL | {"blocks"},
     "oracle": frozenset({"dense_maps", "global_features", "part_oracle"}),
 }
 
@@ -100,6 +101,14 @@ def capabilities(kind: str) -> frozenset[str]:
 def missing_capabilities(kind: str, needs: frozenset[str] | set[str]) -> list[str]:
     """The capabilities in `needs` that a backbone of `kind` lacks, sorted (empty: it applies)."""
     return sorted(set(needs) - capabilities(kind))
+
+
+def per_kind(table: dict[str, B], kind: str, capability: str, where: str) -> B | None:
+    """A family's choice for a backbone kind from its per-kind `table` (named `where`): None for a kind without
+    `capability`; a kind with it that the table leaves out is an error, never silently given no choice."""
+    if capability in capabilities(kind) and kind not in table:
+        raise ValueError(f"backbone kind {kind!r} offers {capability!r}: give it an entry in {where}")
+    return table[kind] if capability in capabilities(kind) else None
 
 
 def unregister_kind(kind: str) -> None:

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from soco_pipeline.backbones.base import Backbone, BackboneContext, BackboneWeightsError, seeded
-from soco_pipeline.backbones.kinds import register_kind
+from soco_pipeline.backbones.kinds import KIND_CAPABILITIES, register_kind
 from soco_pipeline.backbones.spec import PACKAGES, BackboneSpec, PackagedOptions
 from soco_pipeline.backbones.timm_backbone import resolve_local_weights
 
@@ -113,6 +113,7 @@ class PackagedLite0Backbone(Backbone):
     """EfficientNet-Lite0/1/2 (real ImageNet weights) stride-16 (+ upsampled stride-32) features."""
 
     Options = PackagedOptions
+    capabilities = KIND_CAPABILITIES["packaged"]
 
     def __init__(self, spec: BackboneSpec, context: BackboneContext | None = None):
         super().__init__(spec, context)

@@ -20,9 +20,10 @@ import torch
 
 from soco_pipeline.backbones.base import Backbone, BackboneContext, BackboneWeightsError, local_path, seeded
 from soco_pipeline.backbones.checkpoint_grid import checkpoint_grid, hf_checkpoint_file, pos_embed_length
-from soco_pipeline.backbones.kinds import register_kind
+from soco_pipeline.backbones.kinds import KIND_CAPABILITIES, register_kind
 from soco_pipeline.backbones.pos_embed import default_pos_embed_mode, use_hub_pos_embed
 from soco_pipeline.backbones.spec import BackboneSpec, BackboneSpecError, TimmOptions
+from soco_pipeline.settings import variable
 
 
 class BackboneSpecTypeError(TypeError):
@@ -43,8 +44,8 @@ def resolve_local_weights(weights: str, context: BackboneContext, spec: Backbone
 
 def hf_cache_hint(repo: str) -> str:
     """Where the Hugging Face cache is and how to fill it."""
-    cache = os.environ.get("HF_HUB_CACHE") or os.path.join(
-        os.environ.get("HF_HOME", os.path.expanduser("~/.cache/huggingface")), "hub"
+    cache = variable("HF_HUB_CACHE") or os.path.join(
+        variable("HF_HOME", os.path.expanduser("~/.cache/huggingface")), "hub"
     )
     return (
         f"the Hugging Face repo {repo!r} is not in the local cache {cache} (HF_HUB_OFFLINE=1 forbids "
@@ -80,6 +81,7 @@ class TimmBackbone(Backbone):
     """Any timm ViT with dense patch tokens (DINOv2, DINO, CLIP, MAE, DINOv3 ...)."""
 
     Options = TimmOptions
+    capabilities = KIND_CAPABILITIES["timm"]
 
     @classmethod
     def check_spec(cls, spec: BackboneSpec) -> None:

@@ -17,7 +17,6 @@ unpartitioned assets over partitioned ones), printed after SOCO's with those sum
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -33,6 +32,7 @@ from soco_pipeline.backbones.spec_files import spec_kinds
 from soco_pipeline.defs.definitions import build_definitions
 from soco_pipeline.defs.recovery import process_tags
 from soco_pipeline.defs.shared.executors import forkserver
+from soco_pipeline.settings import variable
 
 DATA_AND_PAIRS = ("data", "pairs")
 PER_BACKBONE = (
@@ -156,7 +156,7 @@ class DemoSettingError(ValueError):
 def demo_families(available: Sequence[str]) -> list[str]:
     """The task families the demo runs: $SOCO_DEMO_FAMILIES (comma-separated group names, or `none`), by
     default every one of `available`. An unknown name is an error that lists the families there are."""
-    value = os.environ.get("SOCO_DEMO_FAMILIES", "").strip()
+    value = variable("SOCO_DEMO_FAMILIES").strip()
     if not value:
         return list(available)
     if value == "none":

@@ -9,18 +9,19 @@ through the real `openai` backend, and stops the server by pid at the end (also 
 
 from __future__ import annotations
 
-import os
 import time
 
 import dagster as dg
 import pandas as pd
+
+from soco_pipeline.settings import variable
 
 EXPECTED = "expected: oracle 100 / 100, random ~25 / ~0.39 (average / circular accuracy)"
 
 
 def lvlm_demo_enabled() -> bool:
     """False when SOCO_DEMO_LVLM=0 (skip the LVLM block of the demo)."""
-    return os.environ.get("SOCO_DEMO_LVLM", "1") != "0"
+    return variable("SOCO_DEMO_LVLM") != "0"
 
 
 def run_lvlm_demo(instance: dg.DagsterInstance, log=print, **overrides) -> pd.DataFrame:

@@ -13,23 +13,18 @@ template when it has none or when one the template wrote names another storage r
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from soco_pipeline.settings import default_storage_root, environment, variable
 from soco_pipeline.storage import PROJECT_ROOT, is_remote
 
 MARKERS = ("pyproject.toml", "workspace.yaml")
 PROJECT_NAME = 'name = "soco_pipeline"'
 MAKEFILE_MARK = "The Makefile copies this file"
-
-
-class ProjectError(ValueError):
-    """The storage or instance a command needs is not where the settings point; the message says where it
-    looked and what to do."""
 
 
 @dataclass(frozen=True)
@@ -108,22 +103,23 @@ def write_instance_yaml(dagster_home: Path, storage: str, root: Path) -> bool:
 def project_defaults(cwd: Path | None = None) -> Iterator[ProjectEnvironment]:
     """`project_environment` on os.environ for the block; SOCO_STORAGE and DAGSTER_HOME are put back as they
     were when it ends (a command run in-process leaves no trace in its caller's environment)."""
-    saved = {k: os.environ.get(k) for k in ("SOCO_STORAGE", "DAGSTER_HOME")}
+    env = environment()
+    saved = {k: env.get(k) for k in ("SOCO_STORAGE", "DAGSTER_HOME")}
     try:
         yield project_environment(cwd=cwd, write_yaml=False)
     finally:
         for k, v in saved.items():
             if v is None:
-                os.environ.pop(k, None)
+                env.pop(k, None)
             else:
-                os.environ[k] = v
+                env[k] = v
 
 
 def prepare_instance() -> Path:
     """DAGSTER_HOME (set by `project_defaults`) with a dagster.yaml, written from the project's template as
     `make` does when it has none: called by the commands that open the instance."""
-    home = Path(os.environ["DAGSTER_HOME"])
-    write_instance_yaml(home, os.environ["SOCO_STORAGE"], find_project_root())
+    home = Path(variable("DAGSTER_HOME", None))
+    write_instance_yaml(home, default_storage_root(), find_project_root())
     return home
 
 
@@ -132,7 +128,7 @@ def project_environment(
 ) -> ProjectEnvironment:
     """The Makefile's defaults applied to `environ` (default: os.environ, changed in place): SOCO_STORAGE
     absolute, DAGSTER_HOME set (and, with `write_yaml`, holding a dagster.yaml). Returns what was chosen."""
-    env = os.environ if environ is None else environ
+    env = environment() if environ is None else environ
     root = find_project_root(cwd)
     storage, how_storage = resolve_storage(env.get("SOCO_STORAGE") or None, root, cwd)
     home_text = env.get("DAGSTER_HOME") or ""

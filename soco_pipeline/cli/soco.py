@@ -7,17 +7,9 @@ import shutil
 import sys
 from pathlib import Path
 
-import pandas as pd
-
 from soco_pipeline.deploy.stack import StackError
 from soco_pipeline.report.results_db import ResultsError, query
-from soco_pipeline.settings import Settings
-
-
-def _print_df(df: pd.DataFrame, fmt: str = "table") -> None:
-    from soco_pipeline.report.formats import format_frame
-
-    print(format_frame(df, fmt), end="")
+from soco_pipeline.settings import Settings, variable
 
 
 def cmd_sql(args: argparse.Namespace, settings: Settings) -> int:
@@ -293,8 +285,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def _dispatch(args: argparse.Namespace, env) -> int:
     """Run the command; print one line per error (exit 2 for bad input, 1 for the rest)."""
-    import os
-
     from soco_pipeline.cli.project import missing_results_message
 
     try:
@@ -310,7 +300,7 @@ def _dispatch(args: argparse.Namespace, env) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except Exception as e:  # noqa: BLE001 - a command line prints one line, not a traceback
-        if os.environ.get("SOCO_DEBUG"):
+        if variable("SOCO_DEBUG"):
             raise
         print(f"error: {type(e).__name__}: {e} (SOCO_DEBUG=1 shows the traceback)", file=sys.stderr)
         return 1

@@ -21,6 +21,7 @@ import dagster as dg
 
 from soco_pipeline.defs.shared.automation import daemon_interval
 from soco_pipeline.defs.shared.executors import forkserver_by_default, profile, wrapped_executor
+from soco_pipeline.settings import variable
 from soco_pipeline.storage import pid_alive
 
 HOST_TAG, PID_TAG = "soco/host", "soco/pid"
@@ -164,7 +165,7 @@ def executor_for_profile() -> dg.ExecutorDefinition:
         return recovering(forkserver_by_default(dg.multi_or_in_process_executor))
     from dagster_celery import celery_executor
 
-    visibility = int(os.environ.get("SOCO_CELERY_VISIBILITY_TIMEOUT", str(6 * 3600)))
+    visibility = int(variable("SOCO_CELERY_VISIBILITY_TIMEOUT", str(6 * 3600)))
     return celery_executor.configured(
         {
             "broker": {"env": "SOCO_CELERY_BROKER"},
@@ -214,7 +215,7 @@ def in_flight_celery_steps(instance: dg.DagsterInstance, run_id: str) -> dict[st
 
 def lost_worker_grace_s() -> float:
     """Seconds a worker may miss pings, while it holds a step, before the step is failed as lost."""
-    return float(os.environ.get("SOCO_LOST_WORKER_GRACE_S", "60"))
+    return float(variable("SOCO_LOST_WORKER_GRACE_S", "60"))
 
 
 @dg.sensor(minimum_interval_seconds=daemon_interval(5), default_status=dg.DefaultSensorStatus.RUNNING)
@@ -241,7 +242,7 @@ def lost_worker_sensor(context: dg.SensorEvaluationContext) -> dg.SkipReason:
     if not held:
         context.update_cursor(None)
         return dg.SkipReason("no step is running on a Celery worker")
-    app = celery_app(os.environ["SOCO_CELERY_BROKER"], os.environ["SOCO_CELERY_BACKEND"])
+    app = celery_app(variable("SOCO_CELERY_BROKER", None), variable("SOCO_CELERY_BACKEND", None))
     live = live_workers(app)
     missing_since: dict[str, float] = json.loads(context.cursor) if context.cursor else {}
     now = time.time()

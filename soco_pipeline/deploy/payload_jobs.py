@@ -7,7 +7,6 @@ The Dagster side (the Pipes session) is defs/shared/launchers.py; everything tha
 
 from __future__ import annotations
 
-import os
 import shlex
 import sys
 import uuid
@@ -18,6 +17,7 @@ from typing import Any
 from soco_pipeline.deploy import slurm_jobs
 from soco_pipeline.payloads import PayloadResult
 from soco_pipeline.payloads.transfer import write_inputs
+from soco_pipeline.settings import environment, variable
 from soco_pipeline.storage import PROJECT_ROOT, is_remote, read_parquet
 
 PAYLOAD_MODULE = "soco_pipeline.payloads.run"
@@ -27,12 +27,12 @@ FORWARDED_PREFIXES = ("SOCO_", "AWS_", "FSSPEC_", "HF_")
 
 def forwarded_env() -> dict[str, str]:
     """The variables a payload job needs from the step's environment: SOCO_*, AWS_*, FSSPEC_*, HF_*."""
-    return {k: v for k, v in os.environ.items() if k.startswith(FORWARDED_PREFIXES)}
+    return {k: v for k, v in environment().items() if k.startswith(FORWARDED_PREFIXES)}
 
 
 def default_workdir(storage_root: str) -> str:
     """$SOCO_LAUNCH_DIR, else <storage_root>/launch when the storage root is a local folder, else ''."""
-    workdir = os.environ.get("SOCO_LAUNCH_DIR", "")
+    workdir = variable("SOCO_LAUNCH_DIR")
     if not workdir and not is_remote(storage_root):
         workdir = str(Path(storage_root) / "launch")
     return workdir

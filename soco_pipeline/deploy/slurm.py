@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from soco_pipeline.deploy.processes import Service, free_ports, group_members, start, stop_all, wait_for
+from soco_pipeline.settings import environment
 
 SOCKET_PATH_MAX = 107  # a Unix socket's path: sun_path holds 108 bytes with the terminating NUL
 
@@ -130,7 +131,7 @@ class LocalSlurm:
         return {"SLURM_CONF": str(self.conf)}
 
     def _env(self) -> dict[str, str]:
-        return {**os.environ, **self.client_env()}
+        return {**environment(), **self.client_env()}
 
     def _save(self) -> None:
         self.state_file.write_text(

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from soco_pipeline.deploy.processes import Service, free_ports, port_open, start, stop_all, wait_for
+from soco_pipeline.settings import environment
 from soco_pipeline.storage import PROJECT_ROOT
 
 BUCKET = "soco"
@@ -156,7 +157,7 @@ class LocalStack:
     def service_env(self) -> dict[str, str]:
         """The environment every service starts with: this process's, the recorded SOCO_* settings of the
         start, then the stack's client variables."""
-        env = {**os.environ, **self.start_env, **self.client_env()}
+        env = {**environment(), **self.start_env, **self.client_env()}
         env["PYTHONPATH"] = os.pathsep.join(x for x in (str(PROJECT_ROOT), env.get("PYTHONPATH", "")) if x)
         # dagster-celery starts `celery` from PATH: put this environment's bin folder first.
         env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
@@ -217,7 +218,7 @@ class LocalStack:
         ):
             raise StackError(f"a stack is already running from {self.root}: `soco cluster stop` first")
         self.root.mkdir(parents=True, exist_ok=True)
-        self.start_env = self.start_env or recorded_settings(dict(os.environ))
+        self.start_env = self.start_env or recorded_settings(dict(environment()))
         os.chmod(self.root, 0o755)  # the postgres user must reach its data folder inside
         names = [
             "redis",

@@ -32,10 +32,11 @@ import torch.nn.functional as F
 
 from soco_pipeline.backbones import BackboneSpec, spec_hash
 from soco_pipeline.backbones.base import Backbone, BackboneContext, image_seed
+from soco_pipeline.backbones.kinds import capabilities
 from soco_pipeline.backbones.preprocess import NORMALISATION_PRESETS
 from soco_pipeline.features.extract import load_image
 from soco_pipeline.features.layout import feature_dir
-from soco_pipeline.features.policy import GLOBAL_CODE_VERSION, MODEL_KINDS, GlobalInputPolicy
+from soco_pipeline.features.policy import GLOBAL_CODE_VERSION, GlobalInputPolicy
 from soco_pipeline.storage import join
 
 
@@ -83,7 +84,7 @@ def spec_identity(spec: BackboneSpec, policy: GlobalInputPolicy) -> dict:
     """What decides a backbone's global features besides the policy, known without building it: the spec hash,
     and for a dense-only backbone the input side it is run at (`dense_input`)."""
     ident = {"hash": spec_hash(spec)}
-    if spec.kind in MODEL_KINDS or not policy.dense_input:  # global_ignores_input's two cases
+    if "blocks" in capabilities(spec.kind) or not policy.dense_input:  # global_ignores_input's two cases
         return ident
     return {**ident, "extra": {"dense_input": policy.dense_input}}
 

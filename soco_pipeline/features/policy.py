@@ -7,6 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from soco_pipeline.backbones.kinds import capabilities
+
 GLOBAL_CODE_VERSION = "1"  # bump when the extractors change what they compute (a new cache folder follows)
 
 
@@ -32,17 +34,11 @@ class GlobalInputPolicy(BaseModel):
         return self.model_dump(exclude={"threads", "batch_size"})
 
 
-MODEL_KINDS = (
-    "timm",
-    "packaged",
-)  # kinds whose torch model is read block by block; the rest average dense maps
-
-
 def global_ignores_input(kind: str, policy: GlobalInputPolicy) -> bool:
-    """Whether a backbone's global output ignores its spec's `input`: a model read block by block takes the
-    policy's resize and crop; a dense-only one runs at the policy's `dense_input` when it names one (else at
-    the spec's own input)."""
-    return kind in MODEL_KINDS or bool(policy.dense_input)
+    """Whether a backbone's global output ignores its spec's `input`: a model read block by block (its kind
+    offers "blocks") takes the policy's resize and crop; a dense-only one runs at the policy's `dense_input` when
+    it names one (else at the spec's own input)."""
+    return "blocks" in capabilities(kind) or bool(policy.dense_input)
 
 
 def global_reads(fields: dict, kind: str, policy: GlobalInputPolicy) -> dict:

@@ -32,6 +32,7 @@ import pandas as pd
 
 from soco_pipeline.lvlm.prompt import ChatRequest, build_prompts
 from soco_pipeline.lvlm.server import HttpReply, serve
+from soco_pipeline.settings import environment, variable
 from soco_pipeline.storage import exists, join, read_bytes, read_parquet
 from soco_pipeline.taxonomy import ASSETS_DIR
 
@@ -103,7 +104,7 @@ def _serve_forever(tables_root: str, seed: int, port: int) -> None:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with serve(answerers, port=port, model_name="soco-loopback") as srv:
-        counts_path = os.environ.get("SOCO_LOOPBACK_COUNTS")
+        counts_path = variable("SOCO_LOOPBACK_COUNTS")
         print(f"{READY_PREFIX}{srv.base_url}", flush=True)
         try:
             while not stop.wait(0.2):
@@ -178,7 +179,7 @@ def loopback_answerers(
     counts = Path(specs_dir) / ".loopback-counts.json"
     Path(specs_dir).mkdir(parents=True, exist_ok=True)
     counts.unlink(missing_ok=True)
-    env = {**os.environ, "SOCO_LOOPBACK_COUNTS": str(counts), "PYTHONUNBUFFERED": "1"}
+    env = {**environment(), "SOCO_LOOPBACK_COUNTS": str(counts), "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "soco_pipeline.lvlm.loopback", "--tables", tables_root, "--seed", str(seed)],
         stdout=subprocess.PIPE,

@@ -33,6 +33,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from soco_pipeline.settings import variable
+
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).parent / "half_matmul.c"
@@ -41,13 +43,14 @@ _FLAGS = ["-O3", "-std=gnu11", "-fPIC", "-shared"]
 
 def cache_dir() -> Path:
     """Where the compiled kernel lives: $SOCO_NATIVE_CACHE, else ~/.cache/soco_pipeline (XDG_CACHE_HOME)."""
-    if os.environ.get("SOCO_NATIVE_CACHE"):
-        return Path(os.environ["SOCO_NATIVE_CACHE"])
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "soco_pipeline"
+    return Path(
+        variable("SOCO_NATIVE_CACHE")
+        or Path(variable("XDG_CACHE_HOME") or Path.home() / ".cache") / "soco_pipeline"
+    )
 
 
 def _compiler() -> str | None:
-    for cc in (os.environ.get("CC"), "cc", "gcc", "clang"):
+    for cc in (variable("CC"), "cc", "gcc", "clang"):
         if cc and shutil.which(cc):
             return cc
     return None
@@ -83,7 +86,7 @@ class _Kernel:
 
 @functools.cache
 def _library() -> _Kernel | None:
-    mode = os.environ.get("SOCO_NATIVE", "0").strip().lower()
+    mode = variable("SOCO_NATIVE").strip().lower()
     if mode in ("", "0", "off", "false"):
         return None
     if mode not in ("1", "on", "true", "auto", "avx512", "avx2"):
@@ -108,33 +111,12 @@ def _library() -> _Kernel | None:
     else:
         log.info("this CPU lacks %s: matching uses torch", "AVX-512" if mode == "avx512" else "AVX2")
         return None
+    ptr, i64 = ctypes.c_void_p, ctypes.c_int64
     f.restype = ctypes.c_int
-    f.argtypes = [
-        ctypes.c_void_p,
-        ctypes.c_int64,
-        ctypes.c_int64,
-        ctypes.c_void_p,
-        ctypes.c_void_p,
-        ctypes.c_int64,
-        ctypes.c_void_p,
-        ctypes.c_void_p,
-        ctypes.c_void_p,
-        ctypes.c_void_p,
-        ctypes.c_void_p,
-        ctypes.c_int64,
-        ctypes.c_void_p,
-    ]
+    f.argtypes = [ptr, i64, i64, ptr, ptr, i64, ptr, ptr, ptr, ptr, ptr, i64, ptr]
     g = lib.soco_half_corners
     g.restype = None
-    g.argtypes = [
-        ctypes.c_void_p,
-        ctypes.c_int64,
-        ctypes.c_int64,
-        ctypes.c_void_p,
-        ctypes.c_void_p,
-        ctypes.c_int64,
-        ctypes.c_void_p,
-    ]
+    g.argtypes = [ptr, i64, i64, ptr, ptr, i64, ptr]
     return _Kernel(f, g, isa)
 
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
+
+from soco_pipeline.settings import variable
 
 if TYPE_CHECKING:
     import torch
@@ -29,7 +30,7 @@ DETERMINISTIC_CPU = "SOCO_DETERMINISTIC_CPU"
 
 def deterministic_cpu() -> bool:
     """Whether SOCO_DETERMINISTIC_CPU=1 asks for CPU features independent of the thread count."""
-    return os.environ.get(DETERMINISTIC_CPU, "0") == "1"
+    return variable(DETERMINISTIC_CPU) == "1"
 
 
 @contextmanager

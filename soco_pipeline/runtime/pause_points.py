@@ -17,6 +17,8 @@ import os
 import time
 from pathlib import Path
 
+from soco_pipeline.settings import variable
+
 ENV = "SOCO_PAUSE_DIR"
 ONLY_ENV = "SOCO_PAUSE_AT"
 _passed: set[str] = set()
@@ -30,10 +32,10 @@ def pause_key(name: str, scope: str = "") -> str:
 def pause_point(name: str, scope: str = "", poll_s: float = 0.05, deadline_s: float = 3600.0) -> None:
     """Wait at `name` until the test says resume (once per process and key); no-op without $SOCO_PAUSE_DIR,
     and, with $SOCO_PAUSE_AT set, unless `name@scope` is listed there."""
-    folder = os.environ.get(ENV)
+    folder = variable(ENV)
     if not folder:
         return
-    only = os.environ.get(ONLY_ENV)
+    only = variable(ONLY_ENV)
     key = name
     if only:
         key = pause_key(name, scope)

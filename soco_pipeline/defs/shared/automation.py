@@ -21,6 +21,7 @@ from typing import Any
 import dagster as dg
 
 from soco_pipeline.defs.shared.resources import SocoSettings
+from soco_pipeline.settings import variable
 
 AC = dg.AutomationCondition
 EAGER = AC.eager()
@@ -42,13 +43,13 @@ ON_CHANGE = (
     & ~AC.any_deps_in_progress()
     & ~AC.in_progress()
 ).with_label("on_change")
-REEVALUATE_CRON = os.environ.get("SOCO_REEVALUATE_CRON") or "0 3 * * 1"  # Mondays 03:00 UTC
+REEVALUATE_CRON = variable("SOCO_REEVALUATE_CRON") or "0 3 * * 1"  # Mondays 03:00 UTC
 
 
 def sensor_interval_s() -> int:
     """Seconds between two evaluations of the automation condition sensor and the spec-folder sensors
     ($SOCO_SENSOR_INTERVAL_S, default 15): the daemon's pace from one asset's materialization to the next."""
-    text = os.environ.get("SOCO_SENSOR_INTERVAL_S") or "15"
+    text = variable("SOCO_SENSOR_INTERVAL_S") or "15"
     try:
         value = int(text)
     except ValueError:

@@ -9,10 +9,11 @@ names a start method keeps it."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 
 import dagster as dg
+
+from soco_pipeline.settings import variable
 
 PROFILES = ("local", "distributed")
 GPU_QUEUE = "gpu"
@@ -56,7 +57,7 @@ IN_RUN_PROCESS = {"soco/step_process": "run"}
 
 def profile() -> str:
     """The deployment profile from $SOCO_PROFILE (local | distributed)."""
-    name = os.environ.get("SOCO_PROFILE", "local") or "local"
+    name = variable("SOCO_PROFILE") or "local"
     if name not in PROFILES:
         raise ValueError(f"SOCO_PROFILE={name!r} is not a deployment profile; use one of {PROFILES}")
     return name

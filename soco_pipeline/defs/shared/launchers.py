@@ -14,7 +14,6 @@ $SOCO_LAUNCHER overrides the profile's default.
 
 from __future__ import annotations
 
-import os
 import shlex
 import warnings
 from typing import Any
@@ -23,17 +22,14 @@ import dagster as dg
 
 from soco_pipeline.defs.shared.executors import profile
 from soco_pipeline.payloads import PayloadResult, run_payload
+from soco_pipeline.settings import variable
 
 LAUNCHERS = ("inprocess", "celery", "slurm", "kubernetes")
 
 
 def launcher_kind(explicit: str = "") -> str:
     """`explicit`, else $SOCO_LAUNCHER, else the profile's: inprocess (local) or celery (distributed)."""
-    kind = (
-        explicit
-        or os.environ.get("SOCO_LAUNCHER", "")
-        or ("celery" if profile() == "distributed" else "inprocess")
-    )
+    kind = explicit or variable("SOCO_LAUNCHER") or ("celery" if profile() == "distributed" else "inprocess")
     if kind not in LAUNCHERS:
         raise ValueError(
             f"launcher {kind!r} is not one of {LAUNCHERS} (set SOCO_LAUNCHER or the resource's kind)"
@@ -123,19 +119,17 @@ class StepLauncher(dg.ConfigurableResource):
 
 
 def launcher_for_profile(storage_root: str) -> StepLauncher:
-    """The launcher resource of this deployment: kind from $SOCO_LAUNCHER or the profile, job folders in
-    $SOCO_LAUNCH_DIR or <storage_root>/launch (when that is a local folder), sbatch options from
-    $SOCO_SLURM_OPTIONS, the queue deadline from $SOCO_SLURM_QUEUE_DEADLINE_S, the pods' image, namespace,
-    GPUs and shared claim from $SOCO_K8S_IMAGE, $SOCO_K8S_NAMESPACE, $SOCO_K8S_GPUS, $SOCO_K8S_VOLUME_CLAIM."""
+    """The launcher resource of this deployment, from the variables read here (docs/settings.md: the kind, job
+    folders, sbatch options, queue deadline, the pods' image, namespace, GPUs and shared claim)."""
     from soco_pipeline.deploy.payload_jobs import default_workdir
 
     return StepLauncher(
         kind=launcher_kind(),
         workdir=default_workdir(storage_root),
-        slurm_options=shlex.split(os.environ.get("SOCO_SLURM_OPTIONS", "")),
-        queue_deadline_s=float(os.environ.get("SOCO_SLURM_QUEUE_DEADLINE_S", "3600")),
-        k8s_image=os.environ.get("SOCO_K8S_IMAGE", ""),
-        k8s_namespace=os.environ.get("SOCO_K8S_NAMESPACE", "default"),
-        k8s_gpus=int(os.environ.get("SOCO_K8S_GPUS", "0")),
-        k8s_volume_claim=os.environ.get("SOCO_K8S_VOLUME_CLAIM", ""),
+        slurm_options=shlex.split(variable("SOCO_SLURM_OPTIONS")),
+        queue_deadline_s=float(variable("SOCO_SLURM_QUEUE_DEADLINE_S", "3600")),
+        k8s_image=variable("SOCO_K8S_IMAGE"),
+        k8s_namespace=variable("SOCO_K8S_NAMESPACE", "default"),
+        k8s_gpus=int(variable("SOCO_K8S_GPUS", "0")),
+        k8s_volume_claim=variable("SOCO_K8S_VOLUME_CLAIM"),
     )

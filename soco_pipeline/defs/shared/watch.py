@@ -11,7 +11,6 @@ the history rows) is trust/history.py; what a family compares is its `FamilyWatc
   when that is set.
 """
 
-import os
 from collections.abc import Iterator
 
 import dagster as dg
@@ -24,6 +23,7 @@ from soco_pipeline.defs.shared.partitions import backbones_partitions
 from soco_pipeline.defs.shared.resources import SocoSettings
 from soco_pipeline.defs.shared.specs import spec_for, spec_version
 from soco_pipeline.schemas import ModelHistorySchema
+from soco_pipeline.settings import variable
 from soco_pipeline.trust.family_watch import FamilyWatch
 from soco_pipeline.trust.history import WatchOutcome
 
@@ -160,7 +160,7 @@ def regression_sensor_on(name: str, asset: str) -> dg.SensorDefinition:
         flagged = meta.get("regression")
         if flagged is None or not flagged.value:
             return dg.SkipReason(f"no regression in the latest {asset} materialization")
-        outcome = notify(str(meta["message"].value), os.environ.get(WEBHOOK_ENV))
+        outcome = notify(str(meta["message"].value), variable(WEBHOOK_ENV))
         context.log.warning(f"regression reported ({outcome}): {meta['message'].value}")
         return dg.SkipReason(f"regression reported: {outcome}")
 

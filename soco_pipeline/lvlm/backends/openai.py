@@ -8,7 +8,6 @@ every error text before that text leaves this module.
 
 from __future__ import annotations
 
-import os
 import random
 import threading
 import time
@@ -18,6 +17,7 @@ import requests
 
 from soco_pipeline.lvlm.prompt import ChatRequest, Reply, openai_messages
 from soco_pipeline.lvlm.specs import LvlmSpec
+from soco_pipeline.settings import environment
 
 RETRY_STATUS = frozenset({408, 409, 425, 429}) | frozenset(range(500, 600))
 
@@ -53,7 +53,7 @@ class OpenAIBackend:
         self.url = f"{spec.base_url}/v1/chat/completions"
         self.max_concurrency = spec.max_concurrency
         if api_key is None and spec.api_key_env:
-            api_key = os.environ.get(spec.api_key_env)
+            api_key = environment().get(spec.api_key_env)
             if not api_key:
                 raise ValueError(
                     f"LVLM spec {spec.name!r} reads its key from ${spec.api_key_env}, which is not set: "

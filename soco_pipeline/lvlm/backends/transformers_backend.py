@@ -7,7 +7,6 @@ HF_HUB_OFFLINE=1.
 from __future__ import annotations
 
 import io
-import os
 import threading
 import time
 from typing import Any
@@ -17,6 +16,7 @@ from PIL import Image
 
 from soco_pipeline.lvlm.prompt import ChatRequest, Reply
 from soco_pipeline.lvlm.specs import LvlmSpec
+from soco_pipeline.settings import variable
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -49,7 +49,7 @@ class TransformersBackend:
         from soco_pipeline.runtime.device import resolve_device
 
         device = resolve_device(spec.device)
-        offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0")
+        offline = variable("HF_HUB_OFFLINE") not in ("", "0")
         dtype = _DTYPES.get(spec.dtype, torch.bfloat16 if device.type == "cuda" else torch.float32)
         try:
             processor = AutoProcessor.from_pretrained(spec.model, local_files_only=offline)

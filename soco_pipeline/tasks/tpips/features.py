@@ -1,9 +1,9 @@
 """TPIPS features through the shared cache: derived specs (input size, extra layers), token and global arrays.
 
 TPIPS images are small squares, so each backbone is extracted at the config's `input_size` (a derived spec:
-its own spec_hash folder in the same cache, never a second extractor). Mid fusion reads several layers: for
-kinds listed under `features.layers` (timm block indices, packaged stage choices) each layer is one more
-derived spec; other kinds give one layer (their cached map). Oracle backbones read SOCO part maps and do not
+its own spec_hash folder in the same cache, never a second extractor). Mid fusion reads several layers: for a
+kind offering "blocks", `features.layers` lists them (timm block indices, packaged stage choices; a kind left
+out is an error), each one more derived spec; other kinds give one layer (their cached map). Oracle backbones read SOCO part maps and do not
 apply to these images: their kind lacks a capability in NEEDS (`not_applicable` names it).
 """
 
@@ -15,20 +15,15 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
+from soco_pipeline.backbones.kinds import missing_capabilities, per_kind
 from soco_pipeline.backbones.spec import BackboneSpec, InputPolicy
 from soco_pipeline.features.extract import extract_features
 from soco_pipeline.features.store import FeatureStore
-from soco_pipeline.tasks.tpips.config import NEEDS
-
-from .config import TpipsConfig
-
-# What a backbone kind must offer (backbones/kinds.py CAPABILITIES): TPIPS renders have no SOCO part maps.
+from soco_pipeline.tasks.tpips.config import NEEDS, TpipsConfig
 
 
 def not_applicable(spec: BackboneSpec, cfg: TpipsConfig | None = None) -> str:
     """The reason a backbone cannot score TPIPS images ("" when it can): a capability its kind lacks."""
-    from soco_pipeline.backbones.kinds import missing_capabilities
-
     missing = missing_capabilities(spec.kind, NEEDS)
     return f"needs {', '.join(missing)}, which a {spec.kind!r} backbone does not offer" if missing else ""
 
@@ -41,7 +36,7 @@ def layer_specs(spec: BackboneSpec, cfg: TpipsConfig, device: str | None = None)
         device=device or spec.device,
         batch_size=cfg.features.batch_size or spec.batch_size,
     )
-    layers = cfg.features.layers.get(spec.kind)
+    layers = per_kind(cfg.features.layers, spec.kind, "blocks", "the TPIPS config's features.layers")
     if not layers:
         return [base]
     opts = dict(base.options)
