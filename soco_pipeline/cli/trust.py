@@ -21,24 +21,15 @@ def _protocol(path: str | None):
     return load_protocol(path)
 
 
-def _checked_protocol(settings: Settings, backbone: str, protocol_path: str | None):
-    """The protocol to re-score a backbone's stored predictions with: the run's when `protocol_path` is None,
-    else that file, refused (ProtocolError, a ValueError) when it changes a knob that changes predictions."""
-    from soco_pipeline.trust.protocol_check import rescoring_protocol, stored_protocol
-
-    stored, where = stored_protocol(settings.storage_root, backbone, settings.protocol_path)
-    return stored if protocol_path is None else rescoring_protocol(protocol_path, stored, where, backbone)
-
-
 def rescored_backbone_metrics(settings: Settings, backbone: str, protocol_path: str | None):
     """(metrics, protocol) of a backbone for `soco export-results`: the stored metrics table, or with
     `--protocol` (scoring knobs only) its stored predictions re-scored under that protocol."""
     from soco_pipeline.storage import read_parquet
     from soco_pipeline.tables import table_for
-    from soco_pipeline.trust.protocol_check import rescored_metrics
-    from soco_pipeline.trust.records import load_backbone_tables
+    from soco_pipeline.trust.protocol_check import checked_protocol
+    from soco_pipeline.trust.records import load_backbone_tables, rescored_metrics
 
-    protocol = _checked_protocol(settings, backbone, protocol_path)
+    protocol = checked_protocol(settings, backbone, protocol_path)
     metrics = read_parquet(table_for("metrics").path(settings.tables_root, backbone))
     if protocol_path is None:
         return metrics, protocol
@@ -47,80 +38,12 @@ def rescored_backbone_metrics(settings: Settings, backbone: str, protocol_path: 
     return rescored_metrics(tables, protocol), protocol
 
 
-def _backbone_spec(settings: Settings, backbone: str):
-    from soco_pipeline.backbones import load_spec
-
-    return load_spec(Path(settings.backbones_dir) / f"{backbone}.yaml")
-
-
-def record_for_backbone(settings: Settings, backbone: str, protocol_path: str | None = None) -> dict:
-    """The stored record of a backbone (the results_record asset's JSON) or one rebuilt from its tables."""
-    from soco_pipeline.storage import exists, join
-    from soco_pipeline.trust.provenance import read_record
-    from soco_pipeline.trust.records import backbone_record, load_backbone_tables, stored_subset
-
-    stored = join(settings.storage_root, "results", "records", f"{backbone}.json")
-    if protocol_path is None and exists(stored):
-        return read_record(stored)
-    from soco_pipeline.backbones import spec_hash
-
-    tables = load_backbone_tables(settings.tables_root, backbone)
-    spec = _backbone_spec(settings, backbone)
-    return backbone_record(
-        backbone=backbone,
-        spec=spec,
-        spec_hash=spec_hash(spec),
-        protocol=_checked_protocol(settings, backbone, protocol_path),
-        tables=tables,
-        rule=stored_subset(tables["metrics"]),
-        device="cpu",
-        timing={"stages": {}, "source": "not recorded (rebuilt by soco export-results)"},
-    )
-
-
-def record_for_lvlm(settings: Settings, model: str) -> dict:
-    """The record of an LVLM, rebuilt from its stored answers and the items."""
-    from soco_pipeline.evaluation.subsets import SubsetRule
-    from soco_pipeline.lvlm.protocol import load_lvlm_protocol
-    from soco_pipeline.lvlm.specs import load_spec, spec_hash
-    from soco_pipeline.storage import exists, join, read_parquet
-    from soco_pipeline.trust.records import load_lvlm_answers, lvlm_record, stored_subset
-
-    stored = join(settings.storage_root, "results", "records", "lvlm", f"{model}.json")
-    if exists(stored):
-        from soco_pipeline.trust.provenance import read_record
-
-        return read_record(stored)
-    answers = load_lvlm_answers(settings.tables_root, model)
-    items = read_parquet(join(settings.tables_root, "lvlm_items.parquet"))
-    metrics_path = join(settings.tables_root, "lvlm_metrics", f"{model}.parquet")
-    rule = stored_subset(read_parquet(metrics_path)) if exists(metrics_path) else SubsetRule()
-    spec = load_spec(Path(settings.lvlms_dir) / f"{model}.yaml")
-    return lvlm_record(
-        model=model,
-        spec=spec,
-        spec_hash=spec_hash(spec),
-        protocol=load_lvlm_protocol(),
-        items=items,
-        answers=answers,
-        rule=rule,
-        timing={"stages": {}, "source": "not recorded (rebuilt by soco export-results)"},
-    )
-
-
 def export_record(args: argparse.Namespace, settings: Settings) -> int:
     """`soco export-results B OUT --format record`: write the results record of a backbone (or --lvlm model)."""
+    from soco_pipeline.cli.family_record import record_for
     from soco_pipeline.trust.provenance import write_record
 
-    family = getattr(args, "family", "soco")
-    if family != "soco":
-        from soco_pipeline.cli.family_record import record_for_family
-
-        rec = record_for_family(settings, family, args.backbone)
-    elif args.lvlm:
-        rec = record_for_lvlm(settings, args.backbone)
-    else:
-        rec = record_for_backbone(settings, args.backbone, args.protocol)
+    rec = record_for(settings, args.family, args.backbone, args.lvlm, args.protocol)
     write_record(rec, args.out)
 
     def f(v) -> str:
@@ -148,11 +71,10 @@ def export_hub(args: argparse.Namespace, settings: Settings) -> int:
             file=sys.stderr,
         )
         return 2
-    rec = (
-        record_for_lvlm(settings, args.backbone)
-        if args.lvlm
-        else record_for_backbone(settings, args.backbone)
-    )
+    from soco_pipeline.cli.family_record import record_for
+    from soco_pipeline.tasks.core import SOCO
+
+    rec = record_for(settings, SOCO.name, args.backbone, args.lvlm)  # --family: SOCO's records only
     notes = (
         "simulated data: soco_pipeline's embedded generator, not the published benchmark's images"
         if settings.source == "embedded"
@@ -193,25 +115,16 @@ def cmd_diff_runs(args: argparse.Namespace, settings: Settings) -> int:
 def stored_backbone_scores(settings: Settings, backbone: str, protocol):
     """Per-keypoint scores (stats.SCORE_COLUMNS) of a SOCO backbone, re-scored from its stored predictions
     under `protocol`, on its stored pair subset."""
-    from soco_pipeline.evaluation import stats
-    from soco_pipeline.evaluation.subsets import apply_pair_subset
-    from soco_pipeline.trust.records import load_backbone_tables, stored_subset
+    from soco_pipeline.trust.records import backbone_scores, load_backbone_tables, stored_subset
 
     t = load_backbone_tables(settings.tables_root, backbone)
-    pairs = apply_pair_subset(t["image_pairs"], stored_subset(t["metrics"]))
-    return stats.backbone_scores(
-        t["predictions"],
-        t["four_choice_predictions"],
-        t["correspondences"],
-        t["keypoints"],
-        t["image_set"],
-        pairs,
-        protocol,
-    )
+    return backbone_scores(t, stored_subset(t["metrics"]), protocol)
 
 
 def _backbone_scores(settings: Settings, backbone: str, protocol_path: str | None):
-    return stored_backbone_scores(settings, backbone, _checked_protocol(settings, backbone, protocol_path))
+    from soco_pipeline.trust.protocol_check import checked_protocol
+
+    return stored_backbone_scores(settings, backbone, checked_protocol(settings, backbone, protocol_path))
 
 
 def _lvlm_scores(settings: Settings, model: str):
