@@ -20,7 +20,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
 import re
 import sys
 import uuid
@@ -29,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+
+from soco_pipeline.settings import env_text
 
 EEE_VERSION = "0.3.0"
 DEVELOPER = "soco_pipeline"  # our models are spec files of this project: their datastore developer folder
@@ -42,10 +43,8 @@ class EeeExportError(ValueError):
 
 def schema_dir() -> Path:
     """Where `make install` unpacks the every-eval-ever wheel (its `every_eval_ever/` package):
-    $SOCO_EEE_DIR, else `<venv>/share/every-eval-ever/<version>`."""
-    return Path(
-        os.environ.get("SOCO_EEE_DIR") or Path(sys.prefix) / "share" / "every-eval-ever" / EEE_VERSION
-    )
+    $SOCO_EEE_DIR (settings.ENVIRONMENT's `eee_dir`), else `<venv>/share/every-eval-ever/<version>`."""
+    return Path(env_text("eee_dir") or Path(sys.prefix) / "share" / "every-eval-ever" / EEE_VERSION)
 
 
 def schema_path(kind: str) -> Path:
