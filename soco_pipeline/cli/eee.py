@@ -13,20 +13,6 @@ import pandas as pd
 from soco_pipeline.settings import Settings
 
 
-def soco_scores(settings: Settings, model: str, lvlm: bool) -> pd.DataFrame:
-    """Per-sample scores (stats.SCORE_COLUMNS) of a SOCO backbone (per keypoint, re-scored from its stored
-    predictions under the run's protocol, on its stored subset) or of a SOCO LVLM (per answer / item group)."""
-    from soco_pipeline.cli.trust import stored_backbone_scores
-    from soco_pipeline.evaluation import stats
-    from soco_pipeline.trust.protocol_check import stored_protocol
-    from soco_pipeline.trust.records import load_lvlm_answers
-
-    if lvlm:
-        return stats.lvlm_scores(load_lvlm_answers(settings.tables_root, model))
-    protocol = stored_protocol(settings.storage_root, model, settings.protocol_path)[0]
-    return stored_backbone_scores(settings, model, protocol)
-
-
 def family_scores(settings: Settings, family: str, model: str) -> tuple[pd.DataFrame | None, str]:
     """(per-sample scores, '') of a backbone in a task family, from the per-sample table its regression watch
     is paired on; (None, why) when the family declares none or the table is not materialized."""
@@ -55,12 +41,14 @@ def measured(
     from soco_pipeline.storage import exists
     from soco_pipeline.tables import table_for
     from soco_pipeline.tasks.core import SOCO, all_specs
+    from soco_pipeline.trust.records import stored_scores
 
     family = getattr(args, "family", SOCO.name)
     rec = record_for(settings, family, args.backbone, args.lvlm)
     if family == SOCO.name:  # SOCO's per-sample scores are re-scored from its predictions (or LVLM answers)
         kind = "lvlm" if args.lvlm else "backbone"
-        return rec, kind, soco_scores(settings, args.backbone, args.lvlm), "", settings.source == "embedded"
+        scores = stored_scores(settings, args.backbone, args.lvlm)  # under the stored protocol
+        return rec, kind, scores, "", settings.source == "embedded"
     declared = all_specs()[family]
     cfg = declared.config(settings)
     simulated = getattr(getattr(cfg, "source", None), "kind", "generated") == "generated"

@@ -15,12 +15,6 @@ from pathlib import Path
 from soco_pipeline.settings import Settings
 
 
-def _protocol(path: str | None):
-    from soco_pipeline.evaluation.protocol import load_protocol
-
-    return load_protocol(path)
-
-
 def rescored_backbone_metrics(settings: Settings, backbone: str, protocol_path: str | None):
     """(metrics, protocol) of a backbone for `soco export-results`: the stored metrics table, or with
     `--protocol` (scoring knobs only) its stored predictions re-scored under that protocol."""
@@ -112,32 +106,11 @@ def cmd_diff_runs(args: argparse.Namespace, settings: Settings) -> int:
     return 0 if d["same_inputs"] else 1
 
 
-def stored_backbone_scores(settings: Settings, backbone: str, protocol):
-    """Per-keypoint scores (stats.SCORE_COLUMNS) of a SOCO backbone, re-scored from its stored predictions
-    under `protocol`, on its stored pair subset."""
-    from soco_pipeline.trust.records import backbone_scores, load_backbone_tables, stored_subset
-
-    t = load_backbone_tables(settings.tables_root, backbone)
-    return backbone_scores(t, stored_subset(t["metrics"]), protocol)
-
-
-def _backbone_scores(settings: Settings, backbone: str, protocol_path: str | None):
-    from soco_pipeline.trust.protocol_check import checked_protocol
-
-    return stored_backbone_scores(settings, backbone, checked_protocol(settings, backbone, protocol_path))
-
-
-def _lvlm_scores(settings: Settings, model: str):
-    from soco_pipeline.evaluation import stats
-    from soco_pipeline.trust.records import load_lvlm_answers
-
-    return stats.lvlm_scores(load_lvlm_answers(settings.tables_root, model))
-
-
 def cmd_compare(args: argparse.Namespace, settings: Settings) -> int:
     """Paired difference A - B on the pairs (items) both scored: delta, 95% CI, sign test per category."""
     from soco_pipeline.cli.model_names import check_backbone, check_lvlm
     from soco_pipeline.evaluation.stats import compare
+    from soco_pipeline.trust.records import stored_scores
 
     for name in (args.a, args.b):
         check_lvlm(settings, name) if args.lvlm else check_backbone(settings, name)
@@ -145,10 +118,7 @@ def cmd_compare(args: argparse.Namespace, settings: Settings) -> int:
         from soco_pipeline.analysis.leaderboard import LEVEL_COLUMNS
 
         _refuse_metrics([m for m in args.metric if m not in LEVEL_COLUMNS], LEVEL_COLUMNS, "SOCO backbone")
-    if args.lvlm:
-        a, b = _lvlm_scores(settings, args.a), _lvlm_scores(settings, args.b)
-    else:
-        a, b = (_backbone_scores(settings, m, args.protocol) for m in (args.a, args.b))
+    a, b = (stored_scores(settings, m, args.lvlm, args.protocol) for m in (args.a, args.b))
     overall, per_cat = compare(
         a, b, reduction="pooled" if args.lvlm else "official", n_boot=args.n_boot, seed=args.seed
     )
@@ -252,12 +222,13 @@ def cmd_evaluate(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
     """Render one prediction panel (source + query, target + GT + prediction, similarity heatmap) as a PNG."""
     from soco_pipeline.cli.model_names import check_backbone
+    from soco_pipeline.evaluation.protocol import load_protocol
     from soco_pipeline.report.panels import render_stored_panel
 
     check_backbone(settings, args.backbone)
     out = args.out or f"panel-{args.backbone}-{args.pair_id}.png"
     info = render_stored_panel(
-        settings, args.backbone, args.pair_id, args.keypoint, out, _protocol(args.protocol)
+        settings, args.backbone, args.pair_id, args.keypoint, out, load_protocol(args.protocol)
     )
     print(
         f"wrote {out}: keypoint {info['keypoint']}, error {info['error_px']:.1f} px "

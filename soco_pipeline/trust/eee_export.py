@@ -30,6 +30,7 @@ from typing import Any
 import pandas as pd
 
 from soco_pipeline.settings import env_text
+from soco_pipeline.storage import write_bytes_atomic
 
 EEE_VERSION = "0.3.0"
 DEVELOPER = "soco_pipeline"  # our models are spec files of this project: their datastore developer folder
@@ -311,7 +312,7 @@ def write_log(
     if lines:
         text = "\n".join(lines) + "\n"
         sidecar = folder / f"{rid}_samples.jsonl"
-        write_text_atomic(sidecar, text)
+        write_bytes_atomic(str(sidecar), text.encode())
         aggregate = {
             **aggregate,
             "detailed_evaluation_results": {
@@ -328,14 +329,8 @@ def write_log(
             },
         }
     path = folder / f"{rid}.json"
-    write_text_atomic(path, json.dumps(aggregate, indent=2, allow_nan=False) + "\n")
+    write_bytes_atomic(str(path), (json.dumps(aggregate, indent=2, allow_nan=False) + "\n").encode())
     return path, sidecar
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
 
 
 def checked(aggregate: dict, lines: list[str] | None, where: str) -> str:

@@ -273,6 +273,19 @@ def rebuild_lvlm_record(settings: Settings, name: str, model: str, protocol_path
     )
 
 
+def stored_scores(settings: Settings, model: str, lvlm: bool = False, protocol_path: str | None = None):
+    """Per-sample scores (stats.SCORE_COLUMNS) of a SOCO LVLM (per answer / item group, `lvlm`) or backbone (per
+    keypoint, re-scored from its stored predictions on its stored subset under the stored protocol, or under
+    `protocol_path` where it changes scoring knobs only: `protocol_check`)."""
+    from soco_pipeline.trust.protocol_check import checked_protocol
+
+    if lvlm:
+        return stats.lvlm_scores(load_lvlm_answers(settings.tables_root, model))
+    protocol = checked_protocol(settings, model, protocol_path)
+    tables = load_backbone_tables(settings.tables_root, model)
+    return backbone_scores(tables, stored_subset(tables["metrics"]), protocol)
+
+
 def rescored_metrics(tables: dict[str, pd.DataFrame], protocol: ProtocolConfig) -> pd.DataFrame:
     """A backbone's metrics re-scored from its stored predictions under `protocol` (the run's taxonomy
     table, the subset its metrics were scored on)."""
