@@ -50,6 +50,8 @@ ENVIRONMENT: dict[str, tuple[str, str]] = {
     "mmvm_config_path": ("SOCO_MMVM_CONFIG", "str"),
     "fgbmk_config_path": ("SOCO_FGBMK_CONFIG", "str"),
     "tpips_config_path": ("SOCO_TPIPS_CONFIG", "str"),
+    # no Settings field: read by env_value alone (trust/eee_export.schema_dir, where the wheel is unpacked)
+    "eee_dir": ("SOCO_EEE_DIR", "str"),
 }
 
 

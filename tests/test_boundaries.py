@@ -333,9 +333,6 @@ def test_the_group_import_detector_finds_what_it_must():
 # --- settings.py alone reads the environment: a variable through `variable` (declared in VARIABLES and
 # docs/settings.md) or a settings field; the whole environment (a child process's) through `environment()`. ----
 ENVIRONMENT_NAMES = {"environ", "environb", "getenv", "getenvb", "putenv", "unsetenv"}
-# Pending (issue 57): these move their reads on another helper's branch; the lead drops the cli/ lines at merge
-# (cli/trust.py, cli/family_record.py), and trust/eee_export.py's when its SOCO_EEE_DIR read moves.
-ENVIRONMENT_PENDING = {"cli/trust.py", "cli/family_record.py", "trust/eee_export.py"}
 
 
 def environment_uses(source: str) -> list[tuple[int, str]]:
@@ -383,7 +380,6 @@ def test_no_module_but_settings_touches_the_environment():
         f"{p.relative_to(PACKAGE)}:{line}: {what}"
         for p in FILES
         if p.name != "settings.py" or p.parent != PACKAGE
-        if str(p.relative_to(PACKAGE)) not in ENVIRONMENT_PENDING
         for line, what in environment_uses(p.read_text())
     ]
     assert not found, "read the environment through soco_pipeline/settings.py:\n" + "\n".join(found)

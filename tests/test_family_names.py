@@ -4,8 +4,8 @@ score the families (`cli/run.py`, `cli/leaderboard.py`, `cli/family_record.py`, 
 Read with `ast`: a string (not a docstring) or a name that is a declared family's name, or starts with it
 (`mmvm`, `"fgbmk_findings"`, `tpips_board`), is a hit; prose in capitals ("MMVM: match types") is not.
 SOCO's name (tasks/core.py) likewise, but only as a whole string or name (`"soco"`, `soco_board`): `soco` is
-also the command (`soco run`) and the package (`soco_pipeline`). Not yet: trust/published*.py and
-records.py (SOCO's published figures and records), which cannot import tasks/ (tasks/ imports evaluation/).
+also the command (`soco run`) and the package (`soco_pipeline`); trust/ stands below tasks/, so its callers
+pass the family's name (`SOCO.name`, `SOCO.record_name`).
 Likewise no family core (`tasks/<family>/`) compares a `kind` with a backbone kind's name or looks a table up by a
 backbone spec's kind: a family asks for capabilities (backbones/kinds.py), never for a kind.
 """
@@ -75,7 +75,6 @@ def test_no_central_module_names_a_family():
     )
 
 
-CORE_PENDING = ("trust/published.py", "trust/published_gap.py", "trust/records.py")
 # The word, not the family: the settings resource's key, and the SQL view name that docs and users query.
 NOT_THE_FAMILY = {("cli/run.py", "soco"), ("report/results_db.py", "soco_history")}
 
@@ -92,7 +91,6 @@ def test_no_central_module_names_soco():
     found = [
         f"{path.relative_to(PACKAGE.parent)}:{line}: {text!r}"
         for path in central_files()
-        if str(path.relative_to(PACKAGE)) not in CORE_PENDING
         for line, text in core_name_hits(path.read_text(), SOCO.name)
         if (str(path.relative_to(PACKAGE)), text) not in NOT_THE_FAMILY
     ]

@@ -22,10 +22,10 @@ from soco_pipeline.trust.hub_export import HubExportError, write_hub_results
 from soco_pipeline.trust.published import (
     PUBLISHED_COLUMNS,
     PublishedTableError,
+    backbone_knobs,
     check_reference,
     compare_to_published,
     load_published,
-    soco_knobs,
 )
 
 pytestmark = pytest.mark.unit
@@ -153,7 +153,7 @@ def test_the_closest_setting_wins_wherever_it_sits_in_the_file():
 
 def test_our_knobs_come_from_the_spec_and_the_protocol():
     protocol = load_protocol()
-    assert soco_knobs("nearest_multiple", 800, -1, protocol) == {
+    assert backbone_knobs("nearest_multiple", 800, -1, protocol) == {
         "input_size": "nearest_multiple:800",
         "grid": "nearest_multiple:800",
         "layer": "last",

@@ -14,8 +14,9 @@ import yaml
 from soco_pipeline.backbones.spec import parse_spec
 from soco_pipeline.evaluation.protocol import ProtocolConfig
 from soco_pipeline.storage import PROJECT_ROOT, read_parquet
+from soco_pipeline.tasks.core import SOCO
 from soco_pipeline.taxonomy import Taxonomy
-from soco_pipeline.trust.published import load_published, soco_knobs
+from soco_pipeline.trust.published import backbone_knobs, load_published
 from soco_pipeline.trust.published_gap import (
     GapInputs,
     gap_sentence,
@@ -68,8 +69,8 @@ def test_steps_telescope_in_the_stated_order_with_effects_known_by_construction(
         return {"soc": soc, "cc": soc + 10}
 
     protocol = ProtocolConfig(headline_alpha=0.15)
-    knobs = soco_knobs(spec.input.policy, spec.input.value, "", protocol)
-    gap = measure_gap(spec, knobs, _published(), predict(spec), predict, score, True)
+    knobs = backbone_knobs(spec.input.policy, spec.input.value, "", protocol)
+    gap = measure_gap(spec, knobs, _published(), predict(spec), predict, score, True, SOCO.name)
     assert runs == [480, 800]  # ours given, the input variant run once for both metrics
     soc = gap[gap["metric"] == "soc"].set_index("knob")
     assert list(soc.index) == ["input_size", "alpha", "unexplained"] and list(soc["step"]) == [1, 2, 3]
@@ -92,7 +93,7 @@ def test_steps_telescope_in_the_stated_order_with_effects_known_by_construction(
 @pytest.mark.unit
 def test_a_layer_the_kind_lacks_is_named_as_unexplained_and_a_spec_without_reference_has_no_rows():
     spec = _oracle(reference="Ref/14")
-    knobs = {**soco_knobs("nearest_multiple", 800, "11", ProtocolConfig()), "layer": "11"}
+    knobs = {**backbone_knobs("nearest_multiple", 800, "11", ProtocolConfig()), "layer": "11"}
     steps, unreached = knob_steps(knobs, _published().iloc[0])
     assert [k.name for k in steps] == ["layer"] and unreached == []
     gap = measure_gap(
@@ -103,6 +104,7 @@ def test_a_layer_the_kind_lacks_is_named_as_unexplained_and_a_spec_without_refer
         lambda s: pytest.fail("no re-run"),
         lambda p, a: {"soc": 1.0},
         False,
+        SOCO.name,
     )
     soc = gap[gap["metric"] == "soc"]
     assert list(soc["knob"]) == ["unexplained"] and "layer not re-run" in soc["reason"].iloc[0]
@@ -110,7 +112,7 @@ def test_a_layer_the_kind_lacks_is_named_as_unexplained_and_a_spec_without_refer
     indexed = dataclasses.replace(spec, options=(("layer", 11),))
     assert not reachable(named, steps[0]) and reachable(indexed, steps[0])
     assert measure_gap(
-        dataclasses.replace(spec, reference=""), knobs, _published(), None, None, None, False
+        dataclasses.replace(spec, reference=""), knobs, _published(), None, None, None, False, SOCO.name
     ).empty
 
 
@@ -139,14 +141,14 @@ def test_the_part_oracle_on_a_coarse_grid_gains_from_the_published_input_size(ma
     )
     spec = _oracle(stride=48, reference="DINOv2-B/14")
     ours_predictions = inputs.predict(spec)
-    knobs = soco_knobs(spec.input.policy, spec.input.value, "", protocol)
+    knobs = backbone_knobs(spec.input.policy, spec.input.value, "", protocol)
     ran = []
 
     def predict(s):
         ran.append(s.input.value)
         return inputs.predict(s)
 
-    gap = measure_gap(spec, knobs, load_published(), ours_predictions, predict, inputs.score, True)
+    gap = measure_gap(spec, knobs, load_published(), ours_predictions, predict, inputs.score, True, SOCO.name)
     assert ran == [800]  # one variant run (input), shared by every metric
     assert len(list((tmp_path / "features" / "oracle_part").iterdir())) == 2  # ours and the variant's folder
     soc = gap[gap["metric"] == "soc"].set_index("knob")

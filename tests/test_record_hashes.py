@@ -11,6 +11,7 @@ from soco_pipeline.defs.definitions import build_definitions
 from soco_pipeline.evaluation.subsets import SubsetRule
 from soco_pipeline.storage import read_parquet
 from soco_pipeline.tables import table_for
+from soco_pipeline.tasks.core import SOCO
 from soco_pipeline.trust import hashes
 from soco_pipeline.trust.records import backbone_record
 
@@ -31,6 +32,7 @@ def _record(core, rule: SubsetRule, pair_hashes: pd.DataFrame | None) -> dict:
     spec = load_spec(core.backbones / "oracle_part.yaml")
     return backbone_record(
         backbone="oracle_part",
+        family=SOCO.record_name,
         spec=spec,
         spec_hash=spec_hash(spec),
         protocol=soco.protocol(),

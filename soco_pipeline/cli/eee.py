@@ -13,20 +13,6 @@ import pandas as pd
 from soco_pipeline.settings import Settings
 
 
-def soco_scores(settings: Settings, model: str, lvlm: bool) -> pd.DataFrame:
-    """Per-sample scores (stats.SCORE_COLUMNS) of a SOCO backbone (per keypoint, re-scored from its stored
-    predictions under the run's protocol, on its stored subset) or of a SOCO LVLM (per answer / item group)."""
-    from soco_pipeline.cli.trust import stored_backbone_scores
-    from soco_pipeline.evaluation import stats
-    from soco_pipeline.trust.protocol_check import stored_protocol
-    from soco_pipeline.trust.records import load_lvlm_answers
-
-    if lvlm:
-        return stats.lvlm_scores(load_lvlm_answers(settings.tables_root, model))
-    protocol = stored_protocol(settings.storage_root, model, settings.protocol_path)[0]
-    return stored_backbone_scores(settings, model, protocol)
-
-
 def family_scores(settings: Settings, family: str, model: str) -> tuple[pd.DataFrame | None, str]:
     """(per-sample scores, '') of a backbone in a task family, from the per-sample table its regression watch
     is paired on; (None, why) when the family declares none or the table is not materialized."""
@@ -51,24 +37,19 @@ def measured(
     args: argparse.Namespace, settings: Settings
 ) -> tuple[dict, str, pd.DataFrame | None, str, bool]:
     """(record, kind, per-sample scores or None, why none, simulated) of the model the command names."""
-    family = getattr(args, "family", "soco")
-    if family == "soco":
-        from soco_pipeline.cli.trust import record_for_backbone, record_for_lvlm
-
-        rec = (
-            record_for_lvlm(settings, args.backbone)
-            if args.lvlm
-            else record_for_backbone(settings, args.backbone)
-        )
-        kind = "lvlm" if args.lvlm else "backbone"
-        return rec, kind, soco_scores(settings, args.backbone, args.lvlm), "", settings.source == "embedded"
-    from soco_pipeline.cli.family_record import record_for_family
+    from soco_pipeline.cli.family_record import record_for
     from soco_pipeline.storage import exists
     from soco_pipeline.tables import table_for
-    from soco_pipeline.tasks import family_specs
+    from soco_pipeline.tasks.core import SOCO, all_specs
+    from soco_pipeline.trust.records import stored_scores
 
-    declared = family_specs()[family]
-    rec = record_for_family(settings, family, args.backbone)
+    family = getattr(args, "family", SOCO.name)
+    rec = record_for(settings, family, args.backbone, args.lvlm)
+    if family == SOCO.name:  # SOCO's per-sample scores are re-scored from its predictions (or LVLM answers)
+        kind = "lvlm" if args.lvlm else "backbone"
+        scores = stored_scores(settings, args.backbone, args.lvlm)  # under the stored protocol
+        return rec, kind, scores, "", settings.source == "embedded"
+    declared = all_specs()[family]
     cfg = declared.config(settings)
     simulated = getattr(getattr(cfg, "source", None), "kind", "generated") == "generated"
     # the record's own rule (family_records.load_family_tables): a backbone when its backbone tables exist
@@ -94,7 +75,9 @@ def export_eee(args: argparse.Namespace, settings: Settings) -> int:
     if args.published:
         return export_published(args)
     rec, kind, scores, why, simulated = measured(args, settings)
-    title = rec["family"] if rec["family"] != "soco_lvlm" else "soco (LVLM four-choice)"
+    from soco_pipeline.tasks.core import LVLM_FAMILY
+
+    title = rec["family"] if rec["family"] != LVLM_FAMILY.record_name else "soco (LVLM four-choice)"
     rid, agg = eee.measured_log(rec, kind=kind, simulated=simulated, title=title)
     lines = eee.instance_lines(agg, rec["family"], scores) if scores is not None else None
     how = eee.checked(agg, lines, f"{rec['model']} ({rec['family']})")

@@ -1,9 +1,11 @@
-"""`soco export-results MODEL OUT --format record --family F`: a task family's results record
-(trust/family_records.py), rebuilt from the stored tables; MODEL is a backbone or an LVLM spec, F any
-family declared in soco_pipeline/tasks/ (its `FamilySpec`: the tables its record reads, its parts, its config)."""
+"""`soco export-results MODEL OUT --format record [--family F | --lvlm]`: the results record of MODEL in any
+declared family (`all_specs()`: SOCO, SOCO-LVLM, every family in soco_pipeline/tasks/), rebuilt from the stored
+tables by one route, `record_for`: the family's `rebuild` where its declaration names one (SOCO's, SOCO-LVLM's:
+trust/records.py), else its record tables and parts (trust/family_records.py); MODEL is a backbone or an LVLM."""
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
 from soco_pipeline.settings import Settings
@@ -22,19 +24,27 @@ def model_spec(settings: Settings, kind: str, model: str) -> tuple[dict, str]:
     return spec.to_dict(), spec_hash(spec)
 
 
-def record_for_family(settings: Settings, family: str, model: str) -> dict:
-    """The results record of `model` in `family`, from its stored tables (validated against the schema)."""
-    from soco_pipeline.tasks import family_specs
+def record_for(
+    settings: Settings, family: str, model: str, lvlm: bool = False, protocol_path: str | None = None
+) -> dict:
+    """The results record of `model` in `family` (SOCO's LVLM track with `lvlm` and SOCO's name), from its stored
+    tables (validated against the schema); `protocol_path` re-scores where the family's `rebuild` takes one."""
+    from soco_pipeline.tasks.core import LVLM_FAMILY, SOCO, all_specs
     from soco_pipeline.trust.family_records import config_hash, family_record, load_family_tables
 
-    declared = family_specs().get(family)
-    if declared is None or declared.record is None or declared.parts is None:
-        raise ValueError(f"no results record of family {family!r}: use soco, {', '.join(family_specs())}")
+    specs = all_specs()
+    declared = LVLM_FAMILY if lvlm and family == SOCO.name else specs.get(family)
+    if declared is None or not (declared.rebuild or (declared.record and declared.parts)):
+        raise ValueError(f"no results record of family {family!r}: use {', '.join(specs)}")
+    if declared.rebuild:
+        module, _, function = declared.rebuild.partition(":")
+        rebuild = getattr(importlib.import_module(module), function)
+        return rebuild(settings, declared.record_name or declared.name, model, protocol_path)
     kind, tables = load_family_tables(settings.tables_root, family, declared.record, model)
     spec, spec_hash = model_spec(settings, kind, model)
     cfg = declared.config(settings)
     record = family_record(
-        family=family,
+        family=declared.record_name or family,
         parts=declared.parts,
         model=model,
         kind=kind,
@@ -53,9 +63,9 @@ def record_for_family(settings: Settings, family: str, model: str) -> dict:
 def reused_tables(family: str, model: str) -> dict[str, str]:
     """{table: the model whose stored rows it reused} of `model`'s per-backbone tables in `family`, from the
     latest materialization of each in the project's Dagster instance ({} without one)."""
-    import os
+    from soco_pipeline.settings import env_value, variable
 
-    if not (os.environ.get("DAGSTER_HOME") and os.environ.get("SOCO_STORAGE")):
+    if not (variable("DAGSTER_HOME") and env_value("storage_root")):
         return {}  # no project instance to read (the `soco` command always has one)
     import dagster as dg
 

@@ -8,26 +8,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
-from soco_pipeline.settings import Settings
-
-
-def _protocol(path: str | None):
-    from soco_pipeline.evaluation.protocol import load_protocol
-
-    return load_protocol(path)
-
-
-def _checked_protocol(settings: Settings, backbone: str, protocol_path: str | None):
-    """The protocol to re-score a backbone's stored predictions with: the run's when `protocol_path` is None,
-    else that file, refused (ProtocolError, a ValueError) when it changes a knob that changes predictions."""
-    from soco_pipeline.trust.protocol_check import rescoring_protocol, stored_protocol
-
-    stored, where = stored_protocol(settings.storage_root, backbone, settings.protocol_path)
-    return stored if protocol_path is None else rescoring_protocol(protocol_path, stored, where, backbone)
+from soco_pipeline.settings import Settings, variable
 
 
 def rescored_backbone_metrics(settings: Settings, backbone: str, protocol_path: str | None):
@@ -35,10 +19,10 @@ def rescored_backbone_metrics(settings: Settings, backbone: str, protocol_path: 
     `--protocol` (scoring knobs only) its stored predictions re-scored under that protocol."""
     from soco_pipeline.storage import read_parquet
     from soco_pipeline.tables import table_for
-    from soco_pipeline.trust.protocol_check import rescored_metrics
-    from soco_pipeline.trust.records import load_backbone_tables
+    from soco_pipeline.trust.protocol_check import checked_protocol
+    from soco_pipeline.trust.records import load_backbone_tables, rescored_metrics
 
-    protocol = _checked_protocol(settings, backbone, protocol_path)
+    protocol = checked_protocol(settings, backbone, protocol_path)
     metrics = read_parquet(table_for("metrics").path(settings.tables_root, backbone))
     if protocol_path is None:
         return metrics, protocol
@@ -47,80 +31,12 @@ def rescored_backbone_metrics(settings: Settings, backbone: str, protocol_path: 
     return rescored_metrics(tables, protocol), protocol
 
 
-def _backbone_spec(settings: Settings, backbone: str):
-    from soco_pipeline.backbones import load_spec
-
-    return load_spec(Path(settings.backbones_dir) / f"{backbone}.yaml")
-
-
-def record_for_backbone(settings: Settings, backbone: str, protocol_path: str | None = None) -> dict:
-    """The stored record of a backbone (the results_record asset's JSON) or one rebuilt from its tables."""
-    from soco_pipeline.storage import exists, join
-    from soco_pipeline.trust.provenance import read_record
-    from soco_pipeline.trust.records import backbone_record, load_backbone_tables, stored_subset
-
-    stored = join(settings.storage_root, "results", "records", f"{backbone}.json")
-    if protocol_path is None and exists(stored):
-        return read_record(stored)
-    from soco_pipeline.backbones import spec_hash
-
-    tables = load_backbone_tables(settings.tables_root, backbone)
-    spec = _backbone_spec(settings, backbone)
-    return backbone_record(
-        backbone=backbone,
-        spec=spec,
-        spec_hash=spec_hash(spec),
-        protocol=_checked_protocol(settings, backbone, protocol_path),
-        tables=tables,
-        rule=stored_subset(tables["metrics"]),
-        device="cpu",
-        timing={"stages": {}, "source": "not recorded (rebuilt by soco export-results)"},
-    )
-
-
-def record_for_lvlm(settings: Settings, model: str) -> dict:
-    """The record of an LVLM, rebuilt from its stored answers and the items."""
-    from soco_pipeline.evaluation.subsets import SubsetRule
-    from soco_pipeline.lvlm.protocol import load_lvlm_protocol
-    from soco_pipeline.lvlm.specs import load_spec, spec_hash
-    from soco_pipeline.storage import exists, join, read_parquet
-    from soco_pipeline.trust.records import load_lvlm_answers, lvlm_record, stored_subset
-
-    stored = join(settings.storage_root, "results", "records", "lvlm", f"{model}.json")
-    if exists(stored):
-        from soco_pipeline.trust.provenance import read_record
-
-        return read_record(stored)
-    answers = load_lvlm_answers(settings.tables_root, model)
-    items = read_parquet(join(settings.tables_root, "lvlm_items.parquet"))
-    metrics_path = join(settings.tables_root, "lvlm_metrics", f"{model}.parquet")
-    rule = stored_subset(read_parquet(metrics_path)) if exists(metrics_path) else SubsetRule()
-    spec = load_spec(Path(settings.lvlms_dir) / f"{model}.yaml")
-    return lvlm_record(
-        model=model,
-        spec=spec,
-        spec_hash=spec_hash(spec),
-        protocol=load_lvlm_protocol(),
-        items=items,
-        answers=answers,
-        rule=rule,
-        timing={"stages": {}, "source": "not recorded (rebuilt by soco export-results)"},
-    )
-
-
 def export_record(args: argparse.Namespace, settings: Settings) -> int:
     """`soco export-results B OUT --format record`: write the results record of a backbone (or --lvlm model)."""
+    from soco_pipeline.cli.family_record import record_for
     from soco_pipeline.trust.provenance import write_record
 
-    family = getattr(args, "family", "soco")
-    if family != "soco":
-        from soco_pipeline.cli.family_record import record_for_family
-
-        rec = record_for_family(settings, family, args.backbone)
-    elif args.lvlm:
-        rec = record_for_lvlm(settings, args.backbone)
-    else:
-        rec = record_for_backbone(settings, args.backbone, args.protocol)
+    rec = record_for(settings, args.family, args.backbone, args.lvlm, args.protocol)
     write_record(rec, args.out)
 
     def f(v) -> str:
@@ -148,11 +64,10 @@ def export_hub(args: argparse.Namespace, settings: Settings) -> int:
             file=sys.stderr,
         )
         return 2
-    rec = (
-        record_for_lvlm(settings, args.backbone)
-        if args.lvlm
-        else record_for_backbone(settings, args.backbone)
-    )
+    from soco_pipeline.cli.family_record import record_for
+    from soco_pipeline.tasks.core import SOCO
+
+    rec = record_for(settings, SOCO.name, args.backbone, args.lvlm)  # --family: SOCO's records only
     notes = (
         "simulated data: soco_pipeline's embedded generator, not the published benchmark's images"
         if settings.source == "embedded"
@@ -190,41 +105,11 @@ def cmd_diff_runs(args: argparse.Namespace, settings: Settings) -> int:
     return 0 if d["same_inputs"] else 1
 
 
-def stored_backbone_scores(settings: Settings, backbone: str, protocol):
-    """Per-keypoint scores (stats.SCORE_COLUMNS) of a SOCO backbone, re-scored from its stored predictions
-    under `protocol`, on its stored pair subset."""
-    from soco_pipeline.evaluation import stats
-    from soco_pipeline.evaluation.subsets import apply_pair_subset
-    from soco_pipeline.trust.records import load_backbone_tables, stored_subset
-
-    t = load_backbone_tables(settings.tables_root, backbone)
-    pairs = apply_pair_subset(t["image_pairs"], stored_subset(t["metrics"]))
-    return stats.backbone_scores(
-        t["predictions"],
-        t["four_choice_predictions"],
-        t["correspondences"],
-        t["keypoints"],
-        t["image_set"],
-        pairs,
-        protocol,
-    )
-
-
-def _backbone_scores(settings: Settings, backbone: str, protocol_path: str | None):
-    return stored_backbone_scores(settings, backbone, _checked_protocol(settings, backbone, protocol_path))
-
-
-def _lvlm_scores(settings: Settings, model: str):
-    from soco_pipeline.evaluation import stats
-    from soco_pipeline.trust.records import load_lvlm_answers
-
-    return stats.lvlm_scores(load_lvlm_answers(settings.tables_root, model))
-
-
 def cmd_compare(args: argparse.Namespace, settings: Settings) -> int:
     """Paired difference A - B on the pairs (items) both scored: delta, 95% CI, sign test per category."""
     from soco_pipeline.cli.model_names import check_backbone, check_lvlm
     from soco_pipeline.evaluation.stats import compare
+    from soco_pipeline.trust.records import stored_scores
 
     for name in (args.a, args.b):
         check_lvlm(settings, name) if args.lvlm else check_backbone(settings, name)
@@ -232,10 +117,7 @@ def cmd_compare(args: argparse.Namespace, settings: Settings) -> int:
         from soco_pipeline.analysis.leaderboard import LEVEL_COLUMNS
 
         _refuse_metrics([m for m in args.metric if m not in LEVEL_COLUMNS], LEVEL_COLUMNS, "SOCO backbone")
-    if args.lvlm:
-        a, b = _lvlm_scores(settings, args.a), _lvlm_scores(settings, args.b)
-    else:
-        a, b = (_backbone_scores(settings, m, args.protocol) for m in (args.a, args.b))
+    a, b = (stored_scores(settings, m, args.lvlm, args.protocol) for m in (args.a, args.b))
     overall, per_cat = compare(
         a, b, reduction="pooled" if args.lvlm else "official", n_boot=args.n_boot, seed=args.seed
     )
@@ -339,12 +221,13 @@ def cmd_evaluate(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
     """Render one prediction panel (source + query, target + GT + prediction, similarity heatmap) as a PNG."""
     from soco_pipeline.cli.model_names import check_backbone
+    from soco_pipeline.evaluation.protocol import load_protocol
     from soco_pipeline.report.panels import render_stored_panel
 
     check_backbone(settings, args.backbone)
     out = args.out or f"panel-{args.backbone}-{args.pair_id}.png"
     info = render_stored_panel(
-        settings, args.backbone, args.pair_id, args.keypoint, out, _protocol(args.protocol)
+        settings, args.backbone, args.pair_id, args.keypoint, out, load_protocol(args.protocol)
     )
     print(
         f"wrote {out}: keypoint {info['keypoint']}, error {info['error_px']:.1f} px "
@@ -361,7 +244,7 @@ def missing_boards_now(tables_root: str) -> dict[str, str]:
     from soco_pipeline.defs.shared.boards import board_materializations
     from soco_pipeline.trust.headline import vanished_boards
 
-    home = os.environ.get("DAGSTER_HOME")
+    home = variable("DAGSTER_HOME")
     if not home or not (Path(home) / "dagster.yaml").is_file():
         return {}
     with dg.DagsterInstance.get() as instance:

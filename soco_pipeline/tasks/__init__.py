@@ -32,8 +32,10 @@ class FamilySpec:
     `load_config(path, settings)`, `headline`; optional: its results record (`record` tables, `parts(model,
     kind, tables, n_boot)`), regression `watch`, `workbook` scorer ("module:function"), `input_note(config)`
     (its own input policy, said on its boards), console `columns` (all when empty), the results page's
-    `findings` (a table and its columns, shown under the board) and `simulated_note` (the page's phrase when its
-    headline flags board rows simulated)."""
+    `findings` (a table and its columns, shown under the board), `simulated_note` (the page's phrase when its
+    headline flags board rows simulated), `record_name` (the `family` its results records carry, default its
+    name) and `rebuild` ("module:function" `(settings, record_name, model, protocol_path) -> record` where its
+    record is not `record` + `parts`)."""
 
     name: str
     title: str
@@ -47,6 +49,8 @@ class FamilySpec:
     columns: tuple[str, ...] = ()
     findings: tuple[str, tuple[str, ...]] | None = None
     simulated_note: str = ""
+    record_name: str = ""
+    rebuild: str = ""
 
     def __post_init__(self) -> None:
         h = self.headline

@@ -23,6 +23,8 @@ SOCO = FamilySpec(
         simulated=EMBEDDED_SOURCE,
     ),
     columns=COLUMNS,
+    record_name="soco_correspondence",
+    rebuild="soco_pipeline.trust.records:rebuild_backbone_record",
 )
 LVLM_FAMILY = FamilySpec(  # the `lvlm` group and board key; its model_summary columns are `soco_lvlm`
     "lvlm",
@@ -39,6 +41,8 @@ LVLM_FAMILY = FamilySpec(  # the `lvlm` group and board key; its model_summary c
         simulated=EMBEDDED_SOURCE,
     ),
     columns=("model", "kind", "*_average", "*_circular"),
+    record_name="soco_lvlm",
+    rebuild="soco_pipeline.trust.records:rebuild_lvlm_record",
 )
 CORE_HEADLINES = (SOCO.headline, LVLM_FAMILY.headline)
 

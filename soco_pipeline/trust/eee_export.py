@@ -20,7 +20,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
 import re
 import sys
 import uuid
@@ -29,6 +28,9 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+
+from soco_pipeline.settings import env_value
+from soco_pipeline.storage import write_bytes_atomic
 
 EEE_VERSION = "0.3.0"
 DEVELOPER = "soco_pipeline"  # our models are spec files of this project: their datastore developer folder
@@ -42,10 +44,8 @@ class EeeExportError(ValueError):
 
 def schema_dir() -> Path:
     """Where `make install` unpacks the every-eval-ever wheel (its `every_eval_ever/` package):
-    $SOCO_EEE_DIR, else `<venv>/share/every-eval-ever/<version>`."""
-    return Path(
-        os.environ.get("SOCO_EEE_DIR") or Path(sys.prefix) / "share" / "every-eval-ever" / EEE_VERSION
-    )
+    $SOCO_EEE_DIR (settings.ENVIRONMENT's `eee_dir`), else `<venv>/share/every-eval-ever/<version>`."""
+    return Path(env_value("eee_dir") or Path(sys.prefix) / "share" / "every-eval-ever" / EEE_VERSION)
 
 
 def schema_path(kind: str) -> Path:
@@ -312,7 +312,7 @@ def write_log(
     if lines:
         text = "\n".join(lines) + "\n"
         sidecar = folder / f"{rid}_samples.jsonl"
-        write_text_atomic(sidecar, text)
+        write_bytes_atomic(str(sidecar), text.encode())
         aggregate = {
             **aggregate,
             "detailed_evaluation_results": {
@@ -329,14 +329,8 @@ def write_log(
             },
         }
     path = folder / f"{rid}.json"
-    write_text_atomic(path, json.dumps(aggregate, indent=2, allow_nan=False) + "\n")
+    write_bytes_atomic(str(path), (json.dumps(aggregate, indent=2, allow_nan=False) + "\n").encode())
     return path, sidecar
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
 
 
 def checked(aggregate: dict, lines: list[str] | None, where: str) -> str:

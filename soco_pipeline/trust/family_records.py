@@ -18,7 +18,7 @@ import pandas as pd
 
 from soco_pipeline.evaluation import stats
 from soco_pipeline.trust import hashes
-from soco_pipeline.trust.provenance import build_record
+from soco_pipeline.trust.provenance import REBUILT, build_record
 
 NO_SUBSET = {"partial": False, "rule": {}, "description": "every sample of the family's test split"}
 
@@ -132,7 +132,7 @@ def family_record(
         sample_hashes=p["sample_hashes"],
         task_hashes=p["task_hashes"],
         device=device,
-        timing={"stages": {}, "source": "not recorded (rebuilt by soco export-results)"},
+        timing=REBUILT,
     )
 
 

@@ -12,8 +12,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pandas as pd
-
 from soco_pipeline.evaluation.protocol import (
     MATCHING_KNOBS,
     ProtocolConfig,
@@ -21,6 +19,7 @@ from soco_pipeline.evaluation.protocol import (
     load_protocol,
     parse_protocol,
 )
+from soco_pipeline.settings import Settings
 from soco_pipeline.storage import exists, join, read_bytes
 
 
@@ -60,23 +59,8 @@ def rescoring_protocol(
     return requested
 
 
-def rescored_metrics(tables: dict[str, pd.DataFrame], protocol: ProtocolConfig) -> pd.DataFrame:
-    """A backbone's metrics re-scored from its stored predictions under `protocol` (the run's taxonomy
-    table, the subset its metrics were scored on)."""
-    from soco_pipeline.evaluation.metrics import compute_metrics
-    from soco_pipeline.evaluation.subsets import apply_pair_subset
-    from soco_pipeline.taxonomy import Taxonomy
-    from soco_pipeline.trust.records import stored_subset
-
-    taxonomy = Taxonomy.from_table(tables["taxonomy"], source="the run's taxonomy table")
-    pairs = apply_pair_subset(tables["image_pairs"], stored_subset(tables["metrics"]))
-    return compute_metrics(
-        tables["predictions"],
-        tables.get("four_choice_predictions"),
-        tables["correspondences"],
-        tables["keypoints"],
-        tables["image_set"],
-        pairs,
-        taxonomy,
-        protocol,
-    )
+def checked_protocol(settings: Settings, backbone: str, protocol_path: str | None) -> ProtocolConfig:
+    """The protocol to re-score a backbone's stored predictions with: the stored one when `protocol_path` is
+    None, else that file, refused (ProtocolError, a ValueError) when it changes a knob that changes predictions."""
+    stored, where = stored_protocol(settings.storage_root, backbone, settings.protocol_path)
+    return stored if protocol_path is None else rescoring_protocol(protocol_path, stored, where, backbone)

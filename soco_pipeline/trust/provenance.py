@@ -140,6 +140,12 @@ def results_block(intervals: pd.DataFrame) -> dict[str, dict[str, Any]]:
     return out
 
 
+REBUILT = {
+    "stages": {},
+    "source": "not recorded (rebuilt by soco export-results)",
+}  # a rebuilt record's timing
+
+
 def build_record(
     *,
     model: str,

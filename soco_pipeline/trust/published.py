@@ -94,9 +94,9 @@ def compare_to_published(
     return pd.DataFrame(rows, columns=COMPARISON_COLUMNS)
 
 
-def soco_knobs(input_policy: str, input_value: int, layer: object, protocol) -> dict[str, str]:
-    """Our resolved SOCO protocol in the published table's vocabulary (input size, grid, layer, alpha,
-    reduction, prediction point)."""
+def backbone_knobs(input_policy: str, input_value: int, layer: object, protocol) -> dict[str, str]:
+    """Our resolved correspondence protocol in the published table's vocabulary (input size, grid, layer,
+    alpha, reduction, prediction point)."""
     grid = f"{input_policy}:{input_value}"
     prediction = (
         "soft_argmax"
@@ -116,17 +116,17 @@ def soco_knobs(input_policy: str, input_value: int, layer: object, protocol) -> 
 BOARD_LEVELS = ("cc", "soc", "soc_geo", "cross_soc", "cross_cc")
 
 
-def soco_values(board: pd.DataFrame) -> pd.DataFrame:
-    """The SOCO leaderboard's headline levels in long form (model, family, metric, value)."""
+def board_values(board: pd.DataFrame, family: str) -> pd.DataFrame:
+    """The backbone leaderboard's headline levels in long form (model, family, metric, value)."""
     name = "model" if "model" in board.columns else "backbone"
     cols = [c for c in BOARD_LEVELS if c in board.columns]
     long = board.melt(id_vars=[name], value_vars=cols, var_name="metric", value_name="value")
-    return long.rename(columns={name: "model"}).assign(family="soco")[["model", "family", "metric", "value"]]
+    return long.rename(columns={name: "model"}).assign(family=family)[["model", "family", "metric", "value"]]
 
 
 def spec_references(specs_dir: str | Path, protocol) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
     """From the spec files of a folder: {model: published reference} for the specs that name one, and our
-    resolved SOCO knobs per such model. A spec that no longer loads is left out (its own run reports it)."""
+    resolved correspondence knobs per such model. A spec that no longer loads is left out (its own run reports it)."""
     from soco_pipeline.backbones.spec import BackboneSpecError, load_spec
 
     refs, knobs = {}, {}
@@ -138,15 +138,16 @@ def spec_references(specs_dir: str | Path, protocol) -> tuple[dict[str, str], di
         if spec.reference:
             refs[spec.name] = spec.reference
             layer = dict(spec.options).get("layer", "")
-            knobs[spec.name] = soco_knobs(spec.input.policy, spec.input.value, layer, protocol)
+            knobs[spec.name] = backbone_knobs(spec.input.policy, spec.input.value, layer, protocol)
     return refs, knobs
 
 
-def published_columns(board: pd.DataFrame, comparison: pd.DataFrame) -> pd.DataFrame:
-    """The SOCO board with, per model that names a reference: `reference`, `soc_published` (the closest
-    published SOC), `soc_vs_published` (ours - published) and `published_note` (the knobs that differ)."""
+def published_columns(board: pd.DataFrame, comparison: pd.DataFrame, family: str) -> pd.DataFrame:
+    """The backbone board of `family` with, per model that names a reference: `reference`, `soc_published`
+    (the closest published SOC), `soc_vs_published` (ours - published) and `published_note` (the knobs that
+    differ)."""
     name = "model" if "model" in board.columns else "backbone"
-    soc = comparison[(comparison["family"] == "soco") & (comparison["metric"] == "soc")].set_index("model")
+    soc = comparison[(comparison["family"] == family) & (comparison["metric"] == "soc")].set_index("model")
     out = board.copy()
     out["reference"] = out[name].map(soc["reference"]).fillna("")
     out["soc_published"] = out[name].map(soc["published"])
@@ -155,27 +156,22 @@ def published_columns(board: pd.DataFrame, comparison: pd.DataFrame) -> pd.DataF
     return out
 
 
-SUMMARY_PUBLISHED_COLUMNS = ("reference", "soco_published", "soco_vs_published", "published_note")
-# the SOCO board's columns (published_columns) under their model_summary names (the family's prefix)
-FROM_BOARD = dict(
-    zip(
-        ("reference", "soc_published", "soc_vs_published", "published_note"),
-        SUMMARY_PUBLISHED_COLUMNS,
-        strict=True,
-    )
-)
+BOARD_PUBLISHED = ("reference", "soc_published", "soc_vs_published", "published_note")  # published_columns'
 
 
-def summary_published(summary: pd.DataFrame, board: pd.DataFrame | None) -> pd.DataFrame:
-    """`model_summary` with the published SOC of the model a spec names: the SOCO board's columns as
-    `published_columns` set them, joined by model and renamed (FROM_BOARD); empty where the board has none."""
+def summary_published(summary: pd.DataFrame, board: pd.DataFrame | None, family: str) -> pd.DataFrame:
+    """`model_summary` with the published SOC of the model a spec names: the columns `published_columns` set on
+    `family`'s board, joined by model and prefixed with the family (`reference`, `<family>_published`,
+    `<family>_vs_published`, `published_note`); empty where the board has none."""
+    figures = [f"{family}_published", f"{family}_vs_published"]
+    renamed = dict(zip(BOARD_PUBLISHED, ["reference", *figures, "published_note"], strict=True))
     if board is not None and "reference" in board.columns:
         name = "model" if "model" in board.columns else "backbone"
-        cols = board.drop_duplicates(name).set_index(name)[list(FROM_BOARD)].rename(columns=FROM_BOARD)
+        cols = board.drop_duplicates(name).set_index(name)[list(renamed)].rename(columns=renamed)
     else:
-        cols = pd.DataFrame(columns=list(SUMMARY_PUBLISHED_COLUMNS))
-    out = summary.drop(columns=list(SUMMARY_PUBLISHED_COLUMNS), errors="ignore").join(cols, on="model")
-    text, figures = ["reference", "published_note"], ["soco_published", "soco_vs_published"]
+        cols = pd.DataFrame(columns=list(renamed.values()))
+    out = summary.drop(columns=list(renamed.values()), errors="ignore").join(cols, on="model")
+    text = ["reference", "published_note"]
     out[text] = out[text].fillna("").astype(str)
     out[figures] = out[figures].astype(float)
     return out

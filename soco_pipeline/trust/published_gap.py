@@ -167,8 +167,9 @@ def measure_gap(
     predict: Predict,
     score: Score,
     simulated: bool,
+    family: str,
 ) -> pd.DataFrame:
-    """GAP_COLUMNS rows of one model: per SOCO metric of `published` (the rows of its reference), one row per
+    """GAP_COLUMNS rows of one model: per `family` metric of `published` (the rows of its reference), one row per
     differing knob aligned in KNOB_ORDER (before, after, effect) and a last `unexplained` row (published -
     aligned, with the reason). `predictions` are ours; `predict` runs a variant spec (each variant once),
     `score` re-scores predictions at an alpha. Empty when the spec names no reference."""
@@ -187,7 +188,7 @@ def measure_gap(
 
     rows = []
     our_alpha = float(ours_knobs["alpha"])
-    theirs = published[(published["model"] == spec.reference) & (published["family"] == "soco")]
+    theirs = published[(published["model"] == spec.reference) & (published["family"] == family)]
     for metric in dict.fromkeys(theirs["metric"]):
         row = closest_published(ours_knobs, theirs[theirs["metric"] == metric])
         current, alpha = spec, our_alpha
@@ -200,7 +201,7 @@ def measure_gap(
         base = {
             "model": spec.name,
             "reference": spec.reference,
-            "family": "soco",
+            "family": family,
             "metric": metric,
             "ours": ours,
             "published": float(row["value"]),

@@ -1,4 +1,6 @@
-"""Results records of a backbone (family soco_correspondence) and of an LVLM (soco_lvlm), from stored tables.
+"""Results records of a correspondence backbone and of a four-choice LVLM, from stored tables; the record's
+`family` is the caller's (the `record_name` of SOCO's and SOCO-LVLM's declarations, tasks/core.py, whose
+`rebuild` names `rebuild_backbone_record` / `rebuild_lvlm_record` here).
 
 Everything is re-derived from the tables a run left (predictions, answers, the data tables): no model
 runs. The record builder itself is `provenance.build_record`.
@@ -7,6 +9,7 @@ runs. The record builder itself is `provenance.build_record`.
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -14,8 +17,9 @@ import pandas as pd
 from soco_pipeline.evaluation import stats
 from soco_pipeline.evaluation.protocol import ProtocolConfig
 from soco_pipeline.evaluation.subsets import SubsetRule, apply_item_subset, apply_pair_subset
+from soco_pipeline.settings import Settings
 from soco_pipeline.trust import hashes
-from soco_pipeline.trust.provenance import build_record
+from soco_pipeline.trust.provenance import REBUILT, build_record, read_record
 
 
 def subset_block(rule: SubsetRule) -> dict[str, Any]:
@@ -70,6 +74,7 @@ def stored_pair_hashes(stored: pd.DataFrame | None, pair_ids: pd.Series) -> pd.D
 def backbone_record(
     *,
     backbone: str,
+    family: str,
     spec,
     spec_hash: str,
     protocol: ProtocolConfig,
@@ -123,7 +128,7 @@ def backbone_record(
     }
     return build_record(
         model=backbone,
-        family="soco_correspondence",
+        family=family,
         spec=spec.to_dict(),
         spec_hash=spec_hash,
         protocol=protocol.as_dict(),
@@ -149,6 +154,7 @@ def backbone_record(
 def lvlm_record(
     *,
     model: str,
+    family: str,
     spec,
     spec_hash: str,
     protocol,
@@ -174,7 +180,7 @@ def lvlm_record(
     }
     return build_record(
         model=model,
-        family="soco_lvlm",
+        family=family,
         spec=spec.to_dict(),
         spec_hash=spec_hash,
         protocol=protocol.as_dict() if hasattr(protocol, "as_dict") else dataclasses.asdict(protocol),
@@ -206,6 +212,97 @@ def read_prediction_table(path: str, asset: str, partition: str) -> pd.DataFrame
         path,
         require_checksum=True,
         fix=f"re-materialize {asset}[{partition}] (no model output is trusted unverified)",
+    )
+
+
+def rebuild_backbone_record(
+    settings: Settings, name: str, model: str, protocol_path: str | None = None
+) -> dict:
+    """The record (family `name`) of a backbone: its stored one (the results_record asset's JSON), else, or with
+    `protocol_path` (scoring knobs only: `protocol_check`), one rebuilt from its stored tables."""
+    from soco_pipeline.backbones import load_spec, spec_hash
+    from soco_pipeline.storage import exists, join
+    from soco_pipeline.trust.protocol_check import checked_protocol
+
+    stored = join(settings.records_root, f"{model}.json")
+    if protocol_path is None and exists(stored):
+        return read_record(stored)
+    tables = load_backbone_tables(settings.tables_root, model)
+    spec = load_spec(Path(settings.backbones_dir) / f"{model}.yaml")
+    protocol = checked_protocol(settings, model, protocol_path)
+    rule = stored_subset(tables["metrics"])
+    return backbone_record(
+        backbone=model,
+        family=name,
+        spec=spec,
+        spec_hash=spec_hash(spec),
+        protocol=protocol,
+        tables=tables,
+        rule=rule,
+        device="cpu",
+        timing=REBUILT,
+    )
+
+
+def rebuild_lvlm_record(settings: Settings, name: str, model: str, protocol_path: str | None = None) -> dict:
+    """The record (family `name`) of an LVLM: its stored one, else rebuilt from its stored answers and the
+    items (`protocol_path`: SOCO's protocol file, which LVLM answers do not read)."""
+    from soco_pipeline.lvlm.protocol import load_lvlm_protocol
+    from soco_pipeline.lvlm.specs import load_spec, spec_hash
+    from soco_pipeline.storage import exists, join, read_parquet
+
+    stored = join(settings.records_root, "lvlm", f"{model}.json")
+    if exists(stored):
+        return read_record(stored)
+    answers = load_lvlm_answers(settings.tables_root, model)
+    items = read_parquet(join(settings.tables_root, "lvlm_items.parquet"))
+    metrics_path = join(settings.tables_root, "lvlm_metrics", f"{model}.parquet")
+    rule = stored_subset(read_parquet(metrics_path)) if exists(metrics_path) else SubsetRule()
+    spec = load_spec(Path(settings.lvlms_dir) / f"{model}.yaml")
+    protocol = load_lvlm_protocol()
+    return lvlm_record(
+        model=model,
+        family=name,
+        spec=spec,
+        spec_hash=spec_hash(spec),
+        protocol=protocol,
+        items=items,
+        answers=answers,
+        rule=rule,
+        timing=REBUILT,
+    )
+
+
+def stored_scores(settings: Settings, model: str, lvlm: bool = False, protocol_path: str | None = None):
+    """Per-sample scores (stats.SCORE_COLUMNS) of a SOCO LVLM (per answer / item group, `lvlm`) or backbone (per
+    keypoint, re-scored from its stored predictions on its stored subset under the stored protocol, or under
+    `protocol_path` where it changes scoring knobs only: `protocol_check`)."""
+    from soco_pipeline.trust.protocol_check import checked_protocol
+
+    if lvlm:
+        return stats.lvlm_scores(load_lvlm_answers(settings.tables_root, model))
+    protocol = checked_protocol(settings, model, protocol_path)
+    tables = load_backbone_tables(settings.tables_root, model)
+    return backbone_scores(tables, stored_subset(tables["metrics"]), protocol)
+
+
+def rescored_metrics(tables: dict[str, pd.DataFrame], protocol: ProtocolConfig) -> pd.DataFrame:
+    """A backbone's metrics re-scored from its stored predictions under `protocol` (the run's taxonomy
+    table, the subset its metrics were scored on)."""
+    from soco_pipeline.evaluation.metrics import compute_metrics
+    from soco_pipeline.taxonomy import Taxonomy
+
+    taxonomy = Taxonomy.from_table(tables["taxonomy"], source="the run's taxonomy table")
+    pairs = apply_pair_subset(tables["image_pairs"], stored_subset(tables["metrics"]))
+    return compute_metrics(
+        tables["predictions"],
+        tables.get("four_choice_predictions"),
+        tables["correspondences"],
+        tables["keypoints"],
+        tables["image_set"],
+        pairs,
+        taxonomy,
+        protocol,
     )
 
 

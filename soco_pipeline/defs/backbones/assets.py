@@ -28,6 +28,7 @@ from soco_pipeline.defs.shared.specs import (  # noqa: F401 - spec_path, spec_ve
     spec_version,
 )
 from soco_pipeline.features.policy import GLOBAL_CODE_VERSION
+from soco_pipeline.tasks.core import SOCO
 
 GROUP = "backbones"
 # Dagster's code version of each per-backbone asset: bump it when the code changes what the asset computes.
@@ -341,10 +342,10 @@ def leaderboard(
     from soco_pipeline.evaluation.stats import add_interval_columns, ci_display
     from soco_pipeline.evaluation.subsets import mark_partial, partial_display, subsets_of
     from soco_pipeline.trust.published import (
+        board_values,
         compare_to_published,
         load_published,
         published_columns,
-        soco_values,
         spec_references,
     )
     from soco_pipeline.trust.published_gap import with_gap_notes
@@ -363,7 +364,8 @@ def leaderboard(
     board = add_interval_columns(mark_partial(board, subsets_of(all_metrics)), all_metrics)
     # the published SOC of the model a spec names (`reference:`), the difference and the knobs that differ
     refs, knobs = spec_references(soco.backbones_dir, protocol)
-    board = published_columns(board, compare_to_published(soco_values(board), refs, knobs, load_published()))
+    comparison = compare_to_published(board_values(board, SOCO.name), refs, knobs, load_published())
+    board = published_columns(board, comparison, SOCO.name)
     # why it differs: the gap measured knob by knob (published_gap), one sentence per model
     board = with_gap_notes(board, partition_rows({m: t for m, t in published_gap.items() if len(t)}))
     img = base64.b64encode(leaderboard_png(board, protocol.headline_alpha)).decode()

@@ -10,6 +10,7 @@ from soco_pipeline.defs.shared.automation import EAGER
 from soco_pipeline.defs.shared.partitions import backbones_partitions
 from soco_pipeline.defs.shared.resources import SocoSettings
 from soco_pipeline.defs.shared.run_configs import recorded_subset, stage_timing
+from soco_pipeline.tasks.core import SOCO
 
 PER_BACKBONE_STAGES = ("feature_manifest", "predictions", "four_choice_predictions", "metrics")
 # the headline metrics the regression watch archives and tests (the SOCO board's levels, 4-choice accuracy)
@@ -68,6 +69,7 @@ def results_record(
     scores = backbone_scores(tables, rule, protocol)
     rec = backbone_record(
         backbone=backbone,
+        family=SOCO.record_name,
         spec=spec,
         spec_hash=spec_hash(spec),
         protocol=protocol,

@@ -8,6 +8,7 @@ from soco_pipeline.defs.shared.automation import EAGER
 from soco_pipeline.defs.shared.partitions import lvlms_partitions
 from soco_pipeline.defs.shared.resources import SocoSettings
 from soco_pipeline.defs.shared.run_configs import recorded_lvlm_subset, stage_timing
+from soco_pipeline.tasks.core import LVLM_FAMILY
 
 PER_LVLM_STAGES = ("lvlm_answers", "lvlm_metrics")
 
@@ -34,6 +35,7 @@ def lvlm_results_record(
     spec = lvlm_spec_for(soco, model)
     rec = lvlm_record(
         model=model,
+        family=LVLM_FAMILY.record_name,
         spec=spec,
         spec_hash=spec_hash(spec),
         protocol=soco.lvlm_protocol(),

@@ -42,7 +42,8 @@ def published_gap(context: dg.AssetExecutionContext, soco: SocoSettings) -> Tabl
     the unexplained rest with its reason; no rows, and no table read, when the spec names no published model."""
     from soco_pipeline.evaluation.subsets import apply_pair_subset
     from soco_pipeline.runtime.device import resolve_device
-    from soco_pipeline.trust.published import load_published, soco_knobs
+    from soco_pipeline.tasks.core import SOCO
+    from soco_pipeline.trust.published import backbone_knobs, load_published
     from soco_pipeline.trust.published_gap import GAP_COLUMNS, GapInputs, measure_gap
 
     spec = spec_for(soco, context.partition_key)
@@ -68,7 +69,7 @@ def published_gap(context: dg.AssetExecutionContext, soco: SocoSettings) -> Tabl
         log=context.log.info,
     )
     layer = dict(spec.options).get("layer", "")
-    knobs = soco_knobs(spec.input.policy, spec.input.value, layer, protocol)
+    knobs = backbone_knobs(spec.input.policy, spec.input.value, layer, protocol)
     table = measure_gap(
         spec,
         knobs,
@@ -77,6 +78,7 @@ def published_gap(context: dg.AssetExecutionContext, soco: SocoSettings) -> Tabl
         inputs.predict,
         inputs.score,
         simulated=soco.source == "embedded",
+        family=SOCO.name,
     )
     sentence = table["sentence"].iloc[0] if len(table) else ""
     return TableResult(

@@ -22,15 +22,16 @@ from soco_pipeline.defs.shared.resources import SocoSettings
 def published_comparison(soco: SocoSettings, leaderboard: pd.DataFrame) -> TableResult:
     """Ours beside the published figures of the model each spec names (assets/reference/published.csv):
     the closest published setting, the difference, and every protocol knob in which the two runs differ."""
+    from soco_pipeline.tasks.core import SOCO
     from soco_pipeline.trust.published import (
+        board_values,
         compare_to_published,
         load_published,
-        soco_values,
         spec_references,
     )
 
     refs, knobs = spec_references(soco.backbones_dir, soco.protocol())
-    table = compare_to_published(soco_values(leaderboard), refs, knobs, load_published())
+    table = compare_to_published(board_values(leaderboard, SOCO.name), refs, knobs, load_published())
     md = table[["model", "reference", "metric", "comparison"]].to_markdown(index=False) if len(table) else ""
     return TableResult(
         table,

@@ -20,7 +20,7 @@ from soco_pipeline.defs.shared.executors import IN_RUN_PROCESS
 from soco_pipeline.defs.shared.family import Family
 from soco_pipeline.defs.shared.io_manager import ALLOW_MISSING
 from soco_pipeline.defs.shared.resources import SocoSettings
-from soco_pipeline.tasks.core import CORE_HEADLINES
+from soco_pipeline.tasks.core import CORE_HEADLINES, SOCO
 from soco_pipeline.trust.headline import Headline
 from soco_pipeline.trust.headline_schemas import ModelHeadlineSchema, ModelSummarySchema
 
@@ -103,7 +103,7 @@ def headline_assets(headlines: tuple[Headline, ...]) -> list[dg.AssetsDefinition
         from soco_pipeline.trust.headline import model_summary as build
         from soco_pipeline.trust.published import summary_published
 
-        wide = summary_published(build(model_headlines, headlines), board.get("leaderboard"))
+        wide = summary_published(build(model_headlines, headlines), board.get("leaderboard"), SOCO.name)
         shown = wide[["model", *dict.fromkeys(h.family for h in headlines)]].round(1)
         when = {b: latest_materialization(context.instance, b) for b in boards}
         return TableResult(
