@@ -45,7 +45,6 @@ from soco_pipeline.storage import name_length_problem
 
 BACKENDS = ("openai", "transformers")
 SETTINGS = ("vis", "vis_desc", "desc")
-DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 # Bump when the request building or parsing changes what a spec's answers are.
 LVLM_CODE_VERSION = "1"

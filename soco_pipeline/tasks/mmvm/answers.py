@@ -61,8 +61,6 @@ ANSWER_COLUMNS = [
     "error",
     "request_hash",
 ]
-EXTRACTIONS = ("exact", "no_option", "judge", "none")  # no_option: a refusal or a lone Z, settled wrong
-JUDGE_STATUSES = ("", "decided", "failed")  # "": not asked
 JUDGE_MODES = ("off", "matcher", "yes_no")
 REFUSALS = (
     "Sorry, I can't help with images of people yet.",
