@@ -27,6 +27,11 @@ PROJECT_NAME = 'name = "soco_pipeline"'
 MAKEFILE_MARK = "The Makefile copies this file"
 
 
+class ProjectError(ValueError):
+    """The storage or instance a command needs is not where the settings point; the message says where it
+    looked and what to do."""
+
+
 @dataclass(frozen=True)
 class ProjectEnvironment:
     """The project root, the storage root and DAGSTER_HOME a command uses, and how each was chosen."""

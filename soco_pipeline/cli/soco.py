@@ -7,9 +7,17 @@ import shutil
 import sys
 from pathlib import Path
 
+import pandas as pd
+
 from soco_pipeline.deploy.stack import StackError
 from soco_pipeline.report.results_db import ResultsError, query
 from soco_pipeline.settings import Settings
+
+
+def _print_df(df: pd.DataFrame, fmt: str = "table") -> None:
+    from soco_pipeline.report.formats import format_frame
+
+    print(format_frame(df, fmt), end="")
 
 
 def cmd_sql(args: argparse.Namespace, settings: Settings) -> int:
