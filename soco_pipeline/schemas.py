@@ -15,7 +15,15 @@ LEVELS = ("intra", "cross")
 SOURCES = ("imagenet3d", "animal3d", "soco")
 
 
-class ImageSchema(pa.DataFrameModel):
+class Table(pa.DataFrameModel):
+    """A canonical table: columns outside its schema are dropped, values coerced to the declared types."""
+
+    class Config:
+        strict = "filter"
+        coerce = True
+
+
+class ImageSchema(Table):
     """`image_set`: one row per kept image (a single salient object)."""
 
     image_id: Series[str] = pa.Field(unique=True)
@@ -43,12 +51,8 @@ class ImageSchema(pa.DataFrameModel):
             & (df.bbox_t < df.bbox_b)
         )
 
-    class Config:
-        strict = "filter"
-        coerce = True
 
-
-class RejectedImageSchema(pa.DataFrameModel):
+class RejectedImageSchema(Table):
     """`rejected_images`: every image the filters dropped, with the reason."""
 
     image_id: Series[str]
@@ -57,12 +61,8 @@ class RejectedImageSchema(pa.DataFrameModel):
     uri: Series[str]
     reason: Series[str]
 
-    class Config:
-        strict = "filter"
-        coerce = True
 
-
-class RawClickSchema(pa.DataFrameModel):
+class RawClickSchema(Table):
     """Raw annotator clicks: one row per (image, keypoint, annotator)."""
 
     image_id: Series[str]
@@ -72,12 +72,8 @@ class RawClickSchema(pa.DataFrameModel):
     y: Series[float] = pa.Field(nullable=True)
     visible: Series[bool]
 
-    class Config:
-        strict = "filter"
-        coerce = True
 
-
-class KeypointSchema(pa.DataFrameModel):
+class KeypointSchema(Table):
     """`keypoints`: aggregated keypoints, one row per (image, keypoint of its category).
 
     Invisible keypoints are kept with visible=False and NaN coordinates allowed.
@@ -101,12 +97,8 @@ class KeypointSchema(pa.DataFrameModel):
     def visible_have_coordinates(cls, df: pd.DataFrame) -> Series[bool]:  # noqa: N805
         return ~df.visible | (df.x.notna() & df.y.notna())
 
-    class Config:
-        strict = "filter"
-        coerce = True
 
-
-class DescriptionSchema(pa.DataFrameModel):
+class DescriptionSchema(Table):
     """`descriptions`: one language description per (category, keypoint)."""
 
     category: Series[str]
@@ -118,12 +110,8 @@ class DescriptionSchema(pa.DataFrameModel):
     def unique_keys(cls, df: pd.DataFrame) -> Series[bool]:  # noqa: N805
         return ~df.duplicated(["category", "keypoint"], keep=False)
 
-    class Config:
-        strict = "filter"
-        coerce = True
 
-
-class ImagePairSchema(pa.DataFrameModel):
+class ImagePairSchema(Table):
     """`image_pairs`: intra- and cross-category image pairs.
 
     pair_group is the category for intra pairs and the *target* category for cross pairs.
@@ -147,12 +135,8 @@ class ImagePairSchema(pa.DataFrameModel):
     def no_self_pairs(cls, df: pd.DataFrame) -> Series[bool]:  # noqa: N805
         return df.src_image != df.trg_image
 
-    class Config:
-        strict = "filter"
-        coerce = True
 
-
-class CorrespondenceSchema(pa.DataFrameModel):
+class CorrespondenceSchema(Table):
     """`correspondences`: keypoint-level matches of every image pair.
 
     kind 'soc': the same keypoint name visible in both images (src_keypoint == trg_keypoint);
@@ -170,12 +154,8 @@ class CorrespondenceSchema(pa.DataFrameModel):
     geo: Series[bool]
     n_candidates: Series[int] = pa.Field(ge=1)
 
-    class Config:
-        strict = "filter"
-        coerce = True
 
-
-class FourChoiceSchema(pa.DataFrameModel):
+class FourChoiceSchema(Table):
     """`four_choice`: per evaluated SOC correspondence, four target keypoints A-D, one right."""
 
     pair_id: Series[str]
@@ -186,12 +166,8 @@ class FourChoiceSchema(pa.DataFrameModel):
     option_d: Series[str]
     answer: Series[int] = pa.Field(isin=[0, 1, 2, 3])
 
-    class Config:
-        strict = "filter"
-        coerce = True
 
-
-class FeatureManifestSchema(pa.DataFrameModel):
+class FeatureManifestSchema(Table):
     """Feature cache manifest: one row per (backbone, image)."""
 
     backbone: Series[str]
@@ -207,12 +183,8 @@ class FeatureManifestSchema(pa.DataFrameModel):
     path: Series[str]
     checksum: Series[str]
 
-    class Config:
-        strict = "filter"
-        coerce = True
 
-
-class PredictionSchema(pa.DataFrameModel):
+class PredictionSchema(Table):
     """`predictions[b]`: one row per (pair, source keypoint, mode), in target-image pixels.
 
     mode 'free': argmax over all target patches (scored for CC, SOC, Cross-SOC);
@@ -227,10 +199,6 @@ class PredictionSchema(pa.DataFrameModel):
     pred_y: Series[float]
     similarity: Series[float]
     input_size: Series[int] = pa.Field(gt=0)
-
-    class Config:
-        strict = "filter"
-        coerce = True
 
 
 class PublishedComparisonSchema(pa.DataFrameModel):

@@ -46,13 +46,10 @@ POS_EMBED_MODES = ("auto", "dinov2_hub", "timm")
 # and a timm checkpoint is built at its own position-embedding grid.
 FEATURE_CODE_VERSION = "3"
 
-NORMALISATIONS = ("imagenet", "clip", "half", "raw")
-INPUT_POLICIES = ("nearest_multiple", "fixed_grid")
 # input.resize: pil = the official scorer's PIL bicubic resize of the uint8 square (the default);
 # tensor = F.interpolate on the float tensor (faster on a GPU; features move a little, see
 # docs/preprocessing.md).
 RESIZE_MODES = ("pil", "tensor")
-PRECISIONS = ("fp32", "bf16", "fp16")
 # Speed options (off by default). Each may change the features a little, so a spec that sets one gets
 # its own spec_hash; left at its default it is not hashed, so no existing cache folder changes.
 GPU_OPTIONS = {"precision": "fp32", "channels_last": False, "compile": False}

@@ -25,18 +25,6 @@ from soco_pipeline.sources.config import CANDIDATE_COLUMNS, SourceConfig
 from soco_pipeline.storage import read_bytes
 from soco_pipeline.taxonomy import Taxonomy
 
-REASONS = (
-    "unknown_category",
-    "missing_image",
-    "corrupt_image",
-    "invalid_pose",
-    "invalid_keypoints",
-    "keypoint_outside_image",
-    "crowded",
-    "bad_status",
-    "too_small",
-)
-
 
 def check_image(uri: str) -> tuple[str, int, int]:
     """('' | 'missing_image' | 'corrupt_image', width, height) for one image file.

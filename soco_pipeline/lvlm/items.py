@@ -21,7 +21,8 @@ from soco_pipeline.lvlm.specs import SETTINGS
 LETTERS = "ABCD"
 OPTION_COLUMNS = ["option_a", "option_b", "option_c", "option_d"]
 _STREAM_LVLM_ITEMS = 11
-ITEM_COLUMNS = [
+# What names an item (and its answer) in every LVLM table.
+ITEM_KEYS = [
     "setting",
     "index",
     "g_index",
@@ -32,6 +33,9 @@ ITEM_COLUMNS = [
     "pair_group",
     "supercategory",
     "src_keypoint",
+]
+ITEM_COLUMNS = [
+    *ITEM_KEYS,
     "src_image",
     "trg_image",
     "description",

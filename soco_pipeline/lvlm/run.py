@@ -24,6 +24,7 @@ import pandas as pd
 
 from soco_pipeline.lvlm.backends import Backend, Reply
 from soco_pipeline.lvlm.cache import AnswerCache
+from soco_pipeline.lvlm.items import ITEM_KEYS
 from soco_pipeline.lvlm.metrics import unparsable_warning
 from soco_pipeline.lvlm.parse import parse_answers
 from soco_pipeline.lvlm.prompt import ChatRequest, build_prompts, request_key
@@ -32,16 +33,7 @@ from soco_pipeline.storage import read_bytes
 
 ANSWER_COLUMNS = [
     "model",
-    "setting",
-    "index",
-    "g_index",
-    "qid",
-    "rotation",
-    "pair_id",
-    "level",
-    "pair_group",
-    "supercategory",
-    "src_keypoint",
+    *ITEM_KEYS,
     "answer",
     "raw_answer",
     "parsed",
@@ -264,21 +256,7 @@ def run_model(
         got.cached,
     )
 
-    out = rows[
-        [
-            "setting",
-            "index",
-            "g_index",
-            "qid",
-            "rotation",
-            "pair_id",
-            "level",
-            "pair_group",
-            "supercategory",
-            "src_keypoint",
-            "answer",
-        ]
-    ].copy()
+    out = rows[[*ITEM_KEYS, "answer"]].copy()
     out.insert(0, "model", spec.name)
     out["raw_answer"] = raw.astype(str)
     out["parsed"] = parse_answers(out["raw_answer"])

@@ -40,12 +40,12 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field, TypeAdapter, field_validator
 
+from soco_pipeline.backbones.spec_files import scan_folder
 from soco_pipeline.config import ConfigModel, read_yaml, validate_doc
 from soco_pipeline.storage import name_length_problem
 
 BACKENDS = ("openai", "transformers")
 SETTINGS = ("vis", "vis_desc", "desc")
-DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 # Bump when the request building or parsing changes what a spec's answers are.
 LVLM_CODE_VERSION = "1"
@@ -216,12 +216,4 @@ def scan_specs(folder: str | Path) -> tuple[dict[str, str], dict[str, str]]:
 
     A missing or empty folder gives two empty dicts.
     """
-    valid, invalid = {}, {}
-    for path in sorted(Path(folder).glob("*.yaml")):
-        try:
-            load_spec(path)
-        except Exception as e:  # noqa: BLE001 - the sensor reports malformed specs, it does not raise
-            invalid[path.stem] = str(e)
-            continue
-        valid[path.stem] = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
-    return valid, invalid
+    return scan_folder(Path(folder), load_spec)

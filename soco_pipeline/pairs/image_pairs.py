@@ -71,17 +71,7 @@ def _cross_pairs(imgs: pd.DataFrame, taxonomy: Taxonomy, cfg: PairConfig) -> pd.
     n_src = count.reindex(targets.src_category).to_numpy()
     k = int(count.max()) if cfg.cross_sources_per_category == "all" else int(cfg.cross_sources_per_category)
     if k == 0 or targets.empty:
-        return pd.DataFrame(
-            columns=[
-                "level",
-                "pair_group",
-                "src_image",
-                "trg_image",
-                "src_category",
-                "trg_category",
-                "ancestor",
-            ]
-        )
+        return pd.DataFrame(columns=PAIR_COLUMNS[1:-1])  # no pair_id, no evaluated yet
     offsets = _sample_without_replacement(n_src, k, stream_rng(cfg.seed, STREAM_CROSS_SOURCES))
     row, j = np.nonzero(offsets >= 0)
     src_pos = start.reindex(targets.src_category).to_numpy()[row] + offsets[row, j]

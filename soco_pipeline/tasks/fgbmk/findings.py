@@ -46,6 +46,34 @@ FINDING_COLUMNS = [
     "not_covered",
     "simulated",
 ]
+# Each finding as the paper states it: the claim, the paper's figure, and what of it the project does not cover.
+CLAIMS = {
+    1: (
+        "contrastive training keeps fine-grained features more discriminative than generative / reconstruction training",
+        "across-superclass drop ~1.96 (contrastive) vs 4.16 (Qwen, generative), 7.41 (BEiT3, reconstruction) points",
+        "LVLM vision towers (InternVL, Qwen, BEiT3) are not in the zoo; we compare backbones by paradigm",
+    ),
+    2: (
+        "aligning visual features with text blurs fine-grained discriminability",
+        "aligned < unaligned visual features; re-aligning with fine-grained text +2.55 (Stanford Dogs), still below",
+        "the re-alignment with fine-grained text (+2.55) is not reproduced",
+    ),
+    3: (
+        "fine-grained recognition is more sensitive to perturbation than coarse recognition",
+        "CUB-200 (fine) 89 -> 25, CIFAR-100 (coarse) 93 -> 50 under perturbation",
+        "the paper perturbs LVLM features on CUB vs CIFAR-100; we attack backbone + probe pixels at two levels of one set",
+    ),
+    4: (
+        "perception beats reasoning: accuracy falls with finer granularity, and per-class accuracy is very uneven (knowledge bias)",
+        "CUB class > 99% -> species ~60%; per-class accuracy 30% to 90%",
+        "the attribute-perception vs category-reasoning contrast (LVLM attribute questions against category questions) is not tested",
+    ),
+    5: (
+        "LVLMs and generic encoders still trail fine-grained specialist models",
+        "LVLMs below fine-grained tailored models on the fine-grained datasets",
+        "no fine-grained specialist model is part of the project's zoo; the LVLM side of the gap is not measured",
+    ),
+}
 YES, NO, NOT_TESTABLE = "yes", "no", "not testable"
 CHECKS = ("oracle", "random")  # paradigms that check the metrics and are no models
 Z = 1.959964
@@ -99,20 +127,8 @@ def spread_test(
     return float((1 + (null >= std - 1e-9).sum()) / (1 + sims)), float(np.median(null))
 
 
-def _row(
-    n,
-    claim,
-    paper,
-    measured,
-    holds,
-    why,
-    models,
-    simulated,
-    uncovered,
-    effect=np.nan,
-    ci=(np.nan,) * 2,
-    test="",
-):
+def _row(n, measured, holds, why, models, effect=np.nan, ci=(np.nan,) * 2, test=""):
+    claim, paper, uncovered = CLAIMS[n]
     return {
         "finding": n,
         "claim": claim,
@@ -126,7 +142,6 @@ def _row(
         "why": why,
         "models": ", ".join(sorted(models)),
         "not_covered": uncovered,
-        "simulated": simulated,
     }
 
 
@@ -169,13 +184,8 @@ def _drops(metrics: pd.DataFrame, par: dict) -> dict[str, tuple[float, float]]:
     return out
 
 
-def finding_1(metrics: pd.DataFrame, par: dict, simulated: bool) -> dict:
+def finding_1(metrics: pd.DataFrame, par: dict) -> dict:
     """Contrastive vs generative/reconstruction: the within -> across-superclass drop in chance-corrected skill."""
-    claim = "contrastive training keeps fine-grained features more discriminative than generative / reconstruction training"
-    paper = "across-superclass drop ~1.96 (contrastive) vs 4.16 (Qwen, generative), 7.41 (BEiT3, reconstruction) points"
-    uncovered = (
-        "LVLM vision towers (InternVL, Qwen, BEiT3) are not in the zoo; we compare backbones by paradigm"
-    )
     drops = _drops(metrics, par)
     measured = "; ".join(f"{b} {d:+.3f} (SE {s:.3f})" for b, (d, s) in drops.items())
     measured = ("skill drop within -> across (subclass): " + measured) if drops else ""
@@ -188,7 +198,7 @@ def finding_1(metrics: pd.DataFrame, par: dict, simulated: bool) -> dict:
             if not drops
             else "needs " + " and ".join(need) + _present(par)
         )
-        return _row(1, claim, paper, measured, NOT_TESTABLE, why, drops, simulated, uncovered)
+        return _row(1, measured, NOT_TESTABLE, why, drops)
     c = float(np.mean([d for d, _ in con.values()]))
     c_se = float(np.sqrt(np.sum([s * s for _, s in con.values()])) / len(con))
     g_name = min(gen, key=lambda b: gen[b][0])
@@ -196,16 +206,11 @@ def finding_1(metrics: pd.DataFrame, par: dict, simulated: bool) -> dict:
     ci = interval(effect, se)
     holds = verdict(*ci, below=True)
     why = f"mean contrastive drop - smallest generative/reconstruction drop ({g_name}); 95% CI {ci[0]:+.3f} .. {ci[1]:+.3f}"
-    return _row(
-        1, claim, paper, measured, holds, why, {**con, **gen}, simulated, uncovered, effect, ci, "normal CI"
-    )
+    return _row(1, measured, holds, why, {**con, **gen}, effect, ci, "normal CI")
 
 
-def finding_2(metrics: pd.DataFrame, par: dict, simulated: bool) -> dict:
+def finding_2(metrics: pd.DataFrame, par: dict) -> dict:
     """Text-aligned vs vision-only contrastive encoders: subclass top-1 (same classes, so raw points)."""
-    claim = "aligning visual features with text blurs fine-grained discriminability"
-    paper = "aligned < unaligned visual features; re-aligning with fine-grained text +2.55 (Stanford Dogs), still below"
-    uncovered = "the re-alignment with fine-grained text (+2.55) is not reproduced"
     acr = _across(metrics)
     top1 = {
         b: (float(r.top1), float(r.n_test))
@@ -219,17 +224,7 @@ def finding_2(metrics: pd.DataFrame, par: dict, simulated: bool) -> dict:
     )
     if not aligned or not plain:
         need = [n for n, ok in ((NEEDS_ALIGNED, aligned), (NEEDS_UNALIGNED, plain)) if not ok]
-        return _row(
-            2,
-            claim,
-            paper,
-            measured,
-            NOT_TESTABLE,
-            "needs " + " and ".join(need) + _present(par),
-            top1,
-            simulated,
-            uncovered,
-        )
+        return _row(2, measured, NOT_TESTABLE, "needs " + " and ".join(need) + _present(par), top1)
 
     def mean_se(group):
         acc = np.array([v[0] for v in group.values()])
@@ -239,39 +234,13 @@ def finding_2(metrics: pd.DataFrame, par: dict, simulated: bool) -> dict:
     (a, a_se), (p, p_se) = mean_se(aligned), mean_se(plain)
     ci = interval(a - p, float(np.hypot(a_se, p_se)))
     why = f"mean subclass top-1 text-aligned {a:.1f} - vision-only {p:.1f}; 95% CI {ci[0]:+.1f} .. {ci[1]:+.1f} points"
-    return _row(
-        2,
-        claim,
-        paper,
-        measured,
-        verdict(*ci, below=True),
-        why,
-        top1,
-        simulated,
-        uncovered,
-        a - p,
-        ci,
-        "normal CI",
-    )
+    return _row(2, measured, verdict(*ci, below=True), why, top1, a - p, ci, "normal CI")
 
 
-def finding_3(metrics: pd.DataFrame, robustness: pd.DataFrame | None, par: dict, simulated: bool) -> dict:
+def finding_3(metrics: pd.DataFrame, robustness: pd.DataFrame | None, par: dict) -> dict:
     """Share of chance-corrected skill kept at the strongest FGSM/PGD epsilon, fine vs coarse level."""
-    claim = "fine-grained recognition is more sensitive to perturbation than coarse recognition"
-    paper = "CUB-200 (fine) 89 -> 25, CIFAR-100 (coarse) 93 -> 50 under perturbation"
-    uncovered = "the paper perturbs LVLM features on CUB vs CIFAR-100; we attack backbone + probe pixels at two levels of one set"
     if robustness is None or robustness.empty:
-        return _row(
-            3,
-            claim,
-            paper,
-            "",
-            NOT_TESTABLE,
-            "no robustness rows (fgbmk_robustness not materialized)",
-            [],
-            simulated,
-            uncovered,
-        )
+        return _row(3, "", NOT_TESTABLE, "no robustness rows (fgbmk_robustness not materialized)", [])
     chance = metrics[metrics.scope == "across"].groupby(["backbone", "level"]).chance_top1.first()
     attacks = robustness[robustness.attack.isin(["fgsm", "pgd"])]
     levels = [lv for lv in LEVELS if lv in set(robustness.level)]
@@ -311,7 +280,7 @@ def finding_3(metrics: pd.DataFrame, robustness: pd.DataFrame | None, par: dict,
             "no FGSM/PGD rows at two levels of a differentiable model backbone with clean skill above chance"
             + why_skip
         )
-        return _row(3, claim, paper, "", NOT_TESTABLE, why, [], simulated, uncovered)
+        return _row(3, "", NOT_TESTABLE, why, [])
     effect = float(np.mean([e for e, _ in effects]))
     ci = interval(effect, float(np.sqrt(np.sum([s * s for _, s in effects])) / len(effects)))
     holds = verdict(*ci, below=True)
@@ -324,19 +293,19 @@ def finding_3(metrics: pd.DataFrame, robustness: pd.DataFrame | None, par: dict,
         )
         + why_skip
     )
-    return _row(
-        3, claim, paper, "; ".join(parts), holds, why, used, simulated, uncovered, effect, ci, "normal CI"
+    return _row(3, "; ".join(parts), holds, why, used, effect, ci, "normal CI")
+
+
+def _spread_verdict(p: float, spread: float, config: FindingsConfig) -> str:
+    """Knowledge bias of one model: yes when its per-class spread beats binomial noise and is wide enough."""
+    return (
+        YES if p < config.alpha and spread >= config.min_spread else NOT_TESTABLE if p >= config.alpha else NO
     )
 
 
-def finding_4(
-    metrics: pd.DataFrame, lvlm: pd.DataFrame | None, par: dict, config: FindingsConfig, simulated: bool
-) -> dict:
+def finding_4(metrics: pd.DataFrame, lvlm: pd.DataFrame | None, par: dict, config: FindingsConfig) -> dict:
     """(a) chance-corrected skill falls from the coarsest to the finest level; (b) per-class accuracy spreads
     beyond binomial noise (knowledge bias). Holds when both do."""
-    claim = "perception beats reasoning: accuracy falls with finer granularity, and per-class accuracy is very uneven (knowledge bias)"
-    paper = "CUB class > 99% -> species ~60%; per-class accuracy 30% to 90%"
-    uncovered = "the attribute-perception vs category-reasoning contrast (LVLM attribute questions against category questions) is not tested"
     acr = _across(metrics)
     gran, effects, used = [], [], []
     for b in sorted({b for b, _ in acr.index}):
@@ -395,13 +364,7 @@ def finding_4(
             f"{r.backbone}: per-class top-1 {r.class_top1_min:.0f}-{r.class_top1_max:.0f}, std {r.class_top1_std:.1f} vs "
             f"{null:.1f} from {r.test_per_class:g} images/class alone (p = {p:.3f})"
         )
-        part_b.append(
-            YES
-            if p < config.alpha and spread >= config.min_spread
-            else NOT_TESTABLE
-            if p >= config.alpha
-            else NO
-        )
+        part_b.append(_spread_verdict(p, spread, config))
         if r.backbone not in used:
             used.append(r.backbone)
     if lvlm is not None and len(lvlm):
@@ -426,27 +389,17 @@ def finding_4(
                 f"{m} (LVLM knowledge bias): {r['class_accuracy_min']:.0f}-{r['class_accuracy_max']:.0f}, std {r['class_accuracy_std']:.1f} vs {null:.1f} (p = {p:.3f})"
             )
             spread = r["class_accuracy_max"] - r["class_accuracy_min"]
-            part_b.append(
-                YES
-                if p < config.alpha and spread >= config.min_spread
-                else NOT_TESTABLE
-                if p >= config.alpha
-                else NO
-            )
+            part_b.append(_spread_verdict(p, spread, config))
             if m not in used:
                 used.append(m)
     b = YES if part_b and all(v == YES for v in part_b) else NO if NO in part_b else NOT_TESTABLE
     if not used:
         return _row(
             4,
-            claim,
-            paper,
             "",
             NOT_TESTABLE,
             "no model scored at the coarsest and finest levels (oracles and random-init nets are left out)",
             [],
-            simulated,
-            uncovered,
         )
     holds = YES if a == YES and b == YES else NO if NO in (a, b) else NOT_TESTABLE
     eff = float(np.mean([e for e, _, _ in effects])) if effects else np.nan
@@ -460,27 +413,11 @@ def finding_4(
         f"(b) knowledge bias: {b} ({sum(v == YES for v in part_b)} of {len(part_b)} spreads beyond binomial noise at p < {config.alpha:g} "
         f"and span >= {config.min_spread:g} points)"
     )
-    return _row(
-        4,
-        claim,
-        paper,
-        "; ".join(gran + bias),
-        holds,
-        why,
-        used,
-        simulated,
-        uncovered,
-        eff,
-        ci,
-        "normal CI; Monte Carlo spread test",
-    )
+    return _row(4, "; ".join(gran + bias), holds, why, used, eff, ci, "normal CI; Monte Carlo spread test")
 
 
-def finding_5(metrics: pd.DataFrame, par: dict, simulated: bool) -> dict:
+def finding_5(metrics: pd.DataFrame, par: dict) -> dict:
     """Specialist vs the best other model at the subclass level (top-1, same classes)."""
-    claim = "LVLMs and generic encoders still trail fine-grained specialist models"
-    paper = "LVLMs below fine-grained tailored models on the fine-grained datasets"
-    uncovered = "no fine-grained specialist model is part of the project's zoo; the LVLM side of the gap is not measured"
     acr = _across(metrics)
     sub = {
         b: (float(r.top1), float(r.n_test))
@@ -491,15 +428,7 @@ def finding_5(metrics: pd.DataFrame, par: dict, simulated: bool) -> dict:
     other = {b: v for b, v in sub.items() if par.get(b, (None, False))[0] not in ("specialist", None)}
     if not spec or not other:
         return _row(
-            5,
-            claim,
-            paper,
-            "",
-            NOT_TESTABLE,
-            "needs " + NEEDS_SPECIALIST + " beside a generic one" + _present(par),
-            [],
-            simulated,
-            uncovered,
+            5, "", NOT_TESTABLE, "needs " + NEEDS_SPECIALIST + " beside a generic one" + _present(par), []
         )
     s, o = max(spec, key=lambda b: spec[b][0]), max(other, key=lambda b: other[b][0])
     (a1, n1), (a2, n2) = spec[s], other[o]
@@ -507,14 +436,10 @@ def finding_5(metrics: pd.DataFrame, par: dict, simulated: bool) -> dict:
     why = f"best generic {o} {a2:.1f} - best specialist {s} {a1:.1f}; 95% CI {ci[0]:+.1f} .. {ci[1]:+.1f} points"
     return _row(
         5,
-        claim,
-        paper,
         f"subclass top-1: {s} {a1:.1f}, {o} {a2:.1f}",
         verdict(*ci, below=True),
         why,
         [s, o],
-        simulated,
-        uncovered,
         a2 - a1,
         ci,
         "normal CI",
@@ -541,13 +466,13 @@ def check_findings(
     par = _paradigms(names, config)
     simulated = bool(metrics.simulated.all())
     rows = [
-        finding_1(metrics, par, simulated),
-        finding_2(metrics, par, simulated),
-        finding_3(metrics, robustness, par, simulated),
-        finding_4(metrics, lvlm_metrics, par, config, simulated),
-        finding_5(metrics, par, simulated),
+        finding_1(metrics, par),
+        finding_2(metrics, par),
+        finding_3(metrics, robustness, par),
+        finding_4(metrics, lvlm_metrics, par, config),
+        finding_5(metrics, par),
     ]
-    return pd.DataFrame(rows, columns=FINDING_COLUMNS)
+    return pd.DataFrame(rows, columns=FINDING_COLUMNS).assign(simulated=simulated)
 
 
 def findings_markdown(findings: pd.DataFrame) -> str:

@@ -37,18 +37,11 @@ from soco_pipeline.lvlm.prompt import ChatRequest
 from soco_pipeline.lvlm.run import LvlmRunError, ask_requests, error_rate_exceeded
 from soco_pipeline.lvlm.specs import LvlmSpec
 from soco_pipeline.storage import read_bytes
-from soco_pipeline.tasks.mmvm.prompt import QUESTION, option_map, options_of
+from soco_pipeline.tasks.mmvm.prompt import ITEM_KEYS, QUESTION, option_map, options_of
 
 ANSWER_COLUMNS = [
     "model",
-    "item_id",
-    "case_id",
-    "split",
-    "n_candidates",
-    "count_label",
-    "match_type",
-    "query_absent",
-    "answer",
+    *ITEM_KEYS,
     "raw_answer",
     "parsed",
     "extraction",
@@ -61,8 +54,6 @@ ANSWER_COLUMNS = [
     "error",
     "request_hash",
 ]
-EXTRACTIONS = ("exact", "no_option", "judge", "none")  # no_option: a refusal or a lone Z, settled wrong
-JUDGE_STATUSES = ("", "decided", "failed")  # "": not asked
 JUDGE_MODES = ("off", "matcher", "yes_no")
 REFUSALS = (
     "Sorry, I can't help with images of people yet.",
@@ -403,9 +394,7 @@ def run_lvlm(
     log(f"{spec.name}: {n} MMVM answers, {n - got.sent} from the cache, {got.errors} errors")
     # a failed request has no answer to judge
     ex = extract(raw, items, judge, asked_rows=error == "")
-    out = items[
-        ["item_id", "case_id", "split", "n_candidates", "count_label", "match_type", "query_absent", "answer"]
-    ].copy()
+    out = items[ITEM_KEYS].copy()
     out.insert(0, "model", spec.name)
     out["raw_answer"] = raw.astype(str)
     for col in ("parsed", "extraction", "judge_mode", "judge_raw", "judge_status"):

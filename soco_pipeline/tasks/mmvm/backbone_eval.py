@@ -97,42 +97,37 @@ def backbone_predictions(
     if reference is not None and not _has_train(tables) and _has_train(reference):
         ref_desc, _ = _descriptors(spec, reference, features_root, device, log)
         head = train_head(ref_desc, reference["objects"], reference["cases"], seed=seed)
-        ref_items, ref_cases, ref_objects = reference["items"], reference["cases"], reference["objects"]
-        ref = pd.concat(
-            [
-                predict_items(ref_items, ref_cases, ref_objects, ref_desc, spec.name),
-                predict_items(
-                    ref_items,
-                    ref_cases,
-                    ref_objects,
-                    apply_head(ref_desc, head),
-                    spec.name,
-                    method="contrastive_head",
-                ),
-            ],
-            ignore_index=True,
-        )
+        ref = _both_methods(reference, ref_desc, head, spec.name, None, carried)
         carried = {m: carried_rule(ref, m) for m in METHODS}
         log(
             f"{spec.name}: head and None thresholds from the reference's training split "
-            f"({int((ref_items['split'] == 'train').sum())} items), carried over"
+            f"({int((reference['items']['split'] == 'train').sum())} items), carried over"
         )
     else:
         head = train_head(desc, objects, cases, seed=seed)
-    zero = predict_items(
-        items, cases, objects, desc, spec.name, none_rule=none_rule, carried=carried["zero_shot"]
+    return _both_methods(tables, desc, head, spec.name, none_rule, carried), manifest
+
+
+def _both_methods(
+    t: dict[str, pd.DataFrame], desc: dict, head, model: str, none_rule, carried: dict
+) -> pd.DataFrame:
+    """The zero-shot and the contrastive-head predictions of `t`'s items (`carried`: each method's rule)."""
+    return pd.concat(
+        [
+            predict_items(
+                t["items"],
+                t["cases"],
+                t["objects"],
+                apply_head(desc, head) if m == "contrastive_head" else desc,
+                model,
+                method=m,
+                none_rule=none_rule,
+                carried=carried[m],
+            )
+            for m in METHODS
+        ],
+        ignore_index=True,
     )
-    tuned = predict_items(
-        items,
-        cases,
-        objects,
-        apply_head(desc, head),
-        spec.name,
-        method="contrastive_head",
-        none_rule=none_rule,
-        carried=carried["contrastive_head"],
-    )
-    return pd.concat([zero, tuned], ignore_index=True), manifest
 
 
 def oracle_predictions(

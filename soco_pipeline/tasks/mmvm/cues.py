@@ -7,16 +7,6 @@ from dataclasses import dataclass
 
 # Code -> abbreviation, in the published order (MMVMEvalKit `report_acc_mmatch`).
 CUES: dict[int, str] = {1: "CL", 2: "SP", 3: "TM", 4: "SZ", 5: "RP", 6: "OO", 7: "BR", 8: "OM"}
-CUE_NAMES: dict[int, str] = {
-    1: "colour",
-    2: "shape/posture",
-    3: "textual/logo markers",
-    4: "size",
-    5: "relative position",
-    6: "object orientation/movement",
-    7: "binding relationship",
-    8: "object markers",
-}
 # The object attribute that carries each cue in our generator.
 CUE_ATTRIBUTE: dict[int, str] = {
     1: "colour",
@@ -34,7 +24,6 @@ CUE_ATTRIBUTE: dict[int, str] = {
 # cue, "['1']" in SP, "'15'" (a string: its characters) in SP twice, "[1, 1]" in CL twice.
 UNPARSABLE_FALLBACK = (1, 5)
 UNKNOWN_CODE_FALLBACK = 2
-FALLBACKS = ("", "unparsable", "unknown_code", "no_cue", "scalar")
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,6 @@ FILES = (
     "FRAME01_CAND.json",
 )
 TSV_NAME = "mllm_match_eval_full.tsv"
-VLMEVALKIT_NAME = "MMVMBench.tsv"
 EVAL_COLUMNS = [
     "index",
     "question",

@@ -32,6 +32,17 @@ QUESTION = (
 )
 NONE_TEXT = "None of the above choices are correct"
 LETTERS = string.ascii_uppercase
+# The item columns every per-item result table (answers, predictions) carries first.
+ITEM_KEYS = [
+    "item_id",
+    "case_id",
+    "split",
+    "n_candidates",
+    "count_label",
+    "match_type",
+    "query_absent",
+    "answer",
+]
 ITEM_COLUMNS = [
     "item_id",
     "case_id",

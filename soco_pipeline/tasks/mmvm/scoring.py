@@ -29,19 +29,12 @@ import cv2
 import numpy as np
 import pandas as pd
 
-from soco_pipeline.tasks.mmvm.prompt import LETTERS, read_labels
+from soco_pipeline.tasks.mmvm.prompt import ITEM_KEYS, LETTERS, read_labels
 
 PREDICTION_COLUMNS = [
     "model",
     "method",
-    "item_id",
-    "case_id",
-    "split",
-    "n_candidates",
-    "count_label",
-    "match_type",
-    "query_absent",
-    "answer",
+    *ITEM_KEYS,
     "forced_letter",
     "predicted",
     "max_similarity",
@@ -244,9 +237,7 @@ def predict_items(
     rule = resolve_none_rule(items, forced, best, none_rule, carried)
     tau = rule.threshold
     predicted = np.where(best < tau, items["none_letter"].to_numpy(), forced)
-    out = items[
-        ["item_id", "case_id", "split", "n_candidates", "count_label", "match_type", "query_absent", "answer"]
-    ].copy()
+    out = items[ITEM_KEYS].copy()
     out.insert(0, "model", model)
     out.insert(1, "method", method)
     out["forced_letter"] = forced.astype(str)
@@ -264,9 +255,7 @@ def predict_items(
 
 def not_applicable(items: pd.DataFrame, model: str, reason: str) -> pd.DataFrame:
     """Rows marking a backbone as not applicable to MMVM (no scores), with the reason."""
-    out = items[
-        ["item_id", "case_id", "split", "n_candidates", "count_label", "match_type", "query_absent", "answer"]
-    ].copy()
+    out = items[ITEM_KEYS].copy()
     out.insert(0, "model", model)
     out.insert(1, "method", "zero_shot")
     out["forced_letter"] = ""
