@@ -160,3 +160,8 @@ def test_rescoring_answers_makes_no_model_call(tmp_path, monkeypatch, capsys):
         } == want
         (lines,) = samples.values()
         assert {x["evaluation_result_id"] for x in lines} == set(want)
+        # `--family lvlm` names the same track as `--lvlm`
+        (agg_family,), _ = exported_eee(env, tmp_path / "eee-family", "loopback_random", "--family", "lvlm")
+        assert [r["score_details"] for r in agg_family["evaluation_results"]] == [
+            r["score_details"] for r in agg["evaluation_results"]
+        ]

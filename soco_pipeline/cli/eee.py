@@ -40,14 +40,16 @@ def measured(
     from soco_pipeline.cli.family_record import record_for
     from soco_pipeline.storage import exists
     from soco_pipeline.tables import table_for
-    from soco_pipeline.tasks.core import SOCO, all_specs
+    from soco_pipeline.tasks.core import LVLM_FAMILY, SOCO, all_specs
     from soco_pipeline.trust.records import stored_scores
 
     family = getattr(args, "family", SOCO.name)
-    rec = record_for(settings, family, args.backbone, args.lvlm)
+    lvlm = args.lvlm or family == LVLM_FAMILY.name  # `--family lvlm` is `--lvlm`: SOCO's LVLM track
+    family = SOCO.name if lvlm else family
+    rec = record_for(settings, family, args.backbone, lvlm)
     if family == SOCO.name:  # SOCO's per-sample scores are re-scored from its predictions (or LVLM answers)
-        kind = "lvlm" if args.lvlm else "backbone"
-        scores = stored_scores(settings, args.backbone, args.lvlm)  # under the stored protocol
+        kind = "lvlm" if lvlm else "backbone"
+        scores = stored_scores(settings, args.backbone, lvlm)  # under the stored protocol
         return rec, kind, scores, "", settings.source == "embedded"
     declared = all_specs()[family]
     cfg = declared.config(settings)
