@@ -5,9 +5,9 @@ import pandas as pd
 import pytest
 
 from soco_pipeline.lvlm.items import sample_items
+from soco_pipeline.lvlm.loopback import SPEC_TEMPLATES, write_specs
 from soco_pipeline.lvlm.metrics import RANDOM_CIRCULAR, lvlm_leaderboard, lvlm_metrics
 from soco_pipeline.lvlm.protocol import LvlmProtocolError, load_lvlm_protocol
-from soco_pipeline.lvlm.loopback import SPEC_TEMPLATES, write_specs
 from soco_pipeline.lvlm.specs import LvlmSpecError, load_spec, parse_spec, scan_specs, spec_data_version
 from soco_pipeline.storage import PROJECT_ROOT
 

@@ -114,8 +114,7 @@ def test_a_second_demo_block_on_the_same_storage_is_all_cached(tmp_path, monkeyp
             runs = len(instance.get_runs())
             made = {
                 key: [
-                    r.storage_id
-                    for r in instance.fetch_materializations(dg.AssetKey(key), limit=100).records
+                    r.storage_id for r in instance.fetch_materializations(dg.AssetKey(key), limit=100).records
                 ]
                 for key in LVLM_ASSETS
             }
