@@ -96,7 +96,7 @@ def test_a_second_pass_on_the_same_storage_is_all_cached_and_the_boards_unchange
 
 
 def test_what_dagster_does_not_version_is_in_the_settings_fingerprint(tmp_path):
-    """A stage made under other settings is not fresh (demo.Freshness compares the runs' `soco/settings` tag):
+    """A stage made under other settings is not fresh (cli/freshness.Freshness compares the runs' `soco/settings` tag):
     the fingerprint moves with the data set's settings and with a family config file's contents, and only
     with what changed."""
     from soco_pipeline.cli.demo import settings_fingerprint

@@ -5,9 +5,10 @@ import pandas as pd
 import pytest
 
 from soco_pipeline.lvlm.items import sample_items
+from soco_pipeline.lvlm.loopback import SPEC_TEMPLATES, write_specs
 from soco_pipeline.lvlm.metrics import RANDOM_CIRCULAR, lvlm_leaderboard, lvlm_metrics
 from soco_pipeline.lvlm.protocol import LvlmProtocolError, load_lvlm_protocol
-from soco_pipeline.lvlm.specs import LvlmSpecError, load_spec, parse_spec, scan_specs
+from soco_pipeline.lvlm.specs import LvlmSpecError, load_spec, parse_spec, scan_specs, spec_data_version
 from soco_pipeline.storage import PROJECT_ROOT
 
 pytestmark = pytest.mark.unit
@@ -110,6 +111,35 @@ def test_specs_validate_and_presets_load(tmp_path):
     (tmp_path / "broken.yaml").write_text("backend: openai\n")
     valid, invalid = scan_specs(tmp_path)
     assert not valid and "model" in invalid["broken"]
+
+
+def test_a_specs_data_version_leaves_out_what_changes_no_answer(tmp_path):
+    """Issue 53: the demo's loopback specs are written with the server's free port, a new one each start; the
+    port names no model, so the spec's data version (lvlm_spec's, what staleness compares) stays. A port of
+    a server elsewhere, the model and a sampling setting do move it; a comment does not."""
+    first = write_specs(tmp_path / "a", "http://127.0.0.1:40001")
+    second = write_specs(tmp_path / "b", "http://127.0.0.1:40002")
+    assert first.keys() == second.keys() == {p.stem for p in SPEC_TEMPLATES.glob("*.yaml")}
+    for name in first:
+        assert first[name].read_text() != second[name].read_text()  # the files do differ: the port
+        assert spec_data_version(first[name]) == spec_data_version(second[name])
+    assert scan_specs(tmp_path / "a")[0] == scan_specs(tmp_path / "b")[0]
+    oracle = first["loopback_oracle"].read_text()
+    version = spec_data_version(first["loopback_oracle"])
+
+    def version_of(text: str) -> str:
+        path = tmp_path / "c" / "loopback_oracle.yaml"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text)
+        return spec_data_version(path)
+
+    assert version_of("# a comment\n" + oracle) == version
+    assert version_of(oracle.replace("127.0.0.1:40001", "localhost:40001")) != version  # another host
+    assert version_of(oracle.replace("model: oracle", "model: random")) != version
+    assert version_of(oracle.replace("temperature: 0", "temperature: 0.5")) != version
+    remote = oracle.replace("127.0.0.1:40001", "10.0.0.5:8000")
+    assert version_of(remote) != version_of(remote.replace(":8000", ":8001"))  # not on this machine: kept
+    assert version_of("backend: openai\n") != version  # a spec that does not load: its file's hash
 
 
 def test_protocol_file_and_item_sample(tmp_path):

@@ -99,12 +99,20 @@ def test_spec_folder_to_leaderboard(setup):
         _materialize(defs, instance, "lvlm_answers", "lvlm_metrics", partition="oracle_vlm")
         sent = srv.requests
         assert sent == len(items)
-        # A changed spec re-runs that model; every answer comes from the cache.
+        # A comment changes the file, not the spec's data version (lvlm/specs.spec_version): nothing runs.
         spec = lvlms / "oracle_vlm.yaml"
         spec.write_text(spec.read_text() + "# touched\n")
-        changed = sensor(
+        commented = sensor(
             dg.build_sensor_context(
                 instance=instance, definitions=defs, cursor=again.cursor, resources=resources
+            )
+        )
+        assert not commented.run_requests
+        # A changed spec re-runs that model; every answer comes from the cache.
+        spec.write_text(spec.read_text() + "description: touched\n")
+        changed = sensor(
+            dg.build_sensor_context(
+                instance=instance, definitions=defs, cursor=commented.cursor, resources=resources
             )
         )
         assert [r.partition_key for r in changed.run_requests] == ["oracle_vlm"]

@@ -7,6 +7,8 @@ with the server's request counter unchanged."""
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import dagster as dg
@@ -14,6 +16,7 @@ import pandas as pd
 import pytest
 
 from soco_pipeline.cli import soco as cli
+from soco_pipeline.cli.demo import Freshness
 from soco_pipeline.cli.demo_lvlm import lvlm_board_markdown, run_lvlm_demo
 from soco_pipeline.defs.definitions import build_definitions
 from soco_pipeline.lvlm.loopback import loopback_answerers
@@ -22,6 +25,7 @@ from soco_pipeline.report.page import build_report
 from soco_pipeline.settings import Settings
 from soco_pipeline.storage import write_parquet_atomic
 from soco_pipeline.trust.provenance import validate_record
+from tests.dagster_server import write_instance_yaml
 from tests.eee_helpers import eee_checked_here, exported_eee
 from tests.lvlm_helpers import small_tables
 
@@ -74,6 +78,73 @@ def test_demo_block_prints_the_lvlm_board_beside_the_references(tmp_path):
     images = [s.split('"')[0] for s in page.split('src="')[1:]]
     assert any(i.startswith("lvlm/loopback_oracle/") for i in images)
     assert all((index.parent / i).is_file() for i in images)
+
+
+# what `make demo`'s LVLM block runs (cli/demo.main), in a process of its own: the board as JSON on the last line
+DEMO_BLOCK = (
+    "import dagster as dg\n"
+    "from soco_pipeline.cli.demo_lvlm import run_lvlm_demo\n"
+    "board = run_lvlm_demo(dg.DagsterInstance.get())\n"
+    "print(board.to_json(orient='records'))\n"
+)
+LVLM_ASSETS = ["lvlm_items", "lvlm_answers", "lvlm_metrics", "lvlm_results_record", "lvlm_leaderboard"]
+
+
+@pytest.mark.timeout(900)  # two passes of the block (the second in a fresh process, as `make demo` again)
+def test_a_second_demo_block_on_the_same_storage_is_all_cached(tmp_path, monkeypatch):
+    """Issue 53: the LVLM block of a second `make demo` on the same storage, nothing changed, materializes no
+    asset: the loopback server starts on another port, its spec files change, their data version does not
+    (lvlm/specs.spec_version). No model call, no run, the same board and tables; and the summary assets it
+    makes again are fresh for the demo's own summary stage (same settings fingerprint)."""
+    storage = _storage(tmp_path)
+    home = tmp_path / "home"
+    write_instance_yaml(home, storage)
+    monkeypatch.setenv("SOCO_STORAGE", str(storage))
+    env = {**os.environ, "DAGSTER_HOME": str(home)}
+
+    def fresh_block() -> tuple[list[str], str]:
+        done = subprocess.run(
+            [sys.executable, "-c", DEMO_BLOCK], env=env, capture_output=True, text=True, timeout=600
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        lines = done.stdout.strip().splitlines()
+        return lines[:-1], lines[-1]
+
+    def stored() -> tuple[int, dict[str, list[int]], dict[str, bytes]]:
+        with dg.DagsterInstance.from_config(str(home)) as instance:
+            runs = len(instance.get_runs())
+            made = {
+                key: [
+                    r.storage_id for r in instance.fetch_materializations(dg.AssetKey(key), limit=100).records
+                ]
+                for key in LVLM_ASSETS
+            }
+        files = {str(p.relative_to(storage)): p.read_bytes() for p in sorted(storage.rglob("lvlm_*.parquet"))}
+        return runs, made, files
+
+    first_log: list[str] = []
+    # the first pass here, the second in a new process
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        first_board = run_lvlm_demo(instance, log=first_log.append).to_json(orient="records")
+    runs, made, files = stored()
+    assert runs > 0 and all(made.values()) and files
+    specs = {p.name: p.read_text() for p in (storage / "lvlm" / "demo_specs").glob("*.yaml")}
+    second_log, second_board = fresh_block()
+    assert "cached, skipped" not in "\n".join(first_log)
+    assert specs != {p.name: p.read_text() for p in (storage / "lvlm" / "demo_specs").glob("*.yaml")}
+    assert stored() == (runs, made, files)  # no run, no materialization, the tables byte-identical
+    assert second_board == first_board
+    skipped = [line for line in second_log if line.endswith("cached, skipped")]
+    assert [s.split(": ")[0].strip() for s in skipped] == [
+        "LVLM lvlm_items",
+        "LVLM loopback_oracle",
+        "LVLM loopback_random",
+        "LVLM lvlm_leaderboard, model_headlines, model_summary, results_database, results_report",
+    ]
+    assert second_log[-1].endswith("(0 model calls)")
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        summary = ["model_headlines", "model_summary", "results_database", "results_report"]
+        assert Freshness(build_definitions(), instance).fresh([dg.AssetKey(k) for k in summary])
 
 
 def test_rescoring_answers_makes_no_model_call(tmp_path, monkeypatch, capsys):

@@ -17,16 +17,19 @@ def file_hash(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
 
 
-def scan_folder(folder: Path, load: Callable[[Path], object]) -> tuple[dict[str, str], dict[str, str]]:
-    """Spec files of a folder that `load` accepts as {name: content hash}, and the others as {name: error}."""
+def scan_folder(
+    folder: Path, load: Callable[[Path], object], version: Callable[[object], str] | None = None
+) -> tuple[dict[str, str], dict[str, str]]:
+    """Spec files of a folder that `load` accepts as {name: version of the loaded spec (default: the file's
+    content hash)}, and the others as {name: error}."""
     valid, invalid = {}, {}
     for path in sorted(Path(folder).glob("*.yaml")):
         try:
-            load(path)
+            loaded = load(path)
         except Exception as e:  # noqa: BLE001 - any malformed spec is reported, not raised, by the sensor
             invalid[path.stem] = str(e)
             continue
-        valid[path.stem] = file_hash(path)
+        valid[path.stem] = version(loaded) if version else file_hash(path)
     return valid, invalid
 
 

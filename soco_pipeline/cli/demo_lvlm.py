@@ -5,6 +5,10 @@ and a seeded random answerer), writes their specs (assets/lvlm_demo/) into <stor
 materializes lvlm_items -> lvlm_answers[m] -> lvlm_metrics[m] -> lvlm_results_record[m] -> lvlm_leaderboard
 through the real `openai` backend, and stops the server by pid at the end (also on Ctrl-C).
 `make demo` prints the board beside the published figures; SOCO_DEMO_LVLM=0 skips it.
+
+As the demo's other stages, a selection whose assets Dagster's versions call fresh (cli/freshness.Freshness) is
+reported cached and not run: a spec's data version leaves the server's port out (lvlm/specs.spec_version),
+so a second `make demo` on the same storage re-asks and re-writes nothing here.
 """
 
 from __future__ import annotations
@@ -26,26 +30,40 @@ def lvlm_demo_enabled() -> bool:
 
 def run_lvlm_demo(instance: dg.DagsterInstance, log=print, **overrides) -> pd.DataFrame:
     """Evaluate the loopback answerers through Dagster and return the LVLM leaderboard table."""
+    from soco_pipeline.cli.freshness import SETTINGS_TAG, Freshness, observe_sources, settings_fingerprint
     from soco_pipeline.defs.definitions import build_definitions
     from soco_pipeline.defs.shared.resources import SocoSettings
     from soco_pipeline.lvlm.loopback import loopback_answerers
     from soco_pipeline.storage import join, read_parquet
     from soco_pipeline.trust.roles import demo_lvlm_specs
 
-    settings = SocoSettings(**overrides).settings()
+    soco = SocoSettings(**overrides)
+    settings = soco.settings()
     specs_dir = demo_lvlm_specs(settings.storage_root)  # the summary reads their roles there
     with loopback_answerers(settings.tables_root, specs_dir, seed=settings.seed) as lb:
         defs = build_definitions(**{**overrides, "lvlms_dir": str(specs_dir)})
         known = set(instance.get_dynamic_partitions("lvlms"))
         instance.add_dynamic_partitions("lvlms", [m for m in lb.models if m not in known])
+        observe_sources(instance, defs.resources["soco"])  # an edited template is a new spec version
+        freshness = Freshness(defs, instance)
+        # The block's runs carry the demo's settings fingerprint (its settings without the folder override):
+        # the folder is demo_lvlm_specs(storage root), which the fingerprint holds, and each spec in it is
+        # versioned by lvlm_spec. So the demo's summary stage, which this block makes again, is fresh next time.
+        freshness.fingerprint = settings_fingerprint(dg.Definitions(resources={"soco": soco}))
 
         def mat(selection, partition=None):
+            keys = [dg.AssetKey(k) for k in selection]
+            label = f"LVLM {partition or ', '.join(selection)}"
+            if freshness.fresh(keys, partition):
+                log(f"  {label}: cached, skipped")
+                return
             result = dg.materialize(
                 list(defs.assets),
-                selection=dg.AssetSelection.assets(*selection),
+                selection=dg.AssetSelection.assets(*keys),
                 instance=instance,
                 resources=defs.resources,
                 partition_key=partition,
+                tags={SETTINGS_TAG: freshness.fingerprint},
                 run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
             )
             assert result.success

@@ -6,7 +6,7 @@ instance, definitions and run machinery as `make demo` and the UI (soco_pipeline
 per step, tagged `soco/source: soco run`), one line per step. Steps already done are skipped: the data when
 materialized, a family's items when materialized, a model step when each of its assets has a
 materialization of that partition newer than the spec file (and, for SOCO's step, made with the same
-`--limit`), and each only when Dagster's stale status calls every asset of it fresh (demo.Freshness: code
+`--limit`), and each only when Dagster's stale status calls every asset of it fresh (cli/freshness.Freshness: code
 versions and input data versions as when made). Ctrl-C marks the run in progress failed; the same command
 again resumes. It ends with the steps' timings, the model's headline per family with its CI and rank, and
 the summary of every model.

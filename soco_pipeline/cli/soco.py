@@ -7,9 +7,12 @@ import shutil
 import sys
 from pathlib import Path
 
-from soco_pipeline.deploy.stack import StackError
 from soco_pipeline.report.results_db import ResultsError, query
 from soco_pipeline.settings import Settings, variable
+
+# the commands whose parser is built alone (`build_parser(command)`): the others' options import their command
+# modules (the task families, the run and trust commands), which a query or a board does not need
+LEAN_COMMANDS = ("sql", "leaderboard")
 
 
 def cmd_sql(args: argparse.Namespace, settings: Settings) -> int:
@@ -165,8 +168,8 @@ def cmd_cluster(args: argparse.Namespace, settings: Settings) -> int:
     return 0 if status and all(status.values()) else 1
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of the `soco` command."""
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser of the `soco` command; for a `command` of LEAN_COMMANDS, with that command only."""
     p = argparse.ArgumentParser(prog="soco", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser("sql", help="run a SQL query over the results (DuckDB)")
@@ -181,10 +184,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--round", type=int, default=None, metavar="N", help="round every float to N decimals (every format)"
     )
     s.set_defaults(func=cmd_sql)
+    if command == "sql":
+        return p
     s = sub.add_parser("leaderboard", help="print a family's board (default: SOCO's headline columns)")
     from soco_pipeline.cli.leaderboard import add_arguments as leaderboard_arguments
 
     leaderboard_arguments(s)
+    if command in LEAN_COMMANDS:
+        return p
     s = sub.add_parser("add-backbone", help="validate a backbone spec and add it to assets/backbones/")
     s.add_argument("spec")
     s.add_argument("--force", action="store_true", help="replace an existing spec of the same name")
@@ -278,7 +285,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from soco_pipeline.cli.project import project_defaults
 
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(argv[0] if argv else None).parse_args(argv)
     with project_defaults() as env:
         return _dispatch(args, env)
 
@@ -296,14 +304,23 @@ def _dispatch(args: argparse.Namespace, env) -> int:
             file=sys.stderr,
         )
         return 2
-    except (ValueError, FileNotFoundError, FileExistsError, StackError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
     except Exception as e:  # noqa: BLE001 - a command line prints one line, not a traceback
+        if _bad_input(e):
+            print(f"error: {e}", file=sys.stderr)
+            return 2
         if variable("SOCO_DEBUG"):
             raise
         print(f"error: {type(e).__name__}: {e} (SOCO_DEBUG=1 shows the traceback)", file=sys.stderr)
         return 1
+
+
+def _bad_input(e: Exception) -> bool:
+    """Whether `e` is bad input (exit 2): a ValueError, a missing or existing file, or the cluster's StackError
+    (deploy/stack.py, looked up only once a command imported it: `soco sql` does not)."""
+    stack = sys.modules.get("soco_pipeline.deploy.stack")
+    return isinstance(e, (ValueError, FileNotFoundError, FileExistsError)) or (
+        stack is not None and isinstance(e, stack.StackError)
+    )
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
+from urllib.parse import urlparse
 
 from pydantic import Field, TypeAdapter, field_validator
 
@@ -45,6 +46,8 @@ from soco_pipeline.config import ConfigModel, read_yaml, validate_doc
 from soco_pipeline.storage import name_length_problem
 
 BACKENDS = ("openai", "transformers")
+# hosts of a server on this machine (a loopback port names no model: lvlm/specs.spec_version, trust/roles)
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 SETTINGS = ("vis", "vis_desc", "desc")
 
 # Bump when the request building or parsing changes what a spec's answers are.
@@ -211,9 +214,31 @@ def spec_hash(spec: LvlmSpec) -> str:
     return hashlib.sha256(json.dumps(spec.generation(), sort_keys=True).encode()).hexdigest()[:16]
 
 
+def spec_version(spec: LvlmSpec) -> str:
+    """A spec's data version (16 hex digits): the hash of the normalised spec, its name (the partition key)
+    and the port of a server on this machine left out. A loopback server (lvlm/loopback.py, the demo's
+    reference answerers) starts on a free port each time, and a port names no model: the answer cache keys
+    a request by its content and `generation()`, never by the URL. A comment changes the file, not this."""
+    d = spec.to_dict()
+    d.pop("name")
+    url = urlparse(d["base_url"] or "")
+    if url.port is not None and (url.hostname or "") in LOOPBACK_HOSTS:
+        d["base_url"] = url._replace(netloc=url.netloc.rsplit(":", 1)[0]).geturl()
+    return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def spec_data_version(path: str | Path) -> str:
+    """The data version of a spec file: `spec_version` of its spec (the file's content hash when it does not
+    load: its run reports why)."""
+    try:
+        return spec_version(load_spec(path))
+    except LvlmSpecError:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+
+
 def scan_specs(folder: str | Path) -> tuple[dict[str, str], dict[str, str]]:
-    """Valid spec files of a folder as {name: file content hash}, invalid ones as {name: error}.
+    """Valid spec files of a folder as {name: data version (`spec_version`)}, invalid ones as {name: error}.
 
     A missing or empty folder gives two empty dicts.
     """
-    return scan_folder(Path(folder), load_spec)
+    return scan_folder(Path(folder), load_spec, spec_version)

@@ -21,7 +21,6 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from soco_pipeline.tasks.core import SOCO, all_specs
 from soco_pipeline.trust.headline import HEADLINE_COLUMNS
 
 WIDTH = 120
@@ -224,6 +223,8 @@ def is_prose(df: pd.DataFrame, longest: int = 40) -> bool:
 
 def headline_metric(family: str) -> str | None:
     """The board column of the headline whose family (its model_summary name) is `family`; None if none."""
+    from soco_pipeline.tasks.core import all_specs  # here: `soco sql`'s tables need no family registry
+
     heads = [s.headline for s in all_specs().values() if s.headline is not None]
     return next((h.values[0] for h in heads if h.family == family), None)
 
@@ -231,6 +232,8 @@ def headline_metric(family: str) -> str | None:
 def headline_columns(family: str, board: pd.DataFrame) -> list[str]:
     """The headline columns of `family`'s board that it has, in its FamilySpec's `columns` order (patterns
     such as `*_average` match several), and its note columns; all its columns when a family names none."""
+    from soco_pipeline.tasks.core import all_specs
+
     wanted = getattr(all_specs().get(family), "columns", None) or None  # tasks/<family>/, tasks/core.py
     if wanted is None:
         return list(board.columns)
@@ -267,6 +270,8 @@ def summary_frame(headlines: pd.DataFrame) -> pd.DataFrame:
     """One row per model, one column per family (value [95% CI] of its headline; `headline_metrics` names
     each), from the long `model_headlines` shape; a model a family has no row for reads n/a. The models come
     first; controls and ceilings (trust/roles.py) follow, their names marked `(control)` / `(ceiling)`."""
+    from soco_pipeline.tasks.core import SOCO
+
     h = headlines.copy()
     h["role"] = _role(h)
     h["label"] = h["family"].astype(str)
@@ -299,6 +304,8 @@ def summary_frame(headlines: pd.DataFrame) -> pd.DataFrame:
 def headline_metrics(headlines: pd.DataFrame) -> str:
     """What each family's summary column holds ('soco = SOC (PCK@0.1); mmvm = ... (best method per model)'),
     the method a label names in brackets folded into 'best method per model'."""
+    from soco_pipeline.tasks.core import SOCO
+
     parts = []
     order = sorted(headlines["family"].unique(), key=lambda f: (f != SOCO.name, f))  # the columns' order
     for family in order:
@@ -370,6 +377,8 @@ def headlines_from_boards(
     """A long headline table (the `model_headlines` shape) from family boards, for when that table is not
     materialized: each family's `headline_metric` per model (its best method), CIs where the board has them;
     `roles`: {model: control | ceiling} (trust/roles.py spec_roles), the others are models."""
+    from soco_pipeline.tasks.core import SOCO
+
     rows = []
     for family, board in boards.items():
         metric = headline_metric(family)

@@ -15,9 +15,10 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import urlparse
 
+from soco_pipeline.lvlm.specs import LOOPBACK_HOSTS
+
 ROLES = ("model", "control", "ceiling")
 CEILING_KINDS = frozenset({"oracle"})  # backbone kinds that read the answer (the SOCO part maps)
-LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 LOOPBACK_ROLES = {"oracle": "ceiling", "random": "control"}  # lvlm/loopback.py's two answerers
 ROLE_NOTE = (
     "(ceiling): an oracle that reads the answer, the top a score can reach; (control): a baseline, no model; "

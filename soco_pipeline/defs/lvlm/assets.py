@@ -29,10 +29,11 @@ GROUP = "lvlm"
 @observable_source(
     group_name=GROUP,
     partitions_def=lvlms_partitions,
-    description="An LVLM's spec file (assets/lvlms/<name>.yaml); data version: its hash.",
+    description="An LVLM's spec file (assets/lvlms/<name>.yaml); data version: its normalised spec's hash.",
 )
 def lvlm_spec(context: dg.AssetExecutionContext, soco: SocoSettings) -> dg.DataVersionsByPartition:
-    """An LVLM's spec file (assets/lvlms/<name>.yaml); its data version is the file's content hash.
+    """An LVLM's spec file (assets/lvlms/<name>.yaml); its data version is lvlm/specs.spec_version (the
+    normalised spec: a comment or a loopback server's port changes no answer, so it re-runs nothing).
 
     Observed by the LVLM spec sensor when a file appears or changes, and by lvlm_answers when it reads it."""
     from soco_pipeline.lvlm.specs import scan_specs
@@ -102,17 +103,16 @@ def lvlm_answers(
     Cached by request hash: a rerun asks only what is not answered yet. `pool="gpu"` keeps a local
     model (or a server sharing the GPU) from running beside feature extraction.
     """
-    from soco_pipeline.backbones.spec_files import file_hash
     from soco_pipeline.evaluation.subsets import apply_item_subset
     from soco_pipeline.lvlm.backends import build_backend
     from soco_pipeline.lvlm.cache import AnswerCache
     from soco_pipeline.lvlm.run import run_model
-    from soco_pipeline.lvlm.specs import spec_hash
+    from soco_pipeline.lvlm.specs import spec_hash, spec_version
     from soco_pipeline.runtime.gpu_time import gpu_timer
 
     model = context.partition_key
     spec = lvlm_spec_for(soco, model)
-    context.log_event(observation("lvlm_spec", file_hash(lvlm_spec_path(soco, model)), model))
+    context.log_event(observation("lvlm_spec", spec_version(spec), model))
     rule = config.rule()  # a partial run (items_per_setting / item_ids) asks its subset only
     local = spec.backend == "transformers"  # the other backends are servers: no local GPU time
     with gpu_timer(getattr(spec, "device", "auto") if local else f"remote:{spec.backend}") as gpu:

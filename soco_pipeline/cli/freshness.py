@@ -1,0 +1,143 @@
+"""What `make demo` and `soco run` skip: a stage is fresh when Dagster's versions say nothing it reads or runs
+moved since its last materialization, under the same settings (`soco/settings` run tag). The demo's LVLM
+block (cli/demo_lvlm.py) asks the same, so this sits below both."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import dagster as dg
+
+BACKBONES, LVLMS = "backbones", "lvlms"  # the dynamic partition sets of specs
+
+
+def observe_sources(instance: dg.DagsterInstance, soco) -> None:
+    """Record the current data version of the sources a run reads, where it moved since the last observation:
+    the protocol and every spec file (the observations the spec sensors and the weekly tick make). A step
+    records its inputs' versions from these, so staleness (`fresh`) sees an edited spec or protocol."""
+    from soco_pipeline.backbones.spec_files import scan_specs as scan_backbones
+    from soco_pipeline.defs.shared.automation import DATA_VERSION_TAG, observation
+    from soco_pipeline.lvlm.specs import scan_specs as scan_lvlms
+
+    current = {("evaluation_protocol", None): soco.protocol().version_hash()}
+    for source, partitions, scan, folder in (
+        ("backbone_spec", BACKBONES, scan_backbones, soco.backbones_dir),
+        ("lvlm_spec", LVLMS, scan_lvlms, soco.lvlms_dir),
+    ):
+        known = set(instance.get_dynamic_partitions(partitions))
+        current.update({(source, n): v for n, v in scan(Path(folder))[0].items() if n in known})
+    for (source, partition), version in current.items():
+        records = instance.fetch_observations(
+            dg.AssetRecordsFilter(
+                asset_key=dg.AssetKey(source), asset_partitions=[partition] if partition else None
+            ),
+            limit=1,
+        ).records
+        seen = records[0].event_log_entry.asset_observation.tags.get(DATA_VERSION_TAG) if records else None
+        if seen != version:
+            instance.report_runless_asset_event(observation(source, version, partition))
+
+
+LIMIT_TAG = "soco/limit"  # `soco run --limit N`'s runs: SOCO's pairs per category (a partial run)
+SETTINGS_TAG = "soco/settings"  # on every demo and `soco run` run: settings_fingerprint of its code location
+
+
+def settings_fingerprint(defs: dg.Definitions) -> str:
+    """A hash of what a run reads beside its assets' inputs and that Dagster does not version: the settings
+    resource (data set size, seed, categories, folders ...), the contents of each task family's config file
+    and the protocol's version. A stage made by a run with another fingerprint is not fresh."""
+    import hashlib
+    import json
+
+    from soco_pipeline.tasks import family_specs
+
+    soco = defs.resources.get("soco")
+    if soco is None:  # a code location without the project's settings (the toy family's tests)
+        return "none"
+    settings = soco.settings()
+    files = {}
+    for name in family_specs():
+        path = Path(settings.family_config_path(name))
+        files[name] = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "missing"
+    payload = {
+        "settings": soco.model_dump(mode="json"),
+        "configs": files,
+        "protocol": soco.protocol().version_hash(),
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+CODE_VERSION_TAG = "dagster/code_version"  # the tags Dagster writes on every materialization and observation
+DATA_VERSION_TAG = "dagster/data_version"
+
+
+class Freshness:
+    """Whether Dagster's versions call assets fresh, read through the instance's public event records: the
+    code version as when the asset was made, and each input's data version unchanged since (the rule of the
+    UI's "stale" badge, whose resolver lives in a private `dagster._core` module this project may not
+    import; Dagster's own recorded input versions hash a partitioned input's versions without observations,
+    so the input's events before and after are compared instead)."""
+
+    def __init__(self, defs: dg.Definitions, instance: dg.DagsterInstance):
+        self.defs, self.instance = defs, instance
+        self.specs = {spec.key: spec for spec in defs.resolve_all_asset_specs()}
+        self.fingerprint = settings_fingerprint(defs)
+
+    def latest(
+        self, key: dg.AssetKey, partition: str | None, observed: bool = True, before: int | None = None
+    ) -> dg.EventLogRecord | None:
+        """The newest materialization (or observation, with `observed`) of `key`, of `partition` where `key`
+        is partitioned, stored before event `before` when given."""
+        spec = self.specs.get(key)
+        parts = [partition] if partition is not None and spec is not None and spec.partitions_def else None
+        where = dg.AssetRecordsFilter(asset_key=key, asset_partitions=parts, before_storage_id=before)
+        records = [*self.instance.fetch_materializations(where, limit=1).records]
+        if observed:
+            records += self.instance.fetch_observations(where, limit=1).records
+        return max(records, key=lambda r: r.storage_id, default=None)
+
+    def version(self, key: dg.AssetKey, partition: str | None, before: int | None = None) -> str | None:
+        """The data version of `key` (of `partition`) now, or as it was before event `before`."""
+        record = self.latest(key, partition, before=before)
+        event = None if record is None else record.asset_materialization or record.asset_observation
+        return None if event is None else (event.tags or {}).get(DATA_VERSION_TAG)
+
+    def stale(self, key: dg.AssetKey, partition: str | None) -> bool:
+        """Whether `key` (of `partition`) is missing, made by another code version, or made before an input's
+        data version changed (an input read over many partitions: materialized since)."""
+        made = self.latest(key, partition, observed=False)
+        if made is None:
+            return True
+        spec, tags = self.specs[key], made.asset_materialization.tags or {}
+        if spec.code_version is not None and tags.get(CODE_VERSION_TAG) != spec.code_version:
+            return True
+        for dep in spec.deps:
+            upstream = self.specs.get(dep.asset_key)
+            partitioned = upstream is not None and bool(upstream.partitions_def)
+            if partitioned and (partition is None or upstream.partitions_def != spec.partitions_def):
+                where = dg.AssetRecordsFilter(asset_key=dep.asset_key, after_storage_id=made.storage_id)
+                if self.instance.fetch_materializations(where, limit=1).records:
+                    return True
+                continue
+            part = partition if partitioned else None
+            if self.version(dep.asset_key, part, before=made.storage_id) != self.version(dep.asset_key, part):
+                return True
+        return False
+
+    def fresh(
+        self, keys: Sequence[dg.AssetKey], partition: str | None = None, limit: str | None = "none"
+    ) -> bool:
+        """Whether every asset of `keys` (of `partition`) is materialized and up to date (`stale`), by a run
+        with today's settings fingerprint; for a partition, made by a run with `soco run --limit` tag `limit`
+        ('none': a full run; None: any)."""
+        if any(self.stale(k, partition) for k in keys):
+            return False
+        for key in keys:
+            made = self.latest(key, partition, observed=False)
+            run = self.instance.get_run_by_id(made.run_id)
+            if run is None or run.tags.get(SETTINGS_TAG) != self.fingerprint:
+                return False
+            if partition is not None and limit is not None and run.tags.get(LIMIT_TAG, "none") != limit:
+                return False
+        return True
