@@ -68,6 +68,13 @@ NOT_RUN: dict[str, str] = {
     "source storage/slurm/slurm.env && make ui": "a server that runs until Ctrl-C; test_slurm.py, test_ui.py",
     ".venv/bin/soco cluster status --dir storage/slurm": "needs the local Slurm running; test_slurm.py runs it",
     ".venv/bin/soco cluster stop --dir storage/slurm": "needs the local Slurm running; test_slurm.py runs it",
+    ".venv/bin/dagster-daemon run -w workspace.yaml &": (
+        "a lab login node's daemon (a service); test_slurm.py starts dagster-daemon on its own workspace"
+    ),
+    ".venv/bin/dagster job backfill -j evaluate_backbone --partitions oracle_part,oracle_concept "
+    "-w workspace.yaml --noprompt": (
+        "needs the login node's daemon and Slurm; test_slurm.py queues this backfill for its daemon"
+    ),
     "export SOCO_LAUNCHER=kubernetes SOCO_K8S_IMAGE=ghcr.io/lab/soco:2026-12 SOCO_K8S_NAMESPACE=soco        "
     "SOCO_K8S_GPUS=1 SOCO_K8S_VOLUME_CLAIM=soco-launch SOCO_LAUNCH_DIR=/launch SOCO_STORAGE=s3://lab-bucket/soco": (
         "no Kubernetes cluster here; test_launchers.py validates the rendered pod spec"
