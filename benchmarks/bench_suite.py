@@ -27,6 +27,7 @@ import contextlib
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -104,15 +105,29 @@ def run_make_test(extra: str) -> dict:
 
 def run_ci_in_fresh_clone() -> dict:
     """`.ci/run` in a fresh `git clone` of this checkout's HEAD (installs its own venv, as on a new machine),
-    through `run_pytest`; the clone is left in place and its path printed, for its logs."""
+    through `run_pytest`. The clone (~7 GB with its venv) and its test temporary folder (in /dev/shm, i.e. in
+    memory, its own so that no other run's folders are touched) are removed afterwards."""
     clone = Path(tempfile.mkdtemp(prefix="soco-ci-clone-")) / "soco"
+    tests_tmp = Path(
+        tempfile.mkdtemp(prefix="soco-ci-tests-", dir="/dev/shm" if Path("/dev/shm").is_dir() else None)
+    )
+    tests_tmp.chmod(0o1777)  # as the Makefile makes it: Postgres runs as its own user below it
+    try:
+        return _ci_in(clone, tests_tmp)
+    finally:
+        shutil.rmtree(clone.parent, ignore_errors=True)
+        shutil.rmtree(tests_tmp, ignore_errors=True)
+
+
+def _ci_in(clone: Path, tests_tmp: Path) -> dict:
+    """Clone HEAD into `clone` and run its `.ci/run` with its tests' temporary folder in `tests_tmp`."""
     subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
     if (ROOT.parent / "shared").is_dir():  # CI lays shared/ (papers, reference figures) beside the checkout
         (clone.parent / "shared").symlink_to(ROOT.parent / "shared")
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=clone, capture_output=True, text=True)
     print(f"fresh clone of {head.stdout.strip()} at {clone}")
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
-    env.update({"CI": "true", "HF_HUB_OFFLINE": "1"})
+    env.update({"CI": "true", "HF_HUB_OFFLINE": "1", "TEST_TMPDIR": str(tests_tmp)})
     return run_pytest(".ci/run (fresh clone)", ["bash", str(clone / ".ci" / "run")], env, cwd=clone)
 
 
