@@ -99,7 +99,7 @@ def test_what_dagster_does_not_version_is_in_the_settings_fingerprint(tmp_path):
     """A stage made under other settings is not fresh (cli/freshness.Freshness compares the runs' `soco/settings` tag):
     the fingerprint moves with the data set's settings and with a family config file's contents, and only
     with what changed."""
-    from soco_pipeline.cli.demo import settings_fingerprint
+    from soco_pipeline.cli.freshness import settings_fingerprint
 
     config = tmp_path / "mmvm.yaml"
     config.write_bytes((PROJECT_ROOT / "assets" / "mmvm.yaml").read_bytes())

@@ -16,8 +16,8 @@ import pandas as pd
 import pytest
 
 from soco_pipeline.cli import soco as cli
-from soco_pipeline.cli.demo import Freshness
 from soco_pipeline.cli.demo_lvlm import lvlm_board_markdown, run_lvlm_demo
+from soco_pipeline.cli.freshness import Freshness
 from soco_pipeline.defs.definitions import build_definitions
 from soco_pipeline.lvlm.loopback import loopback_answerers
 from soco_pipeline.lvlm.rescore import rescore_lvlm

@@ -29,17 +29,7 @@ import pandas as pd
 
 from soco_pipeline.backbones.kinds import libraries
 from soco_pipeline.backbones.spec_files import spec_kinds
-from soco_pipeline.cli.freshness import (  # noqa: F401 - the demo's names for `soco run` and the tests
-    BACKBONES,
-    CODE_VERSION_TAG,
-    DATA_VERSION_TAG,
-    LIMIT_TAG,
-    LVLMS,
-    SETTINGS_TAG,
-    Freshness,
-    observe_sources,
-    settings_fingerprint,
-)
+from soco_pipeline.cli.freshness import BACKBONES, LVLMS, SETTINGS_TAG, Freshness, observe_sources
 from soco_pipeline.defs.definitions import build_definitions
 from soco_pipeline.defs.recovery import process_tags
 from soco_pipeline.defs.shared.executors import forkserver

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import dagster as dg
 
+from soco_pipeline.defs.shared.automation import DATA_VERSION_TAG
+
 BACKBONES, LVLMS = "backbones", "lvlms"  # the dynamic partition sets of specs
 
 
@@ -17,7 +19,7 @@ def observe_sources(instance: dg.DagsterInstance, soco) -> None:
     the protocol and every spec file (the observations the spec sensors and the weekly tick make). A step
     records its inputs' versions from these, so staleness (`fresh`) sees an edited spec or protocol."""
     from soco_pipeline.backbones.spec_files import scan_specs as scan_backbones
-    from soco_pipeline.defs.shared.automation import DATA_VERSION_TAG, observation
+    from soco_pipeline.defs.shared.automation import observation
     from soco_pipeline.lvlm.specs import scan_specs as scan_lvlms
 
     current = {("evaluation_protocol", None): soco.protocol().version_hash()}
@@ -69,7 +71,6 @@ def settings_fingerprint(defs: dg.Definitions) -> str:
 
 
 CODE_VERSION_TAG = "dagster/code_version"  # the tags Dagster writes on every materialization and observation
-DATA_VERSION_TAG = "dagster/data_version"
 
 
 class Freshness:

@@ -103,7 +103,7 @@ def is_cached(
 ) -> bool:
     """Whether every asset of `keys` has a materialization (of `partition`) made after `since`, and with
     `limit` given, by a run tagged with that limit (a full run: 'none')."""
-    from soco_pipeline.cli.demo import LIMIT_TAG
+    from soco_pipeline.cli.freshness import LIMIT_TAG
 
     for key in keys:
         record = _latest(instance, key, partition)
@@ -190,7 +190,6 @@ def plan(
 
     from soco_pipeline.cli.demo import (
         DATA_AND_PAIRS,
-        LIMIT_TAG,
         LVLM_GROUP,
         PER_BACKBONE,
         SUMMARY,
@@ -199,6 +198,7 @@ def plan(
     from soco_pipeline.cli.demo import (
         families as family_groups,
     )
+    from soco_pipeline.cli.freshness import LIMIT_TAG
 
     name = added.name
     since = added.path.stat().st_mtime if since is None else since
@@ -274,7 +274,8 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
 
     from soco_pipeline.backbones.kinds import libraries
     from soco_pipeline.backbones.spec_files import spec_kind
-    from soco_pipeline.cli.demo import LOCATION, Runner, headlines, observe_sources, where_the_tables_are
+    from soco_pipeline.cli.demo import LOCATION, Runner, headlines, where_the_tables_are
+    from soco_pipeline.cli.freshness import observe_sources
     from soco_pipeline.defs.definitions import build_definitions
     from soco_pipeline.report.console import WIDTH, console_table, model_card, summary_text
     from soco_pipeline.tasks import family_specs
