@@ -19,7 +19,7 @@ from soco_pipeline.tasks.tpips import baselines as b
 from soco_pipeline.tasks.tpips.afc import annotate_afc, generate_afc
 from soco_pipeline.tasks.tpips.aspect_text import AspectVocab
 from soco_pipeline.tasks.tpips.config import load_config
-from soco_pipeline.tasks.tpips.evaluate import evaluate_sim
+from soco_pipeline.tasks.tpips.evaluate import evaluate_sim_outcomes
 from soco_pipeline.tasks.tpips.features import extract_tpips, load_tpips_features, not_applicable
 from soco_pipeline.tasks.tpips.images import load_pixels, write_images
 from soco_pipeline.tasks.tpips.learned import KINDS, train_metric
@@ -59,7 +59,7 @@ def main() -> None:
         pixels = load_pixels(images.uri.tolist())
 
         def test_ooo(name: str, method: str, sim) -> float:
-            t = evaluate_sim(name, method, False, sim, ooo, pos)
+            t = evaluate_sim_outcomes(name, method, False, sim, ooo, pos)[0]
             return float(t[(t["eval"] == "ooo") & (t.aspect == "all")].agreement.item())
 
         t0 = time.perf_counter()

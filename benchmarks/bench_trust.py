@@ -20,8 +20,8 @@ import pandas as pd
 from soco_pipeline.defs.definitions import build_definitions
 from soco_pipeline.evaluation import stats
 from soco_pipeline.evaluation.protocol import load_protocol
-from soco_pipeline.evaluation.theory import expected_concept_oracle_soc
 from soco_pipeline.storage import PROJECT_ROOT
+from tests.soco_theory import expected_concept_oracle_soc
 
 ORACLES = ["oracle_part", "oracle_concept"]
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
@@ -97,7 +97,7 @@ def main() -> None:
                         f"{r.ci95_hi_boot_category:5.1f}]  cluster_image_logit [{r.ci95_lo_cluster_image_logit:5.1f}, "
                         f"{r.ci95_hi_cluster_image_logit:5.1f}]  pairs {r.n_units}"
                     )
-            print(f"concept oracle SOC theory (evaluation/theory.py): {theory:.1f}")
+            print(f"concept oracle SOC theory (tests/soco_theory.py): {theory:.1f}")
             overall, _ = stats.compare(scores["oracle_part"], scores["oracle_concept"])
             print(
                 json.dumps(

@@ -417,8 +417,10 @@ def read_parquet(
 MAX_NAME_LENGTH = 200
 
 
-def name_length_problem(name: str, what: str) -> str:
-    """ "" when `name` fits in the pipeline's file names; else why not and the fix (a shorter file name)."""
+def spec_name_problem(name: str, what: str) -> str:
+    """ "" when a spec's `name` (its file stem) is fit for the pipeline's file names; else why not and the fix."""
+    if not re.fullmatch(r"[A-Za-z0-9_.\-]+", name):
+        return f"{what} name {name!r} (the file stem) may only hold letters, digits, '_', '-', '.'"
     if len(name.encode()) <= MAX_NAME_LENGTH:
         return ""
     return (

@@ -172,3 +172,19 @@ def test_a_model_name_too_long_for_a_file_name_is_refused_when_the_spec_is_read(
     write_parquet_atomic(pd.DataFrame({"a": [1]}), str(tmp_path / f"{'m' * MAX_NAME_LENGTH}.parquet"))
     with pytest.raises(OSError, match="too long"):
         write_parquet_atomic(pd.DataFrame({"a": [1]}), str(tmp_path / f"{long_name}.parquet"))
+
+
+@pytest.mark.parametrize("name", ["my model", "m" * 230])
+def test_backbone_and_lvlm_specs_refuse_the_same_bad_names(name):
+    """Both spec parsers share one name check (storage.spec_name_problem): a character outside the file
+    names' alphabet, or a name too long for them, is refused with the source and the fix."""
+    from soco_pipeline.backbones.spec import BackboneSpecError
+    from soco_pipeline.backbones.spec import parse_spec as parse_backbone
+    from soco_pipeline.lvlm.specs import LvlmSpecError
+    from soco_pipeline.lvlm.specs import parse_spec as parse_lvlm
+
+    why = "may only hold letters, digits" if " " in name else "Rename the file to a shorter name"
+    with pytest.raises(BackboneSpecError, match=f"^b.yaml: backbone name .*{why}"):
+        parse_backbone({"kind": "oracle", "model": "part"}, name, "b.yaml")
+    with pytest.raises(LvlmSpecError, match=f"^l.yaml: model name .*{why}"):
+        parse_lvlm({"backend": "openai", "model": "m"}, name, "l.yaml")

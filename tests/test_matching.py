@@ -14,12 +14,12 @@ from soco_pipeline.evaluation.four_choice_matching import predict_four_choice
 from soco_pipeline.evaluation.matching import predict
 from soco_pipeline.evaluation.metrics import compute_metrics
 from soco_pipeline.evaluation.protocol import ProtocolConfig
-from soco_pipeline.evaluation.reference import reference_category_pck
-from soco_pipeline.evaluation.theory import expected_concept_oracle_soc, random_feature_chance
 from soco_pipeline.native import half_matmul
 from soco_pipeline.storage import read_parquet, write_parquet_atomic
 from soco_pipeline.taxonomy import load_taxonomy
 from tests.needs import need_hardware
+from tests.soco_reference import reference_category_pck
+from tests.soco_theory import expected_concept_oracle_soc, random_feature_chance
 
 pytestmark = pytest.mark.unit
 

@@ -12,8 +12,8 @@ from soco_pipeline.analysis.leaderboard import leaderboard, leaderboard_markdown
 from soco_pipeline.evaluation.four_choice_matching import rotation_picks
 from soco_pipeline.evaluation.metrics import compute_metrics, four_choice_items
 from soco_pipeline.evaluation.protocol import ProtocolConfig, ProtocolError, load_protocol, parse_protocol
-from soco_pipeline.evaluation.theory import expected_concept_oracle_soc, random_feature_chance
 from soco_pipeline.taxonomy import load_taxonomy
+from tests.soco_theory import expected_concept_oracle_soc, random_feature_chance
 
 pytestmark = pytest.mark.unit
 

@@ -18,11 +18,11 @@ import pytest
 from soco_pipeline.cli import soco as cli
 from soco_pipeline.cli.demo import SUMMARY
 from soco_pipeline.defs.definitions import build_definitions
-from soco_pipeline.evaluation.theory import expected_concept_oracle_soc
 from soco_pipeline.report.results_db import query
 from soco_pipeline.storage import PROJECT_ROOT
 from tests.automation_ticks import evaluate
 from tests.core import CATEGORIES, DATA_AND_PAIRS, ORACLES, PER_BACKBONE, SCHEMA_CHECKED, materializations
+from tests.soco_theory import expected_concept_oracle_soc
 
 # a whole pipeline runs in a module fixture (the first test's setup)
 pytestmark = [pytest.mark.pipeline, pytest.mark.timeout(900)]

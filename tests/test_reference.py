@@ -9,7 +9,7 @@ import torch
 
 from soco_pipeline.evaluation.geometry import scale_keypoints
 from soco_pipeline.evaluation.matching import sample_descriptors
-from soco_pipeline.evaluation.reference import (
+from tests.soco_reference import (
     is_correct,
     official_mean,
     official_unit_point,

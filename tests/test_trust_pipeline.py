@@ -18,12 +18,12 @@ from soco_pipeline.defs.definitions import build_definitions
 from soco_pipeline.evaluation import stats
 from soco_pipeline.evaluation.protocol import load_protocol
 from soco_pipeline.evaluation.subsets import apply_pair_subset
-from soco_pipeline.evaluation.theory import expected_concept_oracle_soc
 from soco_pipeline.storage import PROJECT_ROOT
 from soco_pipeline.trust.provenance import validate_record
 from soco_pipeline.trust.records import stored_subset
 from tests.core import CATEGORIES, ORACLES
 from tests.needs import need
+from tests.soco_theory import expected_concept_oracle_soc
 
 # oracle_twin is oracle_part under another name (identical features); oracle_partial is oracle_concept,
 # evaluated with limit = 2 pairs per category.

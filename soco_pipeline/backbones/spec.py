@@ -35,7 +35,7 @@ from typing import Annotated, Any, ClassVar, Literal, Union
 from pydantic import Field, TypeAdapter, model_validator
 
 from soco_pipeline.config import ConfigModel, read_yaml, validate_doc
-from soco_pipeline.storage import name_length_problem
+from soco_pipeline.storage import spec_name_problem
 
 # How a ViT's position embeddings are resized to the input grid (backbones/pos_embed.py does it).
 POS_EMBED_MODES = ("auto", "dinov2_hub", "timm")
@@ -331,12 +331,8 @@ def parse_spec(doc: Any, name: str, source: str = "<spec>") -> BackboneSpec:
     """Validate a spec document (the parsed YAML) with its kind's model and return the BackboneSpec."""
     if not isinstance(doc, dict):
         raise BackboneSpecError(f"{source}: expected a mapping of fields (kind, model, weights, input ...)")
-    if not re.fullmatch(r"[A-Za-z0-9_.\-]+", name):
-        raise BackboneSpecError(
-            f"{source}: backbone name {name!r} (the file stem) may only hold letters, digits, '_', '-', '.'"
-        )
-    if too_long := name_length_problem(name, "backbone"):
-        raise BackboneSpecError(f"{source}: {too_long}")
+    if problem := spec_name_problem(name, "backbone"):
+        raise BackboneSpecError(f"{source}: {problem}")
     # A field left empty (`weights:`) means its default, as it always has.
     doc = {k: (v.strip() if isinstance(v, str) else v) for k, v in doc.items() if v is not None}
     union, kinds = spec_union()

@@ -533,7 +533,7 @@ def predict(
     mode 'free' for the distinct (pair, src_keypoint) of evaluated SOC and CC rows; mode 'geo' for SOC
     rows flagged geo with >= geo_min_candidates candidates, the argmax restricted to the patches that
     hold the visible same-concept target keypoints (the pair's CC group for that source keypoint).
-    evaluation/reference.py is the same protocol one pair at a time; the two are tested to agree.
+    tests/soco_reference.py is the same protocol one pair at a time; the two are tested to agree.
     """
     device = torch.device(device)
     q = _queries(image_pairs, correspondences)

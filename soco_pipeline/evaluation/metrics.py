@@ -123,18 +123,6 @@ def _scoped(cat: pd.DataFrame, sup: pd.DataFrame, alls: pd.DataFrame, reduction:
     ]
 
 
-def official_mean(scores: pd.DataFrame) -> float:
-    """Official reduction (pair -> pair group -> mean) of a per-keypoint `score` column, in 0-100:
-    `reduce_scores`' overall value for one backbone, metric and alpha."""
-    if scores.empty:
-        return float("nan")
-    one = scores[["pair_group", "pair_id", "score"]].assign(
-        backbone="", metric="", alpha=0.0, supercategory=""
-    )
-    red = reduce_scores(one, reductions=("official",))
-    return float(red.loc[red["scope"] == "all", "value"].iloc[0])
-
-
 # ----------------------------------------------------------------------------- PCK
 def _score_rows(
     rows: pd.DataFrame, preds: pd.DataFrame, keypoints, images, protocol: ProtocolConfig, metric: str

@@ -43,7 +43,7 @@ from pydantic import Field, TypeAdapter, field_validator
 
 from soco_pipeline.backbones.spec_files import scan_folder
 from soco_pipeline.config import ConfigModel, read_yaml, validate_doc
-from soco_pipeline.storage import name_length_problem
+from soco_pipeline.storage import spec_name_problem
 
 BACKENDS = ("openai", "transformers")
 # hosts of a server on this machine (a loopback port names no model: lvlm/specs.spec_version, trust/roles)
@@ -184,12 +184,8 @@ def parse_spec(doc: Any, name: str, source: str = "<spec>") -> LvlmSpec:
     src = source
     if not isinstance(doc, dict):
         raise LvlmSpecError(f"{src}: expected a mapping of fields (backend, model, ...)")
-    if not re.fullmatch(r"[A-Za-z0-9_.\-]+", name):
-        raise LvlmSpecError(
-            f"{src}: model name {name!r} (the file stem) may only hold letters, digits, '_', '-', '.'"
-        )
-    if too_long := name_length_problem(name, "model"):
-        raise LvlmSpecError(f"{src}: {too_long}")
+    if problem := spec_name_problem(name, "model"):
+        raise LvlmSpecError(f"{src}: {problem}")
     backend = doc.get("backend")
     if backend not in BACKENDS:
         raise LvlmSpecError(f"{src}: field 'backend' is {backend!r}; it must be one of {list(BACKENDS)}")

@@ -5,9 +5,9 @@ Families share structure on purpose (four wheels on every vehicle, four legs on 
 furniture and every animal) so that keypoints inherited from a common taxonomy ancestor sit on
 corresponding parts across categories (the basis of Cross-SOC).
 
-Every builder takes `p` (shape parameters, see FAMILY_PARAMS), `col` (colours) and `want` (the set
-of keypoints the category has; optional parts such as sirens or door handles are built only when
-their keypoints are wanted).
+Every builder takes `p` (shape parameters, see FAMILY_PARAMS, read from assets/synth_families.yaml),
+`col` (colours) and `want` (the set of keypoints the category has; optional parts such as sirens or door
+handles are built only when their keypoints are wanted).
 """
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
+import yaml
 
+from ..taxonomy import ASSETS_DIR
 from .model import Builder
 from .primitives import box, ellipsoid, limb, rot_y
 
@@ -25,224 +27,8 @@ BLACK = np.array([0.08, 0.08, 0.09])
 GLASS = np.array([0.16, 0.22, 0.3])
 CHROME = np.array([0.75, 0.76, 0.78])
 
-# Default shape parameters per family (lengths in metres, angles in degrees).
-FAMILY_PARAMS: dict[str, dict[str, float]] = {
-    "car": dict(
-        length=4.3,
-        width=1.8,
-        body_h=0.72,
-        clearance=0.28,
-        wheel_r=0.34,
-        wheel_w=0.11,
-        wheelbase=0.62,
-        cabin_len=0.5,
-        cabin_h=0.55,
-        cabin_w=0.86,
-        cabin_off=-0.06,
-        front_wheel_r=1.0,
-    ),
-    "bus": dict(
-        length=11.0,
-        width=2.5,
-        body_h=2.75,
-        clearance=0.35,
-        wheel_r=0.5,
-        wheel_w=0.16,
-        wheelbase=0.56,
-        cabin_len=0.97,
-        cabin_h=0.05,
-        cabin_w=0.96,
-        cabin_off=0.0,
-        front_wheel_r=1.0,
-    ),
-    "ambulance": dict(
-        length=5.8,
-        width=2.0,
-        body_h=0.9,
-        clearance=0.3,
-        wheel_r=0.38,
-        wheel_w=0.13,
-        wheelbase=0.6,
-        cabin_len=0.24,
-        cabin_h=0.7,
-        cabin_w=0.9,
-        cabin_off=0.0,
-        box_len=0.6,
-        box_h=1.25,
-        front_wheel_r=1.0,
-    ),
-    "tractor": dict(
-        length=3.2,
-        width=1.8,
-        hood_h=0.75,
-        hood_w=0.75,
-        cabin_h=1.35,
-        rear_r=0.82,
-        front_r=0.45,
-        wheel_w=0.2,
-        exhaust_h=1.0,
-        exhaust_r=0.05,
-    ),
-    "mug": dict(
-        radius=0.4,
-        height=0.95,
-        taper=1.0,
-        handle_out=0.28,
-        handle_h=0.55,
-        handle_r=0.05,
-        spout_len=0.0,
-        lid=0.0,
-        bulge=0.0,
-    ),
-    "teapot": dict(
-        radius=0.55,
-        height=0.85,
-        taper=0.75,
-        handle_out=0.3,
-        handle_h=0.45,
-        handle_r=0.05,
-        spout_len=0.55,
-        spout_rise=45.0,
-        lid=1.0,
-        bulge=1.0,
-    ),
-    "kettle": dict(
-        radius=0.5,
-        height=0.95,
-        taper=0.72,
-        handle_out=0.25,
-        handle_h=0.6,
-        handle_r=0.055,
-        spout_len=0.4,
-        spout_rise=35.0,
-        lid=1.0,
-        bulge=0.0,
-    ),
-    "pitcher": dict(
-        radius=0.35,
-        height=1.25,
-        taper=0.85,
-        handle_out=0.25,
-        handle_h=0.8,
-        handle_r=0.045,
-        spout_len=0.2,
-        spout_rise=25.0,
-        lid=1.0,
-        bulge=0.0,
-    ),
-    "chair": dict(
-        seat_w=0.46, seat_d=0.45, seat_h=0.46, seat_t=0.05, leg_r=0.022, splay=0.0, back_h=0.5, back_t=0.03
-    ),
-    "bench": dict(
-        seat_w=1.5, seat_d=0.42, seat_h=0.45, seat_t=0.06, leg_r=0.035, splay=0.0, back_h=0.0, back_t=0.03
-    ),
-    "stool": dict(
-        seat_w=0.38, seat_d=0.38, seat_h=0.62, seat_t=0.05, leg_r=0.022, splay=0.07, back_h=0.0, back_t=0.03
-    ),
-    "dining_table": dict(
-        seat_w=0.9, seat_d=1.6, seat_h=0.75, seat_t=0.05, leg_r=0.035, splay=0.0, back_h=0.0, back_t=0.03
-    ),
-    "dog": dict(
-        body_len=0.9,
-        body_w=0.3,
-        body_h=0.34,
-        leg_len=0.48,
-        leg_r=0.05,
-        neck_len=0.24,
-        neck_angle=55.0,
-        neck_r=0.075,
-        head_len=0.14,
-        head_w=0.11,
-        head_h=0.11,
-        snout_len=0.075,
-        snout_r=0.05,
-        head_pitch=0.0,
-        ear_len=0.085,
-        ear_w=0.05,
-        ear_up=1.0,
-        tail_len=0.4,
-        tail_angle=35.0,
-        tail_r=0.028,
-        trunk=0.0,
-        horns=0.0,
-        tusks=0.0,
-    ),
-    "horse": dict(
-        body_len=1.6,
-        body_w=0.5,
-        body_h=0.62,
-        leg_len=0.95,
-        leg_r=0.065,
-        neck_len=0.7,
-        neck_angle=58.0,
-        neck_r=0.13,
-        head_len=0.16,
-        head_w=0.12,
-        head_h=0.13,
-        snout_len=0.2,
-        snout_r=0.075,
-        head_pitch=40.0,
-        ear_len=0.09,
-        ear_w=0.04,
-        ear_up=1.0,
-        tail_len=0.75,
-        tail_angle=-65.0,
-        tail_r=0.06,
-        trunk=0.0,
-        horns=0.0,
-        tusks=0.0,
-    ),
-    "cow": dict(
-        body_len=1.7,
-        body_w=0.68,
-        body_h=0.8,
-        leg_len=0.72,
-        leg_r=0.085,
-        neck_len=0.36,
-        neck_angle=22.0,
-        neck_r=0.2,
-        head_len=0.2,
-        head_w=0.16,
-        head_h=0.17,
-        snout_len=0.15,
-        snout_r=0.11,
-        head_pitch=35.0,
-        ear_len=0.13,
-        ear_w=0.06,
-        ear_up=0.0,
-        tail_len=0.85,
-        tail_angle=-80.0,
-        tail_r=0.035,
-        trunk=0.0,
-        horns=1.0,
-        tusks=0.0,
-    ),
-    "elephant": dict(
-        body_len=2.9,
-        body_w=1.6,
-        body_h=1.8,
-        leg_len=1.45,
-        leg_r=0.26,
-        neck_len=0.35,
-        neck_angle=12.0,
-        neck_r=0.55,
-        head_len=0.55,
-        head_w=0.5,
-        head_h=0.6,
-        snout_len=0.25,
-        snout_r=0.16,
-        head_pitch=10.0,
-        ear_len=0.6,
-        ear_w=0.55,
-        ear_up=-1.0,
-        tail_len=0.95,
-        tail_angle=-75.0,
-        tail_r=0.05,
-        trunk=1.7,
-        horns=0.0,
-        tusks=1.0,
-    ),
-}
+# Default shape parameters per family (lengths in metres, angles in degrees): data, in the assets folder.
+FAMILY_PARAMS: dict[str, dict[str, float]] = yaml.safe_load((ASSETS_DIR / "synth_families.yaml").read_text())
 
 
 def _vehicle_wheels(

@@ -118,22 +118,6 @@ def evaluate_sim_outcomes(
     return scores, ooo_outcomes(model, method, rows, pred)
 
 
-def evaluate_sim(
-    model: str,
-    method: str,
-    conditioned: bool,
-    sim: SimFn,
-    ooo: pd.DataFrame,
-    ooo_pos: np.ndarray,
-    afc: pd.DataFrame | None = None,
-    afc_pos: np.ndarray | None = None,
-    split: str = "test",
-    note: str = "",
-) -> pd.DataFrame:
-    """Score a similarity on the OOO `split` rows and on every 2AFC row."""
-    return evaluate_sim_outcomes(model, method, conditioned, sim, ooo, ooo_pos, afc, afc_pos, split, note)[0]
-
-
 def evaluate_constant(
     model: str,
     ooo: pd.DataFrame,
@@ -170,7 +154,7 @@ def pixel_baselines(images: pd.DataFrame, ooo: pd.DataFrame, afc: pd.DataFrame, 
     methods.append(("ssim", False, b.ssim_sim(pixels)))
     if set(VALUE_COLUMNS) <= set(images.columns):
         methods.append(("oracle", True, b.oracle_sim(images, ids, cfg)))
-    parts = [evaluate_sim("pixels", m, c, s, ooo, opos, afc, apos) for m, c, s in methods]
+    parts = [evaluate_sim_outcomes("pixels", m, c, s, ooo, opos, afc, apos)[0] for m, c, s in methods]
     parts.insert(1, evaluate_constant("pixels", ooo, afc))
     return pd.concat(parts, ignore_index=True)
 

@@ -11,10 +11,22 @@ from soco_pipeline.evaluation.metrics import (
     evaluated_pairs,
     gt_pixels,
     image_info,
-    official_mean,
+    reduce_scores,
     target_xy,
 )
 from soco_pipeline.evaluation.protocol import ProtocolConfig
+
+
+def official_mean(scores: pd.DataFrame) -> float:
+    """Official reduction (pair -> pair group -> mean) of a per-keypoint `score` column, in 0-100:
+    `reduce_scores`' overall value for one backbone, metric and alpha."""
+    if scores.empty:
+        return float("nan")
+    one = scores[["pair_group", "pair_id", "score"]].assign(
+        backbone="", metric="", alpha=0.0, supercategory=""
+    )
+    red = reduce_scores(one, reductions=("official",))
+    return float(red.loc[red["scope"] == "all", "value"].iloc[0])
 
 
 def _soc_rows(correspondences, image_pairs, level: str, geo: bool, min_candidates: int) -> pd.DataFrame:
