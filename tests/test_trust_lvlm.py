@@ -20,6 +20,7 @@ from soco_pipeline.cli.demo_lvlm import lvlm_board_markdown, run_lvlm_demo
 from soco_pipeline.cli.freshness import Freshness
 from soco_pipeline.defs.definitions import build_definitions
 from soco_pipeline.lvlm.loopback import loopback_answerers
+from soco_pipeline.lvlm.rescore import rescore_lvlm
 from soco_pipeline.report.page import build_report
 from soco_pipeline.settings import Settings
 from soco_pipeline.storage import write_parquet_atomic
@@ -27,7 +28,6 @@ from soco_pipeline.trust.provenance import validate_record
 from tests.dagster_server import write_instance_yaml
 from tests.eee_helpers import eee_checked_here, exported_eee
 from tests.lvlm_helpers import small_tables
-from tests.lvlm_rescore import rescore_lvlm
 
 pytestmark = pytest.mark.pipeline
 
