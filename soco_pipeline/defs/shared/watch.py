@@ -25,7 +25,7 @@ from soco_pipeline.defs.shared.resources import SocoSettings
 from soco_pipeline.defs.shared.specs import spec_for, spec_version
 from soco_pipeline.schemas import ModelHistorySchema
 from soco_pipeline.settings import variable
-from soco_pipeline.trust.family_watch import FamilyWatch
+from soco_pipeline.trust.family_watch import FamilySnapshot, FamilyWatch
 from soco_pipeline.trust.history import WatchOutcome
 
 LEVEL = 0.95  # the paired interval's level: a drop whose whole interval lies below zero is a regression
@@ -98,6 +98,8 @@ def family_history(watch: FamilyWatch, family: Family | None = None) -> dg.Asset
     the step only compares, in that asset's group, under the names the watch keeps."""
     name, archived = watch.history, watch.archived
     if archived is None:  # a family's: registered as its tables are (SOCO's name is in tables.py)
+        if family is None:
+            raise ValueError(f"the watch of {watch.family!r} reads its family's tables: give its Family")
         family.register(name, partitioned=True)
 
     @dg.asset(
@@ -144,7 +146,9 @@ def family_history(watch: FamilyWatch, family: Family | None = None) -> dg.Asset
     return history_asset
 
 
-def family_snapshot_of(family: Family, soco: SocoSettings, backbone: str):
+def family_snapshot_of(
+    family: Family, soco: SocoSettings, backbone: str
+) -> tuple[FamilySnapshot | None, str]:
     """(the family's snapshot of `backbone`, "") from its stored tables, or (None, why it does not apply)."""
     from soco_pipeline.trust.family_records import NotApplicableError
     from soco_pipeline.trust.family_watch import family_snapshot
