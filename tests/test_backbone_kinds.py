@@ -16,7 +16,7 @@ import yaml
 
 from soco_pipeline.backbones import BackboneSpecError, build_backbone, load_spec, parse_spec, spec_hash
 from soco_pipeline.backbones.base import Backbone
-from soco_pipeline.backbones.kinds import kinds, register_kind, unregister_kind
+from soco_pipeline.backbones.kinds import KIND_CAPABILITIES, kinds, register_kind, unregister_kind
 from soco_pipeline.backbones.spec import OPTIONS as KIND_OPTIONS
 from soco_pipeline.backbones.spec import PositiveInt, SpecFields
 from soco_pipeline.backbones.spec_files import scan_specs
@@ -86,6 +86,66 @@ def test_a_new_kind_is_one_class_and_one_registry_line(toy_kind):
         parse_spec({"kind": "toy", "model": "grey", "input": {"fixed_grid": 4}}, "t", "t.yaml")
 
 
+class ToyCnnOptions(ToyOptions):
+    """A second toy kind's fields (as the toy's)."""
+
+    kind: Literal["toy_cnn"]
+
+
+class ToyCnnBackbone(ToyBackbone):
+    """A plug-in kind whose model is read for global features as a CNN's (its declared `global_readout`)."""
+
+    Options = ToyCnnOptions
+    global_readout = "cnn_stages"
+
+    def __init__(self, spec, context=None):
+        super().__init__(spec, context)
+        self.model = torch.nn.Identity()
+
+
+def test_a_new_kind_gets_the_global_extractor_of_its_declared_readout(toy_kind):
+    """features/global_extractors picks by the kind's declared readout (kinds.py), not by its name: a plug-in
+    kind declaring `cnn_stages` gets the CNN extractor, one declaring none (the toy) the dense mean."""
+    from soco_pipeline.backbones.kinds import GLOBAL_READOUTS, global_readout
+    from soco_pipeline.features import GlobalInputPolicy
+    from soco_pipeline.features.global_extractors import (
+        READOUTS,
+        CnnGlobal,
+        DenseMeanGlobal,
+        build_global_extractor,
+    )
+
+    assert set(READOUTS) == set(GLOBAL_READOUTS)  # every declared readout has its extractor
+    fields = {"model": "colour", "input": {"nearest_multiple": 16}, "normalisation": "raw", "device": "cpu"}
+    policy = GlobalInputPolicy(resize=40, crop=32, normalisation="spec", final_norm=True, batch_size=4)
+    register_kind("toy_cnn")(ToyCnnBackbone)
+    try:
+        assert global_readout("toy_cnn") == "cnn_stages"
+        cnn = build_global_extractor(parse_spec({"kind": "toy_cnn", **fields}, "toy_cnn"), policy)
+        assert type(cnn) is CnnGlobal and cnn.name == "toy_cnn" and cnn.preset == "raw"
+    finally:
+        unregister_kind("toy_cnn")
+    assert global_readout("toy") == "" and global_readout("no_such_kind") == ""
+    dense = build_global_extractor(parse_spec({"kind": "toy", **fields}, "toy_dense"), policy)
+    assert type(dense) is DenseMeanGlobal
+
+
+def test_a_kind_class_must_declare_a_known_readout_and_a_built_in_one_its_table_entry():
+    class Unknown(ToyCnnBackbone):
+        global_readout = "pooled_somehow"
+
+    with pytest.raises(TypeError, match=r"global_readout is 'pooled_somehow'; known are \['class_tokens'"):
+        register_kind("toy_cnn")(Unknown)
+
+    class Lying(Backbone):
+        Options = KIND_OPTIONS["classical"]
+        capabilities = KIND_CAPABILITIES["classical"]
+        global_readout = "class_tokens"
+
+    with pytest.raises(TypeError, match=r"global_readout differs from KIND_GLOBAL_READOUT for 'classical'"):
+        register_kind("classical")(Lying)
+
+
 def test_an_unknown_kind_lists_the_registered_ones():
     with pytest.raises(BackboneSpecError, match=r"'kind' is 'toy'; it must be one of \['classical'"):
         parse_spec({"kind": "toy", "model": "colour", "input": {"fixed_grid": 4}}, "t", "t.yaml")
@@ -111,9 +171,11 @@ def test_a_built_in_kind_class_must_offer_its_declared_capabilities():
 LOADS = """
 import glob, json, sys
 from soco_pipeline.backbones import load_spec
-from soco_pipeline.backbones.kinds import capabilities
+from soco_pipeline.backbones.kinds import capabilities, global_readout
 found = {p: sorted(capabilities(load_spec(p).kind)) for p in sorted(glob.glob("assets/backbones/*.yaml"))}
-print(json.dumps({"specs": found, "heavy": [m for m in ("torch", "timm", "cv2") if m in sys.modules]}))
+readouts = {p: global_readout(load_spec(p).kind) for p in found}
+heavy = [m for m in ("torch", "timm", "cv2") if m in sys.modules]
+print(json.dumps({"specs": found, "readouts": readouts, "heavy": heavy}))
 """
 
 
@@ -132,6 +194,12 @@ def test_loading_every_spec_and_its_capabilities_imports_no_torch():
         "part_oracle",
     ]
     assert all("pixels" in offered for p, offered in out["specs"].items() if "oracle" not in p)
+    # and how global features read each kind's model, from data too
+    assert {out["readouts"][f"assets/backbones/{n}.yaml"] for n in ("dense_sift", "oracle_part")} == {""}
+    readouts = {
+        n: out["readouts"][f"assets/backbones/{n}.yaml"] for n in ("vit_small_random", "efficientnet_lite0")
+    }
+    assert readouts == {"vit_small_random": "class_tokens", "efficientnet_lite0": "cnn_stages"}
 
 
 RESNET = {

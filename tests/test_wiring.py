@@ -267,3 +267,56 @@ def test_the_settings_resource_is_the_settings_object(monkeypatch, tmp_path):
     monkeypatch.setenv("SOCO_SEED", "seven")
     with pytest.raises(ValueError, match="SOCO_SEED='seven' is not an integer"):
         Settings()
+
+
+def test_socos_watch_is_built_from_its_declaration_by_the_registry_builder(monkeypatch):
+    """SOCO's regression watch comes from tasks/core.py's SOCO spec through the builder of every family's
+    (definitions.watch_pairs -> shared/watch.family_history, regression_sensor_on), under the names it keeps:
+    `model_history` in the backbones group behind `results_record`, and `regression_sensor`; defs/backbones
+    holds no declaration of it and no "soco". A watch planted in the registry gets both with no other edit."""
+    import ast
+
+    from soco_pipeline.defs import definitions
+    from soco_pipeline.defs.shared.family import declared_families
+    from soco_pipeline.tasks import FamilySpec
+    from soco_pipeline.tasks.core import SOCO, all_specs
+    from soco_pipeline.trust.family_watch import ArchivedBy, FamilyWatch
+
+    families = declared_families(group_folders())
+    pairs = definitions.watch_pairs(families)
+    assert (SOCO.watch, None) in pairs
+    assert {w.history for w, _ in pairs} == {
+        "model_history",
+        *(f"{f.name}_history" for f in families if f.spec.watch),
+    }
+    defs = build_definitions()
+    graph = defs.resolve_asset_graph()
+    node = graph.get(dg.AssetKey("model_history"))
+    assert node.group_name == "backbones" and node.parent_keys == {dg.AssetKey("results_record")}
+    history = defs.resolve_assets_def("model_history")
+    assert inspect.getmodule(inspect.unwrap(history.op.compute_fn.decorated_fn)).__name__.endswith(
+        "shared.watch"
+    )
+    sensor = next(s for s in defs.sensors if s.name == "regression_sensor")
+    assert sensor.asset_key == dg.AssetKey("model_history")
+    folder = PROJECT_ROOT / "soco_pipeline" / "defs" / "backbones"
+    literals = [
+        (p.name, n.lineno)
+        for p in folder.glob("*.py")
+        for n in ast.walk(ast.parse(p.read_text()))
+        if isinstance(n, ast.Constant) and n.value in (SOCO.name, "model_history", "regression_sensor")
+    ]
+    assert literals == []
+
+    archived = ArchivedBy("results_record", "planted_history", "planted_regression_sensor", "backbones", "1")
+    watch = FamilyWatch(
+        "planted", "a planted headline", "soc", (), (), reduction="official", archived=archived
+    )
+    planted = FamilySpec("planted", "Planted", SOCO.load_config, watch=watch)
+    monkeypatch.setattr("soco_pipeline.tasks.core.all_specs", lambda: {**all_specs(), "planted": planted})
+    over = definitions.over_families(families)
+    (asset,) = [a for a in over.assets if dg.AssetKey("planted_history") in a.keys]
+    assert asset.group_names_by_key[dg.AssetKey("planted_history")] == "backbones"
+    assert {s.name: s.asset_key.to_user_string() for s in over.sensors}["planted_regression_sensor"] == (
+        "planted_history"
+    )

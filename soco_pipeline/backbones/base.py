@@ -104,6 +104,8 @@ class Backbone(ABC):
     # What the kind offers the task families (backbones/kinds.py CAPABILITIES); a family declares what it
     # needs and the shared layer writes its "not applicable" row when the two do not meet.
     capabilities: ClassVar[frozenset[str]] = frozenset({"pixels", "dense_maps", "global_features"})
+    # How global features read its model (backbones/kinds.py GLOBAL_READOUTS; "": its dense map's mean)
+    global_readout: ClassVar[str] = ""
     offers_class_token: bool = False  # True: forward_with_class_token returns a class token too
 
     def __init__(self, spec: BackboneSpec, context: BackboneContext | dict | None = None):

@@ -2,7 +2,8 @@
 
 A kind is one module holding a Backbone subclass decorated with `@register_kind("<kind>")`, whose
 `Options` (a `SpecFields` subclass with `kind: Literal["<kind>"]`) declares the kind's fields. Adding a
-kind is that module plus one line in KIND_MODULES and KIND_CAPABILITIES and its `Options` in spec.py
+kind is that module plus one line in KIND_MODULES and KIND_CAPABILITIES (and KIND_GLOBAL_READOUT when its
+model is read for global features like a ViT's or a CNN's) and its `Options` in spec.py
 (or, for a kind outside the package, importing the module that registers it). The modules load torch, so
 they are imported on first use only: a spec's fields (spec.py OPTIONS) and its kind's capabilities (data here)
 load without them.
@@ -48,6 +49,14 @@ KIND_CAPABILITIES = {
     "oracle": frozenset({"dense_maps", "global_features", "part_oracle"}),
 }
 
+# How the global-feature extractor (features/global_extractors.py READOUTS) reads a kind's model; a kind with
+# no readout gives the mean of its dense map in every part. A plug-in kind's class declares `global_readout`.
+GLOBAL_READOUTS = {
+    "class_tokens": "the last two blocks' class tokens and the last block's patch-token mean (a ViT)",
+    "cnn_stages": "the last stage's average and the pooled pre-logits embedding (a CNN)",
+}
+KIND_GLOBAL_READOUT = {"timm": "class_tokens", "packaged": "cnn_stages"}
+
 _REGISTERED: dict[str, type[Backbone]] = {}
 B = TypeVar("B")
 
@@ -68,6 +77,13 @@ def register_kind(kind: str):
             raise TypeError(f"{cls.__name__}.capabilities names {unknown}; known are {sorted(CAPABILITIES)}")
         if cls.capabilities != KIND_CAPABILITIES.get(kind, cls.capabilities):
             raise TypeError(f"{cls.__name__}.capabilities differ from KIND_CAPABILITIES[{kind!r}]")
+        readout = cls.global_readout
+        if readout and readout not in GLOBAL_READOUTS:
+            raise TypeError(
+                f"{cls.__name__}.global_readout is {readout!r}; known are {sorted(GLOBAL_READOUTS)}"
+            )
+        if kind in KIND_MODULES and readout != KIND_GLOBAL_READOUT.get(kind, ""):
+            raise TypeError(f"{cls.__name__}.global_readout differs from KIND_GLOBAL_READOUT for {kind!r}")
         _REGISTERED[kind] = cls
         return cls
 
@@ -96,6 +112,14 @@ def backbone_class(kind: str) -> type[Backbone]:
 def capabilities(kind: str) -> frozenset[str]:
     """What a backbone of `kind` offers the task families (keys of CAPABILITIES; no kind module imported)."""
     return KIND_CAPABILITIES.get(kind) or backbone_class(kind).capabilities
+
+
+def global_readout(kind: str) -> str:
+    """How the global extractor reads a backbone of `kind`: a key of GLOBAL_READOUTS, or "" (the mean of its
+    dense map; an unknown kind too). A built-in kind's is data here (no kind module imported)."""
+    if kind in KIND_MODULES or kind not in _REGISTERED:
+        return KIND_GLOBAL_READOUT.get(kind, "")
+    return _REGISTERED[kind].global_readout
 
 
 def missing_capabilities(kind: str, needs: frozenset[str] | set[str]) -> list[str]:

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from soco_pipeline.backbones.base import Backbone, BackboneContext, BackboneWeightsError, seeded
-from soco_pipeline.backbones.kinds import KIND_CAPABILITIES, register_kind
+from soco_pipeline.backbones.kinds import KIND_CAPABILITIES, KIND_GLOBAL_READOUT, register_kind
 from soco_pipeline.backbones.spec import PACKAGES, BackboneSpec, PackagedOptions
 from soco_pipeline.backbones.timm_backbone import resolve_local_weights
 
@@ -114,6 +114,7 @@ class PackagedLite0Backbone(Backbone):
 
     Options = PackagedOptions
     capabilities = KIND_CAPABILITIES["packaged"]
+    global_readout = KIND_GLOBAL_READOUT["packaged"]
 
     def __init__(self, spec: BackboneSpec, context: BackboneContext | None = None):
         super().__init__(spec, context)

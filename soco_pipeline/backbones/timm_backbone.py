@@ -20,7 +20,7 @@ import torch
 
 from soco_pipeline.backbones.base import Backbone, BackboneContext, BackboneWeightsError, local_path, seeded
 from soco_pipeline.backbones.checkpoint_grid import checkpoint_grid, hf_checkpoint_file, pos_embed_length
-from soco_pipeline.backbones.kinds import KIND_CAPABILITIES, register_kind
+from soco_pipeline.backbones.kinds import KIND_CAPABILITIES, KIND_GLOBAL_READOUT, register_kind
 from soco_pipeline.backbones.pos_embed import default_pos_embed_mode, use_hub_pos_embed
 from soco_pipeline.backbones.spec import BackboneSpec, BackboneSpecError, TimmOptions
 from soco_pipeline.settings import variable
@@ -82,6 +82,7 @@ class TimmBackbone(Backbone):
 
     Options = TimmOptions
     capabilities = KIND_CAPABILITIES["timm"]
+    global_readout = KIND_GLOBAL_READOUT["timm"]
 
     @classmethod
     def check_spec(cls, spec: BackboneSpec) -> None:

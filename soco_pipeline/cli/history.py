@@ -9,10 +9,12 @@ import argparse
 
 def cmd_drop_snapshot(args: argparse.Namespace, settings) -> int:
     """Move the snapshot's files aside and say what the watch does next."""
+    from soco_pipeline.tasks.core import all_specs
     from soco_pipeline.trust.history import drop_snapshot
 
     moved = drop_snapshot(settings.storage_root, args.family, args.model, args.data_version)
-    asset = "model_history" if args.family == "soco" else f"{args.family}_history"
+    spec = all_specs().get(args.family)
+    asset = spec.watch.history if spec is not None and spec.watch else f"{args.family}_history"
     print("\n".join(f"moved {p}" for p in moved))
     print(
         f"the watch now compares with the snapshot before it: re-materialize {asset} for {args.model} (or wait for "

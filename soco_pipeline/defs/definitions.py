@@ -31,6 +31,7 @@ from soco_pipeline.defs.shared.io_manager import ParquetIOManager
 from soco_pipeline.defs.shared.launchers import launcher_for_profile
 from soco_pipeline.defs.shared.resources import SocoSettings
 from soco_pipeline.storage import is_remote
+from soco_pipeline.trust.family_watch import FamilyWatch
 
 NOT_A_GROUP = {"shared"}  # folders of helpers, no definitions
 
@@ -54,17 +55,36 @@ def load_group_folders(package: ModuleType = defs_package) -> dg.Definitions:
 
 def over_families(families: list[Family]) -> dg.Definitions:
     """The assets over the declared families' boards: the summary group's `model_headlines` and
-    `model_summary` (SOCO's headlines and each family's), the results group's `results_database`, and each
-    family's regression watch its FamilySpec declares (`<family>_history[b]` and its sensor, shared/watch.py)."""
+    `model_summary` (SOCO's headlines and each family's), the results group's `results_database`, and every
+    regression watch the registry declares (`watch_pairs`: a history asset and its sensor, shared/watch.py)."""
     from soco_pipeline.defs.results.assets import results_database_asset
     from soco_pipeline.defs.shared.watch import family_history, regression_sensor_on
     from soco_pipeline.defs.summary.assets import summary_assets
 
-    watched = [f for f in families if f.spec is not None and f.spec.watch is not None and f.spec.parts]
+    watched = watch_pairs(families)
     return dg.Definitions(
-        assets=[*summary_assets(families), results_database_asset(families), *map(family_history, watched)],
-        sensors=[regression_sensor_on(f"{f.name}_regression_sensor", f"{f.name}_history") for f in watched],
+        assets=[
+            *summary_assets(families),
+            results_database_asset(families),
+            *(family_history(w, f) for w, f in watched),
+        ],
+        sensors=[regression_sensor_on(w.sensor, w.history) for w, _ in watched],
     )
+
+
+def watch_pairs(families: list[Family]) -> list[tuple[FamilyWatch, Family | None]]:
+    """Every regression watch of the registry, with the `Family` whose tables it reads: the core's (SOCO's,
+    whose snapshots its results record archives: no family) and each declared family's whose spec has a
+    watch and record parts."""
+    from soco_pipeline.tasks.core import all_specs
+
+    core = [(s.watch, None) for s in all_specs().values() if s.watch is not None and s.watch.archived]
+    own = [
+        (f.spec.watch, f)
+        for f in families
+        if f.spec is not None and f.spec.watch is not None and not f.spec.watch.archived and f.spec.parts
+    ]
+    return [*core, *own]
 
 
 def build_definitions(**overrides) -> dg.Definitions:

@@ -1,16 +1,17 @@
-"""The extractors of the global-feature output: per backbone kind, pixels in [0, 1] -> the class token of each
-of the last two blocks and the mean of the last block's patch tokens (three parts: cls_prev, cls_last,
-patch_mean), at a `GlobalInputPolicy` (FG-BMK's eval transform by default).
+"""The extractors of the global-feature output: per backbone kind's declared readout, pixels in [0, 1] -> the
+class token of each of the last two blocks and the mean of the last block's patch tokens (three parts:
+cls_prev, cls_last, patch_mean), at a `GlobalInputPolicy` (FG-BMK's eval transform by default).
 
-What each kind of backbone gives:
+What each readout (backbones/kinds.py GLOBAL_READOUTS, declared per kind) gives:
 
-- timm ViTs: block -2 and block -1 class tokens and block -1's patch-token mean (the final LayerNorm
-  applied to each, like DINOv2's get_intermediate_layers, unless `final_norm: false`); a ViT without a
-  class token uses its patch mean as the "class token";
-- EfficientNet-Lite0 (CNN): cls_prev = the global average of the last stage (320 ch), cls_last = the pooled
-  pre-logits embedding (1280 ch), patch_mean = the same (the mean of the final map's positions IS the pool);
-- dense-only backbones (SIFT, SOCO oracles, diffusion): the mean of their dense map at their own protocol
-  in all three parts (no blocks to read);
+- `class_tokens` (timm ViTs): block -2 and block -1 class tokens and block -1's patch-token mean (the final
+  LayerNorm applied to each, like DINOv2's get_intermediate_layers, unless `final_norm: false`); a ViT
+  without a class token uses its patch mean as the "class token";
+- `cnn_stages` (EfficientNet-Lite0, a CNN): cls_prev = the global average of the last stage (320 ch),
+  cls_last = the pooled pre-logits embedding (1280 ch), patch_mean = the same (the mean of the final map's
+  positions IS the pool);
+- no readout (SIFT, SOCO oracles, diffusion; an unknown kind): the mean of their dense map at their own
+  protocol in all three parts (no blocks to read);
 - `VariantOracle` (tests): a margin-scaled one-hot of the image's label plus seeded noise.
 
 Extractors take pixels in [0, 1] (B, 3, crop, crop) and normalise inside, so attacks in pixel space
@@ -32,7 +33,7 @@ import torch.nn.functional as F
 
 from soco_pipeline.backbones import BackboneSpec, spec_hash
 from soco_pipeline.backbones.base import Backbone, BackboneContext, image_seed
-from soco_pipeline.backbones.kinds import capabilities
+from soco_pipeline.backbones.kinds import capabilities, global_readout
 from soco_pipeline.backbones.preprocess import NORMALISATION_PRESETS
 from soco_pipeline.features.extract import load_image
 from soco_pipeline.features.layout import feature_dir
@@ -252,16 +253,19 @@ class VariantOracle(GlobalExtractor):
         return feats, feats, feats
 
 
+# backbones/kinds.py GLOBAL_READOUTS -> the extractor that reads a model that way
+READOUTS: dict[str, type[ModelGlobal]] = {"class_tokens": ViTGlobal, "cnn_stages": CnnGlobal}
+
+
 def build_global_extractor(
     spec: BackboneSpec, config: GlobalInputPolicy, context: BackboneContext | dict | None = None
 ) -> GlobalExtractor:
     """The global extractor of a backbone spec (the backbone built once, frozen, in eval mode)."""
     from soco_pipeline.backbones import build_backbone
 
-    if spec.kind == "timm":
-        return ViTGlobal(build_backbone(spec, context), config)
-    if spec.kind == "packaged":
-        return CnnGlobal(build_backbone(spec, context), config)
+    reader = READOUTS.get(global_readout(spec.kind))  # the kind's declared readout; none: the dense mean
+    if reader is not None:
+        return reader(build_backbone(spec, context), config)
     built = (
         dataclasses.replace(
             spec, input=dataclasses.replace(spec.input, policy="nearest_multiple", value=config.dense_input)

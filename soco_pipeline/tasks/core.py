@@ -6,6 +6,7 @@ from __future__ import annotations
 from soco_pipeline.evaluation.protocol import load_protocol
 from soco_pipeline.lvlm.protocol import load_lvlm_protocol
 from soco_pipeline.tasks import FamilySpec, family_specs
+from soco_pipeline.trust.family_watch import ArchivedBy, FamilyWatch
 from soco_pipeline.trust.headline import EMBEDDED_SOURCE, Headline
 
 COLUMNS = ("backbone", "cc", "soc", "SOC 95% CI", "soc_geo", "cross_soc", "four_choice_circular", "knn_top1")
@@ -25,6 +26,17 @@ SOCO = FamilySpec(
     columns=COLUMNS,
     record_name="soco_correspondence",
     rebuild="soco_pipeline.trust.records:rebuild_backbone_record",
+    # the regression watch of the SOCO board's levels and 4-choice accuracy: `results_record` archives each
+    # snapshot (per-sample scores included), `model_history` (the view soco_history) compares them
+    watch=FamilyWatch(
+        family="soco",
+        headline="SOCO's headline metrics (cc, soc, soc_geo, cross_soc, four_choice)",
+        metrics="cc|soc|soc_geo|cross_soc|four_choice",
+        per_model=(),
+        samples=(),
+        reduction="official",
+        archived=ArchivedBy("results_record", "model_history", "regression_sensor", "backbones", "2"),
+    ),
 )
 LVLM_FAMILY = FamilySpec(  # the `lvlm` group and board key; its model_summary columns are `soco_lvlm`
     "lvlm",

@@ -90,10 +90,24 @@ class PairedOn:
 
 
 @dataclass(frozen=True)
+class ArchivedBy:
+    """A watch whose snapshots another asset archives as it is made (SOCO's `results_record`): the history
+    asset only compares them. `asset` archives them; `history`, `sensor`, `group` and `code_version` are the
+    history asset's name, its sensor's, its asset group and its code version (SOCO keeps its first names)."""
+
+    asset: str
+    history: str
+    sensor: str
+    group: str
+    code_version: str
+
+
+@dataclass(frozen=True)
 class FamilyWatch:
     """What the regression watch compares in one family: `headline` in words, `metrics` (a regular expression
     over the metric names of the family's results record), the per-model tables and sample tables they are
-    read from, and `paired` (the per-sample table of a paired test) or `not_paired` (why there is none)."""
+    read from, and `paired` (the per-sample table of a paired test) or `not_paired` (why there is none); or,
+    with `archived`, none of these: another asset archives the snapshots, per-sample scores included."""
 
     family: str
     headline: str
@@ -103,9 +117,10 @@ class FamilyWatch:
     paired: PairedOn | None = None
     not_paired: str = ""
     reduction: str = "pooled"
+    archived: ArchivedBy | None = None
 
     def __post_init__(self) -> None:
-        if (self.paired is None) == (not self.not_paired):
+        if self.archived is None and (self.paired is None) == (not self.not_paired):
             raise ValueError(
                 f"watch of {self.family!r}: give either `paired` (a per-sample table) or `not_paired` (why)"
             )
@@ -114,6 +129,20 @@ class FamilyWatch:
     def tables(self) -> tuple[str, ...]:
         """Every table the watch reads: the per-model ones, then the sample tables."""
         return (*self.per_model, *self.samples)
+
+    @property
+    def history(self) -> str:
+        """The history asset (and table): `<family>_history`, or the name its `archived` keeps."""
+        return self.archived.history if self.archived is not None else f"{self.family}_history"
+
+    @property
+    def sensor(self) -> str:
+        """The regression sensor's name: `<family>_regression_sensor`, or the name its `archived` keeps."""
+        return self.archived.sensor if self.archived is not None else f"{self.family}_regression_sensor"
+
+    def watches(self, metric: str) -> bool:
+        """Whether the watch compares `metric` (a metric name of the results record that `metrics` matches)."""
+        return re.fullmatch(self.metrics, metric) is not None
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,6 @@ from soco_pipeline.defs.shared.run_configs import recorded_subset, stage_timing
 from soco_pipeline.tasks.core import SOCO
 
 PER_BACKBONE_STAGES = ("feature_manifest", "predictions", "four_choice_predictions", "metrics")
-# the headline metrics the regression watch archives and tests (the SOCO board's levels, 4-choice accuracy)
-WATCHED = ("cc", "soc", "soc_geo", "cross_soc", "four_choice")
-FAMILY = "soco"  # the history archive's family folder
 
 
 def stored_matching_hash(instance: dg.DagsterInstance) -> str | None:
@@ -83,11 +80,12 @@ def results_record(
         else None,
     )
     path = write_named_record(rec, soco.records_root, backbone)
-    # the regression watch's snapshot (model_history compares it with the previous data version's)
-    watched = {m: rec["results"][m]["value"] for m in WATCHED if m in rec["results"]}
+    # the regression watch's snapshot (SOCO's watch, tasks/core.py: its history asset compares it with the
+    # previous data version's)
+    watched = {m: r["value"] for m, r in rec["results"].items() if SOCO.watch.watches(m)}
     history.write_snapshot(
         soco.storage_root,
-        FAMILY,
+        SOCO.watch.family,
         backbone,
         spec_version(soco, backbone),
         rec["task_hashes"]["pairs"],

@@ -3,12 +3,13 @@
 the history rows) is trust/history.py; what a family compares is its `FamilyWatch`
 (trust/family_watch.py), declared in its `FamilySpec`.
 
-- SOCO: `model_history[b]` (defs/backbones/watch.py) reads the snapshot `results_record` archives;
-- a task family: `<family>_history[b]` (`family_history`), declared in the family's folder from its watch:
-  it reads the family's per-model and sample tables (dependencies read in the step, after its
-  not-applicable check: a backbone the family cannot score reads none), archives the snapshot and compares;
+- a task family: `<family>_history[b]` (`family_history`), built from its watch: it reads the family's
+  per-model and sample tables (dependencies read in the step, after its not-applicable check: a backbone the
+  family cannot score reads none), archives the snapshot and compares;
+- SOCO: `model_history[b]` (the same builder, from tasks/core.py's SOCO watch, `archived`) compares the
+  snapshot `results_record` archives;
 - each history asset has a sensor (`regression_sensor_on`): a log line, and a POST to $SOCO_REGRESSION_WEBHOOK
-  when that is set.
+  when that is set. defs/definitions.py builds both for every watch the registry declares.
 """
 
 from collections.abc import Iterator
@@ -24,7 +25,7 @@ from soco_pipeline.defs.shared.resources import SocoSettings
 from soco_pipeline.defs.shared.specs import spec_for, spec_version
 from soco_pipeline.schemas import ModelHistorySchema
 from soco_pipeline.settings import variable
-from soco_pipeline.trust.family_watch import FamilyWatch
+from soco_pipeline.trust.family_watch import FamilySnapshot, FamilyWatch
 from soco_pipeline.trust.history import WatchOutcome
 
 LEVEL = 0.95  # the paired interval's level: a drop whose whole interval lies below zero is a regression
@@ -88,61 +89,94 @@ def watched_tables(tables_root: str, watch: FamilyWatch, partition: str) -> dict
     }
 
 
-def family_history(family: Family) -> dg.AssetsDefinition:
-    """`<family>_history[b]`: every materialization of the family's headline for a backbone, by its spec's
-    data version and date, and its `no_regression` check against the previous data version on the same task
-    hash (the paired test where the watch's `paired` names a per-sample table; else the plain difference, the
-    check saying why there is no test). `family` is the family's `Family`, built from a spec with a watch."""
-    watch, parts = family.spec.watch, family.spec.parts  # definitions.py builds it for a spec with a watch
-    name = f"{family.name}_history"
-    family.register(name, partitioned=True)
+def family_history(watch: FamilyWatch, family: Family | None = None) -> dg.AssetsDefinition:
+    """`watch.history[b]` (`<family>_history`): every materialization of the headline of a backbone, by its
+    spec's data version and date, and its `no_regression` check against the previous data version on the
+    same task hash (the paired test where the watch has per-sample scores; else the plain difference, the
+    check saying why there is no test). Without `watch.archived`, `family` is the family's `Family`, whose
+    tables the step reads to archive the snapshot; with it (SOCO), the archiving asset wrote the snapshot and
+    the step only compares, in that asset's group, under the names the watch keeps."""
+    name, archived = watch.history, watch.archived
+    if archived is None:  # a family's: registered as its tables are (SOCO's name is in tables.py)
+        if family is None:
+            raise ValueError(f"the watch of {watch.family!r} reads its family's tables: give its Family")
+        family.register(name, partitioned=True)
 
     @dg.asset(
         name=name,
-        group_name=family.name,
+        group_name=archived.group if archived else family.name,
         partitions_def=backbones_partitions,
-        deps=[dg.AssetKey(t) for t in watch.tables],  # read in the step, and only for a backbone it scores
+        # read in the step, and only for a backbone it scores; an archived watch reads the archive
+        deps=[dg.AssetKey(t) for t in (watch.tables if archived is None else (archived.asset,))],
         automation_condition=EAGER,
         # a per-model table: a changed spec's run (rerun_changed_backbone) holds it beside the family's tables
-        tags={PER_MODEL_TAG: backbones_partitions.name},
+        tags=None if archived else {PER_MODEL_TAG: backbones_partitions.name},
         kinds={"pandas"},
-        code_version="1",
+        code_version=archived.code_version if archived else "1",
         check_specs=watch_checks(name),
         description=f"The regression watch of {watch.headline}: each data version of a backbone's spec.",
     )
     def history_asset(context: dg.AssetExecutionContext, soco: SocoSettings):
         from soco_pipeline.trust import history
-        from soco_pipeline.trust.family_records import NotApplicableError
-        from soco_pipeline.trust.family_watch import family_snapshot
 
-        backbone = context.partition_key
-        reason, snap = family.not_applicable(spec_for(soco, backbone)), None
-        if not reason:
-            try:
-                snap = family_snapshot(
-                    watch, parts, backbone, watched_tables(soco.tables_root, watch, backbone)
-                )
-            except NotApplicableError as e:  # e.g. MMVM items without masks: the family's not-applicable rows
-                reason = str(e)
-        if snap is None:
-            empty = pd.DataFrame(columns=history.HISTORY_COLUMNS)
-            yield from publish_checked(
-                [dg.Output(empty, metadata={"not_applicable": reason})],
-                [TableSpec(ModelHistorySchema).check_result(name, TableResult(empty))],
-            )
-            yield dg.AssetCheckResult(
-                check_name=CHECK, passed=True, metadata={"compared_with": "nothing", "not_applicable": reason}
-            )
-            return
+        backbone, root = context.partition_key, soco.storage_root
+        if archived is None:
+            snap, reason = family_snapshot_of(family, soco, backbone)
+            if snap is None:
+                yield from not_applicable_events(name, reason)
+                return
         version = spec_version(soco, backbone)
-        root = soco.storage_root
-        history.write_snapshot(root, family.name, backbone, version, snap.task_hash, snap.scores, snap.values)
+        if archived is None:
+            history.write_snapshot(
+                root, watch.family, backbone, version, snap.task_hash, snap.scores, snap.values
+            )
         outcome = history.watch(
-            root, family.name, backbone, version, LEVEL, soco.seed, watch.reduction, watch.not_paired
+            root,
+            watch.family,
+            backbone,
+            version,
+            LEVEL,
+            soco.seed,
+            watch.reduction,
+            watch.not_paired,
+            archived_by=archived.asset if archived else "",
         )
         yield from watch_events(name, outcome, version)
 
     return history_asset
+
+
+def family_snapshot_of(
+    family: Family, soco: SocoSettings, backbone: str
+) -> tuple[FamilySnapshot | None, str]:
+    """(the family's snapshot of `backbone`, "") from its stored tables, or (None, why it does not apply)."""
+    from soco_pipeline.trust.family_records import NotApplicableError
+    from soco_pipeline.trust.family_watch import family_snapshot
+
+    reason = family.not_applicable(spec_for(soco, backbone))
+    if reason:
+        return None, reason
+    watch = family.spec.watch
+    try:
+        return family_snapshot(
+            watch, family.spec.parts, backbone, watched_tables(soco.tables_root, watch, backbone)
+        ), ""
+    except NotApplicableError as e:  # e.g. MMVM items without masks: the family's not-applicable rows
+        return None, str(e)
+
+
+def not_applicable_events(name: str, reason: str) -> Iterator[dg.Output | dg.AssetCheckResult]:
+    """A history asset's events for a backbone its family cannot score: an empty table, a passed check."""
+    from soco_pipeline.trust import history
+
+    empty = pd.DataFrame(columns=history.HISTORY_COLUMNS)
+    yield from publish_checked(
+        [dg.Output(empty, metadata={"not_applicable": reason})],
+        [TableSpec(ModelHistorySchema).check_result(name, TableResult(empty))],
+    )
+    yield dg.AssetCheckResult(
+        check_name=CHECK, passed=True, metadata={"compared_with": "nothing", "not_applicable": reason}
+    )
 
 
 def regression_sensor_on(name: str, asset: str) -> dg.SensorDefinition:
