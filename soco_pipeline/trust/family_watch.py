@@ -163,7 +163,7 @@ def family_snapshot(
     per-sample scores of those metrics when `watch.paired` is set, and one task hash over the record's."""
     parts = record_parts(model, "backbone", tables, n_boot)
     ci = parts["intervals"]
-    wanted = ci["metric"].astype(str).map(lambda m: re.fullmatch(watch.metrics, m) is not None)
+    wanted = ci["metric"].astype(str).map(watch.watches)
     values = dict(
         zip(ci.loc[wanted, "metric"].astype(str), ci.loc[wanted, "value"].astype(float), strict=True)
     )
