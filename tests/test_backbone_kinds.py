@@ -16,7 +16,15 @@ import yaml
 
 from soco_pipeline.backbones import BackboneSpecError, build_backbone, load_spec, parse_spec, spec_hash
 from soco_pipeline.backbones.base import Backbone
-from soco_pipeline.backbones.kinds import KIND_CAPABILITIES, kinds, register_kind, unregister_kind
+from soco_pipeline.backbones.kinds import (
+    KIND_CAPABILITIES,
+    KIND_MODULES,
+    KIND_SPEC_CHECKS,
+    backbone_class,
+    kinds,
+    register_kind,
+    unregister_kind,
+)
 from soco_pipeline.backbones.spec import OPTIONS as KIND_OPTIONS
 from soco_pipeline.backbones.spec import PositiveInt, SpecFields
 from soco_pipeline.backbones.spec_files import scan_specs
@@ -200,6 +208,33 @@ def test_loading_every_spec_and_its_capabilities_imports_no_torch():
         n: out["readouts"][f"assets/backbones/{n}.yaml"] for n in ("vit_small_random", "efficientnet_lite0")
     }
     assert readouts == {"vit_small_random": "class_tokens", "efficientnet_lite0": "cnn_stages"}
+
+
+CHECKS = """
+import glob, json, sys
+from soco_pipeline.backbones.kinds import KIND_SPEC_CHECKS
+from soco_pipeline.backbones.spec import load_spec
+from soco_pipeline.backbones.validate import checked_spec
+paths = [p for p in sorted(glob.glob("assets/backbones/*.yaml")) if load_spec(p).kind not in KIND_SPEC_CHECKS]
+accepted = [checked_spec(p, weights=False).name for p in paths]
+print(json.dumps({"accepted": accepted, "torch": "torch" in sys.modules}))
+"""
+
+
+def test_accepting_a_spec_of_a_kind_without_world_checks_imports_no_torch():
+    """`soco run` of an oracle, SIFT or packaged spec checks it in its own process (checked_spec): a kind
+    outside KIND_SPEC_CHECKS has no `check_spec` of its own, so its module and torch stay unloaded; each
+    built-in class overrides `check_spec` exactly when its kind is listed there."""
+    done = subprocess.run(
+        [sys.executable, "-c", CHECKS], capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout)
+    assert {"oracle_part", "dense_sift", "efficientnet_lite0"} <= set(out["accepted"])
+    assert out["torch"] is False
+    for kind in KIND_MODULES:
+        overrides = backbone_class(kind).check_spec.__func__ is not Backbone.check_spec.__func__
+        assert overrides == (kind in KIND_SPEC_CHECKS), kind
 
 
 RESNET = {

@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 
 from soco_pipeline.backbones import list_specs
-from soco_pipeline.backbones.base import BackboneWeightsError
-from soco_pipeline.backbones.spec import BackboneSpecError, parse_spec, spec_hash
+from soco_pipeline.backbones.spec import BackboneSpecError, BackboneWeightsError, parse_spec, spec_hash
 from soco_pipeline.backbones.text_encoder import load_text_encoder
 from soco_pipeline.tasks.tpips import baselines as b
 from soco_pipeline.tasks.tpips.aspect_text import AspectText, AspectVocab, aspect_encoder, describe

@@ -9,7 +9,6 @@ float32 map per image, L2-normalised over channels, covering the padded S x S sq
 from __future__ import annotations
 
 import contextlib
-import os
 import zlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -27,10 +26,6 @@ from soco_pipeline.runtime.device import resolve_device
 from soco_pipeline.storage import PROJECT_ROOT
 
 
-class BackboneWeightsError(FileNotFoundError):
-    """The weights a spec names are not available; the message says where to put them."""
-
-
 @dataclass(frozen=True)
 class BackboneContext:
     """What a backbone may need beyond its spec.
@@ -42,13 +37,6 @@ class BackboneContext:
     data_root: str | None = None
     device: str | None = None
     project_root: Path = field(default=PROJECT_ROOT)
-
-
-def local_path(value: str, project_root: Path) -> Path:
-    """A spec's local path field (`weights:`, `text_encoder:`): `~` expanded, relative paths against the
-    project root."""
-    path = Path(os.path.expanduser(value))
-    return path if path.is_absolute() else project_root / path
 
 
 def as_context(context: BackboneContext | dict | None) -> BackboneContext:

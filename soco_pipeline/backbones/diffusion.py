@@ -20,9 +20,9 @@ from __future__ import annotations
 import pandas as pd
 import torch
 
-from soco_pipeline.backbones.base import Backbone, BackboneContext, BackboneWeightsError, image_seed, seeded
+from soco_pipeline.backbones.base import Backbone, BackboneContext, image_seed, seeded
 from soco_pipeline.backbones.kinds import register_kind
-from soco_pipeline.backbones.spec import BackboneSpec, DiffusionOptions
+from soco_pipeline.backbones.spec import BackboneSpec, BackboneWeightsError, DiffusionOptions
 from soco_pipeline.backbones.timm_backbone import hf_cache_hint, resolve_local_weights
 
 TINY_UNET = {

@@ -3,7 +3,7 @@
 A kind is one module holding a Backbone subclass decorated with `@register_kind("<kind>")`, whose
 `Options` (a `SpecFields` subclass with `kind: Literal["<kind>"]`) declares the kind's fields. Adding a
 kind is that module plus one line in KIND_MODULES and KIND_CAPABILITIES (and KIND_GLOBAL_READOUT when its
-model is read for global features like a ViT's or a CNN's) and its `Options` in spec.py
+model is read for global features like a ViT's or a CNN's, KIND_SPEC_CHECKS when it checks a spec) and its `Options` in spec.py
 (or, for a kind outside the package, importing the module that registers it). The modules load torch, so
 they are imported on first use only: a spec's fields (spec.py OPTIONS) and its kind's capabilities (data here)
 load without them.
@@ -57,6 +57,10 @@ GLOBAL_READOUTS = {
 }
 KIND_GLOBAL_READOUT = {"timm": "class_tokens", "packaged": "cnn_stages"}
 
+# The built-in kinds whose class checks a spec against the world (`check_spec`: timm builds the model on the
+# meta device); accepting a spec of another built-in kind imports no kind module, hence no torch.
+KIND_SPEC_CHECKS = frozenset({"timm"})
+
 _REGISTERED: dict[str, type[Backbone]] = {}
 B = TypeVar("B")
 
@@ -107,6 +111,13 @@ def backbone_class(kind: str) -> type[Backbone]:
     if kind not in _REGISTERED:
         raise KeyError(f"unknown backbone kind {kind!r}; known kinds are {kinds()}")
     return _REGISTERED[kind]
+
+
+def check_spec(spec) -> None:
+    """The spec's kind's own checks against the world (the class's `check_spec`); a built-in kind outside
+    KIND_SPEC_CHECKS has none, so its module (and torch) is not imported for it."""
+    if spec.kind not in KIND_MODULES or spec.kind in KIND_SPEC_CHECKS:
+        backbone_class(spec.kind).check_spec(spec)
 
 
 def capabilities(kind: str) -> frozenset[str]:

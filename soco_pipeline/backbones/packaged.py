@@ -23,9 +23,9 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from soco_pipeline.backbones.base import Backbone, BackboneContext, BackboneWeightsError, seeded
+from soco_pipeline.backbones.base import Backbone, BackboneContext, seeded
 from soco_pipeline.backbones.kinds import KIND_CAPABILITIES, KIND_GLOBAL_READOUT, register_kind
-from soco_pipeline.backbones.spec import PACKAGES, BackboneSpec, PackagedOptions
+from soco_pipeline.backbones.spec import PACKAGES, BackboneSpec, BackboneWeightsError, PackagedOptions
 from soco_pipeline.backbones.timm_backbone import resolve_local_weights
 
 # efficientnet_pytorch name -> timm name inside a block, by block type.

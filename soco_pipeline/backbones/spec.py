@@ -37,6 +37,18 @@ from pydantic import Field, TypeAdapter, model_validator
 from soco_pipeline.config import ConfigModel, read_yaml, validate_doc
 from soco_pipeline.storage import spec_name_problem
 
+
+class BackboneWeightsError(FileNotFoundError):
+    """The weights a spec names are not available; the message says where to put them."""
+
+
+def local_path(value: str, project_root: Path) -> Path:
+    """A spec's local path field (`weights:`, `text_encoder:`): `~` expanded, relative paths against the
+    project root."""
+    path = Path(os.path.expanduser(value))
+    return path if path.is_absolute() else project_root / path
+
+
 # How a ViT's position embeddings are resized to the input grid (backbones/pos_embed.py does it).
 POS_EMBED_MODES = ("auto", "dinov2_hub", "timm")
 

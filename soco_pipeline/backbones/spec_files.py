@@ -43,6 +43,15 @@ def scan_specs(folder: Path) -> tuple[dict[str, str], dict[str, str]]:
     return {name: spec_data_version(Path(folder) / f"{name}.yaml", h) for name, h in valid.items()}, invalid
 
 
+def spec_problem(path: Path) -> str | None:
+    """Why `checked_spec` refuses a backbone spec file (None: it is valid); checked once per file content."""
+    try:
+        _checked(str(path), file_hash(path))
+    except Exception as e:  # noqa: BLE001 - any malformed spec is reported, not raised
+        return str(e)
+    return None
+
+
 def spec_data_version(path: Path, content_hash: str | None = None) -> str:
     """A backbone spec's data version: the hash of what its computation reads (backbones/reads.py:
     the normalised spec without name, device, batch size, `reference:` and description, plus its local

@@ -17,8 +17,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .base import BackboneContext, BackboneWeightsError, as_context, local_path
-from .spec import BackboneSpec
+from .base import BackboneContext, as_context
+from .spec import BackboneSpec, BackboneWeightsError, local_path
 from .timm_backbone import hf_cache_hint
 
 TEXT_MODEL_TYPES = ("clip", "clip_text_model")

@@ -18,11 +18,17 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from soco_pipeline.backbones.base import Backbone, BackboneContext, BackboneWeightsError, local_path, seeded
+from soco_pipeline.backbones.base import Backbone, BackboneContext, seeded
 from soco_pipeline.backbones.checkpoint_grid import checkpoint_grid, hf_checkpoint_file, pos_embed_length
 from soco_pipeline.backbones.kinds import KIND_CAPABILITIES, KIND_GLOBAL_READOUT, register_kind
 from soco_pipeline.backbones.pos_embed import default_pos_embed_mode, use_hub_pos_embed
-from soco_pipeline.backbones.spec import BackboneSpec, BackboneSpecError, TimmOptions
+from soco_pipeline.backbones.spec import (
+    BackboneSpec,
+    BackboneSpecError,
+    BackboneWeightsError,
+    TimmOptions,
+    local_path,
+)
 from soco_pipeline.settings import variable
 
 

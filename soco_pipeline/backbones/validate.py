@@ -12,8 +12,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from soco_pipeline.backbones.base import BackboneWeightsError, local_path
-from soco_pipeline.backbones.spec import BackboneSpec, BackboneSpecError, load_spec
+from soco_pipeline.backbones.spec import (
+    BackboneSpec,
+    BackboneSpecError,
+    BackboneWeightsError,
+    load_spec,
+    local_path,
+)
 from soco_pipeline.storage import PROJECT_ROOT
 
 
@@ -66,12 +71,12 @@ def check_text_encoder(spec: BackboneSpec, project_root: Path = PROJECT_ROOT) ->
 def validate_for_add(spec: BackboneSpec, project_root: Path = PROJECT_ROOT, weights: bool = True) -> None:
     """Every check of a parsed spec against the world (its weights, then its kind's `check_spec`); raises
     BackboneWeightsError / BackboneSpecError naming the fix."""
-    from soco_pipeline.backbones.kinds import backbone_class
+    from soco_pipeline.backbones.kinds import check_spec
 
     if weights:
         check_weights(spec, project_root)
         check_text_encoder(spec, project_root)
-    backbone_class(spec.kind).check_spec(spec)
+    check_spec(spec)
 
 
 def checked_spec(path: str | Path, project_root: Path = PROJECT_ROOT, weights: bool = True) -> BackboneSpec:

@@ -16,19 +16,22 @@ BACKBONES, LVLMS = "backbones", "lvlms"  # the dynamic partition sets of specs
 
 def observe_sources(instance: dg.DagsterInstance, soco) -> None:
     """Record the current data version of the sources a run reads, where it moved since the last observation:
-    the protocol and every spec file (the observations the spec sensors and the weekly tick make). A step
-    records its inputs' versions from these, so staleness (`fresh`) sees an edited spec or protocol."""
-    from soco_pipeline.backbones.spec_files import scan_specs as scan_backbones
+    the protocol and the spec file of every known partition (the observations the spec sensors and the
+    weekly tick make). A step records its inputs' versions from these, so staleness (`fresh`) sees an edited
+    spec or protocol."""
+    from soco_pipeline.backbones.spec_files import spec_data_version, spec_problem
     from soco_pipeline.defs.shared.automation import observation
     from soco_pipeline.lvlm.specs import scan_specs as scan_lvlms
 
     current = {("evaluation_protocol", None): soco.protocol().version_hash()}
-    for source, partitions, scan, folder in (
-        ("backbone_spec", BACKBONES, scan_backbones, soco.backbones_dir),
-        ("lvlm_spec", LVLMS, scan_lvlms, soco.lvlms_dir),
-    ):
-        known = set(instance.get_dynamic_partitions(partitions))
-        current.update({(source, n): v for n, v in scan(Path(folder))[0].items() if n in known})
+    backbones = Path(soco.backbones_dir)
+    for name in instance.get_dynamic_partitions(BACKBONES):
+        if (backbones / f"{name}.yaml").is_file():
+            current["backbone_spec", name] = spec_data_version(backbones / f"{name}.yaml")
+    known = set(instance.get_dynamic_partitions(LVLMS))
+    current.update(
+        {("lvlm_spec", n): v for n, v in scan_lvlms(Path(soco.lvlms_dir))[0].items() if n in known}
+    )
     for (source, partition), version in current.items():
         records = instance.fetch_observations(
             dg.AssetRecordsFilter(
@@ -37,7 +40,11 @@ def observe_sources(instance: dg.DagsterInstance, soco) -> None:
             limit=1,
         ).records
         seen = records[0].event_log_entry.asset_observation.tags.get(DATA_VERSION_TAG) if records else None
-        if seen != version:
+        # a backbone spec is checked against the world (its model built on the meta device: seconds for a
+        # timm spec) only when its version moved; an invalid one is not observed (its sensor reports it)
+        if seen != version and (
+            source != "backbone_spec" or spec_problem(backbones / f"{partition}.yaml") is None
+        ):
             instance.report_runless_asset_event(observation(source, version, partition))
 
 
@@ -84,12 +91,25 @@ class Freshness:
         self.defs, self.instance = defs, instance
         self.specs = {spec.key: spec for spec in defs.resolve_all_asset_specs()}
         self.fingerprint = settings_fingerprint(defs)
+        self.memo: dict | None = (
+            None  # `latest`'s answers during one `fresh` call (no run happens inside one)
+        )
 
     def latest(
         self, key: dg.AssetKey, partition: str | None, observed: bool = True, before: int | None = None
     ) -> dg.EventLogRecord | None:
         """The newest materialization (or observation, with `observed`) of `key`, of `partition` where `key`
         is partitioned, stored before event `before` when given."""
+        if self.memo is None:
+            return self._fetch_latest(key, partition, observed, before)
+        args = (key, partition, observed, before)
+        if args not in self.memo:
+            self.memo[args] = self._fetch_latest(*args)
+        return self.memo[args]
+
+    def _fetch_latest(
+        self, key: dg.AssetKey, partition: str | None, observed: bool, before: int | None
+    ) -> dg.EventLogRecord | None:
         spec = self.specs.get(key)
         parts = [partition] if partition is not None and spec is not None and spec.partitions_def else None
         where = dg.AssetRecordsFilter(asset_key=key, asset_partitions=parts, before_storage_id=before)
@@ -100,7 +120,9 @@ class Freshness:
 
     def version(self, key: dg.AssetKey, partition: str | None, before: int | None = None) -> str | None:
         """The data version of `key` (of `partition`) now, or as it was before event `before`."""
-        record = self.latest(key, partition, before=before)
+        record = self.latest(key, partition)
+        if before is not None and record is not None and record.storage_id >= before:
+            record = self.latest(key, partition, before=before)  # else the newest event is the one before
         event = None if record is None else record.asset_materialization or record.asset_observation
         return None if event is None else (event.tags or {}).get(DATA_VERSION_TAG)
 
@@ -132,6 +154,13 @@ class Freshness:
         """Whether every asset of `keys` (of `partition`) is materialized and up to date (`stale`), by a run
         with today's settings fingerprint; for a partition, made by a run with `soco run --limit` tag `limit`
         ('none': a full run; None: any)."""
+        self.memo = {}
+        try:
+            return self._fresh(keys, partition, limit)
+        finally:
+            self.memo = None
+
+    def _fresh(self, keys: Sequence[dg.AssetKey], partition: str | None, limit: str | None) -> bool:
         if any(self.stale(k, partition) for k in keys):
             return False
         for key in keys:
