@@ -8,7 +8,16 @@ import dagster as dg
 import pytest
 import yaml
 
-from soco_pipeline.cli.demo import PER_BACKBONE, SUMMARY, Runner, families, run_demo, run_families
+from soco_pipeline.cli.demo import (
+    PER_BACKBONE,
+    SUMMARY,
+    Runner,
+    demo_job,
+    families,
+    one_build_per_run,
+    run_demo,
+    run_families,
+)
 from soco_pipeline.defs.definitions import build_definitions
 from soco_pipeline.storage import PROJECT_ROOT
 from tests.core import DATA_AND_PAIRS, SCHEMA_CHECKED, materializations
@@ -151,3 +160,16 @@ def test_a_bad_spec_stops_only_its_own_partition(tmp_path, monkeypatch):
         or "dynamic_img_size" in result.failed["backbone resnet_dropped"]
     )
     assert result.board is not None and list(result.board.backbone) == ["oracle_part"]
+
+
+def test_a_run_builds_its_job_once_and_nothing_is_kept_after_it(tmp_path):
+    """Dagster loads a run's job from its pointer several times while launching it; `one_build_per_run` makes
+    that one build of the definitions, and outside a run every call builds anew (an edited config is seen)."""
+    overrides = {"storage_root": str(tmp_path)}
+    keys = ["embedded_dataset"]
+    with one_build_per_run():
+        first = demo_job("demo_data_and_pairs", keys, overrides)
+        assert demo_job("demo_data_and_pairs", keys, overrides) is first
+        assert demo_job("demo_data_and_pairs", keys, {"storage_root": str(tmp_path / "other")}) is not first
+    assert demo_job("demo_data_and_pairs", keys, overrides) is not first
+    assert first.name == "demo_data_and_pairs"

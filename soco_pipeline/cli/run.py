@@ -277,6 +277,7 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     from soco_pipeline.cli.demo import LOCATION, Runner, headlines, where_the_tables_are
     from soco_pipeline.cli.freshness import observe_sources
     from soco_pipeline.defs.definitions import build_definitions
+    from soco_pipeline.defs.shared.executors import start_forkserver
     from soco_pipeline.report.console import WIDTH, console_table, model_card, summary_text
     from soco_pipeline.tasks import family_specs
 
@@ -303,6 +304,8 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     steps = plan(defs, added, families, args.limit, settings, since)
     kinds = [spec_kind(added.path)] if added.partitions == "backbones" else []
     runner = Runner(defs, instance, overrides, LOCATION, source=SOURCE, preload=libraries(kinds))
+    if any(cache and not is_cached(instance, stage.keys, **cache) for stage, cache in steps[1:]):
+        start_forkserver(runner.preload)  # a model step will run: its step processes' imports start now
     timings = []
     t0 = time.perf_counter()
     model_keys = [k for stage, cache in steps if stage.partition == added.name for k in stage.keys]
