@@ -14,6 +14,7 @@ from soco_pipeline.backbones.spec import (
     FEATURE_CODE_VERSION,
     BackboneSpec,
     BackboneSpecError,
+    BackboneWeightsError,
     InputPolicy,
     load_spec,
     parse_spec,
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 
 # The torch-backed names load on first use: specs, spec files and the Dagster definitions need no
 # torch, and importing it costs every process (code server, each run worker, the UI) about 2 s of CPU.
-_FROM_BASE = {"Backbone", "BackboneContext", "BackboneWeightsError", "as_context", "resolve_device"}
+_FROM_BASE = {"Backbone", "BackboneContext", "as_context", "resolve_device"}
 
 
 def __getattr__(name: str):
