@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
     from soco_pipeline.backbones.base import Backbone
+    from soco_pipeline.backbones.spec import BackboneSpec
 
 # kind -> the module that registers it (the registry lines).
 KIND_MODULES = {
@@ -113,7 +114,7 @@ def backbone_class(kind: str) -> type[Backbone]:
     return _REGISTERED[kind]
 
 
-def check_spec(spec) -> None:
+def check_spec(spec: BackboneSpec) -> None:
     """The spec's kind's own checks against the world (the class's `check_spec`); a built-in kind outside
     KIND_SPEC_CHECKS has none, so its module (and torch) is not imported for it."""
     if spec.kind not in KIND_MODULES or spec.kind in KIND_SPEC_CHECKS:

@@ -266,6 +266,8 @@ class Runner:
         self.cached: list[str] = []  # the labels of the stages skipped as cached
         self.source = source  # the soco/source tag of its runs
         self.preload = list(preload)  # beside PRELOAD, for the one forkserver that serves all its runs
+        # start that forkserver when the next stage is not skipped, before its run (its imports overlap it)
+        self.start_forkserver_early = False
         self.failed: dict[str, str] = {}
         self.log = log or (lambda m: print(m, flush=True))
 
@@ -276,6 +278,8 @@ class Runner:
             self.cached.append(stage.label)
             return True
         self.log(f"{stage.label} ...")
+        if self.start_forkserver_early:
+            start_forkserver(self.preload)
         t0 = time.perf_counter()
         tags = {
             "soco/source": self.source,
@@ -444,9 +448,11 @@ def run_demo(
         "demo_data_and_pairs",
         list(dg.AssetSelection.groups(*DATA_AND_PAIRS).resolve(defs.resolve_asset_graph())),
     )
-    if backbones and not runner.freshness.fresh(data.keys):
-        start_forkserver(runner.preload)  # the backbones' step processes' imports overlap the data stage
-    if not runner.run(data):
+    # when the data stage runs, the backbones' step processes' imports overlap it
+    runner.start_forkserver_early = bool(backbones)
+    ok = runner.run(data)
+    runner.start_forkserver_early = False
+    if not ok:
         return DemoResult(None, {}, runner.failed)
     for b in backbones:
         runner.run(Stage(f"backbone {b}", "demo_backbone", [dg.AssetKey(k) for k in PER_BACKBONE], b))

@@ -91,9 +91,8 @@ class Freshness:
         self.defs, self.instance = defs, instance
         self.specs = {spec.key: spec for spec in defs.resolve_all_asset_specs()}
         self.fingerprint = settings_fingerprint(defs)
-        self.memo: dict | None = (
-            None  # `latest`'s answers during one `fresh` call (no run happens inside one)
-        )
+        # `latest`'s answers during one `fresh` call (no run happens inside one); None outside one
+        self.memo: dict | None = None
 
     def latest(
         self, key: dg.AssetKey, partition: str | None, observed: bool = True, before: int | None = None
