@@ -2,23 +2,24 @@
 
 Set-up: a fresh storage and Dagster instance under a temporary folder. A warm-up `soco run` of
 `--warmup` (default oracle_concept) materializes the data, pairs and every family's items, so that what is
-measured next is the per-model cost only. Then, for each backbone of `--backbones`, a copy of its spec under
-a name of its own (`cost_<name>`, a new partition) is evaluated by `soco run SPEC --families ...` in a
-process of its own, and once more (the second run of an unchanged spec: everything cached).
+measured next is the per-model cost only. Then, for each backbone of `--backbones` (a name in
+assets/backbones or a spec path; by default the part oracle, NEAR_FREE and EfficientNet-Lite0), a copy of
+its spec under a name of its own (`cost_<name>`, a new partition) is evaluated by `soco run SPEC
+--families ...` in a process of its own, and once more (the second run of an unchanged spec: all cached).
 
-From Dagster's records of that model's runs (tag `soco/source: soco run`), per family:
+From Dagster's records of that model's runs (tag `soco/source: soco run`), per family (by step key):
 - forward passes: the duration of its extraction steps (EXTRACTION: the backbone's forward passes over the
   family's images, with their decoding and the feature-cache writes);
 - other compute: its other steps' durations (matching, probe and head training, attacks, metrics, and the
-  table reads and writes inside a step);
-- everything else: the runs' wall time less the time their steps cover (run and step process start,
-  Dagster's events); steps of one run may overlap, so forward + other can exceed a run's wall time.
-The boards and the summary are listed on their own (a run each; no forward pass), and the time of `soco run`
-outside any run (its process, loading the definitions, the cache checks). Prints the table, the
-`soco run` wall times, `nproc` and the load average before and after; figures taken on a busy machine are
-not idle figures.
+  table reads and writes inside a step).
+Then the wall time of the model's partition runs and the time their steps cover (steps of one run may
+overlap), each unpartitioned run (items, boards, summary), the time outside any run (its process, loading
+the definitions, the cache checks), and everything else: `soco run`'s wall time less the time the model's
+steps cover (run and step process start, Dagster's events, the boards and the summary, the process).
+Prints the table, the `soco run` wall times, `nproc` and the load average before and after; figures taken on
+a busy machine are not idle figures.
 
-    .venv/bin/python benchmarks/bench_model_cost.py [--backbones oracle_part,efficientnet_lite0]
+    .venv/bin/python benchmarks/bench_model_cost.py [--backbones oracle_part,benchmarks/specs/vit_tiny_random.yaml]
         [--families soco,mmvm,fgbmk,tpips] [--size demo|tiny] [--keep DIR]
 
 `--size tiny` (two categories, four images each, the families' tiny test configs) is a smoke run only.
@@ -46,6 +47,8 @@ EXTRACTION = {
     "mmvm_features",
 }
 FAMILY_OF = {"mmvm": "mmvm", "fgbmk": "fgbmk", "tpips": "tpips"}  # asset prefix -> family; the rest is SOCO
+# A backbone every family takes whose forward pass is nearly free: a random ViT-Ti/16 at 64 px.
+NEAR_FREE = "benchmarks/specs/vit_tiny_random.yaml"
 TINY = {"SOCO_CATEGORIES": "car,dog", "SOCO_IMAGES_PER_CATEGORY": "4"}
 
 
@@ -71,25 +74,6 @@ def soco_run(env: dict[str, str], spec: Path, families: str) -> float:
     return wall
 
 
-def step_spans(instance, run_id: str) -> dict[str, tuple[float, float]]:
-    """{step key: (start, end) timestamps} of one run's finished steps, from Dagster's event log."""
-    import dagster as dg
-
-    kinds = {
-        dg.DagsterEventType.STEP_START,
-        dg.DagsterEventType.STEP_SUCCESS,
-        dg.DagsterEventType.STEP_FAILURE,
-    }
-    start, out = {}, {}
-    for entry in instance.all_logs(run_id, of_type=kinds):
-        event = entry.dagster_event
-        if event.event_type == dg.DagsterEventType.STEP_START:
-            start[event.step_key] = entry.timestamp
-        elif event.step_key in start:
-            out[event.step_key] = (start[event.step_key], entry.timestamp)
-    return out
-
-
 def covered(spans: list[tuple[float, float]]) -> float:
     """The seconds covered by the union of `spans` (steps of one run may overlap)."""
     total, end = 0.0, float("-inf")
@@ -100,49 +84,54 @@ def covered(spans: list[tuple[float, float]]) -> float:
     return total
 
 
-def split(home: Path, model: str, since: float) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
-    """Per family, the model's {forward, other, else} seconds from its partition's runs created after
-    `since`; and {board or summary job: wall seconds} of the unpartitioned runs after `since`."""
+def split(home: Path, model: str, since: float) -> dict:
+    """The model's cost from the runs created after `since`: {family: {forward, other}} seconds of its
+    partition's steps, the wall time of its partition's runs and the time their steps cover, and
+    {job: wall seconds} of the unpartitioned runs (items, boards, summary)."""
     import dagster as dg
 
-    per_family: dict[str, dict[str, float]] = {}
-    boards: dict[str, float] = {"(all runs)": 0.0}
+    from soco_pipeline.cli.joined_runs import step_spans
+
+    out = {"families": {}, "model_wall": 0.0, "model_covered": 0.0, "model_runs": 0, "other_runs": {}}
     with dg.DagsterInstance.from_config(str(home)) as instance:
         for record in instance.get_run_records(dg.RunsFilter(tags={"soco/source": "soco run"})):
             if record.create_timestamp.timestamp() < since or record.start_time is None:
                 continue
             run, wall = record.dagster_run, (record.end_time or record.start_time) - record.start_time
-            boards["(all runs)"] += wall
             partition = run.tags.get("dagster/partition")
             if partition is None:
-                boards[run.job_name] = boards.get(run.job_name, 0.0) + wall
+                out["other_runs"][run.job_name] = out["other_runs"].get(run.job_name, 0.0) + wall
                 continue
             if partition != model:
                 continue
             steps = step_spans(instance, run.run_id)
-            row = per_family.setdefault(family_of(run.job_name), {"forward": 0.0, "other": 0.0, "else": 0.0})
             for key, (a, b) in steps.items():
+                row = out["families"].setdefault(family_of(key), {"forward": 0.0, "other": 0.0})
                 row["forward" if key.split(".")[0] in EXTRACTION else "other"] += b - a
-            row["else"] += max(0.0, wall - covered(list(steps.values())))
-    return per_family, boards
+            out["model_runs"] += 1
+            out["model_wall"] += wall
+            out["model_covered"] += covered(list(steps.values()))
+    return out
 
 
-def table(model: str, per_family: dict[str, dict[str, float]], boards: dict[str, float], wall: float) -> str:
+def table(model: str, cost: dict, wall: float) -> str:
     """The split of one model as a text table."""
-    lines = [
-        f"{model}: soco run {wall:.1f} s",
-        f"  {'family':8s} {'forward':>9s} {'other':>9s} {'else':>9s} {'else %':>7s}",
-    ]
-    for family, row in sorted(per_family.items()):
-        total = sum(row.values()) or 1.0
-        lines.append(
-            f"  {family:8s} {row['forward']:8.1f}s {row['other']:8.1f}s {row['else']:8.1f}s {100 * row['else'] / total:6.0f}%"
-        )
-    runs = boards.pop("(all runs)", 0.0)
-    for job, seconds in sorted(boards.items()):
-        lines.append(f"  {job:28s} {seconds:6.1f} s (a board or the summary: no forward pass)")
+    lines = [f"{model}: soco run {wall:.1f} s", f"  {'family':8s} {'forward':>9s} {'other':>9s}"]
+    for family, row in sorted(cost["families"].items()):
+        lines.append(f"  {family:8s} {row['forward']:8.1f}s {row['other']:8.1f}s")
     lines.append(
-        f"  {'outside any run':28s} {wall - runs:6.1f} s (soco run's process, definitions, cache checks)"
+        f"  its {cost['model_runs']} partition run(s): {cost['model_wall']:.1f} s wall, steps cover "
+        f"{cost['model_covered']:.1f} s (steps of one run may overlap)"
+    )
+    for job, seconds in sorted(cost["other_runs"].items()):
+        lines.append(f"  {job:28s} {seconds:6.1f} s (unpartitioned: items, boards, summary)")
+    outside = wall - cost["model_wall"] - sum(cost["other_runs"].values())
+    lines.append(
+        f"  {'outside any run':28s} {outside:6.1f} s (soco run's process, definitions, cache checks)"
+    )
+    rest = wall - cost["model_covered"]
+    lines.append(
+        f"  everything else (wall less the model's steps): {rest:.1f} s = {100 * rest / wall:.0f}% of {wall:.1f} s"
     )
     return "\n".join(lines)
 
@@ -150,7 +139,11 @@ def table(model: str, per_family: dict[str, dict[str, float]], boards: dict[str,
 def main() -> None:
     """Warm up the data and items, then split each backbone's `soco run` per family, and time a rerun."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--backbones", default="oracle_part,efficientnet_lite0")
+    parser.add_argument(
+        "--backbones",
+        default=f"oracle_part,{NEAR_FREE},efficientnet_lite0",
+        help="names in assets/backbones or spec paths",
+    )
     parser.add_argument("--families", default="soco,mmvm,fgbmk,tpips")
     parser.add_argument("--warmup", default="oracle_concept")
     parser.add_argument("--size", choices=("demo", "tiny"), default="demo")
@@ -185,12 +178,12 @@ def main() -> None:
             f"warm-up ({args.warmup}: data, pairs, items, its own partitions): {soco_run(env, warm, args.families):.1f} s"
         )
         for name in args.backbones.split(","):
-            spec = specs / f"cost_{name}.yaml"
-            shutil.copy(src / f"{name}.yaml", spec)
+            path = ROOT / name if name.endswith(".yaml") else src / f"{name}.yaml"
+            spec = specs / f"cost_{path.stem}.yaml"
+            shutil.copy(path, spec)
             since = time.time()
             wall = soco_run(env, spec, args.families)
-            per_family, boards = split(home, spec.stem, since)
-            print(table(spec.stem, per_family, boards, wall))
+            print(table(spec.stem, split(home, spec.stem, since), wall))
             print(f"  the same soco run again (nothing changed): {soco_run(env, spec, args.families):.1f} s")
         print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} after")
     finally:

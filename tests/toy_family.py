@@ -37,6 +37,14 @@ def loose_table() -> pd.DataFrame:
     raise AssertionError("the demo must not run a group without a leaderboard")
 
 
+@dg.asset(group_name="loose", partitions_def=backbones_partitions)
+def loose_scores(context: dg.AssetExecutionContext) -> pd.DataFrame:
+    """A second per-backbone table (tests/test_joined_runs.py): fails for the backbone `bad`."""
+    if context.partition_key == "bad":
+        raise ValueError("loose_scores cannot score the backbone 'bad'")
+    return pd.DataFrame({"backbone": [context.partition_key]})
+
+
 @dg.asset(group_name="askers", partitions_def=lvlms)
 def askers_answers(context: dg.AssetExecutionContext) -> pd.DataFrame:
     """Per LVLM: with no LVLM spec the family is skipped."""
@@ -52,7 +60,15 @@ def askers_leaderboard() -> pd.DataFrame:
 def toy_definitions(storage: str) -> dg.Definitions:
     """The toy groups with a filesystem IO manager under `storage`."""
     return dg.Definitions(
-        assets=[toy_items, toy_scores, toy_leaderboard, loose_table, askers_answers, askers_leaderboard],
+        assets=[
+            toy_items,
+            toy_scores,
+            toy_leaderboard,
+            loose_table,
+            loose_scores,
+            askers_answers,
+            askers_leaderboard,
+        ],
         resources={"io_manager": dg.FilesystemIOManager(base_dir=storage)},
     )
 

@@ -220,14 +220,22 @@ def family_stages(family: Family, backbones: Sequence[str], lvlms: Sequence[str]
     ]
 
 
-def first_error(result: dg.JobExecutionResult) -> str:
-    """The first failed step's key and the error that made it fail (the user's error inside Dagster's wrapping,
-    no traceback): a named error raised from a lower one (StorageFullError from OSError) shows by its name."""
+def step_errors(result: dg.JobExecutionResult) -> dict[str, str]:
+    """{failed step key: the error that made it fail}, in order: the user's error inside Dagster's wrapping,
+    no traceback; a named error raised from a lower one (StorageFullError from OSError) shows by its name."""
+    out = {}
     for event in result.get_step_failure_events():
         error = event.step_failure_data.error
         while error is not None and error.cause is not None and error.cls_name.startswith("Dagster"):
             error = error.cause
-        return f"step {event.step_key}: {error.message.strip() if error else 'no error recorded'}"
+        out[event.step_key] = error.message.strip() if error else "no error recorded"
+    return out
+
+
+def first_error(result: dg.JobExecutionResult) -> str:
+    """The first failed step's key and the error that made it fail (`step_errors`)."""
+    for key, message in step_errors(result).items():
+        return f"step {key}: {message}"
     return "the run failed before any step (see `make ui`)"
 
 
@@ -269,15 +277,19 @@ class Runner:
         # start that forkserver when the next stage is not skipped, before its run (its imports overlap it)
         self.start_forkserver_early = False
         self.failed: dict[str, str] = {}
+        self.last_run_id: str | None = None  # the run the last `run` launched, and its failed steps
+        self.last_errors: dict[str, str] = {}
         self.log = log or (lambda m: print(m, flush=True))
 
-    def run(self, stage: Stage) -> bool:
-        """Materialize one stage in a run of its own; on failure record and print why, return False."""
+    def run(self, stage: Stage, members: Sequence[str] = ()) -> bool:
+        """Materialize one stage in a run of its own (with `members`, the labels of the stages it joins,
+        printed instead of its own); on failure record and print why, return False."""
         if self.skip_fresh and self.freshness.fresh(stage.keys, stage.partition):
             self.log(f"{stage.label}: cached, skipped")
             self.cached.append(stage.label)
             return True
-        self.log(f"{stage.label} ...")
+        for label in members or [stage.label]:
+            self.log(f"{label} ...")
         if self.start_forkserver_early:
             start_forkserver(self.preload)
         t0 = time.perf_counter()
@@ -302,11 +314,13 @@ class Runner:
         if stage.ops:
             config = {**config, "ops": stage.ops}
         with one_build_per_run(), dg.execute_job(job, self.instance, run_config=config, tags=tags) as result:
+            self.last_run_id, self.last_errors = result.run_id, {}
             if result.success:
                 self.log(f"  done in {time.perf_counter() - t0:.1f} s")
                 return True
             if result.dagster_run.status == dg.DagsterRunStatus.CANCELED or _interrupted(result):
                 raise KeyboardInterrupt
+            self.last_errors = step_errors(result)
             reason = first_error(result)
         self.failed[stage.label] = reason
         self.log(f"  FAILED after {time.perf_counter() - t0:.1f} s (run {result.run_id}): {reason}")

@@ -2,8 +2,9 @@
 
 It adds the spec (a backbone spec checked as `soco add-backbone` checks it, or an LVLM spec: a file with a
 `backend` field), then materializes exactly that model's partitions and the boards through the same Dagster
-instance, definitions and run machinery as `make demo` and the UI (soco_pipeline/cli/demo.py's Runner: one run
-per step, tagged `soco/source: soco run`), one line per step. Steps already done are skipped: the data when
+instance, definitions and run machinery as `make demo` and the UI (soco_pipeline/cli/demo.py's Runner, runs
+tagged `soco/source: soco run`; the model's steps of every family in one run, the boards in another:
+cli/joined_runs.py), one line per step. Steps already done are skipped: the data when
 materialized, a family's items when materialized, a model step when each of its assets has a
 materialization of that partition newer than the spec file (and, for SOCO's step, made with the same
 `--limit`), and each only when Dagster's stale status calls every asset of it fresh (cli/freshness.Freshness: code
@@ -15,6 +16,7 @@ the summary of every model.
 from __future__ import annotations
 
 import argparse
+import itertools
 import shutil
 import sys
 import textwrap
@@ -25,6 +27,7 @@ from typing import TYPE_CHECKING
 
 import yaml
 
+from soco_pipeline.cli.joined_runs import run_joined
 from soco_pipeline.settings import Settings
 from soco_pipeline.tasks.core import SOCO
 
@@ -212,13 +215,14 @@ def plan(
         keys = [dg.AssetKey(k) for k in PER_BACKBONE]
         stage = Stage(f"soco / backbone {name}", "demo_backbone", keys, name, ops, {LIMIT_TAG: text})
         steps.append((stage, {"partition": name, "since": since, "limit": text}))
+    items, boards = [], []  # in the order they run: the items, the model's rows, the boards (JOBS)
     for family in family_groups(defs):
         label = SOCO.name if family.name == LVLM_GROUP else family.name  # SOCO's LVLM track is the lvlm group
         own = family.per_lvlm if lvlm else family.per_backbone
         if label not in families or not own:
             continue
         if family.once:
-            steps.append((Stage(f"{family.name} items", f"demo_{family.name}", family.once), {}))
+            items.append((Stage(f"{family.name} items", f"demo_{family.name}", family.once), {}))
         what = "LVLM" if lvlm else "backbone"
         job = f"demo_{family.name}_{'lvlm' if lvlm else 'backbone'}"
         stage = Stage(f"{family.name} / {what} {name}", job, own, name)
@@ -232,15 +236,47 @@ def plan(
             f"demo_{family.name}_leaderboard",
             [family.leaderboard, *family.after],
         )
-        steps.append((board, None))  # boards always run: they gain the new model
+        boards.append((board, None))  # boards always run: they gain the new model
     # SOCO's board and what reads it (the study, the published figures beside it, the atlas of its rankings):
     # only when SOCO runs
     core_boards = (SOCO.headline.board, "correlation", "published_comparison", "protocol_atlas")
     summary = [dg.AssetKey(k) for k in SUMMARY if SOCO.name in families or k not in core_boards]
-    steps.append(
+    boards.append(
         (Stage("leaderboard, results database, correlation, results page", "demo_summary", summary), None)
     )
-    return steps
+    return steps[:1] + items + steps[1:] + boards
+
+
+JOBS = {"data": "demo_data_and_pairs", "items": "demo_items", "model": "demo_model", "boards": "demo_boards"}
+
+
+def phase_of(i: int, cache: dict | None, stage) -> str:
+    """Which run of a `soco run` step `i` of the plan joins: data | items | model | boards (JOBS)."""
+    if i == 1:
+        return "data"
+    if cache is None:
+        return "boards"
+    return "items" if stage.partition is None else "model"
+
+
+def cached(
+    runner, defs: dg.Definitions, added: Added, stage, cache: dict | None, model_keys, ran: bool
+) -> bool:
+    """Whether a step of the plan is cached: a model step made after the spec's version appeared and up to
+    date by Dagster's stale status (code versions and the data versions of every input, as when it was
+    made); a board, when no step before it ran in this command, made after the latest of this model's rows
+    that it reads (not another family's) and, for the SOCO board and the summary, which read `reference:`
+    from the spec folder, after the spec file's last edit."""
+    if cache is not None:
+        return is_cached(runner.instance, stage.keys, **cache) and runner.freshness.fresh(
+            stage.keys, stage.partition, None
+        )
+    if ran:
+        return False
+    after = latest_time(runner.instance, rows_read(defs, stage.keys, model_keys), added.name)
+    if stage.job == "demo_summary":
+        after = max(after, added.path.stat().st_mtime)
+    return board_current(runner.instance, stage.keys, after) and runner.freshness.fresh(stage.keys)
 
 
 def _boards(
@@ -275,7 +311,7 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     from soco_pipeline.backbones.kinds import libraries
     from soco_pipeline.backbones.spec_files import spec_kind
     from soco_pipeline.cli.demo import LOCATION, Runner, headlines, where_the_tables_are
-    from soco_pipeline.cli.freshness import observe_sources
+    from soco_pipeline.cli.freshness import LIMIT_TAG, observe_sources
     from soco_pipeline.defs.definitions import build_definitions
     from soco_pipeline.defs.shared.executors import start_forkserver
     from soco_pipeline.report.console import WIDTH, console_table, model_card, summary_text
@@ -310,41 +346,32 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     t0 = time.perf_counter()
     model_keys = [k for stage, cache in steps if stage.partition == added.name for k in stage.keys]
     ran = False  # a board is cached only when no step before it ran in this command
+    numbered = list(enumerate(steps, 1))
     try:
-        for i, (stage, cache) in enumerate(steps, 1):
-            stage.label = f"[{i}/{len(steps)}] {stage.label}"
-            # cached: made after the spec's version appeared and up to date by Dagster's stale status (code
-            # versions and the data versions of every input, as when it was made)
-            if (
-                cache is not None
-                and is_cached(instance, stage.keys, **cache)
-                and runner.freshness.fresh(stage.keys, stage.partition, None)
-            ):
-                print(f"{stage.label}: cached, skipped", flush=True)
-                timings.append((stage.label, "cached", 0.0))
-                continue
-            if cache is None and i > 1 and not ran:
-                # a board is current when made after the latest of this model's rows that it reads (not
-                # another family's, made after it in the same run), and, for the SOCO board and the summary,
-                # which read `reference:` from the spec folder, after the spec file's last edit
-                after = latest_time(instance, rows_read(defs, stage.keys, model_keys), added.name)
-                if stage.job == "demo_summary":
-                    after = max(after, added.path.stat().st_mtime)
-                if board_current(instance, stage.keys, after) and runner.freshness.fresh(stage.keys):
+        for phase, group in itertools.groupby(numbered, key=lambda n: phase_of(n[0], n[1][1], n[1][0])):
+            todo = []
+            for i, (stage, cache) in group:
+                stage.label = f"[{i}/{len(steps)}] {stage.label}"
+                if cached(runner, defs, added, stage, cache, model_keys, ran):
                     print(f"{stage.label}: cached, skipped", flush=True)
                     timings.append((stage.label, "cached", 0.0))
-                    continue
-            t = time.perf_counter()
-            ok = runner.run(stage)
-            ran = True
-            status = "ran" if ok else "FAILED"
-            if ok and stage.partition == added.name:
-                sources = reused_from(instance, stage.keys, added.name)
-                if sources:
-                    status = f"reused from {', '.join(sources)}"
-                    print(f"{stage.label}: rows reused from {', '.join(sources)}", flush=True)
-            timings.append((stage.label, status, time.perf_counter() - t))
-            if not ok and i == 1:
+                else:
+                    todo.append(stage)
+            # stages of one phase run together, those of one `--limit` tag (the run's tag) at a time
+            for limit in dict.fromkeys(s.tags.get(LIMIT_TAG, "none") for s in todo):
+                batch = [s for s in todo if s.tags.get(LIMIT_TAG, "none") == limit]
+                for stage, (ok, seconds) in zip(
+                    batch, run_joined(runner, defs, batch, JOBS[phase]), strict=True
+                ):
+                    ran = True
+                    status = "ran" if ok else "FAILED"
+                    if ok and stage.partition == added.name:
+                        sources = reused_from(instance, stage.keys, added.name)
+                        if sources:
+                            status = f"reused from {', '.join(sources)}"
+                            print(f"{stage.label}: rows reused from {', '.join(sources)}", flush=True)
+                    timings.append((stage.label, status, seconds))
+            if phase == "data" and runner.failed:
                 break  # nothing runs without the data
     except (KeyboardInterrupt, dg.DagsterExecutionInterruptedError):
         print(
@@ -353,6 +380,7 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
             file=sys.stderr,
         )
         return 130
+    timings.sort(key=lambda t: int(t[0][1 : t[0].index("/")]))  # in step order: "[i/n] ..."
     steps_table = pd.DataFrame(timings, columns=["step", "status", "seconds"])
     print("\n" + console_table(steps_table, f"steps ({time.perf_counter() - t0:.0f} s in all)"))
     tables = _boards(defs, instance, settings)
