@@ -1,22 +1,8 @@
 """Simulated annotators: a noisy-observer model of odd-one-out and 2AFC judgements (NOT human judgements).
 
-Model (our choice; the pruning and normalisation are the published ones). For one (item, aspect) the options'
-distances are d_k: for odd-one-out the pair distance d̄_k of the pair that excludes image k, for 2AFC the
-distance of x_k to the reference. An observer picks option k with probability softmax(-d_k / temperature)
-(a Luce choice with noise set by the temperature) and says "cannot tell" with probability
-exp(-gap / cannot_tell_margin), gap = the difference of the two smallest distances (too close to call).
-
-`vote_mode: expected` (default) gives each (item, aspect) the expected votes of `n_annotators` such observers,
-rounded to whole votes (largest remainders): deterministic, and the plurality is always the option with the
-smallest distance, so an oracle that knows the distances reaches the best achievable agreement mean max_k y_k.
-`vote_mode: sampled` draws every annotator instead, each perceiving the distances with Gaussian noise
-(`noise_sd`) and saying "cannot tell" when its two smallest perceived distances are within the margin: finite-
-sample noise like a real panel, where even the oracle falls below mean max_k y_k.
-
-An (item, aspect) with >= `prune_cannot_tell` "cannot tell" is removed (published); the remaining votes are
-normalised to y (published: y ∈ Δ³ for odd-one-out; 2AFC items with a tie are removed too).
-Every call is seeded per item, so the votes do not depend on the order of the items.
-"""
+A Luce choice softmax(-d_k / temperature) over the options' distances with a "cannot tell" chance
+exp(-gap / cannot_tell_margin); `vote_mode` expected (default, deterministic) or sampled; the published
+pruning and normalisation; seeded per item (docs/tpips.md, "Data")."""
 
 from __future__ import annotations
 
