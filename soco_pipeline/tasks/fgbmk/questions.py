@@ -1,24 +1,9 @@
 """Human-oriented questions for LVLMs, in FG-BMK's published wording (assets/fgbmk.yaml `questions`).
 
-For each chosen test image and each level (superclass, class, subclass):
-
-- choice: the true name and n_choices - 1 distractors from the SAME PARENT (siblings under the image's class
-  for a subclass, under its superclass for a class; the other superclasses for a superclass), topped up from
-  the whole level when a parent has too few children; options shuffled (seeded);
-- true_false: about the true name ("yes") or a same-parent distractor ("no"), one or the other per image;
-- short_answer: the true name.
-
-Attribute questions (choice): colour, texture and body shape against the attribute's other values.
-Knowledge-bias questions (true/false, FG-BMK's questions_true_false_all_class): two per image, as the release
-asks them: "yes" about its true subclass and "no" about one other subclass (a sibling under its class, else
-any other), each in a seeded true/false template; an always-"no" answerer scores exactly 50.
-
-`questions_for(items, config)` is what the questions asset uses: these generated questions for the generated
-source, the published question files of the dataset for an official source (`official_questions`).
-
-Circular evaluation of choice questions: `circular(questions)` adds every rotation of the option list (a
-group counts as right only if every rotation is), as the SOCO 4-choice LVLM protocol does.
-"""
+Per chosen test image and level: choice (distractors from the same parent), true_false and short_answer;
+attribute and knowledge-bias questions as the release asks them (docs/fgbmk.md, "Human-oriented questions").
+`questions_for` picks these generated questions or, for an official source, the dataset's published files;
+`circular` adds every rotation of a choice question's options."""
 
 from __future__ import annotations
 

@@ -1,21 +1,8 @@
-"""Readers and writers of FG-BMK's published formats.
+"""Readers and writers of FG-BMK's published formats: the machine-oriented `train.csv` / `test.csv` /
+`classes.txt` (the label follows the LAST comma) and the human-oriented question and answer JSONL files, the
+release's misspellings included (docs/fgbmk.md, "Reading the published data").
 
-Machine-oriented (one folder per dataset, `benchmark/machine-oriented/<dataset>/`):
-
-- `train.csv`, `test.csv`: one image a line, `relative/image/path,label`; the label is what follows the
-  LAST comma (paths may hold commas); a multi-label line has space-separated ints (`x.jpg,1 10 12`);
-- `classes.txt` (usually): one class name a line, the label is the line number (0-based).
-
-Human-oriented (`benchmark/human-oriented/`), JSON lines of `{question_id, image, text, class, category}`:
-
-- `hierarchical_granularity_recognition/<dataset>/<level>/<level>_question_{choice,true_false,short_answer}.jsonl`
-  (the release also spells one file `..._true_flase.jsonl`);
-- `knowledge_bias_estimation/<dataset>/questions_true_false_all_class.jsonl` (the release's folder is
-  spelled `knowledge_bias_estimination`);
-- answer files (demo/human_evaluation): the same plus `prompt` (the question), `text` being the answer.
-
-Every error names the file and line and says what to fix.
-"""
+Every error names the file and line and says what to fix."""
 
 from __future__ import annotations
 

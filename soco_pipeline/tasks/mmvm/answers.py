@@ -1,27 +1,9 @@
 """LVLMs on MMVM items through the SOCO harness (backends, answer cache, retries), and answer extraction.
 
-Request: the marked frame 1, the marked frame 2, then the question text (the published template and its
-options), as VLMEvalKit sends a multi-image item. Extraction follows MMVMEvalKit:
-
-1. exact matching (`can_infer`): punctuation ``.()[],:;!*#{}`` becomes spaces; when exactly one option
-   letter stands alone among the words, that letter; else, when exactly one option's text occurs in the
-   lower-cased answer, that option; refusal phrases and a lone ``Z`` give no answer;
-2. optionally (off by default) an LLM judge, any OpenAI-compatible spec, in one of the two published modes:
-
-   - ``matcher`` (MMVMEvalKit `extract_answer_from_item`): asked only where exact matching fails, with the
-     matcher prompt (`build_prompt_mmatch`); its reply is read by exact matching; up to 3 attempts, the
-     next attempt only after an API failure or a reply naming no single option; a reply of ``Z`` (or a
-     refusal) ends it with no answer;
-   - ``yes_no`` (upstream VLMEvalKit `MMVMBench.evaluate`): asked for *every* row that has a prediction,
-     exact match or not, with "... conclude with [YES]. If it is not, conclude with [NO]." at temperature
-     0; a row is right iff the reply holds one of VLMEvalKit's YES tags (a substring test, as there); a
-     row without a prediction is not asked and counts wrong (VLMEvalKit scores it "[NO]");
-3. otherwise no answer (counted wrong). The matcher reference then draws a random letter; we record "none".
-
-Each row keeps the raw text, the parsed letter, how it was extracted (`extraction`: exact | judge | none)
-and the judge's raw reply (`judge_raw`). A judge reply is cached like an answer (by the judge's request
-hash and attempt number) when the judge has a cache, so a rerun asks the judge nothing it already asked.
-"""
+Request: the marked frame 1, the marked frame 2, then the question text, as VLMEvalKit sends a multi-image
+item. Extraction follows MMVMEvalKit: exact matching (`can_infer`), then optionally an LLM judge in one of the
+two published modes (`matcher`, `yes_no`), else no answer (counted wrong); docs/mmvm.md, "LVLMs". Judge
+replies are cached like answers (by the judge's request hash and attempt number)."""
 
 from __future__ import annotations
 

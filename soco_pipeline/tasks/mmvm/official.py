@@ -1,25 +1,9 @@
-"""The published layouts, in and out.
+"""The published layouts, in and out: MMVMEvalKit / CoLVA `match_bench/` + `mllm_match_eval_full.tsv`, and
+VLMEvalKit's `MMVMBench.tsv` (no masks: LVLMs only). The files and the polygon-to-mask rule: docs/mmvm.md,
+"Official formats".
 
-MMVMEvalKit / CoLVA release::
-
-    match_bench/case_xxx/FRAME00.jpg        frame 1 with the query's cyan contour
-                         FRAME00_ORI.jpg    frame 1 unmarked
-                         FRAME00.json       [{"id", "height", "width", "segmentation": [[x, y, ...], ...]}]
-                         FRAME01_CAND.jpg   frame 2 with the candidates' contours and ID labels
-                         FRAME01_ORI.jpg    frame 2 unmarked
-                         FRAME01_CAND.json  one entry per candidate; `id` is its shown numeric ID
-    mllm_match_eval_full.tsv                index, question, image_path (a list: FRAME00.jpg, FRAME01_CAND.jpg),
-                                            choices, pure_question, choices_head, answer (a letter), match_type
-
-Polygons become masks as the reference does it (pycocotools there, OpenCV here): polygons with an odd
-or < 6 coordinate count are skipped, each polygon is filled, and a pixel covered by two or more
-polygons is cleared. VLMEvalKit's `MMVMBench.tsv` holds index, question, answer, match_type and image
-(the two marked frames as a list of base64 JPEGs); its items carry no masks, so only LVLMs score them.
-
-Our export writes one case folder per item (a frame 2 marking per candidate count); the JSON entries
-carry our object `label` and the item id in extra keys, which the reference ignores, so that an
-import restores the same items.
-"""
+Our export's JSON entries carry our object `label` and the item id in extra keys, which the reference ignores,
+so that an import restores the same items."""
 
 from __future__ import annotations
 
