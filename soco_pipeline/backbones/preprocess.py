@@ -1,18 +1,9 @@
 """The official SOCO/OmniProbe input protocol: square padding, resize, keypoint scaling.
 
-The image is padded with white to a square of side max(W, H), the image at the top-left, then
-resized to S x S. A keypoint therefore maps to the unit square by the same factor on both axes.
-
-Two resizes (the spec's `input: {..., resize: pil | tensor}`):
-
-- ``pil`` (the default): the official scorer's path, bit for bit. PIL's bicubic resize of the padded
-  uint8 square (what torchvision's ``Resize((S, S), BICUBIC, antialias=True)`` does on a PIL image),
-  then ``ToTensor`` (/255) and ``Normalize``. Published numbers are reproduced with this one.
-- ``tensor`` (opt-in, for GPU throughput): ``F.interpolate(mode="bicubic", antialias=True)`` on the
-  float image, clamped to [0, 1] (torchvision's Resize on tensors). It batches and runs on the device
-  but does not quantise to uint8 after the resize, and its bicubic kernel differs from PIL's, so the
-  features move a little (docs/preprocessing.md has the measured effect).
-"""
+The image is padded with white to a square of side max(W, H), the image at the top-left, then resized to S x
+S, so a keypoint maps to the unit square by the same factor on both axes. `resize: pil` (the default) is the
+official scorer's path bit for bit; `resize: tensor` (opt-in, GPU) moves the features a little
+(docs/preprocessing.md)."""
 
 from __future__ import annotations
 

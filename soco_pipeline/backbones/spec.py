@@ -1,25 +1,9 @@
 """Backbone specs: one small YAML file per backbone, validated by the pydantic model of its kind.
 
-A spec reads as plainly as OmniProbe's backbone configs::
-
-    kind: timm                       # timm | diffusion | classical | oracle | packaged (backbones/kinds.py)
-    model: vit_base_patch14_dinov2   # timm name / diffusers id / sift / oracle_part / efficientnet_lite0
-    weights: hf:timm/vit_base_patch14_dinov2.lvd142m   # none | packaged | <local path> | hf:<repo id>
-    layer: -1                        # final block
-    input: {nearest_multiple: 800}   # or {fixed_grid: 60}; add `resize: tensor` for the GPU resize
-    normalisation: imagenet          # imagenet | clip | half | raw
-    batch_size: 4
-    device: auto                     # auto = CUDA when available, else CPU
-    seed: 0
-    # GPU options, each off by default: precision: bf16 | fp16 (autocast),
-    # channels_last: true (convolutional kinds), compile: true (torch.compile)
-    text_encoder: none               # or a CLIP text tower (local folder | hf:<repo id>), for TPIPS's aspects
-    reference: DINOv2-B/14           # optional: the published model it claims to be (assets/reference/published.csv)
-
 The name is the file stem. `SpecFields` holds the fields every kind shares; each backbone class owns a
-subclass with its own fields (`layer`, `t`, `stride` ...) and registers it (backbones/kinds.py). The
-kinds' models form a discriminated union on `kind`; anything else is an error naming the file and field.
-"""
+subclass with its own fields (`layer`, `t`, `stride` ...) and registers it (backbones/kinds.py). The kinds'
+models form a discriminated union on `kind`; anything else is an error naming the file and field. The fields,
+with an example spec: docs/config.md, "Backbone specs"."""
 
 from __future__ import annotations
 

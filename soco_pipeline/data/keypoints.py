@@ -1,23 +1,12 @@
 """Keypoint aggregation: annotator clicks -> one keypoint row per (image, keypoint of its category).
 
-The rule, per (image, keypoint) of a click-annotated image:
-
-1. Visibility by strict majority: visible iff more than half of the annotators marked it visible
-   (a tie is invisible).
-2. Among the visible clicks, with m the coordinate-wise median and d_i = ||c_i - m|| (pixels), a click
-   is an outlier when d_i > max(k * 1.4826 * median_i(d_i), floor * L), where L = max(width, height),
-   k = `SourceConfig.outlier_k` (default 3) and floor = `SourceConfig.outlier_floor` (default 0.03).
-   1.4826 * median distance is the MAD-style robust scale; the floor stops a tight pair of clicks from
-   rejecting an ordinary third click.
-3. Position = coordinate-wise median of the kept clicks; n_annotators = number of kept clicks
-   (for an invisible keypoint: the number of annotators who labelled it).
-4. spread = sqrt((s_x^2 + s_y^2) / 2) / L with s_x, s_y the sample standard deviations (ddof=1) of
-   the kept clicks' x and y: the per-axis RMS annotator std as a fraction of the longer image side.
-   NaN with fewer than two kept clicks or when invisible.
-
-Animal3D keypoints come with the source annotation and pass through `animal_keypoints` (visibility
-as recorded, n_annotators 1, spread NaN).
-"""
+Per (image, keypoint) of a click-annotated image: visible iff a strict majority marked it visible; among the
+visible clicks, with m the coordinate-wise median and d_i = ||c_i - m||, a click is an outlier when d_i >
+max(k * 1.4826 * median_i(d_i), floor * L), L = max(width, height), k = `SourceConfig.outlier_k` (3), floor =
+`SourceConfig.outlier_floor` (0.03: a tight pair of clicks does not reject an ordinary third); position = the
+median of the kept clicks, n_annotators = their count (invisible: the annotators who labelled it); spread =
+sqrt((s_x^2 + s_y^2) / 2) / L over the kept clicks (ddof=1; NaN under two or when invisible). Animal3D
+keypoints pass through `animal_keypoints` (visibility as recorded, n_annotators 1, spread NaN)."""
 
 from __future__ import annotations
 

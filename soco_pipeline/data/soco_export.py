@@ -1,20 +1,11 @@
 """Export of the canonical tables in the official SOCO release layout, so others' tools run on our data.
 
-Writes `Images/<cat>/<image_id>.JPEG` (the image bytes copied as they are),
-`PairAnnotations/{intra,cross}/<pair_group>/<n>-<src>-<trg>.json` for the evaluated pairs (n = 1-based
-rank of the pair id within its level and group), `PairAnnotations/trainsplits/{train,test}/<pair_group>/`
-for the pairs of a `split` column, `KeypointAnnotations/<cat>/<image_id>.json` for every
-image, and `Metadata/keypoint_taxonomy.json` + `Metadata/filename_mapping.json`. Everything is
-written under a temporary sibling folder which is then moved onto `out_root`, so readers never see a
-half-written release.
-
-What the release carries (and `sources.soco_release.read_soco_release` gives back exactly):
-images: image_id, category, supercategory, width, height, bbox (not: source, uri, pose);
-keypoints: every column (KeypointAnnotations hold all keypoints with visibility, n_annotators and
-spread); image_pairs: every column of the evaluated pairs; correspondences: every column of the rows
-of evaluated pairs. Pair files follow the official fields plus `pair_key` (our pair id), `level`,
-`ancestor` and `category`; pair_id is the integer n, as the official loader expects.
-"""
+Writes `Images/`, `PairAnnotations/{intra,cross}/<pair_group>/<n>-<src>-<trg>.json` (n = 1-based rank of the
+pair id within its level and group), `PairAnnotations/trainsplits/`, `KeypointAnnotations/` and `Metadata/`
+under a temporary sibling folder then moved onto `out_root`, so readers never see a half-written release.
+`sources.soco_release.read_soco_release` gives back exactly every column (of the evaluated pairs' rows) but
+the images' source, uri and pose; pair files add `pair_key` (our pair id), `level`, `ancestor` and `category`,
+and pair_id is the integer n, as the official loader expects."""
 
 from __future__ import annotations
 

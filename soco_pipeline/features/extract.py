@@ -1,20 +1,11 @@
 """The per-backbone feature cache: dense maps extracted once per (backbone, image), fp16 on disk.
 
-Layout under an fsspec cache root::
-
-    <cache_root>/<backbone>/<spec_hash>/
-        info.json          the normalised spec, its hash, the code version, S and stride
-        manifest.parquet   FeatureManifestSchema rows (+ width, height, spec_hash)
-        <image_id>.npy     fp16 C x h x w, L2-normalised over channels
-        <image_id>.cls.npy fp16 C, the L2-normalised class token (timm ViTs; `cls_path` and
-                           `cls_checksum` in the manifest)
-
-`path` in the manifest is relative to the cache root. A spec change gives a new spec_hash and so a
-new folder: nothing cached for another spec is touched. Extraction is resumable: an image counts
-as done when the manifest has it and its files (the map, and the class token when it has one) are
-present (and, by default, their checksums match); everything else is recomputed. The manifest is flushed every few seconds and whenever extraction
-stops, including on an exception, so an interrupted run loses at most the batch in flight.
-"""
+Under `<cache_root>/<backbone>/<spec_hash>/`: `info.json` (the normalised spec, its hash, the code version, S,
+stride), `manifest.parquet` (FeatureManifestSchema rows, `path` relative to the cache root), `<image_id>.npy`
+(fp16 C x h x w, L2-normalised over channels) and, for timm ViTs, `<image_id>.cls.npy` (the class token). A
+spec change gives a new folder. Extraction is resumable (an image is done when the manifest lists it and its
+files are present and, by default, their checksums match); the manifest is flushed every few seconds and
+whenever extraction stops, so an interrupted run loses at most the batch in flight."""
 
 from __future__ import annotations
 
