@@ -52,11 +52,8 @@ def pad_to_square(image: np.ndarray, fill: int = 255) -> np.ndarray:
 
 
 def pil_resize_square(square: np.ndarray, size: int) -> np.ndarray:
-    """PIL's bicubic (antialiased) resize of an s x s x 3 uint8 square to size x size x 3 uint8.
-
-    This is torchvision's ``Resize((size, size), InterpolationMode.BICUBIC, antialias=True)`` on a PIL
-    image (it calls ``Image.resize(size, BICUBIC)``), the official scorer's resize.
-    """
+    """PIL's bicubic (antialiased) resize of an s x s x 3 uint8 square to size x size x 3 uint8: torchvision's
+    ``Resize((size, size), BICUBIC, antialias=True)`` on a PIL image, the official scorer's resize."""
     if square.shape[0] == size and square.shape[1] == size:
         return square
     return np.array(Image.fromarray(square).resize((size, size), Image.Resampling.BICUBIC))
@@ -130,11 +127,8 @@ def preprocess_batch(
     device: str | torch.device = "cpu",
     resize: str = DEFAULT_RESIZE,
 ) -> torch.Tensor:
-    """The official input protocol for images of any sizes, stacked to (B, 3, S, S) on `device`.
-
-    Each image is padded and resized on its own (sizes differ); normalisation then runs once on the
-    whole batch. `resize`: pil (the official path, the default) or tensor (see the module docstring).
-    """
+    """The official input protocol for images of any sizes, stacked to (B, 3, S, S) on `device`; each image is
+    padded and resized on its own, then normalised as one batch. `resize`: pil (the default) or tensor."""
     if not images:
         return torch.empty(0, 3, size, size, device=device)
     return squares_to_batch([host_square(im, size, resize) for im in images], size, preset, device)
@@ -142,13 +136,9 @@ def preprocess_batch(
 
 @dataclass
 class InputBatch:
-    """A batch part-way through the input protocol, made off the main thread by `prepare_batch`.
-
-    For the CPU it holds the finished (B, 3, S, S) batch (`pixels`, exactly preprocess_batch's); for an
-    accelerator the uint8 squares of host_square (`squares`, S x S x 3 after a PIL resize, side x side x
-    3 for the tensor resize; pinned when CUDA is there), which `to(device)` copies without blocking and
-    finishes there, as preprocess_batch does on that device.
-    """
+    """A batch part-way through the input protocol, made off the main thread by `prepare_batch`: the finished
+    `pixels` for the CPU, else the uint8 `squares` that `to(device)` copies without blocking and finishes
+    there."""
 
     size: int
     preset: str
@@ -168,11 +158,8 @@ class InputBatch:
 def prepare_batch(
     images: list, size: int, preset: str, device: str | torch.device, resize: str = DEFAULT_RESIZE
 ) -> InputBatch:
-    """The host side of the input protocol for a batch bound to `device`; safe in a worker thread.
-
-    CPU: the finished batch (preprocess_batch on the CPU, the same numbers). Another device: the uint8
-    squares (pinned memory when CUDA is available), 4x fewer bytes to copy than float pixels; for the
-    tensor resize the resize then runs on the device.
+    """The host side of the input protocol for a batch bound to `device`; safe in a worker thread. CPU: the
+    finished batch; another device: the uint8 squares (pinned under CUDA), 4x fewer bytes than float pixels.
     """
     if torch.device(device).type == "cpu":
         return InputBatch(size, preset, pixels=preprocess_batch(images, size, preset, "cpu", resize))

@@ -153,11 +153,8 @@ class InputPolicy:
     resize: str = "pil"
 
     def size(self, multiple: int) -> int:
-        """The input side S for a backbone whose grid cell is `multiple` input pixels.
-
-        nearest_multiple: the multiple of `multiple` nearest to `value` (800 -> 798 for /14, 800 for
-        /16; halves round up); fixed_grid: `value` cells, S = value * multiple (60 -> 840 for /14).
-        """
+        """The input side S for a grid cell of `multiple` pixels: nearest_multiple (800 -> 798 for /14, halves
+        round up) or fixed_grid (`value` cells: 60 -> 840 for /14)."""
         return input_size(self.policy, self.value, multiple)
 
 
@@ -404,12 +401,8 @@ def weights_fingerprint(weights: str, project_root: Path = PROJECT_ROOT) -> str:
 
 
 def spec_hash(spec: BackboneSpec) -> str:
-    """A short hash of what determines the features: the normalised spec, the content of local weights
-    (weights_fingerprint) and FEATURE_CODE_VERSION.
-
-    Name, device, batch size and description are left out: they do not change the features (the
-    cache folder is already per backbone name).
-    """
+    """A short hash of what determines the features: the normalised spec without name, device, batch size and
+    description, the content of local weights (weights_fingerprint) and FEATURE_CODE_VERSION."""
     d = spec.to_dict()
     for k in ("name", "device", "batch_size"):
         d.pop(k)

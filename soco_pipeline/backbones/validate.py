@@ -80,12 +80,9 @@ def validate_for_add(spec: BackboneSpec, project_root: Path = PROJECT_ROOT, weig
 
 
 def checked_spec(path: str | Path, project_root: Path = PROJECT_ROOT, weights: bool = True) -> BackboneSpec:
-    """Load a spec file and run every check on it: its fields (`load_spec`) and the world (`validate_for_add`).
-
-    The one way a spec is accepted, wherever it is found: `soco add-backbone`, the spec-folder sensor and
-    the demo's scan (`scan_specs`), and a partition's run (`defs` loads its spec through it). A spec that
-    fails raises BackboneSpecError / BackboneWeightsError naming the file, the field and the fix.
-    """
+    """Load a spec file and run every check on it: its fields (`load_spec`) and the world
+    (`validate_for_add`). The one way a spec is accepted (add-backbone, the sensor, the demo, a partition's
+    run); a failure raises BackboneSpecError / BackboneWeightsError naming the file, the field and the fix."""
     spec = load_spec(path)
     validate_for_add(spec, project_root, weights)
     if spec.reference:

@@ -81,14 +81,13 @@ def aggregate_clicks(
     cfg: SourceConfig,
     rejected: pd.DataFrame | None = None,
 ) -> tuple[pd.DataFrame, dict]:
-    """Aggregate raw clicks into KeypointSchema rows plus a dict of data-set statistics.
+    """Aggregate raw clicks into KeypointSchema rows (one per keypoint of each ImageNet3D or clicked image's
+    category; invisible: NaN x/y) plus data-set statistics; clicks on `rejected` images are ignored and
+    counted.
 
-    Covers every ImageNet3D image of `image_set` and every other image with clicks; each gets one row
-    per keypoint of its category (invisible ones with visible=False, NaN x/y). Clicks on images listed
-    in `rejected` (rejected_images) are ignored and counted. Bad input raises ValueError naming the
-    rows: clicks on unknown images or keypoints, duplicate (image, keypoint, annotator) rows, NaN or
-    out-of-bounds visible clicks, duplicate image ids, an ImageNet3D image without any click.
-    """
+    Raises ValueError naming the rows: clicks on unknown images or keypoints, duplicate (image, keypoint,
+    annotator) rows, NaN or out-of-bounds visible clicks, duplicate image ids, an ImageNet3D image without
+    clicks."""
     _check_image_set(image_set)
     clicks = validate(clicks, RawClickSchema, "clicks")
     n_clicks_total = len(clicks)
@@ -197,12 +196,9 @@ def aggregate_clicks(
 
 
 def animal_keypoints(raw: pd.DataFrame, image_set: pd.DataFrame, taxonomy: Taxonomy) -> pd.DataFrame:
-    """KeypointSchema rows for the Animal3D images of `image_set` from `read_animal3d`'s keypoint table.
-
-    Visibility as recorded; invisible points get NaN x/y; n_annotators 1, spread NaN. Rows of images
-    not in the set (rejected ones) are ignored. Raises ValueError for unknown keypoints, visible points
-    with NaN or out-of-bounds coordinates, duplicate rows, and kept Animal3D images without keypoints.
-    """
+    """KeypointSchema rows of the Animal3D images of `image_set` (visibility as recorded, n_annotators 1,
+    spread NaN). Raises ValueError for unknown keypoints, bad visible coordinates, duplicates and kept images
+    without any."""
     _check_image_set(image_set)
     info = image_set.loc[image_set["source"] == "animal3d", ["image_id", "category", "width", "height"]]
     r = raw[["image_id", "keypoint", "x", "y", "visible"]].merge(info, on="image_id", how="inner")
@@ -274,12 +270,9 @@ def build_keypoints(
 def aggregate_keypoints(
     raw: pd.DataFrame, image_set: pd.DataFrame, taxonomy: Taxonomy, cfg: SourceConfig
 ) -> tuple[pd.DataFrame, dict]:
-    """The `keypoints` table from `sources.read_raw_keypoints`'s mixed table, plus statistics.
-
-    Rows of images outside `image_set` (the rejected or filtered-out ones) are dropped and counted in
-    stats["raw_rows_outside_image_set"]; then clicks go through `aggregate_clicks`, Animal3D rows
-    through `animal_keypoints`, and SOCO release rows (already aggregated) pass through as they are.
-    """
+    """The `keypoints` table (plus statistics) from `read_raw_keypoints`'s mixed table: rows outside
+    `image_set` dropped and counted, clicks aggregated, Animal3D rows converted, SOCO release rows passed
+    through."""
     _check_image_set(image_set)
     inside = raw["image_id"].isin(image_set["image_id"]).to_numpy()
     r = raw[inside]

@@ -70,13 +70,9 @@ def _keypoint_entries(kp: pd.DataFrame, ids: dict, cids: dict, full: bool) -> pd
 
 
 def release_metadata(taxonomy: Taxonomy, categories: list[str], supercategory: dict[str, str]) -> dict:
-    """The Metadata/keypoint_taxonomy.json document of a release of `categories`.
-
-    supercategories; categories {supercategory, parent, keypoints}; nodes {parent, supercategory} of
-    their ancestors; keypoints {concept_name, concept_id, node, part, where, at, template (the resolved
-    description template)}; concepts {id, noun, ...}; templates (assets/descriptions.yaml's `at` and
-    `concepts` sections). `sources.release_taxonomy` reads it back.
-    """
+    """The Metadata/keypoint_taxonomy.json document of a release of `categories` (supercategories, categories,
+    nodes, keypoints with their resolved templates, concepts, templates), which `sources.release_taxonomy`
+    reads."""
     from soco_pipeline.data.descriptions import load_templates, template_for
 
     cids = concept_ids(taxonomy)
@@ -131,10 +127,8 @@ def export_soco_release(
     workers: int = 8,
 ) -> dict:
     """Write the SOCO release layout to `out_root` atomically; return counts of what was written.
-
-    Raises FileExistsError when `out_root` exists (unless overwrite=True) and ValueError when a pair or
-    correspondence refers to an image or keypoint the tables do not hold.
-    """
+    FileExistsError when `out_root` exists (unless overwrite); ValueError for a pair or correspondence the
+    tables cannot back."""
     images = validate(images, ImageSchema, "images")
     keypoints = validate(keypoints, KeypointSchema, "keypoints")
     image_pairs = validate(image_pairs, ImagePairSchema, "image_pairs")

@@ -147,16 +147,13 @@ def extract_features(
     backbone: Backbone | None = None,
     verify: str = "checksum",
 ) -> pd.DataFrame:
-    """Extract and cache L2-normalised fp16 features of every image for one backbone spec.
+    """Extract and cache L2-normalised fp16 features of every image (image_set rows) for one backbone spec;
+    returns the requested images' manifest rows in their order (FeatureManifestSchema plus width, height,
+    spec_hash).
 
-    `images` holds image_id, uri, width, height, category (image_set rows). `context` is a
-    BackboneContext or a dict {data_root | embedded_root, device} (oracles need the data root;
-    device None/"auto" keeps the spec's choice). Only images without a
-    valid cached file are computed (`verify`: "checksum" re-hashes cached files, "exists" only checks
-    presence, "none" trusts the manifest). `backbone` may be passed prebuilt (it must be built from
-    `spec`); otherwise it is built only if something is missing. Returns the manifest rows of the
-    requested images, in their order (FeatureManifestSchema plus width, height, spec_hash).
-    """
+    Only images without a valid cached file are computed (`verify`: checksum | exists | none). `context` is a
+    BackboneContext or {data_root | embedded_root, device}; a prebuilt `backbone` must come from `spec`, else
+    one is built only if something is missing."""
     if verify not in ("checksum", "exists", "none"):
         raise ValueError(f"verify must be 'checksum', 'exists' or 'none', got {verify!r}")
     if backbone is not None and backbone.spec != spec:
@@ -265,20 +262,14 @@ def _prepare(backbone: Backbone, recs: pd.DataFrame):
 
 
 def loader_threads(device: torch.device) -> int:
-    """Threads that decode and prepare batches ahead of the model.
-
-    On the CPU one: the model already uses every core through torch's own threads, and the thread
-    only has to stay ahead. With an accelerator, decoding is the CPU's whole job: up to 4.
-    """
+    """Threads that decode and prepare batches ahead of the model: one on the CPU (torch already uses every
+    core), up to 4 with an accelerator (decoding is then the CPU's whole job)."""
     return 1 if device.type == "cpu" else max(1, min(4, (os.cpu_count() or 2) - 1))
 
 
 class _Writer:
-    """Writes the maps of a batch to the cache and the manifest, in one thread beside the model.
-
-    It owns the manifest while the run lasts (rows are added and flushed only here), so the caller
-    reads it only after `wait`.
-    """
+    """Writes a batch's maps to the cache and the manifest in one thread beside the model; it owns the
+    manifest while the run lasts, so the caller reads it only after `wait`."""
 
     def __init__(self, spec: BackboneSpec, folder: str, rel: str, hash_: str, manifest: _Manifest):
         self.spec, self.folder, self.rel, self.hash_, self.manifest = spec, folder, rel, hash_, manifest

@@ -261,11 +261,9 @@ def extract_global(
 ) -> GlobalFeatures:
     """Global features of every image (image_id, uri, width, height [+ label columns for oracles]), cached.
 
-    `extractor` is built already, or a function that builds it, called only when an image is missing (then
-    `folder` and `name` must be given: `cached_global` does that). Images listed in the cache manifest with a
-    valid shard of the same size are read back; the rest are extracted in batches of `config.batch_size`,
-    each batch one shard, the manifest rewritten after each (an interrupted run keeps every finished batch).
-    """
+    `extractor` is built already, or a builder called only when an image is missing (then `folder` and `name`
+    are needed). Extraction runs in batches of `config.batch_size`, one shard each, the manifest rewritten
+    after each."""
     log = log or (lambda _m: None)
     if isinstance(extractor, GlobalExtractor):
         folder, name = extractor.cache_folder(cache_root, config), extractor.name

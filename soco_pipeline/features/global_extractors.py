@@ -263,11 +263,8 @@ def build_global_extractor(
 
 
 def load_global_pixels(uris: list[str], image_ids: list[str], config: GlobalInputPolicy) -> torch.Tensor:
-    """FG-BMK's eval transform before normalisation: (B, 3, crop, crop) in [0, 1].
-
-    Shorter side resized to `resize` (bicubic, antialiased, on uint8 like PIL, so it stays in range), then the
-    centre `crop` x `crop` (torchvision's centre_crop rounding).
-    """
+    """FG-BMK's eval transform before normalisation, (B, 3, crop, crop) in [0, 1]: shorter side to `resize`
+    (bicubic, antialiased, on uint8 like PIL), then torchvision's centre crop."""
     from torchvision.transforms.v2 import functional as TF
 
     out = []
