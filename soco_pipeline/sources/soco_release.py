@@ -285,13 +285,9 @@ def _merge_splits(pairs: list[dict]) -> list[dict]:
 
 
 def read_soco_release(root: str, taxonomy: Taxonomy | None = None, workers: int = 8) -> SocoRelease:
-    """Read a SOCO release (official or written by `export.export_soco_release`) into canonical tables.
-
-    `taxonomy`: None (a soco_release run) builds the release's own taxonomy from its files
-    (`sources.release_taxonomy`; ReleaseWarning for what Metadata/ lacks); a given taxonomy (e.g. the
-    run's `taxonomy` asset) is used as it is. Raises ValueError naming the file for the bad inputs
-    listed in the module docstring.
-    """
+    """Read a SOCO release (official or written by `export_soco_release`) into canonical tables. `taxonomy`
+    None builds the release's own (`sources.release_taxonomy`); a given one is used as it is. Bad input:
+    ValueError naming the file."""
     pair_paths = [
         (lvl, "", p)
         for lvl in ("intra", "cross")

@@ -17,12 +17,9 @@ _EPS = 1e-9
 
 @dataclass
 class Primitive:
-    """One solid part of an object.
-
-    kind: box (size = half extents), cylinder (size = (r_bottom, r_top, half_height) along local z,
-    a tapered cylinder when the radii differ), ellipsoid (size = semi-axes).
-    texture: (name, params) evaluated on local hit coordinates by the renderer.
-    """
+    """One solid part of an object: box (size = half extents), cylinder (r_bottom, r_top, half_height along
+    local z) or ellipsoid (semi-axes); `texture` (name, params) is evaluated on local hit coordinates by the
+    renderer."""
 
     kind: str
     part: str

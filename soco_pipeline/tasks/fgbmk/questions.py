@@ -240,10 +240,8 @@ def circular(questions: pd.DataFrame, config: QuestionConfig) -> pd.DataFrame:
 
 def official_questions(root: str, dataset: str, image_root: str) -> pd.DataFrame:
     """QUESTION_COLUMNS rows of every published question file of `dataset` under a human-oriented root, read
-    as released (ids, wording, keys and foreign names kept; every row of every file). `uri` joins the image
-    path to `image_root`; `image_id` is the items' id (`<dataset>/<path>`). The form of an attribute question
-    follows its wording; choice options are the prompt's quoted names. FgbmkFormatError names a file that
-    cannot be read (a Git LFS pointer, malformed JSON, duplicate ids)."""
+    as released (docs/fgbmk.md, "Reading the published data"); FgbmkFormatError names a file that cannot be
+    read."""
     from soco_pipeline import storage
     from soco_pipeline.tasks.fgbmk.answer_scoring import infer_form, options_of, true_class
     from soco_pipeline.tasks.fgbmk.readers import human_files, read_questions

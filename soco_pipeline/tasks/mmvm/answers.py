@@ -135,12 +135,8 @@ def judge_hits(scores: pd.Series) -> pd.Series:
 @dataclass(frozen=True)
 class Judge:
     """An LLM judge for LVLM answers: a backend of any OpenAI-compatible spec and the published mode it
-    follows (`matcher` | `yes_no`); `generation` and `cache` make its replies cached by request hash.
-
-    The LVLM harness's error guards apply to it (`lvlm.run`): asking stops with `LvlmRunError` when
-    `max_consecutive_failures` replies in a row failed (0: no limit) or more than `max_error_rate` of the
-    rows it was asked about failed; a failure is an API error or a reply that decides nothing (no single
-    option for the matcher, neither a YES nor a NO tag for the yes_no judge)."""
+    follows (`matcher` | `yes_no`); `generation` and `cache` cache its replies by request hash. The harness's
+    error guards apply to it (`lvlm.run`); a failure is an API error or a reply that decides nothing."""
 
     backend: Backend
     mode: str = "matcher"
@@ -284,14 +280,12 @@ def extract(
     answers: pd.Series | None = None,
     asked_rows: np.ndarray | None = None,
 ) -> pd.DataFrame:
-    """Per answer: `parsed` letter, `extraction` (exact | no_option | judge | none), `judge_mode`,
-    `judge_raw` (the judge's reply), `judge_status` ("" not asked | decided | failed), `judge_error` and
-    `judge_correct` (the yes_no judge's verdict, else NaN).
+    """Per answer: `parsed`, `extraction` (exact | no_option | judge | none), `judge_mode`, `judge_raw`,
+    `judge_status` ("" | decided | failed), `judge_error` and `judge_correct` (the yes_no verdict, else NaN).
 
-    Exact matching first (MMVMEvalKit `can_infer`); a refusal or a lone Z is settled as "no option" there,
-    never sent to the matcher. matcher: asked about the other rows exact matching leaves empty; yes_no: about
-    every row that has a prediction (`has_prediction`), exact match or not, shown `answers` (default: the
-    items' answer column). `asked_rows` (default: every row with a prediction) limits who may be asked."""
+    Exact matching first; a refusal or a lone Z is "no option", never sent to the matcher. The matcher is
+    asked about the rows exact matching leaves empty, the yes_no judge about every row with a prediction
+    (shown `answers`, default the items' answers); `asked_rows` limits who may be asked."""
     raw = np.asarray(raw, dtype=object)
     n = len(raw)
     present = has_prediction(raw) if asked_rows is None else np.asarray(asked_rows, bool)
@@ -404,12 +398,10 @@ def run_lvlm(
 def score_predictions(
     table: pd.DataFrame, judge: Judge | None = None, where: str = "workbook"
 ) -> pd.DataFrame:
-    """Per-row extraction and correctness of a prediction table (workbook rows: question, answer, match_type,
-    prediction; `choices` when the workbook has it, as MMVMEvalKit's does) by the same rules as our own
-    answers. `prediction` NaN means no prediction (as pandas reads an empty cell): the yes_no judge is not
-    asked about it (VLMEvalKit), the matcher is shown "nan" (MMVMEvalKit's `str(x)`). The yes_no judge is
-    shown the answer cell as written. An answer cell that is not one of the row's option letters is an
-    MmvmFormatError naming the row; without the yes_no judge a prediction that parses to no option is wrong."""
+    """Per-row extraction and correctness of a workbook's predictions (question, answer, match_type,
+    prediction[, choices]) by the same rules as our answers; a NaN prediction is not shown to the yes_no judge
+    and is "nan" to the matcher, as upstream. An answer cell that is not an option letter is an
+    MmvmFormatError naming the row."""
     from soco_pipeline.tasks.mmvm.official import MmvmFormatError
 
     t = table.reset_index(drop=True).copy()

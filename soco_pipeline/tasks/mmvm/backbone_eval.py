@@ -81,11 +81,9 @@ def backbone_predictions(
     reference: dict[str, pd.DataFrame] | None = None,
     manifest: pd.DataFrame | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame | None]:
-    """(predictions of the zero-shot and contrastive-head methods, feature manifest) of one backbone spec;
-    a SOCO oracle gets not-applicable rows and no manifest. `manifest`: the frames' features as the cache
-    asset listed them (else they are extracted here). `none_rule`: the config's NoneRuleConfig;
-    `reference`: generated tables whose training split trains the head and fits the carried thresholds
-    when `tables` has no training split of its own."""
+    """(predictions of the zero-shot and contrastive-head methods, feature manifest) of one backbone spec; a
+    SOCO oracle gets not-applicable rows and no manifest. `reference`: generated tables that train the head
+    and fit the carried thresholds when `tables` has no training split."""
     items, cases, objects = tables["items"], tables["cases"], tables["objects"]
     if missing_capabilities(spec.kind, NEEDS):
         return not_applicable(items, spec.name, ORACLE_REASON), None

@@ -259,11 +259,8 @@ def _load_json(path: str, where: str) -> list:
 
 
 def import_match_bench(root: str, work_root: str, tsv: str | None = None) -> dict[str, pd.DataFrame]:
-    """Read `match_bench/` and mllm_match_eval_full.tsv under `root` into cases/images/objects/items tables.
-
-    Label maps are written under `work_root`. Every bad input raises MmvmFormatError naming the file and
-    the TSV row; an unparsable match_type follows the reference fallback, recorded in match_type_fallback.
-    """
+    """Read `match_bench/` and mllm_match_eval_full.tsv under `root` into cases/images/objects/items tables
+    (label maps under `work_root`); bad input raises MmvmFormatError naming the file and the TSV row."""
     tsv = tsv or join(root, TSV_NAME)
     df = _read_tsv(tsv, {"index", "question", "image_path", "answer", "match_type"})
     cases, images, objects, items = {}, [], [], []
@@ -431,12 +428,10 @@ def _image_lists(df: pd.DataFrame, path: str) -> tuple[pd.Series, list[str]]:
 
 
 def import_vlmevalkit(path: str, image_root: str, skipped: list[str] | None = None) -> pd.DataFrame:
-    """VLMEvalKit's MMVMBench.tsv as LVLM items (marked frames decoded under image_root; no masks).
-
-    Read as VLMEvalKit reads it: rows with an empty image cell are skipped (each appended to `skipped`,
-    named), an image cell naming another row's index shares that row's images. Every frame is decoded here:
-    one that is not an image is an MmvmFormatError naming the row; so are a repeated index and an answer that
-    is not one of the row's options."""
+    """VLMEvalKit's MMVMBench.tsv as LVLM items (marked frames decoded under image_root; no masks), read as
+    VLMEvalKit reads it: empty image cells skipped (appended to `skipped`), an image cell naming another row's
+    index shares that row's images. A frame that is not an image, a repeated index or an answer outside the
+    options is an MmvmFormatError naming the row."""
     df = _read_tsv(path, set(VLMEVALKIT_COLUMNS))
     images, skip = _image_lists(df, str(path))
     if skipped is not None:
