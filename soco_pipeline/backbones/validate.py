@@ -1,12 +1,7 @@
-"""Checks a spec must pass before `soco add-backbone` accepts it: its weights (and text tower, when it names one)
-exist, its model exists and fits.
-
-Parsing (`load_spec`) checks the fields; this checks the world: a local weights file is present, an
-`hf:` repo is in the local Hugging Face cache (nothing may be downloaded), and the kind's own
-`check_spec` (for `timm`: timm knows the model and it is a ViT-style network with patch tokens, built on
-the `meta` device: no memory, no weights). `checked_spec` runs both, so a bad spec is refused wherever it
-is found instead of failing its first run.
-"""
+"""Checks a spec must pass before it is accepted: its weights (and text tower) exist locally, and the kind's
+own `check_spec` passes (for `timm`: a ViT-style model built on the `meta` device). `checked_spec` runs
+parsing and these, so a bad spec is refused wherever it is found (docs/config.md, "One validation wherever a
+spec is found")."""
 
 from __future__ import annotations
 

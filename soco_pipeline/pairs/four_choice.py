@@ -1,11 +1,5 @@
-"""Four-choice items: per evaluated SOC correspondence, four target keypoints A-D, one of them right.
-
-Candidates are the target image's visible keypoints (for cross pairs, only those the two categories
-share). Besides the right keypoint, one distractor of the same concept is taken when the target has
-one, the other two are drawn at random from the rest; the answer's position is random too. All draws
-come from one seeded generator in a fixed row order, so the table is deterministic. Items whose
-target has fewer than four candidate keypoints are skipped (there are not four distinct options).
-"""
+"""Four-choice items: per evaluated SOC correspondence, four target keypoints A-D, one of them right (DESIGN
+section 1). All draws come from one seeded generator in a fixed row order, so the table is deterministic."""
 
 from __future__ import annotations
 

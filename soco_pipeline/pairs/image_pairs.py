@@ -1,10 +1,5 @@
-"""Image pairs (intra and cross through the taxonomy) and the seeded evaluation sample.
-
-Intra pairs are every ordered pair of distinct images of a category. Cross pairs join images of
-*related* categories (their lowest common ancestor in the taxonomy defines keypoints): for each target
-image and each related source category, ``cross_sources_per_category`` source images are drawn with a
-seeded RNG.
-"""
+"""Image pairs (intra and cross through the taxonomy: related categories share a lowest common ancestor that
+defines keypoints) and the seeded evaluation sample."""
 
 from __future__ import annotations
 

@@ -1,12 +1,7 @@
-"""One feature backbone on the MMVM items: cached dense maps (the shared feature cache), mask pooling,
-zero-shot answers and the contrastive head's; or a not-applicable row for the SOCO oracles.
-
-An item set without a training split (an import of the published benchmark) can be scored against
-`reference` tables of generated data (with a training split): the contrastive head is trained on the
-reference's training split and the None thresholds fitted there are carried over (`none_mode =
-carried`). Without a reference such a set never answers None and its head stays the seeded random
-projection; the rows say so.
-"""
+"""One feature backbone on the MMVM items: cached dense maps, mask pooling, zero-shot answers and the
+contrastive head's; or a not-applicable row for the SOCO oracles. An item set without a training split is
+scored against generated `reference` tables (head and None thresholds carried over); without one it never
+answers None and its head stays the seeded random projection, as the rows say."""
 
 from __future__ import annotations
 
