@@ -113,10 +113,8 @@ def preprocess_image(
     device: str | torch.device = "cpu",
     resize: str = DEFAULT_RESIZE,
 ) -> torch.Tensor:
-    """The official input protocol for one image: RGB, white square pad (top-left), resize to S, normalise.
-
-    Returns a (3, S, S) float32 tensor on `device`.
-    """
+    """The official input protocol for one image (RGB, white square pad at the top-left, resize to S,
+    normalise): a (3, S, S) float32 tensor on `device`."""
     return preprocess_batch([image], size, preset, device, resize)[0]
 
 

@@ -108,10 +108,8 @@ def spec_names(folder: str | Path) -> set[str]:
 
 
 def partition_spec_file(folder: str, name: str, what: str, redo: str) -> Path:
-    """`<folder>/<name>.yaml`, the spec file of a partition; a clear error naming the fix when it is gone.
-
-    `what` names the kind ("backbone", "LVLM") and `redo` what the missing file prevents ("recomputed").
-    """
+    """`<folder>/<name>.yaml`, the spec file of a partition; a clear error when it is gone, naming the kind
+    (`what`: "backbone", "LVLM"), what the missing file prevents (`redo`) and the fix."""
     path = Path(folder) / f"{name}.yaml"
     if not path.exists():
         raise FileNotFoundError(

@@ -27,10 +27,8 @@ from soco_pipeline.taxonomy import Taxonomy
 
 
 def check_image(uri: str) -> tuple[str, int, int]:
-    """('' | 'missing_image' | 'corrupt_image', width, height) for one image file.
-
-    Runs PIL's verify() and then a (reduced-scale) decode, since verify() alone misses truncated data.
-    """
+    """('' | 'missing_image' | 'corrupt_image', width, height) for one image file: PIL's verify() and then a
+    reduced-scale decode, since verify() alone misses truncated data."""
     try:
         data = read_bytes(uri)
     except (FileNotFoundError, IsADirectoryError):

@@ -229,10 +229,8 @@ def _write_info(folder: str, spec: BackboneSpec, hash_: str, backbone: Backbone)
 
 
 def _plan(backbone: Backbone, todo: pd.DataFrame, batch_size: int) -> list[tuple[np.ndarray, int]]:
-    """(row indices, input size S) of every batch: images sharing S together, at most batch_size each.
-
-    S is asked once per distinct (width, height), not once per image; within a size the order is kept.
-    """
+    """(row indices, input size S) of every batch: images sharing S together, at most batch_size each, in
+    order; S is asked once per distinct (width, height)."""
     wh = todo[["width", "height"]].to_numpy(dtype=np.int64).reshape(-1, 2)
     uniq, inverse = np.unique(wh, axis=0, return_inverse=True)
     sizes = np.array([backbone.input_size(int(w), int(h)) for w, h in uniq], dtype=np.int64)[inverse.ravel()]

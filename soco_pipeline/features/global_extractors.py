@@ -192,10 +192,8 @@ class DenseMeanGlobal(GlobalExtractor):
 
 
 class VariantOracle(GlobalExtractor):
-    """Knows each image's label: `margin` x one-hot(label column) plus seeded N(0, noise^2) per dimension.
-
-    For tests of the metrics: with a margin well above the noise it scores 100 top-1 and mAP 100.
-    """
+    """Knows each image's label: `margin` x one-hot(label column) plus seeded N(0, noise^2) per dimension; for
+    tests of the metrics (a margin well above the noise scores 100 top-1 and mAP 100)."""
 
     def __init__(
         self,

@@ -24,10 +24,8 @@ COUNT_KINDS = ("image_pairs", "soc", "soc_geo", "cc")
 
 
 def pair_counts(image_pairs: pd.DataFrame, correspondences: pa.Table | pd.DataFrame) -> pd.DataFrame:
-    """Release-style counts: per level and kind (image_pairs, soc, soc_geo, cc), all and evaluated.
-
-    Columns level, kind, total, evaluated (a correspondence counts as evaluated when its pair is).
-    """
+    """Release-style counts per level and kind (image_pairs, soc, soc_geo, cc): columns level, kind, total,
+    evaluated (a correspondence counts as evaluated when its pair is)."""
     if not isinstance(correspondences, pa.Table | pd.DataFrame):
         raise TypeError(f"correspondences must be an Arrow Table or a DataFrame, not {type(correspondences)}")
     pairs = image_pairs[["pair_id", "level", "evaluated"]]

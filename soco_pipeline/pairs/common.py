@@ -111,10 +111,8 @@ def related_category_pairs(taxonomy: Taxonomy, categories: list[str] | None = No
 
 
 def allowed_keypoints(taxonomy: Taxonomy, combos: pd.DataFrame) -> pd.DataFrame:
-    """(combo, keypoint) for each (src_category, trg_category) row of `combos`: the shared keypoints.
-
-    For intra combos (same category) that is every keypoint of the category.
-    """
+    """(combo, keypoint) for each (src_category, trg_category) row of `combos`: the shared keypoints (every
+    keypoint of the category for an intra combo)."""
     by_node: dict[str | None, list[str]] = {}
     combo_ids, names = [], []
     for i, (a, b) in enumerate(zip(combos.src_category, combos.trg_category, strict=True)):

@@ -150,10 +150,8 @@ def soc_mask(src: PairSide, trg: PairSide, n_kp: int) -> np.ndarray:
 def _concept_groups(
     src: PairSide, trg: PairSide, n_concepts: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Target rows regrouped by (pair, concept, kp), and per source row its group's start and size.
-
-    Both sides cover the same pair range (they come from one slice), so keys are counted with bincount.
-    """
+    """Target rows regrouped by (pair, concept, kp), and per source row its group's start and size (both sides
+    cover one pair range, so keys are counted with bincount)."""
     lo = min(int(src.pair[0]) if len(src.pair) else 0, int(trg.pair[0]) if len(trg.pair) else 0)
     hi = max(int(src.pair[-1]) if len(src.pair) else 0, int(trg.pair[-1]) if len(trg.pair) else 0) + 1
     t_key = (trg.pair.astype(np.int64) - lo) * n_concepts + trg.concept

@@ -178,10 +178,8 @@ def ensure_embedded(
     subclasses: list[str] | None = None,
     workers: int | None = None,
 ) -> pd.DataFrame:
-    """The items table of the embedded set at `root`, generating it if absent or made for another request.
-
-    `subclasses` restricts the set (default: all 100 categories). Returns ITEM_COLUMNS rows.
-    """
+    """The items table (ITEM_COLUMNS) of the embedded set at `root`, generated if absent or made for another
+    request; `subclasses` restricts the set (default: all 100 categories)."""
     root = str(root).rstrip("/")
     req = request_of(config, seed, subclasses)
     man = storage.join(root, "manifest.json")

@@ -82,10 +82,8 @@ def build_questions(
     seed: int = 0,
     simulated: bool = True,
 ) -> pd.DataFrame:
-    """QUESTION_COLUMNS rows for the test images of `items` (at most `images_per_subclass` each; 0 = all).
-
-    `hierarchy` lists every (superclass, class, subclass) the distractors may come from.
-    """
+    """QUESTION_COLUMNS rows for the test images of `items` (at most `images_per_subclass` each; 0 = all), the
+    distractors drawn from `hierarchy`'s (superclass, class, subclass) rows."""
     rng = np.random.default_rng([int(seed), 0xF6B9])
     test = items[items.split == "test"].sort_values("image_id")
     if config.images_per_subclass:

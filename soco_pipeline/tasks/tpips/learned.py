@@ -47,11 +47,9 @@ def _unit(x: torch.Tensor) -> torch.Tensor:
 
 
 class AspectGain(nn.Module):
-    """(M, D) gain per channel from the aspect: start + MLP(a(c)), exactly `start` at the beginning
-    (`conditioned`); one learned gain for every aspect (`shared`); 1 fixed (`fixed`).
-
-    a(c) is a learned embedding over the vocabulary (AspectVocab), or the frozen text-encoder embedding of the
-    aspect (AspectText: the MLP then reads the text tower's width)."""
+    """(M, D) gain per channel from the aspect: start + MLP(a(c)), exactly `start` at first (`conditioned`);
+    one learned gain for every aspect (`shared`); 1 fixed (`fixed`). a(c) comes from AspectVocab or
+    AspectText."""
 
     def __init__(
         self,
@@ -116,11 +114,9 @@ class LateFusion(nn.Module):
 
 
 class MidFusion(nn.Module):
-    """−Σ_ℓ mean_t Σ_ch w_ℓ(c)_ch (φ_ℓ(x_i)_t − φ_ℓ(x_j)_t)_ch² over unit-normalised tokens.
-
-    w(c) = w0 ⊙ g(c) (`mid_weights: signed`) or w0 ⊙ g(c)² (`squared`: the published ‖w ⊙ Δφ‖², w ≥ 0), with
-    g(c) an AspectGain (1 at the start). w0 is 1 for the frozen ablation (the LPIPS-style distance) and, for the
-    trained kinds, 1 / (L · the layer's mean train distance), so that every layer starts with the same share."""
+    """−Σ_ℓ mean_t Σ_ch w_ℓ(c)_ch (φ_ℓ(x_i)_t − φ_ℓ(x_j)_t)_ch² over unit-normalised tokens, w(c) = w0 ⊙ g(c)
+    (signed) or w0 ⊙ g(c)² (squared); w0 = 1 for the frozen ablation, else 1 / (L · the layer's mean train
+    distance), so every layer starts with the same share."""
 
     def __init__(
         self,
@@ -228,11 +224,10 @@ def train_metric(
     vocab: AspectVocab | AspectText,
     cfg: LearnedConfig,
 ) -> TrainedMetric:
-    """Train one metric on the OOO train split (rows of `ooo` with split train / val; `pos` their image rows).
-
-    Full-batch L-BFGS on the softmax-choice cross-entropy plus `weight_decay` x the squared deviation of the
-    gains from their start (AspectGain.penalty); `epochs` rounds of `lbfgs_iter` iterations, the val loss checked after
-    each round, the best round kept, stopping after `patience` rounds without improvement."""
+    """Train one metric on the OOO train split (rows of `ooo` with split train / val; `pos` their image rows):
+    full-batch L-BFGS on the cross-entropy plus `weight_decay` x AspectGain.penalty, in `epochs` rounds of
+    `lbfgs_iter` iterations, keeping the best val round, stopping after `patience` rounds without improvement.
+    """
     if kind not in KINDS:
         raise ValueError(f"unknown metric kind {kind!r}: use one of {KINDS}")
     torch.manual_seed(cfg.seed)
