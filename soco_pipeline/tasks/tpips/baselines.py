@@ -16,7 +16,6 @@ from .config import TpipsConfig
 from .features import TpipsFeatures
 
 SimFn = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
-AGNOSTIC_NOTE = "aspect-agnostic"
 
 
 def _positions(frame: pd.DataFrame, columns: list[str], ids: list[str], what: str) -> np.ndarray:
