@@ -28,11 +28,8 @@ from soco_pipeline.storage import PROJECT_ROOT
 
 @dataclass(frozen=True)
 class BackboneContext:
-    """What a backbone may need beyond its spec.
-
-    data_root: the embedded data set root (oracles read ground_truth/ there); device: overrides the
-    spec's device; project_root: relative weight paths are resolved against it.
-    """
+    """What a backbone may need beyond its spec: `data_root` (oracles read ground_truth/ there), `device`
+    (overrides the spec's), `project_root` (relative weight paths are resolved against it)."""
 
     data_root: str | None = None
     device: str | None = None
@@ -79,13 +76,11 @@ def seeded(seed: int):
 
 
 class Backbone(ABC):
-    """A frozen feature extractor built from a BackboneSpec.
+    """A frozen feature extractor built from a BackboneSpec: subclasses set `stride` (input pixels per cell)
+    and `multiple` (S snaps to it), implement `forward`, declare `Options` and register with `@register_kind`.
 
-    Subclasses set `stride` (input pixels per grid cell) and `multiple` (S is snapped to a multiple of
-    it) and implement `forward`. `needs_pixels = False` skips preprocessing (oracles); `capabilities` says
-    what the kind offers the task families. Each kind's class
-    declares its spec model as `Options` and registers itself with `@register_kind` (backbones/kinds.py).
-    """
+    `needs_pixels = False` skips preprocessing (oracles); `capabilities` says what the kind offers the
+    families."""
 
     Options: ClassVar[type[SpecFields]]
     needs_pixels: bool = True
@@ -135,13 +130,9 @@ class Backbone(ABC):
     def extract(
         self, images: list[np.ndarray] | InputBatch, records: pd.DataFrame, with_class_token: bool = False
     ) -> list[torch.Tensor] | tuple[list[torch.Tensor], list[torch.Tensor] | None]:
-        """Dense maps for a batch of images: C x h x w float32 CPU tensors, L2-normalised over channels.
-
-        `images` are H x W x 3 uint8 arrays, or what `prepare` made of them (all one input size).
-        with_class_token: return (maps, class tokens) instead, the tokens C-vectors L2-normalised
-        (None when the backbone has no class token). Non-finite values are left in place (NaN after
-        normalisation) for the caller to report.
-        """
+        """Dense maps of a batch (uint8 H x W x 3 arrays, or what `prepare` made of them): C x h x w float32
+        CPU tensors, L2-normalised over channels; with_class_token: (maps, class tokens or None). Non-finite
+        values are left in place for the caller to report."""
         records = records.reset_index(drop=True)
         if len(images) != len(records):
             raise ValueError(

@@ -1,13 +1,7 @@
-"""The position-embedding grid a ViT checkpoint was saved at, so the model is built at that grid.
-
-timm resamples a checkpoint's absolute position embeddings to the architecture's default grid when it
-loads them (a ViT-S/14 saved at 224 px, 16 x 16, becomes 37 x 37 for `vit_small_patch14_dinov2`), and
-a dynamic-size model resamples them again to the input's grid when it runs: two interpolations where
-the official code does one. Building the model at the checkpoint's own grid (`img_size = grid * patch`)
-leaves the stored embeddings untouched, so only the run-time interpolation remains.
-
-Only the tensor's shape is read: safetensors headers, or a memory-mapped `torch.load`.
-"""
+"""The position-embedding grid a ViT checkpoint was saved at, so the model is built at that grid and its
+embeddings are interpolated once, at run time, not twice (docs/preprocessing.md, "A checkpoint at its own
+position-embedding grid"). Only the tensor's shape is read: safetensors headers, or a memory-mapped
+`torch.load`."""
 
 from __future__ import annotations
 

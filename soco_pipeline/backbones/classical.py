@@ -1,13 +1,8 @@
 """Dense SIFT: OpenCV SIFT descriptors computed on a regular grid of fixed-size keypoints.
 
-No weights. The grid has one keypoint at the centre of every stride x stride cell of the S x S
-input (so cell (row, col) is described at its centre, like a patch token), all with the same
-size (`descriptor_size`, the keypoint diameter in input pixels) and angle 0 (upright SIFT: the
-protocol's argmax should not get rotation invariance the deep backbones lack). Descriptors are
-computed on the grey image in [0, 255] before any normalisation preset (SIFT does not use one).
-Cells with no gradient at all (flat white padding) get an all-zero descriptor, which stays a zero
-vector after L2 normalisation (cosine 0 with everything).
-"""
+No weights. One upright keypoint (angle 0: no rotation invariance the deep backbones lack) of diameter
+`descriptor_size` at the centre of every stride x stride cell, described on the grey image in [0, 255]; flat
+cells (white padding) get a zero descriptor, cosine 0 with everything."""
 
 from __future__ import annotations
 

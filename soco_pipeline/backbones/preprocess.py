@@ -1,18 +1,9 @@
 """The official SOCO/OmniProbe input protocol: square padding, resize, keypoint scaling.
 
-The image is padded with white to a square of side max(W, H), the image at the top-left, then
-resized to S x S. A keypoint therefore maps to the unit square by the same factor on both axes.
-
-Two resizes (the spec's `input: {..., resize: pil | tensor}`):
-
-- ``pil`` (the default): the official scorer's path, bit for bit. PIL's bicubic resize of the padded
-  uint8 square (what torchvision's ``Resize((S, S), BICUBIC, antialias=True)`` does on a PIL image),
-  then ``ToTensor`` (/255) and ``Normalize``. Published numbers are reproduced with this one.
-- ``tensor`` (opt-in, for GPU throughput): ``F.interpolate(mode="bicubic", antialias=True)`` on the
-  float image, clamped to [0, 1] (torchvision's Resize on tensors). It batches and runs on the device
-  but does not quantise to uint8 after the resize, and its bicubic kernel differs from PIL's, so the
-  features move a little (docs/preprocessing.md has the measured effect).
-"""
+The image is padded with white to a square of side max(W, H), the image at the top-left, then resized to S x
+S, so a keypoint maps to the unit square by the same factor on both axes. `resize: pil` (the default) is the
+official scorer's path bit for bit; `resize: tensor` (opt-in, GPU) moves the features a little
+(docs/preprocessing.md)."""
 
 from __future__ import annotations
 
@@ -61,11 +52,8 @@ def pad_to_square(image: np.ndarray, fill: int = 255) -> np.ndarray:
 
 
 def pil_resize_square(square: np.ndarray, size: int) -> np.ndarray:
-    """PIL's bicubic (antialiased) resize of an s x s x 3 uint8 square to size x size x 3 uint8.
-
-    This is torchvision's ``Resize((size, size), InterpolationMode.BICUBIC, antialias=True)`` on a PIL
-    image (it calls ``Image.resize(size, BICUBIC)``), the official scorer's resize.
-    """
+    """PIL's bicubic (antialiased) resize of an s x s x 3 uint8 square to size x size x 3 uint8: torchvision's
+    ``Resize((size, size), BICUBIC, antialias=True)`` on a PIL image, the official scorer's resize."""
     if square.shape[0] == size and square.shape[1] == size:
         return square
     return np.array(Image.fromarray(square).resize((size, size), Image.Resampling.BICUBIC))
@@ -125,10 +113,8 @@ def preprocess_image(
     device: str | torch.device = "cpu",
     resize: str = DEFAULT_RESIZE,
 ) -> torch.Tensor:
-    """The official input protocol for one image: RGB, white square pad (top-left), resize to S, normalise.
-
-    Returns a (3, S, S) float32 tensor on `device`.
-    """
+    """The official input protocol for one image (RGB, white square pad at the top-left, resize to S,
+    normalise): a (3, S, S) float32 tensor on `device`."""
     return preprocess_batch([image], size, preset, device, resize)[0]
 
 
@@ -139,11 +125,8 @@ def preprocess_batch(
     device: str | torch.device = "cpu",
     resize: str = DEFAULT_RESIZE,
 ) -> torch.Tensor:
-    """The official input protocol for images of any sizes, stacked to (B, 3, S, S) on `device`.
-
-    Each image is padded and resized on its own (sizes differ); normalisation then runs once on the
-    whole batch. `resize`: pil (the official path, the default) or tensor (see the module docstring).
-    """
+    """The official input protocol for images of any sizes, stacked to (B, 3, S, S) on `device`; each image is
+    padded and resized on its own, then normalised as one batch. `resize`: pil (the default) or tensor."""
     if not images:
         return torch.empty(0, 3, size, size, device=device)
     return squares_to_batch([host_square(im, size, resize) for im in images], size, preset, device)
@@ -151,13 +134,9 @@ def preprocess_batch(
 
 @dataclass
 class InputBatch:
-    """A batch part-way through the input protocol, made off the main thread by `prepare_batch`.
-
-    For the CPU it holds the finished (B, 3, S, S) batch (`pixels`, exactly preprocess_batch's); for an
-    accelerator the uint8 squares of host_square (`squares`, S x S x 3 after a PIL resize, side x side x
-    3 for the tensor resize; pinned when CUDA is there), which `to(device)` copies without blocking and
-    finishes there, as preprocess_batch does on that device.
-    """
+    """A batch part-way through the input protocol, made off the main thread by `prepare_batch`: the finished
+    `pixels` for the CPU, else the uint8 `squares` that `to(device)` copies without blocking and finishes
+    there."""
 
     size: int
     preset: str
@@ -177,11 +156,8 @@ class InputBatch:
 def prepare_batch(
     images: list, size: int, preset: str, device: str | torch.device, resize: str = DEFAULT_RESIZE
 ) -> InputBatch:
-    """The host side of the input protocol for a batch bound to `device`; safe in a worker thread.
-
-    CPU: the finished batch (preprocess_batch on the CPU, the same numbers). Another device: the uint8
-    squares (pinned memory when CUDA is available), 4x fewer bytes to copy than float pixels; for the
-    tensor resize the resize then runs on the device.
+    """The host side of the input protocol for a batch bound to `device`; safe in a worker thread. CPU: the
+    finished batch; another device: the uint8 squares (pinned under CUDA), 4x fewer bytes than float pixels.
     """
     if torch.device(device).type == "cpu":
         return InputBatch(size, preset, pixels=preprocess_batch(images, size, preset, "cpu", resize))

@@ -1,25 +1,9 @@
 """Backbone specs: one small YAML file per backbone, validated by the pydantic model of its kind.
 
-A spec reads as plainly as OmniProbe's backbone configs::
-
-    kind: timm                       # timm | diffusion | classical | oracle | packaged (backbones/kinds.py)
-    model: vit_base_patch14_dinov2   # timm name / diffusers id / sift / oracle_part / efficientnet_lite0
-    weights: hf:timm/vit_base_patch14_dinov2.lvd142m   # none | packaged | <local path> | hf:<repo id>
-    layer: -1                        # final block
-    input: {nearest_multiple: 800}   # or {fixed_grid: 60}; add `resize: tensor` for the GPU resize
-    normalisation: imagenet          # imagenet | clip | half | raw
-    batch_size: 4
-    device: auto                     # auto = CUDA when available, else CPU
-    seed: 0
-    # GPU options, each off by default: precision: bf16 | fp16 (autocast),
-    # channels_last: true (convolutional kinds), compile: true (torch.compile)
-    text_encoder: none               # or a CLIP text tower (local folder | hf:<repo id>), for TPIPS's aspects
-    reference: DINOv2-B/14           # optional: the published model it claims to be (assets/reference/published.csv)
-
 The name is the file stem. `SpecFields` holds the fields every kind shares; each backbone class owns a
-subclass with its own fields (`layer`, `t`, `stride` ...) and registers it (backbones/kinds.py). The
-kinds' models form a discriminated union on `kind`; anything else is an error naming the file and field.
-"""
+subclass with its own fields (`layer`, `t`, `stride` ...) and registers it (backbones/kinds.py). The kinds'
+models form a discriminated union on `kind`; anything else is an error naming the file and field. The fields,
+with an example spec: docs/config.md, "Backbone specs"."""
 
 from __future__ import annotations
 
@@ -169,11 +153,8 @@ class InputPolicy:
     resize: str = "pil"
 
     def size(self, multiple: int) -> int:
-        """The input side S for a backbone whose grid cell is `multiple` input pixels.
-
-        nearest_multiple: the multiple of `multiple` nearest to `value` (800 -> 798 for /14, 800 for
-        /16; halves round up); fixed_grid: `value` cells, S = value * multiple (60 -> 840 for /14).
-        """
+        """The input side S for a grid cell of `multiple` pixels: nearest_multiple (800 -> 798 for /14, halves
+        round up) or fixed_grid (`value` cells: 60 -> 840 for /14)."""
         return input_size(self.policy, self.value, multiple)
 
 
@@ -420,12 +401,8 @@ def weights_fingerprint(weights: str, project_root: Path = PROJECT_ROOT) -> str:
 
 
 def spec_hash(spec: BackboneSpec) -> str:
-    """A short hash of what determines the features: the normalised spec, the content of local weights
-    (weights_fingerprint) and FEATURE_CODE_VERSION.
-
-    Name, device, batch size and description are left out: they do not change the features (the
-    cache folder is already per backbone name).
-    """
+    """A short hash of what determines the features: the normalised spec without name, device, batch size and
+    description, the content of local weights (weights_fingerprint) and FEATURE_CODE_VERSION."""
     d = spec.to_dict()
     for k in ("name", "device", "batch_size"):
         d.pop(k)

@@ -34,11 +34,8 @@ def scan_folder(
 
 
 def scan_specs(folder: Path) -> tuple[dict[str, str], dict[str, str]]:
-    """Valid backbone spec files of a folder as {name: data version}, and invalid ones as {name: error}.
-
-    The data version is that of the spec's computation (spec_data_version): a comment, a description or a
-    `reference:` changes the file but not the version, so it re-runs nothing; local weights replaced in place
-    do change it."""
+    """Valid backbone spec files of a folder as {name: data version} (spec_data_version: metadata edits keep
+    it), and invalid ones as {name: error}."""
     valid, invalid = scan_folder(folder, lambda path: _checked(str(path), file_hash(path)))
     return {name: spec_data_version(Path(folder) / f"{name}.yaml", h) for name, h in valid.items()}, invalid
 
@@ -53,11 +50,9 @@ def spec_problem(path: Path) -> str | None:
 
 
 def spec_data_version(path: Path, content_hash: str | None = None) -> str:
-    """A backbone spec's data version: the hash of what its computation reads (backbones/reads.py:
-    the normalised spec without name, device, batch size, `reference:` and description, plus its local
-    weights' content), so metadata edits keep it; the file's content hash (`content_hash` when the caller
-    has it) for a spec that does not load (its run reports why). The spec is parsed once per file
-    content, not at every sensor tick; the weights' digest is cached by their size and mtime."""
+    """A backbone spec's data version: the hash of what its computation reads (backbones/reads.py), so
+    metadata edits keep it; the file's content hash for a spec that does not load. Parsed once per file
+    content; the weights' digest is cached by their size and mtime."""
     from soco_pipeline.backbones.reads import spec_computation_version
 
     version = content_hash or file_hash(path)
@@ -113,10 +108,8 @@ def spec_names(folder: str | Path) -> set[str]:
 
 
 def partition_spec_file(folder: str, name: str, what: str, redo: str) -> Path:
-    """`<folder>/<name>.yaml`, the spec file of a partition; a clear error naming the fix when it is gone.
-
-    `what` names the kind ("backbone", "LVLM") and `redo` what the missing file prevents ("recomputed").
-    """
+    """`<folder>/<name>.yaml`, the spec file of a partition; a clear error when it is gone, naming the kind
+    (`what`: "backbone", "LVLM"), what the missing file prevents (`redo`) and the fix."""
     path = Path(folder) / f"{name}.yaml"
     if not path.exists():
         raise FileNotFoundError(

@@ -1,16 +1,6 @@
-"""A backbone spec's text tower (`text_encoder:` in the spec): unit embeddings of short texts.
-
-TPIPS's learned metrics condition their channel weights on the aspect's text. When a spec names a text tower,
-the aspect is embedded by it (so any aspect text can be asked, as in the paper); otherwise the metrics learn an
-embedding over a closed vocabulary. The tower does not touch the image features, so it is not in spec_hash.
-
-    text_encoder: none                              # the default
-    text_encoder: hf:openai/clip-vit-base-patch32   # from the local Hugging Face cache (HF_HUB_OFFLINE)
-    text_encoder: weights/clip_text                 # a local transformers folder (relative: the project root)
-
-A folder or repo holds a CLIP model (`model_type: clip`, embedded with its text projection) or a CLIP text
-tower alone (`clip_text_model`, its pooled output), with its tokenizer. Nothing is downloaded.
-"""
+"""A backbone spec's text tower (`text_encoder:` none | hf:<repo id> | a local transformers folder): unit
+embeddings of short texts, for TPIPS's aspect-conditioned metrics (docs/tpips.md, "Models"; docs/config.md).
+Not in spec_hash (the image features do not change); nothing is downloaded."""
 
 from __future__ import annotations
 

@@ -1,13 +1,9 @@
 """timm ViT-style backbones: final-block patch tokens, the official protocol.
 
-Tokens come from `forward_intermediates` at the spec's block (`layer`, -1 = final) WITHOUT the final
-norm (norm=False), prefix and register tokens dropped (timm's num_prefix_tokens), reshaped to
-C x h x w. The model is created with dynamic_img_size=True so any S that is a multiple of the patch
-size works (798 for /14); a checkpoint is built at its own position-embedding grid
-(`backbones.checkpoint_grid`), so its embeddings are interpolated once, at run time. Position embeddings are interpolated as the spec's `pos_embed_interpolation`
-says: for DINOv2 models without registers by default exactly as the official torch.hub model does
-(`backbones.pos_embed`), else by timm.
-"""
+Tokens come from `forward_intermediates` at the spec's `layer` WITHOUT the final norm, prefix and register
+tokens dropped, reshaped to C x h x w; dynamic_img_size=True so any S that is a multiple of the patch works.
+The model is built at the checkpoint's own grid (`backbones.checkpoint_grid`) and its position embeddings are
+interpolated as `pos_embed_interpolation` says (`backbones.pos_embed`)."""
 
 from __future__ import annotations
 

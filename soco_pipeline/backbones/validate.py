@@ -1,12 +1,7 @@
-"""Checks a spec must pass before `soco add-backbone` accepts it: its weights (and text tower, when it names one)
-exist, its model exists and fits.
-
-Parsing (`load_spec`) checks the fields; this checks the world: a local weights file is present, an
-`hf:` repo is in the local Hugging Face cache (nothing may be downloaded), and the kind's own
-`check_spec` (for `timm`: timm knows the model and it is a ViT-style network with patch tokens, built on
-the `meta` device: no memory, no weights). `checked_spec` runs both, so a bad spec is refused wherever it
-is found instead of failing its first run.
-"""
+"""Checks a spec must pass before it is accepted: its weights (and text tower) exist locally, and the kind's
+own `check_spec` passes (for `timm`: a ViT-style model built on the `meta` device). `checked_spec` runs
+parsing and these, so a bad spec is refused wherever it is found (docs/config.md, "One validation wherever a
+spec is found")."""
 
 from __future__ import annotations
 
@@ -80,12 +75,9 @@ def validate_for_add(spec: BackboneSpec, project_root: Path = PROJECT_ROOT, weig
 
 
 def checked_spec(path: str | Path, project_root: Path = PROJECT_ROOT, weights: bool = True) -> BackboneSpec:
-    """Load a spec file and run every check on it: its fields (`load_spec`) and the world (`validate_for_add`).
-
-    The one way a spec is accepted, wherever it is found: `soco add-backbone`, the spec-folder sensor and
-    the demo's scan (`scan_specs`), and a partition's run (`defs` loads its spec through it). A spec that
-    fails raises BackboneSpecError / BackboneWeightsError naming the file, the field and the fix.
-    """
+    """Load a spec file and run every check on it: its fields (`load_spec`) and the world
+    (`validate_for_add`). The one way a spec is accepted (add-backbone, the sensor, the demo, a partition's
+    run); a failure raises BackboneSpecError / BackboneWeightsError naming the file, the field and the fix."""
     spec = load_spec(path)
     validate_for_add(spec, project_root, weights)
     if spec.reference:

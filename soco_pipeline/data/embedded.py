@@ -14,11 +14,8 @@ def ensure_dataset(
     categories: list[str] | None = None,
     images_per_category: int | None = None,
 ) -> dict:
-    """Return the manifest of the generated data set at `root`, generating it if absent or different.
-
-    The generator writes manifest.json last, so a manifest that matches the request means a complete
-    data set; an interrupted generation has none and is generated again.
-    """
+    """The manifest of the generated data set at `root`, generated if absent or different (the generator
+    writes manifest.json last, so an interrupted generation has none and is generated again)."""
     from soco_pipeline.synth import generate_dataset
     from soco_pipeline.synth.generate import GENERATOR_VERSION
 

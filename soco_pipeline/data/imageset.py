@@ -27,10 +27,8 @@ from soco_pipeline.taxonomy import Taxonomy
 
 
 def check_image(uri: str) -> tuple[str, int, int]:
-    """('' | 'missing_image' | 'corrupt_image', width, height) for one image file.
-
-    Runs PIL's verify() and then a (reduced-scale) decode, since verify() alone misses truncated data.
-    """
+    """('' | 'missing_image' | 'corrupt_image', width, height) for one image file: PIL's verify() and then a
+    reduced-scale decode, since verify() alone misses truncated data."""
     try:
         data = read_bytes(uri)
     except (FileNotFoundError, IsADirectoryError):
@@ -50,10 +48,8 @@ def check_image(uri: str) -> tuple[str, int, int]:
 def build_image_set(
     candidates: pd.DataFrame, cfg: SourceConfig, taxonomy: Taxonomy
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Split candidate rows (sources' CANDIDATE_COLUMNS) into (image_set, rejected_images).
-
-    Candidates outside `cfg.categories` are left out (a selection, not a rejection). Width/height
-    missing from the annotations are read from the image header. Duplicate image ids raise ValueError.
+    """Split candidate rows (sources' CANDIDATE_COLUMNS) into (image_set, rejected_images); candidates outside
+    `cfg.categories` are left out, a missing width/height is read from the image header, duplicate ids raise.
     """
     missing_cols = [c for c in CANDIDATE_COLUMNS if c not in candidates.columns]
     if missing_cols:

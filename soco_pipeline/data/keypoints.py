@@ -1,23 +1,12 @@
 """Keypoint aggregation: annotator clicks -> one keypoint row per (image, keypoint of its category).
 
-The rule, per (image, keypoint) of a click-annotated image:
-
-1. Visibility by strict majority: visible iff more than half of the annotators marked it visible
-   (a tie is invisible).
-2. Among the visible clicks, with m the coordinate-wise median and d_i = ||c_i - m|| (pixels), a click
-   is an outlier when d_i > max(k * 1.4826 * median_i(d_i), floor * L), where L = max(width, height),
-   k = `SourceConfig.outlier_k` (default 3) and floor = `SourceConfig.outlier_floor` (default 0.03).
-   1.4826 * median distance is the MAD-style robust scale; the floor stops a tight pair of clicks from
-   rejecting an ordinary third click.
-3. Position = coordinate-wise median of the kept clicks; n_annotators = number of kept clicks
-   (for an invisible keypoint: the number of annotators who labelled it).
-4. spread = sqrt((s_x^2 + s_y^2) / 2) / L with s_x, s_y the sample standard deviations (ddof=1) of
-   the kept clicks' x and y: the per-axis RMS annotator std as a fraction of the longer image side.
-   NaN with fewer than two kept clicks or when invisible.
-
-Animal3D keypoints come with the source annotation and pass through `animal_keypoints` (visibility
-as recorded, n_annotators 1, spread NaN).
-"""
+Per (image, keypoint) of a click-annotated image: visible iff a strict majority marked it visible; among the
+visible clicks, with m the coordinate-wise median and d_i = ||c_i - m||, a click is an outlier when d_i >
+max(k * 1.4826 * median_i(d_i), floor * L), L = max(width, height), k = `SourceConfig.outlier_k` (3), floor =
+`SourceConfig.outlier_floor` (0.03: a tight pair of clicks does not reject an ordinary third); position = the
+median of the kept clicks, n_annotators = their count (invisible: the annotators who labelled it); spread =
+sqrt((s_x^2 + s_y^2) / 2) / L over the kept clicks (ddof=1; NaN under two or when invisible). Animal3D
+keypoints pass through `animal_keypoints` (visibility as recorded, n_annotators 1, spread NaN)."""
 
 from __future__ import annotations
 
@@ -92,14 +81,13 @@ def aggregate_clicks(
     cfg: SourceConfig,
     rejected: pd.DataFrame | None = None,
 ) -> tuple[pd.DataFrame, dict]:
-    """Aggregate raw clicks into KeypointSchema rows plus a dict of data-set statistics.
+    """Aggregate raw clicks into KeypointSchema rows (one per keypoint of each ImageNet3D or clicked image's
+    category; invisible: NaN x/y) plus data-set statistics; clicks on `rejected` images are ignored and
+    counted.
 
-    Covers every ImageNet3D image of `image_set` and every other image with clicks; each gets one row
-    per keypoint of its category (invisible ones with visible=False, NaN x/y). Clicks on images listed
-    in `rejected` (rejected_images) are ignored and counted. Bad input raises ValueError naming the
-    rows: clicks on unknown images or keypoints, duplicate (image, keypoint, annotator) rows, NaN or
-    out-of-bounds visible clicks, duplicate image ids, an ImageNet3D image without any click.
-    """
+    Raises ValueError naming the rows: clicks on unknown images or keypoints, duplicate (image, keypoint,
+    annotator) rows, NaN or out-of-bounds visible clicks, duplicate image ids, an ImageNet3D image without
+    clicks."""
     _check_image_set(image_set)
     clicks = validate(clicks, RawClickSchema, "clicks")
     n_clicks_total = len(clicks)
@@ -208,12 +196,9 @@ def aggregate_clicks(
 
 
 def animal_keypoints(raw: pd.DataFrame, image_set: pd.DataFrame, taxonomy: Taxonomy) -> pd.DataFrame:
-    """KeypointSchema rows for the Animal3D images of `image_set` from `read_animal3d`'s keypoint table.
-
-    Visibility as recorded; invisible points get NaN x/y; n_annotators 1, spread NaN. Rows of images
-    not in the set (rejected ones) are ignored. Raises ValueError for unknown keypoints, visible points
-    with NaN or out-of-bounds coordinates, duplicate rows, and kept Animal3D images without keypoints.
-    """
+    """KeypointSchema rows of the Animal3D images of `image_set` (visibility as recorded, n_annotators 1,
+    spread NaN). Raises ValueError for unknown keypoints, bad visible coordinates, duplicates and kept images
+    without any."""
     _check_image_set(image_set)
     info = image_set.loc[image_set["source"] == "animal3d", ["image_id", "category", "width", "height"]]
     r = raw[["image_id", "keypoint", "x", "y", "visible"]].merge(info, on="image_id", how="inner")
@@ -285,12 +270,9 @@ def build_keypoints(
 def aggregate_keypoints(
     raw: pd.DataFrame, image_set: pd.DataFrame, taxonomy: Taxonomy, cfg: SourceConfig
 ) -> tuple[pd.DataFrame, dict]:
-    """The `keypoints` table from `sources.read_raw_keypoints`'s mixed table, plus statistics.
-
-    Rows of images outside `image_set` (the rejected or filtered-out ones) are dropped and counted in
-    stats["raw_rows_outside_image_set"]; then clicks go through `aggregate_clicks`, Animal3D rows
-    through `animal_keypoints`, and SOCO release rows (already aggregated) pass through as they are.
-    """
+    """The `keypoints` table (plus statistics) from `read_raw_keypoints`'s mixed table: rows outside
+    `image_set` dropped and counted, clicks aggregated, Animal3D rows converted, SOCO release rows passed
+    through."""
     _check_image_set(image_set)
     inside = raw["image_id"].isin(image_set["image_id"]).to_numpy()
     r = raw[inside]

@@ -1,20 +1,11 @@
 """Export of the canonical tables in the official SOCO release layout, so others' tools run on our data.
 
-Writes `Images/<cat>/<image_id>.JPEG` (the image bytes copied as they are),
-`PairAnnotations/{intra,cross}/<pair_group>/<n>-<src>-<trg>.json` for the evaluated pairs (n = 1-based
-rank of the pair id within its level and group), `PairAnnotations/trainsplits/{train,test}/<pair_group>/`
-for the pairs of a `split` column, `KeypointAnnotations/<cat>/<image_id>.json` for every
-image, and `Metadata/keypoint_taxonomy.json` + `Metadata/filename_mapping.json`. Everything is
-written under a temporary sibling folder which is then moved onto `out_root`, so readers never see a
-half-written release.
-
-What the release carries (and `sources.soco_release.read_soco_release` gives back exactly):
-images: image_id, category, supercategory, width, height, bbox (not: source, uri, pose);
-keypoints: every column (KeypointAnnotations hold all keypoints with visibility, n_annotators and
-spread); image_pairs: every column of the evaluated pairs; correspondences: every column of the rows
-of evaluated pairs. Pair files follow the official fields plus `pair_key` (our pair id), `level`,
-`ancestor` and `category`; pair_id is the integer n, as the official loader expects.
-"""
+Writes `Images/`, `PairAnnotations/{intra,cross}/<pair_group>/<n>-<src>-<trg>.json` (n = 1-based rank of the
+pair id within its level and group), `PairAnnotations/trainsplits/`, `KeypointAnnotations/` and `Metadata/`
+under a temporary sibling folder then moved onto `out_root`, so readers never see a half-written release.
+`sources.soco_release.read_soco_release` gives back exactly every column (of the evaluated pairs' rows) but
+the images' source, uri and pose; pair files add `pair_key` (our pair id), `level`, `ancestor` and `category`,
+and pair_id is the integer n, as the official loader expects."""
 
 from __future__ import annotations
 
@@ -79,13 +70,9 @@ def _keypoint_entries(kp: pd.DataFrame, ids: dict, cids: dict, full: bool) -> pd
 
 
 def release_metadata(taxonomy: Taxonomy, categories: list[str], supercategory: dict[str, str]) -> dict:
-    """The Metadata/keypoint_taxonomy.json document of a release of `categories`.
-
-    supercategories; categories {supercategory, parent, keypoints}; nodes {parent, supercategory} of
-    their ancestors; keypoints {concept_name, concept_id, node, part, where, at, template (the resolved
-    description template)}; concepts {id, noun, ...}; templates (assets/descriptions.yaml's `at` and
-    `concepts` sections). `sources.release_taxonomy` reads it back.
-    """
+    """The Metadata/keypoint_taxonomy.json document of a release of `categories` (supercategories, categories,
+    nodes, keypoints with their resolved templates, concepts, templates), which `sources.release_taxonomy`
+    reads."""
     from soco_pipeline.data.descriptions import load_templates, template_for
 
     cids = concept_ids(taxonomy)
@@ -140,10 +127,8 @@ def export_soco_release(
     workers: int = 8,
 ) -> dict:
     """Write the SOCO release layout to `out_root` atomically; return counts of what was written.
-
-    Raises FileExistsError when `out_root` exists (unless overwrite=True) and ValueError when a pair or
-    correspondence refers to an image or keypoint the tables do not hold.
-    """
+    FileExistsError when `out_root` exists (unless overwrite); ValueError for a pair or correspondence the
+    tables cannot back."""
     images = validate(images, ImageSchema, "images")
     keypoints = validate(keypoints, KeypointSchema, "keypoints")
     image_pairs = validate(image_pairs, ImagePairSchema, "image_pairs")

@@ -1,20 +1,11 @@
 """The per-backbone feature cache: dense maps extracted once per (backbone, image), fp16 on disk.
 
-Layout under an fsspec cache root::
-
-    <cache_root>/<backbone>/<spec_hash>/
-        info.json          the normalised spec, its hash, the code version, S and stride
-        manifest.parquet   FeatureManifestSchema rows (+ width, height, spec_hash)
-        <image_id>.npy     fp16 C x h x w, L2-normalised over channels
-        <image_id>.cls.npy fp16 C, the L2-normalised class token (timm ViTs; `cls_path` and
-                           `cls_checksum` in the manifest)
-
-`path` in the manifest is relative to the cache root. A spec change gives a new spec_hash and so a
-new folder: nothing cached for another spec is touched. Extraction is resumable: an image counts
-as done when the manifest has it and its files (the map, and the class token when it has one) are
-present (and, by default, their checksums match); everything else is recomputed. The manifest is flushed every few seconds and whenever extraction
-stops, including on an exception, so an interrupted run loses at most the batch in flight.
-"""
+Under `<cache_root>/<backbone>/<spec_hash>/`: `info.json` (the normalised spec, its hash, the code version, S,
+stride), `manifest.parquet` (FeatureManifestSchema rows, `path` relative to the cache root), `<image_id>.npy`
+(fp16 C x h x w, L2-normalised over channels) and, for timm ViTs, `<image_id>.cls.npy` (the class token). A
+spec change gives a new folder. Extraction is resumable (an image is done when the manifest lists it and its
+files are present and, by default, their checksums match); the manifest is flushed every few seconds and
+whenever extraction stops, so an interrupted run loses at most the batch in flight."""
 
 from __future__ import annotations
 
@@ -156,16 +147,13 @@ def extract_features(
     backbone: Backbone | None = None,
     verify: str = "checksum",
 ) -> pd.DataFrame:
-    """Extract and cache L2-normalised fp16 features of every image for one backbone spec.
+    """Extract and cache L2-normalised fp16 features of every image (image_set rows) for one backbone spec;
+    returns the requested images' manifest rows in their order (FeatureManifestSchema plus width, height,
+    spec_hash).
 
-    `images` holds image_id, uri, width, height, category (image_set rows). `context` is a
-    BackboneContext or a dict {data_root | embedded_root, device} (oracles need the data root;
-    device None/"auto" keeps the spec's choice). Only images without a
-    valid cached file are computed (`verify`: "checksum" re-hashes cached files, "exists" only checks
-    presence, "none" trusts the manifest). `backbone` may be passed prebuilt (it must be built from
-    `spec`); otherwise it is built only if something is missing. Returns the manifest rows of the
-    requested images, in their order (FeatureManifestSchema plus width, height, spec_hash).
-    """
+    Only images without a valid cached file are computed (`verify`: checksum | exists | none). `context` is a
+    BackboneContext or {data_root | embedded_root, device}; a prebuilt `backbone` must come from `spec`, else
+    one is built only if something is missing."""
     if verify not in ("checksum", "exists", "none"):
         raise ValueError(f"verify must be 'checksum', 'exists' or 'none', got {verify!r}")
     if backbone is not None and backbone.spec != spec:
@@ -241,10 +229,8 @@ def _write_info(folder: str, spec: BackboneSpec, hash_: str, backbone: Backbone)
 
 
 def _plan(backbone: Backbone, todo: pd.DataFrame, batch_size: int) -> list[tuple[np.ndarray, int]]:
-    """(row indices, input size S) of every batch: images sharing S together, at most batch_size each.
-
-    S is asked once per distinct (width, height), not once per image; within a size the order is kept.
-    """
+    """(row indices, input size S) of every batch: images sharing S together, at most batch_size each, in
+    order; S is asked once per distinct (width, height)."""
     wh = todo[["width", "height"]].to_numpy(dtype=np.int64).reshape(-1, 2)
     uniq, inverse = np.unique(wh, axis=0, return_inverse=True)
     sizes = np.array([backbone.input_size(int(w), int(h)) for w, h in uniq], dtype=np.int64)[inverse.ravel()]
@@ -274,20 +260,14 @@ def _prepare(backbone: Backbone, recs: pd.DataFrame):
 
 
 def loader_threads(device: torch.device) -> int:
-    """Threads that decode and prepare batches ahead of the model.
-
-    On the CPU one: the model already uses every core through torch's own threads, and the thread
-    only has to stay ahead. With an accelerator, decoding is the CPU's whole job: up to 4.
-    """
+    """Threads that decode and prepare batches ahead of the model: one on the CPU (torch already uses every
+    core), up to 4 with an accelerator (decoding is then the CPU's whole job)."""
     return 1 if device.type == "cpu" else max(1, min(4, (os.cpu_count() or 2) - 1))
 
 
 class _Writer:
-    """Writes the maps of a batch to the cache and the manifest, in one thread beside the model.
-
-    It owns the manifest while the run lasts (rows are added and flushed only here), so the caller
-    reads it only after `wait`.
-    """
+    """Writes a batch's maps to the cache and the manifest in one thread beside the model; it owns the
+    manifest while the run lasts, so the caller reads it only after `wait`."""
 
     def __init__(self, spec: BackboneSpec, folder: str, rel: str, hash_: str, manifest: _Manifest):
         self.spec, self.folder, self.rel, self.hash_, self.manifest = spec, folder, rel, hash_, manifest

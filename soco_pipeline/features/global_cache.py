@@ -1,20 +1,9 @@
-"""The global-feature output of the shared feature cache: per (backbone, input policy, image) the class token of
-each of the last two blocks and the mean of the last block's patch tokens, extracted once for every family
-that asks (FG-BMK's probes, SOCO's kNN / retrieval, ...). The extractors are `features.global_extractors`.
+"""The global-feature output of the shared feature cache: per (backbone, input policy, image) the class token
+of each of the last two blocks and the mean of the last block's patch tokens, extracted once for every family
+that asks. The extractors are `features.global_extractors`.
 
-Layout, beside the backbone's dense maps: `<cache_root>/<backbone>/<spec_hash>/global_<policy_hash>/` holds
-shards `part-<digest>.npy` (fp32 rows [cls_prev | cls_last | patch_mean]), one manifest per writer
-`manifest-<start time>-<pid>-<random>.parquet` (image_id, shard, row, checksum, width, height; a folder written
-before that has one `manifest.parquet`, still read) and `info.json` (dims, policy). Each shard is
-xxh3-checksummed on every read; extraction resumes from the images some manifest lists with a valid shard.
-Families with different image tables share a folder when they ask for the same policy: each writer writes
-only its own manifest file and readers merge them all (the newest valid row of an image wins), so two writers
-at once never drop each other's rows, on a local disk or an object store alike, with no lock.
-
-Damage is repaired, not fatal: an unreadable manifest file, a missing or damaged info.json and a missing or
-corrupt shard each raise a FeatureError naming the file and the asset to re-materialize; that re-extraction
-recomputes only the images the damaged file held (and rewrites a damaged info.json from one forward pass).
-"""
+Layout, checksums, resuming, lock-free concurrent writers (one manifest file each, merged on read) and the
+repair of damage: docs/fgbmk.md, "Global features"."""
 
 from __future__ import annotations
 
@@ -272,11 +261,9 @@ def extract_global(
 ) -> GlobalFeatures:
     """Global features of every image (image_id, uri, width, height [+ label columns for oracles]), cached.
 
-    `extractor` is built already, or a function that builds it, called only when an image is missing (then
-    `folder` and `name` must be given: `cached_global` does that). Images listed in the cache manifest with a
-    valid shard of the same size are read back; the rest are extracted in batches of `config.batch_size`,
-    each batch one shard, the manifest rewritten after each (an interrupted run keeps every finished batch).
-    """
+    `extractor` is built already, or a builder called only when an image is missing (then `folder` and `name`
+    are needed). Extraction runs in batches of `config.batch_size`, one shard each, the manifest rewritten
+    after each."""
     log = log or (lambda _m: None)
     if isinstance(extractor, GlobalExtractor):
         folder, name = extractor.cache_folder(cache_root, config), extractor.name

@@ -1,23 +1,9 @@
-"""The extractors of the global-feature output: per backbone kind's declared readout, pixels in [0, 1] -> the
-class token of each of the last two blocks and the mean of the last block's patch tokens (three parts:
-cls_prev, cls_last, patch_mean), at a `GlobalInputPolicy` (FG-BMK's eval transform by default).
+"""The extractors of the global-feature output: per backbone kind's declared readout (backbones/kinds.py
+GLOBAL_READOUTS), pixels in [0, 1] -> cls_prev, cls_last, patch_mean, at a `GlobalInputPolicy` (FG-BMK's eval
+transform by default). What each readout gives: docs/fgbmk.md, "Global features".
 
-What each readout (backbones/kinds.py GLOBAL_READOUTS, declared per kind) gives:
-
-- `class_tokens` (timm ViTs): block -2 and block -1 class tokens and block -1's patch-token mean (the final
-  LayerNorm applied to each, like DINOv2's get_intermediate_layers, unless `final_norm: false`); a ViT
-  without a class token uses its patch mean as the "class token";
-- `cnn_stages` (EfficientNet-Lite0, a CNN): cls_prev = the global average of the last stage (320 ch),
-  cls_last = the pooled pre-logits embedding (1280 ch), patch_mean = the same (the mean of the final map's
-  positions IS the pool);
-- no readout (SIFT, SOCO oracles, diffusion; an unknown kind): the mean of their dense map at their own
-  protocol in all three parts (no blocks to read);
-- `VariantOracle` (tests): a margin-scaled one-hot of the image's label plus seeded noise.
-
-Extractors take pixels in [0, 1] (B, 3, crop, crop) and normalise inside, so attacks in pixel space
-(FG-BMK's robustness) differentiate through them when `differentiable` is True. The cache is
-`features.global_cache`.
-"""
+Extractors normalise inside, so attacks in pixel space (FG-BMK's robustness) differentiate through them when
+`differentiable` is True. The cache is `features.global_cache`."""
 
 from __future__ import annotations
 
@@ -206,10 +192,8 @@ class DenseMeanGlobal(GlobalExtractor):
 
 
 class VariantOracle(GlobalExtractor):
-    """Knows each image's label: `margin` x one-hot(label column) plus seeded N(0, noise^2) per dimension.
-
-    For tests of the metrics: with a margin well above the noise it scores 100 top-1 and mAP 100.
-    """
+    """Knows each image's label: `margin` x one-hot(label column) plus seeded N(0, noise^2) per dimension; for
+    tests of the metrics (a margin well above the noise scores 100 top-1 and mAP 100)."""
 
     def __init__(
         self,
@@ -277,11 +261,8 @@ def build_global_extractor(
 
 
 def load_global_pixels(uris: list[str], image_ids: list[str], config: GlobalInputPolicy) -> torch.Tensor:
-    """FG-BMK's eval transform before normalisation: (B, 3, crop, crop) in [0, 1].
-
-    Shorter side resized to `resize` (bicubic, antialiased, on uint8 like PIL, so it stays in range), then the
-    centre `crop` x `crop` (torchvision's centre_crop rounding).
-    """
+    """FG-BMK's eval transform before normalisation, (B, 3, crop, crop) in [0, 1]: shorter side to `resize`
+    (bicubic, antialiased, on uint8 like PIL), then torchvision's centre crop."""
     from torchvision.transforms.v2 import functional as TF
 
     out = []

@@ -28,14 +28,11 @@ from soco_pipeline.storage import (
 
 
 def _map_local(path: str, checksum: str | None = None) -> tuple[np.ndarray, mmap.mmap | None]:
-    """A local .npy file mapped read-only, and the mapping when checksummed; ValueError saying what is
-    wrong with a bad file.
+    """A local .npy file mapped read-only (and the mapping when checksummed); ValueError saying what is wrong.
 
-    With `checksum`, the mapped bytes are hashed (xxh3, ~25 GB/s) and a mismatch raises _Corrupt; the
-    array then views that same mapping, so the pages the hash faulted in are the ones matching reads.
-    Files are replaced by atomic rename, so a mapping keeps the old inode when the cache is re-extracted;
-    a write into the file itself shows through the mapping, so a cached array is re-hashed on each hit.
-    """
+    With `checksum` the mapped bytes are hashed (xxh3) and the array views that same mapping. Files are
+    replaced by atomic rename, but a write into the file itself shows through, so a cached array is re-hashed
+    on each hit."""
     try:
         with open(path, "rb") as f:
             version = npy_format.read_magic(f)
@@ -79,14 +76,9 @@ def _non_finite(arr: np.ndarray) -> int:
 class FeatureStore:
     """Read access to one backbone's cached features: `.get(image_id) -> (C x h x w float32, meta)`.
 
-    The last `cache_items` fp16 maps read are kept in memory; every `get` returns a fresh float32 array.
-
-    meta holds input_size (S), stride (input px per cell), grid_h, grid_w, channels, width, height.
-    Maps cover the white-padded S x S square, the image at the top-left.
-
-    Every read is verified against the manifest's xxh3 checksum (or, for older manifests, for NaN/inf);
-    `verify_reads = False` skips that (benchmarks measure its cost with it).
-    """
+    The last `cache_items` fp16 maps are kept in memory; meta holds input_size (S), stride, grid_h, grid_w,
+    channels, width, height (maps cover the white-padded S x S square). Every read is verified against the
+    manifest's xxh3 checksum (older manifests: for NaN/inf) unless `verify_reads = False`."""
 
     verify_reads: bool = True
 
@@ -116,11 +108,9 @@ class FeatureStore:
 
     @classmethod
     def from_manifest(cls, cache_root: str, manifest: pd.DataFrame, cache_items: int = 64) -> FeatureStore:
-        """The store of the images in a manifest extract_features returned (one backbone, one spec).
-
-        A manifest reduced to FeatureManifestSchema's columns (no width/height/spec_hash) still works:
-        the spec folder is read off `path` and the full rows come from the cached manifest.
-        """
+        """The store of the images in a manifest extract_features returned; one reduced to
+        FeatureManifestSchema's columns still works (the folder is read off `path`, the full rows from the
+        cached manifest)."""
         if manifest.empty:
             raise FileNotFoundError("the feature manifest is empty: no image has cached features")
         folders = manifest.path.str.rsplit("/", n=1).str[0].unique()

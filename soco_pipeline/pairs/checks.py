@@ -24,10 +24,8 @@ COUNT_KINDS = ("image_pairs", "soc", "soc_geo", "cc")
 
 
 def pair_counts(image_pairs: pd.DataFrame, correspondences: pa.Table | pd.DataFrame) -> pd.DataFrame:
-    """Release-style counts: per level and kind (image_pairs, soc, soc_geo, cc), all and evaluated.
-
-    Columns level, kind, total, evaluated (a correspondence counts as evaluated when its pair is).
-    """
+    """Release-style counts per level and kind (image_pairs, soc, soc_geo, cc): columns level, kind, total,
+    evaluated (a correspondence counts as evaluated when its pair is)."""
     if not isinstance(correspondences, pa.Table | pd.DataFrame):
         raise TypeError(f"correspondences must be an Arrow Table or a DataFrame, not {type(correspondences)}")
     pairs = image_pairs[["pair_id", "level", "evaluated"]]
@@ -69,12 +67,9 @@ def pair_counts(image_pairs: pd.DataFrame, correspondences: pa.Table | pd.DataFr
 def check_image_pairs(
     image_pairs: pd.DataFrame, taxonomy: Taxonomy, images: pd.DataFrame | None = None
 ) -> list[str]:
-    """Problems of an image_pairs table (empty list = fine), each naming offending rows.
-
-    Checks: no self pairs, unique pair ids, known levels, intra pairs within one category, cross
-    pairs only between related categories, ancestor = lowest common ancestor, pair_group = target
-    category, and (with `images`) images that exist with the stated categories.
-    """
+    """Problems of an image_pairs table (empty list = fine), each naming offending rows: self pairs, duplicate
+    ids, unknown levels, intra pairs across categories, cross pairs between unrelated categories, a wrong
+    ancestor or pair_group, and (with `images`) missing images or wrong categories."""
     require_columns(image_pairs, PAIR_COLUMNS, "image_pairs")
     problems: list[str] = []
 
@@ -129,12 +124,9 @@ def check_correspondences(
     keypoints: pd.DataFrame,
     taxonomy: Taxonomy,
 ) -> list[str]:
-    """Problems of a correspondences table (empty list = fine), each naming offending rows.
-
-    Checks: known pair ids with matching level, known kinds, both keypoints exist and are visible in
-    their image, SOC rows match a keypoint with itself, the concept is both keypoints' concept, only
-    keypoints the pair's categories share, n_candidates = visible shared target keypoints of the
-    concept, geo = n_candidates >= 2. Vectorized over integer codes.
+    """Problems of a correspondences table (empty list = fine), each naming offending rows: unknown pairs,
+    levels or kinds, keypoints missing or invisible, SOC rows not matching a keypoint with itself, wrong
+    concepts, keypoints the categories do not share, wrong n_candidates or geo. Vectorized over integer codes.
     """
     if not isinstance(correspondences, pa.Table | pd.DataFrame):
         raise TypeError(f"correspondences must be an Arrow Table or a DataFrame, not {type(correspondences)}")

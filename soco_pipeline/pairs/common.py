@@ -45,11 +45,9 @@ Quota = int | Literal["all"]
 
 @dataclass(frozen=True)
 class PairConfig:
-    """How pairs are drawn: the seed, evaluation quotas per pair group and cross sources per category.
-
-    ``intra_per_category`` / ``cross_per_category``: evaluated pairs per pair group (an int or "all").
-    ``cross_sources_per_category``: source images drawn per (target image, related category), or "all".
-    """
+    """How pairs are drawn: the seed, evaluated pairs per pair group (``intra_per_category`` /
+    ``cross_per_category``: an int or "all") and source images per (target image, related category)
+    (``cross_sources_per_category``)."""
 
     seed: int = 0
     intra_per_category: Quota = 200
@@ -113,10 +111,8 @@ def related_category_pairs(taxonomy: Taxonomy, categories: list[str] | None = No
 
 
 def allowed_keypoints(taxonomy: Taxonomy, combos: pd.DataFrame) -> pd.DataFrame:
-    """(combo, keypoint) for each (src_category, trg_category) row of `combos`: the shared keypoints.
-
-    For intra combos (same category) that is every keypoint of the category.
-    """
+    """(combo, keypoint) for each (src_category, trg_category) row of `combos`: the shared keypoints (every
+    keypoint of the category for an intra combo)."""
     by_node: dict[str | None, list[str]] = {}
     combo_ids, names = [], []
     for i, (a, b) in enumerate(zip(combos.src_category, combos.trg_category, strict=True)):
@@ -182,11 +178,8 @@ def visible_keypoints(keypoints: pd.DataFrame, taxonomy: Taxonomy) -> pd.DataFra
 
 
 def column_codes(values: pa.ChunkedArray | pa.Array | pd.Series, index: pd.Index) -> np.ndarray:
-    """Positions of a string column's values in `index` (-1 where absent).
-
-    Dictionary-encoded Arrow columns and pandas categoricals are mapped through their (small)
-    dictionaries, so millions of rows cost one integer gather.
-    """
+    """Positions of a string column's values in `index` (-1 where absent); dictionary-encoded and categorical
+    columns are mapped through their small dictionaries, so millions of rows cost one integer gather."""
     if isinstance(values, pa.Array):
         values = pa.chunked_array([values])
     if isinstance(values, pa.ChunkedArray):

@@ -35,14 +35,13 @@ def _select_pairs(image_pairs: pd.DataFrame, evaluated_only: bool) -> pd.DataFra
 def build_correspondences(
     image_pairs: pd.DataFrame, keypoints: pd.DataFrame, taxonomy: Taxonomy, evaluated_only: bool = False
 ) -> pa.Table:
-    """Keypoint-level correspondences (CorrespondenceSchema) of every pair, as an Arrow table.
+    """Keypoint-level correspondences (CorrespondenceSchema) of every pair, as an Arrow table with
+    dictionary-encoded strings, sorted by pair (input order), kind (soc, cc), source and target keypoint
+    (taxonomy order).
 
-    String columns are dictionary-encoded (``to_pandas()`` gives categoricals). Rows are sorted by pair
-    (in `image_pairs` order), kind (soc, cc), source and target keypoint (taxonomy order). SOC: the same
-    keypoint visible in both images; CC: per concept, every visible source x target keypoint. Cross
-    pairs only use the keypoints their categories share. n_candidates = visible target keypoints of
-    the concept; geo = n_candidates >= 2. The joins are sorted-merge joins over integer codes.
-    """
+    SOC: the same keypoint visible in both images; CC: per concept, every visible source x target keypoint;
+    cross pairs use only shared keypoints. n_candidates = visible target keypoints of the concept; geo = n >=
+    2."""
     enc = encode_pairs(_select_pairs(image_pairs, evaluated_only), keypoints, taxonomy)
     return decode_matches(match_rows(enc, 0, len(enc.pair_ids)), enc, slice_pairs=False)
 
@@ -77,11 +76,8 @@ def write_correspondences(
     evaluated_only: bool = False,
     batch_rows: int = 1_000_000,
 ) -> int:
-    """Stream the correspondences to one Parquet file at an fsspec `path` atomically; returns the row count.
-
-    Batches of whole pairs go to a temporary sibling, moved onto `path` once complete; at most one batch
-    is in memory.
-    """
+    """Stream the correspondences to one Parquet file at an fsspec `path` atomically (batches of whole pairs
+    to a temporary sibling, one batch in memory); returns the row count."""
     rows = 0
     with storage.open_atomic(path) as f:
         writer = None
@@ -100,11 +96,8 @@ def write_correspondences(
 def candidate_keypoints(
     image_pairs: pd.DataFrame, keypoints: pd.DataFrame, taxonomy: Taxonomy, side: str = "trg"
 ) -> pd.DataFrame:
-    """Per pair, the visible keypoints of one side ('src' or 'trg') that the pair's categories share.
-
-    Columns pair_id, keypoint, concept (categoricals); sorted by pair (input order) and keypoint
-    (taxonomy order). These are a target's SOC-geo / four-choice candidates.
-    """
+    """Per pair, the visible keypoints of one side ('src' or 'trg') that the pair's categories share (a
+    target's SOC-geo / four-choice candidates): pair_id, keypoint, concept, sorted by pair and keypoint."""
     if side not in ("src", "trg"):
         raise ValueError(f"side must be 'src' or 'trg', got {side!r}")
     enc = encode_pairs(image_pairs.reset_index(drop=True), keypoints, taxonomy)

@@ -21,11 +21,8 @@ from soco_pipeline.taxonomy import Taxonomy
 
 @dataclass
 class PairSide:
-    """Per pair, the visible keypoints of one image that the pair's two categories share.
-
-    Parallel integer arrays sorted by (pair, kp): the pair's row in the pairs table, the keypoint and
-    concept codes (positions in the taxonomy's keypoint and concept lists).
-    """
+    """Per pair, the visible keypoints of one image that the pair's two categories share: parallel integer
+    arrays sorted by (pair, kp) of the pair's row, the keypoint code and the concept code."""
 
     pair: np.ndarray
     kp: np.ndarray
@@ -153,10 +150,8 @@ def soc_mask(src: PairSide, trg: PairSide, n_kp: int) -> np.ndarray:
 def _concept_groups(
     src: PairSide, trg: PairSide, n_concepts: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Target rows regrouped by (pair, concept, kp), and per source row its group's start and size.
-
-    Both sides cover the same pair range (they come from one slice), so keys are counted with bincount.
-    """
+    """Target rows regrouped by (pair, concept, kp), and per source row its group's start and size (both sides
+    cover one pair range, so keys are counted with bincount)."""
     lo = min(int(src.pair[0]) if len(src.pair) else 0, int(trg.pair[0]) if len(trg.pair) else 0)
     hi = max(int(src.pair[-1]) if len(src.pair) else 0, int(trg.pair[-1]) if len(trg.pair) else 0) + 1
     t_key = (trg.pair.astype(np.int64) - lo) * n_concepts + trg.concept
@@ -175,12 +170,8 @@ def rows_per_pair(enc: EncodedPairs) -> np.ndarray:
 
 
 def match_rows(enc: EncodedPairs, lo: int, hi: int) -> dict[str, np.ndarray]:
-    """Correspondence codes of pairs lo <= pair < hi, ordered by pair, kind (soc, cc), src kp, trg kp.
-
-    SOC: source rows whose keypoint is visible on the target side. CC: each source row repeated over
-    the target rows of its (pair, concept) group. Rows are placed by arithmetic, with no sort: a row's
-    position is its index among the rows of its kind plus the rows of the other kind before it (the
-    earlier pairs' CC rows for SOC; the SOC rows up to its own pair for CC).
+    """Correspondence codes of pairs lo <= pair < hi, ordered by pair, kind (soc, cc), src kp, trg kp. Rows
+    are placed by arithmetic, not sorted: a row's index among its kind plus the other kind's rows before it.
     """
     src, trg = enc.src.slice(lo, hi), enc.trg.slice(lo, hi)
     soc = soc_mask(src, trg, len(enc.kp_names))
@@ -224,11 +215,8 @@ def _dict_column(codes: np.ndarray, dictionary: pa.Array) -> pa.DictionaryArray:
 
 
 def decode_matches(codes: dict[str, np.ndarray], enc: EncodedPairs, slice_pairs: bool) -> pa.Table:
-    """Integer codes -> a correspondences table with dictionary-encoded string columns.
-
-    With `slice_pairs` the pair dictionary holds only the batch's (contiguous) pair range, which keeps
-    each Parquet row group's dictionary small when streaming.
-    """
+    """Integer codes -> a correspondences table with dictionary-encoded strings; `slice_pairs` keeps the pair
+    dictionary to the batch's range (small row-group dictionaries when streaming)."""
     pair, pair_dict = codes["pair"], enc.pair_ids
     if slice_pairs and len(pair):
         lo, hi = int(pair[0]), int(pair[-1])

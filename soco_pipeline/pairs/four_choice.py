@@ -1,11 +1,5 @@
-"""Four-choice items: per evaluated SOC correspondence, four target keypoints A-D, one of them right.
-
-Candidates are the target image's visible keypoints (for cross pairs, only those the two categories
-share). Besides the right keypoint, one distractor of the same concept is taken when the target has
-one, the other two are drawn at random from the rest; the answer's position is random too. All draws
-come from one seeded generator in a fixed row order, so the table is deterministic. Items whose
-target has fewer than four candidate keypoints are skipped (there are not four distinct options).
-"""
+"""Four-choice items: per evaluated SOC correspondence, four target keypoints A-D, one of them right (DESIGN
+section 1). All draws come from one seeded generator in a fixed row order, so the table is deterministic."""
 
 from __future__ import annotations
 
@@ -57,13 +51,9 @@ def build_four_choice(
     seed: int,
     taxonomy: Taxonomy | None = None,
 ) -> pd.DataFrame:
-    """Four-choice items (FourChoiceSchema) for every SOC correspondence of the evaluated pairs.
-
-    Options are four distinct target keypoints: the right one, a same-concept distractor when the
-    target has one, the rest random; `answer` is the right option's position (0-3). Items with fewer
-    than four candidate target keypoints are skipped. Sorted by pair_id and source keypoint (taxonomy
-    order).
-    """
+    """Four-choice items (FourChoiceSchema) for every SOC correspondence of the evaluated pairs: the right
+    target keypoint, a same-concept distractor when there is one, the rest random; `answer` is its position
+    (0-3). Items with fewer than four candidates are skipped; sorted by pair_id and source keypoint."""
     taxonomy = taxonomy if taxonomy is not None else load_taxonomy()
     evaluated = image_pairs[image_pairs.evaluated.astype(bool)].sort_values("pair_id", ignore_index=True)
     pair_ids = pd.Index(evaluated.pair_id.astype(str))

@@ -1,10 +1,5 @@
-"""Image pairs (intra and cross through the taxonomy) and the seeded evaluation sample.
-
-Intra pairs are every ordered pair of distinct images of a category. Cross pairs join images of
-*related* categories (their lowest common ancestor in the taxonomy defines keypoints): for each target
-image and each related source category, ``cross_sources_per_category`` source images are drawn with a
-seeded RNG.
-"""
+"""Image pairs (intra and cross through the taxonomy: related categories share a lowest common ancestor that
+defines keypoints) and the seeded evaluation sample."""
 
 from __future__ import annotations
 
@@ -26,11 +21,8 @@ from soco_pipeline.taxonomy import Taxonomy
 
 
 def _sample_without_replacement(n: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
-    """Per row, min(k, n) distinct offsets in [0, n) drawn uniformly; -1 pads rows with n < k.
-
-    Vectorized over rows, looping only over the k draws: draw r in [0, n - i), then shift it past the
-    offsets already taken (in increasing order) to land on the r-th offset not yet taken.
-    """
+    """Per row, min(k, n) distinct offsets in [0, n) drawn uniformly (-1 pads rows with n < k); vectorized
+    over rows: draw r in [0, n - i), then shift it past the offsets already taken."""
     out = np.full((len(n), k), -1, dtype=np.int64)
     for i in range(k):
         live = n > i
@@ -98,11 +90,8 @@ def soc_counts(image_pairs: pd.DataFrame, keypoints: pd.DataFrame, taxonomy: Tax
 
 
 def evaluation_sample(image_pairs: pd.DataFrame, eligible: np.ndarray, cfg: PairConfig) -> np.ndarray:
-    """The evaluated flag: per (level, pair_group), a seeded uniform sample of the eligible pairs.
-
-    Each pair gets a random key drawn in the table's order; within a group the eligible pairs with the
-    smallest keys are taken, up to the level's quota (all of them for "all"), so ids play no part.
-    """
+    """The evaluated flag: per (level, pair_group) the eligible pairs with the smallest seeded random keys, up
+    to the level's quota, so ids play no part."""
     keys = stream_rng(cfg.seed, STREAM_EVALUATION).random(len(image_pairs))
     group = image_pairs.groupby(["level", "pair_group"], sort=True).ngroup().to_numpy()
     idx = np.flatnonzero(eligible)
@@ -123,13 +112,9 @@ def evaluation_sample(image_pairs: pd.DataFrame, eligible: np.ndarray, cfg: Pair
 def build_image_pairs(
     images: pd.DataFrame, keypoints: pd.DataFrame, taxonomy: Taxonomy, cfg: PairConfig
 ) -> pd.DataFrame:
-    """Intra and cross image pairs (ImagePairSchema) with the seeded evaluation sample marked.
-
-    Intra: every ordered pair of distinct images of a category. Cross: per target image and related
-    source category, ``cfg.cross_sources_per_category`` seeded source images. Pairs without any
-    visible SOC correspondence are never evaluated. Rows sorted by level (intra first), pair_group,
-    src_image, trg_image.
-    """
+    """Intra (every ordered pair within a category) and cross (seeded sources per target image and related
+    category) image pairs (ImagePairSchema) with the seeded evaluation sample marked; pairs without a visible
+    SOC correspondence are never evaluated. Sorted by level, pair_group, src_image, trg_image."""
     imgs = check_images(images, taxonomy)
     pairs = pd.concat([_intra_pairs(imgs), _cross_pairs(imgs, taxonomy, cfg)], ignore_index=True)
     pairs["_lvl"] = (pairs.level == "cross").astype(np.int8)

@@ -111,14 +111,10 @@ def _record_fields(i: int, rec: dict, path: str) -> dict:
 def read_animal3d(
     root: str, taxonomy: Taxonomy | None = None, categories: Iterable[str] | None = None
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Candidate image rows (CANDIDATE_COLUMNS) and raw keypoint rows of an Animal3D-layout root.
-
-    The keypoint table has one row per (image with a valid 26x3 record, keypoint): image_id, category,
-    keypoint (taxonomy name), x, y, visible (visibility > 0). Records with a malformed keypoint array
-    are kept as candidates with keypoints_valid=False (rejected later as "invalid_keypoints"); the extent
-    of the visible keypoints goes with each candidate (an image with one outside the image is rejected
-    later as "keypoint_outside_image").
-    """
+    """Candidate image rows (CANDIDATE_COLUMNS) and raw keypoint rows (image_id, category, keypoint, x, y,
+    visible) of an Animal3D-layout root. A malformed keypoint array keeps its candidate with
+    keypoints_valid=False, and each candidate carries its visible keypoints' extent, for the image set's
+    rejections."""
     taxonomy = taxonomy or load_taxonomy()
     names = np.array(animal_keypoint_names(taxonomy))
     path = join(root, "annotations.json")

@@ -28,11 +28,8 @@ EXTENT_COLUMNS = ["kp_x_min", "kp_x_max", "kp_y_min", "kp_y_max"]
 
 
 def click_extents(clicks: pd.DataFrame) -> pd.DataFrame:
-    """Per image (index image_id): the extent of its visible clicks, every annotator's (EXTENT_COLUMNS, pixels).
-
-    The image set rejects an image whose extent leaves [0, width] x [0, height] ("keypoint_outside_image"),
-    as it does for an Animal3D keypoint: one bad click rejects its image, not the whole keypoints stage.
-    """
+    """Per image (index image_id): the extent of its visible clicks (EXTENT_COLUMNS, pixels), so that one bad
+    click rejects its image ("keypoint_outside_image"), not the whole keypoints stage."""
     v = clicks[clicks["visible"].astype(bool)]
     return v.groupby("image_id").agg(
         kp_x_min=("x", "min"), kp_x_max=("x", "max"), kp_y_min=("y", "min"), kp_y_max=("y", "max")

@@ -45,20 +45,12 @@ CANDIDATE_COLUMNS = (
 
 @pydantic_dataclass(frozen=True, config=STRICT)
 class SourceConfig:
-    """Roots of the source data sets (fsspec paths) and the filter / aggregation parameters; a pydantic
-    dataclass, so a value out of range raises a ValidationError naming the field.
+    """Roots of the source data sets (fsspec paths; None = not used) and the filter / aggregation parameters;
+    a pydantic dataclass, so a value out of range raises a ValidationError naming the field.
 
-    - `imagenet3d_root`, `animal3d_root`: data set roots in their native layouts (None = not used).
-    - `clicks_path`: a CSV or Parquet file of raw annotator clicks (RawClickSchema).
-    - `soco_release_root`: root of an official SOCO release (Images/, PairAnnotations/, ...).
-    - `categories`: keep only these categories (None = all); a selection, not a rejection.
-    - `min_bbox_fraction`: an image is "too_small" when its object box covers less than this
-      fraction of the image area.
-    - `outlier_k`, `outlier_floor`: the click outlier rule of `keypoints.aggregate_clicks`: a visible
-      click is an outlier when its distance to the coordinate-wise median exceeds
-      max(outlier_k * 1.4826 * median distance, outlier_floor * longer image side).
-    - `check_workers`: threads used to open and decode images (I/O bound on object stores).
-    """
+    `clicks_path` holds RawClickSchema rows; `categories` is a selection, not a rejection; an image is
+    "too_small" under `min_bbox_fraction` of the image area; `outlier_k` / `outlier_floor` are
+    `keypoints.aggregate_clicks`'s outlier rule; `check_workers` threads open and decode images."""
 
     imagenet3d_root: str | None = None
     animal3d_root: str | None = None

@@ -77,12 +77,9 @@ def imagenet3d_image_ids(root: str) -> set[str]:
 
 
 def read_imagenet3d(root: str, categories: Iterable[str] | None = None, workers: int = 8) -> pd.DataFrame:
-    """One candidate row per image of an ImageNet3D-layout root (columns: CANDIDATE_COLUMNS).
-
-    Images come from the union of `images/` and `annotations/`: an image without annotation file gets
-    NaN pose (rejected later as "invalid_pose"), an annotation without image keeps its expected image
-    path (rejected later as "missing_image"). A malformed npz raises ValueError naming the file.
-    """
+    """One candidate row (CANDIDATE_COLUMNS) per image of `images/` or `annotations/` under an
+    ImageNet3D-layout root (a missing side is rejected later: "invalid_pose" / "missing_image"); a malformed
+    npz raises ValueError naming it."""
     wanted = set(categories) if categories is not None else None
     ann_paths = glob_paths(join(root, "annotations"), "*/*.npz")
     img_paths = [p for p in glob_paths(join(root, "images"), "*/*") if p.endswith(IMAGE_SUFFIXES)]

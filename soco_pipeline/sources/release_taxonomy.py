@@ -1,26 +1,12 @@
-"""The taxonomy of an official SOCO release, built from the release itself.
+"""The taxonomy of an official SOCO release, built from the release itself (docs/official-data.md), so a
+`soco_release` run does not use assets/taxonomy.yaml.
 
-A release brings its own vocabulary, so a `soco_release` run does not use assets/taxonomy.yaml:
-
-- categories, their keypoints and each keypoint's concept come from the keypoint and pair files (a
-  keypoint name has one concept across the release; `check_keypoint_concepts` names two files that
-  disagree);
-- the tree comes from which categories share which keypoints: every set of categories that share a
-  keypoint becomes a node, the smallest set holding another is its parent, and a keypoint only one
-  category has is defined at that category. Sets that overlap without one holding the other are
-  merged (with a warning). Categories related across the taxonomy are those sharing a node, as the
-  cross pair groups show; a node takes the `ancestor` name the cross pairs give it when they agree,
-  else the `node` the Metadata gives its keypoints, else the '+'-joined names of its categories;
-- super-categories and description templates come from `Metadata/keypoint_taxonomy.json`, read
-  defensively: what it lacks gets a `ReleaseWarning` naming the file and the missing part, and a
-  fallback (super-category `unknown`, a description made of the keypoint's name).
-
-The Metadata parts read (the official file's inner layout is not documented; these are the parts our
-export writes): `categories: {cat: {supercategory}}`, `keypoints: {kp: {node, part, where, at, template}}`,
-`concepts: {concept: {noun}}`, `templates: {at: {at: template}, concepts: {concept: template}}` with
-the fields of assets/descriptions.yaml; a list of objects with a `name` reads as the mapping by name. Orders: categories by name, concepts by `concept_id`, keypoints by
-their per-category `id` (then name), so renaming every name keeps every seeded draw the same.
-"""
+The tree: every set of categories that share a keypoint is a node, the smallest set holding another is its
+parent, a keypoint only one category has is defined at that category; sets that overlap without one holding
+the other are merged (with a warning). `Metadata/keypoint_taxonomy.json` is read defensively (a
+`ReleaseWarning` and a fallback for what it lacks); the parts read are the ones our export writes. Orders:
+categories by name, concepts by `concept_id`, keypoints by their per-category `id` (then name), so renaming
+every name keeps every seeded draw the same."""
 
 from __future__ import annotations
 

@@ -1,29 +1,12 @@
-"""Import of the official SOCO release layout into the canonical tables.
+"""Import of the official SOCO release layout into the canonical tables (DESIGN section 2; what is read and
+what is refused: docs/official-data.md).
 
-Layout (DESIGN section 2, GenIntel/SOCO docs/dataset_structure.md):
-`Images/<cat>/<file>.JPEG`, `PairAnnotations/{intra,cross}/<group>/<n>-<src>-<trg>.json` (cross pairs
-under the target category), `KeypointAnnotations/<cat>/<stem>.json`, `Metadata/*.json`.
-
-A pair file holds pair_id (int), pair_group, src_/trg_category, src_/trg_image (file names),
-src_/trg_imsize [W, H], src_/trg_bndbox [l, t, r, b], src_/trg_keypoints (id, name, pos [x, y],
-concept_id, concept_name: the visible points), semantic_overlap (names matched one-to-one: SOC) and
-concept_matches ({concept_name, src_keypoints, trg_keypoints}: CC). Files written by
-`soco_pipeline.data.soco_export` add `pair_key` (our pair id), `level` and `ancestor`.
-
-What the import yields: images (source "soco", uri = the release image, no pose), keypoints (from
-KeypointAnnotations when present: all keypoints with visibility, n_annotators, spread; otherwise the
-visible points of the pair files with n_annotators 0 and NaN spread), image_pairs (the pairs of
-intra/ and cross/ evaluated; `split` = train | test when `PairAnnotations/trainsplits/{train,test}/
-<cat>/*.json` lists the pair, "" otherwise; pairs only a split lists are kept, not evaluated) and correspondences (SOC rows from semantic_overlap, CC rows = src x trg of each
-concept_matches group; n_candidates = the size of the target side of the keypoint's concept group,
-i.e. the target's visible same-concept keypoints; geo = n_candidates >= 2).
-
-The taxonomy is the release's own (`sources.release_taxonomy`) unless the caller passes one: the
-names of categories, keypoints and concepts need not be those of assets/taxonomy.yaml.
-Bad input gets a ValueError naming the file: a pair file that is not JSON or lacks a field, a
-malformed Metadata/keypoint_taxonomy.json, a keypoint whose concept differs between two files, a pair
-file naming a keypoint its image's annotation (KeypointAnnotations) lacks, a missing image.
-"""
+Yields images (source "soco", no pose), keypoints (from KeypointAnnotations when present, else the pair files'
+visible points with n_annotators 0 and NaN spread), image_pairs (`split` from `trainsplits/` when listed) and
+correspondences (SOC rows from semantic_overlap, CC rows = src x trg of each concept_matches group;
+n_candidates = the target side of the keypoint's concept group, geo = n_candidates >= 2). Files written by
+`soco_pipeline.data.soco_export` add `pair_key` (our pair id), `level` and `ancestor`. Bad input is a
+ValueError naming the file."""
 
 from __future__ import annotations
 
@@ -302,13 +285,9 @@ def _merge_splits(pairs: list[dict]) -> list[dict]:
 
 
 def read_soco_release(root: str, taxonomy: Taxonomy | None = None, workers: int = 8) -> SocoRelease:
-    """Read a SOCO release (official or written by `export.export_soco_release`) into canonical tables.
-
-    `taxonomy`: None (a soco_release run) builds the release's own taxonomy from its files
-    (`sources.release_taxonomy`; ReleaseWarning for what Metadata/ lacks); a given taxonomy (e.g. the
-    run's `taxonomy` asset) is used as it is. Raises ValueError naming the file for the bad inputs
-    listed in the module docstring.
-    """
+    """Read a SOCO release (official or written by `export_soco_release`) into canonical tables. `taxonomy`
+    None builds the release's own (`sources.release_taxonomy`); a given one is used as it is. Bad input:
+    ValueError naming the file."""
     pair_paths = [
         (lvl, "", p)
         for lvl in ("intra", "cross")

@@ -34,12 +34,9 @@ def simulate_clicks(
     rng: np.random.Generator,
     noise: ClickNoise = ClickNoise(),
 ) -> pd.DataFrame:
-    """RawClickSchema rows for one image: one row per (keypoint, annotator).
-
-    Visible keypoints get Gaussian noise and occasional gross outliers, clipped into the image;
-    invisible ones are clicked visible=False with NaN x, y. Sometimes one annotator disagrees on
-    visibility (clicking an occluded point where they guess it is, or skipping a visible one).
-    """
+    """RawClickSchema rows for one image, one per (keypoint, annotator): Gaussian noise and occasional gross
+    outliers on visible keypoints (clipped into the image), NaN clicks on invisible ones, sometimes one
+    annotator disagreeing on visibility."""
     k, a = len(keypoints), noise.n_annotators
     long_side = max(width, height)
     vis = np.repeat(np.asarray(visible, bool)[:, None], a, axis=1)

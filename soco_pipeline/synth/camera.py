@@ -16,10 +16,8 @@ import numpy as np
 
 @dataclass
 class Camera:
-    """Extrinsics (R world->camera rows, centre C) and intrinsics (focal, principal point, size).
-
-    The pose fields are fixed after construction (centre and rotation are cached); px, py may change.
-    """
+    """Extrinsics (R world->camera rows, centre C) and intrinsics (focal, principal point, size); the pose
+    fields are fixed after construction (centre and rotation are cached), px and py may change."""
 
     azimuth: float
     elevation: float

@@ -29,11 +29,8 @@ def hand_modelled(tax: Taxonomy) -> list[str]:
 
 
 def plan(categories: list[str], n_kept: int, seed: int, tax: Taxonomy) -> list[tuple[str, int, str]]:
-    """(category, index, intended_reject) for every image: n_kept kept plus ~10% rejects per category.
-
-    Rejects sit at seeded positions among the indices; their reasons cycle from a category-dependent
-    offset so that every reason occurs across categories.
-    """
+    """(category, index, intended_reject) for every image: n_kept kept plus ~10% rejects per category at
+    seeded positions, their reasons cycling from a category-dependent offset so every reason occurs."""
     n_rej = math.ceil(REJECT_FRACTION * n_kept)
     out = []
     for cat in categories:
@@ -198,13 +195,10 @@ def generate_dataset(
     images_per_category: int | None = None,
     workers: int | None = None,
 ) -> dict:
-    """Generate the embedded benchmark under `root` and return its manifest.
-
-    size: "demo" (the 16 hand-modelled categories x 24 kept images) or "full" (all 100 x 40), plus
-    ~10% intended rejects per category. `categories` / `images_per_category` override the size.
-    The same seed gives byte-identical files; images are generated in `workers` processes
-    (default: 2 when there are more than 64 images, else in-process).
-    """
+    """Generate the embedded benchmark under `root` and return its manifest: `size` demo (16 x 24 kept images)
+    or full (100 x 40), plus ~10% intended rejects, unless `categories` / `images_per_category` override it.
+    The same seed gives byte-identical files; `workers` processes (default 2 above 64 images, else
+    in-process)."""
     if size not in SIZES:
         raise ValueError(f"unknown size {size!r}: use one of {sorted(SIZES)}")
     tax = load_taxonomy()

@@ -12,11 +12,8 @@ from .primitives import Primitive, intersect
 
 @dataclass
 class ObjectModel:
-    """A built object instance in its object frame (+x front, +y left, +z up), centred on its bbox.
-
-    `kp_slack` is the depth tolerance a keypoint gets on thin parts (a leg's bottom cap centre is
-    behind the leg's own front surface by up to its radius, yet an annotator would see it).
-    """
+    """A built object instance in its object frame (+x front, +y left, +z up), centred on its bbox; `kp_slack`
+    is the depth tolerance of keypoints on thin parts (a leg's cap centre lies behind its front surface)."""
 
     category: str
     prims: list[Primitive]
@@ -66,11 +63,8 @@ class Builder:
         return prim
 
     def kp(self, name: str, prim: Primitive, through, direction, slack: float = 0.0) -> None:
-        """Pin keypoint `name` where the line through `through` along `direction` first meets `prim`.
-
-        The line is walked from outside the primitive against `direction`, so the keypoint is the
-        surface point of `prim` facing `direction` (e.g. +y for the outer face of a left wheel).
-        """
+        """Pin keypoint `name` at the surface point of `prim` facing `direction` on the line through `through`
+        (walked from outside against `direction`: +y for the outer face of a left wheel)."""
         d = np.asarray(direction, float)
         d = d / np.linalg.norm(d)
         q = np.asarray(through, float)

@@ -17,12 +17,9 @@ _EPS = 1e-9
 
 @dataclass
 class Primitive:
-    """One solid part of an object.
-
-    kind: box (size = half extents), cylinder (size = (r_bottom, r_top, half_height) along local z,
-    a tapered cylinder when the radii differ), ellipsoid (size = semi-axes).
-    texture: (name, params) evaluated on local hit coordinates by the renderer.
-    """
+    """One solid part of an object: box (size = half extents), cylinder (r_bottom, r_top, half_height along
+    local z) or ellipsoid (semi-axes); `texture` (name, params) is evaluated on local hit coordinates by the
+    renderer."""
 
     kind: str
     part: str
@@ -133,10 +130,8 @@ def limb(part: str, p0, p1, r0: float, r1: float, color, texture=("plain", {})) 
 
 
 def intersect(prim: Primitive, origin: np.ndarray, dirs: np.ndarray) -> np.ndarray:
-    """Ray parameters t where rays origin + t * dirs (object frame; dirs (N, 3)) first hit the primitive.
-
-    t is +inf where a ray misses. Use `surface` on the hits for local points and normals.
-    """
+    """Ray parameters t (+inf on a miss) where rays origin + t * dirs (object frame; dirs (N, 3)) first hit
+    the primitive; `surface` gives the hits' local points and normals."""
     d = dirs @ prim.rot
     o = (origin - prim.center) @ prim.rot
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):

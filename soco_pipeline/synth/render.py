@@ -124,14 +124,10 @@ def keypoint_visibility(
     rel_tol: float = 2e-3,
     pixel_tol: float = 0.02,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Exact projections (K, 2) and visibility (K,) of the model's keypoints.
-
-    Visible iff the keypoint projects inside the image, nothing lies in front of it along its exact
-    ray (ray-cast against every primitive, tolerance `rel_tol` x object radius plus the keypoint's
-    thin-part slack; self-occlusion included) and, when the rendered `depth` buffer is given, its
-    depth is within `pixel_tol` x radius (plus slack) of the z-buffer at the pixel that contains it,
-    so a keypoint on a silhouette edge whose pixel shows background counts as not visible.
-    """
+    """Exact projections (K, 2) and visibility (K,) of the model's keypoints: visible iff inside the image,
+    nothing in front along its exact ray (tolerance `rel_tol` x radius plus thin-part slack) and, given
+    `depth`, within `pixel_tol` x radius of the z-buffer at its pixel (so a silhouette-edge pixel showing
+    background is invisible)."""
     uv, z = cam.project(model.kp_xyz)
     dirs = cam.rays(uv[:, 0], uv[:, 1])
     zbuf = np.full(len(uv), np.inf)

@@ -60,12 +60,9 @@ def frame_camera(
     rng: np.random.Generator | None = None,
     focal: float | None = None,
 ) -> Camera:
-    """A camera at the given pose whose view of the object fills about `area` of the image.
-
-    The object's outline is projected at a nominal distance; the distance is scaled so that its
-    projected box covers `area` of the image (capped to fit with a margin), then the principal point
-    is placed so the whole object lies inside the image (randomly when `rng` is given).
-    """
+    """A camera at the given pose whose view of the object fills about `area` of the image (the distance
+    scaled, capped to fit with a margin), the principal point placed so the object lies inside (randomly given
+    `rng`)."""
     pts = model.outline()
     radius = model.radius
     focal = focal if focal is not None else 1.3 * max(width, height)

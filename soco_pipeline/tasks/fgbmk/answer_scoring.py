@@ -1,21 +1,9 @@
-"""Answer matching for FG-BMK's human-oriented questions, the rules written down.
+"""Answer matching for FG-BMK's human-oriented questions, the rules written down (docs/fgbmk.md,
+"Answer-matching rules"): `normalise` as FG-BMK's answer_acc.py does, then exact / contains / leading matching
+per question type, each row recording its `method`.
 
-Normalisation (`normalise`): lower case; `_`, `-` and `,` become spaces (as FG-BMK's answer_acc.py does);
-every other character that is not a letter (of any script: "Zürich", "鹦鹉" stay), digit or space is dropped;
-runs of spaces collapse.
-
-- choice: `exact` when the normalised answer IS an option; else the options whose normalised name occurs in
-  the answer as whole words, dropping any contained in a longer matched option ("police car" beats "car"):
-  one left -> `contains` (right iff it is the true name), several -> `ambiguous` (wrong), none -> `none` (wrong);
-- short_answer: `exact` when the normalised answer is the true name, `contains` when the true name occurs in it
-  as whole words, else `none` (wrong);
-- true_false: `leading` when the first word is yes or no; `contains` when exactly one of the words yes / no
-  occurs; else `none` (wrong). Right iff the parsed word equals the answer key.
-
-Every row records its `method`. `correct_published` is FG-BMK's own rule (answer_acc.py): the normalised key
-is a substring of the normalised answer (so "no" is found inside "not", "car" inside "police car").
-Circular: a choice group is right only when every rotation is.
-"""
+`correct_published` is FG-BMK's own rule: the normalised key is a substring of the normalised answer.
+Circular: a choice group is right only when every rotation is."""
 
 from __future__ import annotations
 

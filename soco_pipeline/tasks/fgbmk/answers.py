@@ -50,11 +50,8 @@ def ask(
     log: Callable[[str], None] = lambda _m: None,
 ) -> pd.DataFrame:
     """Answers of one model to every question (image at `uri`, prompt `text`), scored; ANSWER_COLUMNS rows.
-
-    Asked through the harness's `ask_requests`: cached answers reused, the rest on the backend's concurrency,
-    both of the spec's error guards (LvlmRunError, no score, when too many fail). A failed request within
-    the allowed rate is recorded with its error and scored wrong.
-    """
+    Asked through the harness's `ask_requests` (cache, concurrency, both error guards); a failed request
+    within the allowed rate is recorded with its error and scored wrong."""
     rows = questions.reset_index(drop=True)
     n = len(rows)
     uris, texts, ids = rows.uri.tolist(), rows.text.tolist(), rows.question_id.tolist()

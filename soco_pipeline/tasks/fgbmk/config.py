@@ -8,6 +8,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from soco_pipeline.config import resolve_scale
 from soco_pipeline.features.policy import GlobalInputPolicy, load_global_policy
 from soco_pipeline.storage import PROJECT_ROOT
 
@@ -225,17 +226,6 @@ class FgbmkConfig(_Strict):
         return doc
 
 
-def _resolve(node: Any, scale: str) -> Any:
-    """Replace every {demo: a, full: b} mapping by the value at `scale`."""
-    if isinstance(node, dict):
-        if set(node) == set(SCALES):
-            return _resolve(node[scale], scale)
-        return {k: _resolve(v, scale) for k, v in node.items()}
-    if isinstance(node, list):
-        return [_resolve(v, scale) for v in node]
-    return node
-
-
 def parse_config(doc: dict, scale: str | None = None, source: str = "<fgbmk config>") -> FgbmkConfig:
     """Validate a config document; `scale` overrides the file's `scale` (demo | full)."""
     if not isinstance(doc, dict):
@@ -243,7 +233,7 @@ def parse_config(doc: dict, scale: str | None = None, source: str = "<fgbmk conf
     scale = scale or doc.get("scale", "demo")
     if scale not in SCALES:
         raise ValueError(f"{source}: scale {scale!r} is not one of {list(SCALES)}")
-    resolved = _resolve({**doc, "scale": scale}, scale)
+    resolved = resolve_scale({**doc, "scale": scale}, scale, SCALES)
     if "global_features" not in resolved:  # the run's shared policy (features/), unless the file has its own
         resolved["global_features"] = load_global_policy(scale).model_dump()
     try:

@@ -1,24 +1,9 @@
 """The embedded fine-grained set: rendered images of every taxonomy category, in FG-BMK's layout.
 
-SIMULATED data. Hierarchy: superclass (the 4 supercategories) -> class (the 16 shape families) ->
-subclass (the 100 categories: 84 parametric variants of a family plus the 16 family prototypes).
-Each image is one instance (jittered shape and colour, random pose, a photo background) rendered by
-soco_pipeline.synth; its attributes come from the instance itself: body colour (the family's colour
-before shading, named), texture (fur pattern), shape (the object's extents) and part counts.
-
-Written under the root (FG-BMK machine-oriented layout, one dataset folder)::
-
-    images/<superclass>/<class>/<subclass>/<subclass>_<n>.jpg
-    train.csv  test.csv      relative/image/path,<subclass label>
-    classes.txt              subclass names, one a line (label = line number)
-    levels/<level>/{train.csv,test.csv,classes.txt}   the same images labelled at each level (paths
-                             relative to the root, which is the image root of every level)
-    ground_truth/keypoints.parquet   projected keypoints (what the SOCO oracle backbones read)
-    items.parquet            one row per image: labels at the three levels, attributes, simulated=True
-    manifest.json            written last: the request it answers (a matching one is reused)
-
-The same (config, seed) gives byte-identical files.
-"""
+SIMULATED data: superclass (4 supercategories) -> class (16 shape families) -> subclass (100 categories), one
+rendered instance an image with attributes from the instance itself, written in the machine-oriented layout
+with `items.parquet`, `ground_truth/keypoints.parquet` and `manifest.json` last (docs/fgbmk.md, "The embedded
+set"). The same (config, seed) gives byte-identical files."""
 
 from __future__ import annotations
 
@@ -193,10 +178,8 @@ def ensure_embedded(
     subclasses: list[str] | None = None,
     workers: int | None = None,
 ) -> pd.DataFrame:
-    """The items table of the embedded set at `root`, generating it if absent or made for another request.
-
-    `subclasses` restricts the set (default: all 100 categories). Returns ITEM_COLUMNS rows.
-    """
+    """The items table (ITEM_COLUMNS) of the embedded set at `root`, generated if absent or made for another
+    request; `subclasses` restricts the set (default: all 100 categories)."""
     root = str(root).rstrip("/")
     req = request_of(config, seed, subclasses)
     man = storage.join(root, "manifest.json")

@@ -1,27 +1,10 @@
 """The FG-BMK paper's five findings, as the paper states them, checked on our tables as statistics.
 
-Each row: the paper's claim and figure, our measurement, the effect with a 95% interval (or a test's p-value),
-and a verdict: `yes` (the interval lies on the claim's side), `no` (on the other side), `not testable` (the
-models it needs are absent, or the data cannot separate the effect from chance / zero), plus what part of the
-paper's finding the project does not cover.
-
-Accuracy over different class counts is compared as chance-corrected skill, (acc - chance) / (100 - chance)
-(0 at chance, 1 when perfect, at every level), never as raw top-1: raw top-1 over 4, 16 and 31 classes falls
-for any classifier, and multiples of chance (acc / chance, also reported) rise for any skilled one. Intervals
-use binomial standard errors of each accuracy (n = its test images), combined as independent; knowledge bias
-uses a seeded Monte Carlo test of the per-class spread against the binomial spread of `test_per_class` images
-per class at the mean accuracy.
-
-The paper's findings (FG-BMK, ICLR 2026):
-1. Contrastive training (InternVL, EVA-CLIP, DINOv2) keeps fine-grained features more discriminative than
-   generative / reconstruction training (Qwen, BEiT3): across-superclass drop ~1.96 vs 4.16 / 7.41 points.
-2. Aligning visual with text features can blur fine-grained discriminability (granularity mismatch);
-   re-aligning with fine-grained text +2.55 (Stanford Dogs), still below the unaligned features.
-3. Fine-grained recognition is more sensitive to perturbation: CUB 89 -> 25, CIFAR-100 93 -> 50.
-4. Perception beats reasoning: accuracy falls sharply with finer granularity (CUB class > 99% -> species
-   ~60%), and per-class accuracy is very uneven (knowledge bias: 30% to 90% across categories).
-5. LVLMs still trail fine-grained specialist (tailored) models.
-"""
+Each row: the claim and figure, our measurement, the effect with a 95% interval (or a test's p-value), and a
+verdict decided by the interval: `yes`, `no` or `not testable`, plus what the project does not cover.
+Accuracies over different class counts are compared as chance-corrected skill (acc - chance) / (100 - chance),
+never as raw top-1. The findings, the statistics and the measured verdicts: docs/fgbmk.md, "The paper's five
+findings"."""
 
 from __future__ import annotations
 

@@ -17,12 +17,9 @@ LVLM_METRIC_COLUMNS = ["model", "task", "level", "form", "metric", "value", "n",
 
 
 def lvlm_metrics(answers: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
-    """Long table of one model: accuracy per question (ours and the published substring rule) per
-    task/level/form on rotation 0; the official figure, answer_acc.py's "Overall Accuracy" (the share of
-    images whose questions of that task/level/form are all right by the published rule:
-    `overall_accuracy_published`, n = images); circular accuracy of choice questions; the knowledge-bias
-    spread (mean, std, min, max); the 95% CI of each accuracy (`accuracy_ci95_lo` / `_hi`: a bootstrap over
-    its questions, seeded with `seed`)."""
+    """Long table of one model per task/level/form on rotation 0: accuracy (ours and the published substring
+    rule), answer_acc.py's "Overall Accuracy" (`overall_accuracy_published`, n = images), circular accuracy,
+    the knowledge-bias spread and each accuracy's 95% bootstrap CI over its questions (seeded with `seed`)."""
     model = answers.model.iloc[0] if len(answers) else ""
     simulated = bool(answers.simulated.all()) if "simulated" in answers.columns else True
     plain = answers[answers.rotation == 0]

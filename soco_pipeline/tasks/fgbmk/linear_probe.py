@@ -1,17 +1,9 @@
 """FG-BMK's linear probe (its modified DINOv2 eval/linear.py), on cached global features.
 
-A grid of linear heads trained together on the same batches: for each n in `n_last_blocks` and each
-`avgpool`, one head per learning rate (scaled by batch_size / 256). Each head: nn.Linear, weight ~ N(0, 0.01),
-bias 0; cross-entropy; Adam (weight decay 0: the released eval_linear.py builds torch.optim.Adam, its SGD line
-is commented out; SGD with momentum 0.9 is the retrieval script's); a cosine schedule to 0 over
-epochs x epoch_length iterations; batches of `batch_size` from DINOv2's ShardedInfiniteSampler (seed 0,
-one process), drop_last. The best head is the first in grid order whose top-1 on the evaluation split is
-strictly above every earlier one (the published protocol evaluates on test.csv and picks there). Reported:
-micro top-1 (argmax, as torchmetrics' MulticlassAccuracy does for top_k=1) and top-5 (topk), 0-100.
-
-Deviation, on purpose: heads train on the cached eval-transform features; the published loop feeds
-augmented crops (RandomResizedCrop + flip) through the frozen backbone at every iteration.
-"""
+A grid of linear heads (n_last_blocks x avgpool x learning rate) trained together with Adam and a cosine
+schedule; the best head is picked on the evaluation split as published; micro top-1 and top-5 (docs/fgbmk.md,
+"Linear probe"). Deviation, on purpose: heads train on the cached eval-transform features, not augmented
+crops."""
 
 from __future__ import annotations
 

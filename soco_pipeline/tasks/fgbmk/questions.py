@@ -1,24 +1,9 @@
 """Human-oriented questions for LVLMs, in FG-BMK's published wording (assets/fgbmk.yaml `questions`).
 
-For each chosen test image and each level (superclass, class, subclass):
-
-- choice: the true name and n_choices - 1 distractors from the SAME PARENT (siblings under the image's class
-  for a subclass, under its superclass for a class; the other superclasses for a superclass), topped up from
-  the whole level when a parent has too few children; options shuffled (seeded);
-- true_false: about the true name ("yes") or a same-parent distractor ("no"), one or the other per image;
-- short_answer: the true name.
-
-Attribute questions (choice): colour, texture and body shape against the attribute's other values.
-Knowledge-bias questions (true/false, FG-BMK's questions_true_false_all_class): two per image, as the release
-asks them: "yes" about its true subclass and "no" about one other subclass (a sibling under its class, else
-any other), each in a seeded true/false template; an always-"no" answerer scores exactly 50.
-
-`questions_for(items, config)` is what the questions asset uses: these generated questions for the generated
-source, the published question files of the dataset for an official source (`official_questions`).
-
-Circular evaluation of choice questions: `circular(questions)` adds every rotation of the option list (a
-group counts as right only if every rotation is), as the SOCO 4-choice LVLM protocol does.
-"""
+Per chosen test image and level: choice (distractors from the same parent), true_false and short_answer;
+attribute and knowledge-bias questions as the release asks them (docs/fgbmk.md, "Human-oriented questions").
+`questions_for` picks these generated questions or, for an official source, the dataset's published files;
+`circular` adds every rotation of a choice question's options."""
 
 from __future__ import annotations
 
@@ -97,10 +82,8 @@ def build_questions(
     seed: int = 0,
     simulated: bool = True,
 ) -> pd.DataFrame:
-    """QUESTION_COLUMNS rows for the test images of `items` (at most `images_per_subclass` each; 0 = all).
-
-    `hierarchy` lists every (superclass, class, subclass) the distractors may come from.
-    """
+    """QUESTION_COLUMNS rows for the test images of `items` (at most `images_per_subclass` each; 0 = all), the
+    distractors drawn from `hierarchy`'s (superclass, class, subclass) rows."""
     rng = np.random.default_rng([int(seed), 0xF6B9])
     test = items[items.split == "test"].sort_values("image_id")
     if config.images_per_subclass:
@@ -255,10 +238,8 @@ def circular(questions: pd.DataFrame, config: QuestionConfig) -> pd.DataFrame:
 
 def official_questions(root: str, dataset: str, image_root: str) -> pd.DataFrame:
     """QUESTION_COLUMNS rows of every published question file of `dataset` under a human-oriented root, read
-    as released (ids, wording, keys and foreign names kept; every row of every file). `uri` joins the image
-    path to `image_root`; `image_id` is the items' id (`<dataset>/<path>`). The form of an attribute question
-    follows its wording; choice options are the prompt's quoted names. FgbmkFormatError names a file that
-    cannot be read (a Git LFS pointer, malformed JSON, duplicate ids)."""
+    as released (docs/fgbmk.md, "Reading the published data"); FgbmkFormatError names a file that cannot be
+    read."""
     from soco_pipeline import storage
     from soco_pipeline.tasks.fgbmk.answer_scoring import infer_form, options_of, true_class
     from soco_pipeline.tasks.fgbmk.readers import human_files, read_questions

@@ -1,21 +1,8 @@
-"""Readers and writers of FG-BMK's published formats.
+"""Readers and writers of FG-BMK's published formats: the machine-oriented `train.csv` / `test.csv` /
+`classes.txt` (the label follows the LAST comma) and the human-oriented question and answer JSONL files, the
+release's misspellings included (docs/fgbmk.md, "Reading the published data").
 
-Machine-oriented (one folder per dataset, `benchmark/machine-oriented/<dataset>/`):
-
-- `train.csv`, `test.csv`: one image a line, `relative/image/path,label`; the label is what follows the
-  LAST comma (paths may hold commas); a multi-label line has space-separated ints (`x.jpg,1 10 12`);
-- `classes.txt` (usually): one class name a line, the label is the line number (0-based).
-
-Human-oriented (`benchmark/human-oriented/`), JSON lines of `{question_id, image, text, class, category}`:
-
-- `hierarchical_granularity_recognition/<dataset>/<level>/<level>_question_{choice,true_false,short_answer}.jsonl`
-  (the release also spells one file `..._true_flase.jsonl`);
-- `knowledge_bias_estimation/<dataset>/questions_true_false_all_class.jsonl` (the release's folder is
-  spelled `knowledge_bias_estimination`);
-- answer files (demo/human_evaluation): the same plus `prompt` (the question), `text` being the answer.
-
-Every error names the file and line and says what to fix.
-"""
+Every error names the file and line and says what to fix."""
 
 from __future__ import annotations
 
@@ -94,11 +81,8 @@ def read_split(
     check_images: bool = True,
     split: str | None = None,
 ) -> pd.DataFrame:
-    """One train.csv / test.csv as rows: image_id (the relative path), path, uri, split, labels (list of
-    ints), label (the single label, -1 for a multi-label line), line (1-based).
-
-    `image_root` (default: the CSV's folder) is what the relative paths are relative to.
-    """
+    """One train.csv / test.csv as rows: image_id (the relative path), path, uri (under `image_root`, default
+    the CSV's folder), split, labels (list of ints), label (-1 for a multi-label line), line (1-based)."""
     root = image_root if image_root is not None else csv_path.rsplit("/", 1)[0]
     split = split or PurePosixPath(csv_path).stem
     try:
@@ -228,12 +212,9 @@ def write_jsonl(df: pd.DataFrame, path: str, keys: tuple[str, ...] = QUESTION_KE
 
 
 def human_files(root: str) -> pd.DataFrame:
-    """The question files under a human-oriented root: task, dataset, level, form, path.
-
-    Levels come from the folder (genus, species, class, ...); knowledge-bias files have level
-    "all_class" and form "true_false"; attribute files level "attribute" and form "mixed" (each question's
-    form follows its wording). Other file names are not question files (`unrecognised_files` names them).
-    """
+    """The question files under a human-oriented root: task, dataset, level, form, path (levels from the
+    folder; knowledge-bias: "all_class" / "true_false"; attribute: "attribute" / "mixed"). Other names are not
+    question files (`unrecognised_files` names them)."""
     fs, base = storage.filesystem(root)
     rows = []
     for p in sorted(fs.glob(f"{base.rstrip('/')}/**/*.jsonl")):
@@ -297,13 +278,10 @@ def image_size(ds: MachineDataset, uri: str, split: str, line: int) -> tuple[int
 
 
 def items_from_dataset(ds: MachineDataset) -> pd.DataFrame:
-    """A machine-oriented dataset as the family's items table: one level of labels, the subclass, holding the
-    release's own class ids (no renumbering: FG-BMK's seen/unseen split is by the parity of these ids) and
-    names; superclass = class = the dataset's name. Every row is kept: a multi-label line keeps all its ids
-    in `labels` (space-separated, as published; the retrieval's multi-hot query / gallery row) and its first
-    id in `subclass_id`, with `multi_label` True (the probe leaves those rows out and counts them, as the
-    release's single-label Dataset cannot read them). `simulated` is False. Sizes come from the image headers
-    (`image_size`: a file that is not an image is named with its CSV line)."""
+    """A machine-oriented dataset as the family's items table: the subclass level with the release's own class
+    ids (the seen/unseen split is by their parity) and names, superclass = class = the dataset's name,
+    `simulated` False. A multi-label line keeps all its ids in `labels` and its first in `subclass_id`
+    (`multi_label` True: the probe leaves it out and counts it). Sizes come from the image headers."""
     rows = pd.concat([ds.train, ds.test], ignore_index=True)
     names = ds.classes or [str(i) for i in range(ds.num_classes)]
     sizes = [image_size(ds, r.uri, r.split, r.line) for r in rows.itertuples(index=False)]

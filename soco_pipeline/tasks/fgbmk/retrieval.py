@@ -1,19 +1,9 @@
 """FG-BMK's open-set retrieval (its eval_retrieval.py), on cached global features.
 
-- A grid of linear projections to `embed_dim` (512), one per (n_blocks, avgpool, lr) as in the probe, trained
-  with F.triplet_margin_loss(anchor, positive, negative) on triplets from train images of EVEN class ids
-  only (odd classes stay unseen, which makes the test open-set). Positive: a random other image sharing a
-  class with the anchor (itself when it is alone). Negative: `uniform`, any even-class train image, is the
-  published behaviour (its `idx2cls[neg] == target` check compares an int with a list and never fires, so a
-  negative may share the anchor's class); `other_class` redraws those.
-- Queries: every test image; gallery: the train images of all classes in the order of
-  torch.randperm(n, seed) (the release's DistributedSampler, shuffle, seed 0), the first `gallery_cap`
-  (20,000) of them. Multi-label rows are queries and gallery rows with their multi-hot targets.
-- Similarity: minus F.pairwise_distance (Euclidean, with its eps 1e-6) between projections. Class scores: for each class the similarity
-  of the nearest of the top-k (10) neighbours holding it, -1e4 for a class none of them holds; softmaxed.
-- Reported: recall@1 (macro) and RetrievalMAP of those scores against the (multi-)hot label; the best head
-  is the one with the highest recall@1 on the queries (published: picked on the evaluation split).
-"""
+A grid of triplet-trained projections on train images of even class ids only (odd classes stay unseen), the
+published negative quirk kept by default (`negative: uniform`); queries are the test images against a seeded
+gallery of train images; recall@1 (macro) and RetrievalMAP, the best head picked on the queries as published
+(docs/fgbmk.md, "Retrieval")."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
-"""Robustness of a trained probe on its frozen backbone: FGSM and PGD at L-inf epsilon (in 1/255 of the
-[0, 1] pixel range) and Gaussian pixel noise, on the test images, at a fine and a coarse level.
-
-The attacked model is pixels -> extractor (FG-BMK's normalisation inside) -> probe input -> the probe's best
-head; the loss is cross-entropy on the true label. FGSM: x + eps * sign(grad). PGD: `pgd_steps` steps of
-size scale * eps / steps from x (no random start), projected onto the eps-ball and [0, 1] after each.
-Backbones that are not differentiable (SIFT, oracles) get only the noise rows; a backbone that reads no
-pixels (the SOCO oracles) gets none.
-"""
+"""Robustness of a trained probe on its frozen backbone: FGSM and PGD at L-inf epsilon (in 1/255 of the [0, 1]
+pixel range) and Gaussian pixel noise, on the test images, at a fine and a coarse level (docs/fgbmk.md,
+"Robustness"). Non-differentiable backbones get only the noise rows; one that reads no pixels gets none."""
 
 from __future__ import annotations
 

@@ -1,27 +1,9 @@
 """LVLMs on MMVM items through the SOCO harness (backends, answer cache, retries), and answer extraction.
 
-Request: the marked frame 1, the marked frame 2, then the question text (the published template and its
-options), as VLMEvalKit sends a multi-image item. Extraction follows MMVMEvalKit:
-
-1. exact matching (`can_infer`): punctuation ``.()[],:;!*#{}`` becomes spaces; when exactly one option
-   letter stands alone among the words, that letter; else, when exactly one option's text occurs in the
-   lower-cased answer, that option; refusal phrases and a lone ``Z`` give no answer;
-2. optionally (off by default) an LLM judge, any OpenAI-compatible spec, in one of the two published modes:
-
-   - ``matcher`` (MMVMEvalKit `extract_answer_from_item`): asked only where exact matching fails, with the
-     matcher prompt (`build_prompt_mmatch`); its reply is read by exact matching; up to 3 attempts, the
-     next attempt only after an API failure or a reply naming no single option; a reply of ``Z`` (or a
-     refusal) ends it with no answer;
-   - ``yes_no`` (upstream VLMEvalKit `MMVMBench.evaluate`): asked for *every* row that has a prediction,
-     exact match or not, with "... conclude with [YES]. If it is not, conclude with [NO]." at temperature
-     0; a row is right iff the reply holds one of VLMEvalKit's YES tags (a substring test, as there); a
-     row without a prediction is not asked and counts wrong (VLMEvalKit scores it "[NO]");
-3. otherwise no answer (counted wrong). The matcher reference then draws a random letter; we record "none".
-
-Each row keeps the raw text, the parsed letter, how it was extracted (`extraction`: exact | judge | none)
-and the judge's raw reply (`judge_raw`). A judge reply is cached like an answer (by the judge's request
-hash and attempt number) when the judge has a cache, so a rerun asks the judge nothing it already asked.
-"""
+Request: the marked frame 1, the marked frame 2, then the question text, as VLMEvalKit sends a multi-image
+item. Extraction follows MMVMEvalKit: exact matching (`can_infer`), then optionally an LLM judge in one of the
+two published modes (`matcher`, `yes_no`), else no answer (counted wrong); docs/mmvm.md, "LVLMs". Judge
+replies are cached like answers (by the judge's request hash and attempt number)."""
 
 from __future__ import annotations
 
@@ -153,12 +135,8 @@ def judge_hits(scores: pd.Series) -> pd.Series:
 @dataclass(frozen=True)
 class Judge:
     """An LLM judge for LVLM answers: a backend of any OpenAI-compatible spec and the published mode it
-    follows (`matcher` | `yes_no`); `generation` and `cache` make its replies cached by request hash.
-
-    The LVLM harness's error guards apply to it (`lvlm.run`): asking stops with `LvlmRunError` when
-    `max_consecutive_failures` replies in a row failed (0: no limit) or more than `max_error_rate` of the
-    rows it was asked about failed; a failure is an API error or a reply that decides nothing (no single
-    option for the matcher, neither a YES nor a NO tag for the yes_no judge)."""
+    follows (`matcher` | `yes_no`); `generation` and `cache` cache its replies by request hash. The harness's
+    error guards apply to it (`lvlm.run`); a failure is an API error or a reply that decides nothing."""
 
     backend: Backend
     mode: str = "matcher"
@@ -302,14 +280,12 @@ def extract(
     answers: pd.Series | None = None,
     asked_rows: np.ndarray | None = None,
 ) -> pd.DataFrame:
-    """Per answer: `parsed` letter, `extraction` (exact | no_option | judge | none), `judge_mode`,
-    `judge_raw` (the judge's reply), `judge_status` ("" not asked | decided | failed), `judge_error` and
-    `judge_correct` (the yes_no judge's verdict, else NaN).
+    """Per answer: `parsed`, `extraction` (exact | no_option | judge | none), `judge_mode`, `judge_raw`,
+    `judge_status` ("" | decided | failed), `judge_error` and `judge_correct` (the yes_no verdict, else NaN).
 
-    Exact matching first (MMVMEvalKit `can_infer`); a refusal or a lone Z is settled as "no option" there,
-    never sent to the matcher. matcher: asked about the other rows exact matching leaves empty; yes_no: about
-    every row that has a prediction (`has_prediction`), exact match or not, shown `answers` (default: the
-    items' answer column). `asked_rows` (default: every row with a prediction) limits who may be asked."""
+    Exact matching first; a refusal or a lone Z is "no option", never sent to the matcher. The matcher is
+    asked about the rows exact matching leaves empty, the yes_no judge about every row with a prediction
+    (shown `answers`, default the items' answers); `asked_rows` limits who may be asked."""
     raw = np.asarray(raw, dtype=object)
     n = len(raw)
     present = has_prediction(raw) if asked_rows is None else np.asarray(asked_rows, bool)
@@ -422,12 +398,10 @@ def run_lvlm(
 def score_predictions(
     table: pd.DataFrame, judge: Judge | None = None, where: str = "workbook"
 ) -> pd.DataFrame:
-    """Per-row extraction and correctness of a prediction table (workbook rows: question, answer, match_type,
-    prediction; `choices` when the workbook has it, as MMVMEvalKit's does) by the same rules as our own
-    answers. `prediction` NaN means no prediction (as pandas reads an empty cell): the yes_no judge is not
-    asked about it (VLMEvalKit), the matcher is shown "nan" (MMVMEvalKit's `str(x)`). The yes_no judge is
-    shown the answer cell as written. An answer cell that is not one of the row's option letters is an
-    MmvmFormatError naming the row; without the yes_no judge a prediction that parses to no option is wrong."""
+    """Per-row extraction and correctness of a workbook's predictions (question, answer, match_type,
+    prediction[, choices]) by the same rules as our answers; a NaN prediction is not shown to the yes_no judge
+    and is "nan" to the matcher, as upstream. An answer cell that is not an option letter is an
+    MmvmFormatError naming the row."""
     from soco_pipeline.tasks.mmvm.official import MmvmFormatError
 
     t = table.reset_index(drop=True).copy()

@@ -1,12 +1,7 @@
-"""One feature backbone on the MMVM items: cached dense maps (the shared feature cache), mask pooling,
-zero-shot answers and the contrastive head's; or a not-applicable row for the SOCO oracles.
-
-An item set without a training split (an import of the published benchmark) can be scored against
-`reference` tables of generated data (with a training split): the contrastive head is trained on the
-reference's training split and the None thresholds fitted there are carried over (`none_mode =
-carried`). Without a reference such a set never answers None and its head stays the seeded random
-projection; the rows say so.
-"""
+"""One feature backbone on the MMVM items: cached dense maps, mask pooling, zero-shot answers and the
+contrastive head's; or a not-applicable row for the SOCO oracles. An item set without a training split is
+scored against generated `reference` tables (head and None thresholds carried over); without one it never
+answers None and its head stays the seeded random projection, as the rows say."""
 
 from __future__ import annotations
 
@@ -81,11 +76,9 @@ def backbone_predictions(
     reference: dict[str, pd.DataFrame] | None = None,
     manifest: pd.DataFrame | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame | None]:
-    """(predictions of the zero-shot and contrastive-head methods, feature manifest) of one backbone spec;
-    a SOCO oracle gets not-applicable rows and no manifest. `manifest`: the frames' features as the cache
-    asset listed them (else they are extracted here). `none_rule`: the config's NoneRuleConfig;
-    `reference`: generated tables whose training split trains the head and fits the carried thresholds
-    when `tables` has no training split of its own."""
+    """(predictions of the zero-shot and contrastive-head methods, feature manifest) of one backbone spec; a
+    SOCO oracle gets not-applicable rows and no manifest. `reference`: generated tables that train the head
+    and fit the carried thresholds when `tables` has no training split."""
     items, cases, objects = tables["items"], tables["cases"], tables["objects"]
     if missing_capabilities(spec.kind, NEEDS):
         return not_applicable(items, spec.name, ORACLE_REASON), None

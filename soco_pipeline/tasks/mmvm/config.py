@@ -91,11 +91,8 @@ class NoneRuleConfig(_Strict):
 
 
 class SourceConfig(_Strict):
-    """Where the scored items come from: `generated` (the embedded generator, SIMULATED) or an official
-    layout read as released: `match_bench` (MMVMEvalKit: a folder holding `match_bench/` and
-    `mllm_match_eval_full.tsv`; masks, so backbones and LVLMs) or `vlmevalkit` (VLMEvalKit's MMVMBench.tsv;
-    no masks, so LVLMs only). An import is the test split; the generated training split stays beside it,
-    where backbones fit their None threshold and contrastive head (`none_mode: carried`)."""
+    """Where the scored items come from: `generated` (SIMULATED), `match_bench` (MMVMEvalKit's layout, with
+    masks) or `vlmevalkit` (VLMEvalKit's MMVMBench.tsv, LVLMs only); docs/mmvm.md, "Source"."""
 
     kind: Literal["generated", "match_bench", "vlmevalkit"] = "generated"
     path: str | None = None

@@ -1,12 +1,9 @@
-"""Beyond the paper: CoLVA's object-level contrastive idea on frozen features, as a linear head.
+"""Beyond the paper: CoLVA's object-level contrastive idea on frozen features, as a linear head (docs/mmvm.md,
+"Feature backbones").
 
-A linear map W (C -> D) is trained on the training split's mask-pooled descriptors: every instance seen
-in both frames of a training case (the query and its true match, and the clutter objects of frame 1
-that reappear in frame 2) is an anchor whose positive is its own frame-2 copy; the negatives are the
-other frame-2 objects of the same case. Loss: InfoNCE over the projected, L2-normalised vectors
-(temperature `temperature`), full batch, Adam. W starts as a seeded random orthonormal projection.
-Scoring then runs the zero-shot rules (cosine argmax, None threshold fitted on train) on W's outputs.
-"""
+A linear map W (C -> D), from a seeded random orthonormal start, trained full batch with Adam and InfoNCE on
+the training split: an instance seen in both frames is an anchor, its frame-2 copy the positive, the other
+frame-2 objects of the case the negatives. Scoring runs the zero-shot rules on W's outputs."""
 
 from __future__ import annotations
 

@@ -49,13 +49,9 @@ def _code(element: object) -> int | None:
 
 
 def parse_match_type(value: object, strict: bool = False, where: str = "") -> ParsedMatchType:
-    """Cue codes of a `match_type` cell as the reference parses them, with the fallback recorded.
-
-    The reference `eval`s the cell; we accept literals only (ast.literal_eval): anything else is
-    "unparsable" ([1, 5], the reference's except branch). A bare number, which the reference's loop cannot
-    iterate (it raises), counts as a one-code list ("scalar"); None is "unparsable". strict=True raises a
-    ValueError naming `where` instead of any fallback (for our own files).
-    """
+    """Cue codes of a `match_type` cell as the reference parses them, with the fallback recorded: literals
+    only (anything else, and None, is "unparsable": [1, 5]); a bare number is a one-code list ("scalar");
+    strict=True raises a ValueError naming `where` instead (for our own files)."""
     text = value if isinstance(value, str) else None  # NaN / None cells: eval raises -> [1, 5]
     parsed: object = None
     ok = False

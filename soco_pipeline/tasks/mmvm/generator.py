@@ -1,19 +1,8 @@
 """Two-frame multi-object scenes with exact instance masks and controlled matching cues (SIMULATED data).
 
-A case is one query object (frame 1) and the candidates of frame 2: the query re-rendered under a new
-view and slot (the true match; absent in a share of the cases) among distractors. A distractor is a copy
-of the true match that differs in exactly the cues the case lists (every listed cue, nothing else):
-
-  1 CL colour         another main colour                 5 RP relative position  another relation to a landmark
-  2 SP shape/posture  another category of the family     6 OO orientation        azimuth >= gap away
-  3 TM text marker    another printed number              7 BR binding            no or another rider object
-  4 SZ size           small or large instead of normal   8 OM object marker      no or another sticker/stripe
-
-Objects sit in the cells of a grid (one per cell, no overlap); a bound rider is painted over the top of
-its host, so the label map (0 = background, k = k-th object of the frame) holds the exact visible masks.
-Text and object markers are decals painted onto the object's visible pixels, placed from its mask.
-Every random choice comes from the config seed, the split and the case index.
-"""
+A case is one query object (frame 1) and the candidates of frame 2: the true match (absent in a share of the
+cases) among distractors that each differ in exactly the cues the case lists (docs/mmvm.md, "The generated
+cases"). Every random choice comes from the config seed, the split and the case index."""
 
 from __future__ import annotations
 

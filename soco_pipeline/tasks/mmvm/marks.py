@@ -1,14 +1,10 @@
 """The published visual prompts (CoLVA `chat_with_colva.py`): a cyan query contour in frame 1; in frame 2 a
-contour of a distinct colour around every candidate, each labelled with its numeric ID in white on a box
-of the contour's colour.
+contour of a distinct colour around every candidate, labelled with its numeric ID (docs/mmvm.md, "Marks and
+question").
 
-Arrays here are RGB (the reference draws on OpenCV's BGR images): the query's BGR (255, 255, 0) is RGB
-(0, 255, 255). Contours are OpenCV's (RETR_TREE, CHAIN_APPROX_SIMPLE) drawn with thickness 2. A label
-sits at the centroid of the mask's largest contour; as in the reference, one font scale serves every
-label of the image: the largest (0.5-5.9 in steps of 0.1) at which each label's text stays within 15% of
-its contour's box, the minimum over the labels (0.5 when none fits); text thickness 1 for a box under
-25 px, else 2 (the last candidate's, for every label, as in the reference).
-"""
+Arrays here are RGB (the reference draws on OpenCV's BGR images): the query's BGR (255, 255, 0) is RGB (0,
+255, 255). The label font scale and thickness follow the reference, quirks included (one scale for every
+label; the last candidate's thickness)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
-"""Accuracy of one model (feature backbone or LVLM) overall, per cue, per candidate count, on the items with
-and without the query, each beside a random chooser's expected accuracy (mean of 1/(N+1) over the same
-items: N candidates plus the None option) and a 95% Wilson interval.
-
-A case counts toward every cue its match_type lists, as often as it lists it (the published rule,
-`report_acc_mmatch`); an unparsable match_type uses the reference fallback ([1, 5]), recorded in the
-`match_type_fallback` column of the items it came from (see cues.py). A question shows at most 25
-candidates (letters A-Y) plus None, so the chance line is 1/(min(N, 25) + 1).
-"""
+"""Accuracy of one model overall, per cue, per candidate count and with / without the query, each beside a
+random chooser's expected accuracy (mean of 1/(min(N, 25) + 1)) and a 95% Wilson interval. A case counts
+toward every cue its match_type lists, as often as listed (`report_acc_mmatch`); docs/mmvm.md, "Metrics"."""
 
 from __future__ import annotations
 

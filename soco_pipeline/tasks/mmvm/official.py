@@ -1,25 +1,9 @@
-"""The published layouts, in and out.
+"""The published layouts, in and out: MMVMEvalKit / CoLVA `match_bench/` + `mllm_match_eval_full.tsv`, and
+VLMEvalKit's `MMVMBench.tsv` (no masks: LVLMs only). The files and the polygon-to-mask rule: docs/mmvm.md,
+"Official formats".
 
-MMVMEvalKit / CoLVA release::
-
-    match_bench/case_xxx/FRAME00.jpg        frame 1 with the query's cyan contour
-                         FRAME00_ORI.jpg    frame 1 unmarked
-                         FRAME00.json       [{"id", "height", "width", "segmentation": [[x, y, ...], ...]}]
-                         FRAME01_CAND.jpg   frame 2 with the candidates' contours and ID labels
-                         FRAME01_ORI.jpg    frame 2 unmarked
-                         FRAME01_CAND.json  one entry per candidate; `id` is its shown numeric ID
-    mllm_match_eval_full.tsv                index, question, image_path (a list: FRAME00.jpg, FRAME01_CAND.jpg),
-                                            choices, pure_question, choices_head, answer (a letter), match_type
-
-Polygons become masks as the reference does it (pycocotools there, OpenCV here): polygons with an odd
-or < 6 coordinate count are skipped, each polygon is filled, and a pixel covered by two or more
-polygons is cleared. VLMEvalKit's `MMVMBench.tsv` holds index, question, answer, match_type and image
-(the two marked frames as a list of base64 JPEGs); its items carry no masks, so only LVLMs score them.
-
-Our export writes one case folder per item (a frame 2 marking per candidate count); the JSON entries
-carry our object `label` and the item id in extra keys, which the reference ignores, so that an
-import restores the same items.
-"""
+Our export's JSON entries carry our object `label` and the item id in extra keys, which the reference ignores,
+so that an import restores the same items."""
 
 from __future__ import annotations
 
@@ -275,11 +259,8 @@ def _load_json(path: str, where: str) -> list:
 
 
 def import_match_bench(root: str, work_root: str, tsv: str | None = None) -> dict[str, pd.DataFrame]:
-    """Read `match_bench/` and mllm_match_eval_full.tsv under `root` into cases/images/objects/items tables.
-
-    Label maps are written under `work_root`. Every bad input raises MmvmFormatError naming the file and
-    the TSV row; an unparsable match_type follows the reference fallback, recorded in match_type_fallback.
-    """
+    """Read `match_bench/` and mllm_match_eval_full.tsv under `root` into cases/images/objects/items tables
+    (label maps under `work_root`); bad input raises MmvmFormatError naming the file and the TSV row."""
     tsv = tsv or join(root, TSV_NAME)
     df = _read_tsv(tsv, {"index", "question", "image_path", "answer", "match_type"})
     cases, images, objects, items = {}, [], [], []
@@ -447,12 +428,10 @@ def _image_lists(df: pd.DataFrame, path: str) -> tuple[pd.Series, list[str]]:
 
 
 def import_vlmevalkit(path: str, image_root: str, skipped: list[str] | None = None) -> pd.DataFrame:
-    """VLMEvalKit's MMVMBench.tsv as LVLM items (marked frames decoded under image_root; no masks).
-
-    Read as VLMEvalKit reads it: rows with an empty image cell are skipped (each appended to `skipped`,
-    named), an image cell naming another row's index shares that row's images. Every frame is decoded here:
-    one that is not an image is an MmvmFormatError naming the row; so are a repeated index and an answer that
-    is not one of the row's options."""
+    """VLMEvalKit's MMVMBench.tsv as LVLM items (marked frames decoded under image_root; no masks), read as
+    VLMEvalKit reads it: empty image cells skipped (appended to `skipped`), an image cell naming another row's
+    index shares that row's images. A frame that is not an image, a repeated index or an answer outside the
+    options is an MmvmFormatError naming the row."""
     df = _read_tsv(path, set(VLMEVALKIT_COLUMNS))
     images, skip = _image_lists(df, str(path))
     if skipped is not None:

@@ -1,10 +1,6 @@
 """The published question and options (CoLVA `chat_with_colva.py`, MMVMEvalKit) and the items built from
-generated cases: one item per (case, candidate count) with its marked frames.
-
-Options follow the reference: the shown IDs are the first min(N, 25) of the ID permutation, sorted
-ascending, lettered from A; the next letter is "None of the above choices are correct". IDs are a random
-permutation of 1..N over the candidates, so with N <= 25 the options read `A. 1`, `B. 2`, ...
-"""
+generated cases: one item per (case, candidate count) with its marked frames; the options as the reference
+builds them (docs/mmvm.md, "Marks and question")."""
 
 from __future__ import annotations
 

@@ -1,24 +1,9 @@
 """Feature backbones on MMVM items: mask-pooled object descriptors, cosine argmax, a fitted None threshold.
 
-Descriptor of an object: the mean of the L2-normalised cells of the frame's cached dense map under the
-object's mask, each cell weighted by the share of it the mask covers (the map covers the frame padded
-to a square at the top-left, as the feature protocol pads it), then L2-normalised. An object too small
-to cover any cell takes the cell under its centroid.
-
-Answer: the shown candidate of highest cosine similarity to the query. A feature backbone has no
-native "None of the above": it answers None when that highest similarity is below a threshold. Which
-threshold is the item set's `NoneRule`, recorded in every prediction row (`none_mode`, `none_rule`):
-
-- ``fitted``: the value that maximises accuracy on the training split of the items scored (midway
-  between neighbours): the generated data's rule;
-- ``carried``: an item set without a training split (an import of the published benchmark) takes the
-  threshold fitted on the generated training split for the same backbone and method;
-- ``fixed``: a threshold from the config (`none_rule: {mode: fixed, threshold: t}`);
-- ``never``: no threshold (an import with nothing to carry, or `none_rule: {mode: never}`): the argmax
-  is always answered, so every item without the query is wrong.
-
-The predictions keep both the forced (argmax) answer and the thresholded one.
-"""
+An object's descriptor is the coverage-weighted mean of the L2-normalised dense-map cells under its mask (the
+cell under its centroid when it covers none), L2-normalised. A backbone answers None when the best cosine is
+below the item set's `NoneRule` (fitted, carried, fixed, never: docs/mmvm.md, "Feature backbones"); the
+predictions keep both the forced (argmax) answer and the thresholded one."""
 
 from __future__ import annotations
 

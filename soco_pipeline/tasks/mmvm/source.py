@@ -1,14 +1,9 @@
 """The family's items from its configured source (`source:` in assets/mmvm.yaml): generated, or an official
-layout read as released (MMVMEvalKit `match_bench/` + `mllm_match_eval_full.tsv`, VLMEvalKit
-`MMVMBench.tsv`).
+layout read as released (docs/mmvm.md, "Source").
 
-An import is the test split. The generated *training* split is always made beside it (SIMULATED, and its
-rows say so): feature backbones fit their None threshold and train their contrastive head there, and the
-rows of the imported items record that rule as `none_mode = carried`. VLMEvalKit's TSV has no masks, so its
-items are for LVLMs only (backbones get not-applicable rows). Rows an official loader skips (VLMEvalKit's
-`skip_noimg`: an empty image cell) are skipped here too, each one logged by file line and written to
-`<work_root>/skipped_rows.txt`; nothing else is dropped (any other bad row is an MmvmFormatError naming it).
-"""
+An import is the test split; the generated (SIMULATED) training split is made beside it for the None threshold
+and the contrastive head (`none_mode = carried`). Only VLMEvalKit's `skip_noimg` rows are skipped, each logged
+and written to `<work_root>/skipped_rows.txt`; any other bad row is an MmvmFormatError naming it."""
 
 from __future__ import annotations
 

@@ -1,16 +1,6 @@
-"""The 2AFC out-of-distribution set: a reference and two outputs of real image operations, simulated votes.
-
-Sources (ours, standing in for the paper's editing / compositing / novel-view / image-to-3D):
-
-- editing: recolouring (re-render with another hue), colour transfer towards another photograph (Reinhard Lab
-  statistics), relighting (re-render with another light direction and warmth);
-- compositing: the object composited onto another background, or re-placed at another size;
-- novel_view: re-rendered from a new azimuth;
-- distortion: Gaussian blur and JPEG of the rendered photograph.
-
-Votes come from the same observer model (distance of each output to the reference, per aspect of `afc.aspects`:
-never "overall", as in the paper); items with >= 3 "cannot tell" or a tie are removed (published).
-"""
+"""The 2AFC out-of-distribution set: a reference and two outputs of real image operations (editing,
+compositing, novel_view, distortion: ours, standing in for the paper's sources), with simulated votes on
+`afc.aspects` (never "overall"); ties and >= 3 "cannot tell" removed (published)."""
 
 from __future__ import annotations
 

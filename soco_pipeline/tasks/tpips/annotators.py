@@ -1,22 +1,8 @@
 """Simulated annotators: a noisy-observer model of odd-one-out and 2AFC judgements (NOT human judgements).
 
-Model (our choice; the pruning and normalisation are the published ones). For one (item, aspect) the options'
-distances are d_k: for odd-one-out the pair distance d̄_k of the pair that excludes image k, for 2AFC the
-distance of x_k to the reference. An observer picks option k with probability softmax(-d_k / temperature)
-(a Luce choice with noise set by the temperature) and says "cannot tell" with probability
-exp(-gap / cannot_tell_margin), gap = the difference of the two smallest distances (too close to call).
-
-`vote_mode: expected` (default) gives each (item, aspect) the expected votes of `n_annotators` such observers,
-rounded to whole votes (largest remainders): deterministic, and the plurality is always the option with the
-smallest distance, so an oracle that knows the distances reaches the best achievable agreement mean max_k y_k.
-`vote_mode: sampled` draws every annotator instead, each perceiving the distances with Gaussian noise
-(`noise_sd`) and saying "cannot tell" when its two smallest perceived distances are within the margin: finite-
-sample noise like a real panel, where even the oracle falls below mean max_k y_k.
-
-An (item, aspect) with >= `prune_cannot_tell` "cannot tell" is removed (published); the remaining votes are
-normalised to y (published: y ∈ Δ³ for odd-one-out; 2AFC items with a tie are removed too).
-Every call is seeded per item, so the votes do not depend on the order of the items.
-"""
+A Luce choice softmax(-d_k / temperature) over the options' distances with a "cannot tell" chance
+exp(-gap / cannot_tell_margin); `vote_mode` expected (default, deterministic) or sampled; the published
+pruning and normalisation; seeded per item (docs/tpips.md, "Data")."""
 
 from __future__ import annotations
 
@@ -60,10 +46,8 @@ def expected_votes(distances: np.ndarray, obs: ObserverConfig) -> tuple[np.ndarr
 def observe(
     distances: np.ndarray, ids: list[str], aspect: str, obs: ObserverConfig, seed: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Votes (N, K) and cannot-tell counts (N,) of `n_annotators` simulated observers (see the module doc).
-
-    `distances` (N, K): for odd-one-out the pair distances excluding option k (K = 3); for 2AFC the option's
-    distance to the reference (K = 2). In both the favoured option is the one with the smallest distance.
+    """Votes (N, K) and cannot-tell counts (N,) of `n_annotators` simulated observers given `distances` (N,
+    K): the odd-one-out pair distances excluding option k (K = 3), or 2AFC distances to the reference (K = 2).
     """
     if obs.vote_mode == "expected":
         return expected_votes(distances, obs)
@@ -88,10 +72,8 @@ def observe(
 def normalise(
     votes: np.ndarray, cannot_tell: np.ndarray, prune_cannot_tell: int = 3, drop_ties: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(keep mask (N,), y (N, K)): rows with >= prune_cannot_tell "cannot tell" (or no vote) removed, votes / sum.
-
-    drop_ties also removes rows whose top vote count is shared (the 2AFC rule).
-    """
+    """(keep mask (N,), y (N, K)): rows with >= prune_cannot_tell "cannot tell" (or no vote) removed, votes /
+    sum; drop_ties also removes rows whose top vote count is shared (the 2AFC rule)."""
     votes = np.asarray(votes, float)
     total = votes.sum(1)
     keep = (np.asarray(cannot_tell) < prune_cannot_tell) & (total > 0)

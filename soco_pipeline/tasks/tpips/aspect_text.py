@@ -1,10 +1,7 @@
-"""Aspect strings -> what the learned metrics condition on: ids into a learned embedding over a closed vocabulary
-(`AspectVocab`), or rows of a frozen table of text-encoder embeddings (`AspectText`, when the backbone spec names
-a `text_encoder`), which also embeds aspect texts never seen in training.
-
-Both expose `aspects` (the training vocabulary, over which the weight decay runs), `vectors` (None, or the
-(n, d) text table the ids index) and `encode(aspects) -> ids`; an empty aspect is refused by both.
-"""
+"""Aspect strings -> what the learned metrics condition on: ids into a learned embedding over a closed
+vocabulary (`AspectVocab`), or rows of a frozen table of text-encoder embeddings (`AspectText`), which also
+embeds unseen aspect texts. Both expose `aspects`, `vectors` and `encode(aspects) -> ids`; an empty aspect is
+refused."""
 
 from __future__ import annotations
 

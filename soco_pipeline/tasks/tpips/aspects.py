@@ -1,17 +1,7 @@
 """The aspect vocabulary, the per-image aspect values a render records, and per-aspect perceptual distances.
 
-Every distance is in [0, 1] and vectorised over aligned rows of two value tables (our choice of scales):
-
-- colour: circular hue difference x 2 (opposite hues = 1), plus the strength difference of a colour transfer;
-- pose: circular azimuth difference / 180 degrees;
-- background: 0 same background id, 0.5 same photograph another crop, 1 another photograph;
-- lighting: half the circular light-direction difference / 180 plus half the warmth difference / 2;
-- size: |log area ratio| / log(max / min area);
-- shape: 0 equal, 1 different;  count: |difference| / 2;
-- texture: 0 equal pattern, 1 different, plus the blur and JPEG degradations (they erase the pattern's detail;
-  the 2AFC `distortion` source is judged on texture, since the paper's 2AFC has no overall aspect);
-- overall: the config's weighted mean of the above (texture as its pattern only), plus the degradations.
-"""
+Every distance is in [0, 1] and vectorised over aligned rows of two value tables (our scales: docs/tpips.md,
+"Data")."""
 
 from __future__ import annotations
 

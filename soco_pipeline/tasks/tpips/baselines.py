@@ -1,18 +1,8 @@
 """Aspect-agnostic baselines and an aspect-distance oracle, as pair similarities over image positions.
 
-Every method is `sim(a, b, aspects) -> (M,)`: the similarity of image rows a[m], b[m] (higher = more similar)
-under aspect aspects[m] (the agnostic ones ignore it). `ooo_scores` turns it into odd-one-out scores: column k
-is the similarity of the pair that excludes image k, so argmax picks the odd image; `afc_scores` gives the
-similarity of x0 and x1 to the reference.
-
-- random: seeded uniform scores (chance 1/3 and 1/2); constant: always the option at one position (the first),
-  `constant_choice`: it scores exactly the mean vote share of that position;
-- l2: minus the mean squared pixel difference; ssim: scikit-image's SSIM (colour, data range 255);
-- lpips_style[b]: minus Σ_ℓ mean_t ‖φ_ℓ(x)_t − φ_ℓ(y)_t‖² over the unit-normalised tokens of the backbone's
-  layers: LPIPS without its learned channel weights (uncalibrated: those weights are not available offline);
-- cosine[b]: cosine of the global embeddings (class token or mean token);
-- oracle: minus the true aspect distance (for tests: it reaches the best achievable agreement).
-"""
+Every method is `sim(a, b, aspects) -> (M,)` (higher = more similar); `ooo_scores` gives column k = the pair
+that excludes image k, `afc_scores` each output's similarity to the reference. The methods: docs/tpips.md,
+"Models"."""
 
 from __future__ import annotations
 
@@ -26,7 +16,6 @@ from .config import TpipsConfig
 from .features import TpipsFeatures
 
 SimFn = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
-AGNOSTIC_NOTE = "aspect-agnostic"
 
 
 def _positions(frame: pd.DataFrame, columns: list[str], ids: list[str], what: str) -> np.ndarray:

@@ -1,10 +1,6 @@
 """The typed TPIPS config (assets/tpips.yaml): the data source, scene ranges, triplet sampling, observer,
-features, training.
-
-The model holds every rule a file must meet (ranges as field constraints, cross-field rules as validators), so
-that a bad file is refused when it is loaded, never at run time. `load_config` names the file and each bad field
-(`assets/tpips.yaml: field 'triplets.n' must be > 0, got -4; fix the value in the file`) through the shared
-`soco_pipeline.config` helpers; the error type is `TpipsConfigError` (a ValueError).
+features, training. Every rule is a field constraint or validator, so a bad file is refused when loaded:
+`TpipsConfigError` (a ValueError) names the file, each bad field and the fix (docs/tpips.md, "Config errors").
 """
 
 from __future__ import annotations

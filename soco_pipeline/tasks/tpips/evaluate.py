@@ -1,10 +1,5 @@
-"""Score tables: agreement per aspect and overall beside the rater agreement (Σ y², the paper's consensus) and
-the ceiling (mean max y), for OOO (a split) and each 2AFC source.
-
-One row per (model, method, eval, aspect): eval is "ooo" or "afc:<source>", aspect "all" for the whole set.
-Every row carries the votes' `judgements` marker (simulated for generated data, the source's for an official
-set).
-"""
+"""Score tables: one row per (model, method, eval, aspect), eval "ooo" or "afc:<source>", aspect "all" for the
+whole set: agreement beside the rater agreement and the ceiling, with the votes' `judgements` marker."""
 
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
 """Write the family's tables as a TPIPS release folder (`soco export-family tpips OUT --format release`):
-`ooo.jsonl` in the released odd-one-out format (release.py, with our extra fields), `afc.jsonl` in our 2AFC
-layout (the release's 2AFC schema is not known here; formats.py) and every image the lines name, under the
-folder. Read back with `source: {kind: official, path: OUT}`, the tables are the ones written, image ids
-included: the lines carry them as the extra field `image_ids`, since the paths written (`release_path`) are not
-always the ids."""
+`ooo.jsonl` in the released format (release.py), `afc.jsonl` in our 2AFC layout (formats.py) and every image
+they name. Read back with `source: {kind: official, path: OUT}` the tables are the ones written, image ids
+included (the extra field `image_ids`, since the paths written are not always the ids)."""
 
 from __future__ import annotations
 

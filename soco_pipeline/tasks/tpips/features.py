@@ -1,11 +1,8 @@
 """TPIPS features through the shared cache: derived specs (input size, extra layers), token and global arrays.
 
-TPIPS images are small squares, so each backbone is extracted at the config's `input_size` (a derived spec:
-its own spec_hash folder in the same cache, never a second extractor). Mid fusion reads several layers: for a
-kind offering "blocks", `features.layers` lists them (timm block indices, packaged stage choices; a kind left
-out is an error), each one more derived spec; other kinds give one layer (their cached map). Oracle backbones read SOCO part maps and do not
-apply to these images: their kind lacks a capability in NEEDS (`not_applicable` names it).
-"""
+Each backbone is extracted at the config's `input_size` and, for mid fusion, at each of `features.layers`,
+each a derived spec with its own folder in the same cache; a kind lacking a capability in NEEDS (the SOCO
+oracles) is `not_applicable` (docs/tpips.md, "Models")."""
 
 from __future__ import annotations
 

@@ -1,23 +1,9 @@
-"""JSONL import/export of the odd-one-out and 2AFC sets (one JSON object per line; docs/tpips.md).
+"""JSONL import/export of the odd-one-out and 2AFC sets in our layout (docs/tpips.md, "Formats": the fields
+and every refusal).
 
-OOO line:  {"triplet_id": str, "images": [path, path, path], "aspect": str, "votes": [int, int, int],
-            "cannot_tell": int, "split": "train" | "val" | "test"}
-2AFC line: {"ref": path, "x0": path, "x1": path, "aspect": str, "votes": [int, int], "source": str,
-            "cannot_tell": int (optional, default 0), "item_id": str (optional),
-            "image_ids": {"ref": id, "x0": id, "x1": id} (optional)}
-
-One line is one (item, aspect): a triplet asked several aspects has several lines, with the same images and
-split. Image paths are kept as written and are the image ids, unless a 2AFC line carries `image_ids` (written by
-our release export, `write_afc_jsonl(..., keep_ids=True)`, so that ids that are not the paths written survive);
-a relative path is read from `base` (the file's folder when not given). Reading refuses, naming the file, the line and the fix: a line that is not a JSON
-object, a missing field, an image that does not exist, bad `image_ids` (not non-empty ids, or one id naming two
-paths in the file), votes that are not non-negative integers (a JSON
-`true` is not a vote), votes + cannot_tell that do not sum to the annotator count, an empty aspect (or one
-outside the vocabulary, when given), a split or 2AFC source outside the ones allowed, an "overall" 2AFC line
-(the paper's 2AFC has none), the same (item, aspect) twice, and an item whose lines disagree on its images,
-split or source. The published pruning (>= 3 "cannot tell"; 2AFC ties) is applied on read and counted in the
-summary, with the lines it removed named, so nothing is dropped silently.
-"""
+One line is one (item, aspect); image paths are the image ids unless a 2AFC line carries `image_ids`. The
+published pruning (>= 3 "cannot tell"; 2AFC ties) is applied on read and counted, with the lines it removed
+named."""
 
 from __future__ import annotations
 

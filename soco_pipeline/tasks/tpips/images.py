@@ -22,10 +22,8 @@ def image_uri(root: str, image_id: str) -> str:
 
 
 def write_images(values: pd.DataFrame, root: str, cfg: TpipsConfig) -> pd.DataFrame:
-    """Render every record, write its PNG atomically; rows image_id, uri, width, height, category, object_area.
-
-    object_area is the rendered object mask's share of the image (the size cue as drawn).
-    """
+    """Render every record and write its PNG atomically; rows image_id, uri, width, height, category,
+    object_area (the rendered object mask's share of the image: the size cue as drawn)."""
     dup = values.image_id[values.image_id.duplicated()]
     if len(dup):
         raise ValueError(f"duplicate TPIPS image ids {list(dup[:3])}: image ids must be unique")

@@ -1,31 +1,8 @@
 """Learned aspect-conditioned metrics on frozen backbone features, trained on odd-one-out votes.
 
-f_θ(x_i, x_j | c) gives the three pair similarities; the predicted odd-one-out distribution is
-softmax(s̄ / τ) with s̄_k = s(pair excluding k), trained with cross-entropy against y (published). τ is fixed by
-config per kind (`tau_init` late, `tau_mid` mid) unless `learn_tau`. Full-batch L-BFGS in rounds, early stopping
-on the val loss (see `train_metric`).
-
-- late fusion: each image embedded on its own, e = the global embedding beside every layer's tokens
-  average-pooled to a `late_grid` x `late_grid` layout (1: the mean token), each L2-normalised, then standardised
-  per channel, then compared with the aspect's weights:
-  - `late_head: distance` (default, our choice): mid fusion's head on that one vector (a one-token layer),
-    s = −Σ_ch w0_ch g(c)_ch (ê_i − ê_j)²_ch on the unit embedding ê, g(c) = MLP(a(c)) from 0 and free in sign,
-    w0 = 1 / (2 x each channel's variance over the train images), τ = `tau_mid`;
-  - `gated`: z(x, c) = W (e(x) ⊙ g(c)), s = cos(z_i, z_j), g(c) = 1 + MLP(a(c)); `proj_dim` 0 leaves W out. A
-    cosine of one embedding per image is a positive semi-definite form and did not beat the frozen baselines;
-  both measured against the distance head in docs/tpips.md;
-- mid fusion: f = −Σ_ℓ mean_t Σ_ch w_ℓ(c)_ch (φ_ℓ(x_i)_t − φ_ℓ(x_j)_t)_ch² over unit-normalised tokens φ_ℓ, with
-  w(c) = w0 ⊙ g(c) (signed, our choice: on frozen features a background change must be able to count as
-  "closer" for an object aspect) or w0 ⊙ g(c)² (`mid_weights: squared`, the published ‖w ⊙ Δφ‖²);
-  w0 = 1 / each channel's mean train difference;
-- `late_cosine`: the `gated` head whatever `late_head` says (the paper's late-fusion form, reported beside ours);
-- ablations: `mid_unconditioned` (one learned gain shared by all aspects) and `mid_frozen` (w = 1, nothing
-  learned, no conditioning: the LPIPS-style baseline).
-
-Aspect text -> a(c) (aspect_text.py): the frozen embedding of the aspect text by the backbone spec's
-`text_encoder` (a CLIP text tower; then any aspect text can be asked), else a learned embedding over the
-config's aspect vocabulary, where an aspect outside it is refused with an error naming the vocabulary.
-"""
+softmax(s̄ / τ) over the three pair similarities, cross-entropy against the vote shares, full-batch L-BFGS in
+rounds with early stopping on the val loss (`train_metric`). The heads (late distance / gated, mid signed /
+squared, `late_cosine`, the ablations) and the aspect text -> a(c) route: docs/tpips.md, "Models"."""
 
 from __future__ import annotations
 
@@ -70,11 +47,9 @@ def _unit(x: torch.Tensor) -> torch.Tensor:
 
 
 class AspectGain(nn.Module):
-    """(M, D) gain per channel from the aspect: start + MLP(a(c)), exactly `start` at the beginning
-    (`conditioned`); one learned gain for every aspect (`shared`); 1 fixed (`fixed`).
-
-    a(c) is a learned embedding over the vocabulary (AspectVocab), or the frozen text-encoder embedding of the
-    aspect (AspectText: the MLP then reads the text tower's width)."""
+    """(M, D) gain per channel from the aspect: start + MLP(a(c)), exactly `start` at first (`conditioned`);
+    one learned gain for every aspect (`shared`); 1 fixed (`fixed`). a(c) comes from AspectVocab or
+    AspectText."""
 
     def __init__(
         self,
@@ -139,11 +114,9 @@ class LateFusion(nn.Module):
 
 
 class MidFusion(nn.Module):
-    """−Σ_ℓ mean_t Σ_ch w_ℓ(c)_ch (φ_ℓ(x_i)_t − φ_ℓ(x_j)_t)_ch² over unit-normalised tokens.
-
-    w(c) = w0 ⊙ g(c) (`mid_weights: signed`) or w0 ⊙ g(c)² (`squared`: the published ‖w ⊙ Δφ‖², w ≥ 0), with
-    g(c) an AspectGain (1 at the start). w0 is 1 for the frozen ablation (the LPIPS-style distance) and, for the
-    trained kinds, 1 / (L · the layer's mean train distance), so that every layer starts with the same share."""
+    """−Σ_ℓ mean_t Σ_ch w_ℓ(c)_ch (φ_ℓ(x_i)_t − φ_ℓ(x_j)_t)_ch² over unit-normalised tokens, w(c) = w0 ⊙ g(c)
+    (signed) or w0 ⊙ g(c)² (squared); w0 = 1 for the frozen ablation, else 1 / (L · the layer's mean train
+    distance), so every layer starts with the same share."""
 
     def __init__(
         self,
@@ -251,11 +224,10 @@ def train_metric(
     vocab: AspectVocab | AspectText,
     cfg: LearnedConfig,
 ) -> TrainedMetric:
-    """Train one metric on the OOO train split (rows of `ooo` with split train / val; `pos` their image rows).
-
-    Full-batch L-BFGS on the softmax-choice cross-entropy plus `weight_decay` x the squared deviation of the
-    gains from their start (AspectGain.penalty); `epochs` rounds of `lbfgs_iter` iterations, the val loss checked after
-    each round, the best round kept, stopping after `patience` rounds without improvement."""
+    """Train one metric on the OOO train split (rows of `ooo` with split train / val; `pos` their image rows):
+    full-batch L-BFGS on the cross-entropy plus `weight_decay` x AspectGain.penalty, in `epochs` rounds of
+    `lbfgs_iter` iterations, keeping the best val round, stopping after `patience` rounds without improvement.
+    """
     if kind not in KINDS:
         raise ValueError(f"unknown metric kind {kind!r}: use one of {KINDS}")
     torch.manual_seed(cfg.seed)

@@ -1,21 +1,8 @@
 """LVLM baselines through the project's harness (backends with retries, the answer cache), both as published
-(appendix C.3), with the paper's permutation averaging against position bias:
+(appendix C.3): early fusion (pairwise 0-10 scores) and the triplet oracle, with the paper's permutation
+averaging, so an answerer that always names one position scores chance (docs/tpips.md, "Models").
 
-- early fusion: two images and "how similar are these {clause}, 0-10" for every pair, each pair asked in both
-  orders and the two scores averaged (every pair of a triplet appears in both orders over its 6 permutations;
-  2AFC's 2 permutations ask (reference, output) both ways); the three pair scores of a triplet (or the two of a
-  2AFC item) are the model's similarities;
-- triplet oracle: all three images, "which image is the most different of the three {clause}?" (1-3), asked in
-  all 6 orders; each answer is mapped back to the image it names and the picks averaged (ŷ = the share of orders
-  that named each image). For 2AFC the reference first and both outputs, "which is more similar to the first?"
-  (1-2), in both orders of the outputs.
-
-So an answerer that always names one position scores a tie of every option (chance), not that position's vote
-share. `{clause}` is "in terms of <aspect>", or "overall" for the overall aspect (published: no prompt reads
-"in terms of overall"). Prompts come from assets/tpips.yaml (`lvlm`). An unparseable answer counts in
-`parse_failures` and adds nothing to the average (a pair with no score in either order is never the pick; a
-row with no parsed answer is a tie).
-"""
+An unparseable answer counts in `parse_failures` and adds nothing to the average."""
 
 from __future__ import annotations
 

@@ -27,10 +27,8 @@ OOO_COLUMNS = [
 
 
 def annotate_triplets(ts: TripletSet, cfg: TpipsConfig) -> tuple[pd.DataFrame, dict]:
-    """(the kept OOO rows, a summary with the observer parameters and how many pairs were pruned).
-
-    Every aspect of the vocabulary is asked of every triplet (the unvaried ones are mostly "cannot tell").
-    """
+    """(the kept OOO rows, a summary with the observer parameters and the pruned count); every aspect of the
+    vocabulary is asked of every triplet (the unvaried ones are mostly "cannot tell")."""
     trip = ts.triplets
     imgs = trip[["image_0", "image_1", "image_2"]].to_numpy()
     ids = trip.triplet_id.tolist()

@@ -1,29 +1,8 @@
 """The TPIPS release's odd-one-out JSONL, read as released and written from our tables (docs/tpips.md, "The
-released format").
+released format": the field mapping, our extra fields, what is skipped, counted and refused).
 
-One triplet per line (the format as the `tpips` wheel documents it; none of its code is used here):
-
-    {"p0_path": str, "p1_path": str, "p2_path": str,
-     "factors": [{"name": str, "label": "p0" | "p1" | "p2", "probs": [P0, P1, P2]}, ...]}
-
-`probs` are the vote shares of the three images as the odd one; paths are relative to an image root. Read as
-the format defines it: a factor whose `label` is missing or not one of p0/p1/p2 is skipped, a triplet with no
-usable factor is dropped; both are counted and named (`file:line`) in the summary, never dropped silently. One
-row per usable (triplet, factor): the factor's name as written is the aspect, y_k = probs[k] (shares that do not
-sum to 1 are normalised, and counted), the image ids are the paths as written, the split is the reader's
-`split` (the release has none). The release carries no counts: such a row has `votes` [] and `cannot_tell` 0.
-
-Our export adds fields the release's own reader ignores, so that our tables survive the trip exactly:
-`triplet_id`, `split` and `image_ids` ({"p0": id, "p1": id, "p2": id}: our ids, which need not be the paths
-written) on the line, `votes` and `cannot_tell` on each factor. When present they are read back (and checked:
-the votes must give the shares; >= `prune_cannot_tell` "cannot tell" is pruned as in our layout; image ids are
-non-empty strings and one id names one path across the file).
-
-Refused, naming the file, the line and the fix: a line that is not a JSON object, a missing path field or
-`factors`, a path that is not text, `probs` not a list of 3, a share that is negative, not a number or not
-finite, shares summing to 0, a usable factor without a name, one name twice in a triplet, an image missing
-under the image root, and bad extra fields.
-"""
+Nothing is dropped silently: skipped factors and dropped triplets are counted and named (`file:line`) in the
+summary; bad input is refused naming the file, the line and the fix."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
-"""Render one TPIPS image from its aspect values with the embedded renderer (soco_pipeline.synth).
-
-Every aspect is set exactly: object colour (hue at fixed saturation/value), pose (azimuth), background
-(a deterministic crop of a bundled scikit-image photograph per id), lighting (light direction around the
-view axis, warmth as an R/B gain on the object), size (bbox area fraction per object), shape variant (a
-category of the car family), number of objects (side by side), texture of the body. Degradations (blur,
-JPEG, colour transfer) are applied by `afc`.
-"""
+"""Render one TPIPS image from its aspect values with the embedded renderer (soco_pipeline.synth), every
+aspect set exactly (docs/tpips.md, "Data"); the degradations (blur, JPEG, colour transfer) are applied by
+`afc`."""
 
 from __future__ import annotations
 

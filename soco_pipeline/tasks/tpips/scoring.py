@@ -1,16 +1,8 @@
 """Agreement with the raters: y_k̂ for k̂ = argmax ŷ, per aspect and overall, beside what the votes allow.
 
-Agreement of a prediction is the vote share of the option it picks (the chance that a random rater agrees,
-published). A tie in ŷ scores the mean share of the tied options (the expected agreement of a random tie-break,
-our choice: the paper does not say), so a chooser with no preference scores exactly chance, 1/3 or 1/2.
-
-Beside it, two properties of the votes alone:
-- `rater_agreement` = Σ_k y_k²: the paper's "human consensus", the chance that two random raters agree. It is
-  not a ceiling: a model that always picks the plurality option agrees with a random rater max_k y_k ≥ Σ_k y_k²
-  of the time;
-- `ceiling` = max_k y_k: the best agreement any chooser can reach on the row (the plurality pick).
-Error bars are 2 x the standard error of the per-row values.
-"""
+A tie in ŷ scores the mean share of the tied options (our choice), so a chooser with no preference scores
+chance. `rater_agreement` = Σ_k y_k² (the paper's "human consensus", not a ceiling); `ceiling` = max_k y_k.
+Error bars are 2 x the standard error of the per-row values."""
 
 from __future__ import annotations
 

@@ -1,16 +1,7 @@
 """The family's items from its configured source: `generated` (the embedded renderer and simulated observers)
 or `official`: TPIPS's released odd-one-out file (release.py), or a folder in our own layout (formats.py).
 
-    source: {kind: official, path: <the released .jsonl>, image_root: <folder>}   the release as released
-    source: {kind: official, path: <folder>}    <folder>/ooo.jsonl (released format or our layout, told apart
-                                                by its first line), optionally <folder>/afc.jsonl (our 2AFC
-                                                layout: the release's 2AFC schema is not known here)
-
-Image paths are relative to `image_root` (default: the file's folder). Image ids are the paths as written
-(foreign names kept), or our export's `image_ids` where the lines carry them (one id names one file across both
-files); every line is validated and everything the reader skips, drops, normalises or prunes is
-counted and named in the summaries (asset metadata, and the board's note), so nothing is dropped silently.
-"""
+The source keys and what is counted and named: docs/tpips.md, "Real data"."""
 
 from __future__ import annotations
 
