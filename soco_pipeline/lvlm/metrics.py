@@ -180,13 +180,9 @@ def answer_health(metrics: pd.DataFrame) -> pd.DataFrame:
 def lvlm_leaderboard(
     metrics: pd.DataFrame, backbone_board: pd.DataFrame | None = None, reference: pd.DataFrame | None = None
 ) -> pd.DataFrame:
-    """One row per evaluated model (kind 'evaluated'), the page's reference models ('reference'), the
-    random baselines ('random') and the best backbone's four-choice accuracy ('backbone').
-
-    Columns: model, kind, <setting>_average, <setting>_circular for vis / vis_desc / desc, then for the
-    evaluated models <setting>_average_ci95_lo / _hi (95% CI, bootstrap over categories), n_rows, n_errors (failed rows, counted wrong) and unparsable_pct (answers received
-    that the parser read no letter from, %), source.
-    """
+    """One row per evaluated model ('evaluated'), reference model ('reference'), random baseline ('random')
+    and the best backbone's four-choice accuracy ('backbone'): <setting>_average / _circular, and for the
+    evaluated models the 95% CI (bootstrap over categories), n_rows, n_errors, unparsable_pct and source."""
     ours = _wide(metrics[metrics["scope"] == "all"]) if len(metrics) else _wide(pd.DataFrame())
     ours = ours.assign(kind="evaluated", source="this pipeline")
     if len(metrics):

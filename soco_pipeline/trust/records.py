@@ -87,11 +87,9 @@ def backbone_record(
     scores: pd.DataFrame | None = None,
     pair_hashes: pd.DataFrame | None = None,
 ) -> dict[str, Any]:
-    """The record of one backbone. `tables`: image_set, keypoints, image_pairs, correspondences, four_choice,
-    feature_manifest, predictions, four_choice_predictions (the last may be empty). `scores`: its per-sample
-    scores when the caller has them already (`backbone_scores` on the same tables and rule). `pair_hashes`:
-    the stored per-pair hashes (the `sample_hashes` table) made with this protocol's matching hash; when they
-    cover every evaluated pair, no image is read or hashed again."""
+    """The record of one backbone from its `tables` (image_set ... four_choice_predictions). `scores`: its
+    per-sample scores when the caller has them; `pair_hashes`: the stored per-pair hashes, which spare
+    reading and hashing the images when they cover every evaluated pair."""
     pairs_full = tables["image_pairs"]
     pairs = apply_pair_subset(pairs_full, rule)
     ev = pairs[pairs["evaluated"].astype(bool)]
