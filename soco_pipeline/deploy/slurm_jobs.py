@@ -148,11 +148,9 @@ def follow(
     stderr_tail: Callable[[], str] = lambda: "",
     controller_grace_s: float = 120.0,
 ) -> JobInfo:
-    """Poll the job until it ends; its final JobInfo when COMPLETED, else the named SlurmJobError.
-
-    A job still pending `queue_deadline_s` seconds after submission is cancelled (SlurmQueueTimeout).
-    `scontrol` failing (slurmctld restarting) is retried for `controller_grace_s` seconds in a row.
-    `on_poll` runs after every poll (the launcher forwards the job's output there)."""
+    """Poll the job until it ends: its final JobInfo when COMPLETED, else the named SlurmJobError (a job
+    still pending after `queue_deadline_s` is cancelled: SlurmQueueTimeout). `scontrol` failures are retried
+    for `controller_grace_s` in a row; `on_poll` runs after every poll."""
     submitted = time.monotonic()
     failing_since: float | None = None
     while True:

@@ -33,11 +33,8 @@ class GpuTime:
 
 @contextlib.contextmanager
 def gpu_timer(device: str | torch.device) -> Iterator[GpuTime]:
-    """Time the device work of the `with` body on `device` ('auto', 'cpu', 'cuda', 'cuda:1', a torch.device,
-    or 'remote:<backend>' for a model behind an API).
-
-    Yields a GpuTime that is filled in when the body ends normally: seconds on CUDA, else None with the
-    reason (e.g. 'the stage ran on cpu, not CUDA')."""
+    """Time the device work of the `with` body on `device` ('auto', 'cpu', 'cuda[:i]', a torch.device or
+    'remote:<backend>'): the yielded GpuTime holds seconds on CUDA, else None with the reason."""
     import torch
 
     from soco_pipeline.runtime.device import resolve_device
