@@ -111,10 +111,9 @@ def training_examples(
     protocol: ProtocolConfig,
     backbone: str,
 ) -> tuple[torch.Tensor, np.ndarray, np.ndarray, np.ndarray]:
-    """Training queries of the train pairs: (source descriptors q x C, target image of each query, and the
-    positives as (query index, target cell) rows). A query's positive is the cell of its exact keypoint (SOC)
-    when that is visible in the target, else the cells of every same-concept target keypoint (its CC group),
-    so that the probe learns identity without unlearning concepts."""
+    """Training queries of the train pairs: (source descriptors q x C, each query's target image, positives
+    as (query, target cell) rows): the exact keypoint's cell (SOC) when visible, else its CC group's cells,
+    so the probe learns identity without unlearning concepts."""
     train_rows = correspondences[correspondences["pair_id"].isin(train_pairs["pair_id"])]
     soc = train_rows[train_rows["kind"] == "soc"]
     cc = train_rows[train_rows["kind"] == "cc"]

@@ -1,9 +1,6 @@
 """Submit one batch job with `sbatch` and follow it with `scontrol show job` until it ends, with named
-errors for what can go wrong on a cluster: cancelled, node down, failed, stuck in the queue.
-
-Plain Slurm commands, so any Slurm a lab runs works the same (SLURM_CONF in the environment picks the
-cluster). Accounting may be off (no slurmdbd), so states come from `scontrol`, not `sacct`; finished jobs
-stay visible there for MinJobAge seconds (300 by default), far longer than one poll.
+errors for a cancelled, node-down, failed or queue-stuck job. Plain Slurm commands (SLURM_CONF picks the
+cluster); states come from `scontrol`, not `sacct` (accounting may be off).
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""SOCO-LVLM items: the four-choice items as questions, in each setting and each rotation of the options.
+"""SOCO-LVLM items: the four-choice items as questions, one row per (setting, item, rotation) (docs/lvlm.md).
 
-One row per (setting, item, rotation). Rotation r presents the options in the order r, r+1, ... (mod 4),
-as `matching.rotation_picks` does for backbones: letter j marks original option (j + r) % 4, so the
-target image is marked anew per rotation and the right letter moves. The four rows of an item share
-its `g_index` (circular evaluation). Settings: `vis` (marked source + marked target), `vis_desc`
-(the same images, the query's description in the question), `desc` (the marked target only).
+Rotation r shows the options in the order r, r+1, ... (mod 4), as `matching.rotation_picks` does: letter j
+marks original option (j + r) % 4, so the target is marked anew per rotation; an item's rows share `g_index`.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
-"""SOCO-LVLM scores: average accuracy (correct rows / rows) and circular accuracy (items whose four
-rotations are all right / items), per setting, overall, per super-category and per category; the
-leaderboard with the random baselines, the page's reference figures and the best backbone.
-
-Beside each score: how many rows failed (`n_errors`: no answer after retries, counted wrong) and how
-many answers the official parser could not read (`n_unparsable`: an answer came but gave no letter,
-also counted wrong, as the official script does). The leaderboard shows both per evaluated model, so a
-score made of errors or unreadable answers is visible as such."""
+"""SOCO-LVLM scores: average accuracy (correct rows / rows) and circular accuracy (items whose four rotations
+are all right / items), per setting and scope, and the leaderboard beside the random baselines, the page's
+reference figures and the best backbone. Failed rows (`n_errors`) and unreadable answers (`n_unparsable`)
+count wrong, as the official script does, and the leaderboard shows both.
+"""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""GPU time of a pipeline stage, for the results record's `timing` (docs/results.md).
-
-On CUDA: the span between two CUDA events recorded around the stage's device work, with the device
-synchronised before the first and before the second (so that work queued on any stream is counted, and
-nothing queued before the stage is). Elsewhere there is no GPU time: `gpu_s` is None and `gpu_s_reason`
-says why. torch loads on first use.
+"""GPU time of a pipeline stage, for the results record's `timing` (docs/results.md): on CUDA, two events
+around the stage's device work with the device synchronised before each; elsewhere `gpu_s` is None and
+`gpu_s_reason` says why. torch loads on first use.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""Results records of a correspondence backbone and of a four-choice LVLM, from stored tables; the record's
-`family` is the caller's (the `record_name` of SOCO's and SOCO-LVLM's declarations, tasks/core.py, whose
-`rebuild` names `rebuild_backbone_record` / `rebuild_lvlm_record` here).
-
-Everything is re-derived from the tables a run left (predictions, answers, the data tables): no model
-runs. The record builder itself is `provenance.build_record`.
+"""Results records of a correspondence backbone and of a four-choice LVLM, re-derived from the stored tables
+(no model runs) for `provenance.build_record`; the record's `family` is the caller's (SOCO's and
+SOCO-LVLM's declarations in tasks/core.py name `rebuild_backbone_record` / `rebuild_lvlm_record` here).
 """
 
 from __future__ import annotations
