@@ -79,11 +79,8 @@ def describe_error(err: dict[str, Any]) -> str:
 def format_errors(
     exc: ValidationError, source: str, drop_loc: int = 0, allowed: Iterable[str] | None = None
 ) -> str:
-    """Every problem pydantic found, each on its own line prefixed with the file's name.
-
-    `drop_loc` leading location parts are dropped (a discriminated union puts the tag first); `allowed`,
-    the top-level field names, is shown with unknown fields.
-    """
+    """Every problem pydantic found, one line each prefixed with the file's name; `drop_loc` leading location
+    parts dropped (a discriminated union's tag), `allowed` field names shown with unknown fields."""
     errors = [{**e, "loc": e["loc"][drop_loc:]} for e in exc.errors(include_url=False)]
     # A list whose items failed is also reported as too short after validation: the item errors say it.
     inner = {e["loc"][:-1] for e in errors if e["loc"] and isinstance(e["loc"][-1], int)}

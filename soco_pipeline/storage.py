@@ -59,12 +59,8 @@ def resolve(path: str, root: str) -> str:
 
 
 def relativize_paths(table: pa.Table, root: str) -> tuple[pa.Table, list[str]]:
-    """`table` with its paths under the storage `root` stored relative to it, and the columns changed.
-
-    A path column is a string column whose values are all absolute paths or URLs (or empty) and one of
-    them at least lies under `root`: only those values change, so a column of relative names (an image's
-    path inside its data set) or of paths elsewhere is left as it is.
-    """
+    """`table` with its paths under the storage `root` stored relative to it, and the columns changed: only
+    string columns of absolute paths or URLs (or empty) with at least one under `root`."""
 
     def paths_only(values) -> bool:
         return pc.all(pc.or_(pc.match_substring_regex(values, _ABSOLUTE), pc.equal(values, ""))).as_py()
@@ -182,11 +178,8 @@ def _is_stale(fs: fsspec.AbstractFileSystem, path: str, now: float) -> bool:
 
 
 def remove_stale_temps(folder: str, name: str | None = None) -> list[str]:
-    """Delete the leftover temp files (of `name`, or of any file) in `folder` whose writer died; returns them.
-
-    An atomic write killed between write and rename (SIGKILL, power loss) leaves a hidden `.tmp-*`
-    sibling; readers never list it, and the next write of the same file removes it here.
-    """
+    """Delete the leftover `.tmp-*` files (of `name`, or of any file) in `folder` whose writer died (killed
+    between write and rename); returns them."""
     fs, p = filesystem(folder)
     pattern = f"{p.rstrip('/')}/{TMP_PREFIX}*" + (f"-{name}" if name else "")
     try:
@@ -272,12 +265,11 @@ def storage_gone(path: str | None = None) -> str:
 
 @contextlib.contextmanager
 def open_atomic(path: str, clean_stale: bool = True, size_hint: int | None = None) -> Iterator[IO[bytes]]:
-    """A binary file handle on a temporary sibling of `path`, moved onto `path` only if the block succeeds.
+    """A binary file handle on a `.tmp-` sibling of `path` (readers skip those), moved onto `path` only if the
+    block succeeds; `clean_stale` first removes this file's temps of killed writers.
 
-    Temporary names start with `.tmp-`, so readers that list published files skip them. `clean_stale`
-    first removes this file's temps left by killed writers. A storage root moved or deleted under the run
-    raises StorageMovedError before anything is created (`storage_gone`). A full disk raises StorageFullError naming
-    the storage root and the bytes needed (`size_hint`, or what was written so far); the temp is removed.
+    A storage root moved or deleted under the run raises StorageMovedError before anything is created; a full
+    disk raises StorageFullError naming the root and the bytes needed (`size_hint`); the temp is removed.
     """
     fs, p = filesystem(path)
     parent, name = p.rsplit("/", 1)
@@ -352,11 +344,8 @@ def parquet_bytes(table: pa.Table, metadata: dict[bytes, bytes] | None = None) -
 
 
 def write_parquet_atomic(df: pd.DataFrame | pa.Table, path: str, storage_root: str | None = None) -> None:
-    """Write a table as one Parquet file atomically, with its content checksum in the footer.
-
-    With `storage_root` (a folder the file lies under), paths under that root are stored relative to it
-    (relativize_paths), so a copy of the whole root reads its own files; read_parquet resolves them again.
-    """
+    """Write a table as one Parquet file atomically, with its content checksum in the footer; with
+    `storage_root`, paths under it are stored relative (a copied root reads its own files)."""
     table = df if isinstance(df, pa.Table) else pa.Table.from_pandas(df, preserve_index=False)
     up = _root_from_file(path, storage_root) if storage_root else None
     metadata = None

@@ -1,10 +1,9 @@
 """The one registry of published tables: asset -> Parquet path under the tables root -> SQL view.
 
-The IO manager, the leaderboard and the results database all read it, so renaming an asset without
-updating this file fails loudly (`table_for`) instead of silently dropping a view. The task families' tables
-are not listed here: each family's domain declaration (its `FamilySpec`, soco_pipeline/tasks/) registers the
-tables it reads when the registry loads (`tasks.family_specs`), and the family contract (defs/shared/family.py)
-every table a family declares when the definitions load (`register_table`): a new family needs no line here.
+The IO manager, the leaderboard and the results database all read it, so a renamed asset fails loudly
+(`table_for`) instead of silently dropping a view. The task families' tables are registered by their
+`FamilySpec` when the registry loads (`tasks.family_specs`) and by the family contract (`register_table`)
+when the definitions load: a new family needs no line here.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """The SOCO concept taxonomy: categories, taxonomy nodes, concepts and keypoints.
 
-Loaded from `assets/taxonomy.yaml` (embedded and raw runs) or built from an official SOCO release
-(`sources.release_taxonomy`), and validated either way. Keypoints are defined at the node that
-introduces them and inherited by every category below it, so two related categories share the
-keypoints of their common ancestors (the basis of Cross-SOC).
-
-A run's taxonomy travels between stages as a table (`Taxonomy.to_table`, the `taxonomy` asset, one row
-per category and keypoint) and is rebuilt from it with `Taxonomy.from_table`: the same class serves the
-YAML and a release.
+Loaded from `assets/taxonomy.yaml` or built from an official SOCO release (`sources.release_taxonomy`), and
+validated either way. A keypoint is defined at the node that introduces it and inherited by every category
+below, so related categories share their common ancestors' keypoints (the basis of Cross-SOC). Between
+stages it travels as a table (`Taxonomy.to_table` / `from_table`).
 """
 
 from __future__ import annotations
@@ -176,13 +172,8 @@ class Taxonomy:
         return self.to_table()
 
     def to_table(self) -> pd.DataFrame:
-        """The taxonomy as a table, one row per (category, keypoint), categories in order.
-
-        Columns TAXONOMY_COLUMNS: category, supercategory, keypoint, concept, the node that defines the
-        keypoint, the category's lineage (root first, '/'-joined), part, where, at, the identity axes,
-        the concept's noun, the keypoint's own description template, the category's family, and the
-        positions of category, keypoint and concept in the taxonomy's order. `from_table` inverts it.
-        """
+        """The taxonomy as a table (TAXONOMY_COLUMNS), one row per (category, keypoint), categories in
+        order, with the lineage root first and '/'-joined; `from_table` inverts it."""
         key = ("table",)
         if key not in self._cache:
             kp_order = {k: i for i, k in enumerate(self.keypoints)}
@@ -220,12 +211,8 @@ class Taxonomy:
 
     @classmethod
     def from_table(cls, table: pd.DataFrame, source: str = "taxonomy table") -> Taxonomy:
-        """Rebuild a taxonomy from its table (`to_table`'s columns); TaxonomyError naming the rows at fault.
-
-        Nodes and parents come from the lineages, keypoints from the rows (each defined at its `node`,
-        which must be on the category's lineage), concepts with their nouns, and the order of
-        categories, keypoints and concepts from the *_order columns.
-        """
+        """Rebuild a taxonomy from its table (`to_table`'s columns); TaxonomyError naming the rows at fault
+        (a keypoint's `node` must be on its category's lineage)."""
         missing = [c for c in TAXONOMY_COLUMNS if c not in table.columns]
         if missing:
             raise TaxonomyError(f"{source}: lacks columns {missing}; build it with Taxonomy.to_table")

@@ -1,10 +1,8 @@
 """Vectorized, seeded percentile bootstrap of Pearson r and Spearman rho over models.
 
-A resample is a row of an index matrix (n_resamples x n) drawn with replacement. It is turned once into
-a count matrix C (how often each model was drawn in each resample), and every statistic of every
-resample is then a few weighted sums: C @ x, C @ x**2, C @ (x * y) -- matrix products, no Python loop per
-resample. Spearman's ranks within a resample come from the same counts (cumulative counts in value
-order, ties averaged). The same index matrix serves both benchmarks of a paired difference (delta r).
+The resamples' index matrix is turned once into a count matrix C, so every statistic of every resample is a
+few matrix products (C @ x, C @ x**2, C @ (x * y)); Spearman's ranks come from the same counts (ties
+averaged). One index matrix serves both benchmarks of a paired difference (delta r).
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""The correlation study of the SOCO paper's Fig. 4: how well benchmark scores (SOC, ImageNet kNN ...)
-predict downstream task results across models.
-
-Per (subset, benchmark, downstream task, metric): Pearson r and Spearman rho over the models having both
-values, each with a seeded percentile bootstrap CI; per configured pair (a, b): delta r = r_a - r_b with a
-paired-bootstrap CI over the models having all three values. Error metrics (higher_better false: RMSE,
-Err) are sign-flipped first, as the paper shows them, and the table says so (`sign_flipped`, `metric_shown`).
+"""The correlation study of the SOCO paper's Fig. 4 (docs/analysis.md): Pearson r and Spearman rho of
+benchmark scores against downstream results across models, with seeded bootstrap CIs, and paired delta r.
+Error metrics (higher_better false) are sign-flipped first, as the paper shows them (`sign_flipped`).
 """
 
 from __future__ import annotations
@@ -95,10 +91,8 @@ class AnalysisConfig:
 
 
 def load_analysis_config(path: str | Path = ANALYSIS_CONFIG, **overrides) -> AnalysisConfig:
-    """The analysis config from YAML, with keyword overrides (seed, n_resamples, subsets ...).
-
-    Raises AnalysisConfigError naming the file and the field when the file is malformed.
-    """
+    """The analysis config from YAML, with keyword overrides (seed, n_resamples, subsets ...);
+    AnalysisConfigError naming the file and the field when it is malformed."""
     raw = read_yaml(path, AnalysisConfigError, "analysis config")
     raw = {} if raw is None else raw
     if isinstance(raw, dict):
@@ -150,12 +144,8 @@ def _row(subset, bench, bt, bm, task, metric, facts, config, statistic, iv, n) -
 
 
 def correlation_table(scores: pd.DataFrame, config: AnalysisConfig) -> pd.DataFrame:
-    """Every (subset, benchmark, downstream task, metric) correlation with its CI, plus the delta rows.
-
-    `scores` is the combined long table (reference.combine_scores). Rows: statistic pearson | spearman
-    (benchmark = its config name) and delta_pearson (benchmark = 'a-b'). Pairs with fewer than
-    `min_models` models are left out. Deterministic for a given config seed.
-    """
+    """Every (subset, benchmark, downstream task, metric) pearson / spearman correlation with its CI, plus
+    delta_pearson rows (benchmark 'a-b'), from `reference.combine_scores`; pairs under `min_models` left out."""
     if scores.empty:
         raise ReferenceDataError("no scores to correlate: the score tables are empty")
     wide, facts = _wide(scores)

@@ -1,22 +1,7 @@
 """Global-feature metrics from the feature cache, without running any backbone: kNN classification
-(top-1 / top-5) and retrieval mAP.
-
-Global features, one `feature` kind each, all L2-normalised (cosine is the inner product):
-- `mean`: the mean-pooled dense map (over the cells that cover the image, not the white padding);
-- `cls`: the class token stored beside the map (timm ViTs);
-- `global`: the last block's class token of the shared cache's global output (the FG-BMK input policy, the
-  features FG-BMK's probes read; for CNNs the pooled embedding, for dense-only backbones the map's mean), when
-  it is passed.
-The headline (the leaderboard's columns) stays `cls` when stored, else `mean`. kNN as DINO / OmniProbe: the k most similar train images vote for their class with weight
-exp(sim / T), T = 0.07, k in {20, 100, 200}. Retrieval: each test image queries the train images (the
-gallery) by cosine; AP over the gallery ranking, mAP over queries.
-
-Tracks on the embedded set: `category` (100-way on `full`) and `fine_grained` -- the category among the
-categories of the query's family (each category is a parametric variant of its family, see
-soco_pipeline/synth/variants.py), FG-BMK style: neighbours and gallery restricted to the query's family,
-only families with at least two categories. Split: seeded, by image within each category.
-
-Everything runs in blocks of queries: one matrix product per block, then torch top-k / scatter-add.
+(top-1 / top-5) and retrieval mAP, on the `mean`, `cls` and `global` feature kinds, tracks `category` and
+`fine_grained` (docs/analysis.md). Everything runs in blocks of queries: one matrix product per block, then
+torch top-k / scatter-add.
 """
 
 from __future__ import annotations
@@ -110,11 +95,8 @@ def knn_accuracy(
     block: int = 1024,
     allowed: Callable[[slice], torch.Tensor] | None = None,
 ) -> dict[int, tuple[float, float]]:
-    """{k: (top-1 %, top-5 %)} of weighted kNN voting (weights exp(sim / T), summed per class).
-
-    Labels are integer codes. `allowed(block) -> bool (b x n_train)` masks the neighbours a query may use
-    (the fine-grained track); masked neighbours get weight 0. k larger than the train set is clipped.
-    """
+    """{k: (top-1 %, top-5 %)} of weighted kNN voting (exp(sim / T) per class) over integer labels;
+    `allowed(block)` (b x n_train bool) masks the neighbours a query may use; k is clipped to the train set."""
     tx, ty = torch.from_numpy(np.ascontiguousarray(train_x)), torch.from_numpy(np.asarray(train_y, np.int64))
     qx, qy = torch.from_numpy(np.ascontiguousarray(test_x)), torch.from_numpy(np.asarray(test_y, np.int64))
     n_classes = int(n_classes or (max(int(ty.max()), int(qy.max())) + 1))
@@ -220,11 +202,8 @@ def global_metrics(
 ) -> pd.DataFrame:
     """kNN top-1/top-5 and retrieval mAP (0-100) of a backbone's cached features (GLOBAL_METRIC_COLUMNS).
 
-    `global_features` (features.GlobalFeatures of these images, from the shared cache) adds the `global` kind.
-
-    `images` holds image_id and category (image_set rows with cached features); `family_of(category)`
-    gives the family for the fine-grained track (None: no fine-grained track). `headline` marks the rows
-    the leaderboard shows: category track, k = 20 (kNN), the class token when stored, else the mean map.
+    `images`: image_id and category; `global_features` adds the `global` kind; `family_of(category)` gives
+    the fine-grained track's family (None: no such track). `headline` marks the leaderboard's rows.
     """
     log = log or (lambda _m: None)
     images = images[["image_id", "category"]].drop_duplicates("image_id").reset_index(drop=True)

@@ -1,18 +1,10 @@
 """A contrastively trained linear probe on cached dense features (OmniProbe's `soco_lp`), scored with the
-same protocol as the zero-shot scorer.
+same protocol as the zero-shot scorer (docs/analysis.md).
 
-1. Split the images: the image set's `split` column (train / test, e.g. the release's train splits)
-   when present, else a seeded split by image within each category. No test image is seen in training.
-2. Training queries: the source keypoints of the pairs whose two images are train images -- the source
-   descriptor (bilinear, as the protocol samples it) and its positive target cells: the cell of the same
-   keypoint (SOC) when it is visible in the target, else the cells of the same-concept keypoints (CC).
-3. Train W (D x C, identity at start, so step 0 is the zero-shot scorer) with InfoNCE over the target
-   grid: for each source descriptor s and its target map F, softmax over all cells j of
-   cos(W s, W F_j) / T, the loss -log of the probability mass on the positive cells. Adam, seeded, a fixed number of steps;
-   each step takes a few target images and all their queries.
-4. Score: the test pairs' predictions and metrics come from the protocol's own code
-   (matching.predict and metrics.compute_metrics) on a store whose maps are W F, L2-normalised; the
-   zero-shot scores on the same test pairs are reported beside them.
+W (D x C) starts at the identity, so step 0 is the zero-shot scorer, and is trained with InfoNCE over the
+target grid on the train pairs' source keypoints (Adam, seeded, a fixed number of steps); no test image is
+seen in training. The test pairs are scored by matching.predict and metrics.compute_metrics on the maps W F,
+L2-normalised, beside the zero-shot scores on the same pairs.
 """
 
 from __future__ import annotations
@@ -119,10 +111,9 @@ def training_examples(
     protocol: ProtocolConfig,
     backbone: str,
 ) -> tuple[torch.Tensor, np.ndarray, np.ndarray, np.ndarray]:
-    """Training queries of the train pairs: (source descriptors q x C, target image of each query, and the
-    positives as (query index, target cell) rows). A query's positive is the cell of its exact keypoint (SOC)
-    when that is visible in the target, else the cells of every same-concept target keypoint (its CC group),
-    so that the probe learns identity without unlearning concepts."""
+    """Training queries of the train pairs: (source descriptors q x C, each query's target image, positives
+    as (query, target cell) rows): the exact keypoint's cell (SOC) when visible, else its CC group's cells,
+    so the probe learns identity without unlearning concepts."""
     train_rows = correspondences[correspondences["pair_id"].isin(train_pairs["pair_id"])]
     soc = train_rows[train_rows["kind"] == "soc"]
     cc = train_rows[train_rows["kind"] == "cc"]

@@ -1,10 +1,6 @@
-"""The protocol-sensitivity atlas: how much a family's ranking of models moves when one protocol knob changes.
-
-For each family, the models on the board are ranked under the shipped protocol and under each single-knob
-change. Per knob: Kendall tau-b between the two rankings, with a percentile bootstrap CI over the family's
-sampling unit (SOCO: categories, the unit of its headline CI: one resample of categories rescores every
-model under both protocols), the pairs whose order flips, and the largest score change. Control models
-(oracles) are left out of the rank statistics.
+"""The protocol-sensitivity atlas: how much a family's ranking of models moves when one protocol knob changes
+(docs/results.md, `protocol_atlas`): per knob, Kendall tau-b between the rankings with a bootstrap CI over
+the family's sampling unit, the flipped pairs and the largest score change; controls left out.
 
 Input is long: family, metric, knob (the shipped protocol is `SHIPPED`), model, unit, value (0-100) and
 weight (a unit's weight in the model's score: 1 for an unweighted mean over units, its count for a pooled
@@ -217,10 +213,8 @@ MMVM_FORCED = "none option: offered -> forced choice (items with the query)"
 
 
 def mmvm_knob_table(predictions: pd.DataFrame, method: str = "zero_shot") -> pd.DataFrame:
-    """MMVMBench's per-item outcomes (`mmvm_predictions` of every backbone, test split) as the atlas's long
-    input, per match type (the unit of its bootstrap), pooled (a unit weighs by its items): the shipped
-    protocol (the None option offered, every item) and the forced choice (the argmax alone, scored on the
-    items that hold the query: `correct_forced`)."""
+    """MMVMBench's per-item outcomes (`mmvm_predictions`, test split) as the atlas's input per match type,
+    pooled: the shipped protocol (None option offered) against the forced choice (`correct_forced`)."""
     cols = ["family", "metric", "knob", "model", "unit", "value", "weight"]
     rows = predictions[
         (predictions["split"] == "test") & (predictions["method"] == method) & (predictions["status"] == "ok")
@@ -254,11 +248,8 @@ TPIPS_MAJORITY = "agreement: vote share of the pick -> majority hit"
 
 
 def tpips_knob_table(outcomes: pd.DataFrame, ooo: pd.DataFrame, method: str = "cosine") -> pd.DataFrame:
-    """TPIPS's per-row odd-one-out outcomes (`tpips_baseline_outcomes` of every backbone, test split, one
-    aspect-agnostic `method`) as the atlas's long input, per aspect (the unit of its bootstrap), pooled: the
-    shipped score (agreement, the vote share of the image the model picks) and the majority hit (1 when the
-    pick holds the most votes of the row's `y_0..y_2` in `tpips_ooo`, else 0), both re-scored from the stored
-    outcomes."""
+    """TPIPS's per-row odd-one-out outcomes (`tpips_baseline_outcomes`, test split, one `method`) as the
+    atlas's input per aspect, pooled: the shipped agreement against the majority hit (from `tpips_ooo`)."""
     cols = ["family", "metric", "knob", "model", "unit", "value", "weight"]
     rows = outcomes[(outcomes["split"] == "test") & (outcomes["method"] == method)]
     if rows.empty or ooo is None or ooo.empty:
@@ -300,11 +291,8 @@ FGBMK_BALANCED = "reduction: pooled over images -> mean over classes"
 
 
 def fgbmk_knob_table(predictions: pd.DataFrame) -> pd.DataFrame:
-    """FG-BMK's per-image probe outcomes (`fgbmk_probe_predictions` of every backbone: top-1 per test image
-    and level) as the atlas's long input, per true class of each level (the unit of this bootstrap: the
-    class-balanced mean needs whole classes): the shipped top-1 (pooled over images: a class weighs by its
-    images) and the class-balanced top-1 (every class weighs the same), both re-scored from the stored
-    outcomes."""
+    """FG-BMK's per-image probe outcomes (`fgbmk_probe_predictions`) as the atlas's input per true class of
+    each level (whole classes, for the class-balanced mean): pooled top-1 against class-balanced top-1."""
     cols = ["family", "metric", "knob", "model", "unit", "value", "weight"]
     if predictions.empty:
         return pd.DataFrame(columns=cols)

@@ -1,17 +1,12 @@
 """The code location: every asset, check, sensor, schedule and resource of the SOCO pipeline.
 
-Each folder of soco_pipeline/defs/ (but `shared/`) is one asset group, loaded by Dagster's package loading
-(`dg.load_definitions_from_package_module`: every module-level asset, check, job, sensor and schedule of
-every module in the folder): a new folder `defs/<family>/` joins the code location with no edit here.
+Each folder of soco_pipeline/defs/ (but `shared/`) is one asset group, loaded by
+`dg.load_definitions_from_package_module`, so a new folder joins with no edit here. Not `dg.load_defs` on
+defs/: this module and recovery.py (the distributed profile's sensor) live there, and per-folder `load_defs`
+results cannot be merged (each carries its own component tree).
 
-Why not `dg.load_defs` on the whole defs/ folder: this module (a `definitions.py`, Dagster's keyword file
-that ends folder loading) and recovery.py (whose Celery sensor belongs to the distributed profile only)
-live in that folder; and one `load_defs` per folder gives Definitions that cannot be merged (each carries
-its own component tree).
-
-The assets over every family's boards (`model_headlines`, `model_summary`, `results_database`) are built here,
-after every group folder is loaded, from the `Family` declarations found in them (defs/shared/family.py
-`declared_families`): a family folder that loads after `summary/` or `results/` is seen all the same.
+The assets over every family's boards (`model_headlines`, `model_summary`, `results_database`) and the
+watches are built here once every folder is loaded, from the `Family` declarations found (`declared_families`).
 """
 
 import importlib
@@ -88,10 +83,8 @@ def watch_pairs(families: list[Family]) -> list[tuple[FamilyWatch, Family | None
 
 
 def build_definitions(**overrides) -> dg.Definitions:
-    """Definitions with the SocoSettings resource built from the environment plus `overrides`.
-
-    Tests pass e.g. storage_root / backbones_dir / categories to run on a temporary folder.
-    """
+    """Definitions with the SocoSettings resource built from the environment plus `overrides` (tests pass
+    e.g. storage_root / backbones_dir / categories to run on a temporary folder)."""
     soco = SocoSettings(**overrides)
     location = dg.Definitions(
         sensors=[

@@ -1,15 +1,10 @@
 """Steps whose whole Celery worker vanished (kill -9, a lost node): find them and fail them cleanly.
 
-With Redis as the broker, a task that a worker took is kept in kombu's `unacked` hash until the worker
-acks it (`task_acks_late`). If the pool process dies, Celery itself fails the task (WorkerLostError). If
-the whole worker dies, nobody does: the message is redelivered only after the broker's visibility
-timeout (hours, since a feature step may run that long), and the dagster-celery orchestrator waits for
-its result until then. `fail_lost_tasks` ends that wait: it stores a WorkerLostError as the task's
-result, which the orchestrator reads as a failed step (the run fails and can be re-executed from
-failure), and removes the message from the unacked hash, so it is never redelivered into a failed run.
-
-Celery/kombu/Redis here (and Dagster's own unpacking of the step's arguments, as its Celery task does);
-the Dagster sensor that decides which worker is lost is in defs/recovery.
+A task a worker took stays in kombu's `unacked` hash until acked (`task_acks_late`); when the whole worker
+dies, nobody fails it and the dagster-celery orchestrator waits until the broker's visibility timeout
+(hours). `fail_lost_tasks` stores a WorkerLostError as the task's result (a failed step, re-executable from
+failure) and removes the message from the unacked hash, so it is never redelivered into a failed run.
+The sensor that decides which worker is lost is in defs/recovery.
 """
 
 from __future__ import annotations
@@ -49,11 +44,8 @@ def live_workers(app: Celery, timeout: float = 2.0) -> set[str]:
 
 
 def _step_args(raw: dict):
-    """The ExecuteStepArgs of a dagster-celery message (Celery protocol 2), or None for another task.
-
-    The arguments travel as a serdes-packed dict; `dg.deserialize_value` (Dagster's public serdes entry
-    point) turns it back into the object, whose `run_id` and `step_keys_to_execute` are all we read.
-    """
+    """The ExecuteStepArgs of a dagster-celery message (Celery protocol 2, a serdes-packed dict read with
+    `dg.deserialize_value`), or None for another task."""
     if raw.get("headers", {}).get("task") != "execute_plan":
         return None
     body = raw["body"]

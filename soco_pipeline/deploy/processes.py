@@ -52,10 +52,8 @@ def wait_for(
     interval: float = 0.5,
     alive: Callable[[], str | None] | None = None,
 ) -> None:
-    """Poll `check()` until it is true; TimeoutError naming `what` after `timeout` seconds.
-
-    `alive()` returns a message when the process being waited for has died (fail fast instead of waiting).
-    """
+    """Poll `check()` until it is true; TimeoutError naming `what` after `timeout` seconds, or at once when
+    `alive()` returns a message (the process waited for died)."""
     deadline = time.monotonic() + timeout
     last: Exception | None = None
     while time.monotonic() < deadline:
@@ -156,10 +154,8 @@ def start(
 def stop_all(
     services: list[Service], popens: dict[str, subprocess.Popen] | None = None, sig: int = signal.SIGTERM
 ) -> dict[str, str]:
-    """TERM every service's process group, wait up to each one's stop_timeout, then KILL what is left.
-
-    Returns name -> "stopped" | "killed" | "gone". Processes this process started (`popens`) are reaped.
-    """
+    """TERM every service's process group, wait up to each one's stop_timeout, then KILL what is left;
+    name -> "stopped" | "killed" | "gone" (`popens`, started here, are reaped)."""
     popens = popens or {}
     outcome: dict[str, str] = {}
     pending = []

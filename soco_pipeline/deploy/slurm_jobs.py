@@ -1,9 +1,6 @@
 """Submit one batch job with `sbatch` and follow it with `scontrol show job` until it ends, with named
-errors for what can go wrong on a cluster: cancelled, node down, failed, stuck in the queue.
-
-Plain Slurm commands, so any Slurm a lab runs works the same (SLURM_CONF in the environment picks the
-cluster). Accounting may be off (no slurmdbd), so states come from `scontrol`, not `sacct`; finished jobs
-stay visible there for MinJobAge seconds (300 by default), far longer than one poll.
+errors for a cancelled, node-down, failed or queue-stuck job. Plain Slurm commands (SLURM_CONF picks the
+cluster); states come from `scontrol`, not `sacct` (accounting may be off).
 """
 
 from __future__ import annotations
@@ -148,11 +145,9 @@ def follow(
     stderr_tail: Callable[[], str] = lambda: "",
     controller_grace_s: float = 120.0,
 ) -> JobInfo:
-    """Poll the job until it ends; its final JobInfo when COMPLETED, else the named SlurmJobError.
-
-    A job still pending `queue_deadline_s` seconds after submission is cancelled (SlurmQueueTimeout).
-    `scontrol` failing (slurmctld restarting) is retried for `controller_grace_s` seconds in a row.
-    `on_poll` runs after every poll (the launcher forwards the job's output there)."""
+    """Poll the job until it ends: its final JobInfo when COMPLETED, else the named SlurmJobError (a job
+    still pending after `queue_deadline_s` is cancelled: SlurmQueueTimeout). `scontrol` failures are retried
+    for `controller_grace_s` in a row; `on_poll` runs after every poll."""
     submitted = time.monotonic()
     failing_since: float | None = None
     while True:

@@ -28,11 +28,8 @@ _OPTIONS = ["option_a", "option_b", "option_c", "option_d"]
 
 
 def rotation_picks(sims: np.ndarray) -> np.ndarray:
-    """For each row of option similarities (n x 4), the original option picked under each rotation.
-
-    Rotation r presents the options in the order r, r+1, ... (mod 4); the highest similarity wins and a
-    tie goes to the option presented first, so tied options make circular accuracy fail consistently.
-    """
+    """Per row of option similarities (n x 4), the original option picked under each rotation r (order r,
+    r+1, ... mod 4); a tie goes to the option presented first, so ties fail circular accuracy consistently."""
     sims = np.asarray(sims, dtype=np.float64)
     picks = np.empty((len(sims), 4), dtype=np.int64)
     for r in range(4):
@@ -51,13 +48,9 @@ def predict_four_choice(
     device: str | torch.device = "cpu",
     image_pairs: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
-    """Similarity of each 4-choice option to the source descriptor, and the pick under each rotation.
-
-    Option descriptors are bilinear-sampled on the target map at the option keypoint, like the source.
-    Columns: backbone, pair_id, src_keypoint, sim_a..sim_d, answer, pick_0..pick_3 (the original option
-    index picked when the options are rotated by r). Source/target images come from `image_pairs`
-    (or from `src_image`/`trg_image` columns already on `four_choice`).
-    """
+    """Similarity of each 4-choice option (bilinear-sampled on the target map, like the source) to the source
+    descriptor, and the pick under each rotation: backbone, pair_id, src_keypoint, sim_a..sim_d, answer,
+    pick_0..pick_3. Images come from `image_pairs` or the `src_image`/`trg_image` columns of `four_choice`."""
     device = torch.device(device)
     items = four_choice.reset_index(drop=True)
     if not {"src_image", "trg_image"} <= set(items.columns):

@@ -10,11 +10,8 @@ import numpy as np
 
 
 def scale_keypoints(xy: np.ndarray, sizes: np.ndarray, input_size: int) -> np.ndarray:
-    """Map keypoints in original pixels to [0, 1) coordinates of the padded, resized square.
-
-    Copies the official script on purpose: `int()` the annotation, scale by S / max(W, H),
-    `int()` again, divide by S. `xy` is (N, 2) [x, y]; `sizes` is (N, 2) [W, H] or (2,).
-    """
+    """Map keypoints in original pixels (`xy` N x 2; `sizes` N x 2 or (2,) [W, H]) to [0, 1) coordinates of
+    the padded, resized square, as the official script does on purpose: int, scale by S / max(W, H), int, / S."""
     xy = np.asarray(xy, dtype=np.float64)
     sizes = np.broadcast_to(np.asarray(sizes, dtype=np.float64), xy.shape)
     side = sizes.max(axis=1, keepdims=True)

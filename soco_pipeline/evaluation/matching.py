@@ -1,15 +1,9 @@
 """Zero-shot matching: cosine nearest neighbour between frozen feature maps (protocol steps 4-6).
 
-Queries are grouped by target image: each source descriptor is sampled once per (image, keypoint),
-and each target map meets all the queries aimed at it in one matrix product. The only Python loops
-run over images, never over pairs or keypoints.
-
-A feature store is any object with `.get(image_id) -> (np.ndarray C x h x w float32, L2-normalised
-over channels, meta dict with "input_size" S)`; the map covers the padded S x S square, so grid cell
-(row, col) covers [col / w, (col + 1) / w) x [row / h, (row + 1) / h) of the unit square. A store that
-also has `.get_stored` (FeatureStore: the fp16 map as cached) is read through it: on the CPU, fp16 maps
-go through the native kernel of `half_matmul`, which computes the float32 product without a float32
-copy of the map (torch otherwise).
+Queries are grouped by target image, so each target map meets all its queries in one matrix product; the
+only Python loops run over images. A feature store has `.get(image_id) -> (C x h x w float32 map,
+L2-normalised, meta with "input_size" S)` over the padded S x S square; one with `.get_stored` (fp16 as
+cached) goes through the native `half_matmul` kernel on the CPU.
 """
 
 from __future__ import annotations
@@ -316,10 +310,7 @@ def _pick(sims: torch.Tensor, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
 
 
 def _segment_argmax(owner: np.ndarray, vals: np.ndarray, cells: np.ndarray, wanted: np.ndarray):
-    """(argmax cell, max) of vals over the rows of each owner in `wanted` (every wanted owner has rows).
-
-    Ties go to the lowest cell index, as an argmax over the masked similarity row would.
-    """
+    """(argmax cell, max) of vals over the rows of each owner in `wanted`; ties go to the lowest cell index."""
     order = np.argsort(owner, kind="stable")
     o, v, cl = owner[order], vals[order], cells[order]
     starts = np.flatnonzero(np.r_[True, o[1:] != o[:-1]]) if len(o) else np.zeros(0, dtype=np.int64)
@@ -527,14 +518,10 @@ def predict(
     backbone_name: str,
     device: str | torch.device = "cpu",
 ) -> pd.DataFrame:
-    """Predict the target point of every evaluated (pair, source keypoint), free and SOC-geo.
-
-    Returns PredictionSchema rows (plus `input_size`, the target's S, which scaled scoring needs):
-    mode 'free' for the distinct (pair, src_keypoint) of evaluated SOC and CC rows; mode 'geo' for SOC
-    rows flagged geo with >= geo_min_candidates candidates, the argmax restricted to the patches that
-    hold the visible same-concept target keypoints (the pair's CC group for that source keypoint).
-    tests/soco_reference.py is the same protocol one pair at a time; the two are tested to agree.
-    """
+    """Predict the target point of every evaluated (pair, source keypoint): PredictionSchema rows plus
+    `input_size`, mode 'free' for SOC and CC rows and 'geo' for SOC rows flagged geo with at least
+    geo_min_candidates candidates (argmax over the patches of the visible same-concept target keypoints).
+    tests/soco_reference.py is the same protocol one pair at a time; the two are tested to agree."""
     device = torch.device(device)
     q = _queries(image_pairs, correspondences)
     if q is None:

@@ -84,11 +84,8 @@ def _attach_supercategory(df: pd.DataFrame, taxonomy: Taxonomy) -> pd.DataFrame:
 
 
 def reduce_scores(kp: pd.DataFrame, reductions=("official", "keypoint")) -> pd.DataFrame:
-    """Reduce per-keypoint scores to all / supercategory / category values.
-
-    `kp` has backbone, metric, alpha, pair_id, pair_group, supercategory and `score` in [0, 1]
-    (1 = correct); returns METRIC_COLUMNS rows with value in 0-100 and n = keypoints counted.
-    """
+    """Reduce per-keypoint scores (`kp`: backbone, metric, alpha, pair_id, pair_group, supercategory, score
+    in [0, 1]) to all / supercategory / category METRIC_COLUMNS rows (0-100, n = keypoints counted)."""
     out = []
     g = dict(dropna=False, sort=True)
     if "official" in reductions:
@@ -267,11 +264,8 @@ def compute_metrics(
     protocol: ProtocolConfig,
     alphas=None,
 ) -> pd.DataFrame:
-    """All metrics of the backbones in `predictions` as a long table (METRIC_COLUMNS).
-
-    metric: cc | soc | soc_geo | cross_soc | cross_cc (per alpha) | four_choice | four_choice_circular (alpha NaN);
-    reduction: official | keypoint; scope: all | supercategory | category. Needs no features.
-    """
+    """All metrics of the backbones in `predictions` as a long METRIC_COLUMNS table (docs/results.md); needs
+    no features."""
     scores = scored_elements(
         predictions,
         four_choice_predictions,

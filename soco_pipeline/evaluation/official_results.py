@@ -42,11 +42,8 @@ def official_results(
     dataset: str = "SOCOv1",
     settings: dict | None = None,
 ) -> dict:
-    """The official scorer's result document for `backbone` (see the module docstring).
-
-    `metrics`: the backbone's metrics table (METRIC_COLUMNS); `image_pairs`: the run's pairs (for the
-    pair counts). ValueError when the backbone has no metric rows at that alpha.
-    """
+    """The official scorer's result document for `backbone` from its METRIC_COLUMNS rows and the run's
+    `image_pairs` (the pair counts); ValueError when it has no metric rows at that alpha."""
     alpha = protocol.headline_alpha if alpha is None else float(alpha)
     m = metrics[
         (metrics["backbone"] == backbone)

@@ -1,27 +1,13 @@
 """Confidence intervals that respect the sample's structure, and paired comparisons of two models.
 
-Pairs share images and images share categories, so keypoints are not independent draws. Two intervals:
-
-- `boot_category`: a percentile bootstrap over categories (pair groups): resample categories with
-  replacement, recompute the headline number the official way (pair -> category -> mean). This is the
-  interval of "another draw of categories like these".
-- `cluster_image`: a cluster-robust (sandwich) standard error with the target image as the cluster: the
-  official estimate is a weighted mean of pair scores (weight 1 / (K * n_c)), linearised, with
-  residuals summed per target image and the G / (G - 1) small-sample factor.
-- `cluster_image_logit`: the 95% interval from that SE, built on the logit scale (delta method:
-  SE_logit = SE / (p (1 - p)), bounds expit(logit p +- 1.96 SE_logit)), so that it stays inside [0, 100]
-  and is asymmetric near the ends, where value +- 1.96 SE would pass 100 (a part oracle at 99.6).
-  Where the SE is 0 (always so at exactly 0 or 100, where the logit is undefined) the interval is
-  Wilson's score interval with n = G clusters (design effect 1), so a perfect score still gets a width.
-
-The point estimate and every bootstrap replicate go through one function (`_estimate`) on the same
-per-category sums: computed another way (a weighted sum with weights 1 / (K * n_c)), the estimate of a
-backbone right on every pair came out a few ulp off 100 while every replicate gave exactly 100, so its
-CI [100, 100] did not contain its own value.
+Keypoints are not independent draws (pairs share images, images share categories): `boot_category` is a
+percentile bootstrap over categories, `cluster_image` a cluster-robust SE with the target image as the
+cluster, `cluster_image_logit` its 95% interval on the logit scale (docs/results.md, "Confidence intervals").
+The estimate and every replicate go through one function (`_estimate`) on the same per-category sums, so
+rounding never puts a value outside its own interval.
 
 The input is a long "scores" frame, one row per scored element:
 model, metric, group (category), unit (pair, or LVLM item group), cluster (image), score (0/1).
-Everything is numpy over arrays; the only loop is over (model, metric) pairs.
 """
 
 from __future__ import annotations
@@ -170,10 +156,8 @@ def _cluster_se(units: pd.DataFrame, w: np.ndarray, value: float) -> tuple[float
 
 
 def logit_interval(value: float, se: float, n_clusters: int, z: float = Z95) -> tuple[float, float]:
-    """A (lo, hi) interval in [0, 1] for a proportion-like `value` with standard error `se`: the delta
-    method on the logit scale; where that gives no width (SE 0, which includes value 0 or 1, where the
-    logit is undefined) Wilson's score interval with n = n_clusters (design effect 1). NaN when the SE is
-    undefined (fewer than two clusters)."""
+    """A (lo, hi) interval in [0, 1] for `value` with standard error `se`, on the logit scale; Wilson's with
+    n = n_clusters where the SE is 0; NaN when the SE is undefined (fewer than two clusters)."""
     if not (np.isfinite(se) and np.isfinite(value)):
         return float("nan"), float("nan")
     p = min(max(value, 0.0), 1.0)
@@ -188,10 +172,8 @@ def logit_interval(value: float, se: float, n_clusters: int, z: float = Z95) -> 
 
 
 def bootstrap_share(correct, seed: int = 0, n_boot: int = 2000) -> tuple[float, float]:
-    """The 95% percentile-bootstrap interval (0-100) of the share of `correct` (one 0/1 entry per independent
-    unit: a test image, a question), units resampled with replacement. Resampling n units of which k are
-    right draws Binomial(n, k/n) right ones: that draw, seeded, is the bootstrap (O(n_boot), no n x n_boot
-    index array). NaN for no units."""
+    """The 95% percentile-bootstrap interval (0-100) of the share of `correct` (one 0/1 per independent unit):
+    resampling n units with k right draws Binomial(n, k/n), so the seeded draw is the bootstrap. NaN if empty."""
     c = np.asarray(correct, dtype=bool)
     if c.size == 0:
         return float("nan"), float("nan")
@@ -207,11 +189,8 @@ def _expit(x: float) -> float:
 def intervals(
     scores: pd.DataFrame, reduction: str = "official", n_boot: int = 2000, seed: int = 0
 ) -> pd.DataFrame:
-    """Per (model, metric): the value (0-100) and its 95% CIs (INTERVAL_COLUMNS).
-
-    reduction 'official': unit -> category -> unweighted mean (the SOCO headline); 'pooled': mean over units
-    (the LVLM accuracies: rows, or item groups for circular).
-    """
+    """Per (model, metric): the value (0-100) and its 95% CIs (INTERVAL_COLUMNS); reduction 'official'
+    (unit -> category -> mean, SOCO's headline) or 'pooled' (mean over units: the LVLM accuracies)."""
     rows = []
     for (model, metric), s in scores.groupby(["model", "metric"], sort=True):
         units = _units(s)
@@ -274,12 +253,9 @@ def compare(
     seed: int = 0,
     level: float = 0.95,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Paired difference A - B (points, 0-100) on the elements both scored, per metric: the overall delta with
-    a category-bootstrap CI (95% unless `level` says otherwise; the columns keep their ci95 names) and a sign
-    test over units, and per category (CATEGORY_COLUMNS).
-
-    Elements are matched on (metric, group, unit, element); elements only one side scored are left out
-    (n_units says how many units were compared)."""
+    """Paired difference A - B (points) per metric on the elements both scored (matched on metric, group,
+    unit, element): overall with a category-bootstrap CI (`level`, default 95%; the columns keep their ci95
+    names) and a sign test over units, and per category (CATEGORY_COLUMNS)."""
     keys = ["metric", "group", "unit", "element"]
     m = scores_a.merge(scores_b, on=keys, suffixes=("_a", "_b"), how="inner")
     if m.empty:

@@ -1,9 +1,8 @@
 """Deterministic evaluation subsets: `limit` (pairs per category, LVLM items per setting) and explicit id lists.
 
-A subset narrows the evaluated sample (`image_pairs.evaluated`, the LVLM item rows), never widens it.
-The rule is data (it goes into the run config, the results record and the leaderboard's `subset`
-column); `limit` keeps, per pair group, the pairs whose seeded sort key is smallest, so the same
-rule on the same pairs always picks the same ones and a larger limit keeps a smaller one's pairs.
+A subset only narrows the evaluated sample; the rule is data (run config, record, the leaderboard's
+`subset`), and `limit` keeps the smallest seeded sort keys per pair group, so a larger limit keeps a smaller
+one's pairs (docs/results.md).
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""Answers cached by request hash: one small JSON file per answered request, written atomically.
-
-A rerun re-asks nothing already answered; a run killed mid-way (even by SIGKILL) leaves only complete
-files, so the rerun asks exactly the missing requests. Only answers are cached, never errors (a rerun
-asks a failed request again) and never anything secret: a record holds the answer text, latency
-and attempts.
+"""Answers cached by request hash: one small JSON file per answered request, written atomically, so a rerun
+(also after SIGKILL) asks exactly the missing requests. Only answers are cached (text, latency, attempts):
+never errors, never anything secret.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""SOCO-LVLM items: the four-choice items as questions, in each setting and each rotation of the options.
+"""SOCO-LVLM items: the four-choice items as questions, one row per (setting, item, rotation) (docs/lvlm.md).
 
-One row per (setting, item, rotation). Rotation r presents the options in the order r, r+1, ... (mod 4),
-as `matching.rotation_picks` does for backbones: letter j marks original option (j + r) % 4, so the
-target image is marked anew per rotation and the right letter moves. The four rows of an item share
-its `g_index` (circular evaluation). Settings: `vis` (marked source + marked target), `vis_desc`
-(the same images, the query's description in the question), `desc` (the marked target only).
+Rotation r shows the options in the order r, r+1, ... (mod 4), as `matching.rotation_picks` does: letter j
+marks original option (j + r) % 4, so the target is marked anew per rotation; an item's rows share `g_index`.
 """
 
 from __future__ import annotations
@@ -58,10 +55,8 @@ class LvlmItemsError(ValueError):
 def sample_items(
     four_choice: pd.DataFrame, image_pairs: pd.DataFrame, protocol: LvlmProtocol, seed: int
 ) -> pd.DataFrame:
-    """The four-choice items asked: a seeded sample of `items_per_group` per pair group, levels filtered.
-
-    Adds level, pair_group, src/trg image and category columns; sorted by pair_id and source keypoint.
-    """
+    """The four-choice items asked: a seeded sample of `items_per_group` per pair group, levels filtered,
+    with level, pair_group, src/trg image and category columns, sorted by pair_id and source keypoint."""
     cols = ["pair_id", "level", "pair_group", "src_image", "trg_image", "src_category", "trg_category"]
     items = four_choice.merge(image_pairs[cols], on="pair_id", how="left", validate="many_to_one")
     if items["level"].isna().any():
@@ -114,10 +109,8 @@ def build_items(
 ) -> pd.DataFrame:
     """The LVLM item table (ITEM_COLUMNS) for every setting; marked images rendered under image_root.
 
-    `answer` is the right letter of the row's rotation, `answer_option` the right original option (0-3),
-    `src_render`/`trg_render` the marked images (src_render is None in the desc setting; the prompt
-    shows the source first).
-    """
+    `answer` is the rotation's right letter, `answer_option` the right original option (0-3); src_render is
+    None in the desc setting."""
     items = sample_items(four_choice, image_pairs, protocol, seed)
     n = len(items)
     if n == 0:

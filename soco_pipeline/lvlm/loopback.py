@@ -1,10 +1,8 @@
 """Reference answerers behind a loopback OpenAI-compatible server: the LVLM side's oracles.
 
-Two answerers check the LVLM metrics against theory, as the oracle backbones check the PCK metrics:
-`oracle` reads the answer key (the stored lvlm_items table) and is always right (100 / 100), `random`
-picks a seeded uniform letter per request (25 average, 100 * 0.25^4 = 0.39 circular, in expectation).
-They are ordinary LVLM specs (assets/lvlm_demo/*.yaml) through the real `openai` backend; the server
-runs as its own process and is stopped by its pid (also on Ctrl-C).
+`oracle` reads the answer key (lvlm_items) and is always right; `random` picks a seeded uniform letter per
+request (25 average, 0.39 circular in expectation). Both are ordinary `openai` specs (assets/lvlm_demo/,
+docs/lvlm.md); the server runs as its own process, stopped by its pid (also on Ctrl-C)::
 
     with loopback_answerers(tables_root, specs_dir) as lb:   # writes specs_dir/<name>.yaml
         ...  # materialize lvlm_answers for lb.models; lb.requests() counts the server's model calls
@@ -62,10 +60,8 @@ def answer_key(items: pd.DataFrame) -> dict[str, str]:
 
 
 class Answerers:
-    """The answer function of the loopback server: dispatches on the request's `model` (oracle | random).
-
-    The oracle's key is read from `<tables_root>/lvlm_items.parquet` on first use and re-read when a
-    request is not in it (the items were rebuilt after the server started)."""
+    """The loopback server's answer function, by the request's `model` (oracle | random); the oracle's key
+    is re-read from `lvlm_items.parquet` when a request is not in it (items rebuilt since the start)."""
 
     def __init__(self, tables_root: str, seed: int = 0) -> None:
         self.tables_root, self.seed = tables_root, seed

@@ -1,11 +1,8 @@
-"""SOCO-LVLM scores: average accuracy (correct rows / rows) and circular accuracy (items whose four
-rotations are all right / items), per setting, overall, per super-category and per category; the
-leaderboard with the random baselines, the page's reference figures and the best backbone.
-
-Beside each score: how many rows failed (`n_errors`: no answer after retries, counted wrong) and how
-many answers the official parser could not read (`n_unparsable`: an answer came but gave no letter,
-also counted wrong, as the official script does). The leaderboard shows both per evaluated model, so a
-score made of errors or unreadable answers is visible as such."""
+"""SOCO-LVLM scores: average accuracy (correct rows / rows) and circular accuracy (items whose four rotations
+are all right / items), per setting and scope, and the leaderboard beside the random baselines, the page's
+reference figures and the best backbone. Failed rows (`n_errors`) and unreadable answers (`n_unparsable`)
+count wrong, as the official script does, and the leaderboard shows both.
+"""
 
 from __future__ import annotations
 
@@ -180,13 +177,9 @@ def answer_health(metrics: pd.DataFrame) -> pd.DataFrame:
 def lvlm_leaderboard(
     metrics: pd.DataFrame, backbone_board: pd.DataFrame | None = None, reference: pd.DataFrame | None = None
 ) -> pd.DataFrame:
-    """One row per evaluated model (kind 'evaluated'), the page's reference models ('reference'), the
-    random baselines ('random') and the best backbone's four-choice accuracy ('backbone').
-
-    Columns: model, kind, <setting>_average, <setting>_circular for vis / vis_desc / desc, then for the
-    evaluated models <setting>_average_ci95_lo / _hi (95% CI, bootstrap over categories), n_rows, n_errors (failed rows, counted wrong) and unparsable_pct (answers received
-    that the parser read no letter from, %), source.
-    """
+    """One row per evaluated model ('evaluated'), reference model ('reference'), random baseline ('random')
+    and the best backbone's four-choice accuracy ('backbone'): <setting>_average / _circular, and for the
+    evaluated models the 95% CI (bootstrap over categories), n_rows, n_errors, unparsable_pct and source."""
     ours = _wide(metrics[metrics["scope"] == "all"]) if len(metrics) else _wide(pd.DataFrame())
     ours = ours.assign(kind="evaluated", source="this pipeline")
     if len(metrics):

@@ -15,27 +15,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import numpy as np
 import pandas as pd
 
 LETTERS = "ABCD"
 
 
-def build_prompt(question: str, options: dict[str, str], hint: str | None = None) -> str:
-    """The text part: optional hint, the question, the lettered options and VLMEvalKit's instruction."""
-    prompt = f"Hint: {hint}\n" if hint else ""
-    prompt += f"Question: {question}\n"
-    present = {
-        k: v for k, v in options.items() if v is not None and not (isinstance(v, float) and np.isnan(v))
-    }
-    if present:
-        prompt += "Options:\n" + "".join(f"{k}. {v}\n" for k, v in present.items())
-        prompt += "Please select the correct answer from the options above. \n"
-    return prompt
-
-
 def build_prompts(items: pd.DataFrame) -> pd.Series:
-    """build_prompt for every item row (question and A-D columns), vectorised over the rows."""
+    """VLMEvalKit's `build_prompt` text for every item row (question and A-D columns), vectorised."""
     text = "Question: " + items["question"].astype(str) + "\nOptions:\n"
     for k in LETTERS:
         text = text + f"{k}. " + items[k].astype(str) + "\n"

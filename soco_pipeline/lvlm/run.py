@@ -1,15 +1,9 @@
 """Ask a model: cached answers first, the rest with bounded concurrency, behind both error guards.
 
-`ask_requests` is the one asking loop of the project (SOCO-LVLM's `run_model` and every task family's
-LVLM answers go through it).
-
-Each finished answer is cached at once (atomic file per request hash), so a run killed at any point
-resumes where it stopped and ends with the same table. A request that still fails after its
-retries (or a failed batch of an in-process model) is recorded with its error and counted as wrong.
-The run stops, keeping every answer it got, when `max_consecutive_failures` requests in a row fail
-(openai: a server that is down, a wrong key; the error names the endpoint), or as soon as more than
-`max_error_rate` of all its rows have failed (any backend: the score would be mostly errors; the error
-quotes the first failure).
+`ask_requests` is the project's one asking loop (SOCO-LVLM and every family). Each answer is cached at once,
+so a killed run resumes with the same table; a request still failing after its retries counts as wrong. The
+run stops, keeping its answers, after `max_consecutive_failures` failures in a row (the error names the
+endpoint) or once more than `max_error_rate` of its rows failed (the error quotes the first failure).
 """
 
 from __future__ import annotations
@@ -105,13 +99,9 @@ def ask_requests(
 ) -> Answered:
     """Answer requests 0..n-1 (`request(i)` builds one, on a worker thread): every family's one way to ask.
 
-    Cached answers are read; identical requests (one request hash) are asked once; the rest go to the backend in chunks of its batch size through `max_concurrency`
-    worker threads (at most 2 x max_concurrency chunks in flight), each answer cached at once. Both of the
-    spec's guards apply: `max_consecutive_failures` requests in a row failing (openai) and more than
-    `max_error_rate` of all `n` failing raise LvlmRunError (no score is posted; what was answered stays
-    cached, so a rerun asks only the rest). `labels(i)` names a request in the error, `seeds(i)` is its
-    retry-jitter seed. `generation` (default: the spec's) is what the request hash holds besides the request;
-    `cache` None caches nothing.
+    Cached and duplicate requests are asked once; both of the spec's guards raise LvlmRunError (what was
+    answered stays cached). `labels(i)` names a request in the error, `seeds(i)` is its retry-jitter seed,
+    `generation` (default: the spec's) joins the request hash; `cache` None caches nothing.
     """
     generation = spec.generation() if generation is None else generation
     workers = max(1, int(getattr(backend, "max_concurrency", 1)))

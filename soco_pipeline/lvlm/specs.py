@@ -1,32 +1,6 @@
-"""LVLM specs: one small YAML file per model in assets/lvlms/, parsed into a frozen, validated dataclass.
-
-An OpenAI-compatible server (vLLM, LMDeploy, Ollama, llama.cpp's server, OpenAI itself)::
-
-    backend: openai
-    model: Qwen/Qwen2.5-VL-7B-Instruct     # the model name the server expects
-    base_url: http://127.0.0.1:8000        # POST {base_url}/v1/chat/completions
-    api_key_env: OPENAI_API_KEY            # the *name* of the variable holding the key (optional)
-    temperature: 0
-    max_tokens: 512
-    timeout: 120                           # seconds per request
-    max_concurrency: 8
-    retries: 5                             # extra attempts after the first, with exponential backoff
-
-A local model (transformers, AutoModelForImageTextToText and the processor's chat template)::
-
-    backend: transformers
-    model: Qwen/Qwen2.5-VL-7B-Instruct     # a local folder, or a Hugging Face id already in the cache
-    device: auto
-    dtype: bfloat16
-    batch_size: 8
-
-Both backends take `max_error_rate` (default 0.1): a run in which more than this share of the rows fails
-(errors after retries, failed batches) stops with the first error's message instead of posting a score
-deflated by errors counted as wrong.
-
-The name is the file stem. The pydantic models below (a discriminated union on `backend`) validate a
-spec; unknown fields are an error naming the file and the field. The key itself
-never appears in a spec: only the name of the environment variable that holds it.
+"""LVLM specs: one small YAML file per model in assets/lvlms/ (the name is the file stem), parsed into a
+frozen, validated dataclass: a discriminated union on `backend` (openai | transformers); unknown fields are
+an error naming the file and the field. The fields and an example: docs/config.md, "LVLM specs".
 """
 
 from __future__ import annotations
@@ -211,10 +185,8 @@ def spec_hash(spec: LvlmSpec) -> str:
 
 
 def spec_version(spec: LvlmSpec) -> str:
-    """A spec's data version (16 hex digits): the hash of the normalised spec, its name (the partition key)
-    and the port of a server on this machine left out. A loopback server (lvlm/loopback.py, the demo's
-    reference answerers) starts on a free port each time, and a port names no model: the answer cache keys
-    a request by its content and `generation()`, never by the URL. A comment changes the file, not this."""
+    """A spec's data version (16 hex digits): the hash of the normalised spec without its name and without
+    the port of a server on this machine (docs/config.md, "LVLM specs")."""
     d = spec.to_dict()
     d.pop("name")
     url = urlparse(d["base_url"] or "")
@@ -233,8 +205,6 @@ def spec_data_version(path: str | Path) -> str:
 
 
 def scan_specs(folder: str | Path) -> tuple[dict[str, str], dict[str, str]]:
-    """Valid spec files of a folder as {name: data version (`spec_version`)}, invalid ones as {name: error}.
-
-    A missing or empty folder gives two empty dicts.
-    """
+    """Valid spec files of a folder as {name: `spec_version`}, invalid ones as {name: error}; a missing or
+    empty folder gives two empty dicts."""
     return scan_folder(Path(folder), load_spec, spec_version)

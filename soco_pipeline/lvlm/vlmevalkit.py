@@ -118,9 +118,7 @@ def setting_of(path: str | Path) -> str:
 def import_tsv(path: str | Path, image_root: str, setting: str | None = None) -> pd.DataFrame:
     """Read a SOCO-LVLM / VLMEvalKit TSV as LVLM items (images decoded into image_root by content hash).
 
-    Rows keep the TSV's index, g_index, question, options and answer; `rotation` is the row's position
-    in its g_index group. Rows with more than two images are an error.
-    """
+    `rotation` is the row's position in its g_index group; a row with more than two images is an error."""
     setting = setting or setting_of(path)
     df = pd.read_csv(path, sep="\t", dtype={"index": str, "image": str}, keep_default_na=False)
     missing = {"index", "g_index", "question", "A", "B", "C", "D", "answer", "image"} - set(df.columns)
@@ -192,10 +190,8 @@ def read_workbook(path: str | Path) -> pd.DataFrame:
 
 
 def score_workbook(path: str | Path) -> dict:
-    """Average and circular accuracy (0-100) of a prediction workbook, parsed by the official rules.
-
-    Returns {"rows", "groups", "average", "circular", "table"} where table holds the parsed letters.
-    """
+    """Average and circular accuracy (0-100) of a prediction workbook, parsed by the official rules:
+    {"rows", "groups", "average", "circular", "table"} (table holds the parsed letters)."""
     df = read_workbook(path)
     missing = {"answer", "g_index", "prediction"} - set(df.columns)
     if missing:

@@ -1,18 +1,13 @@
 """Similarities of float32 queries to a stored fp16 feature map, computed without a float32 copy of the map.
 
-Matching meets each target map with only a few dozen queries, so `queries @ fmap.float()` spends more
-time writing and re-reading the float32 copy of the map than multiplying. The C kernel in
-`native/half_matmul.c` widens the map a small tile at a time in L1 instead and keeps the argmax as it
-goes (AVX-512, or AVX2 on CPUs without it; fp32 accumulation: the float32 product's sums, argmax ties
-to the lowest index as torch.argmax). A second function samples bilinear source descriptors from the
-four corner cells only. Both are compiled once per machine with the system C compiler into a cache
-folder and loaded with ctypes.
+With a few dozen queries per map, `queries @ fmap.float()` spends more time on the float32 copy than on
+multiplying; the C kernel (native/half_matmul.c, AVX-512 or AVX2, fp32 accumulation, argmax ties to the
+lowest index) widens the map a tile at a time in L1 and keeps the argmax as it goes. Compiled once per
+machine with the system C compiler into a cache folder, loaded with ctypes.
 
-It is an opt-in accelerator: torch is the default and the reference path. SOCO_NATIVE=1 turns it on
-(the widest instruction set the CPU has), SOCO_NATIVE=avx512 or =avx2 asks for one variant; unset or 0,
-or where the CPU is not x86-64, lacks the variant or there is no compiler, `available()` is False and
-callers use torch. Every call checks its indices and shapes here, before any pointer reaches C, so a bad
-index raises instead of crashing the worker.
+Opt-in (docs/benchmarks.md): SOCO_NATIVE=1 (or avx512 / avx2); otherwise, or without the CPU variant or a
+compiler, `available()` is False and callers use torch, the reference path. Indices and shapes are checked
+here before any pointer reaches C, so a bad index raises instead of crashing the worker.
 """
 
 from __future__ import annotations

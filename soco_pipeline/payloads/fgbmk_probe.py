@@ -13,10 +13,8 @@ TIMINGS = ["probe_seconds", "retrieval_seconds"]  # wall-clock columns: left out
 
 
 def train(inputs: dict[str, Any], log: Callable[[str], None]) -> PayloadResult:
-    """Inputs: `backbone` (the partition), `items` (fgbmk_items rows), `folder` (the global features' cache
-    folder, absolute) and `config` (FgbmkConfig as JSON); fgbmk_metrics' table, fgbmk_probe_predictions as
-    the extra table, and the metadata (rows, top-1 per level across superclasses, the checksum of both tables
-    without their wall-clock columns)."""
+    """Inputs: `backbone`, `items` (fgbmk_items rows), `folder` (the global features' cache) and `config`
+    (FgbmkConfig JSON); fgbmk_metrics' table, fgbmk_probe_predictions as the extra table, and the metadata."""
     from soco_pipeline.features import read_global
     from soco_pipeline.tasks.fgbmk.config import FgbmkConfig
     from soco_pipeline.tasks.fgbmk.machine_eval import evaluate_backbone, probe_predictions

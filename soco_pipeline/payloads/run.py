@@ -1,11 +1,9 @@
 """The payload script a Slurm or Kubernetes job runs: `python -m soco_pipeline.payloads.run`.
 
-It opens Dagster Pipes (the context and message channel named by the DAGSTER_PIPES_* variables the
-launcher sets), reads `payload`, `inputs` and `output` from the Pipes extras, runs the payload, writes its
-table atomically to `output` (each extra table beside it, `<output stem>.<name>.parquet`) and reports the
-paths and the metadata (with the checksum) as a Pipes custom message.
-Its log lines go back through Pipes; stdout and stderr stay in the job's own files, which the launcher
-forwards to the Dagster run's log. `dagster_pipes` is the protocol's own small package, not Dagster.
+Through Dagster Pipes (`dagster_pipes`, the protocol's small package) it reads `payload`, `inputs` and
+`output` from the extras, runs the payload, writes its table atomically to `output` (extra tables beside
+it, `<output stem>.<name>.parquet`) and reports the paths and metadata as a custom message; stdout and
+stderr stay in the job's files, which the launcher forwards to the run's log.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """Tables for a terminal of 120 columns: the one printer of the demo, `soco leaderboard` and `soco run`.
 
-A board is printed with its headline columns only; text that is the same in every row (a data source, a
-reason) is printed once above the table; a row's own reason becomes a numbered note `[k]` beside its name;
-a missing value prints `n/a`, explained once below the table; numbers get the decimals their scale needs
-(one on 0-100 scores, three on fractions, `< 0.001` for small p-values). A table still too wide loses its
-rightmost columns, named below it with where the full table is.
-
-`summary_frame` turns the long `model_headlines` table (model, family, metric, value, ci_low, ci_high, n,
-simulated, materialized_at) into one row per model and one headline column per family.
+Text the same in every row is printed once above the table, a row's own reason as a numbered note `[k]`,
+a missing value as `n/a` (explained below); numbers get the decimals their scale needs. A table still too
+wide loses its rightmost columns, named below it with where the full table is. `summary_frame` pivots
+`model_headlines` to one row per model.
 """
 
 from __future__ import annotations
@@ -130,11 +126,8 @@ def console_table(
     notes: Sequence[str] = (),
     decimals: int | None = None,
 ) -> str:
-    """`df` as a table whose every line fits `width` columns, with its notes; see the module docstring.
-
-    `columns`: the ones to show (those present, in this order; default all); `full`: where the full table
-    is (named when columns are left out); `notes`: lines printed above the table (e.g. the board's input
-    policy); `decimals`: every float with this many (default: by the column's scale)."""
+    """`df` as a table whose every line fits `width` columns, with its notes (see the module docstring);
+    `full` names where the full table is when `columns` leave some out."""
     notes = list(notes)
     if df is None or df.empty:
         lines = ([title, ""] if title else []) + ["(no rows yet)"]

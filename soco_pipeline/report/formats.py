@@ -32,10 +32,8 @@ def rounded(df: pd.DataFrame, decimals: int | None) -> pd.DataFrame:
 
 
 def format_query(df: pd.DataFrame, fmt: str = "table", decimals: int | None = None) -> str:
-    """A query's result for `soco sql`: `table` is the 120-column printer of report/console.py (n/a for a
-    missing value, columns that do not fit named below it), or a list of records when the rows hold prose
-    (findings, claims); `markdown` has the same cells (floats with `decimals`, else by the column's scale);
-    csv and json carry the values, floats rounded to `decimals` when given."""
+    """A query's result for `soco sql` as `table` (report/console.py's printer, or records when the rows
+    hold prose), `markdown`, csv or json (floats rounded to `decimals` when given)."""
     from soco_pipeline.report.console import column_text, console_table, is_prose, records_text
 
     if fmt == "table":

@@ -1,13 +1,7 @@
 """The static results page: one HTML file under <storage>/report/ a researcher can share.
 
-A header (date, commit, machine, the data and what of it is simulated), the summary (one row per model, one
-headline per family with its CI), per family its headline table with the full board folded (<details>),
-the FG-BMK findings, the CI charts, the correlation figure captioned with its source (OmniProbe's published
-figures), the labelled prediction panels and LVLM examples. The HTML comes from a Jinja2 template
-(report/templates/results.html.j2) with autoescape on: every table cell and caption is text, never markup.
-Tables scroll inside their own box when wider than the page (1,360 px).
-
-Everything the page shows is a file beside it (PNG), linked relatively, so the folder opens from file://,
+Rendered from report/templates/results.html.j2 with autoescape on (every cell and caption is text, never
+markup). Everything it shows is a file beside it (PNG), linked relatively, so the folder opens from file://,
 copies anywhere and serves as it is (`soco report --serve`, 127.0.0.1 only).
 """
 

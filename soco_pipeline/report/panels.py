@@ -1,11 +1,6 @@
-"""Prediction panels (as OmniProbe's `num_visualize`): what the model did on one query.
-
-A panel is three tiles side by side, each scaled to the same height: the source image with the query
-keypoint (red), the target image with the ground truth (green) and the prediction (blue), and the
-target under the cosine-similarity heatmap of the query's descriptor (same markers). Marker colours
-are fixed (MARKERS) so that a test can find them in the pixels. `labelled_panel` adds the words: each
-tile's name above it, a legend of the markers and the heatmap's colour bar (lowest to highest cosine) below;
-the stored panels and `soco show`'s PNG are labelled ones.
+"""Prediction panels (as OmniProbe's `num_visualize`): the source with the query keypoint, the target with
+the ground truth and the prediction, and the target under the query's similarity heatmap. Marker colours are
+fixed (MARKERS) so that a test can find them in the pixels; `labelled_panel` adds names, legend and colour bar.
 """
 
 from __future__ import annotations

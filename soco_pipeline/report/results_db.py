@@ -1,25 +1,14 @@
-"""The DuckDB results file: views (not copies) over the Parquet outputs.
+"""The DuckDB results file: views (not copies) over the Parquet outputs (docs/sql.md).
 
-Readers open it read-only. The pipeline opens a writer only for the moment it (re)creates the
-views, so no long-lived process holds it.
+A writer is opened only while the views are (re)created. The file is in DuckDB's v1.5.0 storage format
+(`STORAGE_COMPATIBILITY`). Views read an explicit list of published files (never a glob, which would match
+the `.tmp-*` files of atomic writes), named relative to the storage root, so a copy never reads the
+original's tables.
 
-The file is written in DuckDB's v1.5.0 storage format (`STORAGE_COMPATIBILITY`), so the duckdb CLI
-(duckdb-cli on PyPI, 1.5.x) and any client from 1.5 on open it.
-
-Views read an explicit list of published files (never a glob, which would also match the hidden
-`.tmp-*` files of atomic writes in flight or killed). The stored views name files relative to the
-storage root (the database file's folder), so a copied storage root never reads the original's
-tables; the duckdb CLI and Dagster's DuckDB resource read those.
-
-`soco sql` (`connect_readonly`) is read-only by construction, not by a word list: it opens an in-memory
-connection whose views scan the published Parquet files as Arrow datasets (pyarrow reads them, locally or
-through the pipeline's fsspec filesystem for an object store), then turns DuckDB's external access off
-entirely and locks the settings. The connection itself can then open no file at all, for reading or
-writing: `COPY ... TO`, `EXPORT`, `ATTACH`, `INSTALL`/`LOAD` fail with a permission error even when they
-hide under `EXPLAIN ANALYZE`. (DuckDB's `allowed_directories` cannot do this: it allows writing wherever it
-allows reading, so an `EXPLAIN ANALYZE COPY` could overwrite a stored table.) The statement filter stays as
-a second wall. A table whose files cannot be read becomes a view that fails naming it and the fix, so the
-queries that do not touch it still answer.
+`soco sql` (`connect_readonly`) is read-only by construction: in-memory views over Arrow datasets, then
+DuckDB's external access off and locked (`allowed_directories` would allow writing wherever it allows
+reading); the statement filter stays as a second wall. An unreadable table becomes a view that fails naming
+it and the fix.
 """
 
 from __future__ import annotations
@@ -107,10 +96,8 @@ VIEW_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
 def stored_tables(tables_root: str, registered: tuple[Table, ...]) -> list[Table]:
-    """The tables written under `tables_root` that `registered` does not name: a task family's tables, which
-    the family's declaration registers only once the definitions are imported (a `soco sql` does not import
-    them). `<asset>.parquet` is a table, a folder `<asset>/` of Parquet files a partitioned one; the view is
-    named after the asset, as `register_table` names it."""
+    """The tables under `tables_root` that `registered` does not name (a family's tables, registered only
+    once the definitions are imported): `<asset>.parquet`, or a partitioned folder `<asset>/`."""
     fs, root = filesystem(tables_root)
     if not fs.exists(root):
         return []
@@ -223,10 +210,8 @@ def _register_filesystem(con: duckdb.DuckDBPyConnection, tables_root: str) -> No
 
 
 def refresh_views(db_path: str | Path, tables_root: str) -> list[str]:
-    """(Re)create one view per existing result table in the file at `db_path`; returns the view names.
-
-    For tables in an object store there is no file to refresh: the views are built (which checks that
-    every table reads) in memory and their names returned."""
+    """(Re)create one view per existing result table in the file at `db_path`; returns the view names (for
+    an object store, built in memory only, which checks every table reads)."""
     if is_remote(tables_root):
         with duckdb.connect(IN_MEMORY) as con:
             return create_views(con, tables_root)
@@ -246,11 +231,8 @@ def refresh_views(db_path: str | Path, tables_root: str) -> list[str]:
 
 
 def create_views(con: duckdb.DuckDBPyConnection, tables_root: str) -> list[str]:
-    """(Re)create one view per existing result table (and eval_pairs) on an open writable connection.
-
-    Local tables under the database file's folder are named relative to it (portable copies); a reader
-    must then resolve them from that folder (`connect_readonly` does, or `SET file_search_path`).
-    """
+    """(Re)create one view per existing result table (and eval_pairs) on an open writable connection; local
+    tables are named relative to the file's folder (portable copies; `connect_readonly` resolves them)."""
     if is_remote(tables_root):
         _register_filesystem(con, tables_root)
         return _create_views(con, tables_root, None)
@@ -265,12 +247,10 @@ def create_views(con: duckdb.DuckDBPyConnection, tables_root: str) -> list[str]:
 
 
 def connect_readonly(db_path: str | Path, tables_root: str | None = None) -> duckdb.DuckDBPyConnection:
-    """Open the results read-only: an in-memory connection with one view per table beside the file, sandboxed.
+    """Open the results read-only: an in-memory connection with one view per table beside the file, then
+    DuckDB's external access turned off and the configuration locked (no file, ATTACH or INSTALL).
 
-    `tables_root` defaults to `<folder of the file>/tables`. The views scan the tables' Arrow datasets, and
-    then DuckDB's external access is turned off and the configuration locked, so a query can open no file
-    (read or write), cannot ATTACH, INSTALL or re-enable access. A URL `tables_root` (object store) needs
-    no file: the views are built in memory over the bucket.
+    `tables_root` defaults to `<folder of the file>/tables`; a URL needs no file (views over the bucket).
     """
     if tables_root is not None and is_remote(tables_root):
         return _connect_remote(tables_root)

@@ -35,10 +35,8 @@ def deterministic_cpu() -> bool:
 
 @contextmanager
 def cpu_kernels() -> Iterator[None]:
-    """The block's CPU kernels: with SOCO_DETERMINISTIC_CPU=1, oneDNN (mkldnn) is off, so convolutions run
-    torch's own kernels, whose results do not depend on the number of threads (oneDNN's do: EfficientNet-
-    Lite0 features differ by up to 1.5e-5 between 1 and 2 threads; docs/reproducibility.md). About 1.5x
-    slower for convolutional backbones; ViTs (matrix products) are thread-independent either way."""
+    """The block's CPU kernels: with SOCO_DETERMINISTIC_CPU=1 oneDNN is off, so convolutions give the same
+    result at any thread count (about 1.5x slower for CNNs; docs/reproducibility.md)."""
     import torch
 
     if not deterministic_cpu():

@@ -1,9 +1,6 @@
-"""GPU time of a pipeline stage, for the results record's `timing` (docs/results.md).
-
-On CUDA: the span between two CUDA events recorded around the stage's device work, with the device
-synchronised before the first and before the second (so that work queued on any stream is counted, and
-nothing queued before the stage is). Elsewhere there is no GPU time: `gpu_s` is None and `gpu_s_reason`
-says why. torch loads on first use.
+"""GPU time of a pipeline stage, for the results record's `timing` (docs/results.md): on CUDA, two events
+around the stage's device work with the device synchronised before each; elsewhere `gpu_s` is None and
+`gpu_s_reason` says why. torch loads on first use.
 """
 
 from __future__ import annotations
@@ -33,11 +30,8 @@ class GpuTime:
 
 @contextlib.contextmanager
 def gpu_timer(device: str | torch.device) -> Iterator[GpuTime]:
-    """Time the device work of the `with` body on `device` ('auto', 'cpu', 'cuda', 'cuda:1', a torch.device,
-    or 'remote:<backend>' for a model behind an API).
-
-    Yields a GpuTime that is filled in when the body ends normally: seconds on CUDA, else None with the
-    reason (e.g. 'the stage ran on cpu, not CUDA')."""
+    """Time the device work of the `with` body on `device` ('auto', 'cpu', 'cuda[:i]', a torch.device or
+    'remote:<backend>'): the yielded GpuTime holds seconds on CUDA, else None with the reason."""
     import torch
 
     from soco_pipeline.runtime.device import resolve_device

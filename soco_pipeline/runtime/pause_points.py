@@ -1,14 +1,9 @@
 """Named pause points for fault-injection tests: stop a process at a known point, deterministically.
 
-With $SOCO_PAUSE_DIR set, the first `pause_point(name)` of a process writes `<dir>/<name>.paused`
-(holding the pid) and waits until `<dir>/<name>.resume` exists, so a test can kill the process exactly
-there (or let it go on). Unset, it costs one environment lookup. Used after the first batch of feature
-maps is written and in the manifest (features/extract.py), where a kill -9 lands mid-extraction.
-
-A point may carry a scope (the backbone being extracted). With $SOCO_PAUSE_AT also set, to a
-comma-separated list of `name@scope` keys, only the listed points pause, and their files are named by
-the key (`<dir>/<name>@<scope>.paused`): a long-lived process that runs many steps (a Celery worker)
-stops only in the step the test means. A `.resume` file left in place lets every later pass go on.
+With $SOCO_PAUSE_DIR set, the first `pause_point(name)` of a process writes `<dir>/<name>.paused` (its pid)
+and waits for `<dir>/<name>.resume`; unset, it costs one environment lookup. With $SOCO_PAUSE_AT
+(`name@scope,...`) only the listed points pause, their files named by the key, so a long-lived worker stops
+only in the step the test means. A `.resume` left in place lets every later pass go on.
 """
 
 from __future__ import annotations

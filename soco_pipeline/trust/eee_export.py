@@ -1,18 +1,9 @@
 """Results as Every Eval Ever records (PyPI `every-eval-ever` 0.3.0, its `eval.schema.json` and
-`instance_level_eval.schema.json`, JSON Schema draft-07).
-
-An aggregate record is one JSON file, `data/<collection>/<developer>/<model>/<uuid4>.json`, the layout the
-package's datastore and validator expect; its per-sample sidecar is `<uuid4>_samples.jsonl` beside it, one
-instance-level record per (sample, metric), linked by `evaluation_id` and `evaluation_result_id`.
-- Ours (`measured_log`): `source_type: evaluation_run`, built from a results record (trust/provenance.py):
-  the value, its 95% CI (bootstrap over the family's categories, or the logit interval from the cluster SE)
-  and its cluster SE as the uncertainty; the sidecar from the per-sample scores (stats.SCORE_COLUMNS).
-- Published figures (`published_logs`): `source_type: documentation`, one record per (model, family, source)
-  of assets/reference/published.csv, its protocol knobs as metric parameters and details.
-No LLM or LVLM judge scores anything in this pipeline (LVLM answers are parsed by rule), so no record carries
-`llm_scoring`; a published row's `judge` column (the scorer the source used) is kept as a metric detail.
-The schemas are not part of the package: `make install` unpacks the wheel into `<venv>/share/every-eval-ever/`
-(`schema_dir`); `schema_errors` checks a document against them with `jsonschema` when they are there.
+`instance_level_eval.schema.json`, JSON Schema draft-07): ours (`measured_log`, `source_type:
+evaluation_run`, with the per-sample sidecar) and the published figures (`published_logs`, `source_type:
+documentation`); layout and fields: docs/results.md, "Every Eval Ever records". No judge scores anything
+here, so no record carries `llm_scoring`. The schemas are unpacked by `make install` into
+`<venv>/share/every-eval-ever/` (`schema_dir`); `schema_errors` checks a document when they are there.
 """
 
 from __future__ import annotations

@@ -1,13 +1,6 @@
-"""What the regression watch compares in each task family, read from the family's stored tables.
-
-A family's `FamilyWatch` names the metrics of its headline (as its results record names them,
-family_records.py), the per-model and sample tables they come from, and either a `PairedOn` (the per-sample
-table and its (sample, outcome) column pair: a paired test runs on it) or, where a family stores aggregates
-only, the reason no paired test exists (every family declared today is paired). `family_snapshot` turns one
-model's tables into what trust/history.py archives and compares: the headline values, the per-sample
-scores (stats.SCORE_COLUMNS; 0/1 or a share, empty when not paired-testable) and the task hash of the samples.
-
-Each family declares its watch in its `FamilySpec` (tasks/<family>/family.py).
+"""What the regression watch compares in each task family (its `FamilyWatch`, declared in its `FamilySpec`),
+and `family_snapshot`: one model's tables as trust/history.py archives them (headline values, per-sample
+scores, the samples' task hash).
 """
 
 from __future__ import annotations
@@ -26,12 +19,10 @@ from soco_pipeline.trust import hashes
 
 @dataclass(frozen=True)
 class PairedOn:
-    """The per-sample table a family's headline is paired-tested on: `table` (one row per scored sample of a
-    model, per method when `method` names a column; several tables are read as one), its `sample` column(s)
-    (the id) and `outcome` column (0/1 or bool; a share in [0, 1] when `binary` is False), and the family's
-    sample table `samples`, whose `split` rows are scored and whose `group` (the bootstrap's categories) and
-    `cluster` (samples that share an input) columns structure the test. Rows whose `status` column is not
-    "ok" are not scored (a not-applicable backbone)."""
+    """The per-sample table a family's headline is paired-tested on: `table` (per `method` column when
+    named), its `sample` id and `outcome` columns (0/1, or a share when not `binary`), and the sample table
+    `samples`, whose `split` rows are scored and whose `group` / `cluster` columns structure the test.
+    Rows whose `status` is not "ok" are not scored."""
 
     table: str | tuple[str, ...]
     sample: str | tuple[str, ...]
@@ -104,10 +95,9 @@ class ArchivedBy:
 
 @dataclass(frozen=True)
 class FamilyWatch:
-    """What the regression watch compares in one family: `headline` in words, `metrics` (a regular expression
-    over the metric names of the family's results record), the per-model tables and sample tables they are
-    read from, and `paired` (the per-sample table of a paired test) or `not_paired` (why there is none); or,
-    with `archived`, none of these: another asset archives the snapshots, per-sample scores included."""
+    """What the regression watch compares in one family: `headline`, `metrics` (a regex over the record's
+    metric names), the tables read, and `paired` or `not_paired` (why not); or only `archived` (another asset
+    archives the snapshots)."""
 
     family: str
     headline: str

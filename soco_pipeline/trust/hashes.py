@@ -1,11 +1,8 @@
 """Per-sample input hashes (as lm-evaluation-harness's doc/prompt/target hashes) and task hashes over them.
 
-A pair's hash covers what decides its score: the two images' content digests (never their paths, so
-two storage roots with the same inputs agree), the target image's size and box (the PCK radius), every
-correspondence of the pair with the coordinates and visibility of the keypoints it uses, and the
-protocol's matching hash. A four-choice / LVLM item's hash covers its pair's hash, the query keypoint,
-the options and the right answer (for LVLM items also the question text and the marked images). A task
-hash is the sha256 over the sorted (id, hash) list of a table: equal task hashes prove identical inputs.
+What each hash covers: docs/results.md, "Per-sample hashes and task hashes". Image content digests, never
+paths, so two storage roots with the same inputs agree; a task hash is the sha256 over a table's sorted
+(id, hash) list.
 """
 
 from __future__ import annotations
@@ -54,10 +51,8 @@ def pair_hashes(
     matching_hash: str,
     digests: pd.Series | None = None,
 ) -> pd.DataFrame:
-    """One row per pair of `image_pairs`: pair_id, pair_group, src_image, trg_image, pair_hash.
-
-    `digests` (image_id -> content digest) defaults to `image_digests(image_set)`.
-    """
+    """One row per pair of `image_pairs`: pair_id, pair_group, src_image, trg_image, pair_hash
+    (`digests`: image_id -> content digest, default `image_digests(image_set)`)."""
     digests = image_digests(image_set) if digests is None else digests
     kp = keypoints.set_index(["image_id", "keypoint"])
     kp_text = (_fmt(kp["x"]) + "," + _fmt(kp["y"]) + "," + kp["visible"].astype(bool).astype(str)).rename(

@@ -1,14 +1,6 @@
-"""Each family's headline number, and the one-row-per-model summary built from them.
-
-A family declares its headline as a `Headline`: the board it reads, the value column (0-100), its label, how
-its 95% CI is found (two columns, a half-width column, or a Wilson interval from a sample-count column) and
-where its `simulated` flag comes from. `headline_rows` turns one board into long rows
-(model, family, metric, value, ci_low, ci_high, n, simulated, materialized_at, role); `model_summary` pivots
-them to one row per model with one headline column per family. `role` (trust/roles.py) says which rows are
-models and which are checks (an oracle's ceiling, a baseline's control), so that only models are ranked.
-
-SOCO and SOCO-LVLM declare theirs in tasks/core.py, a task family in its `FamilySpec` (tasks/<name>/; its name
-and board filled in); the summary assets are built over every declared headline (defs/summary/assets.py).
+"""Each family's headline number (`Headline`), its long rows (`headline_rows`) and the one-row-per-model
+summary pivoted from them (`model_summary`); `role` (trust/roles.py) keeps checks out of the ranking.
+SOCO and SOCO-LVLM declare theirs in tasks/core.py, a family in its `FamilySpec`.
 """
 
 from __future__ import annotations
@@ -209,10 +201,8 @@ def summary_columns(family: str) -> list[str]:
 
 
 def model_summary(long: pd.DataFrame, headlines: Iterable[Headline]) -> pd.DataFrame:
-    """One row per model: `model`, `simulated` (any of its headlines), `role` (model | control | ceiling: its
-    most telling headline role, trust/roles.py), then per declared family its value,
-    CI, simulated flag and the date (UTC) of the family board's latest materialization (the columns of
-    `summary_columns`; null where the model has no headline in that family)."""
+    """One row per model: `model`, `simulated`, `role` (its most telling headline role), then per declared
+    family the columns of `summary_columns` (null where the model has no headline in that family)."""
     families = list(dict.fromkeys(h.family for h in headlines))
     models = sorted(long["model"].unique()) if len(long) else []
     out = pd.DataFrame({"model": pd.Series(models, dtype=str)})

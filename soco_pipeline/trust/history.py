@@ -1,13 +1,6 @@
-"""A model's results over time, and the regression watch over them.
-
-Every materialization of a model's scores leaves a snapshot in an archive beside the tables:
-`<storage>/history/<family>/<model>/<data_version>.parquet` (the per-sample scores, SCORE_COLUMNS) and
-`<data_version>.json` (when, the task hash, the headline values). A snapshot is replaced only by a run at the
-same data version, so the previous spec's or weights' results stay queryable after a change.
-
-The watch compares the current snapshot with the most recent one of another data version on the same task
-hash, with the paired test `soco compare` uses (evaluation/stats.compare: the paired difference per metric,
-a bootstrap over categories). A drop whose whole interval lies below zero is a regression.
+"""A model's results over time (`<storage>/history/<family>/<model>/<data_version>.parquet` / `.json`
+snapshots), and the regression watch over them: the paired test of `soco compare` against the latest
+snapshot of another data version on the same task hash; a drop whose whole interval is below zero regresses.
 """
 
 from __future__ import annotations
@@ -270,10 +263,9 @@ def figure_text(value: float, previous: float, delta: float, lo: float, hi: floa
 
 @dataclass(frozen=True)
 class WatchOutcome:
-    """The watch's verdict on one materialization: the model's history rows (HISTORY_COLUMNS), the data
-    version compared with ("" when none), the regression message ("" when none), the paired test in words,
-    per metric of the current snapshot its figures as text ("previous -> value (delta, [lo, hi])"), and
-    `not_comparable`: why no verdict could be given (a damaged snapshot, named with the fix), "" otherwise."""
+    """The watch's verdict on one materialization: history rows, the data version compared with, the
+    regression message, the paired test in words, per-metric figures as text, and `not_comparable` (why no
+    verdict could be given, with the fix; "" otherwise)."""
 
     table: pd.DataFrame
     previous: str
@@ -295,14 +287,11 @@ def watch(
     n_boot: int = 2000,
     archived_by: str = "",
 ) -> WatchOutcome:
-    """Compare the archived snapshot of `model` at `data_version` with the most recent snapshot of another
-    data version on the same task hash: the paired test per watched metric (`regression_test`), or, with
-    `not_paired` (why the family has no per-sample outcomes), the plain difference of the values.
+    """Compare `model`'s snapshot at `data_version` with its latest snapshot of another data version on the
+    same task hash: the paired test per metric, or the plain difference under `not_paired`.
 
-    Missing evidence never passes as "no regression": when another snapshot of the model is damaged (its
-    JSON unreadable: it may be the one to compare with) or the compared snapshots' scores do not read, the
-    outcome is `not_comparable`, naming the file and the fix (`damaged_advice`; `archived_by` is the asset
-    that archives the snapshots, `<family>_history` by default)."""
+    Missing evidence never passes as "no regression": a damaged or unreadable snapshot makes the outcome
+    `not_comparable`, naming the file and the fix (`archived_by`: the asset that archives the snapshots)."""
     asset = archived_by or f"{family}_history"
     snaps, damaged = read_archive(storage_root, family, model)
     current = next((s for s in reversed(snaps) if s["data_version"] == data_version), None)

@@ -1,11 +1,6 @@
-"""A results record in the Hugging Face Hub's evaluation-results format, for a shared leaderboard.
-
-The Hub keeps a model's scores as YAML files in its repo's `.eval_results/` folder (the Hub's "Evaluation
-Results" documentation, docs/hub/eval-results): a list of entries, each `dataset: {id, task_id}`, `value`,
-and optionally `date`, `source: {url, name}` and `notes`. `huggingface_hub` (2.4) writes and parses that
-format (`EvalResultEntry`, `eval_result_entries_to_yaml`, `parse_eval_result_entries`); we build the
-entries with it and read the file back with its parser, so what we write is what the Hub's client reads.
-Nothing is uploaded: the user opens the pull request on the model repo.
+"""A results record in the Hugging Face Hub's evaluation-results format (`.eval_results/` YAML entries),
+built and read back with `huggingface_hub`'s own writer and parser. Nothing is uploaded: the user opens the
+pull request on the model repo.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
-"""Published figures beside ours: the table of every paper's numbers the project reproduces
-(assets/reference/published.csv), and the comparison of a model with the published model its spec names
-(`reference: DINOv2-B/14`), knob by knob.
-
-A published row says under which protocol it was measured (input size, grid, layer, alpha, reduction,
-prediction point, judge); ours says the same from the spec and the protocol file. The comparison picks,
-per (family, metric), the published row whose knobs differ least from ours and names every knob that still
-differs, so "ours 58.1 at nearest_multiple:800, published 60.4 at fixed_grid:60: grid differs" reads off one row.
+"""Published figures beside ours (assets/reference/published.csv), and the comparison of a model with the
+published model its spec names: per (family, metric), the published row whose protocol knobs differ least
+from ours, naming every knob that still differs.
 """
 
 from __future__ import annotations
@@ -56,10 +51,8 @@ def compare_to_published(
     knobs: dict[str, dict[str, str]],
     published: pd.DataFrame,
 ) -> pd.DataFrame:
-    """Per model that names a reference and per (family, metric) both sides have: our value, the published
-    one (the row whose knobs differ least from ours), the difference and the knobs that differ.
-
-    `ours` is long: model, family, metric, value (0-100). `knobs` is our resolved protocol per model."""
+    """Per model that names a reference and per (family, metric) both sides have: ours, the published row
+    whose knobs differ least from ours, the difference and the differing knobs (`ours` is long)."""
     rows = []
     for model, ref in sorted(references.items()):
         mine = ours[ours["model"] == model]

@@ -1,16 +1,8 @@
 """Why our number differs from the published one: the gap measured knob by knob (`published_gap`).
 
-For a model whose spec names a published model (`reference:`), per SOCO metric both sides have: start from
-our run, align one differing protocol knob at a time with the published row (the closest one, as
-`published_comparison` picks it), in the stated order KNOB_ORDER, and measure the score after each step:
-
-- a prediction knob (the input size, which also sets the grid; the layer) re-runs the model as a variant
-  spec: its own feature-cache folder (a new spec hash), with the data, pairs and protocol reused;
-- a scoring knob (alpha) re-scores the predictions at hand, no model call.
-
-The steps telescope: their effects add up exactly to the aligned run minus ours. What remains between the
-aligned run and the published figure is "unexplained", with the reason the pipeline cannot reach it (other
-weights, another data set, a knob it does not re-run).
+From our run, one differing knob at a time is aligned with the closest published row, in KNOB_ORDER: a
+prediction knob (input size, layer) re-runs the model as a variant spec, a scoring knob (alpha) re-scores
+the predictions. The steps add up exactly to aligned minus ours; the rest is "unexplained", with the reason.
 """
 
 from __future__ import annotations
@@ -169,10 +161,9 @@ def measure_gap(
     simulated: bool,
     family: str,
 ) -> pd.DataFrame:
-    """GAP_COLUMNS rows of one model: per `family` metric of `published` (the rows of its reference), one row per
-    differing knob aligned in KNOB_ORDER (before, after, effect) and a last `unexplained` row (published -
-    aligned, with the reason). `predictions` are ours; `predict` runs a variant spec (each variant once),
-    `score` re-scores predictions at an alpha. Empty when the spec names no reference."""
+    """GAP_COLUMNS rows of one model: per `family` metric of its reference, one row per differing knob in
+    KNOB_ORDER (before, after, effect) and a last `unexplained` row. `predict` runs a variant spec, `score`
+    re-scores at an alpha; empty when the spec names no reference."""
     if not spec.reference:
         return pd.DataFrame(columns=GAP_COLUMNS)
     runs: dict[str, pd.DataFrame] = {spec_hash(spec): predictions}  # by variant key: each runs once

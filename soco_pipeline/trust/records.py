@@ -1,9 +1,6 @@
-"""Results records of a correspondence backbone and of a four-choice LVLM, from stored tables; the record's
-`family` is the caller's (the `record_name` of SOCO's and SOCO-LVLM's declarations, tasks/core.py, whose
-`rebuild` names `rebuild_backbone_record` / `rebuild_lvlm_record` here).
-
-Everything is re-derived from the tables a run left (predictions, answers, the data tables): no model
-runs. The record builder itself is `provenance.build_record`.
+"""Results records of a correspondence backbone and of a four-choice LVLM, re-derived from the stored tables
+(no model runs) for `provenance.build_record`; the record's `family` is the caller's (SOCO's and
+SOCO-LVLM's declarations in tasks/core.py name `rebuild_backbone_record` / `rebuild_lvlm_record` here).
 """
 
 from __future__ import annotations
@@ -87,11 +84,9 @@ def backbone_record(
     scores: pd.DataFrame | None = None,
     pair_hashes: pd.DataFrame | None = None,
 ) -> dict[str, Any]:
-    """The record of one backbone. `tables`: image_set, keypoints, image_pairs, correspondences, four_choice,
-    feature_manifest, predictions, four_choice_predictions (the last may be empty). `scores`: its per-sample
-    scores when the caller has them already (`backbone_scores` on the same tables and rule). `pair_hashes`:
-    the stored per-pair hashes (the `sample_hashes` table) made with this protocol's matching hash; when they
-    cover every evaluated pair, no image is read or hashed again."""
+    """The record of one backbone from its `tables` (image_set ... four_choice_predictions). `scores`: its
+    per-sample scores when the caller has them; `pair_hashes`: the stored per-pair hashes, which spare
+    reading and hashing the images when they cover every evaluated pair."""
     pairs_full = tables["image_pairs"]
     pairs = apply_pair_subset(pairs_full, rule)
     ev = pairs[pairs["evaluated"].astype(bool)]

@@ -1,13 +1,6 @@
-"""Which summary rows are models and which are checks: a model's `role` in `model_headlines` / `model_summary`.
-
-- `model`: a backbone or LVLM under evaluation; the summary ranks these among themselves.
-- `ceiling`: a check that reads the answer (an oracle: a backbone spec of kind `oracle`, the LVLM loopback
-  oracle, TPIPS's aspect-distance oracle over pixels): the top a score can reach, never ranked.
-- `control`: a baseline that is no model (the LVLM loopback random answerer, TPIPS's pixel baselines): the
-  floor a model must clear, never ranked.
-
-A family's own rows (TPIPS's `pixels`) are marked by its `Headline` (`ceiling=` / `control=` queries); the
-spec files mark the rest (`spec_roles`).
+"""Which summary rows are models and which are checks (`role`): `model` (ranked), `ceiling` (reads the
+answer: an oracle) and `control` (a baseline that is no model), never ranked. A family marks its own rows
+through its `Headline` (`ceiling=` / `control=`); the spec files mark the rest (`spec_roles`).
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """The backbones group's job and spec-folder sensor; the weekly re-evaluation is an automation condition.
 
-- New spec file in assets/backbones/: the sensor adds a `backbones` partition (and observes its spec); the
-  automation condition of the per-backbone assets then materializes that partition only.
-- Changed spec file: the sensor observes the new version and requests a run of that backbone's partition
-  of every per-model table, SOCO's and every started family's (its feature cache key changes, so the
-  features are recomputed; no other partition is touched); the boards then refresh on those updates.
-- Deleted spec file: its partition is deleted and `model_specs` observed, so every board refreshes without
-  its rows (its Parquet files stay; re-adding the spec brings the rows back).
-- Weekly ($SOCO_REEVALUATE_CRON, shared/automation.REEVALUATED on the per-backbone assets): after the tick,
-  each backbone partition whose code version or upstream data version (tables, its spec file, the protocol,
-  observed on the same cron) moved since it last ran is requested once; the others are not.
+The sensor adds a partition for a new spec file, re-runs a changed spec's partition of every per-model table
+(SOCO's and every started family's) and deletes a deleted spec's partition, observing `model_specs` so the
+boards drop its rows; weekly, shared/automation.REEVALUATED requests each stale partition once
+(docs/pipeline.md).
 """
 
 import dagster as dg

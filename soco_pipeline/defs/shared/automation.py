@@ -1,15 +1,10 @@
 """Automation shared by the group folders: the conditions and one tick of a spec-folder sensor.
 
-- `ON_CHANGE` materializes a partition that is new (newly missing), whose code version changed, or one of
-  whose upstream tables got a new *data version* from a run that did not also materialize the partition.
-  Tables carry their content hash as data version (shared/checks.py), so re-materializing unchanged data
-  requests nothing downstream (Dagster's `eager` would re-run every backbone on any upstream
-  materialization).
-- `REEVALUATED` is ON_CHANGE or the weekly re-evaluation (`reevaluate_on_cron`, cron $SOCO_REEVALUATE_CRON):
-  after each tick of the cron, every partition that is stale by Dagster's records (its code version, or the
-  data version of any upstream, spec files and protocol included, moved since it was last requested or
-  materialized) is requested once in that period; an up-to-date partition is not. The protocol (an observable source)
-  is observed on the same cron (`observe_on_cron`), so an edited assets/protocol.yaml is seen by then.
+- `ON_CHANGE` materializes a partition that is new, whose code version changed, or one of whose upstream
+  tables got a new *data version* (the content hash, shared/checks.py) from a run that did not also
+  materialize it: re-materializing unchanged data requests nothing downstream (unlike Dagster's `eager`).
+- `REEVALUATED` is ON_CHANGE or the weekly re-evaluation (`reevaluate_on_cron`, $SOCO_REEVALUATE_CRON); the
+  protocol is observed on the same cron (`observe_on_cron`).
 """
 
 import hashlib
@@ -60,11 +55,8 @@ def sensor_interval_s() -> int:
 
 
 def daemon_interval(seconds: int) -> int:
-    """A sensor's `minimum_interval_seconds` for a tick every `seconds`: one second less. The daemons
-    evaluate a sensor once per 5 s loop, when at least its minimum interval has passed since its
-    last tick; with `seconds` itself as the minimum, a loop that came a moment less than `seconds` after
-    the last tick skipped it, so a 5 s sensor ran every 10 s about half the time (seen in test_ui's
-    instance). One second less keeps each tick on the first loop at or after `seconds`."""
+    """A sensor's `minimum_interval_seconds` for a tick every `seconds`: one second less, so that the
+    daemons' 5 s loop never skips a tick that came a moment early (docs/benchmarks.md, the sensor change)."""
     return max(1, seconds - 1)
 
 
@@ -75,13 +67,10 @@ def daemon_minimum_interval_s() -> int:
 
 
 def reevaluate_on_cron(cron: str) -> dg.AutomationCondition:
-    """After each tick of `cron`: request a partition once if it is stale, i.e. its code version or the data
-    version of one of its upstream assets (tables, spec files, the protocol) changed since it was last
-    requested or materialized. Dagster's `on_cron` with staleness in place of "all deps updated since the
-    tick" (which would re-run every partition every week). Like `on_cron`, the tick arms a partition until it
-    is handled: one that is stale at the tick runs then, one that becomes stale later in the period runs
-    when it does; at most one request per partition per period either way. A requested run that fails is
-    not requested again (Dagster's run retries are the tool for that)."""
+    """After each tick of `cron`: request a partition once if it is stale (its code version or an upstream
+    data version changed since it was last requested or materialized): Dagster's `on_cron` with staleness
+    in place of "all deps updated since the tick", which would re-run every partition every period. At most
+    one request per partition per period; a failed run is not requested again (docs/pipeline.md)."""
     # Two SINCE nodes, not `(code_version_changed | any_deps_match(...)).since_last_handled()`: Dagster keys a
     # SINCE node's stored state by its children's names only, so that one had ON_CHANGE's key (an OR under a
     # since_last_handled) and the two shared their state. Under load ON_CHANGE then read this one's trigger
@@ -120,18 +109,12 @@ MODEL_SPECS = "model_specs"  # the observable source whose data version is the s
 
 
 def board_condition(partitioned: Sequence[str] = (), optional: Sequence[str] = ()) -> dg.AutomationCondition:
-    """A board's (fan-in summary's) condition: Dagster's eager condition, except that it waits only on what
-    exists. The per-model tables in `partitioned` (read with `allow_missing_partitions`) and the summaries in
-    `optional` never hold it back while missing: an LVLM partition a family never asked for is skipped, not
-    awaited. It waits while any upstream partition is in progress, and for one tick after a partition of
-    `partitioned` was updated: the per-model tables downstream of that one (another partitioning, so another
-    run: Dagster's `will_be_requested` does not reach across) are requested in that tick, and a board
-    requested beside them read the tables without them (under the daemon the first leaderboard failed so:
-    "no metrics materialized yet"). For the same reason it waits while an input of one of those per-model
-    tables is in progress or was just updated: under load the daemon queued `predictions` in runs of
-    their own before `metrics` was requested, and the leaderboard ran without any `metrics`. It also runs
-    when the set of model specs changed (`model_specs` observed by the spec sensors), so a removed spec's
-    rows leave the board."""
+    """A board's (fan-in summary's) condition: Dagster's eager condition, waiting only on what exists.
+
+    Missing partitions of `partitioned` and missing `optional` summaries never hold it back; it waits while
+    an upstream partition (or an input of those per-model tables) is in progress, and one tick after a
+    `partitioned` update, so the per-model tables requested in that tick in runs of their own are not read
+    half-made; it runs when `model_specs` changes. The failures this prevents: docs/pipeline.md."""
     specs = dg.AssetSelection.assets(MODEL_SPECS)
     return (
         AC.in_latest_time_window()
@@ -214,13 +197,10 @@ def spec_folder_result(
     label: str,
     source_asset: str,
 ) -> dg.SensorResult:
-    """One tick of a spec-folder sensor: a partition per new valid spec, a run of `assets` and of every
-    family's per-model tables (per_model_assets) for each spec whose file changed since the cursor (a
-    {name: content hash} map), an observation of `source_asset` (its data
-    version: the file hash) for each new or changed spec, a warning per invalid spec; a tick with nothing
-    else to do and an invalid spec fails with InvalidSpecError naming each file and its reason. A spec the sensor saw
-    whose file is gone (not merely invalid) loses its partition, and `model_specs` is observed at its new
-    version, so every board refreshes without its rows (shared board_condition)."""
+    """One tick of a spec-folder sensor (cursor: {name: content hash}): a partition per new valid spec, runs
+    of `assets` and the families' per-model tables for each changed spec, an observation of `source_asset`
+    per new or changed spec, a warning per invalid spec (InvalidSpecError when the tick has nothing else to
+    do). A seen spec whose file is gone loses its partition and `model_specs` is observed anew."""
     seen: dict[str, str] = json.loads(context.cursor) if context.cursor else {}
     current, invalid = scan(folder)
     for name, err in invalid.items():

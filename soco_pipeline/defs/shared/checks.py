@@ -1,10 +1,8 @@
 """Table assets: blocking checks on the pandera schemas and the cross-table rules, published only if they pass.
 
-`table_asset` / `table_multi_asset` make every table asset of the Dagster layer: the body returns its table
-(a `TableResult`: the table, metadata, problems it found, tables its cross-table rules read); the helper runs
-the blocking `schema` check on the in-memory table, and only when it passes yields the output, which the IO
-manager then writes, with the table's content hash as its Dagster data version (an unchanged table does not
-make its downstream stale).
+`table_asset` / `table_multi_asset` make every table asset: the body returns a `TableResult`, the blocking
+`schema` check runs on the in-memory table, and only then is the output yielded, with the table's content
+hash as its data version (an unchanged table does not make its downstream stale).
 """
 
 import functools
@@ -69,12 +67,9 @@ def schema_problems(df: pd.DataFrame, schema: type[pa.DataFrameModel]) -> list[s
 def publish_checked(
     outputs: Iterable[dg.Output], checks: Iterable[dg.AssetCheckResult]
 ) -> Iterator[dg.Output | dg.AssetCheckResult]:
-    """Yield the outputs (the IO manager then writes them) only if every blocking check passed.
-
-    The checks run on the in-memory tables before anything is written. On a failure the check results
-    are recorded, nothing is published (the previous tables stay, so the SQL views remain consistent)
-    and the step fails with the checks' own problems in its message.
-    """
+    """Yield the outputs (the IO manager then writes them) only if every blocking check passed on the
+    in-memory tables; otherwise record the check results, publish nothing (the previous tables stay) and fail
+    the step with the checks' problems."""
     outputs, checks = list(outputs), list(checks)
     failed = [c for c in checks if not c.passed]
     if not failed:
@@ -198,11 +193,9 @@ def table_asset(
     metadata: dict[str, Any] | None = None,
     **asset_kwargs: Any,
 ) -> Callable[[Callable[..., TableResult]], dg.AssetsDefinition]:
-    """Decorator: a table asset (`dg.asset` arguments pass through) whose body returns a TableResult.
-
-    With a schema, the asset shows its columns in the UI and has a blocking `schema` check (`validate=False`
-    keeps the columns but skips the row-wise validation; `check=True` checks only the body's problems).
-    """
+    """Decorator: a table asset (`dg.asset` arguments pass through) whose body returns a TableResult; a
+    schema shows its columns and adds a blocking `schema` check (`validate=False`: columns only;
+    `check=True`: only the body's problems)."""
     spec = TableSpec(schema, validate, check)
 
     def decorate(fn: Callable[..., TableResult]) -> dg.AssetsDefinition:
@@ -234,11 +227,9 @@ def fan_in_table(
 ) -> Callable[[Callable[..., TableResult]], dg.AssetsDefinition]:
     """Decorator: a summary table (a leaderboard) over every partition of the assets in `partitioned`.
 
-    Each of those arrives as {partition: table} (partitions not materialized yet are skipped); each
-    unpartitioned input in `optional` arrives as None while it was never written. Other inputs (`ins`)
-    pass through. Unless `automation_condition` says otherwise, the board refreshes eagerly over what
-    exists (shared/automation.board_condition: missing partitions of `partitioned` and missing `optional`
-    tables never hold it back) and when the set of model specs changes (it depends on `model_specs`).
+    Each arrives as {partition: table} (missing partitions skipped), each `optional` input as None while
+    never written, other `ins` as they are. The default condition is `board_condition` (it depends on
+    `model_specs`).
     """
     ins = {
         **{name: dg.AssetIn(metadata=ALLOW_MISSING_PARTITIONS) for name in partitioned},

@@ -4,23 +4,11 @@ A family folder (`defs/<family>/`) declares once, from its domain core's `Family
 
     FAMILY = Family.of(mmvm.SPEC, code_version="mmvm-2", needs=frozenset({"pixels", "dense_maps"}))
 
-and the shared layer does the rest the same way for every family:
-- config: `FAMILY.config(soco)` reads `soco.family_config_path(name)` (the Settings field `<name>_config_path`,
-  else assets/<name>.yaml) with the family's loader: one route, errors naming the file and field;
-- tables: `@FAMILY.table(...)` (per backbone / per LVLM / once), `@FAMILY.tables(...)` (several from one
-  body) and `@FAMILY.board(...)` (the fan-in leaderboards) put every table in the family's group, at its code
-  version, behind the blocking `schema` check (shared/checks.py: published only when it passes), and register
-  it in the table registry (tables.py `register_table`: its Parquet path and SQL view, no line to write);
-- a backbone-partitioned table receives the partition's `spec` (resolved once per step) when its body has a
-  `spec` parameter, and with `not_applicable=rows` the shared layer writes the family's not-applicable rows
-  (`rows(model, reason, inputs)`) whenever the backbone's kind lacks a capability the family `needs`
-  (backbones/kinds.py CAPABILITIES): one mechanism for every family;
-- LVLM answers go through `lvlm.run.ask_requests` (both error guards) in the families' domain cores;
-- the summary: `headline=Headline(values=..., label=..., ...)` (trust/headline.py) names the family's
-  headline on its `<name>_leaderboard`; every `Family` declared in a group folder is found once all folders
-  are loaded (`declared_families`), and defs/definitions.py builds `model_headlines` / `model_summary` over
-  their headlines and `results_database` over their boards (`@FAMILY.board` records each): a new family folder
-  reaches the summary, the SQL views and the results page with no other edit.
+and the shared layer does the rest the same way for every family (docs/develop.md, the recipe): its config
+through the family's loader (`FAMILY.config(soco)`); `@FAMILY.table` / `.tables` / `.board` in its group, at
+its code version, behind the blocking `schema` check and registered in tables.py; the partition's `spec` and
+the not-applicable rows of a kind lacking a `needs` capability; and, through `declared_families`, the
+summary, the SQL views and the results page with no other edit.
 """
 
 from __future__ import annotations
@@ -269,11 +257,9 @@ class Family:
         rows: NotApplicableRows | Mapping[str, NotApplicableRows] | None,
         multi: bool = False,
     ) -> Callable:
-        """`fn` wrapped for a backbone partition: the spec resolved once (passed as `spec` when `fn` takes it);
-        with `rows`, the family's not-applicable table instead of `fn` when the kind lacks a need (with
-        {table: rows}, a body of several tables, `multi`: each table's rows); the stored tables of a partition
-        with the same reads version instead of `fn` when there are some (`reused`), else `fn`'s tables with
-        their reads version in the metadata."""
+        """`fn` wrapped for a backbone partition: the spec resolved once (as `spec` when `fn` takes it); the
+        not-applicable `rows` when the kind lacks a need; the stored tables of a partition with the same
+        reads version when there are some (`reused`); else `fn`'s tables, their reads version in metadata."""
         sig = inspect.signature(fn)
         takes_spec, takes_soco = "spec" in sig.parameters, "soco" in sig.parameters
         params = [p for name, p in sig.parameters.items() if name != "spec"]

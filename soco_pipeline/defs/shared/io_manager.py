@@ -1,10 +1,8 @@
 """Parquet tables through Dagster's UPathIOManager (any fsspec URL), placed by the table registry.
 
-It does all table I/O of the Dagster layer: assets return tables and take them as inputs. A partitioned
-upstream read by an unpartitioned asset arrives as {partition: table} (`allow_missing_partitions` input
-metadata skips partitions not materialized yet); an unpartitioned input with `allow_missing` metadata
-arrives as None when it was never written. Paths under the storage root are stored relative to it
-(storage.write_parquet_atomic), so a copied storage root reads its own images, not the original's.
+A partitioned upstream read by an unpartitioned asset arrives as {partition: table}
+(`allow_missing_partitions` skips those not materialized yet); an unpartitioned input with `allow_missing`
+arrives as None when never written. Paths under the storage root are stored relative to it.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """Where a heavy per-model step runs: the `launcher` resource, chosen per deployment profile.
 
-An asset calls `launcher.run(context, "features", inputs)` and gets a PayloadResult; the asset code is the
-same whatever the launcher, only the resource differs:
-- `inprocess` (the `local` profile's default): the payload runs in the step's own process, no extra one;
-- `celery` (the `distributed` profile's default): the same, inside the Celery worker that took the step
-  (the `gpu` queue for feature extraction);
-- `slurm`: the payload is a batch job (`sbatch`), reporting back through Dagster Pipes over files in a
-  job folder on the shared filesystem (PipesFileContextInjector / PipesFileMessageReader); the job's
-  stdout and stderr are forwarded to the run's log, its state read with `scontrol show job`;
-- `kubernetes`: dagster-k8s's PipesK8sClient runs the payload in a pod (`k8s_pod_spec`).
-$SOCO_LAUNCHER overrides the profile's default.
+An asset calls `launcher.run(context, "features", inputs)` and gets a PayloadResult, whatever the launcher:
+`inprocess` (local default), `celery` (distributed default: inside the worker that took the step), `slurm`
+(a batch job, Dagster Pipes over files) or `kubernetes` (PipesK8sClient); $SOCO_LAUNCHER overrides the
+default (docs/scaling-out.md).
 """
 
 from __future__ import annotations

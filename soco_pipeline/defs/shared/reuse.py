@@ -1,14 +1,9 @@
 """A per-model table cached by what it reads: its reads version, and the stored table it can be reused from.
 
-The reads version of a family's per-backbone table (backbones/reads.py) hashes exactly its inputs: the spec
-fields the family reads (`Family.reads`: FG-BMK and TPIPS extract at their own input size, so they drop the
-spec's `input`), the family's config and code version, and each upstream table's version as Dagster recorded
-it (an unpartitioned table's data version, the content hash; a per-model table's own reads version). It is
-stored in the materialization's metadata (`reads_version`). Before it computes, a step looks up Dagster's
-materialization records of its tables for a partition whose latest materialization has the same reads
-version: its own partition first (nothing it reads changed), then any other (a spec that differs only in
-what this family cannot see). The stored rows are then published again, relabelled to this model, with
-`reused_from: <model>` in the metadata: a cache hit the boards and `soco run` report.
+The reads version (backbones/reads.py) hashes the spec fields the family reads, its config and code version
+and each upstream's recorded version; a step first looks for a partition whose latest materialization has
+the same reads version (its own, then any other) and republishes those rows with `reused_from: <model>`
+(docs/results.md).
 """
 
 from __future__ import annotations

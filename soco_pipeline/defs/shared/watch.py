@@ -1,15 +1,7 @@
-"""The regression watch, its Dagster half: one history asset per watched family, its non-blocking
-`no_regression` check and a sensor that reports a regression. The domain work (snapshots, the paired test,
-the history rows) is trust/history.py; what a family compares is its `FamilyWatch`
-(trust/family_watch.py), declared in its `FamilySpec`.
-
-- a task family: `<family>_history[b]` (`family_history`), built from its watch: it reads the family's
-  per-model and sample tables (dependencies read in the step, after its not-applicable check: a backbone the
-  family cannot score reads none), archives the snapshot and compares;
-- SOCO: `model_history[b]` (the same builder, from tasks/core.py's SOCO watch, `archived`) compares the
-  snapshot `results_record` archives;
-- each history asset has a sensor (`regression_sensor_on`): a log line, and a POST to $SOCO_REGRESSION_WEBHOOK
-  when that is set. defs/definitions.py builds both for every watch the registry declares.
+"""The regression watch, its Dagster half: one history asset per watched family (`<family>_history[b]`, or
+SOCO's `model_history[b]` over the snapshot `results_record` archives), its non-blocking `no_regression`
+check and a sensor per history asset (a log line, and a POST to $SOCO_REGRESSION_WEBHOOK when set). The
+domain work is trust/history.py; what a family compares is its `FamilyWatch`.
 """
 
 from collections.abc import Iterator
@@ -41,10 +33,9 @@ def watch_checks(asset: str) -> list[dg.AssetCheckSpec]:
 def watch_events(
     asset: str, outcome: WatchOutcome, data_version: str, level: float = LEVEL
 ) -> Iterator[dg.Output | dg.AssetCheckResult]:
-    """The history table as the asset's output behind its blocking `schema` check, and the `no_regression`
-    check (non-blocking): failed when the paired test found a significant drop, with both figures, the
-    difference and its interval; failed at WARN severity, "not comparable", when its evidence is missing (a
-    damaged snapshot, named with the fix): missing evidence never passes."""
+    """The history table behind its blocking `schema` check, and the non-blocking `no_regression` check:
+    failed on a significant paired drop (both figures, the difference, its interval), failed at WARN as "not
+    comparable" when evidence is missing: missing evidence never passes."""
     table = outcome.table
     regressed = bool(outcome.message)
     blind = bool(outcome.not_comparable)
@@ -90,12 +81,10 @@ def watched_tables(tables_root: str, watch: FamilyWatch, partition: str) -> dict
 
 
 def family_history(watch: FamilyWatch, family: Family | None = None) -> dg.AssetsDefinition:
-    """`watch.history[b]` (`<family>_history`): every materialization of the headline of a backbone, by its
-    spec's data version and date, and its `no_regression` check against the previous data version on the
-    same task hash (the paired test where the watch has per-sample scores; else the plain difference, the
-    check saying why there is no test). Without `watch.archived`, `family` is the family's `Family`, whose
-    tables the step reads to archive the snapshot; with it (SOCO), the archiving asset wrote the snapshot and
-    the step only compares, in that asset's group, under the names the watch keeps."""
+    """`watch.history[b]` (`<family>_history`): every materialization of a backbone's headline and its
+    `no_regression` check against the previous data version on the same task hash. Without
+    `watch.archived` the step reads `family`'s tables to archive the snapshot; with it (SOCO) it only
+    compares, in the archiving asset's group."""
     name, archived = watch.history, watch.archived
     if archived is None:  # a family's: registered as its tables are (SOCO's name is in tables.py)
         if family is None:

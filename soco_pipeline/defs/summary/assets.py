@@ -1,12 +1,8 @@
-"""model_headlines and model_summary over every family's board (a `Headline` says which column of which board
-is a family's headline: SOCO's in trust/headline.py, each task family's in its `Family` declaration). A
-board that was never materialized is skipped, not awaited.
-
-The two assets are built by `summary_assets(families)`, called by defs/definitions.py once every group folder
-is loaded, so a family declared in any folder is seen (the folders load in name order: `summary` before
-`tpips`); this folder declares no module-level asset. A board that was materialized but whose file is gone
-is not skipped silently: both assets log a warning naming it and carry it in their `missing_boards` metadata,
-and the results page shows it (defs/shared/boards.py, trust/headline.py `vanished_boards`)."""
+"""model_headlines and model_summary over every family's board (each family's `Headline`), built by
+`summary_assets(families)` from defs/definitions.py once every folder is loaded; this folder declares no
+module-level asset. A board never materialized is skipped; one whose file is gone is logged by name and
+carried in `missing_boards` (docs/faults.md).
+"""
 
 from collections.abc import Iterable
 
