@@ -1,12 +1,13 @@
 """`make demo`: run the whole pipeline on the embedded data set and print the leaderboards.
 
-Every stage is a Dagster run launched through the instance at $DAGSTER_HOME (`dg.execute_job` of the
+Every stage runs in a Dagster run launched through the instance at $DAGSTER_HOME (`dg.execute_job` of the
 code location's asset job, with its executor: Dagster's multiprocess executor, pools and Ctrl-C
 handling, behind defs/recovery's dead-run check), so `make ui` afterwards shows every asset
-materialized. The runs: data and pairs once, then each backbone partition (one per spec file in
-assets/backbones/), then every task family (below), then the leaderboard, the DuckDB results file,
-the correlation table and the results page over all of them. A partition that fails stops only itself: the others and the leaderboards
-still run, and the demo names what failed and why (exit status 1).
+materialized. The runs: data and pairs once; every task family's items (below) in one; per backbone
+partition (one per spec file in assets/backbones/) SOCO's rows and every family's in one; then every board
+with the leaderboard, the DuckDB results file, the correlation table and the results page in one
+(cli/joined_runs.py). A stage that fails stops only itself (a family whose items failed, its family): the
+others and the leaderboards still run, and the demo names what failed and why (exit status 1).
 
 A task family is an asset group `<family>` with an asset `<family>_leaderboard`, found in the
 Definitions (no list to edit): its unpartitioned assets run once, its `backbones`-partitioned assets per
@@ -281,13 +282,22 @@ class Runner:
         self.last_errors: dict[str, str] = {}
         self.log = log or (lambda m: print(m, flush=True))
 
-    def run(self, stage: Stage, members: Sequence[str] = ()) -> bool:
-        """Materialize one stage in a run of its own (with `members`, the labels of the stages it joins,
-        printed instead of its own); on failure record and print why, return False."""
+    def skipped(self, stage: Stage) -> bool:
+        """With `skip_fresh`, whether `stage` is fresh; then it is reported cached and recorded."""
         if self.skip_fresh and self.freshness.fresh(stage.keys, stage.partition):
             self.log(f"{stage.label}: cached, skipped")
             self.cached.append(stage.label)
             return True
+        return False
+
+    def run(self, stage: Stage) -> bool:
+        """Materialize one stage in a run of its own unless `skipped`; on failure record and print why,
+        return False."""
+        return self.skipped(stage) or self.launch(stage)
+
+    def launch(self, stage: Stage, members: Sequence[str] = ()) -> bool:
+        """Run one stage now (with `members`, the labels of the stages it joins, printed instead of its
+        own); on failure record and print why, return False."""
         for label in members or [stage.label]:
             self.log(f"{label} ...")
         if self.start_forkserver_early:
@@ -389,20 +399,42 @@ def run_families(
     lvlms: Sequence[str],
     exclude: Sequence[str] = (),
     tables: dict[str, pd.DataFrame] | None = None,
+    core: Sequence[dg.AssetKey] = (),
+    summary: Stage | None = None,
 ) -> dict[str, str]:
-    """Run every task family of `defs` (see `families`); return {family: its leaderboard as Markdown}, and
-    put each board and summary table into `tables` when given ({family or summary asset name: table})."""
-    boards = {}
+    """Run every task family of `defs` (see `families`), the stages of one phase joined in one run
+    (cli/joined_runs.py): every family's items; per backbone its rows of `core` (SOCO's per-backbone
+    assets, labelled `backbone <name>`) and of every family; per LVLM spec every family's; then every board
+    with `summary`. A family whose items failed runs no further. Return {family: its leaderboard as
+    Markdown}, and put each board and summary table into `tables` when given ({family or summary asset
+    name: table})."""
+    from soco_pipeline.cli.joined_runs import run_joined
+
+    found = []
     for family in families(defs, exclude):
         stages = family_stages(family, backbones, lvlms)
         if stages is None:
             runner.log(f"{family.name}: no backbone or LVLM spec to run its partitioned assets on, skipped")
-            continue
-        if family.once and not runner.run(stages[0]):
-            continue  # its per-partition assets read what failed: nothing more of the family can run
-        for stage in stages[1 if family.once else 0 : -1]:
-            runner.run(stage)  # a failed partition stops only itself
-        if runner.run(stages[-1]):
+        else:
+            found.append((family, stages))
+    items = [stages[0] for family, stages in found if family.once]
+    for stage, (ok, _) in zip(items, run_joined(runner, defs, items, "demo_items"), strict=True):
+        if not ok:  # its per-partition assets read what failed: nothing more of the family can run
+            found = [(f, st) for f, st in found if st[0] is not stage]
+    per = [s for _, stages in found for s in stages if s.partition is not None]
+    for b in backbones:
+        mine = [Stage(f"backbone {b}", "demo_backbone", list(core), b)] if core else []
+        mine += [s for s in per if s.partition == b and s.job.endswith("_backbone")]
+        run_joined(runner, defs, mine, "demo_model")  # a failed partition stops only itself
+    for m in lvlms:
+        run_joined(
+            runner, defs, [s for s in per if s.partition == m and s.job.endswith("_lvlm")], "demo_lvlm"
+        )
+    last = [stages[-1] for _, stages in found] + ([summary] if summary else [])
+    results = run_joined(runner, defs, last, "demo_boards")
+    boards = {}
+    for (family, _), (ok, _) in zip(found, results, strict=False):
+        if ok:
             boards[family.name] = "\n".join(
                 [
                     _family_board(defs, runner.instance, family.leaderboard),
@@ -468,24 +500,23 @@ def run_demo(
     runner.start_forkserver_early = False
     if not ok:
         return DemoResult(None, {}, runner.failed)
-    for b in backbones:
-        runner.run(Stage(f"backbone {b}", "demo_backbone", [dg.AssetKey(k) for k in PER_BACKBONE], b))
-    # the families before the summary: correlation reads fgbmk's board, results_database and the results page
-    # every family's tables. With no LVLM spec, the lvlm group runs in the LVLM block of `main` (loopback
-    # reference answerers), not here.
+    # With no LVLM spec, the lvlm group runs in the LVLM block of `main` (loopback reference answerers), not
+    # here. The summary runs with the boards (correlation reads fgbmk's board, results_database and the
+    # results page every family's tables).
     from soco_pipeline.cli.demo_lvlm import lvlm_demo_enabled
 
     exclude = [LVLM_GROUP] if lvlm_demo_enabled() and not lvlms else []
     exclude += skipped
     tables: dict[str, pd.DataFrame] = {}
-    boards = run_families(defs, runner, backbones, lvlms, exclude=exclude, tables=tables)
     board = None
     summary = Stage(
         "leaderboard, results database, correlation, results page",
         "demo_summary",
         [dg.AssetKey(k) for k in SUMMARY],
     )
-    if runner.run(summary):
+    core = [dg.AssetKey(k) for k in PER_BACKBONE]
+    boards = run_families(defs, runner, backbones, lvlms, exclude, tables, core, summary)
+    if summary.label not in runner.failed:
         from soco_pipeline.report.results_db import query
 
         settings = soco.settings()

@@ -46,17 +46,28 @@ def joined(stages: Sequence[Stage], job: str) -> Stage:
 def run_joined(
     runner: Runner, defs: dg.Definitions, stages: Sequence[Stage], job: str
 ) -> list[tuple[bool, float]]:
-    """Run `stages` in one run of `job` (one stage: its own run and job); per stage, whether it succeeded
-    and the seconds from its first step's start to its last step's end. A stage whose step failed, or whose
-    steps did not run because a step they need failed, is recorded in `runner.failed` under its own label."""
+    """Run `stages` in one run of `job` (those the runner skips as fresh left out; one stage: its own run and
+    job); per stage, whether it succeeded (or was skipped) and the seconds from its first step's start to its
+    last step's end. A stage whose step failed, or whose steps did not run because a step they need failed,
+    is recorded in `runner.failed` under its own label."""
     import time
 
-    if len(stages) == 1:
+    skipped = [runner.skipped(s) for s in stages]
+    todo = [s for s, skip in zip(stages, skipped, strict=True) if not skip]
+    if len(todo) == 1:
         t0 = time.perf_counter()
-        ok = runner.run(stages[0])
-        return [(ok, time.perf_counter() - t0)]
+        results = [(runner.launch(todo[0]), time.perf_counter() - t0)]
+    else:
+        results = run_together(runner, defs, todo, job) if todo else []
+    return [(True, 0.0) if skip else results.pop(0) for skip in skipped]
+
+
+def run_together(
+    runner: Runner, defs: dg.Definitions, stages: Sequence[Stage], job: str
+) -> list[tuple[bool, float]]:
+    """`run_joined` of two or more stages, none of them skipped."""
     together = joined(stages, job)
-    ok = runner.run(together, members=[s.label for s in stages])
+    ok = runner.launch(together, members=[s.label for s in stages])
     spans = step_spans(runner.instance, runner.last_run_id) if runner.last_run_id else {}
     reason = runner.failed.pop(together.label, None)
     out = []
