@@ -268,9 +268,13 @@ class Runner:
         source: str = "make demo",
         preload: Sequence[str] = (),
         skip_fresh: bool = False,
+        in_process: bool = False,
     ):
         self.defs, self.instance, self.overrides, self.location = defs, instance, overrides, location
         self.skip_fresh = skip_fresh
+        # every step in the launching process, one after the other (`soco run`): no step process to start
+        # (0.5 s each) and no two torch steps sharing the cores (docs/benchmarks.md, issue 53)
+        self.in_process = in_process
         self.freshness = Freshness(defs, instance)
         self.cached: list[str] = []  # the labels of the stages skipped as cached
         self.source = source  # the soco/source tag of its runs
@@ -319,7 +323,7 @@ class Runner:
                 "overrides": self.overrides,
             },
         )
-        pooled = any(self.defs.resolve_assets_def(k).op.pool for k in stage.keys)
+        pooled = not self.in_process and any(self.defs.resolve_assets_def(k).op.pool for k in stage.keys)
         config = run_config(pooled, self.preload)
         if stage.ops:
             config = {**config, "ops": stage.ops}

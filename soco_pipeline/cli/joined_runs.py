@@ -47,8 +47,7 @@ def run_joined(
     runner: Runner, defs: dg.Definitions, stages: Sequence[Stage], job: str
 ) -> list[tuple[bool, float]]:
     """Run `stages` in one run of `job` (those the runner skips as fresh left out; one stage: its own run and
-    job); per stage, whether it succeeded (or was skipped) and the seconds from its first step's start to its
-    last step's end. A stage whose step failed, or whose steps did not run because a step they need failed,
+    job); per stage, whether it succeeded (or was skipped) and the seconds its own steps took (their sum). A stage whose step failed, or whose steps did not run because a step they need failed,
     is recorded in `runner.failed` under its own label."""
     import time
 
@@ -74,7 +73,7 @@ def run_together(
     for stage in stages:
         steps = {defs.resolve_assets_def(k).node_def.name for k in stage.keys}
         mine = [spans[s] for s in steps if s in spans]
-        seconds = max(b for _, b in mine) - min(a for a, _ in mine) if mine else 0.0
+        seconds = sum(b - a for a, b in mine)
         errors = [f"step {s}: {runner.last_errors[s]}" for s in sorted(steps) if s in runner.last_errors]
         if ok or (not errors and len(mine) == len(steps)):
             out.append((True, seconds))

@@ -308,12 +308,9 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     import dagster as dg
     import pandas as pd
 
-    from soco_pipeline.backbones.kinds import libraries
-    from soco_pipeline.backbones.spec_files import spec_kind
     from soco_pipeline.cli.demo import LOCATION, Runner, headlines, where_the_tables_are
     from soco_pipeline.cli.freshness import LIMIT_TAG, observe_sources
     from soco_pipeline.defs.definitions import build_definitions
-    from soco_pipeline.defs.shared.executors import start_forkserver
     from soco_pipeline.report.console import WIDTH, console_table, model_card, summary_text
     from soco_pipeline.tasks import family_specs
 
@@ -338,10 +335,7 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     observe_sources(instance, defs.resources["soco"])  # the protocol's and the specs' versions, as now
     since = spec_since(instance, added)
     steps = plan(defs, added, families, args.limit, settings, since)
-    kinds = [spec_kind(added.path)] if added.partitions == "backbones" else []
-    runner = Runner(defs, instance, overrides, LOCATION, source=SOURCE, preload=libraries(kinds))
-    if any(cache and not is_cached(instance, stage.keys, **cache) for stage, cache in steps[1:]):
-        start_forkserver(runner.preload)  # a model step will run: its step processes' imports start now
+    runner = Runner(defs, instance, overrides, LOCATION, source=SOURCE, in_process=True)
     timings = []
     t0 = time.perf_counter()
     model_keys = [k for stage, cache in steps if stage.partition == added.name for k in stage.keys]
