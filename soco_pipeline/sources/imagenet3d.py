@@ -9,6 +9,7 @@ live in `soco_pipeline.data.imageset`.
 from __future__ import annotations
 
 import io
+import threading
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -34,14 +35,22 @@ def _as_float(value) -> float:
         return float("nan")
 
 
+# numpy parses each array header of an npz with ast.literal_eval, and CPython 3.11's AST constructor is not
+# thread-safe (python/cpython#106905: "AST constructor recursion depth mismatch" from a sound file when
+# threads parse at once; seen here by `read_imagenet3d`'s pool). Reading the bytes stays parallel.
+_NPZ_PARSE = threading.Lock()
+
+
 def _summarise_npz(path: str) -> dict:
     """One candidate dict from an annotation file; the salient object is the largest box."""
     try:
-        npz = np.load(io.BytesIO(read_bytes(path)), allow_pickle=True)
-        files = set(npz.files)
-        objects = list(np.atleast_1d(npz["annotations"])) if "annotations" in files else None
-        height = _as_float(npz["height"]) if "height" in files else float("nan")
-        width = _as_float(npz["width"]) if "width" in files else float("nan")
+        data = read_bytes(path)
+        with _NPZ_PARSE:
+            npz = np.load(io.BytesIO(data), allow_pickle=True)
+            files = set(npz.files)
+            objects = list(np.atleast_1d(npz["annotations"])) if "annotations" in files else None
+            height = _as_float(npz["height"]) if "height" in files else float("nan")
+            width = _as_float(npz["width"]) if "width" in files else float("nan")
     except Exception as e:  # a truncated zip, a non-npz file, an unpicklable entry ...
         raise ValueError(f"{path}: not a readable npz file ({e}); regenerate or re-download it") from None
     if objects is None:
