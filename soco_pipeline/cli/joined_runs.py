@@ -5,6 +5,7 @@ the executor's processes). Each stage still gets its own status and seconds, fro
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -35,12 +36,11 @@ def step_spans(instance: dg.DagsterInstance, run_id: str) -> dict[str, tuple[flo
 
 def joined(stages: Sequence[Stage], job: str) -> Stage:
     """One stage that materializes every asset of `stages` (one partition, or none) in a run of job `job`."""
-    from soco_pipeline.cli.demo import Stage
-
     keys = list(dict.fromkeys(k for s in stages for k in s.keys))
     ops = {op: config for s in stages for op, config in s.ops.items()}
     tags = {tag: value for s in stages for tag, value in s.tags.items()}
-    return Stage(", ".join(s.label for s in stages), job, keys, stages[0].partition, ops, tags)
+    label = ", ".join(s.label for s in stages)
+    return dataclasses.replace(stages[0], label=label, job=job, keys=keys, ops=ops, tags=tags)
 
 
 def run_joined(
