@@ -38,7 +38,7 @@ def main() -> None:
         import dagster as dg
 
         from soco_pipeline.backbones.spec_files import scan_specs
-        from soco_pipeline.cli.demo import LOCATION, Runner, families, preload_for, run_families
+        from soco_pipeline.cli.demo import LOCATION, Runner, families, run_families
         from soco_pipeline.defs.definitions import build_definitions
 
         overrides = {"storage": str(storage)}
@@ -63,7 +63,7 @@ def main() -> None:
 
         with dg.DagsterInstance.get() as instance:
             instance.add_dynamic_partitions("backbones", backbones)
-            runner = Runner(defs, instance, overrides, LOCATION, log, preload=preload_for(soco.backbones_dir))
+            runner = Runner(defs, instance, overrides, LOCATION, log)
             t0 = time.perf_counter()
             run_families(defs, runner, backbones, lvlms=[], exclude=exclude)
             total = time.perf_counter() - t0

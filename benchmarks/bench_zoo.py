@@ -95,8 +95,6 @@ def _context():
     """Settings, definitions overrides, definitions, instance and a quiet Runner, as `soco run` builds them."""
     import dagster as dg
 
-    from soco_pipeline.backbones.kinds import libraries
-    from soco_pipeline.backbones.spec_files import spec_kinds
     from soco_pipeline.cli.demo import LOCATION, Runner
     from soco_pipeline.defs.definitions import build_definitions
     from soco_pipeline.settings import Settings
@@ -105,10 +103,7 @@ def _context():
     overrides = {k: v for k, v in settings.definition_overrides().items() if v is not None}
     defs = build_definitions(**overrides)
     instance = dg.DagsterInstance.get()
-    kinds = spec_kinds(os.environ["BENCH_ZOO_SPECS"])
-    runner = Runner(
-        defs, instance, overrides, LOCATION, log=lambda m: None, source="bench_zoo", preload=libraries(kinds)
-    )
+    runner = Runner(defs, instance, overrides, LOCATION, log=lambda m: None, source="bench_zoo")
     return settings, defs, instance, runner
 
 

@@ -150,6 +150,48 @@ def kill_session(proc: subprocess.Popen, deadline_s: float = 10.0) -> None:
     proc.wait(timeout=deadline_s)
 
 
+def materialize_feature_inputs(env: dict[str, str]) -> None:
+    """The inputs of BACKBONE's feature step, materialized in this process into `env`'s storage and instance:
+    a test of the feature step needs no CLI child for them (a Python start and a preload)."""
+    import dagster as dg
+
+    from soco_pipeline.defs.definitions import build_definitions
+
+    defs = build_definitions(
+        storage_root=env["SOCO_STORAGE"],
+        backbones_dir=env["SOCO_BACKBONES_DIR"],
+        categories=env["SOCO_CATEGORIES"].split(","),
+        images_per_category=int(env["SOCO_IMAGES_PER_CATEGORY"]),
+    )
+    upstream = dg.AssetSelection.assets(
+        "embedded_dataset", "taxonomy", "source_images", "image_set", "rejected_images"
+    )
+    with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
+        done = dg.materialize(
+            list(defs.assets), selection=upstream, instance=instance, resources=defs.resources
+        )
+        assert done.success
+        instance.add_dynamic_partitions("backbones", [BACKBONE])
+
+
+def feature_step_cli() -> list[str]:
+    """`dagster asset materialize` of BACKBONE's feature step: a run on the definitions' own executor (Dagster's
+    multiprocess executor, steps forked from the preloaded forkserver), as the UI launches one."""
+    return [
+        sys.executable,
+        "-m",
+        "dagster",
+        "asset",
+        "materialize",
+        "-m",
+        "soco_pipeline.defs.definitions",
+        "--select",
+        "feature_manifest",
+        "--partition",
+        BACKBONE,
+    ]
+
+
 def start_demo(env: dict[str, str]) -> subprocess.Popen:
     """`python -m soco_pipeline.cli.demo` in its own session, stdout and stderr piped together."""
     return start_child([sys.executable, "-u", "-m", "soco_pipeline.cli.demo"], env)

@@ -28,8 +28,10 @@ from tests.faults import (
     BACKBONE,
     BATCH,
     crash_env,
+    feature_step_cli,
     kill,
     kill_session,
+    materialize_feature_inputs,
     start_child,
     start_demo,
     wait_for_line,
@@ -86,13 +88,15 @@ def killed_demo(tmp_path_factory):
     env = crash_env(tmp_path_factory.mktemp("crash"))
     first = start_demo(env)
     try:
-        wait_for_pause(env, first)
+        paused = wait_for_pause(env, first)
         kill_session(first)
     finally:
         kill(first)
     features = Path(env["SOCO_STORAGE"]) / "features" / BACKBONE
     return {
         "env": env,
+        "paused_pid": paused,
+        "demo_pid": first.pid,
         "returncode": first.returncode,
         "maps": len(_maps(features)),
         "slot": _slot_state(env["DAGSTER_HOME"]),
@@ -101,6 +105,7 @@ def killed_demo(tmp_path_factory):
 
 def test_kill_9_mid_extraction_leaves_a_dead_run_holding_the_slot(killed_demo):
     assert killed_demo["returncode"] == -signal.SIGKILL
+    assert killed_demo["paused_pid"] == killed_demo["demo_pid"]  # the step ran in the demo's own process
     assert killed_demo["maps"] == BATCH  # paused after exactly one batch: the kill landed mid-extraction
     _dead_run_holding(killed_demo["slot"])  # right after the kill
 
@@ -125,45 +130,13 @@ def test_kill_9_mid_extraction_then_the_next_demo_completes(killed_demo):
     print(f"recovered in {time.monotonic() - t0:.1f} s")
 
 
-def _cli(*args: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "dagster",
-        "asset",
-        "materialize",
-        "-m",
-        "soco_pipeline.defs.definitions",
-        *args,
-    ]
-
-
 @pytest.mark.timeout(900)
 def test_kill_9_of_a_cli_materialization_then_the_next_cli_run_recovers(tmp_path):
     """`dagster asset materialize --select feature_manifest` (no demo, no daemon) after a killed one: the
     next one fails the dead run and frees its slot instead of waiting for it forever at DEBUG."""
-    from soco_pipeline.defs.definitions import build_definitions
-
     env = crash_env(tmp_path)
-    # The feature step's inputs, materialized in this process into the same storage and instance: the CLI's
-    # feature step is under test, not these (a CLI child for them cost a Python start and a preload).
-    defs = build_definitions(
-        storage_root=env["SOCO_STORAGE"],
-        backbones_dir=env["SOCO_BACKBONES_DIR"],
-        categories=env["SOCO_CATEGORIES"].split(","),
-        images_per_category=int(env["SOCO_IMAGES_PER_CATEGORY"]),
-    )
-    upstream = dg.AssetSelection.assets(
-        "embedded_dataset", "taxonomy", "source_images", "image_set", "rejected_images"
-    )
-    with _instance(env["DAGSTER_HOME"]) as instance:
-        done = dg.materialize(
-            list(defs.assets), selection=upstream, instance=instance, resources=defs.resources
-        )
-        assert done.success
-        instance.add_dynamic_partitions("backbones", [BACKBONE])
-    select = ("--select", "feature_manifest", "--partition", BACKBONE)
-    first = start_child(_cli(*select), env)
+    materialize_feature_inputs(env)
+    first = start_child(feature_step_cli(), env)
     try:
         wait_for_pause(env, first)
         kill_session(first)
@@ -171,7 +144,7 @@ def test_kill_9_of_a_cli_materialization_then_the_next_cli_run_recovers(tmp_path
         kill(first)
     dead_id = _dead_run_holds_the_slot(env["DAGSTER_HOME"])
 
-    second = start_child(_cli(*select), without_pause(env))
+    second = start_child(feature_step_cli(), without_pause(env))
     try:
         out, _ = second.communicate(timeout=600)  # today's main: waits for the slot until this deadline
     finally:
@@ -245,7 +218,7 @@ def test_the_dead_run_sensor_fails_a_dead_run(tmp_path):
 @pytest.mark.timeout(600)
 def test_ctrl_c_while_waiting_for_a_pool_slot_stops_the_demo(tmp_path):
     """A demo run waiting for the `gpu` slot (held here by a live run of this process) names the holder,
-    and SIGINT stops it there: Dagster's multiprocess executor fails its run and drops its claim."""
+    and SIGINT stops it there: the run (in the demo's process) is failed and its claim dropped."""
     env = crash_env(tmp_path)
     with _instance(env["DAGSTER_HOME"]) as instance:
         holder = _run(

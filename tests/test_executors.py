@@ -10,17 +10,12 @@ import sys
 import dagster as dg
 import pytest
 
-from soco_pipeline.backbones.kinds import libraries
-from soco_pipeline.backbones.spec_files import spec_kinds
 from soco_pipeline.defs.recovery import executor_for_profile
 from soco_pipeline.defs.shared.executors import (
     FORKSERVER,
     IN_RUN_PROCESS,
-    PRELOAD,
-    forkserver,
     with_forkserver_default,
 )
-from soco_pipeline.storage import PROJECT_ROOT
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -80,29 +75,6 @@ def test_the_default_start_method_is_the_preloaded_forkserver():
     spawn = {"multiprocess": {"start_method": {"spawn": {}}}}
     assert with_forkserver_default(spawn) == spawn  # a start method the run config names is kept
     assert with_forkserver_default({"in_process": {}}) == {"in_process": {}}
-
-
-@pytest.mark.unit
-def test_a_kinds_library_is_preloaded_only_for_runs_whose_specs_name_the_kind(tmp_path):
-    assert "timm" not in PRELOAD
-    assert forkserver(["timm", "torch"])["forkserver"]["preload_modules"] == [*PRELOAD, "timm"]
-    specs = PROJECT_ROOT / "assets" / "backbones"
-    oracles, mixed = tmp_path / "oracles", tmp_path / "mixed"
-    for folder, names in [
-        (oracles, ["oracle_part", "oracle_concept"]),
-        (mixed, ["oracle_part", "efficientnet_lite0"]),
-    ]:
-        folder.mkdir()
-        for name in names:
-            (folder / f"{name}.yaml").write_text((specs / f"{name}.yaml").read_text())
-    (mixed / "broken.yaml").write_text("kind: [unclosed\n")  # skipped here: the spec scan names it
-    assert spec_kinds(oracles) == {"oracle"} and libraries(spec_kinds(oracles)) == []
-    assert spec_kinds(mixed) == {"oracle", "packaged"} and libraries(spec_kinds(mixed)) == ["timm"]
-    from soco_pipeline.cli.demo import preload_for, run_config
-
-    assert preload_for(str(oracles)) == [] and preload_for(str(mixed)) == ["timm"]
-    pooled = run_config(True, preload_for(str(mixed)))["execution"]["config"]["multiprocess"]
-    assert pooled["start_method"] == forkserver(["timm"])
 
 
 @pytest.mark.pipeline

@@ -9,7 +9,6 @@ capabilities load without them."""
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterable
 from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
@@ -24,10 +23,6 @@ KIND_MODULES = {
     "packaged": "soco_pipeline.backbones.packaged",
     "oracle": "soco_pipeline.backbones.oracle",
 }
-
-# The library a kind's backbone imports when it builds its model, when that import is slow (timm: 2.4 s, with
-# torchvision and torch._dynamo). A run's forkserver preloads them only when a spec names the kind.
-KIND_LIBRARIES = {"timm": ("timm",), "packaged": ("timm",)}
 
 # What a backbone kind can offer a task family:
 CAPABILITIES = {
@@ -95,11 +90,6 @@ def register_kind(kind: str):
 def kinds() -> list[str]:
     """Every kind a spec may name, sorted."""
     return sorted(set(KIND_MODULES) | set(_REGISTERED))
-
-
-def libraries(kinds_used: Iterable[str]) -> list[str]:
-    """The slow-to-import libraries (KIND_LIBRARIES) that backbones of these kinds need, sorted."""
-    return sorted({lib for kind in kinds_used for lib in KIND_LIBRARIES.get(kind, ())})
 
 
 def backbone_class(kind: str) -> type[Backbone]:

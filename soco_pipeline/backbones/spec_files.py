@@ -97,11 +97,6 @@ def spec_kind(path: str | Path) -> str | None:
     return kind if isinstance(kind, str) else None
 
 
-def spec_kinds(folder: str | Path) -> set[str]:
-    """The kinds the backbone spec files of a folder name (spec_kind; files naming none are left out)."""
-    return {kind for path in Path(folder).glob("*.yaml") if (kind := spec_kind(path))}
-
-
 def spec_names(folder: str | Path) -> set[str]:
     """The names (file stems) of the spec files present in a folder."""
     return {p.stem for p in Path(folder).glob("*.yaml")}

@@ -1,8 +1,8 @@
 """`make demo`: run the whole pipeline on the embedded data set and print the leaderboards.
 
 Every stage runs in a Dagster run launched through the instance at $DAGSTER_HOME (`dg.execute_job` of the
-code location's asset job, with its executor: Dagster's multiprocess executor, pools and Ctrl-C
-handling, behind defs/recovery's dead-run check), so `make ui` afterwards shows every asset
+code location's asset job on Dagster's in-process executor, behind defs/recovery's dead-run check: its
+steps one after the other in the demo's own process), so `make ui` afterwards shows every asset
 materialized. The runs: data and pairs once; every task family's items (below) in one; per backbone
 partition (one per spec file in assets/backbones/) SOCO's rows and every family's in one; then every board
 with the leaderboard, the DuckDB results file, the correlation table and the results page in one
@@ -28,12 +28,9 @@ from pathlib import Path
 import dagster as dg
 import pandas as pd
 
-from soco_pipeline.backbones.kinds import libraries
-from soco_pipeline.backbones.spec_files import spec_kinds
 from soco_pipeline.cli.freshness import BACKBONES, LVLMS, SETTINGS_TAG, Freshness, observe_sources
 from soco_pipeline.defs.definitions import build_definitions
-from soco_pipeline.defs.recovery import process_tags
-from soco_pipeline.defs.shared.executors import forkserver, start_forkserver
+from soco_pipeline.defs.recovery import pool_is_full, process_tags
 from soco_pipeline.settings import variable
 
 DATA_AND_PAIRS = ("data", "pairs")
@@ -59,21 +56,18 @@ SUMMARY = (
     "results_report",
 )
 LVLM_GROUP = "lvlm"  # SOCO's LVLM family: the demo's LVLM block runs it with the loopback answerers
-# Where each run's job comes from: module and function, called with the demo's settings overrides. Step
-# processes rebuild the job from it, so it must be importable (tests point it at their own module).
+# Where each run's job comes from: module and function, called with the demo's settings overrides (tests
+# point it at their own module).
 LOCATION = ("soco_pipeline.cli.demo", "demo_job")
 LOGGERS = {"console": {"config": {"log_level": "WARNING"}}}
 
 
-def run_config(pooled: bool, preload: Sequence[str] = ()) -> dict:
-    """Run config of a demo run: Dagster's multiprocess executor when a step waits for a pool slot (its loop
-    stops on Ctrl-C while waiting; the in-process executor checks Ctrl-C only between steps), its forkserver
-    also preloading `preload`, else the in-process one (no process start per step)."""
-    if pooled:
-        execution = {"multiprocess": {"start_method": forkserver(preload)}}
-    else:
-        execution = {"in_process": {}}
-    return {"execution": {"config": execution}, "loggers": LOGGERS}
+# Every step in the launching process, one after the other: no step process to start (0.5 s each) and no two
+# torch steps sharing the cores (docs/benchmarks.md, "One run per model").
+RUN_CONFIG = {"execution": {"config": {"in_process": {}}}, "loggers": LOGGERS}
+# A stage that would wait for a pool slot another run holds runs on the multiprocess executor instead: its
+# loop stops on Ctrl-C while it waits, the in-process one only between steps (tests/test_crash_recovery.py).
+WAITING_RUN_CONFIG = {"execution": {"config": {"multiprocess": {}}}, "loggers": LOGGERS}
 
 
 # The jobs built during one `Runner.run` (None outside one): Dagster loads a run's job from its pointer about
@@ -266,21 +260,13 @@ class Runner:
         location: tuple[str, str] = LOCATION,
         log: Callable[[str], None] | None = None,
         source: str = "make demo",
-        preload: Sequence[str] = (),
         skip_fresh: bool = False,
-        in_process: bool = False,
     ):
         self.defs, self.instance, self.overrides, self.location = defs, instance, overrides, location
         self.skip_fresh = skip_fresh
-        # every step in the launching process, one after the other (`soco run`): no step process to start
-        # (0.5 s each) and no two torch steps sharing the cores (docs/benchmarks.md, issue 53)
-        self.in_process = in_process
         self.freshness = Freshness(defs, instance)
         self.cached: list[str] = []  # the labels of the stages skipped as cached
         self.source = source  # the soco/source tag of its runs
-        self.preload = list(preload)  # beside PRELOAD, for the one forkserver that serves all its runs
-        # start that forkserver when the next stage is not skipped, before its run (its imports overlap it)
-        self.start_forkserver_early = False
         self.failed: dict[str, str] = {}
         self.last_run_id: str | None = None  # the run the last `run` launched, and its failed steps
         self.last_errors: dict[str, str] = {}
@@ -304,8 +290,6 @@ class Runner:
         own); on failure record and print why, return False."""
         for label in members or [stage.label]:
             self.log(f"{label} ...")
-        if self.start_forkserver_early:
-            start_forkserver(self.preload)
         t0 = time.perf_counter()
         tags = {
             "soco/source": self.source,
@@ -323,8 +307,8 @@ class Runner:
                 "overrides": self.overrides,
             },
         )
-        pooled = not self.in_process and any(self.defs.resolve_assets_def(k).op.pool for k in stage.keys)
-        config = run_config(pooled, self.preload)
+        pools = {self.defs.resolve_assets_def(k).op.pool for k in stage.keys} - {None}
+        config = WAITING_RUN_CONFIG if any(pool_is_full(self.instance, p) for p in pools) else RUN_CONFIG
         if stage.ops:
             config = {**config, "ops": stage.ops}
         with one_build_per_run(), dg.execute_job(job, self.instance, run_config=config, tags=tags) as result:
@@ -339,12 +323,6 @@ class Runner:
         self.failed[stage.label] = reason
         self.log(f"  FAILED after {time.perf_counter() - t0:.1f} s (run {result.run_id}): {reason}")
         return False
-
-
-def preload_for(backbones_dir: str) -> list[str]:
-    """What the forkserver of a process running these backbone specs preloads beside PRELOAD: the libraries
-    their kinds need (backbones/kinds.KIND_LIBRARIES; timm for the shipped specs, nothing for oracles)."""
-    return libraries(spec_kinds(backbones_dir))
 
 
 def _add_partitions(instance: dg.DagsterInstance, name: str, keys: Sequence[str]) -> None:
@@ -485,9 +463,7 @@ def run_demo(
     from soco_pipeline.backbones.spec_files import scan_specs as scan_backbones
     from soco_pipeline.lvlm.specs import scan_specs as scan_lvlms
 
-    runner = Runner(
-        defs, instance, overrides, location, preload=preload_for(soco.backbones_dir), skip_fresh=True
-    )
+    runner = Runner(defs, instance, overrides, location, skip_fresh=True)
     backbones = _scan(soco.backbones_dir, scan_backbones, "backbone", runner.failed)
     lvlms = _scan(soco.lvlms_dir, scan_lvlms, "LVLM", runner.failed)
     _add_partitions(instance, BACKBONES, backbones)
@@ -498,11 +474,7 @@ def run_demo(
         "demo_data_and_pairs",
         list(dg.AssetSelection.groups(*DATA_AND_PAIRS).resolve(defs.resolve_asset_graph())),
     )
-    # when the data stage runs, the backbones' step processes' imports overlap it
-    runner.start_forkserver_early = bool(backbones)
-    ok = runner.run(data)
-    runner.start_forkserver_early = False
-    if not ok:
+    if not runner.run(data):
         return DemoResult(None, {}, runner.failed)
     # With no LVLM spec, the lvlm group runs in the LVLM block of `main` (loopback reference answerers), not
     # here. The summary runs with the boards (correlation reads fgbmk's board, results_database and the

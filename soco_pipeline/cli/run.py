@@ -335,7 +335,7 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     observe_sources(instance, defs.resources["soco"])  # the protocol's and the specs' versions, as now
     since = spec_since(instance, added)
     steps = plan(defs, added, families, args.limit, settings, since)
-    runner = Runner(defs, instance, overrides, LOCATION, source=SOURCE, in_process=True)
+    runner = Runner(defs, instance, overrides, LOCATION, source=SOURCE)
     timings = []
     t0 = time.perf_counter()
     model_keys = [k for stage, cache in steps if stage.partition == added.name for k in stage.keys]

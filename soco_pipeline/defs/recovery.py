@@ -96,6 +96,16 @@ def _waiting_and_holders(
     return waiting, holders, info.slot_count
 
 
+def pool_is_full(instance: dg.DagsterInstance, pool: str) -> bool:
+    """Whether every slot of `pool` is claimed now (a step of it would wait)."""
+    event_log = instance.event_log_storage
+    if not event_log.supports_global_concurrency_limits:
+        return False
+    info = event_log.get_concurrency_info(pool)
+    limit = info.slot_count or info.limit
+    return bool(info.claimed_slots) and limit is not None and len(info.claimed_slots) >= limit
+
+
 def waiting_message(instance: dg.DagsterInstance, run_ids: set[str], pool: str) -> str | None:
     """A line saying which of `run_ids` waits for a slot of `pool`, which runs hold the slots and how to
     free them, or None when none of `run_ids` waits."""

@@ -9,7 +9,7 @@ names a start method keeps it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import dagster as dg
 
@@ -24,8 +24,7 @@ GPU_STEP_TAGS = {"dagster-celery/queue": GPU_QUEUE}
 
 # Imported once per run by the forkserver instead of once per step: the pipeline, torch and Dagster's storage
 # layer (soco_pipeline/runtime/worker_preload.py also ties each step to its run's process). Not a backbone kind's own
-# library (timm: 2.4 s of the 8.3 s), which only that kind's steps import; the demo's runs add those its specs
-# need (`forkserver(extra)`, backbones/kinds.KIND_LIBRARIES), since one forkserver serves all its runs.
+# library (timm: 2.4 s of the 8.3 s), which only that kind's steps import.
 PRELOAD = [
     "soco_pipeline.runtime.worker_preload",
     "soco_pipeline.defs.definitions",
@@ -43,25 +42,8 @@ PRELOAD = [
 ]
 
 
-def forkserver(extra: Sequence[str] = ()) -> dict:
-    """The multiprocess executor's `start_method` config: a forkserver that preloads PRELOAD and `extra`."""
-    return {"forkserver": {"preload_modules": [*PRELOAD, *(m for m in extra if m not in PRELOAD)]}}
-
-
-FORKSERVER = forkserver()
-
-
-def start_forkserver(extra: Sequence[str] = ()) -> None:
-    """Start this process's forkserver now, preloading what `forkserver(extra)` names: its imports (about 5 s)
-    then overlap the launcher's own work (cache checks, the plan) instead of delaying the first step. The
-    multiprocess executor finds it running and forks its steps from it (`soco run`)."""
-    import multiprocessing
-    from multiprocessing import forkserver as mp_forkserver
-
-    multiprocessing.get_context("forkserver").set_forkserver_preload(
-        forkserver(extra)["forkserver"]["preload_modules"]
-    )
-    mp_forkserver.ensure_running()
+# The multiprocess executor's `start_method` config: a forkserver that preloads PRELOAD.
+FORKSERVER = {"forkserver": {"preload_modules": PRELOAD}}
 
 
 # A step so tagged (the boards and summaries: small tables, pandas and DuckDB) needs no process of its own: a
