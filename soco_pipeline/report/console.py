@@ -17,8 +17,6 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from soco_pipeline.trust.headline import HEADLINE_COLUMNS
-
 WIDTH = 120
 # text columns that explain a board rather than score it: printed once (same in every row) or as notes
 NOTE_COLUMNS = (
@@ -36,9 +34,6 @@ NOTE_COLUMNS = (
 NAME_COLUMNS = ("model", "backbone", "name")
 CUTS = (28, 22, 16)  # a table too wide has its text cells cut (with an ellipsis) to these lengths in turn
 NA = "n/a"
-
-
-REFERENCE_KINDS = ("oracle", "reference", "random", "chance")
 
 
 def format_p(p: float | None) -> str:
@@ -214,14 +209,6 @@ def is_prose(df: pd.DataFrame, longest: int = 40) -> bool:
     return any(df[c].astype(str).str.len().max() > longest for c in text) if len(df) else False
 
 
-def headline_metric(family: str) -> str | None:
-    """The board column of the headline whose family (its model_summary name) is `family`; None if none."""
-    from soco_pipeline.tasks.core import all_specs  # here: `soco sql`'s tables need no family registry
-
-    heads = [s.headline for s in all_specs().values() if s.headline is not None]
-    return next((h.values[0] for h in heads if h.family == family), None)
-
-
 def headline_columns(family: str, board: pd.DataFrame) -> list[str]:
     """The headline columns of `family`'s board that it has, in its FamilySpec's `columns` order (patterns
     such as `*_average` match several), and its note columns; all its columns when a family names none."""
@@ -365,42 +352,13 @@ def model_card(headlines: pd.DataFrame, model: str, width: int = WIDTH) -> str:
 
 
 def headlines_from_boards(
-    boards: dict[str, pd.DataFrame], roles: dict[str, str] | None = None
+    boards: dict[str, pd.DataFrame], roles: dict[str, str] | None = None, embedded: bool = True
 ) -> pd.DataFrame:
-    """A long headline table (the `model_headlines` shape) from family boards, for when that table is not
-    materialized: each family's `headline_metric` per model (its best method), CIs where the board has them;
-    `roles`: {model: control | ceiling} (trust/roles.py spec_roles), the others are models."""
-    from soco_pipeline.tasks.core import SOCO
+    """The `model_headlines` table built from `boards` keyed by family name (the registry's `all_specs`), for
+    when that table is not materialized; `roles` and `embedded` as for trust/headline.py `headline_rows`."""
+    from soco_pipeline.tasks.core import all_specs
+    from soco_pipeline.trust.headline import model_headlines
 
-    rows = []
-    for family, board in boards.items():
-        metric = headline_metric(family)
-        if board is None or board.empty or metric not in board.columns:
-            continue
-        name = next(c for c in (*NAME_COLUMNS, board.columns[0]) if c in board.columns)
-        if "kind" in board.columns:  # the boards' check and reference rows (oracles, chance) are no models
-            board = board[~board["kind"].astype(str).isin(REFERENCE_KINDS)]
-        b = board.assign(_v=pd.to_numeric(board[metric], errors="coerce")).sort_values("_v", ascending=False)
-        b = b.drop_duplicates(name)
-        lo, hi = f"ci95_lo_boot_category_{metric}", f"ci95_hi_boot_category_{metric}"
-        sim = b["simulated"] if "simulated" in b.columns else family != SOCO.name
-        if "simulated" not in b.columns and "judgements" in b.columns:  # TPIPS: who voted follows the data
-            sim = b["judgements"].astype(str).eq("simulated")
-        rows.append(
-            pd.DataFrame(
-                {
-                    "model": b[name].astype(str),
-                    "family": family,
-                    "metric": metric,
-                    "value": b["_v"],
-                    "ci_low": b[lo] if lo in b.columns else np.nan,
-                    "ci_high": b[hi] if hi in b.columns else np.nan,
-                    "n": b["n_items"] if "n_items" in b.columns else np.nan,
-                    "simulated": sim,
-                    "materialized_at": pd.NaT,
-                    "role": b[name].astype(str).map(roles or {}).fillna("model"),
-                }
-            )
-        )
-    cols = list(HEADLINE_COLUMNS)  # the shape of the materialized model_headlines
-    return pd.concat(rows, ignore_index=True)[cols] if rows else pd.DataFrame(columns=cols)
+    specs = {name: s for name, s in all_specs().items() if s.headline is not None}
+    by_board = {s.headline.board: boards.get(name) for name, s in specs.items()}
+    return model_headlines(by_board, {}, [s.headline for s in specs.values()], embedded, roles)

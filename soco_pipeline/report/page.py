@@ -225,12 +225,13 @@ CORRELATION_NOTE = (
 )
 
 
-def _headlines(tables: str, boards: dict[str, pd.DataFrame], roles: dict[str, str]) -> pd.DataFrame:
+def _headlines(settings, boards: dict[str, pd.DataFrame], roles: dict[str, str]) -> pd.DataFrame:
     """The model_headlines table when materialized, else one built from the boards (`roles`: the checks)."""
     from soco_pipeline.report.console import headlines_from_boards
 
-    stored = _read(join(tables, "model_headlines.parquet"))
-    return stored if stored is not None else headlines_from_boards(boards, roles)
+    stored = _read(join(settings.tables_root, "model_headlines.parquet"))
+    embedded = settings.source == "embedded"
+    return stored if stored is not None else headlines_from_boards(boards, roles, embedded)
 
 
 def build_report(
@@ -367,7 +368,7 @@ def build_report(
         families.append(fam)
 
     # --- summary
-    heads = _headlines(tables, boards, spec_roles(settings.backbones_dir, settings.lvlms_dir, root))
+    heads = _headlines(settings, boards, spec_roles(settings.backbones_dir, settings.lvlms_dir, root))
     summary = page_table(summary_frame(heads), name_col="model") if len(heads) else None
     checks = len(heads) and "role" in heads.columns and (heads["role"].fillna("model") != "model").any()
     summary_roles = ROLE_NOTE if checks else ""
