@@ -1,9 +1,5 @@
-"""Vectorized, seeded percentile bootstrap of Pearson r and Spearman rho over models.
-
-The resamples' index matrix is turned once into a count matrix C, so every statistic of every resample is a
-few matrix products (C @ x, C @ x**2, C @ (x * y)); Spearman's ranks come from the same counts (ties
-averaged). One index matrix serves both benchmarks of a paired difference (delta r).
-"""
+"""Vectorized, seeded percentile bootstrap of Pearson r and Spearman rho over models: the resamples as one
+count matrix, so every statistic is a few matrix products."""
 
 from __future__ import annotations
 

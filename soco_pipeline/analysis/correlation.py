@@ -1,7 +1,5 @@
-"""The correlation study of the SOCO paper's Fig. 4 (docs/analysis.md): Pearson r and Spearman rho of
-benchmark scores against downstream results across models, with seeded bootstrap CIs, and paired delta r.
-Error metrics (higher_better false) are sign-flipped first, as the paper shows them (`sign_flipped`).
-"""
+"""The correlation study of the SOCO paper's Fig. 4 (docs/analysis.md): Pearson r and Spearman rho with seeded
+bootstrap CIs and paired delta r; error metrics are sign-flipped first (`sign_flipped`)."""
 
 from __future__ import annotations
 

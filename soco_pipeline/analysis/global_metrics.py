@@ -1,8 +1,5 @@
-"""Global-feature metrics from the feature cache, without running any backbone: kNN classification
-(top-1 / top-5) and retrieval mAP, on the `mean`, `cls` and `global` feature kinds, tracks `category` and
-`fine_grained` (docs/analysis.md). Everything runs in blocks of queries: one matrix product per block, then
-torch top-k / scatter-add.
-"""
+"""Global-feature metrics from the feature cache (docs/analysis.md): kNN top-1 / top-5 and retrieval mAP on
+the `mean`, `cls` and `global` features, in blocks of queries."""
 
 from __future__ import annotations
 

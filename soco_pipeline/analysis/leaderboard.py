@@ -1,8 +1,5 @@
-"""The leaderboard across backbones: one row per backbone, as a table, Markdown and a bar chart.
-
-It sits in analysis/ (not evaluation/) because it joins the evaluation metrics with analysis's
-global-feature metrics: analysis imports evaluation, never the other way round.
-"""
+"""The leaderboard across backbones as a table, Markdown and a bar chart (here, not in evaluation/: it joins
+analysis's global-feature metrics)."""
 
 from __future__ import annotations
 

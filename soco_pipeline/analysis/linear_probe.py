@@ -1,11 +1,6 @@
-"""A contrastively trained linear probe on cached dense features (OmniProbe's `soco_lp`), scored with the
-same protocol as the zero-shot scorer (docs/analysis.md).
-
-W (D x C) starts at the identity, so step 0 is the zero-shot scorer, and is trained with InfoNCE over the
-target grid on the train pairs' source keypoints (Adam, seeded, a fixed number of steps); no test image is
-seen in training. The test pairs are scored by matching.predict and metrics.compute_metrics on the maps W F,
-L2-normalised, beside the zero-shot scores on the same pairs.
-"""
+"""A contrastive linear probe on cached dense features (OmniProbe's `soco_lp`, docs/analysis.md): W starts at
+the identity (step 0 is zero-shot), trained with InfoNCE on the train pairs only, scored on the test pairs by
+matching.predict and metrics.compute_metrics on W F."""
 
 from __future__ import annotations
 

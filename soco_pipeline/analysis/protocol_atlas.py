@@ -1,11 +1,6 @@
-"""The protocol-sensitivity atlas: how much a family's ranking of models moves when one protocol knob changes
-(docs/results.md, `protocol_atlas`): per knob, Kendall tau-b between the rankings with a bootstrap CI over
-the family's sampling unit, the flipped pairs and the largest score change; controls left out.
-
-Input is long: family, metric, knob (the shipped protocol is `SHIPPED`), model, unit, value (0-100) and
-weight (a unit's weight in the model's score: 1 for an unweighted mean over units, its count for a pooled
-one). Every resample is a matrix product: counts (B x U) times values (U x models).
-"""
+"""The protocol-sensitivity atlas (docs/results.md, `protocol_atlas`): per knob, Kendall tau-b between the
+rankings with a bootstrap CI over the family's unit, the flipped pairs and the largest change; each resample
+is a matrix product, counts (B x U) times values (U x models)."""
 
 from __future__ import annotations
 

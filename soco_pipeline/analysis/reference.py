@@ -1,11 +1,5 @@
-"""Score tables for the correlation study: the OmniProbe reference table, user downstream CSVs, the
-pipeline's own leaderboard, and the name map that joins them.
-
-Every table becomes the same long form (SCORE_COLUMNS): one row per (model, task, metric) with its value,
-whether higher is better, and the file it came from. Bad input (a blank or duplicate model name, an
-alias mapped twice, a name the map or a subset names that no table has) raises ReferenceDataError naming
-the name and the file.
-"""
+"""Score tables for the correlation study (OmniProbe reference, user CSVs, our leaderboard, the name map),
+each in the long SCORE_COLUMNS form; bad input raises ReferenceDataError naming the name and the file."""
 
 from __future__ import annotations
 

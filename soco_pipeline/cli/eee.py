@@ -1,7 +1,6 @@
-"""`soco export-results MODEL OUT --format eee`: MODEL's results as Every Eval Ever records under the folder
-OUT (trust/eee_export.py), with a per-sample sidecar from the stored per-sample outcomes; `--family F`,
-`--lvlm` as for `--format record`. With `--published`, MODEL names a model of assets/reference/published.csv
-and its quoted figures are written instead (`source_type: documentation`)."""
+"""`soco export-results MODEL OUT --format eee`: MODEL's results as Every Eval Ever records
+(trust/eee_export.py) with a per-sample sidecar; `--published` writes a published model's quoted figures
+instead."""
 
 from __future__ import annotations
 

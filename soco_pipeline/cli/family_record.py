@@ -1,7 +1,5 @@
-"""`soco export-results MODEL OUT --format record [--family F | --lvlm]`: the results record of MODEL in any
-declared family (`all_specs()`: SOCO, SOCO-LVLM, every family in soco_pipeline/tasks/), rebuilt from the stored
-tables by one route, `record_for`: the family's `rebuild` where its declaration names one (SOCO's, SOCO-LVLM's:
-trust/records.py), else its record tables and parts (trust/family_records.py); MODEL is a backbone or an LVLM."""
+"""`soco export-results MODEL OUT --format record [--family F | --lvlm]`: MODEL's record in any declared
+family (`all_specs()`), rebuilt from the stored tables by one route, `record_for`."""
 
 from __future__ import annotations
 

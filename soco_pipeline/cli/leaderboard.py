@@ -1,8 +1,5 @@
-"""`soco leaderboard [--family F] [--columns ...] [--format ...]`: one family's board from the results database.
-
-The default (`--format table`) prints the board's headline columns in 120 columns (report/console.py);
-`--columns all` or a list picks others; csv, json and markdown print every column unless `--columns` says.
-"""
+"""`soco leaderboard [--family F] [--columns ...] [--format ...]`: one family's board from the results
+database, its headline columns in 120 columns by default (report/console.py)."""
 
 from __future__ import annotations
 

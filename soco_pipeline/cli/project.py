@@ -1,15 +1,6 @@
-"""Where a `soco` command finds the project's Dagster instance and storage: the Makefile's defaults, from any
-directory of the project.
-
-The Makefile runs everything from the project root with DAGSTER_HOME=<root>/storage/dagster and
-SOCO_STORAGE=<root>/storage. `project_environment` gives a command the same: the project root is the
-nearest folder above the working directory holding this project's pyproject.toml and workspace.yaml (else
-the checkout the package was imported from); an unset variable gets the Makefile's default; a relative
-SOCO_STORAGE is read against the working directory when that folder exists there, else against the project
-root (where `make` would have read it); DAGSTER_HOME gets its dagster.yaml written from the project's
-template when it has none or when one the template wrote names another storage root (a copied checkout), as
-`make` does. Nothing here guesses `~/dagster_home`.
-"""
+"""The Makefile's defaults for a `soco` command run from any directory of the project: DAGSTER_HOME=<root>/
+storage/dagster and SOCO_STORAGE=<root>/storage, the root found from the working directory (never
+`~/dagster_home`); dagster.yaml written from the template when missing or naming another storage root."""
 
 from __future__ import annotations
 

@@ -1,17 +1,6 @@
-"""`soco run SPEC [--families soco,mmvm,fgbmk,tpips] [--limit N]`: one checkpoint on every family, in one command.
-
-It adds the spec (a backbone spec checked as `soco add-backbone` checks it, or an LVLM spec: a file with a
-`backend` field), then materializes exactly that model's partitions and the boards through the same Dagster
-instance, definitions and run machinery as `make demo` and the UI (soco_pipeline/cli/demo.py's Runner, runs
-tagged `soco/source: soco run`; the model's steps of every family in one run, the boards in another:
-cli/joined_runs.py), one line per step. Steps already done are skipped: the data when
-materialized, a family's items when materialized, a model step when each of its assets has a
-materialization of that partition newer than the spec file (and, for SOCO's step, made with the same
-`--limit`), and each only when Dagster's stale status calls every asset of it fresh (cli/freshness.Freshness: code
-versions and input data versions as when made). Ctrl-C marks the run in progress failed; the same command
-again resumes. It ends with the steps' timings, the model's headline per family with its CI and rank, and
-the summary of every model.
-"""
+"""`soco run SPEC [--families ...] [--limit N]`: add a backbone or LVLM spec and materialize its partitions
+and the boards on every family through demo.py's Runner; steps already fresh (cli/freshness.Freshness) are
+skipped, Ctrl-C fails the run and the same command resumes."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""`soco` commands for trusting, comparing and looking at results (docs/results.md):
-
-export-results --format record, diff-runs, compare, evaluate (a subset run), show (a prediction panel),
-report (the static results page, optionally served on 127.0.0.1).
-"""
+"""`soco` commands for trusting and comparing results (docs/results.md): export-results --format record,
+diff-runs, compare, evaluate, show, report."""
 
 from __future__ import annotations
 

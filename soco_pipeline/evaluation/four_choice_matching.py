@@ -1,8 +1,5 @@
-"""The 4-choice protocol for a feature backbone: the option most similar to the source descriptor wins.
-
-Option descriptors are sampled on the target map like the source descriptor (protocol step 5); each item
-is scored under all four rotations of its options for circular accuracy.
-"""
+"""The 4-choice protocol for a feature backbone: the option most similar to the source descriptor wins, under
+each of the four rotations (circular accuracy)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""Zero-shot matching: cosine nearest neighbour between frozen feature maps (protocol steps 4-6).
-
-Queries are grouped by target image, so each target map meets all its queries in one matrix product; the
-only Python loops run over images. A feature store has `.get(image_id) -> (C x h x w float32 map,
-L2-normalised, meta with "input_size" S)` over the padded S x S square; one with `.get_stored` (fp16 as
-cached) goes through the native `half_matmul` kernel on the CPU.
-"""
+"""Zero-shot matching: cosine nearest neighbour between frozen feature maps (protocol steps 4-6), one matrix
+product per target image; a store with `.get_stored` (fp16) goes through the native `half_matmul` kernel."""
 
 from __future__ import annotations
 

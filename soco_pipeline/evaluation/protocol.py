@@ -1,9 +1,5 @@
-"""The evaluation protocol as a frozen, typed (pydantic) dataclass, loaded from assets/protocol.yaml.
-
-The defaults are the official SOCO/OmniProbe protocol; every alternative is a value of a knob.
-`version_hash()` covers every knob (a change re-runs predictions and metrics); `matching_hash()` covers
-only the knobs that change predictions, so re-scoring with other alphas needs no features.
-"""
+"""The evaluation protocol (assets/protocol.yaml) as a frozen pydantic dataclass: `version_hash()` covers
+every knob, `matching_hash()` only those that change predictions."""
 
 from __future__ import annotations
 

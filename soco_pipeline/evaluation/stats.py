@@ -1,14 +1,6 @@
-"""Confidence intervals that respect the sample's structure, and paired comparisons of two models.
-
-Keypoints are not independent draws (pairs share images, images share categories): `boot_category` is a
-percentile bootstrap over categories, `cluster_image` a cluster-robust SE with the target image as the
-cluster, `cluster_image_logit` its 95% interval on the logit scale (docs/results.md, "Confidence intervals").
-The estimate and every replicate go through one function (`_estimate`) on the same per-category sums, so
-rounding never puts a value outside its own interval.
-
-The input is a long "scores" frame, one row per scored element:
-model, metric, group (category), unit (pair, or LVLM item group), cluster (image), score (0/1).
-"""
+"""Confidence intervals that respect the sample's structure (docs/results.md, "Confidence intervals") and
+paired comparisons; the estimate and every replicate go through `_estimate` on the same per-category sums, so
+a value never falls outside its own interval. Input: SCORE_COLUMNS, one row per scored element."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""Deterministic evaluation subsets: `limit` (pairs per category, LVLM items per setting) and explicit id lists.
-
-A subset only narrows the evaluated sample; the rule is data (run config, record, the leaderboard's
-`subset`), and `limit` keeps the smallest seeded sort keys per pair group, so a larger limit keeps a smaller
-one's pairs (docs/results.md).
-"""
+"""Deterministic evaluation subsets (docs/results.md): `limit` keeps the smallest seeded sort keys per pair
+group (a larger limit keeps a smaller one's pairs), or explicit id lists."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""Tables for a terminal of 120 columns: the one printer of the demo, `soco leaderboard` and `soco run`.
-
-Text the same in every row is printed once above the table, a row's own reason as a numbered note `[k]`,
-a missing value as `n/a` (explained below); numbers get the decimals their scale needs. A table still too
-wide loses its rightmost columns, named below it with where the full table is. `summary_frame` pivots
-`model_headlines` to one row per model.
-"""
+"""Tables for a terminal of 120 columns, the one printer of the demo, `soco leaderboard` and `soco run`: text
+the same in every row once above, a row's reason as a note `[k]`, columns too wide left out and named."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""CSV cells that a spreadsheet would run as formulas, neutralised as OWASP's CSV-injection guidance says: a text
-cell starting with `=`, `+`, `-`, `@`, a tab or a carriage return gets a leading `'`, so Excel, LibreOffice
-and Google Sheets show it as text (`=HYPERLINK(...)` stays visible and inert). Plain numbers (`-1`, `+2.5e3`)
-are left as they are; numeric columns are never touched. `safe_csv` quotes every text cell."""
+"""CSV cells a spreadsheet would run as formulas (leading `=`, `+`, `-`, `@`, tab, CR) get a leading `'`
+(OWASP); plain numbers and numeric columns are left alone."""
 
 from __future__ import annotations
 

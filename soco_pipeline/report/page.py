@@ -1,9 +1,5 @@
-"""The static results page: one HTML file under <storage>/report/ a researcher can share.
-
-Rendered from report/templates/results.html.j2 with autoescape on (every cell and caption is text, never
-markup). Everything it shows is a file beside it (PNG), linked relatively, so the folder opens from file://,
-copies anywhere and serves as it is (`soco report --serve`, 127.0.0.1 only).
-"""
+"""The static results page under <storage>/report/: autoescaped HTML (report/templates/results.html.j2) with
+its PNGs linked relatively, so the folder opens from file:// and copies anywhere."""
 
 from __future__ import annotations
 

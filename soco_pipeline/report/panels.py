@@ -1,7 +1,5 @@
-"""Prediction panels (as OmniProbe's `num_visualize`): the source with the query keypoint, the target with
-the ground truth and the prediction, and the target under the query's similarity heatmap. Marker colours are
-fixed (MARKERS) so that a test can find them in the pixels; `labelled_panel` adds names, legend and colour bar.
-"""
+"""Prediction panels (as OmniProbe's `num_visualize`): source with the query, target with truth and
+prediction, and the similarity heatmap; fixed MARKERS colours so that a test can find them."""
 
 from __future__ import annotations
 

@@ -1,15 +1,6 @@
-"""The DuckDB results file: views (not copies) over the Parquet outputs (docs/sql.md).
-
-A writer is opened only while the views are (re)created. The file is in DuckDB's v1.5.0 storage format
-(`STORAGE_COMPATIBILITY`). Views read an explicit list of published files (never a glob, which would match
-the `.tmp-*` files of atomic writes), named relative to the storage root, so a copy never reads the
-original's tables.
-
-`soco sql` (`connect_readonly`) is read-only by construction: in-memory views over Arrow datasets, then
-DuckDB's external access off and locked (`allowed_directories` would allow writing wherever it allows
-reading); the statement filter stays as a second wall. An unreadable table becomes a view that fails naming
-it and the fix.
-"""
+"""The DuckDB results file: views over an explicit list of published Parquet files (never a glob: the `.tmp-*`
+files of atomic writes), relative to the storage root (docs/sql.md); `connect_readonly` (`soco sql`) is
+in-memory views over Arrow datasets, external access off and locked, the statement filter a second wall."""
 
 from __future__ import annotations
 

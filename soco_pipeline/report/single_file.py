@@ -1,10 +1,5 @@
-"""The results page as one file: index.html with every image it shows inlined as a base64 data URI, so the
-page can be mailed, attached or opened anywhere without its folder (`soco report --single-file OUT.html`;
-`make demo` writes `<storage>/report.html` beside the `report/` folder).
-
-File names never hold a colon (Windows and some archive tools refuse them): `safe_name` turns any character
-outside letters, digits, `.`, `-` and `_` into `_`, for the images the page copies and the single file.
-"""
+"""The results page as one file, every image inlined as a base64 data URI (`soco report --single-file`);
+`safe_name` keeps colons and other odd characters out of file names."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""Results as Every Eval Ever records (PyPI `every-eval-ever` 0.3.0, its `eval.schema.json` and
-`instance_level_eval.schema.json`, JSON Schema draft-07): ours (`measured_log`, `source_type:
-evaluation_run`, with the per-sample sidecar) and the published figures (`published_logs`, `source_type:
-documentation`); layout and fields: docs/results.md, "Every Eval Ever records". No judge scores anything
-here, so no record carries `llm_scoring`. The schemas are unpacked by `make install` into
-`<venv>/share/every-eval-ever/` (`schema_dir`); `schema_errors` checks a document when they are there.
-"""
+"""Results as Every Eval Ever records (PyPI `every-eval-ever` 0.3.0 schemas; docs/results.md, "Every Eval Ever
+records"): ours (`measured_log`, with the per-sample sidecar) and the published figures (`published_logs`);
+`schema_errors` checks a document when `make install` unpacked the schemas."""
 
 from __future__ import annotations
 

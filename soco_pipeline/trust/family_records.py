@@ -1,10 +1,5 @@
-"""Results records of the task families, in the schema of SOCO's (provenance.build_record), rebuilt from the
-stored tables (no model runs) for a backbone or an LVLM. Each family's `FamilySpec` (tasks/<family>/) names
-where its record reads (`FamilyTables`) and its `parts(model, kind, tables, n_boot)`, built from the helpers
-here: CIs from per-sample scores (`sample_scores`, `intervals_of`: pooled `stats.intervals`, "category" = the
-family's breakdown, "cluster" = samples sharing an input) or stored aggregates (`aggregate_rows`: a logit
-interval from a stored SE, if any); per-sample hashes and the task hash (`row_hashes`, `hash_block`).
-"""
+"""Results records of the task families in SOCO's record schema, rebuilt from the stored tables: the helpers a
+family's `parts` builds from (CIs from per-sample scores or stored aggregates, per-sample and task hashes)."""
 
 from __future__ import annotations
 

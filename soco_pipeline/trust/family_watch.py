@@ -1,7 +1,5 @@
-"""What the regression watch compares in each task family (its `FamilyWatch`, declared in its `FamilySpec`),
-and `family_snapshot`: one model's tables as trust/history.py archives them (headline values, per-sample
-scores, the samples' task hash).
-"""
+"""What the regression watch compares in each family (`FamilyWatch`) and `family_snapshot`, one model's tables
+as trust/history.py archives them."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""Per-sample input hashes (as lm-evaluation-harness's doc/prompt/target hashes) and task hashes over them.
-
-What each hash covers: docs/results.md, "Per-sample hashes and task hashes". Image content digests, never
-paths, so two storage roots with the same inputs agree; a task hash is the sha256 over a table's sorted
-(id, hash) list.
-"""
+"""Per-sample input hashes over image content (never paths) and task hashes over them (docs/results.md,
+"Per-sample hashes and task hashes")."""
 
 from __future__ import annotations
 

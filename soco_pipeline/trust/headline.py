@@ -1,7 +1,5 @@
-"""Each family's headline number (`Headline`), its long rows (`headline_rows`) and the one-row-per-model
-summary pivoted from them (`model_summary`); `role` (trust/roles.py) keeps checks out of the ranking.
-SOCO and SOCO-LVLM declare theirs in tasks/core.py, a family in its `FamilySpec`.
-"""
+"""Each family's headline (`Headline`), its long rows (`headline_rows`) and the one-row-per-model
+`model_summary`; declared in tasks/core.py (SOCO, SOCO-LVLM) and each family's `FamilySpec`."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""A model's results over time (`<storage>/history/<family>/<model>/<data_version>.parquet` / `.json`
-snapshots), and the regression watch over them: the paired test of `soco compare` against the latest
-snapshot of another data version on the same task hash; a drop whose whole interval is below zero regresses.
-"""
+"""A model's results over time (`<storage>/history/<family>/<model>/<data_version>` snapshots) and the
+regression watch: `soco compare`'s paired test against the latest other data version on the same task hash."""
 
 from __future__ import annotations
 

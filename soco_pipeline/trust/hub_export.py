@@ -1,7 +1,5 @@
-"""A results record in the Hugging Face Hub's evaluation-results format (`.eval_results/` YAML entries),
-built and read back with `huggingface_hub`'s own writer and parser. Nothing is uploaded: the user opens the
-pull request on the model repo.
-"""
+"""A results record as Hugging Face Hub `.eval_results/` YAML, written and read back with `huggingface_hub`;
+nothing is uploaded."""
 
 from __future__ import annotations
 

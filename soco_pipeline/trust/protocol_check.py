@@ -1,11 +1,5 @@
-"""Which protocol stored predictions were made under, and whether another protocol may re-score them.
-
-`soco export-results/compare --protocol P` re-score stored predictions; they cannot re-predict. A knob in
-`MATCHING_KNOBS` (prediction_point, upsample, soft_argmax ...) changes the predictions themselves, so asking
-for it on stored predictions is refused with the fix (re-run the predictions under P). Scoring knobs (alphas,
-headline_alpha, threshold, target_keypoint, reductions) re-score, and the record keeps the stored matching
-hash, so its per-pair hashes stay those of the stored run.
-"""
+"""Whether another protocol may re-score stored predictions: a `MATCHING_KNOBS` knob changes the predictions
+and is refused (re-run them); scoring knobs re-score, and the record keeps the stored matching hash."""
 
 from __future__ import annotations
 

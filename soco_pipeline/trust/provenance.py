@@ -1,11 +1,6 @@
-"""The results record of one (model, family): what was run, on what, where, how long, and how sure.
-
-Modelled on lm-evaluation-harness's results JSON (`results`, `config`, `versions`, `n-samples`,
-`task_hashes`, `git_hash`, `date`, environment), with what correspondence evaluation needs on top:
-requested vs effective input size, layer and normalisation (as OmniProbe logs them), the subset
-rule, per-stage wall (and GPU) time, and per-sample hashes so that `diff-runs` can say which pairs
-differ. The JSON Schema is assets/results_record.schema.json; docs/results.md describes every key.
-"""
+"""The results record of one (model, family), modelled on lm-evaluation-harness's results JSON plus what
+correspondence needs (input size, layer, subset rule, stage times, per-sample hashes);
+assets/results_record.schema.json, docs/results.md."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""Published figures beside ours (assets/reference/published.csv), and the comparison of a model with the
-published model its spec names: per (family, metric), the published row whose protocol knobs differ least
-from ours, naming every knob that still differs.
-"""
+"""Published figures (assets/reference/published.csv) beside ours: per (family, metric), the published row
+whose knobs differ least from ours, naming every knob that still differs."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""Why our number differs from the published one: the gap measured knob by knob (`published_gap`).
-
-From our run, one differing knob at a time is aligned with the closest published row, in KNOB_ORDER: a
-prediction knob (input size, layer) re-runs the model as a variant spec, a scoring knob (alpha) re-scores
-the predictions. The steps add up exactly to aligned minus ours; the rest is "unexplained", with the reason.
-"""
+"""Why our number differs from the published one: the gap measured knob by knob in KNOB_ORDER (a prediction
+knob re-runs a variant spec, a scoring knob re-scores); the steps add up to aligned minus ours."""
 
 from __future__ import annotations
 

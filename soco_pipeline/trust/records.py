@@ -1,7 +1,5 @@
 """Results records of a correspondence backbone and of a four-choice LVLM, re-derived from the stored tables
-(no model runs) for `provenance.build_record`; the record's `family` is the caller's (SOCO's and
-SOCO-LVLM's declarations in tasks/core.py name `rebuild_backbone_record` / `rebuild_lvlm_record` here).
-"""
+for `provenance.build_record` (SOCO's and SOCO-LVLM's `rebuild`, tasks/core.py)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""Which summary rows are models and which are checks (`role`): `model` (ranked), `ceiling` (reads the
-answer: an oracle) and `control` (a baseline that is no model), never ranked. A family marks its own rows
-through its `Headline` (`ceiling=` / `control=`); the spec files mark the rest (`spec_roles`).
-"""
+"""Which summary rows are models (ranked) and which are checks, `ceiling` or `control` (never ranked): a
+family's `Headline` marks its own, the spec files the rest (`spec_roles`)."""
 
 from __future__ import annotations
 
