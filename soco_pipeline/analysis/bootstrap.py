@@ -46,9 +46,8 @@ def _standardise(v: np.ndarray) -> np.ndarray:
 
 
 def weighted_pearson(counts: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Pearson r of each resample given by a count row (B x n) over values x, y (n, or B x n per row);
-    NaN where a resample has no variance in x or y. Per-row values (ranks) may be float32: their
-    weighted sums are exact there; the rest is float64."""
+    """Pearson r of each resample (a count row, B x n) over x, y (n, or B x n); NaN without variance. Ranks
+    may be float32: their weighted sums are exact there."""
     m = counts.sum(axis=1, dtype=np.float64)
 
     def wsum(v):
@@ -72,9 +71,8 @@ def weighted_pearson(counts: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.nda
 
 
 def weighted_ranks(counts: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """(B x n) average rank (1-based, ties averaged) each model's value has within each resample.
-
-    Ranks are half-integers, exact in float32 (the dtype of `counts`)."""
+    """(B x n) average rank (1-based, ties averaged) of each model's value within each resample;
+    half-integers, exact in float32."""
     order = np.argsort(values, kind="stable")
     sorted_values = np.asarray(values)[order]
     starts = np.flatnonzero(np.r_[True, sorted_values[1:] != sorted_values[:-1]])

@@ -197,11 +197,8 @@ def global_metrics(
     log: Callable[[str], None] | None = None,
     global_features=None,
 ) -> pd.DataFrame:
-    """kNN top-1/top-5 and retrieval mAP (0-100) of a backbone's cached features (GLOBAL_METRIC_COLUMNS).
-
-    `images`: image_id and category; `global_features` adds the `global` kind; `family_of(category)` gives
-    the fine-grained track's family (None: no such track). `headline` marks the leaderboard's rows.
-    """
+    """kNN top-1/top-5 and retrieval mAP (0-100) of a backbone's cached features (GLOBAL_METRIC_COLUMNS);
+    `family_of(category)`: the fine-grained track's family (None: no track)."""
     log = log or (lambda _m: None)
     images = images[["image_id", "category"]].drop_duplicates("image_id").reset_index(drop=True)
     ids = images["image_id"].tolist()

@@ -20,9 +20,8 @@ def leaderboard(
     reduction: str = "official",
     global_metrics: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
-    """One row per backbone: cc, soc, soc_geo, cross_soc, cross_cc, the drops (points), soc per super-category,
-    four_choice and four_choice_circular, at `alpha` with the given reduction; with `global_metrics`
-    (analysis.global_metrics rows) also knn_top1 (k = 20) and retrieval_map (NaN where not computed)."""
+    """One row per backbone: the levels, drops, soc per super-category and 4-choice at `alpha`, with knn_top1
+    and retrieval_map from `global_metrics` (NaN where not computed)."""
     m = metrics[(metrics["reduction"] == reduction)]
     at = ((m["alpha"] - alpha).abs() < 1e-9) | m["metric"].str.startswith("four_choice")
     m = m[at]
@@ -59,9 +58,8 @@ CONSOLE_COLUMNS = ["cc", "soc", "soc_geo", "cross_soc", "cross_cc", "four_choice
 
 
 def console_board(board: pd.DataFrame) -> pd.DataFrame:
-    """The headline view of a leaderboard for a terminal: the levels, circular 4-choice and kNN top-1, SOC's
-    95% CI (bootstrap over categories) beside SOC, and a partial run's name marked; the full table stays
-    in `results.duckdb` (`soco leaderboard`)."""
+    """The terminal view of a leaderboard: the levels, circular 4-choice, kNN top-1 and SOC's 95% CI beside
+    SOC, a partial run's name marked."""
     from soco_pipeline.evaluation.stats import ci_display  # evaluation imports no analysis module
     from soco_pipeline.evaluation.subsets import partial_display
 

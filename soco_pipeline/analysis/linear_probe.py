@@ -106,9 +106,8 @@ def training_examples(
     protocol: ProtocolConfig,
     backbone: str,
 ) -> tuple[torch.Tensor, np.ndarray, np.ndarray, np.ndarray]:
-    """Training queries of the train pairs: (source descriptors q x C, each query's target image, positives
-    as (query, target cell) rows): the exact keypoint's cell (SOC) when visible, else its CC group's cells,
-    so the probe learns identity without unlearning concepts."""
+    """Training queries of the train pairs: source descriptors, target images and positive (query, cell) rows:
+    the keypoint's own cell when visible, else its CC group's."""
     train_rows = correspondences[correspondences["pair_id"].isin(train_pairs["pair_id"])]
     soc = train_rows[train_rows["kind"] == "soc"]
     cc = train_rows[train_rows["kind"] == "cc"]

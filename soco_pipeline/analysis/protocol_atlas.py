@@ -81,9 +81,8 @@ def protocol_atlas(
     confidence: float = 0.95,
     seed: int = 0,
 ) -> pd.DataFrame:
-    """ATLAS_COLUMNS rows, one per (family, metric, knob other than SHIPPED), over the models not in `controls`
-    that have rows under both protocols (`unit_names`: each family's unit name, UNITS by default). A knob with fewer
-    than two models has tau NaN."""
+    """ATLAS_COLUMNS rows, one per (family, metric, knob other than SHIPPED), over the non-control models with
+    rows under both protocols; tau NaN under two models."""
     rows = []
     for (family, metric), block in long.groupby(["family", "metric"], sort=True):
         knobs = sorted(set(block["knob"]) - {SHIPPED})  # every knob has a row, even with only controls
@@ -136,9 +135,8 @@ ATLAS_LEVELS = ("soc", "cc", "cross_soc")
 
 
 def soco_knob_table(metrics: pd.DataFrame, headline_alpha: float, alphas, reductions) -> pd.DataFrame:
-    """SOCO's per-category metrics as the atlas's long input: the shipped protocol (official reduction at the
-    headline alpha) and each single-knob change (another alpha; the pooled `keypoint` reduction, whose
-    categories weigh by their keypoint counts)."""
+    """SOCO's per-category metrics as the atlas's input: the shipped protocol and each single-knob change
+    (another alpha; the pooled `keypoint` reduction)."""
     cat = metrics[(metrics["scope"] == "category") & metrics["metric"].isin(ATLAS_LEVELS)]
     name = "model" if "model" in cat.columns else "backbone"
 

@@ -15,10 +15,8 @@ BACKBONES, LVLMS = "backbones", "lvlms"  # the dynamic partition sets of specs
 
 
 def observe_sources(instance: dg.DagsterInstance, soco) -> None:
-    """Record the current data version of the sources a run reads, where it moved since the last observation:
-    the protocol and the spec file of every known partition (the observations the spec sensors and the
-    weekly tick make). A step records its inputs' versions from these, so staleness (`fresh`) sees an edited
-    spec or protocol."""
+    """Record the data version of the protocol and every known spec file where it moved (as the sensors do),
+    so that `fresh` sees an edited spec or protocol."""
     from soco_pipeline.backbones.spec_files import spec_data_version, spec_problem
     from soco_pipeline.defs.shared.automation import observation
     from soco_pipeline.lvlm.specs import scan_specs as scan_lvlms
@@ -53,9 +51,8 @@ SETTINGS_TAG = "soco/settings"  # on every demo and `soco run` run: settings_fin
 
 
 def settings_fingerprint(defs: dg.Definitions) -> str:
-    """A hash of what a run reads beside its assets' inputs and that Dagster does not version: the settings
-    resource (data set size, seed, categories, folders ...), the contents of each task family's config file
-    and the protocol's version. A stage made by a run with another fingerprint is not fresh."""
+    """A hash of what a run reads that Dagster does not version (the settings, each family's config, the
+    protocol's version); a stage made under another is not fresh."""
     import hashlib
     import json
 
@@ -81,11 +78,8 @@ CODE_VERSION_TAG = "dagster/code_version"  # the tags Dagster writes on every ma
 
 
 class Freshness:
-    """Whether Dagster's versions call assets fresh, read through the instance's public event records: the
-    code version as when the asset was made, and each input's data version unchanged since (the rule of the
-    UI's "stale" badge, whose resolver lives in a private `dagster._core` module this project may not
-    import; Dagster's own recorded input versions hash a partitioned input's versions without observations,
-    so the input's events before and after are compared instead)."""
+    """Whether Dagster's versions call assets fresh (the UI's stale rule, read through public event records):
+    the code version as when made and each input's data version unchanged since."""
 
     def __init__(self, defs: dg.Definitions, instance: dg.DagsterInstance):
         self.defs, self.instance = defs, instance
@@ -150,9 +144,8 @@ class Freshness:
     def fresh(
         self, keys: Sequence[dg.AssetKey], partition: str | None = None, limit: str | None = "none"
     ) -> bool:
-        """Whether every asset of `keys` (of `partition`) is materialized and up to date (`stale`), by a run
-        with today's settings fingerprint; for a partition, made by a run with `soco run --limit` tag `limit`
-        ('none': a full run; None: any)."""
+        """Whether every asset of `keys` is materialized and fresh by a run with today's settings fingerprint
+        and, for a partition, `soco run --limit` tag `limit` (None: any)."""
         self.memo = {}
         try:
             return self._fresh(keys, partition, limit)

@@ -63,10 +63,8 @@ def instance_storage(yaml_text: str) -> str:
 
 
 def write_instance_yaml(dagster_home: Path, storage: str, root: Path) -> bool:
-    """Write <dagster_home>/dagster.yaml from the project's template, as `make` does, when it has none, or
-    when one written from the template differs from what it would write now: a copy of a checkout (or of
-    storage/) keeps the original's absolute storage root there, and its runs would land in the original's
-    instance. A dagster.yaml of the user's own (without the template's mark) is kept. True when written."""
+    """Write <dagster_home>/dagster.yaml from the template when missing or when a template-written one names
+    another storage root (a copied checkout); the user's own is kept. True when written."""
     if is_remote(storage):
         return False
     template = root / "dagster.yaml"

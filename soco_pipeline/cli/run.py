@@ -109,11 +109,8 @@ def is_cached(
 
 
 def spec_since(instance: dg.DagsterInstance, added: Added) -> float:
-    """Since when the spec has had its current data version. A backbone spec's version is that of its
-    computation (backbones/spec_files.spec_data_version: a `reference:`, a description or a comment leave
-    it): it is observed now (as the spec sensor does), and the answer is the time of the oldest observation
-    of `backbone_spec` in the unbroken run of observations at this version, from Dagster's records. An LVLM
-    spec: its file's modification time."""
+    """Since when the spec has had its current data version: for a backbone, the oldest observation of
+    `backbone_spec` in the unbroken run at this version (observed now); for an LVLM, the file's mtime."""
     import dagster as dg
 
     if added.partitions != "backbones":
@@ -251,11 +248,9 @@ def phase_of(i: int, cache: dict | None, stage) -> str:
 def cached(
     runner, defs: dg.Definitions, added: Added, stage, cache: dict | None, model_keys, ran: bool
 ) -> bool:
-    """Whether a step of the plan is cached: a model step made after the spec's version appeared and up to
-    date by Dagster's stale status (code versions and the data versions of every input, as when it was
-    made); a board, when no step before it ran in this command, made after the latest of this model's rows
-    that it reads (not another family's) and, for the SOCO board and the summary, which read `reference:`
-    from the spec folder, after the spec file's last edit."""
+    """Whether a plan step is cached: a model step made since the spec's version and fresh; a board, when
+    nothing ran before it here, made after this model's rows it reads (and the spec's last edit for SOCO's
+    board and the summary)."""
     if cache is not None:
         return is_cached(runner.instance, stage.keys, **cache) and runner.freshness.fresh(
             stage.keys, stage.partition, None

@@ -45,9 +45,8 @@ def predict_four_choice(
     device: str | torch.device = "cpu",
     image_pairs: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
-    """Similarity of each 4-choice option (bilinear-sampled on the target map, like the source) to the source
-    descriptor, and the pick under each rotation: backbone, pair_id, src_keypoint, sim_a..sim_d, answer,
-    pick_0..pick_3. Images come from `image_pairs` or the `src_image`/`trg_image` columns of `four_choice`."""
+    """Each 4-choice option's similarity to the source descriptor (sampled like it) and the pick under each
+    rotation; images from `image_pairs` or `four_choice`'s own columns."""
     device = torch.device(device)
     items = four_choice.reset_index(drop=True)
     if not {"src_image", "trg_image"} <= set(items.columns):

@@ -63,12 +63,8 @@ def cells_of(uv: np.ndarray, h: int, w: int) -> np.ndarray:
 
 
 def bilinear_corners(uv: np.ndarray, h: int, w: int) -> tuple[np.ndarray, np.ndarray]:
-    """Flat cells (N x 4) and float32 weights (N x 4) of grid_sample's bilinear read at unit points (N x 2).
-
-    The official script calls grid_sample(align_corners=True) at 2p - 1, which puts p = 0 and p = 1 on the
-    centres of the first and last cells, not on the cell that contains p; that quirk is kept on purpose.
-    Same float32 arithmetic as grid_sample's kernel; corners outside the grid get weight 0 (zero padding).
-    """
+    """Flat cells and float32 weights (N x 4) of grid_sample(align_corners=True)'s bilinear read at unit
+    points, the official script's quirk kept; corners outside get weight 0."""
     g = (2.0 * np.asarray(uv, dtype=np.float64) - 1.0).astype(np.float32)  # the grid grid_sample receives
     x = (g[:, 0] + np.float32(1)) / np.float32(2) * np.float32(w - 1)
     y = (g[:, 1] + np.float32(1)) / np.float32(2) * np.float32(h - 1)
@@ -85,9 +81,8 @@ def bilinear_corners(uv: np.ndarray, h: int, w: int) -> tuple[np.ndarray, np.nda
 
 
 def sample_descriptors(fmap: torch.Tensor | np.ndarray, uv: torch.Tensor | np.ndarray) -> torch.Tensor:
-    """Bilinear descriptors (N x C, float32) of a C x h x w map at unit points (N x 2), as the official script
-    (grid_sample with align_corners=True; see `bilinear_corners`). Only the four corner cells of each point
-    are read and widened to float32, not the whole map."""
+    """Bilinear descriptors (N x C, float32) of a C x h x w map at unit points, as the official script
+    (`bilinear_corners`), reading only each point's four corner cells."""
     _, h, w = fmap.shape
     uv = uv.cpu().numpy() if isinstance(uv, torch.Tensor) else uv
     return _corner_descriptors(fmap, *bilinear_corners(uv, h, w))
@@ -245,11 +240,8 @@ def source_descriptors(
 
 
 def _similarities(q: torch.Tensor, fmap: torch.Tensor, dtype: torch.dtype, want_sims: bool):
-    """(sims n x hw or None, argmax cell, max) of descriptors q (n x C) against a C x h x w map in `dtype`.
-
-    An fp16 map on the CPU at float32 goes through the native kernel (no float32 copy of the map); the
-    result is the float32 product's, ties to the lowest cell. Everything else runs in torch.
-    """
+    """(sims or None, argmax cell, max) of q (n x C) against a C x h x w map in `dtype`; an fp16 CPU map at
+    float32 goes through the native kernel."""
     if (
         fmap.dtype == torch.float16
         and dtype == torch.float32
@@ -263,9 +255,8 @@ def _similarities(q: torch.Tensor, fmap: torch.Tensor, dtype: torch.dtype, want_
 
 
 def group_ids(*keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Group number of each row of the key columns (0, 1, ... in order of first appearance), and the first
-    row of each group. Each column is factorized (string, categorical or integer values alike) and the
-    codes combined into one integer key, so the grouping is one integer sort."""
+    """Group number of each row of the key columns (in order of first appearance) and each group's first row,
+    by one integer sort over the factorized codes."""
     key = np.zeros(len(keys[0]), dtype=np.int64)
     for column in keys:
         codes, uniques = pd.factorize(column)
@@ -513,10 +504,8 @@ def predict(
     backbone_name: str,
     device: str | torch.device = "cpu",
 ) -> pd.DataFrame:
-    """Predict the target point of every evaluated (pair, source keypoint): PredictionSchema rows plus
-    `input_size`, mode 'free' for SOC and CC rows and 'geo' for SOC rows flagged geo with at least
-    geo_min_candidates candidates (argmax over the patches of the visible same-concept target keypoints).
-    tests/soco_reference.py is the same protocol one pair at a time; the two are tested to agree."""
+    """PredictionSchema rows (plus `input_size`) of every evaluated (pair, source keypoint): mode 'free', and
+    'geo' for SOC-geo rows; tested to agree with tests/soco_reference.py."""
     device = torch.device(device)
     q = _queries(image_pairs, correspondences)
     if q is None:

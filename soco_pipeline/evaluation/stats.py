@@ -67,9 +67,8 @@ def backbone_scores(
 
 
 def lvlm_scores(answers: pd.DataFrame, image_pairs: pd.DataFrame | None = None) -> pd.DataFrame:
-    """LVLM scores (SCORE_COLUMNS): metric '<setting>/average' per answer row (unit = the item group) and
-    '<setting>/circular' per item group (all four rotations right); cluster = the target image when
-    `image_pairs` is given, else the pair."""
+    """LVLM scores (SCORE_COLUMNS): '<setting>/average' per answer row and '<setting>/circular' per item
+    group; cluster the target image (with `image_pairs`), else the pair."""
     a = answers.assign(correct=answers["correct"].astype(bool))
     cluster = (
         image_pairs.set_index("pair_id")["trg_image"].reindex(a["pair_id"]).to_numpy()
@@ -119,9 +118,8 @@ def _category_sums(units: pd.DataFrame, column: str = "score") -> tuple[np.ndarr
 
 
 def _estimate(sums: np.ndarray, sizes: np.ndarray, idx: np.ndarray, reduction: str) -> np.ndarray:
-    """The headline number of each row of category indices `idx` (n x K): the mean of the category means
-    (official) or all units' mean (pooled). The point estimate is the row 0..K-1, the bootstrap replicates
-    are resampled rows: one arithmetic for both, so a CI contains its value to the last bit."""
+    """The headline of each row of category indices `idx` (n x K), official or pooled: the point estimate and
+    the replicates share one arithmetic, so a CI contains its value."""
     if reduction == "pooled":
         return sums[idx].sum(axis=1) / sizes[idx].sum(axis=1)
     return (sums / sizes)[idx].mean(axis=1)
@@ -245,9 +243,8 @@ def compare(
     seed: int = 0,
     level: float = 0.95,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Paired difference A - B (points) per metric on the elements both scored (matched on metric, group,
-    unit, element): overall with a category-bootstrap CI (`level`, default 95%; the columns keep their ci95
-    names) and a sign test over units, and per category (CATEGORY_COLUMNS)."""
+    """Paired difference A - B (points) per metric on the elements both scored: overall with a
+    category-bootstrap CI at `level` and a sign test over units, and per category."""
     keys = ["metric", "group", "unit", "element"]
     m = scores_a.merge(scores_b, on=keys, suffixes=("_a", "_b"), how="inner")
     if m.empty:
@@ -329,9 +326,8 @@ def attach_intervals(
 def add_interval_columns(
     board: pd.DataFrame, metrics: pd.DataFrame, name_column: str = "backbone"
 ) -> pd.DataFrame:
-    """A leaderboard with `ci95_lo_boot_category_<metric>`, `ci95_hi_boot_category_<metric>` and
-    `se_cluster_image_<metric>` for the headline metrics, from metrics tables made by `attach_intervals`
-    (prefixed, so that no column reads as a `soc_<supercategory>` one)."""
+    """A leaderboard with the boot-category CI and cluster SE columns of its headline metrics, from
+    `attach_intervals`' metrics tables."""
     if "ci95_lo_boot_category" not in metrics.columns:
         return board
     rows = metrics[metrics["ci95_lo_boot_category"].notna() & metrics["metric"].isin(BOARD_CI_METRICS)]

@@ -197,9 +197,8 @@ def records_text(
 
 
 def is_prose(df: pd.DataFrame, longest: int = 40) -> bool:
-    """True when a text column that is no note column (NOTE_COLUMNS print once above a table, or as numbered
-    notes) holds a cell longer than `longest` characters (a claim): such rows read better as `records_text`
-    than as a table cut to fit."""
+    """True when a text column other than NOTE_COLUMNS has a cell longer than `longest` (a claim): such rows
+    read better as `records_text`."""
     text = [c for c in df.columns if df[c].dtype == object and c not in NOTE_COLUMNS]  # notes print once
     return any(df[c].astype(str).str.len().max() > longest for c in text) if len(df) else False
 
@@ -242,9 +241,8 @@ def with_ranks(headlines: pd.DataFrame) -> pd.DataFrame:
 
 
 def summary_frame(headlines: pd.DataFrame) -> pd.DataFrame:
-    """One row per model, one column per family (value [95% CI] of its headline; `headline_metrics` names
-    each), from the long `model_headlines` shape; a model a family has no row for reads n/a. The models come
-    first; controls and ceilings (trust/roles.py) follow, their names marked `(control)` / `(ceiling)`."""
+    """One row per model, one `value [95% CI]` column per family, from the long `model_headlines`; models
+    first, then controls and ceilings marked `(control)` / `(ceiling)`."""
     from soco_pipeline.tasks.core import SOCO
 
     h = headlines.copy()

@@ -26,7 +26,6 @@ def neutralise_formulas(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def safe_csv(df: pd.DataFrame) -> str:
-    """`df` as CSV text with formula-like cells neutralised (`neutralise_formulas`), no index. Every text
-    cell is quoted: pandas leaves a lone carriage return unquoted, and a reader then starts a new row there,
-    whose first cell (`\r=1` -> `=1`) would be live again."""
+    """`df` as CSV text with formula cells neutralised, every text cell quoted (pandas leaves a lone carriage
+    return unquoted, which would make a live cell of the next row)."""
     return neutralise_formulas(df).to_csv(index=False, quoting=csv.QUOTE_NONNUMERIC)

@@ -111,9 +111,8 @@ def page_table(
     name_col: str | None = None,
     hoist: bool = True,
 ) -> dict | None:
-    """A table for the template: columns, rows of cells ({text, partial}) and notes. Cells are text formatted
-    as on the terminal (report/console.py: n/a, decimals); text columns the same in every row (a data
-    source) become one note above the table. The template escapes everything."""
+    """A table for the template: columns, rows of cells ({text, partial}, formatted as on the terminal) and
+    notes (text columns the same in every row)."""
     from soco_pipeline.report.console import NOTE_COLUMNS, column_text
 
     if df is None or df.empty:

@@ -110,9 +110,8 @@ FONT_SIZE = 15
 def labelled_panel(
     panel: Image.Image, layout: PanelLayout, sims: np.ndarray | None = None, title: str = ""
 ) -> Image.Image:
-    """The panel with words: a title strip naming each tile (source with the query, target with the ground
-    truth and the prediction, similarity), and below them a legend of the markers and, under the heatmap
-    tile, its colour bar from the lowest to the highest cosine similarity."""
+    """The panel with a title strip naming each tile, a legend of the markers and, under the heatmap, its
+    colour bar."""
     from PIL import ImageFont
 
     font = ImageFont.load_default(size=FONT_SIZE)

@@ -115,9 +115,8 @@ def _sql_list(paths: list[str]) -> str:
 
 
 def _compatible(types: dict[str, str]) -> str:
-    """The `REPLACE (...)` of a stored view that casts columns of types the STORAGE_COMPATIBILITY readers do
-    not know: a tz-aware nanosecond timestamp (pandas' `datetime64[ns, UTC]`, DuckDB 2.0's TIMESTAMPTZ_NS;
-    the duckdb CLI 1.5 cannot open a file whose view has one) reads as TIMESTAMPTZ (microseconds)."""
+    """The `REPLACE (...)` casting a tz-aware nanosecond timestamp to TIMESTAMPTZ, which the
+    STORAGE_COMPATIBILITY readers (the duckdb CLI 1.5) can open."""
     casts = [f'CAST("{c}" AS TIMESTAMPTZ) AS "{c}"' for c, t in types.items() if t == "TIMESTAMPTZ_NS"]
     return f" REPLACE ({', '.join(casts)})" if casts else ""
 
@@ -238,11 +237,8 @@ def create_views(con: duckdb.DuckDBPyConnection, tables_root: str) -> list[str]:
 
 
 def connect_readonly(db_path: str | Path, tables_root: str | None = None) -> duckdb.DuckDBPyConnection:
-    """Open the results read-only: an in-memory connection with one view per table beside the file, then
-    DuckDB's external access turned off and the configuration locked (no file, ATTACH or INSTALL).
-
-    `tables_root` defaults to `<folder of the file>/tables`; a URL needs no file (views over the bucket).
-    """
+    """The results read-only: an in-memory connection with one view per table, then external access off and
+    the configuration locked; `tables_root` defaults to `<folder of the file>/tables`."""
     if tables_root is not None and is_remote(tables_root):
         return _connect_remote(tables_root)
     db_path = Path(db_path)

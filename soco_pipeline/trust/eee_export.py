@@ -198,9 +198,8 @@ def measured_log(
 
 
 def instance_lines(aggregate: dict[str, Any], family: str, scores: pd.DataFrame) -> list[str]:
-    """The sidecar's JSONL lines: one instance-level record per per-sample score row (stats.SCORE_COLUMNS) of
-    a metric the aggregate reports. A 0/1 score is correct when 1; a share (TPIPS: the vote share of the
-    model's pick) when it is above one half."""
+    """The sidecar's JSONL lines, one per per-sample score row of a reported metric: correct when the score is
+    1, or a share (TPIPS's vote share) above one half."""
     reported = {r["evaluation_result_id"] for r in aggregate["evaluation_results"]}
     s = scores.assign(rid=family + "." + scores["metric"].astype(str))
     s = s[s["rid"].isin(reported)]
@@ -289,9 +288,9 @@ def published_logs(rows: pd.DataFrame, retrieved: str) -> list[tuple[str, dict[s
 def write_log(
     out_dir: str | Path, collection: str, rid: str, aggregate: dict, lines: list[str] | None
 ) -> tuple[Path, Path | None]:
-    """Write the aggregate record (and its sidecar when `lines` is given) under
-    `<out_dir>/data/<collection>/<developer>/<model id>/`; the aggregate points at the sidecar with its
-    sha256 and row count. Returns (aggregate path, sidecar path or None)."""
+    """Write the aggregate record (and its sidecar, which it points at by sha256 and row count) under
+    `<out_dir>/data/<collection>/<developer>/<model id>/`; returns both paths (sidecar None without
+    `lines`)."""
     info = aggregate["model_info"]
     folder = Path(out_dir) / "data" / slug(collection) / info["developer"] / info["id"]
     folder.mkdir(parents=True, exist_ok=True)

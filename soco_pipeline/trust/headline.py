@@ -27,22 +27,10 @@ EMBEDDED_SOURCE = "embedded_source"  # `simulated`: the run's SOCO data source i
 
 @dataclass(frozen=True, kw_only=True)
 class Headline:
-    """The headline of one task family, read from its board (a leaderboard table).
-
-    - `family` / `board`: the family's name (its `model_summary` columns) and the board read; a `Family`
-      declaration fills them (its name, `<name>_leaderboard`) when left empty;
-    - `values`: the value column(s), 0-100; per row the first non-null one (e.g. a backbone's probe top-1,
-      else an LVLM's choice accuracy on the same board);
-    - `where`: a pandas query selecting the board rows that are models (not oracles, references, n/a rows);
-    - `best_of`: a column (a method) when a model has several rows: its best row is its headline, and the
-      metric names the method;
-    - CI: `ci_low` / `ci_high` columns, else `half_width` (value ± it), else a 95% Wilson interval from the
-      sample count `n` (a proportion in percent), else none;
-    - `simulated`: True / False, a board column (bool, or text starting with "simulated"), or
-      "embedded_source" (simulated iff the run's SOCO data come from the embedded generator);
-    - `ceiling` / `control`: pandas queries marking the headline rows that are checks, not models (evaluation/
-      roles.py; e.g. TPIPS's aspect oracle over pixels); the spec files mark the others.
-    """
+    """One family's headline, read from its board: the first non-null of `values` (0-100) on the `where` rows,
+    the best row per model when `best_of` names a method; CI from `ci_low` / `ci_high`, else value +-
+    `half_width`, else Wilson from `n`; `simulated` a bool, a board column or EMBEDDED_SOURCE; `ceiling` /
+    `control` queries mark checks (trust/roles.py). A `Family` fills `family` and `board` when empty."""
 
     values: tuple[str, ...]
     label: str
@@ -104,9 +92,8 @@ def headline_rows(
     embedded: bool = True,
     roles: dict[str, str] | None = None,
 ) -> pd.DataFrame:
-    """The long headline rows (HEADLINE_COLUMNS) of one family's board: one per model with a value; empty when
-    the board is missing or has no model rows. `roles`: {model: ceiling | control} (trust/roles.py
-    spec_roles); any other model is a `model`."""
+    """The long headline rows (HEADLINE_COLUMNS) of one family's board, one per model with a value (empty
+    without one); `roles`: {model: ceiling | control} (trust/roles.py spec_roles)."""
     if not (h.family and h.board):
         raise ValueError(f"{h}: a Headline outside a Family declaration names its family and board")
     if board is None or board.empty or h.model_column not in board.columns:
@@ -228,9 +215,8 @@ def model_summary(long: pd.DataFrame, headlines: Iterable[Headline]) -> pd.DataF
 
 
 def vanished_boards(materialized: dict[str, pd.Timestamp | None], tables_root: str) -> dict[str, str]:
-    """{board: warning} for each board in `materialized` (board asset -> when it was last materialized, None
-    if never) that was materialized but whose table file is gone: its family would drop out of
-    `model_summary` and the results page without a word. A board never materialized is not missing."""
+    """{board: warning} for each board of `materialized` (board -> last materialization or None) whose table
+    file is gone, so that its family does not drop out of the summary without a word."""
     from soco_pipeline.storage import exists, join
 
     out = {}

@@ -77,9 +77,8 @@ META_KEYS = ("model", "family", "data_version", "task_hash", "materialized_at", 
 
 
 def read_archive(storage_root: str, family: str, model: str) -> tuple[list[dict], dict[str, str]]:
-    """Every readable snapshot of a model (their metadata, oldest first), and the damaged ones as
-    {data version: why} (a JSON that does not parse or lacks a field). A damaged snapshot is never left
-    out silently: the watch cannot tell whether it was the one to compare with (see `watch`)."""
+    """Every readable snapshot of a model (metadata, oldest first) and the damaged ones as {data version:
+    why}, never left out silently (see `watch`)."""
     folder = archive_dir(storage_root, family, model)
     if not exists(folder):
         return [], {}
@@ -125,9 +124,8 @@ def damaged_advice(family: str, model: str, data_version: str, asset: str) -> st
 
 
 def drop_snapshot(storage_root: str, family: str, model: str, data_version: str) -> list[str]:
-    """Move one snapshot's files (`<data_version>.json` / `.parquet`) into the archive's `dropped/` folder
-    (nothing is deleted); returns the new paths. FileNotFoundError naming the snapshots there are when it has
-    no file."""
+    """Move one snapshot's files into the archive's `dropped/` folder (nothing is deleted) and return the new
+    paths; FileNotFoundError naming the snapshots there when it has none."""
     folder = archive_dir(storage_root, family, model)
     fs, _ = filesystem(folder)
     moved = []
@@ -173,9 +171,8 @@ def regression_test(
     seed: int = 0,
     reduction: str = "official",
 ) -> pd.DataFrame:
-    """Per metric: current - previous (points) with its `level` bootstrap interval over categories (the
-    paired test of `soco compare`; `reduction` official for SOCO, pooled for a family's per-sample accuracy);
-    `regression` when the whole interval lies below zero."""
+    """Per metric: current - previous (points) with its `level` bootstrap interval over categories (`soco
+    compare`'s paired test); `regression` when the whole interval is below zero."""
     from soco_pipeline.evaluation.stats import compare
 
     cur = current[current["metric"].isin(metrics)].assign(model="current")
@@ -261,9 +258,8 @@ def figure_text(value: float, previous: float, delta: float, lo: float, hi: floa
 
 @dataclass(frozen=True)
 class WatchOutcome:
-    """The watch's verdict on one materialization: history rows, the data version compared with, the
-    regression message, the paired test in words, per-metric figures as text, and `not_comparable` (why no
-    verdict could be given, with the fix; "" otherwise)."""
+    """The watch's verdict on one materialization: history rows, the version compared with, the regression
+    message, the test and figures as text, and `not_comparable` (why, with the fix)."""
 
     table: pd.DataFrame
     previous: str
@@ -285,11 +281,9 @@ def watch(
     n_boot: int = 2000,
     archived_by: str = "",
 ) -> WatchOutcome:
-    """Compare `model`'s snapshot at `data_version` with its latest snapshot of another data version on the
-    same task hash: the paired test per metric, or the plain difference under `not_paired`.
-
-    Missing evidence never passes as "no regression": a damaged or unreadable snapshot makes the outcome
-    `not_comparable`, naming the file and the fix (`archived_by`: the asset that archives the snapshots)."""
+    """Compare `model`'s snapshot at `data_version` with its latest of another data version on the same task
+    hash (paired test, or the plain difference under `not_paired`); a damaged snapshot makes the outcome
+    `not_comparable`, never a pass."""
     asset = archived_by or f"{family}_history"
     snaps, damaged = read_archive(storage_root, family, model)
     current = next((s for s in reversed(snaps) if s["data_version"] == data_version), None)

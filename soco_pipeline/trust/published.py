@@ -134,9 +134,8 @@ def spec_references(specs_dir: str | Path, protocol) -> tuple[dict[str, str], di
 
 
 def published_columns(board: pd.DataFrame, comparison: pd.DataFrame, family: str) -> pd.DataFrame:
-    """The backbone board of `family` with, per model that names a reference: `reference`, `soc_published`
-    (the closest published SOC), `soc_vs_published` (ours - published) and `published_note` (the knobs that
-    differ)."""
+    """The `family` board with, per model naming a reference: `reference`, `soc_published` (the closest
+    published SOC), `soc_vs_published` and `published_note` (the knobs that differ)."""
     name = "model" if "model" in board.columns else "backbone"
     soc = comparison[(comparison["family"] == family) & (comparison["metric"] == "soc")].set_index("model")
     out = board.copy()
@@ -151,9 +150,8 @@ BOARD_PUBLISHED = ("reference", "soc_published", "soc_vs_published", "published_
 
 
 def summary_published(summary: pd.DataFrame, board: pd.DataFrame | None, family: str) -> pd.DataFrame:
-    """`model_summary` with the published SOC of the model a spec names: the columns `published_columns` set on
-    `family`'s board, joined by model and prefixed with the family (`reference`, `<family>_published`,
-    `<family>_vs_published`, `published_note`); empty where the board has none."""
+    """`model_summary` with the columns `published_columns` sets on `family`'s board, joined by model and
+    prefixed with the family."""
     figures = [f"{family}_published", f"{family}_vs_published"]
     renamed = dict(zip(BOARD_PUBLISHED, ["reference", *figures, "published_note"], strict=True))
     if board is not None and "reference" in board.columns:

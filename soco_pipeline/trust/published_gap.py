@@ -157,9 +157,8 @@ def measure_gap(
     simulated: bool,
     family: str,
 ) -> pd.DataFrame:
-    """GAP_COLUMNS rows of one model: per `family` metric of its reference, one row per differing knob in
-    KNOB_ORDER (before, after, effect) and a last `unexplained` row. `predict` runs a variant spec, `score`
-    re-scores at an alpha; empty when the spec names no reference."""
+    """GAP_COLUMNS rows of one model: per metric of its reference, one row per differing knob in KNOB_ORDER
+    and a last `unexplained` row (`predict` runs a variant spec, `score` re-scores)."""
     if not spec.reference:
         return pd.DataFrame(columns=GAP_COLUMNS)
     runs: dict[str, pd.DataFrame] = {spec_hash(spec): predictions}  # by variant key: each runs once

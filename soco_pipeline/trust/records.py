@@ -82,9 +82,8 @@ def backbone_record(
     scores: pd.DataFrame | None = None,
     pair_hashes: pd.DataFrame | None = None,
 ) -> dict[str, Any]:
-    """The record of one backbone from its `tables` (image_set ... four_choice_predictions). `scores`: its
-    per-sample scores when the caller has them; `pair_hashes`: the stored per-pair hashes, which spare
-    reading and hashing the images when they cover every evaluated pair."""
+    """One backbone's record from its `tables`; `scores` and `pair_hashes` (covering every evaluated pair)
+    spare re-scoring and re-hashing."""
     pairs_full = tables["image_pairs"]
     pairs = apply_pair_subset(pairs_full, rule)
     ev = pairs[pairs["evaluated"].astype(bool)]
@@ -192,9 +191,8 @@ PREDICTION_TABLES = ("predictions", "four_choice_predictions", "lvlm_answers")  
 
 
 def read_prediction_table(path: str, asset: str, partition: str) -> pd.DataFrame:
-    """A stored prediction table (predictions, four_choice_predictions, lvlm_answers), verified against the
-    content checksum the pipeline wrote with it: a table altered since, or one without a checksum, is refused
-    with the file and the asset to re-materialize (compare, records and re-scoring read through here)."""
+    """A stored prediction table verified against the content checksum written with it; an altered or
+    unchecksummed one is refused naming the asset to re-materialize."""
     from soco_pipeline.storage import exists, read_parquet
 
     if not exists(path):
@@ -267,9 +265,8 @@ def rebuild_lvlm_record(settings: Settings, name: str, model: str, protocol_path
 
 
 def stored_scores(settings: Settings, model: str, lvlm: bool = False, protocol_path: str | None = None):
-    """Per-sample scores (stats.SCORE_COLUMNS) of a SOCO LVLM (per answer / item group, `lvlm`) or backbone (per
-    keypoint, re-scored from its stored predictions on its stored subset under the stored protocol, or under
-    `protocol_path` where it changes scoring knobs only: `protocol_check`)."""
+    """Per-sample scores (stats.SCORE_COLUMNS) of a SOCO LVLM or backbone, re-scored from stored predictions
+    under the stored protocol, or `protocol_path` where it changes scoring knobs only."""
     from soco_pipeline.trust.protocol_check import checked_protocol
 
     if lvlm:
