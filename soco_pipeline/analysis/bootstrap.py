@@ -46,8 +46,7 @@ def _standardise(v: np.ndarray) -> np.ndarray:
 
 
 def weighted_pearson(counts: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Pearson r of each resample (a count row, B x n) over x, y (n, or B x n); NaN without variance. Ranks
-    may be float32: their weighted sums are exact there."""
+    """Pearson r per resample (count rows, B x n) over x, y; NaN without variance."""
     m = counts.sum(axis=1, dtype=np.float64)
 
     def wsum(v):
@@ -71,8 +70,7 @@ def weighted_pearson(counts: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.nda
 
 
 def weighted_ranks(counts: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """(B x n) average rank (1-based, ties averaged) of each model's value within each resample;
-    half-integers, exact in float32."""
+    """(B x n) average ranks (ties averaged) within each resample; exact in float32."""
     order = np.argsort(values, kind="stable")
     sorted_values = np.asarray(values)[order]
     starts = np.flatnonzero(np.r_[True, sorted_values[1:] != sorted_values[:-1]])

@@ -89,8 +89,7 @@ class AnalysisConfig:
 
 
 def load_analysis_config(path: str | Path = ANALYSIS_CONFIG, **overrides) -> AnalysisConfig:
-    """The analysis config from YAML, with keyword overrides (seed, n_resamples, subsets ...);
-    AnalysisConfigError naming the file and the field when it is malformed."""
+    """The analysis config from YAML with keyword overrides; AnalysisConfigError names the field."""
     raw = read_yaml(path, AnalysisConfigError, "analysis config")
     raw = {} if raw is None else raw
     if isinstance(raw, dict):
@@ -142,8 +141,7 @@ def _row(subset, bench, bt, bm, task, metric, facts, config, statistic, iv, n) -
 
 
 def correlation_table(scores: pd.DataFrame, config: AnalysisConfig) -> pd.DataFrame:
-    """Every (subset, benchmark, downstream task, metric) pearson / spearman correlation with its CI, plus
-    delta_pearson rows (benchmark 'a-b'), from `reference.combine_scores`; pairs under `min_models` left out."""
+    """Every pearson / spearman correlation with its CI, plus delta_pearson rows, from combined scores."""
     if scores.empty:
         raise ReferenceDataError("no scores to correlate: the score tables are empty")
     wide, facts = _wide(scores)
@@ -233,8 +231,7 @@ def headline_markdown(table: pd.DataFrame, subset: str = "all", a: str = "soc", 
 
 
 def task_markdown(table: pd.DataFrame, task: str, subset: str = "all", statistic: str = "pearson") -> str:
-    """One downstream task's correlations (e.g. a task family's scores against the pipeline's SOCO columns) as
-    Markdown: metric, benchmark, r [CI], n; '(no rows ...)' when the task has too few models."""
+    """One downstream task's correlations as Markdown (metric, benchmark, r [CI], n)."""
     t = table[(table["subset"] == subset) & (table["task"] == task) & (table["statistic"] == statistic)]
     if t.empty:
         return f"(no {statistic} rows for {task!r} in subset {subset!r}: fewer models than min_models have both)\n"

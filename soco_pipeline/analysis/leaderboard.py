@@ -20,8 +20,7 @@ def leaderboard(
     reduction: str = "official",
     global_metrics: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
-    """One row per backbone: the levels, drops, soc per super-category and 4-choice at `alpha`, with knn_top1
-    and retrieval_map from `global_metrics` (NaN where not computed)."""
+    """One row per backbone: levels, drops, per-super-category SOC, 4-choice, kNN and retrieval."""
     m = metrics[(metrics["reduction"] == reduction)]
     at = ((m["alpha"] - alpha).abs() < 1e-9) | m["metric"].str.startswith("four_choice")
     m = m[at]
@@ -58,8 +57,7 @@ CONSOLE_COLUMNS = ["cc", "soc", "soc_geo", "cross_soc", "cross_cc", "four_choice
 
 
 def console_board(board: pd.DataFrame) -> pd.DataFrame:
-    """The terminal view of a leaderboard: the levels, circular 4-choice, kNN top-1 and SOC's 95% CI beside
-    SOC, a partial run's name marked."""
+    """The terminal view of a leaderboard, SOC's 95% CI beside SOC, partial runs marked."""
     from soco_pipeline.evaluation.stats import ci_display  # evaluation imports no analysis module
     from soco_pipeline.evaluation.subsets import partial_display
 

@@ -106,8 +106,7 @@ def training_examples(
     protocol: ProtocolConfig,
     backbone: str,
 ) -> tuple[torch.Tensor, np.ndarray, np.ndarray, np.ndarray]:
-    """Training queries of the train pairs: source descriptors, target images and positive (query, cell) rows:
-    the keypoint's own cell when visible, else its CC group's."""
+    """The train pairs' queries: source descriptors, target images and positive (query, cell) rows."""
     train_rows = correspondences[correspondences["pair_id"].isin(train_pairs["pair_id"])]
     soc = train_rows[train_rows["kind"] == "soc"]
     cc = train_rows[train_rows["kind"] == "cc"]
@@ -167,8 +166,7 @@ def train_probe(
     config: ProbeConfig,
     log: Callable[[str], None] | None = None,
 ) -> tuple[torch.Tensor, list[float]]:
-    """The trained W (D x C) and the loss per step. Each step: `targets_per_step` target images (a seeded
-    shuffle, epoch after epoch) and all their queries; InfoNCE over each target's whole grid."""
+    """The trained W (D x C) and the loss per step (InfoNCE over each target's grid)."""
     log = log or (lambda _m: None)
     c = descriptors.shape[1]
     d = config.dim or c
@@ -223,8 +221,7 @@ def probe_metrics(
     config: ProbeConfig | None = None,
     log: Callable[[str], None] | None = None,
 ) -> pd.DataFrame:
-    """Train the probe on the train split and score zero-shot and probe on the test pairs (PROBE_COLUMNS:
-    method zero_shot | probe; metric cc | soc | soc_geo | cross_soc per alpha, official reduction, 0-100)."""
+    """Train the probe and score zero-shot and probe on the test pairs (PROBE_COLUMNS)."""
     config = config or ProbeConfig()
     log = log or (lambda _m: None)
     train_mask = split_images(images, config)

@@ -13,8 +13,7 @@ from soco_pipeline.settings import Settings
 
 
 def family_scores(settings: Settings, family: str, model: str) -> tuple[pd.DataFrame | None, str]:
-    """(per-sample scores, '') of a backbone in a task family, from the per-sample table its regression watch
-    is paired on; (None, why) when the family declares none or the table is not materialized."""
+    """(per-sample scores, '') of a backbone in a family, or (None, why)."""
     from soco_pipeline.storage import exists, read_parquet
     from soco_pipeline.tables import table_for
     from soco_pipeline.tasks import family_specs

@@ -15,8 +15,7 @@ BACKBONES, LVLMS = "backbones", "lvlms"  # the dynamic partition sets of specs
 
 
 def observe_sources(instance: dg.DagsterInstance, soco) -> None:
-    """Record the data version of the protocol and every known spec file where it moved (as the sensors do),
-    so that `fresh` sees an edited spec or protocol."""
+    """Record the protocol's and spec files' data versions where they moved."""
     from soco_pipeline.backbones.spec_files import spec_data_version, spec_problem
     from soco_pipeline.defs.shared.automation import observation
     from soco_pipeline.lvlm.specs import scan_specs as scan_lvlms
@@ -51,8 +50,7 @@ SETTINGS_TAG = "soco/settings"  # on every demo and `soco run` run: settings_fin
 
 
 def settings_fingerprint(defs: dg.Definitions) -> str:
-    """A hash of what a run reads that Dagster does not version (the settings, each family's config, the
-    protocol's version); a stage made under another is not fresh."""
+    """A hash of what a run reads that Dagster does not version (settings, configs, protocol)."""
     import hashlib
     import json
 
@@ -78,8 +76,7 @@ CODE_VERSION_TAG = "dagster/code_version"  # the tags Dagster writes on every ma
 
 
 class Freshness:
-    """Whether Dagster's versions call assets fresh (the UI's stale rule, read through public event records):
-    the code version as when made and each input's data version unchanged since."""
+    """Whether Dagster's code and input data versions call assets fresh (public records only)."""
 
     def __init__(self, defs: dg.Definitions, instance: dg.DagsterInstance):
         self.defs, self.instance = defs, instance
@@ -91,8 +88,7 @@ class Freshness:
     def latest(
         self, key: dg.AssetKey, partition: str | None, observed: bool = True, before: int | None = None
     ) -> dg.EventLogRecord | None:
-        """The newest materialization (or observation, with `observed`) of `key`, of `partition` where `key`
-        is partitioned, stored before event `before` when given."""
+        """The newest materialization (or observation) of `key` (of `partition`), before `before`."""
         if self.memo is None:
             return self._fetch_latest(key, partition, observed, before)
         args = (key, partition, observed, before)
@@ -120,8 +116,7 @@ class Freshness:
         return None if event is None else (event.tags or {}).get(DATA_VERSION_TAG)
 
     def stale(self, key: dg.AssetKey, partition: str | None) -> bool:
-        """Whether `key` (of `partition`) is missing, made by another code version, or made before an input's
-        data version changed (an input read over many partitions: materialized since)."""
+        """Whether `key` is missing, of another code version, or older than an input's version."""
         made = self.latest(key, partition, observed=False)
         if made is None:
             return True
@@ -144,8 +139,7 @@ class Freshness:
     def fresh(
         self, keys: Sequence[dg.AssetKey], partition: str | None = None, limit: str | None = "none"
     ) -> bool:
-        """Whether every asset of `keys` is materialized and fresh by a run with today's settings fingerprint
-        and, for a partition, `soco run --limit` tag `limit` (None: any)."""
+        """Whether every asset of `keys` is fresh, by today's fingerprint (and `limit` tag)."""
         self.memo = {}
         try:
             return self._fresh(keys, partition, limit)

@@ -14,8 +14,7 @@ from soco_pipeline.tasks.core import SOCO, all_specs
 
 
 def pick_columns(board: pd.DataFrame, columns: str | None, default: list[str]) -> list[str]:
-    """The columns to print: `default` when none asked, all for 'all', else the comma list (an unknown name
-    is an error listing the board's columns)."""
+    """The columns to print: `default`, all for 'all', else the comma list (checked)."""
     if not columns:
         return default
     if columns.strip() == "all":

@@ -48,8 +48,7 @@ def is_lvlm_spec(path: Path) -> bool:
 
 
 def add_spec(src: Path, settings: Settings, weights: bool = True, force: bool = False) -> Added:
-    """Validate `src` and copy it into the backbones (or LVLM) folder; the same file already there is kept
-    as it is (its mtime decides what is cached), a different one is replaced only with `force`."""
+    """Copy the validated spec into its folder; a different file there is replaced only with `force`."""
     from soco_pipeline.cli.spec_lookup import resolve_spec
 
     src = resolve_spec(str(src))  # a path, or a shipped spec's name; else close names and the docs
@@ -93,8 +92,7 @@ def is_cached(
     since: float = 0.0,
     limit: str | None = None,
 ) -> bool:
-    """Whether every asset of `keys` has a materialization (of `partition`) made after `since`, and with
-    `limit` given, by a run tagged with that limit (a full run: 'none')."""
+    """Whether every asset of `keys` was materialized after `since` (by a run with `limit`)."""
     from soco_pipeline.cli.freshness import LIMIT_TAG
 
     for key in keys:
@@ -173,8 +171,7 @@ def plan(
     settings: Settings,
     since: float | None = None,
 ):
-    """The steps of a `soco run`: (stage, cached-check arguments) in order; a model step is cached when each
-    of its assets was materialized after `since` (default: the spec file's modification time)."""
+    """The steps of a `soco run`: (stage, cached-check arguments) in order."""
     import dagster as dg
 
     from soco_pipeline.cli.demo import (

@@ -71,8 +71,7 @@ def cmd_export_release(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_export_results(args: argparse.Namespace, settings: Settings) -> int:
-    """Write one backbone's metrics as JSON in the official SOCO scorer's output shape, or (--format record)
-    its results record (docs/results.md)."""
+    """Write one backbone's metrics in the official scorer's shape, or a record, hub or eee."""
     import json
 
     if args.format == "record":
@@ -315,8 +314,7 @@ def _dispatch(args: argparse.Namespace, env) -> int:
 
 
 def _bad_input(e: Exception) -> bool:
-    """Whether `e` is bad input (exit 2): a ValueError, a missing or existing file, or the cluster's StackError
-    (deploy/stack.py, looked up only once a command imported it: `soco sql` does not)."""
+    """Whether `e` is bad input (exit 2): ValueError, a file error, or the cluster's StackError."""
     stack = sys.modules.get("soco_pipeline.deploy.stack")
     return isinstance(e, (ValueError, FileNotFoundError, FileExistsError)) or (
         stack is not None and isinstance(e, stack.StackError)

@@ -25,8 +25,7 @@ _OPTIONS = ["option_a", "option_b", "option_c", "option_d"]
 
 
 def rotation_picks(sims: np.ndarray) -> np.ndarray:
-    """Per row of option similarities (n x 4), the original option picked under each rotation r (order r,
-    r+1, ... mod 4); a tie goes to the option presented first, so ties fail circular accuracy consistently."""
+    """The option picked under each rotation of (n x 4) similarities; ties go to the first shown."""
     sims = np.asarray(sims, dtype=np.float64)
     picks = np.empty((len(sims), 4), dtype=np.int64)
     for r in range(4):
@@ -45,8 +44,7 @@ def predict_four_choice(
     device: str | torch.device = "cpu",
     image_pairs: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
-    """Each 4-choice option's similarity to the source descriptor (sampled like it) and the pick under each
-    rotation; images from `image_pairs` or `four_choice`'s own columns."""
+    """Each option's similarity to the source descriptor and the pick under each rotation."""
     device = torch.device(device)
     items = four_choice.reset_index(drop=True)
     if not {"src_image", "trg_image"} <= set(items.columns):

@@ -94,8 +94,7 @@ def _corner_descriptors(
     weights: np.ndarray,
     device: torch.device | None = None,
 ) -> torch.Tensor:
-    """Weighted sums (N x C, float32) of the map's cells (N x 4) with float32 weights (N x 4); a numpy map
-    is moved to `device` first unless the native kernel reads it where it is."""
+    """Weighted sums (N x C, float32) of the map's corner cells (N x 4)."""
     on_cpu = device is None or device.type == "cpu"
     if on_cpu and fmap.dtype in (np.float16, torch.float16) and half_matmul.available():
         return half_matmul.corner_descriptors(fmap, cells, weights)
@@ -115,8 +114,7 @@ def _corner_descriptors(
 def _corner_descriptors_into(
     arr: np.ndarray, cells: np.ndarray, weights: np.ndarray, out: torch.Tensor
 ) -> None:
-    """`_corner_descriptors` written into `out` (rows of the descriptor matrix): a float32 CPU matrix and an
-    fp16 map go through the native kernel, which writes in place; anything else through torch."""
+    """`_corner_descriptors` written into `out`, in place by the native kernel where it can."""
     if (
         out.device.type == "cpu"
         and out.dtype == torch.float32
@@ -153,8 +151,7 @@ def load_stored_maps(store: FeatureStoreLike, image_id: str, backbone: str) -> t
 
 
 def stored_tensor(arr: np.ndarray, device) -> torch.Tensor:
-    """A stored map as a tensor on `device`. A read-only map (FeatureStore maps its files) is copied on the
-    CPU, since torch tensors are writable; another device gets its own copy anyway."""
+    """A stored map as a tensor on `device` (a read-only CPU map is copied)."""
     if arr.flags.writeable:
         return torch.as_tensor(arr).to(device=device)
     if torch.device(device).type == "cpu":
@@ -255,8 +252,7 @@ def _similarities(q: torch.Tensor, fmap: torch.Tensor, dtype: torch.dtype, want_
 
 
 def group_ids(*keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Group number of each row of the key columns (in order of first appearance) and each group's first row,
-    by one integer sort over the factorized codes."""
+    """Group number of each row of the key columns (first appearance order) and each group's first row."""
     key = np.zeros(len(keys[0]), dtype=np.int64)
     for column in keys:
         codes, uniques = pd.factorize(column)
@@ -410,8 +406,7 @@ def _geo_candidates(q: _Queries, keypoints, images, protocol: ProtocolConfig) ->
 
 @dataclass
 class _ByTarget:
-    """Queries sorted by target image: target t owns sorted rows bounds[t]:bounds[t + 1], and its geo
-    candidates are the sorted candidates c_bounds[t]:c_bounds[t + 1] (original candidate c_order[i])."""
+    """Queries sorted by target image, with each target's row and geo-candidate bounds."""
 
     targets: pd.Index  # the distinct target images
     order: np.ndarray  # sorted row -> its query
@@ -444,8 +439,7 @@ class _TargetMatch(NamedTuple):
 
 
 class _TargetMatcher:
-    """Matches the queries aimed at one target map. The one place that chooses the native fp16 kernel
-    (plain argmax in float32 on the CPU, fp16 map) or torch (every other case)."""
+    """Matches the queries of one target map: the native fp16 kernel or torch."""
 
     def __init__(self, desc: torch.Tensor, qrows: np.ndarray, protocol: ProtocolConfig, device: torch.device):
         self.desc, self.qrows, self.protocol, self.device = desc, qrows, protocol, device

@@ -31,8 +31,7 @@ def official_results(
     dataset: str = "SOCOv1",
     settings: dict | None = None,
 ) -> dict:
-    """The official scorer's result document for `backbone` from its METRIC_COLUMNS rows and the run's
-    `image_pairs` (the pair counts); ValueError when it has no metric rows at that alpha."""
+    """The official scorer's document for `backbone` from its METRIC_COLUMNS rows."""
     alpha = protocol.headline_alpha if alpha is None else float(alpha)
     m = metrics[
         (metrics["backbone"] == backbone)

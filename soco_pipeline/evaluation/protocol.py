@@ -41,8 +41,7 @@ class ProtocolError(ValueError):
 
 @pydantic_dataclass(frozen=True, config=STRICT)
 class ProtocolConfig:
-    """Every knob of the zero-shot correspondence protocol (see assets/protocol.yaml); a pydantic
-    dataclass, so a bad value raises a ValidationError naming the knob."""
+    """Every knob of the correspondence protocol (assets/protocol.yaml), validated."""
 
     name: str = "correspondence_soco"
     size_policy: Literal["backbone"] = "backbone"

@@ -37,8 +37,7 @@ def backbone_scores(
     protocol: ProtocolConfig,
     alpha: float | None = None,
 ) -> pd.DataFrame:
-    """Per-keypoint 0/1 scores (SCORE_COLUMNS) of every PCK metric at `alpha` (default: the protocol's
-    headline) and of the 4-choice metrics, on the evaluated pairs; re-scored from stored predictions."""
+    """Per-keypoint 0/1 scores (SCORE_COLUMNS) of the PCK metrics at `alpha` and 4-choice."""
     from soco_pipeline.evaluation.metrics import scored_elements  # metrics imports torch (the matching)
 
     alpha = protocol.headline_alpha if alpha is None else alpha
@@ -67,8 +66,7 @@ def backbone_scores(
 
 
 def lvlm_scores(answers: pd.DataFrame, image_pairs: pd.DataFrame | None = None) -> pd.DataFrame:
-    """LVLM scores (SCORE_COLUMNS): '<setting>/average' per answer row and '<setting>/circular' per item
-    group; cluster the target image (with `image_pairs`), else the pair."""
+    """LVLM scores: '<setting>/average' per answer row, '<setting>/circular' per item group."""
     a = answers.assign(correct=answers["correct"].astype(bool))
     cluster = (
         image_pairs.set_index("pair_id")["trg_image"].reindex(a["pair_id"]).to_numpy()
@@ -103,8 +101,7 @@ def _units(s: pd.DataFrame) -> pd.DataFrame:
 
 
 def _weights(units: pd.DataFrame, reduction: str) -> np.ndarray:
-    """Weight of each unit in the estimate: 1/(K n_c) (official: category means averaged) or 1/N (pooled);
-    the linearisation of `_estimate` that the cluster-robust SE needs."""
+    """Each unit's weight in the estimate, 1/(K n_c) (official) or 1/N (pooled)."""
     if reduction == "pooled":
         return np.full(len(units), 1.0 / len(units))
     n_c = units.groupby("group")["unit"].transform("size").to_numpy(np.float64)
@@ -118,8 +115,7 @@ def _category_sums(units: pd.DataFrame, column: str = "score") -> tuple[np.ndarr
 
 
 def _estimate(sums: np.ndarray, sizes: np.ndarray, idx: np.ndarray, reduction: str) -> np.ndarray:
-    """The headline of each row of category indices `idx` (n x K), official or pooled: the point estimate and
-    the replicates share one arithmetic, so a CI contains its value."""
+    """The headline of each row of category indices: point and replicates in one arithmetic."""
     if reduction == "pooled":
         return sums[idx].sum(axis=1) / sizes[idx].sum(axis=1)
     return (sums / sizes)[idx].mean(axis=1)
@@ -146,8 +142,7 @@ def _cluster_se(units: pd.DataFrame, w: np.ndarray, value: float) -> tuple[float
 
 
 def logit_interval(value: float, se: float, n_clusters: int, z: float = Z95) -> tuple[float, float]:
-    """A (lo, hi) interval in [0, 1] for `value` with standard error `se`, on the logit scale; Wilson's with
-    n = n_clusters where the SE is 0; NaN when the SE is undefined (fewer than two clusters)."""
+    """(lo, hi) in [0, 1] on the logit scale; Wilson's where the SE is 0; NaN if undefined."""
     if not (np.isfinite(se) and np.isfinite(value)):
         return float("nan"), float("nan")
     p = min(max(value, 0.0), 1.0)
@@ -162,8 +157,7 @@ def logit_interval(value: float, se: float, n_clusters: int, z: float = Z95) -> 
 
 
 def bootstrap_share(correct, seed: int = 0, n_boot: int = 2000) -> tuple[float, float]:
-    """The 95% percentile-bootstrap interval (0-100) of the share of `correct` (one 0/1 per independent unit):
-    resampling n units with k right draws Binomial(n, k/n), so the seeded draw is the bootstrap. NaN if empty."""
+    """95% percentile-bootstrap interval (0-100) of a share, by a seeded Binomial draw."""
     c = np.asarray(correct, dtype=bool)
     if c.size == 0:
         return float("nan"), float("nan")
@@ -179,8 +173,7 @@ def _expit(x: float) -> float:
 def intervals(
     scores: pd.DataFrame, reduction: str = "official", n_boot: int = 2000, seed: int = 0
 ) -> pd.DataFrame:
-    """Per (model, metric): the value (0-100) and its 95% CIs (INTERVAL_COLUMNS); reduction 'official'
-    (unit -> category -> mean, SOCO's headline) or 'pooled' (mean over units: the LVLM accuracies)."""
+    """Per (model, metric): value (0-100) and 95% CIs, reduction 'official' or 'pooled'."""
     rows = []
     for (model, metric), s in scores.groupby(["model", "metric"], sort=True):
         units = _units(s)
@@ -243,8 +236,7 @@ def compare(
     seed: int = 0,
     level: float = 0.95,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Paired difference A - B (points) per metric on the elements both scored: overall with a
-    category-bootstrap CI at `level` and a sign test over units, and per category."""
+    """Paired difference A - B per metric: category-bootstrap CI, sign test, per category."""
     keys = ["metric", "group", "unit", "element"]
     m = scores_a.merge(scores_b, on=keys, suffixes=("_a", "_b"), how="inner")
     if m.empty:
@@ -305,8 +297,7 @@ BOARD_CI_METRICS = ("cc", "soc", "soc_geo", "cross_soc", "four_choice")
 def attach_intervals(
     metrics: pd.DataFrame, scores: pd.DataFrame, headline_alpha: float, n_boot: int = 2000, seed: int = 0
 ) -> pd.DataFrame:
-    """The metrics table with CI_COLUMNS filled on its headline rows (scope all, official reduction, the
-    headline alpha or none) from per-element `scores`; NaN elsewhere."""
+    """The metrics table with CI_COLUMNS filled on its headline rows from `scores`."""
     ci = intervals(scores, n_boot=n_boot, seed=seed).rename(columns={"model": "backbone"})
     at = (
         (metrics["scope"] == "all")
@@ -326,8 +317,7 @@ def attach_intervals(
 def add_interval_columns(
     board: pd.DataFrame, metrics: pd.DataFrame, name_column: str = "backbone"
 ) -> pd.DataFrame:
-    """A leaderboard with the boot-category CI and cluster SE columns of its headline metrics, from
-    `attach_intervals`' metrics tables."""
+    """A leaderboard with its headline metrics' CI and SE columns."""
     if "ci95_lo_boot_category" not in metrics.columns:
         return board
     rows = metrics[metrics["ci95_lo_boot_category"].notna() & metrics["metric"].isin(BOARD_CI_METRICS)]

@@ -57,8 +57,7 @@ def _missing(v) -> bool:
 
 
 def column_text(col: pd.Series, decimals: int | None = None) -> list[str]:
-    """A column's cells as text (NaN/None/NaT -> n/a, floats with the column's decimals or `decimals`, bools
-    yes/no)."""
+    """A column's cells as text (missing -> n/a, floats with their decimals, bools yes/no)."""
     if pd.api.types.is_bool_dtype(col):  # nullable ("boolean"): a not-applicable row's <NA> reads n/a
         return [NA if pd.isna(v) else "yes" if v else "no" for v in col]
     if pd.api.types.is_float_dtype(col):
@@ -116,8 +115,7 @@ def console_table(
     notes: Sequence[str] = (),
     decimals: int | None = None,
 ) -> str:
-    """`df` as a table whose every line fits `width` columns, with its notes (see the module docstring);
-    `full` names where the full table is when `columns` leave some out."""
+    """`df` as a table fitting `width` with its notes; `full` names where the full table is."""
     notes = list(notes)
     if df is None or df.empty:
         lines = ([title, ""] if title else []) + ["(no rows yet)"]
@@ -178,8 +176,7 @@ def console_table(
 def records_text(
     df: pd.DataFrame, title: str | None = None, width: int = WIDTH, decimals: int | None = None
 ) -> str:
-    """`df` as a list, one block per row (`[k] first column: value`, then `  column: value` wrapped to
-    `width`): for rows of prose (findings, claims) that a table would cut to 28 characters."""
+    """`df` as one wrapped block per row, for rows of prose that a table would cut."""
     if df is None or df.empty:
         return console_table(pd.DataFrame(), title, width=width)
     df = df.reset_index(drop=True)
@@ -197,15 +194,13 @@ def records_text(
 
 
 def is_prose(df: pd.DataFrame, longest: int = 40) -> bool:
-    """True when a text column other than NOTE_COLUMNS has a cell longer than `longest` (a claim): such rows
-    read better as `records_text`."""
+    """True when a non-note text column has a cell longer than `longest` (then `records_text`)."""
     text = [c for c in df.columns if df[c].dtype == object and c not in NOTE_COLUMNS]  # notes print once
     return any(df[c].astype(str).str.len().max() > longest for c in text) if len(df) else False
 
 
 def headline_columns(family: str, board: pd.DataFrame) -> list[str]:
-    """The headline columns of `family`'s board that it has, in its FamilySpec's `columns` order (patterns
-    such as `*_average` match several), and its note columns; all its columns when a family names none."""
+    """`family`'s board columns its FamilySpec's `columns` match (patterns too), then its notes."""
     from soco_pipeline.tasks.core import all_specs
 
     wanted = getattr(all_specs().get(family), "columns", None) or None  # tasks/<family>/, tasks/core.py
@@ -230,8 +225,7 @@ def _role(h: pd.DataFrame) -> pd.Series:
 
 
 def with_ranks(headlines: pd.DataFrame) -> pd.DataFrame:
-    """The long headline table with `rank` (1 = best value) and `of` (models ranked) per family, among the
-    models only (controls and ceilings get no rank), whatever method each model's headline names."""
+    """The long headline table with `rank` and `of` per family, among the models only."""
     h = headlines.copy()
     h["role"] = _role(h)
     models = h[h["role"] == "model"]
@@ -241,8 +235,7 @@ def with_ranks(headlines: pd.DataFrame) -> pd.DataFrame:
 
 
 def summary_frame(headlines: pd.DataFrame) -> pd.DataFrame:
-    """One row per model, one `value [95% CI]` column per family, from the long `model_headlines`; models
-    first, then controls and ceilings marked `(control)` / `(ceiling)`."""
+    """One row per model, one `value [95% CI]` column per family; checks last, marked."""
     from soco_pipeline.tasks.core import SOCO
 
     h = headlines.copy()
@@ -275,8 +268,7 @@ def summary_frame(headlines: pd.DataFrame) -> pd.DataFrame:
 
 
 def headline_metrics(headlines: pd.DataFrame) -> str:
-    """What each family's summary column holds ('soco = SOC (PCK@0.1); mmvm = ... (best method per model)'),
-    the method a label names in brackets folded into 'best method per model'."""
+    """What each family's summary column holds ('soco = ...; mmvm = ... (best method per model)')."""
     from soco_pipeline.tasks.core import SOCO
 
     parts = []
@@ -290,8 +282,7 @@ def headline_metrics(headlines: pd.DataFrame) -> str:
 
 
 def summary_text(headlines: pd.DataFrame, width: int = WIDTH, where: Sequence[str] = ()) -> str:
-    """The summary table (`summary_frame`) with the simulated families and dates named once, then `where`
-    (lines saying where the full tables are)."""
+    """The summary table with the simulated families and dates named once, then `where`."""
     if headlines is None or headlines.empty:
         return console_table(pd.DataFrame(), "Summary: no model has a headline yet", width=width)
     notes = []
@@ -319,8 +310,7 @@ def summary_text(headlines: pd.DataFrame, width: int = WIDTH, where: Sequence[st
 
 
 def model_card(headlines: pd.DataFrame, model: str, width: int = WIDTH) -> str:
-    """One model's headline per family with its CI and rank among the models with a headline in that family
-    (a control or ceiling is named so, not ranked)."""
+    """One model's headline per family with its CI and rank (checks named, not ranked)."""
     h = with_ranks(headlines)
     mine = h[h["model"] == model]
     if mine.empty:
@@ -347,8 +337,7 @@ def model_card(headlines: pd.DataFrame, model: str, width: int = WIDTH) -> str:
 def headlines_from_boards(
     boards: dict[str, pd.DataFrame], roles: dict[str, str] | None = None, embedded: bool = True
 ) -> pd.DataFrame:
-    """The `model_headlines` table built from `boards` keyed by family name (the registry's `all_specs`), for
-    when that table is not materialized; `roles` and `embedded` as for trust/headline.py `headline_rows`."""
+    """`model_headlines` from `boards` by family name over all_specs(), when not materialized."""
     from soco_pipeline.tasks.core import all_specs
     from soco_pipeline.trust.headline import model_headlines
 

@@ -26,6 +26,5 @@ def neutralise_formulas(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def safe_csv(df: pd.DataFrame) -> str:
-    """`df` as CSV text with formula cells neutralised, every text cell quoted (pandas leaves a lone carriage
-    return unquoted, which would make a live cell of the next row)."""
+    """`df` as CSV with formula cells neutralised, every text cell quoted (a lone CR stays inside)."""
     return neutralise_formulas(df).to_csv(index=False, quoting=csv.QUOTE_NONNUMERIC)

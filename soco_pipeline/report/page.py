@@ -111,8 +111,7 @@ def page_table(
     name_col: str | None = None,
     hoist: bool = True,
 ) -> dict | None:
-    """A table for the template: columns, rows of cells ({text, partial}, formatted as on the terminal) and
-    notes (text columns the same in every row)."""
+    """A table for the template: columns, rows of cells ({text, partial}) and notes."""
     from soco_pipeline.report.console import NOTE_COLUMNS, column_text
 
     if df is None or df.empty:
@@ -232,8 +231,7 @@ def _headlines(settings, boards: dict[str, pd.DataFrame], roles: dict[str, str])
 def build_report(
     settings, out_dir: str | None = None, seed: int = 0, missing_boards: dict[str, str] | None = None
 ) -> str:
-    """Write <storage>/report/index.html (or out_dir/index.html) and the images it shows; returns its path.
-    `missing_boards` ({board: warning}: boards materialized whose file is gone) are shown at the summary."""
+    """Write the results page and its images; returns its path. `missing_boards`: shown at the summary."""
     import datetime as dt
 
     from soco_pipeline.analysis.leaderboard import console_board
@@ -475,8 +473,7 @@ def _template():
 
 @contextmanager
 def report_server(folder: str | Path, port: int = 0) -> Iterator[str]:
-    """Serve the report folder on http://127.0.0.1:port (0: a free one) in a thread; yields the URL and
-    stops the server when the block exits."""
+    """Serve the report folder on 127.0.0.1:port (0: free) in a thread; yields the URL."""
     import functools
     import threading
     from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -509,8 +506,7 @@ def serve_report(folder: str | Path, port: int = 0, ready=print) -> None:
 
 
 def error_bar_markdown(index: str) -> dict[str, str]:
-    """The leaderboards' CI error-bar figures beside a built page, as Markdown with embedded PNGs
-    ({"backbone_ci": ..., "lvlm_ci": ...}, only those that exist), for the UI's metadata."""
+    """The boards' CI figures beside a built page as Markdown with embedded PNGs, for the UI."""
     import base64
 
     out = {}

@@ -30,8 +30,7 @@ class EeeExportError(ValueError):
 
 
 def schema_dir() -> Path:
-    """Where `make install` unpacks the every-eval-ever wheel (its `every_eval_ever/` package):
-    $SOCO_EEE_DIR (settings.ENVIRONMENT's `eee_dir`), else `<venv>/share/every-eval-ever/<version>`."""
+    """The unpacked every-eval-ever package: $SOCO_EEE_DIR, else `<venv>/share/every-eval-ever/<version>`."""
     return Path(env_value("eee_dir") or Path(sys.prefix) / "share" / "every-eval-ever" / EEE_VERSION)
 
 
@@ -41,8 +40,7 @@ def schema_path(kind: str) -> Path:
 
 
 def schema_errors(doc: dict, kind: str) -> list[str] | None:
-    """The schema errors of `doc` (draft-07, as the schema's $schema says), or None when the schema is not
-    unpacked here (run `make install`)."""
+    """The schema errors of `doc` (draft-07), or None when the schema is not unpacked (`make install`)."""
     path = schema_path(kind)
     if not path.is_file():
         return None
@@ -61,8 +59,7 @@ def draft7_validator(path: str):
 
 
 def slug(name: str) -> str:
-    """A portable datastore path component (and flat model id) for a model name: runs of characters other
-    than letters, digits, '.', '_' and '-' become '-'."""
+    """A portable path component for a model name: runs of other than `[A-Za-z0-9._-]` become '-'."""
     s = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.")
     if not s:
         raise EeeExportError(f"model name {name!r} has no character usable in a datastore path")
@@ -81,8 +78,7 @@ def epoch(date: str) -> str:
 
 
 def revision(record: dict[str, Any]) -> str:
-    """The project's git revision a record names ('<commit>', '+dirty' when the tree had changes), or
-    'unknown'."""
+    """The project's git revision ('<commit>', '+dirty' with changes), or 'unknown'."""
     g = record.get("git_hash")
     if isinstance(g, dict) and g.get("commit"):
         return str(g["commit"]) + ("+dirty" if g.get("dirty") else "")
@@ -95,8 +91,7 @@ def model_info(name: str, developer: str, details: dict[str, str]) -> dict[str, 
 
 
 def uncertainty(result: dict[str, Any]) -> dict[str, Any]:
-    """The schema's `uncertainty` of a results-record entry: its 95% CI (bootstrap over categories, else the
-    logit interval from the cluster SE) and its cluster SE, whichever exist; {} when none does."""
+    """The schema's `uncertainty` of a record entry: its 95% CI and cluster SE where they exist, else {}."""
     out: dict[str, Any] = {}
     boot = result.get("ci95_boot_category") or [None, None]
     logit = result.get("ci95_cluster_image_logit") or [None, None]
@@ -198,8 +193,7 @@ def measured_log(
 
 
 def instance_lines(aggregate: dict[str, Any], family: str, scores: pd.DataFrame) -> list[str]:
-    """The sidecar's JSONL lines, one per per-sample score row of a reported metric: correct when the score is
-    1, or a share (TPIPS's vote share) above one half."""
+    """The sidecar's JSONL lines, one per score row; correct at 1, or a share (TPIPS) above one half."""
     reported = {r["evaluation_result_id"] for r in aggregate["evaluation_results"]}
     s = scores.assign(rid=family + "." + scores["metric"].astype(str))
     s = s[s["rid"].isin(reported)]
@@ -233,8 +227,7 @@ def instance_lines(aggregate: dict[str, Any], family: str, scores: pd.DataFrame)
 
 
 def published_logs(rows: pd.DataFrame, retrieved: str) -> list[tuple[str, dict[str, Any]]]:
-    """(uuid, aggregate record) per (model, family, source) of published-figure rows (published.csv's
-    columns): `source_type: documentation`, each figure with the protocol it was measured under."""
+    """(uuid, aggregate record) per (model, family, source) of published rows (`documentation`)."""
     from soco_pipeline.published_figures import KNOBS
 
     out = []
@@ -320,8 +313,7 @@ def write_log(
 
 
 def checked(aggregate: dict, lines: list[str] | None, where: str) -> str:
-    """Check an aggregate record and its sidecar lines against the schemas: raise naming the first errors;
-    return how it was checked (or that the schemas are not unpacked here)."""
+    """Check a record and its sidecar against the schemas (raise on errors); returns how it was checked."""
     errors = schema_errors(aggregate, "aggregate")
     if errors is None:
         return f"not checked: no schema at {schema_path('aggregate')} (run `make install`)"

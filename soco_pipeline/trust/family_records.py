@@ -69,8 +69,7 @@ def intervals_of(scores: pd.DataFrame, n_boot: int) -> pd.DataFrame:
 
 
 def aggregate_rows(model: str, metric, value, se=None, n_units=None, n_categories=None) -> pd.DataFrame:
-    """Interval rows (stats.INTERVAL_COLUMNS) for stored aggregates: the value, and when `se` is given the
-    logit interval from it; the bootstrap over categories does not exist for these."""
+    """Interval rows (stats.INTERVAL_COLUMNS) of stored aggregates, with the logit interval from `se`."""
     value = np.asarray(value, float)
     se = np.full(len(value), np.nan) if se is None else np.asarray(se, float)
     n_units = np.asarray(n_units if n_units is not None else np.zeros(len(value)), int)
@@ -134,8 +133,7 @@ def family_record(
 def load_family_tables(
     tables_root: str, family: str, spec: FamilyTables, model: str
 ) -> tuple[str, dict[str, pd.DataFrame]]:
-    """(kind, tables): the family's sample tables and `model`'s stored result tables, kind 'backbone' when its
-    backbone tables exist, else 'lvlm'; a clear error naming what to materialize."""
+    """(kind, tables) of `model` in the family: 'backbone' when its backbone tables exist, else 'lvlm'."""
     from soco_pipeline.storage import exists, read_parquet
     from soco_pipeline.tables import table_for
 

@@ -33,8 +33,7 @@ class PairedOn:
     binary: bool = True
 
     def scores(self, model: str, tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
-        """Per-sample scores (stats.SCORE_COLUMNS) of `model`, metric `<prefix>/<method>` (or `<prefix>`),
-        unit = the sample, score = its outcome, group / cluster from the sample table."""
+        """Per-sample scores of `model` (metric `<prefix>[/<method>]`, unit = the sample, score = outcome)."""
         items = tables[self.samples]
         test = items[items["split"] == self.split] if "split" in items.columns else items
         names = (self.table,) if isinstance(self.table, str) else self.table
@@ -78,8 +77,7 @@ class PairedOn:
 
 @dataclass(frozen=True)
 class ArchivedBy:
-    """A watch whose snapshots another asset (`asset`: SOCO's `results_record`) archives; the history asset
-    (`history`, its `sensor`, `group`, `code_version`) only compares them."""
+    """A watch whose snapshots `asset` archives (SOCO's `results_record`); the history asset compares."""
 
     asset: str
     history: str
@@ -131,8 +129,7 @@ class FamilyWatch:
 
 @dataclass(frozen=True)
 class FamilySnapshot:
-    """One model's watched figures: headline `values` (0-100) by metric, per-sample `scores`
-    (SCORE_COLUMNS; empty when the family is not paired-testable) and the `task_hash` of its samples."""
+    """One model's watched figures: headline `values`, per-sample `scores` and the `task_hash`."""
 
     values: dict[str, float]
     scores: pd.DataFrame
@@ -142,8 +139,7 @@ class FamilySnapshot:
 def family_snapshot(
     watch: FamilyWatch, record_parts: Callable, model: str, tables: dict[str, pd.DataFrame], n_boot: int = 200
 ) -> FamilySnapshot:
-    """A backbone's watched figures from its family tables: its record's headline values, their per-sample
-    scores when `watch.paired`, and one task hash."""
+    """A backbone's watched figures: record headline values, per-sample scores if paired, a task hash."""
     parts = record_parts(model, "backbone", tables, n_boot)
     ci = parts["intervals"]
     wanted = ci["metric"].astype(str).map(watch.watches)

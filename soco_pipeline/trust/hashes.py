@@ -47,8 +47,7 @@ def pair_hashes(
     matching_hash: str,
     digests: pd.Series | None = None,
 ) -> pd.DataFrame:
-    """One row per pair of `image_pairs`: pair_id, pair_group, src_image, trg_image, pair_hash
-    (`digests`: image_id -> content digest, default `image_digests(image_set)`)."""
+    """pair_id, pair_group, src_image, trg_image and pair_hash of each pair (`digests`: image digests)."""
     digests = image_digests(image_set) if digests is None else digests
     kp = keypoints.set_index(["image_id", "keypoint"])
     kp_text = (_fmt(kp["x"]) + "," + _fmt(kp["y"]) + "," + kp["visible"].astype(bool).astype(str)).rename(
@@ -132,8 +131,7 @@ def four_choice_hashes(four_choice: pd.DataFrame, pair_hash: pd.DataFrame) -> pd
 
 
 def lvlm_item_hashes(items: pd.DataFrame, pair_hash: pd.DataFrame | None = None) -> pd.DataFrame:
-    """One row per LVLM item row (setting, index): item_hash over the question, options, answer, the marked
-    images' content digests and (when given) the pair's hash."""
+    """item_hash of each LVLM item row over question, options, answer, image digests and pair hash."""
 
     def digest(paths: pd.Series) -> np.ndarray:
         return np.array(

@@ -92,8 +92,7 @@ def headline_rows(
     embedded: bool = True,
     roles: dict[str, str] | None = None,
 ) -> pd.DataFrame:
-    """The long headline rows (HEADLINE_COLUMNS) of one family's board, one per model with a value (empty
-    without one); `roles`: {model: ceiling | control} (trust/roles.py spec_roles)."""
+    """One family's long headline rows (HEADLINE_COLUMNS), one per model with a value; `roles`: checks."""
     if not (h.family and h.board):
         raise ValueError(f"{h}: a Headline outside a Family declaration names its family and board")
     if board is None or board.empty or h.model_column not in board.columns:
@@ -169,8 +168,7 @@ def model_headlines(
     embedded: bool = True,
     roles: dict[str, str] | None = None,
 ) -> pd.DataFrame:
-    """Every family's headline rows, one per (model, family): `boards` and `materialized` are keyed by board;
-    `roles` as for `headline_rows`."""
+    """Every family's headline rows, one per (model, family); `boards` and `materialized` by board."""
     parts = [
         headline_rows(h, boards.get(h.board), materialized.get(h.board), embedded, roles) for h in headlines
     ]
@@ -186,8 +184,7 @@ def summary_columns(family: str) -> list[str]:
 
 
 def model_summary(long: pd.DataFrame, headlines: Iterable[Headline]) -> pd.DataFrame:
-    """One row per model: `model`, `simulated`, `role` (its most telling headline role), then per declared
-    family the columns of `summary_columns` (null where the model has no headline in that family)."""
+    """One row per model: `model`, `simulated`, `role`, then each family's `summary_columns`."""
     families = list(dict.fromkeys(h.family for h in headlines))
     models = sorted(long["model"].unique()) if len(long) else []
     out = pd.DataFrame({"model": pd.Series(models, dtype=str)})
@@ -215,8 +212,7 @@ def model_summary(long: pd.DataFrame, headlines: Iterable[Headline]) -> pd.DataF
 
 
 def vanished_boards(materialized: dict[str, pd.Timestamp | None], tables_root: str) -> dict[str, str]:
-    """{board: warning} for each board of `materialized` (board -> last materialization or None) whose table
-    file is gone, so that its family does not drop out of the summary without a word."""
+    """{board: warning} per materialized board whose table file is gone (else it drops out silently)."""
     from soco_pipeline.storage import exists, join
 
     out = {}

@@ -56,8 +56,7 @@ def write_snapshot(
     values: dict[str, float],
     when: datetime | None = None,
 ) -> dict:
-    """Archive one materialization's per-sample scores and headline values (atomic writes; the JSON last,
-    so a snapshot without its JSON is never listed). Returns the snapshot's metadata."""
+    """Archive one materialization's scores and values (the JSON written last); returns its metadata."""
     folder = archive_dir(storage_root, family, model)
     meta = {
         "model": model,
@@ -77,8 +76,7 @@ META_KEYS = ("model", "family", "data_version", "task_hash", "materialized_at", 
 
 
 def read_archive(storage_root: str, family: str, model: str) -> tuple[list[dict], dict[str, str]]:
-    """Every readable snapshot of a model (metadata, oldest first) and the damaged ones as {data version:
-    why}, never left out silently (see `watch`)."""
+    """A model's readable snapshots (oldest first) and the damaged ones as {data version: why}."""
     folder = archive_dir(storage_root, family, model)
     if not exists(folder):
         return [], {}
@@ -102,8 +100,7 @@ def read_archive(storage_root: str, family: str, model: str) -> tuple[list[dict]
 
 
 def snapshots(storage_root: str, family: str, model: str) -> list[dict]:
-    """Every readable archived snapshot of a model (their metadata), oldest first (`read_archive` also gives
-    the damaged ones)."""
+    """Every readable archived snapshot of a model, oldest first."""
     return read_archive(storage_root, family, model)[0]
 
 
@@ -113,8 +110,7 @@ def drop_command(family: str, model: str, data_version: str) -> str:
 
 
 def damaged_advice(family: str, model: str, data_version: str, asset: str) -> str:
-    """What to do about a damaged snapshot: drop it with the named command (the watch then compares with the
-    snapshot before it), or archive it again at that data version."""
+    """What to do about a damaged snapshot: drop it (the named command) or archive it again."""
     return (
         f"drop it with `{drop_command(family, model, data_version)}` (its files move to "
         f"history/{family}/{model}/{DROPPED}/; the watch then compares with the snapshot before it), or restore the "
@@ -124,8 +120,7 @@ def damaged_advice(family: str, model: str, data_version: str, asset: str) -> st
 
 
 def drop_snapshot(storage_root: str, family: str, model: str, data_version: str) -> list[str]:
-    """Move one snapshot's files into the archive's `dropped/` folder (nothing is deleted) and return the new
-    paths; FileNotFoundError naming the snapshots there when it has none."""
+    """Move a snapshot's files into the archive's `dropped/` folder; returns the new paths."""
     folder = archive_dir(storage_root, family, model)
     fs, _ = filesystem(folder)
     moved = []
@@ -171,8 +166,7 @@ def regression_test(
     seed: int = 0,
     reduction: str = "official",
 ) -> pd.DataFrame:
-    """Per metric: current - previous (points) with its `level` bootstrap interval over categories (`soco
-    compare`'s paired test); `regression` when the whole interval is below zero."""
+    """Per metric: current - previous with its bootstrap interval; `regression` when wholly below zero."""
     from soco_pipeline.evaluation.stats import compare
 
     cur = current[current["metric"].isin(metrics)].assign(model="current")
@@ -183,8 +177,7 @@ def regression_test(
 
 
 def unpaired_difference(current: dict[str, float], previous: dict[str, float]) -> pd.DataFrame:
-    """Per metric both snapshots hold: current - previous (points) in `regression_test`'s columns, without
-    an interval and never a regression (a family that stores aggregates only has no paired test)."""
+    """`regression_test`'s columns without an interval, never a regression (aggregates only)."""
     metrics = sorted(set(current) & set(previous))
     a = np.array([current[m] for m in metrics], float)
     b = np.array([previous[m] for m in metrics], float)
@@ -203,8 +196,7 @@ def unpaired_difference(current: dict[str, float], previous: dict[str, float]) -
 
 
 def history_table(history: list[dict], verdicts: dict[str, pd.DataFrame], level: float) -> pd.DataFrame:
-    """The model's history as rows (model, family, data version, date, task hash, metric, value), each
-    snapshot with the verdict of its comparison when one was made (`verdicts` by data version)."""
+    """The model's history as rows, each snapshot with its verdict (`verdicts` by data version)."""
     rows = []
     for m in history:
         v = verdicts.get(m["data_version"])
@@ -247,8 +239,7 @@ def regression_message(model: str, family: str, verdict: pd.DataFrame, previous:
 
 
 def figure_text(value: float, previous: float, delta: float, lo: float, hi: float) -> str:
-    """A watched metric as the check shows it: "previous -> value (delta, [lo, hi])", without the interval
-    when there is none (no paired test), "value" alone when nothing was compared."""
+    """A watched metric as text: 'previous -> value (delta, [lo, hi])', or less when not compared."""
     if pd.isna(delta):
         return f"{value:.1f}"
     if pd.isna(lo):
@@ -258,8 +249,7 @@ def figure_text(value: float, previous: float, delta: float, lo: float, hi: floa
 
 @dataclass(frozen=True)
 class WatchOutcome:
-    """The watch's verdict on one materialization: history rows, the version compared with, the regression
-    message, the test and figures as text, and `not_comparable` (why, with the fix)."""
+    """The watch's verdict on one materialization, or `not_comparable` (why, with the fix)."""
 
     table: pd.DataFrame
     previous: str
@@ -358,8 +348,7 @@ def watch(
 
 
 def notify(message: str, url: str | None = None, timeout_s: float = 5.0) -> str:
-    """Log a regression, and POST it as JSON to `url` when one is given (the address is never logged: it
-    may carry a token). Returns what happened, for the sensor's log; a failed post is reported, not raised."""
+    """Log a regression and POST it to `url` (never logged); returns what happened, never raises."""
     log.warning("regression: %s", message)
     if not url:
         return "logged"

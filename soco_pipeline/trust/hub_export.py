@@ -15,8 +15,7 @@ class HubExportError(ValueError):
 
 
 def hub_entries(record: dict, dataset_id: str, notes: str = "", source_url: str = "") -> list:
-    """One `EvalResultEntry` per headline result of a record (task_id = the metric name, the value 0-100),
-    dated by the record; results without a value are left out."""
+    """One `EvalResultEntry` per headline result with a value (task_id = the metric), dated by the record."""
     from huggingface_hub import EvalResultEntry
 
     if "/" not in dataset_id:
@@ -45,8 +44,7 @@ def hub_entries(record: dict, dataset_id: str, notes: str = "", source_url: str 
 
 
 def write_hub_results(record: dict, out_dir: str | Path, dataset_id: str, notes: str = "") -> Path:
-    """Write `<out_dir>/.eval_results/<family>.yaml` and check it by parsing it back with the Hub client's
-    parser (every entry, value and task must survive the round trip). Returns the file written."""
+    """Write `<out_dir>/.eval_results/<family>.yaml`, checked by a round trip through the Hub parser."""
     from huggingface_hub import eval_result_entries_to_yaml, parse_eval_result_entries
 
     entries = hub_entries(record, dataset_id, notes)

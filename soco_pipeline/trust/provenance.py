@@ -239,8 +239,7 @@ VOLATILE = ("date", "timing", "environment", "git_hash", "sample_hashes")
 
 
 def diff_records(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-    """Where two records differ: the task hashes, the samples whose hashes differ (or that only one side
-    has), and every other differing key (dates, timings and environment listed apart as `volatile`)."""
+    """Where two records differ: task hashes, differing samples, other keys (volatile ones apart)."""
     out: dict[str, Any] = {
         "same_inputs": a.get("task_hashes") == b.get("task_hashes"),
         "task_hashes": {},

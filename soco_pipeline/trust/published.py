@@ -32,8 +32,7 @@ COMPARISON_COLUMNS = [
 
 
 def differing_knobs(ours: dict[str, str], published: pd.Series) -> list[str]:
-    """The knobs in which our run and a published row differ ('grid: ours X, published Y'); a knob the
-    published row leaves empty is unknown there and is not counted."""
+    """The knobs where ours and a published row differ ('grid: ours X, published Y'); empty ones skipped."""
     out = []
     for knob in KNOBS:
         theirs = str(published.get(knob, "") or "")
@@ -49,8 +48,7 @@ def compare_to_published(
     knobs: dict[str, dict[str, str]],
     published: pd.DataFrame,
 ) -> pd.DataFrame:
-    """Per model that names a reference and per (family, metric) both sides have: ours, the published row
-    whose knobs differ least from ours, the difference and the differing knobs (`ours` is long)."""
+    """Per model with a reference and (family, metric): ours, the closest published row and the gap."""
     rows = []
     for model, ref in sorted(references.items()):
         mine = ours[ours["model"] == model]
@@ -86,8 +84,7 @@ def compare_to_published(
 
 
 def backbone_knobs(input_policy: str, input_value: int, layer: object, protocol) -> dict[str, str]:
-    """Our resolved correspondence protocol in the published table's vocabulary (input size, grid, layer,
-    alpha, reduction, prediction point)."""
+    """Our resolved correspondence protocol in the published table's vocabulary."""
     grid = f"{input_policy}:{input_value}"
     prediction = (
         "soft_argmax"
@@ -116,8 +113,7 @@ def board_values(board: pd.DataFrame, family: str) -> pd.DataFrame:
 
 
 def spec_references(specs_dir: str | Path, protocol) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
-    """From the spec files of a folder: {model: published reference} for the specs that name one, and our
-    resolved correspondence knobs per such model. A spec that no longer loads is left out (its own run reports it)."""
+    """{model: published reference} and our knobs per such model, from a folder's loadable specs."""
     from soco_pipeline.backbones.spec import BackboneSpecError, load_spec
 
     refs, knobs = {}, {}
@@ -134,8 +130,7 @@ def spec_references(specs_dir: str | Path, protocol) -> tuple[dict[str, str], di
 
 
 def published_columns(board: pd.DataFrame, comparison: pd.DataFrame, family: str) -> pd.DataFrame:
-    """The `family` board with, per model naming a reference: `reference`, `soc_published` (the closest
-    published SOC), `soc_vs_published` and `published_note` (the knobs that differ)."""
+    """The `family` board with `reference`, `soc_published`, `soc_vs_published` and `published_note`."""
     name = "model" if "model" in board.columns else "backbone"
     soc = comparison[(comparison["family"] == family) & (comparison["metric"] == "soc")].set_index("model")
     out = board.copy()
@@ -150,8 +145,7 @@ BOARD_PUBLISHED = ("reference", "soc_published", "soc_vs_published", "published_
 
 
 def summary_published(summary: pd.DataFrame, board: pd.DataFrame | None, family: str) -> pd.DataFrame:
-    """`model_summary` with the columns `published_columns` sets on `family`'s board, joined by model and
-    prefixed with the family."""
+    """`model_summary` with `published_columns`' columns of `family`'s board, prefixed with the family."""
     figures = [f"{family}_published", f"{family}_vs_published"]
     renamed = dict(zip(BOARD_PUBLISHED, ["reference", *figures, "published_note"], strict=True))
     if board is not None and "reference" in board.columns:

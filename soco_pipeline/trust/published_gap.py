@@ -64,8 +64,7 @@ class Knob:
 
 
 def closest_published(ours: dict[str, str], rows: pd.DataFrame) -> pd.Series | None:
-    """The published row whose knobs differ least from ours (the first in file order on a tie), as
-    `published_comparison` picks it; None when there is none."""
+    """The published row whose knobs differ least from ours (first on a tie); None when none."""
     if rows.empty:
         return None
     counts = [len(differing_knobs(ours, r)) for _, r in rows.iterrows()]
@@ -100,8 +99,7 @@ def _policy(value: str) -> tuple[str, int]:
 
 
 def aligned_spec(spec: BackboneSpec, knob: Knob) -> BackboneSpec:
-    """`spec` with one prediction knob set to the published value: a variant with its own spec hash (and so
-    its own feature-cache folder); name, weights and every other field unchanged."""
+    """`spec` with one prediction knob at the published value: a variant with its own spec hash."""
     if knob.name == "input_size":
         policy, value = _policy(knob.published)
         return dataclasses.replace(spec, input=InputPolicy(policy, value, spec.input.resize))
@@ -117,8 +115,7 @@ def aligned_spec(spec: BackboneSpec, knob: Knob) -> BackboneSpec:
 
 
 def reachable(spec: BackboneSpec, knob: Knob) -> bool:
-    """Whether the pipeline can align `knob` for `spec`: a layer only where the spec's kind takes a block
-    index (`layer: -1`), not a named feature stage such as `stride16+stride32`."""
+    """Whether `knob` can be aligned for `spec` (a layer only where the kind takes a block index)."""
     if knob.name != "layer":
         return True
     layer = dict(spec.options).get("layer")
@@ -157,8 +154,7 @@ def measure_gap(
     simulated: bool,
     family: str,
 ) -> pd.DataFrame:
-    """GAP_COLUMNS rows of one model: per metric of its reference, one row per differing knob in KNOB_ORDER
-    and a last `unexplained` row (`predict` runs a variant spec, `score` re-scores)."""
+    """GAP_COLUMNS rows of one model: per differing knob in KNOB_ORDER, then an `unexplained` row."""
     if not spec.reference:
         return pd.DataFrame(columns=GAP_COLUMNS)
     runs: dict[str, pd.DataFrame] = {spec_hash(spec): predictions}  # by variant key: each runs once
@@ -237,8 +233,7 @@ def measure_gap(
 
 
 def gap_sentence(rows: pd.DataFrame, metric: str = HEADLINE_METRIC) -> str:
-    """One sentence of a model's gap on `metric`: "input 480 → 800: +6.1; alpha 0.15 → 0.1: −3.0;
-    unexplained −3.1 (weights differ: ...)"; empty without rows."""
+    """One sentence of a model's gap on `metric` ('input 480 → 800: +6.1; ... unexplained −3.1')."""
     mine = rows[rows["metric"] == metric].sort_values("step")
     parts = []
     for r in mine.itertuples(index=False):
@@ -266,8 +261,7 @@ def headline_values(metrics: pd.DataFrame, alpha: float) -> dict[str, float]:
 
 @dataclass(frozen=True)
 class GapInputs:
-    """What a variant run and a re-scoring reuse from the run: the data and pair tables (the evaluated
-    subset of image_pairs), the taxonomy, the protocol, the feature-cache root and how backbones are built."""
+    """What a variant run and a re-scoring reuse: data and pair tables, taxonomy, protocol, cache."""
 
     image_set: pd.DataFrame
     image_pairs: pd.DataFrame
@@ -281,8 +275,7 @@ class GapInputs:
     log: Callable[[str], None] | None = None
 
     def predict(self, spec: BackboneSpec) -> pd.DataFrame:
-        """A variant spec's predictions: its features through the cache (its own folder, resumable), then
-        the protocol's matching on the same pairs."""
+        """A variant spec's predictions: features through its own cache folder, then the matching."""
         from soco_pipeline.evaluation.matching import predict
         from soco_pipeline.features import FeatureStore, extract_features
 
@@ -310,8 +303,7 @@ class GapInputs:
 
 
 def with_gap_notes(board: pd.DataFrame, gaps: pd.DataFrame) -> pd.DataFrame:
-    """The SOCO board with `gap_note`: per model whose spec names a published model, its gap sentence
-    (`published_gap`'s `sentence`), empty elsewhere."""
+    """The SOCO board with `gap_note`: each referencing model's gap sentence, empty elsewhere."""
     name = "model" if "model" in board.columns else "backbone"
     notes = (
         gaps.drop_duplicates("model").set_index("model")["sentence"]
