@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Iterable
 
@@ -22,6 +23,11 @@ def sha(text: str) -> str:
 
 def _sha_many(texts: Iterable[str]) -> np.ndarray:
     return np.array([sha(t) for t in texts], dtype=object)
+
+
+def _joined(sep: str, *parts):
+    """`a + sep + b + sep + c ...` of equal-length Series / arrays, left to right (a row-wise join)."""
+    return functools.reduce(lambda a, b: a + sep + b, parts)
 
 
 def _fmt(values: pd.Series) -> pd.Series:
@@ -92,20 +98,15 @@ def pair_hashes(
         + ","
         + _fmt(im["bbox_b"])
     )
-    text = (
-        pairs["pair_id"].astype(str)
-        + ";"
-        + pairs["level"].astype(str)
-        + ";"
-        + digests.reindex(pairs["src_image"]).fillna("?").to_numpy()
-        + ";"
-        + digests.reindex(pairs["trg_image"]).fillna("?").to_numpy()
-        + ";"
-        + box.reindex(pairs["trg_image"]).fillna("?").to_numpy()
-        + ";"
-        + per_pair.reindex(pairs["pair_id"]).fillna("").to_numpy()
-        + ";"
-        + matching_hash
+    text = _joined(
+        ";",
+        pairs["pair_id"].astype(str),
+        pairs["level"].astype(str),
+        digests.reindex(pairs["src_image"]).fillna("?").to_numpy(),
+        digests.reindex(pairs["trg_image"]).fillna("?").to_numpy(),
+        box.reindex(pairs["trg_image"]).fillna("?").to_numpy(),
+        per_pair.reindex(pairs["pair_id"]).fillna("").to_numpy(),
+        matching_hash,
     )
     out = pairs[["pair_id", "pair_group", "src_image", "trg_image"]].reset_index(drop=True)
     out["pair_hash"] = _sha_many(text)
@@ -116,14 +117,9 @@ def four_choice_hashes(four_choice: pd.DataFrame, pair_hash: pd.DataFrame) -> pd
     """One row per four-choice item: pair_id, src_keypoint, item_hash (pair hash + query + options + answer)."""
     ph = pair_hash.set_index("pair_id")["pair_hash"]
     opts = four_choice[["option_a", "option_b", "option_c", "option_d"]].astype(str).agg(",".join, axis=1)
-    text = (
-        ph.reindex(four_choice["pair_id"]).fillna("?").to_numpy()
-        + ";"
-        + four_choice["src_keypoint"].astype(str)
-        + ";"
-        + opts
-        + ";"
-        + four_choice["answer"].astype(str)
+    pair = ph.reindex(four_choice["pair_id"]).fillna("?").to_numpy()
+    text = _joined(
+        ";", pair, four_choice["src_keypoint"].astype(str), opts, four_choice["answer"].astype(str)
     )
     out = four_choice[["pair_id", "src_keypoint"]].reset_index(drop=True)
     out["item_hash"] = _sha_many(text.to_numpy())
@@ -147,20 +143,15 @@ def lvlm_item_hashes(items: pd.DataFrame, pair_hash: pd.DataFrame | None = None)
         if pair_hash is None
         else pair_hash.set_index("pair_id")["pair_hash"].reindex(items["pair_id"]).fillna("?")
     )
-    text = (
-        items["setting"].astype(str)
-        + ";"
-        + items["question"].astype(str)
-        + ";"
-        + items[["A", "B", "C", "D"]].astype(str).agg("|".join, axis=1)
-        + ";"
-        + items["answer"].astype(str)
-        + ";"
-        + digest(items["src_render"])
-        + ";"
-        + digest(items["trg_render"])
-        + ";"
-        + (ph if isinstance(ph, str) else ph.to_numpy())
+    text = _joined(
+        ";",
+        items["setting"].astype(str),
+        items["question"].astype(str),
+        items[["A", "B", "C", "D"]].astype(str).agg("|".join, axis=1),
+        items["answer"].astype(str),
+        digest(items["src_render"]),
+        digest(items["trg_render"]),
+        ph if isinstance(ph, str) else ph.to_numpy(),
     )
     out = items[["setting", "index", "pair_id"]].reset_index(drop=True)
     out["item_hash"] = _sha_many(text.to_numpy())
