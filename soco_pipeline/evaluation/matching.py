@@ -548,40 +548,8 @@ def predict(
         else:
             free_uv[a:b] = got.uv
         c_val[ca:cb] = got.cand_val
-    return _assemble(
-        backbone_name,
-        queries,
-        geo,
-        layout,
-        grids,
-        free_idx,
-        free_uv,
-        free_sim,
-        c_cell,
-        c_val,
-        trg_sizes,
-        matcher.simple,
-        protocol,
-    )
-
-
-def _assemble(
-    backbone_name,
-    queries,
-    geo,
-    layout,
-    grids,
-    free_idx,
-    free_uv,
-    free_sim,
-    c_cell,
-    c_val,
-    trg_sizes,
-    simple,
-    protocol,
-) -> pd.DataFrame:
-    """The prediction rows, back in query order: free points, then SOC-geo's argmax over the candidates."""
-    n, pos = len(queries), layout.pos
+    # the prediction rows, back in query order: free points, then SOC-geo's argmax over the candidates
+    pos = layout.pos
     counts = np.diff(layout.bounds)
     in_size, grid_hw = np.repeat(grids[:, 0], counts), np.repeat(grids[:, 1:], counts, axis=0)
     cand_cell, cand_val = np.empty_like(c_cell), np.empty_like(c_val)
@@ -590,7 +558,7 @@ def _assemble(
     free_sim = free_sim[pos].astype(np.float64)
     geo_q = geo.geo_q
     geo_idx, geo_sim = _segment_argmax(geo.cand_q, cand_val, cand_cell, geo_q)
-    if simple:
+    if matcher.simple:
         free_uv = _index_points(free_idx, grid_hw, protocol)
     geo_uv = _index_points(geo_idx, grid_hw[geo_q], protocol)
     free_px = unit_to_pixels(free_uv, trg_sizes)
