@@ -25,27 +25,10 @@ from soco_pipeline.storage import PROJECT_ROOT
 
 STATISTICS = ("pearson", "spearman")
 ANALYSIS_CONFIG = PROJECT_ROOT / "assets" / "analysis.yaml"
-CORRELATION_COLUMNS = [
-    "subset",
-    "benchmark",
-    "benchmark_task",
-    "benchmark_metric",
-    "task",
-    "task_display",
-    "metric",
-    "metric_shown",
-    "sign_flipped",
-    "headline",
-    "statistic",
-    "estimate",
-    "ci_low",
-    "ci_high",
-    "n",
-    "n_resamples",
-    "confidence",
-    "seed",
-    "degenerate_resamples",
-]
+CORRELATION_COLUMNS = (
+    "subset benchmark benchmark_task benchmark_metric task task_display metric metric_shown sign_flipped "
+    "headline statistic estimate ci_low ci_high n n_resamples confidence seed degenerate_resamples"
+).split()
 
 
 class AnalysisConfigError(ValueError):

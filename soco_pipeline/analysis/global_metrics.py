@@ -9,20 +9,9 @@ import numpy as np
 import pandas as pd
 import torch
 
-GLOBAL_METRIC_COLUMNS = [
-    "backbone",
-    "feature",
-    "track",
-    "metric",
-    "k",
-    "value",
-    "n_queries",
-    "n_gallery",
-    "n_classes",
-    "temperature",
-    "seed",
-    "headline",
-]
+GLOBAL_METRIC_COLUMNS = (
+    "backbone feature track metric k value n_queries n_gallery n_classes temperature seed headline".split()
+)
 KS = (20, 100, 200)
 TEMPERATURE = 0.07
 

@@ -25,21 +25,10 @@ from soco_pipeline.evaluation.metrics import compute_metrics
 from soco_pipeline.evaluation.protocol import ProtocolConfig
 from soco_pipeline.taxonomy import Taxonomy
 
-PROBE_COLUMNS = [
-    "backbone",
-    "method",
-    "metric",
-    "alpha",
-    "value",
-    "n",
-    "n_train_images",
-    "n_test_images",
-    "n_train_queries",
-    "n_test_pairs",
-    "steps",
-    "final_loss",
-    "seed",
-]
+PROBE_COLUMNS = (
+    "backbone method metric alpha value n n_train_images n_test_images n_train_queries n_test_pairs "
+    "steps final_loss seed"
+).split()
 
 
 class ProbeError(ValueError):

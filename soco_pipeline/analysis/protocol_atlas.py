@@ -16,22 +16,10 @@ UNITS = {
     "tpips": "aspect",
     "fgbmk": "class",
 }  # each family's bootstrap unit: that of its headline CI (FG-BMK: its classes; fgbmk_knob_table says why)
-ATLAS_COLUMNS = [
-    "family",
-    "metric",
-    "knob",
-    "unit",
-    "n_models",
-    "n_units",
-    "tau",
-    "tau_low",
-    "tau_high",
-    "n_flipped",
-    "flipped_pairs",
-    "largest_change_model",
-    "largest_change",
-    "models",
-]
+ATLAS_COLUMNS = (
+    "family metric knob unit n_models n_units tau tau_low tau_high n_flipped flipped_pairs "
+    "largest_change_model largest_change models"
+).split()
 
 
 def kendall_tau_b(x: np.ndarray, y: np.ndarray) -> np.ndarray:

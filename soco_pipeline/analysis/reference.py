@@ -13,16 +13,7 @@ import pandas as pd
 
 from soco_pipeline.storage import PROJECT_ROOT, read_bytes
 
-SCORE_COLUMNS = [
-    "model",
-    "task",
-    "metric",
-    "value",
-    "higher_better",
-    "task_display",
-    "is_main_model",
-    "source",
-]
+SCORE_COLUMNS = "model task metric value higher_better task_display is_main_model source".split()
 OMNIPROBE_TABLE = PROJECT_ROOT / "assets" / "reference" / "omniprobe_results.csv"
 NAME_MAP = PROJECT_ROOT / "assets" / "reference" / "name_map.csv"
 DOWNSTREAM_DIR = PROJECT_ROOT / "assets" / "downstream"

@@ -16,16 +16,7 @@ from soco_pipeline.evaluation.geometry import scale_keypoints, unit_to_pixels
 from soco_pipeline.evaluation.protocol import ProtocolConfig
 from soco_pipeline.native import half_matmul
 
-PREDICTION_COLUMNS = [
-    "backbone",
-    "pair_id",
-    "src_keypoint",
-    "mode",
-    "pred_x",
-    "pred_y",
-    "similarity",
-    "input_size",
-]
+PREDICTION_COLUMNS = "backbone pair_id src_keypoint mode pred_x pred_y similarity input_size".split()
 # Bytes of float32 similarity map allowed at once when upsampling to S x S.
 _UPSAMPLE_CHUNK_FLOATS = 1 << 25
 

@@ -18,18 +18,12 @@ from soco_pipeline.taxonomy import ASSETS_DIR
 DEFAULT_PROTOCOL_PATH = ASSETS_DIR / "protocol.yaml"
 
 # Knobs that change predictions; the rest only change scoring.
-MATCHING_KNOBS = (
-    "size_policy",
-    "keypoint_scaling",
-    "source_sampling",
-    "prediction_point",
-    "upsample",
-    "soft_argmax",
-    "soft_argmax_window",
-    "soft_argmax_temperature",
-    "geo_min_candidates",
-    "compute_dtype",
-    "four_choice_tie_break",
+MATCHING_KNOBS = tuple(
+    (
+        "size_policy keypoint_scaling source_sampling prediction_point upsample soft_argmax "
+        "soft_argmax_window soft_argmax_temperature geo_min_candidates compute_dtype "
+        "four_choice_tie_break"
+    ).split()
 )
 _REDUCTIONS = ("official", "keypoint")
 Alpha = Annotated[float, Field(gt=0, lt=1)]

@@ -11,19 +11,10 @@ from soco_pipeline.evaluation.protocol import ProtocolConfig
 
 SCORE_COLUMNS = ["model", "metric", "group", "unit", "element", "cluster", "score"]
 Z95 = 1.959963984540054
-INTERVAL_COLUMNS = [
-    "model",
-    "metric",
-    "value",
-    "ci95_lo_boot_category",
-    "ci95_hi_boot_category",
-    "se_cluster_image",
-    "ci95_lo_cluster_image_logit",
-    "ci95_hi_cluster_image_logit",
-    "n_units",
-    "n_categories",
-    "n_clusters",
-]
+INTERVAL_COLUMNS = (
+    "model metric value ci95_lo_boot_category ci95_hi_boot_category se_cluster_image "
+    "ci95_lo_cluster_image_logit ci95_hi_cluster_image_logit n_units n_categories n_clusters"
+).split()
 
 
 # ----------------------------------------------------------------------------- scores
@@ -200,22 +191,10 @@ def intervals(
 
 
 # ----------------------------------------------------------------------------- paired comparison
-COMPARE_COLUMNS = [
-    "metric",
-    "model_a",
-    "model_b",
-    "value_a",
-    "value_b",
-    "delta",
-    "ci95_lo_boot_category",
-    "ci95_hi_boot_category",
-    "n_units",
-    "n_categories",
-    "wins_a",
-    "wins_b",
-    "ties",
-    "sign_test_p",
-]
+COMPARE_COLUMNS = (
+    "metric model_a model_b value_a value_b delta ci95_lo_boot_category ci95_hi_boot_category n_units "
+    "n_categories wins_a wins_b ties sign_test_p"
+).split()
 CATEGORY_COLUMNS = ["metric", "group", "delta", "n_units", "wins_a", "wins_b", "ties", "sign_test_p"]
 
 
@@ -284,13 +263,10 @@ def compare(
 
 
 # ----------------------------------------------------------------------------- tables
-CI_COLUMNS = [
-    "ci95_lo_boot_category",
-    "ci95_hi_boot_category",
-    "se_cluster_image",
-    "ci95_lo_cluster_image_logit",
-    "ci95_hi_cluster_image_logit",
-]
+CI_COLUMNS = (
+    "ci95_lo_boot_category ci95_hi_boot_category se_cluster_image ci95_lo_cluster_image_logit "
+    "ci95_hi_cluster_image_logit"
+).split()
 BOARD_CI_METRICS = ("cc", "soc", "soc_geo", "cross_soc", "four_choice")
 
 

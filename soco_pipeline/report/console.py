@@ -14,17 +14,8 @@ import pandas as pd
 
 WIDTH = 120
 # text columns that explain a board rather than score it: printed once (same in every row) or as notes
-NOTE_COLUMNS = (
-    "data_source",
-    "source",
-    "simulated",
-    "reason",
-    "reasons",
-    "note",
-    "none_rule",
-    "judgements",
-    "subset",
-    "why",
+NOTE_COLUMNS = tuple(
+    "data_source source simulated reason reasons note none_rule judgements subset why".split()
 )
 NAME_COLUMNS = ("model", "backbone", "name")
 CUTS = (28, 22, 16)  # a table too wide has its text cells cut (with an ellipsis) to these lengths in turn

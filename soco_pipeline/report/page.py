@@ -280,17 +280,10 @@ def build_report(
         comparison = comparison.assign(why_it_differs=comparison["model"].map(notes).fillna(""))
     published = page_table(
         comparison,
-        [
-            "model",
-            "reference",
-            "metric",
-            "ours",
-            "published",
-            "difference",
-            "published_setting",
-            "differing_knobs",
-            "why_it_differs",
-        ],
+        (
+            "model reference metric ours published difference published_setting differing_knobs "
+            "why_it_differs"
+        ).split(),
         name_col="model",
         hoist=False,
     )
@@ -303,17 +296,7 @@ def build_report(
 
         atlas["table"] = page_table(
             atlas_table,
-            [
-                "family",
-                "metric",
-                "knob",
-                "n_models",
-                "tau",
-                "tau_low",
-                "tau_high",
-                "flipped_pairs",
-                "largest_change",
-            ],
+            "family metric knob n_models tau tau_low tau_high flipped_pairs largest_change".split(),
             hoist=False,
         )
         if atlas_table["tau"].notna().any():

@@ -10,18 +10,7 @@ import numpy as np
 import pandas as pd
 
 Z95 = 1.959963984540054
-HEADLINE_COLUMNS = (
-    "model",
-    "family",
-    "metric",
-    "value",
-    "ci_low",
-    "ci_high",
-    "n",
-    "simulated",
-    "materialized_at",
-    "role",
-)
+HEADLINE_COLUMNS = tuple("model family metric value ci_low ci_high n simulated materialized_at role".split())
 EMBEDDED_SOURCE = "embedded_source"  # `simulated`: the run's SOCO data source is the embedded generator
 
 

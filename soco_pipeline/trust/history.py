@@ -23,21 +23,10 @@ from soco_pipeline.storage import (
 
 log = logging.getLogger(__name__)
 
-HISTORY_COLUMNS = [
-    "model",
-    "family",
-    "data_version",
-    "materialized_at",
-    "task_hash",
-    "metric",
-    "value",
-    "previous_data_version",
-    "delta",
-    "delta_ci_low",
-    "delta_ci_high",
-    "level",
-    "regression",
-]
+HISTORY_COLUMNS = (
+    "model family data_version materialized_at task_hash metric value previous_data_version delta "
+    "delta_ci_low delta_ci_high level regression"
+).split()
 WEBHOOK_ENV = "SOCO_REGRESSION_WEBHOOK"
 
 

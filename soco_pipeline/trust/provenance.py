@@ -22,19 +22,11 @@ from soco_pipeline.taxonomy import ASSETS_DIR
 
 SCHEMA_PATH = ASSETS_DIR / "results_record.schema.json"
 SCHEMA_VERSION = "2"  # 2: ci95_cluster_image became ci95_cluster_image_logit (bounded)
-PACKAGES = (
-    "soco-pipeline",
-    "torch",
-    "timm",
-    "dagster",
-    "numpy",
-    "pandas",
-    "pyarrow",
-    "duckdb",
-    "scipy",
-    "opencv-python-headless",
-    "transformers",
-    "httpx",
+PACKAGES = tuple(
+    (
+        "soco-pipeline torch timm dagster numpy pandas pyarrow duckdb scipy opencv-python-headless "
+        "transformers httpx"
+    ).split()
 )
 
 

@@ -16,19 +16,10 @@ from soco_pipeline.published_figures import (  # noqa: F401 - the table's names,
     load_published,
 )
 
-COMPARISON_COLUMNS = [
-    "model",
-    "reference",
-    "family",
-    "metric",
-    "ours",
-    "published",
-    "difference",
-    "published_setting",
-    "differing_knobs",
-    "comparison",
-    "source",
-]
+COMPARISON_COLUMNS = (
+    "model reference family metric ours published difference published_setting differing_knobs "
+    "comparison source"
+).split()
 
 
 def differing_knobs(ours: dict[str, str], published: pd.Series) -> list[str]:

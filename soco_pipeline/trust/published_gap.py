@@ -21,25 +21,10 @@ KIND = {"input_size": "prediction", "layer": "prediction", "alpha": "scoring"}
 LABEL = {"input_size": "input", "layer": "layer", "alpha": "alpha"}
 FOLDED = {"grid": "input_size"}  # the grid is set by the input policy: aligned with the input size
 HEADLINE_METRIC = "soc"
-GAP_COLUMNS = [
-    "model",
-    "reference",
-    "family",
-    "metric",
-    "step",
-    "knob",
-    "kind",
-    "ours_setting",
-    "published_setting",
-    "before",
-    "after",
-    "effect",
-    "ours",
-    "aligned",
-    "published",
-    "reason",
-    "sentence",
-]
+GAP_COLUMNS = (
+    "model reference family metric step knob kind ours_setting published_setting before after effect "
+    "ours aligned published reason sentence"
+).split()
 
 Predict = Callable[[BackboneSpec], pd.DataFrame]  # the predictions of a spec (variant) on the evaluated pairs
 Score = Callable[[pd.DataFrame, float], dict[str, float]]  # predictions, alpha -> {metric: value 0-100}
