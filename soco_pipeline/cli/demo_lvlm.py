@@ -68,15 +68,3 @@ def run_lvlm_demo(instance: dg.DagsterInstance, log=print, **overrides) -> pd.Da
         mat(["lvlm_leaderboard", "model_headlines", "model_summary", "results_database", "results_report"])
         log(f"  done in {time.perf_counter() - t0:.1f} s ({lb.requests()} model calls)")
     return read_parquet(join(settings.tables_root, "lvlm_leaderboard.parquet"))
-
-
-def lvlm_board_markdown(board: pd.DataFrame) -> str:
-    """The LVLM leaderboard as Markdown, the evaluated rows first, then the references."""
-    from soco_pipeline.analysis.leaderboard import leaderboard_markdown
-    from soco_pipeline.evaluation.subsets import partial_display
-
-    order = {"evaluated": 0, "random": 1, "backbone": 2, "reference": 3}
-    b = board.sort_values("kind", key=lambda s: s.map(order), kind="stable")
-    b = partial_display(b, "model") if "partial" in b.columns else b
-    keep = [c for c in b.columns if c not in ("source", "spec_present", "partial", "subset")]
-    return leaderboard_markdown(b[keep]) + f"\n{EXPECTED}\n"

@@ -174,16 +174,8 @@ def plan(
     """The steps of a `soco run`: (stage, cached-check arguments) in order."""
     import dagster as dg
 
-    from soco_pipeline.cli.demo import (
-        DATA_AND_PAIRS,
-        LVLM_GROUP,
-        PER_BACKBONE,
-        SUMMARY,
-        Stage,
-    )
-    from soco_pipeline.cli.demo import (
-        families as family_groups,
-    )
+    from soco_pipeline.cli.demo import DATA_AND_PAIRS, LVLM_GROUP, PER_BACKBONE, SUMMARY, Stage
+    from soco_pipeline.cli.demo import families as family_groups
     from soco_pipeline.cli.freshness import LIMIT_TAG
 
     name = added.name
