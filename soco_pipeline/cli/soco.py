@@ -58,13 +58,7 @@ def cmd_export_release(args: argparse.Namespace, settings: Settings) -> int:
     tax_path = table_for("taxonomy").path(settings.tables_root)  # the run's taxonomy, when materialized
     taxonomy = Taxonomy.from_table(read_parquet(tax_path), tax_path) if exists(tax_path) else load_taxonomy()
     counts = export_soco_release(
-        images,
-        keypoints,
-        image_pairs,
-        corr,
-        args.out,
-        taxonomy,
-        overwrite=args.force,
+        images, keypoints, image_pairs, corr, args.out, taxonomy, overwrite=args.force
     )
     print(f"wrote the SOCO release layout to {args.out}: {counts}")
     return 0
@@ -103,12 +97,7 @@ def cmd_export_results(args: argparse.Namespace, settings: Settings) -> int:
     pairs = read_parquet(table_for("image_pairs").path(settings.tables_root))
     metrics, protocol = rescored_backbone_metrics(settings, args.backbone, args.protocol)
     doc = official_results(
-        metrics,
-        pairs,
-        args.backbone,
-        protocol,
-        alpha=args.alpha,
-        settings={"metrics_table": path},
+        metrics, pairs, args.backbone, protocol, alpha=args.alpha, settings={"metrics_table": path}
     )
     write_bytes_atomic(args.out, (json.dumps(doc, indent=2, allow_nan=False) + "\n").encode())
     for level, res in doc["metrics"].items():

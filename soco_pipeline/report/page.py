@@ -106,10 +106,7 @@ def lvlm_examples(answers: pd.DataFrame, items: pd.DataFrame, n: int, seed: int)
 
 
 def page_table(
-    df: pd.DataFrame | None,
-    columns: list[str] | None = None,
-    name_col: str | None = None,
-    hoist: bool = True,
+    df: pd.DataFrame | None, columns: list[str] | None = None, name_col: str | None = None, hoist: bool = True
 ) -> dict | None:
     """A table for the template: columns, rows of cells ({text, partial}) and notes."""
     from soco_pipeline.report.console import NOTE_COLUMNS, column_text

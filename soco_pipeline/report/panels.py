@@ -63,12 +63,7 @@ def _dot(draw: ImageDraw.ImageDraw, xy: tuple[int, int], color) -> None:
 
 
 def draw_panel(
-    src: Image.Image,
-    trg: Image.Image,
-    query_xy,
-    gt_xy,
-    pred_xy,
-    sims: np.ndarray | None = None,
+    src: Image.Image, trg: Image.Image, query_xy, gt_xy, pred_xy, sims: np.ndarray | None = None
 ) -> tuple[Image.Image, PanelLayout]:
     """The panel image and its layout (points in original pixels; `sims` adds the heatmap tile)."""
     s_tile, s_scale = _tile(src)

@@ -34,10 +34,7 @@ def differing_knobs(ours: dict[str, str], published: pd.Series) -> list[str]:
 
 
 def compare_to_published(
-    ours: pd.DataFrame,
-    references: dict[str, str],
-    knobs: dict[str, dict[str, str]],
-    published: pd.DataFrame,
+    ours: pd.DataFrame, references: dict[str, str], knobs: dict[str, dict[str, str]], published: pd.DataFrame
 ) -> pd.DataFrame:
     """Per model with a reference and (family, metric): ours, the closest published row and the gap."""
     rows = []
