@@ -54,8 +54,9 @@ def test_the_page_has_its_sections_and_captions(tmp_path):
     assert "FGBMK data" in simulated and "TPIPS triplets and votes (simulated annotators" in simulated
     # the summary: one row per model, one headline per family with its CI
     summary = page[page.index('id="summary"') : page.index('id="backbones"')]
-    assert all(f"<th>{f}</th>" in summary for f in ("soco", "fgbmk", "mmvm", "tpips"))
-    assert summary.count("<tr>") == 1 + 5 and re.search(r"\d+\.\d \[\d+\.\d, \d+\.\d\]", summary)
+    assert all(f"<th>{f}</th>" in summary for f in ("soco", "soco_lvlm", "fgbmk", "mmvm", "tpips"))
+    # the header, the 5 backbones and the 2 evaluated LVLMs (SOCO-LVLM's headline, as model_headlines has it)
+    assert summary.count("<tr>") == 1 + 5 + 2 and re.search(r"\d+\.\d \[\d+\.\d, \d+\.\d\]", summary)
     # the data source once above the MMVM table, not in every row; the board folded
     mmvm = page[page.index('id="mmvm"') :].split("</section>")[0]
     assert mmvm.count("procedural MMVM cases") == 2  # headline table's note + the folded board's note

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 from soco_pipeline.cli import soco as cli
-from soco_pipeline.cli.demo_lvlm import lvlm_board_markdown, run_lvlm_demo
+from soco_pipeline.cli.demo_lvlm import run_lvlm_demo
 from soco_pipeline.cli.freshness import Freshness
 from soco_pipeline.defs.definitions import build_definitions
 from soco_pipeline.lvlm.loopback import loopback_answerers
@@ -65,8 +65,6 @@ def test_demo_block_prints_the_lvlm_board_beside_the_references(tmp_path):
         assert 5 <= rnd[f"{s}_average"] <= 50 and rnd[f"{s}_circular"] < 30
     assert (board.kind == "reference").any() and rows.loc["random", "vis_circular"] == pytest.approx(0.390625)
     assert not rows.loc["loopback_oracle", "partial"]
-    md = lvlm_board_markdown(board)
-    assert md.index("loopback_oracle") < md.index("GPT-4o") and "expected: oracle 100 / 100" in md
     rec = json.loads((storage / "results" / "records" / "lvlm" / "loopback_oracle.json").read_text())
     validate_record(rec)
     assert rec["results"]["vis/circular"]["value"] == 100 and rec["family"] == "soco_lvlm"

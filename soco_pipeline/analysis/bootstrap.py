@@ -1,9 +1,5 @@
-"""Vectorized, seeded percentile bootstrap of Pearson r and Spearman rho over models.
-
-The resamples' index matrix is turned once into a count matrix C, so every statistic of every resample is a
-few matrix products (C @ x, C @ x**2, C @ (x * y)); Spearman's ranks come from the same counts (ties
-averaged). One index matrix serves both benchmarks of a paired difference (delta r).
-"""
+"""Vectorized, seeded percentile bootstrap of Pearson r and Spearman rho over models: the resamples as one
+count matrix, so every statistic is a few matrix products."""
 
 from __future__ import annotations
 
@@ -50,9 +46,7 @@ def _standardise(v: np.ndarray) -> np.ndarray:
 
 
 def weighted_pearson(counts: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Pearson r of each resample given by a count row (B x n) over values x, y (n, or B x n per row);
-    NaN where a resample has no variance in x or y. Per-row values (ranks) may be float32: their
-    weighted sums are exact there; the rest is float64."""
+    """Pearson r per resample (count rows, B x n) over x, y; NaN without variance."""
     m = counts.sum(axis=1, dtype=np.float64)
 
     def wsum(v):
@@ -76,9 +70,7 @@ def weighted_pearson(counts: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.nda
 
 
 def weighted_ranks(counts: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """(B x n) average rank (1-based, ties averaged) each model's value has within each resample.
-
-    Ranks are half-integers, exact in float32 (the dtype of `counts`)."""
+    """(B x n) average ranks (ties averaged) within each resample; exact in float32."""
     order = np.argsort(values, kind="stable")
     sorted_values = np.asarray(values)[order]
     starts = np.flatnonzero(np.r_[True, sorted_values[1:] != sorted_values[:-1]])

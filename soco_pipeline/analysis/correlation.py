@@ -1,7 +1,5 @@
-"""The correlation study of the SOCO paper's Fig. 4 (docs/analysis.md): Pearson r and Spearman rho of
-benchmark scores against downstream results across models, with seeded bootstrap CIs, and paired delta r.
-Error metrics (higher_better false) are sign-flipped first, as the paper shows them (`sign_flipped`).
-"""
+"""The correlation study of the SOCO paper's Fig. 4 (docs/analysis.md): Pearson r and Spearman rho with seeded
+bootstrap CIs and paired delta r; error metrics are sign-flipped first (`sign_flipped`)."""
 
 from __future__ import annotations
 
@@ -27,27 +25,10 @@ from soco_pipeline.storage import PROJECT_ROOT
 
 STATISTICS = ("pearson", "spearman")
 ANALYSIS_CONFIG = PROJECT_ROOT / "assets" / "analysis.yaml"
-CORRELATION_COLUMNS = [
-    "subset",
-    "benchmark",
-    "benchmark_task",
-    "benchmark_metric",
-    "task",
-    "task_display",
-    "metric",
-    "metric_shown",
-    "sign_flipped",
-    "headline",
-    "statistic",
-    "estimate",
-    "ci_low",
-    "ci_high",
-    "n",
-    "n_resamples",
-    "confidence",
-    "seed",
-    "degenerate_resamples",
-]
+CORRELATION_COLUMNS = (
+    "subset benchmark benchmark_task benchmark_metric task task_display metric metric_shown sign_flipped "
+    "headline statistic estimate ci_low ci_high n n_resamples confidence seed degenerate_resamples"
+).split()
 
 
 class AnalysisConfigError(ValueError):
@@ -91,8 +72,7 @@ class AnalysisConfig:
 
 
 def load_analysis_config(path: str | Path = ANALYSIS_CONFIG, **overrides) -> AnalysisConfig:
-    """The analysis config from YAML, with keyword overrides (seed, n_resamples, subsets ...);
-    AnalysisConfigError naming the file and the field when it is malformed."""
+    """The analysis config from YAML with keyword overrides; AnalysisConfigError names the field."""
     raw = read_yaml(path, AnalysisConfigError, "analysis config")
     raw = {} if raw is None else raw
     if isinstance(raw, dict):
@@ -144,8 +124,7 @@ def _row(subset, bench, bt, bm, task, metric, facts, config, statistic, iv, n) -
 
 
 def correlation_table(scores: pd.DataFrame, config: AnalysisConfig) -> pd.DataFrame:
-    """Every (subset, benchmark, downstream task, metric) pearson / spearman correlation with its CI, plus
-    delta_pearson rows (benchmark 'a-b'), from `reference.combine_scores`; pairs under `min_models` left out."""
+    """Every pearson / spearman correlation with its CI, plus delta_pearson rows, from combined scores."""
     if scores.empty:
         raise ReferenceDataError("no scores to correlate: the score tables are empty")
     wide, facts = _wide(scores)
@@ -235,8 +214,7 @@ def headline_markdown(table: pd.DataFrame, subset: str = "all", a: str = "soc", 
 
 
 def task_markdown(table: pd.DataFrame, task: str, subset: str = "all", statistic: str = "pearson") -> str:
-    """One downstream task's correlations (e.g. a task family's scores against the pipeline's SOCO columns) as
-    Markdown: metric, benchmark, r [CI], n; '(no rows ...)' when the task has too few models."""
+    """One downstream task's correlations as Markdown (metric, benchmark, r [CI], n)."""
     t = table[(table["subset"] == subset) & (table["task"] == task) & (table["statistic"] == statistic)]
     if t.empty:
         return f"(no {statistic} rows for {task!r} in subset {subset!r}: fewer models than min_models have both)\n"

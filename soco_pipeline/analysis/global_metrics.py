@@ -1,8 +1,5 @@
-"""Global-feature metrics from the feature cache, without running any backbone: kNN classification
-(top-1 / top-5) and retrieval mAP, on the `mean`, `cls` and `global` feature kinds, tracks `category` and
-`fine_grained` (docs/analysis.md). Everything runs in blocks of queries: one matrix product per block, then
-torch top-k / scatter-add.
-"""
+"""Global-feature metrics from the feature cache (docs/analysis.md): kNN top-1 / top-5 and retrieval mAP on
+the `mean`, `cls` and `global` features, in blocks of queries."""
 
 from __future__ import annotations
 
@@ -12,27 +9,15 @@ import numpy as np
 import pandas as pd
 import torch
 
-GLOBAL_METRIC_COLUMNS = [
-    "backbone",
-    "feature",
-    "track",
-    "metric",
-    "k",
-    "value",
-    "n_queries",
-    "n_gallery",
-    "n_classes",
-    "temperature",
-    "seed",
-    "headline",
-]
+GLOBAL_METRIC_COLUMNS = (
+    "backbone feature track metric k value n_queries n_gallery n_classes temperature seed headline".split()
+)
 KS = (20, 100, 200)
 TEMPERATURE = 0.07
 
 
 def image_cells(meta: dict) -> tuple[int, int]:
-    """(rows, cols) of the grid cells that overlap the image itself (the map covers the padded square,
-    the image at the top-left)."""
+    """(rows, cols) of the grid cells overlapping the image (top-left of the padded square)."""
     side = max(meta["width"], meta["height"])
     rows = int(np.ceil(meta["height"] / side * meta["grid_h"] - 1e-9))
     cols = int(np.ceil(meta["width"] / side * meta["grid_w"] - 1e-9))
@@ -64,8 +49,7 @@ def class_tokens(store, image_ids) -> np.ndarray | None:
 
 
 def seeded_split(labels: pd.Series, train_fraction: float, seed: int) -> np.ndarray:
-    """Boolean train mask: within each label, a seeded random `train_fraction` of the rows (at least one
-    train and, where a label has two or more rows, at least one test row)."""
+    """Train mask: a seeded `train_fraction` per label, at least one train (and test) row."""
     rng = np.random.default_rng(seed)
     u = rng.random(len(labels))
     codes = pd.factorize(labels)[0]
@@ -95,8 +79,7 @@ def knn_accuracy(
     block: int = 1024,
     allowed: Callable[[slice], torch.Tensor] | None = None,
 ) -> dict[int, tuple[float, float]]:
-    """{k: (top-1 %, top-5 %)} of weighted kNN voting (exp(sim / T) per class) over integer labels;
-    `allowed(block)` (b x n_train bool) masks the neighbours a query may use; k is clipped to the train set."""
+    """{k: (top-1 %, top-5 %)} of weighted kNN voting; `allowed` masks each query's neighbours."""
     tx, ty = torch.from_numpy(np.ascontiguousarray(train_x)), torch.from_numpy(np.asarray(train_y, np.int64))
     qx, qy = torch.from_numpy(np.ascontiguousarray(test_x)), torch.from_numpy(np.asarray(test_y, np.int64))
     n_classes = int(n_classes or (max(int(ty.max()), int(qy.max())) + 1))
@@ -128,8 +111,7 @@ def retrieval_map(
     block: int = 512,
     allowed: Callable[[slice], torch.Tensor] | None = None,
 ) -> float:
-    """Mean average precision (%) of each query's gallery ranking by cosine; relevant = same label.
-    Queries without a relevant gallery item are left out. `allowed` restricts each query's gallery."""
+    """Mean average precision (%) of cosine gallery rankings (relevant = same label)."""
     gx, gy = (
         torch.from_numpy(np.ascontiguousarray(gallery_x)),
         torch.from_numpy(np.asarray(gallery_y, np.int64)),
@@ -200,11 +182,7 @@ def global_metrics(
     log: Callable[[str], None] | None = None,
     global_features=None,
 ) -> pd.DataFrame:
-    """kNN top-1/top-5 and retrieval mAP (0-100) of a backbone's cached features (GLOBAL_METRIC_COLUMNS).
-
-    `images`: image_id and category; `global_features` adds the `global` kind; `family_of(category)` gives
-    the fine-grained track's family (None: no such track). `headline` marks the leaderboard's rows.
-    """
+    """kNN top-1/top-5 and retrieval mAP (0-100) of a backbone's cached features."""
     log = log or (lambda _m: None)
     images = images[["image_id", "category"]].drop_duplicates("image_id").reset_index(drop=True)
     ids = images["image_id"].tolist()

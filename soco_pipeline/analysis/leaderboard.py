@@ -1,8 +1,5 @@
-"""The leaderboard across backbones: one row per backbone, as a table, Markdown and a bar chart.
-
-It sits in analysis/ (not evaluation/) because it joins the evaluation metrics with analysis's
-global-feature metrics: analysis imports evaluation, never the other way round.
-"""
+"""The leaderboard across backbones as a table, Markdown and a bar chart (here, not in evaluation/: it joins
+analysis's global-feature metrics)."""
 
 from __future__ import annotations
 
@@ -23,9 +20,7 @@ def leaderboard(
     reduction: str = "official",
     global_metrics: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
-    """One row per backbone: cc, soc, soc_geo, cross_soc, cross_cc, the drops (points), soc per super-category,
-    four_choice and four_choice_circular, at `alpha` with the given reduction; with `global_metrics`
-    (analysis.global_metrics rows) also knn_top1 (k = 20) and retrieval_map (NaN where not computed)."""
+    """One row per backbone: levels, drops, per-super-category SOC, 4-choice, kNN and retrieval."""
     m = metrics[(metrics["reduction"] == reduction)]
     at = ((m["alpha"] - alpha).abs() < 1e-9) | m["metric"].str.startswith("four_choice")
     m = m[at]
@@ -62,9 +57,7 @@ CONSOLE_COLUMNS = ["cc", "soc", "soc_geo", "cross_soc", "cross_cc", "four_choice
 
 
 def console_board(board: pd.DataFrame) -> pd.DataFrame:
-    """The headline view of a leaderboard for a terminal: the levels, circular 4-choice and kNN top-1, SOC's
-    95% CI (bootstrap over categories) beside SOC, and a partial run's name marked; the full table stays
-    in `results.duckdb` (`soco leaderboard`)."""
+    """The terminal view of a leaderboard, SOC's 95% CI beside SOC, partial runs marked."""
     from soco_pipeline.evaluation.stats import ci_display  # evaluation imports no analysis module
     from soco_pipeline.evaluation.subsets import partial_display
 

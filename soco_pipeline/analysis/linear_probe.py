@@ -1,11 +1,6 @@
-"""A contrastively trained linear probe on cached dense features (OmniProbe's `soco_lp`), scored with the
-same protocol as the zero-shot scorer (docs/analysis.md).
-
-W (D x C) starts at the identity, so step 0 is the zero-shot scorer, and is trained with InfoNCE over the
-target grid on the train pairs' source keypoints (Adam, seeded, a fixed number of steps); no test image is
-seen in training. The test pairs are scored by matching.predict and metrics.compute_metrics on the maps W F,
-L2-normalised, beside the zero-shot scores on the same pairs.
-"""
+"""A contrastive linear probe on cached dense features (OmniProbe's `soco_lp`, docs/analysis.md): W starts at
+the identity (step 0 is zero-shot), trained with InfoNCE on the train pairs only, scored on the test pairs by
+matching.predict and metrics.compute_metrics on W F."""
 
 from __future__ import annotations
 
@@ -30,21 +25,10 @@ from soco_pipeline.evaluation.metrics import compute_metrics
 from soco_pipeline.evaluation.protocol import ProtocolConfig
 from soco_pipeline.taxonomy import Taxonomy
 
-PROBE_COLUMNS = [
-    "backbone",
-    "method",
-    "metric",
-    "alpha",
-    "value",
-    "n",
-    "n_train_images",
-    "n_test_images",
-    "n_train_queries",
-    "n_test_pairs",
-    "steps",
-    "final_loss",
-    "seed",
-]
+PROBE_COLUMNS = (
+    "backbone method metric alpha value n n_train_images n_test_images n_train_queries n_test_pairs "
+    "steps final_loss seed"
+).split()
 
 
 class ProbeError(ValueError):
@@ -111,9 +95,7 @@ def training_examples(
     protocol: ProtocolConfig,
     backbone: str,
 ) -> tuple[torch.Tensor, np.ndarray, np.ndarray, np.ndarray]:
-    """Training queries of the train pairs: (source descriptors q x C, each query's target image, positives
-    as (query, target cell) rows): the exact keypoint's cell (SOC) when visible, else its CC group's cells,
-    so the probe learns identity without unlearning concepts."""
+    """The train pairs' queries: source descriptors, target images and positive (query, cell) rows."""
     train_rows = correspondences[correspondences["pair_id"].isin(train_pairs["pair_id"])]
     soc = train_rows[train_rows["kind"] == "soc"]
     cc = train_rows[train_rows["kind"] == "cc"]
@@ -173,8 +155,7 @@ def train_probe(
     config: ProbeConfig,
     log: Callable[[str], None] | None = None,
 ) -> tuple[torch.Tensor, list[float]]:
-    """The trained W (D x C) and the loss per step. Each step: `targets_per_step` target images (a seeded
-    shuffle, epoch after epoch) and all their queries; InfoNCE over each target's whole grid."""
+    """The trained W (D x C) and the loss per step (InfoNCE over each target's grid)."""
     log = log or (lambda _m: None)
     c = descriptors.shape[1]
     d = config.dim or c
@@ -229,8 +210,7 @@ def probe_metrics(
     config: ProbeConfig | None = None,
     log: Callable[[str], None] | None = None,
 ) -> pd.DataFrame:
-    """Train the probe on the train split and score zero-shot and probe on the test pairs (PROBE_COLUMNS:
-    method zero_shot | probe; metric cc | soc | soc_geo | cross_soc per alpha, official reduction, 0-100)."""
+    """Train the probe and score zero-shot and probe on the test pairs (PROBE_COLUMNS)."""
     config = config or ProbeConfig()
     log = log or (lambda _m: None)
     train_mask = split_images(images, config)

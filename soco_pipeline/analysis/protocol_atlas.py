@@ -1,11 +1,6 @@
-"""The protocol-sensitivity atlas: how much a family's ranking of models moves when one protocol knob changes
-(docs/results.md, `protocol_atlas`): per knob, Kendall tau-b between the rankings with a bootstrap CI over
-the family's sampling unit, the flipped pairs and the largest score change; controls left out.
-
-Input is long: family, metric, knob (the shipped protocol is `SHIPPED`), model, unit, value (0-100) and
-weight (a unit's weight in the model's score: 1 for an unweighted mean over units, its count for a pooled
-one). Every resample is a matrix product: counts (B x U) times values (U x models).
-"""
+"""The protocol-sensitivity atlas (docs/results.md, `protocol_atlas`): per knob, Kendall tau-b between the
+rankings with a bootstrap CI over the family's unit, the flipped pairs and the largest change; each resample
+is a matrix product, counts (B x U) times values (U x models)."""
 
 from __future__ import annotations
 
@@ -21,27 +16,14 @@ UNITS = {
     "tpips": "aspect",
     "fgbmk": "class",
 }  # each family's bootstrap unit: that of its headline CI (FG-BMK: its classes; fgbmk_knob_table says why)
-ATLAS_COLUMNS = [
-    "family",
-    "metric",
-    "knob",
-    "unit",
-    "n_models",
-    "n_units",
-    "tau",
-    "tau_low",
-    "tau_high",
-    "n_flipped",
-    "flipped_pairs",
-    "largest_change_model",
-    "largest_change",
-    "models",
-]
+ATLAS_COLUMNS = (
+    "family metric knob unit n_models n_units tau tau_low tau_high n_flipped flipped_pairs "
+    "largest_change_model largest_change models"
+).split()
 
 
 def kendall_tau_b(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Kendall tau-b between the columns of x and y (... x models): vectorized over leading axes; NaN when
-    one side ranks every model equal."""
+    """Kendall tau-b between the columns of x and y, vectorized; NaN when one side ties all."""
     x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
     i, j = np.triu_indices(x.shape[-1], k=1)
     sx, sy = np.sign(x[..., i] - x[..., j]), np.sign(y[..., i] - y[..., j])
@@ -52,8 +34,7 @@ def kendall_tau_b(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 def flipped_pairs(models: list[str], before: np.ndarray, after: np.ndarray) -> list[str]:
-    """The pairs ordered one way under the shipped protocol and the other way after the knob change
-    ('a > b -> b > a', a ahead under the shipped protocol)."""
+    """The model pairs whose order flips with the knob change ('a > b -> b > a')."""
     out = []
     for i, j in zip(*np.triu_indices(len(models), k=1), strict=True):
         s, t = np.sign(before[i] - before[j]), np.sign(after[i] - after[j])
@@ -86,9 +67,7 @@ def protocol_atlas(
     confidence: float = 0.95,
     seed: int = 0,
 ) -> pd.DataFrame:
-    """ATLAS_COLUMNS rows, one per (family, metric, knob other than SHIPPED), over the models not in `controls`
-    that have rows under both protocols (`unit_names`: each family's unit name, UNITS by default). A knob with fewer
-    than two models has tau NaN."""
+    """ATLAS_COLUMNS rows per (family, metric, knob), over the non-control models."""
     rows = []
     for (family, metric), block in long.groupby(["family", "metric"], sort=True):
         knobs = sorted(set(block["knob"]) - {SHIPPED})  # every knob has a row, even with only controls
@@ -141,9 +120,7 @@ ATLAS_LEVELS = ("soc", "cc", "cross_soc")
 
 
 def soco_knob_table(metrics: pd.DataFrame, headline_alpha: float, alphas, reductions) -> pd.DataFrame:
-    """SOCO's per-category metrics as the atlas's long input: the shipped protocol (official reduction at the
-    headline alpha) and each single-knob change (another alpha; the pooled `keypoint` reduction, whose
-    categories weigh by their keypoint counts)."""
+    """SOCO's per-category metrics as the atlas's input: shipped and each single-knob change."""
     cat = metrics[(metrics["scope"] == "category") & metrics["metric"].isin(ATLAS_LEVELS)]
     name = "model" if "model" in cat.columns else "backbone"
 
@@ -213,8 +190,7 @@ MMVM_FORCED = "none option: offered -> forced choice (items with the query)"
 
 
 def mmvm_knob_table(predictions: pd.DataFrame, method: str = "zero_shot") -> pd.DataFrame:
-    """MMVMBench's per-item outcomes (`mmvm_predictions`, test split) as the atlas's input per match type,
-    pooled: the shipped protocol (None option offered) against the forced choice (`correct_forced`)."""
+    """MMVM's test outcomes as atlas input: None option offered against forced choice."""
     cols = ["family", "metric", "knob", "model", "unit", "value", "weight"]
     rows = predictions[
         (predictions["split"] == "test") & (predictions["method"] == method) & (predictions["status"] == "ok")
@@ -248,8 +224,7 @@ TPIPS_MAJORITY = "agreement: vote share of the pick -> majority hit"
 
 
 def tpips_knob_table(outcomes: pd.DataFrame, ooo: pd.DataFrame, method: str = "cosine") -> pd.DataFrame:
-    """TPIPS's per-row odd-one-out outcomes (`tpips_baseline_outcomes`, test split, one `method`) as the
-    atlas's input per aspect, pooled: the shipped agreement against the majority hit (from `tpips_ooo`)."""
+    """TPIPS's test outcomes as atlas input: agreement against the majority hit."""
     cols = ["family", "metric", "knob", "model", "unit", "value", "weight"]
     rows = outcomes[(outcomes["split"] == "test") & (outcomes["method"] == method)]
     if rows.empty or ooo is None or ooo.empty:
@@ -291,8 +266,7 @@ FGBMK_BALANCED = "reduction: pooled over images -> mean over classes"
 
 
 def fgbmk_knob_table(predictions: pd.DataFrame) -> pd.DataFrame:
-    """FG-BMK's per-image probe outcomes (`fgbmk_probe_predictions`) as the atlas's input per true class of
-    each level (whole classes, for the class-balanced mean): pooled top-1 against class-balanced top-1."""
+    """FG-BMK's probe outcomes as atlas input: pooled against class-balanced top-1."""
     cols = ["family", "metric", "knob", "model", "unit", "value", "weight"]
     if predictions.empty:
         return pd.DataFrame(columns=cols)

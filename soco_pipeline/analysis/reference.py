@@ -1,11 +1,5 @@
-"""Score tables for the correlation study: the OmniProbe reference table, user downstream CSVs, the
-pipeline's own leaderboard, and the name map that joins them.
-
-Every table becomes the same long form (SCORE_COLUMNS): one row per (model, task, metric) with its value,
-whether higher is better, and the file it came from. Bad input (a blank or duplicate model name, an
-alias mapped twice, a name the map or a subset names that no table has) raises ReferenceDataError naming
-the name and the file.
-"""
+"""Score tables for the correlation study (OmniProbe reference, user CSVs, our leaderboard, the name map),
+each in the long SCORE_COLUMNS form; bad input raises ReferenceDataError naming the name and the file."""
 
 from __future__ import annotations
 
@@ -19,16 +13,7 @@ import pandas as pd
 
 from soco_pipeline.storage import PROJECT_ROOT, read_bytes
 
-SCORE_COLUMNS = [
-    "model",
-    "task",
-    "metric",
-    "value",
-    "higher_better",
-    "task_display",
-    "is_main_model",
-    "source",
-]
+SCORE_COLUMNS = "model task metric value higher_better task_display is_main_model source".split()
 OMNIPROBE_TABLE = PROJECT_ROOT / "assets" / "reference" / "omniprobe_results.csv"
 NAME_MAP = PROJECT_ROOT / "assets" / "reference" / "name_map.csv"
 DOWNSTREAM_DIR = PROJECT_ROOT / "assets" / "downstream"
@@ -59,8 +44,7 @@ def _read_csv(path: str | Path) -> pd.DataFrame:
 
 
 def normalise_scores(df: pd.DataFrame, source: str) -> pd.DataFrame:
-    """A score table (model or backbone, task, metric, value[, higher_better, task_display, is_main_model])
-    in SCORE_COLUMNS form, with clear errors for missing columns, blank names and non-numeric values."""
+    """A score table in SCORE_COLUMNS form, with clear errors for bad columns, names and values."""
     df = df.copy()
     if "model" not in df.columns and "backbone" in df.columns:
         df = df.rename(columns={"backbone": "model"})
@@ -150,8 +134,7 @@ def load_downstream(folder: str | Path = DOWNSTREAM_DIR) -> pd.DataFrame:
 def leaderboard_scores(
     board: pd.DataFrame, columns: Iterable[str], source: str = "leaderboard"
 ) -> pd.DataFrame:
-    """The pipeline's leaderboard (one row per backbone) as scores of task `soco_pipeline`, one metric per
-    column present (cc, soc, soc_geo, cross_soc, four_choice, knn_top1, retrieval_map ...)."""
+    """Our leaderboard as scores of task `soco_pipeline`, one metric per present column."""
     cols = [c for c in columns if c in board.columns]
     long = board.melt(id_vars="backbone", value_vars=cols, var_name="metric", value_name="value")
     long = long.rename(columns={"backbone": "model"}).assign(task=PIPELINE_TASK, higher_better="true")
@@ -182,8 +165,7 @@ def load_name_map(path: str | Path = NAME_MAP) -> dict[str, str]:
 def apply_name_map(
     scores: pd.DataFrame, name_map: dict[str, str], map_source: str = "the name map"
 ) -> pd.DataFrame:
-    """Scores with aliases replaced by their model names. A map whose targets no table has is an error
-    naming the target and the map file; two rows landing on one (model, task, metric) is a duplicate."""
+    """Scores with aliases replaced by model names; unknown targets and duplicates are errors."""
     if not name_map:
         return scores
     known = set(scores["model"]) | set(name_map)
@@ -215,8 +197,7 @@ def combine_scores(
 def select_models(
     scores: pd.DataFrame, subset: str | list[str] | None, source: str = "the config"
 ) -> set[str]:
-    """The model names of a subset: None/'all' (every model), 'is_main_model', or a list of names
-    (each must be in a table: otherwise an error naming the name and `source`)."""
+    """A subset's model names: None/'all', 'is_main_model', or a list of known names."""
     models = set(scores["model"])
     if subset is None or subset == "all":
         return models

@@ -512,9 +512,8 @@ def headlines(settings, tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
     try:
         return query(settings.duckdb_path, "SELECT * FROM model_headlines", settings.tables_root)
     except (ResultsError, FileNotFoundError, ValueError, RuntimeError):
-        return headlines_from_boards(
-            tables, spec_roles(settings.backbones_dir, settings.lvlms_dir, settings.storage_root)
-        )
+        roles = spec_roles(settings.backbones_dir, settings.lvlms_dir, settings.storage_root)
+        return headlines_from_boards(tables, roles, settings.source == "embedded")
 
 
 def where_the_tables_are(settings) -> list[str]:

@@ -1,15 +1,6 @@
-"""The LVLM family on the demo's first screen: loopback reference answerers behind ordinary LVLM specs.
-
-`run_lvlm_demo` starts the loopback server (soco_pipeline/lvlm/loopback.py: an oracle that reads the key
-and a seeded random answerer), writes their specs (assets/lvlm_demo/) into <storage>/lvlm/demo_specs,
-materializes lvlm_items -> lvlm_answers[m] -> lvlm_metrics[m] -> lvlm_results_record[m] -> lvlm_leaderboard
-through the real `openai` backend, and stops the server by pid at the end (also on Ctrl-C).
-`make demo` prints the board beside the published figures; SOCO_DEMO_LVLM=0 skips it.
-
-As the demo's other stages, a selection whose assets Dagster's versions call fresh (cli/freshness.Freshness) is
-reported cached and not run: a spec's data version leaves the server's port out (lvlm/specs.spec_version),
-so a second `make demo` on the same storage re-asks and re-writes nothing here.
-"""
+"""The LVLM family on the demo's first screen: loopback reference answerers (lvlm/loopback.py: an oracle and a
+seeded random one) behind ordinary `openai` specs, materialized to lvlm_leaderboard and stopped by pid (also
+on Ctrl-C); SOCO_DEMO_LVLM=0 skips it, a fresh selection (cli/freshness) is reported cached."""
 
 from __future__ import annotations
 
@@ -77,15 +68,3 @@ def run_lvlm_demo(instance: dg.DagsterInstance, log=print, **overrides) -> pd.Da
         mat(["lvlm_leaderboard", "model_headlines", "model_summary", "results_database", "results_report"])
         log(f"  done in {time.perf_counter() - t0:.1f} s ({lb.requests()} model calls)")
     return read_parquet(join(settings.tables_root, "lvlm_leaderboard.parquet"))
-
-
-def lvlm_board_markdown(board: pd.DataFrame) -> str:
-    """The LVLM leaderboard as Markdown, the evaluated rows first, then the references."""
-    from soco_pipeline.analysis.leaderboard import leaderboard_markdown
-    from soco_pipeline.evaluation.subsets import partial_display
-
-    order = {"evaluated": 0, "random": 1, "backbone": 2, "reference": 3}
-    b = board.sort_values("kind", key=lambda s: s.map(order), kind="stable")
-    b = partial_display(b, "model") if "partial" in b.columns else b
-    keep = [c for c in b.columns if c not in ("source", "spec_present", "partial", "subset")]
-    return leaderboard_markdown(b[keep]) + f"\n{EXPECTED}\n"

@@ -1,7 +1,6 @@
-"""`soco export-results MODEL OUT --format eee`: MODEL's results as Every Eval Ever records under the folder
-OUT (trust/eee_export.py), with a per-sample sidecar from the stored per-sample outcomes; `--family F`,
-`--lvlm` as for `--format record`. With `--published`, MODEL names a model of assets/reference/published.csv
-and its quoted figures are written instead (`source_type: documentation`)."""
+"""`soco export-results MODEL OUT --format eee`: MODEL's results as Every Eval Ever records
+(trust/eee_export.py) with a per-sample sidecar; `--published` writes a published model's quoted figures
+instead."""
 
 from __future__ import annotations
 
@@ -14,8 +13,7 @@ from soco_pipeline.settings import Settings
 
 
 def family_scores(settings: Settings, family: str, model: str) -> tuple[pd.DataFrame | None, str]:
-    """(per-sample scores, '') of a backbone in a task family, from the per-sample table its regression watch
-    is paired on; (None, why) when the family declares none or the table is not materialized."""
+    """(per-sample scores, '') of a backbone in a family, or (None, why)."""
     from soco_pipeline.storage import exists, read_parquet
     from soco_pipeline.tables import table_for
     from soco_pipeline.tasks import family_specs

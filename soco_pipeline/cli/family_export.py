@@ -1,9 +1,5 @@
-"""`soco export-family FAMILY OUT --format F [--force]`: a task family's materialized items in one of its
-official formats. A family offers formats by a `FORMATS` mapping in `soco_pipeline/tasks/<family>/export.py`
-(format -> (the tables it reads, the writer, a help line)); none is named here. TPIPS: `release`, its released
-odd-one-out JSONL (ooo.jsonl, with our extra fields), our 2AFC layout (afc.jsonl) and every image the lines
-name, under OUT (docs/tpips.md, "Writing the released format"); read back with `source: {kind: official,
-path: OUT}` it gives the same tables."""
+"""`soco export-family FAMILY OUT --format F [--force]`: a family's materialized items in one of the formats
+its `tasks/<family>/export.py` `FORMATS` offers (docs/tpips.md, "Writing the released format")."""
 
 from __future__ import annotations
 

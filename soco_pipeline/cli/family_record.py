@@ -1,7 +1,5 @@
-"""`soco export-results MODEL OUT --format record [--family F | --lvlm]`: the results record of MODEL in any
-declared family (`all_specs()`: SOCO, SOCO-LVLM, every family in soco_pipeline/tasks/), rebuilt from the stored
-tables by one route, `record_for`: the family's `rebuild` where its declaration names one (SOCO's, SOCO-LVLM's:
-trust/records.py), else its record tables and parts (trust/family_records.py); MODEL is a backbone or an LVLM."""
+"""`soco export-results MODEL OUT --format record [--family F | --lvlm]`: MODEL's record in any declared
+family (`all_specs()`), rebuilt from the stored tables by one route, `record_for`."""
 
 from __future__ import annotations
 
@@ -27,8 +25,7 @@ def model_spec(settings: Settings, kind: str, model: str) -> tuple[dict, str]:
 def record_for(
     settings: Settings, family: str, model: str, lvlm: bool = False, protocol_path: str | None = None
 ) -> dict:
-    """The results record of `model` in `family` (SOCO's LVLM track with `lvlm` and SOCO's name), from its stored
-    tables (validated against the schema); `protocol_path` re-scores where the family's `rebuild` takes one."""
+    """The validated results record of `model` in `family`, rebuilt from its stored tables."""
     from soco_pipeline.tasks.core import LVLM_FAMILY, SOCO, all_specs
     from soco_pipeline.trust.family_records import config_hash, family_record, load_family_tables
 
@@ -61,8 +58,7 @@ def record_for(
 
 
 def reused_tables(family: str, model: str) -> dict[str, str]:
-    """{table: the model whose stored rows it reused} of `model`'s per-backbone tables in `family`, from the
-    latest materialization of each in the project's Dagster instance ({} without one)."""
+    """{table: the model whose rows it reused} of `model`'s tables in `family`."""
     from soco_pipeline.settings import env_value, variable
 
     if not (variable("DAGSTER_HOME") and env_value("storage_root")):

@@ -15,10 +15,7 @@ BACKBONES, LVLMS = "backbones", "lvlms"  # the dynamic partition sets of specs
 
 
 def observe_sources(instance: dg.DagsterInstance, soco) -> None:
-    """Record the current data version of the sources a run reads, where it moved since the last observation:
-    the protocol and the spec file of every known partition (the observations the spec sensors and the
-    weekly tick make). A step records its inputs' versions from these, so staleness (`fresh`) sees an edited
-    spec or protocol."""
+    """Record the protocol's and spec files' data versions where they moved."""
     from soco_pipeline.backbones.spec_files import spec_data_version, spec_problem
     from soco_pipeline.defs.shared.automation import observation
     from soco_pipeline.lvlm.specs import scan_specs as scan_lvlms
@@ -53,9 +50,7 @@ SETTINGS_TAG = "soco/settings"  # on every demo and `soco run` run: settings_fin
 
 
 def settings_fingerprint(defs: dg.Definitions) -> str:
-    """A hash of what a run reads beside its assets' inputs and that Dagster does not version: the settings
-    resource (data set size, seed, categories, folders ...), the contents of each task family's config file
-    and the protocol's version. A stage made by a run with another fingerprint is not fresh."""
+    """A hash of what a run reads that Dagster does not version (settings, configs, protocol)."""
     import hashlib
     import json
 
@@ -81,11 +76,7 @@ CODE_VERSION_TAG = "dagster/code_version"  # the tags Dagster writes on every ma
 
 
 class Freshness:
-    """Whether Dagster's versions call assets fresh, read through the instance's public event records: the
-    code version as when the asset was made, and each input's data version unchanged since (the rule of the
-    UI's "stale" badge, whose resolver lives in a private `dagster._core` module this project may not
-    import; Dagster's own recorded input versions hash a partitioned input's versions without observations,
-    so the input's events before and after are compared instead)."""
+    """Whether Dagster's code and input data versions call assets fresh (public records only)."""
 
     def __init__(self, defs: dg.Definitions, instance: dg.DagsterInstance):
         self.defs, self.instance = defs, instance
@@ -97,8 +88,7 @@ class Freshness:
     def latest(
         self, key: dg.AssetKey, partition: str | None, observed: bool = True, before: int | None = None
     ) -> dg.EventLogRecord | None:
-        """The newest materialization (or observation, with `observed`) of `key`, of `partition` where `key`
-        is partitioned, stored before event `before` when given."""
+        """The newest materialization (or observation) of `key` (of `partition`), before `before`."""
         if self.memo is None:
             return self._fetch_latest(key, partition, observed, before)
         args = (key, partition, observed, before)
@@ -126,8 +116,7 @@ class Freshness:
         return None if event is None else (event.tags or {}).get(DATA_VERSION_TAG)
 
     def stale(self, key: dg.AssetKey, partition: str | None) -> bool:
-        """Whether `key` (of `partition`) is missing, made by another code version, or made before an input's
-        data version changed (an input read over many partitions: materialized since)."""
+        """Whether `key` is missing, of another code version, or older than an input's version."""
         made = self.latest(key, partition, observed=False)
         if made is None:
             return True
@@ -150,9 +139,7 @@ class Freshness:
     def fresh(
         self, keys: Sequence[dg.AssetKey], partition: str | None = None, limit: str | None = "none"
     ) -> bool:
-        """Whether every asset of `keys` (of `partition`) is materialized and up to date (`stale`), by a run
-        with today's settings fingerprint; for a partition, made by a run with `soco run --limit` tag `limit`
-        ('none': a full run; None: any)."""
+        """Whether every asset of `keys` is fresh, by today's fingerprint (and `limit` tag)."""
         self.memo = {}
         try:
             return self._fresh(keys, partition, limit)

@@ -1,8 +1,5 @@
-"""`soco leaderboard [--family F] [--columns ...] [--format ...]`: one family's board from the results database.
-
-The default (`--format table`) prints the board's headline columns in 120 columns (report/console.py);
-`--columns all` or a list picks others; csv, json and markdown print every column unless `--columns` says.
-"""
+"""`soco leaderboard [--family F] [--columns ...] [--format ...]`: one family's board from the results
+database, its headline columns in 120 columns by default (report/console.py)."""
 
 from __future__ import annotations
 
@@ -17,8 +14,7 @@ from soco_pipeline.tasks.core import SOCO, all_specs
 
 
 def pick_columns(board: pd.DataFrame, columns: str | None, default: list[str]) -> list[str]:
-    """The columns to print: `default` when none asked, all for 'all', else the comma list (an unknown name
-    is an error listing the board's columns)."""
+    """The columns to print: `default`, all for 'all', else the comma list (checked)."""
     if not columns:
         return default
     if columns.strip() == "all":

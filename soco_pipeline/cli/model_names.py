@@ -24,8 +24,7 @@ def _partitions(tables_root: str, table: str) -> set[str]:
 
 
 def known_backbones(settings: Settings, materialized: bool = True) -> list[str]:
-    """Backbone names: the spec files of the backbones folder and (with `materialized`) every backbone whose
-    metrics are stored."""
+    """Backbone names: the spec files and (with `materialized`) those with stored metrics."""
     names = spec_names(settings.backbones_dir)
     return sorted(names | (_partitions(settings.tables_root, "metrics") if materialized else set()))
 

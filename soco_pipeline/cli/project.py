@@ -1,15 +1,6 @@
-"""Where a `soco` command finds the project's Dagster instance and storage: the Makefile's defaults, from any
-directory of the project.
-
-The Makefile runs everything from the project root with DAGSTER_HOME=<root>/storage/dagster and
-SOCO_STORAGE=<root>/storage. `project_environment` gives a command the same: the project root is the
-nearest folder above the working directory holding this project's pyproject.toml and workspace.yaml (else
-the checkout the package was imported from); an unset variable gets the Makefile's default; a relative
-SOCO_STORAGE is read against the working directory when that folder exists there, else against the project
-root (where `make` would have read it); DAGSTER_HOME gets its dagster.yaml written from the project's
-template when it has none or when one the template wrote names another storage root (a copied checkout), as
-`make` does. Nothing here guesses `~/dagster_home`.
-"""
+"""The Makefile's defaults for a `soco` command run from any directory of the project: DAGSTER_HOME=<root>/
+storage/dagster and SOCO_STORAGE=<root>/storage, the root found from the working directory (never
+`~/dagster_home`); dagster.yaml written from the template when missing or naming another storage root."""
 
 from __future__ import annotations
 
@@ -38,8 +29,7 @@ class ProjectEnvironment:
 
 
 def find_project_root(start: Path | None = None) -> Path:
-    """The nearest folder at or above `start` (default: the working directory) that is this project's root,
-    else the checkout this package was imported from."""
+    """The nearest project root at or above `start`, else the package's checkout."""
     here = (start or Path.cwd()).resolve()
     for folder in (here, *here.parents):
         if all((folder / m).is_file() for m in MARKERS) and PROJECT_NAME in (folder / MARKERS[0]).read_text():
@@ -48,8 +38,7 @@ def find_project_root(start: Path | None = None) -> Path:
 
 
 def resolve_storage(text: str | None, root: Path, cwd: Path | None = None) -> tuple[str, str]:
-    """The storage root for a SOCO_STORAGE value (None: the Makefile's <root>/storage) and how it was chosen.
-    A URL is kept; a relative path is read against `cwd` when that folder exists, else against `root`."""
+    """The storage root for a SOCO_STORAGE value and how it was chosen."""
     if not text:
         return str(root / "storage"), "default <project>/storage"
     if is_remote(text) or Path(text).is_absolute():
@@ -72,10 +61,7 @@ def instance_storage(yaml_text: str) -> str:
 
 
 def write_instance_yaml(dagster_home: Path, storage: str, root: Path) -> bool:
-    """Write <dagster_home>/dagster.yaml from the project's template, as `make` does, when it has none, or
-    when one written from the template differs from what it would write now: a copy of a checkout (or of
-    storage/) keeps the original's absolute storage root there, and its runs would land in the original's
-    instance. A dagster.yaml of the user's own (without the template's mark) is kept. True when written."""
+    """Write dagster.yaml from the template when missing or stale; True when written."""
     if is_remote(storage):
         return False
     template = root / "dagster.yaml"
@@ -101,8 +87,7 @@ def write_instance_yaml(dagster_home: Path, storage: str, root: Path) -> bool:
 
 @contextmanager
 def project_defaults(cwd: Path | None = None) -> Iterator[ProjectEnvironment]:
-    """`project_environment` on os.environ for the block; SOCO_STORAGE and DAGSTER_HOME are put back as they
-    were when it ends (a command run in-process leaves no trace in its caller's environment)."""
+    """`project_environment` on os.environ for the block, restored when it ends."""
     env = environment()
     saved = {k: env.get(k) for k in ("SOCO_STORAGE", "DAGSTER_HOME")}
     try:
@@ -116,8 +101,7 @@ def project_defaults(cwd: Path | None = None) -> Iterator[ProjectEnvironment]:
 
 
 def prepare_instance() -> Path:
-    """DAGSTER_HOME (set by `project_defaults`) with a dagster.yaml, written from the project's template as
-    `make` does when it has none: called by the commands that open the instance."""
+    """DAGSTER_HOME with a dagster.yaml (from the template when it has none)."""
     home = Path(variable("DAGSTER_HOME", None))
     write_instance_yaml(home, default_storage_root(), find_project_root())
     return home
@@ -126,8 +110,7 @@ def prepare_instance() -> Path:
 def project_environment(
     environ: dict | None = None, cwd: Path | None = None, write_yaml: bool = True
 ) -> ProjectEnvironment:
-    """The Makefile's defaults applied to `environ` (default: os.environ, changed in place): SOCO_STORAGE
-    absolute, DAGSTER_HOME set (and, with `write_yaml`, holding a dagster.yaml). Returns what was chosen."""
+    """The Makefile's defaults applied to `environ` in place; returns what was chosen."""
     env = environment() if environ is None else environ
     root = find_project_root(cwd)
     storage, how_storage = resolve_storage(env.get("SOCO_STORAGE") or None, root, cwd)

@@ -1,17 +1,6 @@
-"""`soco run SPEC [--families soco,mmvm,fgbmk,tpips] [--limit N]`: one checkpoint on every family, in one command.
-
-It adds the spec (a backbone spec checked as `soco add-backbone` checks it, or an LVLM spec: a file with a
-`backend` field), then materializes exactly that model's partitions and the boards through the same Dagster
-instance, definitions and run machinery as `make demo` and the UI (soco_pipeline/cli/demo.py's Runner, runs
-tagged `soco/source: soco run`; the model's steps of every family in one run, the boards in another:
-cli/joined_runs.py), one line per step. Steps already done are skipped: the data when
-materialized, a family's items when materialized, a model step when each of its assets has a
-materialization of that partition newer than the spec file (and, for SOCO's step, made with the same
-`--limit`), and each only when Dagster's stale status calls every asset of it fresh (cli/freshness.Freshness: code
-versions and input data versions as when made). Ctrl-C marks the run in progress failed; the same command
-again resumes. It ends with the steps' timings, the model's headline per family with its CI and rank, and
-the summary of every model.
-"""
+"""`soco run SPEC [--families ...] [--limit N]`: add a backbone or LVLM spec and materialize its partitions
+and the boards on every family through demo.py's Runner; steps already fresh (cli/freshness.Freshness) are
+skipped, Ctrl-C fails the run and the same command resumes."""
 
 from __future__ import annotations
 
@@ -59,8 +48,7 @@ def is_lvlm_spec(path: Path) -> bool:
 
 
 def add_spec(src: Path, settings: Settings, weights: bool = True, force: bool = False) -> Added:
-    """Validate `src` and copy it into the backbones (or LVLM) folder; the same file already there is kept
-    as it is (its mtime decides what is cached), a different one is replaced only with `force`."""
+    """Copy the validated spec into its folder; a different file there is replaced only with `force`."""
     from soco_pipeline.cli.spec_lookup import resolve_spec
 
     src = resolve_spec(str(src))  # a path, or a shipped spec's name; else close names and the docs
@@ -104,8 +92,7 @@ def is_cached(
     since: float = 0.0,
     limit: str | None = None,
 ) -> bool:
-    """Whether every asset of `keys` has a materialization (of `partition`) made after `since`, and with
-    `limit` given, by a run tagged with that limit (a full run: 'none')."""
+    """Whether every asset of `keys` was materialized after `since` (by a run with `limit`)."""
     from soco_pipeline.cli.freshness import LIMIT_TAG
 
     for key in keys:
@@ -120,11 +107,8 @@ def is_cached(
 
 
 def spec_since(instance: dg.DagsterInstance, added: Added) -> float:
-    """Since when the spec has had its current data version. A backbone spec's version is that of its
-    computation (backbones/spec_files.spec_data_version: a `reference:`, a description or a comment leave
-    it): it is observed now (as the spec sensor does), and the answer is the time of the oldest observation
-    of `backbone_spec` in the unbroken run of observations at this version, from Dagster's records. An LVLM
-    spec: its file's modification time."""
+    """Since when the spec has had its current data version: for a backbone, the oldest observation of
+    `backbone_spec` in the unbroken run at this version (observed now); for an LVLM, the file's mtime."""
     import dagster as dg
 
     if added.partitions != "backbones":
@@ -187,20 +171,11 @@ def plan(
     settings: Settings,
     since: float | None = None,
 ):
-    """The steps of a `soco run`: (stage, cached-check arguments) in order; a model step is cached when each
-    of its assets was materialized after `since` (default: the spec file's modification time)."""
+    """The steps of a `soco run`: (stage, cached-check arguments) in order."""
     import dagster as dg
 
-    from soco_pipeline.cli.demo import (
-        DATA_AND_PAIRS,
-        LVLM_GROUP,
-        PER_BACKBONE,
-        SUMMARY,
-        Stage,
-    )
-    from soco_pipeline.cli.demo import (
-        families as family_groups,
-    )
+    from soco_pipeline.cli.demo import DATA_AND_PAIRS, LVLM_GROUP, PER_BACKBONE, SUMMARY, Stage
+    from soco_pipeline.cli.demo import families as family_groups
     from soco_pipeline.cli.freshness import LIMIT_TAG
 
     name = added.name
@@ -262,11 +237,9 @@ def phase_of(i: int, cache: dict | None, stage) -> str:
 def cached(
     runner, defs: dg.Definitions, added: Added, stage, cache: dict | None, model_keys, ran: bool
 ) -> bool:
-    """Whether a step of the plan is cached: a model step made after the spec's version appeared and up to
-    date by Dagster's stale status (code versions and the data versions of every input, as when it was
-    made); a board, when no step before it ran in this command, made after the latest of this model's rows
-    that it reads (not another family's) and, for the SOCO board and the summary, which read `reference:`
-    from the spec folder, after the spec file's last edit."""
+    """Whether a plan step is cached: a model step made since the spec's version and fresh; a board, when
+    nothing ran before it here, made after this model's rows it reads (and the spec's last edit for SOCO's
+    board and the summary)."""
     if cache is not None:
         return is_cached(runner.instance, stage.keys, **cache) and runner.freshness.fresh(
             stage.keys, stage.partition, None

@@ -1,12 +1,6 @@
-"""The console logger of the runs `make demo` and `soco run` launch: Dagster's console lines at the run config's
-level, less Dagster's notes on what the project does on purpose.
-
-An input read with `allow_missing_partitions=True` (the boards over every spec's partition) makes Dagster log
-"Couldn't load partition ... and skipped it ..." at WARNING for each spec not materialized yet: up to 252
-columns each, among the step lines, about nothing wrong. Those notes (`DAGSTER_NOTES`) stay in the run's
-event log (the Dagster UI's run page), which every logger feeds apart from this one; every other line
-(the project's own warnings, a run waiting for a pool slot, errors) is printed as before.
-"""
+"""The console logger of the runs `make demo` and `soco run` launch: Dagster's lines less its notes on skipped
+missing partitions (`DAGSTER_NOTES`, the boards' `allow_missing_partitions` inputs), which stay in the run's
+event log."""
 
 from __future__ import annotations
 

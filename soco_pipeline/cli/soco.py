@@ -58,21 +58,14 @@ def cmd_export_release(args: argparse.Namespace, settings: Settings) -> int:
     tax_path = table_for("taxonomy").path(settings.tables_root)  # the run's taxonomy, when materialized
     taxonomy = Taxonomy.from_table(read_parquet(tax_path), tax_path) if exists(tax_path) else load_taxonomy()
     counts = export_soco_release(
-        images,
-        keypoints,
-        image_pairs,
-        corr,
-        args.out,
-        taxonomy,
-        overwrite=args.force,
+        images, keypoints, image_pairs, corr, args.out, taxonomy, overwrite=args.force
     )
     print(f"wrote the SOCO release layout to {args.out}: {counts}")
     return 0
 
 
 def cmd_export_results(args: argparse.Namespace, settings: Settings) -> int:
-    """Write one backbone's metrics as JSON in the official SOCO scorer's output shape, or (--format record)
-    its results record (docs/results.md)."""
+    """Write one backbone's metrics in the official scorer's shape, or a record, hub or eee."""
     import json
 
     if args.format == "record":
@@ -104,12 +97,7 @@ def cmd_export_results(args: argparse.Namespace, settings: Settings) -> int:
     pairs = read_parquet(table_for("image_pairs").path(settings.tables_root))
     metrics, protocol = rescored_backbone_metrics(settings, args.backbone, args.protocol)
     doc = official_results(
-        metrics,
-        pairs,
-        args.backbone,
-        protocol,
-        alpha=args.alpha,
-        settings={"metrics_table": path},
+        metrics, pairs, args.backbone, protocol, alpha=args.alpha, settings={"metrics_table": path}
     )
     write_bytes_atomic(args.out, (json.dumps(doc, indent=2, allow_nan=False) + "\n").encode())
     for level, res in doc["metrics"].items():
@@ -315,8 +303,7 @@ def _dispatch(args: argparse.Namespace, env) -> int:
 
 
 def _bad_input(e: Exception) -> bool:
-    """Whether `e` is bad input (exit 2): a ValueError, a missing or existing file, or the cluster's StackError
-    (deploy/stack.py, looked up only once a command imported it: `soco sql` does not)."""
+    """Whether `e` is bad input (exit 2): ValueError, a file error, or the cluster's StackError."""
     stack = sys.modules.get("soco_pipeline.deploy.stack")
     return isinstance(e, (ValueError, FileNotFoundError, FileExistsError)) or (
         stack is not None and isinstance(e, stack.StackError)

@@ -31,8 +31,7 @@ def _shown(path: Path) -> str:
 
 
 def resolve_spec(arg: str, root: Path = PROJECT_ROOT) -> Path:
-    """The spec file `arg` names: an existing file, or a shipped spec's name (`efficientnet_lite1`, with or
-    without `.yaml`). Otherwise FileNotFoundError naming up to three close names and where the presets are."""
+    """The spec file `arg` names (a file, or a shipped spec's name), else close names."""
     path = Path(arg)
     if path.is_file():
         return path

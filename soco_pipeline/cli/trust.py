@@ -1,8 +1,5 @@
-"""`soco` commands for trusting, comparing and looking at results (docs/results.md):
-
-export-results --format record, diff-runs, compare, evaluate (a subset run), show (a prediction panel),
-report (the static results page, optionally served on 127.0.0.1).
-"""
+"""`soco` commands for trusting and comparing results (docs/results.md): export-results --format record,
+diff-runs, compare, evaluate, show, report."""
 
 from __future__ import annotations
 
@@ -15,8 +12,7 @@ from soco_pipeline.settings import Settings, variable
 
 
 def rescored_backbone_metrics(settings: Settings, backbone: str, protocol_path: str | None):
-    """(metrics, protocol) of a backbone for `soco export-results`: the stored metrics table, or with
-    `--protocol` (scoring knobs only) its stored predictions re-scored under that protocol."""
+    """(metrics, protocol) of a backbone: stored, or re-scored under `--protocol`."""
     from soco_pipeline.storage import read_parquet
     from soco_pipeline.tables import table_for
     from soco_pipeline.trust.protocol_check import checked_protocol
@@ -53,8 +49,7 @@ def export_record(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def export_hub(args: argparse.Namespace, settings: Settings) -> int:
-    """`soco export-results M OUT --format hub --dataset-id ID`: the model's record as the Hub's
-    `.eval_results/<family>.yaml` under the folder OUT, read back with the Hub client's parser."""
+    """`soco export-results M OUT --format hub`: the record as the Hub's `.eval_results/` YAML."""
     from soco_pipeline.trust.hub_export import write_hub_results
 
     if not args.dataset_id:
@@ -148,8 +143,7 @@ def _refuse_metrics(unknown: list[str], supported, what: str) -> None:
 
 
 def compare_text(df, fmt: str) -> str:
-    """A comparison table as text: csv/json keep every digit; a table (120 columns) and Markdown print
-    p-values as `< 0.001` / three decimals and the rest rounded."""
+    """A comparison table as text: csv/json keep every digit, table and Markdown round."""
     from soco_pipeline.report.console import console_table, format_p
     from soco_pipeline.report.formats import format_frame
 
@@ -170,8 +164,7 @@ def compare_text(df, fmt: str) -> str:
 
 
 def cmd_evaluate(args: argparse.Namespace, settings: Settings) -> int:
-    """Materialize one backbone's predictions -> metrics -> record on a subset (a partial run), then the
-    leaderboard (which marks the row partial) and the results database."""
+    """Materialize one backbone's predictions to record on a subset, then the board and database."""
     import dagster as dg
 
     from soco_pipeline.defs.definitions import build_definitions
@@ -237,8 +230,7 @@ def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def missing_boards_now(tables_root: str) -> dict[str, str]:
-    """The vanished boards (`vanished_boards`) of the instance at $DAGSTER_HOME, for a page built outside a
-    run (`soco report`); {} when there is no instance there."""
+    """The vanished boards of the instance at $DAGSTER_HOME ({} without one)."""
     import dagster as dg
 
     from soco_pipeline.defs.shared.boards import board_materializations

@@ -1,7 +1,5 @@
-"""`soco score-workbook FAMILY FILE`: score a workbook of predictions made elsewhere with a family's own
-extraction and metrics (docs/results.md). A family plugs in with its FamilySpec's `workbook` (soco_pipeline/tasks/):
-the import path of a function `(path, judge_mode, judge_spec, cache_root) -> WorkbookScore`-like object with
-`rows`, `metrics` and `summary`."""
+"""`soco score-workbook FAMILY FILE`: score a workbook of outside predictions with the family's own extraction
+and metrics, through its FamilySpec's `workbook` (docs/results.md)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""The 4-choice protocol for a feature backbone: the option most similar to the source descriptor wins.
-
-Option descriptors are sampled on the target map like the source descriptor (protocol step 5); each item
-is scored under all four rotations of its options for circular accuracy.
-"""
+"""The 4-choice protocol for a feature backbone: the option most similar to the source descriptor wins, under
+each of the four rotations (circular accuracy)."""
 
 from __future__ import annotations
 
@@ -28,8 +25,7 @@ _OPTIONS = ["option_a", "option_b", "option_c", "option_d"]
 
 
 def rotation_picks(sims: np.ndarray) -> np.ndarray:
-    """Per row of option similarities (n x 4), the original option picked under each rotation r (order r,
-    r+1, ... mod 4); a tie goes to the option presented first, so ties fail circular accuracy consistently."""
+    """The option picked under each rotation of (n x 4) similarities; ties go to the first shown."""
     sims = np.asarray(sims, dtype=np.float64)
     picks = np.empty((len(sims), 4), dtype=np.int64)
     for r in range(4):
@@ -48,9 +44,7 @@ def predict_four_choice(
     device: str | torch.device = "cpu",
     image_pairs: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
-    """Similarity of each 4-choice option (bilinear-sampled on the target map, like the source) to the source
-    descriptor, and the pick under each rotation: backbone, pair_id, src_keypoint, sim_a..sim_d, answer,
-    pick_0..pick_3. Images come from `image_pairs` or the `src_image`/`trg_image` columns of `four_choice`."""
+    """Each option's similarity to the source descriptor and the pick under each rotation."""
     device = torch.device(device)
     items = four_choice.reset_index(drop=True)
     if not {"src_image", "trg_image"} <= set(items.columns):

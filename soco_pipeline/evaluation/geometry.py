@@ -1,8 +1,5 @@
-"""Keypoint geometry of the official input protocol: the image is padded with white to a square of side
-max(W, H) (image at the top-left) and resized to S x S, so a keypoint maps to the unit square by the same
-factor on both axes. Foundation: imported by backbones (the oracles), evaluation (matching, metrics) and
-the reference scorer; imports no stage.
-"""
+"""Keypoint geometry of the official input protocol (white padding to a max(W, H) square at the top-left, then
+S x S); a foundation module that imports no stage."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""Zero-shot matching: cosine nearest neighbour between frozen feature maps (protocol steps 4-6).
-
-Queries are grouped by target image, so each target map meets all its queries in one matrix product; the
-only Python loops run over images. A feature store has `.get(image_id) -> (C x h x w float32 map,
-L2-normalised, meta with "input_size" S)` over the padded S x S square; one with `.get_stored` (fp16 as
-cached) goes through the native `half_matmul` kernel on the CPU.
-"""
+"""Zero-shot matching: cosine nearest neighbour between frozen feature maps (protocol steps 4-6), one matrix
+product per target image; a store with `.get_stored` (fp16) goes through the native `half_matmul` kernel."""
 
 from __future__ import annotations
 
@@ -21,16 +16,7 @@ from soco_pipeline.evaluation.geometry import scale_keypoints, unit_to_pixels
 from soco_pipeline.evaluation.protocol import ProtocolConfig
 from soco_pipeline.native import half_matmul
 
-PREDICTION_COLUMNS = [
-    "backbone",
-    "pair_id",
-    "src_keypoint",
-    "mode",
-    "pred_x",
-    "pred_y",
-    "similarity",
-    "input_size",
-]
+PREDICTION_COLUMNS = "backbone pair_id src_keypoint mode pred_x pred_y similarity input_size".split()
 # Bytes of float32 similarity map allowed at once when upsampling to S x S.
 _UPSAMPLE_CHUNK_FLOATS = 1 << 25
 
@@ -68,12 +54,8 @@ def cells_of(uv: np.ndarray, h: int, w: int) -> np.ndarray:
 
 
 def bilinear_corners(uv: np.ndarray, h: int, w: int) -> tuple[np.ndarray, np.ndarray]:
-    """Flat cells (N x 4) and float32 weights (N x 4) of grid_sample's bilinear read at unit points (N x 2).
-
-    The official script calls grid_sample(align_corners=True) at 2p - 1, which puts p = 0 and p = 1 on the
-    centres of the first and last cells, not on the cell that contains p; that quirk is kept on purpose.
-    Same float32 arithmetic as grid_sample's kernel; corners outside the grid get weight 0 (zero padding).
-    """
+    """Flat cells and float32 weights (N x 4) of grid_sample(align_corners=True)'s bilinear read at unit
+    points, the official script's quirk kept; corners outside get weight 0."""
     g = (2.0 * np.asarray(uv, dtype=np.float64) - 1.0).astype(np.float32)  # the grid grid_sample receives
     x = (g[:, 0] + np.float32(1)) / np.float32(2) * np.float32(w - 1)
     y = (g[:, 1] + np.float32(1)) / np.float32(2) * np.float32(h - 1)
@@ -90,9 +72,8 @@ def bilinear_corners(uv: np.ndarray, h: int, w: int) -> tuple[np.ndarray, np.nda
 
 
 def sample_descriptors(fmap: torch.Tensor | np.ndarray, uv: torch.Tensor | np.ndarray) -> torch.Tensor:
-    """Bilinear descriptors (N x C, float32) of a C x h x w map at unit points (N x 2), as the official script
-    (grid_sample with align_corners=True; see `bilinear_corners`). Only the four corner cells of each point
-    are read and widened to float32, not the whole map."""
+    """Bilinear descriptors (N x C, float32) of a C x h x w map at unit points, as the official script
+    (`bilinear_corners`), reading only each point's four corner cells."""
     _, h, w = fmap.shape
     uv = uv.cpu().numpy() if isinstance(uv, torch.Tensor) else uv
     return _corner_descriptors(fmap, *bilinear_corners(uv, h, w))
@@ -104,8 +85,7 @@ def _corner_descriptors(
     weights: np.ndarray,
     device: torch.device | None = None,
 ) -> torch.Tensor:
-    """Weighted sums (N x C, float32) of the map's cells (N x 4) with float32 weights (N x 4); a numpy map
-    is moved to `device` first unless the native kernel reads it where it is."""
+    """Weighted sums (N x C, float32) of the map's corner cells (N x 4)."""
     on_cpu = device is None or device.type == "cpu"
     if on_cpu and fmap.dtype in (np.float16, torch.float16) and half_matmul.available():
         return half_matmul.corner_descriptors(fmap, cells, weights)
@@ -125,8 +105,7 @@ def _corner_descriptors(
 def _corner_descriptors_into(
     arr: np.ndarray, cells: np.ndarray, weights: np.ndarray, out: torch.Tensor
 ) -> None:
-    """`_corner_descriptors` written into `out` (rows of the descriptor matrix): a float32 CPU matrix and an
-    fp16 map go through the native kernel, which writes in place; anything else through torch."""
+    """`_corner_descriptors` written into `out`, in place by the native kernel where it can."""
     if (
         out.device.type == "cpu"
         and out.dtype == torch.float32
@@ -163,8 +142,7 @@ def load_stored_maps(store: FeatureStoreLike, image_id: str, backbone: str) -> t
 
 
 def stored_tensor(arr: np.ndarray, device) -> torch.Tensor:
-    """A stored map as a tensor on `device`. A read-only map (FeatureStore maps its files) is copied on the
-    CPU, since torch tensors are writable; another device gets its own copy anyway."""
+    """A stored map as a tensor on `device` (a read-only CPU map is copied)."""
     if arr.flags.writeable:
         return torch.as_tensor(arr).to(device=device)
     if torch.device(device).type == "cpu":
@@ -250,11 +228,8 @@ def source_descriptors(
 
 
 def _similarities(q: torch.Tensor, fmap: torch.Tensor, dtype: torch.dtype, want_sims: bool):
-    """(sims n x hw or None, argmax cell, max) of descriptors q (n x C) against a C x h x w map in `dtype`.
-
-    An fp16 map on the CPU at float32 goes through the native kernel (no float32 copy of the map); the
-    result is the float32 product's, ties to the lowest cell. Everything else runs in torch.
-    """
+    """(sims or None, argmax cell, max) of q (n x C) against a C x h x w map in `dtype`; an fp16 CPU map at
+    float32 goes through the native kernel."""
     if (
         fmap.dtype == torch.float16
         and dtype == torch.float32
@@ -268,9 +243,7 @@ def _similarities(q: torch.Tensor, fmap: torch.Tensor, dtype: torch.dtype, want_
 
 
 def group_ids(*keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Group number of each row of the key columns (0, 1, ... in order of first appearance), and the first
-    row of each group. Each column is factorized (string, categorical or integer values alike) and the
-    codes combined into one integer key, so the grouping is one integer sort."""
+    """Group number of each row of the key columns (first appearance order) and each group's first row."""
     key = np.zeros(len(keys[0]), dtype=np.int64)
     for column in keys:
         codes, uniques = pd.factorize(column)
@@ -424,8 +397,7 @@ def _geo_candidates(q: _Queries, keypoints, images, protocol: ProtocolConfig) ->
 
 @dataclass
 class _ByTarget:
-    """Queries sorted by target image: target t owns sorted rows bounds[t]:bounds[t + 1], and its geo
-    candidates are the sorted candidates c_bounds[t]:c_bounds[t + 1] (original candidate c_order[i])."""
+    """Queries sorted by target image, with each target's row and geo-candidate bounds."""
 
     targets: pd.Index  # the distinct target images
     order: np.ndarray  # sorted row -> its query
@@ -458,8 +430,7 @@ class _TargetMatch(NamedTuple):
 
 
 class _TargetMatcher:
-    """Matches the queries aimed at one target map. The one place that chooses the native fp16 kernel
-    (plain argmax in float32 on the CPU, fp16 map) or torch (every other case)."""
+    """Matches the queries of one target map: the native fp16 kernel or torch."""
 
     def __init__(self, desc: torch.Tensor, qrows: np.ndarray, protocol: ProtocolConfig, device: torch.device):
         self.desc, self.qrows, self.protocol, self.device = desc, qrows, protocol, device
@@ -518,10 +489,8 @@ def predict(
     backbone_name: str,
     device: str | torch.device = "cpu",
 ) -> pd.DataFrame:
-    """Predict the target point of every evaluated (pair, source keypoint): PredictionSchema rows plus
-    `input_size`, mode 'free' for SOC and CC rows and 'geo' for SOC rows flagged geo with at least
-    geo_min_candidates candidates (argmax over the patches of the visible same-concept target keypoints).
-    tests/soco_reference.py is the same protocol one pair at a time; the two are tested to agree."""
+    """PredictionSchema rows (plus `input_size`) of every evaluated (pair, source keypoint): mode 'free', and
+    'geo' for SOC-geo rows; tested to agree with tests/soco_reference.py."""
     device = torch.device(device)
     q = _queries(image_pairs, correspondences)
     if q is None:
@@ -570,40 +539,8 @@ def predict(
         else:
             free_uv[a:b] = got.uv
         c_val[ca:cb] = got.cand_val
-    return _assemble(
-        backbone_name,
-        queries,
-        geo,
-        layout,
-        grids,
-        free_idx,
-        free_uv,
-        free_sim,
-        c_cell,
-        c_val,
-        trg_sizes,
-        matcher.simple,
-        protocol,
-    )
-
-
-def _assemble(
-    backbone_name,
-    queries,
-    geo,
-    layout,
-    grids,
-    free_idx,
-    free_uv,
-    free_sim,
-    c_cell,
-    c_val,
-    trg_sizes,
-    simple,
-    protocol,
-) -> pd.DataFrame:
-    """The prediction rows, back in query order: free points, then SOC-geo's argmax over the candidates."""
-    n, pos = len(queries), layout.pos
+    # the prediction rows, back in query order: free points, then SOC-geo's argmax over the candidates
+    pos = layout.pos
     counts = np.diff(layout.bounds)
     in_size, grid_hw = np.repeat(grids[:, 0], counts), np.repeat(grids[:, 1:], counts, axis=0)
     cand_cell, cand_val = np.empty_like(c_cell), np.empty_like(c_val)
@@ -612,7 +549,7 @@ def _assemble(
     free_sim = free_sim[pos].astype(np.float64)
     geo_q = geo.geo_q
     geo_idx, geo_sim = _segment_argmax(geo.cand_q, cand_val, cand_cell, geo_q)
-    if simple:
+    if matcher.simple:
         free_uv = _index_points(free_idx, grid_hw, protocol)
     geo_uv = _index_points(geo_idx, grid_hw[geo_q], protocol)
     free_px = unit_to_pixels(free_uv, trg_sizes)

@@ -84,8 +84,7 @@ def _attach_supercategory(df: pd.DataFrame, taxonomy: Taxonomy) -> pd.DataFrame:
 
 
 def reduce_scores(kp: pd.DataFrame, reductions=("official", "keypoint")) -> pd.DataFrame:
-    """Reduce per-keypoint scores (`kp`: backbone, metric, alpha, pair_id, pair_group, supercategory, score
-    in [0, 1]) to all / supercategory / category METRIC_COLUMNS rows (0-100, n = keypoints counted)."""
+    """Per-keypoint scores reduced to all / supercategory / category METRIC_COLUMNS rows."""
     out = []
     g = dict(dropna=False, sort=True)
     if "official" in reductions:
@@ -167,8 +166,7 @@ def pck_keypoints(
     protocol: ProtocolConfig,
     alphas=None,
 ) -> pd.DataFrame:
-    """Per-keypoint correctness for cc, soc, soc_geo, cross_soc, cross_cc: backbone, metric, alpha, pair_id,
-    pair_group, src_keypoint, err, radius, score (0/1)."""
+    """Per-keypoint 0/1 correctness of cc, soc, soc_geo, cross_soc and cross_cc per alpha."""
     alphas = tuple(protocol.alphas if alphas is None else alphas)
     corr = correspondences.merge(evaluated_pairs(image_pairs).drop(columns="level"), on="pair_id")
     soc = corr[corr["kind"] == "soc"]
@@ -240,8 +238,7 @@ def scored_elements(
     protocol: ProtocolConfig,
     alphas=None,
 ) -> pd.DataFrame:
-    """Every scored element of the evaluated pairs, before any reduction: the PCK keypoints (per alpha) and
-    the 4-choice items (alpha NaN), as backbone, metric, alpha, pair_id, pair_group, src_keypoint, score."""
+    """Every scored element before reduction: PCK keypoints per alpha, 4-choice items."""
     cols = _KEYS + ["pair_id", "pair_group", "src_keypoint", "score"]
     kp = pck_keypoints(predictions, correspondences, keypoints, images, image_pairs, protocol, alphas)
     frames = [kp[cols]] if len(kp) else []
@@ -264,8 +261,7 @@ def compute_metrics(
     protocol: ProtocolConfig,
     alphas=None,
 ) -> pd.DataFrame:
-    """All metrics of the backbones in `predictions` as a long METRIC_COLUMNS table (docs/results.md); needs
-    no features."""
+    """All metrics of `predictions` as a long METRIC_COLUMNS table (docs/results.md)."""
     scores = scored_elements(
         predictions,
         four_choice_predictions,

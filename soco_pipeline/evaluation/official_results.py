@@ -1,16 +1,5 @@
-"""One backbone's metrics in the output shape of the official scorer (GenIntel/SOCO
-`scripts/evaluate_dinov2.py`), so that they can be diffed against its result files.
-
-    {"dataset", "model", "created_at", "settings": {...},
-     "metrics": {"intra" | "cross": {
-        "overall": {pairs, categories, semantic_pck, concept_pck},
-        "per_category": {category: {pairs, semantic_pck, concept_pck, semantic_keypoints, concept_keypoints}}}}}
-
-semantic_pck is SOC (intra) or Cross-SOC (cross), concept_pck is CC (intra) or cross-level CC, all at one
-alpha with the official reduction (pair -> category -> unweighted mean), 0-100, null where nothing was
-scored. `pairs` counts the evaluated pairs of the level (and category), `*_keypoints` the source
-keypoints scored, as the official scorer does.
-"""
+"""One backbone's metrics in the official scorer's output shape (GenIntel/SOCO `scripts/evaluate_dinov2.py`),
+to diff against its result files: semantic_pck = SOC / Cross-SOC, concept_pck = CC / cross CC, 0-100."""
 
 from __future__ import annotations
 
@@ -42,8 +31,7 @@ def official_results(
     dataset: str = "SOCOv1",
     settings: dict | None = None,
 ) -> dict:
-    """The official scorer's result document for `backbone` from its METRIC_COLUMNS rows and the run's
-    `image_pairs` (the pair counts); ValueError when it has no metric rows at that alpha."""
+    """The official scorer's document for `backbone` from its METRIC_COLUMNS rows."""
     alpha = protocol.headline_alpha if alpha is None else float(alpha)
     m = metrics[
         (metrics["backbone"] == backbone)

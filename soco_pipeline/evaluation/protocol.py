@@ -1,9 +1,5 @@
-"""The evaluation protocol as a frozen, typed (pydantic) dataclass, loaded from assets/protocol.yaml.
-
-The defaults are the official SOCO/OmniProbe protocol; every alternative is a value of a knob.
-`version_hash()` covers every knob (a change re-runs predictions and metrics); `matching_hash()` covers
-only the knobs that change predictions, so re-scoring with other alphas needs no features.
-"""
+"""The evaluation protocol (assets/protocol.yaml) as a frozen pydantic dataclass: `version_hash()` covers
+every knob, `matching_hash()` only those that change predictions."""
 
 from __future__ import annotations
 
@@ -22,18 +18,12 @@ from soco_pipeline.taxonomy import ASSETS_DIR
 DEFAULT_PROTOCOL_PATH = ASSETS_DIR / "protocol.yaml"
 
 # Knobs that change predictions; the rest only change scoring.
-MATCHING_KNOBS = (
-    "size_policy",
-    "keypoint_scaling",
-    "source_sampling",
-    "prediction_point",
-    "upsample",
-    "soft_argmax",
-    "soft_argmax_window",
-    "soft_argmax_temperature",
-    "geo_min_candidates",
-    "compute_dtype",
-    "four_choice_tie_break",
+MATCHING_KNOBS = tuple(
+    (
+        "size_policy keypoint_scaling source_sampling prediction_point upsample soft_argmax "
+        "soft_argmax_window soft_argmax_temperature geo_min_candidates compute_dtype "
+        "four_choice_tie_break"
+    ).split()
 )
 _REDUCTIONS = ("official", "keypoint")
 Alpha = Annotated[float, Field(gt=0, lt=1)]
@@ -45,8 +35,7 @@ class ProtocolError(ValueError):
 
 @pydantic_dataclass(frozen=True, config=STRICT)
 class ProtocolConfig:
-    """Every knob of the zero-shot correspondence protocol (see assets/protocol.yaml); a pydantic
-    dataclass, so a bad value raises a ValidationError naming the knob."""
+    """Every knob of the correspondence protocol (assets/protocol.yaml), validated."""
 
     name: str = "correspondence_soco"
     size_policy: Literal["backbone"] = "backbone"

@@ -1,14 +1,6 @@
-"""Confidence intervals that respect the sample's structure, and paired comparisons of two models.
-
-Keypoints are not independent draws (pairs share images, images share categories): `boot_category` is a
-percentile bootstrap over categories, `cluster_image` a cluster-robust SE with the target image as the
-cluster, `cluster_image_logit` its 95% interval on the logit scale (docs/results.md, "Confidence intervals").
-The estimate and every replicate go through one function (`_estimate`) on the same per-category sums, so
-rounding never puts a value outside its own interval.
-
-The input is a long "scores" frame, one row per scored element:
-model, metric, group (category), unit (pair, or LVLM item group), cluster (image), score (0/1).
-"""
+"""Confidence intervals that respect the sample's structure (docs/results.md, "Confidence intervals") and
+paired comparisons; the estimate and every replicate go through `_estimate` on the same per-category sums, so
+a value never falls outside its own interval. Input: SCORE_COLUMNS, one row per scored element."""
 
 from __future__ import annotations
 
@@ -19,19 +11,10 @@ from soco_pipeline.evaluation.protocol import ProtocolConfig
 
 SCORE_COLUMNS = ["model", "metric", "group", "unit", "element", "cluster", "score"]
 Z95 = 1.959963984540054
-INTERVAL_COLUMNS = [
-    "model",
-    "metric",
-    "value",
-    "ci95_lo_boot_category",
-    "ci95_hi_boot_category",
-    "se_cluster_image",
-    "ci95_lo_cluster_image_logit",
-    "ci95_hi_cluster_image_logit",
-    "n_units",
-    "n_categories",
-    "n_clusters",
-]
+INTERVAL_COLUMNS = (
+    "model metric value ci95_lo_boot_category ci95_hi_boot_category se_cluster_image "
+    "ci95_lo_cluster_image_logit ci95_hi_cluster_image_logit n_units n_categories n_clusters"
+).split()
 
 
 # ----------------------------------------------------------------------------- scores
@@ -45,8 +28,7 @@ def backbone_scores(
     protocol: ProtocolConfig,
     alpha: float | None = None,
 ) -> pd.DataFrame:
-    """Per-keypoint 0/1 scores (SCORE_COLUMNS) of every PCK metric at `alpha` (default: the protocol's
-    headline) and of the 4-choice metrics, on the evaluated pairs; re-scored from stored predictions."""
+    """Per-keypoint 0/1 scores (SCORE_COLUMNS) of the PCK metrics at `alpha` and 4-choice."""
     from soco_pipeline.evaluation.metrics import scored_elements  # metrics imports torch (the matching)
 
     alpha = protocol.headline_alpha if alpha is None else alpha
@@ -75,9 +57,7 @@ def backbone_scores(
 
 
 def lvlm_scores(answers: pd.DataFrame, image_pairs: pd.DataFrame | None = None) -> pd.DataFrame:
-    """LVLM scores (SCORE_COLUMNS): metric '<setting>/average' per answer row (unit = the item group) and
-    '<setting>/circular' per item group (all four rotations right); cluster = the target image when
-    `image_pairs` is given, else the pair."""
+    """LVLM scores: '<setting>/average' per answer row, '<setting>/circular' per item group."""
     a = answers.assign(correct=answers["correct"].astype(bool))
     cluster = (
         image_pairs.set_index("pair_id")["trg_image"].reindex(a["pair_id"]).to_numpy()
@@ -112,8 +92,7 @@ def _units(s: pd.DataFrame) -> pd.DataFrame:
 
 
 def _weights(units: pd.DataFrame, reduction: str) -> np.ndarray:
-    """Weight of each unit in the estimate: 1/(K n_c) (official: category means averaged) or 1/N (pooled);
-    the linearisation of `_estimate` that the cluster-robust SE needs."""
+    """Each unit's weight in the estimate, 1/(K n_c) (official) or 1/N (pooled)."""
     if reduction == "pooled":
         return np.full(len(units), 1.0 / len(units))
     n_c = units.groupby("group")["unit"].transform("size").to_numpy(np.float64)
@@ -127,9 +106,7 @@ def _category_sums(units: pd.DataFrame, column: str = "score") -> tuple[np.ndarr
 
 
 def _estimate(sums: np.ndarray, sizes: np.ndarray, idx: np.ndarray, reduction: str) -> np.ndarray:
-    """The headline number of each row of category indices `idx` (n x K): the mean of the category means
-    (official) or all units' mean (pooled). The point estimate is the row 0..K-1, the bootstrap replicates
-    are resampled rows: one arithmetic for both, so a CI contains its value to the last bit."""
+    """The headline of each row of category indices: point and replicates in one arithmetic."""
     if reduction == "pooled":
         return sums[idx].sum(axis=1) / sizes[idx].sum(axis=1)
     return (sums / sizes)[idx].mean(axis=1)
@@ -156,8 +133,7 @@ def _cluster_se(units: pd.DataFrame, w: np.ndarray, value: float) -> tuple[float
 
 
 def logit_interval(value: float, se: float, n_clusters: int, z: float = Z95) -> tuple[float, float]:
-    """A (lo, hi) interval in [0, 1] for `value` with standard error `se`, on the logit scale; Wilson's with
-    n = n_clusters where the SE is 0; NaN when the SE is undefined (fewer than two clusters)."""
+    """(lo, hi) in [0, 1] on the logit scale; Wilson's where the SE is 0; NaN if undefined."""
     if not (np.isfinite(se) and np.isfinite(value)):
         return float("nan"), float("nan")
     p = min(max(value, 0.0), 1.0)
@@ -172,8 +148,7 @@ def logit_interval(value: float, se: float, n_clusters: int, z: float = Z95) -> 
 
 
 def bootstrap_share(correct, seed: int = 0, n_boot: int = 2000) -> tuple[float, float]:
-    """The 95% percentile-bootstrap interval (0-100) of the share of `correct` (one 0/1 per independent unit):
-    resampling n units with k right draws Binomial(n, k/n), so the seeded draw is the bootstrap. NaN if empty."""
+    """95% percentile-bootstrap interval (0-100) of a share, by a seeded Binomial draw."""
     c = np.asarray(correct, dtype=bool)
     if c.size == 0:
         return float("nan"), float("nan")
@@ -189,8 +164,7 @@ def _expit(x: float) -> float:
 def intervals(
     scores: pd.DataFrame, reduction: str = "official", n_boot: int = 2000, seed: int = 0
 ) -> pd.DataFrame:
-    """Per (model, metric): the value (0-100) and its 95% CIs (INTERVAL_COLUMNS); reduction 'official'
-    (unit -> category -> mean, SOCO's headline) or 'pooled' (mean over units: the LVLM accuracies)."""
+    """Per (model, metric): value (0-100) and 95% CIs, reduction 'official' or 'pooled'."""
     rows = []
     for (model, metric), s in scores.groupby(["model", "metric"], sort=True):
         units = _units(s)
@@ -217,22 +191,10 @@ def intervals(
 
 
 # ----------------------------------------------------------------------------- paired comparison
-COMPARE_COLUMNS = [
-    "metric",
-    "model_a",
-    "model_b",
-    "value_a",
-    "value_b",
-    "delta",
-    "ci95_lo_boot_category",
-    "ci95_hi_boot_category",
-    "n_units",
-    "n_categories",
-    "wins_a",
-    "wins_b",
-    "ties",
-    "sign_test_p",
-]
+COMPARE_COLUMNS = (
+    "metric model_a model_b value_a value_b delta ci95_lo_boot_category ci95_hi_boot_category n_units "
+    "n_categories wins_a wins_b ties sign_test_p"
+).split()
 CATEGORY_COLUMNS = ["metric", "group", "delta", "n_units", "wins_a", "wins_b", "ties", "sign_test_p"]
 
 
@@ -253,9 +215,7 @@ def compare(
     seed: int = 0,
     level: float = 0.95,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Paired difference A - B (points) per metric on the elements both scored (matched on metric, group,
-    unit, element): overall with a category-bootstrap CI (`level`, default 95%; the columns keep their ci95
-    names) and a sign test over units, and per category (CATEGORY_COLUMNS)."""
+    """Paired difference A - B per metric: category-bootstrap CI, sign test, per category."""
     keys = ["metric", "group", "unit", "element"]
     m = scores_a.merge(scores_b, on=keys, suffixes=("_a", "_b"), how="inner")
     if m.empty:
@@ -303,21 +263,17 @@ def compare(
 
 
 # ----------------------------------------------------------------------------- tables
-CI_COLUMNS = [
-    "ci95_lo_boot_category",
-    "ci95_hi_boot_category",
-    "se_cluster_image",
-    "ci95_lo_cluster_image_logit",
-    "ci95_hi_cluster_image_logit",
-]
+CI_COLUMNS = (
+    "ci95_lo_boot_category ci95_hi_boot_category se_cluster_image ci95_lo_cluster_image_logit "
+    "ci95_hi_cluster_image_logit"
+).split()
 BOARD_CI_METRICS = ("cc", "soc", "soc_geo", "cross_soc", "four_choice")
 
 
 def attach_intervals(
     metrics: pd.DataFrame, scores: pd.DataFrame, headline_alpha: float, n_boot: int = 2000, seed: int = 0
 ) -> pd.DataFrame:
-    """The metrics table with CI_COLUMNS filled on its headline rows (scope all, official reduction, the
-    headline alpha or none) from per-element `scores`; NaN elsewhere."""
+    """The metrics table with CI_COLUMNS filled on its headline rows from `scores`."""
     ci = intervals(scores, n_boot=n_boot, seed=seed).rename(columns={"model": "backbone"})
     at = (
         (metrics["scope"] == "all")
@@ -337,9 +293,7 @@ def attach_intervals(
 def add_interval_columns(
     board: pd.DataFrame, metrics: pd.DataFrame, name_column: str = "backbone"
 ) -> pd.DataFrame:
-    """A leaderboard with `ci95_lo_boot_category_<metric>`, `ci95_hi_boot_category_<metric>` and
-    `se_cluster_image_<metric>` for the headline metrics, from metrics tables made by `attach_intervals`
-    (prefixed, so that no column reads as a `soc_<supercategory>` one)."""
+    """A leaderboard with its headline metrics' CI and SE columns."""
     if "ci95_lo_boot_category" not in metrics.columns:
         return board
     rows = metrics[metrics["ci95_lo_boot_category"].notna() & metrics["metric"].isin(BOARD_CI_METRICS)]

@@ -1,9 +1,5 @@
-"""Deterministic evaluation subsets: `limit` (pairs per category, LVLM items per setting) and explicit id lists.
-
-A subset only narrows the evaluated sample; the rule is data (run config, record, the leaderboard's
-`subset`), and `limit` keeps the smallest seeded sort keys per pair group, so a larger limit keeps a smaller
-one's pairs (docs/results.md).
-"""
+"""Deterministic evaluation subsets (docs/results.md): `limit` keeps the smallest seeded sort keys per pair
+group (a larger limit keeps a smaller one's pairs), or explicit id lists."""
 
 from __future__ import annotations
 
@@ -91,8 +87,7 @@ def apply_pair_subset(image_pairs: pd.DataFrame, rule: SubsetRule) -> pd.DataFra
 
 
 def apply_item_subset(items: pd.DataFrame, rule: SubsetRule) -> pd.DataFrame:
-    """LVLM item rows narrowed to the rule: explicit g_index values, then `items_per_setting` item groups
-    (all four rotations of a kept item stay, so circular accuracy still holds)."""
+    """LVLM item rows narrowed to the rule (every rotation of a kept item stays)."""
     if rule.items_per_setting is None and not rule.item_ids:
         return items
     keep = np.ones(len(items), dtype=bool)
@@ -114,8 +109,7 @@ def apply_item_subset(items: pd.DataFrame, rule: SubsetRule) -> pd.DataFrame:
 
 
 def mark_partial(board: pd.DataFrame, subsets: dict[str, str], name_column: str = "backbone") -> pd.DataFrame:
-    """A leaderboard with `partial` (bool) and `subset` (the rule's short form, '' when full) columns;
-    `subsets` maps a row's name to its rule's JSON (missing: full)."""
+    """A leaderboard with `partial` and `subset` columns (`subsets`: name -> rule JSON)."""
     out = board.copy()
     rules = out[name_column].map(lambda n: SubsetRule.from_json(subsets.get(n, "")))
     out["partial"] = [not r.is_full for r in rules]
@@ -124,8 +118,7 @@ def mark_partial(board: pd.DataFrame, subsets: dict[str, str], name_column: str 
 
 
 def partial_display(board: pd.DataFrame, name_column: str = "backbone") -> pd.DataFrame:
-    """The board for display: a partial row's name carries ' [partial: <rule>]', so that its numbers are
-    never read as the full sample's."""
+    """The board for display: a partial row's name carries ' [partial: <rule>]'."""
     if "partial" not in board.columns:
         return board
     out = board.copy()

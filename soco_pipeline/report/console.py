@@ -1,10 +1,5 @@
-"""Tables for a terminal of 120 columns: the one printer of the demo, `soco leaderboard` and `soco run`.
-
-Text the same in every row is printed once above the table, a row's own reason as a numbered note `[k]`,
-a missing value as `n/a` (explained below); numbers get the decimals their scale needs. A table still too
-wide loses its rightmost columns, named below it with where the full table is. `summary_frame` pivots
-`model_headlines` to one row per model.
-"""
+"""Tables for a terminal of 120 columns, the one printer of the demo, `soco leaderboard` and `soco run`: text
+the same in every row once above, a row's reason as a note `[k]`, columns too wide left out and named."""
 
 from __future__ import annotations
 
@@ -17,28 +12,14 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from soco_pipeline.trust.headline import HEADLINE_COLUMNS
-
 WIDTH = 120
 # text columns that explain a board rather than score it: printed once (same in every row) or as notes
-NOTE_COLUMNS = (
-    "data_source",
-    "source",
-    "simulated",
-    "reason",
-    "reasons",
-    "note",
-    "none_rule",
-    "judgements",
-    "subset",
-    "why",
+NOTE_COLUMNS = tuple(
+    "data_source source simulated reason reasons note none_rule judgements subset why".split()
 )
 NAME_COLUMNS = ("model", "backbone", "name")
 CUTS = (28, 22, 16)  # a table too wide has its text cells cut (with an ellipsis) to these lengths in turn
 NA = "n/a"
-
-
-REFERENCE_KINDS = ("oracle", "reference", "random", "chance")
 
 
 def format_p(p: float | None) -> str:
@@ -67,8 +48,7 @@ def _missing(v) -> bool:
 
 
 def column_text(col: pd.Series, decimals: int | None = None) -> list[str]:
-    """A column's cells as text (NaN/None/NaT -> n/a, floats with the column's decimals or `decimals`, bools
-    yes/no)."""
+    """A column's cells as text (missing -> n/a, floats with their decimals, bools yes/no)."""
     if pd.api.types.is_bool_dtype(col):  # nullable ("boolean"): a not-applicable row's <NA> reads n/a
         return [NA if pd.isna(v) else "yes" if v else "no" for v in col]
     if pd.api.types.is_float_dtype(col):
@@ -126,8 +106,7 @@ def console_table(
     notes: Sequence[str] = (),
     decimals: int | None = None,
 ) -> str:
-    """`df` as a table whose every line fits `width` columns, with its notes (see the module docstring);
-    `full` names where the full table is when `columns` leave some out."""
+    """`df` as a table fitting `width` with its notes; `full` names where the full table is."""
     notes = list(notes)
     if df is None or df.empty:
         lines = ([title, ""] if title else []) + ["(no rows yet)"]
@@ -188,8 +167,7 @@ def console_table(
 def records_text(
     df: pd.DataFrame, title: str | None = None, width: int = WIDTH, decimals: int | None = None
 ) -> str:
-    """`df` as a list, one block per row (`[k] first column: value`, then `  column: value` wrapped to
-    `width`): for rows of prose (findings, claims) that a table would cut to 28 characters."""
+    """`df` as one wrapped block per row, for rows of prose that a table would cut."""
     if df is None or df.empty:
         return console_table(pd.DataFrame(), title, width=width)
     df = df.reset_index(drop=True)
@@ -207,24 +185,13 @@ def records_text(
 
 
 def is_prose(df: pd.DataFrame, longest: int = 40) -> bool:
-    """True when a text column that is no note column (NOTE_COLUMNS print once above a table, or as numbered
-    notes) holds a cell longer than `longest` characters (a claim): such rows read better as `records_text`
-    than as a table cut to fit."""
+    """True when a non-note text column has a cell longer than `longest` (then `records_text`)."""
     text = [c for c in df.columns if df[c].dtype == object and c not in NOTE_COLUMNS]  # notes print once
     return any(df[c].astype(str).str.len().max() > longest for c in text) if len(df) else False
 
 
-def headline_metric(family: str) -> str | None:
-    """The board column of the headline whose family (its model_summary name) is `family`; None if none."""
-    from soco_pipeline.tasks.core import all_specs  # here: `soco sql`'s tables need no family registry
-
-    heads = [s.headline for s in all_specs().values() if s.headline is not None]
-    return next((h.values[0] for h in heads if h.family == family), None)
-
-
 def headline_columns(family: str, board: pd.DataFrame) -> list[str]:
-    """The headline columns of `family`'s board that it has, in its FamilySpec's `columns` order (patterns
-    such as `*_average` match several), and its note columns; all its columns when a family names none."""
+    """`family`'s board columns its FamilySpec's `columns` match (patterns too), then its notes."""
     from soco_pipeline.tasks.core import all_specs
 
     wanted = getattr(all_specs().get(family), "columns", None) or None  # tasks/<family>/, tasks/core.py
@@ -249,8 +216,7 @@ def _role(h: pd.DataFrame) -> pd.Series:
 
 
 def with_ranks(headlines: pd.DataFrame) -> pd.DataFrame:
-    """The long headline table with `rank` (1 = best value) and `of` (models ranked) per family, among the
-    models only (controls and ceilings get no rank), whatever method each model's headline names."""
+    """The long headline table with `rank` and `of` per family, among the models only."""
     h = headlines.copy()
     h["role"] = _role(h)
     models = h[h["role"] == "model"]
@@ -260,9 +226,7 @@ def with_ranks(headlines: pd.DataFrame) -> pd.DataFrame:
 
 
 def summary_frame(headlines: pd.DataFrame) -> pd.DataFrame:
-    """One row per model, one column per family (value [95% CI] of its headline; `headline_metrics` names
-    each), from the long `model_headlines` shape; a model a family has no row for reads n/a. The models come
-    first; controls and ceilings (trust/roles.py) follow, their names marked `(control)` / `(ceiling)`."""
+    """One row per model, one `value [95% CI]` column per family; checks last, marked."""
     from soco_pipeline.tasks.core import SOCO
 
     h = headlines.copy()
@@ -295,8 +259,7 @@ def summary_frame(headlines: pd.DataFrame) -> pd.DataFrame:
 
 
 def headline_metrics(headlines: pd.DataFrame) -> str:
-    """What each family's summary column holds ('soco = SOC (PCK@0.1); mmvm = ... (best method per model)'),
-    the method a label names in brackets folded into 'best method per model'."""
+    """What each family's summary column holds ('soco = ...; mmvm = ... (best method per model)')."""
     from soco_pipeline.tasks.core import SOCO
 
     parts = []
@@ -310,8 +273,7 @@ def headline_metrics(headlines: pd.DataFrame) -> str:
 
 
 def summary_text(headlines: pd.DataFrame, width: int = WIDTH, where: Sequence[str] = ()) -> str:
-    """The summary table (`summary_frame`) with the simulated families and dates named once, then `where`
-    (lines saying where the full tables are)."""
+    """The summary table with the simulated families and dates named once, then `where`."""
     if headlines is None or headlines.empty:
         return console_table(pd.DataFrame(), "Summary: no model has a headline yet", width=width)
     notes = []
@@ -339,8 +301,7 @@ def summary_text(headlines: pd.DataFrame, width: int = WIDTH, where: Sequence[st
 
 
 def model_card(headlines: pd.DataFrame, model: str, width: int = WIDTH) -> str:
-    """One model's headline per family with its CI and rank among the models with a headline in that family
-    (a control or ceiling is named so, not ranked)."""
+    """One model's headline per family with its CI and rank (checks named, not ranked)."""
     h = with_ranks(headlines)
     mine = h[h["model"] == model]
     if mine.empty:
@@ -365,42 +326,12 @@ def model_card(headlines: pd.DataFrame, model: str, width: int = WIDTH) -> str:
 
 
 def headlines_from_boards(
-    boards: dict[str, pd.DataFrame], roles: dict[str, str] | None = None
+    boards: dict[str, pd.DataFrame], roles: dict[str, str] | None = None, embedded: bool = True
 ) -> pd.DataFrame:
-    """A long headline table (the `model_headlines` shape) from family boards, for when that table is not
-    materialized: each family's `headline_metric` per model (its best method), CIs where the board has them;
-    `roles`: {model: control | ceiling} (trust/roles.py spec_roles), the others are models."""
-    from soco_pipeline.tasks.core import SOCO
+    """`model_headlines` from `boards` by family name over all_specs(), when not materialized."""
+    from soco_pipeline.tasks.core import all_specs
+    from soco_pipeline.trust.headline import model_headlines
 
-    rows = []
-    for family, board in boards.items():
-        metric = headline_metric(family)
-        if board is None or board.empty or metric not in board.columns:
-            continue
-        name = next(c for c in (*NAME_COLUMNS, board.columns[0]) if c in board.columns)
-        if "kind" in board.columns:  # the boards' check and reference rows (oracles, chance) are no models
-            board = board[~board["kind"].astype(str).isin(REFERENCE_KINDS)]
-        b = board.assign(_v=pd.to_numeric(board[metric], errors="coerce")).sort_values("_v", ascending=False)
-        b = b.drop_duplicates(name)
-        lo, hi = f"ci95_lo_boot_category_{metric}", f"ci95_hi_boot_category_{metric}"
-        sim = b["simulated"] if "simulated" in b.columns else family != SOCO.name
-        if "simulated" not in b.columns and "judgements" in b.columns:  # TPIPS: who voted follows the data
-            sim = b["judgements"].astype(str).eq("simulated")
-        rows.append(
-            pd.DataFrame(
-                {
-                    "model": b[name].astype(str),
-                    "family": family,
-                    "metric": metric,
-                    "value": b["_v"],
-                    "ci_low": b[lo] if lo in b.columns else np.nan,
-                    "ci_high": b[hi] if hi in b.columns else np.nan,
-                    "n": b["n_items"] if "n_items" in b.columns else np.nan,
-                    "simulated": sim,
-                    "materialized_at": pd.NaT,
-                    "role": b[name].astype(str).map(roles or {}).fillna("model"),
-                }
-            )
-        )
-    cols = list(HEADLINE_COLUMNS)  # the shape of the materialized model_headlines
-    return pd.concat(rows, ignore_index=True)[cols] if rows else pd.DataFrame(columns=cols)
+    specs = {name: s for name, s in all_specs().items() if s.headline is not None}
+    by_board = {s.headline.board: boards.get(name) for name, s in specs.items()}
+    return model_headlines(by_board, {}, [s.headline for s in specs.values()], embedded, roles)

@@ -1,7 +1,5 @@
-"""CSV cells that a spreadsheet would run as formulas, neutralised as OWASP's CSV-injection guidance says: a text
-cell starting with `=`, `+`, `-`, `@`, a tab or a carriage return gets a leading `'`, so Excel, LibreOffice
-and Google Sheets show it as text (`=HYPERLINK(...)` stays visible and inert). Plain numbers (`-1`, `+2.5e3`)
-are left as they are; numeric columns are never touched. `safe_csv` quotes every text cell."""
+"""CSV cells a spreadsheet would run as formulas (leading `=`, `+`, `-`, `@`, tab, CR) get a leading `'`
+(OWASP); plain numbers and numeric columns are left alone."""
 
 from __future__ import annotations
 
@@ -28,7 +26,5 @@ def neutralise_formulas(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def safe_csv(df: pd.DataFrame) -> str:
-    """`df` as CSV text with formula-like cells neutralised (`neutralise_formulas`), no index. Every text
-    cell is quoted: pandas leaves a lone carriage return unquoted, and a reader then starts a new row there,
-    whose first cell (`\r=1` -> `=1`) would be live again."""
+    """`df` as CSV with formula cells neutralised, every text cell quoted (a lone CR stays inside)."""
     return neutralise_formulas(df).to_csv(index=False, quoting=csv.QUOTE_NONNUMERIC)

@@ -32,8 +32,7 @@ def rounded(df: pd.DataFrame, decimals: int | None) -> pd.DataFrame:
 
 
 def format_query(df: pd.DataFrame, fmt: str = "table", decimals: int | None = None) -> str:
-    """A query's result for `soco sql` as `table` (report/console.py's printer, or records when the rows
-    hold prose), `markdown`, csv or json (floats rounded to `decimals` when given)."""
+    """A query's result for `soco sql` as table, markdown, csv or json (floats rounded to `decimals`)."""
     from soco_pipeline.report.console import column_text, console_table, is_prose, records_text
 
     if fmt == "table":

@@ -1,9 +1,5 @@
-"""The static results page: one HTML file under <storage>/report/ a researcher can share.
-
-Rendered from report/templates/results.html.j2 with autoescape on (every cell and caption is text, never
-markup). Everything it shows is a file beside it (PNG), linked relatively, so the folder opens from file://,
-copies anywhere and serves as it is (`soco report --serve`, 127.0.0.1 only).
-"""
+"""The static results page under <storage>/report/: autoescaped HTML (report/templates/results.html.j2) with
+its PNGs linked relatively, so the folder opens from file:// and copies anywhere."""
 
 from __future__ import annotations
 
@@ -110,14 +106,9 @@ def lvlm_examples(answers: pd.DataFrame, items: pd.DataFrame, n: int, seed: int)
 
 
 def page_table(
-    df: pd.DataFrame | None,
-    columns: list[str] | None = None,
-    name_col: str | None = None,
-    hoist: bool = True,
+    df: pd.DataFrame | None, columns: list[str] | None = None, name_col: str | None = None, hoist: bool = True
 ) -> dict | None:
-    """A table for the template: columns, rows of cells ({text, partial}) and notes. Cells are text formatted
-    as on the terminal (report/console.py: n/a, decimals); text columns the same in every row (a data
-    source) become one note above the table. The template escapes everything."""
+    """A table for the template: columns, rows of cells ({text, partial}) and notes."""
     from soco_pipeline.report.console import NOTE_COLUMNS, column_text
 
     if df is None or df.empty:
@@ -225,19 +216,19 @@ CORRELATION_NOTE = (
 )
 
 
-def _headlines(tables: str, boards: dict[str, pd.DataFrame], roles: dict[str, str]) -> pd.DataFrame:
+def _headlines(settings, boards: dict[str, pd.DataFrame], roles: dict[str, str]) -> pd.DataFrame:
     """The model_headlines table when materialized, else one built from the boards (`roles`: the checks)."""
     from soco_pipeline.report.console import headlines_from_boards
 
-    stored = _read(join(tables, "model_headlines.parquet"))
-    return stored if stored is not None else headlines_from_boards(boards, roles)
+    stored = _read(join(settings.tables_root, "model_headlines.parquet"))
+    embedded = settings.source == "embedded"
+    return stored if stored is not None else headlines_from_boards(boards, roles, embedded)
 
 
 def build_report(
     settings, out_dir: str | None = None, seed: int = 0, missing_boards: dict[str, str] | None = None
 ) -> str:
-    """Write <storage>/report/index.html (or out_dir/index.html) and the images it shows; returns its path.
-    `missing_boards` ({board: warning}: boards materialized whose file is gone) are shown at the summary."""
+    """Write the results page and its images; returns its path. `missing_boards`: shown at the summary."""
     import datetime as dt
 
     from soco_pipeline.analysis.leaderboard import console_board
@@ -286,17 +277,10 @@ def build_report(
         comparison = comparison.assign(why_it_differs=comparison["model"].map(notes).fillna(""))
     published = page_table(
         comparison,
-        [
-            "model",
-            "reference",
-            "metric",
-            "ours",
-            "published",
-            "difference",
-            "published_setting",
-            "differing_knobs",
-            "why_it_differs",
-        ],
+        (
+            "model reference metric ours published difference published_setting differing_knobs "
+            "why_it_differs"
+        ).split(),
         name_col="model",
         hoist=False,
     )
@@ -309,17 +293,7 @@ def build_report(
 
         atlas["table"] = page_table(
             atlas_table,
-            [
-                "family",
-                "metric",
-                "knob",
-                "n_models",
-                "tau",
-                "tau_low",
-                "tau_high",
-                "flipped_pairs",
-                "largest_change",
-            ],
+            "family metric knob n_models tau tau_low tau_high flipped_pairs largest_change".split(),
             hoist=False,
         )
         if atlas_table["tau"].notna().any():
@@ -367,7 +341,7 @@ def build_report(
         families.append(fam)
 
     # --- summary
-    heads = _headlines(tables, boards, spec_roles(settings.backbones_dir, settings.lvlms_dir, root))
+    heads = _headlines(settings, boards, spec_roles(settings.backbones_dir, settings.lvlms_dir, root))
     summary = page_table(summary_frame(heads), name_col="model") if len(heads) else None
     checks = len(heads) and "role" in heads.columns and (heads["role"].fillna("model") != "model").any()
     summary_roles = ROLE_NOTE if checks else ""
@@ -479,8 +453,7 @@ def _template():
 
 @contextmanager
 def report_server(folder: str | Path, port: int = 0) -> Iterator[str]:
-    """Serve the report folder on http://127.0.0.1:port (0: a free one) in a thread; yields the URL and
-    stops the server when the block exits."""
+    """Serve the report folder on 127.0.0.1:port (0: free) in a thread; yields the URL."""
     import functools
     import threading
     from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -513,8 +486,7 @@ def serve_report(folder: str | Path, port: int = 0, ready=print) -> None:
 
 
 def error_bar_markdown(index: str) -> dict[str, str]:
-    """The leaderboards' CI error-bar figures beside a built page, as Markdown with embedded PNGs
-    ({"backbone_ci": ..., "lvlm_ci": ...}, only those that exist), for the UI's metadata."""
+    """The boards' CI figures beside a built page as Markdown with embedded PNGs, for the UI."""
     import base64
 
     out = {}

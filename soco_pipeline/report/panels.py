@@ -1,7 +1,5 @@
-"""Prediction panels (as OmniProbe's `num_visualize`): the source with the query keypoint, the target with
-the ground truth and the prediction, and the target under the query's similarity heatmap. Marker colours are
-fixed (MARKERS) so that a test can find them in the pixels; `labelled_panel` adds names, legend and colour bar.
-"""
+"""Prediction panels (as OmniProbe's `num_visualize`): source with the query, target with truth and
+prediction, and the similarity heatmap; fixed MARKERS colours so that a test can find them."""
 
 from __future__ import annotations
 
@@ -42,8 +40,7 @@ def heatmap_rgb(sims: np.ndarray) -> np.ndarray:
 def similarity_on_target(
     src_map: np.ndarray, trg_map: np.ndarray, query_uv: np.ndarray, trg_size: tuple[int, int]
 ) -> np.ndarray:
-    """Cosine similarity of the query's descriptor (bilinear, as matching reads it) with every target cell,
-    as an array over the target image's pixels (H x W): the grid covers the padded square of side max(W, H)."""
+    """The query descriptor's cosine similarity with every target cell, over the image's pixels."""
     desc = sample_descriptors(src_map.astype(np.float32), query_uv.reshape(1, 2)).numpy()[0]
     c, h, w = trg_map.shape
     sims = (desc @ trg_map.reshape(c, -1).astype(np.float32)).reshape(h, w)
@@ -66,15 +63,9 @@ def _dot(draw: ImageDraw.ImageDraw, xy: tuple[int, int], color) -> None:
 
 
 def draw_panel(
-    src: Image.Image,
-    trg: Image.Image,
-    query_xy,
-    gt_xy,
-    pred_xy,
-    sims: np.ndarray | None = None,
+    src: Image.Image, trg: Image.Image, query_xy, gt_xy, pred_xy, sims: np.ndarray | None = None
 ) -> tuple[Image.Image, PanelLayout]:
-    """The panel image and its layout. Points are (x, y) in original image pixels; `sims` (H x W over the
-    target) adds the heatmap tile, alpha-blended over the target."""
+    """The panel image and its layout (points in original pixels; `sims` adds the heatmap tile)."""
     s_tile, s_scale = _tile(src)
     t_tile, t_scale = _tile(trg)
     tiles = [s_tile, t_tile]
@@ -112,9 +103,7 @@ FONT_SIZE = 15
 def labelled_panel(
     panel: Image.Image, layout: PanelLayout, sims: np.ndarray | None = None, title: str = ""
 ) -> Image.Image:
-    """The panel with words: a title strip naming each tile (source with the query, target with the ground
-    truth and the prediction, similarity), and below them a legend of the markers and, under the heatmap
-    tile, its colour bar from the lowest to the highest cosine similarity."""
+    """The panel with a title strip, a legend of the markers and the heatmap's colour bar."""
     from PIL import ImageFont
 
     font = ImageFont.load_default(size=FONT_SIZE)
@@ -187,8 +176,7 @@ def render_query(
     protocol: ProtocolConfig,
     alpha: float | None = None,
 ) -> tuple[Image.Image, dict]:
-    """The panel of one (pair, source keypoint) row (pair_id, src/trg image and keypoint, pred_x/y) and facts
-    about it: error (px, to the raw ground truth), correct at alpha (default: the protocol's headline)."""
+    """The panel of one (pair, source keypoint) row, with its error (px) and correctness at alpha."""
     alpha = protocol.headline_alpha if alpha is None else alpha
     kp = keypoints.set_index(["image_id", "keypoint"])
     im = image_set.set_index("image_id")

@@ -1,15 +1,6 @@
-"""The DuckDB results file: views (not copies) over the Parquet outputs (docs/sql.md).
-
-A writer is opened only while the views are (re)created. The file is in DuckDB's v1.5.0 storage format
-(`STORAGE_COMPATIBILITY`). Views read an explicit list of published files (never a glob, which would match
-the `.tmp-*` files of atomic writes), named relative to the storage root, so a copy never reads the
-original's tables.
-
-`soco sql` (`connect_readonly`) is read-only by construction: in-memory views over Arrow datasets, then
-DuckDB's external access off and locked (`allowed_directories` would allow writing wherever it allows
-reading); the statement filter stays as a second wall. An unreadable table becomes a view that fails naming
-it and the fix.
-"""
+"""The DuckDB results file: views over an explicit list of published Parquet files (never a glob: the `.tmp-*`
+files of atomic writes), relative to the storage root (docs/sql.md); `connect_readonly` (`soco sql`) is
+in-memory views over Arrow datasets, external access off and locked, the statement filter a second wall."""
 
 from __future__ import annotations
 
@@ -96,8 +87,7 @@ VIEW_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
 def stored_tables(tables_root: str, registered: tuple[Table, ...]) -> list[Table]:
-    """The tables under `tables_root` that `registered` does not name (a family's tables, registered only
-    once the definitions are imported): `<asset>.parquet`, or a partitioned folder `<asset>/`."""
+    """The tables under `tables_root` that `registered` does not name (a family's tables)."""
     fs, root = filesystem(tables_root)
     if not fs.exists(root):
         return []
@@ -124,9 +114,7 @@ def _sql_list(paths: list[str]) -> str:
 
 
 def _compatible(types: dict[str, str]) -> str:
-    """The `REPLACE (...)` of a stored view that casts columns of types the STORAGE_COMPATIBILITY readers do
-    not know: a tz-aware nanosecond timestamp (pandas' `datetime64[ns, UTC]`, DuckDB 2.0's TIMESTAMPTZ_NS;
-    the duckdb CLI 1.5 cannot open a file whose view has one) reads as TIMESTAMPTZ (microseconds)."""
+    """The `REPLACE (...)` casting tz-aware ns timestamps to TIMESTAMPTZ (for the duckdb 1.5 CLI)."""
     casts = [f'CAST("{c}" AS TIMESTAMPTZ) AS "{c}"' for c, t in types.items() if t == "TIMESTAMPTZ_NS"]
     return f" REPLACE ({', '.join(casts)})" if casts else ""
 
@@ -160,8 +148,7 @@ def _derived_views(
     drop: bool,
     damaged: dict[str, str] | None = None,
 ) -> list[str]:
-    """Add eval_pairs and DERIVED_VIEWS over the `created` views; returns `created` extended. A derived view
-    that needs a `damaged` table (view -> message) becomes a view that fails with that table's message."""
+    """Add eval_pairs and DERIVED_VIEWS; one that needs a `damaged` table fails with its message."""
     damaged = damaged or {}
     derived = (("eval_pairs", ("pairs",), "SELECT * FROM pairs WHERE evaluated"), *DERIVED_VIEWS)
     for name, needs, sql in derived:  # the evaluated sample; the README's "where it fails" recipes
@@ -184,8 +171,7 @@ def _derived_views(
 
 
 def _failing_view(con: duckdb.DuckDBPyConnection, view: str, message: str) -> None:
-    """A view that raises `message` whenever a query reads it (count(*) included), so only queries that
-    touch a damaged table fail, and they name it."""
+    """A view that raises `message` whenever read, so only queries of a damaged table fail."""
     literal = message.replace("'", "''")
     con.execute(
         f"CREATE OR REPLACE VIEW {view} AS SELECT NULL AS damaged FROM range(1) WHERE error('{literal}') IS NULL"
@@ -201,8 +187,7 @@ def _local_base(db_path: Path, tables_root: str) -> str | None:
 
 
 def _register_filesystem(con: duckdb.DuckDBPyConnection, tables_root: str) -> None:
-    """Let DuckDB read `tables_root`'s protocol through our fsspec filesystem (s3fs: the same endpoint and
-    credentials as the pipeline), once per connection."""
+    """Let DuckDB read `tables_root`'s protocol through our fsspec filesystem."""
     fs, _ = filesystem(tables_root)
     names = [fs.protocol] if isinstance(fs.protocol, str) else list(fs.protocol)
     if not set(names) & set(con.list_filesystems()):
@@ -210,8 +195,7 @@ def _register_filesystem(con: duckdb.DuckDBPyConnection, tables_root: str) -> No
 
 
 def refresh_views(db_path: str | Path, tables_root: str) -> list[str]:
-    """(Re)create one view per existing result table in the file at `db_path`; returns the view names (for
-    an object store, built in memory only, which checks every table reads)."""
+    """(Re)create one view per result table in the file at `db_path`; returns the view names."""
     if is_remote(tables_root):
         with duckdb.connect(IN_MEMORY) as con:
             return create_views(con, tables_root)
@@ -231,8 +215,7 @@ def refresh_views(db_path: str | Path, tables_root: str) -> list[str]:
 
 
 def create_views(con: duckdb.DuckDBPyConnection, tables_root: str) -> list[str]:
-    """(Re)create one view per existing result table (and eval_pairs) on an open writable connection; local
-    tables are named relative to the file's folder (portable copies; `connect_readonly` resolves them)."""
+    """(Re)create one view per result table on a writable connection, paths relative to the file."""
     if is_remote(tables_root):
         _register_filesystem(con, tables_root)
         return _create_views(con, tables_root, None)
@@ -247,11 +230,7 @@ def create_views(con: duckdb.DuckDBPyConnection, tables_root: str) -> list[str]:
 
 
 def connect_readonly(db_path: str | Path, tables_root: str | None = None) -> duckdb.DuckDBPyConnection:
-    """Open the results read-only: an in-memory connection with one view per table beside the file, then
-    DuckDB's external access turned off and the configuration locked (no file, ATTACH or INSTALL).
-
-    `tables_root` defaults to `<folder of the file>/tables`; a URL needs no file (views over the bucket).
-    """
+    """The results read-only: in-memory views, then external access off and the configuration locked."""
     if tables_root is not None and is_remote(tables_root):
         return _connect_remote(tables_root)
     db_path = Path(db_path)
@@ -293,8 +272,7 @@ def _plain(schema: pa.Schema) -> pa.Schema:
 
 
 def _dataset(files: list[str], tables_root: str) -> pads.Dataset:
-    """The Arrow dataset over a table's files, its schema the union of theirs by name (as DuckDB's
-    union_by_name); ArrowException/OSError naming the file that cannot be read."""
+    """The Arrow dataset over a table's files (schemas unioned by name); errors name the bad file."""
     if is_remote(tables_root):
         fs = pafs.PyFileSystem(pafs.FSSpecHandler(filesystem(tables_root)[0]))
         paths = [filesystem(f)[1] for f in files]
@@ -311,8 +289,7 @@ def _dataset(files: list[str], tables_root: str) -> pads.Dataset:
 
 
 def _arrow_views(con: duckdb.DuckDBPyConnection, tables_root: str) -> list[str]:
-    """One view per written table over its Arrow dataset (and the derived views); returns their names. A
-    table that cannot be read gets a view that fails naming it and the asset to re-materialize."""
+    """One view per table over its Arrow dataset; an unreadable one fails naming it."""
     created: list[str] = []
     damaged: dict[str, str] = {}
     registered = all_tables()
@@ -366,8 +343,7 @@ def _check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> None:
 
 
 def query(db_path: str | Path, sql: str, tables_root: str | None = None):
-    """Run one read-only SQL query against the results file (or, for a URL `tables_root`, the views over
-    the bucket) and return a pandas DataFrame."""
+    """Run one read-only SQL query against the results and return a DataFrame."""
     with connect_readonly(db_path, tables_root) as con:
         _check_read_only(con, sql)
         try:

@@ -1,10 +1,5 @@
-"""The results page as one file: index.html with every image it shows inlined as a base64 data URI, so the
-page can be mailed, attached or opened anywhere without its folder (`soco report --single-file OUT.html`;
-`make demo` writes `<storage>/report.html` beside the `report/` folder).
-
-File names never hold a colon (Windows and some archive tools refuse them): `safe_name` turns any character
-outside letters, digits, `.`, `-` and `_` into `_`, for the images the page copies and the single file.
-"""
+"""The results page as one file, every image inlined as a base64 data URI (`soco report --single-file`);
+`safe_name` keeps colons and other odd characters out of file names."""
 
 from __future__ import annotations
 
@@ -51,8 +46,7 @@ def data_uri(path: Path) -> str:
 
 
 def inline_images(page: str, folder: Path) -> str:
-    """`page` (HTML) with the `src` of every `<img>` that names a file under `folder` replaced by its data URI;
-    a `data:` source stays, any other (http, an absent file) is an error naming it."""
+    """`page` with every local `<img>` source inlined as a data URI (any other is an error)."""
 
     def inline(m: re.Match) -> str:
         src = html.unescape(m.group(2))
@@ -72,8 +66,7 @@ def inline_images(page: str, folder: Path) -> str:
 
 
 def write_single_file(index: str | Path, out: str | Path | None = None) -> Path:
-    """Write the page `index` with its images inlined to `out` (default: `default_single_file`); returns it.
-    The file name may not hold a colon."""
+    """Write the page `index` with its images inlined to `out`; returns it."""
     index = Path(index)
     target = Path(out) if out else default_single_file(index)
     if ":" in target.name:

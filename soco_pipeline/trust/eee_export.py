@@ -1,10 +1,6 @@
-"""Results as Every Eval Ever records (PyPI `every-eval-ever` 0.3.0, its `eval.schema.json` and
-`instance_level_eval.schema.json`, JSON Schema draft-07): ours (`measured_log`, `source_type:
-evaluation_run`, with the per-sample sidecar) and the published figures (`published_logs`, `source_type:
-documentation`); layout and fields: docs/results.md, "Every Eval Ever records". No judge scores anything
-here, so no record carries `llm_scoring`. The schemas are unpacked by `make install` into
-`<venv>/share/every-eval-ever/` (`schema_dir`); `schema_errors` checks a document when they are there.
-"""
+"""Results as Every Eval Ever records (PyPI `every-eval-ever` 0.3.0 schemas; docs/results.md, "Every Eval Ever
+records"): ours (`measured_log`, with the per-sample sidecar) and the published figures (`published_logs`);
+`schema_errors` checks a document when `make install` unpacked the schemas."""
 
 from __future__ import annotations
 
@@ -34,8 +30,7 @@ class EeeExportError(ValueError):
 
 
 def schema_dir() -> Path:
-    """Where `make install` unpacks the every-eval-ever wheel (its `every_eval_ever/` package):
-    $SOCO_EEE_DIR (settings.ENVIRONMENT's `eee_dir`), else `<venv>/share/every-eval-ever/<version>`."""
+    """The unpacked every-eval-ever package: $SOCO_EEE_DIR, else `<venv>/share/every-eval-ever/<version>`."""
     return Path(env_value("eee_dir") or Path(sys.prefix) / "share" / "every-eval-ever" / EEE_VERSION)
 
 
@@ -45,8 +40,7 @@ def schema_path(kind: str) -> Path:
 
 
 def schema_errors(doc: dict, kind: str) -> list[str] | None:
-    """The schema errors of `doc` (draft-07, as the schema's $schema says), or None when the schema is not
-    unpacked here (run `make install`)."""
+    """The schema errors of `doc` (draft-07), or None when the schema is not unpacked (`make install`)."""
     path = schema_path(kind)
     if not path.is_file():
         return None
@@ -65,8 +59,7 @@ def draft7_validator(path: str):
 
 
 def slug(name: str) -> str:
-    """A portable datastore path component (and flat model id) for a model name: runs of characters other
-    than letters, digits, '.', '_' and '-' become '-'."""
+    """A portable path component for a model name: runs of other than `[A-Za-z0-9._-]` become '-'."""
     s = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.")
     if not s:
         raise EeeExportError(f"model name {name!r} has no character usable in a datastore path")
@@ -85,8 +78,7 @@ def epoch(date: str) -> str:
 
 
 def revision(record: dict[str, Any]) -> str:
-    """The project's git revision a record names ('<commit>', '+dirty' when the tree had changes), or
-    'unknown'."""
+    """The project's git revision ('<commit>', '+dirty' with changes), or 'unknown'."""
     g = record.get("git_hash")
     if isinstance(g, dict) and g.get("commit"):
         return str(g["commit"]) + ("+dirty" if g.get("dirty") else "")
@@ -99,8 +91,7 @@ def model_info(name: str, developer: str, details: dict[str, str]) -> dict[str, 
 
 
 def uncertainty(result: dict[str, Any]) -> dict[str, Any]:
-    """The schema's `uncertainty` of a results-record entry: its 95% CI (bootstrap over categories, else the
-    logit interval from the cluster SE) and its cluster SE, whichever exist; {} when none does."""
+    """The schema's `uncertainty` of a record entry: its 95% CI and cluster SE where they exist, else {}."""
     out: dict[str, Any] = {}
     boot = result.get("ci95_boot_category") or [None, None]
     logit = result.get("ci95_cluster_image_logit") or [None, None]
@@ -202,9 +193,7 @@ def measured_log(
 
 
 def instance_lines(aggregate: dict[str, Any], family: str, scores: pd.DataFrame) -> list[str]:
-    """The sidecar's JSONL lines: one instance-level record per per-sample score row (stats.SCORE_COLUMNS) of
-    a metric the aggregate reports. A 0/1 score is correct when 1; a share (TPIPS: the vote share of the
-    model's pick) when it is above one half."""
+    """The sidecar's JSONL lines, one per score row; correct at 1, or a share (TPIPS) above one half."""
     reported = {r["evaluation_result_id"] for r in aggregate["evaluation_results"]}
     s = scores.assign(rid=family + "." + scores["metric"].astype(str))
     s = s[s["rid"].isin(reported)]
@@ -238,8 +227,7 @@ def instance_lines(aggregate: dict[str, Any], family: str, scores: pd.DataFrame)
 
 
 def published_logs(rows: pd.DataFrame, retrieved: str) -> list[tuple[str, dict[str, Any]]]:
-    """(uuid, aggregate record) per (model, family, source) of published-figure rows (published.csv's
-    columns): `source_type: documentation`, each figure with the protocol it was measured under."""
+    """(uuid, aggregate record) per (model, family, source) of published rows (`documentation`)."""
     from soco_pipeline.published_figures import KNOBS
 
     out = []
@@ -293,9 +281,9 @@ def published_logs(rows: pd.DataFrame, retrieved: str) -> list[tuple[str, dict[s
 def write_log(
     out_dir: str | Path, collection: str, rid: str, aggregate: dict, lines: list[str] | None
 ) -> tuple[Path, Path | None]:
-    """Write the aggregate record (and its sidecar when `lines` is given) under
-    `<out_dir>/data/<collection>/<developer>/<model id>/`; the aggregate points at the sidecar with its
-    sha256 and row count. Returns (aggregate path, sidecar path or None)."""
+    """Write the aggregate record (and its sidecar, which it points at by sha256 and row count) under
+    `<out_dir>/data/<collection>/<developer>/<model id>/`; returns both paths (sidecar None without
+    `lines`)."""
     info = aggregate["model_info"]
     folder = Path(out_dir) / "data" / slug(collection) / info["developer"] / info["id"]
     folder.mkdir(parents=True, exist_ok=True)
@@ -325,8 +313,7 @@ def write_log(
 
 
 def checked(aggregate: dict, lines: list[str] | None, where: str) -> str:
-    """Check an aggregate record and its sidecar lines against the schemas: raise naming the first errors;
-    return how it was checked (or that the schemas are not unpacked here)."""
+    """Check a record and its sidecar against the schemas (raise on errors); returns how it was checked."""
     errors = schema_errors(aggregate, "aggregate")
     if errors is None:
         return f"not checked: no schema at {schema_path('aggregate')} (run `make install`)"

@@ -1,10 +1,5 @@
-"""Results records of the task families, in the schema of SOCO's (provenance.build_record), rebuilt from the
-stored tables (no model runs) for a backbone or an LVLM. Each family's `FamilySpec` (tasks/<family>/) names
-where its record reads (`FamilyTables`) and its `parts(model, kind, tables, n_boot)`, built from the helpers
-here: CIs from per-sample scores (`sample_scores`, `intervals_of`: pooled `stats.intervals`, "category" = the
-family's breakdown, "cluster" = samples sharing an input) or stored aggregates (`aggregate_rows`: a logit
-interval from a stored SE, if any); per-sample hashes and the task hash (`row_hashes`, `hash_block`).
-"""
+"""Results records of the task families in SOCO's record schema, rebuilt from the stored tables: the helpers a
+family's `parts` builds from (CIs from per-sample scores or stored aggregates, per-sample and task hashes)."""
 
 from __future__ import annotations
 
@@ -74,8 +69,7 @@ def intervals_of(scores: pd.DataFrame, n_boot: int) -> pd.DataFrame:
 
 
 def aggregate_rows(model: str, metric, value, se=None, n_units=None, n_categories=None) -> pd.DataFrame:
-    """Interval rows (stats.INTERVAL_COLUMNS) for stored aggregates: the value, and when `se` is given the
-    logit interval from it; the bootstrap over categories does not exist for these."""
+    """Interval rows (stats.INTERVAL_COLUMNS) of stored aggregates, with the logit interval from `se`."""
     value = np.asarray(value, float)
     se = np.full(len(value), np.nan) if se is None else np.asarray(se, float)
     n_units = np.asarray(n_units if n_units is not None else np.zeros(len(value)), int)
@@ -139,8 +133,7 @@ def family_record(
 def load_family_tables(
     tables_root: str, family: str, spec: FamilyTables, model: str
 ) -> tuple[str, dict[str, pd.DataFrame]]:
-    """(kind, tables): the family's sample tables and `model`'s stored result tables, kind 'backbone' when its
-    backbone tables exist, else 'lvlm'; a clear error naming what to materialize."""
+    """(kind, tables) of `model` in the family: 'backbone' when its backbone tables exist, else 'lvlm'."""
     from soco_pipeline.storage import exists, read_parquet
     from soco_pipeline.tables import table_for
 

@@ -1,7 +1,5 @@
-"""What the regression watch compares in each task family (its `FamilyWatch`, declared in its `FamilySpec`),
-and `family_snapshot`: one model's tables as trust/history.py archives them (headline values, per-sample
-scores, the samples' task hash).
-"""
+"""What the regression watch compares in each family (`FamilyWatch`) and `family_snapshot`, one model's tables
+as trust/history.py archives them."""
 
 from __future__ import annotations
 
@@ -19,10 +17,9 @@ from soco_pipeline.trust import hashes
 
 @dataclass(frozen=True)
 class PairedOn:
-    """The per-sample table a family's headline is paired-tested on: `table` (per `method` column when
-    named), its `sample` id and `outcome` columns (0/1, or a share when not `binary`), and the sample table
-    `samples`, whose `split` rows are scored and whose `group` / `cluster` columns structure the test.
-    Rows whose `status` is not "ok" are not scored."""
+    """The per-sample table a headline is paired-tested on: its `sample` id and `outcome` (0/1, or a share
+    when not `binary`) columns, per `method` when named; `samples` gives `split`, `group` and `cluster`; rows
+    whose `status` is not ok are not scored."""
 
     table: str | tuple[str, ...]
     sample: str | tuple[str, ...]
@@ -36,9 +33,7 @@ class PairedOn:
     binary: bool = True
 
     def scores(self, model: str, tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
-        """Per-sample scores (stats.SCORE_COLUMNS) of `model`: metric `<prefix>/<method>` (or `<prefix>`),
-        group / cluster from the sample table, unit = the sample (its `sample` columns joined by "/"), score =
-        the outcome (0/1, or its share when not `binary`); the rows of every table `table` names."""
+        """Per-sample scores of `model` (metric `<prefix>[/<method>]`, unit = the sample, score = outcome)."""
         items = tables[self.samples]
         test = items[items["split"] == self.split] if "split" in items.columns else items
         names = (self.table,) if isinstance(self.table, str) else self.table
@@ -82,9 +77,7 @@ class PairedOn:
 
 @dataclass(frozen=True)
 class ArchivedBy:
-    """A watch whose snapshots another asset archives as it is made (SOCO's `results_record`): the history
-    asset only compares them. `asset` archives them; `history`, `sensor`, `group` and `code_version` are the
-    history asset's name, its sensor's, its asset group and its code version (SOCO keeps its first names)."""
+    """A watch whose snapshots `asset` archives (SOCO's `results_record`); the history asset compares."""
 
     asset: str
     history: str
@@ -95,9 +88,8 @@ class ArchivedBy:
 
 @dataclass(frozen=True)
 class FamilyWatch:
-    """What the regression watch compares in one family: `headline`, `metrics` (a regex over the record's
-    metric names), the tables read, and `paired` or `not_paired` (why not); or only `archived` (another asset
-    archives the snapshots)."""
+    """What the regression watch compares in one family: `headline`, `metrics` (a regex over record metric
+    names), the tables read, and `paired` or `not_paired` (why); or only `archived`."""
 
     family: str
     headline: str
@@ -137,8 +129,7 @@ class FamilyWatch:
 
 @dataclass(frozen=True)
 class FamilySnapshot:
-    """One model's watched figures: headline `values` (0-100) by metric, per-sample `scores`
-    (SCORE_COLUMNS; empty when the family is not paired-testable) and the `task_hash` of its samples."""
+    """One model's watched figures: headline `values`, per-sample `scores` and the `task_hash`."""
 
     values: dict[str, float]
     scores: pd.DataFrame
@@ -148,9 +139,7 @@ class FamilySnapshot:
 def family_snapshot(
     watch: FamilyWatch, record_parts: Callable, model: str, tables: dict[str, pd.DataFrame], n_boot: int = 200
 ) -> FamilySnapshot:
-    """The watched figures of a backbone `model` from its family tables (names as in `watch.tables`): the
-    values of the headline metrics of its results record (the family's `record_parts`, family_records), the
-    per-sample scores of those metrics when `watch.paired` is set, and one task hash over the record's."""
+    """A backbone's watched figures: record headline values, per-sample scores if paired, a task hash."""
     parts = record_parts(model, "backbone", tables, n_boot)
     ci = parts["intervals"]
     wanted = ci["metric"].astype(str).map(watch.watches)

@@ -1,12 +1,9 @@
-"""Per-sample input hashes (as lm-evaluation-harness's doc/prompt/target hashes) and task hashes over them.
-
-What each hash covers: docs/results.md, "Per-sample hashes and task hashes". Image content digests, never
-paths, so two storage roots with the same inputs agree; a task hash is the sha256 over a table's sorted
-(id, hash) list.
-"""
+"""Per-sample input hashes over image content (never paths) and task hashes over them (docs/results.md,
+"Per-sample hashes and task hashes")."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Iterable
 
@@ -26,6 +23,11 @@ def sha(text: str) -> str:
 
 def _sha_many(texts: Iterable[str]) -> np.ndarray:
     return np.array([sha(t) for t in texts], dtype=object)
+
+
+def _joined(sep: str, *parts):
+    """`a + sep + b + sep + c ...` of equal-length Series / arrays, left to right (a row-wise join)."""
+    return functools.reduce(lambda a, b: a + sep + b, parts)
 
 
 def _fmt(values: pd.Series) -> pd.Series:
@@ -51,8 +53,7 @@ def pair_hashes(
     matching_hash: str,
     digests: pd.Series | None = None,
 ) -> pd.DataFrame:
-    """One row per pair of `image_pairs`: pair_id, pair_group, src_image, trg_image, pair_hash
-    (`digests`: image_id -> content digest, default `image_digests(image_set)`)."""
+    """pair_id, pair_group, src_image, trg_image and pair_hash of each pair (`digests`: image digests)."""
     digests = image_digests(image_set) if digests is None else digests
     kp = keypoints.set_index(["image_id", "keypoint"])
     kp_text = (_fmt(kp["x"]) + "," + _fmt(kp["y"]) + "," + kp["visible"].astype(bool).astype(str)).rename(
@@ -97,20 +98,15 @@ def pair_hashes(
         + ","
         + _fmt(im["bbox_b"])
     )
-    text = (
-        pairs["pair_id"].astype(str)
-        + ";"
-        + pairs["level"].astype(str)
-        + ";"
-        + digests.reindex(pairs["src_image"]).fillna("?").to_numpy()
-        + ";"
-        + digests.reindex(pairs["trg_image"]).fillna("?").to_numpy()
-        + ";"
-        + box.reindex(pairs["trg_image"]).fillna("?").to_numpy()
-        + ";"
-        + per_pair.reindex(pairs["pair_id"]).fillna("").to_numpy()
-        + ";"
-        + matching_hash
+    text = _joined(
+        ";",
+        pairs["pair_id"].astype(str),
+        pairs["level"].astype(str),
+        digests.reindex(pairs["src_image"]).fillna("?").to_numpy(),
+        digests.reindex(pairs["trg_image"]).fillna("?").to_numpy(),
+        box.reindex(pairs["trg_image"]).fillna("?").to_numpy(),
+        per_pair.reindex(pairs["pair_id"]).fillna("").to_numpy(),
+        matching_hash,
     )
     out = pairs[["pair_id", "pair_group", "src_image", "trg_image"]].reset_index(drop=True)
     out["pair_hash"] = _sha_many(text)
@@ -121,14 +117,9 @@ def four_choice_hashes(four_choice: pd.DataFrame, pair_hash: pd.DataFrame) -> pd
     """One row per four-choice item: pair_id, src_keypoint, item_hash (pair hash + query + options + answer)."""
     ph = pair_hash.set_index("pair_id")["pair_hash"]
     opts = four_choice[["option_a", "option_b", "option_c", "option_d"]].astype(str).agg(",".join, axis=1)
-    text = (
-        ph.reindex(four_choice["pair_id"]).fillna("?").to_numpy()
-        + ";"
-        + four_choice["src_keypoint"].astype(str)
-        + ";"
-        + opts
-        + ";"
-        + four_choice["answer"].astype(str)
+    pair = ph.reindex(four_choice["pair_id"]).fillna("?").to_numpy()
+    text = _joined(
+        ";", pair, four_choice["src_keypoint"].astype(str), opts, four_choice["answer"].astype(str)
     )
     out = four_choice[["pair_id", "src_keypoint"]].reset_index(drop=True)
     out["item_hash"] = _sha_many(text.to_numpy())
@@ -136,8 +127,7 @@ def four_choice_hashes(four_choice: pd.DataFrame, pair_hash: pd.DataFrame) -> pd
 
 
 def lvlm_item_hashes(items: pd.DataFrame, pair_hash: pd.DataFrame | None = None) -> pd.DataFrame:
-    """One row per LVLM item row (setting, index): item_hash over the question, options, answer, the marked
-    images' content digests and (when given) the pair's hash."""
+    """item_hash of each LVLM item row over question, options, answer, image digests and pair hash."""
 
     def digest(paths: pd.Series) -> np.ndarray:
         return np.array(
@@ -153,20 +143,15 @@ def lvlm_item_hashes(items: pd.DataFrame, pair_hash: pd.DataFrame | None = None)
         if pair_hash is None
         else pair_hash.set_index("pair_id")["pair_hash"].reindex(items["pair_id"]).fillna("?")
     )
-    text = (
-        items["setting"].astype(str)
-        + ";"
-        + items["question"].astype(str)
-        + ";"
-        + items[["A", "B", "C", "D"]].astype(str).agg("|".join, axis=1)
-        + ";"
-        + items["answer"].astype(str)
-        + ";"
-        + digest(items["src_render"])
-        + ";"
-        + digest(items["trg_render"])
-        + ";"
-        + (ph if isinstance(ph, str) else ph.to_numpy())
+    text = _joined(
+        ";",
+        items["setting"].astype(str),
+        items["question"].astype(str),
+        items[["A", "B", "C", "D"]].astype(str).agg("|".join, axis=1),
+        items["answer"].astype(str),
+        digest(items["src_render"]),
+        digest(items["trg_render"]),
+        ph if isinstance(ph, str) else ph.to_numpy(),
     )
     out = items[["setting", "index", "pair_id"]].reset_index(drop=True)
     out["item_hash"] = _sha_many(text.to_numpy())

@@ -1,7 +1,5 @@
-"""Each family's headline number (`Headline`), its long rows (`headline_rows`) and the one-row-per-model
-summary pivoted from them (`model_summary`); `role` (trust/roles.py) keeps checks out of the ranking.
-SOCO and SOCO-LVLM declare theirs in tasks/core.py, a family in its `FamilySpec`.
-"""
+"""Each family's headline (`Headline`), its long rows (`headline_rows`) and the one-row-per-model
+`model_summary`; declared in tasks/core.py (SOCO, SOCO-LVLM) and each family's `FamilySpec`."""
 
 from __future__ import annotations
 
@@ -12,39 +10,16 @@ import numpy as np
 import pandas as pd
 
 Z95 = 1.959963984540054
-HEADLINE_COLUMNS = (
-    "model",
-    "family",
-    "metric",
-    "value",
-    "ci_low",
-    "ci_high",
-    "n",
-    "simulated",
-    "materialized_at",
-    "role",
-)
+HEADLINE_COLUMNS = tuple("model family metric value ci_low ci_high n simulated materialized_at role".split())
 EMBEDDED_SOURCE = "embedded_source"  # `simulated`: the run's SOCO data source is the embedded generator
 
 
 @dataclass(frozen=True, kw_only=True)
 class Headline:
-    """The headline of one task family, read from its board (a leaderboard table).
-
-    - `family` / `board`: the family's name (its `model_summary` columns) and the board read; a `Family`
-      declaration fills them (its name, `<name>_leaderboard`) when left empty;
-    - `values`: the value column(s), 0-100; per row the first non-null one (e.g. a backbone's probe top-1,
-      else an LVLM's choice accuracy on the same board);
-    - `where`: a pandas query selecting the board rows that are models (not oracles, references, n/a rows);
-    - `best_of`: a column (a method) when a model has several rows: its best row is its headline, and the
-      metric names the method;
-    - CI: `ci_low` / `ci_high` columns, else `half_width` (value ± it), else a 95% Wilson interval from the
-      sample count `n` (a proportion in percent), else none;
-    - `simulated`: True / False, a board column (bool, or text starting with "simulated"), or
-      "embedded_source" (simulated iff the run's SOCO data come from the embedded generator);
-    - `ceiling` / `control`: pandas queries marking the headline rows that are checks, not models (evaluation/
-      roles.py; e.g. TPIPS's aspect oracle over pixels); the spec files mark the others.
-    """
+    """One family's headline, read from its board: the first non-null of `values` (0-100) on the `where` rows,
+    the best row per model when `best_of` names a method; CI from `ci_low` / `ci_high`, else value +-
+    `half_width`, else Wilson from `n`; `simulated` a bool, a board column or EMBEDDED_SOURCE; `ceiling` /
+    `control` queries mark checks (trust/roles.py). A `Family` fills `family` and `board` when empty."""
 
     values: tuple[str, ...]
     label: str
@@ -106,9 +81,7 @@ def headline_rows(
     embedded: bool = True,
     roles: dict[str, str] | None = None,
 ) -> pd.DataFrame:
-    """The long headline rows (HEADLINE_COLUMNS) of one family's board: one per model with a value; empty when
-    the board is missing or has no model rows. `roles`: {model: ceiling | control} (trust/roles.py
-    spec_roles); any other model is a `model`."""
+    """One family's long headline rows (HEADLINE_COLUMNS), one per model with a value; `roles`: checks."""
     if not (h.family and h.board):
         raise ValueError(f"{h}: a Headline outside a Family declaration names its family and board")
     if board is None or board.empty or h.model_column not in board.columns:
@@ -184,8 +157,7 @@ def model_headlines(
     embedded: bool = True,
     roles: dict[str, str] | None = None,
 ) -> pd.DataFrame:
-    """Every family's headline rows, one per (model, family): `boards` and `materialized` are keyed by board;
-    `roles` as for `headline_rows`."""
+    """Every family's headline rows, one per (model, family); `boards` and `materialized` by board."""
     parts = [
         headline_rows(h, boards.get(h.board), materialized.get(h.board), embedded, roles) for h in headlines
     ]
@@ -201,8 +173,7 @@ def summary_columns(family: str) -> list[str]:
 
 
 def model_summary(long: pd.DataFrame, headlines: Iterable[Headline]) -> pd.DataFrame:
-    """One row per model: `model`, `simulated`, `role` (its most telling headline role), then per declared
-    family the columns of `summary_columns` (null where the model has no headline in that family)."""
+    """One row per model: `model`, `simulated`, `role`, then each family's `summary_columns`."""
     families = list(dict.fromkeys(h.family for h in headlines))
     models = sorted(long["model"].unique()) if len(long) else []
     out = pd.DataFrame({"model": pd.Series(models, dtype=str)})
@@ -230,9 +201,7 @@ def model_summary(long: pd.DataFrame, headlines: Iterable[Headline]) -> pd.DataF
 
 
 def vanished_boards(materialized: dict[str, pd.Timestamp | None], tables_root: str) -> dict[str, str]:
-    """{board: warning} for each board in `materialized` (board asset -> when it was last materialized, None
-    if never) that was materialized but whose table file is gone: its family would drop out of
-    `model_summary` and the results page without a word. A board never materialized is not missing."""
+    """{board: warning} per materialized board whose table file is gone (else it drops out silently)."""
     from soco_pipeline.storage import exists, join
 
     out = {}

@@ -40,8 +40,7 @@ class ModelHeadlineSchema(pa.DataFrameModel):
 
 
 class ModelSummarySchema(pa.DataFrameModel):
-    """`model_summary`: one row per model; then per family `<family>`, `<family>_ci_low`, `<family>_ci_high`,
-    `<family>_simulated`, `<family>_date` (trust/headline.summary_columns)."""
+    """`model_summary`: one row per model, then each family's trust/headline.summary_columns."""
 
     model: Series[str] = pa.Field(unique=True, str_length={"min_value": 1})
     simulated: Series[bool]

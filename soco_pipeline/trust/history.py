@@ -1,7 +1,5 @@
-"""A model's results over time (`<storage>/history/<family>/<model>/<data_version>.parquet` / `.json`
-snapshots), and the regression watch over them: the paired test of `soco compare` against the latest
-snapshot of another data version on the same task hash; a drop whose whole interval is below zero regresses.
-"""
+"""A model's results over time (`<storage>/history/<family>/<model>/<data_version>` snapshots) and the
+regression watch: `soco compare`'s paired test against the latest other data version on the same task hash."""
 
 from __future__ import annotations
 
@@ -25,21 +23,10 @@ from soco_pipeline.storage import (
 
 log = logging.getLogger(__name__)
 
-HISTORY_COLUMNS = [
-    "model",
-    "family",
-    "data_version",
-    "materialized_at",
-    "task_hash",
-    "metric",
-    "value",
-    "previous_data_version",
-    "delta",
-    "delta_ci_low",
-    "delta_ci_high",
-    "level",
-    "regression",
-]
+HISTORY_COLUMNS = (
+    "model family data_version materialized_at task_hash metric value previous_data_version delta "
+    "delta_ci_low delta_ci_high level regression"
+).split()
 WEBHOOK_ENV = "SOCO_REGRESSION_WEBHOOK"
 
 
@@ -58,8 +45,7 @@ def write_snapshot(
     values: dict[str, float],
     when: datetime | None = None,
 ) -> dict:
-    """Archive one materialization's per-sample scores and headline values (atomic writes; the JSON last,
-    so a snapshot without its JSON is never listed). Returns the snapshot's metadata."""
+    """Archive one materialization's scores and values (the JSON written last); returns its metadata."""
     folder = archive_dir(storage_root, family, model)
     meta = {
         "model": model,
@@ -79,9 +65,7 @@ META_KEYS = ("model", "family", "data_version", "task_hash", "materialized_at", 
 
 
 def read_archive(storage_root: str, family: str, model: str) -> tuple[list[dict], dict[str, str]]:
-    """Every readable snapshot of a model (their metadata, oldest first), and the damaged ones as
-    {data version: why} (a JSON that does not parse or lacks a field). A damaged snapshot is never left
-    out silently: the watch cannot tell whether it was the one to compare with (see `watch`)."""
+    """A model's readable snapshots (oldest first) and the damaged ones as {data version: why}."""
     folder = archive_dir(storage_root, family, model)
     if not exists(folder):
         return [], {}
@@ -105,8 +89,7 @@ def read_archive(storage_root: str, family: str, model: str) -> tuple[list[dict]
 
 
 def snapshots(storage_root: str, family: str, model: str) -> list[dict]:
-    """Every readable archived snapshot of a model (their metadata), oldest first (`read_archive` also gives
-    the damaged ones)."""
+    """Every readable archived snapshot of a model, oldest first."""
     return read_archive(storage_root, family, model)[0]
 
 
@@ -116,8 +99,7 @@ def drop_command(family: str, model: str, data_version: str) -> str:
 
 
 def damaged_advice(family: str, model: str, data_version: str, asset: str) -> str:
-    """What to do about a damaged snapshot: drop it with the named command (the watch then compares with the
-    snapshot before it), or archive it again at that data version."""
+    """What to do about a damaged snapshot: drop it (the named command) or archive it again."""
     return (
         f"drop it with `{drop_command(family, model, data_version)}` (its files move to "
         f"history/{family}/{model}/{DROPPED}/; the watch then compares with the snapshot before it), or restore the "
@@ -127,9 +109,7 @@ def damaged_advice(family: str, model: str, data_version: str, asset: str) -> st
 
 
 def drop_snapshot(storage_root: str, family: str, model: str, data_version: str) -> list[str]:
-    """Move one snapshot's files (`<data_version>.json` / `.parquet`) into the archive's `dropped/` folder
-    (nothing is deleted); returns the new paths. FileNotFoundError naming the snapshots there are when it has
-    no file."""
+    """Move a snapshot's files into the archive's `dropped/` folder; returns the new paths."""
     folder = archive_dir(storage_root, family, model)
     fs, _ = filesystem(folder)
     moved = []
@@ -175,9 +155,7 @@ def regression_test(
     seed: int = 0,
     reduction: str = "official",
 ) -> pd.DataFrame:
-    """Per metric: current - previous (points) with its `level` bootstrap interval over categories (the
-    paired test of `soco compare`; `reduction` official for SOCO, pooled for a family's per-sample accuracy);
-    `regression` when the whole interval lies below zero."""
+    """Per metric: current - previous with its bootstrap interval; `regression` when wholly below zero."""
     from soco_pipeline.evaluation.stats import compare
 
     cur = current[current["metric"].isin(metrics)].assign(model="current")
@@ -188,8 +166,7 @@ def regression_test(
 
 
 def unpaired_difference(current: dict[str, float], previous: dict[str, float]) -> pd.DataFrame:
-    """Per metric both snapshots hold: current - previous (points) in `regression_test`'s columns, without
-    an interval and never a regression (a family that stores aggregates only has no paired test)."""
+    """`regression_test`'s columns without an interval, never a regression (aggregates only)."""
     metrics = sorted(set(current) & set(previous))
     a = np.array([current[m] for m in metrics], float)
     b = np.array([previous[m] for m in metrics], float)
@@ -208,8 +185,7 @@ def unpaired_difference(current: dict[str, float], previous: dict[str, float]) -
 
 
 def history_table(history: list[dict], verdicts: dict[str, pd.DataFrame], level: float) -> pd.DataFrame:
-    """The model's history as rows (model, family, data version, date, task hash, metric, value), each
-    snapshot with the verdict of its comparison when one was made (`verdicts` by data version)."""
+    """The model's history as rows, each snapshot with its verdict (`verdicts` by data version)."""
     rows = []
     for m in history:
         v = verdicts.get(m["data_version"])
@@ -252,8 +228,7 @@ def regression_message(model: str, family: str, verdict: pd.DataFrame, previous:
 
 
 def figure_text(value: float, previous: float, delta: float, lo: float, hi: float) -> str:
-    """A watched metric as the check shows it: "previous -> value (delta, [lo, hi])", without the interval
-    when there is none (no paired test), "value" alone when nothing was compared."""
+    """A watched metric as text: 'previous -> value (delta, [lo, hi])', or less when not compared."""
     if pd.isna(delta):
         return f"{value:.1f}"
     if pd.isna(lo):
@@ -263,9 +238,7 @@ def figure_text(value: float, previous: float, delta: float, lo: float, hi: floa
 
 @dataclass(frozen=True)
 class WatchOutcome:
-    """The watch's verdict on one materialization: history rows, the data version compared with, the
-    regression message, the paired test in words, per-metric figures as text, and `not_comparable` (why no
-    verdict could be given, with the fix; "" otherwise)."""
+    """The watch's verdict on one materialization, or `not_comparable` (why, with the fix)."""
 
     table: pd.DataFrame
     previous: str
@@ -287,11 +260,9 @@ def watch(
     n_boot: int = 2000,
     archived_by: str = "",
 ) -> WatchOutcome:
-    """Compare `model`'s snapshot at `data_version` with its latest snapshot of another data version on the
-    same task hash: the paired test per metric, or the plain difference under `not_paired`.
-
-    Missing evidence never passes as "no regression": a damaged or unreadable snapshot makes the outcome
-    `not_comparable`, naming the file and the fix (`archived_by`: the asset that archives the snapshots)."""
+    """Compare `model`'s snapshot at `data_version` with its latest of another data version on the same task
+    hash (paired test, or the plain difference under `not_paired`); a damaged snapshot makes the outcome
+    `not_comparable`, never a pass."""
     asset = archived_by or f"{family}_history"
     snaps, damaged = read_archive(storage_root, family, model)
     current = next((s for s in reversed(snaps) if s["data_version"] == data_version), None)
@@ -366,8 +337,7 @@ def watch(
 
 
 def notify(message: str, url: str | None = None, timeout_s: float = 5.0) -> str:
-    """Log a regression, and POST it as JSON to `url` when one is given (the address is never logged: it
-    may carry a token). Returns what happened, for the sensor's log; a failed post is reported, not raised."""
+    """Log a regression and POST it to `url` (never logged); returns what happened, never raises."""
     log.warning("regression: %s", message)
     if not url:
         return "logged"

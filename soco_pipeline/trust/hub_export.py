@@ -1,7 +1,5 @@
-"""A results record in the Hugging Face Hub's evaluation-results format (`.eval_results/` YAML entries),
-built and read back with `huggingface_hub`'s own writer and parser. Nothing is uploaded: the user opens the
-pull request on the model repo.
-"""
+"""A results record as Hugging Face Hub `.eval_results/` YAML, written and read back with `huggingface_hub`;
+nothing is uploaded."""
 
 from __future__ import annotations
 
@@ -17,8 +15,7 @@ class HubExportError(ValueError):
 
 
 def hub_entries(record: dict, dataset_id: str, notes: str = "", source_url: str = "") -> list:
-    """One `EvalResultEntry` per headline result of a record (task_id = the metric name, the value 0-100),
-    dated by the record; results without a value are left out."""
+    """One `EvalResultEntry` per headline result with a value (task_id = the metric), dated by the record."""
     from huggingface_hub import EvalResultEntry
 
     if "/" not in dataset_id:
@@ -47,8 +44,7 @@ def hub_entries(record: dict, dataset_id: str, notes: str = "", source_url: str 
 
 
 def write_hub_results(record: dict, out_dir: str | Path, dataset_id: str, notes: str = "") -> Path:
-    """Write `<out_dir>/.eval_results/<family>.yaml` and check it by parsing it back with the Hub client's
-    parser (every entry, value and task must survive the round trip). Returns the file written."""
+    """Write `<out_dir>/.eval_results/<family>.yaml`, checked by a round trip through the Hub parser."""
     from huggingface_hub import eval_result_entries_to_yaml, parse_eval_result_entries
 
     entries = hub_entries(record, dataset_id, notes)

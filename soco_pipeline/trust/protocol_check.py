@@ -1,11 +1,5 @@
-"""Which protocol stored predictions were made under, and whether another protocol may re-score them.
-
-`soco export-results/compare --protocol P` re-score stored predictions; they cannot re-predict. A knob in
-`MATCHING_KNOBS` (prediction_point, upsample, soft_argmax ...) changes the predictions themselves, so asking
-for it on stored predictions is refused with the fix (re-run the predictions under P). Scoring knobs (alphas,
-headline_alpha, threshold, target_keypoint, reductions) re-score, and the record keeps the stored matching
-hash, so its per-pair hashes stay those of the stored run.
-"""
+"""Whether another protocol may re-score stored predictions: a `MATCHING_KNOBS` knob changes the predictions
+and is refused (re-run them); scoring knobs re-score, and the record keeps the stored matching hash."""
 
 from __future__ import annotations
 
@@ -26,8 +20,7 @@ from soco_pipeline.storage import exists, join, read_bytes
 def stored_protocol(
     storage_root: str, backbone: str, run_protocol_path: str | None
 ) -> tuple[ProtocolConfig, str]:
-    """(the protocol a backbone's stored predictions were made under, where that was read): its stored
-    results record when there is one, else the run's protocol file."""
+    """(the protocol of a backbone's stored predictions, where read): its record's, else the run's file."""
     rec = join(storage_root, "results", "records", f"{backbone}.json")
     if exists(rec):
         doc = json.loads(read_bytes(rec))["config"]["protocol"]
@@ -39,8 +32,7 @@ def stored_protocol(
 def rescoring_protocol(
     requested_path: str | Path, stored: ProtocolConfig, stored_from: str, backbone: str
 ) -> ProtocolConfig:
-    """The protocol at `requested_path` when it only changes scoring knobs of `stored`; ProtocolError naming
-    every knob that would change the predictions, and the fix."""
+    """The protocol at `requested_path` if it changes scoring knobs of `stored` only, else ProtocolError."""
     requested = load_protocol(requested_path)
     changed = {
         k: (getattr(stored, k), getattr(requested, k))
@@ -60,7 +52,7 @@ def rescoring_protocol(
 
 
 def checked_protocol(settings: Settings, backbone: str, protocol_path: str | None) -> ProtocolConfig:
-    """The protocol to re-score a backbone's stored predictions with: the stored one when `protocol_path` is
-    None, else that file, refused (ProtocolError, a ValueError) when it changes a knob that changes predictions."""
+    """The protocol to re-score with: the stored one, or `protocol_path` where it changes no prediction
+    knob."""
     stored, where = stored_protocol(settings.storage_root, backbone, settings.protocol_path)
     return stored if protocol_path is None else rescoring_protocol(protocol_path, stored, where, backbone)

@@ -1,11 +1,6 @@
-"""The results record of one (model, family): what was run, on what, where, how long, and how sure.
-
-Modelled on lm-evaluation-harness's results JSON (`results`, `config`, `versions`, `n-samples`,
-`task_hashes`, `git_hash`, `date`, environment), with what correspondence evaluation needs on top:
-requested vs effective input size, layer and normalisation (as OmniProbe logs them), the subset
-rule, per-stage wall (and GPU) time, and per-sample hashes so that `diff-runs` can say which pairs
-differ. The JSON Schema is assets/results_record.schema.json; docs/results.md describes every key.
-"""
+"""The results record of one (model, family), modelled on lm-evaluation-harness's results JSON plus what
+correspondence needs (input size, layer, subset rule, stage times, per-sample hashes);
+assets/results_record.schema.json, docs/results.md."""
 
 from __future__ import annotations
 
@@ -27,19 +22,11 @@ from soco_pipeline.taxonomy import ASSETS_DIR
 
 SCHEMA_PATH = ASSETS_DIR / "results_record.schema.json"
 SCHEMA_VERSION = "2"  # 2: ci95_cluster_image became ci95_cluster_image_logit (bounded)
-PACKAGES = (
-    "soco-pipeline",
-    "torch",
-    "timm",
-    "dagster",
-    "numpy",
-    "pandas",
-    "pyarrow",
-    "duckdb",
-    "scipy",
-    "opencv-python-headless",
-    "transformers",
-    "httpx",
+PACKAGES = tuple(
+    (
+        "soco-pipeline torch timm dagster numpy pandas pyarrow duckdb scipy opencv-python-headless "
+        "transformers httpx"
+    ).split()
 )
 
 
@@ -244,8 +231,7 @@ VOLATILE = ("date", "timing", "environment", "git_hash", "sample_hashes")
 
 
 def diff_records(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-    """Where two records differ: the task hashes, the samples whose hashes differ (or that only one side
-    has), and every other differing key (dates, timings and environment listed apart as `volatile`)."""
+    """Where two records differ: task hashes, differing samples, other keys (volatile ones apart)."""
     out: dict[str, Any] = {
         "same_inputs": a.get("task_hashes") == b.get("task_hashes"),
         "task_hashes": {},

@@ -1,7 +1,5 @@
-"""Published figures beside ours (assets/reference/published.csv), and the comparison of a model with the
-published model its spec names: per (family, metric), the published row whose protocol knobs differ least
-from ours, naming every knob that still differs.
-"""
+"""Published figures (assets/reference/published.csv) beside ours: per (family, metric), the published row
+whose knobs differ least from ours, naming every knob that still differs."""
 
 from __future__ import annotations
 
@@ -18,24 +16,14 @@ from soco_pipeline.published_figures import (  # noqa: F401 - the table's names,
     load_published,
 )
 
-COMPARISON_COLUMNS = [
-    "model",
-    "reference",
-    "family",
-    "metric",
-    "ours",
-    "published",
-    "difference",
-    "published_setting",
-    "differing_knobs",
-    "comparison",
-    "source",
-]
+COMPARISON_COLUMNS = (
+    "model reference family metric ours published difference published_setting differing_knobs "
+    "comparison source"
+).split()
 
 
 def differing_knobs(ours: dict[str, str], published: pd.Series) -> list[str]:
-    """The knobs in which our run and a published row differ ('grid: ours X, published Y'); a knob the
-    published row leaves empty is unknown there and is not counted."""
+    """The knobs where ours and a published row differ ('grid: ours X, published Y'); empty ones skipped."""
     out = []
     for knob in KNOBS:
         theirs = str(published.get(knob, "") or "")
@@ -46,13 +34,9 @@ def differing_knobs(ours: dict[str, str], published: pd.Series) -> list[str]:
 
 
 def compare_to_published(
-    ours: pd.DataFrame,
-    references: dict[str, str],
-    knobs: dict[str, dict[str, str]],
-    published: pd.DataFrame,
+    ours: pd.DataFrame, references: dict[str, str], knobs: dict[str, dict[str, str]], published: pd.DataFrame
 ) -> pd.DataFrame:
-    """Per model that names a reference and per (family, metric) both sides have: ours, the published row
-    whose knobs differ least from ours, the difference and the differing knobs (`ours` is long)."""
+    """Per model with a reference and (family, metric): ours, the closest published row and the gap."""
     rows = []
     for model, ref in sorted(references.items()):
         mine = ours[ours["model"] == model]
@@ -88,8 +72,7 @@ def compare_to_published(
 
 
 def backbone_knobs(input_policy: str, input_value: int, layer: object, protocol) -> dict[str, str]:
-    """Our resolved correspondence protocol in the published table's vocabulary (input size, grid, layer,
-    alpha, reduction, prediction point)."""
+    """Our resolved correspondence protocol in the published table's vocabulary."""
     grid = f"{input_policy}:{input_value}"
     prediction = (
         "soft_argmax"
@@ -118,8 +101,7 @@ def board_values(board: pd.DataFrame, family: str) -> pd.DataFrame:
 
 
 def spec_references(specs_dir: str | Path, protocol) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
-    """From the spec files of a folder: {model: published reference} for the specs that name one, and our
-    resolved correspondence knobs per such model. A spec that no longer loads is left out (its own run reports it)."""
+    """{model: published reference} and our knobs per such model, from a folder's loadable specs."""
     from soco_pipeline.backbones.spec import BackboneSpecError, load_spec
 
     refs, knobs = {}, {}
@@ -136,9 +118,7 @@ def spec_references(specs_dir: str | Path, protocol) -> tuple[dict[str, str], di
 
 
 def published_columns(board: pd.DataFrame, comparison: pd.DataFrame, family: str) -> pd.DataFrame:
-    """The backbone board of `family` with, per model that names a reference: `reference`, `soc_published`
-    (the closest published SOC), `soc_vs_published` (ours - published) and `published_note` (the knobs that
-    differ)."""
+    """The `family` board with `reference`, `soc_published`, `soc_vs_published` and `published_note`."""
     name = "model" if "model" in board.columns else "backbone"
     soc = comparison[(comparison["family"] == family) & (comparison["metric"] == "soc")].set_index("model")
     out = board.copy()
@@ -153,9 +133,7 @@ BOARD_PUBLISHED = ("reference", "soc_published", "soc_vs_published", "published_
 
 
 def summary_published(summary: pd.DataFrame, board: pd.DataFrame | None, family: str) -> pd.DataFrame:
-    """`model_summary` with the published SOC of the model a spec names: the columns `published_columns` set on
-    `family`'s board, joined by model and prefixed with the family (`reference`, `<family>_published`,
-    `<family>_vs_published`, `published_note`); empty where the board has none."""
+    """`model_summary` with `published_columns`' columns of `family`'s board, prefixed with the family."""
     figures = [f"{family}_published", f"{family}_vs_published"]
     renamed = dict(zip(BOARD_PUBLISHED, ["reference", *figures, "published_note"], strict=True))
     if board is not None and "reference" in board.columns:

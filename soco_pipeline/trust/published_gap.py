@@ -1,9 +1,5 @@
-"""Why our number differs from the published one: the gap measured knob by knob (`published_gap`).
-
-From our run, one differing knob at a time is aligned with the closest published row, in KNOB_ORDER: a
-prediction knob (input size, layer) re-runs the model as a variant spec, a scoring knob (alpha) re-scores
-the predictions. The steps add up exactly to aligned minus ours; the rest is "unexplained", with the reason.
-"""
+"""Why our number differs from the published one: the gap measured knob by knob in KNOB_ORDER (a prediction
+knob re-runs a variant spec, a scoring knob re-scores); the steps add up to aligned minus ours."""
 
 from __future__ import annotations
 
@@ -25,25 +21,10 @@ KIND = {"input_size": "prediction", "layer": "prediction", "alpha": "scoring"}
 LABEL = {"input_size": "input", "layer": "layer", "alpha": "alpha"}
 FOLDED = {"grid": "input_size"}  # the grid is set by the input policy: aligned with the input size
 HEADLINE_METRIC = "soc"
-GAP_COLUMNS = [
-    "model",
-    "reference",
-    "family",
-    "metric",
-    "step",
-    "knob",
-    "kind",
-    "ours_setting",
-    "published_setting",
-    "before",
-    "after",
-    "effect",
-    "ours",
-    "aligned",
-    "published",
-    "reason",
-    "sentence",
-]
+GAP_COLUMNS = (
+    "model reference family metric step knob kind ours_setting published_setting before after effect "
+    "ours aligned published reason sentence"
+).split()
 
 Predict = Callable[[BackboneSpec], pd.DataFrame]  # the predictions of a spec (variant) on the evaluated pairs
 Score = Callable[[pd.DataFrame, float], dict[str, float]]  # predictions, alpha -> {metric: value 0-100}
@@ -68,8 +49,7 @@ class Knob:
 
 
 def closest_published(ours: dict[str, str], rows: pd.DataFrame) -> pd.Series | None:
-    """The published row whose knobs differ least from ours (the first in file order on a tie), as
-    `published_comparison` picks it; None when there is none."""
+    """The published row whose knobs differ least from ours (first on a tie); None when none."""
     if rows.empty:
         return None
     counts = [len(differing_knobs(ours, r)) for _, r in rows.iterrows()]
@@ -104,8 +84,7 @@ def _policy(value: str) -> tuple[str, int]:
 
 
 def aligned_spec(spec: BackboneSpec, knob: Knob) -> BackboneSpec:
-    """`spec` with one prediction knob set to the published value: a variant with its own spec hash (and so
-    its own feature-cache folder); name, weights and every other field unchanged."""
+    """`spec` with one prediction knob at the published value: a variant with its own spec hash."""
     if knob.name == "input_size":
         policy, value = _policy(knob.published)
         return dataclasses.replace(spec, input=InputPolicy(policy, value, spec.input.resize))
@@ -121,8 +100,7 @@ def aligned_spec(spec: BackboneSpec, knob: Knob) -> BackboneSpec:
 
 
 def reachable(spec: BackboneSpec, knob: Knob) -> bool:
-    """Whether the pipeline can align `knob` for `spec`: a layer only where the spec's kind takes a block
-    index (`layer: -1`), not a named feature stage such as `stride16+stride32`."""
+    """Whether `knob` can be aligned for `spec` (a layer only where the kind takes a block index)."""
     if knob.name != "layer":
         return True
     layer = dict(spec.options).get("layer")
@@ -161,9 +139,7 @@ def measure_gap(
     simulated: bool,
     family: str,
 ) -> pd.DataFrame:
-    """GAP_COLUMNS rows of one model: per `family` metric of its reference, one row per differing knob in
-    KNOB_ORDER (before, after, effect) and a last `unexplained` row. `predict` runs a variant spec, `score`
-    re-scores at an alpha; empty when the spec names no reference."""
+    """GAP_COLUMNS rows of one model: per differing knob in KNOB_ORDER, then an `unexplained` row."""
     if not spec.reference:
         return pd.DataFrame(columns=GAP_COLUMNS)
     runs: dict[str, pd.DataFrame] = {spec_hash(spec): predictions}  # by variant key: each runs once
@@ -242,8 +218,7 @@ def measure_gap(
 
 
 def gap_sentence(rows: pd.DataFrame, metric: str = HEADLINE_METRIC) -> str:
-    """One sentence of a model's gap on `metric`: "input 480 → 800: +6.1; alpha 0.15 → 0.1: −3.0;
-    unexplained −3.1 (weights differ: ...)"; empty without rows."""
+    """One sentence of a model's gap on `metric` ('input 480 → 800: +6.1; ... unexplained −3.1')."""
     mine = rows[rows["metric"] == metric].sort_values("step")
     parts = []
     for r in mine.itertuples(index=False):
@@ -271,8 +246,7 @@ def headline_values(metrics: pd.DataFrame, alpha: float) -> dict[str, float]:
 
 @dataclass(frozen=True)
 class GapInputs:
-    """What a variant run and a re-scoring reuse from the run: the data and pair tables (the evaluated
-    subset of image_pairs), the taxonomy, the protocol, the feature-cache root and how backbones are built."""
+    """What a variant run and a re-scoring reuse: data and pair tables, taxonomy, protocol, cache."""
 
     image_set: pd.DataFrame
     image_pairs: pd.DataFrame
@@ -286,8 +260,7 @@ class GapInputs:
     log: Callable[[str], None] | None = None
 
     def predict(self, spec: BackboneSpec) -> pd.DataFrame:
-        """A variant spec's predictions: its features through the cache (its own folder, resumable), then
-        the protocol's matching on the same pairs."""
+        """A variant spec's predictions: features through its own cache folder, then the matching."""
         from soco_pipeline.evaluation.matching import predict
         from soco_pipeline.features import FeatureStore, extract_features
 
@@ -315,8 +288,7 @@ class GapInputs:
 
 
 def with_gap_notes(board: pd.DataFrame, gaps: pd.DataFrame) -> pd.DataFrame:
-    """The SOCO board with `gap_note`: per model whose spec names a published model, its gap sentence
-    (`published_gap`'s `sentence`), empty elsewhere."""
+    """The SOCO board with `gap_note`: each referencing model's gap sentence, empty elsewhere."""
     name = "model" if "model" in board.columns else "backbone"
     notes = (
         gaps.drop_duplicates("model").set_index("model")["sentence"]

@@ -1,7 +1,5 @@
 """Results records of a correspondence backbone and of a four-choice LVLM, re-derived from the stored tables
-(no model runs) for `provenance.build_record`; the record's `family` is the caller's (SOCO's and
-SOCO-LVLM's declarations in tasks/core.py name `rebuild_backbone_record` / `rebuild_lvlm_record` here).
-"""
+for `provenance.build_record` (SOCO's and SOCO-LVLM's `rebuild`, tasks/core.py)."""
 
 from __future__ import annotations
 
@@ -47,8 +45,7 @@ def input_block(spec, manifest: pd.DataFrame) -> dict[str, Any]:
 def backbone_scores(
     tables: dict[str, pd.DataFrame], rule: SubsetRule, protocol: ProtocolConfig
 ) -> pd.DataFrame:
-    """The per-sample scores (stats.SCORE_COLUMNS) a backbone's record is computed from: every PCK level at
-    the headline alpha and the 4-choice metrics, on the pairs of the subset `rule`."""
+    """A backbone record's per-sample scores: every PCK level at the headline alpha and 4-choice."""
     return stats.backbone_scores(
         tables["predictions"],
         tables.get("four_choice_predictions"),
@@ -84,9 +81,7 @@ def backbone_record(
     scores: pd.DataFrame | None = None,
     pair_hashes: pd.DataFrame | None = None,
 ) -> dict[str, Any]:
-    """The record of one backbone from its `tables` (image_set ... four_choice_predictions). `scores`: its
-    per-sample scores when the caller has them; `pair_hashes`: the stored per-pair hashes, which spare
-    reading and hashing the images when they cover every evaluated pair."""
+    """One backbone's record from its `tables`; `scores` and `pair_hashes` spare recomputing."""
     pairs_full = tables["image_pairs"]
     pairs = apply_pair_subset(pairs_full, rule)
     ev = pairs[pairs["evaluated"].astype(bool)]
@@ -194,9 +189,7 @@ PREDICTION_TABLES = ("predictions", "four_choice_predictions", "lvlm_answers")  
 
 
 def read_prediction_table(path: str, asset: str, partition: str) -> pd.DataFrame:
-    """A stored prediction table (predictions, four_choice_predictions, lvlm_answers), verified against the
-    content checksum the pipeline wrote with it: a table altered since, or one without a checksum, is refused
-    with the file and the asset to re-materialize (compare, records and re-scoring read through here)."""
+    """A stored prediction table, refused unless it matches the content checksum written with it."""
     from soco_pipeline.storage import exists, read_parquet
 
     if not exists(path):
@@ -213,8 +206,7 @@ def read_prediction_table(path: str, asset: str, partition: str) -> pd.DataFrame
 def rebuild_backbone_record(
     settings: Settings, name: str, model: str, protocol_path: str | None = None
 ) -> dict:
-    """The record (family `name`) of a backbone: its stored one (the results_record asset's JSON), else, or with
-    `protocol_path` (scoring knobs only: `protocol_check`), one rebuilt from its stored tables."""
+    """A backbone's stored record, else (or with `protocol_path`) one rebuilt from its tables."""
     from soco_pipeline.backbones import load_spec, spec_hash
     from soco_pipeline.storage import exists, join
     from soco_pipeline.trust.protocol_check import checked_protocol
@@ -240,8 +232,7 @@ def rebuild_backbone_record(
 
 
 def rebuild_lvlm_record(settings: Settings, name: str, model: str, protocol_path: str | None = None) -> dict:
-    """The record (family `name`) of an LVLM: its stored one, else rebuilt from its stored answers and the
-    items (`protocol_path`: SOCO's protocol file, which LVLM answers do not read)."""
+    """An LVLM's stored record, else one rebuilt from its stored answers and the items."""
     from soco_pipeline.lvlm.protocol import load_lvlm_protocol
     from soco_pipeline.lvlm.specs import load_spec, spec_hash
     from soco_pipeline.storage import exists, join, read_parquet
@@ -269,9 +260,7 @@ def rebuild_lvlm_record(settings: Settings, name: str, model: str, protocol_path
 
 
 def stored_scores(settings: Settings, model: str, lvlm: bool = False, protocol_path: str | None = None):
-    """Per-sample scores (stats.SCORE_COLUMNS) of a SOCO LVLM (per answer / item group, `lvlm`) or backbone (per
-    keypoint, re-scored from its stored predictions on its stored subset under the stored protocol, or under
-    `protocol_path` where it changes scoring knobs only: `protocol_check`)."""
+    """Per-sample scores of a SOCO LVLM or backbone (re-scored from stored predictions)."""
     from soco_pipeline.trust.protocol_check import checked_protocol
 
     if lvlm:
@@ -282,8 +271,7 @@ def stored_scores(settings: Settings, model: str, lvlm: bool = False, protocol_p
 
 
 def rescored_metrics(tables: dict[str, pd.DataFrame], protocol: ProtocolConfig) -> pd.DataFrame:
-    """A backbone's metrics re-scored from its stored predictions under `protocol` (the run's taxonomy
-    table, the subset its metrics were scored on)."""
+    """A backbone's metrics re-scored from its stored predictions under `protocol`."""
     from soco_pipeline.evaluation.metrics import compute_metrics
     from soco_pipeline.taxonomy import Taxonomy
 
@@ -302,8 +290,7 @@ def rescored_metrics(tables: dict[str, pd.DataFrame], protocol: ProtocolConfig) 
 
 
 def load_backbone_tables(tables_root: str, backbone: str) -> dict[str, pd.DataFrame]:
-    """The stored tables a backbone record (or a re-score) needs; a clear error naming what to materialize.
-    The prediction tables are verified against their content checksums."""
+    """The stored tables a backbone record needs, prediction tables checksum-verified."""
     from soco_pipeline.storage import exists, read_parquet
     from soco_pipeline.tables import table_for
 

@@ -1,7 +1,5 @@
-"""Which summary rows are models and which are checks (`role`): `model` (ranked), `ceiling` (reads the
-answer: an oracle) and `control` (a baseline that is no model), never ranked. A family marks its own rows
-through its `Headline` (`ceiling=` / `control=`); the spec files mark the rest (`spec_roles`).
-"""
+"""Which summary rows are models (ranked) and which are checks, `ceiling` or `control` (never ranked): a
+family's `Headline` marks its own, the spec files the rest (`spec_roles`)."""
 
 from __future__ import annotations
 
@@ -30,8 +28,7 @@ def _yaml(path: Path) -> dict:
 
 
 def lvlm_role(spec: dict) -> str:
-    """`ceiling` / `control` for the loopback oracle / random answerer (an OpenAI backend on this machine whose
-    `model:` is `oracle` / `random`, or whose URL is still the demo's placeholder), else `model`."""
+    """`ceiling` / `control` for the loopback oracle / random answerer, else `model`."""
     model = str(spec.get("model", ""))
     url = str(spec.get("base_url", ""))
     local = url.startswith("@") or (urlparse(url).hostname or "") in LOOPBACK_HOSTS
@@ -46,8 +43,7 @@ def demo_lvlm_specs(storage_root: str | Path) -> Path:
 def spec_roles(
     backbones_dir: str | Path | None, lvlms_dir: str | Path | None, storage_root: str | Path | None = None
 ) -> dict[str, str]:
-    """{spec name: role} for the spec files that are checks (kind `oracle`; the loopback answerers, in
-    `lvlms_dir` or, given `storage_root`, the demo's folder of them); a name not in it is a model."""
+    """{spec name: role} of the spec files that are checks (oracles, loopback answerers)."""
     out: dict[str, str] = {}
     if backbones_dir and Path(backbones_dir).is_dir():
         for path in sorted(Path(backbones_dir).glob("*.yaml")):
