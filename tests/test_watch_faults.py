@@ -38,10 +38,10 @@ def check(outcome: history.WatchOutcome) -> dg.AssetCheckResult:
     return result
 
 
-def drop(root: str, version: str) -> subprocess.CompletedProcess:
-    """`soco drop-snapshot mmvm m VERSION` through the console script, in a fresh process."""
+def drop(root: str, version: str, family: str = "mmvm") -> subprocess.CompletedProcess:
+    """`soco drop-snapshot FAMILY m VERSION` through the console script, in a fresh process."""
     return subprocess.run(
-        [str(Path(sys.executable).parent / "soco"), "drop-snapshot", "mmvm", "m", version],
+        [str(Path(sys.executable).parent / "soco"), "drop-snapshot", family, "m", version],
         capture_output=True,
         text=True,
         timeout=120,
@@ -117,3 +117,11 @@ def test_drop_snapshot_of_an_unknown_version_names_the_snapshots_there(tmp_path)
     done = drop(str(tmp_path), "v9")
     assert done.returncode == 2 and "no snapshot of data version 'v9'" in done.stderr
     assert "its snapshots: v0, v1, v2" in done.stderr
+
+
+def test_drop_snapshot_of_an_unknown_family_names_the_watched_ones(tmp_path):
+    three_versions(str(tmp_path))
+    before = files(tmp_path)
+    done = drop(str(tmp_path), "v1", family="mvmm")
+    assert done.returncode == 2 and "no regression watch of a family named 'mvmm'" in done.stderr
+    assert "mmvm" in done.stderr.split("the watched families:")[1] and files(tmp_path) == before

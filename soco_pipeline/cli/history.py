@@ -12,9 +12,13 @@ def cmd_drop_snapshot(args: argparse.Namespace, settings) -> int:
     from soco_pipeline.tasks.core import all_specs
     from soco_pipeline.trust.history import drop_snapshot
 
+    watched = {name: spec.watch.history for name, spec in all_specs().items() if spec.watch}
+    if args.family not in watched:
+        raise ValueError(
+            f"no regression watch of a family named {args.family!r}; the watched families: {', '.join(watched)}"
+        )
     moved = drop_snapshot(settings.storage_root, args.family, args.model, args.data_version)
-    spec = all_specs().get(args.family)
-    asset = spec.watch.history if spec is not None and spec.watch else f"{args.family}_history"
+    asset = watched[args.family]
     print("\n".join(f"moved {p}" for p in moved))
     print(
         f"the watch now compares with the snapshot before it: re-materialize {asset} for {args.model} (or wait for "
@@ -29,7 +33,7 @@ def add_command(sub) -> None:
         "drop-snapshot", help="move a damaged snapshot of the regression watch aside (docs/faults.md)"
     )
     s.add_argument(
-        "family", help="soco, mmvm, fgbmk or tpips (the archive's folder under <storage>/history/)"
+        "family", help="a family with a regression watch (the archive's folder under <storage>/history/)"
     )
     s.add_argument("model", help="the backbone (or model) name")
     s.add_argument("data_version", help="the snapshot's data version (its file name without .json)")
