@@ -1,12 +1,7 @@
 """The code location: every asset, check, sensor, schedule and resource of the SOCO pipeline.
 
-Each folder of soco_pipeline/defs/ (but `shared/`) is one asset group, loaded by
-`dg.load_definitions_from_package_module`, so a new folder joins with no edit here. Not `dg.load_defs` on
-defs/: this module and recovery.py (the distributed profile's sensor) live there, and per-folder `load_defs`
-results cannot be merged (each carries its own component tree).
-
-The assets over every family's boards (`model_headlines`, `model_summary`, `results_database`) and the
-watches are built here once every folder is loaded, from the `Family` declarations found (`declared_families`).
+Each folder of defs/ but `shared/` is one asset group (`dg.load_definitions_from_package_module`: per-folder
+`load_defs` results cannot be merged); the assets over every family's boards are built once all are loaded.
 """
 
 import importlib
@@ -49,9 +44,8 @@ def load_group_folders(package: ModuleType = defs_package) -> dg.Definitions:
 
 
 def over_families(families: list[Family]) -> dg.Definitions:
-    """The assets over the declared families' boards: the summary group's `model_headlines` and
-    `model_summary` (SOCO's headlines and each family's), the results group's `results_database`, and every
-    regression watch the registry declares (`watch_pairs`: a history asset and its sensor, shared/watch.py)."""
+    """The assets over the declared families' boards: `model_headlines`, `model_summary`, `results_database`
+    and every regression watch (`watch_pairs`)."""
     from soco_pipeline.defs.results.assets import results_database_asset
     from soco_pipeline.defs.shared.watch import family_history, regression_sensor_on
     from soco_pipeline.defs.summary.assets import summary_assets
@@ -68,9 +62,8 @@ def over_families(families: list[Family]) -> dg.Definitions:
 
 
 def watch_pairs(families: list[Family]) -> list[tuple[FamilyWatch, Family | None]]:
-    """Every regression watch of the registry, with the `Family` whose tables it reads: the core's (SOCO's,
-    whose snapshots its results record archives: no family) and each declared family's whose spec has a
-    watch and record parts."""
+    """Every regression watch of the registry with the `Family` whose tables it reads (None for SOCO's, whose
+    snapshots its results record archives)."""
     from soco_pipeline.tasks.core import all_specs
 
     core = [(s.watch, None) for s in all_specs().values() if s.watch is not None and s.watch.archived]

@@ -1,13 +1,9 @@
 """Dead runs and pool slots: a killed run (OOM, SIGKILL, power loss) must not block later runs.
 
-A run whose process died stays STARTED in the instance and keeps its `gpu` pool slot, so the next run
-would wait for that slot forever (Dagster's run monitoring cannot tell: the default run launcher has no
-worker health check). `fail_dead_runs` finds runs of this machine whose process is gone, marks them
-failed and frees their slots. Three places call it: every run of the local profile before it claims a
-slot (`defs/executors.py`, so `make demo`, `make ui` and a plain `dagster asset materialize` all recover),
-the same executor again whenever one of its steps is blocked on a pool (it also says at WARNING which run
-holds the slot and how to free it), and the `dead_run_sensor` every 30 s under `make ui`. The Dagster
-daemon's run monitoring (dagster.yaml) frees the slots of runs that ended.
+A run whose process died stays STARTED and keeps its `gpu` pool slot, so the next run would wait forever (the
+default run launcher has no worker health check). `fail_dead_runs` fails such runs of this machine and frees
+their slots: before each local run claims a slot, whenever a step is blocked on a pool, and every 30 s
+(`dead_run_sensor`).
 """
 
 from __future__ import annotations
@@ -36,9 +32,8 @@ def process_tags() -> dict[str, str]:
 def _worker_pid(instance: dg.DagsterInstance, run: dg.DagsterRun) -> int | None:
     """The pid of the process executing `run` on this machine, or None when it cannot be told.
 
-    Runs of `make demo` carry our host/pid tags. Other runs on an instance with the default run launcher
-    (a run worker subprocess on this machine, or the `dagster asset materialize` process itself) record
-    the executing pid on their RUN_START event. Runs of other machines and launchers are left alone.
+    Our host/pid tags (`make demo`), else the pid on RUN_START (the default run launcher); other machines and
+    launchers are left alone.
     """
     tags = run.tags
     if PID_TAG in tags:
@@ -51,11 +46,7 @@ def _worker_pid(instance: dg.DagsterInstance, run: dg.DagsterRun) -> int | None:
 
 
 def fail_dead_runs(instance: dg.DagsterInstance, log: Callable[[str], None] = print) -> list[str]:
-    """Mark failed every active run of this machine whose process is gone and free its pool slots.
-
-    Returns the run ids it failed. Runs whose process cannot be told (other machines, other launchers)
-    are left to Dagster's run monitoring.
-    """
+    """Fail every active run of this machine whose process is gone, free its pool slots; return their ids."""
     failed = []
     for run in instance.get_runs(filters=dg.RunsFilter(statuses=ACTIVE)):
         pid = _worker_pid(instance, run)
@@ -113,9 +104,8 @@ def waiting_message(instance: dg.DagsterInstance, run_ids: set[str], pool: str) 
 class RecoveringExecutor(dg.Executor):
     """Dagster's own executor, preceded by `fail_dead_runs` and watching its pool waits.
 
-    Before the wrapped executor claims any slot, dead runs of this machine are failed and their slots
-    freed. Whenever the wrapped executor reports a step blocked on a pool (Dagster logs that only at
-    DEBUG), this says at WARNING which run holds the slot, and fails it if its process is gone.
+    A step blocked on a pool (Dagster logs that only at DEBUG) is said at WARNING with the run holding the slot,
+    which is failed if its process is gone.
     """
 
     def __init__(self, inner: dg.Executor):
@@ -158,9 +148,8 @@ def recovering(inner: dg.ExecutorDefinition) -> dg.ExecutorDefinition:
 
 
 def executor_for_profile() -> dg.ExecutorDefinition:
-    """Dagster's default executor (multiprocess, or in-process by config) for `local`, wrapped so that every
-    run first fails dead runs of this machine (`recovering`); the Celery executor on
-    $SOCO_CELERY_BROKER for `distributed`."""
+    """The executor of the profile: `local`, Dagster's default wrapped by `recovering`; `distributed`, Celery on
+    $SOCO_CELERY_BROKER."""
     if profile() == "local":
         return recovering(forkserver_by_default(dg.multi_or_in_process_executor))
     from dagster_celery import celery_executor

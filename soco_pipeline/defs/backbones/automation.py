@@ -1,10 +1,5 @@
-"""The backbones group's job and spec-folder sensor; the weekly re-evaluation is an automation condition.
-
-The sensor adds a partition for a new spec file, re-runs a changed spec's partition of every per-model table
-(SOCO's and every started family's) and deletes a deleted spec's partition, observing `model_specs` so the
-boards drop its rows; weekly, shared/automation.REEVALUATED requests each stale partition once
-(docs/pipeline.md).
-"""
+"""The backbones group's job and spec-folder sensor (a new spec adds a partition, a changed one re-runs it in
+every started family, a deleted one loses it); the weekly re-evaluation is shared/automation.REEVALUATED."""
 
 import dagster as dg
 

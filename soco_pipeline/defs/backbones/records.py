@@ -1,6 +1,5 @@
-"""The backbone's results record (issue 26): spec, protocol, input sizes, versions, timings, counts, CIs and
-per-sample hashes, as JSON beside the metrics (storage/results/records/<backbone>.json), validated against
-assets/results_record.schema.json."""
+"""The backbone's results record (issue 26), as JSON beside the metrics
+(storage/results/records/<backbone>.json), validated against assets/results_record.schema.json."""
 
 import dagster as dg
 import pandas as pd

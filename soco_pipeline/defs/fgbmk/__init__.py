@@ -1,12 +1,7 @@
-"""FG-BMK (fine-grained recognition), the Dagster layer: declarations only; the work is soco_pipeline.tasks.fgbmk.
+"""FG-BMK (fine-grained recognition), the Dagster layer: declarations only; the work is tasks/fgbmk.
 
-fgbmk_items (the simulated set, or a user's FG-BMK layout later) -> fgbmk_questions;
-backbones[b]: fgbmk_global_features[b] (pool gpu) -> fgbmk_metrics[b] + fgbmk_probe_predictions[b] (one body),
-fgbmk_robustness[b] (pool gpu);
-lvlms[m]: fgbmk_answers[m] -> fgbmk_lvlm_metrics[m]; all -> fgbmk_leaderboard and fgbmk_findings (the paper's
-five findings checked on our tables).
-The config is `soco.fgbmk_config_path` ($SOCO_FGBMK_CONFIG) or assets/fgbmk.yaml at the scale of
-SocoSettings.dataset_size.
+fgbmk_items -> fgbmk_questions; backbones[b]: fgbmk_global_features -> fgbmk_metrics + fgbmk_probe_predictions,
+fgbmk_robustness; lvlms[m]: fgbmk_answers -> fgbmk_lvlm_metrics; all -> fgbmk_leaderboard, fgbmk_findings.
 """
 
 import dagster as dg

@@ -1,9 +1,6 @@
 """The lvlm group (SOCO-LVLM): one `lvlms` partition per spec file in assets/lvlms/.
 
-lvlm_spec (the spec files, observable) and lvlm_items (unpartitioned: the questions of every setting,
-images marked once) -> lvlm_answers[m] -> lvlm_metrics[m] -> lvlm_leaderboard. The job and the spec
-sensor are in automation.py.
-"""
+lvlm_spec, lvlm_items -> lvlm_answers[m] -> lvlm_metrics[m] -> lvlm_leaderboard."""
 
 import dagster as dg
 import pandas as pd

@@ -1,9 +1,7 @@
 """MMVMBench object matching, the Dagster layer (declarations only; the domain core is tasks/mmvm).
 
-mmvm_cases / mmvm_images / mmvm_objects (one generation step) -> mmvm_items; mmvm_features[b] (the shared
-feature cache filled for the frames) -> mmvm_predictions[b] (backbones partitions) and mmvm_answers[m] (lvlms partitions, through
-the LVLM harness) -> mmvm_backbone_metrics[b] / mmvm_lvlm_metrics[m] -> mmvm_leaderboard. The data are
-SIMULATED (the embedded renderer); every table says so in its data_source column.
+mmvm_cases / mmvm_images / mmvm_objects -> mmvm_items; mmvm_features[b] -> mmvm_predictions[b], and
+mmvm_answers[m] -> the metrics -> mmvm_leaderboard. The data are SIMULATED (every table's data_source says so).
 """
 
 import dagster as dg

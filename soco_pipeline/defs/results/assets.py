@@ -1,8 +1,5 @@
-"""The results group: storage/results.duckdb, views over every published table (its one writer).
-
-`results_database` is built by `results_database_asset(families)`, called by defs/definitions.py once every
-group folder is loaded: its upstream summaries are SOCO's and those of every declared Family (the boards each
-declares with `@FAMILY.board`), so a new family's boards need no line here."""
+"""The results group: storage/results.duckdb, views over every published table (its one writer), built by
+`results_database_asset(families)` over SOCO's and every declared Family's boards."""
 
 from collections.abc import Iterable
 

@@ -1,6 +1,5 @@
 """The protocol-sensitivity atlas (`protocol_atlas`): per family, metric and single-knob change, how far the
-ranking of the board's models moves (Kendall tau with a bootstrap CI over the family's unit, the flipped pairs, the
-largest score change); the oracles are controls, left out. Domain in analysis/protocol_atlas.py."""
+board's ranking moves; domain in analysis/protocol_atlas.py."""
 
 import base64
 

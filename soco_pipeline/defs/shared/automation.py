@@ -1,10 +1,7 @@
 """Automation shared by the group folders: the conditions and one tick of a spec-folder sensor.
 
-- `ON_CHANGE` materializes a partition that is new, whose code version changed, or one of whose upstream
-  tables got a new *data version* (the content hash, shared/checks.py) from a run that did not also
-  materialize it: re-materializing unchanged data requests nothing downstream (unlike Dagster's `eager`).
-- `REEVALUATED` is ON_CHANGE or the weekly re-evaluation (`reevaluate_on_cron`, $SOCO_REEVALUATE_CRON); the
-  protocol is observed on the same cron (`observe_on_cron`).
+`ON_CHANGE` requests a partition on a new upstream *data version* (content hash) only, unlike Dagster's
+`eager`; `REEVALUATED` adds the weekly re-evaluation ($SOCO_REEVALUATE_CRON).
 """
 
 import hashlib
@@ -67,10 +64,8 @@ def daemon_minimum_interval_s() -> int:
 
 
 def reevaluate_on_cron(cron: str) -> dg.AutomationCondition:
-    """After each tick of `cron`: request a partition once if it is stale (its code version or an upstream
-    data version changed since it was last requested or materialized): Dagster's `on_cron` with staleness
-    in place of "all deps updated since the tick", which would re-run every partition every period. At most
-    one request per partition per period; a failed run is not requested again (docs/pipeline.md)."""
+    """After each tick of `cron`, request a partition once if stale (code version or an upstream data version
+    changed): `on_cron` with staleness, which would otherwise re-run every partition every period."""
     # Two SINCE nodes, not `(code_version_changed | any_deps_match(...)).since_last_handled()`: Dagster keys a
     # SINCE node's stored state by its children's names only, so that one had ON_CHANGE's key (an OR under a
     # since_last_handled) and the two shared their state. Under load ON_CHANGE then read this one's trigger
@@ -109,12 +104,10 @@ MODEL_SPECS = "model_specs"  # the observable source whose data version is the s
 
 
 def board_condition(partitioned: Sequence[str] = (), optional: Sequence[str] = ()) -> dg.AutomationCondition:
-    """A board's (fan-in summary's) condition: Dagster's eager condition, waiting only on what exists.
+    """A board's condition: Dagster's eager, waiting only on what exists (docs/pipeline.md).
 
-    Missing partitions of `partitioned` and missing `optional` summaries never hold it back; it waits while
-    an upstream partition (or an input of those per-model tables) is in progress, and one tick after a
-    `partitioned` update, so the per-model tables requested in that tick in runs of their own are not read
-    half-made; it runs when `model_specs` changes. The failures this prevents: docs/pipeline.md."""
+    It waits while an upstream partition is in progress, and one tick after a `partitioned` update so the
+    per-model tables requested in that tick are not read half-made; it runs when `model_specs` changes."""
     specs = dg.AssetSelection.assets(MODEL_SPECS)
     return (
         AC.in_latest_time_window()
@@ -197,10 +190,8 @@ def spec_folder_result(
     label: str,
     source_asset: str,
 ) -> dg.SensorResult:
-    """One tick of a spec-folder sensor (cursor: {name: content hash}): a partition per new valid spec, runs
-    of `assets` and the families' per-model tables for each changed spec, an observation of `source_asset`
-    per new or changed spec, a warning per invalid spec (InvalidSpecError when the tick has nothing else to
-    do). A seen spec whose file is gone loses its partition and `model_specs` is observed anew."""
+    """One tick of a spec-folder sensor (cursor: {name: content hash}): add new specs' partitions, re-run changed
+    ones, remove those whose file is gone, observe `source_asset`; InvalidSpecError when only invalid specs."""
     seen: dict[str, str] = json.loads(context.cursor) if context.cursor else {}
     current, invalid = scan(folder)
     for name, err in invalid.items():

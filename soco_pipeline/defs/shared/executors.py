@@ -1,11 +1,8 @@
-"""The executor per deployment profile: SOCO_PROFILE=local (default: Dagster's multiprocess executor, behind
-defs/recovery's dead-run check) or distributed (dagster-celery over Redis; steps in the `gpu` pool go to the `gpu` Celery queue).
+"""The executor per profile: SOCO_PROFILE=local (Dagster's multiprocess executor behind defs/recovery's
+dead-run check) or distributed (dagster-celery; `gpu`-pool steps to the `gpu` queue).
 
-Under `local`, a multiprocess run whose config names no start method starts its steps from a forkserver
-that has PRELOAD imported (Dagster's own default is `spawn`: every step process imports torch, Dagster and
-the pipeline again). Measured under `dagster dev` (tests/test_ui.py, one backbone, 2 cores): a data run of
-10 steps took 49 s with spawn; see docs/benchmarks.md for the figure with the forkserver. A run config that
-names a start method keeps it."""
+A local run whose config names no start method forks its steps from a forkserver that preloaded PRELOAD
+(Dagster's `spawn` re-imports torch and Dagster per step; docs/benchmarks.md)."""
 
 from __future__ import annotations
 
@@ -52,9 +49,8 @@ FORKSERVER = forkserver()
 
 
 def start_forkserver(extra: Sequence[str] = ()) -> None:
-    """Start this process's forkserver now, preloading what `forkserver(extra)` names: its imports (about 5 s)
-    then overlap the launcher's own work (cache checks, the plan) instead of delaying the first step. The
-    multiprocess executor finds it running and forks its steps from it (`soco run`)."""
+    """Start the forkserver now, preloading `forkserver(extra)` so its imports (about 5 s) overlap the launcher's
+    own work."""
     import multiprocessing
     from multiprocessing import forkserver as mp_forkserver
 

@@ -1,14 +1,9 @@
 """The family contract, its Dagster half: a task family is a `Family` declaration plus its assets.
 
-A family folder (`defs/<family>/`) declares once, from its domain core's `FamilySpec` (tasks/__init__.py):
-
     FAMILY = Family.of(mmvm.SPEC, code_version="mmvm-2", needs=frozenset({"pixels", "dense_maps"}))
 
-and the shared layer does the rest the same way for every family (docs/develop.md, the recipe): its config
-through the family's loader (`FAMILY.config(soco)`); `@FAMILY.table` / `.tables` / `.board` in its group, at
-its code version, behind the blocking `schema` check and registered in tables.py; the partition's `spec` and
-the not-applicable rows of a kind lacking a `needs` capability; and, through `declared_families`, the
-summary, the SQL views and the results page with no other edit.
+The shared layer does the rest (docs/develop.md): config, `@FAMILY.table` / `.tables` / `.board`, the
+not-applicable rows, and through `declared_families` the summary, SQL views and results page.
 """
 
 from __future__ import annotations
@@ -47,13 +42,8 @@ NotApplicableRows = Callable[[str, str, Mapping[str, Any]], pd.DataFrame]
 
 @dataclass(frozen=True)
 class Family:
-    """A task family's declaration: its name (= its asset group and the prefix of its tables), the code
-    version of its tables, its config loader `(path, settings) -> config`, the backbone capabilities its
-    per-backbone tables need, its headline in `model_summary` (its family and board filled in: the name,
-    `<name>_leaderboard` unless it names another board), and `reads(spec, config)`: the spec fields its
-    per-backbone tables read (default: the whole computation and the model's name, backbones/reads.py), which
-    with its config, code version and inputs key their cache (shared/reuse.py). `boards` lists the boards `@board` declared; `spec`
-    is the domain declaration it was built from (`Family.of`), with its record parts and watch."""
+    """A task family's declaration: name (its group and table prefix), code version, config loader, the backbone
+    capabilities it `needs`, its headline, and `reads(spec, config)` keying its cache (shared/reuse.py)."""
 
     name: str
     code_version: str
@@ -102,9 +92,8 @@ class Family:
         )
 
     def spec_reads(self, spec, config: Any) -> Mapping[str, Any]:
-        """The fields of a backbone spec this family's tables read: `reads`, else the whole computation and the
-        name. A family that declares no `reads` may compute with anything, its model's name included (the toy
-        family of docs/develop.md scores by it), so its rows are reused only by the same model."""
+        """The spec fields this family's tables read: `reads`, else the computation and the name (so rows are
+        reused only by the same model)."""
         from soco_pipeline.backbones.reads import computation
 
         return (
@@ -112,9 +101,8 @@ class Family:
         )
 
     def reads_version(self, context: dg.AssetExecutionContext, soco: SocoSettings, spec) -> str:
-        """The reads version of this step's tables for `spec` (shared/reuse.py): the spec fields the family
-        reads, its config, its code version, its inputs' recorded versions and the computing libraries'
-        versions (an upgraded OpenCV or torch computes again)."""
+        """The reads version of this step's tables (shared/reuse.py), libraries included: an upgraded torch
+        computes again."""
         from soco_pipeline.backbones.reads import COMPUTE_LIBRARIES, reads_version
         from soco_pipeline.defs.shared.reuse import upstream_versions
         from soco_pipeline.trust.family_records import config_hash
@@ -159,9 +147,7 @@ class Family:
         not_applicable: NotApplicableRows | None = None,
         **kwargs: Any,
     ) -> Callable[[Callable[..., TableResult]], dg.AssetsDefinition]:
-        """Decorator of a table of the family: its group and code version, eager unless
-        `automation_condition` says otherwise, per backbone or LVLM when `partitions_def` is given; `schema`,
-        `check` and every `dg.asset` argument pass through to `table_asset`."""
+        """Decorator of a table of the family, eager by default, per model when `partitions_def` is given."""
         kwargs = dict(group_name=self.name, code_version=self.code_version, kinds=set(kinds), **kwargs)
         kwargs.setdefault("automation_condition", EAGER)
         blocking_check_required(kwargs)
@@ -182,11 +168,8 @@ class Family:
         not_applicable: Mapping[str, NotApplicableRows] | None = None,
         **kwargs: Any,
     ):
-        """Decorator of several tables of the family from one body (shared/checks.py `table_multi_asset`, all
-        published or none, or those a run selects), in the family's group; per backbone or LVLM when
-        `partitions_def` is given (build the outs with `partition_out`). Per backbone, the body gets the
-        partition's `spec` as `table` gives it, and `not_applicable` ({table: rows}) names each table's rows
-        for a backbone whose kind lacks a need."""
+        """Decorator of several tables of the family from one body (`table_multi_asset`); per model when
+        `partitions_def` is given, with `not_applicable` ({table: rows}) for a kind lacking a need."""
         for name, (spec, _) in outs.items():
             if not spec.checked:
                 raise TypeError(f"table {name!r}: every family table has a blocking check; give it a schema")
@@ -207,9 +190,7 @@ class Family:
         description: str,
         kinds: Iterable[str] = ("pandas",),
     ) -> tuple[TableSpec, dg.AssetOut]:
-        """One per-model output of `tables(..., partitions_def=...)`: behind its `schema` check, at the family's
-        code version, re-run when the model's spec changes (ON_CHANGE and the per-model tag, as
-        `partition_table` gives a single table)."""
+        """One per-model output of `tables(..., partitions_def=...)`, as `partition_table` gives a single table."""
         per_model = isinstance(partitions_def, dg.DynamicPartitionsDefinition)
         return TableSpec(schema), dg.AssetOut(
             code_version=self.code_version,
@@ -257,9 +238,8 @@ class Family:
         rows: NotApplicableRows | Mapping[str, NotApplicableRows] | None,
         multi: bool = False,
     ) -> Callable:
-        """`fn` wrapped for a backbone partition: the spec resolved once (as `spec` when `fn` takes it); the
-        not-applicable `rows` when the kind lacks a need; the stored tables of a partition with the same
-        reads version when there are some (`reused`); else `fn`'s tables, their reads version in metadata."""
+        """`fn` wrapped for a backbone partition: the not-applicable `rows`, else a reused partition's tables, else
+        `fn`'s tables with their reads version."""
         sig = inspect.signature(fn)
         takes_spec, takes_soco = "spec" in sig.parameters, "soco" in sig.parameters
         params = [p for name, p in sig.parameters.items() if name != "spec"]

@@ -1,9 +1,7 @@
 """Parquet tables through Dagster's UPathIOManager (any fsspec URL), placed by the table registry.
 
-A partitioned upstream read by an unpartitioned asset arrives as {partition: table}
-(`allow_missing_partitions` skips those not materialized yet); an unpartitioned input with `allow_missing`
-arrives as None when never written. Paths under the storage root are stored relative to it.
-"""
+A partitioned input arrives as {partition: table}; an unpartitioned one with `allow_missing` as None when
+never written."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""Where a heavy per-model step runs: the `launcher` resource, chosen per deployment profile.
-
-An asset calls `launcher.run(context, "features", inputs)` and gets a PayloadResult, whatever the launcher:
-`inprocess` (local default), `celery` (distributed default: inside the worker that took the step), `slurm`
-(a batch job, Dagster Pipes over files) or `kubernetes` (PipesK8sClient); $SOCO_LAUNCHER overrides the
-default (docs/scaling-out.md).
-"""
+"""Where a heavy per-model step runs: the `launcher` resource (`inprocess`, `celery`, `slurm`, `kubernetes`),
+chosen per profile or by $SOCO_LAUNCHER (docs/scaling-out.md)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""A per-model table cached by what it reads: its reads version, and the stored table it can be reused from.
-
-The reads version (backbones/reads.py) hashes the spec fields the family reads, its config and code version
-and each upstream's recorded version; a step first looks for a partition whose latest materialization has
-the same reads version (its own, then any other) and republishes those rows with `reused_from: <model>`
-(docs/results.md).
-"""
+"""A per-model table cached by what it reads: a step whose reads version (backbones/reads.py) matches a
+stored partition's republishes those rows with `reused_from: <model>` (docs/results.md)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
-"""Run configs of a partial (subset) run, where its rule is recorded, and stage timings (issue 26).
+"""Run configs of a subset run (`EvalRunConfig`, `LvlmRunConfig`) and stage timings (issue 26).
 
-`EvalRunConfig` is the run config of `predictions` / `four_choice_predictions`, `LvlmRunConfig` that of
-`lvlm_answers`. The rule is recorded in that asset's materialization metadata (`subset`); downstream
-assets (metrics, the leaderboards, the results records) read it back from there, so a run started by
-automation scores the same subset.
-"""
+The rule is recorded in the asset's materialization metadata (`subset`) and read back downstream, so an
+automated run scores the same subset."""
 
 import dagster as dg
 

@@ -1,6 +1,5 @@
-"""What every group folder looks up about a run: a partition's spec (backbone or LVLM), the run's taxonomy, a
-backbone's cached feature maps, the run's global-feature input policy. One place, so that no group folder
-imports another (tests/test_boundaries.py)."""
+"""What every group folder looks up about a run (a partition's spec, the taxonomy, cached maps, the global
+input policy), so that no group folder imports another."""
 
 from __future__ import annotations
 

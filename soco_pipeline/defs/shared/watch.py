@@ -1,8 +1,5 @@
-"""The regression watch, its Dagster half: one history asset per watched family (`<family>_history[b]`, or
-SOCO's `model_history[b]` over the snapshot `results_record` archives), its non-blocking `no_regression`
-check and a sensor per history asset (a log line, and a POST to $SOCO_REGRESSION_WEBHOOK when set). The
-domain work is trust/history.py; what a family compares is its `FamilyWatch`.
-"""
+"""The regression watch, its Dagster half: a `<family>_history[b]` asset per watched family, its
+non-blocking `no_regression` check and sensor (log, and $SOCO_REGRESSION_WEBHOOK). Domain: trust/history.py."""
 
 from collections.abc import Iterator
 
@@ -33,9 +30,8 @@ def watch_checks(asset: str) -> list[dg.AssetCheckSpec]:
 def watch_events(
     asset: str, outcome: WatchOutcome, data_version: str, level: float = LEVEL
 ) -> Iterator[dg.Output | dg.AssetCheckResult]:
-    """The history table behind its blocking `schema` check, and the non-blocking `no_regression` check:
-    failed on a significant paired drop (both figures, the difference, its interval), failed at WARN as "not
-    comparable" when evidence is missing: missing evidence never passes."""
+    """The history table's blocking `schema` check and the non-blocking `no_regression` check (a significant
+    paired drop fails; missing evidence is "not comparable" at WARN, never a pass)."""
     table = outcome.table
     regressed = bool(outcome.message)
     blind = bool(outcome.not_comparable)
@@ -81,10 +77,8 @@ def watched_tables(tables_root: str, watch: FamilyWatch, partition: str) -> dict
 
 
 def family_history(watch: FamilyWatch, family: Family | None = None) -> dg.AssetsDefinition:
-    """`watch.history[b]` (`<family>_history`): every materialization of a backbone's headline and its
-    `no_regression` check against the previous data version on the same task hash. Without
-    `watch.archived` the step reads `family`'s tables to archive the snapshot; with it (SOCO) it only
-    compares, in the archiving asset's group."""
+    """`watch.history[b]`: every materialization of a backbone's headline and its `no_regression` check; without
+    `watch.archived` it reads `family`'s tables to archive the snapshot."""
     name, archived = watch.history, watch.archived
     if archived is None:  # a family's: registered as its tables are (SOCO's name is in tables.py)
         if family is None:

@@ -1,8 +1,5 @@
-"""model_headlines and model_summary over every family's board (each family's `Headline`), built by
-`summary_assets(families)` from defs/definitions.py once every folder is loaded; this folder declares no
-module-level asset. A board never materialized is skipped; one whose file is gone is logged by name and
-carried in `missing_boards` (docs/faults.md).
-"""
+"""model_headlines and model_summary over every family's board, built by `summary_assets(families)`. A board
+never materialized is skipped; one whose file is gone is carried in `missing_boards`."""
 
 from collections.abc import Iterable
 

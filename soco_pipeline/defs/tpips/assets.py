@@ -1,7 +1,5 @@
-"""TPIPS assets: data (unpartitioned), features / baselines / learned metrics per backbone, LVLM answers per
-model, and the leaderboard. Declarations only: the domain core is soco_pipeline.tasks.tpips; tables go through
-the IO manager. The config is `soco.tpips_config_path` ($SOCO_TPIPS_CONFIG; tests shrink it) or
-assets/tpips.yaml."""
+"""TPIPS assets, declarations only (the domain core is tasks/tpips): data, per-backbone features, baselines and
+learned metrics, LVLM answers, the leaderboard."""
 
 import base64
 
