@@ -97,9 +97,7 @@ def build_definitions(**overrides) -> dg.Definitions:
             # where the heavy per-model steps run (inprocess | celery | slurm | kubernetes; SOCO_LAUNCHER)
             "launcher": launcher_for_profile(soco.storage_root),
             "io_manager": ParquetIOManager(base_path=soco.tables_root, storage_root=soco.storage_root),
-            # The one writer of storage/results.duckdb (the results_database asset); readers such as
-            # `soco sql` open the file read-only on their own. The views name their Parquet files relative
-            # to the storage root (portable copies), so connections resolve them from there.
+            # The one writer of storage/results.duckdb; views name their files relative to the storage root.
             "duckdb": DuckDBResource(
                 database=soco.duckdb_path,
                 connection_config={}

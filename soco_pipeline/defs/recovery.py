@@ -160,12 +160,10 @@ def executor_for_profile() -> dg.ExecutorDefinition:
             "broker": {"env": "SOCO_CELERY_BROKER"},
             "backend": {"env": "SOCO_CELERY_BACKEND"},
             "config_source": {
-                # A step whose worker process dies is failed (WorkerLostError), not silently lost; a
-                # message whose whole worker vanished is failed by defs/recovery.lost_worker_sensor.
+                # a dead worker process fails its step (WorkerLostError); a vanished worker: lost_worker_sensor
                 "task_acks_late": True,
                 "task_reject_on_worker_lost": False,
-                # one message per worker process: a worker holds only the step it runs (a whole worker
-                # that dies holds nothing else; defs/recovery.lost_worker_sensor fails that one step)
+                # one message per worker process: a dying worker holds only the step it runs
                 "worker_prefetch_multiplier": 1,
                 "broker_transport_options": {"visibility_timeout": visibility},
             },

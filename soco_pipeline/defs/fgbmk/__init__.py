@@ -26,12 +26,7 @@ def fgbmk_reads(spec, cfg) -> dict:
     return global_reads(computation(spec), spec.kind, cfg.global_features)
 
 
-# 5: the 95% CI of each accuracy (bootstrap over test images / questions, the config's seed) in fgbmk_metrics,
-# fgbmk_lvlm_metrics and the board. 4: fgbmk_probe_predictions (the probe's per-image outcomes, the watch's
-# paired test) beside fgbmk_metrics.
-# 2: per-class top-1 in fgbmk_metrics, demo scale, one SGD loop. 3: the release's probe (Adam, its sampler),
-# ids and multi-label rows kept, findings as statistics. Global features from any kind (the SOCO oracles read
-# the part maps the embedded set writes for them); the attacks need pixels (below).
+# 5: each accuracy's 95% CI. Global features from any kind (the oracles read the embedded set's part maps).
 FAMILY = Family.of(fgbmk.SPEC, "fgbmk-5", needs=frozenset({"global_features"}), reads=fgbmk_reads)
 GROUP, CODE_VERSION = FAMILY.name, FAMILY.code_version
 
@@ -41,8 +36,7 @@ def fgbmk_root(soco: SocoSettings, cfg) -> str:
     return soco.task_root(GROUP, "embedded", f"{cfg.scale}-seed{cfg.seed}")
 
 
-# No automation condition on the root: it is materialized on request (the demo, the UI), so that the eager
-# daemon never starts a family nobody asked for; everything below it then follows eagerly.
+# No automation condition on the root, so the eager daemon never starts a family nobody asked for.
 @FAMILY.table(schema=schemas.FgbmkItemSchema, automation_condition=None)
 def fgbmk_items(context: dg.AssetExecutionContext, soco: SocoSettings) -> TableResult:
     """The simulated fine-grained set (superclass -> class -> subclass, attributes), in FG-BMK's layout; or

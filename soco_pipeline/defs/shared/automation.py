@@ -17,9 +17,8 @@ from soco_pipeline.settings import variable
 
 AC = dg.AutomationCondition
 EAGER = AC.eager()
-# The observable source assets (spec files, protocol): their changes are handled by the spec sensors' run
-# requests and the weekly re-evaluation (REEVALUATED); an unobserved spec (a partition the sensor has just added) must not
-# hold its partition back as a "missing" dependency.
+# The observable sources: the spec sensors and REEVALUATED handle their changes; an unobserved new spec must
+# not hold its partition back as "missing".
 SOURCES = dg.AssetSelection.assets("backbone_spec", "lvlm_spec", "evaluation_protocol")
 ON_CHANGE = (
     AC.in_latest_time_window()
@@ -66,11 +65,8 @@ def daemon_minimum_interval_s() -> int:
 def reevaluate_on_cron(cron: str) -> dg.AutomationCondition:
     """After each tick of `cron`, request a partition once if stale (code version or an upstream data version
     changed): `on_cron` with staleness, which would otherwise re-run every partition every period."""
-    # Two SINCE nodes, not `(code_version_changed | any_deps_match(...)).since_last_handled()`: Dagster keys a
-    # SINCE node's stored state by its children's names only, so that one had ON_CHANGE's key (an OR under a
-    # since_last_handled) and the two shared their state. Under load ON_CHANGE then read this one's trigger
-    # (a dependency updated by the very run that was materializing the asset) and requested `metrics` a
-    # second time while that run was still going (tests/test_automation_state.py).
+    # Two SINCE nodes: Dagster keys a SINCE node's state by its children's names only, so one OR under
+    # since_last_handled shared ON_CHANGE's state and requested `metrics` twice (tests/test_automation_state.py).
     stale = (
         AC.code_version_changed().since_last_handled()
         | AC.any_deps_match(AC.data_version_changed()).since_last_handled()
@@ -95,8 +91,7 @@ def observe_on_cron(cron: str) -> dg.AutomationCondition:
     return AC.cron_tick_passed(cron).since_last_handled().with_label(f"observe on cron {cron}")
 
 
-# The per-backbone evaluation: on a change as it happens, and weekly for what only the sources tell (an edited
-# protocol, a spec changed while its sensor was off); each partition decides for itself.
+# Weekly too, for what only the sources tell (an edited protocol, a spec changed while its sensor was off).
 REEVALUATED = (ON_CHANGE | reevaluate_on_cron(REEVALUATE_CRON)).with_label("on_change or stale after cron")
 
 

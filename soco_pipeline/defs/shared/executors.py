@@ -19,10 +19,8 @@ GPU_QUEUE = "gpu"
 GPU_STEP_TAGS = {"dagster-celery/queue": GPU_QUEUE}
 
 
-# Imported once per run by the forkserver instead of once per step: the pipeline, torch and Dagster's storage
-# layer (soco_pipeline/runtime/worker_preload.py also ties each step to its run's process). Not a backbone kind's own
-# library (timm: 2.4 s of the 8.3 s), which only that kind's steps import; the demo's runs add those its specs
-# need (`forkserver(extra)`, backbones/kinds.KIND_LIBRARIES), since one forkserver serves all its runs.
+# Imported once per run by the forkserver instead of once per step. Not a kind's own library (timm: 2.4 s of
+# 8.3 s): the demo adds those its specs need (`forkserver(extra)`).
 PRELOAD = [
     "soco_pipeline.runtime.worker_preload",
     "soco_pipeline.defs.definitions",
@@ -60,9 +58,8 @@ def start_forkserver(extra: Sequence[str] = ()) -> None:
     mp_forkserver.ensure_running()
 
 
-# A step so tagged (the boards and summaries: small tables, pandas and DuckDB) needs no process of its own: a
-# run whose every step carries it runs them in the run's own process, one after the other, and starts no
-# forkserver. Under `dagster dev` the forkserver's preload was 7 s of a 17 s refresh of the boards.
+# A run whose every step is so tagged (boards, summaries) runs them in its own process with no forkserver
+# (its preload was 7 s of a 17 s refresh of the boards).
 IN_RUN_PROCESS = {"soco/step_process": "run"}
 
 

@@ -18,8 +18,7 @@ from soco_pipeline.trust.headline import Headline
 from soco_pipeline.trust.headline_schemas import ModelHeadlineSchema, ModelSummarySchema
 
 GROUP = "summary"
-# 2: the published SOC of the model a spec names; 3: the headlines from the Family declarations (the family
-# columns in the families' name order, after SOCO's)
+# 3: the headlines from the Family declarations (families in name order, after SOCO's)
 CODE_VERSION = "3"
 
 

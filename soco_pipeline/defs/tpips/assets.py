@@ -48,17 +48,13 @@ def tpips_reads(spec, cfg) -> dict:
     return without(computation(spec), ["input"])
 
 
-# 6: tpips_baseline_outcomes / tpips_learned_outcomes, each method's agreement per OOO test row (the watch's
-# paired test) beside the score tables; 5: a source (generated | official), 2AFC without "overall", LVLM permutation averaging, ties scored as ties;
-# 4: late fusion = an aspect-weighted squared distance of the embeddings, L-BFGS line search unstalled;
-# 3: signed late fusion on a 2 x 2 token grid; 2: signed mid-fusion weights, L-BFGS
+# 6: the per-row outcome tables beside the score tables (the watch's paired test)
 FAMILY = Family.of(tpips.SPEC, "tpips-6", needs=NEEDS, reads=tpips_reads)
 GROUP, CODE_VERSION = FAMILY.name, FAMILY.code_version
 
 
 def _render_out(schema, description: str) -> tuple[TableSpec, dg.AssetOut]:
-    # No automation condition on the root: it is materialized on request (the demo, the UI), so the eager
-    # daemon never starts a family nobody asked for; everything below it follows eagerly.
+    # No automation condition on the root, so the eager daemon never starts a family nobody asked for.
     return TableSpec(schema), dg.AssetOut(
         code_version=CODE_VERSION, kinds={"pandas"}, description=description, metadata=columns_of(schema)
     )
