@@ -1,9 +1,5 @@
-"""Backbones: specs (assets/backbones/*.yaml), the common interface, and one module per kind.
-
-`load_spec(path)` parses and validates a spec, `list_specs(folder)` loads every active spec,
-`build_backbone(spec, context)` returns a Backbone whose `extract(images, records)` gives
-L2-normalised C x h x w maps.
-"""
+"""Backbones: specs (assets/backbones/*.yaml), the common interface, and one module per kind;
+`build_backbone(spec, context).extract(images, records)` gives L2-normalised C x h x w maps."""
 
 from __future__ import annotations
 

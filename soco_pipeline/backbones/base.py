@@ -1,9 +1,5 @@
-"""The common backbone interface: images in, L2-normalised dense feature maps out.
-
-Every backbone takes a list of H x W x 3 uint8 RGB images plus their records (a DataFrame with at
-least image_id, width, height, category; oracles and prompted diffusion read them), applies the
-official input protocol (soco_pipeline.backbones.preprocess) at its input side S, and returns one C x h x w
-float32 map per image, L2-normalised over channels, covering the padded S x S square.
+"""The common backbone interface: H x W x 3 uint8 RGB images plus their records in, one C x h x w float32
+map per image out, L2-normalised over channels, covering the padded S x S square (backbones/preprocess.py).
 """
 
 from __future__ import annotations
@@ -76,11 +72,9 @@ def seeded(seed: int):
 
 
 class Backbone(ABC):
-    """A frozen feature extractor built from a BackboneSpec: subclasses set `stride` (input pixels per cell)
-    and `multiple` (S snaps to it), implement `forward`, declare `Options` and register with `@register_kind`.
-
-    `needs_pixels = False` skips preprocessing (oracles); `capabilities` says what the kind offers the
-    families."""
+    """A frozen feature extractor built from a BackboneSpec: subclasses set `stride` and `multiple` (S snaps to
+    it), implement `forward`, declare `Options` and register with `@register_kind`; `needs_pixels = False` skips
+    preprocessing (oracles)."""
 
     Options: ClassVar[type[SpecFields]]
     needs_pixels: bool = True
@@ -109,9 +103,8 @@ class Backbone(ABC):
         return self.spec.input.size(self.multiple)
 
     def prepare(self, images: list[np.ndarray], records: pd.DataFrame) -> InputBatch | list:
-        """The model-free part of `extract`'s input work for one batch (all one input size), made in a
-        loader thread while the model runs: an InputBatch, or the images as given when the backbone reads
-        no pixels."""
+        """The model-free input work of one batch, made in a loader thread: an InputBatch, or the images as given
+        when the backbone reads no pixels."""
         if not self.needs_pixels or not images:
             return images
         size = self.input_size(int(records.width.iloc[0]), int(records.height.iloc[0]))
@@ -130,9 +123,8 @@ class Backbone(ABC):
     def extract(
         self, images: list[np.ndarray] | InputBatch, records: pd.DataFrame, with_class_token: bool = False
     ) -> list[torch.Tensor] | tuple[list[torch.Tensor], list[torch.Tensor] | None]:
-        """Dense maps of a batch (uint8 H x W x 3 arrays, or what `prepare` made of them): C x h x w float32
-        CPU tensors, L2-normalised over channels; with_class_token: (maps, class tokens or None). Non-finite
-        values are left in place for the caller to report."""
+        """Dense maps of a batch: C x h x w float32 CPU tensors, L2-normalised over channels (non-finite values left
+        for the caller to report); with_class_token: (maps, class tokens or None)."""
         records = records.reset_index(drop=True)
         if len(images) != len(records):
             raise ValueError(

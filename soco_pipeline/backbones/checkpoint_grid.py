@@ -1,7 +1,5 @@
-"""The position-embedding grid a ViT checkpoint was saved at, so the model is built at that grid and its
-embeddings are interpolated once, at run time, not twice (docs/preprocessing.md, "A checkpoint at its own
-position-embedding grid"). Only the tensor's shape is read: safetensors headers, or a memory-mapped
-`torch.load`."""
+"""The position-embedding grid a ViT checkpoint was saved at, so its embeddings are interpolated once, at run
+time (docs/preprocessing.md); only the tensor's shape is read."""
 
 from __future__ import annotations
 

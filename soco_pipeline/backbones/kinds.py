@@ -1,10 +1,7 @@
-"""The backbone-kind registry: which module defines each `kind:` of a spec, and each kind's capabilities as
-data.
+"""The backbone-kind registry: which module defines each `kind:`, and each kind's capabilities as data.
 
-Adding a kind (docs/config.md, "Adding a backbone kind"): its module with a `@register_kind` Backbone and its
-`Options`, plus one line in KIND_MODULES and KIND_CAPABILITIES (KIND_GLOBAL_READOUT, KIND_SPEC_CHECKS when
-they apply). The modules load torch, so they are imported on first use only: a spec's fields and its kind's
-capabilities load without them."""
+Adding a kind: docs/config.md, "Adding a backbone kind". The modules load torch, so they are imported on first
+use only."""
 
 from __future__ import annotations
 

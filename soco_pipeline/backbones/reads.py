@@ -1,10 +1,7 @@
 """What a computation reads of a backbone spec, and its version: the key every per-model table is cached by.
 
-A spec file holds computation (kind, model, weights, input, layer ...) and metadata that changes no figure
-(`name`, `reference:`, `description`, comments, and the knobs that only decide where or how fast it runs:
-device, batch size). `computation(spec)` is the first part, with the local weights' content hash; a task family
-that extracts at its own input size drops `input` from it (its `reads`); `reads_version` hashes exactly what one
-table read, so two specs that differ only in what a table cannot see give it the same version.
+`computation(spec)` drops what changes no figure (name, reference, description, device, batch size) and adds
+the local weights' hash; `reads_version` hashes exactly what one table read.
 """
 
 from __future__ import annotations

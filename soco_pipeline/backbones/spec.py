@@ -1,9 +1,5 @@
-"""Backbone specs: one small YAML file per backbone, validated by the pydantic model of its kind.
-
-The name is the file stem. `SpecFields` holds the fields every kind shares; each backbone class owns a
-subclass with its own fields (`layer`, `t`, `stride` ...) and registers it (backbones/kinds.py). The kinds'
-models form a discriminated union on `kind`; anything else is an error naming the file and field. The fields,
-with an example spec: docs/config.md, "Backbone specs"."""
+"""Backbone specs: one YAML file per backbone (the name is its stem), validated by its kind's pydantic model,
+a discriminated union on `kind` (docs/config.md, "Backbone specs")."""
 
 from __future__ import annotations
 
@@ -226,9 +222,8 @@ PACKAGES = {
 
 
 class TimmOptions(SpecFields):
-    """Spec fields of kind `timm`. layer: block index (negative counts from the end; -1 = final block, no
-    final norm). pos_embed_interpolation: auto (dinov2_hub for DINOv2 models without registers, else timm)
-    | dinov2_hub (as the official torch.hub model) | timm (timm's antialiased resampling)."""
+    """Spec fields of kind `timm`. layer: block index (-1 = final block, no final norm).
+    pos_embed_interpolation: auto (dinov2_hub for DINOv2 without registers, else timm) | dinov2_hub | timm."""
 
     kind: Literal["timm"]
     layer: int = -1
@@ -381,9 +376,8 @@ def _content_digest(path: str, size: int, mtime_ns: int) -> str:
 
 
 def weights_fingerprint(weights: str, project_root: Path = PROJECT_ROOT) -> str:
-    """The content hash of a spec's local weights (a file's bytes; a folder's file names, sizes and
-    hashes), so that a checkpoint replaced in place moves the spec's hash and data version; '' for
-    none / packaged / hf: weights and for a path that does not exist (its own check reports that)."""
+    """The content hash of a spec's local weights (a file's bytes; a folder's names, sizes and hashes); '' for
+    none / packaged / hf: weights and a missing path."""
     if weights in ("none", "packaged") or weights.startswith("hf:"):
         return ""
     path = Path(os.path.expanduser(weights))

@@ -1,8 +1,5 @@
-"""Spec files on disk: a folder's specs with their content hashes, the names present, a partition's file.
-
-Plain Python for the spec sensors, the leaderboards (`spec_present`) and the per-partition assets; the same
-helpers serve the backbone specs (assets/backbones/) and the LVLM specs (assets/lvlms/).
-"""
+"""Spec files on disk (backbones and LVLMs): a folder's specs with their content hashes, the names present,
+a partition's file."""
 
 from __future__ import annotations
 
@@ -50,9 +47,8 @@ def spec_problem(path: Path) -> str | None:
 
 
 def spec_data_version(path: Path, content_hash: str | None = None) -> str:
-    """A backbone spec's data version: the hash of what its computation reads (backbones/reads.py), so
-    metadata edits keep it; the file's content hash for a spec that does not load. Parsed once per file
-    content; the weights' digest is cached by their size and mtime."""
+    """A backbone spec's data version: the hash of what its computation reads (so metadata edits keep it), or the
+    file's content hash for a spec that does not load; parsed once per content."""
     from soco_pipeline.backbones.reads import spec_computation_version
 
     version = content_hash or file_hash(path)

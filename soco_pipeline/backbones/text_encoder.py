@@ -1,6 +1,5 @@
-"""A backbone spec's text tower (`text_encoder:` none | hf:<repo id> | a local transformers folder): unit
-embeddings of short texts, for TPIPS's aspect-conditioned metrics (docs/tpips.md, "Models"; docs/config.md).
-Not in spec_hash (the image features do not change); nothing is downloaded."""
+"""A backbone spec's text tower (`text_encoder:` none | hf:<repo id> | a local folder): unit embeddings of
+short texts for TPIPS (docs/tpips.md). Not in spec_hash; nothing is downloaded."""
 
 from __future__ import annotations
 

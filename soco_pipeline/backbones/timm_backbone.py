@@ -1,9 +1,5 @@
-"""timm ViT-style backbones: final-block patch tokens, the official protocol.
-
-Tokens come from `forward_intermediates` at the spec's `layer` WITHOUT the final norm, prefix and register
-tokens dropped, reshaped to C x h x w; dynamic_img_size=True so any S that is a multiple of the patch works.
-The model is built at the checkpoint's own grid (`backbones.checkpoint_grid`) and its position embeddings are
-interpolated as `pos_embed_interpolation` says (`backbones.pos_embed`)."""
+"""timm ViT-style backbones: patch tokens from `forward_intermediates` at the spec's `layer` WITHOUT the final
+norm, prefix tokens dropped, reshaped to C x h x w; built at the checkpoint's own grid (checkpoint_grid.py)."""
 
 from __future__ import annotations
 

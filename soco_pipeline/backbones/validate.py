@@ -1,7 +1,5 @@
-"""Checks a spec must pass before it is accepted: its weights (and text tower) exist locally, and the kind's
-own `check_spec` passes (for `timm`: a ViT-style model built on the `meta` device). `checked_spec` runs
-parsing and these, so a bad spec is refused wherever it is found (docs/config.md, "One validation wherever a
-spec is found")."""
+"""Checks a spec must pass before it is accepted: its weights (and text tower) exist locally and the kind's
+`check_spec` passes (docs/config.md, "One validation wherever a spec is found")."""
 
 from __future__ import annotations
 
@@ -75,9 +73,8 @@ def validate_for_add(spec: BackboneSpec, project_root: Path = PROJECT_ROOT, weig
 
 
 def checked_spec(path: str | Path, project_root: Path = PROJECT_ROOT, weights: bool = True) -> BackboneSpec:
-    """Load a spec file and run every check on it: its fields (`load_spec`) and the world
-    (`validate_for_add`). The one way a spec is accepted (add-backbone, the sensor, the demo, a partition's
-    run); a failure raises BackboneSpecError / BackboneWeightsError naming the file, the field and the fix."""
+    """Load a spec file and run every check on it: the one way a spec is accepted; raises BackboneSpecError /
+    BackboneWeightsError naming the file, the field and the fix."""
     spec = load_spec(path)
     validate_for_add(spec, project_root, weights)
     if spec.reference:

@@ -1,8 +1,5 @@
-"""SOCO-LVLM items: the four-choice items as questions, one row per (setting, item, rotation) (docs/lvlm.md).
-
-Rotation r shows the options in the order r, r+1, ... (mod 4), as `matching.rotation_picks` does: letter j
-marks original option (j + r) % 4, so the target is marked anew per rotation; an item's rows share `g_index`.
-"""
+"""SOCO-LVLM items: one row per (setting, item, rotation) (docs/lvlm.md). Letter j marks original option
+(j + r) % 4 in rotation r, as `matching.rotation_picks` does; an item's rows share `g_index`."""
 
 from __future__ import annotations
 
@@ -107,10 +104,8 @@ def build_items(
     seed: int,
     workers: int = 4,
 ) -> pd.DataFrame:
-    """The LVLM item table (ITEM_COLUMNS) for every setting; marked images rendered under image_root.
-
-    `answer` is the rotation's right letter, `answer_option` the right original option (0-3); src_render is
-    None in the desc setting."""
+    """The LVLM item table (ITEM_COLUMNS) for every setting, marked images rendered under image_root; `answer` is
+    the rotation's right letter, `answer_option` the right original option (0-3)."""
     items = sample_items(four_choice, image_pairs, protocol, seed)
     n = len(items)
     if n == 0:

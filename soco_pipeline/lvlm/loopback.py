@@ -1,11 +1,7 @@
 """Reference answerers behind a loopback OpenAI-compatible server: the LVLM side's oracles.
 
-`oracle` reads the answer key (lvlm_items) and is always right; `random` picks a seeded uniform letter per
-request (25 average, 0.39 circular in expectation). Both are ordinary `openai` specs (assets/lvlm_demo/,
-docs/lvlm.md); the server runs as its own process, stopped by its pid (also on Ctrl-C)::
-
-    with loopback_answerers(tables_root, specs_dir) as lb:   # writes specs_dir/<name>.yaml
-        ...  # materialize lvlm_answers for lb.models; lb.requests() counts the server's model calls
+`oracle` reads the answer key and is always right; `random` picks a seeded uniform letter (25 average, 0.39
+circular in expectation). The server is its own process, stopped by its pid.
 """
 
 from __future__ import annotations

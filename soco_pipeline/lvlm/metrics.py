@@ -1,8 +1,5 @@
-"""SOCO-LVLM scores: average accuracy (correct rows / rows) and circular accuracy (items whose four rotations
-are all right / items), per setting and scope, and the leaderboard beside the random baselines, the page's
-reference figures and the best backbone. Failed rows (`n_errors`) and unreadable answers (`n_unparsable`)
-count wrong, as the official script does, and the leaderboard shows both.
-"""
+"""SOCO-LVLM scores: average and circular accuracy per setting and scope, and the leaderboard. Failed and
+unreadable answers count wrong, as the official script does."""
 
 from __future__ import annotations
 
@@ -68,9 +65,8 @@ def circular_groups(answers: pd.DataFrame) -> pd.DataFrame:
 
 
 def lvlm_metrics(answers: pd.DataFrame, seed: int = 0, n_boot: int = 2000) -> pd.DataFrame:
-    """Long table (METRIC_COLUMNS): metric average | circular, value 0-100, scope all | supercategory | category;
-    on the scope-all rows the 95% CI (bootstrap over categories, as SOCO's headline: evaluation/stats.py
-    `intervals`, seeded with `seed`)."""
+    """Long table (METRIC_COLUMNS): average | circular, 0-100, per scope; 95% CIs (bootstrap over categories,
+    seeded) on the scope-all rows."""
     if answers.empty:
         return pd.DataFrame(columns=METRIC_COLUMNS)
     is_error = answers["error"].astype(str) != ""
@@ -177,9 +173,8 @@ def answer_health(metrics: pd.DataFrame) -> pd.DataFrame:
 def lvlm_leaderboard(
     metrics: pd.DataFrame, backbone_board: pd.DataFrame | None = None, reference: pd.DataFrame | None = None
 ) -> pd.DataFrame:
-    """One row per evaluated model ('evaluated'), reference model ('reference'), random baseline ('random')
-    and the best backbone's four-choice accuracy ('backbone'): <setting>_average / _circular, and for the
-    evaluated models the 95% CI (bootstrap over categories), n_rows, n_errors, unparsable_pct and source."""
+    """One row per evaluated model, reference model, random baseline and the best backbone's four-choice accuracy:
+    <setting>_average / _circular, and for evaluated models the CIs, counts and source."""
     ours = _wide(metrics[metrics["scope"] == "all"]) if len(metrics) else _wide(pd.DataFrame())
     ours = ours.assign(kind="evaluated", source="this pipeline")
     if len(metrics):

@@ -1,10 +1,5 @@
-"""Prompts as VLMEvalKit's `ImageMCQDataset.build_prompt` (which SOCO's runs used) and request payloads; the request and reply types every backend speaks (`ChatRequest`, `Reply`, `Backend`).
-
-All images first, then one text part::
-
-    Question: {question}\\nOptions:\\nA. {A}\\nB. {B}\\nC. {C}\\nD. {D}\\nPlease select the correct answer
-    from the options above. \\n
-"""
+"""Prompts as VLMEvalKit's `ImageMCQDataset.build_prompt` (which SOCO's runs used), and the request and reply
+types every backend speaks (`ChatRequest`, `Reply`, `Backend`). All images first, then one text part."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""Ask a model: cached answers first, the rest with bounded concurrency, behind both error guards.
-
-`ask_requests` is the project's one asking loop (SOCO-LVLM and every family). Each answer is cached at once,
-so a killed run resumes with the same table; a request still failing after its retries counts as wrong. The
-run stops, keeping its answers, after `max_consecutive_failures` failures in a row (the error names the
-endpoint) or once more than `max_error_rate` of its rows failed (the error quotes the first failure).
+"""Ask a model: cached answers first, the rest with bounded concurrency, behind both error guards
+(`max_consecutive_failures`, `max_error_rate`). `ask_requests` is the project's one asking loop.
 """
 
 from __future__ import annotations
@@ -97,11 +93,8 @@ def ask_requests(
     log: Callable[[str], None] = lambda _msg: None,
     generation: dict | None = None,
 ) -> Answered:
-    """Answer requests 0..n-1 (`request(i)` builds one, on a worker thread): every family's one way to ask.
-
-    Cached and duplicate requests are asked once; both of the spec's guards raise LvlmRunError (what was
-    answered stays cached). `labels(i)` names a request in the error, `seeds(i)` is its retry-jitter seed,
-    `generation` (default: the spec's) joins the request hash; `cache` None caches nothing.
+    """Answer requests 0..n-1 (`request(i)` builds one, on a worker thread); cached and duplicate requests are
+    asked once; both guards raise LvlmRunError. `cache` None caches nothing.
     """
     generation = spec.generation() if generation is None else generation
     workers = max(1, int(getattr(backend, "max_concurrency", 1)))
@@ -219,9 +212,8 @@ def run_model(
     log: Callable[[str], None] = lambda _msg: None,
     warn: Callable[[str], None] | None = None,
 ) -> RunResult:
-    """Answers (ANSWER_COLUMNS) of one model to the items of its settings, in item order (`ask_requests`:
-    a worker reads a row's images, hashes the request, and takes the cached answer or asks the backend).
-    `warn` (default: `log`) gets one line when most answers received gave no letter (`unparsable_warning`)."""
+    """Answers (ANSWER_COLUMNS) of one model to its settings' items, in item order; `warn` (default `log`) gets one
+    line when most answers gave no letter."""
     rows = items[items["setting"].isin(spec.settings)].reset_index(drop=True)
     texts = build_prompts(rows).to_numpy()
     n = len(rows)

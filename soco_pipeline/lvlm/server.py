@@ -1,10 +1,5 @@
-"""A small OpenAI-compatible chat-completions server on loopback, around any answer function.
-
-It serves a local model (the transformers backend) to the `openai` backend or to other tools (e.g.
-VLMEvalKit), and it is what the tests and the benchmark talk to. The answer function gets a
-ChatRequest (decoded images and text) plus the request body and returns the answer text, or an
-HttpReply to send a status/body of its own (a scripted test double uses that for 429s and 500s).
-"""
+"""A small OpenAI-compatible chat-completions server on loopback, around any answer function (a ChatRequest
+and the body in; the text, or an HttpReply of its own, out)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""LVLM specs: one small YAML file per model in assets/lvlms/ (the name is the file stem), parsed into a
-frozen, validated dataclass: a discriminated union on `backend` (openai | transformers); unknown fields are
-an error naming the file and the field. The fields and an example: docs/config.md, "LVLM specs".
-"""
+"""LVLM specs: one YAML file per model in assets/lvlms/, a frozen dataclass per `backend` (openai |
+transformers); unknown fields are an error (docs/config.md, "LVLM specs")."""
 
 from __future__ import annotations
 

@@ -1,10 +1,8 @@
-"""VLMEvalKit interop: items out as TSVs its `run.py --data` runs, the official SOCO-LVLM TSVs in, and
-prediction workbooks scored with the official parser.
+"""VLMEvalKit interop: items out as TSVs, the official SOCO-LVLM TSVs in, prediction workbooks scored.
 
-TSV columns (VLMEvalKit's image MCQ format): index, g_index, qid, category, question, A-D, answer,
-image, image_path. `image` is one base64 JPEG, or a list of them written as a Python list literal
-(VLMEvalKit reads it with its `toliststr`); a value of at most 64 characters is the `index` of an
-earlier row whose images it reuses. `image_path` names the files VLMEvalKit dumps the images to.
+TSV columns: index, g_index, qid, category, question, A-D, answer, image, image_path. `image` is one base64
+JPEG or a Python list literal of them; at most 64 characters, the `index` of an earlier row whose images it
+reuses.
 """
 
 from __future__ import annotations
@@ -116,9 +114,7 @@ def setting_of(path: str | Path) -> str:
 
 
 def import_tsv(path: str | Path, image_root: str, setting: str | None = None) -> pd.DataFrame:
-    """Read a SOCO-LVLM / VLMEvalKit TSV as LVLM items (images decoded into image_root by content hash).
-
-    `rotation` is the row's position in its g_index group; a row with more than two images is an error."""
+    """Read a SOCO-LVLM / VLMEvalKit TSV as LVLM items (images decoded into image_root by content hash)."""
     setting = setting or setting_of(path)
     df = pd.read_csv(path, sep="\t", dtype={"index": str, "image": str}, keep_default_na=False)
     missing = {"index", "g_index", "question", "A", "B", "C", "D", "answer", "image"} - set(df.columns)

@@ -66,7 +66,7 @@ def reevaluate_on_cron(cron: str) -> dg.AutomationCondition:
     """After each tick of `cron`, request a partition once if stale (code version or an upstream data version
     changed): `on_cron` with staleness, which would otherwise re-run every partition every period."""
     # Two SINCE nodes: Dagster keys a SINCE node's state by its children's names only, so one OR under
-    # since_last_handled shared ON_CHANGE's state and requested `metrics` twice (tests/test_automation_state.py).
+    # since_last_handled shared ON_CHANGE's state, requesting `metrics` twice (tests/test_automation_state.py).
     stale = (
         AC.code_version_changed().since_last_handled()
         | AC.any_deps_match(AC.data_version_changed()).since_last_handled()
