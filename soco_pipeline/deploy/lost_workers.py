@@ -1,10 +1,8 @@
 """Steps whose whole Celery worker vanished (kill -9, a lost node): find them and fail them cleanly.
 
-A task a worker took stays in kombu's `unacked` hash until acked (`task_acks_late`); when the whole worker
-dies, nobody fails it and the dagster-celery orchestrator waits until the broker's visibility timeout
-(hours). `fail_lost_tasks` stores a WorkerLostError as the task's result (a failed step, re-executable from
-failure) and removes the message from the unacked hash, so it is never redelivered into a failed run.
-The sensor that decides which worker is lost is in defs/recovery.
+Their message stays in kombu's `unacked` hash and the orchestrator would wait for the broker's visibility
+timeout (hours); `fail_lost_tasks` stores a WorkerLostError as the result and drops the message. The sensor
+deciding which worker is lost is in defs/recovery.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""Start and stop server processes by pid and process group: setsid on start, TERM-wait-KILL on stop.
-
-Each service runs in its own session (`setsid`), so its process group holds the server and every child
-it forks (a code server's run workers, a Celery worker's pool process, Postgres' backends); a stop
-signals the whole group, waits with a deadline, and KILLs what is left.
+"""Start and stop server processes by pid and process group: setsid on start (the group holds every child
+it forks), TERM-wait-KILL of the whole group on stop.
 """
 
 from __future__ import annotations

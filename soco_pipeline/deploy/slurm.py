@@ -109,9 +109,8 @@ class LocalSlurm:
 
     @property
     def munge_socket(self) -> Path:
-        """munged's own socket (the system one is never used): in the folder when its path (and munged's
-        `.lock` beside it) fits a Unix socket's 107 bytes, else in the system's temp folder, named after a
-        hash of the folder (a deep test folder gave 110 bytes, and munged exited with 1)."""
+        """munged's own socket: in the folder when its path (and `.lock`) fits a Unix socket's 107 bytes, else in
+        the temp folder, named by a hash of the folder."""
         inside = self.root / "munge" / "munge.socket"
         if len(str(inside).encode()) + len(".lock") <= SOCKET_PATH_MAX:
             return inside

@@ -1,6 +1,5 @@
-"""Submit one batch job with `sbatch` and follow it with `scontrol show job` until it ends, with named
-errors for a cancelled, node-down, failed or queue-stuck job. Plain Slurm commands (SLURM_CONF picks the
-cluster); states come from `scontrol`, not `sacct` (accounting may be off).
+"""Submit one batch job with `sbatch` and follow it with `scontrol show job` (not `sacct`: accounting may be
+off) until it ends, with named errors for a cancelled, node-down, failed or queue-stuck job.
 """
 
 from __future__ import annotations
@@ -145,9 +144,8 @@ def follow(
     stderr_tail: Callable[[], str] = lambda: "",
     controller_grace_s: float = 120.0,
 ) -> JobInfo:
-    """Poll the job until it ends: its final JobInfo when COMPLETED, else the named SlurmJobError (a job
-    still pending after `queue_deadline_s` is cancelled: SlurmQueueTimeout). `scontrol` failures are retried
-    for `controller_grace_s` in a row; `on_poll` runs after every poll."""
+    """Poll the job until it ends: its JobInfo when COMPLETED, else the named SlurmJobError (SlurmQueueTimeout,
+    cancelled, after `queue_deadline_s` pending); `scontrol` failures retried for `controller_grace_s`."""
     submitted = time.monotonic()
     failing_since: float | None = None
     while True:

@@ -1,11 +1,8 @@
 """The per-backbone feature cache: dense maps extracted once per (backbone, image), fp16 on disk.
 
-Under `<cache_root>/<backbone>/<spec_hash>/`: `info.json` (the normalised spec, its hash, the code version, S,
-stride), `manifest.parquet` (FeatureManifestSchema rows, `path` relative to the cache root), `<image_id>.npy`
-(fp16 C x h x w, L2-normalised over channels) and, for timm ViTs, `<image_id>.cls.npy` (the class token). A
-spec change gives a new folder. Extraction is resumable (an image is done when the manifest lists it and its
-files are present and, by default, their checksums match); the manifest is flushed every few seconds and
-whenever extraction stops, so an interrupted run loses at most the batch in flight."""
+Under `<cache_root>/<backbone>/<spec_hash>/`: `info.json`, `manifest.parquet` (paths relative to the cache
+root), `<image_id>.npy` (fp16 C x h x w, L2-normalised) and, for timm ViTs, `<image_id>.cls.npy`. Resumable:
+the manifest is flushed every few seconds and whenever extraction stops."""
 
 from __future__ import annotations
 
@@ -147,13 +144,11 @@ def extract_features(
     backbone: Backbone | None = None,
     verify: str = "checksum",
 ) -> pd.DataFrame:
-    """Extract and cache L2-normalised fp16 features of every image (image_set rows) for one backbone spec;
-    returns the requested images' manifest rows in their order (FeatureManifestSchema plus width, height,
-    spec_hash).
+    """Extract and cache L2-normalised fp16 features of every image for one backbone spec; returns the requested
+    images' manifest rows in their order (plus width, height, spec_hash).
 
-    Only images without a valid cached file are computed (`verify`: checksum | exists | none). `context` is a
-    BackboneContext or {data_root | embedded_root, device}; a prebuilt `backbone` must come from `spec`, else
-    one is built only if something is missing."""
+    Only images without a valid cached file are computed (`verify`: checksum | exists | none); a prebuilt
+    `backbone` must come from `spec`, else one is built only if something is missing."""
     if verify not in ("checksum", "exists", "none"):
         raise ValueError(f"verify must be 'checksum', 'exists' or 'none', got {verify!r}")
     if backbone is not None and backbone.spec != spec:

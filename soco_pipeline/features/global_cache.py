@@ -1,9 +1,6 @@
-"""The global-feature output of the shared feature cache: per (backbone, input policy, image) the class token
-of each of the last two blocks and the mean of the last block's patch tokens, extracted once for every family
-that asks. The extractors are `features.global_extractors`.
-
-Layout, checksums, resuming, lock-free concurrent writers (one manifest file each, merged on read) and the
-repair of damage: docs/fgbmk.md, "Global features"."""
+"""The global-feature output of the shared feature cache: per (backbone, input policy, image) the class tokens
+of the last two blocks and the last block's patch mean, extracted once for every family (docs/fgbmk.md,
+"Global features": layout, checksums, concurrent writers, repair)."""
 
 from __future__ import annotations
 
@@ -73,9 +70,8 @@ class GlobalFeatures:
         return np.concatenate(parts, axis=1).astype(np.float32)
 
     def table(self, backbone: str, folder: str, cache_root: str | None = None) -> pd.DataFrame:
-        """The asset table of these features: one row per image with its cache folder and the part sizes. With
-        `cache_root` the folder is stored relative to it, so a copied storage root reads its own cache
-        (`resolve_folder` turns it back into a path)."""
+        """The asset table of these features: one row per image with its cache folder (relative to `cache_root`
+        when given, so a copied storage root reads its own cache) and the part sizes."""
         root = str(cache_root).rstrip("/") + "/" if cache_root else None
         return pd.DataFrame(
             {
@@ -125,9 +121,8 @@ def _manifest_files(folder: str) -> list[str]:
 
 
 def _read_manifest(folder: str, damaged: list[str] | None = None) -> pd.DataFrame:
-    """Every writer's manifest rows, oldest file first (`order` says which file). An unreadable file raises a
-    FeatureError naming it, or, when a `damaged` list is given, is appended to it and skipped (extraction then
-    re-extracts its images)."""
+    """Every writer's manifest rows, oldest file first; an unreadable file raises a FeatureError, or is appended
+    to `damaged` (when given) and skipped."""
     frames = []
     for order, path in enumerate(_manifest_files(folder)):
         try:
@@ -198,9 +193,8 @@ def _to_extract(folder: str, images: pd.DataFrame, damaged: list[str]) -> pd.Dat
 
 
 def _writer_manifest(folder: str) -> str:
-    """This writer's own manifest file: `manifest-<start time ns>-<pid>-<random>.parquet`. Only this
-    writer writes it, so two writers of one folder (SOCO and FG-BMK at the same policy) never overwrite each
-    other's rows, on any storage; readers merge every writer's file."""
+    """This writer's own manifest file (`manifest-<ns>-<pid>-<random>.parquet`), so two writers of one folder
+    never overwrite each other's rows; readers merge every writer's file."""
     return join(folder, f"manifest-{time.time_ns():020d}-{os.getpid()}-{uuid.uuid4().hex[:12]}.parquet")
 
 
@@ -259,11 +253,8 @@ def extract_global(
     folder: str | None = None,
     name: str | None = None,
 ) -> GlobalFeatures:
-    """Global features of every image (image_id, uri, width, height [+ label columns for oracles]), cached.
-
-    `extractor` is built already, or a builder called only when an image is missing (then `folder` and `name`
-    are needed). Extraction runs in batches of `config.batch_size`, one shard each, the manifest rewritten
-    after each."""
+    """Global features of every image (image_id, uri, width, height [+ label columns for oracles]), cached in
+    batches of `config.batch_size`, one shard each; `extractor` is built, or a builder called only when needed."""
     log = log or (lambda _m: None)
     if isinstance(extractor, GlobalExtractor):
         folder, name = extractor.cache_folder(cache_root, config), extractor.name
@@ -335,9 +326,8 @@ def cached_global(
     context: BackboneContext | dict | None = None,
     log: Callable[[str], None] | None = None,
 ) -> tuple[GlobalFeatures, str]:
-    """The shared cache's front door for global features: (the features of `images` in their order, the cache
-    folder), extracting only what is missing for this (backbone spec, input policy); the backbone is built
-    only then. Every family asks here, so an image is extracted once per (backbone, policy)."""
+    """The shared cache's front door for global features: (the features of `images` in order, the folder),
+    extracting only what is missing; every family asks here."""
     folder = global_folder(cache_root, spec.name, spec_identity(spec, policy), policy)
     feats = extract_global(
         lambda: build_global_extractor(spec, policy, context),
@@ -352,9 +342,8 @@ def cached_global(
 
 
 def read_global(folder: str, image_ids=None) -> GlobalFeatures:
-    """The cached global features of a folder (every shard read xxh3-verified), in `image_ids` order if given;
-    only the shards that hold those images are read. A damaged manifest or info.json, or a missing or corrupt
-    shard, raises a FeatureError naming the file and the fix."""
+    """The cached global features of a folder (xxh3-verified shards, only those holding `image_ids`), in
+    `image_ids` order if given; damage raises a FeatureError naming the file and the fix."""
     manifest = _read_manifest(folder)
     if image_ids is not None:
         manifest = manifest[manifest.image_id.isin(list(image_ids))]

@@ -1,9 +1,6 @@
-"""The extractors of the global-feature output: per backbone kind's declared readout (backbones/kinds.py
-GLOBAL_READOUTS), pixels in [0, 1] -> cls_prev, cls_last, patch_mean, at a `GlobalInputPolicy` (FG-BMK's eval
-transform by default). What each readout gives: docs/fgbmk.md, "Global features".
-
-Extractors normalise inside, so attacks in pixel space (FG-BMK's robustness) differentiate through them when
-`differentiable` is True. The cache is `features.global_cache`."""
+"""The extractors of the global-feature output, per kind's declared readout: pixels in [0, 1] -> cls_prev,
+cls_last, patch_mean, at a `GlobalInputPolicy` (docs/fgbmk.md, "Global features"). They normalise inside, so
+pixel-space attacks differentiate through them when `differentiable` is True."""
 
 from __future__ import annotations
 
@@ -50,9 +47,7 @@ class GlobalExtractor:
 
 
 def global_folder(cache_root: str, name: str, identity: dict, policy: GlobalInputPolicy) -> str:
-    """The cache folder of one (backbone, input policy): `<cache_root>/<name>/<spec hash>/global_<policy hash>`,
-    beside the backbone's dense maps; the policy hash covers the policy's cache key, the extractor's extra
-    identity and GLOBAL_CODE_VERSION."""
+    """The cache folder of one (backbone, input policy): `<cache_root>/<name>/<spec hash>/global_<policy hash>`."""
     digest = hashlib.sha256(
         json.dumps(
             {
@@ -165,9 +160,8 @@ class CnnGlobal(ModelGlobal):
 
 
 class DenseMeanGlobal(GlobalExtractor):
-    """Any backbone with only dense maps: the mean of its map in every part, at its own input protocol or,
-    with `config.dense_input`, at that input side (the backbone is then built from a copy of its spec with
-    that input; the cache keeps the original spec's folder, the input size goes into the policy hash)."""
+    """Any backbone with only dense maps: the mean of its map in every part, at its own input or at
+    `config.dense_input` (then in the policy hash; the cache keeps the original spec's folder)."""
 
     def __init__(self, backbone: Backbone, config: GlobalInputPolicy, spec: BackboneSpec | None = None):
         self.backbone, self.name, self.device = backbone, backbone.spec.name, backbone.device

@@ -13,9 +13,8 @@ GLOBAL_CODE_VERSION = "1"  # bump when the extractors change what they compute (
 
 
 class GlobalInputPolicy(BaseModel):
-    """Resize the shorter side, centre-crop, normalise (FG-BMK's eval transform; its published values are the
-    defaults); `final_norm` applies a ViT's final LayerNorm to each block read. Every field except `threads`
-    and `batch_size` is part of the cache key."""
+    """Resize the shorter side, centre-crop, normalise (FG-BMK's eval transform); `final_norm` applies a ViT's
+    final LayerNorm. Every field but `threads` and `batch_size` is in the cache key."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -35,9 +34,8 @@ class GlobalInputPolicy(BaseModel):
 
 
 def global_ignores_input(kind: str, policy: GlobalInputPolicy) -> bool:
-    """Whether a backbone's global output ignores its spec's `input`: a model read block by block (its kind
-    offers "blocks") takes the policy's resize and crop; a dense-only one runs at the policy's `dense_input` when
-    it names one (else at the spec's own input)."""
+    """Whether a backbone's global output ignores its spec's `input`: a block-read model takes the policy's
+    resize; a dense-only one the policy's `dense_input` when it names one."""
     return "blocks" in capabilities(kind) or bool(policy.dense_input)
 
 

@@ -29,10 +29,7 @@ from soco_pipeline.storage import (
 
 def _map_local(path: str, checksum: str | None = None) -> tuple[np.ndarray, mmap.mmap | None]:
     """A local .npy file mapped read-only (and the mapping when checksummed); ValueError saying what is wrong.
-
-    With `checksum` the mapped bytes are hashed (xxh3) and the array views that same mapping. Files are
-    replaced by atomic rename, but a write into the file itself shows through, so a cached array is re-hashed
-    on each hit."""
+    With `checksum` the mapped bytes are hashed on each hit: a write into the file itself would show through."""
     try:
         with open(path, "rb") as f:
             version = npy_format.read_magic(f)
@@ -76,9 +73,8 @@ def _non_finite(arr: np.ndarray) -> int:
 class FeatureStore:
     """Read access to one backbone's cached features: `.get(image_id) -> (C x h x w float32, meta)`.
 
-    The last `cache_items` fp16 maps are kept in memory; meta holds input_size (S), stride, grid_h, grid_w,
-    channels, width, height (maps cover the white-padded S x S square). Every read is verified against the
-    manifest's xxh3 checksum (older manifests: for NaN/inf) unless `verify_reads = False`."""
+    The last `cache_items` maps stay in memory; every read is verified against the manifest's xxh3 checksum
+    unless `verify_reads = False`."""
 
     verify_reads: bool = True
 
@@ -108,9 +104,8 @@ class FeatureStore:
 
     @classmethod
     def from_manifest(cls, cache_root: str, manifest: pd.DataFrame, cache_items: int = 64) -> FeatureStore:
-        """The store of the images in a manifest extract_features returned; one reduced to
-        FeatureManifestSchema's columns still works (the folder is read off `path`, the full rows from the
-        cached manifest)."""
+        """The store of the images in a manifest extract_features returned (also one reduced to
+        FeatureManifestSchema's columns)."""
         if manifest.empty:
             raise FileNotFoundError("the feature manifest is empty: no image has cached features")
         folders = manifest.path.str.rsplit("/", n=1).str[0].unique()
@@ -261,9 +256,8 @@ class FeatureStore:
         )
 
     def class_token(self, image_id: str) -> np.ndarray:
-        """The cached class token (C, float32, L2-normalised) of one image, verified against the manifest's
-        checksum on every read (or, for older manifests without one, for NaN/inf); a clear error when
-        there is none or it is damaged."""
+        """The cached class token (C, float32, L2-normalised) of one image, verified on every read; a clear error
+        when there is none or it is damaged."""
         meta = self.meta(image_id)
         row = self.manifest.loc[image_id]
         rel = row["cls_path"] if "cls_path" in self.manifest.columns else ""

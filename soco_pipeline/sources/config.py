@@ -45,12 +45,8 @@ CANDIDATE_COLUMNS = (
 
 @pydantic_dataclass(frozen=True, config=STRICT)
 class SourceConfig:
-    """Roots of the source data sets (fsspec paths; None = not used) and the filter / aggregation parameters;
-    a pydantic dataclass, so a value out of range raises a ValidationError naming the field.
-
-    `clicks_path` holds RawClickSchema rows; `categories` is a selection, not a rejection; an image is
-    "too_small" under `min_bbox_fraction` of the image area; `outlier_k` / `outlier_floor` are
-    `keypoints.aggregate_clicks`'s outlier rule; `check_workers` threads open and decode images."""
+    """Roots of the source data sets (fsspec paths; None = not used) and the filter / aggregation parameters,
+    validated per field. `categories` is a selection, not a rejection."""
 
     imagenet3d_root: str | None = None
     animal3d_root: str | None = None

@@ -1,9 +1,7 @@
 """Reader for the ImageNet3D layout: images/<cat>/<id>.JPEG + annotations/<cat>/<id>.npz.
 
-Each npz holds an `annotations` object array of per-object dicts (azimuth, elevation, theta [rad],
-distance, cad_index, bbox [x1,y1,x2,y2], class, px, py, object_status, dense) and optionally `height`,
-`width` scalars. The reader summarises the objects into one candidate row per image; the filters
-live in `soco_pipeline.data.imageset`.
+Each npz holds an `annotations` object array of per-object dicts (azimuth, elevation, theta [rad], distance,
+bbox [x1,y1,x2,y2], ...), summarised into one candidate row per image; the filters are data/imageset.py.
 """
 
 from __future__ import annotations
@@ -86,9 +84,8 @@ def imagenet3d_image_ids(root: str) -> set[str]:
 
 
 def read_imagenet3d(root: str, categories: Iterable[str] | None = None, workers: int = 8) -> pd.DataFrame:
-    """One candidate row (CANDIDATE_COLUMNS) per image of `images/` or `annotations/` under an
-    ImageNet3D-layout root (a missing side is rejected later: "invalid_pose" / "missing_image"); a malformed
-    npz raises ValueError naming it."""
+    """One candidate row (CANDIDATE_COLUMNS) per image of an ImageNet3D-layout root (a missing side is rejected
+    later); a malformed npz raises ValueError naming it."""
     wanted = set(categories) if categories is not None else None
     ann_paths = glob_paths(join(root, "annotations"), "*/*.npz")
     img_paths = [p for p in glob_paths(join(root, "images"), "*/*") if p.endswith(IMAGE_SUFFIXES)]

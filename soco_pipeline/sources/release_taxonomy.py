@@ -1,12 +1,7 @@
-"""The taxonomy of an official SOCO release, built from the release itself (docs/official-data.md), so a
-`soco_release` run does not use assets/taxonomy.yaml.
+"""The taxonomy of an official SOCO release, built from the release itself (docs/official-data.md).
 
-The tree: every set of categories that share a keypoint is a node, the smallest set holding another is its
-parent, a keypoint only one category has is defined at that category; sets that overlap without one holding
-the other are merged (with a warning). `Metadata/keypoint_taxonomy.json` is read defensively (a
-`ReleaseWarning` and a fallback for what it lacks); the parts read are the ones our export writes. Orders:
-categories by name, concepts by `concept_id`, keypoints by their per-category `id` (then name), so renaming
-every name keeps every seeded draw the same."""
+Every set of categories sharing a keypoint is a node, the smallest set holding another its parent;
+overlapping sets are merged with a warning. Orders go by ids, not names, so renaming keeps every seeded draw."""
 
 from __future__ import annotations
 

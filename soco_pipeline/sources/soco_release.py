@@ -1,11 +1,7 @@
-"""Import of the official SOCO release layout into the canonical tables (DESIGN section 2; what is read and
-what is refused: docs/official-data.md).
+"""Import of the official SOCO release layout into the canonical tables (docs/official-data.md).
 
-Yields images (source "soco", no pose), keypoints (from KeypointAnnotations when present, else the pair files'
-visible points with n_annotators 0 and NaN spread), image_pairs (`split` from `trainsplits/` when listed) and
-correspondences (SOC rows from semantic_overlap, CC rows = src x trg of each concept_matches group;
-n_candidates = the target side of the keypoint's concept group, geo = n_candidates >= 2). Files written by
-`soco_pipeline.data.soco_export` add `pair_key` (our pair id), `level` and `ancestor`. Bad input is a
+SOC rows come from semantic_overlap, CC rows are src x trg of each concept_matches group (geo =
+n_candidates >= 2); files from data/soco_export add `pair_key`, `level` and `ancestor`. Bad input is a
 ValueError naming the file."""
 
 from __future__ import annotations
@@ -285,9 +281,7 @@ def _merge_splits(pairs: list[dict]) -> list[dict]:
 
 
 def read_soco_release(root: str, taxonomy: Taxonomy | None = None, workers: int = 8) -> SocoRelease:
-    """Read a SOCO release (official or written by `export_soco_release`) into canonical tables. `taxonomy`
-    None builds the release's own (`sources.release_taxonomy`); a given one is used as it is. Bad input:
-    ValueError naming the file."""
+    """Read a SOCO release into canonical tables; `taxonomy` None builds the release's own."""
     pair_paths = [
         (lvl, "", p)
         for lvl in ("intra", "cross")

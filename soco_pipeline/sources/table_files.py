@@ -1,10 +1,6 @@
-"""Workbooks made elsewhere (an xlsx, or a .tsv / .csv) read by what their bytes are, not only by their name.
-
-- an xlsx (a zip: `PK\\x03\\x04`) is read as a workbook whatever its name (an xlsx saved as `.tsv`);
-- text with a byte-order mark is decoded by it (UTF-8, UTF-16 LE / BE: what Excel's "Unicode text" writes);
-- other text must be UTF-8: any other encoding (Latin-1, Windows-1252 ...) cannot be told apart from the bytes
-  alone, so it is refused with the file, the line and byte, and the fix (save it as UTF-8), never guessed;
-- UTF-16 without a byte-order mark (NUL bytes in text) and Excel 97-2003 `.xls` files are refused the same way.
+"""Workbooks made elsewhere (xlsx, .tsv, .csv) read by what their bytes are, not only by their name: an xlsx
+zip whatever its name, a byte-order mark decoded, else UTF-8 only; other encodings, BOM-less UTF-16 and
+`.xls` are refused with the file, the position and the fix, never guessed.
 """
 
 from __future__ import annotations

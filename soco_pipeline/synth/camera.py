@@ -1,9 +1,7 @@
 """A perspective camera posed ImageNet3D-style: azimuth, elevation, in-plane theta, distance.
 
-Convention: the camera sits at distance * (cos e cos a, cos e sin a, sin e) in the object frame and
-looks at the origin, so azimuth 0 sees the object's front (+x) and azimuth 90 degrees its left side
-(+y). Theta rotates the image about the optical axis (positive = counter-clockwise in the image).
-Image coordinates: x right, y down, origin at the top-left pixel corner (pixel centres at +0.5).
+The camera sits at distance * (cos e cos a, cos e sin a, sin e) looking at the origin (azimuth 0 sees the
+front, +x); theta is counter-clockwise in the image. Image: x right, y down, pixel centres at +0.5.
 """
 
 from __future__ import annotations

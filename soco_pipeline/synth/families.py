@@ -1,13 +1,8 @@
 """The 16 hand-modelled shape families, built from primitives, each pinning its taxonomy keypoints.
 
-Object frame: +x is the object's front, +y its LEFT (as it faces forward), +z up, ground at z = 0.
-Families share structure on purpose (four wheels on every vehicle, four legs on every piece of
-furniture and every animal) so that keypoints inherited from a common taxonomy ancestor sit on
-corresponding parts across categories (the basis of Cross-SOC).
-
-Every builder takes `p` (shape parameters, see FAMILY_PARAMS, read from assets/synth_families.yaml),
-`col` (colours) and `want` (the set of keypoints the category has; optional parts such as sirens or door
-handles are built only when their keypoints are wanted).
+Object frame: +x front, +y LEFT, +z up, ground at z = 0. Families share structure on purpose (wheels,
+legs) so inherited keypoints sit on corresponding parts (the basis of Cross-SOC). Builders take `p`
+(FAMILY_PARAMS), `col` (colours) and `want` (the category's keypoints; optional parts built only if wanted).
 """
 
 from __future__ import annotations

@@ -196,9 +196,7 @@ def generate_dataset(
     workers: int | None = None,
 ) -> dict:
     """Generate the embedded benchmark under `root` and return its manifest: `size` demo (16 x 24 kept images)
-    or full (100 x 40), plus ~10% intended rejects, unless `categories` / `images_per_category` override it.
-    The same seed gives byte-identical files; `workers` processes (default 2 above 64 images, else
-    in-process)."""
+    or full (100 x 40) plus ~10% rejects; the same seed gives byte-identical files."""
     if size not in SIZES:
         raise ValueError(f"unknown size {size!r}: use one of {sorted(SIZES)}")
     tax = load_taxonomy()

@@ -1,8 +1,5 @@
-"""Analytic 3D primitives (box, tapered cylinder, ellipsoid) with vectorized ray intersection.
-
-Every primitive lives in its own local frame: world = rot @ local + center. Rays are intersected in
-that frame, vectorized over all rays at once; the ray parameter is preserved by the rigid transform
-(and by the per-axis scaling used for ellipsoids), so `t` is directly comparable across primitives.
+"""Analytic 3D primitives (box, tapered cylinder, ellipsoid) with vectorized ray intersection in their local
+frame (world = rot @ local + center); `t` is preserved, so it compares across primitives.
 """
 
 from __future__ import annotations
@@ -17,9 +14,8 @@ _EPS = 1e-9
 
 @dataclass
 class Primitive:
-    """One solid part of an object: box (size = half extents), cylinder (r_bottom, r_top, half_height along
-    local z) or ellipsoid (semi-axes); `texture` (name, params) is evaluated on local hit coordinates by the
-    renderer."""
+    """One solid part: box (size = half extents), cylinder (r_bottom, r_top, half_height along z) or ellipsoid
+    (semi-axes); `texture` (name, params) is evaluated on local hit coordinates."""
 
     kind: str
     part: str

@@ -1,7 +1,5 @@
-"""Vectorized ray-casting renderer: z-buffer, part-identity map, Lambert shading, keypoint visibility.
-
-Each primitive is ray-cast only over the pixels inside its projected screen box, all those pixels at
-once; the nearest hit wins (a z-buffer with min depth).
+"""Vectorized ray-casting renderer: z-buffer, part-identity map, Lambert shading, keypoint visibility; each
+primitive is cast only over its projected screen box.
 """
 
 from __future__ import annotations
@@ -124,10 +122,8 @@ def keypoint_visibility(
     rel_tol: float = 2e-3,
     pixel_tol: float = 0.02,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Exact projections (K, 2) and visibility (K,) of the model's keypoints: visible iff inside the image,
-    nothing in front along its exact ray (tolerance `rel_tol` x radius plus thin-part slack) and, given
-    `depth`, within `pixel_tol` x radius of the z-buffer at its pixel (so a silhouette-edge pixel showing
-    background is invisible)."""
+    """Exact projections (K, 2) and visibility (K,): inside the image, nothing in front along its ray and, given
+    `depth`, within `pixel_tol` x radius of the z-buffer (a silhouette-edge pixel is invisible)."""
     uv, z = cam.project(model.kp_xyz)
     dirs = cam.rays(uv[:, 0], uv[:, 1])
     zbuf = np.full(len(uv), np.inf)

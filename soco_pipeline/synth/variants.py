@@ -1,8 +1,5 @@
-"""Categories as parametric variants of their family, and per-instance variation.
-
-A category's shape and colour perturbation is derived from its name alone (a CRC32 seed), so a
-`zebra` always differs from a `horse` the same way; a few recognisable traits are spelled out in
-TRAITS (assets/synth_variants.yaml). Each image then jitters proportions and colours with its own RNG.
+"""Categories as parametric variants of their family (a CRC32 seed of the name; TRAITS in
+assets/synth_variants.yaml), and per-instance jitter from each image's own RNG.
 """
 
 from __future__ import annotations
