@@ -44,8 +44,7 @@ def load_group_folders(package: ModuleType = defs_package) -> dg.Definitions:
 
 
 def over_families(families: list[Family]) -> dg.Definitions:
-    """The assets over the declared families' boards: `model_headlines`, `model_summary`, `results_database`
-    and every regression watch (`watch_pairs`)."""
+    """The assets over the declared families' boards: summaries, `results_database` and every watch."""
     from soco_pipeline.defs.results.assets import results_database_asset
     from soco_pipeline.defs.shared.watch import family_history, regression_sensor_on
     from soco_pipeline.defs.summary.assets import summary_assets
@@ -62,8 +61,7 @@ def over_families(families: list[Family]) -> dg.Definitions:
 
 
 def watch_pairs(families: list[Family]) -> list[tuple[FamilyWatch, Family | None]]:
-    """Every regression watch of the registry with the `Family` whose tables it reads (None for SOCO's, whose
-    snapshots its results record archives)."""
+    """Every regression watch of the registry with the `Family` whose tables it reads (None for SOCO's)."""
     from soco_pipeline.tasks.core import all_specs
 
     core = [(s.watch, None) for s in all_specs().values() if s.watch is not None and s.watch.archived]
@@ -76,8 +74,7 @@ def watch_pairs(families: list[Family]) -> list[tuple[FamilyWatch, Family | None
 
 
 def build_definitions(**overrides) -> dg.Definitions:
-    """Definitions with the SocoSettings resource built from the environment plus `overrides` (tests pass
-    e.g. storage_root / backbones_dir / categories to run on a temporary folder)."""
+    """Definitions with the SocoSettings resource from the environment plus `overrides` (tests' folders)."""
     soco = SocoSettings(**overrides)
     location = dg.Definitions(
         sensors=[

@@ -88,8 +88,7 @@ def _waiting_and_holders(
 
 
 def waiting_message(instance: dg.DagsterInstance, run_ids: set[str], pool: str) -> str | None:
-    """A line saying which of `run_ids` waits for a slot of `pool`, which runs hold the slots and how to
-    free them, or None when none of `run_ids` waits."""
+    """A line saying which of `run_ids` waits for a slot of `pool`, who holds it and how to free it."""
     waiting, holders, limit = _waiting_and_holders(instance, run_ids, pool)
     if not waiting or not holders:
         return None
@@ -148,8 +147,7 @@ def recovering(inner: dg.ExecutorDefinition) -> dg.ExecutorDefinition:
 
 
 def executor_for_profile() -> dg.ExecutorDefinition:
-    """The executor of the profile: `local`, Dagster's default wrapped by `recovering`; `distributed`, Celery on
-    $SOCO_CELERY_BROKER."""
+    """The executor of the profile: `local`, Dagster's default behind `recovering`; `distributed`, Celery."""
     if profile() == "local":
         return recovering(forkserver_by_default(dg.multi_or_in_process_executor))
     from dagster_celery import celery_executor

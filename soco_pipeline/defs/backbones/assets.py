@@ -84,8 +84,7 @@ def evaluation_protocol(soco: SocoSettings) -> dg.DataVersion:
 
 
 def cache_table(name: str, **kwargs):
-    """Decorator of a per-backbone output of the feature cache: it runs the backbone (the gpu pool), reads the
-    spec file, and re-evaluates like the tables it feeds; code version CODE_VERSIONS[name]."""
+    """Decorator of a per-backbone feature-cache output (gpu pool, reads the spec)."""
     return partition_table(
         backbones_partitions,
         group_name=GROUP,
@@ -100,8 +99,7 @@ def cache_table(name: str, **kwargs):
 
 
 def cache_context(soco: SocoSettings) -> dict:
-    """The BackboneContext the feature cache builds backbones with: the embedded data root (oracles) and the
-    run's device (the spec's own when that is auto)."""
+    """The BackboneContext of the feature cache: the embedded data root (oracles) and the run's device."""
     return {"embedded_root": soco.embedded_root, "device": soco.device}
 
 
@@ -157,8 +155,7 @@ def global_feature_manifest(
 
 
 def backbone_table(name: str, kinds: set[str] | None = None, **kwargs):
-    """Decorator of a per-backbone evaluation table that reads the protocol: its group, partitions, code version
-    (CODE_VERSIONS[name]) and the protocol as a dependency."""
+    """Decorator of a per-backbone evaluation table with the protocol as a dependency."""
     return partition_table(
         backbones_partitions,
         group_name=GROUP,

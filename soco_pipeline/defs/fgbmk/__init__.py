@@ -18,8 +18,7 @@ from soco_pipeline.tasks.fgbmk import schemas
 
 
 def fgbmk_reads(spec, cfg) -> dict:
-    """The spec fields FG-BMK's tables read: its global features and attacks take the family's own input
-    policy (cfg.global_features), so the spec's `input` only where a dense-only backbone runs at it."""
+    """The spec fields FG-BMK reads: `input` only where a dense-only backbone runs at it."""
     from soco_pipeline.backbones.reads import computation
     from soco_pipeline.features.policy import global_reads
 

@@ -38,8 +38,7 @@ REEVALUATE_CRON = variable("SOCO_REEVALUATE_CRON") or "0 3 * * 1"  # Mondays 03:
 
 
 def sensor_interval_s() -> int:
-    """Seconds between two evaluations of the automation condition sensor and the spec-folder sensors
-    ($SOCO_SENSOR_INTERVAL_S, default 15): the daemon's pace from one asset's materialization to the next."""
+    """Seconds between two ticks of the automation and spec-folder sensors ($SOCO_SENSOR_INTERVAL_S)."""
     text = variable("SOCO_SENSOR_INTERVAL_S") or "15"
     try:
         value = int(text)
@@ -51,20 +50,17 @@ def sensor_interval_s() -> int:
 
 
 def daemon_interval(seconds: int) -> int:
-    """A sensor's `minimum_interval_seconds` for a tick every `seconds`: one second less, so that the
-    daemons' 5 s loop never skips a tick that came a moment early (docs/benchmarks.md, the sensor change)."""
+    """A sensor's `minimum_interval_seconds`: one second less, so the daemons' 5 s loop never skips a tick."""
     return max(1, seconds - 1)
 
 
 def daemon_minimum_interval_s() -> int:
-    """The automation and spec-folder sensors' `minimum_interval_seconds`: daemon_interval of
-    sensor_interval_s()."""
+    """The automation and spec-folder sensors' `minimum_interval_seconds`."""
     return daemon_interval(sensor_interval_s())
 
 
 def reevaluate_on_cron(cron: str) -> dg.AutomationCondition:
-    """After each tick of `cron`, request a partition once if stale (code version or an upstream data version
-    changed): `on_cron` with staleness, which would otherwise re-run every partition every period."""
+    """After each tick of `cron`, request a partition once if stale (`on_cron` would re-run them all)."""
     # Two SINCE nodes: Dagster keys a SINCE node's state by its children's names only, so one OR under
     # since_last_handled shared ON_CHANGE's state, requesting `metrics` twice (tests/test_automation_state.py).
     stale = (
@@ -127,8 +123,7 @@ def specs_version(names: dict[str, list[str]]) -> str:
 
 
 def eager_allowing_missing(*optional: str) -> dg.AutomationCondition:
-    """Dagster's eager condition, except that the upstream assets named in `optional` (inputs read with
-    `allow_missing`, summaries not every deployment has) do not hold the asset back while missing."""
+    """Dagster's eager condition, except that missing `optional` upstream assets do not hold it back."""
     return (
         AC.in_latest_time_window()
         & (AC.newly_missing() | AC.any_deps_updated()).since_last_handled()
@@ -149,8 +144,7 @@ def per_model_selection(partitions: str) -> dg.AssetSelection:
 
 
 def per_model_assets(context: dg.SensorEvaluationContext, partitions: str) -> list[str]:
-    """The per-model tables a changed spec re-runs: every automated table tagged for `partitions`, in every
-    family whose unpartitioned inputs exist (a family nobody started is not started by a spec change)."""
+    """The automated per-model tables a changed spec re-runs, in every family that has started."""
     repo = context.repository_def
     if repo is None:
         return []
@@ -185,8 +179,7 @@ def spec_folder_result(
     label: str,
     source_asset: str,
 ) -> dg.SensorResult:
-    """One tick of a spec-folder sensor (cursor: {name: content hash}): add new specs' partitions, re-run changed
-    ones, remove those whose file is gone, observe `source_asset`; InvalidSpecError when only invalid specs."""
+    """One tick of a spec-folder sensor (cursor: {name: content hash}); InvalidSpecError if all are bad."""
     seen: dict[str, str] = json.loads(context.cursor) if context.cursor else {}
     current, invalid = scan(folder)
     for name, err in invalid.items():
@@ -250,8 +243,7 @@ def spec_folder_sensor(
     label: str,
     source_asset: str,
 ) -> dg.SensorDefinition:
-    """The sensor `name` watching the spec folder `folder(soco)`: a partition per new spec, a run of `job`'s
-    `assets` for a spec whose file changed, an observation of `source_asset` (see spec_folder_result)."""
+    """The sensor `name` watching the spec folder `folder(soco)` (see spec_folder_result)."""
 
     @dg.sensor(
         name=name,

@@ -95,8 +95,7 @@ class TableResult:
 
 
 def content_version(table: pd.DataFrame | pyarrow.Table, storage_root: str | None = None) -> dg.DataVersion:
-    """The data version of a table: a hash of its schema and values (Arrow IPC bytes of one chunk), with paths
-    under `storage_root` as stored (relative to it), so a copied storage root versions its tables alike."""
+    """A table's data version: a hash of its Arrow bytes, paths under `storage_root` stored relative to it."""
     t = table if isinstance(table, pyarrow.Table) else pyarrow.Table.from_pandas(table, preserve_index=False)
     if storage_root is not None:
         t = relativize_paths(t, storage_root)[0]
@@ -109,8 +108,7 @@ def content_version(table: pd.DataFrame | pyarrow.Table, storage_root: str | Non
 
 @dataclass(frozen=True)
 class TableSpec:
-    """How one output table is checked: its pandera schema (columns metadata; validated unless
-    `validate=False`) and whether it has a blocking `schema` check at all."""
+    """How one output table is checked: its pandera schema (validated unless `validate=False`)."""
 
     schema: type[pa.DataFrameModel] | None = None
     validate: bool = True
@@ -185,8 +183,7 @@ def table_asset(
     metadata: dict[str, Any] | None = None,
     **asset_kwargs: Any,
 ) -> Callable[[Callable[..., TableResult]], dg.AssetsDefinition]:
-    """Decorator: a table asset whose body returns a TableResult, behind a blocking `schema` check
-    (`validate=False`: columns only; `check=True`: only the body's problems)."""
+    """Decorator: a table asset whose body returns a TableResult, behind a blocking `schema` check."""
     spec = TableSpec(schema, validate, check)
 
     def decorate(fn: Callable[..., TableResult]) -> dg.AssetsDefinition:
@@ -214,8 +211,7 @@ def partition_table(
 def fan_in_table(
     *, partitioned: Sequence[str] = (), optional: Sequence[str] = (), **kwargs: Any
 ) -> Callable[[Callable[..., TableResult]], dg.AssetsDefinition]:
-    """Decorator: a board over every partition of `partitioned` ({partition: table}; `optional` inputs None
-    while never written), on `board_condition` by default."""
+    """Decorator: a board over every partition of `partitioned` ({partition: table}), on `board_condition`."""
     ins = {
         **{name: dg.AssetIn(metadata=ALLOW_MISSING_PARTITIONS) for name in partitioned},
         **{name: dg.AssetIn(metadata=ALLOW_MISSING) for name in optional},

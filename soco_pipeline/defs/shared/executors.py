@@ -47,8 +47,7 @@ FORKSERVER = forkserver()
 
 
 def start_forkserver(extra: Sequence[str] = ()) -> None:
-    """Start the forkserver now, preloading `forkserver(extra)` so its imports (about 5 s) overlap the launcher's
-    own work."""
+    """Start the forkserver now, so its imports (about 5 s) overlap the launcher's own work."""
     import multiprocessing
     from multiprocessing import forkserver as mp_forkserver
 
@@ -72,8 +71,7 @@ def profile() -> str:
 
 
 def with_forkserver_default(config: dict) -> dict:
-    """`multi_or_in_process_executor` config with FORKSERVER as the multiprocess start method where it names
-    none (in-process config, or a named start method, is returned as it is)."""
+    """`multi_or_in_process_executor` config with FORKSERVER where it names no start method."""
     multiprocess = config.get("multiprocess")
     if not isinstance(multiprocess, dict) or multiprocess.get("start_method"):
         return config
@@ -83,8 +81,7 @@ def with_forkserver_default(config: dict) -> dict:
 def wrapped_executor(
     inner: dg.ExecutorDefinition, create: Callable[[dg.InitExecutorContext], dg.Executor], note: str
 ) -> dg.ExecutorDefinition:
-    """`inner` under its own name, config schema and requirements, built by `create` (which calls `inner`'s
-    creation function itself), with `note` added to its description."""
+    """`inner` under its own name, schema and requirements, built by `create`, with `note`."""
     return dg.ExecutorDefinition(
         name=inner.name,
         config_schema=inner.config_schema,
@@ -100,8 +97,7 @@ def in_run_process(step_tags: dict[str, str]) -> bool:
 
 
 class LightRunsInProcess(dg.Executor):
-    """The multiprocess executor, except for a run whose every step is tagged IN_RUN_PROCESS: that run's
-    steps execute in the run's process (Dagster's in-process executor, with the same retry mode)."""
+    """The multiprocess executor, but in the run's process when every step is tagged IN_RUN_PROCESS."""
 
     def __init__(self, multiprocess: dg.Executor, in_process: dg.Executor):
         self.multiprocess, self.in_process = multiprocess, in_process
@@ -124,8 +120,7 @@ class LightRunsInProcess(dg.Executor):
 
 
 def forkserver_by_default(inner: dg.ExecutorDefinition) -> dg.ExecutorDefinition:
-    """`inner` (Dagster's multi_or_in_process_executor) that starts steps from a preloaded forkserver when the
-    run config names no start method, and runs a plan of IN_RUN_PROCESS steps in the run's process then."""
+    """`inner` starting steps from the preloaded forkserver, IN_RUN_PROCESS plans in the run's process."""
 
     def create(init_context: dg.InitExecutorContext) -> dg.Executor:
         config = dict(init_context.executor_config)

@@ -42,8 +42,7 @@ NotApplicableRows = Callable[[str, str, Mapping[str, Any]], pd.DataFrame]
 
 @dataclass(frozen=True)
 class Family:
-    """A task family's declaration: name (its group and table prefix), code version, config loader, the backbone
-    capabilities it `needs`, its headline, and `reads(spec, config)` keying its cache (shared/reuse.py)."""
+    """A task family's declaration: name (= group, table prefix), code version, config, needs, headline."""
 
     name: str
     code_version: str
@@ -92,8 +91,7 @@ class Family:
         )
 
     def spec_reads(self, spec, config: Any) -> Mapping[str, Any]:
-        """The spec fields this family's tables read: `reads`, else the computation and the name (so rows are
-        reused only by the same model)."""
+        """The spec fields this family reads: `reads`, else the computation and the name."""
         from soco_pipeline.backbones.reads import computation
 
         return (
@@ -101,8 +99,7 @@ class Family:
         )
 
     def reads_version(self, context: dg.AssetExecutionContext, soco: SocoSettings, spec) -> str:
-        """The reads version of this step's tables (shared/reuse.py), libraries included: an upgraded torch
-        computes again."""
+        """The reads version of this step's tables (shared/reuse.py), the computing libraries included."""
         from soco_pipeline.backbones.reads import COMPUTE_LIBRARIES, reads_version
         from soco_pipeline.defs.shared.reuse import upstream_versions
         from soco_pipeline.trust.family_records import config_hash
@@ -121,8 +118,7 @@ class Family:
     def reused(
         self, context: dg.AssetExecutionContext, soco: SocoSettings, version: str
     ) -> dict[str, TableResult] | None:
-        """This step's tables from a stored partition with the same reads version, relabelled to this model
-        and marked `reused_from` (shared/reuse.py); None when there is none."""
+        """This step's tables from a stored partition of the same reads version; None when none."""
         from soco_pipeline.defs.shared.reuse import reusable_partition, reuse_metadata
         from soco_pipeline.stored_tables import stored_as, stored_exists
 
@@ -168,8 +164,7 @@ class Family:
         not_applicable: Mapping[str, NotApplicableRows] | None = None,
         **kwargs: Any,
     ):
-        """Decorator of several tables of the family from one body (`table_multi_asset`); per model when
-        `partitions_def` is given, with `not_applicable` ({table: rows}) for a kind lacking a need."""
+        """Decorator of several tables of the family from one body; `not_applicable` is {table: rows}."""
         for name, (spec, _) in outs.items():
             if not spec.checked:
                 raise TypeError(f"table {name!r}: every family table has a blocking check; give it a schema")
@@ -203,15 +198,13 @@ class Family:
         )
 
     def register(self, asset: str, partitioned: bool = False) -> None:
-        """Put a table of the family in the table registry (tables.py): its Parquet path and SQL view
-        follow from the declaration, no registry line to write."""
+        """Put a table of the family in the table registry (tables.py)."""
         if not asset.startswith(f"{self.name}_"):
             raise ValueError(f"table {asset!r} of family {self.name!r} must be named {self.name}_<what>")
         register_table(asset, partitioned=partitioned)
 
     def board(self, *, partitioned: Iterable[str], optional: Iterable[str] = (), **kwargs: Any):
-        """Decorator of a summary table of the family over every partition of `partitioned` (a leaderboard):
-        shared/checks.py `fan_in_table` in the family's group, at its code version."""
+        """Decorator of a board of the family over every partition of `partitioned` (`fan_in_table`)."""
         kwargs.setdefault("kinds", {"pandas"})
         blocking_check_required(kwargs)
         partitioned = list(partitioned)
@@ -238,8 +231,7 @@ class Family:
         rows: NotApplicableRows | Mapping[str, NotApplicableRows] | None,
         multi: bool = False,
     ) -> Callable:
-        """`fn` wrapped for a backbone partition: the not-applicable `rows`, else a reused partition's tables, else
-        `fn`'s tables with their reads version."""
+        """`fn` for a backbone partition: the not-applicable `rows`, else reused tables, else `fn`'s."""
         sig = inspect.signature(fn)
         takes_spec, takes_soco = "spec" in sig.parameters, "soco" in sig.parameters
         params = [p for name, p in sig.parameters.items() if name != "spec"]
@@ -279,8 +271,7 @@ class Family:
 
 
 def stating_reuse(fn: Callable[..., TableResult], partitioned: list[str]) -> Callable[..., TableResult]:
-    """A board's body that also states, in its metadata (`reused`), each model whose per-model rows were
-    reused from another model's (shared/reuse.py)."""
+    """A board's body that also names, in its metadata (`reused`), each model whose rows were reused."""
 
     @functools.wraps(fn)
     def board(context: dg.AssetExecutionContext, *args: Any, **kwargs: Any) -> TableResult:
@@ -296,8 +287,7 @@ def stating_reuse(fn: Callable[..., TableResult], partitioned: list[str]) -> Cal
 
 
 def declared_families(folders: Iterable[ModuleType]) -> list[Family]:
-    """Every `Family` declared at module level in the group folders `folders` (packages; each of their
-    modules imported), by name. One declaration per name: two families of one name are a ValueError."""
+    """Every `Family` declared in the group folders `folders`, by name; two of one name are a ValueError."""
     found: dict[str, Family] = {}
     for folder in folders:
         names = [m.name for m in pkgutil.walk_packages(folder.__path__, f"{folder.__name__}.")]
@@ -311,8 +301,7 @@ def declared_families(folders: Iterable[ModuleType]) -> list[Family]:
 
 
 def blocking_check_required(kwargs: Mapping[str, Any]) -> None:
-    """Every family table has a blocking `schema` check: a pandera `schema` (validated) or `check=True` (the
-    body's own problems); TypeError at definition time otherwise."""
+    """TypeError unless a family table has a blocking check: a validated `schema` or `check=True`."""
     validated = kwargs.get("schema") is not None and kwargs.get("validate", True)
     if not (validated or kwargs.get("check")):
         name = kwargs.get("name", "a table")

@@ -52,8 +52,7 @@ class ParquetUPathIOManager(dg.UPathIOManager):
 
 
 class ParquetIOManager(dg.ConfigurableIOManagerFactory):
-    """The tables' IO manager resource: `base_path` is the tables root (a local path or any fsspec URL), under
-    `storage_root`, which the paths in the tables are stored relative to."""
+    """The tables' IO manager: `base_path` is the tables root (any fsspec URL) under `storage_root`."""
 
     base_path: str
     storage_root: str | None = None

@@ -108,8 +108,7 @@ class StepLauncher(dg.ConfigurableResource):
 
 
 def launcher_for_profile(storage_root: str) -> StepLauncher:
-    """The launcher resource of this deployment, from the variables read here (docs/settings.md: the kind, job
-    folders, sbatch options, queue deadline, the pods' image, namespace, GPUs and shared claim)."""
+    """The launcher resource of this deployment, from the variables read here (docs/settings.md)."""
     from soco_pipeline.deploy.payload_jobs import default_workdir
 
     return StepLauncher(

@@ -54,8 +54,7 @@ def feature_store(soco: SocoSettings, manifest: pd.DataFrame):
 
 
 def global_policy(soco: SocoSettings):
-    """The run's global-feature input policy (assets/global_features.yaml at the run's scale): every family
-    asking for global features of a backbone reads one cache folder."""
+    """The run's global-feature input policy: every family reads one cache folder per backbone."""
     from soco_pipeline.features.policy import load_global_policy
 
     return load_global_policy(soco.dataset_size if soco.dataset_size in ("demo", "full") else None)

@@ -22,16 +22,14 @@ CHECK = "no_regression"
 
 
 def watch_checks(asset: str) -> list[dg.AssetCheckSpec]:
-    """A history asset's checks: the blocking `schema` check (the table is published only when it passes)
-    and the non-blocking `no_regression` check."""
+    """A history asset's checks: the blocking `schema` check and the non-blocking `no_regression` check."""
     return [dg.AssetCheckSpec("schema", asset=asset, blocking=True), dg.AssetCheckSpec(CHECK, asset=asset)]
 
 
 def watch_events(
     asset: str, outcome: WatchOutcome, data_version: str, level: float = LEVEL
 ) -> Iterator[dg.Output | dg.AssetCheckResult]:
-    """The history table's blocking `schema` check and the non-blocking `no_regression` check (a significant
-    paired drop fails; missing evidence is "not comparable" at WARN, never a pass)."""
+    """The table and both checks' results; missing evidence is "not comparable" at WARN, never a pass."""
     table = outcome.table
     regressed = bool(outcome.message)
     blind = bool(outcome.not_comparable)
@@ -77,8 +75,7 @@ def watched_tables(tables_root: str, watch: FamilyWatch, partition: str) -> dict
 
 
 def family_history(watch: FamilyWatch, family: Family | None = None) -> dg.AssetsDefinition:
-    """`watch.history[b]`: every materialization of a backbone's headline and its `no_regression` check; without
-    `watch.archived` it reads `family`'s tables to archive the snapshot."""
+    """`watch.history[b]`; without `watch.archived` it reads `family`'s tables to archive the snapshot."""
     name, archived = watch.history, watch.archived
     if archived is None:  # a family's: registered as its tables are (SOCO's name is in tables.py)
         if family is None:
@@ -163,8 +160,7 @@ def not_applicable_events(name: str, reason: str) -> Iterator[dg.Output | dg.Ass
 
 
 def regression_sensor_on(name: str, asset: str) -> dg.SensorDefinition:
-    """A sensor on `asset` (a history asset) that reports the regression its latest materialization found:
-    a log line, and a POST to the URL in $SOCO_REGRESSION_WEBHOOK when that is set (never logged)."""
+    """A sensor reporting `asset`'s latest regression: a log line and a POST to $SOCO_REGRESSION_WEBHOOK."""
 
     @dg.asset_sensor(name=name, asset_key=dg.AssetKey(asset), minimum_interval_seconds=daemon_interval(30))
     def sensor(context: dg.SensorEvaluationContext, asset_event: dg.EventLogEntry):

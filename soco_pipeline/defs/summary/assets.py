@@ -23,8 +23,7 @@ CODE_VERSION = "3"
 
 
 def declared_headlines(families: Iterable[Family]) -> tuple[Headline, ...]:
-    """SOCO's headlines, then the headline of each of `families` that declares one; ValueError when a
-    headline reads a board its family does not declare (`@FAMILY.board`)."""
+    """SOCO's headlines, then each of `families`'; ValueError for a headline of an undeclared board."""
     declared = [f for f in families if f.headline is not None]
     for f in declared:
         if f.headline.board not in f.boards:

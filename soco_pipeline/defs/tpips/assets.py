@@ -41,8 +41,7 @@ def not_applicable_scores(model: str, reason: str, inputs) -> pd.DataFrame:
 
 
 def tpips_reads(spec, cfg) -> dict:
-    """The spec fields TPIPS's tables read: everything but `input` (it extracts at the config's input_size,
-    tasks/tpips/features.layer_specs)."""
+    """The spec fields TPIPS reads: everything but `input` (it extracts at the config's input_size)."""
     from soco_pipeline.backbones.reads import computation, without
 
     return without(computation(spec), ["input"])
@@ -173,8 +172,7 @@ def _positions(tpips_images, tpips_ooo, tpips_afc):
 
 
 def _backbone_inputs(soco: SocoSettings, tpips_features, tpips_images, tpips_ooo, tpips_afc):
-    """(image ids, OOO positions, 2AFC positions, the backbone's cached TPIPS features as its tpips_features
-    manifest lists them)."""
+    """(image ids, OOO positions, 2AFC positions, the backbone's cached TPIPS features)."""
     from soco_pipeline.tasks.tpips.features import features_from_manifest
 
     ids, opos, apos = _positions(tpips_images, tpips_ooo, tpips_afc)
@@ -202,8 +200,7 @@ def not_applicable_outcomes(model: str, reason: str, inputs) -> pd.DataFrame:
 
 
 def _scored(name: str, description: str, kinds: tuple[str, ...] = ("pandas",)):
-    """The outs of a per-backbone scoring body: its score table `name` and `<name minus _scores>_outcomes`
-    (each method's agreement per OOO test row: the regression watch's per-sample outcomes)."""
+    """The outs of a per-backbone scoring body: `name` and its per-OOO-row `<name minus _scores>_outcomes`."""
     outcomes = name.removesuffix("_scores") + "_outcomes"
     return {
         name: FAMILY.partition_out(backbones_partitions, schemas.ScoreSchema, description, kinds),
