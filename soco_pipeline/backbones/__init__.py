@@ -72,8 +72,7 @@ def list_specs(folder: str | Path | None = None) -> dict[str, BackboneSpec]:
 
 
 def build_backbone(spec: BackboneSpec, context: BackboneContext | dict | None = None) -> Backbone:
-    """Instantiate the backbone a spec describes (weights loaded, eval mode, on its device); `context` is a
-    BackboneContext or a dict {data_root | embedded_root, device, project_root}."""
+    """Instantiate the backbone a spec describes (weights loaded, eval mode)."""
     from soco_pipeline.backbones.base import as_context
     from soco_pipeline.backbones.kinds import backbone_class
 

@@ -24,8 +24,7 @@ from soco_pipeline.storage import PROJECT_ROOT
 
 @dataclass(frozen=True)
 class BackboneContext:
-    """What a backbone may need beyond its spec: `data_root` (oracles read ground_truth/ there), `device`
-    (overrides the spec's), `project_root` (relative weight paths are resolved against it)."""
+    """What a backbone may need beyond its spec: `data_root` (oracles), `device`, `project_root`."""
 
     data_root: str | None = None
     device: str | None = None
@@ -72,9 +71,8 @@ def seeded(seed: int):
 
 
 class Backbone(ABC):
-    """A frozen feature extractor built from a BackboneSpec: subclasses set `stride` and `multiple` (S snaps to
-    it), implement `forward`, declare `Options` and register with `@register_kind`; `needs_pixels = False` skips
-    preprocessing (oracles)."""
+    """A frozen feature extractor built from a BackboneSpec (`stride`, `multiple`, `forward`, `Options`);
+    `needs_pixels = False` skips preprocessing (oracles)."""
 
     Options: ClassVar[type[SpecFields]]
     needs_pixels: bool = True
@@ -94,8 +92,7 @@ class Backbone(ABC):
 
     @classmethod
     def check_spec(cls, spec: BackboneSpec) -> None:
-        """Checks of a parsed spec against the world (the model exists and fits); none by default.
-        Raises BackboneSpecError naming the fix."""
+        """Checks of a parsed spec against the world (none by default); BackboneSpecError naming the fix."""
         return None
 
     def input_size(self, width: int, height: int) -> int:
@@ -103,8 +100,7 @@ class Backbone(ABC):
         return self.spec.input.size(self.multiple)
 
     def prepare(self, images: list[np.ndarray], records: pd.DataFrame) -> InputBatch | list:
-        """The model-free input work of one batch, made in a loader thread: an InputBatch, or the images as given
-        when the backbone reads no pixels."""
+        """The model-free input work of one batch (loader thread): an InputBatch, or the images as given."""
         if not self.needs_pixels or not images:
             return images
         size = self.input_size(int(records.width.iloc[0]), int(records.height.iloc[0]))
@@ -124,7 +120,7 @@ class Backbone(ABC):
         self, images: list[np.ndarray] | InputBatch, records: pd.DataFrame, with_class_token: bool = False
     ) -> list[torch.Tensor] | tuple[list[torch.Tensor], list[torch.Tensor] | None]:
         """Dense maps of a batch: C x h x w float32 CPU tensors, L2-normalised over channels (non-finite values left
-        for the caller to report); with_class_token: (maps, class tokens or None)."""
+        for the caller); with_class_token: (maps, class tokens or None)."""
         records = records.reset_index(drop=True)
         if len(images) != len(records):
             raise ValueError(

@@ -39,8 +39,7 @@ def pos_embed_length(path: str | Path) -> int | None:
 
 
 def checkpoint_grid(length: int, prefix_tokens: int) -> int | None:
-    """The side m of the square grid of `length` stored embeddings: `length` minus the prefix tokens the
-    model embeds (its own count first, then the class token alone, then none) must be m * m."""
+    """The side m of the square grid of `length` stored embeddings, prefix tokens taken off (m * m)."""
     for prefix in dict.fromkeys((prefix_tokens, 1, 0)):
         n = length - prefix
         if n > 0 and math.isqrt(n) ** 2 == n:

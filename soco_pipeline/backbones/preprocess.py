@@ -90,15 +90,13 @@ def _to_unit_tensor(square: np.ndarray | torch.Tensor, device: str | torch.devic
 
 
 def host_square(image, size: int, resize: str = DEFAULT_RESIZE) -> np.ndarray:
-    """The uint8 square of one image as the host prepares it: white-padded, and for `pil` already
-    resized to size x size (for `tensor` the resize happens on the float tensor, later)."""
+    """The uint8 square of one image: white-padded, and for `pil` already resized to size x size."""
     square = pad_to_square(to_rgb_array(image))
     return pil_resize_square(square, size) if check_resize(resize) == "pil" else square
 
 
 def squares_to_batch(squares: list, size: int, preset: str, device: str | torch.device) -> torch.Tensor:
-    """Normalised (B, 3, size, size) float32 batch on `device` from host_square's uint8 squares: a
-    square not yet at `size` (tensor resize) is resized there by F.interpolate, then clamped."""
+    """Normalised (B, 3, size, size) float32 batch on `device` from host_square's squares."""
     batch = torch.cat([resize_square(_to_unit_tensor(sq, device), size, clamp=False) for sq in squares])
     return normalise(batch.clamp_(0.0, 1.0), preset)
 
@@ -110,8 +108,7 @@ def preprocess_image(
     device: str | torch.device = "cpu",
     resize: str = DEFAULT_RESIZE,
 ) -> torch.Tensor:
-    """The official input protocol for one image (RGB, white square pad at the top-left, resize to S,
-    normalise): a (3, S, S) float32 tensor on `device`."""
+    """The official input protocol for one image: a (3, S, S) float32 tensor on `device`."""
     return preprocess_batch([image], size, preset, device, resize)[0]
 
 
@@ -122,8 +119,7 @@ def preprocess_batch(
     device: str | torch.device = "cpu",
     resize: str = DEFAULT_RESIZE,
 ) -> torch.Tensor:
-    """The official input protocol for images of any sizes, stacked to (B, 3, S, S) on `device`; each image is
-    padded and resized on its own, then normalised as one batch. `resize`: pil (the default) or tensor."""
+    """The official input protocol for images of any sizes, stacked to (B, 3, S, S) on `device`."""
     if not images:
         return torch.empty(0, 3, size, size, device=device)
     return squares_to_batch([host_square(im, size, resize) for im in images], size, preset, device)
@@ -131,8 +127,7 @@ def preprocess_batch(
 
 @dataclass
 class InputBatch:
-    """A batch part-way through the input protocol: the finished `pixels` (CPU), else the uint8 `squares` that
-    `to(device)` copies without blocking and finishes there."""
+    """A batch part-way through the input protocol: `pixels` (CPU), else uint8 `squares`."""
 
     size: int
     preset: str
@@ -152,8 +147,8 @@ class InputBatch:
 def prepare_batch(
     images: list, size: int, preset: str, device: str | torch.device, resize: str = DEFAULT_RESIZE
 ) -> InputBatch:
-    """The host side of the input protocol for a batch bound to `device`, thread-safe: CPU, the finished batch;
-    else the uint8 squares (pinned under CUDA), 4x fewer bytes than float pixels."""
+    """The host side of the input protocol, thread-safe: CPU, the finished batch; else the uint8 squares
+    under CUDA), 4x fewer bytes than float pixels."""
     if torch.device(device).type == "cpu":
         return InputBatch(size, preset, pixels=preprocess_batch(images, size, preset, "cpu", resize))
     squares = [torch.from_numpy(np.ascontiguousarray(host_square(im, size, resize))) for im in images]

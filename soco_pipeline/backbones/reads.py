@@ -32,8 +32,7 @@ NOT_COMPUTATION = ("name", "device", "batch_size")
 
 
 def computation(spec: BackboneSpec) -> dict[str, Any]:
-    """Every field of `spec` a computation may read: the normalised spec without its name, device and batch
-    size, with the text encoder (TPIPS's aspects read it) and the local weights' content hash."""
+    """Every field of `spec` a computation may read, with the weights' content hash."""
     d = {k: v for k, v in spec.to_dict().items() if k not in NOT_COMPUTATION}
     d["text_encoder"] = spec.text_encoder
     d["weights_content"] = weights_fingerprint(spec.weights)
@@ -47,13 +46,11 @@ def without(fields: Mapping[str, Any], ignored: Iterable[str]) -> dict[str, Any]
 
 
 def reads_version(fields: Mapping[str, Any], **inputs: Any) -> str:
-    """The version of one computation: sha256 (16 hex digits) of the spec fields it reads and its other inputs
-    (config hash, code version, upstream data versions), keys sorted."""
+    """The version of one computation: sha256 (16 hex digits) of the spec fields it reads and other inputs."""
     payload = json.dumps({"spec": dict(fields), **inputs}, sort_keys=True, default=str)
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
 def spec_computation_version(spec: BackboneSpec) -> str:
-    """A spec's data version: reads_version of its whole computation. A `reference:`, a description or a
-    comment changes the file, not this version, so it re-runs nothing."""
+    """A spec's data version: reads_version of its whole computation (a comment re-runs nothing)."""
     return reads_version(computation(spec))

@@ -23,8 +23,7 @@ class BackboneWeightsError(FileNotFoundError):
 
 
 def local_path(value: str, project_root: Path) -> Path:
-    """A spec's local path field (`weights:`, `text_encoder:`): `~` expanded, relative paths against the
-    project root."""
+    """A spec's local path field: `~` expanded, relative paths against the project root."""
     path = Path(os.path.expanduser(value))
     return path if path.is_absolute() else project_root / path
 
@@ -65,8 +64,7 @@ def input_size(policy: str, value: int, multiple: int) -> int:
 
 
 class InputFields(ConfigModel):
-    """`input:` of a spec: exactly one of {nearest_multiple: <px>} or {fixed_grid: <cells>}, and the resize
-    (pil, the official path, or tensor; see backbones/preprocess.py)."""
+    """`input:` of a spec: {nearest_multiple: <px>} or {fixed_grid: <cells>}, and the resize."""
 
     nearest_multiple: PositiveInt | None = None
     fixed_grid: PositiveInt | None = None
@@ -80,8 +78,7 @@ class InputFields(ConfigModel):
 
 
 class SpecFields(ConfigModel):
-    """The fields every backbone spec has. A kind subclasses it, sets `kind: Literal[...]`, adds its own
-    fields and states which models, weights and GPU options it accepts (the ClassVars)."""
+    """The fields every backbone spec has; a kind subclasses it with its own fields."""
 
     name: str | None = None  # optional; must equal the file stem when given
     kind: str
@@ -141,8 +138,7 @@ class SpecFields(ConfigModel):
 
 @dataclass(frozen=True)
 class InputPolicy:
-    """How the square input side S is chosen (nearest multiple of the stride, or a fixed grid) and how
-    the padded square is resized to it (`resize`: pil, the official path, or tensor)."""
+    """How the square input side S is chosen and how the padded square is resized to it."""
 
     policy: str
     value: int
@@ -233,8 +229,7 @@ class TimmOptions(SpecFields):
 
 
 class DiffusionOptions(SpecFields):
-    """Spec fields of kind `diffusion` (DIFT): up-block index, noise timestep, ensemble size, prompt
-    ("{category}" is replaced by the image's category; "" = the empty prompt)."""
+    """Spec fields of kind `diffusion` (DIFT); "{category}" in the prompt becomes the image's category."""
 
     kind: Literal["diffusion"]
     up_ft_index: Annotated[int, Field(ge=0)] = 1
@@ -257,8 +252,7 @@ class SiftOptions(SpecFields):
 
 
 class PackagedOptions(SpecFields):
-    """Spec fields of kind `packaged` (EfficientNet-Lite0/1/2): the stages, "stride16" or "stride16+stride32"
-    (upsampled and concatenated)."""
+    """Spec fields of kind `packaged`: the stages, "stride16" or "stride16+stride32"."""
 
     kind: Literal["packaged"]
     layer: Literal["stride16", "stride16+stride32"] = "stride16+stride32"
@@ -269,8 +263,7 @@ class PackagedOptions(SpecFields):
 
 
 class OracleOptions(SpecFields):
-    """Spec fields of kind `oracle`: grid stride (input px), bump width (grid cells), noise floor level and
-    channels, weight of the concept channels."""
+    """Spec fields of kind `oracle`: stride (input px), bump width (cells), noise level and channels."""
 
     kind: Literal["oracle"]
     stride: PositiveInt = 4
@@ -376,8 +369,7 @@ def _content_digest(path: str, size: int, mtime_ns: int) -> str:
 
 
 def weights_fingerprint(weights: str, project_root: Path = PROJECT_ROOT) -> str:
-    """The content hash of a spec's local weights (a file's bytes; a folder's names, sizes and hashes); '' for
-    none / packaged / hf: weights and a missing path."""
+    """The content hash of a spec's local weights; '' for none / packaged / hf: weights and a missing path."""
     if weights in ("none", "packaged") or weights.startswith("hf:"):
         return ""
     path = Path(os.path.expanduser(weights))
@@ -395,8 +387,7 @@ def weights_fingerprint(weights: str, project_root: Path = PROJECT_ROOT) -> str:
 
 
 def spec_hash(spec: BackboneSpec) -> str:
-    """A short hash of what determines the features: the normalised spec without name, device, batch size and
-    description, the content of local weights (weights_fingerprint) and FEATURE_CODE_VERSION."""
+    """A short hash of what determines the features (spec_hash: the cache folder's name)."""
     d = spec.to_dict()
     for k in ("name", "device", "batch_size"):
         d.pop(k)

@@ -52,8 +52,7 @@ class LvlmItemsError(ValueError):
 def sample_items(
     four_choice: pd.DataFrame, image_pairs: pd.DataFrame, protocol: LvlmProtocol, seed: int
 ) -> pd.DataFrame:
-    """The four-choice items asked: a seeded sample of `items_per_group` per pair group, levels filtered,
-    with level, pair_group, src/trg image and category columns, sorted by pair_id and source keypoint."""
+    """The four-choice items asked: a seeded `items_per_group` per pair group, levels filtered, sorted."""
     cols = ["pair_id", "level", "pair_group", "src_image", "trg_image", "src_category", "trg_category"]
     items = four_choice.merge(image_pairs[cols], on="pair_id", how="left", validate="many_to_one")
     if items["level"].isna().any():
@@ -104,8 +103,7 @@ def build_items(
     seed: int,
     workers: int = 4,
 ) -> pd.DataFrame:
-    """The LVLM item table (ITEM_COLUMNS) for every setting, marked images rendered under image_root; `answer` is
-    the rotation's right letter, `answer_option` the right original option (0-3)."""
+    """The LVLM item table (ITEM_COLUMNS) for every setting, marked images rendered under image_root."""
     items = sample_items(four_choice, image_pairs, protocol, seed)
     n = len(items)
     if n == 0:

@@ -56,8 +56,7 @@ def answer_key(items: pd.DataFrame) -> dict[str, str]:
 
 
 class Answerers:
-    """The loopback server's answer function, by the request's `model` (oracle | random); the oracle's key
-    is re-read from `lvlm_items.parquet` when a request is not in it (items rebuilt since the start)."""
+    """The server's answer function by `model` (oracle | random); the key re-read when needed."""
 
     def __init__(self, tables_root: str, seed: int = 0) -> None:
         self.tables_root, self.seed = tables_root, seed
@@ -166,8 +165,7 @@ def _stop(proc: subprocess.Popen, timeout: float = 10.0) -> None:
 def loopback_answerers(
     tables_root: str, specs_dir: str | Path, seed: int = 0, start_timeout: float = 60.0
 ) -> Iterator[Loopback]:
-    """Start the answerers' server (a child process on 127.0.0.1, a free port), write their specs into
-    specs_dir, yield; stop the process by pid when the block exits, however it exits (Ctrl-C included)."""
+    """Serve the answerers on a free loopback port, write their specs into specs_dir; stop by pid on exit."""
     counts = Path(specs_dir) / ".loopback-counts.json"
     Path(specs_dir).mkdir(parents=True, exist_ok=True)
     counts.unlink(missing_ok=True)

@@ -40,8 +40,7 @@ UNPARSABLE_WARN_SHARE = (
 
 
 def unparsable_warning(answers: pd.DataFrame, share: float = UNPARSABLE_WARN_SHARE) -> str | None:
-    """A run-log warning when the parser read no letter from more than `share` of the answers received (failed
-    rows aside): the score is then the parser's failure, not the model's; None otherwise."""
+    """A warning when no letter was parsed from more than `share` of the answers received; None otherwise."""
     received = answers[answers["error"].astype(str) == ""]
     bad = received[received["parsed"].astype(str) == ""]
     if received.empty or len(bad) <= share * len(received):
@@ -65,8 +64,7 @@ def circular_groups(answers: pd.DataFrame) -> pd.DataFrame:
 
 
 def lvlm_metrics(answers: pd.DataFrame, seed: int = 0, n_boot: int = 2000) -> pd.DataFrame:
-    """Long table (METRIC_COLUMNS): average | circular, 0-100, per scope; 95% CIs (bootstrap over categories,
-    seeded) on the scope-all rows."""
+    """Long table (METRIC_COLUMNS) per scope, 0-100; seeded 95% CIs over categories on the scope-all rows."""
     if answers.empty:
         return pd.DataFrame(columns=METRIC_COLUMNS)
     is_error = answers["error"].astype(str) != ""
@@ -152,8 +150,7 @@ def _wide(long: pd.DataFrame) -> pd.DataFrame:
 
 
 def answer_health(metrics: pd.DataFrame) -> pd.DataFrame:
-    """Per model (scope all, summed over settings): rows, failed rows and the share (%) of answers received
-    that gave no letter. Metrics of before `n_unparsable` existed give NaN there."""
+    """Per model: rows, failed rows and the unparsable share (%); NaN for older metrics."""
     m = metrics[(metrics["scope"] == "all") & (metrics["metric"] == "average")]
     if m.empty:
         return pd.DataFrame(columns=["model", *HEALTH_COLUMNS])
@@ -173,8 +170,7 @@ def answer_health(metrics: pd.DataFrame) -> pd.DataFrame:
 def lvlm_leaderboard(
     metrics: pd.DataFrame, backbone_board: pd.DataFrame | None = None, reference: pd.DataFrame | None = None
 ) -> pd.DataFrame:
-    """One row per evaluated model, reference model, random baseline and the best backbone's four-choice accuracy:
-    <setting>_average / _circular, and for evaluated models the CIs, counts and source."""
+    """One row per evaluated model, reference, random baseline and the best backbone."""
     ours = _wide(metrics[metrics["scope"] == "all"]) if len(metrics) else _wide(pd.DataFrame())
     ours = ours.assign(kind="evaluated", source="this pipeline")
     if len(metrics):

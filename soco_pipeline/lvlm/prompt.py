@@ -57,8 +57,7 @@ class Backend(Protocol):
 
 
 def request_key(text: str, image_digests: list[str], generation: dict[str, Any]) -> str:
-    """The cache key of a request: its text, its images' sha256 digests and what decides the answer
-    (backend, model, sampling settings; never the key or the endpoint)."""
+    """The cache key of a request: text, image digests, model, sampling (never the key or endpoint)."""
     payload = {"text": text, "images": image_digests, "generation": generation}
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 

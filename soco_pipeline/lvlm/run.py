@@ -93,9 +93,8 @@ def ask_requests(
     log: Callable[[str], None] = lambda _msg: None,
     generation: dict | None = None,
 ) -> Answered:
-    """Answer requests 0..n-1 (`request(i)` builds one, on a worker thread); cached and duplicate requests are
-    asked once; both guards raise LvlmRunError. `cache` None caches nothing.
-    """
+    """Answer requests 0..n-1 (`request(i)` builds one, on a worker thread), cached and duplicates asked once;
+    both guards raise LvlmRunError. `cache` None caches nothing."""
     generation = spec.generation() if generation is None else generation
     workers = max(1, int(getattr(backend, "max_concurrency", 1)))
     batch = max(1, int(getattr(backend, "batch_size", 1)))
@@ -113,8 +112,7 @@ def ask_requests(
     answered: dict[str, Reply] = {}
 
     def work(chunk: list[int]) -> list[tuple[int, Reply, bool]]:
-        """Answer a chunk of requests: from the cache, else from the backend (caching each answer at once),
-        or from the reply of an identical request another worker (or this one) is asking."""
+        """Answer a chunk of requests: from the cache, the backend, or an identical request's reply."""
         out, ask, reqs, follow = [], [], [], []
         try:
             for i in chunk:
@@ -212,8 +210,7 @@ def run_model(
     log: Callable[[str], None] = lambda _msg: None,
     warn: Callable[[str], None] | None = None,
 ) -> RunResult:
-    """Answers (ANSWER_COLUMNS) of one model to its settings' items, in item order; `warn` (default `log`) gets one
-    line when most answers gave no letter."""
+    """Answers (ANSWER_COLUMNS) of one model, in item order; `warn` gets a line if most are unparsable."""
     rows = items[items["setting"].isin(spec.settings)].reset_index(drop=True)
     texts = build_prompts(rows).to_numpy()
     n = len(rows)

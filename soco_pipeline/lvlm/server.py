@@ -134,8 +134,7 @@ class RunningServer:
 def serve(
     answer: AnswerFn, host: str = "127.0.0.1", port: int = 0, model_name: str = "local", decode: bool = True
 ) -> Iterator[RunningServer]:
-    """Serve `answer` at http://host:port (port 0: a free one) until the block exits, then stop and join;
-    decode=False passes an empty ChatRequest and body (a stand-in whose answer ignores the question)."""
+    """Serve `answer` at http://host:port (0: a free port) until the block exits."""
     server = _Server((host, port), answer, model_name, decode)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()

@@ -183,8 +183,7 @@ def spec_hash(spec: LvlmSpec) -> str:
 
 
 def spec_version(spec: LvlmSpec) -> str:
-    """A spec's data version (16 hex digits): the hash of the normalised spec without its name and without
-    the port of a server on this machine (docs/config.md, "LVLM specs")."""
+    """A spec's data version (16 hex digits): the normalised spec but its name and local port."""
     d = spec.to_dict()
     d.pop("name")
     url = urlparse(d["base_url"] or "")
@@ -194,8 +193,7 @@ def spec_version(spec: LvlmSpec) -> str:
 
 
 def spec_data_version(path: str | Path) -> str:
-    """The data version of a spec file: `spec_version` of its spec (the file's content hash when it does not
-    load: its run reports why)."""
+    """The data version of a spec file (its content hash when it does not load)."""
     try:
         return spec_version(load_spec(path))
     except LvlmSpecError:
@@ -203,6 +201,5 @@ def spec_data_version(path: str | Path) -> str:
 
 
 def scan_specs(folder: str | Path) -> tuple[dict[str, str], dict[str, str]]:
-    """Valid spec files of a folder as {name: `spec_version`}, invalid ones as {name: error}; a missing or
-    empty folder gives two empty dicts."""
+    """A folder's valid spec files as {name: `spec_version`} and invalid ones as {name: error}."""
     return scan_folder(Path(folder), load_spec, spec_version)

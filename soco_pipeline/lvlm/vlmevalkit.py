@@ -186,8 +186,7 @@ def read_workbook(path: str | Path) -> pd.DataFrame:
 
 
 def score_workbook(path: str | Path) -> dict:
-    """Average and circular accuracy (0-100) of a prediction workbook, parsed by the official rules:
-    {"rows", "groups", "average", "circular", "table"} (table holds the parsed letters)."""
+    """Average and circular accuracy (0-100) of a prediction workbook by the official parser."""
     df = read_workbook(path)
     missing = {"answer", "g_index", "prediction"} - set(df.columns)
     if missing:
