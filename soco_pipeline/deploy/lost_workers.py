@@ -30,8 +30,7 @@ class TakenTask:
 
 @functools.cache
 def celery_app(broker: str, backend: str) -> Celery:
-    """A Celery client on the deployment's broker and result backend (no tasks registered); one per pair
-    of URLs and process, so a sensor ticking every few seconds reuses its connection pools."""
+    """A Celery client on the broker and backend, one per URLs and process (a sensor reuses its pools)."""
     return Celery("soco-recovery", broker=broker, backend=backend)
 
 
@@ -42,8 +41,7 @@ def live_workers(app: Celery, timeout: float = 2.0) -> set[str]:
 
 
 def _step_args(raw: dict):
-    """The ExecuteStepArgs of a dagster-celery message (Celery protocol 2, a serdes-packed dict read with
-    `dg.deserialize_value`), or None for another task."""
+    """The ExecuteStepArgs of a dagster-celery message (Celery protocol 2), or None for another task."""
     if raw.get("headers", {}).get("task") != "execute_plan":
         return None
     body = raw["body"]

@@ -143,8 +143,7 @@ def run_slurm_job(
 
 
 def read_report(messages: list[Any], where: str) -> PayloadResult:
-    """The payload's result from its last Pipes custom message: its tables (checksums verified) and metadata;
-    RuntimeError naming `where` when it reported none."""
+    """The payload's result from its last Pipes custom message (checksums verified)."""
     if not messages:
         raise RuntimeError(f"{where} completed without reporting its result through Pipes")
     report = messages[-1]
@@ -153,8 +152,7 @@ def read_report(messages: list[Any], where: str) -> PayloadResult:
 
 
 def shared_volume(claim: str, path: str) -> tuple[list[dict], list[dict]] | None:
-    """The pod volume and mount of a ReadWriteMany persistent volume claim at `path` (the launcher's job
-    folders, at the same path as on the Dagster side); None without a claim."""
+    """The pod volume and mount of the ReadWriteMany claim at `path` (the job folders), or None."""
     if not claim:
         return None
     return (

@@ -102,8 +102,7 @@ def job_info(job_id: str, env: dict[str, str] | None = None) -> JobInfo | None:
 
 
 def cancel(job_id: str, env: dict[str, str] | None = None) -> None:
-    """`scancel <job_id>` (no error when the job has ended already, or when scancel cannot be run: the
-    caller is already failing with the reason)."""
+    """`scancel <job_id>`, silent when the job has ended or scancel cannot run."""
     try:
         _run(["scancel", job_id], env)
     except (OSError, subprocess.TimeoutExpired):

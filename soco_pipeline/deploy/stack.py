@@ -78,8 +78,7 @@ CREDENTIALS_IN_URL = re.compile(r"://[^/@\s]+:[^/@\s]*@")
 
 
 def recorded_settings(environ: dict[str, str]) -> dict[str, str]:
-    """The SOCO_* settings of `environ` that every service of a stack keeps, restarts included: credentials
-    (names with KEY, SECRET, TOKEN, PASSWORD or CREDENTIAL, URLs with a user:password@) left out."""
+    """The SOCO_* settings of `environ` every service keeps, credentials left out."""
     return {
         k: v
         for k, v in environ.items()
@@ -155,8 +154,7 @@ class LocalStack:
         }
 
     def service_env(self) -> dict[str, str]:
-        """The environment every service starts with: this process's, the recorded SOCO_* settings of the
-        start, then the stack's client variables."""
+        """The environment every service starts with: this one's, the recorded settings, client variables."""
         env = {**environment(), **self.start_env, **self.client_env()}
         env["PYTHONPATH"] = os.pathsep.join(x for x in (str(PROJECT_ROOT), env.get("PYTHONPATH", "")) if x)
         # dagster-celery starts `celery` from PATH: put this environment's bin folder first.
@@ -604,8 +602,7 @@ class LocalStack:
 
     # -- stop ------------------------------------------------------------------------------------
     def stop(self) -> dict[str, str]:
-        """TERM every service (Dagster processes and workers first, then Redis, Postgres, SeaweedFS), wait
-        up to each one's stop timeout, KILL what is left; name -> "stopped" | "killed" | "gone"."""
+        """TERM every service (Dagster and workers first), wait, KILL what is left."""
         if not self.services and self.state_file.exists():
             state = json.loads(self.state_file.read_text())
             self.services = [Service(**s) for s in state.get("services", [])]

@@ -201,8 +201,7 @@ def extract_features(
 
 
 def _remove_unlisted_files(folder: str) -> int:
-    """Delete the .npy files (maps and class tokens) of a cache folder that its manifest on disk does not
-    list (orphans); count them."""
+    """Delete and count the .npy files of a cache folder that its manifest does not list (orphans)."""
     fs, base = filesystem(folder)
     listed = listed_files(read_manifest(folder))
     orphans = [f for f in fs.glob(f"{base.rstrip('/')}/*.npy") if f.rsplit("/", 1)[-1] not in listed]
@@ -224,8 +223,7 @@ def _write_info(folder: str, spec: BackboneSpec, hash_: str, backbone: Backbone)
 
 
 def _plan(backbone: Backbone, todo: pd.DataFrame, batch_size: int) -> list[tuple[np.ndarray, int]]:
-    """(row indices, input size S) of every batch: images sharing S together, at most batch_size each, in
-    order; S is asked once per distinct (width, height)."""
+    """(row indices, input size S) of every batch: one S each, at most batch_size, in order."""
     wh = todo[["width", "height"]].to_numpy(dtype=np.int64).reshape(-1, 2)
     uniq, inverse = np.unique(wh, axis=0, return_inverse=True)
     sizes = np.array([backbone.input_size(int(w), int(h)) for w, h in uniq], dtype=np.int64)[inverse.ravel()]
@@ -255,14 +253,12 @@ def _prepare(backbone: Backbone, recs: pd.DataFrame):
 
 
 def loader_threads(device: torch.device) -> int:
-    """Threads that decode and prepare batches ahead of the model: one on the CPU (torch already uses every
-    core), up to 4 with an accelerator (decoding is then the CPU's whole job)."""
+    """Loader threads: one on the CPU (torch already uses every core), up to 4 with an accelerator."""
     return 1 if device.type == "cpu" else max(1, min(4, (os.cpu_count() or 2) - 1))
 
 
 class _Writer:
-    """Writes a batch's maps to the cache and the manifest in one thread beside the model; it owns the
-    manifest while the run lasts, so the caller reads it only after `wait`."""
+    """Writes a batch's maps and manifest rows in a thread; read the manifest after `wait`."""
 
     def __init__(self, spec: BackboneSpec, folder: str, rel: str, hash_: str, manifest: _Manifest):
         self.spec, self.folder, self.rel, self.hash_, self.manifest = spec, folder, rel, hash_, manifest
@@ -329,8 +325,7 @@ def _run(
     manifest: _Manifest,
     log: Callable[[str], None],
 ) -> None:
-    """Extract `todo` in three overlapped stages: loader threads decode and prepare batch n+1 (and on),
-    the calling thread runs batch n through the model, a writer thread writes batch n-1."""
+    """Extract `todo` overlapped: loaders prepare batch n+1, this thread runs batch n, a writer writes n-1."""
     plan = _plan(backbone, todo, spec.batch_size)
     writer = _Writer(spec, folder, "/".join([spec.name, hash_]), hash_, manifest)
     n_loaders = loader_threads(backbone.device)

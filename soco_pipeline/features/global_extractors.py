@@ -63,8 +63,7 @@ def global_folder(cache_root: str, name: str, identity: dict, policy: GlobalInpu
 
 
 def spec_identity(spec: BackboneSpec, policy: GlobalInputPolicy) -> dict:
-    """What decides a backbone's global features besides the policy, known without building it: the spec hash,
-    and for a dense-only backbone the input side it is run at (`dense_input`)."""
+    """What decides a backbone's global features besides the policy: the spec hash and any `dense_input`."""
     ident = {"hash": spec_hash(spec)}
     if "blocks" in capabilities(spec.kind) or not policy.dense_input:  # global_ignores_input's two cases
         return ident
@@ -73,8 +72,7 @@ def spec_identity(spec: BackboneSpec, policy: GlobalInputPolicy) -> dict:
 
 @contextlib.contextmanager
 def torch_threads(n: int | None):
-    """Run a block with `n` torch intra-op threads (None: leave torch's setting alone). On a busy CPU, extra
-    intra-op threads spin while they wait for a core: one thread is then several times faster."""
+    """Run a block with `n` torch intra-op threads (None: as is); on a busy CPU extra threads spin."""
     before = torch.get_num_threads()
     if n:
         torch.set_num_threads(n)
@@ -106,8 +104,7 @@ class ModelGlobal(GlobalExtractor):
 
 
 def check_crop(name: str, crop: int, patch: int | tuple[int, ...]) -> None:
-    """Refuse a crop that is not a multiple of a ViT's patch size (before any image is extracted), naming the
-    nearest valid crops; the policy is FG-BMK's `global_features` and SOCO's global features share it."""
+    """Refuse a crop that is not a multiple of a ViT's patch size, naming the nearest valid crops."""
     p = max(patch) if isinstance(patch, tuple) else int(patch)
     if crop % p == 0:
         return
@@ -186,8 +183,7 @@ class DenseMeanGlobal(GlobalExtractor):
 
 
 class VariantOracle(GlobalExtractor):
-    """Knows each image's label: `margin` x one-hot(label column) plus seeded N(0, noise^2) per dimension; for
-    tests of the metrics (a margin well above the noise scores 100 top-1 and mAP 100)."""
+    """Knows each image's label: `margin` x one-hot(label) plus seeded N(0, noise^2), for tests."""
 
     def __init__(
         self,
@@ -255,8 +251,7 @@ def build_global_extractor(
 
 
 def load_global_pixels(uris: list[str], image_ids: list[str], config: GlobalInputPolicy) -> torch.Tensor:
-    """FG-BMK's eval transform before normalisation, (B, 3, crop, crop) in [0, 1]: shorter side to `resize`
-    (bicubic, antialiased, on uint8 like PIL), then torchvision's centre crop."""
+    """FG-BMK's eval transform before normalisation: shorter side to `resize` (bicubic), centre crop."""
     from torchvision.transforms.v2 import functional as TF
 
     out = []

@@ -40,14 +40,12 @@ def global_ignores_input(kind: str, policy: GlobalInputPolicy) -> bool:
 
 
 def global_reads(fields: dict, kind: str, policy: GlobalInputPolicy) -> dict:
-    """The spec fields (backbones/reads.computation) a global-feature extraction under `policy` reads:
-    without `input` when it ignores it (global_ignores_input)."""
+    """The spec fields a global-feature extraction under `policy` reads (no `input` when it ignores it)."""
     return {k: v for k, v in fields.items() if k != "input" or not global_ignores_input(kind, policy)}
 
 
 def load_global_policy(scale: str | None = None, path: str | None = None) -> GlobalInputPolicy:
-    """The run's global-feature input policy: assets/global_features.yaml (or `path`) at `scale` (demo when
-    None); an error names the file and the field."""
+    """The run's global-feature input policy: assets/global_features.yaml (or `path`) at `scale` (demo)."""
     from soco_pipeline.config import load_config_file
     from soco_pipeline.storage import PROJECT_ROOT
 

@@ -104,8 +104,7 @@ class FeatureStore:
 
     @classmethod
     def from_manifest(cls, cache_root: str, manifest: pd.DataFrame, cache_items: int = 64) -> FeatureStore:
-        """The store of the images in a manifest extract_features returned (also one reduced to
-        FeatureManifestSchema's columns)."""
+        """The store of the images in a manifest extract_features returned."""
         if manifest.empty:
             raise FileNotFoundError("the feature manifest is empty: no image has cached features")
         folders = manifest.path.str.rsplit("/", n=1).str[0].unique()
@@ -182,8 +181,7 @@ class FeatureStore:
         return arr.astype(np.float32), meta
 
     def get_stored(self, image_id: str, verify: bool = False) -> tuple[np.ndarray, dict]:
-        """The map as stored (fp16) and its meta. Read-only: a local file is memory-mapped
-        (`np.load(mmap_mode="r")`), not copied, and the array may be shared with the store's cache."""
+        """The map as stored (fp16) and its meta; read-only (memory-mapped, maybe shared with the cache)."""
         meta = self.meta(image_id)
         paths = self.__dict__.get("_paths")
         if paths is None:  # one pass over the manifest instead of a .loc per map read
@@ -256,8 +254,7 @@ class FeatureStore:
         )
 
     def class_token(self, image_id: str) -> np.ndarray:
-        """The cached class token (C, float32, L2-normalised) of one image, verified on every read; a clear error
-        when there is none or it is damaged."""
+        """The cached class token (C, float32, L2-normalised) of one image, verified on every read."""
         meta = self.meta(image_id)
         row = self.manifest.loc[image_id]
         rel = row["cls_path"] if "cls_path" in self.manifest.columns else ""

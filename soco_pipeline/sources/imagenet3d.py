@@ -84,8 +84,7 @@ def imagenet3d_image_ids(root: str) -> set[str]:
 
 
 def read_imagenet3d(root: str, categories: Iterable[str] | None = None, workers: int = 8) -> pd.DataFrame:
-    """One candidate row (CANDIDATE_COLUMNS) per image of an ImageNet3D-layout root (a missing side is rejected
-    later); a malformed npz raises ValueError naming it."""
+    """One candidate row per image of an ImageNet3D-layout root; a malformed npz is a ValueError."""
     wanted = set(categories) if categories is not None else None
     ann_paths = glob_paths(join(root, "annotations"), "*/*.npz")
     img_paths = [p for p in glob_paths(join(root, "images"), "*/*") if p.endswith(IMAGE_SUFFIXES)]

@@ -79,8 +79,7 @@ def _metadata_part(meta: dict | None, path: str, part: str, fallback: str) -> di
 
 
 def _template(kp: str, concept: str, at: str, own: object, templates: dict) -> str:
-    """The keypoint's description template: its own (Metadata `keypoints`), its concept's or its `at`
-    value's (Metadata `templates`), else one made of its name."""
+    """The keypoint's description template: its own, its concept's or its `at` value's, else from its name."""
     by_concept = templates.get("concepts") if isinstance(templates.get("concepts"), dict) else {}
     by_at = templates.get("at") if isinstance(templates.get("at"), dict) else {}
     for t in (own, by_concept.get(concept), by_at.get(at)):
@@ -98,8 +97,7 @@ def _template(kp: str, concept: str, at: str, own: object, templates: dict) -> s
 def build_release_taxonomy(
     entries: pd.DataFrame, cross: pd.DataFrame, meta: dict | None, meta_path: str, source: str
 ) -> Taxonomy:
-    """The taxonomy of a release from its keypoint entries (ENTRY_COLUMNS), its cross pairs
-    (src_category, trg_category, ancestor or None) and its parsed Metadata (None when absent)."""
+    """The taxonomy of a release from its keypoint entries, its cross pairs and its parsed Metadata."""
     check_keypoint_concepts(entries)
     if meta is None:
         _warn(

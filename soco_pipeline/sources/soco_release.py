@@ -261,8 +261,7 @@ def _check_pairs_against_annotations(entries: pd.DataFrame, ann_paths: list[str]
 
 
 def _merge_splits(pairs: list[dict]) -> list[dict]:
-    """The evaluated pairs (intra/, cross/) with the split their trainsplits/ file gives them, then the
-    pairs only a split lists (not evaluated). ValueError naming both files for a pair in both splits."""
+    """The evaluated pairs with their trainsplits/ split, then the pairs only a split lists."""
     split_of: dict[str, dict] = {}
     for pr in pairs:
         if pr["split"]:

@@ -25,8 +25,7 @@ class TableFileError(ValueError):
 
 
 def decode_text(data: bytes, path: str) -> str:
-    """The text of a .tsv / .csv file: by its byte-order mark, else UTF-8; TableFileError naming the file,
-    line and byte when it is neither (another encoding, UTF-16 without a mark)."""
+    """The text of a .tsv / .csv file: by its byte-order mark, else UTF-8, else TableFileError."""
     for bom, codec in BOMS:
         if data.startswith(bom):
             return data.decode(codec)
@@ -51,8 +50,7 @@ def decode_text(data: bytes, path: str) -> str:
 
 
 def read_table_file(path: str | Path, dtype: type | None = None) -> pd.DataFrame:
-    """A workbook's first sheet, or a .tsv (tab) / .csv (comma) file, read by what its bytes are (see the
-    module's docstring); `dtype` as pandas takes it. FileNotFoundError when there is no such file."""
+    """A workbook's first sheet, or a .tsv / .csv file, read by what its bytes are."""
     path = Path(path)
     data = path.read_bytes()
     if data.startswith(XLSX_MAGIC):

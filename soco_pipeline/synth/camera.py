@@ -14,8 +14,7 @@ import numpy as np
 
 @dataclass
 class Camera:
-    """Extrinsics (R world->camera rows, centre C) and intrinsics (focal, principal point, size); the pose
-    fields are fixed after construction (centre and rotation are cached), px and py may change."""
+    """Extrinsics (R world->camera rows, centre C) and intrinsics; the pose fields are fixed (cached)."""
 
     azimuth: float
     elevation: float

@@ -29,8 +29,7 @@ def hand_modelled(tax: Taxonomy) -> list[str]:
 
 
 def plan(categories: list[str], n_kept: int, seed: int, tax: Taxonomy) -> list[tuple[str, int, str]]:
-    """(category, index, intended_reject) for every image: n_kept kept plus ~10% rejects per category at
-    seeded positions, their reasons cycling from a category-dependent offset so every reason occurs."""
+    """(category, index, intended_reject) for every image: n_kept plus ~10% seeded rejects."""
     n_rej = math.ceil(REJECT_FRACTION * n_kept)
     out = []
     for cat in categories:

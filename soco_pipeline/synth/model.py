@@ -63,8 +63,7 @@ class Builder:
         return prim
 
     def kp(self, name: str, prim: Primitive, through, direction, slack: float = 0.0) -> None:
-        """Pin keypoint `name` at the surface point of `prim` facing `direction` on the line through `through`
-        (walked from outside against `direction`: +y for the outer face of a left wheel)."""
+        """Pin keypoint `name` at the surface point of `prim` facing `direction` through `through`."""
         d = np.asarray(direction, float)
         d = d / np.linalg.norm(d)
         q = np.asarray(through, float)

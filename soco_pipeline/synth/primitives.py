@@ -126,8 +126,7 @@ def limb(part: str, p0, p1, r0: float, r1: float, color, texture=("plain", {})) 
 
 
 def intersect(prim: Primitive, origin: np.ndarray, dirs: np.ndarray) -> np.ndarray:
-    """Ray parameters t (+inf on a miss) where rays origin + t * dirs (object frame; dirs (N, 3)) first hit
-    the primitive; `surface` gives the hits' local points and normals."""
+    """Ray parameters t (+inf on a miss) of the first hit of rays origin + t * dirs (object frame)."""
     d = dirs @ prim.rot
     o = (origin - prim.center) @ prim.rot
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
