@@ -109,7 +109,7 @@ def _record_fields(i: int, rec: dict, path: str) -> dict:
 def read_animal3d(
     root: str, taxonomy: Taxonomy | None = None, categories: Iterable[str] | None = None
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Candidate image rows and raw keypoint rows of an Animal3D root (bad keypoints: keypoints_valid=False)."""
+    """Candidate image rows and raw keypoint rows of an Animal3D root (bad keypoints: not valid)."""
     taxonomy = taxonomy or load_taxonomy()
     names = np.array(animal_keypoint_names(taxonomy))
     path = join(root, "annotations.json")
