@@ -1,5 +1,4 @@
-"""Backbones: specs (assets/backbones/*.yaml), the common interface, and one module per kind;
-`build_backbone(spec, context).extract(images, records)` gives L2-normalised C x h x w maps."""
+"""Backbones: specs (assets/backbones/*.yaml), the common interface, and one module per kind."""
 
 from __future__ import annotations
 

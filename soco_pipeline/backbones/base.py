@@ -1,6 +1,4 @@
-"""The common backbone interface: H x W x 3 uint8 RGB images plus their records in, one C x h x w float32
-map per image out, L2-normalised over channels, covering the padded S x S square (backbones/preprocess.py).
-"""
+"""The common backbone interface: RGB uint8 images in, L2-normalised C x h x w float32 maps out."""
 
 from __future__ import annotations
 

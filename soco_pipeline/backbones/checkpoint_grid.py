@@ -1,5 +1,4 @@
-"""The position-embedding grid a ViT checkpoint was saved at, so its embeddings are interpolated once, at run
-time (docs/preprocessing.md); only the tensor's shape is read."""
+"""The position-embedding grid a ViT checkpoint was saved at (only the tensor's shape is read)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Dense SIFT: OpenCV SIFT descriptors on a regular grid of upright keypoints, one per stride x stride cell,
-on the grey image; flat cells (white padding) get a zero descriptor."""
+"""Dense SIFT: OpenCV SIFT descriptors of upright keypoints on a stride x stride grid of the grey image."""
 
 from __future__ import annotations
 

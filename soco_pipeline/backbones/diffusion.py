@@ -1,8 +1,7 @@
 """Stable Diffusion UNet features, DIFT-style (Tang et al. 2023), through diffusers.
 
-Per image: VAE-encode, noise the latent at timestep `t`, run the UNet with the prompt and take up-block
-`up_ft_index`'s output; `ensemble` draws averaged, seeded per image (spec seed + image id) so features do not
-depend on the batch. `model: tiny` with `weights: none` builds a seeded random tiny UNet + VAE."""
+Up-block `up_ft_index`'s output at noise timestep `t`; `ensemble` draws averaged, seeded per image (spec seed
++ image id) so features do not depend on the batch. `model: tiny` builds a seeded random tiny UNet + VAE."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""The backbone-kind registry: which module defines each `kind:`, and each kind's capabilities as data.
-
-Adding a kind: docs/config.md, "Adding a backbone kind". The modules load torch, so they are imported on first
-use only."""
+"""The backbone-kind registry: which module defines each `kind:` (imported on first use: they load torch),
+and each kind's capabilities as data (docs/config.md, "Adding a backbone kind")."""
 
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
 """Oracle backbones: features from the generator's exact keypoints, to check the metrics (embedded data only).
 
-Each visible keypoint puts a Gaussian bump (width `sigma` cells, peak 1) in its own channel (`oracle_part`:
-~100 SOC) or its concept's (`oracle_concept`: ~100 CC, SOC ~ 1/k); seeded `noise_channels` break the ties of
-same-concept peaks at random. With sigma 0.5 the peak cell (0.9988) beats its neighbours (0.94), also in fp16.
-"""
+A Gaussian bump per visible keypoint in its own channel (`oracle_part`: ~100 SOC) or its concept's
+(`oracle_concept`: ~100 CC, SOC ~ 1/k); seeded `noise_channels` break same-concept ties at random."""
 
 from __future__ import annotations
 

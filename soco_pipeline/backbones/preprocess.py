@@ -1,6 +1,5 @@
-"""The official SOCO/OmniProbe input protocol: pad white to a max(W, H) square (image top-left), resize to S x
-S, scale keypoints by the same factor. `resize: pil` is the official scorer's path bit for bit; `resize:
-tensor` (opt-in, GPU) moves the features a little (docs/preprocessing.md)."""
+"""The official SOCO/OmniProbe input protocol: white square pad (image top-left), resize to S x S, keypoints
+scaled alike. `resize: pil` is the official path bit for bit; `tensor` moves features a little."""
 
 from __future__ import annotations
 

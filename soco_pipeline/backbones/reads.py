@@ -1,8 +1,4 @@
-"""What a computation reads of a backbone spec, and its version: the key every per-model table is cached by.
-
-`computation(spec)` drops what changes no figure (name, reference, description, device, batch size) and adds
-the local weights' hash; `reads_version` hashes exactly what one table read.
-"""
+"""What a computation reads of a backbone spec, and its version: the per-model tables' cache key."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Backbone specs: one YAML file per backbone (the name is its stem), validated by its kind's pydantic model,
-a discriminated union on `kind` (docs/config.md, "Backbone specs")."""
+"""Backbone specs: one YAML file per backbone, validated by its kind's pydantic model (docs/config.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Spec files on disk (backbones and LVLMs): a folder's specs with their content hashes, the names present,
-a partition's file."""
+"""Spec files on disk (backbones and LVLMs): a folder's specs and hashes, a partition's file."""
 
 from __future__ import annotations
 

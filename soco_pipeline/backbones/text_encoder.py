@@ -1,5 +1,4 @@
-"""A backbone spec's text tower (`text_encoder:` none | hf:<repo id> | a local folder): unit embeddings of
-short texts for TPIPS (docs/tpips.md). Not in spec_hash; nothing is downloaded."""
+"""A backbone spec's text tower: unit embeddings of short texts for TPIPS; not in spec_hash."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""timm ViT-style backbones: patch tokens from `forward_intermediates` at the spec's `layer` WITHOUT the final
-norm, prefix tokens dropped, reshaped to C x h x w; built at the checkpoint's own grid (checkpoint_grid.py)."""
+"""timm ViT-style backbones: block `layer`'s patch tokens WITHOUT the final norm, as C x h x w maps."""
 
 from __future__ import annotations
 

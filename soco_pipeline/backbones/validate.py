@@ -1,5 +1,4 @@
-"""Checks a spec must pass before it is accepted: its weights (and text tower) exist locally and the kind's
-`check_spec` passes (docs/config.md, "One validation wherever a spec is found")."""
+"""Checks a spec must pass before it is accepted: its weights exist locally and the kind's `check_spec`."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""The code location: every asset, check, sensor, schedule and resource of the SOCO pipeline.
-
-Each folder of defs/ but `shared/` is one asset group (`dg.load_definitions_from_package_module`: per-folder
-`load_defs` results cannot be merged); the assets over every family's boards are built once all are loaded.
-"""
+"""The code location: every asset, check, sensor, schedule and resource; each folder of defs/ but `shared/`
+is one asset group (`load_definitions_from_package_module`: `load_defs` results cannot be merged)."""
 
 import importlib
 import pkgutil

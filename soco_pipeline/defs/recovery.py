@@ -1,10 +1,5 @@
-"""Dead runs and pool slots: a killed run (OOM, SIGKILL, power loss) must not block later runs.
-
-A run whose process died stays STARTED and keeps its `gpu` pool slot, so the next run would wait forever (the
-default run launcher has no worker health check). `fail_dead_runs` fails such runs of this machine and frees
-their slots: before each local run claims a slot, whenever a step is blocked on a pool, and every 30 s
-(`dead_run_sensor`).
-"""
+"""Dead runs and pool slots: a killed run (OOM, SIGKILL) keeps its `gpu` pool slot, and the default run
+launcher has no health check; `fail_dead_runs` fails such runs of this machine and frees their slots."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""Steps whose whole Celery worker vanished (kill -9, a lost node): find them and fail them cleanly.
-
-Their message stays in kombu's `unacked` hash and the orchestrator would wait for the broker's visibility
-timeout (hours); `fail_lost_tasks` stores a WorkerLostError as the result and drops the message. The sensor
-deciding which worker is lost is in defs/recovery.
-"""
+"""Steps whose whole Celery worker vanished (kill -9, a lost node): fail them cleanly instead of waiting
+for the broker's visibility timeout (hours); defs/recovery decides which worker is lost."""
 
 from __future__ import annotations
 

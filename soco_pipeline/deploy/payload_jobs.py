@@ -1,6 +1,4 @@
-"""A payload run as a separate job (Slurm, Kubernetes): its folder on the shared filesystem, the job's output
-forwarded as it appears, its reported result read back (the Pipes session is defs/shared/launchers.py).
-"""
+"""A payload run as a separate job (Slurm, Kubernetes): its folder, its forwarded output, its result."""
 
 from __future__ import annotations
 

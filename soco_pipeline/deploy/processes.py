@@ -1,6 +1,4 @@
-"""Start and stop server processes by pid and process group: setsid on start (the group holds every child
-it forks), TERM-wait-KILL of the whole group on stop.
-"""
+"""Start and stop server processes by process group: setsid on start, TERM-wait-KILL of the group on stop."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""Submit one batch job with `sbatch` and follow it with `scontrol show job` (not `sacct`: accounting may be
-off) until it ends, with named errors for a cancelled, node-down, failed or queue-stuck job.
-"""
+"""Submit one batch job with `sbatch` and follow it with `scontrol` (accounting may be off) until it ends."""
 
 from __future__ import annotations
 

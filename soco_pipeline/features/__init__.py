@@ -1,6 +1,4 @@
-"""Feature stage: the per-backbone cache (dense maps, and global features per input policy) and read access
-to it. Names load lazily (PEP 562), so `features.policy` imports without torch.
-"""
+"""Feature stage: the per-backbone cache and read access to it; names load lazily (no torch for `policy`)."""
 
 import importlib
 

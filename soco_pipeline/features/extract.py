@@ -1,8 +1,5 @@
-"""The per-backbone feature cache: dense maps extracted once per (backbone, image), fp16 on disk.
-
-Under `<cache_root>/<backbone>/<spec_hash>/`: `info.json`, `manifest.parquet` (paths relative to the cache
-root), `<image_id>.npy` (fp16 C x h x w, L2-normalised) and, for timm ViTs, `<image_id>.cls.npy`. Resumable:
-the manifest is flushed every few seconds and whenever extraction stops."""
+"""The per-backbone feature cache: dense maps extracted once per (backbone, image), fp16 on disk under
+`<cache_root>/<backbone>/<spec_hash>/`, resumable (the manifest is flushed every few seconds)."""
 
 from __future__ import annotations
 

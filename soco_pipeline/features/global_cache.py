@@ -1,6 +1,4 @@
-"""The global-feature output of the shared feature cache: per (backbone, input policy, image) the class tokens
-of the last two blocks and the last block's patch mean, extracted once for every family (docs/fgbmk.md,
-"Global features": layout, checksums, concurrent writers, repair)."""
+"""The global-feature output of the shared feature cache, extracted once for every family (docs/fgbmk.md)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""The extractors of the global-feature output, per kind's declared readout: pixels in [0, 1] -> cls_prev,
-cls_last, patch_mean, at a `GlobalInputPolicy` (docs/fgbmk.md, "Global features"). They normalise inside, so
-pixel-space attacks differentiate through them when `differentiable` is True."""
+"""The extractors of the global-feature output: pixels in [0, 1] -> cls_prev, cls_last, patch_mean."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The input policy of the global-feature output: how an image becomes the backbone's input, and what decides
-the cache folder (pydantic only, so that configs import it without torch)."""
+"""The input policy of the global-feature output (pydantic only: configs import it without torch)."""
 
 from __future__ import annotations
 

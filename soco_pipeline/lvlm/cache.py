@@ -1,5 +1,4 @@
-"""Answers cached by request hash, one JSON file each, written atomically: a rerun (also after SIGKILL) asks
-exactly the missing requests. Never errors, never anything secret."""
+"""Answers cached by request hash, one JSON file each, written atomically; never errors or secrets."""
 
 from __future__ import annotations
 

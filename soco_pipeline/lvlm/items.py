@@ -1,5 +1,4 @@
-"""SOCO-LVLM items: one row per (setting, item, rotation) (docs/lvlm.md). Letter j marks original option
-(j + r) % 4 in rotation r, as `matching.rotation_picks` does; an item's rows share `g_index`."""
+"""SOCO-LVLM items: one row per (setting, item, rotation); letter j marks option (j + r) % 4 in rotation r."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
 """Reference answerers behind a loopback OpenAI-compatible server: the LVLM side's oracles.
 
-`oracle` reads the answer key and is always right; `random` picks a seeded uniform letter (25 average, 0.39
-circular in expectation). The server is its own process, stopped by its pid.
-"""
+`oracle` is always right; `random` picks a seeded uniform letter (25 average, 0.39 circular expected)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""SOCO-LVLM scores: average and circular accuracy per setting and scope, and the leaderboard. Failed and
-unreadable answers count wrong, as the official script does."""
+"""SOCO-LVLM scores: average and circular accuracy; failed and unreadable answers count wrong."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Prompts as VLMEvalKit's `ImageMCQDataset.build_prompt` (which SOCO's runs used), and the request and reply
-types every backend speaks (`ChatRequest`, `Reply`, `Backend`). All images first, then one text part."""
+"""Prompts as VLMEvalKit's `ImageMCQDataset.build_prompt` (which SOCO's runs used), and the request types."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Marked images as on the SOCO project page's figure: a red query dot, green candidate dots lettered A-D.
-The file name hashes everything that decides the pixels, so an existing file is reused."""
+"""Marked images as on the SOCO project page's figure, named by a hash of everything deciding the pixels."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""Ask a model: cached answers first, the rest with bounded concurrency, behind both error guards
-(`max_consecutive_failures`, `max_error_rate`). `ask_requests` is the project's one asking loop.
-"""
+"""Ask a model: cached answers first, the rest with bounded concurrency, behind both error guards."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""A small OpenAI-compatible chat-completions server on loopback, around any answer function (a ChatRequest
-and the body in; the text, or an HttpReply of its own, out)."""
+"""A small OpenAI-compatible chat-completions server on loopback, around any answer function."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""LVLM specs: one YAML file per model in assets/lvlms/, a frozen dataclass per `backend` (openai |
-transformers); unknown fields are an error (docs/config.md, "LVLM specs")."""
+"""LVLM specs: one YAML file per model in assets/lvlms/ (docs/config.md, "LVLM specs")."""
 
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
 """VLMEvalKit interop: items out as TSVs, the official SOCO-LVLM TSVs in, prediction workbooks scored.
 
-TSV columns: index, g_index, qid, category, question, A-D, answer, image, image_path. `image` is one base64
-JPEG or a Python list literal of them; at most 64 characters, the `index` of an earlier row whose images it
-reuses.
-"""
+`image` is one base64 JPEG, a Python list literal of them, or (at most 64 characters) the `index` of an
+earlier row whose images it reuses."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Reader for the Animal3D layout: annotations.json {"data": [record]} + images.
-
-A record holds `img_path`, `bbox` [x, y, w, h], `keypoint_2d` (26 x 3: x, y, visibility), `height`, `width`,
-SMAL `pose`/`shape`; the 26 keypoints map in order onto the taxonomy's `animal_*` keypoints.
-"""
+"""Reader for the Animal3D layout: annotations.json {"data": [record]} + images; the 26 `keypoint_2d` rows
+map in order onto the taxonomy's `animal_*` keypoints."""
 
 from __future__ import annotations
 

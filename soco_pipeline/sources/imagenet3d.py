@@ -1,8 +1,4 @@
-"""Reader for the ImageNet3D layout: images/<cat>/<id>.JPEG + annotations/<cat>/<id>.npz.
-
-Each npz holds an `annotations` object array of per-object dicts (azimuth, elevation, theta [rad], distance,
-bbox [x1,y1,x2,y2], ...), summarised into one candidate row per image; the filters are data/imageset.py.
-"""
+"""Reader for the ImageNet3D layout: images/<cat>/<id>.JPEG + annotations/<cat>/<id>.npz (theta in rad)."""
 
 from __future__ import annotations
 

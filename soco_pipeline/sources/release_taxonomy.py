@@ -1,7 +1,5 @@
-"""The taxonomy of an official SOCO release, built from the release itself (docs/official-data.md).
-
-Every set of categories sharing a keypoint is a node, the smallest set holding another its parent;
-overlapping sets are merged with a warning. Orders go by ids, not names, so renaming keeps every seeded draw."""
+"""The taxonomy of an official SOCO release, built from the release itself (docs/official-data.md); orders
+go by ids, not names, so renaming keeps every seeded draw."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""Import of the official SOCO release layout into the canonical tables (docs/official-data.md).
-
-SOC rows come from semantic_overlap, CC rows are src x trg of each concept_matches group (geo =
-n_candidates >= 2); files from data/soco_export add `pair_key`, `level` and `ancestor`. Bad input is a
-ValueError naming the file."""
+"""Import of the official SOCO release layout into the canonical tables (docs/official-data.md)."""
 
 from __future__ import annotations
 

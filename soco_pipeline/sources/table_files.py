@@ -1,7 +1,5 @@
-"""Workbooks made elsewhere (xlsx, .tsv, .csv) read by what their bytes are, not only by their name: an xlsx
-zip whatever its name, a byte-order mark decoded, else UTF-8 only; other encodings, BOM-less UTF-16 and
-`.xls` are refused with the file, the position and the fix, never guessed.
-"""
+"""Workbooks made elsewhere read by what their bytes are: xlsx, a byte-order mark, else UTF-8 only; other
+encodings are refused with the position and the fix, never guessed."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The embedded benchmark generator: procedural 3D objects rendered over real photographs, written in the
-layout of docs/contracts.md (`generate_dataset`)."""
+"""The embedded benchmark generator: procedural 3D objects rendered over real photographs."""
 
 from .generate import generate_dataset
 from .scene import render_object

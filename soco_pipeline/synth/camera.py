@@ -1,8 +1,5 @@
-"""A perspective camera posed ImageNet3D-style: azimuth, elevation, in-plane theta, distance.
-
-The camera sits at distance * (cos e cos a, cos e sin a, sin e) looking at the origin (azimuth 0 sees the
-front, +x); theta is counter-clockwise in the image. Image: x right, y down, pixel centres at +0.5.
-"""
+"""A perspective camera posed ImageNet3D-style: azimuth 0 sees the front (+x), theta counter-clockwise in
+the image; image x right, y down, pixel centres at +0.5."""
 
 from __future__ import annotations
 

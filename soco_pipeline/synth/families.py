@@ -1,9 +1,7 @@
 """The 16 hand-modelled shape families, built from primitives, each pinning its taxonomy keypoints.
 
-Object frame: +x front, +y LEFT, +z up, ground at z = 0. Families share structure on purpose (wheels,
-legs) so inherited keypoints sit on corresponding parts (the basis of Cross-SOC). Builders take `p`
-(FAMILY_PARAMS), `col` (colours) and `want` (the category's keypoints; optional parts built only if wanted).
-"""
+Object frame: +x front, +y LEFT, +z up, ground at z = 0; families share structure (wheels, legs) so inherited
+keypoints sit on corresponding parts (the basis of Cross-SOC)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""Analytic 3D primitives (box, tapered cylinder, ellipsoid) with vectorized ray intersection in their local
-frame (world = rot @ local + center); `t` is preserved, so it compares across primitives.
-"""
+"""Analytic 3D primitives (box, tapered cylinder, ellipsoid), rays intersected in their local frame."""
 
 from __future__ import annotations
 

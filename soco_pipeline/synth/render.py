@@ -1,6 +1,4 @@
-"""Vectorized ray-casting renderer: z-buffer, part-identity map, Lambert shading, keypoint visibility; each
-primitive is cast only over its projected screen box.
-"""
+"""Vectorized ray-casting renderer: z-buffer, part-identity map, Lambert shading, keypoint visibility."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""Categories as parametric variants of their family (a CRC32 seed of the name; TRAITS in
-assets/synth_variants.yaml), and per-instance jitter from each image's own RNG.
-"""
+"""Categories as parametric variants of their family (seeded by the name), and per-instance jitter."""
 
 from __future__ import annotations
 

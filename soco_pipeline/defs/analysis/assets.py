@@ -1,5 +1,5 @@
-"""Analysis assets: global-feature metrics and the linear probe per backbone partition (from the feature
-cache, no backbone runs), and the correlation study over the leaderboard, user tables and OmniProbe."""
+"""Analysis assets: global-feature metrics and the linear probe per backbone (from the feature cache), and
+the correlation study."""
 
 import base64
 

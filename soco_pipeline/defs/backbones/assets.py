@@ -1,5 +1,5 @@
-"""The backbones group (one dynamic partition per spec file in assets/backbones/): the spec file as an
-observable source asset -> feature cache -> predictions -> metrics; the leaderboard over every partition."""
+"""The backbones group (a partition per spec file): spec -> feature cache -> predictions -> metrics ->
+leaderboard."""
 
 import dagster as dg
 import pandas as pd

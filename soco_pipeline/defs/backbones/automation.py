@@ -1,5 +1,4 @@
-"""The backbones group's job and spec-folder sensor (a new spec adds a partition, a changed one re-runs it in
-every started family, a deleted one loses it); the weekly re-evaluation is shared/automation.REEVALUATED."""
+"""The backbones group's job and spec-folder sensor."""
 
 import dagster as dg
 

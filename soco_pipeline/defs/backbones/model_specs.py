@@ -1,6 +1,4 @@
-"""`model_specs`: the set of model spec files present (backbones and LVLMs), as one observable source.
-
-Every board depends on it, so a removed spec's rows leave the boards within one automation cycle."""
+"""`model_specs`: the model spec files present, one observable source every board depends on."""
 
 import dagster as dg
 

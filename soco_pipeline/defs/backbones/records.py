@@ -1,5 +1,4 @@
-"""The backbone's results record (issue 26), as JSON beside the metrics
-(storage/results/records/<backbone>.json), validated against assets/results_record.schema.json."""
+"""The backbone's results record (issue 26): JSON validated against assets/results_record.schema.json."""
 
 import dagster as dg
 import pandas as pd

@@ -1,8 +1,4 @@
-"""FG-BMK (fine-grained recognition), the Dagster layer: declarations only; the work is tasks/fgbmk.
-
-fgbmk_items -> fgbmk_questions; backbones[b]: fgbmk_global_features -> fgbmk_metrics + fgbmk_probe_predictions,
-fgbmk_robustness; lvlms[m]: fgbmk_answers -> fgbmk_lvlm_metrics; all -> fgbmk_leaderboard, fgbmk_findings.
-"""
+"""FG-BMK (fine-grained recognition), the Dagster layer: declarations only; the work is tasks/fgbmk."""
 
 import dagster as dg
 import pandas as pd

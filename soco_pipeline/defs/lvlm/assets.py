@@ -1,6 +1,4 @@
-"""The lvlm group (SOCO-LVLM): one `lvlms` partition per spec file in assets/lvlms/.
-
-lvlm_spec, lvlm_items -> lvlm_answers[m] -> lvlm_metrics[m] -> lvlm_leaderboard."""
+"""The lvlm group (SOCO-LVLM): one `lvlms` partition per spec file in assets/lvlms/."""
 
 import dagster as dg
 import pandas as pd

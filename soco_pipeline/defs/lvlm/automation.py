@@ -1,5 +1,4 @@
-"""The LVLM group's job and spec-folder sensor (assets/lvlms/, treated as the backbone sensor treats
-assets/backbones/; an empty folder is fine)."""
+"""The LVLM group's job and spec-folder sensor (assets/lvlms/; an empty folder is fine)."""
 
 import dagster as dg
 

@@ -1,8 +1,5 @@
-"""MMVMBench object matching, the Dagster layer (declarations only; the domain core is tasks/mmvm).
-
-mmvm_cases / mmvm_images / mmvm_objects -> mmvm_items; mmvm_features[b] -> mmvm_predictions[b], and
-mmvm_answers[m] -> the metrics -> mmvm_leaderboard. The data are SIMULATED (every table's data_source says so).
-"""
+"""MMVMBench object matching, the Dagster layer (declarations only; the domain core is tasks/mmvm). The data
+are SIMULATED (every table's data_source says so)."""
 
 import dagster as dg
 import pandas as pd

@@ -1,5 +1,4 @@
-"""The results group: storage/results.duckdb, views over every published table (its one writer), built by
-`results_database_asset(families)` over SOCO's and every declared Family's boards."""
+"""The results group: storage/results.duckdb, views over every published table (its one writer)."""
 
 from collections.abc import Iterable
 

@@ -1,5 +1,4 @@
-"""The protocol-sensitivity atlas (`protocol_atlas`): per family, metric and single-knob change, how far the
-board's ranking moves; domain in analysis/protocol_atlas.py."""
+"""The protocol-sensitivity atlas: how far each board's ranking moves per single-knob change."""
 
 import base64
 

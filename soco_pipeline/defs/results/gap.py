@@ -1,6 +1,5 @@
-"""Why our number differs: `published_gap`, per backbone whose spec names a published model (`reference:`),
-one row per (metric, differing knob) with the measured effect of aligning it (trust/published_gap.py). Its
-input tables are read inside the step, only when the spec names a reference."""
+"""Why our number differs: `published_gap`, the measured effect of aligning each knob that differs from the
+published model a spec names (trust/published_gap.py)."""
 
 import dagster as dg
 import pandas as pd

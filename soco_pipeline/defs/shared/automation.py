@@ -1,8 +1,4 @@
-"""Automation shared by the group folders: the conditions and one tick of a spec-folder sensor.
-
-`ON_CHANGE` requests a partition on a new upstream *data version* (content hash) only, unlike Dagster's
-`eager`; `REEVALUATED` adds the weekly re-evaluation ($SOCO_REEVALUATE_CRON).
-"""
+"""Automation shared by the group folders: the conditions and one tick of a spec-folder sensor."""
 
 import hashlib
 import json

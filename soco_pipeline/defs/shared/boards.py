@@ -1,5 +1,4 @@
-"""When each board was last materialized, and the warning for a board whose file has vanished since: read
-by the summary assets and the results page (trust/headline.py `vanished_boards` decides which)."""
+"""When each board was last materialized, and the warning for a board whose file has vanished since."""
 
 from collections.abc import Iterable
 

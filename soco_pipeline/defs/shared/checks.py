@@ -1,5 +1,4 @@
-"""Table assets: blocking checks on the pandera schemas and the cross-table rules, published only if they
-pass, with the table's content hash as its data version."""
+"""Table assets behind blocking checks, published only if they pass, their content hash as data version."""
 
 import functools
 import hashlib

@@ -1,8 +1,5 @@
-"""The executor per profile: SOCO_PROFILE=local (Dagster's multiprocess executor behind defs/recovery's
-dead-run check) or distributed (dagster-celery; `gpu`-pool steps to the `gpu` queue).
-
-A local run whose config names no start method forks its steps from a forkserver that preloaded PRELOAD
-(Dagster's `spawn` re-imports torch and Dagster per step; docs/benchmarks.md)."""
+"""The executor per profile: local (multiprocess, behind defs/recovery, steps forked from a preloaded
+forkserver) or distributed (dagster-celery; `gpu`-pool steps to the `gpu` queue)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""The family contract, its Dagster half: a task family is a `Family` declaration plus its assets.
-
-    FAMILY = Family.of(mmvm.SPEC, code_version="mmvm-2", needs=frozenset({"pixels", "dense_maps"}))
-
-The shared layer does the rest (docs/develop.md): config, `@FAMILY.table` / `.tables` / `.board`, the
-not-applicable rows, and through `declared_families` the summary, SQL views and results page.
-"""
+"""The family contract, its Dagster half: a task family is `FAMILY = Family.of(SPEC, code_version, needs)`
+plus its assets (docs/develop.md)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,4 @@
-"""Parquet tables through Dagster's UPathIOManager (any fsspec URL), placed by the table registry.
-
-A partitioned input arrives as {partition: table}; an unpartitioned one with `allow_missing` as None when
-never written."""
+"""Parquet tables through Dagster's UPathIOManager (any fsspec URL), placed by the table registry."""
 
 from __future__ import annotations
 

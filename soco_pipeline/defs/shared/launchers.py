@@ -1,5 +1,4 @@
-"""Where a heavy per-model step runs: the `launcher` resource (`inprocess`, `celery`, `slurm`, `kubernetes`),
-chosen per profile or by $SOCO_LAUNCHER (docs/scaling-out.md)."""
+"""Where a heavy per-model step runs: the `launcher` resource (inprocess | celery | slurm | kubernetes)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""A per-model table cached by what it reads: a step whose reads version (backbones/reads.py) matches a
-stored partition's republishes those rows with `reused_from: <model>` (docs/results.md)."""
+"""A per-model table reused from a stored partition of the same reads version (docs/results.md)."""
 
 from __future__ import annotations
 

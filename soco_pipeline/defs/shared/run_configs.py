@@ -1,7 +1,4 @@
-"""Run configs of a subset run (`EvalRunConfig`, `LvlmRunConfig`) and stage timings (issue 26).
-
-The rule is recorded in the asset's materialization metadata (`subset`) and read back downstream, so an
-automated run scores the same subset."""
+"""Run configs of a subset run, recorded in the materialization metadata (`subset`), and stage timings."""
 
 import dagster as dg
 

@@ -1,5 +1,4 @@
-"""What every group folder looks up about a run (a partition's spec, the taxonomy, cached maps, the global
-input policy), so that no group folder imports another."""
+"""What every group folder looks up about a run, so that no group folder imports another."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The regression watch, its Dagster half: a `<family>_history[b]` asset per watched family, its
-non-blocking `no_regression` check and sensor (log, and $SOCO_REGRESSION_WEBHOOK). Domain: trust/history.py."""
+"""The regression watch, its Dagster half: history assets, their `no_regression` checks and sensors."""
 
 from collections.abc import Iterator
 

@@ -1,5 +1,4 @@
-"""model_headlines and model_summary over every family's board, built by `summary_assets(families)`. A board
-never materialized is skipped; one whose file is gone is carried in `missing_boards`."""
+"""model_headlines and model_summary over every family's board, built by `summary_assets(families)`."""
 
 from collections.abc import Iterable
 

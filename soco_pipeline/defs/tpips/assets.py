@@ -1,5 +1,4 @@
-"""TPIPS assets, declarations only (the domain core is tasks/tpips): data, per-backbone features, baselines and
-learned metrics, LVLM answers, the leaderboard."""
+"""TPIPS assets, declarations only (the domain core is tasks/tpips)."""
 
 import base64
 

@@ -1,5 +1,4 @@
-"""LVLM backends: an OpenAI-compatible HTTP client and a local transformers model. A failed request never
-raises: its Reply carries the error (counted as wrong)."""
+"""LVLM backends; a failed request never raises: its Reply carries the error (counted as wrong)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""The `openai` backend: POST {base_url}/v1/chat/completions (vLLM, LMDeploy, Ollama, llama.cpp, OpenAI).
-
-Retries 429, 5xx, timeouts and malformed responses with backoff and seeded jitter (honouring Retry-After);
-other 4xx fail at once. The key is removed from every error text before it leaves this module.
-"""
+"""The `openai` backend: POST {base_url}/v1/chat/completions, retried with seeded jitter and Retry-After;
+the key is removed from every error text before it leaves this module."""
 
 from __future__ import annotations
 

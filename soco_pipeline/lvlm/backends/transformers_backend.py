@@ -1,5 +1,4 @@
-"""The `transformers` backend: a local vision-language model through AutoModelForImageTextToText and its
-chat template, batched (left padding), greedy. Nothing is downloaded when HF_HUB_OFFLINE=1."""
+"""The `transformers` backend: a local vision-language model, batched (left padding), greedy."""
 
 from __future__ import annotations
 
