@@ -25,11 +25,7 @@ def process_tags() -> dict[str, str]:
 
 
 def _worker_pid(instance: dg.DagsterInstance, run: dg.DagsterRun) -> int | None:
-    """The pid of the process executing `run` on this machine, or None when it cannot be told.
-
-    Our host/pid tags (`make demo`), else the pid on RUN_START (the default run launcher); other machines and
-    launchers are left alone.
-    """
+    """The pid executing `run` on this machine (our host/pid tags, else RUN_START's), or None."""
     tags = run.tags
     if PID_TAG in tags:
         return int(tags[PID_TAG]) if tags.get(HOST_TAG) == socket.gethostname() else None
@@ -96,11 +92,8 @@ def waiting_message(instance: dg.DagsterInstance, run_ids: set[str], pool: str) 
 
 
 class RecoveringExecutor(dg.Executor):
-    """Dagster's own executor, preceded by `fail_dead_runs` and watching its pool waits.
-
-    A step blocked on a pool (Dagster logs that only at DEBUG) is said at WARNING with the run holding the slot,
-    which is failed if its process is gone.
-    """
+    """Dagster's own executor, preceded by `fail_dead_runs` and saying at WARNING which run holds a pool slot
+    a step waits for (failed if its process is gone)."""
 
     def __init__(self, inner: dg.Executor):
         self.inner = inner
@@ -200,12 +193,8 @@ def lost_worker_grace_s() -> float:
 
 @dg.sensor(minimum_interval_seconds=daemon_interval(5), default_status=dg.DefaultSensorStatus.RUNNING)
 def lost_worker_sensor(context: dg.SensorEvaluationContext) -> dg.SkipReason:
-    """Distributed profile: fail the steps of a Celery worker that stopped answering pings (killed, lost node).
-
-    A worker that holds a step of a running run and misses every ping for SOCO_LOST_WORKER_GRACE_S seconds
-    is lost: its steps' tasks get a WorkerLostError result, so their runs fail cleanly and can be
-    re-executed from failure (deploy/lost_workers.py says why Celery alone would wait for hours).
-    """
+    """Distributed profile: fail the steps of a Celery worker that missed every ping for
+    SOCO_LOST_WORKER_GRACE_S seconds, so their runs fail cleanly and can be re-executed from failure."""
     import json
 
     from soco_pipeline.deploy.lost_workers import celery_app, fail_lost_tasks, live_workers, taken_tasks

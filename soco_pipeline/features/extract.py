@@ -141,11 +141,8 @@ def extract_features(
     backbone: Backbone | None = None,
     verify: str = "checksum",
 ) -> pd.DataFrame:
-    """Extract and cache L2-normalised fp16 features of every image for one backbone spec; returns the requested
-    images' manifest rows in their order (plus width, height, spec_hash).
-
-    Only images without a valid cached file are computed (`verify`: checksum | exists | none); a prebuilt
-    `backbone` must come from `spec`, else one is built only if something is missing."""
+    """Extract and cache L2-normalised fp16 features of every image for one backbone spec (only those without
+    a valid cached file, `verify`: checksum | exists | none); the requested images' manifest rows in order."""
     if verify not in ("checksum", "exists", "none"):
         raise ValueError(f"verify must be 'checksum', 'exists' or 'none', got {verify!r}")
     if backbone is not None and backbone.spec != spec:

@@ -71,10 +71,8 @@ def _non_finite(arr: np.ndarray) -> int:
 
 
 class FeatureStore:
-    """Read access to one backbone's cached features: `.get(image_id) -> (C x h x w float32, meta)`.
-
-    The last `cache_items` maps stay in memory; every read is verified against the manifest's xxh3 checksum
-    unless `verify_reads = False`."""
+    """Read access to one backbone's cached features: `.get(image_id) -> (C x h x w float32, meta)`, each read
+    verified against the manifest's xxh3 checksum unless `verify_reads = False`."""
 
     verify_reads: bool = True
 

@@ -33,9 +33,8 @@ def global_metrics(
     image_set: pd.DataFrame,
     taxonomy: pd.DataFrame,
 ) -> TableResult:
-    """kNN top-1/top-5 (k = 20, 100, 200; T = 0.07) and retrieval mAP of mean-pooled maps, class tokens and the
-    shared global features (FG-BMK's input policy), on the category and fine-grained (category within family)
-    tracks; read from the feature cache, no backbone runs."""
+    """kNN top-1/top-5 (k = 20, 100, 200; T = 0.07) and retrieval mAP of mean-pooled maps, class tokens and
+    the shared global features, category and fine-grained tracks; from the cache."""
     from soco_pipeline.analysis.global_metrics import global_metrics as compute
     from soco_pipeline.features import read_global, resolve_folder
 
@@ -157,10 +156,8 @@ def correlation(
     leaderboard: pd.DataFrame | None,
     fgbmk_leaderboard: pd.DataFrame | None,
 ) -> TableResult:
-    """Pearson r / Spearman rho of each benchmark score (SOC, CC, ImageNet kNN; our leaderboard's columns)
-    with each downstream task and metric (the FG-BMK backbones' fine-grained scores among them, task
-    `fgbmk`), seeded 10,000-resample bootstrap CIs, paired delta r; the Fig. 4-like figure in the metadata
-    and as PNG/SVG under <storage>/figures/."""
+    """Pearson r / Spearman rho of each benchmark score with each downstream task and metric, seeded
+    10,000-resample bootstrap CIs, paired delta r; the Fig. 4-like figure under <storage>/figures/."""
     from soco_pipeline.analysis import reference as ref
     from soco_pipeline.analysis.correlation import (
         ANALYSIS_CONFIG,

@@ -61,9 +61,7 @@ def protocol_observation(soco: SocoSettings):
     description="A backbone's spec file (assets/backbones/<name>.yaml); data version: its hash.",
 )
 def backbone_spec(context: dg.AssetExecutionContext, soco: SocoSettings) -> dg.DataVersionsByPartition:
-    """A backbone's spec file (assets/backbones/<name>.yaml); its data version is the file's content hash.
-
-    Observed by the spec sensor when a file appears or changes, and by feature_manifest when it reads it."""
+    """Observed by the spec sensor on a change, and by feature_manifest when it reads it."""
     from soco_pipeline.backbones.spec_files import scan_specs
 
     current, _ = scan_specs(soco.backbones_dir)
@@ -77,9 +75,7 @@ def backbone_spec(context: dg.AssetExecutionContext, soco: SocoSettings) -> dg.D
     description="The evaluation protocol (assets/protocol.yaml); data version: its version_hash.",
 )
 def evaluation_protocol(soco: SocoSettings) -> dg.DataVersion:
-    """The evaluation protocol (assets/protocol.yaml or the resource's protocol_path); its data version is
-    ProtocolConfig.version_hash(). Observed after each weekly re-evaluation tick (so that an edited file makes
-    the backbones stale), and by predictions and metrics, which read it through the resource."""
+    """Observed after each weekly re-evaluation tick (an edited file makes the backbones stale)."""
     return dg.DataVersion(soco.protocol().version_hash())
 
 
@@ -107,11 +103,8 @@ def cache_context(soco: SocoSettings) -> dict:
 def feature_manifest(
     context: dg.AssetExecutionContext, soco: SocoSettings, launcher: StepLauncher, image_set: pd.DataFrame
 ) -> TableResult:
-    """Dense features of every image for one backbone: fp16 C×h×w tensors in the cache, and their manifest.
-
-    Resumable: images already in the cache for this spec are not recomputed. The extraction is the
-    `features` payload, run where the launcher resource says (in-process, Celery, Slurm, Kubernetes).
-    """
+    """Dense features of every image for one backbone: fp16 C×h×w tensors in the cache, and their manifest;
+    resumable, run by the launcher resource."""
     backbone = context.partition_key
     context.log_event(observation("backbone_spec", spec_version(soco, backbone), backbone))
     result = launcher.run(
@@ -132,12 +125,8 @@ def feature_manifest(
 def global_feature_manifest(
     context: dg.AssetExecutionContext, soco: SocoSettings, launcher: StepLauncher, image_set: pd.DataFrame
 ) -> TableResult:
-    """Global features of every image for one backbone: the shared cache's global output (the class tokens of
-    the last two blocks and the last block's patch mean) at the run's input policy; global_metrics scores them.
-
-    Resumable and shared: images already cached for this (spec, policy) are not recomputed, whichever family
-    asked first. The extraction is the `global_features` payload, run where the launcher resource says.
-    """
+    """Global features of every image for one backbone at the run's input policy (the shared cache's global
+    output, extracted once whichever family asks first); global_metrics scores them."""
     backbone = context.partition_key
     result = launcher.run(
         context,
@@ -326,11 +315,8 @@ def leaderboard(
     global_metrics: dict[str, pd.DataFrame],
     published_gap: dict[str, pd.DataFrame],
 ) -> TableResult:
-    """One row per backbone: CC, SOC, SOC-geo, Cross-SOC, the drops, per-super-category SOC, 4-choice, at the
-    protocol's headline alpha; kNN top-1 and retrieval mAP from the global_metrics partitions so far.
-
-    Backbones whose spec file was deleted keep their row, marked `spec_present = false`.
-    """
+    """One row per backbone: CC, SOC, SOC-geo, Cross-SOC, the drops, per-super-category SOC, 4-choice, kNN and
+    mAP at the headline alpha; a deleted spec's row stays, marked `spec_present = false`."""
     import base64
 
     from soco_pipeline.analysis.leaderboard import leaderboard as build_leaderboard

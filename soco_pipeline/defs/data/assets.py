@@ -41,11 +41,8 @@ def source_config(soco: SocoSettings):
 
 @dg.asset(group_name=GROUP, kinds={"python"}, code_version="1")
 def embedded_dataset(context: dg.AssetExecutionContext, soco: SocoSettings) -> dg.MaterializeResult:
-    """The generated default benchmark (ImageNet3D/Animal3D-style files, clicks, ground truth).
-
-    Generated once per (size, seed); a complete data set (its manifest is written last) is reused.
-    Does nothing when the source is not `embedded`.
-    """
+    """The generated default benchmark (ImageNet3D/Animal3D-style files, clicks, ground truth), once per
+    (size, seed); nothing when the source is not `embedded`."""
     if soco.source != "embedded":
         return dg.MaterializeResult(metadata={"skipped": f"source is {soco.source}"})
     from soco_pipeline.data.embedded import ensure_dataset
@@ -86,12 +83,8 @@ def taxonomy_problems(df: pd.DataFrame) -> list[str]:
 
 @table_asset(check=True, group_name=GROUP, deps=[embedded_dataset], kinds={"pandas"}, code_version="1")
 def taxonomy(context: dg.AssetExecutionContext, soco: SocoSettings) -> TableResult:
-    """The run's taxonomy, one row per (category, keypoint): super-category, concept, defining node, lineage.
-
-    assets/taxonomy.yaml for embedded and raw runs; a soco_release run builds it from the release
-    (its own names; Metadata/keypoint_taxonomy.json for super-categories and templates, with warnings
-    and fallbacks for what it lacks).
-    """
+    """The run's taxonomy, one row per (category, keypoint): assets/taxonomy.yaml, or a soco_release run's own
+    (built from the release, with warnings and fallbacks for what it lacks)."""
     import warnings
 
     if soco.source == "soco_release":

@@ -78,9 +78,8 @@ def _context(soco: SocoSettings, cfg) -> dict:
 def fgbmk_global_features(
     context: dg.AssetExecutionContext, soco: SocoSettings, spec, fgbmk_items: pd.DataFrame
 ) -> TableResult:
-    """CLS of the last two blocks and the patch mean per image, from the shared feature cache's global output
-    (extracted once per backbone and input policy); the table lists each image's cache folder and the part
-    sizes."""
+    """CLS of the last two blocks and the patch mean per image, from the shared feature cache's global output;
+    each image's cache folder and the part sizes."""
     from soco_pipeline.features import cached_global
 
     cfg = FAMILY.config(soco)
@@ -120,8 +119,7 @@ def fgbmk_metrics(
     fgbmk_global_features: pd.DataFrame,
 ) -> dict[str, TableResult]:
     """Linear-probe top-1/top-5 and retrieval recall@1/mAP at each level, across and within superclasses, and
-    the best probe head's prediction on each test image (across superclasses). The training is the
-    `fgbmk_probe` payload, run where the launcher resource says (in-process, Celery, Slurm, Kubernetes)."""
+    the best probe head's prediction per test image; the training is the `fgbmk_probe` payload."""
     from soco_pipeline.features import resolve_folder
 
     result = launcher.run(

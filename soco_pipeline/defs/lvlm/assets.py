@@ -27,10 +27,7 @@ GROUP = "lvlm"
     description="An LVLM's spec file (assets/lvlms/<name>.yaml); data version: its normalised spec's hash.",
 )
 def lvlm_spec(context: dg.AssetExecutionContext, soco: SocoSettings) -> dg.DataVersionsByPartition:
-    """An LVLM's spec file (assets/lvlms/<name>.yaml); its data version is lvlm/specs.spec_version (the
-    normalised spec: a comment or a loopback server's port changes no answer, so it re-runs nothing).
-
-    Observed by the LVLM spec sensor when a file appears or changes, and by lvlm_answers when it reads it."""
+    """Observed by the LVLM spec sensor on a change, and by lvlm_answers when it reads it."""
     from soco_pipeline.lvlm.specs import scan_specs
 
     current, _ = scan_specs(soco.lvlms_dir)
@@ -93,11 +90,8 @@ def lvlm_items(
 def lvlm_answers(
     context: dg.AssetExecutionContext, soco: SocoSettings, config: LvlmRunConfig, lvlm_items: pd.DataFrame
 ) -> TableResult:
-    """One model's answers: raw text, parsed letter (official parser), correctness, latency, attempts, error.
-
-    Cached by request hash: a rerun asks only what is not answered yet. `pool="gpu"` keeps a local
-    model (or a server sharing the GPU) from running beside feature extraction.
-    """
+    """One model's answers: raw text, parsed letter (official parser), correctness, latency, attempts, error;
+    cached by request hash, in the `gpu` pool (a local model must not run beside feature extraction)."""
     from soco_pipeline.evaluation.subsets import apply_item_subset
     from soco_pipeline.lvlm.backends import build_backend
     from soco_pipeline.lvlm.cache import AnswerCache

@@ -130,9 +130,8 @@ def mmvm_predictions(
     mmvm_objects: pd.DataFrame,
     mmvm_images: pd.DataFrame,
 ) -> TableResult:
-    """One backbone's answers: mask-pooled descriptors from the cached maps mmvm_features lists, cosine
-    argmax, a None threshold chosen by the config's none_rule; zero-shot and with the contrastive head. A kind without
-    pixels or dense maps (the SOCO oracles): the contract's not-applicable rows."""
+    """One backbone's answers: mask-pooled descriptors, cosine argmax, a None threshold by the config's
+    none_rule; zero-shot and with the contrastive head."""
     from soco_pipeline.tasks.mmvm.backbone_eval import backbone_predictions
 
     tables = {"items": mmvm_items, "cases": mmvm_cases, "objects": mmvm_objects, "images": mmvm_images}
@@ -159,9 +158,8 @@ def mmvm_predictions(
 def mmvm_answers(
     context: dg.AssetExecutionContext, soco: SocoSettings, mmvm_items: pd.DataFrame
 ) -> TableResult:
-    """One LVLM's answers to the test items (both marked frames and the question): raw text, parsed letter,
-    extraction method (exact matching; the config's judge when it names one), through the harness's cache and
-    retries."""
+    """One LVLM's answers to the test items: raw text, parsed letter, extraction method (exact matching, or
+    the config's judge), through the harness's cache and retries."""
     from soco_pipeline.lvlm.backends import build_backend
     from soco_pipeline.lvlm.cache import AnswerCache
     from soco_pipeline.tasks.mmvm.answers import judge_from_config, run_lvlm

@@ -41,10 +41,8 @@ def results_database_asset(families: Iterable[Family]) -> dg.AssetsDefinition:
         code_version="2",
     )
     def results_database(context: dg.AssetExecutionContext, soco: SocoSettings) -> dg.MaterializeResult:
-        """storage/results.duckdb: views over every result table, for DuckDB SQL (opened read-only by readers).
-
-        The only writer of that file; for tables in an object store there is no file, readers build these
-        views over the bucket themselves (this asset then checks that every table reads)."""
+        """storage/results.duckdb: views over every result table, for DuckDB SQL (its only writer); for tables
+        in an object store, readers build the views themselves and this checks that every table reads."""
         from soco_pipeline.report.results_db import refresh_views
         from soco_pipeline.storage import is_remote
 

@@ -91,10 +91,8 @@ MODEL_SPECS = "model_specs"  # the observable source whose data version is the s
 
 
 def board_condition(partitioned: Sequence[str] = (), optional: Sequence[str] = ()) -> dg.AutomationCondition:
-    """A board's condition: Dagster's eager, waiting only on what exists (docs/pipeline.md).
-
-    It waits while an upstream partition is in progress, and one tick after a `partitioned` update so the
-    per-model tables requested in that tick are not read half-made; it runs when `model_specs` changes."""
+    """A board's condition: Dagster's eager over what exists, waiting while an upstream partition is in
+    progress and one tick after a `partitioned` update; it runs when `model_specs` changes."""
     specs = dg.AssetSelection.assets(MODEL_SPECS)
     return (
         AC.in_latest_time_window()

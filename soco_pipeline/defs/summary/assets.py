@@ -86,9 +86,8 @@ def headline_assets(headlines: tuple[Headline, ...]) -> list[dg.AssetsDefinition
     def model_summary(
         context: dg.AssetExecutionContext, soco: SocoSettings, model_headlines: pd.DataFrame, **board
     ) -> TableResult:
-        """One row per model: the headline of every family with its 95% CI, `simulated` flags and the date of
-        each family board's latest materialization (null where the model has no result in that family), and
-        the published SOC of the model its spec names (`reference:`), the difference and the knobs that differ."""
+        """One row per model: every family's headline with its 95% CI, `simulated` flags and board dates, and
+        the published SOC of the model its spec names, the difference and the knobs that differ."""
         from soco_pipeline.analysis.leaderboard import leaderboard_markdown
         from soco_pipeline.trust.headline import model_summary as build
         from soco_pipeline.trust.published import summary_published

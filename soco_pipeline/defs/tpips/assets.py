@@ -73,9 +73,8 @@ def _render_out(schema, description: str) -> tuple[TableSpec, dg.AssetOut]:
     }
 )
 def tpips_renders(context: dg.AssetExecutionContext, soco: SocoSettings) -> dict[str, TableResult]:
-    """The configured source's items, made once: the generator's triplets and 2AFC items with every image
-    rendered under <storage>/tpips, or the official set's images as found and the triplets and items its
-    lines name (config `source`); the judgement assets read these tables."""
+    """The configured source's items, made once: the generator's triplets and 2AFC items with their images
+    rendered under <storage>/tpips, or the official set's (config `source`)."""
     from soco_pipeline.tasks.tpips.source import renders
 
     cfg = FAMILY.config(soco)
@@ -150,8 +149,7 @@ def tpips_features(
     context: dg.AssetExecutionContext, soco: SocoSettings, spec, tpips_images: pd.DataFrame
 ) -> TableResult:
     """The shared feature cache filled for the TPIPS images (one derived spec per layer); the manifests, with
-    `layer`. A backbone that cannot see these images (the SOCO oracles) gives an empty table and its reason
-    (the family contract)."""
+    `layer`."""
     from soco_pipeline.tasks.tpips.features import extract_tpips
 
     cfg = FAMILY.config(soco)
@@ -279,11 +277,8 @@ def tpips_learned(
     tpips_ooo: pd.DataFrame,
     tpips_afc: pd.DataFrame,
 ) -> dict[str, TableResult]:
-    """Late-fusion (ours and the paper's cosine form) and mid-fusion metrics and the two ablations, trained on the
-    OOO train split, scored on test and 2AFC (and each one's agreement on every OOO test row); aspect-conditioned
-    and compositional retrieval with the mid-fusion metric, one contact sheet per (query, aspect) or composition
-    under <storage>/tpips/retrieval/<backbone>. The training is the `tpips_heads` payload, run where the
-    launcher resource says (in-process, Celery, Slurm, Kubernetes)."""
+    """Late- and mid-fusion metrics and the two ablations, trained on the OOO train split, scored on test and
+    2AFC; aspect-conditioned and compositional retrieval; the training is the `tpips_heads` payload."""
     from soco_pipeline.defs.shared.specs import spec_path
     from soco_pipeline.tasks.tpips.evaluate import judgements_of, no_outcomes, not_applicable_rows
     from soco_pipeline.tasks.tpips.learned import untrainable
