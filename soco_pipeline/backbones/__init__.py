@@ -20,8 +20,7 @@ from soco_pipeline.storage import PROJECT_ROOT
 if TYPE_CHECKING:
     from soco_pipeline.backbones.base import Backbone, BackboneContext
 
-# The torch-backed names load on first use: specs, spec files and the Dagster definitions need no
-# torch, and importing it costs every process (code server, each run worker, the UI) about 2 s of CPU.
+# The torch-backed names load on first use: importing torch costs every process about 2 s of CPU.
 _FROM_BASE = {"Backbone", "BackboneContext", "as_context", "resolve_device"}
 
 

@@ -74,8 +74,7 @@ class Backbone(ABC):
 
     Options: ClassVar[type[SpecFields]]
     needs_pixels: bool = True
-    # What the kind offers the task families (backbones/kinds.py CAPABILITIES); a family declares what it
-    # needs and the shared layer writes its "not applicable" row when the two do not meet.
+    # What the kind offers the task families (backbones/kinds.py CAPABILITIES).
     capabilities: ClassVar[frozenset[str]] = frozenset({"pixels", "dense_maps", "global_features"})
     # How global features read its model (backbones/kinds.py GLOBAL_READOUTS; "": its dense map's mean)
     global_readout: ClassVar[str] = ""

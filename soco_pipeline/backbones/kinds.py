@@ -20,8 +20,7 @@ KIND_MODULES = {
     "oracle": "soco_pipeline.backbones.oracle",
 }
 
-# The library a kind's backbone imports when it builds its model, when that import is slow (timm: 2.4 s, with
-# torchvision and torch._dynamo). A run's forkserver preloads them only when a spec names the kind.
+# A kind's slow model library (timm: 2.4 s), preloaded by a run's forkserver only when a spec names the kind.
 KIND_LIBRARIES = {"timm": ("timm",), "packaged": ("timm",)}
 
 # What a backbone kind can offer a task family:
@@ -42,16 +41,14 @@ KIND_CAPABILITIES = {
     "oracle": frozenset({"dense_maps", "global_features", "part_oracle"}),
 }
 
-# How the global-feature extractor (features/global_extractors.py READOUTS) reads a kind's model; a kind with
-# no readout gives the mean of its dense map in every part. A plug-in kind's class declares `global_readout`.
+# How the global-feature extractor reads a kind's model (none: the mean of its dense map in every part).
 GLOBAL_READOUTS = {
     "class_tokens": "the last two blocks' class tokens and the last block's patch-token mean (a ViT)",
     "cnn_stages": "the last stage's average and the pooled pre-logits embedding (a CNN)",
 }
 KIND_GLOBAL_READOUT = {"timm": "class_tokens", "packaged": "cnn_stages"}
 
-# The built-in kinds whose class checks a spec against the world (`check_spec`: timm builds the model on the
-# meta device); accepting a spec of another built-in kind imports no kind module, hence no torch.
+# The built-in kinds with a `check_spec`; accepting a spec of another kind imports no torch.
 KIND_SPEC_CHECKS = frozenset({"timm"})
 
 _REGISTERED: dict[str, type[Backbone]] = {}

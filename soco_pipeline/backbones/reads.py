@@ -9,8 +9,7 @@ from typing import Any
 
 from soco_pipeline.backbones.spec import BackboneSpec, weights_fingerprint
 
-# the installed libraries whose version can move a figure (docs/develop.md: the pinned libraries); a table's
-# reads version covers them, so an upgrade computes again instead of reusing
+# the libraries whose version can move a figure: an upgrade computes again instead of reusing
 COMPUTE_LIBRARIES = (
     "torch",
     "timm",

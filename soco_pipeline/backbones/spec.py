@@ -30,18 +30,13 @@ def local_path(value: str, project_root: Path) -> Path:
 # How a ViT's position embeddings are resized to the input grid (backbones/pos_embed.py does it).
 POS_EMBED_MODES = ("auto", "dinov2_hub", "timm")
 
-# Bump when a change in the extraction code changes the features a spec produces: every cache
-# folder is keyed by spec_hash, which includes this constant, so old features are never reused.
-# 2: the cache also stores the class token of timm ViTs. 3: the PIL resize is the default (input.resize),
-# and a timm checkpoint is built at its own position-embedding grid.
+# Bump when the extraction code changes the features (in spec_hash, so old features are never reused).
+# 3: the PIL resize is the default, and a timm checkpoint is built at its own position-embedding grid.
 FEATURE_CODE_VERSION = "3"
 
-# input.resize: pil = the official scorer's PIL bicubic resize of the uint8 square (the default);
-# tensor = F.interpolate on the float tensor (faster on a GPU; features move a little, see
-# docs/preprocessing.md).
+# input.resize: pil = the official scorer's PIL bicubic resize (default); tensor = F.interpolate (GPU).
 RESIZE_MODES = ("pil", "tensor")
-# Speed options (off by default). Each may change the features a little, so a spec that sets one gets
-# its own spec_hash; left at its default it is not hashed, so no existing cache folder changes.
+# Speed options (off by default); hashed only when set, so no existing cache folder changes.
 GPU_OPTIONS = {"precision": "fp32", "channels_last": False, "compile": False}
 
 PositiveInt = Annotated[int, Field(gt=0)]
@@ -92,11 +87,9 @@ class SpecFields(ConfigModel):
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"  # torch.autocast around the forward pass
     channels_last: bool = False  # NHWC memory format for the models and the input batch
     compile: bool = False  # torch.compile the backbone's forward (pays off over long runs)
-    # none | <local folder> | hf:<repo id>: a CLIP text tower for text-conditioned heads (backbones/text_encoder.py);
-    # it does not change the image features, so it is left out of spec_hash
+    # none | <local folder> | hf:<repo id>: a CLIP text tower (not in spec_hash: no image feature changes)
     text_encoder: str = "none"
-    # the published model this spec claims to be (a model of assets/reference/published.csv); the board and
-    # model_summary show its published figures beside ours. Left out of spec_hash: it changes no feature.
+    # the published model this spec claims to be (assets/reference/published.csv); not in spec_hash
     reference: str = ""
 
     MODELS: ClassVar[tuple[str, ...] | None] = None  # None: any model name
@@ -275,8 +268,7 @@ class OracleOptions(SpecFields):
     WEIGHTS: ClassVar[tuple[str, ...] | None] = ("none",)
 
 
-# kind -> its spec fields: each built-in kind's `Options` (its module, kinds.py KIND_MODULES, loads torch; these
-# load without it)
+# kind -> its spec fields (its module loads torch; these load without it)
 OPTIONS = {
     "timm": TimmOptions,
     "diffusion": DiffusionOptions,

@@ -28,8 +28,7 @@ BUCKET = "soco"
 DEFAULT_QUEUE = "dagster"  # dagster-celery's default queue
 GPU_QUEUE = "gpu"
 PG_BIN_DIRS = sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)
-# The S3 server needs no real credentials locally (SeaweedFS without an IAM config allows every request);
-# s3fs/botocore still sign requests, so they get placeholder keys.
+# SeaweedFS without an IAM config allows every request; s3fs/botocore still sign, with placeholder keys.
 PLACEHOLDER_KEY, PLACEHOLDER_SECRET = "soco-local", "soco-local-secret"
 INFRA = ("redis", "postgres", "seaweedfs")
 
@@ -108,8 +107,7 @@ class LocalStack:
     lost_worker_grace: float = 60.0  # seconds a worker holding a step may miss pings (defs/recovery.py)
     default_queues: tuple[str, ...] = (DEFAULT_QUEUE,)  # add GPU_QUEUE to let CPU workers take GPU steps
     extra_env: dict[str, str] = field(default_factory=dict)
-    # The SOCO_* settings of the environment `start` ran in, recorded so that `restart` from another shell
-    # brings a service back with the same ones (a supervisor's unit file does the same).
+    # The SOCO_* settings `start` ran with, so that `restart` from another shell brings a service back alike.
     start_env: dict[str, str] = field(default_factory=dict)
     log: Callable[[str], None] = field(default=lambda msg: None, repr=False)
 
@@ -494,8 +492,7 @@ class LocalStack:
                 "soco_pipeline",
             ],
         )
-        # The port first (a cheap socket poll): each `grpc-health-check` is a Python process that imports
-        # Dagster, and polling with it while the code server loads the code slows that load on few cores.
+        # The port first: each `grpc-health-check` imports Dagster, which slows the code server's load.
         wait_for(
             "code server port",
             lambda: port_open(p["code_server"]),
@@ -607,8 +604,7 @@ class LocalStack:
             state = json.loads(self.state_file.read_text())
             self.services = [Service(**s) for s in state.get("services", [])]
             self.ports = state.get("ports", {})
-        # One wave, Dagster processes and workers signalled first: Postgres' smart shutdown then waits only
-        # for clients that are exiting anyway, and the slowest server bounds the whole stop.
+        # One wave, Dagster and workers first: Postgres' smart shutdown then waits only for exiting clients.
         order = [s for s in reversed(self.services) if s.name not in INFRA]
         order += [s for s in self.services if s.name in INFRA]
         outcome = stop_all(order, self._popens)

@@ -79,8 +79,7 @@ class FeatureStore:
     def __init__(self, cache_root: str, backbone: str, spec_hash: str | None = None, cache_items: int = 64):
         self.cache_root = cache_root
         self.backbone = backbone
-        # A small LRU of decoded fp16 maps (with the mapping to re-hash on a hit, when checksummed):
-        # matching reads a source image once per pair.
+        # A small LRU of decoded fp16 maps (matching reads a source image once per pair).
         self._cache: OrderedDict[str, tuple[np.ndarray, mmap.mmap | None]] = OrderedDict()
         self.cache_items = cache_items
         if spec_hash is None:

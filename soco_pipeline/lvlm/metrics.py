@@ -28,8 +28,7 @@ METRIC_COLUMNS = [
     "ci95_lo_boot_category",
     "ci95_hi_boot_category",
 ]
-# Per evaluated model on the leaderboard: failed rows, and the share (%) of answers received that the
-# parser could not read.
+# Per evaluated model: failed rows, and the share (%) of answers received that the parser could not read.
 HEALTH_COLUMNS = ["n_rows", "n_errors", "unparsable_pct"]
 
 
@@ -92,8 +91,7 @@ def lvlm_metrics(answers: pd.DataFrame, seed: int = 0, n_boot: int = 2000) -> pd
         frames.append(base.assign(metric="average", value=100 * m["value"].to_numpy()))
         frames.append(base.assign(metric="circular", value=100 * m["value_c"].to_numpy()))
     out = pd.concat(frames, ignore_index=True)
-    # the scores of evaluation/stats.py: per row (average) and per item group (circular); the CI resamples
-    # the categories (pair groups), the cluster-robust SE is not used here
+    # evaluation/stats.py scores: per row (average), per item group (circular); the CI resamples categories
     rows_scored = pd.DataFrame(
         {
             "model": a["model"].astype(str),

@@ -103,8 +103,7 @@ def ask_requests(
     error = np.full(n, "", dtype=object)
     was_cached = np.zeros(n, dtype=bool)
 
-    # Identical requests (same request hash) are asked once: the first worker to meet a hash asks it, the
-    # others wait for its reply (`asking`: hash -> event set once `answered` holds the reply).
+    # Identical requests are asked once; others wait (`asking`: hash -> event set once `answered` has it).
     lock = threading.Lock()
     asking: dict[str, threading.Event] = {}
     answered: dict[str, Reply] = {}

@@ -45,8 +45,7 @@ class LvlmFields(ConfigModel):
     temperature: Annotated[float, Field(ge=0.0, le=2.0)] = 0.0
     max_tokens: PositiveInt = 512
     seed: int = 0
-    # The share of failed rows (errors after retries, failed batches) a run tolerates; past it the run stops
-    # with the first error instead of posting a score made of errors counted as wrong (lvlm/run.py).
+    # The share of failed rows a run tolerates before it stops with the first error (lvlm/run.py).
     max_error_rate: Annotated[float, Field(ge=0.0, le=1.0)] = 0.1
 
     @field_validator("settings")

@@ -12,9 +12,7 @@ from soco_pipeline.sources.imagenet3d import imagenet3d_image_ids, read_imagenet
 from soco_pipeline.sources.soco_release import SocoRelease, read_soco_release
 from soco_pipeline.taxonomy import Taxonomy
 
-# One table for every kind of raw keypoint: annotator clicks (origin "clicks"), Animal3D keypoints
-# (origin "animal3d", annotator 0) and already aggregated SOCO release keypoints (origin "soco",
-# with their concept, n_annotators and spread). `keypoints.aggregate_keypoints` consumes it.
+# Every kind of raw keypoint (origin clicks | animal3d | soco), for `keypoints.aggregate_keypoints`.
 RAW_KEYPOINT_COLUMNS = (
     "image_id",
     "keypoint",

@@ -12,10 +12,7 @@ from pydantic.dataclasses import dataclass as pydantic_dataclass
 from soco_pipeline.config import STRICT
 from soco_pipeline.storage import filesystem, join
 
-# Columns of an image candidate row, shared by the ImageNet3D and Animal3D readers and consumed by
-# `imageset.build_image_set`. Pose fields are NaN when unknown; `keypoints_valid` is only meaningful for
-# Animal3D rows (NA elsewhere); the extent of the visible keypoints (`kp_x_min` ... `kp_y_max`,
-# original-image pixels) for Animal3D rows and, from the annotators' clicks, ImageNet3D rows (NaN elsewhere).
+# An image candidate row of either reader (NaN / NA where unknown; the visible keypoints' extent in pixels).
 CANDIDATE_COLUMNS = (
     "image_id",
     "category",

@@ -29,9 +29,7 @@ def _as_float(value) -> float:
         return float("nan")
 
 
-# numpy parses each array header of an npz with ast.literal_eval, and CPython 3.11's AST constructor is not
-# thread-safe (python/cpython#106905: "AST constructor recursion depth mismatch" from a sound file when
-# threads parse at once; seen here by `read_imagenet3d`'s pool). Reading the bytes stays parallel.
+# numpy parses npz headers with ast.literal_eval, not thread-safe in CPython 3.11 (python/cpython#106905).
 _NPZ_PARSE = threading.Lock()
 
 

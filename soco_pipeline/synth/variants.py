@@ -11,8 +11,7 @@ from ..taxonomy import ASSETS_DIR, Taxonomy, load_taxonomy
 from .families import BUILDERS, FAMILY_PARAMS
 from .model import Builder, ObjectModel
 
-# Recognisable traits per category (shape multipliers "x", fixed colours, fur patterns), the palettes of the
-# categories without a fixed colour, and the families' fur colours: data, in the assets folder.
+# Recognisable traits per category, the palettes and the families' fur colours.
 VARIANTS = yaml.safe_load((ASSETS_DIR / "synth_variants.yaml").read_text())
 TRAITS: dict[str, dict] = VARIANTS["traits"]
 PALETTES: dict[str, list[list[int]]] = VARIANTS["palettes"]

@@ -31,8 +31,7 @@ from soco_pipeline.features.policy import GLOBAL_CODE_VERSION
 from soco_pipeline.tasks.core import SOCO
 
 GROUP = "backbones"
-# Dagster's code version of each per-backbone asset: bump it when the code changes what the asset computes.
-# The feature cache's own spec hash reuses FEATURE_CODE_VERSION, because its files outlive Dagster's records.
+# Dagster's code version of each per-backbone asset (the cache's spec hash uses FEATURE_CODE_VERSION too).
 CODE_VERSIONS = {
     "feature_manifest": FEATURE_CODE_VERSION,
     "global_feature_manifest": GLOBAL_CODE_VERSION,

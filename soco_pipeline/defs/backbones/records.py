@@ -78,8 +78,7 @@ def results_record(
         else None,
     )
     path = write_named_record(rec, soco.records_root, backbone)
-    # the regression watch's snapshot (SOCO's watch, tasks/core.py: its history asset compares it with the
-    # previous data version's)
+    # the regression watch's snapshot (tasks/core.py)
     watched = {m: r["value"] for m, r in rec["results"].items() if SOCO.watch.watches(m)}
     history.write_snapshot(
         soco.storage_root,

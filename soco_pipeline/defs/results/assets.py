@@ -32,8 +32,7 @@ def results_database_asset(families: Iterable[Family]) -> dg.AssetsDefinition:
 
     @dg.asset(
         group_name=GROUP,
-        # every summary table: a view is (re)made once they are written (the per-partition tables before them);
-        # the LVLM, correlation, task-family and headline summaries are optional
+        # every summary table: a view is (re)made once they are written; all but SOCO's board optional
         deps=[dg.AssetKey(name) for name in ("leaderboard", *optional)],
         automation_condition=eager_allowing_missing(*optional),
         op_tags=IN_RUN_PROCESS,

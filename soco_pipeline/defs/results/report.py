@@ -8,8 +8,7 @@ from soco_pipeline.defs.shared.executors import IN_RUN_PROCESS
 from soco_pipeline.defs.shared.resources import SocoSettings
 
 
-# after SOCO's board and after model_summary (every family's board is upstream of it), so the page follows a
-# family board too; the summary may be missing (a deployment that never built it)
+# after SOCO's board and model_summary (upstream of every family's board); the summary may be missing
 @dg.asset(
     group_name=GROUP,
     deps=["leaderboard", "model_summary"],

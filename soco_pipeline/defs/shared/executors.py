@@ -11,8 +11,7 @@ from soco_pipeline.settings import variable
 
 PROFILES = ("local", "distributed")
 GPU_QUEUE = "gpu"
-# Steps in the `gpu` pool also carry this tag, so dagster-celery sends them to the `gpu` queue that only
-# GPU workers (`-q gpu`) consume; every other step goes to the default queue (`dagster`).
+# Steps in the `gpu` pool carry this tag: dagster-celery sends them to the queue only GPU workers consume.
 GPU_STEP_TAGS = {"dagster-celery/queue": GPU_QUEUE}
 
 
