@@ -69,8 +69,7 @@ def seeded(seed: int):
 
 
 class Backbone(ABC):
-    """A frozen feature extractor built from a BackboneSpec (`stride`, `multiple`, `forward`, `Options`);
-    `needs_pixels = False` skips preprocessing (oracles)."""
+    """A frozen feature extractor built from a BackboneSpec; `needs_pixels = False`: no preprocessing."""
 
     Options: ClassVar[type[SpecFields]]
     needs_pixels: bool = True
@@ -116,8 +115,7 @@ class Backbone(ABC):
     def extract(
         self, images: list[np.ndarray] | InputBatch, records: pd.DataFrame, with_class_token: bool = False
     ) -> list[torch.Tensor] | tuple[list[torch.Tensor], list[torch.Tensor] | None]:
-        """Dense maps of a batch: C x h x w float32 CPU tensors, L2-normalised over channels (non-finite values left
-        for the caller); with_class_token: (maps, class tokens or None)."""
+        """Dense maps of a batch: L2-normalised C x h x w float32 CPU tensors (and class tokens)."""
         records = records.reset_index(drop=True)
         if len(images) != len(records):
             raise ValueError(

@@ -1,7 +1,5 @@
-"""Stable Diffusion UNet features, DIFT-style (Tang et al. 2023), through diffusers.
-
-Up-block `up_ft_index`'s output at noise timestep `t`; `ensemble` draws averaged, seeded per image (spec seed
-+ image id) so features do not depend on the batch. `model: tiny` builds a seeded random tiny UNet + VAE."""
+"""Stable Diffusion UNet features, DIFT-style (Tang et al. 2023), through diffusers; `ensemble` draws are
+seeded per image (spec seed + image id), so features do not depend on the batch."""
 
 from __future__ import annotations
 

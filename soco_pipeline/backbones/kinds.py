@@ -1,5 +1,4 @@
-"""The backbone-kind registry: which module defines each `kind:` (imported on first use: they load torch),
-and each kind's capabilities as data (docs/config.md, "Adding a backbone kind")."""
+"""The backbone-kind registry: each `kind:`'s module (imported on first use) and capabilities (as data)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""Oracle backbones: features from the generator's exact keypoints, to check the metrics (embedded data only).
-
-A Gaussian bump per visible keypoint in its own channel (`oracle_part`: ~100 SOC) or its concept's
-(`oracle_concept`: ~100 CC, SOC ~ 1/k); seeded `noise_channels` break same-concept ties at random."""
+"""Oracle backbones: Gaussian bumps at the generator's exact keypoints, in a channel per keypoint
+(`oracle_part`: ~100 SOC) or per concept (`oracle_concept`: ~100 CC), to check the metrics."""
 
 from __future__ import annotations
 

@@ -68,7 +68,7 @@ def _hub_pos_embed(self, x: torch.Tensor) -> torch.Tensor:
 
 def use_hub_pos_embed(model: torch.nn.Module) -> None:
     """Make a timm VisionTransformer (dynamic_img_size=True) interpolate its position embeddings as the dinov2
-    hub model does (offset 0.1 without antialias; with registers, no offset with antialias); TypeError otherwise."""
+    hub model does; TypeError otherwise."""
     needed = ("pos_embed", "cls_token", "reg_token", "no_embed_class", "num_prefix_tokens", "pos_drop")
     if not all(hasattr(model, a) for a in needed) or model.pos_embed is None:
         raise TypeError(

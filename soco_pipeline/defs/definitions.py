@@ -1,5 +1,4 @@
-"""The code location: every asset, check, sensor, schedule and resource; each folder of defs/ but `shared/`
-is one asset group (`load_definitions_from_package_module`: `load_defs` results cannot be merged)."""
+"""The code location: each folder of defs/ but `shared/` is one asset group."""
 
 import importlib
 import pkgutil

@@ -1,5 +1,4 @@
-"""Dead runs and pool slots: a killed run (OOM, SIGKILL) keeps its `gpu` pool slot, and the default run
-launcher has no health check; `fail_dead_runs` fails such runs of this machine and frees their slots."""
+"""Dead runs and pool slots: a killed run keeps its `gpu` pool slot, which `fail_dead_runs` frees."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Steps whose whole Celery worker vanished (kill -9, a lost node): fail them cleanly instead of waiting
-for the broker's visibility timeout (hours); defs/recovery decides which worker is lost."""
+"""Steps whose whole Celery worker vanished: failed cleanly instead of waiting hours for the broker."""
 
 from __future__ import annotations
 

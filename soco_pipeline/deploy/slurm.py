@@ -1,12 +1,5 @@
 """A single-node Slurm on this machine, all state under one folder: munged with its own key and socket,
-slurmctld and slurmd from a generated slurm.conf (127.0.0.1, free ports, no accounting, no GRES), run as
-root (SlurmUser=root) from Debian's `slurm-wlm` and `munge` (docs/scaling-out.md).
-
-    slurm = LocalSlurm(Path("storage/slurm"))
-    slurm.start()        # munged, slurmctld, slurmd; waits until `sinfo` shows the node idle
-    env = slurm.client_env()   # SLURM_CONF (and PATH): what sbatch / squeue / scontrol need
-    slurm.stop()         # TERM, wait, KILL, by pid; also from another process via slurm.json
-"""
+slurmctld and slurmd from a generated slurm.conf (Debian's `slurm-wlm` and `munge`; docs/scaling-out.md)."""
 
 from __future__ import annotations
 

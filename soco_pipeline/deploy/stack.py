@@ -1,11 +1,5 @@
-"""A local distributed stack on 127.0.0.1: Redis, Postgres, SeaweedFS (S3), code server, daemon, webserver
-and Celery workers, each started by us in its own session and recorded in `<dir>/stack.json`.
-
-    stack = LocalStack(Path("storage/cluster"), default_workers=2, gpu_workers=1)
-    stack.start()          # every service up and healthy, or everything started is stopped again
-    env = stack.client_env()   # what a client (dagster CLI, tests, `source cluster.env`) needs
-    stack.stop()           # TERM, wait, KILL, by pid; also works from another process via the state file
-"""
+"""A local distributed stack on 127.0.0.1 (Redis, Postgres, SeaweedFS, code server, daemon, webserver, Celery
+workers), each service in its own session and recorded in `<dir>/stack.json`."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The per-backbone feature cache: dense maps extracted once per (backbone, image), fp16 on disk under
-`<cache_root>/<backbone>/<spec_hash>/`, resumable (the manifest is flushed every few seconds)."""
+"""The per-backbone feature cache: dense maps extracted once per (backbone, image), fp16, resumable."""
 
 from __future__ import annotations
 

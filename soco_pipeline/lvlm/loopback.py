@@ -1,6 +1,6 @@
 """Reference answerers behind a loopback OpenAI-compatible server: the LVLM side's oracles.
 
-`oracle` is always right; `random` picks a seeded uniform letter (25 average, 0.39 circular expected)."""
+`oracle` is always right; `random` picks a seeded uniform letter."""
 
 from __future__ import annotations
 

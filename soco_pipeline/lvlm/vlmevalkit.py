@@ -1,7 +1,4 @@
-"""VLMEvalKit interop: items out as TSVs, the official SOCO-LVLM TSVs in, prediction workbooks scored.
-
-`image` is one base64 JPEG, a Python list literal of them, or (at most 64 characters) the `index` of an
-earlier row whose images it reuses."""
+"""VLMEvalKit interop: items out as TSVs, the official SOCO-LVLM TSVs in, prediction workbooks scored."""
 
 from __future__ import annotations
 

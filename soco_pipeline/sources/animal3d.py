@@ -1,5 +1,4 @@
-"""Reader for the Animal3D layout: annotations.json {"data": [record]} + images; the 26 `keypoint_2d` rows
-map in order onto the taxonomy's `animal_*` keypoints."""
+"""Reader for the Animal3D layout: annotations.json {"data": [record]} + images."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The taxonomy of an official SOCO release, built from the release itself (docs/official-data.md); orders
-go by ids, not names, so renaming keeps every seeded draw."""
+"""The taxonomy of an official SOCO release, built from the release itself (docs/official-data.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Workbooks made elsewhere read by what their bytes are: xlsx, a byte-order mark, else UTF-8 only; other
-encodings are refused with the position and the fix, never guessed."""
+"""Workbooks made elsewhere read by what their bytes are; an unknown encoding is refused, never guessed."""
 
 from __future__ import annotations
 

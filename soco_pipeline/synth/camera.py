@@ -1,5 +1,4 @@
-"""A perspective camera posed ImageNet3D-style: azimuth 0 sees the front (+x), theta counter-clockwise in
-the image; image x right, y down, pixel centres at +0.5."""
+"""A perspective camera posed ImageNet3D-style (azimuth 0 sees the front, +x); pixel centres at +0.5."""
 
 from __future__ import annotations
 

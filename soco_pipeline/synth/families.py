@@ -1,7 +1,6 @@
 """The 16 hand-modelled shape families, built from primitives, each pinning its taxonomy keypoints.
 
-Object frame: +x front, +y LEFT, +z up, ground at z = 0; families share structure (wheels, legs) so inherited
-keypoints sit on corresponding parts (the basis of Cross-SOC)."""
+Object frame: +x front, +y LEFT, +z up, ground at z = 0."""
 
 from __future__ import annotations
 

@@ -194,8 +194,7 @@ def generate_dataset(
     images_per_category: int | None = None,
     workers: int | None = None,
 ) -> dict:
-    """Generate the embedded benchmark under `root` and return its manifest: `size` demo (16 x 24 kept images)
-    or full (100 x 40) plus ~10% rejects; the same seed gives byte-identical files."""
+    """Generate the embedded benchmark under `root` and return its manifest; the same seed, the same bytes."""
     if size not in SIZES:
         raise ValueError(f"unknown size {size!r}: use one of {sorted(SIZES)}")
     tax = load_taxonomy()

@@ -1,5 +1,4 @@
-"""Analysis assets: global-feature metrics and the linear probe per backbone (from the feature cache), and
-the correlation study."""
+"""Analysis assets: global-feature metrics and the linear probe per backbone, and the correlation study."""
 
 import base64
 

@@ -1,5 +1,4 @@
-"""The backbones group (a partition per spec file): spec -> feature cache -> predictions -> metrics ->
-leaderboard."""
+"""The backbones group (a partition per spec file): spec -> features -> predictions -> metrics -> board."""
 
 import dagster as dg
 import pandas as pd

@@ -1,5 +1,4 @@
-"""MMVMBench object matching, the Dagster layer (declarations only; the domain core is tasks/mmvm). The data
-are SIMULATED (every table's data_source says so)."""
+"""MMVMBench object matching, the Dagster layer (declarations only; the domain core is tasks/mmvm)."""
 
 import dagster as dg
 import pandas as pd

@@ -1,5 +1,4 @@
-"""Why our number differs: `published_gap`, the measured effect of aligning each knob that differs from the
-published model a spec names (trust/published_gap.py)."""
+"""Why our number differs: `published_gap`, the measured effect of aligning each differing knob."""
 
 import dagster as dg
 import pandas as pd

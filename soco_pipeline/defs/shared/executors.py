@@ -1,5 +1,4 @@
-"""The executor per profile: local (multiprocess, behind defs/recovery, steps forked from a preloaded
-forkserver) or distributed (dagster-celery; `gpu`-pool steps to the `gpu` queue)."""
+"""The executor per profile: local (multiprocess, steps forked from a preloaded forkserver) or distributed."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The family contract, its Dagster half: a task family is `FAMILY = Family.of(SPEC, code_version, needs)`
-plus its assets (docs/develop.md)."""
+"""The family contract, its Dagster half: a task family is a `Family` declaration plus its assets."""
 
 from __future__ import annotations
 

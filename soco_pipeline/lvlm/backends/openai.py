@@ -1,5 +1,4 @@
-"""The `openai` backend: POST {base_url}/v1/chat/completions, retried with seeded jitter and Retry-After;
-the key is removed from every error text before it leaves this module."""
+"""The `openai` backend: POST {base_url}/v1/chat/completions; the key never leaves this module."""
 
 from __future__ import annotations
 
