@@ -111,7 +111,6 @@ class LocalStack:
         self.ports: dict[str, int] = {}
         self._popens: dict[str, subprocess.Popen] = {}
 
-    # -- paths and environment -------------------------------------------------------------------
     @property
     def state_file(self) -> Path:
         """Where pids, ports and the client environment are recorded."""
@@ -153,7 +152,6 @@ class LocalStack:
         env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
         return env
 
-    # -- start -----------------------------------------------------------------------------------
     def _start(
         self,
         name: str,
@@ -210,20 +208,8 @@ class LocalStack:
         self.root.mkdir(parents=True, exist_ok=True)
         self.start_env = self.start_env or recorded_settings(dict(environment()))
         os.chmod(self.root, 0o755)  # the postgres user must reach its data folder inside
-        names = [
-            "redis",
-            "postgres",
-            "s3",
-            "s3_grpc",
-            "master",
-            "master_grpc",
-            "volume",
-            "volume_grpc",
-            "filer",
-            "filer_grpc",
-            "code_server",
-            "webserver",
-        ]
+        seaweed = [f"{s}{g}" for s in ("s3", "master", "volume", "filer") for g in ("", "_grpc")]
+        names = ["redis", "postgres", *seaweed, "code_server", "webserver"]
         self.ports = dict(zip(names, free_ports(len(names)), strict=True))
         if not self.webserver:
             del self.ports["webserver"]
@@ -591,7 +577,6 @@ class LocalStack:
         ) as r:
             return r.status == 200
 
-    # -- stop ------------------------------------------------------------------------------------
     def stop(self) -> dict[str, str]:
         """TERM every service (Dagster and workers first), wait, KILL what is left."""
         if not self.services and self.state_file.exists():
