@@ -4,13 +4,7 @@ import dagster as dg
 import pandas as pd
 
 from soco_pipeline import schemas
-from soco_pipeline.defs.shared.checks import (
-    TableResult,
-    TableSpec,
-    columns_of,
-    table_asset,
-    table_multi_asset,
-)
+from soco_pipeline.defs.shared.checks import TableResult, table_asset, table_multi_asset, table_out
 from soco_pipeline.defs.shared.resources import SocoSettings
 from soco_pipeline.defs.shared.specs import run_taxonomy
 from soco_pipeline.taxonomy import load_taxonomy
@@ -144,21 +138,13 @@ def raw_keypoints(
 @table_multi_asset(
     group_name=GROUP,
     outs={
-        "image_set": (
-            TableSpec(schemas.ImageSchema),
-            dg.AssetOut(
-                description="The filtered image set: one salient, large object per image.",
-                code_version="1",
-                metadata=columns_of(schemas.ImageSchema),
-            ),
+        "image_set": table_out(
+            schemas.ImageSchema,
+            "The filtered image set: one salient, large object per image.",
+            code_version="1",
         ),
-        "rejected_images": (
-            TableSpec(schemas.RejectedImageSchema),
-            dg.AssetOut(
-                description="Every image the filters dropped, with the reason.",
-                code_version="1",
-                metadata=columns_of(schemas.RejectedImageSchema),
-            ),
+        "rejected_images": table_out(
+            schemas.RejectedImageSchema, "Every image the filters dropped, with the reason.", code_version="1"
         ),
     },
 )

@@ -4,7 +4,7 @@ import dagster as dg
 import pandas as pd
 
 from soco_pipeline.defs.shared.automation import EAGER
-from soco_pipeline.defs.shared.checks import TableResult, TableSpec, columns_of
+from soco_pipeline.defs.shared.checks import TableResult, TableSpec, table_out
 from soco_pipeline.defs.shared.executors import GPU_STEP_TAGS
 from soco_pipeline.defs.shared.family import Family
 from soco_pipeline.defs.shared.partitions import backbones_partitions, lvlms_partitions
@@ -27,12 +27,8 @@ GROUP, CODE_VERSION = FAMILY.name, FAMILY.code_version
 
 
 def _out(schema, description: str) -> tuple[TableSpec, dg.AssetOut]:
-    return TableSpec(schema), dg.AssetOut(
-        automation_condition=EAGER,
-        code_version=CODE_VERSION,
-        kinds={"pandas"},
-        description=description,
-        metadata=columns_of(schema),
+    return table_out(
+        schema, description, automation_condition=EAGER, code_version=CODE_VERSION, kinds={"pandas"}
     )
 
 

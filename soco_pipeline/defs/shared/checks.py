@@ -126,6 +126,11 @@ class TableSpec:
         return check_result(asset, [*problems, *result.problems])
 
 
+def table_out(schema: Any, description: str, **kwargs: Any) -> tuple[TableSpec, dg.AssetOut]:
+    """One output of `table_multi_asset`: `schema`'s check and columns; `kwargs` go to `dg.AssetOut`."""
+    return TableSpec(schema), dg.AssetOut(description=description, metadata=columns_of(schema), **kwargs)
+
+
 def publish_tables(
     results: dict[str, TableResult],
     specs: dict[str, TableSpec],

@@ -19,11 +19,11 @@ from soco_pipeline.defs.shared.automation import EAGER, ON_CHANGE, PER_MODEL_TAG
 from soco_pipeline.defs.shared.checks import (
     TableResult,
     TableSpec,
-    columns_of,
     fan_in_table,
     partition_table,
     table_asset,
     table_multi_asset,
+    table_out,
 )
 from soco_pipeline.defs.shared.resources import SocoSettings
 from soco_pipeline.defs.shared.specs import spec_for
@@ -181,11 +181,11 @@ class Family:
     ) -> tuple[TableSpec, dg.AssetOut]:
         """One per-model output of `tables(..., partitions_def=...)`, as `partition_table` gives a single table."""
         per_model = isinstance(partitions_def, dg.DynamicPartitionsDefinition)
-        return TableSpec(schema), dg.AssetOut(
+        return table_out(
+            schema,
+            description,
             code_version=self.code_version,
             kinds=set(kinds),
-            description=description,
-            metadata=columns_of(schema),
             automation_condition=ON_CHANGE,
             tags={PER_MODEL_TAG: partitions_def.name} if per_model else None,
             is_required=False,  # a subsettable multi-asset: a run that selects one table yields only it

@@ -5,7 +5,7 @@ import base64
 import dagster as dg
 import pandas as pd
 
-from soco_pipeline.defs.shared.checks import TableResult, TableSpec, columns_of, partition_rows
+from soco_pipeline.defs.shared.checks import TableResult, TableSpec, partition_rows, table_out
 from soco_pipeline.defs.shared.executors import GPU_STEP_TAGS
 from soco_pipeline.defs.shared.family import Family
 from soco_pipeline.defs.shared.launchers import StepLauncher
@@ -53,9 +53,7 @@ GROUP, CODE_VERSION = FAMILY.name, FAMILY.code_version
 
 def _render_out(schema, description: str) -> tuple[TableSpec, dg.AssetOut]:
     # No automation condition on the root, so the eager daemon never starts a family nobody asked for.
-    return TableSpec(schema), dg.AssetOut(
-        code_version=CODE_VERSION, kinds={"pandas"}, description=description, metadata=columns_of(schema)
-    )
+    return table_out(schema, description, code_version=CODE_VERSION, kinds={"pandas"})
 
 
 @FAMILY.tables(
