@@ -185,11 +185,6 @@ def in_flight_celery_steps(instance: dg.DagsterInstance, run_id: str) -> dict[st
     return taken
 
 
-def lost_worker_grace_s() -> float:
-    """Seconds a worker may miss pings, while it holds a step, before the step is failed as lost."""
-    return float(variable("SOCO_LOST_WORKER_GRACE_S", "60"))
-
-
 @dg.sensor(minimum_interval_seconds=daemon_interval(5), default_status=dg.DefaultSensorStatus.RUNNING)
 def lost_worker_sensor(context: dg.SensorEvaluationContext) -> dg.SkipReason:
     """Distributed profile: fail the steps of a Celery worker that missed every ping for
@@ -215,7 +210,8 @@ def lost_worker_sensor(context: dg.SensorEvaluationContext) -> dg.SkipReason:
     missing_since: dict[str, float] = json.loads(context.cursor) if context.cursor else {}
     now = time.time()
     missing_since = {w: missing_since.get(w, now) for w in set(held.values()) - live}
-    lost = {w for w, t in missing_since.items() if now - t >= lost_worker_grace_s()}
+    grace_s = float(variable("SOCO_LOST_WORKER_GRACE_S", "60"))  # pings a step's worker may miss
+    lost = {w for w, t in missing_since.items() if now - t >= grace_s}
     failed = []
     if lost:
         tasks = taken_tasks(app)

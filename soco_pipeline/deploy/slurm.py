@@ -244,7 +244,7 @@ class LocalSlurm:
         return stop_all(list(reversed(order)), self._popens)
 
     def _cancel_all_jobs(self, timeout: float = 20.0) -> None:
-        """scancel every job and wait until none runs: (a job step has a session of its own)."""
+        """scancel every job and wait until none runs (a job step has a session of its own)."""
         names = {s.name for s in self.services if s.alive()}
         if not {"slurmctld", "slurmd"} <= names:
             return

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 
@@ -122,11 +120,6 @@ def lvlm_metrics(answers: pd.DataFrame, seed: int = 0, n_boot: int = 2000) -> pd
     return out.sort_values(["model", "setting", "scope", "group", "metric"], ignore_index=True)
 
 
-def load_reference(path: str | Path | None = None) -> pd.DataFrame:
-    """The published reference figures (model, setting, metric, value, source)."""
-    return pd.read_csv(path or REFERENCE_PATH)
-
-
 CI_WIDE = [f"{s}_average_ci95_{end}" for s in SETTINGS for end in ("lo", "hi")]  # the board's CI columns
 
 
@@ -173,7 +166,7 @@ def lvlm_leaderboard(
     if len(metrics):
         ours = ours.merge(answer_health(metrics), on="model", how="left")
     parts = [ours]
-    reference = load_reference() if reference is None else reference
+    reference = pd.read_csv(REFERENCE_PATH) if reference is None else reference
     if len(reference):
         ref = _wide(reference.rename(columns={"metric": "metric"}))
         src = reference.groupby("model")["source"].first()

@@ -61,15 +61,14 @@ def request_key(text: str, image_digests: list[str], generation: dict[str, Any])
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
-def data_url(jpeg: bytes) -> str:
-    """A JPEG as a base64 data URL."""
-    return "data:image/jpeg;base64," + base64.b64encode(jpeg).decode("ascii")
-
-
 def openai_messages(request: ChatRequest) -> list[dict[str, Any]]:
     """Chat-completions messages: one user turn, image_url parts first, then the text part."""
     parts: list[dict[str, Any]] = [
-        {"type": "image_url", "image_url": {"url": data_url(b)}} for b in request.images
+        {
+            "type": "image_url",
+            "image_url": {"url": "data:image/jpeg;base64," + base64.b64encode(b).decode("ascii")},
+        }
+        for b in request.images
     ]
     parts.append({"type": "text", "text": request.text})
     return [{"role": "user", "content": parts}]

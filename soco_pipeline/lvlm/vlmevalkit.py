@@ -41,10 +41,6 @@ class VlmEvalKitError(ValueError):
     """A TSV or workbook does not have the expected shape; the message names the file, row and fix."""
 
 
-def _b64(path: str) -> str:
-    return base64.b64encode(read_bytes(path)).decode("ascii")
-
-
 def export_tsv(items: pd.DataFrame, setting: str, path: str | Path) -> int:
     """Write one setting's items as a VLMEvalKit TSV (atomically); returns the row count."""
     rows = items[items["setting"] == setting].sort_values("index", ignore_index=True)
@@ -65,7 +61,7 @@ def export_tsv(items: pd.DataFrame, setting: str, path: str | Path) -> int:
         if not own[i]:
             image.append(str(int(rows["index"].iat[int(first.iat[i])])))
             continue
-        encoded = [b64.setdefault(p, _b64(p)) for p in ps]
+        encoded = [b64.setdefault(p, base64.b64encode(read_bytes(p)).decode("ascii")) for p in ps]
         image.append(encoded[0] if len(encoded) == 1 else repr(encoded))
     out = pd.DataFrame(
         {

@@ -42,10 +42,6 @@ def plan(categories: list[str], n_kept: int, seed: int, tax: Taxonomy) -> list[t
     return out
 
 
-def _source(tax: Taxonomy, category: str) -> str:
-    return "animal3d" if tax.supercategory(category) == "animals" else "imagenet3d"
-
-
 def _pose(cam) -> dict[str, float]:
     return {
         "azimuth": float(cam.azimuth),
@@ -109,7 +105,7 @@ def _one_image(task: tuple[str, str, int, str, int]) -> dict:
     root, category, index, reject, seed = task
     tax = load_taxonomy()
     image_id = f"{category}_{index:04d}"
-    source = _source(tax, category)
+    source = "animal3d" if tax.supercategory(category) == "animals" else "imagenet3d"
     scene = make_scene(category, index, seed, reject, tax)
     rng = np.random.default_rng([int(seed), zlib.crc32(category.encode()), int(index), 1])
     rel_img = f"{source}/images/{category}/{image_id}.JPEG"

@@ -19,10 +19,6 @@ FAMILY_FUR: dict[str, list[list[int]]] = VARIANTS["family_fur"]
 HAND_SHAPE_JITTER = 0.06
 
 
-def _name_rng(category: str) -> np.random.Generator:
-    return np.random.default_rng([0x50C0, zlib.crc32(category.encode())])
-
-
 def category_params(category: str, taxonomy: Taxonomy | None = None) -> tuple[str, dict[str, float], dict]:
     """(family, shape parameters, traits) of a category: family defaults, name-derived perturbation, traits."""
     tax = taxonomy or load_taxonomy()
@@ -35,7 +31,7 @@ def category_params(category: str, taxonomy: Taxonomy | None = None) -> tuple[st
     params = dict(FAMILY_PARAMS[family])
     traits = dict(TRAITS.get(category, {}))
     if family != category:
-        rng = _name_rng(category)
+        rng = np.random.default_rng([0x50C0, zlib.crc32(category.encode())])
         for k in sorted(params):
             if k in ("trunk", "horns", "tusks", "ear_up", "lid", "bulge", "spout_len") or params[k] == 0:
                 continue

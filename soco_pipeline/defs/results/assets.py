@@ -21,14 +21,9 @@ OPTIONAL_SUMMARIES = (
 )
 
 
-def optional_summaries(families: Iterable[Family]) -> tuple[str, ...]:
-    """OPTIONAL_SUMMARIES and every board of `families`."""
-    return (*OPTIONAL_SUMMARIES, *(board for f in families for board in f.boards))
-
-
 def results_database_asset(families: Iterable[Family]) -> dg.AssetsDefinition:
     """`results_database` over SOCO's leaderboard, OPTIONAL_SUMMARIES and the boards of `families`."""
-    optional = optional_summaries(families)
+    optional = (*OPTIONAL_SUMMARIES, *(board for f in families for board in f.boards))
 
     @dg.asset(
         group_name=GROUP,

@@ -23,8 +23,6 @@ from soco_pipeline.storage import relativize_paths
 
 def columns_of(schema: type[pa.DataFrameModel]) -> dict[str, dg.TableSchemaMetadataValue]:
     """Asset metadata showing a table's columns in the UI (dagster-pandera); the blocking check enforces them."""
-    import warnings
-
     from dagster_pandera import pandera_schema_to_dagster_type
 
     with warnings.catch_warnings():

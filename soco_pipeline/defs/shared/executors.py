@@ -86,11 +86,6 @@ def wrapped_executor(
     )
 
 
-def in_run_process(step_tags: dict[str, str]) -> bool:
-    """Whether a step with these tags may run in its run's own process (IN_RUN_PROCESS)."""
-    return all(step_tags.get(k) == v for k, v in IN_RUN_PROCESS.items())
-
-
 class LightRunsInProcess(dg.Executor):
     """The multiprocess executor, but in the run's process when every step is tagged IN_RUN_PROCESS."""
 
@@ -110,7 +105,7 @@ class LightRunsInProcess(dg.Executor):
     def execute(self, plan_context, execution_plan):
         """Run the plan in this process when every step is light, else from the forkserver."""
         steps = [execution_plan.get_step_by_key(k) for k in execution_plan.step_keys_to_execute]
-        light = bool(steps) and all(in_run_process(step.tags or {}) for step in steps)
+        light = bool(steps) and all(IN_RUN_PROCESS.items() <= (step.tags or {}).items() for step in steps)
         return (self.in_process if light else self.multiprocess).execute(plan_context, execution_plan)
 
 

@@ -20,11 +20,6 @@ LEVEL = 0.95  # the paired interval's level: a drop whose whole interval lies be
 CHECK = "no_regression"
 
 
-def watch_checks(asset: str) -> list[dg.AssetCheckSpec]:
-    """A history asset's checks: the blocking `schema` check and the non-blocking `no_regression` check."""
-    return [dg.AssetCheckSpec("schema", asset=asset, blocking=True), dg.AssetCheckSpec(CHECK, asset=asset)]
-
-
 def watch_events(
     asset: str, outcome: WatchOutcome, data_version: str, level: float = LEVEL
 ) -> Iterator[dg.Output | dg.AssetCheckResult]:
@@ -92,7 +87,10 @@ def family_history(watch: FamilyWatch, family: Family | None = None) -> dg.Asset
         tags=None if archived else {PER_MODEL_TAG: backbones_partitions.name},
         kinds={"pandas"},
         code_version=archived.code_version if archived else "1",
-        check_specs=watch_checks(name),
+        check_specs=[
+            dg.AssetCheckSpec("schema", asset=name, blocking=True),
+            dg.AssetCheckSpec(CHECK, asset=name),
+        ],
         description=f"The regression watch of {watch.headline}: each data version of a backbone's spec.",
     )
     def history_asset(context: dg.AssetExecutionContext, soco: SocoSettings):

@@ -131,10 +131,6 @@ def tpips_afc(
     )
 
 
-def _device(soco: SocoSettings) -> str | None:
-    return None if soco.device == "auto" else soco.device
-
-
 @FAMILY.table(
     backbones_partitions,
     schema=schemas.FeatureSchema,
@@ -152,7 +148,8 @@ def tpips_features(
 
     cfg = FAMILY.config(soco)
     images = tpips_images[["image_id", "uri", "width", "height", "category"]]
-    manifests = extract_tpips(spec, images, soco.features_root, cfg, _device(soco), log=context.log.info)
+    device = None if soco.device == "auto" else soco.device
+    manifests = extract_tpips(spec, images, soco.features_root, cfg, device, log=context.log.info)
     return TableResult(
         pd.concat([m.assign(layer=i) for i, m in enumerate(manifests)], ignore_index=True),
         {"judgements": judgements(cfg)},
