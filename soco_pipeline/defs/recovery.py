@@ -91,8 +91,7 @@ def waiting_message(instance: dg.DagsterInstance, run_ids: set[str], pool: str) 
 
 
 class RecoveringExecutor(dg.Executor):
-    """Dagster's own executor, preceded by `fail_dead_runs` and saying at WARNING which run holds a pool slot
-    a step waits for (failed if its process is gone)."""
+    """Dagster's own executor, preceded by `fail_dead_runs` and explaining every pool wait at WARNING."""
 
     def __init__(self, inner: dg.Executor):
         self.inner = inner

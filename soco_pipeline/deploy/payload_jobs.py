@@ -108,8 +108,7 @@ def run_slurm_job(
     queue_deadline_s: float,
     poll_s: float,
 ) -> str:
-    """Submit the folder's payload job with sbatch (no requeue), forward its output while polling, return its id
-    once COMPLETED (SlurmJobError otherwise); whatever ends the wait cancels the job."""
+    """Submit the folder's payload job with sbatch and follow it; whatever ends the wait cancels the job."""
     out = ForwardedOutput(folder.path, log, warning)
     job_id = slurm_jobs.submit(
         folder.script(env),
@@ -166,8 +165,7 @@ def k8s_pod_spec(
     shared: tuple[list[dict], list[dict]] | None = None,
     service_account: str = "",
 ) -> dict:
-    """The pod spec of a payload pod: one container (`dagster-pipes-execution`, named for PipesK8sClient) running
-    the payload module with the run's SOCO_* / AWS_* environment, `gpus` GPUs and the shared volumes."""
+    """The pod spec of a payload pod (its container named `dagster-pipes-execution`, for PipesK8sClient)."""
     container: dict[str, Any] = {
         "name": "dagster-pipes-execution",
         "image": image,

@@ -1,5 +1,4 @@
-"""A single-node Slurm on this machine, all state under one folder: munged with its own key and socket,
-slurmctld and slurmd from a generated slurm.conf (Debian's `slurm-wlm` and `munge`; docs/scaling-out.md)."""
+"""A single-node Slurm on this machine, all state under one folder (docs/scaling-out.md)."""
 
 from __future__ import annotations
 
@@ -102,8 +101,7 @@ class LocalSlurm:
 
     @property
     def munge_socket(self) -> Path:
-        """munged's own socket: in the folder when its path (and `.lock`) fits a Unix socket's 107 bytes, else in
-        the temp folder, named by a hash of the folder."""
+        """munged's own socket: in the folder if its path fits a Unix socket's 107 bytes, else in /tmp."""
         inside = self.root / "munge" / "munge.socket"
         if len(str(inside).encode()) + len(".lock") <= SOCKET_PATH_MAX:
             return inside

@@ -141,8 +141,7 @@ def follow(
     stderr_tail: Callable[[], str] = lambda: "",
     controller_grace_s: float = 120.0,
 ) -> JobInfo:
-    """Poll the job until it ends: its JobInfo when COMPLETED, else the named SlurmJobError (SlurmQueueTimeout,
-    cancelled, after `queue_deadline_s` pending); `scontrol` failures retried for `controller_grace_s`."""
+    """Poll the job until it ends: its JobInfo when COMPLETED, else the named SlurmJobError."""
     submitted = time.monotonic()
     failing_since: float | None = None
     while True:

@@ -1,5 +1,4 @@
-"""A local distributed stack on 127.0.0.1 (Redis, Postgres, SeaweedFS, code server, daemon, webserver, Celery
-workers), each service in its own session and recorded in `<dir>/stack.json`."""
+"""A local distributed stack on 127.0.0.1, each service in its own session, recorded in `<dir>/stack.json`."""
 
 from __future__ import annotations
 
@@ -511,8 +510,7 @@ class LocalStack:
             self.log(f"webserver on http://127.0.0.1:{self.ports['webserver']}")
 
     def restart(self, name: str, timeout: float = 120.0) -> Service:
-        """Start service `name` again with its recorded command, after stopping what is left of the old one; a
-        worker is waited for. Not for Redis, Postgres or SeaweedFS."""
+        """Start service `name` again with its recorded command (not Redis, Postgres or SeaweedFS)."""
         old = next((s for s in self.services if s.name == name), None)
         if name in INFRA:
             raise StackError(f"{name} keeps the stack's state: stop and start the whole stack instead")

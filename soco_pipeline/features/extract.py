@@ -140,8 +140,7 @@ def extract_features(
     backbone: Backbone | None = None,
     verify: str = "checksum",
 ) -> pd.DataFrame:
-    """Extract and cache L2-normalised fp16 features of every image for one backbone spec (only those without
-    a valid cached file, `verify`: checksum | exists | none); the requested images' manifest rows in order."""
+    """Extract and cache fp16 features of the images without a valid cached file; their manifest rows."""
     if verify not in ("checksum", "exists", "none"):
         raise ValueError(f"verify must be 'checksum', 'exists' or 'none', got {verify!r}")
     if backbone is not None and backbone.spec != spec:

@@ -242,8 +242,7 @@ def extract_global(
     folder: str | None = None,
     name: str | None = None,
 ) -> GlobalFeatures:
-    """Global features of every image, cached in batches of `config.batch_size` (one shard each); `extractor`
-    is built, or a builder called only when an image is missing."""
+    """Global features of every image, cached in shards of `config.batch_size`."""
     log = log or (lambda _m: None)
     if isinstance(extractor, GlobalExtractor):
         folder, name = extractor.cache_folder(cache_root, config), extractor.name

@@ -155,8 +155,7 @@ class CnnGlobal(ModelGlobal):
 
 
 class DenseMeanGlobal(GlobalExtractor):
-    """Any backbone with only dense maps: the mean of its map in every part, at its own input or at
-    `config.dense_input` (then in the policy hash; the cache keeps the original spec's folder)."""
+    """Any backbone with only dense maps: the mean of its map in every part."""
 
     def __init__(self, backbone: Backbone, config: GlobalInputPolicy, spec: BackboneSpec | None = None):
         self.backbone, self.name, self.device = backbone, backbone.spec.name, backbone.device

@@ -12,8 +12,7 @@ GLOBAL_CODE_VERSION = "1"  # bump when the extractors change what they compute (
 
 
 class GlobalInputPolicy(BaseModel):
-    """Resize the shorter side, centre-crop, normalise (FG-BMK's eval transform); `final_norm` applies a ViT's
-    final LayerNorm. Every field but `threads` and `batch_size` is in the cache key."""
+    """FG-BMK's eval transform; every field but `threads` and `batch_size` is in the cache key."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -33,8 +32,7 @@ class GlobalInputPolicy(BaseModel):
 
 
 def global_ignores_input(kind: str, policy: GlobalInputPolicy) -> bool:
-    """Whether a backbone's global output ignores its spec's `input`: a block-read model takes the policy's
-    resize; a dense-only one the policy's `dense_input` when it names one."""
+    """Whether a backbone's global output ignores its spec's `input` (it runs at the policy's)."""
     return "blocks" in capabilities(kind) or bool(policy.dense_input)
 
 

@@ -28,8 +28,7 @@ from soco_pipeline.storage import (
 
 
 def _map_local(path: str, checksum: str | None = None) -> tuple[np.ndarray, mmap.mmap | None]:
-    """A local .npy file mapped read-only (and the mapping when checksummed); ValueError saying what is wrong.
-    With `checksum` the mapped bytes are hashed on each hit: a write into the file itself would show through."""
+    """A local .npy file mapped read-only (and the mapping when checksummed); ValueError saying why not."""
     try:
         with open(path, "rb") as f:
             version = npy_format.read_magic(f)
@@ -71,8 +70,7 @@ def _non_finite(arr: np.ndarray) -> int:
 
 
 class FeatureStore:
-    """Read access to one backbone's cached features: `.get(image_id) -> (C x h x w float32, meta)`, each read
-    verified against the manifest's xxh3 checksum unless `verify_reads = False`."""
+    """Read access to one backbone's cached features, each read verified against the manifest's checksum."""
 
     verify_reads: bool = True
 

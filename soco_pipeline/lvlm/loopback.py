@@ -1,6 +1,4 @@
-"""Reference answerers behind a loopback OpenAI-compatible server: the LVLM side's oracles.
-
-`oracle` is always right; `random` picks a seeded uniform letter."""
+"""Reference answerers behind a loopback OpenAI-compatible server: the LVLM side's oracles."""
 
 from __future__ import annotations
 

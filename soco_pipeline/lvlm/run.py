@@ -91,8 +91,7 @@ def ask_requests(
     log: Callable[[str], None] = lambda _msg: None,
     generation: dict | None = None,
 ) -> Answered:
-    """Answer requests 0..n-1 (`request(i)` builds one, on a worker thread), cached and duplicates asked once;
-    both guards raise LvlmRunError. `cache` None caches nothing."""
+    """Answer requests 0..n-1 (`request(i)` builds one), each distinct one once; guards raise LvlmRunError."""
     generation = spec.generation() if generation is None else generation
     workers = max(1, int(getattr(backend, "max_concurrency", 1)))
     batch = max(1, int(getattr(backend, "batch_size", 1)))

@@ -42,8 +42,7 @@ CANDIDATE_COLUMNS = (
 
 @pydantic_dataclass(frozen=True, config=STRICT)
 class SourceConfig:
-    """Roots of the source data sets (fsspec paths; None = not used) and the filter / aggregation parameters,
-    validated per field. `categories` is a selection, not a rejection."""
+    """Roots of the source data sets (fsspec paths; None = not used) and the filter parameters."""
 
     imagenet3d_root: str | None = None
     animal3d_root: str | None = None

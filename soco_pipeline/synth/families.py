@@ -1,6 +1,4 @@
-"""The 16 hand-modelled shape families, built from primitives, each pinning its taxonomy keypoints.
-
-Object frame: +x front, +y LEFT, +z up, ground at z = 0."""
+"""The 16 hand-modelled shape families; object frame: +x front, +y LEFT, +z up, ground at z = 0."""
 
 from __future__ import annotations
 

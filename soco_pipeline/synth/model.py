@@ -12,8 +12,7 @@ from .primitives import Primitive, intersect
 
 @dataclass
 class ObjectModel:
-    """A built object instance in its object frame (+x front, +y left, +z up), centred on its bbox; `kp_slack`
-    is the depth tolerance of keypoints on thin parts (a leg's cap centre lies behind its front surface)."""
+    """A built object instance in its object frame; `kp_slack`: thin parts' keypoint depth tolerance."""
 
     category: str
     prims: list[Primitive]

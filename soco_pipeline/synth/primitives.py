@@ -12,8 +12,7 @@ _EPS = 1e-9
 
 @dataclass
 class Primitive:
-    """One solid part: box (size = half extents), cylinder (r_bottom, r_top, half_height along z) or ellipsoid
-    (semi-axes); `texture` (name, params) is evaluated on local hit coordinates."""
+    """One solid part: box (half extents), cylinder (r_bottom, r_top, half_height), ellipsoid (semi-axes)."""
 
     kind: str
     part: str

@@ -120,8 +120,7 @@ def keypoint_visibility(
     rel_tol: float = 2e-3,
     pixel_tol: float = 0.02,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Exact projections (K, 2) and visibility (K,): inside the image, nothing in front along its ray and, given
-    `depth`, within `pixel_tol` x radius of the z-buffer (a silhouette-edge pixel is invisible)."""
+    """Exact projections (K, 2) and visibility (K,): inside the image, unoccluded, matching the z-buffer."""
     uv, z = cam.project(model.kp_xyz)
     dirs = cam.rays(uv[:, 0], uv[:, 1])
     zbuf = np.full(len(uv), np.inf)

@@ -91,8 +91,7 @@ MODEL_SPECS = "model_specs"  # the observable source whose data version is the s
 
 
 def board_condition(partitioned: Sequence[str] = (), optional: Sequence[str] = ()) -> dg.AutomationCondition:
-    """A board's condition: Dagster's eager over what exists, waiting while an upstream partition is in
-    progress and one tick after a `partitioned` update; it runs when `model_specs` changes."""
+    """A board's condition: Dagster's eager over what exists, one tick after a `partitioned` update."""
     specs = dg.AssetSelection.assets(MODEL_SPECS)
     return (
         AC.in_latest_time_window()

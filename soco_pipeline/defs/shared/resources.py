@@ -6,8 +6,7 @@ from soco_pipeline.settings import Settings
 
 
 class SocoSettings(dg.ConfigurableResource, Settings):
-    """The one settings object of a run (settings.py `Settings`, as a Dagster resource); plain values, not
-    `dg.EnvVar`, because sensors and the CLI read them outside a run."""
+    """The one settings object of a run (settings.py `Settings`; plain values: sensors read them too)."""
 
     def protocol(self):
         """The run's ProtocolConfig (assets/protocol.yaml unless `protocol_path` names another file)."""
