@@ -150,8 +150,6 @@ class Backbone(ABC):
             return maps
         return maps, (None if token is None else list(_to_host(token).unbind(0)))
 
-    # ---- GPU options of the spec (precision, channels_last, compile); all off by default.
-
     def _autocast(self):
         """torch.autocast at the spec's precision (bf16 | fp16), or nothing for fp32."""
         if self.spec.precision == "fp32":

@@ -10,7 +10,6 @@ if TYPE_CHECKING:
     from soco_pipeline.backbones.base import Backbone
     from soco_pipeline.backbones.spec import BackboneSpec
 
-# kind -> the module that registers it (the registry lines).
 KIND_MODULES = {
     "timm": "soco_pipeline.backbones.timm_backbone",
     "diffusion": "soco_pipeline.backbones.diffusion",
@@ -22,7 +21,6 @@ KIND_MODULES = {
 # A kind's slow model library (timm: 2.4 s), preloaded by a run's forkserver only when a spec names the kind.
 KIND_LIBRARIES = {"timm": ("timm",), "packaged": ("timm",)}
 
-# What a backbone kind can offer a task family:
 CAPABILITIES = {
     "pixels": "reads the image pixels (any image set; attacks can perturb them)",
     "dense_maps": "a dense feature map per image",

@@ -87,7 +87,6 @@ def build_definitions(**overrides) -> dg.Definitions:
         executor=executor_for_profile(),  # SOCO_PROFILE: local (default) | distributed (Celery)
         resources={
             "soco": soco,
-            # where the heavy per-model steps run (inprocess | celery | slurm | kubernetes; SOCO_LAUNCHER)
             "launcher": launcher_for_profile(soco.storage_root),
             "io_manager": ParquetIOManager(base_path=soco.tables_root, storage_root=soco.storage_root),
             # The one writer of storage/results.duckdb; views name their files relative to the storage root.

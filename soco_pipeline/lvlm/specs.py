@@ -101,7 +101,6 @@ class TransformersFields(LvlmFields):
     batch_size: PositiveInt = 4
 
 
-# The LVLM spec model: a discriminated union on `backend`.
 LVLM_SPEC = TypeAdapter(Annotated[Union[OpenaiFields, TransformersFields], Field(discriminator="backend")])  # noqa: UP007
 
 

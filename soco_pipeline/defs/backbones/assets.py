@@ -341,13 +341,11 @@ def leaderboard(
         global_metrics=pd.concat(global_metrics.values(), ignore_index=True) if global_metrics else None,
     )
     board["spec_present"] = board["backbone"].isin(spec_names(soco.backbones_dir))
-    # partial (subset) rows flagged, 95% CI columns of the headline metrics beside their values
     board = add_interval_columns(mark_partial(board, subsets_of(all_metrics)), all_metrics)
     # the published SOC of the model a spec names (`reference:`), the difference and the knobs that differ
     refs, knobs = spec_references(soco.backbones_dir, protocol)
     comparison = compare_to_published(board_values(board, SOCO.name), refs, knobs, load_published())
     board = published_columns(board, comparison, SOCO.name)
-    # why it differs: the gap measured knob by knob (published_gap), one sentence per model
     board = with_gap_notes(board, partition_rows({m: t for m, t in published_gap.items() if len(t)}))
     img = base64.b64encode(leaderboard_png(board, protocol.headline_alpha)).decode()
     return TableResult(

@@ -156,18 +156,13 @@ def tpips_features(
     )
 
 
-def _positions(tpips_images, tpips_ooo, tpips_afc):
-    from soco_pipeline.tasks.tpips.baselines import afc_positions, ooo_positions
-
-    ids = tpips_images.image_id.tolist()
-    return ids, ooo_positions(tpips_ooo, ids), afc_positions(tpips_afc, ids)
-
-
 def _backbone_inputs(soco: SocoSettings, tpips_features, tpips_images, tpips_ooo, tpips_afc):
     """(image ids, OOO positions, 2AFC positions, the backbone's cached TPIPS features)."""
+    from soco_pipeline.tasks.tpips.baselines import afc_positions, ooo_positions
     from soco_pipeline.tasks.tpips.features import features_from_manifest
 
-    ids, opos, apos = _positions(tpips_images, tpips_ooo, tpips_afc)
+    ids = tpips_images.image_id.tolist()
+    opos, apos = ooo_positions(tpips_ooo, ids), afc_positions(tpips_afc, ids)
     return ids, opos, apos, features_from_manifest(tpips_features, ids, soco.features_root)
 
 
