@@ -244,11 +244,6 @@ def _prepare(backbone: Backbone, recs: pd.DataFrame):
     return backbone.prepare(_load_batch(recs), recs.reset_index(drop=True))
 
 
-def loader_threads(device: torch.device) -> int:
-    """Loader threads: one on the CPU (torch already uses every core), up to 4 with an accelerator."""
-    return 1 if device.type == "cpu" else max(1, min(4, (os.cpu_count() or 2) - 1))
-
-
 class _Writer:
     """Writes a batch's maps and manifest rows in a thread; read the manifest after `wait`."""
 
@@ -320,7 +315,8 @@ def _run(
     """Extract `todo` overlapped: loaders prepare batch n+1, this thread runs batch n, a writer writes n-1."""
     plan = _plan(backbone, todo, spec.batch_size)
     writer = _Writer(spec, folder, "/".join([spec.name, hash_]), hash_, manifest)
-    n_loaders = loader_threads(backbone.device)
+    # one loader on the CPU (torch already uses every core), up to 4 with an accelerator
+    n_loaders = 1 if backbone.device.type == "cpu" else max(1, min(4, (os.cpu_count() or 2) - 1))
     start, done, last_log = time.monotonic(), 0, time.monotonic()
     ahead: deque = deque()
     written: Future | None = None

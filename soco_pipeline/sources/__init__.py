@@ -42,13 +42,6 @@ __all__ = [
 ]
 
 
-def _soco_candidates(images: pd.DataFrame) -> pd.DataFrame:
-    df = images.assign(annotation_uri="", n_objects=1, dense="dense_no", object_status="status_good")
-    df["keypoints_valid"] = pd.array([pd.NA] * len(df), dtype="boolean")
-    df[["kp_x_min", "kp_x_max", "kp_y_min", "kp_y_max"]] = np.nan  # Animal3D only
-    return df[list(CANDIDATE_COLUMNS)]
-
-
 def read_candidates(cfg: SourceConfig, taxonomy: Taxonomy) -> pd.DataFrame:
     """Candidate image rows (CANDIDATE_COLUMNS) of every source root set in `cfg`."""
     parts = []
@@ -64,7 +57,10 @@ def read_candidates(cfg: SourceConfig, taxonomy: Taxonomy) -> pd.DataFrame:
         images = read_soco_release(cfg.soco_release_root, taxonomy, cfg.check_workers).images
         if cfg.categories is not None:
             images = images[images["category"].isin(cfg.categories)]
-        parts.append(_soco_candidates(images))
+        df = images.assign(annotation_uri="", n_objects=1, dense="dense_no", object_status="status_good")
+        df["keypoints_valid"] = pd.array([pd.NA] * len(df), dtype="boolean")
+        df[["kp_x_min", "kp_x_max", "kp_y_min", "kp_y_max"]] = np.nan  # Animal3D only
+        parts.append(df[list(CANDIDATE_COLUMNS)])
     if not parts:
         raise ValueError(
             "SourceConfig sets no source root; set imagenet3d_root/animal3d_root or soco_release_root"

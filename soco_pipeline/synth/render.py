@@ -80,8 +80,10 @@ def render(model: ObjectModel, cam: Camera, light: np.ndarray | None = None) -> 
     light_world = (light / np.linalg.norm(light)) @ cam.rotation  # camera frame -> object frame
     origin = cam.center
     pids = model.prim_part_ids
+    corners = np.array(np.meshgrid([-1, 1], [-1, 1], [-1, 1])).reshape(3, -1).T
     for prim, pid in zip(model.prims, pids, strict=True):
-        uv, z = cam.project(_box_corners(prim))
+        # its local bounding box's corners: a conservative screen box for ray casting
+        uv, z = cam.project(prim.to_world(corners * prim.local_extent()))
         if np.any(z <= 0):
             raise ValueError(f"camera at distance {cam.distance:.3f} is inside part {prim.part!r}")
         x0, y0 = np.floor(uv.min(0)).astype(int) - 1
@@ -105,12 +107,6 @@ def render(model: ObjectModel, cam: Camera, light: np.ndarray | None = None) -> 
         part[vv, uu] = pid
         color[vv, uu] = texture(prim, p) * shade[:, None].astype(np.float32)
     return Render(depth=depth, part=part, color=color.clip(0, 1), mask=part > 0)
-
-
-def _box_corners(prim: Primitive) -> np.ndarray:
-    """Corners of the primitive's local bounding box: a conservative screen box for ray casting."""
-    g = np.array(np.meshgrid([-1, 1], [-1, 1], [-1, 1])).reshape(3, -1).T
-    return prim.to_world(g * prim.local_extent())
 
 
 def keypoint_visibility(
