@@ -102,14 +102,7 @@ def probe_metrics(
     from soco_pipeline.analysis.linear_probe import ProbeConfig
     from soco_pipeline.analysis.linear_probe import probe_metrics as compute
 
-    cfg = ProbeConfig(
-        seed=soco.seed,
-        train_fraction=config.train_fraction,
-        steps=config.steps,
-        lr=config.lr,
-        temperature=config.temperature,
-        targets_per_step=config.targets_per_step,
-    )
+    cfg = ProbeConfig(seed=soco.seed, **config.model_dump())  # ProbeAssetConfig's fields are ProbeConfig's
     protocol = soco.protocol()
     df = compute(
         feature_store(soco, feature_manifest),
