@@ -101,8 +101,7 @@ def cache_context(soco: SocoSettings) -> dict:
 def feature_manifest(
     context: dg.AssetExecutionContext, soco: SocoSettings, launcher: StepLauncher, image_set: pd.DataFrame
 ) -> TableResult:
-    """Dense features of every image for one backbone: fp16 C×h×w tensors in the cache, and their manifest;
-    resumable, run by the launcher resource."""
+    """Dense features of every image for one backbone: fp16 C×h×w tensors in the cache, and their manifest."""
     backbone = context.partition_key
     context.log_event(observation("backbone_spec", spec_version(soco, backbone), backbone))
     result = launcher.run(

@@ -188,8 +188,7 @@ def fgbmk_answers(
 def fgbmk_lvlm_metrics(
     context: dg.AssetExecutionContext, soco: SocoSettings, fgbmk_answers: pd.DataFrame
 ) -> TableResult:
-    """Accuracy per task/level/form (with its 95% CI), circular accuracy and the knowledge-bias spread of one
-    LVLM."""
+    """Accuracy per task/level/form (95% CI), circular accuracy and knowledge-bias spread of one LVLM."""
     from soco_pipeline.tasks.fgbmk.leaderboard import lvlm_metrics
 
     df = lvlm_metrics(fgbmk_answers, FAMILY.config(soco).seed)

@@ -51,8 +51,7 @@ def lvlm_items(
     descriptions: pd.DataFrame,
     image_set: pd.DataFrame,
 ) -> TableResult:
-    """SOCO-LVLM questions: four-choice items x settings (vis, vis_desc, desc) x 4 rotations of the options,
-    with the marked source/target images rendered once under storage/lvlm/images."""
+    """SOCO-LVLM questions: four-choice items x settings x 4 option rotations, marked images rendered once."""
     from soco_pipeline.lvlm.items import build_items
 
     proto = soco.lvlm_protocol()
@@ -134,8 +133,7 @@ def lvlm_answers(
 def lvlm_metrics(
     context: dg.AssetExecutionContext, soco: SocoSettings, lvlm_answers: pd.DataFrame
 ) -> TableResult:
-    """Average and circular accuracy per setting, overall, per super-category and per category (0-100), with
-    the overall ones' 95% CI (bootstrap over categories, the run's seed). 3: the CI."""
+    """Average and circular accuracy (0-100) per setting, overall, per super-category and category, CIs."""
     from soco_pipeline.lvlm.metrics import lvlm_metrics as compute
 
     df = compute(lvlm_answers, seed=soco.seed)

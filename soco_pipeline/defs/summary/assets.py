@@ -53,8 +53,7 @@ def headline_assets(headlines: tuple[Headline, ...]) -> list[dg.AssetsDefinition
         kinds={"pandas"},
     )
     def model_headlines(context: dg.AssetExecutionContext, soco: SocoSettings, **tables) -> TableResult:
-        """Every family's headline (value 0-100, 95% CI, n, simulated flag, when its board was last
-        materialized): one row per (model, family)."""
+        """Every family's headline (0-100, 95% CI, n, simulated, board date): one row per (model, family)."""
         from soco_pipeline.trust.headline import model_headlines as build
         from soco_pipeline.trust.roles import spec_roles
 

@@ -142,8 +142,7 @@ def tpips_afc(
 def tpips_features(
     context: dg.AssetExecutionContext, soco: SocoSettings, spec, tpips_images: pd.DataFrame
 ) -> TableResult:
-    """The shared feature cache filled for the TPIPS images (one derived spec per layer); the manifests, with
-    `layer`."""
+    """The shared feature cache filled for the TPIPS images (one spec per layer); manifests with `layer`."""
     from soco_pipeline.tasks.tpips.features import extract_tpips
 
     cfg = FAMILY.config(soco)
