@@ -53,8 +53,7 @@ class _Handler(BaseHTTPRequestHandler):
         if reply.delay_s:
             time.sleep(reply.delay_s)
         self.send_response(reply.status)
-        headers = {"Content-Type": "application/json", **reply.headers}
-        for k, v in headers.items():
+        for k, v in {"Content-Type": "application/json", **reply.headers}.items():
             self.send_header(k, v)
         self.send_header("Content-Length", str(len(reply.body)))
         self.end_headers()

@@ -139,7 +139,7 @@ def import_tsv(path: str | Path, image_root: str, setting: str | None = None) ->
         src.append(imgs[0] if len(imgs) == 2 else None)
         trg.append(imgs[-1])
     g = df["g_index"].astype(str).str.strip()
-    out = pd.DataFrame(
+    return pd.DataFrame(
         {
             "setting": setting,
             "index": df["index"].astype(int),
@@ -162,7 +162,6 @@ def import_tsv(path: str | Path, image_root: str, setting: str | None = None) ->
             "trg_render": trg,
         }
     )
-    return out
 
 
 def read_workbook(path: str | Path) -> pd.DataFrame:

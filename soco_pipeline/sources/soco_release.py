@@ -441,8 +441,7 @@ def _correspondences(pairs: list[dict]) -> pd.DataFrame:
         columns=["pair_id", "name", "concept"],
     ).drop_duplicates(["pair_id", "name"])
     soc = soc.merge(trg_concepts, on=["pair_id", "name"], how="left")
-    # n_candidates: the target side of the concept's CC group; without a group, the pair's visible
-    # target keypoints of that concept.
+    # n_candidates: the target side of the concept's CC group, else the pair's visible targets of the concept
     from_groups = groups[["pair_id", "concept", "n_candidates"]].drop_duplicates(["pair_id", "concept"])
     from_trg = trg_concepts.groupby(["pair_id", "concept"]).size().rename("n_trg").reset_index()
     soc = soc.merge(from_groups, on=["pair_id", "concept"], how="left").merge(

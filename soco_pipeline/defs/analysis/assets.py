@@ -47,8 +47,7 @@ def global_metrics(
         context.partition_key,
         family_of=run_taxonomy(taxonomy).family,
         seed=soco.seed,
-        train_fraction=config.train_fraction,
-        temperature=config.temperature,
+        **config.model_dump(),  # train_fraction, temperature
         log=context.log.info,
         global_features=read_global(
             resolve_folder(global_feature_manifest.folder.iloc[0], soco.features_root), images.image_id
