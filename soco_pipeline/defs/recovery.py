@@ -186,8 +186,7 @@ def in_flight_celery_steps(instance: dg.DagsterInstance, run_id: str) -> dict[st
 
 @dg.sensor(minimum_interval_seconds=daemon_interval(5), default_status=dg.DefaultSensorStatus.RUNNING)
 def lost_worker_sensor(context: dg.SensorEvaluationContext) -> dg.SkipReason:
-    """Distributed profile: fail the steps of a Celery worker that missed every ping for
-    SOCO_LOST_WORKER_GRACE_S seconds, so their runs fail cleanly and can be re-executed from failure."""
+    """Distributed profile: fail the steps of a Celery worker missing pings for SOCO_LOST_WORKER_GRACE_S."""
     import json
 
     from soco_pipeline.deploy.lost_workers import celery_app, fail_lost_tasks, live_workers, taken_tasks

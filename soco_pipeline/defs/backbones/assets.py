@@ -122,8 +122,7 @@ def feature_manifest(
 def global_feature_manifest(
     context: dg.AssetExecutionContext, soco: SocoSettings, launcher: StepLauncher, image_set: pd.DataFrame
 ) -> TableResult:
-    """Global features of every image for one backbone at the run's input policy (the shared cache's global
-    output, extracted once whichever family asks first); global_metrics scores them."""
+    """Global features of every image for one backbone at the run's input policy, for global_metrics."""
     backbone = context.partition_key
     result = launcher.run(
         context,

@@ -78,8 +78,7 @@ def _context(soco: SocoSettings, cfg) -> dict:
 def fgbmk_global_features(
     context: dg.AssetExecutionContext, soco: SocoSettings, spec, fgbmk_items: pd.DataFrame
 ) -> TableResult:
-    """CLS of the last two blocks and the patch mean per image, from the shared feature cache's global output;
-    each image's cache folder and the part sizes."""
+    """CLS of the last two blocks and the patch mean per image, from the shared cache's global output."""
     from soco_pipeline.features import cached_global
 
     cfg = FAMILY.config(soco)
@@ -205,8 +204,7 @@ def fgbmk_leaderboard(
     fgbmk_robustness: dict[str, pd.DataFrame],
     fgbmk_lvlm_metrics: dict[str, pd.DataFrame],
 ) -> TableResult:
-    """Every backbone (probe / retrieval per level, within vs across, robustness) and LVLM (accuracy per
-    level, circular, knowledge-bias spread) evaluated so far."""
+    """Every backbone (probe / retrieval per level, robustness) and LVLM (accuracy, circular, bias) so far."""
     from soco_pipeline.analysis.leaderboard import leaderboard_markdown
     from soco_pipeline.tasks.fgbmk.leaderboard import fgbmk_leaderboard as build
 
@@ -234,8 +232,7 @@ def fgbmk_findings(
     fgbmk_robustness: dict[str, pd.DataFrame],
     fgbmk_lvlm_metrics: dict[str, pd.DataFrame],
 ) -> TableResult:
-    """The paper's five findings on our tables: its figure, ours, and whether it holds (or why it cannot be
-    tested with the backbones evaluated so far)."""
+    """The paper's five findings on our tables: its figure, ours, whether it holds (or why untestable)."""
     from soco_pipeline.tasks.fgbmk.findings import check_findings, findings_markdown
 
     robustness, lvlm = partition_rows(fgbmk_robustness), partition_rows(fgbmk_lvlm_metrics)

@@ -158,8 +158,7 @@ def lvlm_leaderboard(
     lvlm_metrics: dict[str, pd.DataFrame],
     leaderboard: pd.DataFrame | None,
 ) -> TableResult:
-    """Every evaluated LVLM beside the SOCO page's reference figures, the random baselines (25 / 0.39) and
-    the best backbone's four-choice accuracy (when the backbone leaderboard exists)."""
+    """Every evaluated LVLM beside the reference figures, random baselines and the best backbone."""
     from soco_pipeline.analysis.leaderboard import leaderboard_markdown
     from soco_pipeline.backbones.spec_files import spec_names
     from soco_pipeline.evaluation.subsets import mark_partial, partial_display

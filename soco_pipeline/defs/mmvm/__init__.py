@@ -68,8 +68,7 @@ def mmvm_items(
     mmvm_objects: pd.DataFrame,
     mmvm_images: pd.DataFrame,
 ) -> TableResult:
-    """The questions: one per (case, candidate count 4/8/12/all), with the published marks and options (the
-    marked frames go under <storage>/mmvm/marked)."""
+    """The questions: one per (case, candidate count 4/8/12/all), with the published marks and options."""
     from soco_pipeline.tasks.mmvm.source import source_items
 
     cfg = FAMILY.config(soco)

@@ -19,8 +19,7 @@ def sample_hashes(
     image_pairs: pd.DataFrame,
     correspondences: pd.DataFrame,
 ) -> TableResult:
-    """The input hash of every evaluated pair (images, keypoints, correspondences, the protocol's matching
-    hash), as the results records carry them; the task hash and the matching hash in the metadata."""
+    """The input hash of every evaluated pair, as the results records carry them, and the task hash."""
     from soco_pipeline.trust.hashes import pair_hashes, task_hash
 
     ev = image_pairs[image_pairs["evaluated"].astype(bool)]

@@ -17,8 +17,7 @@ from soco_pipeline.defs.shared.resources import SocoSettings
     kinds={"html"},
 )
 def results_report(context: dg.AssetExecutionContext, soco: SocoSettings) -> dg.MaterializeResult:
-    """The static results page, storage/report/index.html (every board with CIs, the correlation figure,
-    panels, LVLM examples), and the same page in one file with its images inlined, storage/report.html."""
+    """The results page, storage/report/index.html, and the same page in one file, storage/report.html."""
     from soco_pipeline.defs.shared.boards import board_materializations
     from soco_pipeline.report.page import build_report, error_bar_markdown
     from soco_pipeline.report.single_file import write_single_file

@@ -169,8 +169,7 @@ def _backbone_inputs(soco: SocoSettings, tpips_features, tpips_images, tpips_ooo
 def tpips_pixel_baselines(
     soco: SocoSettings, tpips_images: pd.DataFrame, tpips_ooo: pd.DataFrame, tpips_afc: pd.DataFrame
 ) -> TableResult:
-    """Random (1/3, 1/2), constant (the first option), L2 and SSIM, and (generated data) the aspect-distance
-    oracle on the OOO test split and 2AFC."""
+    """Random, constant, L2, SSIM and (generated data) the aspect oracle on the OOO test split and 2AFC."""
     from soco_pipeline.tasks.tpips.evaluate import pixel_baselines
 
     cfg = FAMILY.config(soco)
@@ -224,8 +223,7 @@ def tpips_baseline_scores(
     tpips_ooo: pd.DataFrame,
     tpips_afc: pd.DataFrame,
 ) -> dict[str, TableResult]:
-    """Frozen aspect-agnostic scores of one backbone: the LPIPS-style distance (uncalibrated) and global
-    cosine; and each one's agreement on every OOO test row."""
+    """Frozen aspect-agnostic scores (LPIPS-style, uncalibrated; global cosine) and their per-row outcomes."""
     from soco_pipeline.tasks.tpips import baselines as b
     from soco_pipeline.tasks.tpips.evaluate import evaluate_sim_outcomes
 
