@@ -144,7 +144,7 @@ def executor_for_profile() -> dg.ExecutorDefinition:
             "broker": {"env": "SOCO_CELERY_BROKER"},
             "backend": {"env": "SOCO_CELERY_BACKEND"},
             "config_source": {
-                # a dead worker process fails its step (WorkerLostError); a vanished worker: lost_worker_sensor
+                # a dead worker process fails its step (WorkerLostError); a vanished one: lost_worker_sensor
                 "task_acks_late": True,
                 "task_reject_on_worker_lost": False,
                 # one message per worker process: a dying worker holds only the step it runs

@@ -45,7 +45,7 @@ class GlobalExtractor:
 
 
 def global_folder(cache_root: str, name: str, identity: dict, policy: GlobalInputPolicy) -> str:
-    """The cache folder of one (backbone, input policy): `<cache_root>/<name>/<spec hash>/global_<policy hash>`."""
+    """The cache folder of one (backbone, input policy): `<cache_root>/<name>/<spec hash>/global_<policy>`."""
     digest = hashlib.sha256(
         json.dumps(
             {

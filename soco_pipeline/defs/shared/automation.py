@@ -58,7 +58,7 @@ def daemon_minimum_interval_s() -> int:
 def reevaluate_on_cron(cron: str) -> dg.AutomationCondition:
     """After each tick of `cron`, request a partition once if stale (`on_cron` would re-run them all)."""
     # Two SINCE nodes: Dagster keys a SINCE node's state by its children's names only, so one OR under
-    # since_last_handled shared ON_CHANGE's state, requesting `metrics` twice (tests/test_automation_state.py).
+    # since_last_handled shared ON_CHANGE's state: `metrics` requested twice (tests/test_automation_state.py).
     stale = (
         AC.code_version_changed().since_last_handled()
         | AC.any_deps_match(AC.data_version_changed()).since_last_handled()

@@ -179,7 +179,7 @@ class Family:
         description: str,
         kinds: Iterable[str] = ("pandas",),
     ) -> tuple[TableSpec, dg.AssetOut]:
-        """One per-model output of `tables(..., partitions_def=...)`, as `partition_table` gives a single table."""
+        """One per-model output of `tables(..., partitions_def=...)`, as `partition_table` makes a table."""
         per_model = isinstance(partitions_def, dg.DynamicPartitionsDefinition)
         return table_out(
             schema,
