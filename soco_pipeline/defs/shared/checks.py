@@ -22,7 +22,7 @@ from soco_pipeline.storage import relativize_paths
 
 
 def columns_of(schema: type[pa.DataFrameModel]) -> dict[str, dg.TableSchemaMetadataValue]:
-    """Asset metadata showing a table's columns in the UI (dagster-pandera); the blocking check enforces it."""
+    """Asset metadata showing a table's columns in the UI (dagster-pandera); a blocking check enforces it."""
     from dagster_pandera import pandera_schema_to_dagster_type
 
     with warnings.catch_warnings():
@@ -202,7 +202,7 @@ def table_asset(
 def partition_table(
     partitions_def: dg.PartitionsDefinition, **kwargs: Any
 ) -> Callable[[Callable[..., TableResult]], dg.AssetsDefinition]:
-    """Decorator: a per-partition table, ON_CHANGE by default, tagged PER_MODEL_TAG (a changed spec re-runs it)."""
+    """Decorator: a per-partition table, ON_CHANGE by default, tagged PER_MODEL_TAG for spec changes."""
     kwargs.setdefault("automation_condition", ON_CHANGE)
     per_model = isinstance(partitions_def, dg.DynamicPartitionsDefinition)
     if per_model:  # what a changed spec re-runs (automation.py)
