@@ -32,8 +32,7 @@ def global_metrics(
     image_set: pd.DataFrame,
     taxonomy: pd.DataFrame,
 ) -> TableResult:
-    """kNN top-1/top-5 (k = 20, 100, 200; T = 0.07) and retrieval mAP of mean-pooled maps, class tokens and
-    the shared global features, category and fine-grained tracks; from the cache."""
+    """kNN top-1/top-5 and retrieval mAP of pooled maps, class tokens and global features, from the cache."""
     from soco_pipeline.analysis.global_metrics import global_metrics as compute
     from soco_pipeline.features import read_global, resolve_folder
 
@@ -147,8 +146,7 @@ def correlation(
     leaderboard: pd.DataFrame | None,
     fgbmk_leaderboard: pd.DataFrame | None,
 ) -> TableResult:
-    """Pearson r / Spearman rho of each benchmark score with each downstream task and metric, seeded
-    10,000-resample bootstrap CIs, paired delta r; the Fig. 4-like figure under <storage>/figures/."""
+    """Pearson r / Spearman rho of each benchmark score with each downstream metric, bootstrap CIs, Fig. 4."""
     from soco_pipeline.analysis import reference as ref
     from soco_pipeline.analysis.correlation import (
         ANALYSIS_CONFIG,

@@ -34,8 +34,7 @@ def fgbmk_root(soco: SocoSettings, cfg) -> str:
 # No automation condition on the root, so the eager daemon never starts a family nobody asked for.
 @FAMILY.table(schema=schemas.FgbmkItemSchema, automation_condition=None)
 def fgbmk_items(context: dg.AssetExecutionContext, soco: SocoSettings) -> TableResult:
-    """The simulated fine-grained set (superclass -> class -> subclass, attributes), in FG-BMK's layout; or
-    the config's `dataset` (a published machine-oriented folder)."""
+    """The simulated fine-grained set in FG-BMK's layout, or the config's `dataset` (a published folder)."""
     from soco_pipeline.tasks.fgbmk.embedded import ensure_embedded
     from soco_pipeline.tasks.fgbmk.readers import items_from_dataset, read_machine_dataset
 

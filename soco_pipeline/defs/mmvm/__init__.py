@@ -47,8 +47,7 @@ def _out(schema, description: str) -> tuple[TableSpec, dg.AssetOut]:
     },
 )
 def mmvm_scenes(context: dg.AssetExecutionContext, soco: SocoSettings) -> dict[str, TableResult]:
-    """Two-frame scenes (SIMULATED): cases with their cue codes, the unmarked frames with label maps, and
-    every object with the attributes the cues compare; the frames go under <storage>/mmvm/generated."""
+    """Two-frame scenes (SIMULATED): cases, unmarked frames with label maps, every object's attributes."""
     from soco_pipeline.tasks.mmvm.source import load_scenes
 
     cfg = FAMILY.config(soco)

@@ -71,8 +71,7 @@ def _render_out(schema, description: str) -> tuple[TableSpec, dg.AssetOut]:
     }
 )
 def tpips_renders(context: dg.AssetExecutionContext, soco: SocoSettings) -> dict[str, TableResult]:
-    """The configured source's items, made once: the generator's triplets and 2AFC items with their images
-    rendered under <storage>/tpips, or the official set's (config `source`)."""
+    """The configured source's items, made once: generated (rendered under <storage>/tpips) or official."""
     from soco_pipeline.tasks.tpips.source import renders
 
     cfg = FAMILY.config(soco)
@@ -92,8 +91,7 @@ def tpips_ooo(
     tpips_images: pd.DataFrame,
     tpips_triplets: pd.DataFrame,
 ) -> TableResult:
-    """Odd-one-out (triplet, aspect) rows, pruned and normalised (y ∈ Δ³): simulated votes on the triplets
-    tpips_renders made, or the official file's votes."""
+    """Odd-one-out (triplet, aspect) rows, pruned and normalised (y ∈ Δ³), simulated or the official votes."""
     from soco_pipeline.tasks.tpips.schemas import ooo_problems
     from soco_pipeline.tasks.tpips.source import ooo_table
 
@@ -117,8 +115,7 @@ def tpips_afc(
     tpips_images: pd.DataFrame,
     tpips_afc_items: pd.DataFrame,
 ) -> TableResult:
-    """2AFC rows (reference, two outputs, aspect, votes: simulated on the items tpips_renders made, or the
-    official file's); ties and >= 3 cannot-tell removed; no "overall"."""
+    """2AFC rows (reference, two outputs, aspect, votes), simulated or official; ties and unsure removed."""
     from soco_pipeline.tasks.tpips.schemas import afc_problems
     from soco_pipeline.tasks.tpips.source import afc_table
 
