@@ -1,9 +1,4 @@
-"""Backbones: specs (assets/backbones/*.yaml), the common interface, and one module per kind.
-
-`load_spec(path)` parses and validates a spec, `list_specs(folder)` loads every active spec,
-`build_backbone(spec, context)` returns a Backbone whose `extract(images, records)` gives
-L2-normalised C x h x w maps.
-"""
+"""Backbones: specs (assets/backbones/*.yaml), the common interface, and one module per kind."""
 
 from __future__ import annotations
 
@@ -25,8 +20,7 @@ from soco_pipeline.storage import PROJECT_ROOT
 if TYPE_CHECKING:
     from soco_pipeline.backbones.base import Backbone, BackboneContext
 
-# The torch-backed names load on first use: specs, spec files and the Dagster definitions need no
-# torch, and importing it costs every process (code server, each run worker, the UI) about 2 s of CPU.
+# The torch-backed names load on first use: importing torch costs every process about 2 s of CPU.
 _FROM_BASE = {"Backbone", "BackboneContext", "as_context", "resolve_device"}
 
 
@@ -76,8 +70,7 @@ def list_specs(folder: str | Path | None = None) -> dict[str, BackboneSpec]:
 
 
 def build_backbone(spec: BackboneSpec, context: BackboneContext | dict | None = None) -> Backbone:
-    """Instantiate the backbone a spec describes (weights loaded, eval mode, on its device); `context` is a
-    BackboneContext or a dict {data_root | embedded_root, device, project_root}."""
+    """Instantiate the backbone a spec describes (weights loaded, eval mode)."""
     from soco_pipeline.backbones.base import as_context
     from soco_pipeline.backbones.kinds import backbone_class
 

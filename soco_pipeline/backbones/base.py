@@ -1,10 +1,4 @@
-"""The common backbone interface: images in, L2-normalised dense feature maps out.
-
-Every backbone takes a list of H x W x 3 uint8 RGB images plus their records (a DataFrame with at
-least image_id, width, height, category; oracles and prompted diffusion read them), applies the
-official input protocol (soco_pipeline.backbones.preprocess) at its input side S, and returns one C x h x w
-float32 map per image, L2-normalised over channels, covering the padded S x S square.
-"""
+"""The common backbone interface: RGB uint8 images in, L2-normalised C x h x w float32 maps out."""
 
 from __future__ import annotations
 
@@ -28,8 +22,7 @@ from soco_pipeline.storage import PROJECT_ROOT
 
 @dataclass(frozen=True)
 class BackboneContext:
-    """What a backbone may need beyond its spec: `data_root` (oracles read ground_truth/ there), `device`
-    (overrides the spec's), `project_root` (relative weight paths are resolved against it)."""
+    """What a backbone may need beyond its spec: `data_root` (oracles), `device`, `project_root`."""
 
     data_root: str | None = None
     device: str | None = None
@@ -76,16 +69,11 @@ def seeded(seed: int):
 
 
 class Backbone(ABC):
-    """A frozen feature extractor built from a BackboneSpec: subclasses set `stride` (input pixels per cell)
-    and `multiple` (S snaps to it), implement `forward`, declare `Options` and register with `@register_kind`.
-
-    `needs_pixels = False` skips preprocessing (oracles); `capabilities` says what the kind offers the
-    families."""
+    """A frozen feature extractor built from a BackboneSpec; `needs_pixels = False`: no preprocessing."""
 
     Options: ClassVar[type[SpecFields]]
     needs_pixels: bool = True
-    # What the kind offers the task families (backbones/kinds.py CAPABILITIES); a family declares what it
-    # needs and the shared layer writes its "not applicable" row when the two do not meet.
+    # What the kind offers the task families (backbones/kinds.py CAPABILITIES).
     capabilities: ClassVar[frozenset[str]] = frozenset({"pixels", "dense_maps", "global_features"})
     # How global features read its model (backbones/kinds.py GLOBAL_READOUTS; "": its dense map's mean)
     global_readout: ClassVar[str] = ""
@@ -100,8 +88,7 @@ class Backbone(ABC):
 
     @classmethod
     def check_spec(cls, spec: BackboneSpec) -> None:
-        """Checks of a parsed spec against the world (the model exists and fits); none by default.
-        Raises BackboneSpecError naming the fix."""
+        """Checks of a parsed spec against the world (none by default); BackboneSpecError naming the fix."""
         return None
 
     def input_size(self, width: int, height: int) -> int:
@@ -109,9 +96,7 @@ class Backbone(ABC):
         return self.spec.input.size(self.multiple)
 
     def prepare(self, images: list[np.ndarray], records: pd.DataFrame) -> InputBatch | list:
-        """The model-free part of `extract`'s input work for one batch (all one input size), made in a
-        loader thread while the model runs: an InputBatch, or the images as given when the backbone reads
-        no pixels."""
+        """The model-free input work of one batch (loader thread): an InputBatch, or the images as given."""
         if not self.needs_pixels or not images:
             return images
         size = self.input_size(int(records.width.iloc[0]), int(records.height.iloc[0]))
@@ -130,9 +115,7 @@ class Backbone(ABC):
     def extract(
         self, images: list[np.ndarray] | InputBatch, records: pd.DataFrame, with_class_token: bool = False
     ) -> list[torch.Tensor] | tuple[list[torch.Tensor], list[torch.Tensor] | None]:
-        """Dense maps of a batch (uint8 H x W x 3 arrays, or what `prepare` made of them): C x h x w float32
-        CPU tensors, L2-normalised over channels; with_class_token: (maps, class tokens or None). Non-finite
-        values are left in place for the caller to report."""
+        """Dense maps of a batch: L2-normalised C x h x w float32 CPU tensors (and class tokens)."""
         records = records.reset_index(drop=True)
         if len(images) != len(records):
             raise ValueError(
@@ -166,8 +149,6 @@ class Backbone(ABC):
         if not with_class_token:
             return maps
         return maps, (None if token is None else list(_to_host(token).unbind(0)))
-
-    # ---- GPU options of the spec (precision, channels_last, compile); all off by default.
 
     def _autocast(self):
         """torch.autocast at the spec's precision (bf16 | fp16), or nothing for fp32."""

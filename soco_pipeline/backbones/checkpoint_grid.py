@@ -1,7 +1,4 @@
-"""The position-embedding grid a ViT checkpoint was saved at, so the model is built at that grid and its
-embeddings are interpolated once, at run time, not twice (docs/preprocessing.md, "A checkpoint at its own
-position-embedding grid"). Only the tensor's shape is read: safetensors headers, or a memory-mapped
-`torch.load`."""
+"""The position-embedding grid a ViT checkpoint was saved at (only the tensor's shape is read)."""
 
 from __future__ import annotations
 
@@ -41,8 +38,7 @@ def pos_embed_length(path: str | Path) -> int | None:
 
 
 def checkpoint_grid(length: int, prefix_tokens: int) -> int | None:
-    """The side m of the square grid of `length` stored embeddings: `length` minus the prefix tokens the
-    model embeds (its own count first, then the class token alone, then none) must be m * m."""
+    """The side m of the square grid of `length` stored embeddings, prefix tokens taken off (m * m)."""
     for prefix in dict.fromkeys((prefix_tokens, 1, 0)):
         n = length - prefix
         if n > 0 and math.isqrt(n) ** 2 == n:

@@ -1,8 +1,4 @@
-"""Dense SIFT: OpenCV SIFT descriptors computed on a regular grid of fixed-size keypoints.
-
-No weights. One upright keypoint (angle 0: no rotation invariance the deep backbones lack) of diameter
-`descriptor_size` at the centre of every stride x stride cell, described on the grey image in [0, 255]; flat
-cells (white padding) get a zero descriptor, cosine 0 with everything."""
+"""Dense SIFT: OpenCV SIFT descriptors of upright keypoints on a stride x stride grid of the grey image."""
 
 from __future__ import annotations
 

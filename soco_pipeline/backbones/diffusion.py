@@ -1,11 +1,4 @@
-"""Stable Diffusion UNet features, DIFT-style (Tang et al. 2023), through diffusers.
-
-Per image: VAE-encode the [-1, 1] input, noise the latent at timestep `t`, run the UNet with the prompt
-embedding and take up-block `up_ft_index`'s output through a hook; `ensemble` draws are averaged, seeded per
-image (spec seed + image id), so features do not depend on batch composition. `model: tiny` with `weights:
-none` builds a seeded random tiny UNet + VAE with no text encoder (every prompt maps to a zero embedding);
-real checkpoints load from a local diffusers folder or the HF cache. `{category}` in the prompt is replaced by
-the image's category."""
+"""Stable Diffusion UNet features, DIFT-style (Tang et al. 2023), through diffusers; seeded per image."""
 
 from __future__ import annotations
 

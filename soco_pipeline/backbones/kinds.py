@@ -1,10 +1,4 @@
-"""The backbone-kind registry: which module defines each `kind:` of a spec, and each kind's capabilities as
-data.
-
-Adding a kind (docs/config.md, "Adding a backbone kind"): its module with a `@register_kind` Backbone and its
-`Options`, plus one line in KIND_MODULES and KIND_CAPABILITIES (KIND_GLOBAL_READOUT, KIND_SPEC_CHECKS when
-they apply). The modules load torch, so they are imported on first use only: a spec's fields and its kind's
-capabilities load without them."""
+"""The backbone-kind registry: each `kind:`'s module (imported on first use) and capabilities (as data)."""
 
 from __future__ import annotations
 
@@ -15,7 +9,6 @@ if TYPE_CHECKING:
     from soco_pipeline.backbones.base import Backbone
     from soco_pipeline.backbones.spec import BackboneSpec
 
-# kind -> the module that registers it (the registry lines).
 KIND_MODULES = {
     "timm": "soco_pipeline.backbones.timm_backbone",
     "diffusion": "soco_pipeline.backbones.diffusion",
@@ -42,16 +35,14 @@ KIND_CAPABILITIES = {
     "oracle": frozenset({"dense_maps", "global_features", "part_oracle"}),
 }
 
-# How the global-feature extractor (features/global_extractors.py READOUTS) reads a kind's model; a kind with
-# no readout gives the mean of its dense map in every part. A plug-in kind's class declares `global_readout`.
+# How the global-feature extractor reads a kind's model (none: the mean of its dense map in every part).
 GLOBAL_READOUTS = {
     "class_tokens": "the last two blocks' class tokens and the last block's patch-token mean (a ViT)",
     "cnn_stages": "the last stage's average and the pooled pre-logits embedding (a CNN)",
 }
 KIND_GLOBAL_READOUT = {"timm": "class_tokens", "packaged": "cnn_stages"}
 
-# The built-in kinds whose class checks a spec against the world (`check_spec`: timm builds the model on the
-# meta device); accepting a spec of another built-in kind imports no kind module, hence no torch.
+# The built-in kinds with a `check_spec`; accepting a spec of another kind imports no torch.
 KIND_SPEC_CHECKS = frozenset({"timm"})
 
 _REGISTERED: dict[str, type[Backbone]] = {}
@@ -59,8 +50,7 @@ B = TypeVar("B")
 
 
 def register_kind(kind: str):
-    """Class decorator: make a Backbone subclass the implementation of `kind:`; its `Options` model
-    must declare `kind: Literal[kind]`."""
+    """Class decorator: make a Backbone subclass the implementation of `kind:`."""
 
     def register(cls: B) -> B:
         options = getattr(cls, "Options", None)
@@ -102,8 +92,7 @@ def backbone_class(kind: str) -> type[Backbone]:
 
 
 def check_spec(spec: BackboneSpec) -> None:
-    """The spec's kind's own checks against the world (the class's `check_spec`); a built-in kind outside
-    KIND_SPEC_CHECKS has none, so its module (and torch) is not imported for it."""
+    """The spec's kind's own `check_spec`; a built-in kind outside KIND_SPEC_CHECKS imports nothing for it."""
     if spec.kind not in KIND_MODULES or spec.kind in KIND_SPEC_CHECKS:
         backbone_class(spec.kind).check_spec(spec)
 
@@ -114,8 +103,7 @@ def capabilities(kind: str) -> frozenset[str]:
 
 
 def global_readout(kind: str) -> str:
-    """How the global extractor reads a backbone of `kind`: a key of GLOBAL_READOUTS, or "" (the mean of its
-    dense map; an unknown kind too). A built-in kind's is data here (no kind module imported)."""
+    """How the global extractor reads `kind`: a key of GLOBAL_READOUTS, or "" (the mean of its dense map)."""
     if kind in KIND_MODULES or kind not in _REGISTERED:
         return KIND_GLOBAL_READOUT.get(kind, "")
     return _REGISTERED[kind].global_readout
@@ -127,8 +115,7 @@ def missing_capabilities(kind: str, needs: frozenset[str] | set[str]) -> list[st
 
 
 def per_kind(table: dict[str, B], kind: str, capability: str, where: str) -> B | None:
-    """A family's choice for a backbone kind from its per-kind `table` (named `where`): None for a kind without
-    `capability`; a kind with it that the table leaves out is an error, never silently given no choice."""
+    """A family's choice for `kind` from `table`: None without `capability`; a gap is an error."""
     if capability in capabilities(kind) and kind not in table:
         raise ValueError(f"backbone kind {kind!r} offers {capability!r}: give it an entry in {where}")
     return table[kind] if capability in capabilities(kind) else None

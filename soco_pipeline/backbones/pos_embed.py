@@ -1,9 +1,4 @@
-"""Position-embedding interpolation of DINOv2 as the official torch.hub model does it (bicubic, no antialias,
-scale_factor (g + 0.1) / 37; untouched at 37 x 37), where timm resamples with `size=(h, w)` and antialias
-(docs/official-data.md, "DINOv2 equals the official hub model").
-
-`use_hub_pos_embed(model)` makes a timm VisionTransformer interpolate as the hub does, at any input size;
-everything else of the forward pass is timm's own `_pos_embed`."""
+"""Position-embedding interpolation of DINOv2 as its official torch.hub model does it."""
 
 from __future__ import annotations
 
@@ -27,8 +22,7 @@ def default_pos_embed_mode(model_name: str) -> str:
 def hub_interpolate(
     patch_pos: torch.Tensor, grid: tuple[int, int], offset: float, antialias: bool
 ) -> torch.Tensor:
-    """Patch position embeddings (1, M*M, C) resized to `grid` (h, w) as dinov2's hub code does: bicubic,
-    scale factor ((h + offset) / M, (w + offset) / M) (output size (h, w) when offset is 0), in float32."""
+    """Patch position embeddings (1, M*M, C) resized to `grid` (h, w) as dinov2's hub code does (bicubic)."""
     n, dim = patch_pos.shape[1], patch_pos.shape[2]
     m = math.isqrt(n)
     if m * m != n:
@@ -72,9 +66,7 @@ def _hub_pos_embed(self, x: torch.Tensor) -> torch.Tensor:
 
 
 def use_hub_pos_embed(model: torch.nn.Module) -> None:
-    """Make a timm VisionTransformer (created with dynamic_img_size=True) interpolate its position
-    embeddings as the dinov2 hub model does: offset 0.1 without antialiasing, or, for models with
-    register tokens, no offset with antialiasing (the hub's settings for each). TypeError otherwise."""
+    """Make a timm ViT (dynamic_img_size=True) interpolate position embeddings as the dinov2 hub does."""
     needed = ("pos_embed", "cls_token", "reg_token", "no_embed_class", "num_prefix_tokens", "pos_drop")
     if not all(hasattr(model, a) for a in needed) or model.pos_embed is None:
         raise TypeError(

@@ -1,9 +1,4 @@
-"""The official SOCO/OmniProbe input protocol: square padding, resize, keypoint scaling.
-
-The image is padded with white to a square of side max(W, H), the image at the top-left, then resized to S x
-S, so a keypoint maps to the unit square by the same factor on both axes. `resize: pil` (the default) is the
-official scorer's path bit for bit; `resize: tensor` (opt-in, GPU) moves the features a little
-(docs/preprocessing.md)."""
+"""The official SOCO/OmniProbe input protocol: white square pad (image top-left), resize to S x S."""
 
 from __future__ import annotations
 
@@ -52,8 +47,7 @@ def pad_to_square(image: np.ndarray, fill: int = 255) -> np.ndarray:
 
 
 def pil_resize_square(square: np.ndarray, size: int) -> np.ndarray:
-    """PIL's bicubic (antialiased) resize of an s x s x 3 uint8 square to size x size x 3 uint8: torchvision's
-    ``Resize((size, size), BICUBIC, antialias=True)`` on a PIL image, the official scorer's resize."""
+    """PIL's antialiased bicubic resize of a uint8 square: the official scorer's (torchvision's `Resize`)."""
     if square.shape[0] == size and square.shape[1] == size:
         return square
     return np.array(Image.fromarray(square).resize((size, size), Image.Resampling.BICUBIC))
@@ -93,15 +87,13 @@ def _to_unit_tensor(square: np.ndarray | torch.Tensor, device: str | torch.devic
 
 
 def host_square(image, size: int, resize: str = DEFAULT_RESIZE) -> np.ndarray:
-    """The uint8 square of one image as the host prepares it: white-padded, and for `pil` already
-    resized to size x size (for `tensor` the resize happens on the float tensor, later)."""
+    """The uint8 square of one image: white-padded, and for `pil` already resized to size x size."""
     square = pad_to_square(to_rgb_array(image))
     return pil_resize_square(square, size) if check_resize(resize) == "pil" else square
 
 
 def squares_to_batch(squares: list, size: int, preset: str, device: str | torch.device) -> torch.Tensor:
-    """Normalised (B, 3, size, size) float32 batch on `device` from host_square's uint8 squares: a
-    square not yet at `size` (tensor resize) is resized there by F.interpolate, then clamped."""
+    """Normalised (B, 3, size, size) float32 batch on `device` from host_square's squares."""
     batch = torch.cat([resize_square(_to_unit_tensor(sq, device), size, clamp=False) for sq in squares])
     return normalise(batch.clamp_(0.0, 1.0), preset)
 
@@ -113,8 +105,7 @@ def preprocess_image(
     device: str | torch.device = "cpu",
     resize: str = DEFAULT_RESIZE,
 ) -> torch.Tensor:
-    """The official input protocol for one image (RGB, white square pad at the top-left, resize to S,
-    normalise): a (3, S, S) float32 tensor on `device`."""
+    """The official input protocol for one image: a (3, S, S) float32 tensor on `device`."""
     return preprocess_batch([image], size, preset, device, resize)[0]
 
 
@@ -125,8 +116,7 @@ def preprocess_batch(
     device: str | torch.device = "cpu",
     resize: str = DEFAULT_RESIZE,
 ) -> torch.Tensor:
-    """The official input protocol for images of any sizes, stacked to (B, 3, S, S) on `device`; each image is
-    padded and resized on its own, then normalised as one batch. `resize`: pil (the default) or tensor."""
+    """The official input protocol for images of any sizes, stacked to (B, 3, S, S) on `device`."""
     if not images:
         return torch.empty(0, 3, size, size, device=device)
     return squares_to_batch([host_square(im, size, resize) for im in images], size, preset, device)
@@ -134,9 +124,7 @@ def preprocess_batch(
 
 @dataclass
 class InputBatch:
-    """A batch part-way through the input protocol, made off the main thread by `prepare_batch`: the finished
-    `pixels` for the CPU, else the uint8 `squares` that `to(device)` copies without blocking and finishes
-    there."""
+    """A batch part-way through the input protocol: `pixels` (CPU), else uint8 `squares`."""
 
     size: int
     preset: str
@@ -156,9 +144,7 @@ class InputBatch:
 def prepare_batch(
     images: list, size: int, preset: str, device: str | torch.device, resize: str = DEFAULT_RESIZE
 ) -> InputBatch:
-    """The host side of the input protocol for a batch bound to `device`; safe in a worker thread. CPU: the
-    finished batch; another device: the uint8 squares (pinned under CUDA), 4x fewer bytes than float pixels.
-    """
+    """The host side of the input protocol, thread-safe: on CPU the finished batch, else uint8 squares."""
     if torch.device(device).type == "cpu":
         return InputBatch(size, preset, pixels=preprocess_batch(images, size, preset, "cpu", resize))
     squares = [torch.from_numpy(np.ascontiguousarray(host_square(im, size, resize))) for im in images]

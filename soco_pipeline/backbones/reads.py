@@ -1,11 +1,4 @@
-"""What a computation reads of a backbone spec, and its version: the key every per-model table is cached by.
-
-A spec file holds computation (kind, model, weights, input, layer ...) and metadata that changes no figure
-(`name`, `reference:`, `description`, comments, and the knobs that only decide where or how fast it runs:
-device, batch size). `computation(spec)` is the first part, with the local weights' content hash; a task family
-that extracts at its own input size drops `input` from it (its `reads`); `reads_version` hashes exactly what one
-table read, so two specs that differ only in what a table cannot see give it the same version.
-"""
+"""What a computation reads of a backbone spec, and its version: the per-model tables' cache key."""
 
 from __future__ import annotations
 
@@ -16,8 +9,7 @@ from typing import Any
 
 from soco_pipeline.backbones.spec import BackboneSpec, weights_fingerprint
 
-# the installed libraries whose version can move a figure (docs/develop.md: the pinned libraries); a table's
-# reads version covers them, so an upgrade computes again instead of reusing
+# the libraries whose version can move a figure: an upgrade computes again instead of reusing
 COMPUTE_LIBRARIES = (
     "torch",
     "timm",
@@ -35,8 +27,7 @@ NOT_COMPUTATION = ("name", "device", "batch_size")
 
 
 def computation(spec: BackboneSpec) -> dict[str, Any]:
-    """Every field of `spec` a computation may read: the normalised spec without its name, device and batch
-    size, with the text encoder (TPIPS's aspects read it) and the local weights' content hash."""
+    """Every field of `spec` a computation may read, with the weights' content hash."""
     d = {k: v for k, v in spec.to_dict().items() if k not in NOT_COMPUTATION}
     d["text_encoder"] = spec.text_encoder
     d["weights_content"] = weights_fingerprint(spec.weights)
@@ -50,13 +41,11 @@ def without(fields: Mapping[str, Any], ignored: Iterable[str]) -> dict[str, Any]
 
 
 def reads_version(fields: Mapping[str, Any], **inputs: Any) -> str:
-    """The version of one computation: sha256 (16 hex digits) of the spec fields it reads and its other inputs
-    (config hash, code version, upstream data versions), keys sorted."""
+    """The version of one computation: sha256 (16 hex digits) of the spec fields it reads and other inputs."""
     payload = json.dumps({"spec": dict(fields), **inputs}, sort_keys=True, default=str)
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
 def spec_computation_version(spec: BackboneSpec) -> str:
-    """A spec's data version: reads_version of its whole computation. A `reference:`, a description or a
-    comment changes the file, not this version, so it re-runs nothing."""
+    """A spec's data version: reads_version of its whole computation (a comment re-runs nothing)."""
     return reads_version(computation(spec))

@@ -1,9 +1,4 @@
-"""Backbone specs: one small YAML file per backbone, validated by the pydantic model of its kind.
-
-The name is the file stem. `SpecFields` holds the fields every kind shares; each backbone class owns a
-subclass with its own fields (`layer`, `t`, `stride` ...) and registers it (backbones/kinds.py). The kinds'
-models form a discriminated union on `kind`; anything else is an error naming the file and field. The fields,
-with an example spec: docs/config.md, "Backbone specs"."""
+"""Backbone specs: one YAML file per backbone, validated by its kind's pydantic model (docs/config.md)."""
 
 from __future__ import annotations
 
@@ -27,8 +22,7 @@ class BackboneWeightsError(FileNotFoundError):
 
 
 def local_path(value: str, project_root: Path) -> Path:
-    """A spec's local path field (`weights:`, `text_encoder:`): `~` expanded, relative paths against the
-    project root."""
+    """A spec's local path field: `~` expanded, relative paths against the project root."""
     path = Path(os.path.expanduser(value))
     return path if path.is_absolute() else project_root / path
 
@@ -36,18 +30,13 @@ def local_path(value: str, project_root: Path) -> Path:
 # How a ViT's position embeddings are resized to the input grid (backbones/pos_embed.py does it).
 POS_EMBED_MODES = ("auto", "dinov2_hub", "timm")
 
-# Bump when a change in the extraction code changes the features a spec produces: every cache
-# folder is keyed by spec_hash, which includes this constant, so old features are never reused.
-# 2: the cache also stores the class token of timm ViTs. 3: the PIL resize is the default (input.resize),
-# and a timm checkpoint is built at its own position-embedding grid.
+# Bump when the extraction code changes the features (in spec_hash, so old features are never reused).
+# 3: the PIL resize is the default, and a timm checkpoint is built at its own position-embedding grid.
 FEATURE_CODE_VERSION = "3"
 
-# input.resize: pil = the official scorer's PIL bicubic resize of the uint8 square (the default);
-# tensor = F.interpolate on the float tensor (faster on a GPU; features move a little, see
-# docs/preprocessing.md).
+# input.resize: pil = the official scorer's PIL bicubic resize (default); tensor = F.interpolate (GPU).
 RESIZE_MODES = ("pil", "tensor")
-# Speed options (off by default). Each may change the features a little, so a spec that sets one gets
-# its own spec_hash; left at its default it is not hashed, so no existing cache folder changes.
+# Speed options (off by default); hashed only when set, so no existing cache folder changes.
 GPU_OPTIONS = {"precision": "fp32", "channels_last": False, "compile": False}
 
 PositiveInt = Annotated[int, Field(gt=0)]
@@ -59,8 +48,7 @@ class BackboneSpecError(ValueError):
 
 
 def input_size(policy: str, value: int, multiple: int) -> int:
-    """The input side S: the multiple of `multiple` nearest `value` (nearest_multiple; 800 -> 798 for
-    /14) or `value` grid cells (fixed_grid; 60 -> 840 for /14)."""
+    """The input side S: nearest_multiple (800 -> 798 for /14) or fixed_grid cells (60 -> 840 for /14)."""
     if policy == "fixed_grid":
         return value * multiple
     if policy == "nearest_multiple":
@@ -69,8 +57,7 @@ def input_size(policy: str, value: int, multiple: int) -> int:
 
 
 class InputFields(ConfigModel):
-    """`input:` of a spec: exactly one of {nearest_multiple: <px>} or {fixed_grid: <cells>}, and the resize
-    (pil, the official path, or tensor; see backbones/preprocess.py)."""
+    """`input:` of a spec: {nearest_multiple: <px>} or {fixed_grid: <cells>}, and the resize."""
 
     nearest_multiple: PositiveInt | None = None
     fixed_grid: PositiveInt | None = None
@@ -84,8 +71,7 @@ class InputFields(ConfigModel):
 
 
 class SpecFields(ConfigModel):
-    """The fields every backbone spec has. A kind subclasses it, sets `kind: Literal[...]`, adds its own
-    fields and states which models, weights and GPU options it accepts (the ClassVars)."""
+    """The fields every backbone spec has; a kind subclasses it with its own fields."""
 
     name: str | None = None  # optional; must equal the file stem when given
     kind: str
@@ -100,11 +86,9 @@ class SpecFields(ConfigModel):
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"  # torch.autocast around the forward pass
     channels_last: bool = False  # NHWC memory format for the models and the input batch
     compile: bool = False  # torch.compile the backbone's forward (pays off over long runs)
-    # none | <local folder> | hf:<repo id>: a CLIP text tower for text-conditioned heads (backbones/text_encoder.py);
-    # it does not change the image features, so it is left out of spec_hash
+    # none | <local folder> | hf:<repo id>: a CLIP text tower (not in spec_hash: no image feature changes)
     text_encoder: str = "none"
-    # the published model this spec claims to be (a model of assets/reference/published.csv); the board and
-    # model_summary show its published figures beside ours. Left out of spec_hash: it changes no feature.
+    # the published model this spec claims to be (assets/reference/published.csv); not in spec_hash
     reference: str = ""
 
     MODELS: ClassVar[tuple[str, ...] | None] = None  # None: any model name
@@ -145,16 +129,14 @@ class SpecFields(ConfigModel):
 
 @dataclass(frozen=True)
 class InputPolicy:
-    """How the square input side S is chosen (nearest multiple of the stride, or a fixed grid) and how
-    the padded square is resized to it (`resize`: pil, the official path, or tensor)."""
+    """How the square input side S is chosen and how the padded square is resized to it."""
 
     policy: str
     value: int
     resize: str = "pil"
 
     def size(self, multiple: int) -> int:
-        """The input side S for a grid cell of `multiple` pixels: nearest_multiple (800 -> 798 for /14, halves
-        round up) or fixed_grid (`value` cells: 60 -> 840 for /14)."""
+        """The input side S for a grid cell of `multiple` pixels (`input_size`)."""
         return input_size(self.policy, self.value, multiple)
 
 
@@ -226,9 +208,7 @@ PACKAGES = {
 
 
 class TimmOptions(SpecFields):
-    """Spec fields of kind `timm`. layer: block index (negative counts from the end; -1 = final block, no
-    final norm). pos_embed_interpolation: auto (dinov2_hub for DINOv2 models without registers, else timm)
-    | dinov2_hub (as the official torch.hub model) | timm (timm's antialiased resampling)."""
+    """Spec fields of kind `timm`: layer (-1 = final block, no final norm), pos_embed_interpolation."""
 
     kind: Literal["timm"]
     layer: int = -1
@@ -238,8 +218,7 @@ class TimmOptions(SpecFields):
 
 
 class DiffusionOptions(SpecFields):
-    """Spec fields of kind `diffusion` (DIFT): up-block index, noise timestep, ensemble size, prompt
-    ("{category}" is replaced by the image's category; "" = the empty prompt)."""
+    """Spec fields of kind `diffusion` (DIFT); "{category}" in the prompt becomes the image's category."""
 
     kind: Literal["diffusion"]
     up_ft_index: Annotated[int, Field(ge=0)] = 1
@@ -262,8 +241,7 @@ class SiftOptions(SpecFields):
 
 
 class PackagedOptions(SpecFields):
-    """Spec fields of kind `packaged` (EfficientNet-Lite0/1/2): the stages, "stride16" or "stride16+stride32"
-    (upsampled and concatenated)."""
+    """Spec fields of kind `packaged`: the stages, "stride16" or "stride16+stride32"."""
 
     kind: Literal["packaged"]
     layer: Literal["stride16", "stride16+stride32"] = "stride16+stride32"
@@ -274,8 +252,7 @@ class PackagedOptions(SpecFields):
 
 
 class OracleOptions(SpecFields):
-    """Spec fields of kind `oracle`: grid stride (input px), bump width (grid cells), noise floor level and
-    channels, weight of the concept channels."""
+    """Spec fields of kind `oracle`: stride (input px), bump width (cells), noise level and channels."""
 
     kind: Literal["oracle"]
     stride: PositiveInt = 4
@@ -288,8 +265,7 @@ class OracleOptions(SpecFields):
     WEIGHTS: ClassVar[tuple[str, ...] | None] = ("none",)
 
 
-# kind -> its spec fields: each built-in kind's `Options` (its module, kinds.py KIND_MODULES, loads torch; these
-# load without it)
+# kind -> its spec fields (its module loads torch; these load without it)
 OPTIONS = {
     "timm": TimmOptions,
     "diffusion": DiffusionOptions,
@@ -381,9 +357,7 @@ def _content_digest(path: str, size: int, mtime_ns: int) -> str:
 
 
 def weights_fingerprint(weights: str, project_root: Path = PROJECT_ROOT) -> str:
-    """The content hash of a spec's local weights (a file's bytes; a folder's file names, sizes and
-    hashes), so that a checkpoint replaced in place moves the spec's hash and data version; '' for
-    none / packaged / hf: weights and for a path that does not exist (its own check reports that)."""
+    """The content hash of a spec's local weights; '' for none / packaged / hf: weights and a missing path."""
     if weights in ("none", "packaged") or weights.startswith("hf:"):
         return ""
     path = Path(os.path.expanduser(weights))
@@ -401,8 +375,7 @@ def weights_fingerprint(weights: str, project_root: Path = PROJECT_ROOT) -> str:
 
 
 def spec_hash(spec: BackboneSpec) -> str:
-    """A short hash of what determines the features: the normalised spec without name, device, batch size and
-    description, the content of local weights (weights_fingerprint) and FEATURE_CODE_VERSION."""
+    """A short hash of what determines the features (spec_hash: the cache folder's name)."""
     d = spec.to_dict()
     for k in ("name", "device", "batch_size"):
         d.pop(k)

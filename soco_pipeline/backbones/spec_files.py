@@ -1,8 +1,4 @@
-"""Spec files on disk: a folder's specs with their content hashes, the names present, a partition's file.
-
-Plain Python for the spec sensors, the leaderboards (`spec_present`) and the per-partition assets; the same
-helpers serve the backbone specs (assets/backbones/) and the LVLM specs (assets/lvlms/).
-"""
+"""Spec files on disk (backbones and LVLMs): a folder's specs and hashes, a partition's file."""
 
 from __future__ import annotations
 
@@ -20,8 +16,7 @@ def file_hash(path: Path) -> str:
 def scan_folder(
     folder: Path, load: Callable[[Path], object], version: Callable[[object], str] | None = None
 ) -> tuple[dict[str, str], dict[str, str]]:
-    """Spec files of a folder that `load` accepts as {name: version of the loaded spec (default: the file's
-    content hash)}, and the others as {name: error}."""
+    """A folder's spec files as {name: version} when `load` accepts them, else {name: error}."""
     valid, invalid = {}, {}
     for path in sorted(Path(folder).glob("*.yaml")):
         try:
@@ -34,8 +29,7 @@ def scan_folder(
 
 
 def scan_specs(folder: Path) -> tuple[dict[str, str], dict[str, str]]:
-    """Valid backbone spec files of a folder as {name: data version} (spec_data_version: metadata edits keep
-    it), and invalid ones as {name: error}."""
+    """A folder's backbone spec files as {name: spec_data_version} and {name: error}."""
     valid, invalid = scan_folder(folder, lambda path: _checked(str(path), file_hash(path)))
     return {name: spec_data_version(Path(folder) / f"{name}.yaml", h) for name, h in valid.items()}, invalid
 
@@ -50,9 +44,7 @@ def spec_problem(path: Path) -> str | None:
 
 
 def spec_data_version(path: Path, content_hash: str | None = None) -> str:
-    """A backbone spec's data version: the hash of what its computation reads (backbones/reads.py), so
-    metadata edits keep it; the file's content hash for a spec that does not load. Parsed once per file
-    content; the weights' digest is cached by their size and mtime."""
+    """A backbone spec's data version (metadata edits keep it); the file's hash when it does not load."""
     from soco_pipeline.backbones.reads import spec_computation_version
 
     version = content_hash or file_hash(path)
@@ -85,8 +77,7 @@ def _checked(path: str, content_hash: str) -> None:
 
 
 def spec_kind(path: str | Path) -> str | None:
-    """The `kind:` a backbone spec file names, read without validating the spec; None when the file does not
-    parse or names no kind (the spec scan reports it)."""
+    """The `kind:` a backbone spec file names, unvalidated; None when it does not parse or names none."""
     import yaml
 
     try:
@@ -103,8 +94,7 @@ def spec_names(folder: str | Path) -> set[str]:
 
 
 def partition_spec_file(folder: str, name: str, what: str, redo: str) -> Path:
-    """`<folder>/<name>.yaml`, the spec file of a partition; a clear error when it is gone, naming the kind
-    (`what`: "backbone", "LVLM"), what the missing file prevents (`redo`) and the fix."""
+    """`<folder>/<name>.yaml`, a partition's spec file; a missing file is an error naming the fix."""
     path = Path(folder) / f"{name}.yaml"
     if not path.exists():
         raise FileNotFoundError(

@@ -1,6 +1,4 @@
-"""A backbone spec's text tower (`text_encoder:` none | hf:<repo id> | a local transformers folder): unit
-embeddings of short texts, for TPIPS's aspect-conditioned metrics (docs/tpips.md, "Models"; docs/config.md).
-Not in spec_hash (the image features do not change); nothing is downloaded."""
+"""A backbone spec's text tower: unit embeddings of short texts for TPIPS; not in spec_hash."""
 
 from __future__ import annotations
 

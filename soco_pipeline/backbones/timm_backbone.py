@@ -1,9 +1,4 @@
-"""timm ViT-style backbones: final-block patch tokens, the official protocol.
-
-Tokens come from `forward_intermediates` at the spec's `layer` WITHOUT the final norm, prefix and register
-tokens dropped, reshaped to C x h x w; dynamic_img_size=True so any S that is a multiple of the patch works.
-The model is built at the checkpoint's own grid (`backbones.checkpoint_grid`) and its position embeddings are
-interpolated as `pos_embed_interpolation` says (`backbones.pos_embed`)."""
+"""timm ViT-style backbones: block `layer`'s patch tokens WITHOUT the final norm, as C x h x w maps."""
 
 from __future__ import annotations
 
@@ -57,8 +52,7 @@ def hf_cache_hint(repo: str) -> str:
 
 
 def own_grid_size(model_name: str, checkpoint: Path) -> dict:
-    """{"img_size": grid * patch} when the checkpoint's position embeddings are on another grid than the
-    architecture's default (so timm loads them as stored instead of resampling them), else {}."""
+    """{"img_size": grid * patch} when the checkpoint's grid is not the default, else {}."""
     import timm
 
     length = pos_embed_length(checkpoint)
@@ -88,8 +82,7 @@ class TimmBackbone(Backbone):
 
     @classmethod
     def check_spec(cls, spec: BackboneSpec) -> None:
-        """timm knows the model, it is a ViT with patch tokens, and `layer` is one of its blocks (built on the
-        `meta` device: no memory, no weights); BackboneSpecError naming the fix otherwise."""
+        """timm knows the model, a ViT with patch tokens, and `layer` is a block (built on `meta`)."""
         import timm
 
         where = spec.source or "the spec"
@@ -189,8 +182,7 @@ class TimmBackbone(Backbone):
     def forward_with_class_token(
         self, batch: torch.Tensor | None, records: pd.DataFrame, size: int
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Block `layer` patch tokens and the class token of the same block (no final norm); None for a
-        model without a class token. timm orders the prefix tokens class token first, then registers."""
+        """Block `layer`'s patch tokens and class token (None without one)."""
         if not self.offers_class_token:
             return self.forward(batch, records, size), None
         spatial, prefix = self.model.forward_intermediates(

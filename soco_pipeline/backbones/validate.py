@@ -1,7 +1,4 @@
-"""Checks a spec must pass before it is accepted: its weights (and text tower) exist locally, and the kind's
-own `check_spec` passes (for `timm`: a ViT-style model built on the `meta` device). `checked_spec` runs
-parsing and these, so a bad spec is refused wherever it is found (docs/config.md, "One validation wherever a
-spec is found")."""
+"""Checks a spec must pass before it is accepted: its weights exist locally and the kind's `check_spec`."""
 
 from __future__ import annotations
 
@@ -48,8 +45,7 @@ def check_weights(spec: BackboneSpec, project_root: Path = PROJECT_ROOT) -> None
 
 
 def check_text_encoder(spec: BackboneSpec, project_root: Path = PROJECT_ROOT) -> None:
-    """BackboneWeightsError when the spec's `text_encoder` folder is missing or its hf: repo is not cached
-    (what is inside is checked when it is loaded: backbones/text_encoder.py)."""
+    """BackboneWeightsError when the spec's `text_encoder` folder is missing or its hf: repo not cached."""
     t = spec.text_encoder
     if t == "none":
         return
@@ -64,8 +60,7 @@ def check_text_encoder(spec: BackboneSpec, project_root: Path = PROJECT_ROOT) ->
 
 
 def validate_for_add(spec: BackboneSpec, project_root: Path = PROJECT_ROOT, weights: bool = True) -> None:
-    """Every check of a parsed spec against the world (its weights, then its kind's `check_spec`); raises
-    BackboneWeightsError / BackboneSpecError naming the fix."""
+    """Every check of a parsed spec against the world (weights, then `check_spec`)."""
     from soco_pipeline.backbones.kinds import check_spec
 
     if weights:
@@ -75,9 +70,7 @@ def validate_for_add(spec: BackboneSpec, project_root: Path = PROJECT_ROOT, weig
 
 
 def checked_spec(path: str | Path, project_root: Path = PROJECT_ROOT, weights: bool = True) -> BackboneSpec:
-    """Load a spec file and run every check on it: its fields (`load_spec`) and the world
-    (`validate_for_add`). The one way a spec is accepted (add-backbone, the sensor, the demo, a partition's
-    run); a failure raises BackboneSpecError / BackboneWeightsError naming the file, the field and the fix."""
+    """Load a spec file and run every check on it: the one way a spec is accepted (errors name the fix)."""
     spec = load_spec(path)
     validate_for_add(spec, project_root, weights)
     if spec.reference:

@@ -1,13 +1,4 @@
-"""The code location: every asset, check, sensor, schedule and resource of the SOCO pipeline.
-
-Each folder of soco_pipeline/defs/ (but `shared/`) is one asset group, loaded by
-`dg.load_definitions_from_package_module`, so a new folder joins with no edit here. Not `dg.load_defs` on
-defs/: this module and recovery.py (the distributed profile's sensor) live there, and per-folder `load_defs`
-results cannot be merged (each carries its own component tree).
-
-The assets over every family's boards (`model_headlines`, `model_summary`, `results_database`) and the
-watches are built here once every folder is loaded, from the `Family` declarations found (`declared_families`).
-"""
+"""The code location: each folder of defs/ but `shared/` is one asset group."""
 
 import importlib
 import pkgutil
@@ -49,9 +40,7 @@ def load_group_folders(package: ModuleType = defs_package) -> dg.Definitions:
 
 
 def over_families(families: list[Family]) -> dg.Definitions:
-    """The assets over the declared families' boards: the summary group's `model_headlines` and
-    `model_summary` (SOCO's headlines and each family's), the results group's `results_database`, and every
-    regression watch the registry declares (`watch_pairs`: a history asset and its sensor, shared/watch.py)."""
+    """The assets over the declared families' boards: summaries, `results_database` and every watch."""
     from soco_pipeline.defs.results.assets import results_database_asset
     from soco_pipeline.defs.shared.watch import family_history, regression_sensor_on
     from soco_pipeline.defs.summary.assets import summary_assets
@@ -68,9 +57,7 @@ def over_families(families: list[Family]) -> dg.Definitions:
 
 
 def watch_pairs(families: list[Family]) -> list[tuple[FamilyWatch, Family | None]]:
-    """Every regression watch of the registry, with the `Family` whose tables it reads: the core's (SOCO's,
-    whose snapshots its results record archives: no family) and each declared family's whose spec has a
-    watch and record parts."""
+    """Every regression watch of the registry with the `Family` whose tables it reads (None for SOCO's)."""
     from soco_pipeline.tasks.core import all_specs
 
     core = [(s.watch, None) for s in all_specs().values() if s.watch is not None and s.watch.archived]
@@ -83,8 +70,7 @@ def watch_pairs(families: list[Family]) -> list[tuple[FamilyWatch, Family | None
 
 
 def build_definitions(**overrides) -> dg.Definitions:
-    """Definitions with the SocoSettings resource built from the environment plus `overrides` (tests pass
-    e.g. storage_root / backbones_dir / categories to run on a temporary folder)."""
+    """Definitions with the SocoSettings resource from the environment plus `overrides` (tests' folders)."""
     soco = SocoSettings(**overrides)
     location = dg.Definitions(
         sensors=[
@@ -101,12 +87,9 @@ def build_definitions(**overrides) -> dg.Definitions:
         executor=executor_for_profile(),  # SOCO_PROFILE: local (default) | distributed (Celery)
         resources={
             "soco": soco,
-            # where the heavy per-model steps run (inprocess | celery | slurm | kubernetes; SOCO_LAUNCHER)
             "launcher": launcher_for_profile(soco.storage_root),
             "io_manager": ParquetIOManager(base_path=soco.tables_root, storage_root=soco.storage_root),
-            # The one writer of storage/results.duckdb (the results_database asset); readers such as
-            # `soco sql` open the file read-only on their own. The views name their Parquet files relative
-            # to the storage root (portable copies), so connections resolve them from there.
+            # The one writer of storage/results.duckdb; views name their files relative to the storage root.
             "duckdb": DuckDBResource(
                 database=soco.duckdb_path,
                 connection_config={}

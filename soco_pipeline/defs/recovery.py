@@ -1,14 +1,4 @@
-"""Dead runs and pool slots: a killed run (OOM, SIGKILL, power loss) must not block later runs.
-
-A run whose process died stays STARTED in the instance and keeps its `gpu` pool slot, so the next run
-would wait for that slot forever (Dagster's run monitoring cannot tell: the default run launcher has no
-worker health check). `fail_dead_runs` finds runs of this machine whose process is gone, marks them
-failed and frees their slots. Three places call it: every run of the local profile before it claims a
-slot (`defs/executors.py`, so `make demo`, `make ui` and a plain `dagster asset materialize` all recover),
-the same executor again whenever one of its steps is blocked on a pool (it also says at WARNING which run
-holds the slot and how to free it), and the `dead_run_sensor` every 30 s under `make ui`. The Dagster
-daemon's run monitoring (dagster.yaml) frees the slots of runs that ended.
-"""
+"""Dead runs and pool slots: a killed run keeps its `gpu` pool slot, which `fail_dead_runs` frees."""
 
 from __future__ import annotations
 
@@ -34,12 +24,7 @@ def process_tags() -> dict[str, str]:
 
 
 def _worker_pid(instance: dg.DagsterInstance, run: dg.DagsterRun) -> int | None:
-    """The pid of the process executing `run` on this machine, or None when it cannot be told.
-
-    Runs of `make demo` carry our host/pid tags. Other runs on an instance with the default run launcher
-    (a run worker subprocess on this machine, or the `dagster asset materialize` process itself) record
-    the executing pid on their RUN_START event. Runs of other machines and launchers are left alone.
-    """
+    """The pid executing `run` on this machine (our host/pid tags, else RUN_START's), or None."""
     tags = run.tags
     if PID_TAG in tags:
         return int(tags[PID_TAG]) if tags.get(HOST_TAG) == socket.gethostname() else None
@@ -51,11 +36,7 @@ def _worker_pid(instance: dg.DagsterInstance, run: dg.DagsterRun) -> int | None:
 
 
 def fail_dead_runs(instance: dg.DagsterInstance, log: Callable[[str], None] = print) -> list[str]:
-    """Mark failed every active run of this machine whose process is gone and free its pool slots.
-
-    Returns the run ids it failed. Runs whose process cannot be told (other machines, other launchers)
-    are left to Dagster's run monitoring.
-    """
+    """Fail every active run of this machine whose process is gone, free its pool slots; return their ids."""
     failed = []
     for run in instance.get_runs(filters=dg.RunsFilter(statuses=ACTIVE)):
         pid = _worker_pid(instance, run)
@@ -107,8 +88,7 @@ def pool_is_full(instance: dg.DagsterInstance, pool: str) -> bool:
 
 
 def waiting_message(instance: dg.DagsterInstance, run_ids: set[str], pool: str) -> str | None:
-    """A line saying which of `run_ids` waits for a slot of `pool`, which runs hold the slots and how to
-    free them, or None when none of `run_ids` waits."""
+    """A line saying which of `run_ids` waits for a slot of `pool`, who holds it and how to free it."""
     waiting, holders, limit = _waiting_and_holders(instance, run_ids, pool)
     if not waiting or not holders:
         return None
@@ -121,12 +101,7 @@ def waiting_message(instance: dg.DagsterInstance, run_ids: set[str], pool: str) 
 
 
 class RecoveringExecutor(dg.Executor):
-    """Dagster's own executor, preceded by `fail_dead_runs` and watching its pool waits.
-
-    Before the wrapped executor claims any slot, dead runs of this machine are failed and their slots
-    freed. Whenever the wrapped executor reports a step blocked on a pool (Dagster logs that only at
-    DEBUG), this says at WARNING which run holds the slot, and fails it if its process is gone.
-    """
+    """Dagster's own executor, preceded by `fail_dead_runs` and explaining every pool wait at WARNING."""
 
     def __init__(self, inner: dg.Executor):
         self.inner = inner
@@ -168,9 +143,7 @@ def recovering(inner: dg.ExecutorDefinition) -> dg.ExecutorDefinition:
 
 
 def executor_for_profile() -> dg.ExecutorDefinition:
-    """Dagster's default executor (multiprocess, or in-process by config) for `local`, wrapped so that every
-    run first fails dead runs of this machine (`recovering`); the Celery executor on
-    $SOCO_CELERY_BROKER for `distributed`."""
+    """The executor of the profile: `local`, Dagster's default behind `recovering`; `distributed`, Celery."""
     if profile() == "local":
         return recovering(forkserver_by_default(dg.multi_or_in_process_executor))
     from dagster_celery import celery_executor
@@ -181,12 +154,10 @@ def executor_for_profile() -> dg.ExecutorDefinition:
             "broker": {"env": "SOCO_CELERY_BROKER"},
             "backend": {"env": "SOCO_CELERY_BACKEND"},
             "config_source": {
-                # A step whose worker process dies is failed (WorkerLostError), not silently lost; a
-                # message whose whole worker vanished is failed by defs/recovery.lost_worker_sensor.
+                # a dead worker process fails its step (WorkerLostError); a vanished one: lost_worker_sensor
                 "task_acks_late": True,
                 "task_reject_on_worker_lost": False,
-                # one message per worker process: a worker holds only the step it runs (a whole worker
-                # that dies holds nothing else; defs/recovery.lost_worker_sensor fails that one step)
+                # one message per worker process: a dying worker holds only the step it runs
                 "worker_prefetch_multiplier": 1,
                 "broker_transport_options": {"visibility_timeout": visibility},
             },
@@ -223,19 +194,9 @@ def in_flight_celery_steps(instance: dg.DagsterInstance, run_id: str) -> dict[st
     return taken
 
 
-def lost_worker_grace_s() -> float:
-    """Seconds a worker may miss pings, while it holds a step, before the step is failed as lost."""
-    return float(variable("SOCO_LOST_WORKER_GRACE_S", "60"))
-
-
 @dg.sensor(minimum_interval_seconds=daemon_interval(5), default_status=dg.DefaultSensorStatus.RUNNING)
 def lost_worker_sensor(context: dg.SensorEvaluationContext) -> dg.SkipReason:
-    """Distributed profile: fail the steps of a Celery worker that stopped answering pings (killed, lost node).
-
-    A worker that holds a step of a running run and misses every ping for SOCO_LOST_WORKER_GRACE_S seconds
-    is lost: its steps' tasks get a WorkerLostError result, so their runs fail cleanly and can be
-    re-executed from failure (deploy/lost_workers.py says why Celery alone would wait for hours).
-    """
+    """Distributed profile: fail the steps of a Celery worker missing pings for SOCO_LOST_WORKER_GRACE_S."""
     import json
 
     from soco_pipeline.deploy.lost_workers import celery_app, fail_lost_tasks, live_workers, taken_tasks
@@ -257,7 +218,8 @@ def lost_worker_sensor(context: dg.SensorEvaluationContext) -> dg.SkipReason:
     missing_since: dict[str, float] = json.loads(context.cursor) if context.cursor else {}
     now = time.time()
     missing_since = {w: missing_since.get(w, now) for w in set(held.values()) - live}
-    lost = {w for w, t in missing_since.items() if now - t >= lost_worker_grace_s()}
+    grace_s = float(variable("SOCO_LOST_WORKER_GRACE_S", "60"))  # pings a step's worker may miss
+    lost = {w for w, t in missing_since.items() if now - t >= grace_s}
     failed = []
     if lost:
         tasks = taken_tasks(app)

@@ -1,11 +1,4 @@
-"""Steps whose whole Celery worker vanished (kill -9, a lost node): find them and fail them cleanly.
-
-A task a worker took stays in kombu's `unacked` hash until acked (`task_acks_late`); when the whole worker
-dies, nobody fails it and the dagster-celery orchestrator waits until the broker's visibility timeout
-(hours). `fail_lost_tasks` stores a WorkerLostError as the task's result (a failed step, re-executable from
-failure) and removes the message from the unacked hash, so it is never redelivered into a failed run.
-The sensor that decides which worker is lost is in defs/recovery.
-"""
+"""Steps whose whole Celery worker vanished: failed cleanly instead of waiting hours for the broker."""
 
 from __future__ import annotations
 
@@ -32,8 +25,7 @@ class TakenTask:
 
 @functools.cache
 def celery_app(broker: str, backend: str) -> Celery:
-    """A Celery client on the deployment's broker and result backend (no tasks registered); one per pair
-    of URLs and process, so a sensor ticking every few seconds reuses its connection pools."""
+    """A Celery client on the broker and backend, one per URLs and process (a sensor reuses its pools)."""
     return Celery("soco-recovery", broker=broker, backend=backend)
 
 
@@ -44,8 +36,7 @@ def live_workers(app: Celery, timeout: float = 2.0) -> set[str]:
 
 
 def _step_args(raw: dict):
-    """The ExecuteStepArgs of a dagster-celery message (Celery protocol 2, a serdes-packed dict read with
-    `dg.deserialize_value`), or None for another task."""
+    """The ExecuteStepArgs of a dagster-celery message (Celery protocol 2), or None for another task."""
     if raw.get("headers", {}).get("task") != "execute_plan":
         return None
     body = raw["body"]

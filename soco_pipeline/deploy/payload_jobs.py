@@ -1,9 +1,4 @@
-"""A payload run as a separate job (Slurm, Kubernetes): its folder on the shared filesystem (inputs, the
-Pipes context and message files, the job script, stdout/stderr, the output table), the job's output
-forwarded as it appears, and its reported result read back.
-
-The Dagster side (the Pipes session) is defs/shared/launchers.py; everything that touches files is here.
-"""
+"""A payload run as a separate job (Slurm, Kubernetes): its folder, its forwarded output, its result."""
 
 from __future__ import annotations
 
@@ -113,9 +108,7 @@ def run_slurm_job(
     queue_deadline_s: float,
     poll_s: float,
 ) -> str:
-    """Submit the folder's payload job with sbatch (no requeue: a lost node is a named error), forward
-    its stdout/stderr while polling, and return its id once COMPLETED; the named SlurmJobError otherwise.
-    Whatever ends the wait (an error, the run terminated), the job is cancelled."""
+    """Submit the folder's payload job with sbatch and follow it; whatever ends the wait cancels the job."""
     out = ForwardedOutput(folder.path, log, warning)
     job_id = slurm_jobs.submit(
         folder.script(env),
@@ -147,9 +140,7 @@ def run_slurm_job(
 
 
 def read_report(messages: list[Any], where: str) -> PayloadResult:
-    """The payload's result from its Pipes custom messages (the last one): its table and extra tables, read
-    back with their content checksums verified, and its metadata; RuntimeError naming `where` when it
-    reported none."""
+    """The payload's result from its last Pipes custom message (checksums verified)."""
     if not messages:
         raise RuntimeError(f"{where} completed without reporting its result through Pipes")
     report = messages[-1]
@@ -158,8 +149,7 @@ def read_report(messages: list[Any], where: str) -> PayloadResult:
 
 
 def shared_volume(claim: str, path: str) -> tuple[list[dict], list[dict]] | None:
-    """The pod volume and mount of a ReadWriteMany persistent volume claim at `path` (the launcher's job
-    folders, at the same path as on the Dagster side); None without a claim."""
+    """The pod volume and mount of the ReadWriteMany claim at `path` (the job folders), or None."""
     if not claim:
         return None
     return (
@@ -175,9 +165,7 @@ def k8s_pod_spec(
     shared: tuple[list[dict], list[dict]] | None = None,
     service_account: str = "",
 ) -> dict:
-    """The pod spec (Kubernetes API field names) of a payload pod: one container running the payload
-    module, the run's SOCO_* / AWS_* environment, `gpus` NVIDIA GPUs, the shared volumes. PipesK8sClient
-    adds its DAGSTER_PIPES_* variables to the container it names `dagster-pipes-execution`."""
+    """The pod spec of a payload pod (its container named `dagster-pipes-execution`, for PipesK8sClient)."""
     container: dict[str, Any] = {
         "name": "dagster-pipes-execution",
         "image": image,

@@ -1,9 +1,4 @@
-"""Start and stop server processes by pid and process group: setsid on start, TERM-wait-KILL on stop.
-
-Each service runs in its own session (`setsid`), so its process group holds the server and every child
-it forks (a code server's run workers, a Celery worker's pool process, Postgres' backends); a stop
-signals the whole group, waits with a deadline, and KILLs what is left.
-"""
+"""Start and stop server processes by process group: setsid on start, TERM-wait-KILL of the group on stop."""
 
 from __future__ import annotations
 
@@ -52,8 +47,7 @@ def wait_for(
     interval: float = 0.5,
     alive: Callable[[], str | None] | None = None,
 ) -> None:
-    """Poll `check()` until it is true; TimeoutError naming `what` after `timeout` seconds, or at once when
-    `alive()` returns a message (the process waited for died)."""
+    """Poll `check()` until true; TimeoutError after `timeout`, or at once when `alive()` says why."""
     deadline = time.monotonic() + timeout
     last: Exception | None = None
     while time.monotonic() < deadline:
@@ -79,8 +73,7 @@ def _proc_stat(pid: int) -> tuple[str, int] | None:
 
 
 def group_members(sid: int) -> list[int]:
-    """Live (not zombie) pids of a session started by setsid: the process group of its leader and any
-    group a child made inside the session."""
+    """Live (not zombie) pids of a setsid session: its leader's process group and any group made inside it."""
     pids = []
     for entry in os.listdir("/proc"):
         if entry.isdigit() and (st := _proc_stat(int(entry))) and st[1] == sid and st[0] != "Z":
@@ -154,8 +147,7 @@ def start(
 def stop_all(
     services: list[Service], popens: dict[str, subprocess.Popen] | None = None, sig: int = signal.SIGTERM
 ) -> dict[str, str]:
-    """TERM every service's process group, wait up to each one's stop_timeout, then KILL what is left;
-    name -> "stopped" | "killed" | "gone" (`popens`, started here, are reaped)."""
+    """TERM every service's group, wait its stop_timeout, KILL the rest; name -> outcome."""
     popens = popens or {}
     outcome: dict[str, str] = {}
     pending = []

@@ -1,12 +1,4 @@
-"""A single-node Slurm on this machine, all state under one folder: munged with its own key and socket,
-slurmctld and slurmd from a generated slurm.conf (127.0.0.1, free ports, no accounting, no GRES), run as
-root (SlurmUser=root) from Debian's `slurm-wlm` and `munge` (docs/scaling-out.md).
-
-    slurm = LocalSlurm(Path("storage/slurm"))
-    slurm.start()        # munged, slurmctld, slurmd; waits until `sinfo` shows the node idle
-    env = slurm.client_env()   # SLURM_CONF (and PATH): what sbatch / squeue / scontrol need
-    slurm.stop()         # TERM, wait, KILL, by pid; also from another process via slurm.json
-"""
+"""A single-node Slurm on this machine, all state under one folder (docs/scaling-out.md)."""
 
 from __future__ import annotations
 
@@ -109,9 +101,7 @@ class LocalSlurm:
 
     @property
     def munge_socket(self) -> Path:
-        """munged's own socket (the system one is never used): in the folder when its path (and munged's
-        `.lock` beside it) fits a Unix socket's 107 bytes, else in the system's temp folder, named after a
-        hash of the folder (a deep test folder gave 110 bytes, and munged exited with 1)."""
+        """munged's own socket: in the folder if its path fits a Unix socket's 107 bytes, else in /tmp."""
         inside = self.root / "munge" / "munge.socket"
         if len(str(inside).encode()) + len(".lock") <= SOCKET_PATH_MAX:
             return inside
@@ -173,8 +163,7 @@ class LocalSlurm:
         )
 
     def start(self) -> LocalSlurm:
-        """Start munged, slurmctld and slurmd; wait (with a deadline) until `sinfo` shows the node idle.
-        On any failure, stop what was started and raise SlurmError."""
+        """Start munged, slurmctld and slurmd until `sinfo` shows the node idle, else SlurmError."""
         if os.geteuid() != 0:
             raise SlurmError("a local Slurm runs its daemons as root (SlurmUser=root): run as root")
         if self.state_file.exists() and any(
@@ -231,8 +220,7 @@ class LocalSlurm:
         return done.stdout.strip() if done.returncode == 0 else ""
 
     def restart_slurmd(self) -> None:
-        """Start slurmd again with its recorded command (after it died or was killed), and wait until the
-        node is idle again (ReturnToService=2)."""
+        """Start slurmd again with its recorded command and wait until the node is idle."""
         old = next(s for s in self.services if s.name == "slurmd")
         stop_all([old], self._popens)
         self.services.remove(old)
@@ -244,8 +232,7 @@ class LocalSlurm:
         return next(s for s in self.services if s.name == name)
 
     def stop(self) -> dict[str, str]:
-        """TERM slurmd, slurmctld, then munged's process groups (and any job step left under slurmd's
-        session), wait, KILL what is left; name -> "stopped" | "killed" | "gone"."""
+        """TERM slurmd, slurmctld, then munged (and job steps left), wait, KILL the rest: name -> outcome."""
         if not self.services and self.state_file.exists():
             state = json.loads(self.state_file.read_text())
             self.services = [Service(**s) for s in state.get("services", [])]
@@ -255,8 +242,7 @@ class LocalSlurm:
         return stop_all(list(reversed(order)), self._popens)
 
     def _cancel_all_jobs(self, timeout: float = 20.0) -> None:
-        """scancel every job of this cluster and wait (with a deadline) until none runs: a job step runs in
-        a session of its own (slurmstepd's), which stopping the daemons' sessions would not reach."""
+        """scancel every job and wait until none runs (a job step has a session of its own)."""
         names = {s.name for s in self.services if s.alive()}
         if not {"slurmctld", "slurmd"} <= names:
             return
@@ -290,8 +276,7 @@ class LocalSlurm:
 
 
 def cluster_command(action: str, root: Path, out=print) -> int:
-    """`soco cluster start|stop|status --engine slurm --dir ROOT`: the local Slurm under `root`, and
-    `<root>/slurm.env` (SLURM_CONF, SOCO_LAUNCHER=slurm) for the shell that runs `dagster dev`."""
+    """`soco cluster start|stop|status --engine slurm --dir ROOT`, writing `<root>/slurm.env`."""
     root = Path(root)
     if action == "start":
         slurm = LocalSlurm(root).start()

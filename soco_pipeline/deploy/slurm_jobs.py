@@ -1,7 +1,4 @@
-"""Submit one batch job with `sbatch` and follow it with `scontrol show job` until it ends, with named
-errors for a cancelled, node-down, failed or queue-stuck job. Plain Slurm commands (SLURM_CONF picks the
-cluster); states come from `scontrol`, not `sacct` (accounting may be off).
-"""
+"""Submit one batch job with `sbatch` and follow it with `scontrol` (accounting may be off) until it ends."""
 
 from __future__ import annotations
 
@@ -103,8 +100,7 @@ def job_info(job_id: str, env: dict[str, str] | None = None) -> JobInfo | None:
 
 
 def cancel(job_id: str, env: dict[str, str] | None = None) -> None:
-    """`scancel <job_id>` (no error when the job has ended already, or when scancel cannot be run: the
-    caller is already failing with the reason)."""
+    """`scancel <job_id>`, silent when the job has ended or scancel cannot run."""
     try:
         _run(["scancel", job_id], env)
     except (OSError, subprocess.TimeoutExpired):
@@ -145,9 +141,7 @@ def follow(
     stderr_tail: Callable[[], str] = lambda: "",
     controller_grace_s: float = 120.0,
 ) -> JobInfo:
-    """Poll the job until it ends: its final JobInfo when COMPLETED, else the named SlurmJobError (a job
-    still pending after `queue_deadline_s` is cancelled: SlurmQueueTimeout). `scontrol` failures are retried
-    for `controller_grace_s` in a row; `on_poll` runs after every poll."""
+    """Poll the job until it ends: its JobInfo when COMPLETED, else the named SlurmJobError."""
     submitted = time.monotonic()
     failing_since: float | None = None
     while True:

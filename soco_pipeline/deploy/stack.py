@@ -1,11 +1,4 @@
-"""A local distributed stack on 127.0.0.1: Redis, Postgres, SeaweedFS (S3), code server, daemon, webserver
-and Celery workers, each started by us in its own session and recorded in `<dir>/stack.json`.
-
-    stack = LocalStack(Path("storage/cluster"), default_workers=2, gpu_workers=1)
-    stack.start()          # every service up and healthy, or everything started is stopped again
-    env = stack.client_env()   # what a client (dagster CLI, tests, `source cluster.env`) needs
-    stack.stop()           # TERM, wait, KILL, by pid; also works from another process via the state file
-"""
+"""A local distributed stack on 127.0.0.1, each service in its own session, recorded in `<dir>/stack.json`."""
 
 from __future__ import annotations
 
@@ -28,8 +21,7 @@ BUCKET = "soco"
 DEFAULT_QUEUE = "dagster"  # dagster-celery's default queue
 GPU_QUEUE = "gpu"
 PG_BIN_DIRS = sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)
-# The S3 server needs no real credentials locally (SeaweedFS without an IAM config allows every request);
-# s3fs/botocore still sign requests, so they get placeholder keys.
+# SeaweedFS without an IAM config allows every request; s3fs/botocore still sign, with placeholder keys.
 PLACEHOLDER_KEY, PLACEHOLDER_SECRET = "soco-local", "soco-local-secret"
 INFRA = ("redis", "postgres", "seaweedfs")
 
@@ -78,8 +70,7 @@ CREDENTIALS_IN_URL = re.compile(r"://[^/@\s]+:[^/@\s]*@")
 
 
 def recorded_settings(environ: dict[str, str]) -> dict[str, str]:
-    """The SOCO_* settings of `environ` that every service of a stack keeps, restarts included: credentials
-    (names with KEY, SECRET, TOKEN, PASSWORD or CREDENTIAL, URLs with a user:password@) left out."""
+    """The SOCO_* settings of `environ` every service keeps, credentials left out."""
     return {
         k: v
         for k, v in environ.items()
@@ -109,8 +100,7 @@ class LocalStack:
     lost_worker_grace: float = 60.0  # seconds a worker holding a step may miss pings (defs/recovery.py)
     default_queues: tuple[str, ...] = (DEFAULT_QUEUE,)  # add GPU_QUEUE to let CPU workers take GPU steps
     extra_env: dict[str, str] = field(default_factory=dict)
-    # The SOCO_* settings of the environment `start` ran in, recorded so that `restart` from another shell
-    # brings a service back with the same ones (a supervisor's unit file does the same).
+    # The SOCO_* settings `start` ran with, so that `restart` from another shell brings a service back alike.
     start_env: dict[str, str] = field(default_factory=dict)
     log: Callable[[str], None] = field(default=lambda msg: None, repr=False)
 
@@ -120,7 +110,6 @@ class LocalStack:
         self.ports: dict[str, int] = {}
         self._popens: dict[str, subprocess.Popen] = {}
 
-    # -- paths and environment -------------------------------------------------------------------
     @property
     def state_file(self) -> Path:
         """Where pids, ports and the client environment are recorded."""
@@ -155,15 +144,13 @@ class LocalStack:
         }
 
     def service_env(self) -> dict[str, str]:
-        """The environment every service starts with: this process's, the recorded SOCO_* settings of the
-        start, then the stack's client variables."""
+        """The environment every service starts with: this one's, the recorded settings, client variables."""
         env = {**environment(), **self.start_env, **self.client_env()}
         env["PYTHONPATH"] = os.pathsep.join(x for x in (str(PROJECT_ROOT), env.get("PYTHONPATH", "")) if x)
         # dagster-celery starts `celery` from PATH: put this environment's bin folder first.
         env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
         return env
 
-    # -- start -----------------------------------------------------------------------------------
     def _start(
         self,
         name: str,
@@ -220,20 +207,8 @@ class LocalStack:
         self.root.mkdir(parents=True, exist_ok=True)
         self.start_env = self.start_env or recorded_settings(dict(environment()))
         os.chmod(self.root, 0o755)  # the postgres user must reach its data folder inside
-        names = [
-            "redis",
-            "postgres",
-            "s3",
-            "s3_grpc",
-            "master",
-            "master_grpc",
-            "volume",
-            "volume_grpc",
-            "filer",
-            "filer_grpc",
-            "code_server",
-            "webserver",
-        ]
+        seaweed = [f"{s}{g}" for s in ("s3", "master", "volume", "filer") for g in ("", "_grpc")]
+        names = ["redis", "postgres", *seaweed, "code_server", "webserver"]
         self.ports = dict(zip(names, free_ports(len(names)), strict=True))
         if not self.webserver:
             del self.ports["webserver"]
@@ -496,8 +471,7 @@ class LocalStack:
                 "soco_pipeline",
             ],
         )
-        # The port first (a cheap socket poll): each `grpc-health-check` is a Python process that imports
-        # Dagster, and polling with it while the code server loads the code slows that load on few cores.
+        # The port first: each `grpc-health-check` imports Dagster, which slows the code server's load.
         wait_for(
             "code server port",
             lambda: port_open(p["code_server"]),
@@ -536,9 +510,7 @@ class LocalStack:
             self.log(f"webserver on http://127.0.0.1:{self.ports['webserver']}")
 
     def restart(self, name: str, timeout: float = 120.0) -> Service:
-        """Start service `name` again with its recorded command and settings, as a supervisor would, after
-        stopping what is left of the old one; a worker is waited for (its ping). Not for Redis, Postgres or
-        SeaweedFS."""
+        """Start service `name` again with its recorded command (not Redis, Postgres or SeaweedFS)."""
         old = next((s for s in self.services if s.name == name), None)
         if name in INFRA:
             raise StackError(f"{name} keeps the stack's state: stop and start the whole stack instead")
@@ -603,16 +575,13 @@ class LocalStack:
         ) as r:
             return r.status == 200
 
-    # -- stop ------------------------------------------------------------------------------------
     def stop(self) -> dict[str, str]:
-        """TERM every service (Dagster processes and workers first, then Redis, Postgres, SeaweedFS), wait
-        up to each one's stop timeout, KILL what is left; name -> "stopped" | "killed" | "gone"."""
+        """TERM every service (Dagster and workers first), wait, KILL what is left."""
         if not self.services and self.state_file.exists():
             state = json.loads(self.state_file.read_text())
             self.services = [Service(**s) for s in state.get("services", [])]
             self.ports = state.get("ports", {})
-        # One wave, Dagster processes and workers signalled first: Postgres' smart shutdown then waits only
-        # for clients that are exiting anyway, and the slowest server bounds the whole stop.
+        # One wave, Dagster and workers first: Postgres' smart shutdown then waits only for exiting clients.
         order = [s for s in reversed(self.services) if s.name not in INFRA]
         order += [s for s in self.services if s.name in INFRA]
         outcome = stop_all(order, self._popens)

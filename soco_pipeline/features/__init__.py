@@ -1,9 +1,4 @@
-"""Feature stage: the per-backbone cache (dense maps, and global features per input policy), its layout, and
-read access to it. Every family extracts through `extract_features` (dense) or `cached_global` (global).
-
-Names load lazily (PEP 562), so that `soco_pipeline.features.policy` (pydantic only) imports without torch:
-the Dagster definitions load without it.
-"""
+"""Feature stage: the per-backbone cache and read access to it; names load lazily (no torch for `policy`)."""
 
 import importlib
 

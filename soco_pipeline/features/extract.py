@@ -1,11 +1,4 @@
-"""The per-backbone feature cache: dense maps extracted once per (backbone, image), fp16 on disk.
-
-Under `<cache_root>/<backbone>/<spec_hash>/`: `info.json` (the normalised spec, its hash, the code version, S,
-stride), `manifest.parquet` (FeatureManifestSchema rows, `path` relative to the cache root), `<image_id>.npy`
-(fp16 C x h x w, L2-normalised over channels) and, for timm ViTs, `<image_id>.cls.npy` (the class token). A
-spec change gives a new folder. Extraction is resumable (an image is done when the manifest lists it and its
-files are present and, by default, their checksums match); the manifest is flushed every few seconds and
-whenever extraction stops, so an interrupted run loses at most the batch in flight."""
+"""The per-backbone feature cache: dense maps extracted once per (backbone, image), fp16, resumable."""
 
 from __future__ import annotations
 
@@ -147,13 +140,7 @@ def extract_features(
     backbone: Backbone | None = None,
     verify: str = "checksum",
 ) -> pd.DataFrame:
-    """Extract and cache L2-normalised fp16 features of every image (image_set rows) for one backbone spec;
-    returns the requested images' manifest rows in their order (FeatureManifestSchema plus width, height,
-    spec_hash).
-
-    Only images without a valid cached file are computed (`verify`: checksum | exists | none). `context` is a
-    BackboneContext or {data_root | embedded_root, device}; a prebuilt `backbone` must come from `spec`, else
-    one is built only if something is missing."""
+    """Extract and cache fp16 features of the images without a valid cached file; their manifest rows."""
     if verify not in ("checksum", "exists", "none"):
         raise ValueError(f"verify must be 'checksum', 'exists' or 'none', got {verify!r}")
     if backbone is not None and backbone.spec != spec:
@@ -206,8 +193,7 @@ def extract_features(
 
 
 def _remove_unlisted_files(folder: str) -> int:
-    """Delete the .npy files (maps and class tokens) of a cache folder that its manifest on disk does not
-    list (orphans); count them."""
+    """Delete and count the .npy files of a cache folder that its manifest does not list (orphans)."""
     fs, base = filesystem(folder)
     listed = listed_files(read_manifest(folder))
     orphans = [f for f in fs.glob(f"{base.rstrip('/')}/*.npy") if f.rsplit("/", 1)[-1] not in listed]
@@ -229,8 +215,7 @@ def _write_info(folder: str, spec: BackboneSpec, hash_: str, backbone: Backbone)
 
 
 def _plan(backbone: Backbone, todo: pd.DataFrame, batch_size: int) -> list[tuple[np.ndarray, int]]:
-    """(row indices, input size S) of every batch: images sharing S together, at most batch_size each, in
-    order; S is asked once per distinct (width, height)."""
+    """(row indices, input size S) of every batch: one S each, at most batch_size, in order."""
     wh = todo[["width", "height"]].to_numpy(dtype=np.int64).reshape(-1, 2)
     uniq, inverse = np.unique(wh, axis=0, return_inverse=True)
     sizes = np.array([backbone.input_size(int(w), int(h)) for w, h in uniq], dtype=np.int64)[inverse.ravel()]
@@ -259,15 +244,8 @@ def _prepare(backbone: Backbone, recs: pd.DataFrame):
     return backbone.prepare(_load_batch(recs), recs.reset_index(drop=True))
 
 
-def loader_threads(device: torch.device) -> int:
-    """Threads that decode and prepare batches ahead of the model: one on the CPU (torch already uses every
-    core), up to 4 with an accelerator (decoding is then the CPU's whole job)."""
-    return 1 if device.type == "cpu" else max(1, min(4, (os.cpu_count() or 2) - 1))
-
-
 class _Writer:
-    """Writes a batch's maps to the cache and the manifest in one thread beside the model; it owns the
-    manifest while the run lasts, so the caller reads it only after `wait`."""
+    """Writes a batch's maps and manifest rows in a thread; read the manifest after `wait`."""
 
     def __init__(self, spec: BackboneSpec, folder: str, rel: str, hash_: str, manifest: _Manifest):
         self.spec, self.folder, self.rel, self.hash_, self.manifest = spec, folder, rel, hash_, manifest
@@ -334,11 +312,11 @@ def _run(
     manifest: _Manifest,
     log: Callable[[str], None],
 ) -> None:
-    """Extract `todo` in three overlapped stages: loader threads decode and prepare batch n+1 (and on),
-    the calling thread runs batch n through the model, a writer thread writes batch n-1."""
+    """Extract `todo` overlapped: loaders prepare batch n+1, this thread runs batch n, a writer writes n-1."""
     plan = _plan(backbone, todo, spec.batch_size)
     writer = _Writer(spec, folder, "/".join([spec.name, hash_]), hash_, manifest)
-    n_loaders = loader_threads(backbone.device)
+    # one loader on the CPU (torch already uses every core), up to 4 with an accelerator
+    n_loaders = 1 if backbone.device.type == "cpu" else max(1, min(4, (os.cpu_count() or 2) - 1))
     start, done, last_log = time.monotonic(), 0, time.monotonic()
     ahead: deque = deque()
     written: Future | None = None

@@ -1,9 +1,4 @@
-"""The global-feature output of the shared feature cache: per (backbone, input policy, image) the class token
-of each of the last two blocks and the mean of the last block's patch tokens, extracted once for every family
-that asks. The extractors are `features.global_extractors`.
-
-Layout, checksums, resuming, lock-free concurrent writers (one manifest file each, merged on read) and the
-repair of damage: docs/fgbmk.md, "Global features"."""
+"""The global-feature output of the shared feature cache, extracted once for every family (docs/fgbmk.md)."""
 
 from __future__ import annotations
 
@@ -65,17 +60,14 @@ class GlobalFeatures:
         return len(self.image_ids)
 
     def probe_input(self, n_blocks: int, avgpool: bool) -> np.ndarray:
-        """FG-BMK's create_linear_input: the class tokens of the last n blocks (oldest first), plus the
-        last block's patch mean when `avgpool`."""
+        """FG-BMK's create_linear_input: the last n blocks' class tokens (+ patch mean)."""
         if n_blocks not in (1, 2):
             raise ValueError(f"n_blocks must be 1 or 2 (the cache keeps two blocks), got {n_blocks}")
         parts = [self.cls_prev, self.cls_last][-n_blocks:] + ([self.patch_mean] if avgpool else [])
         return np.concatenate(parts, axis=1).astype(np.float32)
 
     def table(self, backbone: str, folder: str, cache_root: str | None = None) -> pd.DataFrame:
-        """The asset table of these features: one row per image with its cache folder and the part sizes. With
-        `cache_root` the folder is stored relative to it, so a copied storage root reads its own cache
-        (`resolve_folder` turns it back into a path)."""
+        """The asset table: one row per image, its cache folder (relative to `cache_root`), part sizes."""
         root = str(cache_root).rstrip("/") + "/" if cache_root else None
         return pd.DataFrame(
             {
@@ -100,8 +92,7 @@ class GlobalFeatures:
 
 
 def resolve_folder(folder: str, cache_root: str) -> str:
-    """The cache folder a global-feature table names: under `cache_root` when stored relative; an absolute path
-    or URL (tables written before paths were relative) is kept."""
+    """The cache folder a global-feature table names: under `cache_root` when relative, else as stored."""
     return folder if folder.startswith("/") or is_remote(folder) else join(cache_root, folder)
 
 
@@ -115,8 +106,7 @@ def _fix(folder: str) -> str:
 
 
 def _manifest_files(folder: str) -> list[str]:
-    """The manifest files of a folder, oldest first: `manifest.parquet` (written before one file per writer),
-    then every writer's `manifest-<time>-<writer>.parquet` in the order they were started."""
+    """A folder's manifest files, oldest first: `manifest.parquet`, then each writer's in start order."""
     fs, base = filesystem(folder)
     fs.invalidate_cache(base)  # an object store's cached listing would hide another writer's new file
     found = fs.glob(f"{base.rstrip('/')}/manifest*.parquet") if fs.exists(base) else []
@@ -125,9 +115,7 @@ def _manifest_files(folder: str) -> list[str]:
 
 
 def _read_manifest(folder: str, damaged: list[str] | None = None) -> pd.DataFrame:
-    """Every writer's manifest rows, oldest file first (`order` says which file). An unreadable file raises a
-    FeatureError naming it, or, when a `damaged` list is given, is appended to it and skipped (extraction then
-    re-extracts its images)."""
+    """Every writer's manifest rows, oldest first; a bad file raises, or goes in `damaged`."""
     frames = []
     for order, path in enumerate(_manifest_files(folder)):
         try:
@@ -150,8 +138,7 @@ def _read_manifest(folder: str, damaged: list[str] | None = None) -> pd.DataFram
 
 
 def _shards(folder: str, rows: pd.DataFrame, keep: bool) -> dict[tuple[str, str], bytes | str]:
-    """Each (shard, checksum) the rows name -> its verified bytes (or b"" when `keep` is False), or why it
-    cannot be used ("missing", "corrupt")."""
+    """Each (shard, checksum) -> its verified bytes (b"" unless `keep`), or why not ("missing", "corrupt")."""
     out: dict[tuple[str, str], bytes | str] = {}
     for shard, checksum in rows[["shard", "checksum"]].drop_duplicates().itertuples(index=False):
         path = join(folder, shard)
@@ -166,8 +153,7 @@ def _shards(folder: str, rows: pd.DataFrame, keep: bool) -> dict[tuple[str, str]
 def _resolve(
     folder: str, manifest: pd.DataFrame, image_ids, keep: bool
 ) -> tuple[pd.DataFrame, dict[tuple[str, str], bytes | str]]:
-    """Per image, the newest manifest row whose shard is present and intact (rows of several writers may
-    list one image), and the shard check of every row considered."""
+    """Per image, the newest row whose shard is present and intact, and the check of every row considered."""
     rows = manifest if image_ids is None else manifest[manifest.image_id.isin(list(image_ids))]
     checked = _shards(folder, rows, keep)
     status = pd.DataFrame(
@@ -184,8 +170,7 @@ def _resolve(
 
 
 def _to_extract(folder: str, images: pd.DataFrame, damaged: list[str]) -> pd.DataFrame:
-    """The images still to extract: an image counts as cached when a readable manifest lists it in a shard
-    that is present and whose checksum holds, at the same width x height."""
+    """The images still to extract: not listed in an intact shard at the same width x height."""
     known, _ = _resolve(folder, _read_manifest(folder, damaged), images.image_id, keep=False)
     known = known.set_index("image_id")
     same = images.image_id.isin(known.index)
@@ -198,9 +183,7 @@ def _to_extract(folder: str, images: pd.DataFrame, damaged: list[str]) -> pd.Dat
 
 
 def _writer_manifest(folder: str) -> str:
-    """This writer's own manifest file: `manifest-<start time ns>-<pid>-<random>.parquet`. Only this
-    writer writes it, so two writers of one folder (SOCO and FG-BMK at the same policy) never overwrite each
-    other's rows, on any storage; readers merge every writer's file."""
+    """This writer's own manifest file, so two writers of one folder never overwrite each other's rows."""
     return join(folder, f"manifest-{time.time_ns():020d}-{os.getpid()}-{uuid.uuid4().hex[:12]}.parquet")
 
 
@@ -259,11 +242,7 @@ def extract_global(
     folder: str | None = None,
     name: str | None = None,
 ) -> GlobalFeatures:
-    """Global features of every image (image_id, uri, width, height [+ label columns for oracles]), cached.
-
-    `extractor` is built already, or a builder called only when an image is missing (then `folder` and `name`
-    are needed). Extraction runs in batches of `config.batch_size`, one shard each, the manifest rewritten
-    after each."""
+    """Global features of every image, cached in shards of `config.batch_size`."""
     log = log or (lambda _m: None)
     if isinstance(extractor, GlobalExtractor):
         folder, name = extractor.cache_folder(cache_root, config), extractor.name
@@ -335,9 +314,7 @@ def cached_global(
     context: BackboneContext | dict | None = None,
     log: Callable[[str], None] | None = None,
 ) -> tuple[GlobalFeatures, str]:
-    """The shared cache's front door for global features: (the features of `images` in their order, the cache
-    folder), extracting only what is missing for this (backbone spec, input policy); the backbone is built
-    only then. Every family asks here, so an image is extracted once per (backbone, policy)."""
+    """The cache's front door: (the features of `images` in order, the folder), extracting what is missing."""
     folder = global_folder(cache_root, spec.name, spec_identity(spec, policy), policy)
     feats = extract_global(
         lambda: build_global_extractor(spec, policy, context),
@@ -352,9 +329,7 @@ def cached_global(
 
 
 def read_global(folder: str, image_ids=None) -> GlobalFeatures:
-    """The cached global features of a folder (every shard read xxh3-verified), in `image_ids` order if given;
-    only the shards that hold those images are read. A damaged manifest or info.json, or a missing or corrupt
-    shard, raises a FeatureError naming the file and the fix."""
+    """A folder's cached global features (xxh3-verified), in `image_ids` order."""
     manifest = _read_manifest(folder)
     if image_ids is not None:
         manifest = manifest[manifest.image_id.isin(list(image_ids))]

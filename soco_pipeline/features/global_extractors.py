@@ -1,9 +1,4 @@
-"""The extractors of the global-feature output: per backbone kind's declared readout (backbones/kinds.py
-GLOBAL_READOUTS), pixels in [0, 1] -> cls_prev, cls_last, patch_mean, at a `GlobalInputPolicy` (FG-BMK's eval
-transform by default). What each readout gives: docs/fgbmk.md, "Global features".
-
-Extractors normalise inside, so attacks in pixel space (FG-BMK's robustness) differentiate through them when
-`differentiable` is True. The cache is `features.global_cache`."""
+"""The extractors of the global-feature output: pixels in [0, 1] -> cls_prev, cls_last, patch_mean."""
 
 from __future__ import annotations
 
@@ -50,9 +45,7 @@ class GlobalExtractor:
 
 
 def global_folder(cache_root: str, name: str, identity: dict, policy: GlobalInputPolicy) -> str:
-    """The cache folder of one (backbone, input policy): `<cache_root>/<name>/<spec hash>/global_<policy hash>`,
-    beside the backbone's dense maps; the policy hash covers the policy's cache key, the extractor's extra
-    identity and GLOBAL_CODE_VERSION."""
+    """The cache folder of one (backbone, input policy): `<cache_root>/<name>/<spec hash>/global_<policy>`."""
     digest = hashlib.sha256(
         json.dumps(
             {
@@ -68,8 +61,7 @@ def global_folder(cache_root: str, name: str, identity: dict, policy: GlobalInpu
 
 
 def spec_identity(spec: BackboneSpec, policy: GlobalInputPolicy) -> dict:
-    """What decides a backbone's global features besides the policy, known without building it: the spec hash,
-    and for a dense-only backbone the input side it is run at (`dense_input`)."""
+    """What decides a backbone's global features besides the policy: the spec hash and any `dense_input`."""
     ident = {"hash": spec_hash(spec)}
     if "blocks" in capabilities(spec.kind) or not policy.dense_input:  # global_ignores_input's two cases
         return ident
@@ -78,8 +70,7 @@ def spec_identity(spec: BackboneSpec, policy: GlobalInputPolicy) -> dict:
 
 @contextlib.contextmanager
 def torch_threads(n: int | None):
-    """Run a block with `n` torch intra-op threads (None: leave torch's setting alone). On a busy CPU, extra
-    intra-op threads spin while they wait for a core: one thread is then several times faster."""
+    """Run a block with `n` torch intra-op threads (None: as is); on a busy CPU extra threads spin."""
     before = torch.get_num_threads()
     if n:
         torch.set_num_threads(n)
@@ -111,8 +102,7 @@ class ModelGlobal(GlobalExtractor):
 
 
 def check_crop(name: str, crop: int, patch: int | tuple[int, ...]) -> None:
-    """Refuse a crop that is not a multiple of a ViT's patch size (before any image is extracted), naming the
-    nearest valid crops; the policy is FG-BMK's `global_features` and SOCO's global features share it."""
+    """Refuse a crop that is not a multiple of a ViT's patch size, naming the nearest valid crops."""
     p = max(patch) if isinstance(patch, tuple) else int(patch)
     if crop % p == 0:
         return
@@ -165,9 +155,7 @@ class CnnGlobal(ModelGlobal):
 
 
 class DenseMeanGlobal(GlobalExtractor):
-    """Any backbone with only dense maps: the mean of its map in every part, at its own input protocol or,
-    with `config.dense_input`, at that input side (the backbone is then built from a copy of its spec with
-    that input; the cache keeps the original spec's folder, the input size goes into the policy hash)."""
+    """Any backbone with only dense maps: the mean of its map in every part."""
 
     def __init__(self, backbone: Backbone, config: GlobalInputPolicy, spec: BackboneSpec | None = None):
         self.backbone, self.name, self.device = backbone, backbone.spec.name, backbone.device
@@ -192,8 +180,7 @@ class DenseMeanGlobal(GlobalExtractor):
 
 
 class VariantOracle(GlobalExtractor):
-    """Knows each image's label: `margin` x one-hot(label column) plus seeded N(0, noise^2) per dimension; for
-    tests of the metrics (a margin well above the noise scores 100 top-1 and mAP 100)."""
+    """Knows each image's label: `margin` x one-hot(label) plus seeded N(0, noise^2), for tests."""
 
     def __init__(
         self,
@@ -261,8 +248,7 @@ def build_global_extractor(
 
 
 def load_global_pixels(uris: list[str], image_ids: list[str], config: GlobalInputPolicy) -> torch.Tensor:
-    """FG-BMK's eval transform before normalisation, (B, 3, crop, crop) in [0, 1]: shorter side to `resize`
-    (bicubic, antialiased, on uint8 like PIL), then torchvision's centre crop."""
+    """FG-BMK's eval transform before normalisation: shorter side to `resize` (bicubic), centre crop."""
     from torchvision.transforms.v2 import functional as TF
 
     out = []

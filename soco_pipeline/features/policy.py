@@ -1,5 +1,4 @@
-"""The input policy of the global-feature output: how an image becomes the backbone's input, and what decides
-the cache folder (pydantic only, so that configs import it without torch)."""
+"""The input policy of the global-feature output (pydantic only: configs import it without torch)."""
 
 from __future__ import annotations
 
@@ -13,9 +12,7 @@ GLOBAL_CODE_VERSION = "1"  # bump when the extractors change what they compute (
 
 
 class GlobalInputPolicy(BaseModel):
-    """Resize the shorter side, centre-crop, normalise (FG-BMK's eval transform; its published values are the
-    defaults); `final_norm` applies a ViT's final LayerNorm to each block read. Every field except `threads`
-    and `batch_size` is part of the cache key."""
+    """FG-BMK's eval transform; every field but `threads` and `batch_size` is in the cache key."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -35,21 +32,17 @@ class GlobalInputPolicy(BaseModel):
 
 
 def global_ignores_input(kind: str, policy: GlobalInputPolicy) -> bool:
-    """Whether a backbone's global output ignores its spec's `input`: a model read block by block (its kind
-    offers "blocks") takes the policy's resize and crop; a dense-only one runs at the policy's `dense_input` when
-    it names one (else at the spec's own input)."""
+    """Whether a backbone's global output ignores its spec's `input` (it runs at the policy's)."""
     return "blocks" in capabilities(kind) or bool(policy.dense_input)
 
 
 def global_reads(fields: dict, kind: str, policy: GlobalInputPolicy) -> dict:
-    """The spec fields (backbones/reads.computation) a global-feature extraction under `policy` reads:
-    without `input` when it ignores it (global_ignores_input)."""
+    """The spec fields a global-feature extraction under `policy` reads (no `input` when it ignores it)."""
     return {k: v for k, v in fields.items() if k != "input" or not global_ignores_input(kind, policy)}
 
 
 def load_global_policy(scale: str | None = None, path: str | None = None) -> GlobalInputPolicy:
-    """The run's global-feature input policy: assets/global_features.yaml (or `path`) at `scale` (demo when
-    None); an error names the file and the field."""
+    """The run's global-feature input policy: assets/global_features.yaml (or `path`) at `scale` (demo)."""
     from soco_pipeline.config import load_config_file
     from soco_pipeline.storage import PROJECT_ROOT
 

@@ -28,11 +28,7 @@ from soco_pipeline.storage import (
 
 
 def _map_local(path: str, checksum: str | None = None) -> tuple[np.ndarray, mmap.mmap | None]:
-    """A local .npy file mapped read-only (and the mapping when checksummed); ValueError saying what is wrong.
-
-    With `checksum` the mapped bytes are hashed (xxh3) and the array views that same mapping. Files are
-    replaced by atomic rename, but a write into the file itself shows through, so a cached array is re-hashed
-    on each hit."""
+    """A local .npy file mapped read-only (and the mapping when checksummed); ValueError saying why not."""
     try:
         with open(path, "rb") as f:
             version = npy_format.read_magic(f)
@@ -74,19 +70,14 @@ def _non_finite(arr: np.ndarray) -> int:
 
 
 class FeatureStore:
-    """Read access to one backbone's cached features: `.get(image_id) -> (C x h x w float32, meta)`.
-
-    The last `cache_items` fp16 maps are kept in memory; meta holds input_size (S), stride, grid_h, grid_w,
-    channels, width, height (maps cover the white-padded S x S square). Every read is verified against the
-    manifest's xxh3 checksum (older manifests: for NaN/inf) unless `verify_reads = False`."""
+    """Read access to one backbone's cached features, each read verified against the manifest's checksum."""
 
     verify_reads: bool = True
 
     def __init__(self, cache_root: str, backbone: str, spec_hash: str | None = None, cache_items: int = 64):
         self.cache_root = cache_root
         self.backbone = backbone
-        # A small LRU of decoded fp16 maps (with the mapping to re-hash on a hit, when checksummed):
-        # matching reads a source image once per pair.
+        # A small LRU of decoded fp16 maps (matching reads a source image once per pair).
         self._cache: OrderedDict[str, tuple[np.ndarray, mmap.mmap | None]] = OrderedDict()
         self.cache_items = cache_items
         if spec_hash is None:
@@ -108,9 +99,7 @@ class FeatureStore:
 
     @classmethod
     def from_manifest(cls, cache_root: str, manifest: pd.DataFrame, cache_items: int = 64) -> FeatureStore:
-        """The store of the images in a manifest extract_features returned; one reduced to
-        FeatureManifestSchema's columns still works (the folder is read off `path`, the full rows from the
-        cached manifest)."""
+        """The store of the images in a manifest extract_features returned."""
         if manifest.empty:
             raise FileNotFoundError("the feature manifest is empty: no image has cached features")
         folders = manifest.path.str.rsplit("/", n=1).str[0].unique()
@@ -187,8 +176,7 @@ class FeatureStore:
         return arr.astype(np.float32), meta
 
     def get_stored(self, image_id: str, verify: bool = False) -> tuple[np.ndarray, dict]:
-        """The map as stored (fp16) and its meta. Read-only: a local file is memory-mapped
-        (`np.load(mmap_mode="r")`), not copied, and the array may be shared with the store's cache."""
+        """The map as stored (fp16) and its meta; read-only (memory-mapped, maybe shared with the cache)."""
         meta = self.meta(image_id)
         paths = self.__dict__.get("_paths")
         if paths is None:  # one pass over the manifest instead of a .loc per map read
@@ -261,9 +249,7 @@ class FeatureStore:
         )
 
     def class_token(self, image_id: str) -> np.ndarray:
-        """The cached class token (C, float32, L2-normalised) of one image, verified against the manifest's
-        checksum on every read (or, for older manifests without one, for NaN/inf); a clear error when
-        there is none or it is damaged."""
+        """The cached class token (C, float32, L2-normalised) of one image, verified on every read."""
         meta = self.meta(image_id)
         row = self.manifest.loc[image_id]
         rel = row["cls_path"] if "cls_path" in self.manifest.columns else ""

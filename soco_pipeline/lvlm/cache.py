@@ -1,7 +1,4 @@
-"""Answers cached by request hash: one small JSON file per answered request, written atomically, so a rerun
-(also after SIGKILL) asks exactly the missing requests. Only answers are cached (text, latency, attempts):
-never errors, never anything secret.
-"""
+"""Answers cached by request hash, one JSON file each, written atomically; never errors or secrets."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""SOCO-LVLM items: the four-choice items as questions, one row per (setting, item, rotation) (docs/lvlm.md).
-
-Rotation r shows the options in the order r, r+1, ... (mod 4), as `matching.rotation_picks` does: letter j
-marks original option (j + r) % 4, so the target is marked anew per rotation; an item's rows share `g_index`.
-"""
+"""SOCO-LVLM items: one row per (setting, item, rotation); letter j marks option (j + r) % 4 in rotation r."""
 
 from __future__ import annotations
 
@@ -55,8 +51,7 @@ class LvlmItemsError(ValueError):
 def sample_items(
     four_choice: pd.DataFrame, image_pairs: pd.DataFrame, protocol: LvlmProtocol, seed: int
 ) -> pd.DataFrame:
-    """The four-choice items asked: a seeded sample of `items_per_group` per pair group, levels filtered,
-    with level, pair_group, src/trg image and category columns, sorted by pair_id and source keypoint."""
+    """The four-choice items asked: a seeded `items_per_group` per pair group, levels filtered, sorted."""
     cols = ["pair_id", "level", "pair_group", "src_image", "trg_image", "src_category", "trg_category"]
     items = four_choice.merge(image_pairs[cols], on="pair_id", how="left", validate="many_to_one")
     if items["level"].isna().any():
@@ -107,10 +102,7 @@ def build_items(
     seed: int,
     workers: int = 4,
 ) -> pd.DataFrame:
-    """The LVLM item table (ITEM_COLUMNS) for every setting; marked images rendered under image_root.
-
-    `answer` is the rotation's right letter, `answer_option` the right original option (0-3); src_render is
-    None in the desc setting."""
+    """The LVLM item table (ITEM_COLUMNS) for every setting, marked images rendered under image_root."""
     items = sample_items(four_choice, image_pairs, protocol, seed)
     n = len(items)
     if n == 0:

@@ -1,12 +1,4 @@
-"""Reference answerers behind a loopback OpenAI-compatible server: the LVLM side's oracles.
-
-`oracle` reads the answer key (lvlm_items) and is always right; `random` picks a seeded uniform letter per
-request (25 average, 0.39 circular in expectation). Both are ordinary `openai` specs (assets/lvlm_demo/,
-docs/lvlm.md); the server runs as its own process, stopped by its pid (also on Ctrl-C)::
-
-    with loopback_answerers(tables_root, specs_dir) as lb:   # writes specs_dir/<name>.yaml
-        ...  # materialize lvlm_answers for lb.models; lb.requests() counts the server's model calls
-"""
+"""Reference answerers behind a loopback OpenAI-compatible server: the LVLM side's oracles."""
 
 from __future__ import annotations
 
@@ -60,8 +52,7 @@ def answer_key(items: pd.DataFrame) -> dict[str, str]:
 
 
 class Answerers:
-    """The loopback server's answer function, by the request's `model` (oracle | random); the oracle's key
-    is re-read from `lvlm_items.parquet` when a request is not in it (items rebuilt since the start)."""
+    """The server's answer function by `model` (oracle | random); the key re-read when needed."""
 
     def __init__(self, tables_root: str, seed: int = 0) -> None:
         self.tables_root, self.seed = tables_root, seed
@@ -170,8 +161,7 @@ def _stop(proc: subprocess.Popen, timeout: float = 10.0) -> None:
 def loopback_answerers(
     tables_root: str, specs_dir: str | Path, seed: int = 0, start_timeout: float = 60.0
 ) -> Iterator[Loopback]:
-    """Start the answerers' server (a child process on 127.0.0.1, a free port), write their specs into
-    specs_dir, yield; stop the process by pid when the block exits, however it exits (Ctrl-C included)."""
+    """Serve the answerers on a free loopback port, write their specs into specs_dir; stop by pid on exit."""
     counts = Path(specs_dir) / ".loopback-counts.json"
     Path(specs_dir).mkdir(parents=True, exist_ok=True)
     counts.unlink(missing_ok=True)

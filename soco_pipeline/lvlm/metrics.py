@@ -1,12 +1,6 @@
-"""SOCO-LVLM scores: average accuracy (correct rows / rows) and circular accuracy (items whose four rotations
-are all right / items), per setting and scope, and the leaderboard beside the random baselines, the page's
-reference figures and the best backbone. Failed rows (`n_errors`) and unreadable answers (`n_unparsable`)
-count wrong, as the official script does, and the leaderboard shows both.
-"""
+"""SOCO-LVLM scores: average and circular accuracy; failed and unreadable answers count wrong."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -32,8 +26,7 @@ METRIC_COLUMNS = [
     "ci95_lo_boot_category",
     "ci95_hi_boot_category",
 ]
-# Per evaluated model on the leaderboard: failed rows, and the share (%) of answers received that the
-# parser could not read.
+# Per evaluated model: failed rows, and the share (%) of answers received that the parser could not read.
 HEALTH_COLUMNS = ["n_rows", "n_errors", "unparsable_pct"]
 
 
@@ -43,8 +36,7 @@ UNPARSABLE_WARN_SHARE = (
 
 
 def unparsable_warning(answers: pd.DataFrame, share: float = UNPARSABLE_WARN_SHARE) -> str | None:
-    """A run-log warning when the parser read no letter from more than `share` of the answers received (failed
-    rows aside): the score is then the parser's failure, not the model's; None otherwise."""
+    """A warning when no letter was parsed from more than `share` of the answers received; None otherwise."""
     received = answers[answers["error"].astype(str) == ""]
     bad = received[received["parsed"].astype(str) == ""]
     if received.empty or len(bad) <= share * len(received):
@@ -68,9 +60,7 @@ def circular_groups(answers: pd.DataFrame) -> pd.DataFrame:
 
 
 def lvlm_metrics(answers: pd.DataFrame, seed: int = 0, n_boot: int = 2000) -> pd.DataFrame:
-    """Long table (METRIC_COLUMNS): metric average | circular, value 0-100, scope all | supercategory | category;
-    on the scope-all rows the 95% CI (bootstrap over categories, as SOCO's headline: evaluation/stats.py
-    `intervals`, seeded with `seed`)."""
+    """Long table (METRIC_COLUMNS) per scope, 0-100; seeded 95% CIs over categories on the scope-all rows."""
     if answers.empty:
         return pd.DataFrame(columns=METRIC_COLUMNS)
     is_error = answers["error"].astype(str) != ""
@@ -99,8 +89,7 @@ def lvlm_metrics(answers: pd.DataFrame, seed: int = 0, n_boot: int = 2000) -> pd
         frames.append(base.assign(metric="average", value=100 * m["value"].to_numpy()))
         frames.append(base.assign(metric="circular", value=100 * m["value_c"].to_numpy()))
     out = pd.concat(frames, ignore_index=True)
-    # the scores of evaluation/stats.py: per row (average) and per item group (circular); the CI resamples
-    # the categories (pair groups), the cluster-robust SE is not used here
+    # evaluation/stats.py scores: per row (average), per item group (circular); the CI resamples categories
     rows_scored = pd.DataFrame(
         {
             "model": a["model"].astype(str),
@@ -131,11 +120,6 @@ def lvlm_metrics(answers: pd.DataFrame, seed: int = 0, n_boot: int = 2000) -> pd
     return out.sort_values(["model", "setting", "scope", "group", "metric"], ignore_index=True)
 
 
-def load_reference(path: str | Path | None = None) -> pd.DataFrame:
-    """The published reference figures (model, setting, metric, value, source)."""
-    return pd.read_csv(path or REFERENCE_PATH)
-
-
 CI_WIDE = [f"{s}_average_ci95_{end}" for s in SETTINGS for end in ("lo", "hi")]  # the board's CI columns
 
 
@@ -156,8 +140,7 @@ def _wide(long: pd.DataFrame) -> pd.DataFrame:
 
 
 def answer_health(metrics: pd.DataFrame) -> pd.DataFrame:
-    """Per model (scope all, summed over settings): rows, failed rows and the share (%) of answers received
-    that gave no letter. Metrics of before `n_unparsable` existed give NaN there."""
+    """Per model: rows, failed rows and the unparsable share (%); NaN for older metrics."""
     m = metrics[(metrics["scope"] == "all") & (metrics["metric"] == "average")]
     if m.empty:
         return pd.DataFrame(columns=["model", *HEALTH_COLUMNS])
@@ -177,15 +160,13 @@ def answer_health(metrics: pd.DataFrame) -> pd.DataFrame:
 def lvlm_leaderboard(
     metrics: pd.DataFrame, backbone_board: pd.DataFrame | None = None, reference: pd.DataFrame | None = None
 ) -> pd.DataFrame:
-    """One row per evaluated model ('evaluated'), reference model ('reference'), random baseline ('random')
-    and the best backbone's four-choice accuracy ('backbone'): <setting>_average / _circular, and for the
-    evaluated models the 95% CI (bootstrap over categories), n_rows, n_errors, unparsable_pct and source."""
+    """One row per evaluated model, reference, random baseline and the best backbone."""
     ours = _wide(metrics[metrics["scope"] == "all"]) if len(metrics) else _wide(pd.DataFrame())
     ours = ours.assign(kind="evaluated", source="this pipeline")
     if len(metrics):
         ours = ours.merge(answer_health(metrics), on="model", how="left")
     parts = [ours]
-    reference = load_reference() if reference is None else reference
+    reference = pd.read_csv(REFERENCE_PATH) if reference is None else reference
     if len(reference):
         ref = _wide(reference.rename(columns={"metric": "metric"}))
         src = reference.groupby("model")["source"].first()

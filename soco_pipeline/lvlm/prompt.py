@@ -1,10 +1,4 @@
-"""Prompts as VLMEvalKit's `ImageMCQDataset.build_prompt` (which SOCO's runs used) and request payloads; the request and reply types every backend speaks (`ChatRequest`, `Reply`, `Backend`).
-
-All images first, then one text part::
-
-    Question: {question}\\nOptions:\\nA. {A}\\nB. {B}\\nC. {C}\\nD. {D}\\nPlease select the correct answer
-    from the options above. \\n
-"""
+"""Prompts as VLMEvalKit's `ImageMCQDataset.build_prompt` (which SOCO's runs used), and the request types."""
 
 from __future__ import annotations
 
@@ -62,21 +56,19 @@ class Backend(Protocol):
 
 
 def request_key(text: str, image_digests: list[str], generation: dict[str, Any]) -> str:
-    """The cache key of a request: its text, its images' sha256 digests and what decides the answer
-    (backend, model, sampling settings; never the key or the endpoint)."""
+    """The cache key of a request: text, image digests, model, sampling (never the key or endpoint)."""
     payload = {"text": text, "images": image_digests, "generation": generation}
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
-
-
-def data_url(jpeg: bytes) -> str:
-    """A JPEG as a base64 data URL."""
-    return "data:image/jpeg;base64," + base64.b64encode(jpeg).decode("ascii")
 
 
 def openai_messages(request: ChatRequest) -> list[dict[str, Any]]:
     """Chat-completions messages: one user turn, image_url parts first, then the text part."""
     parts: list[dict[str, Any]] = [
-        {"type": "image_url", "image_url": {"url": data_url(b)}} for b in request.images
+        {
+            "type": "image_url",
+            "image_url": {"url": "data:image/jpeg;base64," + base64.b64encode(b).decode("ascii")},
+        }
+        for b in request.images
     ]
     parts.append({"type": "text", "text": request.text})
     return [{"role": "user", "content": parts}]

@@ -1,10 +1,4 @@
-"""Marked images as on the SOCO project page's figure.
-
-The query keypoint is a red dot (#E23A3A) with a white outline; candidates are green dots (#2F8F4E)
-with white outlines and bold green letters A-D beside them. Sizes are fractions of the longer side of
-the (downscaled) image. Rendered once: the file name is a hash of everything that decides the
-pixels, so an existing file is reused and a changed mark setting renders anew.
-"""
+"""Marked images as on the SOCO project page's figure, named by a hash of everything deciding the pixels."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Re-scoring without inference: new protocol options re-score stored predictions, new parser rules re-score
-stored raw answers. Nothing here loads a backbone or calls a model."""
+"""Re-scoring without inference: stored predictions by new protocol options, stored answers by new rules."""
 
 from __future__ import annotations
 

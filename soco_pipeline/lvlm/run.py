@@ -1,10 +1,4 @@
-"""Ask a model: cached answers first, the rest with bounded concurrency, behind both error guards.
-
-`ask_requests` is the project's one asking loop (SOCO-LVLM and every family). Each answer is cached at once,
-so a killed run resumes with the same table; a request still failing after its retries counts as wrong. The
-run stops, keeping its answers, after `max_consecutive_failures` failures in a row (the error names the
-endpoint) or once more than `max_error_rate` of its rows failed (the error quotes the first failure).
-"""
+"""Ask a model: cached answers first, the rest with bounded concurrency, behind both error guards."""
 
 from __future__ import annotations
 
@@ -97,12 +91,7 @@ def ask_requests(
     log: Callable[[str], None] = lambda _msg: None,
     generation: dict | None = None,
 ) -> Answered:
-    """Answer requests 0..n-1 (`request(i)` builds one, on a worker thread): every family's one way to ask.
-
-    Cached and duplicate requests are asked once; both of the spec's guards raise LvlmRunError (what was
-    answered stays cached). `labels(i)` names a request in the error, `seeds(i)` is its retry-jitter seed,
-    `generation` (default: the spec's) joins the request hash; `cache` None caches nothing.
-    """
+    """Answer requests 0..n-1 (`request(i)` builds one), each distinct one once; guards raise LvlmRunError."""
     generation = spec.generation() if generation is None else generation
     workers = max(1, int(getattr(backend, "max_concurrency", 1)))
     batch = max(1, int(getattr(backend, "batch_size", 1)))
@@ -113,15 +102,13 @@ def ask_requests(
     error = np.full(n, "", dtype=object)
     was_cached = np.zeros(n, dtype=bool)
 
-    # Identical requests (same request hash) are asked once: the first worker to meet a hash asks it, the
-    # others wait for its reply (`asking`: hash -> event set once `answered` holds the reply).
+    # Identical requests are asked once; others wait (`asking`: hash -> event set once `answered` has it).
     lock = threading.Lock()
     asking: dict[str, threading.Event] = {}
     answered: dict[str, Reply] = {}
 
     def work(chunk: list[int]) -> list[tuple[int, Reply, bool]]:
-        """Answer a chunk of requests: from the cache, else from the backend (caching each answer at once),
-        or from the reply of an identical request another worker (or this one) is asking."""
+        """Answer a chunk of requests: from the cache, the backend, or an identical request's reply."""
         out, ask, reqs, follow = [], [], [], []
         try:
             for i in chunk:
@@ -219,9 +206,7 @@ def run_model(
     log: Callable[[str], None] = lambda _msg: None,
     warn: Callable[[str], None] | None = None,
 ) -> RunResult:
-    """Answers (ANSWER_COLUMNS) of one model to the items of its settings, in item order (`ask_requests`:
-    a worker reads a row's images, hashes the request, and takes the cached answer or asks the backend).
-    `warn` (default: `log`) gets one line when most answers received gave no letter (`unparsable_warning`)."""
+    """Answers (ANSWER_COLUMNS) of one model, in item order; `warn` gets a line if most are unparsable."""
     rows = items[items["setting"].isin(spec.settings)].reset_index(drop=True)
     texts = build_prompts(rows).to_numpy()
     n = len(rows)

@@ -1,10 +1,4 @@
-"""A small OpenAI-compatible chat-completions server on loopback, around any answer function.
-
-It serves a local model (the transformers backend) to the `openai` backend or to other tools (e.g.
-VLMEvalKit), and it is what the tests and the benchmark talk to. The answer function gets a
-ChatRequest (decoded images and text) plus the request body and returns the answer text, or an
-HttpReply to send a status/body of its own (a scripted test double uses that for 429s and 500s).
-"""
+"""A small OpenAI-compatible chat-completions server on loopback, around any answer function."""
 
 from __future__ import annotations
 
@@ -59,8 +53,7 @@ class _Handler(BaseHTTPRequestHandler):
         if reply.delay_s:
             time.sleep(reply.delay_s)
         self.send_response(reply.status)
-        headers = {"Content-Type": "application/json", **reply.headers}
-        for k, v in headers.items():
+        for k, v in {"Content-Type": "application/json", **reply.headers}.items():
             self.send_header(k, v)
         self.send_header("Content-Length", str(len(reply.body)))
         self.end_headers()
@@ -139,8 +132,7 @@ class RunningServer:
 def serve(
     answer: AnswerFn, host: str = "127.0.0.1", port: int = 0, model_name: str = "local", decode: bool = True
 ) -> Iterator[RunningServer]:
-    """Serve `answer` at http://host:port (port 0: a free one) until the block exits, then stop and join;
-    decode=False passes an empty ChatRequest and body (a stand-in whose answer ignores the question)."""
+    """Serve `answer` at http://host:port (0: a free port) until the block exits."""
     server = _Server((host, port), answer, model_name, decode)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()

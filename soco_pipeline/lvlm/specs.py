@@ -1,7 +1,4 @@
-"""LVLM specs: one small YAML file per model in assets/lvlms/ (the name is the file stem), parsed into a
-frozen, validated dataclass: a discriminated union on `backend` (openai | transformers); unknown fields are
-an error naming the file and the field. The fields and an example: docs/config.md, "LVLM specs".
-"""
+"""LVLM specs: one YAML file per model in assets/lvlms/ (docs/config.md, "LVLM specs")."""
 
 from __future__ import annotations
 
@@ -48,8 +45,7 @@ class LvlmFields(ConfigModel):
     temperature: Annotated[float, Field(ge=0.0, le=2.0)] = 0.0
     max_tokens: PositiveInt = 512
     seed: int = 0
-    # The share of failed rows (errors after retries, failed batches) a run tolerates; past it the run stops
-    # with the first error instead of posting a score made of errors counted as wrong (lvlm/run.py).
+    # The share of failed rows a run tolerates before it stops with the first error (lvlm/run.py).
     max_error_rate: Annotated[float, Field(ge=0.0, le=1.0)] = 0.1
 
     @field_validator("settings")
@@ -105,7 +101,6 @@ class TransformersFields(LvlmFields):
     batch_size: PositiveInt = 4
 
 
-# The LVLM spec model: a discriminated union on `backend`.
 LVLM_SPEC = TypeAdapter(Annotated[Union[OpenaiFields, TransformersFields], Field(discriminator="backend")])  # noqa: UP007
 
 
@@ -185,8 +180,7 @@ def spec_hash(spec: LvlmSpec) -> str:
 
 
 def spec_version(spec: LvlmSpec) -> str:
-    """A spec's data version (16 hex digits): the hash of the normalised spec without its name and without
-    the port of a server on this machine (docs/config.md, "LVLM specs")."""
+    """A spec's data version (16 hex digits): the normalised spec but its name and local port."""
     d = spec.to_dict()
     d.pop("name")
     url = urlparse(d["base_url"] or "")
@@ -196,8 +190,7 @@ def spec_version(spec: LvlmSpec) -> str:
 
 
 def spec_data_version(path: str | Path) -> str:
-    """The data version of a spec file: `spec_version` of its spec (the file's content hash when it does not
-    load: its run reports why)."""
+    """The data version of a spec file (its content hash when it does not load)."""
     try:
         return spec_version(load_spec(path))
     except LvlmSpecError:
@@ -205,6 +198,5 @@ def spec_data_version(path: str | Path) -> str:
 
 
 def scan_specs(folder: str | Path) -> tuple[dict[str, str], dict[str, str]]:
-    """Valid spec files of a folder as {name: `spec_version`}, invalid ones as {name: error}; a missing or
-    empty folder gives two empty dicts."""
+    """A folder's valid spec files as {name: `spec_version`} and invalid ones as {name: error}."""
     return scan_folder(Path(folder), load_spec, spec_version)

@@ -1,11 +1,4 @@
-"""VLMEvalKit interop: items out as TSVs its `run.py --data` runs, the official SOCO-LVLM TSVs in, and
-prediction workbooks scored with the official parser.
-
-TSV columns (VLMEvalKit's image MCQ format): index, g_index, qid, category, question, A-D, answer,
-image, image_path. `image` is one base64 JPEG, or a list of them written as a Python list literal
-(VLMEvalKit reads it with its `toliststr`); a value of at most 64 characters is the `index` of an
-earlier row whose images it reuses. `image_path` names the files VLMEvalKit dumps the images to.
-"""
+"""VLMEvalKit interop: items out as TSVs, the official SOCO-LVLM TSVs in, prediction workbooks scored."""
 
 from __future__ import annotations
 
@@ -48,10 +41,6 @@ class VlmEvalKitError(ValueError):
     """A TSV or workbook does not have the expected shape; the message names the file, row and fix."""
 
 
-def _b64(path: str) -> str:
-    return base64.b64encode(read_bytes(path)).decode("ascii")
-
-
 def export_tsv(items: pd.DataFrame, setting: str, path: str | Path) -> int:
     """Write one setting's items as a VLMEvalKit TSV (atomically); returns the row count."""
     rows = items[items["setting"] == setting].sort_values("index", ignore_index=True)
@@ -72,7 +61,7 @@ def export_tsv(items: pd.DataFrame, setting: str, path: str | Path) -> int:
         if not own[i]:
             image.append(str(int(rows["index"].iat[int(first.iat[i])])))
             continue
-        encoded = [b64.setdefault(p, _b64(p)) for p in ps]
+        encoded = [b64.setdefault(p, base64.b64encode(read_bytes(p)).decode("ascii")) for p in ps]
         image.append(encoded[0] if len(encoded) == 1 else repr(encoded))
     out = pd.DataFrame(
         {
@@ -116,9 +105,7 @@ def setting_of(path: str | Path) -> str:
 
 
 def import_tsv(path: str | Path, image_root: str, setting: str | None = None) -> pd.DataFrame:
-    """Read a SOCO-LVLM / VLMEvalKit TSV as LVLM items (images decoded into image_root by content hash).
-
-    `rotation` is the row's position in its g_index group; a row with more than two images is an error."""
+    """Read a SOCO-LVLM / VLMEvalKit TSV as LVLM items (images decoded into image_root by content hash)."""
     setting = setting or setting_of(path)
     df = pd.read_csv(path, sep="\t", dtype={"index": str, "image": str}, keep_default_na=False)
     missing = {"index", "g_index", "question", "A", "B", "C", "D", "answer", "image"} - set(df.columns)
@@ -152,7 +139,7 @@ def import_tsv(path: str | Path, image_root: str, setting: str | None = None) ->
         src.append(imgs[0] if len(imgs) == 2 else None)
         trg.append(imgs[-1])
     g = df["g_index"].astype(str).str.strip()
-    out = pd.DataFrame(
+    return pd.DataFrame(
         {
             "setting": setting,
             "index": df["index"].astype(int),
@@ -175,7 +162,6 @@ def import_tsv(path: str | Path, image_root: str, setting: str | None = None) ->
             "trg_render": trg,
         }
     )
-    return out
 
 
 def read_workbook(path: str | Path) -> pd.DataFrame:
@@ -190,8 +176,7 @@ def read_workbook(path: str | Path) -> pd.DataFrame:
 
 
 def score_workbook(path: str | Path) -> dict:
-    """Average and circular accuracy (0-100) of a prediction workbook, parsed by the official rules:
-    {"rows", "groups", "average", "circular", "table"} (table holds the parsed letters)."""
+    """Average and circular accuracy (0-100) of a prediction workbook by the official parser."""
     df = read_workbook(path)
     missing = {"answer", "g_index", "prediction"} - set(df.columns)
     if missing:

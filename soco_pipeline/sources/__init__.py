@@ -12,9 +12,7 @@ from soco_pipeline.sources.imagenet3d import imagenet3d_image_ids, read_imagenet
 from soco_pipeline.sources.soco_release import SocoRelease, read_soco_release
 from soco_pipeline.taxonomy import Taxonomy
 
-# One table for every kind of raw keypoint: annotator clicks (origin "clicks"), Animal3D keypoints
-# (origin "animal3d", annotator 0) and already aggregated SOCO release keypoints (origin "soco",
-# with their concept, n_annotators and spread). `keypoints.aggregate_keypoints` consumes it.
+# Every kind of raw keypoint (origin clicks | animal3d | soco), for `keypoints.aggregate_keypoints`.
 RAW_KEYPOINT_COLUMNS = (
     "image_id",
     "keypoint",
@@ -44,13 +42,6 @@ __all__ = [
 ]
 
 
-def _soco_candidates(images: pd.DataFrame) -> pd.DataFrame:
-    df = images.assign(annotation_uri="", n_objects=1, dense="dense_no", object_status="status_good")
-    df["keypoints_valid"] = pd.array([pd.NA] * len(df), dtype="boolean")
-    df[["kp_x_min", "kp_x_max", "kp_y_min", "kp_y_max"]] = np.nan  # Animal3D only
-    return df[list(CANDIDATE_COLUMNS)]
-
-
 def read_candidates(cfg: SourceConfig, taxonomy: Taxonomy) -> pd.DataFrame:
     """Candidate image rows (CANDIDATE_COLUMNS) of every source root set in `cfg`."""
     parts = []
@@ -66,7 +57,10 @@ def read_candidates(cfg: SourceConfig, taxonomy: Taxonomy) -> pd.DataFrame:
         images = read_soco_release(cfg.soco_release_root, taxonomy, cfg.check_workers).images
         if cfg.categories is not None:
             images = images[images["category"].isin(cfg.categories)]
-        parts.append(_soco_candidates(images))
+        df = images.assign(annotation_uri="", n_objects=1, dense="dense_no", object_status="status_good")
+        df["keypoints_valid"] = pd.array([pd.NA] * len(df), dtype="boolean")
+        df[["kp_x_min", "kp_x_max", "kp_y_min", "kp_y_max"]] = np.nan  # Animal3D only
+        parts.append(df[list(CANDIDATE_COLUMNS)])
     if not parts:
         raise ValueError(
             "SourceConfig sets no source root; set imagenet3d_root/animal3d_root or soco_release_root"

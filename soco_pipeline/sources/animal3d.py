@@ -1,10 +1,4 @@
-"""Reader for the Animal3D layout: annotations.json {"data": [record]} + images.
-
-A record holds `img_path` (relative to the root), `bbox` [x, y, w, h], `keypoint_2d` (26 x 3: x, y,
-visibility), `height`, `width`, SMAL `pose`/`shape`; the embedded generator adds `category`,
-`image_id` and the camera pose. The 26 Animal3D keypoints map one-to-one, in order, onto the
-taxonomy's `animal_*` keypoints.
-"""
+"""Reader for the Animal3D layout: annotations.json {"data": [record]} + images."""
 
 from __future__ import annotations
 
@@ -111,10 +105,7 @@ def _record_fields(i: int, rec: dict, path: str) -> dict:
 def read_animal3d(
     root: str, taxonomy: Taxonomy | None = None, categories: Iterable[str] | None = None
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Candidate image rows (CANDIDATE_COLUMNS) and raw keypoint rows (image_id, category, keypoint, x, y,
-    visible) of an Animal3D-layout root. A malformed keypoint array keeps its candidate with
-    keypoints_valid=False, and each candidate carries its visible keypoints' extent, for the image set's
-    rejections."""
+    """Candidate image rows and raw keypoint rows of an Animal3D root (bad keypoints: not valid)."""
     taxonomy = taxonomy or load_taxonomy()
     names = np.array(animal_keypoint_names(taxonomy))
     path = join(root, "annotations.json")

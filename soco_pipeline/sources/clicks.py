@@ -28,8 +28,7 @@ EXTENT_COLUMNS = ["kp_x_min", "kp_x_max", "kp_y_min", "kp_y_max"]
 
 
 def click_extents(clicks: pd.DataFrame) -> pd.DataFrame:
-    """Per image (index image_id): the extent of its visible clicks (EXTENT_COLUMNS, pixels), so that one bad
-    click rejects its image ("keypoint_outside_image"), not the whole keypoints stage."""
+    """Per image: the extent of its visible clicks, so one bad click rejects its image, not the stage."""
     v = clicks[clicks["visible"].astype(bool)]
     return v.groupby("image_id").agg(
         kp_x_min=("x", "min"), kp_x_max=("x", "max"), kp_y_min=("y", "min"), kp_y_max=("y", "max")
@@ -37,8 +36,7 @@ def click_extents(clicks: pd.DataFrame) -> pd.DataFrame:
 
 
 def check_click_images(clicks: pd.DataFrame, known: set[str], path: str, root: str) -> None:
-    """ValueError naming the clicks' image ids that no image of the source has (any category): a typo or a
-    clicks file of another data set; such clicks are never dropped silently."""
+    """ValueError naming the clicks' image ids that no image of the source has (never dropped silently)."""
     unknown = sorted(set(clicks["image_id"]) - known)
     if unknown:
         n_rows = int(clicks["image_id"].isin(unknown).sum())

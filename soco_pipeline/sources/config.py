@@ -12,10 +12,7 @@ from pydantic.dataclasses import dataclass as pydantic_dataclass
 from soco_pipeline.config import STRICT
 from soco_pipeline.storage import filesystem, join
 
-# Columns of an image candidate row, shared by the ImageNet3D and Animal3D readers and consumed by
-# `imageset.build_image_set`. Pose fields are NaN when unknown; `keypoints_valid` is only meaningful for
-# Animal3D rows (NA elsewhere); the extent of the visible keypoints (`kp_x_min` ... `kp_y_max`,
-# original-image pixels) for Animal3D rows and, from the annotators' clicks, ImageNet3D rows (NaN elsewhere).
+# An image candidate row of either reader (NaN / NA where unknown; the visible keypoints' extent in pixels).
 CANDIDATE_COLUMNS = (
     "image_id",
     "category",
@@ -45,12 +42,7 @@ CANDIDATE_COLUMNS = (
 
 @pydantic_dataclass(frozen=True, config=STRICT)
 class SourceConfig:
-    """Roots of the source data sets (fsspec paths; None = not used) and the filter / aggregation parameters;
-    a pydantic dataclass, so a value out of range raises a ValidationError naming the field.
-
-    `clicks_path` holds RawClickSchema rows; `categories` is a selection, not a rejection; an image is
-    "too_small" under `min_bbox_fraction` of the image area; `outlier_k` / `outlier_floor` are
-    `keypoints.aggregate_clicks`'s outlier rule; `check_workers` threads open and decode images."""
+    """Roots of the source data sets (fsspec paths; None = not used) and the filter parameters."""
 
     imagenet3d_root: str | None = None
     animal3d_root: str | None = None

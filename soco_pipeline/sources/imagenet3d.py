@@ -1,10 +1,4 @@
-"""Reader for the ImageNet3D layout: images/<cat>/<id>.JPEG + annotations/<cat>/<id>.npz.
-
-Each npz holds an `annotations` object array of per-object dicts (azimuth, elevation, theta [rad],
-distance, cad_index, bbox [x1,y1,x2,y2], class, px, py, object_status, dense) and optionally `height`,
-`width` scalars. The reader summarises the objects into one candidate row per image; the filters
-live in `soco_pipeline.data.imageset`.
-"""
+"""Reader for the ImageNet3D layout: images/<cat>/<id>.JPEG + annotations/<cat>/<id>.npz (theta in rad)."""
 
 from __future__ import annotations
 
@@ -35,9 +29,7 @@ def _as_float(value) -> float:
         return float("nan")
 
 
-# numpy parses each array header of an npz with ast.literal_eval, and CPython 3.11's AST constructor is not
-# thread-safe (python/cpython#106905: "AST constructor recursion depth mismatch" from a sound file when
-# threads parse at once; seen here by `read_imagenet3d`'s pool). Reading the bytes stays parallel.
+# numpy parses npz headers with ast.literal_eval, not thread-safe in CPython 3.11 (python/cpython#106905).
 _NPZ_PARSE = threading.Lock()
 
 
@@ -86,9 +78,7 @@ def imagenet3d_image_ids(root: str) -> set[str]:
 
 
 def read_imagenet3d(root: str, categories: Iterable[str] | None = None, workers: int = 8) -> pd.DataFrame:
-    """One candidate row (CANDIDATE_COLUMNS) per image of `images/` or `annotations/` under an
-    ImageNet3D-layout root (a missing side is rejected later: "invalid_pose" / "missing_image"); a malformed
-    npz raises ValueError naming it."""
+    """One candidate row per image of an ImageNet3D-layout root; a malformed npz is a ValueError."""
     wanted = set(categories) if categories is not None else None
     ann_paths = glob_paths(join(root, "annotations"), "*/*.npz")
     img_paths = [p for p in glob_paths(join(root, "images"), "*/*") if p.endswith(IMAGE_SUFFIXES)]

@@ -1,12 +1,4 @@
-"""The taxonomy of an official SOCO release, built from the release itself (docs/official-data.md), so a
-`soco_release` run does not use assets/taxonomy.yaml.
-
-The tree: every set of categories that share a keypoint is a node, the smallest set holding another is its
-parent, a keypoint only one category has is defined at that category; sets that overlap without one holding
-the other are merged (with a warning). `Metadata/keypoint_taxonomy.json` is read defensively (a
-`ReleaseWarning` and a fallback for what it lacks); the parts read are the ones our export writes. Orders:
-categories by name, concepts by `concept_id`, keypoints by their per-category `id` (then name), so renaming
-every name keeps every seeded draw the same."""
+"""The taxonomy of an official SOCO release, built from the release itself (docs/official-data.md)."""
 
 from __future__ import annotations
 
@@ -84,8 +76,7 @@ def _metadata_part(meta: dict | None, path: str, part: str, fallback: str) -> di
 
 
 def _template(kp: str, concept: str, at: str, own: object, templates: dict) -> str:
-    """The keypoint's description template: its own (Metadata `keypoints`), its concept's or its `at`
-    value's (Metadata `templates`), else one made of its name."""
+    """The keypoint's description template: its own, its concept's or its `at` value's, else from its name."""
     by_concept = templates.get("concepts") if isinstance(templates.get("concepts"), dict) else {}
     by_at = templates.get("at") if isinstance(templates.get("at"), dict) else {}
     for t in (own, by_concept.get(concept), by_at.get(at)):
@@ -103,8 +94,7 @@ def _template(kp: str, concept: str, at: str, own: object, templates: dict) -> s
 def build_release_taxonomy(
     entries: pd.DataFrame, cross: pd.DataFrame, meta: dict | None, meta_path: str, source: str
 ) -> Taxonomy:
-    """The taxonomy of a release from its keypoint entries (ENTRY_COLUMNS), its cross pairs
-    (src_category, trg_category, ancestor or None) and its parsed Metadata (None when absent)."""
+    """The taxonomy of a release from its keypoint entries, its cross pairs and its parsed Metadata."""
     check_keypoint_concepts(entries)
     if meta is None:
         _warn(

@@ -1,12 +1,4 @@
-"""Import of the official SOCO release layout into the canonical tables (DESIGN section 2; what is read and
-what is refused: docs/official-data.md).
-
-Yields images (source "soco", no pose), keypoints (from KeypointAnnotations when present, else the pair files'
-visible points with n_annotators 0 and NaN spread), image_pairs (`split` from `trainsplits/` when listed) and
-correspondences (SOC rows from semantic_overlap, CC rows = src x trg of each concept_matches group;
-n_candidates = the target side of the keypoint's concept group, geo = n_candidates >= 2). Files written by
-`soco_pipeline.data.soco_export` add `pair_key` (our pair id), `level` and `ancestor`. Bad input is a
-ValueError naming the file."""
+"""Import of the official SOCO release layout into the canonical tables (docs/official-data.md)."""
 
 from __future__ import annotations
 
@@ -265,8 +257,7 @@ def _check_pairs_against_annotations(entries: pd.DataFrame, ann_paths: list[str]
 
 
 def _merge_splits(pairs: list[dict]) -> list[dict]:
-    """The evaluated pairs (intra/, cross/) with the split their trainsplits/ file gives them, then the
-    pairs only a split lists (not evaluated). ValueError naming both files for a pair in both splits."""
+    """The evaluated pairs with their trainsplits/ split, then the pairs only a split lists."""
     split_of: dict[str, dict] = {}
     for pr in pairs:
         if pr["split"]:
@@ -285,9 +276,7 @@ def _merge_splits(pairs: list[dict]) -> list[dict]:
 
 
 def read_soco_release(root: str, taxonomy: Taxonomy | None = None, workers: int = 8) -> SocoRelease:
-    """Read a SOCO release (official or written by `export_soco_release`) into canonical tables. `taxonomy`
-    None builds the release's own (`sources.release_taxonomy`); a given one is used as it is. Bad input:
-    ValueError naming the file."""
+    """Read a SOCO release into canonical tables; `taxonomy` None builds the release's own."""
     pair_paths = [
         (lvl, "", p)
         for lvl in ("intra", "cross")
@@ -452,8 +441,7 @@ def _correspondences(pairs: list[dict]) -> pd.DataFrame:
         columns=["pair_id", "name", "concept"],
     ).drop_duplicates(["pair_id", "name"])
     soc = soc.merge(trg_concepts, on=["pair_id", "name"], how="left")
-    # n_candidates: the target side of the concept's CC group; without a group, the pair's visible
-    # target keypoints of that concept.
+    # n_candidates: the target side of the concept's CC group, else the pair's visible targets of the concept
     from_groups = groups[["pair_id", "concept", "n_candidates"]].drop_duplicates(["pair_id", "concept"])
     from_trg = trg_concepts.groupby(["pair_id", "concept"]).size().rename("n_trg").reset_index()
     soc = soc.merge(from_groups, on=["pair_id", "concept"], how="left").merge(

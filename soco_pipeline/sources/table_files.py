@@ -1,11 +1,4 @@
-"""Workbooks made elsewhere (an xlsx, or a .tsv / .csv) read by what their bytes are, not only by their name.
-
-- an xlsx (a zip: `PK\\x03\\x04`) is read as a workbook whatever its name (an xlsx saved as `.tsv`);
-- text with a byte-order mark is decoded by it (UTF-8, UTF-16 LE / BE: what Excel's "Unicode text" writes);
-- other text must be UTF-8: any other encoding (Latin-1, Windows-1252 ...) cannot be told apart from the bytes
-  alone, so it is refused with the file, the line and byte, and the fix (save it as UTF-8), never guessed;
-- UTF-16 without a byte-order mark (NUL bytes in text) and Excel 97-2003 `.xls` files are refused the same way.
-"""
+"""Workbooks made elsewhere read by what their bytes are; an unknown encoding is refused, never guessed."""
 
 from __future__ import annotations
 
@@ -29,8 +22,7 @@ class TableFileError(ValueError):
 
 
 def decode_text(data: bytes, path: str) -> str:
-    """The text of a .tsv / .csv file: by its byte-order mark, else UTF-8; TableFileError naming the file,
-    line and byte when it is neither (another encoding, UTF-16 without a mark)."""
+    """The text of a .tsv / .csv file: by its byte-order mark, else UTF-8, else TableFileError."""
     for bom, codec in BOMS:
         if data.startswith(bom):
             return data.decode(codec)
@@ -55,8 +47,7 @@ def decode_text(data: bytes, path: str) -> str:
 
 
 def read_table_file(path: str | Path, dtype: type | None = None) -> pd.DataFrame:
-    """A workbook's first sheet, or a .tsv (tab) / .csv (comma) file, read by what its bytes are (see the
-    module's docstring); `dtype` as pandas takes it. FileNotFoundError when there is no such file."""
+    """A workbook's first sheet, or a .tsv / .csv file, read by what its bytes are."""
     path = Path(path)
     data = path.read_bytes()
     if data.startswith(XLSX_MAGIC):

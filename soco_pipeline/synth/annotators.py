@@ -34,9 +34,7 @@ def simulate_clicks(
     rng: np.random.Generator,
     noise: ClickNoise = ClickNoise(),
 ) -> pd.DataFrame:
-    """RawClickSchema rows for one image, one per (keypoint, annotator): Gaussian noise and occasional gross
-    outliers on visible keypoints (clipped into the image), NaN clicks on invisible ones, sometimes one
-    annotator disagreeing on visibility."""
+    """RawClickSchema rows for one image, one per (keypoint, annotator), with noise and outliers."""
     k, a = len(keypoints), noise.n_annotators
     long_side = max(width, height)
     vis = np.repeat(np.asarray(visible, bool)[:, None], a, axis=1)

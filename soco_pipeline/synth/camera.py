@@ -1,10 +1,4 @@
-"""A perspective camera posed ImageNet3D-style: azimuth, elevation, in-plane theta, distance.
-
-Convention: the camera sits at distance * (cos e cos a, cos e sin a, sin e) in the object frame and
-looks at the origin, so azimuth 0 sees the object's front (+x) and azimuth 90 degrees its left side
-(+y). Theta rotates the image about the optical axis (positive = counter-clockwise in the image).
-Image coordinates: x right, y down, origin at the top-left pixel corner (pixel centres at +0.5).
-"""
+"""A perspective camera posed ImageNet3D-style (azimuth 0 sees the front, +x); pixel centres at +0.5."""
 
 from __future__ import annotations
 
@@ -16,8 +10,7 @@ import numpy as np
 
 @dataclass
 class Camera:
-    """Extrinsics (R world->camera rows, centre C) and intrinsics (focal, principal point, size); the pose
-    fields are fixed after construction (centre and rotation are cached), px and py may change."""
+    """Extrinsics (R world->camera rows, centre C) and intrinsics; the pose fields are fixed (cached)."""
 
     azimuth: float
     elevation: float

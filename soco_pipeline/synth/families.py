@@ -1,14 +1,4 @@
-"""The 16 hand-modelled shape families, built from primitives, each pinning its taxonomy keypoints.
-
-Object frame: +x is the object's front, +y its LEFT (as it faces forward), +z up, ground at z = 0.
-Families share structure on purpose (four wheels on every vehicle, four legs on every piece of
-furniture and every animal) so that keypoints inherited from a common taxonomy ancestor sit on
-corresponding parts across categories (the basis of Cross-SOC).
-
-Every builder takes `p` (shape parameters, see FAMILY_PARAMS, read from assets/synth_families.yaml),
-`col` (colours) and `want` (the set of keypoints the category has; optional parts such as sirens or door
-handles are built only when their keypoints are wanted).
-"""
+"""The 16 hand-modelled shape families; object frame: +x front, +y LEFT, +z up, ground at z = 0."""
 
 from __future__ import annotations
 
@@ -389,7 +379,6 @@ def build_quadruped(b: Builder, p: dict, col: dict, want: set[str]) -> None:
     torso = b.add(ellipsoid("torso", (0, 0, zt), (bl / 2, bw / 2, bh / 2), fur, texture=tex))
     for side, sy in LR:
         b.kp(f"animal_{side}_shoulder", torso, (0.3 * bl, 0, zt + 0.12 * bh), (0, sy, 0))
-    # Legs.
     lr_ = p["leg_r"]
     for fb, sx in (("front", 1.0), ("back", -1.0)):
         for side, sy in LR:
@@ -405,7 +394,6 @@ def build_quadruped(b: Builder, p: dict, col: dict, want: set[str]) -> None:
             b.kp(f"animal_{side}_{fb}_thigh", up, thigh_pt, (0, sy, 0), slack=lr_)
             b.kp(f"animal_{side}_{fb}_knee", lo, knee + 0.1 * (ankle - knee), (0, sy, 0), slack=lr_)
             b.kp(f"animal_{side}_{fb}_paw", paw, paw_c, (0.5, sy, 0.3), slack=0.5 * lr_)
-    # Neck and head.
     na = np.radians(p["neck_angle"])
     n0 = np.array([0.4 * bl, 0, zt + 0.15 * bh])
     n1 = n0 + p["neck_len"] * np.array([np.cos(na), 0, np.sin(na)])

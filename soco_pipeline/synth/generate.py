@@ -29,8 +29,7 @@ def hand_modelled(tax: Taxonomy) -> list[str]:
 
 
 def plan(categories: list[str], n_kept: int, seed: int, tax: Taxonomy) -> list[tuple[str, int, str]]:
-    """(category, index, intended_reject) for every image: n_kept kept plus ~10% rejects per category at
-    seeded positions, their reasons cycling from a category-dependent offset so every reason occurs."""
+    """(category, index, intended_reject) for every image: n_kept plus ~10% seeded rejects."""
     n_rej = math.ceil(REJECT_FRACTION * n_kept)
     out = []
     for cat in categories:
@@ -41,10 +40,6 @@ def plan(categories: list[str], n_kept: int, seed: int, tax: Taxonomy) -> list[t
         label = {i: reasons[(crc + j) % len(reasons)] for j, i in enumerate(rej_idx)}
         out.extend((cat, i, label.get(i, "")) for i in range(n_kept + n_rej))
     return out
-
-
-def _source(tax: Taxonomy, category: str) -> str:
-    return "animal3d" if tax.supercategory(category) == "animals" else "imagenet3d"
 
 
 def _pose(cam) -> dict[str, float]:
@@ -110,7 +105,7 @@ def _one_image(task: tuple[str, str, int, str, int]) -> dict:
     root, category, index, reject, seed = task
     tax = load_taxonomy()
     image_id = f"{category}_{index:04d}"
-    source = _source(tax, category)
+    source = "animal3d" if tax.supercategory(category) == "animals" else "imagenet3d"
     scene = make_scene(category, index, seed, reject, tax)
     rng = np.random.default_rng([int(seed), zlib.crc32(category.encode()), int(index), 1])
     rel_img = f"{source}/images/{category}/{image_id}.JPEG"
@@ -195,10 +190,7 @@ def generate_dataset(
     images_per_category: int | None = None,
     workers: int | None = None,
 ) -> dict:
-    """Generate the embedded benchmark under `root` and return its manifest: `size` demo (16 x 24 kept images)
-    or full (100 x 40), plus ~10% intended rejects, unless `categories` / `images_per_category` override it.
-    The same seed gives byte-identical files; `workers` processes (default 2 above 64 images, else
-    in-process)."""
+    """Generate the embedded benchmark under `root` and return its manifest; the same seed, the same bytes."""
     if size not in SIZES:
         raise ValueError(f"unknown size {size!r}: use one of {sorted(SIZES)}")
     tax = load_taxonomy()

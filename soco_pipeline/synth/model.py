@@ -12,8 +12,7 @@ from .primitives import Primitive, intersect
 
 @dataclass
 class ObjectModel:
-    """A built object instance in its object frame (+x front, +y left, +z up), centred on its bbox; `kp_slack`
-    is the depth tolerance of keypoints on thin parts (a leg's cap centre lies behind its front surface)."""
+    """A built object instance in its object frame; `kp_slack`: thin parts' keypoint depth tolerance."""
 
     category: str
     prims: list[Primitive]
@@ -63,8 +62,7 @@ class Builder:
         return prim
 
     def kp(self, name: str, prim: Primitive, through, direction, slack: float = 0.0) -> None:
-        """Pin keypoint `name` at the surface point of `prim` facing `direction` on the line through `through`
-        (walked from outside against `direction`: +y for the outer face of a left wheel)."""
+        """Pin keypoint `name` at the surface point of `prim` facing `direction` through `through`."""
         d = np.asarray(direction, float)
         d = d / np.linalg.norm(d)
         q = np.asarray(through, float)

@@ -1,9 +1,4 @@
-"""Analytic 3D primitives (box, tapered cylinder, ellipsoid) with vectorized ray intersection.
-
-Every primitive lives in its own local frame: world = rot @ local + center. Rays are intersected in
-that frame, vectorized over all rays at once; the ray parameter is preserved by the rigid transform
-(and by the per-axis scaling used for ellipsoids), so `t` is directly comparable across primitives.
-"""
+"""Analytic 3D primitives (box, tapered cylinder, ellipsoid), rays intersected in their local frame."""
 
 from __future__ import annotations
 
@@ -17,9 +12,7 @@ _EPS = 1e-9
 
 @dataclass
 class Primitive:
-    """One solid part of an object: box (size = half extents), cylinder (r_bottom, r_top, half_height along
-    local z) or ellipsoid (semi-axes); `texture` (name, params) is evaluated on local hit coordinates by the
-    renderer."""
+    """One solid part: box (half extents), cylinder (r_bottom, r_top, half_height), ellipsoid (semi-axes)."""
 
     kind: str
     part: str
@@ -42,11 +35,10 @@ class Primitive:
 
     def outline_points(self) -> np.ndarray:
         """Surface points (object frame) that outline the primitive, for projected-extent estimates."""
+        g = np.array(np.meshgrid([-1, 0, 1], [-1, 0, 1], [-1, 0, 1])).reshape(3, -1).T
         if self.kind == BOX:
-            g = np.array(np.meshgrid([-1, 0, 1], [-1, 0, 1], [-1, 0, 1])).reshape(3, -1).T
             return self.to_world(g * self.size)
         if self.kind == ELLIPSOID:
-            g = np.array(np.meshgrid([-1, 0, 1], [-1, 0, 1], [-1, 0, 1])).reshape(3, -1).T
             g = g[np.abs(g).sum(1) > 0].astype(float)
             g /= np.linalg.norm(g, axis=1, keepdims=True)
             return self.to_world(g * self.size)
@@ -87,30 +79,21 @@ def rot_y(angle: float) -> np.ndarray:
     return np.array([[c, 0.0, s], [0.0, 1.0, 0.0], [-s, 0.0, c]])
 
 
+def _solid(kind: str, part: str, center, rot, size, color, texture) -> Primitive:
+    rot = np.eye(3) if rot is None else np.asarray(rot)
+    return Primitive(
+        kind, part, np.asarray(center, float), rot, np.asarray(size, float), np.asarray(color, float), texture
+    )
+
+
 def box(part: str, center, half, color, rot=None, texture=("plain", {})) -> Primitive:
     """An oriented box with half extents `half`."""
-    return Primitive(
-        BOX,
-        part,
-        np.asarray(center, float),
-        np.eye(3) if rot is None else np.asarray(rot),
-        np.asarray(half, float),
-        np.asarray(color, float),
-        texture,
-    )
+    return _solid(BOX, part, center, rot, half, color, texture)
 
 
 def ellipsoid(part: str, center, axes, color, rot=None, texture=("plain", {})) -> Primitive:
     """An ellipsoid with semi-axes `axes` along its local x, y, z."""
-    return Primitive(
-        ELLIPSOID,
-        part,
-        np.asarray(center, float),
-        np.eye(3) if rot is None else np.asarray(rot),
-        np.asarray(axes, float),
-        np.asarray(color, float),
-        texture,
-    )
+    return _solid(ELLIPSOID, part, center, rot, axes, color, texture)
 
 
 def limb(part: str, p0, p1, r0: float, r1: float, color, texture=("plain", {})) -> Primitive:
@@ -118,20 +101,11 @@ def limb(part: str, p0, p1, r0: float, r1: float, color, texture=("plain", {})) 
     p0, p1 = np.asarray(p0, float), np.asarray(p1, float)
     axis = p1 - p0
     h = np.linalg.norm(axis) / 2
-    return Primitive(
-        CYLINDER,
-        part,
-        (p0 + p1) / 2,
-        rotation_from_z(axis),
-        np.array([r0, r1, h]),
-        np.asarray(color, float),
-        texture,
-    )
+    return _solid(CYLINDER, part, (p0 + p1) / 2, rotation_from_z(axis), [r0, r1, h], color, texture)
 
 
 def intersect(prim: Primitive, origin: np.ndarray, dirs: np.ndarray) -> np.ndarray:
-    """Ray parameters t (+inf on a miss) where rays origin + t * dirs (object frame; dirs (N, 3)) first hit
-    the primitive; `surface` gives the hits' local points and normals."""
+    """Ray parameters t (+inf on a miss) of the first hit of rays origin + t * dirs (object frame)."""
     d = dirs @ prim.rot
     o = (origin - prim.center) @ prim.rot
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):

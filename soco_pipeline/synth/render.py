@@ -1,8 +1,4 @@
-"""Vectorized ray-casting renderer: z-buffer, part-identity map, Lambert shading, keypoint visibility.
-
-Each primitive is ray-cast only over the pixels inside its projected screen box, all those pixels at
-once; the nearest hit wins (a z-buffer with min depth).
-"""
+"""Vectorized ray-casting renderer: z-buffer, part-identity map, Lambert shading, keypoint visibility."""
 
 from __future__ import annotations
 
@@ -84,8 +80,10 @@ def render(model: ObjectModel, cam: Camera, light: np.ndarray | None = None) -> 
     light_world = (light / np.linalg.norm(light)) @ cam.rotation  # camera frame -> object frame
     origin = cam.center
     pids = model.prim_part_ids
+    corners = np.array(np.meshgrid([-1, 1], [-1, 1], [-1, 1])).reshape(3, -1).T
     for prim, pid in zip(model.prims, pids, strict=True):
-        uv, z = cam.project(_box_corners(prim))
+        # its local bounding box's corners: a conservative screen box for ray casting
+        uv, z = cam.project(prim.to_world(corners * prim.local_extent()))
         if np.any(z <= 0):
             raise ValueError(f"camera at distance {cam.distance:.3f} is inside part {prim.part!r}")
         x0, y0 = np.floor(uv.min(0)).astype(int) - 1
@@ -111,12 +109,6 @@ def render(model: ObjectModel, cam: Camera, light: np.ndarray | None = None) -> 
     return Render(depth=depth, part=part, color=color.clip(0, 1), mask=part > 0)
 
 
-def _box_corners(prim: Primitive) -> np.ndarray:
-    """Corners of the primitive's local bounding box: a conservative screen box for ray casting."""
-    g = np.array(np.meshgrid([-1, 1], [-1, 1], [-1, 1])).reshape(3, -1).T
-    return prim.to_world(g * prim.local_extent())
-
-
 def keypoint_visibility(
     model: ObjectModel,
     cam: Camera,
@@ -124,10 +116,7 @@ def keypoint_visibility(
     rel_tol: float = 2e-3,
     pixel_tol: float = 0.02,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Exact projections (K, 2) and visibility (K,) of the model's keypoints: visible iff inside the image,
-    nothing in front along its exact ray (tolerance `rel_tol` x radius plus thin-part slack) and, given
-    `depth`, within `pixel_tol` x radius of the z-buffer at its pixel (so a silhouette-edge pixel showing
-    background is invisible)."""
+    """Exact projections (K, 2) and visibility (K,): inside the image, unoccluded, matching the z-buffer."""
     uv, z = cam.project(model.kp_xyz)
     dirs = cam.rays(uv[:, 0], uv[:, 1])
     zbuf = np.full(len(uv), np.inf)

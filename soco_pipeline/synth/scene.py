@@ -60,9 +60,7 @@ def frame_camera(
     rng: np.random.Generator | None = None,
     focal: float | None = None,
 ) -> Camera:
-    """A camera at the given pose whose view of the object fills about `area` of the image (the distance
-    scaled, capped to fit with a margin), the principal point placed so the object lies inside (randomly given
-    `rng`)."""
+    """A camera at the given pose whose view fills about `area` of the image, the object inside."""
     pts = model.outline()
     radius = model.radius
     focal = focal if focal is not None else 1.3 * max(width, height)

@@ -1,9 +1,4 @@
-"""Categories as parametric variants of their family, and per-instance variation.
-
-A category's shape and colour perturbation is derived from its name alone (a CRC32 seed), so a
-`zebra` always differs from a `horse` the same way; a few recognisable traits are spelled out in
-TRAITS (assets/synth_variants.yaml). Each image then jitters proportions and colours with its own RNG.
-"""
+"""Categories as parametric variants of their family (seeded by the name), and per-instance jitter."""
 
 from __future__ import annotations
 
@@ -16,17 +11,12 @@ from ..taxonomy import ASSETS_DIR, Taxonomy, load_taxonomy
 from .families import BUILDERS, FAMILY_PARAMS
 from .model import Builder, ObjectModel
 
-# Recognisable traits per category (shape multipliers "x", fixed colours, fur patterns), the palettes of the
-# categories without a fixed colour, and the families' fur colours: data, in the assets folder.
+# Recognisable traits per category, the palettes and the families' fur colours.
 VARIANTS = yaml.safe_load((ASSETS_DIR / "synth_variants.yaml").read_text())
 TRAITS: dict[str, dict] = VARIANTS["traits"]
 PALETTES: dict[str, list[list[int]]] = VARIANTS["palettes"]
 FAMILY_FUR: dict[str, list[list[int]]] = VARIANTS["family_fur"]
 HAND_SHAPE_JITTER = 0.06
-
-
-def _name_rng(category: str) -> np.random.Generator:
-    return np.random.default_rng([0x50C0, zlib.crc32(category.encode())])
 
 
 def category_params(category: str, taxonomy: Taxonomy | None = None) -> tuple[str, dict[str, float], dict]:
@@ -41,7 +31,7 @@ def category_params(category: str, taxonomy: Taxonomy | None = None) -> tuple[st
     params = dict(FAMILY_PARAMS[family])
     traits = dict(TRAITS.get(category, {}))
     if family != category:
-        rng = _name_rng(category)
+        rng = np.random.default_rng([0x50C0, zlib.crc32(category.encode())])
         for k in sorted(params):
             if k in ("trunk", "horns", "tusks", "ear_up", "lid", "bulge", "spout_len") or params[k] == 0:
                 continue

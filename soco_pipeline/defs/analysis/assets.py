@@ -1,5 +1,4 @@
-"""Analysis assets: global-feature metrics and the linear probe per backbone partition (from the feature
-cache, no backbone runs), and the correlation study over the leaderboard, user tables and OmniProbe."""
+"""Analysis assets: global-feature metrics and the linear probe per backbone, and the correlation study."""
 
 import base64
 
@@ -33,9 +32,7 @@ def global_metrics(
     image_set: pd.DataFrame,
     taxonomy: pd.DataFrame,
 ) -> TableResult:
-    """kNN top-1/top-5 (k = 20, 100, 200; T = 0.07) and retrieval mAP of mean-pooled maps, class tokens and the
-    shared global features (FG-BMK's input policy), on the category and fine-grained (category within family)
-    tracks; read from the feature cache, no backbone runs."""
+    """kNN top-1/top-5 and retrieval mAP of pooled maps, class tokens and global features, from the cache."""
     from soco_pipeline.analysis.global_metrics import global_metrics as compute
     from soco_pipeline.features import read_global, resolve_folder
 
@@ -49,8 +46,7 @@ def global_metrics(
         context.partition_key,
         family_of=run_taxonomy(taxonomy).family,
         seed=soco.seed,
-        train_fraction=config.train_fraction,
-        temperature=config.temperature,
+        **config.model_dump(),  # train_fraction, temperature
         log=context.log.info,
         global_features=read_global(
             resolve_folder(global_feature_manifest.folder.iloc[0], soco.features_root), images.image_id
@@ -104,14 +100,7 @@ def probe_metrics(
     from soco_pipeline.analysis.linear_probe import ProbeConfig
     from soco_pipeline.analysis.linear_probe import probe_metrics as compute
 
-    cfg = ProbeConfig(
-        seed=soco.seed,
-        train_fraction=config.train_fraction,
-        steps=config.steps,
-        lr=config.lr,
-        temperature=config.temperature,
-        targets_per_step=config.targets_per_step,
-    )
+    cfg = ProbeConfig(seed=soco.seed, **config.model_dump())  # ProbeAssetConfig's fields are ProbeConfig's
     protocol = soco.protocol()
     df = compute(
         feature_store(soco, feature_manifest),
@@ -157,10 +146,7 @@ def correlation(
     leaderboard: pd.DataFrame | None,
     fgbmk_leaderboard: pd.DataFrame | None,
 ) -> TableResult:
-    """Pearson r / Spearman rho of each benchmark score (SOC, CC, ImageNet kNN; our leaderboard's columns)
-    with each downstream task and metric (the FG-BMK backbones' fine-grained scores among them, task
-    `fgbmk`), seeded 10,000-resample bootstrap CIs, paired delta r; the Fig. 4-like figure in the metadata
-    and as PNG/SVG under <storage>/figures/."""
+    """Pearson r / Spearman rho of each benchmark score with each downstream metric, bootstrap CIs, Fig. 4."""
     from soco_pipeline.analysis import reference as ref
     from soco_pipeline.analysis.correlation import (
         ANALYSIS_CONFIG,

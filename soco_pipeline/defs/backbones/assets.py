@@ -1,5 +1,4 @@
-"""The backbones group (one dynamic partition per spec file in assets/backbones/): the spec file as an
-observable source asset -> feature cache -> predictions -> metrics; the leaderboard over every partition."""
+"""The backbones group (a partition per spec file): spec -> features -> predictions -> metrics -> board."""
 
 import dagster as dg
 import pandas as pd
@@ -31,8 +30,7 @@ from soco_pipeline.features.policy import GLOBAL_CODE_VERSION
 from soco_pipeline.tasks.core import SOCO
 
 GROUP = "backbones"
-# Dagster's code version of each per-backbone asset: bump it when the code changes what the asset computes.
-# The feature cache's own spec hash reuses FEATURE_CODE_VERSION, because its files outlive Dagster's records.
+# Dagster's code version of each per-backbone asset (the cache's spec hash uses FEATURE_CODE_VERSION too).
 CODE_VERSIONS = {
     "feature_manifest": FEATURE_CODE_VERSION,
     "global_feature_manifest": GLOBAL_CODE_VERSION,
@@ -61,9 +59,7 @@ def protocol_observation(soco: SocoSettings):
     description="A backbone's spec file (assets/backbones/<name>.yaml); data version: its hash.",
 )
 def backbone_spec(context: dg.AssetExecutionContext, soco: SocoSettings) -> dg.DataVersionsByPartition:
-    """A backbone's spec file (assets/backbones/<name>.yaml); its data version is the file's content hash.
-
-    Observed by the spec sensor when a file appears or changes, and by feature_manifest when it reads it."""
+    """Observed by the spec sensor on a change, and by feature_manifest when it reads it."""
     from soco_pipeline.backbones.spec_files import scan_specs
 
     current, _ = scan_specs(soco.backbones_dir)
@@ -77,15 +73,12 @@ def backbone_spec(context: dg.AssetExecutionContext, soco: SocoSettings) -> dg.D
     description="The evaluation protocol (assets/protocol.yaml); data version: its version_hash.",
 )
 def evaluation_protocol(soco: SocoSettings) -> dg.DataVersion:
-    """The evaluation protocol (assets/protocol.yaml or the resource's protocol_path); its data version is
-    ProtocolConfig.version_hash(). Observed after each weekly re-evaluation tick (so that an edited file makes
-    the backbones stale), and by predictions and metrics, which read it through the resource."""
+    """Observed after each weekly re-evaluation tick (an edited file makes the backbones stale)."""
     return dg.DataVersion(soco.protocol().version_hash())
 
 
 def cache_table(name: str, **kwargs):
-    """Decorator of a per-backbone output of the feature cache: it runs the backbone (the gpu pool), reads the
-    spec file, and re-evaluates like the tables it feeds; code version CODE_VERSIONS[name]."""
+    """Decorator of a per-backbone feature-cache output (gpu pool, reads the spec)."""
     return partition_table(
         backbones_partitions,
         group_name=GROUP,
@@ -100,8 +93,7 @@ def cache_table(name: str, **kwargs):
 
 
 def cache_context(soco: SocoSettings) -> dict:
-    """The BackboneContext the feature cache builds backbones with: the embedded data root (oracles) and the
-    run's device (the spec's own when that is auto)."""
+    """The BackboneContext of the feature cache: the embedded data root (oracles) and the run's device."""
     return {"embedded_root": soco.embedded_root, "device": soco.device}
 
 
@@ -109,11 +101,7 @@ def cache_context(soco: SocoSettings) -> dict:
 def feature_manifest(
     context: dg.AssetExecutionContext, soco: SocoSettings, launcher: StepLauncher, image_set: pd.DataFrame
 ) -> TableResult:
-    """Dense features of every image for one backbone: fp16 C×h×w tensors in the cache, and their manifest.
-
-    Resumable: images already in the cache for this spec are not recomputed. The extraction is the
-    `features` payload, run where the launcher resource says (in-process, Celery, Slurm, Kubernetes).
-    """
+    """Dense features of every image for one backbone: fp16 C×h×w tensors in the cache, and their manifest."""
     backbone = context.partition_key
     context.log_event(observation("backbone_spec", spec_version(soco, backbone), backbone))
     result = launcher.run(
@@ -134,12 +122,7 @@ def feature_manifest(
 def global_feature_manifest(
     context: dg.AssetExecutionContext, soco: SocoSettings, launcher: StepLauncher, image_set: pd.DataFrame
 ) -> TableResult:
-    """Global features of every image for one backbone: the shared cache's global output (the class tokens of
-    the last two blocks and the last block's patch mean) at the run's input policy; global_metrics scores them.
-
-    Resumable and shared: images already cached for this (spec, policy) are not recomputed, whichever family
-    asked first. The extraction is the `global_features` payload, run where the launcher resource says.
-    """
+    """Global features of every image for one backbone at the run's input policy, for global_metrics."""
     backbone = context.partition_key
     result = launcher.run(
         context,
@@ -157,8 +140,7 @@ def global_feature_manifest(
 
 
 def backbone_table(name: str, kinds: set[str] | None = None, **kwargs):
-    """Decorator of a per-backbone evaluation table that reads the protocol: its group, partitions, code version
-    (CODE_VERSIONS[name]) and the protocol as a dependency."""
+    """Decorator of a per-backbone evaluation table with the protocol as a dependency."""
     return partition_table(
         backbones_partitions,
         group_name=GROUP,
@@ -329,11 +311,8 @@ def leaderboard(
     global_metrics: dict[str, pd.DataFrame],
     published_gap: dict[str, pd.DataFrame],
 ) -> TableResult:
-    """One row per backbone: CC, SOC, SOC-geo, Cross-SOC, the drops, per-super-category SOC, 4-choice, at the
-    protocol's headline alpha; kNN top-1 and retrieval mAP from the global_metrics partitions so far.
-
-    Backbones whose spec file was deleted keep their row, marked `spec_present = false`.
-    """
+    """One row per backbone: CC, SOC, SOC-geo, Cross-SOC, the drops, per-super-category SOC, 4-choice, kNN and
+    mAP at the headline alpha; a deleted spec's row stays, marked `spec_present = false`."""
     import base64
 
     from soco_pipeline.analysis.leaderboard import leaderboard as build_leaderboard
@@ -360,13 +339,11 @@ def leaderboard(
         global_metrics=pd.concat(global_metrics.values(), ignore_index=True) if global_metrics else None,
     )
     board["spec_present"] = board["backbone"].isin(spec_names(soco.backbones_dir))
-    # partial (subset) rows flagged, 95% CI columns of the headline metrics beside their values
     board = add_interval_columns(mark_partial(board, subsets_of(all_metrics)), all_metrics)
     # the published SOC of the model a spec names (`reference:`), the difference and the knobs that differ
     refs, knobs = spec_references(soco.backbones_dir, protocol)
     comparison = compare_to_published(board_values(board, SOCO.name), refs, knobs, load_published())
     board = published_columns(board, comparison, SOCO.name)
-    # why it differs: the gap measured knob by knob (published_gap), one sentence per model
     board = with_gap_notes(board, partition_rows({m: t for m, t in published_gap.items() if len(t)}))
     img = base64.b64encode(leaderboard_png(board, protocol.headline_alpha)).decode()
     return TableResult(

@@ -1,10 +1,4 @@
-"""The backbones group's job and spec-folder sensor; the weekly re-evaluation is an automation condition.
-
-The sensor adds a partition for a new spec file, re-runs a changed spec's partition of every per-model table
-(SOCO's and every started family's) and deletes a deleted spec's partition, observing `model_specs` so the
-boards drop its rows; weekly, shared/automation.REEVALUATED requests each stale partition once
-(docs/pipeline.md).
-"""
+"""The backbones group's job and spec-folder sensor."""
 
 import dagster as dg
 
@@ -26,9 +20,8 @@ backbone_job = dg.define_asset_job(
     selection=dg.AssetSelection.assets(*BACKBONE_ASSETS),
     description="Features, predictions and metrics of one backbone partition (what a backfill runs).",
 )
-# What a changed spec re-runs: SOCO's per-backbone assets and every family's per-model tables
-# (shared/automation.per_model_assets picks those of the families that have started). A job of its own, so
-# that a backfill of `evaluate_backbone` still runs SOCO's four steps per partition only.
+# What a changed spec re-runs, in every started family; a job of its own so that a backfill of
+# `evaluate_backbone` still runs SOCO's four steps only.
 backbone_change_job = dg.define_asset_job(
     "rerun_changed_backbone",
     selection=dg.AssetSelection.assets(*BACKBONE_ASSETS) | per_model_selection("backbones"),

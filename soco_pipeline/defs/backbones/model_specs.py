@@ -1,9 +1,4 @@
-"""`model_specs`: the set of model spec files present (backbones and LVLMs), as one observable source.
-
-Its data version is a hash of every `backbones` and `lvlms` partition; the spec sensors observe it when a
-spec is removed (a new spec reaches the boards through its partitions' materializations), and every board
-(shared/checks.fan_in_table) depends on it, so a removed spec's rows leave the boards within one automation
-cycle (shared/automation.board_condition)."""
+"""`model_specs`: the model spec files present, one observable source every board depends on."""
 
 import dagster as dg
 

@@ -1,6 +1,4 @@
-"""The backbone's results record (issue 26): spec, protocol, input sizes, versions, timings, counts, CIs and
-per-sample hashes, as JSON beside the metrics (storage/results/records/<backbone>.json), validated against
-assets/results_record.schema.json."""
+"""The backbone's results record (issue 26): JSON validated against assets/results_record.schema.json."""
 
 import dagster as dg
 import pandas as pd
@@ -80,8 +78,7 @@ def results_record(
         else None,
     )
     path = write_named_record(rec, soco.records_root, backbone)
-    # the regression watch's snapshot (SOCO's watch, tasks/core.py: its history asset compares it with the
-    # previous data version's)
+    # the regression watch's snapshot (tasks/core.py)
     watched = {m: r["value"] for m, r in rec["results"].items() if SOCO.watch.watches(m)}
     history.write_snapshot(
         soco.storage_root,

@@ -4,13 +4,7 @@ import dagster as dg
 import pandas as pd
 
 from soco_pipeline import schemas
-from soco_pipeline.defs.shared.checks import (
-    TableResult,
-    TableSpec,
-    columns_of,
-    table_asset,
-    table_multi_asset,
-)
+from soco_pipeline.defs.shared.checks import TableResult, table_asset, table_multi_asset, table_out
 from soco_pipeline.defs.shared.resources import SocoSettings
 from soco_pipeline.defs.shared.specs import run_taxonomy
 from soco_pipeline.taxonomy import load_taxonomy
@@ -41,11 +35,8 @@ def source_config(soco: SocoSettings):
 
 @dg.asset(group_name=GROUP, kinds={"python"}, code_version="1")
 def embedded_dataset(context: dg.AssetExecutionContext, soco: SocoSettings) -> dg.MaterializeResult:
-    """The generated default benchmark (ImageNet3D/Animal3D-style files, clicks, ground truth).
-
-    Generated once per (size, seed); a complete data set (its manifest is written last) is reused.
-    Does nothing when the source is not `embedded`.
-    """
+    """The generated default benchmark (ImageNet3D/Animal3D-style files, clicks, ground truth), once per
+    (size, seed); nothing when the source is not `embedded`."""
     if soco.source != "embedded":
         return dg.MaterializeResult(metadata={"skipped": f"source is {soco.source}"})
     from soco_pipeline.data.embedded import ensure_dataset
@@ -86,12 +77,8 @@ def taxonomy_problems(df: pd.DataFrame) -> list[str]:
 
 @table_asset(check=True, group_name=GROUP, deps=[embedded_dataset], kinds={"pandas"}, code_version="1")
 def taxonomy(context: dg.AssetExecutionContext, soco: SocoSettings) -> TableResult:
-    """The run's taxonomy, one row per (category, keypoint): super-category, concept, defining node, lineage.
-
-    assets/taxonomy.yaml for embedded and raw runs; a soco_release run builds it from the release
-    (its own names; Metadata/keypoint_taxonomy.json for super-categories and templates, with warnings
-    and fallbacks for what it lacks).
-    """
+    """The run's taxonomy, one row per (category, keypoint): assets/taxonomy.yaml, or a soco_release run's own
+    (built from the release, with warnings and fallbacks for what it lacks)."""
     import warnings
 
     if soco.source == "soco_release":
@@ -151,21 +138,13 @@ def raw_keypoints(
 @table_multi_asset(
     group_name=GROUP,
     outs={
-        "image_set": (
-            TableSpec(schemas.ImageSchema),
-            dg.AssetOut(
-                description="The filtered image set: one salient, large object per image.",
-                code_version="1",
-                metadata=columns_of(schemas.ImageSchema),
-            ),
+        "image_set": table_out(
+            schemas.ImageSchema,
+            "The filtered image set: one salient, large object per image.",
+            code_version="1",
         ),
-        "rejected_images": (
-            TableSpec(schemas.RejectedImageSchema),
-            dg.AssetOut(
-                description="Every image the filters dropped, with the reason.",
-                code_version="1",
-                metadata=columns_of(schemas.RejectedImageSchema),
-            ),
+        "rejected_images": table_out(
+            schemas.RejectedImageSchema, "Every image the filters dropped, with the reason.", code_version="1"
         ),
     },
 )

@@ -1,13 +1,4 @@
-"""FG-BMK (fine-grained recognition), the Dagster layer: declarations only; the work is soco_pipeline.tasks.fgbmk.
-
-fgbmk_items (the simulated set, or a user's FG-BMK layout later) -> fgbmk_questions;
-backbones[b]: fgbmk_global_features[b] (pool gpu) -> fgbmk_metrics[b] + fgbmk_probe_predictions[b] (one body),
-fgbmk_robustness[b] (pool gpu);
-lvlms[m]: fgbmk_answers[m] -> fgbmk_lvlm_metrics[m]; all -> fgbmk_leaderboard and fgbmk_findings (the paper's
-five findings checked on our tables).
-The config is `soco.fgbmk_config_path` ($SOCO_FGBMK_CONFIG) or assets/fgbmk.yaml at the scale of
-SocoSettings.dataset_size.
-"""
+"""FG-BMK (fine-grained recognition), the Dagster layer: declarations only; the work is tasks/fgbmk."""
 
 import dagster as dg
 import pandas as pd
@@ -23,20 +14,14 @@ from soco_pipeline.tasks.fgbmk import schemas
 
 
 def fgbmk_reads(spec, cfg) -> dict:
-    """The spec fields FG-BMK's tables read: its global features and attacks take the family's own input
-    policy (cfg.global_features), so the spec's `input` only where a dense-only backbone runs at it."""
+    """The spec fields FG-BMK reads: `input` only where a dense-only backbone runs at it."""
     from soco_pipeline.backbones.reads import computation
     from soco_pipeline.features.policy import global_reads
 
     return global_reads(computation(spec), spec.kind, cfg.global_features)
 
 
-# 5: the 95% CI of each accuracy (bootstrap over test images / questions, the config's seed) in fgbmk_metrics,
-# fgbmk_lvlm_metrics and the board. 4: fgbmk_probe_predictions (the probe's per-image outcomes, the watch's
-# paired test) beside fgbmk_metrics.
-# 2: per-class top-1 in fgbmk_metrics, demo scale, one SGD loop. 3: the release's probe (Adam, its sampler),
-# ids and multi-label rows kept, findings as statistics. Global features from any kind (the SOCO oracles read
-# the part maps the embedded set writes for them); the attacks need pixels (below).
+# 5: each accuracy's 95% CI. Global features from any kind (the oracles read the embedded set's part maps).
 FAMILY = Family.of(fgbmk.SPEC, "fgbmk-5", needs=frozenset({"global_features"}), reads=fgbmk_reads)
 GROUP, CODE_VERSION = FAMILY.name, FAMILY.code_version
 
@@ -46,12 +31,10 @@ def fgbmk_root(soco: SocoSettings, cfg) -> str:
     return soco.task_root(GROUP, "embedded", f"{cfg.scale}-seed{cfg.seed}")
 
 
-# No automation condition on the root: it is materialized on request (the demo, the UI), so that the eager
-# daemon never starts a family nobody asked for; everything below it then follows eagerly.
+# No automation condition on the root, so the eager daemon never starts a family nobody asked for.
 @FAMILY.table(schema=schemas.FgbmkItemSchema, automation_condition=None)
 def fgbmk_items(context: dg.AssetExecutionContext, soco: SocoSettings) -> TableResult:
-    """The simulated fine-grained set (superclass -> class -> subclass, attributes), in FG-BMK's layout; or
-    the config's `dataset` (a published machine-oriented folder)."""
+    """The simulated fine-grained set in FG-BMK's layout, or the config's `dataset` (a published folder)."""
     from soco_pipeline.tasks.fgbmk.embedded import ensure_embedded
     from soco_pipeline.tasks.fgbmk.readers import items_from_dataset, read_machine_dataset
 
@@ -94,9 +77,7 @@ def _context(soco: SocoSettings, cfg) -> dict:
 def fgbmk_global_features(
     context: dg.AssetExecutionContext, soco: SocoSettings, spec, fgbmk_items: pd.DataFrame
 ) -> TableResult:
-    """CLS of the last two blocks and the patch mean per image, from the shared feature cache's global output
-    (extracted once per backbone and input policy); the table lists each image's cache folder and the part
-    sizes."""
+    """CLS of the last two blocks and the patch mean per image, from the shared cache's global output."""
     from soco_pipeline.features import cached_global
 
     cfg = FAMILY.config(soco)
@@ -136,8 +117,7 @@ def fgbmk_metrics(
     fgbmk_global_features: pd.DataFrame,
 ) -> dict[str, TableResult]:
     """Linear-probe top-1/top-5 and retrieval recall@1/mAP at each level, across and within superclasses, and
-    the best probe head's prediction on each test image (across superclasses). The training is the
-    `fgbmk_probe` payload, run where the launcher resource says (in-process, Celery, Slurm, Kubernetes)."""
+    the best probe head's prediction per test image; the training is the `fgbmk_probe` payload."""
     from soco_pipeline.features import resolve_folder
 
     result = launcher.run(
@@ -206,8 +186,7 @@ def fgbmk_answers(
 def fgbmk_lvlm_metrics(
     context: dg.AssetExecutionContext, soco: SocoSettings, fgbmk_answers: pd.DataFrame
 ) -> TableResult:
-    """Accuracy per task/level/form (with its 95% CI), circular accuracy and the knowledge-bias spread of one
-    LVLM."""
+    """Accuracy per task/level/form (95% CI), circular accuracy and knowledge-bias spread of one LVLM."""
     from soco_pipeline.tasks.fgbmk.leaderboard import lvlm_metrics
 
     df = lvlm_metrics(fgbmk_answers, FAMILY.config(soco).seed)
@@ -224,8 +203,7 @@ def fgbmk_leaderboard(
     fgbmk_robustness: dict[str, pd.DataFrame],
     fgbmk_lvlm_metrics: dict[str, pd.DataFrame],
 ) -> TableResult:
-    """Every backbone (probe / retrieval per level, within vs across, robustness) and LVLM (accuracy per
-    level, circular, knowledge-bias spread) evaluated so far."""
+    """Every backbone (probe / retrieval per level, robustness) and LVLM (accuracy, circular, bias) so far."""
     from soco_pipeline.analysis.leaderboard import leaderboard_markdown
     from soco_pipeline.tasks.fgbmk.leaderboard import fgbmk_leaderboard as build
 
@@ -253,8 +231,7 @@ def fgbmk_findings(
     fgbmk_robustness: dict[str, pd.DataFrame],
     fgbmk_lvlm_metrics: dict[str, pd.DataFrame],
 ) -> TableResult:
-    """The paper's five findings on our tables: its figure, ours, and whether it holds (or why it cannot be
-    tested with the backbones evaluated so far)."""
+    """The paper's five findings on our tables: its figure, ours, whether it holds (or why untestable)."""
     from soco_pipeline.tasks.fgbmk.findings import check_findings, findings_markdown
 
     robustness, lvlm = partition_rows(fgbmk_robustness), partition_rows(fgbmk_lvlm_metrics)

@@ -1,9 +1,4 @@
-"""The lvlm group (SOCO-LVLM): one `lvlms` partition per spec file in assets/lvlms/.
-
-lvlm_spec (the spec files, observable) and lvlm_items (unpartitioned: the questions of every setting,
-images marked once) -> lvlm_answers[m] -> lvlm_metrics[m] -> lvlm_leaderboard. The job and the spec
-sensor are in automation.py.
-"""
+"""The lvlm group (SOCO-LVLM): one `lvlms` partition per spec file in assets/lvlms/."""
 
 import dagster as dg
 import pandas as pd
@@ -32,10 +27,7 @@ GROUP = "lvlm"
     description="An LVLM's spec file (assets/lvlms/<name>.yaml); data version: its normalised spec's hash.",
 )
 def lvlm_spec(context: dg.AssetExecutionContext, soco: SocoSettings) -> dg.DataVersionsByPartition:
-    """An LVLM's spec file (assets/lvlms/<name>.yaml); its data version is lvlm/specs.spec_version (the
-    normalised spec: a comment or a loopback server's port changes no answer, so it re-runs nothing).
-
-    Observed by the LVLM spec sensor when a file appears or changes, and by lvlm_answers when it reads it."""
+    """Observed by the LVLM spec sensor on a change, and by lvlm_answers when it reads it."""
     from soco_pipeline.lvlm.specs import scan_specs
 
     current, _ = scan_specs(soco.lvlms_dir)
@@ -59,8 +51,7 @@ def lvlm_items(
     descriptions: pd.DataFrame,
     image_set: pd.DataFrame,
 ) -> TableResult:
-    """SOCO-LVLM questions: four-choice items x settings (vis, vis_desc, desc) x 4 rotations of the options,
-    with the marked source/target images rendered once under storage/lvlm/images."""
+    """SOCO-LVLM questions: four-choice items x settings x 4 option rotations, marked images rendered once."""
     from soco_pipeline.lvlm.items import build_items
 
     proto = soco.lvlm_protocol()
@@ -98,11 +89,8 @@ def lvlm_items(
 def lvlm_answers(
     context: dg.AssetExecutionContext, soco: SocoSettings, config: LvlmRunConfig, lvlm_items: pd.DataFrame
 ) -> TableResult:
-    """One model's answers: raw text, parsed letter (official parser), correctness, latency, attempts, error.
-
-    Cached by request hash: a rerun asks only what is not answered yet. `pool="gpu"` keeps a local
-    model (or a server sharing the GPU) from running beside feature extraction.
-    """
+    """One model's answers: raw text, parsed letter (official parser), correctness, latency, attempts, error;
+    cached by request hash, in the `gpu` pool (a local model must not run beside feature extraction)."""
     from soco_pipeline.evaluation.subsets import apply_item_subset
     from soco_pipeline.lvlm.backends import build_backend
     from soco_pipeline.lvlm.cache import AnswerCache
@@ -145,8 +133,7 @@ def lvlm_answers(
 def lvlm_metrics(
     context: dg.AssetExecutionContext, soco: SocoSettings, lvlm_answers: pd.DataFrame
 ) -> TableResult:
-    """Average and circular accuracy per setting, overall, per super-category and per category (0-100), with
-    the overall ones' 95% CI (bootstrap over categories, the run's seed). 3: the CI."""
+    """Average and circular accuracy (0-100) per setting, overall, per super-category and category, CIs."""
     from soco_pipeline.lvlm.metrics import lvlm_metrics as compute
 
     df = compute(lvlm_answers, seed=soco.seed)
@@ -171,8 +158,7 @@ def lvlm_leaderboard(
     lvlm_metrics: dict[str, pd.DataFrame],
     leaderboard: pd.DataFrame | None,
 ) -> TableResult:
-    """Every evaluated LVLM beside the SOCO page's reference figures, the random baselines (25 / 0.39) and
-    the best backbone's four-choice accuracy (when the backbone leaderboard exists)."""
+    """Every evaluated LVLM beside the reference figures, random baselines and the best backbone."""
     from soco_pipeline.analysis.leaderboard import leaderboard_markdown
     from soco_pipeline.backbones.spec_files import spec_names
     from soco_pipeline.evaluation.subsets import mark_partial, partial_display

@@ -1,6 +1,4 @@
-"""The LVLM group's job and spec-folder sensor (assets/lvlms/, treated as the backbone sensor treats
-assets/backbones/: a new file adds a partition, a changed file re-runs that model in every started family,
-a deleted one loses its partition and its rows leave every board; an empty folder is fine)."""
+"""The LVLM group's job and spec-folder sensor (assets/lvlms/; an empty folder is fine)."""
 
 import dagster as dg
 

@@ -1,16 +1,10 @@
-"""MMVMBench object matching, the Dagster layer (declarations only; the domain core is tasks/mmvm).
-
-mmvm_cases / mmvm_images / mmvm_objects (one generation step) -> mmvm_items; mmvm_features[b] (the shared
-feature cache filled for the frames) -> mmvm_predictions[b] (backbones partitions) and mmvm_answers[m] (lvlms partitions, through
-the LVLM harness) -> mmvm_backbone_metrics[b] / mmvm_lvlm_metrics[m] -> mmvm_leaderboard. The data are
-SIMULATED (the embedded renderer); every table says so in its data_source column.
-"""
+"""MMVMBench object matching, the Dagster layer (declarations only; the domain core is tasks/mmvm)."""
 
 import dagster as dg
 import pandas as pd
 
 from soco_pipeline.defs.shared.automation import EAGER
-from soco_pipeline.defs.shared.checks import TableResult, TableSpec, columns_of
+from soco_pipeline.defs.shared.checks import TableResult, TableSpec, table_out
 from soco_pipeline.defs.shared.executors import GPU_STEP_TAGS
 from soco_pipeline.defs.shared.family import Family
 from soco_pipeline.defs.shared.partitions import backbones_partitions, lvlms_partitions
@@ -33,12 +27,8 @@ GROUP, CODE_VERSION = FAMILY.name, FAMILY.code_version
 
 
 def _out(schema, description: str) -> tuple[TableSpec, dg.AssetOut]:
-    return TableSpec(schema), dg.AssetOut(
-        automation_condition=EAGER,
-        code_version=CODE_VERSION,
-        kinds={"pandas"},
-        description=description,
-        metadata=columns_of(schema),
+    return table_out(
+        schema, description, automation_condition=EAGER, code_version=CODE_VERSION, kinds={"pandas"}
     )
 
 
@@ -57,8 +47,7 @@ def _out(schema, description: str) -> tuple[TableSpec, dg.AssetOut]:
     },
 )
 def mmvm_scenes(context: dg.AssetExecutionContext, soco: SocoSettings) -> dict[str, TableResult]:
-    """Two-frame scenes (SIMULATED): cases with their cue codes, the unmarked frames with label maps, and
-    every object with the attributes the cues compare; the frames go under <storage>/mmvm/generated."""
+    """Two-frame scenes (SIMULATED): cases, unmarked frames with label maps, every object's attributes."""
     from soco_pipeline.tasks.mmvm.source import load_scenes
 
     cfg = FAMILY.config(soco)
@@ -78,8 +67,7 @@ def mmvm_items(
     mmvm_objects: pd.DataFrame,
     mmvm_images: pd.DataFrame,
 ) -> TableResult:
-    """The questions: one per (case, candidate count 4/8/12/all), with the published marks and options (the
-    marked frames go under <storage>/mmvm/marked)."""
+    """The questions: one per (case, candidate count 4/8/12/all), with the published marks and options."""
     from soco_pipeline.tasks.mmvm.source import source_items
 
     cfg = FAMILY.config(soco)
@@ -135,9 +123,8 @@ def mmvm_predictions(
     mmvm_objects: pd.DataFrame,
     mmvm_images: pd.DataFrame,
 ) -> TableResult:
-    """One backbone's answers: mask-pooled descriptors from the cached maps mmvm_features lists, cosine
-    argmax, a None threshold chosen by the config's none_rule; zero-shot and with the contrastive head. A kind without
-    pixels or dense maps (the SOCO oracles): the contract's not-applicable rows."""
+    """One backbone's answers: mask-pooled descriptors, cosine argmax, a None threshold by the config's
+    none_rule; zero-shot and with the contrastive head."""
     from soco_pipeline.tasks.mmvm.backbone_eval import backbone_predictions
 
     tables = {"items": mmvm_items, "cases": mmvm_cases, "objects": mmvm_objects, "images": mmvm_images}
@@ -164,9 +151,8 @@ def mmvm_predictions(
 def mmvm_answers(
     context: dg.AssetExecutionContext, soco: SocoSettings, mmvm_items: pd.DataFrame
 ) -> TableResult:
-    """One LVLM's answers to the test items (both marked frames and the question): raw text, parsed letter,
-    extraction method (exact matching; the config's judge when it names one), through the harness's cache and
-    retries."""
+    """One LVLM's answers to the test items: raw text, parsed letter, extraction method (exact matching, or
+    the config's judge), through the harness's cache and retries."""
     from soco_pipeline.lvlm.backends import build_backend
     from soco_pipeline.lvlm.cache import AnswerCache
     from soco_pipeline.tasks.mmvm.answers import judge_from_config, run_lvlm

@@ -19,9 +19,7 @@ def sample_hashes(
     image_pairs: pd.DataFrame,
     correspondences: pd.DataFrame,
 ) -> TableResult:
-    """The input hash of every evaluated pair (image contents, keypoints, correspondences, the protocol's
-    matching hash), as the results records carry them; the task hash over them and the matching hash in the
-    metadata (results_record uses these rows when the matching hash is its protocol's)."""
+    """The input hash of every evaluated pair, as the results records carry them, and the task hash."""
     from soco_pipeline.trust.hashes import pair_hashes, task_hash
 
     ev = image_pairs[image_pairs["evaluated"].astype(bool)]

@@ -1,8 +1,4 @@
-"""The results group: storage/results.duckdb, views over every published table (its one writer).
-
-`results_database` is built by `results_database_asset(families)`, called by defs/definitions.py once every
-group folder is loaded: its upstream summaries are SOCO's and those of every declared Family (the boards each
-declares with `@FAMILY.board`), so a new family's boards need no line here."""
+"""The results group: storage/results.duckdb, views over every published table (its one writer)."""
 
 from collections.abc import Iterable
 
@@ -25,19 +21,13 @@ OPTIONAL_SUMMARIES = (
 )
 
 
-def optional_summaries(families: Iterable[Family]) -> tuple[str, ...]:
-    """OPTIONAL_SUMMARIES and every board of `families`."""
-    return (*OPTIONAL_SUMMARIES, *(board for f in families for board in f.boards))
-
-
 def results_database_asset(families: Iterable[Family]) -> dg.AssetsDefinition:
     """`results_database` over SOCO's leaderboard, OPTIONAL_SUMMARIES and the boards of `families`."""
-    optional = optional_summaries(families)
+    optional = (*OPTIONAL_SUMMARIES, *(board for f in families for board in f.boards))
 
     @dg.asset(
         group_name=GROUP,
-        # every summary table: a view is (re)made once they are written (the per-partition tables before them);
-        # the LVLM, correlation, task-family and headline summaries are optional
+        # every summary table: a view is (re)made once they are written; all but SOCO's board optional
         deps=[dg.AssetKey(name) for name in ("leaderboard", *optional)],
         automation_condition=eager_allowing_missing(*optional),
         op_tags=IN_RUN_PROCESS,
@@ -45,10 +35,8 @@ def results_database_asset(families: Iterable[Family]) -> dg.AssetsDefinition:
         code_version="2",
     )
     def results_database(context: dg.AssetExecutionContext, soco: SocoSettings) -> dg.MaterializeResult:
-        """storage/results.duckdb: views over every result table, for DuckDB SQL (opened read-only by readers).
-
-        The only writer of that file; for tables in an object store there is no file, readers build these
-        views over the bucket themselves (this asset then checks that every table reads)."""
+        """storage/results.duckdb: views over every result table, for DuckDB SQL (its only writer); for tables
+        in an object store, readers build the views themselves and this checks that every table reads."""
         from soco_pipeline.report.results_db import refresh_views
         from soco_pipeline.storage import is_remote
 

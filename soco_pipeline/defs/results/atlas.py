@@ -1,6 +1,4 @@
-"""The protocol-sensitivity atlas (`protocol_atlas`): per family, metric and single-knob change, how far the
-ranking of the board's models moves (Kendall tau with a bootstrap CI over the family's unit, the flipped pairs, the
-largest score change); the oracles are controls, left out. Domain in analysis/protocol_atlas.py."""
+"""The protocol-sensitivity atlas: how far each board's ranking moves per single-knob change."""
 
 import base64
 
@@ -27,9 +25,8 @@ def protocol_atlas(
     tpips_ooo: pd.DataFrame | None,
     fgbmk_probe_predictions: dict[str, pd.DataFrame],
 ) -> TableResult:
-    """Rankings under the shipped protocol against each single-knob change that re-scores stored outputs
-    (SOCO: another alpha, the pooled reduction; MMVM: the forced choice; TPIPS: the majority hit; FG-BMK: the
-    class-balanced top-1): tau [CI], flipped pairs, the largest change."""
+    """Rankings under the shipped protocol against each single-knob change that re-scores stored outputs: tau
+    [CI], flipped pairs, the largest change."""
     from soco_pipeline.analysis.protocol_atlas import (
         atlas_figure_png,
         control_models,

@@ -1,8 +1,4 @@
-"""Why our number differs: `published_gap`, per backbone whose spec names a published model (`reference:`),
-one row per (metric, differing knob) with the measured effect of aligning it (trust/published_gap.py).
-A prediction knob re-runs a variant spec through the feature cache (its own spec hash, so its own folder);
-a scoring knob re-scores; the rest is unexplained, with the reason. Its six input tables are dependencies
-read inside the step, and only when the spec names a reference: a spec without one reads no table."""
+"""Why our number differs: `published_gap`, the measured effect of aligning each differing knob."""
 
 import dagster as dg
 import pandas as pd

@@ -1,5 +1,4 @@
-"""Published figures beside ours: `published_comparison`, one row per (model, family, metric) for every
-model whose spec names the published model it claims to be (`reference:`), with the knobs that differ."""
+"""Published figures beside ours: one row per (model, family, metric) of every spec naming a `reference:`."""
 
 import dagster as dg
 import pandas as pd

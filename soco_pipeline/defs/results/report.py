@@ -8,8 +8,7 @@ from soco_pipeline.defs.shared.executors import IN_RUN_PROCESS
 from soco_pipeline.defs.shared.resources import SocoSettings
 
 
-# after SOCO's board and after model_summary (every family's board is upstream of it), so the page follows a
-# family board too; the summary may be missing (a deployment that never built it)
+# after SOCO's board and model_summary (upstream of every family's board); the summary may be missing
 @dg.asset(
     group_name=GROUP,
     deps=["leaderboard", "model_summary"],
@@ -18,9 +17,7 @@ from soco_pipeline.defs.shared.resources import SocoSettings
     kinds={"html"},
 )
 def results_report(context: dg.AssetExecutionContext, soco: SocoSettings) -> dg.MaterializeResult:
-    """The static results page, storage/report/index.html: every leaderboard with CIs, the correlation figure,
-    the prediction panels and LVLM examples (open it from file:// or with `soco report --serve`), and the same
-    page as one file with its images inlined, storage/report.html."""
+    """The results page, storage/report/index.html, and the same page in one file, storage/report.html."""
     from soco_pipeline.defs.shared.boards import board_materializations
     from soco_pipeline.report.page import build_report, error_bar_markdown
     from soco_pipeline.report.single_file import write_single_file

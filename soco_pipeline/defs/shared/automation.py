@@ -1,11 +1,4 @@
-"""Automation shared by the group folders: the conditions and one tick of a spec-folder sensor.
-
-- `ON_CHANGE` materializes a partition that is new, whose code version changed, or one of whose upstream
-  tables got a new *data version* (the content hash, shared/checks.py) from a run that did not also
-  materialize it: re-materializing unchanged data requests nothing downstream (unlike Dagster's `eager`).
-- `REEVALUATED` is ON_CHANGE or the weekly re-evaluation (`reevaluate_on_cron`, $SOCO_REEVALUATE_CRON); the
-  protocol is observed on the same cron (`observe_on_cron`).
-"""
+"""Automation shared by the group folders: the conditions and one tick of a spec-folder sensor."""
 
 import hashlib
 import json
@@ -20,9 +13,8 @@ from soco_pipeline.settings import variable
 
 AC = dg.AutomationCondition
 EAGER = AC.eager()
-# The observable source assets (spec files, protocol): their changes are handled by the spec sensors' run
-# requests and the weekly re-evaluation (REEVALUATED); an unobserved spec (a partition the sensor has just added) must not
-# hold its partition back as a "missing" dependency.
+# The observable sources: the spec sensors and REEVALUATED handle their changes; an unobserved new spec must
+# not hold its partition back as "missing".
 SOURCES = dg.AssetSelection.assets("backbone_spec", "lvlm_spec", "evaluation_protocol")
 ON_CHANGE = (
     AC.in_latest_time_window()
@@ -42,8 +34,7 @@ REEVALUATE_CRON = variable("SOCO_REEVALUATE_CRON") or "0 3 * * 1"  # Mondays 03:
 
 
 def sensor_interval_s() -> int:
-    """Seconds between two evaluations of the automation condition sensor and the spec-folder sensors
-    ($SOCO_SENSOR_INTERVAL_S, default 15): the daemon's pace from one asset's materialization to the next."""
+    """Seconds between two ticks of the automation and spec-folder sensors ($SOCO_SENSOR_INTERVAL_S)."""
     text = variable("SOCO_SENSOR_INTERVAL_S") or "15"
     try:
         value = int(text)
@@ -55,27 +46,19 @@ def sensor_interval_s() -> int:
 
 
 def daemon_interval(seconds: int) -> int:
-    """A sensor's `minimum_interval_seconds` for a tick every `seconds`: one second less, so that the
-    daemons' 5 s loop never skips a tick that came a moment early (docs/benchmarks.md, the sensor change)."""
+    """A sensor's `minimum_interval_seconds`: one second less, so the daemons' 5 s loop never skips a tick."""
     return max(1, seconds - 1)
 
 
 def daemon_minimum_interval_s() -> int:
-    """The automation and spec-folder sensors' `minimum_interval_seconds`: daemon_interval of
-    sensor_interval_s()."""
+    """The automation and spec-folder sensors' `minimum_interval_seconds`."""
     return daemon_interval(sensor_interval_s())
 
 
 def reevaluate_on_cron(cron: str) -> dg.AutomationCondition:
-    """After each tick of `cron`: request a partition once if it is stale (its code version or an upstream
-    data version changed since it was last requested or materialized): Dagster's `on_cron` with staleness
-    in place of "all deps updated since the tick", which would re-run every partition every period. At most
-    one request per partition per period; a failed run is not requested again (docs/pipeline.md)."""
-    # Two SINCE nodes, not `(code_version_changed | any_deps_match(...)).since_last_handled()`: Dagster keys a
-    # SINCE node's stored state by its children's names only, so that one had ON_CHANGE's key (an OR under a
-    # since_last_handled) and the two shared their state. Under load ON_CHANGE then read this one's trigger
-    # (a dependency updated by the very run that was materializing the asset) and requested `metrics` a
-    # second time while that run was still going (tests/test_automation_state.py).
+    """After each tick of `cron`, request a partition once if stale (`on_cron` would re-run them all)."""
+    # Two SINCE nodes: Dagster keys a SINCE node's state by its children's names only, so one OR under
+    # since_last_handled shared ON_CHANGE's state: `metrics` requested twice (tests/test_automation_state.py).
     stale = (
         AC.code_version_changed().since_last_handled()
         | AC.any_deps_match(AC.data_version_changed()).since_last_handled()
@@ -100,8 +83,7 @@ def observe_on_cron(cron: str) -> dg.AutomationCondition:
     return AC.cron_tick_passed(cron).since_last_handled().with_label(f"observe on cron {cron}")
 
 
-# The per-backbone evaluation: on a change as it happens, and weekly for what only the sources tell (an edited
-# protocol, a spec changed while its sensor was off); each partition decides for itself.
+# Weekly too, for what only the sources tell (an edited protocol, a spec changed while its sensor was off).
 REEVALUATED = (ON_CHANGE | reevaluate_on_cron(REEVALUATE_CRON)).with_label("on_change or stale after cron")
 
 
@@ -109,12 +91,7 @@ MODEL_SPECS = "model_specs"  # the observable source whose data version is the s
 
 
 def board_condition(partitioned: Sequence[str] = (), optional: Sequence[str] = ()) -> dg.AutomationCondition:
-    """A board's (fan-in summary's) condition: Dagster's eager condition, waiting only on what exists.
-
-    Missing partitions of `partitioned` and missing `optional` summaries never hold it back; it waits while
-    an upstream partition (or an input of those per-model tables) is in progress, and one tick after a
-    `partitioned` update, so the per-model tables requested in that tick in runs of their own are not read
-    half-made; it runs when `model_specs` changes. The failures this prevents: docs/pipeline.md."""
+    """A board's condition: Dagster's eager over what exists, one tick after a `partitioned` update."""
     specs = dg.AssetSelection.assets(MODEL_SPECS)
     return (
         AC.in_latest_time_window()
@@ -139,8 +116,7 @@ def specs_version(names: dict[str, list[str]]) -> str:
 
 
 def eager_allowing_missing(*optional: str) -> dg.AutomationCondition:
-    """Dagster's eager condition, except that the upstream assets named in `optional` (inputs read with
-    `allow_missing`, summaries not every deployment has) do not hold the asset back while missing."""
+    """Dagster's eager condition, except that missing `optional` upstream assets do not hold it back."""
     return (
         AC.in_latest_time_window()
         & (AC.newly_missing() | AC.any_deps_updated()).since_last_handled()
@@ -161,8 +137,7 @@ def per_model_selection(partitions: str) -> dg.AssetSelection:
 
 
 def per_model_assets(context: dg.SensorEvaluationContext, partitions: str) -> list[str]:
-    """The per-model tables a changed spec re-runs: every automated table tagged for `partitions`, in every
-    family whose unpartitioned inputs exist (a family nobody started is not started by a spec change)."""
+    """The automated per-model tables a changed spec re-runs, in every family that has started."""
     repo = context.repository_def
     if repo is None:
         return []
@@ -197,10 +172,7 @@ def spec_folder_result(
     label: str,
     source_asset: str,
 ) -> dg.SensorResult:
-    """One tick of a spec-folder sensor (cursor: {name: content hash}): a partition per new valid spec, runs
-    of `assets` and the families' per-model tables for each changed spec, an observation of `source_asset`
-    per new or changed spec, a warning per invalid spec (InvalidSpecError when the tick has nothing else to
-    do). A seen spec whose file is gone loses its partition and `model_specs` is observed anew."""
+    """One tick of a spec-folder sensor (cursor: {name: content hash}); InvalidSpecError if all are bad."""
     seen: dict[str, str] = json.loads(context.cursor) if context.cursor else {}
     current, invalid = scan(folder)
     for name, err in invalid.items():
@@ -264,8 +236,7 @@ def spec_folder_sensor(
     label: str,
     source_asset: str,
 ) -> dg.SensorDefinition:
-    """The sensor `name` watching the spec folder `folder(soco)`: a partition per new spec, a run of `job`'s
-    `assets` for a spec whose file changed, an observation of `source_asset` (see spec_folder_result)."""
+    """The sensor `name` watching the spec folder `folder(soco)` (see spec_folder_result)."""
 
     @dg.sensor(
         name=name,

@@ -1,5 +1,4 @@
-"""When each board was last materialized, and the warning for a board whose file has vanished since: read
-by the summary assets and the results page (trust/headline.py `vanished_boards` decides which)."""
+"""When each board was last materialized, and the warning for a board whose file has vanished since."""
 
 from collections.abc import Iterable
 
@@ -14,8 +13,7 @@ def latest_materialization(instance: dg.DagsterInstance, asset: str) -> pd.Times
 
 
 def board_materializations(instance: dg.DagsterInstance, boards: Iterable[str] | None = None) -> dict:
-    """{board: when it was last materialized (UTC) or None} for `boards` (default: every asset of the
-    instance named `leaderboard` or `*_leaderboard`)."""
+    """{board: when last materialized (UTC) or None} for `boards` (default: every `*leaderboard` asset)."""
     if boards is None:
         keys = instance.get_asset_keys()
         boards = [
@@ -25,8 +23,7 @@ def board_materializations(instance: dg.DagsterInstance, boards: Iterable[str] |
 
 
 def warn_vanished(context: dg.AssetExecutionContext, when: dict, tables_root: str) -> dict:
-    """Log a warning per board that was materialized but whose file is gone (trust/headline.py
-    `vanished_boards`); the asset's metadata that says so ({} when none is)."""
+    """Log a warning per materialized board whose file is gone; the metadata that says so ({} when none)."""
     from soco_pipeline.trust.headline import vanished_boards
 
     gone = vanished_boards(when, tables_root)

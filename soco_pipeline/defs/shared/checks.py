@@ -1,9 +1,4 @@
-"""Table assets: blocking checks on the pandera schemas and the cross-table rules, published only if they pass.
-
-`table_asset` / `table_multi_asset` make every table asset: the body returns a `TableResult`, the blocking
-`schema` check runs on the in-memory table, and only then is the output yielded, with the table's content
-hash as its data version (an unchanged table does not make its downstream stale).
-"""
+"""Table assets behind blocking checks, published only if they pass, their content hash as data version."""
 
 import functools
 import hashlib
@@ -27,11 +22,7 @@ from soco_pipeline.storage import relativize_paths
 
 
 def columns_of(schema: type[pa.DataFrameModel]) -> dict[str, dg.TableSchemaMetadataValue]:
-    """Asset metadata that shows a table's columns (names, types, constraints) in the UI, built by
-    dagster-pandera from our pandera schema. The schema itself is enforced by the blocking `schema` check,
-    which also carries the cross-table rules and the reasons of a failure."""
-    import warnings
-
+    """Asset metadata showing a table's columns in the UI (dagster-pandera); a blocking check enforces it."""
     from dagster_pandera import pandera_schema_to_dagster_type
 
     with warnings.catch_warnings():
@@ -67,9 +58,7 @@ def schema_problems(df: pd.DataFrame, schema: type[pa.DataFrameModel]) -> list[s
 def publish_checked(
     outputs: Iterable[dg.Output], checks: Iterable[dg.AssetCheckResult]
 ) -> Iterator[dg.Output | dg.AssetCheckResult]:
-    """Yield the outputs (the IO manager then writes them) only if every blocking check passed on the
-    in-memory tables; otherwise record the check results, publish nothing (the previous tables stay) and fail
-    the step with the checks' problems."""
+    """Yield the outputs only if every blocking check passed; else record the checks and fail the step."""
     outputs, checks = list(outputs), list(checks)
     failed = [c for c in checks if not c.passed]
     if not failed:
@@ -103,8 +92,7 @@ class TableResult:
 
 
 def content_version(table: pd.DataFrame | pyarrow.Table, storage_root: str | None = None) -> dg.DataVersion:
-    """The data version of a table: a hash of its schema and values (Arrow IPC bytes of one chunk), with paths
-    under `storage_root` as stored (relative to it), so a copied storage root versions its tables alike."""
+    """A table's data version: a hash of its Arrow bytes, paths under `storage_root` stored relative to it."""
     t = table if isinstance(table, pyarrow.Table) else pyarrow.Table.from_pandas(table, preserve_index=False)
     if storage_root is not None:
         t = relativize_paths(t, storage_root)[0]
@@ -117,8 +105,7 @@ def content_version(table: pd.DataFrame | pyarrow.Table, storage_root: str | Non
 
 @dataclass(frozen=True)
 class TableSpec:
-    """How one output table is checked: its pandera schema (columns metadata; validated unless
-    `validate=False`) and whether it has a blocking `schema` check at all."""
+    """How one output table is checked: its pandera schema (validated unless `validate=False`)."""
 
     schema: type[pa.DataFrameModel] | None = None
     validate: bool = True
@@ -135,6 +122,11 @@ class TableSpec:
         if self.schema is not None and self.validate:
             problems += table_problems(asset, result.value, **result.related)
         return check_result(asset, [*problems, *result.problems])
+
+
+def table_out(schema: Any, description: str, **kwargs: Any) -> tuple[TableSpec, dg.AssetOut]:
+    """One output of `table_multi_asset`: `schema`'s check and columns; `kwargs` go to `dg.AssetOut`."""
+    return TableSpec(schema), dg.AssetOut(description=description, metadata=columns_of(schema), **kwargs)
 
 
 def publish_tables(
@@ -193,9 +185,7 @@ def table_asset(
     metadata: dict[str, Any] | None = None,
     **asset_kwargs: Any,
 ) -> Callable[[Callable[..., TableResult]], dg.AssetsDefinition]:
-    """Decorator: a table asset (`dg.asset` arguments pass through) whose body returns a TableResult; a
-    schema shows its columns and adds a blocking `schema` check (`validate=False`: columns only;
-    `check=True`: only the body's problems)."""
+    """Decorator: a table asset whose body returns a TableResult, behind a blocking `schema` check."""
     spec = TableSpec(schema, validate, check)
 
     def decorate(fn: Callable[..., TableResult]) -> dg.AssetsDefinition:
@@ -212,9 +202,7 @@ def table_asset(
 def partition_table(
     partitions_def: dg.PartitionsDefinition, **kwargs: Any
 ) -> Callable[[Callable[..., TableResult]], dg.AssetsDefinition]:
-    """Decorator: a per-partition table (one file per backbone or LVLM): `table_asset` on `partitions_def`,
-    materialized by the ON_CHANGE condition unless `automation_condition` says otherwise; tagged
-    `soco/per_model: <partitions>` so that a changed spec re-runs it in every family (automation.py)."""
+    """Decorator: a per-partition table, ON_CHANGE by default, tagged PER_MODEL_TAG for spec changes."""
     kwargs.setdefault("automation_condition", ON_CHANGE)
     per_model = isinstance(partitions_def, dg.DynamicPartitionsDefinition)
     if per_model:  # what a changed spec re-runs (automation.py)
@@ -225,12 +213,7 @@ def partition_table(
 def fan_in_table(
     *, partitioned: Sequence[str] = (), optional: Sequence[str] = (), **kwargs: Any
 ) -> Callable[[Callable[..., TableResult]], dg.AssetsDefinition]:
-    """Decorator: a summary table (a leaderboard) over every partition of the assets in `partitioned`.
-
-    Each arrives as {partition: table} (missing partitions skipped), each `optional` input as None while
-    never written, other `ins` as they are. The default condition is `board_condition` (it depends on
-    `model_specs`).
-    """
+    """Decorator: a board over every partition of `partitioned` ({partition: table}), on `board_condition`."""
     ins = {
         **{name: dg.AssetIn(metadata=ALLOW_MISSING_PARTITIONS) for name in partitioned},
         **{name: dg.AssetIn(metadata=ALLOW_MISSING) for name in optional},

@@ -1,11 +1,4 @@
-"""The executor per deployment profile: SOCO_PROFILE=local (default: Dagster's multiprocess executor, behind
-defs/recovery's dead-run check) or distributed (dagster-celery over Redis; steps in the `gpu` pool go to the `gpu` Celery queue).
-
-Under `local`, a multiprocess run whose config names no start method starts its steps from a forkserver
-that has PRELOAD imported (Dagster's own default is `spawn`: every step process imports torch, Dagster and
-the pipeline again). Measured under `dagster dev` (tests/test_ui.py, one backbone, 2 cores): a data run of
-10 steps took 49 s with spawn; see docs/benchmarks.md for the figure with the forkserver. A run config that
-names a start method keeps it."""
+"""The executor per profile: local (multiprocess, steps forked from a preloaded forkserver) or distributed."""
 
 from __future__ import annotations
 
@@ -17,8 +10,7 @@ from soco_pipeline.settings import variable
 
 PROFILES = ("local", "distributed")
 GPU_QUEUE = "gpu"
-# Steps in the `gpu` pool also carry this tag, so dagster-celery sends them to the `gpu` queue that only
-# GPU workers (`-q gpu`) consume; every other step goes to the default queue (`dagster`).
+# Steps in the `gpu` pool carry this tag: dagster-celery sends them to the queue only GPU workers consume.
 GPU_STEP_TAGS = {"dagster-celery/queue": GPU_QUEUE}
 
 
@@ -46,9 +38,8 @@ PRELOAD = [
 FORKSERVER = {"forkserver": {"preload_modules": PRELOAD}}
 
 
-# A step so tagged (the boards and summaries: small tables, pandas and DuckDB) needs no process of its own: a
-# run whose every step carries it runs them in the run's own process, one after the other, and starts no
-# forkserver. Under `dagster dev` the forkserver's preload was 7 s of a 17 s refresh of the boards.
+# A run whose every step is so tagged (boards, summaries) runs them in its own process with no forkserver
+# (its preload was 7 s of a 17 s refresh of the boards).
 IN_RUN_PROCESS = {"soco/step_process": "run"}
 
 
@@ -61,8 +52,7 @@ def profile() -> str:
 
 
 def with_forkserver_default(config: dict) -> dict:
-    """`multi_or_in_process_executor` config with FORKSERVER as the multiprocess start method where it names
-    none (in-process config, or a named start method, is returned as it is)."""
+    """`multi_or_in_process_executor` config with FORKSERVER where it names no start method."""
     multiprocess = config.get("multiprocess")
     if not isinstance(multiprocess, dict) or multiprocess.get("start_method"):
         return config
@@ -72,8 +62,7 @@ def with_forkserver_default(config: dict) -> dict:
 def wrapped_executor(
     inner: dg.ExecutorDefinition, create: Callable[[dg.InitExecutorContext], dg.Executor], note: str
 ) -> dg.ExecutorDefinition:
-    """`inner` under its own name, config schema and requirements, built by `create` (which calls `inner`'s
-    creation function itself), with `note` added to its description."""
+    """`inner` under its own name, schema and requirements, built by `create`, with `note`."""
     return dg.ExecutorDefinition(
         name=inner.name,
         config_schema=inner.config_schema,
@@ -83,14 +72,8 @@ def wrapped_executor(
     )
 
 
-def in_run_process(step_tags: dict[str, str]) -> bool:
-    """Whether a step with these tags may run in its run's own process (IN_RUN_PROCESS)."""
-    return all(step_tags.get(k) == v for k, v in IN_RUN_PROCESS.items())
-
-
 class LightRunsInProcess(dg.Executor):
-    """The multiprocess executor, except for a run whose every step is tagged IN_RUN_PROCESS: that run's
-    steps execute in the run's process (Dagster's in-process executor, with the same retry mode)."""
+    """The multiprocess executor, but in the run's process when every step is tagged IN_RUN_PROCESS."""
 
     def __init__(self, multiprocess: dg.Executor, in_process: dg.Executor):
         self.multiprocess, self.in_process = multiprocess, in_process
@@ -108,13 +91,12 @@ class LightRunsInProcess(dg.Executor):
     def execute(self, plan_context, execution_plan):
         """Run the plan in this process when every step is light, else from the forkserver."""
         steps = [execution_plan.get_step_by_key(k) for k in execution_plan.step_keys_to_execute]
-        light = bool(steps) and all(in_run_process(step.tags or {}) for step in steps)
+        light = bool(steps) and all(IN_RUN_PROCESS.items() <= (step.tags or {}).items() for step in steps)
         return (self.in_process if light else self.multiprocess).execute(plan_context, execution_plan)
 
 
 def forkserver_by_default(inner: dg.ExecutorDefinition) -> dg.ExecutorDefinition:
-    """`inner` (Dagster's multi_or_in_process_executor) that starts steps from a preloaded forkserver when the
-    run config names no start method, and runs a plan of IN_RUN_PROCESS steps in the run's process then."""
+    """`inner` starting steps from the preloaded forkserver, IN_RUN_PROCESS plans in the run's process."""
 
     def create(init_context: dg.InitExecutorContext) -> dg.Executor:
         config = dict(init_context.executor_config)

@@ -1,15 +1,4 @@
-"""The family contract, its Dagster half: a task family is a `Family` declaration plus its assets.
-
-A family folder (`defs/<family>/`) declares once, from its domain core's `FamilySpec` (tasks/__init__.py):
-
-    FAMILY = Family.of(mmvm.SPEC, code_version="mmvm-2", needs=frozenset({"pixels", "dense_maps"}))
-
-and the shared layer does the rest the same way for every family (docs/develop.md, the recipe): its config
-through the family's loader (`FAMILY.config(soco)`); `@FAMILY.table` / `.tables` / `.board` in its group, at
-its code version, behind the blocking `schema` check and registered in tables.py; the partition's `spec` and
-the not-applicable rows of a kind lacking a `needs` capability; and, through `declared_families`, the
-summary, the SQL views and the results page with no other edit.
-"""
+"""The family contract, its Dagster half: a task family is a `Family` declaration plus its assets."""
 
 from __future__ import annotations
 
@@ -30,11 +19,11 @@ from soco_pipeline.defs.shared.automation import EAGER, ON_CHANGE, PER_MODEL_TAG
 from soco_pipeline.defs.shared.checks import (
     TableResult,
     TableSpec,
-    columns_of,
     fan_in_table,
     partition_table,
     table_asset,
     table_multi_asset,
+    table_out,
 )
 from soco_pipeline.defs.shared.resources import SocoSettings
 from soco_pipeline.defs.shared.specs import spec_for
@@ -47,13 +36,7 @@ NotApplicableRows = Callable[[str, str, Mapping[str, Any]], pd.DataFrame]
 
 @dataclass(frozen=True)
 class Family:
-    """A task family's declaration: its name (= its asset group and the prefix of its tables), the code
-    version of its tables, its config loader `(path, settings) -> config`, the backbone capabilities its
-    per-backbone tables need, its headline in `model_summary` (its family and board filled in: the name,
-    `<name>_leaderboard` unless it names another board), and `reads(spec, config)`: the spec fields its
-    per-backbone tables read (default: the whole computation and the model's name, backbones/reads.py), which
-    with its config, code version and inputs key their cache (shared/reuse.py). `boards` lists the boards `@board` declared; `spec`
-    is the domain declaration it was built from (`Family.of`), with its record parts and watch."""
+    """A task family's declaration: name (= group, table prefix), code version, config, needs, headline."""
 
     name: str
     code_version: str
@@ -102,9 +85,7 @@ class Family:
         )
 
     def spec_reads(self, spec, config: Any) -> Mapping[str, Any]:
-        """The fields of a backbone spec this family's tables read: `reads`, else the whole computation and the
-        name. A family that declares no `reads` may compute with anything, its model's name included (the toy
-        family of docs/develop.md scores by it), so its rows are reused only by the same model."""
+        """The spec fields this family reads: `reads`, else the computation and the name."""
         from soco_pipeline.backbones.reads import computation
 
         return (
@@ -112,9 +93,7 @@ class Family:
         )
 
     def reads_version(self, context: dg.AssetExecutionContext, soco: SocoSettings, spec) -> str:
-        """The reads version of this step's tables for `spec` (shared/reuse.py): the spec fields the family
-        reads, its config, its code version, its inputs' recorded versions and the computing libraries'
-        versions (an upgraded OpenCV or torch computes again)."""
+        """The reads version of this step's tables (shared/reuse.py), the computing libraries included."""
         from soco_pipeline.backbones.reads import COMPUTE_LIBRARIES, reads_version
         from soco_pipeline.defs.shared.reuse import upstream_versions
         from soco_pipeline.trust.family_records import config_hash
@@ -133,8 +112,7 @@ class Family:
     def reused(
         self, context: dg.AssetExecutionContext, soco: SocoSettings, version: str
     ) -> dict[str, TableResult] | None:
-        """This step's tables from a stored partition with the same reads version, relabelled to this model
-        and marked `reused_from` (shared/reuse.py); None when there is none."""
+        """This step's tables from a stored partition of the same reads version; None when none."""
         from soco_pipeline.defs.shared.reuse import reusable_partition, reuse_metadata
         from soco_pipeline.stored_tables import stored_as, stored_exists
 
@@ -159,9 +137,7 @@ class Family:
         not_applicable: NotApplicableRows | None = None,
         **kwargs: Any,
     ) -> Callable[[Callable[..., TableResult]], dg.AssetsDefinition]:
-        """Decorator of a table of the family: its group and code version, eager unless
-        `automation_condition` says otherwise, per backbone or LVLM when `partitions_def` is given; `schema`,
-        `check` and every `dg.asset` argument pass through to `table_asset`."""
+        """Decorator of a table of the family, eager by default, per model when `partitions_def` is given."""
         kwargs = dict(group_name=self.name, code_version=self.code_version, kinds=set(kinds), **kwargs)
         kwargs.setdefault("automation_condition", EAGER)
         blocking_check_required(kwargs)
@@ -182,11 +158,7 @@ class Family:
         not_applicable: Mapping[str, NotApplicableRows] | None = None,
         **kwargs: Any,
     ):
-        """Decorator of several tables of the family from one body (shared/checks.py `table_multi_asset`, all
-        published or none, or those a run selects), in the family's group; per backbone or LVLM when
-        `partitions_def` is given (build the outs with `partition_out`). Per backbone, the body gets the
-        partition's `spec` as `table` gives it, and `not_applicable` ({table: rows}) names each table's rows
-        for a backbone whose kind lacks a need."""
+        """Decorator of several tables of the family from one body; `not_applicable` is {table: rows}."""
         for name, (spec, _) in outs.items():
             if not spec.checked:
                 raise TypeError(f"table {name!r}: every family table has a blocking check; give it a schema")
@@ -207,30 +179,26 @@ class Family:
         description: str,
         kinds: Iterable[str] = ("pandas",),
     ) -> tuple[TableSpec, dg.AssetOut]:
-        """One per-model output of `tables(..., partitions_def=...)`: behind its `schema` check, at the family's
-        code version, re-run when the model's spec changes (ON_CHANGE and the per-model tag, as
-        `partition_table` gives a single table)."""
+        """One per-model output of `tables(..., partitions_def=...)`, as `partition_table` makes a table."""
         per_model = isinstance(partitions_def, dg.DynamicPartitionsDefinition)
-        return TableSpec(schema), dg.AssetOut(
+        return table_out(
+            schema,
+            description,
             code_version=self.code_version,
             kinds=set(kinds),
-            description=description,
-            metadata=columns_of(schema),
             automation_condition=ON_CHANGE,
             tags={PER_MODEL_TAG: partitions_def.name} if per_model else None,
             is_required=False,  # a subsettable multi-asset: a run that selects one table yields only it
         )
 
     def register(self, asset: str, partitioned: bool = False) -> None:
-        """Put a table of the family in the table registry (tables.py): its Parquet path and SQL view
-        follow from the declaration, no registry line to write."""
+        """Put a table of the family in the table registry (tables.py)."""
         if not asset.startswith(f"{self.name}_"):
             raise ValueError(f"table {asset!r} of family {self.name!r} must be named {self.name}_<what>")
         register_table(asset, partitioned=partitioned)
 
     def board(self, *, partitioned: Iterable[str], optional: Iterable[str] = (), **kwargs: Any):
-        """Decorator of a summary table of the family over every partition of `partitioned` (a leaderboard):
-        shared/checks.py `fan_in_table` in the family's group, at its code version."""
+        """Decorator of a board of the family over every partition of `partitioned` (`fan_in_table`)."""
         kwargs.setdefault("kinds", {"pandas"})
         blocking_check_required(kwargs)
         partitioned = list(partitioned)
@@ -257,9 +225,7 @@ class Family:
         rows: NotApplicableRows | Mapping[str, NotApplicableRows] | None,
         multi: bool = False,
     ) -> Callable:
-        """`fn` wrapped for a backbone partition: the spec resolved once (as `spec` when `fn` takes it); the
-        not-applicable `rows` when the kind lacks a need; the stored tables of a partition with the same
-        reads version when there are some (`reused`); else `fn`'s tables, their reads version in metadata."""
+        """`fn` for a backbone partition: the not-applicable `rows`, else reused tables, else `fn`'s."""
         sig = inspect.signature(fn)
         takes_spec, takes_soco = "spec" in sig.parameters, "soco" in sig.parameters
         params = [p for name, p in sig.parameters.items() if name != "spec"]
@@ -299,8 +265,7 @@ class Family:
 
 
 def stating_reuse(fn: Callable[..., TableResult], partitioned: list[str]) -> Callable[..., TableResult]:
-    """A board's body that also states, in its metadata (`reused`), each model whose per-model rows were
-    reused from another model's (shared/reuse.py)."""
+    """A board's body that also names, in its metadata (`reused`), each model whose rows were reused."""
 
     @functools.wraps(fn)
     def board(context: dg.AssetExecutionContext, *args: Any, **kwargs: Any) -> TableResult:
@@ -316,8 +281,7 @@ def stating_reuse(fn: Callable[..., TableResult], partitioned: list[str]) -> Cal
 
 
 def declared_families(folders: Iterable[ModuleType]) -> list[Family]:
-    """Every `Family` declared at module level in the group folders `folders` (packages; each of their
-    modules imported), by name. One declaration per name: two families of one name are a ValueError."""
+    """Every `Family` declared in the group folders `folders`, by name; two of one name are a ValueError."""
     found: dict[str, Family] = {}
     for folder in folders:
         names = [m.name for m in pkgutil.walk_packages(folder.__path__, f"{folder.__name__}.")]
@@ -331,8 +295,7 @@ def declared_families(folders: Iterable[ModuleType]) -> list[Family]:
 
 
 def blocking_check_required(kwargs: Mapping[str, Any]) -> None:
-    """Every family table has a blocking `schema` check: a pandera `schema` (validated) or `check=True` (the
-    body's own problems); TypeError at definition time otherwise."""
+    """TypeError unless a family table has a blocking check: a validated `schema` or `check=True`."""
     validated = kwargs.get("schema") is not None and kwargs.get("validate", True)
     if not (validated or kwargs.get("check")):
         name = kwargs.get("name", "a table")

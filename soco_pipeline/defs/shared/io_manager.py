@@ -1,9 +1,4 @@
-"""Parquet tables through Dagster's UPathIOManager (any fsspec URL), placed by the table registry.
-
-A partitioned upstream read by an unpartitioned asset arrives as {partition: table}
-(`allow_missing_partitions` skips those not materialized yet); an unpartitioned input with `allow_missing`
-arrives as None when never written. Paths under the storage root are stored relative to it.
-"""
+"""Parquet tables through Dagster's UPathIOManager (any fsspec URL), placed by the table registry."""
 
 from __future__ import annotations
 
@@ -54,8 +49,7 @@ class ParquetUPathIOManager(dg.UPathIOManager):
 
 
 class ParquetIOManager(dg.ConfigurableIOManagerFactory):
-    """The tables' IO manager resource: `base_path` is the tables root (a local path or any fsspec URL), under
-    `storage_root`, which the paths in the tables are stored relative to."""
+    """The tables' IO manager: `base_path` is the tables root (any fsspec URL) under `storage_root`."""
 
     base_path: str
     storage_root: str | None = None

@@ -1,10 +1,4 @@
-"""Where a heavy per-model step runs: the `launcher` resource, chosen per deployment profile.
-
-An asset calls `launcher.run(context, "features", inputs)` and gets a PayloadResult, whatever the launcher:
-`inprocess` (local default), `celery` (distributed default: inside the worker that took the step), `slurm`
-(a batch job, Dagster Pipes over files) or `kubernetes` (PipesK8sClient); $SOCO_LAUNCHER overrides the
-default (docs/scaling-out.md).
-"""
+"""Where a heavy per-model step runs: the `launcher` resource (inprocess | celery | slurm | kubernetes)."""
 
 from __future__ import annotations
 
@@ -32,7 +26,7 @@ def launcher_kind(explicit: str = "") -> str:
 
 
 class StepLauncher(dg.ConfigurableResource):
-    """Runs a payload (soco_pipeline/payloads) where the deployment says: see the module docstring."""
+    """Runs a payload (soco_pipeline/payloads) where the deployment says (docs/scaling-out.md)."""
 
     kind: str = ""  # inprocess | celery | slurm | kubernetes; "" = $SOCO_LAUNCHER or the profile's
     workdir: str = ""  # slurm, kubernetes: a shared folder for job folders ($SOCO_LAUNCH_DIR)
@@ -113,8 +107,7 @@ class StepLauncher(dg.ConfigurableResource):
 
 
 def launcher_for_profile(storage_root: str) -> StepLauncher:
-    """The launcher resource of this deployment, from the variables read here (docs/settings.md: the kind, job
-    folders, sbatch options, queue deadline, the pods' image, namespace, GPUs and shared claim)."""
+    """The launcher resource of this deployment, from the variables read here (docs/settings.md)."""
     from soco_pipeline.deploy.payload_jobs import default_workdir
 
     return StepLauncher(

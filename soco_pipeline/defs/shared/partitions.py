@@ -1,5 +1,4 @@
-"""Partitions: one dynamic partition per backbone spec file (assets/backbones/) and per LVLM spec file
-(assets/lvlms/); the spec sensors add them."""
+"""Partitions: one dynamic partition per backbone and per LVLM spec file; the spec sensors add them."""
 
 import dagster as dg
 

@@ -6,13 +6,7 @@ from soco_pipeline.settings import Settings
 
 
 class SocoSettings(dg.ConfigurableResource, Settings):
-    """The one settings object of a run (soco_pipeline/settings.py `Settings`, as a Dagster resource).
-
-    Assets read its fields and properties directly (`soco.tables_root`, `soco.seed`); `protocol()` is the
-    run's evaluation protocol, the one way an asset gets it. Unset fields take their SOCO_* variable
-    (settings.ENVIRONMENT) when the resource is built; plain values, not `dg.EnvVar`, because code outside a
-    run (sensors, `make demo`, the CLI) reads the same fields and an EnvVar field resolves only inside one.
-    """
+    """The one settings object of a run (settings.py `Settings`; plain values: sensors read them too)."""
 
     def protocol(self):
         """The run's ProtocolConfig (assets/protocol.yaml unless `protocol_path` names another file)."""

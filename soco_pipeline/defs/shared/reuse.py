@@ -1,10 +1,4 @@
-"""A per-model table cached by what it reads: its reads version, and the stored table it can be reused from.
-
-The reads version (backbones/reads.py) hashes the spec fields the family reads, its config and code version
-and each upstream's recorded version; a step first looks for a partition whose latest materialization has
-the same reads version (its own, then any other) and republishes those rows with `reused_from: <model>`
-(docs/results.md).
-"""
+"""A per-model table reused from a stored partition of the same reads version (docs/results.md)."""
 
 from __future__ import annotations
 
@@ -34,8 +28,7 @@ def _latest(instance: dg.DagsterInstance, key: dg.AssetKey, partition: str | Non
 
 
 def upstream_versions(context: dg.AssetExecutionContext) -> dict[str, str]:
-    """{input: version} of the step's inputs: an unpartitioned table's data version (its content hash), a
-    per-model table's reads version (its data version when it has none), both from Dagster's records."""
+    """{input: version} of the step's inputs: data version, or a per-model table's reads version."""
     out = {}
     for name, key in sorted(context.assets_def.keys_by_input_name.items()):
         entry = _latest(context.instance, key)
@@ -53,8 +46,7 @@ def upstream_versions(context: dg.AssetExecutionContext) -> dict[str, str]:
 def reusable_partition(
     context: dg.AssetExecutionContext, keys: list[dg.AssetKey], version: str, exists: Any
 ) -> str | None:
-    """A partition whose latest materialization of every table in `keys` has reads version `version` and
-    whose files `exists(key, partition)`: this step's own partition first, then the others by name."""
+    """A partition whose every table in `keys` has reads version `version` and exists: this one first."""
     candidates: set[str] | None = None
     for key in keys:
         records = context.instance.fetch_materializations(
@@ -75,8 +67,7 @@ def reuse_metadata(source: str, version: str, table: pd.DataFrame) -> Mapping[st
 
 
 def reused_sources(instance: dg.DagsterInstance, key: dg.AssetKey) -> dict[str, str]:
-    """{partition: the model its latest materialization of `key` was reused from}, for partitions whose rows
-    came from another model (a partition that reused its own stored rows is not listed)."""
+    """{partition: the model its latest `key` was reused from}, for rows that came from another model."""
     records = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=key), limit=SCAN_LIMIT).records
     latest: dict[str, Any] = {}
     for r in records:

@@ -1,10 +1,4 @@
-"""Run configs of a partial (subset) run, where its rule is recorded, and stage timings (issue 26).
-
-`EvalRunConfig` is the run config of `predictions` / `four_choice_predictions`, `LvlmRunConfig` that of
-`lvlm_answers`. The rule is recorded in that asset's materialization metadata (`subset`); downstream
-assets (metrics, the leaderboards, the results records) read it back from there, so a run started by
-automation scores the same subset.
-"""
+"""Run configs of a subset run, recorded in the materialization metadata (`subset`), and stage timings."""
 
 import dagster as dg
 
@@ -47,8 +41,7 @@ def latest_materialization(instance: dg.DagsterInstance, asset: str, partition: 
 
 
 def recorded_rule(instance: dg.DagsterInstance, asset: str, partition: str) -> SubsetRule:
-    """The subset rule (its `subset` metadata) the latest materialization of `asset` for `partition` ran
-    with (the full sample when there is none)."""
+    """The subset rule the latest materialization of `asset` for `partition` ran with (full when none)."""
     rec = latest_materialization(instance, asset, partition)
     if rec is None or rec.asset_materialization is None:
         return SubsetRule()
@@ -67,8 +60,7 @@ def recorded_lvlm_subset(instance: dg.DagsterInstance, model: str) -> SubsetRule
 
 
 def stage_timing(instance: dg.DagsterInstance, partition: str, stages) -> dict:
-    """Wall time of each stage's latest step (Dagster's step stats) and its GPU time (the `gpu_s` /
-    `gpu_s_reason` metadata that stage wrote with gpu_time.gpu_timer; null with a reason otherwise)."""
+    """Wall time and GPU time (`gpu_s`, or null with `gpu_s_reason`) of each stage's latest step."""
     from soco_pipeline.runtime.gpu_time import stage_timing_entry
 
     out = {}

@@ -1,6 +1,4 @@
-"""What every group folder looks up about a run: a partition's spec (backbone or LVLM), the run's taxonomy, a
-backbone's cached feature maps, the run's global-feature input policy. One place, so that no group folder
-imports another (tests/test_boundaries.py)."""
+"""What every group folder looks up about a run, so that no group folder imports another."""
 
 from __future__ import annotations
 
@@ -55,8 +53,7 @@ def feature_store(soco: SocoSettings, manifest: pd.DataFrame):
 
 
 def global_policy(soco: SocoSettings):
-    """The run's global-feature input policy (assets/global_features.yaml at the run's scale): every family
-    asking for global features of a backbone reads one cache folder."""
+    """The run's global-feature input policy: every family reads one cache folder per backbone."""
     from soco_pipeline.features.policy import load_global_policy
 
     return load_global_policy(soco.dataset_size if soco.dataset_size in ("demo", "full") else None)

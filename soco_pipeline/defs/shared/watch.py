@@ -1,8 +1,4 @@
-"""The regression watch, its Dagster half: one history asset per watched family (`<family>_history[b]`, or
-SOCO's `model_history[b]` over the snapshot `results_record` archives), its non-blocking `no_regression`
-check and a sensor per history asset (a log line, and a POST to $SOCO_REGRESSION_WEBHOOK when set). The
-domain work is trust/history.py; what a family compares is its `FamilyWatch`.
-"""
+"""The regression watch, its Dagster half: history assets, their `no_regression` checks and sensors."""
 
 from collections.abc import Iterator
 
@@ -24,18 +20,10 @@ LEVEL = 0.95  # the paired interval's level: a drop whose whole interval lies be
 CHECK = "no_regression"
 
 
-def watch_checks(asset: str) -> list[dg.AssetCheckSpec]:
-    """A history asset's checks: the blocking `schema` check (the table is published only when it passes)
-    and the non-blocking `no_regression` check."""
-    return [dg.AssetCheckSpec("schema", asset=asset, blocking=True), dg.AssetCheckSpec(CHECK, asset=asset)]
-
-
 def watch_events(
     asset: str, outcome: WatchOutcome, data_version: str, level: float = LEVEL
 ) -> Iterator[dg.Output | dg.AssetCheckResult]:
-    """The history table behind its blocking `schema` check, and the non-blocking `no_regression` check:
-    failed on a significant paired drop (both figures, the difference, its interval), failed at WARN as "not
-    comparable" when evidence is missing: missing evidence never passes."""
+    """The table and both checks' results; missing evidence is "not comparable" at WARN, never a pass."""
     table = outcome.table
     regressed = bool(outcome.message)
     blind = bool(outcome.not_comparable)
@@ -81,10 +69,7 @@ def watched_tables(tables_root: str, watch: FamilyWatch, partition: str) -> dict
 
 
 def family_history(watch: FamilyWatch, family: Family | None = None) -> dg.AssetsDefinition:
-    """`watch.history[b]` (`<family>_history`): every materialization of a backbone's headline and its
-    `no_regression` check against the previous data version on the same task hash. Without
-    `watch.archived` the step reads `family`'s tables to archive the snapshot; with it (SOCO) it only
-    compares, in the archiving asset's group."""
+    """`watch.history[b]`; without `watch.archived` it reads `family`'s tables to archive the snapshot."""
     name, archived = watch.history, watch.archived
     if archived is None:  # a family's: registered as its tables are (SOCO's name is in tables.py)
         if family is None:
@@ -102,7 +87,10 @@ def family_history(watch: FamilyWatch, family: Family | None = None) -> dg.Asset
         tags=None if archived else {PER_MODEL_TAG: backbones_partitions.name},
         kinds={"pandas"},
         code_version=archived.code_version if archived else "1",
-        check_specs=watch_checks(name),
+        check_specs=[
+            dg.AssetCheckSpec("schema", asset=name, blocking=True),
+            dg.AssetCheckSpec(CHECK, asset=name),
+        ],
         description=f"The regression watch of {watch.headline}: each data version of a backbone's spec.",
     )
     def history_asset(context: dg.AssetExecutionContext, soco: SocoSettings):
@@ -169,8 +157,7 @@ def not_applicable_events(name: str, reason: str) -> Iterator[dg.Output | dg.Ass
 
 
 def regression_sensor_on(name: str, asset: str) -> dg.SensorDefinition:
-    """A sensor on `asset` (a history asset) that reports the regression its latest materialization found:
-    a log line, and a POST to the URL in $SOCO_REGRESSION_WEBHOOK when that is set (never logged)."""
+    """A sensor reporting `asset`'s latest regression: a log line and a POST to $SOCO_REGRESSION_WEBHOOK."""
 
     @dg.asset_sensor(name=name, asset_key=dg.AssetKey(asset), minimum_interval_seconds=daemon_interval(30))
     def sensor(context: dg.SensorEvaluationContext, asset_event: dg.EventLogEntry):

@@ -1,8 +1,4 @@
-"""model_headlines and model_summary over every family's board (each family's `Headline`), built by
-`summary_assets(families)` from defs/definitions.py once every folder is loaded; this folder declares no
-module-level asset. A board never materialized is skipped; one whose file is gone is logged by name and
-carried in `missing_boards` (docs/faults.md).
-"""
+"""model_headlines and model_summary over every family's board, built by `summary_assets(families)`."""
 
 from collections.abc import Iterable
 
@@ -21,14 +17,12 @@ from soco_pipeline.trust.headline import Headline
 from soco_pipeline.trust.headline_schemas import ModelHeadlineSchema, ModelSummarySchema
 
 GROUP = "summary"
-# 2: the published SOC of the model a spec names; 3: the headlines from the Family declarations (the family
-# columns in the families' name order, after SOCO's)
+# 3: the headlines from the Family declarations (families in name order, after SOCO's)
 CODE_VERSION = "3"
 
 
 def declared_headlines(families: Iterable[Family]) -> tuple[Headline, ...]:
-    """SOCO's headlines, then the headline of each of `families` that declares one; ValueError when a
-    headline reads a board its family does not declare (`@FAMILY.board`)."""
+    """SOCO's headlines, then each of `families`'; ValueError for a headline of an undeclared board."""
     declared = [f for f in families if f.headline is not None]
     for f in declared:
         if f.headline.board not in f.boards:
@@ -59,8 +53,7 @@ def headline_assets(headlines: tuple[Headline, ...]) -> list[dg.AssetsDefinition
         kinds={"pandas"},
     )
     def model_headlines(context: dg.AssetExecutionContext, soco: SocoSettings, **tables) -> TableResult:
-        """Every family's headline (value 0-100, 95% CI, n, simulated flag, when its board was last
-        materialized): one row per (model, family)."""
+        """Every family's headline (0-100, 95% CI, n, simulated, board date): one row per (model, family)."""
         from soco_pipeline.trust.headline import model_headlines as build
         from soco_pipeline.trust.roles import spec_roles
 
@@ -92,9 +85,8 @@ def headline_assets(headlines: tuple[Headline, ...]) -> list[dg.AssetsDefinition
     def model_summary(
         context: dg.AssetExecutionContext, soco: SocoSettings, model_headlines: pd.DataFrame, **board
     ) -> TableResult:
-        """One row per model: the headline of every family with its 95% CI, `simulated` flags and the date of
-        each family board's latest materialization (null where the model has no result in that family), and
-        the published SOC of the model its spec names (`reference:`), the difference and the knobs that differ."""
+        """One row per model: every family's headline with its 95% CI, `simulated` flags and board dates, and
+        the published SOC of the model its spec names, the difference and the knobs that differ."""
         from soco_pipeline.analysis.leaderboard import leaderboard_markdown
         from soco_pipeline.trust.headline import model_summary as build
         from soco_pipeline.trust.published import summary_published

@@ -1,14 +1,11 @@
-"""TPIPS assets: data (unpartitioned), features / baselines / learned metrics per backbone, LVLM answers per
-model, and the leaderboard. Declarations only: the domain core is soco_pipeline.tasks.tpips; tables go through
-the IO manager. The config is `soco.tpips_config_path` ($SOCO_TPIPS_CONFIG; tests shrink it) or
-assets/tpips.yaml."""
+"""TPIPS assets, declarations only (the domain core is tasks/tpips)."""
 
 import base64
 
 import dagster as dg
 import pandas as pd
 
-from soco_pipeline.defs.shared.checks import TableResult, TableSpec, columns_of, partition_rows
+from soco_pipeline.defs.shared.checks import TableResult, TableSpec, partition_rows, table_out
 from soco_pipeline.defs.shared.executors import GPU_STEP_TAGS
 from soco_pipeline.defs.shared.family import Family
 from soco_pipeline.defs.shared.launchers import StepLauncher
@@ -43,27 +40,20 @@ def not_applicable_scores(model: str, reason: str, inputs) -> pd.DataFrame:
 
 
 def tpips_reads(spec, cfg) -> dict:
-    """The spec fields TPIPS's tables read: everything but `input` (it extracts at the config's input_size,
-    tasks/tpips/features.layer_specs)."""
+    """The spec fields TPIPS reads: everything but `input` (it extracts at the config's input_size)."""
     from soco_pipeline.backbones.reads import computation, without
 
     return without(computation(spec), ["input"])
 
 
-# 6: tpips_baseline_outcomes / tpips_learned_outcomes, each method's agreement per OOO test row (the watch's
-# paired test) beside the score tables; 5: a source (generated | official), 2AFC without "overall", LVLM permutation averaging, ties scored as ties;
-# 4: late fusion = an aspect-weighted squared distance of the embeddings, L-BFGS line search unstalled;
-# 3: signed late fusion on a 2 x 2 token grid; 2: signed mid-fusion weights, L-BFGS
+# 6: the per-row outcome tables beside the score tables (the watch's paired test)
 FAMILY = Family.of(tpips.SPEC, "tpips-6", needs=NEEDS, reads=tpips_reads)
 GROUP, CODE_VERSION = FAMILY.name, FAMILY.code_version
 
 
 def _render_out(schema, description: str) -> tuple[TableSpec, dg.AssetOut]:
-    # No automation condition on the root: it is materialized on request (the demo, the UI), so the eager
-    # daemon never starts a family nobody asked for; everything below it follows eagerly.
-    return TableSpec(schema), dg.AssetOut(
-        code_version=CODE_VERSION, kinds={"pandas"}, description=description, metadata=columns_of(schema)
-    )
+    # No automation condition on the root, so the eager daemon never starts a family nobody asked for.
+    return table_out(schema, description, code_version=CODE_VERSION, kinds={"pandas"})
 
 
 @FAMILY.tables(
@@ -81,9 +71,7 @@ def _render_out(schema, description: str) -> tuple[TableSpec, dg.AssetOut]:
     }
 )
 def tpips_renders(context: dg.AssetExecutionContext, soco: SocoSettings) -> dict[str, TableResult]:
-    """The configured source's items, made once: the generator's triplets and 2AFC items with every image
-    rendered under <storage>/tpips, or the official set's images as found and the triplets and items its
-    lines name (config `source`); the judgement assets read these tables."""
+    """The configured source's items, made once: generated (rendered under <storage>/tpips) or official."""
     from soco_pipeline.tasks.tpips.source import renders
 
     cfg = FAMILY.config(soco)
@@ -103,8 +91,7 @@ def tpips_ooo(
     tpips_images: pd.DataFrame,
     tpips_triplets: pd.DataFrame,
 ) -> TableResult:
-    """Odd-one-out (triplet, aspect) rows, pruned and normalised (y ∈ Δ³): simulated votes on the triplets
-    tpips_renders made, or the official file's votes."""
+    """Odd-one-out (triplet, aspect) rows, pruned and normalised (y ∈ Δ³), simulated or the official votes."""
     from soco_pipeline.tasks.tpips.schemas import ooo_problems
     from soco_pipeline.tasks.tpips.source import ooo_table
 
@@ -128,8 +115,7 @@ def tpips_afc(
     tpips_images: pd.DataFrame,
     tpips_afc_items: pd.DataFrame,
 ) -> TableResult:
-    """2AFC rows (reference, two outputs, aspect, votes: simulated on the items tpips_renders made, or the
-    official file's); ties and >= 3 cannot-tell removed; no "overall"."""
+    """2AFC rows (reference, two outputs, aspect, votes), simulated or official; ties and unsure removed."""
     from soco_pipeline.tasks.tpips.schemas import afc_problems
     from soco_pipeline.tasks.tpips.source import afc_table
 
@@ -140,10 +126,6 @@ def tpips_afc(
         {"judgements": judgements(cfg), "summary": dg.MetadataValue.json(summary)},
         problems=afc_problems(afc, cfg),
     )
-
-
-def _device(soco: SocoSettings) -> str | None:
-    return None if soco.device == "auto" else soco.device
 
 
 @FAMILY.table(
@@ -157,33 +139,26 @@ def _device(soco: SocoSettings) -> str | None:
 def tpips_features(
     context: dg.AssetExecutionContext, soco: SocoSettings, spec, tpips_images: pd.DataFrame
 ) -> TableResult:
-    """The shared feature cache filled for the TPIPS images (one derived spec per layer); the manifests, with
-    `layer`. A backbone that cannot see these images (the SOCO oracles) gives an empty table and its reason
-    (the family contract)."""
+    """The shared feature cache filled for the TPIPS images (one spec per layer); manifests with `layer`."""
     from soco_pipeline.tasks.tpips.features import extract_tpips
 
     cfg = FAMILY.config(soco)
     images = tpips_images[["image_id", "uri", "width", "height", "category"]]
-    manifests = extract_tpips(spec, images, soco.features_root, cfg, _device(soco), log=context.log.info)
+    device = None if soco.device == "auto" else soco.device
+    manifests = extract_tpips(spec, images, soco.features_root, cfg, device, log=context.log.info)
     return TableResult(
         pd.concat([m.assign(layer=i) for i, m in enumerate(manifests)], ignore_index=True),
         {"judgements": judgements(cfg)},
     )
 
 
-def _positions(tpips_images, tpips_ooo, tpips_afc):
-    from soco_pipeline.tasks.tpips.baselines import afc_positions, ooo_positions
-
-    ids = tpips_images.image_id.tolist()
-    return ids, ooo_positions(tpips_ooo, ids), afc_positions(tpips_afc, ids)
-
-
 def _backbone_inputs(soco: SocoSettings, tpips_features, tpips_images, tpips_ooo, tpips_afc):
-    """(image ids, OOO positions, 2AFC positions, the backbone's cached TPIPS features as its tpips_features
-    manifest lists them)."""
+    """(image ids, OOO positions, 2AFC positions, the backbone's cached TPIPS features)."""
+    from soco_pipeline.tasks.tpips.baselines import afc_positions, ooo_positions
     from soco_pipeline.tasks.tpips.features import features_from_manifest
 
-    ids, opos, apos = _positions(tpips_images, tpips_ooo, tpips_afc)
+    ids = tpips_images.image_id.tolist()
+    opos, apos = ooo_positions(tpips_ooo, ids), afc_positions(tpips_afc, ids)
     return ids, opos, apos, features_from_manifest(tpips_features, ids, soco.features_root)
 
 
@@ -191,8 +166,7 @@ def _backbone_inputs(soco: SocoSettings, tpips_features, tpips_images, tpips_ooo
 def tpips_pixel_baselines(
     soco: SocoSettings, tpips_images: pd.DataFrame, tpips_ooo: pd.DataFrame, tpips_afc: pd.DataFrame
 ) -> TableResult:
-    """Random (1/3, 1/2), constant (the first option), L2 and SSIM, and (generated data) the aspect-distance
-    oracle on the OOO test split and 2AFC."""
+    """Random, constant, L2, SSIM and (generated data) the aspect oracle on the OOO test split and 2AFC."""
     from soco_pipeline.tasks.tpips.evaluate import pixel_baselines
 
     cfg = FAMILY.config(soco)
@@ -208,8 +182,7 @@ def not_applicable_outcomes(model: str, reason: str, inputs) -> pd.DataFrame:
 
 
 def _scored(name: str, description: str, kinds: tuple[str, ...] = ("pandas",)):
-    """The outs of a per-backbone scoring body: its score table `name` and `<name minus _scores>_outcomes`
-    (each method's agreement per OOO test row: the regression watch's per-sample outcomes)."""
+    """The outs of a per-backbone scoring body: `name` and its per-OOO-row `<name minus _scores>_outcomes`."""
     outcomes = name.removesuffix("_scores") + "_outcomes"
     return {
         name: FAMILY.partition_out(backbones_partitions, schemas.ScoreSchema, description, kinds),
@@ -247,8 +220,7 @@ def tpips_baseline_scores(
     tpips_ooo: pd.DataFrame,
     tpips_afc: pd.DataFrame,
 ) -> dict[str, TableResult]:
-    """Frozen aspect-agnostic scores of one backbone: the LPIPS-style distance (uncalibrated) and global
-    cosine; and each one's agreement on every OOO test row."""
+    """Frozen aspect-agnostic scores (LPIPS-style, uncalibrated; global cosine) and their per-row outcomes."""
     from soco_pipeline.tasks.tpips import baselines as b
     from soco_pipeline.tasks.tpips.evaluate import evaluate_sim_outcomes
 
@@ -289,11 +261,8 @@ def tpips_learned(
     tpips_ooo: pd.DataFrame,
     tpips_afc: pd.DataFrame,
 ) -> dict[str, TableResult]:
-    """Late-fusion (ours and the paper's cosine form) and mid-fusion metrics and the two ablations, trained on the
-    OOO train split, scored on test and 2AFC (and each one's agreement on every OOO test row); aspect-conditioned
-    and compositional retrieval with the mid-fusion metric, one contact sheet per (query, aspect) or composition
-    under <storage>/tpips/retrieval/<backbone>. The training is the `tpips_heads` payload, run where the
-    launcher resource says (in-process, Celery, Slurm, Kubernetes)."""
+    """Late- and mid-fusion metrics and the two ablations, trained on the OOO train split, scored on test and
+    2AFC; aspect-conditioned and compositional retrieval; the training is the `tpips_heads` payload."""
     from soco_pipeline.defs.shared.specs import spec_path
     from soco_pipeline.tasks.tpips.evaluate import judgements_of, no_outcomes, not_applicable_rows
     from soco_pipeline.tasks.tpips.learned import untrainable

@@ -1,8 +1,4 @@
-"""LVLM backends: an OpenAI-compatible HTTP client and a local transformers model.
-
-Every backend answers a batch of ChatRequests with one Reply each and never raises for a single
-failed request: the Reply carries the error (counted as wrong) and the run goes on.
-"""
+"""LVLM backends; a failed request never raises: its Reply carries the error (counted as wrong)."""
 
 from __future__ import annotations
 

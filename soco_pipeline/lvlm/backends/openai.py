@@ -1,10 +1,4 @@
-"""The `openai` backend: POST {base_url}/v1/chat/completions (vLLM, LMDeploy, Ollama, llama.cpp, OpenAI).
-
-Retries 429, 5xx, timeouts, connection errors and malformed responses with exponential backoff and
-seeded jitter (honouring Retry-After); other 4xx fail at once. After the last retry the Reply
-carries the error. The key goes into the Authorization header and nowhere else: it is removed from
-every error text before that text leaves this module.
-"""
+"""The `openai` backend: POST {base_url}/v1/chat/completions; the key never leaves this module."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""The `transformers` backend: a local vision-language model (Qwen2.5-VL / Qwen3-VL / SmolVLM class) through
-AutoModelForImageTextToText and its processor's chat template, batched (left padding), greedy at
-temperature 0. Weights come from a local folder or the Hugging Face cache; nothing is downloaded when
-HF_HUB_OFFLINE=1.
-"""
+"""The `transformers` backend: a local vision-language model, batched (left padding), greedy."""
 
 from __future__ import annotations
 
