@@ -83,3 +83,33 @@ def test_socos_history_is_the_soco_history_view_and_model_history_its_old_name(t
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["model,value", "a,60.0", "b,55.0"]
+
+
+def test_a_query_builds_only_the_views_it_reads_and_every_view_when_one_is_missing(tmp_path):
+    """`query` reads each named view's files only (a board in 0.02 s instead of 0.12 s over the demo's
+    tables); a name that is not there, or a catalog query, sees every view as before."""
+    from soco_pipeline.report.results_db import ResultsError, connect_readonly, query, read_views
+
+    tables = tmp_path / "tables"
+    write_family_like_tables(tables)
+    db = tmp_path / "results.duckdb"
+    duckdb.connect(str(db)).close()
+    assert read_views("select * from toy_scores t join mmvm_leaderboard m on t.model = m.model") == {
+        "toy_scores",
+        "mmvm_leaderboard",
+    }
+    assert read_views("show tables") is None and read_views("select * from duckdb_views()") is None
+    # DuckDB's parser binds a USING join, which fails without the tables: then every view is built
+    assert read_views("select * from toy_scores t join mmvm_leaderboard m using (model)") is None
+    with connect_readonly(db, str(tables), {"toy_scores"}) as con:
+        shown = {
+            r[0] for r in con.execute("select view_name from duckdb_views() where not internal").fetchall()
+        }
+    assert shown == {"toy_scores"}
+    assert query(db, "select sum(score) as s from toy_scores", str(tables)).s.tolist() == [3.0]
+    every = set(query(db, "show tables", str(tables)).name)
+    assert {"leaderboard", "mmvm_leaderboard", "toy_scores"} <= every
+    with pytest.raises(ResultsError) as missing:
+        query(db, "select * from toy_score", str(tables))
+    listed = str(missing.value).split("available tables:")[1]
+    assert "leaderboard" in listed and "toy_scores" in listed  # every view, as before

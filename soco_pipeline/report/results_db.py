@@ -141,6 +141,21 @@ def _create_views(con: duckdb.DuckDBPyConnection, tables_root: str, base: str | 
     return _derived_views(con, created, "VIEW", drop=True)
 
 
+# the evaluated sample, then the README's "where it fails" recipes
+DERIVED = (("eval_pairs", ("pairs",), "SELECT * FROM pairs WHERE evaluated"), *DERIVED_VIEWS)
+# a query that reads the catalog sees every view: it is built over all of them
+CATALOG = re.compile(r"duckdb_|information_schema|pg_catalog|sqlite_|pragma", re.IGNORECASE)
+
+
+def read_views(sql: str) -> set[str] | None:
+    """The views one query reads (DuckDB's parser), or None when it reads the catalog or names none."""
+    try:
+        names = duckdb.get_table_names(sql)
+    except duckdb.Error:
+        return None
+    return names if names and not CATALOG.search(sql) else None
+
+
 def _derived_views(
     con: duckdb.DuckDBPyConnection,
     created: list[str],
@@ -150,8 +165,7 @@ def _derived_views(
 ) -> list[str]:
     """Add eval_pairs and DERIVED_VIEWS; one that needs a `damaged` table fails with its message."""
     damaged = damaged or {}
-    derived = (("eval_pairs", ("pairs",), "SELECT * FROM pairs WHERE evaluated"), *DERIVED_VIEWS)
-    for name, needs, sql in derived:  # the evaluated sample; the README's "where it fails" recipes
+    for name, needs, sql in DERIVED:
         broken = [damaged[n] for n in needs if n in damaged]
         if broken:
             _failing_view(con, name, broken[0])
@@ -229,10 +243,13 @@ def create_views(con: duckdb.DuckDBPyConnection, tables_root: str) -> list[str]:
     return _create_views(con, tables_root, base)
 
 
-def connect_readonly(db_path: str | Path, tables_root: str | None = None) -> duckdb.DuckDBPyConnection:
-    """The results read-only: in-memory views, then external access off and the configuration locked."""
+def connect_readonly(
+    db_path: str | Path, tables_root: str | None = None, views: set[str] | None = None
+) -> duckdb.DuckDBPyConnection:
+    """The results read-only: in-memory views, then external access off and the configuration locked; with
+    `views` (the names one query reads), only those views and what they are made of."""
     if tables_root is not None and is_remote(tables_root):
-        return _connect_remote(tables_root)
+        return _connect_remote(tables_root, views)
     db_path = Path(db_path)
     if not db_path.exists():
         raise ResultsError(
@@ -241,20 +258,23 @@ def connect_readonly(db_path: str | Path, tables_root: str | None = None) -> duc
     tables_root = str(Path(tables_root or db_path.resolve().parent / "tables").resolve())
     # The views are rebuilt as temporary views over the tables beside the file, so the file's own (relative)
     # views are not needed: an in-memory connection lists each view once (`show tables`), not twice.
-    return _sandboxed(duckdb.connect(IN_MEMORY), tables_root)
+    return _sandboxed(duckdb.connect(IN_MEMORY), tables_root, views=views)
 
 
-def _connect_remote(tables_root: str) -> duckdb.DuckDBPyConnection:
+def _connect_remote(tables_root: str, views: set[str] | None = None) -> duckdb.DuckDBPyConnection:
     """An in-memory, sandboxed connection with views over the tables under a URL."""
-    return _sandboxed(duckdb.connect(IN_MEMORY), tables_root, need_views=True)
+    return _sandboxed(duckdb.connect(IN_MEMORY), tables_root, need_views=True, views=views)
 
 
 def _sandboxed(
-    con: duckdb.DuckDBPyConnection, tables_root: str, need_views: bool = False
+    con: duckdb.DuckDBPyConnection,
+    tables_root: str,
+    need_views: bool = False,
+    views: set[str] | None = None,
 ) -> duckdb.DuckDBPyConnection:
     """`con` with views over the tables' Arrow datasets, then DuckDB's external access off, locked."""
     try:
-        if not _arrow_views(con, tables_root) and need_views:
+        if not _arrow_views(con, tables_root, views) and need_views:
             raise ResultsError(f"no result tables under {tables_root}: materialize the pipeline first")
         con.execute("SET enable_external_access = false")
         con.execute("SET lock_configuration = true")
@@ -288,12 +308,32 @@ def _dataset(files: list[str], tables_root: str) -> pads.Dataset:
     return pads.dataset(paths, schema=schema, format="parquet", filesystem=fs)
 
 
-def _arrow_views(con: duckdb.DuckDBPyConnection, tables_root: str) -> list[str]:
-    """One view per table over its Arrow dataset; an unreadable one fails naming it."""
+def _arrow_views(
+    con: duckdb.DuckDBPyConnection, tables_root: str, views: set[str] | None = None
+) -> list[str]:
+    """One view per table over its Arrow dataset; an unreadable one fails naming it. With `views` (one
+    query's), only those and what they are made of, unless one is not there: then every view, as without."""
+    registered = all_tables()
+    tables = (*registered, *stored_tables(tables_root, registered))
+    wanted = set(views or ())
+    for name, needs, _ in DERIVED:
+        if name in wanted:
+            wanted |= set(needs)
+    first = [t for t in tables if t.view in wanted] if wanted else list(tables)
+    created, damaged = _table_views(con, tables_root, first)
+    if wanted and not wanted <= {*created, *damaged, *(name for name, _, _ in DERIVED)}:
+        more = _table_views(con, tables_root, [t for t in tables if t not in first])
+        created, damaged = created + more[0], {**damaged, **more[1]}
+    return _derived_views(con, created, "VIEW", drop=False, damaged=damaged)
+
+
+def _table_views(
+    con: duckdb.DuckDBPyConnection, tables_root: str, tables: list[Table]
+) -> tuple[list[str], dict[str, str]]:
+    """A view per table with files over its Arrow dataset: (the views made, {damaged view: message})."""
     created: list[str] = []
     damaged: dict[str, str] = {}
-    registered = all_tables()
-    for table in (*registered, *stored_tables(tables_root, registered)):
+    for table in tables:
         files = table_files(tables_root, table)
         if not files:
             continue
@@ -312,7 +352,7 @@ def _arrow_views(con: duckdb.DuckDBPyConnection, tables_root: str) -> list[str]:
             relation = relation.project("backbone AS model, *")
         relation.create_view(table.view, replace=True)
         created.append(table.view)
-    return _derived_views(con, created, "VIEW", drop=False, damaged=damaged)
+    return created, damaged
 
 
 def _check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> None:
@@ -344,7 +384,7 @@ def _check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> None:
 
 def query(db_path: str | Path, sql: str, tables_root: str | None = None):
     """Run one read-only SQL query against the results and return a DataFrame."""
-    with connect_readonly(db_path, tables_root) as con:
+    with connect_readonly(db_path, tables_root, read_views(sql)) as con:
         _check_read_only(con, sql)
         try:
             return con.execute(sql).df()
