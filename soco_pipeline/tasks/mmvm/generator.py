@@ -1,12 +1,8 @@
-"""Two-frame multi-object scenes with exact instance masks and controlled matching cues (SIMULATED data).
-
-A case is one query object (frame 1) and the candidates of frame 2: the true match (absent in a share of the
-cases) among distractors that each differ in exactly the cues the case lists (docs/mmvm.md, "The generated
-cases"). Every random choice comes from the config seed, the split and the case index."""
+"""Two-frame multi-object scenes with exact instance masks and controlled matching cues (SIMULATED data):
+docs/mmvm.md, "The generated cases". Every random choice comes from the seed, the split and the case index."""
 
 from __future__ import annotations
 
-import io
 import json
 import zlib
 from dataclasses import asdict, dataclass, replace
@@ -14,7 +10,6 @@ from dataclasses import asdict, dataclass, replace
 import cv2
 import numpy as np
 import pandas as pd
-from PIL import Image
 
 from soco_pipeline.storage import join, write_bytes_atomic
 from soco_pipeline.synth.backgrounds import background
@@ -23,6 +18,7 @@ from soco_pipeline.synth.model import Builder, ObjectModel
 from soco_pipeline.synth.render import render
 from soco_pipeline.synth.scene import frame_camera
 from soco_pipeline.synth.variants import category_params, sample_colors
+from soco_pipeline.synth.writer import jpeg_bytes, png_bytes
 from soco_pipeline.tasks.mmvm.config import MmvmConfig
 from soco_pipeline.tasks.mmvm.cues import CUE_ATTRIBUTE, format_match_type
 from soco_pipeline.taxonomy import Taxonomy, load_taxonomy
@@ -49,6 +45,11 @@ class ObjectSpec:
     binding: str  # BR: the rider's category or "none"
     marker: str  # OM: sticker:<colour> | stripe:<colour> | ""
     instance_seed: int = 0
+
+
+def _plain(identity: str, role: str, shape: str, size: str, azimuth: float, seed: int) -> ObjectSpec:
+    """A white object without text, relation, rider or marker (a landmark, a rider)."""
+    return ObjectSpec(identity, role, shape, "white", "", size, "none", azimuth, "none", "", seed)
 
 
 def case_rng(seed: int, split: str, index: int) -> np.random.Generator:
@@ -313,13 +314,11 @@ def render_frame(
     taxonomy: Taxonomy,
     models: dict | None = None,
 ) -> tuple[np.ndarray, np.ndarray, list[ObjectSpec]]:
-    """The image, label map and object list (label k = list entry k-1) of one frame.
-
-    `models` caches built objects by (category, colour, seed): a case's identical distractors build once."""
+    """The image, label map and object list (label k = list entry k-1) of one frame; `models` caches built
+    objects by (category, colour, seed)."""
     models = {} if models is None else models
 
     def model_of(shape: str, rgb, seed: int) -> ObjectModel:
-        """The cached model of (category, colour, seed)."""
         key = (shape, tuple(rgb), seed)
         if key not in models:
             models[key] = build_object(shape, rgb, seed, taxonomy)
@@ -357,18 +356,8 @@ def render_frame(
         px = int((left + right) / 2 - pw / 2)
         py = int(max(0, top - 0.45 * ph))
         px, pw = max(0, px), min(pw, W - max(0, px))
-        rider = ObjectSpec(
-            identity=f"{spec.identity}/rider",
-            role="partner",
-            shape=spec.binding,
-            colour="white",
-            text="",
-            size="large",
-            relation="none",
-            azimuth=spec.azimuth,
-            binding="none",
-            marker="",
-            instance_seed=spec.instance_seed + 1,
+        rider = _plain(
+            f"{spec.identity}/rider", "partner", spec.binding, "large", spec.azimuth, spec.instance_seed + 1
         )
         model = model_of(rider.shape, cfg.colours.get("white", (235, 235, 235)), rider.instance_seed)
         placed.append(rider)
@@ -386,18 +375,6 @@ def render_frame(
     return img, labels, placed
 
 
-def _jpeg(img: np.ndarray) -> bytes:
-    buf = io.BytesIO()
-    Image.fromarray(img).save(buf, format="JPEG", quality=95)
-    return buf.getvalue()
-
-
-def _png(arr: np.ndarray) -> bytes:
-    buf = io.BytesIO()
-    Image.fromarray(arr).save(buf, format="PNG")
-    return buf.getvalue()
-
-
 def generate_case(
     cfg: MmvmConfig, split: str, index: int, root: str, taxonomy: Taxonomy | None = None
 ) -> tuple[dict, list[dict], list[dict]]:
@@ -409,19 +386,8 @@ def generate_case(
     has_landmark = 5 in plan["cues"]
     landmark = None
     if has_landmark:
-        landmark = ObjectSpec(
-            identity=f"{case_id}/landmark",
-            role="landmark",
-            shape=cfg.landmark_category,
-            colour="white",
-            text="",
-            size="normal",
-            relation="none",
-            azimuth=200.0,
-            binding="none",
-            marker="",
-            instance_seed=int(rng.integers(2**31)),
-        )
+        seed = int(rng.integers(2**31))
+        landmark = _plain(f"{case_id}/landmark", "landmark", cfg.landmark_category, "normal", 200.0, seed)
     clutter = [replace(d, role="other") for d in plan["distractors"][:2]]
     frame0 = [plan["query"], *clutter]
     frame1 = ([] if plan["absent"] else [plan["match"]]) + plan["distractors"]
@@ -431,16 +397,13 @@ def generate_case(
         cols, rows, slots, objs, anchor = assign_slots(
             objs, has_landmark, rng, cfg.frame.width, cfg.frame.height, keep=plan["match"].relation
         )
-        if has_landmark:
-            lm = replace(landmark, azimuth=float(landmark.azimuth + 35 * f))
-        else:
-            lm = None
+        lm = replace(landmark, azimuth=float(landmark.azimuth + 35 * f)) if has_landmark else None
         img, labels, placed = render_frame(objs, slots, (cols, rows), anchor, lm, cfg, rng, tax, models)
         image_id = f"{ID_PREFIX}/{case_id}/frame{f}"
         uri = join(root, "images", case_id, f"frame{f}.jpg")
         labels_uri = join(root, "labels", case_id, f"frame{f}.png")
-        write_bytes_atomic(uri, _jpeg(img))
-        write_bytes_atomic(labels_uri, _png(labels))
+        write_bytes_atomic(uri, jpeg_bytes(img, 95))
+        write_bytes_atomic(labels_uri, png_bytes(labels))
         images.append(
             {
                 "image_id": image_id,
