@@ -1,10 +1,6 @@
-"""The task families beside SOCO, one plain-Python domain core per folder (`mmvm/`: MMVMBench object
-matching; `fgbmk/`: FG-BMK fine-grained recognition; `tpips/`: TPIPS aspect-conditioned similarity), and
-their registry. A folder `tasks/<name>/` declares `SPEC = FamilySpec(...)` in its `__init__.py`;
-`family_specs()` finds every declaration and registers the tables they name (tables.py), so a process that
-never loads the Dagster definitions (the CLI) reads the tables the assets write. The Dagster `Family`
-(defs/<name>/, defs/shared/family.py) is built from the spec; images go through `soco_pipeline.features`.
-"""
+"""The task families beside SOCO (`mmvm/`, `fgbmk/`, `tpips/`), one plain-Python domain core per folder, and
+their registry: `tasks/<name>/__init__.py` declares `SPEC = FamilySpec(...)`; `family_specs()` finds them and
+registers their tables, so the CLI reads what the assets write without loading the Dagster definitions."""
 
 from __future__ import annotations
 
@@ -28,14 +24,9 @@ SAME_ROWS = "two specs that differ only in `input` get identical rows here"
 
 @dataclass(frozen=True)
 class FamilySpec:
-    """A task family as the domain knows it: `name` (its group, its tables' prefix), `title` (its page section),
-    `load_config(path, settings)`, `headline`; optional: its results record (`record` tables, `parts(model,
-    kind, tables, n_boot)`), regression `watch`, `workbook` scorer ("module:function"), `input_note(config)`
-    (its own input policy, said on its boards), console `columns` (all when empty), the results page's
-    `findings` (a table and its columns, shown under the board), `simulated_note` (the page's phrase when its
-    headline flags board rows simulated), `record_name` (the `family` its results records carry, default its
-    name) and `rebuild` ("module:function" `(settings, record_name, model, protocol_path) -> record` where its
-    record is not `record` + `parts`)."""
+    """A task family as the domain knows it: `name` (its group and tables' prefix), `title`,
+    `load_config(path, settings)` and `headline`; the optional fields are read by the record, watch, workbook,
+    board and page."""
 
     name: str
     title: str

@@ -1,9 +1,6 @@
-"""Answer matching for FG-BMK's human-oriented questions, the rules written down (docs/fgbmk.md,
-"Answer-matching rules"): `normalise` as FG-BMK's answer_acc.py does, then exact / contains / leading matching
-per question type, each row recording its `method`.
-
-`correct_published` is FG-BMK's own rule: the normalised key is a substring of the normalised answer.
-Circular: a choice group is right only when every rotation is."""
+"""Answer matching for FG-BMK's human-oriented questions (docs/fgbmk.md, "Answer-matching rules"): `normalise`
+as its answer_acc.py, then exact / contains / leading matching per question type; `correct_published` is
+FG-BMK's substring rule; a circular choice group is right only when every rotation is."""
 
 from __future__ import annotations
 
@@ -151,9 +148,8 @@ def knowledge_bias(scored: pd.DataFrame, worst: int = 5) -> tuple[pd.DataFrame, 
 
 
 def class_of_image(image: str) -> str:
-    """The image's folder, normalised ("images/001.Black_footed_Albatross/x.jpg" -> "black footed
-    albatross"): a yes/no row's class when its `category` is only a level word (a heuristic; the published
-    knowledge-bias files keep the class in `category`, see true_class)."""
+    """The image's folder, normalised ("images/001.Black_footed_Albatross/x.jpg" -> "black footed albatross"):
+    a yes/no row's class when its `category` is only a level word (a heuristic)."""
     folder = image.replace("\\", "/").rsplit("/", 2)[-2] if "/" in image else ""
     return normalise(re.sub(r"^\d+\.", "", folder))
 
@@ -183,10 +179,8 @@ def per_class_published(scored: pd.DataFrame) -> pd.DataFrame:
 
 
 def answer_acc(scored: pd.DataFrame) -> dict:
-    """FG-BMK's demo/human_evaluation/answer_acc.py on scored rows (its substring rule, `correct_published`):
-    per normalised answer key, correct / total; images, images with every question right, and its
-    "Overall Accuracy" = the share of IMAGES whose questions are all right (0-100), beside the per-question
-    accuracy. Rows are grouped by `image` as the script does (one answer file at a time)."""
+    """FG-BMK's demo/human_evaluation/answer_acc.py on scored rows: per answer key correct / total, and its
+    "Overall Accuracy" = the share of images (by `image`) whose questions are all right (0-100)."""
     if scored.empty:
         return {
             "images": 0,

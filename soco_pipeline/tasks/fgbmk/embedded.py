@@ -1,9 +1,6 @@
-"""The embedded fine-grained set: rendered images of every taxonomy category, in FG-BMK's layout.
-
-SIMULATED data: superclass (4 supercategories) -> class (16 shape families) -> subclass (100 categories), one
-rendered instance an image with attributes from the instance itself, written in the machine-oriented layout
-with `items.parquet`, `ground_truth/keypoints.parquet` and `manifest.json` last (docs/fgbmk.md, "The embedded
-set"). The same (config, seed) gives byte-identical files."""
+"""The embedded fine-grained set (SIMULATED): rendered images of every taxonomy category in FG-BMK's
+machine-oriented layout, superclass -> class -> subclass (docs/fgbmk.md, "The embedded set"); the same
+(config, seed) gives byte-identical files."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""The FG-BMK paper's five findings, as the paper states them, checked on our tables as statistics.
-
-Each row: the claim and figure, our measurement, the effect with a 95% interval (or a test's p-value), and a
-verdict decided by the interval: `yes`, `no` or `not testable`, plus what the project does not cover.
-Accuracies over different class counts are compared as chance-corrected skill (acc - chance) / (100 - chance),
-never as raw top-1. The findings, the statistics and the measured verdicts: docs/fgbmk.md, "The paper's five
-findings"."""
+"""The FG-BMK paper's five findings checked on our tables as statistics (docs/fgbmk.md, "The paper's five
+findings"): per claim our measurement, an effect with a 95% interval (or a p-value) and a verdict decided by
+the interval; accuracies over different class counts compare as skill (acc - chance) / (100 - chance)."""
 
 from __future__ import annotations
 

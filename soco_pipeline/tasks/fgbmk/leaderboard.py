@@ -17,9 +17,9 @@ LVLM_METRIC_COLUMNS = ["model", "task", "level", "form", "metric", "value", "n",
 
 
 def lvlm_metrics(answers: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
-    """Long table of one model per task/level/form on rotation 0: accuracy (ours and the published substring
-    rule), answer_acc.py's "Overall Accuracy" (`overall_accuracy_published`, n = images), circular accuracy,
-    the knowledge-bias spread and each accuracy's 95% bootstrap CI over its questions (seeded with `seed`)."""
+    """Long table of one model per task/level/form on rotation 0: accuracy (ours and published),
+    answer_acc.py's "Overall Accuracy", circular accuracy, knowledge-bias spread and 95% bootstrap CIs over
+    questions."""
     model = answers.model.iloc[0] if len(answers) else ""
     simulated = bool(answers.simulated.all()) if "simulated" in answers.columns else True
     plain = answers[answers.rotation == 0]
@@ -59,10 +59,9 @@ def lvlm_metrics(answers: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
 def fgbmk_leaderboard(
     backbone_metrics: pd.DataFrame, robustness: pd.DataFrame, lvlm: pd.DataFrame
 ) -> pd.DataFrame:
-    """One row per backbone (probe / retrieval per level, within vs across, clean vs strongest FGSM at the
-    finest level) and per LVLM (accuracy per level on choice questions, circular, knowledge-bias std);
-    `ci95_lo_<level>` / `ci95_hi_<level>`: the 95% CI of the row's accuracy at that level (a backbone's probe
-    top-1: bootstrap over test images; an LVLM's choice accuracy: bootstrap over questions)."""
+    """One row per backbone (probe / retrieval per level, within vs across, clean vs strongest FGSM) and per
+    LVLM (choice accuracy per level, circular, knowledge-bias std), with the 95% CI of each level's accuracy
+    (bootstrap over test images for a probe, over questions for an LVLM)."""
     rows = []
     if len(backbone_metrics):
         s = summary(backbone_metrics)
@@ -119,9 +118,8 @@ CORRELATION_METRICS = (
 
 
 def correlation_scores(board: pd.DataFrame) -> pd.DataFrame:
-    """The backbone rows of fgbmk_leaderboard as score rows of soco_pipeline.analysis (SCORE_COLUMNS: model,
-    task "fgbmk", metric, value, higher_better, ...), ready for `combine_scores(..., correlation_scores(board))`,
-    so the correlation study can set fine-grained scores against SOC on the same embedded objects."""
+    """The backbone rows of fgbmk_leaderboard as score rows of soco_pipeline.analysis (SCORE_COLUMNS), for
+    `combine_scores` to set fine-grained scores against SOC."""
     from soco_pipeline.analysis.reference import SCORE_COLUMNS
 
     rows = []

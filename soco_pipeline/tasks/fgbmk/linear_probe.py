@@ -1,9 +1,5 @@
-"""FG-BMK's linear probe (its modified DINOv2 eval/linear.py), on cached global features.
-
-A grid of linear heads (n_last_blocks x avgpool x learning rate) trained together with Adam and a cosine
-schedule; the best head is picked on the evaluation split as published; micro top-1 and top-5 (docs/fgbmk.md,
-"Linear probe"). Deviation, on purpose: heads train on the cached eval-transform features, not augmented
-crops."""
+"""FG-BMK's linear probe (its modified DINOv2 eval/linear.py) on cached global features (docs/fgbmk.md,
+"Linear probe"); deviation, on purpose: heads train on the eval-transform features, not augmented crops."""
 
 from __future__ import annotations
 
@@ -39,9 +35,8 @@ def head_name(n_blocks: int, avgpool: bool, lr: float) -> str:
 
 
 def sharded_infinite_order(n: int, seed: int, pass_index: int, perm: torch.Tensor) -> np.ndarray:
-    """One pass of DINOv2's ShardedInfiniteSampler (one process: start 0, step 1, the old
-    `_shuffle_tensor_slice`): the generator re-seeded with seed + (pass << 24), then an inside-out
-    Fisher-Yates over `perm` drawing torch.randint(0, i + 1) for i = 1..n-1."""
+    """One pass of DINOv2's ShardedInfiniteSampler (one process, `_shuffle_tensor_slice`): re-seeded with
+    seed + (pass << 24), then an inside-out Fisher-Yates drawing torch.randint(0, i + 1) for i = 1..n-1."""
     g = torch.Generator().manual_seed(int(seed) + (int(pass_index) << 24))
     # One randint call per element, as the release draws them: torch's vectorised randint does not give the
     # same numbers, and the shuffle itself is sequential (each step moves an earlier pick).

@@ -1,6 +1,5 @@
-"""The machine-oriented evaluation of one backbone: probe and retrieval at each granularity level over all
-superclasses ("across"), and at the subclass level inside each superclass ("within"; the paper's drop is
-within minus across)."""
+"""The machine-oriented evaluation of one backbone: probe and retrieval per level across all superclasses,
+and at the subclass level within each (the paper's drop is within minus across)."""
 
 from __future__ import annotations
 
@@ -178,8 +177,7 @@ def probe_predictions(
     simulated: bool = True,
 ) -> pd.DataFrame:
     """The best head's argmax on every test image the probe scored, per level across superclasses
-    (PREDICTION_COLUMNS): the rows `evaluate_backbone` fed it (single-label test rows, in table order), so the
-    mean of `correct` x 100 is that level's top-1."""
+    (PREDICTION_COLUMNS); the mean of `correct` x 100 is that level's top-1."""
     parts = []
     for (scope, _, level), probe in sorted(probes.items()):
         if scope != "across":

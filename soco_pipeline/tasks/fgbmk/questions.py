@@ -1,9 +1,5 @@
-"""Human-oriented questions for LVLMs, in FG-BMK's published wording (assets/fgbmk.yaml `questions`).
-
-Per chosen test image and level: choice (distractors from the same parent), true_false and short_answer;
-attribute and knowledge-bias questions as the release asks them (docs/fgbmk.md, "Human-oriented questions").
-`questions_for` picks these generated questions or, for an official source, the dataset's published files;
-`circular` adds every rotation of a choice question's options."""
+"""Human-oriented questions for LVLMs in FG-BMK's published wording (docs/fgbmk.md, "Human-oriented
+questions"): generated, or an official source's published files; `circular` adds every option rotation."""
 
 from __future__ import annotations
 
@@ -238,8 +234,7 @@ def circular(questions: pd.DataFrame, config: QuestionConfig) -> pd.DataFrame:
 
 def official_questions(root: str, dataset: str, image_root: str) -> pd.DataFrame:
     """QUESTION_COLUMNS rows of every published question file of `dataset` under a human-oriented root, read
-    as released (docs/fgbmk.md, "Reading the published data"); FgbmkFormatError names a file that cannot be
-    read."""
+    as released; FgbmkFormatError names a file that cannot be read."""
     from soco_pipeline import storage
     from soco_pipeline.tasks.fgbmk.answer_scoring import infer_form, options_of, true_class
     from soco_pipeline.tasks.fgbmk.readers import human_files, read_questions
@@ -293,9 +288,8 @@ def official_questions(root: str, dataset: str, image_root: str) -> pd.DataFrame
 
 
 def questions_for(items: pd.DataFrame, config) -> pd.DataFrame:
-    """The questions asset's table for `config` (an FgbmkConfig): generated questions in every rotation for
-    the generated source; the published files of the dataset for an official source with `questions` (no
-    rows without: the machine-oriented side alone)."""
+    """The questions table of an FgbmkConfig: generated questions in every rotation, or an official source's
+    published files (none without `questions`)."""
     src = config.source
     if src.kind == "official":
         if not src.questions:

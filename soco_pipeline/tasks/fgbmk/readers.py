@@ -1,8 +1,5 @@
-"""Readers and writers of FG-BMK's published formats: the machine-oriented `train.csv` / `test.csv` /
-`classes.txt` (the label follows the LAST comma) and the human-oriented question and answer JSONL files, the
-release's misspellings included (docs/fgbmk.md, "Reading the published data").
-
-Every error names the file and line and says what to fix."""
+"""Readers and writers of FG-BMK's published formats, the release's misspellings included (docs/fgbmk.md,
+"Reading the published data"); every error names the file and line and says what to fix."""
 
 from __future__ import annotations
 
@@ -212,9 +209,8 @@ def write_jsonl(df: pd.DataFrame, path: str, keys: tuple[str, ...] = QUESTION_KE
 
 
 def human_files(root: str) -> pd.DataFrame:
-    """The question files under a human-oriented root: task, dataset, level, form, path (levels from the
-    folder; knowledge-bias: "all_class" / "true_false"; attribute: "attribute" / "mixed"). Other names are not
-    question files (`unrecognised_files` names them)."""
+    """The question files under a human-oriented root (task, dataset, level, form, path); other names are
+    listed by `unrecognised_files`."""
     fs, base = storage.filesystem(root)
     rows = []
     for p in sorted(fs.glob(f"{base.rstrip('/')}/**/*.jsonl")):
@@ -278,10 +274,8 @@ def image_size(ds: MachineDataset, uri: str, split: str, line: int) -> tuple[int
 
 
 def items_from_dataset(ds: MachineDataset) -> pd.DataFrame:
-    """A machine-oriented dataset as the family's items table: the subclass level with the release's own class
-    ids (the seen/unseen split is by their parity) and names, superclass = class = the dataset's name,
-    `simulated` False. A multi-label line keeps all its ids in `labels` and its first in `subclass_id`
-    (`multi_label` True: the probe leaves it out and counts it). Sizes come from the image headers."""
+    """A machine-oriented dataset as the family's items table at the subclass level (the release's class ids,
+    seen/unseen by parity); a multi-label line keeps all ids in `labels`, its first in `subclass_id`."""
     rows = pd.concat([ds.train, ds.test], ignore_index=True)
     names = ds.classes or [str(i) for i in range(ds.num_classes)]
     sizes = [image_size(ds, r.uri, r.split, r.line) for r in rows.itertuples(index=False)]

@@ -1,9 +1,5 @@
-"""FG-BMK's open-set retrieval (its eval_retrieval.py), on cached global features.
-
-A grid of triplet-trained projections on train images of even class ids only (odd classes stay unseen), the
-published negative quirk kept by default (`negative: uniform`); queries are the test images against a seeded
-gallery of train images; recall@1 (macro) and RetrievalMAP, the best head picked on the queries as published
-(docs/fgbmk.md, "Retrieval")."""
+"""FG-BMK's open-set retrieval (its eval_retrieval.py) on cached global features: triplet-trained projections
+on even class ids, test queries against a seeded train gallery, recall@1 and RetrievalMAP (docs/fgbmk.md)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""Robustness of a trained probe on its frozen backbone: FGSM and PGD at L-inf epsilon (in 1/255 of the [0, 1]
-pixel range) and Gaussian pixel noise, on the test images, at a fine and a coarse level (docs/fgbmk.md,
-"Robustness"). Non-differentiable backbones get only the noise rows; one that reads no pixels gets none."""
+"""Robustness of a trained probe on its frozen backbone: FGSM / PGD at L-inf epsilon (1/255 of the [0, 1]
+range) and Gaussian noise on the test images (docs/fgbmk.md, "Robustness")."""
 
 from __future__ import annotations
 

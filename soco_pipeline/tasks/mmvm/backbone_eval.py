@@ -1,7 +1,6 @@
-"""One feature backbone on the MMVM items: cached dense maps, mask pooling, zero-shot answers and the
-contrastive head's; or a not-applicable row for the SOCO oracles. An item set without a training split is
-scored against generated `reference` tables (head and None thresholds carried over); without one it never
-answers None and its head stays the seeded random projection, as the rows say."""
+"""One feature backbone on the MMVM items: cached dense maps, mask pooling, zero-shot and contrastive-head
+answers, or not-applicable rows for the SOCO oracles; an item set without a training split is scored with the
+head and None thresholds of the generated `reference` tables."""
 
 from __future__ import annotations
 
@@ -76,9 +75,8 @@ def backbone_predictions(
     reference: dict[str, pd.DataFrame] | None = None,
     manifest: pd.DataFrame | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame | None]:
-    """(predictions of the zero-shot and contrastive-head methods, feature manifest) of one backbone spec; a
-    SOCO oracle gets not-applicable rows and no manifest. `reference`: generated tables that train the head
-    and fit the carried thresholds when `tables` has no training split."""
+    """(predictions of the zero-shot and contrastive-head methods, feature manifest) of one backbone spec (a
+    SOCO oracle: not-applicable rows, no manifest)."""
     items, cases, objects = tables["items"], tables["cases"], tables["objects"]
     if missing_capabilities(spec.kind, NEEDS):
         return not_applicable(items, spec.name, ORACLE_REASON), None

@@ -49,9 +49,9 @@ def _code(element: object) -> int | None:
 
 
 def parse_match_type(value: object, strict: bool = False, where: str = "") -> ParsedMatchType:
-    """Cue codes of a `match_type` cell as the reference parses them, with the fallback recorded: literals
-    only (anything else, and None, is "unparsable": [1, 5]); a bare number is a one-code list ("scalar");
-    strict=True raises a ValueError naming `where` instead (for our own files)."""
+    """Cue codes of a `match_type` cell as the reference parses them, with the fallback recorded
+    ("unparsable": [1, 5]; "scalar": a bare number); strict=True raises a ValueError naming `where`
+    instead."""
     text = value if isinstance(value, str) else None  # NaN / None cells: eval raises -> [1, 5]
     parsed: object = None
     ok = False

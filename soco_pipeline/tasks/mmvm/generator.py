@@ -192,9 +192,8 @@ def assign_slots(
     height: int,
     keep: str = "none",
 ) -> tuple[int, int, list, list[ObjectSpec], tuple[int, int] | None]:
-    """Grid cells for the objects (and the landmark's cell); with a landmark, the query/true match takes the
-    cell its relation names and every other object a cell whose relation is not `keep` (the true match's),
-    its recorded relation then being the one of its cell."""
+    """Grid cells for the objects (and the landmark's); with a landmark, the query/true match takes the cell
+    its relation names and every other object one whose relation is not `keep`, recorded as its relation."""
     n = len(objs) + (4 if landmark else 0)
     cols, rows = _grid(n, width, height)
     if landmark and cols < 3:  # the landmark needs a free cell on both sides

@@ -1,6 +1,5 @@
-"""Accuracy of one model overall, per cue, per candidate count and with / without the query, each beside a
-random chooser's expected accuracy (mean of 1/(min(N, 25) + 1)) and a 95% Wilson interval. A case counts
-toward every cue its match_type lists, as often as listed (`report_acc_mmatch`); docs/mmvm.md, "Metrics"."""
+"""Accuracy of one model overall, per cue, per candidate count and with / without the query, beside chance
+and a 95% Wilson interval; a case counts toward every cue it lists (`report_acc_mmatch`; docs/mmvm.md)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""Feature backbones on MMVM items: mask-pooled object descriptors, cosine argmax, a fitted None threshold.
-
-An object's descriptor is the coverage-weighted mean of the L2-normalised dense-map cells under its mask (the
-cell under its centroid when it covers none), L2-normalised. A backbone answers None when the best cosine is
-below the item set's `NoneRule` (fitted, carried, fixed, never: docs/mmvm.md, "Feature backbones"); the
-predictions keep both the forced (argmax) answer and the thresholded one."""
+"""Feature backbones on MMVM items: mask-pooled object descriptors, cosine argmax and a None threshold by the
+item set's `NoneRule` (docs/mmvm.md, "Feature backbones")."""
 
 from __future__ import annotations
 
@@ -80,9 +76,8 @@ def pooled_descriptors(
 def oracle_descriptors(
     objects: pd.DataFrame, seed: int = 0, noise: float = 0.01
 ) -> dict[tuple[str, int], np.ndarray]:
-    """The instance-identity oracle: a one-hot of each object's identity plus small seeded noise.
-
-    The query and its true match share an identity, every other object has its own: it scores 100."""
+    """The instance-identity oracle: a one-hot of each object's identity plus small seeded noise (scores
+    100)."""
     codes, uniq = pd.factorize(objects["identity"])
     rng = np.random.default_rng(seed)
     vec = np.eye(len(uniq), dtype=np.float32)[codes] + noise * rng.standard_normal((len(codes), len(uniq)))

@@ -1,9 +1,5 @@
-"""The family's items from its configured source (`source:` in assets/mmvm.yaml): generated, or an official
-layout read as released (docs/mmvm.md, "Source").
-
-An import is the test split; the generated (SIMULATED) training split is made beside it for the None threshold
-and the contrastive head (`none_mode = carried`). Only VLMEvalKit's `skip_noimg` rows are skipped, each logged
-and written to `<work_root>/skipped_rows.txt`; any other bad row is an MmvmFormatError naming it."""
+"""The family's items from its configured source (docs/mmvm.md, "Source"): generated, or an official layout as
+the test split beside a generated training split; skipped rows go to `<work_root>/skipped_rows.txt`."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""`soco score-workbook mmvm FILE`: a prediction workbook made elsewhere (VLMEvalKit's MMVMBench or
-MMVMEvalKit's MMatch `*.xlsx`/`.tsv`/`.csv` with a `prediction` column) scored by the family's own extraction
-and metrics: MMVMEvalKit's exact matching, optionally its matcher or VLMEvalKit's yes/no judge, then accuracy
-overall, per cue, per candidate count and per query presence beside chance."""
+"""`soco score-workbook mmvm FILE`: a VLMEvalKit / MMVMEvalKit prediction workbook scored by the family's own
+extraction (optionally a judge) and metrics."""
 
 from __future__ import annotations
 

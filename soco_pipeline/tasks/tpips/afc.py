@@ -1,6 +1,5 @@
-"""The 2AFC out-of-distribution set: a reference and two outputs of real image operations (editing,
-compositing, novel_view, distortion: ours, standing in for the paper's sources), with simulated votes on
-`afc.aspects` (never "overall"); ties and >= 3 "cannot tell" removed (published)."""
+"""The 2AFC out-of-distribution set: a reference and two outputs of real image operations (ours, standing in
+for the paper's sources) with simulated votes; ties and >= 3 "cannot tell" removed (published)."""
 
 from __future__ import annotations
 

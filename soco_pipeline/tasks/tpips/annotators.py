@@ -1,8 +1,5 @@
-"""Simulated annotators: a noisy-observer model of odd-one-out and 2AFC judgements (NOT human judgements).
-
-A Luce choice softmax(-d_k / temperature) over the options' distances with a "cannot tell" chance
-exp(-gap / cannot_tell_margin); `vote_mode` expected (default, deterministic) or sampled; the published
-pruning and normalisation; seeded per item (docs/tpips.md, "Data")."""
+"""Simulated annotators (NOT human judgements): a Luce choice softmax(-d_k / temperature) with a "cannot tell"
+chance exp(-gap / cannot_tell_margin), seeded per item (docs/tpips.md, "Data")."""
 
 from __future__ import annotations
 
@@ -46,9 +43,8 @@ def expected_votes(distances: np.ndarray, obs: ObserverConfig) -> tuple[np.ndarr
 def observe(
     distances: np.ndarray, ids: list[str], aspect: str, obs: ObserverConfig, seed: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Votes (N, K) and cannot-tell counts (N,) of `n_annotators` simulated observers given `distances` (N,
-    K): the odd-one-out pair distances excluding option k (K = 3), or 2AFC distances to the reference (K = 2).
-    """
+    """Votes (N, K) and cannot-tell counts (N,) of simulated observers given `distances` (N, K): OOO pair
+    distances excluding option k (K = 3), or 2AFC distances to the reference (K = 2)."""
     if obs.vote_mode == "expected":
         return expected_votes(distances, obs)
     n, k = distances.shape

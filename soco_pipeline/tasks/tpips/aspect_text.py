@@ -1,7 +1,5 @@
 """Aspect strings -> what the learned metrics condition on: ids into a learned embedding over a closed
-vocabulary (`AspectVocab`), or rows of a frozen table of text-encoder embeddings (`AspectText`), which also
-embeds unseen aspect texts. Both expose `aspects`, `vectors` and `encode(aspects) -> ids`; an empty aspect is
-refused."""
+vocabulary (`AspectVocab`) or a frozen table of text-encoder embeddings (`AspectText`); both `encode`."""
 
 from __future__ import annotations
 

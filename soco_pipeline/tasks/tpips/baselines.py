@@ -1,8 +1,5 @@
-"""Aspect-agnostic baselines and an aspect-distance oracle, as pair similarities over image positions.
-
-Every method is `sim(a, b, aspects) -> (M,)` (higher = more similar); `ooo_scores` gives column k = the pair
-that excludes image k, `afc_scores` each output's similarity to the reference. The methods: docs/tpips.md,
-"Models"."""
+"""Aspect-agnostic baselines and an aspect-distance oracle as pair similarities `sim(a, b, aspects) -> (M,)`,
+higher = more similar (docs/tpips.md, "Models")."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""The typed TPIPS config (assets/tpips.yaml): the data source, scene ranges, triplet sampling, observer,
-features, training. Every rule is a field constraint or validator, so a bad file is refused when loaded:
-`TpipsConfigError` (a ValueError) names the file, each bad field and the fix (docs/tpips.md, "Config errors").
-"""
+"""The typed TPIPS config (assets/tpips.yaml); a bad file is refused when loaded with `TpipsConfigError`
+naming the file, each bad field and the fix (docs/tpips.md, "Config errors")."""
 
 from __future__ import annotations
 
@@ -35,9 +33,8 @@ class TpipsConfigError(ValueError):
 
 
 class SourceConfig(ConfigModel):
-    """Where the items come from: `generated` (the embedded renderer and simulated observers) or `official`: a
-    released odd-one-out JSONL file, or a folder holding ooo.jsonl (in the released format or our layout) and
-    optionally afc.jsonl, with the images they name (docs/tpips.md, "Real data")."""
+    """Where the items come from: `generated` or `official` (a released OOO JSONL file, or a folder holding
+    ooo.jsonl and optionally afc.jsonl; docs/tpips.md, "Real data")."""
 
     kind: Literal["generated", "official"] = "generated"
     # official: the .jsonl file, or the folder holding ooo.jsonl (and afc.jsonl); relative to the config's folder
@@ -195,9 +192,8 @@ def _fields_of(template: str) -> set[str]:
 
 
 class LvlmPrompts(ConfigModel):
-    """Prompt text of the LVLM baselines. Each prompt has one `{clause}`: `clause` with the aspect filled in
-    ("in terms of colour"), or `overall_clause` for the overall aspect (published: "in terms of <c>" becomes
-    "overall", so no prompt reads "in terms of overall")."""
+    """Prompt text of the LVLM baselines, each with one `{clause}`: `clause` with the aspect filled in, or
+    `overall_clause` for the overall aspect (published)."""
 
     scale_max: PositiveInt
     clause: str = "in terms of {aspect}"
@@ -285,10 +281,8 @@ class TpipsConfig(ConfigModel):
 
 
 def parse_config(doc: object, source: str = "<TPIPS config>", base: Path | None = None) -> TpipsConfig:
-    """Validate a parsed TPIPS config document; every bad field is named with `source` and the fix.
-
-    An official source's path (a .jsonl file, or a folder holding ooo.jsonl) and image_root are resolved against
-    `base` (the config file's folder) and must exist."""
+    """Validate a parsed TPIPS config document, naming every bad field with `source`; an official source's
+    paths resolve against `base` (the config file's folder) and must exist."""
     cfg = validate_doc(TpipsConfig, doc, source, TpipsConfigError, allowed=TpipsConfig.model_fields)
     if cfg.source.kind == "official":
 

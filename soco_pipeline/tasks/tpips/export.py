@@ -1,7 +1,6 @@
-"""Write the family's tables as a TPIPS release folder (`soco export-family tpips OUT --format release`):
-`ooo.jsonl` in the released format (release.py), `afc.jsonl` in our 2AFC layout (formats.py) and every image
-they name. Read back with `source: {kind: official, path: OUT}` the tables are the ones written, image ids
-included (the extra field `image_ids`, since the paths written are not always the ids)."""
+"""`soco export-family tpips OUT --format release`: `ooo.jsonl` in the released format, `afc.jsonl` in our
+layout and every image they name; read back as `source: {kind: official, path: OUT}` it gives the same
+tables."""
 
 from __future__ import annotations
 
@@ -30,9 +29,8 @@ def release_path(image_id: str, n: int) -> str:
 def export_release(
     ooo: pd.DataFrame, afc: pd.DataFrame, images: pd.DataFrame, out: str, overwrite: bool = False
 ) -> dict:
-    """Write `ooo` (OOO_COLUMNS), `afc` (AFC_COLUMNS) and the images they name (`images`: image_id, uri) as a
-    release folder at `out`; returns what was written. Refuses a folder that holds an ooo.jsonl unless
-    `overwrite`."""
+    """Write `ooo`, `afc` and the images they name as a release folder at `out` (an existing ooo.jsonl only
+    with `overwrite`); returns what was written."""
     target = storage.join(out, OOO_FILE)
     if storage.exists(target) and not overwrite:
         raise FileExistsError(f"{target} exists; pass --force to replace the release folder's files")

@@ -1,8 +1,5 @@
-"""TPIPS features through the shared cache: derived specs (input size, extra layers), token and global arrays.
-
-Each backbone is extracted at the config's `input_size` and, for mid fusion, at each of `features.layers`,
-each a derived spec with its own folder in the same cache; a kind lacking a capability in NEEDS (the SOCO
-oracles) is `not_applicable` (docs/tpips.md, "Models")."""
+"""TPIPS features through the shared cache: derived specs (input size, extra layers), token and global arrays;
+a kind lacking a capability in NEEDS is `not_applicable` (docs/tpips.md, "Models")."""
 
 from __future__ import annotations
 

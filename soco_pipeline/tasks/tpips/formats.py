@@ -1,9 +1,5 @@
-"""JSONL import/export of the odd-one-out and 2AFC sets in our layout (docs/tpips.md, "Formats": the fields
-and every refusal).
-
-One line is one (item, aspect); image paths are the image ids unless a 2AFC line carries `image_ids`. The
-published pruning (>= 3 "cannot tell"; 2AFC ties) is applied on read and counted, with the lines it removed
-named."""
+"""JSONL import/export of the odd-one-out and 2AFC sets in our layout (docs/tpips.md, "Formats"): one line per
+(item, aspect); the published pruning is applied on read and counted, the removed lines named."""
 
 from __future__ import annotations
 
@@ -67,9 +63,8 @@ def resolve(path: str, base: str | None) -> str:
 def line_image_ids(
     path: str, no: int, rec: dict, keys: tuple[str, ...], paths: list, named: dict[str, tuple[str, int]]
 ) -> list[str]:
-    """The ids of a line's images (`paths`, under `keys`): our export's extra field `image_ids` ({key: id}) when
-    the line has it, else the paths as written. One id names one path across the file: `named` (id -> (path,
-    first line)) collects them, a clash is refused naming the file, both lines and the fix."""
+    """The ids of a line's images: its `image_ids` when it has them, else the paths as written; `named` (id ->
+    (path, first line)) refuses an id naming two paths."""
     where = f"{path}:{no}"
     for p in paths:
         if not _text(p):
@@ -179,9 +174,8 @@ def _summary(path: str, lines: list[int], keep: np.ndarray, cannot: np.ndarray, 
 
 
 def image_files(path: str, fields: tuple[str, ...]) -> dict[str, str]:
-    """Image id -> path as written of every image the lines of a (validated) JSONL file name, in order of
-    appearance, pruned lines included: `fields` ("images",) for OOO, ("ref", "x0", "x1") for 2AFC. The ids are a
-    line's `image_ids` where it has them, else the paths."""
+    """Image id -> path as written of every image a validated JSONL file names, in order, pruned lines
+    included (`fields`: ("images",) for OOO, ("ref", "x0", "x1") for 2AFC)."""
     found: dict[str, str] = {}
     for _, rec in jsonl_records(path):
         ids = rec.get("image_ids", {})

@@ -1,6 +1,5 @@
-"""The TPIPS leaderboard (agreement per aspect on the OOO test split beside the rater agreement Σ y² and the
-ceiling mean max y), its Markdown printout (the judgements marker printed once, above the table) and the
-agreement-per-aspect-per-model bar chart (the shape of the paper's Fig. 5)."""
+"""The TPIPS leaderboard (agreement per aspect on the OOO test split beside the rater agreement and ceiling),
+its Markdown printout and the agreement-per-aspect bar chart (the shape of the paper's Fig. 5)."""
 
 from __future__ import annotations
 

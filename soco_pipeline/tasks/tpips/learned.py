@@ -1,8 +1,5 @@
-"""Learned aspect-conditioned metrics on frozen backbone features, trained on odd-one-out votes.
-
-softmax(s̄ / τ) over the three pair similarities, cross-entropy against the vote shares, full-batch L-BFGS in
-rounds with early stopping on the val loss (`train_metric`). The heads (late distance / gated, mid signed /
-squared, `late_cosine`, the ablations) and the aspect text -> a(c) route: docs/tpips.md, "Models"."""
+"""Learned aspect-conditioned metrics on frozen backbone features: softmax(s̄ / τ) over the pair similarities,
+cross-entropy against the vote shares, full-batch L-BFGS with early stopping (docs/tpips.md, "Models")."""
 
 from __future__ import annotations
 
@@ -47,9 +44,8 @@ def _unit(x: torch.Tensor) -> torch.Tensor:
 
 
 class AspectGain(nn.Module):
-    """(M, D) gain per channel from the aspect: start + MLP(a(c)), exactly `start` at first (`conditioned`);
-    one learned gain for every aspect (`shared`); 1 fixed (`fixed`). a(c) comes from AspectVocab or
-    AspectText."""
+    """(M, D) gain per channel from the aspect: start + MLP(a(c)), exactly `start` at first (`conditioned`),
+    one learned gain (`shared`) or 1 (`fixed`)."""
 
     def __init__(
         self,
@@ -115,8 +111,7 @@ class LateFusion(nn.Module):
 
 class MidFusion(nn.Module):
     """−Σ_ℓ mean_t Σ_ch w_ℓ(c)_ch (φ_ℓ(x_i)_t − φ_ℓ(x_j)_t)_ch² over unit-normalised tokens, w(c) = w0 ⊙ g(c)
-    (signed) or w0 ⊙ g(c)² (squared); w0 = 1 for the frozen ablation, else 1 / (L · the layer's mean train
-    distance), so every layer starts with the same share."""
+    or w0 ⊙ g(c)²; w0 = 1 / (L · the layer's mean train distance), 1 for the frozen ablation."""
 
     def __init__(
         self,
@@ -224,10 +219,8 @@ def train_metric(
     vocab: AspectVocab | AspectText,
     cfg: LearnedConfig,
 ) -> TrainedMetric:
-    """Train one metric on the OOO train split (rows of `ooo` with split train / val; `pos` their image rows):
-    full-batch L-BFGS on the cross-entropy plus `weight_decay` x AspectGain.penalty, in `epochs` rounds of
-    `lbfgs_iter` iterations, keeping the best val round, stopping after `patience` rounds without improvement.
-    """
+    """Train one metric on the OOO train split: full-batch L-BFGS on the cross-entropy plus weight decay, in
+    `epochs` rounds, keeping the best val round and stopping after `patience` rounds without improvement."""
     if kind not in KINDS:
         raise ValueError(f"unknown metric kind {kind!r}: use one of {KINDS}")
     torch.manual_seed(cfg.seed)

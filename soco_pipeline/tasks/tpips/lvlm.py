@@ -1,8 +1,5 @@
-"""LVLM baselines through the project's harness (backends with retries, the answer cache), both as published
-(appendix C.3): early fusion (pairwise 0-10 scores) and the triplet oracle, with the paper's permutation
-averaging, so an answerer that always names one position scores chance (docs/tpips.md, "Models").
-
-An unparseable answer counts in `parse_failures` and adds nothing to the average."""
+"""LVLM baselines through the project's harness, as published (appendix C.3): early fusion (pairwise 0-10
+scores) and the triplet oracle, permutation-averaged; an unparseable answer counts in `parse_failures`."""
 
 from __future__ import annotations
 
@@ -58,9 +55,7 @@ def parse_choice(text: str, n: int) -> int:
 
 
 def ask_all(requests: list[ChatRequest], spec: LvlmSpec, backend: Backend, cache: AnswerCache) -> list[str]:
-    """Answer texts in order, through the harness's `ask_requests` (the answer cache, the backend's retries
-    and concurrency, both of the spec's error guards: LvlmRunError, no score, when too many fail); a failed
-    request within the allowed rate answers "" (a parse failure, scored as a tie)."""
+    """Answer texts in order, through `ask_requests`; a failed request within the allowed rate answers ""."""
     got = ask_requests(len(requests), requests.__getitem__, spec, backend, cache)
     return np.where(got.error == "", got.text, "").astype(str).tolist()
 

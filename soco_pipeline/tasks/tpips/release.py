@@ -1,8 +1,5 @@
 """The TPIPS release's odd-one-out JSONL, read as released and written from our tables (docs/tpips.md, "The
-released format": the field mapping, our extra fields, what is skipped, counted and refused).
-
-Nothing is dropped silently: skipped factors and dropped triplets are counted and named (`file:line`) in the
-summary; bad input is refused naming the file, the line and the fix."""
+released format"); what is skipped or dropped is counted and named, bad input refused naming the fix."""
 
 from __future__ import annotations
 
@@ -26,9 +23,8 @@ SHARE_TOL = 1e-6  # shares summing to 1 within this are kept as written; others 
 
 @dataclass(frozen=True)
 class ReleaseSet:
-    """A released odd-one-out file as read: its rows (OOO_COLUMNS), the ids of the images its kept triplets name
-    (in order of appearance), the summary of what was skipped, dropped, normalised or pruned, and each image id's
-    path as written (relative to the image root)."""
+    """A released OOO file as read: its rows, the image ids its kept triplets name (in order), the summary of
+    what was skipped, dropped or pruned, and each image id's path as written."""
 
     rows: pd.DataFrame
     images: list[str]
@@ -248,10 +244,8 @@ def read_release(
 
 
 def release_lines(ooo: pd.DataFrame, paths: dict[str, str]) -> list[str]:
-    """Our OOO rows (OOO_COLUMNS) as released-format lines, one per triplet (in order of first appearance), image
-    paths from `paths` (image id -> path under the image root); our extras (`triplet_id`, `split`, the ids as
-    `image_ids`, and `votes` / `cannot_tell` where a row has counts) ride along. The label is the image with the
-    largest share (the first one on a tie)."""
+    """Our OOO rows as released-format lines, one per triplet (first appearance order), image paths from
+    `paths`, our extras riding along; the label is the image with the largest share (the first on a tie)."""
     out = []
     y = ooo[["y_0", "y_1", "y_2"]].to_numpy(float)
     for _, idx in ooo.groupby("triplet_id", sort=False).indices.items():

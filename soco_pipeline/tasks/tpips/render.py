@@ -1,6 +1,5 @@
-"""Render one TPIPS image from its aspect values with the embedded renderer (soco_pipeline.synth), every
-aspect set exactly (docs/tpips.md, "Data"); the degradations (blur, JPEG, colour transfer) are applied by
-`afc`."""
+"""Render one TPIPS image from its aspect values with the embedded renderer, every aspect set exactly
+(docs/tpips.md, "Data")."""
 
 from __future__ import annotations
 

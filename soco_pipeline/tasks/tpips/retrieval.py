@@ -1,9 +1,6 @@
-"""Aspect-conditioned and compositional retrieval over the embedded image pool, with contact sheets.
-
-Score of a pool image x for query q and aspect c (published): f(q, x | c) − penalty · f(q, x | overall), penalty
-0.3, so that an aspect's neighbours may differ in everything else. Compositional retrieval adds the scores of
-several (query, aspect) pairs. `f` is any similarity `sim(a, b, aspects)` (a trained metric's `.sim`).
-"""
+"""Aspect-conditioned and compositional retrieval over the embedded image pool, with contact sheets; score
+(published): f(q, x | c) − 0.3 · f(q, x | overall); a composition adds the scores of its (query, aspect)
+pairs."""
 
 from __future__ import annotations
 

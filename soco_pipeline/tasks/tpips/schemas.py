@@ -92,9 +92,8 @@ class FeatureSchema(pa.DataFrameModel):
 
 
 class ScoreSchema(pa.DataFrameModel):
-    """`tpips_pixel_baselines`, `tpips_baseline_scores`, `tpips_learned`, `tpips_lvlm_answers`: agreement, the
-    rater agreement (Σ y²) and the ceiling (mean max y), 0-100, per (model, method, eval, aspect); who judged
-    (simulated observers or people) on every row."""
+    """The score tables: agreement, rater agreement (Σ y²) and ceiling (mean max y), 0-100, per (model,
+    method, eval, aspect), with who judged."""
 
     model: Series[str]
     method: Series[str]
@@ -113,9 +112,7 @@ class ScoreSchema(pa.DataFrameModel):
 
 
 class OutcomeSchema(pa.DataFrameModel):
-    """`tpips_baseline_outcomes`, `tpips_learned_outcomes`: each method's agreement on every OOO (triplet,
-    aspect) row of the scored split, the vote share of the image it picks (0-1); their mean x 100 is the
-    method's OOO `agreement` in the score table. Who judged on every row."""
+    """The outcome tables: each method's vote share (0-1) of its pick on every OOO (triplet, aspect) row."""
 
     model: Series[str]
     method: Series[str]

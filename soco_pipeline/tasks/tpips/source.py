@@ -1,7 +1,5 @@
-"""The family's items from its configured source: `generated` (the embedded renderer and simulated observers)
-or `official`: TPIPS's released odd-one-out file (release.py), or a folder in our own layout (formats.py).
-
-The source keys and what is counted and named: docs/tpips.md, "Real data"."""
+"""The family's items from its configured source: `generated`, or `official` (TPIPS's released file or our
+layout); docs/tpips.md, "Real data"."""
 
 from __future__ import annotations
 
@@ -127,9 +125,7 @@ def _size(uri: str) -> tuple[int, int]:
 
 
 def official_images(cfg: TpipsConfig) -> pd.DataFrame:
-    """One row per image the official files name (our layout: the lines that pruning removes included; the
-    released format: the triplets kept): image_id (the path as written, or the line's `image_ids`), uri (its
-    file under the image root), width, height, category, role (triplet | afc)."""
+    """One row per image the official files name: image_id, uri, width, height, category, role."""
     release = official_release(cfg)
     if release is None:
         official_ooo(cfg)  # every line validated first
@@ -160,9 +156,7 @@ def official_images(cfg: TpipsConfig) -> pd.DataFrame:
 
 
 def renders(cfg: TpipsConfig, root: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict]:
-    """(images, triplets, 2AFC items, metadata) of the configured source, made once: the generator's
-    triplets and 2AFC items with every image rendered under `root`, or the official files' images as found
-    with the triplets and items their lines name."""
+    """(images, triplets, 2AFC items, metadata) of the configured source, made once."""
     if cfg.source.kind == "official":
         images = official_images(cfg)
         ooo, _ = official_ooo(cfg)
