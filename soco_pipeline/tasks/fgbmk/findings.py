@@ -172,11 +172,8 @@ def finding_1(metrics: pd.DataFrame, par: dict) -> dict:
     gen = {b: v for b, v in drops.items() if par[b][0] in ("generative", "reconstruction")}
     if not con or not gen:
         need = [n for n, ok in ((NEEDS_CONTRASTIVE, con), (NEEDS_GENERATIVE, gen)) if not ok]
-        why = (
-            "no within-superclass probes (a single superclass)"
-            if not drops
-            else "needs " + " and ".join(need) + _present(par)
-        )
+        why = "needs " + " and ".join(need) + _present(par)
+        why = why if drops else "no within-superclass probes (a single superclass)"
         return _row(1, measured, NOT_TESTABLE, why, drops)
     c = float(np.mean([d for d, _ in con.values()]))
     c_se = float(np.sqrt(np.sum([s * s for _, s in con.values()])) / len(con))
@@ -328,7 +325,6 @@ def finding_4(metrics: pd.DataFrame, lvlm: pd.DataFrame | None, par: dict, confi
                 used.append(m)
     part_a = [verdict(lo, hi, below=False) for _, lo, hi in effects]
     a = NO if NO in part_a else YES if YES in part_a else NOT_TESTABLE
-    # (b) knowledge bias: the subclass probe's per-class top-1 spread against binomial noise
     bias, part_b = [], []
     sub = metrics[(metrics.scope == "across") & (metrics.level == "subclass")]
     for r in sub.itertuples():
@@ -356,14 +352,8 @@ def finding_4(metrics: pd.DataFrame, lvlm: pd.DataFrame | None, par: dict, confi
             ):
                 continue
             classes = int(lvlm[(lvlm.model == m) & (lvlm.metric == "class_accuracy_std")].n.iloc[0])
-            p, null = spread_test(
-                r["class_accuracy_std"],
-                r["class_accuracy_mean"],
-                r["class_accuracy_questions"],
-                classes,
-                config.simulations,
-                config.seed,
-            )
+            cols = ["class_accuracy_std", "class_accuracy_mean", "class_accuracy_questions"]
+            p, null = spread_test(*r[cols], classes, config.simulations, config.seed)
             bias.append(
                 f"{m} (LVLM knowledge bias): {r['class_accuracy_min']:.0f}-{r['class_accuracy_max']:.0f}, std {r['class_accuracy_std']:.1f} vs {null:.1f} (p = {p:.3f})"
             )
@@ -373,13 +363,8 @@ def finding_4(metrics: pd.DataFrame, lvlm: pd.DataFrame | None, par: dict, confi
                 used.append(m)
     b = YES if part_b and all(v == YES for v in part_b) else NO if NO in part_b else NOT_TESTABLE
     if not used:
-        return _row(
-            4,
-            "",
-            NOT_TESTABLE,
-            "no model scored at the coarsest and finest levels (oracles and random-init nets are left out)",
-            [],
-        )
+        why = "no model scored at the coarsest and finest levels (oracles and random-init nets are left out)"
+        return _row(4, "", NOT_TESTABLE, why, [])
     holds = YES if a == YES and b == YES else NO if NO in (a, b) else NOT_TESTABLE
     eff = float(np.mean([e for e, _, _ in effects])) if effects else np.nan
     ci = (
@@ -413,16 +398,8 @@ def finding_5(metrics: pd.DataFrame, par: dict) -> dict:
     (a1, n1), (a2, n2) = spec[s], other[o]
     ci = interval(a2 - a1, float(np.hypot(np.sqrt(a1 * (100 - a1) / n1), np.sqrt(a2 * (100 - a2) / n2))))
     why = f"best generic {o} {a2:.1f} - best specialist {s} {a1:.1f}; 95% CI {ci[0]:+.1f} .. {ci[1]:+.1f} points"
-    return _row(
-        5,
-        f"subclass top-1: {s} {a1:.1f}, {o} {a2:.1f}",
-        verdict(*ci, below=True),
-        why,
-        [s, o],
-        a2 - a1,
-        ci,
-        "normal CI",
-    )
+    measured = f"subclass top-1: {s} {a1:.1f}, {o} {a2:.1f}"
+    return _row(5, measured, verdict(*ci, below=True), why, [s, o], a2 - a1, ci, "normal CI")
 
 
 def check_findings(
