@@ -77,6 +77,16 @@ class HeadGrid:
         keys = dict.fromkeys((c[0], c[1]) for c in self.configs)
         return {(n, a): torch.from_numpy(feats.probe_input(n, a)) for n, a in keys}
 
+    def table(self, metrics: Callable[[tuple, torch.nn.Linear], dict]) -> pd.DataFrame:
+        """One row per head: name, n_blocks, avgpool, lr and its `metrics(config, head)` (no grad)."""
+        with torch.no_grad():
+            heads = zip(self.names, self.configs, self.heads, strict=True)
+            rows = [
+                {"name": n, "n_blocks": c[0], "avgpool": c[1], "lr": c[2], **metrics(c, h)}
+                for n, c, h in heads
+            ]
+        return pd.DataFrame(rows)
+
     def head(self, name: str) -> tuple[tuple[int, bool, float], torch.nn.Linear]:
         """The config and layer of a named head."""
         i = self.names.index(name)
@@ -183,31 +193,15 @@ def train_probe(
 
     seconds = train_grid(grid, config, loss_of)
     x_eval = grid.inputs(evaluation)
-    rows, logits = [], []
-    with torch.no_grad():
-        for name, c, h in zip(grid.names, grid.configs, grid.heads, strict=True):
-            out = h(x_eval[(c[0], c[1])])
-            logits.append(out)
-            rows.append(
-                {
-                    "name": name,
-                    "n_blocks": c[0],
-                    "avgpool": c[1],
-                    "lr": c[2],
-                    "top1": topk_accuracy(out, y_eval, 1),
-                    "top5": topk_accuracy(out, y_eval, 5),
-                }
-            )
-    table = pd.DataFrame(rows)
+    logits = []
+
+    def metrics(c: tuple, h: torch.nn.Linear) -> dict:
+        logits.append(h(x_eval[(c[0], c[1])]))
+        return {"top1": topk_accuracy(logits[-1], y_eval, 1), "top5": topk_accuracy(logits[-1], y_eval, 5)}
+
+    table = grid.table(metrics)
     best = best_head(table.top1.to_numpy())
+    b = table.iloc[best]
     return ProbeResult(
-        table,
-        table.name[best],
-        float(table.top1[best]),
-        float(table.top5[best]),
-        k,
-        config.max_iter,
-        seconds,
-        grid,
-        logits[best],
+        table, b["name"], float(b.top1), float(b.top5), k, config.max_iter, seconds, grid, logits[best]
     )

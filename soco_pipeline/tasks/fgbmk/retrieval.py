@@ -172,30 +172,20 @@ def train_retrieval(
     gallery_targets = multi_hot([train_lists[i] for i in gallery_rows.tolist()], k)
     targets = multi_hot(test_lists, k)
     x_test = grid.inputs(test)
-    rows = []
-    with torch.no_grad():
-        for name, c, h in zip(grid.names, grid.configs, grid.heads, strict=True):
-            key = (c[0], c[1])
-            scores = class_scores(
-                h(x_test[key]), h(x_train[key][gallery_rows]), gallery_targets, config.top_k
-            )
-            rows.append(
-                {
-                    "name": name,
-                    "n_blocks": c[0],
-                    "avgpool": c[1],
-                    "lr": c[2],
-                    "recall_at_1": macro_recall_at_1(scores, targets),
-                    "map": retrieval_map(scores, targets),
-                }
-            )
-    table = pd.DataFrame(rows)
+
+    def metrics(c: tuple, h: torch.nn.Linear) -> dict:
+        key = (c[0], c[1])
+        scores = class_scores(h(x_test[key]), h(x_train[key][gallery_rows]), gallery_targets, config.top_k)
+        return {"recall_at_1": macro_recall_at_1(scores, targets), "map": retrieval_map(scores, targets)}
+
+    table = grid.table(metrics)
     best = best_head(table.recall_at_1.to_numpy())
+    b = table.iloc[best]
     return RetrievalResult(
         table,
-        table.name[best],
-        float(table.recall_at_1[best]),
-        float(table["map"][best]),
+        b["name"],
+        float(b.recall_at_1),
+        float(b["map"]),
         len(gallery_rows),
         config.max_iter,
         seconds,
