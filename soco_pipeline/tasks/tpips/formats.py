@@ -16,6 +16,7 @@ from .annotators import normalise
 from .ooo import OOO_COLUMNS
 
 SPLITS = ("train", "val", "test")
+OOO_FIELDS = ("triplet_id", "images", "aspect", "votes", "cannot_tell", "split")
 NAMED_MAX = 20  # pruned lines named in a summary (all are counted)
 
 
@@ -92,14 +93,7 @@ def _folder(path: str) -> str:
     return path.rsplit("/", 1)[0] if "/" in path else "."
 
 
-def _check_record(
-    where: str,
-    rec: dict,
-    fields: tuple[str, ...],
-    n_votes: int,
-    n_annotators: int,
-    aspects: Iterable[str] | None,
-) -> None:
+def _check_record(where: str, rec: dict, fields: tuple, n_votes: int, n_annotators: int, aspects) -> None:
     missing = [f for f in fields if f not in rec]
     if missing:
         raise TpipsFormatError(f"{where}: missing field(s) {missing}")
@@ -135,14 +129,7 @@ def _check_images(where: str, images: list, base: str | None) -> None:
             )
 
 
-def _check_item(
-    seen: dict[str, tuple[int, tuple]],
-    aspects_seen: dict[tuple[str, str], int],
-    path: str,
-    no: int,
-    key,
-    what,
-):
+def _check_item(seen: dict, aspects_seen: dict, path: str, no: int, key: tuple[str, str], what) -> None:
     """Refuse a repeated (item, aspect) and an item whose lines disagree on `what` (its images, split...)."""
     item, aspect = key
     if key in aspects_seen:
@@ -159,10 +146,16 @@ def _check_item(
     seen.setdefault(item, (no, what))
 
 
-def _summary(path: str, lines: list[int], keep: np.ndarray, cannot: np.ndarray, prune: int) -> dict:
-    dropped = [n for n, k in zip(lines, keep, strict=True) if not k]
+def _pruned(df: pd.DataFrame, path: str, lines: list, prune: int, judgements: str, columns: list) -> tuple:
+    """The rows the published pruning keeps (with their vote shares y_k) and a summary of what it removed."""
+    k = 3 if "image_2" in df else 2
+    cannot = df.cannot_tell.to_numpy()
+    keep, y = normalise(np.array(df.votes.tolist(), float).reshape(-1, k), cannot, prune, drop_ties=k == 2)
+    df[[f"y_{i}" for i in range(k)]] = y
+    df["judgements"] = judgements
+    dropped = [n for n, kept in zip(lines, keep, strict=True) if not kept]
     by_cannot = int(((cannot >= prune) & ~keep).sum())
-    return {
+    return df[keep].reset_index(drop=True)[columns], {
         "file": path,
         "lines": len(lines),
         "kept": int(keep.sum()),
@@ -222,7 +215,7 @@ def load_ooo_jsonl(
     base: str | None = None,
 ) -> tuple[pd.DataFrame, dict]:
     """(OOO rows (OOO_COLUMNS; image columns hold the paths as written), summary of what was pruned) from
-    JSONL, every line validated (see the module doc), pruned and normalised."""
+    JSONL, every line validated, pruned and normalised."""
     base = base if base is not None else _folder(path)
     splits, aspects = tuple(splits), (set(aspects) if aspects is not None else None)
     recs = jsonl_records(path)
@@ -230,14 +223,7 @@ def load_ooo_jsonl(
     asked: dict = {}
     for no, rec in recs:
         where = f"{path}:{no}"
-        _check_record(
-            where,
-            rec,
-            ("triplet_id", "images", "aspect", "votes", "cannot_tell", "split"),
-            3,
-            n_annotators,
-            aspects,
-        )
+        _check_record(where, rec, OOO_FIELDS, 3, n_annotators, aspects)
         if not _text(rec["triplet_id"]):
             raise TpipsFormatError(
                 f"{where}: 'triplet_id' must be a non-empty string, got {rec['triplet_id']!r}"
@@ -265,13 +251,7 @@ def load_ooo_jsonl(
             "split": [r["split"] for _, r in recs],
         }
     )
-    votes = np.array(df.votes.tolist(), float).reshape(-1, 3)
-    cannot = df.cannot_tell.to_numpy()
-    keep, y = normalise(votes, cannot, prune_cannot_tell)
-    df[["y_0", "y_1", "y_2"]] = y
-    df["judgements"] = judgements
-    summary = _summary(path, [no for no, _ in recs], keep, cannot, prune_cannot_tell)
-    return df[keep].reset_index(drop=True)[OOO_COLUMNS], summary
+    return _pruned(df, path, [no for no, _ in recs], prune_cannot_tell, judgements, OOO_COLUMNS)
 
 
 def read_ooo_jsonl(path: str, **kwargs) -> pd.DataFrame:
@@ -310,8 +290,8 @@ def load_afc_jsonl(
     aspects: Iterable[str] | None = None,
     base: str | None = None,
 ) -> tuple[pd.DataFrame, dict]:
-    """(2AFC rows (AFC_COLUMNS; image columns hold the ids: `image_ids` where given, else the paths), summary of what was pruned) from
-    JSONL, validated; ties and >= 3 cannot-tell removed (published) and counted."""
+    """(2AFC rows (AFC_COLUMNS; image columns hold `image_ids` where given, else the paths), summary of what was
+    pruned) from JSONL, validated; ties and >= 3 cannot-tell removed (published) and counted."""
     base = base if base is not None else _folder(path)
     sources = tuple(sources) if sources is not None else None
     aspects = set(aspects) if aspects is not None else None
@@ -354,13 +334,7 @@ def load_afc_jsonl(
             "source": [r["source"] for _, r in recs],
         }
     )
-    votes = np.array(df.votes.tolist(), float).reshape(-1, 2)
-    cannot = df.cannot_tell.to_numpy()
-    keep, y = normalise(votes, cannot, prune_cannot_tell, drop_ties=True)
-    df[["y_0", "y_1"]] = y
-    df["judgements"] = judgements
-    summary = _summary(path, [no for no, _ in recs], keep, cannot, prune_cannot_tell)
-    return df[keep].reset_index(drop=True)[AFC_COLUMNS], summary
+    return _pruned(df, path, [no for no, _ in recs], prune_cannot_tell, judgements, AFC_COLUMNS)
 
 
 def read_afc_jsonl(path: str, **kwargs) -> pd.DataFrame:
