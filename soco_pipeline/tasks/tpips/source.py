@@ -35,6 +35,13 @@ def _root(cfg: TpipsConfig, file: str) -> str:
     return file.rsplit("/", 1)[0] if "/" in file else "."
 
 
+def _reader(cfg: TpipsConfig, path: str) -> dict:
+    """The settings the JSONL readers of our layout take from the config."""
+    o = cfg.observer
+    keys = {"n_annotators": o.n_annotators, "prune_cannot_tell": o.prune_cannot_tell, "aspects": cfg.aspects}
+    return keys | {"judgements": cfg.source.votes_are, "base": _root(cfg, path)}
+
+
 def official_release(cfg: TpipsConfig) -> ReleaseSet | None:
     """The official OOO file read in the released format, or None when it is in our own layout."""
     path, _ = _official(cfg)
@@ -58,15 +65,7 @@ def official_ooo(cfg: TpipsConfig) -> tuple[pd.DataFrame, dict]:
     if release is not None:
         return release.rows, release.summary
     path, _ = _official(cfg)
-    return load_ooo_jsonl(
-        path,
-        n_annotators=cfg.observer.n_annotators,
-        prune_cannot_tell=cfg.observer.prune_cannot_tell,
-        judgements=cfg.source.votes_are,
-        splits=cfg.triplets.splits,
-        aspects=cfg.aspects,
-        base=_root(cfg, path),
-    )
+    return load_ooo_jsonl(path, splits=cfg.triplets.splits, **_reader(cfg, path))
 
 
 def source_note(cfg: TpipsConfig) -> str | None:
@@ -97,21 +96,9 @@ def official_afc(cfg: TpipsConfig) -> tuple[pd.DataFrame, dict]:
     """The official 2AFC rows (ties and >= 3 cannot-tell removed) and what was removed; none without afc.jsonl."""
     _, path = _official(cfg)
     if path is None:
-        return pd.DataFrame(columns=AFC_COLUMNS), {
-            "file": None,
-            "lines": 0,
-            "kept": 0,
-            "note": f"no {AFC_FILE}",
-        }
-    return load_afc_jsonl(
-        path,
-        n_annotators=cfg.observer.n_annotators,
-        prune_cannot_tell=cfg.observer.prune_cannot_tell,
-        judgements=cfg.source.votes_are,
-        sources=cfg.afc.sources,
-        aspects=cfg.aspects,
-        base=_root(cfg, path),
-    )
+        none = {"file": None, "lines": 0, "kept": 0, "note": f"no {AFC_FILE}"}
+        return pd.DataFrame(columns=AFC_COLUMNS), none
+    return load_afc_jsonl(path, sources=cfg.afc.sources, **_reader(cfg, path))
 
 
 def _size(uri: str) -> tuple[int, int]:
