@@ -20,6 +20,7 @@ from .features import TpipsFeatures
 # `late` head (`late_head`) so that both stand in the tables
 KINDS = ("late", "late_cosine", "mid", "mid_unconditioned", "mid_frozen")
 CONDITIONED = ("late", "late_cosine", "mid")
+Vocab = AspectVocab | AspectText
 
 
 def vocabulary(aspects: list[str], ooo: pd.DataFrame) -> list[str]:
@@ -48,12 +49,7 @@ class AspectGain(nn.Module):
     one learned gain (`shared`) or 1 (`fixed`)."""
 
     def __init__(
-        self,
-        vocab: AspectVocab | AspectText,
-        dim: int,
-        cfg: LearnedConfig,
-        mode: str = "conditioned",
-        start: float = 1.0,
+        self, vocab: Vocab, dim: int, cfg: LearnedConfig, mode: str = "conditioned", start: float = 1.0
     ):
         super().__init__()
         self.mode, self.dim, self.start = mode, dim, float(start)
@@ -90,7 +86,7 @@ class AspectGain(nn.Module):
 class LateFusion(nn.Module):
     """Aspect-gated (optionally projected) global embedding, compared by cosine."""
 
-    def __init__(self, emb: torch.Tensor, vocab: AspectVocab | AspectText, cfg: LearnedConfig):
+    def __init__(self, emb: torch.Tensor, vocab: Vocab, cfg: LearnedConfig):
         super().__init__()
         self.register_buffer("emb", emb)
         d = emb.shape[1]
@@ -114,11 +110,7 @@ class MidFusion(nn.Module):
     or w0 ⊙ g(c)²; w0 = 1 / (L · the layer's mean train distance), 1 for the frozen ablation."""
 
     def __init__(
-        self,
-        layers: list[torch.Tensor],
-        vocab: AspectVocab | AspectText,
-        cfg: LearnedConfig,
-        mode: str = "conditioned",
+        self, layers: list[torch.Tensor], vocab: Vocab, cfg: LearnedConfig, mode: str = "conditioned"
     ):
         super().__init__()
         self.layers = [_unit(f) for f in layers]
@@ -159,7 +151,7 @@ class TrainedMetric:
 
     kind: str
     model: nn.Module
-    vocab: AspectVocab | AspectText
+    vocab: Vocab
     tau: float
     epochs: int
     best_epoch: int
@@ -204,20 +196,13 @@ def _late_inputs(feats: TpipsFeatures, grid: int = 1) -> torch.Tensor:
     return torch.as_tensor(x, dtype=torch.float32)
 
 
-def _rows(ooo: pd.DataFrame, pos: np.ndarray, vocab: AspectVocab | AspectText):
+def _rows(ooo: pd.DataFrame, pos: np.ndarray, vocab: Vocab):
     y = torch.as_tensor(ooo[["y_0", "y_1", "y_2"]].to_numpy(float), dtype=torch.float32)
-    c = vocab.encode(ooo.aspect.tolist())
-    p = torch.as_tensor(pos)
-    return p, c, y
+    return torch.as_tensor(pos), vocab.encode(ooo.aspect.tolist()), y
 
 
 def train_metric(
-    kind: str,
-    feats: TpipsFeatures,
-    ooo: pd.DataFrame,
-    pos: np.ndarray,
-    vocab: AspectVocab | AspectText,
-    cfg: LearnedConfig,
+    kind: str, feats: TpipsFeatures, ooo: pd.DataFrame, pos: np.ndarray, vocab: Vocab, cfg: LearnedConfig
 ) -> TrainedMetric:
     """Train one metric on the OOO train split: full-batch L-BFGS on the cross-entropy plus weight decay, in
     `epochs` rounds, keeping the best val round and stopping after `patience` rounds without improvement."""
@@ -243,10 +228,8 @@ def train_metric(
     data = {}
     for name, m in (("train", tr), ("val", va)):
         p, c, y = _rows(ooo[m], pos[m], vocab)
-        if isinstance(model, MidFusion):  # the feature part of the distance is fixed: compute it once
-            d = torch.stack([model.diffs(p[:, i], p[:, j]) for i, j in PAIRS], 1)
-        else:
-            d = None
+        mid = isinstance(model, MidFusion)  # the feature part of the distance is fixed: compute it once
+        d = torch.stack([model.diffs(p[:, i], p[:, j]) for i, j in PAIRS], 1) if mid else None
         data[name] = (p, c, y, d)
     if head == "distance":
         # w0 = 1 / the expected squared difference of two train images: 1 / (2 x each channel's variance)

@@ -3,6 +3,7 @@ scores) and the triplet oracle, permutation-averaged; an unparseable answer coun
 
 from __future__ import annotations
 
+import functools
 import io
 import itertools
 import re
@@ -61,14 +62,7 @@ def ask_all(requests: list[ChatRequest], spec: LvlmSpec, backend: Backend, cache
 
 
 def _images(uris: dict[str, str]) -> Callable[[str], bytes]:
-    memo: dict[str, bytes] = {}
-
-    def get(image_id: str) -> bytes:
-        if image_id not in memo:
-            memo[image_id] = jpeg_of(uris[image_id])
-        return memo[image_id]
-
-    return get
+    return functools.cache(lambda image_id: jpeg_of(uris[image_id]))
 
 
 def _pair_scores(texts: list[str], n: int, k: int, top: int) -> tuple[np.ndarray, int]:
