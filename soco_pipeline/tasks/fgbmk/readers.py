@@ -18,12 +18,8 @@ FORMS = ("choice", "true_false", "short_answer")
 HIERARCHICAL = "hierarchical_granularity_recognition"
 ATTRIBUTE = "attribute_recognition"
 KNOWLEDGE_BIAS = "knowledge_bias_estimation"
-_FORM_SPELLINGS = {
-    "choice": "choice",
-    "true_false": "true_false",
-    "true_flase": "true_false",
-    "short_answer": "short_answer",
-}
+_FORM_SPELLINGS = dict(zip(FORMS, FORMS)) | {"true_flase": "true_false"}  # the release's spelling too
+KB_FILE = "questions_true_false_all_class.jsonl"
 _LABEL = re.compile(r"\s*-?\d+(\s+-?\d+)*\s*")
 
 
@@ -51,8 +47,7 @@ class MachineDataset:
 
 
 def read_classes(path: str) -> list[str]:
-    """classes.txt: one name a line (trailing blank lines ignored; a blank line inside is an error, and so is
-    a name listed twice: two ids would share it)."""
+    """classes.txt: one name a line (trailing blank lines ignored; a blank line inside or a repeated name refused)."""
     lines = storage.read_bytes(path).decode("utf-8").splitlines()
     while lines and not lines[-1].strip():
         lines.pop()
@@ -220,9 +215,7 @@ def human_files(root: str) -> pd.DataFrame:
             m = re.fullmatch(r"(\w+?)_question_(\w+)\.jsonl", parts[3])
             if m and m.group(2) in _FORM_SPELLINGS:
                 rows.append((task, parts[1], parts[2], _FORM_SPELLINGS[m.group(2)], p))
-        elif (
-            task == KNOWLEDGE_BIAS and len(parts) == 3 and parts[2] == "questions_true_false_all_class.jsonl"
-        ):
+        elif task == KNOWLEDGE_BIAS and len(parts) == 3 and parts[2] == KB_FILE:
             rows.append((task, parts[1], "all_class", "true_false", p))
         elif (
             task == ATTRIBUTE and len(parts) == 2
@@ -252,12 +245,11 @@ def hierarchical_path(root: str, dataset: str, level: str, form: str) -> str:
 
 def knowledge_bias_path(root: str, dataset: str) -> str:
     """Where the knowledge-bias question file goes (our spelling of the folder: estimation)."""
-    return storage.join(root, KNOWLEDGE_BIAS, dataset, "questions_true_false_all_class.jsonl")
+    return storage.join(root, KNOWLEDGE_BIAS, dataset, KB_FILE)
 
 
 def image_size(ds: MachineDataset, uri: str, split: str, line: int) -> tuple[int, int]:
-    """(width, height) of one listed image from its header; FgbmkFormatError naming the CSV line and the
-    file when it is not an image PIL can identify (a text file, an HTML error page, random bytes)."""
+    """(width, height) of one listed image from its header; FgbmkFormatError naming the CSV line if unreadable."""
     from PIL import Image
 
     fs, path = storage.filesystem(uri)
