@@ -76,8 +76,7 @@ def pooled_descriptors(
 def oracle_descriptors(
     objects: pd.DataFrame, seed: int = 0, noise: float = 0.01
 ) -> dict[tuple[str, int], np.ndarray]:
-    """The instance-identity oracle: a one-hot of each object's identity plus small seeded noise (scores
-    100)."""
+    """The instance-identity oracle: a one-hot of each object's identity plus small seeded noise."""
     codes, uniq = pd.factorize(objects["identity"])
     rng = np.random.default_rng(seed)
     vec = np.eye(len(uniq), dtype=np.float32)[codes] + noise * rng.standard_normal((len(codes), len(uniq)))
@@ -238,14 +237,6 @@ def not_applicable(items: pd.DataFrame, model: str, reason: str) -> pd.DataFrame
     out = items[ITEM_KEYS].copy()
     out.insert(0, "model", model)
     out.insert(1, "method", "zero_shot")
-    out["forced_letter"] = ""
-    out["predicted"] = ""
-    out["max_similarity"] = np.nan
-    out["threshold"] = np.nan
-    out["correct"] = False
-    out["correct_forced"] = False
-    out["none_mode"] = ""
-    out["none_rule"] = ""
-    out["status"] = NOT_APPLICABLE
-    out["reason"] = reason
+    out = out.assign(forced_letter="", predicted="", max_similarity=np.nan, threshold=np.nan, correct=False)
+    out = out.assign(correct_forced=False, none_mode="", none_rule="", status=NOT_APPLICABLE, reason=reason)
     return out[PREDICTION_COLUMNS]

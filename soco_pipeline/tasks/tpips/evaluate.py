@@ -123,16 +123,8 @@ def evaluate_constant(
     """Score the chooser that always picks the option at `position` (OOO: image k is the odd one; 2AFC: x_k)."""
     rows = ooo[(ooo.split == split).to_numpy()]
     apred = constant_choice(len(afc), 2, position) if afc is not None and len(afc) else None
-    return score_rows(
-        model,
-        "constant",
-        False,
-        rows,
-        constant_choice(len(rows), 3, position),
-        afc if apred is not None else None,
-        apred,
-        note=f"always option {position + 1}",
-    )
+    pred, note = constant_choice(len(rows), 3, position), f"always option {position + 1}"
+    return score_rows(model, "constant", False, rows, pred, afc if apred is not None else None, apred, note)
 
 
 def pixel_baselines(images: pd.DataFrame, ooo: pd.DataFrame, afc: pd.DataFrame, cfg) -> pd.DataFrame:
@@ -164,23 +156,7 @@ def no_outcomes() -> pd.DataFrame:
 
 def not_applicable_rows(model: str, reason: str, judgements: str = JUDGEMENTS) -> pd.DataFrame:
     """One row saying a model does not apply (NaN scores, the reason in `note`)."""
-    return pd.DataFrame(
-        [
-            {
-                "model": model,
-                "method": "n/a",
-                "conditioned": False,
-                "eval": "ooo",
-                "aspect": "all",
-                "n": 0,
-                "agreement": np.nan,
-                "agreement_err": np.nan,
-                "rater_agreement": np.nan,
-                "rater_agreement_err": np.nan,
-                "ceiling": np.nan,
-                "judgements": judgements,
-                "note": f"not applicable: {reason}",
-            }
-        ],
-        columns=SCORE_COLUMNS,
-    )
+    row = dict.fromkeys(SCORE_COLUMNS, np.nan) | {"model": model, "method": "n/a", "conditioned": False}
+    row |= {"eval": "ooo", "aspect": "all", "n": 0, "judgements": judgements}
+    row["note"] = f"not applicable: {reason}"
+    return pd.DataFrame([row], columns=SCORE_COLUMNS)
