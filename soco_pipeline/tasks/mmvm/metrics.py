@@ -71,30 +71,16 @@ def accuracy_table(
     """METRIC_COLUMNS rows of one model from its per-item rows (columns correct, n_candidates, count_label,
     match_type, query_absent, split, and optionally status/reason)."""
     if "status" in rows and len(rows) and (rows["status"] == "not_applicable").all():
-        return pd.DataFrame(
-            [
-                {
-                    "model": model,
-                    "kind": kind,
-                    "method": method,
-                    "split": split,
-                    "breakdown": "overall",
-                    "key": "all",
-                    "n_items": 0,
-                    "accuracy": np.nan,
-                    "ci_low": np.nan,
-                    "ci_high": np.nan,
-                    "random_expected": np.nan,
-                    "status": "not_applicable",
-                    "reason": str(rows["reason"].iat[0]),
-                    "none_mode": "",
-                    "none_rule": "",
-                    "judge_decided": 0,
-                    "judge_failed": 0,
-                }
-            ],
-            columns=METRIC_COLUMNS,
-        )
+        row = dict.fromkeys(METRIC_COLUMNS, np.nan) | {"model": model, "kind": kind, "method": method}
+        row |= {
+            "split": split,
+            "breakdown": "overall",
+            "key": "all",
+            "n_items": 0,
+            "status": "not_applicable",
+        }
+        row |= {"reason": str(rows["reason"].iat[0]), "none_mode": "", "none_rule": ""}
+        return pd.DataFrame([row | {"judge_decided": 0, "judge_failed": 0}], columns=METRIC_COLUMNS)
     none_rule = str(rows["none_rule"].iat[0]) if "none_rule" in rows and len(rows) else LVLM_NONE_RULE
     none_mode = str(rows["none_mode"].iat[0]) if "none_mode" in rows and len(rows) else LVLM_NONE_MODE
     rows = rows[rows["split"] == split] if "split" in rows else rows
