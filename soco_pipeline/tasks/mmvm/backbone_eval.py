@@ -40,6 +40,10 @@ def _has_masks(tables: dict[str, pd.DataFrame]) -> bool:
     return bool(len(tables["objects"])) and not (tables["items"]["labels"] == "[]").any()
 
 
+def _scene(t: dict[str, pd.DataFrame]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    return t["items"], t["cases"], t["objects"]
+
+
 def _has_train(tables: dict[str, pd.DataFrame]) -> bool:
     return bool((tables["items"]["split"] == "train").any())
 
@@ -103,22 +107,11 @@ def _both_methods(
     t: dict[str, pd.DataFrame], desc: dict, head, model: str, none_rule, carried: dict
 ) -> pd.DataFrame:
     """The zero-shot and the contrastive-head predictions of `t`'s items (`carried`: each method's rule)."""
-    return pd.concat(
-        [
-            predict_items(
-                t["items"],
-                t["cases"],
-                t["objects"],
-                apply_head(desc, head) if m == "contrastive_head" else desc,
-                model,
-                method=m,
-                none_rule=none_rule,
-                carried=carried[m],
-            )
-            for m in METHODS
-        ],
-        ignore_index=True,
-    )
+    parts = []
+    for m in METHODS:
+        d = apply_head(desc, head) if m == "contrastive_head" else desc
+        parts.append(predict_items(*_scene(t), d, model, m, none_rule, carried[m]))
+    return pd.concat(parts, ignore_index=True)
 
 
 def oracle_predictions(
@@ -133,20 +126,8 @@ def oracle_predictions(
         return not_applicable(tables["items"], name, NO_MASKS_REASON)
     carried = None
     if reference is not None and not _has_train(tables) and _has_train(reference):
-        ref = predict_items(
-            reference["items"],
-            reference["cases"],
-            reference["objects"],
-            oracle_descriptors(reference["objects"]),
-            name,
-        )
+        ref = predict_items(*_scene(reference), oracle_descriptors(reference["objects"]), name)
         carried = carried_rule(ref, "zero_shot")
     return predict_items(
-        tables["items"],
-        tables["cases"],
-        tables["objects"],
-        oracle_descriptors(tables["objects"]),
-        name,
-        none_rule=none_rule,
-        carried=carried,
+        *_scene(tables), oracle_descriptors(tables["objects"]), name, none_rule=none_rule, carried=carried
     )
