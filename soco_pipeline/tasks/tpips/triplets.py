@@ -145,16 +145,8 @@ def generate_triplets(cfg: TpipsConfig, n: int | None = None, seed: int | None =
 
 
 def _columns_of(aspect: str) -> tuple[str, ...]:
-    return {
-        "colour": ("hue",),
-        "pose": ("azimuth_deg",),
-        "background": ("background_id",),
-        "lighting": ("light_dir_deg", "warmth"),
-        "size": ("area",),
-        "shape": ("shape",),
-        "count": ("count",),
-        "texture": ("texture",),
-    }[aspect]
+    renamed = {"colour": "hue", "pose": "azimuth_deg", "background": "background_id", "size": "area"}
+    return ("light_dir_deg", "warmth") if aspect == "lighting" else (renamed.get(aspect, aspect),)
 
 
 def value_records(images: pd.DataFrame, role: str) -> pd.DataFrame:
