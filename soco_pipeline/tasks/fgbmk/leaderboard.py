@@ -41,18 +41,9 @@ def lvlm_metrics(answers: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
     if (answers.task == "knowledge_bias").any():
         per, rep = knowledge_bias(answers)
         rep["questions"] = float(per.n.mean()) if len(per) else float("nan")
+        key = (model, "knowledge_bias", "subclass", "true_false")
         for k in ("mean", "std", "min", "max", "questions"):
-            rows.append(
-                (
-                    model,
-                    "knowledge_bias",
-                    "subclass",
-                    "true_false",
-                    f"class_accuracy_{k}",
-                    rep[k],
-                    rep["classes"],
-                )
-            )
+            rows.append((*key, f"class_accuracy_{k}", rep[k], rep["classes"]))
     return pd.DataFrame([(*r, simulated) for r in rows], columns=LVLM_METRIC_COLUMNS)
 
 
@@ -90,10 +81,8 @@ def fgbmk_leaderboard(
             acc = grp[(grp.task == "hierarchical") & (grp.form == "choice") & (grp.metric == "accuracy")]
             for r in acc.itertuples(index=False):
                 row[f"choice_{r.level}"] = float(r.value)
-            for end in (
-                "lo",
-                "hi",
-            ):  # the choice accuracy's CI (bootstrap over questions), as a probe's top-1's
+            # the choice accuracy's CI (bootstrap over questions), as a probe's top-1's
+            for end in ("lo", "hi"):
                 ci = grp[(grp.task == "hierarchical") & (grp.form == "choice")]
                 for r in ci[ci.metric == f"accuracy_ci95_{end}"].itertuples(index=False):
                     row[f"ci95_{end}_{r.level}"] = float(r.value)
@@ -117,6 +106,14 @@ CORRELATION_METRICS = (
 )
 
 
+SCORE = {  # what every FG-BMK score row says alike
+    "task": "fgbmk",
+    "task_display": "FG-BMK (embedded, simulated)",
+    "is_main_model": False,
+    "source": "fgbmk_leaderboard",
+}
+
+
 def correlation_scores(board: pd.DataFrame) -> pd.DataFrame:
     """The backbone rows of fgbmk_leaderboard as score rows of soco_pipeline.analysis (SCORE_COLUMNS), for
     `combine_scores` to set fine-grained scores against SOC."""
@@ -126,16 +123,8 @@ def correlation_scores(board: pd.DataFrame) -> pd.DataFrame:
     for r in board[board.kind == "backbone"].to_dict("records"):
         for m in CORRELATION_METRICS:
             if m in r and pd.notna(r[m]):
+                better = m != "top1_drop_across"
                 rows.append(
-                    {
-                        "model": r["model"],
-                        "task": "fgbmk",
-                        "metric": m,
-                        "value": float(r[m]),
-                        "higher_better": m != "top1_drop_across",
-                        "task_display": "FG-BMK (embedded, simulated)",
-                        "is_main_model": False,
-                        "source": "fgbmk_leaderboard",
-                    }
+                    {"model": r["model"], "metric": m, "value": float(r[m]), "higher_better": better, **SCORE}
                 )
     return pd.DataFrame(rows, columns=SCORE_COLUMNS)
