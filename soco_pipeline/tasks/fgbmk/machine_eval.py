@@ -105,15 +105,8 @@ def evaluate_backbone(
         probe = train_probe(f_train, labels[train], f_test, labels[test], config.linear_probe, config.seed, k)
         r_train = [lab for lab, t in zip(lists, is_train, strict=True) if t]
         r_test = [lab for lab, t in zip(lists, is_test, strict=True) if t]
-        ret = train_retrieval(
-            feats.subset(part.image_id[is_train]),
-            r_train,
-            feats.subset(part.image_id[is_test]),
-            r_test,
-            config.retrieval,
-            config.seed,
-            k,
-        )
+        g_train, g_test = feats.subset(part.image_id[is_train]), feats.subset(part.image_id[is_test])
+        ret = train_retrieval(g_train, r_train, g_test, r_test, config.retrieval, config.seed, k)
         probes[(scope, sup, level)] = probe
         per_class = per_class_top1(probe.eval_logits.numpy(), labels[test])
         # the top-1's 95% CI: a bootstrap over the test images (the best head's argmax, as topk_accuracy)

@@ -97,35 +97,13 @@ def evaluate_robustness(
         if extractor.differentiable:
             for eps in config.epsilons:
                 rows.append(("fgsm", eps, accuracy(model, fgsm(model, pixels, y, eps / 255.0), y)))
-                rows.append(
-                    (
-                        "pgd",
-                        eps,
-                        accuracy(
-                            model,
-                            pgd(model, pixels, y, eps / 255.0, config.pgd_steps, config.pgd_step_scale),
-                            y,
-                        ),
-                    )
-                )
+                adv = pgd(model, pixels, y, eps / 255.0, config.pgd_steps, config.pgd_step_scale)
+                rows.append(("pgd", eps, accuracy(model, adv, y)))
         for sigma in config.noise_sigmas:
             rows.append(("gaussian", sigma, accuracy(model, gaussian(pixels, sigma / 255.0, seed), y)))
-    return pd.DataFrame(
-        [
-            {
-                "backbone": backbone,
-                "level": level,
-                "attack": a,
-                "strength": float(s),
-                "accuracy": acc,
-                "clean_accuracy": clean,
-                "n_images": len(y),
-                "simulated": simulated,
-            }
-            for a, s, acc in rows
-        ],
-        columns=ROBUSTNESS_COLUMNS,
-    )
+    base = dict(backbone=backbone, level=level, clean_accuracy=clean, n_images=len(y), simulated=simulated)
+    table = [{**base, "attack": a, "strength": float(s), "accuracy": acc} for a, s, acc in rows]
+    return pd.DataFrame(table, columns=ROBUSTNESS_COLUMNS)
 
 
 def robustness_for_backbone(
@@ -159,14 +137,10 @@ def robustness_for_backbone(
     with torch_threads(config.global_features.threads):
         for level in [lv for lv in config.robustness.levels if items[lv].nunique() > 1]:
             labels = level_labels(items, level)
+            f_train, f_test = feats.subset(items.image_id[train]), feats.subset(items.image_id[test])
+            k = int(labels.max()) + 1
             probe = train_probe(
-                feats.subset(items.image_id[train]),
-                labels[train],
-                feats.subset(items.image_id[test]),
-                labels[test],
-                config.linear_probe,
-                config.seed,
-                int(labels.max()) + 1,
+                f_train, labels[train], f_test, labels[test], config.linear_probe, config.seed, k
             )
             frames.append(
                 evaluate_robustness(
