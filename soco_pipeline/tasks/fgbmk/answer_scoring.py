@@ -136,14 +136,9 @@ def knowledge_bias(scored: pd.DataFrame, worst: int = 5) -> tuple[pd.DataFrame, 
     per.columns = ["subclass", "accuracy", "n"]
     per["accuracy"] *= 100.0
     acc = per.accuracy.to_numpy()
-    report = {
-        "classes": int(len(per)),
-        "mean": float(acc.mean()) if len(acc) else float("nan"),
-        "std": float(acc.std()) if len(acc) else float("nan"),
-        "min": float(acc.min()) if len(acc) else float("nan"),
-        "max": float(acc.max()) if len(acc) else float("nan"),
-        "worst": per.sort_values(["accuracy", "subclass"]).subclass.head(worst).tolist(),
-    }
+    stats = {k: float(getattr(acc, k)()) if len(acc) else float("nan") for k in ("mean", "std", "min", "max")}
+    worst_classes = per.sort_values(["accuracy", "subclass"]).subclass.head(worst).tolist()
+    report = {"classes": int(len(per)), **stats, "worst": worst_classes}
     return per, report
 
 
@@ -182,12 +177,7 @@ def answer_acc(scored: pd.DataFrame) -> dict:
     """FG-BMK's demo/human_evaluation/answer_acc.py on scored rows: per answer key correct / total, and its
     "Overall Accuracy" = the share of images (by `image`) whose questions are all right (0-100)."""
     if scored.empty:
-        return {
-            "images": 0,
-            "correct_images": 0,
-            "overall_accuracy": float("nan"),
-            "per_question": float("nan"),
-        }
+        return dict(images=0, correct_images=0, overall_accuracy=float("nan"), per_question=float("nan"))
     per_image = scored.groupby("image", sort=False).correct_published.all()
     key = scored["class"].map(published_normalise)
     per_class = scored.groupby(key, sort=False).correct_published.agg(["sum", "size"])
