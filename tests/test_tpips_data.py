@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from soco_pipeline.tasks.tpips.afc import annotate_afc, generate_afc
-from soco_pipeline.tasks.tpips.annotators import consensus, normalise
+from soco_pipeline.tasks.tpips.annotators import normalise
 from soco_pipeline.tasks.tpips.aspect_text import AspectVocab
 from soco_pipeline.tasks.tpips.baselines import (
     afc_positions,
@@ -31,7 +31,7 @@ from soco_pipeline.tasks.tpips.formats import (
 from soco_pipeline.tasks.tpips.images import write_images
 from soco_pipeline.tasks.tpips.ooo import annotate_triplets, y_matrix
 from soco_pipeline.tasks.tpips.render import background_image, render_values
-from soco_pipeline.tasks.tpips.scoring import agreement, summarise
+from soco_pipeline.tasks.tpips.scoring import agreement, rater_agreement, summarise
 from soco_pipeline.tasks.tpips.triplets import generate_triplets
 from tests.tpips_helpers import tiny_config
 
@@ -92,7 +92,7 @@ def test_consensus_formula_with_pruning_on_hand_made_votes():
     keep, y = normalise(votes, cannot, prune_cannot_tell=3)
     assert keep.tolist() == [True, True, False, False, False]
     assert np.allclose(y[1], [0.6, 0.2, 0.2])
-    assert np.allclose(consensus(y[keep]), [1.0, 0.36 + 0.04 + 0.04])
+    assert np.allclose(rater_agreement(y[keep]), [1.0, 0.36 + 0.04 + 0.04])
     keep2, _ = normalise(np.array([[2, 2], [3, 1]]), np.array([1, 1]), 3, drop_ties=True)
     assert keep2.tolist() == [False, True]
 
@@ -124,7 +124,7 @@ def test_oracle_reaches_best_achievable_random_and_constant_choosers():
     assert table.iloc[0].aspect == "all" and table.iloc[0].agreement == pytest.approx(100 * best)
     # the ceiling is mean max y (the oracle reaches it); the rater agreement Σ y² lies below it
     assert table.iloc[0].ceiling == pytest.approx(100 * best)
-    assert table.iloc[0].rater_agreement == pytest.approx(100 * consensus(y).mean())
+    assert table.iloc[0].rater_agreement == pytest.approx(100 * rater_agreement(y).mean())
     assert (table.rater_agreement <= table.ceiling + 1e-9).all() and table.iloc[
         0
     ].rater_agreement < 100 * best

@@ -55,9 +55,7 @@ def observe(
         noisy = distances[i][None, :] + rng.normal(0, obs.noise_sd, (obs.n_annotators, k))
         srt = np.sort(noisy, axis=1)
         unsure = (srt[:, 1] - srt[:, 0]) < obs.cannot_tell_margin
-        logits = -noisy / obs.temperature
-        p = np.exp(logits - logits.max(1, keepdims=True))
-        p /= p.sum(1, keepdims=True)
+        p = _softmax(-noisy / obs.temperature)
         u = rng.random(obs.n_annotators)[:, None]
         pick = (u > np.cumsum(p, 1)).sum(1).clip(0, k - 1)
         votes[i] = np.bincount(pick[~unsure], minlength=k)
@@ -78,9 +76,3 @@ def normalise(
         keep &= (votes == top).sum(1) == 1
     y = np.divide(votes, total[:, None], out=np.zeros_like(votes), where=total[:, None] > 0)
     return keep, y
-
-
-def consensus(y: np.ndarray) -> np.ndarray:
-    """The paper's "human consensus" per row: Σ_k y_k², the agreement of a random rater with another (the tables
-    call it `rater_agreement`; it is not a ceiling, see scoring.py)."""
-    return (np.asarray(y, float) ** 2).sum(1)

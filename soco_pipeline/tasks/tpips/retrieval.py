@@ -84,13 +84,8 @@ def retrieve_compositional(
                 f"composition {comp} needs {len(comp)} query images; only {len(queries)} are given"
             )
         pairs = list(zip(queries, comp, strict=False))  # the first len(comp) queries
-        rows += _hits(
-            ids,
-            "|".join(ids[q] for q, _ in pairs),
-            "+".join(comp),
-            compositional_scores(sim, len(ids), pairs, penalty),
-            k,
-        )
+        scores = compositional_scores(sim, len(ids), pairs, penalty)
+        rows += _hits(ids, "|".join(ids[q] for q, _ in pairs), "+".join(comp), scores, k)
     return pd.DataFrame(rows, columns=HIT_COLUMNS)
 
 
