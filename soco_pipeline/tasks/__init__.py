@@ -24,9 +24,7 @@ SAME_ROWS = "two specs that differ only in `input` get identical rows here"
 
 @dataclass(frozen=True)
 class FamilySpec:
-    """A task family as the domain knows it: `name` (its group and tables' prefix), `title`,
-    `load_config(path, settings)` and `headline`; the optional fields are read by the record, watch, workbook,
-    board and page."""
+    """A task family as the domain knows it; the optional fields feed its record, watch and board."""
 
     name: str
     title: str
@@ -86,8 +84,7 @@ def family_specs() -> dict[str, FamilySpec]:
 
 
 def family_input_notes(settings: Any) -> dict[str, str]:
-    """{family: its input note} for the families whose input policy replaces the spec's `input`, from the
-    config each reads (its loader, `settings.family_config_path`); a config that does not load gives no note."""
+    """{family: its input note} of the families with their own input policy (none when a config fails)."""
     notes = {}
     for name, spec in family_specs().items():
         if spec.input_note is not None:

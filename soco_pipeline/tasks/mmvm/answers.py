@@ -127,8 +127,7 @@ def judge_hits(scores: pd.Series) -> pd.Series:
 
 @dataclass(frozen=True)
 class Judge:
-    """An LLM judge for LVLM answers: a backend and the published mode it follows (`matcher` | `yes_no`); a
-    failure is an API error or a reply that decides nothing."""
+    """An LLM judge of LVLM answers in a published mode (`matcher` | `yes_no`), with its error guards."""
 
     backend: Backend
     mode: str = "matcher"
@@ -187,8 +186,7 @@ def longest_run(flags: np.ndarray) -> int:
 def build_judge(
     spec, mode: str, cache: AnswerCache | None = None, api_key: str | None = None
 ) -> Judge | None:
-    """The judge of an LVLM spec in a published mode, or None for mode "off" (yes_no: temperature 0, as in
-    VLMEvalKit)."""
+    """The judge of an LVLM spec in a published mode, or None for "off" (yes_no at temperature 0)."""
     if mode == "off" or spec is None:
         return None
     from soco_pipeline.lvlm.backends import build_backend
@@ -224,8 +222,7 @@ def has_prediction(raw: np.ndarray) -> np.ndarray:
 def _matcher(
     raw: np.ndarray, items: pd.DataFrame, open_rows: np.ndarray, judge: Judge
 ) -> tuple[list, list, list, np.ndarray, np.ndarray]:
-    """(letters, replies, errors, decided, failed) of the `open_rows` by MMVMEvalKit's matcher rule
-    (`extract_answer_from_item`): up to 3 attempts while a reply names no single option."""
+    """(letters, replies, errors, decided, failed) by MMVMEvalKit's matcher rule (up to 3 attempts)."""
     n = len(raw)
     letters, replies, errors = [""] * n, [""] * n, [""] * n
     decided = np.zeros(n, bool)
@@ -267,9 +264,8 @@ def extract(
     answers: pd.Series | None = None,
     asked_rows: np.ndarray | None = None,
 ) -> pd.DataFrame:
-    """Per answer: `parsed`, `extraction` (exact | no_option | judge | none), `judge_mode`, `judge_raw`,
-    `judge_status` ("" | decided | failed), `judge_error` and `judge_correct` (the yes_no verdict, else NaN).
-    The matcher sees the rows exact matching leaves empty, yes_no every row with a prediction."""
+    """Per answer: `parsed`, `extraction` (exact | no_option | judge | none) and the judge's columns; the
+    matcher sees the rows exact matching leaves empty, yes_no every row with a prediction."""
     raw = np.asarray(raw, dtype=object)
     n = len(raw)
     present = has_prediction(raw) if asked_rows is None else np.asarray(asked_rows, bool)
@@ -332,8 +328,7 @@ def run_lvlm(
     judge: Judge | None = None,
     log: Callable[[str], None] = lambda _m: None,
 ) -> pd.DataFrame:
-    """ANSWER_COLUMNS rows of one model on the items, asked through `ask_requests`, then extracted (a judge
-    error is recorded in `error` as "judge: ...")."""
+    """ANSWER_COLUMNS rows of one model on the items (a judge error is recorded as "judge: ...")."""
     items = items.reset_index(drop=True)
     n = len(items)
     frames0, frames1 = items["frame0_marked"].tolist(), items["frame1_marked"].tolist()
@@ -378,8 +373,7 @@ def run_lvlm(
 def score_predictions(
     table: pd.DataFrame, judge: Judge | None = None, where: str = "workbook"
 ) -> pd.DataFrame:
-    """Per-row extraction and correctness of a workbook's predictions by the rules of our answers (a NaN
-    prediction is "nan" to the matcher and not shown to yes_no, as upstream)."""
+    """Per-row extraction and correctness of a workbook's predictions by the rules of our answers."""
     from soco_pipeline.tasks.mmvm.official import MmvmFormatError
 
     t = table.reset_index(drop=True).copy()

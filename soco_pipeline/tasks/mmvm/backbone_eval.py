@@ -79,8 +79,7 @@ def backbone_predictions(
     reference: dict[str, pd.DataFrame] | None = None,
     manifest: pd.DataFrame | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame | None]:
-    """(predictions of the zero-shot and contrastive-head methods, feature manifest) of one backbone spec (a
-    SOCO oracle: not-applicable rows, no manifest)."""
+    """(zero-shot and contrastive-head predictions, feature manifest) of one backbone spec."""
     items, cases, objects = tables["items"], tables["cases"], tables["objects"]
     if missing_capabilities(spec.kind, NEEDS):
         return not_applicable(items, spec.name, ORACLE_REASON), None
@@ -120,8 +119,7 @@ def oracle_predictions(
     none_rule=None,
     reference: dict[str, pd.DataFrame] | None = None,
 ) -> pd.DataFrame:
-    """The instance-identity oracle's predictions (a check of the scoring: 100 on every breakdown where its
-    None rule can answer None); `reference` as in backbone_predictions (carried threshold)."""
+    """The instance-identity oracle's predictions (a check of the scoring: 100 where None can be answered)."""
     if not _has_masks(tables):
         return not_applicable(tables["items"], name, NO_MASKS_REASON)
     carried = None

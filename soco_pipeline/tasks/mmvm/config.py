@@ -91,8 +91,7 @@ class NoneRuleConfig(_Strict):
 
 
 class SourceConfig(_Strict):
-    """Where the scored items come from: `generated` (SIMULATED), `match_bench` (MMVMEvalKit's layout, with
-    masks) or `vlmevalkit` (VLMEvalKit's MMVMBench.tsv, LVLMs only); docs/mmvm.md, "Source"."""
+    """Where the scored items come from: `generated`, `match_bench` or `vlmevalkit` (docs/mmvm.md)."""
 
     kind: Literal["generated", "match_bench", "vlmevalkit"] = "generated"
     path: str | None = None

@@ -9,8 +9,7 @@ import torch
 
 
 def training_pairs(objects: pd.DataFrame, cases: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(anchors, pool): frame-1 objects whose identity reappears in frame 2 of a training case, and every
-    frame-2 object of those cases (with `target` = the pool row of each anchor's positive)."""
+    """(anchors, pool): frame-1 objects seen again in frame 2 of a training case (`target`: the pool row)."""
     train = set(cases.loc[cases["split"] == "train", "case_id"])
     obj = objects[
         objects["case_id"].isin(train) & objects["role"].isin(["query", "match", "distractor", "other"])

@@ -21,8 +21,7 @@ UNKNOWN_CODE_FALLBACK = 2
 
 @dataclass(frozen=True)
 class ParsedMatchType:
-    """The cue codes of one row, in the reference's multiplicity, and which fallback produced them
-    ("" | "unparsable" | "unknown_code" | "no_cue" | "scalar")."""
+    """The cue codes of one row, in the reference's multiplicity, and the fallback that produced them."""
 
     codes: tuple[int, ...]
     fallback: str = ""
@@ -42,9 +41,8 @@ def _code(element: object) -> int | None:
 
 
 def parse_match_type(value: object, strict: bool = False, where: str = "") -> ParsedMatchType:
-    """Cue codes of a `match_type` cell as the reference parses them, with the fallback recorded
-    ("unparsable": [1, 5]; "scalar": a bare number); strict=True raises a ValueError naming `where`
-    instead."""
+    """Cue codes of a `match_type` cell as the reference parses them, with the fallback recorded; strict=True
+    raises a ValueError naming `where` instead."""
     text = value if isinstance(value, str) else None  # NaN / None cells: eval raises -> [1, 5]
     parsed: object = None
     ok = False

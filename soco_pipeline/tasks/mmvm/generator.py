@@ -192,8 +192,7 @@ def assign_slots(
     height: int,
     keep: str = "none",
 ) -> tuple[int, int, list, list[ObjectSpec], tuple[int, int] | None]:
-    """Grid cells for the objects (and the landmark's); with a landmark, the query/true match takes the cell
-    its relation names and every other object one whose relation is not `keep`, recorded as its relation."""
+    """Grid cells for the objects (and the landmark's); with a landmark, relations follow the cells."""
     n = len(objs) + (4 if landmark else 0)
     cols, rows = _grid(n, width, height)
     if landmark and cols < 3:  # the landmark needs a free cell on both sides
@@ -224,8 +223,7 @@ def assign_slots(
 def _decal(
     img: np.ndarray, mask: np.ndarray, spec: ObjectSpec, cfg: MmvmConfig, free: np.ndarray
 ) -> np.ndarray:
-    """Paint the text marker and the object marker onto the object's visible pixels (in place); a printed
-    number may overhang onto `free` (background) pixels, which are returned: they join the object's mask."""
+    """Paint the text and object markers onto the object's pixels (in place); returns the overhang pixels."""
     if not mask.any() or (not spec.text and not spec.marker):
         return np.zeros(mask.shape, bool)
     rows, cols = np.nonzero(mask)
@@ -313,8 +311,7 @@ def render_frame(
     taxonomy: Taxonomy,
     models: dict | None = None,
 ) -> tuple[np.ndarray, np.ndarray, list[ObjectSpec]]:
-    """The image, label map and object list (label k = list entry k-1) of one frame; `models` caches built
-    objects by (category, colour, seed)."""
+    """The image, label map and object list (label k = entry k-1) of one frame; `models` caches objects."""
     models = {} if models is None else models
 
     def model_of(shape: str, rgb, seed: int) -> ObjectModel:

@@ -68,8 +68,7 @@ def _groups(rows: pd.DataFrame) -> pd.DataFrame:
 def accuracy_table(
     rows: pd.DataFrame, model: str, kind: str, split: str = "test", method: str = ""
 ) -> pd.DataFrame:
-    """METRIC_COLUMNS rows of one model from its per-item rows (columns correct, n_candidates, count_label,
-    match_type, query_absent, split, and optionally status/reason)."""
+    """METRIC_COLUMNS rows of one model from its per-item rows."""
     if "status" in rows and len(rows) and (rows["status"] == "not_applicable").all():
         row = dict.fromkeys(METRIC_COLUMNS, np.nan) | {"model": model, "kind": kind, "method": method}
         row |= {
@@ -127,8 +126,7 @@ def method_metrics(rows: pd.DataFrame, kind: str, split: str = "test") -> pd.Dat
 
 
 def leaderboard(metrics: pd.DataFrame) -> pd.DataFrame:
-    """One row per (model, method): overall accuracy and chance, how many rows an LLM judge decided and failed
-    on, then per-query-presence, per-cue and per-count accuracy columns (test split)."""
+    """One row per (model, method): overall accuracy and chance, judge counts, then the breakdown columns."""
     if metrics.empty:
         return pd.DataFrame(columns=["model", "kind", "method", "status", "accuracy", "random_expected"])
     m = metrics[metrics["split"] == "test"]

@@ -55,8 +55,7 @@ class MmvmFormatError(ValueError):
 
 
 def mask_to_polygons(mask: np.ndarray) -> list[list[int]]:
-    """COCO-style polygons [x0, y0, x1, y1, ...] of a mask: outer contours and hole contours (OpenCV, every
-    boundary pixel). A hole's polygon overlaps its outer one, so the reference's rule clears it on import."""
+    """COCO-style polygons of a mask: outer and hole contours (a hole's overlap clears it on import)."""
     contours, _ = cv2.findContours(mask.astype(np.uint8), cv2.RETR_CCOMP, cv2.CHAIN_APPROX_NONE)
     return [c.reshape(-1).astype(int).tolist() for c in contours if len(c) >= 3]
 
@@ -101,8 +100,7 @@ def _entry(mask: np.ndarray, oid: int, label: int, **extra) -> dict:
 def export_match_bench(
     items: pd.DataFrame, cases: pd.DataFrame, objects: pd.DataFrame, images: pd.DataFrame, out_root: str
 ) -> pd.DataFrame:
-    """Write items as `match_bench/case_xxxxx/` folders plus mllm_match_eval_full.tsv under `out_root`;
-    returns the TSV table."""
+    """Write items as `match_bench/case_xxxxx/` folders plus the TSV under `out_root`; returns the TSV."""
     img = images.set_index("image_id")
     frames = cases.set_index("case_id")
     q = objects[(objects["frame"] == 0) & (objects["role"] == "query")].set_index("case_id")["label"]
@@ -239,8 +237,8 @@ def _load_json(path: str, where: str) -> list:
 
 
 def import_match_bench(root: str, work_root: str, tsv: str | None = None) -> dict[str, pd.DataFrame]:
-    """Read `match_bench/` and mllm_match_eval_full.tsv under `root` into cases/images/objects/items tables
-    (label maps under `work_root`); bad input raises MmvmFormatError naming the file and the TSV row."""
+    """Read `match_bench/` and its TSV under `root` into cases/images/objects/items (label maps under
+    `work_root`); bad input raises MmvmFormatError naming the file and the row."""
     tsv = tsv or join(root, TSV_NAME)
     df = _read_tsv(tsv, {"index", "question", "image_path", "answer", "match_type"})
     cases, images, objects, items = {}, [], [], []

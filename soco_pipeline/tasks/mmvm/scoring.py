@@ -131,8 +131,7 @@ NONE_MODES = ("fitted", "carried", "fixed", "never")
 
 @dataclass(frozen=True)
 class NoneRule:
-    """How one prediction set answers "None of the above": None iff the best cosine < `threshold`
-    (-inf: never); `mode` is one of NONE_MODES and `source` says where the threshold came from."""
+    """How a prediction set answers None: iff the best cosine < `threshold` (`source`: where it came from)."""
 
     mode: str
     threshold: float
@@ -148,8 +147,7 @@ class NoneRule:
 def resolve_none_rule(
     items: pd.DataFrame, forced: np.ndarray, best: np.ndarray, config=None, carried: NoneRule | None = None
 ) -> NoneRule:
-    """The NoneRule of an item set: the config's fixed or never rule; else (mode fitted, the default) the
-    threshold fitted on the items' training split, or, with none, the `carried` rule, or else never."""
+    """The NoneRule of an item set: the config's fixed or never rule, else fitted, carried, or never."""
     mode = getattr(config, "mode", "fitted")
     if mode == "fixed":
         return NoneRule("fixed", float(config.threshold), "fixed in the config: none_rule.threshold")
@@ -182,8 +180,7 @@ def resolve_none_rule(
 
 
 def carried_rule(reference_predictions: pd.DataFrame, method: str) -> NoneRule | None:
-    """The fitted rule of one method in predictions on generated data, to carry to an item set without a
-    training split (None when those predictions hold no fitted rule for the method)."""
+    """The fitted rule of one method in predictions on generated data (to carry), or None."""
     rows = reference_predictions[
         (reference_predictions["method"] == method) & (reference_predictions["none_mode"] == "fitted")
     ]
@@ -208,8 +205,7 @@ def predict_items(
     none_rule=None,
     carried: NoneRule | None = None,
 ) -> pd.DataFrame:
-    """Predictions (PREDICTION_COLUMNS) of one descriptor source on every item; None by the item set's
-    NoneRule (`none_rule` = the config's NoneRuleConfig; `carried` = a rule from generated data)."""
+    """Predictions (PREDICTION_COLUMNS) of one descriptor source on every item (None by its NoneRule)."""
     sims = item_similarities(items, cases, objects, descriptors)
     forced, best = forced_answers(items, sims)
     answer = items["answer"].to_numpy()

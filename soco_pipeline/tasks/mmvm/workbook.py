@@ -25,8 +25,7 @@ class WorkbookScore:
 def score_workbook(
     path: str | Path, judge_mode: str = "off", judge_spec: str | None = None, cache_root: str | None = None
 ) -> WorkbookScore:
-    """Score one MMVM prediction workbook; `judge_mode` matcher | yes_no needs `judge_spec` (an LVLM spec
-    file, any OpenAI-compatible server), whose replies are cached under `cache_root` when given."""
+    """Score one MMVM prediction workbook, with a judge (`judge_mode`, `judge_spec`) if asked."""
     judge = None
     if judge_mode != "off":
         if not judge_spec:
