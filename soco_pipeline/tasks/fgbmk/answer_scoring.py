@@ -72,8 +72,7 @@ def options_of(prompt: str) -> list[str]:
 
 
 def score_answers(answers: pd.DataFrame) -> pd.DataFrame:
-    """Add parsed, method, correct and correct_published to rows of (form, answer text `raw_answer`, key
-    `class`, `options` JSON list for choice; an `error` other than "" counts as wrong)."""
+    """Add parsed, method, correct and correct_published to answer rows (an `error` counts as wrong)."""
     parsed, method, correct = [], [], []
     errors = answers["error"] if "error" in answers.columns else pd.Series("", index=answers.index)
     for form, raw, key, opts, err in zip(
@@ -100,8 +99,7 @@ def score_answers(answers: pd.DataFrame) -> pd.DataFrame:
 
 
 def score_answer_file(answers: pd.DataFrame) -> pd.DataFrame:
-    """Score a published answer file (question_id, image, prompt, text = the answer, class, category):
-    the form and options come from the prompt's wording."""
+    """Score a published answer file; the form and options come from the prompt's wording."""
     df = answers.rename(columns={"text": "raw_answer"}).copy()
     df["form"] = [infer_form(p) for p in df.prompt]
     df["options"] = [json.dumps(options_of(p)) for p in df.prompt]
@@ -129,8 +127,7 @@ def circular_accuracy(scored: pd.DataFrame, by: list[str]) -> pd.DataFrame:
 
 
 def knowledge_bias(scored: pd.DataFrame, worst: int = 5) -> tuple[pd.DataFrame, dict]:
-    """Per-class accuracy of the knowledge-bias questions (by the image's true subclass) and its spread:
-    mean, std (population), min, max and the `worst` classes."""
+    """Per-class accuracy of the knowledge-bias questions and its spread (mean, population std, min, max)."""
     kb = scored[scored.task == "knowledge_bias"] if "task" in scored.columns else scored
     per = kb.groupby("subclass", sort=True).correct.agg(["mean", "size"]).reset_index()
     per.columns = ["subclass", "accuracy", "n"]
@@ -143,8 +140,7 @@ def knowledge_bias(scored: pd.DataFrame, worst: int = 5) -> tuple[pd.DataFrame, 
 
 
 def class_of_image(image: str) -> str:
-    """The image's folder, normalised ("images/001.Black_footed_Albatross/x.jpg" -> "black footed albatross"):
-    a yes/no row's class when its `category` is only a level word (a heuristic)."""
+    """The image's folder, normalised: a yes/no row's class when its `category` is only a level word."""
     folder = image.replace("\\", "/").rsplit("/", 2)[-2] if "/" in image else ""
     return normalise(re.sub(r"^\d+\.", "", folder))
 
@@ -156,16 +152,14 @@ LEVEL_CATEGORIES = frozenset(
 
 
 def true_class(answer_key: str, category: str, image: str) -> str:
-    """A published question's true class: its key, unless the key is yes/no; then `category` (the published
-    knowledge-bias and several true/false files keep the class there), else the image's folder."""
+    """A published question's true class: its key, or for a yes/no key `category`, else the image's folder."""
     if answer_key.strip().lower() not in ("yes", "no"):
         return answer_key
     return category if category.strip().lower() not in LEVEL_CATEGORIES else class_of_image(image)
 
 
 def per_class_published(scored: pd.DataFrame) -> pd.DataFrame:
-    """A scored published answer file with its true class in `subclass`: the key, or for yes/no keys the
-    record's `category` (the knowledge-bias files' class), else the image folder (true_class)."""
+    """A scored published answer file with its true class (`true_class`, normalised) in `subclass`."""
     cls = [
         normalise(true_class(k, c, im))
         for k, c, im in zip(scored["class"], scored.category, scored.image, strict=True)

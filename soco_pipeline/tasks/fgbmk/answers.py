@@ -48,8 +48,7 @@ def ask(
     cache: AnswerCache,
     log: Callable[[str], None] = lambda _m: None,
 ) -> pd.DataFrame:
-    """ANSWER_COLUMNS rows of one model on every question, scored (a failed request within the allowed rate
-    is recorded with its error and scored wrong)."""
+    """ANSWER_COLUMNS rows of one model on every question, scored (a failed request scores wrong)."""
     rows = questions.reset_index(drop=True)
     n = len(rows)
     uris, texts, ids = rows.uri.tolist(), rows.text.tolist(), rows.question_id.tolist()

@@ -65,8 +65,7 @@ _NO_JITTER = ("trunk", "horns", "tusks", "ear_up", "lid", "bulge")
 
 
 def hierarchy(taxonomy: Taxonomy | None = None, subclasses: list[str] | None = None) -> pd.DataFrame:
-    """superclass, class, subclass and their integer ids (0..n-1 per level over the subclasses kept, default
-    all), sorted so that each parent's children are contiguous."""
+    """superclass, class, subclass and their ids (0..n-1 per level), each parent's children contiguous."""
     tax = taxonomy or load_taxonomy()
     if subclasses is not None:
         unknown = sorted(set(subclasses) - set(tax.categories))
@@ -113,8 +112,7 @@ def _instance_colours(category: str, rng: np.random.Generator, tax: Taxonomy) ->
 def render_item(
     category: str, index: int, seed: int, size: int, area: tuple[float, float], tax: Taxonomy | None = None
 ) -> tuple[np.ndarray, dict, pd.DataFrame]:
-    """One image (size x size uint8 RGB) of a category, its attributes and its projected keypoints
-    (keypoint, x, y, visible); deterministic per arguments."""
+    """One image (size x size RGB) of a category, its attributes and projected keypoints; deterministic."""
     tax = tax or load_taxonomy()
     rng = np.random.default_rng([int(seed), 0xF6B, zlib.crc32(category.encode()), int(index)])
     col = _instance_colours(category, copy.deepcopy(rng), tax)
@@ -175,8 +173,7 @@ def ensure_embedded(
     subclasses: list[str] | None = None,
     workers: int | None = None,
 ) -> pd.DataFrame:
-    """The items table (ITEM_COLUMNS) of the embedded set at `root`, generated if absent or made for another
-    request; `subclasses` restricts the set (default: all 100 categories)."""
+    """The items table of the embedded set at `root`, generated if absent or made for another request."""
     root = str(root).rstrip("/")
     req = request_of(config, seed, subclasses)
     man = storage.join(root, "manifest.json")

@@ -85,8 +85,8 @@ def interval(effect: float, se: float) -> tuple[float, float]:
 
 
 def verdict(lo: float, hi: float, below: bool) -> str:
-    """yes when the interval lies on the claim's side of 0 (below it when `below`), no on the other side,
-    not testable when it holds 0."""
+    """yes when the interval lies on the claim's side of 0 (below it when `below`), no opposite, else not
+    testable."""
     if (hi < 0) if below else (lo > 0):
         return YES
     if (lo > 0) if below else (hi < 0):
@@ -280,8 +280,7 @@ def _spread_verdict(p: float, spread: float, config: FindingsConfig) -> str:
 
 
 def finding_4(metrics: pd.DataFrame, lvlm: pd.DataFrame | None, par: dict, config: FindingsConfig) -> dict:
-    """(a) chance-corrected skill falls from the coarsest to the finest level; (b) per-class accuracy spreads
-    beyond binomial noise (knowledge bias). Holds when both do."""
+    """(a) skill falls from the coarsest to the finest level; (b) per-class accuracy spreads beyond noise."""
     acr = _across(metrics)
     gran, effects, used = [], [], []
     for b in sorted({b for b, _ in acr.index}):

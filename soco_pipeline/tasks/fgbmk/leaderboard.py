@@ -17,9 +17,7 @@ LVLM_METRIC_COLUMNS = ["model", "task", "level", "form", "metric", "value", "n",
 
 
 def lvlm_metrics(answers: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
-    """Long table of one model per task/level/form on rotation 0: accuracy (ours and published),
-    answer_acc.py's "Overall Accuracy", circular accuracy, knowledge-bias spread and 95% bootstrap CIs over
-    questions."""
+    """Long table of one model's accuracies per task/level/form on rotation 0, with 95% bootstrap CIs."""
     model = answers.model.iloc[0] if len(answers) else ""
     simulated = bool(answers.simulated.all()) if "simulated" in answers.columns else True
     plain = answers[answers.rotation == 0]
@@ -50,9 +48,7 @@ def lvlm_metrics(answers: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
 def fgbmk_leaderboard(
     backbone_metrics: pd.DataFrame, robustness: pd.DataFrame, lvlm: pd.DataFrame
 ) -> pd.DataFrame:
-    """One row per backbone (probe / retrieval per level, within vs across, clean vs strongest FGSM) and per
-    LVLM (choice accuracy per level, circular, knowledge-bias std), with the 95% CI of each level's accuracy
-    (bootstrap over test images for a probe, over questions for an LVLM)."""
+    """One row per backbone (probe / retrieval, within vs across, FGSM) and per LVLM (choice, circular)."""
     rows = []
     if len(backbone_metrics):
         s = summary(backbone_metrics)
@@ -115,8 +111,7 @@ SCORE = {  # what every FG-BMK score row says alike
 
 
 def correlation_scores(board: pd.DataFrame) -> pd.DataFrame:
-    """The backbone rows of fgbmk_leaderboard as score rows of soco_pipeline.analysis (SCORE_COLUMNS), for
-    `combine_scores` to set fine-grained scores against SOC."""
+    """The backbone rows of fgbmk_leaderboard as score rows of soco_pipeline.analysis (SCORE_COLUMNS)."""
     from soco_pipeline.analysis.reference import SCORE_COLUMNS
 
     rows = []

@@ -129,8 +129,7 @@ def make_optimizer(
 
 
 def train_grid(grid: HeadGrid, config: TrainConfig, loss_of: Callable[[int], torch.Tensor]) -> float:
-    """`config.max_iter` steps of the grid's optimizer and cosine schedule on one torch thread; `loss_of(it)`
-    is the summed loss of all heads at iteration `it` (its batches come from seeded streams). Seconds taken."""
+    """`config.max_iter` steps on one torch thread; `loss_of(it)` is all heads' loss. Returns the seconds."""
     opt, sched = make_optimizer(grid, config)
     t0 = time.perf_counter()
     with single_thread():

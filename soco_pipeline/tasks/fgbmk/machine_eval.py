@@ -47,8 +47,7 @@ METRIC_COLUMNS = [
 
 
 def tasks_of(items: pd.DataFrame) -> list[tuple[str, str, str]]:
-    """(scope, superclass, level) of every probe: across at each level with two classes or more, within each
-    superclass at subclass (when there are several superclasses)."""
+    """(scope, superclass, level) of every probe: across per level, within each superclass at subclass."""
     across = [("across", "all", level) for level in LEVELS if items[level].nunique() > 1]
     within = [
         ("within", s, "subclass")
@@ -65,8 +64,7 @@ def level_labels(items: pd.DataFrame, level: str) -> np.ndarray:
 
 
 def label_lists(items: pd.DataFrame, level: str) -> list[list[int]]:
-    """Every row's labels at `level`: all ids of a multi-label row (the `labels` column, at the dataset's
-    own level, subclass), else its one id."""
+    """Every row's labels at `level`: all ids of a multi-label row, else its one id."""
     if level == "subclass" and "labels" in items.columns:
         return [[int(x) for x in str(v).split()] for v in items["labels"]]
     return [[int(v)] for v in level_labels(items, level)]
@@ -89,8 +87,7 @@ def per_class_top1(logits, labels) -> np.ndarray:
 def evaluate_backbone(
     backbone: str, feats: GlobalFeatures, items: pd.DataFrame, config: FgbmkConfig, simulated: bool = True
 ) -> tuple[pd.DataFrame, dict[tuple[str, str, str], ProbeResult]]:
-    """Probe and retrieval metrics (METRIC_COLUMNS) of one backbone on `items` (split, <level>_id, superclass),
-    and the trained probes by (scope, superclass, level) for the robustness step."""
+    """Probe and retrieval metrics (METRIC_COLUMNS) of one backbone, and its trained probes by task."""
     rows, probes = [], {}
     for scope, sup, level in tasks_of(items):
         part = items if sup == "all" else items[items.superclass == sup]
@@ -169,8 +166,7 @@ def probe_predictions(
     probes: dict[tuple[str, str, str], ProbeResult],
     simulated: bool = True,
 ) -> pd.DataFrame:
-    """The best head's argmax on every test image the probe scored, per level across superclasses
-    (PREDICTION_COLUMNS); the mean of `correct` x 100 is that level's top-1."""
+    """The best head's argmax on every test image the probe scored, per level (PREDICTION_COLUMNS)."""
     parts = []
     for (scope, _, level), probe in sorted(probes.items()):
         if scope != "across":
@@ -203,8 +199,7 @@ def probe_predictions(
 
 
 def summary(metrics: pd.DataFrame) -> pd.DataFrame:
-    """One row per backbone: top-1 / recall@1 / mAP at each level (across), the mean within a superclass at
-    the subclass level, and the drop from within to across (the paper's finding 1)."""
+    """One row per backbone: scores per level (across), within a superclass, and the drop (finding 1)."""
     out = []
     for backbone, grp in metrics.groupby("backbone", sort=True):
         across = grp[grp.scope == "across"].set_index("level")

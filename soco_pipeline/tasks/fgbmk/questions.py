@@ -83,8 +83,7 @@ def build_questions(
     seed: int = 0,
     simulated: bool = True,
 ) -> pd.DataFrame:
-    """QUESTION_COLUMNS rows for the test images of `items` (at most `images_per_subclass` each; 0 = all), the
-    distractors drawn from `hierarchy`'s (superclass, class, subclass) rows."""
+    """QUESTION_COLUMNS rows for the test images of `items`, distractors drawn from `hierarchy`."""
     rng = np.random.default_rng([int(seed), 0xF6B9])
     test = items[items.split == "test"].sort_values("image_id")
     if config.images_per_subclass:
@@ -153,8 +152,7 @@ def build_questions(
 
 
 def circular(questions: pd.DataFrame, config: QuestionConfig) -> pd.DataFrame:
-    """Every rotation of each choice question's options (rotation r moves option i to position i - r);
-    other questions as they are. question_id is renumbered; group_id ties rotations together."""
+    """Every rotation of each choice question's options (rotation r moves option i to i - r), renumbered."""
     choice = questions[questions.form == "choice"]
     extra = []
     for rot in range(1, config.n_choices):
@@ -179,8 +177,7 @@ def circular(questions: pd.DataFrame, config: QuestionConfig) -> pd.DataFrame:
 
 
 def official_questions(root: str, dataset: str, image_root: str) -> pd.DataFrame:
-    """QUESTION_COLUMNS rows of every published question file of `dataset` under a human-oriented root, read
-    as released; FgbmkFormatError names a file that cannot be read."""
+    """QUESTION_COLUMNS rows of every published question file of `dataset` under a human-oriented root."""
     from soco_pipeline import storage
     from soco_pipeline.tasks.fgbmk.answer_scoring import infer_form, options_of, true_class
     from soco_pipeline.tasks.fgbmk.readers import human_files, read_questions
@@ -234,8 +231,7 @@ def official_questions(root: str, dataset: str, image_root: str) -> pd.DataFrame
 
 
 def questions_for(items: pd.DataFrame, config) -> pd.DataFrame:
-    """The questions table of an FgbmkConfig: generated questions in every rotation, or an official source's
-    published files (none without `questions`)."""
+    """The questions table of an FgbmkConfig: generated ones in every rotation, or the published files."""
     src = config.source
     if src.kind == "official":
         if not src.questions:

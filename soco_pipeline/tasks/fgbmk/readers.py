@@ -73,8 +73,7 @@ def read_split(
     check_images: bool = True,
     split: str | None = None,
 ) -> pd.DataFrame:
-    """One train.csv / test.csv as rows: image_id (the relative path), path, uri (under `image_root`, default
-    the CSV's folder), split, labels (list of ints), label (-1 for a multi-label line), line (1-based)."""
+    """One train.csv / test.csv as rows: image_id, path, uri, split, labels, label (-1: multi-label), line."""
     root = image_root if image_root is not None else csv_path.rsplit("/", 1)[0]
     split = split or PurePosixPath(csv_path).stem
     try:
@@ -204,8 +203,7 @@ def write_jsonl(df: pd.DataFrame, path: str, keys: tuple[str, ...] = QUESTION_KE
 
 
 def human_files(root: str) -> pd.DataFrame:
-    """The question files under a human-oriented root (task, dataset, level, form, path); other names are
-    listed by `unrecognised_files`."""
+    """The question files under a human-oriented root (task, dataset, level, form, path)."""
     fs, base = storage.filesystem(root)
     rows = []
     for p in sorted(fs.glob(f"{base.rstrip('/')}/**/*.jsonl")):
@@ -266,8 +264,7 @@ def image_size(ds: MachineDataset, uri: str, split: str, line: int) -> tuple[int
 
 
 def items_from_dataset(ds: MachineDataset) -> pd.DataFrame:
-    """A machine-oriented dataset as the family's items table at the subclass level (the release's class ids,
-    seen/unseen by parity); a multi-label line keeps all ids in `labels`, its first in `subclass_id`."""
+    """A machine-oriented dataset as the family's items table at the subclass level (the release's ids)."""
     rows = pd.concat([ds.train, ds.test], ignore_index=True)
     names = ds.classes or [str(i) for i in range(ds.num_classes)]
     sizes = [image_size(ds, r.uri, r.split, r.line) for r in rows.itertuples(index=False)]

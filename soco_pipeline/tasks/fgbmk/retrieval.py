@@ -144,8 +144,8 @@ def train_retrieval(
     num_classes: int | None = None,
     triplets: np.ndarray | None = None,
 ) -> RetrievalResult:
-    """Train the projection grid on even-class triplets and score every head on test queries vs the train gallery.
-    `triplets` ((iterations, batch, 3) train rows) replaces the sampler's (parity checks feed the release's)."""
+    """Train the projection grid on even-class triplets and score every head on test queries vs the gallery
+    (`triplets`: (iterations, batch, 3) train rows replacing the sampler's)."""
     train_lists, test_lists = as_label_lists(train_labels), as_label_lists(test_labels)
     k = int(
         num_classes

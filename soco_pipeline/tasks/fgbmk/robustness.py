@@ -114,8 +114,7 @@ def robustness_for_backbone(
     config: FgbmkConfig,
     reads_pixels: bool = True,
 ) -> pd.DataFrame:
-    """Train the probe (across superclasses) at each configured level on the cached features, then attack it
-    on up to `max_images` test images (a seeded subset, the same for every level)."""
+    """Train the probe at each configured level, then attack it on up to `max_images` seeded test images."""
     from soco_pipeline.tasks.fgbmk.linear_probe import train_probe
     from soco_pipeline.tasks.fgbmk.machine_eval import level_labels
 

@@ -48,8 +48,7 @@ class FgbmkMetricSchema(pa.DataFrameModel):
 
 
 class FgbmkProbePredictionSchema(pa.DataFrameModel):
-    """The best probe head's answer on one test image at one level (across superclasses): its argmax class,
-    the label and whether they agree; the mean of `correct` is the level's top-1 in fgbmk_metrics."""
+    """The best probe head's answer on one test image at one level; the mean of `correct` is its top-1."""
 
     backbone: Series[str]
     image_id: Series[str]
