@@ -43,8 +43,7 @@ def expected_votes(distances: np.ndarray, obs: ObserverConfig) -> tuple[np.ndarr
 def observe(
     distances: np.ndarray, ids: list[str], aspect: str, obs: ObserverConfig, seed: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Votes (N, K) and cannot-tell counts (N,) of simulated observers given `distances` (N, K): OOO pair
-    distances excluding option k (K = 3), or 2AFC distances to the reference (K = 2)."""
+    """Votes (N, K) and cannot-tell counts (N,) of simulated observers given `distances` (N, K)."""
     if obs.vote_mode == "expected":
         return expected_votes(distances, obs)
     n, k = distances.shape
@@ -66,8 +65,7 @@ def observe(
 def normalise(
     votes: np.ndarray, cannot_tell: np.ndarray, prune_cannot_tell: int = 3, drop_ties: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(keep mask (N,), y (N, K)): rows with >= prune_cannot_tell "cannot tell" (or no vote) removed, votes /
-    sum; drop_ties also removes rows whose top vote count is shared (the 2AFC rule)."""
+    """(keep mask, y = votes / sum): >= prune_cannot_tell "cannot tell" or no vote dropped (2AFC: ties too)."""
     votes = np.asarray(votes, float)
     total = votes.sum(1)
     keep = (np.asarray(cannot_tell) < prune_cannot_tell) & (total > 0)

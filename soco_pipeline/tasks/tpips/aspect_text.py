@@ -49,8 +49,7 @@ class TextEmbedder(Protocol):
 
 
 class AspectText:
-    """Aspect strings -> rows of a frozen table of text embeddings; an aspect text not yet in the table is
-    embedded on first use and appended, so a trained metric answers any aspect text."""
+    """Aspect strings -> rows of a frozen table of text embeddings, a new text embedded on first use."""
 
     def __init__(self, encoder: TextEmbedder, aspects: list[str]):
         self.encoder = encoder

@@ -33,8 +33,7 @@ class TpipsConfigError(ValueError):
 
 
 class SourceConfig(ConfigModel):
-    """Where the items come from: `generated` or `official` (a released OOO JSONL file, or a folder holding
-    ooo.jsonl and optionally afc.jsonl; docs/tpips.md, "Real data")."""
+    """Where the items come from: `generated` or `official` (docs/tpips.md, "Real data")."""
 
     kind: Literal["generated", "official"] = "generated"
     # official: the .jsonl file, or the folder holding ooo.jsonl (and afc.jsonl); relative to the config's folder
@@ -124,8 +123,7 @@ class ObserverConfig(ConfigModel):
 
 
 class AfcConfig(ConfigModel):
-    """The 2AFC set: sources, degradation strengths, aspects asked per source (the paper's 2AFC has no
-    "overall" aspect: every comparison names one)."""
+    """The 2AFC set: sources, degradation strengths, aspects asked per source (never "overall")."""
 
     n: Annotated[int, Field(ge=0)]
     sources: Annotated[list[str], Field(min_length=1)]
@@ -192,8 +190,7 @@ def _fields_of(template: str) -> set[str]:
 
 
 class LvlmPrompts(ConfigModel):
-    """Prompt text of the LVLM baselines, each with one `{clause}`: `clause` with the aspect filled in, or
-    `overall_clause` for the overall aspect (published)."""
+    """Prompt text of the LVLM baselines, each with one `{clause}` (`overall_clause` for overall)."""
 
     scale_max: PositiveInt
     clause: str = "in terms of {aspect}"
@@ -281,8 +278,7 @@ class TpipsConfig(ConfigModel):
 
 
 def parse_config(doc: object, source: str = "<TPIPS config>", base: Path | None = None) -> TpipsConfig:
-    """Validate a parsed TPIPS config document, naming every bad field with `source`; an official source's
-    paths resolve against `base` (the config file's folder) and must exist."""
+    """Validate a parsed TPIPS config document; an official source's paths resolve against `base`."""
     cfg = validate_doc(TpipsConfig, doc, source, TpipsConfigError, allowed=TpipsConfig.model_fields)
     if cfg.source.kind == "official":
 

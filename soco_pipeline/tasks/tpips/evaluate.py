@@ -72,8 +72,7 @@ def score_rows(
 
 
 def ooo_outcomes(model: str, method: str, ooo: pd.DataFrame, ooo_pred: np.ndarray) -> pd.DataFrame:
-    """One method's outcome on every OOO row (OUTCOME_COLUMNS): its agreement, the vote share of the image it
-    picks (0-1, `scoring.agreement`); their mean x 100 is the method's `agreement` in the score table."""
+    """One method's outcome on every OOO row (OUTCOME_COLUMNS): the vote share (0-1) of the image it picks."""
     y = ooo[["y_0", "y_1", "y_2"]].to_numpy(float)
     return pd.DataFrame(
         {
@@ -101,8 +100,7 @@ def evaluate_sim_outcomes(
     split: str = "test",
     note: str = "",
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Score a similarity on the OOO `split` rows and on every 2AFC row: (its score rows, its outcome on each
-    OOO `split` row)."""
+    """(score rows, OOO outcomes) of a similarity on the OOO `split` rows and every 2AFC row."""
     m = (ooo.split == split).to_numpy()
     rows = ooo[m]
     pred = ooo_scores(sim, ooo_pos[m], rows.aspect.to_numpy()) if m.any() else np.zeros((0, 3))
@@ -128,8 +126,7 @@ def evaluate_constant(
 
 
 def pixel_baselines(images: pd.DataFrame, ooo: pd.DataFrame, afc: pd.DataFrame, cfg) -> pd.DataFrame:
-    """Score rows of the pixel baselines: random (chance), constant (always the first option), L2, SSIM, and, when
-    the image table records every aspect value (generated data), the aspect-distance oracle."""
+    """Score rows of the pixel baselines (random, constant, L2, SSIM) and, with aspect values, the oracle."""
     from . import baselines as b
     from .aspects import VALUE_COLUMNS
     from .images import load_pixels

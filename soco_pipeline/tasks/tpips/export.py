@@ -18,8 +18,7 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".tif", ".tiff", ".g
 
 
 def release_path(image_id: str, n: int) -> str:
-    """Where image `image_id` (the n-th written) goes under the release folder: a relative id as it is (".png"
-    added when it has no image suffix: the generator's ids have none), an absolute path or URL under `external/`."""
+    """Where image `image_id` (the n-th written) goes in the release folder (absolute: under external/)."""
     suffix = PurePosixPath(image_id).suffix.lower()
     if "://" in image_id or image_id.startswith("/") or ".." in PurePosixPath(image_id).parts:
         return f"external/{n:06d}{suffix if suffix in IMAGE_SUFFIXES else '.png'}"
@@ -29,8 +28,7 @@ def release_path(image_id: str, n: int) -> str:
 def export_release(
     ooo: pd.DataFrame, afc: pd.DataFrame, images: pd.DataFrame, out: str, overwrite: bool = False
 ) -> dict:
-    """Write `ooo`, `afc` and the images they name as a release folder at `out` (an existing ooo.jsonl only
-    with `overwrite`); returns what was written."""
+    """Write `ooo`, `afc` and their images as a release folder at `out`; returns what was written."""
     target = storage.join(out, OOO_FILE)
     if storage.exists(target) and not overwrite:
         raise FileExistsError(f"{target} exists; pass --force to replace the release folder's files")

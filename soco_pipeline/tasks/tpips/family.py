@@ -31,8 +31,7 @@ PAIRED = PairedOn(
 
 
 def record_parts(model: str, kind: str, t: dict[str, pd.DataFrame], n_boot: int) -> dict[str, Any]:
-    """TPIPS: agreement per method on the OOO test split and each 2AFC source (stored aggregates, their
-    2 SE as the interval); hashes of the OOO (triplet, aspect) rows and 2AFC items."""
+    """TPIPS: agreement per method on the OOO test split and each 2AFC source (stored aggregates, 2 SE)."""
     names = TABLES.backbone if kind == "backbone" else TABLES.lvlm
     s = pd.concat([t[n] for n in names if n in t], ignore_index=True)
     s = s[(s["method"] != "n/a") & (s["aspect"] == "all")]

@@ -25,8 +25,7 @@ class TpipsFormatError(ValueError):
 
 
 def jsonl_records(path: str) -> list[tuple[int, dict]]:
-    """(line number, object) of every non-blank line of a JSONL file; a line that is not a JSON object is
-    refused with the file and line."""
+    """(line number, object) of every non-blank line of a JSONL file, refusing a line that is no object."""
     out = []
     try:
         text = storage.read_bytes(path).decode()
@@ -64,8 +63,7 @@ def resolve(path: str, base: str | None) -> str:
 def line_image_ids(
     path: str, no: int, rec: dict, keys: tuple[str, ...], paths: list, named: dict[str, tuple[str, int]]
 ) -> list[str]:
-    """The ids of a line's images: its `image_ids` when it has them, else the paths as written; `named` (id ->
-    (path, first line)) refuses an id naming two paths."""
+    """The ids of a line's images (`image_ids`, else the paths); `named` refuses an id naming two paths."""
     where = f"{path}:{no}"
     for p in paths:
         if not _text(p):
@@ -167,8 +165,7 @@ def _pruned(df: pd.DataFrame, path: str, lines: list, prune: int, judgements: st
 
 
 def image_files(path: str, fields: tuple[str, ...]) -> dict[str, str]:
-    """Image id -> path as written of every image a validated JSONL file names, in order, pruned lines
-    included (`fields`: ("images",) for OOO, ("ref", "x0", "x1") for 2AFC)."""
+    """Image id -> path as written of every image a validated JSONL file's `fields` name, in order."""
     found: dict[str, str] = {}
     for _, rec in jsonl_records(path):
         ids = rec.get("image_ids", {})
@@ -214,8 +211,7 @@ def load_ooo_jsonl(
     aspects: Iterable[str] | None = None,
     base: str | None = None,
 ) -> tuple[pd.DataFrame, dict]:
-    """(OOO rows (OOO_COLUMNS; image columns hold the paths as written), summary of what was pruned) from
-    JSONL, every line validated, pruned and normalised."""
+    """(OOO rows, pruning summary) of a JSONL file, every line validated, pruned and normalised."""
     base = base if base is not None else _folder(path)
     splits, aspects = tuple(splits), (set(aspects) if aspects is not None else None)
     recs = jsonl_records(path)
@@ -260,8 +256,7 @@ def read_ooo_jsonl(path: str, **kwargs) -> pd.DataFrame:
 
 
 def write_afc_jsonl(afc: pd.DataFrame, uris: dict[str, str], path: str, keep_ids: bool = False) -> int:
-    """Write 2AFC rows (AFC_COLUMNS) as JSONL with image uris (read back, the uris are the ids) or, with
-    `keep_ids`, with the ids too (`image_ids`, read back as the ids); returns the number of lines."""
+    """Write 2AFC rows as JSONL with image uris (`keep_ids`: the ids too); returns the number of lines."""
     lines = []
     for r in afc.itertuples(index=False):
         line = {
@@ -290,8 +285,7 @@ def load_afc_jsonl(
     aspects: Iterable[str] | None = None,
     base: str | None = None,
 ) -> tuple[pd.DataFrame, dict]:
-    """(2AFC rows (AFC_COLUMNS; image columns hold `image_ids` where given, else the paths), summary of what was
-    pruned) from JSONL, validated; ties and >= 3 cannot-tell removed (published) and counted."""
+    """(2AFC rows, pruning summary) of a JSONL file, validated; ties and >= 3 cannot-tell removed."""
     base = base if base is not None else _folder(path)
     sources = tuple(sources) if sources is not None else None
     aspects = set(aspects) if aspects is not None else None

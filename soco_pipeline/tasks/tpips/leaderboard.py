@@ -11,8 +11,7 @@ import pandas as pd
 
 
 def leaderboard(scores: pd.DataFrame) -> pd.DataFrame:
-    """One row per (model, method): OOO agreement overall and per aspect, rater agreement, ceiling, 2AFC per
-    source, and the votes' `judgements` marker."""
+    """One row per (model, method): OOO agreement overall and per aspect, rater agreement, ceiling, 2AFC."""
     cols = ["model", "method", "conditioned", "ooo", "ooo_err", "rater_agreement", "ceiling", "judgements"]
     if scores.empty:
         return pd.DataFrame(columns=cols)
@@ -42,8 +41,7 @@ def leaderboard(scores: pd.DataFrame) -> pd.DataFrame:
 
 
 def board_notes(cfg) -> list[str]:
-    """The lines the board prints under its judgements marker: what an official source's reader skipped and
-    dropped, and whether generated data come from a design seed (docs/tpips.md)."""
+    """The board's notes: what an official source's reader skipped, and whether the seed is a design seed."""
     from .config import DESIGN_SEEDS, REPORT_SEEDS
     from .source import source_note
 
@@ -57,8 +55,7 @@ def board_notes(cfg) -> list[str]:
 
 
 def board_markdown(board: pd.DataFrame, notes: list[str] | tuple[str, ...] = ()) -> str:
-    """The board as Markdown: the judgements marker once on top (every row carries the same), the `notes`
-    (board_notes) one per line, then the table without that column."""
+    """The board as Markdown: the judgements marker once, the `notes`, then the table without that column."""
     if board.empty:
         return "\n".join(["empty", *notes])
     marks = sorted(board.judgements.dropna().unique()) if "judgements" in board else []

@@ -24,8 +24,7 @@ Vocab = AspectVocab | AspectText
 
 
 def vocabulary(aspects: list[str], ooo: pd.DataFrame) -> list[str]:
-    """The heads' aspect vocabulary: the config's `aspects`, then every other aspect the OOO rows name (a released
-    file's factor names, as written), in order of appearance."""
+    """The heads' aspect vocabulary: the config's `aspects`, then the other aspects the OOO rows name."""
     return [*aspects, *dict.fromkeys(a for a in ooo.aspect.astype(str) if a not in aspects)]
 
 
@@ -120,8 +119,7 @@ class MidFusion(nn.Module):
         self.register_buffer("w0", torch.ones(sum(self.sizes)))
 
     def calibrate(self, d: torch.Tensor) -> None:
-        """Set w0 from train diffs d (..., Σ C_ℓ): 1 / each channel's mean train difference, so that the
-        weight decay treats every channel alike."""
+        """Set w0 from train diffs d: 1 / each channel's mean, so that the weight decay treats them alike."""
         self.w0 = 1.0 / d.reshape(-1, d.shape[-1]).mean(0).clamp_min(1e-8)
 
     def weights(self, c: torch.Tensor) -> torch.Tensor:
@@ -204,8 +202,7 @@ def _rows(ooo: pd.DataFrame, pos: np.ndarray, vocab: Vocab):
 def train_metric(
     kind: str, feats: TpipsFeatures, ooo: pd.DataFrame, pos: np.ndarray, vocab: Vocab, cfg: LearnedConfig
 ) -> TrainedMetric:
-    """Train one metric on the OOO train split: full-batch L-BFGS on the cross-entropy plus weight decay, in
-    `epochs` rounds, keeping the best val round and stopping after `patience` rounds without improvement."""
+    """Train one metric on the OOO train split: full-batch L-BFGS rounds, keeping the best val round."""
     if kind not in KINDS:
         raise ValueError(f"unknown metric kind {kind!r}: use one of {KINDS}")
     torch.manual_seed(cfg.seed)

@@ -66,8 +66,7 @@ def _images(uris: dict[str, str]) -> Callable[[str], bytes]:
 
 
 def _pair_scores(texts: list[str], n: int, k: int, top: int) -> tuple[np.ndarray, int]:
-    """((n, k) pair scores: the mean over the two orders each pair was asked in, NaN when neither parsed;
-    parse failures)."""
+    """((n, k) pair scores averaged over the two orders, NaN when neither parsed; parse failures)."""
     s = np.array([parse_score(x, top) for x in texts], float).reshape(n, k, 2)
     ok = ~np.isnan(s)
     count = ok.sum(2)
@@ -96,8 +95,7 @@ def _pairwise_requests(img, cols: np.ndarray, aspects: list[str], pairs, prompts
 
 
 def ooo_requests(ooo: pd.DataFrame, uris: dict[str, str], prompts: LvlmPrompts) -> list[ChatRequest]:
-    """Every request of the OOO rows, in order: 6 pairwise per row (3 pairs x 2 orders, pair k excluding image
-    k), then 6 triplet ones per row (the PERMS_OOO orders)."""
+    """Every request of the OOO rows: 6 pairwise per row (pair k excludes image k), then 6 triplet ones."""
     img = _images(uris)
     cols = ooo[["image_0", "image_1", "image_2"]].to_numpy()
     aspects = ooo.aspect.tolist()
@@ -110,16 +108,14 @@ def ooo_requests(ooo: pd.DataFrame, uris: dict[str, str], prompts: LvlmPrompts) 
 
 
 def ooo_predictions(texts: list[str], n: int, prompts: LvlmPrompts) -> dict[str, np.ndarray | int]:
-    """{'pairwise': (n, 3) mean pair scores (column k: the pair excluding image k), 'triplet': (n, 3) share of
-    the 6 orders naming each image odd, 'parse_failures'} from the answers to `ooo_requests`, in order."""
+    """{'pairwise': (n, 3), 'triplet': (n, 3), 'parse_failures'} from the answers to `ooo_requests`."""
     pair, pair_fails = _pair_scores(texts[: 6 * n], n, 3, prompts.scale_max)
     trip, fails = _picks(texts[6 * n :], n, PERMS_OOO)
     return {"pairwise": pair, "triplet": trip, "parse_failures": pair_fails + fails}
 
 
 def afc_requests(afc: pd.DataFrame, uris: dict[str, str], prompts: LvlmPrompts) -> list[ChatRequest]:
-    """Every request of the 2AFC rows, in order: 4 pairwise per row ((ref, x0), (ref, x1), each both ways), then
-    2 triplet-style ones per row (the reference first, the outputs in both orders)."""
+    """Every request of the 2AFC rows: 4 pairwise per row, then 2 triplet-style ones (reference first)."""
     img = _images(uris)
     cols = afc[["ref", "x0", "x1"]].to_numpy()
     aspects = afc.aspect.tolist()
@@ -132,8 +128,7 @@ def afc_requests(afc: pd.DataFrame, uris: dict[str, str], prompts: LvlmPrompts) 
 
 
 def afc_predictions(texts: list[str], n: int, prompts: LvlmPrompts) -> dict[str, np.ndarray | int]:
-    """{'pairwise': (n, 2) mean scores of (ref, x0), (ref, x1), 'triplet': (n, 2) share of the 2 orders naming
-    each output, 'parse_failures'} from the answers to `afc_requests`, in order."""
+    """{'pairwise': (n, 2), 'triplet': (n, 2), 'parse_failures'} from the answers to `afc_requests`."""
     pair, pair_fails = _pair_scores(texts[: 4 * n], n, 2, prompts.scale_max)
     trip, fails = _picks(texts[4 * n :], n, PERMS_AFC)
     return {"pairwise": pair, "triplet": trip, "parse_failures": pair_fails + fails}

@@ -27,8 +27,7 @@ OOO_COLUMNS = [
 
 
 def annotate_triplets(ts: TripletSet, cfg: TpipsConfig) -> tuple[pd.DataFrame, dict]:
-    """(the kept OOO rows, a summary with the observer parameters and the pruned count); every aspect of the
-    vocabulary is asked of every triplet (the unvaried ones are mostly "cannot tell")."""
+    """(kept OOO rows, summary): every aspect of the vocabulary asked of every triplet."""
     trip = ts.triplets
     imgs = trip[["image_0", "image_1", "image_2"]].to_numpy()
     ids = trip.triplet_id.tolist()

@@ -23,8 +23,7 @@ SHARE_TOL = 1e-6  # shares summing to 1 within this are kept as written; others 
 
 @dataclass(frozen=True)
 class ReleaseSet:
-    """A released OOO file as read: its rows, the image ids its kept triplets name (in order), the summary of
-    what was skipped, dropped or pruned, and each image id's path as written."""
+    """A released OOO file as read: its rows, kept image ids, what was skipped or dropped, and paths."""
 
     rows: pd.DataFrame
     images: list[str]
@@ -144,8 +143,7 @@ def read_release(
     splits: tuple[str, ...] = SPLITS,
     check_images: bool = True,
 ) -> ReleaseSet:
-    """Read a released odd-one-out JSONL file as the format defines it (module doc); paths are read from
-    `image_root` (default: the file's folder)."""
+    """Read a released odd-one-out JSONL file; image paths are under `image_root` (default: its folder)."""
     root = image_root if image_root is not None else (path.rsplit("/", 1)[0] if "/" in path else ".")
     name = PurePosixPath(path).name
     rows: list[dict] = []
@@ -244,8 +242,7 @@ def read_release(
 
 
 def release_lines(ooo: pd.DataFrame, paths: dict[str, str]) -> list[str]:
-    """Our OOO rows as released-format lines, one per triplet (first appearance order), image paths from
-    `paths`, our extras riding along; the label is the image with the largest share (the first on a tie)."""
+    """Our OOO rows as released-format lines, one per triplet; the label: the largest share (first on a tie)."""
     out = []
     y = ooo[["y_0", "y_1", "y_2"]].to_numpy(float)
     for _, idx in ooo.groupby("triplet_id", sort=False).indices.items():

@@ -69,8 +69,7 @@ def light_vector(direction_deg: float) -> np.ndarray:
 
 
 def render_values(v: dict, cfg: TpipsConfig, with_body: bool = False):
-    """(image H x W x 3 uint8, object mask H x W bool) of one value record (see aspects.VALUE_COLUMNS);
-    with_body adds a third item, the mask of the body parts that carry the object colour and texture."""
+    """(image, object mask) of one value record; with_body adds the mask of the coloured body parts."""
     s = cfg.image_size
     hue_key = int(round(float(v["hue"]) % 1.0 * 3600))  # the model cache's key: hue in 1/3600 steps
     model = _model(str(v["shape"]), str(v["texture"]), hue_key, cfg.scene.saturation, cfg.scene.value)

@@ -75,8 +75,7 @@ def retrieve_compositional(
     k: int,
     penalty: float = 0.3,
 ) -> pd.DataFrame:
-    """Long table like `retrieve` for each composition (its i-th aspect asked of query i): query_id holds the
-    query ids joined by '|', aspect the aspects joined by '+'."""
+    """Like `retrieve` per composition (aspect i of query i): query ids joined by '|', aspects by '+'."""
     rows = []
     for comp in compositions:
         if len(comp) > len(queries):

@@ -45,8 +45,7 @@ def _common(
 
 
 def ooo_problems(df: pd.DataFrame, cfg: TpipsConfig, released: bool = False) -> list[str]:
-    """Problems of an OOO table (empty list: fine); `released`: read from the released format, whose factor
-    names are taken as written (not limited to the config's `aspects`)."""
+    """Problems of an OOO table (empty: fine); `released`: factor names need not be in the vocabulary."""
     out = _common(df, OOO_COLUMNS, 3, cfg, "tpips_ooo", any_aspect=released)
     if not out and not set(df.split) <= set(cfg.triplets.splits):
         out.append(f"tpips_ooo: splits outside {sorted(cfg.triplets.splits)}")
@@ -92,8 +91,7 @@ class FeatureSchema(pa.DataFrameModel):
 
 
 class ScoreSchema(pa.DataFrameModel):
-    """The score tables: agreement, rater agreement (Σ y²) and ceiling (mean max y), 0-100, per (model,
-    method, eval, aspect), with who judged."""
+    """The score tables: agreement, rater agreement and ceiling (0-100) per (model, method, eval, aspect)."""
 
     model: Series[str]
     method: Series[str]
@@ -133,8 +131,7 @@ class OutcomeSchema(pa.DataFrameModel):
 
 
 class LeaderboardSchema(pa.DataFrameModel):
-    """`tpips_leaderboard`: one row per (model, method); OOO agreement, the rater agreement (Σ y²) and the
-    ceiling (mean max y), 0-100."""
+    """`tpips_leaderboard`: one row per (model, method); agreement, rater agreement and ceiling, 0-100."""
 
     model: Series[str]
     method: Series[str]

@@ -36,8 +36,7 @@ def _mean_se(x: np.ndarray) -> tuple[float, float]:
 def summarise(
     rows: pd.DataFrame, per_row: np.ndarray, y: np.ndarray, group: str = "aspect", overall_label: str = "all"
 ) -> pd.DataFrame:
-    """Agreement (mean, 2 x SE), rater agreement (mean, 2 x SE) and the ceiling per `group` value and over all
-    rows, in percent (0-100)."""
+    """Agreement and rater agreement (mean, 2 x SE) and the ceiling per `group` value and overall, in %."""
     frame = pd.DataFrame(
         {
             group: rows[group].to_numpy(),

@@ -13,8 +13,7 @@ from .retrieval import contact_sheet
 def write_contact_sheets(
     hits: pd.DataFrame, uris: dict[str, str], title: str, folder: str
 ) -> dict[tuple[str, str], bytes]:
-    """Render retrieval hits as one contact sheet per (query, aspect) under `folder`; returns the PNG bytes by
-    (query_id, aspect)."""
+    """Write one contact sheet per (query, aspect) under `folder`; returns the PNGs by (query_id, aspect)."""
     sheets = {}
     for (query, aspect), group in hits.groupby(["query_id", "aspect"], sort=True):
         png = contact_sheet(

@@ -59,8 +59,7 @@ def official_release(cfg: TpipsConfig) -> ReleaseSet | None:
 
 
 def official_ooo(cfg: TpipsConfig) -> tuple[pd.DataFrame, dict]:
-    """The official OOO rows (released format: usable factors; our layout: pruned, normalised) and what the
-    reader skipped, dropped or pruned."""
+    """The official OOO rows and what the reader skipped, dropped or pruned."""
     release = official_release(cfg)
     if release is not None:
         return release.rows, release.summary

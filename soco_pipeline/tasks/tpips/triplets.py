@@ -150,8 +150,7 @@ def _columns_of(aspect: str) -> tuple[str, ...]:
 
 
 def value_records(images: pd.DataFrame, role: str) -> pd.DataFrame:
-    """The value records (image_id and VALUE_COLUMNS, their dtypes) of the `tpips_images` rows of one `role`
-    (triplet | afc), in table order: what `generate_triplets` / `generate_afc` made, read back."""
+    """The value records (image_id and VALUE_COLUMNS) of the `tpips_images` rows of one `role`, read back."""
     rows = images[images["role"] == role]
     return rows[["image_id", *VALUE_COLUMNS]].astype(VALUE_COLUMNS).reset_index(drop=True)
 
