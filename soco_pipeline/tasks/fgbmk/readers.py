@@ -47,7 +47,7 @@ class MachineDataset:
 
 
 def read_classes(path: str) -> list[str]:
-    """classes.txt: one name a line (trailing blank lines ignored; a blank line inside or a repeated name refused)."""
+    """classes.txt: one name a line (trailing blank lines ignored; an inner blank or a repeat refused)."""
     lines = storage.read_bytes(path).decode("utf-8").splitlines()
     while lines and not lines[-1].strip():
         lines.pop()
@@ -247,7 +247,7 @@ def knowledge_bias_path(root: str, dataset: str) -> str:
 
 
 def image_size(ds: MachineDataset, uri: str, split: str, line: int) -> tuple[int, int]:
-    """(width, height) of one listed image from its header; FgbmkFormatError naming the CSV line if unreadable."""
+    """(width, height) of one listed image from its header; FgbmkFormatError naming its CSV line if not."""
     from PIL import Image
 
     fs, path = storage.filesystem(uri)

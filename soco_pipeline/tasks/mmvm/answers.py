@@ -142,7 +142,7 @@ class Judge:
             raise ValueError(f"judge mode {self.mode!r}: use one of {list(JUDGE_MODES[1:])}")
 
     def ask(self, prompts: list[str], attempt: int = 0) -> list[Reply]:
-        """One reply per prompt, through `ask_requests` (cache, retries); the guards are the judge's `guard`."""
+        """One reply per prompt, through `ask_requests` (cache, retries); the judge's own `guard` applies."""
         gen = dict(self.generation or {}) | {"judge_mode": self.mode, "attempt": attempt}
         unguarded = LvlmSpec(self.name, "judge", "", max_consecutive_failures=0, max_error_rate=1.0)
         got = ask_requests(

@@ -202,7 +202,7 @@ def refuse_duplicate_index(df: pd.DataFrame, path: str) -> None:
 
 
 def check_image(data: bytes, where: str) -> tuple[int, int]:
-    """(width, height) of an encoded image, decoded in full; MmvmFormatError naming `where` if it is not one."""
+    """(width, height) of an encoded image, decoded in full; MmvmFormatError naming `where` if not one."""
     try:
         with Image.open(io.BytesIO(data)) as im:
             im.load()

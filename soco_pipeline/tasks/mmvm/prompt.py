@@ -64,7 +64,7 @@ ITEM_COLUMNS = [
 
 
 def build_options(ids: list[int]) -> tuple[list[int], str, str]:
-    """(shown IDs ascending, the options text, the None letter) of an ID permutation, as the reference does."""
+    """(shown IDs ascending, options text, None letter) of an ID permutation, as the reference builds them."""
     valid = min(len(ids), MAX_CANDIDATES)
     shown = sorted(int(i) for i in list(ids)[:valid])
     letters = LETTERS[: valid + 1]

@@ -65,7 +65,7 @@ def observe(
 def normalise(
     votes: np.ndarray, cannot_tell: np.ndarray, prune_cannot_tell: int = 3, drop_ties: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(keep mask, y = votes / sum): >= prune_cannot_tell "cannot tell" or no vote dropped (2AFC: ties too)."""
+    """(keep mask, y = votes / sum): >= prune_cannot_tell "cannot tell" or no vote dropped (2AFC: ties)."""
     votes = np.asarray(votes, float)
     total = votes.sum(1)
     keep = (np.asarray(cannot_tell) < prune_cannot_tell) & (total > 0)
