@@ -242,7 +242,7 @@ def read_release(
 
 
 def release_lines(ooo: pd.DataFrame, paths: dict[str, str]) -> list[str]:
-    """Our OOO rows as released-format lines, one per triplet, labelled by the largest share (first of ties)."""
+    """Our OOO rows as released-format lines, one per triplet, labelled by the largest share."""
     out = []
     y = ooo[["y_0", "y_1", "y_2"]].to_numpy(float)
     for _, idx in ooo.groupby("triplet_id", sort=False).indices.items():
