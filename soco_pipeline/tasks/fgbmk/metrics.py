@@ -1,5 +1,5 @@
 """FG-BMK's metrics, vectorised: micro top-k accuracy, macro recall@k (its torchmetrics-based `Recall`),
-`RetrievalMAP` (its dinov2/eval/metrics.py class) and a Wilson interval for chance checks. All in 0-100."""
+`RetrievalMAP` (its dinov2/eval/metrics.py class). All in 0-100."""
 
 from __future__ import annotations
 
@@ -46,14 +46,3 @@ def retrieval_map(scores: torch.Tensor, targets: torch.Tensor) -> float:
     hits = rel.cumsum(1)
     ap = (rel * hits / ranks).sum(1) / count[keep]
     return float(ap.mean()) * 100.0
-
-
-def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """Wilson score interval of a proportion, 0-100."""
-    if n == 0:
-        return float("nan"), float("nan")
-    p = successes / n
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return float(centre - half) * 100.0, float(centre + half) * 100.0

@@ -18,7 +18,7 @@ FORMS = ("choice", "true_false", "short_answer")
 HIERARCHICAL = "hierarchical_granularity_recognition"
 ATTRIBUTE = "attribute_recognition"
 KNOWLEDGE_BIAS = "knowledge_bias_estimation"
-_FORM_SPELLINGS = dict(zip(FORMS, FORMS)) | {"true_flase": "true_false"}  # the release's spelling too
+_FORM_SPELLINGS = {f: f for f in FORMS} | {"true_flase": "true_false"}  # the release's spelling too
 KB_FILE = "questions_true_false_all_class.jsonl"
 _LABEL = re.compile(r"\s*-?\d+(\s+-?\d+)*\s*")
 

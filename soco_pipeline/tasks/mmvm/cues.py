@@ -8,9 +8,8 @@ from dataclasses import dataclass
 # Code -> abbreviation, in the published order (MMVMEvalKit `report_acc_mmatch`).
 CUES: dict[int, str] = {1: "CL", 2: "SP", 3: "TM", 4: "SZ", 5: "RP", 6: "OO", 7: "BR", 8: "OM"}
 # The object attribute that carries each cue in our generator (CL colour, SP shape, ... OM marker).
-CUE_ATTRIBUTE = dict(
-    zip(CUES, ("colour", "shape", "text", "size", "relation", "azimuth", "binding", "marker"))
-)
+ATTRIBUTES = ("colour", "shape", "text", "size", "relation", "azimuth", "binding", "marker")
+CUE_ATTRIBUTE = dict(zip(CUES, ATTRIBUTES, strict=True))
 # The reference code's parsing (MMVMEvalKit 34ecca2 `report_acc_mmatch`, VLMEvalKit e8e78f0
 # `MMVMBench.report_acc_mmatch`, the same lines): `eval` the cell; when that raises, [1, 5]; then each element
 # that is not one of the eight codes (by ==, so 1.0 and True count as 1) counts as 2 (SP). So "[]" counts in no
