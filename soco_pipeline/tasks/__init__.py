@@ -1,6 +1,5 @@
-"""The task families beside SOCO (`mmvm/`, `fgbmk/`, `tpips/`), one plain-Python domain core per folder, and
-their registry: `tasks/<name>/__init__.py` declares `SPEC = FamilySpec(...)`; `family_specs()` finds them and
-registers their tables, so the CLI reads what the assets write without loading the Dagster definitions."""
+"""The task families beside SOCO, one plain-Python domain core per `tasks/<name>/` declaring `SPEC`, and
+their registry `family_specs()` (which registers their tables, so the CLI reads them without Dagster)."""
 
 from __future__ import annotations
 

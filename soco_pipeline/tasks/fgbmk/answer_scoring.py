@@ -1,6 +1,5 @@
-"""Answer matching for FG-BMK's human-oriented questions (docs/fgbmk.md, "Answer-matching rules"): `normalise`
-as its answer_acc.py, then exact / contains / leading matching per question type; `correct_published` is
-FG-BMK's substring rule; a circular choice group is right only when every rotation is."""
+"""Answer matching for FG-BMK's human-oriented questions (docs/fgbmk.md, "Answer-matching rules"), beside
+FG-BMK's own substring rule (`correct_published`); a circular group is right only if every rotation is."""
 
 from __future__ import annotations
 

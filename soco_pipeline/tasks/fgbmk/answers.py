@@ -1,5 +1,4 @@
-"""Ask an LVLM the FG-BMK questions through the project's harness (`lvlm.run.ask_requests`: backends, answer
-cache, error guards); scoring is `answer_scoring`."""
+"""Ask an LVLM the FG-BMK questions through the project's harness (`lvlm.run.ask_requests`)."""
 
 from __future__ import annotations
 

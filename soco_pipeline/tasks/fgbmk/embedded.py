@@ -1,6 +1,5 @@
-"""The embedded fine-grained set (SIMULATED): rendered images of every taxonomy category in FG-BMK's
-machine-oriented layout, superclass -> class -> subclass (docs/fgbmk.md, "The embedded set"); the same
-(config, seed) gives byte-identical files."""
+"""The embedded fine-grained set (SIMULATED): rendered taxonomy categories in FG-BMK's machine-oriented
+layout (docs/fgbmk.md, "The embedded set"); the same (config, seed) gives byte-identical files."""
 
 from __future__ import annotations
 

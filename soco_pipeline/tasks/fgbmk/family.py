@@ -1,5 +1,4 @@
-"""FG-BMK's declaration (the family contract's domain half, tasks/__init__.py): its config, headline, results
-record (a backbone's probe per level, an LVLM's accuracy per task and form) and regression watch."""
+"""FG-BMK's declaration (tasks/__init__.py): its config, headline, results record and regression watch."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""The FG-BMK paper's five findings checked on our tables as statistics (docs/fgbmk.md, "The paper's five
-findings"): per claim our measurement, an effect with a 95% interval (or a p-value) and a verdict decided by
-the interval; accuracies over different class counts compare as skill (acc - chance) / (100 - chance)."""
+"""The FG-BMK paper's five findings checked on our tables (docs/fgbmk.md): an effect with a 95% interval decides
+each verdict; accuracies over different class counts compare as skill (acc - chance) / (100 - chance)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The machine-oriented evaluation of one backbone: probe and retrieval per level across all superclasses,
-and at the subclass level within each (the paper's drop is within minus across)."""
+"""The machine-oriented evaluation of one backbone: probe and retrieval per level, across and within."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Robustness of a trained probe on its frozen backbone: FGSM / PGD at L-inf epsilon (1/255 of the [0, 1]
-range) and Gaussian noise on the test images (docs/fgbmk.md, "Robustness")."""
+"""Robustness of a trained probe on its frozen backbone: FGSM / PGD (epsilon in 1/255) and Gaussian noise."""
 
 from __future__ import annotations
 

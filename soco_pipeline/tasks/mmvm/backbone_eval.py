@@ -1,6 +1,5 @@
 """One feature backbone on the MMVM items: cached dense maps, mask pooling, zero-shot and contrastive-head
-answers, or not-applicable rows for the SOCO oracles; an item set without a training split is scored with the
-head and None thresholds of the generated `reference` tables."""
+answers; an item set without a training split borrows the generated `reference`'s head and thresholds."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""The published layouts, in and out: MMVMEvalKit / CoLVA `match_bench/` + `mllm_match_eval_full.tsv` and
-VLMEvalKit's `MMVMBench.tsv` (docs/mmvm.md, "Official formats"). Our JSON entries carry our `label` and item
-id in extra keys, which the reference ignores, so that an import restores the same items."""
+"""The published layouts, in and out: MMVMEvalKit / CoLVA `match_bench/` + its TSV, and VLMEvalKit's
+`MMVMBench.tsv` (docs/mmvm.md, "Official formats"); our extra JSON keys let an import restore our items."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """The published question and options (CoLVA `chat_with_colva.py`, MMVMEvalKit) and the items built from
-generated cases: one per (case, candidate count), with its marked frames (docs/mmvm.md, "Marks and
-question")."""
+generated cases, one per (case, candidate count) with its marked frames."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""`soco score-workbook mmvm FILE`: a VLMEvalKit / MMVMEvalKit prediction workbook scored by the family's own
-extraction (optionally a judge) and metrics."""
+"""`soco score-workbook mmvm FILE`: a prediction workbook scored by the family's extraction and metrics."""
 
 from __future__ import annotations
 

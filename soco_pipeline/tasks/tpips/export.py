@@ -1,6 +1,5 @@
-"""`soco export-family tpips OUT --format release`: `ooo.jsonl` in the released format, `afc.jsonl` in our
-layout and every image they name; read back as `source: {kind: official, path: OUT}` it gives the same
-tables."""
+"""`soco export-family tpips OUT --format release`: the OOO and 2AFC files and their images, read back as
+`source: {kind: official, path: OUT}` into the same tables."""
 
 from __future__ import annotations
 

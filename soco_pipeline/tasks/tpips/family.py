@@ -1,5 +1,4 @@
-"""TPIPS's declaration (the family contract's domain half, tasks/__init__.py): its config, headline, results
-record (agreement per method on the OOO test split and each 2AFC source) and regression watch."""
+"""TPIPS's declaration (tasks/__init__.py): its config, headline, results record and regression watch."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Render one TPIPS image from its aspect values with the embedded renderer, every aspect set exactly
-(docs/tpips.md, "Data")."""
+"""Render one TPIPS image from its aspect values with the embedded renderer, every aspect set exactly."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""Aspect-conditioned and compositional retrieval over the embedded image pool, with contact sheets; score
-(published): f(q, x | c) − 0.3 · f(q, x | overall); a composition adds the scores of its (query, aspect)
-pairs."""
+"""Aspect-conditioned and compositional retrieval over the image pool, with contact sheets; the score
+(published): f(q, x | c) − 0.3 · f(q, x | overall), summed over a composition's (query, aspect) pairs."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Rules the OOO and 2AFC tables must satisfy (the blocking `schema` checks list the broken ones), and the pandera
-schemas of the other tpips_* tables."""
+"""Rules the OOO and 2AFC tables must satisfy (the `schema` checks list broken ones); pandera for the rest."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Contact sheets of aspect-conditioned retrieval, written under a folder the caller names (the Dagster layer
-passes `<storage>/tpips/retrieval/<backbone>`): one PNG per (query, aspect)."""
+"""Contact sheets of aspect-conditioned retrieval: one PNG per (query, aspect) under the caller's folder."""
 
 from __future__ import annotations
 

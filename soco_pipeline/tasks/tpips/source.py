@@ -1,5 +1,4 @@
-"""The family's items from its configured source: `generated`, or `official` (TPIPS's released file or our
-layout); docs/tpips.md, "Real data"."""
+"""The family's items from its configured source: `generated` or `official` (docs/tpips.md, "Real data")."""
 
 from __future__ import annotations
 
