@@ -1,4 +1,4 @@
-"""The FG-BMK paper's five findings checked on our tables (docs/fgbmk.md): an effect with a 95% interval decides
+"""The FG-BMK paper's five findings checked on our tables (docs/fgbmk.md): an effect's 95% interval decides
 each verdict; accuracies over different class counts compare as skill (acc - chance) / (100 - chance)."""
 
 from __future__ import annotations
