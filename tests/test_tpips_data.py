@@ -29,7 +29,7 @@ from soco_pipeline.tasks.tpips.formats import (
     write_ooo_jsonl,
 )
 from soco_pipeline.tasks.tpips.images import write_images
-from soco_pipeline.tasks.tpips.ooo import annotate_triplets, y_matrix
+from soco_pipeline.tasks.tpips.ooo import annotate_triplets
 from soco_pipeline.tasks.tpips.render import background_image, render_values
 from soco_pipeline.tasks.tpips.scoring import agreement, rater_agreement, summarise
 from soco_pipeline.tasks.tpips.triplets import generate_triplets
@@ -54,7 +54,9 @@ def test_generator_is_deterministic_and_aspects_disagree():
     per_triplet = (
         ooo[ooo.aspect != "overall"]
         .groupby("triplet_id")
-        .apply(lambda g: len(set(np.argmax(y_matrix(g), 1))), include_groups=False)
+        .apply(
+            lambda g: len(set(np.argmax(g[["y_0", "y_1", "y_2"]].to_numpy(float), 1))), include_groups=False
+        )
     )
     assert (per_triplet >= 2).mean() > 0.8
 

@@ -126,9 +126,6 @@ def fit_threshold(best: np.ndarray, forced_right: np.ndarray, is_none: np.ndarra
     return float((b[i - 1] + b[i]) / 2)
 
 
-NONE_MODES = ("fitted", "carried", "fixed", "never")
-
-
 @dataclass(frozen=True)
 class NoneRule:
     """How a prediction set answers None: iff the best cosine < `threshold` (`source`: where it came from)."""

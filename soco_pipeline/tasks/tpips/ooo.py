@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
 from .annotators import JUDGEMENTS, normalise, observe
@@ -55,8 +54,3 @@ def annotate_triplets(ts: TripletSet, cfg: TpipsConfig) -> tuple[pd.DataFrame, d
         "by_aspect": {a: int(v) for a, v in out.aspect.value_counts().sort_index().items()},
     }
     return out, summary
-
-
-def y_matrix(ooo: pd.DataFrame) -> np.ndarray:
-    """The (N, 3) vote distributions of OOO rows."""
-    return ooo[["y_0", "y_1", "y_2"]].to_numpy(float)
