@@ -131,6 +131,10 @@ def _paradigms(names, config: FindingsConfig) -> dict[str, tuple[str | None, boo
     return out
 
 
+def _paradigm(par: dict, name: str) -> str | None:
+    return par.get(name, (None, False))[0]
+
+
 def _present(par: dict) -> str:
     return "; the zoo here: " + (
         ", ".join(f"{b} ({p or 'no paradigm'})" for b, (p, _) in sorted(par.items())) or "no backbone"
@@ -145,7 +149,7 @@ def _drops(metrics: pd.DataFrame, par: dict) -> dict[str, tuple[float, float]]:
     """Per model backbone: skill within a superclass (mean) - skill across at the subclass level, and its SE."""
     out = {}
     for b, grp in metrics.groupby("backbone", sort=True):
-        if par.get(b, (None, False))[0] in CHECKS:
+        if _paradigm(par, b) in CHECKS:
             continue
         within = grp[grp.scope == "within"]
         across = grp[(grp.scope == "across") & (grp.level == "subclass")]
@@ -190,7 +194,7 @@ def finding_2(metrics: pd.DataFrame, par: dict) -> dict:
     top1 = {
         b: (float(r.top1), float(r.n_test))
         for (b, lv), r in acr.iterrows()
-        if lv == "subclass" and par.get(b, (None, False))[0] == "contrastive"
+        if lv == "subclass" and _paradigm(par, b) == "contrastive"
     }
     aligned = {b: v for b, v in top1.items() if par[b][1]}
     plain = {b: v for b, v in top1.items() if not par[b][1]}
@@ -222,7 +226,7 @@ def finding_3(metrics: pd.DataFrame, robustness: pd.DataFrame | None, par: dict)
     fine, coarse = (levels[-1], levels[0]) if len(levels) >= 2 else (None, None)
     parts, effects, used, skipped = [], [], [], []
     for b, grp in attacks.groupby("backbone", sort=True):
-        if par.get(b, (None, False))[0] in CHECKS or fine is None:
+        if _paradigm(par, b) in CHECKS or fine is None:
             continue
         kept = {}
         for lv in (fine, coarse):
@@ -283,11 +287,7 @@ def finding_4(metrics: pd.DataFrame, lvlm: pd.DataFrame | None, par: dict, confi
     acr = _across(metrics)
     gran, effects, used = [], [], []
     for b in sorted({b for b, _ in acr.index}):
-        if (
-            par.get(b, (None, False))[0] in CHECKS
-            or (b, "superclass") not in acr.index
-            or (b, "subclass") not in acr.index
-        ):
+        if _paradigm(par, b) in CHECKS or any((b, lv) not in acr.index for lv in ("superclass", "subclass")):
             continue
         rows = {lv: acr.loc[(b, lv)] for lv in LEVELS if (b, lv) in acr.index}
         s = {lv: skill(r.top1, r.chance_top1) for lv, r in rows.items()}
@@ -307,7 +307,7 @@ def finding_4(metrics: pd.DataFrame, lvlm: pd.DataFrame | None, par: dict, confi
     if lvlm is not None and len(lvlm):
         acc = lvlm[(lvlm.task == "hierarchical") & (lvlm.form == "choice") & (lvlm.metric == "accuracy")]
         for m, grp in acc.groupby("model", sort=True):
-            if (par.get(m) or (None, False))[0] in CHECKS:
+            if _paradigm(par, m) in CHECKS:
                 continue
             g = grp.set_index("level")
             if "superclass" in g.index and "subclass" in g.index:
@@ -326,7 +326,7 @@ def finding_4(metrics: pd.DataFrame, lvlm: pd.DataFrame | None, par: dict, confi
     bias, part_b = [], []
     sub = metrics[(metrics.scope == "across") & (metrics.level == "subclass")]
     for r in sub.itertuples():
-        if par.get(r.backbone, (None, False))[0] in CHECKS or not np.isfinite(r.class_top1_std):
+        if _paradigm(par, r.backbone) in CHECKS or not np.isfinite(r.class_top1_std):
             continue
         classes = int(round(r.n_test / max(r.test_per_class, 1e-9)))
         p, null = spread_test(
@@ -343,10 +343,8 @@ def finding_4(metrics: pd.DataFrame, lvlm: pd.DataFrame | None, par: dict, confi
     if lvlm is not None and len(lvlm):
         kb = lvlm[lvlm.task == "knowledge_bias"].pivot_table(index="model", columns="metric", values="value")
         for m, r in kb.iterrows():
-            if (
-                (par.get(m) or (None, False))[0] in CHECKS
-                or "class_accuracy_std" not in r
-                or "class_accuracy_questions" not in r
+            if _paradigm(par, m) in CHECKS or not {"class_accuracy_std", "class_accuracy_questions"} <= set(
+                r.index
             ):
                 continue
             classes = int(lvlm[(lvlm.model == m) & (lvlm.metric == "class_accuracy_std")].n.iloc[0])
@@ -384,10 +382,10 @@ def finding_5(metrics: pd.DataFrame, par: dict) -> dict:
     sub = {
         b: (float(r.top1), float(r.n_test))
         for (b, lv), r in acr.iterrows()
-        if lv == "subclass" and par.get(b, (None, False))[0] not in CHECKS
+        if lv == "subclass" and _paradigm(par, b) not in CHECKS
     }
-    spec = {b: v for b, v in sub.items() if par.get(b, (None, False))[0] == "specialist"}
-    other = {b: v for b, v in sub.items() if par.get(b, (None, False))[0] not in ("specialist", None)}
+    spec = {b: v for b, v in sub.items() if _paradigm(par, b) == "specialist"}
+    other = {b: v for b, v in sub.items() if _paradigm(par, b) not in ("specialist", None)}
     if not spec or not other:
         return _row(
             5, "", NOT_TESTABLE, "needs " + NEEDS_SPECIALIST + " beside a generic one" + _present(par), []
