@@ -356,17 +356,8 @@ def render_frame(
         )
         model = model_of(rider.shape, cfg.colours.get("white", (235, 235, 235)), rider.instance_seed)
         placed.append(rider)
-        _paint(
-            img,
-            labels,
-            model,
-            rider.azimuth,
-            elevation,
-            (px, py, pw, ph),
-            cfg.sizes["large"],
-            rng,
-            len(placed),
-        )
+        box, area = (px, py, pw, ph), cfg.sizes["large"]
+        _paint(img, labels, model, rider.azimuth, elevation, box, area, rng, len(placed))
     return img, labels, placed
 
 
