@@ -23,8 +23,8 @@ from soco_pipeline.tasks.tpips.baselines import (
 )
 from soco_pipeline.tasks.tpips.formats import (
     TpipsFormatError,
-    read_afc_jsonl,
-    read_ooo_jsonl,
+    load_afc_jsonl,
+    load_ooo_jsonl,
     write_afc_jsonl,
     write_ooo_jsonl,
 )
@@ -157,7 +157,7 @@ def test_jsonl_round_trip(tmp_path):
     uris = dict(zip(imgs.image_id, imgs.uri, strict=True))
     path = str(tmp_path / "ooo.jsonl")
     assert write_ooo_jsonl(ooo, uris, path) == len(ooo)
-    back = read_ooo_jsonl(path)
+    back, _ = load_ooo_jsonl(path)
     expect = ooo.copy()
     for c in ("image_0", "image_1", "image_2"):
         expect[c] = expect[c].map(uris)
@@ -169,7 +169,7 @@ def test_jsonl_round_trip(tmp_path):
     auris = dict(zip(aimgs.image_id, aimgs.uri, strict=True))
     apath = str(tmp_path / "afc.jsonl")
     write_afc_jsonl(afc, auris, apath)
-    aback = read_afc_jsonl(apath)
+    aback, _ = load_afc_jsonl(apath)
     assert aback.item_id.tolist() == afc.item_id.tolist()
     assert np.allclose(aback[["y_0", "y_1"]].to_numpy(), afc[["y_0", "y_1"]].to_numpy())
     assert (aback.ref == afc.ref.map(auris)).all() and (aback.source == afc.source).all()
@@ -192,17 +192,17 @@ def _one_line(tmp_path, **changes) -> str:
 
 
 def test_bad_input_gets_named_errors(tmp_path):
-    assert len(read_ooo_jsonl(_one_line(tmp_path))) == 1
+    assert len(load_ooo_jsonl(_one_line(tmp_path))[0]) == 1
     with pytest.raises(TpipsFormatError, match=r"bad.jsonl:1: image .*missing.png.* does not exist"):
-        read_ooo_jsonl(
+        load_ooo_jsonl(
             _one_line(tmp_path, images=[str(tmp_path / "x.png")] * 2 + [str(tmp_path / "missing.png")])
         )
     with pytest.raises(
         TpipsFormatError, match=r"bad.jsonl:1: votes \[3, 1, 0\] \+ cannot_tell 0 = 4, not the annotator"
     ):
-        read_ooo_jsonl(_one_line(tmp_path, cannot_tell=0))
+        load_ooo_jsonl(_one_line(tmp_path, cannot_tell=0))
     with pytest.raises(TpipsFormatError, match=r"bad.jsonl:1: empty aspect"):
-        read_ooo_jsonl(_one_line(tmp_path, aspect="  "))
+        load_ooo_jsonl(_one_line(tmp_path, aspect="  "))
     with pytest.raises(ValueError, match="unseen aspect 'glossiness'.*closed vocabulary"):
         AspectVocab(tiny_config().aspects).encode(["colour", "glossiness"])
     with pytest.raises(ValueError, match="empty aspect"):

@@ -250,11 +250,6 @@ def load_ooo_jsonl(
     return _pruned(df, path, [no for no, _ in recs], prune_cannot_tell, judgements, OOO_COLUMNS)
 
 
-def read_ooo_jsonl(path: str, **kwargs) -> pd.DataFrame:
-    """OOO rows from JSONL (see `load_ooo_jsonl`, which also returns what was pruned)."""
-    return load_ooo_jsonl(path, **kwargs)[0]
-
-
 def write_afc_jsonl(afc: pd.DataFrame, uris: dict[str, str], path: str, keep_ids: bool = False) -> int:
     """Write 2AFC rows as JSONL with image uris (`keep_ids`: the ids too); returns the number of lines."""
     lines = []
@@ -329,8 +324,3 @@ def load_afc_jsonl(
         }
     )
     return _pruned(df, path, [no for no, _ in recs], prune_cannot_tell, judgements, AFC_COLUMNS)
-
-
-def read_afc_jsonl(path: str, **kwargs) -> pd.DataFrame:
-    """2AFC rows from JSONL (see `load_afc_jsonl`, which also returns what was pruned)."""
-    return load_afc_jsonl(path, **kwargs)[0]
