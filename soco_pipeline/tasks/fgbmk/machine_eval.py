@@ -131,10 +131,7 @@ def evaluate_backbone(
                 "retrieval_head": ret.best,
                 "retrieval_iterations": ret.iterations,
                 "retrieval_seconds": ret.seconds,
-                "class_top1_mean": float(per_class.mean()),
-                "class_top1_std": float(per_class.std()),
-                "class_top1_min": float(per_class.min()),
-                "class_top1_max": float(per_class.max()),
+                **{f"class_top1_{s}": float(getattr(per_class, s)()) for s in ("mean", "std", "min", "max")},
                 "test_per_class": float(test.sum()) / len(per_class),
                 "probe_rows_skipped": int((~single & (is_train | is_test)).sum()),
                 # the first 20 skipped rows by image id (the count says how many there are)
