@@ -215,9 +215,7 @@ def human_files(root: str) -> pd.DataFrame:
                 rows.append((task, parts[1], parts[2], _FORM_SPELLINGS[m.group(2)], p))
         elif task == KNOWLEDGE_BIAS and len(parts) == 3 and parts[2] == KB_FILE:
             rows.append((task, parts[1], "all_class", "true_false", p))
-        elif (
-            task == ATTRIBUTE and len(parts) == 2
-        ):  # attribute_recognition/<dataset>_attribute_questions.jsonl
+        elif task == ATTRIBUTE and len(parts) == 2:  # <dataset>_attribute_questions.jsonl
             m = re.fullmatch(r"(.+?)_attribute_questions\.jsonl", parts[1])
             if m:
                 rows.append((task, m.group(1), "attribute", "mixed", p))
