@@ -362,12 +362,8 @@ def finding_4(metrics: pd.DataFrame, lvlm: pd.DataFrame | None, par: dict, confi
         why = "no model scored at the coarsest and finest levels (oracles and random-init nets are left out)"
         return _row(4, "", NOT_TESTABLE, why, [])
     holds = YES if a == YES and b == YES else NO if NO in (a, b) else NOT_TESTABLE
-    eff = float(np.mean([e for e, _, _ in effects])) if effects else np.nan
-    ci = (
-        (float(np.mean([lo for _, lo, _ in effects])), float(np.mean([hi for _, _, hi in effects])))
-        if effects
-        else (np.nan, np.nan)
-    )
+    means = [float(np.mean(col)) for col in zip(*effects, strict=True)] if effects else [np.nan] * 3
+    eff, ci = means[0], (means[1], means[2])
     why = (
         f"(a) granularity: {a} ({sum(v == YES for v in part_a)} of {len(part_a)} models fall in chance-corrected skill, 95% CI above 0); "
         f"(b) knowledge bias: {b} ({sum(v == YES for v in part_b)} of {len(part_b)} spreads beyond binomial noise at p < {config.alpha:g} "

@@ -59,15 +59,14 @@ def fgbmk_leaderboard(
                 else robustness
             )
             fgsm = rob[rob.attack == "fgsm"] if len(rob) else rob
+            worst = float(fgsm.sort_values("strength").accuracy.iloc[-1]) if len(fgsm) else float("nan")
             rows.append(
                 {
                     "kind": "backbone",
                     "model": r.pop("backbone"),
                     **r,
                     "clean_subclass": float(rob.clean_accuracy.iloc[0]) if len(rob) else float("nan"),
-                    "fgsm_max_eps_subclass": float(fgsm.sort_values("strength").accuracy.iloc[-1])
-                    if len(fgsm)
-                    else float("nan"),
+                    "fgsm_max_eps_subclass": worst,
                 }
             )
     if len(lvlm):
