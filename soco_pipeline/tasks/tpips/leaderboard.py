@@ -85,22 +85,15 @@ def agreement_figure(scores: pd.DataFrame, max_models: int = 8) -> bytes:
         ax.text(0.5, 0.5, "no scores yet", ha="center")
     else:
         ooo = ooo.assign(name=ooo.model + " " + ooo.method)
-        top = (
-            ooo[ooo.aspect == "all"].sort_values("agreement", ascending=False).name.head(max_models).tolist()
-        )
+        best = ooo[ooo.aspect == "all"].sort_values("agreement", ascending=False)
+        top = best.name.head(max_models).tolist()
         aspects = sorted(a for a in ooo.aspect.unique() if a != "all") + ["all"]
         width = 0.8 / max(len(top), 1)
         x = np.arange(len(aspects))
         for i, name in enumerate(top):
             g = ooo[ooo.name == name].set_index("aspect").reindex(aspects)
-            ax.bar(
-                x + i * width - 0.4 + width / 2,
-                g.agreement,
-                width,
-                yerr=g.agreement_err,
-                label=name,
-                capsize=1,
-            )
+            left = x + i * width - 0.4 + width / 2
+            ax.bar(left, g.agreement, width, yerr=g.agreement_err, label=name, capsize=1)
         first = ooo[ooo.name == top[0]].set_index("aspect").reindex(aspects)
         marks = ", ".join(sorted(ooo.judgements.dropna().unique())) if "judgements" in ooo else "?"
         ax.scatter(
