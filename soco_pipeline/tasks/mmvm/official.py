@@ -425,11 +425,9 @@ def import_vlmevalkit(path: str, image_root: str, skipped: list[str] | None = No
             )
         for j, b in enumerate(data):
             check_image(b, f"{where}: frame {j + 1}")
-        uris = []
-        for j, b in enumerate(data):
-            u = join(image_root, f"{row['index']}_{j}.jpg")
+        uris = [join(image_root, f"{row['index']}_{j}.jpg") for j in range(len(data))]
+        for u, b in zip(uris, data, strict=True):
             write_bytes_atomic(u, b)
-            uris.append(u)
         options = options_of(row["question"])
         opts = option_map(options)
         if len(opts) < 2:
@@ -440,9 +438,9 @@ def import_vlmevalkit(path: str, image_root: str, skipped: list[str] | None = No
         answer = _letter(row["answer"], where)
         if answer not in opts:
             raise MmvmFormatError(f"{where}: answer {answer!r} is not one of the options {sorted(opts)}")
-        parsed = parse_match_type(row["match_type"])
         n = len(opts) - 1
         none_letter = LETTERS[n]
+        shown = [int(v) for k2, v in opts.items() if k2 != none_letter and v.isdigit()]
         rows.append(
             {
                 "item_id": f"vlmevalkit/{row['index']}",
@@ -451,13 +449,11 @@ def import_vlmevalkit(path: str, image_root: str, skipped: list[str] | None = No
                 "n_candidates": n,
                 "count_label": str(n),
                 "match_type": row["match_type"],
-                "match_type_fallback": parsed.fallback,
+                "match_type_fallback": parse_match_type(row["match_type"]).fallback,
                 "query_absent": answer == none_letter,
                 "labels": "[]",
                 "ids": "[]",
-                "shown_ids": json.dumps(
-                    [int(v) for k2, v in opts.items() if k2 != none_letter and v.isdigit()]
-                ),
+                "shown_ids": json.dumps(shown),
                 "options": options,
                 "question": row["question"],
                 "answer": answer,
