@@ -215,8 +215,7 @@ def load_ooo_jsonl(
     base = base if base is not None else _folder(path)
     splits, aspects = tuple(splits), (set(aspects) if aspects is not None else None)
     recs = jsonl_records(path)
-    seen: dict = {}
-    asked: dict = {}
+    seen, asked = {}, {}
     for no, rec in recs:
         where = f"{path}:{no}"
         _check_record(where, rec, OOO_FIELDS, 3, n_annotators, aspects)
@@ -238,9 +237,7 @@ def load_ooo_jsonl(
     df = pd.DataFrame(
         {
             "triplet_id": [r["triplet_id"] for _, r in recs],
-            "image_0": [r["images"][0] for _, r in recs],
-            "image_1": [r["images"][1] for _, r in recs],
-            "image_2": [r["images"][2] for _, r in recs],
+            **{f"image_{k}": [r["images"][k] for _, r in recs] for k in range(3)},
             "aspect": [r["aspect"] for _, r in recs],
             "votes": [list(r["votes"]) for _, r in recs],
             "cannot_tell": [int(r["cannot_tell"]) for _, r in recs],
@@ -285,8 +282,7 @@ def load_afc_jsonl(
     sources = tuple(sources) if sources is not None else None
     aspects = set(aspects) if aspects is not None else None
     recs = jsonl_records(path)
-    seen: dict = {}
-    asked: dict = {}
+    seen, asked = {}, {}
     named: dict[str, tuple[str, int]] = {}
     ids = []
     for no, rec in recs:
