@@ -15,9 +15,10 @@ from soco_pipeline.features.global_extractors import VariantOracle
 from soco_pipeline.tasks.fgbmk.config import load_config
 from soco_pipeline.tasks.fgbmk.embedded import ensure_embedded, hierarchy
 from soco_pipeline.tasks.fgbmk.linear_probe import train_probe
-from soco_pipeline.tasks.fgbmk.metrics import macro_recall_at_1, retrieval_map, wilson_interval
+from soco_pipeline.tasks.fgbmk.metrics import macro_recall_at_1, retrieval_map
 from soco_pipeline.tasks.fgbmk.readers import FgbmkFormatError, read_machine_dataset
 from soco_pipeline.tasks.fgbmk.retrieval import class_scores, train_retrieval
+from soco_pipeline.trust.headline import wilson_interval
 
 pytestmark = pytest.mark.unit
 
@@ -146,7 +147,7 @@ def test_variant_oracle_scores_100_and_random_features_chance():
     rnd = train_probe(
         _random_feats(200, 32, 0, "a"), tr_lab, _random_feats(400, 32, 1, "b"), te_lab, cfg.linear_probe
     )
-    lo, hi = wilson_interval(int(0.1 * 400), 400)
+    lo, hi = wilson_interval(10.0, 400)
     assert lo - 3 <= rnd.top1 <= hi + 3, rnd.heads
 
 

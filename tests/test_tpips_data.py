@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from soco_pipeline.tasks.tpips.afc import annotate_afc, generate_afc
-from soco_pipeline.tasks.tpips.annotators import consensus, normalise
+from soco_pipeline.tasks.tpips.annotators import normalise
 from soco_pipeline.tasks.tpips.aspect_text import AspectVocab
 from soco_pipeline.tasks.tpips.baselines import (
     afc_positions,
@@ -23,15 +23,15 @@ from soco_pipeline.tasks.tpips.baselines import (
 )
 from soco_pipeline.tasks.tpips.formats import (
     TpipsFormatError,
-    read_afc_jsonl,
-    read_ooo_jsonl,
+    load_afc_jsonl,
+    load_ooo_jsonl,
     write_afc_jsonl,
     write_ooo_jsonl,
 )
 from soco_pipeline.tasks.tpips.images import write_images
-from soco_pipeline.tasks.tpips.ooo import annotate_triplets, y_matrix
+from soco_pipeline.tasks.tpips.ooo import annotate_triplets
 from soco_pipeline.tasks.tpips.render import background_image, render_values
-from soco_pipeline.tasks.tpips.scoring import agreement, summarise
+from soco_pipeline.tasks.tpips.scoring import agreement, rater_agreement, summarise
 from soco_pipeline.tasks.tpips.triplets import generate_triplets
 from tests.tpips_helpers import tiny_config
 
@@ -54,7 +54,9 @@ def test_generator_is_deterministic_and_aspects_disagree():
     per_triplet = (
         ooo[ooo.aspect != "overall"]
         .groupby("triplet_id")
-        .apply(lambda g: len(set(np.argmax(y_matrix(g), 1))), include_groups=False)
+        .apply(
+            lambda g: len(set(np.argmax(g[["y_0", "y_1", "y_2"]].to_numpy(float), 1))), include_groups=False
+        )
     )
     assert (per_triplet >= 2).mean() > 0.8
 
@@ -92,7 +94,7 @@ def test_consensus_formula_with_pruning_on_hand_made_votes():
     keep, y = normalise(votes, cannot, prune_cannot_tell=3)
     assert keep.tolist() == [True, True, False, False, False]
     assert np.allclose(y[1], [0.6, 0.2, 0.2])
-    assert np.allclose(consensus(y[keep]), [1.0, 0.36 + 0.04 + 0.04])
+    assert np.allclose(rater_agreement(y[keep]), [1.0, 0.36 + 0.04 + 0.04])
     keep2, _ = normalise(np.array([[2, 2], [3, 1]]), np.array([1, 1]), 3, drop_ties=True)
     assert keep2.tolist() == [False, True]
 
@@ -124,7 +126,7 @@ def test_oracle_reaches_best_achievable_random_and_constant_choosers():
     assert table.iloc[0].aspect == "all" and table.iloc[0].agreement == pytest.approx(100 * best)
     # the ceiling is mean max y (the oracle reaches it); the rater agreement Σ y² lies below it
     assert table.iloc[0].ceiling == pytest.approx(100 * best)
-    assert table.iloc[0].rater_agreement == pytest.approx(100 * consensus(y).mean())
+    assert table.iloc[0].rater_agreement == pytest.approx(100 * rater_agreement(y).mean())
     assert (table.rater_agreement <= table.ceiling + 1e-9).all() and table.iloc[
         0
     ].rater_agreement < 100 * best
@@ -155,7 +157,7 @@ def test_jsonl_round_trip(tmp_path):
     uris = dict(zip(imgs.image_id, imgs.uri, strict=True))
     path = str(tmp_path / "ooo.jsonl")
     assert write_ooo_jsonl(ooo, uris, path) == len(ooo)
-    back = read_ooo_jsonl(path)
+    back, _ = load_ooo_jsonl(path)
     expect = ooo.copy()
     for c in ("image_0", "image_1", "image_2"):
         expect[c] = expect[c].map(uris)
@@ -167,7 +169,7 @@ def test_jsonl_round_trip(tmp_path):
     auris = dict(zip(aimgs.image_id, aimgs.uri, strict=True))
     apath = str(tmp_path / "afc.jsonl")
     write_afc_jsonl(afc, auris, apath)
-    aback = read_afc_jsonl(apath)
+    aback, _ = load_afc_jsonl(apath)
     assert aback.item_id.tolist() == afc.item_id.tolist()
     assert np.allclose(aback[["y_0", "y_1"]].to_numpy(), afc[["y_0", "y_1"]].to_numpy())
     assert (aback.ref == afc.ref.map(auris)).all() and (aback.source == afc.source).all()
@@ -190,17 +192,17 @@ def _one_line(tmp_path, **changes) -> str:
 
 
 def test_bad_input_gets_named_errors(tmp_path):
-    assert len(read_ooo_jsonl(_one_line(tmp_path))) == 1
+    assert len(load_ooo_jsonl(_one_line(tmp_path))[0]) == 1
     with pytest.raises(TpipsFormatError, match=r"bad.jsonl:1: image .*missing.png.* does not exist"):
-        read_ooo_jsonl(
+        load_ooo_jsonl(
             _one_line(tmp_path, images=[str(tmp_path / "x.png")] * 2 + [str(tmp_path / "missing.png")])
         )
     with pytest.raises(
         TpipsFormatError, match=r"bad.jsonl:1: votes \[3, 1, 0\] \+ cannot_tell 0 = 4, not the annotator"
     ):
-        read_ooo_jsonl(_one_line(tmp_path, cannot_tell=0))
+        load_ooo_jsonl(_one_line(tmp_path, cannot_tell=0))
     with pytest.raises(TpipsFormatError, match=r"bad.jsonl:1: empty aspect"):
-        read_ooo_jsonl(_one_line(tmp_path, aspect="  "))
+        load_ooo_jsonl(_one_line(tmp_path, aspect="  "))
     with pytest.raises(ValueError, match="unseen aspect 'glossiness'.*closed vocabulary"):
         AspectVocab(tiny_config().aspects).encode(["colour", "glossiness"])
     with pytest.raises(ValueError, match="empty aspect"):

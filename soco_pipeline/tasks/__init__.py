@@ -1,10 +1,5 @@
-"""The task families beside SOCO, one plain-Python domain core per folder (`mmvm/`: MMVMBench object
-matching; `fgbmk/`: FG-BMK fine-grained recognition; `tpips/`: TPIPS aspect-conditioned similarity), and
-their registry. A folder `tasks/<name>/` declares `SPEC = FamilySpec(...)` in its `__init__.py`;
-`family_specs()` finds every declaration and registers the tables they name (tables.py), so a process that
-never loads the Dagster definitions (the CLI) reads the tables the assets write. The Dagster `Family`
-(defs/<name>/, defs/shared/family.py) is built from the spec; images go through `soco_pipeline.features`.
-"""
+"""The task families beside SOCO, one plain-Python domain core per `tasks/<name>/` declaring `SPEC`, and
+their registry `family_specs()` (which registers their tables, so the CLI reads them without Dagster)."""
 
 from __future__ import annotations
 
@@ -28,14 +23,7 @@ SAME_ROWS = "two specs that differ only in `input` get identical rows here"
 
 @dataclass(frozen=True)
 class FamilySpec:
-    """A task family as the domain knows it: `name` (its group, its tables' prefix), `title` (its page section),
-    `load_config(path, settings)`, `headline`; optional: its results record (`record` tables, `parts(model,
-    kind, tables, n_boot)`), regression `watch`, `workbook` scorer ("module:function"), `input_note(config)`
-    (its own input policy, said on its boards), console `columns` (all when empty), the results page's
-    `findings` (a table and its columns, shown under the board), `simulated_note` (the page's phrase when its
-    headline flags board rows simulated), `record_name` (the `family` its results records carry, default its
-    name) and `rebuild` ("module:function" `(settings, record_name, model, protocol_path) -> record` where its
-    record is not `record` + `parts`)."""
+    """A task family as the domain knows it; the optional fields feed its record, watch and board."""
 
     name: str
     title: str
@@ -95,8 +83,7 @@ def family_specs() -> dict[str, FamilySpec]:
 
 
 def family_input_notes(settings: Any) -> dict[str, str]:
-    """{family: its input note} for the families whose input policy replaces the spec's `input`, from the
-    config each reads (its loader, `settings.family_config_path`); a config that does not load gives no note."""
+    """{family: its input note} of the families with their own input policy (none when a config fails)."""
     notes = {}
     for name, spec in family_specs().items():
         if spec.input_note is not None:

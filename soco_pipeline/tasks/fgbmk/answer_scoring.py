@@ -1,9 +1,5 @@
-"""Answer matching for FG-BMK's human-oriented questions, the rules written down (docs/fgbmk.md,
-"Answer-matching rules"): `normalise` as FG-BMK's answer_acc.py does, then exact / contains / leading matching
-per question type, each row recording its `method`.
-
-`correct_published` is FG-BMK's own rule: the normalised key is a substring of the normalised answer.
-Circular: a choice group is right only when every rotation is."""
+"""Answer matching for FG-BMK's human-oriented questions (docs/fgbmk.md, "Answer-matching rules"), beside
+FG-BMK's own substring rule (`correct_published`); a circular group is right only if every rotation is."""
 
 from __future__ import annotations
 
@@ -75,8 +71,7 @@ def options_of(prompt: str) -> list[str]:
 
 
 def score_answers(answers: pd.DataFrame) -> pd.DataFrame:
-    """Add parsed, method, correct and correct_published to rows of (form, answer text `raw_answer`, key
-    `class`, `options` JSON list for choice; an `error` other than "" counts as wrong)."""
+    """Add parsed, method, correct and correct_published to answer rows (an `error` counts as wrong)."""
     parsed, method, correct = [], [], []
     errors = answers["error"] if "error" in answers.columns else pd.Series("", index=answers.index)
     for form, raw, key, opts, err in zip(
@@ -103,8 +98,7 @@ def score_answers(answers: pd.DataFrame) -> pd.DataFrame:
 
 
 def score_answer_file(answers: pd.DataFrame) -> pd.DataFrame:
-    """Score a published answer file (question_id, image, prompt, text = the answer, class, category):
-    the form and options come from the prompt's wording."""
+    """Score a published answer file; the form and options come from the prompt's wording."""
     df = answers.rename(columns={"text": "raw_answer"}).copy()
     df["form"] = [infer_form(p) for p in df.prompt]
     df["options"] = [json.dumps(options_of(p)) for p in df.prompt]
@@ -132,28 +126,20 @@ def circular_accuracy(scored: pd.DataFrame, by: list[str]) -> pd.DataFrame:
 
 
 def knowledge_bias(scored: pd.DataFrame, worst: int = 5) -> tuple[pd.DataFrame, dict]:
-    """Per-class accuracy of the knowledge-bias questions (by the image's true subclass) and its spread:
-    mean, std (population), min, max and the `worst` classes."""
+    """Per-class accuracy of the knowledge-bias questions and its spread (mean, population std, min, max)."""
     kb = scored[scored.task == "knowledge_bias"] if "task" in scored.columns else scored
     per = kb.groupby("subclass", sort=True).correct.agg(["mean", "size"]).reset_index()
     per.columns = ["subclass", "accuracy", "n"]
     per["accuracy"] *= 100.0
     acc = per.accuracy.to_numpy()
-    report = {
-        "classes": int(len(per)),
-        "mean": float(acc.mean()) if len(acc) else float("nan"),
-        "std": float(acc.std()) if len(acc) else float("nan"),
-        "min": float(acc.min()) if len(acc) else float("nan"),
-        "max": float(acc.max()) if len(acc) else float("nan"),
-        "worst": per.sort_values(["accuracy", "subclass"]).subclass.head(worst).tolist(),
-    }
+    stats = {k: float(getattr(acc, k)()) if len(acc) else float("nan") for k in ("mean", "std", "min", "max")}
+    worst_classes = per.sort_values(["accuracy", "subclass"]).subclass.head(worst).tolist()
+    report = {"classes": int(len(per)), **stats, "worst": worst_classes}
     return per, report
 
 
 def class_of_image(image: str) -> str:
-    """The image's folder, normalised ("images/001.Black_footed_Albatross/x.jpg" -> "black footed
-    albatross"): a yes/no row's class when its `category` is only a level word (a heuristic; the published
-    knowledge-bias files keep the class in `category`, see true_class)."""
+    """The image's folder, normalised: a yes/no row's class when its `category` is only a level word."""
     folder = image.replace("\\", "/").rsplit("/", 2)[-2] if "/" in image else ""
     return normalise(re.sub(r"^\d+\.", "", folder))
 
@@ -165,16 +151,14 @@ LEVEL_CATEGORIES = frozenset(
 
 
 def true_class(answer_key: str, category: str, image: str) -> str:
-    """A published question's true class: its key, unless the key is yes/no; then `category` (the published
-    knowledge-bias and several true/false files keep the class there), else the image's folder."""
+    """A published question's true class: its key, or for a yes/no key `category`, else the image's folder."""
     if answer_key.strip().lower() not in ("yes", "no"):
         return answer_key
     return category if category.strip().lower() not in LEVEL_CATEGORIES else class_of_image(image)
 
 
 def per_class_published(scored: pd.DataFrame) -> pd.DataFrame:
-    """A scored published answer file with its true class in `subclass`: the key, or for yes/no keys the
-    record's `category` (the knowledge-bias files' class), else the image folder (true_class)."""
+    """A scored published answer file with its true class (`true_class`, normalised) in `subclass`."""
     cls = [
         normalise(true_class(k, c, im))
         for k, c, im in zip(scored["class"], scored.category, scored.image, strict=True)
@@ -183,17 +167,10 @@ def per_class_published(scored: pd.DataFrame) -> pd.DataFrame:
 
 
 def answer_acc(scored: pd.DataFrame) -> dict:
-    """FG-BMK's demo/human_evaluation/answer_acc.py on scored rows (its substring rule, `correct_published`):
-    per normalised answer key, correct / total; images, images with every question right, and its
-    "Overall Accuracy" = the share of IMAGES whose questions are all right (0-100), beside the per-question
-    accuracy. Rows are grouped by `image` as the script does (one answer file at a time)."""
+    """FG-BMK's demo/human_evaluation/answer_acc.py on scored rows: per answer key correct / total, and its
+    "Overall Accuracy" = the share of images (by `image`) whose questions are all right (0-100)."""
     if scored.empty:
-        return {
-            "images": 0,
-            "correct_images": 0,
-            "overall_accuracy": float("nan"),
-            "per_question": float("nan"),
-        }
+        return dict(images=0, correct_images=0, overall_accuracy=float("nan"), per_question=float("nan"))
     per_image = scored.groupby("image", sort=False).correct_published.all()
     key = scored["class"].map(published_normalise)
     per_class = scored.groupby(key, sort=False).correct_published.agg(["sum", "size"])

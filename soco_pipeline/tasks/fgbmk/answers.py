@@ -1,6 +1,4 @@
-"""Ask an LVLM the FG-BMK questions through the project's harness (`lvlm.run.ask_requests`): its backends
-(retries, bounded concurrency), its answer cache (one file per request hash; a rerun asks only what is
-missing), its request hashing and both error guards. Scoring is `answer_scoring`."""
+"""Ask an LVLM the FG-BMK questions through the project's harness (`lvlm.run.ask_requests`)."""
 
 from __future__ import annotations
 
@@ -49,9 +47,7 @@ def ask(
     cache: AnswerCache,
     log: Callable[[str], None] = lambda _m: None,
 ) -> pd.DataFrame:
-    """Answers of one model to every question (image at `uri`, prompt `text`), scored; ANSWER_COLUMNS rows.
-    Asked through the harness's `ask_requests` (cache, concurrency, both error guards); a failed request
-    within the allowed rate is recorded with its error and scored wrong."""
+    """ANSWER_COLUMNS rows of one model on every question, scored (a failed request scores wrong)."""
     rows = questions.reset_index(drop=True)
     n = len(rows)
     uris, texts, ids = rows.uri.tolist(), rows.text.tolist(), rows.question_id.tolist()

@@ -145,8 +145,7 @@ class DatasetConfig(_Strict):
 
 
 class SourceConfig(_Strict):
-    """Where the family's data comes from: `generated` (the embedded simulated set) or `official` (FG-BMK's
-    released layout: a machine-oriented dataset folder, optionally the human-oriented question root)."""
+    """Where the family's data comes from: `generated` (the embedded set) or `official` (FG-BMK's layout)."""
 
     kind: Literal["generated", "official"] = "generated"
     folder: str | None = (
@@ -209,8 +208,7 @@ class FgbmkConfig(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _source_and_dataset(cls, doc: Any) -> Any:
-        """One truth: `dataset` (older configs) becomes source kind official; an official source fills
-        `dataset` (what the items asset reads)."""
+        """One truth: an older config's `dataset` means source kind official; an official source fills it."""
         if not isinstance(doc, dict):
             return doc
         doc = dict(doc)
@@ -243,8 +241,7 @@ def parse_config(doc: dict, scale: str | None = None, source: str = "<fgbmk conf
 
 
 def load_config(path: str | Path | None = None, scale: str | None = None, **overrides: Any) -> FgbmkConfig:
-    """The config at `path` (default assets/fgbmk.yaml) at `scale`; `overrides` replace top-level sections
-    key by key (e.g. embedded={"images_per_subclass": {"train": 1, "test": 1}})."""
+    """The config at `path` (default assets/fgbmk.yaml) at `scale`; `overrides` update top-level sections."""
     path = Path(path) if path is not None else DEFAULT_CONFIG
     try:
         doc = yaml.safe_load(path.read_text())

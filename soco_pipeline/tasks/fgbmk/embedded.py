@@ -1,9 +1,5 @@
-"""The embedded fine-grained set: rendered images of every taxonomy category, in FG-BMK's layout.
-
-SIMULATED data: superclass (4 supercategories) -> class (16 shape families) -> subclass (100 categories), one
-rendered instance an image with attributes from the instance itself, written in the machine-oriented layout
-with `items.parquet`, `ground_truth/keypoints.parquet` and `manifest.json` last (docs/fgbmk.md, "The embedded
-set"). The same (config, seed) gives byte-identical files."""
+"""The embedded fine-grained set (SIMULATED): rendered taxonomy categories in FG-BMK's machine-oriented
+layout (docs/fgbmk.md, "The embedded set"); the same (config, seed) gives byte-identical files."""
 
 from __future__ import annotations
 
@@ -68,8 +64,7 @@ _NO_JITTER = ("trunk", "horns", "tusks", "ear_up", "lid", "bulge")
 
 
 def hierarchy(taxonomy: Taxonomy | None = None, subclasses: list[str] | None = None) -> pd.DataFrame:
-    """superclass, class, subclass and their integer ids (0..n-1 per level over the subclasses kept, default
-    all), sorted so that each parent's children are contiguous."""
+    """superclass, class, subclass and their ids (0..n-1 per level), each parent's children contiguous."""
     tax = taxonomy or load_taxonomy()
     if subclasses is not None:
         unknown = sorted(set(subclasses) - set(tax.categories))
@@ -116,8 +111,7 @@ def _instance_colours(category: str, rng: np.random.Generator, tax: Taxonomy) ->
 def render_item(
     category: str, index: int, seed: int, size: int, area: tuple[float, float], tax: Taxonomy | None = None
 ) -> tuple[np.ndarray, dict, pd.DataFrame]:
-    """One image (size x size uint8 RGB) of a category, its attributes and its projected keypoints
-    (keypoint, x, y, visible); deterministic per arguments."""
+    """One image (size x size RGB) of a category, its attributes and projected keypoints; deterministic."""
     tax = tax or load_taxonomy()
     rng = np.random.default_rng([int(seed), 0xF6B, zlib.crc32(category.encode()), int(index)])
     col = _instance_colours(category, copy.deepcopy(rng), tax)
@@ -178,8 +172,7 @@ def ensure_embedded(
     subclasses: list[str] | None = None,
     workers: int | None = None,
 ) -> pd.DataFrame:
-    """The items table (ITEM_COLUMNS) of the embedded set at `root`, generated if absent or made for another
-    request; `subclasses` restricts the set (default: all 100 categories)."""
+    """The items table of the embedded set at `root`, generated if absent or made for another request."""
     root = str(root).rstrip("/")
     req = request_of(config, seed, subclasses)
     man = storage.join(root, "manifest.json")

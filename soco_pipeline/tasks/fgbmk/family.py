@@ -1,5 +1,4 @@
-"""FG-BMK's declaration (the family contract's domain half, tasks/__init__.py): its config, headline, results
-record (a backbone's probe per level, an LVLM's accuracy per task and form) and regression watch."""
+"""FG-BMK's declaration (tasks/__init__.py): its config, headline, results record and regression watch."""
 
 from __future__ import annotations
 
@@ -36,13 +35,10 @@ def record_parts(model: str, kind: str, t: dict[str, pd.DataFrame], n_boot: int)
         m = t["fgbmk_metrics"]
         across = m[m["scope"] == "across"]
         n_cat = across["level"].map(lambda lv: int(test[f"{lv}_id"].nunique()))
+        n_units = np.full(len(across), len(test))
         parts = [
             fr.aggregate_rows(
-                model,
-                f"{k}/" + across["level"],
-                across[k],
-                n_units=np.full(len(across), len(test)),
-                n_categories=n_cat,
+                model, f"{k}/" + across["level"], across[k], n_units=n_units, n_categories=n_cat
             )
             for k in ("top1", "top5")
         ]

@@ -1,10 +1,5 @@
-"""The FG-BMK paper's five findings, as the paper states them, checked on our tables as statistics.
-
-Each row: the claim and figure, our measurement, the effect with a 95% interval (or a test's p-value), and a
-verdict decided by the interval: `yes`, `no` or `not testable`, plus what the project does not cover.
-Accuracies over different class counts are compared as chance-corrected skill (acc - chance) / (100 - chance),
-never as raw top-1. The findings, the statistics and the measured verdicts: docs/fgbmk.md, "The paper's five
-findings"."""
+"""The FG-BMK paper's five findings checked on our tables (docs/fgbmk.md): an effect's 95% interval decides
+each verdict; accuracies over different class counts compare as skill (acc - chance) / (100 - chance)."""
 
 from __future__ import annotations
 
@@ -89,8 +84,8 @@ def interval(effect: float, se: float) -> tuple[float, float]:
 
 
 def verdict(lo: float, hi: float, below: bool) -> str:
-    """yes when the interval lies on the claim's side of 0 (below it when `below`), no on the other side,
-    not testable when it holds 0."""
+    """yes when the interval lies on the claim's side of 0 (below it when `below`), no opposite, else not
+    testable."""
     if (hi < 0) if below else (lo > 0):
         return YES
     if (lo > 0) if below else (hi < 0):
@@ -136,6 +131,10 @@ def _paradigms(names, config: FindingsConfig) -> dict[str, tuple[str | None, boo
     return out
 
 
+def _paradigm(par: dict, name: str) -> str | None:
+    return par.get(name, (None, False))[0]
+
+
 def _present(par: dict) -> str:
     return "; the zoo here: " + (
         ", ".join(f"{b} ({p or 'no paradigm'})" for b, (p, _) in sorted(par.items())) or "no backbone"
@@ -150,7 +149,7 @@ def _drops(metrics: pd.DataFrame, par: dict) -> dict[str, tuple[float, float]]:
     """Per model backbone: skill within a superclass (mean) - skill across at the subclass level, and its SE."""
     out = {}
     for b, grp in metrics.groupby("backbone", sort=True):
-        if par.get(b, (None, False))[0] in CHECKS:
+        if _paradigm(par, b) in CHECKS:
             continue
         within = grp[grp.scope == "within"]
         across = grp[(grp.scope == "across") & (grp.level == "subclass")]
@@ -176,11 +175,8 @@ def finding_1(metrics: pd.DataFrame, par: dict) -> dict:
     gen = {b: v for b, v in drops.items() if par[b][0] in ("generative", "reconstruction")}
     if not con or not gen:
         need = [n for n, ok in ((NEEDS_CONTRASTIVE, con), (NEEDS_GENERATIVE, gen)) if not ok]
-        why = (
-            "no within-superclass probes (a single superclass)"
-            if not drops
-            else "needs " + " and ".join(need) + _present(par)
-        )
+        why = "needs " + " and ".join(need) + _present(par)
+        why = why if drops else "no within-superclass probes (a single superclass)"
         return _row(1, measured, NOT_TESTABLE, why, drops)
     c = float(np.mean([d for d, _ in con.values()]))
     c_se = float(np.sqrt(np.sum([s * s for _, s in con.values()])) / len(con))
@@ -198,7 +194,7 @@ def finding_2(metrics: pd.DataFrame, par: dict) -> dict:
     top1 = {
         b: (float(r.top1), float(r.n_test))
         for (b, lv), r in acr.iterrows()
-        if lv == "subclass" and par.get(b, (None, False))[0] == "contrastive"
+        if lv == "subclass" and _paradigm(par, b) == "contrastive"
     }
     aligned = {b: v for b, v in top1.items() if par[b][1]}
     plain = {b: v for b, v in top1.items() if not par[b][1]}
@@ -230,7 +226,7 @@ def finding_3(metrics: pd.DataFrame, robustness: pd.DataFrame | None, par: dict)
     fine, coarse = (levels[-1], levels[0]) if len(levels) >= 2 else (None, None)
     parts, effects, used, skipped = [], [], [], []
     for b, grp in attacks.groupby("backbone", sort=True):
-        if par.get(b, (None, False))[0] in CHECKS or fine is None:
+        if _paradigm(par, b) in CHECKS or fine is None:
             continue
         kept = {}
         for lv in (fine, coarse):
@@ -287,16 +283,11 @@ def _spread_verdict(p: float, spread: float, config: FindingsConfig) -> str:
 
 
 def finding_4(metrics: pd.DataFrame, lvlm: pd.DataFrame | None, par: dict, config: FindingsConfig) -> dict:
-    """(a) chance-corrected skill falls from the coarsest to the finest level; (b) per-class accuracy spreads
-    beyond binomial noise (knowledge bias). Holds when both do."""
+    """(a) skill falls from the coarsest to the finest level; (b) per-class accuracy spreads beyond noise."""
     acr = _across(metrics)
     gran, effects, used = [], [], []
     for b in sorted({b for b, _ in acr.index}):
-        if (
-            par.get(b, (None, False))[0] in CHECKS
-            or (b, "superclass") not in acr.index
-            or (b, "subclass") not in acr.index
-        ):
+        if _paradigm(par, b) in CHECKS or any((b, lv) not in acr.index for lv in ("superclass", "subclass")):
             continue
         rows = {lv: acr.loc[(b, lv)] for lv in LEVELS if (b, lv) in acr.index}
         s = {lv: skill(r.top1, r.chance_top1) for lv, r in rows.items()}
@@ -316,7 +307,7 @@ def finding_4(metrics: pd.DataFrame, lvlm: pd.DataFrame | None, par: dict, confi
     if lvlm is not None and len(lvlm):
         acc = lvlm[(lvlm.task == "hierarchical") & (lvlm.form == "choice") & (lvlm.metric == "accuracy")]
         for m, grp in acc.groupby("model", sort=True):
-            if (par.get(m) or (None, False))[0] in CHECKS:
+            if _paradigm(par, m) in CHECKS:
                 continue
             g = grp.set_index("level")
             if "superclass" in g.index and "subclass" in g.index:
@@ -332,11 +323,10 @@ def finding_4(metrics: pd.DataFrame, lvlm: pd.DataFrame | None, par: dict, confi
                 used.append(m)
     part_a = [verdict(lo, hi, below=False) for _, lo, hi in effects]
     a = NO if NO in part_a else YES if YES in part_a else NOT_TESTABLE
-    # (b) knowledge bias: the subclass probe's per-class top-1 spread against binomial noise
     bias, part_b = [], []
     sub = metrics[(metrics.scope == "across") & (metrics.level == "subclass")]
     for r in sub.itertuples():
-        if par.get(r.backbone, (None, False))[0] in CHECKS or not np.isfinite(r.class_top1_std):
+        if _paradigm(par, r.backbone) in CHECKS or not np.isfinite(r.class_top1_std):
             continue
         classes = int(round(r.n_test / max(r.test_per_class, 1e-9)))
         p, null = spread_test(
@@ -353,21 +343,13 @@ def finding_4(metrics: pd.DataFrame, lvlm: pd.DataFrame | None, par: dict, confi
     if lvlm is not None and len(lvlm):
         kb = lvlm[lvlm.task == "knowledge_bias"].pivot_table(index="model", columns="metric", values="value")
         for m, r in kb.iterrows():
-            if (
-                (par.get(m) or (None, False))[0] in CHECKS
-                or "class_accuracy_std" not in r
-                or "class_accuracy_questions" not in r
+            if _paradigm(par, m) in CHECKS or not {"class_accuracy_std", "class_accuracy_questions"} <= set(
+                r.index
             ):
                 continue
             classes = int(lvlm[(lvlm.model == m) & (lvlm.metric == "class_accuracy_std")].n.iloc[0])
-            p, null = spread_test(
-                r["class_accuracy_std"],
-                r["class_accuracy_mean"],
-                r["class_accuracy_questions"],
-                classes,
-                config.simulations,
-                config.seed,
-            )
+            cols = ["class_accuracy_std", "class_accuracy_mean", "class_accuracy_questions"]
+            p, null = spread_test(*r[cols], classes, config.simulations, config.seed)
             bias.append(
                 f"{m} (LVLM knowledge bias): {r['class_accuracy_min']:.0f}-{r['class_accuracy_max']:.0f}, std {r['class_accuracy_std']:.1f} vs {null:.1f} (p = {p:.3f})"
             )
@@ -377,20 +359,11 @@ def finding_4(metrics: pd.DataFrame, lvlm: pd.DataFrame | None, par: dict, confi
                 used.append(m)
     b = YES if part_b and all(v == YES for v in part_b) else NO if NO in part_b else NOT_TESTABLE
     if not used:
-        return _row(
-            4,
-            "",
-            NOT_TESTABLE,
-            "no model scored at the coarsest and finest levels (oracles and random-init nets are left out)",
-            [],
-        )
+        why = "no model scored at the coarsest and finest levels (oracles and random-init nets are left out)"
+        return _row(4, "", NOT_TESTABLE, why, [])
     holds = YES if a == YES and b == YES else NO if NO in (a, b) else NOT_TESTABLE
-    eff = float(np.mean([e for e, _, _ in effects])) if effects else np.nan
-    ci = (
-        (float(np.mean([lo for _, lo, _ in effects])), float(np.mean([hi for _, _, hi in effects])))
-        if effects
-        else (np.nan, np.nan)
-    )
+    means = [float(np.mean(col)) for col in zip(*effects, strict=True)] if effects else [np.nan] * 3
+    eff, ci = means[0], (means[1], means[2])
     why = (
         f"(a) granularity: {a} ({sum(v == YES for v in part_a)} of {len(part_a)} models fall in chance-corrected skill, 95% CI above 0); "
         f"(b) knowledge bias: {b} ({sum(v == YES for v in part_b)} of {len(part_b)} spreads beyond binomial noise at p < {config.alpha:g} "
@@ -405,10 +378,10 @@ def finding_5(metrics: pd.DataFrame, par: dict) -> dict:
     sub = {
         b: (float(r.top1), float(r.n_test))
         for (b, lv), r in acr.iterrows()
-        if lv == "subclass" and par.get(b, (None, False))[0] not in CHECKS
+        if lv == "subclass" and _paradigm(par, b) not in CHECKS
     }
-    spec = {b: v for b, v in sub.items() if par.get(b, (None, False))[0] == "specialist"}
-    other = {b: v for b, v in sub.items() if par.get(b, (None, False))[0] not in ("specialist", None)}
+    spec = {b: v for b, v in sub.items() if _paradigm(par, b) == "specialist"}
+    other = {b: v for b, v in sub.items() if _paradigm(par, b) not in ("specialist", None)}
     if not spec or not other:
         return _row(
             5, "", NOT_TESTABLE, "needs " + NEEDS_SPECIALIST + " beside a generic one" + _present(par), []
@@ -417,16 +390,8 @@ def finding_5(metrics: pd.DataFrame, par: dict) -> dict:
     (a1, n1), (a2, n2) = spec[s], other[o]
     ci = interval(a2 - a1, float(np.hypot(np.sqrt(a1 * (100 - a1) / n1), np.sqrt(a2 * (100 - a2) / n2))))
     why = f"best generic {o} {a2:.1f} - best specialist {s} {a1:.1f}; 95% CI {ci[0]:+.1f} .. {ci[1]:+.1f} points"
-    return _row(
-        5,
-        f"subclass top-1: {s} {a1:.1f}, {o} {a2:.1f}",
-        verdict(*ci, below=True),
-        why,
-        [s, o],
-        a2 - a1,
-        ci,
-        "normal CI",
-    )
+    measured = f"subclass top-1: {s} {a1:.1f}, {o} {a2:.1f}"
+    return _row(5, measured, verdict(*ci, below=True), why, [s, o], a2 - a1, ci, "normal CI")
 
 
 def check_findings(

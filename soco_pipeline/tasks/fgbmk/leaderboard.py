@@ -17,9 +17,7 @@ LVLM_METRIC_COLUMNS = ["model", "task", "level", "form", "metric", "value", "n",
 
 
 def lvlm_metrics(answers: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
-    """Long table of one model per task/level/form on rotation 0: accuracy (ours and the published substring
-    rule), answer_acc.py's "Overall Accuracy" (`overall_accuracy_published`, n = images), circular accuracy,
-    the knowledge-bias spread and each accuracy's 95% bootstrap CI over its questions (seeded with `seed`)."""
+    """Long table of one model's accuracies per task/level/form on rotation 0, with 95% bootstrap CIs."""
     model = answers.model.iloc[0] if len(answers) else ""
     simulated = bool(answers.simulated.all()) if "simulated" in answers.columns else True
     plain = answers[answers.rotation == 0]
@@ -41,28 +39,16 @@ def lvlm_metrics(answers: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
     if (answers.task == "knowledge_bias").any():
         per, rep = knowledge_bias(answers)
         rep["questions"] = float(per.n.mean()) if len(per) else float("nan")
+        key = (model, "knowledge_bias", "subclass", "true_false")
         for k in ("mean", "std", "min", "max", "questions"):
-            rows.append(
-                (
-                    model,
-                    "knowledge_bias",
-                    "subclass",
-                    "true_false",
-                    f"class_accuracy_{k}",
-                    rep[k],
-                    rep["classes"],
-                )
-            )
+            rows.append((*key, f"class_accuracy_{k}", rep[k], rep["classes"]))
     return pd.DataFrame([(*r, simulated) for r in rows], columns=LVLM_METRIC_COLUMNS)
 
 
 def fgbmk_leaderboard(
     backbone_metrics: pd.DataFrame, robustness: pd.DataFrame, lvlm: pd.DataFrame
 ) -> pd.DataFrame:
-    """One row per backbone (probe / retrieval per level, within vs across, clean vs strongest FGSM at the
-    finest level) and per LVLM (accuracy per level on choice questions, circular, knowledge-bias std);
-    `ci95_lo_<level>` / `ci95_hi_<level>`: the 95% CI of the row's accuracy at that level (a backbone's probe
-    top-1: bootstrap over test images; an LVLM's choice accuracy: bootstrap over questions)."""
+    """One row per backbone (probe / retrieval, within vs across, FGSM) and per LVLM (choice, circular)."""
     rows = []
     if len(backbone_metrics):
         s = summary(backbone_metrics)
@@ -73,15 +59,14 @@ def fgbmk_leaderboard(
                 else robustness
             )
             fgsm = rob[rob.attack == "fgsm"] if len(rob) else rob
+            worst = float(fgsm.sort_values("strength").accuracy.iloc[-1]) if len(fgsm) else float("nan")
             rows.append(
                 {
                     "kind": "backbone",
                     "model": r.pop("backbone"),
                     **r,
                     "clean_subclass": float(rob.clean_accuracy.iloc[0]) if len(rob) else float("nan"),
-                    "fgsm_max_eps_subclass": float(fgsm.sort_values("strength").accuracy.iloc[-1])
-                    if len(fgsm)
-                    else float("nan"),
+                    "fgsm_max_eps_subclass": worst,
                 }
             )
     if len(lvlm):
@@ -91,10 +76,8 @@ def fgbmk_leaderboard(
             acc = grp[(grp.task == "hierarchical") & (grp.form == "choice") & (grp.metric == "accuracy")]
             for r in acc.itertuples(index=False):
                 row[f"choice_{r.level}"] = float(r.value)
-            for end in (
-                "lo",
-                "hi",
-            ):  # the choice accuracy's CI (bootstrap over questions), as a probe's top-1's
+            # the choice accuracy's CI (bootstrap over questions), as a probe's top-1's
+            for end in ("lo", "hi"):
                 ci = grp[(grp.task == "hierarchical") & (grp.form == "choice")]
                 for r in ci[ci.metric == f"accuracy_ci95_{end}"].itertuples(index=False):
                     row[f"ci95_{end}_{r.level}"] = float(r.value)
@@ -118,26 +101,24 @@ CORRELATION_METRICS = (
 )
 
 
+SCORE = {  # what every FG-BMK score row says alike
+    "task": "fgbmk",
+    "task_display": "FG-BMK (embedded, simulated)",
+    "is_main_model": False,
+    "source": "fgbmk_leaderboard",
+}
+
+
 def correlation_scores(board: pd.DataFrame) -> pd.DataFrame:
-    """The backbone rows of fgbmk_leaderboard as score rows of soco_pipeline.analysis (SCORE_COLUMNS: model,
-    task "fgbmk", metric, value, higher_better, ...), ready for `combine_scores(..., correlation_scores(board))`,
-    so the correlation study can set fine-grained scores against SOC on the same embedded objects."""
+    """The backbone rows of fgbmk_leaderboard as score rows of soco_pipeline.analysis (SCORE_COLUMNS)."""
     from soco_pipeline.analysis.reference import SCORE_COLUMNS
 
     rows = []
     for r in board[board.kind == "backbone"].to_dict("records"):
         for m in CORRELATION_METRICS:
             if m in r and pd.notna(r[m]):
+                better = m != "top1_drop_across"
                 rows.append(
-                    {
-                        "model": r["model"],
-                        "task": "fgbmk",
-                        "metric": m,
-                        "value": float(r[m]),
-                        "higher_better": m != "top1_drop_across",
-                        "task_display": "FG-BMK (embedded, simulated)",
-                        "is_main_model": False,
-                        "source": "fgbmk_leaderboard",
-                    }
+                    {"model": r["model"], "metric": m, "value": float(r[m]), "higher_better": better, **SCORE}
                 )
     return pd.DataFrame(rows, columns=SCORE_COLUMNS)

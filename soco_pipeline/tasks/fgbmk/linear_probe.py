@@ -1,9 +1,5 @@
-"""FG-BMK's linear probe (its modified DINOv2 eval/linear.py), on cached global features.
-
-A grid of linear heads (n_last_blocks x avgpool x learning rate) trained together with Adam and a cosine
-schedule; the best head is picked on the evaluation split as published; micro top-1 and top-5 (docs/fgbmk.md,
-"Linear probe"). Deviation, on purpose: heads train on the cached eval-transform features, not augmented
-crops."""
+"""FG-BMK's linear probe (its modified DINOv2 eval/linear.py) on cached global features (docs/fgbmk.md,
+"Linear probe"); deviation, on purpose: heads train on the eval-transform features, not augmented crops."""
 
 from __future__ import annotations
 
@@ -39,9 +35,8 @@ def head_name(n_blocks: int, avgpool: bool, lr: float) -> str:
 
 
 def sharded_infinite_order(n: int, seed: int, pass_index: int, perm: torch.Tensor) -> np.ndarray:
-    """One pass of DINOv2's ShardedInfiniteSampler (one process: start 0, step 1, the old
-    `_shuffle_tensor_slice`): the generator re-seeded with seed + (pass << 24), then an inside-out
-    Fisher-Yates over `perm` drawing torch.randint(0, i + 1) for i = 1..n-1."""
+    """One pass of DINOv2's ShardedInfiniteSampler (one process, `_shuffle_tensor_slice`): re-seeded with
+    seed + (pass << 24), then an inside-out Fisher-Yates drawing torch.randint(0, i + 1) for i = 1..n-1."""
     g = torch.Generator().manual_seed(int(seed) + (int(pass_index) << 24))
     # One randint call per element, as the release draws them: torch's vectorised randint does not give the
     # same numbers, and the shuffle itself is sequential (each step moves an earlier pick).
@@ -81,6 +76,16 @@ class HeadGrid:
         """The probe input of every (n_blocks, avgpool) the grid uses."""
         keys = dict.fromkeys((c[0], c[1]) for c in self.configs)
         return {(n, a): torch.from_numpy(feats.probe_input(n, a)) for n, a in keys}
+
+    def table(self, metrics: Callable[[tuple, torch.nn.Linear], dict]) -> pd.DataFrame:
+        """One row per head: name, n_blocks, avgpool, lr and its `metrics(config, head)` (no grad)."""
+        with torch.no_grad():
+            heads = zip(self.names, self.configs, self.heads, strict=True)
+            rows = [
+                {"name": n, "n_blocks": c[0], "avgpool": c[1], "lr": c[2], **metrics(c, h)}
+                for n, c, h in heads
+            ]
+        return pd.DataFrame(rows)
 
     def head(self, name: str) -> tuple[tuple[int, bool, float], torch.nn.Linear]:
         """The config and layer of a named head."""
@@ -124,8 +129,7 @@ def make_optimizer(
 
 
 def train_grid(grid: HeadGrid, config: TrainConfig, loss_of: Callable[[int], torch.Tensor]) -> float:
-    """`config.max_iter` steps of the grid's optimizer and cosine schedule on one torch thread; `loss_of(it)`
-    is the summed loss of all heads at iteration `it` (its batches come from seeded streams). Seconds taken."""
+    """`config.max_iter` steps on one torch thread; `loss_of(it)` is all heads' loss. Returns the seconds."""
     opt, sched = make_optimizer(grid, config)
     t0 = time.perf_counter()
     with single_thread():
@@ -188,31 +192,15 @@ def train_probe(
 
     seconds = train_grid(grid, config, loss_of)
     x_eval = grid.inputs(evaluation)
-    rows, logits = [], []
-    with torch.no_grad():
-        for name, c, h in zip(grid.names, grid.configs, grid.heads, strict=True):
-            out = h(x_eval[(c[0], c[1])])
-            logits.append(out)
-            rows.append(
-                {
-                    "name": name,
-                    "n_blocks": c[0],
-                    "avgpool": c[1],
-                    "lr": c[2],
-                    "top1": topk_accuracy(out, y_eval, 1),
-                    "top5": topk_accuracy(out, y_eval, 5),
-                }
-            )
-    table = pd.DataFrame(rows)
+    logits = []
+
+    def metrics(c: tuple, h: torch.nn.Linear) -> dict:
+        logits.append(h(x_eval[(c[0], c[1])]))
+        return {"top1": topk_accuracy(logits[-1], y_eval, 1), "top5": topk_accuracy(logits[-1], y_eval, 5)}
+
+    table = grid.table(metrics)
     best = best_head(table.top1.to_numpy())
+    b = table.iloc[best]
     return ProbeResult(
-        table,
-        table.name[best],
-        float(table.top1[best]),
-        float(table.top5[best]),
-        k,
-        config.max_iter,
-        seconds,
-        grid,
-        logits[best],
+        table, b["name"], float(b.top1), float(b.top5), k, config.max_iter, seconds, grid, logits[best]
     )

@@ -1,6 +1,4 @@
-"""The machine-oriented evaluation of one backbone: probe and retrieval at each granularity level over all
-superclasses ("across"), and at the subclass level inside each superclass ("within"; the paper's drop is
-within minus across)."""
+"""The machine-oriented evaluation of one backbone: probe and retrieval per level, across and within."""
 
 from __future__ import annotations
 
@@ -48,8 +46,7 @@ METRIC_COLUMNS = [
 
 
 def tasks_of(items: pd.DataFrame) -> list[tuple[str, str, str]]:
-    """(scope, superclass, level) of every probe: across at each level with two classes or more, within each
-    superclass at subclass (when there are several superclasses)."""
+    """(scope, superclass, level) of every probe: across per level, within each superclass at subclass."""
     across = [("across", "all", level) for level in LEVELS if items[level].nunique() > 1]
     within = [
         ("within", s, "subclass")
@@ -66,8 +63,7 @@ def level_labels(items: pd.DataFrame, level: str) -> np.ndarray:
 
 
 def label_lists(items: pd.DataFrame, level: str) -> list[list[int]]:
-    """Every row's labels at `level`: all ids of a multi-label row (the `labels` column, at the dataset's
-    own level, subclass), else its one id."""
+    """Every row's labels at `level`: all ids of a multi-label row, else its one id."""
     if level == "subclass" and "labels" in items.columns:
         return [[int(x) for x in str(v).split()] for v in items["labels"]]
     return [[int(v)] for v in level_labels(items, level)]
@@ -90,8 +86,7 @@ def per_class_top1(logits, labels) -> np.ndarray:
 def evaluate_backbone(
     backbone: str, feats: GlobalFeatures, items: pd.DataFrame, config: FgbmkConfig, simulated: bool = True
 ) -> tuple[pd.DataFrame, dict[tuple[str, str, str], ProbeResult]]:
-    """Probe and retrieval metrics (METRIC_COLUMNS) of one backbone on `items` (split, <level>_id, superclass),
-    and the trained probes by (scope, superclass, level) for the robustness step."""
+    """Probe and retrieval metrics (METRIC_COLUMNS) of one backbone, and its trained probes by task."""
     rows, probes = [], {}
     for scope, sup, level in tasks_of(items):
         part = items if sup == "all" else items[items.superclass == sup]
@@ -106,15 +101,8 @@ def evaluate_backbone(
         probe = train_probe(f_train, labels[train], f_test, labels[test], config.linear_probe, config.seed, k)
         r_train = [lab for lab, t in zip(lists, is_train, strict=True) if t]
         r_test = [lab for lab, t in zip(lists, is_test, strict=True) if t]
-        ret = train_retrieval(
-            feats.subset(part.image_id[is_train]),
-            r_train,
-            feats.subset(part.image_id[is_test]),
-            r_test,
-            config.retrieval,
-            config.seed,
-            k,
-        )
+        g_train, g_test = feats.subset(part.image_id[is_train]), feats.subset(part.image_id[is_test])
+        ret = train_retrieval(g_train, r_train, g_test, r_test, config.retrieval, config.seed, k)
         probes[(scope, sup, level)] = probe
         per_class = per_class_top1(probe.eval_logits.numpy(), labels[test])
         # the top-1's 95% CI: a bootstrap over the test images (the best head's argmax, as topk_accuracy)
@@ -143,10 +131,7 @@ def evaluate_backbone(
                 "retrieval_head": ret.best,
                 "retrieval_iterations": ret.iterations,
                 "retrieval_seconds": ret.seconds,
-                "class_top1_mean": float(per_class.mean()),
-                "class_top1_std": float(per_class.std()),
-                "class_top1_min": float(per_class.min()),
-                "class_top1_max": float(per_class.max()),
+                **{f"class_top1_{s}": float(getattr(per_class, s)()) for s in ("mean", "std", "min", "max")},
                 "test_per_class": float(test.sum()) / len(per_class),
                 "probe_rows_skipped": int((~single & (is_train | is_test)).sum()),
                 # the first 20 skipped rows by image id (the count says how many there are)
@@ -177,9 +162,7 @@ def probe_predictions(
     probes: dict[tuple[str, str, str], ProbeResult],
     simulated: bool = True,
 ) -> pd.DataFrame:
-    """The best head's argmax on every test image the probe scored, per level across superclasses
-    (PREDICTION_COLUMNS): the rows `evaluate_backbone` fed it (single-label test rows, in table order), so the
-    mean of `correct` x 100 is that level's top-1."""
+    """The best head's argmax on every test image the probe scored, per level (PREDICTION_COLUMNS)."""
     parts = []
     for (scope, _, level), probe in sorted(probes.items()):
         if scope != "across":
@@ -212,8 +195,7 @@ def probe_predictions(
 
 
 def summary(metrics: pd.DataFrame) -> pd.DataFrame:
-    """One row per backbone: top-1 / recall@1 / mAP at each level (across), the mean within a superclass at
-    the subclass level, and the drop from within to across (the paper's finding 1)."""
+    """One row per backbone: scores per level (across), within a superclass, and the drop (finding 1)."""
     out = []
     for backbone, grp in metrics.groupby("backbone", sort=True):
         across = grp[grp.scope == "across"].set_index("level")

@@ -1,5 +1,5 @@
 """FG-BMK's metrics, vectorised: micro top-k accuracy, macro recall@k (its torchmetrics-based `Recall`),
-`RetrievalMAP` (its dinov2/eval/metrics.py class) and a Wilson interval for chance checks. All in 0-100."""
+`RetrievalMAP` (its dinov2/eval/metrics.py class). All in 0-100."""
 
 from __future__ import annotations
 
@@ -8,9 +8,8 @@ import torch
 
 
 def topk_accuracy(logits: torch.Tensor | np.ndarray, labels, k: int = 1) -> float:
-    """Micro top-k accuracy (torchmetrics MulticlassAccuracy, average='micro'): share of rows whose label is
-    among the k highest scores, 0-100. k is capped at the number of classes. Top-1 is torch.argmax (the first
-    of tied maxima), as torchmetrics formats top_k=1; k > 1 is torch.topk (its select_topk)."""
+    """Micro top-k accuracy (torchmetrics MulticlassAccuracy, average='micro'), 0-100, k capped at the class
+    count; top-1 takes the first of tied maxima (torch.argmax), k > 1 torch.topk."""
     logits = torch.as_tensor(logits)
     labels = torch.as_tensor(np.asarray(labels), dtype=torch.long)
     if len(labels) == 0:
@@ -21,9 +20,8 @@ def topk_accuracy(logits: torch.Tensor | np.ndarray, labels, k: int = 1) -> floa
 
 
 def macro_recall_at_1(scores: torch.Tensor, targets: torch.Tensor) -> float:
-    """FG-BMK's recall@1: one-hot of each query's best class against its (multi-)hot target; per class
-    tp / (tp + fn), averaged over the classes with any tp, fp or fn (torchmetrics' macro rule: a class that
-    is predicted but never a target counts with recall 0; a class absent from both is left out). 0-100."""
+    """FG-BMK's recall@1, 0-100: per class tp / (tp + fn) of each query's best class, averaged over the
+    classes with any tp, fp or fn (torchmetrics' macro rule)."""
     pred = torch.nn.functional.one_hot(scores.argmax(1), scores.shape[1]).bool()
     target = targets > 0.5
     tp = (pred & target).sum(0).double()
@@ -35,10 +33,8 @@ def macro_recall_at_1(scores: torch.Tensor, targets: torch.Tensor) -> float:
 
 
 def retrieval_map(scores: torch.Tensor, targets: torch.Tensor) -> float:
-    """FG-BMK's RetrievalMAP: per query, rank the classes by torch.argsort(-score) (the release's call: equal
-    scores, e.g. the classes no top-k neighbour holds, all exactly 0 after the softmax, come in the order
-    that sort gives, not by class index), AP = mean over its relevant classes (target > 1e-3) of
-    (j / rank of the j-th relevant); queries without a relevant class are skipped; the mean AP, 0-100."""
+    """FG-BMK's RetrievalMAP, 0-100: classes ranked by torch.argsort(-score) (ties in that sort's order, as
+    released), AP over the relevant classes (target > 1e-3); queries without one skipped."""
     order = torch.argsort(-scores.float(), dim=1)  # = the release's per-row argsort (tests check it on ties)
     rel = (torch.gather(targets, 1, order) > 1e-3).double()
     count = rel.sum(1)
@@ -50,14 +46,3 @@ def retrieval_map(scores: torch.Tensor, targets: torch.Tensor) -> float:
     hits = rel.cumsum(1)
     ap = (rel * hits / ranks).sum(1) / count[keep]
     return float(ap.mean()) * 100.0
-
-
-def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """Wilson score interval of a proportion, 0-100."""
-    if n == 0:
-        return float("nan"), float("nan")
-    p = successes / n
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return float(centre - half) * 100.0, float(centre + half) * 100.0

@@ -1,9 +1,5 @@
-"""Human-oriented questions for LVLMs, in FG-BMK's published wording (assets/fgbmk.yaml `questions`).
-
-Per chosen test image and level: choice (distractors from the same parent), true_false and short_answer;
-attribute and knowledge-bias questions as the release asks them (docs/fgbmk.md, "Human-oriented questions").
-`questions_for` picks these generated questions or, for an official source, the dataset's published files;
-`circular` adds every rotation of a choice question's options."""
+"""Human-oriented questions for LVLMs in FG-BMK's published wording (docs/fgbmk.md, "Human-oriented
+questions"): generated, or an official source's published files; `circular` adds every option rotation."""
 
 from __future__ import annotations
 
@@ -63,6 +59,11 @@ def render_text(
     )
 
 
+def _obj(config: QuestionConfig, level: str, superclass: str) -> str:
+    """The object word of a question: "object" at the superclass level, else the superclass's word."""
+    return "object" if level == "superclass" else config.superclass_words.get(superclass, "object")
+
+
 def _distractors(items_h: pd.DataFrame, row, level: str, k: int, rng: np.random.Generator) -> list[str]:
     parent = _PARENT[level]
     names = items_h[level].unique()
@@ -82,8 +83,7 @@ def build_questions(
     seed: int = 0,
     simulated: bool = True,
 ) -> pd.DataFrame:
-    """QUESTION_COLUMNS rows for the test images of `items` (at most `images_per_subclass` each; 0 = all), the
-    distractors drawn from `hierarchy`'s (superclass, class, subclass) rows."""
+    """QUESTION_COLUMNS rows for the test images of `items`, distractors drawn from `hierarchy`."""
     rng = np.random.default_rng([int(seed), 0xF6B9])
     test = items[items.split == "test"].sort_values("image_id")
     if config.images_per_subclass:
@@ -113,95 +113,46 @@ def build_questions(
         )
 
     for r in test.to_dict("records"):
-        rec = r
         for level in LEVELS:
-            obj = (
-                "object" if level == "superclass" else config.superclass_words.get(r["superclass"], "object")
-            )
-            truth = display_name(rec[level])
-            dis = [display_name(d) for d in _distractors(hierarchy, rec, level, config.n_choices - 1, rng)]
+            obj = _obj(config, level, r["superclass"])
+            truth = display_name(r[level])
+            dis = [display_name(d) for d in _distractors(hierarchy, r, level, config.n_choices - 1, rng)]
             options = [str(o) for o in rng.permutation([truth, *dis])]
             t = int(rng.integers(len(config.choice)))
-            add(
-                "hierarchical",
-                level,
-                "choice",
-                r,
-                render_text(config.choice[t], config, level, obj, options),
-                truth,
-                options,
-                t,
-            )
+            text = render_text(config.choice[t], config, level, obj, options)
+            add("hierarchical", level, "choice", r, text, truth, options, t)
             t = int(rng.integers(len(config.true_false)))
             yes = bool(rng.random() < 0.5) or not dis
-            name = truth if yes else dis[0]
-            add(
-                "hierarchical",
-                level,
-                "true_false",
-                r,
-                render_text(config.true_false[t], config, level, obj, name=name),
-                "yes" if yes else "no",
-                [],
-                t,
-            )
+            text = render_text(config.true_false[t], config, level, obj, name=truth if yes else dis[0])
+            add("hierarchical", level, "true_false", r, text, "yes" if yes else "no", [], t)
             t = int(rng.integers(len(config.short_answer)))
-            add(
-                "hierarchical",
-                level,
-                "short_answer",
-                r,
-                render_text(config.short_answer[t], config, level, obj),
-                truth,
-                [],
-                t,
-            )
-        obj = config.superclass_words.get(r["superclass"], "object")
+            text = render_text(config.short_answer[t], config, level, obj)
+            add("hierarchical", level, "short_answer", r, text, truth, [], t)
+        obj = _obj(config, "subclass", r["superclass"])
         for attr, values in ATTRIBUTES.items():
             if attr not in r:  # a published dataset has no attributes
                 continue
             truth = str(r[attr])
-            others = [v for v in values if v != truth]
-            options = [
-                str(o)
-                for o in rng.permutation([truth, *list(rng.permutation(others)[: config.n_choices - 1])])
-            ]
+            picked = list(rng.permutation([v for v in values if v != truth])[: config.n_choices - 1])
+            options = [str(o) for o in rng.permutation([truth, *picked])]
             t = int(rng.integers(len(config.attribute)))
-            add(
-                "attribute",
-                attr,
-                "choice",
-                r,
-                render_text(
-                    config.attribute[t], config, "subclass", obj, options, attribute=ATTRIBUTE_WORDS[attr]
-                ),
-                truth,
-                options,
-                t,
-            )
-        others = sorted(set(hierarchy[hierarchy["class"] == rec["class"]].subclass) - {r["subclass"]})
+            words = ATTRIBUTE_WORDS[attr]
+            text = render_text(config.attribute[t], config, "subclass", obj, options, attribute=words)
+            add("attribute", attr, "choice", r, text, truth, options, t)
+        others = sorted(set(hierarchy[hierarchy["class"] == r["class"]].subclass) - {r["subclass"]})
         others = others or sorted(set(hierarchy.subclass) - {r["subclass"]})
         pairs = [(r["subclass"], "yes")] + ([(str(rng.choice(others)), "no")] if others else [])
         for name, key in pairs:
             t = int(rng.integers(len(config.true_false)))
-            add(
-                "knowledge_bias",
-                "subclass",
-                "true_false",
-                r,
-                render_text(config.true_false[t], config, "subclass", obj, name=display_name(name)),
-                key,
-                [],
-                t,
-            )
+            text = render_text(config.true_false[t], config, "subclass", obj, name=display_name(name))
+            add("knowledge_bias", "subclass", "true_false", r, text, key, [], t)
     out = pd.DataFrame(rows)
     out.insert(0, "question_id", np.arange(1, len(out) + 1))
     return out[QUESTION_COLUMNS]
 
 
 def circular(questions: pd.DataFrame, config: QuestionConfig) -> pd.DataFrame:
-    """Every rotation of each choice question's options (rotation r moves option i to position i - r);
-    other questions as they are. question_id is renumbered; group_id ties rotations together."""
+    """Every rotation of each choice question's options (rotation r moves option i to i - r), renumbered."""
     choice = questions[questions.form == "choice"]
     extra = []
     for rot in range(1, config.n_choices):
@@ -211,22 +162,11 @@ def circular(questions: pd.DataFrame, config: QuestionConfig) -> pd.DataFrame:
         rotated["rotation"] = rot
         texts = []
         for q, o in zip(rotated.itertuples(index=False), rotated.options, strict=True):
-            o = json.loads(o)
-            templates = config.attribute if q.task == "attribute" else config.choice
-            if q.task == "attribute":
-                obj = config.superclass_words.get(q.superclass, "object")
-                texts.append(
-                    render_text(
-                        templates[q.template], config, "subclass", obj, o, attribute=ATTRIBUTE_WORDS[q.level]
-                    )
-                )
-            else:
-                obj = (
-                    "object"
-                    if q.level == "superclass"
-                    else config.superclass_words.get(q.superclass, "object")
-                )
-                texts.append(render_text(templates[q.template], config, q.level, obj, o))
+            attr = q.task == "attribute"
+            template = (config.attribute if attr else config.choice)[q.template]
+            level, words = ("subclass", {"attribute": ATTRIBUTE_WORDS[q.level]}) if attr else (q.level, {})
+            obj = _obj(config, level, q.superclass)
+            texts.append(render_text(template, config, level, obj, json.loads(o), **words))
         rotated["text"] = texts
         extra.append(rotated)
     out = pd.concat([questions, *extra], ignore_index=True).sort_values(
@@ -237,9 +177,7 @@ def circular(questions: pd.DataFrame, config: QuestionConfig) -> pd.DataFrame:
 
 
 def official_questions(root: str, dataset: str, image_root: str) -> pd.DataFrame:
-    """QUESTION_COLUMNS rows of every published question file of `dataset` under a human-oriented root, read
-    as released (docs/fgbmk.md, "Reading the published data"); FgbmkFormatError names a file that cannot be
-    read."""
+    """QUESTION_COLUMNS rows of every published question file of `dataset` under a human-oriented root."""
     from soco_pipeline import storage
     from soco_pipeline.tasks.fgbmk.answer_scoring import infer_form, options_of, true_class
     from soco_pipeline.tasks.fgbmk.readers import human_files, read_questions
@@ -293,9 +231,7 @@ def official_questions(root: str, dataset: str, image_root: str) -> pd.DataFrame
 
 
 def questions_for(items: pd.DataFrame, config) -> pd.DataFrame:
-    """The questions asset's table for `config` (an FgbmkConfig): generated questions in every rotation for
-    the generated source; the published files of the dataset for an official source with `questions` (no
-    rows without: the machine-oriented side alone)."""
+    """The questions table of an FgbmkConfig: generated ones in every rotation, or the published files."""
     src = config.source
     if src.kind == "official":
         if not src.questions:

@@ -1,8 +1,5 @@
-"""Readers and writers of FG-BMK's published formats: the machine-oriented `train.csv` / `test.csv` /
-`classes.txt` (the label follows the LAST comma) and the human-oriented question and answer JSONL files, the
-release's misspellings included (docs/fgbmk.md, "Reading the published data").
-
-Every error names the file and line and says what to fix."""
+"""Readers and writers of FG-BMK's published formats, the release's misspellings included (docs/fgbmk.md,
+"Reading the published data"); every error names the file and line and says what to fix."""
 
 from __future__ import annotations
 
@@ -21,12 +18,8 @@ FORMS = ("choice", "true_false", "short_answer")
 HIERARCHICAL = "hierarchical_granularity_recognition"
 ATTRIBUTE = "attribute_recognition"
 KNOWLEDGE_BIAS = "knowledge_bias_estimation"
-_FORM_SPELLINGS = {
-    "choice": "choice",
-    "true_false": "true_false",
-    "true_flase": "true_false",
-    "short_answer": "short_answer",
-}
+_FORM_SPELLINGS = {f: f for f in FORMS} | {"true_flase": "true_false"}  # the release's spelling too
+KB_FILE = "questions_true_false_all_class.jsonl"
 _LABEL = re.compile(r"\s*-?\d+(\s+-?\d+)*\s*")
 
 
@@ -54,8 +47,7 @@ class MachineDataset:
 
 
 def read_classes(path: str) -> list[str]:
-    """classes.txt: one name a line (trailing blank lines ignored; a blank line inside is an error, and so is
-    a name listed twice: two ids would share it)."""
+    """classes.txt: one name a line (trailing blank lines ignored; an inner blank or a repeat refused)."""
     lines = storage.read_bytes(path).decode("utf-8").splitlines()
     while lines and not lines[-1].strip():
         lines.pop()
@@ -81,8 +73,7 @@ def read_split(
     check_images: bool = True,
     split: str | None = None,
 ) -> pd.DataFrame:
-    """One train.csv / test.csv as rows: image_id (the relative path), path, uri (under `image_root`, default
-    the CSV's folder), split, labels (list of ints), label (-1 for a multi-label line), line (1-based)."""
+    """One train.csv / test.csv as rows: image_id, path, uri, split, labels, label (-1: multi-label), line."""
     root = image_root if image_root is not None else csv_path.rsplit("/", 1)[0]
     split = split or PurePosixPath(csv_path).stem
     try:
@@ -212,9 +203,7 @@ def write_jsonl(df: pd.DataFrame, path: str, keys: tuple[str, ...] = QUESTION_KE
 
 
 def human_files(root: str) -> pd.DataFrame:
-    """The question files under a human-oriented root: task, dataset, level, form, path (levels from the
-    folder; knowledge-bias: "all_class" / "true_false"; attribute: "attribute" / "mixed"). Other names are not
-    question files (`unrecognised_files` names them)."""
+    """The question files under a human-oriented root (task, dataset, level, form, path)."""
     fs, base = storage.filesystem(root)
     rows = []
     for p in sorted(fs.glob(f"{base.rstrip('/')}/**/*.jsonl")):
@@ -224,13 +213,9 @@ def human_files(root: str) -> pd.DataFrame:
             m = re.fullmatch(r"(\w+?)_question_(\w+)\.jsonl", parts[3])
             if m and m.group(2) in _FORM_SPELLINGS:
                 rows.append((task, parts[1], parts[2], _FORM_SPELLINGS[m.group(2)], p))
-        elif (
-            task == KNOWLEDGE_BIAS and len(parts) == 3 and parts[2] == "questions_true_false_all_class.jsonl"
-        ):
+        elif task == KNOWLEDGE_BIAS and len(parts) == 3 and parts[2] == KB_FILE:
             rows.append((task, parts[1], "all_class", "true_false", p))
-        elif (
-            task == ATTRIBUTE and len(parts) == 2
-        ):  # attribute_recognition/<dataset>_attribute_questions.jsonl
+        elif task == ATTRIBUTE and len(parts) == 2:  # <dataset>_attribute_questions.jsonl
             m = re.fullmatch(r"(.+?)_attribute_questions\.jsonl", parts[1])
             if m:
                 rows.append((task, m.group(1), "attribute", "mixed", p))
@@ -256,12 +241,11 @@ def hierarchical_path(root: str, dataset: str, level: str, form: str) -> str:
 
 def knowledge_bias_path(root: str, dataset: str) -> str:
     """Where the knowledge-bias question file goes (our spelling of the folder: estimation)."""
-    return storage.join(root, KNOWLEDGE_BIAS, dataset, "questions_true_false_all_class.jsonl")
+    return storage.join(root, KNOWLEDGE_BIAS, dataset, KB_FILE)
 
 
 def image_size(ds: MachineDataset, uri: str, split: str, line: int) -> tuple[int, int]:
-    """(width, height) of one listed image from its header; FgbmkFormatError naming the CSV line and the
-    file when it is not an image PIL can identify (a text file, an HTML error page, random bytes)."""
+    """(width, height) of one listed image from its header; FgbmkFormatError naming its CSV line if not."""
     from PIL import Image
 
     fs, path = storage.filesystem(uri)
@@ -278,10 +262,7 @@ def image_size(ds: MachineDataset, uri: str, split: str, line: int) -> tuple[int
 
 
 def items_from_dataset(ds: MachineDataset) -> pd.DataFrame:
-    """A machine-oriented dataset as the family's items table: the subclass level with the release's own class
-    ids (the seen/unseen split is by their parity) and names, superclass = class = the dataset's name,
-    `simulated` False. A multi-label line keeps all its ids in `labels` and its first in `subclass_id`
-    (`multi_label` True: the probe leaves it out and counts it). Sizes come from the image headers."""
+    """A machine-oriented dataset as the family's items table at the subclass level (the release's ids)."""
     rows = pd.concat([ds.train, ds.test], ignore_index=True)
     names = ds.classes or [str(i) for i in range(ds.num_classes)]
     sizes = [image_size(ds, r.uri, r.split, r.line) for r in rows.itertuples(index=False)]

@@ -1,9 +1,5 @@
-"""FG-BMK's open-set retrieval (its eval_retrieval.py), on cached global features.
-
-A grid of triplet-trained projections on train images of even class ids only (odd classes stay unseen), the
-published negative quirk kept by default (`negative: uniform`); queries are the test images against a seeded
-gallery of train images; recall@1 (macro) and RetrievalMAP, the best head picked on the queries as published
-(docs/fgbmk.md, "Retrieval")."""
+"""FG-BMK's open-set retrieval (its eval_retrieval.py) on cached global features: triplet-trained projections
+on even class ids, test queries against a seeded train gallery, recall@1 and RetrievalMAP (docs/fgbmk.md)."""
 
 from __future__ import annotations
 
@@ -148,8 +144,8 @@ def train_retrieval(
     num_classes: int | None = None,
     triplets: np.ndarray | None = None,
 ) -> RetrievalResult:
-    """Train the projection grid on even-class triplets and score every head on test queries vs the train gallery.
-    `triplets` ((iterations, batch, 3) train rows) replaces the sampler's (parity checks feed the release's)."""
+    """Train the projection grid on even-class triplets and score every head on test queries vs the gallery
+    (`triplets`: (iterations, batch, 3) train rows replacing the sampler's)."""
     train_lists, test_lists = as_label_lists(train_labels), as_label_lists(test_labels)
     k = int(
         num_classes
@@ -176,30 +172,20 @@ def train_retrieval(
     gallery_targets = multi_hot([train_lists[i] for i in gallery_rows.tolist()], k)
     targets = multi_hot(test_lists, k)
     x_test = grid.inputs(test)
-    rows = []
-    with torch.no_grad():
-        for name, c, h in zip(grid.names, grid.configs, grid.heads, strict=True):
-            key = (c[0], c[1])
-            scores = class_scores(
-                h(x_test[key]), h(x_train[key][gallery_rows]), gallery_targets, config.top_k
-            )
-            rows.append(
-                {
-                    "name": name,
-                    "n_blocks": c[0],
-                    "avgpool": c[1],
-                    "lr": c[2],
-                    "recall_at_1": macro_recall_at_1(scores, targets),
-                    "map": retrieval_map(scores, targets),
-                }
-            )
-    table = pd.DataFrame(rows)
+
+    def metrics(c: tuple, h: torch.nn.Linear) -> dict:
+        key = (c[0], c[1])
+        scores = class_scores(h(x_test[key]), h(x_train[key][gallery_rows]), gallery_targets, config.top_k)
+        return {"recall_at_1": macro_recall_at_1(scores, targets), "map": retrieval_map(scores, targets)}
+
+    table = grid.table(metrics)
     best = best_head(table.recall_at_1.to_numpy())
+    b = table.iloc[best]
     return RetrievalResult(
         table,
-        table.name[best],
-        float(table.recall_at_1[best]),
-        float(table["map"][best]),
+        b["name"],
+        float(b.recall_at_1),
+        float(b["map"]),
         len(gallery_rows),
         config.max_iter,
         seconds,

@@ -1,6 +1,4 @@
-"""Robustness of a trained probe on its frozen backbone: FGSM and PGD at L-inf epsilon (in 1/255 of the [0, 1]
-pixel range) and Gaussian pixel noise, on the test images, at a fine and a coarse level (docs/fgbmk.md,
-"Robustness"). Non-differentiable backbones get only the noise rows; one that reads no pixels gets none."""
+"""Robustness of a trained probe on its frozen backbone: FGSM / PGD (epsilon in 1/255) and Gaussian noise."""
 
 from __future__ import annotations
 
@@ -98,35 +96,13 @@ def evaluate_robustness(
         if extractor.differentiable:
             for eps in config.epsilons:
                 rows.append(("fgsm", eps, accuracy(model, fgsm(model, pixels, y, eps / 255.0), y)))
-                rows.append(
-                    (
-                        "pgd",
-                        eps,
-                        accuracy(
-                            model,
-                            pgd(model, pixels, y, eps / 255.0, config.pgd_steps, config.pgd_step_scale),
-                            y,
-                        ),
-                    )
-                )
+                adv = pgd(model, pixels, y, eps / 255.0, config.pgd_steps, config.pgd_step_scale)
+                rows.append(("pgd", eps, accuracy(model, adv, y)))
         for sigma in config.noise_sigmas:
             rows.append(("gaussian", sigma, accuracy(model, gaussian(pixels, sigma / 255.0, seed), y)))
-    return pd.DataFrame(
-        [
-            {
-                "backbone": backbone,
-                "level": level,
-                "attack": a,
-                "strength": float(s),
-                "accuracy": acc,
-                "clean_accuracy": clean,
-                "n_images": len(y),
-                "simulated": simulated,
-            }
-            for a, s, acc in rows
-        ],
-        columns=ROBUSTNESS_COLUMNS,
-    )
+    base = dict(backbone=backbone, level=level, clean_accuracy=clean, n_images=len(y), simulated=simulated)
+    table = [{**base, "attack": a, "strength": float(s), "accuracy": acc} for a, s, acc in rows]
+    return pd.DataFrame(table, columns=ROBUSTNESS_COLUMNS)
 
 
 def robustness_for_backbone(
@@ -137,8 +113,7 @@ def robustness_for_backbone(
     config: FgbmkConfig,
     reads_pixels: bool = True,
 ) -> pd.DataFrame:
-    """Train the probe (across superclasses) at each configured level on the cached features, then attack it
-    on up to `max_images` test images (a seeded subset, the same for every level)."""
+    """Train the probe at each configured level, then attack it on up to `max_images` seeded test images."""
     from soco_pipeline.tasks.fgbmk.linear_probe import train_probe
     from soco_pipeline.tasks.fgbmk.machine_eval import level_labels
 
@@ -160,14 +135,10 @@ def robustness_for_backbone(
     with torch_threads(config.global_features.threads):
         for level in [lv for lv in config.robustness.levels if items[lv].nunique() > 1]:
             labels = level_labels(items, level)
+            f_train, f_test = feats.subset(items.image_id[train]), feats.subset(items.image_id[test])
+            k = int(labels.max()) + 1
             probe = train_probe(
-                feats.subset(items.image_id[train]),
-                labels[train],
-                feats.subset(items.image_id[test]),
-                labels[test],
-                config.linear_probe,
-                config.seed,
-                int(labels.max()) + 1,
+                f_train, labels[train], f_test, labels[test], config.linear_probe, config.seed, k
             )
             frames.append(
                 evaluate_robustness(

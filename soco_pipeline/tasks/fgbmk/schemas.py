@@ -21,9 +21,6 @@ class FgbmkItemSchema(pa.DataFrameModel):
     subclass_id: Series[int] = pa.Field(ge=0)
     simulated: Series[bool]
 
-    class Config:
-        strict = False
-
 
 class FgbmkQuestionSchema(pa.DataFrameModel):
     """One question for an LVLM."""
@@ -35,9 +32,6 @@ class FgbmkQuestionSchema(pa.DataFrameModel):
     form: Series[str] = pa.Field(isin=["choice", "true_false", "short_answer"])
     text: Series[str] = pa.Field(str_length={"min_value": 1})
     simulated: Series[bool]
-
-    class Config:
-        strict = False
 
 
 class FgbmkMetricSchema(pa.DataFrameModel):
@@ -52,13 +46,9 @@ class FgbmkMetricSchema(pa.DataFrameModel):
     map: Series[float] = pa.Field(ge=0, le=100, nullable=True)
     simulated: Series[bool]
 
-    class Config:
-        strict = False
-
 
 class FgbmkProbePredictionSchema(pa.DataFrameModel):
-    """The best probe head's answer on one test image at one level (across superclasses): its argmax class,
-    the label and whether they agree; the mean of `correct` is the level's top-1 in fgbmk_metrics."""
+    """The best probe head's answer on one test image at one level; the mean of `correct` is its top-1."""
 
     backbone: Series[str]
     image_id: Series[str]
@@ -91,9 +81,6 @@ class FgbmkRobustnessSchema(pa.DataFrameModel):
     attack: Series[str] = pa.Field(isin=["clean", "fgsm", "pgd", "gaussian"])
     accuracy: Series[float] = pa.Field(ge=0, le=100)
 
-    class Config:
-        strict = False
-
 
 class FgbmkAnswerSchema(pa.DataFrameModel):
     """One scored LVLM answer."""
@@ -102,9 +89,6 @@ class FgbmkAnswerSchema(pa.DataFrameModel):
     question_id: Series[int]
     method: Series[str] = pa.Field(isin=["exact", "contains", "ambiguous", "none", "leading", "error"])
     correct: Series[bool]
-
-    class Config:
-        strict = False
 
 
 class FgbmkGlobalFeatureSchema(pa.DataFrameModel):

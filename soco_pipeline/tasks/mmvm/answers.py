@@ -1,9 +1,5 @@
-"""LVLMs on MMVM items through the SOCO harness (backends, answer cache, retries), and answer extraction.
-
-Request: the marked frame 1, the marked frame 2, then the question text, as VLMEvalKit sends a multi-image
-item. Extraction follows MMVMEvalKit: exact matching (`can_infer`), then optionally an LLM judge in one of the
-two published modes (`matcher`, `yes_no`), else no answer (counted wrong); docs/mmvm.md, "LVLMs". Judge
-replies are cached like answers (by the judge's request hash and attempt number)."""
+"""LVLMs on MMVM items through the SOCO harness, and answer extraction as MMVMEvalKit does it: exact
+matching, then optionally an LLM judge in a published mode (`matcher`, `yes_no`); docs/mmvm.md, "LVLMs"."""
 
 from __future__ import annotations
 
@@ -70,9 +66,7 @@ _EXAMPLES = (
 
 
 def infer_option(answer: object, choices: dict[str, str]) -> str:
-    """MMVMEvalKit's `can_infer` of one answer: an option letter, NO_OPTION for a decided "no option" (a
-    refusal, or a lone Z when Z is no option), or "" when nothing can be inferred. An answer holding the API
-    failure message skips option matching and goes straight to text matching, as there."""
+    """MMVMEvalKit's `can_infer` of one answer: an option letter, NO_OPTION (a refusal or a lone Z) or ""."""
     text = str(answer)
     if API_FAILURE not in text:
         if any(r in text for r in REFUSALS):
@@ -126,17 +120,14 @@ def yes_no_judge_prompt(question: str, prediction: str, answer: str) -> str:
 
 
 def judge_hits(scores: pd.Series) -> pd.Series:
-    """VLMEvalKit's reading of its judge replies (the `score` column of its _score workbook): a hit iff
-    any of its YES tags occurs (note: a plain substring test, so "yes" inside other words counts too)."""
+    """VLMEvalKit's reading of its judge replies: a hit iff any YES tag occurs (a plain substring test)."""
     s = scores.fillna("").astype(str)
     return s.apply(lambda v: any(tag in v for tag in YES_TAGS))
 
 
 @dataclass(frozen=True)
 class Judge:
-    """An LLM judge for LVLM answers: a backend of any OpenAI-compatible spec and the published mode it
-    follows (`matcher` | `yes_no`); `generation` and `cache` cache its replies by request hash. The harness's
-    error guards apply to it (`lvlm.run`); a failure is an API error or a reply that decides nothing."""
+    """An LLM judge of LVLM answers in a published mode (`matcher` | `yes_no`), with its error guards."""
 
     backend: Backend
     mode: str = "matcher"
@@ -151,9 +142,7 @@ class Judge:
             raise ValueError(f"judge mode {self.mode!r}: use one of {list(JUDGE_MODES[1:])}")
 
     def ask(self, prompts: list[str], attempt: int = 0) -> list[Reply]:
-        """One reply per prompt (text only), through `lvlm.run.ask_requests` (cached replies first, identical
-        prompts asked once, the backend's retries, every new reply without an error cached). Its guards are
-        the judge's own (`guard`, over API failures and replies that decide nothing), not the harness's."""
+        """One reply per prompt, through `ask_requests` (cache, retries); the judge's own `guard` applies."""
         gen = dict(self.generation or {}) | {"judge_mode": self.mode, "attempt": attempt}
         unguarded = LvlmSpec(self.name, "judge", "", max_consecutive_failures=0, max_error_rate=1.0)
         got = ask_requests(
@@ -197,9 +186,7 @@ def longest_run(flags: np.ndarray) -> int:
 def build_judge(
     spec, mode: str, cache: AnswerCache | None = None, api_key: str | None = None
 ) -> Judge | None:
-    """The judge of an LVLM spec (any backend; in practice an OpenAI-compatible server) in a published
-    mode, or None for mode "off". The yes_no judge runs at temperature 0, as VLMEvalKit sets it; the spec's
-    max_error_rate and max_consecutive_failures guard it as they guard an LVLM run."""
+    """The judge of an LVLM spec in a published mode, or None for "off" (yes_no at temperature 0)."""
     if mode == "off" or spec is None:
         return None
     from soco_pipeline.lvlm.backends import build_backend
@@ -228,17 +215,14 @@ def judge_from_config(cfg, cache: AnswerCache | None = None) -> Judge | None:
 
 
 def has_prediction(raw: np.ndarray) -> np.ndarray:
-    """Which rows hold a prediction: not None and not NaN (whitespace-only counts, as in VLMEvalKit, whose
-    judge is asked about every row `pd.isna` does not reject)."""
+    """Which rows hold a prediction: not None and not NaN (whitespace counts, as in VLMEvalKit)."""
     return ~pd.isna(pd.Series(np.asarray(raw, dtype=object), dtype=object)).to_numpy()
 
 
 def _matcher(
     raw: np.ndarray, items: pd.DataFrame, open_rows: np.ndarray, judge: Judge
 ) -> tuple[list, list, list, np.ndarray, np.ndarray]:
-    """(letters, judge replies, judge errors, decided, failed) of the `open_rows` by MMVMEvalKit's matcher
-    rule (`extract_answer_from_item`): up to 3 attempts, the next only after an API failure or a reply naming
-    no single option; a Z (or refusal) reply decides "no option"."""
+    """(letters, replies, errors, decided, failed) by MMVMEvalKit's matcher rule (up to 3 attempts)."""
     n = len(raw)
     letters, replies, errors = [""] * n, [""] * n, [""] * n
     decided = np.zeros(n, bool)
@@ -280,12 +264,8 @@ def extract(
     answers: pd.Series | None = None,
     asked_rows: np.ndarray | None = None,
 ) -> pd.DataFrame:
-    """Per answer: `parsed`, `extraction` (exact | no_option | judge | none), `judge_mode`, `judge_raw`,
-    `judge_status` ("" | decided | failed), `judge_error` and `judge_correct` (the yes_no verdict, else NaN).
-
-    Exact matching first; a refusal or a lone Z is "no option", never sent to the matcher. The matcher is
-    asked about the rows exact matching leaves empty, the yes_no judge about every row with a prediction
-    (shown `answers`, default the items' answers); `asked_rows` limits who may be asked."""
+    """Per answer: `parsed`, `extraction` (exact | no_option | judge | none) and the judge's columns; the
+    matcher sees the rows exact matching leaves empty, yes_no every row with a prediction."""
     raw = np.asarray(raw, dtype=object)
     n = len(raw)
     present = has_prediction(raw) if asked_rows is None else np.asarray(asked_rows, bool)
@@ -318,7 +298,6 @@ def extract(
         out.loc[decided, "judge_status"] = "decided"
         out.loc[failed, "judge_status"] = "failed"
         return out
-    # yes_no: every row that has a prediction, exact match or not
     gt = (items["answer"] if answers is None else answers).astype(str).to_numpy()
     asked = np.flatnonzero(present)
     got = judge.ask([yes_no_judge_prompt(items["question"].iat[i], str(raw[i]), gt[i]) for i in asked])
@@ -349,10 +328,7 @@ def run_lvlm(
     judge: Judge | None = None,
     log: Callable[[str], None] = lambda _m: None,
 ) -> pd.DataFrame:
-    """ANSWER_COLUMNS rows of one model on the items, asked through the harness's `ask_requests` (the answer
-    cache, the backend's retries and concurrency, both of the spec's error guards: LvlmRunError instead of a
-    score made of errors); then extraction (and the judge, when one is given). A judge error is recorded in
-    `error` as "judge: ..."."""
+    """ANSWER_COLUMNS rows of one model on the items (a judge error is recorded as "judge: ...")."""
     items = items.reset_index(drop=True)
     n = len(items)
     frames0, frames1 = items["frame0_marked"].tolist(), items["frame1_marked"].tolist()
@@ -368,7 +344,6 @@ def run_lvlm(
     )
     raw, error, latency, attempts, keys = got.text, got.error, got.latency_s, got.attempts, got.request_hash
     log(f"{spec.name}: {n} MMVM answers, {n - got.sent} from the cache, {got.errors} errors")
-    # a failed request has no answer to judge
     ex = extract(raw, items, judge, asked_rows=error == "")
     out = items[ITEM_KEYS].copy()
     out.insert(0, "model", spec.name)
@@ -398,10 +373,7 @@ def run_lvlm(
 def score_predictions(
     table: pd.DataFrame, judge: Judge | None = None, where: str = "workbook"
 ) -> pd.DataFrame:
-    """Per-row extraction and correctness of a workbook's predictions (question, answer, match_type,
-    prediction[, choices]) by the same rules as our answers; a NaN prediction is not shown to the yes_no judge
-    and is "nan" to the matcher, as upstream. An answer cell that is not an option letter is an
-    MmvmFormatError naming the row."""
+    """Per-row extraction and correctness of a workbook's predictions by the rules of our answers."""
     from soco_pipeline.tasks.mmvm.official import MmvmFormatError
 
     t = table.reset_index(drop=True).copy()

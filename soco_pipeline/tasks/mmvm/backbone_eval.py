@@ -1,7 +1,5 @@
-"""One feature backbone on the MMVM items: cached dense maps, mask pooling, zero-shot answers and the
-contrastive head's; or a not-applicable row for the SOCO oracles. An item set without a training split is
-scored against generated `reference` tables (head and None thresholds carried over); without one it never
-answers None and its head stays the seeded random projection, as the rows say."""
+"""One feature backbone on the MMVM items: cached dense maps, mask pooling, zero-shot and contrastive-head
+answers; an item set without a training split borrows the generated `reference`'s head and thresholds."""
 
 from __future__ import annotations
 
@@ -41,6 +39,10 @@ def _has_masks(tables: dict[str, pd.DataFrame]) -> bool:
     return bool(len(tables["objects"])) and not (tables["items"]["labels"] == "[]").any()
 
 
+def _scene(t: dict[str, pd.DataFrame]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    return t["items"], t["cases"], t["objects"]
+
+
 def _has_train(tables: dict[str, pd.DataFrame]) -> bool:
     return bool((tables["items"]["split"] == "train").any())
 
@@ -76,9 +78,7 @@ def backbone_predictions(
     reference: dict[str, pd.DataFrame] | None = None,
     manifest: pd.DataFrame | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame | None]:
-    """(predictions of the zero-shot and contrastive-head methods, feature manifest) of one backbone spec; a
-    SOCO oracle gets not-applicable rows and no manifest. `reference`: generated tables that train the head
-    and fit the carried thresholds when `tables` has no training split."""
+    """(zero-shot and contrastive-head predictions, feature manifest) of one backbone spec."""
     items, cases, objects = tables["items"], tables["cases"], tables["objects"]
     if missing_capabilities(spec.kind, NEEDS):
         return not_applicable(items, spec.name, ORACLE_REASON), None
@@ -105,22 +105,11 @@ def _both_methods(
     t: dict[str, pd.DataFrame], desc: dict, head, model: str, none_rule, carried: dict
 ) -> pd.DataFrame:
     """The zero-shot and the contrastive-head predictions of `t`'s items (`carried`: each method's rule)."""
-    return pd.concat(
-        [
-            predict_items(
-                t["items"],
-                t["cases"],
-                t["objects"],
-                apply_head(desc, head) if m == "contrastive_head" else desc,
-                model,
-                method=m,
-                none_rule=none_rule,
-                carried=carried[m],
-            )
-            for m in METHODS
-        ],
-        ignore_index=True,
-    )
+    parts = []
+    for m in METHODS:
+        d = apply_head(desc, head) if m == "contrastive_head" else desc
+        parts.append(predict_items(*_scene(t), d, model, m, none_rule, carried[m]))
+    return pd.concat(parts, ignore_index=True)
 
 
 def oracle_predictions(
@@ -129,26 +118,13 @@ def oracle_predictions(
     none_rule=None,
     reference: dict[str, pd.DataFrame] | None = None,
 ) -> pd.DataFrame:
-    """The instance-identity oracle's predictions (a check of the scoring: 100 on every breakdown where its
-    None rule can answer None); `reference` as in backbone_predictions (carried threshold)."""
+    """The instance-identity oracle's predictions (a check of the scoring: 100 where None can be answered)."""
     if not _has_masks(tables):
         return not_applicable(tables["items"], name, NO_MASKS_REASON)
     carried = None
     if reference is not None and not _has_train(tables) and _has_train(reference):
-        ref = predict_items(
-            reference["items"],
-            reference["cases"],
-            reference["objects"],
-            oracle_descriptors(reference["objects"]),
-            name,
-        )
+        ref = predict_items(*_scene(reference), oracle_descriptors(reference["objects"]), name)
         carried = carried_rule(ref, "zero_shot")
     return predict_items(
-        tables["items"],
-        tables["cases"],
-        tables["objects"],
-        oracle_descriptors(tables["objects"]),
-        name,
-        none_rule=none_rule,
-        carried=carried,
+        *_scene(tables), oracle_descriptors(tables["objects"]), name, none_rule=none_rule, carried=carried
     )

@@ -91,8 +91,7 @@ class NoneRuleConfig(_Strict):
 
 
 class SourceConfig(_Strict):
-    """Where the scored items come from: `generated` (SIMULATED), `match_bench` (MMVMEvalKit's layout, with
-    masks) or `vlmevalkit` (VLMEvalKit's MMVMBench.tsv, LVLMs only); docs/mmvm.md, "Source"."""
+    """Where the scored items come from: `generated`, `match_bench` or `vlmevalkit` (docs/mmvm.md)."""
 
     kind: Literal["generated", "match_bench", "vlmevalkit"] = "generated"
     path: str | None = None
@@ -159,12 +158,7 @@ class MmvmConfig(_Strict):
         bad = [s for s in self.cue_sets if not s or any(c not in CUES for c in s)]
         if bad:
             raise ValueError(f"cue_sets {bad}: every set lists codes 1-8")
-        if (
-            len(self.colours) < 2
-            or len(self.texts) < 2
-            or len(self.markers) < 2
-            or len(self.partner_categories) < 2
-        ):
+        if min(len(self.colours), len(self.texts), len(self.markers), len(self.partner_categories)) < 2:
             raise ValueError("colours, texts, markers and partner_categories need at least 2 values each")
         if set(self.sizes) != {"normal", "small", "large"}:
             raise ValueError(f"sizes must name normal, small and large, got {sorted(self.sizes)}")
@@ -178,9 +172,8 @@ class MmvmConfig(_Strict):
 
     def version_hash(self) -> str:
         """A short hash of the whole config (code versions of the assets that depend on it)."""
-        return hashlib.sha256(json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()[
-            :12
-        ]
+        digest = hashlib.sha256(json.dumps(self.model_dump(mode="json"), sort_keys=True).encode())
+        return digest.hexdigest()[:12]
 
 
 def load_config(path: str | Path | None = None) -> MmvmConfig:

@@ -1,9 +1,5 @@
-"""Beyond the paper: CoLVA's object-level contrastive idea on frozen features, as a linear head (docs/mmvm.md,
-"Feature backbones").
-
-A linear map W (C -> D), from a seeded random orthonormal start, trained full batch with Adam and InfoNCE on
-the training split: an instance seen in both frames is an anchor, its frame-2 copy the positive, the other
-frame-2 objects of the case the negatives. Scoring runs the zero-shot rules on W's outputs."""
+"""Beyond the paper: CoLVA's object-level contrastive idea on frozen features as a linear head W (C -> D),
+trained with Adam and InfoNCE on the training split (docs/mmvm.md, "Feature backbones")."""
 
 from __future__ import annotations
 
@@ -13,8 +9,7 @@ import torch
 
 
 def training_pairs(objects: pd.DataFrame, cases: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(anchors, pool): frame-1 objects whose identity reappears in frame 2 of a training case, and every
-    frame-2 object of those cases (with `target` = the pool row of each anchor's positive)."""
+    """(anchors, pool): frame-1 objects seen again in frame 2 of a training case (`target`: the pool row)."""
     train = set(cases.loc[cases["split"] == "train", "case_id"])
     obj = objects[
         objects["case_id"].isin(train) & objects["role"].isin(["query", "match", "distractor", "other"])

@@ -7,17 +7,9 @@ from dataclasses import dataclass
 
 # Code -> abbreviation, in the published order (MMVMEvalKit `report_acc_mmatch`).
 CUES: dict[int, str] = {1: "CL", 2: "SP", 3: "TM", 4: "SZ", 5: "RP", 6: "OO", 7: "BR", 8: "OM"}
-# The object attribute that carries each cue in our generator.
-CUE_ATTRIBUTE: dict[int, str] = {
-    1: "colour",
-    2: "shape",
-    3: "text",
-    4: "size",
-    5: "relation",
-    6: "azimuth",
-    7: "binding",
-    8: "marker",
-}
+# The object attribute that carries each cue in our generator (CL colour, SP shape, ... OM marker).
+ATTRIBUTES = ("colour", "shape", "text", "size", "relation", "azimuth", "binding", "marker")
+CUE_ATTRIBUTE = dict(zip(CUES, ATTRIBUTES, strict=True))
 # The reference code's parsing (MMVMEvalKit 34ecca2 `report_acc_mmatch`, VLMEvalKit e8e78f0
 # `MMVMBench.report_acc_mmatch`, the same lines): `eval` the cell; when that raises, [1, 5]; then each element
 # that is not one of the eight codes (by ==, so 1.0 and True count as 1) counts as 2 (SP). So "[]" counts in no
@@ -28,8 +20,7 @@ UNKNOWN_CODE_FALLBACK = 2
 
 @dataclass(frozen=True)
 class ParsedMatchType:
-    """The cue codes of one row, in the reference's multiplicity, and which fallback produced them
-    ("" | "unparsable" | "unknown_code" | "no_cue" | "scalar")."""
+    """The cue codes of one row, in the reference's multiplicity, and the fallback that produced them."""
 
     codes: tuple[int, ...]
     fallback: str = ""
@@ -49,9 +40,8 @@ def _code(element: object) -> int | None:
 
 
 def parse_match_type(value: object, strict: bool = False, where: str = "") -> ParsedMatchType:
-    """Cue codes of a `match_type` cell as the reference parses them, with the fallback recorded: literals
-    only (anything else, and None, is "unparsable": [1, 5]); a bare number is a one-code list ("scalar");
-    strict=True raises a ValueError naming `where` instead (for our own files)."""
+    """Cue codes of a `match_type` cell as the reference parses them, with the fallback recorded; strict=True
+    raises a ValueError naming `where` instead."""
     text = value if isinstance(value, str) else None  # NaN / None cells: eval raises -> [1, 5]
     parsed: object = None
     ok = False

@@ -1,5 +1,4 @@
-"""MMVM's declaration (the family contract's domain half, tasks/__init__.py): its config, headline, results
-record (accuracy per method on the test items, CIs over items clustered by case) and regression watch."""
+"""MMVM's declaration (tasks/__init__.py): its config, headline, results record and regression watch."""
 
 from __future__ import annotations
 

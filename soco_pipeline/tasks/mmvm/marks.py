@@ -1,10 +1,5 @@
-"""The published visual prompts (CoLVA `chat_with_colva.py`): a cyan query contour in frame 1; in frame 2 a
-contour of a distinct colour around every candidate, labelled with its numeric ID (docs/mmvm.md, "Marks and
-question").
-
-Arrays here are RGB (the reference draws on OpenCV's BGR images): the query's BGR (255, 255, 0) is RGB (0,
-255, 255). The label font scale and thickness follow the reference, quirks included (one scale for every
-label; the last candidate's thickness)."""
+"""The published visual prompts (CoLVA `chat_with_colva.py`; docs/mmvm.md, "Marks and question"), in RGB (the
+reference draws on BGR), font scale and thickness quirks included."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""Accuracy of one model overall, per cue, per candidate count and with / without the query, each beside a
-random chooser's expected accuracy (mean of 1/(min(N, 25) + 1)) and a 95% Wilson interval. A case counts
-toward every cue its match_type lists, as often as listed (`report_acc_mmatch`); docs/mmvm.md, "Metrics"."""
+"""Accuracy of one model overall, per cue, per candidate count and with / without the query, beside chance
+and a 95% Wilson interval; a case counts toward every cue it lists (`report_acc_mmatch`; docs/mmvm.md)."""
 
 from __future__ import annotations
 
@@ -69,33 +68,18 @@ def _groups(rows: pd.DataFrame) -> pd.DataFrame:
 def accuracy_table(
     rows: pd.DataFrame, model: str, kind: str, split: str = "test", method: str = ""
 ) -> pd.DataFrame:
-    """METRIC_COLUMNS rows of one model from its per-item rows (columns correct, n_candidates, count_label,
-    match_type, query_absent, split, and optionally status/reason)."""
+    """METRIC_COLUMNS rows of one model from its per-item rows."""
     if "status" in rows and len(rows) and (rows["status"] == "not_applicable").all():
-        return pd.DataFrame(
-            [
-                {
-                    "model": model,
-                    "kind": kind,
-                    "method": method,
-                    "split": split,
-                    "breakdown": "overall",
-                    "key": "all",
-                    "n_items": 0,
-                    "accuracy": np.nan,
-                    "ci_low": np.nan,
-                    "ci_high": np.nan,
-                    "random_expected": np.nan,
-                    "status": "not_applicable",
-                    "reason": str(rows["reason"].iat[0]),
-                    "none_mode": "",
-                    "none_rule": "",
-                    "judge_decided": 0,
-                    "judge_failed": 0,
-                }
-            ],
-            columns=METRIC_COLUMNS,
-        )
+        row = dict.fromkeys(METRIC_COLUMNS, np.nan) | {"model": model, "kind": kind, "method": method}
+        row |= {
+            "split": split,
+            "breakdown": "overall",
+            "key": "all",
+            "n_items": 0,
+            "status": "not_applicable",
+        }
+        row |= {"reason": str(rows["reason"].iat[0]), "none_mode": "", "none_rule": ""}
+        return pd.DataFrame([row | {"judge_decided": 0, "judge_failed": 0}], columns=METRIC_COLUMNS)
     none_rule = str(rows["none_rule"].iat[0]) if "none_rule" in rows and len(rows) else LVLM_NONE_RULE
     none_mode = str(rows["none_mode"].iat[0]) if "none_mode" in rows and len(rows) else LVLM_NONE_MODE
     rows = rows[rows["split"] == split] if "split" in rows else rows
@@ -142,8 +126,7 @@ def method_metrics(rows: pd.DataFrame, kind: str, split: str = "test") -> pd.Dat
 
 
 def leaderboard(metrics: pd.DataFrame) -> pd.DataFrame:
-    """One row per (model, method): overall accuracy and chance, how many rows an LLM judge decided and failed
-    on, then per-query-presence, per-cue and per-count accuracy columns (test split)."""
+    """One row per (model, method): overall accuracy and chance, judge counts, then the breakdown columns."""
     if metrics.empty:
         return pd.DataFrame(columns=["model", "kind", "method", "status", "accuracy", "random_expected"])
     m = metrics[metrics["split"] == "test"]

@@ -1,9 +1,5 @@
-"""The published layouts, in and out: MMVMEvalKit / CoLVA `match_bench/` + `mllm_match_eval_full.tsv`, and
-VLMEvalKit's `MMVMBench.tsv` (no masks: LVLMs only). The files and the polygon-to-mask rule: docs/mmvm.md,
-"Official formats".
-
-Our export's JSON entries carry our object `label` and the item id in extra keys, which the reference ignores,
-so that an import restores the same items."""
+"""The published layouts, in and out: MMVMEvalKit / CoLVA `match_bench/` + its TSV, and VLMEvalKit's
+`MMVMBench.tsv` (docs/mmvm.md, "Official formats"); our extra JSON keys let an import restore our items."""
 
 from __future__ import annotations
 
@@ -20,6 +16,7 @@ import pandas as pd
 from PIL import Image
 
 from soco_pipeline.storage import join, read_bytes, write_bytes_atomic
+from soco_pipeline.synth.writer import png_bytes
 from soco_pipeline.tasks.mmvm.cues import parse_match_type
 from soco_pipeline.tasks.mmvm.prompt import LETTERS, QUESTION, option_map, options_of, read_labels
 
@@ -57,8 +54,7 @@ class MmvmFormatError(ValueError):
 
 
 def mask_to_polygons(mask: np.ndarray) -> list[list[int]]:
-    """COCO-style polygons [x0, y0, x1, y1, ...] of a mask: outer contours and hole contours (OpenCV, every
-    boundary pixel). A hole's polygon overlaps its outer one, so the reference's rule clears it on import."""
+    """COCO-style polygons of a mask: outer and hole contours (a hole's overlap clears it on import)."""
     contours, _ = cv2.findContours(mask.astype(np.uint8), cv2.RETR_CCOMP, cv2.CHAIN_APPROX_NONE)
     return [c.reshape(-1).astype(int).tolist() for c in contours if len(c) >= 3]
 
@@ -88,12 +84,6 @@ def polygons_to_mask(polygons, height: int, width: int, where: str = "") -> np.n
 # ---------------------------------------------------------------- export
 
 
-def _jpeg(img: np.ndarray) -> bytes:
-    buf = io.BytesIO()
-    Image.fromarray(img).save(buf, format="JPEG", quality=95)
-    return buf.getvalue()
-
-
 def _entry(mask: np.ndarray, oid: int, label: int, **extra) -> dict:
     h, w = mask.shape
     return {
@@ -109,8 +99,7 @@ def _entry(mask: np.ndarray, oid: int, label: int, **extra) -> dict:
 def export_match_bench(
     items: pd.DataFrame, cases: pd.DataFrame, objects: pd.DataFrame, images: pd.DataFrame, out_root: str
 ) -> pd.DataFrame:
-    """Write items as `match_bench/case_xxxxx/` folders plus mllm_match_eval_full.tsv under `out_root`;
-    returns the TSV table."""
+    """Write items as `match_bench/case_xxxxx/` folders plus the TSV under `out_root`; returns the TSV."""
     img = images.set_index("image_id")
     frames = cases.set_index("case_id")
     q = objects[(objects["frame"] == 0) & (objects["role"] == "query")].set_index("case_id")["label"]
@@ -157,9 +146,7 @@ def export_match_bench(
             }
         )
     table = pd.DataFrame(rows, columns=EVAL_COLUMNS)
-    buf = io.StringIO()
-    table.to_csv(buf, sep="\t", index=False)
-    write_bytes_atomic(join(out_root, TSV_NAME), buf.getvalue().encode())
+    write_bytes_atomic(join(out_root, TSV_NAME), table.to_csv(sep="\t", index=False).encode())
     return table
 
 
@@ -180,9 +167,7 @@ def export_vlmevalkit(items: pd.DataFrame, path: str) -> pd.DataFrame:
             "image": image,
         }
     )
-    buf = io.StringIO()
-    table.to_csv(buf, sep="\t", index=False)
-    write_bytes_atomic(str(path), buf.getvalue().encode())
+    write_bytes_atomic(str(path), table.to_csv(sep="\t", index=False).encode())
     return table
 
 
@@ -202,8 +187,7 @@ def _read_tsv(path: str, required: set[str]) -> pd.DataFrame:
 
 
 def refuse_duplicate_index(df: pd.DataFrame, path: str) -> None:
-    """Raise MmvmFormatError naming both rows (file lines) of the first `index` value that occurs twice: frames
-    and answers are keyed by it, so a repeat would silently re-point one item at another's images."""
+    """Refuse a repeated `index` (naming its file lines): frames and answers are keyed by it."""
     key = df["index"].astype(str).str.strip()
     dup = key.duplicated(keep=False).to_numpy()
     if dup.any():
@@ -217,8 +201,7 @@ def refuse_duplicate_index(df: pd.DataFrame, path: str) -> None:
 
 
 def check_image(data: bytes, where: str) -> tuple[int, int]:
-    """(width, height) of an encoded image, decoded in full; MmvmFormatError naming `where` when it is not
-    an image (base64 of text, random bytes, a truncated file)."""
+    """(width, height) of an encoded image, decoded in full; MmvmFormatError naming `where` if not one."""
     try:
         with Image.open(io.BytesIO(data)) as im:
             im.load()
@@ -237,12 +220,6 @@ def _letter(answer: str, where: str) -> str:
     return m.group(1)
 
 
-def _write_png(path: str, arr: np.ndarray) -> None:
-    buf = io.BytesIO()
-    Image.fromarray(arr).save(buf, format="PNG")
-    write_bytes_atomic(path, buf.getvalue())
-
-
 def _load_json(path: str, where: str) -> list:
     try:
         doc = json.loads(read_bytes(path))
@@ -259,8 +236,8 @@ def _load_json(path: str, where: str) -> list:
 
 
 def import_match_bench(root: str, work_root: str, tsv: str | None = None) -> dict[str, pd.DataFrame]:
-    """Read `match_bench/` and mllm_match_eval_full.tsv under `root` into cases/images/objects/items tables
-    (label maps under `work_root`); bad input raises MmvmFormatError naming the file and the TSV row."""
+    """Read `match_bench/` and its TSV under `root` into cases/images/objects/items (label maps under
+    `work_root`); bad input raises MmvmFormatError naming the file and the row."""
     tsv = tsv or join(root, TSV_NAME)
     df = _read_tsv(tsv, {"index", "question", "image_path", "answer", "match_type"})
     cases, images, objects, items = {}, [], [], []
@@ -325,7 +302,7 @@ def import_match_bench(root: str, work_root: str, tsv: str | None = None) -> dic
             frame_ids.append(image_id)
             if image_id not in {i["image_id"] for i in images}:
                 labels_uri = join(work_root, "labels", case_id, f"frame{f}.png")
-                _write_png(labels_uri, lab)
+                write_bytes_atomic(labels_uri, png_bytes(lab))
                 ori = join(root, folder, "FRAME00_ORI.jpg" if f == 0 else "FRAME01_ORI.jpg")
                 images.append(
                     {
@@ -404,9 +381,8 @@ def import_match_bench(root: str, work_root: str, tsv: str | None = None) -> dic
 
 
 def _image_lists(df: pd.DataFrame, path: str) -> tuple[pd.Series, list[str]]:
-    """Each row's image cell as a list of base64 strings, by VLMEvalKit's ImageBaseDataset rules: rows whose
-    image cell is empty are skipped (`skip_noimg`), and a cell of at most 64 characters names the row whose
-    images it shares. Returns the lists (kept rows) and the skipped rows, named."""
+    """Each kept row's image cell and the skipped rows, by VLMEvalKit's ImageBaseDataset rules: an empty cell
+    is skipped (`skip_noimg`); a cell of at most 64 characters names the row whose images it shares."""
     cell = df["image"].astype(str)
     empty = cell.str.strip() == ""
     skipped = [f"row {k + 2} (index {df['index'].iat[k]}): empty image cell" for k in np.flatnonzero(empty)]
@@ -428,10 +404,8 @@ def _image_lists(df: pd.DataFrame, path: str) -> tuple[pd.Series, list[str]]:
 
 
 def import_vlmevalkit(path: str, image_root: str, skipped: list[str] | None = None) -> pd.DataFrame:
-    """VLMEvalKit's MMVMBench.tsv as LVLM items (marked frames decoded under image_root; no masks), read as
-    VLMEvalKit reads it: empty image cells skipped (appended to `skipped`), an image cell naming another row's
-    index shares that row's images. A frame that is not an image, a repeated index or an answer outside the
-    options is an MmvmFormatError naming the row."""
+    """VLMEvalKit's MMVMBench.tsv as LVLM items (frames decoded under image_root; no masks), read as
+    VLMEvalKit reads it (skipped rows appended to `skipped`); bad rows raise MmvmFormatError."""
     df = _read_tsv(path, set(VLMEVALKIT_COLUMNS))
     images, skip = _image_lists(df, str(path))
     if skipped is not None:
@@ -451,11 +425,9 @@ def import_vlmevalkit(path: str, image_root: str, skipped: list[str] | None = No
             )
         for j, b in enumerate(data):
             check_image(b, f"{where}: frame {j + 1}")
-        uris = []
-        for j, b in enumerate(data):
-            u = join(image_root, f"{row['index']}_{j}.jpg")
+        uris = [join(image_root, f"{row['index']}_{j}.jpg") for j in range(len(data))]
+        for u, b in zip(uris, data, strict=True):
             write_bytes_atomic(u, b)
-            uris.append(u)
         options = options_of(row["question"])
         opts = option_map(options)
         if len(opts) < 2:
@@ -466,9 +438,9 @@ def import_vlmevalkit(path: str, image_root: str, skipped: list[str] | None = No
         answer = _letter(row["answer"], where)
         if answer not in opts:
             raise MmvmFormatError(f"{where}: answer {answer!r} is not one of the options {sorted(opts)}")
-        parsed = parse_match_type(row["match_type"])
         n = len(opts) - 1
         none_letter = LETTERS[n]
+        shown = [int(v) for k2, v in opts.items() if k2 != none_letter and v.isdigit()]
         rows.append(
             {
                 "item_id": f"vlmevalkit/{row['index']}",
@@ -477,13 +449,11 @@ def import_vlmevalkit(path: str, image_root: str, skipped: list[str] | None = No
                 "n_candidates": n,
                 "count_label": str(n),
                 "match_type": row["match_type"],
-                "match_type_fallback": parsed.fallback,
+                "match_type_fallback": parse_match_type(row["match_type"]).fallback,
                 "query_absent": answer == none_letter,
                 "labels": "[]",
                 "ids": "[]",
-                "shown_ids": json.dumps(
-                    [int(v) for k2, v in opts.items() if k2 != none_letter and v.isdigit()]
-                ),
+                "shown_ids": json.dumps(shown),
                 "options": options,
                 "question": row["question"],
                 "answer": answer,
@@ -498,13 +468,12 @@ def import_vlmevalkit(path: str, image_root: str, skipped: list[str] | None = No
 
 
 def read_prediction_workbook(path: str | Path) -> pd.DataFrame:
-    """A prediction workbook for MMVMBench (xlsx, or tsv/csv) as VLMEvalKit and MMVMEvalKit load it (pandas'
-    default missing values: an empty `prediction` cell is NaN, i.e. no prediction; other columns as text),
-    read by what its bytes are (sources/table_files.py: an error names the file and the fix). A repeated `index` is an MmvmFormatError naming both rows."""
+    """A prediction workbook for MMVMBench (xlsx, tsv or csv, read by its bytes) as VLMEvalKit loads it: an
+    empty `prediction` cell is NaN (no prediction), other columns text; a repeated `index` is refused."""
     from soco_pipeline.sources.table_files import read_table_file
 
     path = Path(path)
-    try:  # by what the bytes are: an xlsx named .tsv, UTF-16 text; other encodings than UTF-8 are refused
+    try:
         df = read_table_file(path, dtype=str)
     except FileNotFoundError:
         raise MmvmFormatError(f"{path}: file not found") from None

@@ -1,6 +1,5 @@
 """The published question and options (CoLVA `chat_with_colva.py`, MMVMEvalKit) and the items built from
-generated cases: one item per (case, candidate count) with its marked frames; the options as the reference
-builds them (docs/mmvm.md, "Marks and question")."""
+generated cases, one per (case, candidate count) with its marked frames."""
 
 from __future__ import annotations
 
@@ -14,6 +13,7 @@ import pandas as pd
 from PIL import Image
 
 from soco_pipeline.storage import join, read_bytes, write_bytes_atomic
+from soco_pipeline.synth.writer import jpeg_bytes
 from soco_pipeline.tasks.mmvm.config import MAX_CANDIDATES, MmvmConfig
 from soco_pipeline.tasks.mmvm.generator import case_rng
 from soco_pipeline.tasks.mmvm.marks import draw_candidates, draw_query
@@ -63,8 +63,7 @@ ITEM_COLUMNS = [
 
 
 def build_options(ids: list[int]) -> tuple[list[int], str, str]:
-    """(shown IDs ascending, the options text, the None letter) of an ID permutation, as the reference builds
-    them: at most 25 lettered IDs, each line `<letter>. <id>`, then `<letter>. None of the above ...`."""
+    """(shown IDs ascending, options text, None letter) of an ID permutation, as the reference builds them."""
     valid = min(len(ids), MAX_CANDIDATES)
     shown = sorted(int(i) for i in list(ids)[:valid])
     letters = LETTERS[: valid + 1]
@@ -116,12 +115,6 @@ def read_rgb(uri: str) -> np.ndarray:
         return np.asarray(im.convert("RGB"))
 
 
-def _jpeg(img: np.ndarray) -> bytes:
-    buf = io.BytesIO()
-    Image.fromarray(img).save(buf, format="JPEG", quality=95)
-    return buf.getvalue()
-
-
 def build_items(
     cases: pd.DataFrame, objects: pd.DataFrame, images: pd.DataFrame, cfg: MmvmConfig, root: str
 ) -> pd.DataFrame:
@@ -135,7 +128,7 @@ def build_items(
         lab0, lab1 = read_labels(f0["labels_uri"]), read_labels(f1["labels_uri"])
         query = objs[(objs["frame"] == 0) & (objs["role"] == "query")]["label"].iat[0]
         marked0 = join(root, case.case_id, "frame0_marked.jpg")
-        write_bytes_atomic(marked0, _jpeg(draw_query(read_rgb(f0["uri"]), lab0 == query)))
+        write_bytes_atomic(marked0, jpeg_bytes(draw_query(read_rgb(f0["uri"]), lab0 == query), 95))
         rgb1 = read_rgb(f1["uri"])
         cands = objs[(objs["frame"] == 1) & objs["candidate"]].sort_values("label")
         match = cands[cands["role"] == "match"]["label"].tolist()
@@ -147,7 +140,7 @@ def build_items(
             marked, _ = draw_candidates(rgb1, [lab1 == lb for lb in pick], ids)
             item_id = f"{case.case_id}/{count_label}"
             marked1 = join(root, case.case_id, f"frame1_marked_{count_label}.jpg")
-            write_bytes_atomic(marked1, _jpeg(marked))
+            write_bytes_atomic(marked1, jpeg_bytes(marked, 95))
             shown, options, none_letter = build_options(ids)
             if match:
                 answer_id = ids[pick.index(match[0])]

@@ -117,8 +117,7 @@ class MetricSchema(pa.DataFrameModel):
 
 
 class LeaderboardSchema(pa.DataFrameModel):
-    """`mmvm_leaderboard`: one row per (model, method), overall accuracy beside chance (0-100), then the
-    breakdown columns; a not-applicable backbone has no accuracy."""
+    """`mmvm_leaderboard`: one row per (model, method), accuracy beside chance (0-100), then the breakdown."""
 
     data_source: Series[str] = pa.Field(nullable=True)
     model: Series[str]
@@ -138,8 +137,7 @@ class LeaderboardSchema(pa.DataFrameModel):
 
 
 class FeatureSchema(pa.DataFrameModel):
-    """`mmvm_features`: the shared feature cache's manifest of one backbone's unmarked frames (empty for a
-    backbone the family cannot score)."""
+    """`mmvm_features`: the feature cache's manifest of one backbone's unmarked frames."""
 
     backbone: Series[str]
     image_id: Series[str] = pa.Field(unique=True)

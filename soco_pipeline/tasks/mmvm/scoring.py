@@ -1,9 +1,5 @@
-"""Feature backbones on MMVM items: mask-pooled object descriptors, cosine argmax, a fitted None threshold.
-
-An object's descriptor is the coverage-weighted mean of the L2-normalised dense-map cells under its mask (the
-cell under its centroid when it covers none), L2-normalised. A backbone answers None when the best cosine is
-below the item set's `NoneRule` (fitted, carried, fixed, never: docs/mmvm.md, "Feature backbones"); the
-predictions keep both the forced (argmax) answer and the thresholded one."""
+"""Feature backbones on MMVM items: mask-pooled object descriptors, cosine argmax and a None threshold by the
+item set's `NoneRule` (docs/mmvm.md, "Feature backbones")."""
 
 from __future__ import annotations
 
@@ -80,9 +76,7 @@ def pooled_descriptors(
 def oracle_descriptors(
     objects: pd.DataFrame, seed: int = 0, noise: float = 0.01
 ) -> dict[tuple[str, int], np.ndarray]:
-    """The instance-identity oracle: a one-hot of each object's identity plus small seeded noise.
-
-    The query and its true match share an identity, every other object has its own: it scores 100."""
+    """The instance-identity oracle: a one-hot of each object's identity plus small seeded noise."""
     codes, uniq = pd.factorize(objects["identity"])
     rng = np.random.default_rng(seed)
     vec = np.eye(len(uniq), dtype=np.float32)[codes] + noise * rng.standard_normal((len(codes), len(uniq)))
@@ -132,13 +126,9 @@ def fit_threshold(best: np.ndarray, forced_right: np.ndarray, is_none: np.ndarra
     return float((b[i - 1] + b[i]) / 2)
 
 
-NONE_MODES = ("fitted", "carried", "fixed", "never")
-
-
 @dataclass(frozen=True)
 class NoneRule:
-    """How one prediction set answers "None of the above": None iff the best cosine < `threshold`
-    (-inf: never); `mode` is one of NONE_MODES and `source` says where the threshold came from."""
+    """How a prediction set answers None: iff the best cosine < `threshold` (`source`: where it came from)."""
 
     mode: str
     threshold: float
@@ -154,8 +144,7 @@ class NoneRule:
 def resolve_none_rule(
     items: pd.DataFrame, forced: np.ndarray, best: np.ndarray, config=None, carried: NoneRule | None = None
 ) -> NoneRule:
-    """The NoneRule of an item set: the config's fixed or never rule; else (mode fitted, the default) the
-    threshold fitted on the items' training split, or, with none, the `carried` rule, or else never."""
+    """The NoneRule of an item set: the config's fixed or never rule, else fitted, carried, or never."""
     mode = getattr(config, "mode", "fitted")
     if mode == "fixed":
         return NoneRule("fixed", float(config.threshold), "fixed in the config: none_rule.threshold")
@@ -188,8 +177,7 @@ def resolve_none_rule(
 
 
 def carried_rule(reference_predictions: pd.DataFrame, method: str) -> NoneRule | None:
-    """The fitted rule of one method in predictions on generated data, to carry to an item set without a
-    training split (None when those predictions hold no fitted rule for the method)."""
+    """The fitted rule of one method in predictions on generated data (to carry), or None."""
     rows = reference_predictions[
         (reference_predictions["method"] == method) & (reference_predictions["none_mode"] == "fitted")
     ]
@@ -214,8 +202,7 @@ def predict_items(
     none_rule=None,
     carried: NoneRule | None = None,
 ) -> pd.DataFrame:
-    """Predictions (PREDICTION_COLUMNS) of one descriptor source on every item; None by the item set's
-    NoneRule (`none_rule` = the config's NoneRuleConfig; `carried` = a rule from generated data)."""
+    """Predictions (PREDICTION_COLUMNS) of one descriptor source on every item (None by its NoneRule)."""
     sims = item_similarities(items, cases, objects, descriptors)
     forced, best = forced_answers(items, sims)
     answer = items["answer"].to_numpy()
@@ -243,14 +230,6 @@ def not_applicable(items: pd.DataFrame, model: str, reason: str) -> pd.DataFrame
     out = items[ITEM_KEYS].copy()
     out.insert(0, "model", model)
     out.insert(1, "method", "zero_shot")
-    out["forced_letter"] = ""
-    out["predicted"] = ""
-    out["max_similarity"] = np.nan
-    out["threshold"] = np.nan
-    out["correct"] = False
-    out["correct_forced"] = False
-    out["none_mode"] = ""
-    out["none_rule"] = ""
-    out["status"] = NOT_APPLICABLE
-    out["reason"] = reason
+    out = out.assign(forced_letter="", predicted="", max_similarity=np.nan, threshold=np.nan, correct=False)
+    out = out.assign(correct_forced=False, none_mode="", none_rule="", status=NOT_APPLICABLE, reason=reason)
     return out[PREDICTION_COLUMNS]

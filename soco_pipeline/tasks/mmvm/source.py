@@ -1,9 +1,5 @@
-"""The family's items from its configured source (`source:` in assets/mmvm.yaml): generated, or an official
-layout read as released (docs/mmvm.md, "Source").
-
-An import is the test split; the generated (SIMULATED) training split is made beside it for the None threshold
-and the contrastive head (`none_mode = carried`). Only VLMEvalKit's `skip_noimg` rows are skipped, each logged
-and written to `<work_root>/skipped_rows.txt`; any other bad row is an MmvmFormatError naming it."""
+"""The family's items from its configured source (docs/mmvm.md, "Source"): generated, or an official layout as
+the test split beside a generated training split; skipped rows go to `<work_root>/skipped_rows.txt`."""
 
 from __future__ import annotations
 
@@ -60,8 +56,7 @@ def _imported(cfg: MmvmConfig, work_root: str, log: Callable[[str], None]) -> di
 def load_scenes(
     cfg: MmvmConfig, work_root: str, log: Callable[[str], None] = lambda _m: None
 ) -> dict[str, pd.DataFrame]:
-    """{"cases", "images", "objects"} of the configured source under `work_root`: every generated case, or
-    the imported cases (test) after the generated training cases (train)."""
+    """{"cases", "images", "objects"} of the configured source (an import is the test split, beside train)."""
     if cfg.source.kind == "generated":
         return generate(cfg, work_root)
     imported = _imported(cfg, work_root, log)
@@ -81,8 +76,7 @@ def source_items(
     work_root: str,
     log: Callable[[str], None] = lambda _m: None,
 ) -> pd.DataFrame:
-    """The items of the configured source: built from generated cases (marks drawn under `marked_root`), or
-    the imported items (marked frames as released) after the generated training items."""
+    """The items of the configured source: built from generated cases, imported items first."""
     generated = cases["data_source"].astype(str).str.startswith("simulated").to_numpy()
     built = build_items(cases[generated], objects, images, cfg, marked_root)
     if cfg.source.kind == "generated":

@@ -1,7 +1,4 @@
-"""`soco score-workbook mmvm FILE`: a prediction workbook made elsewhere (VLMEvalKit's MMVMBench or
-MMVMEvalKit's MMatch `*.xlsx`/`.tsv`/`.csv` with a `prediction` column) scored by the family's own extraction
-and metrics: MMVMEvalKit's exact matching, optionally its matcher or VLMEvalKit's yes/no judge, then accuracy
-overall, per cue, per candidate count and per query presence beside chance."""
+"""`soco score-workbook mmvm FILE`: a prediction workbook scored by the family's extraction and metrics."""
 
 from __future__ import annotations
 
@@ -27,8 +24,7 @@ class WorkbookScore:
 def score_workbook(
     path: str | Path, judge_mode: str = "off", judge_spec: str | None = None, cache_root: str | None = None
 ) -> WorkbookScore:
-    """Score one MMVM prediction workbook; `judge_mode` matcher | yes_no needs `judge_spec` (an LVLM spec
-    file, any OpenAI-compatible server), whose replies are cached under `cache_root` when given."""
+    """Score one MMVM prediction workbook, with a judge (`judge_mode`, `judge_spec`) if asked."""
     judge = None
     if judge_mode != "off":
         if not judge_spec:

@@ -1,6 +1,5 @@
-"""The 2AFC out-of-distribution set: a reference and two outputs of real image operations (editing,
-compositing, novel_view, distortion: ours, standing in for the paper's sources), with simulated votes on
-`afc.aspects` (never "overall"); ties and >= 3 "cannot tell" removed (published)."""
+"""The 2AFC out-of-distribution set: a reference and two outputs of real image operations (ours, standing in
+for the paper's sources) with simulated votes; ties and >= 3 "cannot tell" removed (published)."""
 
 from __future__ import annotations
 
@@ -39,9 +38,8 @@ def _operation(source: str, ref: dict, rng: np.random.Generator, cfg: TpipsConfi
         return op, {**ref, "transfer": float(rng.uniform(0.3, 1.0))}
     if source == "compositing":
         op = ["composite", "rescale"][int(rng.integers(2))]
-        return op, perturb(
-            ref, "background" if op == "composite" else "size", float(rng.uniform(0.2, 1.0)), rng, cfg
-        )
+        aspect = "background" if op == "composite" else "size"
+        return op, perturb(ref, aspect, float(rng.uniform(0.2, 1.0)), rng, cfg)
     if source == "novel_view":
         return "new_view", perturb(ref, "pose", float(rng.uniform(0.05, 0.6)), rng, cfg)
     if source == "distortion":
@@ -63,12 +61,8 @@ def generate_afc(
         source = cfg.afc.sources[t % len(cfg.afc.sources)]
         ref = base_values(rng, cfg)
         ref["count"] = 1
-        ops = []
-        recs = [ref]
-        for _ in range(2):
-            op, rec = _operation(source, ref, rng, cfg)
-            ops.append(op)
-            recs.append(rec)
+        ops, outs = zip(*(_operation(source, ref, rng, cfg) for _ in range(2)), strict=True)
+        recs = [ref, *outs]
         ids = [f"{IMAGE_PREFIX}afc/s{seed}/a{t:05d}_{s}" for s in ("ref", "x0", "x1")]
         for image_id, rec in zip(ids, recs, strict=True):
             rows.append({"image_id": image_id, **rec})

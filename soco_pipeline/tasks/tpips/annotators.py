@@ -1,8 +1,5 @@
-"""Simulated annotators: a noisy-observer model of odd-one-out and 2AFC judgements (NOT human judgements).
-
-A Luce choice softmax(-d_k / temperature) over the options' distances with a "cannot tell" chance
-exp(-gap / cannot_tell_margin); `vote_mode` expected (default, deterministic) or sampled; the published
-pruning and normalisation; seeded per item (docs/tpips.md, "Data")."""
+"""Simulated annotators (NOT human judgements): a Luce choice softmax(-d_k / temperature) with a "cannot tell"
+chance exp(-gap / cannot_tell_margin), seeded per item (docs/tpips.md, "Data")."""
 
 from __future__ import annotations
 
@@ -46,9 +43,7 @@ def expected_votes(distances: np.ndarray, obs: ObserverConfig) -> tuple[np.ndarr
 def observe(
     distances: np.ndarray, ids: list[str], aspect: str, obs: ObserverConfig, seed: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Votes (N, K) and cannot-tell counts (N,) of `n_annotators` simulated observers given `distances` (N,
-    K): the odd-one-out pair distances excluding option k (K = 3), or 2AFC distances to the reference (K = 2).
-    """
+    """Votes (N, K) and cannot-tell counts (N,) of simulated observers given `distances` (N, K)."""
     if obs.vote_mode == "expected":
         return expected_votes(distances, obs)
     n, k = distances.shape
@@ -59,9 +54,7 @@ def observe(
         noisy = distances[i][None, :] + rng.normal(0, obs.noise_sd, (obs.n_annotators, k))
         srt = np.sort(noisy, axis=1)
         unsure = (srt[:, 1] - srt[:, 0]) < obs.cannot_tell_margin
-        logits = -noisy / obs.temperature
-        p = np.exp(logits - logits.max(1, keepdims=True))
-        p /= p.sum(1, keepdims=True)
+        p = _softmax(-noisy / obs.temperature)
         u = rng.random(obs.n_annotators)[:, None]
         pick = (u > np.cumsum(p, 1)).sum(1).clip(0, k - 1)
         votes[i] = np.bincount(pick[~unsure], minlength=k)
@@ -72,8 +65,7 @@ def observe(
 def normalise(
     votes: np.ndarray, cannot_tell: np.ndarray, prune_cannot_tell: int = 3, drop_ties: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(keep mask (N,), y (N, K)): rows with >= prune_cannot_tell "cannot tell" (or no vote) removed, votes /
-    sum; drop_ties also removes rows whose top vote count is shared (the 2AFC rule)."""
+    """(keep mask, y = votes / sum): >= prune_cannot_tell "cannot tell" or no vote dropped (2AFC: ties)."""
     votes = np.asarray(votes, float)
     total = votes.sum(1)
     keep = (np.asarray(cannot_tell) < prune_cannot_tell) & (total > 0)
@@ -82,9 +74,3 @@ def normalise(
         keep &= (votes == top).sum(1) == 1
     y = np.divide(votes, total[:, None], out=np.zeros_like(votes), where=total[:, None] > 0)
     return keep, y
-
-
-def consensus(y: np.ndarray) -> np.ndarray:
-    """The paper's "human consensus" per row: Σ_k y_k², the agreement of a random rater with another (the tables
-    call it `rater_agreement`; it is not a ceiling, see scoring.py)."""
-    return (np.asarray(y, float) ** 2).sum(1)

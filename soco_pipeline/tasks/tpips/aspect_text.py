@@ -1,7 +1,5 @@
 """Aspect strings -> what the learned metrics condition on: ids into a learned embedding over a closed
-vocabulary (`AspectVocab`), or rows of a frozen table of text-encoder embeddings (`AspectText`), which also
-embeds unseen aspect texts. Both expose `aspects`, `vectors` and `encode(aspects) -> ids`; an empty aspect is
-refused."""
+vocabulary (`AspectVocab`) or a frozen table of text-encoder embeddings (`AspectText`); both `encode`."""
 
 from __future__ import annotations
 
@@ -51,8 +49,7 @@ class TextEmbedder(Protocol):
 
 
 class AspectText:
-    """Aspect strings -> rows of a frozen table of text embeddings; an aspect text not yet in the table is
-    embedded on first use and appended, so a trained metric answers any aspect text."""
+    """Aspect strings -> rows of a frozen table of text embeddings, a new text embedded on first use."""
 
     def __init__(self, encoder: TextEmbedder, aspects: list[str]):
         self.encoder = encoder

@@ -1,7 +1,5 @@
-"""The aspect vocabulary, the per-image aspect values a render records, and per-aspect perceptual distances.
-
-Every distance is in [0, 1] and vectorised over aligned rows of two value tables (our scales: docs/tpips.md,
-"Data")."""
+"""The aspect vocabulary, the per-image aspect values a render records, and per-aspect perceptual distances
+in [0, 1] (our scales: docs/tpips.md, "Data")."""
 
 from __future__ import annotations
 

@@ -1,11 +1,9 @@
-"""Aspect-agnostic baselines and an aspect-distance oracle, as pair similarities over image positions.
-
-Every method is `sim(a, b, aspects) -> (M,)` (higher = more similar); `ooo_scores` gives column k = the pair
-that excludes image k, `afc_scores` each output's similarity to the reference. The methods: docs/tpips.md,
-"Models"."""
+"""Aspect-agnostic baselines and an aspect-distance oracle as pair similarities `sim(a, b, aspects) -> (M,)`,
+higher = more similar (docs/tpips.md, "Models")."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import numpy as np
@@ -21,11 +19,10 @@ SimFn = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 def _positions(frame: pd.DataFrame, columns: list[str], ids: list[str], what: str) -> np.ndarray:
     pos = {k: i for i, k in enumerate(ids)}
     try:
-        return np.array([[pos[r] for r in row] for row in frame[columns].to_numpy()], np.int64).reshape(
-            -1, len(columns)
-        )
+        rows = [[pos[r] for r in row] for row in frame[columns].to_numpy()]
     except KeyError as e:
         raise KeyError(f"{what} image {e.args[0]!r} is missing from the image table") from None
+    return np.array(rows, np.int64).reshape(-1, len(columns))
 
 
 def ooo_positions(ooo: pd.DataFrame, ids: list[str]) -> np.ndarray:
@@ -73,15 +70,8 @@ def ssim_sim(pixels: np.ndarray) -> SimFn:
     """scikit-image SSIM of each pair (colour, data range 255)."""
     from skimage.metrics import structural_similarity
 
-    def sim(a, b, c):
-        return np.array(
-            [
-                structural_similarity(pixels[i], pixels[j], channel_axis=-1, data_range=255)
-                for i, j in zip(a, b, strict=True)
-            ]
-        )
-
-    return sim
+    ssim = functools.partial(structural_similarity, channel_axis=-1, data_range=255)
+    return lambda a, b, c: np.array([ssim(pixels[i], pixels[j]) for i, j in zip(a, b, strict=True)])
 
 
 def lpips_style_sim(feats: TpipsFeatures) -> SimFn:

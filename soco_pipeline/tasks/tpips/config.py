@@ -1,7 +1,5 @@
-"""The typed TPIPS config (assets/tpips.yaml): the data source, scene ranges, triplet sampling, observer,
-features, training. Every rule is a field constraint or validator, so a bad file is refused when loaded:
-`TpipsConfigError` (a ValueError) names the file, each bad field and the fix (docs/tpips.md, "Config errors").
-"""
+"""The typed TPIPS config (assets/tpips.yaml); a bad file is refused when loaded with `TpipsConfigError`
+naming the file, each bad field and the fix (docs/tpips.md, "Config errors")."""
 
 from __future__ import annotations
 
@@ -35,9 +33,7 @@ class TpipsConfigError(ValueError):
 
 
 class SourceConfig(ConfigModel):
-    """Where the items come from: `generated` (the embedded renderer and simulated observers) or `official`: a
-    released odd-one-out JSONL file, or a folder holding ooo.jsonl (in the released format or our layout) and
-    optionally afc.jsonl, with the images they name (docs/tpips.md, "Real data")."""
+    """Where the items come from: `generated` or `official` (docs/tpips.md, "Real data")."""
 
     kind: Literal["generated", "official"] = "generated"
     # official: the .jsonl file, or the folder holding ooo.jsonl (and afc.jsonl); relative to the config's folder
@@ -127,8 +123,7 @@ class ObserverConfig(ConfigModel):
 
 
 class AfcConfig(ConfigModel):
-    """The 2AFC set: sources, degradation strengths, aspects asked per source (the paper's 2AFC has no
-    "overall" aspect: every comparison names one)."""
+    """The 2AFC set: sources, degradation strengths, aspects asked per source (never "overall")."""
 
     n: Annotated[int, Field(ge=0)]
     sources: Annotated[list[str], Field(min_length=1)]
@@ -195,9 +190,7 @@ def _fields_of(template: str) -> set[str]:
 
 
 class LvlmPrompts(ConfigModel):
-    """Prompt text of the LVLM baselines. Each prompt has one `{clause}`: `clause` with the aspect filled in
-    ("in terms of colour"), or `overall_clause` for the overall aspect (published: "in terms of <c>" becomes
-    "overall", so no prompt reads "in terms of overall")."""
+    """Prompt text of the LVLM baselines, each with one `{clause}` (`overall_clause` for overall)."""
 
     scale_max: PositiveInt
     clause: str = "in terms of {aspect}"
@@ -285,10 +278,7 @@ class TpipsConfig(ConfigModel):
 
 
 def parse_config(doc: object, source: str = "<TPIPS config>", base: Path | None = None) -> TpipsConfig:
-    """Validate a parsed TPIPS config document; every bad field is named with `source` and the fix.
-
-    An official source's path (a .jsonl file, or a folder holding ooo.jsonl) and image_root are resolved against
-    `base` (the config file's folder) and must exist."""
+    """Validate a parsed TPIPS config document; an official source's paths resolve against `base`."""
     cfg = validate_doc(TpipsConfig, doc, source, TpipsConfigError, allowed=TpipsConfig.model_fields)
     if cfg.source.kind == "official":
 

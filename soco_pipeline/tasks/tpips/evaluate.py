@@ -72,8 +72,7 @@ def score_rows(
 
 
 def ooo_outcomes(model: str, method: str, ooo: pd.DataFrame, ooo_pred: np.ndarray) -> pd.DataFrame:
-    """One method's outcome on every OOO row (OUTCOME_COLUMNS): its agreement, the vote share of the image it
-    picks (0-1, `scoring.agreement`); their mean x 100 is the method's `agreement` in the score table."""
+    """One method's outcome on every OOO row (OUTCOME_COLUMNS): the vote share (0-1) of the image it picks."""
     y = ooo[["y_0", "y_1", "y_2"]].to_numpy(float)
     return pd.DataFrame(
         {
@@ -101,8 +100,7 @@ def evaluate_sim_outcomes(
     split: str = "test",
     note: str = "",
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Score a similarity on the OOO `split` rows and on every 2AFC row: (its score rows, its outcome on each
-    OOO `split` row)."""
+    """(score rows, OOO outcomes) of a similarity on the OOO `split` rows and every 2AFC row."""
     m = (ooo.split == split).to_numpy()
     rows = ooo[m]
     pred = ooo_scores(sim, ooo_pos[m], rows.aspect.to_numpy()) if m.any() else np.zeros((0, 3))
@@ -123,21 +121,12 @@ def evaluate_constant(
     """Score the chooser that always picks the option at `position` (OOO: image k is the odd one; 2AFC: x_k)."""
     rows = ooo[(ooo.split == split).to_numpy()]
     apred = constant_choice(len(afc), 2, position) if afc is not None and len(afc) else None
-    return score_rows(
-        model,
-        "constant",
-        False,
-        rows,
-        constant_choice(len(rows), 3, position),
-        afc if apred is not None else None,
-        apred,
-        note=f"always option {position + 1}",
-    )
+    pred, note = constant_choice(len(rows), 3, position), f"always option {position + 1}"
+    return score_rows(model, "constant", False, rows, pred, afc if apred is not None else None, apred, note)
 
 
 def pixel_baselines(images: pd.DataFrame, ooo: pd.DataFrame, afc: pd.DataFrame, cfg) -> pd.DataFrame:
-    """Score rows of the pixel baselines: random (chance), constant (always the first option), L2, SSIM, and, when
-    the image table records every aspect value (generated data), the aspect-distance oracle."""
+    """Score rows of the pixel baselines (random, constant, L2, SSIM) and, with aspect values, the oracle."""
     from . import baselines as b
     from .aspects import VALUE_COLUMNS
     from .images import load_pixels
@@ -164,23 +153,7 @@ def no_outcomes() -> pd.DataFrame:
 
 def not_applicable_rows(model: str, reason: str, judgements: str = JUDGEMENTS) -> pd.DataFrame:
     """One row saying a model does not apply (NaN scores, the reason in `note`)."""
-    return pd.DataFrame(
-        [
-            {
-                "model": model,
-                "method": "n/a",
-                "conditioned": False,
-                "eval": "ooo",
-                "aspect": "all",
-                "n": 0,
-                "agreement": np.nan,
-                "agreement_err": np.nan,
-                "rater_agreement": np.nan,
-                "rater_agreement_err": np.nan,
-                "ceiling": np.nan,
-                "judgements": judgements,
-                "note": f"not applicable: {reason}",
-            }
-        ],
-        columns=SCORE_COLUMNS,
-    )
+    row = dict.fromkeys(SCORE_COLUMNS, np.nan) | {"model": model, "method": "n/a", "conditioned": False}
+    row |= {"eval": "ooo", "aspect": "all", "n": 0, "judgements": judgements}
+    row["note"] = f"not applicable: {reason}"
+    return pd.DataFrame([row], columns=SCORE_COLUMNS)

@@ -1,7 +1,5 @@
-"""Write the family's tables as a TPIPS release folder (`soco export-family tpips OUT --format release`):
-`ooo.jsonl` in the released format (release.py), `afc.jsonl` in our 2AFC layout (formats.py) and every image
-they name. Read back with `source: {kind: official, path: OUT}` the tables are the ones written, image ids
-included (the extra field `image_ids`, since the paths written are not always the ids)."""
+"""`soco export-family tpips OUT --format release`: the OOO and 2AFC files and their images, read back as
+`source: {kind: official, path: OUT}` into the same tables."""
 
 from __future__ import annotations
 
@@ -19,8 +17,7 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".tif", ".tiff", ".g
 
 
 def release_path(image_id: str, n: int) -> str:
-    """Where image `image_id` (the n-th written) goes under the release folder: a relative id as it is (".png"
-    added when it has no image suffix: the generator's ids have none), an absolute path or URL under `external/`."""
+    """Where image `image_id` (the n-th written) goes in the release folder (absolute: under external/)."""
     suffix = PurePosixPath(image_id).suffix.lower()
     if "://" in image_id or image_id.startswith("/") or ".." in PurePosixPath(image_id).parts:
         return f"external/{n:06d}{suffix if suffix in IMAGE_SUFFIXES else '.png'}"
@@ -30,9 +27,7 @@ def release_path(image_id: str, n: int) -> str:
 def export_release(
     ooo: pd.DataFrame, afc: pd.DataFrame, images: pd.DataFrame, out: str, overwrite: bool = False
 ) -> dict:
-    """Write `ooo` (OOO_COLUMNS), `afc` (AFC_COLUMNS) and the images they name (`images`: image_id, uri) as a
-    release folder at `out`; returns what was written. Refuses a folder that holds an ooo.jsonl unless
-    `overwrite`."""
+    """Write `ooo`, `afc` and their images as a release folder at `out`; returns what was written."""
     target = storage.join(out, OOO_FILE)
     if storage.exists(target) and not overwrite:
         raise FileExistsError(f"{target} exists; pass --force to replace the release folder's files")

@@ -1,5 +1,4 @@
-"""TPIPS's declaration (the family contract's domain half, tasks/__init__.py): its config, headline, results
-record (agreement per method on the OOO test split and each 2AFC source) and regression watch."""
+"""TPIPS's declaration (tasks/__init__.py): its config, headline, results record and regression watch."""
 
 from __future__ import annotations
 
@@ -31,8 +30,7 @@ PAIRED = PairedOn(
 
 
 def record_parts(model: str, kind: str, t: dict[str, pd.DataFrame], n_boot: int) -> dict[str, Any]:
-    """TPIPS: agreement per method on the OOO test split and each 2AFC source (stored aggregates, their
-    2 SE as the interval); hashes of the OOO (triplet, aspect) rows and 2AFC items."""
+    """TPIPS: agreement per method on the OOO test split and each 2AFC source (stored aggregates, 2 SE)."""
     names = TABLES.backbone if kind == "backbone" else TABLES.lvlm
     s = pd.concat([t[n] for n in names if n in t], ignore_index=True)
     s = s[(s["method"] != "n/a") & (s["aspect"] == "all")]

@@ -1,8 +1,5 @@
-"""TPIPS features through the shared cache: derived specs (input size, extra layers), token and global arrays.
-
-Each backbone is extracted at the config's `input_size` and, for mid fusion, at each of `features.layers`,
-each a derived spec with its own folder in the same cache; a kind lacking a capability in NEEDS (the SOCO
-oracles) is `not_applicable` (docs/tpips.md, "Models")."""
+"""TPIPS features through the shared cache: derived specs (input size, extra layers), token and global arrays;
+a kind lacking a capability in NEEDS is `not_applicable` (docs/tpips.md, "Models")."""
 
 from __future__ import annotations
 
@@ -86,8 +83,7 @@ def load_tpips_features(
 
 
 def features_from_manifest(manifest: pd.DataFrame, image_ids: list[str], cache_root: str) -> TpipsFeatures:
-    """The TPIPS features listed by a `tpips_features` table (the manifests of every layer, with `layer`;
-    layer 0 is the main one): what the Dagster layer hands the scoring assets, no spec re-derived."""
+    """The TPIPS features listed by a `tpips_features` table (layer 0 the main one), no spec re-derived."""
     stores = [
         FeatureStore.from_manifest(cache_root, m.drop(columns="layer"))
         for _, m in sorted(manifest.groupby("layer", sort=True), key=lambda kv: int(kv[0]))
@@ -96,8 +92,7 @@ def features_from_manifest(manifest: pd.DataFrame, image_ids: list[str], cache_r
 
 
 def features_from_stores(stores: list[FeatureStore], image_ids: list[str]) -> TpipsFeatures:
-    """Read the cached layer maps as token arrays; the global embedding is the class token (ViTs) or the mean
-    token of the main layer (the first store), L2-normalised."""
+    """The cached layer maps as tokens; the global embedding: the main layer's class token or mean token."""
     layers, glob = [], None
     for k, store in enumerate(stores):
         maps = np.stack([m for m, _ in store.get_many(image_ids)])  # N, C, h, w

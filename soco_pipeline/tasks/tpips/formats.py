@@ -1,9 +1,5 @@
-"""JSONL import/export of the odd-one-out and 2AFC sets in our layout (docs/tpips.md, "Formats": the fields
-and every refusal).
-
-One line is one (item, aspect); image paths are the image ids unless a 2AFC line carries `image_ids`. The
-published pruning (>= 3 "cannot tell"; 2AFC ties) is applied on read and counted, with the lines it removed
-named."""
+"""JSONL import/export of the odd-one-out and 2AFC sets in our layout (docs/tpips.md, "Formats"): one line per
+(item, aspect); the published pruning is applied on read and counted, the removed lines named."""
 
 from __future__ import annotations
 
@@ -20,6 +16,7 @@ from .annotators import normalise
 from .ooo import OOO_COLUMNS
 
 SPLITS = ("train", "val", "test")
+OOO_FIELDS = ("triplet_id", "images", "aspect", "votes", "cannot_tell", "split")
 NAMED_MAX = 20  # pruned lines named in a summary (all are counted)
 
 
@@ -28,8 +25,7 @@ class TpipsFormatError(ValueError):
 
 
 def jsonl_records(path: str) -> list[tuple[int, dict]]:
-    """(line number, object) of every non-blank line of a JSONL file; a line that is not a JSON object is
-    refused with the file and line."""
+    """(line number, object) of every non-blank line of a JSONL file, refusing a line that is no object."""
     out = []
     try:
         text = storage.read_bytes(path).decode()
@@ -67,9 +63,7 @@ def resolve(path: str, base: str | None) -> str:
 def line_image_ids(
     path: str, no: int, rec: dict, keys: tuple[str, ...], paths: list, named: dict[str, tuple[str, int]]
 ) -> list[str]:
-    """The ids of a line's images (`paths`, under `keys`): our export's extra field `image_ids` ({key: id}) when
-    the line has it, else the paths as written. One id names one path across the file: `named` (id -> (path,
-    first line)) collects them, a clash is refused naming the file, both lines and the fix."""
+    """The ids of a line's images (`image_ids`, else the paths); `named` refuses an id naming two paths."""
     where = f"{path}:{no}"
     for p in paths:
         if not _text(p):
@@ -97,14 +91,7 @@ def _folder(path: str) -> str:
     return path.rsplit("/", 1)[0] if "/" in path else "."
 
 
-def _check_record(
-    where: str,
-    rec: dict,
-    fields: tuple[str, ...],
-    n_votes: int,
-    n_annotators: int,
-    aspects: Iterable[str] | None,
-) -> None:
+def _check_record(where: str, rec: dict, fields: tuple, n_votes: int, n_annotators: int, aspects) -> None:
     missing = [f for f in fields if f not in rec]
     if missing:
         raise TpipsFormatError(f"{where}: missing field(s) {missing}")
@@ -140,14 +127,7 @@ def _check_images(where: str, images: list, base: str | None) -> None:
             )
 
 
-def _check_item(
-    seen: dict[str, tuple[int, tuple]],
-    aspects_seen: dict[tuple[str, str], int],
-    path: str,
-    no: int,
-    key,
-    what,
-):
+def _check_item(seen: dict, aspects_seen: dict, path: str, no: int, key: tuple[str, str], what) -> None:
     """Refuse a repeated (item, aspect) and an item whose lines disagree on `what` (its images, split...)."""
     item, aspect = key
     if key in aspects_seen:
@@ -164,10 +144,16 @@ def _check_item(
     seen.setdefault(item, (no, what))
 
 
-def _summary(path: str, lines: list[int], keep: np.ndarray, cannot: np.ndarray, prune: int) -> dict:
-    dropped = [n for n, k in zip(lines, keep, strict=True) if not k]
+def _pruned(df: pd.DataFrame, path: str, lines: list, prune: int, judgements: str, columns: list) -> tuple:
+    """The rows the published pruning keeps (with their vote shares y_k) and a summary of what it removed."""
+    k = 3 if "image_2" in df else 2
+    cannot = df.cannot_tell.to_numpy()
+    keep, y = normalise(np.array(df.votes.tolist(), float).reshape(-1, k), cannot, prune, drop_ties=k == 2)
+    df[[f"y_{i}" for i in range(k)]] = y
+    df["judgements"] = judgements
+    dropped = [n for n, kept in zip(lines, keep, strict=True) if not kept]
     by_cannot = int(((cannot >= prune) & ~keep).sum())
-    return {
+    return df[keep].reset_index(drop=True)[columns], {
         "file": path,
         "lines": len(lines),
         "kept": int(keep.sum()),
@@ -179,9 +165,7 @@ def _summary(path: str, lines: list[int], keep: np.ndarray, cannot: np.ndarray, 
 
 
 def image_files(path: str, fields: tuple[str, ...]) -> dict[str, str]:
-    """Image id -> path as written of every image the lines of a (validated) JSONL file name, in order of
-    appearance, pruned lines included: `fields` ("images",) for OOO, ("ref", "x0", "x1") for 2AFC. The ids are a
-    line's `image_ids` where it has them, else the paths."""
+    """Image id -> path as written of every image a validated JSONL file's `fields` name, in order."""
     found: dict[str, str] = {}
     for _, rec in jsonl_records(path):
         ids = rec.get("image_ids", {})
@@ -227,23 +211,14 @@ def load_ooo_jsonl(
     aspects: Iterable[str] | None = None,
     base: str | None = None,
 ) -> tuple[pd.DataFrame, dict]:
-    """(OOO rows (OOO_COLUMNS; image columns hold the paths as written), summary of what was pruned) from
-    JSONL, every line validated (see the module doc), pruned and normalised."""
+    """(OOO rows, pruning summary) of a JSONL file, every line validated, pruned and normalised."""
     base = base if base is not None else _folder(path)
     splits, aspects = tuple(splits), (set(aspects) if aspects is not None else None)
     recs = jsonl_records(path)
-    seen: dict = {}
-    asked: dict = {}
+    seen, asked = {}, {}
     for no, rec in recs:
         where = f"{path}:{no}"
-        _check_record(
-            where,
-            rec,
-            ("triplet_id", "images", "aspect", "votes", "cannot_tell", "split"),
-            3,
-            n_annotators,
-            aspects,
-        )
+        _check_record(where, rec, OOO_FIELDS, 3, n_annotators, aspects)
         if not _text(rec["triplet_id"]):
             raise TpipsFormatError(
                 f"{where}: 'triplet_id' must be a non-empty string, got {rec['triplet_id']!r}"
@@ -262,32 +237,18 @@ def load_ooo_jsonl(
     df = pd.DataFrame(
         {
             "triplet_id": [r["triplet_id"] for _, r in recs],
-            "image_0": [r["images"][0] for _, r in recs],
-            "image_1": [r["images"][1] for _, r in recs],
-            "image_2": [r["images"][2] for _, r in recs],
+            **{f"image_{k}": [r["images"][k] for _, r in recs] for k in range(3)},
             "aspect": [r["aspect"] for _, r in recs],
             "votes": [list(r["votes"]) for _, r in recs],
             "cannot_tell": [int(r["cannot_tell"]) for _, r in recs],
             "split": [r["split"] for _, r in recs],
         }
     )
-    votes = np.array(df.votes.tolist(), float).reshape(-1, 3)
-    cannot = df.cannot_tell.to_numpy()
-    keep, y = normalise(votes, cannot, prune_cannot_tell)
-    df[["y_0", "y_1", "y_2"]] = y
-    df["judgements"] = judgements
-    summary = _summary(path, [no for no, _ in recs], keep, cannot, prune_cannot_tell)
-    return df[keep].reset_index(drop=True)[OOO_COLUMNS], summary
-
-
-def read_ooo_jsonl(path: str, **kwargs) -> pd.DataFrame:
-    """OOO rows from JSONL (see `load_ooo_jsonl`, which also returns what was pruned)."""
-    return load_ooo_jsonl(path, **kwargs)[0]
+    return _pruned(df, path, [no for no, _ in recs], prune_cannot_tell, judgements, OOO_COLUMNS)
 
 
 def write_afc_jsonl(afc: pd.DataFrame, uris: dict[str, str], path: str, keep_ids: bool = False) -> int:
-    """Write 2AFC rows (AFC_COLUMNS) as JSONL with image uris (read back, the uris are the ids) or, with
-    `keep_ids`, with the ids too (`image_ids`, read back as the ids); returns the number of lines."""
+    """Write 2AFC rows as JSONL with image uris (`keep_ids`: the ids too); returns the number of lines."""
     lines = []
     for r in afc.itertuples(index=False):
         line = {
@@ -316,14 +277,12 @@ def load_afc_jsonl(
     aspects: Iterable[str] | None = None,
     base: str | None = None,
 ) -> tuple[pd.DataFrame, dict]:
-    """(2AFC rows (AFC_COLUMNS; image columns hold the ids: `image_ids` where given, else the paths), summary of what was pruned) from
-    JSONL, validated; ties and >= 3 cannot-tell removed (published) and counted."""
+    """(2AFC rows, pruning summary) of a JSONL file, validated; ties and >= 3 cannot-tell removed."""
     base = base if base is not None else _folder(path)
     sources = tuple(sources) if sources is not None else None
     aspects = set(aspects) if aspects is not None else None
     recs = jsonl_records(path)
-    seen: dict = {}
-    asked: dict = {}
+    seen, asked = {}, {}
     named: dict[str, tuple[str, int]] = {}
     ids = []
     for no, rec in recs:
@@ -360,15 +319,4 @@ def load_afc_jsonl(
             "source": [r["source"] for _, r in recs],
         }
     )
-    votes = np.array(df.votes.tolist(), float).reshape(-1, 2)
-    cannot = df.cannot_tell.to_numpy()
-    keep, y = normalise(votes, cannot, prune_cannot_tell, drop_ties=True)
-    df[["y_0", "y_1"]] = y
-    df["judgements"] = judgements
-    summary = _summary(path, [no for no, _ in recs], keep, cannot, prune_cannot_tell)
-    return df[keep].reset_index(drop=True)[AFC_COLUMNS], summary
-
-
-def read_afc_jsonl(path: str, **kwargs) -> pd.DataFrame:
-    """2AFC rows from JSONL (see `load_afc_jsonl`, which also returns what was pruned)."""
-    return load_afc_jsonl(path, **kwargs)[0]
+    return _pruned(df, path, [no for no, _ in recs], prune_cannot_tell, judgements, AFC_COLUMNS)

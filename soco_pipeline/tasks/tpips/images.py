@@ -22,8 +22,7 @@ def image_uri(root: str, image_id: str) -> str:
 
 
 def write_images(values: pd.DataFrame, root: str, cfg: TpipsConfig) -> pd.DataFrame:
-    """Render every record and write its PNG atomically; rows image_id, uri, width, height, category,
-    object_area (the rendered object mask's share of the image: the size cue as drawn)."""
+    """Render every record and write its PNG; rows image_id, uri, width, height, category, object_area."""
     dup = values.image_id[values.image_id.duplicated()]
     if len(dup):
         raise ValueError(f"duplicate TPIPS image ids {list(dup[:3])}: image ids must be unique")
@@ -48,8 +47,7 @@ def write_images(values: pd.DataFrame, root: str, cfg: TpipsConfig) -> pd.DataFr
 
 
 def load_pixels(uris: list[str], size: int | None = None) -> np.ndarray:
-    """Images (N, H, W, 3) uint8 from their uris; with `size`, an image of another size is resized to size x size
-    (bicubic) first, so that images of an official set compare pixel by pixel."""
+    """Images (N, H, W, 3) uint8 from their uris, resized (bicubic) to `size` x `size` when given."""
 
     def one(uri: str) -> np.ndarray:
         img = Image.open(io.BytesIO(storage.read_bytes(uri))).convert("RGB")

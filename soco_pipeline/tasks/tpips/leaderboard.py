@@ -1,6 +1,5 @@
-"""The TPIPS leaderboard (agreement per aspect on the OOO test split beside the rater agreement Σ y² and the
-ceiling mean max y), its Markdown printout (the judgements marker printed once, above the table) and the
-agreement-per-aspect-per-model bar chart (the shape of the paper's Fig. 5)."""
+"""The TPIPS leaderboard (agreement per aspect on the OOO test split beside the rater agreement and ceiling),
+its Markdown printout and the agreement-per-aspect bar chart (the shape of the paper's Fig. 5)."""
 
 from __future__ import annotations
 
@@ -12,8 +11,7 @@ import pandas as pd
 
 
 def leaderboard(scores: pd.DataFrame) -> pd.DataFrame:
-    """One row per (model, method): OOO agreement overall and per aspect, rater agreement, ceiling, 2AFC per
-    source, and the votes' `judgements` marker."""
+    """One row per (model, method): OOO agreement overall and per aspect, rater agreement, ceiling, 2AFC."""
     cols = ["model", "method", "conditioned", "ooo", "ooo_err", "rater_agreement", "ceiling", "judgements"]
     if scores.empty:
         return pd.DataFrame(columns=cols)
@@ -43,8 +41,7 @@ def leaderboard(scores: pd.DataFrame) -> pd.DataFrame:
 
 
 def board_notes(cfg) -> list[str]:
-    """The lines the board prints under its judgements marker: what an official source's reader skipped and
-    dropped, and whether generated data come from a design seed (docs/tpips.md)."""
+    """The board's notes: what an official source's reader skipped, and whether the seed is a design seed."""
     from .config import DESIGN_SEEDS, REPORT_SEEDS
     from .source import source_note
 
@@ -58,8 +55,7 @@ def board_notes(cfg) -> list[str]:
 
 
 def board_markdown(board: pd.DataFrame, notes: list[str] | tuple[str, ...] = ()) -> str:
-    """The board as Markdown: the judgements marker once on top (every row carries the same), the `notes`
-    (board_notes) one per line, then the table without that column."""
+    """The board as Markdown: the judgements marker once, the `notes`, then the table without that column."""
     if board.empty:
         return "\n".join(["empty", *notes])
     marks = sorted(board.judgements.dropna().unique()) if "judgements" in board else []
@@ -89,22 +85,15 @@ def agreement_figure(scores: pd.DataFrame, max_models: int = 8) -> bytes:
         ax.text(0.5, 0.5, "no scores yet", ha="center")
     else:
         ooo = ooo.assign(name=ooo.model + " " + ooo.method)
-        top = (
-            ooo[ooo.aspect == "all"].sort_values("agreement", ascending=False).name.head(max_models).tolist()
-        )
+        best = ooo[ooo.aspect == "all"].sort_values("agreement", ascending=False)
+        top = best.name.head(max_models).tolist()
         aspects = sorted(a for a in ooo.aspect.unique() if a != "all") + ["all"]
         width = 0.8 / max(len(top), 1)
         x = np.arange(len(aspects))
         for i, name in enumerate(top):
             g = ooo[ooo.name == name].set_index("aspect").reindex(aspects)
-            ax.bar(
-                x + i * width - 0.4 + width / 2,
-                g.agreement,
-                width,
-                yerr=g.agreement_err,
-                label=name,
-                capsize=1,
-            )
+            left = x + i * width - 0.4 + width / 2
+            ax.bar(left, g.agreement, width, yerr=g.agreement_err, label=name, capsize=1)
         first = ooo[ooo.name == top[0]].set_index("aspect").reindex(aspects)
         marks = ", ".join(sorted(ooo.judgements.dropna().unique())) if "judgements" in ooo else "?"
         ax.scatter(

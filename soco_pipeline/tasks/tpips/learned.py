@@ -1,8 +1,5 @@
-"""Learned aspect-conditioned metrics on frozen backbone features, trained on odd-one-out votes.
-
-softmax(s̄ / τ) over the three pair similarities, cross-entropy against the vote shares, full-batch L-BFGS in
-rounds with early stopping on the val loss (`train_metric`). The heads (late distance / gated, mid signed /
-squared, `late_cosine`, the ablations) and the aspect text -> a(c) route: docs/tpips.md, "Models"."""
+"""Learned aspect-conditioned metrics on frozen backbone features: softmax(s̄ / τ) over the pair similarities,
+cross-entropy against the vote shares, full-batch L-BFGS with early stopping (docs/tpips.md, "Models")."""
 
 from __future__ import annotations
 
@@ -23,11 +20,11 @@ from .features import TpipsFeatures
 # `late` head (`late_head`) so that both stand in the tables
 KINDS = ("late", "late_cosine", "mid", "mid_unconditioned", "mid_frozen")
 CONDITIONED = ("late", "late_cosine", "mid")
+Vocab = AspectVocab | AspectText
 
 
 def vocabulary(aspects: list[str], ooo: pd.DataFrame) -> list[str]:
-    """The heads' aspect vocabulary: the config's `aspects`, then every other aspect the OOO rows name (a released
-    file's factor names, as written), in order of appearance."""
+    """The heads' aspect vocabulary: the config's `aspects`, then the other aspects the OOO rows name."""
     return [*aspects, *dict.fromkeys(a for a in ooo.aspect.astype(str) if a not in aspects)]
 
 
@@ -47,17 +44,11 @@ def _unit(x: torch.Tensor) -> torch.Tensor:
 
 
 class AspectGain(nn.Module):
-    """(M, D) gain per channel from the aspect: start + MLP(a(c)), exactly `start` at first (`conditioned`);
-    one learned gain for every aspect (`shared`); 1 fixed (`fixed`). a(c) comes from AspectVocab or
-    AspectText."""
+    """(M, D) gain per channel from the aspect: start + MLP(a(c)), exactly `start` at first (`conditioned`),
+    one learned gain (`shared`) or 1 (`fixed`)."""
 
     def __init__(
-        self,
-        vocab: AspectVocab | AspectText,
-        dim: int,
-        cfg: LearnedConfig,
-        mode: str = "conditioned",
-        start: float = 1.0,
+        self, vocab: Vocab, dim: int, cfg: LearnedConfig, mode: str = "conditioned", start: float = 1.0
     ):
         super().__init__()
         self.mode, self.dim, self.start = mode, dim, float(start)
@@ -94,7 +85,7 @@ class AspectGain(nn.Module):
 class LateFusion(nn.Module):
     """Aspect-gated (optionally projected) global embedding, compared by cosine."""
 
-    def __init__(self, emb: torch.Tensor, vocab: AspectVocab | AspectText, cfg: LearnedConfig):
+    def __init__(self, emb: torch.Tensor, vocab: Vocab, cfg: LearnedConfig):
         super().__init__()
         self.register_buffer("emb", emb)
         d = emb.shape[1]
@@ -115,15 +106,10 @@ class LateFusion(nn.Module):
 
 class MidFusion(nn.Module):
     """−Σ_ℓ mean_t Σ_ch w_ℓ(c)_ch (φ_ℓ(x_i)_t − φ_ℓ(x_j)_t)_ch² over unit-normalised tokens, w(c) = w0 ⊙ g(c)
-    (signed) or w0 ⊙ g(c)² (squared); w0 = 1 for the frozen ablation, else 1 / (L · the layer's mean train
-    distance), so every layer starts with the same share."""
+    or w0 ⊙ g(c)²; w0 = 1 / (L · the layer's mean train distance), 1 for the frozen ablation."""
 
     def __init__(
-        self,
-        layers: list[torch.Tensor],
-        vocab: AspectVocab | AspectText,
-        cfg: LearnedConfig,
-        mode: str = "conditioned",
+        self, layers: list[torch.Tensor], vocab: Vocab, cfg: LearnedConfig, mode: str = "conditioned"
     ):
         super().__init__()
         self.layers = [_unit(f) for f in layers]
@@ -133,8 +119,7 @@ class MidFusion(nn.Module):
         self.register_buffer("w0", torch.ones(sum(self.sizes)))
 
     def calibrate(self, d: torch.Tensor) -> None:
-        """Set w0 from train diffs d (..., Σ C_ℓ): 1 / each channel's mean train difference, so that the
-        weight decay treats every channel alike."""
+        """Set w0 from train diffs d: 1 / each channel's mean, so that the weight decay treats them alike."""
         self.w0 = 1.0 / d.reshape(-1, d.shape[-1]).mean(0).clamp_min(1e-8)
 
     def weights(self, c: torch.Tensor) -> torch.Tensor:
@@ -164,7 +149,7 @@ class TrainedMetric:
 
     kind: str
     model: nn.Module
-    vocab: AspectVocab | AspectText
+    vocab: Vocab
     tau: float
     epochs: int
     best_epoch: int
@@ -209,25 +194,15 @@ def _late_inputs(feats: TpipsFeatures, grid: int = 1) -> torch.Tensor:
     return torch.as_tensor(x, dtype=torch.float32)
 
 
-def _rows(ooo: pd.DataFrame, pos: np.ndarray, vocab: AspectVocab | AspectText):
+def _rows(ooo: pd.DataFrame, pos: np.ndarray, vocab: Vocab):
     y = torch.as_tensor(ooo[["y_0", "y_1", "y_2"]].to_numpy(float), dtype=torch.float32)
-    c = vocab.encode(ooo.aspect.tolist())
-    p = torch.as_tensor(pos)
-    return p, c, y
+    return torch.as_tensor(pos), vocab.encode(ooo.aspect.tolist()), y
 
 
 def train_metric(
-    kind: str,
-    feats: TpipsFeatures,
-    ooo: pd.DataFrame,
-    pos: np.ndarray,
-    vocab: AspectVocab | AspectText,
-    cfg: LearnedConfig,
+    kind: str, feats: TpipsFeatures, ooo: pd.DataFrame, pos: np.ndarray, vocab: Vocab, cfg: LearnedConfig
 ) -> TrainedMetric:
-    """Train one metric on the OOO train split (rows of `ooo` with split train / val; `pos` their image rows):
-    full-batch L-BFGS on the cross-entropy plus `weight_decay` x AspectGain.penalty, in `epochs` rounds of
-    `lbfgs_iter` iterations, keeping the best val round, stopping after `patience` rounds without improvement.
-    """
+    """Train one metric on the OOO train split: full-batch L-BFGS rounds, keeping the best val round."""
     if kind not in KINDS:
         raise ValueError(f"unknown metric kind {kind!r}: use one of {KINDS}")
     torch.manual_seed(cfg.seed)
@@ -250,10 +225,8 @@ def train_metric(
     data = {}
     for name, m in (("train", tr), ("val", va)):
         p, c, y = _rows(ooo[m], pos[m], vocab)
-        if isinstance(model, MidFusion):  # the feature part of the distance is fixed: compute it once
-            d = torch.stack([model.diffs(p[:, i], p[:, j]) for i, j in PAIRS], 1)
-        else:
-            d = None
+        mid = isinstance(model, MidFusion)  # the feature part of the distance is fixed: compute it once
+        d = torch.stack([model.diffs(p[:, i], p[:, j]) for i, j in PAIRS], 1) if mid else None
         data[name] = (p, c, y, d)
     if head == "distance":
         # w0 = 1 / the expected squared difference of two train images: 1 / (2 x each channel's variance)

@@ -1,11 +1,9 @@
-"""LVLM baselines through the project's harness (backends with retries, the answer cache), both as published
-(appendix C.3): early fusion (pairwise 0-10 scores) and the triplet oracle, with the paper's permutation
-averaging, so an answerer that always names one position scores chance (docs/tpips.md, "Models").
-
-An unparseable answer counts in `parse_failures` and adds nothing to the average."""
+"""LVLM baselines through the project's harness, as published (appendix C.3): early fusion (pairwise 0-10
+scores) and the triplet oracle, permutation-averaged; an unparseable answer counts in `parse_failures`."""
 
 from __future__ import annotations
 
+import functools
 import io
 import itertools
 import re
@@ -58,27 +56,17 @@ def parse_choice(text: str, n: int) -> int:
 
 
 def ask_all(requests: list[ChatRequest], spec: LvlmSpec, backend: Backend, cache: AnswerCache) -> list[str]:
-    """Answer texts in order, through the harness's `ask_requests` (the answer cache, the backend's retries
-    and concurrency, both of the spec's error guards: LvlmRunError, no score, when too many fail); a failed
-    request within the allowed rate answers "" (a parse failure, scored as a tie)."""
+    """Answer texts in order, through `ask_requests`; a failed request within the allowed rate answers ""."""
     got = ask_requests(len(requests), requests.__getitem__, spec, backend, cache)
     return np.where(got.error == "", got.text, "").astype(str).tolist()
 
 
 def _images(uris: dict[str, str]) -> Callable[[str], bytes]:
-    memo: dict[str, bytes] = {}
-
-    def get(image_id: str) -> bytes:
-        if image_id not in memo:
-            memo[image_id] = jpeg_of(uris[image_id])
-        return memo[image_id]
-
-    return get
+    return functools.cache(lambda image_id: jpeg_of(uris[image_id]))
 
 
 def _pair_scores(texts: list[str], n: int, k: int, top: int) -> tuple[np.ndarray, int]:
-    """((n, k) pair scores: the mean over the two orders each pair was asked in, NaN when neither parsed;
-    parse failures)."""
+    """((n, k) pair scores averaged over the two orders, NaN when neither parsed; parse failures)."""
     s = np.array([parse_score(x, top) for x in texts], float).reshape(n, k, 2)
     ok = ~np.isnan(s)
     count = ok.sum(2)
@@ -107,8 +95,7 @@ def _pairwise_requests(img, cols: np.ndarray, aspects: list[str], pairs, prompts
 
 
 def ooo_requests(ooo: pd.DataFrame, uris: dict[str, str], prompts: LvlmPrompts) -> list[ChatRequest]:
-    """Every request of the OOO rows, in order: 6 pairwise per row (3 pairs x 2 orders, pair k excluding image
-    k), then 6 triplet ones per row (the PERMS_OOO orders)."""
+    """Every request of the OOO rows: 6 pairwise per row (pair k excludes image k), then 6 triplet ones."""
     img = _images(uris)
     cols = ooo[["image_0", "image_1", "image_2"]].to_numpy()
     aspects = ooo.aspect.tolist()
@@ -121,16 +108,14 @@ def ooo_requests(ooo: pd.DataFrame, uris: dict[str, str], prompts: LvlmPrompts) 
 
 
 def ooo_predictions(texts: list[str], n: int, prompts: LvlmPrompts) -> dict[str, np.ndarray | int]:
-    """{'pairwise': (n, 3) mean pair scores (column k: the pair excluding image k), 'triplet': (n, 3) share of
-    the 6 orders naming each image odd, 'parse_failures'} from the answers to `ooo_requests`, in order."""
+    """{'pairwise': (n, 3), 'triplet': (n, 3), 'parse_failures'} from the answers to `ooo_requests`."""
     pair, pair_fails = _pair_scores(texts[: 6 * n], n, 3, prompts.scale_max)
     trip, fails = _picks(texts[6 * n :], n, PERMS_OOO)
     return {"pairwise": pair, "triplet": trip, "parse_failures": pair_fails + fails}
 
 
 def afc_requests(afc: pd.DataFrame, uris: dict[str, str], prompts: LvlmPrompts) -> list[ChatRequest]:
-    """Every request of the 2AFC rows, in order: 4 pairwise per row ((ref, x0), (ref, x1), each both ways), then
-    2 triplet-style ones per row (the reference first, the outputs in both orders)."""
+    """Every request of the 2AFC rows: 4 pairwise per row, then 2 triplet-style ones (reference first)."""
     img = _images(uris)
     cols = afc[["ref", "x0", "x1"]].to_numpy()
     aspects = afc.aspect.tolist()
@@ -143,8 +128,7 @@ def afc_requests(afc: pd.DataFrame, uris: dict[str, str], prompts: LvlmPrompts) 
 
 
 def afc_predictions(texts: list[str], n: int, prompts: LvlmPrompts) -> dict[str, np.ndarray | int]:
-    """{'pairwise': (n, 2) mean scores of (ref, x0), (ref, x1), 'triplet': (n, 2) share of the 2 orders naming
-    each output, 'parse_failures'} from the answers to `afc_requests`, in order."""
+    """{'pairwise': (n, 2), 'triplet': (n, 2), 'parse_failures'} from the answers to `afc_requests`."""
     pair, pair_fails = _pair_scores(texts[: 4 * n], n, 2, prompts.scale_max)
     trip, fails = _picks(texts[4 * n :], n, PERMS_AFC)
     return {"pairwise": pair, "triplet": trip, "parse_failures": pair_fails + fails}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
 from .annotators import JUDGEMENTS, normalise, observe
@@ -27,8 +26,7 @@ OOO_COLUMNS = [
 
 
 def annotate_triplets(ts: TripletSet, cfg: TpipsConfig) -> tuple[pd.DataFrame, dict]:
-    """(the kept OOO rows, a summary with the observer parameters and the pruned count); every aspect of the
-    vocabulary is asked of every triplet (the unvaried ones are mostly "cannot tell")."""
+    """(kept OOO rows, summary): every aspect of the vocabulary asked of every triplet."""
     trip = ts.triplets
     imgs = trip[["image_0", "image_1", "image_2"]].to_numpy()
     ids = trip.triplet_id.tolist()
@@ -56,8 +54,3 @@ def annotate_triplets(ts: TripletSet, cfg: TpipsConfig) -> tuple[pd.DataFrame, d
         "by_aspect": {a: int(v) for a, v in out.aspect.value_counts().sort_index().items()},
     }
     return out, summary
-
-
-def y_matrix(ooo: pd.DataFrame) -> np.ndarray:
-    """The (N, 3) vote distributions of OOO rows."""
-    return ooo[["y_0", "y_1", "y_2"]].to_numpy(float)

@@ -1,8 +1,5 @@
 """The TPIPS release's odd-one-out JSONL, read as released and written from our tables (docs/tpips.md, "The
-released format": the field mapping, our extra fields, what is skipped, counted and refused).
-
-Nothing is dropped silently: skipped factors and dropped triplets are counted and named (`file:line`) in the
-summary; bad input is refused naming the file, the line and the fix."""
+released format"); what is skipped or dropped is counted and named, bad input refused naming the fix."""
 
 from __future__ import annotations
 
@@ -26,9 +23,7 @@ SHARE_TOL = 1e-6  # shares summing to 1 within this are kept as written; others 
 
 @dataclass(frozen=True)
 class ReleaseSet:
-    """A released odd-one-out file as read: its rows (OOO_COLUMNS), the ids of the images its kept triplets name
-    (in order of appearance), the summary of what was skipped, dropped, normalised or pruned, and each image id's
-    path as written (relative to the image root)."""
+    """A released OOO file as read: its rows, kept image ids, what was skipped or dropped, and paths."""
 
     rows: pd.DataFrame
     images: list[str]
@@ -148,8 +143,7 @@ def read_release(
     splits: tuple[str, ...] = SPLITS,
     check_images: bool = True,
 ) -> ReleaseSet:
-    """Read a released odd-one-out JSONL file as the format defines it (module doc); paths are read from
-    `image_root` (default: the file's folder)."""
+    """Read a released odd-one-out JSONL file; image paths are under `image_root` (default: its folder)."""
     root = image_root if image_root is not None else (path.rsplit("/", 1)[0] if "/" in path else ".")
     name = PurePosixPath(path).name
     rows: list[dict] = []
@@ -248,10 +242,7 @@ def read_release(
 
 
 def release_lines(ooo: pd.DataFrame, paths: dict[str, str]) -> list[str]:
-    """Our OOO rows (OOO_COLUMNS) as released-format lines, one per triplet (in order of first appearance), image
-    paths from `paths` (image id -> path under the image root); our extras (`triplet_id`, `split`, the ids as
-    `image_ids`, and `votes` / `cannot_tell` where a row has counts) ride along. The label is the image with the
-    largest share (the first one on a tie)."""
+    """Our OOO rows as released-format lines, one per triplet, labelled by the largest share."""
     out = []
     y = ooo[["y_0", "y_1", "y_2"]].to_numpy(float)
     for _, idx in ooo.groupby("triplet_id", sort=False).indices.items():

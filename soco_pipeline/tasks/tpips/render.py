@@ -1,6 +1,4 @@
-"""Render one TPIPS image from its aspect values with the embedded renderer (soco_pipeline.synth), every
-aspect set exactly (docs/tpips.md, "Data"); the degradations (blur, JPEG, colour transfer) are applied by
-`afc`."""
+"""Render one TPIPS image from its aspect values with the embedded renderer, every aspect set exactly."""
 
 from __future__ import annotations
 
@@ -70,16 +68,10 @@ def light_vector(direction_deg: float) -> np.ndarray:
 
 
 def render_values(v: dict, cfg: TpipsConfig, with_body: bool = False):
-    """(image H x W x 3 uint8, object mask H x W bool) of one value record (see aspects.VALUE_COLUMNS);
-    with_body adds a third item, the mask of the body parts that carry the object colour and texture."""
+    """(image, object mask) of one value record; with_body adds the mask of the coloured body parts."""
     s = cfg.image_size
-    model = _model(
-        str(v["shape"]),
-        str(v["texture"]),
-        int(round(float(v["hue"]) % 1.0 * 3600)),
-        cfg.scene.saturation,
-        cfg.scene.value,
-    )
+    hue_key = int(round(float(v["hue"]) % 1.0 * 3600))  # the model cache's key: hue in 1/3600 steps
+    model = _model(str(v["shape"]), str(v["texture"]), hue_key, cfg.scene.saturation, cfg.scene.value)
     img = background_image(int(v["background_id"]), s).astype(np.float32) / 255.0
     mask = np.zeros((s, s), bool)
     body = np.zeros((s, s), bool)

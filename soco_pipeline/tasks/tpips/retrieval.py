@@ -1,9 +1,5 @@
-"""Aspect-conditioned and compositional retrieval over the embedded image pool, with contact sheets.
-
-Score of a pool image x for query q and aspect c (published): f(q, x | c) − penalty · f(q, x | overall), penalty
-0.3, so that an aspect's neighbours may differ in everything else. Compositional retrieval adds the scores of
-several (query, aspect) pairs. `f` is any similarity `sim(a, b, aspects)` (a trained metric's `.sim`).
-"""
+"""Aspect-conditioned and compositional retrieval over the image pool, with contact sheets; the score
+(published): f(q, x | c) − 0.3 · f(q, x | overall), summed over a composition's (query, aspect) pairs."""
 
 from __future__ import annotations
 
@@ -78,8 +74,7 @@ def retrieve_compositional(
     k: int,
     penalty: float = 0.3,
 ) -> pd.DataFrame:
-    """Long table like `retrieve` for each composition (its i-th aspect asked of query i): query_id holds the
-    query ids joined by '|', aspect the aspects joined by '+'."""
+    """Like `retrieve` per composition (aspect i of query i): query ids joined by '|', aspects by '+'."""
     rows = []
     for comp in compositions:
         if len(comp) > len(queries):
@@ -87,13 +82,8 @@ def retrieve_compositional(
                 f"composition {comp} needs {len(comp)} query images; only {len(queries)} are given"
             )
         pairs = list(zip(queries, comp, strict=False))  # the first len(comp) queries
-        rows += _hits(
-            ids,
-            "|".join(ids[q] for q, _ in pairs),
-            "+".join(comp),
-            compositional_scores(sim, len(ids), pairs, penalty),
-            k,
-        )
+        scores = compositional_scores(sim, len(ids), pairs, penalty)
+        rows += _hits(ids, "|".join(ids[q] for q, _ in pairs), "+".join(comp), scores, k)
     return pd.DataFrame(rows, columns=HIT_COLUMNS)
 
 

@@ -1,5 +1,4 @@
-"""Rules the OOO and 2AFC tables must satisfy (the blocking `schema` checks list the broken ones), and the pandera
-schemas of the other tpips_* tables."""
+"""Rules the OOO and 2AFC tables must satisfy (the `schema` checks list broken ones); pandera for the rest."""
 
 from __future__ import annotations
 
@@ -45,8 +44,7 @@ def _common(
 
 
 def ooo_problems(df: pd.DataFrame, cfg: TpipsConfig, released: bool = False) -> list[str]:
-    """Problems of an OOO table (empty list: fine); `released`: read from the released format, whose factor
-    names are taken as written (not limited to the config's `aspects`)."""
+    """Problems of an OOO table (empty: fine); `released`: factor names need not be in the vocabulary."""
     out = _common(df, OOO_COLUMNS, 3, cfg, "tpips_ooo", any_aspect=released)
     if not out and not set(df.split) <= set(cfg.triplets.splits):
         out.append(f"tpips_ooo: splits outside {sorted(cfg.triplets.splits)}")
@@ -92,9 +90,7 @@ class FeatureSchema(pa.DataFrameModel):
 
 
 class ScoreSchema(pa.DataFrameModel):
-    """`tpips_pixel_baselines`, `tpips_baseline_scores`, `tpips_learned`, `tpips_lvlm_answers`: agreement, the
-    rater agreement (Σ y²) and the ceiling (mean max y), 0-100, per (model, method, eval, aspect); who judged
-    (simulated observers or people) on every row."""
+    """The score tables: agreement, rater agreement and ceiling (0-100) per (model, method, eval, aspect)."""
 
     model: Series[str]
     method: Series[str]
@@ -113,9 +109,7 @@ class ScoreSchema(pa.DataFrameModel):
 
 
 class OutcomeSchema(pa.DataFrameModel):
-    """`tpips_baseline_outcomes`, `tpips_learned_outcomes`: each method's agreement on every OOO (triplet,
-    aspect) row of the scored split, the vote share of the image it picks (0-1); their mean x 100 is the
-    method's OOO `agreement` in the score table. Who judged on every row."""
+    """The outcome tables: each method's vote share (0-1) of its pick on every OOO (triplet, aspect) row."""
 
     model: Series[str]
     method: Series[str]
@@ -136,8 +130,7 @@ class OutcomeSchema(pa.DataFrameModel):
 
 
 class LeaderboardSchema(pa.DataFrameModel):
-    """`tpips_leaderboard`: one row per (model, method); OOO agreement, the rater agreement (Σ y²) and the
-    ceiling (mean max y), 0-100."""
+    """`tpips_leaderboard`: one row per (model, method); agreement, rater agreement and ceiling, 0-100."""
 
     model: Series[str]
     method: Series[str]

@@ -1,8 +1,5 @@
-"""Agreement with the raters: y_k̂ for k̂ = argmax ŷ, per aspect and overall, beside what the votes allow.
-
-A tie in ŷ scores the mean share of the tied options (our choice), so a chooser with no preference scores
-chance. `rater_agreement` = Σ_k y_k² (the paper's "human consensus", not a ceiling); `ceiling` = max_k y_k.
-Error bars are 2 x the standard error of the per-row values."""
+"""Agreement with the raters: y_k̂ for k̂ = argmax ŷ (a tie scores the tied options' mean share, our choice),
+beside `rater_agreement` Σ_k y_k² and `ceiling` max_k y_k; error bars are 2 standard errors."""
 
 from __future__ import annotations
 
@@ -39,8 +36,7 @@ def _mean_se(x: np.ndarray) -> tuple[float, float]:
 def summarise(
     rows: pd.DataFrame, per_row: np.ndarray, y: np.ndarray, group: str = "aspect", overall_label: str = "all"
 ) -> pd.DataFrame:
-    """Agreement (mean, 2 x SE), rater agreement (mean, 2 x SE) and the ceiling per `group` value and over all
-    rows, in percent (0-100)."""
+    """Agreement and rater agreement (mean, 2 x SE) and the ceiling per `group` value and overall, in %."""
     frame = pd.DataFrame(
         {
             group: rows[group].to_numpy(),

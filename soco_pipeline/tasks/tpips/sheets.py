@@ -1,5 +1,4 @@
-"""Contact sheets of aspect-conditioned retrieval, written under a folder the caller names (the Dagster layer
-passes `<storage>/tpips/retrieval/<backbone>`): one PNG per (query, aspect)."""
+"""Contact sheets of aspect-conditioned retrieval: one PNG per (query, aspect) under the caller's folder."""
 
 from __future__ import annotations
 
@@ -13,10 +12,7 @@ from .retrieval import contact_sheet
 def write_contact_sheets(
     hits: pd.DataFrame, uris: dict[str, str], title: str, folder: str
 ) -> dict[tuple[str, str], bytes]:
-    """Render the hits of `retrieve` or `retrieve_compositional` as one contact sheet per (query, aspect),
-    titled `<aspect> | <title>`, written atomically to `<folder>/<query id with / as _>_<aspect>.png` (a
-    composition's '|'-joined query ids: one framed tile each, '+' in the file name); returns the PNG bytes by
-    (query_id, aspect)."""
+    """Write one contact sheet per (query, aspect) under `folder`; returns the PNGs by (query_id, aspect)."""
     sheets = {}
     for (query, aspect), group in hits.groupby(["query_id", "aspect"], sort=True):
         png = contact_sheet(

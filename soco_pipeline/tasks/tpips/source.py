@@ -1,7 +1,4 @@
-"""The family's items from its configured source: `generated` (the embedded renderer and simulated observers)
-or `official`: TPIPS's released odd-one-out file (release.py), or a folder in our own layout (formats.py).
-
-The source keys and what is counted and named: docs/tpips.md, "Real data"."""
+"""The family's items from its configured source: `generated` or `official` (docs/tpips.md, "Real data")."""
 
 from __future__ import annotations
 
@@ -37,6 +34,13 @@ def _root(cfg: TpipsConfig, file: str) -> str:
     return file.rsplit("/", 1)[0] if "/" in file else "."
 
 
+def _reader(cfg: TpipsConfig, path: str) -> dict:
+    """The settings the JSONL readers of our layout take from the config."""
+    o = cfg.observer
+    keys = {"n_annotators": o.n_annotators, "prune_cannot_tell": o.prune_cannot_tell, "aspects": cfg.aspects}
+    return keys | {"judgements": cfg.source.votes_are, "base": _root(cfg, path)}
+
+
 def official_release(cfg: TpipsConfig) -> ReleaseSet | None:
     """The official OOO file read in the released format, or None when it is in our own layout."""
     path, _ = _official(cfg)
@@ -54,21 +58,12 @@ def official_release(cfg: TpipsConfig) -> ReleaseSet | None:
 
 
 def official_ooo(cfg: TpipsConfig) -> tuple[pd.DataFrame, dict]:
-    """The official OOO rows (released format: usable factors; our layout: pruned, normalised) and what the
-    reader skipped, dropped or pruned."""
+    """The official OOO rows and what the reader skipped, dropped or pruned."""
     release = official_release(cfg)
     if release is not None:
         return release.rows, release.summary
     path, _ = _official(cfg)
-    return load_ooo_jsonl(
-        path,
-        n_annotators=cfg.observer.n_annotators,
-        prune_cannot_tell=cfg.observer.prune_cannot_tell,
-        judgements=cfg.source.votes_are,
-        splits=cfg.triplets.splits,
-        aspects=cfg.aspects,
-        base=_root(cfg, path),
-    )
+    return load_ooo_jsonl(path, splits=cfg.triplets.splits, **_reader(cfg, path))
 
 
 def source_note(cfg: TpipsConfig) -> str | None:
@@ -99,21 +94,9 @@ def official_afc(cfg: TpipsConfig) -> tuple[pd.DataFrame, dict]:
     """The official 2AFC rows (ties and >= 3 cannot-tell removed) and what was removed; none without afc.jsonl."""
     _, path = _official(cfg)
     if path is None:
-        return pd.DataFrame(columns=AFC_COLUMNS), {
-            "file": None,
-            "lines": 0,
-            "kept": 0,
-            "note": f"no {AFC_FILE}",
-        }
-    return load_afc_jsonl(
-        path,
-        n_annotators=cfg.observer.n_annotators,
-        prune_cannot_tell=cfg.observer.prune_cannot_tell,
-        judgements=cfg.source.votes_are,
-        sources=cfg.afc.sources,
-        aspects=cfg.aspects,
-        base=_root(cfg, path),
-    )
+        none = {"file": None, "lines": 0, "kept": 0, "note": f"no {AFC_FILE}"}
+        return pd.DataFrame(columns=AFC_COLUMNS), none
+    return load_afc_jsonl(path, sources=cfg.afc.sources, **_reader(cfg, path))
 
 
 def _size(uri: str) -> tuple[int, int]:
@@ -127,9 +110,7 @@ def _size(uri: str) -> tuple[int, int]:
 
 
 def official_images(cfg: TpipsConfig) -> pd.DataFrame:
-    """One row per image the official files name (our layout: the lines that pruning removes included; the
-    released format: the triplets kept): image_id (the path as written, or the line's `image_ids`), uri (its
-    file under the image root), width, height, category, role (triplet | afc)."""
+    """One row per image the official files name: image_id, uri, width, height, category, role."""
     release = official_release(cfg)
     if release is None:
         official_ooo(cfg)  # every line validated first
@@ -160,9 +141,7 @@ def official_images(cfg: TpipsConfig) -> pd.DataFrame:
 
 
 def renders(cfg: TpipsConfig, root: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict]:
-    """(images, triplets, 2AFC items, metadata) of the configured source, made once: the generator's
-    triplets and 2AFC items with every image rendered under `root`, or the official files' images as found
-    with the triplets and items their lines name."""
+    """(images, triplets, 2AFC items, metadata) of the configured source, made once."""
     if cfg.source.kind == "official":
         images = official_images(cfg)
         ooo, _ = official_ooo(cfg)

@@ -1,12 +1,5 @@
-"""The odd-one-out triplet generator: three renders that differ in several aspects at once, by controlled amounts.
-
-Per triplet, `vary_min`..`vary_max` aspects are varied; each varied aspect gets its own odd image (cycling
-through the three, so aspects disagree: x2 may match x1 in colour but not in pose). The odd image's value sits
-`min_delta`..`max_delta` (in that aspect's distance) from the matching pair; in a `graded_fraction` of the
-varied aspects the pair itself differs by up to `graded_delta`, so vote shares are soft. Every other aspect is
-equal in all three images (those (triplet, aspect) pairs end up "cannot tell" and are pruned).
-Deterministic per seed: the RNG of triplet t is seeded by (seed, t).
-"""
+"""The odd-one-out triplet generator: three renders that differ in several aspects at once, by controlled
+amounts; each varied aspect gets its own odd image, so aspects disagree. Seeded per triplet by (seed, t)."""
 
 from __future__ import annotations
 
@@ -152,21 +145,12 @@ def generate_triplets(cfg: TpipsConfig, n: int | None = None, seed: int | None =
 
 
 def _columns_of(aspect: str) -> tuple[str, ...]:
-    return {
-        "colour": ("hue",),
-        "pose": ("azimuth_deg",),
-        "background": ("background_id",),
-        "lighting": ("light_dir_deg", "warmth"),
-        "size": ("area",),
-        "shape": ("shape",),
-        "count": ("count",),
-        "texture": ("texture",),
-    }[aspect]
+    renamed = {"colour": "hue", "pose": "azimuth_deg", "background": "background_id", "size": "area"}
+    return ("light_dir_deg", "warmth") if aspect == "lighting" else (renamed.get(aspect, aspect),)
 
 
 def value_records(images: pd.DataFrame, role: str) -> pd.DataFrame:
-    """The value records (image_id and VALUE_COLUMNS, their dtypes) of the `tpips_images` rows of one `role`
-    (triplet | afc), in table order: what `generate_triplets` / `generate_afc` made, read back."""
+    """The value records (image_id and VALUE_COLUMNS) of the `tpips_images` rows of one `role`, read back."""
     rows = images[images["role"] == role]
     return rows[["image_id", *VALUE_COLUMNS]].astype(VALUE_COLUMNS).reset_index(drop=True)
 
