@@ -55,6 +55,21 @@ def _category_keypoints(taxonomy: Taxonomy, categories) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["category", "keypoint", "concept"])
 
 
+def _with_concepts(
+    df: pd.DataFrame,
+    allowed: pd.DataFrame,
+    key: list[str],
+    unknown: tuple[str, str],
+    duplicate: tuple[str, str],
+) -> pd.DataFrame:
+    """`df` with each keypoint's concept; ValueError (problem, fix) for keypoints outside the image's category
+    (`unknown`) and for repeated `key` rows (`duplicate`)."""
+    df = df.merge(allowed, on=["category", "keypoint"], how="left")
+    _fail(df, df["concept"].isna(), *unknown, [*key, "category"])
+    _fail(df, df.duplicated(key, keep=False), *duplicate, key)
+    return df
+
+
 def _check_bounds(df: pd.DataFrame, what: str, cols: list[str]) -> None:
     vis = df["visible"].to_numpy(dtype=bool)
     _fail(
@@ -81,13 +96,8 @@ def aggregate_clicks(
     cfg: SourceConfig,
     rejected: pd.DataFrame | None = None,
 ) -> tuple[pd.DataFrame, dict]:
-    """Aggregate raw clicks into KeypointSchema rows (one per keypoint of each ImageNet3D or clicked image's
-    category; invisible: NaN x/y) plus data-set statistics; clicks on `rejected` images are ignored and
-    counted.
-
-    Raises ValueError naming the rows: clicks on unknown images or keypoints, duplicate (image, keypoint,
-    annotator) rows, NaN or out-of-bounds visible clicks, duplicate image ids, an ImageNet3D image without
-    clicks."""
+    """KeypointSchema rows (one per keypoint of each ImageNet3D or clicked image's category; invisible: NaN
+    x/y) plus statistics; clicks on `rejected` images are ignored and counted; bad rows raise ValueError."""
     _check_image_set(image_set)
     clicks = validate(clicks, RawClickSchema, "clicks")
     n_clicks_total = len(clicks)
@@ -110,20 +120,15 @@ def aggregate_clicks(
         ids,
     )
     allowed = _category_keypoints(taxonomy, info["category"])
-    c = c.merge(allowed, on=["category", "keypoint"], how="left")
-    _fail(
+    c = _with_concepts(
         c,
-        c["concept"].isna(),
-        "clicks for keypoints not in the image's category",
-        "use keypoint names of taxonomy.category_keypoints(category)",
-        [*ids, "category"],
-    )
-    _fail(
-        c,
-        c.duplicated(ids, keep=False),
-        "duplicate (image, keypoint, annotator) click rows",
-        "keep one row per annotator and keypoint",
+        allowed,
         ids,
+        (
+            "clicks for keypoints not in the image's category",
+            "use keypoint names of taxonomy.category_keypoints(category)",
+        ),
+        ("duplicate (image, keypoint, annotator) click rows", "keep one row per annotator and keypoint"),
     )
     _check_bounds(c, "clicks", ids)
 
@@ -204,20 +209,15 @@ def animal_keypoints(raw: pd.DataFrame, image_set: pd.DataFrame, taxonomy: Taxon
     r = raw[["image_id", "keypoint", "x", "y", "visible"]].merge(info, on="image_id", how="inner")
     key = ["image_id", "keypoint"]
     allowed = _category_keypoints(taxonomy, info["category"])
-    r = r.merge(allowed, on=["category", "keypoint"], how="left")
-    _fail(
+    r = _with_concepts(
         r,
-        r["concept"].isna(),
-        "Animal3D keypoints not in the image's category",
-        "map Animal3D keypoints with sources.animal3d.animal_keypoint_names",
-        [*key, "category"],
-    )
-    _fail(
-        r,
-        r.duplicated(key, keep=False),
-        "duplicate Animal3D keypoint rows",
-        "one row per image and keypoint",
+        allowed,
         key,
+        (
+            "Animal3D keypoints not in the image's category",
+            "map Animal3D keypoints with sources.animal3d.animal_keypoint_names",
+        ),
+        ("duplicate Animal3D keypoint rows", "one row per image and keypoint"),
     )
     r["visible"] = r["visible"].astype(bool)
     _check_bounds(r, "Animal3D keypoints", key)
@@ -243,28 +243,6 @@ def animal_keypoints(raw: pd.DataFrame, image_set: pd.DataFrame, taxonomy: Taxon
     out["n_annotators"] = 1
     out["spread"] = np.nan
     return validate(out[KEYPOINT_COLUMNS], KeypointSchema, "animal keypoints").reset_index(drop=True)
-
-
-def build_keypoints(
-    clicks: pd.DataFrame | None,
-    animal_raw: pd.DataFrame | None,
-    image_set: pd.DataFrame,
-    taxonomy: Taxonomy,
-    cfg: SourceConfig,
-    rejected: pd.DataFrame | None = None,
-) -> tuple[pd.DataFrame, dict]:
-    """The full `keypoints` table: aggregated clicks plus Animal3D keypoints, and the click stats."""
-    parts, stats = [], {}
-    if clicks is not None:
-        kp, stats = aggregate_clicks(clicks, image_set, taxonomy, cfg, rejected)
-        parts.append(kp)
-    if animal_raw is not None:
-        parts.append(animal_keypoints(animal_raw, image_set, taxonomy))
-    if not parts:
-        raise ValueError("build_keypoints needs clicks or Animal3D keypoints")
-    out = pd.concat(parts, ignore_index=True)
-    stats = {**stats, "n_keypoints_total": int(len(out)), "n_visible_total": int(out["visible"].sum())}
-    return validate(out, KeypointSchema, "keypoints"), stats
 
 
 def aggregate_keypoints(

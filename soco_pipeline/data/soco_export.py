@@ -1,11 +1,8 @@
 """Export of the canonical tables in the official SOCO release layout, so others' tools run on our data.
 
-Writes `Images/`, `PairAnnotations/{intra,cross}/<pair_group>/<n>-<src>-<trg>.json` (n = 1-based rank of the
-pair id within its level and group), `PairAnnotations/trainsplits/`, `KeypointAnnotations/` and `Metadata/`
-under a temporary sibling folder then moved onto `out_root`, so readers never see a half-written release.
-`sources.soco_release.read_soco_release` gives back exactly every column (of the evaluated pairs' rows) but
-the images' source, uri and pose; pair files add `pair_key` (our pair id), `level`, `ancestor` and `category`,
-and pair_id is the integer n, as the official loader expects."""
+Pair files go to `PairAnnotations/{intra,cross,trainsplits/<split>}/<pair_group>/<n>-<src>-<trg>.json`, n (their
+`pair_id`, as the official loader expects) the 1-based rank of our pair id (`pair_key`) in its folder and group.
+`sources.soco_release.read_soco_release` reads back every column but the images' source, uri and pose."""
 
 from __future__ import annotations
 
@@ -162,7 +159,6 @@ def export_soco_release(
     vis_entries = _keypoint_entries(keypoints, ids, cids, full=False)
     img = images.set_index("image_id")
 
-    fs_tmp, base = filesystem(out_root)
     tmp_root = f"{out_root.rstrip('/')}.tmp-{uuid.uuid4().hex[:8]}"
     files: list[tuple[str, bytes | str]] = []  # (path, bytes or source uri to copy)
 
@@ -254,14 +250,14 @@ def export_soco_release(
                 raise ValueError(f"image file {data} does not exist; cannot export it") from None
         write_bytes_atomic(path, data)
 
+    tmp_path = filesystem(tmp_root)[1]
     try:
         with ThreadPoolExecutor(max(1, workers)) as pool:
             list(pool.map(write, files))
         if fs.exists(out_path):
             fs.rm(out_path, recursive=True)
-        fs_tmp.mv(filesystem(tmp_root)[1], base, recursive=True)
+        fs.mv(tmp_path, out_path, recursive=True)
     finally:
-        tmp_path = filesystem(tmp_root)[1]
         if fs.exists(tmp_path):
             fs.rm(tmp_path, recursive=True)
     return {
