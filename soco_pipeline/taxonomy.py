@@ -127,15 +127,16 @@ class Taxonomy:
             cur = self.nodes[cur].parent
         return out
 
+    def inherited_keypoints(self, node: str) -> list[str]:
+        """Keypoints a node has: those defined at it and at its ancestors (root's first)."""
+        return [k for n in reversed(self.ancestors(node)) for k in self.nodes[n].keypoints]
+
     def category_keypoints(self, category: str) -> list[str]:
         """Keypoint names of a category, inherited ones included (root's first)."""
         key = ("kps", category)
         if key not in self._cache:
             self.category(category)
-            names: list[str] = []
-            for node in reversed(self.ancestors(category)):
-                names.extend(self.nodes[node].keypoints)
-            self._cache[key] = names
+            self._cache[key] = self.inherited_keypoints(category)
         return list(self._cache[key])
 
     def lowest_common_ancestor(self, a: str, b: str) -> str | None:
@@ -149,12 +150,7 @@ class Taxonomy:
     def shared_keypoints(self, a: str, b: str) -> list[str]:
         """Keypoints both categories have: those defined at their common ancestors."""
         lca = self.lowest_common_ancestor(a, b)
-        if lca is None:
-            return []
-        names: list[str] = []
-        for node in reversed(self.ancestors(lca)):
-            names.extend(self.nodes[node].keypoints)
-        return names
+        return [] if lca is None else self.inherited_keypoints(lca)
 
     def related_categories(self, category: str) -> list[str]:
         """Other categories sharing at least one keypoint with this one (cross pairs)."""

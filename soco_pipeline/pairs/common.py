@@ -80,20 +80,19 @@ def require_columns(df: pd.DataFrame, columns: list[str], table: str) -> None:
         raise ValueError(f"table {table!r} lacks columns {missing}; it must follow the canonical schema")
 
 
+def table_columns(table: pa.Table | pd.DataFrame, name: str) -> list[str]:
+    """The column names of an Arrow table or a DataFrame; TypeError for anything else."""
+    if not isinstance(table, pa.Table | pd.DataFrame):
+        raise TypeError(f"{name} must be an Arrow Table or a DataFrame, not {type(table)}")
+    return table.column_names if isinstance(table, pa.Table) else list(table.columns)
+
+
 def show_rows(df: pd.DataFrame) -> str:
     """The first MAX_SHOWN rows of `df` as text, for error messages."""
     return df.head(MAX_SHOWN).to_string(index=False)
 
 
 # --------------------------------------------------------------------------------------------- taxonomy
-
-
-def inherited_keypoints(taxonomy: Taxonomy, node: str) -> list[str]:
-    """Keypoints a taxonomy node has: those defined at it and at its ancestors (root's first)."""
-    names: list[str] = []
-    for n in reversed(taxonomy.ancestors(node)):
-        names.extend(taxonomy.nodes[n].keypoints)
-    return names
 
 
 def related_category_pairs(taxonomy: Taxonomy, categories: list[str] | None = None) -> pd.DataFrame:
@@ -105,7 +104,7 @@ def related_category_pairs(taxonomy: Taxonomy, categories: list[str] | None = No
             if a == b:
                 continue
             lca = taxonomy.lowest_common_ancestor(a, b)
-            if lca is not None and inherited_keypoints(taxonomy, lca):
+            if lca is not None and taxonomy.inherited_keypoints(lca):
                 rows.append((a, b, lca))
     return pd.DataFrame(rows, columns=["src_category", "trg_category", "ancestor"])
 
@@ -118,7 +117,7 @@ def allowed_keypoints(taxonomy: Taxonomy, combos: pd.DataFrame) -> pd.DataFrame:
     for i, (a, b) in enumerate(zip(combos.src_category, combos.trg_category, strict=True)):
         lca = taxonomy.lowest_common_ancestor(a, b)
         if lca not in by_node:
-            by_node[lca] = inherited_keypoints(taxonomy, lca) if lca is not None else []
+            by_node[lca] = taxonomy.inherited_keypoints(lca) if lca is not None else []
         kps = by_node[lca]
         combo_ids.extend([i] * len(kps))
         names.extend(kps)

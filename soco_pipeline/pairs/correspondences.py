@@ -1,9 +1,5 @@
-"""Keypoint-level correspondences (CC, SOC, SOC-geo, Cross-SOC), built, streamed and written.
-
-Correspondences are built by vectorized sorted-merge joins (numpy) over integer codes, with
-no per-pair or per-keypoint Python loop; strings only come back as dictionary-encoded Arrow columns, so
-the full-scale table (millions of rows) stays small in memory and streams to Parquet in batches.
-"""
+"""Keypoint-level correspondences (CC, SOC, SOC-geo, Cross-SOC), built, streamed and written: joins over
+integer codes, strings only as dictionary-encoded Arrow columns, so millions of rows stream to Parquet."""
 
 from __future__ import annotations
 
@@ -15,9 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from soco_pipeline import storage
-from soco_pipeline.pairs.common import (
-    require_columns,
-)
+from soco_pipeline.pairs.common import require_columns
 from soco_pipeline.pairs.encoding import decode_matches, encode_pairs, match_rows, rows_per_pair
 from soco_pipeline.taxonomy import Taxonomy
 
@@ -29,19 +23,12 @@ def _select_pairs(image_pairs: pd.DataFrame, evaluated_only: bool) -> pd.DataFra
     return image_pairs[image_pairs.evaluated.astype(bool)].reset_index(drop=True)
 
 
-# ---------------------------------------------------------------------------------------- image pairs
-
-
 def build_correspondences(
     image_pairs: pd.DataFrame, keypoints: pd.DataFrame, taxonomy: Taxonomy, evaluated_only: bool = False
 ) -> pa.Table:
-    """Keypoint-level correspondences (CorrespondenceSchema) of every pair, as an Arrow table with
-    dictionary-encoded strings, sorted by pair (input order), kind (soc, cc), source and target keypoint
-    (taxonomy order).
-
-    SOC: the same keypoint visible in both images; CC: per concept, every visible source x target keypoint;
-    cross pairs use only shared keypoints. n_candidates = visible target keypoints of the concept; geo = n >=
-    2."""
+    """Keypoint-level correspondences (CorrespondenceSchema) of every pair as an Arrow table, sorted by pair
+    (input order), kind (soc, cc), source and target keypoint (taxonomy order); cross pairs use only shared
+    keypoints, n_candidates counts the concept's visible target keypoints."""
     enc = encode_pairs(_select_pairs(image_pairs, evaluated_only), keypoints, taxonomy)
     return decode_matches(match_rows(enc, 0, len(enc.pair_ids)), enc, slice_pairs=False)
 

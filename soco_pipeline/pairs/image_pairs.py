@@ -124,6 +124,3 @@ def build_image_pairs(
     eligible = soc_counts(pairs, keypoints, taxonomy) > 0
     pairs["evaluated"] = evaluation_sample(pairs, eligible, cfg)
     return pairs[PAIR_COLUMNS]
-
-
-# ------------------------------------------------------------------------------------ correspondences
