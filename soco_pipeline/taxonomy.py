@@ -1,13 +1,10 @@
-"""The SOCO concept taxonomy: categories, taxonomy nodes, concepts and keypoints.
-
-Loaded from `assets/taxonomy.yaml` or built from an official SOCO release (`sources.release_taxonomy`), and
-validated either way. A keypoint is defined at the node that introduces it and inherited by every category
-below, so related categories share their common ancestors' keypoints (the basis of Cross-SOC). Between
-stages it travels as a table (`Taxonomy.to_table` / `from_table`).
-"""
+"""The SOCO concept taxonomy: categories, taxonomy nodes, concepts and keypoints (from assets/taxonomy.yaml or
+a release, `sources.release_taxonomy`). A keypoint defined at a node is inherited by every category below, so
+related categories share their common ancestors' keypoints (Cross-SOC). Between stages: `Taxonomy.to_table`."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -291,14 +288,9 @@ class Taxonomy:
 
 def identity_of(where: str) -> tuple[tuple[str, str], ...]:
     """Object-relative identity attributes read off a part's position, e.g. 'front left'."""
-    out = []
     words = where.split()
-    for axis, values in IDENTITY_AXES.items():
-        for w in words:
-            if w in values:
-                out.append((axis, w))
-                break
-    return tuple(out)
+    found = ((axis, next((w for w in words if w in values), "")) for axis, values in IDENTITY_AXES.items())
+    return tuple((axis, w) for axis, w in found if w)
 
 
 def _keypoint_name(pattern: str, node: str, part: str, where: str, at: str) -> str:
@@ -399,18 +391,11 @@ def parse_taxonomy(doc: dict, source: str = "taxonomy") -> Taxonomy:
             )
         if node.parent is not None and node.supercategory and node.supercategory != sup:
             raise TaxonomyError(f"{source}: {section}.{name}: super-category differs from its root's")
-        resolved[name] = Node(
-            name=node.name,
-            parent=node.parent,
-            supercategory=sup,
-            is_category=node.is_category,
-            family=node.family,
-            keypoints=node.keypoints,
-        )
+        resolved[name] = dataclasses.replace(node, supercategory=sup)
     for name, node in resolved.items():
         if node.is_category and node.family and node.family not in resolved:
             raise TaxonomyError(f"{source}: categories.{name}: unknown family {node.family!r}")
-        if not node.is_category and any(n.parent == name for n in resolved.values()) is False:
+        if not node.is_category and not any(n.parent == name for n in resolved.values()):
             raise TaxonomyError(f"{source}: nodes.{name}: node has no children; make it a category")
     return Taxonomy(supercategories=supers, concepts=concepts, nodes=resolved, keypoints=keypoints)
 
