@@ -1,8 +1,5 @@
-"""Atomic reads and writes through fsspec paths (local, s3://, memory:// ...).
-
-Every write goes to a temporary sibling path first and is then moved into place, so a crash never
-leaves a half-written table or tensor where a reader would find it.
-"""
+"""Atomic reads and writes through fsspec paths (local, s3://, memory:// ...): every write goes to a temporary
+sibling and is then moved into place, so a crash never leaves a half-written file where a reader looks."""
 
 from __future__ import annotations
 
@@ -237,11 +234,8 @@ _SEEN_INSTANCES: set[str] = set()  # the instance files (dagster.yaml) this proc
 
 
 def storage_gone(path: str | None = None) -> str:
-    """Why writes must stop ("" when they need not): the storage root ($SOCO_STORAGE) holds the Dagster
-    instance ($DAGSTER_HOME), this process saw that instance's dagster.yaml there before, and it is gone now:
-    the root was moved or deleted under a running run. A root never seen with its instance (a fresh one, an
-    instance kept elsewhere, a URL) is never "gone". With `path`, only when `path` lies under the root. Two
-    stats at most; `make demo` calls it once before its first run."""
+    """Why writes (under `path`) must stop, else "": the storage root holds $DAGSTER_HOME, whose dagster.yaml this
+    process saw before and is gone now (the root was moved or deleted under a run). Two stats at most."""
     root, home = default_storage_root(), variable("DAGSTER_HOME")
     if not home or is_remote(root) or (path is not None and is_remote(path)):
         return ""
@@ -266,11 +260,8 @@ def storage_gone(path: str | None = None) -> str:
 @contextlib.contextmanager
 def open_atomic(path: str, clean_stale: bool = True, size_hint: int | None = None) -> Iterator[IO[bytes]]:
     """A binary file handle on a `.tmp-` sibling of `path` (readers skip those), moved onto `path` only if the
-    block succeeds; `clean_stale` first removes this file's temps of killed writers.
-
-    A storage root moved or deleted under the run raises StorageMovedError before anything is created; a full
-    disk raises StorageFullError naming the root and the bytes needed (`size_hint`); the temp is removed.
-    """
+    block succeeds; `clean_stale` first removes this file's temps of killed writers. StorageMovedError for a
+    moved storage root, StorageFullError (with `size_hint` bytes) for a full disk."""
     fs, p = filesystem(path)
     parent, name = p.rsplit("/", 1)
     if gone := storage_gone(path):  # never re-create a moved storage root's tree at its old path
@@ -312,17 +303,12 @@ def read_bytes(path: str) -> bytes:
         return f.read()
 
 
-CONTENT_CHECKSUM_KEY = (
-    b"soco.content_xxh3"  # Parquet footer key: xxh3_128 of the file's bytes before the footer
-)
+# Parquet footer key: xxh3_128 of the file's bytes before the footer
+CONTENT_CHECKSUM_KEY = b"soco.content_xxh3"
 
 
 class TableIntegrityError(ValueError):
     """A stored table whose bytes do not match its content checksum, or that has none where one is required."""
-
-
-def _data_checksum(data: bytes | memoryview) -> str:
-    return xxhash.xxh3_128_hexdigest(data)
 
 
 # Parquet footer key: {"columns": [...], "root": "../.."}: the columns holding paths relative to the storage
@@ -338,7 +324,7 @@ def parquet_bytes(table: pa.Table, metadata: dict[bytes, bytes] | None = None) -
     with pq.ParquetWriter(buf, table.schema, compression="zstd") as writer:
         writer.write_table(table)
         writer.add_key_value_metadata(
-            {**(metadata or {}), CONTENT_CHECKSUM_KEY: _data_checksum(buf.getbuffer())}
+            {**(metadata or {}), CONTENT_CHECKSUM_KEY: xxhash.xxh3_128_hexdigest(buf.getbuffer())}
         )
     return buf.getvalue()
 
@@ -373,7 +359,7 @@ def check_parquet(data: bytes, path: str, required: bool = False, fix: str = "")
                 f"written by the pipeline carry one); {fix}"
             )
         return
-    if _data_checksum(memoryview(data)[:start]) != stored.decode():
+    if xxhash.xxh3_128_hexdigest(memoryview(data)[:start]) != stored.decode():
         raise TableIntegrityError(
             f"{path} was altered after it was written: its contents do not match the checksum stored with "
             f"them; {fix}"
