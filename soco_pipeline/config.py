@@ -1,11 +1,5 @@
-"""Typed config files: the pydantic base every config model uses, and errors that name file, field and fix.
-
-Each kind of YAML file (backbone and LVLM specs, the two protocols, the analysis config) has one pydantic
-model with `extra="forbid"` and its ranges as field constraints. `validate_doc` runs a model on a parsed
-document and turns pydantic's ValidationError into the project's own error type, one line per problem:
-``<file>: field 'input.nearest_multiple' must be > 0, got -4; fix the value in the file``.
-docs/config.md lists the files and their models.
-"""
+"""Typed config files (docs/config.md): the pydantic base every config model uses, and errors that name file,
+field and fix, one line per problem: ``<file>: field 'input.nearest_multiple' must be > 0, got -4; ...``."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""The published figures the project compares with (assets/reference/published.csv): one row per (model,
-family, metric, setting, source) with the protocol it was measured under. A foundation module (data access
-only), so that a spec's `reference:` is checked where specs are (backbones/validate.py) and compared where
-results are (trust/published.py).
-"""
+"""The published figures the project compares with (assets/reference/published.csv), with the protocol each
+was measured under; data access only, read by backbones/validate.py and trust/published.py."""
 
 from __future__ import annotations
 

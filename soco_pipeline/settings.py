@@ -1,14 +1,6 @@
-"""Where the pipeline reads and writes and which data it evaluates: the one settings object.
-
-Everything lives under one storage root (an fsspec path: a local folder by default, `s3://...`
-works too): `tables/` (Parquet), `features/` (the tensor cache), `embedded/` (the generated data
-set), `lvlm/` (marked images, answer cache), `figures/`, `results.duckdb` (views for SQL).
-
-`Settings` is a plain pydantic model (no Dagster): the CLI builds it from the environment. The
-Dagster resource `SocoSettings` (soco_pipeline/defs/shared/resources.py) *is* a `Settings` (it
-subclasses it and adds nothing), so assets read the same fields and properties. `ENVIRONMENT` names the
-variable behind each field, `VARIABLES` the others (`variable`): the only module that reads the environment.
-"""
+"""Where the pipeline reads and writes and which data it evaluates: the one settings object, a plain pydantic
+model that the Dagster resource `SocoSettings` subclasses unchanged. Everything lives under one fsspec storage
+root. The only module that reads the environment: `ENVIRONMENT` (per field) and `VARIABLES` (the others)."""
 
 from __future__ import annotations
 
