@@ -1,13 +1,7 @@
-"""Similarities of float32 queries to a stored fp16 feature map, computed without a float32 copy of the map.
-
-With a few dozen queries per map, `queries @ fmap.float()` spends more time on the float32 copy than on
-multiplying; the C kernel (native/half_matmul.c, AVX-512 or AVX2, fp32 accumulation, argmax ties to the
-lowest index) widens the map a tile at a time in L1 and keeps the argmax as it goes. Compiled once per
-machine with the system C compiler into a cache folder, loaded with ctypes.
-
-Opt-in (docs/benchmarks.md): SOCO_NATIVE=1 (or avx512 / avx2); otherwise, or without the CPU variant or a
-compiler, `available()` is False and callers use torch, the reference path. Indices and shapes are checked
-here before any pointer reaches C, so a bad index raises instead of crashing the worker.
+"""Similarities of float32 queries to a stored fp16 feature map without a float32 copy of the map (that copy
+costs more than the multiply at a few dozen queries): half_matmul.c (AVX-512 or AVX2, fp32 accumulation,
+argmax ties to the lowest index), compiled once per machine, loaded with ctypes. Opt-in with SOCO_NATIVE
+(docs/benchmarks.md), else torch. Indices and shapes are checked here, so a bad one raises instead of crashing.
 """
 
 from __future__ import annotations
@@ -177,11 +171,9 @@ def argmax_into(
     probes: tuple[np.ndarray, np.ndarray] | None = None,
     probe_out: np.ndarray | None = None,
 ) -> None:
-    """Write the argmax cell (int64) and max (float32) of queries[rows] (float32, C columns, C-contiguous)
-    against an fp16 C x h x w map into idx_out / val_out; the similarities (len(rows) x hw) into sims_out
-    when given; and, for probes = (query positions, cells) with cells ascending, the similarity of each
-    (rows[position], cell) into probe_out (float32), the values sims_out would hold there. No tensor is
-    allocated: matching calls this once per target image. Row and probe indices are always checked."""
+    """Write the argmax cell (int64) and max (float32) of queries[rows] (float32, C-contiguous) against an fp16
+    C x h x w map into idx_out / val_out, the similarities (len(rows) x hw) into sims_out when given, and for
+    probes = (query positions, ascending cells) the similarity of each into probe_out; allocates nothing."""
     kernel = _loaded()
     ptr, c, hw, _owner = _half_map(fmap)
     n = len(rows) if rows is not None else len(queries)

@@ -1,10 +1,6 @@
-"""Named pause points for fault-injection tests: stop a process at a known point, deterministically.
-
-With $SOCO_PAUSE_DIR set, the first `pause_point(name)` of a process writes `<dir>/<name>.paused` (its pid)
-and waits for `<dir>/<name>.resume`; unset, it costs one environment lookup. With $SOCO_PAUSE_AT
-(`name@scope,...`) only the listed points pause, their files named by the key, so a long-lived worker stops
-only in the step the test means. A `.resume` left in place lets every later pass go on.
-"""
+"""Named pause points for fault-injection tests: with $SOCO_PAUSE_DIR set, a process's first
+`pause_point(name)` writes `<dir>/<key>.paused` (its pid) and waits for `<dir>/<key>.resume`; $SOCO_PAUSE_AT
+(`name@scope,...`) limits it to the listed keys, so a long-lived worker stops only in the step meant."""
 
 from __future__ import annotations
 
