@@ -103,8 +103,7 @@ def validate_doc(
     drop_loc: int = 0,
     allowed: Iterable[str] | None = None,
 ) -> Any:
-    """Validate `doc` with a pydantic model, pydantic dataclass, type or TypeAdapter; a ValidationError becomes
-    `error(message)` naming the file and each field."""
+    """`doc` validated by a model, pydantic dataclass or TypeAdapter; `error` names the file and each field."""
     if not isinstance(doc, dict):
         raise error(f"{source}: expected a mapping of {what} at the top level, got {type(doc).__name__}")
     try:
@@ -147,8 +146,7 @@ def load_config_file(
     what: str = "config file",
     scale: str | None = None,
 ) -> Any:
-    """The one loader of a typed config file: read the YAML at `path`, resolve {demo, full} values at `scale`
-    (when given), validate with `model`; every problem names the file and the field (`error`)."""
+    """The one loader of a typed config file: YAML at `path`, {demo, full} values at `scale`, then `model`."""
     doc = read_yaml(path, error, what)
     if scale is not None:
         doc = resolve_scale(doc, scale)

@@ -18,8 +18,7 @@ class PublishedTableError(ValueError):
 
 
 def load_published(path: str | Path | None = None) -> pd.DataFrame:
-    """The published figures, one row per (model, family, metric, setting, source), checked: every column
-    present, numeric values, a source on every row, no duplicate row."""
+    """The published figures, checked: every column, numeric values, a source, no duplicate row."""
     path = Path(path or PUBLISHED_PATH)
     df = pd.read_csv(path, dtype=str, keep_default_na=False)
     missing = [c for c in PUBLISHED_COLUMNS if c not in df.columns]

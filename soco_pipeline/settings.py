@@ -173,8 +173,7 @@ class Settings(BaseModel):
         )
 
     def family_config_path(self, family: str) -> str:
-        """A task family's config file: its `<family>_config_path` field when set, else assets/<family>.yaml
-        (so a new family needs no field of its own until a run wants another file)."""
+        """A family's config file: its `<family>_config_path` field when set, else assets/<family>.yaml."""
         return getattr(self, f"{family}_config_path", None) or str(PROJECT_ROOT / "assets" / f"{family}.yaml")
 
     @property
@@ -228,8 +227,7 @@ class Settings(BaseModel):
         return join(self.storage_root, "report")
 
     def task_root(self, family: str, *parts: str) -> str:
-        """A task family's files beside its tables (generated frames, renders, contact sheets):
-        `<storage>/<family>/<parts...>`; the family's domain core writes there."""
+        """A task family's files beside its tables: `<storage>/<family>/<parts...>`."""
         return join(self.storage_root, family, *parts)
 
     @property

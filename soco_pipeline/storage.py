@@ -49,8 +49,7 @@ def relative_to_root(path: str, root: str) -> str:
 
 
 def resolve(path: str, root: str) -> str:
-    """A stored path as a location: a relative one under the storage `root`, an absolute path or a URL as it
-    is (an empty one stays empty)."""
+    """A stored path as a location: a relative one under the storage `root`, others (absolute, URL, "") as is."""
     path = str(path)
     return path if not path or path.startswith("/") or _URL.match(path) else join(root, path)
 
@@ -175,8 +174,7 @@ def _is_stale(fs: fsspec.AbstractFileSystem, path: str, now: float) -> bool:
 
 
 def remove_stale_temps(folder: str, name: str | None = None) -> list[str]:
-    """Delete the leftover `.tmp-*` files (of `name`, or of any file) in `folder` whose writer died (killed
-    between write and rename); returns them."""
+    """Delete and return the `.tmp-*` files (of `name`, else any) in `folder` whose writer died."""
     fs, p = filesystem(folder)
     pattern = f"{p.rstrip('/')}/{TMP_PREFIX}*" + (f"-{name}" if name else "")
     try:
@@ -317,9 +315,7 @@ STORAGE_PATHS_KEY = b"soco.storage_paths"
 
 
 def parquet_bytes(table: pa.Table, metadata: dict[bytes, bytes] | None = None) -> bytes:
-    """A table as Parquet bytes (zstd) whose footer carries the xxh3 of every byte before the footer (the
-    column chunks: all values), so any change to the stored values is detected on read; `metadata` is
-    further footer key-value metadata."""
+    """A table as Parquet bytes (zstd), its footer holding `metadata` and the xxh3 of every byte before it."""
     buf = io.BytesIO()
     with pq.ParquetWriter(buf, table.schema, compression="zstd") as writer:
         writer.write_table(table)
@@ -369,9 +365,8 @@ def check_parquet(data: bytes, path: str, required: bool = False, fix: str = "")
 def read_parquet(
     path: str, columns: list[str] | None = None, require_checksum: bool = False, fix: str = ""
 ) -> pd.DataFrame:
-    """Read a Parquet file through fsspec into pandas, verified against its content checksum when it has one
-    (`require_checksum`: refuse a file without one, for tables that scores are read from); paths stored
-    relative to the storage root come back resolved under the root the file lies in."""
+    """A Parquet file as pandas, verified against its content checksum (`require_checksum`: it must have one);
+    paths stored relative to the storage root come back resolved under the root the file lies in."""
     fs, p = filesystem(path)
     if not fs.exists(p):
         raise FileNotFoundError(f"{path} does not exist: materialize the asset that writes it first")

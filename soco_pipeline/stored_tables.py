@@ -21,8 +21,7 @@ def stored_table(tables_root: str, asset: str, partition: str | None = None) -> 
 
 
 def stored_as(tables_root: str, asset: str, source: str, target: str) -> pd.DataFrame:
-    """The stored table `asset` of partition `source` (checksum verified), its model column relabelled to
-    `target`."""
+    """The stored table `asset` of partition `source` (checksum verified), relabelled to model `target`."""
     out = stored_table(tables_root, asset, source)
     for col in MODEL_COLUMNS:
         if col in out.columns:

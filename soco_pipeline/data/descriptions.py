@@ -1,8 +1,5 @@
-"""Language descriptions of keypoints, e.g. "the center point of the front left wheel of a bus".
-
-Built from (category, concept, position of the keypoint in its part = KeypointDef.at, position of the
-part in the object = KeypointDef.where, part noun) with the templates of assets/descriptions.yaml.
-"""
+"""Language descriptions of keypoints ("the center point of the front left wheel of a bus"): the templates of
+assets/descriptions.yaml filled with the category and the keypoint's part, `where`, `at` and concept noun."""
 
 from __future__ import annotations
 

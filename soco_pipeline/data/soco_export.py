@@ -67,9 +67,7 @@ def _keypoint_entries(kp: pd.DataFrame, ids: dict, cids: dict, full: bool) -> pd
 
 
 def release_metadata(taxonomy: Taxonomy, categories: list[str], supercategory: dict[str, str]) -> dict:
-    """The Metadata/keypoint_taxonomy.json document of a release of `categories` (supercategories, categories,
-    nodes, keypoints with their resolved templates, concepts, templates), which `sources.release_taxonomy`
-    reads."""
+    """Metadata/keypoint_taxonomy.json of a release of `categories`, as `sources.release_taxonomy` reads it."""
     from soco_pipeline.data.descriptions import load_templates, template_for
 
     cids = concept_ids(taxonomy)
@@ -123,9 +121,8 @@ def export_soco_release(
     overwrite: bool = False,
     workers: int = 8,
 ) -> dict:
-    """Write the SOCO release layout to `out_root` atomically; return counts of what was written.
-    FileExistsError when `out_root` exists (unless overwrite); ValueError for a pair or correspondence the
-    tables cannot back."""
+    """Write the SOCO release layout to `out_root` atomically; counts of what was written. FileExistsError when
+    `out_root` exists (unless overwrite), ValueError for pairs the tables cannot back."""
     images = validate(images, ImageSchema, "images")
     keypoints = validate(keypoints, KeypointSchema, "keypoints")
     image_pairs = validate(image_pairs, ImagePairSchema, "image_pairs")

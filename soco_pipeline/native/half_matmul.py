@@ -144,9 +144,8 @@ def _half_map(fmap: torch.Tensor | np.ndarray) -> tuple[int, int, int, object]:
 def corner_descriptors(
     fmap: torch.Tensor | np.ndarray, cells: np.ndarray, weights: np.ndarray, out: np.ndarray | None = None
 ) -> torch.Tensor:
-    """out[i] = sum_k weights[i, k] * fmap[:, cells[i, k]] (N x C float32) for an fp16 C x h x w map on the CPU:
-    bilinear sampling that reads only the corner cells, into `out` (C-contiguous float32) when given.
-    Call only when `available()`."""
+    """out[i] = sum_k weights[i, k] * fmap[:, cells[i, k]] (N x C float32) for an fp16 C x h x w CPU map, into
+    `out` when given: bilinear sampling of the corner cells only. Call only when `available()`."""
     kernel = _loaded()
     ptr, c, hw, _owner = _half_map(fmap)
     cells = np.ascontiguousarray(cells, dtype=np.int64).reshape(-1, 4)

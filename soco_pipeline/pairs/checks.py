@@ -67,9 +67,7 @@ def pair_counts(image_pairs: pd.DataFrame, correspondences: pa.Table | pd.DataFr
 def check_image_pairs(
     image_pairs: pd.DataFrame, taxonomy: Taxonomy, images: pd.DataFrame | None = None
 ) -> list[str]:
-    """Problems of an image_pairs table (empty list = fine), each naming offending rows: self pairs, duplicate
-    ids, unknown levels, intra pairs across categories, cross pairs between unrelated categories, a wrong
-    ancestor or pair_group, and (with `images`) missing images or wrong categories."""
+    """Problems of an image_pairs table (empty list = fine), each naming offending rows."""
     require_columns(image_pairs, PAIR_COLUMNS, "image_pairs")
     problems: list[str] = []
 
@@ -122,10 +120,7 @@ def check_correspondences(
     keypoints: pd.DataFrame,
     taxonomy: Taxonomy,
 ) -> list[str]:
-    """Problems of a correspondences table (empty list = fine), each naming offending rows: unknown pairs,
-    levels or kinds, keypoints missing or invisible, SOC rows not matching a keypoint with itself, wrong
-    concepts, keypoints the categories do not share, wrong n_candidates or geo. Vectorized over integer codes.
-    """
+    """Problems of a correspondences table (empty list = fine), each naming offending rows (vectorized)."""
     table = correspondences
     names = table_columns(table, "correspondences")
     missing = [c for c in CORRESPONDENCE_COLUMNS if c not in names]

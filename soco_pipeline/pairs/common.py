@@ -45,9 +45,8 @@ Quota = int | Literal["all"]
 
 @dataclass(frozen=True)
 class PairConfig:
-    """How pairs are drawn: the seed, evaluated pairs per pair group (``intra_per_category`` /
-    ``cross_per_category``: an int or "all") and source images per (target image, related category)
-    (``cross_sources_per_category``)."""
+    """How pairs are drawn: the seed, evaluated pairs per pair group (an int or "all") and source images per
+    (target image, related category)."""
 
     seed: int = 0
     intra_per_category: Quota = 200
@@ -110,8 +109,7 @@ def related_category_pairs(taxonomy: Taxonomy, categories: list[str] | None = No
 
 
 def allowed_keypoints(taxonomy: Taxonomy, combos: pd.DataFrame) -> pd.DataFrame:
-    """(combo, keypoint) for each (src_category, trg_category) row of `combos`: the shared keypoints (every
-    keypoint of the category for an intra combo)."""
+    """(combo, keypoint) rows: the keypoints the (src_category, trg_category) of each row of `combos` share."""
     by_node: dict[str | None, list[str]] = {}
     combo_ids, names = [], []
     for i, (a, b) in enumerate(zip(combos.src_category, combos.trg_category, strict=True)):

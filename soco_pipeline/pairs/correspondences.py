@@ -26,9 +26,8 @@ def _select_pairs(image_pairs: pd.DataFrame, evaluated_only: bool) -> pd.DataFra
 def build_correspondences(
     image_pairs: pd.DataFrame, keypoints: pd.DataFrame, taxonomy: Taxonomy, evaluated_only: bool = False
 ) -> pa.Table:
-    """Keypoint-level correspondences (CorrespondenceSchema) of every pair as an Arrow table, sorted by pair
-    (input order), kind (soc, cc), source and target keypoint (taxonomy order); cross pairs use only shared
-    keypoints, n_candidates counts the concept's visible target keypoints."""
+    """Correspondences (CorrespondenceSchema) of every pair as an Arrow table, sorted by pair (input order),
+    kind (soc, cc), source and target keypoint (taxonomy order)."""
     enc = encode_pairs(_select_pairs(image_pairs, evaluated_only), keypoints, taxonomy)
     return decode_matches(match_rows(enc, 0, len(enc.pair_ids)), enc, slice_pairs=False)
 
@@ -63,8 +62,7 @@ def write_correspondences(
     evaluated_only: bool = False,
     batch_rows: int = 1_000_000,
 ) -> int:
-    """Stream the correspondences to one Parquet file at an fsspec `path` atomically (batches of whole pairs
-    to a temporary sibling, one batch in memory); returns the row count."""
+    """Stream the correspondences to one Parquet file at `path` atomically, a batch at a time; the row count."""
     rows = 0
     with storage.open_atomic(path) as f:
         writer = None

@@ -13,8 +13,7 @@ from soco_pipeline.payloads.registry import PayloadResult
 
 
 def features_checksum(feats: Any) -> str:
-    """sha256 over the image ids and the three feature arrays, rows sorted by image id: the same features
-    give the same checksum whatever process computed them."""
+    """sha256 over the image ids and the three feature arrays, rows sorted by id (process-independent)."""
     order = np.argsort(feats.image_ids.astype(str), kind="stable")
     h = hashlib.sha256("\n".join(feats.image_ids.astype(str)[order]).encode())
     for arr in (feats.cls_prev, feats.cls_last, feats.patch_mean):
