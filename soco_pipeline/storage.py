@@ -64,9 +64,8 @@ def relativize_paths(table: pa.Table, root: str) -> tuple[pa.Table, list[str]]:
     changed = []
     for i, name in enumerate(table.column_names):
         col = table.column(i)
-        if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)) or col.null_count == len(
-            col
-        ):
+        text = pa.types.is_string(col.type) or pa.types.is_large_string(col.type)
+        if not text or col.null_count == len(col):
             continue
         if not paths_only(col.slice(0, 64)) or not paths_only(col):  # the head first: ids, names fail fast
             continue

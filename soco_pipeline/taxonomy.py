@@ -160,10 +160,6 @@ class Taxonomy:
         except KeyError:
             raise KeyError(f"unknown keypoint {keypoint!r}: not defined in {self.source}") from None
 
-    def keypoint_table(self) -> pd.DataFrame:
-        """One row per (category, keypoint): the taxonomy table (TAXONOMY_COLUMNS), see `to_table`."""
-        return self.to_table()
-
     def to_table(self) -> pd.DataFrame:
         """The taxonomy as a table (TAXONOMY_COLUMNS), one row per (category, keypoint), categories in
         order, with the lineage root first and '/'-joined; `from_table` inverts it."""

@@ -47,17 +47,9 @@ def _keypoint_entries(kp: pd.DataFrame, ids: dict, cids: dict, full: bool) -> pd
                 else {}
             ),
         }
-        for i, k, x, y, v, c, n, s in zip(
-            kp["_id"],
-            kp["keypoint"],
-            kp["x"],
-            kp["y"],
-            kp["visible"],
-            kp["concept"],
-            kp["n_annotators"],
-            kp["spread"],
-            strict=True,
-        )
+        for i, k, x, y, v, c, n, s in kp[
+            ["_id", "keypoint", "x", "y", "visible", "concept", "n_annotators", "spread"]
+        ].itertuples(index=False, name=None)
     ]
     return (
         pd.Series(entries, index=kp.index, dtype=object)

@@ -146,7 +146,7 @@ def visible_keypoints(keypoints: pd.DataFrame, taxonomy: Taxonomy) -> pd.DataFra
     require_columns(keypoints, ["image_id", "category", "keypoint", "visible"], "keypoints")
     vis = keypoints.loc[keypoints.visible.astype(bool), ["image_id", "category", "keypoint"]]
     vis = vis.astype(str)
-    table = taxonomy.keypoint_table()[["category", "keypoint"]]
+    table = taxonomy.to_table()[["category", "keypoint"]]
     known = vis.merge(table, on=["category", "keypoint"], how="left", indicator=True)["_merge"] == "both"
     bad = vis[~known.to_numpy()]
     if len(bad):
