@@ -103,7 +103,7 @@ def validate_doc(
     drop_loc: int = 0,
     allowed: Iterable[str] | None = None,
 ) -> Any:
-    """`doc` validated by a model, pydantic dataclass or TypeAdapter; `error` names the file and each field."""
+    """`doc` validated by a model, pydantic dataclass or TypeAdapter; `error` names file and fields."""
     if not isinstance(doc, dict):
         raise error(f"{source}: expected a mapping of {what} at the top level, got {type(doc).__name__}")
     try:

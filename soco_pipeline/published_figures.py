@@ -1,5 +1,4 @@
-"""The published figures the project compares with (assets/reference/published.csv), with the protocol each
-was measured under; data access only, read by backbones/validate.py and trust/published.py."""
+"""The published figures (assets/reference/published.csv) and their protocols: data access only."""
 
 from __future__ import annotations
 

@@ -171,8 +171,8 @@ class FeatureManifestSchema(Table):
 
 
 class PredictionSchema(Table):
-    """`predictions[b]`: one row per (pair, source keypoint, mode), in target-image pixels; 'free': argmax over
-    all target patches, 'geo': over patches holding same-concept target keypoints (SOC-geo)."""
+    """`predictions[b]`: one row per (pair, source keypoint, mode), in target-image pixels; 'free': argmax
+    over all target patches, 'geo': over patches holding same-concept target keypoints (SOC-geo)."""
 
     backbone: Series[str]
     pair_id: Series[str]

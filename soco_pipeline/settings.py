@@ -1,6 +1,5 @@
-"""Where the pipeline reads and writes and which data it evaluates: the one settings object, a plain pydantic
-model that the Dagster resource `SocoSettings` subclasses unchanged. Everything lives under one fsspec storage
-root. The only module that reads the environment: `ENVIRONMENT` (per field) and `VARIABLES` (the others)."""
+"""The one settings object (plain pydantic; the Dagster resource `SocoSettings` subclasses it), and the only
+module that reads the environment: `ENVIRONMENT` per field, `VARIABLES` for the others."""
 
 from __future__ import annotations
 

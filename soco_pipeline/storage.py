@@ -49,7 +49,7 @@ def relative_to_root(path: str, root: str) -> str:
 
 
 def resolve(path: str, root: str) -> str:
-    """A stored path as a location: a relative one under the storage `root`, others (absolute, URL, "") as is."""
+    """A stored path as a location: relative ones under the storage `root`, absolute, URL or "" as is."""
     path = str(path)
     return path if not path or path.startswith("/") or _URL.match(path) else join(root, path)
 
@@ -231,8 +231,8 @@ _SEEN_INSTANCES: set[str] = set()  # the instance files (dagster.yaml) this proc
 
 
 def storage_gone(path: str | None = None) -> str:
-    """Why writes (under `path`) must stop, else "": the storage root holds $DAGSTER_HOME, whose dagster.yaml this
-    process saw before and is gone now (the root was moved or deleted under a run). Two stats at most."""
+    """Why writes (under `path`) must stop, else "": the storage root holds $DAGSTER_HOME, whose dagster.yaml
+    this process saw before and is gone now (the root was moved or deleted under a run). Two stats at most."""
     root, home = default_storage_root(), variable("DAGSTER_HOME")
     if not home or is_remote(root) or (path is not None and is_remote(path)):
         return ""

@@ -1,6 +1,4 @@
-"""The one registry of published tables: asset -> Parquet path under the tables root -> SQL view, so a renamed
-asset fails loudly (`table_for`). The task families' tables are registered from their declarations
-(`register_table`): a new family needs no line here."""
+"""The one registry of published tables: asset -> Parquet path -> SQL view (families register their own)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""The SOCO concept taxonomy: categories, taxonomy nodes, concepts and keypoints (from assets/taxonomy.yaml or
-a release, `sources.release_taxonomy`). A keypoint defined at a node is inherited by every category below, so
-related categories share their common ancestors' keypoints (Cross-SOC). Between stages: `Taxonomy.to_table`."""
+"""The SOCO concept taxonomy (assets/taxonomy.yaml, or a release's): categories, nodes, concepts, keypoints; a
+keypoint defined at a node is inherited by every category below it, the basis of Cross-SOC."""
 
 from __future__ import annotations
 

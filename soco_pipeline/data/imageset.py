@@ -4,8 +4,7 @@ A candidate is kept iff it passes every check; else `rejected_images` holds the 
 order: "unknown_category", "missing_image", "corrupt_image", "invalid_pose" (ImageNet3D: a non-finite angle or
 distance) / "invalid_keypoints" (Animal3D: not 26x3 with some visible), "keypoint_outside_image" (a visible
 keypoint or click outside [0, width] x [0, height] by even a pixel: no clamping), "crowded" (not one object,
-dense_no), "bad_status" (not status_good), "too_small" (box under `min_bbox_fraction` of the image).
-"""
+dense_no), "bad_status" (not status_good), "too_small" (box under `min_bbox_fraction` of the image)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,10 @@
 """Keypoint aggregation: annotator clicks -> one keypoint row per (image, keypoint of its category).
 
-Per (image, keypoint) of a click-annotated image: visible iff a strict majority marked it visible; among the
-visible clicks, with m the coordinate-wise median and d_i = ||c_i - m||, a click is an outlier when d_i >
-max(k * 1.4826 * median_i(d_i), floor * L), L = max(width, height), k = `SourceConfig.outlier_k` (3), floor =
-`SourceConfig.outlier_floor` (0.03: a tight pair of clicks does not reject an ordinary third); position = the
-median of the kept clicks, n_annotators = their count (invisible: the annotators who labelled it); spread =
-sqrt((s_x^2 + s_y^2) / 2) / L over the kept clicks (ddof=1; NaN under two or when invisible). Animal3D
-keypoints pass through `animal_keypoints` (visibility as recorded, n_annotators 1, spread NaN)."""
+Visible iff a strict majority marked it so; a visible click c_i is an outlier when ||c_i - m|| > max(k *
+1.4826 * median_i ||c_i - m||, floor * L) (m the coordinate-wise median, L = max(width, height), k and floor
+from `SourceConfig`: a tight pair of clicks does not reject an ordinary third). The kept clicks give x, y (their
+median), n_annotators (their count; invisible: the annotators who labelled it) and spread = sqrt((s_x^2 +
+s_y^2) / 2) / L (ddof=1; NaN under two or when invisible)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Export of the canonical tables in the official SOCO release layout, so others' tools run on our data.
 
-Pair files go to `PairAnnotations/{intra,cross,trainsplits/<split>}/<pair_group>/<n>-<src>-<trg>.json`, n (their
-`pair_id`, as the official loader expects) the 1-based rank of our pair id (`pair_key`) in its folder and group.
+Pair files: `PairAnnotations/{intra,cross,trainsplits/<split>}/<pair_group>/<n>-<src>-<trg>.json`, n (their
+`pair_id`, as the official loader expects) the 1-based rank of our pair id (`pair_key`) in folder and group.
 `sources.soco_release.read_soco_release` reads back every column but the images' source, uri and pose."""
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def _keypoint_entries(kp: pd.DataFrame, ids: dict, cids: dict, full: bool) -> pd
 
 
 def release_metadata(taxonomy: Taxonomy, categories: list[str], supercategory: dict[str, str]) -> dict:
-    """Metadata/keypoint_taxonomy.json of a release of `categories`, as `sources.release_taxonomy` reads it."""
+    """Metadata/keypoint_taxonomy.json of a release of `categories` (`sources.release_taxonomy` reads it)."""
     from soco_pipeline.data.descriptions import load_templates, template_for
 
     cids = concept_ids(taxonomy)
@@ -113,8 +113,8 @@ def export_soco_release(
     overwrite: bool = False,
     workers: int = 8,
 ) -> dict:
-    """Write the SOCO release layout to `out_root` atomically; counts of what was written. FileExistsError when
-    `out_root` exists (unless overwrite), ValueError for pairs the tables cannot back."""
+    """Write the SOCO release layout to `out_root` atomically; counts of what was written. FileExistsError
+    when `out_root` exists (unless overwrite), ValueError for pairs the tables cannot back."""
     images = validate(images, ImageSchema, "images")
     keypoints = validate(keypoints, KeypointSchema, "keypoints")
     image_pairs = validate(image_pairs, ImagePairSchema, "image_pairs")

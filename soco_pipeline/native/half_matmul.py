@@ -1,8 +1,7 @@
 """Similarities of float32 queries to a stored fp16 feature map without a float32 copy of the map (that copy
 costs more than the multiply at a few dozen queries): half_matmul.c (AVX-512 or AVX2, fp32 accumulation,
 argmax ties to the lowest index), compiled once per machine, loaded with ctypes. Opt-in with SOCO_NATIVE
-(docs/benchmarks.md), else torch. Indices and shapes are checked here, so a bad one raises instead of crashing.
-"""
+(docs/benchmarks.md), else torch. Indices and shapes are checked here: a bad one raises, not crashes."""
 
 from __future__ import annotations
 
@@ -170,9 +169,9 @@ def argmax_into(
     probes: tuple[np.ndarray, np.ndarray] | None = None,
     probe_out: np.ndarray | None = None,
 ) -> None:
-    """Write the argmax cell (int64) and max (float32) of queries[rows] (float32, C-contiguous) against an fp16
-    C x h x w map into idx_out / val_out, the similarities (len(rows) x hw) into sims_out when given, and for
-    probes = (query positions, ascending cells) the similarity of each into probe_out; allocates nothing."""
+    """Write the argmax cell (int64) and max (float32) of queries[rows] (float32, C-contiguous) against an
+    fp16 C x h x w map into idx_out / val_out, the similarities (len(rows) x hw) into sims_out when given,
+    and for probes = (query positions, ascending cells) their similarities into probe_out; no allocation."""
     kernel = _loaded()
     ptr, c, hw, _owner = _half_map(fmap)
     n = len(rows) if rows is not None else len(queries)

@@ -61,9 +61,6 @@ def pair_counts(image_pairs: pd.DataFrame, correspondences: pa.Table | pd.DataFr
     )
 
 
-# -------------------------------------------------------------------------------------------- checks
-
-
 def check_image_pairs(
     image_pairs: pd.DataFrame, taxonomy: Taxonomy, images: pd.DataFrame | None = None
 ) -> list[str]:

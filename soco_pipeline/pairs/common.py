@@ -91,9 +91,6 @@ def show_rows(df: pd.DataFrame) -> str:
     return df.head(MAX_SHOWN).to_string(index=False)
 
 
-# --------------------------------------------------------------------------------------------- taxonomy
-
-
 def related_category_pairs(taxonomy: Taxonomy, categories: list[str] | None = None) -> pd.DataFrame:
     """Ordered (src_category, trg_category, ancestor) of distinct categories sharing keypoints."""
     cats = list(categories) if categories is not None else taxonomy.categories
@@ -109,7 +106,7 @@ def related_category_pairs(taxonomy: Taxonomy, categories: list[str] | None = No
 
 
 def allowed_keypoints(taxonomy: Taxonomy, combos: pd.DataFrame) -> pd.DataFrame:
-    """(combo, keypoint) rows: the keypoints the (src_category, trg_category) of each row of `combos` share."""
+    """(combo, keypoint) rows: the keypoints shared by each (src_category, trg_category) of `combos`."""
     by_node: dict[str | None, list[str]] = {}
     combo_ids, names = [], []
     for i, (a, b) in enumerate(zip(combos.src_category, combos.trg_category, strict=True)):
@@ -120,9 +117,6 @@ def allowed_keypoints(taxonomy: Taxonomy, combos: pd.DataFrame) -> pd.DataFrame:
         combo_ids.extend([i] * len(kps))
         names.extend(kps)
     return pd.DataFrame({"combo": np.asarray(combo_ids, dtype=np.int32), "keypoint": names})
-
-
-# ------------------------------------------------------------------------------------------ validation
 
 
 def check_images(images: pd.DataFrame, taxonomy: Taxonomy) -> pd.DataFrame:
@@ -169,9 +163,6 @@ def visible_keypoints(keypoints: pd.DataFrame, taxonomy: Taxonomy) -> pd.DataFra
                 f"rebuild the keypoints table against {taxonomy.source}:\n{show_rows(wrong)}"
             )
     return vis[["image_id", "keypoint"]]
-
-
-# ------------------------------------------------------------------------------------------- encoding
 
 
 def column_codes(values: pa.ChunkedArray | pa.Array | pd.Series, index: pd.Index) -> np.ndarray:

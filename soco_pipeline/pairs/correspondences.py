@@ -62,7 +62,7 @@ def write_correspondences(
     evaluated_only: bool = False,
     batch_rows: int = 1_000_000,
 ) -> int:
-    """Stream the correspondences to one Parquet file at `path` atomically, a batch at a time; the row count."""
+    """Stream the correspondences to a Parquet file at `path` atomically, batch by batch; the row count."""
     rows = 0
     with storage.open_atomic(path) as f:
         writer = None

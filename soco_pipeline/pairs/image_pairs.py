@@ -1,5 +1,4 @@
-"""Image pairs (intra and cross through the taxonomy: related categories share a lowest common ancestor that
-defines keypoints) and the seeded evaluation sample."""
+"""Image pairs (intra, and cross between categories sharing keypoints) and the seeded evaluation sample."""
 
 from __future__ import annotations
 

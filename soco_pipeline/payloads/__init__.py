@@ -1,5 +1,4 @@
-"""The heavy per-model steps as payloads, `payload(inputs, log) -> PayloadResult`, run in the step's process or
-as a job reporting through Dagster Pipes (docs/scaling-out.md)."""
+"""The heavy per-model steps as payloads, run in the step's process or as a job (docs/scaling-out.md)."""
 
 from soco_pipeline.payloads.registry import (
     PAYLOADS,

@@ -1,5 +1,4 @@
-"""The global-feature payload: one backbone's global features (class tokens of the last two blocks, the
-last block's patch mean) of every image into the shared cache, at the run's input policy."""
+"""The global-feature payload: one backbone's global features of every image into the shared cache."""
 
 from __future__ import annotations
 

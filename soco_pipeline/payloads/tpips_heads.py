@@ -1,5 +1,4 @@
-"""The TPIPS training payload: one backbone's learned perceptual heads (late and mid fusion, the ablations)
-trained on the OOO train split and scored on test and 2AFC, and the retrieval with the mid-fusion head."""
+"""The TPIPS training payload: one backbone's learned perceptual heads, their scores and retrieval."""
 
 from __future__ import annotations
 

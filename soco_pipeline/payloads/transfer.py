@@ -1,5 +1,4 @@
-"""A payload's inputs and output as files in a job folder on the shared filesystem: tables as Parquet
-(with their content checksum), everything else as JSON."""
+"""A payload's inputs and output as files in a job folder: tables as Parquet, the rest as JSON."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """Imported once by the forkserver of a multiprocess run (`defs/shared/executors.PRELOAD`): its step processes
 start with Dagster's storage layer imported (0.08 s instead of 1.0 s each) and die with the demo, which a
-killed demo does not do by itself (a step would live on and publish after the next run marked it failed).
-"""
+killed demo does not do by itself (a step would live on and publish after the next run marked it failed)."""
 
 from __future__ import annotations
 
