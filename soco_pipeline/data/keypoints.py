@@ -2,7 +2,7 @@
 
 Visible iff a strict majority marked it so; a visible click c_i is an outlier when ||c_i - m|| > max(k *
 1.4826 * median_i ||c_i - m||, floor * L) (m the coordinate-wise median, L = max(width, height), k and floor
-from `SourceConfig`: a tight pair of clicks does not reject an ordinary third). The kept clicks give x, y (their
+from `SourceConfig`: a tight pair of clicks does not reject an ordinary third). Kept clicks give x, y (their
 median), n_annotators (their count; invisible: the annotators who labelled it) and spread = sqrt((s_x^2 +
 s_y^2) / 2) / L (ddof=1; NaN under two or when invisible)."""
 
