@@ -165,23 +165,15 @@ def export_soco_release(
         files.append((join(tmp_root, "KeypointAnnotations", r["category"], f"{image_id}.json"), _dump(doc)))
 
     corr = correspondences[correspondences["pair_id"].isin(pairs["pair_id"])]
-    soc = (
-        corr[corr["kind"] == "soc"]
-        .sort_values(["pair_id", "src_keypoint"])
-        .groupby("pair_id")["src_keypoint"]
-        .agg(list)
-    )
+    soc_rows = corr[corr["kind"] == "soc"].sort_values(["pair_id", "src_keypoint"])
+    soc = soc_rows.groupby("pair_id")["src_keypoint"].agg(list)
     cc = corr[corr["kind"] == "cc"]
-    cc_src = cc.drop_duplicates(["pair_id", "concept", "src_keypoint"]).sort_values("src_keypoint")
-    cc_trg = cc.drop_duplicates(["pair_id", "concept", "trg_keypoint"]).sort_values("trg_keypoint")
-    groups = (
-        cc_src.groupby(["pair_id", "concept"])["src_keypoint"]
-        .agg(list)
-        .rename("src")
-        .to_frame()
-        .join(cc_trg.groupby(["pair_id", "concept"])["trg_keypoint"].agg(list).rename("trg"))
-        .reset_index()
-    )
+    by = ["pair_id", "concept"]
+    cc_src = cc.drop_duplicates([*by, "src_keypoint"]).sort_values("src_keypoint")
+    cc_trg = cc.drop_duplicates([*by, "trg_keypoint"]).sort_values("trg_keypoint")
+    src_lists = cc_src.groupby(by)["src_keypoint"].agg(list).rename("src")
+    trg_lists = cc_trg.groupby(by)["trg_keypoint"].agg(list).rename("trg")
+    groups = src_lists.to_frame().join(trg_lists).reset_index()
     group_docs = groups.groupby("pair_id").apply(
         lambda g: [
             {"concept_name": c, "src_keypoints": s, "trg_keypoints": t}

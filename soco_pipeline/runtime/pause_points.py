@@ -27,12 +27,8 @@ def pause_point(name: str, scope: str = "", poll_s: float = 0.05, deadline_s: fl
     if not folder:
         return
     only = variable(ONLY_ENV)
-    key = name
-    if only:
-        key = pause_key(name, scope)
-        if key not in {k.strip() for k in only.split(",")}:
-            return
-    if key in _passed:
+    key = pause_key(name, scope) if only else name
+    if (only and key not in {k.strip() for k in only.split(",")}) or key in _passed:
         return
     _passed.add(key)
     root = Path(folder)
