@@ -288,11 +288,6 @@ def identity_of(where: str) -> tuple[tuple[str, str], ...]:
     return tuple((axis, w) for axis, w in found if w)
 
 
-def _keypoint_name(pattern: str, node: str, part: str, where: str, at: str) -> str:
-    raw = pattern.format(node=node, part=part.replace(" ", ""), where=where, at=at)
-    return "_".join(t for t in raw.replace(" ", "_").split("_") if t)
-
-
 def _expand_keypoints(node: str, specs: list, where_ctx: str) -> list[KeypointDef]:
     out = []
     for i, spec in enumerate(specs or []):
@@ -302,24 +297,12 @@ def _expand_keypoints(node: str, specs: list, where_ctx: str) -> list[KeypointDe
         for req in ("part", "concept"):
             if not spec.get(req):
                 raise TaxonomyError(f"{ctx}: keypoint without `{req}`; every keypoint needs one")
-        wheres = spec.get("where", [""])
-        if isinstance(wheres, str):
-            wheres = [wheres]
-        for where in wheres:
-            name = _keypoint_name(
-                spec.get("pattern", DEFAULT_PATTERN), node, spec["part"], where, spec.get("at", "")
-            )
-            out.append(
-                KeypointDef(
-                    name=name,
-                    node=node,
-                    concept=spec["concept"],
-                    part=spec["part"],
-                    where=where,
-                    at=spec.get("at", ""),
-                    identity=identity_of(where),
-                )
-            )
+        wheres, pattern = spec.get("where", [""]), spec.get("pattern", DEFAULT_PATTERN)
+        part, concept, at = spec["part"], spec["concept"], spec.get("at", "")
+        for where in [wheres] if isinstance(wheres, str) else wheres:
+            raw = pattern.format(node=node, part=part.replace(" ", ""), where=where, at=at)
+            name = "_".join(t for t in raw.replace(" ", "_").split("_") if t)
+            out.append(KeypointDef(name, node, concept, part, where, at, identity_of(where)))
     return out
 
 
