@@ -144,11 +144,6 @@ class StorageFullError(OSError):
     """A write failed for lack of space (ENOSPC/EDQUOT); the message names the storage root and the bytes."""
 
 
-def _tmp_name(name: str) -> str:
-    """`.tmp-<host>-<pid>-<random>-<name>`: hidden, and traceable to the process that writes it."""
-    return f"{TMP_PREFIX}{_HOST}-{os.getpid()}-{uuid.uuid4().hex[:12]}-{name}"
-
-
 def pid_alive(pid: int) -> bool:
     """Whether a process with this pid exists on this machine (signal 0; another user's counts as alive)."""
     try:
@@ -266,8 +261,9 @@ def open_atomic(path: str, clean_stale: bool = True, size_hint: int | None = Non
     fs.makedirs(parent, exist_ok=True)
     if clean_stale:
         remove_stale_temps(parent, name)
-    # A sibling, never the final key: on S3 `mv` is copy-then-delete, and the copy appears whole.
-    tmp = f"{parent}/{_tmp_name(name)}"
+    # A hidden sibling named after its writer (_is_stale reads it), never the final key: on S3 `mv` is
+    # copy-then-delete, and the copy appears whole.
+    tmp = f"{parent}/{TMP_PREFIX}{_HOST}-{os.getpid()}-{uuid.uuid4().hex[:12]}-{name}"
     written: int | None = size_hint
     try:
         with fs.open(tmp, "wb") as f:

@@ -37,13 +37,6 @@ def cache_dir() -> Path:
     )
 
 
-def _compiler() -> str | None:
-    for cc in (variable("CC"), "cc", "gcc", "clang"):
-        if cc and shutil.which(cc):
-            return cc
-    return None
-
-
 def _build(cc: str) -> Path:
     """Compile the kernel (once per source and compiler); the file appears atomically."""
     source = SOURCE.read_bytes()
@@ -82,7 +75,7 @@ def _library() -> _Kernel | None:
     if platform.machine().lower() not in ("x86_64", "amd64"):
         log.info("the fp16 matching kernel is x86-64 only; matching uses torch on %s", platform.machine())
         return None
-    cc = _compiler()
+    cc = next((cc for cc in (variable("CC"), "cc", "gcc", "clang") if cc and shutil.which(cc)), None)
     if cc is None:
         log.warning("no C compiler found: matching converts each fp16 map to float32 in torch (slower)")
         return None
