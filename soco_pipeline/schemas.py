@@ -105,8 +105,7 @@ class DescriptionSchema(Table):
 
 
 class ImagePairSchema(Table):
-    """`image_pairs`: intra- and cross-category image pairs; pair_group is the *target* category, `evaluated`
-    marks the seeded evaluation sample."""
+    """`image_pairs`: intra- and cross-category pairs; pair_group is the target category."""
 
     pair_id: Series[str] = pa.Field(unique=True)
     level: Series[str] = pa.Field(isin=list(LEVELS))
@@ -185,8 +184,7 @@ class PredictionSchema(Table):
 
 
 class PublishedComparisonSchema(pa.DataFrameModel):
-    """`published_comparison`: per model whose spec names a published reference and per (family, metric)
-    both have, our value beside the closest published one (trust/published.py)."""
+    """`published_comparison`: our value beside the closest published one per model, family and metric."""
 
     model: Series[str]
     reference: Series[str]
@@ -206,8 +204,7 @@ class PublishedComparisonSchema(pa.DataFrameModel):
 
 
 class ModelHistorySchema(pa.DataFrameModel):
-    """`model_history[b]`: every materialization of a model's scores by data version and date, with the
-    paired test of each against the previous data version on the same task hash (trust/history.py)."""
+    """`model_history[b]`: each materialization of a model's scores, tested against the previous one."""
 
     model: Series[str]
     family: Series[str]

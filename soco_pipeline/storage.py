@@ -40,8 +40,7 @@ def _root_prefixes(root: str) -> list[str]:
 
 
 def relative_to_root(path: str, root: str) -> str:
-    """`path` as a table stores it: relative to the storage `root` when it lies under it; a path elsewhere (a
-    user's ImageNet3D folder, another bucket) stays absolute."""
+    """`path` as a table stores it: relative to the storage `root` when under it, else absolute."""
     for prefix in _root_prefixes(root):
         if str(path).startswith(prefix):
             return str(path)[len(prefix) :]
@@ -98,8 +97,7 @@ def _norm(path: str) -> str:
 
 
 def _root_from_file(path: str, root: str) -> str | None:
-    """Where the storage `root` is from the folder of the file at `path` (`..`, `../..`), or None when the
-    file does not lie under it."""
+    """Where the storage `root` is from the folder of the file at `path` (`..`, `../..`); None if outside."""
     rel = relative_to_root(_norm(path), _norm(root))
     return None if rel == _norm(path) else "/".join([".."] * rel.count("/")) or "."
 
@@ -321,8 +319,7 @@ def parquet_bytes(table: pa.Table, metadata: dict[bytes, bytes] | None = None) -
 
 
 def write_parquet_atomic(df: pd.DataFrame | pa.Table, path: str, storage_root: str | None = None) -> None:
-    """Write a table as one Parquet file atomically, with its content checksum in the footer; with
-    `storage_root`, paths under it are stored relative (a copied root reads its own files)."""
+    """One Parquet file written atomically, checksummed; paths under `storage_root` stored relative to it."""
     table = df if isinstance(df, pa.Table) else pa.Table.from_pandas(df, preserve_index=False)
     up = _root_from_file(path, storage_root) if storage_root else None
     metadata = None
@@ -334,8 +331,7 @@ def write_parquet_atomic(df: pd.DataFrame | pa.Table, path: str, storage_root: s
 
 
 def check_parquet(data: bytes, path: str, required: bool = False, fix: str = "") -> None:
-    """Verify Parquet bytes against the content checksum in their footer; TableIntegrityError naming the file
-    when they differ, or (with `required`) when there is none. `fix` says how to get a good copy."""
+    """Verify Parquet bytes against their footer's content checksum (`required`: one must exist)."""
     fix = fix or "re-materialize the asset that writes it"
     footer_len = int.from_bytes(data[-8:-4], "little") if len(data) >= 12 else -1
     start = len(data) - 8 - footer_len

@@ -199,8 +199,7 @@ class Taxonomy:
 
     @classmethod
     def from_table(cls, table: pd.DataFrame, source: str = "taxonomy table") -> Taxonomy:
-        """Rebuild a taxonomy from its table (`to_table`'s columns); TaxonomyError naming the rows at fault
-        (a keypoint's `node` must be on its category's lineage)."""
+        """A taxonomy from its table (`to_table`'s columns); TaxonomyError naming the rows at fault."""
         missing = [c for c in TAXONOMY_COLUMNS if c not in table.columns]
         if missing:
             raise TaxonomyError(f"{source}: lacks columns {missing}; build it with Taxonomy.to_table")

@@ -43,8 +43,7 @@ def check_image(uri: str) -> tuple[str, int, int]:
 def build_image_set(
     candidates: pd.DataFrame, cfg: SourceConfig, taxonomy: Taxonomy
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(image_set, rejected_images) of the candidate rows (CANDIDATE_COLUMNS) in `cfg.categories`; a missing
-    width/height is read from the image header, duplicate ids raise."""
+    """(image_set, rejected_images) of the candidates in `cfg.categories`; duplicate ids raise."""
     missing_cols = [c for c in CANDIDATE_COLUMNS if c not in candidates.columns]
     if missing_cols:
         raise ValueError(f"candidate table lacks columns {missing_cols}; build it with soco_pipeline.sources")

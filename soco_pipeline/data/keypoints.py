@@ -199,8 +199,7 @@ def aggregate_clicks(
 
 
 def animal_keypoints(raw: pd.DataFrame, image_set: pd.DataFrame, taxonomy: Taxonomy) -> pd.DataFrame:
-    """KeypointSchema rows of the Animal3D images of `image_set` (visibility as recorded, n_annotators 1,
-    spread NaN); bad rows raise ValueError."""
+    """KeypointSchema rows of `image_set`'s Animal3D images (n_annotators 1, spread NaN); bad rows raise."""
     _check_image_set(image_set)
     info = image_set.loc[image_set["source"] == "animal3d", ["image_id", "category", "width", "height"]]
     r = raw[["image_id", "keypoint", "x", "y", "visible"]].merge(info, on="image_id", how="inner")
@@ -245,8 +244,7 @@ def animal_keypoints(raw: pd.DataFrame, image_set: pd.DataFrame, taxonomy: Taxon
 def aggregate_keypoints(
     raw: pd.DataFrame, image_set: pd.DataFrame, taxonomy: Taxonomy, cfg: SourceConfig
 ) -> tuple[pd.DataFrame, dict]:
-    """The `keypoints` table and statistics from `read_raw_keypoints`'s mixed table (rows outside
-    `image_set` dropped and counted)."""
+    """The `keypoints` table and statistics from `read_raw_keypoints`'s rows inside `image_set`."""
     _check_image_set(image_set)
     inside = raw["image_id"].isin(image_set["image_id"]).to_numpy()
     r = raw[inside]

@@ -45,8 +45,7 @@ Quota = int | Literal["all"]
 
 @dataclass(frozen=True)
 class PairConfig:
-    """How pairs are drawn: the seed, evaluated pairs per pair group (an int or "all") and source images per
-    (target image, related category)."""
+    """How pairs are drawn: seed, evaluated pairs per group (int or "all"), sources per (target, category)."""
 
     seed: int = 0
     intra_per_category: Quota = 200

@@ -26,8 +26,7 @@ def _select_pairs(image_pairs: pd.DataFrame, evaluated_only: bool) -> pd.DataFra
 def build_correspondences(
     image_pairs: pd.DataFrame, keypoints: pd.DataFrame, taxonomy: Taxonomy, evaluated_only: bool = False
 ) -> pa.Table:
-    """Correspondences (CorrespondenceSchema) of every pair as an Arrow table, sorted by pair (input order),
-    kind (soc, cc), source and target keypoint (taxonomy order)."""
+    """Correspondences of every pair as an Arrow table, by pair (input order), kind, src and trg keypoint."""
     enc = encode_pairs(_select_pairs(image_pairs, evaluated_only), keypoints, taxonomy)
     return decode_matches(match_rows(enc, 0, len(enc.pair_ids)), enc, slice_pairs=False)
 

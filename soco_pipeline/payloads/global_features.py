@@ -22,8 +22,7 @@ def features_checksum(feats: Any) -> str:
 
 def extract(inputs: dict[str, Any], log: Callable[[str], None]) -> PayloadResult:
     """Inputs: `spec_file`, `images`, `cache_root`, `policy` (GlobalInputPolicy fields), `backbone_context`
-    and `backbone`; the asset table (one row per image, its cache folder relative to the root) and metadata.
-    Shared and resumable like cached_global: images cached for this (spec, policy) are not recomputed."""
+    and `backbone`; the asset table and metadata. Resumable: cached images (same spec, policy) are kept."""
     from soco_pipeline.backbones.validate import checked_spec
     from soco_pipeline.features import GlobalInputPolicy, cached_global
 

@@ -13,9 +13,8 @@ OUTCOMES, HITS = "tpips_learned_outcomes", "retrieval_hits"  # the extra tables'
 
 
 def train(inputs: dict[str, Any], log: Callable[[str], None]) -> PayloadResult:
-    """Inputs: `backbone`, `spec_file`, `features` (its tpips_features manifest), `images`, `ooo`, `afc`,
-    `cache_root` and `config` (TpipsConfig JSON); the score table, the per-row outcomes and retrieval hits as
-    extra tables, and the metadata. The OOO table must have a train split."""
+    """Inputs: `backbone`, `spec_file`, `features` (its tpips_features manifest), `images`, `ooo` (with a
+    train split), `afc`, `cache_root`, `config`; the scores, outcomes and retrieval hits as extra tables."""
     from soco_pipeline.backbones.validate import checked_spec
     from soco_pipeline.tasks.tpips.aspect_text import aspect_encoder, describe
     from soco_pipeline.tasks.tpips.baselines import afc_positions, ooo_positions

@@ -28,8 +28,7 @@ class GpuTime:
 
 @contextlib.contextmanager
 def gpu_timer(device: str | torch.device) -> Iterator[GpuTime]:
-    """Time the device work of the `with` body on `device` ('auto', 'cpu', 'cuda[:i]', a torch.device or
-    'remote:<backend>'): the yielded GpuTime holds seconds on CUDA, else None with the reason."""
+    """Time the `with` body's device work on `device` (or 'remote:<x>'): seconds on CUDA, else the reason."""
     import torch
 
     from soco_pipeline.runtime.device import resolve_device
