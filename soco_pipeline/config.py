@@ -53,10 +53,8 @@ def describe_error(err: dict[str, Any]) -> str:
     if kind == "literal_error":
         return f"field {field!r} is {value!r}; use one of {ctx.get('expected')}"
     if kind in _TYPE_NAMES:
-        return (
-            f"field {field!r} must be {_TYPE_NAMES[kind]}, got {value!r} ({type(value).__name__}); "
-            f"fix the value in the file"
-        )
+        got = f"{value!r} ({type(value).__name__})"
+        return f"field {field!r} must be {_TYPE_NAMES[kind]}, got {got}; fix the value in the file"
     if kind in _BOUNDS:
         bound = next(iter(ctx.values()), "?")
         return f"field {field!r} must be {_BOUNDS[kind]} {bound}, got {value!r}; fix the value in the file"

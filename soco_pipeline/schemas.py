@@ -126,9 +126,8 @@ class ImagePairSchema(Table):
 
 
 class CorrespondenceSchema(Table):
-    """`correspondences`: keypoint-level matches of every image pair: 'soc' the same keypoint visible in both
-    images, 'cc' every visible source x target keypoint of a concept; `n_candidates` counts the concept's
-    visible target keypoints, `geo` (SOC-geo) = n_candidates >= 2."""
+    """`correspondences`: keypoint matches of every pair: 'soc' a keypoint visible in both images, 'cc' every
+    visible source x target keypoint of a concept; `geo` (SOC-geo): n_candidates (visible targets) >= 2."""
 
     pair_id: Series[str]
     level: Series[str] = pa.Field(isin=list(LEVELS))

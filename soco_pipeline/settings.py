@@ -231,8 +231,7 @@ class Settings(BaseModel):
 
     @property
     def duckdb_path(self) -> str:
-        """The DuckDB file holding views over the result tables (local path); ":memory:" when the storage
-        root is a URL (object store): readers then build the views over the bucket (results_db)."""
+        """The DuckDB file of views of the result tables; ":memory:" for a URL root (views on a bucket)."""
         if is_remote(self.storage_root):
             return ":memory:"
         return str(Path(self.storage_root) / "results.duckdb")

@@ -249,9 +249,8 @@ def storage_gone(path: str | None = None) -> str:
 
 @contextlib.contextmanager
 def open_atomic(path: str, clean_stale: bool = True, size_hint: int | None = None) -> Iterator[IO[bytes]]:
-    """A binary file handle on a `.tmp-` sibling of `path` (readers skip those), moved onto `path` only if the
-    block succeeds; `clean_stale` first removes this file's temps of killed writers. StorageMovedError for a
-    moved storage root, StorageFullError (with `size_hint` bytes) for a full disk."""
+    """A binary handle on a `.tmp-` sibling of `path`, moved onto it if the block succeeds (`clean_stale`:
+    first drop killed writers' temps); StorageMovedError (moved root) or StorageFullError."""
     fs, p = filesystem(path)
     parent, name = p.rsplit("/", 1)
     if gone := storage_gone(path):  # never re-create a moved storage root's tree at its old path
@@ -356,8 +355,7 @@ def check_parquet(data: bytes, path: str, required: bool = False, fix: str = "")
 def read_parquet(
     path: str, columns: list[str] | None = None, require_checksum: bool = False, fix: str = ""
 ) -> pd.DataFrame:
-    """A Parquet file as pandas, verified against its content checksum (`require_checksum`: it must have one);
-    paths stored relative to the storage root come back resolved under the root the file lies in."""
+    """A Parquet file as pandas: checksum verified (`require_checksum`: one must exist), paths resolved."""
     fs, p = filesystem(path)
     if not fs.exists(p):
         raise FileNotFoundError(f"{path} does not exist: materialize the asset that writes it first")

@@ -60,8 +60,7 @@ def _with_concepts(
     unknown: tuple[str, str],
     duplicate: tuple[str, str],
 ) -> pd.DataFrame:
-    """`df` with each keypoint's concept; ValueError (problem, fix) for keypoints outside the image's category
-    (`unknown`) and for repeated `key` rows (`duplicate`)."""
+    """`df` with each keypoint's concept; `unknown` and `duplicate` (problem, fix) name the bad rows."""
     df = df.merge(allowed, on=["category", "keypoint"], how="left")
     _fail(df, df["concept"].isna(), *unknown, [*key, "category"])
     _fail(df, df.duplicated(key, keep=False), *duplicate, key)

@@ -151,9 +151,15 @@ def export_soco_release(
     tmp_root = f"{out_root.rstrip('/')}.tmp-{uuid.uuid4().hex[:8]}"
     files: list[tuple[str, bytes | str]] = []  # (path, bytes or source uri to copy)
 
+    mapping: dict[str, dict] = {}  # Metadata/filename_mapping.json: category -> file name -> origin
     for image_id, r in img.iterrows():
         name = image_file_name(image_id)
         files.append((join(tmp_root, "Images", r["category"], name), r["uri"]))
+        mapping.setdefault(r["category"], {})[name] = {
+            "image_id": image_id,
+            "source": r["source"],
+            "uri": r["uri"],
+        }
         doc = {
             "image": name,
             "image_id": image_id,
@@ -212,13 +218,6 @@ def export_soco_release(
     meta = release_metadata(
         taxonomy, cats, {c: str(img.loc[img["category"] == c, "supercategory"].iloc[0]) for c in cats}
     )
-    mapping: dict[str, dict] = {}
-    for image_id, r in img.iterrows():
-        mapping.setdefault(r["category"], {})[image_file_name(image_id)] = {
-            "image_id": image_id,
-            "source": r["source"],
-            "uri": r["uri"],
-        }
     files.append((join(tmp_root, "Metadata", "keypoint_taxonomy.json"), _dump(meta)))
     files.append((join(tmp_root, "Metadata", "filename_mapping.json"), _dump(mapping)))
 

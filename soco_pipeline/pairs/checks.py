@@ -25,8 +25,7 @@ COUNT_KINDS = ("image_pairs", "soc", "soc_geo", "cc")
 
 
 def pair_counts(image_pairs: pd.DataFrame, correspondences: pa.Table | pd.DataFrame) -> pd.DataFrame:
-    """Release-style counts per level and kind (image_pairs, soc, soc_geo, cc): columns level, kind, total,
-    evaluated (a correspondence counts as evaluated when its pair is)."""
+    """Release-style counts per level and kind: total and evaluated (a correspondence is when its pair is)."""
     table_columns(correspondences, "correspondences")
     pairs = image_pairs[["pair_id", "level", "evaluated"]]
     pair_index = pd.Index(pairs.pair_id.astype(str))
