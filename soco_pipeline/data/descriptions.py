@@ -75,10 +75,6 @@ def build_descriptions(taxonomy: Taxonomy, templates: dict | None = None) -> pd.
     templates = templates if templates is not None else load_templates()
     table = taxonomy.to_table()[["category", "keypoint", "concept"]]
     # ~2k short strings from the taxonomy (not data rows): a comprehension is the clear way here.
-    table = table.assign(
-        description=[
-            describe(c, k, taxonomy, templates)
-            for c, k in zip(table["category"], table["keypoint"], strict=True)
-        ]
-    )
+    keys = zip(table["category"], table["keypoint"], strict=True)
+    table = table.assign(description=[describe(c, k, taxonomy, templates) for c, k in keys])
     return validate(table, DescriptionSchema, "descriptions").reset_index(drop=True)

@@ -267,10 +267,9 @@ def aggregate_keypoints(
     if not parts:
         raise ValueError("no keypoints for the images of image_set; check the keypoint sources")
     out = validate(pd.concat(parts, ignore_index=True), KeypointSchema, "keypoints")
-    stats = {
+    return out, {
         **stats,
         "raw_rows_outside_image_set": int((~inside).sum()),
         "n_keypoints_total": int(len(out)),
         "n_visible_total": int(out["visible"].sum()),
     }
-    return out, stats
