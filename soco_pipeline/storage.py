@@ -145,11 +145,10 @@ class StorageFullError(OSError):
 def pid_alive(pid: int) -> bool:
     """Whether a process with this pid exists on this machine (signal 0; another user's counts as alive)."""
     try:
-        os.kill(pid, 0)
+        with contextlib.suppress(PermissionError):  # another user's process
+            os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
-        return True
     return True
 
 

@@ -138,10 +138,7 @@ class Taxonomy:
     def lowest_common_ancestor(self, a: str, b: str) -> str | None:
         """The lowest taxonomy node shared by two categories (None if none below the super-category)."""
         anc_b = set(self.ancestors(b))
-        for node in self.ancestors(a):
-            if node in anc_b:
-                return node
-        return None
+        return next((node for node in self.ancestors(a) if node in anc_b), None)
 
     def shared_keypoints(self, a: str, b: str) -> list[str]:
         """Keypoints both categories have: those defined at their common ancestors."""
