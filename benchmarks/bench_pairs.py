@@ -37,7 +37,7 @@ from soco_pipeline.taxonomy import Taxonomy, load_taxonomy
 def synthetic_tables(taxonomy: Taxonomy, per_category: int, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
     """An image_set and a keypoints table: each image keeps each keypoint visible with p ~ U(0.5, 0.8)."""
     rng = np.random.default_rng(seed)
-    kt = taxonomy.keypoint_table()[["category", "keypoint", "concept"]]
+    kt = taxonomy.to_table()[["category", "keypoint", "concept"]]
     cats = taxonomy.categories
     images = pd.DataFrame(
         {

@@ -1,11 +1,5 @@
-"""Typed config files: the pydantic base every config model uses, and errors that name file, field and fix.
-
-Each kind of YAML file (backbone and LVLM specs, the two protocols, the analysis config) has one pydantic
-model with `extra="forbid"` and its ranges as field constraints. `validate_doc` runs a model on a parsed
-document and turns pydantic's ValidationError into the project's own error type, one line per problem:
-``<file>: field 'input.nearest_multiple' must be > 0, got -4; fix the value in the file``.
-docs/config.md lists the files and their models.
-"""
+"""Typed config files (docs/config.md): the pydantic base every config model uses, and errors that name file,
+field and fix, one line per problem: ``<file>: field 'input.nearest_multiple' must be > 0, got -4; ...``."""
 
 from __future__ import annotations
 
@@ -59,10 +53,8 @@ def describe_error(err: dict[str, Any]) -> str:
     if kind == "literal_error":
         return f"field {field!r} is {value!r}; use one of {ctx.get('expected')}"
     if kind in _TYPE_NAMES:
-        return (
-            f"field {field!r} must be {_TYPE_NAMES[kind]}, got {value!r} ({type(value).__name__}); "
-            f"fix the value in the file"
-        )
+        got = f"{value!r} ({type(value).__name__})"
+        return f"field {field!r} must be {_TYPE_NAMES[kind]}, got {got}; fix the value in the file"
     if kind in _BOUNDS:
         bound = next(iter(ctx.values()), "?")
         return f"field {field!r} must be {_BOUNDS[kind]} {bound}, got {value!r}; fix the value in the file"
@@ -109,8 +101,7 @@ def validate_doc(
     drop_loc: int = 0,
     allowed: Iterable[str] | None = None,
 ) -> Any:
-    """Validate `doc` with a pydantic model, pydantic dataclass, type or TypeAdapter; a ValidationError becomes
-    `error(message)` naming the file and each field."""
+    """`doc` validated by a model, pydantic dataclass or TypeAdapter; `error` names file and fields."""
     if not isinstance(doc, dict):
         raise error(f"{source}: expected a mapping of {what} at the top level, got {type(doc).__name__}")
     try:
@@ -153,8 +144,7 @@ def load_config_file(
     what: str = "config file",
     scale: str | None = None,
 ) -> Any:
-    """The one loader of a typed config file: read the YAML at `path`, resolve {demo, full} values at `scale`
-    (when given), validate with `model`; every problem names the file and the field (`error`)."""
+    """The one loader of a typed config file: YAML at `path`, {demo, full} values at `scale`, then `model`."""
     doc = read_yaml(path, error, what)
     if scale is not None:
         doc = resolve_scale(doc, scale)

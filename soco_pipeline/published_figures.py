@@ -1,8 +1,4 @@
-"""The published figures the project compares with (assets/reference/published.csv): one row per (model,
-family, metric, setting, source) with the protocol it was measured under. A foundation module (data access
-only), so that a spec's `reference:` is checked where specs are (backbones/validate.py) and compared where
-results are (trust/published.py).
-"""
+"""The published figures (assets/reference/published.csv) and their protocols: data access only."""
 
 from __future__ import annotations
 
@@ -21,8 +17,7 @@ class PublishedTableError(ValueError):
 
 
 def load_published(path: str | Path | None = None) -> pd.DataFrame:
-    """The published figures, one row per (model, family, metric, setting, source), checked: every column
-    present, numeric values, a source on every row, no duplicate row."""
+    """The published figures, checked: every column, numeric values, a source, no duplicate row."""
     path = Path(path or PUBLISHED_PATH)
     df = pd.read_csv(path, dtype=str, keep_default_na=False)
     missing = [c for c in PUBLISHED_COLUMNS if c not in df.columns]

@@ -1,9 +1,5 @@
-"""The canonical tables every stage reads and writes, as pandera schemas.
-
-These are the contract between the stages: the readers (ImageNet3D, Animal3D, SOCO release) all
-produce these tables, and the pairs, features, matching and metrics stages consume only these.
-Coordinates are in original image pixels, x right, y down, origin at the top-left pixel corner.
-"""
+"""The canonical tables every stage reads and writes (the contract between stages), as pandera schemas.
+Coordinates are original image pixels, x right, y down, origin at the top-left pixel corner."""
 
 from __future__ import annotations
 
@@ -74,10 +70,7 @@ class RawClickSchema(Table):
 
 
 class KeypointSchema(Table):
-    """`keypoints`: aggregated keypoints, one row per (image, keypoint of its category).
-
-    Invisible keypoints are kept with visible=False and NaN coordinates allowed.
-    """
+    """`keypoints`: one row per (image, keypoint of its category); invisible ones may have NaN x/y."""
 
     image_id: Series[str]
     category: Series[str]
@@ -112,11 +105,7 @@ class DescriptionSchema(Table):
 
 
 class ImagePairSchema(Table):
-    """`image_pairs`: intra- and cross-category image pairs.
-
-    pair_group is the category for intra pairs and the *target* category for cross pairs.
-    `evaluated` marks the seeded evaluation sample (eval_pairs).
-    """
+    """`image_pairs`: intra- and cross-category pairs; pair_group is the target category."""
 
     pair_id: Series[str] = pa.Field(unique=True)
     level: Series[str] = pa.Field(isin=list(LEVELS))
@@ -137,13 +126,8 @@ class ImagePairSchema(Table):
 
 
 class CorrespondenceSchema(Table):
-    """`correspondences`: keypoint-level matches of every image pair.
-
-    kind 'soc': the same keypoint name visible in both images (src_keypoint == trg_keypoint);
-    `geo` marks SOC rows whose concept has >= 2 visible target candidates (the SOC-geo subset),
-    `n_candidates` is that count. kind 'cc': every visible source keypoint of a concept paired with
-    every visible target keypoint of the same concept (the CC group).
-    """
+    """`correspondences`: keypoint matches of every pair: 'soc' a keypoint visible in both images, 'cc' every
+    visible source x target keypoint of a concept; `geo` (SOC-geo): n_candidates (visible targets) >= 2."""
 
     pair_id: Series[str]
     level: Series[str] = pa.Field(isin=list(LEVELS))
@@ -185,11 +169,8 @@ class FeatureManifestSchema(Table):
 
 
 class PredictionSchema(Table):
-    """`predictions[b]`: one row per (pair, source keypoint, mode), in target-image pixels.
-
-    mode 'free': argmax over all target patches (scored for CC, SOC, Cross-SOC);
-    mode 'geo': argmax restricted to patches holding same-concept target keypoints (SOC-geo).
-    """
+    """`predictions[b]`: one row per (pair, source keypoint, mode), in target-image pixels; 'free': argmax
+    over all target patches, 'geo': over patches holding same-concept target keypoints (SOC-geo)."""
 
     backbone: Series[str]
     pair_id: Series[str]
@@ -202,8 +183,7 @@ class PredictionSchema(Table):
 
 
 class PublishedComparisonSchema(pa.DataFrameModel):
-    """`published_comparison`: per model whose spec names a published reference and per (family, metric)
-    both have, our value beside the closest published one (trust/published.py)."""
+    """`published_comparison`: our value beside the closest published one per model, family and metric."""
 
     model: Series[str]
     reference: Series[str]
@@ -223,8 +203,7 @@ class PublishedComparisonSchema(pa.DataFrameModel):
 
 
 class ModelHistorySchema(pa.DataFrameModel):
-    """`model_history[b]`: every materialization of a model's scores by data version and date, with the
-    paired test of each against the previous data version on the same task hash (trust/history.py)."""
+    """`model_history[b]`: each materialization of a model's scores, tested against the previous one."""
 
     model: Series[str]
     family: Series[str]

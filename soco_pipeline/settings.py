@@ -1,14 +1,5 @@
-"""Where the pipeline reads and writes and which data it evaluates: the one settings object.
-
-Everything lives under one storage root (an fsspec path: a local folder by default, `s3://...`
-works too): `tables/` (Parquet), `features/` (the tensor cache), `embedded/` (the generated data
-set), `lvlm/` (marked images, answer cache), `figures/`, `results.duckdb` (views for SQL).
-
-`Settings` is a plain pydantic model (no Dagster): the CLI builds it from the environment. The
-Dagster resource `SocoSettings` (soco_pipeline/defs/shared/resources.py) *is* a `Settings` (it
-subclasses it and adds nothing), so assets read the same fields and properties. `ENVIRONMENT` names the
-variable behind each field, `VARIABLES` the others (`variable`): the only module that reads the environment.
-"""
+"""The one settings object (plain pydantic; the Dagster resource `SocoSettings` subclasses it), and the only
+module that reads the environment: `ENVIRONMENT` per field, `VARIABLES` for the others."""
 
 from __future__ import annotations
 
@@ -181,8 +172,7 @@ class Settings(BaseModel):
         )
 
     def family_config_path(self, family: str) -> str:
-        """A task family's config file: its `<family>_config_path` field when set, else assets/<family>.yaml
-        (so a new family needs no field of its own until a run wants another file)."""
+        """A family's config file: its `<family>_config_path` field when set, else assets/<family>.yaml."""
         return getattr(self, f"{family}_config_path", None) or str(PROJECT_ROOT / "assets" / f"{family}.yaml")
 
     @property
@@ -236,14 +226,12 @@ class Settings(BaseModel):
         return join(self.storage_root, "report")
 
     def task_root(self, family: str, *parts: str) -> str:
-        """A task family's files beside its tables (generated frames, renders, contact sheets):
-        `<storage>/<family>/<parts...>`; the family's domain core writes there."""
+        """A task family's files beside its tables: `<storage>/<family>/<parts...>`."""
         return join(self.storage_root, family, *parts)
 
     @property
     def duckdb_path(self) -> str:
-        """The DuckDB file holding views over the result tables (local path); ":memory:" when the storage
-        root is a URL (object store): readers then build the views over the bucket (results_db)."""
+        """The DuckDB file of views of the result tables; ":memory:" for a URL root (views on a bucket)."""
         if is_remote(self.storage_root):
             return ":memory:"
         return str(Path(self.storage_root) / "results.duckdb")

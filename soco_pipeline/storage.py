@@ -1,8 +1,5 @@
-"""Atomic reads and writes through fsspec paths (local, s3://, memory:// ...).
-
-Every write goes to a temporary sibling path first and is then moved into place, so a crash never
-leaves a half-written table or tensor where a reader would find it.
-"""
+"""Atomic reads and writes through fsspec paths (local, s3://, memory:// ...): every write goes to a temporary
+sibling and is then moved into place, so a crash never leaves a half-written file where a reader looks."""
 
 from __future__ import annotations
 
@@ -43,8 +40,7 @@ def _root_prefixes(root: str) -> list[str]:
 
 
 def relative_to_root(path: str, root: str) -> str:
-    """`path` as a table stores it: relative to the storage `root` when it lies under it; a path elsewhere (a
-    user's ImageNet3D folder, another bucket) stays absolute."""
+    """`path` as a table stores it: relative to the storage `root` when under it, else absolute."""
     for prefix in _root_prefixes(root):
         if str(path).startswith(prefix):
             return str(path)[len(prefix) :]
@@ -52,8 +48,7 @@ def relative_to_root(path: str, root: str) -> str:
 
 
 def resolve(path: str, root: str) -> str:
-    """A stored path as a location: a relative one under the storage `root`, an absolute path or a URL as it
-    is (an empty one stays empty)."""
+    """A stored path as a location: relative ones under the storage `root`, absolute, URL or "" as is."""
     path = str(path)
     return path if not path or path.startswith("/") or _URL.match(path) else join(root, path)
 
@@ -68,9 +63,8 @@ def relativize_paths(table: pa.Table, root: str) -> tuple[pa.Table, list[str]]:
     changed = []
     for i, name in enumerate(table.column_names):
         col = table.column(i)
-        if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)) or col.null_count == len(
-            col
-        ):
+        text = pa.types.is_string(col.type) or pa.types.is_large_string(col.type)
+        if not text or col.null_count == len(col):
             continue
         if not paths_only(col.slice(0, 64)) or not paths_only(col):  # the head first: ids, names fail fast
             continue
@@ -103,8 +97,7 @@ def _norm(path: str) -> str:
 
 
 def _root_from_file(path: str, root: str) -> str | None:
-    """Where the storage `root` is from the folder of the file at `path` (`..`, `../..`), or None when the
-    file does not lie under it."""
+    """Where the storage `root` is from the folder of the file at `path` (`..`, `../..`); None if outside."""
     rel = relative_to_root(_norm(path), _norm(root))
     return None if rel == _norm(path) else "/".join([".."] * rel.count("/")) or "."
 
@@ -149,19 +142,13 @@ class StorageFullError(OSError):
     """A write failed for lack of space (ENOSPC/EDQUOT); the message names the storage root and the bytes."""
 
 
-def _tmp_name(name: str) -> str:
-    """`.tmp-<host>-<pid>-<random>-<name>`: hidden, and traceable to the process that writes it."""
-    return f"{TMP_PREFIX}{_HOST}-{os.getpid()}-{uuid.uuid4().hex[:12]}-{name}"
-
-
 def pid_alive(pid: int) -> bool:
     """Whether a process with this pid exists on this machine (signal 0; another user's counts as alive)."""
     try:
-        os.kill(pid, 0)
+        with contextlib.suppress(PermissionError):  # another user's process
+            os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
-        return True
     return True
 
 
@@ -178,8 +165,7 @@ def _is_stale(fs: fsspec.AbstractFileSystem, path: str, now: float) -> bool:
 
 
 def remove_stale_temps(folder: str, name: str | None = None) -> list[str]:
-    """Delete the leftover `.tmp-*` files (of `name`, or of any file) in `folder` whose writer died (killed
-    between write and rename); returns them."""
+    """Delete and return the `.tmp-*` files (of `name`, else any) in `folder` whose writer died."""
     fs, p = filesystem(folder)
     pattern = f"{p.rstrip('/')}/{TMP_PREFIX}*" + (f"-{name}" if name else "")
     try:
@@ -237,11 +223,8 @@ _SEEN_INSTANCES: set[str] = set()  # the instance files (dagster.yaml) this proc
 
 
 def storage_gone(path: str | None = None) -> str:
-    """Why writes must stop ("" when they need not): the storage root ($SOCO_STORAGE) holds the Dagster
-    instance ($DAGSTER_HOME), this process saw that instance's dagster.yaml there before, and it is gone now:
-    the root was moved or deleted under a running run. A root never seen with its instance (a fresh one, an
-    instance kept elsewhere, a URL) is never "gone". With `path`, only when `path` lies under the root. Two
-    stats at most; `make demo` calls it once before its first run."""
+    """Why writes (under `path`) must stop, else "": the storage root holds $DAGSTER_HOME, whose dagster.yaml
+    this process saw before and is gone now (the root was moved or deleted under a run). Two stats at most."""
     root, home = default_storage_root(), variable("DAGSTER_HOME")
     if not home or is_remote(root) or (path is not None and is_remote(path)):
         return ""
@@ -265,12 +248,8 @@ def storage_gone(path: str | None = None) -> str:
 
 @contextlib.contextmanager
 def open_atomic(path: str, clean_stale: bool = True, size_hint: int | None = None) -> Iterator[IO[bytes]]:
-    """A binary file handle on a `.tmp-` sibling of `path` (readers skip those), moved onto `path` only if the
-    block succeeds; `clean_stale` first removes this file's temps of killed writers.
-
-    A storage root moved or deleted under the run raises StorageMovedError before anything is created; a full
-    disk raises StorageFullError naming the root and the bytes needed (`size_hint`); the temp is removed.
-    """
+    """A binary handle on a `.tmp-` sibling of `path`, moved onto it if the block succeeds (`clean_stale`:
+    first drop killed writers' temps); StorageMovedError (moved root) or StorageFullError."""
     fs, p = filesystem(path)
     parent, name = p.rsplit("/", 1)
     if gone := storage_gone(path):  # never re-create a moved storage root's tree at its old path
@@ -278,8 +257,9 @@ def open_atomic(path: str, clean_stale: bool = True, size_hint: int | None = Non
     fs.makedirs(parent, exist_ok=True)
     if clean_stale:
         remove_stale_temps(parent, name)
-    # A sibling, never the final key: on S3 `mv` is copy-then-delete, and the copy appears whole.
-    tmp = f"{parent}/{_tmp_name(name)}"
+    # A hidden sibling named after its writer (_is_stale reads it), never the final key: on S3 `mv` is
+    # copy-then-delete, and the copy appears whole.
+    tmp = f"{parent}/{TMP_PREFIX}{_HOST}-{os.getpid()}-{uuid.uuid4().hex[:12]}-{name}"
     written: int | None = size_hint
     try:
         with fs.open(tmp, "wb") as f:
@@ -312,17 +292,12 @@ def read_bytes(path: str) -> bytes:
         return f.read()
 
 
-CONTENT_CHECKSUM_KEY = (
-    b"soco.content_xxh3"  # Parquet footer key: xxh3_128 of the file's bytes before the footer
-)
+# Parquet footer key: xxh3_128 of the file's bytes before the footer
+CONTENT_CHECKSUM_KEY = b"soco.content_xxh3"
 
 
 class TableIntegrityError(ValueError):
     """A stored table whose bytes do not match its content checksum, or that has none where one is required."""
-
-
-def _data_checksum(data: bytes | memoryview) -> str:
-    return xxhash.xxh3_128_hexdigest(data)
 
 
 # Parquet footer key: {"columns": [...], "root": "../.."}: the columns holding paths relative to the storage
@@ -331,21 +306,18 @@ STORAGE_PATHS_KEY = b"soco.storage_paths"
 
 
 def parquet_bytes(table: pa.Table, metadata: dict[bytes, bytes] | None = None) -> bytes:
-    """A table as Parquet bytes (zstd) whose footer carries the xxh3 of every byte before the footer (the
-    column chunks: all values), so any change to the stored values is detected on read; `metadata` is
-    further footer key-value metadata."""
+    """A table as Parquet bytes (zstd), its footer holding `metadata` and the xxh3 of every byte before it."""
     buf = io.BytesIO()
     with pq.ParquetWriter(buf, table.schema, compression="zstd") as writer:
         writer.write_table(table)
         writer.add_key_value_metadata(
-            {**(metadata or {}), CONTENT_CHECKSUM_KEY: _data_checksum(buf.getbuffer())}
+            {**(metadata or {}), CONTENT_CHECKSUM_KEY: xxhash.xxh3_128_hexdigest(buf.getbuffer())}
         )
     return buf.getvalue()
 
 
 def write_parquet_atomic(df: pd.DataFrame | pa.Table, path: str, storage_root: str | None = None) -> None:
-    """Write a table as one Parquet file atomically, with its content checksum in the footer; with
-    `storage_root`, paths under it are stored relative (a copied root reads its own files)."""
+    """One Parquet file written atomically, checksummed; paths under `storage_root` stored relative to it."""
     table = df if isinstance(df, pa.Table) else pa.Table.from_pandas(df, preserve_index=False)
     up = _root_from_file(path, storage_root) if storage_root else None
     metadata = None
@@ -357,8 +329,7 @@ def write_parquet_atomic(df: pd.DataFrame | pa.Table, path: str, storage_root: s
 
 
 def check_parquet(data: bytes, path: str, required: bool = False, fix: str = "") -> None:
-    """Verify Parquet bytes against the content checksum in their footer; TableIntegrityError naming the file
-    when they differ, or (with `required`) when there is none. `fix` says how to get a good copy."""
+    """Verify Parquet bytes against their footer's content checksum (`required`: one must exist)."""
     fix = fix or "re-materialize the asset that writes it"
     footer_len = int.from_bytes(data[-8:-4], "little") if len(data) >= 12 else -1
     start = len(data) - 8 - footer_len
@@ -373,7 +344,7 @@ def check_parquet(data: bytes, path: str, required: bool = False, fix: str = "")
                 f"written by the pipeline carry one); {fix}"
             )
         return
-    if _data_checksum(memoryview(data)[:start]) != stored.decode():
+    if xxhash.xxh3_128_hexdigest(memoryview(data)[:start]) != stored.decode():
         raise TableIntegrityError(
             f"{path} was altered after it was written: its contents do not match the checksum stored with "
             f"them; {fix}"
@@ -383,9 +354,7 @@ def check_parquet(data: bytes, path: str, required: bool = False, fix: str = "")
 def read_parquet(
     path: str, columns: list[str] | None = None, require_checksum: bool = False, fix: str = ""
 ) -> pd.DataFrame:
-    """Read a Parquet file through fsspec into pandas, verified against its content checksum when it has one
-    (`require_checksum`: refuse a file without one, for tables that scores are read from); paths stored
-    relative to the storage root come back resolved under the root the file lies in."""
+    """A Parquet file as pandas: checksum verified (`require_checksum`: one must exist), paths resolved."""
     fs, p = filesystem(path)
     if not fs.exists(p):
         raise FileNotFoundError(f"{path} does not exist: materialize the asset that writes it first")

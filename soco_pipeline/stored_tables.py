@@ -1,5 +1,4 @@
-"""A model's stored per-model table, read for reuse by another model (defs/shared/reuse.py): the Parquet file
-of one partition, and the same rows relabelled to the model that reuses them."""
+"""A model's stored per-model table, read for reuse by another model (defs/shared/reuse.py), relabelled."""
 
 from __future__ import annotations
 
@@ -21,15 +20,10 @@ def stored_table(tables_root: str, asset: str, partition: str | None = None) -> 
     return read_parquet(table_for(asset).path(tables_root, partition))
 
 
-def relabelled(table: pd.DataFrame, source: str, target: str) -> pd.DataFrame:
-    """`table` (a per-model table of `source`) with its model column renamed to `target`."""
-    out = table.copy()
+def stored_as(tables_root: str, asset: str, source: str, target: str) -> pd.DataFrame:
+    """The stored table `asset` of partition `source` (checksum verified), relabelled to model `target`."""
+    out = stored_table(tables_root, asset, source)
     for col in MODEL_COLUMNS:
         if col in out.columns:
             out[col] = out[col].where(out[col] != source, target)
     return out
-
-
-def stored_as(tables_root: str, asset: str, source: str, target: str) -> pd.DataFrame:
-    """The stored table `asset` of partition `source` (checksum verified), relabelled to model `target`."""
-    return relabelled(read_parquet(table_for(asset).path(tables_root, source)), source, target)

@@ -1,10 +1,4 @@
-"""The one registry of published tables: asset -> Parquet path under the tables root -> SQL view.
-
-The IO manager, the leaderboard and the results database all read it, so a renamed asset fails loudly
-(`table_for`) instead of silently dropping a view. The task families' tables are registered by their
-`FamilySpec` when the registry loads (`tasks.family_specs`) and by the family contract (`register_table`)
-when the definitions load: a new family needs no line here.
-"""
+"""The one registry of published tables: asset -> Parquet path -> SQL view (families register their own)."""
 
 from __future__ import annotations
 
@@ -58,12 +52,10 @@ TABLES: tuple[Table, ...] = (
     Table("global_metrics", "global_metrics", partitioned=True),
     Table("probe_metrics", "probe_metrics", partitioned=True),
     Table("correlation", "correlation"),
-    # the task families' tables (MMVM, FG-BMK, TPIPS, ...) are derived from their definitions: see
-    # register_table (defs/shared/family.py registers every table a Family declares)
     # per-sample input hashes of the evaluated pairs (soco_pipeline/defs/pairs/hashes.py, docs/results.md)
     Table("sample_hashes", "sample_hashes"),
-    # published figures beside ours (trust/published.py) and each model's results over time: SOCO's
-    # history is the view soco_history, as the families' (no file moves; results_db keeps model_history)
+    # published figures beside ours (trust/published.py); SOCO's history is the view soco_history, as the
+    # families' (no file moves; results_db keeps model_history)
     Table("published_comparison", "published_comparison"),
     # the gap knob by knob (trust/published_gap.py); rankings under single-knob changes (analysis/protocol_atlas.py)
     Table("published_gap", "published_gap", partitioned=True),

@@ -1,13 +1,9 @@
-"""The SOCO concept taxonomy: categories, taxonomy nodes, concepts and keypoints.
-
-Loaded from `assets/taxonomy.yaml` or built from an official SOCO release (`sources.release_taxonomy`), and
-validated either way. A keypoint is defined at the node that introduces it and inherited by every category
-below, so related categories share their common ancestors' keypoints (the basis of Cross-SOC). Between
-stages it travels as a table (`Taxonomy.to_table` / `from_table`).
-"""
+"""The SOCO concept taxonomy (assets/taxonomy.yaml, or a release's): categories, nodes, concepts, keypoints; a
+keypoint defined at a node is inherited by every category below it, the basis of Cross-SOC."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -127,34 +123,27 @@ class Taxonomy:
             cur = self.nodes[cur].parent
         return out
 
+    def inherited_keypoints(self, node: str) -> list[str]:
+        """Keypoints a node has: those defined at it and at its ancestors (root's first)."""
+        return [k for n in reversed(self.ancestors(node)) for k in self.nodes[n].keypoints]
+
     def category_keypoints(self, category: str) -> list[str]:
         """Keypoint names of a category, inherited ones included (root's first)."""
         key = ("kps", category)
         if key not in self._cache:
             self.category(category)
-            names: list[str] = []
-            for node in reversed(self.ancestors(category)):
-                names.extend(self.nodes[node].keypoints)
-            self._cache[key] = names
+            self._cache[key] = self.inherited_keypoints(category)
         return list(self._cache[key])
 
     def lowest_common_ancestor(self, a: str, b: str) -> str | None:
         """The lowest taxonomy node shared by two categories (None if none below the super-category)."""
         anc_b = set(self.ancestors(b))
-        for node in self.ancestors(a):
-            if node in anc_b:
-                return node
-        return None
+        return next((node for node in self.ancestors(a) if node in anc_b), None)
 
     def shared_keypoints(self, a: str, b: str) -> list[str]:
         """Keypoints both categories have: those defined at their common ancestors."""
         lca = self.lowest_common_ancestor(a, b)
-        if lca is None:
-            return []
-        names: list[str] = []
-        for node in reversed(self.ancestors(lca)):
-            names.extend(self.nodes[node].keypoints)
-        return names
+        return [] if lca is None else self.inherited_keypoints(lca)
 
     def related_categories(self, category: str) -> list[str]:
         """Other categories sharing at least one keypoint with this one (cross pairs)."""
@@ -166,10 +155,6 @@ class Taxonomy:
             return self.keypoints[keypoint].concept
         except KeyError:
             raise KeyError(f"unknown keypoint {keypoint!r}: not defined in {self.source}") from None
-
-    def keypoint_table(self) -> pd.DataFrame:
-        """One row per (category, keypoint): the taxonomy table (TAXONOMY_COLUMNS), see `to_table`."""
-        return self.to_table()
 
     def to_table(self) -> pd.DataFrame:
         """The taxonomy as a table (TAXONOMY_COLUMNS), one row per (category, keypoint), categories in
@@ -211,8 +196,7 @@ class Taxonomy:
 
     @classmethod
     def from_table(cls, table: pd.DataFrame, source: str = "taxonomy table") -> Taxonomy:
-        """Rebuild a taxonomy from its table (`to_table`'s columns); TaxonomyError naming the rows at fault
-        (a keypoint's `node` must be on its category's lineage)."""
+        """A taxonomy from its table (`to_table`'s columns); TaxonomyError naming the rows at fault."""
         missing = [c for c in TAXONOMY_COLUMNS if c not in table.columns]
         if missing:
             raise TaxonomyError(f"{source}: lacks columns {missing}; build it with Taxonomy.to_table")
@@ -295,19 +279,9 @@ class Taxonomy:
 
 def identity_of(where: str) -> tuple[tuple[str, str], ...]:
     """Object-relative identity attributes read off a part's position, e.g. 'front left'."""
-    out = []
     words = where.split()
-    for axis, values in IDENTITY_AXES.items():
-        for w in words:
-            if w in values:
-                out.append((axis, w))
-                break
-    return tuple(out)
-
-
-def _keypoint_name(pattern: str, node: str, part: str, where: str, at: str) -> str:
-    raw = pattern.format(node=node, part=part.replace(" ", ""), where=where, at=at)
-    return "_".join(t for t in raw.replace(" ", "_").split("_") if t)
+    found = ((axis, next((w for w in words if w in values), "")) for axis, values in IDENTITY_AXES.items())
+    return tuple((axis, w) for axis, w in found if w)
 
 
 def _expand_keypoints(node: str, specs: list, where_ctx: str) -> list[KeypointDef]:
@@ -319,24 +293,12 @@ def _expand_keypoints(node: str, specs: list, where_ctx: str) -> list[KeypointDe
         for req in ("part", "concept"):
             if not spec.get(req):
                 raise TaxonomyError(f"{ctx}: keypoint without `{req}`; every keypoint needs one")
-        wheres = spec.get("where", [""])
-        if isinstance(wheres, str):
-            wheres = [wheres]
-        for where in wheres:
-            name = _keypoint_name(
-                spec.get("pattern", DEFAULT_PATTERN), node, spec["part"], where, spec.get("at", "")
-            )
-            out.append(
-                KeypointDef(
-                    name=name,
-                    node=node,
-                    concept=spec["concept"],
-                    part=spec["part"],
-                    where=where,
-                    at=spec.get("at", ""),
-                    identity=identity_of(where),
-                )
-            )
+        wheres, pattern = spec.get("where", [""]), spec.get("pattern", DEFAULT_PATTERN)
+        part, concept, at = spec["part"], spec["concept"], spec.get("at", "")
+        for where in [wheres] if isinstance(wheres, str) else wheres:
+            raw = pattern.format(node=node, part=part.replace(" ", ""), where=where, at=at)
+            name = "_".join(t for t in raw.replace(" ", "_").split("_") if t)
+            out.append(KeypointDef(name, node, concept, part, where, at, identity_of(where)))
     return out
 
 
@@ -403,18 +365,11 @@ def parse_taxonomy(doc: dict, source: str = "taxonomy") -> Taxonomy:
             )
         if node.parent is not None and node.supercategory and node.supercategory != sup:
             raise TaxonomyError(f"{source}: {section}.{name}: super-category differs from its root's")
-        resolved[name] = Node(
-            name=node.name,
-            parent=node.parent,
-            supercategory=sup,
-            is_category=node.is_category,
-            family=node.family,
-            keypoints=node.keypoints,
-        )
+        resolved[name] = dataclasses.replace(node, supercategory=sup)
     for name, node in resolved.items():
         if node.is_category and node.family and node.family not in resolved:
             raise TaxonomyError(f"{source}: categories.{name}: unknown family {node.family!r}")
-        if not node.is_category and any(n.parent == name for n in resolved.values()) is False:
+        if not node.is_category and not any(n.parent == name for n in resolved.values()):
             raise TaxonomyError(f"{source}: nodes.{name}: node has no children; make it a category")
     return Taxonomy(supercategories=supers, concepts=concepts, nodes=resolved, keypoints=keypoints)
 

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from soco_pipeline.data.keypoints import aggregate_clicks, animal_keypoints, build_keypoints
+from soco_pipeline.data.keypoints import aggregate_clicks, aggregate_keypoints, animal_keypoints
 from soco_pipeline.sources import SourceConfig
 from soco_pipeline.taxonomy import load_taxonomy
 from tests.fixtures_data import clicks_for, image_row
@@ -150,11 +150,12 @@ def test_animal_keypoints_pass_through():
         animal_keypoints(dog_raw(x=500.0), images, TAX)
 
 
-def test_build_keypoints_concatenates_both_sources():
+def test_aggregate_keypoints_concatenates_both_sources():
     images = pd.concat(
         [bus_set(), pd.DataFrame([image_row("dog_0000", "dog", "animals", "/d", source="animal3d")])]
     )
     clicks = click_rows([("bus_0000", WHEEL, a, 5.0 + a, 5.0, True) for a in range(3)])
-    kp, stats = build_keypoints(clicks, dog_raw(), images, TAX, CFG)
+    raw = pd.concat([clicks.assign(origin="clicks"), dog_raw().assign(origin="animal3d")], ignore_index=True)
+    kp, stats = aggregate_keypoints(raw, images, TAX, CFG)
     assert len(kp) == len(TAX.category_keypoints("bus")) + 26
     assert stats["n_keypoints_total"] == len(kp)

@@ -114,8 +114,8 @@ def test_related_categories_stay_within_a_supercategory():
     } - {"chair"}
 
 
-def test_keypoint_table_has_one_row_per_category_keypoint():
-    df = TAX.keypoint_table()
+def test_taxonomy_table_has_one_row_per_category_keypoint():
+    df = TAX.to_table()
     assert len(df) == sum(len(TAX.category_keypoints(c)) for c in TAX.categories)
     assert not df.duplicated(["category", "keypoint"]).any()
     row = df[(df.category == "bus") & (df.keypoint == "vehicle_wheel_rear_right_center")].iloc[0]

@@ -1,8 +1,5 @@
-"""Language descriptions of keypoints, e.g. "the center point of the front left wheel of a bus".
-
-Built from (category, concept, position of the keypoint in its part = KeypointDef.at, position of the
-part in the object = KeypointDef.where, part noun) with the templates of assets/descriptions.yaml.
-"""
+"""Language descriptions of keypoints ("the center point of the front left wheel of a bus"): the templates of
+assets/descriptions.yaml filled with the category and the keypoint's part, `where`, `at` and concept noun."""
 
 from __future__ import annotations
 
@@ -33,11 +30,6 @@ def load_templates(path: str | Path | None = None) -> dict:
     }
 
 
-def category_phrase(category: str) -> str:
-    """'police_car' -> 'police car'."""
-    return category.replace("_", " ").strip()
-
-
 def with_article(noun_phrase: str) -> str:
     """'a bus', 'an ambulance' (vowel-initial words take 'an')."""
     return f"{'an' if noun_phrase[:1].lower() in 'aeiou' else 'a'} {noun_phrase}"
@@ -65,7 +57,7 @@ def template_for(kp: str, taxonomy: Taxonomy, templates: dict) -> str:
 def describe(category: str, keypoint: str, taxonomy: Taxonomy, templates: dict) -> str:
     """The description of one keypoint of a category."""
     d = taxonomy.keypoints[keypoint]
-    cat = category_phrase(category)
+    cat = category.replace("_", " ").strip()  # 'police_car' -> 'police car'
     fields = {
         "a_category": with_article(cat),
         "category": cat,
@@ -81,12 +73,8 @@ def describe(category: str, keypoint: str, taxonomy: Taxonomy, templates: dict) 
 def build_descriptions(taxonomy: Taxonomy, templates: dict | None = None) -> pd.DataFrame:
     """One description per (category, keypoint) of the taxonomy (DescriptionSchema)."""
     templates = templates if templates is not None else load_templates()
-    table = taxonomy.keypoint_table()[["category", "keypoint", "concept"]]
+    table = taxonomy.to_table()[["category", "keypoint", "concept"]]
     # ~2k short strings from the taxonomy (not data rows): a comprehension is the clear way here.
-    table = table.assign(
-        description=[
-            describe(c, k, taxonomy, templates)
-            for c, k in zip(table["category"], table["keypoint"], strict=True)
-        ]
-    )
+    keys = zip(table["category"], table["keypoint"], strict=True)
+    table = table.assign(description=[describe(c, k, taxonomy, templates) for c, k in keys])
     return validate(table, DescriptionSchema, "descriptions").reset_index(drop=True)

@@ -1,15 +1,10 @@
 """The filtered image set: which candidate images enter the benchmark, and why the others do not.
 
-An image is kept iff its category is in the taxonomy, its file exists and decodes, it carries valid
-pose metadata (ImageNet3D: finite azimuth/elevation/theta/distance) or a valid keypoint record
-(Animal3D: 26x3 with some visible), it shows exactly one salient object (one object, dense_no), the
-object's status is status_good and its box covers at least `min_bbox_fraction` of the image. Every
-other candidate lands in `rejected_images` with the first failing reason, checked in this order:
-"unknown_category", "missing_image", "corrupt_image", "invalid_pose" / "invalid_keypoints",
-"keypoint_outside_image" (a visible Animal3D keypoint, or one annotator's visible click on an ImageNet3D
-image, outside [0, width] x [0, height], even by a pixel: no clamping, the annotation does not match the
-file), "crowded", "bad_status", "too_small".
-"""
+A candidate is kept iff it passes every check; else `rejected_images` holds the first failing reason, in this
+order: "unknown_category", "missing_image", "corrupt_image", "invalid_pose" (ImageNet3D: a non-finite angle or
+distance) / "invalid_keypoints" (Animal3D: not 26x3 with some visible), "keypoint_outside_image" (a visible
+keypoint or click outside [0, width] x [0, height] by even a pixel: no clamping), "crowded" (not one object,
+dense_no), "bad_status" (not status_good), "too_small" (box under `min_bbox_fraction` of the image)."""
 
 from __future__ import annotations
 
@@ -48,9 +43,7 @@ def check_image(uri: str) -> tuple[str, int, int]:
 def build_image_set(
     candidates: pd.DataFrame, cfg: SourceConfig, taxonomy: Taxonomy
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Split candidate rows (sources' CANDIDATE_COLUMNS) into (image_set, rejected_images); candidates outside
-    `cfg.categories` are left out, a missing width/height is read from the image header, duplicate ids raise.
-    """
+    """(image_set, rejected_images) of the candidates in `cfg.categories`; duplicate ids raise."""
     missing_cols = [c for c in CANDIDATE_COLUMNS if c not in candidates.columns]
     if missing_cols:
         raise ValueError(f"candidate table lacks columns {missing_cols}; build it with soco_pipeline.sources")
@@ -86,20 +79,17 @@ def build_image_set(
     mark(is_rigid & ~np.isfinite(pose.to_numpy(dtype=float)).all(axis=1), "invalid_pose")
     mark(is_animal & ~df["keypoints_valid"].fillna(False).astype(bool).to_numpy(), "invalid_keypoints")
     ext = df[["kp_x_min", "kp_x_max", "kp_y_min", "kp_y_max"]].apply(pd.to_numeric, errors="coerce")
-    w0, h0 = df["width"].astype(float), df["height"].astype(float)
-    outside = (ext.kp_x_min < 0) | (ext.kp_y_min < 0) | (ext.kp_x_max > w0) | (ext.kp_y_max > h0)
+    w, h = df["width"].astype(float), df["height"].astype(float)
+    outside = (ext.kp_x_min < 0) | (ext.kp_y_min < 0) | (ext.kp_x_max > w) | (ext.kp_y_max > h)
     # Animal3D keypoints and ImageNet3D clicks alike (NaN extents, no keypoints yet, compare False).
     mark(outside.to_numpy(), "keypoint_outside_image")
     mark((df["n_objects"] != 1) | (df["dense"] != "dense_no"), "crowded")
     mark(df["object_status"] != "status_good", "bad_status")
 
-    w, h = df["width"].astype(float), df["height"].astype(float)
     box = df[["bbox_l", "bbox_t", "bbox_r", "bbox_b"]].apply(pd.to_numeric, errors="coerce")
     # Clip boxes into the image (real annotations overshoot by a pixel at times).
-    box["bbox_l"] = box["bbox_l"].clip(lower=0)
-    box["bbox_t"] = box["bbox_t"].clip(lower=0)
-    box["bbox_r"] = np.minimum(box["bbox_r"], w)
-    box["bbox_b"] = np.minimum(box["bbox_b"], h)
+    box[["bbox_l", "bbox_t"]] = box[["bbox_l", "bbox_t"]].clip(lower=0)
+    box["bbox_r"], box["bbox_b"] = np.minimum(box["bbox_r"], w), np.minimum(box["bbox_b"], h)
     area = (box["bbox_r"] - box["bbox_l"]).clip(lower=0) * (box["bbox_b"] - box["bbox_t"]).clip(lower=0)
     frac = (area / (w * h)).fillna(0.0)
     mark(frac < cfg.min_bbox_fraction, "too_small")

@@ -1,12 +1,10 @@
 """Keypoint aggregation: annotator clicks -> one keypoint row per (image, keypoint of its category).
 
-Per (image, keypoint) of a click-annotated image: visible iff a strict majority marked it visible; among the
-visible clicks, with m the coordinate-wise median and d_i = ||c_i - m||, a click is an outlier when d_i >
-max(k * 1.4826 * median_i(d_i), floor * L), L = max(width, height), k = `SourceConfig.outlier_k` (3), floor =
-`SourceConfig.outlier_floor` (0.03: a tight pair of clicks does not reject an ordinary third); position = the
-median of the kept clicks, n_annotators = their count (invisible: the annotators who labelled it); spread =
-sqrt((s_x^2 + s_y^2) / 2) / L over the kept clicks (ddof=1; NaN under two or when invisible). Animal3D
-keypoints pass through `animal_keypoints` (visibility as recorded, n_annotators 1, spread NaN)."""
+Visible iff a strict majority marked it so; a visible click c_i is an outlier when ||c_i - m|| > max(k *
+1.4826 * median_i ||c_i - m||, floor * L) (m the coordinate-wise median, L = max(width, height), k and floor
+from `SourceConfig`: a tight pair of clicks does not reject an ordinary third). Kept clicks give x, y (their
+median), n_annotators (their count; invisible: the annotators who labelled it) and spread = sqrt((s_x^2 +
+s_y^2) / 2) / L (ddof=1; NaN under two or when invisible)."""
 
 from __future__ import annotations
 
@@ -55,6 +53,20 @@ def _category_keypoints(taxonomy: Taxonomy, categories) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["category", "keypoint", "concept"])
 
 
+def _with_concepts(
+    df: pd.DataFrame,
+    allowed: pd.DataFrame,
+    key: list[str],
+    unknown: tuple[str, str],
+    duplicate: tuple[str, str],
+) -> pd.DataFrame:
+    """`df` with each keypoint's concept; `unknown` and `duplicate` (problem, fix) name the bad rows."""
+    df = df.merge(allowed, on=["category", "keypoint"], how="left")
+    _fail(df, df["concept"].isna(), *unknown, [*key, "category"])
+    _fail(df, df.duplicated(key, keep=False), *duplicate, key)
+    return df
+
+
 def _check_bounds(df: pd.DataFrame, what: str, cols: list[str]) -> None:
     vis = df["visible"].to_numpy(dtype=bool)
     _fail(
@@ -81,13 +93,8 @@ def aggregate_clicks(
     cfg: SourceConfig,
     rejected: pd.DataFrame | None = None,
 ) -> tuple[pd.DataFrame, dict]:
-    """Aggregate raw clicks into KeypointSchema rows (one per keypoint of each ImageNet3D or clicked image's
-    category; invisible: NaN x/y) plus data-set statistics; clicks on `rejected` images are ignored and
-    counted.
-
-    Raises ValueError naming the rows: clicks on unknown images or keypoints, duplicate (image, keypoint,
-    annotator) rows, NaN or out-of-bounds visible clicks, duplicate image ids, an ImageNet3D image without
-    clicks."""
+    """KeypointSchema rows (one per keypoint of each ImageNet3D or clicked image's category; invisible: NaN
+    x/y) plus statistics; clicks on `rejected` images are ignored and counted; bad rows raise ValueError."""
     _check_image_set(image_set)
     clicks = validate(clicks, RawClickSchema, "clicks")
     n_clicks_total = len(clicks)
@@ -110,20 +117,15 @@ def aggregate_clicks(
         ids,
     )
     allowed = _category_keypoints(taxonomy, info["category"])
-    c = c.merge(allowed, on=["category", "keypoint"], how="left")
-    _fail(
+    c = _with_concepts(
         c,
-        c["concept"].isna(),
-        "clicks for keypoints not in the image's category",
-        "use keypoint names of taxonomy.category_keypoints(category)",
-        [*ids, "category"],
-    )
-    _fail(
-        c,
-        c.duplicated(ids, keep=False),
-        "duplicate (image, keypoint, annotator) click rows",
-        "keep one row per annotator and keypoint",
+        allowed,
         ids,
+        (
+            "clicks for keypoints not in the image's category",
+            "use keypoint names of taxonomy.category_keypoints(category)",
+        ),
+        ("duplicate (image, keypoint, annotator) click rows", "keep one row per annotator and keypoint"),
     )
     _check_bounds(c, "clicks", ids)
 
@@ -196,28 +198,21 @@ def aggregate_clicks(
 
 
 def animal_keypoints(raw: pd.DataFrame, image_set: pd.DataFrame, taxonomy: Taxonomy) -> pd.DataFrame:
-    """KeypointSchema rows of the Animal3D images of `image_set` (visibility as recorded, n_annotators 1,
-    spread NaN). Raises ValueError for unknown keypoints, bad visible coordinates, duplicates and kept images
-    without any."""
+    """KeypointSchema rows of `image_set`'s Animal3D images (n_annotators 1, spread NaN); bad rows raise."""
     _check_image_set(image_set)
     info = image_set.loc[image_set["source"] == "animal3d", ["image_id", "category", "width", "height"]]
     r = raw[["image_id", "keypoint", "x", "y", "visible"]].merge(info, on="image_id", how="inner")
     key = ["image_id", "keypoint"]
     allowed = _category_keypoints(taxonomy, info["category"])
-    r = r.merge(allowed, on=["category", "keypoint"], how="left")
-    _fail(
+    r = _with_concepts(
         r,
-        r["concept"].isna(),
-        "Animal3D keypoints not in the image's category",
-        "map Animal3D keypoints with sources.animal3d.animal_keypoint_names",
-        [*key, "category"],
-    )
-    _fail(
-        r,
-        r.duplicated(key, keep=False),
-        "duplicate Animal3D keypoint rows",
-        "one row per image and keypoint",
+        allowed,
         key,
+        (
+            "Animal3D keypoints not in the image's category",
+            "map Animal3D keypoints with sources.animal3d.animal_keypoint_names",
+        ),
+        ("duplicate Animal3D keypoint rows", "one row per image and keypoint"),
     )
     r["visible"] = r["visible"].astype(bool)
     _check_bounds(r, "Animal3D keypoints", key)
@@ -245,34 +240,10 @@ def animal_keypoints(raw: pd.DataFrame, image_set: pd.DataFrame, taxonomy: Taxon
     return validate(out[KEYPOINT_COLUMNS], KeypointSchema, "animal keypoints").reset_index(drop=True)
 
 
-def build_keypoints(
-    clicks: pd.DataFrame | None,
-    animal_raw: pd.DataFrame | None,
-    image_set: pd.DataFrame,
-    taxonomy: Taxonomy,
-    cfg: SourceConfig,
-    rejected: pd.DataFrame | None = None,
-) -> tuple[pd.DataFrame, dict]:
-    """The full `keypoints` table: aggregated clicks plus Animal3D keypoints, and the click stats."""
-    parts, stats = [], {}
-    if clicks is not None:
-        kp, stats = aggregate_clicks(clicks, image_set, taxonomy, cfg, rejected)
-        parts.append(kp)
-    if animal_raw is not None:
-        parts.append(animal_keypoints(animal_raw, image_set, taxonomy))
-    if not parts:
-        raise ValueError("build_keypoints needs clicks or Animal3D keypoints")
-    out = pd.concat(parts, ignore_index=True)
-    stats = {**stats, "n_keypoints_total": int(len(out)), "n_visible_total": int(out["visible"].sum())}
-    return validate(out, KeypointSchema, "keypoints"), stats
-
-
 def aggregate_keypoints(
     raw: pd.DataFrame, image_set: pd.DataFrame, taxonomy: Taxonomy, cfg: SourceConfig
 ) -> tuple[pd.DataFrame, dict]:
-    """The `keypoints` table (plus statistics) from `read_raw_keypoints`'s mixed table: rows outside
-    `image_set` dropped and counted, clicks aggregated, Animal3D rows converted, SOCO release rows passed
-    through."""
+    """The `keypoints` table and statistics from `read_raw_keypoints`'s rows inside `image_set`."""
     _check_image_set(image_set)
     inside = raw["image_id"].isin(image_set["image_id"]).to_numpy()
     r = raw[inside]
@@ -296,10 +267,9 @@ def aggregate_keypoints(
     if not parts:
         raise ValueError("no keypoints for the images of image_set; check the keypoint sources")
     out = validate(pd.concat(parts, ignore_index=True), KeypointSchema, "keypoints")
-    stats = {
+    return out, {
         **stats,
         "raw_rows_outside_image_set": int((~inside).sum()),
         "n_keypoints_total": int(len(out)),
         "n_visible_total": int(out["visible"].sum()),
     }
-    return out, stats

@@ -1,11 +1,8 @@
 """Export of the canonical tables in the official SOCO release layout, so others' tools run on our data.
 
-Writes `Images/`, `PairAnnotations/{intra,cross}/<pair_group>/<n>-<src>-<trg>.json` (n = 1-based rank of the
-pair id within its level and group), `PairAnnotations/trainsplits/`, `KeypointAnnotations/` and `Metadata/`
-under a temporary sibling folder then moved onto `out_root`, so readers never see a half-written release.
-`sources.soco_release.read_soco_release` gives back exactly every column (of the evaluated pairs' rows) but
-the images' source, uri and pose; pair files add `pair_key` (our pair id), `level`, `ancestor` and `category`,
-and pair_id is the integer n, as the official loader expects."""
+Pair files: `PairAnnotations/{intra,cross,trainsplits/<split>}/<pair_group>/<n>-<src>-<trg>.json`, n (their
+`pair_id`, as the official loader expects) the 1-based rank of our pair id (`pair_key`) in folder and group.
+`sources.soco_release.read_soco_release` reads back every column but the images' source, uri and pose."""
 
 from __future__ import annotations
 
@@ -50,17 +47,9 @@ def _keypoint_entries(kp: pd.DataFrame, ids: dict, cids: dict, full: bool) -> pd
                 else {}
             ),
         }
-        for i, k, x, y, v, c, n, s in zip(
-            kp["_id"],
-            kp["keypoint"],
-            kp["x"],
-            kp["y"],
-            kp["visible"],
-            kp["concept"],
-            kp["n_annotators"],
-            kp["spread"],
-            strict=True,
-        )
+        for i, k, x, y, v, c, n, s in kp[
+            ["_id", "keypoint", "x", "y", "visible", "concept", "n_annotators", "spread"]
+        ].itertuples(index=False, name=None)
     ]
     return (
         pd.Series(entries, index=kp.index, dtype=object)
@@ -70,9 +59,7 @@ def _keypoint_entries(kp: pd.DataFrame, ids: dict, cids: dict, full: bool) -> pd
 
 
 def release_metadata(taxonomy: Taxonomy, categories: list[str], supercategory: dict[str, str]) -> dict:
-    """The Metadata/keypoint_taxonomy.json document of a release of `categories` (supercategories, categories,
-    nodes, keypoints with their resolved templates, concepts, templates), which `sources.release_taxonomy`
-    reads."""
+    """Metadata/keypoint_taxonomy.json of a release of `categories` (`sources.release_taxonomy` reads it)."""
     from soco_pipeline.data.descriptions import load_templates, template_for
 
     cids = concept_ids(taxonomy)
@@ -126,9 +113,8 @@ def export_soco_release(
     overwrite: bool = False,
     workers: int = 8,
 ) -> dict:
-    """Write the SOCO release layout to `out_root` atomically; return counts of what was written.
-    FileExistsError when `out_root` exists (unless overwrite); ValueError for a pair or correspondence the
-    tables cannot back."""
+    """Write the SOCO release layout to `out_root` atomically; counts of what was written. FileExistsError
+    when `out_root` exists (unless overwrite), ValueError for pairs the tables cannot back."""
     images = validate(images, ImageSchema, "images")
     keypoints = validate(keypoints, KeypointSchema, "keypoints")
     image_pairs = validate(image_pairs, ImagePairSchema, "image_pairs")
@@ -162,13 +148,18 @@ def export_soco_release(
     vis_entries = _keypoint_entries(keypoints, ids, cids, full=False)
     img = images.set_index("image_id")
 
-    fs_tmp, base = filesystem(out_root)
     tmp_root = f"{out_root.rstrip('/')}.tmp-{uuid.uuid4().hex[:8]}"
     files: list[tuple[str, bytes | str]] = []  # (path, bytes or source uri to copy)
 
+    mapping: dict[str, dict] = {}  # Metadata/filename_mapping.json: category -> file name -> origin
     for image_id, r in img.iterrows():
         name = image_file_name(image_id)
         files.append((join(tmp_root, "Images", r["category"], name), r["uri"]))
+        mapping.setdefault(r["category"], {})[name] = {
+            "image_id": image_id,
+            "source": r["source"],
+            "uri": r["uri"],
+        }
         doc = {
             "image": name,
             "image_id": image_id,
@@ -180,23 +171,15 @@ def export_soco_release(
         files.append((join(tmp_root, "KeypointAnnotations", r["category"], f"{image_id}.json"), _dump(doc)))
 
     corr = correspondences[correspondences["pair_id"].isin(pairs["pair_id"])]
-    soc = (
-        corr[corr["kind"] == "soc"]
-        .sort_values(["pair_id", "src_keypoint"])
-        .groupby("pair_id")["src_keypoint"]
-        .agg(list)
-    )
+    soc_rows = corr[corr["kind"] == "soc"].sort_values(["pair_id", "src_keypoint"])
+    soc = soc_rows.groupby("pair_id")["src_keypoint"].agg(list)
     cc = corr[corr["kind"] == "cc"]
-    cc_src = cc.drop_duplicates(["pair_id", "concept", "src_keypoint"]).sort_values("src_keypoint")
-    cc_trg = cc.drop_duplicates(["pair_id", "concept", "trg_keypoint"]).sort_values("trg_keypoint")
-    groups = (
-        cc_src.groupby(["pair_id", "concept"])["src_keypoint"]
-        .agg(list)
-        .rename("src")
-        .to_frame()
-        .join(cc_trg.groupby(["pair_id", "concept"])["trg_keypoint"].agg(list).rename("trg"))
-        .reset_index()
-    )
+    by = ["pair_id", "concept"]
+    cc_src = cc.drop_duplicates([*by, "src_keypoint"]).sort_values("src_keypoint")
+    cc_trg = cc.drop_duplicates([*by, "trg_keypoint"]).sort_values("trg_keypoint")
+    src_lists = cc_src.groupby(by)["src_keypoint"].agg(list).rename("src")
+    trg_lists = cc_trg.groupby(by)["trg_keypoint"].agg(list).rename("trg")
+    groups = src_lists.to_frame().join(trg_lists).reset_index()
     group_docs = groups.groupby("pair_id").apply(
         lambda g: [
             {"concept_name": c, "src_keypoints": s, "trg_keypoints": t}
@@ -235,13 +218,6 @@ def export_soco_release(
     meta = release_metadata(
         taxonomy, cats, {c: str(img.loc[img["category"] == c, "supercategory"].iloc[0]) for c in cats}
     )
-    mapping: dict[str, dict] = {}
-    for image_id, r in img.iterrows():
-        mapping.setdefault(r["category"], {})[image_file_name(image_id)] = {
-            "image_id": image_id,
-            "source": r["source"],
-            "uri": r["uri"],
-        }
     files.append((join(tmp_root, "Metadata", "keypoint_taxonomy.json"), _dump(meta)))
     files.append((join(tmp_root, "Metadata", "filename_mapping.json"), _dump(mapping)))
 
@@ -254,14 +230,14 @@ def export_soco_release(
                 raise ValueError(f"image file {data} does not exist; cannot export it") from None
         write_bytes_atomic(path, data)
 
+    tmp_path = filesystem(tmp_root)[1]
     try:
         with ThreadPoolExecutor(max(1, workers)) as pool:
             list(pool.map(write, files))
         if fs.exists(out_path):
             fs.rm(out_path, recursive=True)
-        fs_tmp.mv(filesystem(tmp_root)[1], base, recursive=True)
+        fs.mv(tmp_path, out_path, recursive=True)
     finally:
-        tmp_path = filesystem(tmp_root)[1]
         if fs.exists(tmp_path):
             fs.rm(tmp_path, recursive=True)
     return {

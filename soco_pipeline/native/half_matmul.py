@@ -1,14 +1,7 @@
-"""Similarities of float32 queries to a stored fp16 feature map, computed without a float32 copy of the map.
-
-With a few dozen queries per map, `queries @ fmap.float()` spends more time on the float32 copy than on
-multiplying; the C kernel (native/half_matmul.c, AVX-512 or AVX2, fp32 accumulation, argmax ties to the
-lowest index) widens the map a tile at a time in L1 and keeps the argmax as it goes. Compiled once per
-machine with the system C compiler into a cache folder, loaded with ctypes.
-
-Opt-in (docs/benchmarks.md): SOCO_NATIVE=1 (or avx512 / avx2); otherwise, or without the CPU variant or a
-compiler, `available()` is False and callers use torch, the reference path. Indices and shapes are checked
-here before any pointer reaches C, so a bad index raises instead of crashing the worker.
-"""
+"""Similarities of float32 queries to a stored fp16 feature map without a float32 copy of the map (that copy
+costs more than the multiply at a few dozen queries): half_matmul.c (AVX-512 or AVX2, fp32 accumulation,
+argmax ties to the lowest index), compiled once per machine, loaded with ctypes. Opt-in with SOCO_NATIVE
+(docs/benchmarks.md), else torch. Indices and shapes are checked here: a bad one raises, not crashes."""
 
 from __future__ import annotations
 
@@ -42,13 +35,6 @@ def cache_dir() -> Path:
         variable("SOCO_NATIVE_CACHE")
         or Path(variable("XDG_CACHE_HOME") or Path.home() / ".cache") / "soco_pipeline"
     )
-
-
-def _compiler() -> str | None:
-    for cc in (variable("CC"), "cc", "gcc", "clang"):
-        if cc and shutil.which(cc):
-            return cc
-    return None
 
 
 def _build(cc: str) -> Path:
@@ -89,7 +75,7 @@ def _library() -> _Kernel | None:
     if platform.machine().lower() not in ("x86_64", "amd64"):
         log.info("the fp16 matching kernel is x86-64 only; matching uses torch on %s", platform.machine())
         return None
-    cc = _compiler()
+    cc = next((cc for cc in (variable("CC"), "cc", "gcc", "clang") if cc and shutil.which(cc)), None)
     if cc is None:
         log.warning("no C compiler found: matching converts each fp16 map to float32 in torch (slower)")
         return None
@@ -150,9 +136,8 @@ def _half_map(fmap: torch.Tensor | np.ndarray) -> tuple[int, int, int, object]:
 def corner_descriptors(
     fmap: torch.Tensor | np.ndarray, cells: np.ndarray, weights: np.ndarray, out: np.ndarray | None = None
 ) -> torch.Tensor:
-    """out[i] = sum_k weights[i, k] * fmap[:, cells[i, k]] (N x C float32) for an fp16 C x h x w map on the CPU:
-    bilinear sampling that reads only the corner cells, into `out` (C-contiguous float32) when given.
-    Call only when `available()`."""
+    """out[i] = sum_k weights[i, k] * fmap[:, cells[i, k]] (N x C float32) for an fp16 C x h x w CPU map, into
+    `out` when given: bilinear sampling of the corner cells only. Call only when `available()`."""
     kernel = _loaded()
     ptr, c, hw, _owner = _half_map(fmap)
     cells = np.ascontiguousarray(cells, dtype=np.int64).reshape(-1, 4)
@@ -177,11 +162,9 @@ def argmax_into(
     probes: tuple[np.ndarray, np.ndarray] | None = None,
     probe_out: np.ndarray | None = None,
 ) -> None:
-    """Write the argmax cell (int64) and max (float32) of queries[rows] (float32, C columns, C-contiguous)
-    against an fp16 C x h x w map into idx_out / val_out; the similarities (len(rows) x hw) into sims_out
-    when given; and, for probes = (query positions, cells) with cells ascending, the similarity of each
-    (rows[position], cell) into probe_out (float32), the values sims_out would hold there. No tensor is
-    allocated: matching calls this once per target image. Row and probe indices are always checked."""
+    """Write the argmax cell (int64) and max (float32) of queries[rows] (float32, C-contiguous) against an
+    fp16 C x h x w map into idx_out / val_out, the similarities (len(rows) x hw) into sims_out when given,
+    and for probes = (query positions, ascending cells) their similarities into probe_out; no allocation."""
     kernel = _loaded()
     ptr, c, hw, _owner = _half_map(fmap)
     n = len(rows) if rows is not None else len(queries)

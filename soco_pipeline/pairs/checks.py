@@ -16,6 +16,7 @@ from soco_pipeline.pairs.common import (
     related_category_pairs,
     require_columns,
     show_rows,
+    table_columns,
 )
 from soco_pipeline.pairs.encoding import encode_pairs
 from soco_pipeline.taxonomy import Taxonomy
@@ -24,10 +25,8 @@ COUNT_KINDS = ("image_pairs", "soc", "soc_geo", "cc")
 
 
 def pair_counts(image_pairs: pd.DataFrame, correspondences: pa.Table | pd.DataFrame) -> pd.DataFrame:
-    """Release-style counts per level and kind (image_pairs, soc, soc_geo, cc): columns level, kind, total,
-    evaluated (a correspondence counts as evaluated when its pair is)."""
-    if not isinstance(correspondences, pa.Table | pd.DataFrame):
-        raise TypeError(f"correspondences must be an Arrow Table or a DataFrame, not {type(correspondences)}")
+    """Release-style counts per level and kind: total and evaluated (a correspondence is when its pair is)."""
+    table_columns(correspondences, "correspondences")
     pairs = image_pairs[["pair_id", "level", "evaluated"]]
     pair_index = pd.Index(pairs.pair_id.astype(str))
     pair_eval = pairs.evaluated.to_numpy(dtype=bool)
@@ -61,15 +60,10 @@ def pair_counts(image_pairs: pd.DataFrame, correspondences: pa.Table | pd.DataFr
     )
 
 
-# -------------------------------------------------------------------------------------------- checks
-
-
 def check_image_pairs(
     image_pairs: pd.DataFrame, taxonomy: Taxonomy, images: pd.DataFrame | None = None
 ) -> list[str]:
-    """Problems of an image_pairs table (empty list = fine), each naming offending rows: self pairs, duplicate
-    ids, unknown levels, intra pairs across categories, cross pairs between unrelated categories, a wrong
-    ancestor or pair_group, and (with `images`) missing images or wrong categories."""
+    """Problems of an image_pairs table (empty list = fine), each naming offending rows."""
     require_columns(image_pairs, PAIR_COLUMNS, "image_pairs")
     problems: list[str] = []
 
@@ -96,15 +90,13 @@ def check_image_pairs(
     merged = cross[["src_category", "trg_category", "ancestor"]].merge(
         related, on=["src_category", "trg_category"], how="left", suffixes=("", "_lca")
     )
-    unrelated = np.zeros(len(image_pairs), dtype=bool)
-    unrelated[np.flatnonzero((image_pairs.level == "cross").to_numpy())] = (
-        merged.ancestor_lca.isna().to_numpy()
-    )
-    flag(unrelated, "are cross pairs between categories that share no keypoints")
-    wrong_anc = np.zeros(len(image_pairs), dtype=bool)
-    wrong_anc[np.flatnonzero((image_pairs.level == "cross").to_numpy())] = (
+    cross_rows = np.flatnonzero((image_pairs.level == "cross").to_numpy())
+    unrelated, wrong_anc = np.zeros((2, len(image_pairs)), dtype=bool)
+    unrelated[cross_rows] = merged.ancestor_lca.isna().to_numpy()
+    wrong_anc[cross_rows] = (
         merged.ancestor_lca.notna() & (merged.ancestor != merged.ancestor_lca)
     ).to_numpy()
+    flag(unrelated, "are cross pairs between categories that share no keypoints")
     flag(wrong_anc, "have an ancestor other than the categories' lowest common ancestor")
     if images is not None:
         cat = images.drop_duplicates("image_id").set_index("image_id").category
@@ -124,14 +116,9 @@ def check_correspondences(
     keypoints: pd.DataFrame,
     taxonomy: Taxonomy,
 ) -> list[str]:
-    """Problems of a correspondences table (empty list = fine), each naming offending rows: unknown pairs,
-    levels or kinds, keypoints missing or invisible, SOC rows not matching a keypoint with itself, wrong
-    concepts, keypoints the categories do not share, wrong n_candidates or geo. Vectorized over integer codes.
-    """
-    if not isinstance(correspondences, pa.Table | pd.DataFrame):
-        raise TypeError(f"correspondences must be an Arrow Table or a DataFrame, not {type(correspondences)}")
+    """Problems of a correspondences table (empty list = fine), each naming offending rows (vectorized)."""
     table = correspondences
-    names = table.column_names if isinstance(table, pa.Table) else list(table.columns)
+    names = table_columns(table, "correspondences")
     missing = [c for c in CORRESPONDENCE_COLUMNS if c not in names]
     if missing:
         return [f"correspondences lacks columns {missing}"]
@@ -192,9 +179,3 @@ def check_correspondences(
                 f"{len(bad)} correspondence(s) {what}:\n{show_rows(rows[CORRESPONDENCE_COLUMNS])}"
             )
     return problems
-
-
-def require_valid(problems: list[str], table: str) -> None:
-    """Raise ValueError listing every problem of `table` (from a check_* function), if there are any."""
-    if problems:
-        raise ValueError(f"table {table!r} fails its checks:\n" + "\n".join(problems))

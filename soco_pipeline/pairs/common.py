@@ -45,9 +45,7 @@ Quota = int | Literal["all"]
 
 @dataclass(frozen=True)
 class PairConfig:
-    """How pairs are drawn: the seed, evaluated pairs per pair group (``intra_per_category`` /
-    ``cross_per_category``: an int or "all") and source images per (target image, related category)
-    (``cross_sources_per_category``)."""
+    """How pairs are drawn: seed, evaluated pairs per group (int or "all"), sources per (target, category)."""
 
     seed: int = 0
     intra_per_category: Quota = 200
@@ -80,20 +78,16 @@ def require_columns(df: pd.DataFrame, columns: list[str], table: str) -> None:
         raise ValueError(f"table {table!r} lacks columns {missing}; it must follow the canonical schema")
 
 
+def table_columns(table: pa.Table | pd.DataFrame, name: str) -> list[str]:
+    """The column names of an Arrow table or a DataFrame; TypeError for anything else."""
+    if not isinstance(table, pa.Table | pd.DataFrame):
+        raise TypeError(f"{name} must be an Arrow Table or a DataFrame, not {type(table)}")
+    return table.column_names if isinstance(table, pa.Table) else list(table.columns)
+
+
 def show_rows(df: pd.DataFrame) -> str:
     """The first MAX_SHOWN rows of `df` as text, for error messages."""
     return df.head(MAX_SHOWN).to_string(index=False)
-
-
-# --------------------------------------------------------------------------------------------- taxonomy
-
-
-def inherited_keypoints(taxonomy: Taxonomy, node: str) -> list[str]:
-    """Keypoints a taxonomy node has: those defined at it and at its ancestors (root's first)."""
-    names: list[str] = []
-    for n in reversed(taxonomy.ancestors(node)):
-        names.extend(taxonomy.nodes[n].keypoints)
-    return names
 
 
 def related_category_pairs(taxonomy: Taxonomy, categories: list[str] | None = None) -> pd.DataFrame:
@@ -105,27 +99,23 @@ def related_category_pairs(taxonomy: Taxonomy, categories: list[str] | None = No
             if a == b:
                 continue
             lca = taxonomy.lowest_common_ancestor(a, b)
-            if lca is not None and inherited_keypoints(taxonomy, lca):
+            if lca is not None and taxonomy.inherited_keypoints(lca):
                 rows.append((a, b, lca))
     return pd.DataFrame(rows, columns=["src_category", "trg_category", "ancestor"])
 
 
 def allowed_keypoints(taxonomy: Taxonomy, combos: pd.DataFrame) -> pd.DataFrame:
-    """(combo, keypoint) for each (src_category, trg_category) row of `combos`: the shared keypoints (every
-    keypoint of the category for an intra combo)."""
+    """(combo, keypoint) rows: the keypoints shared by each (src_category, trg_category) of `combos`."""
     by_node: dict[str | None, list[str]] = {}
     combo_ids, names = [], []
     for i, (a, b) in enumerate(zip(combos.src_category, combos.trg_category, strict=True)):
         lca = taxonomy.lowest_common_ancestor(a, b)
         if lca not in by_node:
-            by_node[lca] = inherited_keypoints(taxonomy, lca) if lca is not None else []
+            by_node[lca] = taxonomy.inherited_keypoints(lca) if lca is not None else []
         kps = by_node[lca]
         combo_ids.extend([i] * len(kps))
         names.extend(kps)
     return pd.DataFrame({"combo": np.asarray(combo_ids, dtype=np.int32), "keypoint": names})
-
-
-# ------------------------------------------------------------------------------------------ validation
 
 
 def check_images(images: pd.DataFrame, taxonomy: Taxonomy) -> pd.DataFrame:
@@ -149,7 +139,7 @@ def visible_keypoints(keypoints: pd.DataFrame, taxonomy: Taxonomy) -> pd.DataFra
     require_columns(keypoints, ["image_id", "category", "keypoint", "visible"], "keypoints")
     vis = keypoints.loc[keypoints.visible.astype(bool), ["image_id", "category", "keypoint"]]
     vis = vis.astype(str)
-    table = taxonomy.keypoint_table()[["category", "keypoint"]]
+    table = taxonomy.to_table()[["category", "keypoint"]]
     known = vis.merge(table, on=["category", "keypoint"], how="left", indicator=True)["_merge"] == "both"
     bad = vis[~known.to_numpy()]
     if len(bad):
@@ -172,9 +162,6 @@ def visible_keypoints(keypoints: pd.DataFrame, taxonomy: Taxonomy) -> pd.DataFra
                 f"rebuild the keypoints table against {taxonomy.source}:\n{show_rows(wrong)}"
             )
     return vis[["image_id", "keypoint"]]
-
-
-# ------------------------------------------------------------------------------------------- encoding
 
 
 def column_codes(values: pa.ChunkedArray | pa.Array | pd.Series, index: pd.Index) -> np.ndarray:

@@ -1,9 +1,5 @@
-"""Keypoint-level correspondences (CC, SOC, SOC-geo, Cross-SOC), built, streamed and written.
-
-Correspondences are built by vectorized sorted-merge joins (numpy) over integer codes, with
-no per-pair or per-keypoint Python loop; strings only come back as dictionary-encoded Arrow columns, so
-the full-scale table (millions of rows) stays small in memory and streams to Parquet in batches.
-"""
+"""Keypoint-level correspondences (CC, SOC, SOC-geo, Cross-SOC), built, streamed and written: joins over
+integer codes, strings only as dictionary-encoded Arrow columns, so millions of rows stream to Parquet."""
 
 from __future__ import annotations
 
@@ -15,9 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from soco_pipeline import storage
-from soco_pipeline.pairs.common import (
-    require_columns,
-)
+from soco_pipeline.pairs.common import require_columns
 from soco_pipeline.pairs.encoding import decode_matches, encode_pairs, match_rows, rows_per_pair
 from soco_pipeline.taxonomy import Taxonomy
 
@@ -29,19 +23,10 @@ def _select_pairs(image_pairs: pd.DataFrame, evaluated_only: bool) -> pd.DataFra
     return image_pairs[image_pairs.evaluated.astype(bool)].reset_index(drop=True)
 
 
-# ---------------------------------------------------------------------------------------- image pairs
-
-
 def build_correspondences(
     image_pairs: pd.DataFrame, keypoints: pd.DataFrame, taxonomy: Taxonomy, evaluated_only: bool = False
 ) -> pa.Table:
-    """Keypoint-level correspondences (CorrespondenceSchema) of every pair, as an Arrow table with
-    dictionary-encoded strings, sorted by pair (input order), kind (soc, cc), source and target keypoint
-    (taxonomy order).
-
-    SOC: the same keypoint visible in both images; CC: per concept, every visible source x target keypoint;
-    cross pairs use only shared keypoints. n_candidates = visible target keypoints of the concept; geo = n >=
-    2."""
+    """Correspondences of every pair as an Arrow table, by pair (input order), kind, src and trg keypoint."""
     enc = encode_pairs(_select_pairs(image_pairs, evaluated_only), keypoints, taxonomy)
     return decode_matches(match_rows(enc, 0, len(enc.pair_ids)), enc, slice_pairs=False)
 
@@ -76,8 +61,7 @@ def write_correspondences(
     evaluated_only: bool = False,
     batch_rows: int = 1_000_000,
 ) -> int:
-    """Stream the correspondences to one Parquet file at an fsspec `path` atomically (batches of whole pairs
-    to a temporary sibling, one batch in memory); returns the row count."""
+    """Stream the correspondences to a Parquet file at `path` atomically, batch by batch; the row count."""
     rows = 0
     with storage.open_atomic(path) as f:
         writer = None

@@ -170,9 +170,8 @@ def rows_per_pair(enc: EncodedPairs) -> np.ndarray:
 
 
 def match_rows(enc: EncodedPairs, lo: int, hi: int) -> dict[str, np.ndarray]:
-    """Correspondence codes of pairs lo <= pair < hi, ordered by pair, kind (soc, cc), src kp, trg kp. Rows
-    are placed by arithmetic, not sorted: a row's index among its kind plus the other kind's rows before it.
-    """
+    """Correspondence codes of pairs lo <= pair < hi, ordered by pair, kind (soc, cc), src kp, trg kp; placed
+    by arithmetic (its index among its kind plus the other kind's rows before it), not sorted."""
     src, trg = enc.src.slice(lo, hi), enc.trg.slice(lo, hi)
     soc = soc_mask(src, trg, len(enc.kp_names))
     t_order, left, size = _concept_groups(src, trg, len(enc.concept_names))

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from soco_pipeline.pairs.common import column_codes
+from soco_pipeline.pairs.common import column_codes, table_columns
 from soco_pipeline.pairs.correspondences import candidate_keypoints
 from soco_pipeline.taxonomy import Taxonomy, load_taxonomy
 
@@ -20,13 +20,9 @@ def _soc_items(
     correspondences: pa.Table | pd.DataFrame, pair_ids: pd.Index, kp_index: pd.Index, concept_index: pd.Index
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(pair, keypoint, concept) codes of the SOC rows whose pair is in `pair_ids`."""
-    if not isinstance(correspondences, pa.Table | pd.DataFrame):
-        raise TypeError(f"correspondences must be an Arrow Table or a DataFrame, not {type(correspondences)}")
-    if isinstance(correspondences, pa.Table):
-        columns = set(correspondences.column_names)
-    else:
-        columns = set(correspondences.columns)
-    missing = {"pair_id", "kind", "trg_keypoint", "concept"} - columns
+    missing = {"pair_id", "kind", "trg_keypoint", "concept"} - set(
+        table_columns(correspondences, "correspondences")
+    )
     if missing:
         raise ValueError(f"correspondences lacks columns {sorted(missing)}")
     kind = column_codes(correspondences["kind"], pd.Index(["soc", "cc"]))

@@ -1,5 +1,4 @@
-"""Image pairs (intra and cross through the taxonomy: related categories share a lowest common ancestor that
-defines keypoints) and the seeded evaluation sample."""
+"""Image pairs (intra, and cross between categories sharing keypoints) and the seeded evaluation sample."""
 
 from __future__ import annotations
 
@@ -112,9 +111,8 @@ def evaluation_sample(image_pairs: pd.DataFrame, eligible: np.ndarray, cfg: Pair
 def build_image_pairs(
     images: pd.DataFrame, keypoints: pd.DataFrame, taxonomy: Taxonomy, cfg: PairConfig
 ) -> pd.DataFrame:
-    """Intra (every ordered pair within a category) and cross (seeded sources per target image and related
-    category) image pairs (ImagePairSchema) with the seeded evaluation sample marked; pairs without a visible
-    SOC correspondence are never evaluated. Sorted by level, pair_group, src_image, trg_image."""
+    """Intra (every ordered pair in a category) and cross (seeded sources per target and related category)
+    pairs, sorted, with the seeded evaluation sample among the pairs with a SOC correspondence."""
     imgs = check_images(images, taxonomy)
     pairs = pd.concat([_intra_pairs(imgs), _cross_pairs(imgs, taxonomy, cfg)], ignore_index=True)
     pairs["_lvl"] = (pairs.level == "cross").astype(np.int8)
@@ -124,6 +122,3 @@ def build_image_pairs(
     eligible = soc_counts(pairs, keypoints, taxonomy) > 0
     pairs["evaluated"] = evaluation_sample(pairs, eligible, cfg)
     return pairs[PAIR_COLUMNS]
-
-
-# ------------------------------------------------------------------------------------ correspondences

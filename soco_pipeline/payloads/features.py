@@ -9,9 +9,8 @@ from soco_pipeline.payloads.registry import PayloadResult, table_checksum
 
 
 def extract(inputs: dict[str, Any], log: Callable[[str], None]) -> PayloadResult:
-    """Inputs: `spec_file` (the backbone's spec), `images` (image_set rows), `cache_root` (the feature
-    cache) and `backbone_context` ({embedded_root, device}); the manifest, its checksum and the step's
-    metadata (rows, spec hash, kind, device time). Resumable like extract_features: cached images are kept."""
+    """Inputs: `spec_file`, `images` (image_set rows), `cache_root` and `backbone_context`; the manifest and
+    metadata (rows, spec hash, kind, checksum, device time). Resumable: cached images are kept."""
     from soco_pipeline.backbones import spec_hash
     from soco_pipeline.backbones.validate import checked_spec
     from soco_pipeline.features import extract_features

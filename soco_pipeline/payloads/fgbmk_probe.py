@@ -1,5 +1,4 @@
-"""The FG-BMK training payload: one backbone's linear probes and retrieval heads trained on its cached global
-features, their metrics and the best probe head's prediction on every test image."""
+"""The FG-BMK training payload: one backbone's linear probes and retrieval heads on its global features."""
 
 from __future__ import annotations
 

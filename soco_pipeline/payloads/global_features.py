@@ -1,5 +1,4 @@
-"""The global-feature payload: one backbone's global features (class tokens of the last two blocks, the
-last block's patch mean) of every image into the shared cache, at the run's input policy."""
+"""The global-feature payload: one backbone's global features of every image into the shared cache."""
 
 from __future__ import annotations
 
@@ -13,8 +12,7 @@ from soco_pipeline.payloads.registry import PayloadResult
 
 
 def features_checksum(feats: Any) -> str:
-    """sha256 over the image ids and the three feature arrays, rows sorted by image id: the same features
-    give the same checksum whatever process computed them."""
+    """sha256 over the image ids and the three feature arrays, rows sorted by id (process-independent)."""
     order = np.argsort(feats.image_ids.astype(str), kind="stable")
     h = hashlib.sha256("\n".join(feats.image_ids.astype(str)[order]).encode())
     for arr in (feats.cls_prev, feats.cls_last, feats.patch_mean):
@@ -24,8 +22,7 @@ def features_checksum(feats: Any) -> str:
 
 def extract(inputs: dict[str, Any], log: Callable[[str], None]) -> PayloadResult:
     """Inputs: `spec_file`, `images`, `cache_root`, `policy` (GlobalInputPolicy fields), `backbone_context`
-    and `backbone`; the asset table (one row per image, its cache folder relative to the root) and metadata.
-    Shared and resumable like cached_global: images cached for this (spec, policy) are not recomputed."""
+    and `backbone`; the asset table and metadata. Resumable: cached images (same spec, policy) are kept."""
     from soco_pipeline.backbones.validate import checked_spec
     from soco_pipeline.features import GlobalInputPolicy, cached_global
 

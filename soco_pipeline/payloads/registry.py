@@ -30,15 +30,13 @@ class PayloadResult:
 
 
 def table_checksum(df: pd.DataFrame, key: str, value: str) -> str:
-    """sha256 over the (`key`, `value`) pairs of a table, sorted by key: the same content gives the same
-    checksum whatever process or machine computed it (a feature manifest: image_id and the file checksum)."""
+    """sha256 over the (`key`, `value`) pairs of a table sorted by key (process- and machine-independent)."""
     pairs = sorted(zip(df[key].astype(str), df[value].astype(str), strict=True))
     return hashlib.sha256("\n".join(f"{k}\t{v}" for k, v in pairs).encode()).hexdigest()
 
 
 def frame_checksum(*frames: pd.DataFrame) -> str:
-    """sha256 over the column names and row hashes (pandas' hash_pandas_object, index left out) of each
-    table in turn: the same tables, rows in the same order, give the same checksum in any process."""
+    """sha256 over each table's column names and row hashes (index left out): the same in any process."""
     h = hashlib.sha256()
     for df in frames:
         h.update("\t".join(map(str, df.columns)).encode())

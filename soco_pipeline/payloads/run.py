@@ -1,10 +1,5 @@
-"""The payload script a Slurm or Kubernetes job runs: `python -m soco_pipeline.payloads.run`.
-
-Through Dagster Pipes (`dagster_pipes`, the protocol's small package) it reads `payload`, `inputs` and
-`output` from the extras, runs the payload, writes its table atomically to `output` (extra tables beside
-it, `<output stem>.<name>.parquet`) and reports the paths and metadata as a custom message; stdout and
-stderr stay in the job's files, which the launcher forwards to the run's log.
-"""
+"""The payload script a Slurm or Kubernetes job runs (`python -m soco_pipeline.payloads.run`): it reads
+`payload`, `inputs` and `output` from the Dagster Pipes extras, writes the tables and reports their paths."""
 
 from __future__ import annotations
 

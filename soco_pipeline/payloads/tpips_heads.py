@@ -1,5 +1,4 @@
-"""The TPIPS training payload: one backbone's learned perceptual heads (late and mid fusion, the ablations)
-trained on the OOO train split and scored on test and 2AFC, and the retrieval with the mid-fusion head."""
+"""The TPIPS training payload: one backbone's learned perceptual heads, their scores and retrieval."""
 
 from __future__ import annotations
 
@@ -14,9 +13,8 @@ OUTCOMES, HITS = "tpips_learned_outcomes", "retrieval_hits"  # the extra tables'
 
 
 def train(inputs: dict[str, Any], log: Callable[[str], None]) -> PayloadResult:
-    """Inputs: `backbone`, `spec_file`, `features` (its tpips_features manifest), `images`, `ooo`, `afc`,
-    `cache_root` and `config` (TpipsConfig JSON); the score table, the per-row outcomes and retrieval hits as
-    extra tables, and the metadata. The OOO table must have a train split."""
+    """Inputs: `backbone`, `spec_file`, `features` (its tpips_features manifest), `images`, `ooo` (with a
+    train split), `afc`, `cache_root`, `config`; the scores, outcomes and retrieval hits as extra tables."""
     from soco_pipeline.backbones.validate import checked_spec
     from soco_pipeline.tasks.tpips.aspect_text import aspect_encoder, describe
     from soco_pipeline.tasks.tpips.baselines import afc_positions, ooo_positions

@@ -1,5 +1,4 @@
-"""A payload's inputs and output as files in a job folder on the shared filesystem: tables as Parquet
-(with their content checksum), everything else as JSON."""
+"""A payload's inputs and output as files in a job folder: tables as Parquet, the rest as JSON."""
 
 from __future__ import annotations
 
@@ -13,8 +12,7 @@ from soco_pipeline.storage import read_parquet, write_bytes_atomic, write_parque
 
 
 def write_inputs(folder: Path, inputs: dict[str, Any]) -> str:
-    """Write `inputs` under `folder` (a DataFrame -> `<key>.parquet`, the rest in inputs.json); the path of
-    inputs.json, which names the Parquet files."""
+    """Write `inputs` under `folder` (DataFrames as Parquet, the rest in inputs.json); inputs.json's path."""
     folder.mkdir(parents=True, exist_ok=True)
     plain: dict[str, Any] = {}
     for key, value in inputs.items():

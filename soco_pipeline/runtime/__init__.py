@@ -1,2 +1,1 @@
-"""How a pipeline process runs: the torch device, GPU time of a stage, fault-injection pause points and
-the forkserver's preload."""
+"""How a pipeline process runs: torch device, GPU time, fault-injection pause points, forkserver preload."""

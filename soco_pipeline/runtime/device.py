@@ -28,18 +28,13 @@ def resolve_device(requested: str) -> torch.device:
 DETERMINISTIC_CPU = "SOCO_DETERMINISTIC_CPU"
 
 
-def deterministic_cpu() -> bool:
-    """Whether SOCO_DETERMINISTIC_CPU=1 asks for CPU features independent of the thread count."""
-    return variable(DETERMINISTIC_CPU) == "1"
-
-
 @contextmanager
 def cpu_kernels() -> Iterator[None]:
     """The block's CPU kernels: with SOCO_DETERMINISTIC_CPU=1 oneDNN is off, so convolutions give the same
     result at any thread count (about 1.5x slower for CNNs; docs/reproducibility.md)."""
     import torch
 
-    if not deterministic_cpu():
+    if variable(DETERMINISTIC_CPU) != "1":
         yield
         return
     with torch.backends.mkldnn.flags(enabled=False):

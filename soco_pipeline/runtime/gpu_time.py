@@ -1,7 +1,5 @@
-"""GPU time of a pipeline stage, for the results record's `timing` (docs/results.md): on CUDA, two events
-around the stage's device work with the device synchronised before each; elsewhere `gpu_s` is None and
-`gpu_s_reason` says why. torch loads on first use.
-"""
+"""GPU time of a pipeline stage for the results record's `timing` (docs/results.md): CUDA events around the
+stage's device work; elsewhere `gpu_s` is None and `gpu_s_reason` says why."""
 
 from __future__ import annotations
 
@@ -30,8 +28,7 @@ class GpuTime:
 
 @contextlib.contextmanager
 def gpu_timer(device: str | torch.device) -> Iterator[GpuTime]:
-    """Time the device work of the `with` body on `device` ('auto', 'cpu', 'cuda[:i]', a torch.device or
-    'remote:<backend>'): the yielded GpuTime holds seconds on CUDA, else None with the reason."""
+    """Time the `with` body's device work on `device` (or 'remote:<x>'): seconds on CUDA, else the reason."""
     import torch
 
     from soco_pipeline.runtime.device import resolve_device
@@ -59,9 +56,7 @@ def gpu_timer(device: str | torch.device) -> Iterator[GpuTime]:
 def stage_timing_entry(
     wall_s: float | None, metadata: Mapping[str, Any], run_id: str | None
 ) -> dict[str, Any]:
-    """One stage of the record's `timing.stages`: wall and GPU seconds, why GPU is null, the run.
-
-    `metadata` is the stage's materialization metadata as plain values (what `GpuTime.metadata` wrote)."""
+    """One stage of the record's `timing.stages` from the stage's metadata (`GpuTime.metadata`'s keys)."""
     gpu_s, reason = metadata.get("gpu_s"), metadata.get("gpu_s_reason")
     gpu_s = float(gpu_s) if gpu_s is not None else None
     if gpu_s is None and not reason:

@@ -1,10 +1,6 @@
-"""Named pause points for fault-injection tests: stop a process at a known point, deterministically.
-
-With $SOCO_PAUSE_DIR set, the first `pause_point(name)` of a process writes `<dir>/<name>.paused` (its pid)
-and waits for `<dir>/<name>.resume`; unset, it costs one environment lookup. With $SOCO_PAUSE_AT
-(`name@scope,...`) only the listed points pause, their files named by the key, so a long-lived worker stops
-only in the step the test means. A `.resume` left in place lets every later pass go on.
-"""
+"""Named pause points for fault-injection tests: with $SOCO_PAUSE_DIR set, a process's first
+`pause_point(name)` writes `<dir>/<key>.paused` (its pid) and waits for `<dir>/<key>.resume`; $SOCO_PAUSE_AT
+(`name@scope,...`) limits it to the listed keys, so a long-lived worker stops only in the step meant."""
 
 from __future__ import annotations
 
@@ -31,12 +27,8 @@ def pause_point(name: str, scope: str = "", poll_s: float = 0.05, deadline_s: fl
     if not folder:
         return
     only = variable(ONLY_ENV)
-    key = name
-    if only:
-        key = pause_key(name, scope)
-        if key not in {k.strip() for k in only.split(",")}:
-            return
-    if key in _passed:
+    key = pause_key(name, scope) if only else name
+    if (only and key not in {k.strip() for k in only.split(",")}) or key in _passed:
         return
     _passed.add(key)
     root = Path(folder)

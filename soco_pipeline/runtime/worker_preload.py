@@ -1,12 +1,6 @@
-"""Imported once by the forkserver of a multiprocess run (`defs/shared/executors.PRELOAD`), so that the step
-processes it forks start with Dagster's storage layer imported (1.0 s per step process otherwise, 0.08 s
-with it), and die with the demo.
-
-Killing the demo's main process does not stop the forkserver (its children hold the write end of its
-"alive" pipe), so a step would live on, finish and publish after the next run marked the dead run failed.
-This module opens a pidfd of the demo's main process once; every forked process starts a daemon thread that
-waits on it and SIGKILLs its own process when the demo is gone (writes are atomic: nothing half-written).
-"""
+"""Imported once by the forkserver of a multiprocess run (`defs/shared/executors.PRELOAD`): its step processes
+start with Dagster's storage layer imported (0.08 s instead of 1.0 s each) and die with the demo, which a
+killed demo does not do by itself (a step would live on and publish after the next run marked it failed)."""
 
 from __future__ import annotations
 
