@@ -45,6 +45,18 @@ def observe_sources(instance: dg.DagsterInstance, soco) -> None:
             instance.report_runless_asset_event(observation(source, version, partition))
 
 
+def spec_accepted(instance: dg.DagsterInstance, path: Path) -> bool:
+    """Whether the backbone spec at `path` is, in its data version, the one `observe_sources` last recorded
+    for its name: a spec it checked against the world then (an invalid one is never observed)."""
+    from soco_pipeline.backbones.spec_files import spec_data_version
+
+    records = instance.fetch_observations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey("backbone_spec"), asset_partitions=[path.stem]), limit=1
+    ).records
+    seen = records[0].event_log_entry.asset_observation.tags.get(DATA_VERSION_TAG) if records else None
+    return seen is not None and seen == spec_data_version(path)
+
+
 LIMIT_TAG = "soco/limit"  # `soco run --limit N`'s runs: SOCO's pairs per category (a partial run)
 SETTINGS_TAG = "soco/settings"  # on every demo and `soco run` run: settings_fingerprint of its code location
 

@@ -47,8 +47,15 @@ def is_lvlm_spec(path: Path) -> bool:
     return isinstance(doc, dict) and "backend" in doc
 
 
-def add_spec(src: Path, settings: Settings, weights: bool = True, force: bool = False) -> Added:
-    """Copy the validated spec into its folder; a different file there is replaced only with `force`."""
+def add_spec(
+    src: Path,
+    settings: Settings,
+    weights: bool = True,
+    force: bool = False,
+    instance: dg.DagsterInstance | None = None,
+) -> Added:
+    """Copy the validated spec into its folder; a different file there is replaced only with `force`. With
+    `instance`, a backbone spec already accepted in this version skips its kind's check (timm's import)."""
     from soco_pipeline.cli.spec_lookup import resolve_spec
 
     src = resolve_spec(str(src))  # a path, or a shipped spec's name; else close names and the docs
@@ -58,8 +65,9 @@ def add_spec(src: Path, settings: Settings, weights: bool = True, force: bool = 
         spec, folder, partitions, kind = load_spec(src), Path(settings.lvlms_dir), "lvlms", "LVLM"
     else:
         from soco_pipeline.backbones.validate import checked_spec
+        from soco_pipeline.cli.freshness import spec_accepted
 
-        spec = checked_spec(src, weights=weights)
+        spec = checked_spec(src, weights=weights, kind=instance is None or not spec_accepted(instance, src))
         folder, partitions, kind = Path(settings.backbones_dir), "backbones", f"backbone ({spec.kind})"
     dest = folder / f"{spec.name}.yaml"
     if dest.exists() and dest.resolve() != src.resolve() and dest.read_bytes() != src.read_bytes():
@@ -294,15 +302,16 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
         raise ValueError(
             f"unknown famil{'ies' if len(unknown) > 1 else 'y'} {', '.join(unknown)}: choose from {', '.join(known)}"
         )
-    added = add_spec(Path(args.spec), settings, weights=not args.skip_weights_check, force=args.force)
-    print(textwrap.fill(f"{added.kind} {added.name!r}: spec {added.path}", WIDTH, subsequent_indent="  "))
-    overrides = settings.definition_overrides()
-    overrides = {k: v for k, v in overrides.items() if v is not None}
-    defs = build_definitions(**overrides)
     from soco_pipeline.cli.project import prepare_instance
 
     prepare_instance()  # DAGSTER_HOME: the Makefile's default has its dagster.yaml
     instance = dg.DagsterInstance.get()
+    weights = not args.skip_weights_check
+    added = add_spec(Path(args.spec), settings, weights=weights, force=args.force, instance=instance)
+    print(textwrap.fill(f"{added.kind} {added.name!r}: spec {added.path}", WIDTH, subsequent_indent="  "))
+    overrides = settings.definition_overrides()
+    overrides = {k: v for k, v in overrides.items() if v is not None}
+    defs = build_definitions(**overrides)
     if added.name not in instance.get_dynamic_partitions(added.partitions):
         instance.add_dynamic_partitions(added.partitions, [added.name])
     observe_sources(instance, defs.resources["soco"])  # the protocol's and the specs' versions, as now
