@@ -31,17 +31,9 @@ def backbone_scores(
     """Per-keypoint 0/1 scores (SCORE_COLUMNS) of the PCK metrics at `alpha` and 4-choice."""
     from soco_pipeline.evaluation.metrics import scored_elements  # metrics imports torch (the matching)
 
-    alpha = protocol.headline_alpha if alpha is None else alpha
-    s = scored_elements(
-        predictions,
-        four_choice_predictions,
-        correspondences,
-        keypoints,
-        images,
-        image_pairs,
-        protocol,
-        alphas=(alpha,),
-    )
+    alphas = (protocol.headline_alpha if alpha is None else alpha,)
+    tables = (predictions, four_choice_predictions, correspondences, keypoints, images, image_pairs)
+    s = scored_elements(*tables, protocol, alphas=alphas)
     trg = image_pairs.set_index("pair_id")["trg_image"]
     return pd.DataFrame(
         {
