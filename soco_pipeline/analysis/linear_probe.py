@@ -109,15 +109,9 @@ def training_examples(
         )
     rows = rows.merge(train_pairs[["pair_id", "src_image", "trg_image"]], on="pair_id")
     query, first = group_ids(rows["pair_id"].to_numpy(), rows["src_keypoint"].to_numpy())
+    sources = rows.iloc[first]
     desc, code = source_descriptors(
-        rows["src_image"].to_numpy()[first],
-        rows["src_keypoint"].to_numpy()[first],
-        keypoints,
-        images,
-        store,
-        protocol,
-        backbone,
-        torch.device("cpu"),
+        sources, keypoints, images, store, protocol, backbone, torch.device("cpu")
     )
     trg = rows["trg_image"].to_numpy()
     xy = visible_keypoint_xy(keypoints, trg, rows["trg_keypoint"].to_numpy(), "target")

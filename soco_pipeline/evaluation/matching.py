@@ -194,9 +194,10 @@ def image_sizes(images: pd.DataFrame, image_ids: np.ndarray) -> np.ndarray:
 
 
 def source_descriptors(
-    src_images: np.ndarray, src_keypoints: np.ndarray, keypoints, images, store, protocol, backbone, device
+    sources: pd.DataFrame, keypoints, images, store, protocol, backbone, device
 ) -> tuple[torch.Tensor, np.ndarray]:
-    """Descriptors of the distinct (image, keypoint) sources, and each input row's index into them."""
+    """Descriptors of the distinct (src_image, src_keypoint) of `sources`, and each row's index into them."""
+    src_images, src_keypoints = sources["src_image"].to_numpy(), sources["src_keypoint"].to_numpy()
     codes, first = group_ids(src_images, src_keypoints)
     # Number the sources image by image, so that each image's descriptors are one block of rows.
     by_image = np.argsort(src_images[first], kind="stable")
@@ -496,16 +497,8 @@ def predict(
     if q is None:
         return pd.DataFrame(columns=PREDICTION_COLUMNS)
     queries, n = q.queries, len(q.queries)
-    desc, qsrc = source_descriptors(  # step 5, every source point once
-        queries["src_image"].to_numpy(),
-        queries["src_keypoint"].to_numpy(),
-        keypoints,
-        images,
-        store,
-        protocol,
-        backbone_name,
-        device,
-    )
+    # step 5, every source point once
+    desc, qsrc = source_descriptors(queries, keypoints, images, store, protocol, backbone_name, device)
     geo = _geo_candidates(q, keypoints, images, protocol)
     trg = queries["trg_image"].to_numpy()
     trg_sizes = image_sizes(images, trg)
