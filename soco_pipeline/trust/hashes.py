@@ -126,8 +126,8 @@ def four_choice_hashes(four_choice: pd.DataFrame, pair_hash: pd.DataFrame) -> pd
     return out
 
 
-def lvlm_item_hashes(items: pd.DataFrame, pair_hash: pd.DataFrame | None = None) -> pd.DataFrame:
-    """item_hash of each LVLM item row over question, options, answer, image digests and pair hash."""
+def lvlm_item_hashes(items: pd.DataFrame) -> pd.DataFrame:
+    """item_hash of each LVLM item row over question, options, answer and image digests."""
 
     def digest(paths: pd.Series) -> np.ndarray:
         return np.array(
@@ -138,11 +138,6 @@ def lvlm_item_hashes(items: pd.DataFrame, pair_hash: pd.DataFrame | None = None)
             dtype=object,
         )
 
-    ph = (
-        ""
-        if pair_hash is None
-        else pair_hash.set_index("pair_id")["pair_hash"].reindex(items["pair_id"]).fillna("?")
-    )
     text = _joined(
         ";",
         items["setting"].astype(str),
@@ -151,7 +146,7 @@ def lvlm_item_hashes(items: pd.DataFrame, pair_hash: pd.DataFrame | None = None)
         items["answer"].astype(str),
         digest(items["src_render"]),
         digest(items["trg_render"]),
-        ph if isinstance(ph, str) else ph.to_numpy(),
+        "",  # once the pair hash; kept empty so that the item hashes stay the same
     )
     out = items[["setting", "index", "pair_id"]].reset_index(drop=True)
     out["item_hash"] = _sha_many(text.to_numpy())
