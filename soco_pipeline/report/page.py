@@ -57,12 +57,8 @@ def ci_plot(records: dict[str, dict], metrics: list[str], path: str) -> str | No
     for i, model in enumerate(models):
         res = records[model]["results"]
         val = np.array([_or_nan(res.get(m, {}).get("value")) for m in metrics], dtype=float)
-        lo = np.array(
-            [(res.get(m, {}).get("ci95_boot_category") or [np.nan, np.nan])[0] for m in metrics], float
-        )
-        hi = np.array(
-            [(res.get(m, {}).get("ci95_boot_category") or [np.nan, np.nan])[1] for m in metrics], float
-        )
+        ci = np.array([res.get(m, {}).get("ci95_boot_category") or [np.nan, np.nan] for m in metrics], float)
+        lo, hi = ci[:, 0], ci[:, 1]
         label = model + (" (partial)" if records[model]["subset"]["partial"] else "")
         ax.bar(x + i * width, np.nan_to_num(val), width, label=label)
         # the interval itself, from lo to hi (not value +- a length): it is drawn as computed
@@ -145,23 +141,15 @@ def _figure(src: str, caption: str, alt: str, width: int | None = None) -> dict:
     return {"src": src, "caption": caption, "alt": alt, "width": width}
 
 
-def git_commit(root: Path = PROJECT_ROOT) -> str:
+def git_commit() -> str:
     """The checkout's commit (short hash, '+ uncommitted changes' when the tree is dirty), or why not known."""
     import subprocess
 
+    from soco_pipeline.trust.provenance import git
+
     try:
-        head = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
-        dirty = subprocess.run(
-            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
+        head = git(PROJECT_ROOT, "rev-parse", "--short=12", "HEAD")
+        dirty = git(PROJECT_ROOT, "status", "--porcelain", "--untracked-files=no")
     except (OSError, subprocess.SubprocessError) as e:
         return f"unknown ({type(e).__name__})"
     if head.returncode != 0:
@@ -225,9 +213,7 @@ def _headlines(settings, boards: dict[str, pd.DataFrame], roles: dict[str, str])
     return stored if stored is not None else headlines_from_boards(boards, roles, embedded)
 
 
-def build_report(
-    settings, out_dir: str | None = None, seed: int = 0, missing_boards: dict[str, str] | None = None
-) -> str:
+def build_report(settings, out_dir: str | None = None, missing_boards: dict[str, str] | None = None) -> str:
     """Write the results page and its images; returns its path. `missing_boards`: shown at the summary."""
     import datetime as dt
 
@@ -389,7 +375,7 @@ def build_report(
     if items is not None and folder.is_dir():
         for f in sorted(folder.glob("*.parquet")):
             examples = []
-            for r in lvlm_examples(read_parquet(str(f)), items, LVLM_EXAMPLES, seed).itertuples(index=False):
+            for r in lvlm_examples(read_parquet(str(f)), items, LVLM_EXAMPLES, 0).itertuples(index=False):
                 imgs = []
                 for kind, p in (("src", r.src_render), ("trg", r.trg_render)):
                     if isinstance(p, str) and p and exists(p):
