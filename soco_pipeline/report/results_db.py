@@ -109,6 +109,12 @@ def stored_tables(tables_root: str, registered: tuple[Table, ...]) -> list[Table
     return sorted(found, key=lambda t: t.asset)
 
 
+def _tables_and_files(tables_root: str) -> list[tuple[Table, list[str]]]:
+    """Each registered table, then each other one stored, with its published files ([] when not written)."""
+    registered = all_tables()
+    return [(t, table_files(tables_root, t)) for t in (*registered, *stored_tables(tables_root, registered))]
+
+
 def _sql_list(paths: list[str]) -> str:
     return "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in paths) + "]"
 
@@ -122,9 +128,7 @@ def _compatible(types: dict[str, str]) -> str:
 def _create_views(con: duckdb.DuckDBPyConnection, tables_root: str, base: str | None) -> list[str]:
     """(Re)create one stored view per written table; paths relative to `base` when given. Returns the views."""
     created = []
-    registered = all_tables()
-    for table in (*registered, *stored_tables(tables_root, registered)):
-        files = table_files(tables_root, table)
+    for table, files in _tables_and_files(tables_root):
         if not files:
             con.execute(f"DROP VIEW IF EXISTS {table.view}")
             continue
@@ -138,13 +142,12 @@ def _create_views(con: duckdb.DuckDBPyConnection, tables_root: str, base: str | 
             f"CREATE OR REPLACE VIEW {table.view} AS SELECT {alias}*{_compatible(types)} FROM {source}"
         )
         created.append(table.view)
-    return _derived_views(con, created, "VIEW", drop=True)
+    return _derived_views(con, created, drop=True)
 
 
 def _derived_views(
     con: duckdb.DuckDBPyConnection,
     created: list[str],
-    kind: str,
     drop: bool,
     damaged: dict[str, str] | None = None,
 ) -> list[str]:
@@ -158,7 +161,7 @@ def _derived_views(
             continue
         if set(needs) <= set(created):
             try:
-                con.execute(f"CREATE OR REPLACE {kind} {name} AS {sql}")
+                con.execute(f"CREATE OR REPLACE VIEW {name} AS {sql}")
                 created.append(name)
                 continue
             except (
@@ -231,8 +234,8 @@ def create_views(con: duckdb.DuckDBPyConnection, tables_root: str) -> list[str]:
 
 def connect_readonly(db_path: str | Path, tables_root: str | None = None) -> duckdb.DuckDBPyConnection:
     """The results read-only: in-memory views, then external access off and the configuration locked."""
-    if tables_root is not None and is_remote(tables_root):
-        return _connect_remote(tables_root)
+    if tables_root is not None and is_remote(tables_root):  # views over the tables under a URL
+        return _sandboxed(duckdb.connect(IN_MEMORY), tables_root, need_views=True)
     db_path = Path(db_path)
     if not db_path.exists():
         raise ResultsError(
@@ -242,11 +245,6 @@ def connect_readonly(db_path: str | Path, tables_root: str | None = None) -> duc
     # The views are rebuilt as temporary views over the tables beside the file, so the file's own (relative)
     # views are not needed: an in-memory connection lists each view once (`show tables`), not twice.
     return _sandboxed(duckdb.connect(IN_MEMORY), tables_root)
-
-
-def _connect_remote(tables_root: str) -> duckdb.DuckDBPyConnection:
-    """An in-memory, sandboxed connection with views over the tables under a URL."""
-    return _sandboxed(duckdb.connect(IN_MEMORY), tables_root, need_views=True)
 
 
 def _sandboxed(
@@ -292,9 +290,7 @@ def _arrow_views(con: duckdb.DuckDBPyConnection, tables_root: str) -> list[str]:
     """One view per table over its Arrow dataset; an unreadable one fails naming it."""
     created: list[str] = []
     damaged: dict[str, str] = {}
-    registered = all_tables()
-    for table in (*registered, *stored_tables(tables_root, registered)):
-        files = table_files(tables_root, table)
+    for table, files in _tables_and_files(tables_root):
         if not files:
             continue
         try:
@@ -312,7 +308,7 @@ def _arrow_views(con: duckdb.DuckDBPyConnection, tables_root: str) -> list[str]:
             relation = relation.project("backbone AS model, *")
         relation.create_view(table.view, replace=True)
         created.append(table.view)
-    return _derived_views(con, created, "VIEW", drop=False, damaged=damaged)
+    return _derived_views(con, created, drop=False, damaged=damaged)
 
 
 def _check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> None:
