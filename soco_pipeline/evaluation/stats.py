@@ -48,14 +48,9 @@ def backbone_scores(
     )
 
 
-def lvlm_scores(answers: pd.DataFrame, image_pairs: pd.DataFrame | None = None) -> pd.DataFrame:
-    """LVLM scores: '<setting>/average' per answer row, '<setting>/circular' per item group."""
+def lvlm_scores(answers: pd.DataFrame) -> pd.DataFrame:
+    """LVLM scores: '<setting>/average' per answer row, '<setting>/circular' per item group (cluster: pair)."""
     a = answers.assign(correct=answers["correct"].astype(bool))
-    cluster = (
-        image_pairs.set_index("pair_id")["trg_image"].reindex(a["pair_id"]).to_numpy()
-        if image_pairs is not None
-        else a["pair_id"].astype(str).to_numpy()
-    )
     avg = pd.DataFrame(
         {
             "model": a["model"].astype(str).to_numpy(),
@@ -63,7 +58,7 @@ def lvlm_scores(answers: pd.DataFrame, image_pairs: pd.DataFrame | None = None) 
             "group": a["pair_group"].astype(str).to_numpy(),
             "unit": a["g_index"].astype(str).to_numpy(),
             "element": a["rotation"].astype(str).to_numpy(),
-            "cluster": cluster,
+            "cluster": a["pair_id"].astype(str).to_numpy(),
             "score": a["correct"].astype(np.float64).to_numpy(),
         }
     )
@@ -282,9 +277,7 @@ def attach_intervals(
     return out
 
 
-def add_interval_columns(
-    board: pd.DataFrame, metrics: pd.DataFrame, name_column: str = "backbone"
-) -> pd.DataFrame:
+def add_interval_columns(board: pd.DataFrame, metrics: pd.DataFrame) -> pd.DataFrame:
     """A leaderboard with its headline metrics' CI and SE columns."""
     if "ci95_lo_boot_category" not in metrics.columns:
         return board
@@ -302,7 +295,7 @@ def add_interval_columns(
         for c in ("ci95_lo_boot_category", "ci95_hi_boot_category", "se_cluster_image")
         if f"{c}_{m}" in wide.columns
     ]
-    return board.merge(wide[order], left_on=name_column, right_index=True, how="left")
+    return board.merge(wide[order], left_on="backbone", right_index=True, how="left")
 
 
 def ci_display(board: pd.DataFrame) -> pd.DataFrame:

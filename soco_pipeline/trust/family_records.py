@@ -108,11 +108,9 @@ def family_record(
     spec_hash: str,
     config: dict[str, Any],
     config_hash: str,
-    device: str = "cpu",
-    n_boot: int = 2000,
 ) -> dict[str, Any]:
     """The results record of `model` (kind backbone | lvlm) in task family `family` (its record `parts`)."""
-    p = parts(model, kind, tables, n_boot)
+    p = parts(model, kind, tables, 2000)  # 2000 bootstrap resamples
     return build_record(
         model=model,
         family=family,
@@ -125,7 +123,7 @@ def family_record(
         subset=NO_SUBSET,
         sample_hashes=p["sample_hashes"],
         task_hashes=p["task_hashes"],
-        device=device,
+        device="cpu",
         timing=REBUILT,
     )
 
