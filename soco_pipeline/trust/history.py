@@ -192,6 +192,8 @@ def history_table(history: list[dict], verdicts: dict[str, pd.DataFrame], level:
         by_metric = v.set_index("metric") if v is not None and len(v) else None
         for metric, value in sorted(m["values"].items()):
             hit = by_metric is not None and metric in by_metric.index
+            cols = ("delta", "ci95_lo_boot_category", "ci95_hi_boot_category")
+            delta, lo, hi = (float(by_metric.at[metric, c]) if hit else float("nan") for c in cols)
             rows.append(
                 {
                     "model": m["model"],
@@ -202,13 +204,9 @@ def history_table(history: list[dict], verdicts: dict[str, pd.DataFrame], level:
                     "metric": metric,
                     "value": value,
                     "previous_data_version": m.get("previous_data_version", ""),
-                    "delta": float(by_metric.at[metric, "delta"]) if hit else float("nan"),
-                    "delta_ci_low": float(by_metric.at[metric, "ci95_lo_boot_category"])
-                    if hit
-                    else float("nan"),
-                    "delta_ci_high": float(by_metric.at[metric, "ci95_hi_boot_category"])
-                    if hit
-                    else float("nan"),
+                    "delta": delta,
+                    "delta_ci_low": lo,
+                    "delta_ci_high": hi,
                     "level": level,
                     "regression": bool(by_metric.at[metric, "regression"]) if hit else False,
                 }
@@ -306,9 +304,8 @@ def watch(
                 not_comparable = f"not comparable: the snapshot of data version {version} is damaged: {e}"
                 verdict = None
             else:
-                if (
-                    old.empty or new.empty
-                ):  # archived while the family stored aggregates only: nothing to pair
+                # archived while the family stored aggregates only: nothing to pair
+                if old.empty or new.empty:
                     which = prev["data_version"] if old.empty else data_version
                     test = f"not paired-testable: the snapshot of data version {which} holds no per-sample scores"
                     verdict = unpaired_difference(current["values"], prev["values"])
