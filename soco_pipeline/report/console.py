@@ -69,6 +69,11 @@ def column_text(col: pd.Series, decimals: int | None = None) -> list[str]:
     return out
 
 
+def is_number(col: pd.Series) -> bool:
+    """Whether a column is numeric and not bool (its cells right-aligned)."""
+    return pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col)
+
+
 def _render(header: list[str], rows: list[list[str]], right: list[bool]) -> list[str]:
     """A GitHub-style pipe table (Markdown that also reads as plain text), numbers right-aligned."""
     widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(header)]
@@ -140,7 +145,7 @@ def console_table(
             [_cut(cells[c][i], cut) if cut and c != name else cells[c][i] for c in cols]
             for i in range(len(df))
         ]
-        right = [pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c]) for c in cols]
+        right = [is_number(df[c]) for c in cols]
         return _render([_cut(c, cut) if cut else c for c in cols], rows, right)
 
     cols: list[str] = list(shown)

@@ -105,7 +105,7 @@ def page_table(
     df: pd.DataFrame | None, columns: list[str] | None = None, name_col: str | None = None, hoist: bool = True
 ) -> dict | None:
     """A table for the template: columns, rows of cells ({text, partial}) and notes."""
-    from soco_pipeline.report.console import NOTE_COLUMNS, column_text
+    from soco_pipeline.report.console import NOTE_COLUMNS, column_text, is_number
 
     if df is None or df.empty:
         return None
@@ -127,14 +127,12 @@ def page_table(
         else [""] * len(df)
     )
     text = {c: column_text(df[c]) for c in cols}
-    numeric = {
-        c: pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c]) for c in cols
-    }
     rows = [
         [{"text": text[c][i], "partial": partial[i] if c == name_col else ""} for c in cols]
         for i in range(len(df))
     ]
-    return {"columns": [{"name": str(c), "num": numeric[c]} for c in cols], "rows": rows, "notes": notes}
+    columns_out = [{"name": str(c), "num": is_number(df[c])} for c in cols]
+    return {"columns": columns_out, "rows": rows, "notes": notes}
 
 
 def _figure(src: str, caption: str, alt: str, width: int | None = None) -> dict:
