@@ -121,10 +121,8 @@ def results_block(intervals: pd.DataFrame) -> dict[str, dict[str, Any]]:
     return out
 
 
-REBUILT = {
-    "stages": {},
-    "source": "not recorded (rebuilt by soco export-results)",
-}  # a rebuilt record's timing
+# a rebuilt record's timing
+REBUILT = {"stages": {}, "source": "not recorded (rebuilt by soco export-results)"}
 
 
 def build_record(
