@@ -13,7 +13,7 @@ from soco_pipeline.backbones.spec import BackboneSpec, InputPolicy, spec_hash
 from soco_pipeline.evaluation.metrics import compute_metrics
 from soco_pipeline.evaluation.protocol import ProtocolConfig
 from soco_pipeline.taxonomy import Taxonomy
-from soco_pipeline.trust.published import KNOBS, differing_knobs
+from soco_pipeline.trust.published import KNOBS, closest_published
 
 # the order the knobs are aligned in: prediction knobs first (re-runs), then scoring knobs (re-scoring)
 KNOB_ORDER = ("input_size", "layer", "alpha")
@@ -47,14 +47,6 @@ class Knob:
     def kind(self) -> str:
         """prediction (re-run) or scoring (re-scored)."""
         return KIND[self.name]
-
-
-def closest_published(ours: dict[str, str], rows: pd.DataFrame) -> pd.Series | None:
-    """The published row whose knobs differ least from ours (first on a tie); None when none."""
-    if rows.empty:
-        return None
-    counts = [len(differing_knobs(ours, r)) for _, r in rows.iterrows()]
-    return rows.iloc[counts.index(min(counts))]
 
 
 def knob_steps(ours: dict[str, str], published: pd.Series) -> tuple[list[Knob], list[str]]:
