@@ -71,13 +71,6 @@ def lvlm_scores(answers: pd.DataFrame) -> pd.DataFrame:
 
 
 # ----------------------------------------------------------------------------- intervals
-def _units(s: pd.DataFrame) -> pd.DataFrame:
-    """Per unit: group, cluster and mean score (a pair's keypoints averaged first, as the official reduction)."""
-    return s.groupby(["group", "unit"], as_index=False, sort=True).agg(
-        cluster=("cluster", "first"), score=("score", "mean")
-    )
-
-
 def _weights(units: pd.DataFrame, reduction: str) -> np.ndarray:
     """Each unit's weight in the estimate, 1/(K n_c) (official) or 1/N (pooled)."""
     if reduction == "pooled":
@@ -154,7 +147,10 @@ def intervals(
     """Per (model, metric): value (0-100) and 95% CIs, reduction 'official' or 'pooled'."""
     rows = []
     for (model, metric), s in scores.groupby(["model", "metric"], sort=True):
-        units = _units(s)
+        # per unit: group, cluster and mean score (a pair's keypoints averaged first, as the official reduction)
+        units = s.groupby(["group", "unit"], as_index=False, sort=True).agg(
+            cluster=("cluster", "first"), score=("score", "mean")
+        )
         value, boot = _value_and_bootstrap(units, reduction, n_boot, seed)
         lo, hi = np.quantile(boot, [0.025, 0.975])
         se, g = _cluster_se(units, _weights(units, reduction), value)

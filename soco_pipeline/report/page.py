@@ -35,10 +35,6 @@ def _records(storage_root: str, sub: str = "") -> dict[str, dict]:
     )
 
 
-def _or_nan(v) -> float:
-    return np.nan if v is None else float(v)
-
-
 def ci_plot(records: dict[str, dict], metrics: list[str], path: str) -> str | None:
     """Bars with 95% CI error bars (bootstrap over categories) per metric and model, as a PNG."""
     import matplotlib
@@ -56,7 +52,7 @@ def ci_plot(records: dict[str, dict], metrics: list[str], path: str) -> str | No
     x = np.arange(len(metrics))
     for i, model in enumerate(models):
         res = records[model]["results"]
-        val = np.array([_or_nan(res.get(m, {}).get("value")) for m in metrics], dtype=float)
+        val = np.array([res.get(m, {}).get("value") for m in metrics], dtype=float)  # None -> NaN
         ci = np.array([res.get(m, {}).get("ci95_boot_category") or [np.nan, np.nan] for m in metrics], float)
         lo, hi = ci[:, 0], ci[:, 1]
         label = model + (" (partial)" if records[model]["subset"]["partial"] else "")

@@ -93,15 +93,10 @@ def snapshots(storage_root: str, family: str, model: str) -> list[dict]:
     return read_archive(storage_root, family, model)[0]
 
 
-def drop_command(family: str, model: str, data_version: str) -> str:
-    """The command that moves a damaged snapshot aside (`drop_snapshot`)."""
-    return f"soco drop-snapshot {family} {model} {data_version}"
-
-
 def damaged_advice(family: str, model: str, data_version: str, asset: str) -> str:
     """What to do about a damaged snapshot: drop it (the named command) or archive it again."""
     return (
-        f"drop it with `{drop_command(family, model, data_version)}` (its files move to "
+        f"drop it with `soco drop-snapshot {family} {model} {data_version}` (its files move to "
         f"history/{family}/{model}/{DROPPED}/; the watch then compares with the snapshot before it), or restore the "
         f"spec and weights of data version {data_version} and re-materialize {asset} for {model}, which archives "
         "that snapshot again; re-materializing with today's spec does not repair it"

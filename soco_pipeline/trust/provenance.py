@@ -86,11 +86,6 @@ def environment(device: str) -> dict[str, Any]:
     }
 
 
-def now_utc() -> str:
-    """The current time, ISO 8601 in UTC."""
-    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
-
-
 def _clean(value: Any) -> Any:
     """JSON-safe: numpy scalars to Python, NaN to None, tuples to lists, recursively."""
     if isinstance(value, dict):
@@ -148,7 +143,7 @@ def build_record(
         "schema_version": SCHEMA_VERSION,
         "model": model,
         "family": family,
-        "date": now_utc(),
+        "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "git_hash": git_revision(),
         "results": results_block(intervals),
         "config": {
