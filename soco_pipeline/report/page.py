@@ -242,28 +242,18 @@ def build_report(settings, out_dir: str | None = None, missing_boards: dict[str,
         core["headline"] = page_table(shown, cols)
         core["full"] = page_table(board, name_col="backbone")
     if records and ci_plot(records, HEADLINE, str(out / "backbone_ci.png")):
-        core["ci_figure"] = _figure(
-            "backbone_ci.png",
-            "SOCO headline metrics of this run's backbones, with 95% CIs (bootstrap over categories).",
-            "backbone leaderboard with error bars",
-        )
+        caption = "SOCO headline metrics of this run's backbones, with 95% CIs (bootstrap over categories)."
+        core["ci_figure"] = _figure("backbone_ci.png", caption, "backbone leaderboard with error bars")
 
     # --- beside the published figures (the models whose spec names one: trust/published.py)
     comparison = _read(join(tables, "published_comparison.parquet"))
-    if (
-        comparison is not None and board is not None and "gap_note" in board.columns
-    ):  # published_gap's sentence
+    if comparison is not None and board is not None and "gap_note" in board.columns:  # the gap's sentence
         notes = board.drop_duplicates("backbone").set_index("backbone")["gap_note"]
         comparison = comparison.assign(why_it_differs=comparison["model"].map(notes).fillna(""))
-    published = page_table(
-        comparison,
-        (
-            "model reference metric ours published difference published_setting differing_knobs "
-            "why_it_differs"
-        ).split(),
-        name_col="model",
-        hoist=False,
+    pub_cols = (
+        "model reference metric ours published difference published_setting differing_knobs why_it_differs"
     )
+    published = page_table(comparison, pub_cols.split(), name_col="model", hoist=False)
 
     # --- the protocol-sensitivity atlas (analysis/protocol_atlas.py): rankings under single-knob changes
     atlas = {"table": None, "figure": None}
@@ -271,19 +261,17 @@ def build_report(settings, out_dir: str | None = None, missing_boards: dict[str,
     if atlas_table is not None and len(atlas_table):
         from soco_pipeline.analysis.protocol_atlas import atlas_figure_png
 
-        atlas["table"] = page_table(
-            atlas_table,
-            "family metric knob n_models tau tau_low tau_high flipped_pairs largest_change".split(),
-            hoist=False,
-        )
+        atlas_cols = "family metric knob n_models tau tau_low tau_high flipped_pairs largest_change"
+        atlas["table"] = page_table(atlas_table, atlas_cols.split(), hoist=False)
         if atlas_table["tau"].notna().any():
             write_bytes_atomic(str(out / "protocol_atlas.png"), atlas_figure_png(atlas_table))
-            atlas["figure"] = _figure(
-                "protocol_atlas.png",
+            caption = (
                 "Kendall tau between the ranking under the shipped protocol and under each single-knob change, "
                 "with 95% bootstrap CIs over the family's unit (SOCO: categories; MMVM: match types); oracles "
-                "left out (controls).",
-                "protocol sensitivity: Kendall tau per knob",
+                "left out (controls)."
+            )
+            atlas["figure"] = _figure(
+                "protocol_atlas.png", caption, "protocol sensitivity: Kendall tau per knob"
             )
 
     # --- the families
@@ -308,13 +296,8 @@ def build_report(settings, out_dir: str | None = None, missing_boards: dict[str,
                 )
                 lm = sorted({m for r in lrecords.values() for m in r["results"]})
                 if ci_plot(lrecords, lm, str(out / "lvlm_ci.png")):
-                    fam["figures"].append(
-                        _figure(
-                            "lvlm_ci.png",
-                            "LVLM accuracies with 95% CIs (bootstrap over categories).",
-                            "LVLM CIs",
-                        )
-                    )
+                    caption = "LVLM accuracies with 95% CIs (bootstrap over categories)."
+                    fam["figures"].append(_figure("lvlm_ci.png", caption, "LVLM CIs"))
         if getattr(specs.get(name), "findings", None):
             table, cols = specs[name].findings
             fam["findings"] = page_table(_read(join(tables, f"{table}.parquet")), list(cols), hoist=False)
@@ -332,14 +315,11 @@ def build_report(settings, out_dir: str | None = None, missing_boards: dict[str,
     for f in figs:
         shutil.copyfile(f, out / f.name)
         subset = f.stem.removeprefix("correlation_")
-        correlation.append(
-            _figure(
-                f.name,
-                f"Subset '{subset}': Pearson r of SOC and of ImageNet kNN top-1 with each downstream task, with "
-                "95% bootstrap CIs, over the models published by OmniProbe (not this run's backbones).",
-                f"correlation {subset}",
-            )
+        caption = (
+            f"Subset '{subset}': Pearson r of SOC and of ImageNet kNN top-1 with each downstream task, with "
+            "95% bootstrap CIs, over the models published by OmniProbe (not this run's backbones)."
         )
+        correlation.append(_figure(f.name, caption, f"correlation {subset}"))
 
     # --- panels
     panels = []
