@@ -251,6 +251,7 @@ CI_COLUMNS = (
     "ci95_hi_cluster_image_logit"
 ).split()
 BOARD_CI_METRICS = ("cc", "soc", "soc_geo", "cross_soc", "four_choice")
+BOARD_CI_COLUMNS = ["ci95_lo_boot_category", "ci95_hi_boot_category", "se_cluster_image"]  # per metric
 
 
 def attach_intervals(
@@ -278,19 +279,9 @@ def add_interval_columns(board: pd.DataFrame, metrics: pd.DataFrame) -> pd.DataF
     if "ci95_lo_boot_category" not in metrics.columns:
         return board
     rows = metrics[metrics["ci95_lo_boot_category"].notna() & metrics["metric"].isin(BOARD_CI_METRICS)]
-    wide = rows.pivot_table(
-        index="backbone",
-        columns="metric",
-        aggfunc="first",
-        values=["ci95_lo_boot_category", "ci95_hi_boot_category", "se_cluster_image"],
-    )
+    wide = rows.pivot_table(index="backbone", columns="metric", aggfunc="first", values=BOARD_CI_COLUMNS)
     wide.columns = [f"{c}_{m}" for c, m in wide.columns]
-    order = [
-        f"{c}_{m}"
-        for m in BOARD_CI_METRICS
-        for c in ("ci95_lo_boot_category", "ci95_hi_boot_category", "se_cluster_image")
-        if f"{c}_{m}" in wide.columns
-    ]
+    order = [f"{c}_{m}" for m in BOARD_CI_METRICS for c in BOARD_CI_COLUMNS if f"{c}_{m}" in wide.columns]
     return board.merge(wide[order], left_on="backbone", right_index=True, how="left")
 
 

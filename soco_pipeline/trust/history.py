@@ -267,14 +267,10 @@ def watch(
         )
     prev = previous_snapshot(snaps, data_version, current["task_hash"])
     verdicts, message, not_comparable = {}, "", ""
-    test = (
-        f"not paired-testable: {not_paired}"
-        if not_paired
-        else (
-            f"paired difference per sample, {level:.0%} bootstrap interval over categories ({reduction} "
-            "reduction, as `soco compare`)"
-        )
-    )
+    test = f"not paired-testable: {not_paired}"
+    if not not_paired:
+        test = f"paired difference per sample, {level:.0%} bootstrap interval over categories ({reduction} "
+        test += "reduction, as `soco compare`)"
     others = {v: why for v, why in sorted(damaged.items()) if v != data_version}
     if others:
         not_comparable = (
