@@ -273,16 +273,6 @@ def _index_points(idx: np.ndarray, hw: np.ndarray, protocol: ProtocolConfig) -> 
     ).numpy()
 
 
-def _pick(sims: torch.Tensor, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
-    """sims[rows[i], cols[i]] as float64 numpy values."""
-    return (
-        sims[torch.as_tensor(rows, device=sims.device), torch.as_tensor(cols, device=sims.device)]
-        .double()
-        .cpu()
-        .numpy()
-    )
-
-
 def _segment_argmax(owner: np.ndarray, vals: np.ndarray, cells: np.ndarray, wanted: np.ndarray):
     """(argmax cell, max) of vals over the rows of each owner in `wanted`; ties go to the lowest cell index."""
     order = np.argsort(owner, kind="stable")
@@ -473,7 +463,10 @@ class _TargetMatcher:
         if self.qdesc is None:
             self.qdesc = self.desc[torch.as_tensor(self.qrows, device=self.device)]
         sims, idx, best = _similarities(self.qdesc[a:b], fmap, self.dtype, not self.simple or len(c_cell) > 0)
-        cand_val = _pick(sims, c_local, c_cell) if len(c_cell) else np.zeros(0)
+        cand_val = np.zeros(0)
+        if len(c_cell):  # sims[c_local[i], c_cell[i]], float64
+            at = [torch.as_tensor(v, device=sims.device) for v in (c_local, c_cell)]
+            cand_val = sims[at[0], at[1]].double().cpu().numpy()
         if self.simple:
             return _TargetMatch(idx.cpu().numpy(), None, best.float().cpu().numpy(), cand_val)
         uv, best = _free_argmax(sims, h, w, size, self.protocol)
