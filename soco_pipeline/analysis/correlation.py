@@ -146,9 +146,8 @@ def correlation_table(scores: pd.DataFrame, config: AnalysisConfig) -> pd.DataFr
                 idx = resample_indices(
                     n, config.n_resamples, pair_seed(config.seed, label, name, task, metric)
                 )
-                for stat, iv in bootstrap_correlations(
-                    x[ok], y[ok], idx, STATISTICS, config.confidence
-                ).items():
+                ivs = bootstrap_correlations(x[ok], y[ok], idx, STATISTICS, config.confidence)
+                for stat, iv in ivs.items():
                     rows.append(_row(label, name, bt, bm, task, metric, facts, config, stat, iv, n))
             for a, b in config.deltas:
                 if a not in benches or b not in benches:

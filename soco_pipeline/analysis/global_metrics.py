@@ -112,10 +112,8 @@ def retrieval_map(
     allowed: Callable[[slice], torch.Tensor] | None = None,
 ) -> float:
     """Mean average precision (%) of cosine gallery rankings (relevant = same label)."""
-    gx, gy = (
-        torch.from_numpy(np.ascontiguousarray(gallery_x)),
-        torch.from_numpy(np.asarray(gallery_y, np.int64)),
-    )
+    gx = torch.from_numpy(np.ascontiguousarray(gallery_x))
+    gy = torch.from_numpy(np.asarray(gallery_y, np.int64))
     qx, qy = torch.from_numpy(np.ascontiguousarray(query_x)), torch.from_numpy(np.asarray(query_y, np.int64))
     ap_sum, n_q = 0.0, 0
     ranks = torch.arange(1, len(gx) + 1, dtype=torch.float64)
@@ -159,14 +157,8 @@ def _track_rows(feats, labels, groups, train, ks, temperature) -> list[dict]:
             dict(metric="knn_top1", k=k, value=t1, **common),
             dict(metric="knn_top5", k=k, value=t5, **common),
         ]
-    rows.append(
-        dict(
-            metric="retrieval_map",
-            k=np.nan,
-            value=retrieval_map(feats[tr], codes[tr], feats[te], codes[te], allowed=allowed),
-            **common,
-        )
-    )
+    mean_ap = retrieval_map(feats[tr], codes[tr], feats[te], codes[te], allowed=allowed)
+    rows.append(dict(metric="retrieval_map", k=np.nan, value=mean_ap, **common))
     return rows
 
 
@@ -204,14 +196,8 @@ def global_metrics(
     for kind, feats in kinds.items():
         for track, (labels, groups) in tracks.items():
             keep = labels.notna().to_numpy()
-            sub = _track_rows(
-                feats[keep],
-                labels[keep].to_numpy(),
-                None if groups is None else groups[keep].to_numpy(),
-                train[keep],
-                ks,
-                temperature,
-            )
+            grouped = None if groups is None else groups[keep].to_numpy()
+            sub = _track_rows(feats[keep], labels[keep].to_numpy(), grouped, train[keep], ks, temperature)
             for r in sub:
                 r.update(
                     backbone=backbone,

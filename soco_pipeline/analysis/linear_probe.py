@@ -109,16 +109,7 @@ def training_examples(
         )
     rows = rows.merge(train_pairs[["pair_id", "src_image", "trg_image"]], on="pair_id")
     query, first = group_ids(rows["pair_id"].to_numpy(), rows["src_keypoint"].to_numpy())
-    desc, code = source_descriptors(
-        rows["src_image"].to_numpy()[first],
-        rows["src_keypoint"].to_numpy()[first],
-        keypoints,
-        images,
-        store,
-        protocol,
-        backbone,
-        torch.device("cpu"),
-    )
+    desc, code = source_descriptors(rows.iloc[first], keypoints, images, store, protocol, backbone, "cpu")
     trg = rows["trg_image"].to_numpy()
     xy = visible_keypoint_xy(keypoints, trg, rows["trg_keypoint"].to_numpy(), "target")
     sizes = images.set_index("image_id").loc[trg, ["width", "height"]].to_numpy(np.float64)
@@ -127,11 +118,8 @@ def training_examples(
     for image_id in pd.unique(trg):  # one meta read per target image
         sel = trg == image_id
         meta = meta_of(image_id) if meta_of is not None else store.get(image_id)[1]
-        cells[sel] = cells_of(
-            to_unit(xy[sel], sizes[sel], int(meta["input_size"]), protocol),
-            int(meta["grid_h"]),
-            int(meta["grid_w"]),
-        )
+        uv = to_unit(xy[sel], sizes[sel], int(meta["input_size"]), protocol)
+        cells[sel] = cells_of(uv, int(meta["grid_h"]), int(meta["grid_w"]))
     positives = np.unique(np.stack([query, cells], axis=1), axis=0)
     return desc[torch.as_tensor(code)].float(), trg[first], positives[:, 0], positives[:, 1]
 

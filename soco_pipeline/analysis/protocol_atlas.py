@@ -20,6 +20,8 @@ ATLAS_COLUMNS = (
     "family metric knob unit n_models n_units tau tau_low tau_high n_flipped flipped_pairs "
     "largest_change_model largest_change models"
 ).split()
+TAIL = 100.0 * (1.0 - 0.95) / 2.0  # percent in each tail of the 95% CI (computed so, as the figures were)
+KNOB_COLUMNS = ["family", "metric", "knob", "model", "unit", "value", "weight"]  # the atlas's input
 
 
 def kendall_tau_b(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -62,9 +64,7 @@ def _scores(counts: np.ndarray, value: np.ndarray, weight: np.ndarray) -> np.nda
 def protocol_atlas(
     long: pd.DataFrame,
     controls: set[str] = frozenset(),
-    unit_names: dict[str, str] | None = None,
     n_resamples: int = 1000,
-    confidence: float = 0.95,
     seed: int = 0,
 ) -> pd.DataFrame:
     """ATLAS_COLUMNS rows per (family, metric, knob), over the non-control models."""
@@ -89,8 +89,7 @@ def protocol_atlas(
                 taus = kendall_tau_b(_scores(counts, v0, w0), _scores(counts, v1, w1))
                 ok = taus[np.isfinite(taus)]
                 if len(ok):
-                    tail = 100.0 * (1.0 - confidence) / 2.0
-                    lo, hi = (float(q) for q in np.percentile(ok, [tail, 100.0 - tail]))
+                    lo, hi = (float(q) for q in np.percentile(ok, [TAIL, 100.0 - TAIL]))
             change = after - before
             k = int(np.nanargmax(np.abs(change))) if len(models) else -1
             flips = flipped_pairs(models, before, after)
@@ -99,7 +98,7 @@ def protocol_atlas(
                     "family": family,
                     "metric": metric,
                     "knob": knob,
-                    "unit": {**UNITS, **(unit_names or {})}.get(family, "unit"),
+                    "unit": UNITS.get(family, "unit"),
                     "n_models": len(models),
                     "n_units": len(units),
                     "tau": tau,
@@ -126,17 +125,9 @@ def soco_knob_table(metrics: pd.DataFrame, headline_alpha: float, alphas, reduct
 
     def pick(alpha: float, reduction: str, knob: str, weighted: bool) -> pd.DataFrame:
         at = cat[((cat["alpha"] - alpha).abs() < 1e-9) & (cat["reduction"] == reduction)]
-        return pd.DataFrame(
-            {
-                "family": "soco",
-                "metric": at["metric"].to_numpy(),
-                "knob": knob,
-                "model": at[name].to_numpy(),
-                "unit": at["group"].astype(str).to_numpy(),
-                "value": at["value"].astype(float).to_numpy(),
-                "weight": at["n"].astype(float).to_numpy() if weighted else 1.0,
-            }
-        )
+        weight = at["n"].astype(float).to_numpy() if weighted else 1.0
+        unit, value = at["group"].astype(str).to_numpy(), at["value"].astype(float).to_numpy()
+        return knob_rows("soco", at["metric"].to_numpy(), knob, at[name].to_numpy(), unit, value, weight)
 
     frames = [pick(headline_alpha, "official", SHIPPED, False)]
     frames += [
@@ -147,6 +138,13 @@ def soco_knob_table(metrics: pd.DataFrame, headline_alpha: float, alphas, reduct
     if "keypoint" in reductions:
         frames.append(pick(headline_alpha, "keypoint", "reduction official -> keypoint", True))
     return pd.concat(frames, ignore_index=True)
+
+
+def knob_rows(family: str, metric, knob: str, model, unit, value, weight) -> pd.DataFrame:
+    """Atlas input rows (KNOB_COLUMNS) of one knob setting: per model and unit a value and its weight."""
+    return pd.DataFrame(
+        dict(zip(KNOB_COLUMNS, (family, metric, knob, model, unit, value, weight), strict=True))
+    )
 
 
 def control_models(specs_dir: str) -> set[str]:
@@ -191,33 +189,24 @@ MMVM_FORCED = "none option: offered -> forced choice (items with the query)"
 
 def mmvm_knob_table(predictions: pd.DataFrame, method: str = "zero_shot") -> pd.DataFrame:
     """MMVM's test outcomes as atlas input: None option offered against forced choice."""
-    cols = ["family", "metric", "knob", "model", "unit", "value", "weight"]
     rows = predictions[
         (predictions["split"] == "test") & (predictions["method"] == method) & (predictions["status"] == "ok")
     ]
     if rows.empty:
-        return pd.DataFrame(columns=cols)
+        return pd.DataFrame(columns=KNOB_COLUMNS)
 
     def per_unit(frame: pd.DataFrame, outcome: str, knob: str) -> pd.DataFrame:
         g = frame.groupby(["model", "match_type"], sort=True)[outcome].agg(["mean", "size"]).reset_index()
-        return pd.DataFrame(
-            {
-                "family": "mmvm",
-                "metric": f"accuracy/{method}",
-                "knob": knob,
-                "model": g["model"].to_numpy(),
-                "unit": g["match_type"].astype(str).to_numpy(),
-                "value": 100.0 * g["mean"].astype(float).to_numpy(),
-                "weight": g["size"].astype(float).to_numpy(),
-            }
-        )
+        unit, value = g["match_type"].astype(str).to_numpy(), 100.0 * g["mean"].astype(float).to_numpy()
+        model, weight = g["model"].to_numpy(), g["size"].astype(float).to_numpy()
+        return knob_rows("mmvm", f"accuracy/{method}", knob, model, unit, value, weight)
 
     present = rows[~rows["query_absent"].astype(bool)]
     frames = [per_unit(rows.assign(correct=rows["correct"].astype(float)), "correct", SHIPPED)]
     if "correct_forced" in rows.columns and len(present):
         forced = present.assign(correct_forced=present["correct_forced"].astype(float))
         frames.append(per_unit(forced, "correct_forced", MMVM_FORCED))
-    return pd.concat(frames, ignore_index=True)[cols]
+    return pd.concat(frames, ignore_index=True)[KNOB_COLUMNS]
 
 
 TPIPS_MAJORITY = "agreement: vote share of the pick -> majority hit"
@@ -225,10 +214,9 @@ TPIPS_MAJORITY = "agreement: vote share of the pick -> majority hit"
 
 def tpips_knob_table(outcomes: pd.DataFrame, ooo: pd.DataFrame, method: str = "cosine") -> pd.DataFrame:
     """TPIPS's test outcomes as atlas input: agreement against the majority hit."""
-    cols = ["family", "metric", "knob", "model", "unit", "value", "weight"]
     rows = outcomes[(outcomes["split"] == "test") & (outcomes["method"] == method)]
     if rows.empty or ooo is None or ooo.empty:
-        return pd.DataFrame(columns=cols)
+        return pd.DataFrame(columns=KNOB_COLUMNS)
     key = ["triplet_id", "aspect"]
     votes = ooo[[*key, "y_0", "y_1", "y_2"]].astype({"triplet_id": str, "aspect": str})
     rows = rows.astype({"triplet_id": str, "aspect": str}).merge(
@@ -243,23 +231,12 @@ def tpips_knob_table(outcomes: pd.DataFrame, ooo: pd.DataFrame, method: str = "c
         shipped=("shipped", "mean"), majority=("majority", "mean"), n=("shipped", "size")
     )
     g = g.reset_index()
-    return pd.concat(
-        [
-            pd.DataFrame(
-                {
-                    "family": "tpips",
-                    "metric": f"ooo/{method}",
-                    "knob": knob,
-                    "model": g["model"].to_numpy(),
-                    "unit": g["aspect"].to_numpy(),
-                    "value": 100.0 * g[column].to_numpy(float),
-                    "weight": g["n"].to_numpy(float),
-                }
-            )
-            for knob, column in ((SHIPPED, "shipped"), (TPIPS_MAJORITY, "majority"))
-        ],
-        ignore_index=True,
-    )[cols]
+    model, unit, weight = g["model"].to_numpy(), g["aspect"].to_numpy(), g["n"].to_numpy(float)
+    frames = [
+        knob_rows("tpips", f"ooo/{method}", knob, model, unit, 100.0 * g[column].to_numpy(float), weight)
+        for knob, column in ((SHIPPED, "shipped"), (TPIPS_MAJORITY, "majority"))
+    ]
+    return pd.concat(frames, ignore_index=True)[KNOB_COLUMNS]
 
 
 FGBMK_BALANCED = "reduction: pooled over images -> mean over classes"
@@ -267,29 +244,18 @@ FGBMK_BALANCED = "reduction: pooled over images -> mean over classes"
 
 def fgbmk_knob_table(predictions: pd.DataFrame) -> pd.DataFrame:
     """FG-BMK's probe outcomes as atlas input: pooled against class-balanced top-1."""
-    cols = ["family", "metric", "knob", "model", "unit", "value", "weight"]
     if predictions.empty:
-        return pd.DataFrame(columns=cols)
+        return pd.DataFrame(columns=KNOB_COLUMNS)
     g = (
         predictions.assign(correct=predictions["correct"].astype(float))
         .groupby(["backbone", "level", "label"], sort=True)["correct"]
         .agg(["mean", "size"])
         .reset_index()
     )
-    return pd.concat(
-        [
-            pd.DataFrame(
-                {
-                    "family": "fgbmk",
-                    "metric": "top1/" + g["level"].astype(str),
-                    "knob": knob,
-                    "model": g["backbone"].to_numpy(),
-                    "unit": g["label"].astype(str).to_numpy(),
-                    "value": 100.0 * g["mean"].to_numpy(float),
-                    "weight": weight,
-                }
-            )
-            for knob, weight in ((SHIPPED, g["size"].to_numpy(float)), (FGBMK_BALANCED, 1.0))
-        ],
-        ignore_index=True,
-    )[cols]
+    metric, model = "top1/" + g["level"].astype(str), g["backbone"].to_numpy()
+    unit, value = g["label"].astype(str).to_numpy(), 100.0 * g["mean"].to_numpy(float)
+    frames = [
+        knob_rows("fgbmk", metric, knob, model, unit, value, weight)
+        for knob, weight in ((SHIPPED, g["size"].to_numpy(float)), (FGBMK_BALANCED, 1.0))
+    ]
+    return pd.concat(frames, ignore_index=True)[KNOB_COLUMNS]

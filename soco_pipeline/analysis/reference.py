@@ -94,20 +94,11 @@ def normalise_scores(df: pd.DataFrame, source: str) -> pd.DataFrame:
 
 def _check_unique(scores: pd.DataFrame) -> None:
     """One value per (model, task, metric), across every file; the error names the model and the files."""
-    dup = scores.duplicated(["model", "task", "metric"], keep=False)
+    keys = ["model", "task", "metric"]
+    dup = scores.duplicated(keys, keep=False)
     if dup.any():
         d = scores[dup].iloc[0]
-        files = sorted(
-            set(
-                scores.loc[
-                    dup
-                    & (scores["model"] == d["model"])
-                    & (scores["task"] == d["task"])
-                    & (scores["metric"] == d["metric"]),
-                    "source",
-                ]
-            )
-        )
+        files = sorted(set(scores.loc[dup & scores[keys].eq(d[keys]).all(axis=1), "source"]))
         raise ReferenceDataError(
             f"duplicate model name {d['model']!r}: it has {int((dup & (scores['model'] == d['model'])).sum())} "
             f"rows for ({d['task']}, {d['metric']}) in {', '.join(files)}; keep one row per model, task and "

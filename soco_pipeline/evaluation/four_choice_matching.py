@@ -57,16 +57,7 @@ def predict_four_choice(
     cols = ["backbone", "pair_id", "src_keypoint", "sim_a", "sim_b", "sim_c", "sim_d", "answer"]
     if items.empty:
         return pd.DataFrame(columns=cols + [f"pick_{r}" for r in range(4)])
-    desc, qsrc = source_descriptors(
-        items["src_image"].to_numpy(),
-        items["src_keypoint"].to_numpy(),
-        keypoints,
-        images,
-        store,
-        protocol,
-        backbone_name,
-        device,
-    )
+    desc, qsrc = source_descriptors(items, keypoints, images, store, protocol, backbone_name, device)
     n = len(items)
     trg = items["trg_image"].to_numpy()
     opt_names = items[_OPTIONS].to_numpy().reshape(-1)
@@ -81,7 +72,7 @@ def predict_four_choice(
         src = desc[torch.as_tensor(qsrc[rows], device=device)].float()
         sims[rows] = torch.einsum("nc,noc->no", src, opt_desc).cpu().numpy()
     picks = rotation_picks(sims)
-    out = pd.DataFrame(
+    return pd.DataFrame(
         {
             "backbone": backbone_name,
             "pair_id": items["pair_id"].to_numpy(),
@@ -91,4 +82,3 @@ def predict_four_choice(
             **{f"pick_{r}": picks[:, r] for r in range(4)},
         }
     )
-    return out

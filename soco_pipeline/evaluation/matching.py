@@ -194,9 +194,10 @@ def image_sizes(images: pd.DataFrame, image_ids: np.ndarray) -> np.ndarray:
 
 
 def source_descriptors(
-    src_images: np.ndarray, src_keypoints: np.ndarray, keypoints, images, store, protocol, backbone, device
+    sources: pd.DataFrame, keypoints, images, store, protocol, backbone, device
 ) -> tuple[torch.Tensor, np.ndarray]:
-    """Descriptors of the distinct (image, keypoint) sources, and each input row's index into them."""
+    """Descriptors of the distinct (src_image, src_keypoint) of `sources`, and each row's index into them."""
+    src_images, src_keypoints = sources["src_image"].to_numpy(), sources["src_keypoint"].to_numpy()
     codes, first = group_ids(src_images, src_keypoints)
     # Number the sources image by image, so that each image's descriptors are one block of rows.
     by_image = np.argsort(src_images[first], kind="stable")
@@ -270,16 +271,6 @@ def _index_points(idx: np.ndarray, hw: np.ndarray, protocol: ProtocolConfig) -> 
     return cell_points(
         torch.as_tensor(idx // w), torch.as_tensor(idx % w), torch.as_tensor(h), torch.as_tensor(w), protocol
     ).numpy()
-
-
-def _pick(sims: torch.Tensor, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
-    """sims[rows[i], cols[i]] as float64 numpy values."""
-    return (
-        sims[torch.as_tensor(rows, device=sims.device), torch.as_tensor(cols, device=sims.device)]
-        .double()
-        .cpu()
-        .numpy()
-    )
 
 
 def _segment_argmax(owner: np.ndarray, vals: np.ndarray, cells: np.ndarray, wanted: np.ndarray):
@@ -472,7 +463,10 @@ class _TargetMatcher:
         if self.qdesc is None:
             self.qdesc = self.desc[torch.as_tensor(self.qrows, device=self.device)]
         sims, idx, best = _similarities(self.qdesc[a:b], fmap, self.dtype, not self.simple or len(c_cell) > 0)
-        cand_val = _pick(sims, c_local, c_cell) if len(c_cell) else np.zeros(0)
+        cand_val = np.zeros(0)
+        if len(c_cell):  # sims[c_local[i], c_cell[i]], float64
+            at = [torch.as_tensor(v, device=sims.device) for v in (c_local, c_cell)]
+            cand_val = sims[at[0], at[1]].double().cpu().numpy()
         if self.simple:
             return _TargetMatch(idx.cpu().numpy(), None, best.float().cpu().numpy(), cand_val)
         uv, best = _free_argmax(sims, h, w, size, self.protocol)
@@ -496,16 +490,8 @@ def predict(
     if q is None:
         return pd.DataFrame(columns=PREDICTION_COLUMNS)
     queries, n = q.queries, len(q.queries)
-    desc, qsrc = source_descriptors(  # step 5, every source point once
-        queries["src_image"].to_numpy(),
-        queries["src_keypoint"].to_numpy(),
-        keypoints,
-        images,
-        store,
-        protocol,
-        backbone_name,
-        device,
-    )
+    # step 5, every source point once
+    desc, qsrc = source_descriptors(queries, keypoints, images, store, protocol, backbone_name, device)
     geo = _geo_candidates(q, keypoints, images, protocol)
     trg = queries["trg_image"].to_numpy()
     trg_sizes = image_sizes(images, trg)

@@ -262,16 +262,8 @@ def compute_metrics(
     alphas=None,
 ) -> pd.DataFrame:
     """All metrics of `predictions` as a long METRIC_COLUMNS table (docs/results.md)."""
-    scores = scored_elements(
-        predictions,
-        four_choice_predictions,
-        correspondences,
-        keypoints,
-        images,
-        image_pairs,
-        protocol,
-        alphas,
-    )
+    tables = (predictions, four_choice_predictions, correspondences, keypoints, images, image_pairs)
+    scores = scored_elements(*tables, protocol, alphas)
     if scores.empty:
         return pd.DataFrame(columns=METRIC_COLUMNS)
     return reduce_scores(_attach_supercategory(scores, taxonomy), protocol.reductions)

@@ -28,7 +28,6 @@ def official_results(
     backbone: str,
     protocol: ProtocolConfig,
     alpha: float | None = None,
-    dataset: str = "SOCOv1",
     settings: dict | None = None,
 ) -> dict:
     """The official scorer's document for `backbone` from its METRIC_COLUMNS rows."""
@@ -73,7 +72,7 @@ def official_results(
             "per_category": per_category,
         }
     return {
-        "dataset": dataset,
+        "dataset": "SOCOv1",
         "model": backbone,
         "created_at": datetime.now(UTC).isoformat(),
         "settings": {

@@ -31,17 +31,9 @@ def backbone_scores(
     """Per-keypoint 0/1 scores (SCORE_COLUMNS) of the PCK metrics at `alpha` and 4-choice."""
     from soco_pipeline.evaluation.metrics import scored_elements  # metrics imports torch (the matching)
 
-    alpha = protocol.headline_alpha if alpha is None else alpha
-    s = scored_elements(
-        predictions,
-        four_choice_predictions,
-        correspondences,
-        keypoints,
-        images,
-        image_pairs,
-        protocol,
-        alphas=(alpha,),
-    )
+    alphas = (protocol.headline_alpha if alpha is None else alpha,)
+    tables = (predictions, four_choice_predictions, correspondences, keypoints, images, image_pairs)
+    s = scored_elements(*tables, protocol, alphas=alphas)
     trg = image_pairs.set_index("pair_id")["trg_image"]
     return pd.DataFrame(
         {
@@ -56,14 +48,9 @@ def backbone_scores(
     )
 
 
-def lvlm_scores(answers: pd.DataFrame, image_pairs: pd.DataFrame | None = None) -> pd.DataFrame:
-    """LVLM scores: '<setting>/average' per answer row, '<setting>/circular' per item group."""
+def lvlm_scores(answers: pd.DataFrame) -> pd.DataFrame:
+    """LVLM scores: '<setting>/average' per answer row, '<setting>/circular' per item group (cluster: pair)."""
     a = answers.assign(correct=answers["correct"].astype(bool))
-    cluster = (
-        image_pairs.set_index("pair_id")["trg_image"].reindex(a["pair_id"]).to_numpy()
-        if image_pairs is not None
-        else a["pair_id"].astype(str).to_numpy()
-    )
     avg = pd.DataFrame(
         {
             "model": a["model"].astype(str).to_numpy(),
@@ -71,7 +58,7 @@ def lvlm_scores(answers: pd.DataFrame, image_pairs: pd.DataFrame | None = None) 
             "group": a["pair_group"].astype(str).to_numpy(),
             "unit": a["g_index"].astype(str).to_numpy(),
             "element": a["rotation"].astype(str).to_numpy(),
-            "cluster": cluster,
+            "cluster": a["pair_id"].astype(str).to_numpy(),
             "score": a["correct"].astype(np.float64).to_numpy(),
         }
     )
@@ -84,13 +71,6 @@ def lvlm_scores(answers: pd.DataFrame, image_pairs: pd.DataFrame | None = None) 
 
 
 # ----------------------------------------------------------------------------- intervals
-def _units(s: pd.DataFrame) -> pd.DataFrame:
-    """Per unit: group, cluster and mean score (a pair's keypoints averaged first, as the official reduction)."""
-    return s.groupby(["group", "unit"], as_index=False, sort=True).agg(
-        cluster=("cluster", "first"), score=("score", "mean")
-    )
-
-
 def _weights(units: pd.DataFrame, reduction: str) -> np.ndarray:
     """Each unit's weight in the estimate, 1/(K n_c) (official) or 1/N (pooled)."""
     if reduction == "pooled":
@@ -167,7 +147,10 @@ def intervals(
     """Per (model, metric): value (0-100) and 95% CIs, reduction 'official' or 'pooled'."""
     rows = []
     for (model, metric), s in scores.groupby(["model", "metric"], sort=True):
-        units = _units(s)
+        # per unit: group, cluster and mean score (a pair's keypoints averaged first, as the official reduction)
+        units = s.groupby(["group", "unit"], as_index=False, sort=True).agg(
+            cluster=("cluster", "first"), score=("score", "mean")
+        )
         value, boot = _value_and_bootstrap(units, reduction, n_boot, seed)
         lo, hi = np.quantile(boot, [0.025, 0.975])
         se, g = _cluster_se(units, _weights(units, reduction), value)
@@ -268,6 +251,7 @@ CI_COLUMNS = (
     "ci95_hi_cluster_image_logit"
 ).split()
 BOARD_CI_METRICS = ("cc", "soc", "soc_geo", "cross_soc", "four_choice")
+BOARD_CI_COLUMNS = ["ci95_lo_boot_category", "ci95_hi_boot_category", "se_cluster_image"]  # per metric
 
 
 def attach_intervals(
@@ -290,27 +274,15 @@ def attach_intervals(
     return out
 
 
-def add_interval_columns(
-    board: pd.DataFrame, metrics: pd.DataFrame, name_column: str = "backbone"
-) -> pd.DataFrame:
+def add_interval_columns(board: pd.DataFrame, metrics: pd.DataFrame) -> pd.DataFrame:
     """A leaderboard with its headline metrics' CI and SE columns."""
     if "ci95_lo_boot_category" not in metrics.columns:
         return board
     rows = metrics[metrics["ci95_lo_boot_category"].notna() & metrics["metric"].isin(BOARD_CI_METRICS)]
-    wide = rows.pivot_table(
-        index="backbone",
-        columns="metric",
-        aggfunc="first",
-        values=["ci95_lo_boot_category", "ci95_hi_boot_category", "se_cluster_image"],
-    )
+    wide = rows.pivot_table(index="backbone", columns="metric", aggfunc="first", values=BOARD_CI_COLUMNS)
     wide.columns = [f"{c}_{m}" for c, m in wide.columns]
-    order = [
-        f"{c}_{m}"
-        for m in BOARD_CI_METRICS
-        for c in ("ci95_lo_boot_category", "ci95_hi_boot_category", "se_cluster_image")
-        if f"{c}_{m}" in wide.columns
-    ]
-    return board.merge(wide[order], left_on=name_column, right_index=True, how="left")
+    order = [f"{c}_{m}" for m in BOARD_CI_METRICS for c in BOARD_CI_COLUMNS if f"{c}_{m}" in wide.columns]
+    return board.merge(wide[order], left_on="backbone", right_index=True, how="left")
 
 
 def ci_display(board: pd.DataFrame) -> pd.DataFrame:

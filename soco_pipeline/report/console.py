@@ -69,6 +69,11 @@ def column_text(col: pd.Series, decimals: int | None = None) -> list[str]:
     return out
 
 
+def is_number(col: pd.Series) -> bool:
+    """Whether a column is numeric and not bool (its cells right-aligned)."""
+    return pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col)
+
+
 def _render(header: list[str], rows: list[list[str]], right: list[bool]) -> list[str]:
     """A GitHub-style pipe table (Markdown that also reads as plain text), numbers right-aligned."""
     widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(header)]
@@ -100,17 +105,16 @@ def console_table(
     df: pd.DataFrame,
     title: str | None = None,
     columns: Sequence[str] | None = None,
-    width: int = WIDTH,
     full: str | None = None,
     na_reason: str = "no value for this row (not measured, or not applicable to the model's kind)",
     notes: Sequence[str] = (),
     decimals: int | None = None,
 ) -> str:
-    """`df` as a table fitting `width` with its notes; `full` names where the full table is."""
+    """`df` as a table fitting WIDTH with its notes; `full` names where the full table is."""
     notes = list(notes)
     if df is None or df.empty:
         lines = ([title, ""] if title else []) + ["(no rows yet)"]
-        return "\n".join(line for t in lines for line in _wrap(t, width)) + "\n"
+        return "\n".join(line for t in lines for line in _wrap(t, WIDTH)) + "\n"
     df = df.reset_index(drop=True)
     shown = [c for c in (columns or df.columns) if c in df.columns]
     name = next((c for c in shown if c in NAME_COLUMNS), shown[0] if shown else None)
@@ -141,53 +145,51 @@ def console_table(
             [_cut(cells[c][i], cut) if cut and c != name else cells[c][i] for c in cols]
             for i in range(len(df))
         ]
-        right = [pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c]) for c in cols]
+        right = [is_number(df[c]) for c in cols]
         return _render([_cut(c, cut) if cut else c for c in cols], rows, right)
 
     cols: list[str] = list(shown)
     for cut in (None, *CUTS):  # cut long text cells shorter and shorter before leaving a column out
         table = lines_for(cols, cut)
-        if max(map(len, table)) <= width:
+        if max(map(len, table)) <= WIDTH:
             break
     dropped: list[str] = []
-    while max(map(len, table)) > width and len(cols) > 1:
+    while max(map(len, table)) > WIDTH and len(cols) > 1:
         dropped.insert(0, cols.pop())
         table = lines_for(cols, cut)
-    if max(map(len, table)) > width:  # one column still too wide: cut the name cells too
-        table = [_cut(line, width) for line in table]
+    if max(map(len, table)) > WIDTH:  # one column still too wide: cut the name cells too
+        table = [_cut(line, WIDTH) for line in table]
     if dropped:
         named = ", ".join(dropped[:12]) + (f" and {len(dropped) - 12} more" if len(dropped) > 12 else "")
         notes.append(f"not shown (too wide): {named}" + (f"; all columns: {full}" if full else ""))
-    head = [*_wrap(title, width), ""] if title else []
-    above = [line for n in notes if not n.startswith(("[", NA, "not shown")) for line in _wrap(n, width)]
-    below = [line for n in notes if n.startswith(("[", NA, "not shown")) for line in _wrap(n, width)]
+    head = [*_wrap(title, WIDTH), ""] if title else []
+    above = [line for n in notes if not n.startswith(("[", NA, "not shown")) for line in _wrap(n, WIDTH)]
+    below = [line for n in notes if n.startswith(("[", NA, "not shown")) for line in _wrap(n, WIDTH)]
     return "\n".join([*head, *above, *table, *below]) + "\n"
 
 
-def records_text(
-    df: pd.DataFrame, title: str | None = None, width: int = WIDTH, decimals: int | None = None
-) -> str:
+def records_text(df: pd.DataFrame, decimals: int | None = None) -> str:
     """`df` as one wrapped block per row, for rows of prose that a table would cut."""
     if df is None or df.empty:
-        return console_table(pd.DataFrame(), title, width=width)
+        return console_table(pd.DataFrame())
     df = df.reset_index(drop=True)
     cells = {c: column_text(df[c], decimals) for c in df.columns}
     first, *rest = list(df.columns)
-    lines = [*_wrap(title, width), ""] if title else []
+    lines: list[str] = []
     for i in range(len(df)):
-        lines += _wrap(f"[{i + 1}] {first}: {cells[first][i]}", width)
+        lines += _wrap(f"[{i + 1}] {first}: {cells[first][i]}", WIDTH)
         for c in rest:
             lines += textwrap.wrap(
-                f"{c}: {cells[c][i]}", width, initial_indent="    ", subsequent_indent="      "
+                f"{c}: {cells[c][i]}", WIDTH, initial_indent="    ", subsequent_indent="      "
             ) or [""]
         lines.append("")
     return "\n".join(lines)
 
 
-def is_prose(df: pd.DataFrame, longest: int = 40) -> bool:
-    """True when a non-note text column has a cell longer than `longest` (then `records_text`)."""
+def is_prose(df: pd.DataFrame) -> bool:
+    """True when a non-note text column has a cell longer than 40 (then `records_text`)."""
     text = [c for c in df.columns if df[c].dtype == object and c not in NOTE_COLUMNS]  # notes print once
-    return any(df[c].astype(str).str.len().max() > longest for c in text) if len(df) else False
+    return any(df[c].astype(str).str.len().max() > 40 for c in text) if len(df) else False
 
 
 def headline_columns(family: str, board: pd.DataFrame) -> list[str]:
@@ -272,10 +274,10 @@ def headline_metrics(headlines: pd.DataFrame) -> str:
     return "; ".join(parts)
 
 
-def summary_text(headlines: pd.DataFrame, width: int = WIDTH, where: Sequence[str] = ()) -> str:
+def summary_text(headlines: pd.DataFrame, where: Sequence[str] = ()) -> str:
     """The summary table with the simulated families and dates named once, then `where`."""
     if headlines is None or headlines.empty:
-        return console_table(pd.DataFrame(), "Summary: no model has a headline yet", width=width)
+        return console_table(pd.DataFrame(), "Summary: no model has a headline yet")
     notes = []
     sim = sorted(headlines.loc[headlines["simulated"].fillna(False).astype(bool), "family"].unique())
     if sim:
@@ -290,22 +292,18 @@ def summary_text(headlines: pd.DataFrame, width: int = WIDTH, where: Sequence[st
 
         notes.insert(1, ROLE_NOTE)
     title = "Summary: one row per model, each family's headline (0-100) with its 95% CI"
-    table = console_table(
-        summary_frame(headlines),
-        title,
-        width=width,
-        na_reason="the family has no result for this model (not run yet, or its kind cannot take the task)",
-    )
-    extra = [line for n in [*notes, *where] for line in _wrap(n, width)]
+    na = "the family has no result for this model (not run yet, or its kind cannot take the task)"
+    table = console_table(summary_frame(headlines), title, na_reason=na)
+    extra = [line for n in [*notes, *where] for line in _wrap(n, WIDTH)]
     return table + ("\n".join(extra) + "\n" if extra else "")
 
 
-def model_card(headlines: pd.DataFrame, model: str, width: int = WIDTH) -> str:
+def model_card(headlines: pd.DataFrame, model: str) -> str:
     """One model's headline per family with its CI and rank (checks named, not ranked)."""
     h = with_ranks(headlines)
     mine = h[h["model"] == model]
     if mine.empty:
-        return console_table(pd.DataFrame(), f"{model}: no headline yet", width=width)
+        return console_table(pd.DataFrame(), f"{model}: no headline yet")
     card = pd.DataFrame(
         {
             "family": mine["family"],
@@ -322,7 +320,7 @@ def model_card(headlines: pd.DataFrame, model: str, width: int = WIDTH) -> str:
             "simulated data": mine["simulated"].fillna(False).astype(bool),
         }
     )
-    return console_table(card, f"{model}: headline per family", width=width)
+    return console_table(card, f"{model}: headline per family")
 
 
 def headlines_from_boards(

@@ -33,7 +33,7 @@ def rounded(df: pd.DataFrame, decimals: int | None) -> pd.DataFrame:
 
 def format_query(df: pd.DataFrame, fmt: str = "table", decimals: int | None = None) -> str:
     """A query's result for `soco sql` as table, markdown, csv or json (floats rounded to `decimals`)."""
-    from soco_pipeline.report.console import column_text, console_table, is_prose, records_text
+    from soco_pipeline.report.console import column_text, console_table, is_number, is_prose, records_text
 
     if fmt == "table":
         if is_prose(df):
@@ -45,11 +45,6 @@ def format_query(df: pd.DataFrame, fmt: str = "table", decimals: int | None = No
         if df.empty:
             return "(no rows)\n"
         cells = pd.DataFrame({c: column_text(df[c], decimals) for c in df.columns}, columns=df.columns)
-        right = [
-            "right"
-            if pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c])
-            else "left"
-            for c in df.columns
-        ]
+        right = ["right" if is_number(df[c]) else "left" for c in df.columns]
         return cells.to_markdown(index=False, colalign=right, disable_numparse=True) + "\n"
     return format_frame(rounded(df, decimals), fmt)

@@ -35,10 +35,6 @@ def _records(storage_root: str, sub: str = "") -> dict[str, dict]:
     )
 
 
-def _or_nan(v) -> float:
-    return np.nan if v is None else float(v)
-
-
 def ci_plot(records: dict[str, dict], metrics: list[str], path: str) -> str | None:
     """Bars with 95% CI error bars (bootstrap over categories) per metric and model, as a PNG."""
     import matplotlib
@@ -56,13 +52,9 @@ def ci_plot(records: dict[str, dict], metrics: list[str], path: str) -> str | No
     x = np.arange(len(metrics))
     for i, model in enumerate(models):
         res = records[model]["results"]
-        val = np.array([_or_nan(res.get(m, {}).get("value")) for m in metrics], dtype=float)
-        lo = np.array(
-            [(res.get(m, {}).get("ci95_boot_category") or [np.nan, np.nan])[0] for m in metrics], float
-        )
-        hi = np.array(
-            [(res.get(m, {}).get("ci95_boot_category") or [np.nan, np.nan])[1] for m in metrics], float
-        )
+        val = np.array([res.get(m, {}).get("value") for m in metrics], dtype=float)  # None -> NaN
+        ci = np.array([res.get(m, {}).get("ci95_boot_category") or [np.nan, np.nan] for m in metrics], float)
+        lo, hi = ci[:, 0], ci[:, 1]
         label = model + (" (partial)" if records[model]["subset"]["partial"] else "")
         ax.bar(x + i * width, np.nan_to_num(val), width, label=label)
         # the interval itself, from lo to hi (not value +- a length): it is drawn as computed
@@ -109,7 +101,7 @@ def page_table(
     df: pd.DataFrame | None, columns: list[str] | None = None, name_col: str | None = None, hoist: bool = True
 ) -> dict | None:
     """A table for the template: columns, rows of cells ({text, partial}) and notes."""
-    from soco_pipeline.report.console import NOTE_COLUMNS, column_text
+    from soco_pipeline.report.console import NOTE_COLUMNS, column_text, is_number
 
     if df is None or df.empty:
         return None
@@ -131,37 +123,27 @@ def page_table(
         else [""] * len(df)
     )
     text = {c: column_text(df[c]) for c in cols}
-    numeric = {
-        c: pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c]) for c in cols
-    }
     rows = [
         [{"text": text[c][i], "partial": partial[i] if c == name_col else ""} for c in cols]
         for i in range(len(df))
     ]
-    return {"columns": [{"name": str(c), "num": numeric[c]} for c in cols], "rows": rows, "notes": notes}
+    columns_out = [{"name": str(c), "num": is_number(df[c])} for c in cols]
+    return {"columns": columns_out, "rows": rows, "notes": notes}
 
 
 def _figure(src: str, caption: str, alt: str, width: int | None = None) -> dict:
     return {"src": src, "caption": caption, "alt": alt, "width": width}
 
 
-def git_commit(root: Path = PROJECT_ROOT) -> str:
+def git_commit() -> str:
     """The checkout's commit (short hash, '+ uncommitted changes' when the tree is dirty), or why not known."""
     import subprocess
 
+    from soco_pipeline.trust.provenance import git
+
     try:
-        head = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
-        dirty = subprocess.run(
-            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
+        head = git(PROJECT_ROOT, "rev-parse", "--short=12", "HEAD")
+        dirty = git(PROJECT_ROOT, "status", "--porcelain", "--untracked-files=no")
     except (OSError, subprocess.SubprocessError) as e:
         return f"unknown ({type(e).__name__})"
     if head.returncode != 0:
@@ -225,9 +207,7 @@ def _headlines(settings, boards: dict[str, pd.DataFrame], roles: dict[str, str])
     return stored if stored is not None else headlines_from_boards(boards, roles, embedded)
 
 
-def build_report(
-    settings, out_dir: str | None = None, seed: int = 0, missing_boards: dict[str, str] | None = None
-) -> str:
+def build_report(settings, out_dir: str | None = None, missing_boards: dict[str, str] | None = None) -> str:
     """Write the results page and its images; returns its path. `missing_boards`: shown at the summary."""
     import datetime as dt
 
@@ -262,28 +242,18 @@ def build_report(
         core["headline"] = page_table(shown, cols)
         core["full"] = page_table(board, name_col="backbone")
     if records and ci_plot(records, HEADLINE, str(out / "backbone_ci.png")):
-        core["ci_figure"] = _figure(
-            "backbone_ci.png",
-            "SOCO headline metrics of this run's backbones, with 95% CIs (bootstrap over categories).",
-            "backbone leaderboard with error bars",
-        )
+        caption = "SOCO headline metrics of this run's backbones, with 95% CIs (bootstrap over categories)."
+        core["ci_figure"] = _figure("backbone_ci.png", caption, "backbone leaderboard with error bars")
 
     # --- beside the published figures (the models whose spec names one: trust/published.py)
     comparison = _read(join(tables, "published_comparison.parquet"))
-    if (
-        comparison is not None and board is not None and "gap_note" in board.columns
-    ):  # published_gap's sentence
+    if comparison is not None and board is not None and "gap_note" in board.columns:  # the gap's sentence
         notes = board.drop_duplicates("backbone").set_index("backbone")["gap_note"]
         comparison = comparison.assign(why_it_differs=comparison["model"].map(notes).fillna(""))
-    published = page_table(
-        comparison,
-        (
-            "model reference metric ours published difference published_setting differing_knobs "
-            "why_it_differs"
-        ).split(),
-        name_col="model",
-        hoist=False,
+    pub_cols = (
+        "model reference metric ours published difference published_setting differing_knobs why_it_differs"
     )
+    published = page_table(comparison, pub_cols.split(), name_col="model", hoist=False)
 
     # --- the protocol-sensitivity atlas (analysis/protocol_atlas.py): rankings under single-knob changes
     atlas = {"table": None, "figure": None}
@@ -291,19 +261,17 @@ def build_report(
     if atlas_table is not None and len(atlas_table):
         from soco_pipeline.analysis.protocol_atlas import atlas_figure_png
 
-        atlas["table"] = page_table(
-            atlas_table,
-            "family metric knob n_models tau tau_low tau_high flipped_pairs largest_change".split(),
-            hoist=False,
-        )
+        atlas_cols = "family metric knob n_models tau tau_low tau_high flipped_pairs largest_change"
+        atlas["table"] = page_table(atlas_table, atlas_cols.split(), hoist=False)
         if atlas_table["tau"].notna().any():
             write_bytes_atomic(str(out / "protocol_atlas.png"), atlas_figure_png(atlas_table))
-            atlas["figure"] = _figure(
-                "protocol_atlas.png",
+            caption = (
                 "Kendall tau between the ranking under the shipped protocol and under each single-knob change, "
                 "with 95% bootstrap CIs over the family's unit (SOCO: categories; MMVM: match types); oracles "
-                "left out (controls).",
-                "protocol sensitivity: Kendall tau per knob",
+                "left out (controls)."
+            )
+            atlas["figure"] = _figure(
+                "protocol_atlas.png", caption, "protocol sensitivity: Kendall tau per knob"
             )
 
     # --- the families
@@ -328,13 +296,8 @@ def build_report(
                 )
                 lm = sorted({m for r in lrecords.values() for m in r["results"]})
                 if ci_plot(lrecords, lm, str(out / "lvlm_ci.png")):
-                    fam["figures"].append(
-                        _figure(
-                            "lvlm_ci.png",
-                            "LVLM accuracies with 95% CIs (bootstrap over categories).",
-                            "LVLM CIs",
-                        )
-                    )
+                    caption = "LVLM accuracies with 95% CIs (bootstrap over categories)."
+                    fam["figures"].append(_figure("lvlm_ci.png", caption, "LVLM CIs"))
         if getattr(specs.get(name), "findings", None):
             table, cols = specs[name].findings
             fam["findings"] = page_table(_read(join(tables, f"{table}.parquet")), list(cols), hoist=False)
@@ -352,14 +315,11 @@ def build_report(
     for f in figs:
         shutil.copyfile(f, out / f.name)
         subset = f.stem.removeprefix("correlation_")
-        correlation.append(
-            _figure(
-                f.name,
-                f"Subset '{subset}': Pearson r of SOC and of ImageNet kNN top-1 with each downstream task, with "
-                "95% bootstrap CIs, over the models published by OmniProbe (not this run's backbones).",
-                f"correlation {subset}",
-            )
+        caption = (
+            f"Subset '{subset}': Pearson r of SOC and of ImageNet kNN top-1 with each downstream task, with "
+            "95% bootstrap CIs, over the models published by OmniProbe (not this run's backbones)."
         )
+        correlation.append(_figure(f.name, caption, f"correlation {subset}"))
 
     # --- panels
     panels = []
@@ -389,7 +349,7 @@ def build_report(
     if items is not None and folder.is_dir():
         for f in sorted(folder.glob("*.parquet")):
             examples = []
-            for r in lvlm_examples(read_parquet(str(f)), items, LVLM_EXAMPLES, seed).itertuples(index=False):
+            for r in lvlm_examples(read_parquet(str(f)), items, LVLM_EXAMPLES, 0).itertuples(index=False):
                 imgs = []
                 for kind, p in (("src", r.src_render), ("trg", r.trg_render)):
                     if isinstance(p, str) and p and exists(p):

@@ -169,15 +169,10 @@ def panel_rows(
 
 
 def render_query(
-    row,
-    keypoints: pd.DataFrame,
-    image_set: pd.DataFrame,
-    store,
-    protocol: ProtocolConfig,
-    alpha: float | None = None,
+    row, keypoints: pd.DataFrame, image_set: pd.DataFrame, store, protocol: ProtocolConfig
 ) -> tuple[Image.Image, dict]:
-    """The panel of one (pair, source keypoint) row, with its error (px) and correctness at alpha."""
-    alpha = protocol.headline_alpha if alpha is None else alpha
+    """The panel of one (pair, source keypoint) row, its error (px) and correctness at the headline alpha."""
+    alpha = protocol.headline_alpha
     kp = keypoints.set_index(["image_id", "keypoint"])
     im = image_set.set_index("image_id")
     q = kp.loc[(row.src_image, row.src_keypoint), ["x", "y"]].to_numpy(np.float64)
@@ -188,12 +183,8 @@ def render_query(
     if store is not None:
         src_map, src_meta = store.get(row.src_image)
         trg_map, _ = store.get(row.trg_image)
-        uv = to_unit(
-            q[None],
-            np.array([[src_info.width, src_info.height]], np.float64),
-            int(src_meta["input_size"]),
-            protocol,
-        )[0]
+        src_size = np.array([[src_info.width, src_info.height]], np.float64)
+        uv = to_unit(q[None], src_size, int(src_meta["input_size"]), protocol)[0]
         sims = similarity_on_target(src_map, trg_map, uv, (int(trg_info.width), int(trg_info.height)))
     panel, layout = draw_panel(_open(src_info.uri), _open(trg_info.uri), q, gt, pred, sims)
     radius = max(trg_info.bbox_r - trg_info.bbox_l, trg_info.bbox_b - trg_info.bbox_t)
@@ -243,7 +234,7 @@ def sample_panels(
     return out
 
 
-def panels_markdown(panels: list[dict], embed: bool = True, max_embedded: int = 4) -> str:
+def panels_markdown(panels: list[dict]) -> str:
     """Markdown for the UI's metadata: each panel as an embedded PNG (data URL) or its path, with its facts."""
     import base64
 
@@ -251,7 +242,7 @@ def panels_markdown(panels: list[dict], embed: bool = True, max_embedded: int = 
     for i, p in enumerate(panels):
         verdict = "correct" if p["correct"] else "wrong"
         lines.append(f"**{p['pair_id']}** / `{p['keypoint']}`: error {p['error_px']:.1f} px ({verdict})\n")
-        if embed and i < max_embedded:
+        if i < 4:  # the first four embedded, the others by path
             b64 = base64.b64encode(read_bytes(p["path"])).decode()
             lines.append(f"![panel](data:image/png;base64,{b64})\n")
         else:

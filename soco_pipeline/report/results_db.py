@@ -109,6 +109,12 @@ def stored_tables(tables_root: str, registered: tuple[Table, ...]) -> list[Table
     return sorted(found, key=lambda t: t.asset)
 
 
+def _tables_and_files(tables_root: str) -> list[tuple[Table, list[str]]]:
+    """Each registered table, then each other one stored, with its published files ([] when not written)."""
+    registered = all_tables()
+    return [(t, table_files(tables_root, t)) for t in (*registered, *stored_tables(tables_root, registered))]
+
+
 def _sql_list(paths: list[str]) -> str:
     return "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in paths) + "]"
 
@@ -122,9 +128,7 @@ def _compatible(types: dict[str, str]) -> str:
 def _create_views(con: duckdb.DuckDBPyConnection, tables_root: str, base: str | None) -> list[str]:
     """(Re)create one stored view per written table; paths relative to `base` when given. Returns the views."""
     created = []
-    registered = all_tables()
-    for table in (*registered, *stored_tables(tables_root, registered)):
-        files = table_files(tables_root, table)
+    for table, files in _tables_and_files(tables_root):
         if not files:
             con.execute(f"DROP VIEW IF EXISTS {table.view}")
             continue
@@ -138,7 +142,7 @@ def _create_views(con: duckdb.DuckDBPyConnection, tables_root: str, base: str | 
             f"CREATE OR REPLACE VIEW {table.view} AS SELECT {alias}*{_compatible(types)} FROM {source}"
         )
         created.append(table.view)
-    return _derived_views(con, created, "VIEW", drop=True)
+    return _derived_views(con, created, drop=True)
 
 
 # the evaluated sample, then the README's "where it fails" recipes
@@ -159,7 +163,6 @@ def read_views(sql: str) -> set[str] | None:
 def _derived_views(
     con: duckdb.DuckDBPyConnection,
     created: list[str],
-    kind: str,
     drop: bool,
     damaged: dict[str, str] | None = None,
 ) -> list[str]:
@@ -172,7 +175,7 @@ def _derived_views(
             continue
         if set(needs) <= set(created):
             try:
-                con.execute(f"CREATE OR REPLACE {kind} {name} AS {sql}")
+                con.execute(f"CREATE OR REPLACE VIEW {name} AS {sql}")
                 created.append(name)
                 continue
             except (
@@ -248,8 +251,8 @@ def connect_readonly(
 ) -> duckdb.DuckDBPyConnection:
     """The results read-only: in-memory views, then external access off and the configuration locked; with
     `views` (the names one query reads), only those views and what they are made of."""
-    if tables_root is not None and is_remote(tables_root):
-        return _connect_remote(tables_root, views)
+    if tables_root is not None and is_remote(tables_root):  # views over the tables under a URL
+        return _sandboxed(duckdb.connect(IN_MEMORY), tables_root, need_views=True, views=views)
     db_path = Path(db_path)
     if not db_path.exists():
         raise ResultsError(
@@ -259,11 +262,6 @@ def connect_readonly(
     # The views are rebuilt as temporary views over the tables beside the file, so the file's own (relative)
     # views are not needed: an in-memory connection lists each view once (`show tables`), not twice.
     return _sandboxed(duckdb.connect(IN_MEMORY), tables_root, views=views)
-
-
-def _connect_remote(tables_root: str, views: set[str] | None = None) -> duckdb.DuckDBPyConnection:
-    """An in-memory, sandboxed connection with views over the tables under a URL."""
-    return _sandboxed(duckdb.connect(IN_MEMORY), tables_root, need_views=True, views=views)
 
 
 def _sandboxed(
@@ -324,7 +322,7 @@ def _arrow_views(
     if wanted and not wanted <= {*created, *damaged, *(name for name, _, _ in DERIVED)}:
         more = _table_views(con, tables_root, [t for t in tables if t not in first])
         created, damaged = created + more[0], {**damaged, **more[1]}
-    return _derived_views(con, created, "VIEW", drop=False, damaged=damaged)
+    return _derived_views(con, created, drop=False, damaged=damaged)
 
 
 def _table_views(

@@ -133,17 +133,15 @@ def measured_log(
 ) -> tuple[str, dict[str, Any]]:
     """(uuid, aggregate record) of one of our results records (`kind`: backbone | lvlm)."""
     family, model = record["family"], record["model"]
-    rid = record_uuid("measured", family, model, json.dumps(record["task_hashes"], sort_keys=True))
-    data = (
-        "simulated: the embedded generator's data, not the published benchmark's" if simulated else "official"
-    )
+    hashes = json.dumps(record["task_hashes"], sort_keys=True)
+    rid = record_uuid("measured", family, model, hashes)
+    data = "official"
+    if simulated:
+        data = "simulated: the embedded generator's data, not the published benchmark's"
     source_data = {
         "dataset_name": title,
         "source_type": "other",
-        "additional_details": {
-            "data": data,
-            "task_hashes": json.dumps(record["task_hashes"], sort_keys=True),
-        },
+        "additional_details": {"data": data, "task_hashes": hashes},
     }
     results = []
     for metric, r in sorted(record["results"].items()):
@@ -252,29 +250,25 @@ def published_logs(rows: pd.DataFrame, retrieved: str) -> list[tuple[str, dict[s
             )
         rid = record_uuid("published", model, family, source)
         details = {"deployment_type": "unknown", "model_availability": "unknown"}
-        out.append(
-            (
-                rid,
-                {
-                    "schema_version": EEE_VERSION,
-                    "evaluation_id": f"{family}/{slug(model)}/published/{rid[:8]}",
-                    "retrieved_timestamp": retrieved,
-                    "source_metadata": {
-                        "source_name": str(source),
-                        "source_type": "documentation",
-                        "source_organization_name": str(source),
-                        "evaluator_relationship": "other",
-                        "additional_details": {
-                            "quoted_from": "assets/reference/published.csv",
-                            "relationship": "who ran the model is the source's statement, not recorded here",
-                        },
-                    },
-                    "model_info": model_info(str(model), PUBLISHED_DEVELOPER, details),
-                    "eval_library": {"name": "unknown", "version": "unknown"},
-                    "evaluation_results": results,
+        doc = {
+            "schema_version": EEE_VERSION,
+            "evaluation_id": f"{family}/{slug(model)}/published/{rid[:8]}",
+            "retrieved_timestamp": retrieved,
+            "source_metadata": {
+                "source_name": str(source),
+                "source_type": "documentation",
+                "source_organization_name": str(source),
+                "evaluator_relationship": "other",
+                "additional_details": {
+                    "quoted_from": "assets/reference/published.csv",
+                    "relationship": "who ran the model is the source's statement, not recorded here",
                 },
-            )
-        )
+            },
+            "model_info": model_info(str(model), PUBLISHED_DEVELOPER, details),
+            "eval_library": {"name": "unknown", "version": "unknown"},
+            "evaluation_results": results,
+        }
+        out.append((rid, doc))
     return out
 
 

@@ -72,7 +72,8 @@ def aggregate_rows(model: str, metric, value, se=None, n_units=None, n_categorie
     """Interval rows (stats.INTERVAL_COLUMNS) of stored aggregates, with the logit interval from `se`."""
     value = np.asarray(value, float)
     se = np.full(len(value), np.nan) if se is None else np.asarray(se, float)
-    n_units = np.asarray(n_units if n_units is not None else np.zeros(len(value)), int)
+    zeros = np.zeros(len(value))
+    n_units = np.asarray(zeros if n_units is None else n_units, int)
     bounds = [
         stats.logit_interval(v / 100, s / 100, int(n)) if np.isfinite(s) and n > 1 else (np.nan, np.nan)
         for v, s, n in zip(value, se, n_units, strict=True)
@@ -89,9 +90,7 @@ def aggregate_rows(model: str, metric, value, se=None, n_units=None, n_categorie
             "ci95_lo_cluster_image_logit": lo,
             "ci95_hi_cluster_image_logit": hi,
             "n_units": n_units,
-            "n_categories": np.asarray(
-                n_categories if n_categories is not None else np.zeros(len(value)), int
-            ),
+            "n_categories": np.asarray(zeros if n_categories is None else n_categories, int),
             "n_clusters": n_units,
         }
     )
@@ -108,11 +107,9 @@ def family_record(
     spec_hash: str,
     config: dict[str, Any],
     config_hash: str,
-    device: str = "cpu",
-    n_boot: int = 2000,
 ) -> dict[str, Any]:
     """The results record of `model` (kind backbone | lvlm) in task family `family` (its record `parts`)."""
-    p = parts(model, kind, tables, n_boot)
+    p = parts(model, kind, tables, 2000)  # 2000 bootstrap resamples
     return build_record(
         model=model,
         family=family,
@@ -125,7 +122,7 @@ def family_record(
         subset=NO_SUBSET,
         sample_hashes=p["sample_hashes"],
         task_hashes=p["task_hashes"],
-        device=device,
+        device="cpu",
         timing=REBUILT,
     )
 

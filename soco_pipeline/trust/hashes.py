@@ -56,28 +56,16 @@ def pair_hashes(
     """pair_id, pair_group, src_image, trg_image and pair_hash of each pair (`digests`: image digests)."""
     digests = image_digests(image_set) if digests is None else digests
     kp = keypoints.set_index(["image_id", "keypoint"])
-    kp_text = (_fmt(kp["x"]) + "," + _fmt(kp["y"]) + "," + kp["visible"].astype(bool).astype(str)).rename(
-        "kp"
-    )
+    kp_text = _joined(",", _fmt(kp["x"]), _fmt(kp["y"]), kp["visible"].astype(bool).astype(str)).rename("kp")
     pairs = image_pairs[["pair_id", "level", "pair_group", "src_image", "trg_image"]]
     corr = correspondences.merge(pairs[["pair_id", "src_image", "trg_image"]], on="pair_id", how="inner")
     src = kp_text.reindex(pd.MultiIndex.from_arrays([corr["src_image"], corr["src_keypoint"]])).fillna("?")
     trg = kp_text.reindex(pd.MultiIndex.from_arrays([corr["trg_image"], corr["trg_keypoint"]])).fillna("?")
-    row_text = (
-        corr["kind"].astype(str)
-        + ":"
-        + corr["src_keypoint"].astype(str)
-        + "@"
-        + src.to_numpy()
-        + ">"
-        + corr["trg_keypoint"].astype(str)
-        + "@"
-        + trg.to_numpy()
-        + ":"
-        + corr["geo"].astype(bool).astype(str)
-        + ":"
-        + corr["n_candidates"].astype(str)
-    )
+    # kind:src_keypoint@x,y,visible>trg_keypoint@x,y,visible:geo:n_candidates
+    src_at = _joined("@", corr["src_keypoint"].astype(str), src.to_numpy())
+    trg_at = _joined("@", corr["trg_keypoint"].astype(str), trg.to_numpy())
+    geo, n_cand = corr["geo"].astype(bool).astype(str), corr["n_candidates"].astype(str)
+    row_text = _joined(":", corr["kind"].astype(str), _joined(">", src_at, trg_at), geo, n_cand)
     per_pair = (
         pd.DataFrame({"pair_id": corr["pair_id"], "t": row_text})
         .sort_values(["pair_id", "t"])
@@ -85,19 +73,8 @@ def pair_hashes(
         .agg("|".join)
     )
     im = image_set.set_index("image_id")
-    box = (
-        im["width"].astype(str)
-        + "x"
-        + im["height"].astype(str)
-        + ":"
-        + _fmt(im["bbox_l"])
-        + ","
-        + _fmt(im["bbox_t"])
-        + ","
-        + _fmt(im["bbox_r"])
-        + ","
-        + _fmt(im["bbox_b"])
-    )
+    corners = _joined(",", *(_fmt(im[c]) for c in ("bbox_l", "bbox_t", "bbox_r", "bbox_b")))
+    box = im["width"].astype(str) + "x" + im["height"].astype(str) + ":" + corners
     text = _joined(
         ";",
         pairs["pair_id"].astype(str),
@@ -126,8 +103,8 @@ def four_choice_hashes(four_choice: pd.DataFrame, pair_hash: pd.DataFrame) -> pd
     return out
 
 
-def lvlm_item_hashes(items: pd.DataFrame, pair_hash: pd.DataFrame | None = None) -> pd.DataFrame:
-    """item_hash of each LVLM item row over question, options, answer, image digests and pair hash."""
+def lvlm_item_hashes(items: pd.DataFrame) -> pd.DataFrame:
+    """item_hash of each LVLM item row over question, options, answer and image digests."""
 
     def digest(paths: pd.Series) -> np.ndarray:
         return np.array(
@@ -138,11 +115,6 @@ def lvlm_item_hashes(items: pd.DataFrame, pair_hash: pd.DataFrame | None = None)
             dtype=object,
         )
 
-    ph = (
-        ""
-        if pair_hash is None
-        else pair_hash.set_index("pair_id")["pair_hash"].reindex(items["pair_id"]).fillna("?")
-    )
     text = _joined(
         ";",
         items["setting"].astype(str),
@@ -151,7 +123,7 @@ def lvlm_item_hashes(items: pd.DataFrame, pair_hash: pd.DataFrame | None = None)
         items["answer"].astype(str),
         digest(items["src_render"]),
         digest(items["trg_render"]),
-        ph if isinstance(ph, str) else ph.to_numpy(),
+        "",  # once the pair hash; kept empty so that the item hashes stay the same
     )
     out = items[["setting", "index", "pair_id"]].reset_index(drop=True)
     out["item_hash"] = _sha_many(text.to_numpy())

@@ -134,20 +134,8 @@ def headline_rows(
 
 def empty_headlines() -> pd.DataFrame:
     """A headline table with no rows (the columns and dtypes of `headline_rows`)."""
-    return pd.DataFrame(
-        {
-            "model": pd.Series(dtype=str),
-            "family": pd.Series(dtype=str),
-            "metric": pd.Series(dtype=str),
-            "value": pd.Series(dtype=float),
-            "ci_low": pd.Series(dtype=float),
-            "ci_high": pd.Series(dtype=float),
-            "n": pd.Series(dtype="Int64"),
-            "simulated": pd.Series(dtype=bool),
-            "materialized_at": pd.Series(dtype="datetime64[ns, UTC]"),
-            "role": pd.Series(dtype=str),
-        }
-    )
+    dtypes = (str, str, str, float, float, float, "Int64", bool, "datetime64[ns, UTC]", str)
+    return pd.DataFrame({c: pd.Series(dtype=t) for c, t in zip(HEADLINE_COLUMNS, dtypes, strict=True)})
 
 
 def model_headlines(

@@ -93,15 +93,10 @@ def snapshots(storage_root: str, family: str, model: str) -> list[dict]:
     return read_archive(storage_root, family, model)[0]
 
 
-def drop_command(family: str, model: str, data_version: str) -> str:
-    """The command that moves a damaged snapshot aside (`drop_snapshot`)."""
-    return f"soco drop-snapshot {family} {model} {data_version}"
-
-
 def damaged_advice(family: str, model: str, data_version: str, asset: str) -> str:
     """What to do about a damaged snapshot: drop it (the named command) or archive it again."""
     return (
-        f"drop it with `{drop_command(family, model, data_version)}` (its files move to "
+        f"drop it with `soco drop-snapshot {family} {model} {data_version}` (its files move to "
         f"history/{family}/{model}/{DROPPED}/; the watch then compares with the snapshot before it), or restore the "
         f"spec and weights of data version {data_version} and re-materialize {asset} for {model}, which archives "
         "that snapshot again; re-materializing with today's spec does not repair it"
@@ -192,6 +187,8 @@ def history_table(history: list[dict], verdicts: dict[str, pd.DataFrame], level:
         by_metric = v.set_index("metric") if v is not None and len(v) else None
         for metric, value in sorted(m["values"].items()):
             hit = by_metric is not None and metric in by_metric.index
+            cols = ("delta", "ci95_lo_boot_category", "ci95_hi_boot_category")
+            delta, lo, hi = (float(by_metric.at[metric, c]) if hit else float("nan") for c in cols)
             rows.append(
                 {
                     "model": m["model"],
@@ -202,13 +199,9 @@ def history_table(history: list[dict], verdicts: dict[str, pd.DataFrame], level:
                     "metric": metric,
                     "value": value,
                     "previous_data_version": m.get("previous_data_version", ""),
-                    "delta": float(by_metric.at[metric, "delta"]) if hit else float("nan"),
-                    "delta_ci_low": float(by_metric.at[metric, "ci95_lo_boot_category"])
-                    if hit
-                    else float("nan"),
-                    "delta_ci_high": float(by_metric.at[metric, "ci95_hi_boot_category"])
-                    if hit
-                    else float("nan"),
+                    "delta": delta,
+                    "delta_ci_low": lo,
+                    "delta_ci_high": hi,
                     "level": level,
                     "regression": bool(by_metric.at[metric, "regression"]) if hit else False,
                 }
@@ -274,14 +267,10 @@ def watch(
         )
     prev = previous_snapshot(snaps, data_version, current["task_hash"])
     verdicts, message, not_comparable = {}, "", ""
-    test = (
-        f"not paired-testable: {not_paired}"
-        if not_paired
-        else (
-            f"paired difference per sample, {level:.0%} bootstrap interval over categories ({reduction} "
-            "reduction, as `soco compare`)"
-        )
-    )
+    test = f"not paired-testable: {not_paired}"
+    if not not_paired:
+        test = f"paired difference per sample, {level:.0%} bootstrap interval over categories ({reduction} "
+        test += "reduction, as `soco compare`)"
     others = {v: why for v, why in sorted(damaged.items()) if v != data_version}
     if others:
         not_comparable = (
@@ -306,9 +295,8 @@ def watch(
                 not_comparable = f"not comparable: the snapshot of data version {version} is damaged: {e}"
                 verdict = None
             else:
-                if (
-                    old.empty or new.empty
-                ):  # archived while the family stored aggregates only: nothing to pair
+                # archived while the family stored aggregates only: nothing to pair
+                if old.empty or new.empty:
                     which = prev["data_version"] if old.empty else data_version
                     test = f"not paired-testable: the snapshot of data version {which} holds no per-sample scores"
                     verdict = unpaired_difference(current["values"], prev["values"])

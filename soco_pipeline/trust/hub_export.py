@@ -14,7 +14,7 @@ class HubExportError(ValueError):
     """A record cannot be written in the Hub's format; the message says why and what to do."""
 
 
-def hub_entries(record: dict, dataset_id: str, notes: str = "", source_url: str = "") -> list:
+def hub_entries(record: dict, dataset_id: str, notes: str = "") -> list:
     """One `EvalResultEntry` per headline result with a value (task_id = the metric), dated by the record."""
     from huggingface_hub import EvalResultEntry
 
@@ -34,8 +34,6 @@ def hub_entries(record: dict, dataset_id: str, notes: str = "", source_url: str 
                 value=round(float(result["value"]), 4),
                 date=str(record["date"]),
                 notes=notes or None,
-                source_url=source_url or None,
-                source_name="soco_pipeline results record" if source_url else None,
             )
         )
     if not entries:

@@ -45,29 +45,23 @@ def package_versions(names=PACKAGES) -> dict[str, str]:
     return out
 
 
+def git(root: str | Path, *args: str) -> subprocess.CompletedProcess:
+    """`git -C root args`, its output captured as text (10 s at most)."""
+    return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10)
+
+
 def git_revision(root: str | Path = PROJECT_ROOT) -> dict[str, Any]:
     """{'commit': sha or 'unknown', 'dirty': bool or None} of the project checkout (unknown outside one)."""
     try:
-        sha = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout.strip()
-        dirty = (
-            subprocess.run(
-                ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                capture_output=True,
-                text=True,
-                timeout=10,
-                check=True,
-            ).stdout.strip()
-            != ""
+        head, status = (
+            git(root, "rev-parse", "HEAD"),
+            git(root, "status", "--porcelain", "--untracked-files=no"),
         )
-        return {"commit": sha or "unknown", "dirty": dirty}
     except (OSError, subprocess.SubprocessError):
         return {"commit": "unknown", "dirty": None}
+    if head.returncode or status.returncode:
+        return {"commit": "unknown", "dirty": None}
+    return {"commit": head.stdout.strip() or "unknown", "dirty": status.stdout.strip() != ""}
 
 
 def environment(device: str) -> dict[str, Any]:
@@ -90,11 +84,6 @@ def environment(device: str) -> dict[str, Any]:
         "gpu": gpu,
         "executable": Path(sys.executable).name,
     }
-
-
-def now_utc() -> str:
-    """The current time, ISO 8601 in UTC."""
-    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
 def _clean(value: Any) -> Any:
@@ -127,10 +116,8 @@ def results_block(intervals: pd.DataFrame) -> dict[str, dict[str, Any]]:
     return out
 
 
-REBUILT = {
-    "stages": {},
-    "source": "not recorded (rebuilt by soco export-results)",
-}  # a rebuilt record's timing
+# a rebuilt record's timing
+REBUILT = {"stages": {}, "source": "not recorded (rebuilt by soco export-results)"}
 
 
 def build_record(
@@ -156,7 +143,7 @@ def build_record(
         "schema_version": SCHEMA_VERSION,
         "model": model,
         "family": family,
-        "date": now_utc(),
+        "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "git_hash": git_revision(),
         "results": results_block(intervals),
         "config": {

@@ -26,11 +26,18 @@ def differing_knobs(ours: dict[str, str], published: pd.Series) -> list[str]:
     """The knobs where ours and a published row differ ('grid: ours X, published Y'); empty ones skipped."""
     out = []
     for knob in KNOBS:
-        theirs = str(published.get(knob, "") or "")
-        mine = str(ours.get(knob, "") or "")
+        theirs, mine = str(published.get(knob, "") or ""), str(ours.get(knob, "") or "")
         if theirs and mine and theirs != mine:
             out.append(f"{knob}: ours {mine}, published {theirs}")
     return out
+
+
+def closest_published(ours: dict[str, str], rows: pd.DataFrame) -> pd.Series | None:
+    """The published row whose knobs differ least from ours (first on a tie, in file order); None when none."""
+    if rows.empty:
+        return None
+    counts = [len(differing_knobs(ours, r)) for _, r in rows.iterrows()]
+    return rows.iloc[counts.index(min(counts))]
 
 
 def compare_to_published(
@@ -45,9 +52,8 @@ def compare_to_published(
             cands = theirs[(theirs["family"] == r.family) & (theirs["metric"] == r.metric)]
             if cands.empty or pd.isna(r.value):
                 continue
-            diffs = [differing_knobs(knobs.get(model, {}), c) for _, c in cands.iterrows()]
-            best = min(range(len(cands)), key=lambda i: len(diffs[i]))  # first of the closest, in file order
-            pub, why = cands.iloc[best], diffs[best]
+            pub = closest_published(knobs.get(model, {}), cands)
+            why = differing_knobs(knobs.get(model, {}), pub)
             knob_names = ", ".join(d.split(":")[0] for d in why)
             text = (
                 f"ours {r.value:.1f} ({knobs.get(model, {}).get('grid', '?')}), published {pub['value']:.1f} "

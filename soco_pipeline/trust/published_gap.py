@@ -13,7 +13,7 @@ from soco_pipeline.backbones.spec import BackboneSpec, InputPolicy, spec_hash
 from soco_pipeline.evaluation.metrics import compute_metrics
 from soco_pipeline.evaluation.protocol import ProtocolConfig
 from soco_pipeline.taxonomy import Taxonomy
-from soco_pipeline.trust.published import KNOBS, differing_knobs
+from soco_pipeline.trust.published import KNOBS, closest_published
 
 # the order the knobs are aligned in: prediction knobs first (re-runs), then scoring knobs (re-scoring)
 KNOB_ORDER = ("input_size", "layer", "alpha")
@@ -25,6 +25,7 @@ GAP_COLUMNS = (
     "model reference family metric step knob kind ours_setting published_setting before after effect "
     "ours aligned published reason sentence"
 ).split()
+STEP_COLUMNS = "step knob kind ours_setting published_setting before after effect reason".split()
 
 Predict = Callable[[BackboneSpec], pd.DataFrame]  # the predictions of a spec (variant) on the evaluated pairs
 Score = Callable[[pd.DataFrame, float], dict[str, float]]  # predictions, alpha -> {metric: value 0-100}
@@ -46,14 +47,6 @@ class Knob:
     def kind(self) -> str:
         """prediction (re-run) or scoring (re-scored)."""
         return KIND[self.name]
-
-
-def closest_published(ours: dict[str, str], rows: pd.DataFrame) -> pd.Series | None:
-    """The published row whose knobs differ least from ours (first on a tie); None when none."""
-    if rows.empty:
-        return None
-    counts = [len(differing_knobs(ours, r)) for _, r in rows.iterrows()]
-    return rows.iloc[counts.index(min(counts))]
 
 
 def knob_steps(ours: dict[str, str], published: pd.Series) -> tuple[list[Knob], list[str]]:
@@ -180,41 +173,21 @@ def measure_gap(
             else:
                 alpha = float(knob.published)
             after = value(current, alpha, metric)
-            out.append(
-                {
-                    **base,
-                    "step": i,
-                    "knob": knob.name,
-                    "kind": knob.kind,
-                    "ours_setting": knob.ours,
-                    "published_setting": knob.published,
-                    "before": before,
-                    "after": after,
-                    "effect": after - before,
-                    "reason": "",
-                }
-            )
+            out.append(base | _step(i, knob.name, knob.kind, knob.ours, knob.published, before, after))
             before = after
-        out.append(
-            {
-                **base,
-                "step": len(steps) + 1,
-                "knob": "unexplained",
-                "kind": "unexplained",
-                "ours_setting": "",
-                "published_setting": str(row["setting"]),
-                "before": before,
-                "after": float(row["value"]),
-                "effect": float(row["value"]) - before,
-                "reason": unreached_reason(spec, simulated, unreached),
-            }
-        )
-        for r in out:
-            r["aligned"] = before
-        rows += out
+        why = unreached_reason(spec, simulated, unreached)
+        rest = ("unexplained", "unexplained", "", str(row["setting"]), before, float(row["value"]), why)
+        out.append(base | _step(len(steps) + 1, *rest))
+        rows += [r | {"aligned": before} for r in out]
     table = pd.DataFrame(rows, columns=GAP_COLUMNS)
     table["sentence"] = gap_sentence(table)
     return table
+
+
+def _step(i: int, knob, kind, ours_setting, published_setting, before: float, after: float, reason=""):
+    """One GAP_COLUMNS step row's own columns (the model's come from the caller)."""
+    cells = (i, knob, kind, ours_setting, published_setting, before, after, after - before, reason)
+    return dict(zip(STEP_COLUMNS, cells, strict=True))
 
 
 def gap_sentence(rows: pd.DataFrame, metric: str = HEADLINE_METRIC) -> str:
@@ -273,17 +246,8 @@ class GapInputs:
 
     def score(self, predictions: pd.DataFrame, alpha: float) -> dict[str, float]:
         """{metric: value} of `predictions` re-scored at `alpha` (official reduction, all categories)."""
-        table = compute_metrics(
-            predictions,
-            None,
-            self.correspondences,
-            self.keypoints,
-            self.image_set,
-            self.image_pairs,
-            self.taxonomy,
-            self.protocol,
-            alphas=(alpha,),
-        )
+        tables = (predictions, None, self.correspondences, self.keypoints, self.image_set, self.image_pairs)
+        table = compute_metrics(*tables, self.taxonomy, self.protocol, alphas=(alpha,))
         return headline_values(table, alpha)
 
 

@@ -46,15 +46,14 @@ def backbone_scores(
     tables: dict[str, pd.DataFrame], rule: SubsetRule, protocol: ProtocolConfig
 ) -> pd.DataFrame:
     """A backbone record's per-sample scores: every PCK level at the headline alpha and 4-choice."""
-    return stats.backbone_scores(
-        tables["predictions"],
-        tables.get("four_choice_predictions"),
-        tables["correspondences"],
-        tables["keypoints"],
-        tables["image_set"],
-        apply_pair_subset(tables["image_pairs"], rule),
-        protocol,
-    )
+    return stats.backbone_scores(*scoring_tables(tables, rule), protocol)
+
+
+def scoring_tables(tables: dict[str, pd.DataFrame], rule: SubsetRule) -> tuple[pd.DataFrame | None, ...]:
+    """The stored tables scoring reads, in `metrics.scored_elements`' order, pairs cut to `rule`."""
+    pred, corr, kp, images = (tables[n] for n in ("predictions", "correspondences", "keypoints", "image_set"))
+    pairs = apply_pair_subset(tables["image_pairs"], rule)
+    return pred, tables.get("four_choice_predictions"), corr, kp, images, pairs
 
 
 def stored_pair_hashes(stored: pd.DataFrame | None, pair_ids: pd.Series) -> pd.DataFrame | None:
@@ -76,7 +75,6 @@ def backbone_record(
     rule: SubsetRule,
     device: str,
     timing: dict[str, Any] | None = None,
-    digests: pd.Series | None = None,
     n_boot: int = 2000,
     scores: pd.DataFrame | None = None,
     pair_hashes: pd.DataFrame | None = None,
@@ -85,16 +83,10 @@ def backbone_record(
     pairs_full = tables["image_pairs"]
     pairs = apply_pair_subset(pairs_full, rule)
     ev = pairs[pairs["evaluated"].astype(bool)]
+    corr = tables["correspondences"]
     ph = stored_pair_hashes(pair_hashes, ev["pair_id"])
     if ph is None:
-        ph = hashes.pair_hashes(
-            ev,
-            tables["correspondences"],
-            tables["keypoints"],
-            tables["image_set"],
-            protocol.matching_hash(),
-            digests,
-        )
+        ph = hashes.pair_hashes(ev, corr, tables["keypoints"], tables["image_set"], protocol.matching_hash())
     fc = tables["four_choice"]
     fc = fc[fc["pair_id"].isin(ev["pair_id"])]
     fh = hashes.four_choice_hashes(fc, ph)
@@ -102,7 +94,6 @@ def backbone_record(
     if scores is None:
         scores = backbone_scores(tables, rule, protocol)
     ci = stats.intervals(scores, n_boot=n_boot, seed=0)
-    corr = tables["correspondences"]
     soc = corr[corr["kind"] == "soc"]
     full_ids = pairs_full.loc[pairs_full["evaluated"].astype(bool), "pair_id"]
     n_samples = {
@@ -276,17 +267,7 @@ def rescored_metrics(tables: dict[str, pd.DataFrame], protocol: ProtocolConfig) 
     from soco_pipeline.taxonomy import Taxonomy
 
     taxonomy = Taxonomy.from_table(tables["taxonomy"], source="the run's taxonomy table")
-    pairs = apply_pair_subset(tables["image_pairs"], stored_subset(tables["metrics"]))
-    return compute_metrics(
-        tables["predictions"],
-        tables.get("four_choice_predictions"),
-        tables["correspondences"],
-        tables["keypoints"],
-        tables["image_set"],
-        pairs,
-        taxonomy,
-        protocol,
-    )
+    return compute_metrics(*scoring_tables(tables, stored_subset(tables["metrics"])), taxonomy, protocol)
 
 
 def load_backbone_tables(tables_root: str, backbone: str) -> dict[str, pd.DataFrame]:
