@@ -252,8 +252,8 @@ class LocalStack:
                 f"-s3.localSocket={sw / 's3.sock'}",
                 *"-master.telemetry=false -master.volumeSizeLimitMB=1024 -volume.preStopSeconds=1".split(),
             ],
-            stop_timeout=10.0,
-        )  # it takes more than 8 s to stop on TERM, then gets KILLed
+            stop_timeout=10.0,  # it takes more than 8 s to stop on TERM, then gets KILLed
+        )
         wait_for("redis", self._redis_ping, timeout, alive=self._dead("redis"))
         wait_for("postgres", self._postgres_ready, timeout, alive=self._dead("postgres"))
         wait_for("seaweedfs S3", self._s3_ready, timeout, interval=1.0, alive=self._dead("seaweedfs"))

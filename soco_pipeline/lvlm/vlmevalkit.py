@@ -168,9 +168,8 @@ def read_workbook(path: str | Path) -> pd.DataFrame:
     """A VLMEvalKit prediction workbook (xlsx, or tsv/csv) with empty cells as ""."""
     from soco_pipeline.sources.table_files import read_table_file
 
-    df = read_table_file(
-        path
-    )  # by what its bytes are (an xlsx named .tsv, UTF-16); else UTF-8 or a clear error
+    # read by what its bytes are (an xlsx named .tsv, UTF-16); else UTF-8 or a clear error
+    df = read_table_file(path)
     df.columns = [str(c).strip() for c in df.columns]
     return df.fillna("")
 

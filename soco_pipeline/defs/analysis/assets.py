@@ -20,9 +20,8 @@ class GlobalMetricsConfig(dg.Config):
     temperature: float = 0.07
 
 
-@partition_table(
-    backbones_partitions, group_name=GROUP, kinds={"pytorch"}, code_version="2"
-)  # 2: `global` kind
+# code version 2: the `global` kind
+@partition_table(backbones_partitions, group_name=GROUP, kinds={"pytorch"}, code_version="2")
 def global_metrics(
     context: dg.AssetExecutionContext,
     soco: SocoSettings,

@@ -255,9 +255,8 @@ def tpips_learned(
 
     backbone, cfg = context.partition_key, FAMILY.config(soco)
     reason = untrainable(tpips_ooo)
-    if (
-        reason is not None
-    ):  # a released test file: the heads need a train split, the board says why they are absent
+    # a released test file: the heads need a train split, the board says why they are absent
+    if reason is not None:
         marker = {"judgements": judgements(cfg), "not_trained": reason}
         return {
             "tpips_learned": TableResult(
