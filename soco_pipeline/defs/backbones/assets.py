@@ -159,16 +159,10 @@ def predictions(
     store = feature_store(soco, feature_manifest)
     rule = config.rule()  # a partial run (limit / pair_ids) predicts its subset only
     image_pairs = apply_pair_subset(image_pairs, rule)
-    with gpu_timer(matching_device(soco)) as gpu:
+    device = matching_device(soco)
+    with gpu_timer(device) as gpu:
         df = predict(
-            image_pairs,
-            correspondences,
-            keypoints,
-            image_set,
-            store,
-            protocol,
-            backbone,
-            device=matching_device(soco),
+            image_pairs, correspondences, keypoints, image_set, store, protocol, backbone, device=device
         )
     meta = {"rows": len(df), "subset": rule.to_json(), "partial": not rule.is_full, **gpu.metadata()}
     if config.panels:  # what the model did: seeded panels under storage/report/panels/<backbone>/
@@ -247,29 +241,11 @@ def metrics(
     context.log_event(seen)
     rule = recorded_subset(context.instance, context.partition_key)  # the subset the predictions ran on
     image_pairs = apply_pair_subset(image_pairs, rule)
-    df = compute_metrics(
-        predictions,
-        four_choice_predictions,
-        correspondences,
-        keypoints,
-        image_set,
-        image_pairs,
-        run_taxonomy(taxonomy),
-        protocol,
-    )
+    tables = (predictions, four_choice_predictions, correspondences, keypoints, image_set, image_pairs)
+    df = compute_metrics(*tables, run_taxonomy(taxonomy), protocol)
     df["subset"] = rule.to_json()  # '' = the full sample; the leaderboard marks the others partial
     # 95% CIs of the headline rows: bootstrap over categories, cluster-robust by target image
-    df = with_intervals(
-        df,
-        predictions,
-        four_choice_predictions,
-        correspondences,
-        keypoints,
-        image_set,
-        image_pairs,
-        protocol,
-        seed=soco.seed,
-    )
+    df = with_intervals(df, *tables, protocol, seed=soco.seed)
     at_headline = ((df.alpha - protocol.headline_alpha).abs() < 1e-9) | df.alpha.isna()  # 4-choice: no alpha
     headline = df[(df.scope == "all") & (df.reduction == "official") & at_headline]
     return TableResult(
