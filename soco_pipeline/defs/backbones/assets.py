@@ -168,18 +168,8 @@ def predictions(
     if config.panels:  # what the model did: seeded panels under storage/report/panels/<backbone>/
         from soco_pipeline.report.panels import panels_dir, panels_markdown, sample_panels
 
-        panels = sample_panels(
-            image_pairs,
-            correspondences,
-            df,
-            keypoints,
-            image_set,
-            store,
-            protocol,
-            config.panels,
-            soco.seed,
-            panels_dir(soco, backbone),
-        )
+        tables, where = (image_pairs, correspondences, df, keypoints, image_set), panels_dir(soco, backbone)
+        panels = sample_panels(*tables, store, protocol, config.panels, soco.seed, where)
         meta["panels"] = dg.MetadataValue.md(panels_markdown(panels))
     return TableResult(df, meta)
 
