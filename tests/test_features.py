@@ -253,7 +253,7 @@ def test_store_maps_local_files_read_only_and_names_bad_files(tmp_path, images):
             store.get_stored(image_id)
     # A manifest of before the xxh3 checksums (no checksum to verify): the reader still names what is wrong.
     store.manifest = store.manifest.assign(checksum="")
-    store.__dict__.pop("_sums", None)
+    store.__dict__.pop("_columns", None)  # the per-image path and checksum lookups, built before
     for image_id, what in [(ids[1], "truncated"), (ids[2], "manifest says"), (ids[3], "not a valid .npy")]:
         with pytest.raises(FeatureError, match=f"(?s){image_id}.*{what}.*re-"):
             store.get_stored(image_id)

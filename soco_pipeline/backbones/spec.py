@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
@@ -296,6 +297,12 @@ def union_of(models: tuple[type[SpecFields], ...]) -> TypeAdapter:
     return TypeAdapter(Annotated[Union[models], Field(discriminator="kind")])  # noqa: UP007
 
 
+# The BackboneSpec fields copied from the validated SpecFields as they are.
+COPIED_FIELDS = [
+    f.name for f in dataclasses.fields(BackboneSpec) if f.name not in ("name", "input", "options", "source")
+]
+
+
 def parse_spec(doc: Any, name: str, source: str = "<spec>") -> BackboneSpec:
     """Validate a spec document (the parsed YAML) with its kind's model and return the BackboneSpec."""
     if not isinstance(doc, dict):
@@ -318,22 +325,10 @@ def parse_spec(doc: Any, name: str, source: str = "<spec>") -> BackboneSpec:
     policy = "nearest_multiple" if fields.input.nearest_multiple is not None else "fixed_grid"
     return BackboneSpec(
         name=name,
-        kind=fields.kind,
-        model=fields.model,
-        weights=fields.weights,
         input=InputPolicy(policy, getattr(fields.input, policy), fields.input.resize),
-        normalisation=fields.normalisation,
-        batch_size=fields.batch_size,
-        device=fields.device,
-        seed=fields.seed,
         options=tuple((k, getattr(fields, k)) for k in type(fields).option_names()),
-        description=fields.description,
         source=str(source),
-        precision=fields.precision,
-        channels_last=fields.channels_last,
-        compile=fields.compile,
-        text_encoder=fields.text_encoder,
-        reference=fields.reference,
+        **{k: getattr(fields, k) for k in COPIED_FIELDS},
     )
 
 
@@ -360,8 +355,7 @@ def weights_fingerprint(weights: str, project_root: Path = PROJECT_ROOT) -> str:
     """The content hash of a spec's local weights; '' for none / packaged / hf: weights and a missing path."""
     if weights in ("none", "packaged") or weights.startswith("hf:"):
         return ""
-    path = Path(os.path.expanduser(weights))
-    path = path if path.is_absolute() else project_root / path
+    path = local_path(weights, project_root)
     files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
     parts = []
     for f in files:

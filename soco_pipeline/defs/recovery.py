@@ -64,19 +64,6 @@ def _describe(instance: dg.DagsterInstance, run_id: str) -> str:
     return f"run {run_id} ({run.status.value}{', partition ' + part if part else ''}{alive})"
 
 
-def _waiting_and_holders(
-    instance: dg.DagsterInstance, run_ids: set[str], pool: str
-) -> tuple[list, list, int]:
-    """(steps of `run_ids` waiting for a slot of `pool`, slots held by other runs, the pool's limit)."""
-    event_log = instance.event_log_storage
-    if not event_log.supports_global_concurrency_limits:
-        return [], [], 0
-    info = event_log.get_concurrency_info(pool)
-    waiting = [s for s in info.pending_steps if s.run_id in run_ids and s.assigned_timestamp is None]
-    holders = [s for s in info.claimed_slots if s.run_id not in run_ids]
-    return waiting, holders, info.slot_count
-
-
 def pool_is_full(instance: dg.DagsterInstance, pool: str) -> bool:
     """Whether every slot of `pool` is claimed now (a step of it would wait)."""
     event_log = instance.event_log_storage
@@ -89,14 +76,19 @@ def pool_is_full(instance: dg.DagsterInstance, pool: str) -> bool:
 
 def waiting_message(instance: dg.DagsterInstance, run_ids: set[str], pool: str) -> str | None:
     """A line saying which of `run_ids` waits for a slot of `pool`, who holds it and how to free it."""
-    waiting, holders, limit = _waiting_and_holders(instance, run_ids, pool)
+    if not instance.event_log_storage.supports_global_concurrency_limits:
+        return None
+    info = instance.event_log_storage.get_concurrency_info(pool)
+    waiting = [s for s in info.pending_steps if s.run_id in run_ids and s.assigned_timestamp is None]
+    holders = [s for s in info.claimed_slots if s.run_id not in run_ids]
     if not waiting or not holders:
         return None
     held = "; ".join(f"{_describe(instance, s.run_id)} step {s.step_key}" for s in holders)
     return (
-        f"run {waiting[0].run_id} is waiting for a slot of pool {pool!r} (limit {limit}), held by {held}. "
-        f"A holder whose process is gone is failed and its slot freed by the next run and the dead_run_sensor; "
-        f"a live one frees it when it ends. To free it now: `dagster run delete <id>` (or Terminate in the UI)"
+        f"run {waiting[0].run_id} is waiting for a slot of pool {pool!r} (limit {info.slot_count}), held by "
+        f"{held}. A holder whose process is gone is failed and its slot freed by the next run and the "
+        f"dead_run_sensor; a live one frees it when it ends. To free it now: `dagster run delete <id>` (or "
+        "Terminate in the UI)"
     )
 
 

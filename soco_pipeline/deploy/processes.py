@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -83,15 +84,11 @@ def group_members(sid: int) -> list[int]:
 
 def signal_group(pgid: int, sig: int) -> None:
     """Send `sig` to the process group and to every other process left in its session."""
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, sig)
-    except ProcessLookupError:
-        pass
     for pid in group_members(pgid):
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
 
 
 @dataclass
@@ -177,8 +174,6 @@ def stop_all(
         while s.alive() and time.monotonic() < deadline:
             time.sleep(0.1)
         if s.name in popens:
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 popens[s.name].wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
     return outcome

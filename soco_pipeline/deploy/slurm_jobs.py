@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import subprocess
 import time
@@ -64,12 +65,7 @@ def parse_job(line: str) -> JobInfo:
         if sep and key[:1].isupper():
             fields[key] = value
     return JobInfo(
-        fields.get("JobId", ""),
-        fields.get("JobState", ""),
-        fields.get("Reason", ""),
-        fields.get("NodeList", ""),
-        fields.get("ExitCode", ""),
-        fields,
+        *(fields.get(k, "") for k in ("JobId", "JobState", "Reason", "NodeList", "ExitCode")), fields
     )
 
 
@@ -101,10 +97,8 @@ def job_info(job_id: str, env: dict[str, str] | None = None) -> JobInfo | None:
 
 def cancel(job_id: str, env: dict[str, str] | None = None) -> None:
     """`scancel <job_id>`, silent when the job has ended or scancel cannot run."""
-    try:
+    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
         _run(["scancel", job_id], env)
-    except (OSError, subprocess.TimeoutExpired):
-        pass
 
 
 def failure(info: JobInfo, stderr_tail: str = "") -> SlurmJobError | None:

@@ -223,74 +223,37 @@ class LocalStack:
     def _start_infra(self, timeout: float) -> None:
         p = self.ports
         (self.root / "redis").mkdir(exist_ok=True)
-        self._start(
-            "redis",
-            [
-                _bin("redis-server"),
-                "--port",
-                str(p["redis"]),
-                "--bind",
-                "127.0.0.1",
-                "--dir",
-                str(self.root / "redis"),
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--daemonize",
-                "no",
-                "--protected-mode",
-                "yes",
-            ],
-        )
+        redis = f"--port {p['redis']} --bind 127.0.0.1 --dir".split() + [str(self.root / "redis")]
+        redis += ["--save", "", *"--appendonly no --daemonize no --protected-mode yes".split()]
+        self._start("redis", [_bin("redis-server"), *redis])
         self._init_postgres()
         pg = self.root / "postgres"
+        postgres = [_pg_bin("postgres"), "-D", str(pg / "data"), "-k", str(pg / "socket")]
         self._start(
-            "postgres",
-            [
-                _pg_bin("postgres"),
-                "-D",
-                str(pg / "data"),
-                "-k",
-                str(pg / "socket"),
-                "-p",
-                str(p["postgres"]),
-                "-h",
-                "127.0.0.1",
-            ],
-            user=self._pg_user(),
-            cwd=pg,
+            "postgres", [*postgres, *f"-p {p['postgres']} -h 127.0.0.1".split()], user=self._pg_user(), cwd=pg
         )
         sw = self.root / "seaweedfs"
         sw.mkdir(exist_ok=True)
+        ports = " ".join(
+            f"-{k}.port={p[k]} -{k}.port.grpc={p[k + '_grpc']}" for k in ("master", "volume", "filer")
+        )
         self._start(
             "seaweedfs",
             [
                 _bin("weed"),
                 "server",
                 f"-dir={sw}",
-                "-ip=127.0.0.1",
-                "-ip.bind=127.0.0.1",
-                "-filer",
-                "-s3",
+                *"-ip=127.0.0.1 -ip.bind=127.0.0.1 -filer -s3".split(),
                 f"-s3.port={p['s3']}",
                 f"-s3.port.grpc={p['s3_grpc']}",
-                "-s3.port.iceberg=0",
-                "-s3.port.lance=0",
-                f"-master.port={p['master']}",
-                f"-master.port.grpc={p['master_grpc']}",
-                f"-volume.port={p['volume']}",
-                f"-volume.port.grpc={p['volume_grpc']}",
-                f"-filer.port={p['filer']}",
-                f"-filer.port.grpc={p['filer_grpc']}",
+                *"-s3.port.iceberg=0 -s3.port.lance=0".split(),
+                *ports.split(),
                 f"-filer.localSocket={sw / 'filer.sock'}",
                 f"-s3.localSocket={sw / 's3.sock'}",
-                "-master.telemetry=false",
-                "-master.volumeSizeLimitMB=1024",
-                "-volume.preStopSeconds=1",
+                *"-master.telemetry=false -master.volumeSizeLimitMB=1024 -volume.preStopSeconds=1".split(),
             ],
-            stop_timeout=10.0,
-        )  # it takes more than 8 s to stop on TERM, then gets KILLed
+            stop_timeout=10.0,  # it takes more than 8 s to stop on TERM, then gets KILLed
+        )
         wait_for("redis", self._redis_ping, timeout, alive=self._dead("redis"))
         wait_for("postgres", self._postgres_ready, timeout, alive=self._dead("postgres"))
         wait_for("seaweedfs S3", self._s3_ready, timeout, interval=1.0, alive=self._dead("seaweedfs"))
@@ -312,18 +275,7 @@ class LocalStack:
                 shutil.chown(d, user, user)
         os.chmod(data, 0o700)
         done = subprocess.run(
-            [
-                _pg_bin("initdb"),
-                "-D",
-                str(data),
-                "-U",
-                "postgres",
-                "-A",
-                "trust",
-                "-E",
-                "UTF8",
-                "--no-instructions",
-            ],
+            [_pg_bin("initdb"), "-D", str(data), *"-U postgres -A trust -E UTF8 --no-instructions".split()],
             user=user,
             cwd=pg,
             timeout=120,
@@ -430,47 +382,15 @@ class LocalStack:
             raise StackError(f"`dagster instance migrate` failed:\n{done.stderr[-3000:]}")
         p = self.ports
         # Workers need only the broker (they load the code per task): start them alongside the code server.
-        workers = self.worker_queues()
+        workers, celery_yaml = self.worker_queues(), str(self.root / "celery.yaml")
         for name, queues in workers:
-            self._start(
-                name,
-                [
-                    _bin("dagster-celery"),
-                    "worker",
-                    "start",
-                    "-A",
-                    "dagster_celery.app",
-                    "-y",
-                    str(self.root / "celery.yaml"),
-                    # one comma-separated -q: dagster-celery turns each -q into a `celery -Q`,
-                    # and celery keeps only the last -Q it is given
-                    "-q",
-                    queues,
-                    "-n",
-                    name,
-                    "--",
-                    f"--concurrency={self.worker_concurrency}",
-                    "--without-gossip",
-                    "--without-mingle",
-                ],
-                stop_timeout=10.0,
-            )
-        self._start(
-            "code_server",
-            [
-                _bin("dagster"),
-                "api",
-                "grpc",
-                "-h",
-                "127.0.0.1",
-                "-p",
-                str(p["code_server"]),
-                "-m",
-                "soco_pipeline.defs.definitions",
-                "--location-name",
-                "soco_pipeline",
-            ],
-        )
+            worker = [_bin("dagster-celery"), *"worker start -A dagster_celery.app -y".split(), celery_yaml]
+            # one comma-separated -q: dagster-celery turns each -q into a `celery -Q`,
+            # and celery keeps only the last -Q it is given
+            celery = [f"--concurrency={self.worker_concurrency}", "--without-gossip", "--without-mingle"]
+            self._start(name, [*worker, "-q", queues, "-n", name, "--", *celery], stop_timeout=10.0)
+        grpc = f"api grpc -h 127.0.0.1 -p {p['code_server']} -m soco_pipeline.defs.definitions"
+        self._start("code_server", [_bin("dagster"), *grpc.split(), "--location-name", "soco_pipeline"])
         # The port first: each `grpc-health-check` imports Dagster, which slows the code server's load.
         wait_for(
             "code server port",

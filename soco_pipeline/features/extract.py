@@ -167,16 +167,7 @@ def extract_features(
         backbone = backbone or build_backbone(spec, context)
         _write_info(folder, spec, hash_, backbone)
         try:
-            _run(
-                spec,
-                backbone,
-                images.iloc[todo].reset_index(drop=True),
-                cache_root,
-                folder,
-                hash_,
-                manifest,
-                log,
-            )
+            _run(spec, backbone, images.iloc[todo].reset_index(drop=True), folder, hash_, manifest, log)
         except StorageFullError as e:
             freed = _remove_unlisted_files(folder)
             raise StorageFullError(
@@ -296,9 +287,8 @@ class _Writer:
                 }
             )
         self.manifest.flush()
-        pause_point(
-            "features_written", self.spec.name
-        )  # fault-injection tests stop here (runtime/pause_points.py)
+        # fault-injection tests stop here (runtime/pause_points.py)
+        pause_point("features_written", self.spec.name)
         return len(recs)
 
 
@@ -306,7 +296,6 @@ def _run(
     spec: BackboneSpec,
     backbone: Backbone,
     todo: pd.DataFrame,
-    cache_root: str,
     folder: str,
     hash_: str,
     manifest: _Manifest,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import io
 import json
@@ -316,16 +317,8 @@ def cached_global(
 ) -> tuple[GlobalFeatures, str]:
     """The cache's front door: (the features of `images` in order, the folder), extracting what is missing."""
     folder = global_folder(cache_root, spec.name, spec_identity(spec, policy), policy)
-    feats = extract_global(
-        lambda: build_global_extractor(spec, policy, context),
-        images,
-        cache_root,
-        policy,
-        log,
-        folder=folder,
-        name=spec.name,
-    )
-    return feats, folder
+    build = functools.partial(build_global_extractor, spec, policy, context)  # only when something is missing
+    return extract_global(build, images, cache_root, policy, log, folder=folder, name=spec.name), folder
 
 
 def read_global(folder: str, image_ids=None) -> GlobalFeatures:

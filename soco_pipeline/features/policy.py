@@ -22,9 +22,8 @@ class GlobalInputPolicy(BaseModel):
     final_norm: bool = True
     batch_size: int = Field(default=32, ge=1)
     dense_input: int | None = Field(default=None, ge=8)  # dense-only backbones' input side (None: their own)
-    threads: int | None = Field(
-        default=None, ge=1
-    )  # torch CPU threads of extraction and attacks (None: torch's)
+    # torch CPU threads of extraction and attacks (None: torch's)
+    threads: int | None = Field(default=None, ge=1)
 
     def cache_key(self) -> dict:
         """The fields that change the features (threads and batch size do not)."""

@@ -178,13 +178,8 @@ class FeatureStore:
     def get_stored(self, image_id: str, verify: bool = False) -> tuple[np.ndarray, dict]:
         """The map as stored (fp16) and its meta; read-only (memory-mapped, maybe shared with the cache)."""
         meta = self.meta(image_id)
-        paths = self.__dict__.get("_paths")
-        if paths is None:  # one pass over the manifest instead of a .loc per map read
-            paths = self._paths = dict(
-                zip(self.manifest.index, self.manifest["path"].to_numpy(), strict=True)
-            )
-        path = join(self.cache_root, paths[image_id])
-        checksum = str(self._checksums()[image_id] or "")
+        path = join(self.cache_root, self._column("path")[image_id])
+        checksum = str(self._column("checksum")[image_id] or "")
         # xxh3 checksums are verified on every read; the sha256 of older manifests only when asked.
         check = checksum if verify or (self.verify_reads and checksum.startswith(CHECKSUM_PREFIX)) else None
         if not verify and image_id in self._cache:
@@ -233,13 +228,12 @@ class FeatureStore:
             f"(materialize feature_manifest[{self.backbone}]: only the damaged images are recomputed)"
         )
 
-    def _checksums(self) -> dict[str, str]:
-        sums = self.__dict__.get("_sums")
-        if sums is None:  # one pass over the manifest instead of a .loc per map read
-            sums = self._sums = dict(
-                zip(self.manifest.index, self.manifest["checksum"].to_numpy(), strict=True)
-            )
-        return sums
+    def _column(self, column: str) -> dict[str, str]:
+        """{image id: its manifest `column`}, built once: one pass instead of a .loc per map read."""
+        built = self.__dict__.setdefault("_columns", {})
+        if column not in built:
+            built[column] = dict(zip(self.manifest.index, self.manifest[column].to_numpy(), strict=True))
+        return built[column]
 
     @property
     def has_class_token(self) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -93,12 +94,10 @@ def _serve_forever(tables_root: str, seed: int, port: int) -> None:
     with serve(answerers, port=port, model_name="soco-loopback") as srv:
         counts_path = variable("SOCO_LOOPBACK_COUNTS")
         print(f"{READY_PREFIX}{srv.base_url}", flush=True)
-        try:
+        with contextlib.suppress(KeyboardInterrupt):
             while not stop.wait(0.2):
                 if counts_path:
                     Path(counts_path).write_text(json.dumps({"requests": srv.requests, **answerers.counts}))
-        except KeyboardInterrupt:
-            pass
         if counts_path:
             Path(counts_path).write_text(json.dumps({"requests": srv.requests, **answerers.counts}))
 

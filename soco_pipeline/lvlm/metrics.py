@@ -28,11 +28,8 @@ METRIC_COLUMNS = [
 ]
 # Per evaluated model: failed rows, and the share (%) of answers received that the parser could not read.
 HEALTH_COLUMNS = ["n_rows", "n_errors", "unparsable_pct"]
-
-
-UNPARSABLE_WARN_SHARE = (
-    0.5  # warn in the run log when more than this share of the answers received gave no letter
-)
+# Warn in the run log when more than this share of the answers received gave no letter.
+UNPARSABLE_WARN_SHARE = 0.5
 
 
 def unparsable_warning(answers: pd.DataFrame, share: float = UNPARSABLE_WARN_SHARE) -> str | None:
@@ -89,27 +86,24 @@ def lvlm_metrics(answers: pd.DataFrame, seed: int = 0, n_boot: int = 2000) -> pd
         frames.append(base.assign(metric="average", value=100 * m["value"].to_numpy()))
         frames.append(base.assign(metric="circular", value=100 * m["value_c"].to_numpy()))
     out = pd.concat(frames, ignore_index=True)
+
     # evaluation/stats.py scores: per row (average), per item group (circular); the CI resamples categories
-    rows_scored = pd.DataFrame(
-        {
-            "model": a["model"].astype(str),
-            "metric": a["setting"].astype(str) + "/average",
-            "group": a["pair_group"].astype(str),
-            "unit": a["g_index"].astype(str) + "/" + np.arange(len(a)).astype(str),  # one unit per row
-            "element": "",
-            "cluster": a["g_index"].astype(str),
-            "score": a["correct"].astype(np.float64),
-        }
-    )
-    circ = groups.assign(
-        model=groups["model"].astype(str),
-        metric=groups["setting"].astype(str) + "/circular",
-        group=groups["pair_group"].astype(str),
-        unit=groups["g_index"].astype(str),
-        element="",
-        cluster=groups["g_index"].astype(str),
-        score=groups["correct"].astype(np.float64),
-    )[SCORE_COLUMNS]
+    def scored(df: pd.DataFrame, metric: str, unit: pd.Series) -> pd.DataFrame:
+        return pd.DataFrame(
+            {
+                "model": df["model"].astype(str),
+                "metric": df["setting"].astype(str) + metric,
+                "group": df["pair_group"].astype(str),
+                "unit": unit,
+                "element": "",
+                "cluster": df["g_index"].astype(str),
+                "score": df["correct"].astype(np.float64),
+            }
+        )[SCORE_COLUMNS]
+
+    per_row = a["g_index"].astype(str) + "/" + np.arange(len(a)).astype(str)  # one unit per row
+    rows_scored = scored(a, "/average", per_row)
+    circ = scored(groups, "/circular", groups["g_index"].astype(str))
     ci = intervals(pd.concat([rows_scored, circ], ignore_index=True), "pooled", n_boot, seed)
     ci[["setting", "metric"]] = ci["metric"].str.split("/", n=1, expand=True)
     keyed = out.merge(ci, on=["model", "setting", "metric"], how="left", suffixes=("", "_ci"))
@@ -168,7 +162,7 @@ def lvlm_leaderboard(
     parts = [ours]
     reference = pd.read_csv(REFERENCE_PATH) if reference is None else reference
     if len(reference):
-        ref = _wide(reference.rename(columns={"metric": "metric"}))
+        ref = _wide(reference)
         src = reference.groupby("model")["source"].first()
         parts.append(ref.assign(kind="reference", source=ref["model"].map(src)))
     rnd = {f"{s}_average": RANDOM_AVERAGE for s in SETTINGS} | {
@@ -181,21 +175,13 @@ def lvlm_leaderboard(
         best = backbone_board.loc[backbone_board["four_choice_circular"].astype(float).idxmax()]
         if not np.isnan(float(best["four_choice_circular"])):
             row = {
+                "model": f"{best['backbone']} (4-choice, best backbone)",
                 "vis_average": float(best["four_choice"]),
                 "vis_circular": float(best["four_choice_circular"]),
+                "kind": "backbone",
+                "source": "leaderboard (this pipeline)",
             }
-            parts.append(
-                pd.DataFrame(
-                    [
-                        {
-                            "model": f"{best['backbone']} (4-choice, best backbone)",
-                            **row,
-                            "kind": "backbone",
-                            "source": "leaderboard (this pipeline)",
-                        }
-                    ]
-                )
-            )
+            parts.append(pd.DataFrame([row]))
     board = pd.concat([p for p in parts if len(p)], ignore_index=True)
     cols = [
         "model",

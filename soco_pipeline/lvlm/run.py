@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -163,12 +164,7 @@ def ask_requests(
             for fut in finished:
                 pending.pop(fut)
                 for i, reply, hit in fut.result():
-                    raw[i], latency[i], attempts[i], error[i] = (
-                        reply.text,
-                        reply.latency_s,
-                        reply.attempts,
-                        reply.error,
-                    )
+                    raw[i], latency[i], attempts[i], error[i] = dataclasses.astuple(reply)
                     was_cached[i] = hit
                     if not hit:
                         consecutive = consecutive + 1 if reply.error else 0
@@ -222,25 +218,17 @@ def run_model(
         seeds=lambda i: int(index[i]),
         log=log,
     )
-    raw, latency, attempts, error, keys, was_cached = (
-        got.text,
-        got.latency_s,
-        got.attempts,
-        got.error,
-        got.request_hash,
-        got.cached,
-    )
-
+    error = got.error
     out = rows[[*ITEM_KEYS, "answer"]].copy()
     out.insert(0, "model", spec.name)
-    out["raw_answer"] = raw.astype(str)
+    out["raw_answer"] = got.text.astype(str)
     out["parsed"] = parse_answers(out["raw_answer"])
     out["correct"] = (out["parsed"] == out["answer"]) & (error == "")
-    out["latency_s"] = latency
-    out["attempts"] = attempts
+    out["latency_s"] = got.latency_s
+    out["attempts"] = got.attempts
     out["error"] = error.astype(str)
-    out["request_hash"] = keys.astype(str)
-    n_cached = int(was_cached.sum())
+    out["request_hash"] = got.request_hash.astype(str)
+    n_cached = int(got.cached.sum())
     log(
         f"{spec.name}: {n} answers, {n_cached} from the cache, {n - n_cached} asked, {int((error != '').sum())} errors"
     )

@@ -15,21 +15,14 @@ from soco_pipeline.lvlm.parse import parse_answers
 from soco_pipeline.storage import join, read_bytes, write_bytes_atomic
 
 OFFICIAL_DATASETS = {"soco_lvlm_img": "vis", "soco_lvlm_imgtxt": "vis_desc", "soco_lvlm_txt": "desc"}
-EXPORT_NAMES = {
-    "vis": "soco_pipeline_vis",
-    "vis_desc": "soco_pipeline_vis_desc",
-    "desc": "soco_pipeline_desc",
-}
+EXPORT_NAMES = {s: f"soco_pipeline_{s}" for s in OFFICIAL_DATASETS.values()}
 TSV_COLUMNS = [
     "index",
     "g_index",
     "qid",
     "category",
     "question",
-    "A",
-    "B",
-    "C",
-    "D",
+    *"ABCD",
     "answer",
     "image",
     "image_path",
@@ -168,9 +161,8 @@ def read_workbook(path: str | Path) -> pd.DataFrame:
     """A VLMEvalKit prediction workbook (xlsx, or tsv/csv) with empty cells as ""."""
     from soco_pipeline.sources.table_files import read_table_file
 
-    df = read_table_file(
-        path
-    )  # by what its bytes are (an xlsx named .tsv, UTF-16); else UTF-8 or a clear error
+    # read by what its bytes are (an xlsx named .tsv, UTF-16); else UTF-8 or a clear error
+    df = read_table_file(path)
     df.columns = [str(c).strip() for c in df.columns]
     return df.fillna("")
 

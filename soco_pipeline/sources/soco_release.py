@@ -135,7 +135,11 @@ def _parse_pair(path: str, doc: object, level: str | None, group_dir: str, split
     }
 
 
-def _image_row(image_id: str, category: str, file: str, imsize, bndbox, root: str, where: str) -> dict:
+def _image_row(
+    image_id: str, category: str, file: str, doc: dict, prefix: str, root: str, where: str
+) -> dict:
+    """An image's row from the `<prefix>imsize` and `<prefix>bndbox` of a keypoint or pair file."""
+    imsize, bndbox = doc[f"{prefix}imsize"], doc[f"{prefix}bndbox"]
     try:
         w, h = (int(v) for v in imsize)
         bl, bt, br, bb = (float(v) for v in bndbox)
@@ -204,16 +208,12 @@ def _metadata(root: str) -> tuple[dict | None, str]:
 
 def _entries(pairs: list[dict], ann_paths: list[str], anns: list) -> pd.DataFrame:
     """Every keypoint entry of the pair files (visible points) and keypoint files (ENTRY_COLUMNS)."""
+
+    def entry(kp: dict) -> tuple:
+        return str(kp["name"]), kp.get("id"), str(kp["concept_name"]), kp.get("concept_id")
+
     rows = [
-        (
-            pr["path"],
-            pr[f"{side}_image"],
-            pr[f"{side}_category"],
-            str(kp["name"]),
-            kp.get("id"),
-            str(kp["concept_name"]),
-            kp.get("concept_id"),
-        )
+        (pr["path"], pr[f"{side}_image"], pr[f"{side}_category"], *entry(kp))
         for pr in pairs
         for side in ("src", "trg")
         for kp in pr["doc"][f"{side}_keypoints"]
@@ -223,11 +223,8 @@ def _entries(pairs: list[dict], ann_paths: list[str], anns: list) -> pd.DataFram
             path,
             str(doc.get("image_id") or _stem(doc["image"])),
             str(doc.get("category") or path.split("/")[-2]),
-            str(kp["name"]),
-            kp.get("id"),
-            str(kp["concept_name"]),
-            kp.get("concept_id"),
         )
+        + entry(kp)
         for path, doc in zip(ann_paths, anns, strict=True)
         for kp in doc["keypoints"]
     ]
@@ -340,13 +337,7 @@ def read_soco_release(root: str, taxonomy: Taxonomy | None = None, workers: int 
         cat = path.split("/")[-2]
         image_id = str(doc.get("image_id") or _stem(doc["image"]))
         images[image_id] = _image_row(
-            image_id,
-            str(doc.get("category") or cat),
-            str(doc["image"]),
-            doc["imsize"],
-            doc["bndbox"],
-            root,
-            path,
+            image_id, str(doc.get("category") or cat), str(doc["image"]), doc, "", root, path
         )
         kp_rows.extend(_keypoint_rows(image_id, images[image_id]["category"], doc["keypoints"], path, True))
         annotated.add(image_id)
@@ -356,13 +347,7 @@ def read_soco_release(root: str, taxonomy: Taxonomy | None = None, workers: int 
             image_id, cat = pr[f"{side}_image"], pr[f"{side}_category"]
             if image_id not in images:
                 images[image_id] = _image_row(
-                    image_id,
-                    cat,
-                    pr[f"{side}_file"],
-                    d[f"{side}_imsize"],
-                    d[f"{side}_bndbox"],
-                    root,
-                    pr["path"],
+                    image_id, cat, pr[f"{side}_file"], d, f"{side}_", root, pr["path"]
                 )
             if image_id not in annotated:
                 kp_rows.extend(_keypoint_rows(image_id, cat, d[f"{side}_keypoints"], pr["path"], True))

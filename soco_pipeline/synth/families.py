@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 import yaml
@@ -93,6 +94,11 @@ def _mirrors(b: Builder, x: float, y: float, z: float, s: float, col) -> None:
         b.kp(f"road_vehicle_sidemirror_{side}", m, (x, sy * y, z), (0, sy, 0))
 
 
+def _cabin(b: Builder, x: float, hx: float, hy: float, z0: float, h: float, col, glass: tuple) -> None:
+    tex = ("band", {"axis": 2, "lo": glass[0], "hi": glass[1], "color2": GLASS})
+    b.add(box("cabin", (x, 0, z0 + h / 2), (hx, hy, h / 2), col["main"], texture=tex))
+
+
 def build_road_vehicle(b: Builder, p: dict, col: dict, want: set[str], style: str) -> None:
     """Car, bus and ambulance/van: body, cabin (or box), roof, four wheels, lights, mirrors."""
     length, width, clr = p["length"], p["width"], p["clearance"]
@@ -122,15 +128,7 @@ def build_road_vehicle(b: Builder, p: dict, col: dict, want: set[str], style: st
         cl = p["cabin_len"] * length / 2
         cx = p["cabin_off"] * length
         cw = p["cabin_w"] * hw
-        b.add(
-            box(
-                "cabin",
-                (cx, 0, body_top + p["cabin_h"] / 2),
-                (cl, cw, p["cabin_h"] / 2),
-                col["main"],
-                texture=("band", {"axis": 2, "lo": -0.85, "hi": 0.78, "color2": GLASS}),
-            )
-        )
+        _cabin(b, cx, cl, cw, body_top, p["cabin_h"], col, (-0.85, 0.78))
         _roof(b, cx, cl * 0.96, cw * 0.96, body_top + p["cabin_h"], col)
         _mirrors(b, cx + cl - 0.12, cw, body_top + 0.07, 0.07, col)
         if "car_doorhandle_front_left" in want:
@@ -149,15 +147,7 @@ def build_road_vehicle(b: Builder, p: dict, col: dict, want: set[str], style: st
     cab_l = p["cabin_len"] * length / 2
     cab_x = hl - cab_l
     cw = p["cabin_w"] * hw
-    b.add(
-        box(
-            "cabin",
-            (cab_x, 0, body_top + p["cabin_h"] / 2),
-            (cab_l, cw, p["cabin_h"] / 2),
-            col["main"],
-            texture=("band", {"axis": 2, "lo": -0.6, "hi": 0.8, "color2": GLASS}),
-        )
-    )
+    _cabin(b, cab_x, cab_l, cw, body_top, p["cabin_h"], col, (-0.6, 0.8))
     box_l = p["box_len"] * length / 2
     box_x = -hl + box_l
     b.add(
@@ -191,21 +181,6 @@ def build_road_vehicle(b: Builder, p: dict, col: dict, want: set[str], style: st
                 (0, 0, 1),
                 slack=0.08,
             )
-
-
-def build_car(b: Builder, p: dict, col: dict, want: set[str]) -> None:
-    """A car."""
-    build_road_vehicle(b, p, col, want, "car")
-
-
-def build_bus(b: Builder, p: dict, col: dict, want: set[str]) -> None:
-    """A bus."""
-    build_road_vehicle(b, p, col, want, "bus")
-
-
-def build_ambulance(b: Builder, p: dict, col: dict, want: set[str]) -> None:
-    """An ambulance (a van with a tall box)."""
-    build_road_vehicle(b, p, col, want, "van")
 
 
 def build_tractor(b: Builder, p: dict, col: dict, want: set[str]) -> None:
@@ -501,9 +476,9 @@ def _first_outside(prim, a: np.ndarray, bpt: np.ndarray) -> float:
 
 
 BUILDERS: dict[str, Callable[[Builder, dict, dict, set[str]], None]] = {
-    "car": build_car,
-    "bus": build_bus,
-    "ambulance": build_ambulance,
+    "car": partial(build_road_vehicle, style="car"),
+    "bus": partial(build_road_vehicle, style="bus"),
+    "ambulance": partial(build_road_vehicle, style="van"),  # a van with a tall box
     "tractor": build_tractor,
     "mug": build_vessel,
     "teapot": build_vessel,

@@ -21,6 +21,14 @@ SIZES = {"demo": 24, "full": 40}
 REJECT_FRACTION = 0.1
 CLICK_NOISE = ClickNoise()
 _OUTPUT_DIRS = ("imagenet3d", "animal3d", "clicks", "ground_truth")
+CLICK_DTYPES = {
+    "image_id": str,
+    "keypoint": str,
+    "annotator": "int64",
+    "x": float,
+    "y": float,
+    "visible": bool,
+}
 
 
 def hand_modelled(tax: Taxonomy) -> list[str]:
@@ -43,12 +51,7 @@ def plan(categories: list[str], n_kept: int, seed: int, tax: Taxonomy) -> list[t
 
 
 def _pose(cam) -> dict[str, float]:
-    return {
-        "azimuth": float(cam.azimuth),
-        "elevation": float(cam.elevation),
-        "theta": float(cam.theta),
-        "distance": float(cam.distance),
-    }
+    return {k: float(getattr(cam, k)) for k in ("azimuth", "elevation", "theta", "distance")}
 
 
 def _imagenet3d_objects(scene: Scene, category: str, reject: str, rng: np.random.Generator) -> list[dict]:
@@ -226,20 +229,8 @@ def generate_dataset(
     images = pd.DataFrame([r["image"] for r in results])
     keypoints = pd.concat([r["keypoints"] for r in results], ignore_index=True)
     clicks = [r["clicks"] for r in results if r["clicks"] is not None]
-    clicks_df = (
-        pd.concat(clicks, ignore_index=True)
-        if clicks
-        else pd.DataFrame(
-            {
-                "image_id": pd.Series(dtype=str),
-                "keypoint": pd.Series(dtype=str),
-                "annotator": pd.Series(dtype="int64"),
-                "x": pd.Series(dtype=float),
-                "y": pd.Series(dtype=float),
-                "visible": pd.Series(dtype=bool),
-            }
-        )
-    )
+    no_clicks = pd.DataFrame({c: pd.Series(dtype=t) for c, t in CLICK_DTYPES.items()})
+    clicks_df = pd.concat(clicks, ignore_index=True) if clicks else no_clicks
     animals = [r["animal"] for r in results if r["animal"] is not None]
     storage.write_parquet_atomic(images, storage.join(root, "ground_truth/images.parquet"))
     storage.write_parquet_atomic(keypoints, storage.join(root, "ground_truth/keypoints.parquet"))

@@ -56,11 +56,8 @@ def sample_colors(category: str, family: str, traits: dict, sup: str, rng: np.ra
     """Colours of one instance: the category's colour (or a palette pick) with jitter."""
     if "color" in traits:
         main = _rgb(traits["color"])
-    elif family in FAMILY_FUR:
-        opts = FAMILY_FUR[family]
-        main = _rgb(opts[int(rng.integers(len(opts)))])
     else:
-        opts = PALETTES[sup]
+        opts = FAMILY_FUR[family] if family in FAMILY_FUR else PALETTES[sup]
         main = _rgb(opts[int(rng.integers(len(opts)))])
     main = np.clip(main * rng.uniform(0.85, 1.12) + rng.normal(0, 0.03, 3), 0.02, 1.0)
     second = np.clip(1.0 - main * 0.7 + rng.normal(0, 0.05, 3), 0.05, 1.0)

@@ -20,9 +20,8 @@ class GlobalMetricsConfig(dg.Config):
     temperature: float = 0.07
 
 
-@partition_table(
-    backbones_partitions, group_name=GROUP, kinds={"pytorch"}, code_version="2"
-)  # 2: `global` kind
+# code version 2: the `global` kind
+@partition_table(backbones_partitions, group_name=GROUP, kinds={"pytorch"}, code_version="2")
 def global_metrics(
     context: dg.AssetExecutionContext,
     soco: SocoSettings,
@@ -102,18 +101,9 @@ def probe_metrics(
 
     cfg = ProbeConfig(seed=soco.seed, **config.model_dump())  # ProbeAssetConfig's fields are ProbeConfig's
     protocol = soco.protocol()
-    df = compute(
-        feature_store(soco, feature_manifest),
-        image_pairs,
-        correspondences,
-        keypoints,
-        image_set,
-        run_taxonomy(taxonomy),
-        protocol,
-        context.partition_key,
-        cfg,
-        log=context.log.info,
-    )
+    store, tax = feature_store(soco, feature_manifest), run_taxonomy(taxonomy)
+    pairs = (image_pairs, correspondences, keypoints, image_set)
+    df = compute(store, *pairs, tax, protocol, context.partition_key, cfg, log=context.log.info)
     head = df[(df["alpha"] - protocol.headline_alpha).abs() < 1e-9]
     return TableResult(
         df,

@@ -92,9 +92,15 @@ def cache_table(name: str, **kwargs):
     )
 
 
-def cache_context(soco: SocoSettings) -> dict:
-    """The BackboneContext of the feature cache: the embedded data root (oracles) and the run's device."""
-    return {"embedded_root": soco.embedded_root, "device": soco.device}
+def _cache_payload(context, soco: SocoSettings, launcher: StepLauncher, payload: str, images, **extra):
+    """Fill the feature cache for the partition's backbone with `payload`, through the step launcher."""
+    spec_file = str(spec_path(soco, context.partition_key))
+    # the BackboneContext: the embedded data root (oracles); the backbone runs on soco.device, or on the
+    # spec's device when that is auto
+    device = {"embedded_root": soco.embedded_root, "device": soco.device}
+    inputs = {"spec_file": spec_file, "images": images, "cache_root": soco.features_root, **extra}
+    result = launcher.run(context, payload, {**inputs, "backbone_context": device})
+    return TableResult(result.table, {**result.metadata, "launcher": launcher.resolved_kind()})
 
 
 @cache_table("feature_manifest", schema=schemas.FeatureManifestSchema, validate=False)
@@ -104,18 +110,7 @@ def feature_manifest(
     """Dense features of every image for one backbone: fp16 C×h×w tensors in the cache, and their manifest."""
     backbone = context.partition_key
     context.log_event(observation("backbone_spec", spec_version(soco, backbone), backbone))
-    result = launcher.run(
-        context,
-        "features",
-        {
-            "spec_file": str(spec_path(soco, backbone)),
-            "images": image_set,
-            "cache_root": soco.features_root,
-            # the backbone runs on soco.device, or on the spec's device when that is auto (BackboneContext)
-            "backbone_context": cache_context(soco),
-        },
-    )
-    return TableResult(result.table, {**result.metadata, "launcher": launcher.resolved_kind()})
+    return _cache_payload(context, soco, launcher, "features", image_set)
 
 
 @cache_table("global_feature_manifest")
@@ -123,20 +118,10 @@ def global_feature_manifest(
     context: dg.AssetExecutionContext, soco: SocoSettings, launcher: StepLauncher, image_set: pd.DataFrame
 ) -> TableResult:
     """Global features of every image for one backbone at the run's input policy, for global_metrics."""
-    backbone = context.partition_key
-    result = launcher.run(
-        context,
-        "global_features",
-        {
-            "spec_file": str(spec_path(soco, backbone)),
-            "images": image_set,
-            "cache_root": soco.features_root,
-            "policy": global_policy(soco).model_dump(mode="json"),
-            "backbone_context": cache_context(soco),
-            "backbone": backbone,
-        },
+    policy, backbone = global_policy(soco).model_dump(mode="json"), context.partition_key
+    return _cache_payload(
+        context, soco, launcher, "global_features", image_set, policy=policy, backbone=backbone
     )
-    return TableResult(result.table, {**result.metadata, "launcher": launcher.resolved_kind()})
 
 
 def backbone_table(name: str, kinds: set[str] | None = None, **kwargs):
@@ -174,33 +159,17 @@ def predictions(
     store = feature_store(soco, feature_manifest)
     rule = config.rule()  # a partial run (limit / pair_ids) predicts its subset only
     image_pairs = apply_pair_subset(image_pairs, rule)
-    with gpu_timer(matching_device(soco)) as gpu:
+    device = matching_device(soco)
+    with gpu_timer(device) as gpu:
         df = predict(
-            image_pairs,
-            correspondences,
-            keypoints,
-            image_set,
-            store,
-            protocol,
-            backbone,
-            device=matching_device(soco),
+            image_pairs, correspondences, keypoints, image_set, store, protocol, backbone, device=device
         )
     meta = {"rows": len(df), "subset": rule.to_json(), "partial": not rule.is_full, **gpu.metadata()}
     if config.panels:  # what the model did: seeded panels under storage/report/panels/<backbone>/
         from soco_pipeline.report.panels import panels_dir, panels_markdown, sample_panels
 
-        panels = sample_panels(
-            image_pairs,
-            correspondences,
-            df,
-            keypoints,
-            image_set,
-            store,
-            protocol,
-            config.panels,
-            soco.seed,
-            panels_dir(soco, backbone),
-        )
+        tables, where = (image_pairs, correspondences, df, keypoints, image_set), panels_dir(soco, backbone)
+        panels = sample_panels(*tables, store, protocol, config.panels, soco.seed, where)
         meta["panels"] = dg.MetadataValue.md(panels_markdown(panels))
     return TableResult(df, meta)
 
@@ -262,29 +231,11 @@ def metrics(
     context.log_event(seen)
     rule = recorded_subset(context.instance, context.partition_key)  # the subset the predictions ran on
     image_pairs = apply_pair_subset(image_pairs, rule)
-    df = compute_metrics(
-        predictions,
-        four_choice_predictions,
-        correspondences,
-        keypoints,
-        image_set,
-        image_pairs,
-        run_taxonomy(taxonomy),
-        protocol,
-    )
+    tables = (predictions, four_choice_predictions, correspondences, keypoints, image_set, image_pairs)
+    df = compute_metrics(*tables, run_taxonomy(taxonomy), protocol)
     df["subset"] = rule.to_json()  # '' = the full sample; the leaderboard marks the others partial
     # 95% CIs of the headline rows: bootstrap over categories, cluster-robust by target image
-    df = with_intervals(
-        df,
-        predictions,
-        four_choice_predictions,
-        correspondences,
-        keypoints,
-        image_set,
-        image_pairs,
-        protocol,
-        seed=soco.seed,
-    )
+    df = with_intervals(df, *tables, protocol, seed=soco.seed)
     at_headline = ((df.alpha - protocol.headline_alpha).abs() < 1e-9) | df.alpha.isna()  # 4-choice: no alpha
     headline = df[(df.scope == "all") & (df.reduction == "official") & at_headline]
     return TableResult(

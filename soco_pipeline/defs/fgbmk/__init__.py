@@ -84,9 +84,8 @@ def fgbmk_global_features(
     feats, folder = cached_global(
         spec, fgbmk_items, soco.features_root, cfg.global_features, _context(soco, cfg), context.log.info
     )
-    table = feats.table(
-        context.partition_key, folder, soco.features_root
-    )  # relative: a copied root reads its own
+    # relative: a copied root reads its own
+    table = feats.table(context.partition_key, folder, soco.features_root)
     return TableResult(
         table, {"rows": len(feats), "folder": folder, "dims": str(table.iloc[0, -3:].tolist())}
     )
@@ -153,9 +152,8 @@ def fgbmk_robustness(
     from soco_pipeline.tasks.fgbmk.robustness import robustness_for_backbone
 
     cfg = FAMILY.config(soco)
-    ex = build_global_extractor(
-        spec, cfg.global_features, _context(soco, cfg)
-    )  # the attacks differentiate through it
+    # the attacks differentiate through it
+    ex = build_global_extractor(spec, cfg.global_features, _context(soco, cfg))
     df = robustness_for_backbone(
         context.partition_key,
         ex,

@@ -55,16 +55,8 @@ def lvlm_items(
     from soco_pipeline.lvlm.items import build_items
 
     proto = soco.lvlm_protocol()
-    items = build_items(
-        four_choice,
-        image_pairs,
-        keypoints,
-        descriptions,
-        image_set,
-        proto,
-        soco.lvlm_images_root,
-        seed=soco.seed,
-    )
+    tables = (four_choice, image_pairs, keypoints, descriptions, image_set)
+    items = build_items(*tables, proto, soco.lvlm_images_root, seed=soco.seed)
     per_setting = items.groupby("setting").size().to_dict() if len(items) else {}
     return TableResult(
         items,

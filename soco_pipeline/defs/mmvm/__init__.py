@@ -5,7 +5,6 @@ import pandas as pd
 
 from soco_pipeline.defs.shared.automation import EAGER
 from soco_pipeline.defs.shared.checks import TableResult, TableSpec, table_out
-from soco_pipeline.defs.shared.executors import GPU_STEP_TAGS
 from soco_pipeline.defs.shared.family import Family
 from soco_pipeline.defs.shared.partitions import backbones_partitions, lvlms_partitions
 from soco_pipeline.defs.shared.resources import SocoSettings
@@ -82,21 +81,7 @@ def mmvm_items(
     return TableResult(items, {"rows": len(items), "test": int((items["split"] == "test").sum())})
 
 
-def not_applicable_manifest(model: str, reason: str, inputs) -> pd.DataFrame:
-    """mmvm_features of a backbone the family cannot score: no manifest rows (an applicable one's columns)."""
-    from soco_pipeline.features.layout import MANIFEST_COLUMNS
-
-    return pd.DataFrame(columns=MANIFEST_COLUMNS)
-
-
-@FAMILY.table(
-    backbones_partitions,
-    schema=schemas.FeatureSchema,
-    kinds={"pytorch"},
-    not_applicable=not_applicable_manifest,
-    pool="gpu",
-    op_tags=GPU_STEP_TAGS,
-)
+@FAMILY.features_table(schemas.FeatureSchema)
 def mmvm_features(
     context: dg.AssetExecutionContext, soco: SocoSettings, spec, mmvm_images: pd.DataFrame
 ) -> TableResult:

@@ -73,9 +73,8 @@ def reevaluate_on_cron(cron: str) -> dg.AutomationCondition:
     ).with_label(f"stale after cron {cron}")
 
 
-OBSERVED_ON_CRON = (
-    "evaluation_protocol",
-)  # sources with observe_on_cron: the automation sensor targets them
+# sources with observe_on_cron: the automation sensor targets them
+OBSERVED_ON_CRON = ("evaluation_protocol",)
 
 
 def observe_on_cron(cron: str) -> dg.AutomationCondition:

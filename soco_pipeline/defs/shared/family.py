@@ -25,6 +25,8 @@ from soco_pipeline.defs.shared.checks import (
     table_multi_asset,
     table_out,
 )
+from soco_pipeline.defs.shared.executors import GPU_STEP_TAGS
+from soco_pipeline.defs.shared.partitions import backbones_partitions
 from soco_pipeline.defs.shared.resources import SocoSettings
 from soco_pipeline.defs.shared.specs import spec_for
 from soco_pipeline.tables import register_table
@@ -150,6 +152,17 @@ class Family:
             return partition_table(partitions_def, **kwargs)(body)
 
         return decorate
+
+    def features_table(self, schema: Any, *extra_columns: str):
+        """Decorator of the family's feature-cache table per backbone (gpu pool); no rows where not applicable."""
+
+        def no_rows(model: str, reason: str, inputs: Mapping[str, Any]) -> pd.DataFrame:
+            from soco_pipeline.features.layout import MANIFEST_COLUMNS
+
+            return pd.DataFrame(columns=[*MANIFEST_COLUMNS, *extra_columns])
+
+        kwargs = dict(schema=schema, kinds=("pytorch",), pool="gpu", op_tags=GPU_STEP_TAGS)
+        return self.table(backbones_partitions, not_applicable=no_rows, **kwargs)
 
     def tables(
         self,

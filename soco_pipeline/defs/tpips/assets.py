@@ -6,7 +6,6 @@ import dagster as dg
 import pandas as pd
 
 from soco_pipeline.defs.shared.checks import TableResult, TableSpec, partition_rows, table_out
-from soco_pipeline.defs.shared.executors import GPU_STEP_TAGS
 from soco_pipeline.defs.shared.family import Family
 from soco_pipeline.defs.shared.launchers import StepLauncher
 from soco_pipeline.defs.shared.partitions import backbones_partitions, lvlms_partitions
@@ -22,13 +21,6 @@ SIMULATED = "judgements are SIMULATED (noisy-observer model), not human"
 def judgements(cfg) -> str:
     """The metadata line saying who gave the votes of the configured source."""
     return SIMULATED if cfg.source.votes_are == "simulated" else f"judgements are {cfg.source.votes_are}"
-
-
-def not_applicable_manifest(model: str, reason: str, inputs) -> pd.DataFrame:
-    """tpips_features of a backbone that cannot see the renders: no manifest rows (an applicable one's columns)."""
-    from soco_pipeline.features.layout import MANIFEST_COLUMNS
-
-    return pd.DataFrame(columns=[*MANIFEST_COLUMNS, "layer"])
 
 
 def not_applicable_scores(model: str, reason: str, inputs) -> pd.DataFrame:
@@ -128,14 +120,7 @@ def tpips_afc(
     )
 
 
-@FAMILY.table(
-    backbones_partitions,
-    schema=schemas.FeatureSchema,
-    kinds={"pytorch"},
-    not_applicable=not_applicable_manifest,
-    pool="gpu",
-    op_tags=GPU_STEP_TAGS,
-)
+@FAMILY.features_table(schemas.FeatureSchema, "layer")  # a backbone that cannot see the renders: no rows
 def tpips_features(
     context: dg.AssetExecutionContext, soco: SocoSettings, spec, tpips_images: pd.DataFrame
 ) -> TableResult:
@@ -270,9 +255,8 @@ def tpips_learned(
 
     backbone, cfg = context.partition_key, FAMILY.config(soco)
     reason = untrainable(tpips_ooo)
-    if (
-        reason is not None
-    ):  # a released test file: the heads need a train split, the board says why they are absent
+    # a released test file: the heads need a train split, the board says why they are absent
+    if reason is not None:
         marker = {"judgements": judgements(cfg), "not_trained": reason}
         return {
             "tpips_learned": TableResult(
