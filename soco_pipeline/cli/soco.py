@@ -7,7 +7,6 @@ import shutil
 import sys
 from pathlib import Path
 
-from soco_pipeline.report.results_db import ResultsError, query
 from soco_pipeline.settings import Settings, variable
 
 # the commands whose parser is built alone (`build_parser(command)`): the others' options import their command
@@ -18,6 +17,7 @@ LEAN_COMMANDS = ("sql", "leaderboard")
 def cmd_sql(args: argparse.Namespace, settings: Settings) -> int:
     """Run a SQL query against storage/results.duckdb and print the rows (table, csv, json or markdown)."""
     from soco_pipeline.report.formats import format_query
+    from soco_pipeline.report.results_db import query
 
     rows = query(settings.duckdb_path, args.query, settings.tables_root)
     print(format_query(rows, args.format, args.round), end="")
@@ -270,11 +270,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `soco` command: the project's instance and storage found as the Makefile sets them
     (soco_pipeline/cli/project.py), one line per error (SOCO_DEBUG=1 shows the traceback)."""
-
-    from soco_pipeline.cli.project import project_defaults
-
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser(argv[0] if argv else None).parse_args(argv)
+    from soco_pipeline.cli.project import project_defaults  # storage's pandas: after `--help` has exited
+
     with project_defaults() as env:
         return _dispatch(args, env)
 
@@ -285,14 +284,16 @@ def _dispatch(args: argparse.Namespace, env) -> int:
 
     try:
         return args.func(args, Settings())
-    except ResultsError as e:
-        no_file = not Path(Settings().duckdb_path).exists() and "://" not in env.storage
-        print(
-            f"error: {missing_results_message(env, Settings().duckdb_path) if no_file else e}",
-            file=sys.stderr,
-        )
-        return 2
     except Exception as e:  # noqa: BLE001 - a command line prints one line, not a traceback
+        # results_db is imported only by the commands that query (0.6 s: pandas, pyarrow.dataset)
+        results_db = sys.modules.get("soco_pipeline.report.results_db")
+        if results_db is not None and isinstance(e, results_db.ResultsError):
+            no_file = not Path(Settings().duckdb_path).exists() and "://" not in env.storage
+            print(
+                f"error: {missing_results_message(env, Settings().duckdb_path) if no_file else e}",
+                file=sys.stderr,
+            )
+            return 2
         if _bad_input(e):
             print(f"error: {e}", file=sys.stderr)
             return 2
