@@ -30,13 +30,7 @@ def observe_sources(instance: dg.DagsterInstance, soco) -> None:
         {("lvlm_spec", n): v for n, v in scan_lvlms(Path(soco.lvlms_dir))[0].items() if n in known}
     )
     for (source, partition), version in current.items():
-        records = instance.fetch_observations(
-            dg.AssetRecordsFilter(
-                asset_key=dg.AssetKey(source), asset_partitions=[partition] if partition else None
-            ),
-            limit=1,
-        ).records
-        seen = records[0].event_log_entry.asset_observation.tags.get(DATA_VERSION_TAG) if records else None
+        seen = observed_version(instance, source, partition)
         # a backbone spec is checked against the world (its model built on the meta device: seconds for a
         # timm spec) only when its version moved; an invalid one is not observed (its sensor reports it)
         if seen != version and (
@@ -45,15 +39,23 @@ def observe_sources(instance: dg.DagsterInstance, soco) -> None:
             instance.report_runless_asset_event(observation(source, version, partition))
 
 
+def observed_version(instance: dg.DagsterInstance, source: str, partition: str | None) -> str | None:
+    """The data version of the last observation of source asset `source` (of `partition`), or None."""
+    records = instance.fetch_observations(
+        dg.AssetRecordsFilter(
+            asset_key=dg.AssetKey(source), asset_partitions=[partition] if partition else None
+        ),
+        limit=1,
+    ).records
+    return records[0].event_log_entry.asset_observation.tags.get(DATA_VERSION_TAG) if records else None
+
+
 def spec_accepted(instance: dg.DagsterInstance, path: Path) -> bool:
     """Whether the backbone spec at `path` is, in its data version, the one `observe_sources` last recorded
     for its name: a spec it checked against the world then (an invalid one is never observed)."""
     from soco_pipeline.backbones.spec_files import spec_data_version
 
-    records = instance.fetch_observations(
-        dg.AssetRecordsFilter(asset_key=dg.AssetKey("backbone_spec"), asset_partitions=[path.stem]), limit=1
-    ).records
-    seen = records[0].event_log_entry.asset_observation.tags.get(DATA_VERSION_TAG) if records else None
+    seen = observed_version(instance, "backbone_spec", path.stem)
     return seen is not None and seen == spec_data_version(path)
 
 

@@ -305,18 +305,21 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     from soco_pipeline.cli.project import prepare_instance
     from soco_pipeline.storage import is_remote
 
+    def open_instance() -> dg.DagsterInstance:
+        prepare_instance()  # DAGSTER_HOME: the Makefile's default has its dagster.yaml
+        return dg.DagsterInstance.get()
+
     # an existing local storage's instance says whether the spec was accepted before; a mistyped or invalid
     # spec on a new storage creates nothing
     there = not is_remote(settings.storage_root) and Path(settings.storage_root).is_dir()
-    known = dg.DagsterInstance.get() if there and prepare_instance() else None
+    instance = open_instance() if there else None
     weights = not args.skip_weights_check
-    added = add_spec(Path(args.spec), settings, weights=weights, force=args.force, instance=known)
+    added = add_spec(Path(args.spec), settings, weights=weights, force=args.force, instance=instance)
     print(textwrap.fill(f"{added.kind} {added.name!r}: spec {added.path}", WIDTH, subsequent_indent="  "))
     overrides = settings.definition_overrides()
     overrides = {k: v for k, v in overrides.items() if v is not None}
     defs = build_definitions(**overrides)
-    prepare_instance()  # DAGSTER_HOME: the Makefile's default has its dagster.yaml
-    instance = known or dg.DagsterInstance.get()
+    instance = instance or open_instance()
     if added.name not in instance.get_dynamic_partitions(added.partitions):
         instance.add_dynamic_partitions(added.partitions, [added.name])
     observe_sources(instance, defs.resources["soco"])  # the protocol's and the specs' versions, as now
