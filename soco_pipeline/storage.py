@@ -130,6 +130,8 @@ def list_published(path: str) -> list[str]:
 
 def exists(path: str) -> bool:
     """Whether a path exists."""
+    if not is_remote(path):  # fsspec's local exists is os.path.exists after 0.1 ms of path parsing
+        return os.path.exists(path)
     fs, p = filesystem(path)
     return fs.exists(p)
 
@@ -167,9 +169,8 @@ def _is_stale(fs: fsspec.AbstractFileSystem, path: str, now: float) -> bool:
 def remove_stale_temps(folder: str, name: str | None = None) -> list[str]:
     """Delete and return the `.tmp-*` files (of `name`, else any) in `folder` whose writer died."""
     fs, p = filesystem(folder)
-    pattern = f"{p.rstrip('/')}/{TMP_PREFIX}*" + (f"-{name}" if name else "")
     try:
-        candidates = fs.glob(pattern)
+        candidates = _temps(fs, p.rstrip("/"), name)
     except FileNotFoundError:
         return []
     now = time.time()
@@ -180,6 +181,23 @@ def remove_stale_temps(folder: str, name: str | None = None) -> list[str]:
                 fs.rm(c)
                 removed.append(c)
     return removed
+
+
+def _temps(fs: fsspec.AbstractFileSystem, folder: str, name: str | None) -> list[str]:
+    """open_atomic's temporary files (of `name`, else any) in `folder`."""
+    suffix = f"-{name}" if name else ""
+    if is_remote(folder):
+        return fs.glob(f"{folder}/{TMP_PREFIX}*{suffix}")
+    # fsspec's glob compiles a pattern and stats every entry (3 ms in a cache folder of 30 files, paid by
+    # every atomic write); the local folder's names are all it needs
+    with os.scandir(folder) as entries:
+        return [
+            f"{folder}/{e.name}"
+            for e in entries
+            if len(e.name) >= len(TMP_PREFIX) + len(suffix)
+            and e.name.startswith(TMP_PREFIX)
+            and e.name.endswith(suffix)
+        ]
 
 
 def published(paths: list[str]) -> list[str]:
@@ -254,7 +272,8 @@ def open_atomic(path: str, clean_stale: bool = True, size_hint: int | None = Non
     parent, name = p.rsplit("/", 1)
     if gone := storage_gone(path):  # never re-create a moved storage root's tree at its old path
         raise StorageMovedError(errno.ENOENT, f"not writing {path}: {gone}")
-    fs.makedirs(parent, exist_ok=True)
+    if is_remote(path) or not os.path.isdir(parent):  # a stat, not a failing mkdir (0.1 ms) per write
+        fs.makedirs(parent, exist_ok=True)
     if clean_stale:
         remove_stale_temps(parent, name)
     # A hidden sibling named after its writer (_is_stale reads it), never the final key: on S3 `mv` is
@@ -287,6 +306,9 @@ def write_bytes_atomic(path: str, data: bytes, clean_stale: bool = True) -> None
 
 def read_bytes(path: str) -> bytes:
     """Read a whole file."""
+    if not is_remote(path):  # a local file without fsspec's path parsing (0.2 ms a read)
+        with open(path, "rb") as f:
+            return f.read()
     fs, p = filesystem(path)
     with fs.open(p, "rb") as f:
         return f.read()

@@ -291,3 +291,28 @@ def test_kill_9_mid_run_then_rerun_finishes_with_the_same_table(items, key, tmp_
         rerun = run_model(items, spec, OpenAIBackend(spec), AnswerCache(str(cache_dir)))
         assert rerun.cached == done and srv.requests - before == len(items) - done
     pd.testing.assert_frame_equal(rerun.answers[COMPARE], reference[COMPARE])
+
+
+@pytest.mark.unit
+def test_the_environment_proxy_settings_still_apply(items, key, tmp_path, monkeypatch):
+    """The session reads proxies once (not per request): $HTTP_PROXY still routes every call, $NO_PROXY still
+    exempts the server."""
+    import socket
+
+    with socket.socket() as closed:  # a loopback port nothing listens on: the proxy is down
+        closed.bind(("127.0.0.1", 0))
+        dead_proxy = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    rows = items.head(4)
+    with serve(OracleAnswerer(key)) as srv:
+        for var in ("NO_PROXY", "no_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+            monkeypatch.delenv(var, raising=False)
+        monkeypatch.setenv("HTTP_PROXY", dead_proxy)
+        monkeypatch.setenv("http_proxy", dead_proxy)
+        spec = openai_spec(srv.base_url, "proxied", retries=0, max_concurrency=1)
+        with pytest.raises(LvlmRunError, match="ProxyError"):
+            run_model(rows, spec, OpenAIBackend(spec), AnswerCache(str(tmp_path / "a")))
+        assert srv.requests == 0
+        monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+        monkeypatch.setenv("no_proxy", "127.0.0.1")
+        res = run_model(rows, spec, OpenAIBackend(spec), AnswerCache(str(tmp_path / "b")))
+        assert srv.requests == len(rows) and res.errors == 0 and res.answers.correct.all()

@@ -62,6 +62,13 @@ class OpenAIBackend:
         if s is None:
             s = requests.Session()
             s.headers["Content-Type"] = "application/json"
+            # What requests reads from the environment on every request (proxies, CA bundle, netrc login: 1 ms
+            # of a 4 ms loopback call), read once for the session
+            env = environment()
+            s.proxies.update(requests.utils.get_environ_proxies(self.url))
+            s.verify = env.get("REQUESTS_CA_BUNDLE") or env.get("CURL_CA_BUNDLE") or True
+            s.auth = requests.utils.get_netrc_auth(self.url)
+            s.trust_env = False
             if self._key:
                 s.headers["Authorization"] = f"Bearer {self._key}"
             self._local.session = s
