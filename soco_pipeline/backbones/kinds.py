@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from typing import TYPE_CHECKING, TypeVar
 
@@ -91,9 +92,20 @@ def backbone_class(kind: str) -> type[Backbone]:
     return _REGISTERED[kind]
 
 
+# The built-in kinds' checks that passed in this process, by spec: a timm check builds the model on `meta`
+# (0.3 s) and reads nothing but the spec and timm's registry, and every step of a model's run loads its spec.
+_PASSED: set[str] = set()
+
+
 def check_spec(spec: BackboneSpec) -> None:
-    """The spec's kind's own `check_spec`; a built-in kind outside KIND_SPEC_CHECKS imports nothing for it."""
-    if spec.kind not in KIND_MODULES or spec.kind in KIND_SPEC_CHECKS:
+    """The spec's kind's own `check_spec`; a built-in kind outside KIND_SPEC_CHECKS imports nothing for it.
+    A built-in kind's check that passed for this spec in this process is not run again."""
+    if spec.kind in KIND_SPEC_CHECKS and spec.kind in KIND_MODULES:
+        key = repr(dataclasses.replace(spec, source=""))  # `soco run`'s file, then the registered copy
+        if key not in _PASSED:
+            backbone_class(spec.kind).check_spec(spec)
+            _PASSED.add(key)
+    elif spec.kind not in KIND_MODULES:
         backbone_class(spec.kind).check_spec(spec)
 
 

@@ -5,6 +5,7 @@ assets/results_record.schema.json, docs/results.md."""
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import importlib.metadata
 import json
 import platform
@@ -172,13 +173,22 @@ def load_schema() -> dict[str, Any]:
     return json.loads(SCHEMA_PATH.read_text())
 
 
+@functools.cache
+def record_validator() -> jsonschema.protocols.Validator:
+    """The schema's validator, its schema checked once per process (jsonschema.validate checks it every call)."""
+    schema = load_schema()
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
+
+
 def validate_record(record: dict[str, Any]) -> None:
     """Raise RecordError naming the first failing key when `record` does not match the schema."""
-    try:
-        jsonschema.validate(record, load_schema())
-    except jsonschema.ValidationError as e:
+    # what jsonschema.validate reports: the best match among the errors
+    e = jsonschema.exceptions.best_match(record_validator().iter_errors(record))
+    if e is not None:
         where = "/".join(str(p) for p in e.absolute_path) or "(top level)"
-        raise RecordError(f"results record fails its schema at {where}: {e.message}") from None
+        raise RecordError(f"results record fails its schema at {where}: {e.message}")
 
 
 def write_record(record: dict[str, Any], path: str) -> str:
