@@ -280,21 +280,28 @@ def open_atomic(path: str, clean_stale: bool = True, size_hint: int | None = Non
     # copy-then-delete, and the copy appears whole.
     tmp = f"{parent}/{TMP_PREFIX}{_HOST}-{os.getpid()}-{uuid.uuid4().hex[:12]}-{name}"
     written: int | None = size_hint
+    # A local file through os (0.05 ms a write, against 0.6 ms through fsspec's opener, mv and exists)
+    local = not is_remote(path)
     try:
-        with fs.open(tmp, "wb") as f:
+        with open(tmp, "wb") if local else fs.open(tmp, "wb") as f:
             try:
                 yield f
             finally:
                 with contextlib.suppress(Exception):
                     written = written if written is not None else f.tell()
-        fs.mv(tmp, p)
+        if local:
+            os.replace(tmp, p)
+        else:
+            fs.mv(tmp, p)
     except OSError as e:
         if e.errno in (errno.ENOSPC, errno.EDQUOT) and not isinstance(e, StorageFullError):
             raise _no_space(path, written, e) from e
         raise
     finally:
         with contextlib.suppress(OSError):
-            if fs.exists(tmp):
+            if local and os.path.lexists(tmp):
+                os.remove(tmp)
+            elif not local and fs.exists(tmp):
                 fs.rm(tmp)
 
 
