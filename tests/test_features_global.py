@@ -3,6 +3,8 @@ every family that asks, the backbone built only when something is missing; SOCO'
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -84,6 +86,31 @@ def test_the_policy_decides_the_folder_threads_and_batch_size_do_not(tmp_path, s
     )
     assert same == base and other != base
     assert read_global(other, imgs.image_id).cls_last.shape == feats.cls_last.shape
+
+
+def test_two_workers_write_the_same_bytes_as_one(tmp_path):
+    """A torch model's batches extracted two at a time (the demo's `workers: 2`, one thread each) give
+    byte-identical shards to one at a time, in the same folder (workers is not in the cache key)."""
+    from soco_pipeline.backbones import parse_spec
+
+    vit = parse_spec(
+        {"kind": "timm", "model": "vit_tiny_patch16_224", "input": {"nearest_multiple": 32}, "device": "cpu"},
+        "vit_workers",
+    )
+    imgs = _images(tmp_path, "w", 10, 3)
+    policy = POLICY.model_copy(update={"threads": 1, "batch_size": 3})  # four batches, the last of one image
+    shards = {}
+    for workers in (1, 2):
+        cache = str(tmp_path / f"cache{workers}")
+        feats, folder = cached_global(
+            vit, imgs, cache, policy.model_copy(update={"workers": workers}), {"device": "cpu"}
+        )
+        assert global_cache.build_global_extractor(vit, policy, {"device": "cpu"}).concurrent_batches
+        files = sorted(Path(folder).glob("part-*.npy"))
+        assert len(files) == 4
+        shards[workers] = (folder.split("/cache")[1][1:], [(f.name, f.read_bytes()) for f in files])
+        assert list(feats.image_ids) == list(imgs.image_id)
+    assert shards[1] == shards[2]
 
 
 def test_soco_global_metrics_score_the_shared_global_features(tmp_path, spec):

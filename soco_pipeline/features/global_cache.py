@@ -10,7 +10,8 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -222,8 +223,31 @@ def _write_info(folder: str, name: str, dims: list[int], config: GlobalInputPoli
 
 def _forward(extractor: GlobalExtractor, recs: pd.DataFrame, config: GlobalInputPolicy, name: str) -> list:
     """The three parts of a batch as float32 arrays; a FeatureError naming the image on NaN/inf."""
+    with torch_threads(config.threads), cpu_kernels():
+        return _forward_batch(extractor, recs, config, name)
+
+
+def _forward_all(
+    extractor: GlobalExtractor, batches: list[pd.DataFrame], config: GlobalInputPolicy, name: str
+) -> Iterator[list]:
+    """_forward of each batch, in order: `config.workers` batches at once where the extractor allows it."""
+    workers = config.workers if len(batches) > 1 and extractor.concurrent_batches else 1
+    # the thread count and kernel flags are process-wide: set once here, never by a worker
+    with torch_threads(config.threads), cpu_kernels():
+        if workers <= 1:
+            for recs in batches:
+                yield _forward_batch(extractor, recs, config, name)
+            return
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"global-{name}") as pool:
+            yield from pool.map(lambda recs: _forward_batch(extractor, recs, config, name), batches)
+
+
+def _forward_batch(
+    extractor: GlobalExtractor, recs: pd.DataFrame, config: GlobalInputPolicy, name: str
+) -> list:
+    """_forward under the caller's thread count and kernels (inference mode is per thread: set here)."""
     pixels = load_global_pixels(list(recs.uri), list(recs.image_id), config)
-    with torch.inference_mode(), torch_threads(config.threads), cpu_kernels():
+    with torch.inference_mode():
         parts = [p.float().cpu().numpy() for p in extractor.forward(pixels, recs)]
     bad = ~np.isfinite(np.concatenate(parts, 1)).all(1)
     if bad.any():
@@ -273,9 +297,11 @@ def extract_global(
     own = _writer_manifest(folder)
     rows = []
     t0 = time.perf_counter()
-    for start in range(0, len(todo), config.batch_size):
-        recs = todo.iloc[start : start + config.batch_size]
-        parts = _forward(extractor, recs, config, name)
+    starts = range(0, len(todo), config.batch_size)
+    batches = [todo.iloc[start : start + config.batch_size] for start in starts]
+    for start, recs, parts in zip(
+        starts, batches, _forward_all(extractor, batches, config, name), strict=True
+    ):
         dims = [p.shape[1] for p in parts]
         buf = io.BytesIO()
         np.save(buf, np.concatenate(parts, 1).astype(np.float32), allow_pickle=False)

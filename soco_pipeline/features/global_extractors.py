@@ -29,6 +29,11 @@ class GlobalExtractor:
     differentiable: bool = False
     device: torch.device = torch.device("cpu")
 
+    @property
+    def concurrent_batches(self) -> bool:
+        """Whether `forward` may run on two batches at once from two threads (the policy's `workers`)."""
+        return False
+
     def identity(self) -> dict:
         """What decides the outputs (hashed into the cache folder)."""
         raise NotImplementedError
@@ -99,6 +104,11 @@ class ModelGlobal(GlobalExtractor):
 
     def identity(self) -> dict:
         return {"hash": spec_hash(self.backbone.spec)}
+
+    @property
+    def concurrent_batches(self) -> bool:
+        """A torch module on the CPU: read-only under inference mode, each batch on its own thread."""
+        return self.device.type == "cpu"
 
 
 def check_crop(name: str, crop: int, patch: int | tuple[int, ...]) -> None:

@@ -12,7 +12,7 @@ GLOBAL_CODE_VERSION = "1"  # bump when the extractors change what they compute (
 
 
 class GlobalInputPolicy(BaseModel):
-    """FG-BMK's eval transform; every field but `threads` and `batch_size` is in the cache key."""
+    """FG-BMK's eval transform; every field but `threads`, `workers` and `batch_size` is in the cache key."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -24,10 +24,13 @@ class GlobalInputPolicy(BaseModel):
     dense_input: int | None = Field(default=None, ge=8)  # dense-only backbones' input side (None: their own)
     # torch CPU threads of extraction and attacks (None: torch's)
     threads: int | None = Field(default=None, ge=1)
+    # batches of a torch model extracted at once, each on `threads` threads (a batch's features do not
+    # depend on what runs beside it)
+    workers: int = Field(default=1, ge=1)
 
     def cache_key(self) -> dict:
-        """The fields that change the features (threads and batch size do not)."""
-        return self.model_dump(exclude={"threads", "batch_size"})
+        """The fields that change the features (threads, workers and batch size do not)."""
+        return self.model_dump(exclude={"threads", "workers", "batch_size"})
 
 
 def global_ignores_input(kind: str, policy: GlobalInputPolicy) -> bool:
