@@ -254,3 +254,28 @@ def test_fgsm_zero_is_identity_and_accuracy_falls_with_epsilon():
     for attack in ("fgsm", "pgd"):
         acc = rob[rob.attack == attack].sort_values("strength").accuracy.to_numpy()
         assert acc[0] == 100.0 and (np.diff(acc) <= 0).all() and acc[-1] < 60.0, acc
+
+
+def test_two_levels_attacked_at_once_give_the_same_rows(small_set, tmp_path):
+    """The demo's `workers: 2` attacks the fine and the coarse level at once (a tiny random ViT, one torch
+    thread each): the rows equal one level after the other."""
+    from soco_pipeline.backbones import parse_spec
+    from soco_pipeline.features import cached_global
+    from soco_pipeline.features.global_extractors import build_global_extractor
+    from soco_pipeline.tasks.fgbmk.robustness import robustness_for_backbone
+
+    cfg, items, _ = small_set
+    vit = parse_spec(
+        {"kind": "timm", "model": "vit_tiny_patch16_224", "input": {"nearest_multiple": 32}, "device": "cpu"},
+        "vit_attacked",
+    )
+    policy = cfg.global_features.model_copy(update={"resize": 40, "crop": 32, "threads": 1})
+    _, folder = cached_global(vit, items, str(tmp_path / "cache"), policy, {"device": "cpu"})
+    extractor = build_global_extractor(vit, policy, {"device": "cpu"})
+    tables = []
+    for workers in (1, 2):
+        run = cfg.model_copy(update={"global_features": policy.model_copy(update={"workers": workers})})
+        tables.append(robustness_for_backbone("vit_attacked", extractor, folder, items, run))
+    pd.testing.assert_frame_equal(tables[0], tables[1])
+    assert set(tables[0].level) == {"subclass", "superclass"}
+    assert {"clean", "fgsm", "pgd", "gaussian"} <= set(tables[0].attack)

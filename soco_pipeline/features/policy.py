@@ -24,8 +24,8 @@ class GlobalInputPolicy(BaseModel):
     dense_input: int | None = Field(default=None, ge=8)  # dense-only backbones' input side (None: their own)
     # torch CPU threads of extraction and attacks (None: torch's)
     threads: int | None = Field(default=None, ge=1)
-    # batches of a torch model extracted at once, each on `threads` threads (a batch's features do not
-    # depend on what runs beside it)
+    # a torch model's batches extracted (and FG-BMK's levels attacked) at once, each on `threads` threads:
+    # what one computes does not depend on what runs beside it
     workers: int = Field(default=1, ge=1)
 
     def cache_key(self) -> dict:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pandas as pd
 import torch
@@ -131,28 +133,30 @@ def robustness_for_backbone(
         if reads_pixels
         else torch.zeros(len(recs), 3, config.global_features.crop, config.global_features.crop)
     )
-    frames = []
-    with torch_threads(config.global_features.threads):
-        for level in [lv for lv in config.robustness.levels if items[lv].nunique() > 1]:
+    levels = [lv for lv in config.robustness.levels if items[lv].nunique() > 1]
+    policy = config.global_features
+    with torch_threads(policy.threads):
+        probes = []  # one after the other: the probe grid draws its initial weights from torch's global RNG
+        for level in levels:
             labels = level_labels(items, level)
             f_train, f_test = feats.subset(items.image_id[train]), feats.subset(items.image_id[test])
             k = int(labels.max()) + 1
             probe = train_probe(
                 f_train, labels[train], f_test, labels[test], config.linear_probe, config.seed, k
             )
-            frames.append(
-                evaluate_robustness(
-                    backbone,
-                    extractor,
-                    probe,
-                    pixels,
-                    labels[test_rows],
-                    recs,
-                    level,
-                    config.robustness,
-                    config.seed,
-                    reads_pixels,
-                    bool(items.simulated.all()),
-                )
-            )
+            probes.append((level, labels[test_rows], probe))
+
+        simulated = bool(items.simulated.all())
+
+        def attacked(job: tuple) -> pd.DataFrame:
+            level, labels, probe = job
+            args = (pixels, labels, recs, level, config.robustness, config.seed, reads_pixels, simulated)
+            return evaluate_robustness(backbone, extractor, probe, *args)
+
+        # the levels' attacks draw no random number: `workers` of them at once, each on the policy's threads
+        if policy.workers > 1 and len(probes) > 1 and extractor.concurrent_batches:
+            with ThreadPoolExecutor(policy.workers, thread_name_prefix=f"attacks-{backbone}") as pool:
+                frames = list(pool.map(attacked, probes))
+        else:
+            frames = [attacked(job) for job in probes]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=ROBUSTNESS_COLUMNS)
