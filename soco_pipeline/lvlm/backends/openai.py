@@ -62,8 +62,8 @@ class OpenAIBackend:
         if s is None:
             s = requests.Session()
             s.headers["Content-Type"] = "application/json"
-            # What requests reads from the environment on every request (proxies, CA bundle, netrc login: 1 ms
-            # of a 4 ms loopback call), read once for the session
+            # What requests reads from the environment on every request (proxies, CA bundle, netrc login), read
+            # once for the session: 0.2 ms of the 2.6 ms of client time of a loopback call
             env = environment()
             s.proxies.update(requests.utils.get_environ_proxies(self.url))
             s.verify = env.get("REQUESTS_CA_BUNDLE") or env.get("CURL_CA_BUNDLE") or True
