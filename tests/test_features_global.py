@@ -3,6 +3,8 @@ every family that asks, the backbone built only when something is missing; SOCO'
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +15,9 @@ from PIL import Image
 from soco_pipeline.analysis.global_metrics import global_metrics
 from soco_pipeline.backbones import list_specs
 from soco_pipeline.features import GlobalInputPolicy, cached_global, global_cache, read_global
+from soco_pipeline.features.global_cache import extract_global
+from soco_pipeline.features.global_extractors import GlobalExtractor
+from soco_pipeline.features.layout import FeatureError
 
 pytestmark = pytest.mark.unit
 
@@ -131,3 +136,34 @@ def test_soco_global_metrics_score_the_shared_global_features(tmp_path, spec):
     pd.testing.assert_frame_equal(headline_global(with_global), headline_global(without))
     g = with_global[(with_global.feature == "global") & (with_global.metric == "retrieval_map")]
     assert len(g) == 1 and 0 <= g.value.iloc[0] <= 100 and not g.headline.iloc[0]
+
+
+class SlowNaNAt(GlobalExtractor):
+    """A pixel-mean extractor that may run two batches at once, gives NaN for one image and counts its
+    batches (each takes 50 ms, so a pool that kept going would run them all)."""
+
+    name, concurrent_batches = "slow_nan", True
+
+    def __init__(self, bad: str):
+        self.bad, self.calls, self.lock = bad, 0, threading.Lock()
+
+    def identity(self):
+        return {"hash": "slow-nan"}
+
+    def forward(self, pixels, records):
+        with self.lock:
+            self.calls += 1
+        time.sleep(0.05)
+        m = pixels.mean(dim=(2, 3))
+        if self.bad in set(records.image_id):
+            m = m * float("nan")
+        return m, m, m
+
+
+def test_a_failed_batch_stops_the_workers_without_extracting_the_rest(tmp_path):
+    imgs = _images(tmp_path, "n", 30, 4)
+    extractor = SlowNaNAt(bad="n/1")
+    policy = POLICY.model_copy(update={"batch_size": 1, "threads": 1, "workers": 2})
+    with pytest.raises(FeatureError, match="NaN/inf global features for image 'n/1'"):
+        extract_global(extractor, imgs, str(tmp_path / "cache"), policy)
+    assert extractor.calls < 10, extractor.calls  # 30 batches were queued; the ones not started were dropped
