@@ -11,7 +11,6 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,6 +24,7 @@ from soco_pipeline.features.global_extractors import (
     GlobalExtractor,
     build_global_extractor,
     global_folder,
+    in_order,
     load_global_pixels,
     spec_identity,
     torch_threads,
@@ -221,31 +221,21 @@ def _write_info(folder: str, name: str, dims: list[int], config: GlobalInputPoli
     )
 
 
-def _forward(extractor: GlobalExtractor, recs: pd.DataFrame, config: GlobalInputPolicy, name: str) -> list:
-    """The three parts of a batch as float32 arrays; a FeatureError naming the image on NaN/inf."""
-    with torch_threads(config.threads), cpu_kernels():
-        return _forward_batch(extractor, recs, config, name)
-
-
 def _forward_all(
     extractor: GlobalExtractor, batches: list[pd.DataFrame], config: GlobalInputPolicy, name: str
 ) -> Iterator[list]:
-    """_forward of each batch, in order: `config.workers` batches at once where the extractor allows it."""
+    """The three parts of each batch as float32 arrays, in order: `config.workers` batches at once where the
+    extractor allows it; a FeatureError naming the image on NaN/inf."""
     workers = config.workers if len(batches) > 1 and extractor.concurrent_batches else 1
     # the thread count and kernel flags are process-wide: set once here, never by a worker
     with torch_threads(config.threads), cpu_kernels():
-        if workers <= 1:
-            for recs in batches:
-                yield _forward_batch(extractor, recs, config, name)
-            return
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"global-{name}") as pool:
-            yield from pool.map(lambda recs: _forward_batch(extractor, recs, config, name), batches)
+        yield from in_order(lambda recs: _forward_batch(extractor, recs, config, name), batches, workers)
 
 
 def _forward_batch(
     extractor: GlobalExtractor, recs: pd.DataFrame, config: GlobalInputPolicy, name: str
 ) -> list:
-    """_forward under the caller's thread count and kernels (inference mode is per thread: set here)."""
+    """One batch of _forward_all, under its thread count and kernels (inference mode is per thread: set here)."""
     pixels = load_global_pixels(list(recs.uri), list(recs.image_id), config)
     with torch.inference_mode():
         parts = [p.float().cpu().numpy() for p in extractor.forward(pixels, recs)]
@@ -291,7 +281,7 @@ def extract_global(
         extractor = extractor()
     if not info_ok and not len(todo) and len(images):
         # Only info.json is damaged: one image's forward pass gives the part sizes; no shard is rewritten.
-        dims = [p.shape[1] for p in _forward(extractor, images.iloc[:1], config, name)]
+        dims = [p.shape[1] for p in next(_forward_all(extractor, [images.iloc[:1]], config, name))]
         _write_info(folder, name, dims, config, extractor)
         log(f"[{name}] rewrote {join(folder, INFO)} (it was missing or damaged); no shard was extracted")
     own = _writer_manifest(folder)

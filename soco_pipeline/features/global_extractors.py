@@ -6,6 +6,9 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 
 import numpy as np
 import pandas as pd
@@ -20,6 +23,8 @@ from soco_pipeline.features.extract import load_image
 from soco_pipeline.features.layout import feature_dir
 from soco_pipeline.features.policy import GLOBAL_CODE_VERSION, GlobalInputPolicy
 from soco_pipeline.storage import join
+
+J, R = TypeVar("J"), TypeVar("R")
 
 
 class GlobalExtractor:
@@ -83,6 +88,16 @@ def torch_threads(n: int | None):
         yield
     finally:
         torch.set_num_threads(before)
+
+
+def in_order(fn: Callable[[J], R], jobs: Sequence[J], workers: int) -> Iterator[R]:
+    """`fn` of each job, in job order: `workers` at a time on threads (jobs that depend on nothing running
+    beside them: a torch model's batches, attacks), else one after the other in this thread."""
+    if workers <= 1 or len(jobs) <= 1:
+        yield from map(fn, jobs)
+        return
+    with ThreadPoolExecutor(max_workers=workers) as pool:  # map drops the jobs not started if one fails
+        yield from pool.map(fn, jobs)
 
 
 def _normalise(pixels: torch.Tensor, preset: str) -> torch.Tensor:

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-
 import numpy as np
 import pandas as pd
 import torch
 import torch.nn.functional as F
 
 from soco_pipeline.features.global_cache import read_global
-from soco_pipeline.features.global_extractors import GlobalExtractor, load_global_pixels, torch_threads
+from soco_pipeline.features.global_extractors import (
+    GlobalExtractor,
+    in_order,
+    load_global_pixels,
+    torch_threads,
+)
 from soco_pipeline.tasks.fgbmk.config import FgbmkConfig, RobustnessConfig
 from soco_pipeline.tasks.fgbmk.linear_probe import ProbeResult
 
@@ -154,9 +157,5 @@ def robustness_for_backbone(
             return evaluate_robustness(backbone, extractor, probe, *args)
 
         # the levels' attacks draw no random number: `workers` of them at once, each on the policy's threads
-        if policy.workers > 1 and len(probes) > 1 and extractor.concurrent_batches:
-            with ThreadPoolExecutor(policy.workers, thread_name_prefix=f"attacks-{backbone}") as pool:
-                frames = list(pool.map(attacked, probes))
-        else:
-            frames = [attacked(job) for job in probes]
+        frames = list(in_order(attacked, probes, policy.workers if extractor.concurrent_batches else 1))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=ROBUSTNESS_COLUMNS)
