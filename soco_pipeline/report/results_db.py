@@ -109,10 +109,15 @@ def stored_tables(tables_root: str, registered: tuple[Table, ...]) -> list[Table
     return sorted(found, key=lambda t: t.asset)
 
 
-def _tables_and_files(tables_root: str) -> list[tuple[Table, list[str]]]:
-    """Each registered table, then each other one stored, with its published files ([] when not written)."""
+def every_table(tables_root: str) -> tuple[Table, ...]:
+    """Each registered table, then each other one stored under `tables_root`."""
     registered = all_tables()
-    return [(t, table_files(tables_root, t)) for t in (*registered, *stored_tables(tables_root, registered))]
+    return (*registered, *stored_tables(tables_root, registered))
+
+
+def _tables_and_files(tables_root: str) -> list[tuple[Table, list[str]]]:
+    """every_table with its published files ([] when not written)."""
+    return [(t, table_files(tables_root, t)) for t in every_table(tables_root)]
 
 
 def _sql_list(paths: list[str]) -> str:
@@ -311,8 +316,7 @@ def _arrow_views(
 ) -> list[str]:
     """One view per table over its Arrow dataset; an unreadable one fails naming it. With `views` (one
     query's), only those and what they are made of, unless one is not there: then every view, as without."""
-    registered = all_tables()
-    tables = (*registered, *stored_tables(tables_root, registered))
+    tables = every_table(tables_root)
     wanted = set(views or ())
     for name, needs, _ in DERIVED:
         if name in wanted:
