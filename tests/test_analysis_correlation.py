@@ -106,6 +106,69 @@ def test_seeded_bootstrap_is_reproducible_and_seed_dependent():
     assert not np.allclose(a[["ci_low", "ci_high"]], c[["ci_low", "ci_high"]])
 
 
+def test_stored_rows_are_reused_only_where_their_inputs_are_unchanged(monkeypatch):
+    """A row takes a stored row's interval when its bootstrap reads the same values, seed key and settings;
+    a model without downstream values changes no row, a changed value resamples its rows only, and the
+    table equals a fresh one either way."""
+    from soco_pipeline.analysis import correlation as corr
+
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=12)
+    scores = scores_table(x, {"y": with_exact_r(x, 0.5, rng), "z": rng.normal(size=12)})
+    cfg = config(n_resamples=500)
+    stored = correlation_table(scores, cfg)
+    assert stored.inputs_sha.str.fullmatch(r"[0-9a-f]{16}").all()
+    assert stored.groupby(["task", "metric"]).inputs_sha.nunique().eq(1).all()  # pearson, spearman: one draw
+
+    calls = []
+    real = corr.bootstrap_correlations
+    monkeypatch.setattr(corr, "bootstrap_correlations", lambda *a, **k: calls.append(a) or real(*a, **k))
+    # a new model with a benchmark score and no downstream value enters no bootstrap
+    extra = pd.concat([scores, scores_table([9.0], {}, models=["new"])], ignore_index=True)
+    again = correlation_table(extra, cfg, stored)
+    assert calls == []
+    pd.testing.assert_frame_equal(again, stored)
+    # one downstream value changed: only that metric's bootstrap runs again, and the rows are a fresh table's
+    changed = scores.copy()
+    changed.loc[(changed.metric == "z") & (changed.model == "m03"), "value"] += 1.0
+    mixed = correlation_table(changed, cfg, stored)
+    assert len(calls) == 1
+    pd.testing.assert_frame_equal(mixed, correlation_table(changed, cfg))
+    assert (
+        mixed.set_index(["metric", "statistic"])
+        .inputs_sha["y"]
+        .equals(stored.set_index(["metric", "statistic"]).inputs_sha["y"])
+    )
+    # other settings, another seed: nothing is reused
+    calls.clear()
+    correlation_table(scores, config(n_resamples=600), stored)
+    correlation_table(scores, config(n_resamples=500, seed=8), stored)
+    assert len(calls) == 4
+    # a table stored before the column existed is not reused
+    calls.clear()
+    correlation_table(scores, cfg, stored.drop(columns="inputs_sha"))
+    assert len(calls) == 2
+
+
+def test_a_stored_figure_is_reused_only_when_its_files_are_the_recorded_ones(tmp_path):
+    from soco_pipeline.analysis.figure import file_sha, headline_sha, stored_figure
+
+    table = load_analysis_config(n_resamples=200)
+    scores = combine_scores(load_omniprobe(), load_downstream(), name_map=load_name_map())
+    t = correlation_table(scores, table)
+    stem = str(tmp_path / "correlation_all")
+    figs = save_correlation_figure(t, stem, "all")
+    recorded = {fmt: file_sha(data) for fmt, data in figs.items()}
+    assert stored_figure(stem, recorded) == figs
+    assert headline_sha(t, "all") == headline_sha(t.copy(), "all") != headline_sha(t, "main")
+    moved = t.copy()
+    moved.loc[moved.headline & (moved.benchmark == "soc"), "estimate"] += 0.01
+    assert headline_sha(moved, "all") != headline_sha(t, "all")
+    (tmp_path / "correlation_all.svg").write_text("<svg/>")  # overwritten since (a failed run, say)
+    assert stored_figure(stem, recorded) is None
+    assert stored_figure(str(tmp_path / "missing"), recorded) is None
+
+
 def test_ci_covers_the_true_r_in_at_least_90_percent_of_simulated_data_sets():
     rho, n, runs = 0.5, 20, 200
     rng = np.random.default_rng(11)

@@ -98,3 +98,60 @@ def test_correlation_asset_reads_the_fgbmk_leaderboard(tmp_path):
         ).success
     table = pd.read_parquet(table_for("correlation").path(tables))
     assert len(table) and not (table.task == "fgbmk").any()
+
+
+def test_the_correlation_asset_reuses_its_stored_rows_and_figures(tmp_path):
+    """Materialized again, the study resamples no row and redraws no figure; with a seventh backbone only the
+    rows that backbone enters are resampled, and the table equals one made on a fresh storage."""
+    soco, fine = _boards()
+    run_config = {"ops": {"correlation": {"config": {"n_resamples": 200}}}}
+
+    def materialize(storage: Path, home: Path) -> tuple[pd.DataFrame, dict]:
+        defs = build_definitions(storage_root=str(storage), backbones_dir=str(tmp_path / "none"))
+        with dg.instance_for_test(temp_dir=str(home)) as instance:
+            assert dg.materialize(
+                list(defs.assets),
+                selection=dg.AssetSelection.assets("correlation"),
+                instance=instance,
+                resources=defs.resources,
+                run_config=run_config,
+            ).success
+            record = instance.fetch_materializations(dg.AssetKey("correlation"), limit=1).records[0]
+            meta = {k: getattr(v, "value", v) for k, v in record.asset_materialization.metadata.items()}
+        return pd.read_parquet(table_for("correlation").path(str(storage / "tables"))), meta
+
+    def boards(storage: Path, soco: pd.DataFrame, fine: pd.DataFrame) -> None:
+        write_parquet_atomic(soco, table_for("leaderboard").path(str(storage / "tables")))
+        write_parquet_atomic(fine, table_for("fgbmk_leaderboard").path(str(storage / "tables")))
+
+    storage, home = tmp_path / "storage", tmp_path / "home"
+    home.mkdir()
+    boards(storage, soco, fine)
+    first, meta1 = materialize(storage, home)
+    png = storage / "figures" / "correlation_all.png"
+    stamps = {p: p.stat().st_mtime_ns for p in (png, png.with_suffix(".svg"))}
+    assert meta1["rows_reused"] == 0 and meta1["png_sha256_all"]
+
+    again, meta2 = materialize(storage, home)
+    pd.testing.assert_frame_equal(again, first)
+    assert meta2["rows_reused"] == len(first) and meta2["figure_all"] == meta1["figure_all"]
+    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps  # the figures were not drawn again
+
+    seventh_soco = pd.concat(
+        [soco, pd.DataFrame({"backbone": ["b6"], "soc": [45.0], "cc": [33.0], "knn_top1": [20.0]})],
+        ignore_index=True,
+    )
+    seventh_fine = pd.concat(
+        [fine, pd.DataFrame([{"kind": "backbone", "model": "b6", "top1_subclass": 60.0, "simulated": True}])],
+        ignore_index=True,
+    )
+    boards(storage, seventh_soco, seventh_fine)
+    grown, meta3 = materialize(storage, home)
+    resampled = grown[~grown.inputs_sha.isin(first.inputs_sha)]  # b6 has one FG-BMK metric: its rows only
+    assert set(resampled.metric) == {"top1_subclass"} and (resampled.n == 7).all()
+    assert meta3["rows_reused"] == len(grown) - len(resampled) and meta3["figure_all"] == meta1["figure_all"]
+    fresh_home = tmp_path / "fresh_home"
+    fresh_home.mkdir()
+    boards(tmp_path / "fresh", seventh_soco, seventh_fine)
+    fresh, _ = materialize(tmp_path / "fresh", fresh_home)
+    pd.testing.assert_frame_equal(grown, fresh)

@@ -4,9 +4,11 @@ bootstrap CIs and paired delta r; error metrics are sign-flipped first (`sign_fl
 from __future__ import annotations
 
 import fnmatch
+import hashlib
+from collections.abc import Callable
 from dataclasses import field
 from pathlib import Path
-from typing import Annotated, NamedTuple
+from typing import Annotated, Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -14,6 +16,7 @@ from pydantic import ConfigDict, Field, StrictFloat, StrictInt, model_validator
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from soco_pipeline.analysis.bootstrap import (
+    Interval,
     bootstrap_correlations,
     bootstrap_delta,
     pair_seed,
@@ -27,8 +30,10 @@ STATISTICS = ("pearson", "spearman")
 ANALYSIS_CONFIG = PROJECT_ROOT / "assets" / "analysis.yaml"
 CORRELATION_COLUMNS = (
     "subset benchmark benchmark_task benchmark_metric task task_display metric metric_shown sign_flipped "
-    "headline statistic estimate ci_low ci_high n n_resamples confidence seed degenerate_resamples"
+    "headline statistic estimate ci_low ci_high n n_resamples confidence seed degenerate_resamples inputs_sha"
 ).split()
+# Bumped whenever the bootstrap's arithmetic changes: a stored row is reused only under the same version.
+BOOTSTRAP_VERSION = "1"
 
 
 class AnalysisConfigError(ValueError):
@@ -98,7 +103,47 @@ def downstream_columns(scores: pd.DataFrame, config: AnalysisConfig) -> list[tup
     return [tuple(k) for k in keys[keep].itertuples(index=False)]
 
 
-def _row(subset, bench, bt, bm, task, metric, facts, config, statistic, iv, n) -> dict:
+def inputs_sha(config: AnalysisConfig, key: tuple[str, ...], *values: np.ndarray) -> str:
+    """A hash of everything one bootstrap reads: its models' values, its seed key, the resampling settings, the
+    bootstrap's version and the numpy / scipy that compute it. Equal hashes give equal intervals."""
+    import scipy
+
+    h = hashlib.sha256()
+    settings = (BOOTSTRAP_VERSION, np.__version__, scipy.__version__, config.seed, config.n_resamples)
+    h.update(repr((settings, float(config.confidence), STATISTICS, key)).encode())
+    for v in values:
+        h.update(np.ascontiguousarray(v, dtype=np.float64).tobytes())
+        h.update(b"|")
+    return h.hexdigest()[:16]
+
+
+def stored_intervals(previous: pd.DataFrame | None) -> dict[tuple[str, str], Interval]:
+    """{(inputs_sha, statistic): interval} of a stored correlation table (empty without one)."""
+    if previous is None or "inputs_sha" not in previous.columns:
+        return {}
+    cols = ["inputs_sha", "statistic", "estimate", "ci_low", "ci_high", "degenerate_resamples"]
+    return {
+        (sha, stat): Interval(float(est), float(lo), float(hi), int(deg))
+        for sha, stat, est, lo, hi, deg in previous[cols].itertuples(index=False)
+    }
+
+
+def stored_correlation(tables_root: str, warn: Callable[[str], Any] = print) -> pd.DataFrame | None:
+    """The stored correlation table whose rows `correlation_table` may reuse; None when there is none or it
+    cannot be read (then every row is resampled, and `warn` says why)."""
+    from soco_pipeline.storage import TableIntegrityError
+    from soco_pipeline.stored_tables import stored_table
+
+    try:
+        return stored_table(tables_root, "correlation")
+    except FileNotFoundError:
+        return None
+    except (TableIntegrityError, OSError) as e:
+        warn(f"the stored correlation table is not reused, every row is resampled: {e}")
+        return None
+
+
+def _row(subset, bench, bt, bm, task, metric, facts, config, statistic, iv, n, sha) -> dict:
     hb = bool(facts.loc[(task, metric), "higher_better"])
     return {
         "subset": subset,
@@ -120,11 +165,18 @@ def _row(subset, bench, bt, bm, task, metric, facts, config, statistic, iv, n) -
         "confidence": config.confidence,
         "seed": config.seed,
         "degenerate_resamples": iv.degenerate,
+        "inputs_sha": sha,
     }
 
 
-def correlation_table(scores: pd.DataFrame, config: AnalysisConfig) -> pd.DataFrame:
-    """Every pearson / spearman correlation with its CI, plus delta_pearson rows, from combined scores."""
+def correlation_table(
+    scores: pd.DataFrame, config: AnalysisConfig, previous: pd.DataFrame | None = None
+) -> pd.DataFrame:
+    """Every pearson / spearman correlation with its CI, plus delta_pearson rows, from combined scores.
+
+    A row whose inputs (`inputs_sha`) are those of a row of `previous`, the stored table, takes that row's
+    interval instead of resampling again: a model added without downstream figures changes no row."""
+    stored = stored_intervals(previous)
     if scores.empty:
         raise ReferenceDataError("no scores to correlate: the score tables are empty")
     wide, facts = _wide(scores)
@@ -143,12 +195,15 @@ def correlation_table(scores: pd.DataFrame, config: AnalysisConfig) -> pd.DataFr
                 n = int(ok.sum())
                 if n < config.min_models:
                     continue
-                idx = resample_indices(
-                    n, config.n_resamples, pair_seed(config.seed, label, name, task, metric)
-                )
-                ivs = bootstrap_correlations(x[ok], y[ok], idx, STATISTICS, config.confidence)
+                sha = inputs_sha(config, (label, name, task, metric), x[ok], y[ok])
+                ivs = {s: stored[(sha, s)] for s in STATISTICS if (sha, s) in stored}
+                if len(ivs) < len(STATISTICS):
+                    idx = resample_indices(
+                        n, config.n_resamples, pair_seed(config.seed, label, name, task, metric)
+                    )
+                    ivs = bootstrap_correlations(x[ok], y[ok], idx, STATISTICS, config.confidence)
                 for stat, iv in ivs.items():
-                    rows.append(_row(label, name, bt, bm, task, metric, facts, config, stat, iv, n))
+                    rows.append(_row(label, name, bt, bm, task, metric, facts, config, stat, iv, n, sha))
             for a, b in config.deltas:
                 if a not in benches or b not in benches:
                     continue
@@ -157,12 +212,15 @@ def correlation_table(scores: pd.DataFrame, config: AnalysisConfig) -> pd.DataFr
                 n = int(ok.sum())
                 if n < config.min_models:
                     continue
-                idx = resample_indices(
-                    n, config.n_resamples, pair_seed(config.seed, label, a, b, task, metric)
-                )
-                iv = bootstrap_delta(xa[ok], xb[ok], y[ok], idx, "pearson", config.confidence)
+                sha = inputs_sha(config, (label, a, b, task, metric), xa[ok], xb[ok], y[ok])
+                iv = stored.get((sha, "delta_pearson"))
+                if iv is None:
+                    idx = resample_indices(
+                        n, config.n_resamples, pair_seed(config.seed, label, a, b, task, metric)
+                    )
+                    iv = bootstrap_delta(xa[ok], xb[ok], y[ok], idx, "pearson", config.confidence)
                 rows.append(
-                    _row(label, f"{a}-{b}", "", "", task, metric, facts, config, "delta_pearson", iv, n)
+                    _row(label, f"{a}-{b}", "", "", task, metric, facts, config, "delta_pearson", iv, n, sha)
                 )
     out = pd.DataFrame(rows, columns=CORRELATION_COLUMNS)
     return out.sort_values(["subset", "statistic", "benchmark", "task", "metric"], kind="stable").reset_index(

@@ -3,13 +3,16 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 
 import numpy as np
 import pandas as pd
 
 from soco_pipeline.analysis.correlation import headline_table
-from soco_pipeline.storage import write_bytes_atomic
+from soco_pipeline.storage import exists, read_bytes, write_bytes_atomic
+
+FORMATS = ("png", "svg")
 
 DISPLAY = {"soc": "SOC", "cc": "CC", "knn": "ImageNet kNN top-1 (k=20)"}
 
@@ -83,9 +86,36 @@ def save_correlation_figure(
 
     fig = correlation_figure(table, subset, a, b)
     try:
-        out = {fmt: figure_bytes(fig, fmt) for fmt in ("png", "svg")}
+        out = {fmt: figure_bytes(fig, fmt) for fmt in FORMATS}
     finally:
         plt.close(fig)
     for fmt, data in out.items():
         write_bytes_atomic(f"{path_stem}.{fmt}", data)
+    return out
+
+
+def headline_sha(table: pd.DataFrame, subset: str = "all", a: str = "soc", b: str = "knn") -> str:
+    """A hash of what the figure of `subset` draws: its headline rows (`headline_table`)."""
+    h = headline_table(table, subset, a, b)
+    digest = hashlib.sha256(repr((subset, a, b, list(h.columns))).encode())
+    digest.update(pd.util.hash_pandas_object(h, index=True).to_numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def file_sha(data: bytes) -> str:
+    """The sha256 of a figure file's bytes (hex)."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def stored_figure(path_stem: str, recorded: dict[str, str]) -> dict[str, bytes] | None:
+    """The figure files `<path_stem>.png|svg` when each one's sha256 is the one `recorded` ({fmt: sha});
+    None when a file is missing or differs (a later failed run may have overwritten it)."""
+    out = {}
+    for fmt in FORMATS:
+        path = f"{path_stem}.{fmt}"
+        if not recorded.get(fmt) or not exists(path):
+            return None
+        out[fmt] = read_bytes(path)
+        if file_sha(out[fmt]) != recorded[fmt]:
+            return None
     return out

@@ -126,7 +126,7 @@ class CorrelationConfig(dg.Config):
     group_name=GROUP,
     optional=["leaderboard", "fgbmk_leaderboard"],
     kinds={"pandas"},
-    code_version="2",
+    code_version="3",  # 3: the inputs_sha column, stored rows and figures reused
     automation_condition=None,
 )
 def correlation(
@@ -143,9 +143,16 @@ def correlation(
         correlation_table,
         headline_markdown,
         load_analysis_config,
+        stored_correlation,
         task_markdown,
     )
-    from soco_pipeline.analysis.figure import save_correlation_figure
+    from soco_pipeline.analysis.figure import (
+        FORMATS,
+        file_sha,
+        headline_sha,
+        save_correlation_figure,
+        stored_figure,
+    )
     from soco_pipeline.tasks.fgbmk.leaderboard import correlation_scores
 
     cfg = load_analysis_config(
@@ -164,9 +171,16 @@ def correlation(
         name_map=ref.load_name_map(map_path),
         map_source=map_path,
     )
-    table = correlation_table(scores, cfg)
+    previous = stored_correlation(soco.tables_root, context.log.warning)
+    table = correlation_table(scores, cfg, previous)
+    reused = int(table["inputs_sha"].isin(previous["inputs_sha"]).sum()) if previous is not None else 0
+    last = context.instance.get_latest_materialization_event(context.asset_key)
+    recorded = (
+        {k: getattr(v, "value", v) for k, v in last.asset_materialization.metadata.items()} if last else {}
+    )
     meta: dict = {
         "rows": len(table),
+        "rows_reused": reused,  # rows whose bootstrap inputs equal a stored row's: its interval, not resampled
         "models": int(scores["model"].nunique()),
         "seed": cfg.seed,
         "n_resamples": cfg.n_resamples,
@@ -174,8 +188,12 @@ def correlation(
     }
     for subset in cfg.subsets:
         stem = f"{soco.figures_root}/correlation_{subset}"
+        shown = headline_sha(table, subset)
+        figs = None
+        if recorded.get(f"figure_inputs_{subset}") == shown:  # the same headline rows: the same figure
+            figs = stored_figure(stem, {fmt: recorded.get(f"{fmt}_sha256_{subset}", "") for fmt in FORMATS})
         try:
-            figs = save_correlation_figure(table, stem, subset)
+            figs = figs or save_correlation_figure(table, stem, subset)
         except ValueError as e:  # no headline rows for this subset
             context.log.warning(str(e))
             continue
@@ -184,6 +202,8 @@ def correlation(
             f"![correlation {subset}](data:image/png;base64,{img})"
         )
         meta[f"table_{subset}"] = dg.MetadataValue.md(headline_markdown(table, subset))
-        meta[f"png_{subset}"] = dg.MetadataValue.path(f"{stem}.png")
-        meta[f"svg_{subset}"] = dg.MetadataValue.path(f"{stem}.svg")
+        meta[f"figure_inputs_{subset}"] = shown
+        for fmt in FORMATS:
+            meta[f"{fmt}_{subset}"] = dg.MetadataValue.path(f"{stem}.{fmt}")
+            meta[f"{fmt}_sha256_{subset}"] = file_sha(figs[fmt])
     return TableResult(table, meta)
