@@ -155,3 +155,10 @@ def test_the_correlation_asset_reuses_its_stored_rows_and_figures(tmp_path):
     boards(tmp_path / "fresh", seventh_soco, seventh_fine)
     fresh, _ = materialize(tmp_path / "fresh", fresh_home)
     pd.testing.assert_frame_equal(grown, fresh)
+    # a table stored by the code before `inputs_sha` (an upgraded storage): every row resampled, no error
+    write_parquet_atomic(
+        grown.drop(columns="inputs_sha"), table_for("correlation").path(str(storage / "tables"))
+    )
+    upgraded, meta4 = materialize(storage, home)
+    assert meta4["rows_reused"] == 0
+    pd.testing.assert_frame_equal(upgraded, grown)

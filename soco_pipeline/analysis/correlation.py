@@ -143,6 +143,13 @@ def stored_correlation(tables_root: str, warn: Callable[[str], Any] = print) -> 
         return None
 
 
+def rows_reused(table: pd.DataFrame, previous: pd.DataFrame | None) -> int:
+    """How many rows of `table` took a stored row's interval (0 without a stored table that has the hashes)."""
+    if previous is None or "inputs_sha" not in previous.columns:
+        return 0
+    return int(table["inputs_sha"].isin(previous["inputs_sha"]).sum())
+
+
 def _row(subset, bench, bt, bm, task, metric, facts, config, statistic, iv, n, sha) -> dict:
     hb = bool(facts.loc[(task, metric), "higher_better"])
     return {

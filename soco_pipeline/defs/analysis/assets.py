@@ -143,6 +143,7 @@ def correlation(
         correlation_table,
         headline_markdown,
         load_analysis_config,
+        rows_reused,
         stored_correlation,
         task_markdown,
     )
@@ -173,14 +174,15 @@ def correlation(
     )
     previous = stored_correlation(soco.tables_root, context.log.warning)
     table = correlation_table(scores, cfg, previous)
-    reused = int(table["inputs_sha"].isin(previous["inputs_sha"]).sum()) if previous is not None else 0
     last = context.instance.get_latest_materialization_event(context.asset_key)
     recorded = (
         {k: getattr(v, "value", v) for k, v in last.asset_materialization.metadata.items()} if last else {}
     )
     meta: dict = {
         "rows": len(table),
-        "rows_reused": reused,  # rows whose bootstrap inputs equal a stored row's: its interval, not resampled
+        "rows_reused": rows_reused(
+            table, previous
+        ),  # rows whose bootstrap inputs equal a stored row's: its interval, not resampled
         "models": int(scores["model"].nunique()),
         "seed": cfg.seed,
         "n_resamples": cfg.n_resamples,
