@@ -16,6 +16,9 @@ Then the wall time of the model's partition runs and the time their steps cover 
 overlap), each unpartitioned run (items, boards, summary), the time outside any run (its process, loading
 the definitions, the cache checks), and everything else: `soco run`'s wall time less the time the model's
 steps cover (run and step process start, Dagster's events, the boards and the summary, the process).
+Last, the floor of a fresh `soco run` of that model if orchestration cost nothing: the imports its steps need
+in a new process (Python, Dagster, torch, torchvision, timm; timed three times, the fastest kept) plus the time
+its steps cover.
 Prints the table, the `soco run` wall times, `nproc` and the load average before and after; figures taken on
 a busy machine are not idle figures.
 
@@ -114,6 +117,19 @@ def split(home: Path, model: str, since: float) -> dict:
     return out
 
 
+STEP_IMPORTS = "import dagster, torch, torchvision, timm"  # what every model's steps load in a new process
+
+
+def import_seconds(env: dict[str, str]) -> float:
+    """The fastest of three fresh processes that only import what a model's steps need (s)."""
+    times = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-c", STEP_IMPORTS], env=env, cwd=ROOT, check=True)
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
 def table(model: str, cost: dict, wall: float) -> str:
     """The split of one model as a text table."""
     lines = [f"{model}: soco run {wall:.1f} s", f"  {'family':8s} {'forward':>9s} {'other':>9s}"]
@@ -177,13 +193,19 @@ def main() -> None:
         print(
             f"warm-up ({args.warmup}: data, pairs, items, its own partitions): {soco_run(env, warm, args.families):.1f} s"
         )
+        imports = import_seconds(env)
         for name in args.backbones.split(","):
             path = ROOT / name if name.endswith(".yaml") else src / f"{name}.yaml"
             spec = specs / f"cost_{path.stem}.yaml"
             shutil.copy(path, spec)
             since = time.time()
             wall = soco_run(env, spec, args.families)
-            print(table(spec.stem, split(home, spec.stem, since), wall))
+            cost = split(home, spec.stem, since)
+            print(table(spec.stem, cost, wall))
+            print(
+                f"  floor without orchestration: {imports + cost['model_covered']:.1f} s (a new process's "
+                f"`{STEP_IMPORTS}` {imports:.1f} s + its steps {cost['model_covered']:.1f} s)"
+            )
             print(f"  the same soco run again (nothing changed): {soco_run(env, spec, args.families):.1f} s")
         print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} after")
     finally:
