@@ -4,16 +4,17 @@ The zoo is cheap specs on a small generated data set (simulated data, no downloa
 random ViT-S/14, dense SIFT and the two oracles (assets/backbones/), each with its own seed and input size, so
 every spec has its own spec_hash and feature cache (`zoo_specs`). The zoo grows in steps (`--sizes`, default
 10,30,100): the models added in a step are each evaluated as `soco run SPEC` evaluates a model (run_cli's
-plan, demo.Runner: one run per step, through the instance) less the boards, each in a Python process of its
-own; then, at that size, the boards are built as `soco run` builds them (each family's board, then the
-summary run: leaderboard, model_summary, results page ...), one spec-sensor tick and one automation tick are
-evaluated, and one `soco sql` query runs through the console script in a fresh process. Measured:
+plan and demo.Runner; the stages of a phase joined in one in-process run, `joined_runs.run_joined`) less the
+boards, each in a Python process of its own; then, at that size, the boards are built as `soco run` builds
+them (every board and the summary in one run: leaderboard, model_summary, results page ...), one spec-sensor
+tick and one automation tick are evaluated, and one `soco sql` query runs through the console script in a
+fresh process. Measured:
 
-- per added model: the wall time of its stages (SOCO's and each family's), of its whole process (start,
+- per added model: the wall time of its run (SOCO's and each family's stages), of its whole process (start,
   definitions, runs), and its peak memory: the summed PSS of its process tree (the step processes and the
   forkserver included) and the largest single RSS, sampled from /proc every 0.25 s (Linux only; short
   peaks can be missed);
-- each board run's wall time and, from the run's STEP_SUCCESS events, each asset's step time (the SOCO
+- the boards' run wall time and, from the run's STEP_SUCCESS events, each asset's step time (the SOCO
   `leaderboard`, `model_summary`, the results page `results_report` ...);
 - one tick of `backbone_specs_sensor` over the zoo's spec folder (steady state: every spec seen), and one
   evaluation of every automation condition (the second, with the first one's cursor, as the daemon keeps it);
@@ -116,39 +117,47 @@ def _steps(defs, settings, name: str, families: list[str], staged: bool = False)
     return plan(defs, added, families, None, settings)
 
 
-def _step_times(instance, job: str) -> dict[str, float]:
-    """{step key: seconds} of the newest run of `job`, from its STEP_SUCCESS events."""
+def _step_times(instance, run_id: str) -> dict[str, float]:
+    """{step key: seconds} of run `run_id`, from its STEP_SUCCESS events."""
     import dagster as dg
 
-    (run,) = instance.get_runs(dg.RunsFilter(job_name=job), limit=1)
-    events = instance.all_logs(run.run_id, of_type=dg.DagsterEventType.STEP_SUCCESS)
+    events = instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_SUCCESS)
     return {e.dagster_event.step_key: e.dagster_event.event_specific_data.duration_ms / 1000 for e in events}
 
 
-def _run_stages(runner, instance, stages, cached: bool = True) -> list[dict]:
-    """Run each stage (skipping what is cached, as `soco run` does); wall time, status, step times."""
-    from soco_pipeline.cli.run import is_cached
+def _run_stages(runner, defs, instance, stages, phase: str, cached: bool = True) -> dict:
+    """Run the stages of one phase as `soco run` does (what is cached skipped, the rest joined in one run of
+    the phase's job, in-process): {"stages": per stage its status, the seconds of its own steps and their
+    times; "run_s": the wall time of the run}."""
+    from soco_pipeline.cli.joined_runs import run_joined
+    from soco_pipeline.cli.run import JOBS, is_cached
 
-    out = []
+    rows, todo = [], []
     for stage, cache in stages:
         if cached and cache is not None and is_cached(instance, stage.keys, **cache):
-            out.append({"stage": stage.label, "status": "cached", "s": 0.0, "steps": {}})
-            continue
-        t = time.perf_counter()
-        ok = runner.run(stage)
-        row = {"stage": stage.label, "status": "ran" if ok else "FAILED", "s": time.perf_counter() - t}
-        row["steps"] = _step_times(instance, stage.job)
-        out.append(row)
+            rows.append({"stage": stage.label, "status": "cached", "s": 0.0, "steps": {}})
+        else:
+            todo.append(stage)
+    t = time.perf_counter()
+    results = run_joined(runner, defs, todo, JOBS[phase]) if todo else []
+    wall = time.perf_counter() - t
+    steps = _step_times(instance, runner.last_run_id) if todo else {}
+    for stage, (ok, seconds) in zip(todo, results, strict=True):
+        ops = {defs.resolve_assets_def(k).node_def.name for k in stage.keys}
+        mine = {k: v for k, v in steps.items() if k.split("[")[0] in ops}
+        rows.append({"stage": stage.label, "status": "ran" if ok else "FAILED", "s": seconds, "steps": mine})
     if runner.failed:
         raise RuntimeError(f"failed: {runner.failed}")
-    return out
+    return {"stages": rows, "run_s": wall}
 
 
 def child_setup(name: str, families: list[str]) -> dict:
     """The data and pairs, and each family's items: what every model reads, run once before the zoo."""
     settings, defs, instance, runner = _context()
-    once = [(s, c) for s, c in _steps(defs, settings, name, families, staged=True) if c == {}]
-    return {"stages": _run_stages(runner, instance, once)}
+    steps = _steps(defs, settings, name, families, staged=True)
+    data = _run_stages(runner, defs, instance, steps[:1], "data")
+    items = _run_stages(runner, defs, instance, [(s, c) for s, c in steps[1:] if c == {}], "items")
+    return {"stages": data["stages"] + items["stages"]}
 
 
 def child_model(name: str, families: list[str]) -> dict:
@@ -163,7 +172,7 @@ def child_model(name: str, families: list[str]) -> dict:
         instance.add_dynamic_partitions("backbones", [name])
     per_model = [(s, c) for s, c in _steps(defs, settings, name, families) if c and "partition" in c]
     ready = time.perf_counter() - t0
-    return {"name": name, "ready_s": ready, "stages": _run_stages(runner, instance, per_model)}
+    return {"name": name, "ready_s": ready, **_run_stages(runner, defs, instance, per_model, "model")}
 
 
 def child_boards(name: str, families: list[str]) -> dict:
@@ -174,7 +183,7 @@ def child_boards(name: str, families: list[str]) -> dict:
 
     settings, defs, instance, runner = _context()
     boards = [(s, c) for s, c in _steps(defs, settings, name, families) if c is None]
-    stages = _run_stages(runner, instance, boards, cached=False)
+    run = _run_stages(runner, defs, instance, boards, "boards", cached=False)
     sensor = defs.resolve_sensor_def("backbone_specs_sensor")
 
     def tick(cursor):
@@ -195,7 +204,7 @@ def child_boards(name: str, families: list[str]) -> dict:
     t = time.perf_counter()
     evaluate(defs=defs, instance=instance, cursor=cold.cursor)
     warm_s = time.perf_counter() - t
-    return {"stages": stages, "sensor_s": sensor_s, "automation_first_s": cold_s, "automation_s": warm_s}
+    return {**run, "sensor_s": sensor_s, "automation_first_s": cold_s, "automation_s": warm_s}
 
 
 CHILDREN = {"setup": child_setup, "model": child_model, "boards": child_boards}
@@ -333,17 +342,17 @@ def _steps_note(stages: list[dict], top: int = 4) -> str:
 
 
 def per_model_s(added: list[dict]) -> float:
-    """Mean wall time of an added model's stages."""
-    return _mean(sum(s["s"] for s in m["stages"]) for m in added)
+    """Mean wall time of an added model's run (its stages of every family, joined in one run)."""
+    return _mean(m["run_s"] for m in added)
 
 
 def size_table(size: int, added: list[dict], boards: dict, sql: tuple[float, int]) -> str:
     """The markdown table of one zoo size."""
-    stage_s = [sum(s["s"] for s in m["stages"]) for m in added]
+    stage_s = [m["run_s"] for m in added]
     lines = [
         f"| zoo of {size} models | s | peak MB (PSS, tree) | note |",
         "|---|---:|---:|---|",
-        f"| per added model: its stages (mean of {len(added)}) | {per_model_s(added):.2f} | "
+        f"| per added model: its run (mean of {len(added)}) | {per_model_s(added):.2f} | "
         f"{max(m['peak_pss_mb'] for m in added):.0f} | min {min(stage_s):.2f}, max {max(stage_s):.2f}; "
         f"largest process RSS {max(m['peak_rss_mb'] for m in added):.0f} MB |",
         f"| per added model: its process, start to end | {_mean(m['wall_s'] for m in added):.2f} | | "
@@ -361,12 +370,11 @@ def size_table(size: int, added: list[dict], boards: dict, sql: tuple[float, int
             families.setdefault(_family(s["stage"]), []).append(s)
     for fam, stages in families.items():
         note = _steps_note(stages)
-        lines.append(f"| &nbsp; {fam} stage (mean) | {_mean(s['s'] for s in stages):.2f} | | {note} |")
+        lines.append(f"| &nbsp; {fam} steps (mean) | {_mean(s['s'] for s in stages):.2f} | | {note} |")
     for s in boards["stages"]:
-        lines.append(f"| {_family(s['stage'])} (run) | {s['s']:.2f} | | {_steps_note([s], top=8)} |")
+        lines.append(f"| &nbsp; {_family(s['stage'])} (steps) | {s['s']:.2f} | | {_steps_note([s], top=8)} |")
     lines += [
-        f"| boards, all runs | {sum(s['s'] for s in boards['stages']):.2f} | {boards['peak_pss_mb']:.0f} | "
-        "one process |",
+        f"| boards (one run) | {boards['run_s']:.2f} | {boards['peak_pss_mb']:.0f} | one process |",
         f"| spec-sensor tick (steady) | {boards['sensor_s']:.2f} | | |",
         f"| automation tick | {boards['automation_s']:.2f} | | first evaluation (no cursor) "
         f"{boards['automation_first_s']:.2f} s |",
@@ -464,11 +472,11 @@ def report_growth(results: list[tuple[int, list[dict], dict]]) -> None:
     (n0, added0, boards0), (n1, added1, boards1) = results[0], results[-1]
 
     def board_total(boards):
-        return sum(s["s"] for s in boards["stages"])
+        return boards["run_s"]
 
     print(f"\n## growth from {n0} to {n1} models (x{n1 / n0:.1f} models)")
     print(
-        f"per added model (its stages): {per_model_s(added0):.2f} s -> {per_model_s(added1):.2f} s: "
+        f"per added model (its run): {per_model_s(added0):.2f} s -> {per_model_s(added1):.2f} s: "
         f"ratio {per_model_s(added1) / per_model_s(added0):.2f} (flat: 1)"
     )
     for base in sorted({base_of(m["name"]) for m in added0}):
@@ -481,7 +489,7 @@ def report_growth(results: list[tuple[int, list[dict], dict]]) -> None:
         f"{_mean(m['wall_s'] for m in added1):.2f} s"
     )
     print(
-        f"boards, all runs: {board_total(boards0):.2f} s -> {board_total(boards1):.2f} s: growth "
+        f"boards (one run): {board_total(boards0):.2f} s -> {board_total(boards1):.2f} s: growth "
         f"x{board_total(boards1) / board_total(boards0):.2f} (linear: x{n1 / n0:.1f}; the first size also "
         "pays each board's first build)"
     )
