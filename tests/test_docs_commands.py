@@ -79,6 +79,10 @@ NOT_RUN: dict[str, str] = {
     "SOCO_K8S_GPUS=1 SOCO_K8S_VOLUME_CLAIM=soco-launch SOCO_LAUNCH_DIR=/launch SOCO_STORAGE=s3://lab-bucket/soco": (
         "no Kubernetes cluster here; test_launchers.py validates the rendered pod spec"
     ),
+    ".venv/bin/soco run ckpt_010.yaml ckpt_020.yaml ckpt_030.yaml": (
+        "a lab's checkpoint files; test_soco_run.py runs several specs in one `soco run` through the console "
+        "script (both added, a run per model, the boards once, all cached again, a bad one adds none)"
+    ),
     # pretrained weights, API keys or files this machine does not have
     ".venv/bin/soco add-backbone assets/backbone_presets/dinov2_vitb14.yaml": (
         "DINOv2-B/14's weights are not in the offline Hugging Face cache here (the command then exits 2 "

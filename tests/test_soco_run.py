@@ -12,6 +12,7 @@ import io
 import os
 import shutil
 import subprocess
+from pathlib import Path
 
 import dagster as dg
 import pytest
@@ -240,3 +241,78 @@ def test_the_published_queries_of_docs_results_md_run_as_written(first):
     for block in wanted:
         for query in [q.strip() for q in block.split(";") if q.strip()]:
             assert sql_rows(first["storage"], query), query  # rows, not only a header
+
+
+def _variant(first, base: str, name: str) -> str:
+    """A copy of shipped spec `base` with seed 1 under the model name `name` (a new model): its path."""
+    text = (PROJECT_ROOT / "assets" / "backbones" / f"{base}.yaml").read_text().replace("seed: 0", "seed: 1")
+    path = first["tmp"] / f"{name}.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def _console_run(*args: str) -> subprocess.CompletedProcess:
+    """`soco run ARGS` through the console script in a fresh process."""
+    return subprocess.run(
+        [str(VENV_BIN / "soco"), "run", *args],
+        env=dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+
+
+def test_several_specs_run_in_one_command_with_the_boards_once(first):
+    """`soco run A B` through the console script: both specs added, each model's stages in a run of its own,
+    the data and items cached, one boards run; both cards and both models on the board. Again: all cached."""
+    part, concept = (
+        _variant(first, "oracle_part", "part_seed1"),
+        _variant(first, "oracle_concept", "concept_seed1"),
+    )
+    before = len(_runs(first["home"]))
+    done = _console_run(part, concept, "--families", "soco,mmvm")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    out = done.stdout
+    added = _runs(first["home"])[: len(_runs(first["home"])) - before]
+    assert sorted((job, p) for job, p, _ in added) == [
+        ("demo_boards", None),
+        ("demo_model", "concept_seed1"),
+        ("demo_model", "part_seed1"),
+    ]
+    for model in ("part_seed1", "concept_seed1"):
+        assert (first["specs"] / f"{model}.yaml").is_file()
+        assert f"soco / backbone {model}" in out and f"mmvm / backbone {model}" in out
+        assert f"{model}: headline per family" in out
+    assert out.index("part_seed1: headline per family") < out.index("concept_seed1: headline per family")
+    board = {r["backbone"] for r in sql_rows(first["storage"], "select backbone from leaderboard")}
+    assert {"part_seed1", "concept_seed1", "oracle_part"} <= board
+    summary = out[out.index("Summary: one row per model") :]
+    assert "| part_seed1" in summary and "| concept_seed1" in summary
+
+    runs = len(_runs(first["home"]))
+    again = _console_run(part, concept, "--families", "soco,mmvm")
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    steps = [line for line in again.stdout.splitlines() if line.startswith("[")]
+    assert steps and all(line.endswith(": cached, skipped") for line in steps), again.stdout
+    assert len(_runs(first["home"])) == runs
+
+
+def test_a_bad_spec_among_several_adds_none_and_names_itself(first):
+    """One spec that fails its check, or two files of one model name: an error naming it, no spec added, no run."""
+    good = _variant(first, "oracle_part", "part_seed2")
+    bad = first["tmp"] / "broken_seed.yaml"
+    shipped = (PROJECT_ROOT / "assets" / "backbones" / "oracle_part.yaml").read_text()
+    bad.write_text(shipped.replace("stride: 4", "stride: -4"))
+    runs = len(_runs(first["home"]))
+    done = _console_run(good, str(bad), "--families", "soco")
+    assert done.returncode != 0 and "broken_seed" in done.stderr, done.stderr[-3000:]
+    twin = first["tmp"] / "twin"
+    twin.mkdir(exist_ok=True)
+    (twin / "part_seed2.yaml").write_text(Path(good).read_text())
+    done = _console_run(good, str(twin / "part_seed2.yaml"), "--families", "soco")
+    assert done.returncode != 0 and "'part_seed2' is given twice" in done.stderr, done.stderr[-3000:]
+    assert (
+        not (first["specs"] / "part_seed2.yaml").exists()
+        and not (first["specs"] / "broken_seed.yaml").exists()
+    )
+    assert len(_runs(first["home"])) == runs

@@ -13,6 +13,8 @@ from soco_pipeline.analysis.correlation import headline_table
 from soco_pipeline.storage import exists, read_bytes, write_bytes_atomic
 
 FORMATS = ("png", "svg")
+# Bumped whenever the drawing changes: a stored figure is reused only under the same version.
+FIGURE_VERSION = "1"
 
 DISPLAY = {"soc": "SOC", "cc": "CC", "knn": "ImageNet kNN top-1 (k=20)"}
 
@@ -95,9 +97,13 @@ def save_correlation_figure(
 
 
 def headline_sha(table: pd.DataFrame, subset: str = "all", a: str = "soc", b: str = "knn") -> str:
-    """A hash of what the figure of `subset` draws: its headline rows (`headline_table`)."""
+    """A hash of what the figure of `subset` draws: its headline rows (`headline_table`), with the drawing's
+    version and matplotlib's."""
+    from importlib.metadata import version
+
     h = headline_table(table, subset, a, b)
-    digest = hashlib.sha256(repr((subset, a, b, list(h.columns))).encode())
+    drawing = (FIGURE_VERSION, version("matplotlib"), DISPLAY)
+    digest = hashlib.sha256(repr((drawing, subset, a, b, list(h.columns))).encode())
     digest.update(pd.util.hash_pandas_object(h, index=True).to_numpy().tobytes())
     return digest.hexdigest()[:16]
 

@@ -1,6 +1,7 @@
-"""`soco run SPEC [--families ...] [--limit N]`: add a backbone or LVLM spec and materialize its partitions
-and the boards on every family through demo.py's Runner; steps already fresh (cli/freshness.Freshness) are
-skipped, Ctrl-C fails the run and the same command resumes."""
+"""`soco run SPEC [SPEC ...] [--families ...] [--limit N]`: add backbone or LVLM specs and materialize their
+partitions and the boards on every family through demo.py's Runner (several specs: one process, the boards
+once); steps already fresh (cli/freshness.Freshness) are skipped, Ctrl-C fails the run and the same command
+resumes."""
 
 from __future__ import annotations
 
@@ -47,15 +48,15 @@ def is_lvlm_spec(path: Path) -> bool:
     return isinstance(doc, dict) and "backend" in doc
 
 
-def add_spec(
+def checked_spec_file(
     src: Path,
     settings: Settings,
     weights: bool = True,
     force: bool = False,
     instance: dg.DagsterInstance | None = None,
-) -> Added:
-    """Copy the validated spec into its folder; a different file there is replaced only with `force`. With
-    `instance`, a backbone spec already accepted in this version skips its kind's check (timm's import)."""
+) -> tuple[Added, Path]:
+    """The spec checked as `add_spec` checks it, nothing copied yet: (where it goes, the file it comes from).
+    With `instance`, a backbone spec already accepted in this version skips its kind's check (timm's import)."""
     from soco_pipeline.cli.spec_lookup import resolve_spec
 
     src = resolve_spec(str(src))  # a path, or a shipped spec's name; else close names and the docs
@@ -76,12 +77,51 @@ def add_spec(
                 f"{dest} exists with other content: pass --force to replace it (its results are recomputed), "
                 "or rename your spec file (the model's name is the file stem)"
             )
+    return Added(spec.name, partitions, dest, kind), src
+
+
+def install_spec(added: Added, src: Path) -> Added:
+    """Copy a checked spec file into its folder (atomically; nothing when the same bytes are there)."""
+    dest = added.path
     if not dest.exists() or dest.read_bytes() != src.read_bytes():
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp = folder / f".{dest.name}.tmp"
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.parent / f".{dest.name}.tmp"
         shutil.copyfile(src, tmp)
         tmp.replace(dest)
-    return Added(spec.name, partitions, dest, kind)
+    return added
+
+
+def add_spec(
+    src: Path,
+    settings: Settings,
+    weights: bool = True,
+    force: bool = False,
+    instance: dg.DagsterInstance | None = None,
+) -> Added:
+    """Copy the validated spec into its folder; a different file there is replaced only with `force`. With
+    `instance`, a backbone spec already accepted in this version skips its kind's check (timm's import)."""
+    return install_spec(*checked_spec_file(src, settings, weights, force, instance))
+
+
+def add_specs(
+    sources: list[Path],
+    settings: Settings,
+    weights: bool = True,
+    force: bool = False,
+    instance: dg.DagsterInstance | None = None,
+) -> list[Added]:
+    """`add_spec` of several specs: every one checked before any is copied, so that a bad one adds none; two
+    that name one model (the file stem) are an error."""
+    checked = [checked_spec_file(src, settings, weights, force, instance) for src in sources]
+    seen: dict[str, Path] = {}
+    for added, src in checked:
+        if added.name in seen:
+            raise ValueError(
+                f"model {added.name!r} is given twice ({seen[added.name]} and {src}): a model's name is its "
+                "spec file's stem; rename one of them"
+            )
+        seen[added.name] = src
+    return [install_spec(added, src) for added, src in checked]
 
 
 def _latest(instance: dg.DagsterInstance, key: dg.AssetKey, partition: str | None):
@@ -233,6 +273,31 @@ def plan(
 JOBS = {"data": "demo_data_and_pairs", "items": "demo_items", "model": "demo_model", "boards": "demo_boards"}
 
 
+def joint_plan(
+    defs: dg.Definitions,
+    addeds: list[Added],
+    families: list[str],
+    limit: int | None,
+    settings: Settings,
+    sinces: dict[str, float],
+):
+    """The steps of a `soco run` of several specs: the data and each family's items once, then every model's
+    own stages in the order given, then the boards once (the summary last)."""
+    data, items, models, boards = None, {}, [], {}
+    for added in addeds:
+        for i, (stage, cache) in enumerate(plan(defs, added, families, limit, settings, sinces[added.name])):
+            if i == 0:
+                data = data or (stage, cache)
+            elif cache is None:
+                boards.setdefault(stage.job, (stage, cache))
+            elif stage.partition is None:
+                items.setdefault(stage.job, (stage, cache))
+            else:
+                models.append((stage, cache))
+    ordered = sorted(boards.values(), key=lambda step: step[0].job == "demo_summary")  # stable: summary last
+    return [data, *items.values(), *models, *ordered]
+
+
 def phase_of(i: int, cache: dict | None, stage) -> str:
     """Which run of a `soco run` step `i` of the plan joins: data | items | model | boards (JOBS)."""
     if i == 1:
@@ -285,7 +350,8 @@ def _boards(
 
 
 def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
-    """Add a spec and evaluate that model on the chosen families; print its summary beside the others."""
+    """Add one or more specs and evaluate those models on the chosen families, in one process: the data and
+    the items once, each model's own runs in turn, the boards once; print each model's card and the summary."""
     import dagster as dg
     import pandas as pd
 
@@ -314,29 +380,45 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     there = not is_remote(settings.storage_root) and Path(settings.storage_root).is_dir()
     instance = open_instance() if there else None
     weights = not args.skip_weights_check
-    added = add_spec(Path(args.spec), settings, weights=weights, force=args.force, instance=instance)
-    print(textwrap.fill(f"{added.kind} {added.name!r}: spec {added.path}", WIDTH, subsequent_indent="  "))
+    sources = [Path(spec) for spec in args.spec]
+    addeds = add_specs(sources, settings, weights=weights, force=args.force, instance=instance)
+    for added in addeds:
+        print(textwrap.fill(f"{added.kind} {added.name!r}: spec {added.path}", WIDTH, subsequent_indent="  "))
     overrides = settings.definition_overrides()
     overrides = {k: v for k, v in overrides.items() if v is not None}
     defs = build_definitions(**overrides)
     instance = instance or open_instance()
-    if added.name not in instance.get_dynamic_partitions(added.partitions):
-        instance.add_dynamic_partitions(added.partitions, [added.name])
+    for added in addeds:
+        if added.name not in instance.get_dynamic_partitions(added.partitions):
+            instance.add_dynamic_partitions(added.partitions, [added.name])
     observe_sources(instance, defs.resources["soco"])  # the protocol's and the specs' versions, as now
-    since = spec_since(instance, added)
-    steps = plan(defs, added, families, args.limit, settings, since)
+    sinces = {added.name: spec_since(instance, added) for added in addeds}
+    steps = joint_plan(defs, addeds, families, args.limit, settings, sinces)
     runner = Runner(defs, instance, overrides, LOCATION, source=SOURCE)
     timings = []
     t0 = time.perf_counter()
-    model_keys = [k for stage, cache in steps if stage.partition == added.name for k in stage.keys]
+    model_keys = {
+        added.name: [k for stage, _ in steps if stage.partition == added.name for k in stage.keys]
+        for added in addeds
+    }
     ran = False  # a board is cached only when no step before it ran in this command
     numbered = list(enumerate(steps, 1))
+
+    def is_step_cached(stage, cache) -> bool:
+        if cache is not None:  # a model's or the items' step: its own cache entry
+            return cached(runner, defs, addeds[0], stage, cache, [], ran)
+        return all(cached(runner, defs, a, stage, cache, model_keys[a.name], ran) for a in addeds)
+
+    def run_key(n) -> tuple[str, str | None]:
+        i, (stage, cache) = n
+        return phase_of(i, cache, stage), stage.partition  # one run per phase, and per model
+
     try:
-        for phase, group in itertools.groupby(numbered, key=lambda n: phase_of(n[0], n[1][1], n[1][0])):
+        for (phase, _), group in itertools.groupby(numbered, key=run_key):
             todo = []
             for i, (stage, cache) in group:
                 stage.label = f"[{i}/{len(steps)}] {stage.label}"
-                if cached(runner, defs, added, stage, cache, model_keys, ran):
+                if is_step_cached(stage, cache):
                     print(f"{stage.label}: cached, skipped", flush=True)
                     timings.append((stage.label, "cached", 0.0))
                 else:
@@ -349,18 +431,18 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
                 ):
                     ran = True
                     status = "ran" if ok else "FAILED"
-                    if ok and stage.partition == added.name:
-                        sources = reused_from(instance, stage.keys, added.name)
-                        if sources:
-                            status = f"reused from {', '.join(sources)}"
-                            print(f"{stage.label}: rows reused from {', '.join(sources)}", flush=True)
+                    if ok and stage.partition is not None:
+                        sources_of = reused_from(instance, stage.keys, stage.partition)
+                        if sources_of:
+                            status = f"reused from {', '.join(sources_of)}"
+                            print(f"{stage.label}: rows reused from {', '.join(sources_of)}", flush=True)
                     timings.append((stage.label, status, seconds))
             if phase == "data" and runner.failed:
                 break  # nothing runs without the data
     except (KeyboardInterrupt, dg.DagsterExecutionInterruptedError):
         print(
-            f"\ninterrupted: the run in progress is marked failed; `soco run {args.spec}` again resumes "
-            "(finished steps are skipped)",
+            f"\ninterrupted: the run in progress is marked failed; `soco run {' '.join(args.spec)}` again "
+            "resumes (finished steps are skipped)",
             file=sys.stderr,
         )
         return 130
@@ -369,15 +451,16 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     print("\n" + console_table(steps_table, f"steps ({time.perf_counter() - t0:.0f} s in all)"))
     tables = _boards(defs, instance, settings)
     heads = headlines(settings, tables)
-    print(model_card(heads, added.name))
     core_board = tables.get(SOCO.name)
-    if core_board is not None and "published_note" in core_board.columns:
-        row = core_board[core_board["backbone"] == added.name]
-        if len(row) and row["published_note"].iloc[0]:
-            print(f"beside the published {row['reference'].iloc[0]}: {row['published_note'].iloc[0]}")
-            if "gap_note" in row.columns and row["gap_note"].iloc[0]:  # published_gap, knob by knob
-                print(textwrap.fill(f"why it differs (SOC): {row['gap_note'].iloc[0]}", WIDTH))
-            print()
+    for added in addeds:
+        print(model_card(heads, added.name))
+        if core_board is not None and "published_note" in core_board.columns:
+            row = core_board[core_board["backbone"] == added.name]
+            if len(row) and row["published_note"].iloc[0]:
+                print(f"beside the published {row['reference'].iloc[0]}: {row['published_note'].iloc[0]}")
+                if "gap_note" in row.columns and row["gap_note"].iloc[0]:  # published_gap, knob by knob
+                    print(textwrap.fill(f"why it differs (SOC): {row['gap_note'].iloc[0]}", WIDTH))
+                print()
     print(summary_text(heads, where=where_the_tables_are(settings)), end="")
     if runner.failed:
         for label, reason in runner.failed.items():
@@ -389,12 +472,14 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
 def add_command(sub) -> None:
     """Add `soco run` to the `soco` parser's subcommands."""
     s = sub.add_parser(
-        "run", help="add a spec and evaluate that model on every family (its summary at the end)"
+        "run", help="add specs and evaluate those models on every family (their summary at the end)"
     )
     s.add_argument(
         "spec",
+        nargs="+",
         help="a backbone spec YAML (as for add-backbone), an LVLM spec (with `backend:`), or a shipped "
-        "spec's name (assets/backbone_presets/, assets/backbones/, assets/lvlm_presets/)",
+        "spec's name (assets/backbone_presets/, assets/backbones/, assets/lvlm_presets/); several run in one "
+        "process, the boards once at the end",
     )
     s.add_argument(
         "--families",

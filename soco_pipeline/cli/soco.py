@@ -235,7 +235,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
     from soco_pipeline.cli.run import add_command as add_run
 
-    add_run(sub)  # soco run SPEC: one model on every family
+    add_run(sub)  # soco run SPEC [SPEC ...]: models on every family
     from soco_pipeline.cli.family_export import add_command as add_export_family
 
     add_export_family(sub)  # soco export-family tpips OUT --format release
