@@ -16,14 +16,15 @@ Then the wall time of the model's partition runs and the time their steps cover 
 overlap), each unpartitioned run (items, boards, summary), the time outside any run (its process, loading
 the definitions, the cache checks), and everything else: `soco run`'s wall time less the time the model's
 steps cover (run and step process start, Dagster's events, the boards and the summary, the process).
-Last, the floor of a fresh `soco run` of that model if orchestration cost nothing: the imports its steps need
+Then the floor of a fresh `soco run` of that model if orchestration cost nothing: the imports its steps need
 in a new process (Python, Dagster, torch, torchvision, timm; timed three times, the fastest kept) plus the time
-its steps cover.
+its steps cover. Last (`--together N`, default 3), N copies of the nearly free spec with other seeds in one
+`soco run` (one process, the boards once), and one more copy alone right after.
 Prints the table, the `soco run` wall times, `nproc` and the load average before and after; figures taken on
 a busy machine are not idle figures.
 
     .venv/bin/python benchmarks/bench_model_cost.py [--backbones oracle_part,benchmarks/specs/vit_tiny_random.yaml]
-        [--families soco,mmvm,fgbmk,tpips] [--size demo|tiny] [--keep DIR]
+        [--families soco,mmvm,fgbmk,tpips] [--size demo|tiny] [--keep DIR] [--together N]
 
 `--size tiny` (two categories, four images each, the families' tiny test configs) is a smoke run only.
 """
@@ -61,11 +62,12 @@ def family_of(step_or_job: str) -> str:
     return next((f for prefix, f in FAMILY_OF.items() if name.startswith(prefix)), "soco")
 
 
-def soco_run(env: dict[str, str], spec: Path, families: str) -> float:
-    """`soco run SPEC --families F` through the console script in a new process; its wall time (s)."""
+def soco_run(env: dict[str, str], spec: Path | list[Path], families: str) -> float:
+    """`soco run SPEC [SPEC ...] --families F` through the console script in a new process; its wall time (s)."""
+    specs = spec if isinstance(spec, list) else [spec]
     t0 = time.perf_counter()
     done = subprocess.run(
-        [str(ROOT / ".venv" / "bin" / "soco"), "run", str(spec), "--families", families],
+        [str(ROOT / ".venv" / "bin" / "soco"), "run", *map(str, specs), "--families", families],
         env=env,
         cwd=ROOT,
         capture_output=True,
@@ -73,7 +75,8 @@ def soco_run(env: dict[str, str], spec: Path, families: str) -> float:
     )
     wall = time.perf_counter() - t0
     if done.returncode != 0:
-        raise SystemExit(f"soco run {spec.name} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+        names = " ".join(s.name for s in specs)
+        raise SystemExit(f"soco run {names} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
     return wall
 
 
@@ -152,6 +155,23 @@ def table(model: str, cost: dict, wall: float) -> str:
     return "\n".join(lines)
 
 
+def together(env: dict[str, str], specs: Path, n: int, families: str) -> str:
+    """N seed copies of the nearly free spec in one `soco run`, then one more copy alone: the lines to print."""
+    text = (ROOT / NEAR_FREE).read_text()
+    if "seed: 0" not in text:
+        raise SystemExit(f"{NEAR_FREE} has no `seed: 0` line to vary")
+    copies = []
+    for seed in range(101, 102 + n):
+        copies.append(specs / f"together_s{seed}.yaml")
+        copies[-1].write_text(text.replace("seed: 0", f"seed: {seed}"))
+    joint = soco_run(env, copies[:n], families)
+    alone = soco_run(env, copies[n], families)
+    return (
+        f"{n} copies of {Path(NEAR_FREE).name} (other seeds) in one soco run: {joint:.1f} s, "
+        f"{joint / n:.1f} s a model; one more copy alone right after: {alone:.1f} s"
+    )
+
+
 def main() -> None:
     """Warm up the data and items, then split each backbone's `soco run` per family, and time a rerun."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -164,6 +184,12 @@ def main() -> None:
     parser.add_argument("--warmup", default="oracle_concept")
     parser.add_argument("--size", choices=("demo", "tiny"), default="demo")
     parser.add_argument("--keep", help="use (and keep) this folder instead of a temporary one")
+    parser.add_argument(
+        "--together",
+        type=int,
+        default=3,
+        help="then N copies of the nearly free spec (other seeds) in one soco run, and one more alone (0: skip)",
+    )
     args = parser.parse_args()
     tmp = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="soco-bench-cost-"))
     try:
@@ -207,6 +233,8 @@ def main() -> None:
                 f"`{STEP_IMPORTS}` {imports:.1f} s + its steps {cost['model_covered']:.1f} s)"
             )
             print(f"  the same soco run again (nothing changed): {soco_run(env, spec, args.families):.1f} s")
+        if args.together > 0:
+            print(together(env, specs, args.together, args.families))
         print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} after")
     finally:
         if not args.keep:
