@@ -316,3 +316,35 @@ def test_a_bad_spec_among_several_adds_none_and_names_itself(first):
         and not (first["specs"] / "broken_seed.yaml").exists()
     )
     assert len(_runs(first["home"])) == runs
+
+
+def test_a_backbone_and_an_lvlm_in_one_command(first):
+    """A backbone spec and an LVLM spec (a loopback server) in one `soco run` through the console script: each
+    model's stages in a run of its own partition set, the boards once, a card for each."""
+    from soco_pipeline.lvlm.server import serve
+    from tests.lvlm_helpers import RandomAnswerer
+
+    part = _variant(first, "oracle_part", "part_seed3")
+    with serve(RandomAnswerer()) as srv:
+        vlm = first["tmp"] / "random_vlm.yaml"
+        vlm.write_text(
+            f"backend: openai\nmodel: random\nbase_url: {srv.base_url}\napi_key_env: SOCO_PIPELINE_TEST_KEY\n"
+            "max_concurrency: 4\nretries: 1\nbackoff_base: 0.01\n"
+        )
+        before = len(_runs(first["home"]))
+        done = subprocess.run(
+            [str(VENV_BIN / "soco"), "run", part, str(vlm), "--families", "soco", "--limit", "1"],
+            env={**os.environ, "SOCO_PIPELINE_TEST_KEY": "test-key"},
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        assert srv.requests > 0
+    added = _runs(first["home"])[: len(_runs(first["home"])) - before]
+    partitions = [(job, p) for job, p, _ in added if p]
+    assert sorted(p for _, p in partitions) == ["part_seed3", "random_vlm"], added
+    assert [job for job, p, _ in added if p is None].count("demo_boards") == 1, added
+    assert (first["tmp"] / "lvlms" / "random_vlm.yaml").is_file()
+    for model in ("part_seed3", "random_vlm"):
+        assert f"{model}: headline per family" in done.stdout, done.stdout[-3000:]
