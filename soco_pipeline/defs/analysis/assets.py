@@ -180,9 +180,8 @@ def correlation(
     )
     meta: dict = {
         "rows": len(table),
-        "rows_reused": rows_reused(
-            table, previous
-        ),  # rows whose bootstrap inputs equal a stored row's: its interval, not resampled
+        # rows whose bootstrap inputs equal a stored row's: its interval, not resampled
+        "rows_reused": rows_reused(table, previous),
         "models": int(scores["model"].nunique()),
         "seed": cfg.seed,
         "n_resamples": cfg.n_resamples,
