@@ -1,6 +1,7 @@
 """Each per-model table is cached by what it reads (issue 53): a spec copied from another with only `input`
 changed runs SOCO and MMVM again (they read the input) and reuses FG-BMK's and TPIPS's rows (they extract at
-their own input size): the same rows, relabelled, stated as reused on the step line, in the tables'
+their own input size); so does a copy with only `layer` changed (FG-BMK reads the last blocks, TPIPS the
+config's layers): the same rows, relabelled, stated as reused on the step line, in the tables'
 materialization records and on the boards. A `reference:`-only edit runs no model step. A tiny random ViT-S
 on a tiny embedded set (simulated data), through `soco run` in this process."""
 
@@ -97,40 +98,45 @@ def _step_line(out: str, step: str) -> str:
     return "\n".join(line for line in out.splitlines() if step in line and line.startswith("["))
 
 
-def test_an_input_only_copy_reuses_fgbmk_and_tpips_rows_and_reruns_soco_and_mmvm(world):
+# copies of vit_a that change only what SOCO and MMVM read: the input size, the block of the dense maps
+COPIES = {"vit_b": {"input": {"nearest_multiple": 42}}, "vit_c": {"layer": -2}}
+
+
+@pytest.mark.parametrize("copy", sorted(COPIES))
+def test_a_copy_changing_only_what_soco_and_mmvm_read_reuses_fgbmk_and_tpips_rows(world, copy):
     home = world["home"]
-    (world["tmp"] / "vit_b.yaml").write_text(yaml.safe_dump({**VIT, "input": {"nearest_multiple": 42}}))
+    (world["tmp"] / f"{copy}.yaml").write_text(yaml.safe_dump({**VIT, **COPIES[copy]}))
     before = len(_runs(home))
-    out = _soco_run(str(world["tmp"] / "vit_b.yaml"), "--families", FAMILIES)
+    out = _soco_run(str(world["tmp"] / f"{copy}.yaml"), "--families", FAMILIES)
     for family, tables in OWN_INPUT.items():
-        assert "rows reused from vit_a" in _step_line(out, f"{family} / backbone vit_b"), out
+        assert "rows reused from vit_a" in _step_line(out, f"{family} / backbone {copy}"), out
         for table in tables:
-            meta = _latest_meta(home, table, "vit_b")
+            meta = _latest_meta(home, table, copy)
             assert meta["reused_from"] == "vit_a", (table, meta)
             assert meta["reads_version"] == _latest_meta(home, table, "vit_a")["reads_version"]
             a = read_parquet(table_for(table).path(str(world["tables"]), "vit_a"))
-            b = read_parquet(table_for(table).path(str(world["tables"]), "vit_b"))
+            b = read_parquet(table_for(table).path(str(world["tables"]), copy))
             col = "backbone" if "backbone" in a.columns else "model"
-            assert set(b[col]) == {"vit_b"} and len(b) == len(a) > 0
+            assert set(b[col]) == {copy} and len(b) == len(a) > 0
             pd.testing.assert_frame_equal(a.drop(columns=col), b.drop(columns=col))
-    for family, table in (("mmvm", "mmvm_predictions"),):  # MMVM reads the spec's input: run again
-        assert "reused" not in _step_line(out, f"{family} / backbone vit_b")
-        assert "reused_from" not in _latest_meta(home, table, "vit_b")
-    assert "reused" not in _step_line(out, "soco / backbone vit_b")
+    for family, table in (("mmvm", "mmvm_predictions"),):  # MMVM reads the input and the layer: run again
+        assert "reused" not in _step_line(out, f"{family} / backbone {copy}")
+        assert "reused_from" not in _latest_meta(home, table, copy)
+    assert "reused" not in _step_line(out, f"soco / backbone {copy}")
     new = {p for _, p in _runs(home)[: len(_runs(home)) - before] if p}
-    assert new == {"vit_b"}
+    assert new == {copy}
     with dg.DagsterInstance.from_config(str(home)) as instance:
         for board in ("fgbmk_leaderboard", "tpips_leaderboard"):
             entry = instance.get_latest_materialization_event(dg.AssetKey(board))
             note = entry.asset_materialization.metadata["reused"].value
-            assert "**vit_b**: reused from **vit_a**" in note, note
+            assert f"**{copy}**: reused from **vit_a**" in note, note
 
 
 def test_the_results_record_states_the_reuse(world, tmp_path):
     """`soco export-results vit_b OUT --format record --family fgbmk|tpips` names the model whose rows vit_b's
     tables reused (run after the input-only copy above; a pytest-randomly order runs it alone first)."""
     if not (world["specs"] / "vit_b.yaml").exists():
-        test_an_input_only_copy_reuses_fgbmk_and_tpips_rows_and_reruns_soco_and_mmvm(world)
+        test_a_copy_changing_only_what_soco_and_mmvm_read_reuses_fgbmk_and_tpips_rows(world, "vit_b")
     for family in ("fgbmk", "tpips"):
         out = tmp_path / f"{family}.json"
         with contextlib.redirect_stdout(io.StringIO()):

@@ -1,7 +1,10 @@
 """What a computation reads of a spec (issue 53, backbones/reads.py): a spec's data version ignores metadata
 (`reference:`, description, comments, name, device, batch size) and moves with any computation field; FG-BMK
 and TPIPS, which extract at their own input size, read everything but `input` (FG-BMK still reads it for a
-dense-only backbone whose global policy has no `dense_input`)."""
+dense-only backbone whose global policy has no `dense_input`); nor do they read `layer` where a global
+readout (FG-BMK) or the config's layers (TPIPS) stand in for it, so a layer sweep reuses their rows."""
+
+import dataclasses
 
 import pytest
 import yaml
@@ -13,6 +16,9 @@ from soco_pipeline.defs.fgbmk import fgbmk_reads
 from soco_pipeline.defs.tpips.assets import tpips_reads
 from soco_pipeline.features.policy import GlobalInputPolicy
 from soco_pipeline.storage import PROJECT_ROOT
+from soco_pipeline.tasks.fgbmk.config import load_config as load_fgbmk_config
+from soco_pipeline.tasks.tpips.config import load_config as load_tpips_config
+from soco_pipeline.tasks.tpips.features import layer_specs
 
 pytestmark = pytest.mark.unit
 
@@ -56,13 +62,52 @@ def test_fgbmk_and_tpips_ignore_the_input_where_they_extract_at_their_own_size(t
         global_features = own
 
     assert computation(a) != computation(b)
-    assert fgbmk_reads(a, Cfg) == fgbmk_reads(b, Cfg) and tpips_reads(a, None) == tpips_reads(b, None)
+    tpips = load_tpips_config()
+    assert fgbmk_reads(a, Cfg) == fgbmk_reads(b, Cfg) and tpips_reads(a, tpips) == tpips_reads(b, tpips)
     sift_a = load_spec(_spec(tmp_path, "dense_sift"))
     sift_b = load_spec(_spec(tmp_path / "b", "dense_sift", {"input": {"nearest_multiple": 320}}))
     assert fgbmk_reads(sift_a, Cfg) == fgbmk_reads(sift_b, Cfg)  # runs at dense_input 112
     Cfg.global_features = spec_input  # a dense-only backbone then runs at the spec's own input
     assert fgbmk_reads(sift_a, Cfg) != fgbmk_reads(sift_b, Cfg)
     assert fgbmk_reads(a, Cfg) == fgbmk_reads(b, Cfg)  # a model read block by block: the policy's crop
+
+
+@pytest.mark.parametrize(
+    "name, layer", [("vit_small_random", -4), ("efficientnet_lite0", "stride16")], ids=["timm", "packaged"]
+)
+def test_fgbmk_and_tpips_ignore_the_layer_where_they_read_their_own(tmp_path, name, layer):
+    (tmp_path / "b").mkdir()
+    a = load_spec(_spec(tmp_path, name))
+    b = load_spec(_spec(tmp_path / "b", name, {"layer": layer}))
+    fgbmk, tpips = load_fgbmk_config(), load_tpips_config()
+    assert computation(a) != computation(b)  # SOCO and MMVM read the dense maps of `layer`
+    assert fgbmk_reads(a, fgbmk) == fgbmk_reads(b, fgbmk)  # the readout: the last blocks or stages
+    assert tpips_reads(a, tpips) == tpips_reads(b, tpips)  # the config's layers replace the spec's
+    assert [s.options for s in layer_specs(a, tpips)] == [s.options for s in layer_specs(b, tpips)]
+    no_layers = tpips.features.model_copy(update={"layers": {**tpips.features.layers, a.kind: []}})
+    assert "layer" in tpips_reads(a, tpips.model_copy(update={"features": no_layers}))  # the spec's own
+    assert spec_computation_version(a) != spec_computation_version(b)
+
+
+@pytest.mark.parametrize(
+    "name, layer", [("vit_small_random", -4), ("efficientnet_lite0", "stride16")], ids=["timm", "packaged"]
+)
+def test_the_global_readout_gives_the_same_features_whatever_the_layer(tmp_path, name, layer):
+    """What lets FG-BMK's reads leave `layer` out: its extractor's output for two specs that differ only there."""
+    import torch
+
+    from soco_pipeline.features.global_extractors import build_global_extractor
+
+    (tmp_path / "b").mkdir()
+    policy = GlobalInputPolicy(resize=32, crop=28, normalisation="spec")
+    pixels = torch.rand(2, 3, 28, 28, generator=torch.Generator().manual_seed(0))
+    outs = []
+    for spec in (load_spec(_spec(tmp_path, name)), load_spec(_spec(tmp_path / "b", name, {"layer": layer}))):
+        extractor = build_global_extractor(dataclasses.replace(spec, device="cpu"), policy)
+        with torch.inference_mode():
+            outs.append(extractor.forward(pixels, None))
+    for x, y in zip(*outs, strict=True):
+        assert torch.equal(x, y)
 
 
 def test_reads_version_covers_every_input():

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from soco_pipeline.backbones.kinds import capabilities
+from soco_pipeline.backbones.kinds import capabilities, global_readout
 
 GLOBAL_CODE_VERSION = "1"  # bump when the extractors change what they compute (a new cache folder follows)
 
@@ -39,8 +39,12 @@ def global_ignores_input(kind: str, policy: GlobalInputPolicy) -> bool:
 
 
 def global_reads(fields: dict, kind: str, policy: GlobalInputPolicy) -> dict:
-    """The spec fields a global-feature extraction under `policy` reads (no `input` when it ignores it)."""
-    return {k: v for k, v in fields.items() if k != "input" or not global_ignores_input(kind, policy)}
+    """The spec fields a global-feature extraction under `policy` reads: no `input` when it ignores it, no
+    `layer` when the kind has a global readout (it reads the model's last blocks or stages, whatever `layer`)."""
+    ignored = {"input"} if global_ignores_input(kind, policy) else set()
+    if global_readout(kind):
+        ignored.add("layer")
+    return {k: v for k, v in fields.items() if k not in ignored}
 
 
 def load_global_policy(scale: str | None = None, path: str | None = None) -> GlobalInputPolicy:

@@ -32,10 +32,12 @@ def not_applicable_scores(model: str, reason: str, inputs) -> pd.DataFrame:
 
 
 def tpips_reads(spec, cfg) -> dict:
-    """The spec fields TPIPS reads: everything but `input` (it extracts at the config's input_size)."""
+    """The spec fields TPIPS reads: everything but `input` (it extracts at the config's input_size), and but
+    `layer` where the config names the kind's layers (its derived specs replace the spec's)."""
     from soco_pipeline.backbones.reads import computation, without
+    from soco_pipeline.tasks.tpips.features import config_layers
 
-    return without(computation(spec), ["input"])
+    return without(computation(spec), ["input", *(["layer"] if config_layers(spec, cfg) else [])])
 
 
 # 6: the per-row outcome tables beside the score tables (the watch's paired test)

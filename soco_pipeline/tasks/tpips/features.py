@@ -22,6 +22,11 @@ def not_applicable(spec: BackboneSpec, cfg: TpipsConfig | None = None) -> str:
     return f"needs {', '.join(missing)}, which a {spec.kind!r} backbone does not offer" if missing else ""
 
 
+def config_layers(spec: BackboneSpec, cfg: TpipsConfig) -> list:
+    """The layers the TPIPS config names for the spec's kind (empty: the spec's own `layer`, if any)."""
+    return per_kind(cfg.features.layers, spec.kind, "blocks", "the TPIPS config's features.layers") or []
+
+
 def layer_specs(spec: BackboneSpec, cfg: TpipsConfig, device: str | None = None) -> list[BackboneSpec]:
     """The derived specs of one backbone for TPIPS: the first is the main layer (its global embedding)."""
     base = dataclasses.replace(
@@ -30,7 +35,7 @@ def layer_specs(spec: BackboneSpec, cfg: TpipsConfig, device: str | None = None)
         device=device or spec.device,
         batch_size=cfg.features.batch_size or spec.batch_size,
     )
-    layers = per_kind(cfg.features.layers, spec.kind, "blocks", "the TPIPS config's features.layers")
+    layers = config_layers(spec, cfg)
     if not layers:
         return [base]
     opts = dict(base.options)
