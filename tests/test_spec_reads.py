@@ -14,7 +14,7 @@ from soco_pipeline.backbones.spec import load_spec
 from soco_pipeline.backbones.spec_files import scan_specs, spec_data_version
 from soco_pipeline.defs.fgbmk import fgbmk_reads
 from soco_pipeline.defs.tpips.assets import tpips_reads
-from soco_pipeline.features.policy import GlobalInputPolicy
+from soco_pipeline.features.policy import GlobalInputPolicy, global_reads
 from soco_pipeline.storage import PROJECT_ROOT
 from soco_pipeline.tasks.fgbmk.config import load_config as load_fgbmk_config
 from soco_pipeline.tasks.tpips.config import load_config as load_tpips_config
@@ -93,21 +93,32 @@ def test_fgbmk_and_tpips_ignore_the_layer_where_they_read_their_own(tmp_path, na
     "name, layer", [("vit_small_random", -4), ("efficientnet_lite0", "stride16")], ids=["timm", "packaged"]
 )
 def test_the_global_readout_gives_the_same_features_whatever_the_layer(tmp_path, name, layer):
-    """What lets FG-BMK's reads leave `layer` out: its extractor's output for two specs that differ only there."""
+    """What lets FG-BMK's reads leave `layer` (and, under a fixed preset, `normalisation`) out: its
+    extractor's output for specs that differ only there."""
     import torch
 
     from soco_pipeline.features.global_extractors import build_global_extractor
 
-    (tmp_path / "b").mkdir()
-    policy = GlobalInputPolicy(resize=32, crop=28, normalisation="spec")
     pixels = torch.rand(2, 3, 28, 28, generator=torch.Generator().manual_seed(0))
-    outs = []
-    for spec in (load_spec(_spec(tmp_path, name)), load_spec(_spec(tmp_path / "b", name, {"layer": layer}))):
-        extractor = build_global_extractor(dataclasses.replace(spec, device="cpu"), policy)
+
+    def features(edit: dict, normalisation: str) -> tuple:
+        folder = tmp_path / f"{len(list(tmp_path.iterdir()))}"
+        folder.mkdir()
+        spec = dataclasses.replace(load_spec(_spec(folder, name, edit)), device="cpu")
+        policy = GlobalInputPolicy(resize=32, crop=28, normalisation=normalisation)
         with torch.inference_mode():
-            outs.append(extractor.forward(pixels, None))
-    for x, y in zip(*outs, strict=True):
-        assert torch.equal(x, y)
+            return build_global_extractor(spec, policy).forward(pixels, None)
+
+    base = features({}, "spec")
+    assert all(map(torch.equal, base, features({"layer": layer}, "spec")))
+    other = {"normalisation": "raw"}
+    assert all(map(torch.equal, features({}, "clip"), features(other, "clip")))  # the policy's preset
+    assert not torch.equal(base[0], features(other, "spec")[0])  # the spec's preset: read
+    fields, policy = computation(load_spec(_spec(tmp_path, name))), GlobalInputPolicy(normalisation="spec")
+    assert "normalisation" in global_reads(fields, fields["kind"], policy)
+    assert "normalisation" not in global_reads(
+        fields, fields["kind"], GlobalInputPolicy(normalisation="clip")
+    )
 
 
 def test_reads_version_covers_every_input():

@@ -39,11 +39,12 @@ def global_ignores_input(kind: str, policy: GlobalInputPolicy) -> bool:
 
 
 def global_reads(fields: dict, kind: str, policy: GlobalInputPolicy) -> dict:
-    """The spec fields a global-feature extraction under `policy` reads: no `input` when it ignores it, no
-    `layer` when the kind has a global readout (it reads the model's last blocks or stages, whatever `layer`)."""
+    """The spec fields a global-feature extraction under `policy` reads. Not `input` when it ignores it. For
+    a kind with a global readout (a torch model the extractor reads itself) not `layer` (it reads the last
+    blocks or stages), nor `normalisation` unless the policy's is "spec"."""
     ignored = {"input"} if global_ignores_input(kind, policy) else set()
     if global_readout(kind):
-        ignored.add("layer")
+        ignored |= {"layer"} if policy.normalisation == "spec" else {"layer", "normalisation"}
     return {k: v for k, v in fields.items() if k not in ignored}
 
 
