@@ -102,12 +102,28 @@ def _step_line(out: str, step: str) -> str:
 COPIES = {"vit_b": {"input": {"nearest_multiple": 42}}, "vit_c": {"layer": -2}}
 
 
+@pytest.fixture(scope="module")
+def copy_runs(world):
+    """`soco run` of each copy in COPIES, once, on first use (tests run in any order): {copy: (stdout, the
+    partitions of the runs it made)}."""
+    done: dict[str, tuple[str, set]] = {}
+
+    def run(copy: str) -> tuple[str, set]:
+        if copy not in done:
+            (world["tmp"] / f"{copy}.yaml").write_text(yaml.safe_dump({**VIT, **COPIES[copy]}))
+            before = len(_runs(world["home"]))
+            out = _soco_run(str(world["tmp"] / f"{copy}.yaml"), "--families", FAMILIES)
+            runs = _runs(world["home"])
+            done[copy] = (out, {p for _, p in runs[: len(runs) - before] if p})
+        return done[copy]
+
+    return run
+
+
 @pytest.mark.parametrize("copy", sorted(COPIES))
-def test_a_copy_changing_only_what_soco_and_mmvm_read_reuses_fgbmk_and_tpips_rows(world, copy):
+def test_a_copy_changing_only_what_soco_and_mmvm_read_reuses_fgbmk_and_tpips_rows(world, copy_runs, copy):
     home = world["home"]
-    (world["tmp"] / f"{copy}.yaml").write_text(yaml.safe_dump({**VIT, **COPIES[copy]}))
-    before = len(_runs(home))
-    out = _soco_run(str(world["tmp"] / f"{copy}.yaml"), "--families", FAMILIES)
+    out, new = copy_runs(copy)
     for family, tables in OWN_INPUT.items():
         assert "rows reused from vit_a" in _step_line(out, f"{family} / backbone {copy}"), out
         for table in tables:
@@ -123,7 +139,6 @@ def test_a_copy_changing_only_what_soco_and_mmvm_read_reuses_fgbmk_and_tpips_row
         assert "reused" not in _step_line(out, f"{family} / backbone {copy}")
         assert "reused_from" not in _latest_meta(home, table, copy)
     assert "reused" not in _step_line(out, f"soco / backbone {copy}")
-    new = {p for _, p in _runs(home)[: len(_runs(home)) - before] if p}
     assert new == {copy}
     with dg.DagsterInstance.from_config(str(home)) as instance:
         for board in ("fgbmk_leaderboard", "tpips_leaderboard"):
@@ -132,11 +147,10 @@ def test_a_copy_changing_only_what_soco_and_mmvm_read_reuses_fgbmk_and_tpips_row
             assert f"**{copy}**: reused from **vit_a**" in note, note
 
 
-def test_the_results_record_states_the_reuse(world, tmp_path):
+def test_the_results_record_states_the_reuse(copy_runs, tmp_path):
     """`soco export-results vit_b OUT --format record --family fgbmk|tpips` names the model whose rows vit_b's
-    tables reused (run after the input-only copy above; a pytest-randomly order runs it alone first)."""
-    if not (world["specs"] / "vit_b.yaml").exists():
-        test_a_copy_changing_only_what_soco_and_mmvm_read_reuses_fgbmk_and_tpips_rows(world, "vit_b")
+    tables reused (the input-only copy above, run here first if this test comes first)."""
+    copy_runs("vit_b")
     for family in ("fgbmk", "tpips"):
         out = tmp_path / f"{family}.json"
         with contextlib.redirect_stdout(io.StringIO()):
