@@ -7,7 +7,31 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
 
+import tempfile  # noqa: E402
 from pathlib import Path  # noqa: E402
+
+CHECKOUT = Path(__file__).resolve().parent.parent
+SANDBOX_ENV = "SOCO_TESTS_SANDBOX"  # the storage root a process made for its tests (xdist workers inherit it)
+
+
+def _shared(value: str | None) -> bool:
+    """Whether an environment path is unset, inside this checkout (its storage/ is the developer's demo), or
+    inside the storage root another test process made."""
+    made = os.environ.get(SANDBOX_ENV)
+    inside = [CHECKOUT, *([Path(made)] if made else [])]
+    return not value or any(Path(value).resolve().is_relative_to(p) for p in inside)
+
+
+# `make test` exports the checkout's DAGSTER_HOME and SOCO_STORAGE (the demo's storage/), and a command left
+# unset defaults to them. A test that does not set its own must not write there: a console script that a test
+# started with only SOCO_STORAGE set rewrote storage/dagster/dagster.yaml to name the test's storage. So each
+# test process (the controller, each xdist worker) gets a temporary storage root of its own instead.
+SANDBOX: Path | None = None
+if _shared(os.environ.get("DAGSTER_HOME")) or _shared(os.environ.get("SOCO_STORAGE")):
+    SANDBOX = Path(tempfile.mkdtemp(prefix="soco-tests-storage-"))
+    os.environ[SANDBOX_ENV] = str(SANDBOX)
+    os.environ["SOCO_STORAGE"] = str(SANDBOX / "storage")
+    os.environ["DAGSTER_HOME"] = str(SANDBOX / "storage" / "dagster")
 
 import pytest  # noqa: E402
 
@@ -76,11 +100,13 @@ def pytest_configure(config):
 
 
 def pytest_unconfigure(config):
-    """The controller removes the groups file's folder."""
-    if config.getoption("tier_groups", False) and not hasattr(config, "workerinput"):
-        import shutil
+    """The controller removes the groups file's folder, and the session's storage root if it made one."""
+    import shutil
 
+    if config.getoption("tier_groups", False) and not hasattr(config, "workerinput"):
         shutil.rmtree(Path(os.environ.pop(tier_scheduling.FILE_ENV)).parent, ignore_errors=True)
+    if SANDBOX is not None:
+        shutil.rmtree(SANDBOX, ignore_errors=True)
 
 
 @pytest.hookimpl(optionalhook=True)

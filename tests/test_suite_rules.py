@@ -178,3 +178,14 @@ def test_no_module_skips_outside_needs():
         for hit in _bare_skips(path)
     ]
     assert offenders == []
+
+
+def test_no_test_process_points_at_the_checkouts_storage():
+    """`make test` exports the checkout's DAGSTER_HOME and SOCO_STORAGE; conftest.py gives each test process
+    a temporary storage root instead, so a command a test starts without its own never writes the demo's."""
+    import os
+
+    from tests.conftest import CHECKOUT
+
+    for var in ("DAGSTER_HOME", "SOCO_STORAGE"):
+        assert not Path(os.environ[var]).resolve().is_relative_to(CHECKOUT), (var, os.environ[var])
