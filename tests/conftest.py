@@ -7,29 +7,42 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
 
+import atexit  # noqa: E402
+import shutil  # noqa: E402
 import tempfile  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 CHECKOUT = Path(__file__).resolve().parent.parent
-SANDBOX_ENV = "SOCO_TESTS_SANDBOX"  # the storage root a process made for its tests (xdist workers inherit it)
+SANDBOX_ENV = (
+    "SOCO_TESTS_SANDBOX"  # "<pid> <path>": the storage root a test process made (children inherit it)
+)
 
 
 def _shared(value: str | None) -> bool:
     """Whether an environment path is unset, inside this checkout (its storage/ is the developer's demo), or
     inside the storage root another test process made."""
-    made = os.environ.get(SANDBOX_ENV)
+    made = os.environ.get(SANDBOX_ENV, " ").split(" ", 1)[1]
     inside = [CHECKOUT, *([Path(made)] if made else [])]
     return not value or any(Path(value).resolve().is_relative_to(p) for p in inside)
+
+
+def _remove_sandbox(path: Path, pid: int) -> None:
+    """At exit of the process that made it (a forked child that exits normally must not remove it)."""
+    if os.getpid() == pid:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 # `make test` exports the checkout's DAGSTER_HOME and SOCO_STORAGE (the demo's storage/), and a command left
 # unset defaults to them. A test that does not set its own must not write there: a console script that a test
 # started with only SOCO_STORAGE set rewrote storage/dagster/dagster.yaml to name the test's storage. So each
-# test process (the controller, each xdist worker) gets a temporary storage root of its own instead.
+# test process (the controller, each xdist worker, a pytest a test starts) gets a temporary storage root of
+# its own, removed when it exits; importing this module again in the same process keeps it.
 SANDBOX: Path | None = None
-if _shared(os.environ.get("DAGSTER_HOME")) or _shared(os.environ.get("SOCO_STORAGE")):
+_mine = os.environ.get(SANDBOX_ENV, "").split(" ", 1)[0] == str(os.getpid())
+if not _mine and (_shared(os.environ.get("DAGSTER_HOME")) or _shared(os.environ.get("SOCO_STORAGE"))):
     SANDBOX = Path(tempfile.mkdtemp(prefix="soco-tests-storage-"))
-    os.environ[SANDBOX_ENV] = str(SANDBOX)
+    atexit.register(_remove_sandbox, SANDBOX, os.getpid())
+    os.environ[SANDBOX_ENV] = f"{os.getpid()} {SANDBOX}"
     os.environ["SOCO_STORAGE"] = str(SANDBOX / "storage")
     os.environ["DAGSTER_HOME"] = str(SANDBOX / "storage" / "dagster")
 
@@ -100,13 +113,9 @@ def pytest_configure(config):
 
 
 def pytest_unconfigure(config):
-    """The controller removes the groups file's folder, and the session's storage root if it made one."""
-    import shutil
-
+    """The controller removes the groups file's folder."""
     if config.getoption("tier_groups", False) and not hasattr(config, "workerinput"):
         shutil.rmtree(Path(os.environ.pop(tier_scheduling.FILE_ENV)).parent, ignore_errors=True)
-    if SANDBOX is not None:
-        shutil.rmtree(SANDBOX, ignore_errors=True)
 
 
 @pytest.hookimpl(optionalhook=True)
