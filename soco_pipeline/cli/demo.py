@@ -549,6 +549,15 @@ def main() -> int:
     """Entry point of `python -m soco_pipeline.cli.demo`: 0 when everything ran, 1 when a stage failed, 130
     on Ctrl-C. Prints each board's headline columns (report/console.py: 120 columns), then the summary
     (one row per model, one headline per family) as the last table, and where the full tables are."""
+    from soco_pipeline.runtime.interrupts import redeliver_swallowed_interrupts
+
+    with redeliver_swallowed_interrupts():
+        return demo_main()
+
+
+def demo_main() -> int:
+    """Run the demo and print its boards and summary; the exit code (`main` runs it with a Ctrl-C that a
+    finalizer swallowed delivered again: runtime/interrupts.py)."""
     from soco_pipeline.storage import storage_gone
 
     t0 = time.perf_counter()

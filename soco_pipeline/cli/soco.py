@@ -273,8 +273,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser(argv[0] if argv else None).parse_args(argv)
     from soco_pipeline.cli.project import project_defaults  # storage's pandas: after `--help` has exited
+    from soco_pipeline.runtime.interrupts import redeliver_swallowed_interrupts
 
-    with project_defaults() as env:
+    with project_defaults() as env, redeliver_swallowed_interrupts():
         return _dispatch(args, env)
 
 
