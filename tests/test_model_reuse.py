@@ -1,7 +1,7 @@
 """Each per-model table is cached by what it reads (issue 53): a spec copied from another with only `input`
 changed runs SOCO and MMVM again (they read the input) and reuses FG-BMK's and TPIPS's rows (they extract at
 their own input size); so does a copy with only `layer` changed (FG-BMK reads the last blocks, TPIPS the
-config's layers): the same rows, relabelled, stated as reused on the step line, in the tables'
+config's layers), and both reuse SOCO's global features (its matching runs again): the same rows, relabelled, stated as reused on the step line, in the tables'
 materialization records and on the boards. A `reference:`-only edit runs no model step. A tiny random ViT-S
 on a tiny embedded set (simulated data), through `soco run` in this process."""
 
@@ -138,7 +138,13 @@ def test_a_copy_changing_only_what_soco_and_mmvm_read_reuses_fgbmk_and_tpips_row
     for family, table in (("mmvm", "mmvm_predictions"),):  # MMVM reads the input and the layer: run again
         assert "reused" not in _step_line(out, f"{family} / backbone {copy}")
         assert "reused_from" not in _latest_meta(home, table, copy)
-    assert "reused" not in _step_line(out, f"soco / backbone {copy}")
+    # SOCO matches again; its global features read neither the input nor the layer of a ViT: reused
+    soco_line = " ".join(_step_line(out, f"soco / backbone {copy}").split())
+    assert soco_line.endswith(": rows reused from vit_a (global_feature_manifest)"), out
+    meta = _latest_meta(home, "global_feature_manifest", copy)
+    assert meta["reused_from"] == "vit_a"
+    for table in ("predictions", "metrics", "global_metrics"):
+        assert "reused_from" not in _latest_meta(home, table, copy), table
     assert new == {copy}
     with dg.DagsterInstance.from_config(str(home)) as instance:
         for board in ("fgbmk_leaderboard", "tpips_leaderboard"):

@@ -198,17 +198,25 @@ def board_current(instance: dg.DagsterInstance, keys: list[dg.AssetKey], after: 
     return all((r := _latest(instance, k, None)) is not None and r.timestamp >= after for k in keys)
 
 
-def reused_from(instance: dg.DagsterInstance, keys: list[dg.AssetKey], partition: str) -> list[str]:
-    """The models whose stored rows the latest materializations of `keys` (of `partition`) reused."""
+def reused_from(instance: dg.DagsterInstance, keys: list[dg.AssetKey], partition: str) -> dict[str, str]:
+    """{table: the model whose stored rows it reused} of the latest materializations of `keys` (of
+    `partition`) that came from another model."""
     from soco_pipeline.defs.shared.reuse import REUSED_FROM
 
-    out = set()
+    out = {}
     for key in keys:
         record = _latest(instance, key, partition)
         value = record.asset_materialization.metadata.get(REUSED_FROM) if record else None
         if value is not None and getattr(value, "value", value) != partition:
-            out.add(str(getattr(value, "value", value)))
-    return sorted(out)
+            out[key.path[-1]] = str(getattr(value, "value", value))
+    return out
+
+
+def reuse_line(reused: dict[str, str], tables: int) -> str:
+    """What a step line says of its reused tables: "rows reused from <models>", naming the tables when the
+    step made others itself (SOCO's global features beside its matching)."""
+    text = f"rows reused from {', '.join(sorted(set(reused.values())))}"
+    return text if len(reused) == tables else f"{text} ({', '.join(sorted(reused))})"
 
 
 def plan(
@@ -432,10 +440,14 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
                     ran = True
                     status = "ran" if ok else "FAILED"
                     if ok and stage.partition is not None:
-                        sources_of = reused_from(instance, stage.keys, stage.partition)
-                        if sources_of:
-                            status = f"reused from {', '.join(sources_of)}"
-                            print(f"{stage.label}: rows reused from {', '.join(sources_of)}", flush=True)
+                        reused = reused_from(instance, stage.keys, stage.partition)
+                        if reused:
+                            models = ", ".join(sorted(set(reused.values())))
+                            status = f"reused from {models}" + (
+                                "" if len(reused) == len(stage.keys) else " (part)"
+                            )
+                            line = f"{stage.label}: {reuse_line(reused, len(stage.keys))}"
+                            print(textwrap.fill(line, WIDTH, subsequent_indent="  "), flush=True)
                     timings.append((stage.label, status, seconds))
             if phase == "data" and runner.failed:
                 break  # nothing runs without the data

@@ -115,21 +115,9 @@ class Family:
         self, context: dg.AssetExecutionContext, soco: SocoSettings, version: str
     ) -> dict[str, TableResult] | None:
         """This step's tables from a stored partition of the same reads version; None when none."""
-        from soco_pipeline.defs.shared.reuse import reusable_partition, reuse_metadata
-        from soco_pipeline.stored_tables import stored_as, stored_exists
+        from soco_pipeline.defs.shared.reuse import reused_tables
 
-        keys = sorted(context.selected_asset_keys, key=lambda k: k.to_user_string())
-        root = soco.tables_root
-        source = reusable_partition(context, keys, version, lambda k, p: stored_exists(root, k.path[-1], p))
-        if source is None:
-            return None
-        out = {}
-        for key in keys:
-            table = stored_as(root, key.path[-1], source, context.partition_key)
-            out[key.path[-1]] = TableResult(table, dict(reuse_metadata(source, version, table)))
-        where = "its stored rows (nothing it reads changed)" if source == context.partition_key else source
-        context.log.info(f"{', '.join(out)}: reused from {where}, reads version {version}")
-        return out
+        return reused_tables(context, soco.tables_root, version)
 
     def table(
         self,

@@ -61,6 +61,29 @@ def reusable_partition(
     return next((p for p in ordered if all(exists(k, p) for k in keys)), None)
 
 
+def reused_tables(context: dg.AssetExecutionContext, tables_root: str, version: str) -> dict[str, Any] | None:
+    """The step's tables ({name: TableResult}) from a stored partition of reads version `version`, relabelled
+    to this partition's model and logged; None when no partition has them."""
+    from soco_pipeline.defs.shared.checks import TableResult
+    from soco_pipeline.stored_tables import stored_as, stored_exists
+
+    keys = sorted(context.selected_asset_keys, key=lambda k: k.to_user_string())
+
+    def exists(key: dg.AssetKey, partition: str) -> bool:
+        return stored_exists(tables_root, key.path[-1], partition)
+
+    source = reusable_partition(context, keys, version, exists)
+    if source is None:
+        return None
+    out = {}
+    for key in keys:
+        table = stored_as(tables_root, key.path[-1], source, context.partition_key)
+        out[key.path[-1]] = TableResult(table, dict(reuse_metadata(source, version, table)))
+    where = "its stored rows (nothing it reads changed)" if source == context.partition_key else source
+    context.log.info(f"{', '.join(out)}: reused from {where}, reads version {version}")
+    return out
+
+
 def reuse_metadata(source: str, version: str, table: pd.DataFrame) -> Mapping[str, Any]:
     """The metadata of a table reused from `source`'s stored rows."""
     return {"rows": len(table), REUSED_FROM: source, READS_VERSION: version}
