@@ -5,9 +5,9 @@ Set-up: a fresh storage and Dagster instance under a temporary folder; a warm-up
 oracle_concept materializes the data, pairs and every family's items on the demo set. Then `soco run` of
 the base spec (`--spec`, default the nearly free random ViT-Ti/16 of bench_model_cost.py), and of each copy
 in a process of its own, one after the other: `layer` -4 and -7, `input` 128, `normalisation` raw, and
-`seed` 1 (the control). A copy that changes only what SOCO and MMVM read reuses FG-BMK's and TPIPS's rows;
-the normalisation copy reuses FG-BMK's only (docs/results.md, "What a per-model table is cached by"); the
-seed copy computes every family.
+`seed` 1 (the control). A layer or input copy reuses FG-BMK's and TPIPS's rows and SOCO's global features;
+the normalisation copy reuses FG-BMK's and the global features (docs/results.md, "What a per-model table is
+cached by"); the seed copy computes every family.
 
 Prints, per copy, the `soco run` wall time, the seconds of its partition's steps per family, and the
 families whose rows `soco run` reported as reused; then `nproc` and the load average before and after.
