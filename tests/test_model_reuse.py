@@ -186,3 +186,16 @@ def test_a_reference_only_edit_keeps_the_data_version_and_runs_no_model_step(wor
     for family in ("soco", "mmvm", "fgbmk", "tpips"):
         assert _step_line(out, f"{family} / backbone vit_a").endswith(": cached, skipped"), out
     assert {job for job, _ in new} <= {"demo_summary"}, new  # the summary reads `reference:`
+
+
+def test_global_features_are_reused_only_while_their_cache_files_are_there(world):
+    """A stored global-feature manifest serves a copy only if the cache files it lists are still there (a
+    deleted cache folder is extracted again; tests/test_slurm.py does that through a Slurm job)."""
+    from soco_pipeline.defs.backbones.assets import global_cache_intact
+    from soco_pipeline.defs.shared.resources import SocoSettings
+
+    table = read_parquet(table_for("global_feature_manifest").path(str(world["tables"]), "vit_a"))
+    soco = SocoSettings(storage_root=str(world["tables"].parent))
+    assert len(table) and global_cache_intact(table, soco)
+    gone = table.assign(folder=table["folder"].str.replace("vit_a/", "vit_gone/", regex=False))
+    assert not global_cache_intact(gone, soco)

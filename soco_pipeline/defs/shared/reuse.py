@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import dagster as dg
@@ -61,9 +61,15 @@ def reusable_partition(
     return next((p for p in ordered if all(exists(k, p) for k in keys)), None)
 
 
-def reused_tables(context: dg.AssetExecutionContext, tables_root: str, version: str) -> dict[str, Any] | None:
+def reused_tables(
+    context: dg.AssetExecutionContext,
+    tables_root: str,
+    version: str,
+    usable: Callable[[pd.DataFrame], bool] | None = None,
+) -> dict[str, Any] | None:
     """The step's tables ({name: TableResult}) from a stored partition of reads version `version`, relabelled
-    to this partition's model and logged; None when no partition has them."""
+    to this partition's model and logged; None when no partition has them, or when `usable` says a table
+    cannot serve (a feature manifest whose cache files are gone)."""
     from soco_pipeline.defs.shared.checks import TableResult
     from soco_pipeline.stored_tables import stored_as, stored_exists
 
@@ -78,6 +84,11 @@ def reused_tables(context: dg.AssetExecutionContext, tables_root: str, version: 
     out = {}
     for key in keys:
         table = stored_as(tables_root, key.path[-1], source, context.partition_key)
+        if usable is not None and not usable(table):
+            context.log.info(
+                f"{key.path[-1]}: the rows of {source} read the same, but what they point at is gone"
+            )
+            return None
         out[key.path[-1]] = TableResult(table, dict(reuse_metadata(source, version, table)))
     where = "its stored rows (nothing it reads changed)" if source == context.partition_key else source
     context.log.info(f"{', '.join(out)}: reused from {where}, reads version {version}")
