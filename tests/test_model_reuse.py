@@ -188,14 +188,16 @@ def test_a_reference_only_edit_keeps_the_data_version_and_runs_no_model_step(wor
     assert {job for job, _ in new} <= {"demo_summary"}, new  # the summary reads `reference:`
 
 
-def test_global_features_are_reused_only_while_their_cache_files_are_there(world):
-    """A stored global-feature manifest serves a copy only if the cache files it lists are still there (a
-    deleted cache folder is extracted again; tests/test_slurm.py does that through a Slurm job)."""
-    from soco_pipeline.defs.backbones.assets import global_cache_intact
-    from soco_pipeline.defs.shared.resources import SocoSettings
+def test_feature_rows_are_reused_only_while_their_cache_files_are_there(world):
+    """A stored feature table serves a copy only if the cache files it lists are still there (a deleted cache
+    folder is extracted again; tests/test_slurm.py does that through a Slurm job): global features (`folder`)
+    and TPIPS's feature manifest (`path`, `cls_path`)."""
+    from soco_pipeline.features.intact import cached_rows_intact
 
-    table = read_parquet(table_for("global_feature_manifest").path(str(world["tables"]), "vit_a"))
-    soco = SocoSettings(storage_root=str(world["tables"].parent))
-    assert len(table) and global_cache_intact(table, soco)
-    gone = table.assign(folder=table["folder"].str.replace("vit_a/", "vit_gone/", regex=False))
-    assert not global_cache_intact(gone, soco)
+    features = str(world["tables"].parent / "features")
+    for name in ("global_feature_manifest", "fgbmk_global_features", "tpips_features"):
+        table = read_parquet(table_for(name).path(str(world["tables"]), "vit_a"))
+        assert len(table) and cached_rows_intact(table, features), name
+        column = "folder" if "folder" in table.columns else "path"
+        gone = table.assign(**{column: table[column].str.replace("vit_a/", "vit_gone/", regex=False)})
+        assert not cached_rows_intact(gone, features), name

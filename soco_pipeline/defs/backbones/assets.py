@@ -120,10 +120,13 @@ def global_feature_manifest(
     """Global features of every image for one backbone at the run's input policy, for global_metrics; the
     stored rows of a model whose global features read the same (a copy with only its `layer` changed)."""
     from soco_pipeline.defs.shared.reuse import READS_VERSION, reused_tables
+    from soco_pipeline.features.intact import cached_rows_intact
 
     policy, backbone = global_policy(soco), context.partition_key
     version = global_reads_version(context, soco, policy)
-    reused = reused_tables(context, soco.tables_root, version, lambda t: global_cache_intact(t, soco))
+    reused = reused_tables(
+        context, soco.tables_root, version, lambda t: cached_rows_intact(t, soco.features_root)
+    )
     if reused is not None:
         return reused["global_feature_manifest"]
     dumped = policy.model_dump(mode="json")
@@ -132,18 +135,6 @@ def global_feature_manifest(
     )
     result.metadata[READS_VERSION] = version
     return result
-
-
-def global_cache_intact(table: pd.DataFrame, soco: SocoSettings) -> bool:
-    """Whether every global feature a stored `global_feature_manifest` lists is still in its cache folder."""
-    from soco_pipeline.features import FeatureError, read_global, resolve_folder
-
-    try:
-        for folder, rows in table.groupby("folder"):
-            read_global(resolve_folder(str(folder), soco.features_root), rows["image_id"])
-    except (FeatureError, KeyError, OSError, ValueError):
-        return False
-    return True
 
 
 def global_reads_version(context: dg.AssetExecutionContext, soco: SocoSettings, policy) -> str:

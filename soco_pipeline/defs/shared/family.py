@@ -116,8 +116,12 @@ class Family:
     ) -> dict[str, TableResult] | None:
         """This step's tables from a stored partition of the same reads version; None when none."""
         from soco_pipeline.defs.shared.reuse import reused_tables
+        from soco_pipeline.features.intact import cached_rows_intact
 
-        return reused_tables(context, soco.tables_root, version)
+        # a feature table's rows serve only while the cache files they list are there
+        return reused_tables(
+            context, soco.tables_root, version, lambda t: cached_rows_intact(t, soco.features_root)
+        )
 
     def table(
         self,
