@@ -62,8 +62,36 @@ def family_of(step_or_job: str) -> str:
     return next((f for prefix, f in FAMILY_OF.items() if name.startswith(prefix)), "soco")
 
 
+def bench_storage(tmp: Path) -> tuple[Path, Path, dict[str, str]]:
+    """A fresh storage and Dagster instance under `tmp`: (DAGSTER_HOME, the specs folder, the environment of
+    the `soco` processes)."""
+    home, storage, specs = tmp / "dagster", tmp / "storage", tmp / "specs"
+    for d in (home, specs):
+        d.mkdir(parents=True, exist_ok=True)
+    (home / "dagster.yaml").write_text((ROOT / "dagster.yaml").read_text().replace("@STORAGE@", str(storage)))
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(home),
+        "SOCO_STORAGE": str(storage),
+        "SOCO_BACKBONES_DIR": str(tmp / "backbones"),
+        "PYTHONPATH": str(ROOT),
+    }
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    return home, specs, env
+
+
+def load_average() -> str:
+    """The 1, 5 and 15 minute load averages, as printed."""
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 def soco_run(env: dict[str, str], spec: Path | list[Path], families: str) -> float:
     """`soco run SPEC [SPEC ...] --families F` through the console script in a new process; its wall time (s)."""
+    return soco_run_output(env, spec, families)[0]
+
+
+def soco_run_output(env: dict[str, str], spec: Path | list[Path], families: str) -> tuple[float, str]:
+    """`soco_run`'s wall time (s) and what the command printed."""
     specs = spec if isinstance(spec, list) else [spec]
     t0 = time.perf_counter()
     done = subprocess.run(
@@ -77,7 +105,7 @@ def soco_run(env: dict[str, str], spec: Path | list[Path], families: str) -> flo
     if done.returncode != 0:
         names = " ".join(s.name for s in specs)
         raise SystemExit(f"soco run {names} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
-    return wall
+    return wall, done.stdout
 
 
 def covered(spans: list[tuple[float, float]]) -> float:
@@ -193,25 +221,13 @@ def main() -> None:
     args = parser.parse_args()
     tmp = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="soco-bench-cost-"))
     try:
-        home, storage, specs = tmp / "dagster", tmp / "storage", tmp / "specs"
-        for d in (home, specs):
-            d.mkdir(parents=True, exist_ok=True)
-        text = (ROOT / "dagster.yaml").read_text().replace("@STORAGE@", str(storage))
-        (home / "dagster.yaml").write_text(text)
-        env = {
-            **os.environ,
-            "DAGSTER_HOME": str(home),
-            "SOCO_STORAGE": str(storage),
-            "SOCO_BACKBONES_DIR": str(tmp / "backbones"),
-            "PYTHONPATH": str(ROOT),
-        }
-        env.setdefault("HF_HUB_OFFLINE", "1")
+        home, specs, env = bench_storage(tmp)
         if args.size == "tiny":
             from tests.tiny_families import tiny_family_env
 
             env.update(TINY)
             env.update(tiny_family_env(tmp / "families"))
-        print(f"nproc {os.cpu_count()}; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} before")
+        print(f"nproc {os.cpu_count()}; load average {load_average()} before")
         print(f"size {args.size}; families {args.families}")
         src = ROOT / "assets" / "backbones"
         warm = specs / f"{args.warmup}.yaml"
@@ -235,7 +251,7 @@ def main() -> None:
             print(f"  the same soco run again (nothing changed): {soco_run(env, spec, args.families):.1f} s")
         if args.together > 0:
             print(together(env, specs, args.together, args.families))
-        print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} after")
+        print(f"load average {load_average()} after")
     finally:
         if not args.keep:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -21,13 +21,12 @@ import argparse
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 import time
 from pathlib import Path
 
 import yaml
-from bench_model_cost import NEAR_FREE, ROOT, split
+from bench_model_cost import NEAR_FREE, ROOT, bench_storage, load_average, soco_run, soco_run_output, split
 
 COPIES = {
     "layer -4": {"layer": -4},
@@ -39,22 +38,6 @@ COPIES = {
 }
 CONTROL = {"seed 1": {"seed": 1}}
 FAMILIES = "soco,mmvm,fgbmk,tpips"
-
-
-def run(env: dict[str, str], spec: Path) -> tuple[float, str]:
-    """`soco run SPEC --families ...` through the console script in a new process: wall seconds, stdout."""
-    t0 = time.perf_counter()
-    done = subprocess.run(
-        [str(ROOT / ".venv" / "bin" / "soco"), "run", str(spec), "--families", FAMILIES],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
-    wall = time.perf_counter() - t0
-    if done.returncode != 0:
-        raise SystemExit(f"soco run {spec.name} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
-    return wall, done.stdout
 
 
 def reused_families(out: str) -> list[str]:
@@ -76,33 +59,20 @@ def main() -> None:
     args = parser.parse_args()
     tmp = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="soco-bench-sweep-"))
     try:
-        home, storage, specs = tmp / "dagster", tmp / "storage", tmp / "specs"
-        for d in (home, specs):
-            d.mkdir(parents=True, exist_ok=True)
-        (home / "dagster.yaml").write_text(
-            (ROOT / "dagster.yaml").read_text().replace("@STORAGE@", str(storage))
-        )
-        env = {
-            **os.environ,
-            "DAGSTER_HOME": str(home),
-            "SOCO_STORAGE": str(storage),
-            "SOCO_BACKBONES_DIR": str(tmp / "backbones"),
-            "PYTHONPATH": str(ROOT),
-        }
-        env.setdefault("HF_HUB_OFFLINE", "1")
-        print(f"nproc {os.cpu_count()}; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} before")
+        home, specs, env = bench_storage(tmp)
+        print(f"nproc {os.cpu_count()}; load average {load_average()} before")
         warm = specs / "oracle_concept.yaml"
         shutil.copy(ROOT / "assets" / "backbones" / "oracle_concept.yaml", warm)
-        print(f"warm-up (oracle_concept: data, pairs, items): {run(env, warm)[0]:.1f} s")
+        print(f"warm-up (oracle_concept: data, pairs, items): {soco_run(env, warm, FAMILIES):.1f} s")
         base = yaml.safe_load((ROOT / args.spec).read_text())
         print(f"base {args.spec}, then copies of it that change one knob, each in a soco run of its own:")
         for label, edit in {"base": {}, **COPIES, **CONTROL}.items():
             spec = specs / f"sweep_{re.sub(r'[^a-z0-9]+', '_', label)}.yaml"
             spec.write_text(yaml.safe_dump({**base, **edit}))
             since = time.time()
-            wall, out = run(env, spec)
+            wall, out = soco_run_output(env, spec, FAMILIES)
             print(line(label, wall, split(home, spec.stem, since), out))
-        print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} after")
+        print(f"load average {load_average()} after")
     finally:
         if not args.keep:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -212,13 +212,6 @@ def reused_from(instance: dg.DagsterInstance, keys: list[dg.AssetKey], partition
     return out
 
 
-def reuse_line(reused: dict[str, str], tables: int) -> str:
-    """What a step line says of its reused tables: "rows reused from <models>", naming the tables when the
-    step made others itself (SOCO's global features beside its matching)."""
-    text = f"rows reused from {', '.join(sorted(set(reused.values())))}"
-    return text if len(reused) == tables else f"{text} ({', '.join(sorted(reused))})"
-
-
 def plan(
     defs: dg.Definitions,
     added: Added,
@@ -442,12 +435,14 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
                     if ok and stage.partition is not None:
                         reused = reused_from(instance, stage.keys, stage.partition)
                         if reused:
-                            models = ", ".join(sorted(set(reused.values())))
-                            status = f"reused from {models}" + (
-                                "" if len(reused) == len(stage.keys) else " (part)"
+                            # the tables are named when the step made others itself (SOCO's matching)
+                            part = len(reused) < len(stage.keys)
+                            status = f"reused from {', '.join(sorted(set(reused.values())))}"
+                            line = f"{stage.label}: rows {status}" + (
+                                f" ({', '.join(sorted(reused))})" if part else ""
                             )
-                            line = f"{stage.label}: {reuse_line(reused, len(stage.keys))}"
                             print(textwrap.fill(line, WIDTH, subsequent_indent="  "), flush=True)
+                            status += " (part)" if part else ""
                     timings.append((stage.label, status, seconds))
             if phase == "data" and runner.failed:
                 break  # nothing runs without the data

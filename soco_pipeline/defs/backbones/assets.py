@@ -120,13 +120,10 @@ def global_feature_manifest(
     """Global features of every image for one backbone at the run's input policy, for global_metrics; the
     stored rows of a model whose global features read the same (a copy with only its `layer` changed)."""
     from soco_pipeline.defs.shared.reuse import READS_VERSION, reused_tables
-    from soco_pipeline.features.intact import cached_rows_intact
 
     policy, backbone = global_policy(soco), context.partition_key
     version = global_reads_version(context, soco, policy)
-    reused = reused_tables(
-        context, soco.tables_root, version, lambda t: cached_rows_intact(t, soco.features_root)
-    )
+    reused = reused_tables(context, soco.tables_root, soco.features_root, version)
     if reused is not None:
         return reused["global_feature_manifest"]
     dumped = policy.model_dump(mode="json")
@@ -140,19 +137,17 @@ def global_feature_manifest(
 def global_reads_version(context: dg.AssetExecutionContext, soco: SocoSettings, policy) -> str:
     """The reads version of a backbone's global features (defs/shared/reuse.py): the spec fields the
     extraction reads under `policy` (features/policy.global_reads), the policy, code and library versions."""
-    from soco_pipeline.backbones.reads import COMPUTE_LIBRARIES, computation, reads_version
-    from soco_pipeline.defs.shared.reuse import upstream_versions
+    from soco_pipeline.backbones.reads import computation
+    from soco_pipeline.defs.shared.reuse import step_reads_version
     from soco_pipeline.features.policy import global_reads
-    from soco_pipeline.trust.provenance import package_versions
 
     spec = spec_for(soco, context.partition_key)
-    return reads_version(
+    return step_reads_version(
+        context,
         global_reads(computation(spec), spec.kind, policy),
         table="global_feature_manifest",
         code=CODE_VERSIONS["global_feature_manifest"],
         policy=policy.cache_key(),
-        inputs=upstream_versions(context),
-        libraries=package_versions(COMPUTE_LIBRARIES),
     )
 
 

@@ -96,19 +96,16 @@ class Family:
 
     def reads_version(self, context: dg.AssetExecutionContext, soco: SocoSettings, spec) -> str:
         """The reads version of this step's tables (shared/reuse.py), the computing libraries included."""
-        from soco_pipeline.backbones.reads import COMPUTE_LIBRARIES, reads_version
-        from soco_pipeline.defs.shared.reuse import upstream_versions
+        from soco_pipeline.defs.shared.reuse import step_reads_version
         from soco_pipeline.trust.family_records import config_hash
-        from soco_pipeline.trust.provenance import package_versions
 
         config = self.config(soco)
-        return reads_version(
+        return step_reads_version(
+            context,
             self.spec_reads(spec, config),
             family=self.name,
             code=self.code_version,
             config=config_hash(config),
-            inputs=upstream_versions(context),
-            libraries=package_versions(COMPUTE_LIBRARIES),
         )
 
     def reused(
@@ -116,12 +113,8 @@ class Family:
     ) -> dict[str, TableResult] | None:
         """This step's tables from a stored partition of the same reads version; None when none."""
         from soco_pipeline.defs.shared.reuse import reused_tables
-        from soco_pipeline.features.intact import cached_rows_intact
 
-        # a feature table's rows serve only while the cache files they list are there
-        return reused_tables(
-            context, soco.tables_root, version, lambda t: cached_rows_intact(t, soco.features_root)
-        )
+        return reused_tables(context, soco.tables_root, soco.features_root, version)
 
     def table(
         self,

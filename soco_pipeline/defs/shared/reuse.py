@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import dagster as dg
@@ -61,16 +61,25 @@ def reusable_partition(
     return next((p for p in ordered if all(exists(k, p) for k in keys)), None)
 
 
+def step_reads_version(context: dg.AssetExecutionContext, fields: Mapping[str, Any], **inputs: Any) -> str:
+    """The reads version of a step's tables: `reads_version` of the spec `fields` it reads and `inputs`, with
+    its upstream tables' versions and the computing libraries' versions."""
+    from soco_pipeline.backbones.reads import COMPUTE_LIBRARIES, reads_version
+    from soco_pipeline.trust.provenance import package_versions
+
+    return reads_version(
+        fields, **inputs, inputs=upstream_versions(context), libraries=package_versions(COMPUTE_LIBRARIES)
+    )
+
+
 def reused_tables(
-    context: dg.AssetExecutionContext,
-    tables_root: str,
-    version: str,
-    usable: Callable[[pd.DataFrame], bool] | None = None,
+    context: dg.AssetExecutionContext, tables_root: str, features_root: str, version: str
 ) -> dict[str, Any] | None:
     """The step's tables ({name: TableResult}) from a stored partition of reads version `version`, relabelled
-    to this partition's model and logged; None when no partition has them, or when `usable` says a table
-    cannot serve (a feature manifest whose cache files are gone)."""
+    to this partition's model and logged; None when no partition has them, or when a feature table among them
+    lists cache files under `features_root` that are gone (the step then extracts again)."""
     from soco_pipeline.defs.shared.checks import TableResult
+    from soco_pipeline.features.intact import cached_rows_intact
     from soco_pipeline.stored_tables import stored_as, stored_exists
 
     keys = sorted(context.selected_asset_keys, key=lambda k: k.to_user_string())
@@ -84,7 +93,7 @@ def reused_tables(
     out = {}
     for key in keys:
         table = stored_as(tables_root, key.path[-1], source, context.partition_key)
-        if usable is not None and not usable(table):
+        if not cached_rows_intact(table, features_root):
             context.log.info(
                 f"{key.path[-1]}: the rows of {source} read the same, but what they point at is gone"
             )
