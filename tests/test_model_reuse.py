@@ -8,6 +8,8 @@ on a tiny embedded set (simulated data), through `soco run` in this process."""
 import contextlib
 import io
 import json
+import os
+import subprocess
 
 import dagster as dg
 import pandas as pd
@@ -18,7 +20,7 @@ from soco_pipeline.backbones.spec_files import spec_data_version
 from soco_pipeline.cli import soco as cli
 from soco_pipeline.storage import read_parquet
 from soco_pipeline.tables import table_for
-from tests.dagster_server import write_instance_yaml
+from tests.dagster_server import VENV_BIN, write_instance_yaml
 from tests.tiny_families import tiny_family_env
 
 pytestmark = [pytest.mark.pipeline, pytest.mark.timeout(1500)]
@@ -201,3 +203,17 @@ def test_feature_rows_are_reused_only_while_their_cache_files_are_there(world):
         column = "folder" if "folder" in table.columns else "path"
         gone = table.assign(**{column: table[column].str.replace("vit_a/", "vit_gone/", regex=False)})
         assert not cached_rows_intact(gone, features), name
+
+
+def test_the_console_script_names_the_reused_tables(world):
+    """`soco run` of a layer copy through the console script in a fresh process, as a user runs it: the SOCO
+    step line names the one table it reused, FG-BMK's and TPIPS's lines say their rows were reused."""
+    spec = world["tmp"] / "vit_d.yaml"
+    spec.write_text(yaml.safe_dump({**VIT, "layer": -3}))
+    command = [str(VENV_BIN / "soco"), "run", str(spec), "--families", FAMILIES]
+    done = subprocess.run(command, env=dict(os.environ), capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    soco_line = " ".join(_step_line(done.stdout, "soco / backbone vit_d").split())
+    assert soco_line.endswith(": rows reused from vit_a (global_feature_manifest)"), done.stdout
+    for family in ("fgbmk", "tpips"):
+        assert "rows reused from vit_a" in _step_line(done.stdout, f"{family} / backbone vit_d"), done.stdout
